@@ -1,0 +1,75 @@
+"""GPU and model catalogs: one JSON data file per entry, each with its ``source``.
+
+``gpu("H100-SXM")`` and ``model("llama3-8b")`` look entries up case-insensitively; an unknown name raises
+``ValueError`` with the closest known name. ``gpu_names()`` / ``model_names()`` list them.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Optional
+
+from workbench.specs import GPUSpec, ModelSpec, closest_name
+
+_MODEL_FIELDS = {f for f in ModelSpec.__dataclass_fields__}
+
+
+def _entries(folder: str) -> dict:
+    out = {}
+    for item in resources.files(__package__).joinpath(folder).iterdir():
+        if item.name.endswith(".json"):
+            data = json.loads(item.read_text())
+            out[data["name"].lower()] = data
+    return out
+
+
+@functools.cache
+def _gpus() -> dict:
+    return _entries("gpus")
+
+
+@functools.cache
+def _models() -> dict:
+    return _entries("models")
+
+
+def gpu_names() -> list[str]:
+    return sorted(d["name"] for d in _gpus().values())
+
+
+def model_names() -> list[str]:
+    return sorted(d["name"] for d in _models().values())
+
+
+def _lookup(kind: str, name: str, table: dict, names: list[str]) -> dict:
+    key = str(name).strip().lower()
+    aliases = {key, key.replace("_", "-"), key.replace(" ", "-")}
+    for k in aliases:
+        if k in table:
+            return table[k]
+    hint = closest_name(str(name), names)
+    did_you_mean = f"; did you mean '{hint}'?" if hint else ""
+    raise ValueError(f"unknown {kind}={name!r}{did_you_mean} (known: {', '.join(names)})")
+
+
+def gpu(name: str) -> GPUSpec:
+    """The catalog entry for a GPU, e.g. ``gpu("A100-80GB")``."""
+    data = _lookup("gpu", name, _gpus(), gpu_names())
+    return GPUSpec(**data)
+
+
+def model(name: str, **overrides) -> ModelSpec:
+    """The catalog entry for a model, optionally with fields changed, e.g. ``model("llama3-8b", seq_length=4096)``."""
+    data = dict(_lookup("model", name, _models(), model_names()))
+    fields = {k: v for k, v in data.items() if k in _MODEL_FIELDS}
+    spec = ModelSpec(**fields)
+    return spec.replace(**overrides) if overrides else spec
+
+
+def model_source(name: str) -> str:
+    return _lookup("model", name, _models(), model_names()).get("source", "")
+
+
+def find_gpu(name: Optional[str]) -> Optional[GPUSpec]:
+    return None if name is None else gpu(name)

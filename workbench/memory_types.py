@@ -1,0 +1,119 @@
+"""Result types of the memory model (:mod:`workbench.memory`). Bytes everywhere; per GPU unless named otherwise."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TERMS = ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")
+"""The six terms every breakdown has, in drawing order."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryTerms:
+    """Bytes one GPU holds, by term."""
+
+    weights: int
+    """Model parameters resident on the GPU in training precision (ZeRO-3: the shard plus live/prefetched layers)."""
+    gradients: int
+    """Gradient storage (bf16/fp16 grads, DeepSpeed's fp32 grad partitions, Megatron's grad buffer)."""
+    optimizer: int
+    """fp32 master weights + Adam moments (0 when offloaded)."""
+    activations: int
+    """Activations kept for backward over the in-flight micro-batches, plus embeddings, logits and loss."""
+    buffers: int
+    """Communication buckets and temporary buffers (DeepSpeed reduce/allgather buckets, ZeRO-3 prefetch)."""
+    overhead: int
+    """CUDA context, cuBLAS workspace and allocator reserve (measured constants)."""
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, t) for t in TERMS)
+
+    def as_dict(self) -> dict:
+        return {t: int(getattr(self, t)) for t in TERMS}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageMemory:
+    """One pipeline stage (every rank of the stage holds the same)."""
+
+    stage: int
+    """Pipeline stage index, 0 = first."""
+    num_layers: int
+    """Transformer layers on this stage (all virtual chunks together)."""
+    has_embedding: bool
+    has_output: bool
+    terms: MemoryTerms
+    in_flight_microbatches: float
+    """Micro-batches whose activations are alive at the peak (1F1B: p − stage; interleaved adds the chunk term)."""
+
+    @property
+    def total_bytes(self) -> int:
+        return self.terms.total
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryEstimate:
+    """The memory model's answer for one (model, cluster, plan)."""
+
+    stages: tuple
+    """:class:`StageMemory` per pipeline stage."""
+    capacity_bytes: int
+    """GPU memory the framework can allocate."""
+    host_bytes_per_gpu: int
+    """Host (CPU) memory one rank needs for offloaded tensors and pinned buffers."""
+    host_bytes_per_node: int
+    """Host memory a node needs: host_bytes_per_gpu × GPUs per node."""
+    host_capacity_bytes_per_node: int
+    nvme_bytes_per_gpu: int
+    """NVMe bytes per rank for ZeRO-Infinity offload (0 unless offloading to nvme)."""
+    formulas: dict = field(default_factory=dict)
+    """term → short formula text with its source, for tooltips and docs."""
+
+    @property
+    def peak_stage(self) -> StageMemory:
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+    @property
+    def per_gpu_peak_bytes(self) -> int:
+        return self.peak_stage.total_bytes
+
+    @property
+    def breakdown(self) -> MemoryTerms:
+        """Terms of the rank with the peak."""
+        return self.peak_stage.terms
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.per_gpu_peak_bytes
+
+    @property
+    def fits_gpu(self) -> bool:
+        return self.headroom_bytes >= 0
+
+    @property
+    def fits_host(self) -> bool:
+        return self.host_bytes_per_node <= self.host_capacity_bytes_per_node
+
+    @property
+    def fits(self) -> bool:
+        return self.fits_gpu and self.fits_host
+
+    def to_dict(self) -> dict:
+        return {
+            "per_gpu_peak_bytes": int(self.per_gpu_peak_bytes),
+            "peak_stage": self.peak_stage.stage,
+            "breakdown": self.breakdown.as_dict(),
+            "stages": [{"stage": s.stage, "num_layers": s.num_layers, "has_embedding": s.has_embedding,
+                        "has_output": s.has_output, "in_flight_microbatches": s.in_flight_microbatches,
+                        "total_bytes": int(s.total_bytes), **s.terms.as_dict()} for s in self.stages],
+            "capacity_bytes": int(self.capacity_bytes),
+            "headroom_bytes": int(self.headroom_bytes),
+            "host_bytes": int(self.host_bytes_per_node),
+            "host_bytes_per_gpu": int(self.host_bytes_per_gpu),
+            "host_capacity_bytes_per_node": int(self.host_capacity_bytes_per_node),
+            "nvme_bytes_per_gpu": int(self.nvme_bytes_per_gpu),
+            "fits": bool(self.fits),
+            "fits_gpu": bool(self.fits_gpu),
+            "fits_host": bool(self.fits_host),
+            "formulas": dict(self.formulas),
+        }

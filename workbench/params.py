@@ -1,0 +1,68 @@
+"""Parameter counts of megatron-core's GPTModel (local layer spec), component by component.
+
+Source: megatron-core ``GPTModel`` + ``get_gpt_layer_local_spec()`` — per layer: input norm, ``linear_qkv``
+(h → a·d + 2·g·d), ``linear_proj`` (a·d → h), pre-MLP norm, ``linear_fc1`` (h → f, or 2f when gated),
+``linear_fc2`` (f → h); biases on every linear when ``add_bias_linear``; a bias-free router (h·E) for MoE.
+Embedding V·h (+ s·h learned positions), final norm, output layer V·h when untied.
+The formulas work on Python ints and on numpy arrays alike.
+"""
+from __future__ import annotations
+
+from workbench.specs import ModelSpec, Normalization, ParameterCounts, Positions
+
+
+def norm_params(hidden_size, normalization: Normalization):
+    """LayerNorm has a weight and a bias (2h); RMSNorm a weight only (h)."""
+    return (2 if normalization is Normalization.LAYERNORM else 1) * hidden_size
+
+
+def attention_params(m: ModelSpec) -> int:
+    """Norm + QKV projection (h·(a·d + 2·g·d)) + output projection (a·d·h), with biases when present."""
+    qkv_out = m.query_projection_size + 2 * m.kv_projection_size
+    weights = m.hidden_size * qkv_out + m.query_projection_size * m.hidden_size
+    biases = (qkv_out + m.hidden_size) if m.add_bias_linear else 0
+    return norm_params(m.hidden_size, m.normalization) + weights + biases
+
+
+def mlp_expert_params(hidden_size, ffn_hidden_size, gated: bool, bias: bool):
+    """One MLP (or expert): fc1 h→f (2f when gated) and fc2 f→h, with biases when present."""
+    fc1_out = (2 if gated else 1) * ffn_hidden_size
+    weights = hidden_size * fc1_out + ffn_hidden_size * hidden_size
+    biases = (fc1_out + hidden_size) if bias else 0
+    return weights + biases
+
+
+def mlp_params(m: ModelSpec, active_only: bool = False) -> int:
+    """Norm + MLP; for MoE the router (h·E) and E experts (top-k experts when ``active_only``)."""
+    norm = norm_params(m.hidden_size, m.normalization)
+    if not m.is_moe:
+        return norm + mlp_expert_params(m.hidden_size, m.ffn_hidden_size, m.is_gated, m.add_bias_linear)
+    experts = m.moe_top_k if active_only else m.num_experts
+    one = mlp_expert_params(m.hidden_size, m.moe_ffn_hidden_size, m.is_gated, m.add_bias_linear)
+    return norm + m.hidden_size * m.num_experts + experts * one
+
+
+def embedding_params(m: ModelSpec, vocab_size: int | None = None) -> int:
+    """Word embedding V·h plus s·h for learned absolute positions."""
+    vocab = m.vocab_size if vocab_size is None else vocab_size
+    positions = m.seq_length * m.hidden_size if m.position_embedding is Positions.LEARNED else 0
+    return vocab * m.hidden_size + positions
+
+
+def padded_vocab_size(vocab_size, tensor_parallel=1, divisible_by: int = 128):
+    """Megatron pads the vocabulary to a multiple of ``make_vocab_size_divisible_by (128) × tp``
+    (megatron/training/tokenizer: ``_vocab_size_with_padding``)."""
+    multiple = divisible_by * tensor_parallel
+    return ((vocab_size + multiple - 1) // multiple) * multiple
+
+
+def parameter_counts(m: ModelSpec) -> ParameterCounts:
+    return ParameterCounts(
+        embedding=embedding_params(m),
+        attention_per_layer=attention_params(m),
+        mlp_per_layer=mlp_params(m),
+        final_norm=norm_params(m.hidden_size, m.normalization),
+        output=0 if m.tied_embeddings else m.vocab_size * m.hidden_size,
+        num_layers=m.num_layers,
+        active_mlp_per_layer=mlp_params(m, active_only=True),
+    )

@@ -1,0 +1,534 @@
+"""Frozen specifications: the model, the cluster and the parallel plan.
+
+Every face of the workbench (CLI, widgets, importers, planner, launcher) builds these three objects and hands them
+to :func:`workbench.estimate.estimate`. Each spec validates itself on construction; checks that need two specs at once
+(tensor parallel against attention heads, plan world size against the cluster) live in :func:`validate`.
+
+Errors are ``ValueError`` whose message names the field(s) and the numbers, e.g.
+``tensor_parallel=3 does not divide num_attention_heads=40``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Ordered enums
+# ----------------------------------------------------------------------------------------------------------------
+class ZeroStage(enum.IntEnum):
+    """DeepSpeed ZeRO stage; ordered so that ``stage >= ZeroStage.GRADIENTS`` reads naturally."""
+
+    NONE = 0
+    OPTIMIZER = 1
+    GRADIENTS = 2
+    PARAMETERS = 3
+
+
+class _StrEnum(str, enum.Enum):
+    def __str__(self) -> str:  # so f-strings and JSON show the plain value
+        return self.value
+
+    @classmethod
+    def parse(cls, value, field_name: str):
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            allowed = ", ".join(m.value for m in cls)
+            raise ValueError(f"{field_name}={value!r} is not one of: {allowed}") from None
+
+
+class Recompute(_StrEnum):
+    """Activation recomputation (checkpointing). Ordered by how much memory it saves."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+    @property
+    def rank(self) -> int:
+        return ["none", "selective", "full"].index(self.value)
+
+
+class Engine(_StrEnum):
+    """Which training framework runs the plan."""
+
+    DEEPSPEED = "deepspeed"  # DeepSpeed ZeRO data parallel (optionally DeepSpeed's pipeline engine)
+    MEGATRON = "megatron"  # Megatron-LM / megatron-core: TP, PP, CP, DDP or distributed optimizer
+    MEGATRON_DEEPSPEED = "megatron-deepspeed"  # the hybrid: Megatron TP/PP with DeepSpeed ZeRO over data parallel
+
+
+class Precision(_StrEnum):
+    """Training precision of parameters and activations."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+    @property
+    def bytes_per_value(self) -> int:
+        return 4 if self is Precision.FP32 else 2
+
+
+class Offload(_StrEnum):
+    """Where DeepSpeed ZeRO-Offload / ZeRO-Infinity keeps offloaded tensors."""
+
+    NONE = "none"
+    CPU = "cpu"
+    NVME = "nvme"
+
+
+class Activation(_StrEnum):
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+
+
+class Normalization(_StrEnum):
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+
+
+class Positions(_StrEnum):
+    LEARNED = "learned"
+    ROTARY = "rotary"
+
+
+class AttentionImpl(_StrEnum):
+    """``unfused`` materialises the s×s score matrix (megatron-core's local layer spec); ``flash`` does not."""
+
+    UNFUSED = "unfused"
+    FLASH = "flash"
+
+
+def _positive_int(obj, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name}={value!r} must be an integer")
+        if value < 1:
+            raise ValueError(f"{name}={value} must be >= 1")
+
+
+def _set(obj, name: str, value) -> None:
+    object.__setattr__(obj, name, value)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer as megatron-core's ``GPTModel`` builds it."""
+
+    name: str = "custom"
+    """Display name (catalog key for catalog models)."""
+    num_layers: int
+    """Transformer layers L."""
+    hidden_size: int
+    """Model width h."""
+    num_attention_heads: int
+    """Attention heads a."""
+    num_query_groups: Optional[int] = None
+    """Key/value heads for grouped-query attention (GQA); ``None`` means multi-head attention (= heads)."""
+    head_dim: Optional[int] = None
+    """Per-head width (Megatron ``--kv-channels``); ``None`` means hidden_size / num_attention_heads."""
+    ffn_hidden_size: Optional[int] = None
+    """MLP inner width; ``None`` means 4h for GeLU and Llama's round(8h/3, 256) for SwiGLU."""
+    vocab_size: int = 50257
+    """Tokenizer vocabulary V (before Megatron pads it to a multiple of 128·tp)."""
+    seq_length: int = 2048
+    """Training sequence length s in tokens."""
+    activation: Activation = Activation.GELU
+    """MLP activation: ``gelu`` (two matrices) or ``swiglu`` (three matrices)."""
+    normalization: Normalization = Normalization.LAYERNORM
+    """LayerNorm (weight and bias) or RMSNorm (weight only)."""
+    add_bias_linear: bool = True
+    """Linear layers carry biases (GPT-3/Megatron default) or not (Llama, Mistral)."""
+    tied_embeddings: bool = True
+    """The output layer shares the input embedding matrix (Megatron default) or has its own."""
+    position_embedding: Positions = Positions.LEARNED
+    """Learned absolute position table (s·h parameters) or rotary (no parameters)."""
+    attention: AttentionImpl = AttentionImpl.UNFUSED
+    """Attention kernel; unfused keeps the s×s scores, softmax and dropout mask in memory."""
+    num_experts: Optional[int] = None
+    """Mixture-of-experts: experts per MoE layer (``None`` for a dense model)."""
+    moe_top_k: int = 2
+    """Experts each token is routed to."""
+    moe_ffn_hidden_size: Optional[int] = None
+    """Expert MLP width; ``None`` means ffn_hidden_size."""
+
+    def __post_init__(self) -> None:
+        for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
+                               ("position_embedding", Positions), ("attention", AttentionImpl)):
+            _set(self, name, enum_cls.parse(getattr(self, name), name))
+        _positive_int(self, "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
+        if self.num_query_groups is None:
+            _set(self, "num_query_groups", self.num_attention_heads)
+        _positive_int(self, "num_query_groups")
+        if self.num_attention_heads % self.num_query_groups:
+            raise ValueError(f"num_query_groups={self.num_query_groups} does not divide "
+                             f"num_attention_heads={self.num_attention_heads}")
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(f"num_attention_heads={self.num_attention_heads} does not divide "
+                                 f"hidden_size={self.hidden_size}; set head_dim explicitly")
+            _set(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        _positive_int(self, "head_dim")
+        if self.ffn_hidden_size is None:
+            if self.activation is Activation.SWIGLU:
+                ffn = int(8 * self.hidden_size / 3)
+                ffn = 256 * ((ffn + 255) // 256)
+            else:
+                ffn = 4 * self.hidden_size
+            _set(self, "ffn_hidden_size", ffn)
+        _positive_int(self, "ffn_hidden_size")
+        if self.num_experts is not None:
+            _positive_int(self, "num_experts", "moe_top_k")
+            if self.moe_top_k > self.num_experts:
+                raise ValueError(f"moe_top_k={self.moe_top_k} exceeds num_experts={self.num_experts}")
+            if self.moe_ffn_hidden_size is None:
+                _set(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+            _positive_int(self, "moe_ffn_hidden_size")
+
+    # -- derived sizes -------------------------------------------------------------------------------------------
+    @property
+    def kv_channels(self) -> int:
+        return self.head_dim
+
+    @property
+    def query_projection_size(self) -> int:
+        """Width of the concatenated query heads, a·d."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_projection_size(self) -> int:
+        """Width of the key (or value) heads, g·d."""
+        return self.num_query_groups * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def is_gated(self) -> bool:
+        return self.activation is Activation.SWIGLU
+
+    def replace(self, **changes) -> "ModelSpec":
+        """A copy with some fields changed (re-validated); derived defaults are recomputed when their inputs change."""
+        return _replace_with_defaults(self, changes, derived=("num_query_groups", "head_dim", "ffn_hidden_size",
+                                                              "moe_ffn_hidden_size"))
+
+    # -- parameter counts (megatron-core GPTModel, local layer spec) ---------------------------------------------
+    def parameter_counts(self) -> "ParameterCounts":
+        from workbench.params import parameter_counts
+
+        return parameter_counts(self)
+
+    @property
+    def num_parameters(self) -> int:
+        return self.parameter_counts().total
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParameterCounts:
+    """Parameter counts by component, as megatron-core's GPTModel holds them (unpadded vocabulary)."""
+
+    embedding: int
+    """Word embedding V·h plus the learned position table s·h when present."""
+    attention_per_layer: int
+    """The attention block of one layer: its norm, QKV and output projections with biases."""
+    mlp_per_layer: int
+    """The MLP block of one layer with its norm (router and all experts for MoE)."""
+    final_norm: int
+    """The final LayerNorm/RMSNorm."""
+    output: int
+    """The untied output layer V·h (0 when tied)."""
+    num_layers: int
+    """Transformer layers."""
+    active_mlp_per_layer: int
+    """MLP parameters one token passes through (top-k experts for MoE; = mlp_per_layer when dense)."""
+
+    @property
+    def per_layer(self) -> int:
+        return self.attention_per_layer + self.mlp_per_layer
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.num_layers * self.per_layer + self.final_norm + self.output
+
+    @property
+    def active(self) -> int:
+        """Parameters used per token (differs from total only for MoE)."""
+        return (self.embedding + self.num_layers * (self.attention_per_layer + self.active_mlp_per_layer)
+                + self.final_norm + self.output)
+
+
+def _replace_with_defaults(obj, changes: dict, derived: tuple):
+    """``dataclasses.replace`` that recomputes derived fields still at their default for the old inputs."""
+    values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
+    defaults = type(obj)(**{**values, **{k: None for k in derived}})
+    for k in derived:
+        if k not in changes and values[k] == getattr(defaults, k):
+            values[k] = None
+    return type(obj)(**{**values, **changes})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hardware
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GPUSpec:
+    """One accelerator model, as a catalog entry (``workbench/catalog/gpus/*.json``)."""
+
+    name: str
+    """Catalog key, e.g. ``H100-SXM``."""
+    vendor: str
+    """``nvidia`` or ``amd``."""
+    memory_gib: float
+    """Device memory the framework can allocate from, GiB (nvidia-smi total where known)."""
+    peak_tflops: dict
+    """Dense (non-sparse) tensor-core peak TFLOP/s by precision: ``bf16``, ``fp16``, ``tf32``, ``fp8``, ``fp32``
+    (0 or missing when unsupported)."""
+    hbm_gb_per_s: float
+    """Device memory bandwidth, GB/s."""
+    intra_node_gb_per_s: float
+    """Per-GPU unidirectional bandwidth to peers in the node (NVLink / Infinity Fabric / PCIe), GB/s."""
+    inter_node_gb_per_s: float
+    """Typical per-GPU network bandwidth between nodes in clusters built on this GPU, GB/s."""
+    host_link_gb_per_s: float
+    """Host↔device link (PCIe) unidirectional bandwidth, GB/s — what ZeRO-Offload traffic crosses."""
+    source: str
+    """Where the numbers come from (datasheet)."""
+    notes: str = ""
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * 2**30)
+
+    def peak_flops(self, precision: "Precision | str") -> float:
+        """Dense peak FLOP/s for the precision (fp32 training uses TF32 tensor cores where present)."""
+        p = str(precision)
+        key = "tf32" if p == "fp32" else p
+        tflops = self.peak_tflops.get(key) or 0.0
+        if not tflops and p == "fp32":
+            tflops = self.peak_tflops.get("fp32") or 0.0
+        if not tflops:
+            raise ValueError(f"precision={p} is not supported by gpu={self.name}")
+        return tflops * 1e12
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterSpec:
+    """The machines a job runs on: identical nodes of identical GPUs."""
+
+    gpu: GPUSpec
+    """The accelerator (a catalog entry; use :func:`workbench.catalog.gpu` to look one up by name)."""
+    gpus_per_node: int = 8
+    """GPUs in one node."""
+    num_nodes: int = 1
+    """Nodes."""
+    intra_node_gb_per_s: Optional[float] = None
+    """Per-GPU bandwidth inside a node, GB/s; ``None`` takes the catalog's value."""
+    inter_node_gb_per_s: Optional[float] = None
+    """Per-GPU bandwidth between nodes, GB/s; ``None`` takes the catalog's value."""
+    host_memory_gib_per_node: float = 1024.0
+    """CPU memory per node, GiB (bounds ZeRO-Offload)."""
+    nvme_gib_per_node: float = 0.0
+    """Local NVMe capacity per node for ZeRO-Infinity, GiB (0: none)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpu, str):
+            from workbench.catalog import gpu as lookup
+
+            _set(self, "gpu", lookup(self.gpu))
+        _positive_int(self, "gpus_per_node", "num_nodes")
+        if self.intra_node_gb_per_s is None:
+            _set(self, "intra_node_gb_per_s", float(self.gpu.intra_node_gb_per_s))
+        if self.inter_node_gb_per_s is None:
+            _set(self, "inter_node_gb_per_s", float(self.gpu.inter_node_gb_per_s))
+        for name in ("intra_node_gb_per_s", "inter_node_gb_per_s", "host_memory_gib_per_node"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0")
+        if self.nvme_gib_per_node < 0:
+            raise ValueError(f"nvme_gib_per_node={self.nvme_gib_per_node} must be >= 0")
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+    def replace(self, **changes) -> "ClusterSpec":
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parallel plan
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParallelPlan:
+    """How the job is split over GPUs and which memory savers are on.
+
+    Data parallel is derived: ``world_size ÷ (tensor_parallel · pipeline_parallel · context_parallel)``.
+    Gradient accumulation is derived: ``global_batch_size ÷ (micro_batch_size · data_parallel)``.
+    """
+
+    world_size: int
+    """GPUs in the job (normally the cluster's ``gpus_per_node × num_nodes``)."""
+    engine: Engine = Engine.DEEPSPEED
+    """Framework: ``deepspeed``, ``megatron`` or the hybrid ``megatron-deepspeed``."""
+    tensor_parallel: int = 1
+    """Megatron tensor-model-parallel size t."""
+    pipeline_parallel: int = 1
+    """Pipeline-model-parallel size p."""
+    virtual_pipeline: int = 1
+    """Model chunks per pipeline rank v (interleaved 1F1B when > 1)."""
+    context_parallel: int = 1
+    """Context-parallel size (sequence split across ranks in attention)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism inside the TP group (needs tensor_parallel > 1)."""
+    zero_stage: ZeroStage = ZeroStage.NONE
+    """DeepSpeed ZeRO stage 0-3 (engines ``deepspeed`` and ``megatron-deepspeed``)."""
+    offload_optimizer: Offload = Offload.NONE
+    """ZeRO-Offload of optimizer states (and fp32 master weights): ``none``, ``cpu`` or ``nvme``."""
+    offload_params: Offload = Offload.NONE
+    """ZeRO-3 parameter offload (ZeRO-Infinity): ``none``, ``cpu`` or ``nvme``."""
+    distributed_optimizer: bool = False
+    """Megatron distributed optimizer (shards fp32 master weights and Adam states over data parallel)."""
+    recompute: Recompute = Recompute.NONE
+    """Activation recomputation: ``none``, ``selective`` (attention core only) or ``full`` (layer inputs only)."""
+    recompute_layers: Optional[int] = None
+    """With full recompute: how many layers per pipeline stage are recomputed (``None`` = all)."""
+    micro_batch_size: int = 1
+    """Sequences per GPU per forward/backward (``train_micro_batch_size_per_gpu``)."""
+    global_batch_size: Optional[int] = None
+    """Sequences per optimizer step over the whole job; ``None`` means micro_batch_size × data_parallel."""
+    precision: Precision = Precision.BF16
+    """Training precision."""
+
+    def __post_init__(self) -> None:
+        for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
+                               ("offload_optimizer", Offload), ("offload_params", Offload)):
+            _set(self, name, enum_cls.parse(getattr(self, name), name))
+        try:
+            _set(self, "zero_stage", ZeroStage(int(self.zero_stage)))
+        except (ValueError, TypeError):
+            raise ValueError(f"zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3") from None
+        _positive_int(self, "world_size", "tensor_parallel", "pipeline_parallel", "virtual_pipeline",
+                      "context_parallel", "micro_batch_size")
+        model_parallel = self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+        if self.world_size % model_parallel:
+            raise ValueError(
+                f"tensor_parallel({self.tensor_parallel}) * pipeline_parallel({self.pipeline_parallel}) * "
+                f"context_parallel({self.context_parallel}) = {model_parallel} does not divide "
+                f"world_size={self.world_size}")
+        dp = self.world_size // model_parallel
+        if self.global_batch_size is None:
+            _set(self, "global_batch_size", self.micro_batch_size * dp)
+        _positive_int(self, "global_batch_size")
+        if self.global_batch_size % (self.micro_batch_size * dp):
+            raise ValueError(
+                f"global_batch_size={self.global_batch_size} is not divisible by micro_batch_size("
+                f"{self.micro_batch_size}) * data_parallel({dp}) = {self.micro_batch_size * dp}")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise ValueError("sequence_parallel=True needs tensor_parallel > 1 (got tensor_parallel=1)")
+        if self.virtual_pipeline > 1 and self.pipeline_parallel == 1:
+            raise ValueError(f"virtual_pipeline={self.virtual_pipeline} needs pipeline_parallel > 1 "
+                             f"(got pipeline_parallel=1)")
+        if self.recompute_layers is not None:
+            _positive_int(self, "recompute_layers")
+            if self.recompute is not Recompute.FULL:
+                raise ValueError(f"recompute_layers={self.recompute_layers} needs recompute='full' "
+                                 f"(got recompute='{self.recompute}')")
+        self._check_engine()
+
+    def _check_engine(self) -> None:
+        e = self.engine
+        if e is Engine.MEGATRON:
+            if self.zero_stage != ZeroStage.NONE:
+                raise ValueError(f"zero_stage={int(self.zero_stage)} needs engine 'deepspeed' or "
+                                 f"'megatron-deepspeed'; engine='megatron' shards with distributed_optimizer=True")
+            if self.offload_optimizer is not Offload.NONE or self.offload_params is not Offload.NONE:
+                raise ValueError("offload_optimizer/offload_params need a DeepSpeed engine (engine='megatron')")
+        else:
+            if self.distributed_optimizer:
+                raise ValueError(f"distributed_optimizer=True is Megatron's; with engine='{e}' use zero_stage >= 1")
+        if e is Engine.DEEPSPEED:
+            if self.tensor_parallel > 1 or self.context_parallel > 1 or self.sequence_parallel:
+                raise ValueError(f"tensor_parallel={self.tensor_parallel}, context_parallel={self.context_parallel}"
+                                 f", sequence_parallel={self.sequence_parallel} need engine 'megatron' or "
+                                 f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
+        if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
+            raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
+                             f"{self.pipeline_parallel}: DeepSpeed's pipeline engine supports ZeRO-0/1 only")
+        if self.offload_params is not Offload.NONE and self.zero_stage != ZeroStage.PARAMETERS:
+            raise ValueError(f"offload_params='{self.offload_params}' needs zero_stage=3 "
+                             f"(got zero_stage={int(self.zero_stage)})")
+        if self.offload_optimizer is not Offload.NONE and self.zero_stage == ZeroStage.NONE:
+            raise ValueError(f"offload_optimizer='{self.offload_optimizer}' needs zero_stage >= 1 (got 0)")
+
+    # -- derived ------------------------------------------------------------------------------------------------
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+
+    @property
+    def data_parallel(self) -> int:
+        return self.world_size // self.model_parallel_size
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.global_batch_size // (self.micro_batch_size * self.data_parallel)
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per step per pipeline (= gradient accumulation steps)."""
+        return self.gradient_accumulation_steps
+
+    def replace(self, **changes) -> "ParallelPlan":
+        return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Cross-spec validation
+# ----------------------------------------------------------------------------------------------------------------
+def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
+    """Raise ``ValueError`` (fields and numbers named) when the three specs do not fit together."""
+    t, p, v, c = plan.tensor_parallel, plan.pipeline_parallel, plan.virtual_pipeline, plan.context_parallel
+    if plan.world_size != cluster.world_size:
+        raise ValueError(f"plan world_size={plan.world_size} != cluster gpus_per_node({cluster.gpus_per_node}) * "
+                         f"num_nodes({cluster.num_nodes}) = {cluster.world_size}")
+    if model.num_attention_heads % t:
+        raise ValueError(f"tensor_parallel={t} does not divide num_attention_heads={model.num_attention_heads}")
+    if model.num_query_groups % t:
+        raise ValueError(f"tensor_parallel={t} does not divide num_query_groups={model.num_query_groups}")
+    if model.ffn_hidden_size % t:
+        raise ValueError(f"tensor_parallel={t} does not divide ffn_hidden_size={model.ffn_hidden_size}")
+    if model.num_layers % (p * v):
+        raise ValueError(f"num_layers={model.num_layers} is not divisible by pipeline_parallel({p}) * "
+                         f"virtual_pipeline({v}) = {p * v}")
+    if model.seq_length % (2 * c) and c > 1:
+        raise ValueError(f"seq_length={model.seq_length} is not divisible by 2 * context_parallel({c}) = {2 * c}")
+    if plan.sequence_parallel and model.seq_length % t:
+        raise ValueError(f"sequence_parallel: tensor_parallel={t} does not divide seq_length={model.seq_length}")
+    if plan.recompute_layers is not None and plan.recompute_layers > model.num_layers // p:
+        raise ValueError(f"recompute_layers={plan.recompute_layers} exceeds layers per pipeline stage "
+                         f"num_layers({model.num_layers}) / pipeline_parallel({p}) = {model.num_layers // p}")
+    if plan.virtual_pipeline > 1 and plan.num_microbatches % p:
+        raise ValueError(f"interleaved schedule: num_microbatches={plan.num_microbatches} must be a multiple of "
+                         f"pipeline_parallel={p}")
+    if plan.precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
+        raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+    if model.is_moe and model.num_experts % 1:
+        raise ValueError("num_experts must be an integer")
+
+
+def closest_name(name: str, choices) -> str:
+    """A 'did you mean' hint for an unknown catalog name ('' when nothing is close)."""
+    choices = list(choices)
+    lowered = {c.lower(): c for c in choices}
+    hits = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)
+    return lowered[hits[0]] if hits else ""
