@@ -1,6 +1,6 @@
 """Launch scripts: DeepSpeed's launcher with a hostfile, ``torchrun`` on every node, and a SLURM batch script.
 
-Each function returns the text of a file. ``command`` is the training program and its arguments, e.g.
+Each function returns the text of a file; ``preamble`` lines (variable settings) go before the launch line. ``command`` is the training program and its arguments, e.g.
 ``["train.py", "--deepspeed_config", "ds_config.json"]`` or ``["$MEGATRON_LM/pretrain_gpt.py", *megatron_args(...)]``.
 """
 from __future__ import annotations
@@ -55,11 +55,11 @@ def _header(title: str) -> list[str]:
 
 
 def deepspeed_launch_script(cluster: ClusterSpec, command: Sequence[str], *, hostfile_path: str = "hostfile",
-                            master_port: int = 29500) -> str:
+                            master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
     """``deepspeed`` launcher script: run once on the first node; it starts every rank over ssh from the hostfile
     (a single node needs no hostfile)."""
     lines = _header(f"DeepSpeed launcher: {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}")
-    lines += _NCCL_LINES + [""]
+    lines += list(preamble) + _NCCL_LINES + [""]
     if cluster.num_nodes == 1:
         launch = f"deepspeed --num_gpus {cluster.gpus_per_node} --master_port {master_port} \\"
     else:
@@ -70,7 +70,7 @@ def deepspeed_launch_script(cluster: ClusterSpec, command: Sequence[str], *, hos
 
 
 def torchrun_script(cluster: ClusterSpec, command: Sequence[str], *, rdzv: bool = False,
-                    master_port: int = 29500) -> str:
+                    master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
     """``torchrun`` script to run on every node: static rendezvous (``--node_rank``, ``--master_addr/port``) or,
     with ``rdzv=True``, the c10d rendezvous (``--rdzv_backend c10d --rdzv_endpoint``, no node rank needed)."""
     last = cluster.num_nodes - 1
@@ -88,13 +88,13 @@ def torchrun_script(cluster: ClusterSpec, command: Sequence[str], *, rdzv: bool 
         lines.insert(4, f'NODE_RANK="${{NODE_RANK:-0}}"  # 0..{last}: this node\'s index')
         launch = (f"torchrun --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
                   f'--node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\')
-    lines += _NCCL_LINES + [""]
+    lines += list(preamble) + _NCCL_LINES + [""]
     return "\n".join(lines + [launch] + _command_lines(command)) + "\n"
 
 
 def slurm_script(cluster: ClusterSpec, command: Sequence[str], *, job_name: str = "workbench",
                  time_limit: str = "24:00:00", partition: Optional[str] = None, cpus_per_task: int = 32,
-                 master_port: int = 29500) -> str:
+                 master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
     """``sbatch`` script: one task per node, each running ``torchrun`` for that node's GPUs with the c10d
     rendezvous on the first node of the allocation."""
     if cpus_per_task < 1:
@@ -118,6 +118,7 @@ def slurm_script(cluster: ClusterSpec, command: Sequence[str], *, job_name: str 
         "set -euo pipefail",
         'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
         f"MASTER_PORT={master_port}",
+        *preamble,
         *_NCCL_LINES,
         "",
         f"srun torchrun --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
