@@ -72,7 +72,15 @@ class Imported:
         (launcher flags), else from ``cluster``, else from the data-parallel size the batch fields imply.
         """
         if model is not None:
-            spec = model.replace(**self.model_fields) if self.model_fields else model
+            spec = model
+            if self.model_fields:
+                try:
+                    spec = model.replace(**self.model_fields)
+                except ValueError:
+                    # ModelSpec.replace re-derives defaults and fails for models whose head_dim is not
+                    # hidden/heads (gpt3-13b: 5140/40); the imported fields are explicit, so apply them directly.
+                    values = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.init}
+                    spec = ModelSpec(**{**values, **self.model_fields})
         else:
             missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if k not in self.model_fields]
             if missing:
@@ -351,7 +359,7 @@ def _shell_tokens(text: str) -> tuple[list[str], list[str]]:
     """(command tokens, launcher tokens) from a command or a small bash script.
 
     Joins ``\\`` continuations, drops comments, reads ``NAME=value`` / ``NAME=${NAME:-value}`` assignments and
-    substitutes them where a token is exactly ``$NAME`` / ``${NAME}``; picks the line that runs a ``.py`` script.
+    substitutes ``$NAME`` / ``${NAME}`` where known; picks the line that runs a ``.py`` script.
     """
     text = re.sub(r"\\\r?\n", " ", text)
     env: dict = {}
@@ -378,8 +386,8 @@ def _shell_tokens(text: str) -> tuple[list[str], list[str]]:
         raise ValueError("no command found: expected pretrain_gpt.py flags such as --num-layers")
 
     def subst(tok: str) -> str:
-        m = re.match(r"^\$\{?(\w+)\}?$", tok)
-        return env.get(m.group(1), tok) if m else tok
+        return re.sub(r"\$\{(\w+)\}|\$(\w+)",
+                      lambda m: env.get(m.group(1) or m.group(2), m.group(0)), tok)
 
     chosen = [subst(t) for t in chosen]
     script_at = next((i for i, t in enumerate(chosen) if t.endswith(".py")), None)
@@ -632,7 +640,7 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         opts["betas"] = (float(0.9 if b1 is None else b1), float(0.999 if b2 is None else b2))
     if has("initial-loss-scale"):
         scale = num("initial-loss-scale")
-        power = float(scale).bit_length() - 1 if isinstance(scale, int) else None
+        power = scale.bit_length() - 1 if isinstance(scale, int) and scale > 0 else None
         if power is not None and 2 ** power == scale:
             opts["initial_scale_power"] = power
     if has("lr-decay-style") and one("lr-decay-style") != "cosine":
