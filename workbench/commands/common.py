@@ -19,6 +19,7 @@ _MODEL_FLAGS = {
     "ffn": "ffn_hidden_size", "vocab": "vocab_size", "head_dim": "head_dim", "seq": "seq_length",
     "activation": "activation", "norm": "normalization", "positions": "position_embedding",
     "attention": "attention", "experts": "num_experts", "topk": "moe_top_k",
+    "hidden_dropout": "hidden_dropout", "attention_dropout": "attention_dropout",
 }
 # flag dest -> ParallelPlan field
 _PLAN_FLAGS = {
@@ -49,6 +50,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     tied.add_argument("--untied", dest="tied", action="store_false", help="separate output layer")
     m.add_argument("--positions", choices=["learned", "rotary"])
     m.add_argument("--attention", choices=["unfused", "flash"])
+    m.add_argument("--hidden-dropout", type=float, help="dropout after attention and MLP (default 0.1)")
+    m.add_argument("--attention-dropout", type=float, help="dropout on attention probabilities (default 0.1)")
     m.add_argument("--experts", type=int, help="MoE experts per layer")
     m.add_argument("--topk", type=int, help="MoE experts per token")
 

@@ -442,7 +442,8 @@ _KNOWN = {
     "position-embedding-type", "use-rotary-position-embeddings", "no-position-embedding", "swiglu", "normalization",
     "disable-bias-linear", "untie-embeddings-and-output-weights", "attention-backend", "use-flash-attn",
     "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "transformer-impl", "num-experts",
-    "moe-router-topk", "topk", "moe-ffn-hidden-size", "vocab-size", "expert-interval",
+    "moe-router-topk", "topk", "moe-ffn-hidden-size", "vocab-size", "expert-interval", "hidden-dropout",
+    "attention-dropout",
     # parallel / batch
     "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
@@ -498,6 +499,9 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         value = num(flag, _int)
         if value is not None:
             m[key] = value
+    for flag, key in (("hidden-dropout", "hidden_dropout"), ("attention-dropout", "attention_dropout")):
+        value = num(flag)
+        m[key] = 0.1 if value is None else float(value)  # Megatron's default when the flag is absent
     if "seq_length" not in m and has("max-position-embeddings"):
         m["seq_length"] = num("max-position-embeddings", _int)
         warnings.append("no --seq-length: took --max-position-embeddings as the sequence length")

@@ -68,6 +68,8 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
     else:
         # unfused keeps the s x s scores (as megatron-core's local spec); flash/fused do not.
         a += ["--attention-backend", "unfused" if model.attention is AttentionImpl.UNFUSED else "flash"]
+    a += ["--hidden-dropout", _fmt(float(model.hidden_dropout)),
+          "--attention-dropout", _fmt(float(model.attention_dropout))]
     if model.is_moe:
         a += ["--num-experts", _fmt(model.num_experts), ("--topk" if mds else "--moe-router-topk"),
               _fmt(model.moe_top_k)]
