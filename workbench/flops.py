@@ -55,7 +55,7 @@ def logits_flops_per_token(*, hidden_size, vocab_size):
 def model_flops_per_step(*, tokens, num_layers, layer_gemm_per_token, attention_core_per_token, logits_per_token):
     """Model FLOPs of one optimizer step: 3 × forward = 3·tokens·(L·(GEMMs + attention core) + logits)
     (Narayanan et al. 2021 eq. without recompute: 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) for GPT layers)."""
-    return 3 * tokens * (num_layers * (layer_gemm_per_token + attention_core_per_token) + logits_per_token)
+    return 3.0 * tokens * (num_layers * (layer_gemm_per_token + attention_core_per_token) + logits_per_token)
 
 
 def recompute_flops_per_step(*, tokens, num_layers, layer_gemm_per_token, attention_core_per_token, recompute,
@@ -69,8 +69,8 @@ def recompute_flops_per_step(*, tokens, num_layers, layer_gemm_per_token, attent
     """
     recompute = np.asarray(recompute)
     layers_full = num_layers if recomputed_layers is None else recomputed_layers
-    full = tokens * layers_full * (layer_gemm_per_token + attention_core_per_token)
-    selective = tokens * num_layers * attention_core_per_token
+    full = 1.0 * tokens * layers_full * (layer_gemm_per_token + attention_core_per_token)
+    selective = 1.0 * tokens * num_layers * attention_core_per_token
     return np.where(recompute == 2, full, np.where(recompute == 1, selective, 0.0))
 
 

@@ -185,6 +185,16 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     Returns a dict with every key of :data:`TERMS`, ``step_seconds``, ``model_flops``, ``hardware_flops`` (whole job
     per step) and ``gemm_efficiency`` (the FLOP-weighted efficiency of the layer GEMMs).
     """
+    args = {k: np.asarray(val, dtype=np.float64) for k, val in locals().items()}  # int arrays would overflow
+    (num_layers, hidden_size, num_attention_heads, head_dim, query_projection_size, kv_projection_size,
+     ffn_hidden_size, gated, experts_per_token, num_experts, seq_length, vocab_size, causal_attention,
+     unfused_attention, num_parameters, parameters_per_layer, tensor_parallel, pipeline_parallel, virtual_pipeline,
+     context_parallel, data_parallel, micro_batch_size, num_microbatches, sequence_parallel, zero_stage,
+     offload_optimizer, offload_params, distributed_optimizer, recompute, recompute_fraction, bytes_per_value,
+     grad_bucket_elements, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node, intra_node_gb_per_s,
+     inter_node_gb_per_s, host_link_gb_per_s, intra_node_latency_s, inter_node_latency_s, gemm_efficiency_max,
+     gemm_half_dim, memory_passes, hbm_efficiency, cpu_adam_params_per_second_per_node,
+     optimizer_bytes_per_parameter) = (args[k] for k in _STEP_ARGS)
     t, p, v, c, d = tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel
     b, m, L, h = micro_batch_size, num_microbatches, num_layers, hidden_size
     q, kv, f, s = query_projection_size, kv_projection_size, ffn_hidden_size, seq_length
@@ -278,12 +288,15 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     sharded = (zero >= 1) | (np.asarray(distributed_optimizer) > 0)
     # ZeRO-0 / Megatron DDP: one all-reduce per step, overlapped with the last micro-batch's backward
     allreduce_dp = coll(grad_bytes, grad_group, kind="all_reduce")
+    overlap = np.asarray(overlap_comm) > 0
+    # with overlap the last bucket is reduced after the backward ends: it stays exposed (without overlap all of
+    # the reduction is exposed already)
     dp_plain = (exposed_seconds(allreduce_dp, backward_mb, overlap_comm)
-                + coll(bucket_bytes, grad_group, kind="all_reduce"))
+                + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
     # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
     rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
     ag = coll(grad_bytes, grad_group, kind="all_gather")
-    rs_bucket = coll(bucket_bytes, grad_group, kind="reduce_scatter")
+    rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
     dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
     # ZeRO-2: DeepSpeed reduce-scatters every micro-batch (stage_1_and_2.py, partition_gradients) + all-gather
     dp_zero2 = m * exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
@@ -291,7 +304,7 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     layer_bytes = parameters_per_layer / t * bytes_per_value
     dp_zero3 = (m * (exposed_seconds(ag, forward_mb, overlap_comm) + exposed_seconds(ag + rs, backward_mb,
                                                                                       overlap_comm))
-                + coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
+                + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
     dp_comm = np.where(zero == 3, dp_zero3, np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
 
     # -- offload: PCIe traffic and CPU Adam ------------------------------------------------------------------
@@ -331,6 +344,9 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
         "model_flops": model_f, "hardware_flops": model_f + extra_f,
         "gemm_efficiency": weight_flops / (t_weights_fwd * peak_flops),
     }
+
+
+_STEP_ARGS = step_time_terms.__code__.co_varnames[:step_time_terms.__code__.co_kwonlyargcount]
 
 
 # ---------------------------------------------------------------------------------------------------------------
