@@ -263,7 +263,7 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     cp_comm = m * cp_mb
 
     # -- pipeline parallel: activations forward, gradients backward, per micro-batch per chunk ----------------
-    pp_span = t * c * d
+    pp_span = t * c * d * p  # a pipeline group's ranks lie t·c·d apart: it leaves the node when p·t·c·d > node
     pp_bw = link_gb_per_s(pp_span, gpus_per_node, intra_node_gb_per_s=intra_node_gb_per_s,
                           inter_node_gb_per_s=inter_node_gb_per_s)
     pp_lat = link_latency_s(pp_span, gpus_per_node, intra_node_latency_s=intra_node_latency_s,
@@ -479,7 +479,12 @@ class TimeEstimate:
 
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool = True,
                   bucket_elements: float | None = None) -> TimeEstimate:
-    """Step time, throughput and utilisation of ``plan`` for ``model`` on ``cluster`` (see module docstring)."""
+    """Step time, throughput and utilisation of ``plan`` for ``model`` on ``cluster`` (see module docstring).
+    Validates the three specs together first (``ValueError`` naming fields and numbers).
+
+    ``overlap_comm`` (DeepSpeed ``overlap_comm`` / Megatron ``overlap_grad_reduce``) lets the data-parallel
+    reduction hide behind backward compute; ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or
+    Megatron's DDP bucket."""
     validate(model, cluster, plan)
     inputs = time_inputs(model, cluster, plan, overlap_comm=overlap_comm, bucket_elements=bucket_elements)
     terms = step_time_terms(**inputs)
