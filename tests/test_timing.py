@@ -162,3 +162,14 @@ def test_invalid_plan_is_rejected():
     m, c = model("guide-13b"), _cluster()
     with pytest.raises(ValueError, match="tensor_parallel=16 does not divide num_attention_heads=40"):
         estimate_time(m, c, _plan(c, tensor_parallel=16))
+
+
+def test_step_time_terms_unpacks_its_arguments_in_signature_order():
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(step_time_terms).lstrip())
+    unpack = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple)
+                  and isinstance(n.value, ast.GeneratorExp))
+    names = tuple(t.id for t in unpack.targets[0].elts)
+    assert names == timing._STEP_ARGS == tuple(inspect.signature(step_time_terms).parameters)
