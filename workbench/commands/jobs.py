@@ -95,6 +95,7 @@ def run_due_cmd(args) -> int:
 def run_serve(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("papermill").setLevel(logging.WARNING)
     stop = threading.Event()
 
     def handle(signum, frame):

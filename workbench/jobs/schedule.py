@@ -62,7 +62,7 @@ class JobSpec:
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     retries: int = 0
     max_concurrency: int = 1
-    misfire_grace_seconds: float | None = None
+    misfire_grace_seconds: int | None = None
     """None: a late fire time runs however late (once). S: later than S seconds → recorded ``missed``."""
     timezone: str = "UTC"
 
@@ -142,12 +142,12 @@ def _job_from_mapping(item, base: Path, index: int) -> JobSpec:
         raise ValueError(f"job {name}: retries={retries} must be >= 0")
     if max_concurrency < 1:
         raise ValueError(f"job {name}: max_concurrency={max_concurrency} must be >= 1")
-    if grace is not None and float(grace) <= 0:
-        raise ValueError(f"job {name}: misfire_grace_time={grace} must be > 0 seconds or null")
+    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace <= 0):
+        raise ValueError(f"job {name}: misfire_grace_time={grace!r} must be a whole number of seconds > 0, or null")
     tz = str(item.get("timezone", "UTC"))
     spec = JobSpec(name=name, notebook=str(notebook), cron=str(item["cron"]), parameters=parameters,
                    timeout_seconds=timeout, retries=retries, max_concurrency=max_concurrency,
-                   misfire_grace_seconds=None if grace is None else float(grace), timezone=tz)
+                   misfire_grace_seconds=grace, timezone=tz)
     try:
         cron_trigger(spec.cron, tz)
     except ValueError as exc:
