@@ -165,3 +165,9 @@ def test_manual_run_retries_a_failing_job(tmp_path, capsys):
     rows = JobStore().job_runs("flaky")
     assert [(r.attempt, r.status, r.trigger) for r in rows] == [(1, "failed", "manual"), (2, "failed", "manual")]
     assert "ValueError: bad n=1" in capsys.readouterr().out
+
+
+def test_example_jobs_file_is_valid():
+    jobs = load_jobs(Path(__file__).resolve().parents[1] / "examples" / "jobs.yaml")
+    assert [j.name for j in jobs] == ["llama3-8b-params", "weekly-gpt3-sizes"]
+    assert jobs[0].parameters["expected_total"] == 8030261248 and jobs[1].misfire_grace_seconds == 86400

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from workbench.jobs.nbrun import NotebookRun, run_notebook
+from workbench.jobs.store import JobStore
 from workbench.jobs.sweep import load_grid, run_sweep
 
 
@@ -56,6 +57,7 @@ def run_one(args) -> int:
         if name in params:
             raise ValueError(f"parameter {name} given twice")
         params[name] = value
+    JobStore().recover_interrupted()
     run = run_notebook(args.notebook, params, out_dir=args.out, timeout_seconds=args.timeout,
                        parameters_from_text=True)
     if args.json:
@@ -70,6 +72,7 @@ def run_one(args) -> int:
 
 def run_many(args) -> int:
     combos = load_grid(args.grid)
+    JobStore().recover_interrupted()
     result = run_sweep(args.notebook, combos, workers=args.workers, out_dir=args.out, timeout_seconds=args.timeout)
     if args.json:
         from workbench.cli import print_json

@@ -311,8 +311,12 @@ def fire(spec: dict, scheduled_for: str | None = None, trigger: str = "schedule"
         return "skipped"
     try:
         with state.workers:
-            if state.stop.is_set():
-                return "skipped"
+            if state.stop.is_set():  # stopped while this fire waited for a worker: leave it for the next start
+                row = state.store.claim_fire_time(job.name, when, trigger)
+                if row is not None:
+                    state.store.finish_job_run(row, status="interrupted", notebook_run_id=None,
+                                               error="serve stopped before the run started")
+                return "interrupted"
             if job.misfire_grace_seconds is not None and (utc_now() - when).total_seconds() > job.misfire_grace_seconds:
                 state.store.record_unrun(job.name, when, "missed", "started later than misfire_grace_time", trigger)
                 return "missed"
