@@ -99,3 +99,56 @@ def causal_mask(seq_length: int, device=None):
 
     ones = torch.ones(seq_length, seq_length, dtype=torch.bool, device=device)
     return torch.triu(ones, diagonal=1).view(1, 1, seq_length, seq_length)
+
+
+_LAYER_NAME = None
+
+
+def global_parameter_name(name: str, chunk, model: ModelSpec) -> str:
+    """The name a parameter of one chunk (a pipeline stage or virtual chunk) has in the whole model: local layer
+    indices become global ones (``layer_number - 1``); a tied output layer on the last stage is the embedding."""
+    import re
+
+    global _LAYER_NAME
+    _LAYER_NAME = _LAYER_NAME or re.compile(r"^decoder\.layers\.(\d+)\.")
+    m = _LAYER_NAME.match(name)
+    if m:
+        layer = chunk.decoder.layers[int(m.group(1))]
+        return f"decoder.layers.{layer.layer_number - 1}." + name[m.end():]
+    if name == "output_layer.weight" and model.tied_embeddings:
+        return "embedding.word_embeddings.weight"
+    return name
+
+
+def init_layout_independent(chunk, model: ModelSpec, *, seed: int, tensor_parallel: int, tp_rank: int,
+                            init_method_std: float = 0.02) -> None:
+    """Re-initialise a chunk so every parameter's values depend only on its global name and the seed, not on the
+    parallel layout: each full (unsplit) tensor is drawn from its own generator and this tensor-parallel rank keeps
+    its slice, as megatron-core splits a CPU-initialised master weight. Same distributions as megatron-core's
+    defaults: N(0, σ) weights, N(0, σ/√(2L)) for the output projections (linear_proj, linear_fc2), zero biases,
+    unit norm weights (megatron ``init_method_normal`` / ``scaled_init_method_normal``)."""
+    import zlib
+
+    import torch
+
+    scaled_std = init_method_std / (2.0 * model.num_layers) ** 0.5
+    for name, param in chunk.named_parameters():
+        full_name = global_parameter_name(name, chunk, model)
+        shape = list(param.shape)
+        split = bool(getattr(param, "tensor_model_parallel", False)) and tensor_parallel > 1
+        dim = getattr(param, "partition_dim", 0) if split else None
+        if split:
+            shape[dim] *= tensor_parallel
+        gen = torch.Generator(device=param.device)
+        gen.manual_seed(seed * 7919 + zlib.crc32(full_name.encode()))
+        if full_name.endswith("bias"):
+            full = torch.zeros(shape, device=param.device)
+        elif "norm" in full_name.rsplit(".", 2)[-2]:
+            full = torch.ones(shape, device=param.device)
+        else:
+            std = scaled_std if (".linear_proj." in full_name or ".linear_fc2." in full_name) else init_method_std
+            full = torch.empty(shape, device=param.device).normal_(0.0, std, generator=gen)
+        if split:
+            full = torch.chunk(full, tensor_parallel, dim=dim)[tp_rank]
+        with torch.no_grad():
+            param.copy_(full.to(param.dtype))

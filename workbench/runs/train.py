@@ -178,7 +178,7 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
     import torch.distributed as dist
 
     from workbench.runs.data import TokenSamples, microbatch, parse_source, sample_indices
-    from workbench.runs.model import build_gpt, causal_mask
+    from workbench.runs.model import build_gpt, causal_mask, init_layout_independent
 
     opts = run["options"]
     dev = device()
@@ -192,6 +192,8 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
     net = build_gpt(model_spec, plan, dropout=opts["dropout"])
     if dev.type == "cuda":
         net = net.to(dev)
+    init_layout_independent(net, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
+                            tp_rank=parallel_state.get_tensor_model_parallel_rank())
     ds_config = json.loads((Path(run["run_dir"]) / "ds_config.json").read_text())
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=[p for p in net.parameters()],
                                            config=ds_config, mpu=MegatronMpu() if hybrid else None)
@@ -228,7 +230,7 @@ def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
     import torch.distributed as dist
 
     from workbench.runs.data import TokenSamples, microbatch, parse_source, sample_indices
-    from workbench.runs.model import build_gpt, causal_mask
+    from workbench.runs.model import build_gpt, causal_mask, init_layout_independent
 
     opts = run["options"]
     dev = device()
@@ -254,6 +256,8 @@ def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
                           vp_stage=i if vp > 1 else None)
         if dev.type == "cuda":
             chunk = chunk.to(dev)
+        init_layout_independent(chunk, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
+                                tp_rank=ps.get_tensor_model_parallel_rank())
         chunks.append(chunk)
     config = chunks[0].config
     if config.bf16 or config.fp16:
@@ -288,7 +292,7 @@ def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
 
     def loss_func(labels_mask_unused, output_tensor):
         loss = output_tensor.float().mean()
-        return loss, {"lm loss": loss.detach()}
+        return loss, {"lm loss": loss.detach().clone()}  # the schedule divides ``loss`` in place
 
     def forward_step(data_iterator, model):
         b = next(data_iterator)
