@@ -145,6 +145,23 @@ def launch_script(cmd: list[str], env: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, from ``/proc``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # state ppid pgrp ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
 def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
     try:
         import ctypes
@@ -206,13 +223,16 @@ class MetricsTail:
         return new_steps
 
 
-_SIGNAL_PATTERNS = (re.compile(r"exitcode\s*:\s*(-\d+)"), re.compile(r"return code = (-\d+)"),
-                    re.compile(r"Signal (\d+) \(SIG\w+\) received by PID"))
-
-
-def _signal_in_log(log_text: str) -> Optional[int]:
-    for pattern in _SIGNAL_PATTERNS:
-        m = pattern.search(log_text)
+def _signal_in_log(log_text: str, pid=None) -> Optional[int]:
+    """The signal that ended a rank, from torchrun's / the deepspeed launcher's failure report (that rank's pid
+    first, any rank second)."""
+    patterns = []
+    if pid:
+        patterns += [rf"exitcode\s*:\s*(-\d+)\)?\s*local_rank: \d+ \(pid: {pid}\)",
+                     rf"exitcode\s*:\s*(-\d+) \(pid: {pid}\)", rf"Signal (\d+) \(SIG\w+\) received by PID {pid}\b"]
+    patterns += [r"exitcode\s*:\s*(-(?!15\b)\d+)", r"return code = (-\d+)"]
+    for pattern in patterns:
+        m = re.search(pattern, log_text)
         if m:
             return abs(int(m.group(1)))
     return None
@@ -252,19 +272,24 @@ def classify_exit(*, returncode: Optional[int], world_size: int, reports: RankRe
         return "oom", f"rank {rank} ran out of memory: {ooms[rank].get('message', '')[:300]}", ""
     if returncode is not None and returncode < 0:
         return "killed", f"launcher killed by {_signal_name(-returncode)}; process group killed ({progress})", ""
-    if reports.errors:
-        rank = min(reports.errors)
-        return "failed", f"rank {rank} failed: {reports.errors[rank].get('message', '')[:300]}", ""
+    # a rank that vanished without a record, killed by a signal, is the cause; its peers' errors
+    # ("Connection reset by peer") follow from it
+    silent = sorted(r for r in reports.started if r not in reports.done and r not in reports.errors)
+    sig = _signal_in_log(log_text, reports.started[silent[0]]) if silent else None
+    if silent and sig:
+        rank = silent[0]
+        hint = " (if nobody killed it, the kernel's out-of-memory killer did)" if sig == 9 else ""
+        return "killed", (f"rank {rank} (pid {reports.started[rank]}) killed by {_signal_name(sig)}{hint}; "
+                          f"{progress}"), ""
+    faults = {r: e for r, e in reports.errors.items() if e.get("kind") != "terminated"}
+    if faults:
+        rank = min(faults)
+        return "failed", f"rank {rank} failed: {faults[rank].get('message', '')[:300]}", ""
     if any(marker in log_text for marker in OOM_LOG_MARKERS):
         return "oom", "out of memory (see the log)", ""
-    silent = sorted(r for r in reports.started if r not in reports.done)
     if silent:
-        sig = _signal_in_log(log_text)
         rank = silent[0]
-        how = f"killed by {_signal_name(sig)}" if sig else "ended without reporting"
-        hint = " (if nobody killed it, the kernel's out-of-memory killer did)" if sig == 9 else ""
-        status = "killed" if sig else "failed"
-        return status, f"rank {rank} (pid {reports.started[rank]}) {how}{hint}; {progress}", ""
+        return "failed", f"rank {rank} (pid {reports.started[rank]}) ended without reporting; {progress}", ""
     if not reports.started:
         last = [line for line in log_text.strip().splitlines() if line.strip()][-1:] or ["(empty log)"]
         return "failed", f"launcher exited with code {returncode} before any rank started: {last[0][:300]}", ""
@@ -344,13 +369,7 @@ class Run:
             pass
 
     def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return bool(group_members(self.pgid))
 
     def _watch(self) -> None:
         try:
@@ -362,8 +381,10 @@ class Run:
                     self._terminate()
                 time.sleep(self._poll_seconds)
             # the launcher is gone: nothing of its group may outlive it
-            if self._group_alive():
+            deadline = time.monotonic() + 10
+            while self._group_alive() and time.monotonic() < deadline:
                 self._kill_group(signal.SIGKILL)
+                time.sleep(0.1)
             self._ingest()
             self._finish()
         except Exception as exc:  # noqa: BLE001 - the record must still end
@@ -383,7 +404,7 @@ class Run:
             reports = self._tail.reports
         status, reason, warning = classify_exit(
             returncode=self.process.returncode, world_size=self.world_size, reports=reports,
-            log_text=self.log_tail(200), stopped=self._stop_requested, timed_out=self._timed_out,
+            log_text=self.log_tail(400), stopped=self._stop_requested, timed_out=self._timed_out,
             timeout_seconds=self.timeout_seconds)
         measured = measured_numbers(reports)
         measured["losses"] = losses_of(reports.steps)

@@ -10,7 +10,7 @@ Reads ``DIR/run.json`` (resolved specs and options) and, for the DeepSpeed engin
 
 Each rank appends JSON lines to ``DIR/metrics/rank{R}.jsonl``: a ``start`` record (pid), one ``step`` record per
 step (loss, step seconds, tokens/s, peak memory bytes) and a final ``done`` record, or an ``error`` record
-(``kind`` ``oom`` or ``error``) before exiting non-zero. Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU
+(``kind`` ``oom``, ``error``, or ``terminated`` when the launcher stopped it) before exiting non-zero. Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU
 and the peak resident set size (``ru_maxrss``) on the CPU.
 """
 from __future__ import annotations
@@ -37,8 +37,8 @@ class MetricsWriter:
         self._f = open(path, "a", buffering=1)
         self.step_seconds = []
 
-    def write(self, kind: str, **fields) -> None:
-        record = {"type": kind, "rank": self.rank, "time": time.time(), **fields}
+    def write(self, record_type: str, **fields) -> None:
+        record = {"type": record_type, "rank": self.rank, "time": time.time(), **fields}
         self._f.write(json.dumps(record) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
@@ -68,6 +68,12 @@ def is_oom(exc: BaseException) -> bool:
     text = str(exc)
     return ("out of memory" in text.lower() or "can't allocate memory" in text
             or type(exc).__name__ == "OutOfMemoryError")
+
+
+def is_termination(exc: BaseException) -> bool:
+    """The launcher stopping this rank (torch elastic's SignalException, SIGINT) rather than a fault of its own."""
+    return isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "SignalException" or (
+        isinstance(exc, SystemExit) and bool(exc.code))
 
 
 def limit_memory(extra_bytes: int) -> None:
@@ -346,7 +352,7 @@ def main(argv=None) -> int:
     except BaseException as exc:  # record why this rank stops, then let the launcher see the failure
         if isinstance(exc, SystemExit) and not exc.code:
             raise
-        kind = "oom" if is_oom(exc) else "error"
+        kind = "oom" if is_oom(exc) else "terminated" if is_termination(exc) else "error"
         try:
             writer.write("error", kind=kind, message=f"{type(exc).__name__}: {str(exc)[:2000]}")
         finally:
