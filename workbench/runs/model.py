@@ -64,7 +64,8 @@ def transformer_config(model: ModelSpec, plan: ParallelPlan, *, dropout: float =
 
     kwargs = transformer_config_kwargs(model, plan, dropout=dropout)
     dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(plan.precision, torch.float32)
-    kwargs.update(params_dtype=dtype, pipeline_dtype=dtype,
+    # on a GPU, parameters are created on the device (initialise_layout_independent sets their values either way)
+    kwargs.update(params_dtype=dtype, pipeline_dtype=dtype, use_cpu_initialization=not torch.cuda.is_available(),
                   activation_func=F.silu if model.activation is Activation.SWIGLU else F.gelu)
     return TransformerConfig(**kwargs)
 
