@@ -9,7 +9,7 @@ on 1 GPU and on 2 GPUs; megatron-core TP=2 and PP=2 (2 GPUs); the hybrid (TP=2 w
 runs go two at a time, one per GPU, when two GPUs are present. Prints predicted vs measured peak memory
 (``torch.cuda.max_memory_allocated``, largest rank) and median step seconds, with median / max |error|, the bf16
 matmul rate measured on GPU 0 and the model-FLOPs utilisation of the fastest run against it; writes everything as
-JSON to --out. DeepSpeed uses torch's Adam (``torch_adam``) so no op is compiled.
+JSON to --out. DeepSpeed uses torch's Adam (launch's ``torch_adam``) so no op is compiled.
 """
 from __future__ import annotations
 
@@ -48,10 +48,6 @@ def cases(num_gpus: int, mbs: int) -> list[dict]:
     for c in out:
         c["plan"].setdefault("micro_batch_size", mbs)
     return out
-
-
-def ds_options() -> dict:
-    return {"torch_adam": True}
 
 
 def matmul_tflops(seconds: float = 3.0, size: int = 8192) -> float:
@@ -116,7 +112,7 @@ def main(argv=None) -> int:
         cluster = ClusterSpec(gpu=gpu, gpus_per_node=case["n"])
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, device_ids))}
         r = launch(model, cluster, plan, steps=args.steps, nproc=case["n"], store=store, run_dir=work / case["name"],
-                   ds_options=ds_options(), launcher="torchrun", timeout_seconds=args.run_timeout, env=env)
+                   launcher="torchrun", timeout_seconds=args.run_timeout, env=env)
         return r, plan
 
     queue = list(todo)

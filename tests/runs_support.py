@@ -8,7 +8,8 @@ from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", "/work/.cache/torch_extensions")
 
-TINY = ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=512, seq_length=32)
+TINY = ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=512, seq_length=32,
+                 hidden_dropout=0.0, attention_dropout=0.0)  # no dropout: layouts draw different masks
 
 
 def cpu_cluster(n: int) -> ClusterSpec:
@@ -20,24 +21,12 @@ def plan(world: int, **kw) -> ParallelPlan:
     return ParallelPlan(world_size=world, **kw)
 
 
-def ds_config(p: ParallelPlan, **zero) -> dict:
-    """The DeepSpeed config for a tiny test plan."""
-    try:
-        from workbench.configs.deepspeed import build_ds_config
-    except ModuleNotFoundError:
-        build_ds_config = None
-    if build_ds_config is not None:
-        return build_ds_config(TINY, cpu_cluster(p.world_size), p, {"torch_adam": True})
-    cfg = {
-        "train_micro_batch_size_per_gpu": p.micro_batch_size,
-        "gradient_accumulation_steps": p.gradient_accumulation_steps,
-        "train_batch_size": p.global_batch_size,
-        "gradient_clipping": 1.0,
-        "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
-        "zero_optimization": {"stage": int(p.zero_stage), **zero},
-        "bf16": {"enabled": str(p.precision) == "bf16"},
-    }
-    if str(p.offload_optimizer) != "none":
-        cfg["zero_optimization"]["offload_optimizer"] = {"device": str(p.offload_optimizer)}
-        cfg["optimizer"]["params"].pop("torch_adam")
+def ds_config(p: ParallelPlan) -> dict:
+    """The DeepSpeed config the launcher builds for a tiny test plan (torch's Adam unless offloading)."""
+    from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config
+
+    cfg = build_ds_config(TINY, cpu_cluster(p.world_size), p,
+                          options=DeepSpeedOptions(lr=1e-3, train_iters=10, warmup_iters=1, clip=1.0))
+    if str(p.offload_optimizer) == "none":
+        cfg["optimizer"]["params"]["torch_adam"] = True
     return cfg

@@ -9,7 +9,6 @@ import sys
 
 ENGINES = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "megatron-deepspeed",
            "megatron-deepspeed": "megatron-deepspeed"}
-TINY = dict(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=512, seq_length=32)
 
 
 def add_parser(sub):
@@ -18,8 +17,7 @@ def add_parser(sub):
     p = sub.add_parser("run", help="launch a real training run and print its record",
                        description=__doc__.strip().splitlines()[0])
     add_spec_arguments(p)
-    if "--engine" not in p._option_string_actions:
-        p.add_argument("--engine", default="deepspeed")
+    p._option_string_actions["--engine"].choices = None  # this command also takes "hybrid" (checked below)
     p.add_argument("--nproc", type=int, default=None, help="processes (GPUs, or CPU ranks) per node")
     p.add_argument("--steps", type=int, default=10, help="training steps")
     p.add_argument("--data", default="synthetic", help="synthetic | learnable | text:PATH | indexed:PREFIX")
@@ -34,27 +32,23 @@ def add_parser(sub):
 
 def resolve_specs(args):
     """(model, cluster, plan, nproc) from the flags; CPU cluster when CUDA is absent."""
-    from workbench.catalog import gpu
     from workbench.commands.common import specs_from_args
     from workbench.runs.launcher import cuda_available
-    from workbench.specs import ClusterSpec, ModelSpec
 
     engine = ENGINES.get(str(args.engine).lower())
     if engine is None:
         raise ValueError(f"--engine={args.engine!r} is not one of: deepspeed, megatron, hybrid")
     args.engine = engine
-    model, cluster, plan = specs_from_args(args)
+    if args.nproc:
+        args.gpus_per_node = args.nproc
+    if not cuda_available():  # the CPU: one node of nproc "cpu" devices, gloo
+        args.gpu, args.nodes = "cpu", 1
     if args.tiny:
-        model = ModelSpec(**TINY)
-    nproc = args.nproc or cluster.gpus_per_node
-    if not cuda_available():
-        cluster = ClusterSpec(gpu=gpu("cpu"), gpus_per_node=nproc, num_nodes=1)
-    world = nproc * cluster.num_nodes
-    try:
-        plan = plan.replace(world_size=world, engine=engine)
-    except ValueError:
-        plan = plan.replace(world_size=world, engine=engine, global_batch_size=None)
-    return model, cluster, plan, nproc
+        for flag, value in (("layers", 2), ("hidden", 64), ("heads", 4), ("vocab", 512), ("seq", 32)):
+            if getattr(args, flag, None) is None:
+                setattr(args, flag, value)
+    model, cluster, plan = specs_from_args(args)
+    return model, cluster, plan, cluster.gpus_per_node
 
 
 def summary(record: dict) -> dict:

@@ -484,13 +484,16 @@ class Run:
 def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps: int = 10, data="synthetic",
            nproc: Optional[int] = None, store: Optional[RunStore] = None, run_dir=None,
            ds_options: Optional[dict] = None, ds_config: Optional[dict] = None, launcher: Optional[str] = None,
-           seed: int = 1234, lr: float = 1e-3, dropout: float = 0.0, clip_grad: float = 1.0,
+           seed: int = 1234, lr: float = 1e-3, clip_grad: float = 1.0, torch_adam: bool = True,
            timeout_seconds: Optional[float] = None, memory_limit_bytes: Optional[int] = None,
            hosts: Optional[list] = None, master_port: Optional[int] = None, env: Optional[dict] = None) -> Run:
     """Validate, write the run directory, start the launcher in the background, return the :class:`Run`.
 
-    ``ds_options`` go to :func:`workbench.configs.deepspeed.build_ds_config`; ``ds_config`` replaces the built
-    config entirely (e.g. an imported one). ``launcher`` defaults to ``deepspeed`` for the DeepSpeed engines and
+    ``ds_options`` (``DeepSpeedOptions`` fields) go to :func:`workbench.configs.deepspeed.build_ds_config`, after
+    ``lr``, ``train_iters=steps``, one warm-up step, ``clip=clip_grad``; ``torch_adam`` selects torch's Adam (no op build;
+    not with optimizer offload, which needs DeepSpeedCPUAdam); ``ds_config`` replaces the built config entirely
+    (e.g. an imported one). Dropout comes from the model spec (``hidden_dropout``, ``attention_dropout``).
+    ``launcher`` defaults to ``deepspeed`` for the DeepSpeed engines and
     ``torchrun`` for megatron. ``hosts`` (``["node1 slots=8", ...]`` or names) runs multi-node through the
     ``deepspeed`` launcher's hostfile. ``memory_limit_bytes`` caps each rank's extra address space (on the CPU a
     stand-in for device memory). Bad specs raise ``ValueError`` and are recorded with status ``invalid``.
@@ -517,9 +520,14 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
         check_vocab(source, model.vocab_size)
         if plan.engine is not Engine.MEGATRON:
             if ds_config is None:
-                from workbench.configs.deepspeed import build_ds_config
+                from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config
 
-                ds_config = build_ds_config(model, cluster, plan, ds_options)
+                opts = {"lr": lr, "train_iters": steps, "warmup_iters": 1, "clip": clip_grad, "seed": seed,
+                        **(ds_options or {})}
+                ds_config = build_ds_config(model, cluster, plan, options=DeepSpeedOptions(**opts))
+                if torch_adam and plan.offload_optimizer.value == "none":
+                    # torch's Adam: no DeepSpeed op to compile (FusedAdam JIT-builds otherwise)
+                    ds_config["optimizer"].setdefault("params", {})["torch_adam"] = True
             check_ds_config(ds_config, plan, on_gpu=on_gpu)
     except ValueError as exc:
         store.create(run_id, specs=specs, command="", status="invalid", reason=str(exc), run_dir=str(run_dir),
@@ -531,11 +539,11 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics").mkdir(exist_ok=True)
     options = {"engine": str(plan.engine), "steps": steps, "data": data if isinstance(data, str) else source.kind,
-               "seed": seed, "lr": lr, "dropout": dropout, "clip_grad": clip_grad,
+               "seed": seed, "lr": lr, "clip_grad": clip_grad,
                "memory_limit_bytes": memory_limit_bytes, "launcher": launcher}
     (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "run_dir": str(run_dir), "specs": specs,
                                                   "options": options, "predicted": predicted}, indent=2))
-    (run_dir / "megatron_args.json").write_text(json.dumps(transformer_config_kwargs(model, plan, dropout=dropout),
+    (run_dir / "megatron_args.json").write_text(json.dumps(transformer_config_kwargs(model, plan),
                                                            indent=2, default=str))
     if ds_config is not None:
         (run_dir / "ds_config.json").write_text(json.dumps(ds_config, indent=2))

@@ -10,8 +10,7 @@ from workbench.params import padded_vocab_size
 from workbench.specs import Activation, ModelSpec, Normalization, ParallelPlan, Positions, Precision, Recompute
 
 
-def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, dropout: float = 0.0,
-                              init_method_std: float = 0.02) -> dict:
+def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, init_method_std: float = 0.02) -> dict:
     """Keyword arguments of megatron-core ``TransformerConfig`` for the specs (pure; testable without megatron)."""
     if model.is_moe:
         raise ValueError(f"num_experts={model.num_experts}: the launcher trains dense models only")
@@ -35,8 +34,8 @@ def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, dropout: 
         add_bias_linear=model.add_bias_linear,
         gated_linear_unit=model.activation is Activation.SWIGLU,
         normalization="RMSNorm" if model.normalization is Normalization.RMSNORM else "LayerNorm",
-        hidden_dropout=dropout,
-        attention_dropout=dropout,
+        hidden_dropout=model.hidden_dropout,
+        attention_dropout=model.attention_dropout,
         init_method_std=init_method_std,
         bf16=plan.precision is Precision.BF16,
         fp16=plan.precision is Precision.FP16,
@@ -57,12 +56,12 @@ def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, dropout: 
     return kwargs
 
 
-def transformer_config(model: ModelSpec, plan: ParallelPlan, *, dropout: float = 0.0):
+def transformer_config(model: ModelSpec, plan: ParallelPlan):
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    kwargs = transformer_config_kwargs(model, plan, dropout=dropout)
+    kwargs = transformer_config_kwargs(model, plan)
     dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(plan.precision, torch.float32)
     # on a GPU, parameters are created on the device (initialise_layout_independent sets their values either way)
     kwargs.update(params_dtype=dtype, pipeline_dtype=dtype, use_cpu_initialization=not torch.cuda.is_available(),
@@ -71,12 +70,12 @@ def transformer_config(model: ModelSpec, plan: ParallelPlan, *, dropout: float =
 
 
 def build_gpt(model: ModelSpec, plan: ParallelPlan, *, pre_process: bool = True, post_process: bool = True,
-              vp_stage=None, dropout: float = 0.0):
+              vp_stage=None):
     """One GPTModel (or one pipeline chunk of it). Megatron's ``parallel_state`` must be initialised."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    config = transformer_config(model, plan, dropout=dropout)
+    config = transformer_config(model, plan)
     spec = get_gpt_layer_local_spec(
         normalization="RMSNorm" if model.normalization is Normalization.RMSNORM else "LayerNorm")
     kwargs = dict(

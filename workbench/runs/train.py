@@ -195,7 +195,7 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
     if opts.get("memory_limit_bytes"):
         limit_memory(opts["memory_limit_bytes"])
     torch.manual_seed(opts["seed"])
-    net = build_gpt(model_spec, plan, dropout=opts["dropout"])
+    net = build_gpt(model_spec, plan)
     if dev.type == "cuda":
         net = net.to(dev)
     init_layout_independent(net, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
@@ -258,8 +258,7 @@ def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
         kw = {"vp_stage": i} if vp > 1 else {}
         pre = ps.is_pipeline_first_stage(ignore_virtual=False, **kw)
         post = ps.is_pipeline_last_stage(ignore_virtual=False, **kw)
-        chunk = build_gpt(model_spec, plan, pre_process=pre, post_process=post, dropout=opts["dropout"],
-                          vp_stage=i if vp > 1 else None)
+        chunk = build_gpt(model_spec, plan, pre_process=pre, post_process=post, vp_stage=i if vp > 1 else None)
         if dev.type == "cuda":
             chunk = chunk.to(dev)
         init_layout_independent(chunk, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
