@@ -17,6 +17,8 @@ COMMANDS = [
     "import_",
     "nb",
     "jobs",
+    "run",
+    "runs",
 ]
 
 
