@@ -19,7 +19,7 @@ from typing import Optional
 
 import ipywidgets as ipw
 
-from widgets.common import error_html
+from widgets.common import error_html, sync_figures
 from widgets.hardware_panel import HardwarePanel
 from widgets.memory_view import MemoryView
 from widgets.model_panel import ModelPanel
@@ -141,6 +141,7 @@ class Workbench:
 
     # -- display ----------------------------------------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs):
+        sync_figures(self.widget)
         return self.widget._repr_mimebundle_(**kwargs)
 
     def close(self) -> None:

@@ -67,6 +67,8 @@ class Panel:
         self._syncing = False
         self.error = ipw.HTML("", layout=ipw.Layout(width="auto"))
         self.error.add_class("wb-error-box")
+        if self.parts:
+            self.error.add_class(f"wb-error-{self.parts[0]}")
 
     def set_dispatch(self, dispatch: Callable) -> None:
         self._dispatch = dispatch
@@ -100,3 +102,40 @@ class Panel:
         for name, value in list(vars(self).items()):
             if isinstance(value, ipw.Widget):
                 value.close()
+
+
+def sync_figures(widget) -> None:
+    """Copy each plotly ``FigureWidget``'s current data and layout into its synced state, for the whole tree.
+
+    plotly sends later edits as messages, and copies the figure into the state a new browser view starts from only
+    when the figure itself is displayed — not when it sits inside a ``VBox`` or ``Tab``. Call this before displaying
+    a container that holds figures drawn before display.
+    """
+    from copy import deepcopy
+
+    from plotly.basewidget import BaseFigureWidget
+
+    stack = [widget]
+    while stack:
+        w = stack.pop()
+        if isinstance(w, BaseFigureWidget):
+            w._widget_layout = deepcopy(w._layout_obj._props)
+            w._widget_data = deepcopy(w._data)
+        stack.extend(getattr(w, "children", ()) or ())
+
+
+class View:
+    """Base of the figure views: ``widget`` to display, ``show(state)`` to redraw, ``close()``."""
+
+    title = ""
+
+    def _repr_mimebundle_(self, **kwargs):
+        sync_figures(self.widget)
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def close(self) -> None:
+        stack = [self.widget]
+        while stack:
+            w = stack.pop()
+            stack.extend(getattr(w, "children", ()) or ())
+            w.close()

@@ -7,7 +7,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, gib
+from widgets.common import GIB, View, gib
 from workbench.memory_types import TERMS
 
 COLORS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "activations": "#72b7b2",
@@ -51,7 +51,7 @@ def summary_html(memory, plan=None) -> str:
     return text
 
 
-class MemoryView:
+class MemoryView(View):
     """A plotly ``FigureWidget`` and a one-line summary; :meth:`show` redraws inside ``batch_update``."""
 
     title = "Memory"
@@ -66,7 +66,7 @@ class MemoryView:
                          hovertemplate="<b>host memory</b><br>%{y:.2f} GiB = %{customdata[0]:,} bytes per GPU"
                                        "<extra></extra>")
         self.fig.update_layout(barmode="stack", height=420, margin=dict(l=50, r=20, t=40, b=40),
-                               yaxis_title="GiB per GPU", legend=dict(orientation="h", y=-0.15),
+                               yaxis_title="GiB per GPU", legend=dict(orientation="h", y=-0.15, traceorder="normal"),
                                title="Memory per GPU by pipeline stage")
         self.summary = ipw.HTML()
         self.summary.add_class("wb-memory-summary")
@@ -105,8 +105,3 @@ class MemoryView:
         text = summary_html(memory)
         if self.summary.value != text:
             self.summary.value = text
-
-    def close(self) -> None:
-        self.fig.close()
-        self.summary.close()
-        self.widget.close()
