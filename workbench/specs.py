@@ -155,6 +155,11 @@ class ModelSpec:
     """Learned absolute position table (s·h parameters) or rotary (no parameters)."""
     attention: AttentionImpl = AttentionImpl.UNFUSED
     """Attention kernel; unfused keeps the s×s scores, softmax and dropout mask in memory."""
+    hidden_dropout: float = 0.1
+    """Dropout after attention and MLP (megatron-core default 0.1); when > 0 its 1-byte masks are kept."""
+    attention_dropout: float = 0.1
+    """Dropout on attention probabilities (megatron-core default 0.1); with unfused attention its mask and output
+    are kept (the 5·a·s/h term of Korthikanti et al. 2022 becomes 2·a·s/h without it)."""
     num_experts: Optional[int] = None
     """Mixture-of-experts: experts per MoE layer (``None`` for a dense model)."""
     moe_top_k: int = 2
@@ -167,6 +172,9 @@ class ModelSpec:
                                ("position_embedding", Positions), ("attention", AttentionImpl)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         _positive_int(self, "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= float(getattr(self, name)) < 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
         if self.num_query_groups is None:
             _set(self, "num_query_groups", self.num_attention_heads)
         _positive_int(self, "num_query_groups")

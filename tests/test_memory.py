@@ -1,0 +1,158 @@
+"""Memory model: golden numbers from public sources (shared/reference/public_numbers.md) and DeepSpeed's own
+estimators as an oracle."""
+import math
+
+import numpy as np
+import pytest
+
+from workbench import catalog, ClusterSpec, ModelSpec, ParallelPlan
+from workbench.estimate import estimate
+from workbench.memory import (ENGINE_CODES, Engine, layer_activation_bytes, in_flight_microbatches,
+                              model_state_bytes, stage_terms, plan_codes)
+
+DS, MG = ENGINE_CODES[Engine.DEEPSPEED], ENGINE_CODES[Engine.MEGATRON]
+
+
+# --- ZeRO paper (Rajbhandari et al. 2020, arXiv 1910.02054) Figure 1: 7.5B params, N=64, K=12 -------------------
+@pytest.mark.parametrize("stage,expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_zero_paper_figure_1(stage, expected_gb):
+    w, g, o, host = model_state_bytes(7.5e9, engine=DS, zero_stage=stage, data_parallel=64, param_bytes=2,
+                                      fp32_grad_partition=0)
+    assert (w + g + o) / 1e9 == pytest.approx(expected_gb, abs=0.06)
+
+
+# --- DeepSpeed's estimators (runtime/zero) as the oracle for model states --------------------------------------
+@pytest.mark.parametrize("gpus", [1, 2, 8, 64])
+def test_zero2_matches_deepspeed_estimator(gpus):
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    psi = 1_300_000_000
+    _, ds_gpu = estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=gpus, cpu_offload=False)
+    w, g, o, _ = model_state_bytes(psi, engine=DS, zero_stage=2, data_parallel=gpus, param_bytes=2)
+    assert w + g + o == pytest.approx(ds_gpu, rel=1e-6)
+    _, ds_gpu_off = estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=gpus, cpu_offload=True)
+    w, g, o, host = model_state_bytes(psi, engine=DS, zero_stage=2, data_parallel=gpus, param_bytes=2,
+                                      offload_optimizer=1)
+    assert w + g + o == pytest.approx(ds_gpu_off, rel=1e-6)
+    assert host == pytest.approx(16 * psi / gpus)
+
+
+@pytest.mark.parametrize("gpus", [2, 8, 16])
+def test_zero3_model_states_match_deepspeed_estimator(gpus):
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+    psi, largest = 6_700_000_000, 206_000_000
+    _, ds_gpu, *_ = estimate_zero3_model_states_mem_needs(psi, largest, num_gpus_per_node=gpus,
+                                                          cpu_offload=False, cpu_offload_params=False)
+    w, g, o, _ = model_state_bytes(psi, engine=DS, zero_stage=3, data_parallel=gpus, param_bytes=2)
+    # the estimator adds 4 bytes x largest layer for live parameters; we keep those in the buffers term
+    assert w + g + o + 4 * largest == pytest.approx(ds_gpu, rel=1e-6)
+
+
+# --- Megatron-LM docs: distributed optimizer bytes per parameter ----------------------------------------------
+@pytest.mark.parametrize("value_bytes,fp16,plain,dist", [(2, 0, 18, lambda d: 6 + 12 / d),
+                                                         (2, 1, 20, lambda d: 4 + 16 / d),
+                                                         (4, 0, 16, lambda d: 8 + 8 / d)])
+@pytest.mark.parametrize("d", [1, 4, 32])
+def test_megatron_distributed_optimizer_bytes_per_param(value_bytes, fp16, plain, dist, d):
+    kw = dict(engine=MG, zero_stage=0, data_parallel=d, param_bytes=value_bytes, fp16=fp16)
+    assert sum(model_state_bytes(1.0, **kw)[:3]) == pytest.approx(plain)
+    assert sum(model_state_bytes(1.0, distributed_optimizer=1, **kw)[:3]) == pytest.approx(dist(d))
+
+
+# --- Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 -------------------------------------------------------
+GPT = ModelSpec(num_layers=24, hidden_size=2048, num_attention_heads=16, seq_length=2048)
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_korthikanti_table_2(t):
+    s, b, h, a = 2048, 4, 2048, 16
+    sbh = s * b * h
+
+    def act(sp, recompute):
+        kept, _ = layer_activation_bytes(GPT, micro_batch=b, tensor_parallel=t, sequence_parallel=sp,
+                                         context_parallel=1, recompute=recompute, value_bytes=2)
+        return kept
+
+    assert act(False, 0) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert act(True, 0) == pytest.approx(sbh / t * (34 + 5 * a * s / h))
+    assert act(False, 1) == pytest.approx(sbh * (10 + 24 / t))
+    assert act(True, 1) == pytest.approx(34 * sbh / t)
+    assert act(False, 2) == pytest.approx(2 * sbh)
+
+
+def test_flash_attention_drops_score_term():
+    flash = GPT.replace(attention="flash")
+    unf, _ = layer_activation_bytes(GPT, micro_batch=1, tensor_parallel=1, sequence_parallel=False,
+                                    context_parallel=1, recompute=0, value_bytes=2)
+    fl, _ = layer_activation_bytes(flash, micro_batch=1, tensor_parallel=1, sequence_parallel=False,
+                                   context_parallel=1, recompute=0, value_bytes=2)
+    sel, _ = layer_activation_bytes(GPT, micro_batch=1, tensor_parallel=1, sequence_parallel=False,
+                                    context_parallel=1, recompute=1, value_bytes=2)
+    assert fl < unf and fl == pytest.approx(sel + 4 * 16 * 2048, rel=1e-9)
+
+
+def test_in_flight_microbatches_1f1b_and_interleaved():
+    # 1F1B: stage i keeps p - i; interleaved stage 0: p(1 + (p-1)/(p v)) (Korthikanti et al. 2022 §4.2.3)
+    assert [in_flight_microbatches(4, 1, 16, i) for i in range(4)] == [4, 3, 2, 1]
+    assert in_flight_microbatches(4, 1, 2, 0) == 2  # fewer micro-batches than stages
+    for p, v in [(2, 2), (4, 2), (8, 3)]:
+        assert in_flight_microbatches(p, v, 64, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert in_flight_microbatches(1, 1, 8, 0) == 1
+
+
+def test_first_and_last_stage_differ():
+    m = catalog.model("guide-13b")
+    e = estimate(m, ClusterSpec(gpu="A100-80GB"), ParallelPlan(world_size=8, engine="megatron", tensor_parallel=4,
+                                                               pipeline_parallel=2, global_batch_size=64))
+    first, last = e.memory.stages
+    assert first.has_embedding and last.has_output
+    assert first.in_flight_microbatches == 2 and last.in_flight_microbatches == 1
+    assert first.terms.activations != last.terms.activations
+    assert e.memory.per_gpu_peak_bytes == max(first.total_bytes, last.total_bytes)
+
+
+def test_zero_stages_monotone_and_offload_moves_to_host():
+    m = catalog.model("llama2-7b")
+    c = ClusterSpec(gpu="A100-80GB", gpus_per_node=8)
+    peaks = [estimate(m, c, ParallelPlan(world_size=8, zero_stage=z)).memory.per_gpu_peak_bytes for z in range(4)]
+    assert peaks == sorted(peaks, reverse=True)
+    plain = estimate(m, c, ParallelPlan(world_size=8, zero_stage=3)).memory
+    off = estimate(m, c, ParallelPlan(world_size=8, zero_stage=3, offload_optimizer="cpu",
+                                      offload_params="cpu")).memory
+    assert off.per_gpu_peak_bytes < plain.per_gpu_peak_bytes
+    assert plain.host_bytes_per_gpu == 0 and off.host_bytes_per_gpu > 0
+    assert off.breakdown.optimizer == 0
+
+
+def test_recompute_reduces_activations():
+    m = catalog.model("gpt3-1.3b")
+    c = ClusterSpec(gpu="H100-SXM", gpus_per_node=1)
+    acts = [estimate(m, c, ParallelPlan(world_size=1, recompute=r, micro_batch_size=4)).memory.breakdown.activations
+            for r in ("none", "selective", "full")]
+    assert acts[0] > acts[1] > acts[2]
+
+
+def test_array_evaluation_matches_scalar():
+    """The planner evaluates many plans at once through the same functions."""
+    m = catalog.model("llama3-8b")
+    c = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, num_nodes=2)
+    plans = [ParallelPlan(world_size=16, engine="megatron", tensor_parallel=t, pipeline_parallel=p,
+                          micro_batch_size=mb, global_batch_size=64, recompute=r)
+             for t in (1, 2, 8) for p in (1, 2) for mb in (1, 2) for r in ("none", "full")]
+    scalar = [estimate(m, c, pl).memory.stages[0].terms.total for pl in plans]
+    codes = [plan_codes(pl, m) for pl in plans]
+    arrays = {k: np.array([cd[k] for cd in codes]) for k in codes[0]}
+    terms = stage_terms(m, stage=np.zeros(len(plans), dtype=int), **arrays)
+    total = sum(terms[k] for k in ("weights", "gradients", "optimizer", "activations", "buffers", "overhead"))
+    np.testing.assert_allclose(total, scalar, rtol=1e-9, atol=2)
+
+
+def test_fits_against_capacity():
+    m = catalog.model("llama2-70b")
+    tiny = estimate(m, ClusterSpec(gpu="H100-SXM", gpus_per_node=8),
+                    ParallelPlan(world_size=8, zero_stage=0)).memory
+    assert not tiny.fits and tiny.headroom_bytes < 0
+    ok = estimate(catalog.model("gpt3-125m"), ClusterSpec(gpu="H100-SXM", gpus_per_node=1),
+                  ParallelPlan(world_size=1)).memory
+    assert ok.fits and math.isclose(ok.capacity_bytes, 79.65 * 2**30, rel_tol=1e-3)

@@ -1,0 +1,61 @@
+"""The one entry point: ``estimate(model, cluster, plan) -> Estimate`` (memory, time, layout, advisor checks)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from workbench.memory import estimate_memory
+from workbench.memory_types import MemoryEstimate
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Estimate:
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: ParallelPlan
+    memory: MemoryEstimate
+    time: Optional[Any] = None
+    """:class:`workbench.timing.TimeEstimate`."""
+    layout: Optional[Any] = None
+    """:class:`workbench.layout.Layout`."""
+    checks: tuple = ()
+    """Advisor findings for this plan."""
+
+    def to_dict(self) -> dict:
+        counts = self.model.parameter_counts()
+        out = {
+            "model": {"name": self.model.name, "parameters": counts.total,
+                      "parameters_by_component": {"embedding": counts.embedding, "per_layer": counts.per_layer,
+                                                  "output": counts.output, "final_norm": counts.final_norm,
+                                                  "num_layers": counts.num_layers, "active": counts.active}},
+            "cluster": {"gpu": self.cluster.gpu.name, "gpus_per_node": self.cluster.gpus_per_node,
+                        "num_nodes": self.cluster.num_nodes, "world_size": self.cluster.world_size},
+            "plan": {"engine": str(self.plan.engine), "tensor_parallel": self.plan.tensor_parallel,
+                     "pipeline_parallel": self.plan.pipeline_parallel,
+                     "virtual_pipeline": self.plan.virtual_pipeline,
+                     "context_parallel": self.plan.context_parallel, "data_parallel": self.plan.data_parallel,
+                     "sequence_parallel": self.plan.sequence_parallel, "zero_stage": int(self.plan.zero_stage),
+                     "offload_optimizer": str(self.plan.offload_optimizer),
+                     "offload_params": str(self.plan.offload_params),
+                     "distributed_optimizer": self.plan.distributed_optimizer,
+                     "recompute": str(self.plan.recompute), "micro_batch_size": self.plan.micro_batch_size,
+                     "global_batch_size": self.plan.global_batch_size,
+                     "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,
+                     "precision": str(self.plan.precision)},
+            "memory": self.memory.to_dict(),
+        }
+        if self.time is not None:
+            out["time"] = self.time.to_dict()
+        if self.layout is not None:
+            out["layout"] = self.layout.to_dict()
+        if self.checks:
+            out["checks"] = [c.to_dict() if hasattr(c, "to_dict") else c for c in self.checks]
+        return out
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> Estimate:
+    """Memory (and, where available, time, layout and advisor checks) for one plan. Raises ``ValueError`` naming
+    the fields when the specs do not fit together."""
+    validate(model, cluster, plan)
+    return Estimate(model=model, cluster=cluster, plan=plan, memory=estimate_memory(model, cluster, plan))

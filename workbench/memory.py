@@ -1,0 +1,385 @@
+"""Memory model: bytes per GPU, per term, per pipeline stage, for DeepSpeed ZeRO 0-3, Megatron and the hybrid.
+
+Every formula is a small function that works on Python numbers and on numpy arrays alike (the planner evaluates
+whole grids of plans through these same functions). :func:`estimate_memory` applies them to one
+(model, cluster, plan) and returns a :class:`~workbench.memory_types.MemoryEstimate`.
+
+What is modelled is what ``torch.cuda.max_memory_allocated`` sees for megatron-core's ``GPTModel`` built with the
+local layer spec, trained by DeepSpeed (``deepspeed.initialize``) or by megatron-core's DDP + optimizer, plus an
+``overhead`` term for the CUDA context and the caching allocator's reserve that the allocator counter does not see.
+Constants below were measured on H200 GPUs (``benchmarks/gpu_memory_calibration.py`` and its table).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from workbench import params as P
+from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
+from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Positions,
+                             Precision, Recompute, ZeroStage, validate)
+
+GiB = 2**30
+
+# -- engine codes for array evaluation ----------------------------------------------------------------------------
+ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
+RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+
+# -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
+DS_REDUCE_BUCKET_ELEMENTS = int(5e8)
+"""``zero_optimization.reduce_bucket_size`` default (elements)."""
+DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
+"""``stage3_prefetch_bucket_size`` default (elements)."""
+DS_NVME_BUFFER_COUNT = 4
+DS_NVME_BUFFER_ELEMENTS = int(1e8)
+"""``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
+
+# -- measured constants ------------------------------------------------------------------------------------------
+CUDA_CONTEXT_BYTES = 560 * 2**20
+"""CUDA context + cuBLAS/NCCL handles outside the caching allocator; measured on H200 with torch 2.11 + CUDA 13
+(``torch.cuda.mem_get_info`` after a training step minus ``memory_reserved``), 0.5-0.6 GiB on current drivers."""
+ALLOCATOR_RESERVE_FRACTION = 0.05
+"""Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), measured
+on the calibration runs; fragmentation grows it, ``expandable_segments`` shrinks it."""
+
+
+def _where(cond, a, b):
+    out = np.where(cond, a, b)
+    return out.item() if np.ndim(out) == 0 else out
+
+
+# ================================================================================================================
+# Parameters held by one rank of a pipeline stage
+# ================================================================================================================
+def layer_params_per_rank(m: ModelSpec, tensor_parallel):
+    """Parameters of one transformer layer on one tensor-parallel rank.
+
+    Column/row-parallel weights, the QKV and fc1 biases are split by t; the norms, the row-parallel biases
+    (projection, fc2) and an MoE router are replicated (megatron-core ``ColumnParallelLinear``/``RowParallelLinear``).
+    """
+    h, bias = m.hidden_size, m.add_bias_linear
+    norm = P.norm_params(h, m.normalization)
+    qkv_out = m.query_projection_size + 2 * m.kv_projection_size
+    attn_split = h * qkv_out + m.query_projection_size * h + (qkv_out if bias else 0)
+    if m.is_moe:
+        f, experts = m.moe_ffn_hidden_size, m.num_experts
+        router = h * experts
+    else:
+        f, experts, router = m.ffn_hidden_size, 1, 0
+    fc1_out = (2 if m.is_gated else 1) * f
+    mlp_split = experts * (h * fc1_out + f * h + (fc1_out if bias else 0))
+    replicated = 2 * norm + ((h + h * experts) if bias else 0) + router  # norms, proj bias, fc2 bias(es), router
+    return (attn_split + mlp_split) / tensor_parallel + replicated
+
+
+def largest_module_params(m: ModelSpec, tensor_parallel=1):
+    """The largest single module one rank gathers under ZeRO-3: the (vocab-parallel) embedding or an MLP linear."""
+    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    fc1 = m.hidden_size * (2 if m.is_gated else 1) * f
+    qkv = m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size)
+    return np.maximum(np.maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
+
+
+def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage):
+    """Parameters one rank of pipeline stage ``stage`` holds (embedding on the first stage; output layer, or the
+    tied embedding copy Megatron keeps when p > 1, and the final norm on the last)."""
+    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    layers = m.num_layers / pipeline_parallel * layer_params_per_rank(m, tensor_parallel)
+    positions = m.seq_length * m.hidden_size if m.position_embedding is Positions.LEARNED else 0
+    embedding = vocab * m.hidden_size / tensor_parallel + positions
+    first = stage == 0
+    last = stage == pipeline_parallel - 1
+    output_copy = np.where(m.tied_embeddings, np.where(pipeline_parallel > 1, 1, 0), 1)
+    output = output_copy * vocab * m.hidden_size / tensor_parallel
+    final_norm = P.norm_params(m.hidden_size, m.normalization)
+    return layers + np.where(first, embedding, 0) + np.where(last, output + final_norm, 0)
+
+
+# ================================================================================================================
+# Model states: weights, gradients, optimizer (bytes per parameter)
+# ================================================================================================================
+def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
+                      offload_params=0, distributed_optimizer=0, fp32_grad_partition=1):
+    """(weights, gradients, optimizer, host) bytes for ``n_params`` parameters on one rank.
+
+    Mixed precision with Adam, ψ = n_params, N = data_parallel, v = bytes per parameter (2 for bf16/fp16, 4 fp32):
+
+    * DeepSpeed (ZeRO paper, Rajbhandari et al. 2020, §3 and Fig. 1; DeepSpeed's own estimators
+      ``estimate_zero2/3_model_states_mem_needs``): 16-bit weights 2ψ and gradients 2ψ, fp32 master 4ψ + Adam
+      moments 8ψ, plus the fp32 gradient partition DeepSpeed's ZeRO optimizer builds for the step (4ψ/N, counted
+      since DeepSpeed PR #5099: "2ψ + 18ψ/N" for ZeRO-2).
+      ZeRO-0: 2ψ + 2ψ + 12ψ (+4ψ fp32 gradient copy at the step); ZeRO-1 partitions the optimizer (12ψ/N + 4ψ/N);
+      ZeRO-2 also the gradients (2ψ/N); ZeRO-3 also the weights (2ψ/N) and keeps gradients only as the fp32
+      partition: 18ψ/N in all, as DeepSpeed's ZeRO-3 estimator counts.
+      fp32 training has no master copy: 4ψ weights, 4ψ gradients, 8ψ Adam.
+      Optimizer offload moves master, moments and the fp32 gradient partition to host memory (and, for ZeRO-2/3,
+      the 16-bit gradient partition: DeepSpeed's estimator gives 2ψ on the GPU for ZeRO-2 + offload); parameter
+      offload (ZeRO-3) moves the 16-bit weight partition too. ``fp32_grad_partition=0`` gives the ZeRO paper's
+      theoretical K=12 accounting.
+    * Megatron DDP + optimizer (Megatron-LM docs, distributed optimizer table): bf16 weights 2ψ + fp32 main
+      gradients 4ψ + fp32 master and Adam 12ψ = 18ψ; distributed optimizer 6ψ + 12ψ/N. fp16: 20ψ / 4ψ + 16ψ/N.
+      fp32: 16ψ / 8ψ + 8ψ/N.
+    """
+    n = n_params
+    dp = data_parallel
+    mixed = param_bytes < 4
+    is_megatron = engine == ENGINE_CODES[Engine.MEGATRON]
+
+    # --- DeepSpeed / hybrid -------------------------------------------------------------------------------------
+    opt_full = np.where(mixed, 12.0, 8.0) * n  # fp32 master + Adam moments (no master for fp32 training)
+    fp32_grad = np.where(mixed & (fp32_grad_partition > 0), 4.0, 0.0) * n  # fp32 gradient partition for the step
+    w_div = np.where(zero_stage >= 3, dp, 1)
+    g_div = np.where(zero_stage >= 2, dp, 1)
+    o_div = np.where(zero_stage >= 1, dp, 1)
+    ds_weights = param_bytes * n / w_div
+    # ZeRO-3 reduces each bucket straight into the fp32 gradient partition: no 16-bit partition survives the bucket
+    ds_grads_lp = np.where((zero_stage >= 3) & mixed & (fp32_grad_partition > 0), 0.0, param_bytes * n / g_div)
+    ds_grads_fp32 = fp32_grad / o_div
+    ds_opt = opt_full / o_div
+    off_opt = offload_optimizer > 0
+    off_par = offload_params > 0
+    ds_host = np.where(off_opt, ds_opt + ds_grads_fp32, 0) + np.where(off_par, ds_weights, 0)
+    ds_opt_gpu = np.where(off_opt, 0, ds_opt)
+    # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced
+    ds_grads_gpu = np.where(off_opt, np.where(zero_stage >= 2, 0, ds_grads_lp), ds_grads_lp + ds_grads_fp32)
+    ds_weights_gpu = np.where(off_par, 0, ds_weights)
+
+    # --- Megatron -----------------------------------------------------------------------------------------------
+    # bf16: fp32 main grads (accumulate_allreduce_grads_in_fp32); fp16: fp16 grads, the optimizer keeps an fp32 copy
+    mg_weights = param_bytes * n
+    mg_grads = np.where(fp16 > 0, 2.0, 4.0) * n
+    mg_opt_full = (np.where(mixed, 12.0, 8.0) + np.where(fp16 > 0, 4.0, 0.0)) * n
+    mg_opt = mg_opt_full / np.where(distributed_optimizer > 0, dp, 1)
+
+    weights = np.where(is_megatron, mg_weights, ds_weights_gpu)
+    grads = np.where(is_megatron, mg_grads, ds_grads_gpu)
+    optimizer = np.where(is_megatron, mg_opt, ds_opt_gpu)
+    host = np.where(is_megatron, 0, ds_host)
+    return weights, grads, optimizer, host
+
+
+# ================================================================================================================
+# Activations (Korthikanti et al. 2022, generalised)
+# ================================================================================================================
+def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
+                           recompute, value_bytes):
+    """Activation bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
+
+    Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 — ``sbh(10 + 24/t + 5as/(ht))`` for 16-bit activations,
+    GeLU MLP (f = 4h), multi-head attention, dropout on — generalised term by term:
+
+    * replicated inside the TP group (divided by t with sequence parallel): two norm inputs 2·v·sbh, QKV and fc1
+      inputs 2·v·sbh, two hidden-dropout masks 2·sbh (1 byte each, only when hidden dropout > 0);
+    * split by t: Q v·sb·a·d, K and V 2·v·sb·g·d (GQA), projection input v·sb·a·d, MLP: GeLU v·sbf (fc1 out) +
+      v·sbf (fc2 in), SwiGLU v·sb·2f + v·sbf;
+    * attention core (unfused only): softmax output v·as²b, plus dropout mask as²b and output v·as²b when attention
+      dropout > 0 (the 5as²b of the paper); flash attention keeps only a softmax statistic 4·asb;
+    * context parallel divides the local sequence by cp (attention scores become (s/cp)·s);
+    * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP).
+    """
+    s = m.seq_length / context_parallel
+    s_full = m.seq_length
+    b = micro_batch
+    h = m.hidden_size
+    t = tensor_parallel
+    v = value_bytes
+    rep = np.where(sequence_parallel, 1.0 / t, 1.0)
+    hidden_mask = 1.0 if m.hidden_dropout > 0 else 0.0
+    sbh = s * b * h
+    replicated = (4 * v + 2 * hidden_mask) * sbh * rep
+    qkv = v * s * b * (m.query_projection_size + 2 * m.kv_projection_size) / t
+    proj_in = v * s * b * m.query_projection_size / t
+    if m.is_moe:
+        f = m.moe_ffn_hidden_size * m.moe_top_k  # each token passes top-k experts
+    else:
+        f = m.ffn_hidden_size
+    mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
+    if m.attention is AttentionImpl.UNFUSED:
+        per_score = v + ((1 + v) if m.attention_dropout > 0 else 0)
+        core = per_score * m.num_attention_heads * s * s_full * b / t
+    else:
+        core = 4.0 * m.num_attention_heads * s * b / t
+    router = (4.0 * s * b * m.num_experts) if m.is_moe else 0.0
+    full_layer = replicated + qkv + proj_in + mlp + core + router
+    selective = full_layer - core
+    checkpoint_only = v * sbh * rep
+    return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
+
+
+def in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage):
+    """Micro-batches (in units of one stage's layers) whose activations a stage holds at its peak.
+
+    No pipeline: 1. 1F1B (PipeDream-Flush; Megatron and DeepSpeed's TrainSchedule): ``min(p − stage, m)``.
+    Interleaved 1F1B (Megatron ``forward_backward_pipelining_with_interleaving``): the warm-up runs
+    ``2·(p − stage − 1) + (v − 1)·p`` chunk forwards, so ``warmup + 1`` chunks of L/(p·v) layers are alive:
+    ``(2(p−stage−1) + (v−1)p + 1)/v`` stage-units, which for stage 0 is Korthikanti et al.'s p·(1 + (p−1)/(p·v)).
+    """
+    p, v, mb = pipeline_parallel, virtual_pipeline, num_microbatches
+    one_f_one_b = np.minimum(p - stage, mb)
+    warmup_chunks = np.minimum(2 * (p - stage - 1) + (v - 1) * p + 1, mb * v)
+    interleaved = warmup_chunks / v
+    return _where(p == 1, 1, _where(v > 1, interleaved, one_f_one_b))
+
+
+def embedding_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel):
+    """First stage: the embedding-dropout mask s·b·h (1 byte, ÷t with SP) per in-flight micro-batch
+    (Korthikanti et al. 2022 §4.3)."""
+    s = m.seq_length / context_parallel
+    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    return (1.0 if m.hidden_dropout > 0 else 0.0) * s * micro_batch * m.hidden_size * rep
+
+
+def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
+                            value_bytes):
+    """Last stage, one micro-batch: the final-norm input and output-layer input (v·sbh each; the latter gathered
+    with SP) and the logits.
+
+    Logits: megatron-core's vocab-parallel cross entropy casts the 16-bit logits (v·sbV/t) to fp32 (4·sbV/t),
+    exponentiates in place and keeps that fp32 softmax for backward; both copies are alive at once, so the peak is
+    (v + 4)·s·b·V/t with V the padded vocabulary. fp32 logits over a large vocabulary are often the largest single
+    tensor of a step.
+    """
+    s = m.seq_length / context_parallel
+    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    sbh = s * micro_batch * m.hidden_size
+    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    logits = (value_bytes + 4) * s * micro_batch * vocab / tensor_parallel
+    return value_bytes * sbh * rep + value_bytes * sbh + logits
+
+
+# ================================================================================================================
+# Buffers and overhead
+# ================================================================================================================
+def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
+                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=None,
+                 prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
+    """Communication buckets and scratch buffers.
+
+    * DeepSpeed ZeRO-1/2 (``stage_1_and_2.py`` ``setup_buckets``): with contiguous gradients, one reduce bucket of
+      ``reduce_bucket_size`` 16-bit elements, two when ``overlap_comm`` (default on for ZeRO-3 only).
+    * DeepSpeed ZeRO-3 (``stage3.py``): the contiguous-gradient bucket (reduce_bucket_size) plus live gathered
+      parameters — the largest module and the prefetch bucket — and that module's full gradient before it is
+      reduce-scattered (DeepSpeed's estimator counts 4 bytes × largest layer).
+    * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t.
+    """
+    is_ds = engine != ENGINE_CODES[Engine.MEGATRON]
+    overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
+    ds12 = np.where(zero_stage >= 1, (1 + overlap) * reduce_bucket_elements * value_bytes, 0)
+    largest = largest_module_params(m, tensor_parallel)
+    ds3 = (reduce_bucket_elements * value_bytes
+           + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
+           + value_bytes * largest)
+    zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
+    if m.attention is AttentionImpl.UNFUSED:
+        s = m.seq_length / context_parallel
+        scores = value_bytes * m.num_attention_heads * s * m.seq_length * micro_batch / tensor_parallel
+    else:
+        scores = 0.0
+    return zero_buffers + scores
+
+
+def overhead_bytes(allocated_bytes):
+    """CUDA context (outside the allocator) + the caching allocator's reserve above the allocated peak."""
+    return CUDA_CONTEXT_BYTES + ALLOCATOR_RESERVE_FRACTION * allocated_bytes
+
+
+# ================================================================================================================
+# One stage, all terms
+# ================================================================================================================
+def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
+                context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
+                recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
+                distributed_optimizer=0):
+    """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
+
+    Activation peak = layers' activations × in-flight micro-batches (+ the embedding mask on the first stage,
+    + the output layer and logits of one micro-batch on the last) + with full recompute, one layer's full
+    activations recomputed during backward.
+    """
+    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage)
+    weights, grads, optimizer, host = model_state_bytes(
+        n, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes, fp16=fp16,
+        offload_optimizer=offload_optimizer, offload_params=offload_params,
+        distributed_optimizer=distributed_optimizer)
+
+    kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
+              context_parallel=context_parallel)
+    kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw)
+    layers = m.num_layers / pipeline_parallel
+    recomputed = np.where(recompute >= 2, np.minimum(recompute_layers, layers), 0)
+    per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
+    per_microbatch = np.where(recompute >= 2, per_microbatch, layers * kept)
+    in_flight = in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage)
+    activations = per_microbatch * in_flight
+    activations = activations + np.where(recompute >= 2, full_layer, 0)  # the layer being recomputed
+    activations = activations + np.where(stage == 0, embedding_activation_bytes(m, **kw) * in_flight, 0)
+    activations = activations + np.where(stage == pipeline_parallel - 1,
+                                         output_activation_bytes(m, value_bytes=value_bytes, **kw), 0)
+
+    buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
+                           micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes)
+    allocated = weights + grads + optimizer + activations + buffers
+    overhead = overhead_bytes(allocated)
+    return dict(weights=weights, gradients=grads, optimizer=optimizer, activations=activations, buffers=buffers,
+                overhead=overhead, host=host, in_flight=in_flight)
+
+
+def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
+    """The numeric arguments :func:`stage_terms` takes, read off a plan."""
+    layers_per_stage = model.num_layers // plan.pipeline_parallel
+    return dict(engine=ENGINE_CODES[plan.engine], zero_stage=int(plan.zero_stage),
+                tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
+                virtual_pipeline=plan.virtual_pipeline, context_parallel=plan.context_parallel,
+                sequence_parallel=bool(plan.sequence_parallel), data_parallel=plan.data_parallel,
+                micro_batch=plan.micro_batch_size, num_microbatches=plan.num_microbatches,
+                recompute=RECOMPUTE_CODES[plan.recompute],
+                recompute_layers=plan.recompute_layers or layers_per_stage,
+                value_bytes=plan.precision.bytes_per_value, fp16=int(plan.precision is Precision.FP16),
+                offload_optimizer=int(plan.offload_optimizer is not Offload.NONE),
+                offload_params=int(plan.offload_params is not Offload.NONE),
+                distributed_optimizer=int(plan.distributed_optimizer))
+
+
+FORMULAS = {
+    "weights": "16-bit weights 2ψ (fp32: 4ψ); ZeRO-3 shards them 2ψ/N — Rajbhandari et al. 2020 §5",
+    "gradients": "2ψ 16-bit grads (ZeRO-2/3: 2ψ/N) + fp32 grad partition 4ψ/N (DeepSpeed); Megatron fp32 main "
+                 "grads 4ψ — DeepSpeed estimators, Megatron-LM docs",
+    "optimizer": "fp32 master + Adam moments 12ψ (ZeRO-1+: 12ψ/N; Megatron distributed optimizer 12ψ/d); 0 when "
+                 "offloaded — ZeRO paper Fig. 1, Megatron-LM docs",
+    "activations": "Korthikanti et al. 2022 Table 2, per layer × in-flight micro-batches (1F1B p−stage, interleaved "
+                   "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + logits (v+4)·sbV/t",
+    "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters, "
+               "megatron-core's attention-score buffer v·as²b/t (unfused)",
+    "overhead": f"CUDA context {CUDA_CONTEXT_BYTES / 2**20:.0f} MiB + allocator reserve "
+                f"{ALLOCATOR_RESERVE_FRACTION:.0%} of allocated (measured on H200)",
+}
+
+
+def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> MemoryEstimate:
+    """Per-stage memory for the plan (validated first)."""
+    validate(model, cluster, plan)
+    codes = plan_codes(plan, model)
+    stages = []
+    host_per_gpu = 0
+    for stage in range(plan.pipeline_parallel):
+        t = stage_terms(model, stage=stage, **codes)
+        terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
+                               ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
+        stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,
+                                  has_embedding=stage == 0, has_output=stage == plan.pipeline_parallel - 1,
+                                  terms=terms, in_flight_microbatches=float(t["in_flight"])))
+        host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
+    nvme_per_gpu = 0
+    if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
+        # states go to NVMe; the host keeps pinned swap buffers
+        nvme_per_gpu = host_per_gpu
+        host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+    return MemoryEstimate(
+        stages=tuple(stages),
+        capacity_bytes=cluster.gpu.memory_bytes,
+        host_bytes_per_gpu=host_per_gpu,
+        host_bytes_per_node=host_per_gpu * cluster.gpus_per_node,
+        host_capacity_bytes_per_node=int(cluster.host_memory_gib_per_node * GiB),
+        nvme_bytes_per_gpu=nvme_per_gpu,
+        formulas=dict(FORMULAS),
+    )
