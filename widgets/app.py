@@ -135,7 +135,7 @@ class Workbench:
             parts.append(f"{t.step_seconds:.2f} s/step · {t.tokens_per_second:,.0f} tokens/s · MFU {t.mfu:.0%}")
         text = " · ".join(parts)
         if s.error:
-            text += error_html(f"{s.error} — showing the last valid plan")
+            text += error_html(f"{s.error} — showing the last valid plan", max_width="900px")
         if self.banner.value != text:
             self.banner.value = text
 

@@ -44,12 +44,12 @@ def checkbox(description: str, tooltip: str = "") -> ipw.Checkbox:
                         tooltip=tooltip or description)
 
 
-def error_html(message: str) -> str:
+def error_html(message: str, max_width: str = "330px") -> str:
     """Inline error text (the core's ``ValueError`` message) — never a traceback."""
     if not message:
         return ""
     return (f'<div class="wb-error" style="color:#b00020;background:#fdecea;border-left:4px solid #b00020;'
-            f'padding:4px 8px;margin:4px 0;max-width:330px;white-space:normal">{html.escape(message)}</div>')
+            f'padding:4px 8px;margin:4px 0;max-width:{max_width};white-space:normal">{html.escape(message)}</div>')
 
 
 class Panel:
