@@ -74,7 +74,8 @@ class Workbench:
         self.memory = MemoryView()
         self.views = [self.memory]
         for cls in _optional(_OPTIONAL_VIEWS):
-            self.views.append(cls(app=self))
+            if cls.available(self.state):
+                self.views.append(cls(app=self))
         self.banner = ipw.HTML()
         self.banner.add_class("wb-banner")
         self.panel_tabs = ipw.Tab(children=[p.widget for p in self.panels], titles=[p.title for p in self.panels],

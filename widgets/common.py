@@ -129,6 +129,11 @@ class View:
 
     title = ""
 
+    @classmethod
+    def available(cls, state) -> bool:
+        """Whether the core computes what this view draws (e.g. the estimate carries a layout)."""
+        return True
+
     def _repr_mimebundle_(self, **kwargs):
         sync_figures(self.widget)
         return self.widget._repr_mimebundle_(**kwargs)
