@@ -49,7 +49,7 @@ def error_html(message: str, max_width: str = "330px") -> str:
     if not message:
         return ""
     return (f'<div class="wb-error" style="color:#b00020;background:#fdecea;border-left:4px solid #b00020;'
-            f'padding:4px 8px;margin:4px 0;max-width:{max_width};white-space:normal">{html.escape(message)}</div>')
+            f'padding:4px 8px;margin:4px 0;max-width:{max_width};white-space:normal">{html.escape(message, quote=False)}</div>')
 
 
 class Panel:

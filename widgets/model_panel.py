@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ipywidgets as ipw
 
-from widgets.common import Panel, checkbox, dropdown, int_text
+from widgets.common import Panel, checkbox, dropdown, float_text, int_text
 from widgets.state import LoadPreset, SetModel, resolved
 from workbench import catalog
 from workbench.specs import Activation, AttentionImpl, Normalization, Positions
@@ -27,6 +27,10 @@ _CHOICES = (
 _BOOLS = (
     ("add_bias_linear", "linear biases"),
     ("tied_embeddings", "tied embeddings"),
+)
+_FLOATS = (
+    ("hidden_dropout", "hidden dropout"),
+    ("attention_dropout", "attention dropout"),
 )
 _MOE = (
     ("num_experts", "experts (0 = dense)", 0),
@@ -53,6 +57,10 @@ class ModelPanel(Panel):
             self.controls[name] = dropdown(label, [m.value for m in enum_cls])
         for name, label in _BOOLS:
             self.controls[name] = checkbox(label)
+        for name, label in _FLOATS:
+            self.controls[name] = float_text(label)
+            self.controls[name].max = 1.0
+            self.controls[name].step = 0.05
         for name, w in self.controls.items():
             w.observe(lambda change, name=name: self._on_field(name, change["new"]), names="value")
         self.parameters = ipw.HTML()
@@ -63,6 +71,7 @@ class ModelPanel(Panel):
             *[self.controls[n] for n, _, _ in _INTS],
             *[self.controls[n] for n, _, _ in _CHOICES],
             ipw.HBox([self.controls[n] for n, _ in _BOOLS]),
+            *[self.controls[n] for n, _ in _FLOATS],
             ipw.Accordion(children=[moe], titles=("mixture of experts",), selected_index=None),
             self.parameters,
             self.error,

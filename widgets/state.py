@@ -85,6 +85,8 @@ class LoadSpecs:
     model: Optional[ModelSpec] = None
     cluster: Optional[ClusterSpec] = None
     plan: Optional[ParallelPlan] = None
+    options: Any = None
+    """Training options (``workbench.configs.DeepSpeedOptions``) the exports use; ``None`` keeps the current ones."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -110,6 +112,8 @@ class AppState:
     """Last valid plan."""
     estimate: Any = None
     """``workbench.estimate.Estimate`` of the last valid specs."""
+    options: Any = None
+    """Training options for the exported configs (``workbench.configs.DeepSpeedOptions``; ``None``: defaults)."""
     error: str = ""
     """The core's message for the current inputs ('' when they are valid)."""
     error_source: str = ""
@@ -258,6 +262,8 @@ def reduce(state: AppState, action, estimator: Estimator = _default_estimator) -
             new = dataclasses.replace(new, cluster_inputs=_frozen(cluster_inputs_from_spec(action.cluster)))
         if action.plan is not None:
             new = dataclasses.replace(new, plan_inputs=_frozen(plan_inputs_from_spec(action.plan)))
+        if action.options is not None:
+            new = dataclasses.replace(new, options=action.options)
     else:
         raise TypeError(f"unknown action {action!r}")
     return _settle(new, estimator)
