@@ -34,10 +34,20 @@ DS_NVME_BUFFER_ELEMENTS = int(1e8)
 """``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
 
 # -- measured constants ------------------------------------------------------------------------------------------
-CUDA_CONTEXT_BYTES = 560 * 2**20
-"""CUDA context + cuBLAS/NCCL handles outside the caching allocator; measured on H200 with torch 2.11 + CUDA 13
-(``torch.cuda.mem_get_info`` after a training step minus ``memory_reserved``), 0.5-0.6 GiB on current drivers."""
-ALLOCATOR_RESERVE_FRACTION = 0.05
+CUDA_CONTEXT_BYTES = int(1.66 * GiB)
+"""Memory outside the caching allocator for one process on one GPU (CUDA context, cuBLAS workspaces, kernels):
+``total − free − memory_reserved`` after training steps, measured 1.66 GiB on H200 (torch 2.11, CUDA 13)."""
+NCCL_BYTES = int(6.57 * GiB)
+"""Extra memory outside the allocator once NCCL communicators exist (2 H200 over NVLink, NVLS off): measured
+8.23 GiB outside the allocator with two ranks vs 1.66 GiB with one."""
+ZERO0_STEP_BYTES_PER_PARAM = 8.0
+"""DeepSpeed ZeRO-0 with bf16/fp16: extra bytes per parameter during the optimizer step (flattened fp32 gradients
+and the up-cast temporaries of its 16-bit optimizer wrapper), measured on H200 (calibration table)."""
+SOFTMAX_BYTES_PER_SCORE = 4
+"""megatron-core computes the unfused softmax in fp32 (``attention_softmax_in_fp32=True``) and keeps that output."""
+DROPOUT_MASK_BYTES_PER_SCORE = 0
+"""The attention-dropout mask did not show in the measured peak (H200 calibration); Korthikanti et al. count 1."""
+ALLOCATOR_RESERVE_FRACTION = 0.15
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), measured
 on the calibration runs; fragmentation grows it, ``expandable_segments`` shrinks it."""
 
@@ -100,7 +110,8 @@ def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stag
 # ================================================================================================================
 def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
                       offload_params=0, distributed_optimizer=0, fp32_grad_partition=1):
-    """(weights, gradients, optimizer, host) bytes for ``n_params`` parameters on one rank.
+    """(weights, gradients, optimizer, host, step) bytes for ``n_params`` parameters on one rank; ``step`` is what
+    exists only during the optimizer step (when activations are already freed).
 
     Mixed precision with Adam, ψ = n_params, N = data_parallel, v = bytes per parameter (2 for bf16/fp16, 4 fp32):
 
@@ -127,22 +138,30 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
 
     # --- DeepSpeed / hybrid -------------------------------------------------------------------------------------
     opt_full = np.where(mixed, 12.0, 8.0) * n  # fp32 master + Adam moments (no master for fp32 training)
-    fp32_grad = np.where(mixed & (fp32_grad_partition > 0), 4.0, 0.0) * n  # fp32 gradient partition for the step
+    fp32_grad = np.where(mixed & (fp32_grad_partition > 0), 4.0, 0.0) * n  # fp32 gradient (partition)
     w_div = np.where(zero_stage >= 3, dp, 1)
     g_div = np.where(zero_stage >= 2, dp, 1)
     o_div = np.where(zero_stage >= 1, dp, 1)
-    ds_weights = param_bytes * n / w_div
-    # ZeRO-3 reduces each bucket straight into the fp32 gradient partition: no 16-bit partition survives the bucket
-    ds_grads_lp = np.where((zero_stage >= 3) & mixed & (fp32_grad_partition > 0), 0.0, param_bytes * n / g_div)
-    ds_grads_fp32 = fp32_grad / o_div
-    ds_opt = opt_full / o_div
     off_opt = offload_optimizer > 0
     off_par = offload_params > 0
+    ds_weights = param_bytes * n / w_div
+    # ZeRO-3 reduces each bucket straight into the fp32 gradient partition, which lives through backward;
+    # ZeRO-0/1/2 keep 16-bit gradients and build the fp32 copy only for the optimizer step.
+    zero3_fp32 = (zero_stage >= 3) & mixed & (fp32_grad_partition > 0)
+    ds_grads_lp = np.where(zero3_fp32, 0.0, param_bytes * n / g_div)
+    ds_grads_fp32 = fp32_grad / o_div
+    ds_opt = opt_full / o_div
     ds_host = np.where(off_opt, ds_opt + ds_grads_fp32, 0) + np.where(off_par, ds_weights, 0)
     ds_opt_gpu = np.where(off_opt, 0, ds_opt)
     # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced
-    ds_grads_gpu = np.where(off_opt, np.where(zero_stage >= 2, 0, ds_grads_lp), ds_grads_lp + ds_grads_fp32)
+    ds_grads_gpu = np.where(off_opt, np.where(zero_stage >= 2, 0, ds_grads_lp),
+                            ds_grads_lp + np.where(zero3_fp32, ds_grads_fp32, 0))
     ds_weights_gpu = np.where(off_par, 0, ds_weights)
+    # optimizer-step temporaries: ZeRO-1/2 the fp32 gradient partition; ZeRO-0 DeepSpeed's 16-bit optimizer
+    # wrapper flattens and up-casts all gradients (measured 8 bytes/param on H200, ZERO0_STEP_BYTES_PER_PARAM)
+    ds_step = np.where(off_opt | zero3_fp32, 0.0,
+                       np.where(zero_stage >= 1, ds_grads_fp32,
+                                np.where(mixed & (fp32_grad_partition > 0), ZERO0_STEP_BYTES_PER_PARAM * n, 0.0)))
 
     # --- Megatron -----------------------------------------------------------------------------------------------
     # bf16: fp32 main grads (accumulate_allreduce_grads_in_fp32); fp16: fp16 grads, the optimizer keeps an fp32 copy
@@ -155,14 +174,16 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     grads = np.where(is_megatron, mg_grads, ds_grads_gpu)
     optimizer = np.where(is_megatron, mg_opt, ds_opt_gpu)
     host = np.where(is_megatron, 0, ds_host)
-    return weights, grads, optimizer, host
+    step = np.where(is_megatron, 0, ds_step)
+    return weights, grads, optimizer, host, step
 
 
 # ================================================================================================================
 # Activations (Korthikanti et al. 2022, generalised)
 # ================================================================================================================
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
-                           recompute, value_bytes):
+                           recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
+                           dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE):
     """Activation bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 — ``sbh(10 + 24/t + 5as/(ht))`` for 16-bit activations,
@@ -172,8 +193,10 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
       inputs 2·v·sbh, two hidden-dropout masks 2·sbh (1 byte each, only when hidden dropout > 0);
     * split by t: Q v·sb·a·d, K and V 2·v·sb·g·d (GQA), projection input v·sb·a·d, MLP: GeLU v·sbf (fc1 out) +
       v·sbf (fc2 in), SwiGLU v·sb·2f + v·sbf;
-    * attention core (unfused only): softmax output v·as²b, plus dropout mask as²b and output v·as²b when attention
-      dropout > 0 (the 5as²b of the paper); flash attention keeps only a softmax statistic 4·asb;
+    * attention core (unfused only): softmax output, plus dropout mask and output (v·as²b) when attention dropout
+      > 0. The paper's 5as²b is a 16-bit softmax (2) + 1-byte mask + 16-bit output (``softmax_bytes=2,
+      dropout_mask_bytes=1``); megatron-core keeps an fp32 softmax and the H200 calibration shows 4 + v bytes per
+      score (the defaults). Flash attention keeps only a softmax statistic 4·asb;
     * context parallel divides the local sequence by cp (attention scores become (s/cp)·s);
     * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP).
     """
@@ -195,7 +218,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
         f = m.ffn_hidden_size
     mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
     if m.attention is AttentionImpl.UNFUSED:
-        per_score = v + ((1 + v) if m.attention_dropout > 0 else 0)
+        per_score = softmax_bytes + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
         core = per_score * m.num_attention_heads * s * s_full * b / t
     else:
         core = 4.0 * m.num_attention_heads * s * b / t
@@ -278,9 +301,11 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     return zero_buffers + scores
 
 
-def overhead_bytes(allocated_bytes):
-    """CUDA context (outside the allocator) + the caching allocator's reserve above the allocated peak."""
-    return CUDA_CONTEXT_BYTES + ALLOCATOR_RESERVE_FRACTION * allocated_bytes
+def overhead_bytes(allocated_bytes, world_size=1):
+    """Outside the allocator (CUDA context; NCCL buffers when there is more than one rank) + the caching
+    allocator's reserve above the allocated peak."""
+    return (CUDA_CONTEXT_BYTES + np.where(world_size > 1, NCCL_BYTES, 0)
+            + ALLOCATOR_RESERVE_FRACTION * allocated_bytes)
 
 
 # ================================================================================================================
@@ -294,10 +319,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
     Activation peak = layers' activations × in-flight micro-batches (+ the embedding mask on the first stage,
     + the output layer and logits of one micro-batch on the last) + with full recompute, one layer's full
-    activations recomputed during backward.
+    activations recomputed during backward. The peak is the larger of the backward phase and the optimizer step
+    (ZeRO-0/1/2 build fp32 gradients only for the step, after activations are freed): at a step peak the
+    ``gradients`` term includes those temporaries and ``activations`` is 0 (``backward_activations`` keeps them).
     """
     n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage)
-    weights, grads, optimizer, host = model_state_bytes(
+    weights, grads, optimizer, host, step = model_state_bytes(
         n, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes, fp16=fp16,
         offload_optimizer=offload_optimizer, offload_params=offload_params,
         distributed_optimizer=distributed_optimizer)
@@ -318,10 +345,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
                            micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes)
-    allocated = weights + grads + optimizer + activations + buffers
-    overhead = overhead_bytes(allocated)
-    return dict(weights=weights, gradients=grads, optimizer=optimizer, activations=activations, buffers=buffers,
-                overhead=overhead, host=host, in_flight=in_flight)
+    # the peak is either in backward (activations alive) or at the optimizer step (step temporaries alive)
+    step_peak = step > activations
+    world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
+    grads_at_peak = np.where(step_peak, grads + step, grads)
+    acts_at_peak = np.where(step_peak, 0.0, activations)
+    allocated = weights + grads_at_peak + optimizer + acts_at_peak + buffers
+    overhead = overhead_bytes(allocated, world)
+    return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
+                buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
+                backward_activations=activations)
 
 
 def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
@@ -367,7 +400,9 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) 
                                ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
         stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,
                                   has_embedding=stage == 0, has_output=stage == plan.pipeline_parallel - 1,
-                                  terms=terms, in_flight_microbatches=float(t["in_flight"])))
+                                  terms=terms, in_flight_microbatches=float(t["in_flight"]),
+                                  peak_phase="optimizer step" if bool(t["step_peak"]) else "backward",
+                                  backward_activation_bytes=int(round(float(t["backward_activations"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
     nvme_per_gpu = 0
     if Offload.NVME in (plan.offload_optimizer, plan.offload_params):

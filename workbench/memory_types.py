@@ -45,6 +45,10 @@ class StageMemory:
     terms: MemoryTerms
     in_flight_microbatches: float
     """Micro-batches whose activations are alive at the peak (1F1B: p − stage; interleaved adds the chunk term)."""
+    peak_phase: str = "backward"
+    """When the peak happens: ``backward`` (activations alive) or ``optimizer step`` (fp32 gradient temporaries)."""
+    backward_activation_bytes: int = 0
+    """Activations alive at the backward-phase peak (equals ``terms.activations`` when the peak is in backward)."""
 
     @property
     def total_bytes(self) -> int:
@@ -102,9 +106,12 @@ class MemoryEstimate:
         return {
             "per_gpu_peak_bytes": int(self.per_gpu_peak_bytes),
             "peak_stage": self.peak_stage.stage,
+            "peak_phase": self.peak_stage.peak_phase,
+            "allocated_bytes": int(self.per_gpu_peak_bytes - self.breakdown.overhead),
             "breakdown": self.breakdown.as_dict(),
             "stages": [{"stage": s.stage, "num_layers": s.num_layers, "has_embedding": s.has_embedding,
                         "has_output": s.has_output, "in_flight_microbatches": s.in_flight_microbatches,
+                        "peak_phase": s.peak_phase, "backward_activation_bytes": s.backward_activation_bytes,
                         "total_bytes": int(s.total_bytes), **s.terms.as_dict()} for s in self.stages],
             "capacity_bytes": int(self.capacity_bytes),
             "headroom_bytes": int(self.headroom_bytes),

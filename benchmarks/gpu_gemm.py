@@ -1,0 +1,134 @@
+"""Measure dense matmul TFLOP/s on a CUDA GPU for the GEMM shapes the time model uses (per layer: QKV, output
+projection, fc1, fc2; the logits GEMM), for several models and tensor-parallel degrees, plus a large square GEMM.
+
+One command on the GPU machine (prints a table on stderr, the JSON on stdout and into --out):
+
+    PYTHONPATH=. python benchmarks/gpu_gemm.py --out gemm_h200.json
+
+Then, on any machine, store the measurements as the Hopper calibration (workbench/catalog/efficiency.json,
+section "h200_measured"; the time model then fits its Hopper GEMM-efficiency curve to them):
+
+    python benchmarks/gpu_gemm.py --install gemm_h200.json
+
+Shapes: a GEMM (m×k)·(k×n) with m = tokens per micro-batch, and for tensor parallel t:
+QKV n=(q+2·kv)/t k=h; proj n=h k=q/t; fc1 n=f·(2 if gated else 1)/t k=h; fc2 n=h k=f/t; logits n=V/t k=h.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MODELS = ["gpt3-1.3b", "llama3-8b", "guide-13b", "llama3-70b", "gpt3-175b"]
+TP_DEGREES = [1, 2, 4, 8]
+TOKENS = [2048, 8192, 16384]
+
+
+def shapes():
+    from workbench.catalog import model
+    from workbench.params import padded_vocab_size
+
+    seen = set()
+    for name in MODELS:
+        m = model(name)
+        h, q, kv, f = m.hidden_size, m.query_projection_size, m.kv_projection_size, m.ffn_hidden_size
+        for t in TP_DEGREES:
+            if m.num_query_groups % t or m.num_attention_heads % t:
+                continue
+            vocab = padded_vocab_size(m.vocab_size, t)
+            for tokens in TOKENS:
+                for gemm, n, k in (("qkv", (q + 2 * kv) // t, h), ("proj", h, q // t),
+                                   ("fc1", f * (2 if m.is_gated else 1) // t, h), ("fc2", h, f // t),
+                                   ("logits", vocab // t, h)):
+                    key = (tokens, n, k)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    yield {"name": f"{name}/tp{t}/{gemm}", "m": tokens, "n": n, "k": k}
+    for size in (4096, 8192, 16384):
+        yield {"name": f"square-{size}", "m": size, "n": size, "k": size}
+
+
+def measure(m, n, k, dtype, repeats=20):
+    import torch
+
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    for _ in range(3):
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        torch.matmul(a, b)
+    end.record()
+    torch.cuda.synchronize()
+    seconds = start.elapsed_time(end) / 1e3 / repeats
+    return 2.0 * m * n * k / seconds / 1e12
+
+
+def run(args) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_gemm: no CUDA GPU visible", file=sys.stderr)
+        return 2
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
+    device = torch.cuda.get_device_name(0)
+    rows = []
+    for shape in shapes():
+        tflops = measure(shape["m"], shape["n"], shape["k"], dtype)
+        rows.append({**shape, "tflops": round(tflops, 1)})
+        print(f"{shape['name']:>28}  m={shape['m']:>6} n={shape['n']:>6} k={shape['k']:>6}  {tflops:7.1f} TFLOP/s",
+              file=sys.stderr)
+    result = {"device": device, "precision": args.precision, "peak_tflops": args.peak_tflops,
+              "torch": torch.__version__, "gemms": rows}
+    from workbench.timing import fit_gemm_curve
+
+    result["fit"] = fit_gemm_curve(rows, peak_tflops=args.peak_tflops)
+    print(f"fit: {result['fit']}", file=sys.stderr)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+def install(path) -> int:
+    from workbench import timing
+
+    with open(path) as fh:
+        measured = json.load(fh)
+    for key in ("device", "peak_tflops", "gemms"):
+        if key not in measured:
+            print(f"gpu_gemm: {path} has no '{key}'", file=sys.stderr)
+            return 2
+    target = os.path.join(os.path.dirname(timing.__file__), "catalog", "efficiency.json")
+    with open(target) as fh:
+        data = json.load(fh)
+    data["h200_measured"] = measured
+    with open(target, "w") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+    timing.calibration.cache_clear()
+    print(f"stored {len(measured['gemms'])} GEMMs from {measured['device']} in {target}; Hopper curve now "
+          f"{timing.efficiency_curve('H200')}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--precision", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense peak of the GPU (H200 bf16: 989)")
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--install", metavar="FILE", help="store a measured JSON as the Hopper calibration")
+    args = parser.parse_args(argv)
+    return install(args.install) if args.install else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+python pretrain_gpt.py \
+    --tensor-model-parallel-size 4 \
+    --pipeline-model-parallel-size 2 \
+    --num-layers 40 \
+    --hidden-size 5120 \
+    --num-attention-heads 40 \
+    --batch-size 128 \
+    --seq-length 2048 \
+    --lr 6e-5 \
+    --train-iters 100000 \
+    --lr-decay-iters 99000 \
+    --lr-decay-style cosine \
+    --min-lr 6e-6 \
+    --weight-decay 0.01 \
+    --adam-beta1 0.9 \
+    --adam-beta2 0.95 \
+    --fp16

@@ -1,0 +1,89 @@
+"""Parallel layout against megatron-core's own RankGenerator (order tp-cp-ep-dp-pp)."""
+import warnings
+
+import pytest
+
+from workbench.catalog import gpu, model
+from workbench.layout import GROUP_KINDS, build_layout, rank_groups
+from workbench.specs import ClusterSpec, ParallelPlan
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from megatron.core.parallel_state import RankGenerator
+
+COMBOS = [(2, 1, 2, 2), (2, 2, 2, 2), (4, 1, 2, 3), (1, 2, 3, 2), (8, 1, 4, 2), (2, 3, 1, 2), (1, 1, 8, 1)]
+
+
+@pytest.mark.parametrize("t,c,d,p", COMBOS)
+def test_groups_match_megatron_rank_generator(t, c, d, p):
+    gen = RankGenerator(tp=t, ep=1, dp=d, pp=p, cp=c, order="tp-cp-ep-dp-pp")
+    sizes = {"tp": t, "cp": c, "dp": d, "pp": p}
+    for kind in GROUP_KINDS:
+        assert rank_groups(sizes, kind) == gen.get_ranks(kind), kind
+
+
+def _layout(t=2, c=1, p=2, gpus_per_node=8, nodes=2, engine="megatron"):
+    cluster = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=gpus_per_node, num_nodes=nodes)
+    plan = ParallelPlan(world_size=cluster.world_size, engine=engine, tensor_parallel=t, context_parallel=c,
+                        pipeline_parallel=p)
+    return build_layout(cluster, plan), plan
+
+
+@pytest.mark.parametrize("t,c,p", [(2, 1, 2), (4, 2, 2), (1, 2, 4), (8, 1, 1)])
+def test_coords_consistent_with_groups(t, c, p):
+    layout, plan = _layout(t=t, c=c, p=p)
+    for kind in ("tp", "cp", "dp", "pp"):
+        for group in layout.groups(kind):
+            coords = [layout.rank(r) for r in group]
+            # members differ only along this dimension, which runs 0..size-1
+            assert sorted(getattr(x, kind) for x in coords) == list(range(layout.sizes[kind]))
+            for other in set(("tp", "cp", "dp", "pp")) - {kind}:
+                assert len({getattr(x, other) for x in coords}) == 1
+    r = layout.rank(13)
+    assert r.rank == 13 and r.node == 1 and r.local_rank == 5
+    assert 13 == r.tp + t * (r.cp + c * (r.dp + plan.data_parallel * r.pp))
+
+
+def test_tp_inside_node_no_warning_and_across_node_warns():
+    layout, _ = _layout(t=8, p=1, gpus_per_node=8, nodes=2)
+    assert layout.max_nodes_spanned("tp") == 1
+    assert not any("tensor-parallel" in w for w in layout.warnings)
+    layout, _ = _layout(t=8, p=1, gpus_per_node=4, nodes=4)
+    assert layout.max_nodes_spanned("tp") == 2
+    assert any("tensor_parallel=8 > gpus_per_node=4" in w for w in layout.warnings)
+
+
+def test_tp_cp_group_crossing_nodes_warns():
+    layout, _ = _layout(t=4, c=4, p=1, gpus_per_node=8, nodes=2)
+    assert layout.max_nodes_spanned("tp") == 1
+    assert layout.max_nodes_spanned("tp-cp") == 2
+    assert any("context-parallel" in w for w in layout.warnings)
+
+
+def test_pp_boundary_inside_node_is_fine():
+    layout, _ = _layout(t=2, p=4, gpus_per_node=8, nodes=1)
+    assert layout.warnings == ()
+    assert layout.stage_nodes() == [[0], [0], [0], [0]]
+
+
+def test_uneven_stages_warn():
+    cluster = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=8, num_nodes=1)
+    plan = ParallelPlan(world_size=8, engine="megatron", pipeline_parallel=8)
+    m = model("guide-13b")  # 40 layers over 8 stages: even
+    assert not build_layout(cluster, plan, model=m).warnings
+    m = m.replace(num_layers=42)
+    assert any("uneven pipeline stages" in w for w in build_layout(cluster, plan, model=m).warnings)
+
+
+def test_to_dict_and_errors():
+    layout, _ = _layout(t=2, p=2)
+    d = layout.to_dict()
+    assert d["order"] == "tp-cp-ep-dp-pp" and len(d["ranks"]) == 16
+    assert d["groups"]["tp-pp"] == layout.groups("mp")
+    with pytest.raises(ValueError, match="rank=16"):
+        layout.rank(16)
+    with pytest.raises(ValueError, match="group kind"):
+        layout.groups("xp")
+    cluster = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=8, num_nodes=1)
+    with pytest.raises(ValueError, match="world_size=16"):
+        build_layout(cluster, ParallelPlan(world_size=16))

@@ -1,0 +1,175 @@
+"""Time model: directional checks, scalar/array agreement, and the TimeEstimate API."""
+import numpy as np
+import pytest
+
+from workbench import timing
+from workbench.catalog import gpu, model
+from workbench.specs import ClusterSpec, ParallelPlan
+from workbench.timing import TERMS, collective_seconds, estimate_time, step_time_terms, time_inputs
+
+
+def _cluster(name="H100-SXM", gpus_per_node=8, nodes=2):
+    return ClusterSpec(gpu=gpu(name), gpus_per_node=gpus_per_node, num_nodes=nodes)
+
+
+def _plan(cluster, **kw):
+    base = dict(world_size=cluster.world_size, engine="megatron", micro_batch_size=1, global_batch_size=64)
+    base.update(kw)
+    return ParallelPlan(**base)
+
+
+def test_breakdown_sums_to_step_and_derived_figures():
+    m, c = model("guide-13b"), _cluster()
+    est = estimate_time(m, c, _plan(c, tensor_parallel=4, pipeline_parallel=2, recompute="full"))
+    assert set(est.breakdown) == set(TERMS)
+    assert sum(est.breakdown.values()) == pytest.approx(est.step_seconds)
+    assert est.tokens_per_second == pytest.approx(64 * 2048 / est.step_seconds)
+    assert est.samples_per_second == pytest.approx(64 / est.step_seconds)
+    assert est.hardware_tflops_per_gpu > est.model_tflops_per_gpu
+    assert 0 < est.mfu < est.hfu < 1
+    assert est.breakdown["recompute"] > 0 and est.breakdown["bubble"] > 0 and est.breakdown["tp_comm"] > 0
+    tokens = 1e12
+    assert est.train_seconds(tokens) == pytest.approx(tokens / est.tokens_per_second)
+    assert est.gpu_hours(tokens) == pytest.approx(est.train_seconds(tokens) * 16 / 3600)
+    assert est.cost(tokens, 2.5) == pytest.approx(est.gpu_hours(tokens) * 2.5)
+    d = est.to_dict()
+    for key in ("step_seconds", "tokens_per_second", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu"):
+        assert d[key] > 0
+    with pytest.raises(ValueError, match="price_per_gpu_hour"):
+        est.cost(tokens, -1)
+
+
+def test_tp_across_nodes_is_slower():
+    m = model("guide-13b")
+    inside = _cluster(gpus_per_node=8, nodes=2)
+    across = _cluster(gpus_per_node=4, nodes=4)
+    a = estimate_time(m, inside, _plan(inside, tensor_parallel=8))
+    b = estimate_time(m, across, _plan(across, tensor_parallel=8))
+    assert b.breakdown["tp_comm"] > 5 * a.breakdown["tp_comm"]
+    assert b.step_seconds > a.step_seconds
+
+
+def test_more_microbatches_shrink_the_bubble():
+    m, c = model("guide-13b"), _cluster()
+    fractions = []
+    for gbs in (8, 32, 128):
+        est = estimate_time(m, c, _plan(c, tensor_parallel=4, pipeline_parallel=4, global_batch_size=gbs))
+        fractions.append(est.breakdown["bubble"] / est.step_seconds)
+    assert fractions[0] > fractions[1] > fractions[2] > 0
+    inter = estimate_time(m, c, _plan(c, tensor_parallel=4, pipeline_parallel=4, virtual_pipeline=2,
+                                      global_batch_size=32))
+    plain = estimate_time(m, c, _plan(c, tensor_parallel=4, pipeline_parallel=4, global_batch_size=32))
+    assert inter.breakdown["bubble"] == pytest.approx(plain.breakdown["bubble"] / 2, rel=1e-9)
+
+
+def test_zero3_adds_parameter_gathers():
+    m, c = model("llama2-7b"), _cluster(nodes=2)
+    est = {z: estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=z, global_batch_size=32),
+                            overlap_comm=False)
+           for z in (0, 1, 2, 3)}
+    # without overlap: ZeRO-0 all-reduce == ZeRO-1 reduce-scatter + all-gather; ZeRO-2 reduce-scatters every
+    # micro-batch; ZeRO-3 adds the forward and backward parameter all-gathers on top
+    assert est[1].breakdown["dp_comm"] == pytest.approx(est[0].breakdown["dp_comm"], rel=1e-9)
+    assert est[3].breakdown["dp_comm"] > est[2].breakdown["dp_comm"] >= est[1].breakdown["dp_comm"]
+    m_steps = 2  # 32 / (1 × 16)
+    ag = collective_seconds(m.num_parameters * 2, 16, gb_per_s=c.inter_node_gb_per_s * 0.9,
+                            latency_s=2e-5, kind="all_gather")
+    # ZeRO-3: m × (2 gathers + reduce-scatter); ZeRO-2: m × reduce-scatter + 1 gather after the step
+    assert est[3].breakdown["dp_comm"] - est[2].breakdown["dp_comm"] == pytest.approx((2 * m_steps - 1) * float(ag))
+    overlapped = estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=3, global_batch_size=32))
+    assert overlapped.breakdown["dp_comm"] < est[3].breakdown["dp_comm"]
+
+
+def test_offload_and_recompute_cost_time():
+    m, c = model("llama2-7b"), _cluster(nodes=1)
+    base = _plan(c, engine="deepspeed", zero_stage=2, global_batch_size=8)
+    off = estimate_time(m, c, base.replace(offload_optimizer="cpu"))
+    on = estimate_time(m, c, base)
+    assert off.breakdown["offload"] > 0 == on.breakdown["offload"]
+    assert off.breakdown["optimizer"] == 0 < on.breakdown["optimizer"]
+    sel = estimate_time(m, c, base.replace(recompute="selective"))
+    full = estimate_time(m, c, base.replace(recompute="full"))
+    assert 0 == on.breakdown["recompute"] < sel.breakdown["recompute"] < full.breakdown["recompute"]
+    assert full.model_tflops_per_gpu < on.model_tflops_per_gpu
+
+
+def test_context_parallel_and_sequence_parallel_terms():
+    m, c = model("llama3-8b"), _cluster()
+    cp = estimate_time(m, c, _plan(c, tensor_parallel=2, context_parallel=2, global_batch_size=8))
+    assert cp.breakdown["cp_comm"] >= 0
+    nosp = estimate_time(m, c, _plan(c, tensor_parallel=4, global_batch_size=16))
+    sp = estimate_time(m, c, _plan(c, tensor_parallel=4, sequence_parallel=True, global_batch_size=16))
+    assert sp.breakdown["compute"] < nosp.breakdown["compute"]  # norms/dropout no longer replicated
+    # an all-reduce is a reduce-scatter + all-gather: sequence parallel moves the same bytes
+    assert sp.breakdown["tp_comm"] == pytest.approx(nosp.breakdown["tp_comm"], rel=1e-12)
+
+
+def test_smaller_gemms_reach_less_of_peak():
+    eff = timing.gemm_efficiency(np.array([8192, 8192, 512]), np.array([8192, 512, 8192]), 8192,
+                                 efficiency_max=0.75, half_dim=64)
+    assert eff[0] > eff[1] and eff[0] > eff[2] and eff[0] < 0.75
+    m, c = model("guide-13b"), _cluster()
+    t1 = estimate_time(m, c, _plan(c, tensor_parallel=1, pipeline_parallel=2, global_batch_size=64))
+    t8 = estimate_time(m, c, _plan(c, tensor_parallel=8, pipeline_parallel=2, global_batch_size=64))
+    assert t8.gemm_efficiency < t1.gemm_efficiency
+
+
+PLANS = [dict(tensor_parallel=1), dict(tensor_parallel=4, pipeline_parallel=2, recompute="full"),
+         dict(tensor_parallel=2, pipeline_parallel=4, virtual_pipeline=2, sequence_parallel=True,
+              recompute="selective"),
+         dict(tensor_parallel=2, context_parallel=2, distributed_optimizer=True),
+         dict(engine="deepspeed", zero_stage=3, offload_optimizer="cpu", offload_params="cpu"),
+         dict(engine="deepspeed", zero_stage=2, micro_batch_size=2)]
+
+
+def test_scalar_and_array_evaluations_agree_exactly():
+    m, c = model("guide-13b"), _cluster()
+    inputs = [time_inputs(m, c, _plan(c, **kw)) for kw in PLANS]
+    scalar = [step_time_terms(**kw) for kw in inputs]
+    arrays = {k: np.array([kw[k] for kw in inputs]) for k in inputs[0]}
+    for k in ("tensor_parallel", "pipeline_parallel", "zero_stage", "recompute", "num_parameters"):
+        assert arrays[k].dtype.kind == "i"  # integer-valued plan fields arrive as int arrays
+    vector = step_time_terms(**arrays)
+    for key in (*TERMS, "step_seconds", "model_flops", "hardware_flops"):
+        for i, s in enumerate(scalar):
+            assert float(vector[key][i]) == float(s[key]), (key, i)
+
+
+def test_large_model_int_arrays_do_not_overflow():
+    m, c = model("llama3-405b"), _cluster(nodes=128)
+    kw = time_inputs(m, c, _plan(c, tensor_parallel=8, pipeline_parallel=16, global_batch_size=2048))
+    scalar = step_time_terms(**kw)
+    arrays = step_time_terms(**{k: np.array([v, v]) for k, v in kw.items()})
+    assert scalar["model_flops"] > 2 ** 63
+    assert float(arrays["model_flops"][1]) == float(scalar["model_flops"])
+
+
+def test_calibration_curve_and_fallback():
+    a100 = timing.efficiency_curve("A100-80GB")
+    assert "Narayanan" in a100["source"]
+    mi = timing.efficiency_curve("MI300X")
+    assert "uncalibrated" in mi["source"]
+    fitted = timing.fit_gemm_curve(
+        [{"m": mm, "n": n, "k": k,
+          "tflops": 989 * float(timing.gemm_efficiency(mm, n, k, efficiency_max=0.7, half_dim=100))}
+         for mm, n, k in [(8192, 8192, 8192), (4096, 512, 4096), (16384, 1024, 8192), (2048, 128, 2048)]],
+        peak_tflops=989)
+    assert fitted["gemm_efficiency_max"] == pytest.approx(0.7, rel=0.03)
+    assert fitted["gemm_half_dim"] == pytest.approx(100, rel=0.05)
+
+
+def test_invalid_plan_is_rejected():
+    m, c = model("guide-13b"), _cluster()
+    with pytest.raises(ValueError, match="tensor_parallel=16 does not divide num_attention_heads=40"):
+        estimate_time(m, c, _plan(c, tensor_parallel=16))
+
+
+def test_step_time_terms_unpacks_its_arguments_in_signature_order():
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(step_time_terms).lstrip())
+    unpack = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Tuple)
+                  and isinstance(n.value, ast.GeneratorExp))
+    names = tuple(t.id for t in unpack.targets[0].elts)
+    assert names == timing._STEP_ARGS == tuple(inspect.signature(step_time_terms).parameters)

@@ -1,0 +1,129 @@
+"""Flags shared by the commands that take a model, a cluster and a plan (``estimate``, ``export``, ...).
+
+``add_spec_arguments(parser)`` adds them; ``specs_from_args(args)`` builds and cross-validates the three specs.
+A ``--model`` catalog entry supplies the model fields; explicit flags override them.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Optional
+
+from workbench import catalog
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
+
+DEFAULT_GPU = "H100-SXM"
+
+# flag dest -> ModelSpec field
+_MODEL_FLAGS = {
+    "layers": "num_layers", "hidden": "hidden_size", "heads": "num_attention_heads", "kv_heads": "num_query_groups",
+    "ffn": "ffn_hidden_size", "vocab": "vocab_size", "head_dim": "head_dim", "seq": "seq_length",
+    "activation": "activation", "norm": "normalization", "positions": "position_embedding",
+    "attention": "attention", "experts": "num_experts", "topk": "moe_top_k",
+    "hidden_dropout": "hidden_dropout", "attention_dropout": "attention_dropout",
+}
+# flag dest -> ParallelPlan field
+_PLAN_FLAGS = {
+    "engine": "engine", "tp": "tensor_parallel", "pp": "pipeline_parallel", "vp": "virtual_pipeline",
+    "cp": "context_parallel", "zero": "zero_stage", "offload_optimizer": "offload_optimizer",
+    "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
+    "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision",
+}
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    """Model, cluster and plan flags (all optional; see :func:`specs_from_args` for defaults)."""
+    m = parser.add_argument_group("model")
+    m.add_argument("--model", metavar="NAME", help=f"catalog model ({', '.join(catalog.model_names())})")
+    m.add_argument("--layers", type=int, help="transformer layers")
+    m.add_argument("--hidden", type=int, help="hidden size")
+    m.add_argument("--heads", type=int, help="attention heads")
+    m.add_argument("--kv-heads", type=int, help="key/value heads (GQA query groups)")
+    m.add_argument("--ffn", type=int, help="MLP inner size")
+    m.add_argument("--vocab", type=int, help="vocabulary size")
+    m.add_argument("--head-dim", type=int, help="per-head width (kv channels)")
+    m.add_argument("--seq", type=int, help="sequence length")
+    m.add_argument("--activation", choices=["gelu", "swiglu"])
+    m.add_argument("--norm", choices=["layernorm", "rmsnorm"])
+    m.add_argument("--no-bias", action="store_true", default=None, help="linear layers without biases")
+    tied = m.add_mutually_exclusive_group()
+    tied.add_argument("--tied", dest="tied", action="store_true", default=None, help="tie input/output embeddings")
+    tied.add_argument("--untied", dest="tied", action="store_false", help="separate output layer")
+    m.add_argument("--positions", choices=["learned", "rotary"])
+    m.add_argument("--attention", choices=["unfused", "flash"])
+    m.add_argument("--hidden-dropout", type=float, help="dropout after attention and MLP (default 0.1)")
+    m.add_argument("--attention-dropout", type=float, help="dropout on attention probabilities (default 0.1)")
+    m.add_argument("--experts", type=int, help="MoE experts per layer")
+    m.add_argument("--topk", type=int, help="MoE experts per token")
+
+    c = parser.add_argument_group("cluster")
+    c.add_argument("--gpu", default=DEFAULT_GPU, metavar="NAME", help=f"catalog GPU (default {DEFAULT_GPU})")
+    c.add_argument("--gpus-per-node", type=int, default=8)
+    c.add_argument("--nodes", type=int, default=1)
+    c.add_argument("--intra-gbps", type=float, help="per-GPU intra-node bandwidth, GB/s (default: catalog)")
+    c.add_argument("--inter-gbps", type=float, help="per-GPU inter-node bandwidth, GB/s (default: catalog)")
+    c.add_argument("--host-mem-gib", type=float, help="host memory per node, GiB")
+
+    p = parser.add_argument_group("plan")
+    p.add_argument("--engine", choices=["deepspeed", "megatron", "megatron-deepspeed"],
+                   help="training framework (default deepspeed)")
+    p.add_argument("--tp", type=int, help="tensor parallel")
+    p.add_argument("--pp", type=int, help="pipeline parallel")
+    p.add_argument("--vp", type=int, help="virtual pipeline chunks per rank")
+    p.add_argument("--cp", type=int, help="context parallel")
+    p.add_argument("--sp", action="store_true", default=None, help="sequence parallel")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
+    p.add_argument("--offload-optimizer", choices=["none", "cpu", "nvme"])
+    p.add_argument("--offload-params", choices=["none", "cpu", "nvme"])
+    p.add_argument("--distributed-optimizer", action="store_true", default=None, help="Megatron distributed optimizer")
+    p.add_argument("--recompute", choices=["none", "selective", "full"])
+    p.add_argument("--recompute-layers", type=int, help="full recompute: layers per stage")
+    p.add_argument("--mbs", type=int, help="micro batch size")
+    p.add_argument("--gbs", type=int, help="global batch size")
+    p.add_argument("--precision", choices=["bf16", "fp16", "fp32"])
+
+
+def model_from_args(args) -> ModelSpec:
+    fields = {f: getattr(args, d) for d, f in _MODEL_FLAGS.items() if getattr(args, d, None) is not None}
+    if getattr(args, "no_bias", None):
+        fields["add_bias_linear"] = False
+    if getattr(args, "tied", None) is not None:
+        fields["tied_embeddings"] = args.tied
+    if fields.get("num_experts") is None and "moe_top_k" in fields:
+        raise ValueError(f"--topk {fields['moe_top_k']} needs --experts")
+    if args.model:
+        return catalog.model(args.model, **fields)
+    missing = [f"--{d}" for d in ("layers", "hidden", "heads") if getattr(args, d, None) is None]
+    if missing:
+        raise ValueError(f"give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
+    return ModelSpec(**fields)
+
+
+def cluster_from_args(args) -> ClusterSpec:
+    kwargs = dict(gpu=catalog.gpu(args.gpu), gpus_per_node=args.gpus_per_node, num_nodes=args.nodes)
+    if args.intra_gbps is not None:
+        kwargs["intra_node_gb_per_s"] = args.intra_gbps
+    if args.inter_gbps is not None:
+        kwargs["inter_node_gb_per_s"] = args.inter_gbps
+    if args.host_mem_gib is not None:
+        kwargs["host_memory_gib_per_node"] = args.host_mem_gib
+    return ClusterSpec(**kwargs)
+
+
+def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = "deepspeed") -> ParallelPlan:
+    fields = {f: getattr(args, d) for d, f in _PLAN_FLAGS.items() if getattr(args, d, None) is not None}
+    fields.setdefault("engine", default_engine)
+    if getattr(args, "sp", None):
+        fields["sequence_parallel"] = True
+    if getattr(args, "distributed_optimizer", None):
+        fields["distributed_optimizer"] = True
+    return ParallelPlan(world_size=cluster.world_size, **fields)
+
+
+def specs_from_args(args, *, default_engine: Optional[str] = None) -> tuple[ModelSpec, ClusterSpec, ParallelPlan]:
+    """Build and cross-check (model, cluster, plan) from :func:`add_spec_arguments` flags; ``ValueError`` naming
+    the fields and numbers when they do not fit. ``default_engine`` applies when ``--engine`` is not given."""
+    model = model_from_args(args)
+    cluster = cluster_from_args(args)
+    plan = plan_from_args(args, cluster, default_engine=default_engine or "deepspeed")
+    validate(model, cluster, plan)
+    return model, cluster, plan

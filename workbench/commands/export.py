@@ -1,0 +1,132 @@
+"""``workbench export deepspeed|megatron|hybrid|launch``: write runnable configs for a plan and validate them.
+
+Without ``--out`` the main file goes to stdout; with ``--out DIR`` the files are written there (``ds_config.json``,
+``megatron_args.sh``, ``hybrid.sh``, ``hostfile``, ``launch.sh``). The validation result goes to stderr.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from workbench.commands.common import add_spec_arguments, specs_from_args
+
+KINDS = ("deepspeed", "megatron", "hybrid", "launch")
+_DEFAULT_ENGINE = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "megatron-deepspeed",
+                   "launch": "deepspeed"}
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("export", help="write ds_config.json, Megatron/hybrid commands or launch scripts",
+                            description=__doc__)
+    parser.add_argument("kind", choices=KINDS, help="what to export")
+    parser.add_argument("--launcher", choices=["deepspeed", "torchrun", "slurm"],
+                        help="launch: which launcher (default: deepspeed for engine deepspeed, else torchrun)")
+    parser.add_argument("--hosts", help="launch: comma-separated host names for the hostfile")
+    parser.add_argument("--out", metavar="DIR", help="write the files into DIR instead of printing")
+    add_spec_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _note(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
+    """(file name -> text, name of the main file, validation passed)."""
+    from workbench.configs import deepspeed as ds
+    from workbench.configs import hybrid, launch, megatron
+    from workbench.specs import Engine
+
+    files: dict = {}
+    ok = True
+    if kind == "deepspeed":
+        cfg = ds.build_ds_config(model, cluster, plan)
+        files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
+        ok = _validate_ds(cfg, plan)
+        return files, "ds_config.json", ok
+    if kind == "megatron":
+        files["megatron_args.sh"] = megatron.megatron_command(model, cluster, plan)
+        passed, message = megatron.validate_megatron_args(megatron.megatron_args(model, cluster, plan))
+        _note(f"validation: {'OK, ' if passed else ''}{message}")
+        ok = passed or "not validated" in message
+        return files, "megatron_args.sh", ok
+    if kind == "hybrid":
+        files["hybrid.sh"] = hybrid.hybrid_command(model, cluster, plan)
+        files["ds_config.json"] = json.dumps(hybrid.hybrid_ds_config(model, cluster, plan), indent=2) + "\n"
+        ok, message = hybrid.validate_hybrid(model, cluster, plan)
+        _note(f"validation: {'OK, ' if ok else 'FAILED, '}{message}")
+        return files, "hybrid.sh", ok
+
+    # launch
+    launcher = args.launcher or ("deepspeed" if plan.engine is Engine.DEEPSPEED else "torchrun")
+    preamble: list = []
+    if plan.engine is Engine.DEEPSPEED:
+        cfg = ds.build_ds_config(model, cluster, plan)
+        files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
+        ok = _validate_ds(cfg, plan)
+        preamble = ['TRAIN_SCRIPT="${TRAIN_SCRIPT:-train.py}"  # FILL IN: your DeepSpeed training script '
+                    '(calls deepspeed.initialize)']
+        command = ["$TRAIN_SCRIPT", "--deepspeed", "--deepspeed_config", "ds_config.json"]
+    elif plan.engine is Engine.MEGATRON:
+        args_ = megatron.megatron_args(model, cluster, plan)
+        passed, message = megatron.validate_megatron_args(args_)
+        _note(f"validation: {'OK, ' if passed else ''}{message}")
+        ok = passed or "not validated" in message
+        preamble = megatron.placeholder_lines(["MEGATRON_LM", "DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"])
+        preamble.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
+        command = ["$MEGATRON_LM/pretrain_gpt.py", *args_]
+    else:
+        files["ds_config.json"] = json.dumps(hybrid.hybrid_ds_config(model, cluster, plan), indent=2) + "\n"
+        ok, message = hybrid.validate_hybrid(model, cluster, plan)
+        _note(f"validation: {'OK, ' if ok else 'FAILED, '}{message}")
+        name, example, what = hybrid.HYBRID_PLACEHOLDER
+        preamble = [f'{name}="${{{name}:-{example}}}"  # FILL IN: {what}',
+                    *megatron.placeholder_lines(["DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
+                    "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
+        command = [f"${name}/pretrain_gpt.py", *hybrid.hybrid_args(model, cluster, plan)]
+    if launcher == "deepspeed":
+        hosts = [h.strip() for h in args.hosts.split(",")] if args.hosts else None
+        files["hostfile"] = launch.hostfile(cluster, hosts)
+        files["launch.sh"] = launch.deepspeed_launch_script(cluster, command, preamble=preamble)
+    elif launcher == "torchrun":
+        files["launch.sh"] = launch.torchrun_script(cluster, command, rdzv=cluster.num_nodes > 1, preamble=preamble)
+    else:
+        files["launch.sh"] = launch.slurm_script(cluster, command, preamble=preamble)
+    return files, "launch.sh", ok
+
+
+def _validate_ds(cfg: dict, plan) -> bool:
+    from workbench.configs import deepspeed as ds
+    from workbench.configs.lint import lint_ds_config
+
+    try:
+        ds.validate_ds_config(cfg, plan.world_size, model_parallel_size=plan.model_parallel_size)
+    except ValueError as exc:
+        _note(f"validation: FAILED, {exc}")
+        return False
+    warnings = [f for f in lint_ds_config(cfg, world_size=plan.data_parallel) if f.severity != "error"]
+    _note(f"validation: OK, DeepSpeed {ds.deepspeed_version()} DeepSpeedConfig accepts it for data-parallel size "
+          f"{plan.data_parallel} (world size {plan.world_size}); lint: "
+          + ("no findings" if not warnings else "; ".join(str(w) for w in warnings)))
+    return True
+
+
+def run(args) -> int:
+    model, cluster, plan = specs_from_args(args, default_engine=_DEFAULT_ENGINE[args.kind])
+    files, main, ok = _files(args.kind, args, model, cluster, plan)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            path = out / name
+            path.write_text(text)
+            if name.endswith(".sh"):
+                path.chmod(0o755)
+            print(path)
+    else:
+        sys.stdout.write(files[main])
+        others = [n for n in files if n != main]
+        if others:
+            _note(f"also: {', '.join(others)} (use --out DIR to write every file)")
+    return 0 if ok else 1

@@ -1,0 +1,96 @@
+"""``workbench import FILE_OR_COMMAND``: read a ds_config.json or a Megatron command line / script into specs.
+
+Prints the model, plan and option fields found, the warnings, and the lint findings (``--json`` for one JSON
+object). Options go before the file or command: ``workbench import --json ds_config.json`` or
+``workbench import --world-size 16 -- python pretrain_gpt.py --num-layers 40 ...``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from workbench.cli import print_json
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("import", help="read a ds_config.json or Megatron command line into specs",
+                            description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--world-size", type=int, help="data-parallel world size for a ds_config's batch fields")
+    parser.add_argument("source", nargs=argparse.REMAINDER, metavar="FILE_OR_COMMAND",
+                        help="a ds_config.json, a launch script, or a command line (quoted, or after --)")
+    parser.set_defaults(func=run)
+
+
+def _split_trailing_options(tokens: list, args) -> list:
+    """Allow ``workbench import ds_config.json --json`` when the source is a single file."""
+    if tokens and tokens[0] == "--":
+        tokens = tokens[1:]
+    if tokens and Path(tokens[0]).is_file():
+        rest = tokens[1:]
+        i = 0
+        while i < len(rest):
+            if rest[i] == "--json":
+                args.json = True
+                i += 1
+            elif rest[i] == "--world-size" and i + 1 < len(rest):
+                try:
+                    args.world_size = int(rest[i + 1])
+                except ValueError:
+                    raise ValueError(f"--world-size {rest[i + 1]!r} must be an integer") from None
+                i += 2
+            else:
+                raise ValueError(f"unexpected argument {rest[i]!r} after the file {tokens[0]!r}")
+        return tokens[:1]
+    return tokens
+
+
+def imported_as_dict(imp) -> dict:
+    return {
+        "kind": imp.kind,
+        "model": dict(imp.model_fields),
+        "plan": dict(imp.plan_fields),
+        "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in imp.options.items()},
+        "warnings": list(imp.warnings),
+        "lint": [dataclasses.asdict(f) for f in imp.lint],
+    }
+
+
+def run(args) -> int:
+    from workbench.configs.importer import import_any, import_ds_config
+
+    tokens = _split_trailing_options(list(args.source), args)
+    if not tokens:
+        raise ValueError("give a ds_config.json, a script, or a command line to import")
+    if len(tokens) == 1:
+        source = tokens[0]
+        is_json = source.lstrip().startswith("{") or (Path(source).is_file()
+                                                      and Path(source).read_text().lstrip().startswith("{"))
+        if is_json:
+            text = Path(source).read_text() if Path(source).is_file() else source
+            imp = import_ds_config(text, world_size=args.world_size)
+        else:
+            imp = import_any(Path(source) if Path(source).is_file() else source)
+    else:
+        imp = import_any(" ".join(__import__("shlex").quote(t) for t in tokens))
+    data = imported_as_dict(imp)
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"kind: {imp.kind}")
+    for title, section in (("model", data["model"]), ("plan", data["plan"]), ("options", data["options"])):
+        print(f"{title}:" + ("" if section else " (nothing)"))
+        for k, v in section.items():
+            print(f"  {k} = {v}")
+    if imp.warnings:
+        print("warnings:")
+        for w in imp.warnings:
+            print(f"  - {w}")
+    if imp.lint:
+        print("lint:")
+        for f in imp.lint:
+            print(f"  - {f}")
+    elif imp.kind == "deepspeed":
+        print("lint: no findings")
+    return 0

@@ -1,0 +1,288 @@
+"""DeepSpeed ``ds_config.json`` export and validation.
+
+:func:`build_ds_config` turns (model, cluster, plan) into a complete, runnable DeepSpeed config; :func:`validate_ds_config`
+checks it with DeepSpeed's own ``DeepSpeedConfig`` under the plan's data-parallel world size, without starting
+``torch.distributed``, and then with :func:`workbench.configs.lint.lint_ds_config`.
+
+Batch arithmetic (DeepSpeed ``runtime/config.py`` ``_batch_assertion``)::
+
+    train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp
+
+where ``dp`` is the world size DeepSpeed sees: the whole job for plain ZeRO, and the data-parallel group when a model
+parallel unit (``mpu``) is passed, as Megatron-DeepSpeed and DeepSpeed's pipeline engine do. Both equal
+``plan.data_parallel``.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, fields
+from typing import Optional
+
+from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
+                             ZeroStage, validate)
+
+#: Models at or above this many parameters get the tighter clipping default (seed guide §5.3: "for models above 13B,
+#: max_norm between 0.5 and 1.0 gives better stability"; we take the lower end). The threshold is 12e9 so that
+#: "13B-class" models count: the guide's own 13B example (40 x 5120, GPT-3 vocabulary) has 12.85e9 parameters.
+LARGE_MODEL_PARAMETERS = 12e9
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DeepSpeedOptions:
+    """Training hyper-parameters and DeepSpeed tunables written into exported configs (DeepSpeed and Megatron).
+
+    Defaults follow the seed guide's 13B example (lr 6e-5 → 6e-6 cosine, weight decay 0.01, Adam betas 0.9/0.95,
+    100,000 iterations, fp16 loss-scale window 1000, ZeRO buckets 5e8) unless noted.
+    """
+
+    lr: float = 6e-5
+    """Peak learning rate (guide §3: ``lr 6e-5``)."""
+    min_lr: Optional[float] = None
+    """Final learning rate of the cosine decay; ``None`` means lr / 10 (guide §3: ``--min-lr 6e-6``)."""
+    betas: tuple = (0.9, 0.95)
+    """Adam β1, β2 (guide §3 and §5.3: ``--adam-beta1 0.9 --adam-beta2 0.95``)."""
+    eps: float = 1e-8
+    """Adam ε (PyTorch and DeepSpeed default)."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (guide §3: ``weight_decay 0.01``)."""
+    clip: Optional[float] = None
+    """Gradient-norm clipping; ``None`` means 1.0, or 0.5 for 13B-class models (>= 12e9 parameters, guide §5.3)."""
+    train_iters: int = 100_000
+    """Optimizer steps (guide §3: ``--train-iters 100000``)."""
+    warmup_iters: Optional[int] = None
+    """Learning-rate warm-up steps; ``None`` means 1% of train_iters."""
+    reduce_bucket_size: int = 500_000_000
+    """ZeRO gradient reduce bucket, elements (guide §3/§4: ``5e8``)."""
+    allgather_bucket_size: int = 500_000_000
+    """ZeRO-1/2 parameter all-gather bucket, elements (guide §3/§4: ``5e8``)."""
+    overlap_comm: bool = True
+    """Overlap gradient reduction with the backward pass (guide §4: enable on InfiniBand)."""
+    contiguous_gradients: bool = True
+    """Copy gradients into one contiguous buffer as they are produced (avoids fragmentation)."""
+    stage3_prefetch_bucket_size: int = 50_000_000
+    """ZeRO-3 parameter prefetch, elements (DeepSpeed default 5e7)."""
+    stage3_param_persistence_threshold: int = 100_000
+    """ZeRO-3: parameters smaller than this stay unpartitioned, elements (DeepSpeed default 1e5)."""
+    stage3_max_live_parameters: int = 1_000_000_000
+    """ZeRO-3: parameters kept gathered at once, elements (DeepSpeed default 1e9)."""
+    stage3_max_reuse_distance: int = 1_000_000_000
+    """ZeRO-3: keep a gathered parameter if it is reused within this many elements (DeepSpeed default 1e9)."""
+    sub_group_size: int = 1_000_000_000
+    """ZeRO-3 optimizer step granularity, elements (DeepSpeed default 1e9)."""
+    nvme_path: str = "/local_nvme"
+    """ZeRO-Infinity swap folder on a local NVMe drive (used only with offload to nvme; set it to your mount)."""
+    pin_memory: bool = True
+    """Page-locked host buffers for offload (faster PCIe copies, costs host memory)."""
+    loss_scale_window: int = 1000
+    """fp16 dynamic loss scaling: steps without overflow before the scale doubles (guide §3: ``1000``)."""
+    initial_scale_power: int = 16
+    """fp16: the first loss scale is 2**initial_scale_power (DeepSpeed default)."""
+    hysteresis: int = 2
+    """fp16: overflows tolerated before the scale is lowered (DeepSpeed default)."""
+    min_loss_scale: float = 1.0
+    """fp16: lower bound of the dynamic loss scale (DeepSpeed default)."""
+    cpu_checkpointing: bool = False
+    """Activation checkpointing: keep checkpoints in host memory."""
+    steps_per_print: int = 10
+    """DeepSpeed progress print interval (steps)."""
+    wall_clock_breakdown: bool = False
+    """DeepSpeed per-phase timers (forward, backward, step)."""
+    seed: int = 1234
+    """Random seed (Megatron ``--seed``)."""
+
+    def __post_init__(self) -> None:
+        betas = tuple(float(b) for b in self.betas)
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"betas={self.betas!r} must be two numbers in [0, 1)")
+        object.__setattr__(self, "betas", betas)
+        for name in ("lr", "eps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be > 0")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0")
+        if self.clip is not None and self.clip < 0:
+            raise ValueError(f"clip={self.clip} must be >= 0")
+        for name in ("train_iters", "reduce_bucket_size", "loss_scale_window", "steps_per_print"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.warmup_iters is not None and not 0 < self.warmup_iters <= self.train_iters:
+            raise ValueError(f"warmup_iters={self.warmup_iters} must be in 1..train_iters={self.train_iters}")
+        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"min_lr={self.min_lr} must be in 0..lr={self.lr}")
+
+    # -- resolved values ------------------------------------------------------------------------------------------
+    @property
+    def final_lr(self) -> float:
+        return self.lr / 10 if self.min_lr is None else self.min_lr
+
+    @property
+    def warmup_steps(self) -> int:
+        return max(1, self.train_iters // 100) if self.warmup_iters is None else self.warmup_iters
+
+    def clipping_for(self, model: ModelSpec) -> float:
+        """Gradient clipping for ``model``: the explicit ``clip``, else 1.0, or 0.5 for 13B-class models (>= 12e9)."""
+        if self.clip is not None:
+            return float(self.clip)
+        return 0.5 if model.num_parameters >= LARGE_MODEL_PARAMETERS else 1.0
+
+    @classmethod
+    def field_names(cls) -> tuple:
+        return tuple(f.name for f in fields(cls))
+
+
+def _ds_engine_check(plan: ParallelPlan) -> None:
+    if plan.engine is Engine.MEGATRON:
+        raise ValueError("engine='megatron' does not use DeepSpeed; export it with megatron_args(), or use "
+                         "engine='deepspeed' or 'megatron-deepspeed'")
+
+
+def _offload_section(device: Offload, options: DeepSpeedOptions) -> dict:
+    section = {"device": str(device), "pin_memory": options.pin_memory}
+    if device is Offload.NVME:
+        section["nvme_path"] = options.nvme_path
+    return section
+
+
+def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
+                    options: Optional[DeepSpeedOptions] = None) -> dict:
+    """A complete DeepSpeed config for the plan (engines ``deepspeed`` and ``megatron-deepspeed``).
+
+    The batch fields satisfy DeepSpeed's identity with ``dp = plan.data_parallel`` (for the hybrid DeepSpeed gets the
+    data-parallel size from Megatron's ``mpu``). Activation checkpointing is written when ``plan.recompute`` is not
+    ``none``; DeepSpeed applies it only where the model code calls ``deepspeed.checkpointing.checkpoint``
+    (Megatron-DeepSpeed does with ``--deepspeed-activation-checkpointing``).
+    """
+    validate(model, cluster, plan)
+    _ds_engine_check(plan)
+    o = options or DeepSpeedOptions()
+    stage = int(plan.zero_stage)
+    cfg: dict = {
+        # train_batch_size = micro * accumulation * data_parallel
+        "train_batch_size": plan.global_batch_size,
+        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        "steps_per_print": o.steps_per_print,
+        "wall_clock_breakdown": o.wall_clock_breakdown,
+        "gradient_clipping": o.clipping_for(model),
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": o.lr, "betas": list(o.betas), "eps": o.eps, "weight_decay": o.weight_decay},
+        },
+        "scheduler": {
+            # Linear warm-up then cosine decay to final_lr, as Megatron's --lr-decay-style cosine.
+            "type": "WarmupCosineLR",
+            "params": {"total_num_steps": o.train_iters, "warmup_num_steps": o.warmup_steps,
+                       "warmup_min_ratio": 0.0, "cos_min_ratio": o.final_lr / o.lr, "warmup_type": "linear"},
+        },
+    }
+    if plan.precision is Precision.FP16:
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "loss_scale_window": o.loss_scale_window,
+                       "initial_scale_power": o.initial_scale_power, "hysteresis": o.hysteresis,
+                       "min_loss_scale": o.min_loss_scale}
+    elif plan.precision is Precision.BF16:
+        cfg["bf16"] = {"enabled": True}
+    zero: dict = {"stage": stage}
+    if stage >= ZeroStage.OPTIMIZER:
+        zero.update({
+            "overlap_comm": o.overlap_comm,
+            "contiguous_gradients": o.contiguous_gradients,
+            "reduce_scatter": True,
+            "reduce_bucket_size": int(o.reduce_bucket_size),
+        })
+        if stage < ZeroStage.PARAMETERS:
+            zero.update({"allgather_partitions": True, "allgather_bucket_size": int(o.allgather_bucket_size)})
+        else:
+            zero.update({
+                "stage3_prefetch_bucket_size": int(o.stage3_prefetch_bucket_size),
+                "stage3_param_persistence_threshold": int(o.stage3_param_persistence_threshold),
+                "stage3_max_live_parameters": int(o.stage3_max_live_parameters),
+                "stage3_max_reuse_distance": int(o.stage3_max_reuse_distance),
+                "stage3_gather_16bit_weights_on_model_save": True,
+                "sub_group_size": int(o.sub_group_size),
+            })
+        if plan.offload_optimizer is not Offload.NONE:
+            zero["offload_optimizer"] = _offload_section(plan.offload_optimizer, o)
+        if plan.offload_params is not Offload.NONE:
+            zero["offload_param"] = _offload_section(plan.offload_params, o)
+    cfg["zero_optimization"] = zero
+    if plan.recompute is not Recompute.NONE:
+        layers_per_stage = model.num_layers // plan.pipeline_parallel
+        cfg["activation_checkpointing"] = {
+            # Splitting the checkpoints over the TP group only helps with tensor parallelism.
+            "partition_activations": plan.tensor_parallel > 1,
+            "contiguous_memory_optimization": True,
+            "number_checkpoints": plan.recompute_layers or layers_per_stage,
+            "cpu_checkpointing": o.cpu_checkpointing,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+    return cfg
+
+
+class _DataParallelUnit:
+    """The one ``mpu`` method ``DeepSpeedConfig`` asks for: the data-parallel world size."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def get_data_parallel_world_size(self) -> int:
+        return self._size
+
+
+def _find_auto(obj, path=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _find_auto(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(obj, str) and obj == "auto":
+        yield path
+
+
+def deepspeed_version() -> str:
+    from importlib.metadata import version
+
+    return version("deepspeed")
+
+
+def check_with_deepspeed(config: dict, data_parallel_size: int):
+    """Run DeepSpeed's own ``DeepSpeedConfig`` on ``config`` with the given data-parallel world size.
+
+    ``DeepSpeedConfig.__init__`` (deepspeed 0.19.8 ``runtime/config.py``) calls ``dist.get_rank()`` first — which
+    asserts when ``torch.distributed`` is not initialised and makes it fall back to world size 1 — and then asks the
+    documented ``mpu`` argument for ``get_data_parallel_world_size()``. We pass such an ``mpu`` and answer
+    ``get_rank`` with 0 for the duration of the call only. Returns the ``DeepSpeedConfig``; raises ``ValueError``
+    with DeepSpeed's message.
+    """
+    from unittest import mock
+
+    import deepspeed.runtime.config as ds_config_module
+
+    if data_parallel_size < 1:
+        raise ValueError(f"data-parallel world size={data_parallel_size} must be >= 1")
+    autos = list(_find_auto(config))
+    if autos:
+        raise ValueError(f"config has unresolved 'auto' values at {', '.join(autos)}; resolve them "
+                         f"(workbench import fills them from specs) before validating")
+    try:
+        with mock.patch.object(ds_config_module.dist, "get_rank", return_value=0):
+            return ds_config_module.DeepSpeedConfig(copy.deepcopy(config), mpu=_DataParallelUnit(data_parallel_size))
+    except Exception as exc:  # DeepSpeedConfigError, AssertionError, pydantic ValidationError, TypeError...
+        msg = " ".join(str(exc).split()) or exc.__class__.__name__
+        raise ValueError(f"DeepSpeed {deepspeed_version()} rejects the config: {msg}") from exc
+
+
+def validate_ds_config(config: dict, world_size: int, *, model_parallel_size: int = 1) -> None:
+    """Validate ``config`` as DeepSpeed would for a job of ``world_size`` GPUs, then lint it.
+
+    ``model_parallel_size`` (tensor × pipeline × context parallel) divides the world size to give the
+    data-parallel size DeepSpeed divides the batch by (1 for plain ZeRO data parallelism).
+    Raises ``ValueError`` with DeepSpeed's message, or with the lint errors.
+    """
+    from workbench.configs.lint import lint_ds_config
+
+    if world_size < 1 or model_parallel_size < 1 or world_size % model_parallel_size:
+        raise ValueError(f"model_parallel_size={model_parallel_size} does not divide world_size={world_size}")
+    dp = world_size // model_parallel_size
+    check_with_deepspeed(config, dp)
+    errors = [f for f in lint_ds_config(config, world_size=dp) if f.severity == "error"]
+    if errors:
+        raise ValueError("; ".join(f"{f.path}: {f.message}" for f in errors))

@@ -1,0 +1,680 @@
+"""Import an existing DeepSpeed config or Megatron command line into workbench specs.
+
+``import_ds_config`` reads ``ds_config.json`` (a dict, JSON text, or a path; hjson as DeepSpeed itself accepts),
+``import_megatron_args`` reads a ``pretrain_gpt.py`` command line or launch script (Megatron-LM or Megatron-DeepSpeed
+flags, ``--foo-bar`` or ``--foo_bar``, deprecated names with a warning), and ``import_any`` tells them apart.
+The result, :class:`Imported`, holds what the source says; :meth:`Imported.to_specs` fills the rest from defaults.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from workbench.configs.deepspeed import DeepSpeedOptions
+from workbench.specs import ClusterSpec, Engine, ModelSpec, ParallelPlan
+
+_MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
+_PLAN_FIELDS = {f.name for f in dataclasses.fields(ParallelPlan)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Imported:
+    """What an imported config or command says about the model, the plan and the training options."""
+
+    kind: str
+    """``deepspeed`` (a ds_config), ``megatron`` or ``megatron-deepspeed`` (a command line)."""
+    model_fields: dict = field(default_factory=dict)
+    """:class:`~workbench.specs.ModelSpec` keyword arguments found in the source."""
+    plan_fields: dict = field(default_factory=dict)
+    """:class:`~workbench.specs.ParallelPlan` keyword arguments found in the source."""
+    options: dict = field(default_factory=dict)
+    """:class:`~workbench.configs.deepspeed.DeepSpeedOptions` fields found, plus extra facts (``data_parallel``,
+    ``gpus_per_node``, ``num_nodes``, ``auto`` paths, ``deepspeed_config`` path, ``other_flags``)."""
+    warnings: list = field(default_factory=list)
+    """Things the reader should know: deprecated flags, unresolved ``auto`` values, guesses."""
+    lint: list = field(default_factory=list)
+    """:class:`~workbench.configs.lint.LintFinding` list (DeepSpeed configs)."""
+
+    def merge(self, other: "Imported") -> "Imported":
+        """Combine a command line with its ds_config (or any two imports); ``other`` fills what ``self`` lacks.
+        Conflicting values keep ``self``'s and add a warning."""
+        warnings = list(self.warnings) + list(other.warnings)
+        merged = []
+        for mine, theirs, label in ((self.model_fields, other.model_fields, "model"),
+                                    (self.plan_fields, other.plan_fields, "plan"),
+                                    (self.options, other.options, "option")):
+            out = dict(theirs)
+            for k, v in mine.items():
+                if k in theirs and theirs[k] != v and k not in ("other_flags", "engine"):
+                    warnings.append(f"{label} {k}: {self.kind} says {v!r}, {other.kind} says {theirs[k]!r}; "
+                                    f"keeping {v!r}")
+                out[k] = v
+            merged.append(out)
+        kind = self.kind if self.kind != "deepspeed" else other.kind
+        return Imported(kind=kind, model_fields=merged[0], plan_fields=merged[1], options=merged[2],
+                        warnings=warnings, lint=list(self.lint) + list(other.lint))
+
+    def deepspeed_options(self) -> DeepSpeedOptions:
+        """The imported training options over :class:`DeepSpeedOptions`' defaults."""
+        known = {k: v for k, v in self.options.items() if k in DeepSpeedOptions.field_names()}
+        return DeepSpeedOptions(**known)
+
+    def to_specs(self, model: Optional[ModelSpec] = None,
+                 cluster: Optional[ClusterSpec] = None) -> tuple[ModelSpec, ParallelPlan]:
+        """``(ModelSpec, ParallelPlan)`` from what was imported, the rest from ``model`` and ``cluster``.
+
+        Without ``model`` the source must name layers, hidden size and heads. The world size comes from the source
+        (launcher flags), else from ``cluster``, else from the data-parallel size the batch fields imply.
+        """
+        if model is not None:
+            spec = model
+            if self.model_fields:
+                try:
+                    spec = model.replace(**self.model_fields)
+                except ValueError:
+                    # ModelSpec.replace re-derives defaults and fails for models whose head_dim is not
+                    # hidden/heads (gpt3-13b: 5140/40); the imported fields are explicit, so apply them directly.
+                    values = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.init}
+                    spec = ModelSpec(**{**values, **self.model_fields})
+        else:
+            missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if k not in self.model_fields]
+            if missing:
+                raise ValueError(f"the {self.kind} source does not give {', '.join(missing)}; pass a model "
+                                 f"(e.g. --model NAME) to fill them")
+            spec = ModelSpec(**self.model_fields)
+        fields_ = dict(self.plan_fields)
+        if "world_size" not in fields_:
+            mp = (fields_.get("tensor_parallel", 1) * fields_.get("pipeline_parallel", 1)
+                  * fields_.get("context_parallel", 1))
+            if self.options.get("gpus_per_node") and self.options.get("num_nodes"):
+                fields_["world_size"] = self.options["gpus_per_node"] * self.options["num_nodes"]
+            elif cluster is not None:
+                fields_["world_size"] = cluster.world_size
+            elif self.options.get("data_parallel"):
+                fields_["world_size"] = self.options["data_parallel"] * mp
+            else:
+                raise ValueError(f"the {self.kind} source does not give the world size; pass a cluster "
+                                 f"(--gpus-per-node/--nodes)")
+        # Batch fields the source left out, resolved as DeepSpeed does (micro × accumulation × dp = global).
+        gas = self.options.get("gradient_accumulation_steps")
+        if isinstance(gas, int) and gas > 0:
+            mp = (fields_.get("tensor_parallel", 1) * fields_.get("pipeline_parallel", 1)
+                  * fields_.get("context_parallel", 1))
+            dp = fields_["world_size"] // mp if fields_["world_size"] % mp == 0 else None
+            if dp:
+                if "micro_batch_size" not in fields_ and "global_batch_size" in fields_:
+                    if fields_["global_batch_size"] % (gas * dp):
+                        raise ValueError(f"train_batch_size={fields_['global_batch_size']} is not divisible by "
+                                         f"gradient_accumulation_steps({gas}) * data_parallel({dp}) = {gas * dp}")
+                    fields_["micro_batch_size"] = fields_["global_batch_size"] // (gas * dp)
+                elif "global_batch_size" not in fields_:
+                    fields_["global_batch_size"] = fields_.get("micro_batch_size", 1) * gas * dp
+        number_checkpoints = self.options.get("number_checkpoints")
+        if (fields_.get("recompute") == "full" and "recompute_layers" not in fields_
+                and isinstance(number_checkpoints, int)):
+            per_stage = spec.num_layers // fields_.get("pipeline_parallel", 1)
+            if 0 < number_checkpoints < per_stage:
+                fields_["recompute_layers"] = number_checkpoints
+        return spec, ParallelPlan(**fields_)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Numbers
+# ----------------------------------------------------------------------------------------------------------------
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def to_number(value, path: str = "value"):
+    """``5e8`` / ``"5e8"`` / ``"1_000"`` → 500000000 (int when integral), floats kept; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{path}={value!r} is not a number")
+    if isinstance(value, (int, float)):
+        x = value
+    elif isinstance(value, str) and _NUMBER.match(value.strip().replace("_", "")):
+        x = float(value.strip().replace("_", ""))
+    else:
+        raise ValueError(f"{path}={value!r} is not a number")
+    if isinstance(x, float) and x.is_integer() and abs(x) < 2**63:
+        return int(x)
+    return x
+
+
+def _int(value, path: str) -> int:
+    x = to_number(value, path)
+    if not isinstance(x, int):
+        raise ValueError(f"{path}={value!r} must be a whole number")
+    return x
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# DeepSpeed configs
+# ----------------------------------------------------------------------------------------------------------------
+def _load_json(source) -> dict:
+    if isinstance(source, dict):
+        return source
+    text = None
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "{" not in source):
+        path = Path(source)
+        if not path.exists():
+            raise ValueError(f"ds_config file {str(path)!r} does not exist")
+        text = path.read_text()
+    else:
+        text = str(source)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        try:  # DeepSpeed reads its config files with hjson (comments, unquoted keys)
+            import hjson
+
+            data = hjson.loads(text)
+        except Exception:
+            raise ValueError(f"ds_config is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"ds_config must be a JSON object, got {type(data).__name__}")
+    return json.loads(json.dumps(data))  # plain dicts (hjson returns OrderedDicts)
+
+
+def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int] = None) -> Imported:
+    """Read a DeepSpeed config. ``world_size`` is the data-parallel size the job runs with (needed to resolve a
+    missing batch field); ``"auto"`` values stay unresolved with a warning and are filled from defaults."""
+    from workbench.configs.lint import lint_ds_config
+
+    cfg = _load_json(source)
+    plan: dict = {"engine": "deepspeed"}
+    opts: dict = {}
+    warnings: list[str] = []
+    autos: list[str] = []
+
+    def get(section: dict, key: str, path: str, kind=to_number):
+        if key not in section:
+            return None
+        value = section[key]
+        if value == "auto":
+            autos.append(path)
+            return None
+        return kind(value, path)
+
+    tbs = get(cfg, "train_batch_size", "train_batch_size", _int)
+    mbs = get(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", _int)
+    gas = get(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps", _int)
+    # DeepSpeed's _set_batch_related_parameters, with world size = data-parallel size.
+    if tbs is not None and mbs is not None and gas is not None:
+        if tbs % (mbs * gas):
+            warnings.append(f"train_batch_size={tbs} is not a multiple of micro({mbs}) * accumulation({gas})")
+        else:
+            opts["data_parallel"] = tbs // (mbs * gas)
+            if world_size is not None and opts["data_parallel"] != world_size:
+                warnings.append(f"train_batch_size={tbs} != micro({mbs}) * accumulation({gas}) * "
+                                f"world_size({world_size}) = {mbs * gas * world_size}; DeepSpeed will refuse it")
+    elif world_size is not None:
+        if tbs is not None and mbs is not None:
+            gas = tbs // (mbs * world_size)
+        elif tbs is not None and gas is not None:
+            mbs = tbs // (gas * world_size)
+        elif mbs is not None:
+            gas = gas or 1
+            tbs = mbs * gas * world_size
+        elif tbs is not None:
+            gas, mbs = 1, tbs // world_size
+        if mbs is not None and gas is not None:
+            opts["data_parallel"] = world_size
+    if mbs is not None:
+        plan["micro_batch_size"] = mbs
+    if tbs is not None:
+        plan["global_batch_size"] = tbs
+    if gas is not None:
+        opts["gradient_accumulation_steps"] = gas
+    if world_size is not None:
+        plan["world_size"] = world_size
+
+    # precision
+    fp16 = cfg.get("fp16") if isinstance(cfg.get("fp16"), dict) else {}
+    bf16 = cfg.get("bf16", cfg.get("bfloat16"))
+    bf16 = bf16 if isinstance(bf16, dict) else {}
+    fp16_on, bf16_on = fp16.get("enabled"), bf16.get("enabled")
+    if fp16_on == "auto" or bf16_on == "auto":
+        autos += [p for p, v in (("fp16.enabled", fp16_on), ("bf16.enabled", bf16_on)) if v == "auto"]
+    if fp16_on is True and bf16_on is True:
+        warnings.append("fp16 and bf16 are both enabled (DeepSpeed refuses this); reading bf16")
+    if bf16_on is True:
+        plan["precision"] = "bf16"
+    elif fp16_on is True:
+        plan["precision"] = "fp16"
+    elif fp16_on in (None, False) and bf16_on in (None, False):
+        plan["precision"] = "fp32"
+    for key, name in (("loss_scale_window", "loss_scale_window"), ("hysteresis", "hysteresis"),
+                      ("min_loss_scale", "min_loss_scale"), ("initial_scale_power", "initial_scale_power")):
+        value = get(fp16, key, f"fp16.{key}")
+        if value is not None:
+            opts[name] = value
+
+    # ZeRO
+    zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
+    stage = get(zero, "stage", "zero_optimization.stage", _int)
+    plan["zero_stage"] = stage if stage is not None else 0
+    for key in ("offload_optimizer", "offload_param"):
+        section = zero.get(key)
+        if isinstance(section, dict):
+            device = section.get("device", "none")
+            if device == "auto":
+                autos.append(f"zero_optimization.{key}.device")
+                continue
+            plan["offload_optimizer" if key == "offload_optimizer" else "offload_params"] = str(device or "none")
+            if section.get("nvme_path"):
+                opts["nvme_path"] = str(section["nvme_path"])
+            if "pin_memory" in section and isinstance(section["pin_memory"], bool):
+                opts["pin_memory"] = section["pin_memory"]
+    # legacy boolean forms (DeepSpeed still accepts them, deprecated)
+    if zero.get("cpu_offload") is True and "offload_optimizer" not in plan:
+        plan["offload_optimizer"] = "cpu"
+        warnings.append("zero_optimization.cpu_offload is deprecated; read as offload_optimizer.device=cpu")
+    if zero.get("cpu_offload_param") is True and "offload_params" not in plan:
+        plan["offload_params"] = "cpu"
+        warnings.append("zero_optimization.cpu_offload_param is deprecated; read as offload_param.device=cpu")
+    for key, name in (("reduce_bucket_size", "reduce_bucket_size"), ("allgather_bucket_size", "allgather_bucket_size"),
+                      ("stage3_prefetch_bucket_size", "stage3_prefetch_bucket_size"),
+                      ("prefetch_bucket_size", "stage3_prefetch_bucket_size"),
+                      ("stage3_param_persistence_threshold", "stage3_param_persistence_threshold"),
+                      ("stage3_max_live_parameters", "stage3_max_live_parameters"),
+                      ("stage3_max_reuse_distance", "stage3_max_reuse_distance"),
+                      ("sub_group_size", "sub_group_size")):
+        value = get(zero, key, f"zero_optimization.{key}")
+        if value is not None:
+            opts[name] = int(value)
+    for key in ("overlap_comm", "contiguous_gradients"):
+        if isinstance(zero.get(key), bool):
+            opts[key] = zero[key]
+
+    # optimizer and schedule
+    opt = cfg.get("optimizer") if isinstance(cfg.get("optimizer"), dict) else {}
+    params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
+    if opt.get("type") and str(opt["type"]).lower() not in ("adam", "adamw"):
+        warnings.append(f"optimizer.type={opt['type']!r}: the memory model assumes Adam-style states (12 bytes per "
+                        f"parameter)")
+    for key in ("lr", "eps", "weight_decay"):
+        value = get(params, key, f"optimizer.params.{key}")
+        if value is not None:
+            opts[key] = float(value)
+    if "betas" in params:
+        if params["betas"] == "auto":
+            autos.append("optimizer.params.betas")
+        else:
+            opts["betas"] = tuple(float(to_number(b, "optimizer.params.betas")) for b in params["betas"])
+    sched = cfg.get("scheduler") if isinstance(cfg.get("scheduler"), dict) else {}
+    sparams = sched.get("params") if isinstance(sched.get("params"), dict) else {}
+    total = get(sparams, "total_num_steps", "scheduler.params.total_num_steps")
+    warm = get(sparams, "warmup_num_steps", "scheduler.params.warmup_num_steps")
+    if total is not None:
+        opts["train_iters"] = int(total)
+    if warm is not None:
+        opts["warmup_iters"] = int(warm)
+    ratio = get(sparams, "cos_min_ratio", "scheduler.params.cos_min_ratio")
+    if ratio is not None and "lr" in opts:
+        opts["min_lr"] = opts["lr"] * float(ratio)
+    max_lr = get(sparams, "warmup_max_lr", "scheduler.params.warmup_max_lr")
+    if max_lr is not None and "lr" not in opts:
+        opts["lr"] = float(max_lr)
+    clip = get(cfg, "gradient_clipping", "gradient_clipping")
+    if clip is not None:
+        opts["clip"] = float(clip)
+    for key in ("steps_per_print",):
+        value = get(cfg, key, key)
+        if value is not None:
+            opts[key] = int(value)
+    if isinstance(cfg.get("wall_clock_breakdown"), bool):
+        opts["wall_clock_breakdown"] = cfg["wall_clock_breakdown"]
+
+    # activation checkpointing
+    ac = cfg.get("activation_checkpointing")
+    if isinstance(ac, dict):
+        plan["recompute"] = "full"
+        warnings.append("activation_checkpointing is present: read as full recompute (DeepSpeed checkpoints only "
+                        "where the model calls deepspeed.checkpointing.checkpoint)")
+        n = get(ac, "number_checkpoints", "activation_checkpointing.number_checkpoints")
+        if n is not None:
+            opts["number_checkpoints"] = int(n)
+        if isinstance(ac.get("cpu_checkpointing"), bool):
+            opts["cpu_checkpointing"] = ac["cpu_checkpointing"]
+
+    if autos:
+        opts["auto"] = autos
+        warnings.append(f"unresolved 'auto' values (Hugging Face Trainer style) at {', '.join(autos)}: taken from "
+                        f"the defaults / your specs")
+    lint = lint_ds_config(cfg, world_size=world_size)
+    return Imported(kind="deepspeed", plan_fields=plan, options=opts, warnings=warnings, lint=lint)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Megatron command lines
+# ----------------------------------------------------------------------------------------------------------------
+_LAUNCHERS = {"torchrun", "python", "python3", "deepspeed", "srun", "mpirun", "accelerate", "env"}
+
+
+def _shell_tokens(text: str) -> tuple[list[str], list[str]]:
+    """(command tokens, launcher tokens) from a command or a small bash script.
+
+    Joins ``\\`` continuations, drops comments, reads ``NAME=value`` / ``NAME=${NAME:-value}`` assignments and
+    substitutes ``$NAME`` / ``${NAME}`` where known; picks the line that runs a ``.py`` script.
+    """
+    text = re.sub(r"\\\r?\n", " ", text)
+    env: dict = {}
+    chosen: Optional[list[str]] = None
+    for line in text.splitlines():
+        try:
+            toks = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise ValueError(f"cannot split the command line: {exc}") from None
+        if not toks:
+            continue
+        if toks[0] == "export":
+            toks = toks[1:]
+        if toks and all(re.match(r"^[A-Za-z_]\w*=", t) for t in toks):
+            for t in toks:
+                name, value = t.split("=", 1)
+                m = re.match(r"^\$\{\w+:-(.*)\}$", value)
+                env[name] = m.group(1) if m else value
+            continue
+        if any(t.endswith(".py") for t in toks) or any(t.startswith("--") for t in toks):
+            if chosen is None or any(t.endswith(".py") for t in toks):
+                chosen = toks
+    if chosen is None:
+        raise ValueError("no command found: expected pretrain_gpt.py flags such as --num-layers")
+
+    def subst(tok: str) -> str:
+        return re.sub(r"\$\{(\w+)\}|\$(\w+)",
+                      lambda m: env.get(m.group(1) or m.group(2), m.group(0)), tok)
+
+    chosen = [subst(t) for t in chosen]
+    script_at = next((i for i, t in enumerate(chosen) if t.endswith(".py")), None)
+    if script_at is None:
+        return chosen, []
+    return chosen[script_at + 1:], chosen[:script_at]
+
+
+def _flag_dict(tokens: list[str]) -> tuple[dict, list[str]]:
+    """``--foo_bar 1 --baz --x=y`` → {"foo-bar": ["1"], "baz": [], "x": ["y"]} and stray tokens."""
+    flags: dict = {}
+    stray = []
+    current = None
+    for tok in tokens:
+        if tok.startswith("--") and len(tok) > 2:
+            name, _, value = tok[2:].partition("=")
+            name = name.replace("_", "-")
+            current = name
+            flags[name] = [value] if value else []
+            if value:
+                current = None
+        elif tok.startswith("-") and len(tok) > 1 and not _NUMBER.match(tok):
+            current = None
+            stray.append(tok)
+        elif current is not None:
+            flags[current].append(tok)
+        else:
+            stray.append(tok)
+    return flags, stray
+
+
+def _launcher_shape(tokens: list[str]) -> dict:
+    out: dict = {}
+    flags, _ = _flag_dict(tokens)
+    for names, key in ((("nproc-per-node", "num-gpus"), "gpus_per_node"), (("nnodes", "num-nodes"), "num_nodes")):
+        for n in names:
+            if flags.get(n):
+                value = flags[n][0]
+                if ":" in value:  # elastic min:max
+                    value = value.split(":")[-1]
+                try:
+                    out[key] = _int(value, f"--{n}")
+                except ValueError:
+                    pass
+    return out
+
+
+_KNOWN = {
+    # model
+    "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
+    "num-query-groups", "num-key-value-heads", "kv-channels", "seq-length", "max-position-embeddings",
+    "position-embedding-type", "use-rotary-position-embeddings", "no-position-embedding", "swiglu", "normalization",
+    "disable-bias-linear", "untie-embeddings-and-output-weights", "attention-backend", "use-flash-attn",
+    "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "transformer-impl", "num-experts",
+    "moe-router-topk", "topk", "moe-ffn-hidden-size", "vocab-size", "expert-interval", "hidden-dropout",
+    "attention-dropout",
+    # parallel / batch
+    "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
+    "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
+    "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method",
+    "recompute-num-layers", "recompute-activations", "checkpoint-activations", "checkpoint-num-layers",
+    "deepspeed-activation-checkpointing", "micro-batch-size", "global-batch-size", "batch-size",
+    "no-pipeline-parallel", "zero-stage", "deepspeed", "use-deepspeed", "deepspeed-config",
+    # training
+    "bf16", "fp16", "lr", "min-lr", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "train-iters",
+    "weight-decay", "adam-beta1", "adam-beta2", "adam-eps", "clip-grad", "seed", "loss-scale-window", "hysteresis",
+    "min-loss-scale", "initial-loss-scale",
+}
+
+
+def import_megatron_args(command: Union[str, list]) -> Imported:
+    """Read a Megatron-LM or Megatron-DeepSpeed ``pretrain_gpt.py`` command line (or a launch script)."""
+    if isinstance(command, (list, tuple)):
+        tokens, launcher = _shell_tokens(" ".join(shlex.quote(str(t)) for t in command))
+    else:
+        tokens, launcher = _shell_tokens(str(command))
+    flags, stray = _flag_dict(tokens)
+    m: dict = {}
+    plan: dict = {}
+    opts: dict = _launcher_shape(launcher)
+    warnings: list[str] = []
+
+    def one(name: str):
+        values = flags.get(name)
+        if values is None:
+            return None
+        if not values:
+            raise ValueError(f"--{name} needs a value")
+        return values[0]
+
+    def num(name: str, kind=to_number):
+        value = one(name)
+        return None if value is None else kind(value, f"--{name}")
+
+    def has(name: str) -> bool:
+        return name in flags
+
+    is_hybrid = has("deepspeed") or has("use-deepspeed") or has("deepspeed-config")
+    if has("use-deepspeed"):
+        warnings.append("--use-deepspeed is not a Megatron-DeepSpeed flag (it is --deepspeed); read as --deepspeed")
+    kind = "megatron-deepspeed" if is_hybrid else "megatron"
+    plan["engine"] = kind
+
+    # model
+    for flag, key in (("num-layers", "num_layers"), ("hidden-size", "hidden_size"),
+                      ("ffn-hidden-size", "ffn_hidden_size"), ("num-attention-heads", "num_attention_heads"),
+                      ("kv-channels", "head_dim"), ("seq-length", "seq_length"), ("vocab-size", "vocab_size"),
+                      ("moe-ffn-hidden-size", "moe_ffn_hidden_size")):
+        value = num(flag, _int)
+        if value is not None:
+            m[key] = value
+    for flag, key in (("hidden-dropout", "hidden_dropout"), ("attention-dropout", "attention_dropout")):
+        value = num(flag)
+        m[key] = 0.1 if value is None else float(value)  # Megatron's default when the flag is absent
+    if "seq_length" not in m and has("max-position-embeddings"):
+        m["seq_length"] = num("max-position-embeddings", _int)
+        warnings.append("no --seq-length: took --max-position-embeddings as the sequence length")
+    if has("num-query-groups"):
+        m["num_query_groups"] = num("num-query-groups", _int)
+        if not has("group-query-attention"):
+            warnings.append("--num-query-groups without --group-query-attention: Megatron ignores it; read anyway")
+    if has("num-key-value-heads"):
+        m["num_query_groups"] = num("num-key-value-heads", _int)
+    pos = one("position-embedding-type")
+    if has("use-rotary-position-embeddings") or pos in ("rope", "yarn", "mrope"):
+        m["position_embedding"] = "rotary"
+    elif pos in (None, "learned_absolute") and not has("no-position-embedding"):
+        m["position_embedding"] = "learned"
+    else:
+        warnings.append(f"position embedding {pos or 'none'!r} has no workbench equivalent; read as rotary "
+                        f"(no parameters)")
+        m["position_embedding"] = "rotary"
+    m["activation"] = "swiglu" if has("swiglu") else "gelu"
+    norm = (one("normalization") or "layernorm").lower()
+    m["normalization"] = "rmsnorm" if norm == "rmsnorm" else "layernorm"
+    m["add_bias_linear"] = not has("disable-bias-linear")
+    m["tied_embeddings"] = not has("untie-embeddings-and-output-weights")
+    backend = one("attention-backend")
+    if backend in ("unfused", "local"):
+        m["attention"] = "unfused"
+    elif backend in ("flash", "fused", "auto") or any(has(f) for f in ("use-flash-attn", "use-flash-attn-v1",
+                                                                      "use-flash-attn-v2", "use-flash-attn-triton")):
+        m["attention"] = "flash"
+    elif one("transformer-impl") == "local":
+        m["attention"] = "unfused"
+    if has("num-experts"):
+        experts = num("num-experts", _int)
+        if experts and experts > 1:
+            m["num_experts"] = experts
+            topk = num("moe-router-topk", _int) if has("moe-router-topk") else num("topk", _int)
+            if topk is not None:
+                m["moe_top_k"] = topk
+            elif kind == "megatron-deepspeed":
+                m["moe_top_k"] = 1  # Megatron-DeepSpeed's --topk default
+            if has("expert-interval") and num("expert-interval", _int) != 1:
+                warnings.append(f"--expert-interval {one('expert-interval')}: experts in every "
+                                f"{one('expert-interval')}th layer only; the workbench models experts in every layer")
+            elif kind == "megatron-deepspeed" and not has("expert-interval"):
+                warnings.append("Megatron-DeepSpeed puts experts in every 2nd layer by default (--expert-interval 2);"
+                                " the workbench models experts in every layer")
+
+    # parallel layout
+    tp = num("tensor-model-parallel-size", _int)
+    if has("model-parallel-size"):
+        old = num("model-parallel-size", _int)
+        warnings.append(f"--model-parallel-size {old} is deprecated (Megatron: use --tensor-model-parallel-size); "
+                        f"read as tensor parallel {old}")
+        tp = tp or old
+    if tp is not None:
+        plan["tensor_parallel"] = tp
+    pp = num("pipeline-model-parallel-size", _int)
+    if pp is not None:
+        plan["pipeline_parallel"] = pp
+    if has("num-virtual-stages-per-pipeline-rank"):
+        plan["virtual_pipeline"] = num("num-virtual-stages-per-pipeline-rank", _int)
+    elif has("num-layers-per-virtual-pipeline-stage"):
+        per = num("num-layers-per-virtual-pipeline-stage", _int)
+        layers, p = m.get("num_layers"), plan.get("pipeline_parallel", 1)
+        if layers is None or layers % (p * per):
+            raise ValueError(f"--num-layers-per-virtual-pipeline-stage {per} does not divide num_layers={layers} / "
+                             f"pipeline_parallel={p}")
+        plan["virtual_pipeline"] = layers // (p * per)
+    cp = num("context-parallel-size", _int)
+    if cp is not None:
+        plan["context_parallel"] = cp
+    if has("sequence-parallel"):
+        plan["sequence_parallel"] = True
+    if has("use-distributed-optimizer"):
+        plan["distributed_optimizer"] = True
+    if is_hybrid:
+        if has("zero-stage"):
+            plan["zero_stage"] = num("zero-stage", _int)
+        else:
+            warnings.append("no --zero-stage: the ZeRO stage is in the ds_config (import it and merge: "
+                            "import_megatron_args(cmd).merge(import_ds_config(path)))")
+        if has("deepspeed-config"):
+            opts["deepspeed_config"] = one("deepspeed-config")
+
+    granularity = one("recompute-granularity")
+    if granularity in ("full", "selective"):
+        plan["recompute"] = granularity
+        if granularity == "full" and one("recompute-method") == "block" and has("recompute-num-layers"):
+            plan["recompute_layers"] = num("recompute-num-layers", _int)
+    elif has("recompute-activations"):
+        plan["recompute"] = "selective"
+    if has("checkpoint-activations"):
+        warnings.append("--checkpoint-activations is deprecated (Megatron: --recompute-granularity full "
+                        "--recompute-method uniform); read as full recompute")
+        plan.setdefault("recompute", "full")
+    if has("deepspeed-activation-checkpointing"):
+        plan.setdefault("recompute", "full")
+
+    # batch
+    mbs = num("micro-batch-size", _int)
+    gbs = num("global-batch-size", _int)
+    if mbs is not None:
+        plan["micro_batch_size"] = mbs
+    if has("batch-size"):
+        old = num("batch-size", _int)
+        mp = plan.get("tensor_parallel", 1) * plan.get("pipeline_parallel", 1) * plan.get("context_parallel", 1)
+        world = opts.get("gpus_per_node", 0) * opts.get("num_nodes", 0)
+        dp = world // mp if world and world % mp == 0 else None
+        if gbs is None:
+            gbs = old * (dp or 1)
+            how = (f"x data_parallel({dp}) = {gbs}" if dp else
+                   f"= {gbs} (data-parallel size unknown here: assumed 1)")
+            warnings.append(f"--batch-size {old} is Megatron's old per-replica batch (removed; now "
+                            f"--micro-batch-size/--global-batch-size); read as global batch {old} {how}, micro "
+                            f"batch from the defaults")
+        else:
+            warnings.append(f"--batch-size {old} is deprecated and ignored next to --global-batch-size {gbs}")
+    if gbs is not None:
+        plan["global_batch_size"] = gbs
+
+    # precision and training options
+    if has("bf16"):
+        plan["precision"] = "bf16"
+    elif has("fp16"):
+        plan["precision"] = "fp16"
+    else:
+        plan["precision"] = "fp32"
+    for flag, key, conv in (("lr", "lr", float), ("min-lr", "min_lr", float), ("weight-decay", "weight_decay", float),
+                            ("adam-eps", "eps", float), ("clip-grad", "clip", float), ("train-iters", "train_iters",
+                                                                                       int),
+                            ("lr-warmup-iters", "warmup_iters", int), ("seed", "seed", int),
+                            ("loss-scale-window", "loss_scale_window", int), ("hysteresis", "hysteresis", int),
+                            ("min-loss-scale", "min_loss_scale", float)):
+        value = num(flag)
+        if value is not None:
+            opts[key] = conv(value)
+    if has("adam-beta1") or has("adam-beta2"):
+        b1 = num("adam-beta1")
+        b2 = num("adam-beta2")
+        opts["betas"] = (float(0.9 if b1 is None else b1), float(0.999 if b2 is None else b2))
+    if has("initial-loss-scale"):
+        scale = num("initial-loss-scale")
+        power = scale.bit_length() - 1 if isinstance(scale, int) and scale > 0 else None
+        if power is not None and 2 ** power == scale:
+            opts["initial_scale_power"] = power
+    if has("lr-decay-style") and one("lr-decay-style") != "cosine":
+        warnings.append(f"--lr-decay-style {one('lr-decay-style')}: exports write cosine decay")
+    if has("lr-decay-iters") and has("train-iters") and num("lr-decay-iters") != num("train-iters"):
+        opts["lr_decay_iters"] = num("lr-decay-iters", _int)
+
+    other = sorted(f for f in flags if f not in _KNOWN)
+    if other:
+        opts["other_flags"] = other
+    if stray:
+        warnings.append(f"ignored tokens that are not flags: {' '.join(stray[:6])}")
+    return Imported(kind=kind, model_fields=m, plan_fields=plan, options=opts, warnings=warnings)
+
+
+def import_any(text_or_path: Union[str, Path, dict]) -> Imported:
+    """Import a ds_config (dict, JSON text or ``.json`` file) or a Megatron command line / launch script."""
+    if isinstance(text_or_path, dict):
+        return import_ds_config(text_or_path)
+    text = None
+    if isinstance(text_or_path, Path) or ("\n" not in str(text_or_path) and len(str(text_or_path)) < 4096
+                                          and not str(text_or_path).lstrip().startswith(("{", "-"))
+                                          and " " not in str(text_or_path).strip()):
+        path = Path(text_or_path)
+        if not path.exists():
+            raise ValueError(f"file {str(path)!r} does not exist (give a ds_config.json, a script, or a quoted "
+                             f"command line)")
+        text = path.read_text()
+    else:
+        text = str(text_or_path)
+    if text.lstrip().startswith("{"):
+        return import_ds_config(text)
+    return import_megatron_args(text)

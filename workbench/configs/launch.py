@@ -1,0 +1,127 @@
+"""Launch scripts: DeepSpeed's launcher with a hostfile, ``torchrun`` on every node, and a SLURM batch script.
+
+Each function returns the text of a file; ``preamble`` lines (variable settings) go before the launch line. ``command`` is the training program and its arguments, e.g.
+``["train.py", "--deepspeed_config", "ds_config.json"]`` or ``["$MEGATRON_LM/pretrain_gpt.py", *megatron_args(...)]``.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from workbench.configs.megatron import format_flags
+from workbench.specs import ClusterSpec
+
+_NCCL_LINES = [
+    "# export NCCL_DEBUG=INFO            # uncomment to see NCCL's topology and errors (seed guide §5.1)",
+    "# export NCCL_IB_HCA=mlx5          # uncomment and set to pin the InfiniBand adapters",
+    "# export NCCL_SOCKET_IFNAME=eth0   # uncomment and set to the interface that reaches the other nodes",
+]
+
+
+def default_hosts(cluster: ClusterSpec) -> list[str]:
+    return [f"node{i}" for i in range(cluster.num_nodes)]
+
+
+def _hosts(cluster: ClusterSpec, hosts: Optional[Sequence[str]]) -> list[str]:
+    hosts = list(hosts) if hosts is not None else default_hosts(cluster)
+    if len(hosts) != cluster.num_nodes:
+        raise ValueError(f"hosts has {len(hosts)} names but num_nodes={cluster.num_nodes}")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"hosts repeats a name: {', '.join(hosts)}")
+    for h in hosts:
+        if not h or any(c.isspace() for c in h) or h.startswith("#"):
+            raise ValueError(f"host name {h!r} is not usable in a hostfile")
+    return hosts
+
+
+def hostfile(cluster: ClusterSpec, hosts: Optional[Sequence[str]] = None) -> str:
+    """DeepSpeed/MPI hostfile, one ``host slots=N`` line per node (``N`` = GPUs per node)."""
+    names = _hosts(cluster, hosts)
+    lines = []
+    if hosts is None:
+        lines.append("# FILL IN: replace node0.. with host names reachable by passwordless ssh")
+    lines += [f"{h} slots={cluster.gpus_per_node}" for h in names]
+    return "\n".join(lines) + "\n"
+
+
+def _command_lines(command: Sequence[str]) -> list[str]:
+    if not command:
+        raise ValueError("command is empty: give the training script and its arguments")
+    flags = format_flags(list(command))
+    return [line + " \\" for line in flags[:-1]] + [flags[-1]]
+
+
+def _header(title: str) -> list[str]:
+    return ["#!/usr/bin/env bash", f"# {title}", "set -euo pipefail"]
+
+
+def deepspeed_launch_script(cluster: ClusterSpec, command: Sequence[str], *, hostfile_path: str = "hostfile",
+                            master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
+    """``deepspeed`` launcher script: run once on the first node; it starts every rank over ssh from the hostfile
+    (a single node needs no hostfile)."""
+    lines = _header(f"DeepSpeed launcher: {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}")
+    lines += list(preamble) + _NCCL_LINES + [""]
+    if cluster.num_nodes == 1:
+        launch = f"deepspeed --num_gpus {cluster.gpus_per_node} --master_port {master_port} \\"
+    else:
+        lines.insert(3, f"# Run on the first host of {hostfile_path}; the launcher reaches the others by ssh.")
+        launch = (f"deepspeed --hostfile {hostfile_path} --num_nodes {cluster.num_nodes} "
+                  f"--num_gpus {cluster.gpus_per_node} --master_port {master_port} \\")
+    return "\n".join(lines + [launch] + _command_lines(command)) + "\n"
+
+
+def torchrun_script(cluster: ClusterSpec, command: Sequence[str], *, rdzv: bool = False,
+                    master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
+    """``torchrun`` script to run on every node: static rendezvous (``--node_rank``, ``--master_addr/port``) or,
+    with ``rdzv=True``, the c10d rendezvous (``--rdzv_backend c10d --rdzv_endpoint``, no node rank needed)."""
+    last = cluster.num_nodes - 1
+    lines = _header(f"torchrun: {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}; "
+                    f"run this script on every node")
+    lines += [
+        'MASTER_ADDR="${MASTER_ADDR:-localhost}"  # FILL IN for several nodes: address of node 0',
+        f'MASTER_PORT="${{MASTER_PORT:-{master_port}}}"',
+    ]
+    if rdzv:
+        launch = (f"torchrun --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
+                  f'--rdzv_id "${{RDZV_ID:-workbench}}" --rdzv_backend c10d '
+                  f'--rdzv_endpoint "$MASTER_ADDR:$MASTER_PORT" \\')
+    else:
+        lines.insert(4, f'NODE_RANK="${{NODE_RANK:-0}}"  # 0..{last}: this node\'s index')
+        launch = (f"torchrun --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
+                  f'--node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\')
+    lines += list(preamble) + _NCCL_LINES + [""]
+    return "\n".join(lines + [launch] + _command_lines(command)) + "\n"
+
+
+def slurm_script(cluster: ClusterSpec, command: Sequence[str], *, job_name: str = "workbench",
+                 time_limit: str = "24:00:00", partition: Optional[str] = None, cpus_per_task: int = 32,
+                 master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
+    """``sbatch`` script: one task per node, each running ``torchrun`` for that node's GPUs with the c10d
+    rendezvous on the first node of the allocation."""
+    if cpus_per_task < 1:
+        raise ValueError(f"cpus_per_task={cpus_per_task} must be >= 1")
+    lines = [
+        "#!/usr/bin/env bash",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --nodes={cluster.num_nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={cluster.gpus_per_node}",
+        f"#SBATCH --cpus-per-task={cpus_per_task}",
+        f"#SBATCH --time={time_limit}",
+    ]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    else:
+        lines.append("##SBATCH --partition=gpu")
+    lines += [
+        f"# {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}; one task per node runs torchrun,",
+        "# which starts the GPU ranks. FILL IN: set the partition (drop one '#' from '##SBATCH --partition').",
+        "set -euo pipefail",
+        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        f"MASTER_PORT={master_port}",
+        *preamble,
+        *_NCCL_LINES,
+        "",
+        f"srun torchrun --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
+        f'--rdzv_id "$SLURM_JOB_ID" --rdzv_backend c10d --rdzv_endpoint "$MASTER_ADDR:$MASTER_PORT" \\',
+    ]
+    return "\n".join(lines + _command_lines(command)) + "\n"

@@ -1,0 +1,434 @@
+"""Lint for DeepSpeed configs: unknown or misspelled keys at every level, and settings DeepSpeed silently ignores.
+
+DeepSpeed ignores unknown top-level keys: a config with ``zero_optimisation`` trains at ZeRO stage 0 without a word.
+The key sets are read from the installed DeepSpeed, not written down here:
+
+- top level: the keys ``DeepSpeedConfig`` looks up while it parses a config (recorded by handing it a dict that notes
+  every key asked for), minus the blocks DeepSpeed lists as removed;
+- sections parsed by pydantic models (``zero_optimization``, ``fp16``, ``bf16``, offload blocks, monitors, ...): the
+  model's field names and aliases, recursively; the model is found by asking DeepSpeed to parse a probe key in the
+  section and reading which model rejects it;
+- sections parsed by hand (``activation_checkpointing``, ``optimizer``, ``flops_profiler``, ...): the keys looked up;
+- ``optimizer.params`` for Adam/AdamW: the keyword arguments of DeepSpeed's Adam implementations and
+  ``torch.optim.AdamW``; ``scheduler.params``: the scheduler class's constructor arguments.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+from typing import Optional
+
+_PROBE = "__workbench_probe__"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LintFinding:
+    """One problem in a DeepSpeed config."""
+
+    path: str
+    """Dotted location, e.g. ``zero_optimization.offload_optimizer.device``."""
+    severity: str
+    """``error`` (DeepSpeed ignores or rejects it, or the run is wrong) or ``warning``."""
+    message: str
+    """What is wrong, with the numbers."""
+    suggestion: str = ""
+    """What to write instead ('' when there is nothing specific)."""
+
+    def __str__(self) -> str:
+        tail = f" — {self.suggestion}" if self.suggestion else ""
+        return f"{self.severity}: {self.path}: {self.message}{tail}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Key sets from the installed DeepSpeed
+# ----------------------------------------------------------------------------------------------------------------
+class _RecordingDict(dict):
+    """A dict that records every key asked for (``[]``, ``get``, ``in``, ``keys() in``)."""
+
+    def __init__(self, *args, seen: set, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._seen = seen
+
+    def __getitem__(self, key):
+        self._seen.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self._seen.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self._seen.add(key)
+        return super().__contains__(key)
+
+    def pop(self, key, *default):
+        self._seen.add(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key, default=None):
+        self._seen.add(key)
+        return super().setdefault(key, default)
+
+    def keys(self):
+        outer = self
+
+        class _Keys:
+            def __contains__(self, key):
+                outer._seen.add(key)
+                return dict.__contains__(outer, key)
+
+            def __iter__(self):
+                return iter(dict.keys(outer))
+
+            def __len__(self):
+                return dict.__len__(outer)
+
+        return _Keys()
+
+    def __copy__(self):
+        return _RecordingDict(dict(self), seen=self._seen)
+
+
+def _parse(config: dict):
+    """``DeepSpeedConfig(config)`` for world size 1 without distributed (see deepspeed.check_with_deepspeed)."""
+    from workbench.configs.deepspeed import _DataParallelUnit
+    from unittest import mock
+
+    import deepspeed.runtime.config as ds_config_module
+
+    with mock.patch.object(ds_config_module.dist, "get_rank", return_value=0):
+        return ds_config_module.DeepSpeedConfig(config, mpu=_DataParallelUnit(1))
+
+
+def _removed_keys() -> dict:
+    import deepspeed.runtime.config as ds_config_module
+
+    return dict(getattr(ds_config_module, "_REMOVED_TOP_LEVEL_CONFIG_KEYS", {}))
+
+
+def _removed_zero_keys() -> dict:
+    import deepspeed.runtime.config as ds_config_module
+
+    return dict(getattr(ds_config_module, "_REMOVED_ZERO_CONFIG_KEYS", {}))
+
+
+@functools.cache
+def top_level_keys() -> frozenset:
+    """Top-level keys DeepSpeed's config parser reads (removed blocks excluded)."""
+    seen: set = set()
+    _parse(_RecordingDict({"train_batch_size": 1}, seen=seen))
+    # "sequence_parallel_size" is read only on the no-mpu path of DeepSpeedConfig.__init__.
+    import deepspeed.runtime.config as ds_config_module
+
+    source = inspect.getsource(ds_config_module.DeepSpeedConfig.__init__)
+    if '"sequence_parallel_size"' in source or "'sequence_parallel_size'" in source:
+        seen.add("sequence_parallel_size")
+    return frozenset(k for k in seen if isinstance(k, str) and k not in _removed_keys())
+
+
+@dataclass(frozen=True)
+class _Schema:
+    keys: frozenset
+    children: dict  # key -> _Schema
+    open_keys: frozenset = frozenset()  # keys whose values are free-form (not checked)
+    strict: bool = True  # whether DeepSpeed itself rejects unknown keys here
+
+
+def _unwrap_model(annotation):
+    from pydantic import BaseModel
+
+    candidates = [annotation, *typing.get_args(annotation)]
+    for c in candidates:
+        if inspect.isclass(c) and issubclass(c, BaseModel):
+            return c
+    return None
+
+
+def _model_schema(model_cls) -> _Schema:
+    keys, children = set(), {}
+    for name, info in model_cls.model_fields.items():
+        names = {name} | ({info.alias} if info.alias else set())
+        keys |= names
+        nested = _unwrap_model(info.annotation)
+        if nested is not None:
+            child = _model_schema(nested)
+            for n in names:
+                children[n] = child
+    extra = model_cls.model_config.get("extra")
+    return _Schema(frozenset(keys), children, strict=extra == "forbid")
+
+
+def _all_subclasses(cls):
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        for s in c.__subclasses__():
+            out.append(s)
+            todo.append(s)
+    return out
+
+
+def _section_schema(key: str) -> Optional[_Schema]:
+    """The schema of top-level section ``key`` (None for scalars / free-form values)."""
+    from pydantic import BaseModel, ValidationError
+
+    try:
+        _parse({"train_batch_size": 1, key: {_PROBE: 1}})
+    except ValidationError as exc:
+        by_name = {c.__name__: c for c in _all_subclasses(BaseModel)}
+        if exc.title in by_name:
+            schema = _model_schema(by_name[exc.title])
+            # The probe's location says where the section sits inside that model (the monitor model, for
+            # example, holds tensorboard, wandb, csv_monitor and comet side by side).
+            locs = [e.get("loc", ()) for e in exc.errors() if e.get("loc") and e["loc"][-1] == _PROBE]
+            for part in (locs[0][:-1] if locs else ()):
+                schema = schema.children.get(part, schema)
+            return schema
+    except Exception:
+        pass
+    seen: set = set()
+    try:
+        _parse({"train_batch_size": 1, key: _RecordingDict({}, seen=seen)})
+    except Exception:
+        pass
+    seen.discard(_PROBE)
+    keys = frozenset(k for k in seen if isinstance(k, str))
+    if not keys:
+        return None
+    return _Schema(keys, {}, strict=False)
+
+
+@functools.cache
+def ds_schema() -> _Schema:
+    """The key tree of the installed DeepSpeed's config, discovered once per process."""
+    top = top_level_keys()
+    children = {}
+    for key in sorted(top):
+        schema = _section_schema(key)
+        if schema is not None:
+            children[key] = schema
+    if "optimizer" in children:
+        opt = children["optimizer"]
+        children["optimizer"] = _Schema(opt.keys | {"type", "params"}, {}, open_keys=frozenset({"params"}),
+                                        strict=False)
+    if "scheduler" in children:
+        children["scheduler"] = _Schema(children["scheduler"].keys | {"type", "params"}, {},
+                                        open_keys=frozenset({"params"}), strict=False)
+    return _Schema(top, children, strict=False)
+
+
+@functools.cache
+def adam_param_keys() -> frozenset:
+    """Keyword arguments DeepSpeed accepts in ``optimizer.params`` for ``Adam``/``AdamW``."""
+    import torch
+
+    keys = set(inspect.signature(torch.optim.AdamW.__init__).parameters)
+    try:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+
+        for cls in (FusedAdam, DeepSpeedCPUAdam):
+            keys |= set(inspect.signature(cls.__init__).parameters)
+    except Exception:  # ops not importable on this machine: torch's AdamW still names the common ones
+        pass
+    from deepspeed.runtime import config as ds_config_module
+
+    keys |= {getattr(ds_config_module, "ADAM_W_MODE", "adam_w_mode"), "torch_adam", "fp32_optimizer_states"}
+    return frozenset(keys - {"self", "params", "model_params", "args", "kwargs"})
+
+
+def scheduler_param_keys(name: str) -> Optional[frozenset]:
+    """Constructor arguments of DeepSpeed scheduler ``name`` (None if DeepSpeed has no such scheduler)."""
+    from deepspeed.runtime import lr_schedules
+
+    cls = getattr(lr_schedules, str(name), None)
+    if cls is None or not inspect.isclass(cls) or name not in getattr(lr_schedules, "VALID_LR_SCHEDULES", [name]):
+        return None
+    return frozenset(set(inspect.signature(cls.__init__).parameters) - {"self", "optimizer"})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The lint
+# ----------------------------------------------------------------------------------------------------------------
+def _closest(key: str, allowed) -> str:
+    hits = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
+    return hits[0] if hits else ""
+
+
+def _unknown(path: str, key: str, allowed, *, ignored_note: str) -> LintFinding:
+    hint = _closest(key, allowed)
+    where = f"{path}.{key}" if path else key
+    message = f"unknown key '{key}' ({ignored_note})"
+    if hint:
+        message += f"; did you mean '{hint}'?"
+    return LintFinding(path=where, severity="error", message=message,
+                       suggestion=f"rename '{key}' to '{hint}'" if hint else "remove it")
+
+
+def _walk(node: dict, schema: _Schema, path: str, out: list) -> None:
+    for key, value in node.items():
+        if key not in schema.keys:
+            if not path:
+                note = "DeepSpeed ignores unknown top-level keys"
+                hint = _closest(key, schema.keys)
+                if hint == "zero_optimization" and "zero_optimization" not in node:
+                    note = "DeepSpeed ignores it and runs ZeRO stage 0"
+                elif hint:
+                    note = f"DeepSpeed ignores it, so '{hint}' keeps its default"
+            elif schema.strict:
+                note = "DeepSpeed rejects it"
+            else:
+                note = "DeepSpeed ignores it"
+            out.append(_unknown(path, key, schema.keys, ignored_note=note))
+            continue
+        child = schema.children.get(key)
+        if child is not None and isinstance(value, dict) and key not in schema.open_keys:
+            _walk(value, child, f"{path}.{key}" if path else key, out)
+
+
+def _number(value) -> Optional[float]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _enabled(section) -> bool:
+    return isinstance(section, dict) and section.get("enabled") is True
+
+
+def lint_ds_config(config: dict, *, world_size: Optional[int] = None) -> list[LintFinding]:
+    """Findings for a DeepSpeed config, errors first.
+
+    ``world_size`` is the data-parallel size DeepSpeed divides the batch by; without it the batch check only asks
+    that ``train_batch_size`` be a multiple of ``micro × accumulation``.
+    """
+    if not isinstance(config, dict):
+        raise ValueError(f"a DeepSpeed config must be a JSON object, got {type(config).__name__}")
+    out: list[LintFinding] = []
+    schema = ds_schema()
+    removed = _removed_keys()
+    for key in config:
+        if key in removed:
+            out.append(LintFinding(path=key, severity="error", message=" ".join(removed[key].split()),
+                                   suggestion="remove it"))
+    _walk({k: v for k, v in config.items() if k not in removed}, schema, "", out)
+
+    zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
+    for key, message in _removed_zero_keys().items():
+        if key in zero:
+            out.append(LintFinding(path=f"zero_optimization.{key}", severity="error",
+                                   message=" ".join(message.split()), suggestion="remove it"))
+
+    # optimizer / scheduler parameters
+    opt = config.get("optimizer")
+    if isinstance(opt, dict) and isinstance(opt.get("params"), dict) \
+            and str(opt.get("type", "")).lower() in ("adam", "adamw"):
+        allowed = adam_param_keys()
+        for key in opt["params"]:
+            if key == "max_grad_norm":
+                out.append(LintFinding(path="optimizer.params.max_grad_norm", severity="error",
+                                       message="DeepSpeed refuses 'max_grad_norm' as an optimizer parameter",
+                                       suggestion="use the top-level 'gradient_clipping'"))
+            elif key not in allowed:
+                out.append(_unknown("optimizer.params", key, allowed,
+                                    ignored_note=f"not an argument of DeepSpeed's {opt.get('type')}; "
+                                                 f"the optimizer fails to build"))
+    sched = config.get("scheduler")
+    if isinstance(sched, dict) and "type" in sched:
+        allowed = scheduler_param_keys(sched["type"])
+        if allowed is None:
+            from deepspeed.runtime import lr_schedules
+
+            valid = getattr(lr_schedules, "VALID_LR_SCHEDULES", [])
+            hint = _closest(sched["type"], valid)
+            out.append(LintFinding(path="scheduler.type", severity="error",
+                                   message=f"DeepSpeed has no scheduler '{sched['type']}'"
+                                           + (f"; did you mean '{hint}'?" if hint else ""),
+                                   suggestion=f"one of {', '.join(valid)}" if valid else ""))
+        elif isinstance(sched.get("params"), dict):
+            for key in sched["params"]:
+                if key not in allowed:
+                    out.append(_unknown("scheduler.params", key, allowed,
+                                        ignored_note=f"not an argument of {sched['type']}; the scheduler fails "
+                                                     f"to build"))
+
+    # unresolved "auto"
+    from workbench.configs.deepspeed import _find_auto
+
+    for path in _find_auto(config):
+        out.append(LintFinding(path=path, severity="warning",
+                               message="value 'auto' is filled only by the Hugging Face Trainer integration; "
+                                       "plain deepspeed.initialize rejects it",
+                               suggestion="write the number (workbench import resolves it from the plan)"))
+
+    # batch arithmetic
+    tbs = _number(config.get("train_batch_size"))
+    mbs = _number(config.get("train_micro_batch_size_per_gpu"))
+    gas = _number(config.get("gradient_accumulation_steps"))
+    if tbs is not None and mbs is not None and gas is not None:
+        if world_size is not None and tbs != mbs * gas * world_size:
+            out.append(LintFinding(
+                path="train_batch_size", severity="error",
+                message=f"train_batch_size={tbs:g} != train_micro_batch_size_per_gpu({mbs:g}) * "
+                        f"gradient_accumulation_steps({gas:g}) * data_parallel({world_size}) = "
+                        f"{mbs * gas * world_size:g}",
+                suggestion=f"set train_batch_size to {mbs * gas * world_size:g}"))
+        elif world_size is None and mbs * gas and tbs % (mbs * gas):
+            out.append(LintFinding(
+                path="train_batch_size", severity="error",
+                message=f"train_batch_size={tbs:g} is not a multiple of train_micro_batch_size_per_gpu({mbs:g}) "
+                        f"* gradient_accumulation_steps({gas:g}) = {mbs * gas:g}",
+                suggestion="make it micro × accumulation × data-parallel size"))
+
+    # precision
+    bf16 = config.get("bf16", config.get("bfloat16"))
+    if _enabled(config.get("fp16")) and _enabled(bf16):
+        out.append(LintFinding(path="fp16.enabled", severity="error",
+                               message="fp16 and bf16 are both enabled; DeepSpeed refuses this",
+                               suggestion="enable one of them"))
+    fp16 = config.get("fp16")
+    if _enabled(fp16) and _number(fp16.get("loss_scale", 0)) not in (None, 0.0):
+        out.append(LintFinding(path="fp16.loss_scale", severity="warning",
+                               message=f"static loss scale {fp16['loss_scale']} (0 means dynamic)",
+                               suggestion="use loss_scale 0 with loss_scale_window unless you know the range"))
+
+    # ZeRO stage-dependent settings
+    stage = _number(zero.get("stage", 0)) if zero else 0.0
+    stage = 0.0 if stage is None else stage
+    for key in ("offload_optimizer", "offload_param"):
+        section = zero.get(key)
+        device = section.get("device", "none") if isinstance(section, dict) else "none"
+        if device in (None, "none"):
+            continue
+        need = 3 if key == "offload_param" else 1
+        if stage < need:
+            out.append(LintFinding(
+                path=f"zero_optimization.{key}", severity="error",
+                message=f"{key} to '{device}' needs ZeRO stage >= {need} (stage is {stage:g}); DeepSpeed does "
+                        f"not offload here",
+                suggestion=f"set zero_optimization.stage to {max(need, 2) if need == 1 else 3} or remove {key}"))
+        if device == "nvme" and not section.get("nvme_path"):
+            out.append(LintFinding(path=f"zero_optimization.{key}.nvme_path", severity="error",
+                                   message="offload to nvme needs nvme_path", suggestion="set it to a local NVMe "
+                                                                                       "mount"))
+    if zero and stage < 3:
+        stage3 = sorted(k for k in zero if k.startswith("stage3_") or k in ("sub_group_size",
+                                                                         "prefetch_bucket_size",
+                                                                         "param_persistence_threshold",
+                                                                         "max_live_parameters",
+                                                                         "max_reuse_distance"))
+        for key in stage3:
+            out.append(LintFinding(path=f"zero_optimization.{key}", severity="warning",
+                                   message=f"'{key}' applies to ZeRO stage 3 only (stage is {stage:g}); ignored",
+                                   suggestion="remove it or use stage 3"))
+    out.sort(key=lambda f: (f.severity != "error", f.path))
+    return out

@@ -1,0 +1,266 @@
+"""Megatron-LM ``pretrain_gpt.py`` command lines for a plan, and their validation by Megatron's own parser.
+
+Flag names follow megatron-core 0.19's ``megatron/training/arguments.py``. Paths the user must supply are shell
+variables (``$DATA_PATH``, ``$TOKENIZER_MODEL``, ``$CHECKPOINT_DIR``, ``$MEGATRON_LM``) that
+:func:`megatron_command` declares at the top of the script with a ``FILL IN`` mark.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Optional, Sequence
+
+from workbench.configs.deepspeed import DeepSpeedOptions
+from workbench.specs import (Activation, AttentionImpl, ClusterSpec, Engine, ModelSpec, Normalization, ParallelPlan,
+                             Positions, Precision, Recompute, validate)
+
+#: Shell variables the exported scripts leave for the user: name -> (example value, what it is).
+PLACEHOLDERS = {
+    "MEGATRON_LM": ("/path/to/Megatron-LM", "a Megatron-LM checkout (holds pretrain_gpt.py)"),
+    "DATA_PATH": ("/path/to/corpus_text_document", "dataset prefix written by tools/preprocess_data.py "
+                                                   "(.bin/.idx)"),
+    "TOKENIZER_MODEL": ("/path/to/tokenizer", "Hugging Face tokenizer name or folder"),
+    "CHECKPOINT_DIR": ("/path/to/checkpoints", "where checkpoints are saved and loaded"),
+}
+
+
+def _fmt(x) -> str:
+    """Numbers as Megatron's argparse reads them back exactly (floats in repr form)."""
+    if isinstance(x, bool):
+        raise TypeError("booleans are flags, not values")
+    return repr(float(x)) if isinstance(x, float) else str(x)
+
+
+def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
+    """Architecture flags. ``dialect`` is ``megatron`` (Megatron-LM / megatron-core 0.19) or ``megatron-deepspeed``
+    (Microsoft's Megatron-DeepSpeed fork: ``--num-key-value-heads``, ``--use-rotary-position-embeddings``,
+    lower-case ``--normalization``)."""
+    mds = dialect == "megatron-deepspeed"
+    a: list[str] = [
+        "--num-layers", _fmt(model.num_layers),
+        "--hidden-size", _fmt(model.hidden_size),
+        "--ffn-hidden-size", _fmt(model.ffn_hidden_size),
+        "--num-attention-heads", _fmt(model.num_attention_heads),
+    ]
+    if model.num_query_groups != model.num_attention_heads:
+        if mds:
+            a += ["--num-key-value-heads", _fmt(model.num_query_groups)]
+        else:
+            a += ["--group-query-attention", "--num-query-groups", _fmt(model.num_query_groups)]
+    if model.head_dim * model.num_attention_heads != model.hidden_size:
+        a += ["--kv-channels", _fmt(model.head_dim)]
+    a += ["--seq-length", _fmt(model.seq_length), "--max-position-embeddings", _fmt(model.seq_length)]
+    if model.position_embedding is Positions.ROTARY:
+        a += ["--use-rotary-position-embeddings"] if mds else ["--position-embedding-type", "rope"]
+    elif not mds:
+        a += ["--position-embedding-type", "learned_absolute"]
+    if model.activation is Activation.SWIGLU:
+        a += ["--swiglu"]
+    if model.normalization is Normalization.RMSNORM:
+        a += ["--normalization", "rmsnorm" if mds else "RMSNorm"]
+    if not model.add_bias_linear:
+        a += ["--disable-bias-linear"]
+    if not model.tied_embeddings:
+        a += ["--untie-embeddings-and-output-weights"]
+    if mds:
+        if model.attention is AttentionImpl.FLASH:
+            a += ["--use-flash-attn-v2"]
+    else:
+        # unfused keeps the s x s scores (as megatron-core's local spec); flash/fused do not.
+        a += ["--attention-backend", "unfused" if model.attention is AttentionImpl.UNFUSED else "flash"]
+    a += ["--hidden-dropout", _fmt(float(model.hidden_dropout)),
+          "--attention-dropout", _fmt(float(model.attention_dropout))]
+    if model.is_moe:
+        a += ["--num-experts", _fmt(model.num_experts), ("--topk" if mds else "--moe-router-topk"),
+              _fmt(model.moe_top_k)]
+        if model.moe_ffn_hidden_size != model.ffn_hidden_size and not mds:
+            a += ["--moe-ffn-hidden-size", _fmt(model.moe_ffn_hidden_size)]
+    a += ["--vocab-size", _fmt(model.vocab_size)]
+    return a
+
+
+def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "megatron") -> list[str]:
+    a = ["--tensor-model-parallel-size", _fmt(plan.tensor_parallel),
+         "--pipeline-model-parallel-size", _fmt(plan.pipeline_parallel)]
+    if plan.virtual_pipeline > 1:
+        per_stage = model.num_layers // (plan.pipeline_parallel * plan.virtual_pipeline)
+        a += ["--num-layers-per-virtual-pipeline-stage", _fmt(per_stage)]
+    if plan.context_parallel > 1:
+        a += ["--context-parallel-size", _fmt(plan.context_parallel)]
+    if plan.sequence_parallel:
+        a += ["--sequence-parallel"]
+    if plan.distributed_optimizer:
+        a += ["--use-distributed-optimizer"]
+    if plan.recompute is Recompute.SELECTIVE:
+        a += ["--recompute-granularity", "selective"]
+    elif plan.recompute is Recompute.FULL:
+        # uniform/1 recomputes every layer; block/N recomputes the first N layers of each pipeline stage.
+        if plan.recompute_layers is None:
+            a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        else:
+            a += ["--recompute-granularity", "full", "--recompute-method", "block",
+                  "--recompute-num-layers", _fmt(plan.recompute_layers)]
+    a += ["--micro-batch-size", _fmt(plan.micro_batch_size), "--global-batch-size", _fmt(plan.global_batch_size)]
+    return a
+
+
+def training_flags(model: ModelSpec, plan: ParallelPlan, options: DeepSpeedOptions) -> list[str]:
+    o = options
+    a: list[str] = []
+    if plan.precision is Precision.BF16:
+        a += ["--bf16"]
+    elif plan.precision is Precision.FP16:
+        a += ["--fp16", "--initial-loss-scale", _fmt(2 ** o.initial_scale_power),
+              "--loss-scale-window", _fmt(o.loss_scale_window), "--hysteresis", _fmt(o.hysteresis),
+              "--min-loss-scale", _fmt(float(o.min_loss_scale))]
+    a += [
+        "--lr", _fmt(float(o.lr)), "--min-lr", _fmt(float(o.final_lr)), "--lr-decay-style", "cosine",
+        "--lr-warmup-iters", _fmt(o.warmup_steps), "--lr-decay-iters", _fmt(o.train_iters),
+        "--train-iters", _fmt(o.train_iters),
+        "--weight-decay", _fmt(float(o.weight_decay)),
+        "--adam-beta1", _fmt(float(o.betas[0])), "--adam-beta2", _fmt(float(o.betas[1])),
+        "--adam-eps", _fmt(float(o.eps)),
+        "--clip-grad", _fmt(float(o.clipping_for(model))),
+        "--seed", _fmt(o.seed),
+    ]
+    return a
+
+
+def data_flags() -> list[str]:
+    """Data, tokenizer and checkpoint flags; the values are the :data:`PLACEHOLDERS` shell variables."""
+    return ["--data-path", "$DATA_PATH", "--split", "949,50,1",
+            "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "$TOKENIZER_MODEL",
+            "--save", "$CHECKPOINT_DIR", "--load", "$CHECKPOINT_DIR", "--save-interval", "1000",
+            "--log-interval", "10", "--eval-interval", "1000", "--eval-iters", "10"]
+
+
+def megatron_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
+                  options: Optional[DeepSpeedOptions] = None) -> list[str]:
+    """``pretrain_gpt.py`` arguments for an ``engine='megatron'`` plan (megatron-core 0.19 names)."""
+    validate(model, cluster, plan)
+    if plan.engine is not Engine.MEGATRON:
+        raise ValueError(f"engine='{plan.engine}' is not exported as a Megatron-LM command; use engine='megatron' "
+                         f"(or hybrid_command for 'megatron-deepspeed')")
+    o = options or DeepSpeedOptions()
+    return (model_flags(model) + parallel_flags(model, plan) + training_flags(model, plan, o) + data_flags())
+
+
+def _quote(token: str) -> str:
+    if token.startswith("$") and token[1:].replace("_", "").isalnum():
+        return f'"{token}"'
+    return shlex.quote(token)
+
+
+def format_flags(args: Sequence[str], indent: str = "    ") -> list[str]:
+    """One ``--flag value`` per line, ready to be joined with `` \\`` continuations."""
+    lines, i = [], 0
+    while i < len(args):
+        tok = args[i]
+        if tok.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            lines.append(f"{indent}{tok} {_quote(args[i + 1])}")
+            i += 2
+        else:
+            lines.append(f"{indent}{_quote(tok)}")
+            i += 1
+    return lines
+
+
+def placeholder_lines(names: Sequence[str]) -> list[str]:
+    out = []
+    for name in names:
+        example, what = PLACEHOLDERS[name]
+        out.append(f'{name}="${{{name}:-{example}}}"  # FILL IN: {what}')
+    return out
+
+
+def plan_summary(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> str:
+    return (f"{model.name} on {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}: "
+            f"TP={plan.tensor_parallel} PP={plan.pipeline_parallel} VP={plan.virtual_pipeline} "
+            f"CP={plan.context_parallel} DP={plan.data_parallel}; micro batch {plan.micro_batch_size}, "
+            f"global batch {plan.global_batch_size} ({plan.gradient_accumulation_steps} accumulation steps), "
+            f"{plan.precision}")
+
+
+def torchrun_prefix(cluster: ClusterSpec) -> str:
+    """``torchrun`` with the cluster's shape; node rank and master address come from the environment."""
+    return (f"torchrun --nproc_per_node {cluster.gpus_per_node} --nnodes {cluster.num_nodes} "
+            f'--node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT"')
+
+
+def rendezvous_lines(cluster: ClusterSpec) -> list[str]:
+    last = cluster.num_nodes - 1
+    return [
+        f'NODE_RANK="${{NODE_RANK:-0}}"  # 0..{last}: this node\'s index (SLURM: $SLURM_NODEID)',
+        'MASTER_ADDR="${MASTER_ADDR:-localhost}"  # FILL IN for several nodes: address of node 0',
+        'MASTER_PORT="${MASTER_PORT:-6000}"',
+    ]
+
+
+def megatron_command(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
+                     options: Optional[DeepSpeedOptions] = None) -> str:
+    """A bash script that runs Megatron-LM's ``pretrain_gpt.py`` for the plan with ``torchrun`` on every node."""
+    args = megatron_args(model, cluster, plan, options=options)
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Megatron-LM pretrain_gpt.py: {plan_summary(model, cluster, plan)}",
+        "# Run the same script on every node with NODE_RANK set. Fill in the lines marked FILL IN.",
+        "set -euo pipefail",
+        *placeholder_lines(["MEGATRON_LM", "DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
+        *rendezvous_lines(cluster),
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron orders TP/SP communication before compute with it",
+        "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors (seed guide §5.1)",
+        "",
+        torchrun_prefix(cluster) + " \\",
+        '    "$MEGATRON_LM/pretrain_gpt.py" \\',
+    ]
+    flag_lines = format_flags(args)
+    lines += [line + " \\" for line in flag_lines[:-1]] + [flag_lines[-1]]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Validation with Megatron's own parser
+# ----------------------------------------------------------------------------------------------------------------
+def megatron_core_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("megatron-core")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print usage and exit(2)
+        raise ValueError(message)
+
+
+def megatron_parser():
+    """Megatron's own ``pretrain_gpt.py`` argument parser, or ``None`` with the reason when not importable."""
+    try:
+        from megatron.training.arguments import add_megatron_arguments
+    except ImportError:
+        return None, (f"megatron.training is not shipped by megatron-core {megatron_core_version()} "
+                      f"(needs >= 0.17, Python >= 3.12); flags not validated")
+    except Exception as exc:  # importable but broken (missing optional dependency, ...)
+        return None, f"megatron.training could not be imported ({exc.__class__.__name__}: {exc}); flags not validated"
+    parser = _RaisingParser(description="Megatron-LM Arguments", allow_abbrev=False)
+    add_megatron_arguments(parser)
+    return parser, ""
+
+
+def validate_megatron_args(args: Sequence[str]) -> tuple[bool, str]:
+    """Parse ``args`` with Megatron's own argument parser (megatron-core >= 0.17).
+
+    Returns ``(True, description)`` when every flag and value is accepted, ``(False, reason)`` when the parser
+    rejects one, or when ``megatron.training`` is not importable here (the reason says so). Only parsing is checked:
+    Megatron's ``validate_args`` needs the job's distributed environment.
+    """
+    parser, reason = megatron_parser()
+    if parser is None:
+        return False, reason
+    try:
+        parser.parse_args(list(args))
+    except ValueError as exc:
+        return False, f"megatron-core {megatron_core_version()} argument parser rejects the flags: {exc}"
+    return True, f"accepted by megatron-core {megatron_core_version()}'s argument parser ({len(args)} tokens)"

@@ -1,0 +1,202 @@
+"""Pipeline schedules as explicit timelines: GPipe, 1F1B and Megatron's interleaved 1F1B.
+
+Each pipeline rank runs a fixed list of operations (forward or backward of one micro-batch on one model chunk) in
+the order its schedule prescribes; an operation starts when the rank is free and its input has arrived (the previous
+virtual stage's forward, or the next virtual stage's backward, plus ``p2p_seconds`` for the transfer). Simulating
+that gives start/end times for every operation — the data a Gantt chart draws — and the bubble.
+
+Orders follow megatron-core ``pipeline_parallel/schedules.py``:
+
+- 1F1B (``forward_backward_pipelining_without_interleaving``): rank r runs min(p−r−1, m) warm-up forwards, then
+  alternates one forward and one backward, then drains the remaining backwards.
+- interleaved (``..._with_interleaving``): v model chunks per rank (virtual stage k = chunk·p + rank); virtual
+  micro-batch k maps to chunk (k // p) mod v and micro-batch (k // (p·v))·p + k mod p; backwards visit chunks in
+  reverse; warm-up is 2·(p−r−1) + (v−1)·p operations; m must be a multiple of p.
+- GPipe: all forwards, then all backwards.
+
+Analytic bubble (Narayanan et al. 2021, arXiv 2104.04473 §2.2): (p−1)/m for GPipe and 1F1B, (p−1)/(v·m) interleaved.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+KINDS = ("gpipe", "1f1b", "interleaved")
+
+
+def bubble_fraction(pipeline_parallel, num_microbatches, virtual_pipeline=1):
+    """Pipeline bubble time over ideal time: (p−1)/(v·m) (Narayanan et al. 2021 §2.2.1–2.2.2; v=1 for 1F1B/GPipe).
+    Works on scalars and numpy arrays."""
+    return (pipeline_parallel - 1) / (virtual_pipeline * num_microbatches)
+
+
+def in_flight_microbatches(pipeline_parallel, stage, num_microbatches, virtual_pipeline=1):
+    """Micro-batches whose activations stage ``stage`` holds at its peak, in whole-stage micro-batch units.
+
+    1F1B: min(p − stage, m). Interleaved: the rank runs 2·(p−stage−1) + (v−1)·p warm-up chunk-forwards plus one
+    before its first backward, each 1/v of the stage, capped at the m·v chunk-forwards it has — for stage 0 that is
+    p·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, arXiv 2205.05198, §4.2.3). Scalars and arrays alike.
+    """
+    p, s, m, v = pipeline_parallel, stage, num_microbatches, virtual_pipeline
+    chunks_interleaved = np.minimum(2 * (p - s - 1) + (v - 1) * p + 1, m * v)
+    one_f_one_b = np.minimum(p - s, m)
+    return np.where(np.asarray(v) > 1, chunks_interleaved / v, one_f_one_b)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleEvent:
+    """One forward or backward of one micro-batch on one model chunk of one pipeline rank."""
+
+    stage: int
+    """Pipeline rank (0 = first)."""
+    microbatch: int
+    chunk: int
+    """Model chunk on this rank (0..v−1); virtual stage = chunk·p + stage."""
+    phase: str
+    """``fwd`` or ``bwd``."""
+    start_s: float
+    end_s: float
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "microbatch": self.microbatch, "chunk": self.chunk, "phase": self.phase,
+                "start_s": self.start_s, "end_s": self.end_s}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Schedule:
+    """A simulated pipeline timeline."""
+
+    kind: str
+    pipeline_parallel: int
+    num_microbatches: int
+    virtual_pipeline: int
+    forward_seconds: float
+    """Forward time of one micro-batch through a whole stage (all its chunks)."""
+    backward_seconds: float
+    p2p_seconds: float
+    events: tuple
+    """:class:`ScheduleEvent` in each rank's execution order, rank by rank."""
+
+    @property
+    def total_seconds(self) -> float:
+        return max(e.end_s for e in self.events) - min(e.start_s for e in self.events)
+
+    @property
+    def ideal_seconds(self) -> float:
+        """Busy time of one rank: m·(forward + backward)."""
+        return self.num_microbatches * (self.forward_seconds + self.backward_seconds)
+
+    @property
+    def bubble_seconds(self) -> float:
+        return self.total_seconds - self.ideal_seconds
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle time over ideal time, (total − m·(f+b)) / (m·(f+b)) — Narayanan's definition."""
+        return self.bubble_seconds / self.ideal_seconds
+
+    def stage_events(self, stage: int) -> list:
+        return [e for e in self.events if e.stage == stage]
+
+    def peak_in_flight(self, stage: int) -> float:
+        """Most micro-batches (whole-stage units: chunks ÷ v) whose activations are alive on ``stage`` at once —
+        an activation lives from its forward until its backward ends."""
+        alive = peak = 0
+        for e in self.stage_events(stage):
+            alive += 1 if e.phase == "fwd" else -1
+            peak = max(peak, alive)
+        return peak / self.virtual_pipeline
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "pipeline_parallel": self.pipeline_parallel,
+                "num_microbatches": self.num_microbatches, "virtual_pipeline": self.virtual_pipeline,
+                "total_seconds": self.total_seconds, "bubble_fraction": self.bubble_fraction,
+                "events": [e.to_dict() for e in self.events]}
+
+
+def _orders(kind: str, p: int, m: int, v: int) -> list[list[tuple]]:
+    """Per rank, the list of (phase, microbatch, chunk) in execution order."""
+    orders = []
+    for r in range(p):
+        if kind == "gpipe":
+            ops = [("fwd", i, 0) for i in range(m)] + [("bwd", i, 0) for i in range(m)]
+        elif kind == "1f1b":
+            warm = min(p - r - 1, m)
+            ops = [("fwd", i, 0) for i in range(warm)]
+            for i in range(m - warm):
+                ops += [("fwd", warm + i, 0), ("bwd", i, 0)]
+            ops += [("bwd", i, 0) for i in range(m - warm, m)]
+        else:  # interleaved
+            total = m * v
+
+            def fwd(k):
+                return ("fwd", (k // (p * v)) * p + k % p, (k // p) % v)
+
+            def bwd(k):
+                return ("bwd", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
+
+            warm = min((p - r - 1) * 2 + (v - 1) * p, total)
+            ops = [fwd(k) for k in range(warm)]
+            for i in range(total - warm):
+                ops += [fwd(warm + i), bwd(i)]
+            ops += [bwd(k) for k in range(total - warm, total)]
+        orders.append(ops)
+    return orders
+
+
+def pipeline_schedule(kind: str, p: int, m: int, v: int = 1, *, forward_seconds: float, backward_seconds: float,
+                      p2p_seconds: float = 0.0) -> Schedule:
+    """Simulate ``kind`` (``gpipe``, ``1f1b`` or ``interleaved``) with ``p`` stages, ``m`` micro-batches and ``v``
+    chunks per rank. ``forward_seconds``/``backward_seconds`` are per micro-batch per whole stage (a chunk takes
+    1/v of them); ``p2p_seconds`` is added whenever an activation or gradient moves to another rank."""
+    kind = str(kind).lower()
+    if kind not in KINDS:
+        raise ValueError(f"schedule kind={kind!r} is not one of: {', '.join(KINDS)}")
+    for name, value in (("pipeline_parallel", p), ("num_microbatches", m), ("virtual_pipeline", v)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name}={value} must be an integer >= 1")
+    if kind != "interleaved" and v != 1:
+        raise ValueError(f"virtual_pipeline={v} needs kind='interleaved' (got kind={kind!r})")
+    if kind == "interleaved" and m % p:
+        raise ValueError(f"interleaved schedule: num_microbatches={m} must be a multiple of pipeline_parallel={p}")
+    if forward_seconds < 0 or backward_seconds < 0 or p2p_seconds < 0:
+        raise ValueError("forward_seconds, backward_seconds and p2p_seconds must be >= 0")
+    f_chunk, b_chunk = forward_seconds / v, backward_seconds / v
+    nvs = p * v
+    orders = _orders(kind, p, m, v)
+    done: dict = {}  # (phase, virtual_stage, microbatch) -> end time
+    pos = [0] * p
+    free = [0.0] * p
+    events: list = [[] for _ in range(p)]
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(orders[r]):
+                phase, mb, chunk = orders[r][pos[r]]
+                vs = chunk * p + r
+                if phase == "fwd":
+                    dep = ("fwd", vs - 1, mb) if vs > 0 else None
+                else:
+                    dep = ("bwd", vs + 1, mb) if vs < nvs - 1 else ("fwd", vs, mb)
+                if dep is not None and dep not in done:
+                    break
+                ready = 0.0
+                if dep is not None:
+                    cross = (dep[1] % p) != r
+                    ready = done[dep] + (p2p_seconds if cross else 0.0)
+                start = max(free[r], ready)
+                end = start + (f_chunk if phase == "fwd" else b_chunk)
+                done[(phase, vs, mb)] = end
+                free[r] = end
+                events[r].append(ScheduleEvent(stage=r, microbatch=mb, chunk=chunk, phase=phase,
+                                               start_s=start, end_s=end))
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # cannot happen for the three schedules; guards against an infinite loop
+            raise RuntimeError(f"pipeline schedule {kind} p={p} m={m} v={v} deadlocked")
+    return Schedule(kind=kind, pipeline_parallel=p, num_microbatches=m, virtual_pipeline=v,
+                    forward_seconds=float(forward_seconds), backward_seconds=float(backward_seconds),
+                    p2p_seconds=float(p2p_seconds), events=tuple(e for rank in events for e in rank))
