@@ -105,7 +105,6 @@ def test_zero_stages(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_tensor_pipeline(tmp_path, monkeypatch):
-    pytest.importorskip("workbench.schedule")
     rec = run_notebook("tensor_pipeline.ipynb", dict(model="gpt3-1.3b", tp_values=[1, 2, 4], pipeline_parallel=2,
                                                      num_microbatches=4, virtual_pipeline=2), tmp_path, monkeypatch)
     per_rank = rec["layer_params_per_rank"]
@@ -124,7 +123,6 @@ def test_tensor_pipeline(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_hybrid(tmp_path, monkeypatch):
-    pytest.importorskip("workbench.configs")
     rec = run_notebook("hybrid.ipynb", dict(model="gpt3-1.3b", gpu="A100-80GB", gpus_per_node=4, nodes=2,
                                             tensor_parallel=2, pipeline_parallel=2, zero_stage=1,
                                             micro_batch_size=2, gradient_accumulation_steps=2),

@@ -4,12 +4,11 @@ import json
 
 import pytest
 
-pytest.importorskip("workbench.configs")
 
-from widgets.app import Workbench  # noqa: E402
-from widgets.config_view import ConfigView, export_files  # noqa: E402
-from widgets.import_panel import ImportPanel, parse_pasted  # noqa: E402
-from workbench.configs import build_ds_config, megatron_command  # noqa: E402
+from widgets.app import Workbench
+from widgets.config_view import ConfigView, export_files
+from widgets.import_panel import ImportPanel, parse_pasted
+from workbench.configs import build_ds_config, megatron_command
 
 GUIDE_ZERO3 = """{
   "train_batch_size": 1024, "gradient_accumulation_steps": 8,

@@ -3,13 +3,12 @@ import dataclasses
 
 import pytest
 
-pytest.importorskip("workbench.layout")
 
-from widgets.layout_view import LayoutView, layout_grid  # noqa: E402
-from widgets.state import initial_state  # noqa: E402
-from workbench import catalog  # noqa: E402
-from workbench.layout import build_layout  # noqa: E402
-from workbench.specs import ClusterSpec, ParallelPlan  # noqa: E402
+from widgets.layout_view import LayoutView, layout_grid
+from widgets.state import initial_state
+from workbench import catalog
+from workbench.layout import build_layout
+from workbench.specs import ClusterSpec, ParallelPlan
 
 
 def two_node_layout():

@@ -3,11 +3,10 @@ import dataclasses
 
 import pytest
 
-pytest.importorskip("workbench.schedule")
 
-from widgets.pipeline_view import PipelineView, drawn_microbatches, gantt_data  # noqa: E402
-from widgets.state import SetPlan, initial_state, reduce  # noqa: E402
-from workbench.schedule import pipeline_schedule  # noqa: E402
+from widgets.pipeline_view import PipelineView, drawn_microbatches, gantt_data
+from widgets.state import SetPlan, initial_state, reduce
+from workbench.schedule import pipeline_schedule
 
 
 def test_gantt_idle_time_is_the_bubble():
