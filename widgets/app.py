@@ -79,10 +79,10 @@ class Workbench:
         self.banner = ipw.HTML()
         self.banner.add_class("wb-banner")
         self.panel_tabs = ipw.Tab(children=[p.widget for p in self.panels], titles=[p.title for p in self.panels],
-                                  layout=ipw.Layout(width="380px", min_width="380px"))
+                                  layout=ipw.Layout(width="370px", min_width="370px"))
         self.panel_tabs.selected_index = 2
         self.view_tabs = ipw.Tab(children=[v.widget for v in self.views], titles=[v.title for v in self.views],
-                                 layout=ipw.Layout(flex="1 1 auto", min_width="600px"))
+                                 layout=ipw.Layout(flex="1 1 auto", min_width="680px"))
         self.view_tabs.selected_index = 0
         self.view_tabs.observe(self._on_tab, names="selected_index")
         self.widget = ipw.VBox([self.banner, ipw.HBox([self.panel_tabs, self.view_tabs],

@@ -78,7 +78,7 @@ class LayoutView(View):
         self.fig.add_heatmap(z=[], text=[], hovertext=[], texttemplate="%{text}", hoverinfo="text",
                              colorscale=scale, zmin=0, zmax=n, showscale=False, xgap=3, ygap=3,
                              textfont=dict(color="white", size=10))
-        self.fig.update_layout(height=360, width=900, margin=dict(l=60, r=20, t=40, b=40),
+        self.fig.update_layout(height=360, width=660, margin=dict(l=60, r=20, t=40, b=40),
                                xaxis=dict(title="GPU in node", dtick=1),
                                yaxis=dict(title="node", autorange="reversed", dtick=1))
         self.notes = ipw.HTML()

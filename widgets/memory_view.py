@@ -65,7 +65,7 @@ class MemoryView(View):
         self.fig.add_bar(name="host (offload, per GPU)", x=[], y=[], marker_color=HOST_COLOR, marker_pattern_shape="/",
                          hovertemplate="<b>host memory</b><br>%{y:.2f} GiB = %{customdata[0]:,} bytes per GPU"
                                        "<extra></extra>")
-        self.fig.update_layout(barmode="stack", height=420, margin=dict(l=50, r=20, t=40, b=40),
+        self.fig.update_layout(barmode="stack", height=420, width=660, margin=dict(l=50, r=20, t=40, b=40),
                                yaxis_title="GiB per GPU", legend=dict(orientation="h", y=-0.15, traceorder="normal"),
                                title="Memory per GPU by pipeline stage")
         self.summary = ipw.HTML()

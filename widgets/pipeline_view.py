@@ -80,7 +80,7 @@ class PipelineView(View):
                              insidetextanchor="middle", textfont=dict(size=9),
                              hovertemplate=(f"{names[key]}" + (" micro-batch %{text}" if key != "idle" else "")
                                             + "<br>%{base:.1f} → %{customdata:.1f}<extra>%{y}</extra>"))
-        self.fig.update_layout(barmode="overlay", height=320, width=900, margin=dict(l=70, r=20, t=70, b=50),
+        self.fig.update_layout(barmode="overlay", height=320, width=660, margin=dict(l=70, r=20, t=70, b=50),
                                xaxis_title="time (forward of one micro-batch through a stage = 1)",
                                yaxis=dict(autorange="reversed"),
                                legend=dict(orientation="h", x=1, xanchor="right", y=1.02, yanchor="bottom"))
