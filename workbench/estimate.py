@@ -55,7 +55,11 @@ class Estimate:
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> Estimate:
-    """Memory (and, where available, time, layout and advisor checks) for one plan. Raises ``ValueError`` naming
-    the fields when the specs do not fit together."""
+    """Memory, time, layout (and advisor checks where available) for one plan. Raises ``ValueError`` naming the
+    fields when the specs do not fit together."""
+    from workbench.layout import build_layout
+    from workbench.timing import estimate_time
+
     validate(model, cluster, plan)
-    return Estimate(model=model, cluster=cluster, plan=plan, memory=estimate_memory(model, cluster, plan))
+    return Estimate(model=model, cluster=cluster, plan=plan, memory=estimate_memory(model, cluster, plan),
+                    time=estimate_time(model, cluster, plan), layout=build_layout(cluster, plan, model=model))

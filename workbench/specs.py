@@ -279,9 +279,14 @@ class ParameterCounts:
 def _replace_with_defaults(obj, changes: dict, derived: tuple):
     """``dataclasses.replace`` that recomputes derived fields still at their default for the old inputs."""
     values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
-    defaults = type(obj)(**{**values, **{k: None for k in derived}})
     for k in derived:
-        if k not in changes and values[k] == getattr(defaults, k):
+        if k in changes:
+            continue
+        try:
+            at_default = getattr(type(obj)(**{**values, k: None}), k) == values[k]
+        except ValueError:  # no default exists for the old inputs (e.g. head_dim when h % a != 0): keep it
+            at_default = False
+        if at_default:
             values[k] = None
     return type(obj)(**{**values, **changes})
 

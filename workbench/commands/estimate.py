@@ -1,0 +1,72 @@
+"""workbench estimate: memory (per term, per stage), time and layout for one model / cluster / plan."""
+from __future__ import annotations
+
+from workbench.commands.common import add_spec_arguments, specs_from_args
+
+GiB = 2**30
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("estimate", help="memory and time for one plan", description=__doc__)
+    add_spec_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def _gib(n) -> str:
+    return f"{n / GiB:8.2f} GiB"
+
+
+def render(est) -> str:
+    """The readable table (``--json`` prints ``Estimate.to_dict()`` instead)."""
+    m, c, p, mem = est.model, est.cluster, est.plan, est.memory
+    lines = [
+        f"model   {m.name}: {m.num_parameters / 1e9:.2f} B parameters, {m.num_layers} layers, hidden {m.hidden_size}, "
+        f"{m.num_attention_heads} heads, seq {m.seq_length}",
+        f"cluster {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} ({c.gpu.memory_gib:.1f} GiB each)",
+        f"plan    {p.engine}: TP {p.tensor_parallel} x PP {p.pipeline_parallel}"
+        + (f" (v={p.virtual_pipeline})" if p.virtual_pipeline > 1 else "")
+        + (f" x CP {p.context_parallel}" if p.context_parallel > 1 else "")
+        + f" x DP {p.data_parallel}, ZeRO-{int(p.zero_stage)}, recompute {p.recompute}, micro batch "
+          f"{p.micro_batch_size}, global batch {p.global_batch_size} (accumulation {p.gradient_accumulation_steps}), "
+          f"{p.precision}",
+        "",
+        "memory per GPU" + (" (first / last pipeline stage)" if len(mem.stages) > 1 else ""),
+    ]
+    stages = [mem.stages[0]] + ([mem.stages[-1]] if len(mem.stages) > 1 else [])
+    for term in ("weights", "gradients", "optimizer", "activations", "buffers", "overhead"):
+        lines.append(f"  {term:<12}" + "".join(_gib(getattr(s.terms, term)) for s in stages))
+    lines.append("  " + "-" * (12 + 12 * len(stages)))
+    lines.append(f"  {'total':<12}" + "".join(_gib(s.total_bytes) for s in stages))
+    verdict = "fits" if mem.fits_gpu else "DOES NOT FIT"
+    lines.append(f"  peak {mem.per_gpu_peak_bytes / GiB:.2f} GiB of {mem.capacity_bytes / GiB:.1f} GiB: {verdict} "
+                 f"({mem.headroom_bytes / GiB:+.2f} GiB headroom; peak in {mem.peak_stage.peak_phase})")
+    if mem.host_bytes_per_node:
+        lines.append(f"  host memory per node {mem.host_bytes_per_node / GiB:.1f} GiB of "
+                     f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB" + ("" if mem.fits_host else ": DOES NOT FIT"))
+    if est.time is not None:
+        t = est.time
+        lines += ["", f"time    {t.step_seconds:.3f} s/step, {t.tokens_per_second:,.0f} tokens/s, "
+                      f"{t.model_tflops_per_gpu:.0f} model TFLOP/s per GPU, MFU {t.mfu:.1%}"]
+        parts = ", ".join(f"{k} {v:.3f}s" for k, v in t.breakdown.items() if v > 0)
+        lines.append(f"        {parts}")
+    if est.layout is not None and est.layout.warnings:
+        lines += [""] + [f"warning: {w}" for w in est.layout.warnings]
+    for check in est.checks:
+        status = getattr(check, "status", None) or (check.get("status") if isinstance(check, dict) else "")
+        text = getattr(check, "message", None) or (check.get("message") if isinstance(check, dict) else str(check))
+        lines.append(f"check [{status}] {text}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from workbench.cli import print_json
+    from workbench.estimate import estimate
+
+    model, cluster, plan = specs_from_args(args)
+    est = estimate(model, cluster, plan)
+    if args.json:
+        print_json(est.to_dict())
+    else:
+        print(render(est))
+    return 0
