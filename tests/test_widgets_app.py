@@ -152,3 +152,9 @@ def test_dashboard_cannot_launch_or_write_by_default():
     app = Workbench.for_dashboard(environ={ENV_ALLOW_LAUNCH: "yes"})  # only "1" enables
     assert not app.allow_launch
     app.close()
+
+
+def test_time_and_layout_are_shown(app):
+    t = app.state.estimate.time
+    assert f"{t.tokens_per_second:,.0f} tokens/s" in app.banner.value
+    assert [v.title for v in app.views][:2] == ["Memory", "Layout"]

@@ -42,7 +42,7 @@ def test_view_redraws_from_state_and_toggle():
     view.show(state)
     heat = view.fig.data[0]
     assert [list(r) for r in heat.z] == layout_grid(layout, "tp")["z"]
-    assert "16 GPUs = TP 4" in view.fig.layout.title.text
+    assert "16 GPUs = TP 4 × CP 1 × DP 2 × PP 2" in view.fig.layout.title.text
     view.colour.value = "DP group"
     assert [list(r) for r in view.fig.data[0].z] == layout_grid(layout, "dp")["z"]
     view.close()

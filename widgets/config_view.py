@@ -20,6 +20,9 @@ from workbench.configs import (build_ds_config, deepspeed_launch_script, hostfil
 from workbench.specs import Engine
 
 SECTIONS = ("ds_config.json", "Megatron command", "hybrid command", "launch script")
+MAIN_SECTION = {Engine.DEEPSPEED: "ds_config.json", Engine.MEGATRON: "Megatron command",
+                Engine.MEGATRON_DEEPSPEED: "hybrid command"}
+"""The section shown first for each engine (switched to when the plan's engine changes)."""
 LAUNCHERS = ("DeepSpeed launcher", "torchrun", "SLURM")
 USER_SCRIPT = "train.py"
 """The user's DeepSpeed training script that launch scripts for engine ``deepspeed`` run."""
@@ -104,8 +107,12 @@ class ConfigView(View):
     def show(self, state) -> None:
         if self._state is not None and state.estimate is self._state.estimate and state.options is self._state.options:
             return
+        engine_changed = self._state is None or self._state.plan.engine is not state.plan.engine
         self._state = state
-        self._redraw()
+        if engine_changed and self.section.value != MAIN_SECTION[state.plan.engine]:
+            self.section.value = MAIN_SECTION[state.plan.engine]  # redraws through the observer
+        else:
+            self._redraw()
 
     def _redraw(self) -> None:
         state = self._state

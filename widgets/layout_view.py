@@ -107,9 +107,9 @@ class LayoutView(View):
             trace.y = list(range(grid["nodes_drawn"]))
             self.fig.layout.height = max(220, min(900, 110 + 70 * grid["nodes_drawn"]))
             sizes = layout.sizes
-            self.fig.layout.title = (f"{layout.world_size} GPUs = TP {sizes['tp']} × CP {sizes['cp']} × "
-                                     f"DP {sizes['dp']} × PP {sizes['pp']} (Megatron order tp-cp-dp-pp) · "
-                                     f"colour: {self.colour.value}")
+            self.fig.layout.title = dict(text=f"{layout.world_size} GPUs = TP {sizes['tp']} × CP {sizes['cp']} × "
+                                              f"DP {sizes['dp']} × PP {sizes['pp']} (rank order tp-cp-dp-pp)",
+                                         font=dict(size=14))
         notes = []
         if grid["nodes_drawn"] < layout.num_nodes:
             notes.append(f"showing the first {grid['nodes_drawn']} of {layout.num_nodes} nodes")
