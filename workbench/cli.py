@@ -15,6 +15,8 @@ COMMANDS = [
     "estimate",
     "export",
     "import_",
+    "plan",
+    "advise",
 ]
 
 
