@@ -427,6 +427,16 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     pareto = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision) for i in pareto_idx)
     runner_up = ranked[1] if len(ranked) > 1 else None
     explanation = explain(ranked[0], runner_up, model=model, cluster=cluster)
+    # the runner-up often differs only in a detail; also compare with the best plan of another layout
+    layout_keys = ("engine", "tp", "pp", "cp", "zero", "dist_opt")
+    w = int(order[0])
+    other = np.zeros(len(order), bool)
+    for k in layout_keys:
+        other |= table[k][order] != table[k][w]
+    if other.any() and (runner_up is None or all(table[k][int(order[1])] == table[k][w] for k in layout_keys)):
+        alt = _result_at(table, ev, int(order[np.argmax(other)]), model, cluster, gbs, precision)
+        explanation += "\n" + explain(ranked[0], alt, model=model, cluster=cluster, label="Best other layout",
+                                       head=False)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
                       pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
                       elapsed_seconds=_time.perf_counter() - start)
@@ -535,15 +545,16 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
     return ""
 
 
-def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: ModelSpec, cluster: ClusterSpec) -> str:
+def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: ModelSpec, cluster: ClusterSpec,
+            label: str = "Runner-up", head: bool = True) -> str:
     """The winner against the runner-up: what differs, which time terms make the gap (largest first, with seconds
     and percentages) and what each costs in memory. Derived only from the two results."""
     w = winner
-    head = (f"Fastest: {w.describe()} — {w.step_seconds:.3f} s/step, {w.tokens_per_second:,.0f} tokens/s, "
+    top = (f"Fastest: {w.describe()} — {w.step_seconds:.3f} s/step, {w.tokens_per_second:,.0f} tokens/s, "
             f"MFU {w.mfu:.1%}, peak {w.peak_bytes / GiB:.1f} of {w.capacity_bytes / GiB:.1f} GiB "
             f"({w.headroom_fraction:.0%} free).")
     if runner_up is None:
-        return head + " It is the only plan that fits."
+        return top + " It is the only plan that fits."
     r = runner_up
     gap = r.step_seconds / w.step_seconds - 1
     diffs = [f"{name} {fmt(getattr(w.plan, attr))} vs {fmt(getattr(r.plan, attr))}" for name, attr, fmt in (
@@ -554,7 +565,7 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         ("offload optimizer", "offload_optimizer", str), ("offload params", "offload_params", str),
         ("recompute", "recompute", str), ("micro batch", "micro_batch_size", str))
         if getattr(w.plan, attr) != getattr(r.plan, attr)]
-    lines = [head, f"Runner-up: {r.describe()} — {r.step_seconds:.3f} s/step ({gap:+.1%}); differs in "
+    lines = ([top] if head else []) + [f"{label}: {r.describe()} — {r.step_seconds:.3f} s/step ({gap:+.1%}); differs in "
                    f"{'; '.join(diffs) if diffs else 'nothing but ordering'}."]
     deltas = sorted(((r.time_breakdown[k] - w.time_breakdown[k], k) for k in T.TERMS), reverse=True)
     reasons = []
@@ -565,11 +576,11 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         base = fast.time_breakdown[k]
         rel = f" ({abs(delta) / base:+.0%})" if base > 1e-9 else ""
         why = _term_reason(k, slow.plan, fast.plan, cluster)
-        who = "runner-up" if delta > 0 else "winner"
+        who = label.lower() if delta > 0 else "winner"
         reasons.append(f"{why + ': ' if why else ''}{who} +{abs(delta):.3f} s {_TERM_WORDS[k]}{rel}")
     if reasons:
         lines.append("Where the time goes: " + "; ".join(reasons[:4]) + ".")
     dm = r.peak_bytes - w.peak_bytes
-    lines.append(f"Memory: the runner-up peaks at {r.peak_bytes / GiB:.1f} GiB ({dm / GiB:+.1f} GiB vs the winner)"
+    lines.append(f"Memory: the {label.lower()} peaks at {r.peak_bytes / GiB:.1f} GiB ({dm / GiB:+.1f} GiB vs the winner)"
                  + (f"; the winner buys its speed with {-dm / GiB:.1f} GiB more memory." if dm < 0 else "."))
     return "\n".join(lines)

@@ -40,12 +40,18 @@ def add_parser(sub) -> None:
     parser.set_defaults(func=run)
 
 
+def _offload(p) -> str:
+    parts = [name for name, on in (("opt", str(p.offload_optimizer) != "none"),
+                                   ("par", str(p.offload_params) != "none")) if on]
+    return "+".join(parts) or "-"
+
+
 def _row(i, r) -> str:
     p = r.plan
     return (f"{i:>3} {str(p.engine):<18} {p.tensor_parallel:>3} {p.pipeline_parallel:>3} {p.virtual_pipeline:>2} "
             f"{p.context_parallel:>3} {p.data_parallel:>6} {'y' if p.sequence_parallel else '-':>2} "
-            f"{('-' if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
-            f"{('cpu' if str(p.offload_optimizer) != 'none' else '-') + ('+p' if str(p.offload_params) != 'none' else ''):>6} "
+            f"{(('do' if p.distributed_optimizer else '-') if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
+            f"{_offload(p):>6} "
             f"{str(p.recompute):<9} {p.micro_batch_size:>4} {p.gradient_accumulation_steps:>5} "
             f"{r.peak_bytes / GiB:>7.1f} {r.step_seconds:>9.3f} {r.tokens_per_second:>12,.0f} {r.mfu:>6.1%}")
 
