@@ -192,3 +192,26 @@ def test_cli_plan_json_and_table(capsys):
     assert main(["plan", "--model", "llama3-405b", "--gbs", "8", "--no-offload"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("workbench: error: no plan fits") and err.count("\n") == 1
+
+
+def test_time_inputs_per_row_equal_the_scalar_time_inputs():
+    """Every key step_time_terms takes, row by row, equals time_inputs() of that row's plan."""
+    m, c = model("llama3-8b"), _cluster(nodes=2)
+    table = planner.enumerate_candidates(m, c, 64)
+    arrays = planner.time_codes(table, m, c, planner.Precision.BF16)
+    assert set(arrays) == set(T._STEP_ARGS)
+    rng = np.random.default_rng(1)
+    for i in rng.choice(len(table["tp"]), size=40, replace=False):
+        plan = planner._plan_at(table, int(i), c, 64, planner.Precision.BF16)
+        ref = T.time_inputs(m, c, plan)
+        for k, v in ref.items():
+            got = np.asarray(arrays[k])
+            got = got[i] if got.ndim else got
+            assert float(got) == pytest.approx(float(v), rel=1e-12), (k, planner.describe_plan(plan))
+
+
+def test_memory_codes_have_the_keys_of_plan_codes():
+    m, c = model("llama3-8b"), _cluster()
+    table = planner.enumerate_candidates(m, c, 16)
+    plan = planner._plan_at(table, 0, c, 16, planner.Precision.BF16)
+    assert set(planner.memory_codes(table, m, planner.Precision.BF16)) == set(M.plan_codes(plan, m))

@@ -275,20 +275,30 @@ def memory_codes(table: dict, model: ModelSpec, precision: Precision) -> dict:
                 offload_params=table["off_par"], distributed_optimizer=table["dist_opt"])
 
 
-def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision, reference: dict) -> dict:
-    """The keyword arguments of :func:`workbench.timing.step_time_terms` as arrays: the model/cluster constants of
-    ``reference`` (``time_inputs`` of any plan of this search) with every plan-dependent key replaced."""
+def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision) -> dict:
+    """The keyword arguments of :func:`workbench.timing.step_time_terms` as arrays.
+
+    Model and cluster constants come from :func:`workbench.timing.time_inputs` of one plan per engine (any key
+    whose value differs between engines is selected per row by engine); every key that depends on the plan's
+    shape is replaced by the table's arrays."""
+    refs = {code: _reference_inputs(model, cluster, precision, engine) for engine, code in ENGINE_CODES.items()}
+    out = dict(refs[ENGINE_CODES[Engine.MEGATRON]])
+    for key in out:
+        values = [refs[code][key] for code in sorted(refs)]
+        if any(np.any(np.asarray(v) != np.asarray(values[0])) for v in values[1:]):
+            out[key] = np.select([table["engine"] == code for code in sorted(refs)], values)
     full = table["recompute"] == M.RECOMPUTE_CODES[Recompute.FULL]
     bucket = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], T.MEGATRON_BUCKET_ELEMENTS,
                       T.DEEPSPEED_BUCKET_ELEMENTS)
-    return {**reference,
-            "vocab_size": padded_vocab_size(model.vocab_size, table["tp"]),
-            "tensor_parallel": table["tp"], "pipeline_parallel": table["pp"], "virtual_pipeline": table["vp"],
-            "context_parallel": table["cp"], "data_parallel": table["dp"], "micro_batch_size": table["mbs"],
-            "num_microbatches": table["nmb"], "sequence_parallel": table["sp"], "zero_stage": table["zero"],
-            "offload_optimizer": table["off_opt"], "offload_params": table["off_par"],
-            "distributed_optimizer": table["dist_opt"], "recompute": table["recompute"],
-            "recompute_fraction": full.astype(float), "grad_bucket_elements": bucket}
+    out.update({
+        "vocab_size": padded_vocab_size(model.vocab_size, table["tp"]),
+        "tensor_parallel": table["tp"], "pipeline_parallel": table["pp"], "virtual_pipeline": table["vp"],
+        "context_parallel": table["cp"], "data_parallel": table["dp"], "micro_batch_size": table["mbs"],
+        "num_microbatches": table["nmb"], "sequence_parallel": table["sp"], "zero_stage": table["zero"],
+        "offload_optimizer": table["off_opt"], "offload_params": table["off_par"],
+        "distributed_optimizer": table["dist_opt"], "recompute": table["recompute"],
+        "recompute_fraction": full.astype(float), "grad_bucket_elements": bucket})
+    return out
 
 
 def _stage_total(model, stage, codes):
@@ -329,15 +339,15 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
         peak_stage = np.where(last > first, table["pp"] - 1, 0)
         host = np.maximum(np.asarray(t0["host"], float), np.asarray(t1["host"], float)) * np.ones(k)
     nvme = 0  # offload is to CPU only in the search
-    reference = _reference_inputs(model, cluster, precision)
-    terms = T.step_time_terms(**time_codes(table, model, cluster, precision, reference))
+    inputs = time_codes(table, model, cluster, precision)
+    terms = T.step_time_terms(**inputs)
     return dict(peak_bytes=peak, peak_stage=peak_stage, host_bytes_per_node=host * cluster.gpus_per_node + nvme,
                 step_seconds=np.asarray(terms["step_seconds"]), model_flops=np.asarray(terms["model_flops"]),
-                terms=terms, peak_flops=reference["peak_flops"])
+                terms=terms, peak_flops=inputs["peak_flops"])
 
 
-def _reference_inputs(model, cluster, precision) -> dict:
-    plan = ParallelPlan(world_size=cluster.world_size, engine="megatron", precision=precision)
+def _reference_inputs(model, cluster, precision, engine) -> dict:
+    plan = ParallelPlan(world_size=cluster.world_size, engine=engine, precision=precision)
     return T.time_inputs(model, cluster, plan)
 
 
