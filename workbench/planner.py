@@ -533,7 +533,11 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
             bits.append(f"ZeRO-{int(a.zero_stage)} communicates every one of {a.num_microbatches} micro-batches")
         return ", ".join(bits)
     if term == "recompute":
-        return f"recompute={a.recompute} vs {b.recompute}"
+        if a.recompute != b.recompute:
+            return f"recompute={a.recompute} vs {b.recompute}"
+        if a.micro_batch_size != b.micro_batch_size:
+            return f"micro batch {a.micro_batch_size} vs {b.micro_batch_size} (GEMM shapes)"
+        return ""
     if term == "offload":
         return "optimizer/parameters in host memory over PCIe"
     if term == "cp_comm":
