@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from workbench import planner  # noqa: E402
 from workbench.catalog import gpu, model  # noqa: E402
 from workbench.estimate import estimate  # noqa: E402
-from workbench.specs import ClusterSpec, Engine, Offload, Recompute, ZeroStage  # noqa: E402
+from workbench.specs import ClusterSpec, Recompute  # noqa: E402
 
 GiB = 2**30
 

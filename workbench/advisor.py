@@ -23,7 +23,6 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 
 from workbench import memory as M
 from workbench import timing as T
