@@ -19,6 +19,8 @@ COMMANDS = [
     "jobs",
     "run",
     "runs",
+    "plan",
+    "advise",
 ]
 
 

@@ -60,6 +60,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> Esti
     from workbench.layout import build_layout
     from workbench.timing import estimate_time
 
+    from workbench.advisor import check_plan
+
     validate(model, cluster, plan)
-    return Estimate(model=model, cluster=cluster, plan=plan, memory=estimate_memory(model, cluster, plan),
-                    time=estimate_time(model, cluster, plan), layout=build_layout(cluster, plan, model=model))
+    memory = estimate_memory(model, cluster, plan)
+    time = estimate_time(model, cluster, plan)
+    return Estimate(model=model, cluster=cluster, plan=plan, memory=memory, time=time,
+                    layout=build_layout(cluster, plan, model=model),
+                    checks=check_plan(model, cluster, plan, memory=memory, time=time))

@@ -1,0 +1,201 @@
+"""Advisor: each guide rule passes and fails on plans built for it, with the models' numbers; OOM ladder order;
+throughput ranking; estimate() carries the checks; the advise command."""
+import json
+import time
+
+import pytest
+
+from workbench import advisor, memory as M, timing as T
+from workbench.catalog import gpu, model
+from workbench.configs.deepspeed import DeepSpeedOptions
+from workbench.estimate import estimate
+from workbench.specs import ClusterSpec, ParallelPlan
+
+GiB = 2**30
+
+
+def _cluster(name="H100-SXM", gpus_per_node=8, nodes=1, **kw):
+    return ClusterSpec(gpu=gpu(name), gpus_per_node=gpus_per_node, num_nodes=nodes, **kw)
+
+
+def _plan(c, **kw):
+    base = dict(world_size=c.world_size, micro_batch_size=1, global_batch_size=64)
+    base.update(kw)
+    return ParallelPlan(**base)
+
+
+def _checks(m, c, p, **kw):
+    mem, t = M.estimate_memory(m, c, p), T.estimate_time(m, c, p)
+    return {f.id: f for f in advisor.check_plan(m, c, p, memory=mem, time=t, **kw)}, mem, t
+
+
+def test_strategy_tiers():
+    m = model("llama3-8b", attention="flash")
+    c8 = _cluster()
+    f, *_ = _checks(m, c8, _plan(c8, engine="deepspeed", zero_stage=3))
+    assert f["strategy_tier"].status == "pass" and "1-8 GPUs" in f["strategy_tier"].message
+    f, *_ = _checks(m, c8, _plan(c8, engine="megatron", tensor_parallel=8))
+    assert f["strategy_tier"].status == "warn" and "ZeRO-2 or ZeRO-3" in f["strategy_tier"].message
+    c16 = _cluster(nodes=2)
+    f, *_ = _checks(m, c16, _plan(c16, engine="megatron-deepspeed", tensor_parallel=4, zero_stage=1))
+    assert f["strategy_tier"].status == "pass" and "8-32 GPUs" in f["strategy_tier"].message
+    c64 = _cluster(nodes=8)
+    f, *_ = _checks(m, c64, _plan(c64, engine="deepspeed", zero_stage=2))
+    assert f["strategy_tier"].status == "warn" and "32+ GPUs" in f["strategy_tier"].message
+    f, *_ = _checks(m, c64, _plan(c64, engine="megatron", tensor_parallel=8, pipeline_parallel=2))
+    assert f["strategy_tier"].status == "pass"
+
+
+def test_zero3_layer_room_uses_layer_bytes():
+    m = model("llama3-8b", attention="flash")
+    c = _cluster()
+    f, mem, _ = _checks(m, c, _plan(c, engine="deepspeed", zero_stage=3))
+    layer = M.layer_params_per_rank(m, 1) * 2
+    assert f["zero3_layer_fits"].status == "pass"
+    assert f"{layer / GiB:.1f} GiB" in f["zero3_layer_fits"].message
+    f, *_ = _checks(m, c, _plan(c, engine="deepspeed", zero_stage=2))
+    assert "zero3_layer_fits" not in f
+    # a card too small for one layer of a wide model
+    big = model("llama3-405b", attention="flash")
+    small = _cluster("RTX-4090")
+    f, *_ = _checks(big, small, _plan(small, engine="deepspeed", zero_stage=3))
+    assert f["zero3_layer_fits"].status == "fail"
+
+
+def test_card_size_rule():
+    m = model("llama2-7b", attention="flash")
+    for name, status in (("A100-80GB", "pass"), ("RTX-4090", "warn"), ("V100-32GB", "warn")):
+        c = _cluster(name)
+        f, *_ = _checks(m, c, _plan(c, engine="deepspeed", zero_stage=3, precision="fp16"))
+        assert f["card_size"].status == status, name
+    small = model("gpt3-1.3b")
+    c = _cluster()
+    f, *_ = _checks(small, c, _plan(c, engine="deepspeed", zero_stage=2))
+    assert "card_size" not in f
+
+
+def test_tp_within_node_reports_tp_seconds():
+    m = model("llama3-8b", seq_length=2048, attention="flash")
+    c = _cluster(gpus_per_node=4, nodes=2)
+    f, _, t = _checks(m, c, _plan(c, engine="megatron", tensor_parallel=8))
+    assert f["tp_within_node"].status == "fail"
+    assert f"{t.breakdown['tp_comm']:.3f} s/step" in f["tp_within_node"].message
+    f, *_ = _checks(m, c, _plan(c, engine="megatron", tensor_parallel=4))
+    assert f["tp_within_node"].status == "pass"
+
+
+def test_bucket_sizes_flag_tiny_buckets_and_recommend_from_bandwidth():
+    m = model("llama3-8b", attention="flash")
+    c = _cluster(nodes=2)
+    p = _plan(c, engine="deepspeed", zero_stage=1)
+    tiny = DeepSpeedOptions(reduce_bucket_size=100_000, allgather_bucket_size=100_000)
+    f, *_ = _checks(m, c, p, options=tiny)
+    assert f["bucket_sizes"].status == "warn" and "reduce_bucket_size ≈" in f["bucket_sizes"].suggestion
+    f, *_ = _checks(m, c, p)
+    assert f["bucket_sizes"].status == "pass" and "inter-node" in f["bucket_sizes"].message
+
+
+def test_overlap_comm_multi_node():
+    m = model("llama3-8b", attention="flash")
+    c = _cluster(nodes=2)
+    p = _plan(c, engine="deepspeed", zero_stage=1)
+    f, *_ = _checks(m, c, p, options=DeepSpeedOptions(overlap_comm=False), detailed=True)
+    assert f["overlap_comm"].status == "fail" and "crosses nodes" in f["overlap_comm"].message
+    assert "without overlap" in f["overlap_comm"].message
+    f, *_ = _checks(m, c, p)
+    assert f["overlap_comm"].status == "pass"
+
+
+def test_convergence_checks_read_options():
+    m13 = model("guide-13b")
+    c = _cluster(nodes=2)
+    p = _plan(c, engine="megatron", tensor_parallel=4, pipeline_parallel=2, precision="fp16")
+    f, *_ = _checks(m13, c, p)
+    assert f["gradient_clipping"].status == "pass" and "gradient_clipping=0.5" in f["gradient_clipping"].message
+    assert f["adam_betas"].status == "pass" and f["loss_scale"].status == "pass"
+    assert "2^16" in f["loss_scale"].message and "1000 steps" in f["loss_scale"].message
+    bad = DeepSpeedOptions(clip=2.0, betas=(0.9, 0.999), loss_scale_window=100)
+    f, *_ = _checks(m13, c, p, options=bad)
+    assert f["gradient_clipping"].status == "warn"
+    assert f["adam_betas"].status == "warn" and "~1000 steps" in f["adam_betas"].message
+    assert f["loss_scale"].status == "warn"
+
+
+def test_oom_ladder_follows_the_guide_order_and_stops_at_first_fit():
+    m = model("guide-13b")
+    c = _cluster()
+    p = _plan(c, engine="deepspeed", zero_stage=2, micro_batch_size=8, global_batch_size=64)
+    assert not M.estimate_memory(m, c, p).fits
+    ladder = advisor.oom_ladder(m, c, p)
+    steps = [s.step for s in ladder]
+    assert steps == sorted(steps) and ladder[-1].fits and not any(s.fits for s in ladder[:-1])
+    for s in ladder:
+        if s.plan is not None:
+            mem = M.estimate_memory(m, c, s.plan)
+            assert s.peak_bytes == mem.per_gpu_peak_bytes
+            assert s.step_seconds == pytest.approx(T.estimate_time(m, c, s.plan).step_seconds)
+            assert s.plan.global_batch_size == 64
+    assert ladder[0].plan.micro_batch_size < 8  # step 1 keeps the global batch with more accumulation
+    # a plan that fits needs no ladder
+    assert advisor.oom_ladder(m, c, _plan(c, engine="deepspeed", zero_stage=3, recompute="full")) == ()
+
+
+def test_oom_ladder_reaches_zero3_offload():
+    m = model("llama2-70b", attention="flash")
+    c = _cluster()
+    p = _plan(c, engine="megatron", tensor_parallel=8, global_batch_size=8)
+    ladder = advisor.oom_ladder(m, c, p)
+    assert ladder[-1].step == 3 and ladder[-1].plan.zero_stage == 3
+    assert "offload" in ladder[-1].action and ladder[-1].slowdown > 0
+
+
+def test_throughput_suggestions_ranked_by_exposed_time():
+    m = model("llama3-8b", seq_length=2048, attention="flash")
+    c = _cluster(gpus_per_node=4, nodes=2)
+    p = _plan(c, engine="megatron", tensor_parallel=8, pipeline_parallel=1)
+    t = T.estimate_time(m, c, p)
+    s = advisor.throughput_suggestions(m, c, p, t)
+    assert [x.exposed_seconds for x in s] == sorted((x.exposed_seconds for x in s), reverse=True)
+    assert s[0].term == "tp_comm" and "crosses nodes" in s[0].message
+    assert s[0].exposed_seconds == pytest.approx(t.breakdown["tp_comm"])
+
+
+def test_diagnostic_commands_for_this_run():
+    m, c = model("guide-13b"), _cluster(nodes=2)
+    p = _plan(c, engine="megatron", tensor_parallel=4, pipeline_parallel=2)
+    cmds = advisor.diagnostic_commands(m, c, p)
+    assert any("NCCL_DEBUG=INFO" in x for x in cmds)
+    nsys = next(x for x in cmds if x.startswith("nsys profile -t cuda,nvtx"))
+    assert "--nnodes 2" in nsys and "--tensor-model-parallel-size 4" in nsys
+
+
+def test_estimate_carries_checks_cheaply():
+    m, c = model("llama3-8b"), _cluster(nodes=2)
+    p = _plan(c, engine="megatron-deepspeed", tensor_parallel=2, zero_stage=1)
+    est = estimate(m, c, p)
+    ids = {f.id for f in est.checks}
+    assert {"fits_memory", "strategy_tier", "tp_within_node", "overlap_comm", "adam_betas"} <= ids
+    assert est.to_dict()["checks"][0]["status"] in ("pass", "warn", "fail")
+    start = time.perf_counter()
+    for _ in range(50):
+        advisor.check_plan(m, c, p, memory=est.memory, time=est.time)
+    assert (time.perf_counter() - start) / 50 < 2e-3  # the target is < 1 ms; slack for a loaded machine
+
+
+def test_finding_rejects_bad_status():
+    with pytest.raises(ValueError, match="status='ok'"):
+        advisor.Finding(id="x", status="ok", message="m")
+
+
+def test_advise_command(capsys, tmp_path):
+    from workbench.cli import main
+
+    args = ["advise", "--model", "guide-13b", "--engine", "deepspeed", "--zero", "2", "--mbs", "8", "--gbs", "64"]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["oom_ladder"] and out["findings"] and out["commands"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "out of memory: the guide's ladder" in text and "nsys profile" in text
+    assert main(args + ["--log", str(tmp_path / "missing.log")]) == 2
+    assert capsys.readouterr().err.startswith("workbench: error:")

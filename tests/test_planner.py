@@ -1,0 +1,217 @@
+"""Planner: the candidate table matches the specs' own rules, array evaluation equals scalar estimate(), ranking,
+Pareto front, explanation and errors."""
+import itertools
+
+import numpy as np
+import pytest
+
+from workbench import memory as M
+from workbench import planner, timing as T
+from workbench.catalog import gpu, model
+from workbench.estimate import estimate
+from workbench.specs import ClusterSpec, ParallelPlan, validate
+
+
+def _cluster(name="H100-SXM", gpus_per_node=8, nodes=1, **kw):
+    return ClusterSpec(gpu=gpu(name), gpus_per_node=gpus_per_node, num_nodes=nodes, **kw)
+
+
+def _rows(table):
+    keys = planner._COLUMNS
+    return {tuple(int(table[k][i]) for k in keys) for i in range(len(table["tp"]))}
+
+
+def _row_of(plan, m):
+    return (M.ENGINE_CODES[plan.engine], plan.tensor_parallel, plan.pipeline_parallel, plan.virtual_pipeline,
+            plan.context_parallel, plan.data_parallel, int(plan.sequence_parallel), int(plan.zero_stage),
+            int(str(plan.offload_optimizer) != "none"), int(str(plan.offload_params) != "none"),
+            int(plan.distributed_optimizer), M.RECOMPUTE_CODES[plan.recompute], plan.micro_batch_size,
+            plan.num_microbatches)
+
+
+def test_candidates_equal_brute_force_over_the_spec_rules():
+    """Every row is a plan ParallelPlan + validate accept, and every accepted plan on the axes is a row."""
+    m = model("gpt3-350m", seq_length=1024)  # 16 heads, 24 layers
+    c = _cluster(gpus_per_node=4, nodes=2)
+    gbs = 16
+    table = planner.enumerate_candidates(m, c, gbs, max_context_parallel=4)
+    expected = set()
+    for e, t, p, v, cp, sp, z, oo, op, do, rc, b in itertools.product(
+            ("deepspeed", "megatron", "megatron-deepspeed"), (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 3, 4, 6, 8, 12, 24),
+            (1, 2, 4), (False, True), (0, 1, 2, 3), ("none", "cpu"), ("none", "cpu"), (False, True),
+            ("none", "selective", "full"), (1, 2, 4, 8, 16)):
+        if v > 1 and e != "megatron":  # documented restriction: DeepSpeed's pipeline engine does not interleave
+            continue
+        if t > c.gpus_per_node:
+            continue
+        try:
+            plan = ParallelPlan(world_size=8, engine=e, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=v,
+                                context_parallel=cp, sequence_parallel=sp, zero_stage=z, offload_optimizer=oo,
+                                offload_params=op, distributed_optimizer=do, recompute=rc, micro_batch_size=b,
+                                global_batch_size=gbs)
+            validate(m, c, plan)
+        except ValueError:
+            continue
+        expected.add(_row_of(plan, m))
+    got = _rows(table)
+    assert got == expected
+    assert len(got) == len(table["tp"])  # no duplicates
+
+
+@pytest.mark.parametrize("name,nodes,gbs", [("llama3-8b", 2, 64), ("guide-13b", 1, 32), ("gpt3-1.3b", 1, 16)])
+def test_top_and_pareto_plans_match_scalar_estimate(name, nodes, gbs):
+    m, c = model(name), _cluster(nodes=nodes)
+    res = planner.search(m, c, global_batch_size=gbs, top=15)
+    for r in res.ranked + res.pareto:
+        est = estimate(m, c, r.plan)
+        assert r.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
+        assert r.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
+        assert r.mfu == pytest.approx(est.time.mfu, rel=1e-9)
+        assert r.tokens_per_second == pytest.approx(est.time.tokens_per_second, rel=1e-9)
+        assert r.time_breakdown == pytest.approx(est.time.breakdown, rel=1e-9)
+        assert est.memory.fits_gpu and r.peak_bytes <= 0.95 * c.gpu.memory_bytes
+
+
+def test_all_stages_gives_the_same_peaks_as_the_two_ends():
+    m, c = model("llama3-8b"), _cluster(nodes=2)
+    table = planner.enumerate_candidates(m, c, 64)
+    a = planner.evaluate(table, m, c)
+    b = planner.evaluate(table, m, c, all_stages=True)
+    assert (table["pp"] > 2).any()
+    np.testing.assert_allclose(a["peak_bytes"], b["peak_bytes"], rtol=1e-12)
+    # and the scalar model agrees on the stage holding the peak for a deep pipeline
+    i = int(np.flatnonzero(table["pp"] == 8)[0])
+    plan = planner._plan_at(table, i, c, 64, planner.Precision.BF16)
+    mem = M.estimate_memory(m, c, plan)
+    assert a["peak_bytes"][i] == pytest.approx(mem.per_gpu_peak_bytes, abs=8)
+
+
+def test_ranked_by_step_time_and_pareto_is_non_dominated():
+    m, c = model("llama3-8b"), _cluster(nodes=4)
+    res = planner.search(m, c, global_batch_size=256, top=20)
+    steps = [r.step_seconds for r in res.ranked]
+    assert steps == sorted(steps)
+    assert res.pareto[0].step_seconds == res.ranked[0].step_seconds
+    for a in res.pareto:
+        for b in res.pareto:
+            if a is not b:
+                assert not (b.step_seconds <= a.step_seconds and b.peak_bytes <= a.peak_bytes
+                            and (b.step_seconds, b.peak_bytes) != (a.step_seconds, a.peak_bytes))
+    peaks = [r.peak_bytes for r in res.pareto]
+    assert peaks == sorted(peaks, reverse=True)
+    assert res.evaluated > res.feasible > 0
+
+
+def test_headroom_filters():
+    m, c = model("llama3-8b"), _cluster(nodes=1)
+    loose = planner.search(m, c, global_batch_size=32, headroom=0.0)
+    tight = planner.search(m, c, global_batch_size=32, headroom=0.5)
+    assert tight.feasible < loose.feasible
+    assert all(r.peak_bytes <= 0.5 * c.gpu.memory_bytes for r in tight.ranked)
+
+
+def test_explanation_names_differences_with_numbers():
+    m, c = model("llama3-8b"), _cluster(nodes=4)
+    res = planner.search(m, c, global_batch_size=256)
+    text = res.explanation
+    w, r = res.ranked[0], res.ranked[1]
+    assert f"{w.step_seconds:.3f} s/step" in text and f"{r.step_seconds:.3f} s/step" in text
+    assert "Runner-up" in text and "GiB" in text
+
+
+def test_explanation_cross_node_tp():
+    m, c = model("llama3-8b", seq_length=2048), _cluster(gpus_per_node=4, nodes=4)
+    res = planner.search(m, c, global_batch_size=64, engines=["megatron"], allow_cross_node_tp=True,
+                         recompute=["none"], offload=False, max_context_parallel=1)
+    fast = next(x for x in res.ranked if x.plan.tensor_parallel <= 4)
+    slow = planner.search(m, c, global_batch_size=64, engines=["megatron"], allow_cross_node_tp=True,
+                          recompute=["none"], offload=False, max_context_parallel=1, top=100000).ranked
+    cross = next(x for x in slow if x.plan.tensor_parallel == 8)
+    text = planner.explain(fast, cross, model=m, cluster=c)
+    assert "TP=8 crosses nodes" in text and "tensor-parallel all-reduce" in text
+
+
+def test_tp_limited_to_a_node_unless_allowed():
+    m, c = model("llama3-8b"), _cluster(gpus_per_node=4, nodes=4)
+    t = planner.enumerate_candidates(m, c, 64)
+    assert t["tp"].max() == 4
+    t = planner.enumerate_candidates(m, c, 64, allow_cross_node_tp=True)
+    assert t["tp"].max() == 8
+
+
+def test_nothing_fits_names_the_constraint():
+    m, c = model("llama3-405b"), _cluster(nodes=1)
+    with pytest.raises(ValueError, match=r"smallest plan needs [\d.]+ GiB per GPU.*H100-SXM has 79.6 GiB.*try"):
+        planner.search(m, c, global_batch_size=8, offload=False)
+
+
+def test_host_memory_constraint_reported():
+    m, c = model("llama3-70b"), _cluster(nodes=1, host_memory_gib_per_node=64)
+    with pytest.raises(ValueError, match="host memory"):
+        planner.search(m, c, global_batch_size=8, engines=["deepspeed"], recompute=["full"])
+
+
+def test_bad_input():
+    m, c = model("llama3-8b"), _cluster()
+    with pytest.raises(ValueError, match="global_batch_size=0"):
+        planner.search(m, c, global_batch_size=0)
+    with pytest.raises(ValueError, match="headroom=1.5"):
+        planner.search(m, c, global_batch_size=8, headroom=1.5)
+    with pytest.raises(ValueError, match="engine='tpu'"):
+        planner.search(m, c, global_batch_size=8, engines=["tpu"])
+    with pytest.raises(ValueError, match="no valid plan: global_batch_size=3"):
+        planner.search(model("gpt3-125m"), _cluster(nodes=4), global_batch_size=3, max_context_parallel=1)
+
+
+def test_seq_override_and_405b_full_search_is_fast():
+    m, c = model("llama3-405b"), _cluster(nodes=2048)
+    res = planner.search(m, c, global_batch_size=2048, seq_length=8192)
+    assert res.elapsed_seconds < 2.0
+    assert res.model.seq_length == 8192 and res.best.plan.world_size == 16384
+
+
+def test_to_dict_round_numbers():
+    m, c = model("gpt3-1.3b"), _cluster()
+    d = planner.search(m, c, global_batch_size=16, top=3).to_dict()
+    assert len(d["ranked"]) == 3 and d["ranked"][0]["step_seconds"] > 0 and d["explanation"]
+    assert set(d["ranked"][0]["time_breakdown"]) == set(T.TERMS)
+
+
+def test_cli_plan_json_and_table(capsys):
+    import json
+
+    from workbench.cli import main
+
+    assert main(["plan", "--model", "gpt3-1.3b", "--gpus-per-node", "8", "--nodes", "1", "--gbs", "16", "--seq",
+                 "2048", "--top", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["ranked"]) == 3 and out["pareto"] and out["explanation"]
+    assert main(["plan", "--model", "gpt3-1.3b", "--gbs", "16", "--top", "2", "--engine", "megatron"]) == 0
+    text = capsys.readouterr().out
+    assert "ranked by step time" in text and "Pareto front" in text and "megatron" in text
+    assert main(["plan", "--model", "llama3-405b", "--gbs", "8", "--no-offload"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workbench: error: no plan fits") and err.count("\n") == 1
+
+
+def test_time_inputs_per_row_equal_the_scalar_time_inputs():
+    """Every key step_time_terms takes, row by row, equals time_inputs() of that row's plan."""
+    m, c = model("llama3-8b"), _cluster(nodes=2)
+    table = planner.enumerate_candidates(m, c, 64)
+    arrays = planner.time_codes(table, m, c, planner.Precision.BF16)
+    assert set(arrays) == set(T._STEP_ARGS)
+    rng = np.random.default_rng(1)
+    for i in rng.choice(len(table["tp"]), size=40, replace=False):
+        plan = planner._plan_at(table, int(i), c, 64, planner.Precision.BF16)
+        ref = T.time_inputs(m, c, plan)
+        for k, v in ref.items():
+            got = np.asarray(arrays[k])
+            got = got[i] if got.ndim else got
+            assert float(got) == pytest.approx(float(v), rel=1e-12), (k, planner.describe_plan(plan))
+
+
+def test_memory_codes_have_the_keys_of_plan_codes():
+    m, c = model("llama3-8b"), _cluster()
+    table = planner.enumerate_candidates(m, c, 16)
+    plan = planner._plan_at(table, 0, c, 16, planner.Precision.BF16)
+    assert set(planner.memory_codes(table, m, planner.Precision.BF16)) == set(M.plan_codes(plan, m))

@@ -1,0 +1,599 @@
+"""Advisor: the seed guide's rules of thumb, computed on the user's plan.
+
+The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指南") gives rules as text; here each rule is a
+:class:`Finding` that passes, warns or fails for *this* plan with the numbers the memory and time models give:
+
+- §2.2 strategy tier by GPU count (1-8: ZeRO-2/3 first; 8-32: DeepSpeed + Megatron hybrid; 32+: Megatron model
+  parallel as the base); ZeRO-3 needs room for at least one layer's parameters per GPU; a 7B-class model wants
+  ≥ 40 GB cards;
+- §4 TP inside a node, reduce/all-gather bucket sizes matched to the network, ``overlap_comm`` on InfiniBand;
+- §5.1 low throughput: what is exposed (ranked by the time model) and the commands to look closer (NCCL_DEBUG=INFO,
+  ``nsys profile``);
+- §5.2 out of memory, in the guide's order: smaller micro batch with more accumulation, activation checkpointing,
+  ZeRO-3 CPU offload (:func:`oom_ladder`);
+- §5.3 convergence: gradient clipping 0.5-1.0 for ≥ 13B, loss-scale window and monitoring for fp16, Adam betas
+  0.9/0.95 — read from the :class:`~workbench.configs.deepspeed.DeepSpeedOptions` the exports write.
+
+:func:`check_plan` is the cheap part (it reads an existing estimate; ``estimate()`` fills ``checks`` with it);
+:func:`advise` adds the OOM ladder, the throughput suggestions and the commands.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+from workbench import memory as M
+from workbench import timing as T
+from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
+from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
+                             ZeroStage, validate)
+
+GiB = 2**30
+STATUSES = ("pass", "warn", "fail")
+CARD_GB_FOR_7B = 40.0
+"""Guide §2.2: "for a 7B-parameter model, at least 40 GB of memory per card is recommended"."""
+SEVEN_B_CLASS_PARAMETERS = 6e9
+"""Models from this size on count as 7B-class for the card-size rule (Llama-2-7B has 6.74e9 parameters)."""
+BUCKET_RATIO_RANGE = (0.25, 4.0)
+"""A bucket's transfer time should be within this factor of one layer's backward compute: much shorter and the
+per-call latency dominates, much longer and the last bucket (always exposed) grows."""
+
+
+# ================================================================================================================
+# Result types
+# ================================================================================================================
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finding:
+    """One rule checked on one plan."""
+
+    id: str
+    """Stable key, e.g. ``tp_within_node``."""
+    status: str
+    """``pass``, ``warn`` or ``fail``."""
+    message: str
+    """What was found, with the numbers."""
+    suggestion: str = ""
+    """What to change (empty when nothing needs to)."""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status={self.status!r} is not one of: {', '.join(STATUSES)}")
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "status": self.status, "message": self.message, "suggestion": self.suggestion}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LadderStep:
+    """One rung of the out-of-memory ladder (guide §5.2), priced by the memory and time models."""
+
+    step: int
+    """1 micro batch, 2 activation checkpointing, 3 ZeRO-3 CPU offload."""
+    action: str
+    """What changes, in words."""
+    plan: Optional[ParallelPlan]
+    """The plan after this rung (``None`` when the rung cannot be applied; ``action`` says why)."""
+    peak_bytes: int = 0
+    host_bytes_per_node: int = 0
+    fits: bool = False
+    step_seconds: float = 0.0
+    slowdown: float = 0.0
+    """Step time relative to the original plan minus 1 (0.25 = 25 % slower)."""
+    settings: dict = field(default_factory=dict)
+    """The config keys / flags that make this change."""
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "action": self.action,
+                "plan": None if self.plan is None else _plan_text(self.plan), "peak_bytes": self.peak_bytes,
+                "peak_gib": self.peak_bytes / GiB, "host_bytes_per_node": self.host_bytes_per_node,
+                "fits": self.fits, "step_seconds": self.step_seconds, "slowdown": self.slowdown,
+                "settings": dict(self.settings)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Suggestion:
+    """A low-throughput remedy, for a time term the model says is exposed."""
+
+    term: str
+    """Key of :data:`workbench.timing.TERMS`."""
+    exposed_seconds: float
+    fraction_of_step: float
+    message: str
+    settings: tuple = ()
+    """Settings or flags to try."""
+    predicted_step_seconds: Optional[float] = None
+    """Step time after the change, when the change is a plan the models can price."""
+
+    def to_dict(self) -> dict:
+        return {"term": self.term, "exposed_seconds": self.exposed_seconds, "fraction_of_step": self.fraction_of_step,
+                "message": self.message, "settings": list(self.settings),
+                "predicted_step_seconds": self.predicted_step_seconds}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Advice:
+    findings: tuple
+    """:class:`Finding` per rule."""
+    oom_ladder: tuple = ()
+    """:class:`LadderStep` rungs tried, when the plan does not fit (empty when it does)."""
+    throughput: tuple = ()
+    """:class:`Suggestion` ranked by exposed seconds."""
+    commands: tuple = ()
+    """Shell lines to diagnose this run (NCCL debug output, an Nsight Systems profile)."""
+    log_findings: tuple = ()
+    """Findings from a training log, matched to the advice (see :mod:`workbench.logreader`)."""
+
+    def to_dict(self) -> dict:
+        return {"findings": [f.to_dict() for f in self.findings],
+                "oom_ladder": [s.to_dict() for s in self.oom_ladder],
+                "throughput": [s.to_dict() for s in self.throughput], "commands": list(self.commands),
+                "log_findings": [f.to_dict() for f in self.log_findings]}
+
+
+def _plan_text(p: ParallelPlan) -> str:
+    from workbench.planner import describe_plan
+
+    return describe_plan(p)
+
+
+# ================================================================================================================
+# Checks (cheap: read an estimate, no re-evaluation)
+# ================================================================================================================
+def _gb(nbytes) -> str:
+    return f"{nbytes / GiB:.1f} GiB"
+
+
+def strategy_tier(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, memory) -> Finding:
+    """Guide §2.2 tiers by GPU count: ≤ 8 ZeRO-2/3; 9-32 the DeepSpeed+Megatron hybrid; > 32 Megatron model
+    parallel (TP/PP) as the base."""
+    W, e = plan.world_size, plan.engine
+    mp = plan.tensor_parallel * plan.pipeline_parallel
+    fit = f"this plan peaks at {_gb(memory.per_gpu_peak_bytes)} of {_gb(memory.capacity_bytes)}"
+    if W <= 8:
+        ok = e is not Engine.MEGATRON and plan.zero_stage >= ZeroStage.GRADIENTS
+        tier, want = "1-8 GPUs", "DeepSpeed ZeRO-2 or ZeRO-3 first"
+        fix = "try engine=deepspeed with zero_stage=2 (or 3 when it does not fit)"
+    elif W <= 32:
+        ok = e is Engine.MEGATRON_DEEPSPEED
+        tier, want = "8-32 GPUs", "the DeepSpeed + Megatron hybrid (Megatron TP/PP with ZeRO over data parallel)"
+        fix = "try engine=megatron-deepspeed with TP inside a node and ZeRO-1"
+    else:
+        ok = e is not Engine.DEEPSPEED and mp > 1
+        tier, want = "32+ GPUs", "Megatron model parallel (TP/PP) as the base"
+        fix = f"try engine=megatron or megatron-deepspeed with TP up to {cluster.gpus_per_node} and PP across nodes"
+    now = (f"engine={e}, TP={plan.tensor_parallel}, PP={plan.pipeline_parallel}, ZeRO-{int(plan.zero_stage)}"
+           + (", distributed optimizer" if plan.distributed_optimizer else ""))
+    msg = f"{W} GPUs is the guide's {tier} tier: {want}; plan has {now}; {fit}"
+    return Finding(id="strategy_tier", status="pass" if ok else "warn", message=msg,
+                   suggestion="" if ok else fix + " (`workbench plan` ranks them by step time)")
+
+
+def zero3_layer_room(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
+    """Guide §2.2: with ZeRO-3 each GPU must hold at least one whole layer's parameters (they are gathered layer
+    by layer). Room = GPU memory − everything else at the peak (the gathered-parameter buffers excluded)."""
+    if plan.zero_stage != ZeroStage.PARAMETERS:
+        return None
+    layer = float(M.layer_params_per_rank(model, plan.tensor_parallel)) * plan.precision.bytes_per_value
+    terms = memory.breakdown
+    others = memory.per_gpu_peak_bytes - terms.buffers
+    room = memory.capacity_bytes - others
+    ok = layer <= room
+    return Finding(id="zero3_layer_fits", status="pass" if ok else "fail",
+                   message=f"ZeRO-3 gathers one layer at a time: a layer is {_gb(layer)} of {plan.precision} "
+                           f"parameters (TP={plan.tensor_parallel}); with the rest of the step at {_gb(others)} the "
+                           f"{_gb(memory.capacity_bytes)} GPU has {_gb(room)} left for it",
+                   suggestion="" if ok else "raise tensor_parallel to split each layer, or use GPUs with more memory")
+
+
+def card_size(model: ModelSpec, cluster: ClusterSpec) -> Optional[Finding]:
+    """Guide §2.2: a 7B model wants ≥ 40 GB per card (applied to models ≥ 6e9 parameters)."""
+    n = model.num_parameters
+    if n < SEVEN_B_CLASS_PARAMETERS:
+        return None
+    gb = cluster.gpu.memory_gib * GiB / 1e9
+    ok = gb >= CARD_GB_FOR_7B
+    return Finding(id="card_size", status="pass" if ok else "warn",
+                   message=f"{model.name} has {n / 1e9:.1f} B parameters; the guide wants ≥ {CARD_GB_FOR_7B:.0f} GB "
+                           f"cards for 7B-class models; {cluster.gpu.name} has {gb:.0f} GB",
+                   suggestion="" if ok else "expect ZeRO-3 + offload or deep model parallelism; prefer ≥ 40 GB cards")
+
+
+def tp_within_node(cluster: ClusterSpec, plan: ParallelPlan, time) -> Finding:
+    """Guide §4: tensor parallel inside a node (its all-reduces run every layer)."""
+    t, n = plan.tensor_parallel, cluster.gpus_per_node
+    ok = t <= n and n % t == 0
+    tp_s = time.breakdown["tp_comm"] if time is not None else 0.0
+    share = tp_s / time.step_seconds if time is not None else 0.0
+    where = "inside one node" if ok else f"across nodes (gpus_per_node={n})"
+    return Finding(id="tp_within_node", status="pass" if ok else "fail",
+                   message=f"TP={t} runs {where}: tensor-parallel all-reduce {tp_s:.3f} s/step ({share:.1%} of the "
+                           f"step)",
+                   suggestion="" if ok else f"keep tensor_parallel ≤ {n} (a divisor of gpus_per_node) and add "
+                                            f"pipeline parallel across nodes")
+
+
+def _dp_link(inputs: dict, plan: ParallelPlan):
+    span = plan.tensor_parallel * plan.context_parallel * plan.data_parallel
+    bw = float(T.link_gb_per_s(span, inputs["gpus_per_node"], intra_node_gb_per_s=inputs["intra_node_gb_per_s"],
+                               inter_node_gb_per_s=inputs["inter_node_gb_per_s"]))
+    lat = float(T.link_latency_s(span, inputs["gpus_per_node"], intra_node_latency_s=inputs["intra_node_latency_s"],
+                                 inter_node_latency_s=inputs["inter_node_latency_s"]))
+    crosses = bool(span > inputs["gpus_per_node"])
+    return bw, lat, crosses
+
+
+def _layer_backward_seconds(model: ModelSpec, plan: ParallelPlan, time) -> float:
+    """One layer's backward on one GPU for one micro-batch, from the time model's compute term
+    (compute = m · 3 · (L/p · layer forward + logits); the logits share is counted in, a small overestimate)."""
+    layers = model.num_layers / plan.pipeline_parallel
+    return time.breakdown["compute"] / plan.num_microbatches * (2.0 / 3.0) / layers
+
+
+def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time, options: DeepSpeedOptions,
+                 inputs: dict) -> Optional[Finding]:
+    """Guide §4: match ``reduce_bucket_size`` / ``allgather_bucket_size`` to the bandwidth. A bucket's collective
+    (ring cost of :func:`workbench.timing.collective_seconds` on the data-parallel link) should take about as long
+    as one layer's backward compute: the recommended size is the element count whose transfer equals it."""
+    if plan.data_parallel * plan.context_parallel == 1 or time is None:
+        return None
+    group = plan.data_parallel * plan.context_parallel
+    bw, lat, crosses = _dp_link(inputs, plan)
+    v = plan.precision.bytes_per_value
+    layer_s = _layer_backward_seconds(model, plan, time)
+    local = model.num_parameters / (plan.tensor_parallel * plan.pipeline_parallel)
+    if plan.engine is Engine.MEGATRON:
+        named = {"Megatron DDP bucket (--ddp-bucket-size)": T.MEGATRON_BUCKET_ELEMENTS}
+        kinds = {"Megatron DDP bucket (--ddp-bucket-size)": "reduce_scatter" if plan.distributed_optimizer
+                 else "all_reduce"}
+    else:
+        named = {"reduce_bucket_size": options.reduce_bucket_size}
+        kinds = {"reduce_bucket_size": "all_reduce" if plan.zero_stage == 0 else "reduce_scatter"}
+        if ZeroStage.OPTIMIZER <= plan.zero_stage <= ZeroStage.GRADIENTS:
+            named["allgather_bucket_size"] = options.allgather_bucket_size
+            kinds["allgather_bucket_size"] = "all_gather"
+    factor = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0}
+    parts, bad, recs = [], False, {}
+    for name, elements in named.items():
+        elems = min(float(elements), local)
+        secs = float(T.collective_seconds(elems * v, group, gb_per_s=bw, latency_s=lat, kind=kinds[name]))
+        ratio = secs / layer_s if layer_s > 0 else float("inf")
+        per_elem = factor[kinds[name]] * (group - 1) / group * v / (bw * 1e9)
+        rec = float(f"{min(layer_s / per_elem, local):.1g}")
+        recs[name] = int(rec)
+        lo, hi = BUCKET_RATIO_RANGE
+        off = not lo <= ratio <= hi
+        bad |= off
+        parts.append(f"{name}={elements:.2g} elements → {secs * 1e3:.1f} ms per {kinds[name].replace('_', '-')} "
+                     f"({ratio:.1f}× one layer's backward, {layer_s * 1e3:.1f} ms)")
+    link = f"{bw:.0f} GB/s {'inter-node' if crosses else 'intra-node'} link over {group} ranks"
+    sugg = ", ".join(f"{k} ≈ {v:.2g}" for k, v in recs.items())
+    return Finding(id="bucket_sizes", status="warn" if bad else "pass",
+                   message=f"{'; '.join(parts)} on the {link}",
+                   suggestion=f"set {sugg} (transfer ≈ one layer's backward)" if bad else "")
+
+
+def overlap_comm(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time, options: DeepSpeedOptions,
+                 inputs: dict, *, detailed: bool = False) -> Optional[Finding]:
+    """Guide §4: enable ``overlap_comm`` on InfiniBand (multi-node data parallel). With ``detailed`` the step time
+    without overlap is computed for the comparison."""
+    if plan.data_parallel * plan.context_parallel == 1 or time is None:
+        return None
+    _, _, crosses = _dp_link(inputs, plan)
+    if plan.engine is Engine.MEGATRON:
+        on, name = False, "--overlap-grad-reduce (Megatron default off; not in the exported arguments)"
+    else:
+        on, name = bool(options.overlap_comm), f"overlap_comm={str(options.overlap_comm).lower()}"
+    dp_s = time.breakdown["dp_comm"]  # the time model prices overlap on
+    extra = f"; exposed data-parallel traffic with overlap {dp_s:.3f} s/step"
+    if detailed:
+        off = T.step_time_terms(**{**inputs, "overlap_comm": 0})
+        gain = float(off["step_seconds"]) - time.step_seconds
+        extra = (f"; exposed data-parallel traffic {float(off['dp_comm']):.3f} s/step without overlap, {dp_s:.3f} s "
+                 f"with it ({gain:.3f} s/step hidden)")
+    where = "crosses nodes (InfiniBand/Ethernet)" if crosses else "stays inside a node"
+    status = "pass" if on else ("fail" if crosses else "warn")
+    return Finding(id="overlap_comm", status=status,
+                   message=f"{name}; the data-parallel group ({plan.data_parallel * plan.context_parallel} ranks) "
+                           f"{where}{extra}",
+                   suggestion="" if on else ("add --overlap-grad-reduce (and --overlap-param-gather with the "
+                                             "distributed optimizer)" if plan.engine is Engine.MEGATRON
+                                             else "set zero_optimization.overlap_comm: true"))
+
+
+def fits_memory(plan: ParallelPlan, memory) -> Finding:
+    peak, cap = memory.per_gpu_peak_bytes, memory.capacity_bytes
+    ok_gpu, ok_host = memory.fits_gpu, memory.fits_host
+    msg = (f"peak {_gb(peak)} per GPU on pipeline stage {memory.peak_stage.stage} ({memory.peak_stage.peak_phase}) "
+           f"of {_gb(cap)}: {peak / cap:.0%} used")
+    if memory.host_bytes_per_node:
+        msg += (f"; host memory {_gb(memory.host_bytes_per_node)} per node of "
+                f"{_gb(memory.host_capacity_bytes_per_node)}")
+    return Finding(id="fits_memory", status="pass" if ok_gpu and ok_host else "fail", message=msg,
+                   suggestion="" if ok_gpu and ok_host else
+                   ("follow the OOM ladder (`workbench advise` lists each step's memory and cost)" if not ok_gpu
+                    else "more host memory per node, NVMe offload, or fewer offloaded states"))
+
+
+def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions) -> Finding:
+    """Guide §5.3: max_norm 0.5-1.0 for models above 13B."""
+    clip = options.clipping_for(model)
+    n = model.num_parameters
+    large = n >= LARGE_MODEL_PARAMETERS
+    if clip <= 0:
+        return Finding(id="gradient_clipping", status="warn",
+                       message=f"gradient clipping is off for a {n / 1e9:.1f} B model",
+                       suggestion="clip at 1.0 (0.5-1.0 from 13B on)")
+    ok = 0.5 <= clip <= 1.0 if large else clip <= 1.0
+    rule = "the guide's 0.5-1.0 for ≥ 13B models" if large else "≤ 1.0 (the guide's 0.5-1.0 applies from 13B)"
+    return Finding(id="gradient_clipping", status="pass" if ok else "warn",
+                   message=f"gradient_clipping={clip:g} for {n / 1e9:.1f} B parameters; {rule}",
+                   suggestion="" if ok else ("set gradient clipping to 0.5-1.0" if large else "set clipping to 1.0"))
+
+
+def loss_scaling(plan: ParallelPlan, options: DeepSpeedOptions) -> Finding:
+    """Guide §3/§5.3: fp16 needs dynamic loss scaling (window 1000) and watching the scale."""
+    if plan.precision is not Precision.FP16:
+        return Finding(id="loss_scale", status="pass",
+                       message=f"precision={plan.precision}: no loss scaling needed (bf16/fp32 keep fp32's range)")
+    w = options.loss_scale_window
+    ok = w >= 1000
+    return Finding(id="loss_scale", status="pass" if ok else "warn",
+                   message=f"fp16 dynamic loss scale: start 2^{options.initial_scale_power}, doubles after {w} steps "
+                           f"without overflow, halves after {options.hysteresis} overflows, floor "
+                           f"{options.min_loss_scale:g}; watch 'OVERFLOW! ... Skipping step' (DeepSpeed) or 'number "
+                           f"of skipped iterations' (Megatron): `workbench advise --log train.log` counts them",
+                   suggestion="" if ok else f"loss_scale_window={w} retries a higher scale every {w} steps; use 1000 "
+                                            "(guide) or switch to bf16")
+
+
+def adam_betas(model: ModelSpec, options: DeepSpeedOptions) -> Finding:
+    """Guide §3/§5.3: Adam β1=0.9, β2=0.95."""
+    b1, b2 = options.betas
+    ok = (b1, b2) == (0.9, 0.95)
+    horizon = 1 / (1 - b2)
+    return Finding(id="adam_betas", status="pass" if ok else "warn",
+                   message=f"Adam betas ({b1:g}, {b2:g}): the second moment averages ~{horizon:.0f} steps "
+                           f"(1/(1−β2)); the guide uses (0.9, 0.95)",
+                   suggestion="" if ok else "set betas to (0.9, 0.95) (--adam-beta1 0.9 --adam-beta2 0.95); a short "
+                                            "β2 horizon reacts faster to gradient spikes")
+
+
+def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, memory, time=None,
+               options: Optional[DeepSpeedOptions] = None, detailed: bool = False) -> tuple:
+    """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate.
+    Cheap unless ``detailed`` (which prices overlap on/off with the time model)."""
+    o = options or DeepSpeedOptions()
+    inputs = T.time_inputs(model, cluster, plan, overlap_comm=True,
+                           bucket_elements=None if plan.engine is Engine.MEGATRON else o.reduce_bucket_size)
+    found = [fits_memory(plan, memory), strategy_tier(model, cluster, plan, memory),
+             zero3_layer_room(model, plan, memory), card_size(model, cluster)]
+    if time is not None:
+        found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o, inputs),
+                  overlap_comm(model, cluster, plan, time, o, inputs, detailed=detailed)]
+    found += [gradient_clipping(model, o), loss_scaling(plan, o), adam_betas(model, o)]
+    return tuple(f for f in found if f is not None)
+
+
+# ================================================================================================================
+# OOM ladder (guide §5.2)
+# ================================================================================================================
+def _price(model, cluster, plan, base_seconds, headroom):
+    mem = M.estimate_memory(model, cluster, plan)
+    t = T.estimate_time(model, cluster, plan)
+    fits = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes and mem.fits_host
+    return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
+                fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1)
+
+
+def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0) -> tuple:
+    """The guide's out-of-memory steps in its order, each priced with the memory and time models; stops at the
+    first plan that fits (peak ≤ (1 − headroom) × GPU memory, host memory too). Empty when the plan fits.
+
+    1. smaller micro batch, more accumulation, same global batch (tries each divisor of the micro batch, largest
+       first); 2. activation checkpointing: selective, then full recompute (DeepSpeed ``activation_checkpointing``
+       with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
+       ``--recompute-granularity``); 3. ZeRO-3 with CPU offload of the optimizer, then of the parameters too
+       (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP).
+    """
+    validate(model, cluster, plan)
+    base = _price(model, cluster, plan, 1.0, headroom)
+    if base["fits"]:
+        return ()
+    base_s = base["step_seconds"]
+    steps: list[LadderStep] = []
+    current = plan
+
+    def rung(step, action, p, settings):
+        r = _price(model, cluster, p, base_s, headroom)
+        steps.append(LadderStep(step=step, action=action, settings=settings, **r))
+        return r["fits"]
+
+    # 1 — micro batch
+    b = plan.micro_batch_size
+    smaller = [k for k in range(b - 1, 0, -1) if b % k == 0]
+    if not smaller:
+        steps.append(LadderStep(step=1, action=f"micro batch is already 1 (accumulation "
+                                               f"{plan.gradient_accumulation_steps})", plan=None))
+    for k in smaller:
+        p = plan.replace(micro_batch_size=k)
+        current = p
+        if rung(1, f"micro batch {b} → {k}, gradient accumulation {plan.gradient_accumulation_steps} → "
+                   f"{p.gradient_accumulation_steps} (global batch {plan.global_batch_size} kept)", p,
+                {"train_micro_batch_size_per_gpu": k, "gradient_accumulation_steps": p.gradient_accumulation_steps,
+                 "--micro-batch-size": k}):
+            return tuple(steps)
+        if k != smaller[-1]:
+            steps.pop()  # report only the rung that fits or the smallest tried
+    # 2 — activation checkpointing
+    ds_ckpt = {"activation_checkpointing": {"partition_activations": plan.tensor_parallel > 1,
+                                            "contiguous_memory_optimization": True}}
+    levels = [r for r in (Recompute.SELECTIVE, Recompute.FULL) if r.rank > current.recompute.rank]
+    if not levels:
+        steps.append(LadderStep(step=2, action="full activation recompute is already on", plan=None))
+    for r in levels:
+        p = current.replace(recompute=r, recompute_layers=None)
+        flags = ({"--recompute-activations": True} if r is Recompute.SELECTIVE else
+                 {"--recompute-granularity": "full", "--recompute-method": "uniform", **ds_ckpt})
+        current = p
+        if rung(2, f"activation checkpointing: recompute {r}", p, flags):
+            return tuple(steps)
+    # 3 — ZeRO-3 + CPU offload
+    engine = Engine.MEGATRON_DEEPSPEED if current.engine is Engine.MEGATRON else current.engine
+    if current.engine is Engine.DEEPSPEED and current.tensor_parallel > 1:
+        engine = Engine.MEGATRON_DEEPSPEED
+    dp = current.world_size // (current.tensor_parallel * current.context_parallel)
+    if current.global_batch_size % (current.micro_batch_size * dp):
+        steps.append(LadderStep(step=3, action=f"ZeRO-3 needs pipeline_parallel=1: data parallel becomes {dp}, "
+                                               f"which does not divide global_batch_size={current.global_batch_size} "
+                                               f"× micro batch {current.micro_batch_size}", plan=None))
+        return tuple(steps)
+    for params in (False, True):
+        p = current.replace(engine=engine, pipeline_parallel=1, virtual_pipeline=1, zero_stage=3,
+                            distributed_optimizer=False, offload_optimizer=Offload.CPU,
+                            offload_params=Offload.CPU if params else Offload.NONE,
+                            recompute_layers=None)
+        what = "optimizer and parameters" if params else "optimizer"
+        settings = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                                          **({"offload_param": {"device": "cpu", "pin_memory": True}}
+                                             if params else {})}}
+        pp_note = f", pipeline {current.pipeline_parallel} → 1" if current.pipeline_parallel > 1 else ""
+        if rung(3, f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})", p, settings):
+            return tuple(steps)
+    return tuple(steps)
+
+
+# ================================================================================================================
+# Low throughput (guide §5.1)
+# ================================================================================================================
+def _try(model, cluster, plan, **changes):
+    try:
+        p = plan.replace(**changes)
+        validate(model, cluster, p)
+    except ValueError:
+        return None, None
+    mem = M.estimate_memory(model, cluster, p)
+    return p, (T.estimate_time(model, cluster, p), mem)
+
+
+def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
+                           options: Optional[DeepSpeedOptions] = None, *, min_fraction: float = 0.01) -> tuple:
+    """What to try, ranked by the exposed seconds the time model attributes to each non-compute term; where the
+    remedy is another plan, that plan is priced too."""
+    o = options or DeepSpeedOptions()
+    step = time.step_seconds
+    n = cluster.gpus_per_node
+    out = []
+    for term in ("tp_comm", "dp_comm", "bubble", "offload", "recompute", "pp_comm", "cp_comm", "optimizer"):
+        secs = time.breakdown[term]
+        if secs < min_fraction * step:
+            continue
+        msg, settings, alt = "", [], None
+        if term == "tp_comm":
+            if plan.tensor_parallel > n or n % plan.tensor_parallel:
+                msg = f"TP={plan.tensor_parallel} crosses nodes: keep TP ≤ {n}, use pipeline parallel across nodes"
+                settings = [f"--tensor-model-parallel-size {n}"]
+            elif not plan.sequence_parallel:
+                msg = "tensor-parallel all-reduces are exposed; sequence parallel splits norms/dropout over TP"
+                settings = ["--sequence-parallel"]
+                alt = _try(model, cluster, plan, sequence_parallel=True)
+            else:
+                msg = f"TP={plan.tensor_parallel} all-reduces every layer; a smaller TP with more PP/DP may be faster"
+                settings = ["--tp-comm-overlap (Transformer Engine)"]
+        elif term == "dp_comm":
+            msg = (f"data-parallel traffic is exposed (ZeRO-{int(plan.zero_stage)}, DP={plan.data_parallel}); "
+                   "check NCCL bandwidth, bucket sizes and overlap")
+            settings = ["NCCL_DEBUG=INFO", f"reduce_bucket_size / allgather_bucket_size (now {o.reduce_bucket_size:.2g}"
+                                           f" / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
+            if plan.zero_stage >= ZeroStage.GRADIENTS and plan.engine is not Engine.MEGATRON:
+                alt = _try(model, cluster, plan, zero_stage=1, offload_params=Offload.NONE)
+                settings.append("zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch)")
+        elif term == "bubble":
+            msg = (f"pipeline bubble (p−1)/(v·m) = ({plan.pipeline_parallel}−1)/({plan.virtual_pipeline}·"
+                   f"{plan.num_microbatches}): more micro-batches or interleaving shrink it")
+            if plan.engine is Engine.MEGATRON and (model.num_layers // plan.pipeline_parallel) % 2 == 0 \
+                    and plan.num_microbatches % plan.pipeline_parallel == 0:
+                alt = _try(model, cluster, plan, virtual_pipeline=plan.virtual_pipeline * 2)
+                settings.append(f"--num-layers-per-virtual-pipeline-stage "
+                                f"{model.num_layers // (plan.pipeline_parallel * plan.virtual_pipeline * 2)}")
+            elif plan.micro_batch_size > 1:
+                alt = _try(model, cluster, plan, micro_batch_size=plan.micro_batch_size // 2
+                           if plan.micro_batch_size % 2 == 0 else 1)
+                settings.append("smaller micro batch, more accumulation (same global batch)")
+        elif term == "offload":
+            msg = "ZeRO-Offload moves optimizer/parameter traffic over PCIe and runs Adam on the CPU"
+            alt = _try(model, cluster, plan, offload_optimizer=Offload.NONE, offload_params=Offload.NONE)
+            settings = ["offload_optimizer.device none (if it fits)"]
+        elif term == "recompute":
+            msg = f"recompute={plan.recompute} repeats forward work"
+            if plan.recompute is Recompute.FULL:
+                alt = _try(model, cluster, plan, recompute=Recompute.SELECTIVE, recompute_layers=None)
+                settings = ["--recompute-activations (selective) instead of full"]
+            else:
+                alt = _try(model, cluster, plan, recompute=Recompute.NONE)
+                settings = ["no recompute (if it fits)"]
+        elif term == "pp_comm":
+            msg = "pipeline sends are exposed; fewer stages or keeping a pipeline group inside fewer nodes helps"
+        elif term == "cp_comm":
+            msg = f"the context-parallel K/V ring (CP={plan.context_parallel}) is not hidden behind attention"
+        elif term == "optimizer":
+            msg = "the optimizer step is memory bound; shard it (ZeRO-1 / distributed optimizer)"
+        predicted = None
+        if alt is not None and alt[0] is not None:
+            p2, (t2, m2) = alt
+            predicted = t2.step_seconds
+            fits = "fits" if m2.fits else "does NOT fit"
+            msg += (f"; predicted {t2.step_seconds:.3f} s/step ({t2.step_seconds / step - 1:+.1%}), peak "
+                    f"{_gb(m2.per_gpu_peak_bytes)} ({fits})")
+        out.append(Suggestion(term=term, exposed_seconds=secs, fraction_of_step=secs / step, message=msg,
+                              settings=tuple(settings), predicted_step_seconds=predicted))
+    out.sort(key=lambda s: -s.exposed_seconds)
+    return tuple(out)
+
+
+def diagnostic_commands(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> tuple:
+    """Shell lines for this run: NCCL's own report, and an Nsight Systems capture of a few steps (guide §5.1)."""
+    n, N = cluster.gpus_per_node, cluster.num_nodes
+    out_name = f"profile_{model.name}_tp{plan.tensor_parallel}_pp{plan.pipeline_parallel}_dp{plan.data_parallel}"
+    if plan.engine is Engine.MEGATRON:
+        launch = (f"torchrun --nproc_per_node {n} --nnodes {N} pretrain_gpt.py "
+                  f"--tensor-model-parallel-size {plan.tensor_parallel} --pipeline-model-parallel-size "
+                  f"{plan.pipeline_parallel} --micro-batch-size {plan.micro_batch_size} --global-batch-size "
+                  f"{plan.global_batch_size} --profile --profile-step-start 10 --profile-step-end 12")
+        note = "# Megatron's --profile calls cudaProfilerStart/Stop around steps 10-12"
+    else:
+        launch = (f"deepspeed --num_gpus {n} --num_nodes {N} --hostfile hostfile train.py "
+                  f"--deepspeed_config ds_config.json")
+        note = ("# train.py: call torch.cuda.profiler.start() before step 10 and stop() after step 12; set "
+                "\"wall_clock_breakdown\": true for DeepSpeed's forward/backward/step timers")
+    return ("export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET   # topology, transport (IB/socket) and errors",
+            note,
+            f"nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi --capture-range-end=stop "
+            f"-o {shlex.quote(out_name)} {launch}")
+
+
+def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, options: Optional[DeepSpeedOptions] = None,
+           headroom: float = 0.0, log=None) -> Advice:
+    """Everything: checks (priced in detail), the OOM ladder when the plan does not fit, low-throughput
+    suggestions, diagnostic commands, and — with ``log`` (a :class:`workbench.logreader.LogSummary`) — the
+    log's findings matched to this advice."""
+    validate(model, cluster, plan)
+    o = options or DeepSpeedOptions()
+    mem = M.estimate_memory(model, cluster, plan)
+    t = T.estimate_time(model, cluster, plan)
+    findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True)
+    ladder = oom_ladder(model, cluster, plan, headroom=headroom)
+    if ladder and not ladder[-1].fits:
+        last = ladder[-1]
+        findings += (Finding(id="oom_ladder", status="fail",
+                             message=f"the guide's three OOM steps are not enough: the last one needs "
+                                     f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}",
+                             suggestion="more GPUs (more TP/PP), a shorter sequence, or larger GPUs"),)
+    log_findings = ()
+    if log is not None:
+        from workbench.logreader import match_advice
+
+        log_findings = match_advice(log, model=model, cluster=cluster, plan=plan, memory=mem, time=t, options=o)
+    return Advice(findings=findings, oom_ladder=ladder, throughput=throughput_suggestions(model, cluster, plan, t, o),
+                  commands=diagnostic_commands(model, cluster, plan), log_findings=log_findings)

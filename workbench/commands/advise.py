@@ -1,0 +1,70 @@
+"""workbench advise: the guide's checks computed on one plan, the OOM ladder, throughput remedies, and what a
+training log shows (``--log FILE``)."""
+from __future__ import annotations
+
+from workbench.commands.common import add_spec_arguments, specs_from_args
+
+GiB = 2**30
+_MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("advise", help="checks, OOM ladder and tuning advice for one plan", description=__doc__)
+    add_spec_arguments(parser)
+    parser.add_argument("--log", metavar="FILE", help="DeepSpeed or Megatron training log to read")
+    parser.add_argument("--headroom", type=float, default=0.0,
+                        help="fraction of GPU memory the OOM ladder keeps free (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def _finding_lines(findings) -> list[str]:
+    out = []
+    for f in findings:
+        out.append(f"[{_MARK[f.status]}] {f.id}: {f.message}")
+        if f.suggestion:
+            out.append(f"       → {f.suggestion}")
+    return out
+
+
+def render(advice, log=None) -> str:
+    lines = ["checks"] + _finding_lines(advice.findings)
+    if advice.oom_ladder:
+        lines += ["", "out of memory: the guide's ladder (stops at the first step that fits)"]
+        for s in advice.oom_ladder:
+            if s.plan is None:
+                lines.append(f"  {s.step}. {s.action} (skipped)")
+                continue
+            lines.append(f"  {s.step}. {s.action}: peak {s.peak_bytes / GiB:.1f} GiB, "
+                         f"{'fits' if s.fits else 'does not fit'}, {s.step_seconds:.3f} s/step "
+                         f"({s.slowdown:+.1%} vs now)")
+    if advice.throughput:
+        lines += ["", "throughput: exposed time, largest first"]
+        for s in advice.throughput:
+            lines.append(f"  {s.term:<9} {s.exposed_seconds:8.3f} s ({s.fraction_of_step:5.1%})  {s.message}")
+            if s.settings:
+                lines.append(f"            try: {'; '.join(s.settings)}")
+    lines += ["", "diagnose"] + [f"  {c}" for c in advice.commands]
+    if log is not None:
+        lines += ["", f"log ({log.kind}, {len(log.iterations)} progress lines)"] + _finding_lines(advice.log_findings)
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from workbench.advisor import advise
+    from workbench.cli import print_json
+    from workbench.logreader import read_log
+
+    if not 0 <= args.headroom < 1:
+        raise ValueError(f"--headroom {args.headroom} must be in [0, 1)")
+    model, cluster, plan = specs_from_args(args)
+    log = read_log(args.log) if args.log else None
+    advice = advise(model, cluster, plan, headroom=args.headroom, log=log)
+    if args.json:
+        out = advice.to_dict()
+        if log is not None:
+            out["log"] = log.to_dict()
+        print_json(out)
+    else:
+        print(render(advice, log))
+    return 0

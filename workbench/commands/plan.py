@@ -1,0 +1,93 @@
+"""workbench plan: search every valid parallel plan, rank the ones that fit by step time, explain the winner."""
+from __future__ import annotations
+
+from workbench import catalog
+from workbench.commands.common import DEFAULT_GPU, cluster_from_args, model_from_args
+
+GiB = 2**30
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("plan", help="rank every valid parallel plan by step time", description=__doc__)
+    m = parser.add_argument_group("model")
+    m.add_argument("--model", metavar="NAME", help=f"catalog model ({', '.join(catalog.model_names())})")
+    m.add_argument("--layers", type=int, help="transformer layers")
+    m.add_argument("--hidden", type=int, help="hidden size")
+    m.add_argument("--heads", type=int, help="attention heads")
+    m.add_argument("--kv-heads", type=int, help="key/value heads (GQA query groups)")
+    m.add_argument("--ffn", type=int, help="MLP inner size")
+    m.add_argument("--vocab", type=int, help="vocabulary size")
+    m.add_argument("--seq", type=int, help="sequence length")
+    m.add_argument("--attention", choices=["unfused", "flash"])
+    c = parser.add_argument_group("cluster")
+    c.add_argument("--gpu", default=DEFAULT_GPU, metavar="NAME", help=f"catalog GPU (default {DEFAULT_GPU})")
+    c.add_argument("--gpus-per-node", type=int, default=8)
+    c.add_argument("--nodes", type=int, default=1)
+    c.add_argument("--intra-gbps", type=float, help="per-GPU intra-node bandwidth, GB/s (default: catalog)")
+    c.add_argument("--inter-gbps", type=float, help="per-GPU inter-node bandwidth, GB/s (default: catalog)")
+    c.add_argument("--host-mem-gib", type=float, help="host memory per node, GiB")
+    s = parser.add_argument_group("search")
+    s.add_argument("--gbs", type=int, required=True, help="global batch size (sequences per step)")
+    s.add_argument("--top", type=int, default=10, help="plans to list (default 10)")
+    s.add_argument("--engine", action="append", choices=["deepspeed", "megatron", "megatron-deepspeed"],
+                   help="engines to search (repeatable; default all three)")
+    s.add_argument("--headroom", type=float, default=0.05, help="fraction of GPU memory kept free (default 0.05)")
+    s.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
+    s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
+    s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
+    s.add_argument("--max-cp", type=int, default=16, help="largest context-parallel size (default 16)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def _offload(p) -> str:
+    parts = [name for name, on in (("opt", str(p.offload_optimizer) != "none"),
+                                   ("par", str(p.offload_params) != "none")) if on]
+    return "+".join(parts) or "-"
+
+
+def _row(i, r) -> str:
+    p = r.plan
+    return (f"{i:>3} {str(p.engine):<18} {p.tensor_parallel:>3} {p.pipeline_parallel:>3} {p.virtual_pipeline:>2} "
+            f"{p.context_parallel:>3} {p.data_parallel:>6} {'y' if p.sequence_parallel else '-':>2} "
+            f"{(('do' if p.distributed_optimizer else '-') if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
+            f"{_offload(p):>6} "
+            f"{str(p.recompute):<9} {p.micro_batch_size:>4} {p.gradient_accumulation_steps:>5} "
+            f"{r.peak_bytes / GiB:>7.1f} {r.step_seconds:>9.3f} {r.tokens_per_second:>12,.0f} {r.mfu:>6.1%}")
+
+
+_HEADER = ("  # engine              TP  PP  v  CP     DP SP ZeRO offld  recompute  mbs   acc  GiB/GPU    s/step "
+           "    tokens/s    MFU")
+
+
+def render(result) -> str:
+    c, m = result.cluster, result.model
+    lines = [f"{m.name} (seq {m.seq_length}) on {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} "
+             f"({c.gpu.memory_gib:.1f} GiB), global batch {result.global_batch_size}: {result.evaluated:,} plans "
+             f"evaluated, {result.feasible:,} fit with {result.headroom:.0%} headroom "
+             f"({result.elapsed_seconds:.2f} s, {result.plans_per_second:,.0f} plans/s)", "", "ranked by step time",
+             _HEADER]
+    lines += [_row(i + 1, r) for i, r in enumerate(result.ranked)]
+    lines += ["", "Pareto front (tokens/s vs memory headroom)", _HEADER]
+    lines += [_row(i + 1, r) for i, r in enumerate(result.pareto)]
+    lines += ["", result.explanation]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from workbench.cli import print_json
+    from workbench.planner import ENGINES, search
+
+    if args.top < 1:
+        raise ValueError(f"--top {args.top} must be >= 1")
+    model = model_from_args(args)
+    cluster = cluster_from_args(args)
+    result = search(model, cluster, global_batch_size=args.gbs, top=args.top, headroom=args.headroom,
+                    engines=tuple(args.engine) if args.engine else ENGINES, precision=args.precision,
+                    offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
+                    max_context_parallel=args.max_cp)
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print(render(result))
+    return 0

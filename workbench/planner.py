@@ -1,0 +1,600 @@
+"""Planner: every valid parallel plan for (model, cluster, global batch, sequence), ranked by step time.
+
+The search space is built as numpy arrays — one element per candidate plan — and evaluated in one pass through the
+same functions that price a single plan: :func:`workbench.memory.stage_terms` for bytes per GPU (first and last
+pipeline stage, or every stage with ``all_stages=True``) and :func:`workbench.timing.step_time_terms` for seconds
+per step. Nothing here computes memory or time itself.
+
+Axes searched (each axis value is checked with the same rules :class:`~workbench.specs.ParallelPlan` and
+:func:`~workbench.specs.validate` apply, so every row is a plan those accept):
+
+- engine: ``deepspeed`` (data + pipeline parallel), ``megatron``, ``megatron-deepspeed``;
+- tensor parallel t: divides heads, query groups and the MLP width; ≤ GPUs per node unless
+  ``allow_cross_node_tp``;
+- pipeline parallel p: divides the layers; virtual pipeline v > 1 only with engine ``megatron`` (DeepSpeed's pipeline
+  engine has no interleaved schedule) with m a multiple of p;
+- context parallel c: 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
+  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2);
+- data parallel d = world ÷ (t·p·c) (must divide the global batch);
+- ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
+  and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``);
+- recompute none / selective / full, micro batch b (divisors of global batch ÷ d), sequence parallel (t > 1).
+
+A plan is feasible when its peak over pipeline stages ≤ (1 − headroom) × GPU memory and its offloaded bytes fit the
+node's host memory. Feasible plans are ranked by step time; the Pareto front keeps the plans no other plan beats on
+both throughput and memory headroom.
+"""
+from __future__ import annotations
+
+import time as _time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from workbench import memory as M
+from workbench import timing as T
+from workbench.memory import ENGINE_CODES, GiB
+from workbench.params import padded_vocab_size
+from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
+                             ZeroStage)
+
+ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
+_ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
+_RECOMPUTE_BY_CODE = {0: Recompute.NONE, 1: Recompute.SELECTIVE, 2: Recompute.FULL}
+DEFAULT_HEADROOM = 0.05
+"""Fraction of GPU memory kept free by default (fragmentation, allocator spikes the model does not see)."""
+DEFAULT_MAX_CONTEXT_PARALLEL = 16
+"""Largest context-parallel size searched by default: CP=16 is what Llama 3 405B used for 128k-token training
+(Llama 3 herd paper, arXiv 2407.21783 §3.3.2)."""
+
+# Columns of the candidate table (all int64 arrays of one length)
+_COLUMNS = ("engine", "tp", "pp", "vp", "cp", "dp", "sp", "zero", "off_opt", "off_par", "dist_opt", "recompute",
+            "mbs", "nmb")
+
+
+# ================================================================================================================
+# Result types
+# ================================================================================================================
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanResult:
+    """One evaluated plan."""
+
+    plan: ParallelPlan
+    peak_bytes: int
+    """Per-GPU peak over pipeline stages (all memory terms, overhead included)."""
+    peak_stage: int
+    """Pipeline stage holding that peak."""
+    capacity_bytes: int
+    """GPU memory."""
+    host_bytes_per_node: int
+    """Host memory a node needs for offloaded states."""
+    step_seconds: float
+    tokens_per_second: float
+    model_tflops_per_gpu: float
+    mfu: float
+    """Model FLOPs utilisation (model FLOP/s per GPU ÷ dense peak)."""
+    time_breakdown: dict
+    """Exposed seconds per step by term (keys of :data:`workbench.timing.TERMS`)."""
+    memory_breakdown: dict
+    """Bytes by term on the peak stage (keys of :data:`workbench.memory_types.TERMS`)."""
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def headroom_fraction(self) -> float:
+        return self.headroom_bytes / self.capacity_bytes
+
+    def describe(self) -> str:
+        return describe_plan(self.plan)
+
+    def to_dict(self) -> dict:
+        p = self.plan
+        return {
+            "plan": describe_plan(p),
+            "engine": str(p.engine), "tensor_parallel": p.tensor_parallel, "pipeline_parallel": p.pipeline_parallel,
+            "virtual_pipeline": p.virtual_pipeline, "context_parallel": p.context_parallel,
+            "data_parallel": p.data_parallel, "sequence_parallel": p.sequence_parallel,
+            "zero_stage": int(p.zero_stage), "offload_optimizer": str(p.offload_optimizer),
+            "offload_params": str(p.offload_params), "distributed_optimizer": p.distributed_optimizer,
+            "recompute": str(p.recompute), "micro_batch_size": p.micro_batch_size,
+            "gradient_accumulation_steps": p.gradient_accumulation_steps, "global_batch_size": p.global_batch_size,
+            "precision": str(p.precision),
+            "peak_bytes": self.peak_bytes, "peak_gib": self.peak_bytes / GiB, "peak_stage": self.peak_stage,
+            "capacity_bytes": self.capacity_bytes, "headroom_fraction": self.headroom_fraction,
+            "host_bytes_per_node": self.host_bytes_per_node,
+            "step_seconds": self.step_seconds, "tokens_per_second": self.tokens_per_second,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu,
+            "time_breakdown": dict(self.time_breakdown), "memory_breakdown": dict(self.memory_breakdown),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanSearch:
+    """The planner's answer."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch_size: int
+    headroom: float
+    """Fraction of GPU memory kept free."""
+    ranked: tuple
+    """The fastest feasible plans (:class:`PlanResult`), fastest first."""
+    pareto: tuple
+    """Feasible plans no other plan beats on both tokens/s and memory headroom, fastest first."""
+    explanation: str
+    """Why the winner beats the runner-up, in words with the numbers."""
+    evaluated: int
+    """Candidate plans evaluated."""
+    feasible: int
+    """Of those, plans that fit GPU (with headroom) and host memory."""
+    elapsed_seconds: float
+
+    @property
+    def best(self) -> PlanResult:
+        return self.ranked[0]
+
+    @property
+    def plans_per_second(self) -> float:
+        return self.evaluated / self.elapsed_seconds if self.elapsed_seconds > 0 else float("inf")
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model.name, "gpu": self.cluster.gpu.name, "gpus_per_node": self.cluster.gpus_per_node,
+            "num_nodes": self.cluster.num_nodes, "world_size": self.cluster.world_size,
+            "global_batch_size": self.global_batch_size, "seq_length": self.model.seq_length,
+            "headroom": self.headroom, "evaluated": self.evaluated, "feasible": self.feasible,
+            "elapsed_seconds": self.elapsed_seconds, "plans_per_second": self.plans_per_second,
+            "ranked": [r.to_dict() for r in self.ranked], "pareto": [r.to_dict() for r in self.pareto],
+            "explanation": self.explanation,
+        }
+
+
+def describe_plan(p: ParallelPlan) -> str:
+    """Short one-line name, e.g. ``megatron TP8 PP2 v2 CP1 DP64 SP dist-opt mbs1×16 recompute=selective``."""
+    parts = [str(p.engine), f"TP{p.tensor_parallel}", f"PP{p.pipeline_parallel}"]
+    if p.virtual_pipeline > 1:
+        parts.append(f"v{p.virtual_pipeline}")
+    if p.context_parallel > 1:
+        parts.append(f"CP{p.context_parallel}")
+    parts.append(f"DP{p.data_parallel}")
+    if p.sequence_parallel:
+        parts.append("SP")
+    if p.engine is not Engine.MEGATRON:
+        parts.append(f"ZeRO-{int(p.zero_stage)}")
+    if p.distributed_optimizer:
+        parts.append("dist-opt")
+    if p.offload_optimizer is not Offload.NONE:
+        parts.append(f"offload-opt={p.offload_optimizer}")
+    if p.offload_params is not Offload.NONE:
+        parts.append(f"offload-params={p.offload_params}")
+    parts.append(f"mbs{p.micro_batch_size}×{p.gradient_accumulation_steps}")
+    parts.append(f"recompute={p.recompute}")
+    return " ".join(parts)
+
+
+# ================================================================================================================
+# Candidate enumeration
+# ================================================================================================================
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _settings(engines, zero_stages, offload: bool, recomputes) -> np.ndarray:
+    """Rows (engine, sp, zero, off_opt, off_par, dist_opt, recompute) that the engine rules of
+    ``ParallelPlan._check_engine`` accept independent of the layout."""
+    rows = []
+    for e in engines:
+        code = ENGINE_CODES[e]
+        for sp in (0, 1):
+            if e is Engine.DEEPSPEED and sp:
+                continue
+            for z in (zero_stages if e is not Engine.MEGATRON else (0,)):
+                for oo in ((0, 1) if offload else (0,)):
+                    for op in ((0, 1) if offload else (0,)):
+                        if e is Engine.MEGATRON and (oo or op):
+                            continue
+                        if oo and z < 1 or op and z != 3:
+                            continue
+                        for do in ((0, 1) if e is Engine.MEGATRON else (0,)):
+                            for rc in recomputes:
+                                rows.append((code, sp, z, oo, op, do, rc))
+    return np.array(rows, dtype=np.int64).reshape(-1, 7)
+
+
+def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_size: int, *,
+                         engines: Sequence = ENGINES, zero_stages: Sequence[int] = (0, 1, 2, 3),
+                         offload: bool = True, recompute: Sequence = ("none", "selective", "full"),
+                         allow_cross_node_tp: bool = False,
+                         max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL) -> dict:
+    """Every valid plan as a table of int64 arrays (keys ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par,
+    dist_opt, recompute, mbs, nmb``), following the rules listed in the module docstring."""
+    W, L, n = cluster.world_size, model.num_layers, cluster.gpus_per_node
+    engines = tuple(Engine.parse(e, "engine") for e in engines)
+    rc_codes = tuple(sorted({M.RECOMPUTE_CODES[Recompute.parse(r, "recompute")] for r in recompute}))
+    settings = _settings(engines, tuple(int(z) for z in zero_stages), offload, rc_codes)
+    s_engine, s_sp, s_zero = settings[:, 0], settings[:, 1], settings[:, 2]
+    ds_code, mg_code = ENGINE_CODES[Engine.DEEPSPEED], ENGINE_CODES[Engine.MEGATRON]
+
+    g = np.gcd(model.num_attention_heads, model.num_query_groups)
+    tps = [t for t in _divisors(int(np.gcd(g, model.ffn_hidden_size)))
+           if W % t == 0 and (allow_cross_node_tp or t <= n)]
+    pps = [p for p in _divisors(L) if W % p == 0]
+    cps = [c for c in _divisors(W) if c <= max_context_parallel and (c == 1 or model.seq_length % (2 * c) == 0)]
+    chunks = []
+    for t in tps:
+        for p in pps:
+            for c in cps:
+                if W % (t * p * c):
+                    continue
+                d = W // (t * p * c)
+                if global_batch_size % d:
+                    continue
+                ok = np.ones(len(settings), bool)
+                ok &= (s_engine != ds_code) | ((t == 1) & (c == 1))
+                ok &= (s_sp == 0) | ((t > 1) & (model.seq_length % t == 0))
+                ok &= (s_engine == mg_code) | (p == 1) | (s_zero < 2)
+                rows = settings[ok]
+                if not len(rows):
+                    continue
+                mbs = np.array(_divisors(global_batch_size // d), dtype=np.int64)
+                vps = [1] + ([v for v in _divisors(L // p) if v > 1] if p > 1 else [])
+                vps = np.array(vps, dtype=np.int64)
+                # product rows × mbs × vp
+                R, B, V = len(rows), len(mbs), len(vps)
+                ri = np.repeat(np.arange(R), B * V)
+                bi = np.tile(np.repeat(np.arange(B), V), R)
+                vi = np.tile(np.arange(V), R * B)
+                r, b, v = rows[ri], mbs[bi], vps[vi]
+                nmb = global_batch_size // (b * d)
+                keep = (v == 1) | ((r[:, 0] == mg_code) & (nmb % p == 0))
+                r, b, v, nmb = r[keep], b[keep], v[keep], nmb[keep]
+                k = len(b)
+                chunks.append(dict(engine=r[:, 0], tp=np.full(k, t), pp=np.full(k, p), vp=v, cp=np.full(k, c),
+                                   dp=np.full(k, d), sp=r[:, 1], zero=r[:, 2], off_opt=r[:, 3], off_par=r[:, 4],
+                                   dist_opt=r[:, 5], recompute=r[:, 6], mbs=b, nmb=nmb))
+    if not chunks:
+        return {k: np.zeros(0, np.int64) for k in _COLUMNS}
+    return {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
+
+
+# ================================================================================================================
+# Evaluation through the memory and time models
+# ================================================================================================================
+def memory_codes(table: dict, model: ModelSpec, precision: Precision) -> dict:
+    """The keyword arguments of :func:`workbench.memory.stage_terms` as arrays (same keys as
+    :func:`workbench.memory.plan_codes`)."""
+    return dict(engine=table["engine"], zero_stage=table["zero"], tensor_parallel=table["tp"],
+                pipeline_parallel=table["pp"], virtual_pipeline=table["vp"], context_parallel=table["cp"],
+                sequence_parallel=table["sp"].astype(bool), data_parallel=table["dp"], micro_batch=table["mbs"],
+                num_microbatches=table["nmb"], recompute=table["recompute"],
+                recompute_layers=model.num_layers // table["pp"], value_bytes=precision.bytes_per_value,
+                fp16=int(precision is Precision.FP16), offload_optimizer=table["off_opt"],
+                offload_params=table["off_par"], distributed_optimizer=table["dist_opt"])
+
+
+def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision) -> dict:
+    """The keyword arguments of :func:`workbench.timing.step_time_terms` as arrays.
+
+    Model and cluster constants come from :func:`workbench.timing.time_inputs` of one plan per engine (any key
+    whose value differs between engines is selected per row by engine); every key that depends on the plan's
+    shape is replaced by the table's arrays."""
+    refs = {code: _reference_inputs(model, cluster, precision, engine) for engine, code in ENGINE_CODES.items()}
+    out = dict(refs[ENGINE_CODES[Engine.MEGATRON]])
+    for key in out:
+        values = [refs[code][key] for code in sorted(refs)]
+        if any(np.any(np.asarray(v) != np.asarray(values[0])) for v in values[1:]):
+            out[key] = np.select([table["engine"] == code for code in sorted(refs)], values)
+    full = table["recompute"] == M.RECOMPUTE_CODES[Recompute.FULL]
+    bucket = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], T.MEGATRON_BUCKET_ELEMENTS,
+                      T.DEEPSPEED_BUCKET_ELEMENTS)
+    out.update({
+        "vocab_size": padded_vocab_size(model.vocab_size, table["tp"]),
+        "tensor_parallel": table["tp"], "pipeline_parallel": table["pp"], "virtual_pipeline": table["vp"],
+        "context_parallel": table["cp"], "data_parallel": table["dp"], "micro_batch_size": table["mbs"],
+        "num_microbatches": table["nmb"], "sequence_parallel": table["sp"], "zero_stage": table["zero"],
+        "offload_optimizer": table["off_opt"], "offload_params": table["off_par"],
+        "distributed_optimizer": table["dist_opt"], "recompute": table["recompute"],
+        "recompute_fraction": full.astype(float), "grad_bucket_elements": bucket})
+    return out
+
+
+def _stage_total(model, stage, codes):
+    t = M.stage_terms(model, stage=stage, **codes)
+    total = t["weights"] + t["gradients"] + t["optimizer"] + t["activations"] + t["buffers"] + t["overhead"]
+    return total, t
+
+
+def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: Precision = Precision.BF16,
+             all_stages: bool = False) -> dict:
+    """Peak bytes per GPU, host bytes per node and the time terms for every row of ``table``.
+
+    The peak is taken over pipeline stages. By default stages 0 and p−1 are evaluated: every middle stage holds
+    fewer parameters than the first (no embedding) and no more in-flight micro-batches (1F1B: p − stage), so one of
+    the two ends always holds the peak; ``all_stages=True`` evaluates every stage (stage index array) and gives the
+    same peaks.
+    """
+    k = len(table["tp"])
+    codes = memory_codes(table, model, precision)
+    if all_stages:
+        reps = table["pp"]
+        row = np.repeat(np.arange(k), reps)
+        starts = np.cumsum(reps) - reps
+        stage = np.arange(len(row)) - np.repeat(starts, reps)
+        rep_codes = {key: (val[row] if isinstance(val, np.ndarray) else val) for key, val in codes.items()}
+        total, terms = _stage_total(model, stage, rep_codes)
+        peak = np.full(k, -np.inf)
+        np.maximum.at(peak, row, total)
+        host = np.zeros(k)
+        np.maximum.at(host, row, np.asarray(terms["host"], float) * np.ones(len(row)))
+        is_peak = total == peak[row]
+        peak_stage = np.zeros(k, np.int64)
+        peak_stage[row[is_peak][::-1]] = stage[is_peak][::-1]  # first stage reaching the peak
+    else:
+        first, t0 = _stage_total(model, 0, codes)
+        last, t1 = _stage_total(model, table["pp"] - 1, codes)
+        peak = np.maximum(first, last)
+        peak_stage = np.where(last > first, table["pp"] - 1, 0)
+        host = np.maximum(np.asarray(t0["host"], float), np.asarray(t1["host"], float)) * np.ones(k)
+    nvme = 0  # offload is to CPU only in the search
+    inputs = time_codes(table, model, cluster, precision)
+    terms = T.step_time_terms(**inputs)
+    return dict(peak_bytes=peak, peak_stage=peak_stage, host_bytes_per_node=host * cluster.gpus_per_node + nvme,
+                step_seconds=np.asarray(terms["step_seconds"]), model_flops=np.asarray(terms["model_flops"]),
+                terms=terms, peak_flops=inputs["peak_flops"])
+
+
+def _reference_inputs(model, cluster, precision, engine) -> dict:
+    plan = ParallelPlan(world_size=cluster.world_size, engine=engine, precision=precision)
+    return T.time_inputs(model, cluster, plan)
+
+
+def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision) -> ParallelPlan:
+    return ParallelPlan(
+        world_size=cluster.world_size, engine=_ENGINE_BY_CODE[int(table["engine"][i])],
+        tensor_parallel=int(table["tp"][i]), pipeline_parallel=int(table["pp"][i]),
+        virtual_pipeline=int(table["vp"][i]), context_parallel=int(table["cp"][i]),
+        sequence_parallel=bool(table["sp"][i]), zero_stage=int(table["zero"][i]),
+        offload_optimizer="cpu" if table["off_opt"][i] else "none",
+        offload_params="cpu" if table["off_par"][i] else "none",
+        distributed_optimizer=bool(table["dist_opt"][i]), recompute=_RECOMPUTE_BY_CODE[int(table["recompute"][i])],
+        micro_batch_size=int(table["mbs"][i]), global_batch_size=global_batch_size, precision=precision)
+
+
+def _result_at(table, ev, i, model, cluster, gbs, precision) -> PlanResult:
+    plan = _plan_at(table, i, cluster, gbs, precision)
+    step = float(ev["step_seconds"][i])
+    model_tflops = float(ev["model_flops"][i]) / step / cluster.world_size / 1e12
+    stage = int(ev["peak_stage"][i])
+    mt = M.stage_terms(model, stage=stage, **M.plan_codes(plan, model))
+    return PlanResult(
+        plan=plan, peak_bytes=int(round(float(ev["peak_bytes"][i]))), peak_stage=stage,
+        capacity_bytes=cluster.gpu.memory_bytes, host_bytes_per_node=int(round(float(ev["host_bytes_per_node"][i]))),
+        step_seconds=step, tokens_per_second=gbs * model.seq_length / step, model_tflops_per_gpu=model_tflops,
+        mfu=model_tflops * 1e12 / float(ev["peak_flops"]),
+        time_breakdown={k: float(np.asarray(ev["terms"][k])[i]) for k in T.TERMS},
+        memory_breakdown={k: int(round(float(mt[k]))) for k in
+                          ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
+
+
+# ================================================================================================================
+# Search
+# ================================================================================================================
+def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, seq_length: Optional[int] = None,
+           top: int = 10, headroom: float = DEFAULT_HEADROOM, engines: Sequence = ENGINES,
+           zero_stages: Sequence[int] = (0, 1, 2, 3), offload: bool = True,
+           recompute: Sequence = ("none", "selective", "full"), precision="bf16",
+           allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
+           all_stages: bool = False) -> PlanSearch:
+    """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
+
+    Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
+    """
+    start = _time.perf_counter()
+    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, (int, np.integer)) \
+            or global_batch_size < 1:
+        raise ValueError(f"global_batch_size={global_batch_size!r} must be an integer >= 1")
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom={headroom} must be in [0, 1)")
+    if top < 1:
+        raise ValueError(f"top={top} must be >= 1")
+    if not engines:
+        raise ValueError("engines is empty: give at least one of deepspeed, megatron, megatron-deepspeed")
+    precision = Precision.parse(precision, "precision")
+    if precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
+        raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+    if seq_length is not None and seq_length != model.seq_length:
+        model = model.replace(seq_length=seq_length)
+    table = enumerate_candidates(model, cluster, global_batch_size, engines=engines, zero_stages=zero_stages,
+                                 offload=offload, recompute=recompute, allow_cross_node_tp=allow_cross_node_tp,
+                                 max_context_parallel=max_context_parallel)
+    count = len(table["tp"])
+    if count == 0:
+        raise ValueError(_no_valid_plan_message(model, cluster, global_batch_size))
+    ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages)
+    capacity = cluster.gpu.memory_bytes
+    limit = (1.0 - headroom) * capacity
+    host_cap = cluster.host_memory_gib_per_node * GiB
+    fits_gpu = ev["peak_bytes"] <= limit
+    fits_host = ev["host_bytes_per_node"] <= host_cap
+    feasible = np.flatnonzero(fits_gpu & fits_host)
+    if not len(feasible):
+        raise ValueError(_nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
+                                               fits_gpu, engines, offload))
+    step = ev["step_seconds"][feasible]
+    peak = ev["peak_bytes"][feasible]
+    order = feasible[np.lexsort((peak, step))]
+    # Pareto front over (step time ↓, peak bytes ↓): walk fastest first, keep strictly lower memory
+    peaks_in_order = ev["peak_bytes"][order]
+    running_min = np.minimum.accumulate(peaks_in_order)
+    front = np.ones(len(order), bool)
+    front[1:] = peaks_in_order[1:] < running_min[:-1]
+    pareto_idx = order[front]
+    gbs = int(global_batch_size)
+    ranked = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision) for i in order[:top])
+    pareto = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision) for i in pareto_idx)
+    runner_up = ranked[1] if len(ranked) > 1 else None
+    explanation = explain(ranked[0], runner_up, model=model, cluster=cluster)
+    # the runner-up often differs only in a detail; also compare with the best plan of another layout
+    layout_keys = ("engine", "tp", "pp", "cp", "zero", "dist_opt")
+    w = int(order[0])
+    other = np.zeros(len(order), bool)
+    for k in layout_keys:
+        other |= table[k][order] != table[k][w]
+    if other.any() and (runner_up is None or all(table[k][int(order[1])] == table[k][w] for k in layout_keys)):
+        alt = _result_at(table, ev, int(order[np.argmax(other)]), model, cluster, gbs, precision)
+        explanation += "\n" + explain(ranked[0], alt, model=model, cluster=cluster, label="Best other layout",
+                                       head=False)
+    return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
+                      pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
+                      elapsed_seconds=_time.perf_counter() - start)
+
+
+def _no_valid_plan_message(model, cluster, gbs) -> str:
+    W = cluster.world_size
+    return (f"no valid plan: global_batch_size={gbs} is not divisible by any data-parallel size world_size({W}) / "
+            f"(tensor_parallel · pipeline_parallel · context_parallel) allowed for {model.name} (heads "
+            f"{model.num_attention_heads}, query groups {model.num_query_groups}, layers {model.num_layers}); "
+            f"use a global batch that is a multiple of {W // _largest_model_parallel(model, cluster)}")
+
+
+def _largest_model_parallel(model, cluster) -> int:
+    W = cluster.world_size
+    best = 1
+    g = int(np.gcd(np.gcd(model.num_attention_heads, model.num_query_groups), model.ffn_hidden_size))
+    for t in _divisors(g):
+        if t > cluster.gpus_per_node:
+            continue
+        for p in _divisors(model.num_layers):
+            if W % (t * p) == 0:
+                best = max(best, t * p)
+    return best
+
+
+def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, fits_gpu, engines, offload) -> str:
+    gpu = cluster.gpu
+    cap = gpu.memory_bytes
+    if fits_gpu.any():  # the GPU is not the problem: host memory for offload is
+        i = int(np.flatnonzero(fits_gpu)[np.argmin(ev["host_bytes_per_node"][fits_gpu])])
+        plan = _plan_at(table, i, cluster, gbs, precision)
+        return (f"no plan fits host memory: the plans that fit on the GPU need at least "
+                f"{ev['host_bytes_per_node'][i] / GiB:.1f} GiB of host memory per node ({describe_plan(plan)}); "
+                f"the nodes have {cluster.host_memory_gib_per_node:.0f} GiB; add host memory or GPUs")
+    i = int(np.argmin(ev["peak_bytes"]))
+    plan = _plan_at(table, i, cluster, gbs, precision)
+    engines = {Engine.parse(e, "engine") for e in engines}
+    tries = []
+    if not (offload and engines & {Engine.DEEPSPEED, Engine.MEGATRON_DEEPSPEED}):
+        tries.append("allow a DeepSpeed engine with ZeRO-3 and CPU offload")
+    elif not (plan.zero_stage == ZeroStage.PARAMETERS and plan.offload_params is not Offload.NONE):
+        tries.append("ZeRO-3 with CPU offload")
+    tries += ["more GPUs", "a shorter sequence" if model.seq_length > 512 else "a smaller model"]
+    return (f"no plan fits: the smallest plan needs {ev['peak_bytes'][i] / GiB:.1f} GiB per GPU "
+            f"({describe_plan(plan)}); the {gpu.name} has {cap / GiB:.1f} GiB ({(1 - headroom) * cap / GiB:.1f} GiB "
+            f"after the {headroom:.0%} headroom); try {', '.join(tries[:-1])} or {tries[-1]}")
+
+
+# ================================================================================================================
+# Explanation
+# ================================================================================================================
+_TERM_WORDS = {
+    "compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel all-reduce",
+    "cp_comm": "context-parallel K/V exchange", "pp_comm": "pipeline sends", "dp_comm": "data-parallel gradient traffic",
+    "offload": "CPU offload traffic", "optimizer": "optimizer step", "bubble": "pipeline bubble",
+}
+
+
+def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSpec) -> str:
+    """Why ``term`` differs between plan ``a`` (the slower) and ``b``, from the plans' settings."""
+    n = cluster.gpus_per_node
+    if term == "tp_comm":
+        if a.tensor_parallel > n or n % a.tensor_parallel:
+            return f"TP={a.tensor_parallel} crosses nodes"
+        if a.tensor_parallel != b.tensor_parallel:
+            return f"TP={a.tensor_parallel} vs TP={b.tensor_parallel}"
+        if a.recompute != b.recompute:
+            return f"recompute={a.recompute} repeats the forward all-reduces"
+        if a.micro_batch_size != b.micro_batch_size:
+            return f"micro batch {a.micro_batch_size} vs {b.micro_batch_size}"
+    if term == "bubble":
+        fa = (a.pipeline_parallel - 1) / (a.virtual_pipeline * a.num_microbatches)
+        fb = (b.pipeline_parallel - 1) / (b.virtual_pipeline * b.num_microbatches)
+        return (f"PP={a.pipeline_parallel}, v={a.virtual_pipeline}, m={a.num_microbatches}: (p−1)/(v·m)={fa:.1%} "
+                f"vs {fb:.1%}")
+    if term == "dp_comm":
+        bits = []
+        if a.zero_stage != b.zero_stage:
+            bits.append(f"ZeRO-{int(a.zero_stage)} vs ZeRO-{int(b.zero_stage)}")
+        if a.data_parallel != b.data_parallel:
+            bits.append(f"DP={a.data_parallel} vs DP={b.data_parallel}")
+        if a.num_microbatches != b.num_microbatches and a.zero_stage >= 2:
+            bits.append(f"ZeRO-{int(a.zero_stage)} communicates every one of {a.num_microbatches} micro-batches")
+        return ", ".join(bits)
+    if term == "recompute":
+        if a.recompute != b.recompute:
+            return f"recompute={a.recompute} vs {b.recompute}"
+        if a.micro_batch_size != b.micro_batch_size:
+            return f"micro batch {a.micro_batch_size} vs {b.micro_batch_size} (GEMM shapes)"
+        return ""
+    if term == "offload":
+        return "optimizer/parameters in host memory over PCIe"
+    if term == "cp_comm":
+        return f"CP={a.context_parallel} vs CP={b.context_parallel}"
+    if term == "pp_comm":
+        return f"PP={a.pipeline_parallel}, v={a.virtual_pipeline} vs PP={b.pipeline_parallel}"
+    if term == "compute":
+        bits = []
+        if a.micro_batch_size != b.micro_batch_size:
+            bits.append(f"micro batch {a.micro_batch_size} vs {b.micro_batch_size} (GEMM shapes)")
+        if a.tensor_parallel != b.tensor_parallel:
+            bits.append(f"TP={a.tensor_parallel} vs {b.tensor_parallel} (GEMM width ÷ TP)")
+        if a.pipeline_parallel != b.pipeline_parallel:
+            bits.append("the last stage carries the output layer")
+        if a.sequence_parallel != b.sequence_parallel:
+            bits.append("sequence parallel " + ("off: norms and dropouts run on the whole sequence on every TP rank"
+                                                if not a.sequence_parallel else "on"))
+        return ", ".join(bits)
+    return ""
+
+
+def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: ModelSpec, cluster: ClusterSpec,
+            label: str = "Runner-up", head: bool = True) -> str:
+    """The winner against the runner-up: what differs, which time terms make the gap (largest first, with seconds
+    and percentages) and what each costs in memory. Derived only from the two results."""
+    w = winner
+    top = (f"Fastest: {w.describe()} — {w.step_seconds:.3f} s/step, {w.tokens_per_second:,.0f} tokens/s, "
+            f"MFU {w.mfu:.1%}, peak {w.peak_bytes / GiB:.1f} of {w.capacity_bytes / GiB:.1f} GiB "
+            f"({w.headroom_fraction:.0%} free).")
+    if runner_up is None:
+        return top + " It is the only plan that fits."
+    r = runner_up
+    gap = r.step_seconds / w.step_seconds - 1
+    diffs = [f"{name} {fmt(getattr(w.plan, attr))} vs {fmt(getattr(r.plan, attr))}" for name, attr, fmt in (
+        ("engine", "engine", str), ("TP", "tensor_parallel", str), ("PP", "pipeline_parallel", str),
+        ("v", "virtual_pipeline", str), ("CP", "context_parallel", str), ("DP", "data_parallel", str),
+        ("SP", "sequence_parallel", lambda x: "on" if x else "off"), ("ZeRO", "zero_stage", lambda x: str(int(x))),
+        ("distributed optimizer", "distributed_optimizer", lambda x: "on" if x else "off"),
+        ("offload optimizer", "offload_optimizer", str), ("offload params", "offload_params", str),
+        ("recompute", "recompute", str), ("micro batch", "micro_batch_size", str))
+        if getattr(w.plan, attr) != getattr(r.plan, attr)]
+    lines = ([top] if head else []) + [f"{label}: {r.describe()} — {r.step_seconds:.3f} s/step ({gap:+.1%}); differs in "
+                   f"{'; '.join(diffs) if diffs else 'nothing but ordering'}."]
+    deltas = sorted(((r.time_breakdown[k] - w.time_breakdown[k], k) for k in T.TERMS), reverse=True)
+    reasons = []
+    for delta, k in deltas:
+        if abs(delta) < 0.005 * w.step_seconds:
+            continue
+        slow, fast = (r, w) if delta > 0 else (w, r)
+        base = fast.time_breakdown[k]
+        rel = f" ({abs(delta) / base:+.0%})" if base > 1e-9 else ""
+        why = _term_reason(k, slow.plan, fast.plan, cluster)
+        who = label.lower() if delta > 0 else "winner"
+        reasons.append(f"{why + ': ' if why else ''}{who} +{abs(delta):.3f} s {_TERM_WORDS[k]}{rel}")
+    if reasons:
+        lines.append("Where the time goes: " + "; ".join(reasons[:4]) + ".")
+    dm = r.peak_bytes - w.peak_bytes
+    lines.append(f"Memory: the {label.lower()} peaks at {r.peak_bytes / GiB:.1f} GiB ({dm / GiB:+.1f} GiB vs the winner)"
+                 + (f"; the winner buys its speed with {-dm / GiB:.1f} GiB more memory." if dm < 0 else "."))
+    return "\n".join(lines)
