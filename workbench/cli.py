@@ -15,6 +15,7 @@ COMMANDS = [
     "estimate",
     "export",
     "import_",
+    "calibrate",
 ]
 
 

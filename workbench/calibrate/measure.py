@@ -122,7 +122,7 @@ def measure_gemms(shapes: list[dict], *, precision: str, device: str, repeats: i
             if progress:
                 progress(f"gemm {precision} {shape['name']}: skipped ({str(exc).splitlines()[0][:80]})")
             continue
-        rows.append({**shape, "tflops": round(tflops, 3)})
+        rows.append({**shape, "tflops": float(f"{tflops:.4g}")})
         if progress:
             progress(f"gemm {precision} {shape['name']:>28} m={shape['m']} n={shape['n']} k={shape['k']}: "
                      f"{tflops:.1f} TFLOP/s")

@@ -190,8 +190,9 @@ class HardwareProfile:
         """``ValueError`` when the profile was measured on another GPU model than ``gpu`` (a GPUSpec)."""
         expected = self.gpu or f"{self.device_kind}:{self.name}"
         if gpu.name.lower() != expected.lower():
+            fix = f"use --gpu {self.gpu}" if self.gpu else "leave out --gpu (the profile describes the device)"
             raise ValueError(f"profile {self.name} was measured on {expected}, the cluster uses gpu={gpu.name}; "
-                             f"estimate with --gpu {expected} or drop the profile")
+                             f"{fix} or drop the profile")
 
     def time_overrides(self, cluster, precision) -> tuple[dict, list]:
         """Inputs of :func:`workbench.timing.step_time_terms` the profile replaces for ``cluster`` and ``precision``,
@@ -312,3 +313,67 @@ def load_profile(name_or_path) -> HardwareProfile:
 def resolve_profile(profile) -> Optional[HardwareProfile]:
     """``None`` stays ``None``; a name or path is loaded; a profile passes through."""
     return None if profile is None else load_profile(profile)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measured vs datasheet
+# ---------------------------------------------------------------------------------------------------------------
+def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
+    """Rows ``{quantity, measured, datasheet, unit, ratio}`` putting each measured rate next to the number the
+    estimates use without a profile (the GPU catalog entry and ``catalog/efficiency.json``; ``datasheet`` is
+    ``None`` where there is none, e.g. for a CPU)."""
+    from workbench import catalog
+    from workbench import memory as M
+    from workbench.timing import calibration
+
+    gpu = catalog.gpu(profile.gpu) if profile.gpu else None
+    cal = calibration()
+    rows = []
+
+    def row(quantity, measured, datasheet, unit):
+        if measured is None:
+            return
+        ratio = measured / datasheet if datasheet else None
+        rows.append({"quantity": quantity, "measured": float(measured),
+                     "datasheet": None if datasheet is None else float(datasheet), "unit": unit, "ratio": ratio})
+
+    for prec, g in profile.gemm.items():
+        best = max(p["tflops"] for p in g["points"])
+        row(f"GEMM {prec} best", best, gpu.peak_tflops.get(prec) if gpu else None, "TFLOP/s")
+        catalog_peak = (gpu.peak_tflops.get(prec) if gpu else None) or g["peak_tflops"]
+        row(f"GEMM {prec} efficiency_max", g["efficiency_max"] * g["peak_tflops"] / catalog_peak,
+            _catalog_curve(gpu)["gemm_efficiency_max"] if gpu else None, "of peak")
+        row(f"GEMM {prec} half_dim", g["half_dim"], _catalog_curve(gpu)["gemm_half_dim"] if gpu else None, "")
+    row("device memory copy", profile.device_memory_gb_per_s,
+        gpu.hbm_gb_per_s * _catalog_curve(gpu)["hbm_efficiency"] if gpu else None, "GB/s")
+    net = cal["network"]
+    for link in ("intra_node", "inter_node"):
+        for kind, fit in ((profile.collectives.get(link) or {}).get("fit") or {}).items():
+            datasheet_bw = None
+            if gpu is not None and kind != "p2p":
+                datasheet_bw = getattr(gpu, f"{link}_gb_per_s") * net[f"{link}_bandwidth_efficiency"]
+            row(f"{kind} {link.replace('_', '-')} bandwidth", fit["gb_per_s"], datasheet_bw, "GB/s")
+            row(f"{kind} {link.replace('_', '-')} latency", fit["latency_s"] * 1e6,
+                net[f"{link}_latency_s"] * 1e6 if gpu is not None else None, "us")
+    for key, value in profile.host_link_gb_per_s.items():
+        row(f"host link {key.replace('_', ' ')}", value, gpu.host_link_gb_per_s if gpu else None, "GB/s")
+    if profile.cpu_adam.get("params_per_second"):
+        row("CPU Adam", profile.cpu_adam["params_per_second"] / 1e9,
+            cal["cpu_adam"]["params_per_second_per_node"] / 1e9, "G params/s")
+    mem = profile.memory
+    gpu_like = profile.device_kind == "cuda"
+    if mem.get("context_bytes") is not None:
+        row("context (outside allocator)", mem["context_bytes"] / 2**30,
+            M.CUDA_CONTEXT_BYTES / 2**30 if gpu_like else None, "GiB")
+    if mem.get("nccl_bytes") is not None:
+        row("NCCL buffers", mem["nccl_bytes"] / 2**30, M.NCCL_BYTES / 2**30 if gpu_like else None, "GiB")
+    if mem.get("reserve_fraction") is not None:
+        row("allocator reserve", mem["reserve_fraction"], M.ALLOCATOR_RESERVE_FRACTION if gpu_like else None,
+            "of allocated")
+    return rows
+
+
+def _catalog_curve(gpu) -> dict:
+    from workbench.timing import efficiency_curve
+
+    return efficiency_curve(gpu.name)
