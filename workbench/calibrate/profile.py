@@ -71,6 +71,12 @@ def fit_gemm(points: list, *, peak_tflops: float) -> dict:
     return {"efficiency_max": fitted["gemm_efficiency_max"], "half_dim": fitted["gemm_half_dim"]}
 
 
+def check_profile_name(name: str) -> None:
+    """``ValueError`` unless ``name`` can be a file stem: letters, digits, '.', '_', '+', '-'."""
+    if not name or not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
+        raise ValueError(f"profile name={name!r}: use letters, digits, '.', '_', '+', '-'")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The profile
 # ---------------------------------------------------------------------------------------------------------------
@@ -119,8 +125,7 @@ class HardwareProfile:
     """What was skipped or assumed while measuring."""
 
     def __post_init__(self) -> None:
-        if not self.name or not re.fullmatch(r"[A-Za-z0-9._+-]+", self.name):
-            raise ValueError(f"profile name={self.name!r}: use letters, digits, '.', '_', '+', '-'")
+        check_profile_name(self.name)
         if self.device_kind not in ("cuda", "cpu"):
             raise ValueError(f"device_kind={self.device_kind!r}: must be 'cuda' or 'cpu'")
         object.__setattr__(self, "notes", tuple(self.notes))
@@ -373,7 +378,45 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
     return rows
 
 
+def format_value(value, unit: str) -> str:
+    """A number of :func:`compare_with_datasheet` as text: fractions as percentages, 3 significant digits."""
+    if value is None:
+        return "-"
+    if unit in ("of peak", "of allocated"):
+        return f"{value:.1%}"
+    return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+
+
 def _catalog_curve(gpu) -> dict:
     from workbench.timing import efficiency_curve
 
     return efficiency_curve(gpu.name)
+
+
+def fitted_vs_measured(profile: HardwareProfile) -> dict:
+    """Measured points next to the fitted model, for plots: ``{"gemm": {precision: {"names", "measured_tflops",
+    "fitted_tflops", "peak_tflops"}}, "collectives": {"<link>/<kind>": {"bytes", "measured_s", "fitted_s"}}}``
+    (GEMMs sorted by measured rate)."""
+    from workbench.timing import collective_seconds, gemm_efficiency, p2p_seconds
+
+    out = {"gemm": {}, "collectives": {}}
+    for prec, g in profile.gemm.items():
+        pts = sorted(g["points"], key=lambda p: p["tflops"])
+        m, n, k = (np.array([p[x] for p in pts], float) for x in "mnk")
+        fitted = g["peak_tflops"] * gemm_efficiency(m, n, k, efficiency_max=g["efficiency_max"],
+                                                     half_dim=g["half_dim"])
+        out["gemm"][prec] = {"names": [p.get("name", f"{p['m']}x{p['n']}x{p['k']}") for p in pts],
+                             "measured_tflops": [p["tflops"] for p in pts], "fitted_tflops": fitted.tolist(),
+                             "peak_tflops": g["peak_tflops"]}
+    for link, data in profile.collectives.items():
+        for kind, fit in (data.get("fit") or {}).items():
+            pts = sorted((p for p in data["points"] if p["kind"] == kind), key=lambda p: p["bytes"])
+            x = np.array([p["bytes"] for p in pts], float)
+            if kind == "p2p":
+                fitted = p2p_seconds(x, gb_per_s=fit["gb_per_s"], latency_s=fit["latency_s"])
+            else:
+                fitted = collective_seconds(x, data["ranks"], gb_per_s=fit["gb_per_s"], latency_s=fit["latency_s"],
+                                            kind=kind)
+            out["collectives"][f"{link}/{kind}"] = {"bytes": x.tolist(), "measured_s": [p["seconds"] for p in pts],
+                                                    "fitted_s": np.asarray(fitted, float).tolist()}
+    return out

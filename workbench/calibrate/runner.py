@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from workbench.calibrate import measure
-from workbench.calibrate.profile import HardwareProfile, fit_collective, fit_gemm
+from workbench.calibrate.profile import HardwareProfile, check_profile_name, fit_collective, fit_gemm
 
 GiB = 2**30
+PARTS = ("gemm", "memory_bandwidth", "host_link", "cpu_adam", "memory", "collectives")
+"""The measurements, in the order they run (collectives last, or first under a launcher)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,9 +59,15 @@ class CalibrationSettings:
     """``torch`` (torch.optim.AdamW) or ``deepspeed`` (DeepSpeedCPUAdam; compiles on first use)."""
     gpu: Optional[str] = None
     """Catalog GPU name; default: matched from the device name."""
-    parts: tuple = ("gemm", "memory_bandwidth", "host_link", "cpu_adam", "memory", "collectives")
+    parts: tuple = PARTS
     """Which measurements to run."""
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_profile_name(self.name)
+        unknown = set(self.parts) - set(PARTS)
+        if unknown:
+            raise ValueError(f"parts={sorted(unknown)}: not a measurement (known: {', '.join(PARTS)})")
 
 
 def catalog_gpu_for(device_name: str) -> str:

@@ -54,17 +54,9 @@ def _int_list(text: str, flag: str) -> tuple:
     return values
 
 
-def _fmt(value, unit) -> str:
-    if value is None:
-        return "-"
-    if unit in ("of peak", "of allocated"):
-        return f"{value:.1%}"
-    return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
-
-
 def render(profile, path=None) -> str:
     """Summary table: each measured quantity next to the catalog number estimates use without a profile."""
-    from workbench.calibrate.profile import compare_with_datasheet
+    from workbench.calibrate.profile import compare_with_datasheet, format_value
 
     lines = [f"profile {profile.label}",
              f"        torch {profile.torch_version}" + (f", CUDA {profile.cuda_version}" if profile.cuda_version else "")
@@ -75,8 +67,8 @@ def render(profile, path=None) -> str:
     for r in compare_with_datasheet(profile):
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         unit = "" if r["unit"] in ("of peak", "of allocated") else r["unit"]
-        lines.append(f"{r['quantity']:<34} {_fmt(r['measured'], r['unit']):>12} {_fmt(r['datasheet'], r['unit']):>12} "
-                     f"{ratio:>7}  {unit}")
+        measured, catalog = format_value(r["measured"], r["unit"]), format_value(r["datasheet"], r["unit"])
+        lines.append(f"{r['quantity']:<34} {measured:>12} {catalog:>12} {ratio:>7}  {unit}")
     for note in profile.notes:
         lines.append(f"note: {note}")
     if path is not None:
@@ -89,7 +81,8 @@ def run(args) -> int:
 
     path = output_path(args.out)
     name = path.stem if path.suffix == ".json" else args.out
-    parts = ("gemm", "memory_bandwidth", "host_link", "cpu_adam", "memory", "collectives")
+    from workbench.calibrate.runner import PARTS as parts
+
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = skip - set(parts)
     if unknown:
