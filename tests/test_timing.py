@@ -75,7 +75,14 @@ def test_zero3_adds_parameter_gathers():
     ag = collective_seconds(m.num_parameters * 2, 16, gb_per_s=c.inter_node_gb_per_s * 0.9,
                             latency_s=2e-5, kind="all_gather")
     # ZeRO-3: m × (2 gathers + reduce-scatter); ZeRO-2: m × reduce-scatter + 1 gather after the step
-    assert est[3].breakdown["dp_comm"] - est[2].breakdown["dp_comm"] == pytest.approx((2 * m_steps - 1) * float(ag))
+    # plus the ZeRO-3 hook calls: per micro-batch 2 fetches and 1 reduce per partitioned module, each with a
+    # collective call on more than one rank
+    ds = timing.calibration()["deepspeed"]
+    modules = m.num_layers * timing.zero3_modules_per_layer(m) + 1
+    hooks = m_steps * modules * (2 * (ds["zero3_fetch_latency_s"] + ds["zero3_collective_call_s"])
+                                 + ds["zero3_reduce_latency_s"] + ds["zero3_collective_call_s"])
+    assert est[3].breakdown["dp_comm"] - est[2].breakdown["dp_comm"] == pytest.approx(
+        (2 * m_steps - 1) * float(ag) + hooks)
     overlapped = estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=3, global_batch_size=32))
     assert overlapped.breakdown["dp_comm"] < est[3].breakdown["dp_comm"]
 
@@ -173,3 +180,48 @@ def test_step_time_terms_unpacks_its_arguments_in_signature_order():
                   and isinstance(n.value, ast.GeneratorExp))
     names = tuple(t.id for t in unpack.targets[0].elts)
     assert names == timing._STEP_ARGS == tuple(inspect.signature(step_time_terms).parameters)
+
+
+def test_attention_score_bytes_are_counted_per_kernel():
+    fwd, bwd = timing.attention_score_bytes(bytes_per_value=2, softmax_fusion=0, attention_dropout=0.1)
+    assert (fwd, bwd) == (37, 45)
+    no_drop = timing.attention_score_bytes(bytes_per_value=2, softmax_fusion=0, attention_dropout=0.0)
+    assert (fwd - no_drop[0], bwd - no_drop[1]) == (5, 5)  # 16-bit output + 1-byte mask, each way
+    fused = timing.attention_score_bytes(bytes_per_value=2, softmax_fusion=1, attention_dropout=0.1)
+    assert fused == (13, 19)
+    arr = timing.attention_score_bytes(bytes_per_value=np.array([2, 2]), softmax_fusion=np.array([0, 1]),
+                                       attention_dropout=np.array([0.1, 0.1]))
+    assert list(arr[0]) == [37, 13] and list(arr[1]) == [45, 19]
+    assert timing.cross_entropy_bytes(bytes_per_value=2) == (40, 18)
+
+
+def test_unfused_minus_flash_is_the_score_traffic():
+    m, c = model("guide-13b"), _cluster(nodes=1)
+    kw = time_inputs(m, c, _plan(c, engine="deepspeed", zero_stage=2, global_batch_size=16, recompute="full"))
+    kw.update(unfused_attention=1, causal_attention=0, softmax_fusion=0, attention_dropout=0.1)
+    unfused = step_time_terms(**kw)
+    flash = step_time_terms(**{**kw, "unfused_attention": 0})
+    layers, mb = m.num_layers, kw["num_microbatches"]
+    elements = kw["micro_batch_size"] * m.seq_length * m.num_attention_heads * m.seq_length
+    bps = kw["hbm_gb_per_s"] * 1e9 * kw["hbm_efficiency"]
+    assert unfused["compute"] - flash["compute"] == pytest.approx(mb * layers * elements * (37 + 45) / bps)
+    assert unfused["recompute"] - flash["recompute"] == pytest.approx(mb * layers * elements * 37 / bps)
+    # the spec level: flash attention models get no score traffic at all
+    est_flash = estimate_time(m.replace(attention="flash"), c, _plan(c, engine="deepspeed", global_batch_size=16))
+    est_unf = estimate_time(m, c, _plan(c, engine="deepspeed", global_batch_size=16))
+    assert est_flash.breakdown["compute"] < est_unf.breakdown["compute"]
+
+
+def test_zero3_hooks_grow_with_recompute_and_deepspeed_step_costs_more():
+    m, c = model("llama2-7b"), _cluster(nodes=1)
+    base = _plan(c, engine="deepspeed", zero_stage=3, global_batch_size=8)
+    none = estimate_time(m, c, base)
+    full = estimate_time(m, c, base.replace(recompute="full"))
+    ds = timing.calibration()["deepspeed"]
+    modules = m.num_layers * timing.zero3_modules_per_layer(m) + 1
+    assert full.breakdown["dp_comm"] - none.breakdown["dp_comm"] == pytest.approx(
+        modules * (ds["zero3_fetch_latency_s"] + ds["zero3_collective_call_s"]))
+    meg = estimate_time(m, c, _plan(c, engine="megatron", distributed_optimizer=True, global_batch_size=8))
+    dsp = estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=1, global_batch_size=8))
+    assert dsp.breakdown["optimizer"] == pytest.approx(
+        meg.breakdown["optimizer"] * (32 + ds["step_bytes_per_parameter"]) / 32)

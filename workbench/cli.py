@@ -15,6 +15,10 @@ COMMANDS = [
     "estimate",
     "export",
     "import_",
+    "nb",
+    "jobs",
+    "run",
+    "runs",
     "calibrate",
 ]
 

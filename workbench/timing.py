@@ -124,6 +124,51 @@ def elementwise_bytes_per_layer(*, tokens, hidden_size, num_attention_heads, seq
     return tokens * hidden_size * (replicated + 24 / t + scores / t) * (bytes_per_value / 2)
 
 
+def attention_score_bytes(*, bytes_per_value, softmax_fusion, attention_dropout):
+    """HBM bytes moved per element of the b·a·s·s score matrix by materialised (non-flash) attention, forward and
+    backward, counted kernel by kernel from megatron-core's ``DotProductAttention`` (baddbmm into a 16-bit buffer,
+    ``FusedScaleMaskSoftmax``, attention dropout, bmm with V); v = bytes_per_value, softmax in fp32 (megatron-core
+    ``attention_softmax_in_fp32=True``), the s×s mask lives in L2 and is not counted.
+
+    Unfused softmax (``softmax_fusion`` 0: megatron-core ``masked_softmax_fusion=False``, ``forward_torch_softmax``),
+    with ``cast`` = 1 for 16-bit values (the ``.float()``/``.bfloat16()`` pair) and 0 for fp32:
+
+        forward:  v (QKᵀ write) + cast·(v+4) (.float) + 8 (masked_fill_) + 8 (softmax) + cast·(4+v) (cast back)
+                  + dropout·(2v+1) (output + 1-byte mask) + v (read by the bmm with V)           = 37 B for bf16
+        backward: 2v (dP write, P read for dV) + dropout·(2v+1) + cast·(v+4) + 12 (softmax backward reads dY and
+                  Y, writes dX) + 8 (masked_fill backward) + cast·(4+v) + 2v (dS read for dQ and dK) = 45 B for bf16
+
+    Fused softmax (``softmax_fusion`` 1: Megatron-LM's ``scaled_masked_softmax`` kernel, one read and one write of
+    16-bit values, backward reads dY and Y and writes dX):
+
+        forward:  v + 2v + dropout·(2v+1) + v;   backward: 2v + dropout·(2v+1) + 3v + 2v
+
+    Returns ``(forward_bytes, backward_bytes)`` per score element (scalars or arrays)."""
+    v = np.asarray(bytes_per_value, dtype=float)
+    cast = (v < 4).astype(float)
+    fused = (np.asarray(softmax_fusion) > 0).astype(float)
+    drop = (np.asarray(attention_dropout) > 0).astype(float) * (2 * v + 1)
+    fwd_unfused = v + cast * (v + 4) + 8 + 8 + cast * (4 + v) + drop + v
+    bwd_unfused = 2 * v + drop + cast * (v + 4) + 12 + 8 + cast * (4 + v) + 2 * v
+    fwd_fused = v + 2 * v + drop + v
+    bwd_fused = 2 * v + drop + 3 * v + 2 * v
+    return fused * fwd_fused + (1 - fused) * fwd_unfused, fused * bwd_fused + (1 - fused) * bwd_unfused
+
+
+def cross_entropy_bytes(*, bytes_per_value):
+    """HBM bytes per logit (token × padded vocabulary entry) of megatron-core's ``vocab_parallel_cross_entropy``
+    in fp32, counted from its kernels (megatron/core/tensor_parallel/cross_entropy.py), v = bytes_per_value:
+
+        forward:  v (logits GEMM write) + (v+4) (``.float()``) + 4 (max) + 8 (subtract max, in place) + 8 (exp, in
+                  place) + 4 (sum) + 8 (divide by the sum, in place)                                  = 40 B for bf16
+        backward: 8 (grad ``mul_`` in place) + (4+v) (cast back to 16 bits) + 2v (read by the two output-layer
+                  GEMMs)                                                                              = 18 B for bf16
+
+    Returns ``(forward_bytes, backward_bytes)``."""
+    v = np.asarray(bytes_per_value, dtype=float)
+    return v + (v + 4) + 4 + 8 + 8 + 4 + 8, 8 + (4 + v) + 2 * v
+
+
 def collective_seconds(nbytes, group_size, *, gb_per_s, latency_s, kind):
     """Ring/tree cost of one collective over ``group_size`` ranks on a link of ``gb_per_s`` per GPU:
 
@@ -167,19 +212,25 @@ def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
 # ---------------------------------------------------------------------------------------------------------------
 def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, query_projection_size,
                     kv_projection_size, ffn_hidden_size, gated, experts_per_token, num_experts, seq_length,
-                    vocab_size, causal_attention, unfused_attention, num_parameters, parameters_per_layer,
+                    vocab_size, causal_attention, unfused_attention, softmax_fusion, attention_dropout, num_parameters, parameters_per_layer,
                     tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel,
                     micro_batch_size, num_microbatches, sequence_parallel, zero_stage, offload_optimizer,
                     offload_params, distributed_optimizer, recompute, recompute_fraction, bytes_per_value,
                     grad_bucket_elements, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node,
                     intra_node_gb_per_s, inter_node_gb_per_s, host_link_gb_per_s, intra_node_latency_s,
                     inter_node_latency_s, gemm_efficiency_max, gemm_half_dim, memory_passes, hbm_efficiency,
-                    cpu_adam_params_per_second_per_node, optimizer_bytes_per_parameter):
+                    cpu_adam_params_per_second_per_node, optimizer_bytes_per_parameter,
+                    deepspeed_step_bytes_per_parameter, zero3_modules_per_layer, zero3_fetch_latency_s,
+                    zero3_reduce_latency_s, zero3_collective_call_s):
     """Seconds per optimizer step by term, for plain numbers or numpy arrays (broadcast together).
 
     Codes: ``recompute`` 0 none / 1 selective / 2 full (``recompute_fraction`` of layers for full); ``zero_stage``
     0-3; flags (``gated``, ``sequence_parallel``, ``offload_*``, ``distributed_optimizer``, ``causal_attention``,
-    ``unfused_attention``, ``overlap_comm``) 0/1. ``vocab_size`` is the padded vocabulary. ``ffn_hidden_size`` is
+    ``unfused_attention``, ``overlap_comm``, ``softmax_fusion``) 0/1; ``attention_dropout`` is the probability
+    (only > 0 matters). Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at
+    ``hbm_efficiency`` × HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer moves
+    ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter; ZeRO-3 adds
+    per-module hook and collective-call latencies (``zero3_*``, fitted on H200 runs, catalog ``deepspeed``). ``vocab_size`` is the padded vocabulary. ``ffn_hidden_size`` is
     the expert width for MoE (``experts_per_token`` = top-k, ``num_experts`` = E; 1 and 1 for dense).
 
     Returns a dict with every key of :data:`TERMS`, ``step_seconds``, ``model_flops``, ``hardware_flops`` (whole job
@@ -188,13 +239,14 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     args = {k: np.asarray(val, dtype=np.float64) for k, val in locals().items()}  # int arrays would overflow
     (num_layers, hidden_size, num_attention_heads, head_dim, query_projection_size, kv_projection_size,
      ffn_hidden_size, gated, experts_per_token, num_experts, seq_length, vocab_size, causal_attention,
-     unfused_attention, num_parameters, parameters_per_layer, tensor_parallel, pipeline_parallel, virtual_pipeline,
+     unfused_attention, softmax_fusion, attention_dropout, num_parameters, parameters_per_layer, tensor_parallel, pipeline_parallel, virtual_pipeline,
      context_parallel, data_parallel, micro_batch_size, num_microbatches, sequence_parallel, zero_stage,
      offload_optimizer, offload_params, distributed_optimizer, recompute, recompute_fraction, bytes_per_value,
      grad_bucket_elements, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node, intra_node_gb_per_s,
      inter_node_gb_per_s, host_link_gb_per_s, intra_node_latency_s, inter_node_latency_s, gemm_efficiency_max,
      gemm_half_dim, memory_passes, hbm_efficiency, cpu_adam_params_per_second_per_node,
-     optimizer_bytes_per_parameter) = (args[k] for k in _STEP_ARGS)
+     optimizer_bytes_per_parameter, deepspeed_step_bytes_per_parameter, zero3_modules_per_layer,
+     zero3_fetch_latency_s, zero3_reduce_latency_s, zero3_collective_call_s) = (args[k] for k in _STEP_ARGS)
     t, p, v, c, d = tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel
     b, m, L, h = micro_batch_size, num_microbatches, num_layers, hidden_size
     q, kv, f, s = query_projection_size, kv_projection_size, ffn_hidden_size, seq_length
@@ -219,19 +271,27 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     hbm_bytes_per_s = hbm_gb_per_s * 1e9 * hbm_efficiency
     elementwise = elementwise_bytes_per_layer(tokens=tokens, hidden_size=h, num_attention_heads=num_attention_heads,
                                               seq_length=s, tensor_parallel=t, sequence_parallel=sp,
-                                              unfused_attention=unfused_attention, bytes_per_value=bytes_per_value)
+                                              unfused_attention=0, bytes_per_value=bytes_per_value)
     t_mem = memory_passes * elementwise / hbm_bytes_per_s
+    # materialised attention scores (non-flash): counted bytes per score element, forward and backward
+    score_elements = tokens * num_attention_heads / t * s / c * np.asarray(unfused_attention, dtype=float)
+    score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=bytes_per_value, softmax_fusion=softmax_fusion,
+                                                     attention_dropout=attention_dropout)
+    t_score_fwd = score_elements * score_fwd_b / hbm_bytes_per_s
+    t_score_bwd = score_elements * score_bwd_b / hbm_bytes_per_s
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
-    layer_fwd = t_weights_fwd + t_core + t_mem
+    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd
+    # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much
+    layer_bwd = 2 * (t_weights_fwd + t_core + t_mem) + t_score_bwd
     t_logits = gemm_seconds(2 * tokens * h * vocab_size / t, tokens, vocab_size / t, h, **gemm)
-    # forward + backward (2× forward: data- and weight-gradient GEMMs; element-wise backward touches twice as much)
-    stage_mb = 3 * (layers * layer_fwd + t_logits)  # the last stage carries the output layer: the slowest stage
+    ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=bytes_per_value)
+    t_loss = tokens * vocab_size / t * (ce_fwd_b + ce_bwd_b) / hbm_bytes_per_s
+    # the last stage carries the output layer and the loss: the slowest stage
+    stage_mb = layers * (layer_fwd + layer_bwd) + 3 * t_logits + t_loss
     compute = m * stage_mb
 
     # -- recompute: the extra forward --------------------------------------------------------------------------
-    scores_mem = memory_passes * tokens * 5 * num_attention_heads * s / t * np.asarray(unfused_attention, float) \
-        * (bytes_per_value / 2) / hbm_bytes_per_s
-    recompute_mb = layers * (full * recompute_fraction * layer_fwd + selective * (t_core + scores_mem))
+    recompute_mb = layers * (full * recompute_fraction * layer_fwd + selective * (t_core + t_score_fwd))
     recompute_s = m * recompute_mb
 
     # -- tensor parallel: 2 all-reduces forward + 2 backward per layer (+2 per recomputed forward) ----------------
@@ -283,7 +343,7 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     grad_bytes = local_params * bytes_per_value
     bucket_bytes = np.minimum(grad_bucket_elements * bytes_per_value, grad_bytes)
     coll = functools.partial(collective_seconds, gb_per_s=dp_bw, latency_s=dp_lat)
-    backward_mb = 2 * layers * layer_fwd  # compute a gradient reduction can hide behind
+    backward_mb = layers * layer_bwd  # compute a gradient reduction can hide behind
     forward_mb = layers * layer_fwd
     sharded = (zero >= 1) | (np.asarray(distributed_optimizer) > 0)
     # ZeRO-0 / Megatron DDP: one all-reduce per step, overlapped with the last micro-batch's backward
@@ -305,7 +365,18 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     dp_zero3 = (m * (exposed_seconds(ag, forward_mb, overlap_comm) + exposed_seconds(ag + rs, backward_mb,
                                                                                       overlap_comm))
                 + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
-    dp_comm = np.where(zero == 3, dp_zero3, np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
+    # ZeRO-3 per-module work (DeepSpeed stage 3 hooks, deepspeed/runtime/zero/parameter_offload.py and stage3.py):
+    # every submodule holding partitioned parameters is fetched (all-gather, then released) before each forward,
+    # each backward and each recomputed forward, and its gradients are reduced and partitioned once per backward;
+    # each call costs a hook latency, plus a collective call when the group has more than one rank (on one GPU the
+    # collectives are skipped, the hooks and copies remain). Per pass: layers × modules_per_layer + the embedding.
+    modules_pass = layers * zero3_modules_per_layer + 1
+    fetches = modules_pass * (2 + full * recompute_fraction)
+    multi = (grad_group > 1).astype(float)
+    zero3_calls = m * (fetches * (zero3_fetch_latency_s + multi * zero3_collective_call_s)
+                       + modules_pass * (zero3_reduce_latency_s + multi * zero3_collective_call_s))
+    dp_comm = np.where(zero == 3, dp_zero3 + zero3_calls,
+                       np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
 
     # -- offload: PCIe traffic and CPU Adam ------------------------------------------------------------------
     shard = local_params / np.where(sharded, grad_group, 1)
@@ -318,7 +389,10 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     offload = offload_opt_s + offload_par_s
 
     # -- optimizer step on the GPU (memory bound) ------------------------------------------------------------
-    optimizer = np.where(off_opt, 0.0, shard * optimizer_bytes_per_parameter / hbm_bytes_per_s)
+    # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
+    # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
+    optimizer = np.where(off_opt, 0.0, shard * (optimizer_bytes_per_parameter + deepspeed_step_bytes_per_parameter)
+                         / hbm_bytes_per_s)
 
     # -- pipeline bubble: (p−1)/(v·m) of the ideal time --------------------------------------------------------
     per_mb = stage_mb + recompute_mb + tp_mb + cp_mb
@@ -371,6 +445,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
     if bucket_elements is None:
         bucket_elements = MEGATRON_BUCKET_ELEMENTS if plan.engine is Engine.MEGATRON else DEEPSPEED_BUCKET_ELEMENTS
     layers_per_stage = model.num_layers // plan.pipeline_parallel
+    ds = calibration()["deepspeed"]
+    deepspeed = plan.engine is not Engine.MEGATRON
     if plan.recompute is Recompute.FULL:
         fraction = 1.0 if plan.recompute_layers is None else plan.recompute_layers / layers_per_stage
     else:
@@ -385,6 +461,9 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         vocab_size=padded_vocab_size(model.vocab_size, plan.tensor_parallel),
         causal_attention=int(model.attention is AttentionImpl.FLASH),
         unfused_attention=int(model.attention is AttentionImpl.UNFUSED),
+        # Megatron-LM trains with its fused scale-mask-softmax kernel (--masked-softmax-fusion is on by default);
+        # a megatron-core model under DeepSpeed keeps TransformerConfig's masked_softmax_fusion=False default
+        softmax_fusion=int(plan.engine is Engine.MEGATRON), attention_dropout=model.attention_dropout,
         num_parameters=counts.total, parameters_per_layer=counts.per_layer,
         tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
         virtual_pipeline=plan.virtual_pipeline, context_parallel=plan.context_parallel,
@@ -405,10 +484,23 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         hbm_efficiency=curve["hbm_efficiency"],
         cpu_adam_params_per_second_per_node=calibration()["cpu_adam"]["params_per_second_per_node"],
         optimizer_bytes_per_parameter=calibration()["gpu_optimizer"]["bytes_per_parameter"],
+        deepspeed_step_bytes_per_parameter=ds["step_bytes_per_parameter"] if deepspeed else 0.0,
+        zero3_modules_per_layer=zero3_modules_per_layer(model),
+        zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
+        zero3_collective_call_s=ds["zero3_collective_call_s"],
     )
     if profile is not None:
         inputs.update(profile.time_overrides(cluster, plan.precision)[0])
     return inputs
+
+
+def zero3_modules_per_layer(model: ModelSpec) -> int:
+    """Submodules of one transformer layer whose parameters ZeRO-3 partitions and fetches separately: the QKV and
+    output projections and the two MLP linears (megatron-core local spec; norms and biases stay below DeepSpeed's
+    ``stage3_param_persistence_threshold`` of 1e5 elements and are not partitioned). MoE: the router and two linears
+    per expert instead of the MLP's two."""
+    mlp = 1 + 2 * model.num_experts if model.is_moe else 2
+    return 2 + mlp
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

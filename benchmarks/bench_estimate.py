@@ -1,0 +1,33 @@
+"""One estimate (memory + time + layout) for the seed guide's 13B example: target ≤ 1 ms. Prints the figures."""
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench import ClusterSpec, ParallelPlan, catalog  # noqa: E402
+from workbench.estimate import estimate  # noqa: E402
+from workbench.memory import estimate_memory  # noqa: E402
+
+model = catalog.model("guide-13b")
+cluster = ClusterSpec(gpu="A100-80GB", gpus_per_node=8)
+plan = ParallelPlan(world_size=8, engine="megatron", tensor_parallel=4, pipeline_parallel=2, global_batch_size=64)
+
+
+def bench(fn, n=2000):
+    for _ in range(50):
+        fn()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    samples.sort()
+    return statistics.median(samples) * 1e3, samples[int(0.95 * len(samples))] * 1e3
+
+
+mem_med, mem_p95 = bench(lambda: estimate_memory(model, cluster, plan))
+full_med, full_p95 = bench(lambda: estimate(model, cluster, plan))
+print(f"memory estimate: median {mem_med:.3f} ms, p95 {mem_p95:.3f} ms")
+print(f"full estimate (memory+time+layout): median {full_med:.3f} ms, p95 {full_p95:.3f} ms  (target <= 1 ms)")

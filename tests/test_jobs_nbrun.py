@@ -1,0 +1,105 @@
+"""``workbench nb run``: reports, run store rows, failures, timeouts (each run starts a real kernel, ~3-8 s)."""
+import importlib.util
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from workbench import cli
+from workbench.jobs.nbrun import run_notebook
+from workbench.jobs.store import JobStore
+
+NB = Path(__file__).parent / "data" / "notebooks"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WORKBENCH_STORE", str(tmp_path / "home" / "runs.sqlite"))
+    return tmp_path
+
+
+def wb(*argv) -> int:
+    """``workbench ARGV`` in-process, with the subcommands this checkout has."""
+    names = [c for c in cli.COMMANDS if importlib.util.find_spec(f"workbench.commands.{c}")]
+    saved = list(cli.COMMANDS)
+    cli.COMMANDS[:] = names
+    try:
+        return cli.main([str(a) for a in argv])
+    finally:
+        cli.COMMANDS[:] = saved
+
+
+def dead(pid: int, within_seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_run_keeps_notebook_html_and_records_results(tmp_path, capsys):
+    out = tmp_path / "reports"
+    code = wb("nb", "run", NB / "params.ipynb", "-p", "x", "3", "-p", "label", "b", "--out", out, "--json")
+    assert code == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["status"] == "ok"
+    assert record["parameters"] == {"x": 3, "label": "b"}
+    assert record["results"] == {"y": 4.5, "label_upper": "B", "flag": False}
+    folder = Path(record["output_dir"])
+    assert folder.parent == out / "params"  # <out>/<stem>/<UTC timestamp>
+    assert (folder / "params.ipynb").is_file() and (folder / "run.json").is_file()
+    assert "label_upper" in (folder / "params.html").read_text()
+    (row,) = JobStore().notebook_runs()
+    assert row["status"] == "ok" and row["results"]["y"] == 4.5 and row["html_path"] == record["html_path"]
+    assert row["duration_seconds"] > 0
+
+
+def test_failing_cell_exits_nonzero_and_keeps_partial_output(tmp_path, capsys):
+    code = wb("nb", "run", NB / "fail.ipynb", "-p", "n", "7", "--out", tmp_path / "r")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "ValueError: bad n=7" in err
+    assert 'raise ValueError(f"bad n={n}")' in err  # the failing cell's source
+    (row,) = JobStore().notebook_runs()
+    assert row["status"] == "failed" and "ValueError: bad n=7" in row["error"]
+    assert row["results"] == {"before": 7}  # recorded before the failure; "after" never ran
+    executed = json.loads(Path(row["executed_path"]).read_text())
+    assert any(o.get("ename") == "ValueError" for c in executed["cells"] for o in c.get("outputs", []))
+    assert Path(row["html_path"]).is_file()
+
+
+def test_bad_parameter_is_one_line_and_exit_2(tmp_path, capsys):
+    assert wb("nb", "run", NB / "params.ipynb", "-p", "x", "2.5") == 2
+    assert capsys.readouterr().err.strip() == "workbench: error: parameter x expects int, got '2.5'"
+    assert wb("nb", "run", NB / "params.ipynb", "-p", "nope", "1") == 2
+    assert "unknown parameter 'nope'" in capsys.readouterr().err
+    assert JobStore().notebook_runs() == []  # nothing ran
+
+
+def test_cell_timeout_shuts_the_kernel_down(tmp_path):
+    pid_file = tmp_path / "kernel.pid"
+    run = run_notebook(NB / "sleep.ipynb", {"pid_file": str(pid_file)}, out_dir=tmp_path, timeout_seconds=2)
+    assert run.status == "timeout" and run.exit_code == 124
+    assert "time.sleep(seconds)" in run.error.source_head or "import os, time" in run.error.source_head
+    assert dead(int(pid_file.read_text()))
+    assert Path(run.executed_path).is_file()
+
+
+def test_wall_clock_limit_kills_worker_and_kernel(tmp_path):
+    pid_file = tmp_path / "kernel.pid"
+    run = run_notebook(NB / "sleep.ipynb", {"pid_file": str(pid_file)}, out_dir=tmp_path, timeout_seconds=120,
+                       kill_after_seconds=6)
+    assert run.status == "timeout" and run.error.ename == "Killed"
+    assert 5.5 < run.duration_seconds < 12
+    (row,) = JobStore().notebook_runs()
+    assert row["status"] == "timeout" and dead(row["worker_pid"])
+    if pid_file.exists():  # the kernel got as far as the sleeping cell
+        assert dead(int(pid_file.read_text()))

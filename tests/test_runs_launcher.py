@@ -1,0 +1,190 @@
+"""Real DeepSpeed / megatron-core / hybrid runs on the CPU (gloo), tiny model, 3 steps, through the launcher.
+
+Shared DeepSpeed ops are compiled once into TORCH_EXTENSIONS_DIR (tests/runs_support.py sets the default)."""
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from runs_support import TINY, cpu_cluster, plan
+from workbench.runs import RunStore, launch
+from workbench.runs.launcher import RankReports, classify_exit, group_members
+
+pytestmark = pytest.mark.slow
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return RunStore(tmp_path_factory.mktemp("store") / "runs.sqlite")
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("runs")
+
+
+def run(store, root, name, p, *, model=TINY, steps=STEPS, wait=True, **kw):
+    r = launch(model, cpu_cluster(p.world_size), p, steps=steps, nproc=p.world_size, store=store,
+               run_dir=root / name, **kw)
+    if wait:
+        r.wait(600)
+    return r
+
+
+def losses(r):
+    rec = r.record()
+    assert rec["status"] == "completed", (rec["reason"], r.log_tail(30))
+    assert len(rec["losses"]) == STEPS
+    return rec["losses"]
+
+
+def assert_no_processes_left(r):
+    assert group_members(r.pgid) == []
+    pids = set()
+    for line in (r.run_dir / "metrics").glob("rank*.jsonl"):
+        pids |= {rec["pid"] for rec in map(json.loads, line.read_text().splitlines()) if rec["type"] == "start"}
+    assert pids
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Equal losses across layouts
+# ---------------------------------------------------------------------------------------------------------------
+def test_zero_stages_1_2_3_equal_zero_0(store, runs_root):
+    base = losses(run(store, runs_root, "z0", plan(2, zero_stage=0)))
+    for stage in (1, 2, 3):
+        got = losses(run(store, runs_root, f"z{stage}", plan(2, zero_stage=stage)))
+        assert got == pytest.approx(base, rel=1e-5, abs=1e-5), stage
+    assert base[-1] < base[0] + 0.05  # it trains (random tokens: the loss hovers near ln V)
+
+
+def test_megatron_tp2_and_pp2_equal_world_size_1(store, runs_root):
+    one = losses(run(store, runs_root, "m1", plan(1, engine="megatron", global_batch_size=2)))
+    tp2 = run(store, runs_root, "tp2", plan(2, engine="megatron", tensor_parallel=2, global_batch_size=2))
+    pp2 = run(store, runs_root, "pp2", plan(2, engine="megatron", pipeline_parallel=2, global_batch_size=2))
+    assert losses(tp2) == pytest.approx(one, rel=1e-5, abs=1e-5)
+    assert losses(pp2) == pytest.approx(one, rel=1e-5, abs=1e-5)
+    rec = pp2.record()
+    assert set(rec["measured"]["peak_memory_bytes"]) == {"0", "1"}
+    assert rec["measured"]["median_step_seconds"] > 0
+    assert (pp2.run_dir / "megatron_args.json").exists() and (pp2.run_dir / "launch.sh").exists()
+
+
+def test_hybrid_tp2_zero1_over_dp2_equals_world_size_1(store, runs_root):
+    """4 processes: tensor parallel 2 × ZeRO-1 over data parallel 2, against DeepSpeed on one process."""
+    one = losses(run(store, runs_root, "d1", plan(1, zero_stage=0, global_batch_size=2)))
+    hyb = run(store, runs_root, "hyb", plan(4, engine="megatron-deepspeed", tensor_parallel=2, zero_stage=1))
+    assert losses(hyb) == pytest.approx(one, rel=1e-5, abs=1e-5)
+    cfg = json.loads((hyb.run_dir / "ds_config.json").read_text())
+    assert cfg["zero_optimization"]["stage"] == 1 and cfg["optimizer"]["params"]["torch_adam"] is True
+
+
+def test_zero2_cpu_offload_matches_zero2(store, runs_root):
+    """offload_optimizer=cpu (DeepSpeedCPUAdam, compiled once) against ZeRO-2 with torch's Adam."""
+    ref = losses(run(store, runs_root, "z2ref", plan(2, zero_stage=2)))
+    off = losses(run(store, runs_root, "z2off", plan(2, zero_stage=2, offload_optimizer="cpu")))
+    assert off == pytest.approx(ref, rel=1e-4, abs=1e-4)
+
+
+def test_learnable_data_loss_falls_bf16(store, runs_root):
+    r = run(store, runs_root, "learn", plan(1, zero_stage=1, precision="bf16", global_batch_size=8), steps=15,
+            data="learnable", lr=1e-2)
+    rec = r.record()
+    assert rec["status"] == "completed", rec["reason"]
+    assert rec["losses"][-1] < rec["losses"][0] - 0.5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Faults
+# ---------------------------------------------------------------------------------------------------------------
+def test_bad_config_is_refused_before_launch_and_recorded(store, runs_root):
+    bad = plan(2, engine="megatron", tensor_parallel=2)
+    with pytest.raises(ValueError, match="tensor_parallel=2 does not divide num_attention_heads=3"):
+        launch(TINY.replace(num_attention_heads=3, head_dim=16), cpu_cluster(2), bad, steps=2, nproc=2,
+               store=store, run_dir=runs_root / "bad")
+    rec = store.list(limit=1)[0]
+    assert rec["status"] == "invalid" and "num_attention_heads=3" in rec["reason"]
+    with pytest.raises(ValueError, match="fp16"):
+        launch(TINY, cpu_cluster(1), plan(1, precision="fp16"), steps=2, nproc=1, store=store)
+    with pytest.raises(ValueError, match=r"nproc\(3\)"):
+        launch(TINY, cpu_cluster(2), plan(2), steps=2, nproc=3, store=store)
+    assert not (runs_root / "bad").exists()
+
+
+def test_oom_on_cpu_memory_limit(store, runs_root):
+    big = TINY.replace(vocab_size=50257, hidden_size=1024, num_attention_heads=8)
+    r = run(store, runs_root, "oom", plan(1, engine="megatron"), model=big, memory_limit_bytes=64 * 2**20)
+    rec = r.record()
+    assert rec["status"] == "oom", (rec["reason"], r.log_tail(20))
+    assert "rank 0 ran out of memory" in rec["reason"]
+    assert "allocate" in r.log_tail(200)  # the log is kept
+    assert_no_processes_left(r)
+
+
+def _wait_for_step(r, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if r.progress()[0] >= 1 and len(r._tail.reports.started) >= r.world_size:
+            return
+        r.metrics()
+        time.sleep(0.2)
+    raise AssertionError("no step reported: " + r.log_tail(20))
+
+
+def test_rank_killed(store, runs_root):
+    r = run(store, runs_root, "rankkill", plan(2, engine="megatron"), steps=100000, wait=False)
+    _wait_for_step(r)
+    os.kill(r._tail.reports.started[1], signal.SIGKILL)
+    assert r.wait(120) == "killed"
+    rec = r.record()
+    assert "rank 1" in rec["reason"] and "SIGKILL" in rec["reason"], rec["reason"]
+    assert rec["measured"]["steps_completed"] >= 1
+    assert_no_processes_left(r)
+
+
+def test_timeout_and_stop(store, runs_root):
+    r = run(store, runs_root, "timeout", plan(1, engine="megatron"), steps=100000, wait=False, timeout_seconds=8)
+    assert r.wait(120) == "timeout"
+    assert "timeout_seconds=8" in r.record()["reason"]
+    assert_no_processes_left(r)
+    s = run(store, runs_root, "stop", plan(1, engine="megatron"), steps=100000, wait=False)
+    _wait_for_step(s)
+    s.stop()
+    assert s.wait(60) == "stopped"
+    assert_no_processes_left(s)
+
+
+def test_launcher_sigkilled_mid_run_keeps_finished_records(store, runs_root):
+    finished = {r["run_id"]: r for r in store.list() if r["status"] == "completed"}
+    r = run(store, runs_root, "lkill", plan(2, zero_stage=1), steps=100000, wait=False)
+    _wait_for_step(r)
+    os.kill(r.process.pid, signal.SIGKILL)
+    assert r.wait(120) == "killed"
+    assert "launcher killed by SIGKILL" in r.record()["reason"]
+    assert_no_processes_left(r)
+    after = {x["run_id"]: x for x in store.list()}
+    for rid, rec in finished.items():
+        assert after[rid] == rec
+    assert len(store.metrics(r.run_id)) >= 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exit classification (pure)
+# ---------------------------------------------------------------------------------------------------------------
+def test_nonzero_exit_after_all_ranks_done_is_completed_with_warning():
+    reports = RankReports(started={0: 10, 1: 11}, done={0: {}, 1: {}})
+    status, reason, warning = classify_exit(returncode=-6, world_size=2, reports=reports,
+                                            log_text="terminate called without an active exception")
+    assert (status, reason) == ("completed", "")
+    assert "code -6 after all 2 ranks reported done" in warning
+    status, reason, _ = classify_exit(returncode=1, world_size=2,
+                                      reports=RankReports(started={0: 10, 1: 11}, done={0: {}}),
+                                      log_text="exitcode  : -9 (pid: 11)")
+    assert status == "killed" and reason.startswith("rank 1 (pid 11) killed by SIGKILL")
+    status, reason, _ = classify_exit(returncode=1, world_size=1, reports=RankReports(),
+                                      log_text="ModuleNotFoundError: No module named 'x'")
+    assert status == "failed" and "before any rank started: ModuleNotFoundError" in reason

@@ -1,0 +1,109 @@
+"""``workbench run``: launch a real training run (DeepSpeed, megatron-core or the hybrid), wait, print its record.
+
+On a machine without CUDA the run goes to the CPU (gloo): the cluster becomes one node of ``--nproc`` "cpu"
+devices (catalog entry ``cpu``) whatever the GPU flags say.
+"""
+from __future__ import annotations
+
+import sys
+
+ENGINES = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "megatron-deepspeed",
+           "megatron-deepspeed": "megatron-deepspeed"}
+
+
+def add_parser(sub):
+    from workbench.commands.common import add_spec_arguments
+
+    p = sub.add_parser("run", help="launch a real training run and print its record",
+                       description=__doc__.strip().splitlines()[0])
+    add_spec_arguments(p)
+    p._option_string_actions["--engine"].choices = None  # this command also takes "hybrid" (checked below)
+    p.add_argument("--nproc", type=int, default=None, help="processes (GPUs, or CPU ranks) per node")
+    p.add_argument("--steps", type=int, default=10, help="training steps")
+    p.add_argument("--data", default="synthetic", help="synthetic | learnable | text:PATH | indexed:PREFIX")
+    p.add_argument("--tiny", action="store_true", help="train the package's tiny teaching model "
+                                                      "(2 layers, hidden 64, seq 32, vocab 512)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--json", action="store_true", help="print the run record as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def resolve_specs(args):
+    """(model, cluster, plan, nproc) from the flags; CPU cluster when CUDA is absent."""
+    from workbench.commands.common import specs_from_args
+    from workbench.runs.launcher import cuda_available
+
+    engine = ENGINES.get(str(args.engine).lower())
+    if engine is None:
+        raise ValueError(f"--engine={args.engine!r} is not one of: deepspeed, megatron, hybrid")
+    args.engine = engine
+    if args.nproc:
+        args.gpus_per_node = args.nproc
+    if not cuda_available():  # the CPU: one node of nproc "cpu" devices, gloo
+        args.gpu, args.nodes = "cpu", 1
+    if args.tiny:
+        for flag, value in (("layers", 2), ("hidden", 64), ("heads", 4), ("vocab", 512), ("seq", 32)):
+            if getattr(args, flag, None) is None:
+                setattr(args, flag, value)
+    model, cluster, plan = specs_from_args(args)
+    return model, cluster, plan, cluster.gpus_per_node
+
+
+def summary(record: dict) -> dict:
+    measured = record.get("measured") or {}
+    predicted = record.get("predicted") or {}
+    return {
+        "run_id": record["run_id"],
+        "status": record["status"],
+        "reason": record.get("reason") or "",
+        "warning": record.get("warning") or "",
+        "losses": record.get("losses", measured.get("losses", [])),
+        "measured": {"peak_memory_bytes": measured.get("peak_memory_bytes", {}),
+                     "median_step_seconds": measured.get("median_step_seconds")},
+        "predicted": {"per_gpu_peak_bytes": predicted.get("per_gpu_peak_bytes"),
+                      "step_seconds": predicted.get("step_seconds")},
+        "run_dir": record.get("run_dir"),
+        "log_path": record.get("log_path"),
+    }
+
+
+def print_summary(s: dict, out=sys.stdout) -> None:
+    def gib(b):
+        return "-" if b is None else f"{b / 2**30:.3f} GiB"
+
+    print(f"run {s['run_id']}: {s['status']}" + (f" — {s['reason']}" if s["reason"] else ""), file=out)
+    if s["warning"]:
+        print(f"warning: {s['warning']}", file=out)
+    if s["losses"]:
+        print("losses: " + " ".join(f"{x:.4f}" for x in s["losses"]), file=out)
+    mem = s["measured"]["peak_memory_bytes"]
+    peak = max(mem.values()) if mem else None
+    sec = s["measured"]["median_step_seconds"]
+    print(f"{'':22}{'measured':>14}{'predicted':>14}", file=out)
+    print(f"{'peak memory per rank':22}{gib(peak):>14}{gib(s['predicted']['per_gpu_peak_bytes']):>14}", file=out)
+    p_sec = s["predicted"]["step_seconds"]
+    print(f"{'step seconds':22}{'-' if sec is None else f'{sec:.4f}':>14}"
+          f"{'-' if p_sec is None else f'{p_sec:.4f}':>14}", file=out)
+    print(f"run directory: {s['run_dir']}", file=out)
+
+
+def run(args) -> int:
+    from workbench.cli import print_json
+    from workbench.runs import launch
+
+    model, cluster, plan, nproc = resolve_specs(args)
+    handle = launch(model, cluster, plan, steps=args.steps, nproc=nproc, data=args.data, lr=args.lr,
+                    timeout_seconds=args.timeout)
+    try:
+        handle.wait()
+    except KeyboardInterrupt:
+        handle.stop()
+        handle.wait(30)
+    s = summary(handle.record())
+    if args.json:
+        print_json(s)
+    else:
+        print_summary(s)
+    return 0 if s["status"] == "completed" else 1

@@ -1,0 +1,36 @@
+"""Predicted vs measured, and per-rank metric series, from run records (pure; used by the CLI, widgets and the
+GPU validation benchmark)."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+def relative_error(predicted: Optional[float], measured: Optional[float]) -> Optional[float]:
+    """(predicted − measured) / measured; None when either is missing or measured is 0."""
+    if predicted is None or measured is None or not measured:
+        return None
+    return (predicted - measured) / measured
+
+
+def comparison_rows(record: dict) -> list[dict]:
+    """Rows ``{"quantity", "predicted", "measured", "error"}`` for peak memory per rank (the largest rank) and
+    step seconds (median)."""
+    predicted = record.get("predicted") or {}
+    measured = record.get("measured") or {}
+    mem = measured.get("peak_memory_bytes") or {}
+    peak = max(mem.values()) if mem else None
+    rows = [("peak memory per rank (bytes)", predicted.get("per_gpu_peak_bytes"), peak),
+            ("step seconds", predicted.get("step_seconds"), measured.get("median_step_seconds"))]
+    return [{"quantity": q, "predicted": p, "measured": m, "error": relative_error(p, m)} for q, p, m in rows]
+
+
+def metric_series(metrics: list[dict]) -> dict:
+    """``{rank: {"step": [...], "loss": [...], "step_seconds": [...], "tokens_per_second": [...],
+    "memory_bytes": [...]}}`` from store rows."""
+    out: dict = {}
+    for row in sorted(metrics, key=lambda r: (r["rank"], r["step"])):
+        series = out.setdefault(row["rank"], {k: [] for k in ("step", "loss", "step_seconds", "tokens_per_second",
+                                                                "memory_bytes")})
+        for k in series:
+            series[k].append(row.get(k))
+    return out

@@ -1,0 +1,373 @@
+"""Rank entry script of a launched run: ``python train.py --run-dir DIR`` under ``deepspeed`` or ``torchrun``.
+
+Reads ``DIR/run.json`` (resolved specs and options) and, for the DeepSpeed engines, ``DIR/ds_config.json``. Engines:
+
+* ``deepspeed`` — ``deepspeed.initialize`` on the GPTModel (data parallel, ZeRO 0-3, offload, recompute).
+* ``megatron`` — megatron-core ``parallel_state`` + ``DistributedDataParallel`` + ``get_megatron_optimizer``
+  (plain or distributed) + ``get_forward_backward_func`` (no pipelining, 1F1B, or interleaved 1F1B).
+* ``megatron-deepspeed`` (hybrid) — megatron-core tensor-parallel GPTModel under DeepSpeed ZeRO over the
+  data-parallel group, with Megatron's parallel state as DeepSpeed's ``mpu``.
+
+Each rank appends JSON lines to ``DIR/metrics/rank{R}.jsonl``: a ``start`` record (pid), one ``step`` record per
+step (loss, step seconds, tokens/s, peak memory bytes) and a final ``done`` record, or an ``error`` record
+(``kind`` ``oom``, ``error``, or ``terminated`` when the launcher stopped it) before exiting non-zero. Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU
+and the peak resident set size (``ru_maxrss``) on the CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+import traceback
+from functools import partial
+from pathlib import Path
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metrics
+# ----------------------------------------------------------------------------------------------------------------
+class MetricsWriter:
+    def __init__(self, path: Path, rank: int):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.rank = rank
+        self._f = open(path, "a", buffering=1)
+        self.step_seconds = []
+
+    def write(self, record_type: str, **fields) -> None:
+        record = {"type": record_type, "rank": self.rank, "time": time.time(), **fields}
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def step(self, step: int, loss, seconds: float, tokens: int, memory_bytes: int) -> None:
+        self.step_seconds.append(seconds)
+        self.write("step", step=step, loss=None if loss is None else float(loss), step_seconds=seconds,
+                   tokens_per_second=tokens / seconds if seconds > 0 else None, memory_bytes=int(memory_bytes))
+
+    def done(self, memory_bytes: int) -> None:
+        timed = self.step_seconds[2:] if len(self.step_seconds) > 3 else self.step_seconds
+        self.write("done", steps=len(self.step_seconds), peak_memory_bytes=int(memory_bytes),
+                   median_step_seconds=statistics.median(timed) if timed else None)
+
+
+def peak_memory_bytes() -> int:
+    import torch
+
+    if torch.cuda.is_available():
+        return int(torch.cuda.max_memory_allocated())
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return ("out of memory" in text.lower() or "can't allocate memory" in text
+            or type(exc).__name__ == "OutOfMemoryError")
+
+
+def is_termination(exc: BaseException) -> bool:
+    """The launcher stopping this rank (torch elastic's SignalException, SIGINT) rather than a fault of its own."""
+    return isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "SignalException" or (
+        isinstance(exc, SystemExit) and bool(exc.code))
+
+
+def limit_memory(extra_bytes: int) -> None:
+    """Cap this process's address space at its current size plus ``extra_bytes`` (a CPU stand-in for a device's
+    capacity: allocations beyond it raise, as a GPU allocation beyond HBM does)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[0])
+    current = pages * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (current + int(extra_bytes), resource.RLIM_INFINITY))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Set-up shared by the engines
+# ----------------------------------------------------------------------------------------------------------------
+def load_run(run_dir: Path):
+    from workbench.runs.specio import specs_from_dict
+
+    run = json.loads((run_dir / "run.json").read_text())
+    model, cluster, plan = specs_from_dict(run["specs"])
+    return run, model, cluster, plan
+
+
+def device():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def sync():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def megatron_setup(plan, seed: int) -> None:
+    """Megatron's parallel state (tp, pp, vp) and its RNG tracker; the CPU adapter when CUDA is absent."""
+    from workbench.runs import cpu_adapter
+
+    cpu_adapter.apply()
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=plan.tensor_parallel,
+        pipeline_model_parallel_size=plan.pipeline_parallel,
+        virtual_pipeline_model_parallel_size=plan.virtual_pipeline if plan.virtual_pipeline > 1 else None)
+    model_parallel_cuda_manual_seed(seed)
+
+
+class MegatronMpu:
+    """DeepSpeed's model-parallel-unit interface over megatron-core's ``parallel_state`` (pipeline parallel 1)."""
+
+    def __init__(self):
+        from megatron.core import parallel_state
+
+        self.ps = parallel_state
+
+    def get_model_parallel_group(self):
+        return self.ps.get_model_parallel_group()
+
+    def get_model_parallel_world_size(self):
+        import torch.distributed as dist
+
+        return dist.get_world_size(group=self.ps.get_model_parallel_group())
+
+    def get_model_parallel_rank(self):
+        import torch.distributed as dist
+
+        return dist.get_rank(group=self.ps.get_model_parallel_group())
+
+    def get_data_parallel_group(self):
+        return self.ps.get_data_parallel_group()
+
+    def get_data_parallel_world_size(self):
+        return self.ps.get_data_parallel_world_size()
+
+    def get_data_parallel_rank(self):
+        return self.ps.get_data_parallel_rank()
+
+    def __getattr__(self, name):  # get_tensor_model_parallel_* and friends
+        return getattr(self.ps, name)
+
+
+def mean_over_group(value: float, group=None) -> float:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)], dtype=torch.float64,
+                     device="cuda" if torch.cuda.is_available() else "cpu")
+    dist.all_reduce(t, group=group)
+    return float(t.item()) / dist.get_world_size(group=group)
+
+
+def to_device(batch: dict, dev) -> dict:
+    return {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# DeepSpeed and hybrid
+# ----------------------------------------------------------------------------------------------------------------
+def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) -> None:
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+
+    from workbench.runs.data import TokenSamples, microbatch, parse_source, sample_indices
+    from workbench.runs.model import build_gpt, causal_mask, init_layout_independent
+
+    opts = run["options"]
+    dev = device()
+    deepspeed.init_distributed()
+    megatron_setup(plan, opts["seed"])
+    from megatron.core import parallel_state
+
+    if opts.get("memory_limit_bytes"):
+        limit_memory(opts["memory_limit_bytes"])
+    torch.manual_seed(opts["seed"])
+    net = build_gpt(model_spec, plan)
+    if dev.type == "cuda":
+        net = net.to(dev)
+    init_layout_independent(net, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
+                            tp_rank=parallel_state.get_tensor_model_parallel_rank())
+    ds_config = json.loads((Path(run["run_dir"]) / "ds_config.json").read_text())
+    engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=[p for p in net.parameters()],
+                                           config=ds_config, mpu=MegatronMpu() if hybrid else None)
+    dp, dp_rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
+    samples = TokenSamples(parse_source(opts["data"]), vocab_size=model_spec.vocab_size,
+                           seq_length=model_spec.seq_length, seed=opts["seed"])
+    mask = causal_mask(model_spec.seq_length, device=dev)
+    tokens_per_step = plan.global_batch_size * model_spec.seq_length
+    dp_group = parallel_state.get_data_parallel_group()
+    for step in range(opts["steps"]):
+        sync()
+        t0 = time.perf_counter()
+        losses = []
+        for m in range(plan.gradient_accumulation_steps):
+            idx = sample_indices(step, m, dp_rank=dp_rank, data_parallel=dp,
+                                 micro_batch_size=plan.micro_batch_size, global_batch_size=plan.global_batch_size)
+            b = to_device(microbatch(samples, idx), dev)
+            loss = engine(b["tokens"], b["position_ids"], mask, labels=b["labels"]).float().mean()
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.detach())
+        sync()
+        seconds = time.perf_counter() - t0
+        local = float(torch.stack(losses).mean())
+        loss = mean_over_group(local, dp_group) if dist.get_world_size(dp_group) > 1 else local
+        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# megatron-core
+# ----------------------------------------------------------------------------------------------------------------
+def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from workbench.runs.data import TokenSamples, microbatch, parse_source, sample_indices
+    from workbench.runs.model import build_gpt, causal_mask, init_layout_independent
+
+    opts = run["options"]
+    dev = device()
+    dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    megatron_setup(plan, opts["seed"])
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.module import Float16Module
+
+    if opts.get("memory_limit_bytes"):
+        limit_memory(opts["memory_limit_bytes"])
+    torch.manual_seed(opts["seed"])
+    vp = plan.virtual_pipeline
+    chunks = []
+    for i in range(vp):
+        kw = {"vp_stage": i} if vp > 1 else {}
+        pre = ps.is_pipeline_first_stage(ignore_virtual=False, **kw)
+        post = ps.is_pipeline_last_stage(ignore_virtual=False, **kw)
+        chunk = build_gpt(model_spec, plan, pre_process=pre, post_process=post, vp_stage=i if vp > 1 else None)
+        if dev.type == "cuda":
+            chunk = chunk.to(dev)
+        init_layout_independent(chunk, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
+                                tp_rank=ps.get_tensor_model_parallel_rank())
+        chunks.append(chunk)
+    config = chunks[0].config
+    if config.bf16 or config.fp16:
+        chunks = [Float16Module(config, c) for c in chunks]
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                               use_distributed_optimizer=plan.distributed_optimizer)
+    chunks = [DistributedDataParallel(config=config, ddp_config=ddp_config, module=c, disable_bucketing=i > 0)
+              for i, c in enumerate(chunks)]
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=opts["lr"], weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.95,
+                        adam_eps=1e-8, clip_grad=opts["clip_grad"], bf16=config.bf16, fp16=config.fp16,
+                        params_dtype=config.params_dtype,
+                        use_distributed_optimizer=plan.distributed_optimizer),
+        chunks)
+    config.finalize_model_grads_func = finalize_model_grads
+    if config.fp16:
+        config.grad_scale_func = optimizer.scale_loss
+    forward_backward = get_forward_backward_func()
+
+    dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    samples = TokenSamples(parse_source(opts["data"]), vocab_size=model_spec.vocab_size,
+                           seq_length=model_spec.seq_length, seed=opts["seed"])
+    mask = causal_mask(model_spec.seq_length, device=dev)
+    tokens_per_step = plan.global_batch_size * model_spec.seq_length
+    last_stage = ps.is_pipeline_last_stage(ignore_virtual=True)
+
+    def batches(step):
+        for m in range(plan.num_microbatches):
+            idx = sample_indices(step, m, dp_rank=dp_rank, data_parallel=dp,
+                                 micro_batch_size=plan.micro_batch_size, global_batch_size=plan.global_batch_size)
+            yield to_device(microbatch(samples, idx), dev)
+
+    def loss_func(labels_mask_unused, output_tensor):
+        loss = output_tensor.float().mean()
+        return loss, {"lm loss": loss.detach().clone()}  # the schedule divides ``loss`` in place
+
+    def forward_step(data_iterator, model):
+        b = next(data_iterator)
+        out = model(b["tokens"], b["position_ids"], mask, labels=b["labels"])
+        return out, partial(loss_func, None)
+
+    for step in range(opts["steps"]):
+        sync()
+        t0 = time.perf_counter()
+        for c in chunks:
+            c.zero_grad_buffer()
+        optimizer.zero_grad()
+        iters = [batches(step) for _ in range(vp)] if vp > 1 else batches(step)
+        reduced = forward_backward(forward_step_func=forward_step, data_iterator=iters,
+                                   model=chunks if vp > 1 else chunks[0], num_microbatches=plan.num_microbatches,
+                                   seq_length=model_spec.seq_length, micro_batch_size=plan.micro_batch_size,
+                                   decoder_seq_length=model_spec.seq_length, forward_only=False)
+        optimizer.step()
+        sync()
+        seconds = time.perf_counter() - t0
+        loss = None
+        if last_stage:
+            local = float(torch.stack([r["lm loss"] for r in reduced]).float().mean())
+            loss = mean_over_group(local, ps.get_data_parallel_group()) if dp > 1 else local
+        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="workbench run: one rank")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None)  # the deepspeed launcher passes it
+    args = parser.parse_args(argv)
+    run_dir = Path(args.run_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    writer = MetricsWriter(run_dir / "metrics" / f"rank{rank}.jsonl", rank)
+    writer.write("start", pid=os.getpid(), local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                 world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    try:
+        run, model_spec, _cluster, plan = load_run(run_dir)
+        engine = run["options"]["engine"]
+        if engine == "deepspeed":
+            train_deepspeed(run, model_spec, plan, writer, hybrid=False)
+        elif engine == "megatron-deepspeed":
+            train_deepspeed(run, model_spec, plan, writer, hybrid=True)
+        elif engine == "megatron":
+            train_megatron(run, model_spec, plan, writer)
+        else:
+            raise ValueError(f"engine={engine!r} is not one of deepspeed, megatron, megatron-deepspeed")
+        writer.done(peak_memory_bytes())
+    except BaseException as exc:  # record why this rank stops, then let the launcher see the failure
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        kind = "oom" if is_oom(exc) else "terminated" if is_termination(exc) else "error"
+        try:
+            writer.write("error", kind=kind, message=f"{type(exc).__name__}: {str(exc)[:2000]}")
+        finally:
+            traceback.print_exc()
+            sys.stderr.flush()
+        return 3 if kind == "oom" else 1
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - teardown problems after "done" do not change the run's result
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
