@@ -21,7 +21,7 @@ def test_calibrate_then_estimate_with_the_profile(tmp_path, monkeypatch, capsys)
     rc = main(["estimate", "--model", "gpt3-125m", "--gpus-per-node", "2", "--precision", "fp32",
                "--profile", str(out), "--json"])
     est = json.loads(capsys.readouterr().out)
-    assert rc == 0 and est["profile"]["name"] == "laptop" and est["cluster"]["gpu"] == "cpu:laptop"
+    assert rc == 0 and est["profile"]["name"] == "laptop" and est["cluster"]["gpu"] == "cpu"
 
 
 def test_estimate_prints_the_no_profile_note_and_profile_errors(capsys, tmp_path, monkeypatch):

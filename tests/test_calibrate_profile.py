@@ -104,7 +104,7 @@ def test_lower_gemm_efficiency_gives_a_longer_step():
     base_emax = efficiency_curve("H200")["gemm_efficiency_max"]
     slow = estimate(m, c, plan, profile=h200_profile(emax=base_emax * 0.5))
     fast = estimate(m, c, plan, profile=h200_profile(emax=base_emax * 0.9))
-    assert slow.time.breakdown["compute"] > 1.5 * fast.time.breakdown["compute"]
+    assert slow.time.breakdown["compute"] > 1.2 * fast.time.breakdown["compute"]  # GEMMs and memory-bound work
     assert slow.time.step_seconds > fast.time.step_seconds
     d = slow.to_dict()["profile"]
     assert d["name"] == "h200-test" and "GEMM curve measured (bf16" in d["note"]
@@ -146,7 +146,7 @@ def test_cpu_profile_describes_its_own_device():
                                                  "points": [{"m": 64, "n": 64, "k": 64, "tflops": 0.1}]}},
                                   device_memory_gb_per_s=20.0, host_memory_gib=16.0)
     spec = prof.device_spec()
-    assert spec.name == "cpu:laptop" and spec.peak_tflops == {"fp32": 0.2} and spec.memory_gib == 16.0
+    assert spec.name == "cpu" and spec.peak_tflops["fp32"] == 0.2 and spec.memory_gib == 16.0
     m = model("gpt3-125m")
     c = ClusterSpec(gpu=spec, gpus_per_node=2)
     est = estimate(m, c, ParallelPlan(world_size=2, precision="fp32", micro_batch_size=1, global_batch_size=2),
@@ -154,6 +154,11 @@ def test_cpu_profile_describes_its_own_device():
     assert est.time.step_seconds > 0 and est.to_dict()["profile"]["name"] == "laptop"
     rows = {r["quantity"]: r for r in compare_with_datasheet(prof)}
     assert rows["GEMM fp32 best"]["datasheet"] is None
+    # the catalog's nominal cpu device works too: the GEMM curve is rescaled to its peak
+    nominal = ClusterSpec(gpu=gpu("cpu"), gpus_per_node=2)
+    plan = ParallelPlan(world_size=2, precision="fp32", micro_batch_size=1, global_batch_size=2)
+    a = estimate(m, nominal, plan, profile=prof).time.breakdown["compute"]
+    assert a == pytest.approx(est.time.breakdown["compute"], rel=0.35)
 
 
 def test_compare_with_datasheet_rows():

@@ -168,10 +168,16 @@ class HardwareProfile:
         return ((self.collectives.get(link) or {}).get("fit") or {}).get(kind)
 
     # -- apply ---------------------------------------------------------------------------------------------------
+    def device_name(self) -> str:
+        """The GPU name estimates with this profile must use: the catalog GPU, ``cpu`` for a CPU profile (the
+        catalog's CPU device), ``cuda:<profile>`` for a GPU the catalog lacks."""
+        return self.gpu or ("cpu" if self.device_kind == "cpu" else f"cuda:{self.name}")
+
     def device_spec(self):
-        """The :class:`~workbench.specs.GPUSpec` to estimate with: the catalog entry of ``gpu``, or for a CPU profile
-        a spec built from the measurements (peak = best measured matmul rate per precision, memory = host memory,
-        bandwidths = measured)."""
+        """The :class:`~workbench.specs.GPUSpec` to estimate with: the catalog entry of ``gpu``; for a CPU profile the
+        catalog's ``cpu`` device with the measured numbers in place of its nominal ones (peak = best measured matmul
+        rate per precision, memory = host memory, bandwidths measured); for a GPU the catalog lacks, a spec built
+        from the measurements alone."""
         from workbench import catalog
         from workbench.specs import GPUSpec
 
@@ -179,23 +185,26 @@ class HardwareProfile:
             return catalog.gpu(self.gpu)
         peaks = {p: g["peak_tflops"] for p, g in self.gemm.items()}
         if not peaks:
-            raise ValueError(f"profile {self.name} measured no matmul rate: it cannot describe a CPU device")
+            raise ValueError(f"profile {self.name} measured no matmul rate: it cannot describe its device")
         copy = self.device_memory_gb_per_s or 10.0
         intra = self.link_fit("intra_node")
         memory = self.device_memory_gib if self.device_kind == "cuda" else self.host_memory_gib
-        return GPUSpec(name=f"{self.device_kind}:{self.name}", vendor=self.device_kind,
-                       memory_gib=float(memory or 16.0),
-                       peak_tflops=peaks, hbm_gb_per_s=copy,
-                       intra_node_gb_per_s=intra["gb_per_s"] if intra else copy / 2,
-                       inter_node_gb_per_s=(self.link_fit("inter_node") or {}).get("gb_per_s", 1.0),
-                       host_link_gb_per_s=copy / 2,
-                       source=f"measured by workbench calibrate: profile {self.label}")
+        fields = dict(name=self.device_name(), vendor=self.device_kind, memory_gib=float(memory or 16.0),
+                      peak_tflops=peaks, hbm_gb_per_s=copy,
+                      intra_node_gb_per_s=intra["gb_per_s"] if intra else copy / 2,
+                      inter_node_gb_per_s=(self.link_fit("inter_node") or {}).get("gb_per_s", 1.0),
+                      host_link_gb_per_s=copy / 2, source=f"measured by workbench calibrate: profile {self.label}")
+        if self.device_kind == "cpu" and "cpu" in [n.lower() for n in catalog.gpu_names()]:
+            base = catalog.gpu("cpu")
+            fields["peak_tflops"] = {**base.peak_tflops, **peaks}
+            return dataclasses.replace(base, **fields)
+        return GPUSpec(**fields)
 
     def check_applies(self, gpu) -> None:
         """``ValueError`` when the profile was measured on another GPU model than ``gpu`` (a GPUSpec)."""
-        expected = self.gpu or f"{self.device_kind}:{self.name}"
+        expected = self.device_name()
         if gpu.name.lower() != expected.lower():
-            fix = f"use --gpu {self.gpu}" if self.gpu else "leave out --gpu (the profile describes the device)"
+            fix = f"use --gpu {expected}" if self.gpu or self.device_kind == "cpu" else "leave out --gpu"
             raise ValueError(f"profile {self.name} was measured on {expected}, the cluster uses gpu={gpu.name}; "
                              f"{fix} or drop the profile")
 

@@ -62,7 +62,7 @@ def render(profile, path=None) -> str:
              f"        torch {profile.torch_version}" + (f", CUDA {profile.cuda_version}" if profile.cuda_version else "")
              + (f", NCCL {profile.nccl_version}" if profile.nccl_version else "")
              + (f", driver {profile.driver}" if profile.driver else "")
-             + (f"; applies to --gpu {profile.gpu}" if profile.gpu else f"; CPU device cpu:{profile.name}"),
+             + f"; applies to --gpu {profile.device_name()}",
              "", f"{'quantity':<34} {'measured':>12} {'catalog':>12} {'ratio':>7}  unit"]
     for r in compare_with_datasheet(profile):
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
