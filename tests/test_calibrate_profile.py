@@ -153,7 +153,8 @@ def test_cpu_profile_describes_its_own_device():
                    profile=prof)
     assert est.time.step_seconds > 0 and est.to_dict()["profile"]["name"] == "laptop"
     rows = {r["quantity"]: r for r in compare_with_datasheet(prof)}
-    assert rows["GEMM fp32 best"]["datasheet"] is None
+    assert rows["GEMM fp32 best"]["datasheet"] == gpu("cpu").peak_tflops["fp32"]  # the nominal cpu device
+    assert rows["GEMM fp32 efficiency_max"]["datasheet"] is None
     # the catalog's nominal cpu device works too: the GEMM curve is rescaled to its peak
     nominal = ClusterSpec(gpu=gpu("cpu"), gpus_per_node=2)
     plan = ParallelPlan(world_size=2, precision="fp32", micro_batch_size=1, global_batch_size=2)

@@ -340,7 +340,11 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
     from workbench import memory as M
     from workbench.timing import calibration
 
-    gpu = catalog.gpu(profile.gpu) if profile.gpu else None
+    try:  # a CPU profile compares with the catalog's nominal cpu device
+        gpu = catalog.gpu(profile.device_name()) if profile.gpu or profile.device_kind == "cpu" else None
+    except ValueError:
+        gpu = None
+    curve_known = gpu is not None and profile.device_kind == "cuda"  # the catalog has no CPU GEMM curve
     cal = calibration()
     rows = []
 
@@ -356,10 +360,11 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
         row(f"GEMM {prec} best", best, gpu.peak_tflops.get(prec) if gpu else None, "TFLOP/s")
         catalog_peak = (gpu.peak_tflops.get(prec) if gpu else None) or g["peak_tflops"]
         row(f"GEMM {prec} efficiency_max", g["efficiency_max"] * g["peak_tflops"] / catalog_peak,
-            _catalog_curve(gpu)["gemm_efficiency_max"] if gpu else None, "of peak")
-        row(f"GEMM {prec} half_dim", g["half_dim"], _catalog_curve(gpu)["gemm_half_dim"] if gpu else None, "")
+            _catalog_curve(gpu)["gemm_efficiency_max"] if curve_known else None, "of peak")
+        row(f"GEMM {prec} half_dim", g["half_dim"], _catalog_curve(gpu)["gemm_half_dim"] if curve_known else None,
+            "")
     row("device memory copy", profile.device_memory_gb_per_s,
-        gpu.hbm_gb_per_s * _catalog_curve(gpu)["hbm_efficiency"] if gpu else None, "GB/s")
+        gpu.hbm_gb_per_s * (_catalog_curve(gpu)["hbm_efficiency"] if curve_known else 1.0) if gpu else None, "GB/s")
     net = cal["network"]
     for link in ("intra_node", "inter_node"):
         for kind, fit in ((profile.collectives.get(link) or {}).get("fit") or {}).items():
@@ -368,8 +373,8 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
                 datasheet_bw = getattr(gpu, f"{link}_gb_per_s") * net[f"{link}_bandwidth_efficiency"]
             row(f"{kind} {link.replace('_', '-')} bandwidth", fit["gb_per_s"], datasheet_bw, "GB/s")
             row(f"{kind} {link.replace('_', '-')} latency", fit["latency_s"] * 1e6,
-                net[f"{link}_latency_s"] * 1e6 if gpu is not None else None, "us")
-    for key, value in profile.host_link_gb_per_s.items():
+                net[f"{link}_latency_s"] * 1e6 if curve_known else None, "us")
+    for key, value in profile.host_link_gb_per_s.items():  # CUDA only
         row(f"host link {key.replace('_', ' ')}", value, gpu.host_link_gb_per_s if gpu else None, "GB/s")
     if profile.cpu_adam.get("params_per_second"):
         row("CPU Adam", profile.cpu_adam["params_per_second"] / 1e9,
