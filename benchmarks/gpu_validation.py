@@ -134,7 +134,7 @@ def main(argv=None) -> int:
             mem = rec["measured"].get("peak_memory_bytes") or {}
             row = {"name": case["name"], "gpus": case["n"], "status": rec["status"], "reason": rec["reason"],
                    "warning": rec["warning"], "plan": case["plan"],
-                   "predicted_peak_bytes": (rec["predicted"] or {}).get("per_gpu_peak_bytes"),
+                   "predicted_peak_bytes": (rec["predicted"] or {}).get("allocated_bytes"),
                    "measured_peak_bytes": max(mem.values()) if mem else None,
                    "predicted_step_seconds": (rec["predicted"] or {}).get("step_seconds"),
                    "measured_step_seconds": rec["measured"].get("median_step_seconds"),

@@ -44,7 +44,7 @@ def model_names() -> list[str]:
 
 def _lookup(kind: str, name: str, table: dict, names: list[str]) -> dict:
     key = str(name).strip().lower()
-    aliases = {key, key.replace("_", "-"), key.replace(" ", "-")}
+    aliases = {key, key.replace("_", "-"), key.replace(" ", "-"), key.replace("_", ".")}
     for k in aliases:
         if k in table:
             return table[k]

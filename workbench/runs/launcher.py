@@ -94,7 +94,7 @@ def check_ds_config(config: dict, plan: ParallelPlan, *, on_gpu: bool) -> None:
 
 
 def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> Optional[dict]:
-    """``{"per_gpu_peak_bytes", "step_seconds"}`` from :func:`workbench.estimate.estimate` (``step_seconds`` is
+    """``{"per_gpu_peak_bytes", "allocated_bytes", "step_seconds"}`` from :func:`workbench.estimate.estimate` (``step_seconds`` is
     None while the estimate has no time model); ``{"error": ...}`` when the estimate refuses the specs."""
     from workbench.estimate import estimate
 
@@ -105,6 +105,7 @@ def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
     time_part = getattr(est, "time", None)
     step_seconds = getattr(time_part, "step_seconds", None) if time_part is not None else None
     return {"per_gpu_peak_bytes": int(est.memory.per_gpu_peak_bytes),
+            "allocated_bytes": int(est.memory.per_gpu_peak_bytes - est.memory.breakdown.overhead),
             "step_seconds": float(step_seconds) if step_seconds is not None else None}
 
 

@@ -1,0 +1,141 @@
+"""The Voila dashboard in a real browser: serve notebooks/dashboard.ipynb, load it in Debian's Chromium through
+Playwright, change the tensor-parallel size, and check that the memory number and the memory figure change.
+
+Needs /usr/bin/chromium (``apt-get install chromium``); never downloads a browser. In CI (``CI=true``) a missing
+Chromium fails the test; locally it skips with the reason. Screenshots go to ``test-output/``.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+OUTPUT = ROOT / "test-output"
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+def require_chromium() -> None:
+    if os.path.exists(CHROMIUM):
+        return
+    reason = f"{CHROMIUM} is missing (apt-get install -y chromium)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"voila exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"voila did not listen on port {port} within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def start_voila(port: int, log: Path, extra_env=None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env.pop(("WORKBENCH_DASHBOARD_ALLOW_LAUNCH"), None)
+    env.pop(("WORKBENCH_DASHBOARD_ALLOW_WRITE"), None)
+    env.update(extra_env or {})
+    voila = Path(sys.executable).with_name("voila")
+    cmd = [str(voila), "notebooks/dashboard.ipynb", "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1"]
+    # A session of its own, so stopping it by its pid also ends the kernels it started.
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+PEAK_JS = "() => Number(document.querySelector('.wb-peak').dataset.bytes)"
+# The memory figure is the first plotly graph; its traces' y values (GiB per stage, per term).
+FIGURE_JS = """() => {
+  const gd = document.querySelector('.js-plotly-plot');
+  return gd && gd.data ? gd.data.map(t => Array.from(t.y || [])) : null;
+}"""
+
+
+def test_dashboard_changes_memory_in_chromium():
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    OUTPUT.mkdir(exist_ok=True)
+    port = free_port()
+    log = OUTPUT / "voila-dashboard.log"
+    proc = start_voila(port, log)
+    try:
+        wait_for_port(port, proc, log)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                page.goto(f"http://127.0.0.1:{port}/", timeout=120_000)
+                page.wait_for_selector(".wb-peak", timeout=120_000)
+                page.wait_for_function("() => { const gd = document.querySelector('.js-plotly-plot');"
+                                       " return gd && gd.data && gd.data.length > 0 && gd.data[0].y"
+                                       " && gd.data[0].y.length > 0; }", timeout=60_000)
+                peak_before = page.evaluate(PEAK_JS)
+                figure_before = page.evaluate(FIGURE_JS)
+                assert peak_before > 0
+                page.screenshot(path=str(OUTPUT / "dashboard-before.png"), full_page=True)
+
+                # The guide's example is TP4 x PP2 on 8 GPUs; TP2 keeps PP2 and gives DP2.
+                tp = page.locator(".wb-tp input")
+                tp.fill("2")
+                tp.press("Enter")
+                page.wait_for_function(f"() => Number(document.querySelector('.wb-peak').dataset.bytes)"
+                                       f" !== {peak_before}", timeout=30_000)
+                page.wait_for_function(f"() => JSON.stringify(({FIGURE_JS})()) !== "
+                                       f"{json_literal(figure_before)}", timeout=30_000)
+                peak_after = page.evaluate(PEAK_JS)
+                figure_after = page.evaluate(FIGURE_JS)
+                assert peak_after != peak_before
+                assert figure_after != figure_before
+                assert "DP 2" in page.inner_text(".wb-plan-derived")
+
+                # An invalid value is explained inline, and the numbers stay at the last valid plan.
+                tp.fill("3")
+                tp.press("Enter")
+                page.wait_for_selector(".wb-error", timeout=30_000)
+                assert "tensor_parallel(3)" in page.inner_text(".wb-error-plan")
+                assert page.evaluate(PEAK_JS) == peak_after
+                page.screenshot(path=str(OUTPUT / "dashboard.png"), full_page=True)
+                assert "Traceback" not in page.content()
+            finally:
+                browser.close()
+    finally:
+        stop(proc)
+    assert proc.poll() is not None
+
+
+def json_literal(value) -> str:
+    import json
+
+    return json.dumps(json.dumps(value))

@@ -1,0 +1,157 @@
+"""Every notebook runs headless under papermill with small parameters; the numbers it records are checked.
+
+Notebooks are committed without outputs; each records its key results with ``workbench.nbrecord.record``. A failing
+cell fails the test with that cell's error. The kernel is ``python3`` from this environment (the Makefile installs
+it with ``ipykernel install --sys-prefix``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from workbench import catalog
+from workbench.estimate import estimate
+from workbench.nbrecord import read_records
+from workbench.specs import ClusterSpec, ParallelPlan
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+GIB = 2**30
+
+
+def run_notebook_at(path: Path, parameters: dict, tmp_path: Path, monkeypatch) -> dict:
+    """Execute a notebook with papermill and return its recorded ``{name: value}``; a failing cell fails the test
+    with that cell's number, error and traceback."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / f"executed-{path.name}"
+    try:
+        papermill.execute_notebook(str(path), str(out), parameters=parameters, kernel_name="python3",
+                                   cwd=str(path.parent), progress_bar=False, log_output=False,
+                                   execution_timeout=300)
+    except PapermillExecutionError as exc:
+        trace = "\n".join(exc.traceback[-12:]) if exc.traceback else ""
+        pytest.fail(f"{path.name}: cell {exc.cell_index} (execution {exc.exec_count}) failed: {exc.ename}: "
+                    f"{exc.evalue}\n{trace}", pytrace=False)
+    return read_records(out)
+
+
+def run_notebook(name: str, parameters: dict, tmp_path: Path, monkeypatch) -> dict:
+    """Execute ``notebooks/<name>``."""
+    return run_notebook_at(NOTEBOOKS / name, parameters, tmp_path, monkeypatch)
+
+
+def test_notebooks_are_committed_without_outputs():
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code":
+                assert not cell.get("outputs") and cell.get("execution_count") is None, f"{path.name} has outputs"
+        tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+        if path.name != "dashboard.ipynb":
+            assert len(tagged) == 1, f"{path.name} needs exactly one cell tagged 'parameters'"
+            for line in "".join(tagged[0]["source"]).splitlines():
+                if line.strip():
+                    assert ":" in line and "=" in line and "#" in line, f"{path.name}: '{line}' is not " \
+                                                                         "'name: type = default  # help'"
+
+
+def _estimate(model, gpu, gpus_per_node, nodes, **plan):
+    cluster = ClusterSpec(gpu=catalog.gpu(gpu), gpus_per_node=gpus_per_node, num_nodes=nodes)
+    return estimate(catalog.model(model), cluster, ParallelPlan(world_size=cluster.world_size, **plan))
+
+
+@pytest.mark.slow
+def test_quickstart(tmp_path, monkeypatch):
+    params = dict(model="gpt3-1.3b", gpu="H100-SXM", gpus_per_node=4, nodes=1, engine="megatron",
+                  tensor_parallel=2, pipeline_parallel=2, micro_batch_size=2, global_batch_size=16,
+                  precision="bf16")
+    rec = run_notebook("quickstart.ipynb", params, tmp_path, monkeypatch)
+    expected = _estimate("gpt3-1.3b", "H100-SXM", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
+                         micro_batch_size=2, global_batch_size=16, precision="bf16").memory
+    assert rec["parameters"] == catalog.model("gpt3-1.3b").num_parameters
+    assert rec["data_parallel"] == 1 and rec["num_stages"] == 2
+    assert rec["per_gpu_peak_bytes"] == expected.per_gpu_peak_bytes
+    assert rec["app_peak_bytes"] == expected.per_gpu_peak_bytes  # the widget app shows the same plan
+    assert rec["breakdown"] == expected.breakdown.as_dict()
+    assert rec["fits"] is True
+    assert 1 * GIB < rec["per_gpu_peak_bytes"] < 80 * GIB
+
+
+@pytest.mark.slow
+def test_zero_stages(tmp_path, monkeypatch):
+    rec = run_notebook("zero_stages.ipynb", dict(model="gpt3-350m", gpu="A100-40GB", dp_values=[1, 4, 16]),
+                       tmp_path, monkeypatch)
+    assert rec["dp_values"] == [1, 4, 16]
+    states = rec["model_state_bytes_by_stage"]
+    # With one rank nothing is partitioned; at every N > 1 each stage holds less than the one before.
+    for i, dp in enumerate(rec["dp_values"]):
+        if dp > 1:
+            assert states["0"][i] > states["1"][i] > states["2"][i] > states["3"][i]
+    # ZeRO-3 model states shrink about as 1/N (16 -> 4 ranks: about 4x less).
+    assert 3.0 < states["3"][1] / states["3"][2] < 4.5
+    # ZeRO-0 keeps a full replica: the same model states at every N.
+    assert len(set(states["0"])) == 1
+    expected = _estimate("gpt3-350m", "A100-40GB", 8, 2, engine="deepspeed", zero_stage=3, recompute="full")
+    assert rec["peak_bytes_by_stage"]["3"][2] == expected.memory.per_gpu_peak_bytes
+
+
+@pytest.mark.slow
+def test_tensor_pipeline(tmp_path, monkeypatch):
+    rec = run_notebook("tensor_pipeline.ipynb", dict(model="gpt3-1.3b", tp_values=[1, 2, 4], pipeline_parallel=2,
+                                                     num_microbatches=4, virtual_pipeline=2), tmp_path, monkeypatch)
+    per_rank = rec["layer_params_per_rank"]
+    # each doubling of t roughly halves a layer's parameters per GPU (norms and row biases stay whole)
+    assert 1.9 < per_rank[0] / per_rank[1] < 2.0 and 1.9 < per_rank[1] / per_rank[2] < 2.0
+    w = rec["weight_bytes_per_gpu"]
+    assert w[0] > w[1] > w[2]
+    # bubble: GPipe and 1F1B (p-1)/m = 1/4, interleaved (p-1)/(v*m) = 1/8, simulated = analytic without p2p time
+    assert rec["bubble_fraction"]["gpipe"] == pytest.approx(0.25)
+    assert rec["bubble_fraction"]["1f1b"] == pytest.approx(0.25)
+    assert rec["bubble_fraction"]["interleaved"] == pytest.approx(0.125)
+    assert rec["analytic_bubble"] == pytest.approx(rec["bubble_fraction"])
+    # 1F1B keeps p micro-batches alive on the first stage, GPipe all m
+    assert rec["peak_in_flight_stage0"]["1f1b"] == 2 and rec["peak_in_flight_stage0"]["gpipe"] == 4
+
+
+@pytest.mark.slow
+def test_hybrid(tmp_path, monkeypatch):
+    rec = run_notebook("hybrid.ipynb", dict(model="gpt3-1.3b", gpu="A100-80GB", gpus_per_node=4, nodes=2,
+                                            tensor_parallel=2, pipeline_parallel=2, zero_stage=1,
+                                            micro_batch_size=2, gradient_accumulation_steps=2),
+                       tmp_path, monkeypatch)
+    assert rec["world_size"] == 8 and rec["data_parallel"] == 2
+    opt = rec["optimizer_bytes"]
+    assert opt["hybrid ZeRO-1"] < opt["Megatron DDP"]
+    assert opt["Megatron distributed optimizer"] < opt["Megatron DDP"]
+    ds = rec["ds_config"]
+    assert ds["zero_optimization"]["stage"] == 1
+    assert ds["train_micro_batch_size_per_gpu"] == 2 and ds["gradient_accumulation_steps"] == 2
+    assert ds["train_batch_size"] == 2 * 2 * 2
+    assert rec["command_has_deepspeed"] is True
+    expected = _estimate("gpt3-1.3b", "A100-80GB", 4, 2, engine="megatron-deepspeed", zero_stage=1,
+                         tensor_parallel=2, pipeline_parallel=2, micro_batch_size=2, global_batch_size=8,
+                         precision="bf16", recompute="full")
+    assert rec["peak_bytes"]["hybrid ZeRO-1"] == expected.memory.per_gpu_peak_bytes
+
+
+def test_a_failing_cell_fails_with_its_error(tmp_path, monkeypatch):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell("x: int = 1  # a number"), new_code_cell("raise ValueError(f'bad x={x}')")])
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "failing.ipynb"
+    nbformat.write(nb, str(path))
+    with pytest.raises(pytest.fail.Exception) as info:
+        run_notebook_at(path, {"x": 3}, tmp_path / "out", monkeypatch)
+    message = str(info.value)
+    assert "ValueError: bad x=3" in message and "failing.ipynb: cell" in message

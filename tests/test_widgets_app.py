@@ -1,0 +1,160 @@
+"""The composed app in-process: set widget values, check the state, the figures and the inline errors."""
+import pytest
+
+from widgets.app import ENV_ALLOW_LAUNCH, ENV_ALLOW_WRITE, Workbench
+from workbench import catalog
+from workbench.estimate import estimate
+from workbench.memory_types import TERMS
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def app():
+    a = Workbench()
+    yield a
+    a.close()
+
+
+def panel(app, title):
+    return next(p for p in app.panels if p.title == title)
+
+
+def memory_figure_total_gib(app, stage):
+    return sum(app.memory.fig.data[i].y[stage] for i in range(len(TERMS)))
+
+
+def test_starts_on_the_guide_example(app):
+    s = app.state
+    assert s.valid and s.preset == "guide-13b"
+    assert (s.plan.tensor_parallel, s.plan.pipeline_parallel, s.cluster.world_size) == (4, 2, 8)
+    fig = app.memory.fig
+    assert [t.name for t in fig.data[:len(TERMS)]] == list(TERMS)
+    assert list(fig.data[0].x) == ["stage 0 (emb)", "stage 1 (out)"]
+    expected = estimate(s.model, s.cluster, s.plan).memory
+    assert memory_figure_total_gib(app, 0) == pytest.approx(expected.stages[0].total_bytes / GIB)
+    assert fig.layout.shapes[0].y0 == pytest.approx(expected.capacity_bytes / GIB)
+    assert f'data-bytes="{expected.per_gpu_peak_bytes}"' in app.memory.summary.value
+    # hover carries the bytes and the core's formula for the term
+    assert fig.data[0].customdata[0][0] == expected.stages[0].terms.weights
+    assert fig.data[0].customdata[0][1].startswith(expected.formulas["weights"][:10])
+
+
+def test_tensor_parallel_change_redraws(app):
+    par = panel(app, "Parallelism")
+    before = memory_figure_total_gib(app, 0)
+    par.controls["tensor_parallel"].value = 2
+    s = app.state
+    assert s.valid and s.plan.tensor_parallel == 2 and s.plan.data_parallel == 2
+    expected = estimate(s.model, s.cluster, s.plan).memory
+    assert memory_figure_total_gib(app, 0) == pytest.approx(expected.stages[0].total_bytes / GIB)
+    assert memory_figure_total_gib(app, 0) != pytest.approx(before)
+    assert "DP 2" in par.derived.value
+    par.controls["tensor_parallel"].value = 4
+    assert app.state.plan.tensor_parallel == 4
+
+
+def test_invalid_value_shown_inline_and_figures_keep_last_valid(app):
+    par = panel(app, "Parallelism")
+    before = list(app.memory.fig.data[0].y)
+    par.controls["tensor_parallel"].value = 3
+    assert not app.state.valid
+    assert "tensor_parallel(3)" in par.error.value and "wb-error" in par.error.value
+    assert "Traceback" not in par.error.value
+    assert "tensor_parallel(3)" in app.banner.value
+    assert list(app.memory.fig.data[0].y) == before
+    assert par.controls["tensor_parallel"].value == 3  # what the user typed stays
+    par.controls["tensor_parallel"].value = 4
+    assert app.state.valid and par.error.value == "" and "wb-error" not in app.banner.value
+
+
+def test_engine_rule_inline(app):
+    par = panel(app, "Parallelism")
+    par.controls["zero_stage"].value = 1
+    assert "zero_stage=1 needs engine" in par.error.value
+    par.controls["engine"].value = "megatron-deepspeed"
+    assert app.state.valid and int(app.state.plan.zero_stage) == 1 and par.error.value == ""
+    par.controls["zero_stage"].value = 0
+    par.controls["engine"].value = "megatron"
+    assert app.state.valid
+
+
+def test_zero_stage_lowers_memory_in_deepspeed():
+    app = Workbench()
+    par = panel(app, "Parallelism")
+    hw = panel(app, "Hardware")
+    mdl = panel(app, "Model")
+    mdl.preset.value = "gpt3-1.3b"
+    par.controls["pipeline_parallel"].value = 1
+    par.controls["tensor_parallel"].value = 1
+    par.controls["engine"].value = "deepspeed"
+    par.controls["global_batch_size"].value = 64
+    assert app.state.valid, app.state.error
+    peaks = []
+    for stage in range(4):
+        par.controls["zero_stage"].value = stage
+        assert app.state.valid, app.state.error
+        peaks.append(app.state.estimate.memory.per_gpu_peak_bytes)
+        assert memory_figure_total_gib(app, 0) == pytest.approx(peaks[-1] / GIB)
+    assert peaks[0] > peaks[1] > peaks[2] > peaks[3]
+    # offload puts a host bar on the chart
+    par.controls["zero_stage"].value = 3
+    par.controls["offload_optimizer"].value = "cpu"
+    assert app.state.valid, app.state.error
+    host = app.memory.fig.data[len(TERMS)]
+    assert list(host.x) == ["host / GPU"]
+    assert host.y[0] == pytest.approx(app.state.estimate.memory.host_bytes_per_gpu / GIB) and host.y[0] > 0
+    hw.controls["gpu"].value = "H100-SXM"
+    assert app.state.cluster.gpu.name == "H100-SXM"
+    assert "H100-SXM" in hw.info.value
+    app.close()
+
+
+def test_model_panel_preset_and_fields(app):
+    mdl = panel(app, "Model")
+    mdl.preset.value = "llama3-8b"
+    assert app.state.model.num_query_groups == catalog.model("llama3-8b").num_query_groups
+    assert mdl.controls["num_query_groups"].value == app.state.model.num_query_groups
+    assert "8.03 B" in mdl.parameters.value
+    mdl.controls["num_layers"].value = 30  # not divisible by PP 2? 30/2 = 15: fine
+    assert app.state.valid and app.state.model.num_layers == 30 and mdl.preset.value == "custom"
+    mdl.controls["num_layers"].value = 31
+    assert "num_layers=31" in panel(app, "Parallelism").error.value
+    mdl.controls["hidden_size"].value = 4100
+    assert "hidden_size=4100" in mdl.error.value
+    mdl.preset.value = "guide-13b"
+    assert app.state.valid and app.state.model.num_layers == 40
+
+
+def test_update_is_fast(app):
+    par = panel(app, "Parallelism")
+    times = []
+    for value in (2, 4) * 10:
+        par.controls["tensor_parallel"].value = value
+        times.append(app.last_update_seconds)
+    assert sorted(times)[len(times) // 2] < 0.05
+
+
+def test_dashboard_cannot_launch_or_write_by_default():
+    app = Workbench.for_dashboard(environ={})
+    assert not app.allow_launch and not app.allow_write
+    for permission in ("launch", "write"):
+        with pytest.raises(PermissionError, match=f"set WORKBENCH_DASHBOARD_ALLOW_{permission.upper()}=1"):
+            app.require(permission)
+    app.close()
+    app = Workbench.for_dashboard(environ={ENV_ALLOW_WRITE: "1"})
+    assert app.allow_write and not app.allow_launch
+    app.close()
+    app = Workbench.for_dashboard(environ={ENV_ALLOW_LAUNCH: "1"})
+    assert app.allow_launch and app.allow_write
+    app.require("launch")
+    app.close()
+    app = Workbench.for_dashboard(environ={ENV_ALLOW_LAUNCH: "yes"})  # only "1" enables
+    assert not app.allow_launch
+    app.close()
+
+
+def test_time_and_layout_are_shown(app):
+    t = app.state.estimate.time
+    assert f"{t.tokens_per_second:,.0f} tokens/s" in app.banner.value
+    assert [v.title for v in app.views][:2] == ["Memory", "Layout"]

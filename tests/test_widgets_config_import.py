@@ -1,0 +1,150 @@
+"""ConfigView and ImportPanel in-process: exports follow the plan, pasted guide configs load into the panels."""
+import base64
+import json
+
+import pytest
+
+
+from widgets.app import Workbench
+from widgets.config_view import ConfigView, export_files
+from widgets.import_panel import ImportPanel, parse_pasted
+from workbench.configs import build_ds_config, megatron_command
+
+GUIDE_ZERO3 = """{
+  "train_batch_size": 1024, "gradient_accumulation_steps": 8,
+  "optimizer": {"type": "AdamW", "params": {"lr": 6e-5, "weight_decay": 0.01}},
+  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+                        "allgather_partitions": true, "allgather_bucket_size": 5e8, "overlap_comm": true,
+                        "reduce_scatter": true},
+  "fp16": {"enabled": true, "loss_scale_window": 1000}
+}"""
+GUIDE_MEGATRON = """python pretrain_gpt.py \\
+    --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 \\
+    --num-layers 40 --hidden-size 5120 --num-attention-heads 40 \\
+    --batch-size 128 --seq-length 2048 --lr 6e-5 --train-iters 100000 --lr-decay-iters 99000 \\
+    --lr-decay-style cosine --min-lr 6e-6 --weight-decay 0.01 --adam-beta1 0.9 --adam-beta2 0.95 --fp16
+"""
+
+
+@pytest.fixture
+def app():
+    a = Workbench()
+    yield a
+    a.close()
+
+
+def view_of(app, cls):
+    return next(v for v in app.views if isinstance(v, cls))
+
+
+def panel_of(app, cls):
+    return next(p for p in app.panels if isinstance(p, cls))
+
+
+def open_tab(app, view):
+    app.view_tabs.selected_index = app.views.index(view)
+
+
+def test_megatron_plan_exports_megatron_command(app):
+    view = view_of(app, ConfigView)
+    open_tab(app, view)
+    view.section.value = "Megatron command"
+    s = app.state
+    assert list(view.files) == ["pretrain_megatron.sh"]
+    assert view.files["pretrain_megatron.sh"] == megatron_command(s.model, s.cluster, s.plan)
+    assert "--tensor-model-parallel-size 4" in view.files["pretrain_megatron.sh"]
+    # the download link carries the same text, client-side
+    href = view.downloads.value.split('base64,')[1].split('"')[0]
+    assert base64.b64decode(href).decode() == view.files["pretrain_megatron.sh"]
+    # a DeepSpeed config for a pure Megatron plan: the core says why not, inline
+    view.section.value = "ds_config.json"
+    assert view.files == {} and "engine='megatron'" in view.error.value
+
+
+def test_deepspeed_plan_exports_ds_config_and_follows_changes(app):
+    par = next(p for p in app.panels if p.title == "Parallelism")
+    view = view_of(app, ConfigView)
+    open_tab(app, view)
+    view.section.value = "ds_config.json"
+    par.controls["tensor_parallel"].value = 1
+    par.controls["pipeline_parallel"].value = 1
+    par.controls["engine"].value = "deepspeed"
+    par.controls["zero_stage"].value = 3
+    assert app.state.valid, app.state.error
+    cfg = json.loads(view.files["ds_config.json"])
+    s = app.state
+    assert cfg == build_ds_config(s.model, s.cluster, s.plan)
+    assert cfg["zero_optimization"]["stage"] == 3
+    par.controls["zero_stage"].value = 2
+    assert json.loads(view.files["ds_config.json"])["zero_optimization"]["stage"] == 2
+    view.section.value = "launch script"
+    assert "deepspeed --num_gpus 8" in view.files["launch_deepspeed.sh"]
+    view.launcher.value = "SLURM"
+    assert "#SBATCH --nodes=1" in view.files["launch_slurm.sbatch"]
+
+
+def test_import_guide_zero3_json(app):
+    imp = panel_of(app, ImportPanel)
+    imp.text.value = GUIDE_ZERO3
+    assert imp.load(), imp.error.value
+    s = app.state
+    assert s.valid, s.error
+    assert str(s.plan.engine) == "deepspeed" and int(s.plan.zero_stage) == 3
+    assert str(s.plan.offload_optimizer) == "cpu" and str(s.plan.precision) == "fp16"
+    assert s.plan.global_batch_size == 1024 and s.plan.gradient_accumulation_steps == 8
+    assert s.model.num_layers == 40  # the model stays the current one (a ds_config names none)
+    par = next(p for p in app.panels if p.title == "Parallelism")
+    assert par.controls["zero_stage"].value == 3 and par.controls["offload_optimizer"].value == "cpu"
+    assert s.options is not None and s.options.lr == pytest.approx(6e-5)
+    assert "deepspeed" in imp.report.value
+
+
+def test_import_guide_megatron_command(app):
+    imp = panel_of(app, ImportPanel)
+    mdl = next(p for p in app.panels if p.title == "Model")
+    mdl.preset.value = "gpt3-1.3b"
+    imp.text.value = GUIDE_MEGATRON
+    assert imp.load(), imp.error.value
+    s = app.state
+    assert s.valid, s.error
+    assert (s.model.num_layers, s.model.hidden_size, s.model.num_attention_heads) == (40, 5120, 40)
+    assert (s.plan.tensor_parallel, s.plan.pipeline_parallel) == (4, 2)
+    assert mdl.controls["num_layers"].value == 40
+
+
+def test_bad_paste_is_shown_not_raised(app):
+    imp = panel_of(app, ImportPanel)
+    before = app.state
+    imp.text.value = '{"zero_optimization": {"stage": 7}}'
+    assert not imp.load()
+    assert "wb-error" in imp.error.value and app.state is before
+    imp.text.value = ""
+    assert not imp.load() and "nothing to import" in imp.error.value
+
+
+def test_paste_never_reads_a_path(tmp_path):
+    secret = tmp_path / "ds.json"
+    secret.write_text('{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 1}')
+    with pytest.raises(ValueError):
+        parse_pasted(str(secret))  # a path is parsed as a (meaningless) command line, never opened
+
+
+def test_write_needs_permission(app, tmp_path):
+    view = view_of(app, ConfigView)
+    assert view.write_button is None  # no write control unless allowed
+    with pytest.raises(PermissionError):
+        view.write_files(str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+    writer = Workbench(allow_write=True)
+    v = view_of(writer, ConfigView)
+    open_tab(writer, v)
+    v.section.value = "Megatron command"
+    written = v.write_files(str(tmp_path / "out"))
+    assert [p.rsplit("/", 1)[1] for p in written] == ["pretrain_megatron.sh"]
+    assert (tmp_path / "out" / "pretrain_megatron.sh").read_text() == v.files["pretrain_megatron.sh"]
+    writer.close()
+
+
+def test_export_files_unknown_section():
+    with pytest.raises(KeyError):
+        export_files("nope", None, None, None)

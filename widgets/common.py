@@ -1,0 +1,146 @@
+"""Small helpers every panel uses: labelled controls, the inline error box, and the base panel class."""
+from __future__ import annotations
+
+import html
+from contextlib import contextmanager
+from typing import Callable, Optional
+
+import ipywidgets as ipw
+
+GIB = 2**30
+LABEL_WIDTH = "175px"
+
+
+def gib(num_bytes) -> float:
+    return float(num_bytes) / GIB
+
+
+def control_layout(width: str = "330px") -> ipw.Layout:
+    return ipw.Layout(width=width)
+
+
+def style() -> dict:
+    return {"description_width": LABEL_WIDTH}
+
+
+def int_text(description: str, tooltip: str = "", minimum: int = 0) -> ipw.BoundedIntText:
+    """An integer box that reports its value on Enter or blur (``continuous_update=False``)."""
+    return ipw.BoundedIntText(description=description, min=minimum, max=10**9, continuous_update=False,
+                              layout=control_layout(), style=style(), tooltip=tooltip or description)
+
+
+def float_text(description: str, tooltip: str = "") -> ipw.BoundedFloatText:
+    return ipw.BoundedFloatText(description=description, min=0.0, max=1e9, continuous_update=False,
+                                layout=control_layout(), style=style(), tooltip=tooltip or description)
+
+
+def dropdown(description: str, options, tooltip: str = "") -> ipw.Dropdown:
+    return ipw.Dropdown(description=description, options=list(options), layout=control_layout(), style=style(),
+                        tooltip=tooltip or description)
+
+
+def checkbox(description: str, tooltip: str = "") -> ipw.Checkbox:
+    return ipw.Checkbox(description=description, indent=False, layout=ipw.Layout(width="auto"),
+                        tooltip=tooltip or description)
+
+
+def error_html(message: str, max_width: str = "330px") -> str:
+    """Inline error text (the core's ``ValueError`` message) — never a traceback."""
+    if not message:
+        return ""
+    return (f'<div class="wb-error" style="color:#b00020;background:#fdecea;border-left:4px solid #b00020;'
+            f'padding:4px 8px;margin:4px 0;max-width:{max_width};white-space:normal">{html.escape(message, quote=False)}</div>')
+
+
+class Panel:
+    """A panel owns its widgets, sends actions through ``dispatch`` and shows a state through :meth:`show`.
+
+    Widget observers are silenced while :meth:`show` writes values, so showing a state never sends an action back.
+    """
+
+    title = ""
+    parts: tuple = ()
+    """Which state parts' errors this panel shows inline (``model``, ``cluster``, ``plan``, ``estimate``)."""
+
+    def __init__(self, dispatch: Optional[Callable] = None) -> None:
+        self._dispatch = dispatch
+        self._syncing = False
+        self.error = ipw.HTML("", layout=ipw.Layout(width="auto"))
+        self.error.add_class("wb-error-box")
+        if self.parts:
+            self.error.add_class(f"wb-error-{self.parts[0]}")
+
+    def set_dispatch(self, dispatch: Callable) -> None:
+        self._dispatch = dispatch
+
+    @contextmanager
+    def syncing(self):
+        self._syncing, previous = True, self._syncing
+        try:
+            yield
+        finally:
+            self._syncing = previous
+
+    def send(self, action) -> None:
+        if self._syncing or self._dispatch is None:
+            return
+        self._dispatch(action)
+
+    def show_error(self, state) -> None:
+        message = state.error if state.error_source in self.parts else ""
+        text = error_html(message)
+        if self.error.value != text:
+            self.error.value = text
+
+    @staticmethod
+    def set_value(widget, value) -> None:
+        """Write a value only when it differs (each write is a message to the browser)."""
+        if widget.value != value:
+            widget.value = value
+
+    def close(self) -> None:
+        for name, value in list(vars(self).items()):
+            if isinstance(value, ipw.Widget):
+                value.close()
+
+
+def sync_figures(widget) -> None:
+    """Copy each plotly ``FigureWidget``'s current data and layout into its synced state, for the whole tree.
+
+    plotly sends later edits as messages, and copies the figure into the state a new browser view starts from only
+    when the figure itself is displayed — not when it sits inside a ``VBox`` or ``Tab``. Call this before displaying
+    a container that holds figures drawn before display.
+    """
+    from copy import deepcopy
+
+    from plotly.basewidget import BaseFigureWidget
+
+    stack = [widget]
+    while stack:
+        w = stack.pop()
+        if isinstance(w, BaseFigureWidget):
+            w._widget_layout = deepcopy(w._layout_obj._props)
+            w._widget_data = deepcopy(w._data)
+        stack.extend(getattr(w, "children", ()) or ())
+
+
+class View:
+    """Base of the figure views: ``widget`` to display, ``show(state)`` to redraw, ``close()``."""
+
+    title = ""
+
+    @classmethod
+    def available(cls, state) -> bool:
+        """Whether the core computes what this view draws (e.g. the estimate carries a layout)."""
+        return True
+
+    def _repr_mimebundle_(self, **kwargs):
+        sync_figures(self.widget)
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def close(self) -> None:
+        stack = [self.widget]
+        while stack:
+            w = stack.pop()
+            stack.extend(getattr(w, "children", ()) or ())
+            w.close()

@@ -1,0 +1,107 @@
+"""MemoryView: per-GPU memory by term (stacked bars) for each pipeline stage, the GPU capacity line, and a bar for
+the host memory that offload needs. Hovering a bar shows its bytes and the core's formula for that term."""
+from __future__ import annotations
+
+import html
+
+import ipywidgets as ipw
+import plotly.graph_objects as go
+
+from widgets.common import GIB, View, gib
+from workbench.memory_types import TERMS
+
+COLORS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "activations": "#72b7b2",
+          "buffers": "#54a24b", "overhead": "#b8b8b8"}
+HOST_COLOR = "#9d755d"
+
+
+def stage_label(stage) -> str:
+    extra = [x for x, on in (("emb", stage.has_embedding), ("out", stage.has_output)) if on]
+    return f"stage {stage.stage}" + (f" ({'+'.join(extra)})" if extra else "")
+
+
+def memory_traces(memory) -> dict:
+    """Plain figure data for a ``MemoryEstimate``: x labels, per-term GiB, bytes and formulas (testable without a
+    browser)."""
+    stages = list(memory.stages)
+    x = [stage_label(s) for s in stages]
+    out = {"x": x, "terms": {}}
+    for term in TERMS:
+        values = [int(getattr(s.terms, term)) for s in stages]
+        formula = memory.formulas.get(term, "")
+        out["terms"][term] = {"y": [v / GIB for v in values], "bytes": values, "formula": formula}
+    out["capacity_gib"] = memory.capacity_bytes / GIB
+    out["host_gib_per_gpu"] = memory.host_bytes_per_gpu / GIB
+    return out
+
+
+def summary_html(memory, plan=None) -> str:
+    peak = memory.per_gpu_peak_bytes
+    verdict = ("fits" if memory.fits_gpu else "<b style='color:#b00020'>does not fit</b>")
+    head = memory.headroom_bytes
+    text = (f'<span class="wb-peak" data-bytes="{int(peak)}">Peak per GPU: <b>{gib(peak):.2f} GiB</b></span> '
+            f"of {gib(memory.capacity_bytes):.2f} GiB on stage {memory.peak_stage.stage} — {verdict} "
+            f"({'+' if head >= 0 else '−'}{abs(gib(head)):.2f} GiB headroom)")
+    if memory.host_bytes_per_node:
+        host_ok = "fits" if memory.fits_host else "<b style='color:#b00020'>exceeds host memory</b>"
+        text += (f"<br>Host memory for offload: {gib(memory.host_bytes_per_node):.1f} GiB per node of "
+                 f"{gib(memory.host_capacity_bytes_per_node):.0f} GiB — {host_ok}")
+    if memory.nvme_bytes_per_gpu:
+        text += f"<br>NVMe per GPU: {gib(memory.nvme_bytes_per_gpu):.1f} GiB"
+    return text
+
+
+class MemoryView(View):
+    """A plotly ``FigureWidget`` and a one-line summary; :meth:`show` redraws inside ``batch_update``."""
+
+    title = "Memory"
+
+    def __init__(self) -> None:
+        self.fig = go.FigureWidget()
+        for term in TERMS:
+            self.fig.add_bar(name=term, x=[], y=[], marker_color=COLORS[term],
+                             hovertemplate=(f"<b>{term}</b> %{{x}}<br>%{{y:.2f}} GiB = %{{customdata[0]:,}} bytes"
+                                            "<br>%{customdata[1]}<extra></extra>"))
+        self.fig.add_bar(name="host (offload, per GPU)", x=[], y=[], marker_color=HOST_COLOR, marker_pattern_shape="/",
+                         hovertemplate="<b>host memory</b><br>%{y:.2f} GiB = %{customdata[0]:,} bytes per GPU"
+                                       "<extra></extra>")
+        self.fig.update_layout(barmode="stack", height=420, width=660, margin=dict(l=50, r=20, t=40, b=40),
+                               yaxis_title="GiB per GPU", legend=dict(orientation="h", y=-0.15, traceorder="normal"),
+                               title="Memory per GPU by pipeline stage")
+        self.summary = ipw.HTML()
+        self.summary.add_class("wb-memory-summary")
+        self.widget = ipw.VBox([self.summary, self.fig])
+        self._shown = None
+
+    def show(self, state) -> None:
+        est = state.estimate
+        memory = getattr(est, "memory", None)
+        if memory is None or memory is self._shown:
+            return
+        self._shown = memory
+        data = memory_traces(memory)
+        n = len(data["x"])
+        host = memory.host_bytes_per_gpu
+        with self.fig.batch_update():
+            for i, term in enumerate(TERMS):
+                t = data["terms"][term]
+                trace = self.fig.data[i]
+                trace.x = data["x"]
+                trace.y = t["y"]
+                trace.customdata = [[b, html.escape(t["formula"])] for b in t["bytes"]]
+            host_trace = self.fig.data[len(TERMS)]
+            host_trace.x = ["host / GPU"] if host else []
+            host_trace.y = [host / GIB] if host else []
+            host_trace.customdata = [[int(host)]] if host else []
+            cap = data["capacity_gib"]
+            self.fig.layout.shapes = [dict(type="line", xref="x", yref="y", x0=-0.5, x1=n - 0.5, y0=cap, y1=cap,
+                                           line=dict(color="#b00020", dash="dash", width=2))]
+            self.fig.layout.annotations = [dict(x=n - 0.5, y=cap, xref="x", yref="y", xanchor="right",
+                                                yanchor="bottom", showarrow=False,
+                                                text=f"GPU capacity {cap:.1f} GiB", font=dict(color="#b00020"))]
+            top = max([cap] + [sum(data["terms"][t]["y"][i] for t in TERMS) for i in range(n)]
+                      + [host / GIB])
+            self.fig.layout.yaxis.range = [0, top * 1.1]
+        text = summary_html(memory)
+        if self.summary.value != text:
+            self.summary.value = text

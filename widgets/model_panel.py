@@ -1,0 +1,115 @@
+"""ModelPanel: a catalog preset plus every ``ModelSpec`` dimension, and the parameter count the core computes."""
+from __future__ import annotations
+
+import ipywidgets as ipw
+
+from widgets.common import Panel, checkbox, dropdown, float_text, int_text
+from widgets.state import LoadPreset, SetModel, resolved
+from workbench import catalog
+from workbench.specs import Activation, AttentionImpl, Normalization, Positions
+
+_INTS = (
+    ("num_layers", "layers", 1),
+    ("hidden_size", "hidden size", 1),
+    ("num_attention_heads", "attention heads", 1),
+    ("num_query_groups", "KV heads (GQA)", 1),
+    ("head_dim", "head dim", 1),
+    ("ffn_hidden_size", "FFN size", 1),
+    ("vocab_size", "vocabulary", 1),
+    ("seq_length", "sequence length", 1),
+)
+_CHOICES = (
+    ("activation", "activation", Activation),
+    ("normalization", "norm", Normalization),
+    ("position_embedding", "positions", Positions),
+    ("attention", "attention", AttentionImpl),
+)
+_BOOLS = (
+    ("add_bias_linear", "linear biases"),
+    ("tied_embeddings", "tied embeddings"),
+)
+_FLOATS = (
+    ("hidden_dropout", "hidden dropout"),
+    ("attention_dropout", "attention dropout"),
+)
+_MOE = (
+    ("num_experts", "experts (0 = dense)", 0),
+    ("moe_top_k", "MoE top-k", 1),
+    ("moe_ffn_hidden_size", "expert FFN size", 1),
+)
+
+
+class ModelPanel(Panel):
+    """Model dimensions. Changing a field sends ``SetModel``; choosing a preset sends ``LoadPreset``."""
+
+    title = "Model"
+    parts = ("model",)
+
+    def __init__(self, dispatch=None) -> None:
+        super().__init__(dispatch)
+        self.preset = ipw.Dropdown(description="preset", options=["custom", *catalog.model_names()],
+                                   layout=ipw.Layout(width="330px"), style={"description_width": "175px"})
+        self.preset.observe(self._on_preset, names="value")
+        self.controls = {}
+        for name, label, minimum in _INTS + _MOE:
+            self.controls[name] = int_text(label, minimum=minimum)
+        for name, label, enum_cls in _CHOICES:
+            self.controls[name] = dropdown(label, [m.value for m in enum_cls])
+        for name, label in _BOOLS:
+            self.controls[name] = checkbox(label)
+        for name, label in _FLOATS:
+            self.controls[name] = float_text(label)
+            self.controls[name].max = 1.0
+            self.controls[name].step = 0.05
+        for name, w in self.controls.items():
+            w.observe(lambda change, name=name: self._on_field(name, change["new"]), names="value")
+        self.parameters = ipw.HTML()
+        self.parameters.add_class("wb-model-params")
+        moe = ipw.VBox([self.controls[n] for n, _, _ in _MOE])
+        self.widget = ipw.VBox([
+            self.preset,
+            *[self.controls[n] for n, _, _ in _INTS],
+            *[self.controls[n] for n, _, _ in _CHOICES],
+            ipw.HBox([self.controls[n] for n, _ in _BOOLS]),
+            *[self.controls[n] for n, _ in _FLOATS],
+            ipw.Accordion(children=[moe], titles=("mixture of experts",), selected_index=None),
+            self.parameters,
+            self.error,
+        ])
+
+    def _on_preset(self, change) -> None:
+        if change["new"] != "custom":
+            self.send(LoadPreset(name=change["new"]))
+
+    def _on_field(self, name: str, value) -> None:
+        if name == "num_experts":
+            value = value or None  # 0 means a dense model
+        if name in ("moe_top_k", "moe_ffn_hidden_size") and resolved_experts(self) is None:
+            return  # MoE fields only matter with experts
+        self.send(SetModel(changes={name: value}))
+
+    def show(self, state) -> None:
+        with self.syncing():
+            self.set_value(self.preset, state.preset if state.preset in self.preset.options else "custom")
+            for name, w in self.controls.items():
+                value = resolved(state, "model", name)
+                if name == "num_experts":
+                    value = value or 0
+                elif name in ("moe_top_k", "moe_ffn_hidden_size") and value is None:
+                    value = state.model.ffn_hidden_size if name == "moe_ffn_hidden_size" else state.model.moe_top_k
+                value = value.value if hasattr(value, "value") else value
+                self.set_value(w, value)
+            is_moe = bool(self.controls["num_experts"].value)
+            for name in ("moe_top_k", "moe_ffn_hidden_size"):
+                self.controls[name].disabled = not is_moe
+        counts = state.model.parameter_counts()
+        text = (f"<b>{counts.total / 1e9:.2f} B</b> parameters"
+                + (f" ({counts.active / 1e9:.2f} B active)" if state.model.is_moe else "")
+                + f" · {state.preset}")
+        if self.parameters.value != text:
+            self.parameters.value = text
+        self.show_error(state)
+
+
+def resolved_experts(panel: ModelPanel):
+    return panel.controls["num_experts"].value or None

@@ -1,0 +1,81 @@
+"""ParallelPanel: engine, ZeRO, offload, TP/PP/VP/CP/SP, recompute, batch sizes and precision.
+
+Invalid combinations (e.g. ZeRO-2 with DeepSpeed pipeline parallelism, TP not dividing the heads) are shown inline
+with the core's own message; the figures keep the last valid plan.
+"""
+from __future__ import annotations
+
+import ipywidgets as ipw
+
+from widgets.common import Panel, checkbox, dropdown, int_text
+from widgets.state import SetPlan, resolved
+from workbench.specs import Engine, Offload, Precision, Recompute
+
+_INTS = (
+    ("tensor_parallel", "tensor parallel (TP)"),
+    ("pipeline_parallel", "pipeline parallel (PP)"),
+    ("virtual_pipeline", "virtual pipeline (VP)"),
+    ("context_parallel", "context parallel (CP)"),
+    ("micro_batch_size", "micro batch"),
+    ("global_batch_size", "global batch"),
+)
+
+
+class ParallelPanel(Panel):
+    """Plan inputs; shows the derived data-parallel size and gradient accumulation of the valid plan."""
+
+    title = "Parallelism"
+    parts = ("plan", "estimate")
+
+    def __init__(self, dispatch=None) -> None:
+        super().__init__(dispatch)
+        c = {
+            "engine": dropdown("engine", [e.value for e in Engine]),
+            "zero_stage": dropdown("ZeRO stage", [("0 (off)", 0), ("1 optimizer", 1), ("2 + gradients", 2),
+                                                  ("3 + parameters", 3)]),
+            "offload_optimizer": dropdown("offload optimizer", [o.value for o in Offload]),
+            "offload_params": dropdown("offload parameters", [o.value for o in Offload]),
+            "distributed_optimizer": checkbox("Megatron distributed optimizer"),
+        }
+        for name, label in _INTS:
+            c[name] = int_text(label, minimum=1)
+        c["sequence_parallel"] = checkbox("sequence parallel (SP)")
+        c["recompute"] = dropdown("recompute", [r.value for r in Recompute])
+        c["recompute_layers"] = int_text("recompute layers (0 = all)", minimum=0)
+        c["precision"] = dropdown("precision", [p.value for p in Precision])
+        self.controls = c
+        for name, w in c.items():
+            w.observe(lambda change, name=name: self._on_field(name, change["new"]), names="value")
+        self.controls["zero_stage"].add_class("wb-zero-stage")
+        self.controls["tensor_parallel"].add_class("wb-tp")
+        self.derived = ipw.HTML()
+        self.derived.add_class("wb-plan-derived")
+        self.widget = ipw.VBox([
+            c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
+            *[c[n] for n, _ in _INTS[:4]], c["sequence_parallel"], c["micro_batch_size"], c["global_batch_size"],
+            c["recompute"], c["recompute_layers"], c["precision"], self.derived, self.error,
+        ])
+
+    def _on_field(self, name: str, value) -> None:
+        if name == "recompute_layers":
+            value = value or None  # 0 means every layer of the stage
+        self.send(SetPlan(changes={name: value}))
+
+    def show(self, state) -> None:
+        with self.syncing():
+            for name, w in self.controls.items():
+                value = resolved(state, "plan", name)
+                if name == "recompute_layers":
+                    value = value or 0
+                elif name == "zero_stage":
+                    value = int(value)
+                else:
+                    value = value.value if hasattr(value, "value") else value
+                self.set_value(w, value)
+        p = state.plan
+        text = (f"world {p.world_size} = TP {p.tensor_parallel} × PP {p.pipeline_parallel} × "
+                f"CP {p.context_parallel} × <b>DP {p.data_parallel}</b> · "
+                f"{p.num_microbatches} micro-batches of {p.micro_batch_size} per step")
+        if self.derived.value != text:
+            self.derived.value = text
+        self.show_error(state)

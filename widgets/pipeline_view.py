@@ -1,0 +1,132 @@
+"""PipelineView: a Gantt chart of the pipeline schedule (GPipe, 1F1B or interleaved 1F1B) for the plan, with the
+idle time (the bubble) drawn in grey. The schedule is simulated by :func:`workbench.schedule.pipeline_schedule`.
+
+Durations are in units of one micro-batch's forward through a stage, with the backward taking twice as long (the
+usual 1:2 ratio of forward to backward GEMM work); the bubble fraction does not depend on the unit.
+"""
+from __future__ import annotations
+
+import ipywidgets as ipw
+import plotly.graph_objects as go
+
+from widgets.common import View
+from workbench.schedule import bubble_fraction, pipeline_schedule
+
+FORWARD_UNITS = 1.0
+BACKWARD_UNITS = 2.0
+MAX_EVENTS_DRAWN = 6000
+"""Schedules with more operations than this are drawn with fewer micro-batches (said so under the chart)."""
+PHASE_COLORS = {"fwd": "#4c78a8", "bwd": "#f58518"}
+
+
+def schedule_kinds(virtual_pipeline: int) -> list:
+    return ["interleaved"] if virtual_pipeline > 1 else ["1f1b", "gpipe"]
+
+
+def drawn_microbatches(p: int, m: int, v: int) -> int:
+    """The plan's micro-batch count, or fewer (a multiple of p) when the chart would have too many operations."""
+    if 2 * p * m * v <= MAX_EVENTS_DRAWN:
+        return m
+    fit = max(p, (MAX_EVENTS_DRAWN // (2 * p * v)) // p * p)
+    return min(m, fit)
+
+
+def idle_intervals(schedule) -> list:
+    """(stage, start, end) where a stage waits, between the schedule's first start and last end."""
+    begin = min(e.start_s for e in schedule.events)
+    finish = max(e.end_s for e in schedule.events)
+    out = []
+    for stage in range(schedule.pipeline_parallel):
+        t = begin
+        for e in sorted(schedule.stage_events(stage), key=lambda e: e.start_s):
+            if e.start_s > t + 1e-12:
+                out.append((stage, t, e.start_s))
+            t = max(t, e.end_s)
+        if finish > t + 1e-12:
+            out.append((stage, t, finish))
+    return out
+
+
+def gantt_data(schedule) -> dict:
+    """Bars for each phase and for the idle time: ``{name: {"y", "base", "x", "text"}}`` (x = duration)."""
+    out = {}
+    for phase in ("fwd", "bwd"):
+        ev = [e for e in schedule.events if e.phase == phase]
+        out[phase] = {"y": [f"stage {e.stage}" for e in ev], "base": [e.start_s for e in ev],
+                      "x": [e.end_s - e.start_s for e in ev],
+                      "text": [f"{e.microbatch}" + (f".{e.chunk}" if schedule.virtual_pipeline > 1 else "")
+                               for e in ev]}
+    idle = idle_intervals(schedule)
+    out["idle"] = {"y": [f"stage {s}" for s, _, _ in idle], "base": [a for _, a, _ in idle],
+                   "x": [b - a for _, a, b in idle], "text": ["" for _ in idle]}
+    return out
+
+
+class PipelineView(View):
+    """The schedule of the current plan's pipeline (nothing to draw when pipeline_parallel = 1)."""
+
+    title = "Pipeline"
+
+    def __init__(self, app=None) -> None:
+        self.kind = ipw.ToggleButtons(options=["1f1b", "gpipe"], value="1f1b", style={"button_width": "90px"})
+        self.kind.observe(lambda _: self._redraw(), names="value")
+        self.fig = go.FigureWidget()
+        names = {"fwd": "forward", "bwd": "backward", "idle": "idle (bubble)"}
+        for key in ("fwd", "bwd", "idle"):
+            self.fig.add_bar(name=names[key], orientation="h", y=[], x=[], base=[],
+                             marker_color=PHASE_COLORS.get(key, "#d9d9d9"),
+                             marker_pattern_shape="/" if key == "idle" else "",
+                             marker_line_width=0.5, marker_line_color="white", textposition="inside",
+                             insidetextanchor="middle", textfont=dict(size=9),
+                             hovertemplate=(f"{names[key]}" + (" micro-batch %{text}" if key != "idle" else "")
+                                            + "<br>%{base:.1f} → %{customdata:.1f}<extra>%{y}</extra>"))
+        self.fig.update_layout(barmode="overlay", height=320, width=660, margin=dict(l=70, r=20, t=70, b=50),
+                               xaxis_title="time (forward of one micro-batch through a stage = 1)",
+                               yaxis=dict(autorange="reversed"),
+                               legend=dict(orientation="h", x=1, xanchor="right", y=1.02, yanchor="bottom"))
+        self.notes = ipw.HTML()
+        self.notes.add_class("wb-pipeline-notes")
+        self.widget = ipw.VBox([self.kind, self.fig, self.notes])
+        self._plan = None
+
+    def show(self, state) -> None:
+        plan = state.plan
+        if plan is self._plan:
+            return
+        self._plan = plan
+        kinds = schedule_kinds(plan.virtual_pipeline)
+        if list(self.kind.options) != kinds:
+            self.kind.options = kinds
+            self.kind.value = kinds[0]
+        self._redraw()
+
+    def _redraw(self) -> None:
+        plan = self._plan
+        if plan is None or self.kind.value is None:
+            return
+        p, m, v = plan.pipeline_parallel, plan.num_microbatches, plan.virtual_pipeline
+        m_drawn = drawn_microbatches(p, m, v)
+        schedule = pipeline_schedule(self.kind.value, p, m_drawn, v, forward_seconds=FORWARD_UNITS,
+                                     backward_seconds=BACKWARD_UNITS)
+        data = gantt_data(schedule)
+        with self.fig.batch_update():
+            for i, key in enumerate(("fwd", "bwd", "idle")):
+                d = data[key]
+                trace = self.fig.data[i]
+                trace.y, trace.base, trace.x = d["y"], d["base"], d["x"]
+                few = len(schedule.events) <= 400
+                trace.text = d["text"] if few else None
+                trace.marker.line.width = 0.5 if few else 0
+                trace.customdata = [b + x for b, x in zip(d["base"], d["x"])]
+            self.fig.layout.height = max(220, 120 + 45 * p)
+            self.fig.layout.title = (f"{schedule.kind}: p={p}, m={m_drawn}" + (f", v={v}" if v > 1 else "")
+                                     + f" · bubble {schedule.bubble_fraction:.1%} of ideal time")
+        notes = [f"Analytic bubble for the plan (p−1)/(v·m) = ({p}−1)/({v}·{m}) = "
+                 f"<b>{bubble_fraction(p, m, v):.1%}</b> (Narayanan et al. 2021)."]
+        if p == 1:
+            notes = ["pipeline_parallel = 1: no pipeline, no bubble."]
+        if m_drawn < m:
+            notes.append(f"Drawn with m={m_drawn} micro-batches; the plan has m={m} (too many operations to draw).")
+        text = " ".join(notes)
+        if self.notes.value != text:
+            self.notes.value = text
