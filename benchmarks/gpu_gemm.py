@@ -10,8 +10,8 @@ section "h200_measured"; the time model then fits its Hopper GEMM-efficiency cur
 
     python benchmarks/gpu_gemm.py --install gemm_h200.json
 
-Shapes: a GEMM (m×k)·(k×n) with m = tokens per micro-batch, and for tensor parallel t:
-QKV n=(q+2·kv)/t k=h; proj n=h k=q/t; fc1 n=f·(2 if gated else 1)/t k=h; fc2 n=h k=f/t; logits n=V/t k=h.
+Shapes: :func:`workbench.calibrate.measure.model_gemm_shapes` (the measuring code ``workbench calibrate`` uses; that
+command measures the user's own model and stores the fit in a hardware profile instead).
 """
 from __future__ import annotations
 
@@ -28,46 +28,18 @@ TOKENS = [2048, 8192, 16384]
 
 
 def shapes():
+    from workbench.calibrate.measure import model_gemm_shapes
     from workbench.catalog import model
-    from workbench.params import padded_vocab_size
 
     seen = set()
     for name in MODELS:
-        m = model(name)
-        h, q, kv, f = m.hidden_size, m.query_projection_size, m.kv_projection_size, m.ffn_hidden_size
-        for t in TP_DEGREES:
-            if m.num_query_groups % t or m.num_attention_heads % t:
-                continue
-            vocab = padded_vocab_size(m.vocab_size, t)
-            for tokens in TOKENS:
-                for gemm, n, k in (("qkv", (q + 2 * kv) // t, h), ("proj", h, q // t),
-                                   ("fc1", f * (2 if m.is_gated else 1) // t, h), ("fc2", h, f // t),
-                                   ("logits", vocab // t, h)):
-                    key = (tokens, n, k)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    yield {"name": f"{name}/tp{t}/{gemm}", "m": tokens, "n": n, "k": k}
+        for shape in model_gemm_shapes(model(name), tensor_parallel_degrees=TP_DEGREES, tokens=TOKENS):
+            key = (shape["m"], shape["n"], shape["k"])
+            if key not in seen:
+                seen.add(key)
+                yield shape
     for size in (4096, 8192, 16384):
         yield {"name": f"square-{size}", "m": size, "n": size, "k": size}
-
-
-def measure(m, n, k, dtype, repeats=20):
-    import torch
-
-    a = torch.randn(m, k, device="cuda", dtype=dtype)
-    b = torch.randn(k, n, device="cuda", dtype=dtype)
-    for _ in range(3):
-        torch.matmul(a, b)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        torch.matmul(a, b)
-    end.record()
-    torch.cuda.synchronize()
-    seconds = start.elapsed_time(end) / 1e3 / repeats
-    return 2.0 * m * n * k / seconds / 1e12
 
 
 def run(args) -> int:
@@ -76,14 +48,11 @@ def run(args) -> int:
     if not torch.cuda.is_available():
         print("gpu_gemm: no CUDA GPU visible", file=sys.stderr)
         return 2
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.precision]
+    from workbench.calibrate.measure import measure_gemms
+
     device = torch.cuda.get_device_name(0)
-    rows = []
-    for shape in shapes():
-        tflops = measure(shape["m"], shape["n"], shape["k"], dtype)
-        rows.append({**shape, "tflops": round(tflops, 1)})
-        print(f"{shape['name']:>28}  m={shape['m']:>6} n={shape['n']:>6} k={shape['k']:>6}  {tflops:7.1f} TFLOP/s",
-              file=sys.stderr)
+    rows = measure_gemms(list(shapes()), precision=args.precision, device="cuda", repeats=20,
+                         progress=lambda line: print(line, file=sys.stderr))
     result = {"device": device, "precision": args.precision, "peak_tflops": args.peak_tflops,
               "torch": torch.__version__, "gemms": rows}
     from workbench.timing import fit_gemm_curve
@@ -122,7 +91,7 @@ def install(path) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--precision", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument("--precision", choices=["bf16", "fp16", "fp8"], default="bf16")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense peak of the GPU (H200 bf16: 989)")
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--install", metavar="FILE", help="store a measured JSON as the Hopper calibration")

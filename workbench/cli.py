@@ -21,6 +21,7 @@ COMMANDS = [
     "runs",
     "plan",
     "advise",
+    "calibrate",
 ]
 
 

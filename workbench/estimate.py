@@ -21,6 +21,9 @@ class Estimate:
     """:class:`workbench.layout.Layout`."""
     checks: tuple = ()
     """Advisor findings for this plan."""
+    profile: Optional[dict] = None
+    """The hardware profile the estimate used: ``{"name", "label", "device", "created", "note"}``, or the
+    no-profile record (``name`` None, a note saying datasheet numbers were used)."""
 
     def to_dict(self) -> dict:
         counts = self.model.parameter_counts()
@@ -49,22 +52,28 @@ class Estimate:
             out["time"] = self.time.to_dict()
         if self.layout is not None:
             out["layout"] = self.layout.to_dict()
+        if self.profile is not None:
+            out["profile"] = dict(self.profile)
         if self.checks:
             out["checks"] = [c.to_dict() if hasattr(c, "to_dict") else c for c in self.checks]
         return out
 
 
-def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> Estimate:
+def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None) -> Estimate:
     """Memory, time, layout (and advisor checks where available) for one plan. Raises ``ValueError`` naming the
-    fields when the specs do not fit together."""
+    fields when the specs do not fit together. ``profile``: a :class:`workbench.calibrate.HardwareProfile`, or its
+    name or path, whose measurements replace datasheet numbers; without one the estimate says so."""
+    from workbench.calibrate.profile import no_profile_record, resolve_profile
     from workbench.layout import build_layout
     from workbench.timing import estimate_time
 
     from workbench.advisor import check_plan
 
     validate(model, cluster, plan)
-    memory = estimate_memory(model, cluster, plan)
-    time = estimate_time(model, cluster, plan)
+    profile = resolve_profile(profile)
+    record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
+    memory = estimate_memory(model, cluster, plan, profile=profile)
+    time = estimate_time(model, cluster, plan, profile=profile)
     return Estimate(model=model, cluster=cluster, plan=plan, memory=memory, time=time,
                     layout=build_layout(cluster, plan, model=model),
-                    checks=check_plan(model, cluster, plan, memory=memory, time=time))
+                    checks=check_plan(model, cluster, plan, memory=memory, time=time), profile=record)

@@ -301,11 +301,13 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     return zero_buffers + scores
 
 
-def overhead_bytes(allocated_bytes, world_size=1):
+def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_BYTES, nccl_bytes=NCCL_BYTES,
+                   reserve_fraction=ALLOCATOR_RESERVE_FRACTION):
     """Outside the allocator (CUDA context; NCCL buffers when there is more than one rank) + the caching
-    allocator's reserve above the allocated peak."""
-    return (CUDA_CONTEXT_BYTES + np.where(world_size > 1, NCCL_BYTES, 0)
-            + ALLOCATOR_RESERVE_FRACTION * allocated_bytes)
+    allocator's reserve above the allocated peak. The defaults are the H200 measurements above; a hardware profile
+    (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies the user's own."""
+    return (context_bytes + np.where(world_size > 1, nccl_bytes, 0)
+            + reserve_fraction * allocated_bytes)
 
 
 # ================================================================================================================
@@ -314,7 +316,7 @@ def overhead_bytes(allocated_bytes, world_size=1):
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
-                distributed_optimizer=0):
+                distributed_optimizer=0, overheads=None):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
 
     Activation peak = layers' activations × in-flight micro-batches (+ the embedding mask on the first stage,
@@ -351,7 +353,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_at_peak = np.where(step_peak, grads + step, grads)
     acts_at_peak = np.where(step_peak, 0.0, activations)
     allocated = weights + grads_at_peak + optimizer + acts_at_peak + buffers
-    overhead = overhead_bytes(allocated, world)
+    overhead = overhead_bytes(allocated, world, **(overheads or {}))  # overheads: measured profile constants
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
                 backward_activations=activations)
@@ -388,10 +390,18 @@ FORMULAS = {
 }
 
 
-def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> MemoryEstimate:
-    """Per-stage memory for the plan (validated first)."""
+def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, profile=None) -> MemoryEstimate:
+    """Per-stage memory for the plan (validated first). A measured ``profile``
+    (:class:`workbench.calibrate.HardwareProfile`) supplies the overhead term's context, NCCL and reserve."""
     validate(model, cluster, plan)
     codes = plan_codes(plan, model)
+    formulas = dict(FORMULAS)
+    if profile is not None:
+        codes["overheads"], _ = profile.memory_overheads()
+        o = codes["overheads"]
+        formulas["overhead"] = (f"context {o['context_bytes'] / 2**20:.0f} MiB (+ NCCL {o['nccl_bytes'] / 2**20:.0f} "
+                                f"MiB with >1 rank) + allocator reserve {o['reserve_fraction']:.0%} of allocated "
+                                f"(profile {profile.name})")
     stages = []
     host_per_gpu = 0
     for stage in range(plan.pipeline_parallel):
@@ -416,5 +426,5 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) 
         host_bytes_per_node=host_per_gpu * cluster.gpus_per_node,
         host_capacity_bytes_per_node=int(cluster.host_memory_gib_per_node * GiB),
         nvme_bytes_per_gpu=nvme_per_gpu,
-        formulas=dict(FORMULAS),
+        formulas=formulas,
     )

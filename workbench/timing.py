@@ -434,8 +434,10 @@ MEGATRON_BUCKET_ELEMENTS = 4e7
 
 
 def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool = True,
-                bucket_elements: float | None = None) -> dict:
-    """The plain-number keyword arguments of :func:`step_time_terms` for one (model, cluster, plan)."""
+                bucket_elements: float | None = None, profile=None) -> dict:
+    """The plain-number keyword arguments of :func:`step_time_terms` for one (model, cluster, plan).
+    A measured ``profile`` (:class:`workbench.calibrate.HardwareProfile`) replaces the datasheet-derived inputs it
+    measured (GEMM curve, memory bandwidth, links, host link, CPU Adam rate)."""
     gpu = cluster.gpu
     curve = efficiency_curve(gpu.name)
     net = calibration()["network"]
@@ -449,7 +451,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         fraction = 1.0 if plan.recompute_layers is None else plan.recompute_layers / layers_per_stage
     else:
         fraction = 0.0
-    return dict(
+    inputs = dict(
         num_layers=model.num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         head_dim=model.head_dim, query_projection_size=model.query_projection_size,
         kv_projection_size=model.kv_projection_size,
@@ -487,6 +489,9 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
     )
+    if profile is not None:
+        inputs.update(profile.time_overrides(cluster, plan.precision)[0])
+    return inputs
 
 
 def zero3_modules_per_layer(model: ModelSpec) -> int:
@@ -570,15 +575,17 @@ class TimeEstimate:
 
 
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool = True,
-                  bucket_elements: float | None = None) -> TimeEstimate:
+                  bucket_elements: float | None = None, profile=None) -> TimeEstimate:
     """Step time, throughput and utilisation of ``plan`` for ``model`` on ``cluster`` (see module docstring).
     Validates the three specs together first (``ValueError`` naming fields and numbers).
 
     ``overlap_comm`` (DeepSpeed ``overlap_comm`` / Megatron ``overlap_grad_reduce``) lets the data-parallel
     reduction hide behind backward compute; ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or
-    Megatron's DDP bucket."""
+    Megatron's DDP bucket. ``profile``: a measured :class:`workbench.calibrate.HardwareProfile` (see
+    :func:`time_inputs`); ``calibration_source`` then names it."""
     validate(model, cluster, plan)
-    inputs = time_inputs(model, cluster, plan, overlap_comm=overlap_comm, bucket_elements=bucket_elements)
+    inputs = time_inputs(model, cluster, plan, overlap_comm=overlap_comm, bucket_elements=bucket_elements,
+                         profile=profile)
     terms = step_time_terms(**inputs)
     return TimeEstimate(
         step_seconds=float(terms["step_seconds"]),
@@ -587,5 +594,6 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
         model_flops_per_step=float(terms["model_flops"]), hardware_flops_per_step=float(terms["hardware_flops"]),
         peak_flops_per_gpu=float(inputs["peak_flops"]),
         breakdown={k: float(terms[k]) for k in TERMS}, gemm_efficiency=float(terms["gemm_efficiency"]),
-        calibration_source=efficiency_curve(cluster.gpu.name).get("source", ""),
+        calibration_source=(profile.applied(cluster, plan.precision)["note"] if profile is not None
+                            else efficiency_curve(cluster.gpu.name).get("source", "")),
     )

@@ -56,7 +56,9 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--topk", type=int, help="MoE experts per token")
 
     c = parser.add_argument_group("cluster")
-    c.add_argument("--gpu", default=DEFAULT_GPU, metavar="NAME", help=f"catalog GPU (default {DEFAULT_GPU})")
+    c.add_argument("--gpu", metavar="NAME", help=f"catalog GPU (default: the --profile's GPU, else {DEFAULT_GPU})")
+    c.add_argument("--profile", metavar="NAME_OR_PATH",
+                   help="hardware profile from `workbench calibrate`: measured rates replace datasheet numbers")
     c.add_argument("--gpus-per-node", type=int, default=8)
     c.add_argument("--nodes", type=int, default=1)
     c.add_argument("--intra-gbps", type=float, help="per-GPU intra-node bandwidth, GB/s (default: catalog)")
@@ -98,8 +100,20 @@ def model_from_args(args) -> ModelSpec:
     return ModelSpec(**fields)
 
 
+def profile_from_args(args):
+    """The :class:`~workbench.calibrate.HardwareProfile` named by ``--profile``, or ``None``."""
+    from workbench.calibrate.profile import resolve_profile
+
+    return resolve_profile(getattr(args, "profile", None))
+
+
 def cluster_from_args(args) -> ClusterSpec:
-    kwargs = dict(gpu=catalog.gpu(args.gpu), gpus_per_node=args.gpus_per_node, num_nodes=args.nodes)
+    profile = profile_from_args(args)
+    if args.gpu is not None:
+        gpu = catalog.gpu(args.gpu)
+    else:
+        gpu = profile.device_spec() if profile is not None else catalog.gpu(DEFAULT_GPU)
+    kwargs = dict(gpu=gpu, gpus_per_node=args.gpus_per_node, num_nodes=args.nodes)
     if args.intra_gbps is not None:
         kwargs["intra_node_gb_per_s"] = args.intra_gbps
     if args.inter_gbps is not None:

@@ -1,7 +1,7 @@
 """workbench estimate: memory (per term, per stage), time and layout for one model / cluster / plan."""
 from __future__ import annotations
 
-from workbench.commands.common import add_spec_arguments, specs_from_args
+from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
 
 GiB = 2**30
 
@@ -50,6 +50,8 @@ def render(est) -> str:
                       f"{t.model_tflops_per_gpu:.0f} model TFLOP/s per GPU, MFU {t.mfu:.1%}"]
         parts = ", ".join(f"{k} {v:.3f}s" for k, v in t.breakdown.items() if v > 0)
         lines.append(f"        {parts}")
+    if est.profile is not None:
+        lines += ["", f"profile {est.profile['note']}" if est.profile.get("name") else f"note: {est.profile['note']}"]
     if est.layout is not None and est.layout.warnings:
         lines += [""] + [f"warning: {w}" for w in est.layout.warnings]
     for check in est.checks:
@@ -64,7 +66,7 @@ def run(args) -> int:
     from workbench.estimate import estimate
 
     model, cluster, plan = specs_from_args(args)
-    est = estimate(model, cluster, plan)
+    est = estimate(model, cluster, plan, profile=profile_from_args(args))
     if args.json:
         print_json(est.to_dict())
     else:

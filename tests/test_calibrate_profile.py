@@ -1,0 +1,171 @@
+"""Hardware profiles: fits recover known parameters, the data file round-trips, lookup by name, and a profile moves
+estimates in the expected direction (plus the visible note when none is loaded)."""
+import json
+
+import numpy as np
+import pytest
+
+from workbench import ClusterSpec, ParallelPlan
+from workbench.calibrate import (NO_PROFILE_NOTE, HardwareProfile, fit_collective, fit_gemm, load_profile,
+                                 profile_names)
+from workbench.calibrate.profile import compare_with_datasheet
+from workbench.catalog import gpu, model
+from workbench.estimate import estimate
+from workbench.timing import collective_seconds, efficiency_curve, gemm_efficiency, p2p_seconds
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+
+
+def _gemm_points(emax, half, peak):
+    pts = []
+    for m in (256, 1024, 4096):
+        for n, k in ((512, 4096), (4096, 1024), (14336, 4096)):
+            pts.append({"name": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
+                        "tflops": peak * float(gemm_efficiency(m, n, k, efficiency_max=emax, half_dim=half))})
+    return pts
+
+
+def h200_profile(*, emax=0.7, context_gib=1.0, reserve=0.1, name="h200-test") -> HardwareProfile:
+    sizes = [2**k for k in range(12, 28, 2)]
+    pts = [{"kind": "all_reduce", "bytes": b,
+            "seconds": float(collective_seconds(b, 2, gb_per_s=300, latency_s=8e-6, kind="all_reduce"))}
+           for b in sizes]
+    ar = fit_collective(pts, ranks=2, kind="all_reduce")
+    return HardwareProfile(
+        name=name, machine="node1", device="NVIDIA H200", device_kind="cuda", gpu="H200", devices_per_node=2,
+        driver="570.00", torch_version="2.11.0", cuda_version="13.0", nccl_version="2.27.3",
+        created="2026-11-30T10:00:00",
+        gemm={"bf16": {"peak_tflops": 989.0, "efficiency_max": emax, "half_dim": 100.0,
+                       "points": _gemm_points(emax, 100.0, 989.0)}},
+        collectives={"intra_node": {"ranks": 2, "nodes": 1, "backend": "nccl", "points": pts,
+                                    "fit": {"all_reduce": ar}}},
+        host_link_gb_per_s={"h2d_pinned": 50.0, "d2h_pinned": 52.0, "h2d_pageable": 20.0, "d2h_pageable": 18.0},
+        device_memory_gb_per_s=4000.0,
+        cpu_adam={"params_per_second": 1.5e9, "implementation": "torch", "threads": 16, "num_params": 10**8},
+        memory={"context_bytes": int(context_gib * 2**30), "nccl_bytes": int(5 * 2**30), "reserve_fraction": reserve},
+        host_memory_gib=1024.0, device_memory_gib=139.8, notes=("synthetic",))
+
+
+def test_fit_collective_recovers_bandwidth_and_latency():
+    for kind, n in (("all_reduce", 8), ("reduce_scatter", 4), ("all_gather", 2)):
+        pts = [{"bytes": b, "seconds": float(collective_seconds(b, n, gb_per_s=120, latency_s=1.2e-5, kind=kind))}
+               for b in [2**k for k in range(10, 30)]]
+        fit = fit_collective(pts, ranks=n, kind=kind)
+        assert fit["gb_per_s"] == pytest.approx(120, rel=1e-6)
+        assert fit["latency_s"] == pytest.approx(1.2e-5, rel=1e-6)
+        assert fit["rms_relative_error"] < 1e-9
+    pts = [{"bytes": b, "seconds": p2p_seconds(b, gb_per_s=40, latency_s=3e-6)} for b in (1e3, 1e5, 1e7, 1e9)]
+    fit = fit_collective(pts, ranks=2, kind="p2p")
+    assert fit["gb_per_s"] == pytest.approx(40, rel=1e-6) and fit["latency_s"] == pytest.approx(3e-6, rel=1e-6)
+    with pytest.raises(ValueError, match="2 message sizes"):
+        fit_collective(pts[:1], ranks=2, kind="p2p")
+
+
+def test_fit_gemm_recovers_the_curve():
+    fit = fit_gemm(_gemm_points(0.72, 100.0, 989.0), peak_tflops=989.0)
+    assert fit["efficiency_max"] == pytest.approx(0.72, rel=0.03)
+    assert fit["half_dim"] == pytest.approx(100.0, rel=0.05)
+
+
+def test_profile_round_trips_and_loads_by_name(tmp_path):
+    p = h200_profile()
+    path = p.save(tmp_path / "h200.json")
+    again = load_profile(path)
+    assert again == p
+    assert HardwareProfile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    # by name from the user's folder
+    p.replace(name="mine").save(tmp_path / "home" / "profiles" / "mine.json")
+    assert load_profile("mine").name == "mine"
+    assert "mine" in profile_names()
+    with pytest.raises(ValueError, match="unknown profile='nosuch'"):
+        load_profile("nosuch")
+    with pytest.raises(ValueError, match="unknown profile fields: bogus"):
+        HardwareProfile.from_dict({**p.to_dict(), "bogus": 1})
+    with pytest.raises(ValueError, match="profile name"):
+        p.replace(name="a b")
+
+
+def _specs(n=2, **plan):
+    m = model("gpt3-1.3b").replace(seq_length=2048)
+    c = ClusterSpec(gpu=gpu("H200"), gpus_per_node=n)
+    return m, c, ParallelPlan(world_size=n, micro_batch_size=2, global_batch_size=2 * n, **plan)
+
+
+def test_estimate_without_profile_carries_the_note():
+    est = estimate(*_specs())
+    assert est.to_dict()["profile"] == {"name": None, "note": NO_PROFILE_NOTE}
+
+
+def test_lower_gemm_efficiency_gives_a_longer_step():
+    m, c, plan = _specs()
+    base_emax = efficiency_curve("H200")["gemm_efficiency_max"]
+    slow = estimate(m, c, plan, profile=h200_profile(emax=base_emax * 0.5))
+    fast = estimate(m, c, plan, profile=h200_profile(emax=base_emax * 0.9))
+    assert slow.time.breakdown["compute"] > 1.2 * fast.time.breakdown["compute"]  # GEMMs and memory-bound work
+    assert slow.time.step_seconds > fast.time.step_seconds
+    d = slow.to_dict()["profile"]
+    assert d["name"] == "h200-test" and "GEMM curve measured (bf16" in d["note"]
+    assert "h200-test" in slow.time.calibration_source
+
+
+def test_profile_applies_measured_links_and_overheads():
+    m, c, plan = _specs(zero_stage=1)
+    prof = h200_profile()
+    inputs, notes = prof.time_overrides(c, plan.precision)
+    assert inputs["intra_node_gb_per_s"] == pytest.approx(300, rel=1e-6)
+    assert inputs["intra_node_latency_s"] == pytest.approx(8e-6, rel=1e-6)
+    assert inputs["host_link_gb_per_s"] == pytest.approx(51.0)
+    assert inputs["cpu_adam_params_per_second_per_node"] == 1.5e9
+    assert inputs["hbm_efficiency"] == pytest.approx(4000 / 4800)
+    assert "inter-node link: catalog" in notes
+    small = estimate(m, c, plan, profile=h200_profile(context_gib=1.0, reserve=0.05))
+    large = estimate(m, c, plan, profile=h200_profile(context_gib=3.0, reserve=0.05))
+    more_reserve = estimate(m, c, plan, profile=h200_profile(context_gib=1.0, reserve=0.30))
+    gib = 2**30
+    assert large.memory.per_gpu_peak_bytes - small.memory.per_gpu_peak_bytes == pytest.approx(2 * gib, abs=2)
+    assert more_reserve.memory.per_gpu_peak_bytes > small.memory.per_gpu_peak_bytes
+    assert "profile h200-test" in small.memory.formulas["overhead"]
+    # a plan in a precision the profile did not measure keeps the catalog curve, and says so
+    fp16 = prof.time_overrides(c, "fp16")
+    assert "gemm_efficiency_max" not in fp16[0] and any("catalog (no fp16" in n for n in fp16[1])
+
+
+def test_profile_for_another_gpu_is_refused():
+    m, _, plan = _specs()
+    other = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=2)
+    with pytest.raises(ValueError, match="measured on H200, the cluster uses gpu=H100-SXM"):
+        estimate(m, other, plan, profile=h200_profile())
+
+
+def test_cpu_profile_describes_its_own_device():
+    prof = h200_profile().replace(gpu="", device_kind="cpu", device="cpu: test", name="laptop",
+                                  gemm={"fp32": {"peak_tflops": 0.2, "efficiency_max": 0.8, "half_dim": 30.0,
+                                                 "points": [{"m": 64, "n": 64, "k": 64, "tflops": 0.1}]}},
+                                  device_memory_gb_per_s=20.0, host_memory_gib=16.0)
+    spec = prof.device_spec()
+    assert spec.name == "cpu" and spec.peak_tflops["fp32"] == 0.2 and spec.memory_gib == 16.0
+    m = model("gpt3-125m")
+    c = ClusterSpec(gpu=spec, gpus_per_node=2)
+    est = estimate(m, c, ParallelPlan(world_size=2, precision="fp32", micro_batch_size=1, global_batch_size=2),
+                   profile=prof)
+    assert est.time.step_seconds > 0 and est.to_dict()["profile"]["name"] == "laptop"
+    rows = {r["quantity"]: r for r in compare_with_datasheet(prof)}
+    assert rows["GEMM fp32 best"]["datasheet"] == gpu("cpu").peak_tflops["fp32"]  # the nominal cpu device
+    assert rows["GEMM fp32 efficiency_max"]["datasheet"] is None
+    # the catalog's nominal cpu device works too: the GEMM curve is rescaled to its peak
+    nominal = ClusterSpec(gpu=gpu("cpu"), gpus_per_node=2)
+    plan = ParallelPlan(world_size=2, precision="fp32", micro_batch_size=1, global_batch_size=2)
+    a = estimate(m, nominal, plan, profile=prof).time.breakdown["compute"]
+    assert a == pytest.approx(est.time.breakdown["compute"], rel=0.35)
+
+
+def test_compare_with_datasheet_rows():
+    rows = {r["quantity"]: r for r in compare_with_datasheet(h200_profile())}
+    assert rows["GEMM bf16 best"]["datasheet"] == 989
+    assert rows["all_reduce intra-node bandwidth"]["measured"] == pytest.approx(300, rel=1e-6)
+    assert rows["all_reduce intra-node bandwidth"]["datasheet"] == pytest.approx(450 * 0.8)
+    assert rows["context (outside allocator)"]["measured"] == pytest.approx(1.0)
+    assert np.isfinite(rows["host link h2d pinned"]["ratio"])

@@ -1,0 +1,436 @@
+"""Hardware profiles: what ``workbench calibrate`` measured on one machine, saved as a JSON data file, loaded by name,
+and applied to the time and memory models.
+
+A profile is looked up by name in ``workbench.paths.data_dir()/profiles/<name>.json`` (the user's own), then in the
+catalog's ``workbench/catalog/profiles/`` (shipped), or read from a path. Applying it
+(:meth:`HardwareProfile.time_overrides`, :meth:`HardwareProfile.memory_overheads`) replaces datasheet-derived
+inputs of :func:`workbench.timing.step_time_terms` and the memory model's overhead constants by the measured ones;
+anything the profile did not measure keeps the catalog's value, and the returned notes say which is which.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+PROFILE_VERSION = 1
+
+NO_PROFILE_NOTE = ("no hardware profile loaded: datasheet peaks, catalog efficiency curves and the memory model's "
+                   "H200 overhead constants (run `workbench calibrate` and pass --profile)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fits
+# ---------------------------------------------------------------------------------------------------------------
+_COLLECTIVE_FACTOR = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0}
+
+
+def fit_collective(points: list, *, ranks: int, kind: str) -> dict:
+    """Bandwidth and latency of :func:`workbench.timing.collective_seconds` (or :func:`~workbench.timing.p2p_seconds`
+    for ``kind="p2p"``) fitted to measured ``[{bytes, seconds}]``.
+
+    The model is linear in the message size, ``seconds = a + b·bytes``, with
+    all-reduce ``a = 2·log2(n)·latency``, ``b = 2·(n−1)/n / bandwidth`` (reduce-scatter/all-gather: factor 1),
+    p2p ``a = latency``, ``b = 1 / bandwidth``. Least squares on relative error (weights 1/seconds), so small and
+    large messages count alike. Returns ``{"gb_per_s", "latency_s", "rms_relative_error"}``."""
+    x = np.array([p["bytes"] for p in points], float)
+    y = np.array([p["seconds"] for p in points], float)
+    if len(x) < 2:
+        raise ValueError(f"fit_collective needs >= 2 message sizes, got {len(x)} for kind={kind}")
+    w = 1.0 / y
+    A = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+    (a, b), *_ = np.linalg.lstsq(A, y * w, rcond=None)
+    if b <= 0:  # flat curve (latency bound everywhere): bandwidth from the largest message alone
+        b = y[-1] / x[-1]
+    a = max(float(a), float(y.min()) * 1e-3)
+    if kind == "p2p":
+        bw, lat = 1.0 / b, a
+    else:
+        factor = _COLLECTIVE_FACTOR[kind]
+        n = max(int(ranks), 2)
+        bw = factor * (n - 1) / n / b
+        lat = a / (factor * math.log2(n))
+    pred = a + b * x
+    return {"gb_per_s": float(bw / 1e9), "latency_s": float(lat),
+            "rms_relative_error": float(np.sqrt(np.mean((pred / y - 1) ** 2)))}
+
+
+def fit_gemm(points: list, *, peak_tflops: float) -> dict:
+    """The time model's GEMM-efficiency curve (:func:`workbench.timing.gemm_efficiency`) fitted to measured GEMMs,
+    relative to ``peak_tflops``: ``{"efficiency_max", "half_dim"}`` (via :func:`workbench.timing.fit_gemm_curve`)."""
+    from workbench.timing import fit_gemm_curve
+
+    fitted = fit_gemm_curve(points, peak_tflops=peak_tflops)
+    return {"efficiency_max": fitted["gemm_efficiency_max"], "half_dim": fitted["gemm_half_dim"]}
+
+
+def check_profile_name(name: str) -> None:
+    """``ValueError`` unless ``name`` can be a file stem: letters, digits, '.', '_', '+', '-'."""
+    if not name or not re.fullmatch(r"[A-Za-z0-9._+-]+", name):
+        raise ValueError(f"profile name={name!r}: use letters, digits, '.', '_', '+', '-'")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The profile
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HardwareProfile:
+    """Measured rates of one machine (one GPU model, or a CPU). Units in the keys of the nested dicts."""
+
+    name: str
+    """Profile name (file stem)."""
+    machine: str
+    """Host name the measurements ran on."""
+    device: str
+    """Device as the runtime names it, e.g. ``NVIDIA H200``, or ``cpu: <processor>``."""
+    device_kind: str
+    """``cuda`` or ``cpu``."""
+    gpu: str = ""
+    """Catalog GPU name the profile applies to (``H200``); empty for a CPU profile."""
+    devices_per_node: int = 1
+    """GPUs (or collective processes) per node seen while measuring."""
+    driver: str = ""
+    torch_version: str = ""
+    cuda_version: str = ""
+    nccl_version: str = ""
+    created: str = ""
+    """ISO date and time of the measurement."""
+    gemm: dict = field(default_factory=dict)
+    """precision → ``{"peak_tflops": reference peak of the fit, "efficiency_max", "half_dim",
+    "points": [{name, m, n, k, tflops}]}``."""
+    collectives: dict = field(default_factory=dict)
+    """link (``intra_node`` / ``inter_node``) → ``{"ranks", "backend", "points": [{kind, bytes, seconds}],
+    "fit": {kind: {"gb_per_s", "latency_s", "rms_relative_error"}}}``."""
+    host_link_gb_per_s: dict = field(default_factory=dict)
+    """``{h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable}`` GB/s (CUDA only)."""
+    device_memory_gb_per_s: Optional[float] = None
+    """Large-copy bandwidth of device memory (HBM; DRAM memcpy on a CPU), read + write bytes per second / 1e9."""
+    cpu_adam: dict = field(default_factory=dict)
+    """``{"params_per_second", "implementation", "threads", "num_params"}`` for one node."""
+    memory: dict = field(default_factory=dict)
+    """``{"context_bytes", "nccl_bytes", "reserve_fraction", ...}``: overhead outside the allocator and the
+    caching allocator's reserve."""
+    host_memory_gib: Optional[float] = None
+    """Physical memory of the host, GiB."""
+    device_memory_gib: Optional[float] = None
+    """Memory of one GPU as the runtime reports it, GiB (CUDA only)."""
+    notes: tuple = ()
+    """What was skipped or assumed while measuring."""
+
+    def __post_init__(self) -> None:
+        check_profile_name(self.name)
+        if self.device_kind not in ("cuda", "cpu"):
+            raise ValueError(f"device_kind={self.device_kind!r}: must be 'cuda' or 'cpu'")
+        object.__setattr__(self, "notes", tuple(self.notes))
+
+    # -- data file -----------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        out = {"profile_version": PROFILE_VERSION}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "HardwareProfile":
+        version = data.get("profile_version", PROFILE_VERSION)
+        if version != PROFILE_VERSION:
+            raise ValueError(f"profile_version={version} is not supported (this workbench reads {PROFILE_VERSION})")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names - {"profile_version"})
+        if unknown:
+            raise ValueError(f"unknown profile fields: {', '.join(unknown)}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def save(self, path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        return path
+
+    def replace(self, **changes) -> "HardwareProfile":
+        return dataclasses.replace(self, **changes)
+
+    # -- summary -------------------------------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        """One line naming the profile: ``h200 (NVIDIA H200 on node7, 2026-11-20)``."""
+        return f"{self.name} ({self.device} on {self.machine}, {self.created[:10]})"
+
+    def link_fit(self, link: str = "intra_node", kind: str = "all_reduce") -> Optional[dict]:
+        return ((self.collectives.get(link) or {}).get("fit") or {}).get(kind)
+
+    # -- apply ---------------------------------------------------------------------------------------------------
+    def device_name(self) -> str:
+        """The GPU name estimates with this profile must use: the catalog GPU, ``cpu`` for a CPU profile (the
+        catalog's CPU device), ``cuda:<profile>`` for a GPU the catalog lacks."""
+        return self.gpu or ("cpu" if self.device_kind == "cpu" else f"cuda:{self.name}")
+
+    def device_spec(self):
+        """The :class:`~workbench.specs.GPUSpec` to estimate with: the catalog entry of ``gpu``; for a CPU profile the
+        catalog's ``cpu`` device with the measured numbers in place of its nominal ones (peak = best measured matmul
+        rate per precision, memory = host memory, bandwidths measured); for a GPU the catalog lacks, a spec built
+        from the measurements alone."""
+        from workbench import catalog
+        from workbench.specs import GPUSpec
+
+        if self.gpu:
+            return catalog.gpu(self.gpu)
+        peaks = {p: g["peak_tflops"] for p, g in self.gemm.items()}
+        if not peaks:
+            raise ValueError(f"profile {self.name} measured no matmul rate: it cannot describe its device")
+        copy = self.device_memory_gb_per_s or 10.0
+        intra = self.link_fit("intra_node")
+        memory = self.device_memory_gib if self.device_kind == "cuda" else self.host_memory_gib
+        fields = dict(name=self.device_name(), vendor=self.device_kind, memory_gib=float(memory or 16.0),
+                      peak_tflops=peaks, hbm_gb_per_s=copy,
+                      intra_node_gb_per_s=intra["gb_per_s"] if intra else copy / 2,
+                      inter_node_gb_per_s=(self.link_fit("inter_node") or {}).get("gb_per_s", 1.0),
+                      host_link_gb_per_s=copy / 2, source=f"measured by workbench calibrate: profile {self.label}")
+        if self.device_kind == "cpu" and "cpu" in [n.lower() for n in catalog.gpu_names()]:
+            base = catalog.gpu("cpu")
+            fields["peak_tflops"] = {**base.peak_tflops, **peaks}
+            return dataclasses.replace(base, **fields)
+        return GPUSpec(**fields)
+
+    def check_applies(self, gpu) -> None:
+        """``ValueError`` when the profile was measured on another GPU model than ``gpu`` (a GPUSpec)."""
+        expected = self.device_name()
+        if gpu.name.lower() != expected.lower():
+            fix = f"use --gpu {expected}" if self.gpu or self.device_kind == "cpu" else "leave out --gpu"
+            raise ValueError(f"profile {self.name} was measured on {expected}, the cluster uses gpu={gpu.name}; "
+                             f"{fix} or drop the profile")
+
+    def time_overrides(self, cluster, precision) -> tuple[dict, list]:
+        """Inputs of :func:`workbench.timing.step_time_terms` the profile replaces for ``cluster`` and ``precision``,
+        and notes saying what was used (measured or, where missing, the catalog's value)."""
+        self.check_applies(cluster.gpu)
+        gpu, prec = cluster.gpu, str(precision)
+        out, notes = {}, []
+        g = self.gemm.get(prec)
+        if g:
+            # the fit is relative to g["peak_tflops"]; the time model divides by the catalog peak of the precision
+            scale = g["peak_tflops"] * 1e12 / gpu.peak_flops(prec)
+            out.update(gemm_efficiency_max=g["efficiency_max"] * scale, gemm_half_dim=g["half_dim"])
+            notes.append(f"GEMM curve measured ({prec}, {len(g.get('points', []))} shapes)")
+        else:
+            notes.append(f"GEMM curve: catalog (no {prec} GEMMs in the profile)")
+        if self.device_memory_gb_per_s:
+            out["hbm_efficiency"] = min(1.0, self.device_memory_gb_per_s / gpu.hbm_gb_per_s)
+            notes.append("memory bandwidth measured")
+        for link in ("intra_node", "inter_node"):
+            fit = self.link_fit(link)
+            if fit:
+                out[f"{link}_gb_per_s"] = fit["gb_per_s"]
+                out[f"{link}_latency_s"] = fit["latency_s"]
+                notes.append(f"{link.replace('_', '-')} all-reduce measured "
+                             f"({self.collectives[link].get('ranks')} ranks)")
+            else:
+                notes.append(f"{link.replace('_', '-')} link: catalog")
+        h = self.host_link_gb_per_s
+        if h.get("h2d_pinned") and h.get("d2h_pinned"):
+            out["host_link_gb_per_s"] = (h["h2d_pinned"] + h["d2h_pinned"]) / 2
+            notes.append("host link measured (pinned)")
+        elif self.device_kind == "cpu" and self.device_memory_gb_per_s:
+            out["host_link_gb_per_s"] = self.device_memory_gb_per_s / 2
+        if self.cpu_adam.get("params_per_second"):
+            out["cpu_adam_params_per_second_per_node"] = self.cpu_adam["params_per_second"]
+            notes.append(f"CPU Adam measured ({self.cpu_adam.get('implementation', 'torch')})")
+        return out, notes
+
+    def memory_overheads(self) -> tuple[dict, list]:
+        """``{context_bytes, nccl_bytes, reserve_fraction}`` for :func:`workbench.memory.overhead_bytes`: measured
+        where the profile has them, else the memory model's constants; and notes."""
+        from workbench import memory as M
+
+        mem = self.memory
+        out = {"context_bytes": M.CUDA_CONTEXT_BYTES, "nccl_bytes": M.NCCL_BYTES,
+               "reserve_fraction": M.ALLOCATOR_RESERVE_FRACTION}
+        notes = []
+        for key in out:
+            if mem.get(key) is not None:
+                out[key] = mem[key]
+                notes.append(f"{key} measured")
+            else:
+                notes.append(f"{key}: memory model constant")
+        return out, notes
+
+    def applied(self, cluster, precision) -> dict:
+        """What :func:`workbench.estimate.estimate` records under ``"profile"``."""
+        _, tnotes = self.time_overrides(cluster, precision)
+        _, mnotes = self.memory_overheads()
+        return {"name": self.name, "label": self.label, "device": self.device, "created": self.created,
+                "note": f"hardware profile {self.label}: " + "; ".join(tnotes + mnotes)}
+
+
+def no_profile_record() -> dict:
+    """The ``"profile"`` entry of an estimate made without a profile."""
+    return {"name": None, "note": NO_PROFILE_NOTE}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Lookup
+# ---------------------------------------------------------------------------------------------------------------
+def user_profiles_dir() -> Path:
+    from workbench.paths import data_dir
+
+    return data_dir() / "profiles"
+
+
+def _catalog_profiles() -> dict:
+    folder = resources.files("workbench.catalog").joinpath("profiles")
+    out = {}
+    if folder.is_dir():
+        for item in folder.iterdir():
+            if item.name.endswith(".json"):
+                out[item.name[:-5].lower()] = item
+    return out
+
+
+def profile_names() -> list[str]:
+    """Names loadable by :func:`load_profile`: the user's profiles and the catalog's."""
+    names = set(_catalog_profiles())
+    folder = user_profiles_dir()
+    if folder.is_dir():
+        names.update(p.stem.lower() for p in folder.glob("*.json"))
+    return sorted(names)
+
+
+def load_profile(name_or_path) -> HardwareProfile:
+    """A profile from a path (``*.json``), or by name from the user's profiles folder, then the catalog's."""
+    if isinstance(name_or_path, HardwareProfile):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise ValueError(f"profile file {text} does not exist")
+        return HardwareProfile.from_dict(json.loads(path.read_text()))
+    user = user_profiles_dir() / f"{text}.json"
+    if user.is_file():
+        return HardwareProfile.from_dict(json.loads(user.read_text()))
+    shipped = _catalog_profiles().get(text.lower())
+    if shipped is not None:
+        return HardwareProfile.from_dict(json.loads(shipped.read_text()))
+    known = profile_names()
+    listed = ", ".join(known) if known else "none yet; run `workbench calibrate --out NAME`"
+    raise ValueError(f"unknown profile={text!r} (known: {listed})")
+
+
+def resolve_profile(profile) -> Optional[HardwareProfile]:
+    """``None`` stays ``None``; a name or path is loaded; a profile passes through."""
+    return None if profile is None else load_profile(profile)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Measured vs datasheet
+# ---------------------------------------------------------------------------------------------------------------
+def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
+    """Rows ``{quantity, measured, datasheet, unit, ratio}`` putting each measured rate next to the number the
+    estimates use without a profile (the GPU catalog entry and ``catalog/efficiency.json``; ``datasheet`` is
+    ``None`` where there is none, e.g. for a CPU)."""
+    from workbench import catalog
+    from workbench import memory as M
+    from workbench.timing import calibration
+
+    try:  # a CPU profile compares with the catalog's nominal cpu device
+        gpu = catalog.gpu(profile.device_name()) if profile.gpu or profile.device_kind == "cpu" else None
+    except ValueError:
+        gpu = None
+    curve_known = gpu is not None and profile.device_kind == "cuda"  # the catalog has no CPU GEMM curve
+    cal = calibration()
+    rows = []
+
+    def row(quantity, measured, datasheet, unit):
+        if measured is None:
+            return
+        ratio = measured / datasheet if datasheet else None
+        rows.append({"quantity": quantity, "measured": float(measured),
+                     "datasheet": None if datasheet is None else float(datasheet), "unit": unit, "ratio": ratio})
+
+    for prec, g in profile.gemm.items():
+        best = max(p["tflops"] for p in g["points"])
+        row(f"GEMM {prec} best", best, gpu.peak_tflops.get(prec) if gpu else None, "TFLOP/s")
+        catalog_peak = (gpu.peak_tflops.get(prec) if gpu else None) or g["peak_tflops"]
+        row(f"GEMM {prec} efficiency_max", g["efficiency_max"] * g["peak_tflops"] / catalog_peak,
+            _catalog_curve(gpu)["gemm_efficiency_max"] if curve_known else None, "of peak")
+        row(f"GEMM {prec} half_dim", g["half_dim"], _catalog_curve(gpu)["gemm_half_dim"] if curve_known else None,
+            "")
+    row("device memory copy", profile.device_memory_gb_per_s,
+        gpu.hbm_gb_per_s * (_catalog_curve(gpu)["hbm_efficiency"] if curve_known else 1.0) if gpu else None, "GB/s")
+    net = cal["network"]
+    for link in ("intra_node", "inter_node"):
+        for kind, fit in ((profile.collectives.get(link) or {}).get("fit") or {}).items():
+            datasheet_bw = None
+            if gpu is not None and kind != "p2p":
+                datasheet_bw = getattr(gpu, f"{link}_gb_per_s") * net[f"{link}_bandwidth_efficiency"]
+            row(f"{kind} {link.replace('_', '-')} bandwidth", fit["gb_per_s"], datasheet_bw, "GB/s")
+            row(f"{kind} {link.replace('_', '-')} latency", fit["latency_s"] * 1e6,
+                net[f"{link}_latency_s"] * 1e6 if curve_known else None, "us")
+    for key, value in profile.host_link_gb_per_s.items():  # CUDA only
+        row(f"host link {key.replace('_', ' ')}", value, gpu.host_link_gb_per_s if gpu else None, "GB/s")
+    if profile.cpu_adam.get("params_per_second"):
+        row("CPU Adam", profile.cpu_adam["params_per_second"] / 1e9,
+            cal["cpu_adam"]["params_per_second_per_node"] / 1e9, "G params/s")
+    mem = profile.memory
+    gpu_like = profile.device_kind == "cuda"
+    if mem.get("context_bytes") is not None:
+        row("context (outside allocator)", mem["context_bytes"] / 2**30,
+            M.CUDA_CONTEXT_BYTES / 2**30 if gpu_like else None, "GiB")
+    if mem.get("nccl_bytes") is not None:
+        row("NCCL buffers", mem["nccl_bytes"] / 2**30, M.NCCL_BYTES / 2**30 if gpu_like else None, "GiB")
+    if mem.get("reserve_fraction") is not None:
+        row("allocator reserve", mem["reserve_fraction"], M.ALLOCATOR_RESERVE_FRACTION if gpu_like else None,
+            "of allocated")
+    return rows
+
+
+def format_value(value, unit: str) -> str:
+    """A number of :func:`compare_with_datasheet` as text: fractions as percentages, 3 significant digits."""
+    if value is None:
+        return "-"
+    if unit in ("of peak", "of allocated"):
+        return f"{value:.1%}"
+    return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def _catalog_curve(gpu) -> dict:
+    from workbench.timing import efficiency_curve
+
+    return efficiency_curve(gpu.name)
+
+
+def fitted_vs_measured(profile: HardwareProfile) -> dict:
+    """Measured points next to the fitted model, for plots: ``{"gemm": {precision: {"names", "measured_tflops",
+    "fitted_tflops", "peak_tflops"}}, "collectives": {"<link>/<kind>": {"bytes", "measured_s", "fitted_s"}}}``
+    (GEMMs sorted by measured rate)."""
+    from workbench.timing import collective_seconds, gemm_efficiency, p2p_seconds
+
+    out = {"gemm": {}, "collectives": {}}
+    for prec, g in profile.gemm.items():
+        pts = sorted(g["points"], key=lambda p: p["tflops"])
+        m, n, k = (np.array([p[x] for p in pts], float) for x in "mnk")
+        fitted = g["peak_tflops"] * gemm_efficiency(m, n, k, efficiency_max=g["efficiency_max"],
+                                                     half_dim=g["half_dim"])
+        out["gemm"][prec] = {"names": [p.get("name", f"{p['m']}x{p['n']}x{p['k']}") for p in pts],
+                             "measured_tflops": [p["tflops"] for p in pts], "fitted_tflops": fitted.tolist(),
+                             "peak_tflops": g["peak_tflops"]}
+    for link, data in profile.collectives.items():
+        for kind, fit in (data.get("fit") or {}).items():
+            pts = sorted((p for p in data["points"] if p["kind"] == kind), key=lambda p: p["bytes"])
+            x = np.array([p["bytes"] for p in pts], float)
+            if kind == "p2p":
+                fitted = p2p_seconds(x, gb_per_s=fit["gb_per_s"], latency_s=fit["latency_s"])
+            else:
+                fitted = collective_seconds(x, data["ranks"], gb_per_s=fit["gb_per_s"], latency_s=fit["latency_s"],
+                                            kind=kind)
+            out["collectives"][f"{link}/{kind}"] = {"bytes": x.tolist(), "measured_s": [p["seconds"] for p in pts],
+                                                    "fitted_s": np.asarray(fitted, float).tolist()}
+    return out

@@ -1,0 +1,108 @@
+"""workbench calibrate: measure this machine (GEMMs at a model's shapes, collectives, host link, CPU Adam, CUDA
+context and allocator reserve) and save a hardware profile that ``workbench estimate --profile`` uses.
+
+Under a launcher (``torchrun --nnodes N ... -m workbench.cli calibrate``) every rank measures the collectives
+across the nodes and rank 0 writes the profile.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+GiB = 2**30
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("calibrate", help="measure this machine and save a hardware profile",
+                            description=__doc__)
+    parser.add_argument("--out", metavar="PROFILE", default="local",
+                        help="profile name (saved in the workbench data folder's profiles/) or a .json path "
+                             "(default: local)")
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats (about 2 minutes on a GPU node)")
+    parser.add_argument("--nproc", type=int, help="processes for collectives (default: visible GPUs; 2 on a CPU; "
+                                                  "1 skips them)")
+    parser.add_argument("--model", metavar="NAME", help="catalog model whose GEMM shapes are measured "
+                                                        "(default llama3-8b on GPUs, gpt3-125m on a CPU)")
+    parser.add_argument("--tp", default="1,2,4,8", metavar="LIST", help="tensor-parallel degrees of the GEMM "
+                                                                        "shapes (default 1,2,4,8)")
+    parser.add_argument("--gpu", metavar="NAME", help="catalog GPU (default: matched from the device name)")
+    parser.add_argument("--cpu-adam", choices=["torch", "deepspeed"], default="torch",
+                        help="CPU Adam to time: torch.optim.AdamW or DeepSpeedCPUAdam (compiles on first use)")
+    parser.add_argument("--max-message-mib", type=float, help="largest collective message, MiB")
+    parser.add_argument("--skip", default="", metavar="LIST",
+                        help="measurements to skip: gemm,memory_bandwidth,host_link,cpu_adam,memory,collectives")
+    parser.add_argument("--json", action="store_true", help="print the profile as JSON instead of the table")
+    parser.set_defaults(func=run)
+
+
+def output_path(out: str) -> Path:
+    """``--out``: a path when it ends in .json or names a folder, else a name in the user's profiles folder."""
+    from workbench.calibrate.profile import user_profiles_dir
+
+    if out.endswith(".json") or "/" in out or "\\" in out:
+        return Path(out).expanduser()
+    return user_profiles_dir() / f"{out}.json"
+
+
+def _int_list(text: str, flag: str) -> tuple:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"{flag}={text!r}: give integers separated by commas") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag}={text!r}: give positive integers")
+    return values
+
+
+def render(profile, path=None) -> str:
+    """Summary table: each measured quantity next to the catalog number estimates use without a profile."""
+    from workbench.calibrate.profile import compare_with_datasheet, format_value
+
+    lines = [f"profile {profile.label}",
+             f"        torch {profile.torch_version}" + (f", CUDA {profile.cuda_version}" if profile.cuda_version else "")
+             + (f", NCCL {profile.nccl_version}" if profile.nccl_version else "")
+             + (f", driver {profile.driver}" if profile.driver else "")
+             + f"; applies to --gpu {profile.device_name()}",
+             "", f"{'quantity':<34} {'measured':>12} {'catalog':>12} {'ratio':>7}  unit"]
+    for r in compare_with_datasheet(profile):
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        unit = "" if r["unit"] in ("of peak", "of allocated") else r["unit"]
+        measured, catalog = format_value(r["measured"], r["unit"]), format_value(r["datasheet"], r["unit"])
+        lines.append(f"{r['quantity']:<34} {measured:>12} {catalog:>12} {ratio:>7}  {unit}")
+    for note in profile.notes:
+        lines.append(f"note: {note}")
+    if path is not None:
+        lines += ["", f"saved {path}", f"use it: workbench estimate --profile {path} ..."]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from workbench.calibrate import CalibrationSettings, calibrate
+
+    path = output_path(args.out)
+    name = path.stem if path.suffix == ".json" else args.out
+    from workbench.calibrate.runner import PARTS as parts
+
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = skip - set(parts)
+    if unknown:
+        raise ValueError(f"--skip {','.join(sorted(unknown))}: not a measurement (known: {','.join(parts)})")
+    if args.nproc is not None and args.nproc < 1:
+        raise ValueError(f"--nproc {args.nproc} must be >= 1")
+    settings = CalibrationSettings(
+        name=name, quick=args.quick, model=args.model, tensor_parallel=_int_list(args.tp, "--tp"),
+        nproc=args.nproc, gpu=args.gpu, cpu_adam=args.cpu_adam,
+        max_message_bytes=int(args.max_message_mib * 2**20) if args.max_message_mib else None,
+        parts=tuple(p for p in parts if p not in skip))
+    stream = sys.stderr if args.json else sys.stdout  # keep --json output parseable
+    profile = calibrate(settings, progress=lambda line: print(f"  {line}", file=stream, flush=True))
+    if profile is None:  # a rank other than 0 of a launched job
+        return 0
+    profile.save(path)
+    if args.json:
+        from workbench.cli import print_json
+
+        print_json(profile.to_dict())
+    else:
+        print(render(profile, path))
+    return 0
