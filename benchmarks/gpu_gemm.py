@@ -84,6 +84,7 @@ def install(path) -> int:
         json.dump(data, fh, indent=2)
         fh.write("\n")
     timing.calibration.cache_clear()
+    timing._measured_hopper_curve.cache_clear()
     print(f"stored {len(measured['gemms'])} GEMMs from {measured['device']} in {target}; Hopper curve now "
           f"{timing.efficiency_curve('H200')}")
     return 0

@@ -59,10 +59,13 @@ class Estimate:
         return out
 
 
-def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None) -> Estimate:
+def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None, *,
+             overlap_comm=True) -> Estimate:
     """Memory, time, layout (and advisor checks where available) for one plan. Raises ``ValueError`` naming the
     fields when the specs do not fit together. ``profile``: a :class:`workbench.calibrate.HardwareProfile`, or its
-    name or path, whose measurements replace datasheet numbers; without one the estimate says so."""
+    name or path, whose measurements replace datasheet numbers; without one the estimate says so. ``overlap_comm``:
+    DeepSpeed's ``overlap_comm`` for the memory model's reduce buckets (``None``: DeepSpeed's default, on for ZeRO-3
+    only); the time model keeps overlap on."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
     from workbench.layout import build_layout
     from workbench.timing import estimate_time
@@ -72,7 +75,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     validate(model, cluster, plan)
     profile = resolve_profile(profile)
     record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
-    memory = estimate_memory(model, cluster, plan, profile=profile)
+    memory = estimate_memory(model, cluster, plan, profile=profile, overlap_comm=overlap_comm)
     time = estimate_time(model, cluster, plan, profile=profile)
     return Estimate(model=model, cluster=cluster, plan=plan, memory=memory, time=time,
                     layout=build_layout(cluster, plan, model=model),

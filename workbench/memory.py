@@ -45,8 +45,16 @@ ZERO0_STEP_BYTES_PER_PARAM = 8.0
 and the up-cast temporaries of its 16-bit optimizer wrapper), measured on H200 (calibration table)."""
 SOFTMAX_BYTES_PER_SCORE = 4
 """megatron-core computes the unfused softmax in fp32 (``attention_softmax_in_fp32=True``) and keeps that output."""
-DROPOUT_MASK_BYTES_PER_SCORE = 0
-"""The attention-dropout mask did not show in the measured peak (H200 calibration); Korthikanti et al. count 1."""
+DROPOUT_MASK_BYTES_PER_SCORE = 1
+"""Attention dropout keeps a 1-byte boolean mask per score for backward (``torch.native_dropout``; Korthikanti et al.
+count 1). Measured on H200: megatron-core runs at micro batch 4 hold 6.07 GiB more than the model without it, the
+mask of 24 layers × 16 heads × 2048² × 4 is 6.0 GiB (``benchmarks/results/h200_accuracy.md``)."""
+TORCH_ADAM_STEP_BYTES_PER_PARAM = 4.0
+"""``torch.optim.Adam``/``AdamW`` with ``foreach`` (torch's default on CUDA; megatron-core's fallback without
+Apex/Transformer Engine, DeepSpeed's ``torch_adam``) allocates ``exp_avg_sq.sqrt()`` for all parameters of a group
+at once (``torch/optim/adam.py`` ``_multi_tensor_adam``): 4 bytes per fp32 master parameter during the step.
+Fused Adam kernels (Apex, Transformer Engine, DeepSpeed ``FusedAdam``) work in place: 0."""
+
 ALLOCATOR_RESERVE_FRACTION = 0.15
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), measured
 on the calibration runs; fragmentation grows it, ``expandable_segments`` shrinks it."""
@@ -109,9 +117,12 @@ def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stag
 # Model states: weights, gradients, optimizer (bytes per parameter)
 # ================================================================================================================
 def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
-                      offload_params=0, distributed_optimizer=0, fp32_grad_partition=1):
+                      offload_params=0, distributed_optimizer=0, fp32_grad_partition=1, fused_kernels=1):
     """(weights, gradients, optimizer, host, step) bytes for ``n_params`` parameters on one rank; ``step`` is what
     exists only during the optimizer step (when activations are already freed).
+
+    Step temporaries with torch's foreach Adam (``fused_kernels=0``): :data:`TORCH_ADAM_STEP_BYTES_PER_PARAM` per
+    parameter of Megatron's optimizer shard (DeepSpeed frees more than that before its optimizer runs).
 
     Mixed precision with Adam, ψ = n_params, N = data_parallel, v = bytes per parameter (2 for bf16/fp16, 4 fp32):
 
@@ -162,6 +173,10 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     ds_step = np.where(off_opt | zero3_fp32, 0.0,
                        np.where(zero_stage >= 1, ds_grads_fp32,
                                 np.where(mixed & (fp32_grad_partition > 0), ZERO0_STEP_BYTES_PER_PARAM * n, 0.0)))
+    # torch's foreach Adam under DeepSpeed: ZeRO-1/2 free the 16-bit gradients and their flat copy before calling
+    # the optimizer (stage_1_and_2.py ``step``), which covers its 4ψ/N temporary; measured on H200 (hybrid TP=2,
+    # ZeRO-1, full recompute: 14.44 GiB at the step, 14.41 without it), so it is not added for DeepSpeed
+    torch_adam = np.where(fused_kernels > 0, 0.0, TORCH_ADAM_STEP_BYTES_PER_PARAM)
 
     # --- Megatron -----------------------------------------------------------------------------------------------
     # bf16: fp32 main grads (accumulate_allreduce_grads_in_fp32); fp16: fp16 grads, the optimizer keeps an fp32 copy
@@ -174,8 +189,25 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     grads = np.where(is_megatron, mg_grads, ds_grads_gpu)
     optimizer = np.where(is_megatron, mg_opt, ds_opt_gpu)
     host = np.where(is_megatron, 0, ds_host)
-    step = np.where(is_megatron, 0, ds_step)
+    mg_step = torch_adam * n / np.where(distributed_optimizer > 0, dp, 1)
+    step = np.where(is_megatron, mg_step, ds_step)
     return weights, grads, optimizer, host, step
+
+
+def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
+                            offload_optimizer=0, fp32_grad_partition=1):
+    """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
+
+    DeepSpeed ZeRO-0/1/2 set the 16-bit ``.grad`` tensors to ``None`` after each step (``zero_grad(
+    set_to_none=True)``) and backward allocates them layer by layer while it frees activations, so at the start of
+    backward — the activation peak — none exist unless an earlier micro-batch of the same step (gradient
+    accumulation) left them. Measured on H200: ZeRO-1 and ZeRO-2 on 2 GPUs peak at the same 39.6 GiB without
+    recompute, and every ZeRO-0/1/2 run without recompute lies within 0.3% once they are left out. Megatron's DDP
+    gradient buffer and ZeRO-3's flat gradient partition are allocated once and always count."""
+    mixed = param_bytes < 4
+    zero3_flat = (zero_stage >= 3) & mixed & (fp32_grad_partition > 0) & (offload_optimizer <= 0)
+    persistent = (engine == ENGINE_CODES[Engine.MEGATRON]) | zero3_flat | (num_microbatches > 1)
+    return np.where(persistent, gradient_bytes, 0.0)
 
 
 # ================================================================================================================
@@ -274,12 +306,13 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
 # Buffers and overhead
 # ================================================================================================================
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
-                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=None,
+                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=1,
                  prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
     """Communication buckets and scratch buffers.
 
     * DeepSpeed ZeRO-1/2 (``stage_1_and_2.py`` ``setup_buckets``): with contiguous gradients, one reduce bucket of
-      ``reduce_bucket_size`` 16-bit elements, two when ``overlap_comm`` (default on for ZeRO-3 only).
+      ``reduce_bucket_size`` 16-bit elements, two when ``overlap_comm`` (``overlap_comm=1``, the default, is what
+      the workbench's DeepSpeed config export writes; ``None`` gives DeepSpeed's own default, on for ZeRO-3 only).
     * DeepSpeed ZeRO-3 (``stage3.py``): the contiguous-gradient bucket (reduce_bucket_size) plus live gathered
       parameters — the largest module and the prefetch bucket — and that module's full gradient before it is
       reduce-scattered (DeepSpeed's estimator counts 4 bytes × largest layer).
@@ -316,20 +349,31 @@ def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
-                distributed_optimizer=0, overheads=None):
+                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
 
-    Activation peak = layers' activations × in-flight micro-batches (+ the embedding mask on the first stage,
-    + the output layer and logits of one micro-batch on the last) + with full recompute, one layer's full
-    activations recomputed during backward. The peak is the larger of the backward phase and the optimizer step
-    (ZeRO-0/1/2 build fp32 gradients only for the step, after activations are freed): at a step peak the
-    ``gradients`` term includes those temporaries and ``activations`` is 0 (``backward_activations`` keeps them).
+    Two candidate peaks, the larger wins:
+
+    * backward (its first layer): model states allocated by then (:func:`backward_gradient_bytes`) + buffers + activations: the kept layers × in-flight micro-batches (+ the embedding
+      mask on the first stage) + the largest transient of the backward's start. That transient is, on the last
+      stage, the output layer and logits of one micro-batch (:func:`output_activation_bytes`); on other stages
+      without recompute, one layer's backward working set — the gradients of its score-sized intermediates are as
+      large as the layer's full activations (measured on H200: 1F1B stage 0 of PP=2 holds one layer more than its
+      stored activations); with full recompute, the recomputed layer's full activations (plus the logits on the
+      last stage).
+    * optimizer step: all model states + the step temporaries (fp32 gradient copies, torch Adam's foreach
+      temporaries) + buffers, activations freed.
+
+    At a step peak the ``gradients`` term includes the temporaries and ``activations`` is 0
+    (``backward_activations`` keeps the backward figure); at a backward peak ``gradients`` is what exists then.
     """
     n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage)
     weights, grads, optimizer, host, step = model_state_bytes(
         n, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes, fp16=fp16,
         offload_optimizer=offload_optimizer, offload_params=offload_params,
-        distributed_optimizer=distributed_optimizer)
+        distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+    grads_bwd = backward_gradient_bytes(grads, engine=engine, zero_stage=zero_stage, param_bytes=value_bytes,
+                                        num_microbatches=num_microbatches, offload_optimizer=offload_optimizer)
 
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
@@ -340,19 +384,22 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     per_microbatch = np.where(recompute >= 2, per_microbatch, layers * kept)
     in_flight = in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage)
     activations = per_microbatch * in_flight
-    activations = activations + np.where(recompute >= 2, full_layer, 0)  # the layer being recomputed
     activations = activations + np.where(stage == 0, embedding_activation_bytes(m, **kw) * in_flight, 0)
-    activations = activations + np.where(stage == pipeline_parallel - 1,
-                                         output_activation_bytes(m, value_bytes=value_bytes, **kw), 0)
+    last = stage == pipeline_parallel - 1
+    output = np.where(last, output_activation_bytes(m, value_bytes=value_bytes, **kw), 0.0)
+    transient = np.where(recompute >= 2, full_layer + output, np.maximum(output, full_layer))
+    activations = activations + transient
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
-                           micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes)
-    # the peak is either in backward (activations alive) or at the optimizer step (step temporaries alive)
-    step_peak = step > activations
+                           micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes,
+                           overlap_comm=overlap_comm)
+    backward_peak = weights + grads_bwd + optimizer + activations + buffers
+    step_total = weights + grads + step + optimizer + buffers
+    step_peak = step_total > backward_peak
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
-    grads_at_peak = np.where(step_peak, grads + step, grads)
+    grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)
-    allocated = weights + grads_at_peak + optimizer + acts_at_peak + buffers
+    allocated = np.maximum(step_total, backward_peak)
     overhead = overhead_bytes(allocated, world, **(overheads or {}))  # overheads: measured profile constants
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
@@ -372,7 +419,7 @@ def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
                 value_bytes=plan.precision.bytes_per_value, fp16=int(plan.precision is Precision.FP16),
                 offload_optimizer=int(plan.offload_optimizer is not Offload.NONE),
                 offload_params=int(plan.offload_params is not Offload.NONE),
-                distributed_optimizer=int(plan.distributed_optimizer))
+                distributed_optimizer=int(plan.distributed_optimizer), fused_kernels=int(plan.fused_kernels))
 
 
 FORMULAS = {
@@ -390,11 +437,15 @@ FORMULAS = {
 }
 
 
-def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, profile=None) -> MemoryEstimate:
+def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, profile=None,
+                    overlap_comm=True) -> MemoryEstimate:
     """Per-stage memory for the plan (validated first). A measured ``profile``
-    (:class:`workbench.calibrate.HardwareProfile`) supplies the overhead term's context, NCCL and reserve."""
+    (:class:`workbench.calibrate.HardwareProfile`) supplies the overhead term's context, NCCL and reserve.
+    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``True`` as
+    the workbench's config export writes it, ``None`` for DeepSpeed's own default (on for ZeRO-3 only)."""
     validate(model, cluster, plan)
     codes = plan_codes(plan, model)
+    codes["overlap_comm"] = None if overlap_comm is None else int(overlap_comm)
     formulas = dict(FORMULAS)
     if profile is not None:
         codes["overheads"], _ = profile.memory_overheads()

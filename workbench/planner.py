@@ -263,16 +263,17 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
 # ================================================================================================================
 # Evaluation through the memory and time models
 # ================================================================================================================
-def memory_codes(table: dict, model: ModelSpec, precision: Precision) -> dict:
+def memory_codes(table: dict, model: ModelSpec, precision: Precision, fused_kernels: bool = True) -> dict:
     """The keyword arguments of :func:`workbench.memory.stage_terms` as arrays (same keys as
-    :func:`workbench.memory.plan_codes`)."""
+    :func:`workbench.memory.plan_codes`); ``fused_kernels`` is :attr:`ParallelPlan.fused_kernels` for every row."""
     return dict(engine=table["engine"], zero_stage=table["zero"], tensor_parallel=table["tp"],
                 pipeline_parallel=table["pp"], virtual_pipeline=table["vp"], context_parallel=table["cp"],
                 sequence_parallel=table["sp"].astype(bool), data_parallel=table["dp"], micro_batch=table["mbs"],
                 num_microbatches=table["nmb"], recompute=table["recompute"],
                 recompute_layers=model.num_layers // table["pp"], value_bytes=precision.bytes_per_value,
                 fp16=int(precision is Precision.FP16), offload_optimizer=table["off_opt"],
-                offload_params=table["off_par"], distributed_optimizer=table["dist_opt"])
+                offload_params=table["off_par"], distributed_optimizer=table["dist_opt"],
+                fused_kernels=int(fused_kernels))
 
 
 def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision) -> dict:

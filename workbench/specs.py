@@ -421,8 +421,17 @@ class ParallelPlan:
     """Sequences per optimizer step over the whole job; ``None`` means micro_batch_size × data_parallel."""
     precision: Precision = Precision.BF16
     """Training precision."""
+    fused_kernels: bool = True
+    """Whether the engine's fused kernels are available and used (default ``True``, what a Megatron-LM or DeepSpeed
+    installation with its compiled ops runs): Megatron's fused scale-mask-softmax (``--masked-softmax-fusion``,
+    Megatron-LM's default; needs its CUDA kernels) and a fused multi-tensor Adam (Apex/Transformer Engine
+    ``FusedAdam`` for Megatron, DeepSpeed's ``FusedAdam`` op). ``False``: megatron-core's local layer spec without
+    Apex/Transformer Engine — the unfused torch softmax and ``torch.optim.AdamW`` (foreach) — and, for DeepSpeed,
+    torch's Adam (``"torch_adam": true``), as ``workbench.runs.launch`` trains by default. A megatron-core model under
+    DeepSpeed keeps an unfused softmax either way (``TransformerConfig.masked_softmax_fusion`` defaults to off)."""
 
     def __post_init__(self) -> None:
+        _set(self, "fused_kernels", bool(self.fused_kernels))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))

@@ -31,8 +31,8 @@ from workbench.flops import (RECOMPUTE_CODES, attention_core_flops_per_token, la
                              logits_flops_per_token, model_flops_per_step, recompute_flops_per_step)
 from workbench.params import padded_vocab_size
 from workbench.schedule import bubble_fraction
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Recompute,
-                             validate)
+from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision,
+                             Recompute, validate)
 
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "offload", "optimizer", "bubble")
 """Breakdown keys, in drawing order. All are exposed seconds per optimizer step."""
@@ -67,10 +67,16 @@ def efficiency_curve(gpu_name: str) -> dict:
         curve["source"] = f"uncalibrated for {gen} ({gpu_name}): the A100 curve is reused. " + curve["source"]
     measured = cal.get("h200_measured") or {}
     if gen == "hopper" and measured.get("gemms"):
-        fitted = fit_gemm_curve(measured["gemms"], peak_tflops=measured["peak_tflops"])
-        curve.update(fitted, source=f"fitted to {len(measured['gemms'])} GEMMs measured by benchmarks/gpu_gemm.py "
-                                    f"on {measured.get('device', 'H200')}")
+        note = (f"GEMM curve fitted to {len(measured['gemms'])} GEMMs measured by benchmarks/gpu_gemm.py on "
+                f"{measured.get('device', 'H200')}")
+        curve.update(_measured_hopper_curve(), source=note + ("; " + curve["source"] if gen in cal["curves"] else ""))
     return curve
+
+
+@functools.cache
+def _measured_hopper_curve() -> dict:
+    measured = calibration()["h200_measured"]
+    return fit_gemm_curve(measured["gemms"], peak_tflops=measured["peak_tflops"])
 
 
 def fit_gemm_curve(gemms: list, *, peak_tflops: float) -> dict:
@@ -216,9 +222,10 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
                     tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel,
                     micro_batch_size, num_microbatches, sequence_parallel, zero_stage, offload_optimizer,
                     offload_params, distributed_optimizer, recompute, recompute_fraction, bytes_per_value,
-                    grad_bucket_elements, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node,
+                    grad_bucket_elements, grad_reduce_bytes_per_value, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node,
                     intra_node_gb_per_s, inter_node_gb_per_s, host_link_gb_per_s, intra_node_latency_s,
                     inter_node_latency_s, gemm_efficiency_max, gemm_half_dim, memory_passes, hbm_efficiency,
+                    layer_pass_overhead_s,
                     cpu_adam_params_per_second_per_node, optimizer_bytes_per_parameter,
                     deepspeed_step_bytes_per_parameter, zero3_modules_per_layer, zero3_fetch_latency_s,
                     zero3_reduce_latency_s, zero3_collective_call_s):
@@ -229,7 +236,8 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     ``unfused_attention``, ``overlap_comm``, ``softmax_fusion``) 0/1; ``attention_dropout`` is the probability
     (only > 0 matters). Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at
     ``hbm_efficiency`` × HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer moves
-    ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter; ZeRO-3 adds
+    ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter; every layer
+    forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of its kernels; ZeRO-3 adds
     per-module hook and collective-call latencies (``zero3_*``, fitted on H200 runs, catalog ``deepspeed``). ``vocab_size`` is the padded vocabulary. ``ffn_hidden_size`` is
     the expert width for MoE (``experts_per_token`` = top-k, ``num_experts`` = E; 1 and 1 for dense).
 
@@ -242,9 +250,9 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
      unfused_attention, softmax_fusion, attention_dropout, num_parameters, parameters_per_layer, tensor_parallel, pipeline_parallel, virtual_pipeline,
      context_parallel, data_parallel, micro_batch_size, num_microbatches, sequence_parallel, zero_stage,
      offload_optimizer, offload_params, distributed_optimizer, recompute, recompute_fraction, bytes_per_value,
-     grad_bucket_elements, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node, intra_node_gb_per_s,
+     grad_bucket_elements, grad_reduce_bytes_per_value, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node, intra_node_gb_per_s,
      inter_node_gb_per_s, host_link_gb_per_s, intra_node_latency_s, inter_node_latency_s, gemm_efficiency_max,
-     gemm_half_dim, memory_passes, hbm_efficiency, cpu_adam_params_per_second_per_node,
+     gemm_half_dim, memory_passes, hbm_efficiency, layer_pass_overhead_s, cpu_adam_params_per_second_per_node,
      optimizer_bytes_per_parameter, deepspeed_step_bytes_per_parameter, zero3_modules_per_layer,
      zero3_fetch_latency_s, zero3_reduce_latency_s, zero3_collective_call_s) = (args[k] for k in _STEP_ARGS)
     t, p, v, c, d = tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel
@@ -280,9 +288,11 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     t_score_fwd = score_elements * score_fwd_b / hbm_bytes_per_s
     t_score_bwd = score_elements * score_bwd_b / hbm_bytes_per_s
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
-    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd
+    # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
+    # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
+    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + layer_pass_overhead_s
     # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much
-    layer_bwd = 2 * (t_weights_fwd + t_core + t_mem) + t_score_bwd
+    layer_bwd = 2 * (t_weights_fwd + t_core + t_mem) + t_score_bwd + layer_pass_overhead_s
     t_logits = gemm_seconds(2 * tokens * h * vocab_size / t, tokens, vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=bytes_per_value)
     t_loss = tokens * vocab_size / t * (ce_fwd_b + ce_bwd_b) / hbm_bytes_per_s
@@ -340,8 +350,8 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     dp_lat = link_latency_s(dp_span, gpus_per_node, intra_node_latency_s=intra_node_latency_s,
                             inter_node_latency_s=inter_node_latency_s)
     local_params = num_parameters / (t * p)
-    grad_bytes = local_params * bytes_per_value
-    bucket_bytes = np.minimum(grad_bucket_elements * bytes_per_value, grad_bytes)
+    grad_bytes = local_params * grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
+    bucket_bytes = np.minimum(grad_bucket_elements * grad_reduce_bytes_per_value, grad_bytes)
     coll = functools.partial(collective_seconds, gb_per_s=dp_bw, latency_s=dp_lat)
     backward_mb = layers * layer_bwd  # compute a gradient reduction can hide behind
     forward_mb = layers * layer_fwd
@@ -355,7 +365,7 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
                 + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
     # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
     rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
-    ag = coll(grad_bytes, grad_group, kind="all_gather")
+    ag = coll(local_params * bytes_per_value, grad_group, kind="all_gather")  # the 16-bit parameters
     rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
     dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
     # ZeRO-2: DeepSpeed reduce-scatters every micro-batch (stage_1_and_2.py, partition_gradients) + all-gather
@@ -433,11 +443,21 @@ MEGATRON_BUCKET_ELEMENTS = 4e7
 (megatron/core/distributed/distributed_data_parallel_config.py); the time model uses the 40 M floor."""
 
 
-def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool = True,
+def default_overlap_comm(engine: Engine) -> bool:
+    """Whether gradient reduction overlaps backward unless told: DeepSpeed as the workbench's config export writes
+    it (``overlap_comm: true``); Megatron off, as megatron-core's ``DistributedDataParallelConfig`` and
+    Megatron-LM's ``--overlap-grad-reduce`` default (and as ``workbench/runs/train.py`` runs)."""
+    return engine is not Engine.MEGATRON
+
+
+def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool | None = None,
                 bucket_elements: float | None = None, profile=None) -> dict:
     """The plain-number keyword arguments of :func:`step_time_terms` for one (model, cluster, plan).
+    ``overlap_comm`` ``None``: :func:`default_overlap_comm` of the plan's engine.
     A measured ``profile`` (:class:`workbench.calibrate.HardwareProfile`) replaces the datasheet-derived inputs it
     measured (GEMM curve, memory bandwidth, links, host link, CPU Adam rate)."""
+    if overlap_comm is None:
+        overlap_comm = default_overlap_comm(plan.engine)
     gpu = cluster.gpu
     curve = efficiency_curve(gpu.name)
     net = calibration()["network"]
@@ -461,9 +481,11 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         vocab_size=padded_vocab_size(model.vocab_size, plan.tensor_parallel),
         causal_attention=int(model.attention is AttentionImpl.FLASH),
         unfused_attention=int(model.attention is AttentionImpl.UNFUSED),
-        # Megatron-LM trains with its fused scale-mask-softmax kernel (--masked-softmax-fusion is on by default);
-        # a megatron-core model under DeepSpeed keeps TransformerConfig's masked_softmax_fusion=False default
-        softmax_fusion=int(plan.engine is Engine.MEGATRON), attention_dropout=model.attention_dropout,
+        # Megatron-LM trains with its fused scale-mask-softmax kernel (--masked-softmax-fusion is on by default)
+        # when its kernels are there (plan.fused_kernels); a megatron-core model under DeepSpeed keeps
+        # TransformerConfig's masked_softmax_fusion=False default
+        softmax_fusion=int(plan.engine is Engine.MEGATRON and plan.fused_kernels),
+        attention_dropout=model.attention_dropout,
         num_parameters=counts.total, parameters_per_layer=counts.per_layer,
         tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
         virtual_pipeline=plan.virtual_pipeline, context_parallel=plan.context_parallel,
@@ -474,6 +496,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         distributed_optimizer=int(plan.distributed_optimizer), recompute=RECOMPUTE_CODES[plan.recompute],
         recompute_fraction=fraction, bytes_per_value=plan.precision.bytes_per_value,
         grad_bucket_elements=bucket_elements, overlap_comm=int(overlap_comm),
+        # Megatron with bf16 accumulates and reduces fp32 main gradients (DDP grad_reduce_in_fp32; Megatron-LM turns
+        # --accumulate-allreduce-grads-in-fp32 on for bf16); fp16 reduces 16-bit gradients
+        grad_reduce_bytes_per_value=(4.0 if plan.engine is Engine.MEGATRON and plan.precision is Precision.BF16
+                                     else plan.precision.bytes_per_value),
         peak_flops=gpu.peak_flops(plan.precision), hbm_gb_per_s=gpu.hbm_gb_per_s,
         gpus_per_node=cluster.gpus_per_node,
         intra_node_gb_per_s=cluster.intra_node_gb_per_s * net["intra_node_bandwidth_efficiency"],
@@ -481,9 +507,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         host_link_gb_per_s=gpu.host_link_gb_per_s, intra_node_latency_s=net["intra_node_latency_s"],
         inter_node_latency_s=net["inter_node_latency_s"], gemm_efficiency_max=curve["gemm_efficiency_max"],
         gemm_half_dim=curve["gemm_half_dim"], memory_passes=curve["memory_passes"],
-        hbm_efficiency=curve["hbm_efficiency"],
+        hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
         cpu_adam_params_per_second_per_node=calibration()["cpu_adam"]["params_per_second_per_node"],
-        optimizer_bytes_per_parameter=calibration()["gpu_optimizer"]["bytes_per_parameter"],
+        optimizer_bytes_per_parameter=calibration()["gpu_optimizer"][
+            "bytes_per_parameter" if plan.fused_kernels else "torch_foreach_bytes_per_parameter"],
         deepspeed_step_bytes_per_parameter=ds["step_bytes_per_parameter"] if deepspeed else 0.0,
         zero3_modules_per_layer=zero3_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
@@ -574,13 +601,13 @@ class TimeEstimate:
         }
 
 
-def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool = True,
+def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool | None = None,
                   bucket_elements: float | None = None, profile=None) -> TimeEstimate:
     """Step time, throughput and utilisation of ``plan`` for ``model`` on ``cluster`` (see module docstring).
     Validates the three specs together first (``ValueError`` naming fields and numbers).
 
-    ``overlap_comm`` (DeepSpeed ``overlap_comm`` / Megatron ``overlap_grad_reduce``) lets the data-parallel
-    reduction hide behind backward compute; ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or
+    ``overlap_comm`` (DeepSpeed ``overlap_comm`` / Megatron ``overlap_grad_reduce``; ``None``: the engine's
+    default, :func:`default_overlap_comm`) lets the data-parallel reduction hide behind backward compute; ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or
     Megatron's DDP bucket. ``profile``: a measured :class:`workbench.calibrate.HardwareProfile` (see
     :func:`time_inputs`); ``calibration_source`` then names it."""
     validate(model, cluster, plan)

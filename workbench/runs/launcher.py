@@ -536,7 +536,12 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
         store.finish(run_id, status="invalid", reason=str(exc))
         raise
 
-    predicted = predicted_numbers(model, cluster, plan)
+    # what train.py runs: megatron-core's local layer spec (unfused softmax) and, without Apex/Transformer Engine,
+    # torch's Adam for the megatron engine; torch's Adam for DeepSpeed when ``torch_adam``
+    unfused = plan.engine is Engine.MEGATRON or (torch_adam and plan.offload_optimizer.value == "none"
+                                                 and ds_config is not None
+                                                 and ds_config.get("optimizer", {}).get("params", {}).get("torch_adam"))
+    predicted = predicted_numbers(model, cluster, plan.replace(fused_kernels=False) if unfused else plan)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics").mkdir(exist_ok=True)
     options = {"engine": str(plan.engine), "steps": steps, "data": data if isinstance(data, str) else source.kind,
