@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from workbench import ClusterSpec, ParallelPlan
+from workbench import memory as M
 from workbench.calibrate import (NO_PROFILE_NOTE, HardwareProfile, fit_collective, fit_gemm, load_profile,
                                  profile_names)
 from workbench.calibrate.profile import compare_with_datasheet
@@ -119,11 +120,14 @@ def test_profile_applies_measured_links_and_overheads():
     assert inputs["intra_node_latency_s"] == pytest.approx(8e-6, rel=1e-6)
     assert inputs["host_link_gb_per_s"] == pytest.approx(51.0)
     assert inputs["cpu_adam_params_per_second_per_node"] == 1.5e9
-    assert inputs["hbm_efficiency"] == pytest.approx(4000 / 4800)
+    # a copy rate above the curve's kernel fraction bounds it from above only; a slower one lowers it
+    assert inputs["hbm_efficiency"] == pytest.approx(min(4000 / 4800, efficiency_curve("H200")["hbm_efficiency"]))
+    slow = prof.replace(device_memory_gb_per_s=3000.0).time_overrides(c, plan.precision)[0]
+    assert slow["hbm_efficiency"] == pytest.approx(3000 / 4800)
     assert "inter-node link: catalog" in notes
-    small = estimate(m, c, plan, profile=h200_profile(context_gib=1.0, reserve=0.05))
-    large = estimate(m, c, plan, profile=h200_profile(context_gib=3.0, reserve=0.05))
-    more_reserve = estimate(m, c, plan, profile=h200_profile(context_gib=1.0, reserve=0.30))
+    small = estimate(m, c, plan, profile=h200_profile(context_gib=2.0, reserve=0.05))
+    large = estimate(m, c, plan, profile=h200_profile(context_gib=4.0, reserve=0.05))
+    more_reserve = estimate(m, c, plan, profile=h200_profile(context_gib=2.0, reserve=0.30))
     gib = 2**30
     assert large.memory.per_gpu_peak_bytes - small.memory.per_gpu_peak_bytes == pytest.approx(2 * gib, abs=2)
     assert more_reserve.memory.per_gpu_peak_bytes > small.memory.per_gpu_peak_bytes
@@ -131,6 +135,18 @@ def test_profile_applies_measured_links_and_overheads():
     # a plan in a precision the profile did not measure keeps the catalog curve, and says so
     fp16 = prof.time_overrides(c, "fp16")
     assert "gemm_efficiency_max" not in fp16[0] and any("catalog (no fp16" in n for n in fp16[1])
+
+
+def test_bare_process_context_is_a_lower_bound_on_a_gpu():
+    m, c, plan = _specs(zero_stage=1)
+    bare = h200_profile(context_gib=0.5, reserve=0.05)
+    at_constant = h200_profile(context_gib=M.CUDA_CONTEXT_BYTES / 2**30, reserve=0.05)
+    assert (estimate(m, c, plan, profile=bare).memory.per_gpu_peak_bytes
+            == estimate(m, c, plan, profile=at_constant).memory.per_gpu_peak_bytes)
+    assert any("lower bound" in n for n in bare.memory_overheads()[1])
+    # a CPU profile's own figures are used as they are
+    cpu = bare.replace(device_kind="cpu")
+    assert cpu.memory_overheads()[0]["context_bytes"] == int(0.5 * 2**30)
 
 
 def test_profile_for_another_gpu_is_refused():
