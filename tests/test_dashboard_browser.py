@@ -81,6 +81,15 @@ FIGURE_JS = """() => {
   return gd && gd.data ? gd.data.map(t => Array.from(t.y || [])) : null;
 }"""
 
+# A view's first plotly graph has drawn points (VIEW: the view's class).
+PLOT_HAS_POINTS_JS = """() => {
+  const gd = document.querySelector('.VIEW .js-plotly-plot');
+  return !!(gd && gd.data && gd.data.length && gd.data[0].x && gd.data[0].x.length > 0);
+}"""
+
+# An element shows a text (widgets update one message at a time: wait for each, do not assume an order).
+TEXT_JS = "() => {{ const e = document.querySelector('{selector}'); return !!(e && e.innerText.includes('{text}')); }}"
+
 
 def test_dashboard_changes_memory_in_chromium():
     require_chromium()
@@ -139,13 +148,20 @@ def test_dashboard_changes_memory_in_chromium():
                 page.locator(".lm-TabBar-tab", has_text="Planner").click()
                 page.wait_for_selector(".wb-planner-table tr.wb-planner-row", timeout=60_000)
                 assert page.locator(".wb-planner-table tr.wb-planner-row").count() == 10
-                assert "plans evaluated" in page.inner_text(".wb-planner-status")
-                assert "Fastest:" in page.inner_text(".wb-planner-explanation")
+                page.wait_for_function(TEXT_JS.format(selector=".wb-planner-status", text="plans evaluated"),
+                                       timeout=30_000)
+                page.wait_for_function(TEXT_JS.format(selector=".wb-planner-explanation", text="Fastest:"),
+                                       timeout=30_000)
+                page.wait_for_function(PLOT_HAS_POINTS_JS.replace("VIEW", "wb-planner"), timeout=90_000)
+                page.set_viewport_size({"width": 1500, "height": 1900})
                 page.screenshot(path=str(OUTPUT / "dashboard-planner.png"), full_page=True)
                 # The advisor tab: the checks as rows, the diagnostic commands.
                 page.locator(".lm-TabBar-tab", has_text="Advisor").click()
                 page.wait_for_selector(".wb-advisor-checks tr.wb-check", timeout=60_000)
-                assert "nsys profile" in page.inner_text(".wb-advisor-commands")
+                page.wait_for_function(TEXT_JS.format(selector=".wb-advisor-commands", text="nsys profile"),
+                                       timeout=30_000)
+                page.wait_for_function(PLOT_HAS_POINTS_JS.replace("VIEW", "wb-advisor"), timeout=90_000)
+                page.set_viewport_size({"width": 1500, "height": 2600})
                 page.screenshot(path=str(OUTPUT / "dashboard-advisor.png"), full_page=True)
                 # No launch tab on a dashboard served without WORKBENCH_DASHBOARD_ALLOW_LAUNCH=1.
                 assert page.locator(".lm-TabBar-tab", has_text="Launch").count() == 0

@@ -94,10 +94,6 @@ class AdvisorView(View):
         self.app = app
         self.checks = ipw.HTML()
         self.fig = go.FigureWidget()
-        self.fig.add_waterfall(x=[], y=[], measure=[], text=[], textposition="outside", orientation="v",
-                               increasing=dict(marker_color="#d62728"), decreasing=dict(marker_color="#2ca02c"),
-                               totals=dict(marker_color="#4c78a8"), connector=dict(line=dict(color="#888")),
-                               hovertemplate="%{x}<br>%{text}<extra></extra>")
         self.fig.update_layout(height=380, width=760, margin=dict(l=60, r=20, t=50, b=140),
                                yaxis_title="peak memory per GPU (GiB)", showlegend=False,
                                xaxis=dict(tickangle=-20, tickfont=dict(size=10)))
@@ -120,6 +116,7 @@ class AdvisorView(View):
                                 heading("Throughput: what is exposed, what to try"), self.throughput,
                                 heading("Diagnostics"), self.commands,
                                 heading("Training log"), self.log_text, self.log_button, self.log_result])
+        self.widget.add_class("wb-advisor")
         self.advice = None
         self.log_summary = None
         self._state = None
@@ -154,9 +151,14 @@ class AdvisorView(View):
         mem = s.estimate.memory
         capacity = mem.capacity_bytes / GIB
         bars = ladder_bars(int(mem.per_gpu_peak_bytes), a.oom_ladder)
+        # the waterfall is replaced, not restyled: the browser's plotly does not apply a restyle of ``measure``
+        self.fig.data = ()
+        self.fig.add_waterfall(x=bars["x"], y=bars["y"], measure=bars["measure"], text=bars["text"],
+                               textposition="outside", orientation="v",
+                               increasing=dict(marker_color="#d62728"), decreasing=dict(marker_color="#2ca02c"),
+                               totals=dict(marker_color="#4c78a8"), connector=dict(line=dict(color="#888")),
+                               hovertemplate="%{x}<br>%{text}<extra></extra>")
         with self.fig.batch_update():
-            w = self.fig.data[0]
-            w.x, w.y, w.measure, w.text = bars["x"], bars["y"], bars["measure"], bars["text"]
             self.fig.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, y0=capacity, y1=capacity,
                                            line=dict(color="#b00020", dash="dash"))]
             self.fig.layout.annotations = [dict(xref="paper", x=1, y=capacity, xanchor="right", yanchor="bottom",

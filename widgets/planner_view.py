@@ -105,14 +105,15 @@ class PlannerView(View):
         self.fig.add_scatter(name="fastest", mode="markers", x=[], y=[],
                              marker=dict(symbol="star", color="#2ca02c", size=16, line=dict(width=1, color="black")),
                              hovertemplate="%{text}<extra>fastest</extra>")
-        self.fig.update_layout(height=360, width=660, margin=dict(l=70, r=20, t=40, b=50),
+        self.fig.update_layout(height=400, width=660, margin=dict(l=70, r=20, t=40, b=90),
                                xaxis_title="memory headroom per GPU (GiB free)", yaxis_title="tokens/s",
-                               legend=dict(orientation="h", x=1, xanchor="right", y=1.02, yanchor="bottom"))
+                               legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top"))
         self.explanation = ipw.HTML()
         self.explanation.add_class("wb-planner-explanation")
         self.widget = ipw.VBox([ipw.HBox([self.global_batch, self.headroom, self.offload, self.search_button]),
                                 self.status, self.error, self.table, ipw.HBox([self.choice, self.use_button]),
                                 self.fig, self.explanation])
+        self.widget.add_class("wb-planner")
         self.result = None
         self._state = None
         self._searched_for = None
