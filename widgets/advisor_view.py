@@ -93,10 +93,10 @@ class AdvisorView(View):
     def __init__(self, app=None) -> None:
         self.app = app
         self.checks = ipw.HTML()
-        self.fig = go.FigureWidget()
-        self.fig.update_layout(height=380, width=760, margin=dict(l=60, r=20, t=50, b=140),
-                               yaxis_title="peak memory per GPU (GiB)", showlegend=False,
-                               xaxis=dict(tickangle=-20, tickfont=dict(size=10)))
+        self.fig = None
+        """The waterfall (a plotly ``FigureWidget``), made at the first redraw: each figure is a browser-side model
+        that must start within anywidget's 2 s, so the page does not start figures of tabs nobody opened."""
+        self.figure_box = ipw.Box()
         self.ladder_note = ipw.HTML()
         self.ladder_note.add_class("wb-advisor-ladder")
         self.throughput = ipw.HTML()
@@ -112,7 +112,7 @@ class AdvisorView(View):
         self.error = ipw.HTML()
         heading = lambda text: ipw.HTML(f"<h4 style='margin:10px 0 2px'>{text}</h4>")  # noqa: E731
         self.widget = ipw.VBox([self.error, heading("Checks (the guide's rules on this plan)"), self.checks,
-                                heading("Out of memory: the guide's ladder"), self.ladder_note, self.fig,
+                                heading("Out of memory: the guide's ladder"), self.ladder_note, self.figure_box,
                                 heading("Throughput: what is exposed, what to try"), self.throughput,
                                 heading("Diagnostics"), self.commands,
                                 heading("Training log"), self.log_text, self.log_button, self.log_result])
@@ -151,8 +151,15 @@ class AdvisorView(View):
         mem = s.estimate.memory
         capacity = mem.capacity_bytes / GIB
         bars = ladder_bars(int(mem.per_gpu_peak_bytes), a.oom_ladder)
-        # the waterfall is replaced, not restyled: the browser's plotly does not apply a restyle of ``measure``
-        self.fig.data = ()
+        if self.fig is None:
+            self.fig = go.FigureWidget()
+            self.fig.update_layout(height=380, width=760, margin=dict(l=60, r=20, t=50, b=140),
+                                   yaxis_title="peak memory per GPU (GiB)", showlegend=False,
+                                   xaxis=dict(tickangle=-20, tickfont=dict(size=10)))
+            self.figure_box.children = [self.fig]
+        # the waterfall is replaced, not restyled (the number of bars changes with the ladder)
+        if self.fig.data:  # (deleting no traces sends an empty deleteTraces the browser's plotly trips on)
+            self.fig.data = ()
         self.fig.add_waterfall(x=bars["x"], y=bars["y"], measure=bars["measure"], text=bars["text"],
                                textposition="outside", orientation="v",
                                increasing=dict(marker_color="#d62728"), decreasing=dict(marker_color="#2ca02c"),

@@ -92,6 +92,21 @@ class PlannerView(View):
         self.use_button = ipw.Button(description="Use this plan", icon="check", disabled=True)
         self.use_button.add_class("wb-planner-use")
         self.use_button.on_click(lambda _: self.use_plan())
+        self.fig = None
+        """The scatter (a plotly ``FigureWidget``), made when the tab is first shown: each figure is a browser-side
+        model that must start within anywidget's 2 s, so the page does not start figures of tabs nobody opened."""
+        self.figure_box = ipw.Box()
+        self.explanation = ipw.HTML()
+        self.explanation.add_class("wb-planner-explanation")
+        self.widget = ipw.VBox([ipw.HBox([self.global_batch, self.headroom, self.offload, self.search_button]),
+                                self.status, self.error, self.table, ipw.HBox([self.choice, self.use_button]),
+                                self.figure_box, self.explanation])
+        self.widget.add_class("wb-planner")
+        self.result = None
+        self._state = None
+        self._searched_for = None
+
+    def _build_figure(self) -> None:
         self.fig = go.FigureWidget()
         self.fig.add_scatter(name="feasible plans", mode="markers", x=[], y=[],
                              marker=dict(color="#9ecae1", size=8, line=dict(width=0.5, color="#3182bd")),
@@ -108,18 +123,12 @@ class PlannerView(View):
         self.fig.update_layout(height=400, width=660, margin=dict(l=70, r=20, t=40, b=90),
                                xaxis_title="memory headroom per GPU (GiB free)", yaxis_title="tokens/s",
                                legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top"))
-        self.explanation = ipw.HTML()
-        self.explanation.add_class("wb-planner-explanation")
-        self.widget = ipw.VBox([ipw.HBox([self.global_batch, self.headroom, self.offload, self.search_button]),
-                                self.status, self.error, self.table, ipw.HBox([self.choice, self.use_button]),
-                                self.fig, self.explanation])
-        self.widget.add_class("wb-planner")
-        self.result = None
-        self._state = None
-        self._searched_for = None
+        self.figure_box.children = [self.fig]
 
     # -- state ----------------------------------------------------------------------------------------------------
     def show(self, state) -> None:
+        if self.fig is None:
+            self._build_figure()
         previous, self._state = self._state, state
         if previous is None or previous.plan.global_batch_size != state.plan.global_batch_size:
             self.global_batch.value = state.plan.global_batch_size
