@@ -39,7 +39,22 @@ def cases(num_gpus: int, mbs: int) -> list[dict]:
             for recompute in ("none", "full"):
                 out.append(dict(name=f"ds-z{zero}-{recompute}-{n}gpu", n=n,
                                 plan=dict(engine="deepspeed", zero_stage=zero, recompute=recompute)))
+    # megatron-core's own DDP + optimizer on one GPU, with and without full recompute
+    out.append(dict(name="megatron-1gpu", n=1, plan=dict(engine="megatron")))
+    out.append(dict(name="megatron-1gpu-full", n=1, plan=dict(engine="megatron", recompute="full")))
+    out.append(dict(name="megatron-1gpu-gbs4", n=1, plan=dict(engine="megatron", global_batch_size=4 * mbs)))
     if num_gpus >= 2:
+        out.append(dict(name="megatron-dp2-distopt", n=2, plan=dict(engine="megatron", distributed_optimizer=True)))
+        out.append(dict(name="megatron-dp2", n=2, plan=dict(engine="megatron")))
+        out.append(dict(name="megatron-tp2-full", n=2, plan=dict(engine="megatron", tensor_parallel=2,
+                                                                   recompute="full")))
+        out.append(dict(name="megatron-pp2-vp2", n=2, plan=dict(engine="megatron", pipeline_parallel=2,
+                                                                  virtual_pipeline=2, global_batch_size=4 * mbs)))
+        out.append(dict(name="megatron-pp2-full", n=2, plan=dict(engine="megatron", pipeline_parallel=2,
+                                                                   recompute="full", global_batch_size=4 * mbs)))
+        out.append(dict(name="hybrid-tp2-zero1-full", n=2, plan=dict(engine="megatron-deepspeed",
+                                                                       tensor_parallel=2, zero_stage=1,
+                                                                       recompute="full")))
         out.append(dict(name="megatron-tp2", n=2, plan=dict(engine="megatron", tensor_parallel=2)))
         out.append(dict(name="megatron-pp2", n=2, plan=dict(engine="megatron", pipeline_parallel=2,
                                                               global_batch_size=4 * mbs)))
