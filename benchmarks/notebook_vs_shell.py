@@ -4,7 +4,8 @@
 The notebook route keeps a kernel alive beside the ranks and refreshes the live monitor while they train; this
 measures what that costs (target: step time within 3%). Runs alternate shell, notebook, notebook, shell, ... so
 drift in the machine's load affects both routes alike; each route's figure is the median of its runs' median step
-seconds (steps after the first two).
+seconds (steps after the first two). Also printed: the spread over runs, and the CPU seconds each route used in all
+(ranks, launcher, and the CLI process or the notebook kernel with its live monitor).
 
     python benchmarks/notebook_vs_shell.py                 # CPU: the notebook's tiny defaults, 2 processes
     python benchmarks/notebook_vs_shell.py --preset gpu    # CUDA: a 1.3B-sized GPT on 1 GPU (default when CUDA is there)
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,15 +49,27 @@ def cli_command(p: dict) -> list[str]:
             "--lr", str(p["lr"]), "--gpu", p["gpu_name"], "--json"]
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and its waited-for descendants: the ranks, the launcher, and
+    the CLI process or the notebook kernel."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        u = resource.getrusage(who)
+        total += u.ru_utime + u.ru_stime
+    return total
+
+
 def run_shell(p: dict, env: dict) -> dict:
+    c0 = cpu_seconds()
     t0 = time.perf_counter()
     out = subprocess.run(cli_command(p), cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
+    cpu = cpu_seconds() - c0
     try:
         rec = json.loads(out.stdout)
     except ValueError:
         return {"status": "failed", "reason": (out.stderr or out.stdout).strip()[-400:], "wall_seconds": wall}
-    return {"status": rec["status"], "reason": rec["reason"], "wall_seconds": wall,
+    return {"status": rec["status"], "reason": rec["reason"], "wall_seconds": wall, "cpu_seconds": cpu,
             "median_step_seconds": rec["measured"]["median_step_seconds"], "losses": rec["losses"]}
 
 
@@ -65,6 +79,7 @@ def run_notebook(p: dict, work: Path, index: int) -> dict:
     from workbench.nbrecord import read_records
 
     out = work / f"launch_runs_{index}.ipynb"
+    c0 = cpu_seconds()
     t0 = time.perf_counter()
     try:
         papermill.execute_notebook(str(ROOT / "notebooks" / "launch_runs.ipynb"), str(out), cwd=str(ROOT),
@@ -72,8 +87,9 @@ def run_notebook(p: dict, work: Path, index: int) -> dict:
     except Exception as exc:  # noqa: BLE001 - report, do not crash the comparison
         return {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc)[-400:]}",
                 "wall_seconds": time.perf_counter() - t0}
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     rec = read_records(out)
-    return {"status": rec.get("status"), "reason": "", "wall_seconds": time.perf_counter() - t0,
+    return {"status": rec.get("status"), "reason": "", "wall_seconds": wall, "cpu_seconds": cpu,
             "median_step_seconds": (rec.get("measured") or {}).get("median_step_seconds"),
             "losses": rec.get("losses")}
 
@@ -115,16 +131,20 @@ def main(argv=None) -> int:
         runs[route].append(r)
         sec = r.get("median_step_seconds")
         print(f"{route:9} {r['status']:10} median step {'-' if sec is None else f'{sec:.4f} s':>10}  "
-              f"wall {r['wall_seconds']:.1f} s  {r.get('reason') or ''}", flush=True)
+              f"wall {r['wall_seconds']:.1f} s  CPU {r.get('cpu_seconds', 0):.1f} s  {r.get('reason') or ''}",
+              flush=True)
     summary = {}
     for route, rs in runs.items():
         secs = [r["median_step_seconds"] for r in rs if r["status"] == "completed" and r.get("median_step_seconds")]
         summary[route] = statistics.median(secs) if secs else None
     print()
-    print(f"{'route':10}{'runs':>6}{'median step s':>15}")
+    print(f"{'route':10}{'runs':>6}{'median step s':>15}{'min':>9}{'max':>9}{'CPU s/run':>11}")
     for route, rs in runs.items():
         val = summary[route]
-        print(f"{route:10}{len(rs):>6}{'-' if val is None else f'{val:.4f}':>15}")
+        secs = [r["median_step_seconds"] for r in rs if r.get("median_step_seconds")]
+        cpu = statistics.median([r.get("cpu_seconds", 0.0) for r in rs])
+        print(f"{route:10}{len(rs):>6}{'-' if val is None else f'{val:.4f}':>15}"
+              f"{min(secs, default=0):>9.4f}{max(secs, default=0):>9.4f}{cpu:>11.1f}")
     ok = summary["shell"] and summary["notebook"]
     result = {"preset": preset, "params": p, "runs": runs, "summary": summary}
     if ok:
