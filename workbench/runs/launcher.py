@@ -94,9 +94,18 @@ def check_ds_config(config: dict, plan: ParallelPlan, *, on_gpu: bool) -> None:
         raise ValueError(f"ds_config zero_optimization.stage={stage} != plan zero_stage={int(plan.zero_stage)}")
 
 
-def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> Optional[dict]:
-    """``{"per_gpu_peak_bytes", "allocated_bytes", "step_seconds"}`` from :func:`workbench.estimate.estimate` (``step_seconds`` is
-    None while the estimate has no time model); ``{"error": ...}`` when the estimate refuses the specs."""
+CPU_MEMORY_NOT_COMPARABLE = (
+    "CPU run: the memory model predicts GPU bytes (allocator peak plus CUDA context and workspaces), the CPU run "
+    "measures each rank's peak resident set size (Python, torch and the framework's libraries included)")
+
+
+def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
+                      on_gpu: bool = True) -> Optional[dict]:
+    """``{"per_gpu_peak_bytes", "allocated_bytes", "step_seconds", "memory_comparable", ...}`` from
+    :func:`workbench.estimate.estimate` (``step_seconds`` is None while the estimate has no time model);
+    ``{"error": ...}`` when the estimate refuses the specs. For a run on the CPU (``on_gpu=False``) the memory
+    prediction is kept but marked ``memory_comparable=False`` with ``memory_not_comparable_reason``: it counts GPU
+    bytes, the run measures peak RSS."""
     from workbench.estimate import estimate
 
     try:
@@ -105,9 +114,13 @@ def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
         return {"per_gpu_peak_bytes": None, "step_seconds": None, "error": str(exc)}
     time_part = getattr(est, "time", None)
     step_seconds = getattr(time_part, "step_seconds", None) if time_part is not None else None
-    return {"per_gpu_peak_bytes": int(est.memory.per_gpu_peak_bytes),
-            "allocated_bytes": int(est.memory.per_gpu_peak_bytes - est.memory.breakdown.overhead),
-            "step_seconds": float(step_seconds) if step_seconds is not None else None}
+    out = {"per_gpu_peak_bytes": int(est.memory.per_gpu_peak_bytes),
+           "allocated_bytes": int(est.memory.per_gpu_peak_bytes - est.memory.breakdown.overhead),
+           "step_seconds": float(step_seconds) if step_seconds is not None else None,
+           "memory_comparable": bool(on_gpu)}
+    if not on_gpu:
+        out["memory_not_comparable_reason"] = CPU_MEMORY_NOT_COMPARABLE
+    return out
 
 
 def free_port() -> int:
@@ -614,7 +627,7 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
         script_text = launch_script(cmd, run_env)
         command = " ".join(shlex.quote(c) for c in cmd)
 
-    predicted = predicted_numbers(model, cluster, plan)
+    predicted = predicted_numbers(model, cluster, plan, on_gpu=on_gpu)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics").mkdir(exist_ok=True)
     options = {"engine": str(plan.engine), "steps": steps, "data": data if isinstance(data, str) else source.kind,
