@@ -181,7 +181,8 @@ def main(argv=None) -> int:
         plan = ParallelPlan(world_size=case["n"], precision="bf16", **case["plan"])
         cluster = ClusterSpec(gpu=gpu, gpus_per_node=case["n"])
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, device_ids))}
-        r = launch(case.get("model", model), cluster, plan, steps=args.steps, nproc=case["n"], store=store, run_dir=work / case["name"],
+        r = launch(case.get("model", model), cluster, plan, steps=args.steps, nproc=case["n"], store=store,
+                   run_dir=work / case["name"],
                    launcher="torchrun", timeout_seconds=args.run_timeout, env=env)
         return r, plan
 

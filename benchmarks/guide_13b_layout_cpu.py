@@ -97,7 +97,8 @@ def stage_of(rank: int, p: ParallelPlan) -> int:
 
 def markdown(rows, refused: str, seconds: float) -> str:
     lines = ["# The guide's 13B layout at tiny width on 8 CPU processes", "",
-             "`python benchmarks/guide_13b_layout_cpu.py` — GPT-3 13B architecture with 8 layers, 40 heads of head_dim 2 "
+             "`python benchmarks/guide_13b_layout_cpu.py` — GPT-3 13B architecture with 8 layers, 40 heads of "
+             "head_dim 2 "
              "(hidden 80, FFN 320), vocab 512, seq 32; fp32, global batch 4 (micro-batch 1), 3 steps, gloo, through "
              "`workbench.runs.launch`. Peak RSS is each rank's `ru_maxrss` (the whole process: torch, megatron-core, "
              "gloo buffers), so it measures the framework more than the model at this size. Median step seconds of 3 "

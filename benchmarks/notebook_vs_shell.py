@@ -8,7 +8,7 @@ seconds (steps after the first two). Also printed: the spread over runs, and the
 (ranks, launcher, and the CLI process or the notebook kernel with its live monitor).
 
     python benchmarks/notebook_vs_shell.py                 # CPU: the notebook's tiny defaults, 2 processes
-    python benchmarks/notebook_vs_shell.py --preset gpu    # CUDA: a 1.3B-sized GPT on 1 GPU (default when CUDA is there)
+    python benchmarks/notebook_vs_shell.py --preset gpu    # a 1.3B-sized GPT on 1 GPU (default with CUDA)
 """
 from __future__ import annotations
 
