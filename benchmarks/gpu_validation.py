@@ -65,6 +65,49 @@ def cases(num_gpus: int, mbs: int) -> list[dict]:
     return out
 
 
+GUIDE_13B_LAYERS = 8
+
+
+def guide13b_model(num_layers: int = GUIDE_13B_LAYERS):
+    """The seed guide's GPT-3-like 13B (hidden 5120, 40 heads of 128, FFN 4h, seq 2048, vocab 50257; GELU,
+    LayerNorm, biases, tied embeddings, learned positions) with fewer layers so its TP2 or PP2 slice fits 2 GPUs."""
+    return catalog_model("gpt3-13b").replace(name=f"guide-13b-{num_layers}layers", num_layers=num_layers,
+                                             hidden_size=5120, head_dim=128, ffn_hidden_size=4 * 5120)
+
+
+def guide13b_cases(num_gpus: int, num_layers: int = GUIDE_13B_LAYERS) -> list[dict]:
+    """The guide's 13B layout (TP4 x PP2 on 8 GPUs) cut to what 2 GPUs take: its tensor-parallel half and its
+    pipeline half, through the same launcher path; micro-batch 1 as in the guide. Only run when named in --only."""
+    if num_gpus < 2:
+        return []
+    m, tag = guide13b_model(num_layers), f"{num_layers}layers"
+    out = [dict(name=f"guide13b-tp2-pp1-{tag}", n=2, model=m, plan=dict(engine="megatron", tensor_parallel=2,
+                                                                         global_batch_size=4)),
+           dict(name=f"guide13b-tp1-pp2-{tag}", n=2, model=m, plan=dict(engine="megatron", pipeline_parallel=2,
+                                                                         global_batch_size=8)),
+           dict(name=f"guide13b-tp1-pp2-vp2-{tag}", n=2, model=m, plan=dict(engine="megatron", pipeline_parallel=2,
+                                                                             virtual_pipeline=2, global_batch_size=8)),
+           dict(name=f"guide13b-tp2-hybrid-zero1-{tag}", n=2, model=m,
+                plan=dict(engine="megatron-deepspeed", tensor_parallel=2, zero_stage=1, global_batch_size=4))]
+    for c in out:
+        c["plan"].setdefault("micro_batch_size", 1)
+    return out
+
+
+def selected(all_cases: list[dict], default: list[dict], only: str) -> list[dict]:
+    """--only: comma-separated names or shell patterns (``guide13b-*``); without it, the default cases."""
+    import fnmatch
+
+    if not only:
+        return default
+    patterns = [x.strip() for x in only.split(",") if x.strip()]
+    unknown = [pat for pat in patterns if not any(fnmatch.fnmatchcase(c["name"], pat) for c in all_cases)]
+    if unknown:
+        raise ValueError(f"--only {', '.join(unknown)}: no such case; known: "
+                         f"{', '.join(c['name'] for c in all_cases)}")
+    return [c for c in all_cases if any(fnmatch.fnmatchcase(c["name"], pat) for pat in patterns)]
+
+
 def matmul_tflops(seconds: float = 3.0, size: int = 8192) -> float:
     """Measured dense bf16 matmul rate on GPU 0, TFLOP/s (2·n³ FLOPs per product)."""
     import torch
@@ -97,9 +140,16 @@ def main(argv=None) -> int:
     ap.add_argument("--micro-batch-size", type=int, default=4)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--gpu", default="H200", help="catalog GPU entry")
-    ap.add_argument("--only", default="", help="comma-separated case names to run")
+    ap.add_argument("--only", default="", help="comma-separated case names or patterns to run (e.g. "
+                                               "guide13b-tp2-pp1-8layers or 'guide13b-*'; the guide13b cases run only "
+                                               "when named)")
+    ap.add_argument("--list", action="store_true", help="print the case names for 2 GPUs and exit")
     ap.add_argument("--run-timeout", type=float, default=240)
     args = ap.parse_args(argv)
+    if args.list:
+        for c in cases(2, args.micro_batch_size) + guide13b_cases(2):
+            print(c["name"])
+        return 0
     import torch
 
     if not torch.cuda.is_available():
@@ -118,7 +168,12 @@ def main(argv=None) -> int:
     gpu = catalog_gpu(args.gpu)
     rate = matmul_tflops()
     print(f"bf16 matmul on GPU 0: {rate:.0f} TFLOP/s", flush=True)
-    todo = [c for c in cases(num_gpus, args.micro_batch_size) if not args.only or c["name"] in args.only.split(",")]
+    default = cases(num_gpus, args.micro_batch_size)
+    try:
+        todo = selected(default + guide13b_cases(num_gpus), default, args.only)
+    except ValueError as exc:
+        print(f"gpu_validation: {exc}", file=sys.stderr)
+        return 2
     results = []
     t_start = time.time()
 
@@ -126,7 +181,8 @@ def main(argv=None) -> int:
         plan = ParallelPlan(world_size=case["n"], precision="bf16", **case["plan"])
         cluster = ClusterSpec(gpu=gpu, gpus_per_node=case["n"])
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, device_ids))}
-        r = launch(model, cluster, plan, steps=args.steps, nproc=case["n"], store=store, run_dir=work / case["name"],
+        r = launch(case.get("model", model), cluster, plan, steps=args.steps, nproc=case["n"], store=store,
+                   run_dir=work / case["name"],
                    launcher="torchrun", timeout_seconds=args.run_timeout, env=env)
         return r, plan
 
@@ -154,7 +210,8 @@ def main(argv=None) -> int:
                    "predicted_step_seconds": (rec["predicted"] or {}).get("step_seconds"),
                    "measured_step_seconds": rec["measured"].get("median_step_seconds"),
                    "losses": rec["losses"], "run_dir": str(r.run_dir),
-                   "model_flops_per_step": model_flops_per_step(model, plan)}
+                   "model": case.get("model", model).name,
+                   "model_flops_per_step": model_flops_per_step(case.get("model", model), plan)}
             row["memory_error"] = relative_error(row["predicted_peak_bytes"], row["measured_peak_bytes"])
             row["time_error"] = relative_error(row["predicted_step_seconds"], row["measured_step_seconds"])
             if row["measured_step_seconds"]:

@@ -155,3 +155,56 @@ def test_a_failing_cell_fails_with_its_error(tmp_path, monkeypatch):
         run_notebook_at(path, {"x": 3}, tmp_path / "out", monkeypatch)
     message = str(info.value)
     assert "ValueError: bad x=3" in message and "failing.ipynb: cell" in message
+
+
+@pytest.mark.slow
+def test_planner(tmp_path, monkeypatch):
+    from workbench.planner import search
+
+    params = dict(model="gpt3-1.3b", gpu="H100-SXM", gpus_per_node=4, nodes=1, global_batch_size=16,
+                  precision="bf16", headroom=0.1, top=5)
+    rec = run_notebook("planner.ipynb", params, tmp_path, monkeypatch)
+    cluster = ClusterSpec(gpu=catalog.gpu("H100-SXM"), gpus_per_node=4, num_nodes=1)
+    expected = search(catalog.model("gpt3-1.3b"), cluster, global_batch_size=16, precision="bf16", headroom=0.1,
+                      top=5)
+    best = expected.best
+    assert rec["evaluated"] == expected.evaluated and rec["feasible"] == expected.feasible
+    assert rec["pareto_count"] == len(expected.pareto)
+    assert rec["best_plan"]["plan"] == best.describe()
+    assert rec["best_plan"]["tensor_parallel"] == best.plan.tensor_parallel
+    assert rec["best_plan"]["data_parallel"] * best.plan.tensor_parallel * best.plan.pipeline_parallel \
+        * best.plan.context_parallel == 4
+    assert rec["tokens_per_second"] == pytest.approx(best.tokens_per_second)
+    assert rec["peak_gib"] == pytest.approx(best.peak_bytes / GIB)
+    assert rec["peak_gib"] <= 0.9 * cluster.gpu.memory_bytes / GIB
+    assert rec["explanation_first_line"].startswith("Fastest: ")
+
+
+@pytest.mark.slow
+def test_troubleshooting(tmp_path, monkeypatch):
+    from workbench.advisor import oom_ladder
+
+    params = dict(model="gpt3-2.7b", gpu="A100-40GB", gpus_per_node=2, nodes=1, engine="megatron",
+                  tensor_parallel=1, pipeline_parallel=1, micro_batch_size=8, global_batch_size=32,
+                  precision="fp16", log_iterations=80, spike_at=70)
+    rec = run_notebook("troubleshooting.ipynb", params, tmp_path, monkeypatch)
+    model = catalog.model("gpt3-2.7b")
+    cluster = ClusterSpec(gpu=catalog.gpu("A100-40GB"), gpus_per_node=2, num_nodes=1)
+    plan = ParallelPlan(world_size=2, engine="megatron", micro_batch_size=8, global_batch_size=32, precision="fp16")
+    est = estimate(model, cluster, plan)
+    assert rec["fits"] is False and rec["peak_bytes"] == est.memory.per_gpu_peak_bytes
+    ladder = oom_ladder(model, cluster, plan)
+    assert [(s["step"], s["peak_bytes"], s["fits"]) for s in rec["ladder"]] == \
+        [(s.step, s.peak_bytes, s.fits) for s in ladder]
+    assert rec["ladder"][-1]["fits"] is True
+    # each applied rung lowers memory and costs time
+    peaks = [est.memory.per_gpu_peak_bytes] + [s["peak_bytes"] for s in rec["ladder"]]
+    assert all(b < a for a, b in zip(peaks, peaks[1:]))
+    assert all(s["slowdown"] >= 0 for s in rec["ladder"])
+    assert rec["working_step_seconds"] == pytest.approx(estimate(model, cluster, ladder[-1].plan).time.step_seconds)
+    assert rec["convergence"] == {"gradient_clipping": "pass", "loss_scale": "pass", "adam_betas": "pass"}
+    # the generated log: 8 progress lines, the spike at 70 found, the step time read back (predicted + 10 %)
+    assert rec["log"]["kind"] == "megatron" and rec["log"]["progress_lines"] == 8
+    assert rec["log"]["spikes"] == [70]
+    assert rec["log"]["median_step_seconds"] == pytest.approx(1.1 * rec["working_step_seconds"], rel=1e-3)
+    assert rec["log_findings"]["log_grad_norm_spikes"] == "warn"

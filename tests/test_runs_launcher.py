@@ -74,6 +74,19 @@ def test_megatron_tp2_and_pp2_equal_world_size_1(store, runs_root):
     assert (pp2.run_dir / "megatron_args.json").exists() and (pp2.run_dir / "launch.sh").exists()
 
 
+def test_megatron_interleaved_pp2_vp2_equals_world_size_1(store, runs_root):
+    """Interleaved 1F1B (4 layers, 2 stages x 2 virtual chunks, 4 micro-batches): the same losses as one process.
+    With 2 stages the previous and the next stage are one peer; the exchange must not mix activations with
+    gradients."""
+    four = TINY.replace(num_layers=4)
+    one = losses(run(store, runs_root, "vp-one", plan(1, engine="megatron", global_batch_size=4), model=four))
+    vp = run(store, runs_root, "vp2", plan(2, engine="megatron", pipeline_parallel=2, virtual_pipeline=2,
+                                            global_batch_size=4), model=four)
+    assert losses(vp) == pytest.approx(one, rel=1e-5, abs=1e-5)
+    args = json.loads((vp.run_dir / "megatron_args.json").read_text())
+    assert args["virtual_pipeline_model_parallel_size"] == 2 and args["batch_p2p_comm"] is False
+
+
 def test_hybrid_tp2_zero1_over_dp2_equals_world_size_1(store, runs_root):
     """4 processes: tensor parallel 2 × ZeRO-1 over data parallel 2, against DeepSpeed on one process."""
     one = losses(run(store, runs_root, "d1", plan(1, zero_stage=0, global_batch_size=2)))

@@ -225,3 +225,28 @@ def test_zero3_hooks_grow_with_recompute_and_deepspeed_step_costs_more():
     dsp = estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=1, global_batch_size=8))
     assert dsp.breakdown["optimizer"] == pytest.approx(
         meg.breakdown["optimizer"] * (32 + ds["step_bytes_per_parameter"]) / 32)
+
+
+@pytest.mark.parametrize("kind,pp,v,recompute", [("1f1b", 4, 1, "full"), ("interleaved", 4, 2, "selective"),
+                                                 ("1f1b", 2, 1, "none")])
+def test_microbatch_phase_seconds_reproduce_the_bubble_term(kind, pp, v, recompute):
+    from workbench.schedule import pipeline_schedule
+
+    m, c = model("guide-13b"), _cluster()
+    plan = _plan(c, tensor_parallel=4, pipeline_parallel=pp, virtual_pipeline=v, recompute=recompute,
+                 global_batch_size=8 * c.world_size // (4 * pp))
+    est = estimate_time(m, c, plan)
+    b = est.breakdown
+    fwd, bwd = timing.microbatch_phase_seconds(compute_seconds=b["compute"], recompute_seconds=b["recompute"],
+                                               tp_comm_seconds=b["tp_comm"], cp_comm_seconds=b["cp_comm"],
+                                               num_microbatches=plan.num_microbatches)
+    assert bwd > 2 * fwd if recompute != "none" else bwd == pytest.approx(2 * fwd)
+    assert plan.num_microbatches * (fwd + bwd) == pytest.approx(b["compute"] + b["recompute"] + b["tp_comm"]
+                                                                + b["cp_comm"])
+    sched = pipeline_schedule(kind, pp, plan.num_microbatches, v, forward_seconds=fwd, backward_seconds=bwd)
+    # idle time of one stage in the simulated schedule = the time model's bubble term
+    assert sched.total_seconds - plan.num_microbatches * (fwd + bwd) == pytest.approx(b["bubble"], rel=1e-6)
+    # arrays work too
+    f2, _ = timing.microbatch_phase_seconds(compute_seconds=np.array([b["compute"]] * 2), recompute_seconds=0.0,
+                                            tp_comm_seconds=0.0, cp_comm_seconds=0.0, num_microbatches=2)
+    assert f2.shape == (2,) and f2[0] == pytest.approx(b["compute"] / 6)

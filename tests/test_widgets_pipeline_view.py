@@ -42,3 +42,30 @@ def test_long_schedules_are_drawn_shorter_and_say_so():
     assert drawn_microbatches(2, 128, 1) == 128
     m = drawn_microbatches(16, 1024, 4)
     assert m % 16 == 0 and 2 * 16 * m * 4 <= 6000
+
+
+def test_seconds_from_the_time_model_and_relative_fallback():
+    state = initial_state()  # guide example: p=2, m=128, time model present
+    view = PipelineView()
+    view.show(state)
+    assert view.units.value == "seconds"
+    assert view.fig.layout.xaxis.title.text.startswith("seconds")
+    b = state.estimate.time.breakdown
+    m = state.plan.num_microbatches
+    fwd = sum(view.fig.data[0].x)  # every forward on both stages
+    bwd = sum(view.fig.data[1].x)
+    assert fwd == pytest.approx(2 * (b["compute"] + b["tp_comm"] + b["cp_comm"]) / 3)
+    assert bwd == pytest.approx(2 * (2 * (b["compute"] + b["tp_comm"] + b["cp_comm"]) / 3 + b["recompute"]))
+    # the drawn idle time of a stage is the time model's bubble term
+    assert sum(view.fig.data[2].x) / 2 == pytest.approx(b["bubble"], rel=1e-6)
+    assert "time model's bubble term" in view.notes.value
+    view.units.value = "relative"
+    assert view.fig.layout.xaxis.title.text.startswith("time (forward of one micro-batch")
+    assert sum(view.fig.data[0].x) == pytest.approx(2 * m * 1.0)
+    # no time model in the estimate: relative units, said so
+    view.units.value = "seconds"
+    bare = dataclasses.replace(state, estimate=dataclasses.replace(state.estimate, time=None))
+    view.show(bare)
+    assert view.fig.layout.xaxis.title.text.startswith("time (forward")
+    assert "relative units" in view.notes.value
+    view.close()

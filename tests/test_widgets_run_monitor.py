@@ -5,9 +5,7 @@ import pytest
 from runs_support import TINY, cpu_cluster, plan
 from workbench.runs import RunStore, launch
 
-pytestmark = pytest.mark.slow
-
-
+@pytest.mark.slow
 def test_monitor_follows_a_real_run_and_shows_the_comparison(tmp_path):
     from widgets.run_monitor import RunMonitor
 
@@ -40,4 +38,35 @@ def test_monitor_shows_errors_inline(tmp_path):
 
     mon = RunMonitor(Broken(), refresh_seconds=60)
     assert "store unreadable" in mon.error.value
+    mon.close()
+
+
+def test_cpu_run_shows_memory_not_comparable_instead_of_an_error(tmp_path):
+    from widgets.run_monitor import RunMonitor
+    from workbench.runs.launcher import predicted_numbers
+
+    record = {"run_id": "cpu", "status": "completed", "reason": "", "warning": "",
+              "predicted": predicted_numbers(TINY, cpu_cluster(1), plan(1), on_gpu=False),
+              "measured": {"peak_memory_bytes": {"0": 400 * 2**20}, "median_step_seconds": 0.1}}
+
+    class Finished:
+        run_id, steps, done, status = "cpu", 3, True, "completed"
+
+        def metrics(self):
+            return []
+
+        def progress(self):
+            return 3, 3
+
+        def log_tail(self, n):
+            return ""
+
+        def record(self):
+            return record
+
+    mon = RunMonitor(Finished(), refresh_seconds=60)
+    assert "not comparable (CPU run)" in mon.result.value and "%" not in mon.result.value.split("step seconds")[0]
+    assert "peak resident set size" in mon.result.value
+    pred = [b for b in mon.result_figure.data if b.name == "predicted"][0]
+    assert pred.y[0] is None
     mon.close()

@@ -7,7 +7,8 @@ show it (figures redraw inside ``batch_update``). Views in hidden tabs redraw wh
 Safety for served dashboards: ``allow_launch`` (start training processes) and ``allow_write`` (write config files
 on the server) are off unless asked for. :meth:`Workbench.for_dashboard` reads ``WORKBENCH_DASHBOARD_ALLOW_LAUNCH=1``
 (launch and write) and ``WORKBENCH_DASHBOARD_ALLOW_WRITE=1`` (write only) from the environment. Download buttons
-are client-side data URLs and need neither.
+are client-side data URLs and need neither. Only with ``allow_launch`` does the app have a Launch tab (a short real
+run of the current specs) and a calibration panel in its Profile tab.
 """
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ _OPTIONAL_VIEWS = (
     ("widgets.config_view", "ConfigView"),
     ("widgets.planner_view", "PlannerView"),
     ("widgets.advisor_view", "AdvisorView"),
+    ("widgets.profile_view", "ProfileView"),
 )
+_LAUNCH_VIEW = ("widgets.launch_view", "LaunchView")
+"""Added only when the app allows launching."""
 _OPTIONAL_PANELS = (
     ("widgets.import_panel", "ImportPanel"),
 )
@@ -73,7 +77,7 @@ class Workbench:
         self.panels += [cls(self.dispatch) for cls in _optional(_OPTIONAL_PANELS)]
         self.memory = MemoryView()
         self.views = [self.memory]
-        for cls in _optional(_OPTIONAL_VIEWS):
+        for cls in _optional(_OPTIONAL_VIEWS + ((_LAUNCH_VIEW,) if self.allow_launch else ())):
             if cls.available(self.state):
                 self.views.append(cls(app=self))
         self.banner = ipw.HTML()
@@ -134,6 +138,11 @@ class Workbench:
         t = getattr(est, "time", None)
         if t is not None:
             parts.append(f"{t.step_seconds:.2f} s/step · {t.tokens_per_second:,.0f} tokens/s · MFU {t.mfu:.0%}")
+        profile = getattr(est, "profile", None)
+        if profile:
+            name = profile.get("name")
+            parts.append(f'<span class="wb-banner-profile" title="{html.escape(profile.get("note", ""))}">'
+                         + (f"profile {html.escape(str(name))}" if name else "datasheet numbers") + "</span>")
         text = " · ".join(parts)
         if s.error:
             text += error_html(f"{s.error} — showing the last valid plan", max_width="900px")

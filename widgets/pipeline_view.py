@@ -1,8 +1,12 @@
 """PipelineView: a Gantt chart of the pipeline schedule (GPipe, 1F1B or interleaved 1F1B) for the plan, with the
 idle time (the bubble) drawn in grey. The schedule is simulated by :func:`workbench.schedule.pipeline_schedule`.
 
-Durations are in units of one micro-batch's forward through a stage, with the backward taking twice as long (the
-usual 1:2 ratio of forward to backward GEMM work); the bubble fraction does not depend on the unit.
+Durations are seconds from the time model when the estimate carries one: the forward and backward of one
+micro-batch on a stage come from :func:`workbench.timing.microbatch_phase_seconds` (the step's compute,
+recomputation and tensor/context-parallel terms ÷ micro-batches), so the drawn idle time is the time model's
+``bubble`` term. Without a time estimate (or with "relative" chosen) they are in units of one micro-batch's forward
+through a stage, with the backward taking twice as long (the usual 1:2 ratio of forward to backward GEMM work); the
+bubble fraction does not depend on the unit.
 """
 from __future__ import annotations
 
@@ -11,12 +15,28 @@ import plotly.graph_objects as go
 
 from widgets.common import View
 from workbench.schedule import bubble_fraction, pipeline_schedule
+from workbench.timing import microbatch_phase_seconds
 
 FORWARD_UNITS = 1.0
 BACKWARD_UNITS = 2.0
 MAX_EVENTS_DRAWN = 6000
 """Schedules with more operations than this are drawn with fewer micro-batches (said so under the chart)."""
 PHASE_COLORS = {"fwd": "#4c78a8", "bwd": "#f58518"}
+UNITS = ("seconds", "relative")
+RELATIVE_AXIS = "time (forward of one micro-batch through a stage = 1)"
+
+
+def phase_durations(state, units: str = "seconds") -> tuple:
+    """``(forward, backward, axis title)`` per micro-batch per stage: seconds from the estimate's time model, or the
+    relative 1:2 units when asked for or when the estimate has no time model."""
+    t = getattr(state.estimate, "time", None)
+    if units == "seconds" and t is not None:
+        b = t.breakdown
+        fwd, bwd = microbatch_phase_seconds(compute_seconds=b["compute"], recompute_seconds=b["recompute"],
+                                            tp_comm_seconds=b["tp_comm"], cp_comm_seconds=b["cp_comm"],
+                                            num_microbatches=state.plan.num_microbatches)
+        return float(fwd), float(bwd), "seconds (time model: slowest stage)"
+    return FORWARD_UNITS, BACKWARD_UNITS, RELATIVE_AXIS
 
 
 def schedule_kinds(virtual_pipeline: int) -> list:
@@ -70,6 +90,9 @@ class PipelineView(View):
     def __init__(self, app=None) -> None:
         self.kind = ipw.ToggleButtons(options=["1f1b", "gpipe"], value="1f1b", style={"button_width": "90px"})
         self.kind.observe(lambda _: self._redraw(), names="value")
+        self.units = ipw.ToggleButtons(options=UNITS, value="seconds", style={"button_width": "80px"},
+                                       tooltip="seconds from the time model, or relative units (forward = 1)")
+        self.units.observe(lambda _: self._redraw(), names="value")
         self.fig = go.FigureWidget()
         names = {"fwd": "forward", "bwd": "backward", "idle": "idle (bubble)"}
         for key in ("fwd", "bwd", "idle"):
@@ -79,21 +102,22 @@ class PipelineView(View):
                              marker_line_width=0.5, marker_line_color="white", textposition="inside",
                              insidetextanchor="middle", textfont=dict(size=9),
                              hovertemplate=(f"{names[key]}" + (" micro-batch %{text}" if key != "idle" else "")
-                                            + "<br>%{base:.1f} → %{customdata:.1f}<extra>%{y}</extra>"))
+                                            + "<br>%{base:.4g} → %{customdata:.4g}<extra>%{y}</extra>"))
         self.fig.update_layout(barmode="overlay", height=320, width=660, margin=dict(l=70, r=20, t=70, b=50),
-                               xaxis_title="time (forward of one micro-batch through a stage = 1)",
+                               xaxis_title=RELATIVE_AXIS,
                                yaxis=dict(autorange="reversed"),
                                legend=dict(orientation="h", x=1, xanchor="right", y=1.02, yanchor="bottom"))
         self.notes = ipw.HTML()
         self.notes.add_class("wb-pipeline-notes")
-        self.widget = ipw.VBox([self.kind, self.fig, self.notes])
+        self.widget = ipw.VBox([ipw.HBox([self.kind, self.units]), self.fig, self.notes])
         self._plan = None
+        self._state = None
 
     def show(self, state) -> None:
-        plan = state.plan
-        if plan is self._plan:
+        if self._state is not None and state.estimate is self._state.estimate:
             return
-        self._plan = plan
+        self._state = state
+        plan = self._plan = state.plan
         kinds = schedule_kinds(plan.virtual_pipeline)
         if list(self.kind.options) != kinds:
             self.kind.options = kinds
@@ -106,8 +130,8 @@ class PipelineView(View):
             return
         p, m, v = plan.pipeline_parallel, plan.num_microbatches, plan.virtual_pipeline
         m_drawn = drawn_microbatches(p, m, v)
-        schedule = pipeline_schedule(self.kind.value, p, m_drawn, v, forward_seconds=FORWARD_UNITS,
-                                     backward_seconds=BACKWARD_UNITS)
+        fwd, bwd, axis = phase_durations(self._state, self.units.value)
+        schedule = pipeline_schedule(self.kind.value, p, m_drawn, v, forward_seconds=fwd, backward_seconds=bwd)
         data = gantt_data(schedule)
         with self.fig.batch_update():
             for i, key in enumerate(("fwd", "bwd", "idle")):
@@ -119,10 +143,18 @@ class PipelineView(View):
                 trace.marker.line.width = 0.5 if few else 0
                 trace.customdata = [b + x for b, x in zip(d["base"], d["x"])]
             self.fig.layout.height = max(220, 120 + 45 * p)
+            self.fig.layout.xaxis.title.text = axis
             self.fig.layout.title = (f"{schedule.kind}: p={p}, m={m_drawn}" + (f", v={v}" if v > 1 else "")
                                      + f" · bubble {schedule.bubble_fraction:.1%} of ideal time")
         notes = [f"Analytic bubble for the plan (p−1)/(v·m) = ({p}−1)/({v}·{m}) = "
                  f"<b>{bubble_fraction(p, m, v):.1%}</b> (Narayanan et al. 2021)."]
+        if axis != RELATIVE_AXIS and p > 1:
+            notes.append(f"Per micro-batch on a stage: forward {fwd * 1e3:.3g} ms, backward {bwd * 1e3:.3g} ms "
+                         f"(recomputation included); drawn bubble {schedule.bubble_seconds:.3g} s"
+                         + (f", the time model's bubble term {self._state.estimate.time.breakdown['bubble']:.3g} s."
+                            if m_drawn == m else "."))
+        elif axis == RELATIVE_AXIS and self.units.value == "seconds":
+            notes.append("No time estimate for this plan: relative units.")
         if p == 1:
             notes = ["pipeline_parallel = 1: no pipeline, no bubble."]
         if m_drawn < m:

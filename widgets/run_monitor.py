@@ -125,9 +125,14 @@ class RunMonitor:
                     return "—"
                 return f"{v / 2**30:.3f} GiB" if "bytes" in q else f"{v:.4f}"
 
-            err = "—" if r["error"] is None else f"{100 * r['error']:+.1f}%"
+            if r["note"]:
+                err = f"<span title='{html.escape(r['note'], quote=True)}'>not comparable (CPU run)</span>"
+            else:
+                err = "—" if r["error"] is None else f"{100 * r['error']:+.1f}%"
             cells.append(f"<tr><td>{html.escape(r['quantity'])}</td><td>{fmt(r['predicted'])}</td>"
                          f"<td>{fmt(r['measured'])}</td><td>{err}</td></tr>")
+        notes = "".join(f"<br><span style='color:#666;font-size:90%'>{html.escape(r['quantity'])}: "
+                        f"{html.escape(r['note'])}</span>" for r in rows if r["note"])
         reason = record.get("reason") or ""
         warning = record.get("warning") or ""
         self.result.value = (
@@ -135,10 +140,11 @@ class RunMonitor:
             + (f" — {html.escape(reason)}" if reason else "")
             + (f"<br><span style='color:#a60'>warning: {html.escape(warning)}</span>" if warning else "")
             + "<table style='margin-top:4px'><tr><th>quantity</th><th>predicted</th><th>measured</th>"
-              "<th>error</th></tr>" + "".join(cells) + "</table>")
+              "<th>error</th></tr>" + "".join(cells) + "</table>" + notes)
         labels = ["peak memory (GiB)", "step time (s)"]
         scale = [2**30, 1.0]
-        pred = [None if r["predicted"] is None else r["predicted"] / s for r, s in zip(rows, scale)]
+        # a prediction that is not comparable gets no bar next to the measurement
+        pred = [None if r["predicted"] is None or r["note"] else r["predicted"] / s for r, s in zip(rows, scale)]
         meas = [None if r["measured"] is None else r["measured"] / s for r, s in zip(rows, scale)]
         with self.result_figure.batch_update():
             self.result_figure.data = []

@@ -89,6 +89,14 @@ class LoadSpecs:
     """Training options (``workbench.configs.DeepSpeedOptions``) the exports use; ``None`` keeps the current ones."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SetProfile:
+    """Estimate with a measured hardware profile: a :class:`workbench.calibrate.HardwareProfile`, or the name of a
+    saved or shipped one (``workbench.calibrate.profile.profile_names()``); ``None`` goes back to datasheet numbers."""
+
+    profile: Any = None
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # State
 # ----------------------------------------------------------------------------------------------------------------
@@ -114,6 +122,8 @@ class AppState:
     """``workbench.estimate.Estimate`` of the last valid specs."""
     options: Any = None
     """Training options for the exported configs (``workbench.configs.DeepSpeedOptions``; ``None``: defaults)."""
+    profile: Any = None
+    """The measured :class:`workbench.calibrate.HardwareProfile` estimates use (``None``: datasheet numbers)."""
     error: str = ""
     """The core's message for the current inputs ('' when they are valid)."""
     error_source: str = ""
@@ -126,10 +136,10 @@ class AppState:
         return not self.error
 
 
-def _default_estimator(model, cluster, plan):
+def _default_estimator(model, cluster, plan, profile=None):
     from workbench.estimate import estimate
 
-    return estimate(model, cluster, plan)
+    return estimate(model, cluster, plan, profile=profile)
 
 
 Estimator = Callable[[ModelSpec, ClusterSpec, ParallelPlan], Any]
@@ -198,7 +208,8 @@ def _settle(state: AppState, estimator: Estimator) -> AppState:
         plan = build_plan(state.plan_inputs, cluster.world_size)
         validate(model, cluster, plan)
         source = "estimate"
-        est = estimator(model, cluster, plan)
+        est = (estimator(model, cluster, plan) if state.profile is None
+               else estimator(model, cluster, plan, profile=state.profile))
     except ValueError as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return dataclasses.replace(state, error=message, error_source=source, revision=revision)
@@ -264,6 +275,17 @@ def reduce(state: AppState, action, estimator: Estimator = _default_estimator) -
             new = dataclasses.replace(new, plan_inputs=_frozen(plan_inputs_from_spec(action.plan)))
         if action.options is not None:
             new = dataclasses.replace(new, options=action.options)
+    elif isinstance(action, SetProfile):
+        profile = action.profile
+        if profile is not None:
+            from workbench.calibrate.profile import load_profile
+
+            try:
+                profile = load_profile(profile)
+            except ValueError as exc:
+                return dataclasses.replace(state, error=str(exc), error_source="estimate",
+                                           revision=state.revision + 1)
+        new = dataclasses.replace(state, profile=profile)
     else:
         raise TypeError(f"unknown action {action!r}")
     return _settle(new, estimator)

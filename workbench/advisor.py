@@ -282,7 +282,9 @@ def overlap_comm(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, tim
         return None
     _, _, crosses = _dp_link(inputs, plan)
     if plan.engine is Engine.MEGATRON:
-        on, name = False, "--overlap-grad-reduce (Megatron default off; not in the exported arguments)"
+        on = bool(options.overlap_comm)
+        name = ("--overlap-grad-reduce in the exported arguments" if on
+                else "--overlap-grad-reduce off (Megatron's default)")
     else:
         on, name = bool(options.overlap_comm), f"overlap_comm={str(options.overlap_comm).lower()}"
     dp_s = time.breakdown["dp_comm"]  # the time model prices overlap on

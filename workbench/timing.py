@@ -601,6 +601,20 @@ class TimeEstimate:
         }
 
 
+def microbatch_phase_seconds(*, compute_seconds, recompute_seconds, tp_comm_seconds, cp_comm_seconds,
+                             num_microbatches):
+    """Forward and backward seconds of one micro-batch on the slowest pipeline stage, from a step's terms.
+
+    ``compute``, ``tp_comm`` and ``cp_comm`` of :func:`step_time_terms` are m × the per-micro-batch stage time; the
+    forward takes 1/3 of it and the backward 2/3 (the backward runs the data- and weight-gradient GEMMs, twice the
+    forward's, as in ``step_time_terms``); the recomputed forward runs inside the backward. The two add up to the
+    per-micro-batch time the ``bubble`` term multiplies, so a 1F1B schedule simulated with them has an idle time per
+    stage equal to that term: (p−1)·(forward + backward). Works on scalars and numpy arrays.
+    Returns ``(forward_seconds, backward_seconds)``."""
+    per_mb = (np.asarray(compute_seconds) + tp_comm_seconds + cp_comm_seconds) / num_microbatches
+    return per_mb / 3.0, 2.0 * per_mb / 3.0 + np.asarray(recompute_seconds) / num_microbatches
+
+
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool | None = None,
                   bucket_elements: float | None = None, profile=None) -> TimeEstimate:
     """Step time, throughput and utilisation of ``plan`` for ``model`` on ``cluster`` (see module docstring).

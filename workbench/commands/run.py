@@ -63,7 +63,10 @@ def summary(record: dict) -> dict:
         "measured": {"peak_memory_bytes": measured.get("peak_memory_bytes", {}),
                      "median_step_seconds": measured.get("median_step_seconds")},
         "predicted": {"per_gpu_peak_bytes": predicted.get("per_gpu_peak_bytes"),
-                      "step_seconds": predicted.get("step_seconds")},
+                      "step_seconds": predicted.get("step_seconds"),
+                      "memory_comparable": predicted.get("memory_comparable", True),
+                      **({"memory_not_comparable_reason": predicted["memory_not_comparable_reason"]}
+                         if predicted.get("memory_not_comparable_reason") else {})},
         "run_dir": record.get("run_dir"),
         "log_path": record.get("log_path"),
     }
@@ -82,7 +85,9 @@ def print_summary(s: dict, out=sys.stdout) -> None:
     peak = max(mem.values()) if mem else None
     sec = s["measured"]["median_step_seconds"]
     print(f"{'':22}{'measured':>14}{'predicted':>14}", file=out)
-    print(f"{'peak memory per rank':22}{gib(peak):>14}{gib(s['predicted']['per_gpu_peak_bytes']):>14}", file=out)
+    print(f"{'peak memory per rank':22}{gib(peak):>14}{gib(s['predicted']['per_gpu_peak_bytes']):>14}"
+          + ("  (not comparable: CPU RSS vs GPU bytes)" if s["predicted"].get("memory_comparable") is False else ""),
+          file=out)
     p_sec = s["predicted"]["step_seconds"]
     print(f"{'step seconds':22}{'-' if sec is None else f'{sec:.4f}':>14}"
           f"{'-' if p_sec is None else f'{p_sec:.4f}':>14}", file=out)

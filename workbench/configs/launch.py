@@ -5,6 +5,7 @@ Each function returns the text of a file; ``preamble`` lines (variable settings)
 """
 from __future__ import annotations
 
+import shlex
 from typing import Optional, Sequence
 
 from workbench.configs.megatron import format_flags
@@ -21,7 +22,8 @@ def default_hosts(cluster: ClusterSpec) -> list[str]:
     return [f"node{i}" for i in range(cluster.num_nodes)]
 
 
-def _hosts(cluster: ClusterSpec, hosts: Optional[Sequence[str]]) -> list[str]:
+def checked_hosts(cluster: ClusterSpec, hosts: Optional[Sequence[str]]) -> list[str]:
+    """The host names (``node0..`` when not given), one per node, distinct, usable in a hostfile."""
     hosts = list(hosts) if hosts is not None else default_hosts(cluster)
     if len(hosts) != cluster.num_nodes:
         raise ValueError(f"hosts has {len(hosts)} names but num_nodes={cluster.num_nodes}")
@@ -35,7 +37,7 @@ def _hosts(cluster: ClusterSpec, hosts: Optional[Sequence[str]]) -> list[str]:
 
 def hostfile(cluster: ClusterSpec, hosts: Optional[Sequence[str]] = None) -> str:
     """DeepSpeed/MPI hostfile, one ``host slots=N`` line per node (``N`` = GPUs per node)."""
-    names = _hosts(cluster, hosts)
+    names = checked_hosts(cluster, hosts)
     lines = []
     if hosts is None:
         lines.append("# FILL IN: replace node0.. with host names reachable by passwordless ssh")
@@ -54,39 +56,57 @@ def _header(title: str) -> list[str]:
     return ["#!/usr/bin/env bash", f"# {title}", "set -euo pipefail"]
 
 
+def _launcher_words(launcher: Sequence[str], exec_launcher: bool) -> str:
+    """The launcher program (``deepspeed``, ``torchrun``, or e.g. ``python -m torch.distributed.run``), prefixed
+    with ``exec`` when the script's shell should become the launcher (one process to signal)."""
+    if not launcher:
+        raise ValueError("launcher is empty: give the launcher program, e.g. ['torchrun']")
+    words = " ".join(shlex.quote(str(w)) for w in launcher)
+    return ("exec " if exec_launcher else "") + words
+
+
 def deepspeed_launch_script(cluster: ClusterSpec, command: Sequence[str], *, hostfile_path: str = "hostfile",
-                            master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
+                            master_port: int = 29500, preamble: Sequence[str] = (),
+                            launcher: Sequence[str] = ("deepspeed",), exec_launcher: bool = False) -> str:
     """``deepspeed`` launcher script: run once on the first node; it starts every rank over ssh from the hostfile
-    (a single node needs no hostfile)."""
+    (a single node needs no hostfile). ``launcher`` replaces the ``deepspeed`` program (e.g. a virtualenv's
+    ``python -m deepspeed.launcher.runner``); ``exec_launcher`` makes the shell exec it."""
     lines = _header(f"DeepSpeed launcher: {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}")
     lines += list(preamble) + _NCCL_LINES + [""]
+    program = _launcher_words(launcher, exec_launcher)
     if cluster.num_nodes == 1:
-        launch = f"deepspeed --num_gpus {cluster.gpus_per_node} --master_port {master_port} \\"
+        launch = f"{program} --num_gpus {cluster.gpus_per_node} --master_port {master_port} \\"
     else:
         lines.insert(3, f"# Run on the first host of {hostfile_path}; the launcher reaches the others by ssh.")
-        launch = (f"deepspeed --hostfile {hostfile_path} --num_nodes {cluster.num_nodes} "
+        launch = (f"{program} --hostfile {shlex.quote(hostfile_path)} --num_nodes {cluster.num_nodes} "
                   f"--num_gpus {cluster.gpus_per_node} --master_port {master_port} \\")
     return "\n".join(lines + [launch] + _command_lines(command)) + "\n"
 
 
 def torchrun_script(cluster: ClusterSpec, command: Sequence[str], *, rdzv: bool = False,
-                    master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
+                    master_port: int = 29500, preamble: Sequence[str] = (), master_addr: Optional[str] = None,
+                    rdzv_id: str = "workbench", launcher: Sequence[str] = ("torchrun",),
+                    exec_launcher: bool = False) -> str:
     """``torchrun`` script to run on every node: static rendezvous (``--node_rank``, ``--master_addr/port``) or,
-    with ``rdzv=True``, the c10d rendezvous (``--rdzv_backend c10d --rdzv_endpoint``, no node rank needed)."""
+    with ``rdzv=True``, the c10d rendezvous (``--rdzv_backend c10d --rdzv_endpoint``, no node rank needed).
+    ``master_addr`` is node 0's address (a placeholder to fill in when not given); ``launcher`` replaces the
+    ``torchrun`` program (e.g. ``python -m torch.distributed.run``); ``exec_launcher`` makes the shell exec it."""
     last = cluster.num_nodes - 1
     lines = _header(f"torchrun: {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}; "
                     f"run this script on every node")
-    lines += [
-        'MASTER_ADDR="${MASTER_ADDR:-localhost}"  # FILL IN for several nodes: address of node 0',
-        f'MASTER_PORT="${{MASTER_PORT:-{master_port}}}"',
-    ]
+    if master_addr is None:
+        lines.append('MASTER_ADDR="${MASTER_ADDR:-localhost}"  # FILL IN for several nodes: address of node 0')
+    else:
+        lines.append(f'MASTER_ADDR="${{MASTER_ADDR:-{shlex.quote(master_addr)}}}"  # node 0')
+    lines.append(f'MASTER_PORT="${{MASTER_PORT:-{master_port}}}"')
+    program = _launcher_words(launcher, exec_launcher)
     if rdzv:
-        launch = (f"torchrun --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
-                  f'--rdzv_id "${{RDZV_ID:-workbench}}" --rdzv_backend c10d '
+        launch = (f"{program} --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
+                  f'--rdzv_id "${{RDZV_ID:-{shlex.quote(rdzv_id)}}}" --rdzv_backend c10d '
                   f'--rdzv_endpoint "$MASTER_ADDR:$MASTER_PORT" \\')
     else:
         lines.insert(4, f'NODE_RANK="${{NODE_RANK:-0}}"  # 0..{last}: this node\'s index')
-        launch = (f"torchrun --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
+        launch = (f"{program} --nnodes {cluster.num_nodes} --nproc_per_node {cluster.gpus_per_node} "
                   f'--node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\')
     lines += list(preamble) + _NCCL_LINES + [""]
     return "\n".join(lines + [launch] + _command_lines(command)) + "\n"

@@ -142,7 +142,16 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
         raise ValueError(f"engine='{plan.engine}' is not exported as a Megatron-LM command; use engine='megatron' "
                          f"(or hybrid_command for 'megatron-deepspeed')")
     o = options or DeepSpeedOptions()
-    return (model_flags(model) + parallel_flags(model, plan) + training_flags(model, plan, o) + data_flags())
+    return (model_flags(model) + parallel_flags(model, plan) + overlap_flags(plan, o) + training_flags(model, plan, o)
+            + data_flags())
+
+
+def overlap_flags(plan: ParallelPlan, options: DeepSpeedOptions) -> list[str]:
+    """Overlap the data-parallel gradient reduce (and, with the distributed optimizer, the parameter all-gather)
+    with compute — Megatron's defaults are off; the guide asks for overlap on InfiniBand (§4)."""
+    if not options.overlap_comm or plan.data_parallel * plan.context_parallel == 1:
+        return []
+    return ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan.distributed_optimizer else [])
 
 
 def _quote(token: str) -> str:

@@ -13,17 +13,22 @@ def relative_error(predicted: Optional[float], measured: Optional[float]) -> Opt
 
 
 def comparison_rows(record: dict) -> list[dict]:
-    """Rows ``{"quantity", "predicted", "measured", "error"}`` for peak memory per rank (the largest rank) and
-    step seconds (median)."""
+    """Rows ``{"quantity", "predicted", "measured", "error", "note"}`` for peak memory per rank (the largest rank)
+    and step seconds (median). A prediction the record marks not comparable (``memory_comparable`` False: a CPU
+    run's RSS against GPU bytes) has ``error`` None and the reason in ``note``."""
     predicted = record.get("predicted") or {}
     measured = record.get("measured") or {}
     mem = measured.get("peak_memory_bytes") or {}
     peak = max(mem.values()) if mem else None
     # the allocator counter (max_memory_allocated) does not see the overhead term: compare the allocated part
     predicted_peak = predicted.get("allocated_bytes") or predicted.get("per_gpu_peak_bytes")
-    rows = [("peak memory per rank (bytes)", predicted_peak, peak),
-            ("step seconds", predicted.get("step_seconds"), measured.get("median_step_seconds"))]
-    return [{"quantity": q, "predicted": p, "measured": m, "error": relative_error(p, m)} for q, p, m in rows]
+    memory_note = ""
+    if predicted.get("memory_comparable") is False:
+        memory_note = "not comparable: " + (predicted.get("memory_not_comparable_reason") or "no reason recorded")
+    rows = [("peak memory per rank (bytes)", predicted_peak, peak, memory_note),
+            ("step seconds", predicted.get("step_seconds"), measured.get("median_step_seconds"), "")]
+    return [{"quantity": q, "predicted": p, "measured": m, "error": None if note else relative_error(p, m),
+             "note": note} for q, p, m, note in rows]
 
 
 def metric_series(metrics: list[dict]) -> dict:

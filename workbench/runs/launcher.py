@@ -6,7 +6,8 @@
     ds_config.json     DeepSpeed config (engines deepspeed and megatron-deepspeed), from build_ds_config
     megatron_args.json the megatron-core TransformerConfig arguments the ranks build the model with
     launch.sh          the exact launcher command (runnable by hand)
-    hostfile           multi-node DeepSpeed runs only
+    hostfile           multi-node DeepSpeed runs only (workbench.configs.launch.hostfile)
+    deepspeed_env      multi-node DeepSpeed runs: the variables the launcher exports on every node
     log.txt            launcher and rank output
     metrics/rank{R}.jsonl   per-step metrics written by each rank (workbench/runs/train.py)
 
@@ -93,9 +94,18 @@ def check_ds_config(config: dict, plan: ParallelPlan, *, on_gpu: bool) -> None:
         raise ValueError(f"ds_config zero_optimization.stage={stage} != plan zero_stage={int(plan.zero_stage)}")
 
 
-def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> Optional[dict]:
-    """``{"per_gpu_peak_bytes", "allocated_bytes", "step_seconds"}`` from :func:`workbench.estimate.estimate` (``step_seconds`` is
-    None while the estimate has no time model); ``{"error": ...}`` when the estimate refuses the specs."""
+CPU_MEMORY_NOT_COMPARABLE = (
+    "CPU run: the memory model predicts GPU bytes (allocator peak plus CUDA context and workspaces), the CPU run "
+    "measures each rank's peak resident set size (Python, torch and the framework's libraries included)")
+
+
+def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
+                      on_gpu: bool = True) -> Optional[dict]:
+    """``{"per_gpu_peak_bytes", "allocated_bytes", "step_seconds", "memory_comparable", ...}`` from
+    :func:`workbench.estimate.estimate` (``step_seconds`` is None while the estimate has no time model);
+    ``{"error": ...}`` when the estimate refuses the specs. For a run on the CPU (``on_gpu=False``) the memory
+    prediction is kept but marked ``memory_comparable=False`` with ``memory_not_comparable_reason``: it counts GPU
+    bytes, the run measures peak RSS."""
     from workbench.estimate import estimate
 
     try:
@@ -104,9 +114,13 @@ def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
         return {"per_gpu_peak_bytes": None, "step_seconds": None, "error": str(exc)}
     time_part = getattr(est, "time", None)
     step_seconds = getattr(time_part, "step_seconds", None) if time_part is not None else None
-    return {"per_gpu_peak_bytes": int(est.memory.per_gpu_peak_bytes),
-            "allocated_bytes": int(est.memory.per_gpu_peak_bytes - est.memory.breakdown.overhead),
-            "step_seconds": float(step_seconds) if step_seconds is not None else None}
+    out = {"per_gpu_peak_bytes": int(est.memory.per_gpu_peak_bytes),
+           "allocated_bytes": int(est.memory.per_gpu_peak_bytes - est.memory.breakdown.overhead),
+           "step_seconds": float(step_seconds) if step_seconds is not None else None,
+           "memory_comparable": bool(on_gpu)}
+    if not on_gpu:
+        out["memory_not_comparable_reason"] = CPU_MEMORY_NOT_COMPARABLE
+    return out
 
 
 def free_port() -> int:
@@ -119,22 +133,74 @@ def new_run_id() -> str:
     return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def launcher_command(*, launcher: str, nproc: int, run_dir: Path, master_port: int,
-                     hostfile: Optional[Path] = None, master_addr: Optional[str] = None) -> list[str]:
-    """The launcher invocation (python -m form, so the venv's launcher runs whatever PATH says)."""
+def launcher_command(*, launcher: str, nproc: int, run_dir: Path, master_port: int) -> list[str]:
+    """The single-node launcher invocation (python -m form, so the venv's launcher runs whatever PATH says)."""
     script = [str(TRAIN_SCRIPT), "--run-dir", str(run_dir)]
     if launcher == "deepspeed":
-        cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", str(master_port)]
-        if hostfile is not None:
-            cmd += ["--hostfile", str(hostfile)]
-            if master_addr:
-                cmd += ["--master_addr", master_addr]
-        else:
-            cmd += ["--num_gpus", str(nproc)]
-        return cmd + script
+        return [sys.executable, "-m", "deepspeed.launcher.runner", "--master_port", str(master_port),
+                "--num_gpus", str(nproc)] + script
     if launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                 "--master_addr", "127.0.0.1", "--master_port", str(master_port)] + script
+    raise ValueError(f"launcher={launcher!r} is not one of: {', '.join(LAUNCHERS)}")
+
+
+LAUNCHER_PROGRAMS = {"deepspeed": [sys.executable, "-m", "deepspeed.launcher.runner"],
+                     "torchrun": [sys.executable, "-m", "torch.distributed.run"]}
+"""The launchers as this interpreter's modules (the ``deepspeed`` / ``torchrun`` programs of its environment)."""
+
+
+def host_names(hosts, *, nproc: int) -> list[str]:
+    """Host names from ``["name", "name slots=N", ...]``; a ``slots`` count must equal ``nproc`` (every node runs
+    ``nproc`` ranks)."""
+    names = []
+    for i, h in enumerate(hosts):
+        parts = str(h).split()
+        if not parts:
+            raise ValueError(f"hosts[{i}]={h!r} is empty")
+        for extra in parts[1:]:
+            key, _, value = extra.partition("=")
+            if key != "slots" or not value.isdigit():
+                raise ValueError(f"hosts[{i}]={h!r}: expected 'name' or 'name slots=N'")
+            if int(value) != nproc:
+                raise ValueError(f"hosts[{i}]={h!r}: slots={value} != nproc={nproc} (every node runs nproc ranks)")
+        names.append(parts[0])
+    return names
+
+
+def multi_node_files(*, launcher: str, cluster: ClusterSpec, hosts, nproc: int, run_dir: Path, master_port: int,
+                     env: dict, run_id: str) -> dict:
+    """``{"launch.sh": text, "hostfile": text (deepspeed), "deepspeed_env": text (deepspeed)}`` for a multi-node
+    run, written by the export's script builders (:mod:`workbench.configs.launch`) with this interpreter's
+    launcher and the rank script as the command.
+
+    * ``deepspeed``: run ``launch.sh`` on the first host; the launcher starts every node's ranks over ssh from the
+      hostfile. The environment the ranks need goes to ``deepspeed_env`` (named by ``DS_ENV_FILE``), which the
+      launcher exports on every node.
+    * ``torchrun``: the c10d rendezvous on the first host (``--rdzv_id`` = the run id); ``launch.sh`` runs on this
+      node and must be started on every other host too (same path, shared file system for the run directory).
+    """
+    from workbench.configs.launch import checked_hosts, deepspeed_launch_script, hostfile, torchrun_script
+
+    names = host_names(hosts, nproc=nproc)
+    checked_hosts(cluster, names)
+    command = [str(TRAIN_SCRIPT), "--run-dir", str(run_dir)]
+    preamble = [f"cd {shlex.quote(str(CHECKOUT_ROOT))}"] + [f"export {k}={shlex.quote(str(v))}"
+                                                           for k, v in sorted(env.items())]
+    if launcher == "deepspeed":
+        env_file = run_dir / "deepspeed_env"
+        script = deepspeed_launch_script(
+            cluster, command, hostfile_path=str(run_dir / "hostfile"), master_port=master_port,
+            preamble=preamble + [f"export DS_ENV_FILE={shlex.quote(str(env_file))}"],
+            launcher=LAUNCHER_PROGRAMS["deepspeed"], exec_launcher=True)
+        return {"launch.sh": script, "hostfile": hostfile(cluster, names),
+                "deepspeed_env": "".join(f"{k}={v}\n" for k, v in sorted(env.items()))}
+    if launcher == "torchrun":
+        script = torchrun_script(cluster, command, rdzv=True, master_port=master_port, master_addr=names[0],
+                                 rdzv_id=run_id, preamble=preamble, launcher=LAUNCHER_PROGRAMS["torchrun"],
+                                 exec_launcher=True)
+        checked_hosts(cluster, names)
+        return {"launch.sh": script}
     raise ValueError(f"launcher={launcher!r} is not one of: {', '.join(LAUNCHERS)}")
 
 
@@ -482,6 +548,113 @@ class Run:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreparedRun:
+    """A written run directory, not started: what :func:`launch` runs, or a multi-node script to inspect."""
+
+    run_id: str
+    run_dir: Path
+    script: Path
+    """``launch.sh``: the exact launcher command, runnable by hand."""
+    command: str
+    """The launcher command line (what the store records)."""
+    env: dict
+    """Environment variables ``launch.sh`` exports."""
+    predicted: Optional[dict]
+    specs: dict
+    world_size: int
+    steps: int
+    engine: str
+    hostfile: Optional[Path] = None
+
+
+def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps: int = 10, data="synthetic",
+            nproc: Optional[int] = None, run_dir=None, run_id: Optional[str] = None,
+            ds_options: Optional[dict] = None, ds_config: Optional[dict] = None, launcher: Optional[str] = None,
+            seed: int = 1234, lr: float = 1e-3, clip_grad: float = 1.0, torch_adam: bool = True,
+            memory_limit_bytes: Optional[int] = None, hosts: Optional[list] = None,
+            master_port: Optional[int] = None, env: Optional[dict] = None) -> PreparedRun:
+    """Validate the specs (``ValueError`` naming fields and numbers) and write the run directory without starting
+    anything; :func:`launch` takes the same arguments and starts ``launch.sh``.
+
+    Single node: ``launch.sh`` execs ``deepspeed`` (``--num_gpus``) or ``torchrun`` (``--nproc_per_node``) on
+    127.0.0.1. Several nodes (``hosts``, one per node: ``"name"`` or ``"name slots=N"``): the hostfile and
+    ``launch.sh`` come from the export's builders in :mod:`workbench.configs.launch` (see
+    :func:`multi_node_files`)."""
+    from workbench.runs.data import check_vocab, parse_source
+    from workbench.runs.model import transformer_config_kwargs
+
+    on_gpu = cuda_available()
+    nproc = nproc if nproc is not None else cluster.gpus_per_node
+    run_id = run_id or new_run_id()
+    run_dir = Path(run_dir) if run_dir is not None else _default_runs_dir() / run_id
+    specs = specs_to_dict(model, cluster, plan)
+    launcher = launcher or ("torchrun" if plan.engine is Engine.MEGATRON else "deepspeed")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher={launcher!r} is not one of: {', '.join(LAUNCHERS)}")
+    if cluster.num_nodes > 1 and not hosts:
+        raise ValueError(f"num_nodes={cluster.num_nodes}: pass hosts=[...] (one per node) for a multi-node run")
+    if hosts and len(hosts) != cluster.num_nodes:
+        raise ValueError(f"hosts has {len(hosts)} entries but num_nodes={cluster.num_nodes}")
+    check_launchable(model, cluster, plan, nproc=nproc, steps=steps, on_gpu=on_gpu)
+    source = parse_source(data)
+    check_vocab(source, model.vocab_size)
+    if plan.engine is not Engine.MEGATRON:
+        if ds_config is None:
+            from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config
+
+            opts = {"lr": lr, "train_iters": steps, "warmup_iters": 1, "clip": clip_grad, "seed": seed,
+                    **(ds_options or {})}
+            ds_config = build_ds_config(model, cluster, plan, options=DeepSpeedOptions(**opts))
+            if torch_adam and plan.offload_optimizer.value == "none":
+                # torch's Adam: no DeepSpeed op to compile (FusedAdam JIT-builds otherwise)
+                ds_config["optimizer"].setdefault("params", {})["torch_adam"] = True
+        check_ds_config(ds_config, plan, on_gpu=on_gpu)
+    port = master_port or free_port()
+    run_env = _run_env(nproc=nproc, on_gpu=on_gpu, extra=env)
+    if hosts:
+        files = multi_node_files(launcher=launcher, cluster=cluster, hosts=hosts, nproc=nproc, run_dir=run_dir,
+                                 master_port=port, env=run_env, run_id=run_id)
+        script_text = files.pop("launch.sh")
+        lines = script_text.splitlines()
+        first = next(i for i, line in enumerate(lines) if line.startswith("exec "))
+        command = " ".join(line.strip().rstrip("\\").strip() for line in lines[first:])[len("exec "):]
+        if launcher == "deepspeed":
+            run_env = {**run_env, "DS_ENV_FILE": str(run_dir / "deepspeed_env")}
+    else:
+        files = {}
+        cmd = launcher_command(launcher=launcher, nproc=nproc, run_dir=run_dir, master_port=port)
+        script_text = launch_script(cmd, run_env)
+        command = " ".join(shlex.quote(c) for c in cmd)
+
+    # what train.py runs: megatron-core's local layer spec (unfused softmax) and, without Apex/Transformer Engine,
+    # torch's Adam for the megatron engine; torch's Adam for DeepSpeed when the config asks for it
+    unfused = plan.engine is Engine.MEGATRON or bool(
+        ds_config is not None and (ds_config.get("optimizer") or {}).get("params", {}).get("torch_adam"))
+    predicted = predicted_numbers(model, cluster, plan.replace(fused_kernels=False) if unfused else plan,
+                                  on_gpu=on_gpu)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics").mkdir(exist_ok=True)
+    options = {"engine": str(plan.engine), "steps": steps, "data": data if isinstance(data, str) else source.kind,
+               "seed": seed, "lr": lr, "clip_grad": clip_grad,
+               "memory_limit_bytes": memory_limit_bytes, "launcher": launcher,
+               "hosts": host_names(hosts, nproc=nproc) if hosts else None}
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "run_dir": str(run_dir), "specs": specs,
+                                                  "options": options, "predicted": predicted}, indent=2))
+    (run_dir / "megatron_args.json").write_text(json.dumps(transformer_config_kwargs(model, plan),
+                                                           indent=2, default=str))
+    if ds_config is not None:
+        (run_dir / "ds_config.json").write_text(json.dumps(ds_config, indent=2))
+    for name, text in files.items():
+        (run_dir / name).write_text(text)
+    script = run_dir / "launch.sh"
+    script.write_text(script_text)
+    script.chmod(0o755)
+    return PreparedRun(run_id=run_id, run_dir=run_dir, script=script, command=command, env=run_env,
+                       predicted=predicted, specs=specs, world_size=plan.world_size, steps=steps,
+                       engine=str(plan.engine), hostfile=run_dir / "hostfile" if "hostfile" in files else None)
+
+
 def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps: int = 10, data="synthetic",
            nproc: Optional[int] = None, store: Optional[RunStore] = None, run_dir=None,
            ds_options: Optional[dict] = None, ds_config: Optional[dict] = None, launcher: Optional[str] = None,
@@ -494,88 +667,45 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
     ``lr``, ``train_iters=steps``, one warm-up step, ``clip=clip_grad``; ``torch_adam`` selects torch's Adam (no op build;
     not with optimizer offload, which needs DeepSpeedCPUAdam); ``ds_config`` replaces the built config entirely
     (e.g. an imported one). Dropout comes from the model spec (``hidden_dropout``, ``attention_dropout``).
-    ``launcher`` defaults to ``deepspeed`` for the DeepSpeed engines and
-    ``torchrun`` for megatron. ``hosts`` (``["node1 slots=8", ...]`` or names) runs multi-node through the
-    ``deepspeed`` launcher's hostfile. ``memory_limit_bytes`` caps each rank's extra address space (on the CPU a
+    ``launcher`` defaults to ``deepspeed`` for the DeepSpeed engines and ``torchrun`` for megatron. ``hosts``
+    (``["node1 slots=8", ...]`` or names, one per node) runs multi-node through the scripts the export writes
+    (:func:`prepare`): the deepspeed launcher's hostfile, or torchrun's c10d rendezvous (then ``launch.sh`` must also
+    be started on the other hosts). ``memory_limit_bytes`` caps each rank's extra address space (on the CPU a
     stand-in for device memory). Bad specs raise ``ValueError`` and are recorded with status ``invalid``.
     """
-    from workbench.runs.data import check_vocab, parse_source
-    from workbench.runs.model import transformer_config_kwargs
-
     store = store if store is not None else RunStore()
-    on_gpu = cuda_available()
-    nproc = nproc if nproc is not None else cluster.gpus_per_node
     run_id = new_run_id()
-    run_dir = Path(run_dir) if run_dir is not None else _default_runs_dir() / run_id
-    specs = specs_to_dict(model, cluster, plan)
-    launcher = launcher or ("torchrun" if plan.engine is Engine.MEGATRON else "deepspeed")
     try:
-        if launcher not in LAUNCHERS:
-            raise ValueError(f"launcher={launcher!r} is not one of: {', '.join(LAUNCHERS)}")
-        if cluster.num_nodes > 1 and not hosts:
-            raise ValueError(f"num_nodes={cluster.num_nodes}: pass hosts=[...] (one per node) for a multi-node run")
-        if hosts and launcher != "deepspeed":
-            raise ValueError("multi-node runs go through the deepspeed launcher's hostfile (launcher='deepspeed')")
-        check_launchable(model, cluster, plan, nproc=nproc, steps=steps, on_gpu=on_gpu)
-        source = parse_source(data)
-        check_vocab(source, model.vocab_size)
-        if plan.engine is not Engine.MEGATRON:
-            if ds_config is None:
-                from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config
-
-                opts = {"lr": lr, "train_iters": steps, "warmup_iters": 1, "clip": clip_grad, "seed": seed,
-                        **(ds_options or {})}
-                ds_config = build_ds_config(model, cluster, plan, options=DeepSpeedOptions(**opts))
-                if torch_adam and plan.offload_optimizer.value == "none":
-                    # torch's Adam: no DeepSpeed op to compile (FusedAdam JIT-builds otherwise)
-                    ds_config["optimizer"].setdefault("params", {})["torch_adam"] = True
-            check_ds_config(ds_config, plan, on_gpu=on_gpu)
+        prepared = prepare(model, cluster, plan, steps=steps, data=data, nproc=nproc, run_dir=run_dir,
+                           run_id=run_id, ds_options=ds_options, ds_config=ds_config, launcher=launcher, seed=seed,
+                           lr=lr, clip_grad=clip_grad, torch_adam=torch_adam, memory_limit_bytes=memory_limit_bytes,
+                           hosts=hosts, master_port=master_port, env=env)
     except ValueError as exc:
-        store.create(run_id, specs=specs, command="", status="invalid", reason=str(exc), run_dir=str(run_dir),
-                     engine=str(plan.engine), steps=steps if isinstance(steps, int) else 0)
+        rd = Path(run_dir) if run_dir is not None else _default_runs_dir() / run_id
+        store.create(run_id, specs=specs_to_dict(model, cluster, plan), command="", status="invalid",
+                     reason=str(exc), run_dir=str(rd), engine=str(plan.engine),
+                     steps=steps if isinstance(steps, int) else 0)
         store.finish(run_id, status="invalid", reason=str(exc))
         raise
+    return start(prepared, store=store, timeout_seconds=timeout_seconds)
 
-    # what train.py runs: megatron-core's local layer spec (unfused softmax) and, without Apex/Transformer Engine,
-    # torch's Adam for the megatron engine; torch's Adam for DeepSpeed when ``torch_adam``
-    unfused = plan.engine is Engine.MEGATRON or (torch_adam and plan.offload_optimizer.value == "none"
-                                                 and ds_config is not None
-                                                 and ds_config.get("optimizer", {}).get("params", {}).get("torch_adam"))
-    predicted = predicted_numbers(model, cluster, plan.replace(fused_kernels=False) if unfused else plan)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics").mkdir(exist_ok=True)
-    options = {"engine": str(plan.engine), "steps": steps, "data": data if isinstance(data, str) else source.kind,
-               "seed": seed, "lr": lr, "clip_grad": clip_grad,
-               "memory_limit_bytes": memory_limit_bytes, "launcher": launcher}
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "run_dir": str(run_dir), "specs": specs,
-                                                  "options": options, "predicted": predicted}, indent=2))
-    (run_dir / "megatron_args.json").write_text(json.dumps(transformer_config_kwargs(model, plan),
-                                                           indent=2, default=str))
-    if ds_config is not None:
-        (run_dir / "ds_config.json").write_text(json.dumps(ds_config, indent=2))
-    hostfile = None
-    if hosts:
-        hostfile = run_dir / "hostfile"
-        hostfile.write_text("".join((h if "slots=" in h else f"{h} slots={nproc}") + "\n" for h in hosts))
-    port = master_port or free_port()
-    cmd = launcher_command(launcher=launcher, nproc=nproc, run_dir=run_dir, master_port=port, hostfile=hostfile,
-                           master_addr=hosts[0].split()[0] if hosts else None)
-    run_env = _run_env(nproc=nproc, on_gpu=on_gpu, extra=env)
-    script = run_dir / "launch.sh"
-    script.write_text(launch_script(cmd, run_env))
-    script.chmod(0o755)
+
+def start(prepared: PreparedRun, *, store: RunStore, timeout_seconds: Optional[float] = None) -> Run:
+    """Start a prepared run's ``launch.sh`` in its own process group and return the watched :class:`Run`."""
+    run_dir = prepared.run_dir
     log_path = run_dir / "log.txt"
     log = open(log_path, "ab")
-    full_env = {**os.environ, **run_env}
-    process = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               cwd=str(CHECKOUT_ROOT), env=full_env, start_new_session=True,
-                               preexec_fn=_set_parent_death_signal)
+    full_env = {**os.environ, **prepared.env}
+    process = subprocess.Popen(["bash", str(prepared.script)], stdout=log, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, cwd=str(CHECKOUT_ROOT), env=full_env,
+                               start_new_session=True, preexec_fn=_set_parent_death_signal)
     log.close()
-    store.create(run_id, specs=specs, command=" ".join(shlex.quote(c) for c in cmd), status="running",
-                 predicted=predicted, log_path=str(log_path), run_dir=str(run_dir), engine=str(plan.engine),
-                 steps=steps, pgid=process.pid)
-    return Run(run_id=run_id, run_dir=run_dir, store=store, process=process, world_size=plan.world_size,
-               steps=steps, timeout_seconds=timeout_seconds, log_path=log_path)
+    store.create(prepared.run_id, specs=prepared.specs, command=prepared.command, status="running",
+                 predicted=prepared.predicted, log_path=str(log_path), run_dir=str(run_dir), engine=prepared.engine,
+                 steps=prepared.steps, pgid=process.pid)
+    return Run(run_id=prepared.run_id, run_dir=run_dir, store=store, process=process,
+               world_size=prepared.world_size, steps=prepared.steps, timeout_seconds=timeout_seconds,
+               log_path=log_path)
 
 
 def _default_runs_dir() -> Path:

@@ -45,6 +45,14 @@ def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, init_meth
         gradient_accumulation_fusion=False,
         apply_rope_fusion=False,
     )
+    if plan.virtual_pipeline > 1:
+        # The interleaved schedule exchanges activations and gradients in both directions at once. With
+        # pipeline_parallel=2 the previous and the next stage are the same rank, and megatron-core's default batched
+        # exchange (batch_p2p_comm=True) posts the two sends and the two receives to that peer in orders that do not
+        # match, so a stage can receive a gradient as an activation (seen on gloo: losses off from the first step).
+        # Megatron-LM's training arguments turn overlap_p2p_comm on for interleaving and set
+        # batch_p2p_comm = not overlap_p2p_comm; the unbatched exchange keeps the two directions on separate groups.
+        kwargs.update(overlap_p2p_comm=True, batch_p2p_comm=False)
     if plan.recompute is Recompute.FULL:
         if plan.recompute_layers is None:
             kwargs.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)

@@ -1,0 +1,218 @@
+"""PlannerView: search every valid parallel plan for the current model, cluster and global batch
+(:func:`workbench.planner.search`), list the fastest in a table, plot throughput against memory headroom with the
+Pareto front, explain why the winner beats the runner-up, and load a chosen plan into the app.
+
+The search runs in the kernel when "Search" is pressed (about 0.1 s for the guide's 13B example on 8 GPUs) and once
+when the tab is first opened. When nothing is valid or nothing fits, the planner's message is shown inline.
+"""
+from __future__ import annotations
+
+import html
+
+import ipywidgets as ipw
+import plotly.graph_objects as go
+
+from widgets.common import GIB, View, error_html
+from widgets.state import LoadSpecs
+from workbench.planner import DEFAULT_HEADROOM, search
+from workbench.specs import Engine, Offload
+
+TABLE_ROWS = 10
+"""Rows of the ranked table (and choices for "use this plan")."""
+SCATTER_PLANS = 60
+"""Fastest feasible plans drawn in the scatter (the Pareto front is drawn whole)."""
+COLUMNS = ("#", "engine", "TP", "PP", "v", "CP", "DP", "ZeRO", "offload", "recompute", "mbs", "GiB/GPU", "s/step",
+           "tokens/s", "MFU", "Pareto")
+
+
+def offload_text(plan) -> str:
+    parts = []
+    if plan.offload_optimizer is not Offload.NONE:
+        parts.append(f"opt→{plan.offload_optimizer}")
+    if plan.offload_params is not Offload.NONE:
+        parts.append(f"params→{plan.offload_params}")
+    return ", ".join(parts) or "—"
+
+
+def zero_text(plan) -> str:
+    if plan.engine is Engine.MEGATRON:
+        return "dist-opt" if plan.distributed_optimizer else "—"
+    return str(int(plan.zero_stage))
+
+
+def table_row(rank: int, r, on_front: bool) -> list:
+    """The ranked table's cells for one :class:`workbench.planner.PlanResult`."""
+    p = r.plan
+    return [str(rank), str(p.engine), str(p.tensor_parallel) + (" SP" if p.sequence_parallel else ""),
+            str(p.pipeline_parallel), str(p.virtual_pipeline), str(p.context_parallel), str(p.data_parallel),
+            zero_text(p), offload_text(p), str(p.recompute), f"{p.micro_batch_size}×{p.gradient_accumulation_steps}",
+            f"{r.peak_bytes / GIB:.1f}", f"{r.step_seconds:.3f}", f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}",
+            "★" if on_front else ""]
+
+
+def table_html(result) -> str:
+    front = {r.plan for r in result.pareto}
+    head = "".join(f"<th style='padding:2px 6px;text-align:right'>{c}</th>" for c in COLUMNS)
+    rows = []
+    for i, r in enumerate(result.ranked[:TABLE_ROWS], 1):
+        cells = table_row(i, r, r.plan in front)
+        style = "background:#e8f4ea;font-weight:bold" if i == 1 else ""
+        rows.append(f"<tr class='wb-planner-row' style='{style}'>"
+                    + "".join(f"<td style='padding:2px 6px;text-align:right'>{html.escape(c)}</td>" for c in cells)
+                    + "</tr>")
+    return (f"<table class='wb-planner-table' style='border-collapse:collapse;font-size:12px'>"
+            f"<tr style='border-bottom:1px solid #999'>{head}</tr>{''.join(rows)}</table>")
+
+
+class PlannerView(View):
+    """Ranked plans for the app's model and cluster; "Use this plan" sends ``LoadSpecs(plan=...)``."""
+
+    title = "Planner"
+
+    def __init__(self, app=None) -> None:
+        self.app = app
+        self.global_batch = ipw.BoundedIntText(description="global batch", min=1, max=10**7, value=1,
+                                               style={"description_width": "90px"}, layout=ipw.Layout(width="190px"))
+        self.headroom = ipw.BoundedFloatText(description="headroom %", min=0.0, max=99.0, step=1.0,
+                                             value=100 * DEFAULT_HEADROOM, style={"description_width": "90px"},
+                                             layout=ipw.Layout(width="170px"),
+                                             tooltip="GPU memory kept free (fragmentation, allocator spikes)")
+        self.offload = ipw.Checkbox(value=True, description="allow CPU offload", indent=False,
+                                    layout=ipw.Layout(width="150px"))
+        self.search_button = ipw.Button(description="Search", icon="search", button_style="primary")
+        self.search_button.add_class("wb-planner-search")
+        self.search_button.on_click(lambda _: self.run_search())
+        self.status = ipw.HTML()
+        self.status.add_class("wb-planner-status")
+        self.error = ipw.HTML()
+        self.error.add_class("wb-planner-error")
+        self.table = ipw.HTML()
+        self.choice = ipw.Dropdown(description="plan", options=[], layout=ipw.Layout(width="560px"),
+                                   style={"description_width": "40px"})
+        self.use_button = ipw.Button(description="Use this plan", icon="check", disabled=True)
+        self.use_button.add_class("wb-planner-use")
+        self.use_button.on_click(lambda _: self.use_plan())
+        self.fig = None
+        """The scatter (a plotly ``FigureWidget``), made when the tab is first shown: each figure is a browser-side
+        model that must start within anywidget's 2 s, so the page does not start figures of tabs nobody opened."""
+        self.figure_box = ipw.Box()
+        self.explanation = ipw.HTML()
+        self.explanation.add_class("wb-planner-explanation")
+        self.widget = ipw.VBox([ipw.HBox([self.global_batch, self.headroom, self.offload, self.search_button]),
+                                self.status, self.error, self.table, ipw.HBox([self.choice, self.use_button]),
+                                self.figure_box, self.explanation])
+        self.widget.add_class("wb-planner")
+        self.result = None
+        self._state = None
+        self._searched_for = None
+
+    def _build_figure(self) -> None:
+        self.fig = go.FigureWidget()
+        self.fig.add_scatter(name="feasible plans", mode="markers", x=[], y=[],
+                             marker=dict(color="#9ecae1", size=8, line=dict(width=0.5, color="#3182bd")),
+                             hovertemplate="%{text}<br>%{x:.1f} GiB free, %{y:,.0f} tokens/s<extra></extra>")
+        self.fig.add_scatter(name="Pareto front", mode="lines+markers", x=[], y=[],
+                             line=dict(color="#d62728", shape="hv"), marker=dict(color="#d62728", size=9),
+                             hovertemplate="%{text}<br>%{x:.1f} GiB free, %{y:,.0f} tokens/s<extra>Pareto</extra>")
+        self.fig.add_scatter(name="current plan", mode="markers", x=[], y=[],
+                             marker=dict(symbol="x", color="black", size=12),
+                             hovertemplate="%{text}<br>%{x:.1f} GiB free, %{y:,.0f} tokens/s<extra>current</extra>")
+        self.fig.add_scatter(name="fastest", mode="markers", x=[], y=[],
+                             marker=dict(symbol="star", color="#2ca02c", size=16, line=dict(width=1, color="black")),
+                             hovertemplate="%{text}<extra>fastest</extra>")
+        self.fig.update_layout(height=400, width=660, margin=dict(l=70, r=20, t=40, b=90),
+                               xaxis_title="memory headroom per GPU (GiB free)", yaxis_title="tokens/s",
+                               legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top"))
+        self.figure_box.children = [self.fig]
+
+    # -- state ----------------------------------------------------------------------------------------------------
+    def show(self, state) -> None:
+        if self.fig is None:
+            self._build_figure()
+        previous, self._state = self._state, state
+        if previous is None or previous.plan.global_batch_size != state.plan.global_batch_size:
+            self.global_batch.value = state.plan.global_batch_size
+        if self._searched_for is None:
+            self.run_search()
+            return
+        self._show_current()
+        stale = self._searched_for != (state.model, state.cluster, state.plan.precision)
+        self._set_status(stale)
+
+    def _set_status(self, stale: bool = False) -> None:
+        r = self.result
+        if r is None:
+            text = ""
+        else:
+            text = (f"{r.evaluated:,} plans evaluated, {r.feasible:,} fit, in {r.elapsed_seconds * 1e3:.0f} ms "
+                    f"(global batch {r.global_batch_size}, {r.headroom:.0%} headroom on "
+                    f"{r.cluster.world_size}× {html.escape(r.cluster.gpu.name)}).")
+        if stale:
+            text += " <b>The model or hardware changed: press Search.</b>"
+        if self.status.value != text:
+            self.status.value = text
+
+    # -- actions --------------------------------------------------------------------------------------------------
+    def run_search(self):
+        """Search for the app's current model, cluster and precision; shows the result or the planner's message."""
+        s = self._state
+        if s is None:
+            return None
+        self._searched_for = (s.model, s.cluster, s.plan.precision)
+        try:
+            result = search(s.model, s.cluster, global_batch_size=int(self.global_batch.value),
+                            headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
+                            precision=s.plan.precision, top=SCATTER_PLANS)
+        except ValueError as exc:
+            self.result = None
+            self.error.value = error_html(str(exc).strip().splitlines()[0], max_width="900px")
+            self.table.value = self.explanation.value = ""
+            self.choice.options = []
+            self.use_button.disabled = True
+            with self.fig.batch_update():
+                for trace in self.fig.data[:2] + self.fig.data[3:]:
+                    trace.x, trace.y, trace.text = [], [], []
+            self._show_current()
+            self._set_status()
+            return None
+        self.result = result
+        self.error.value = ""
+        self.table.value = table_html(result)
+        self.choice.options = [(f"#{i} {r.describe()} — {r.tokens_per_second:,.0f} tokens/s", i - 1)
+                               for i, r in enumerate(result.ranked[:TABLE_ROWS], 1)]
+        self.choice.value = 0
+        self.use_button.disabled = self.app is None
+        self.explanation.value = ("<div style='white-space:pre-wrap;font-size:13px;max-width:900px'>"
+                                  + html.escape(result.explanation) + "</div>")
+        with self.fig.batch_update():
+            for trace, rows in ((self.fig.data[0], result.ranked), (self.fig.data[1], result.pareto),
+                                (self.fig.data[3], result.ranked[:1])):
+                rows = sorted(rows, key=lambda r: r.headroom_bytes)
+                trace.x = [r.headroom_bytes / GIB for r in rows]
+                trace.y = [r.tokens_per_second for r in rows]
+                trace.text = [r.describe() for r in rows]
+            self.fig.layout.title = (f"{len(result.ranked)} fastest plans of {result.feasible:,} that fit; "
+                                     f"Pareto front: {len(result.pareto)}")
+        self._show_current()
+        self._set_status()
+        return result
+
+    def use_plan(self, index=None) -> None:
+        """Load ranked plan ``index`` (default: the one chosen in the dropdown) into the app, through the reducer."""
+        if self.result is None or self.app is None:
+            return
+        i = self.choice.value if index is None else index
+        self.app.dispatch(LoadSpecs(plan=self.result.ranked[i].plan))
+
+    def _show_current(self) -> None:
+        s = self._state
+        t = getattr(s.estimate, "time", None) if s is not None else None
+        trace = self.fig.data[2]
+        with self.fig.batch_update():
+            if t is None or not s.valid:
+                trace.x, trace.y, trace.text = [], [], []
+            else:
+                mem = s.estimate.memory
+                trace.x = [(mem.capacity_bytes - mem.per_gpu_peak_bytes) / GIB]
+                trace.y = [t.tokens_per_second]
+                trace.text = ["current plan"]
