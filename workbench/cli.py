@@ -50,6 +50,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        sys.stderr.close()
+        return 0
     except (ValueError, OSError, KeyError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         print(f"workbench: error: {msg}", file=sys.stderr)

@@ -32,6 +32,13 @@ _PLAN_FLAGS = {
 
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     """Model, cluster and plan flags (all optional; see :func:`specs_from_args` for defaults)."""
+    add_model_arguments(parser)
+    add_cluster_arguments(parser)
+    add_plan_arguments(parser)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--model NAME`` or the model's dimensions (read by :func:`model_from_args`)."""
     m = parser.add_argument_group("model")
     m.add_argument("--model", metavar="NAME", help=f"catalog model ({', '.join(catalog.model_names())})")
     m.add_argument("--layers", type=int, help="transformer layers")
@@ -55,16 +62,24 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--experts", type=int, help="MoE experts per layer")
     m.add_argument("--topk", type=int, help="MoE experts per token")
 
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = True) -> None:
+    """GPU, node count and links (read by :func:`cluster_from_args`); ``--profile`` where the command uses it."""
     c = parser.add_argument_group("cluster")
-    c.add_argument("--gpu", metavar="NAME", help=f"catalog GPU (default: the --profile's GPU, else {DEFAULT_GPU})")
-    c.add_argument("--profile", metavar="NAME_OR_PATH",
-                   help="hardware profile from `workbench calibrate`: measured rates replace datasheet numbers")
+    c.add_argument("--gpu", metavar="NAME", help=f"catalog GPU (default: the --profile's GPU, else {DEFAULT_GPU})"
+                   if profile else f"catalog GPU (default {DEFAULT_GPU})")
+    if profile:
+        c.add_argument("--profile", metavar="NAME_OR_PATH",
+                       help="hardware profile from `workbench calibrate`: measured rates replace datasheet numbers")
     c.add_argument("--gpus-per-node", type=int, default=8)
     c.add_argument("--nodes", type=int, default=1)
     c.add_argument("--intra-gbps", type=float, help="per-GPU intra-node bandwidth, GB/s (default: catalog)")
     c.add_argument("--inter-gbps", type=float, help="per-GPU inter-node bandwidth, GB/s (default: catalog)")
     c.add_argument("--host-mem-gib", type=float, help="host memory per node, GiB")
 
+
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """Engine, parallel sizes, ZeRO, offload, recompute, batch and precision (read by :func:`plan_from_args`)."""
     p = parser.add_argument_group("plan")
     p.add_argument("--engine", choices=["deepspeed", "megatron", "megatron-deepspeed"],
                    help="training framework (default deepspeed)")
@@ -109,7 +124,7 @@ def profile_from_args(args):
 
 def cluster_from_args(args) -> ClusterSpec:
     profile = profile_from_args(args)
-    if args.gpu is not None:
+    if getattr(args, "gpu", None) is not None:
         gpu = catalog.gpu(args.gpu)
     else:
         gpu = profile.device_spec() if profile is not None else catalog.gpu(DEFAULT_GPU)

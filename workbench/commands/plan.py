@@ -1,31 +1,15 @@
 """workbench plan: search every valid parallel plan, rank the ones that fit by step time, explain the winner."""
 from __future__ import annotations
 
-from workbench import catalog
-from workbench.commands.common import DEFAULT_GPU, cluster_from_args, model_from_args
+from workbench.commands.common import add_cluster_arguments, add_model_arguments, cluster_from_args, model_from_args
 
 GiB = 2**30
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("plan", help="rank every valid parallel plan by step time", description=__doc__)
-    m = parser.add_argument_group("model")
-    m.add_argument("--model", metavar="NAME", help=f"catalog model ({', '.join(catalog.model_names())})")
-    m.add_argument("--layers", type=int, help="transformer layers")
-    m.add_argument("--hidden", type=int, help="hidden size")
-    m.add_argument("--heads", type=int, help="attention heads")
-    m.add_argument("--kv-heads", type=int, help="key/value heads (GQA query groups)")
-    m.add_argument("--ffn", type=int, help="MLP inner size")
-    m.add_argument("--vocab", type=int, help="vocabulary size")
-    m.add_argument("--seq", type=int, help="sequence length")
-    m.add_argument("--attention", choices=["unfused", "flash"])
-    c = parser.add_argument_group("cluster")
-    c.add_argument("--gpu", default=DEFAULT_GPU, metavar="NAME", help=f"catalog GPU (default {DEFAULT_GPU})")
-    c.add_argument("--gpus-per-node", type=int, default=8)
-    c.add_argument("--nodes", type=int, default=1)
-    c.add_argument("--intra-gbps", type=float, help="per-GPU intra-node bandwidth, GB/s (default: catalog)")
-    c.add_argument("--inter-gbps", type=float, help="per-GPU inter-node bandwidth, GB/s (default: catalog)")
-    c.add_argument("--host-mem-gib", type=float, help="host memory per node, GiB")
+    add_model_arguments(parser)
+    add_cluster_arguments(parser, profile=False)  # the planner prices plans with catalog numbers
     s = parser.add_argument_group("search")
     s.add_argument("--gbs", type=int, required=True, help="global batch size (sequences per step)")
     s.add_argument("--top", type=int, default=10, help="plans to list (default 10)")
