@@ -1,36 +1,13 @@
 """``workbench nb run``: reports, run store rows, failures, timeouts (each run starts a real kernel, ~3-8 s)."""
-import importlib.util
 import json
-import os
 import time
 from pathlib import Path
 
 import psutil
-import pytest
 
-from workbench import cli
 from workbench.jobs.nbrun import run_notebook
 from workbench.jobs.store import JobStore
-
-NB = Path(__file__).parent / "data" / "notebooks"
-
-
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("WORKBENCH_STORE", str(tmp_path / "home" / "runs.sqlite"))
-    return tmp_path
-
-
-def wb(*argv) -> int:
-    """``workbench ARGV`` in-process, with the subcommands this checkout has."""
-    names = [c for c in cli.COMMANDS if importlib.util.find_spec(f"workbench.commands.{c}")]
-    saved = list(cli.COMMANDS)
-    cli.COMMANDS[:] = names
-    try:
-        return cli.main([str(a) for a in argv])
-    finally:
-        cli.COMMANDS[:] = saved
+from jobs_support import NB, home, wb  # noqa: F401  (home: autouse fixture)
 
 
 def dead(pid: int, within_seconds: float = 5.0) -> bool:

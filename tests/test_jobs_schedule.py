@@ -1,32 +1,14 @@
 """Jobs file, cron fire times, and which jobs ``run-due`` picks at a given time."""
-import importlib.util
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from workbench import cli
 from workbench.jobs.schedule import (cron_trigger, decide, due, latest_fire_time, load_jobs, next_fire_time)
 from workbench.jobs.store import JobStore
+from jobs_support import NB, home, wb  # noqa: F401  (home: autouse fixture)
 
-NB = Path(__file__).parent / "data" / "notebooks"
 UTC = timezone.utc
-
-
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("WORKBENCH_STORE", str(tmp_path / "home" / "runs.sqlite"))
-
-
-def wb(*argv) -> int:
-    names = [c for c in cli.COMMANDS if importlib.util.find_spec(f"workbench.commands.{c}")]
-    saved = list(cli.COMMANDS)
-    cli.COMMANDS[:] = names
-    try:
-        return cli.main([str(a) for a in argv])
-    finally:
-        cli.COMMANDS[:] = saved
 
 
 def t(text: str) -> datetime:

@@ -1,33 +1,13 @@
 """``workbench nb sweep``: grid expansion, one row per run in CSV and Parquet, the worker limit."""
-import importlib.util
 from datetime import datetime
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from workbench import cli
 from workbench.jobs.report import sweep_summary_html
 from workbench.jobs.store import JobStore
 from workbench.jobs.sweep import combinations_from_grid, sweep_rows
-
-NB = Path(__file__).parent / "data" / "notebooks"
-
-
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("WORKBENCH_STORE", str(tmp_path / "home" / "runs.sqlite"))
-
-
-def wb(*argv) -> int:
-    names = [c for c in cli.COMMANDS if importlib.util.find_spec(f"workbench.commands.{c}")]
-    saved = list(cli.COMMANDS)
-    cli.COMMANDS[:] = names
-    try:
-        return cli.main([str(a) for a in argv])
-    finally:
-        cli.COMMANDS[:] = saved
+from jobs_support import NB, home, wb  # noqa: F401  (home: autouse fixture)
 
 
 def test_grid_is_a_cartesian_product_in_file_order():
