@@ -38,11 +38,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import yaml
-
 from workbench.jobs.nbrun import NotebookRun, new_run_dir, reports_dir, run_notebook
 from workbench.jobs.parameters import check_parameters
 from workbench.jobs.store import JobStore, iso, parse_time, utc_now
+from workbench.jobs.yamlfile import read_yaml
 
 log = logging.getLogger("workbench.jobs")
 
@@ -158,12 +157,7 @@ def _job_from_mapping(item, base: Path, index: int) -> JobSpec:
 def load_jobs(path) -> list[JobSpec]:
     """Read and check a jobs file; relative notebook paths resolve against the file's folder."""
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"jobs file {path} does not exist")
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"jobs file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    doc = read_yaml(p, "jobs file")
     items = doc.get("jobs") if isinstance(doc, dict) else doc
     if not isinstance(items, list) or not items:
         raise ValueError(f"jobs file {path} must hold a non-empty list under 'jobs:'")

@@ -26,12 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from workbench.jobs.nbrun import NotebookRun, new_run_dir, reports_dir, run_notebook
 from workbench.jobs.parameters import check_parameters
 from workbench.jobs.report import sweep_summary_html
 from workbench.jobs.store import JobStore
+from workbench.jobs.yamlfile import read_yaml
 
 
 def combinations_from_grid(grid: dict) -> list[dict]:
@@ -68,14 +67,7 @@ def combinations_from_grid(grid: dict) -> list[dict]:
 
 
 def load_grid(path) -> list[dict]:
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"grid file {path} does not exist")
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"grid file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    return combinations_from_grid(doc)
+    return combinations_from_grid(read_yaml(path, "grid file"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
