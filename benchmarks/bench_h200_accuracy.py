@@ -59,17 +59,10 @@ def plan_label(plan) -> str:
 
 
 def time_leave_one_out(records) -> np.ndarray:
-    from calibrate_h200_time import HBM_GRID, design, errors, fit_all
+    from calibrate_h200_time import HBM_GRID, design, leave_one_out_errors
 
     measured = np.array([r["step_seconds"] for r in records])
-    designs = {h: design(records, h) for h in HBM_GRID}
-    out = []
-    for i in range(len(records)):
-        keep = np.arange(len(records)) != i
-        h, x, _ = fit_all(designs, measured, keep)
-        b, c = designs[h]
-        out.append(errors(b[i:i + 1], c[i:i + 1], measured[i:i + 1], x)[0])
-    return np.array(out)
+    return leave_one_out_errors({h: design(records, h) for h in HBM_GRID}, measured)
 
 
 def summary(errs) -> str:

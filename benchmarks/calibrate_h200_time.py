@@ -85,6 +85,17 @@ def fit_all(designs, measured, keep):
     return best
 
 
+def leave_one_out_errors(designs, measured) -> np.ndarray:
+    """Signed relative error of each run when the constants are refitted without it."""
+    out = []
+    for i in range(len(measured)):
+        keep = np.arange(len(measured)) != i
+        h, x, _ = fit_all(designs, measured, keep)
+        b, c = designs[h]
+        out.append(errors(b[i:i + 1], c[i:i + 1], measured[i:i + 1], x)[0])
+    return np.array(out)
+
+
 def main() -> int:
     records = all_runs()
     measured = np.array([r["step_seconds"] for r in records])
@@ -101,13 +112,7 @@ def main() -> int:
     for g in dict.fromkeys(groups):
         sel = groups == g
         print(f"  {g:9s} ({sel.sum():2d}): median {np.median(np.abs(e[sel])):.1%}, max {np.max(np.abs(e[sel])):.1%}")
-    loo = []
-    for i in range(len(records)):
-        keep = np.arange(len(records)) != i
-        hi, xi, _ = fit_all(designs, measured, keep)
-        bi, ci = designs[hi]
-        loo.append(errors(bi[i:i + 1], ci[i:i + 1], measured[i:i + 1], xi)[0])
-    loo = np.abs(loo)
+    loo = np.abs(leave_one_out_errors(designs, measured))
     print(f"leave-one-out: median |error| {np.median(loo):.1%}, max {np.max(loo):.1%}")
     # fit on one group, predict the others
     for g in dict.fromkeys(groups):
