@@ -16,7 +16,7 @@ import numpy as np
 from workbench import params as P
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
 from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Positions,
-                             Precision, Recompute, ZeroStage, validate)
+                             Precision, Recompute, validate)
 
 GiB = 2**30
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 
@@ -204,10 +204,6 @@ class ModelSpec:
             _positive_int(self, "moe_ffn_hidden_size")
 
     # -- derived sizes -------------------------------------------------------------------------------------------
-    @property
-    def kv_channels(self) -> int:
-        return self.head_dim
-
     @property
     def query_projection_size(self) -> int:
         """Width of the concatenated query heads, a·d."""
@@ -544,8 +540,6 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
                          f"pipeline_parallel={p}")
     if plan.precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
-    if model.is_moe and model.num_experts % 1:
-        raise ValueError("num_experts must be an integer")
 
 
 def closest_name(name: str, choices) -> str:

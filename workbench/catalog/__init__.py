@@ -8,8 +8,6 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources
-from typing import Optional
-
 from workbench.specs import GPUSpec, ModelSpec, closest_name
 
 _MODEL_FIELDS = {f for f in ModelSpec.__dataclass_fields__}
@@ -66,10 +64,3 @@ def model(name: str, **overrides) -> ModelSpec:
     spec = ModelSpec(**fields)
     return spec.replace(**overrides) if overrides else spec
 
-
-def model_source(name: str) -> str:
-    return _lookup("model", name, _models(), model_names()).get("source", "")
-
-
-def find_gpu(name: Optional[str]) -> Optional[GPUSpec]:
-    return None if name is None else gpu(name)
