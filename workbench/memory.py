@@ -15,7 +15,7 @@ import numpy as np
 
 from workbench import params as P
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Positions,
+from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan,
                              Precision, Recompute, validate)
 
 GiB = 2**30
@@ -75,9 +75,10 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel):
     (projection, fc2) and an MoE router are replicated (megatron-core ``ColumnParallelLinear``/``RowParallelLinear``).
     """
     h, bias = m.hidden_size, m.add_bias_linear
-    norm = P.norm_params(h, m.normalization)
+    norm = P.norm_params(h, m.normalization) * (2 if m.sandwich_norm else 1)
     qkv_out = m.query_projection_size + 2 * m.kv_projection_size
-    attn_split = h * qkv_out + m.query_projection_size * h + (qkv_out if bias else 0)
+    attn_split = h * qkv_out + m.query_projection_size * h + (qkv_out if m.qkv_bias else 0)
+    head_norms = 2 * P.norm_params(m.head_dim, m.normalization) if m.qk_norm else 0
     if m.is_moe:
         f, experts = m.moe_ffn_hidden_size, m.num_experts
         router = h * experts
@@ -86,7 +87,8 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel):
     fc1_out = (2 if m.is_gated else 1) * f
     mlp_split = experts * (h * fc1_out + f * h + (fc1_out if bias else 0))
     replicated = 2 * norm + ((h + h * experts) if bias else 0) + router  # norms, proj bias, fc2 bias(es), router
-    return (attn_split + mlp_split) / tensor_parallel + replicated
+    shared = P.shared_expert_params(m) if m.is_moe else 0  # Qwen2-MoE shared expert, split like an expert
+    return (attn_split + mlp_split + shared) / tensor_parallel + replicated + head_norms
 
 
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
@@ -103,7 +105,7 @@ def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stag
     tied embedding copy Megatron keeps when p > 1, and the final norm on the last)."""
     vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
     layers = m.num_layers / pipeline_parallel * layer_params_per_rank(m, tensor_parallel)
-    positions = m.seq_length * m.hidden_size if m.position_embedding is Positions.LEARNED else 0
+    positions = m.position_table_size * m.hidden_size
     embedding = vocab * m.hidden_size / tensor_parallel + positions
     first = stage == 0
     last = stage == pipeline_parallel - 1

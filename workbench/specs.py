@@ -166,6 +166,19 @@ class ModelSpec:
     """Experts each token is routed to."""
     moe_ffn_hidden_size: Optional[int] = None
     """Expert MLP width; ``None`` means ffn_hidden_size."""
+    shared_expert_ffn_hidden_size: Optional[int] = None
+    """MoE with an always-on shared expert (Qwen2-MoE): its MLP width; it comes with a bias-free h→1 sigmoid gate.
+    ``None``: no shared expert."""
+    qkv_bias: Optional[bool] = None
+    """Biases on the query/key/value projections; ``None`` follows ``add_bias_linear`` (Qwen2 has them while its
+    other linear layers have none)."""
+    qk_norm: bool = False
+    """A norm over each query and key head (head_dim weights each; Qwen3, Gemma 3)."""
+    sandwich_norm: bool = False
+    """Extra norms on the attention and MLP outputs, four per layer (Gemma 2 and 3)."""
+    max_position_embeddings: Optional[int] = None
+    """Rows of the learned position table (GPT-2's ``n_positions``); ``None`` means seq_length. Only used with
+    learned positions, where seq_length may not exceed it."""
 
     def __post_init__(self) -> None:
         for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
@@ -195,6 +208,18 @@ class ModelSpec:
                 ffn = 4 * self.hidden_size
             _set(self, "ffn_hidden_size", ffn)
         _positive_int(self, "ffn_hidden_size")
+        if self.qkv_bias is None:
+            _set(self, "qkv_bias", bool(self.add_bias_linear))
+        if self.max_position_embeddings is not None:
+            _positive_int(self, "max_position_embeddings")
+            if self.position_embedding is Positions.LEARNED and self.seq_length > self.max_position_embeddings:
+                raise ValueError(f"seq_length={self.seq_length} exceeds max_position_embeddings="
+                                 f"{self.max_position_embeddings} (the learned position table)")
+        if self.shared_expert_ffn_hidden_size is not None:
+            _positive_int(self, "shared_expert_ffn_hidden_size")
+            if self.num_experts is None:
+                raise ValueError(f"shared_expert_ffn_hidden_size={self.shared_expert_ffn_hidden_size} needs "
+                                 f"num_experts (a mixture-of-experts model)")
         if self.num_experts is not None:
             _positive_int(self, "num_experts", "moe_top_k")
             if self.moe_top_k > self.num_experts:
@@ -215,6 +240,13 @@ class ModelSpec:
         return self.num_query_groups * self.head_dim
 
     @property
+    def position_table_size(self) -> int:
+        """Rows of the learned position table (0 with rotary positions)."""
+        if self.position_embedding is not Positions.LEARNED:
+            return 0
+        return self.max_position_embeddings or self.seq_length
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts is not None
 
@@ -225,7 +257,7 @@ class ModelSpec:
     def replace(self, **changes) -> "ModelSpec":
         """A copy with some fields changed (re-validated); derived defaults are recomputed when their inputs change."""
         return _replace_with_defaults(self, changes, derived=("num_query_groups", "head_dim", "ffn_hidden_size",
-                                                              "moe_ffn_hidden_size"))
+                                                              "moe_ffn_hidden_size", "qkv_bias"))
 
     # -- parameter counts (megatron-core GPTModel, local layer spec) ---------------------------------------------
     def parameter_counts(self) -> "ParameterCounts":

@@ -40,7 +40,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model NAME`` or the model's dimensions (read by :func:`model_from_args`)."""
     m = parser.add_argument_group("model")
-    m.add_argument("--model", metavar="NAME", help=f"catalog model ({', '.join(catalog.model_names())})")
+    m.add_argument("--model", metavar="NAME", help=f"catalog model ({', '.join(catalog.model_names())}) or hf:PATH, a Hugging Face config.json or "
+                   f"model directory")
     m.add_argument("--layers", type=int, help="transformer layers")
     m.add_argument("--hidden", type=int, help="hidden size")
     m.add_argument("--heads", type=int, help="attention heads")
