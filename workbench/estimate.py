@@ -1,12 +1,13 @@
 """The one entry point: ``estimate(model, cluster, plan) -> Estimate`` (memory, time, layout, advisor checks)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from workbench.memory import estimate_memory
 from workbench.memory_types import MemoryEstimate
-from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, check_bool, validate
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,11 +73,34 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
 
     from workbench.advisor import check_plan
 
+    if overlap_comm is not None:
+        overlap_comm = check_bool("overlap_comm", overlap_comm)
     validate(model, cluster, plan)
     profile = resolve_profile(profile)
     record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
-    memory = estimate_memory(model, cluster, plan, profile=profile, overlap_comm=overlap_comm)
-    time = estimate_time(model, cluster, plan, profile=profile)
+    try:
+        memory = estimate_memory(model, cluster, plan, profile=profile, overlap_comm=overlap_comm)
+        time = estimate_time(model, cluster, plan, profile=profile)
+    except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
+        raise ValueError(f"the sizes are out of the models' range ({exc.__class__.__name__}: {exc}): "
+                         f"{_size_summary(model, cluster, plan)}") from None
+    _check_finite(memory, time, model, cluster, plan)
     return Estimate(model=model, cluster=cluster, plan=plan, memory=memory, time=time,
                     layout=build_layout(cluster, plan, model=model),
                     checks=check_plan(model, cluster, plan, memory=memory, time=time), profile=record)
+
+
+def _size_summary(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> str:
+    return (f"num_layers={model.num_layers}, hidden_size={model.hidden_size}, seq_length={model.seq_length}, "
+            f"world_size={plan.world_size}, micro_batch_size={plan.micro_batch_size}, "
+            f"global_batch_size={plan.global_batch_size}")
+
+
+def _check_finite(memory: MemoryEstimate, time, model, cluster, plan) -> None:
+    """The models must answer with finite, non-negative numbers; anything else is an input out of their range."""
+    numbers = {"peak memory (bytes)": memory.peak_stage.total_bytes, "host memory (bytes)": memory.host_bytes_per_gpu,
+               "step time (seconds)": time.step_seconds}
+    for what, value in numbers.items():
+        if not math.isfinite(float(value)) or float(value) < 0:
+            raise ValueError(f"{what} came out as {value}: the sizes are out of the models' range "
+                             f"({_size_summary(model, cluster, plan)})")

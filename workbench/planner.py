@@ -37,7 +37,7 @@ from workbench import timing as T
 from workbench.memory import ENGINE_CODES, GiB
 from workbench.params import padded_vocab_size
 from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
-                             ZeroStage)
+                             ZeroStage, check_bool, check_float, check_int, check_spec_types)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -394,13 +394,15 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
     start = _time.perf_counter()
-    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, (int, np.integer)) \
-            or global_batch_size < 1:
-        raise ValueError(f"global_batch_size={global_batch_size!r} must be an integer >= 1")
-    if not 0 <= headroom < 1:
-        raise ValueError(f"headroom={headroom} must be in [0, 1)")
-    if top < 1:
-        raise ValueError(f"top={top} must be >= 1")
+    check_spec_types(model=model, cluster=cluster)
+    global_batch_size = check_int("global_batch_size", global_batch_size)
+    headroom = check_float("headroom", headroom, strict=False, below=1.0)
+    top = check_int("top", top, maximum=10**6)
+    max_context_parallel = check_int("max_context_parallel", max_context_parallel)
+    offload = check_bool("offload", offload)
+    allow_cross_node_tp = check_bool("allow_cross_node_tp", allow_cross_node_tp)
+    if seq_length is not None:
+        seq_length = check_int("seq_length", seq_length)
     if not engines:
         raise ValueError("engines is empty: give at least one of deepspeed, megatron, megatron-deepspeed")
     precision = Precision.parse(precision, "precision")

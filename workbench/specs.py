@@ -12,8 +12,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional
+
+import numpy as np
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -36,6 +40,9 @@ class _StrEnum(str, enum.Enum):
     def parse(cls, value, field_name: str):
         if isinstance(value, cls):
             return value
+        if not isinstance(value, str):
+            allowed = ", ".join(m.value for m in cls)
+            raise ValueError(f"{field_name}={value!r} must be one of: {allowed}")
         try:
             return cls(str(value).lower())
         except ValueError:
@@ -105,13 +112,80 @@ class AttentionImpl(_StrEnum):
     FLASH = "flash"
 
 
+# Upper bounds far beyond any real transformer or cluster. They keep every product the memory and time models
+# form inside 64-bit integers and finite floats, so absurd input gets a clear error instead of an overflow.
+MAX_COUNT = {
+    "num_layers": 10_000, "hidden_size": 2**20, "num_attention_heads": 2**16, "num_query_groups": 2**16,
+    "head_dim": 2**16, "ffn_hidden_size": 2**22, "moe_ffn_hidden_size": 2**22, "vocab_size": 2**24,
+    "seq_length": 2**26, "num_experts": 2**14, "moe_top_k": 2**14, "shared_expert_ffn_hidden_size": 2**22,
+    "max_position_embeddings": 2**26,
+    "gpus_per_node": 1024, "num_nodes": 2**24,
+    "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
+    "context_parallel": 2**16, "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
+}
+"""Largest value accepted for each integer field."""
+
+MAX_FLOAT = {
+    "memory_gib": 2.0**20, "hbm_gb_per_s": 1e7, "intra_node_gb_per_s": 1e7, "inter_node_gb_per_s": 1e7,
+    "host_link_gb_per_s": 1e7, "host_memory_gib_per_node": 2.0**30, "nvme_gib_per_node": 2.0**40,
+    "peak_tflops": 1e9,
+}
+"""Largest value accepted for each real-valued field (GiB, GB/s, TFLOP/s)."""
+
+
+def check_int(name: str, value, *, minimum: int = 1, maximum: Optional[int] = None) -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]``; ``ValueError`` naming ``name`` otherwise. Booleans, floats
+    (``2.7`` and also ``2.0``) and strings are refused rather than converted."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}={value!r} must be an integer")
+    value = int(value)
+    if maximum is None:
+        maximum = MAX_COUNT.get(name)
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}={value} is larger than the largest supported value {maximum:,}")
+    return value
+
+
+def check_float(name: str, value, *, minimum: float = 0.0, strict: bool = True,
+                maximum: Optional[float] = None, below: Optional[float] = None) -> float:
+    """``value`` as a finite ``float`` above ``minimum`` (``>`` when ``strict``, else ``>=``) and at most
+    ``maximum`` (or strictly ``below``); ``ValueError`` naming ``name`` for NaN, infinities, booleans and non-numbers."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}={value!r} must be a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={value} must be a finite number")
+    if strict and value <= minimum:
+        raise ValueError(f"{name}={value:g} must be > {minimum:g}")
+    if not strict and value < minimum:
+        raise ValueError(f"{name}={value:g} must be >= {minimum:g}")
+    if maximum is None:
+        maximum = MAX_FLOAT.get(name)
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}={value:g} is larger than the largest supported value {maximum:g}")
+    if below is not None and value >= below:
+        raise ValueError(f"{name}={value:g} must be < {below:g}")
+    return value
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` as a ``bool``; ``ValueError`` naming ``name`` for anything else (``2``, ``"yes"``, ``None``)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name}={value!r} must be True or False")
+
+
+def check_str(name: str, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}={value!r} must be a string")
+    return value
+
+
 def _positive_int(obj, *names: str) -> None:
     for name in names:
-        value = getattr(obj, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name}={value!r} must be an integer")
-        if value < 1:
-            raise ValueError(f"{name}={value} must be >= 1")
+        _set(obj, name, check_int(name, getattr(obj, name)))
 
 
 def _set(obj, name: str, value) -> None:
@@ -184,10 +258,12 @@ class ModelSpec:
         for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
                                ("position_embedding", Positions), ("attention", AttentionImpl)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
+        check_str("name", self.name)
         _positive_int(self, "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
         for name in ("hidden_dropout", "attention_dropout"):
-            if not 0.0 <= float(getattr(self, name)) < 1.0:
-                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
+            _set(self, name, check_float(name, getattr(self, name), strict=False, below=1.0))
+        for name in ("add_bias_linear", "tied_embeddings"):
+            _set(self, name, check_bool(name, getattr(self, name)))
         if self.num_query_groups is None:
             _set(self, "num_query_groups", self.num_attention_heads)
         _positive_int(self, "num_query_groups")
@@ -220,8 +296,9 @@ class ModelSpec:
             if self.num_experts is None:
                 raise ValueError(f"shared_expert_ffn_hidden_size={self.shared_expert_ffn_hidden_size} needs "
                                  f"num_experts (a mixture-of-experts model)")
+        _positive_int(self, "moe_top_k")
         if self.num_experts is not None:
-            _positive_int(self, "num_experts", "moe_top_k")
+            _positive_int(self, "num_experts")
             if self.moe_top_k > self.num_experts:
                 raise ValueError(f"moe_top_k={self.moe_top_k} exceeds num_experts={self.num_experts}")
             if self.moe_ffn_hidden_size is None:
@@ -347,6 +424,20 @@ class GPUSpec:
     """Where the numbers come from (datasheet)."""
     notes: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("name", "vendor", "source", "notes"):
+            check_str(name, getattr(self, name))
+        for name in ("memory_gib", "hbm_gb_per_s", "intra_node_gb_per_s", "inter_node_gb_per_s",
+                     "host_link_gb_per_s"):
+            _set(self, name, check_float(name, getattr(self, name)))
+        if not isinstance(self.peak_tflops, dict):
+            raise ValueError(f"peak_tflops={self.peak_tflops!r} must be a mapping of precision to TFLOP/s")
+        peaks = {}
+        for key, value in self.peak_tflops.items():
+            peaks[str(key)] = 0.0 if value is None else check_float(f"peak_tflops[{key!r}]", value, strict=False,
+                                                                      maximum=MAX_FLOAT["peak_tflops"])
+        _set(self, "peak_tflops", peaks)
+
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_gib * 2**30)
@@ -387,16 +478,21 @@ class ClusterSpec:
             from workbench.catalog import gpu as lookup
 
             _set(self, "gpu", lookup(self.gpu))
+        if not isinstance(self.gpu, GPUSpec):
+            raise ValueError(f"gpu={self.gpu!r} must be a GPU name such as 'H100-SXM' or a GPUSpec "
+                             f"(got {type(self.gpu).__name__})")
         _positive_int(self, "gpus_per_node", "num_nodes")
         if self.intra_node_gb_per_s is None:
             _set(self, "intra_node_gb_per_s", float(self.gpu.intra_node_gb_per_s))
         if self.inter_node_gb_per_s is None:
             _set(self, "inter_node_gb_per_s", float(self.gpu.inter_node_gb_per_s))
         for name in ("intra_node_gb_per_s", "inter_node_gb_per_s", "host_memory_gib_per_node"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be > 0")
-        if self.nvme_gib_per_node < 0:
-            raise ValueError(f"nvme_gib_per_node={self.nvme_gib_per_node} must be >= 0")
+            _set(self, name, check_float(name, getattr(self, name)))
+        _set(self, "nvme_gib_per_node", check_float("nvme_gib_per_node", self.nvme_gib_per_node, strict=False))
+        if self.world_size > MAX_COUNT["world_size"]:
+            raise ValueError(f"gpus_per_node({self.gpus_per_node}) * num_nodes({self.num_nodes}) = "
+                             f"{self.world_size:,} GPUs is larger than the largest supported world size "
+                             f"{MAX_COUNT['world_size']:,}")
 
     @property
     def world_size(self) -> int:
@@ -459,14 +555,15 @@ class ParallelPlan:
     DeepSpeed keeps an unfused softmax either way (``TransformerConfig.masked_softmax_fusion`` defaults to off)."""
 
     def __post_init__(self) -> None:
-        _set(self, "fused_kernels", bool(self.fused_kernels))
+        for name in ("sequence_parallel", "distributed_optimizer", "fused_kernels"):
+            _set(self, name, check_bool(name, getattr(self, name)))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
-        try:
-            _set(self, "zero_stage", ZeroStage(int(self.zero_stage)))
-        except (ValueError, TypeError):
-            raise ValueError(f"zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3") from None
+        if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
+                or not 0 <= int(self.zero_stage) <= 3):
+            raise ValueError(f"zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3")
+        _set(self, "zero_stage", ZeroStage(int(self.zero_stage)))
         _positive_int(self, "world_size", "tensor_parallel", "pipeline_parallel", "virtual_pipeline",
                       "context_parallel", "micro_batch_size")
         model_parallel = self.tensor_parallel * self.pipeline_parallel * self.context_parallel
@@ -547,6 +644,7 @@ class ParallelPlan:
 # ----------------------------------------------------------------------------------------------------------------
 def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
     """Raise ``ValueError`` (fields and numbers named) when the three specs do not fit together."""
+    check_spec_types(model=model, cluster=cluster, plan=plan)
     t, p, v, c = plan.tensor_parallel, plan.pipeline_parallel, plan.virtual_pipeline, plan.context_parallel
     if plan.world_size != cluster.world_size:
         raise ValueError(f"plan world_size={plan.world_size} != cluster gpus_per_node({cluster.gpus_per_node}) * "
@@ -572,6 +670,18 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
                          f"pipeline_parallel={p}")
     if plan.precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+
+
+_SPEC_CLASSES = {"model": ModelSpec, "cluster": ClusterSpec, "plan": ParallelPlan, "gpu": GPUSpec}
+
+
+def check_spec_types(**specs) -> None:
+    """``ValueError`` naming the argument when a spec (``model=``, ``cluster=``, ``plan=``, ``gpu=``) is not the
+    dataclass it should be (``None``, a dict, a name...)."""
+    for name, value in specs.items():
+        cls = _SPEC_CLASSES[name]
+        if not isinstance(value, cls):
+            raise ValueError(f"{name}={value!r:.80} must be a {cls.__name__} (got {type(value).__name__})")
 
 
 def closest_name(name: str, choices) -> str:
