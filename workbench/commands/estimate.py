@@ -30,6 +30,10 @@ def render(est) -> str:
         + f" x DP {p.data_parallel}, ZeRO-{int(p.zero_stage)}, recompute {p.recompute}, micro batch "
           f"{p.micro_batch_size}, global batch {p.global_batch_size} (accumulation {p.gradient_accumulation_steps}), "
           f"{p.precision}",
+        f"stack   {m.attention} attention, {p.adam} Adam"
+        + (" (CPU Adam: optimizer offloaded)" if str(p.offload_optimizer) != "none" else "")
+        + f", gradient reduce {'overlapped' if p.overlaps_comm else 'not overlapped'}"
+        + (" (engine default)" if p.overlap_comm is None else ""),
         "",
         "memory per GPU" + (" (first / last pipeline stage)" if len(mem.stages) > 1 else ""),
     ]
