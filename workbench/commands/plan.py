@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
     overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
                          help="overlap the gradient reduce with backward (default: each engine's)")
     overlap.add_argument("--no-overlap-comm", dest="overlap_comm", action="store_false")
+    s.add_argument("--lora-rank", type=int, default=0, metavar="R",
+                   help="search LoRA fine-tunes of rank R (base weights frozen; DeepSpeed engines)")
+    s.add_argument("--lora-targets", metavar="LIST", help="projections with adapters (default q,k,v,o,gate,up,down)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -76,7 +79,9 @@ def run(args) -> int:
     result = search(model, cluster, global_batch_size=args.gbs, top=args.top, headroom=args.headroom,
                     engines=tuple(args.engine) if args.engine else ENGINES, precision=args.precision,
                     offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
-                    max_context_parallel=args.max_cp, adam=args.adam, overlap_comm=args.overlap_comm)
+                    max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
+                    **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
+                    overlap_comm=args.overlap_comm)
     if args.json:
         print_json(result.to_dict())
     else:
