@@ -445,10 +445,17 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
     for key in ("overlap_comm", "contiguous_gradients"):
         if isinstance(zero.get(key), bool):
             opts[key] = zero[key]
+    stage_read = plan.get("zero_stage")
+    if isinstance(zero.get("overlap_comm"), bool):
+        plan["overlap_comm"] = zero["overlap_comm"]
+    elif stage_read is not None and int(stage_read) >= 1:
+        plan["overlap_comm"] = int(stage_read) >= 3  # DeepSpeed's own default: on for ZeRO-3 only
 
     # optimizer and schedule
     opt = cfg.get("optimizer") if isinstance(cfg.get("optimizer"), dict) else {}
     params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
+    if params.get("torch_adam") is True:
+        plan["adam"] = "torch"  # torch.optim.AdamW instead of DeepSpeed's FusedAdam (adam="fused", the default)
     if opt.get("type") and str(opt["type"]).lower() not in ("adam", "adamw"):
         warnings.append(f"optimizer.type={opt['type']!r}: the memory model assumes Adam-style states (12 bytes per "
                         f"parameter)")
@@ -603,6 +610,8 @@ _KNOWN = {
     "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "transformer-impl", "num-experts",
     "moe-router-topk", "topk", "moe-ffn-hidden-size", "vocab-size", "expert-interval", "hidden-dropout",
     "attention-dropout",
+    "no-masked-softmax-fusion", "masked-softmax-fusion", "attention-softmax-in-fp32",
+    "no-gradient-accumulation-fusion", "overlap-grad-reduce",
     # parallel / batch
     "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
@@ -616,6 +625,24 @@ _KNOWN = {
     "weight-decay", "adam-beta1", "adam-beta2", "adam-eps", "clip-grad", "seed", "loss-scale-window", "hysteresis",
     "min-loss-scale", "initial-loss-scale",
 }
+
+
+def _megatron_attention(backend, impl, has, kind: str) -> str:
+    """The attention kernel a Megatron command line runs (:class:`workbench.specs.AttentionImpl`).
+
+    Megatron-LM: Transformer Engine (``--transformer-impl transformer_engine``, the default) with
+    ``--attention-backend auto|flash|fused`` (or the legacy ``--use-flash-attn``) is flash attention;
+    ``--attention-backend unfused`` is the s×s path. megatron-core's own ``DotProductAttention``
+    (``--transformer-impl local`` or ``--attention-backend local``) runs Megatron's fused scale-mask-softmax unless
+    ``--no-masked-softmax-fusion``. Megatron-DeepSpeed: local attention unless ``--use-flash-attn[-v2]``."""
+    if any(has(f) for f in ("use-flash-attn", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton")):
+        return "flash"
+    if backend == "unfused":
+        return "unfused"
+    local = backend == "local" or impl == "local" or kind == "megatron-deepspeed"
+    if local:
+        return "unfused" if has("no-masked-softmax-fusion") else "fused-softmax"
+    return "flash"
 
 
 def import_megatron_args(command: Union[str, list]) -> Imported:
@@ -704,14 +731,15 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     m["normalization"] = "rmsnorm" if norm == "rmsnorm" else "layernorm"
     m["add_bias_linear"] = not has("disable-bias-linear")
     m["tied_embeddings"] = not has("untie-embeddings-and-output-weights")
-    backend = one("attention-backend")
-    if backend in ("unfused", "local"):
-        m["attention"] = "unfused"
-    elif backend in ("flash", "fused", "auto") or any(has(f) for f in ("use-flash-attn", "use-flash-attn-v1",
-                                                                      "use-flash-attn-v2", "use-flash-attn-triton")):
-        m["attention"] = "flash"
-    elif one("transformer-impl") == "local":
-        m["attention"] = "unfused"
+    m["attention"] = _megatron_attention(one("attention-backend"), one("transformer-impl"), has, kind)
+    # the optimizer kernel: Megatron takes Transformer Engine's or Apex's FusedAdam when installed and falls back to
+    # torch.optim.AdamW; --no-gradient-accumulation-fusion with the local implementation is the sign of neither
+    if has("no-gradient-accumulation-fusion") and one("transformer-impl") == "local":
+        plan["adam"] = "torch"
+        warnings.append("--no-gradient-accumulation-fusion with --transformer-impl local: read as a stack without "
+                        "Apex/Transformer Engine (torch.optim.AdamW, adam=torch)")
+    if not is_hybrid:  # the hybrid's gradient reduce is DeepSpeed's (ds_config overlap_comm)
+        plan["overlap_comm"] = has("overlap-grad-reduce")
     if has("num-experts"):
         experts = num("num-experts", _int)
         if experts and experts > 1:
