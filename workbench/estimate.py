@@ -46,7 +46,8 @@ class Estimate:
                      "recompute": str(self.plan.recompute), "micro_batch_size": self.plan.micro_batch_size,
                      "global_batch_size": self.plan.global_batch_size,
                      "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,
-                     "precision": str(self.plan.precision)},
+                     "precision": str(self.plan.precision), "attention": str(self.model.attention),
+                     "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm},
             "memory": self.memory.to_dict(),
         }
         if self.time is not None:
@@ -61,12 +62,11 @@ class Estimate:
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None, *,
-             overlap_comm=True) -> Estimate:
+             overlap_comm=None) -> Estimate:
     """Memory, time, layout (and advisor checks where available) for one plan. Raises ``ValueError`` naming the
     fields when the specs do not fit together. ``profile``: a :class:`workbench.calibrate.HardwareProfile`, or its
-    name or path, whose measurements replace datasheet numbers; without one the estimate says so. ``overlap_comm``:
-    DeepSpeed's ``overlap_comm`` for the memory model's reduce buckets (``None``: DeepSpeed's default, on for ZeRO-3
-    only); the time model keeps overlap on."""
+    name or path, whose measurements replace datasheet numbers; without one the estimate says so. ``overlap_comm``
+    overrides :attr:`ParallelPlan.overlap_comm` (kept for callers that pass it; ``None``: the plan's)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
     from workbench.layout import build_layout
     from workbench.timing import estimate_time
@@ -76,6 +76,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     if overlap_comm is not None:
         overlap_comm = check_bool("overlap_comm", overlap_comm)
     validate(model, cluster, plan)
+    if overlap_comm is not None and overlap_comm != plan.overlap_comm:
+        plan = plan.replace(overlap_comm=overlap_comm)
     profile = resolve_profile(profile)
     record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
     try:

@@ -15,8 +15,8 @@ import numpy as np
 
 from workbench import params as P
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan,
-                             Precision, Recompute, validate)
+from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
+                             ParallelPlan, Precision, Recompute, validate)
 
 GiB = 2**30
 HF_LOSS_BYTES_PER_LOGIT = 12.0
@@ -271,13 +271,16 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     else:
         f = m.ffn_hidden_size
     mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
-    if m.attention is AttentionImpl.UNFUSED:
-        per_score = softmax_bytes + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
-        if m.implementation is Implementation.TRANSFORMERS and m.attention_dropout == 0:
-            # transformers' eager_attention_forward: softmax(dtype=float32) saves its fp32 output, and the 16-bit
-            # cast of it is saved by the probabilities @ V matmul (with dropout that matmul saves the dropout
-            # output instead, as above)
-            per_score = softmax_bytes + v
+    if m.attention.materialises_scores:
+        # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
+        # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
+        # (unfused casts its fp32 softmax down; fused-softmax's output is that tensor already)
+        fused = m.attention is AttentionImpl.FUSED_SOFTMAX
+        kept_softmax = v if fused else softmax_bytes
+        if m.attention_dropout > 0:
+            per_score = kept_softmax + dropout_mask_bytes + v
+        else:
+            per_score = kept_softmax + (0 if fused else v)
         core = per_score * m.num_attention_heads * s * s_full * b / t
     else:
         core = 4.0 * m.num_attention_heads * s * b / t
@@ -363,7 +366,7 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
            + value_bytes * largest)
     zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
-    if m.attention is AttentionImpl.UNFUSED:
+    if m.attention.materialises_scores:
         s = m.seq_length / context_parallel
         scores = value_bytes * m.num_attention_heads * s * m.seq_length * micro_batch / tensor_parallel
     else:
@@ -462,7 +465,8 @@ def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
                 value_bytes=plan.precision.bytes_per_value, fp16=int(plan.precision is Precision.FP16),
                 offload_optimizer=int(plan.offload_optimizer is not Offload.NONE),
                 offload_params=int(plan.offload_params is not Offload.NONE),
-                distributed_optimizer=int(plan.distributed_optimizer), fused_kernels=int(plan.fused_kernels),
+                distributed_optimizer=int(plan.distributed_optimizer), fused_kernels=int(plan.adam is AdamImpl.FUSED),
+                overlap_comm=int(plan.overlaps_comm),
                 lora_params_per_layer=P.lora_params_per_layer(model, plan.lora_rank, plan.lora_targets))
 
 
@@ -482,14 +486,15 @@ FORMULAS = {
 
 
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, profile=None,
-                    overlap_comm=True) -> MemoryEstimate:
+                    overlap_comm=None) -> MemoryEstimate:
     """Per-stage memory for the plan (validated first). A measured ``profile``
     (:class:`workbench.calibrate.HardwareProfile`) supplies the overhead term's context, NCCL and reserve.
-    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``True`` as
-    the workbench's config export writes it, ``None`` for DeepSpeed's own default (on for ZeRO-3 only)."""
+    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``None``
+    takes the plan's (:attr:`ParallelPlan.overlaps_comm`)."""
     validate(model, cluster, plan)
     codes = plan_codes(plan, model)
-    codes["overlap_comm"] = None if overlap_comm is None else int(overlap_comm)
+    if overlap_comm is not None:
+        codes["overlap_comm"] = int(overlap_comm)
     formulas = dict(FORMULAS)
     if profile is not None:
         codes["overheads"], _ = profile.memory_overheads()

@@ -31,7 +31,7 @@ from workbench.flops import (RECOMPUTE_CODES, attention_core_flops_per_token, la
                              logits_flops_per_token, model_flops_per_step, recompute_flops_per_step)
 from workbench.params import lora_params_per_layer, model_vocab_size
 from workbench.schedule import bubble_fraction
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision,
+from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision,
                              Recompute, validate)
 
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "offload", "optimizer", "bubble")
@@ -450,13 +450,6 @@ MEGATRON_BUCKET_ELEMENTS = 4e7
 (megatron/core/distributed/distributed_data_parallel_config.py); the time model uses the 40 M floor."""
 
 
-def default_overlap_comm(engine: Engine) -> bool:
-    """Whether gradient reduction overlaps backward unless told: DeepSpeed as the workbench's config export writes
-    it (``overlap_comm: true``); Megatron off, as megatron-core's ``DistributedDataParallelConfig`` and
-    Megatron-LM's ``--overlap-grad-reduce`` default (and as ``workbench/runs/train.py`` runs)."""
-    return engine is not Engine.MEGATRON
-
-
 def trainable_fraction(model: ModelSpec, plan: ParallelPlan) -> float:
     """Parameters with gradients over all parameters: 1 for a full fine-tune; with LoRA the adapters over the
     model (:func:`workbench.params.lora_params_per_layer`)."""
@@ -469,11 +462,11 @@ def trainable_fraction(model: ModelSpec, plan: ParallelPlan) -> float:
 def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool | None = None,
                 bucket_elements: float | None = None, profile=None) -> dict:
     """The plain-number keyword arguments of :func:`step_time_terms` for one (model, cluster, plan).
-    ``overlap_comm`` ``None``: :func:`default_overlap_comm` of the plan's engine.
+    ``overlap_comm`` ``None``: the plan's (:attr:`ParallelPlan.overlaps_comm`).
     A measured ``profile`` (:class:`workbench.calibrate.HardwareProfile`) replaces the datasheet-derived inputs it
     measured (GEMM curve, memory bandwidth, links, host link, CPU Adam rate)."""
     if overlap_comm is None:
-        overlap_comm = default_overlap_comm(plan.engine)
+        overlap_comm = plan.overlaps_comm
     gpu = cluster.gpu
     curve = efficiency_curve(gpu.name)
     net = calibration()["network"]
@@ -496,11 +489,9 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         num_experts=model.num_experts if model.is_moe else 1, seq_length=model.seq_length,
         vocab_size=model_vocab_size(model, plan.tensor_parallel),
         causal_attention=int(model.attention is AttentionImpl.FLASH),
-        unfused_attention=int(model.attention is AttentionImpl.UNFUSED),
-        # Megatron-LM trains with its fused scale-mask-softmax kernel (--masked-softmax-fusion is on by default)
-        # when its kernels are there (plan.fused_kernels); a megatron-core model under DeepSpeed keeps
-        # TransformerConfig's masked_softmax_fusion=False default
-        softmax_fusion=int(plan.engine is Engine.MEGATRON and plan.fused_kernels),
+        unfused_attention=int(model.attention.materialises_scores),
+        # Megatron-LM's fused scale-mask-softmax kernel (--masked-softmax-fusion) is attention='fused-softmax'
+        softmax_fusion=int(model.attention is AttentionImpl.FUSED_SOFTMAX),
         attention_dropout=model.attention_dropout,
         num_parameters=counts.total, parameters_per_layer=counts.per_layer,
         tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
@@ -526,7 +517,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
         cpu_adam_params_per_second_per_node=calibration()["cpu_adam"]["params_per_second_per_node"],
         optimizer_bytes_per_parameter=calibration()["gpu_optimizer"][
-            "bytes_per_parameter" if plan.fused_kernels else "torch_foreach_bytes_per_parameter"],
+            "bytes_per_parameter" if plan.adam is AdamImpl.FUSED else "torch_foreach_bytes_per_parameter"],
         deepspeed_step_bytes_per_parameter=ds["step_bytes_per_parameter"] if deepspeed else 0.0,
         zero3_modules_per_layer=zero3_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
@@ -638,7 +629,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
     Validates the three specs together first (``ValueError`` naming fields and numbers).
 
     ``overlap_comm`` (DeepSpeed ``overlap_comm`` / Megatron ``overlap_grad_reduce``; ``None``: the engine's
-    default, :func:`default_overlap_comm`) lets the data-parallel reduction hide behind backward compute; ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or
+    default, :attr:`ParallelPlan.overlaps_comm`) lets the data-parallel reduction hide behind backward compute; ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or
     Megatron's DDP bucket. ``profile``: a measured :class:`workbench.calibrate.HardwareProfile` (see
     :func:`time_inputs`); ``calibration_source`` then names it."""
     validate(model, cluster, plan)
