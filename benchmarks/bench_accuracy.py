@@ -55,7 +55,8 @@ def old_runs() -> list[dict]:
         device = (r["reserved_bytes"] + r["outside_bytes"]) if r.get("reserved_bytes") is not None else None
         out.append(dict(source="h200_runs", stack=r["group"], run_id=r["name"], shape_id=shape_id_of(r["model"]),
                         model=r["model"], cluster=r["cluster"], plan=r["plan"],
-                        measured=dict(allocated=r["allocated_bytes"], device=device, step=r["step_seconds"])))
+                        measured=dict(allocated=r["allocated_bytes"], device=device, step=r["step_seconds"],
+                                      reserved=r.get("reserved_bytes"), outside=r.get("outside_bytes"))))
     return out
 
 
@@ -134,7 +135,7 @@ def corpus_run(rec: dict):
                 cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan,
                 omp_threads=rec.get("omp_num_threads"),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
-                              step=rec.get("step_seconds_median")))
+                              step=rec.get("step_seconds_median"), reserved=reserved, outside=outside))
 
 
 def corpus_runs(path: Path) -> list[dict]:
@@ -205,11 +206,50 @@ def table(rows: list, title: str) -> list[str]:
     return lines
 
 
+def band(rows: list) -> dict:
+    """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
+    the prediction (what :func:`workbench.memory.error_band` reads)."""
+    out = {}
+    for q in QUANTITIES:
+        out[q] = {}
+        for engine in sorted({engine_of(r) for r, _ in rows}):
+            ratios = [r["measured"][q] / r["predicted"][q] for r, _ in rows
+                      if engine_of(r) == engine and r["measured"].get(q) and r["predicted"].get(q)]
+            if not ratios:
+                continue
+            shapes = len({r["shape_id"] for r, _ in rows if engine_of(r) == engine})
+            out[q][engine] = dict(n=len(ratios), shapes=shapes, low_fraction=round(max(0.0, 1 - min(ratios)), 4),
+                                  high_fraction=round(max(0.0, max(ratios) - 1), 4))
+    return out
+
+
+def overhead_fit(rows: list) -> dict:
+    """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
+    the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile)."""
+    out = {}
+    for engine in sorted({engine_of(r) for r, _ in rows}):
+        sel = [r for r, _ in rows if engine_of(r) == engine and r["measured"].get("outside") is not None
+               and r["cluster"].world_size == 1]
+        if not sel:
+            continue
+        outside = [r["measured"]["outside"] for r in sel]
+        reserve = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel)
+        out[engine] = dict(n=len(sel), outside_gib=statistics.median(outside) / GiB,
+                           outside_max_gib=max(outside) / GiB, reserve_median=statistics.median(reserve),
+                           reserve_p90=reserve[min(len(reserve) - 1, int(0.9 * len(reserve)))],
+                           reserve_max=reserve[-1])
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--runs", action="store_true", help="print every run's errors")
     ap.add_argument("--markdown", type=Path, help="also write the tables as Markdown")
+    ap.add_argument("--write-band", action="store_true",
+                    help="write the test split's per-engine error band to workbench/catalog/error_band.json")
+    ap.add_argument("--overheads", action="store_true",
+                    help="print the fit split's memory outside the allocator and allocator reserve per engine")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
 
@@ -244,6 +284,20 @@ def main(argv=None) -> int:
             for r, e in sorted(scored[side], key=lambda x: x[0]["run_id"]):
                 cells = "  ".join(f"{q} {e[q]:+7.1%}" if e[q] is not None else f"{q} {'-':>7}" for q in QUANTITIES)
                 print(f"  {r['stack']:<10} {r['run_id']:<64} {cells}")
+    if args.overheads:
+        print("\nfit split, one process per GPU: outside the allocator and allocator reserve")
+        for engine, f in overhead_fit(scored["fit"]).items():
+            print(f"  {engine:<20} n {f['n']:>3}  outside median {f['outside_gib']:.2f} GiB (max "
+                  f"{f['outside_max_gib']:.2f})  reserve median {f['reserve_median']:.1%} p90 {f['reserve_p90']:.1%} "
+                  f"max {f['reserve_max']:.1%}")
+    if args.write_band:
+        path = ROOT / "workbench" / "catalog" / "error_band.json"
+        doc = {"about": "Held-out error band: for each engine, how far measured values went below (low_fraction) and "
+                        "above (high_fraction) the workbench's estimate, as fractions of the estimate, on the model "
+                        "shapes of the test split of benchmarks/accuracy_split.json. Written by "
+                        "benchmarks/bench_accuracy.py --write-band.", "gpu": "H200", **band(scored["test"])}
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"\nwrote {path.relative_to(ROOT)}")
     if args.markdown:
         args.markdown.write_text("```\n" + "\n".join(out) + "\n```\n")
     return 0

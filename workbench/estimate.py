@@ -26,6 +26,18 @@ class Estimate:
     """The hardware profile the estimate used: ``{"name", "label", "device", "created", "note"}``, or the
     no-profile record (``name`` None, a note saying datasheet numbers were used)."""
 
+    @property
+    def step_band_seconds(self) -> tuple:
+        """``(low, high, note)``: seconds below and above ``time.step_seconds`` the measured step went on held-out
+        model shapes for this engine (:func:`workbench.memory.error_band`); zeros and a note without a band."""
+        from workbench.memory import error_band
+
+        band = error_band(self.plan.engine, "step") if self.time is not None else None
+        if band is None:
+            return 0.0, 0.0, f"no held-out step-time measurements for engine {self.plan.engine}"
+        step = self.time.step_seconds
+        return step * band[0], step * band[1], band[2]
+
     def to_dict(self) -> dict:
         counts = self.model.parameter_counts()
         out = {
@@ -52,6 +64,8 @@ class Estimate:
         }
         if self.time is not None:
             out["time"] = self.time.to_dict()
+            low, high, note = self.step_band_seconds
+            out["time"]["band_seconds"] = {"low": low, "high": high, "note": note}
         if self.layout is not None:
             out["layout"] = self.layout.to_dict()
         if self.profile is not None:
