@@ -18,15 +18,11 @@ from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
 from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Positions,
                              Precision, Recompute, validate)
 
-GiB = 2**30
-
-# -- engine codes for array evaluation ----------------------------------------------------------------------------
-ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
-RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
+from workbench.defaults import GiB
+from workbench.encode import ENGINE_CODES, RECOMPUTE_CODES
 
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
-DS_REDUCE_BUCKET_ELEMENTS = int(5e8)
-"""``zero_optimization.reduce_bucket_size`` default (elements)."""
 DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
 """``stage3_prefetch_bucket_size`` default (elements)."""
 DS_NVME_BUFFER_COUNT = 4
@@ -407,19 +403,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
 
 def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
-    """The numeric arguments :func:`stage_terms` takes, read off a plan."""
-    layers_per_stage = model.num_layers // plan.pipeline_parallel
-    return dict(engine=ENGINE_CODES[plan.engine], zero_stage=int(plan.zero_stage),
-                tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
-                virtual_pipeline=plan.virtual_pipeline, context_parallel=plan.context_parallel,
-                sequence_parallel=bool(plan.sequence_parallel), data_parallel=plan.data_parallel,
-                micro_batch=plan.micro_batch_size, num_microbatches=plan.num_microbatches,
-                recompute=RECOMPUTE_CODES[plan.recompute],
-                recompute_layers=plan.recompute_layers or layers_per_stage,
-                value_bytes=plan.precision.bytes_per_value, fp16=int(plan.precision is Precision.FP16),
-                offload_optimizer=int(plan.offload_optimizer is not Offload.NONE),
-                offload_params=int(plan.offload_params is not Offload.NONE),
-                distributed_optimizer=int(plan.distributed_optimizer), fused_kernels=int(plan.fused_kernels))
+    """The numeric arguments :func:`stage_terms` takes, read off a plan (the one encoder,
+    :func:`workbench.encode.memory_inputs`)."""
+    from workbench import encode
+
+    return encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
 
 
 FORMULAS = {
@@ -438,30 +426,45 @@ FORMULAS = {
 
 
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, profile=None,
-                    overlap_comm=True) -> MemoryEstimate:
-    """Per-stage memory for the plan (validated first). A measured ``profile``
+                    overlap_comm="plan", validated: bool = False) -> MemoryEstimate:
+    """Per-stage memory for the plan (validated first unless ``validated``). A measured ``profile``
     (:class:`workbench.calibrate.HardwareProfile`) supplies the overhead term's context, NCCL and reserve.
-    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``True`` as
-    the workbench's config export writes it, ``None`` for DeepSpeed's own default (on for ZeRO-3 only)."""
-    validate(model, cluster, plan)
+    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``"plan"``
+    (default) reads the plan's answer (:func:`workbench.defaults.overlap_comm`), ``None`` is DeepSpeed's own library
+    default (on for ZeRO-3 only; for runs whose config left it unset), a bool overrides."""
+    if not validated:
+        validate(model, cluster, plan)
     codes = plan_codes(plan, model)
-    codes["overlap_comm"] = None if overlap_comm is None else int(overlap_comm)
+    if overlap_comm != "plan":
+        codes["overlap_comm"] = None if overlap_comm is None else int(overlap_comm)
+    return memory_estimate_from(model, cluster, plan, codes, profile=profile)
+
+
+def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, codes: dict, *,
+                         profile=None, terms=None) -> MemoryEstimate:
+    """The :class:`MemoryEstimate` of every pipeline stage from the encoded ``codes``
+    (:func:`workbench.encode.memory_inputs`); ``terms``: :func:`stage_terms` of all stages when already computed."""
+    codes = dict(codes)
     formulas = dict(FORMULAS)
     if profile is not None:
-        codes["overheads"], _ = profile.memory_overheads()
+        if "overheads" not in codes:
+            codes["overheads"], _ = profile.memory_overheads()
         o = codes["overheads"]
         formulas["overhead"] = (f"context {o['context_bytes'] / 2**20:.0f} MiB (+ NCCL {o['nccl_bytes'] / 2**20:.0f} "
                                 f"MiB with >1 rank) + allocator reserve {o['reserve_fraction']:.0%} of allocated "
                                 f"(profile {profile.name})")
     stages = []
     host_per_gpu = 0
-    for stage in range(plan.pipeline_parallel):
-        t = stage_terms(model, stage=stage, **codes)
-        terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
-                               ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
+    p = plan.pipeline_parallel
+    if terms is None:
+        terms = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
+    for stage in range(p):
+        t = {k: np.broadcast_to(v, (p,))[stage] for k, v in terms.items()}
+        stage_terms_ = MemoryTerms(**{k: int(round(float(t[k]))) for k in
+                                      ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
         stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,
                                   has_embedding=stage == 0, has_output=stage == plan.pipeline_parallel - 1,
-                                  terms=terms, in_flight_microbatches=float(t["in_flight"]),
+                                  terms=stage_terms_, in_flight_microbatches=float(t["in_flight"]),
                                   peak_phase="optimizer step" if bool(t["step_peak"]) else "backward",
                                   backward_activation_bytes=int(round(float(t["backward_activations"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))

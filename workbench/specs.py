@@ -425,9 +425,19 @@ class ParallelPlan:
     Apex/Transformer Engine — the unfused torch softmax and ``torch.optim.AdamW`` (foreach) — and, for DeepSpeed,
     torch's Adam (``"torch_adam": true``), as ``workbench.runs.launch`` trains by default. A megatron-core model under
     DeepSpeed keeps an unfused softmax either way (``TransformerConfig.masked_softmax_fusion`` defaults to off)."""
+    overlap_comm: Optional[bool] = None
+    """Whether the data-parallel gradient reduction (and the ZeRO / distributed-optimizer parameter gathers) overlap
+    the backward: DeepSpeed ``zero_optimization.overlap_comm``, Megatron-LM ``--overlap-grad-reduce`` (with
+    ``--overlap-param-gather`` for the distributed optimizer). ``None`` (default): the engine's own default as its
+    stack runs here — on for DeepSpeed engines (the exported config writes ``overlap_comm: true``), off for
+    Megatron (Megatron-LM's flag defaults to off); :func:`workbench.defaults.overlap_comm` gives the answer."""
 
     def __post_init__(self) -> None:
         _set(self, "fused_kernels", bool(self.fused_kernels))
+        if self.overlap_comm is not None:
+            if not isinstance(self.overlap_comm, (bool, int)) or self.overlap_comm not in (0, 1):
+                raise ValueError(f"overlap_comm={self.overlap_comm!r} must be true, false or None (engine default)")
+            _set(self, "overlap_comm", bool(self.overlap_comm))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))

@@ -286,9 +286,10 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         value = get(zero, key, f"zero_optimization.{key}")
         if value is not None:
             opts[name] = int(value)
-    for key in ("overlap_comm", "contiguous_gradients"):
-        if isinstance(zero.get(key), bool):
-            opts[key] = zero[key]
+    if isinstance(zero.get("contiguous_gradients"), bool):
+        opts["contiguous_gradients"] = zero["contiguous_gradients"]
+    if zero.get("overlap_comm") is False:  # true is the plan's default for DeepSpeed engines (workbench.defaults)
+        plan["overlap_comm"] = False
 
     # optimizer and schedule
     opt = cfg.get("optimizer") if isinstance(cfg.get("optimizer"), dict) else {}
@@ -450,7 +451,8 @@ _KNOWN = {
     "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method",
     "recompute-num-layers", "recompute-activations", "checkpoint-activations", "checkpoint-num-layers",
     "deepspeed-activation-checkpointing", "micro-batch-size", "global-batch-size", "batch-size",
-    "no-pipeline-parallel", "zero-stage", "deepspeed", "use-deepspeed", "deepspeed-config",
+    "no-pipeline-parallel", "zero-stage", "deepspeed", "use-deepspeed", "deepspeed-config", "overlap-grad-reduce",
+    "overlap-param-gather",
     # training
     "bf16", "fp16", "lr", "min-lr", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "train-iters",
     "weight-decay", "adam-beta1", "adam-beta2", "adam-eps", "clip-grad", "seed", "loss-scale-window", "hysteresis",
@@ -577,6 +579,8 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         plan["sequence_parallel"] = True
     if has("use-distributed-optimizer"):
         plan["distributed_optimizer"] = True
+    if has("overlap-grad-reduce") and not is_hybrid:
+        plan["overlap_comm"] = True
     if is_hybrid:
         if has("zero-stage"):
             plan["zero_stage"] = num("zero-stage", _int)
