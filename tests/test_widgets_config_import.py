@@ -112,6 +112,26 @@ def test_import_guide_megatron_command(app):
     assert mdl.controls["num_layers"].value == 40
 
 
+def test_import_hugging_face_config(app):
+    from pathlib import Path
+
+    imp = panel_of(app, ImportPanel)
+    mdl = next(p for p in app.panels if p.title == "Model")
+    plan_before = app.state.plan
+    imp.text.value = (Path(__file__).parent / "data" / "hf" / "qwen3-0_6b" / "config.json").read_text()
+    assert imp.load(), imp.error.value
+    s = app.state
+    assert s.valid, s.error
+    assert s.model.num_parameters == 596_049_920 and s.model.qk_norm and s.model.head_dim == 128
+    assert mdl.controls["num_layers"].value == 28 and mdl.controls["qk_norm"].value is True
+    assert str(plan_before.engine) == "megatron"  # the guide's default plan: an HF model needs DeepSpeed
+    assert str(s.plan.engine) == "deepspeed" and int(s.plan.zero_stage) == 3 and s.plan.world_size == 8
+    assert "DeepSpeed ZeRO-3" in imp.report.value
+    assert "Hugging Face" in imp.report.value and "qwen3" in imp.report.value
+    imp.text.value = '{"model_type": "bert", "hidden_size": 8}'
+    assert not imp.load() and "model_type" in imp.error.value and "bert" in imp.error.value
+
+
 def test_bad_paste_is_shown_not_raised(app):
     imp = panel_of(app, ImportPanel)
     before = app.state

@@ -1,5 +1,5 @@
-"""ImportPanel: paste a ``ds_config.json`` or a Megatron / Megatron-DeepSpeed command line (or launch script) and
-load what it says into the other panels. The text is parsed by :mod:`workbench.configs`; what it leaves out (the
+"""ImportPanel: paste a ``ds_config.json``, a Hugging Face model's ``config.json`` or a Megatron /
+Megatron-DeepSpeed command line (or launch script) and load what it says into the other panels. The text is parsed by :mod:`workbench.configs`; what it leaves out (the
 model for a ds_config, the GPU) comes from the current state.
 
 Only pasted text is read: the panel never opens a path, so a served dashboard cannot be made to read server files.
@@ -7,20 +7,32 @@ Only pasted text is read: the panel never opens a path, so a served dashboard ca
 from __future__ import annotations
 
 import html
+import json
 
 import ipywidgets as ipw
 
 from widgets.common import Panel
 from widgets.state import LoadSpecs
 from workbench.configs import import_ds_config, import_megatron_args
+from workbench.hf import HFModel, import_hf, is_hf_config
 
 
 def parse_pasted(text: str):
-    """``Imported`` from pasted text: JSON (starts with ``{``) is a ds_config, anything else a command line."""
+    """From pasted text: a Hugging Face config.json (JSON with a ``model_type``) gives an
+    :class:`~workbench.hf.HFModel`; other JSON is a ds_config; anything else a command line (``Imported``)."""
     text = (text or "").strip()
     if not text:
-        raise ValueError("nothing to import: paste a ds_config.json or a Megatron command line")
-    return import_ds_config(text) if text.startswith("{") else import_megatron_args(text)
+        raise ValueError("nothing to import: paste a ds_config.json, a model's config.json or a Megatron "
+                         "command line")
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None
+        if is_hf_config(data):
+            return import_hf(data, name=f"hf:{data['model_type']}")
+        return import_ds_config(text)
+    return import_megatron_args(text)
 
 
 def specs_from_import(imported, state):
@@ -48,7 +60,7 @@ class ImportPanel(Panel):
 
     def __init__(self, dispatch=None) -> None:
         super().__init__(dispatch)
-        self.text = ipw.Textarea(placeholder="paste ds_config.json or a pretrain_gpt.py command line",
+        self.text = ipw.Textarea(placeholder="paste ds_config.json, a model's config.json or a pretrain_gpt.py command line",
                                  layout=ipw.Layout(width="340px", height="260px"))
         self.text.add_class("wb-import-text")
         self.button = ipw.Button(description="Load into panels", icon="upload", button_style="primary")
@@ -64,6 +76,8 @@ class ImportPanel(Panel):
 
         try:
             imported = parse_pasted(self.text.value)
+            if isinstance(imported, HFModel):
+                return self._load_hf(imported)
             model, cluster, plan, options = specs_from_import(imported, self._state)
         except ValueError as exc:
             self.error.value = error_html(str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid input")
@@ -81,3 +95,38 @@ class ImportPanel(Panel):
 
     def show(self, state) -> None:
         self._state = state
+
+    def _load_hf(self, imported: HFModel) -> bool:
+        """A Hugging Face model replaces the model; the hardware stays, and so does the plan when it is a DeepSpeed
+        data-parallel plan (otherwise it becomes ZeRO-3 over every GPU: an HF model trains under DeepSpeed)."""
+        from widgets.common import error_html
+        from workbench.specs import Engine, validate
+
+        state = self._state
+        plan, changed = state.plan, ""
+        if plan.engine is not Engine.DEEPSPEED or plan.pipeline_parallel > 1:
+            gbs = plan.global_batch_size
+            mbs = plan.micro_batch_size if gbs % (plan.micro_batch_size * plan.world_size) == 0 else 1
+            plan = plan.replace(engine="deepspeed", tensor_parallel=1, pipeline_parallel=1, virtual_pipeline=1,
+                                context_parallel=1, sequence_parallel=False, distributed_optimizer=False,
+                                zero_stage=3, micro_batch_size=mbs, recompute_layers=None,
+                                global_batch_size=gbs if gbs % (mbs * plan.world_size) == 0 else None)
+            changed = (f"plan changed to DeepSpeed ZeRO-3 over {plan.world_size} GPUs (an HF model trains under "
+                       f"DeepSpeed ZeRO data parallel)")
+        try:
+            validate(imported.spec, state.cluster, plan)
+        except ValueError as exc:
+            self.error.value = error_html(str(exc))
+            self.report.value = ""
+            return False
+        self.error.value = ""
+        spec = imported.spec
+        notes = [f"imported a <b>Hugging Face</b> {html.escape(imported.model_type)} model "
+                 f"({html.escape(imported.architecture)}): {spec.num_parameters / 1e9:.2f} B parameters, "
+                 f"attn_implementation {html.escape(imported.attn_implementation or 'sdpa')} → "
+                 f"{html.escape(str(spec.attention))} attention, seq {spec.seq_length}"]
+        notes += [html.escape(changed)] if changed else []
+        notes += [f"note: {html.escape(n)}" for n in imported.notes]
+        self.report.value = "<br>".join(notes)
+        self.send(LoadSpecs(model=spec, cluster=state.cluster, plan=plan, options=None))
+        return True

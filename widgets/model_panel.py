@@ -27,6 +27,9 @@ _CHOICES = (
 _BOOLS = (
     ("add_bias_linear", "linear biases"),
     ("tied_embeddings", "tied embeddings"),
+    ("qkv_bias", "QKV biases"),
+    ("qk_norm", "Q/K norms"),
+    ("sandwich_norm", "sandwich norms"),
 )
 _FLOATS = (
     ("hidden_dropout", "hidden dropout"),

@@ -1,13 +1,17 @@
 """``workbench`` command line: parse, call the core, print. Each subcommand lives in ``workbench/commands/<name>.py``
 with ``add_parser(subparsers)`` and ``run(args) -> int``.
 
-Bad input (``ValueError`` from the core, unreadable files) prints one line ``workbench: error: ...`` and exits 2.
+Bad input (``ValueError`` from the core, unreadable files) prints one line ``workbench: error: ...`` and exits 2;
+so does any other exception (``WORKBENCH_DEBUG=1`` shows its traceback). ``--json`` and ``export`` print only their
+payload on stdout; whatever libraries print meanwhile goes to stderr.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import sys
 
 # Subcommand modules, in the order ``workbench --help`` lists them.
@@ -40,25 +44,96 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_payload = None
+"""The real standard output while a machine-readable command runs (see :func:`payload_only`)."""
+
+
+def payload_stream():
+    """Where a command's payload goes: the real stdout (everything else printed meanwhile goes to stderr)."""
+    return _payload if _payload is not None else sys.stdout
+
+
 def print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
+    out = payload_stream()
+    json.dump(obj, out, indent=2, sort_keys=False, default=str)
+    out.write("\n")
+    out.flush()
+
+
+@contextlib.contextmanager
+def payload_only():
+    """Send everything except the payload to stderr: Python ``print``/logging through ``sys.stdout`` and, when
+    stdout is the process's file descriptor 1, what libraries write to that descriptor directly. The payload is
+    written with :func:`payload_stream` / :func:`print_json`."""
+    global _payload
+    old_stdout = sys.stdout
+    try:
+        fd_level = old_stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):
+        fd_level = False
+    if fd_level:
+        old_stdout.flush()
+        saved = os.dup(1)
+        payload = os.fdopen(os.dup(saved), "w", encoding=getattr(old_stdout, "encoding", None) or "utf-8")
+        os.dup2(2, 1)
+    else:
+        payload = old_stdout
+    _payload, sys.stdout = payload, sys.stderr
+    try:
+        yield payload
+    finally:
+        try:
+            payload.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass
+        sys.stdout, _payload = old_stdout, None
+        if fd_level:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            try:
+                payload.close()
+            except OSError:
+                pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else exc.__class__.__name__
 
 
 def main(argv=None) -> int:
+    """Run one command. Bad input prints ``workbench: error: ...`` (one line) and exits 2; an unexpected exception
+    does the same, naming its type. ``WORKBENCH_DEBUG=1`` re-raises instead, for the full traceback."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    debug = os.environ.get("WORKBENCH_DEBUG", "").strip() not in ("", "0")
+    machine = args.command == "export" or "--json" in argv
     try:
-        return int(args.func(args) or 0)
+        with (payload_only() if machine else contextlib.nullcontext()):
+            return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         sys.stderr.close()
         return 0
-    except (ValueError, OSError, KeyError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        print(f"workbench: error: {msg}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except (ValueError, OSError, KeyError) as exc:
+        if debug:
+            raise
+        print(f"workbench: error: {_first_line(exc)}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        if debug:
+            raise
+        print("workbench: error: the input is nested too deeply to read", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug, not bad input: still one line; WORKBENCH_DEBUG=1 shows the traceback
+        if debug:
+            raise
+        print(f"workbench: error: {exc.__class__.__name__}: {_first_line(exc)} (unexpected; run with "
+              f"WORKBENCH_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Each value names the framework setting it mirrors and where that default is defi
 """
 from __future__ import annotations
 
-from workbench.specs import Engine, ParallelPlan, Recompute
+from workbench.specs import Engine, ParallelPlan, Recompute, default_overlap_comm
 
 GiB = 2**30
 """Bytes in a gibibyte (what ``nvidia-smi`` and ``torch.cuda.memory_*`` report as "GB")."""
@@ -26,24 +26,14 @@ def grad_bucket_elements(engine: Engine) -> int:
     return MEGATRON_BUCKET_ELEMENTS if Engine(engine) is Engine.MEGATRON else DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 
 
-def default_overlap_comm(engine: Engine) -> bool:
-    """Whether the data-parallel gradient reduction overlaps the backward when the plan does not say
-    (``ParallelPlan.overlap_comm=None``), as each engine's stack runs it here:
-
-    - ``deepspeed`` / ``megatron-deepspeed``: on — the exported and launched DeepSpeed config writes
-      ``zero_optimization.overlap_comm: true`` (:class:`workbench.configs.deepspeed.DeepSpeedOptions`);
-    - ``megatron``: off — Megatron-LM's ``--overlap-grad-reduce`` and megatron-core's
-      ``DistributedDataParallelConfig.overlap_grad_reduce`` default to False, and the workbench's own Megatron
-      runs keep it off.
-    """
-    return Engine(engine) is not Engine.MEGATRON
-
-
-def overlap_comm(plan: ParallelPlan) -> bool:
-    """The one answer to "does this plan overlap its gradient reduction with the backward?": the plan's own
-    ``overlap_comm`` when set, else :func:`default_overlap_comm` of its engine. The time model, the config
-    exports and the advisor all read this."""
-    return default_overlap_comm(plan.engine) if plan.overlap_comm is None else bool(plan.overlap_comm)
+# The overlap default per engine lives with the plan that it completes: :func:`workbench.specs.default_overlap_comm`
+# (DeepSpeed engines on, as the exported ds_config writes ``overlap_comm: true``; Megatron off, as Megatron-LM's
+# ``--overlap-grad-reduce`` and megatron-core's ``DistributedDataParallelConfig.overlap_grad_reduce`` default), and
+# :attr:`workbench.specs.ParallelPlan.overlaps_comm` is the one answer for a plan that the time and memory models,
+# the config exports and the advisor read.
+__all__ = ["GiB", "GB", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS", "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
+           "MEGATRON_BUCKET_ELEMENTS", "grad_bucket_elements", "default_overlap_comm", "megatron_recompute",
+           "megatron_recompute_flags"]
 
 
 def megatron_recompute(plan: ParallelPlan) -> dict:

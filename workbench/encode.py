@@ -2,7 +2,7 @@
 
 A plan is first written as *columns* (:func:`plan_columns`): the numeric codes of its fields under short names,
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
-fused_kernels, overlap_comm``. A single plan gives scalars; the planner's candidate table gives the same columns as
+fused_adam, overlap_comm, lora_rank, lora_targets``. A single plan gives scalars; the planner's candidate table gives the same columns as
 numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn columns — scalar or array,
 with or without a measured hardware profile — into the keyword arguments of :func:`workbench.memory.stage_terms`
 and :func:`workbench.timing.step_time_terms`. ``estimate`` is a batch of one, the planner a batch of N; both go
@@ -18,9 +18,9 @@ import numpy as np
 
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
-from workbench.params import padded_vocab_size
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision,
-                             Recompute)
+from workbench.params import lora_params_per_layer, model_vocab_size
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload,
+                             ParallelPlan, Precision, Recompute, default_overlap_comm)
 
 ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
 ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -30,7 +30,7 @@ MEGATRON = ENGINE_CODES[Engine.MEGATRON]
 
 def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
     """One plan as scalar columns (see the module docstring); ``overlap_comm`` is resolved here, once
-    (:func:`workbench.defaults.overlap_comm`)."""
+    (:attr:`ParallelPlan.overlaps_comm`)."""
     return dict(engine=ENGINE_CODES[plan.engine], tp=plan.tensor_parallel, pp=plan.pipeline_parallel,
                 vp=plan.virtual_pipeline, cp=plan.context_parallel, dp=plan.data_parallel,
                 sp=int(plan.sequence_parallel), zero=int(plan.zero_stage),
@@ -38,18 +38,40 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 off_par=int(plan.offload_params is not Offload.NONE), dist_opt=int(plan.distributed_optimizer),
                 recompute=RECOMPUTE_CODES[plan.recompute],
                 recompute_layers=plan.recompute_layers or model.num_layers // plan.pipeline_parallel,
-                mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_kernels=int(plan.fused_kernels),
-                overlap_comm=int(defaults.overlap_comm(plan)))
+                mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
+                overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets)
 
 
-def complete_columns(table: dict, model: ModelSpec) -> dict:
-    """The planner's table with the columns it does not search filled with each row's default: every layer of a
-    stage recomputed under full recompute, fused kernels, the engine's own ``overlap_comm``."""
+def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, overlap_comm=None, lora_rank=0,
+                     lora_targets=LORA_TARGETS) -> dict:
+    """The planner's table with the columns it does not search: the stack every row runs (``adam``,
+    ``overlap_comm`` — ``None``: each row's engine default —, LoRA) and every layer of a stage recomputed under
+    full recompute."""
     out = dict(table)
     out.setdefault("recompute_layers", model.num_layers // np.asarray(table["pp"]))
-    out.setdefault("fused_kernels", 1)
-    out.setdefault("overlap_comm", (np.asarray(table["engine"]) != MEGATRON).astype(np.int64))
+    out.setdefault("fused_adam", int(AdamImpl.parse(adam, "adam") is AdamImpl.FUSED))
+    if overlap_comm is None:
+        out.setdefault("overlap_comm", np.where(np.asarray(table["engine"]) == MEGATRON,
+                                                int(default_overlap_comm(Engine.MEGATRON)),
+                                                int(default_overlap_comm(Engine.DEEPSPEED))))
+    else:
+        out.setdefault("overlap_comm", int(bool(overlap_comm)))
+    out.setdefault("lora_rank", int(lora_rank))
+    out.setdefault("lora_targets", tuple(lora_targets))
     return out
+
+
+def lora_params(model: ModelSpec, cols: dict) -> float:
+    """Adapter parameters per layer of the columns' LoRA (0 without)."""
+    return lora_params_per_layer(model, cols["lora_rank"], cols["lora_targets"]) if cols["lora_rank"] else 0
+
+
+def trainable_fraction(model: ModelSpec, cols: dict) -> float:
+    """Parameters with gradients over all parameters: 1 for a full fine-tune; with LoRA the adapters over the
+    model (:func:`workbench.params.lora_params_per_layer`)."""
+    if not cols["lora_rank"]:
+        return 1.0
+    return model.num_layers * lora_params(model, cols) / model.num_parameters
 
 
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
@@ -63,8 +85,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                recompute=cols["recompute"], recompute_layers=cols["recompute_layers"],
                value_bytes=precision.bytes_per_value, fp16=int(precision is Precision.FP16),
                offload_optimizer=cols["off_opt"], offload_params=cols["off_par"],
-               distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_kernels"],
-               overlap_comm=cols["overlap_comm"])
+               distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_adam"],
+               overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -92,7 +114,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     counts = counts or model.parameter_counts()
     engine, pp = cols["engine"], cols["pp"]
     megatron = np.asarray(engine) == MEGATRON
-    fused = np.asarray(cols["fused_kernels"]) > 0
+    fused_adam = np.asarray(cols["fused_adam"]) > 0
     recompute = cols["recompute"]
     fraction = np.where(np.asarray(recompute) == RECOMPUTE_CODES[Recompute.FULL],
                         np.asarray(cols["recompute_layers"]) / (model.num_layers // np.asarray(pp)), 0.0)
@@ -106,13 +128,11 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         ffn_hidden_size=model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size,
         gated=int(model.is_gated), experts_per_token=model.moe_top_k if model.is_moe else 1,
         num_experts=model.num_experts if model.is_moe else 1, seq_length=model.seq_length,
-        vocab_size=padded_vocab_size(model.vocab_size, cols["tp"]),
+        vocab_size=model_vocab_size(model, cols["tp"]),
         causal_attention=int(model.attention is AttentionImpl.FLASH),
-        unfused_attention=int(model.attention is AttentionImpl.UNFUSED),
-        # Megatron-LM trains with its fused scale-mask-softmax kernel (--masked-softmax-fusion is on by default)
-        # when its kernels are there (plan.fused_kernels); a megatron-core model under DeepSpeed keeps
-        # TransformerConfig's masked_softmax_fusion=False default
-        softmax_fusion=(megatron & fused).astype(np.int64),
+        unfused_attention=int(model.attention.materialises_scores),
+        # Megatron-LM's fused scale-mask-softmax kernel (--masked-softmax-fusion) is attention='fused-softmax'
+        softmax_fusion=int(model.attention is AttentionImpl.FUSED_SOFTMAX),
         attention_dropout=model.attention_dropout,
         num_parameters=counts.total, parameters_per_layer=counts.per_layer,
         tensor_parallel=cols["tp"], pipeline_parallel=pp, virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
@@ -134,12 +154,13 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         gemm_half_dim=curve["gemm_half_dim"], memory_passes=curve["memory_passes"],
         hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
         cpu_adam_params_per_second_per_node=cal["cpu_adam"]["params_per_second_per_node"],
-        optimizer_bytes_per_parameter=np.where(fused, cal["gpu_optimizer"]["bytes_per_parameter"],
+        optimizer_bytes_per_parameter=np.where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                                cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=np.where(megatron, 0.0, ds["step_bytes_per_parameter"]),
         zero3_modules_per_layer=T.zero3_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
+        trainable_fraction=trainable_fraction(model, cols),
     )
     if profile is not None:
         inputs.update(profile.time_overrides(cluster, precision)[0])

@@ -15,15 +15,15 @@ widgets, launcher) read it instead of pricing the plan again.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from workbench import encode
-from workbench.defaults import overlap_comm as plan_overlap_comm
 from workbench.memory import memory_estimate_from
 from workbench.memory_types import MemoryEstimate
 from workbench.parallel import ParallelFacts, parallel_facts
-from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, ParameterCounts, validate
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, ParameterCounts, check_bool, validate
 from workbench.timing import time_estimate_from
 
 
@@ -75,8 +75,8 @@ class EvaluatedPlan:
                      "recompute": str(self.plan.recompute), "micro_batch_size": self.plan.micro_batch_size,
                      "global_batch_size": self.plan.global_batch_size,
                      "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,
-                     "precision": str(self.plan.precision), "fused_kernels": self.plan.fused_kernels,
-                     "overlap_comm": plan_overlap_comm(self.plan)},
+                     "precision": str(self.plan.precision), "attention": str(self.model.attention),
+                     "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm},
             "memory": self.memory.to_dict(),
         }
         if self.time is not None:
@@ -97,28 +97,34 @@ Estimate = EvaluatedPlan
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None, *,
-             overlap_comm="plan", checks: bool = True) -> EvaluatedPlan:
+             overlap_comm=None, checks: bool = True) -> EvaluatedPlan:
     """Memory, time, layout, parallel facts and advisor checks for one plan (see the module docstring for the
     flow). Raises ``ValueError`` naming the fields when the specs do not fit together. ``profile``: a
     :class:`workbench.calibrate.HardwareProfile`, or its name or path, whose measurements replace datasheet numbers;
-    without one the estimate says so. Overlap of the gradient reduction is the plan's
-    (:attr:`ParallelPlan.overlap_comm`); ``overlap_comm`` here only changes the memory model's DeepSpeed reduce
-    buckets (``None``: DeepSpeed's library default, on for ZeRO-3 only, for runs whose config left it unset).
-    ``checks=False`` leaves the advisor out (what a sweep over many plans wants)."""
+    without one the estimate says so. ``overlap_comm`` overrides :attr:`ParallelPlan.overlap_comm` (kept for callers
+    that pass it; ``None``: the plan's). ``checks=False`` leaves the advisor out (what a sweep over many plans
+    wants)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
     from workbench.layout import build_layout
 
-    validate(model, cluster, plan)
+    if overlap_comm is not None:
+        overlap_comm = check_bool("overlap_comm", overlap_comm)
+    validate(model, cluster, plan)  # the only validation of this estimate
+    if overlap_comm is not None and overlap_comm != plan.overlap_comm:
+        plan = plan.replace(overlap_comm=overlap_comm)
     profile = resolve_profile(profile)
     record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
     counts = model.parameter_counts()
     cols = encode.plan_columns(plan, model)
-    mem_codes = encode.memory_inputs(model, cols, plan.precision, profile=profile)
-    if overlap_comm != "plan":
-        mem_codes["overlap_comm"] = None if overlap_comm is None else int(overlap_comm)
-    memory = memory_estimate_from(model, cluster, plan, mem_codes, profile=profile)
-    inputs = encode.time_inputs(model, cluster, cols, plan.precision, profile=profile, counts=counts)
-    time = time_estimate_from(model, cluster, plan, inputs, profile=profile)
+    try:
+        memory = memory_estimate_from(model, cluster, plan, encode.memory_inputs(model, cols, plan.precision,
+                                                                                 profile=profile), profile=profile)
+        inputs = encode.time_inputs(model, cluster, cols, plan.precision, profile=profile, counts=counts)
+        time = time_estimate_from(model, cluster, plan, inputs, profile=profile)
+    except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
+        raise ValueError(f"the sizes are out of the models' range ({exc.__class__.__name__}: {exc}): "
+                         f"{_size_summary(model, cluster, plan)}") from None
+    _check_finite(memory, time, model, cluster, plan)
     out = EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time,
                         layout=build_layout(cluster, plan, model=model), profile=record, counts=counts,
                         facts=parallel_facts(model, cluster, plan))
@@ -128,3 +134,19 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
 
     return dataclasses.replace(out, checks=check_plan(model, cluster, plan, memory=memory, time=time,
                                                       facts=out.facts))
+
+
+def _size_summary(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> str:
+    return (f"num_layers={model.num_layers}, hidden_size={model.hidden_size}, seq_length={model.seq_length}, "
+            f"world_size={plan.world_size}, micro_batch_size={plan.micro_batch_size}, "
+            f"global_batch_size={plan.global_batch_size}")
+
+
+def _check_finite(memory: MemoryEstimate, time, model, cluster, plan) -> None:
+    """The models must answer with finite, non-negative numbers; anything else is an input out of their range."""
+    numbers = {"peak memory (bytes)": memory.peak_stage.total_bytes, "host memory (bytes)": memory.host_bytes_per_gpu,
+               "step time (seconds)": time.step_seconds}
+    for what, value in numbers.items():
+        if not math.isfinite(float(value)) or float(value) < 0:
+            raise ValueError(f"{what} came out as {value}: the sizes are out of the models' range "
+                             f"({_size_summary(model, cluster, plan)})")

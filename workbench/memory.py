@@ -14,13 +14,16 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import params as P
-from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Positions,
-                             Precision, Recompute, validate)
-
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
 from workbench.defaults import GiB
-from workbench.encode import ENGINE_CODES, RECOMPUTE_CODES
+from workbench.encode import ENGINE_CODES, RECOMPUTE_CODES  # noqa: F401  (the codes' home is the encoder)
+from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
+from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
+                             ParallelPlan, Precision, Recompute, validate)
+
+HF_LOSS_BYTES_PER_LOGIT = 12.0
+"""Bytes per logit at the loss of a transformers causal LM: saved fp32 log-softmax + fp32 gradients of the
+log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
 DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
@@ -71,9 +74,10 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel):
     (projection, fc2) and an MoE router are replicated (megatron-core ``ColumnParallelLinear``/``RowParallelLinear``).
     """
     h, bias = m.hidden_size, m.add_bias_linear
-    norm = P.norm_params(h, m.normalization)
+    norm = P.norm_params(h, m.normalization) * (2 if m.sandwich_norm else 1)
     qkv_out = m.query_projection_size + 2 * m.kv_projection_size
-    attn_split = h * qkv_out + m.query_projection_size * h + (qkv_out if bias else 0)
+    attn_split = h * qkv_out + m.query_projection_size * h + (qkv_out if m.qkv_bias else 0)
+    head_norms = 2 * P.norm_params(m.head_dim, m.normalization) if m.qk_norm else 0
     if m.is_moe:
         f, experts = m.moe_ffn_hidden_size, m.num_experts
         router = h * experts
@@ -82,12 +86,13 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel):
     fc1_out = (2 if m.is_gated else 1) * f
     mlp_split = experts * (h * fc1_out + f * h + (fc1_out if bias else 0))
     replicated = 2 * norm + ((h + h * experts) if bias else 0) + router  # norms, proj bias, fc2 bias(es), router
-    return (attn_split + mlp_split) / tensor_parallel + replicated
+    shared = P.shared_expert_params(m) if m.is_moe else 0  # Qwen2-MoE shared expert, split like an expert
+    return (attn_split + mlp_split + shared) / tensor_parallel + replicated + head_norms
 
 
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
     """The largest single module one rank gathers under ZeRO-3: the (vocab-parallel) embedding or an MLP linear."""
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    vocab = P.model_vocab_size(m, tensor_parallel)
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     fc1 = m.hidden_size * (2 if m.is_gated else 1) * f
     qkv = m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size)
@@ -97,9 +102,9 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
 def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage):
     """Parameters one rank of pipeline stage ``stage`` holds (embedding on the first stage; output layer, or the
     tied embedding copy Megatron keeps when p > 1, and the final norm on the last)."""
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    vocab = P.model_vocab_size(m, tensor_parallel)
     layers = m.num_layers / pipeline_parallel * layer_params_per_rank(m, tensor_parallel)
-    positions = m.seq_length * m.hidden_size if m.position_embedding is Positions.LEARNED else 0
+    positions = m.position_table_size * m.hidden_size
     embedding = vocab * m.hidden_size / tensor_parallel + positions
     first = stage == 0
     last = stage == pipeline_parallel - 1
@@ -190,6 +195,20 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     return weights, grads, optimizer, host, step
 
 
+def lora_split(stage_params, adapter_params, lora):
+    """(trainable, frozen) parameters of a rank: with LoRA the adapters train and every base weight is frozen;
+    without, everything trains."""
+    return np.where(lora, adapter_params, stage_params), np.where(lora, stage_params, 0.0)
+
+
+def frozen_weight_bytes(n_frozen, *, zero_stage, data_parallel, param_bytes):
+    """Frozen (``requires_grad=False``) weights: 16-bit (the engine casts the whole module), no gradient, no
+    optimizer state. ZeRO-3 partitions every module parameter, frozen or not (stage3.py partitions through the
+    module hooks); ZeRO-1/2 build their flat fp32 groups and gradient partitions from the trainable parameters
+    only (stage_1_and_2.py keeps ``param.requires_grad`` parameters), so frozen weights stay whole on every rank."""
+    return param_bytes * n_frozen / np.where(zero_stage >= 3, data_parallel, 1)
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -237,16 +256,27 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     rep = np.where(sequence_parallel, 1.0 / t, 1.0)
     hidden_mask = 1.0 if m.hidden_dropout > 0 else 0.0
     sbh = s * b * h
-    replicated = (4 * v + 2 * hidden_mask) * sbh * rep
+    norm_inputs = 2 * v * sbh * rep if m.sandwich_norm else 0.0  # the post-attention and post-MLP norms
+    replicated = (4 * v + 2 * hidden_mask) * sbh * rep + norm_inputs
     qkv = v * s * b * (m.query_projection_size + 2 * m.kv_projection_size) / t
+    if m.qk_norm:  # the per-head norms keep their inputs (the q and k projections' outputs)
+        qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
     if m.is_moe:
         f = m.moe_ffn_hidden_size * m.moe_top_k  # each token passes top-k experts
     else:
         f = m.ffn_hidden_size
     mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
-    if m.attention is AttentionImpl.UNFUSED:
-        per_score = softmax_bytes + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
+    if m.attention.materialises_scores:
+        # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
+        # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
+        # (unfused casts its fp32 softmax down; fused-softmax's output is that tensor already)
+        fused = m.attention is AttentionImpl.FUSED_SOFTMAX
+        kept_softmax = v if fused else softmax_bytes
+        if m.attention_dropout > 0:
+            per_score = kept_softmax + dropout_mask_bytes + v
+        else:
+            per_score = kept_softmax + (0 if fused else v)
         core = per_score * m.num_attention_heads * s * s_full * b / t
     else:
         core = 4.0 * m.num_attention_heads * s * b / t
@@ -285,6 +315,12 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     """Last stage, one micro-batch: the final-norm input and output-layer input (v·sbh each; the latter gathered
     with SP) and the logits.
 
+    A transformers model (``implementation='transformers'``) computes the loss in ``ForCausalLMLoss``
+    (transformers/loss/loss_utils.py): ``logits.float()`` then ``F.cross_entropy``, whose log-softmax output (fp32)
+    is saved for backward; backward then holds that output, the fp32 gradient of the log-probabilities and the
+    fp32 gradient of the logits at once — :data:`HF_LOSS_BYTES_PER_LOGIT` = 12 bytes per logit (the forward's
+    v + 4 + 4 is no larger). No chunked loss in the causal-LM heads of the supported families.
+
     Logits: megatron-core's vocab-parallel cross entropy casts the 16-bit logits (v·sbV/t) to fp32 (4·sbV/t),
     exponentiates in place and keeps that fp32 softmax for backward; both copies are alive at once, so the peak is
     (v + 4)·s·b·V/t with V the padded vocabulary. fp32 logits over a large vocabulary are often the largest single
@@ -293,8 +329,12 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     s = m.seq_length / context_parallel
     rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     sbh = s * micro_batch * m.hidden_size
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
-    logits = (value_bytes + 4) * s * micro_batch * vocab / tensor_parallel
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    if m.implementation is Implementation.TRANSFORMERS:
+        per_logit = HF_LOSS_BYTES_PER_LOGIT
+    else:
+        per_logit = value_bytes + 4
+    logits = per_logit * s * micro_batch * vocab / tensor_parallel
     return value_bytes * sbh * rep + value_bytes * sbh + logits
 
 
@@ -322,7 +362,7 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
            + value_bytes * largest)
     zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
-    if m.attention is AttentionImpl.UNFUSED:
+    if m.attention.materialises_scores:
         s = m.seq_length / context_parallel
         scores = value_bytes * m.num_attention_heads * s * m.seq_length * micro_batch / tensor_parallel
     else:
@@ -345,7 +385,7 @@ def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
-                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None):
+                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
 
     Two candidate peaks, the larger wins:
@@ -364,10 +404,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     (``backward_activations`` keeps the backward figure); at a backward peak ``gradients`` is what exists then.
     """
     n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage)
+    trainable, frozen = lora_split(n, m.num_layers / pipeline_parallel * lora_params_per_layer / tensor_parallel,
+                                   lora_params_per_layer > 0)
     weights, grads, optimizer, host, step = model_state_bytes(
-        n, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes, fp16=fp16,
-        offload_optimizer=offload_optimizer, offload_params=offload_params,
+        trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes,
+        fp16=fp16, offload_optimizer=offload_optimizer, offload_params=offload_params,
         distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+    frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
+                                         param_bytes=value_bytes)
+    weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
+    host = host + np.where(offload_params > 0, frozen_weights, 0.0)
     grads_bwd = backward_gradient_bytes(grads, engine=engine, zero_stage=zero_stage, param_bytes=value_bytes,
                                         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer)
 
@@ -426,24 +472,22 @@ FORMULAS = {
 
 
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, profile=None,
-                    overlap_comm="plan", validated: bool = False) -> MemoryEstimate:
-    """Per-stage memory for the plan (validated first unless ``validated``). A measured ``profile``
+                    overlap_comm=None) -> MemoryEstimate:
+    """Per-stage memory for the plan (validated first). A measured ``profile``
     (:class:`workbench.calibrate.HardwareProfile`) supplies the overhead term's context, NCCL and reserve.
-    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``"plan"``
-    (default) reads the plan's answer (:func:`workbench.defaults.overlap_comm`), ``None`` is DeepSpeed's own library
-    default (on for ZeRO-3 only; for runs whose config left it unset), a bool overrides."""
-    if not validated:
-        validate(model, cluster, plan)
+    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``None``
+    takes the plan's (:attr:`ParallelPlan.overlaps_comm`)."""
+    validate(model, cluster, plan)
     codes = plan_codes(plan, model)
-    if overlap_comm != "plan":
-        codes["overlap_comm"] = None if overlap_comm is None else int(overlap_comm)
+    if overlap_comm is not None:
+        codes["overlap_comm"] = int(overlap_comm)
     return memory_estimate_from(model, cluster, plan, codes, profile=profile)
 
 
 def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, codes: dict, *,
-                         profile=None, terms=None) -> MemoryEstimate:
+                         profile=None) -> MemoryEstimate:
     """The :class:`MemoryEstimate` of every pipeline stage from the encoded ``codes``
-    (:func:`workbench.encode.memory_inputs`); ``terms``: :func:`stage_terms` of all stages when already computed."""
+    (:func:`workbench.encode.memory_inputs`), all stages priced in one call of :func:`stage_terms`."""
     codes = dict(codes)
     formulas = dict(FORMULAS)
     if profile is not None:
@@ -456,15 +500,14 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     stages = []
     host_per_gpu = 0
     p = plan.pipeline_parallel
-    if terms is None:
-        terms = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
+    every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
     for stage in range(p):
-        t = {k: np.broadcast_to(v, (p,))[stage] for k, v in terms.items()}
-        stage_terms_ = MemoryTerms(**{k: int(round(float(t[k]))) for k in
-                                      ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
+        t = {k: np.broadcast_to(v, (p,))[stage] for k, v in every.items()}
+        terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
+                               ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
         stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,
                                   has_embedding=stage == 0, has_output=stage == plan.pipeline_parallel - 1,
-                                  terms=stage_terms_, in_flight_microbatches=float(t["in_flight"]),
+                                  terms=terms, in_flight_microbatches=float(t["in_flight"]),
                                   peak_phase="optimizer step" if bool(t["step_peak"]) else "backward",
                                   backward_activation_bytes=int(round(float(t["backward_activations"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))

@@ -8,7 +8,7 @@ The formulas work on Python ints and on numpy arrays alike.
 """
 from __future__ import annotations
 
-from workbench.specs import ModelSpec, Normalization, ParameterCounts, Positions
+from workbench.specs import Implementation, ModelSpec, Normalization, ParameterCounts
 
 
 def norm_params(hidden_size, normalization: Normalization):
@@ -17,11 +17,14 @@ def norm_params(hidden_size, normalization: Normalization):
 
 
 def attention_params(m: ModelSpec) -> int:
-    """Norm + QKV projection (h·(a·d + 2·g·d)) + output projection (a·d·h), with biases when present."""
+    """Norm + QKV projection (h·(a·d + 2·g·d)) + output projection (a·d·h), with biases when present; the per-head
+    query/key norms (2·d, ``qk_norm``) and the norm on the attention output (``sandwich_norm``) when present."""
     qkv_out = m.query_projection_size + 2 * m.kv_projection_size
     weights = m.hidden_size * qkv_out + m.query_projection_size * m.hidden_size
-    biases = (qkv_out + m.hidden_size) if m.add_bias_linear else 0
-    return norm_params(m.hidden_size, m.normalization) + weights + biases
+    biases = (qkv_out if m.qkv_bias else 0) + (m.hidden_size if m.add_bias_linear else 0)
+    norms = (2 if m.sandwich_norm else 1) * norm_params(m.hidden_size, m.normalization)
+    head_norms = 2 * norm_params(m.head_dim, m.normalization) if m.qk_norm else 0
+    return norms + weights + biases + head_norms
 
 
 def mlp_expert_params(hidden_size, ffn_hidden_size, gated: bool, bias: bool):
@@ -34,19 +37,26 @@ def mlp_expert_params(hidden_size, ffn_hidden_size, gated: bool, bias: bool):
 
 def mlp_params(m: ModelSpec, active_only: bool = False) -> int:
     """Norm + MLP; for MoE the router (h·E) and E experts (top-k experts when ``active_only``)."""
-    norm = norm_params(m.hidden_size, m.normalization)
+    norm = (2 if m.sandwich_norm else 1) * norm_params(m.hidden_size, m.normalization)
     if not m.is_moe:
         return norm + mlp_expert_params(m.hidden_size, m.ffn_hidden_size, m.is_gated, m.add_bias_linear)
     experts = m.moe_top_k if active_only else m.num_experts
     one = mlp_expert_params(m.hidden_size, m.moe_ffn_hidden_size, m.is_gated, m.add_bias_linear)
-    return norm + m.hidden_size * m.num_experts + experts * one
+    return norm + m.hidden_size * m.num_experts + experts * one + shared_expert_params(m)
+
+
+def shared_expert_params(m: ModelSpec) -> int:
+    """Qwen2-MoE's shared expert: one MLP of ``shared_expert_ffn_hidden_size`` and its h→1 gate (0 without one)."""
+    if m.shared_expert_ffn_hidden_size is None:
+        return 0
+    return (mlp_expert_params(m.hidden_size, m.shared_expert_ffn_hidden_size, m.is_gated, m.add_bias_linear)
+            + m.hidden_size)
 
 
 def embedding_params(m: ModelSpec, vocab_size: int | None = None) -> int:
-    """Word embedding V·h plus s·h for learned absolute positions."""
+    """Word embedding V·h plus the learned absolute position table (max_position_embeddings, else s, rows of h)."""
     vocab = m.vocab_size if vocab_size is None else vocab_size
-    positions = m.seq_length * m.hidden_size if m.position_embedding is Positions.LEARNED else 0
-    return vocab * m.hidden_size + positions
+    return vocab * m.hidden_size + m.position_table_size * m.hidden_size
 
 
 def padded_vocab_size(vocab_size, tensor_parallel=1, divisible_by: int = 128):
@@ -54,6 +64,14 @@ def padded_vocab_size(vocab_size, tensor_parallel=1, divisible_by: int = 128):
     (megatron/training/tokenizer: ``_vocab_size_with_padding``)."""
     multiple = divisible_by * tensor_parallel
     return ((vocab_size + multiple - 1) // multiple) * multiple
+
+
+def model_vocab_size(m: ModelSpec, tensor_parallel=1):
+    """Rows of the embedding and output layer as trained: megatron-core pads the vocabulary to 128·t
+    (:func:`padded_vocab_size`); a transformers model keeps the config's ``vocab_size``."""
+    if m.implementation is Implementation.TRANSFORMERS:
+        return m.vocab_size
+    return padded_vocab_size(m.vocab_size, tensor_parallel)
 
 
 def parameter_counts(m: ModelSpec) -> ParameterCounts:
@@ -66,3 +84,20 @@ def parameter_counts(m: ModelSpec) -> ParameterCounts:
         num_layers=m.num_layers,
         active_mlp_per_layer=mlp_params(m, active_only=True),
     )
+
+
+def lora_params_per_layer(m: ModelSpec, rank: int, targets) -> int:
+    """LoRA adapter parameters of one layer: r·(in + out) per target projection (Hu et al. 2021, eq. 3: ΔW = B·A
+    with A r×in and B out×r; peft's ``LoraLayer`` has no adapter biases). Targets: q (h → a·d), k and v (h → g·d),
+    o (a·d → h), gate and up (h → f; gate only in gated MLPs), down (f → h); MLP targets repeat per expert.
+    A fused projection (GPT-2's ``c_attn``, GPT-NeoX's ``query_key_value``, Phi-3's ``qkv_proj``) carries one
+    adapter r·(h + a·d + 2·g·d) for q, k and v together; this count keeps them apart (r·h more per extra target).
+    """
+    if not rank:
+        return 0
+    h, q, kv = m.hidden_size, m.query_projection_size, m.kv_projection_size
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    experts = m.num_experts if m.is_moe else 1
+    sizes = {"q": h + q, "k": h + kv, "v": h + kv, "o": q + h,
+             "gate": (h + f) * experts if m.is_gated else 0, "up": (h + f) * experts, "down": (f + h) * experts}
+    return rank * sum(sizes[t] for t in targets)

@@ -12,8 +12,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import math
+import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Optional
+
+import numpy as np
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -36,6 +41,9 @@ class _StrEnum(str, enum.Enum):
     def parse(cls, value, field_name: str):
         if isinstance(value, cls):
             return value
+        if not isinstance(value, str):
+            allowed = ", ".join(m.value for m in cls)
+            raise ValueError(f"{field_name}={value!r} must be one of: {allowed}")
         try:
             return cls(str(value).lower())
         except ValueError:
@@ -99,19 +107,136 @@ class Positions(_StrEnum):
 
 
 class AttentionImpl(_StrEnum):
-    """``unfused`` materialises the s×s score matrix (megatron-core's local layer spec); ``flash`` does not."""
+    """The attention kernel the training stack runs, named after what users set:
+
+    * ``unfused`` — softmax in torch over the materialised s×s scores, in fp32 (megatron-core's local layer spec
+      without Transformer Engine, Megatron ``--attention-backend unfused`` without ``--masked-softmax-fusion``,
+      Hugging Face ``attn_implementation="eager"``);
+    * ``fused-softmax`` — Megatron-LM's fused scale-mask-softmax CUDA kernel (``--masked-softmax-fusion``, on by
+      default in Megatron-LM): the s×s scores still exist but the softmax is one 16-bit kernel;
+    * ``flash`` — FlashAttention: Transformer Engine's fused attention (``--attention-backend flash|fused|auto``,
+      ``--use-flash-attn``), PyTorch SDPA (Hugging Face ``"sdpa"``/``"flash_attention_2"``); no s×s tensor.
+
+    Old spellings are still accepted: ``fused``/``fused_softmax`` (= ``fused-softmax``), ``sdpa``/``te``
+    (= ``flash``), ``eager``/``local`` (= ``unfused``)."""
 
     UNFUSED = "unfused"
+    FUSED_SOFTMAX = "fused-softmax"
     FLASH = "flash"
+
+    @classmethod
+    def parse(cls, value, field_name: str):
+        if isinstance(value, str):
+            value = _ATTENTION_ALIASES.get(value.strip().lower(), value)
+        return super().parse(value, field_name)
+
+    @property
+    def materialises_scores(self) -> bool:
+        """Whether the s×s score matrix exists (unfused and fused-softmax)."""
+        return self is not AttentionImpl.FLASH
+
+
+_ATTENTION_ALIASES = {"fused": "fused-softmax", "fused_softmax": "fused-softmax", "softmax-fusion": "fused-softmax",
+                      "sdpa": "flash", "te": "flash", "flash_attention_2": "flash", "flash-attn": "flash",
+                      "eager": "unfused", "local": "unfused"}
+
+
+class AdamImpl(_StrEnum):
+    """The optimizer kernel on the GPU: ``fused`` — a fused multi-tensor Adam (Apex/Transformer Engine ``FusedAdam``
+    under Megatron-LM, DeepSpeed's ``FusedAdam`` op, ``torch.optim.AdamW(fused=True)``); ``torch`` —
+    ``torch.optim.AdamW`` with its default foreach implementation (megatron-core without Apex/TE, DeepSpeed
+    ``"torch_adam": true``). With optimizer offload DeepSpeed runs its CPU Adam whatever this says."""
+
+    FUSED = "fused"
+    TORCH = "torch"
+
+
+class Implementation(_StrEnum):
+    """Which code builds the model: megatron-core's ``GPTModel`` or a Hugging Face ``transformers`` causal LM."""
+
+    MEGATRON = "megatron"
+    TRANSFORMERS = "transformers"
+
+
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+"""Projections a LoRA adapter can sit on: query, key, value, attention output, and the MLP's gate, up (fc1) and
+down (fc2) projections (peft's ``q_proj`` … ``down_proj``; ``gate`` exists only in gated MLPs)."""
+
+
+# Upper bounds far beyond any real transformer or cluster. They keep every product the memory and time models
+# form inside 64-bit integers and finite floats, so absurd input gets a clear error instead of an overflow.
+MAX_COUNT = {
+    "num_layers": 10_000, "hidden_size": 2**20, "num_attention_heads": 2**16, "num_query_groups": 2**16,
+    "head_dim": 2**16, "ffn_hidden_size": 2**22, "moe_ffn_hidden_size": 2**22, "vocab_size": 2**24,
+    "seq_length": 2**26, "num_experts": 2**14, "moe_top_k": 2**14, "shared_expert_ffn_hidden_size": 2**22,
+    "max_position_embeddings": 2**26, "lora_rank": 2**16,
+    "gpus_per_node": 1024, "num_nodes": 2**24,
+    "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
+    "context_parallel": 2**16, "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
+}
+"""Largest value accepted for each integer field."""
+
+MAX_FLOAT = {
+    "memory_gib": 2.0**20, "hbm_gb_per_s": 1e7, "intra_node_gb_per_s": 1e7, "inter_node_gb_per_s": 1e7,
+    "host_link_gb_per_s": 1e7, "host_memory_gib_per_node": 2.0**30, "nvme_gib_per_node": 2.0**40,
+    "peak_tflops": 1e9,
+}
+"""Largest value accepted for each real-valued field (GiB, GB/s, TFLOP/s)."""
+
+
+def check_int(name: str, value, *, minimum: int = 1, maximum: Optional[int] = None) -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]``; ``ValueError`` naming ``name`` otherwise. Booleans, floats
+    (``2.7`` and also ``2.0``) and strings are refused rather than converted."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}={value!r} must be an integer")
+    value = int(value)
+    if maximum is None:
+        maximum = MAX_COUNT.get(name)
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}={value} is larger than the largest supported value {maximum:,}")
+    return value
+
+
+def check_float(name: str, value, *, minimum: float = 0.0, strict: bool = True,
+                maximum: Optional[float] = None, below: Optional[float] = None) -> float:
+    """``value`` as a finite ``float`` above ``minimum`` (``>`` when ``strict``, else ``>=``) and at most
+    ``maximum`` (or strictly ``below``); ``ValueError`` naming ``name`` for NaN, infinities, booleans and non-numbers."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name}={value!r} must be a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name}={value} must be a finite number")
+    if strict and value <= minimum:
+        raise ValueError(f"{name}={value:g} must be > {minimum:g}")
+    if not strict and value < minimum:
+        raise ValueError(f"{name}={value:g} must be >= {minimum:g}")
+    if maximum is None:
+        maximum = MAX_FLOAT.get(name)
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}={value:g} is larger than the largest supported value {maximum:g}")
+    if below is not None and value >= below:
+        raise ValueError(f"{name}={value:g} must be < {below:g}")
+    return value
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` as a ``bool``; ``ValueError`` naming ``name`` for anything else (``2``, ``"yes"``, ``None``)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name}={value!r} must be True or False")
+
+
+def check_str(name: str, value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name}={value!r} must be a string")
+    return value
 
 
 def _positive_int(obj, *names: str) -> None:
     for name in names:
-        value = getattr(obj, name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name}={value!r} must be an integer")
-        if value < 1:
-            raise ValueError(f"{name}={value} must be >= 1")
+        _set(obj, name, check_int(name, getattr(obj, name)))
 
 
 def _set(obj, name: str, value) -> None:
@@ -154,7 +279,10 @@ class ModelSpec:
     position_embedding: Positions = Positions.LEARNED
     """Learned absolute position table (s·h parameters) or rotary (no parameters)."""
     attention: AttentionImpl = AttentionImpl.UNFUSED
-    """Attention kernel; unfused keeps the s×s scores, softmax and dropout mask in memory."""
+    """Attention kernel of the training stack (:class:`AttentionImpl`: ``unfused``, ``fused-softmax``, ``flash``).
+    It lives on the model because the code that builds the model picks it (megatron-core's layer spec, Hugging
+    Face's ``attn_implementation``); catalog presets say how those models are trained, ``--attention`` overrides.
+    unfused keeps the s×s scores in fp32 and 16 bits, fused-softmax in 16 bits, flash keeps none."""
     hidden_dropout: float = 0.1
     """Dropout after attention and MLP (megatron-core default 0.1); when > 0 its 1-byte masks are kept."""
     attention_dropout: float = 0.1
@@ -166,15 +294,35 @@ class ModelSpec:
     """Experts each token is routed to."""
     moe_ffn_hidden_size: Optional[int] = None
     """Expert MLP width; ``None`` means ffn_hidden_size."""
+    shared_expert_ffn_hidden_size: Optional[int] = None
+    """MoE with an always-on shared expert (Qwen2-MoE): its MLP width; it comes with a bias-free h→1 sigmoid gate.
+    ``None``: no shared expert."""
+    qkv_bias: Optional[bool] = None
+    """Biases on the query/key/value projections; ``None`` follows ``add_bias_linear`` (Qwen2 has them while its
+    other linear layers have none)."""
+    qk_norm: bool = False
+    """A norm over each query and key head (head_dim weights each; Qwen3, Gemma 3)."""
+    sandwich_norm: bool = False
+    """Extra norms on the attention and MLP outputs, four per layer (Gemma 2 and 3)."""
+    max_position_embeddings: Optional[int] = None
+    """Rows of the learned position table (GPT-2's ``n_positions``); ``None`` means seq_length. Only used with
+    learned positions, where seq_length may not exceed it."""
+    implementation: Implementation = Implementation.MEGATRON
+    """The code that builds and runs the model: ``megatron`` (megatron-core GPTModel: vocabulary padded to 128·t,
+    vocab-parallel cross entropy) or ``transformers`` (a Hugging Face model: exact vocabulary, the logits up-cast to
+    fp32 for ``ForCausalLMLoss``, eager attention keeping fp32 softmax and 16-bit probabilities)."""
 
     def __post_init__(self) -> None:
         for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
-                               ("position_embedding", Positions), ("attention", AttentionImpl)):
+                               ("position_embedding", Positions), ("attention", AttentionImpl),
+                               ("implementation", Implementation)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
+        check_str("name", self.name)
         _positive_int(self, "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
         for name in ("hidden_dropout", "attention_dropout"):
-            if not 0.0 <= float(getattr(self, name)) < 1.0:
-                raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
+            _set(self, name, check_float(name, getattr(self, name), strict=False, below=1.0))
+        for name in ("add_bias_linear", "tied_embeddings", "qk_norm", "sandwich_norm"):
+            _set(self, name, check_bool(name, getattr(self, name)))
         if self.num_query_groups is None:
             _set(self, "num_query_groups", self.num_attention_heads)
         _positive_int(self, "num_query_groups")
@@ -195,8 +343,21 @@ class ModelSpec:
                 ffn = 4 * self.hidden_size
             _set(self, "ffn_hidden_size", ffn)
         _positive_int(self, "ffn_hidden_size")
+        _set(self, "qkv_bias", bool(self.add_bias_linear) if self.qkv_bias is None
+             else check_bool("qkv_bias", self.qkv_bias))
+        if self.max_position_embeddings is not None:
+            _positive_int(self, "max_position_embeddings")
+            if self.position_embedding is Positions.LEARNED and self.seq_length > self.max_position_embeddings:
+                raise ValueError(f"seq_length={self.seq_length} exceeds max_position_embeddings="
+                                 f"{self.max_position_embeddings} (the learned position table)")
+        if self.shared_expert_ffn_hidden_size is not None:
+            _positive_int(self, "shared_expert_ffn_hidden_size")
+            if self.num_experts is None:
+                raise ValueError(f"shared_expert_ffn_hidden_size={self.shared_expert_ffn_hidden_size} needs "
+                                 f"num_experts (a mixture-of-experts model)")
+        _positive_int(self, "moe_top_k")
         if self.num_experts is not None:
-            _positive_int(self, "num_experts", "moe_top_k")
+            _positive_int(self, "num_experts")
             if self.moe_top_k > self.num_experts:
                 raise ValueError(f"moe_top_k={self.moe_top_k} exceeds num_experts={self.num_experts}")
             if self.moe_ffn_hidden_size is None:
@@ -215,6 +376,13 @@ class ModelSpec:
         return self.num_query_groups * self.head_dim
 
     @property
+    def position_table_size(self) -> int:
+        """Rows of the learned position table (0 with rotary positions)."""
+        if self.position_embedding is not Positions.LEARNED:
+            return 0
+        return self.max_position_embeddings or self.seq_length
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts is not None
 
@@ -225,7 +393,7 @@ class ModelSpec:
     def replace(self, **changes) -> "ModelSpec":
         """A copy with some fields changed (re-validated); derived defaults are recomputed when their inputs change."""
         return _replace_with_defaults(self, changes, derived=("num_query_groups", "head_dim", "ffn_hidden_size",
-                                                              "moe_ffn_hidden_size"))
+                                                              "moe_ffn_hidden_size", "qkv_bias"))
 
     # -- parameter counts (megatron-core GPTModel, local layer spec) ---------------------------------------------
     def parameter_counts(self) -> "ParameterCounts":
@@ -315,6 +483,20 @@ class GPUSpec:
     """Where the numbers come from (datasheet)."""
     notes: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("name", "vendor", "source", "notes"):
+            check_str(name, getattr(self, name))
+        for name in ("memory_gib", "hbm_gb_per_s", "intra_node_gb_per_s", "inter_node_gb_per_s",
+                     "host_link_gb_per_s"):
+            _set(self, name, check_float(name, getattr(self, name)))
+        if not isinstance(self.peak_tflops, dict):
+            raise ValueError(f"peak_tflops={self.peak_tflops!r} must be a mapping of precision to TFLOP/s")
+        peaks = {}
+        for key, value in self.peak_tflops.items():
+            peaks[str(key)] = 0.0 if value is None else check_float(f"peak_tflops[{key!r}]", value, strict=False,
+                                                                      maximum=MAX_FLOAT["peak_tflops"])
+        _set(self, "peak_tflops", peaks)
+
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_gib * 2**30)
@@ -355,16 +537,21 @@ class ClusterSpec:
             from workbench.catalog import gpu as lookup
 
             _set(self, "gpu", lookup(self.gpu))
+        if not isinstance(self.gpu, GPUSpec):
+            raise ValueError(f"gpu={self.gpu!r} must be a GPU name such as 'H100-SXM' or a GPUSpec "
+                             f"(got {type(self.gpu).__name__})")
         _positive_int(self, "gpus_per_node", "num_nodes")
         if self.intra_node_gb_per_s is None:
             _set(self, "intra_node_gb_per_s", float(self.gpu.intra_node_gb_per_s))
         if self.inter_node_gb_per_s is None:
             _set(self, "inter_node_gb_per_s", float(self.gpu.inter_node_gb_per_s))
         for name in ("intra_node_gb_per_s", "inter_node_gb_per_s", "host_memory_gib_per_node"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be > 0")
-        if self.nvme_gib_per_node < 0:
-            raise ValueError(f"nvme_gib_per_node={self.nvme_gib_per_node} must be >= 0")
+            _set(self, name, check_float(name, getattr(self, name)))
+        _set(self, "nvme_gib_per_node", check_float("nvme_gib_per_node", self.nvme_gib_per_node, strict=False))
+        if self.world_size > MAX_COUNT["world_size"]:
+            raise ValueError(f"gpus_per_node({self.gpus_per_node}) * num_nodes({self.num_nodes}) = "
+                             f"{self.world_size:,} GPUs is larger than the largest supported world size "
+                             f"{MAX_COUNT['world_size']:,}")
 
     @property
     def world_size(self) -> int:
@@ -417,34 +604,45 @@ class ParallelPlan:
     """Sequences per optimizer step over the whole job; ``None`` means micro_batch_size × data_parallel."""
     precision: Precision = Precision.BF16
     """Training precision."""
-    fused_kernels: bool = True
-    """Whether the engine's fused kernels are available and used (default ``True``, what a Megatron-LM or DeepSpeed
-    installation with its compiled ops runs): Megatron's fused scale-mask-softmax (``--masked-softmax-fusion``,
-    Megatron-LM's default; needs its CUDA kernels) and a fused multi-tensor Adam (Apex/Transformer Engine
-    ``FusedAdam`` for Megatron, DeepSpeed's ``FusedAdam`` op). ``False``: megatron-core's local layer spec without
-    Apex/Transformer Engine — the unfused torch softmax and ``torch.optim.AdamW`` (foreach) — and, for DeepSpeed,
-    torch's Adam (``"torch_adam": true``), as ``workbench.runs.launch`` trains by default. A megatron-core model under
-    DeepSpeed keeps an unfused softmax either way (``TransformerConfig.masked_softmax_fusion`` defaults to off)."""
+    lora_rank: int = 0
+    """LoRA adapters of this rank on ``lora_targets`` with every base weight frozen (0: full fine-tune). Frozen
+    weights stay in 16 bits without gradients or optimizer states; ZeRO-3 still partitions them, ZeRO-1/2 only
+    partition what trains (DeepSpeed builds its flat groups from ``requires_grad`` parameters)."""
+    lora_targets: tuple = LORA_TARGETS
+    """Projections carrying adapters (a subset of :data:`LORA_TARGETS`; default all of them, peft's
+    ``"all-linear"``)."""
+    adam: AdamImpl = AdamImpl.FUSED
+    """GPU optimizer kernel: ``fused`` (Apex/TE or DeepSpeed ``FusedAdam``) or ``torch`` (``torch.optim.AdamW``,
+    foreach; what megatron-core without Apex/TE and ``workbench.runs.launch`` train with). CPU Adam follows from
+    ``offload_optimizer``."""
     overlap_comm: Optional[bool] = None
-    """Whether the data-parallel gradient reduction (and the ZeRO / distributed-optimizer parameter gathers) overlap
-    the backward: DeepSpeed ``zero_optimization.overlap_comm``, Megatron-LM ``--overlap-grad-reduce`` (with
-    ``--overlap-param-gather`` for the distributed optimizer). ``None`` (default): the engine's own default as its
-    stack runs here — on for DeepSpeed engines (the exported config writes ``overlap_comm: true``), off for
-    Megatron (Megatron-LM's flag defaults to off); :func:`workbench.defaults.overlap_comm` gives the answer."""
+    """Gradient reduction overlapped with backward: DeepSpeed ``zero_optimization.overlap_comm``, Megatron
+    ``--overlap-grad-reduce`` (megatron-core ``DistributedDataParallelConfig.overlap_grad_reduce``). ``None``: the
+    engine's default as the workbench configures it, :func:`default_overlap_comm` (on for DeepSpeed, off for
+    Megatron)."""
+    fused_kernels: Optional[bool] = None
+    """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
+    ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
 
     def __post_init__(self) -> None:
-        _set(self, "fused_kernels", bool(self.fused_kernels))
+        if self.fused_kernels is not None:
+            fused = check_bool("fused_kernels", self.fused_kernels)
+            warnings.warn("ParallelPlan(fused_kernels=...) is deprecated: use adam='fused'|'torch' (and "
+                          "ModelSpec.attention='unfused'|'fused-softmax'|'flash' for the softmax)",
+                          DeprecationWarning, stacklevel=3)
+            _set(self, "adam", AdamImpl.FUSED if fused else AdamImpl.TORCH)
+            _set(self, "fused_kernels", None)
+        for name in ("sequence_parallel", "distributed_optimizer"):
+            _set(self, name, check_bool(name, getattr(self, name)))
         if self.overlap_comm is not None:
-            if not isinstance(self.overlap_comm, (bool, int)) or self.overlap_comm not in (0, 1):
-                raise ValueError(f"overlap_comm={self.overlap_comm!r} must be true, false or None (engine default)")
-            _set(self, "overlap_comm", bool(self.overlap_comm))
+            _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
-                               ("offload_optimizer", Offload), ("offload_params", Offload)):
+                               ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
-        try:
-            _set(self, "zero_stage", ZeroStage(int(self.zero_stage)))
-        except (ValueError, TypeError):
-            raise ValueError(f"zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3") from None
+        if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
+                or not 0 <= int(self.zero_stage) <= 3):
+            raise ValueError(f"zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3")
+        _set(self, "zero_stage", ZeroStage(int(self.zero_stage)))
         _positive_int(self, "world_size", "tensor_parallel", "pipeline_parallel", "virtual_pipeline",
                       "context_parallel", "micro_batch_size")
         model_parallel = self.tensor_parallel * self.pipeline_parallel * self.context_parallel
@@ -471,7 +669,35 @@ class ParallelPlan:
             if self.recompute is not Recompute.FULL:
                 raise ValueError(f"recompute_layers={self.recompute_layers} needs recompute='full' "
                                  f"(got recompute='{self.recompute}')")
+        self._check_lora()
         self._check_engine()
+
+    def _check_lora(self) -> None:
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, numbers.Integral) \
+                or not 0 <= self.lora_rank <= MAX_COUNT["lora_rank"]:
+            raise ValueError(f"lora_rank={self.lora_rank!r} must be an integer in [0, {MAX_COUNT['lora_rank']}] "
+                             f"(0: full fine-tune)")
+        _set(self, "lora_rank", int(self.lora_rank))
+        targets = self.lora_targets
+        if isinstance(targets, str):
+            targets = [t for t in targets.replace(",", " ").split() if t]
+        try:
+            targets = tuple(dict.fromkeys(str(t).lower() for t in targets))
+        except TypeError:
+            raise ValueError(f"lora_targets={self.lora_targets!r} must be a list of {', '.join(LORA_TARGETS)}") \
+                from None
+        unknown = [t for t in targets if t not in LORA_TARGETS]
+        if unknown or not targets:
+            raise ValueError(f"lora_targets={list(targets)!r}: {unknown[0] if unknown else 'empty'} is not one of "
+                             f"{', '.join(LORA_TARGETS)}")
+        _set(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
+        if self.lora_rank and self.engine is Engine.MEGATRON:
+            raise ValueError(f"lora_rank={self.lora_rank} needs engine 'deepspeed' (LoRA is modelled for DeepSpeed "
+                             f"and Hugging Face models; got engine='megatron')")
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank > 0
 
     def _check_engine(self) -> None:
         e = self.engine
@@ -516,8 +742,21 @@ class ParallelPlan:
         """Micro-batches per step per pipeline (= gradient accumulation steps)."""
         return self.gradient_accumulation_steps
 
+    @property
+    def overlaps_comm(self) -> bool:
+        """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`)."""
+        return default_overlap_comm(self.engine) if self.overlap_comm is None else self.overlap_comm
+
     def replace(self, **changes) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)
+
+
+def default_overlap_comm(engine: Engine) -> bool:
+    """Whether gradient reduction overlaps backward unless told: DeepSpeed on, as the workbench's ds_config export
+    writes it (``overlap_comm: true``; DeepSpeed's own default is on for ZeRO-3 only, so an imported ds_config
+    without the key says so explicitly); Megatron off, as megatron-core's ``DistributedDataParallelConfig`` and
+    Megatron-LM's ``--overlap-grad-reduce`` default."""
+    return Engine.parse(engine, "engine") is not Engine.MEGATRON
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -525,10 +764,14 @@ class ParallelPlan:
 # ----------------------------------------------------------------------------------------------------------------
 def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
     """Raise ``ValueError`` (fields and numbers named) when the three specs do not fit together."""
+    check_spec_types(model=model, cluster=cluster, plan=plan)
     t, p, v, c = plan.tensor_parallel, plan.pipeline_parallel, plan.virtual_pipeline, plan.context_parallel
     if plan.world_size != cluster.world_size:
         raise ValueError(f"plan world_size={plan.world_size} != cluster gpus_per_node({cluster.gpus_per_node}) * "
                          f"num_nodes({cluster.num_nodes}) = {cluster.world_size}")
+    if model.implementation is Implementation.TRANSFORMERS and (plan.engine is not Engine.DEEPSPEED or p > 1):
+        raise ValueError(f"{model.name}: a Hugging Face model trains under DeepSpeed ZeRO data parallel (engine="
+                         f"'deepspeed', pipeline_parallel=1); got engine='{plan.engine}', pipeline_parallel={p}")
     if model.num_attention_heads % t:
         raise ValueError(f"tensor_parallel={t} does not divide num_attention_heads={model.num_attention_heads}")
     if model.num_query_groups % t:
@@ -550,6 +793,18 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
                          f"pipeline_parallel={p}")
     if plan.precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+
+
+_SPEC_CLASSES = {"model": ModelSpec, "cluster": ClusterSpec, "plan": ParallelPlan, "gpu": GPUSpec}
+
+
+def check_spec_types(**specs) -> None:
+    """``ValueError`` naming the argument when a spec (``model=``, ``cluster=``, ``plan=``, ``gpu=``) is not the
+    dataclass it should be (``None``, a dict, a name...)."""
+    for name, value in specs.items():
+        cls = _SPEC_CLASSES[name]
+        if not isinstance(value, cls):
+            raise ValueError(f"{name}={value!r:.80} must be a {cls.__name__} (got {type(value).__name__})")
 
 
 def closest_name(name: str, choices) -> str:

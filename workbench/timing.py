@@ -273,6 +273,8 @@ class StepInputs:
     zero3_fetch_latency_s: object
     zero3_reduce_latency_s: object
     zero3_collective_call_s: object
+    trainable_fraction: object = 1.0
+    """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -354,15 +356,17 @@ def compute_terms(x: StepInputs) -> dict:
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
     # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
     layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + x.layer_pass_overhead_s
-    # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much
-    layer_bwd = 2 * (t_weights_fwd + t_core + t_mem) + t_score_bwd + x.layer_pass_overhead_s
+    # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
+    # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
+    tf = x.trainable_fraction
+    layer_bwd = ((1 + tf) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd + x.layer_pass_overhead_s)
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
     # the last stage carries the output layer and the loss: the slowest stage
     stage_fwd = layers * layer_fwd + t_logits + t_loss_fwd
-    stage_bwd = layers * layer_bwd + 2 * t_logits + t_loss_bwd
+    stage_bwd = layers * layer_bwd + (1 + tf) * t_logits + t_loss_bwd
     # the extra forward of activation recomputation (full: that fraction of the layers; selective: the core)
     recompute_mb = layers * (g["full"] * x.recompute_fraction * layer_fwd
                              + g["selective"] * (t_core + t_score_fwd))
@@ -420,7 +424,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     zero = x.zero_stage
     coll = functools.partial(collective_seconds, gb_per_s=out["dp_gb_per_s"], latency_s=out["dp_latency_s"])
     local_params = x.num_parameters / (t * p)
-    grad_bytes = local_params * x.grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
+    trainable_params = local_params * x.trainable_fraction  # what has gradients and optimizer states
+    grad_bytes = trainable_params * x.grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
     bucket_bytes = np.minimum(x.grad_bucket_elements * x.grad_reduce_bytes_per_value, grad_bytes)
     backward_mb = layers * comp["layer_backward_seconds"]  # compute a gradient reduction can hide behind
     forward_mb = layers * comp["layer_forward_seconds"]
@@ -434,15 +439,16 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
                 + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
     # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
     rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
-    ag = coll(local_params * x.bytes_per_value, grad_group, kind="all_gather")  # the 16-bit parameters
+    ag = coll(trainable_params * x.bytes_per_value, grad_group, kind="all_gather")  # the updated 16-bit parameters
+    ag_all = coll(local_params * x.bytes_per_value, grad_group, kind="all_gather")  # ZeRO-3: frozen ones too
     rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
     dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
     # ZeRO-2: DeepSpeed reduce-scatters every micro-batch (stage_1_and_2.py, partition_gradients) + all-gather
     dp_zero2 = m * exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
     # ZeRO-3: per micro-batch all-gather forward and backward + reduce-scatter; the first layer's gather is exposed
     layer_bytes = x.parameters_per_layer / t * x.bytes_per_value
-    dp_zero3 = (m * (exposed_seconds(ag, forward_mb, overlap_comm) + exposed_seconds(ag + rs, backward_mb,
-                                                                                      overlap_comm))
+    dp_zero3 = (m * (exposed_seconds(ag_all, forward_mb, overlap_comm) + exposed_seconds(ag_all + rs, backward_mb,
+                                                                                          overlap_comm))
                 + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
     # ZeRO-3 per-module work (DeepSpeed stage 3 hooks, deepspeed/runtime/zero/parameter_offload.py and stage3.py):
     # every submodule holding partitioned parameters is fetched (all-gather, then released) before each forward,
@@ -465,13 +471,13 @@ def optimizer_terms(x: StepInputs) -> dict:
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
     local_params = x.num_parameters / (t * p)
     sharded = (x.zero_stage >= 1) | (x.distributed_optimizer > 0)
-    shard = local_params / np.where(sharded, d * c, 1)
+    shard = local_params * x.trainable_fraction / np.where(sharded, d * c, 1)  # what has optimizer states
     off_opt = x.offload_optimizer > 0
     off_par = x.offload_params > 0
     host_bps = x.host_link_gb_per_s * 1e9
     cpu_rate = x.cpu_adam_params_per_second_per_node / x.gpus_per_node
     offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard / cpu_rate, 0.0)
-    offload_par_s = np.where(off_par, m * 3 * shard * x.bytes_per_value / host_bps, 0.0)
+    offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
     hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency
@@ -504,6 +510,8 @@ def _flops(x: StepInputs, comp: dict) -> dict:
     model_f = model_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
                                    attention_core_per_token=core,
                                    logits_per_token=logits_flops_per_token(hidden_size=h, vocab_size=x.vocab_size))
+    # frozen weights (LoRA) need no weight-gradient GEMMs: 2 + trainable_fraction of the 3 weight passes remain
+    model_f = model_f * (2 + x.trainable_fraction) / 3
     extra_f = recompute_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
                                        attention_core_per_token=core, recompute=x.recompute,
                                        recomputed_layers=L * x.recompute_fraction)
@@ -522,7 +530,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
                 bucket_elements: float | None = None, profile=None, counts=None) -> dict:
     """The plain-number keyword arguments of :func:`step_time_terms` for one (model, cluster, plan), through the
     one plan encoder (:func:`workbench.encode.time_inputs`, which the planner uses for its arrays too).
-    ``overlap_comm`` ``None``: the plan's own answer (:func:`workbench.defaults.overlap_comm`).
+    ``overlap_comm`` ``None``: the plan's own answer (:attr:`ParallelPlan.overlaps_comm`).
     A measured ``profile`` (:class:`workbench.calibrate.HardwareProfile`) replaces the datasheet-derived inputs it
     measured (GEMM curve, memory bandwidth, links, host link, CPU Adam rate)."""
     from workbench import encode
@@ -640,7 +648,7 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
     Validates the three specs together first (``ValueError`` naming fields and numbers).
 
     ``overlap_comm`` (DeepSpeed ``overlap_comm`` / Megatron ``overlap_grad_reduce``; ``None``: the plan's own
-    answer, :func:`workbench.defaults.overlap_comm`) lets the data-parallel reduction hide behind backward compute;
+    answer, :attr:`ParallelPlan.overlaps_comm`) lets the data-parallel reduction hide behind backward compute;
     ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or Megatron's DDP bucket. ``profile``: a
     measured :class:`workbench.calibrate.HardwareProfile` (see :func:`time_inputs`); ``calibration_source`` then
     names it."""

@@ -58,7 +58,12 @@ def gpu(name: str) -> GPUSpec:
 
 
 def model(name: str, **overrides) -> ModelSpec:
-    """The catalog entry for a model, optionally with fields changed, e.g. ``model("llama3-8b", seq_length=4096)``."""
+    """The catalog entry for a model, optionally with fields changed, e.g. ``model("llama3-8b", seq_length=4096)``.
+    ``hf:PATH`` reads a Hugging Face config.json (or model directory) instead (:func:`workbench.hf.model_from_hf`)."""
+    if str(name).startswith("hf:"):
+        from workbench.hf import model_from_hf
+
+        return model_from_hf(str(name)[3:], **overrides)
     data = dict(_lookup("model", name, _models(), model_names()))
     fields = {k: v for k, v in data.items() if k in _MODEL_FIELDS}
     spec = ModelSpec(**fields)

@@ -113,6 +113,8 @@ def _validate_ds(cfg: dict, plan) -> bool:
 
 
 def run(args) -> int:
+    from workbench.cli import payload_stream
+
     model, cluster, plan = specs_from_args(args, default_engine=_DEFAULT_ENGINE[args.kind])
     files, main, ok = _files(args.kind, args, model, cluster, plan)
     if args.out:
@@ -123,9 +125,9 @@ def run(args) -> int:
             path.write_text(text)
             if name.endswith(".sh"):
                 path.chmod(0o755)
-            print(path)
+            print(path, file=payload_stream())
     else:
-        sys.stdout.write(files[main])
+        payload_stream().write(files[main])
         others = [n for n in files if n != main]
         if others:
             _note(f"also: {', '.join(others)} (use --out DIR to write every file)")

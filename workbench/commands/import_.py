@@ -1,4 +1,5 @@
-"""``workbench import FILE_OR_COMMAND``: read a ds_config.json or a Megatron command line / script into specs.
+"""``workbench import FILE_OR_COMMAND``: read a ds_config.json, a Megatron command line / script, or a Hugging Face
+model's config.json (or model directory) into specs.
 
 Prints the model, plan and option fields found, the warnings, and the lint findings (``--json`` for one JSON
 object). Options go before the file or command: ``workbench import --json ds_config.json`` or
@@ -14,7 +15,7 @@ from workbench.cli import print_json
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("import", help="read a ds_config.json or Megatron command line into specs",
+    parser = sub.add_parser("import", help="read a ds_config.json, Megatron command line or HF config.json into specs",
                             description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--world-size", type=int, help="data-parallel world size for a ds_config's batch fields")
@@ -27,7 +28,7 @@ def _split_trailing_options(tokens: list, args) -> list:
     """Allow ``workbench import ds_config.json --json`` when the source is a single file."""
     if tokens and tokens[0] == "--":
         tokens = tokens[1:]
-    if tokens and Path(tokens[0]).is_file():
+    if tokens and (Path(tokens[0]).is_file() or Path(tokens[0]).is_dir()):
         rest = tokens[1:]
         i = 0
         while i < len(rest):
@@ -44,6 +45,47 @@ def _split_trailing_options(tokens: list, args) -> list:
                 raise ValueError(f"unexpected argument {rest[i]!r} after the file {tokens[0]!r}")
         return tokens[:1]
     return tokens
+
+
+def _is_hf_source(source: str) -> bool:
+    """A model directory with a config.json, or a JSON file whose object names a ``model_type``."""
+    import json
+
+    from workbench.hf import is_hf_config
+
+    p = Path(source)
+    if p.is_dir():
+        return (p / "config.json").is_file()
+    if p.is_file() and p.suffix == ".json":
+        try:
+            return is_hf_config(json.loads(p.read_text()))
+        except ValueError:
+            return False
+    return False
+
+
+def _run_hf(source: str, args) -> int:
+    from workbench.hf import import_hf
+
+    imp = import_hf(source)
+    data = imp.to_dict()
+    if args.json:
+        print_json(data)
+        return 0
+    spec = imp.spec
+    print(f"kind: huggingface ({imp.model_type}, {imp.architecture})")
+    print(f"parameters: {spec.num_parameters:,} ({spec.num_parameters / 1e9:.2f} B)")
+    print(f"weights: {'in the directory' if imp.has_weights else 'none (random initialisation from the config)'}")
+    print(f"attn_implementation: {imp.attn_implementation or 'sdpa (transformers default)'} -> {spec.attention}")
+    print("model:")
+    for k, v in data["model"].items():
+        print(f"  {k} = {v}")
+    if imp.notes:
+        print("notes:")
+        for n in imp.notes:
+            print(f"  - {n}")
+    print(f"use it: workbench estimate --model hf:{source} ...")
+    return 0
 
 
 def imported_as_dict(imp) -> dict:
@@ -63,6 +105,8 @@ def run(args) -> int:
     tokens = _split_trailing_options(list(args.source), args)
     if not tokens:
         raise ValueError("give a ds_config.json, a script, or a command line to import")
+    if len(tokens) == 1 and _is_hf_source(tokens[0]):
+        return _run_hf(tokens[0], args)
     if len(tokens) == 1:
         source = tokens[0]
         is_json = source.lstrip().startswith("{") or (Path(source).is_file()

@@ -19,8 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Optional
 
 from workbench.defaults import DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-from workbench.defaults import overlap_comm as plan_overlap_comm
-from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
+from workbench.specs import (AdamImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
                              ZeroStage, validate)
 
 #: Models at or above this many parameters get the tighter clipping default (seed guide §5.3: "for models above 13B,
@@ -176,6 +175,8 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
                        "warmup_min_ratio": 0.0, "cos_min_ratio": o.final_lr / o.lr, "warmup_type": "linear"},
         },
     }
+    if plan.adam is AdamImpl.TORCH and plan.offload_optimizer is Offload.NONE:
+        cfg["optimizer"]["params"]["torch_adam"] = True  # torch.optim.AdamW instead of DeepSpeed's FusedAdam op
     if plan.precision is Precision.FP16:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "loss_scale_window": o.loss_scale_window,
                        "initial_scale_power": o.initial_scale_power, "hysteresis": o.hysteresis,
@@ -185,7 +186,7 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     zero: dict = {"stage": stage}
     if stage >= ZeroStage.OPTIMIZER:
         zero.update({
-            "overlap_comm": plan_overlap_comm(plan),
+            "overlap_comm": plan.overlaps_comm,
             "contiguous_gradients": o.contiguous_gradients,
             "reduce_scatter": True,
             "reduce_bucket_size": int(o.reduce_bucket_size),

@@ -288,12 +288,17 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
             opts[name] = int(value)
     if isinstance(zero.get("contiguous_gradients"), bool):
         opts["contiguous_gradients"] = zero["contiguous_gradients"]
-    if zero.get("overlap_comm") is False:  # true is the plan's default for DeepSpeed engines (workbench.defaults)
-        plan["overlap_comm"] = False
+    stage_read = plan.get("zero_stage")
+    if isinstance(zero.get("overlap_comm"), bool):
+        plan["overlap_comm"] = zero["overlap_comm"]
+    elif stage_read is not None and int(stage_read) >= 1:
+        plan["overlap_comm"] = int(stage_read) >= 3  # DeepSpeed's own default: on for ZeRO-3 only
 
     # optimizer and schedule
     opt = cfg.get("optimizer") if isinstance(cfg.get("optimizer"), dict) else {}
     params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
+    if params.get("torch_adam") is True:
+        plan["adam"] = "torch"  # torch.optim.AdamW instead of DeepSpeed's FusedAdam (adam="fused", the default)
     if opt.get("type") and str(opt["type"]).lower() not in ("adam", "adamw"):
         warnings.append(f"optimizer.type={opt['type']!r}: the memory model assumes Adam-style states (12 bytes per "
                         f"parameter)")
@@ -445,19 +450,38 @@ _KNOWN = {
     "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "transformer-impl", "num-experts",
     "moe-router-topk", "topk", "moe-ffn-hidden-size", "vocab-size", "expert-interval", "hidden-dropout",
     "attention-dropout",
+    "no-masked-softmax-fusion", "masked-softmax-fusion", "attention-softmax-in-fp32",
+    "no-gradient-accumulation-fusion", "overlap-grad-reduce",
     # parallel / batch
     "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
     "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method",
     "recompute-num-layers", "recompute-activations", "checkpoint-activations", "checkpoint-num-layers",
     "deepspeed-activation-checkpointing", "micro-batch-size", "global-batch-size", "batch-size",
-    "no-pipeline-parallel", "zero-stage", "deepspeed", "use-deepspeed", "deepspeed-config", "overlap-grad-reduce",
-    "overlap-param-gather",
+    "no-pipeline-parallel", "zero-stage", "deepspeed", "use-deepspeed", "deepspeed-config",
     # training
     "bf16", "fp16", "lr", "min-lr", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "train-iters",
     "weight-decay", "adam-beta1", "adam-beta2", "adam-eps", "clip-grad", "seed", "loss-scale-window", "hysteresis",
     "min-loss-scale", "initial-loss-scale",
 }
+
+
+def _megatron_attention(backend, impl, has, kind: str) -> str:
+    """The attention kernel a Megatron command line runs (:class:`workbench.specs.AttentionImpl`).
+
+    Megatron-LM: Transformer Engine (``--transformer-impl transformer_engine``, the default) with
+    ``--attention-backend auto|flash|fused`` (or the legacy ``--use-flash-attn``) is flash attention;
+    ``--attention-backend unfused`` is the s×s path. megatron-core's own ``DotProductAttention``
+    (``--transformer-impl local`` or ``--attention-backend local``) runs Megatron's fused scale-mask-softmax unless
+    ``--no-masked-softmax-fusion``. Megatron-DeepSpeed: local attention unless ``--use-flash-attn[-v2]``."""
+    if any(has(f) for f in ("use-flash-attn", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton")):
+        return "flash"
+    if backend == "unfused":
+        return "unfused"
+    local = backend == "local" or impl == "local" or kind == "megatron-deepspeed"
+    if local:
+        return "unfused" if has("no-masked-softmax-fusion") else "fused-softmax"
+    return "flash"
 
 
 def import_megatron_args(command: Union[str, list]) -> Imported:
@@ -527,14 +551,15 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     m["normalization"] = "rmsnorm" if norm == "rmsnorm" else "layernorm"
     m["add_bias_linear"] = not has("disable-bias-linear")
     m["tied_embeddings"] = not has("untie-embeddings-and-output-weights")
-    backend = one("attention-backend")
-    if backend in ("unfused", "local"):
-        m["attention"] = "unfused"
-    elif backend in ("flash", "fused", "auto") or any(has(f) for f in ("use-flash-attn", "use-flash-attn-v1",
-                                                                      "use-flash-attn-v2", "use-flash-attn-triton")):
-        m["attention"] = "flash"
-    elif one("transformer-impl") == "local":
-        m["attention"] = "unfused"
+    m["attention"] = _megatron_attention(one("attention-backend"), one("transformer-impl"), has, kind)
+    # the optimizer kernel: Megatron takes Transformer Engine's or Apex's FusedAdam when installed and falls back to
+    # torch.optim.AdamW; --no-gradient-accumulation-fusion with the local implementation is the sign of neither
+    if has("no-gradient-accumulation-fusion") and one("transformer-impl") == "local":
+        plan["adam"] = "torch"
+        warnings.append("--no-gradient-accumulation-fusion with --transformer-impl local: read as a stack without "
+                        "Apex/Transformer Engine (torch.optim.AdamW, adam=torch)")
+    if not is_hybrid:  # the hybrid's gradient reduce is DeepSpeed's (ds_config overlap_comm)
+        plan["overlap_comm"] = has("overlap-grad-reduce")
     if has("num-experts"):
         experts = num("num-experts", _int)
         if experts and experts > 1:
@@ -579,8 +604,6 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         plan["sequence_parallel"] = True
     if has("use-distributed-optimizer"):
         plan["distributed_optimizer"] = True
-    if has("overlap-grad-reduce") and not is_hybrid:
-        plan["overlap_comm"] = True
     if is_hybrid:
         if has("zero-stage"):
             plan["zero_stage"] = num("zero-stage", _int)

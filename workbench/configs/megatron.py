@@ -12,7 +12,6 @@ from typing import Optional, Sequence
 
 from workbench.configs.deepspeed import DeepSpeedOptions
 from workbench.defaults import megatron_recompute_flags
-from workbench.defaults import overlap_comm as plan_overlap_comm
 from workbench.specs import (Activation, AttentionImpl, ClusterSpec, Engine, ModelSpec, Normalization, ParallelPlan,
                              Positions, Precision, validate)
 
@@ -31,6 +30,27 @@ def _fmt(x) -> str:
     if isinstance(x, bool):
         raise TypeError("booleans are flags, not values")
     return repr(float(x)) if isinstance(x, float) else str(x)
+
+
+def attention_flags(attention: AttentionImpl, *, dialect: str = "megatron") -> list[str]:
+    """The flags that select the attention kernel.
+
+    Megatron-LM: ``flash`` is Transformer Engine's flash attention (``--attention-backend flash``);
+    ``fused-softmax`` is megatron-core's own ``DotProductAttention`` (``--transformer-impl local
+    --attention-backend local``) with Megatron-LM's fused scale-mask-softmax (``--masked-softmax-fusion`` is on
+    by default); ``unfused`` is the same local attention with the torch softmax in fp32
+    (``--no-masked-softmax-fusion --attention-softmax-in-fp32``). Megatron-DeepSpeed: ``--use-flash-attn-v2`` for
+    flash, ``--no-masked-softmax-fusion`` for unfused."""
+    attention = AttentionImpl.parse(attention, "attention")
+    if dialect == "megatron-deepspeed":
+        return {AttentionImpl.FLASH: ["--use-flash-attn-v2"], AttentionImpl.FUSED_SOFTMAX: [],
+                AttentionImpl.UNFUSED: ["--no-masked-softmax-fusion"]}[attention]
+    if attention is AttentionImpl.FLASH:
+        return ["--attention-backend", "flash"]
+    local = ["--transformer-impl", "local", "--attention-backend", "local"]
+    if attention is AttentionImpl.FUSED_SOFTMAX:
+        return local
+    return local + ["--no-masked-softmax-fusion", "--attention-softmax-in-fp32"]
 
 
 def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
@@ -64,12 +84,7 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
         a += ["--disable-bias-linear"]
     if not model.tied_embeddings:
         a += ["--untie-embeddings-and-output-weights"]
-    if mds:
-        if model.attention is AttentionImpl.FLASH:
-            a += ["--use-flash-attn-v2"]
-    else:
-        # unfused keeps the s x s scores (as megatron-core's local spec); flash/fused do not.
-        a += ["--attention-backend", "unfused" if model.attention is AttentionImpl.UNFUSED else "flash"]
+    a += attention_flags(model.attention, dialect=dialect)
     a += ["--hidden-dropout", _fmt(float(model.hidden_dropout)),
           "--attention-dropout", _fmt(float(model.attention_dropout))]
     if model.is_moe:
@@ -142,9 +157,9 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
 
 def overlap_flags(plan: ParallelPlan) -> list[str]:
     """Overlap the data-parallel gradient reduce (and, with the distributed optimizer, the parameter all-gather)
-    with compute when the plan does (:func:`workbench.defaults.overlap_comm`: Megatron's default is off, which is
-    also what the time model prices then; the guide asks for overlap on InfiniBand, §4, and the advisor says so)."""
-    if not plan_overlap_comm(plan) or plan.data_parallel * plan.context_parallel == 1:
+    with compute when the plan does (:attr:`ParallelPlan.overlaps_comm`: Megatron's default is off, which is also
+    what the time model prices then; the guide asks for overlap on InfiniBand, §4, and the advisor says so)."""
+    if not plan.overlaps_comm or plan.data_parallel * plan.context_parallel == 1:
         return []
     return ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan.distributed_optimizer else [])
 

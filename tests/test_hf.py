@@ -1,0 +1,195 @@
+"""Hugging Face config.json import: parameter counts equal transformers' own model, refusals name the field."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from workbench import catalog  # noqa: E402
+from workbench.hf import attention_for, build_model, import_hf  # noqa: E402
+from workbench.specs import AttentionImpl  # noqa: E402
+
+HF = Path(__file__).parent / "data" / "hf"
+FAMILIES = sorted(p.name for p in HF.iterdir() if (p / "config.json").is_file())
+
+
+def _transformers_count(path) -> int:
+    model = build_model(path, device="meta")
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parameter_count_equals_transformers(family):
+    imported = import_hf(HF / family)
+    assert imported.spec.num_parameters == _transformers_count(HF / family)
+
+
+def test_all_families_have_a_config():
+    types = {json.loads((HF / f / "config.json").read_text())["model_type"] for f in FAMILIES}
+    assert {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gpt2", "gpt_neox", "phi3", "mixtral",
+            "qwen2_moe", "qwen3_moe"} <= types
+
+
+def test_family_specific_structure():
+    qwen2 = import_hf(HF / "qwen2-0_5b").spec
+    assert qwen2.qkv_bias and not qwen2.add_bias_linear and qwen2.tied_embeddings
+    qwen3 = import_hf(HF / "qwen3-0_6b").spec
+    assert qwen3.qk_norm and qwen3.head_dim == 128 and qwen3.query_projection_size != qwen3.hidden_size
+    gemma = import_hf(HF / "gemma3-1b").spec
+    assert gemma.sandwich_norm and gemma.is_gated
+    gpt2 = import_hf(HF / "gpt2").spec
+    assert gpt2.seq_length == 1024 and gpt2.max_position_embeddings == 1024 and gpt2.hidden_dropout == 0.1
+    moe = import_hf(HF / "qwen1_5-moe-a2_7b").spec
+    assert moe.num_experts == 60 and moe.moe_top_k == 4 and moe.shared_expert_ffn_hidden_size == 5632
+    llama = import_hf(HF / "llama3-8b").spec
+    assert llama.seq_length == 4096 and llama.attention_dropout == 0.0 and llama.hidden_dropout == 0.0
+
+
+def test_catalog_hf_prefix_and_overrides():
+    spec = catalog.model(f"hf:{HF / 'llama3-8b'}", seq_length=2048)
+    assert spec.seq_length == 2048 and spec.num_parameters == 8_030_261_248
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings=1024"):
+        catalog.model(f"hf:{HF / 'gpt2'}", seq_length=2048)
+
+
+def test_attention_implementations():
+    assert attention_for("eager") is AttentionImpl.UNFUSED
+    assert attention_for("sdpa") is attention_for(None) is attention_for("flash_attention_2") is AttentionImpl.FLASH
+    with pytest.raises(ValueError, match="attn_implementation='flex'"):
+        attention_for("flex")
+    assert import_hf(HF / "tiny-llama", attn_implementation="eager").spec.attention is AttentionImpl.UNFUSED
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model_type": "bert"}, "model_type 'bert' is not supported"),
+    ({"model_type": "gemma3"}, "multimodal Gemma 3"),
+    ({"frobnicate_layers": 3}, "field 'frobnicate_layers' is not a LlamaConfig field"),
+    ({"auto_map": {"AutoModel": "x.Y"}}, "field 'auto_map'"),
+    ({"quantization_config": {"load_in_4bit": True}}, "quantization_config"),
+    ({"attention_bias": True, "mlp_bias": False}, "attention_bias=True with mlp_bias=False"),
+])
+def test_refusals_name_the_field(change, message, tmp_path):
+    data = json.loads((HF / "tiny-llama" / "config.json").read_text())
+    data.update(change)
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=message):
+        import_hf(tmp_path)
+
+
+def test_mixed_dense_and_moe_layers_refused(tmp_path):
+    data = json.loads((HF / "qwen3-moe-tiny" / "config.json").read_text())
+    data["mlp_only_layers"] = [0]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"mlp_only_layers=\[0\]"):
+        import_hf(tmp_path)
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(ValueError, match="no such config.json"):
+        import_hf(tmp_path / "nowhere")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        import_hf(tmp_path)
+
+
+def test_cli_import_and_estimate(capsys):
+    from workbench import cli
+
+    assert cli.main(["import", str(HF / "qwen3-0_6b"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["kind"] == "huggingface" and data["parameters"] == 596_049_920
+    assert cli.main(["estimate", "--model", f"hf:{HF / 'mistral-7b'}", "--gpu", "A100-80GB", "--zero", "2",
+                     "--attn-implementation", "eager", "--lora-rank", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"]["parameters"] == 7_248_023_552
+    assert cli.main(["estimate", "--model", "hf:/no/such/dir"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such config.json" in err
+    assert cli.main(["estimate", "--model", f"hf:{HF / 'tiny-llama'}", "--engine", "megatron"]) == 2
+    assert "trains under DeepSpeed ZeRO data parallel" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LoRA and the Hugging Face stack in the memory and time models
+# ---------------------------------------------------------------------------------------------------------------
+from workbench import memory as M  # noqa: E402
+from workbench.estimate import estimate  # noqa: E402
+from workbench.params import lora_params_per_layer  # noqa: E402
+from workbench.specs import ClusterSpec, ParallelPlan  # noqa: E402
+
+
+def test_lora_parameter_count_equals_peft():
+    from peft import LoraConfig, get_peft_model
+
+    spec = import_hf(HF / "tiny-llama").spec
+    for targets, modules in ((("q", "k", "v", "o", "gate", "up", "down"),
+                              ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+                             (("q", "v"), ["q_proj", "v_proj"])):
+        net = get_peft_model(build_model(HF / "tiny-llama", device="meta"), LoraConfig(r=8, target_modules=modules))
+        trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
+        assert trainable == spec.num_layers * lora_params_per_layer(spec, 8, targets)
+
+
+def _terms(spec, **plan):
+    cluster = ClusterSpec(gpu="A100-40GB", gpus_per_node=8)
+    return estimate(spec, cluster, ParallelPlan(world_size=8, **plan)).memory.stages[0].terms
+
+
+def test_lora_frozen_weights_and_zero_partitioning():
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    n = spec.num_parameters
+    full = _terms(spec, zero_stage=2)
+    lora2 = _terms(spec, zero_stage=2, lora_rank=16)
+    lora3 = _terms(spec, zero_stage=3, lora_rank=16)
+    adapters = spec.num_layers * lora_params_per_layer(spec, 16, ("q", "k", "v", "o", "gate", "up", "down"))
+    # ZeRO-2 leaves frozen weights whole on every rank (DeepSpeed's flat groups hold trainable parameters only)
+    assert lora2.weights == pytest.approx(2 * (n + adapters), rel=1e-6)
+    # ZeRO-3 partitions every parameter, frozen or not
+    assert lora3.weights == pytest.approx(2 * (n + adapters) / 8, rel=1e-6)
+    # optimizer states only for the adapters: 12 bytes / 8 ranks each
+    assert lora2.optimizer == pytest.approx(12 * adapters / 8, rel=1e-6)
+    assert full.optimizer == pytest.approx(12 * n / 8, rel=1e-6)
+    assert lora2.optimizer < 0.01 * full.optimizer
+
+
+def test_lora_backward_skips_weight_gradients():
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8)
+    full = estimate(spec, cluster, ParallelPlan(world_size=8, zero_stage=2)).time
+    lora = estimate(spec, cluster, ParallelPlan(world_size=8, zero_stage=2, lora_rank=16)).time
+    assert 0.6 < lora.breakdown["compute"] / full.breakdown["compute"] < 0.85  # 4 of 6 GEMM passes + the rest
+    assert lora.breakdown["dp_comm"] < 0.05 * full.breakdown["dp_comm"]
+
+
+def test_transformers_loss_and_eager_attention_memory():
+    hf = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    mg = hf.replace(implementation="megatron")
+    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2)
+    logits = lambda m: M.output_activation_bytes(m, **kw) - 2 * 2 * 2048 * 4096  # noqa: E731
+    assert logits(hf) == 12 * 2048 * 128256  # fp32 log-softmax + two fp32 gradients per logit
+    assert logits(mg) == 6 * 2048 * 128256
+    eager = hf.replace(attention="unfused")
+    _, eager_layer = M.layer_activation_bytes(eager, recompute=0, **kw)
+    _, mg_layer = M.layer_activation_bytes(eager.replace(implementation="megatron"), recompute=0, **kw)
+    # without dropout both keep the fp32 softmax and the 16-bit probabilities the P @ V matmul saves (6 bytes/score)
+    assert eager_layer == mg_layer
+    _, flash_layer = M.layer_activation_bytes(eager.replace(attention="flash"), recompute=0, **kw)
+    assert eager_layer - flash_layer == 6 * 32 * 2048 * 2048 - 4 * 32 * 2048
+
+
+def test_planner_and_advisor_offer_lora():
+    from workbench.advisor import advise
+    from workbench.planner import search
+
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    cluster = ClusterSpec(gpu="A100-40GB", gpus_per_node=8)
+    advice = advise(spec, cluster, ParallelPlan(world_size=8, zero_stage=2, micro_batch_size=2, global_batch_size=64))
+    finding = next(f for f in advice.findings if f.id == "lora_option")
+    assert "full fine-tune does not fit on 8 x A100-40GB" in finding.message and "LoRA r=16 does" in finding.message
+    two = ClusterSpec(gpu="A100-40GB", gpus_per_node=2)
+    with pytest.raises(ValueError, match="LoRA r=16 does, with deepspeed"):
+        search(spec, two, global_batch_size=64, offload=False)
+    found = search(spec, two, global_batch_size=64, offload=False, lora_rank=16)
+    assert found.best.plan.lora_rank == 16 and str(found.best.plan.engine) == "deepspeed"

@@ -1,0 +1,284 @@
+"""Hugging Face Transformers models: a ``config.json`` (or a model directory) as a :class:`ModelSpec`.
+
+``import_hf(path)`` reads the config through the installed ``transformers`` configuration class of its
+``model_type`` (so missing keys take transformers' own defaults) and translates it into a ModelSpec whose
+parameter count equals what ``AutoModelForCausalLM.from_config`` builds from the same file. ``--model hf:PATH``
+on the command line and ``catalog.model("hf:PATH")`` go through :func:`model_from_hf`.
+
+Supported ``model_type`` values (decoder-only causal LMs): llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text,
+gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe. Anything else, a key the configuration class does not know,
+or a value the ModelSpec cannot express (dense and MoE layers mixed, quantised weights, remote code) is refused with
+one line naming it. Everything runs offline: the file is local and nothing is downloaded.
+
+The attention implementation (``attn_implementation``: ``eager``, ``sdpa``, ``flash_attention_2``) is a choice of
+the training stack: :func:`attention_for` maps it onto the ModelSpec's attention kernel.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from workbench.specs import AttentionImpl, ModelSpec
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt2",
+                         "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe")
+
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
+
+DEFAULT_MAX_SEQ_LENGTH = 4096
+"""Training sequence length when none is given: the model's context window, capped at 4096 tokens (a common
+fine-tuning length; pass ``seq_length``/``--seq`` for another)."""
+
+# keys real config.json files carry that older transformers versions wrote and the current classes fold into
+# their own fields (rope_scaling/rope_theta -> rope_parameters, torch_dtype -> dtype) or that only name the
+# attention kernel to load; none changes the parameters
+_LEGACY_KEYS = frozenset({"rope_scaling", "rope_theta", "torch_dtype", "attn_implementation",
+                          "_attn_implementation", "use_bfloat16", "tokenizer_class", "partial_rotary_factor",
+                          # generation and cache settings, positional-encoding constants, GPT-2's n_ctx (= n_positions)
+                          "cache_implementation", "task_specific_params", "n_ctx", "rotary_emb_base",
+                          "rope_local_base_freq", "sliding_window_pattern", "original_max_position_embeddings",
+                          "max_window_layers", "use_sliding_window", "sliding_window", "rotary_pct",
+                          "torchscript", "bos_token_id", "eos_token_id", "pad_token_id"})
+# keys a family's modelling code reads with getattr although its configuration class does not declare them
+_MODELLING_KEYS = {"qwen3_moe": frozenset({"head_dim"}), "mixtral": frozenset({"head_dim"}),
+                   "qwen2_moe": frozenset({"head_dim"}),
+                   # Gemma's files repeat the activation as hidden_act; the model uses hidden_activation
+                   "gemma": frozenset({"hidden_act"}), "gemma2": frozenset({"hidden_act"}),
+                   "gemma3_text": frozenset({"hidden_act"})}
+
+_GATED_ACTIVATIONS = {"silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast"}
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """An imported Hugging Face config: the spec and what else the file says."""
+
+    spec: ModelSpec
+    model_type: str
+    architecture: str
+    """The ``architectures[0]`` entry, or the causal-LM class transformers would build."""
+    path: str
+    """The config.json read."""
+    config: dict = field(repr=False)
+    """The config.json as read (for building the model with transformers)."""
+    attn_implementation: Optional[str] = None
+    """What the config names (``None`` when it names nothing: transformers then picks sdpa)."""
+    has_weights: bool = False
+    """A ``*.safetensors`` or ``pytorch_model*.bin`` file sits next to the config."""
+    notes: tuple = ()
+    """What the translation approximates (e.g. GeGLU counted as a gated MLP like SwiGLU)."""
+
+    def to_dict(self) -> dict:
+        from workbench.runs.specio import _plain
+
+        return {"kind": "huggingface", "model_type": self.model_type, "architecture": self.architecture,
+                "path": self.path, "parameters": self.spec.num_parameters, "model": _plain(self.spec),
+                "attn_implementation": self.attn_implementation, "has_weights": self.has_weights,
+                "notes": list(self.notes)}
+
+
+def config_path(source: Union[str, os.PathLike]) -> Path:
+    """The config.json of ``source`` (the file itself or a model directory holding one)."""
+    p = Path(source).expanduser()
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ValueError(f"hf model {str(source)!r}: no such config.json or model directory")
+    return p
+
+
+def read_config(source) -> dict:
+    """The config.json of a path (file or directory) as a dict; a dict is returned as is."""
+    if isinstance(source, dict):
+        return dict(source)
+    p = config_path(source)
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: a config.json holds one JSON object, got {type(data).__name__}")
+    return data
+
+
+def is_hf_config(data: dict) -> bool:
+    """Whether a JSON object looks like a Hugging Face model config (rather than a ds_config)."""
+    return isinstance(data, dict) and "model_type" in data and "train_micro_batch_size_per_gpu" not in data \
+        and "zero_optimization" not in data
+
+
+def _config_object(data: dict, where: str):
+    """The transformers configuration object for ``data`` (offline; refuses unknown types and keys)."""
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise ValueError(f"{where}: no 'model_type' field; not a Hugging Face model config")
+    if model_type == "gemma3":
+        raise ValueError(f"{where}: model_type 'gemma3' is the multimodal Gemma 3 (with a vision tower); the "
+                         f"workbench models its language model: use a config with model_type 'gemma3_text'")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"{where}: model_type {model_type!r} is not supported (supported: "
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)})")
+    if "auto_map" in data:
+        raise ValueError(f"{where}: field 'auto_map' names remote modelling code, which the workbench does not run")
+    if "quantization_config" in data:
+        raise ValueError(f"{where}: field 'quantization_config': quantised weights are not modelled")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    known = set(cls().to_dict()) | set(getattr(cls, "attribute_map", {}))  # attribute_map: aliases it accepts
+    extra = _MODELLING_KEYS.get(model_type, frozenset())
+    unknown = sorted(k for k in data if k not in known and k not in _LEGACY_KEYS and k not in extra)
+    if unknown:
+        raise ValueError(f"{where}: field {unknown[0]!r} is not a {cls.__name__} field in this transformers "
+                         f"version; refusing to guess what it changes")
+    kwargs = {k: v for k, v in data.items() if k not in ("attn_implementation", "_attn_implementation")}
+    try:
+        return cls.from_dict(kwargs)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"{where}: transformers' {cls.__name__} rejects it: {e}") from None
+
+
+def _activation(act: str, gated: bool, where: str, notes: list) -> str:
+    if gated:
+        if act not in _GATED_ACTIVATIONS:
+            raise ValueError(f"{where}: hidden activation {act!r} is not modelled")
+        if act.startswith("gelu"):
+            notes.append(f"gated {act} MLP (GeGLU) counted as the gated MLP of SwiGLU: same matrices and FLOPs")
+        return "swiglu"
+    if not act.startswith("gelu"):
+        raise ValueError(f"{where}: activation {act!r} is not modelled (gelu variants only without a gate)")
+    return "gelu"
+
+
+def attention_for(attn_implementation: Optional[str]) -> AttentionImpl:
+    """The ModelSpec attention kernel an ``attn_implementation`` runs: ``eager`` materialises the s×s scores,
+    the fp32 softmax cast back to the model dtype and the dropout mask (transformers' ``eager_attention_forward``)
+    like the unfused kernel; ``sdpa`` (torch's flash / memory-efficient kernels) and ``flash_attention_2/3`` keep
+    only the output and the log-sum-exp, like flash. ``None`` is transformers' default, sdpa."""
+    impl = attn_implementation or "sdpa"
+    if impl not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(f"attn_implementation={impl!r} is not one of: {', '.join(ATTN_IMPLEMENTATIONS)}")
+    return AttentionImpl.UNFUSED if impl == "eager" else AttentionImpl.FLASH
+
+
+def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
+    g = lambda name, default=None: getattr(cfg, name, default)  # noqa: E731
+    if model_type == "gpt2":
+        h = cfg.n_embd
+        return dict(num_layers=cfg.n_layer, hidden_size=h, num_attention_heads=cfg.n_head,
+                    ffn_hidden_size=cfg.n_inner or 4 * h, vocab_size=cfg.vocab_size,
+                    max_position_embeddings=cfg.n_positions, position_embedding="learned",
+                    normalization="layernorm", add_bias_linear=True,
+                    activation=_activation(cfg.activation_function, False, where, notes),
+                    tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(cfg.resid_pdrop),
+                    attention_dropout=float(cfg.attn_pdrop))
+    if model_type == "gpt_neox":
+        return dict(num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size,
+                    num_attention_heads=cfg.num_attention_heads, ffn_hidden_size=cfg.intermediate_size,
+                    vocab_size=cfg.vocab_size, position_embedding="rotary", normalization="layernorm",
+                    add_bias_linear=True, qkv_bias=bool(g("attention_bias", True)),
+                    activation=_activation(cfg.hidden_act, False, where, notes),
+                    tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(g("hidden_dropout", 0.0)),
+                    attention_dropout=float(g("attention_dropout", 0.0)))
+    # the Llama-style families: RMSNorm, rotary, gated MLP, optional GQA
+    if model_type == "llama" and bool(g("attention_bias")) != bool(g("mlp_bias")):
+        raise ValueError(f"{where}: attention_bias={cfg.attention_bias} with mlp_bias={cfg.mlp_bias} is not "
+                         f"modelled (biases on all linear layers or on none)")
+    bias = bool(g("attention_bias", False))
+    qkv_bias = {"qwen2": True, "qwen2_moe": bool(g("qkv_bias", True))}.get(model_type, bias)
+    if model_type in ("qwen3", "gemma", "gemma2", "gemma3_text", "qwen3_moe") and bias:
+        raise ValueError(f"{where}: attention_bias=True puts a bias on the output projection but none on the MLP; "
+                         f"not modelled")
+    act = g("hidden_activation") or g("hidden_act")
+    fields = dict(num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size,
+                  num_attention_heads=cfg.num_attention_heads,
+                  num_query_groups=g("num_key_value_heads") or cfg.num_attention_heads,
+                  head_dim=g("head_dim") or cfg.hidden_size // cfg.num_attention_heads,
+                  ffn_hidden_size=cfg.intermediate_size, vocab_size=cfg.vocab_size, position_embedding="rotary",
+                  normalization="rmsnorm", add_bias_linear=bias, qkv_bias=qkv_bias,
+                  activation=_activation(act, True, where, notes), tied_embeddings=bool(cfg.tie_word_embeddings),
+                  hidden_dropout=0.0, attention_dropout=float(g("attention_dropout", 0.0) or 0.0),
+                  qk_norm=model_type in ("qwen3", "gemma3_text", "qwen3_moe"),
+                  sandwich_norm=model_type in ("gemma2", "gemma3_text"))
+    if model_type == "phi3":
+        fields["hidden_dropout"] = float(g("resid_pdrop", 0.0) or 0.0)
+    if model_type == "mixtral":
+        fields.update(num_experts=cfg.num_local_experts, moe_top_k=cfg.num_experts_per_tok,
+                      moe_ffn_hidden_size=cfg.intermediate_size)
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        step, dense = g("decoder_sparse_step", 1), list(g("mlp_only_layers") or [])
+        if dense or step != 1:
+            name = "mlp_only_layers" if dense else "decoder_sparse_step"
+            raise ValueError(f"{where}: {name}={dense or step} mixes dense and MoE layers, which is not modelled "
+                             f"(every layer must be MoE: decoder_sparse_step=1, mlp_only_layers=[])")
+        fields.update(num_experts=cfg.num_experts, moe_top_k=cfg.num_experts_per_tok,
+                      moe_ffn_hidden_size=cfg.moe_intermediate_size)
+        if model_type == "qwen2_moe" and g("shared_expert_intermediate_size"):
+            fields["shared_expert_ffn_hidden_size"] = cfg.shared_expert_intermediate_size
+    if g("sliding_window") and model_type in ("mistral", "mixtral", "gemma2", "gemma3_text"):
+        notes.append(f"sliding-window attention ({cfg.sliding_window} tokens) counted as full causal attention")
+    return fields
+
+
+def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: Optional[str] = None,
+              name: Optional[str] = None) -> HFModel:
+    """Translate a Hugging Face ``config.json`` (path to the file or its directory, or the dict) into a ModelSpec.
+
+    ``seq_length``: training sequence length (default: the context window capped at
+    :data:`DEFAULT_MAX_SEQ_LENGTH`). ``attn_implementation`` overrides what the config names.
+    """
+    where = "config.json" if isinstance(source, dict) else str(config_path(source))
+    data = read_config(source)
+    cfg = _config_object(data, where)
+    model_type = data["model_type"]
+    notes: list = []
+    fields = _spec_fields(cfg, model_type, where, notes)
+    context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if seq_length is None:
+        seq_length = min(context or DEFAULT_MAX_SEQ_LENGTH, DEFAULT_MAX_SEQ_LENGTH)
+    elif context and seq_length > context and model_type != "gpt2":
+        notes.append(f"seq_length={seq_length} exceeds the model's max_position_embeddings={context}")
+    impl = attn_implementation or data.get("attn_implementation") or data.get("_attn_implementation")
+    fields["attention"] = attention_for(impl)
+    fields["implementation"] = "transformers"
+    if name is None:
+        name = "hf:" + (str(source) if not isinstance(source, dict) else model_type)
+    try:
+        spec = ModelSpec(name=name, seq_length=seq_length, **fields)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    archs = data.get("architectures") or []
+    has_weights = False
+    if not isinstance(source, dict):
+        d = config_path(source).parent
+        has_weights = any(d.glob("*.safetensors")) or any(d.glob("pytorch_model*.bin"))
+    return HFModel(spec=spec, model_type=model_type, architecture=archs[0] if archs else f"{model_type} causal LM",
+                   path=where, config=data, attn_implementation=impl, has_weights=has_weights, notes=tuple(notes))
+
+
+def model_from_hf(source, **overrides) -> ModelSpec:
+    """The ModelSpec of an HF config path; ``overrides`` are ModelSpec fields (``seq_length`` is applied before
+    the translation so the position table is checked against it)."""
+    seq = overrides.pop("seq_length", None)
+    spec = import_hf(source, seq_length=seq).spec
+    return spec.replace(**overrides) if overrides else spec
+
+
+def build_model(config: Union[dict, str, os.PathLike], *, device: str = "meta",
+                attn_implementation: Optional[str] = None):
+    """The ``transformers`` causal-LM module a config describes, randomly initialised on ``device`` (``meta``
+    allocates nothing: for counting parameters)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    data = read_config(config)
+    where = "config.json" if isinstance(config, dict) else str(config_path(config))
+    cfg = _config_object(data, where)
+    impl = attn_implementation or data.get("attn_implementation") or data.get("_attn_implementation")
+    kwargs = {"attn_implementation": impl} if impl else {}
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(cfg, **kwargs)
