@@ -32,8 +32,7 @@ def predict(run: dict) -> dict:
     from workbench.memory import estimate_memory
     from workbench.timing import estimate_time
 
-    overlap = None if run["group"] == "deepspeed" else True
-    mem = estimate_memory(run["model"], run["cluster"], run["plan"], overlap_comm=overlap)
+    mem = estimate_memory(run["model"], run["cluster"], run["plan"])  # the plan carries each run's overlap_comm
     peak = max(mem.stages, key=lambda s: s.terms.total - s.terms.overhead)
     t = estimate_time(run["model"], run["cluster"], run["plan"])
     top = sorted(((v, k) for k, v in t.breakdown.items() if v > 0), reverse=True)[:3]

@@ -37,7 +37,8 @@ def _deepspeed_runs(path: Path) -> list[dict]:
     out = []
     for (n, zero, rc), r in sorted(merged.items()):
         plan = ParallelPlan(world_size=n, engine="deepspeed", zero_stage=zero, recompute=rc,
-                            micro_batch_size=r["micro_batch"], adam="fused")
+                            micro_batch_size=r["micro_batch"], adam="fused",
+                            overlap_comm=zero >= 3)  # these configs kept DeepSpeed's own default
         out.append(dict(group="deepspeed", name=f"ds-z{zero}-{rc}-{n}gpu-mbs{r['micro_batch']}",
                         model=ModelSpec(**r["model"]), cluster=ClusterSpec(gpu="H200", gpus_per_node=n), plan=plan,
                         allocated_bytes=r["max_allocated"], step_seconds=r["step_seconds"],

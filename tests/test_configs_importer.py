@@ -56,7 +56,8 @@ def test_guide_megatron_tp4_pp2():
     assert imp.kind == "megatron"
     assert imp.model_fields["num_layers"] == 40 and imp.model_fields["hidden_size"] == 5120
     assert imp.plan_fields["tensor_parallel"] == 4 and imp.plan_fields["pipeline_parallel"] == 2
-    assert imp.plan_fields["global_batch_size"] == 128 and imp.plan_fields["precision"] == "fp16"
+    # the old per-replica --batch-size is today's micro batch; global = micro x data parallel (1 here)
+    assert imp.plan_fields["micro_batch_size"] == 128 and imp.plan_fields["precision"] == "fp16"
     assert imp.options["betas"] == (0.9, 0.95) and imp.options["min_lr"] == 6e-6
     assert any("--batch-size 128" in w for w in imp.warnings)
     m, p = imp.to_specs(cluster=cluster(1))

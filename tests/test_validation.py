@@ -181,7 +181,7 @@ def test_property_cluster_fields(field, value):
 @given(field=st.sampled_from(["tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel",
                               "sequence_parallel", "zero_stage", "distributed_optimizer", "recompute",
                               "recompute_layers", "micro_batch_size", "global_batch_size", "precision",
-                              "fused_kernels", "adam", "overlap_comm", "engine"]),
+                              "adam", "overlap_comm", "engine"]),
        value=_ANY)
 def test_property_plan_fields(field, value):
     _check_outcome(lambda: (ModelSpec(**SMALL), ClusterSpec(gpu=H100, num_nodes=2),

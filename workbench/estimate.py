@@ -55,6 +55,18 @@ class EvaluatedPlan:
     def parameter_counts(self) -> ParameterCounts:
         return self.counts if self.counts is not None else self.model.parameter_counts()
 
+    @property
+    def step_band_seconds(self) -> tuple:
+        """``(low, high, note)``: seconds below and above ``time.step_seconds`` the measured step went on held-out
+        model shapes for this engine (:func:`workbench.memory.error_band`); zeros and a note without a band."""
+        from workbench.memory import error_band
+
+        band = error_band(self.plan.engine, "step") if self.time is not None else None
+        if band is None:
+            return 0.0, 0.0, f"no held-out step-time measurements for engine {self.plan.engine}"
+        step = self.time.step_seconds
+        return step * band[0], step * band[1], band[2]
+
     def to_dict(self) -> dict:
         counts = self.parameter_counts
         out = {
@@ -81,6 +93,8 @@ class EvaluatedPlan:
         }
         if self.time is not None:
             out["time"] = self.time.to_dict()
+            low, high, note = self.step_band_seconds
+            out["time"]["band_seconds"] = {"low": low, "high": high, "note": note}
         if self.facts is not None:
             out["parallel"] = self.facts.to_dict()
         if self.layout is not None:

@@ -11,6 +11,10 @@ Constants below were measured on H200 GPUs (``benchmarks/gpu_memory_calibration.
 """
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
+
 import numpy as np
 
 from workbench import params as P
@@ -471,6 +475,29 @@ FORMULAS = {
 }
 
 
+ERROR_BAND_FILE = Path(__file__).resolve().parent / "catalog" / "error_band.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _error_bands() -> dict:
+    return json.loads(ERROR_BAND_FILE.read_text()) if ERROR_BAND_FILE.exists() else {}
+
+
+def error_band(engine, quantity: str = "device"):
+    """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
+    on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
+    — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
+    ``None`` when no held-out run of that engine exists. The hybrid uses its own runs, else DeepSpeed's."""
+    bands = _error_bands().get(quantity) or {}
+    key = str(Engine.parse(engine, "engine"))
+    entry = bands.get(key) or (bands.get(str(Engine.DEEPSPEED)) if key == str(Engine.MEGATRON_DEEPSPEED) else None)
+    if not entry:
+        return None
+    note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
+            f"{entry.get('engine', key)} on {_error_bands().get('gpu', 'H200')}")
+    return float(entry["low_fraction"]), float(entry["high_fraction"]), note
+
+
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, profile=None,
                     overlap_comm=None) -> MemoryEstimate:
     """Per-stage memory for the plan (validated first). A measured ``profile``
@@ -516,7 +543,11 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         # states go to NVMe; the host keeps pinned swap buffers
         nvme_per_gpu = host_per_gpu
         host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+    peak = max(st.total_bytes for st in stages)
+    band = error_band(plan.engine, "device")
+    low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
     return MemoryEstimate(
+        band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,
         stages=tuple(stages),
         capacity_bytes=cluster.gpu.memory_bytes,
         host_bytes_per_gpu=host_per_gpu,
@@ -525,3 +556,30 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         nvme_bytes_per_gpu=nvme_per_gpu,
         formulas=formulas,
     )
+
+
+def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
+    """Where the estimate rises although a saver was switched on — each is what DeepSpeed really allocates
+    (read in ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``stage3.py``, measured on H200,
+    ``benchmarks/results/gpu_memory_calibration.json``), so the Memory view says why instead of hiding it."""
+    notes = []
+    if plan.engine is Engine.MEGATRON:
+        return notes
+    stage = int(plan.zero_stage)
+    if stage in (1, 2):
+        buckets = 2 if plan.overlaps_comm else 1
+        bucket_gib = buckets * DS_REDUCE_BUCKET_ELEMENTS * plan.precision.bytes_per_value / GiB
+        notes.append(f"ZeRO-{stage} allocates its gradient reduce bucket{'s' if buckets > 1 else ''} at "
+                     f"reduce_bucket_size ({DS_REDUCE_BUCKET_ELEMENTS:.0e} elements: {bucket_gib:.2f} GiB"
+                     f"{' with overlap_comm' if buckets > 1 else ''}) whatever the model size (setup_buckets), so "
+                     f"for a small model ZeRO-1 can need more than ZeRO-0 (H200, 1.3B model, 1 GPU: 46.1 GiB "
+                     f"ZeRO-0, 47.0 GiB ZeRO-1); lower reduce_bucket_size for small models")
+    if stage == 3 and plan.data_parallel <= 2:
+        notes.append("ZeRO-3 keeps the fp32 gradient partition through backward plus the gathered and prefetched "
+                     "layers; at data parallel <= 2 that outweighs sharding the weights (H200, 1.3B model: 47.0 -> "
+                     "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")
+    if plan.world_size > 1:
+        notes.append(f"with more than one rank NCCL's communicators hold {NCCL_BYTES / GiB:.1f} GiB outside the "
+                     f"allocator on each GPU (H200, NVLink, NVLS off: 8.2 GiB outside with 2 ranks, 1.7 GiB with 1)")
+    return notes
+
