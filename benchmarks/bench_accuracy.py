@@ -78,7 +78,8 @@ def corpus_run(rec: dict):
     from workbench import catalog
     from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
-    if rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes"):
+    oom = rec.get("status") == "oom"
+    if not oom and (rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes")):
         return None
     o = rec.get("options") or {}
     world = int(rec.get("world_size") or o.get("world_size") or 1)
@@ -130,6 +131,10 @@ def corpus_run(rec: dict):
     start = rec.get("allocated_at_start_bytes") or 0
     reserved, outside = rec.get("peak_reserved_bytes"), rec.get("outside_allocator_bytes")
     device = reserved + outside if reserved is not None and outside is not None else None
+    if oom:
+        return dict(source="corpus", stack=stack, run_id=rec.get("run_id"), shape_id=rec.get("shape_id"),
+                    model=model, cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan, oom=True,
+                    measured={})
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
                 cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan,
@@ -310,6 +315,8 @@ def main(argv=None) -> int:
     unknown = sorted({r["shape_id"] for r in runs} - fit - test)
     if unknown:
         print(f"shapes in neither split (left out; add them to {SPLIT.name}): {', '.join(unknown)}")
+    ooms = [r for r in runs if r.get("oom")]
+    runs = [r for r in runs if not r.get("oom")]
     scored = {"fit": [], "test": []}
     for r in runs:
         side = "fit" if r["shape_id"] in fit else "test" if r["shape_id"] in test else None
@@ -333,6 +340,12 @@ def main(argv=None) -> int:
     out += table(scored["test"], "TEST split (shapes never fitted on) — error = (predicted - measured) / measured")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
     print("\n".join(out))
+    if ooms:
+        from workbench.estimate import estimate
+
+        said_fits = [r["run_id"] for r in ooms if estimate(r["model"], r["cluster"], r["plan"]).memory.fits_gpu]
+        print(f"\n{len(ooms)} runs ran out of memory on the H200; the estimate said 'fits' for {len(said_fits)}"
+              + (f": {', '.join(said_fits)}" if said_fits else ""))
     if args.runs:
         for side in ("test", "fit"):
             print(f"\n{side} runs")
