@@ -20,7 +20,7 @@ from typing import Optional
 
 from workbench.runs.prepare import (CHECKOUT_ROOT, CPU_MEMORY_NOT_COMPARABLE, LAUNCHER_PROGRAMS, LAUNCHERS,  # noqa: F401
                                     TRAIN_SCRIPT, PreparedRun, check_ds_config, check_launchable, cuda_available,
-                                    default_runs_dir, new_run_id, predicted_numbers, prepare)
+                                    default_runs_dir, new_run_id, predicted_numbers, prepare, run_stack)
 from workbench.runs.processes import group_members, spawn  # noqa: F401
 from workbench.runs.specio import specs_to_dict
 from workbench.runs.store import RunStore

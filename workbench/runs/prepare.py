@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Optional
 
 from workbench.runs.specio import specs_to_dict
-from workbench.specs import ClusterSpec, Engine, ModelSpec, ParallelPlan, Precision, validate
+from workbench.specs import (AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, ParallelPlan, Precision,
+                             validate)
 
 CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
@@ -51,10 +52,11 @@ def cuda_available() -> bool:
 
 
 def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, nproc: int, steps: int,
-                     on_gpu: bool) -> dict:
+                     on_gpu: bool) -> Optional[dict]:
     """``ValueError`` (fields and numbers named) for specs the launcher cannot run, before anything starts;
     otherwise the megatron-core ``TransformerConfig`` arguments the ranks build the model with (computed here
-    once: its refusals, MoE / sequence parallel / context parallel, are part of the checks)."""
+    once: its refusals, MoE / sequence parallel / context parallel, are part of the checks); None for a
+    transformers model (its config.json describes it)."""
     from workbench.runs.model import transformer_config_kwargs
 
     validate(model, cluster, plan)
@@ -71,6 +73,11 @@ def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                          "or fp32")
     if plan.engine is Engine.MEGATRON and not on_gpu and plan.precision is Precision.FP16:
         raise ValueError("precision=fp16 needs a GPU")
+    if model.implementation is Implementation.TRANSFORMERS:
+        from workbench.hf import run_options
+
+        run_options(model, plan)  # the config is there, unchanged; the stack can run the plan
+        return None
     return transformer_config_kwargs(model, plan)
 
 
@@ -194,6 +201,23 @@ def launch_files(*, launcher: str, cluster: ClusterSpec, hosts, nproc: int, run_
     return {"launch.sh": script, **files}, argv, env
 
 
+def run_stack(model: ModelSpec, plan: ParallelPlan, ds_config: Optional[dict]):
+    """(model, plan) with the attention kernel, Adam and gradient-reduce overlap that ``train.py`` really runs:
+    megatron-core's local layer spec (``attention='unfused'``; a transformers model keeps its own); for the megatron
+    engine torch's Adam and
+    ``overlap_grad_reduce=False``; for DeepSpeed the ds_config's ``torch_adam`` and ``overlap_comm`` (DeepSpeed's
+    own default when the key is absent: on for ZeRO-3 only)."""
+    ran_model = model.replace(attention="unfused") if model.attention is not AttentionImpl.UNFUSED else model
+    if model.implementation is Implementation.TRANSFORMERS:  # transformers runs the attn_implementation chosen
+        ran_model = model
+    if plan.engine is Engine.MEGATRON:
+        return ran_model, plan.replace(adam="torch", overlap_comm=False)
+    zero = (ds_config or {}).get("zero_optimization") or {}
+    torch_adam = bool(((ds_config or {}).get("optimizer") or {}).get("params", {}).get("torch_adam"))
+    overlap = zero.get("overlap_comm", int(zero.get("stage", 0) or 0) >= 3)
+    return ran_model, plan.replace(adam="torch" if torch_adam else "fused", overlap_comm=bool(overlap))
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """A written run directory, not started: what :func:`workbench.runs.launch` runs, or a multi-node script to
@@ -264,20 +288,28 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
                                         env=run_env_for(nproc=nproc, on_gpu=on_gpu, extra=env), run_id=run_id)
     names = host_names(hosts, nproc=nproc) if hosts else None
 
-    # what train.py runs: megatron-core's local layer spec (unfused softmax) and, without Apex/Transformer Engine,
-    # torch's Adam for the megatron engine; torch's Adam for DeepSpeed when the config asks for it
-    unfused = plan.engine is Engine.MEGATRON or bool(
-        ds_config is not None and (ds_config.get("optimizer") or {}).get("params", {}).get("torch_adam"))
-    predicted = predicted_numbers(model, cluster, plan.replace(fused_kernels=False) if unfused else plan,
-                                  on_gpu=on_gpu)
+    # the stack train.py runs: megatron-core's local layer spec (unfused softmax); without Apex/Transformer Engine,
+    # torch's Adam for the megatron engine and no overlapped gradient reduce (megatron-core DDP's default); for
+    # DeepSpeed the config's torch_adam and overlap_comm
+    ran_model, ran_plan = run_stack(model, plan, ds_config)
+    predicted = predicted_numbers(ran_model, cluster, ran_plan, on_gpu=on_gpu)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics").mkdir(exist_ok=True)
-    options = {"engine": str(plan.engine), "steps": steps, "data": data if isinstance(data, str) else source.kind,
+    options = {"engine": str(plan.engine), "steps": steps,
+               "stack": {"attention": str(ran_model.attention), "adam": str(ran_plan.adam),
+                         "overlap_comm": ran_plan.overlaps_comm}, "data": data if isinstance(data, str) else source.kind,
                "seed": seed, "lr": lr, "clip_grad": clip_grad,
                "memory_limit_bytes": memory_limit_bytes, "launcher": launcher, "hosts": names}
+    if model.implementation is Implementation.TRANSFORMERS:
+        from workbench.hf import read_config, run_options
+
+        options["hf"] = run_options(model, plan)
+        # the config as trained, next to the run (the model directory may change later)
+        (run_dir / "hf_config.json").write_text(json.dumps(read_config(options["hf"]["path"]), indent=2))
     (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "run_dir": str(run_dir), "specs": specs,
                                                   "options": options, "predicted": predicted}, indent=2))
-    (run_dir / "megatron_args.json").write_text(json.dumps(config_kwargs, indent=2, default=str))
+    if config_kwargs is not None:
+        (run_dir / "megatron_args.json").write_text(json.dumps(config_kwargs, indent=2, default=str))
     if ds_config is not None:
         (run_dir / "ds_config.json").write_text(json.dumps(ds_config, indent=2))
     for name, text in files.items():
@@ -298,15 +330,16 @@ def default_runs_dir() -> Path:
 
 def run_env_for(*, nproc: int, on_gpu: bool, extra: Optional[dict]) -> dict:
     """The variables ``launch.sh`` exports: the checkout on ``PYTHONPATH``, unbuffered output, the DeepSpeed op
-    cache; NCCL/CUDA settings on a GPU, ``OMP_NUM_THREADS`` (cores / ranks) on the CPU; ``extra`` last."""
+    cache; NCCL/CUDA settings on a GPU, ``OMP_NUM_THREADS`` (cores / ranks); ``extra`` last."""
     pythonpath = os.pathsep.join(p for p in (str(CHECKOUT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
            "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or str(_default_extensions_dir())}
     if on_gpu:
         env["NCCL_NVLS_ENABLE"] = os.environ.get("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "1")
-    else:
-        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+    # the node's cores shared by its ranks: torchrun otherwise sets OMP_NUM_THREADS=1, which makes DeepSpeed's CPU
+    # Adam (optimizer offload) about 3x slower on H200 (3.2 s instead of 1.1 s per step measured)
+    env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
     if extra:
         env.update({k: str(v) for k, v in extra.items()})
     return env
