@@ -73,9 +73,12 @@ def test_gpu_spec_numbers_are_checked():
     assert "peak_tflops['bf16']" in _error(GPUSpec, **{**fields, "peak_tflops": {"bf16": math.inf}})
 
 
-@pytest.mark.parametrize("field", ["sequence_parallel", "distributed_optimizer", "fused_kernels"])
+@pytest.mark.parametrize("field", ["sequence_parallel", "distributed_optimizer", "fused_kernels", "overlap_comm"])
 @pytest.mark.parametrize("value", [2, 1, 0, "yes", None])
 def test_plan_booleans_are_type_checked(field, value):
+    if value is None and field in ("fused_kernels", "overlap_comm"):  # None: deprecated-unset / engine default
+        assert ParallelPlan(world_size=8, **{field: value}).fused_kernels is None
+        return
     assert _error(ParallelPlan, world_size=8, **{field: value}) == f"{field}={value!r} must be True or False"
 
 
@@ -178,7 +181,7 @@ def test_property_cluster_fields(field, value):
 @given(field=st.sampled_from(["tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel",
                               "sequence_parallel", "zero_stage", "distributed_optimizer", "recompute",
                               "recompute_layers", "micro_batch_size", "global_batch_size", "precision",
-                              "fused_kernels", "engine"]),
+                              "adam", "overlap_comm", "engine"]),
        value=_ANY)
 def test_property_plan_fields(field, value):
     _check_outcome(lambda: (ModelSpec(**SMALL), ClusterSpec(gpu=H100, num_nodes=2),

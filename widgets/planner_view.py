@@ -162,7 +162,8 @@ class PlannerView(View):
         try:
             result = search(s.model, s.cluster, global_batch_size=int(self.global_batch.value),
                             headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
-                            precision=s.plan.precision, top=SCATTER_PLANS)
+                            precision=s.plan.precision, top=SCATTER_PLANS, adam=s.plan.adam,
+                            overlap_comm=s.plan.overlap_comm)
         except ValueError as exc:
             self.result = None
             self.error.value = error_html(str(exc).strip().splitlines()[0], max_width="900px")

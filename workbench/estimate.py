@@ -26,6 +26,18 @@ class Estimate:
     """The hardware profile the estimate used: ``{"name", "label", "device", "created", "note"}``, or the
     no-profile record (``name`` None, a note saying datasheet numbers were used)."""
 
+    @property
+    def step_band_seconds(self) -> tuple:
+        """``(low, high, note)``: seconds below and above ``time.step_seconds`` the measured step went on held-out
+        model shapes for this engine (:func:`workbench.memory.error_band`); zeros and a note without a band."""
+        from workbench.memory import error_band
+
+        band = error_band(self.plan.engine, "step") if self.time is not None else None
+        if band is None:
+            return 0.0, 0.0, f"no held-out step-time measurements for engine {self.plan.engine}"
+        step = self.time.step_seconds
+        return step * band[0], step * band[1], band[2]
+
     def to_dict(self) -> dict:
         counts = self.model.parameter_counts()
         out = {
@@ -46,11 +58,14 @@ class Estimate:
                      "recompute": str(self.plan.recompute), "micro_batch_size": self.plan.micro_batch_size,
                      "global_batch_size": self.plan.global_batch_size,
                      "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,
-                     "precision": str(self.plan.precision)},
+                     "precision": str(self.plan.precision), "attention": str(self.model.attention),
+                     "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm},
             "memory": self.memory.to_dict(),
         }
         if self.time is not None:
             out["time"] = self.time.to_dict()
+            low, high, note = self.step_band_seconds
+            out["time"]["band_seconds"] = {"low": low, "high": high, "note": note}
         if self.layout is not None:
             out["layout"] = self.layout.to_dict()
         if self.profile is not None:
@@ -61,12 +76,11 @@ class Estimate:
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None, *,
-             overlap_comm=True) -> Estimate:
+             overlap_comm=None) -> Estimate:
     """Memory, time, layout (and advisor checks where available) for one plan. Raises ``ValueError`` naming the
     fields when the specs do not fit together. ``profile``: a :class:`workbench.calibrate.HardwareProfile`, or its
-    name or path, whose measurements replace datasheet numbers; without one the estimate says so. ``overlap_comm``:
-    DeepSpeed's ``overlap_comm`` for the memory model's reduce buckets (``None``: DeepSpeed's default, on for ZeRO-3
-    only); the time model keeps overlap on."""
+    name or path, whose measurements replace datasheet numbers; without one the estimate says so. ``overlap_comm``
+    overrides :attr:`ParallelPlan.overlap_comm` (kept for callers that pass it; ``None``: the plan's)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
     from workbench.layout import build_layout
     from workbench.timing import estimate_time
@@ -76,6 +90,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     if overlap_comm is not None:
         overlap_comm = check_bool("overlap_comm", overlap_comm)
     validate(model, cluster, plan)
+    if overlap_comm is not None and overlap_comm != plan.overlap_comm:
+        plan = plan.replace(overlap_comm=overlap_comm)
     profile = resolve_profile(profile)
     record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
     try:

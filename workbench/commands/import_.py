@@ -27,26 +27,35 @@ def add_parser(sub) -> None:
 
 
 def _split_trailing_options(tokens: list, args) -> list:
-    """Allow ``workbench import ds_config.json --json`` when the source is a single file."""
+    """Allow ``workbench import ds_config.json --json`` when the source is a single file, and ``workbench import
+    "python pretrain_gpt.py ..." --json`` when it is one quoted command: options after it are the importer's own."""
+    from workbench.configs.importer import looks_like_text
+
     if tokens and tokens[0] == "--":
         tokens = tokens[1:]
-    if tokens and (Path(tokens[0]).is_file() or Path(tokens[0]).is_dir()):
-        rest = tokens[1:]
-        i = 0
-        while i < len(rest):
-            if rest[i] == "--json":
-                args.json = True
-                i += 1
-            elif rest[i] == "--world-size" and i + 1 < len(rest):
-                try:
-                    args.world_size = int(rest[i + 1])
-                except ValueError:
-                    raise ValueError(f"--world-size {rest[i + 1]!r} must be an integer") from None
-                i += 2
-            else:
-                raise ValueError(f"unexpected argument {rest[i]!r} after the file {tokens[0]!r}")
-        return tokens[:1]
-    return tokens
+    if not tokens:
+        return tokens
+    first = tokens[0]
+    quoted_text = looks_like_text(first) and any(c.isspace() for c in first.strip())
+    if not quoted_text and not (not looks_like_text(first) and (Path(first).is_file() or Path(first).is_dir())):
+        return tokens
+    rest = tokens[1:]
+    i = 0
+    while i < len(rest):
+        if rest[i] == "--json":
+            args.json = True
+            i += 1
+        elif rest[i] == "--world-size" and i + 1 < len(rest):
+            try:
+                args.world_size = int(rest[i + 1])
+            except ValueError:
+                raise ValueError(f"--world-size {rest[i + 1]!r} must be an integer") from None
+            i += 2
+        else:
+            what = "the quoted command" if quoted_text else f"the file {first!r}"
+            raise ValueError(f"unexpected argument {rest[i]!r} after {what} (options go before it: "
+                             f"workbench import [--json] [--world-size N] SOURCE)")
+    return tokens[:1]
 
 
 def _is_hf_source(source: str) -> bool:
@@ -55,6 +64,10 @@ def _is_hf_source(source: str) -> bool:
 
     from workbench.hf import is_hf_config
 
+    from workbench.configs.importer import looks_like_text
+
+    if looks_like_text(source):
+        return False
     p = Path(source)
     if p.is_dir():
         return (p / "config.json").is_file()
@@ -107,24 +120,17 @@ def lint_status(findings) -> int:
 
 
 def run(args) -> int:
-    from workbench.configs.importer import import_any, import_ds_config
+    from workbench.configs.importer import import_any, import_megatron_args
 
     tokens = _split_trailing_options(list(args.source), args)
     if not tokens:
         raise ValueError("give a ds_config.json, a script, or a command line to import")
     if len(tokens) == 1 and _is_hf_source(tokens[0]):
         return _run_hf(tokens[0], args)
-    if len(tokens) == 1:
-        source = tokens[0]
-        is_json = source.lstrip().startswith("{") or (Path(source).is_file()
-                                                      and Path(source).read_text().lstrip().startswith("{"))
-        if is_json:
-            text = Path(source).read_text() if Path(source).is_file() else source
-            imp = import_ds_config(text, world_size=args.world_size)
-        else:
-            imp = import_any(Path(source) if Path(source).is_file() else source)
+    if len(tokens) == 1:  # a file, JSON text, or a whole command line in one quoted argument
+        imp = import_any(tokens[0], world_size=args.world_size)
     else:
-        imp = import_any(" ".join(__import__("shlex").quote(t) for t in tokens))
+        imp = import_megatron_args(tokens)
     data = imported_as_dict(imp)
     status = lint_status(imp.lint)
     if args.json:

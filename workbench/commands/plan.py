@@ -22,6 +22,16 @@ def add_parser(sub) -> None:
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
     s.add_argument("--max-cp", type=int, default=16, help="largest context-parallel size (default 16)")
+    s.add_argument("--adam", choices=["fused", "torch"], default="fused",
+                   help="GPU optimizer kernel of every plan: fused (Apex/TE or DeepSpeed FusedAdam) or torch "
+                        "(torch.optim.AdamW)")
+    overlap = s.add_mutually_exclusive_group()
+    overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
+                         help="overlap the gradient reduce with backward (default: each engine's)")
+    overlap.add_argument("--no-overlap-comm", dest="overlap_comm", action="store_false")
+    s.add_argument("--lora-rank", type=int, default=0, metavar="R",
+                   help="search LoRA fine-tunes of rank R (base weights frozen; DeepSpeed engines)")
+    s.add_argument("--lora-targets", metavar="LIST", help="projections with adapters (default q,k,v,o,gate,up,down)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -48,7 +58,7 @@ _HEADER = ("  # engine              TP  PP  v  CP     DP SP ZeRO offld  recomput
 
 def render(result) -> str:
     c, m = result.cluster, result.model
-    lines = [f"{m.name} (seq {m.seq_length}) on {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} "
+    lines = [f"{m.name} (seq {m.seq_length}, {m.attention} attention) on {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} "
              f"({c.gpu.memory_gib:.1f} GiB), global batch {result.global_batch_size}: {result.evaluated:,} plans "
              f"evaluated, {result.feasible:,} fit with {result.headroom:.0%} headroom "
              f"({result.elapsed_seconds:.2f} s, {result.plans_per_second:,.0f} plans/s)", "", "ranked by step time",
@@ -71,7 +81,9 @@ def run(args) -> int:
     result = search(model, cluster, global_batch_size=args.gbs, top=args.top, headroom=args.headroom,
                     engines=tuple(args.engine) if args.engine else ENGINES, precision=args.precision,
                     offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
-                    max_context_parallel=args.max_cp)
+                    max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
+                    **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
+                    overlap_comm=args.overlap_comm)
     if args.json:
         print_json(result.to_dict())
     else:

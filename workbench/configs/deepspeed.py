@@ -18,7 +18,7 @@ import copy
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
+from workbench.specs import (AdamImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
                              ZeroStage, validate)
 
 #: Models at or above this many parameters get the tighter clipping default (seed guide §5.3: "for models above 13B,
@@ -55,8 +55,9 @@ class DeepSpeedOptions:
     """ZeRO gradient reduce bucket, elements (guide §3/§4: ``5e8``)."""
     allgather_bucket_size: int = 500_000_000
     """ZeRO-1/2 parameter all-gather bucket, elements (guide §3/§4: ``5e8``)."""
-    overlap_comm: bool = True
-    """Overlap gradient reduction with the backward pass (guide §4: enable on InfiniBand)."""
+    overlap_comm: Optional[bool] = None
+    """Overlap gradient reduction with the backward pass (guide §4: enable on InfiniBand); ``None``: the plan's
+    (:attr:`ParallelPlan.overlaps_comm`, on for DeepSpeed unless the plan says otherwise)."""
     contiguous_gradients: bool = True
     """Copy gradients into one contiguous buffer as they are produced (avoids fragmentation)."""
     stage3_prefetch_bucket_size: int = 50_000_000
@@ -175,6 +176,8 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
                        "warmup_min_ratio": 0.0, "cos_min_ratio": o.final_lr / o.lr, "warmup_type": "linear"},
         },
     }
+    if plan.adam is AdamImpl.TORCH and plan.offload_optimizer is Offload.NONE:
+        cfg["optimizer"]["params"]["torch_adam"] = True  # torch.optim.AdamW instead of DeepSpeed's FusedAdam op
     if plan.precision is Precision.FP16:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "loss_scale_window": o.loss_scale_window,
                        "initial_scale_power": o.initial_scale_power, "hysteresis": o.hysteresis,
@@ -184,7 +187,7 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     zero: dict = {"stage": stage}
     if stage >= ZeroStage.OPTIMIZER:
         zero.update({
-            "overlap_comm": o.overlap_comm,
+            "overlap_comm": plan.overlaps_comm if o.overlap_comm is None else bool(o.overlap_comm),
             "contiguous_gradients": o.contiguous_gradients,
             "reduce_scatter": True,
             "reduce_bucket_size": int(o.reduce_bucket_size),

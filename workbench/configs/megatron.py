@@ -31,6 +31,27 @@ def _fmt(x) -> str:
     return repr(float(x)) if isinstance(x, float) else str(x)
 
 
+def attention_flags(attention: AttentionImpl, *, dialect: str = "megatron") -> list[str]:
+    """The flags that select the attention kernel.
+
+    Megatron-LM: ``flash`` is Transformer Engine's flash attention (``--attention-backend flash``);
+    ``fused-softmax`` is megatron-core's own ``DotProductAttention`` (``--transformer-impl local
+    --attention-backend local``) with Megatron-LM's fused scale-mask-softmax (``--masked-softmax-fusion`` is on
+    by default); ``unfused`` is the same local attention with the torch softmax in fp32
+    (``--no-masked-softmax-fusion --attention-softmax-in-fp32``). Megatron-DeepSpeed: ``--use-flash-attn-v2`` for
+    flash, ``--no-masked-softmax-fusion`` for unfused."""
+    attention = AttentionImpl.parse(attention, "attention")
+    if dialect == "megatron-deepspeed":
+        return {AttentionImpl.FLASH: ["--use-flash-attn-v2"], AttentionImpl.FUSED_SOFTMAX: [],
+                AttentionImpl.UNFUSED: ["--no-masked-softmax-fusion"]}[attention]
+    if attention is AttentionImpl.FLASH:
+        return ["--attention-backend", "flash"]
+    local = ["--transformer-impl", "local", "--attention-backend", "local"]
+    if attention is AttentionImpl.FUSED_SOFTMAX:
+        return local
+    return local + ["--no-masked-softmax-fusion", "--attention-softmax-in-fp32"]
+
+
 def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
     """Architecture flags. ``dialect`` is ``megatron`` (Megatron-LM / megatron-core 0.19) or ``megatron-deepspeed``
     (Microsoft's Megatron-DeepSpeed fork: ``--num-key-value-heads``, ``--use-rotary-position-embeddings``,
@@ -62,12 +83,7 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
         a += ["--disable-bias-linear"]
     if not model.tied_embeddings:
         a += ["--untie-embeddings-and-output-weights"]
-    if mds:
-        if model.attention is AttentionImpl.FLASH:
-            a += ["--use-flash-attn-v2"]
-    else:
-        # unfused keeps the s x s scores (as megatron-core's local spec); flash/fused do not.
-        a += ["--attention-backend", "unfused" if model.attention is AttentionImpl.UNFUSED else "flash"]
+    a += attention_flags(model.attention, dialect=dialect)
     a += ["--hidden-dropout", _fmt(float(model.hidden_dropout)),
           "--attention-dropout", _fmt(float(model.attention_dropout))]
     if model.is_moe:
@@ -148,8 +164,10 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
 
 def overlap_flags(plan: ParallelPlan, options: DeepSpeedOptions) -> list[str]:
     """Overlap the data-parallel gradient reduce (and, with the distributed optimizer, the parameter all-gather)
-    with compute — Megatron's defaults are off; the guide asks for overlap on InfiniBand (§4)."""
-    if not options.overlap_comm or plan.data_parallel * plan.context_parallel == 1:
+    with compute when the plan says so (:attr:`ParallelPlan.overlap_comm`; Megatron's defaults are off; the guide
+    asks for overlap on InfiniBand, §4)."""
+    overlap = plan.overlaps_comm if options.overlap_comm is None else options.overlap_comm
+    if not overlap or plan.data_parallel * plan.context_parallel == 1:
         return []
     return ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan.distributed_optimizer else [])
 
