@@ -60,11 +60,13 @@ def test_seconds_from_the_time_model_and_relative_fallback():
     assert view.fig.layout.xaxis.title.text.startswith("seconds")
     b = state.estimate.time.breakdown
     m = state.plan.num_microbatches
-    drawn = READABLE_MICROBATCHES / m  # the chart draws the first 16 micro-batches
-    fwd = sum(view.fig.data[0].x) / drawn  # every forward on both stages, scaled to the plan's m
-    bwd = sum(view.fig.data[1].x) / drawn
-    assert fwd == pytest.approx(2 * (b["compute"] + b["tp_comm"] + b["cp_comm"]) / 3)
-    assert bwd == pytest.approx(2 * (2 * (b["compute"] + b["tp_comm"] + b["cp_comm"]) / 3 + b["recompute"]))
+    drawn = READABLE_MICROBATCHES  # the chart draws the first 16 of the plan's m micro-batches
+    fwd = sum(view.fig.data[0].x)  # every drawn forward on both stages
+    bwd = sum(view.fig.data[1].x)
+    t = state.estimate.time  # the forward and backward the time model computed, not a 1:2 split of the total
+    assert fwd == pytest.approx(2 * drawn * t.microbatch_forward_seconds)
+    assert bwd == pytest.approx(2 * drawn * t.microbatch_backward_seconds)
+    assert (fwd + bwd) * m / drawn == pytest.approx(2 * (b["compute"] + b["tp_comm"] + b["cp_comm"] + b["recompute"]))
     # the drawn idle time of a stage is the time model's bubble term
     assert sum(view.fig.data[2].x) / 2 == pytest.approx(b["bubble"], rel=1e-6)
     assert "time model's bubble term" in view.notes.value
