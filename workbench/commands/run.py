@@ -55,6 +55,7 @@ def summary(record: dict) -> dict:
         "measured": {"peak_memory_bytes": measured.get("peak_memory_bytes", {}),
                      "median_step_seconds": measured.get("median_step_seconds")},
         "predicted": {"per_gpu_peak_bytes": predicted.get("per_gpu_peak_bytes"),
+                      "allocated_bytes": predicted.get("allocated_bytes"),
                       "step_seconds": predicted.get("step_seconds"),
                       "memory_comparable": predicted.get("memory_comparable", True),
                       **({"memory_not_comparable_reason": predicted["memory_not_comparable_reason"]}

@@ -12,7 +12,8 @@ from workbench.configs.megatron import format_flags
 from workbench.specs import ClusterSpec
 
 _NCCL_LINES = [
-    "# export NCCL_DEBUG=INFO            # uncomment to see NCCL's topology and errors (seed guide §5.1)",
+    "# export NCCL_DEBUG=INFO            # uncomment to see NCCL's topology and errors "
+    "(the DeepSpeed-vs-Megatron practitioner's guide §5.1)",
     "# export NCCL_IB_HCA=mlx5          # uncomment and set to pin the InfiniBand adapters",
     "# export NCCL_SOCKET_IFNAME=eth0   # uncomment and set to the interface that reaches the other nodes",
 ]
