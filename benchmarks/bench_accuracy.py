@@ -55,7 +55,8 @@ def old_runs() -> list[dict]:
         device = (r["reserved_bytes"] + r["outside_bytes"]) if r.get("reserved_bytes") is not None else None
         out.append(dict(source="h200_runs", stack=r["group"], run_id=r["name"], shape_id=shape_id_of(r["model"]),
                         model=r["model"], cluster=r["cluster"], plan=r["plan"],
-                        measured=dict(allocated=r["allocated_bytes"], device=device, step=r["step_seconds"])))
+                        measured=dict(allocated=r["allocated_bytes"], device=device, step=r["step_seconds"],
+                                      reserved=r.get("reserved_bytes"), outside=r.get("outside_bytes"))))
     return out
 
 
@@ -77,7 +78,8 @@ def corpus_run(rec: dict):
     from workbench import catalog
     from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
-    if rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes"):
+    oom = rec.get("status") == "oom"
+    if not oom and (rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes")):
         return None
     o = rec.get("options") or {}
     world = int(rec.get("world_size") or o.get("world_size") or 1)
@@ -129,12 +131,16 @@ def corpus_run(rec: dict):
     start = rec.get("allocated_at_start_bytes") or 0
     reserved, outside = rec.get("peak_reserved_bytes"), rec.get("outside_allocator_bytes")
     device = reserved + outside if reserved is not None and outside is not None else None
+    if oom:
+        return dict(source="corpus", stack=stack, run_id=rec.get("run_id"), shape_id=rec.get("shape_id"),
+                    model=model, cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan, oom=True,
+                    measured={})
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
                 cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan,
                 omp_threads=rec.get("omp_num_threads"),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
-                              step=rec.get("step_seconds_median")))
+                              step=rec.get("step_seconds_median"), reserved=reserved, outside=outside))
 
 
 def corpus_runs(path: Path) -> list[dict]:
@@ -205,11 +211,101 @@ def table(rows: list, title: str) -> list[str]:
     return lines
 
 
+def band(rows: list) -> dict:
+    """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
+    the prediction (what :func:`workbench.memory.error_band` reads)."""
+    out = {}
+    for q in QUANTITIES:
+        out[q] = {}
+        for engine in sorted({engine_of(r) for r, _ in rows}):
+            ratios = [r["measured"][q] / r["predicted"][q] for r, _ in rows
+                      if engine_of(r) == engine and r["measured"].get(q) and r["predicted"].get(q)]
+            if not ratios:
+                continue
+            shapes = len({r["shape_id"] for r, _ in rows if engine_of(r) == engine})
+            out[q][engine] = dict(n=len(ratios), shapes=shapes, low_fraction=round(max(0.0, 1 - min(ratios)), 4),
+                                  high_fraction=round(max(0.0, max(ratios) - 1), 4))
+    return out
+
+
+def overhead_fit(rows: list) -> dict:
+    """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
+    the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile)."""
+    out = {}
+    for engine in sorted({engine_of(r) for r, _ in rows}):
+        sel = [r for r, _ in rows if engine_of(r) == engine and r["measured"].get("outside") is not None
+               and r["cluster"].world_size == 1]
+        if not sel:
+            continue
+        outside = [r["measured"]["outside"] for r in sel]
+        reserve = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel)
+        out[engine] = dict(n=len(sel), outside_gib=statistics.median(outside) / GiB,
+                           outside_max_gib=max(outside) / GiB, reserve_median=statistics.median(reserve),
+                           reserve_p90=reserve[min(len(reserve) - 1, int(0.9 * len(reserve)))],
+                           reserve_max=reserve[-1])
+    return out
+
+
+def refit_time(fit_rows: list, *, write: bool) -> None:
+    """Fit the time model's five H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``'s
+    non-negative least squares of relative step-time error) and print leave-one-shape-out errors. Without
+    ``write`` the constants are applied for this run only."""
+    import numpy as np
+
+    import calibrate_h200_time as C
+    from workbench import timing
+
+    rows = [r for r in fit_rows if r["measured"].get("step")]
+    measured = np.array([r["measured"]["step"] for r in rows])
+    shapes = np.array([r["shape_id"] for r in rows])
+    designs = {hbm: C.design(rows, hbm) for hbm in C.HBM_GRID}
+    hbm, x, _ = C.fit_all(designs, measured, np.ones(len(rows), bool))
+    print(f"time constants refitted on {len(rows)} fit-split runs ({len(set(shapes))} shapes):")
+    for n, v in zip(C.NAMES, x):
+        print(f"  {n:38s} {v:.4g}")
+    loso = []
+    for s in sorted(set(shapes)):
+        keep = shapes != s
+        if not keep.any():
+            continue
+        h, xs, _ = C.fit_all(designs, measured, keep)
+        b, c = designs[h]
+        loso += list(np.abs(C.errors(b[~keep], c[~keep], measured[~keep], xs)))
+    if loso:
+        print(f"  leave-one-shape-out step error over the fit split: median {np.median(loso):.1%}, "
+              f"worst {np.max(loso):.1%} ({len(loso)} runs)")
+    if write:
+        C.write_constants(hbm, x, source=(
+            "fitted with the Hopper curve's layer_pass_overhead_s on the fit split of benchmarks/accuracy_split.json "
+            f"({len(rows)} H200 runs over {len(set(shapes))} model shapes: benchmarks/h200_runs.py and the corpus "
+            "benchmarks/corpus/h200_runs.jsonl) by benchmarks/bench_accuracy.py --refit-time (non-negative least "
+            "squares of relative step-time error; the test split is never used). step_bytes_per_parameter: HBM "
+            "bytes per optimizer-shard parameter on top of the optimizer's own; zero3_*: seconds per ZeRO-3 module "
+            "fetch, per module gradient reduce-and-partition, and extra per call when the group has >1 rank. Not "
+            "used for the Megatron engine."))
+    else:
+        data = timing.calibration()
+        for k, v in zip(C.KEYS, x):
+            if k is not None:
+                data["deepspeed"][k] = float(v)
+        hopper = data["curves"].setdefault("hopper", dict(data["curves"]["ampere"]))
+        hopper["hbm_efficiency"] = float(hbm)
+        hopper["layer_pass_overhead_s"] = float(x[0])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--runs", action="store_true", help="print every run's errors")
     ap.add_argument("--markdown", type=Path, help="also write the tables as Markdown")
+    ap.add_argument("--write-band", action="store_true",
+                    help="write the test split's per-engine error band to workbench/catalog/error_band.json")
+    ap.add_argument("--refit-time", action="store_true",
+                    help="refit the five H200 time constants on the fit split only (calibrate_h200_time's fit), "
+                         "print leave-one-shape-out errors, and evaluate with them")
+    ap.add_argument("--write", action="store_true", help="with --refit-time: store the constants in the catalog")
+    ap.add_argument("--overheads", action="store_true",
+                    help="print the fit split's memory outside the allocator and allocator reserve per engine")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
 
@@ -219,6 +315,8 @@ def main(argv=None) -> int:
     unknown = sorted({r["shape_id"] for r in runs} - fit - test)
     if unknown:
         print(f"shapes in neither split (left out; add them to {SPLIT.name}): {', '.join(unknown)}")
+    ooms = [r for r in runs if r.get("oom")]
+    runs = [r for r in runs if not r.get("oom")]
     scored = {"fit": [], "test": []}
     for r in runs:
         side = "fit" if r["shape_id"] in fit else "test" if r["shape_id"] in test else None
@@ -231,6 +329,10 @@ def main(argv=None) -> int:
             continue
         scored[side].append((r, errors(r, p)))
         r["predicted"] = p
+    if args.refit_time:
+        refit_time([r for r, _ in scored["fit"]], write=args.write)
+        for side in scored:  # predict again with the refitted constants
+            scored[side] = [(r, errors(r, r.update(predicted=predict(r)) or r["predicted"])) for r, _ in scored[side]]
     n_shapes = {k: len({r['shape_id'] for r, _ in v}) for k, v in scored.items()}
     print(f"{len(runs)} runs: fit split {len(scored['fit'])} runs over {n_shapes['fit']} shapes, test split "
           f"{len(scored['test'])} runs over {n_shapes['test']} shapes (corpus: {args.corpus})")
@@ -238,12 +340,32 @@ def main(argv=None) -> int:
     out += table(scored["test"], "TEST split (shapes never fitted on) — error = (predicted - measured) / measured")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
     print("\n".join(out))
+    if ooms:
+        from workbench.estimate import estimate
+
+        said_fits = [r["run_id"] for r in ooms if estimate(r["model"], r["cluster"], r["plan"]).memory.fits_gpu]
+        print(f"\n{len(ooms)} runs ran out of memory on the H200; the estimate said 'fits' for {len(said_fits)}"
+              + (f": {', '.join(said_fits)}" if said_fits else ""))
     if args.runs:
         for side in ("test", "fit"):
             print(f"\n{side} runs")
             for r, e in sorted(scored[side], key=lambda x: x[0]["run_id"]):
                 cells = "  ".join(f"{q} {e[q]:+7.1%}" if e[q] is not None else f"{q} {'-':>7}" for q in QUANTITIES)
                 print(f"  {r['stack']:<10} {r['run_id']:<64} {cells}")
+    if args.overheads:
+        print("\nfit split, one process per GPU: outside the allocator and allocator reserve")
+        for engine, f in overhead_fit(scored["fit"]).items():
+            print(f"  {engine:<20} n {f['n']:>3}  outside median {f['outside_gib']:.2f} GiB (max "
+                  f"{f['outside_max_gib']:.2f})  reserve median {f['reserve_median']:.1%} p90 {f['reserve_p90']:.1%} "
+                  f"max {f['reserve_max']:.1%}")
+    if args.write_band:
+        path = ROOT / "workbench" / "catalog" / "error_band.json"
+        doc = {"about": "Held-out error band: for each engine, how far measured values went below (low_fraction) and "
+                        "above (high_fraction) the workbench's estimate, as fractions of the estimate, on the model "
+                        "shapes of the test split of benchmarks/accuracy_split.json. Written by "
+                        "benchmarks/bench_accuracy.py --write-band.", "gpu": "H200", **band(scored["test"])}
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"\nwrote {path.relative_to(ROOT)}")
     if args.markdown:
         args.markdown.write_text("```\n" + "\n".join(out) + "\n```\n")
     return 0

@@ -1,4 +1,5 @@
 """The training stack: attention kernel, Adam kernel and gradient-reduce overlap, from spec to CLI, import, export."""
+import dataclasses
 import json
 import warnings
 
@@ -103,3 +104,23 @@ def test_cpu_adam_threads_finding():
     assert cpu_adam_threads(plan, "").status == "warn"
     assert cpu_adam_threads(plan, "16").status == "pass"
     assert cpu_adam_threads(ParallelPlan(world_size=1, zero_stage=2), "1") is None
+
+
+def test_error_band_decides_fits(monkeypatch):
+    """The upper side of the held-out band must fit: a plan 3 % under capacity with a 5 % band does not fit."""
+    from workbench import memory as M
+
+    m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=1)
+    peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
+    c = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.03 / 2**30))
+    assert estimate(m, c, plan).memory.fits_gpu
+    band = {"device": {"deepspeed": {"n": 5, "shapes": 2, "low_fraction": 0.02, "high_fraction": 0.05}},
+            "step": {"deepspeed": {"n": 5, "shapes": 2, "low_fraction": 0.1, "high_fraction": 0.2}}}
+    monkeypatch.setattr(M, "_error_bands", lambda: band)
+    est = estimate(m, c, plan)
+    assert not est.memory.fits_gpu and est.memory.headroom_bytes > 0
+    d = est.to_dict()
+    assert d["memory"]["band_bytes"]["high"] == round(peak * 0.05)
+    assert d["time"]["band_seconds"]["high"] == pytest.approx(0.2 * est.time.step_seconds)
+    assert M.error_band("megatron") is None  # no held-out runs of that engine: no band, said so

@@ -2,9 +2,8 @@
 idle time (the bubble) drawn in grey. The schedule is simulated by :func:`workbench.schedule.pipeline_schedule`.
 
 Durations are seconds from the time model when the estimate carries one: the forward and backward of one
-micro-batch on a stage come from :func:`workbench.timing.microbatch_phase_seconds` (the step's compute,
-recomputation and tensor/context-parallel terms ÷ micro-batches), so the drawn idle time is the time model's
-``bubble`` term. Without a time estimate (or with "relative" chosen) they are in units of one micro-batch's forward
+micro-batch on the slowest stage as the time model computed them (``TimeEstimate.microbatch_forward_seconds`` /
+``microbatch_backward_seconds``), so the drawn idle time is the time model's ``bubble`` term. Without a time estimate (or with "relative" chosen) they are in units of one micro-batch's forward
 through a stage, with the backward taking twice as long (the usual 1:2 ratio of forward to backward GEMM work); the
 bubble fraction does not depend on the unit.
 """
@@ -15,7 +14,6 @@ import plotly.graph_objects as go
 
 from widgets.common import View
 from workbench.schedule import bubble_fraction, pipeline_schedule
-from workbench.timing import microbatch_phase_seconds
 
 FORWARD_UNITS = 1.0
 BACKWARD_UNITS = 2.0
@@ -31,11 +29,7 @@ def phase_durations(state, units: str = "seconds") -> tuple:
     relative 1:2 units when asked for or when the estimate has no time model."""
     t = getattr(state.estimate, "time", None)
     if units == "seconds" and t is not None:
-        b = t.breakdown
-        fwd, bwd = microbatch_phase_seconds(compute_seconds=b["compute"], recompute_seconds=b["recompute"],
-                                            tp_comm_seconds=b["tp_comm"], cp_comm_seconds=b["cp_comm"],
-                                            num_microbatches=state.plan.num_microbatches)
-        return float(fwd), float(bwd), "seconds (time model: slowest stage)"
+        return t.microbatch_forward_seconds, t.microbatch_backward_seconds, "seconds (time model: slowest stage)"
     return FORWARD_UNITS, BACKWARD_UNITS, RELATIVE_AXIS
 
 

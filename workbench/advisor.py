@@ -27,11 +27,12 @@ from typing import Optional
 
 from workbench import memory as M
 from workbench import timing as T
+from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
+from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
 from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
                              ZeroStage, validate)
 
-GiB = 2**30
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
 """Guide §2.2: "for a 7B-parameter model, at least 40 GB of memory per card is recommended"."""
@@ -202,9 +203,10 @@ def card_size(model: ModelSpec, cluster: ClusterSpec) -> Optional[Finding]:
 
 
 def tp_within_node(cluster: ClusterSpec, plan: ParallelPlan, time) -> Finding:
-    """Guide §4: tensor parallel inside a node (its all-reduces run every layer)."""
+    """Guide §4: tensor parallel inside a node (its all-reduces run every layer); "inside" is the one rule of
+    :func:`workbench.parallel.group_crosses_nodes`."""
     t, n = plan.tensor_parallel, cluster.gpus_per_node
-    ok = t <= n and n % t == 0
+    ok = not bool(group_crosses_nodes(1, t, n))
     tp_s = time.breakdown["tp_comm"] if time is not None else 0.0
     share = tp_s / time.step_seconds if time is not None else 0.0
     where = "inside one node" if ok else f"across nodes (gpus_per_node={n})"
@@ -215,37 +217,26 @@ def tp_within_node(cluster: ClusterSpec, plan: ParallelPlan, time) -> Finding:
                                             f"pipeline parallel across nodes")
 
 
-def _dp_link(inputs: dict, plan: ParallelPlan):
-    span = plan.tensor_parallel * plan.context_parallel * plan.data_parallel
-    bw = float(T.link_gb_per_s(span, inputs["gpus_per_node"], intra_node_gb_per_s=inputs["intra_node_gb_per_s"],
-                               inter_node_gb_per_s=inputs["inter_node_gb_per_s"]))
-    lat = float(T.link_latency_s(span, inputs["gpus_per_node"], intra_node_latency_s=inputs["intra_node_latency_s"],
-                                 inter_node_latency_s=inputs["inter_node_latency_s"]))
-    crosses = bool(span > inputs["gpus_per_node"])
-    return bw, lat, crosses
+def _dp_link(time):
+    """The data-parallel (× context-parallel) gradient group's link as the time model priced it."""
+    link = time.links["dp"]
+    return link["gb_per_s"], link["latency_s"], link["link"] == "inter-node"
 
 
-def _layer_backward_seconds(model: ModelSpec, plan: ParallelPlan, time) -> float:
-    """One layer's backward on one GPU for one micro-batch, from the time model's compute term
-    (compute = m · 3 · (L/p · layer forward + logits); the logits share is counted in, a small overestimate)."""
-    layers = model.num_layers / plan.pipeline_parallel
-    return time.breakdown["compute"] / plan.num_microbatches * (2.0 / 3.0) / layers
-
-
-def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time, options: DeepSpeedOptions,
-                 inputs: dict) -> Optional[Finding]:
+def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
+                 options: DeepSpeedOptions) -> Optional[Finding]:
     """Guide §4: match ``reduce_bucket_size`` / ``allgather_bucket_size`` to the bandwidth. A bucket's collective
     (ring cost of :func:`workbench.timing.collective_seconds` on the data-parallel link) should take about as long
     as one layer's backward compute: the recommended size is the element count whose transfer equals it."""
     if plan.data_parallel * plan.context_parallel == 1 or time is None:
         return None
     group = plan.data_parallel * plan.context_parallel
-    bw, lat, crosses = _dp_link(inputs, plan)
+    bw, lat, crosses = _dp_link(time)
     v = plan.precision.bytes_per_value
-    layer_s = _layer_backward_seconds(model, plan, time)
+    layer_s = time.layer_backward_seconds  # one layer's backward for one micro-batch, as the time model priced it
     local = model.num_parameters / (plan.tensor_parallel * plan.pipeline_parallel)
     if plan.engine is Engine.MEGATRON:
-        named = {"Megatron DDP bucket (--ddp-bucket-size)": T.MEGATRON_BUCKET_ELEMENTS}
+        named = {"Megatron DDP bucket (--ddp-bucket-size)": MEGATRON_BUCKET_ELEMENTS}
         kinds = {"Megatron DDP bucket (--ddp-bucket-size)": "reduce_scatter" if plan.distributed_optimizer
                  else "all_reduce"}
     else:
@@ -275,34 +266,37 @@ def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, tim
                    suggestion=f"set {sugg} (transfer ≈ one layer's backward)" if bad else "")
 
 
-def overlap_comm(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time, options: DeepSpeedOptions,
-                 inputs: dict, *, detailed: bool = False) -> Optional[Finding]:
-    """Guide §4: enable ``overlap_comm`` on InfiniBand (multi-node data parallel). With ``detailed`` the step time
-    without overlap is computed for the comparison."""
+def overlap_comm(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time, *,
+                 detailed: bool = False) -> Optional[Finding]:
+    """Guide §4: enable overlap on InfiniBand (multi-node data parallel). Reads the plan's answer
+    (:attr:`ParallelPlan.overlaps_comm`), which the time model priced and the exports write. With ``detailed``
+    the step is priced once more with overlap flipped, for the comparison."""
     if plan.data_parallel * plan.context_parallel == 1 or time is None:
         return None
-    _, _, crosses = _dp_link(inputs, plan)
-    on = plan.overlaps_comm if options.overlap_comm is None else bool(options.overlap_comm)
+    _, _, crosses = _dp_link(time)
+    on = plan.overlaps_comm
     if plan.engine is Engine.MEGATRON:
-        name = ("--overlap-grad-reduce in the exported arguments" if on
-                else "--overlap-grad-reduce off (Megatron's default)")
+        name = ("--overlap-grad-reduce on" if on else "--overlap-grad-reduce off (Megatron's default)")
     else:
         name = f"overlap_comm={str(on).lower()}"
-    dp_s = time.breakdown["dp_comm"]  # the time model prices overlap on
-    extra = f"; exposed data-parallel traffic with overlap {dp_s:.3f} s/step"
-    if detailed:
-        off = T.step_time_terms(**{**inputs, "overlap_comm": 0})
-        gain = float(off["step_seconds"]) - time.step_seconds
-        extra = (f"; exposed data-parallel traffic {float(off['dp_comm']):.3f} s/step without overlap, {dp_s:.3f} s "
-                 f"with it ({gain:.3f} s/step hidden)")
+    dp_s = time.breakdown["dp_comm"]
+    extra = f"; exposed data-parallel traffic {dp_s:.3f} s/step {'with' if on else 'without'} overlap"
+    if detailed and time.inputs:
+        flipped = T.step_time_terms(**{**time.inputs, "overlap_comm": 0 if on else 1})
+        with_s, without_s = (dp_s, float(flipped["dp_comm"])) if on else (float(flipped["dp_comm"]), dp_s)
+        gain = abs(float(flipped["step_seconds"]) - time.step_seconds)
+        extra = (f"; exposed data-parallel traffic {without_s:.3f} s/step without overlap, {with_s:.3f} s "
+                 f"with it ({gain:.3f} s/step {'hidden' if on else 'to gain'})")
     where = "crosses nodes (InfiniBand/Ethernet)" if crosses else "stays inside a node"
     status = "pass" if on else ("fail" if crosses else "warn")
     return Finding(id="overlap_comm", status=status,
                    message=f"{name}; the data-parallel group ({plan.data_parallel * plan.context_parallel} ranks) "
                            f"{where}{extra}",
-                   suggestion="" if on else ("add --overlap-grad-reduce (and --overlap-param-gather with the "
-                                             "distributed optimizer)" if plan.engine is Engine.MEGATRON
-                                             else "set zero_optimization.overlap_comm: true"))
+                   suggestion="" if on else ("set overlap_comm=True on the plan (exports --overlap-grad-reduce, "
+                                             "and --overlap-param-gather with the distributed optimizer)"
+                                             if plan.engine is Engine.MEGATRON
+                                             else "set overlap_comm=True on the plan "
+                                                  "(zero_optimization.overlap_comm: true)"))
 
 
 def fits_memory(plan: ParallelPlan, memory) -> Finding:
@@ -364,17 +358,16 @@ def adam_betas(model: ModelSpec, options: DeepSpeedOptions) -> Finding:
 
 
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, memory, time=None,
-               options: Optional[DeepSpeedOptions] = None, detailed: bool = False) -> tuple:
-    """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate.
-    Cheap unless ``detailed`` (which prices overlap on/off with the time model)."""
+               options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None) -> tuple:
+    """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
+    per-layer seconds and overlap the models used; nothing is priced again unless ``detailed`` (which prices the
+    step once more with overlap flipped). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`."""
     o = options or DeepSpeedOptions()
-    inputs = T.time_inputs(model, cluster, plan, overlap_comm=True,
-                           bucket_elements=None if plan.engine is Engine.MEGATRON else o.reduce_bucket_size)
     found = [fits_memory(plan, memory), strategy_tier(model, cluster, plan, memory),
              zero3_layer_room(model, plan, memory), card_size(model, cluster)]
     if time is not None:
-        found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o, inputs),
-                  overlap_comm(model, cluster, plan, time, o, inputs, detailed=detailed)]
+        found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
+                  overlap_comm(model, cluster, plan, time, detailed=detailed)]
     found += [gradient_clipping(model, o), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
     return tuple(f for f in found if f is not None)
 
@@ -404,15 +397,23 @@ def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None) 
 # ================================================================================================================
 # OOM ladder (guide §5.2)
 # ================================================================================================================
-def _price(model, cluster, plan, base_seconds, headroom):
-    mem = M.estimate_memory(model, cluster, plan)
-    t = T.estimate_time(model, cluster, plan)
+def _evaluated(model, cluster, plan):
+    """The plan priced once by the models (no advisor checks): the record every rung reads."""
+    from workbench.estimate import estimate
+
+    return estimate(model, cluster, plan, checks=False)
+
+
+def _price(model, cluster, plan, base_seconds, headroom, record=None):
+    record = record or _evaluated(model, cluster, plan)
+    mem, t = record.memory, record.time
     fits = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes and mem.fits_host
     return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
                 fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1)
 
 
-def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0) -> tuple:
+def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0,
+               record=None) -> tuple:
     """The guide's out-of-memory steps in its order, each priced with the memory and time models; stops at the
     first plan that fits (peak ≤ (1 − headroom) × GPU memory, host memory too). Empty when the plan fits.
 
@@ -423,8 +424,9 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
        (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP);
     :func:`lora_option` prices the fine-tuning alternative (LoRA) next to it.
     """
-    validate(model, cluster, plan)
-    base = _price(model, cluster, plan, 1.0, headroom)
+    if record is None:
+        validate(model, cluster, plan)
+    base = _price(model, cluster, plan, 1.0, headroom, record)
     if base["fits"]:
         return ()
     base_s = base["step_seconds"]
@@ -460,8 +462,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         steps.append(LadderStep(step=2, action="full activation recompute is already on", plan=None))
     for r in levels:
         p = current.replace(recompute=r, recompute_layers=None)
-        flags = ({"--recompute-activations": True} if r is Recompute.SELECTIVE else
-                 {"--recompute-granularity": "full", "--recompute-method": "uniform", **ds_ckpt})
+        mg = megatron_recompute_flags(p)  # the flags the Megatron export writes for this plan
+        flags = {**dict(zip(mg[::2], mg[1::2])), **(ds_ckpt if r is Recompute.FULL else {})}
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
             return tuple(steps)
@@ -494,13 +496,13 @@ LORA_LADDER_RANK = 16
 """Rank of the LoRA alternative the advisor prices (a common choice; Hu et al. 2021 find small ranks enough)."""
 
 
-def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0):
+def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0, record=None):
     """For a full fine-tune that does not fit: the fastest LoRA r=16 plan that fits — ZeRO-2 or ZeRO-3 without
     offload, with the plan's micro batch and recompute or with micro batch 1 and full recompute — as a finding;
     ``None`` when the plan fits, is already LoRA, or pipelines with Megatron."""
     if plan.lora_rank or (plan.engine is not Engine.DEEPSPEED and plan.pipeline_parallel > 1):
         return None
-    base = _price(model, cluster, plan, 1.0, headroom)
+    base = _price(model, cluster, plan, 1.0, headroom, record)
     if base["fits"]:
         return None
     engine = Engine.DEEPSPEED if plan.tensor_parallel == 1 else Engine.MEGATRON_DEEPSPEED
@@ -544,8 +546,8 @@ def _try(model, cluster, plan, **changes):
         validate(model, cluster, p)
     except ValueError:
         return None, None
-    mem = M.estimate_memory(model, cluster, p)
-    return p, (T.estimate_time(model, cluster, p), mem)
+    r = _evaluated(model, cluster, p)
+    return p, (r.time, r.memory)
 
 
 def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
@@ -562,7 +564,7 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             continue
         msg, settings, alt = "", [], None
         if term == "tp_comm":
-            if plan.tensor_parallel > n or n % plan.tensor_parallel:
+            if group_crosses_nodes(1, plan.tensor_parallel, n):
                 msg = f"TP={plan.tensor_parallel} crosses nodes: keep TP ≤ {n}, use pipeline parallel across nodes"
                 settings = [f"--tensor-model-parallel-size {n}"]
             elif not plan.sequence_parallel:
@@ -600,7 +602,7 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             msg = f"recompute={plan.recompute} repeats forward work"
             if plan.recompute is Recompute.FULL:
                 alt = _try(model, cluster, plan, recompute=Recompute.SELECTIVE, recompute_layers=None)
-                settings = ["--recompute-activations (selective) instead of full"]
+                settings = ["--recompute-granularity selective instead of full"]
             else:
                 alt = _try(model, cluster, plan, recompute=Recompute.NONE)
                 settings = ["no recompute (if it fits)"]
@@ -649,19 +651,18 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     """Everything: checks (priced in detail), the OOM ladder when the plan does not fit, low-throughput
     suggestions, diagnostic commands, and — with ``log`` (a :class:`workbench.logreader.LogSummary`) — the
     log's findings matched to this advice."""
-    validate(model, cluster, plan)
     o = options or DeepSpeedOptions()
-    mem = M.estimate_memory(model, cluster, plan)
-    t = T.estimate_time(model, cluster, plan)
-    findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True)
-    ladder = oom_ladder(model, cluster, plan, headroom=headroom)
+    record = _evaluated(model, cluster, plan)  # validates once
+    mem, t = record.memory, record.time
+    findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True, facts=record.facts)
+    ladder = oom_ladder(model, cluster, plan, headroom=headroom, record=record)
     if ladder and not ladder[-1].fits:
         last = ladder[-1]
         findings += (Finding(id="oom_ladder", status="fail",
                              message=f"the guide's three OOM steps are not enough: the last one needs "
                                      f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}",
                              suggestion="more GPUs (more TP/PP), a shorter sequence, or larger GPUs"),)
-    lora = lora_option(model, cluster, plan, headroom=headroom)
+    lora = lora_option(model, cluster, plan, headroom=headroom, record=record)
     if lora is not None:
         findings += (lora,)
     log_findings = ()

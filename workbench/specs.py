@@ -769,6 +769,9 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     if plan.world_size != cluster.world_size:
         raise ValueError(f"plan world_size={plan.world_size} != cluster gpus_per_node({cluster.gpus_per_node}) * "
                          f"num_nodes({cluster.num_nodes}) = {cluster.world_size}")
+    if model.implementation is Implementation.TRANSFORMERS and model.attention is AttentionImpl.FUSED_SOFTMAX:
+        raise ValueError(f"{model.name}: attention='fused-softmax' is Megatron's kernel; a Hugging Face model runs "
+                         f"'unfused' (attn_implementation eager) or 'flash' (sdpa, flash_attention_2)")
     if model.implementation is Implementation.TRANSFORMERS and (plan.engine is not Engine.DEEPSPEED or p > 1):
         raise ValueError(f"{model.name}: a Hugging Face model trains under DeepSpeed ZeRO data parallel (engine="
                          f"'deepspeed', pipeline_parallel=1); got engine='{plan.engine}', pipeline_parallel={p}")

@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass, fields
 from typing import Optional
 
+from workbench.defaults import DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from workbench.specs import (AdamImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
                              ZeroStage, validate)
 
@@ -51,13 +52,11 @@ class DeepSpeedOptions:
     """Optimizer steps (guide §3: ``--train-iters 100000``)."""
     warmup_iters: Optional[int] = None
     """Learning-rate warm-up steps; ``None`` means 1% of train_iters."""
-    reduce_bucket_size: int = 500_000_000
+    reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     """ZeRO gradient reduce bucket, elements (guide §3/§4: ``5e8``)."""
-    allgather_bucket_size: int = 500_000_000
-    """ZeRO-1/2 parameter all-gather bucket, elements (guide §3/§4: ``5e8``)."""
-    overlap_comm: Optional[bool] = None
-    """Overlap gradient reduction with the backward pass (guide §4: enable on InfiniBand); ``None``: the plan's
-    (:attr:`ParallelPlan.overlaps_comm`, on for DeepSpeed unless the plan says otherwise)."""
+    allgather_bucket_size: int = DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS
+    """ZeRO-1/2 parameter all-gather bucket, elements (guide §3/§4: ``5e8``). Overlap of the gradient reduction is
+    the plan's (:attr:`workbench.specs.ParallelPlan.overlap_comm`), so the model prices what the config runs."""
     contiguous_gradients: bool = True
     """Copy gradients into one contiguous buffer as they are produced (avoids fragmentation)."""
     stage3_prefetch_bucket_size: int = 50_000_000
@@ -202,7 +201,7 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     zero: dict = {"stage": stage}
     if stage >= ZeroStage.OPTIMIZER:
         zero.update({
-            "overlap_comm": plan.overlaps_comm if o.overlap_comm is None else bool(o.overlap_comm),
+            "overlap_comm": plan.overlaps_comm,
             "contiguous_gradients": o.contiguous_gradients,
             "reduce_scatter": True,
             "reduce_bucket_size": int(o.reduce_bucket_size),

@@ -14,6 +14,7 @@ from typing import Optional
 from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config, deepspeed_version, validate_ds_config
 from workbench.configs.megatron import (format_flags, model_flags, placeholder_lines, plan_summary, rendezvous_lines,
                                         torchrun_prefix, training_flags)
+from workbench.defaults import megatron_recompute_flags
 from workbench.specs import ClusterSpec, Engine, ModelSpec, ParallelPlan, Recompute, validate
 
 HYBRID_PLACEHOLDER = ("MEGATRON_DEEPSPEED", "/path/to/Megatron-DeepSpeed",
@@ -55,14 +56,9 @@ def hybrid_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
               str(model.num_layers // (plan.pipeline_parallel * plan.virtual_pipeline))]
     if plan.sequence_parallel:
         a += ["--sequence-parallel"]
-    if plan.recompute is Recompute.SELECTIVE:
-        a += ["--recompute-granularity", "selective"]
-    elif plan.recompute is Recompute.FULL:
-        a += ["--deepspeed-activation-checkpointing", "--recompute-granularity", "full"]
-        if plan.recompute_layers is None:
-            a += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
-        else:
-            a += ["--recompute-method", "block", "--recompute-num-layers", str(plan.recompute_layers)]
+    if plan.recompute is Recompute.FULL:
+        a += ["--deepspeed-activation-checkpointing"]
+    a += megatron_recompute_flags(plan)
     a += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch_size)]
     a += training_flags(model, plan, o)
     a += ["--data-path", "$DATA_PATH", "--split", "949,50,1", "--tokenizer-type", "HFTokenizer",

@@ -37,7 +37,8 @@ from typing import Optional
 
 from workbench.runs.specio import specs_to_dict
 from workbench.runs.store import RunStore
-from workbench.specs import AttentionImpl, ClusterSpec, Engine, ModelSpec, ParallelPlan, Precision, validate
+from workbench.specs import (AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, ParallelPlan, Precision,
+                             validate)
 
 CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
@@ -75,6 +76,11 @@ def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                          "or fp32")
     if plan.engine is Engine.MEGATRON and not on_gpu and plan.precision is Precision.FP16:
         raise ValueError("precision=fp16 needs a GPU")
+    if model.implementation is Implementation.TRANSFORMERS:
+        from workbench.hf import run_options
+
+        run_options(model, plan)  # the config is there, unchanged; the stack can run the plan
+        return
     transformer_config_kwargs(model, plan)  # MoE / sequence parallel / context parallel are refused there
 
 
@@ -570,10 +576,13 @@ class PreparedRun:
 
 def run_stack(model: ModelSpec, plan: ParallelPlan, ds_config: Optional[dict]):
     """(model, plan) with the attention kernel, Adam and gradient-reduce overlap that ``train.py`` really runs:
-    megatron-core's local layer spec (``attention='unfused'``); for the megatron engine torch's Adam and
+    megatron-core's local layer spec (``attention='unfused'``; a transformers model keeps its own); for the megatron
+    engine torch's Adam and
     ``overlap_grad_reduce=False``; for DeepSpeed the ds_config's ``torch_adam`` and ``overlap_comm`` (DeepSpeed's
     own default when the key is absent: on for ZeRO-3 only)."""
     ran_model = model.replace(attention="unfused") if model.attention is not AttentionImpl.UNFUSED else model
+    if model.implementation is Implementation.TRANSFORMERS:  # transformers runs the attn_implementation chosen
+        ran_model = model
     if plan.engine is Engine.MEGATRON:
         return ran_model, plan.replace(adam="torch", overlap_comm=False)
     zero = (ds_config or {}).get("zero_optimization") or {}
@@ -654,10 +663,18 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
                "seed": seed, "lr": lr, "clip_grad": clip_grad,
                "memory_limit_bytes": memory_limit_bytes, "launcher": launcher,
                "hosts": host_names(hosts, nproc=nproc) if hosts else None}
+    hf_model = model.implementation is Implementation.TRANSFORMERS
+    if hf_model:
+        from workbench.hf import read_config, run_options
+
+        options["hf"] = run_options(model, plan)
+        # the config as trained, next to the run (the model directory may change later)
+        (run_dir / "hf_config.json").write_text(json.dumps(read_config(options["hf"]["path"]), indent=2))
     (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "run_dir": str(run_dir), "specs": specs,
                                                   "options": options, "predicted": predicted}, indent=2))
-    (run_dir / "megatron_args.json").write_text(json.dumps(transformer_config_kwargs(model, plan),
-                                                           indent=2, default=str))
+    if not hf_model:
+        (run_dir / "megatron_args.json").write_text(json.dumps(transformer_config_kwargs(model, plan),
+                                                               indent=2, default=str))
     if ds_config is not None:
         (run_dir / "ds_config.json").write_text(json.dumps(ds_config, indent=2))
     for name, text in files.items():

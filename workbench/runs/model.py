@@ -6,8 +6,9 @@ Imports of torch/megatron happen inside the functions so ``workbench.runs`` stay
 """
 from __future__ import annotations
 
+from workbench.defaults import megatron_recompute
 from workbench.params import padded_vocab_size
-from workbench.specs import Activation, ModelSpec, Normalization, ParallelPlan, Positions, Precision, Recompute
+from workbench.specs import Activation, ModelSpec, Normalization, ParallelPlan, Positions, Precision
 
 
 def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, init_method_std: float = 0.02) -> dict:
@@ -53,14 +54,7 @@ def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, init_meth
         # Megatron-LM's training arguments turn overlap_p2p_comm on for interleaving and set
         # batch_p2p_comm = not overlap_p2p_comm; the unbatched exchange keeps the two directions on separate groups.
         kwargs.update(overlap_p2p_comm=True, batch_p2p_comm=False)
-    if plan.recompute is Recompute.FULL:
-        if plan.recompute_layers is None:
-            kwargs.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-        else:
-            kwargs.update(recompute_granularity="full", recompute_method="block",
-                          recompute_num_layers=plan.recompute_layers)
-    elif plan.recompute is Recompute.SELECTIVE:
-        kwargs.update(recompute_granularity="selective")
+    kwargs.update(megatron_recompute(plan))
     return kwargs
 
 
