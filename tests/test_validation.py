@@ -300,7 +300,8 @@ def test_exporters_name_a_wrong_argument():
     ("lr", math.inf, "lr=inf must be a finite number"), ("lr", 0, "lr=0 must be > 0"),
     ("train_iters", 1.5, "train_iters=1.5 must be an integer"), ("pin_memory", "yes", "pin_memory='yes' must be"),
     ("initial_scale_power", 1000, "initial_scale_power=1000 is larger"), ("reduce_bucket_size", 2**70, "larger"),
-    ("overlap_comm", 1, "overlap_comm=1 must be True or False"), ("nvme_path", None, "nvme_path=None must be"),
+    ("contiguous_gradients", 1, "contiguous_gradients=1 must be True or False"),
+    ("nvme_path", None, "nvme_path=None must be"),
 ])
 def test_deepspeed_options_are_checked(field, value, expected):
     from workbench.configs import DeepSpeedOptions

@@ -117,8 +117,6 @@ class DeepSpeedOptions:
             put("warmup_iters", check_int("warmup_iters", self.warmup_iters, maximum=2**62))
         for name in ("contiguous_gradients", "pin_memory", "cpu_checkpointing", "wall_clock_breakdown"):
             put(name, check_bool(name, getattr(self, name)))
-        if self.overlap_comm is not None:
-            put("overlap_comm", check_bool("overlap_comm", self.overlap_comm))
         check_str("nvme_path", self.nvme_path)
         if self.warmup_iters is not None and not 0 < self.warmup_iters <= self.train_iters:
             raise ValueError(f"warmup_iters={self.warmup_iters} must be in 1..train_iters={self.train_iters}")
