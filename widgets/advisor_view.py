@@ -11,7 +11,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html, redraw
+from widgets.common import GIB, View, error_html, error_message, redraw
 from workbench.advisor import advise
 from workbench.logreader import parse_log
 
@@ -142,8 +142,8 @@ class AdvisorView(View):
             return
         try:
             self.advice = advise(s.model, s.cluster, s.plan, options=s.options, log=self.log_summary)
-        except ValueError as exc:
-            self.error.value = error_html(str(exc).strip().splitlines()[0], max_width="900px")
+        except Exception as exc:  # noqa: BLE001 - shown in red
+            self.error.value = error_html(error_message(exc), max_width="900px")
             return
         self.error.value = ""
         a = self.advice

@@ -45,6 +45,16 @@ def checkbox(description: str, tooltip: str = "") -> ipw.Checkbox:
                         tooltip=tooltip or description)
 
 
+def error_message(exc: BaseException) -> str:
+    """One line for the user: a ``ValueError``'s own message; anything else named by its type (a bug shows as such,
+    still in red, never as a traceback out of a click handler)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, ValueError):
+        return first or "invalid input"
+    return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
+
+
 def error_html(message: str, max_width: str = "330px") -> str:
     """Inline error text (the core's ``ValueError`` message) — never a traceback."""
     if not message:

@@ -12,7 +12,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html, redraw
+from widgets.common import GIB, View, error_html, error_message, redraw
 from widgets.state import LoadSpecs
 from workbench.planner import DEFAULT_HEADROOM, search
 from workbench.specs import Engine, Offload
@@ -164,9 +164,9 @@ class PlannerView(View):
                             headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
                             precision=s.plan.precision, top=SCATTER_PLANS, adam=s.plan.adam,
                             overlap_comm=s.plan.overlap_comm)
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
             self.result = None
-            self.error.value = error_html(str(exc).strip().splitlines()[0], max_width="900px")
+            self.error.value = error_html(error_message(exc), max_width="900px")
             self.table.value = self.explanation.value = ""
             self.choice.options = []
             self.use_button.disabled = True

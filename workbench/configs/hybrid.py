@@ -34,6 +34,7 @@ def hybrid_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                      options: Optional[DeepSpeedOptions] = None) -> dict:
     """The ``ds_config.json`` of the hybrid: ZeRO (the guide uses stage 1) over the data-parallel group, bucket
     sizes, micro batch and accumulation (``train_batch_size = micro × accumulation × data_parallel``)."""
+    validate(model, cluster, plan)
     _check(plan)
     return build_ds_config(model, cluster, plan, options=options)
 
