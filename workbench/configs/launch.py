@@ -9,10 +9,11 @@ import shlex
 from typing import Optional, Sequence
 
 from workbench.configs.megatron import format_flags
-from workbench.specs import ClusterSpec
+from workbench.specs import ClusterSpec, check_spec_types
 
 _NCCL_LINES = [
-    "# export NCCL_DEBUG=INFO            # uncomment to see NCCL's topology and errors (seed guide §5.1)",
+    "# export NCCL_DEBUG=INFO            # uncomment to see NCCL's topology and errors "
+    "(the DeepSpeed-vs-Megatron practitioner's guide §5.1)",
     "# export NCCL_IB_HCA=mlx5          # uncomment and set to pin the InfiniBand adapters",
     "# export NCCL_SOCKET_IFNAME=eth0   # uncomment and set to the interface that reaches the other nodes",
 ]
@@ -22,9 +23,21 @@ def default_hosts(cluster: ClusterSpec) -> list[str]:
     return [f"node{i}" for i in range(cluster.num_nodes)]
 
 
+MAX_HOSTFILE_NODES = 65_536
+"""Largest hostfile written (one line per node)."""
+
+
 def checked_hosts(cluster: ClusterSpec, hosts: Optional[Sequence[str]]) -> list[str]:
     """The host names (``node0..`` when not given), one per node, distinct, usable in a hostfile."""
+    check_spec_types(cluster=cluster)
+    if cluster.num_nodes > MAX_HOSTFILE_NODES:
+        raise ValueError(f"num_nodes={cluster.num_nodes:,} is more than a hostfile is written for "
+                         f"({MAX_HOSTFILE_NODES:,} lines at most); use torchrun or slurm launch scripts")
+    if isinstance(hosts, str):
+        raise ValueError(f"hosts={hosts!r:.60} must be a list of host names, not one string")
     hosts = list(hosts) if hosts is not None else default_hosts(cluster)
+    if any(not isinstance(h, str) for h in hosts):
+        raise ValueError(f"hosts must be strings (got {', '.join(type(h).__name__ for h in hosts[:3])})")
     if len(hosts) != cluster.num_nodes:
         raise ValueError(f"hosts has {len(hosts)} names but num_nodes={cluster.num_nodes}")
     if len(set(hosts)) != len(hosts):
@@ -115,6 +128,7 @@ def deepspeed_launch_script(cluster: ClusterSpec, command: Sequence[str], *, hos
     """``deepspeed`` launcher script: run once on the first node; it starts every rank over ssh from the hostfile
     (a single node needs no hostfile). ``launcher`` replaces the ``deepspeed`` program (e.g. a virtualenv's
     ``python -m deepspeed.launcher.runner``); ``exec_launcher`` makes the shell exec it."""
+    check_spec_types(cluster=cluster)
     lines = _header(f"DeepSpeed launcher: {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}")
     lines += list(preamble) + _NCCL_LINES + [""]
     program = _launcher_words(launcher, exec_launcher)
@@ -133,6 +147,7 @@ def torchrun_script(cluster: ClusterSpec, command: Sequence[str], *, rdzv: bool 
     with ``rdzv=True``, the c10d rendezvous (``--rdzv_backend c10d --rdzv_endpoint``, no node rank needed).
     ``master_addr`` is node 0's address (a placeholder to fill in when not given); ``launcher`` replaces the
     ``torchrun`` program (e.g. ``python -m torch.distributed.run``); ``exec_launcher`` makes the shell exec it."""
+    check_spec_types(cluster=cluster)
     last = cluster.num_nodes - 1
     lines = _header(f"torchrun: {cluster.num_nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}; "
                     f"run this script on every node")
@@ -155,6 +170,7 @@ def slurm_script(cluster: ClusterSpec, command: Sequence[str], *, job_name: str 
                  master_port: int = 29500, preamble: Sequence[str] = ()) -> str:
     """``sbatch`` script: one task per node, each running ``torchrun`` for that node's GPUs with the c10d
     rendezvous on the first node of the allocation."""
+    check_spec_types(cluster=cluster)
     if cpus_per_task < 1:
         raise ValueError(f"cpus_per_task={cpus_per_task} must be >= 1")
     lines = [
