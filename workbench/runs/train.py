@@ -11,8 +11,9 @@ Reads ``DIR/run.json`` (resolved specs and options) and, for the DeepSpeed engin
   1F1B schedule moves activations and gradients between the stages, and DeepSpeed ZeRO-1 reduces the gradients and
   partitions the optimizer over the stage's data-parallel group, in the order DeepSpeed's own pipeline engine uses.
 
-Each rank appends JSON lines to ``DIR/metrics/rank{R}.jsonl``: a ``start`` record (pid), one ``step`` record per
-step (loss, step seconds, tokens/s, peak memory bytes) and a final ``done`` record, or an ``error`` record
+Each rank appends JSON lines to ``DIR/metrics/rank{R}.jsonl``: a ``start`` record (pid), for the hybrid a ``groups``
+record (its tensor/pipeline/data-parallel group ranks), one ``step`` record per step (loss, step seconds, tokens/s,
+peak memory bytes, and DeepSpeed's gradient norm for the DeepSpeed engines) and a final ``done`` record, or an ``error`` record
 (``kind`` ``oom``, ``error``, or ``terminated`` when the launcher stopped it) before exiting non-zero. Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU
 and the peak resident set size (``ru_maxrss``) on the CPU.
 """
@@ -46,10 +47,12 @@ class MetricsWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
 
-    def step(self, step: int, loss, seconds: float, tokens: int, memory_bytes: int) -> None:
+    def step(self, step: int, loss, seconds: float, tokens: int, memory_bytes: int, grad_norm=None) -> None:
         self.step_seconds.append(seconds)
+        extra = {} if grad_norm is None else {"grad_norm": float(grad_norm)}
         self.write("step", step=step, loss=None if loss is None else float(loss), step_seconds=seconds,
-                   tokens_per_second=tokens / seconds if seconds > 0 else None, memory_bytes=int(memory_bytes))
+                   tokens_per_second=tokens / seconds if seconds > 0 else None, memory_bytes=int(memory_bytes),
+                   **extra)
 
     def done(self, memory_bytes: int) -> None:
         timed = self.step_seconds[2:] if len(self.step_seconds) > 3 else self.step_seconds
@@ -176,6 +179,26 @@ def mean_over_group(value: float, group=None) -> float:
     return float(t.item()) / dist.get_world_size(group=group)
 
 
+def write_groups(writer: MetricsWriter) -> None:
+    """A ``groups`` record: the global ranks of this rank's tensor-, pipeline- and data-parallel groups as
+    megatron-core built them (what :func:`workbench.layout.build_layout` predicts)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    writer.write("groups", tp=dist.get_process_group_ranks(ps.get_tensor_model_parallel_group()),
+                 pp=dist.get_process_group_ranks(ps.get_pipeline_model_parallel_group()),
+                 dp=dist.get_process_group_ranks(ps.get_data_parallel_group()))
+
+
+def global_grad_norm(engine):
+    """The gradient norm DeepSpeed computed for the last optimizer step, before clipping (None when the engine
+    did not compute one)."""
+    norm = engine.get_global_grad_norm()
+    if norm is None:
+        return None
+    return float(norm.item() if hasattr(norm, "item") else norm)
+
+
 def to_device(batch: dict, dev) -> dict:
     return {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
 
@@ -195,6 +218,8 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
     dev = device()
     deepspeed.init_distributed()
     megatron_setup(plan, opts["seed"])
+    if hybrid:
+        write_groups(writer)
     from megatron.core import parallel_state
 
     if opts.get("memory_limit_bytes"):
@@ -230,7 +255,7 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
         seconds = time.perf_counter() - t0
         local = float(torch.stack(losses).mean())
         loss = mean_over_group(local, dp_group) if dist.get_world_size(dp_group) > 1 else local
-        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes())
+        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes(), grad_norm=global_grad_norm(engine))
 
 
 def tied_output_weight(chunk):
@@ -292,6 +317,7 @@ def train_hybrid_pipeline(run, model_spec, plan, writer: MetricsWriter) -> None:
     dev = device()
     deepspeed.init_distributed()
     megatron_setup(plan, opts["seed"])
+    write_groups(writer)
     from megatron.core import parallel_state as ps
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -354,7 +380,7 @@ def train_hybrid_pipeline(run, model_spec, plan, writer: MetricsWriter) -> None:
         if last:
             local = float(torch.stack([r["lm loss"] for r in reduced]).float().mean())
             loss = mean_over_group(local, ps.get_data_parallel_group()) if dp > 1 else local
-        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes())
+        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes(), grad_norm=global_grad_norm(engine))
 
 
 # ----------------------------------------------------------------------------------------------------------------
