@@ -37,6 +37,17 @@ def test_zero2_and_zero3_with_a_pipeline_are_refused_with_deepspeeds_reason(tmp_
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 2
 
 
+def test_cli_refuses_zero2_with_a_pipeline_in_one_line(capsys, monkeypatch, tmp_path):
+    from workbench.cli import main
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    argv = ["run", "--engine", "hybrid", "--tp", "1", "--pp", "2", "--zero", "2", "--tiny", "--nproc", "2",
+            "--gbs", "2", "--precision", "fp32"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in err
+
+
 @pytest.mark.slow
 def test_tp2_pp2_dp2_zero1_on_8_processes_equals_world_size_1(tmp_path):
     """8 gloo processes (TP2 x PP2 x DP2, ZeRO-1, 2 micro-batches per data-parallel rank) against ZeRO-1 on one
