@@ -124,7 +124,9 @@ def test_import_hugging_face_config(app):
     assert s.valid, s.error
     assert s.model.num_parameters == 596_049_920 and s.model.qk_norm and s.model.head_dim == 128
     assert mdl.controls["num_layers"].value == 28 and mdl.controls["qk_norm"].value is True
-    assert s.plan.tensor_parallel == plan_before.tensor_parallel  # the plan stays; TP4 divides 16 heads, 8 groups
+    assert str(plan_before.engine) == "megatron"  # the guide's default plan: an HF model needs DeepSpeed
+    assert str(s.plan.engine) == "deepspeed" and int(s.plan.zero_stage) == 3 and s.plan.world_size == 8
+    assert "DeepSpeed ZeRO-3" in imp.report.value
     assert "Hugging Face" in imp.report.value and "qwen3" in imp.report.value
     imp.text.value = '{"model_type": "bert", "hidden_size": 8}'
     assert not imp.load() and "model_type" in imp.error.value and "bert" in imp.error.value

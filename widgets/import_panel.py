@@ -97,15 +97,26 @@ class ImportPanel(Panel):
         self._state = state
 
     def _load_hf(self, imported: HFModel) -> bool:
-        """A Hugging Face model replaces the model; the hardware and plan stay."""
+        """A Hugging Face model replaces the model; the hardware stays, and so does the plan when it is a DeepSpeed
+        data-parallel plan (otherwise it becomes ZeRO-3 over every GPU: an HF model trains under DeepSpeed)."""
         from widgets.common import error_html
-        from workbench.specs import validate
+        from workbench.specs import Engine, validate
 
         state = self._state
+        plan, changed = state.plan, ""
+        if plan.engine is not Engine.DEEPSPEED or plan.pipeline_parallel > 1:
+            gbs = plan.global_batch_size
+            mbs = plan.micro_batch_size if gbs % (plan.micro_batch_size * plan.world_size) == 0 else 1
+            plan = plan.replace(engine="deepspeed", tensor_parallel=1, pipeline_parallel=1, virtual_pipeline=1,
+                                context_parallel=1, sequence_parallel=False, distributed_optimizer=False,
+                                zero_stage=3, micro_batch_size=mbs, recompute_layers=None,
+                                global_batch_size=gbs if gbs % (mbs * plan.world_size) == 0 else None)
+            changed = (f"plan changed to DeepSpeed ZeRO-3 over {plan.world_size} GPUs (an HF model trains under "
+                       f"DeepSpeed ZeRO data parallel)")
         try:
-            validate(imported.spec, state.cluster, state.plan)
+            validate(imported.spec, state.cluster, plan)
         except ValueError as exc:
-            self.error.value = error_html(f"{imported.spec.name}: {exc}")
+            self.error.value = error_html(str(exc))
             self.report.value = ""
             return False
         self.error.value = ""
@@ -114,7 +125,8 @@ class ImportPanel(Panel):
                  f"({html.escape(imported.architecture)}): {spec.num_parameters / 1e9:.2f} B parameters, "
                  f"attn_implementation {html.escape(imported.attn_implementation or 'sdpa')} → "
                  f"{html.escape(str(spec.attention))} attention, seq {spec.seq_length}"]
+        notes += [html.escape(changed)] if changed else []
         notes += [f"note: {html.escape(n)}" for n in imported.notes]
         self.report.value = "<br>".join(notes)
-        self.send(LoadSpecs(model=spec, cluster=state.cluster, plan=state.plan, options=None))
+        self.send(LoadSpecs(model=spec, cluster=state.cluster, plan=plan, options=None))
         return True

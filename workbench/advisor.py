@@ -397,7 +397,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
        first); 2. activation checkpointing: selective, then full recompute (DeepSpeed ``activation_checkpointing``
        with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
        ``--recompute-granularity``); 3. ZeRO-3 with CPU offload of the optimizer, then of the parameters too
-       (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP).
+       (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP);
+    :func:`lora_option` prices the fine-tuning alternative (LoRA) next to it.
     """
     validate(model, cluster, plan)
     base = _price(model, cluster, plan, 1.0, headroom)
@@ -464,6 +465,51 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         if rung(3, f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})", p, settings):
             return tuple(steps)
     return tuple(steps)
+
+
+LORA_LADDER_RANK = 16
+"""Rank of the LoRA alternative the advisor prices (a common choice; Hu et al. 2021 find small ranks enough)."""
+
+
+def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0):
+    """For a full fine-tune that does not fit: the fastest LoRA r=16 plan that fits — ZeRO-2 or ZeRO-3 without
+    offload, with the plan's micro batch and recompute or with micro batch 1 and full recompute — as a finding;
+    ``None`` when the plan fits, is already LoRA, or pipelines with Megatron."""
+    if plan.lora_rank or (plan.engine is not Engine.DEEPSPEED and plan.pipeline_parallel > 1):
+        return None
+    base = _price(model, cluster, plan, 1.0, headroom)
+    if base["fits"]:
+        return None
+    engine = Engine.DEEPSPEED if plan.tensor_parallel == 1 else Engine.MEGATRON_DEEPSPEED
+    tried = []
+    for stage in (2, 3):
+        for mbs, recompute in ((plan.micro_batch_size, plan.recompute), (1, Recompute.FULL)):
+            try:
+                p = plan.replace(engine=engine, zero_stage=stage, distributed_optimizer=False,
+                                 offload_optimizer=Offload.NONE, offload_params=Offload.NONE, micro_batch_size=mbs,
+                                 recompute=recompute, recompute_layers=None, lora_rank=LORA_LADDER_RANK)
+                validate(model, cluster, p)
+            except ValueError:
+                continue
+            tried.append(_price(model, cluster, p, base["step_seconds"], headroom))
+    if not tried:
+        return None
+    fitting = [r for r in tried if r["fits"]]
+    if not fitting:
+        low = min(tried, key=lambda r: r["peak_bytes"])
+        return Finding(id="lora_option", status="warn",
+                       message=f"LoRA r={LORA_LADDER_RANK} does not fit either: at least {_gb(low['peak_bytes'])} per "
+                               f"GPU ({_plan_text(low['plan'])})", suggestion="the OOM ladder's offload steps, or more GPUs")
+    best = min(fitting, key=lambda r: r["step_seconds"])
+    bp = best["plan"]
+    return Finding(id="lora_option", status="warn",
+                   message=f"the full fine-tune does not fit on {cluster.world_size} x {cluster.gpu.name} "
+                           f"({_gb(base['peak_bytes'])} per GPU); LoRA r={LORA_LADDER_RANK} does, with "
+                           f"ZeRO-{int(bp.zero_stage)}: {_gb(best['peak_bytes'])} per GPU, {best['step_seconds']:.3f} "
+                           f"s/step ({_plan_text(bp)})",
+                   suggestion=f"if a fine-tune is the goal: --lora-rank {LORA_LADDER_RANK} --zero {int(bp.zero_stage)} "
+                              f"--mbs {bp.micro_batch_size} --recompute {bp.recompute} (peft "
+                              f"LoraConfig(r={LORA_LADDER_RANK}, target_modules='all-linear'))")
 
 
 # ================================================================================================================
@@ -592,6 +638,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
                              message=f"the guide's three OOM steps are not enough: the last one needs "
                                      f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}",
                              suggestion="more GPUs (more TP/PP), a shorter sequence, or larger GPUs"),)
+    lora = lora_option(model, cluster, plan, headroom=headroom)
+    if lora is not None:
+        findings += (lora,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice

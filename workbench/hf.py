@@ -244,6 +244,7 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
         notes.append(f"seq_length={seq_length} exceeds the model's max_position_embeddings={context}")
     impl = attn_implementation or data.get("attn_implementation") or data.get("_attn_implementation")
     fields["attention"] = attention_for(impl)
+    fields["implementation"] = "transformers"
     if name is None:
         name = "hf:" + (str(source) if not isinstance(source, dict) else model_type)
     try:

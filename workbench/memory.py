@@ -15,10 +15,13 @@ import numpy as np
 
 from workbench import params as P
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan,
+from workbench.specs import (AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan,
                              Precision, Recompute, validate)
 
 GiB = 2**30
+HF_LOSS_BYTES_PER_LOGIT = 12.0
+"""Bytes per logit at the loss of a transformers causal LM: saved fp32 log-softmax + fp32 gradients of the
+log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 
 # -- engine codes for array evaluation ----------------------------------------------------------------------------
 ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
@@ -93,7 +96,7 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel):
 
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
     """The largest single module one rank gathers under ZeRO-3: the (vocab-parallel) embedding or an MLP linear."""
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    vocab = P.model_vocab_size(m, tensor_parallel)
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     fc1 = m.hidden_size * (2 if m.is_gated else 1) * f
     qkv = m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size)
@@ -103,7 +106,7 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
 def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage):
     """Parameters one rank of pipeline stage ``stage`` holds (embedding on the first stage; output layer, or the
     tied embedding copy Megatron keeps when p > 1, and the final norm on the last)."""
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    vocab = P.model_vocab_size(m, tensor_parallel)
     layers = m.num_layers / pipeline_parallel * layer_params_per_rank(m, tensor_parallel)
     positions = m.position_table_size * m.hidden_size
     embedding = vocab * m.hidden_size / tensor_parallel + positions
@@ -196,6 +199,20 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     return weights, grads, optimizer, host, step
 
 
+def lora_split(stage_params, adapter_params, lora):
+    """(trainable, frozen) parameters of a rank: with LoRA the adapters train and every base weight is frozen;
+    without, everything trains."""
+    return np.where(lora, adapter_params, stage_params), np.where(lora, stage_params, 0.0)
+
+
+def frozen_weight_bytes(n_frozen, *, zero_stage, data_parallel, param_bytes):
+    """Frozen (``requires_grad=False``) weights: 16-bit (the engine casts the whole module), no gradient, no
+    optimizer state. ZeRO-3 partitions every module parameter, frozen or not (stage3.py partitions through the
+    module hooks); ZeRO-1/2 build their flat fp32 groups and gradient partitions from the trainable parameters
+    only (stage_1_and_2.py keeps ``param.requires_grad`` parameters), so frozen weights stay whole on every rank."""
+    return param_bytes * n_frozen / np.where(zero_stage >= 3, data_parallel, 1)
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -243,8 +260,11 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     rep = np.where(sequence_parallel, 1.0 / t, 1.0)
     hidden_mask = 1.0 if m.hidden_dropout > 0 else 0.0
     sbh = s * b * h
-    replicated = (4 * v + 2 * hidden_mask) * sbh * rep
+    norm_inputs = 2 * v * sbh * rep if m.sandwich_norm else 0.0  # the post-attention and post-MLP norms
+    replicated = (4 * v + 2 * hidden_mask) * sbh * rep + norm_inputs
     qkv = v * s * b * (m.query_projection_size + 2 * m.kv_projection_size) / t
+    if m.qk_norm:  # the per-head norms keep their inputs (the q and k projections' outputs)
+        qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
     if m.is_moe:
         f = m.moe_ffn_hidden_size * m.moe_top_k  # each token passes top-k experts
@@ -253,6 +273,11 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
     if m.attention is AttentionImpl.UNFUSED:
         per_score = softmax_bytes + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
+        if m.implementation is Implementation.TRANSFORMERS and m.attention_dropout == 0:
+            # transformers' eager_attention_forward: softmax(dtype=float32) saves its fp32 output, and the 16-bit
+            # cast of it is saved by the probabilities @ V matmul (with dropout that matmul saves the dropout
+            # output instead, as above)
+            per_score = softmax_bytes + v
         core = per_score * m.num_attention_heads * s * s_full * b / t
     else:
         core = 4.0 * m.num_attention_heads * s * b / t
@@ -291,6 +316,12 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     """Last stage, one micro-batch: the final-norm input and output-layer input (v·sbh each; the latter gathered
     with SP) and the logits.
 
+    A transformers model (``implementation='transformers'``) computes the loss in ``ForCausalLMLoss``
+    (transformers/loss/loss_utils.py): ``logits.float()`` then ``F.cross_entropy``, whose log-softmax output (fp32)
+    is saved for backward; backward then holds that output, the fp32 gradient of the log-probabilities and the
+    fp32 gradient of the logits at once — :data:`HF_LOSS_BYTES_PER_LOGIT` = 12 bytes per logit (the forward's
+    v + 4 + 4 is no larger). No chunked loss in the causal-LM heads of the supported families.
+
     Logits: megatron-core's vocab-parallel cross entropy casts the 16-bit logits (v·sbV/t) to fp32 (4·sbV/t),
     exponentiates in place and keeps that fp32 softmax for backward; both copies are alive at once, so the peak is
     (v + 4)·s·b·V/t with V the padded vocabulary. fp32 logits over a large vocabulary are often the largest single
@@ -299,8 +330,12 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     s = m.seq_length / context_parallel
     rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     sbh = s * micro_batch * m.hidden_size
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
-    logits = (value_bytes + 4) * s * micro_batch * vocab / tensor_parallel
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    if m.implementation is Implementation.TRANSFORMERS:
+        per_logit = HF_LOSS_BYTES_PER_LOGIT
+    else:
+        per_logit = value_bytes + 4
+    logits = per_logit * s * micro_batch * vocab / tensor_parallel
     return value_bytes * sbh * rep + value_bytes * sbh + logits
 
 
@@ -351,7 +386,7 @@ def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
-                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None):
+                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
 
     Two candidate peaks, the larger wins:
@@ -370,10 +405,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     (``backward_activations`` keeps the backward figure); at a backward peak ``gradients`` is what exists then.
     """
     n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage)
+    trainable, frozen = lora_split(n, m.num_layers / pipeline_parallel * lora_params_per_layer / tensor_parallel,
+                                   lora_params_per_layer > 0)
     weights, grads, optimizer, host, step = model_state_bytes(
-        n, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes, fp16=fp16,
-        offload_optimizer=offload_optimizer, offload_params=offload_params,
+        trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes,
+        fp16=fp16, offload_optimizer=offload_optimizer, offload_params=offload_params,
         distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+    frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
+                                         param_bytes=value_bytes)
+    weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
+    host = host + np.where(offload_params > 0, frozen_weights, 0.0)
     grads_bwd = backward_gradient_bytes(grads, engine=engine, zero_stage=zero_stage, param_bytes=value_bytes,
                                         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer)
 
@@ -421,7 +462,8 @@ def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
                 value_bytes=plan.precision.bytes_per_value, fp16=int(plan.precision is Precision.FP16),
                 offload_optimizer=int(plan.offload_optimizer is not Offload.NONE),
                 offload_params=int(plan.offload_params is not Offload.NONE),
-                distributed_optimizer=int(plan.distributed_optimizer), fused_kernels=int(plan.fused_kernels))
+                distributed_optimizer=int(plan.distributed_optimizer), fused_kernels=int(plan.fused_kernels),
+                lora_params_per_layer=P.lora_params_per_layer(model, plan.lora_rank, plan.lora_targets))
 
 
 FORMULAS = {

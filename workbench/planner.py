@@ -35,9 +35,9 @@ import numpy as np
 from workbench import memory as M
 from workbench import timing as T
 from workbench.memory import ENGINE_CODES, GiB
-from workbench.params import padded_vocab_size
-from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
-                             ZeroStage, check_bool, check_float, check_int, check_spec_types)
+from workbench.params import lora_params_per_layer, model_vocab_size
+from workbench.specs import (LORA_TARGETS, ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan,
+                             Precision, Recompute, ZeroStage, check_bool, check_float, check_int, check_spec_types)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -172,6 +172,8 @@ def describe_plan(p: ParallelPlan) -> str:
         parts.append(f"offload-params={p.offload_params}")
     parts.append(f"mbs{p.micro_batch_size}×{p.gradient_accumulation_steps}")
     parts.append(f"recompute={p.recompute}")
+    if p.lora_rank:
+        parts.append(f"LoRA r={p.lora_rank}")
     return " ".join(parts)
 
 
@@ -222,6 +224,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     tps = [t for t in _divisors(int(np.gcd(g, model.ffn_hidden_size)))
            if W % t == 0 and (allow_cross_node_tp or t <= n)]
     pps = [p for p in _divisors(L) if W % p == 0]
+    if model.implementation is Implementation.TRANSFORMERS:  # an HF model: ZeRO data parallel, no pipeline
+        pps = [1]
     cps = [c for c in _divisors(W) if c <= max_context_parallel and (c == 1 or model.seq_length % (2 * c) == 0)]
     chunks = []
     for t in tps:
@@ -263,9 +267,11 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
 # ================================================================================================================
 # Evaluation through the memory and time models
 # ================================================================================================================
-def memory_codes(table: dict, model: ModelSpec, precision: Precision, fused_kernels: bool = True) -> dict:
+def memory_codes(table: dict, model: ModelSpec, precision: Precision, fused_kernels: bool = True,
+                 lora: tuple = (0, LORA_TARGETS)) -> dict:
     """The keyword arguments of :func:`workbench.memory.stage_terms` as arrays (same keys as
-    :func:`workbench.memory.plan_codes`); ``fused_kernels`` is :attr:`ParallelPlan.fused_kernels` for every row."""
+    :func:`workbench.memory.plan_codes`); ``fused_kernels`` is :attr:`ParallelPlan.fused_kernels` and ``lora``
+    ``(lora_rank, lora_targets)`` of every row."""
     return dict(engine=table["engine"], zero_stage=table["zero"], tensor_parallel=table["tp"],
                 pipeline_parallel=table["pp"], virtual_pipeline=table["vp"], context_parallel=table["cp"],
                 sequence_parallel=table["sp"].astype(bool), data_parallel=table["dp"], micro_batch=table["mbs"],
@@ -273,10 +279,11 @@ def memory_codes(table: dict, model: ModelSpec, precision: Precision, fused_kern
                 recompute_layers=model.num_layers // table["pp"], value_bytes=precision.bytes_per_value,
                 fp16=int(precision is Precision.FP16), offload_optimizer=table["off_opt"],
                 offload_params=table["off_par"], distributed_optimizer=table["dist_opt"],
-                fused_kernels=int(fused_kernels))
+                fused_kernels=int(fused_kernels), lora_params_per_layer=lora_params_per_layer(model, *lora))
 
 
-def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision) -> dict:
+def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision,
+               lora: tuple = (0, LORA_TARGETS)) -> dict:
     """The keyword arguments of :func:`workbench.timing.step_time_terms` as arrays.
 
     Model and cluster constants come from :func:`workbench.timing.time_inputs` of one plan per engine (any key
@@ -292,13 +299,15 @@ def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: P
     bucket = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], T.MEGATRON_BUCKET_ELEMENTS,
                       T.DEEPSPEED_BUCKET_ELEMENTS)
     out.update({
-        "vocab_size": padded_vocab_size(model.vocab_size, table["tp"]),
+        "vocab_size": model_vocab_size(model, table["tp"]),
         "tensor_parallel": table["tp"], "pipeline_parallel": table["pp"], "virtual_pipeline": table["vp"],
         "context_parallel": table["cp"], "data_parallel": table["dp"], "micro_batch_size": table["mbs"],
         "num_microbatches": table["nmb"], "sequence_parallel": table["sp"], "zero_stage": table["zero"],
         "offload_optimizer": table["off_opt"], "offload_params": table["off_par"],
         "distributed_optimizer": table["dist_opt"], "recompute": table["recompute"],
         "recompute_fraction": full.astype(float), "grad_bucket_elements": bucket})
+    if lora[0]:
+        out["trainable_fraction"] = model.num_layers * lora_params_per_layer(model, *lora) / model.num_parameters
     return out
 
 
@@ -309,7 +318,7 @@ def _stage_total(model, stage, codes):
 
 
 def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: Precision = Precision.BF16,
-             all_stages: bool = False) -> dict:
+             all_stages: bool = False, lora: tuple = (0, LORA_TARGETS)) -> dict:
     """Peak bytes per GPU, host bytes per node and the time terms for every row of ``table``.
 
     The peak is taken over pipeline stages. By default stages 0 and p−1 are evaluated: every middle stage holds
@@ -318,7 +327,7 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
     same peaks.
     """
     k = len(table["tp"])
-    codes = memory_codes(table, model, precision)
+    codes = memory_codes(table, model, precision, lora=lora)
     if all_stages:
         reps = table["pp"]
         row = np.repeat(np.arange(k), reps)
@@ -340,7 +349,7 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
         peak_stage = np.where(last > first, table["pp"] - 1, 0)
         host = np.maximum(np.asarray(t0["host"], float), np.asarray(t1["host"], float)) * np.ones(k)
     nvme = 0  # offload is to CPU only in the search
-    inputs = time_codes(table, model, cluster, precision)
+    inputs = time_codes(table, model, cluster, precision, lora=lora)
     terms = T.step_time_terms(**inputs)
     return dict(peak_bytes=peak, peak_stage=peak_stage, host_bytes_per_node=host * cluster.gpus_per_node + nvme,
                 step_seconds=np.asarray(terms["step_seconds"]), model_flops=np.asarray(terms["model_flops"]),
@@ -352,7 +361,8 @@ def _reference_inputs(model, cluster, precision, engine) -> dict:
     return T.time_inputs(model, cluster, plan)
 
 
-def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision) -> ParallelPlan:
+def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision,
+             lora: tuple = (0, LORA_TARGETS)) -> ParallelPlan:
     return ParallelPlan(
         world_size=cluster.world_size, engine=_ENGINE_BY_CODE[int(table["engine"][i])],
         tensor_parallel=int(table["tp"][i]), pipeline_parallel=int(table["pp"][i]),
@@ -361,11 +371,12 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         offload_optimizer="cpu" if table["off_opt"][i] else "none",
         offload_params="cpu" if table["off_par"][i] else "none",
         distributed_optimizer=bool(table["dist_opt"][i]), recompute=_RECOMPUTE_BY_CODE[int(table["recompute"][i])],
-        micro_batch_size=int(table["mbs"][i]), global_batch_size=global_batch_size, precision=precision)
+        micro_batch_size=int(table["mbs"][i]), global_batch_size=global_batch_size, precision=precision,
+        lora_rank=lora[0], lora_targets=lora[1])
 
 
-def _result_at(table, ev, i, model, cluster, gbs, precision) -> PlanResult:
-    plan = _plan_at(table, i, cluster, gbs, precision)
+def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS)) -> PlanResult:
+    plan = _plan_at(table, i, cluster, gbs, precision, lora)
     step = float(ev["step_seconds"][i])
     model_tflops = float(ev["model_flops"][i]) / step / cluster.world_size / 1e12
     stage = int(ev["peak_stage"][i])
@@ -388,8 +399,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            zero_stages: Sequence[int] = (0, 1, 2, 3), offload: bool = True,
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
            allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
-           all_stages: bool = False) -> PlanSearch:
+           all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
+
+    ``lora_rank`` > 0 searches LoRA fine-tunes (adapters on ``lora_targets``, base weights frozen): DeepSpeed
+    engines only.
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -410,13 +424,24 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
     if seq_length is not None and seq_length != model.seq_length:
         model = model.replace(seq_length=seq_length)
+    probe = ParallelPlan(world_size=cluster.world_size, lora_rank=lora_rank, lora_targets=lora_targets)
+    lora = (probe.lora_rank, probe.lora_targets)
+    if model.implementation is Implementation.TRANSFORMERS:  # DeepSpeed ZeRO data parallel only
+        engines = [e for e in engines if Engine.parse(e, "engines") is Engine.DEEPSPEED]
+        if not engines:
+            raise ValueError(f"{model.name} is a Hugging Face model: it trains under engine 'deepspeed' (ZeRO data "
+                             f"parallel); engines lists none")
+    if lora[0]:
+        engines = [e for e in engines if Engine.parse(e, "engines") is not Engine.MEGATRON]
+        if not engines:
+            raise ValueError(f"lora_rank={lora[0]} needs a DeepSpeed engine; engines lists only megatron")
     table = enumerate_candidates(model, cluster, global_batch_size, engines=engines, zero_stages=zero_stages,
                                  offload=offload, recompute=recompute, allow_cross_node_tp=allow_cross_node_tp,
                                  max_context_parallel=max_context_parallel)
     count = len(table["tp"])
     if count == 0:
         raise ValueError(_no_valid_plan_message(model, cluster, global_batch_size))
-    ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages)
+    ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora)
     capacity = cluster.gpu.memory_bytes
     limit = (1.0 - headroom) * capacity
     host_cap = cluster.host_memory_gib_per_node * GiB
@@ -424,8 +449,13 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     fits_host = ev["host_bytes_per_node"] <= host_cap
     feasible = np.flatnonzero(fits_gpu & fits_host)
     if not len(feasible):
-        raise ValueError(_nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
-                                               fits_gpu, engines, offload))
+        message = _nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
+                                        fits_gpu, engines, offload)
+        if not lora[0]:
+            message += _lora_alternative(model, cluster, global_batch_size=global_batch_size, headroom=headroom,
+                                         engines=engines, zero_stages=zero_stages, offload=offload,
+                                         recompute=recompute, precision=precision)
+        raise ValueError(message)
     step = ev["step_seconds"][feasible]
     peak = ev["peak_bytes"][feasible]
     order = feasible[np.lexsort((peak, step))]
@@ -436,8 +466,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     front[1:] = peaks_in_order[1:] < running_min[:-1]
     pareto_idx = order[front]
     gbs = int(global_batch_size)
-    ranked = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision) for i in order[:top])
-    pareto = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision) for i in pareto_idx)
+    ranked = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision, lora) for i in order[:top])
+    pareto = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision, lora) for i in pareto_idx)
     runner_up = ranked[1] if len(ranked) > 1 else None
     explanation = explain(ranked[0], runner_up, model=model, cluster=cluster)
     # the runner-up often differs only in a detail; also compare with the best plan of another layout
@@ -447,7 +477,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     for k in layout_keys:
         other |= table[k][order] != table[k][w]
     if other.any() and (runner_up is None or all(table[k][int(order[1])] == table[k][w] for k in layout_keys)):
-        alt = _result_at(table, ev, int(order[np.argmax(other)]), model, cluster, gbs, precision)
+        alt = _result_at(table, ev, int(order[np.argmax(other)]), model, cluster, gbs, precision, lora)
         explanation += "\n" + explain(ranked[0], alt, model=model, cluster=cluster, label="Best other layout",
                                        head=False)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
@@ -474,6 +504,26 @@ def _largest_model_parallel(model, cluster) -> int:
             if W % (t * p) == 0:
                 best = max(best, t * p)
     return best
+
+
+LORA_SUGGESTED_RANK = 16
+"""The LoRA rank the planner tries when a full fine-tune fits nowhere (a common default; Hu et al. 2021 find small
+ranks enough)."""
+
+
+def _lora_alternative(model, cluster, **kwargs) -> str:
+    """'; LoRA r=16 fits: …' when a LoRA fine-tune of every projection fits where the full fine-tune does not."""
+    engines = [e for e in kwargs.pop("engines") if Engine.parse(e, "engine") is not Engine.MEGATRON]
+    if not engines:
+        return ""
+    try:
+        found = search(model, cluster, engines=engines, lora_rank=LORA_SUGGESTED_RANK, top=1, **kwargs)
+    except ValueError:
+        return f"; LoRA r={LORA_SUGGESTED_RANK} on every projection does not fit either"
+    best = found.best
+    return (f". The full fine-tune does not fit on {cluster.world_size} x {cluster.gpu.name}; LoRA "
+            f"r={LORA_SUGGESTED_RANK} does, with {describe_plan(best.plan)} ({best.peak_bytes / GiB:.1f} GiB per GPU, "
+            f"{best.step_seconds:.2f} s/step; --lora-rank {LORA_SUGGESTED_RANK})")
 
 
 def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, fits_gpu, engines, offload) -> str:

@@ -112,13 +112,25 @@ class AttentionImpl(_StrEnum):
     FLASH = "flash"
 
 
+class Implementation(_StrEnum):
+    """Which code builds the model: megatron-core's ``GPTModel`` or a Hugging Face ``transformers`` causal LM."""
+
+    MEGATRON = "megatron"
+    TRANSFORMERS = "transformers"
+
+
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+"""Projections a LoRA adapter can sit on: query, key, value, attention output, and the MLP's gate, up (fc1) and
+down (fc2) projections (peft's ``q_proj`` … ``down_proj``; ``gate`` exists only in gated MLPs)."""
+
+
 # Upper bounds far beyond any real transformer or cluster. They keep every product the memory and time models
 # form inside 64-bit integers and finite floats, so absurd input gets a clear error instead of an overflow.
 MAX_COUNT = {
     "num_layers": 10_000, "hidden_size": 2**20, "num_attention_heads": 2**16, "num_query_groups": 2**16,
     "head_dim": 2**16, "ffn_hidden_size": 2**22, "moe_ffn_hidden_size": 2**22, "vocab_size": 2**24,
     "seq_length": 2**26, "num_experts": 2**14, "moe_top_k": 2**14, "shared_expert_ffn_hidden_size": 2**22,
-    "max_position_embeddings": 2**26,
+    "max_position_embeddings": 2**26, "lora_rank": 2**16,
     "gpus_per_node": 1024, "num_nodes": 2**24,
     "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
     "context_parallel": 2**16, "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
@@ -253,16 +265,21 @@ class ModelSpec:
     max_position_embeddings: Optional[int] = None
     """Rows of the learned position table (GPT-2's ``n_positions``); ``None`` means seq_length. Only used with
     learned positions, where seq_length may not exceed it."""
+    implementation: Implementation = Implementation.MEGATRON
+    """The code that builds and runs the model: ``megatron`` (megatron-core GPTModel: vocabulary padded to 128·t,
+    vocab-parallel cross entropy) or ``transformers`` (a Hugging Face model: exact vocabulary, the logits up-cast to
+    fp32 for ``ForCausalLMLoss``, eager attention keeping fp32 softmax and 16-bit probabilities)."""
 
     def __post_init__(self) -> None:
         for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
-                               ("position_embedding", Positions), ("attention", AttentionImpl)):
+                               ("position_embedding", Positions), ("attention", AttentionImpl),
+                               ("implementation", Implementation)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         check_str("name", self.name)
         _positive_int(self, "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
         for name in ("hidden_dropout", "attention_dropout"):
             _set(self, name, check_float(name, getattr(self, name), strict=False, below=1.0))
-        for name in ("add_bias_linear", "tied_embeddings"):
+        for name in ("add_bias_linear", "tied_embeddings", "qk_norm", "sandwich_norm"):
             _set(self, name, check_bool(name, getattr(self, name)))
         if self.num_query_groups is None:
             _set(self, "num_query_groups", self.num_attention_heads)
@@ -284,8 +301,8 @@ class ModelSpec:
                 ffn = 4 * self.hidden_size
             _set(self, "ffn_hidden_size", ffn)
         _positive_int(self, "ffn_hidden_size")
-        if self.qkv_bias is None:
-            _set(self, "qkv_bias", bool(self.add_bias_linear))
+        _set(self, "qkv_bias", bool(self.add_bias_linear) if self.qkv_bias is None
+             else check_bool("qkv_bias", self.qkv_bias))
         if self.max_position_embeddings is not None:
             _positive_int(self, "max_position_embeddings")
             if self.position_embedding is Positions.LEARNED and self.seq_length > self.max_position_embeddings:
@@ -545,6 +562,13 @@ class ParallelPlan:
     """Sequences per optimizer step over the whole job; ``None`` means micro_batch_size × data_parallel."""
     precision: Precision = Precision.BF16
     """Training precision."""
+    lora_rank: int = 0
+    """LoRA adapters of this rank on ``lora_targets`` with every base weight frozen (0: full fine-tune). Frozen
+    weights stay in 16 bits without gradients or optimizer states; ZeRO-3 still partitions them, ZeRO-1/2 only
+    partition what trains (DeepSpeed builds its flat groups from ``requires_grad`` parameters)."""
+    lora_targets: tuple = LORA_TARGETS
+    """Projections carrying adapters (a subset of :data:`LORA_TARGETS`; default all of them, peft's
+    ``"all-linear"``)."""
     fused_kernels: bool = True
     """Whether the engine's fused kernels are available and used (default ``True``, what a Megatron-LM or DeepSpeed
     installation with its compiled ops runs): Megatron's fused scale-mask-softmax (``--masked-softmax-fusion``,
@@ -590,7 +614,35 @@ class ParallelPlan:
             if self.recompute is not Recompute.FULL:
                 raise ValueError(f"recompute_layers={self.recompute_layers} needs recompute='full' "
                                  f"(got recompute='{self.recompute}')")
+        self._check_lora()
         self._check_engine()
+
+    def _check_lora(self) -> None:
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, numbers.Integral) \
+                or not 0 <= self.lora_rank <= MAX_COUNT["lora_rank"]:
+            raise ValueError(f"lora_rank={self.lora_rank!r} must be an integer in [0, {MAX_COUNT['lora_rank']}] "
+                             f"(0: full fine-tune)")
+        _set(self, "lora_rank", int(self.lora_rank))
+        targets = self.lora_targets
+        if isinstance(targets, str):
+            targets = [t for t in targets.replace(",", " ").split() if t]
+        try:
+            targets = tuple(dict.fromkeys(str(t).lower() for t in targets))
+        except TypeError:
+            raise ValueError(f"lora_targets={self.lora_targets!r} must be a list of {', '.join(LORA_TARGETS)}") \
+                from None
+        unknown = [t for t in targets if t not in LORA_TARGETS]
+        if unknown or not targets:
+            raise ValueError(f"lora_targets={list(targets)!r}: {unknown[0] if unknown else 'empty'} is not one of "
+                             f"{', '.join(LORA_TARGETS)}")
+        _set(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
+        if self.lora_rank and self.engine is Engine.MEGATRON:
+            raise ValueError(f"lora_rank={self.lora_rank} needs engine 'deepspeed' (LoRA is modelled for DeepSpeed "
+                             f"and Hugging Face models; got engine='megatron')")
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank > 0
 
     def _check_engine(self) -> None:
         e = self.engine
@@ -650,6 +702,9 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     if plan.world_size != cluster.world_size:
         raise ValueError(f"plan world_size={plan.world_size} != cluster gpus_per_node({cluster.gpus_per_node}) * "
                          f"num_nodes({cluster.num_nodes}) = {cluster.world_size}")
+    if model.implementation is Implementation.TRANSFORMERS and (plan.engine is not Engine.DEEPSPEED or p > 1):
+        raise ValueError(f"{model.name}: a Hugging Face model trains under DeepSpeed ZeRO data parallel (engine="
+                         f"'deepspeed', pipeline_parallel=1); got engine='{plan.engine}', pipeline_parallel={p}")
     if model.num_attention_heads % t:
         raise ValueError(f"tensor_parallel={t} does not divide num_attention_heads={model.num_attention_heads}")
     if model.num_query_groups % t:

@@ -29,7 +29,7 @@ import numpy as np
 
 from workbench.flops import (RECOMPUTE_CODES, attention_core_flops_per_token, layer_gemm_flops_per_token,
                              logits_flops_per_token, model_flops_per_step, recompute_flops_per_step)
-from workbench.params import padded_vocab_size
+from workbench.params import lora_params_per_layer, model_vocab_size
 from workbench.schedule import bubble_fraction
 from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision,
                              Recompute, validate)
@@ -228,7 +228,7 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
                     layer_pass_overhead_s,
                     cpu_adam_params_per_second_per_node, optimizer_bytes_per_parameter,
                     deepspeed_step_bytes_per_parameter, zero3_modules_per_layer, zero3_fetch_latency_s,
-                    zero3_reduce_latency_s, zero3_collective_call_s):
+                    zero3_reduce_latency_s, zero3_collective_call_s, trainable_fraction=1.0):
     """Seconds per optimizer step by term, for plain numbers or numpy arrays (broadcast together).
 
     Codes: ``recompute`` 0 none / 1 selective / 2 full (``recompute_fraction`` of layers for full); ``zero_stage``
@@ -254,7 +254,8 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
      inter_node_gb_per_s, host_link_gb_per_s, intra_node_latency_s, inter_node_latency_s, gemm_efficiency_max,
      gemm_half_dim, memory_passes, hbm_efficiency, layer_pass_overhead_s, cpu_adam_params_per_second_per_node,
      optimizer_bytes_per_parameter, deepspeed_step_bytes_per_parameter, zero3_modules_per_layer,
-     zero3_fetch_latency_s, zero3_reduce_latency_s, zero3_collective_call_s) = (args[k] for k in _STEP_ARGS)
+     zero3_fetch_latency_s, zero3_reduce_latency_s, zero3_collective_call_s,
+     trainable_fraction) = (args[k] for k in _STEP_ARGS)
     t, p, v, c, d = tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel
     b, m, L, h = micro_batch_size, num_microbatches, num_layers, hidden_size
     q, kv, f, s = query_projection_size, kv_projection_size, ffn_hidden_size, seq_length
@@ -291,13 +292,15 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
     # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
     layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + layer_pass_overhead_s
-    # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much
-    layer_bwd = 2 * (t_weights_fwd + t_core + t_mem) + t_score_bwd + layer_pass_overhead_s
+    # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
+    # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
+    layer_bwd = ((1 + trainable_fraction) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd
+                 + layer_pass_overhead_s)
     t_logits = gemm_seconds(2 * tokens * h * vocab_size / t, tokens, vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=bytes_per_value)
     t_loss = tokens * vocab_size / t * (ce_fwd_b + ce_bwd_b) / hbm_bytes_per_s
     # the last stage carries the output layer and the loss: the slowest stage
-    stage_mb = layers * (layer_fwd + layer_bwd) + 3 * t_logits + t_loss
+    stage_mb = layers * (layer_fwd + layer_bwd) + (2 + trainable_fraction) * t_logits + t_loss
     compute = m * stage_mb
 
     # -- recompute: the extra forward --------------------------------------------------------------------------
@@ -350,7 +353,8 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     dp_lat = link_latency_s(dp_span, gpus_per_node, intra_node_latency_s=intra_node_latency_s,
                             inter_node_latency_s=inter_node_latency_s)
     local_params = num_parameters / (t * p)
-    grad_bytes = local_params * grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
+    trainable_params = local_params * trainable_fraction  # what has gradients and optimizer states
+    grad_bytes = trainable_params * grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
     bucket_bytes = np.minimum(grad_bucket_elements * grad_reduce_bytes_per_value, grad_bytes)
     coll = functools.partial(collective_seconds, gb_per_s=dp_bw, latency_s=dp_lat)
     backward_mb = layers * layer_bwd  # compute a gradient reduction can hide behind
@@ -365,15 +369,16 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
                 + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
     # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
     rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
-    ag = coll(local_params * bytes_per_value, grad_group, kind="all_gather")  # the 16-bit parameters
+    ag = coll(trainable_params * bytes_per_value, grad_group, kind="all_gather")  # the updated 16-bit parameters
+    ag_all = coll(local_params * bytes_per_value, grad_group, kind="all_gather")  # ZeRO-3: frozen ones too
     rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
     dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
     # ZeRO-2: DeepSpeed reduce-scatters every micro-batch (stage_1_and_2.py, partition_gradients) + all-gather
     dp_zero2 = m * exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
     # ZeRO-3: per micro-batch all-gather forward and backward + reduce-scatter; the first layer's gather is exposed
     layer_bytes = parameters_per_layer / t * bytes_per_value
-    dp_zero3 = (m * (exposed_seconds(ag, forward_mb, overlap_comm) + exposed_seconds(ag + rs, backward_mb,
-                                                                                      overlap_comm))
+    dp_zero3 = (m * (exposed_seconds(ag_all, forward_mb, overlap_comm) + exposed_seconds(ag_all + rs, backward_mb,
+                                                                                          overlap_comm))
                 + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
     # ZeRO-3 per-module work (DeepSpeed stage 3 hooks, deepspeed/runtime/zero/parameter_offload.py and stage3.py):
     # every submodule holding partitioned parameters is fetched (all-gather, then released) before each forward,
@@ -389,13 +394,13 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
                        np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
 
     # -- offload: PCIe traffic and CPU Adam ------------------------------------------------------------------
-    shard = local_params / np.where(sharded, grad_group, 1)
+    shard = trainable_params / np.where(sharded, grad_group, 1)
     off_opt = np.asarray(offload_optimizer) > 0
     off_par = np.asarray(offload_params) > 0
     host_bps = host_link_gb_per_s * 1e9
     cpu_rate = cpu_adam_params_per_second_per_node / gpus_per_node
     offload_opt_s = np.where(off_opt, 2 * shard * bytes_per_value / host_bps + shard / cpu_rate, 0.0)
-    offload_par_s = np.where(off_par, m * 3 * shard * bytes_per_value / host_bps, 0.0)
+    offload_par_s = np.where(off_par, m * 3 * local_params / grad_group * bytes_per_value / host_bps, 0.0)
     offload = offload_opt_s + offload_par_s
 
     # -- optimizer step on the GPU (memory bound) ------------------------------------------------------------
@@ -418,6 +423,8 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     model_f = model_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
                                    attention_core_per_token=core,
                                    logits_per_token=logits_flops_per_token(hidden_size=h, vocab_size=vocab_size))
+    # frozen weights (LoRA) need no weight-gradient GEMMs: 2 + trainable_fraction of the 3 weight passes remain
+    model_f = model_f * (2 + trainable_fraction) / 3
     extra_f = recompute_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
                                        attention_core_per_token=core, recompute=recompute,
                                        recomputed_layers=L * recompute_fraction)
@@ -450,6 +457,15 @@ def default_overlap_comm(engine: Engine) -> bool:
     return engine is not Engine.MEGATRON
 
 
+def trainable_fraction(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Parameters with gradients over all parameters: 1 for a full fine-tune; with LoRA the adapters over the
+    model (:func:`workbench.params.lora_params_per_layer`)."""
+    if not plan.lora_rank:
+        return 1.0
+    adapters = model.num_layers * lora_params_per_layer(model, plan.lora_rank, plan.lora_targets)
+    return adapters / model.num_parameters
+
+
 def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool | None = None,
                 bucket_elements: float | None = None, profile=None) -> dict:
     """The plain-number keyword arguments of :func:`step_time_terms` for one (model, cluster, plan).
@@ -478,7 +494,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         ffn_hidden_size=model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size,
         gated=int(model.is_gated), experts_per_token=model.moe_top_k if model.is_moe else 1,
         num_experts=model.num_experts if model.is_moe else 1, seq_length=model.seq_length,
-        vocab_size=padded_vocab_size(model.vocab_size, plan.tensor_parallel),
+        vocab_size=model_vocab_size(model, plan.tensor_parallel),
         causal_attention=int(model.attention is AttentionImpl.FLASH),
         unfused_attention=int(model.attention is AttentionImpl.UNFUSED),
         # Megatron-LM trains with its fused scale-mask-softmax kernel (--masked-softmax-fusion is on by default)
@@ -515,6 +531,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         zero3_modules_per_layer=zero3_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
+        trainable_fraction=trainable_fraction(model, plan),
     )
     if profile is not None:
         inputs.update(profile.time_overrides(cluster, plan.precision)[0])

@@ -26,7 +26,8 @@ _PLAN_FLAGS = {
     "engine": "engine", "tp": "tensor_parallel", "pp": "pipeline_parallel", "vp": "virtual_pipeline",
     "cp": "context_parallel", "zero": "zero_stage", "offload_optimizer": "offload_optimizer",
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
-    "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision",
+    "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
+    "lora_targets": "lora_targets",
 }
 
 
@@ -58,6 +59,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     tied.add_argument("--untied", dest="tied", action="store_false", help="separate output layer")
     m.add_argument("--positions", choices=["learned", "rotary"])
     m.add_argument("--attention", choices=["unfused", "flash"])
+    m.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2", "flash_attention_3"],
+                   help="Hugging Face attention: eager keeps the scores (= --attention unfused); sdpa and "
+                        "flash_attention_2 do not (= flash)")
     m.add_argument("--hidden-dropout", type=float, help="dropout after attention and MLP (default 0.1)")
     m.add_argument("--attention-dropout", type=float, help="dropout on attention probabilities (default 0.1)")
     m.add_argument("--experts", type=int, help="MoE experts per layer")
@@ -98,6 +102,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--mbs", type=int, help="micro batch size")
     p.add_argument("--gbs", type=int, help="global batch size")
     p.add_argument("--precision", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA adapters of rank R, base weights frozen (0: full)")
+    p.add_argument("--lora-targets", metavar="LIST",
+                   help="projections with adapters, comma-separated from q,k,v,o,gate,up,down (default all)")
 
 
 def model_from_args(args) -> ModelSpec:
@@ -106,6 +113,13 @@ def model_from_args(args) -> ModelSpec:
         fields["add_bias_linear"] = False
     if getattr(args, "tied", None) is not None:
         fields["tied_embeddings"] = args.tied
+    if getattr(args, "attn_implementation", None) is not None:
+        from workbench.hf import attention_for
+
+        if "attention" in fields and fields["attention"] != str(attention_for(args.attn_implementation)):
+            raise ValueError(f"--attention {fields['attention']} contradicts --attn-implementation "
+                             f"{args.attn_implementation}")
+        fields["attention"] = attention_for(args.attn_implementation)
     if fields.get("num_experts") is None and "moe_top_k" in fields:
         raise ValueError(f"--topk {fields['moe_top_k']} needs --experts")
     if args.model:

@@ -29,7 +29,12 @@ def render(est) -> str:
         + (f" x CP {p.context_parallel}" if p.context_parallel > 1 else "")
         + f" x DP {p.data_parallel}, ZeRO-{int(p.zero_stage)}, recompute {p.recompute}, micro batch "
           f"{p.micro_batch_size}, global batch {p.global_batch_size} (accumulation {p.gradient_accumulation_steps}), "
-          f"{p.precision}",
+          f"{p.precision}"
+        + (f", LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)" if p.lora_rank else ""),
+        *([f"stack   transformers: {m.attention} attention "
+           f"({'eager' if str(m.attention) == 'unfused' else 'sdpa / flash_attention_2'}), logits up-cast to fp32 "
+           f"for the loss, gradient checkpointing {'on' if str(p.recompute) == 'full' else 'off'}"]
+          if str(m.implementation) == "transformers" else []),
         "",
         "memory per GPU" + (" (first / last pipeline stage)" if len(mem.stages) > 1 else ""),
     ]

@@ -20,6 +20,9 @@ def add_parser(sub) -> None:
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
     s.add_argument("--max-cp", type=int, default=16, help="largest context-parallel size (default 16)")
+    s.add_argument("--lora-rank", type=int, default=0, metavar="R",
+                   help="search LoRA fine-tunes of rank R (base weights frozen; DeepSpeed engines)")
+    s.add_argument("--lora-targets", metavar="LIST", help="projections with adapters (default q,k,v,o,gate,up,down)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -69,7 +72,8 @@ def run(args) -> int:
     result = search(model, cluster, global_batch_size=args.gbs, top=args.top, headroom=args.headroom,
                     engines=tuple(args.engine) if args.engine else ENGINES, precision=args.precision,
                     offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
-                    max_context_parallel=args.max_cp)
+                    max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
+                    **({"lora_targets": args.lora_targets} if args.lora_targets else {}))
     if args.json:
         print_json(result.to_dict())
     else:
