@@ -1,4 +1,4 @@
-"""Advisor: the seed guide's rules of thumb, computed on the user's plan.
+"""Advisor: the DeepSpeed-vs-Megatron practitioner's guide's rules of thumb, computed on the user's plan.
 
 The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指南") gives rules as text; here each rule is a
 :class:`Finding` that passes, warns or fails for *this* plan with the numbers the memory and time models give:
@@ -168,6 +168,10 @@ def strategy_tier(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, me
     now = (f"engine={e}, TP={plan.tensor_parallel}, PP={plan.pipeline_parallel}, ZeRO-{int(plan.zero_stage)}"
            + (", distributed optimizer" if plan.distributed_optimizer else ""))
     msg = f"{W} GPUs is the guide's {tier} tier: {want}; plan has {now}; {fit}"
+    if (not ok and e is Engine.MEGATRON and plan.tensor_parallel == 4 and plan.pipeline_parallel == 2
+            and model.num_layers == 40 and model.hidden_size == 5120):
+        msg += ("; note: this is the guide's own Megatron example (§3.2: 13B, TP 4 × PP 2), so the tier rule is a "
+                "preference here, not a fault")
     return Finding(id="strategy_tier", status="pass" if ok else "warn", message=msg,
                    suggestion="" if ok else fix + " (`workbench plan` ranks them by step time)")
 
@@ -323,7 +327,12 @@ def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions, num_parameter
                        message=f"gradient clipping is off for a {n / 1e9:.1f} B model",
                        suggestion="clip at 1.0 (0.5-1.0 from 13B on)")
     ok = 0.5 <= clip <= 1.0 if large else clip <= 1.0
-    rule = "the guide's 0.5-1.0 for ≥ 13B models" if large else "≤ 1.0 (the guide's 0.5-1.0 applies from 13B)"
+    # The guide (§5.3) says 13B以上 ("13B parameters and up"); 13B-class starts at LARGE_MODEL_PARAMETERS here, so
+    # that its own 13B example (12.85 B parameters) is one. Say which threshold applied.
+    cls = (f"13B-class models (≥ {LARGE_MODEL_PARAMETERS / 1e9:g} B parameters here, so the guide's own 13B "
+           f"example at 12.85 B counts)")
+    rule = (f"the guide's 0.5-1.0 for {cls}" if large
+            else f"≤ 1.0 (the guide's 0.5-1.0 applies to {cls})")
     return Finding(id="gradient_clipping", status="pass" if ok else "warn",
                    message=f"gradient_clipping={clip:g} for {n / 1e9:.1f} B parameters; {rule}",
                    suggestion="" if ok else ("set gradient clipping to 0.5-1.0" if large else "set clipping to 1.0"))

@@ -12,6 +12,25 @@ from workbench import catalog
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
 DEFAULT_GPU = "H100-SXM"
+DEFAULT_ENGINE = "deepspeed"
+
+ENGINES = ("deepspeed", "megatron", "megatron-deepspeed")
+"""Engine names, as the core spells them (``ParallelPlan.engine``)."""
+ENGINE_ALIASES = {"hybrid": "megatron-deepspeed"}
+"""Other accepted spellings: ``hybrid`` is Megatron tensor/pipeline parallel with DeepSpeed ZeRO over data parallel,
+the core's ``megatron-deepspeed``."""
+ENGINE_HELP = ("training framework: deepspeed, megatron, or megatron-deepspeed (Megatron TP/PP with DeepSpeed ZeRO "
+               "over data parallel; 'hybrid' is accepted as another name for it)")
+
+
+def engine_name(value: str) -> str:
+    """``--engine`` value to the core's engine name; ``hybrid`` is an alias of ``megatron-deepspeed``."""
+    key = str(value).strip().lower().replace("_", "-")
+    name = ENGINE_ALIASES.get(key, key)
+    if name not in ENGINES:
+        raise argparse.ArgumentTypeError(f"invalid engine {value!r} (choose from {', '.join(ENGINES)}; "
+                                         f"'hybrid' = megatron-deepspeed)")
+    return name
 
 # flag dest -> ModelSpec field
 _MODEL_FLAGS = {
@@ -90,8 +109,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = Tr
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Engine, parallel sizes, ZeRO, offload, recompute, batch and precision (read by :func:`plan_from_args`)."""
     p = parser.add_argument_group("plan")
-    p.add_argument("--engine", choices=["deepspeed", "megatron", "megatron-deepspeed"],
-                   help="training framework (default deepspeed)")
+    p.add_argument("--engine", type=engine_name, metavar="{" + ",".join(ENGINES) + "}",
+                   help=ENGINE_HELP + f" (default {DEFAULT_ENGINE})")
     p.add_argument("--tp", type=int, help="tensor parallel")
     p.add_argument("--pp", type=int, help="pipeline parallel")
     p.add_argument("--vp", type=int, help="virtual pipeline chunks per rank")
@@ -167,7 +186,7 @@ def cluster_from_args(args) -> ClusterSpec:
     return ClusterSpec(**kwargs)
 
 
-def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = "deepspeed") -> ParallelPlan:
+def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_ENGINE) -> ParallelPlan:
     fields = {f: getattr(args, d) for d, f in _PLAN_FLAGS.items() if getattr(args, d, None) is not None}
     fields.setdefault("engine", default_engine)
     if getattr(args, "sp", None):
@@ -182,6 +201,6 @@ def specs_from_args(args, *, default_engine: Optional[str] = None) -> tuple[Mode
     the fields and numbers when they do not fit. ``default_engine`` applies when ``--engine`` is not given."""
     model = model_from_args(args)
     cluster = cluster_from_args(args)
-    plan = plan_from_args(args, cluster, default_engine=default_engine or "deepspeed")
+    plan = plan_from_args(args, cluster, default_engine=default_engine or DEFAULT_ENGINE)
     validate(model, cluster, plan)
     return model, cluster, plan

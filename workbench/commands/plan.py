@@ -1,8 +1,8 @@
 """workbench plan: search every valid parallel plan, rank the ones that fit by step time, explain the winner."""
 from __future__ import annotations
 
-from workbench.commands.common import (add_cluster_arguments, add_model_arguments, cluster_from_args,
-                                       model_from_args, profile_from_args)
+from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, cluster_from_args,
+                                      engine_name, model_from_args, profile_from_args)
 from workbench.defaults import GiB
 
 
@@ -13,8 +13,9 @@ def add_parser(sub) -> None:
     s = parser.add_argument_group("search")
     s.add_argument("--gbs", type=int, required=True, help="global batch size (sequences per step)")
     s.add_argument("--top", type=int, default=10, help="plans to list (default 10)")
-    s.add_argument("--engine", action="append", choices=["deepspeed", "megatron", "megatron-deepspeed"],
-                   help="engines to search (repeatable; default all three)")
+    s.add_argument("--engine", action="append", type=engine_name, metavar="{" + ",".join(ENGINES) + "}",
+                   help="engines to search (repeatable; default all three; 'hybrid' is another name for "
+                        "megatron-deepspeed)")
     s.add_argument("--headroom", type=float, default=0.05, help="fraction of GPU memory kept free (default 0.05)")
     s.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
