@@ -125,18 +125,25 @@ def main() -> int:
         print(f"fit on the {tr.sum()} {g} runs only (hbm_efficiency {hg:.2f}), predict the other {(~tr).sum()}: "
               f"median |error| {np.median(es):.1%}, max {np.max(es):.1%}")
     if "--write" in sys.argv:
-        path = ROOT / "workbench" / "catalog" / "efficiency.json"
-        data = json.loads(path.read_text())
-        for k, v in zip(KEYS, x):
-            if k is not None:
-                data["deepspeed"][k] = float(f"{v:.4g}")
-        hopper = data["curves"].setdefault("hopper", dict(data["curves"]["ampere"]))
-        hopper["hbm_efficiency"] = float(hbm)
-        hopper["layer_pass_overhead_s"] = float(f"{x[0]:.4g}")
-        path.write_text(json.dumps(data, indent=2) + "\n")
-        timing.calibration.cache_clear()
-        print(f"wrote {path.relative_to(ROOT)}")
+        write_constants(hbm, x)
     return 0
+
+
+def write_constants(hbm, x, source=None) -> None:
+    """Store fitted constants in workbench/catalog/efficiency.json (``source``: replaces the deepspeed note)."""
+    path = ROOT / "workbench" / "catalog" / "efficiency.json"
+    data = json.loads(path.read_text())
+    for k, v in zip(KEYS, x):
+        if k is not None:
+            data["deepspeed"][k] = float(f"{v:.4g}")
+    if source:
+        data["deepspeed"]["source"] = source
+    hopper = data["curves"].setdefault("hopper", dict(data["curves"]["ampere"]))
+    hopper["hbm_efficiency"] = float(hbm)
+    hopper["layer_pass_overhead_s"] = float(f"{x[0]:.4g}")
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    timing.calibration.cache_clear()
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

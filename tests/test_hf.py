@@ -173,7 +173,10 @@ def test_transformers_loss_and_eager_attention_memory():
     eager = hf.replace(attention="unfused")
     _, eager_layer = M.layer_activation_bytes(eager, recompute=0, **kw)
     _, mg_layer = M.layer_activation_bytes(eager.replace(implementation="megatron"), recompute=0, **kw)
-    assert eager_layer - mg_layer == 2 * 32 * 2048 * 2048  # the 16-bit probabilities the P @ V matmul keeps
+    # without dropout both keep the fp32 softmax and the 16-bit probabilities the P @ V matmul saves (6 bytes/score)
+    assert eager_layer == mg_layer
+    _, flash_layer = M.layer_activation_bytes(eager.replace(attention="flash"), recompute=0, **kw)
+    assert eager_layer - flash_layer == 6 * 32 * 2048 * 2048 - 4 * 32 * 2048
 
 
 def test_planner_and_advisor_offer_lora():
@@ -190,3 +193,26 @@ def test_planner_and_advisor_offer_lora():
         search(spec, two, global_batch_size=64, offload=False)
     found = search(spec, two, global_batch_size=64, offload=False, lora_rank=16)
     assert found.best.plan.lora_rank == 16 and str(found.best.plan.engine) == "deepspeed"
+
+
+def test_prepare_hf_run_writes_options_and_refuses_what_the_stack_cannot_run(tmp_path):
+    from workbench.hf import lora_target_modules
+    from workbench.runs.launcher import prepare
+
+    cluster = ClusterSpec(gpu="cpu", gpus_per_node=2, host_memory_gib_per_node=24)
+    gpt2 = catalog.model(f"hf:{HF / 'tiny-gpt2'}", seq_length=32)
+    prepared = prepare(gpt2, cluster, ParallelPlan(world_size=2, zero_stage=3, lora_rank=4, precision="fp32"),
+                       steps=1, nproc=2, run_dir=tmp_path / "r")
+    hf = json.loads((prepared.run_dir / "run.json").read_text())["options"]["hf"]
+    assert hf["lora"]["target_modules"] == ["c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+    assert (prepared.run_dir / "hf_config.json").is_file() and not (prepared.run_dir / "megatron_args.json").exists()
+    with pytest.raises(ValueError, match="fuses q, k and v into c_attn"):
+        lora_target_modules("gpt2", ("q", "v"))
+    with pytest.raises(ValueError, match="fused 3-D weights"):
+        lora_target_modules("mixtral", ("q", "up"))
+    with pytest.raises(ValueError, match="gradient_checkpointing_enable"):
+        prepare(gpt2, cluster, ParallelPlan(world_size=2, recompute="selective", precision="fp32"), steps=1, nproc=2,
+                run_dir=tmp_path / "s")
+    with pytest.raises(ValueError, match="changed from its config.json"):
+        prepare(gpt2.replace(num_layers=3), cluster, ParallelPlan(world_size=2, precision="fp32"), steps=1, nproc=2,
+                run_dir=tmp_path / "t")

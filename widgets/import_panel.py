@@ -11,9 +11,9 @@ import json
 
 import ipywidgets as ipw
 
-from widgets.common import Panel
+from widgets.common import Panel, error_message
 from widgets.state import LoadSpecs
-from workbench.configs import import_ds_config, import_megatron_args
+from workbench.configs.importer import import_ds_config, import_text
 from workbench.hf import HFModel, import_hf, is_hf_config
 
 
@@ -32,7 +32,7 @@ def parse_pasted(text: str):
         if is_hf_config(data):
             return import_hf(data, name=f"hf:{data['model_type']}")
         return import_ds_config(text)
-    return import_megatron_args(text)
+    return import_text(text)  # never taken for a file name
 
 
 def specs_from_import(imported, state):
@@ -50,6 +50,12 @@ def specs_from_import(imported, state):
         else:
             cluster = cluster.replace(gpus_per_node=plan.world_size, num_nodes=1)
     return model, cluster, plan, imported.deepspeed_options()
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "the pasted text is nested too deeply to read"
+    return error_message(exc)
 
 
 class ImportPanel(Panel):
@@ -79,18 +85,18 @@ class ImportPanel(Panel):
             if isinstance(imported, HFModel):
                 return self._load_hf(imported)
             model, cluster, plan, options = specs_from_import(imported, self._state)
-        except ValueError as exc:
-            self.error.value = error_html(str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid input")
+            notes = [f"imported a <b>{html.escape(imported.kind)}</b> source: {html.escape(model.name)}, "
+                     f"{plan.world_size} GPUs, {html.escape(str(plan.engine))} TP{plan.tensor_parallel} "
+                     f"PP{plan.pipeline_parallel} DP{plan.data_parallel} ZeRO-{int(plan.zero_stage)}"]
+            notes += [f"⚠ {html.escape(str(w))}" for w in imported.warnings]
+            notes += [f"lint {html.escape(str(f))}" for f in imported.lint]
+            self.send(LoadSpecs(model=model, cluster=cluster, plan=plan, options=options))
+        except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
+            self.error.value = error_html(_message(exc))
             self.report.value = ""
             return False
         self.error.value = ""
-        notes = [f"imported a <b>{html.escape(imported.kind)}</b> source: {html.escape(model.name)}, "
-                 f"{plan.world_size} GPUs, {html.escape(str(plan.engine))} TP{plan.tensor_parallel} "
-                 f"PP{plan.pipeline_parallel} DP{plan.data_parallel} ZeRO-{int(plan.zero_stage)}"]
-        notes += [f"⚠ {html.escape(str(w))}" for w in imported.warnings]
-        notes += [f"lint {html.escape(str(f))}" for f in imported.lint]
         self.report.value = "<br>".join(notes)
-        self.send(LoadSpecs(model=model, cluster=cluster, plan=plan, options=options))
         return True
 
     def show(self, state) -> None:

@@ -282,3 +282,75 @@ def build_model(config: Union[dict, str, os.PathLike], *, device: str = "meta",
     kwargs = {"attn_implementation": impl} if impl else {}
     with torch.device(device):
         return AutoModelForCausalLM.from_config(cfg, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Training: the module names LoRA targets map to, and the run options a launched HF run reads
+# ----------------------------------------------------------------------------------------------------------------
+_FUSED_QKV = {"gpt2": "c_attn", "gpt_neox": "query_key_value", "phi3": "qkv_proj"}
+_NAMED = {
+    "gpt2": {"o": "attn.c_proj", "up": "mlp.c_fc", "down": "mlp.c_proj"},
+    "gpt_neox": {"o": "attention.dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
+    "phi3": {"o": "o_proj", "down": "down_proj"},
+}
+_LLAMA_STYLE = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+                "down": "down_proj"}
+
+
+def lora_target_modules(model_type: str, targets) -> list:
+    """peft ``target_modules`` for the workbench's projection names in one family. Fused projections take all
+    their parts or none (GPT-2 ``c_attn``, GPT-NeoX ``query_key_value``, Phi-3 ``qkv_proj`` hold q, k and v; Phi-3's
+    ``gate_up_proj`` holds gate and up); MoE experts are fused 3-D weights in transformers, so MLP targets are
+    refused for MoE families."""
+    targets = set(targets)
+    out = []
+    if model_type in _FUSED_QKV:
+        qkv = targets & {"q", "k", "v"}
+        if qkv and qkv != {"q", "k", "v"}:
+            raise ValueError(f"lora_targets={sorted(targets)}: {model_type} fuses q, k and v into "
+                             f"{_FUSED_QKV[model_type]}; target all three or none")
+        if qkv:
+            out.append(_FUSED_QKV[model_type])
+        names = _NAMED[model_type]
+        if model_type == "phi3":
+            gu = targets & {"gate", "up"}
+            if gu and gu != {"gate", "up"}:
+                raise ValueError(f"lora_targets={sorted(targets)}: phi3 fuses gate and up into gate_up_proj; "
+                                 f"target both or neither")
+            if gu:
+                out.append("gate_up_proj")
+        elif "gate" in targets:
+            targets = targets - {"gate"}  # no gate in a GeLU MLP
+        out += [names[t] for t in ("o", "up", "down") if t in targets and t in names]
+        return out
+    if model_type in ("mixtral", "qwen2_moe", "qwen3_moe") and targets & {"gate", "up", "down"}:
+        raise ValueError(f"lora_targets={sorted(targets)}: {model_type} keeps its experts as fused 3-D weights "
+                         f"that peft's LoRA layers do not wrap; use q,k,v,o")
+    return [_LLAMA_STYLE[t] for t in ("q", "k", "v", "o", "gate", "up", "down") if t in targets]
+
+
+def run_options(spec: ModelSpec, plan) -> dict:
+    """What a launched run of an HF model needs beyond the specs (``run.json`` ``options["hf"]``), checked:
+    the config path, whether weights are there, the attention implementation, gradient checkpointing and LoRA.
+    ``ValueError`` when the spec no longer matches its config.json or asks for what the HF stack does not do."""
+    from workbench.specs import Recompute
+
+    if not spec.name.startswith("hf:"):
+        raise ValueError(f"model {spec.name!r} is a transformers model without a config path: launch it as "
+                         f"hf:PATH (a config.json or model directory)")
+    imported = import_hf(spec.name[3:], seq_length=spec.seq_length)
+    if imported.spec.parameter_counts() != spec.parameter_counts():
+        raise ValueError(f"{spec.name}: the model fields were changed from its config.json "
+                         f"({spec.num_parameters:,} vs {imported.spec.num_parameters:,} parameters); the run trains "
+                         f"the config as written")
+    if plan.recompute is Recompute.SELECTIVE or plan.recompute_layers is not None:
+        raise ValueError(f"recompute='{plan.recompute}' with a Hugging Face model: gradient_checkpointing_enable() "
+                         f"checkpoints every decoder layer; use recompute 'none' or 'full' (all layers)")
+    lora = None
+    if plan.lora_rank:
+        lora = {"r": plan.lora_rank, "lora_alpha": 2 * plan.lora_rank,
+                "target_modules": lora_target_modules(imported.model_type, plan.lora_targets)}
+    return {"path": str(config_path(spec.name[3:]).parent.resolve()), "model_type": imported.model_type,
+            "weights": imported.has_weights,
+            "attn_implementation": "eager" if spec.attention is AttentionImpl.UNFUSED else "sdpa",
+            "gradient_checkpointing": plan.recompute is Recompute.FULL, "lora": lora}

@@ -14,6 +14,7 @@ import difflib
 import enum
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -106,10 +107,48 @@ class Positions(_StrEnum):
 
 
 class AttentionImpl(_StrEnum):
-    """``unfused`` materialises the s×s score matrix (megatron-core's local layer spec); ``flash`` does not."""
+    """The attention kernel the training stack runs, named after what users set:
+
+    * ``unfused`` — softmax in torch over the materialised s×s scores, in fp32 (megatron-core's local layer spec
+      without Transformer Engine, Megatron ``--attention-backend unfused`` without ``--masked-softmax-fusion``,
+      Hugging Face ``attn_implementation="eager"``);
+    * ``fused-softmax`` — Megatron-LM's fused scale-mask-softmax CUDA kernel (``--masked-softmax-fusion``, on by
+      default in Megatron-LM): the s×s scores still exist but the softmax is one 16-bit kernel;
+    * ``flash`` — FlashAttention: Transformer Engine's fused attention (``--attention-backend flash|fused|auto``,
+      ``--use-flash-attn``), PyTorch SDPA (Hugging Face ``"sdpa"``/``"flash_attention_2"``); no s×s tensor.
+
+    Old spellings are still accepted: ``fused``/``fused_softmax`` (= ``fused-softmax``), ``sdpa``/``te``
+    (= ``flash``), ``eager``/``local`` (= ``unfused``)."""
 
     UNFUSED = "unfused"
+    FUSED_SOFTMAX = "fused-softmax"
     FLASH = "flash"
+
+    @classmethod
+    def parse(cls, value, field_name: str):
+        if isinstance(value, str):
+            value = _ATTENTION_ALIASES.get(value.strip().lower(), value)
+        return super().parse(value, field_name)
+
+    @property
+    def materialises_scores(self) -> bool:
+        """Whether the s×s score matrix exists (unfused and fused-softmax)."""
+        return self is not AttentionImpl.FLASH
+
+
+_ATTENTION_ALIASES = {"fused": "fused-softmax", "fused_softmax": "fused-softmax", "softmax-fusion": "fused-softmax",
+                      "sdpa": "flash", "te": "flash", "flash_attention_2": "flash", "flash-attn": "flash",
+                      "eager": "unfused", "local": "unfused"}
+
+
+class AdamImpl(_StrEnum):
+    """The optimizer kernel on the GPU: ``fused`` — a fused multi-tensor Adam (Apex/Transformer Engine ``FusedAdam``
+    under Megatron-LM, DeepSpeed's ``FusedAdam`` op, ``torch.optim.AdamW(fused=True)``); ``torch`` —
+    ``torch.optim.AdamW`` with its default foreach implementation (megatron-core without Apex/TE, DeepSpeed
+    ``"torch_adam": true``). With optimizer offload DeepSpeed runs its CPU Adam whatever this says."""
+
+    FUSED = "fused"
+    TORCH = "torch"
 
 
 class Implementation(_StrEnum):
@@ -240,7 +279,10 @@ class ModelSpec:
     position_embedding: Positions = Positions.LEARNED
     """Learned absolute position table (s·h parameters) or rotary (no parameters)."""
     attention: AttentionImpl = AttentionImpl.UNFUSED
-    """Attention kernel; unfused keeps the s×s scores, softmax and dropout mask in memory."""
+    """Attention kernel of the training stack (:class:`AttentionImpl`: ``unfused``, ``fused-softmax``, ``flash``).
+    It lives on the model because the code that builds the model picks it (megatron-core's layer spec, Hugging
+    Face's ``attn_implementation``); catalog presets say how those models are trained, ``--attention`` overrides.
+    unfused keeps the s×s scores in fp32 and 16 bits, fused-softmax in 16 bits, flash keeps none."""
     hidden_dropout: float = 0.1
     """Dropout after attention and MLP (megatron-core default 0.1); when > 0 its 1-byte masks are kept."""
     attention_dropout: float = 0.1
@@ -569,20 +611,33 @@ class ParallelPlan:
     lora_targets: tuple = LORA_TARGETS
     """Projections carrying adapters (a subset of :data:`LORA_TARGETS`; default all of them, peft's
     ``"all-linear"``)."""
-    fused_kernels: bool = True
-    """Whether the engine's fused kernels are available and used (default ``True``, what a Megatron-LM or DeepSpeed
-    installation with its compiled ops runs): Megatron's fused scale-mask-softmax (``--masked-softmax-fusion``,
-    Megatron-LM's default; needs its CUDA kernels) and a fused multi-tensor Adam (Apex/Transformer Engine
-    ``FusedAdam`` for Megatron, DeepSpeed's ``FusedAdam`` op). ``False``: megatron-core's local layer spec without
-    Apex/Transformer Engine — the unfused torch softmax and ``torch.optim.AdamW`` (foreach) — and, for DeepSpeed,
-    torch's Adam (``"torch_adam": true``), as ``workbench.runs.launch`` trains by default. A megatron-core model under
-    DeepSpeed keeps an unfused softmax either way (``TransformerConfig.masked_softmax_fusion`` defaults to off)."""
+    adam: AdamImpl = AdamImpl.FUSED
+    """GPU optimizer kernel: ``fused`` (Apex/TE or DeepSpeed ``FusedAdam``) or ``torch`` (``torch.optim.AdamW``,
+    foreach; what megatron-core without Apex/TE and ``workbench.runs.launch`` train with). CPU Adam follows from
+    ``offload_optimizer``."""
+    overlap_comm: Optional[bool] = None
+    """Gradient reduction overlapped with backward: DeepSpeed ``zero_optimization.overlap_comm``, Megatron
+    ``--overlap-grad-reduce`` (megatron-core ``DistributedDataParallelConfig.overlap_grad_reduce``). ``None``: the
+    engine's default as the workbench configures it, :func:`default_overlap_comm` (on for DeepSpeed, off for
+    Megatron)."""
+    fused_kernels: Optional[bool] = None
+    """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
+    ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
 
     def __post_init__(self) -> None:
-        for name in ("sequence_parallel", "distributed_optimizer", "fused_kernels"):
+        if self.fused_kernels is not None:
+            fused = check_bool("fused_kernels", self.fused_kernels)
+            warnings.warn("ParallelPlan(fused_kernels=...) is deprecated: use adam='fused'|'torch' (and "
+                          "ModelSpec.attention='unfused'|'fused-softmax'|'flash' for the softmax)",
+                          DeprecationWarning, stacklevel=3)
+            _set(self, "adam", AdamImpl.FUSED if fused else AdamImpl.TORCH)
+            _set(self, "fused_kernels", None)
+        for name in ("sequence_parallel", "distributed_optimizer"):
             _set(self, name, check_bool(name, getattr(self, name)))
+        if self.overlap_comm is not None:
+            _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
-                               ("offload_optimizer", Offload), ("offload_params", Offload)):
+                               ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
                 or not 0 <= int(self.zero_stage) <= 3):
@@ -688,8 +743,21 @@ class ParallelPlan:
         """Micro-batches per step per pipeline (= gradient accumulation steps)."""
         return self.gradient_accumulation_steps
 
+    @property
+    def overlaps_comm(self) -> bool:
+        """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`)."""
+        return default_overlap_comm(self.engine) if self.overlap_comm is None else self.overlap_comm
+
     def replace(self, **changes) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)
+
+
+def default_overlap_comm(engine: Engine) -> bool:
+    """Whether gradient reduction overlaps backward unless told: DeepSpeed on, as the workbench's ds_config export
+    writes it (``overlap_comm: true``; DeepSpeed's own default is on for ZeRO-3 only, so an imported ds_config
+    without the key says so explicitly); Megatron off, as megatron-core's ``DistributedDataParallelConfig`` and
+    Megatron-LM's ``--overlap-grad-reduce`` default."""
+    return Engine.parse(engine, "engine") is not Engine.MEGATRON
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -702,6 +770,9 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     if plan.world_size != cluster.world_size:
         raise ValueError(f"plan world_size={plan.world_size} != cluster gpus_per_node({cluster.gpus_per_node}) * "
                          f"num_nodes({cluster.num_nodes}) = {cluster.world_size}")
+    if model.implementation is Implementation.TRANSFORMERS and model.attention is AttentionImpl.FUSED_SOFTMAX:
+        raise ValueError(f"{model.name}: attention='fused-softmax' is Megatron's kernel; a Hugging Face model runs "
+                         f"'unfused' (attn_implementation eager) or 'flash' (sdpa, flash_attention_2)")
     if model.implementation is Implementation.TRANSFORMERS and (plan.engine is not Engine.DEEPSPEED or p > 1):
         raise ValueError(f"{model.name}: a Hugging Face model trains under DeepSpeed ZeRO data parallel (engine="
                          f"'deepspeed', pipeline_parallel=1); got engine='{plan.engine}', pipeline_parallel={p}")

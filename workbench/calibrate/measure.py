@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 import warnings
 
-GiB = 2**30
-
 GEMM_NAMES = ("qkv", "proj", "fc1", "fc2", "logits")
 
 

@@ -21,8 +21,8 @@ from typing import Callable, Optional
 
 from workbench.calibrate import measure
 from workbench.calibrate.profile import HardwareProfile, check_profile_name, fit_collective, fit_gemm
+from workbench.defaults import GiB
 
-GiB = 2**30
 PARTS = ("gemm", "memory_bandwidth", "host_link", "cpu_adam", "memory", "collectives")
 """The measurements, in the order they run (collectives last, or first under a launcher)."""
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-GiB = 2**30
-
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("calibrate", help="measure this machine and save a hardware profile",

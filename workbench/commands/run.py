@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import sys
 
-ENGINES = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "megatron-deepspeed",
-           "megatron-deepspeed": "megatron-deepspeed"}
-
 
 def add_parser(sub):
     from workbench.commands.common import add_spec_arguments
@@ -17,7 +14,6 @@ def add_parser(sub):
     p = sub.add_parser("run", help="launch a real training run and print its record",
                        description=__doc__.strip().splitlines()[0])
     add_spec_arguments(p)
-    p._option_string_actions["--engine"].choices = None  # this command also takes "hybrid" (checked below)
     p.add_argument("--nproc", type=int, default=None, help="processes (GPUs, or CPU ranks) per node")
     p.add_argument("--steps", type=int, default=10, help="training steps")
     p.add_argument("--data", default="synthetic", help="synthetic | learnable | text:PATH | indexed:PREFIX")
@@ -35,10 +31,6 @@ def resolve_specs(args):
     from workbench.commands.common import specs_from_args
     from workbench.runs.launcher import cuda_available
 
-    engine = ENGINES.get(str(args.engine).lower())
-    if engine is None:
-        raise ValueError(f"--engine={args.engine!r} is not one of: deepspeed, megatron, hybrid")
-    args.engine = engine
     if args.nproc:
         args.gpus_per_node = args.nproc
     if not cuda_available():  # the CPU: one node of nproc "cpu" devices, gloo
@@ -63,6 +55,7 @@ def summary(record: dict) -> dict:
         "measured": {"peak_memory_bytes": measured.get("peak_memory_bytes", {}),
                      "median_step_seconds": measured.get("median_step_seconds")},
         "predicted": {"per_gpu_peak_bytes": predicted.get("per_gpu_peak_bytes"),
+                      "allocated_bytes": predicted.get("allocated_bytes"),
                       "step_seconds": predicted.get("step_seconds"),
                       "memory_comparable": predicted.get("memory_comparable", True),
                       **({"memory_not_comparable_reason": predicted["memory_not_comparable_reason"]}

@@ -1,6 +1,9 @@
 """Rank entry script of a launched run: ``python train.py --run-dir DIR`` under ``deepspeed`` or ``torchrun``.
 
-Reads ``DIR/run.json`` (resolved specs and options) and, for the DeepSpeed engines, ``DIR/ds_config.json``. Engines:
+Reads ``DIR/run.json`` (resolved specs and options), ``DIR/megatron_args.json`` (the ``TransformerConfig``
+arguments the launcher computed; megatron-core models) and, for the DeepSpeed engines, ``DIR/ds_config.json``.
+Before anything heavy it starts the owner watch (:func:`workbench.runs.processes.watch_owner`): the rank dies, and records why, when the
+process that launched the run dies. Engines:
 
 * ``deepspeed`` — ``deepspeed.initialize`` on the GPTModel (data parallel, ZeRO 0-3, offload, recompute).
 * ``megatron`` — megatron-core ``parallel_state`` + ``DistributedDataParallel`` + ``get_megatron_optimizer``
@@ -98,6 +101,8 @@ def load_run(run_dir: Path):
     from workbench.runs.specio import specs_from_dict
 
     run = json.loads((run_dir / "run.json").read_text())
+    args_path = run_dir / "megatron_args.json"  # absent for a transformers model
+    run["megatron_args"] = json.loads(args_path.read_text()) if args_path.exists() else None
     model, cluster, plan = specs_from_dict(run["specs"])
     return run, model, cluster, plan
 
@@ -225,7 +230,7 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
     if opts.get("memory_limit_bytes"):
         limit_memory(opts["memory_limit_bytes"])
     torch.manual_seed(opts["seed"])
-    net = build_gpt(model_spec, plan)
+    net = build_gpt(model_spec, plan, config_kwargs=run["megatron_args"])
     if dev.type == "cuda":
         net = net.to(dev)
     init_layout_independent(net, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
@@ -328,7 +333,8 @@ def train_hybrid_pipeline(run, model_spec, plan, writer: MetricsWriter) -> None:
         limit_memory(opts["memory_limit_bytes"])
     torch.manual_seed(opts["seed"])
     first, last = ps.is_pipeline_first_stage(ignore_virtual=True), ps.is_pipeline_last_stage(ignore_virtual=True)
-    chunk = build_gpt(model_spec, plan, pre_process=first, post_process=last)
+    chunk = build_gpt(model_spec, plan, pre_process=first, post_process=last,
+                      config_kwargs=run["megatron_args"])
     if dev.type == "cuda":
         chunk = chunk.to(dev)
     init_layout_independent(chunk, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
@@ -384,6 +390,86 @@ def train_hybrid_pipeline(run, model_spec, plan, writer: MetricsWriter) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Hugging Face transformers model under DeepSpeed
+# ----------------------------------------------------------------------------------------------------------------
+def build_hf_model(run, ds_config: dict):
+    """The transformers causal LM of the run: the weights in the model directory when there are some, else a
+    random initialisation from its config.json; under ZeRO-3 built inside ``deepspeed.zero.Init`` (transformers
+    does so while an ``HfDeepSpeedConfig`` is alive, so no rank materialises the whole model). Then gradient
+    checkpointing and LoRA adapters (peft) as the run options say. Returns ``(model, keep_alive)``."""
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations import HfDeepSpeedConfig
+
+    from workbench.hf import _config_object
+
+    hf = run["options"]["hf"]
+    zero3 = int((ds_config.get("zero_optimization") or {}).get("stage", 0)) == 3
+    keep_alive = HfDeepSpeedConfig(ds_config) if zero3 else None
+    data = json.loads((Path(run["run_dir"]) / "hf_config.json").read_text())
+    cfg = _config_object(data, "hf_config.json")
+    cfg.use_cache = False
+    if hf["weights"]:
+        net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, attn_implementation=hf["attn_implementation"])
+    else:
+        net = AutoModelForCausalLM.from_config(cfg, attn_implementation=hf["attn_implementation"])
+    if hf["gradient_checkpointing"]:
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hf["lora"]:
+        from peft import LoraConfig, get_peft_model
+
+        net = get_peft_model(net, LoraConfig(lora_dropout=0.0, bias="none", **hf["lora"]))
+    return net, keep_alive
+
+
+def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
+    """A Hugging Face model under the DeepSpeed engine: the exported ds_config (ZeRO 0-3, offload), trainable
+    parameters only to the optimizer (LoRA), ``model(input_ids, labels=input_ids).loss`` (transformers shifts the
+    labels and computes the loss in fp32)."""
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+
+    from workbench.runs.data import TokenSamples, microbatch, parse_source, sample_indices
+
+    opts = run["options"]
+    dev = device()
+    deepspeed.init_distributed()
+    if opts.get("memory_limit_bytes"):
+        limit_memory(opts["memory_limit_bytes"])
+    torch.manual_seed(opts["seed"])
+    ds_config = json.loads((Path(run["run_dir"]) / "ds_config.json").read_text())
+    net, _keep_alive = build_hf_model(run, ds_config)
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    numel = lambda p: int(getattr(p, "ds_numel", p.numel()))  # noqa: E731 - ZeRO-3 partitions hold ds_numel
+    writer.write("model", parameters=sum(numel(p) for p in net.parameters()),
+                 trainable=sum(numel(p) for p in trainable))
+    engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=trainable, config=ds_config)
+    net.train()
+    dp, dp_rank = dist.get_world_size(), dist.get_rank()
+    samples = TokenSamples(parse_source(opts["data"]), vocab_size=model_spec.vocab_size,
+                           seq_length=model_spec.seq_length, seed=opts["seed"])
+    tokens_per_step = plan.global_batch_size * model_spec.seq_length
+    for step in range(opts["steps"]):
+        sync()
+        t0 = time.perf_counter()
+        losses = []
+        for m in range(plan.gradient_accumulation_steps):
+            idx = sample_indices(step, m, dp_rank=dp_rank, data_parallel=dp,
+                                 micro_batch_size=plan.micro_batch_size, global_batch_size=plan.global_batch_size)
+            b = microbatch(samples, idx)
+            ids = torch.cat([b["tokens"], b["labels"][:, -1:]], dim=1)[:, -model_spec.seq_length:].to(dev)
+            loss = engine(input_ids=ids, labels=ids).loss
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.detach().float())
+        sync()
+        seconds = time.perf_counter() - t0
+        local = float(torch.stack(losses).mean())
+        loss = mean_over_group(local) if dp > 1 else local
+        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes())
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # megatron-core
 # ----------------------------------------------------------------------------------------------------------------
 def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
@@ -413,7 +499,8 @@ def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
         kw = {"vp_stage": i} if vp > 1 else {}
         pre = ps.is_pipeline_first_stage(ignore_virtual=False, **kw)
         post = ps.is_pipeline_last_stage(ignore_virtual=False, **kw)
-        chunk = build_gpt(model_spec, plan, pre_process=pre, post_process=post, vp_stage=i if vp > 1 else None)
+        chunk = build_gpt(model_spec, plan, pre_process=pre, post_process=post, vp_stage=i if vp > 1 else None,
+                          config_kwargs=run["megatron_args"])
         if dev.type == "cuda":
             chunk = chunk.to(dev)
         init_layout_independent(chunk, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
@@ -486,6 +573,9 @@ def main(argv=None) -> int:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None)  # the deepspeed launcher passes it
     args = parser.parse_args(argv)
+    from workbench.runs.processes import watch_owner
+
+    watch_owner()
     run_dir = Path(args.run_dir)
     rank = int(os.environ.get("RANK", "0"))
     writer = MetricsWriter(run_dir / "metrics" / f"rank{rank}.jsonl", rank)
@@ -494,7 +584,9 @@ def main(argv=None) -> int:
     try:
         run, model_spec, _cluster, plan = load_run(run_dir)
         engine = run["options"]["engine"]
-        if engine == "deepspeed":
+        if engine == "deepspeed" and run["options"].get("hf"):
+            train_hf(run, model_spec, plan, writer)
+        elif engine == "deepspeed":
             train_deepspeed(run, model_spec, plan, writer, hybrid=False)
         elif engine == "megatron-deepspeed" and plan.pipeline_parallel > 1:
             train_hybrid_pipeline(run, model_spec, plan, writer)
