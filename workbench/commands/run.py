@@ -91,11 +91,23 @@ def run(args) -> int:
     from workbench.cli import print_json
     from workbench.runs import launch
 
+    from workbench.commands.common import progress_bar
+
     model, cluster, plan, nproc = resolve_specs(args)
     handle = launch(model, cluster, plan, steps=args.steps, nproc=nproc, data=args.data, lr=args.lr,
                     timeout_seconds=args.timeout)
+    # the run id first, then per-step progress, both on stderr (stdout stays the record)
+    print(f"run {handle.run_id}: started — {plan.engine}, {nproc} process{'es' if nproc != 1 else ''} on "
+          f"{cluster.gpu.name}, {args.steps} steps; log {handle.log_path}", file=sys.stderr, flush=True)
     try:
-        handle.wait()
+        with progress_bar(total=args.steps, desc=f"run {handle.run_id}", unit="step") as bar:
+            while True:
+                handle.wait(0.5)
+                done_steps = handle.progress()[0]
+                if done_steps > bar.n:
+                    bar.update(done_steps - bar.n)
+                if handle.done:
+                    break
     except KeyboardInterrupt:
         handle.stop()
         handle.wait(30)
