@@ -80,3 +80,14 @@ def test_sweep_and_calibrate_progress(monkeypatch, capsys, tmp_path):
     assert cli.main(["calibrate", "--out", "t"]) == 0
     out, err = capsys.readouterr()
     assert "gemm bf16 qkv: 12.3 GFLOP/s" in err and "2 measurements" in err and out == ""
+
+
+def test_cpu_run_explains_predicted_vs_measured_step(capsys):
+    from workbench.commands.run import print_summary, summary
+    from workbench.runs.compare import CPU_STEP_NOTE
+
+    record = FakeRun(1).record()
+    record["predicted"]["memory_comparable"] = False
+    print_summary(summary(record))
+    out = capsys.readouterr().out
+    assert f"note: {CPU_STEP_NOTE}" in out and "per-operation overhead" in out

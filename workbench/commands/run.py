@@ -65,7 +65,8 @@ def summary(record: dict) -> dict:
     }
 
 
-def print_summary(s: dict, out=sys.stdout) -> None:
+def print_summary(s: dict, out=None) -> None:
+    out = sys.stdout if out is None else out
     def gib(b):
         return "-" if b is None else f"{b / 2**30:.3f} GiB"
 
@@ -84,6 +85,10 @@ def print_summary(s: dict, out=sys.stdout) -> None:
     p_sec = s["predicted"]["step_seconds"]
     print(f"{'step seconds':22}{'-' if sec is None else f'{sec:.4f}':>14}"
           f"{'-' if p_sec is None else f'{p_sec:.4f}':>14}", file=out)
+    if s["predicted"].get("memory_comparable") is False and p_sec is not None:
+        from workbench.runs.compare import CPU_STEP_NOTE
+
+        print(f"note: {CPU_STEP_NOTE}", file=out)
     print(f"run directory: {s['run_dir']}", file=out)
 
 
