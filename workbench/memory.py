@@ -528,8 +528,9 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     host_per_gpu = 0
     p = plan.pipeline_parallel
     every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
+    every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
     for stage in range(p):
-        t = {k: np.broadcast_to(v, (p,))[stage] for k, v in every.items()}
+        t = {k: v[stage] for k, v in every.items()}
         terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
                                ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
         stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,
