@@ -205,3 +205,15 @@ def specs_from_args(args, *, default_engine: Optional[str] = None) -> tuple[Mode
     plan = plan_from_args(args, cluster, default_engine=default_engine or DEFAULT_ENGINE)
     validate(model, cluster, plan)
     return model, cluster, plan
+
+
+def progress_bar(**kwargs):
+    """A tqdm progress bar on stderr (stdout stays the command's result, so ``--json`` and pipes are unaffected).
+    Off when ``WORKBENCH_PROGRESS=0``."""
+    import os
+    import sys
+
+    from tqdm import tqdm
+
+    disable = os.environ.get("WORKBENCH_PROGRESS", "").strip() == "0"
+    return tqdm(file=sys.stderr, disable=disable, dynamic_ncols=True, mininterval=0.5, **kwargs)
