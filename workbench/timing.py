@@ -228,7 +228,8 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
                     layer_pass_overhead_s,
                     cpu_adam_params_per_second_per_node, optimizer_bytes_per_parameter,
                     deepspeed_step_bytes_per_parameter, zero3_modules_per_layer, zero3_fetch_latency_s,
-                    zero3_reduce_latency_s, zero3_collective_call_s, trainable_fraction=1.0):
+                    zero3_reduce_latency_s, zero3_collective_call_s, trainable_fraction=1.0,
+                    zero3_hbm_bytes_per_parameter=0.0):
     """Seconds per optimizer step by term, for plain numbers or numpy arrays (broadcast together).
 
     Codes: ``recompute`` 0 none / 1 selective / 2 full (``recompute_fraction`` of layers for full); ``zero_stage``
@@ -255,7 +256,7 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
      gemm_half_dim, memory_passes, hbm_efficiency, layer_pass_overhead_s, cpu_adam_params_per_second_per_node,
      optimizer_bytes_per_parameter, deepspeed_step_bytes_per_parameter, zero3_modules_per_layer,
      zero3_fetch_latency_s, zero3_reduce_latency_s, zero3_collective_call_s,
-     trainable_fraction) = (args[k] for k in _STEP_ARGS)
+     trainable_fraction, zero3_hbm_bytes_per_parameter) = (args[k] for k in _STEP_ARGS)
     t, p, v, c, d = tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel
     b, m, L, h = micro_batch_size, num_microbatches, num_layers, hidden_size
     q, kv, f, s = query_projection_size, kv_projection_size, ffn_hidden_size, seq_length
@@ -390,6 +391,11 @@ def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, q
     multi = (grad_group > 1).astype(float)
     zero3_calls = m * (fetches * (zero3_fetch_latency_s + multi * zero3_collective_call_s)
                        + modules_pass * (zero3_reduce_latency_s + multi * zero3_collective_call_s))
+    # ... and the bytes those hooks move through HBM (gather into the full parameter, copy of each gradient into the
+    # fp32 partition), per local parameter and pass, so the cost scales with the model and not only with its count
+    # of modules (zero3_hbm_bytes_per_parameter, fitted with the latencies)
+    zero3_calls = zero3_calls + m * (fetches / modules_pass + 1) * local_params * zero3_hbm_bytes_per_parameter \
+        / hbm_bytes_per_s
     dp_comm = np.where(zero == 3, dp_zero3 + zero3_calls,
                        np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
 
@@ -522,6 +528,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
         zero3_modules_per_layer=zero3_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
+        zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         trainable_fraction=trainable_fraction(model, plan),
     )
     if profile is not None:
