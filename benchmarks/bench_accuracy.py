@@ -111,6 +111,13 @@ def corpus_run(rec: dict):
         zero = int(o.get("zero", 0))
         resolved = rec.get("zero_config_resolved") or {}
         lora = o.get("lora") or 0
+        lora_cfg = rec.get("lora") or {}
+        if lora and lora_cfg.get("target_modules"):  # the adapters the run really had (peft's module names)
+            from workbench.hf import targets_from_modules
+
+            common.update(lora_targets=targets_from_modules(rec["hf_config"]["model_type"],
+                                                            lora_cfg["target_modules"]),
+                          lora_dropout=float(lora_cfg.get("lora_dropout") or 0.0))
         plan = ParallelPlan(engine="deepspeed", zero_stage=zero, offload_optimizer=offload,
                             recompute="full" if o.get("ckpt") else "none",
                             adam=_adam_from_class(rec.get("optimizer_class")),

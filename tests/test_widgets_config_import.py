@@ -1,5 +1,6 @@
 """ConfigView and ImportPanel in-process: exports follow the plan, pasted guide configs load into the panels."""
 import base64
+import html
 import json
 
 import pytest
@@ -186,3 +187,30 @@ def test_data_directory_is_not_created_by_looking(tmp_path, monkeypatch):
 def test_export_files_unknown_section():
     with pytest.raises(KeyError):
         export_files("nope", None, None, None)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"train_micro_batch_size_per_gpu": 1e999}', "is not a finite number"),
+    ('{"a": ' * 5000 + '1' + '}' * 5000, "nested too deeply"),
+    ('{"optimizer": {"type": "AdamW", "params": {"betas": 3}}}', "betas=3"),
+    ("python pretrain_gpt.py --micro-batch-size 0", "--micro-batch-size 0 must be >= 1"),
+    ("# GPT-NeoX\n{\n  \"num-layers\": 4,\n  \"hidden-size\": 64,\n}", "GPT-NeoX YAML config"),
+])
+def test_import_panel_shows_bad_input_in_red_and_never_raises(app, text, expected):
+    panel = panel_of(app, ImportPanel)
+    panel.text.value = text
+    panel.button.click()  # a click handler must not raise
+    assert "wb-error" in panel.error.value and expected in html.unescape(panel.error.value)
+
+
+def test_import_panel_shows_unexpected_failures_too(app, monkeypatch):
+    import widgets.import_panel as module
+
+    def broken(text):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(module, "parse_pasted", broken)
+    panel = panel_of(app, ImportPanel)
+    panel.text.value = "anything"
+    panel.button.click()
+    assert "ZeroDivisionError: division by zero" in panel.error.value

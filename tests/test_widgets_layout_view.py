@@ -67,3 +67,21 @@ def test_large_cluster_is_paged():
     view.page.value = 4090
     assert list(view.fig.data[0].y)[0] == 4090 and "showing nodes 4,090–4,095" in view.notes.value
     view.close()
+
+
+def test_layout_grid_has_a_colour_legend():
+    from widgets.layout_view import PALETTE, LayoutView, legend_html
+    from widgets.state import initial_state
+
+    state = initial_state()  # TP4 x PP2 on 8 GPUs
+    layout = state.estimate.layout
+    tp = legend_html(layout, "tp")
+    assert "colour = tensor-parallel group" in tp and tp.count("wb-legend-item") == 2
+    assert "tensor-parallel group 0: ranks 0, 1, 2, 3" in tp and PALETTE[1] in tp
+    assert legend_html(layout, "pp").count("wb-legend-item") == 4  # pipelines {0,4} {1,5} {2,6} {3,7}
+    view = LayoutView()
+    view.show(state)
+    assert "tensor-parallel group 1: ranks 4, 5, 6, 7" in view.legend.value
+    view.colour.value = "PP group"
+    assert "colour = pipeline group" in view.legend.value
+    view.close()

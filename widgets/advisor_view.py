@@ -11,7 +11,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html
+from widgets.common import GIB, View, error_html, error_message, redraw
 from workbench.advisor import advise
 from workbench.logreader import parse_log
 
@@ -141,9 +141,11 @@ class AdvisorView(View):
         if s is None:
             return
         try:
-            self.advice = advise(s.model, s.cluster, s.plan, options=s.options, log=self.log_summary)
-        except ValueError as exc:
-            self.error.value = error_html(str(exc).strip().splitlines()[0], max_width="900px")
+            # the state's estimate is the plan's record: the advisor reads it instead of pricing the plan again
+            self.advice = advise(s.model, s.cluster, s.plan, options=s.options, log=self.log_summary,
+                                 record=s.estimate, profile=s.profile)
+        except Exception as exc:  # noqa: BLE001 - shown in red
+            self.error.value = error_html(error_message(exc), max_width="900px")
             return
         self.error.value = ""
         a = self.advice
@@ -165,7 +167,7 @@ class AdvisorView(View):
                                increasing=dict(marker_color="#d62728"), decreasing=dict(marker_color="#2ca02c"),
                                totals=dict(marker_color="#4c78a8"), connector=dict(line=dict(color="#888")),
                                hovertemplate="%{x}<br>%{text}<extra></extra>")
-        with self.fig.batch_update():
+        with redraw(self.fig):
             self.fig.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, y0=capacity, y1=capacity,
                                            line=dict(color="#b00020", dash="dash"))]
             self.fig.layout.annotations = [dict(xref="paper", x=1, y=capacity, xanchor="right", yanchor="bottom",

@@ -97,6 +97,9 @@ class Workbench:
                                                       layout=ipw.Layout(width="100%"))])
         self.widget.add_class("wb-app")
         self.render()
+        for view in self.views[1:]:
+            if view.eager:
+                view.show(self.state)
 
     # -- construction helpers ---------------------------------------------------------------------------------
     @classmethod

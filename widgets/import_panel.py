@@ -11,7 +11,7 @@ import json
 
 import ipywidgets as ipw
 
-from widgets.common import Panel
+from widgets.common import Panel, error_message
 from widgets.state import LoadSpecs
 from workbench.configs.importer import import_ds_config, import_text
 from workbench.hf import HFModel, import_hf, is_hf_config
@@ -53,13 +53,9 @@ def specs_from_import(imported, state):
 
 
 def _message(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    if isinstance(exc, ValueError):
-        return first or "invalid input"
     if isinstance(exc, RecursionError):
         return "the pasted text is nested too deeply to read"
-    return f"could not import it ({exc.__class__.__name__}{': ' + first if first else ''})"
+    return error_message(exc)
 
 
 class ImportPanel(Panel):

@@ -9,11 +9,11 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import View
+from widgets.common import View, redraw
 
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
            "#bab0ac"]
-COLOUR_BY = {"TP group": "tp", "PP stage": "pp", "DP group": "dp", "CP group": "cp"}
+COLOUR_BY = {"TP group": "tp", "PP group": "pp", "DP group": "dp", "CP group": "cp"}
 MAX_NODES_DRAWN = 64
 """Nodes drawn at once; larger clusters are paged (the grid and its hover text grow with the GPUs drawn)."""
 
@@ -53,6 +53,39 @@ def layout_grid(layout, colour_by: str = "tp", first_node: int = 0) -> dict:
             "colour_by": colour_by}
 
 
+KIND_NAMES = {"tp": "tensor-parallel group", "pp": "pipeline group", "dp": "data-parallel group",
+              "cp": "context-parallel group"}
+
+
+def legend_html(layout, colour_by: str = "tp") -> str:
+    """The colour key of the grid: one swatch per colour in use, naming the group it marks (with its first ranks)
+    or the groups sharing it (colours repeat after len(PALETTE) groups, said so). Groups found by arithmetic from
+    rank 0 up, never by enumerating the cluster."""
+    size = layout.group_size(colour_by)
+    count = layout.world_size // size
+    shown = min(count, len(PALETTE))
+    first_members = {}
+    r = 0
+    while len(first_members) < shown and r < layout.world_size:
+        index, members = layout.group_of(r, colour_by, limit=8)
+        first_members.setdefault(index, members)
+        r += 1
+    what = KIND_NAMES[colour_by]
+    items = []
+    for colour_index in range(shown):
+        members = list(range(colour_index, count, len(PALETTE)))
+        if len(members) == 1 and colour_index in first_members:
+            label = f"{what} {colour_index}: ranks {html.escape(_ranks(first_members[colour_index], size, 8))}"
+        else:
+            label = f"{what}s {', '.join(str(i) for i in members[:4])}{', …' if len(members) > 4 else ''}"
+        items.append(f'<span class="wb-legend-item" style="display:inline-block;margin:0 12px 2px 0">'
+                     f'<span style="display:inline-block;width:12px;height:12px;background:{PALETTE[colour_index]};'
+                     f'vertical-align:middle;margin-right:4px"></span>{label}</span>')
+    repeat = f" (colours repeat every {len(PALETTE)} of the {count:,} groups)" if count > len(PALETTE) else ""
+    return (f'<div class="wb-layout-legend"><b>colour = {what}</b>{repeat}; cell text: rank r, tensor t, '
+            f'pipeline p, data d coordinates<br>' + "".join(items) + "</div>")
+
+
 def _ranks(group, size: int, limit: int = 16) -> str:
     shown = ", ".join(str(r) for r in group[:limit])
     return shown + (f", … ({size:,} ranks)" if size > limit else "")
@@ -62,6 +95,7 @@ class LayoutView(View):
     """The GPU grid; a dropdown picks which parallel dimension colours it."""
 
     title = "Layout"
+    eager = True
 
     @classmethod
     def available(cls, state) -> bool:
@@ -85,9 +119,11 @@ class LayoutView(View):
         self.fig.update_layout(height=360, width=660, margin=dict(l=60, r=20, t=40, b=40),
                                xaxis=dict(title="GPU in node", dtick=1),
                                yaxis=dict(title="node", autorange="reversed", dtick=1))
+        self.legend = ipw.HTML()
+        self.legend.add_class("wb-layout-legend-box")
         self.notes = ipw.HTML()
         self.notes.add_class("wb-layout-notes")
-        self.widget = ipw.VBox([ipw.HBox([self.colour, self.page]), self.fig, self.notes])
+        self.widget = ipw.VBox([ipw.HBox([self.colour, self.page]), self.fig, self.legend, self.notes])
         self._layout = None
 
     def show(self, state) -> None:
@@ -107,7 +143,7 @@ class LayoutView(View):
         if layout is None:
             return
         grid = layout_grid(layout, COLOUR_BY[self.colour.value], first_node=self.page.value)
-        with self.fig.batch_update():
+        with redraw(self.fig):
             trace = self.fig.data[0]
             trace.z = grid["z"]
             trace.text = grid["text"]
@@ -119,6 +155,9 @@ class LayoutView(View):
             self.fig.layout.title = dict(text=f"{layout.world_size:,} GPUs = TP {sizes['tp']} × CP {sizes['cp']} × "
                                               f"DP {sizes['dp']} × PP {sizes['pp']} (rank order tp-cp-dp-pp)",
                                          font=dict(size=14))
+        legend = legend_html(layout, COLOUR_BY[self.colour.value])
+        if self.legend.value != legend:
+            self.legend.value = legend
         notes = []
         if grid["nodes_drawn"] < layout.num_nodes:
             last = grid["first_node"] + grid["nodes_drawn"] - 1

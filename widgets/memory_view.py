@@ -7,7 +7,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, gib
+from widgets.common import GIB, View, gib, redraw
 from workbench.memory_types import TERMS
 
 COLORS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "activations": "#72b7b2",
@@ -92,7 +92,7 @@ class MemoryView(View):
         data = memory_traces(memory)
         n = len(data["x"])
         host = memory.host_bytes_per_gpu
-        with self.fig.batch_update():
+        with redraw(self.fig):
             for i, term in enumerate(TERMS):
                 t = data["terms"][term]
                 trace = self.fig.data[i]

@@ -12,7 +12,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html
+from widgets.common import GIB, View, error_html, error_message, redraw
 from widgets.state import LoadSpecs
 from workbench.planner import DEFAULT_HEADROOM, search
 from workbench.specs import Engine, Offload
@@ -164,13 +164,13 @@ class PlannerView(View):
                             headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
                             precision=s.plan.precision, top=SCATTER_PLANS, adam=s.plan.adam,
                             overlap_comm=s.plan.overlap_comm)
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
             self.result = None
-            self.error.value = error_html(str(exc).strip().splitlines()[0], max_width="900px")
+            self.error.value = error_html(error_message(exc), max_width="900px")
             self.table.value = self.explanation.value = ""
             self.choice.options = []
             self.use_button.disabled = True
-            with self.fig.batch_update():
+            with redraw(self.fig):
                 for trace in self.fig.data[:2] + self.fig.data[3:]:
                     trace.x, trace.y, trace.text = [], [], []
             self._show_current()
@@ -185,7 +185,7 @@ class PlannerView(View):
         self.use_button.disabled = self.app is None
         self.explanation.value = ("<div style='white-space:pre-wrap;font-size:13px;max-width:900px'>"
                                   + html.escape(result.explanation) + "</div>")
-        with self.fig.batch_update():
+        with redraw(self.fig):
             for trace, rows in ((self.fig.data[0], result.ranked), (self.fig.data[1], result.pareto),
                                 (self.fig.data[3], result.ranked[:1])):
                 rows = sorted(rows, key=lambda r: r.headroom_bytes)
@@ -209,7 +209,7 @@ class PlannerView(View):
         s = self._state
         t = getattr(s.estimate, "time", None) if s is not None else None
         trace = self.fig.data[2]
-        with self.fig.batch_update():
+        with redraw(self.fig):
             if t is None or not s.valid:
                 trace.x, trace.y, trace.text = [], [], []
             else:

@@ -227,8 +227,11 @@ def _settle(state: AppState, estimator: Estimator) -> AppState:
         source = "estimate"
         est = (estimator(model, cluster, plan) if state.profile is None
                else estimator(model, cluster, plan, profile=state.profile))
-    except ValueError as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the red message of the panel that caused it
+        text = str(exc).strip()
+        message = text.splitlines()[0] if text else type(exc).__name__
+        if not isinstance(exc, ValueError):
+            message = f"{type(exc).__name__}: {message}"
         return dataclasses.replace(state, error=message, error_source=source, revision=revision)
     return dataclasses.replace(state, model=model, cluster=cluster, plan=plan, estimate=est, error="",
                                error_source="", revision=revision)

@@ -18,22 +18,18 @@ from pathlib import Path
 import numpy as np
 
 from workbench import params as P
+from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
+from workbench.defaults import GiB
+from workbench.encode import ENGINE_CODES, RECOMPUTE_CODES  # noqa: F401  (the codes' home is the encoder)
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
 
-GiB = 2**30
 HF_LOSS_BYTES_PER_LOGIT = 12.0
 """Bytes per logit at the loss of a transformers causal LM: saved fp32 log-softmax + fp32 gradients of the
 log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 
-# -- engine codes for array evaluation ----------------------------------------------------------------------------
-ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
-RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
-
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
-DS_REDUCE_BUCKET_ELEMENTS = int(5e8)
-"""``zero_optimization.reduce_bucket_size`` default (elements)."""
 DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
 """``stage3_prefetch_bucket_size`` default (elements)."""
 DS_NVME_BUFFER_COUNT = 4
@@ -393,7 +389,8 @@ def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
-                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0):
+                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
+                lora_activation_per_token=0.0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
 
     Two candidate peaks, the larger wins:
@@ -428,6 +425,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw)
+    # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
+    lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
+                * (value_bytes + 1))
+    kept = kept + np.where(recompute >= 2, 0.0, lora_act)
+    full_layer = full_layer + lora_act
     layers = m.num_layers / pipeline_parallel
     recomputed = np.where(recompute >= 2, np.minimum(recompute_layers, layers), 0)
     per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
@@ -457,21 +459,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
 
 def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
-    """The numeric arguments :func:`stage_terms` takes, read off a plan."""
-    layers_per_stage = model.num_layers // plan.pipeline_parallel
-    return dict(engine=ENGINE_CODES[plan.engine], zero_stage=int(plan.zero_stage),
-                tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
-                virtual_pipeline=plan.virtual_pipeline, context_parallel=plan.context_parallel,
-                sequence_parallel=bool(plan.sequence_parallel), data_parallel=plan.data_parallel,
-                micro_batch=plan.micro_batch_size, num_microbatches=plan.num_microbatches,
-                recompute=RECOMPUTE_CODES[plan.recompute],
-                recompute_layers=plan.recompute_layers or layers_per_stage,
-                value_bytes=plan.precision.bytes_per_value, fp16=int(plan.precision is Precision.FP16),
-                offload_optimizer=int(plan.offload_optimizer is not Offload.NONE),
-                offload_params=int(plan.offload_params is not Offload.NONE),
-                distributed_optimizer=int(plan.distributed_optimizer), fused_kernels=int(plan.adam is AdamImpl.FUSED),
-                overlap_comm=int(plan.overlaps_comm),
-                lora_params_per_layer=P.lora_params_per_layer(model, plan.lora_rank, plan.lora_targets))
+    """The numeric arguments :func:`stage_terms` takes, read off a plan (the one encoder,
+    :func:`workbench.encode.memory_inputs`)."""
+    from workbench import encode
+
+    return encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
 
 
 FORMULAS = {
@@ -522,17 +514,29 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     codes = plan_codes(plan, model)
     if overlap_comm is not None:
         codes["overlap_comm"] = int(overlap_comm)
+    return memory_estimate_from(model, cluster, plan, codes, profile=profile)
+
+
+def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, codes: dict, *,
+                         profile=None) -> MemoryEstimate:
+    """The :class:`MemoryEstimate` of every pipeline stage from the encoded ``codes``
+    (:func:`workbench.encode.memory_inputs`), all stages priced in one call of :func:`stage_terms`."""
+    codes = dict(codes)
     formulas = dict(FORMULAS)
     if profile is not None:
-        codes["overheads"], _ = profile.memory_overheads()
+        if "overheads" not in codes:
+            codes["overheads"], _ = profile.memory_overheads()
         o = codes["overheads"]
         formulas["overhead"] = (f"context {o['context_bytes'] / 2**20:.0f} MiB (+ NCCL {o['nccl_bytes'] / 2**20:.0f} "
                                 f"MiB with >1 rank) + allocator reserve {o['reserve_fraction']:.0%} of allocated "
                                 f"(profile {profile.name})")
     stages = []
     host_per_gpu = 0
-    for stage in range(plan.pipeline_parallel):
-        t = stage_terms(model, stage=stage, **codes)
+    p = plan.pipeline_parallel
+    every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
+    every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
+    for stage in range(p):
+        t = {k: v[stage] for k, v in every.items()}
         terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
                                ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
         stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,

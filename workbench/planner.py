@@ -9,8 +9,8 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
 :func:`~workbench.specs.validate` apply, so every row is a plan those accept):
 
 - engine: ``deepspeed`` (data + pipeline parallel), ``megatron``, ``megatron-deepspeed``;
-- tensor parallel t: divides heads, query groups and the MLP width; ≤ GPUs per node unless
-  ``allow_cross_node_tp``;
+- tensor parallel t: divides heads, query groups and the MLP width; its groups stay inside a node
+  (:func:`workbench.parallel.group_crosses_nodes`) unless ``allow_cross_node_tp``;
 - pipeline parallel p: divides the layers; virtual pipeline v > 1 only with engine ``megatron`` (DeepSpeed's pipeline
   engine has no interleaved schedule) with m a multiple of p;
 - context parallel c: 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
@@ -32,13 +32,15 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from workbench import encode as E
 from workbench import memory as M
 from workbench import timing as T
-from workbench.memory import ENGINE_CODES, GiB
-from workbench.params import lora_params_per_layer, model_vocab_size
+from workbench.defaults import GiB
+from workbench.encode import ENGINE_CODES
+from workbench.parallel import group_crosses_nodes
 from workbench.specs import (LORA_TARGETS, AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
-                             check_spec_types, default_overlap_comm)
+                             check_spec_types)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -132,6 +134,8 @@ class PlanSearch:
     feasible: int
     """Of those, plans that fit GPU (with headroom) and host memory."""
     elapsed_seconds: float
+    profile: Optional[dict] = None
+    """The hardware profile every plan was priced with (the record ``estimate`` keeps), or the no-profile record."""
 
     @property
     def best(self) -> PlanResult:
@@ -149,7 +153,7 @@ class PlanSearch:
             "headroom": self.headroom, "evaluated": self.evaluated, "feasible": self.feasible,
             "elapsed_seconds": self.elapsed_seconds, "plans_per_second": self.plans_per_second,
             "ranked": [r.to_dict() for r in self.ranked], "pareto": [r.to_dict() for r in self.pareto],
-            "explanation": self.explanation,
+            "explanation": self.explanation, "profile": dict(self.profile) if self.profile else None,
         }
 
 
@@ -223,7 +227,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
 
     g = np.gcd(model.num_attention_heads, model.num_query_groups)
     tps = [t for t in _divisors(int(np.gcd(g, model.ffn_hidden_size)))
-           if W % t == 0 and (allow_cross_node_tp or t <= n)]
+           if W % t == 0 and (allow_cross_node_tp or not group_crosses_nodes(1, t, n))]
     pps = [p for p in _divisors(L) if W % p == 0]
     if model.implementation is Implementation.TRANSFORMERS:  # an HF model: ZeRO data parallel, no pipeline
         pps = [1]
@@ -269,55 +273,23 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
 # Evaluation through the memory and time models
 # ================================================================================================================
 def memory_codes(table: dict, model: ModelSpec, precision: Precision, *, adam="fused", overlap_comm=None,
-                 lora: tuple = (0, LORA_TARGETS)) -> dict:
-    """The keyword arguments of :func:`workbench.memory.stage_terms` as arrays (same keys as
-    :func:`workbench.memory.plan_codes`); ``adam`` and ``overlap_comm`` are :attr:`ParallelPlan.adam` and
-    :attr:`ParallelPlan.overlap_comm` (``None``: each row's engine default) and ``lora`` ``(lora_rank,
-    lora_targets)`` of every row."""
-    if overlap_comm is None:
-        overlap = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
-                           int(default_overlap_comm(Engine.MEGATRON)), int(default_overlap_comm(Engine.DEEPSPEED)))
-    else:
-        overlap = int(overlap_comm)
-    return dict(engine=table["engine"], zero_stage=table["zero"], tensor_parallel=table["tp"],
-                pipeline_parallel=table["pp"], virtual_pipeline=table["vp"], context_parallel=table["cp"],
-                sequence_parallel=table["sp"].astype(bool), data_parallel=table["dp"], micro_batch=table["mbs"],
-                num_microbatches=table["nmb"], recompute=table["recompute"],
-                recompute_layers=model.num_layers // table["pp"], value_bytes=precision.bytes_per_value,
-                fp16=int(precision is Precision.FP16), offload_optimizer=table["off_opt"],
-                offload_params=table["off_par"], distributed_optimizer=table["dist_opt"],
-                fused_kernels=int(AdamImpl.parse(adam, "adam") is AdamImpl.FUSED), overlap_comm=overlap,
-                lora_params_per_layer=lora_params_per_layer(model, *lora))
+                 lora: tuple = (0, LORA_TARGETS), profile=None) -> dict:
+    """The keyword arguments of :func:`workbench.memory.stage_terms` as arrays, through the one plan encoder
+    (:func:`workbench.encode.memory_inputs`, which ``estimate`` uses for one plan); ``adam`` and ``overlap_comm``
+    are :attr:`ParallelPlan.adam` and :attr:`ParallelPlan.overlap_comm` (``None``: each row's engine default) and
+    ``lora`` ``(lora_rank, lora_targets)`` of every row."""
+    cols = E.complete_columns(table, model, adam=adam, overlap_comm=overlap_comm, lora_rank=lora[0],
+                              lora_targets=lora[1])
+    return E.memory_inputs(model, cols, precision, profile=profile)
 
 
 def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision,
-               lora: tuple = (0, LORA_TARGETS), *, adam="fused", overlap_comm=None) -> dict:
-    """The keyword arguments of :func:`workbench.timing.step_time_terms` as arrays.
-
-    Model and cluster constants come from :func:`workbench.timing.time_inputs` of one plan per engine (any key
-    whose value differs between engines is selected per row by engine); every key that depends on the plan's
-    shape is replaced by the table's arrays."""
-    refs = {code: _reference_inputs(model, cluster, precision, engine, adam=adam, overlap_comm=overlap_comm)
-            for engine, code in ENGINE_CODES.items()}
-    out = dict(refs[ENGINE_CODES[Engine.MEGATRON]])
-    for key in out:
-        values = [refs[code][key] for code in sorted(refs)]
-        if any(np.any(np.asarray(v) != np.asarray(values[0])) for v in values[1:]):
-            out[key] = np.select([table["engine"] == code for code in sorted(refs)], values)
-    full = table["recompute"] == M.RECOMPUTE_CODES[Recompute.FULL]
-    bucket = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], T.MEGATRON_BUCKET_ELEMENTS,
-                      T.DEEPSPEED_BUCKET_ELEMENTS)
-    out.update({
-        "vocab_size": model_vocab_size(model, table["tp"]),
-        "tensor_parallel": table["tp"], "pipeline_parallel": table["pp"], "virtual_pipeline": table["vp"],
-        "context_parallel": table["cp"], "data_parallel": table["dp"], "micro_batch_size": table["mbs"],
-        "num_microbatches": table["nmb"], "sequence_parallel": table["sp"], "zero_stage": table["zero"],
-        "offload_optimizer": table["off_opt"], "offload_params": table["off_par"],
-        "distributed_optimizer": table["dist_opt"], "recompute": table["recompute"],
-        "recompute_fraction": full.astype(float), "grad_bucket_elements": bucket})
-    if lora[0]:
-        out["trainable_fraction"] = model.num_layers * lora_params_per_layer(model, *lora) / model.num_parameters
-    return out
+               lora: tuple = (0, LORA_TARGETS), *, adam="fused", overlap_comm=None, profile=None) -> dict:
+    """The keyword arguments of :func:`workbench.timing.step_time_terms` as arrays, through the one plan encoder
+    (:func:`workbench.encode.time_inputs`, which ``estimate`` uses for one plan)."""
+    cols = E.complete_columns(table, model, adam=adam, overlap_comm=overlap_comm, lora_rank=lora[0],
+                              lora_targets=lora[1])
+    return E.time_inputs(model, cluster, cols, precision, profile=profile)
 
 
 def _stage_total(model, stage, codes):
@@ -327,16 +299,18 @@ def _stage_total(model, stage, codes):
 
 
 def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: Precision = Precision.BF16,
-             all_stages: bool = False, lora: tuple = (0, LORA_TARGETS), adam="fused", overlap_comm=None) -> dict:
+             all_stages: bool = False, lora: tuple = (0, LORA_TARGETS), adam="fused", overlap_comm=None,
+             profile=None) -> dict:
     """Peak bytes per GPU, host bytes per node and the time terms for every row of ``table``.
 
     The peak is taken over pipeline stages. By default stages 0 and p−1 are evaluated: every middle stage holds
     fewer parameters than the first (no embedding) and no more in-flight micro-batches (1F1B: p − stage), so one of
     the two ends always holds the peak; ``all_stages=True`` evaluates every stage (stage index array) and gives the
-    same peaks.
+    same peaks. ``profile``: a measured :class:`workbench.calibrate.HardwareProfile` whose numbers replace the
+    datasheet's, as in ``estimate``.
     """
     k = len(table["tp"])
-    codes = memory_codes(table, model, precision, lora=lora, adam=adam, overlap_comm=overlap_comm)
+    codes = memory_codes(table, model, precision, lora=lora, adam=adam, overlap_comm=overlap_comm, profile=profile)
     if all_stages:
         reps = table["pp"]
         row = np.repeat(np.arange(k), reps)
@@ -358,17 +332,13 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
         peak_stage = np.where(last > first, table["pp"] - 1, 0)
         host = np.maximum(np.asarray(t0["host"], float), np.asarray(t1["host"], float)) * np.ones(k)
     nvme = 0  # offload is to CPU only in the search
-    inputs = time_codes(table, model, cluster, precision, lora=lora, adam=adam, overlap_comm=overlap_comm)
+    inputs = time_codes(table, model, cluster, precision, lora=lora, adam=adam, overlap_comm=overlap_comm,
+                        profile=profile)
     terms = T.step_time_terms(**inputs)
     return dict(peak_bytes=peak, peak_stage=peak_stage, host_bytes_per_node=host * cluster.gpus_per_node + nvme,
+                memory_codes=codes,
                 step_seconds=np.asarray(terms["step_seconds"]), model_flops=np.asarray(terms["model_flops"]),
                 terms=terms, peak_flops=inputs["peak_flops"])
-
-
-def _reference_inputs(model, cluster, precision, engine, *, adam="fused", overlap_comm=None) -> dict:
-    plan = ParallelPlan(world_size=cluster.world_size, engine=engine, precision=precision, adam=adam,
-                        overlap_comm=overlap_comm)
-    return T.time_inputs(model, cluster, plan)
 
 
 def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision,
@@ -390,7 +360,8 @@ def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGE
     step = float(ev["step_seconds"][i])
     model_tflops = float(ev["model_flops"][i]) / step / cluster.world_size / 1e12
     stage = int(ev["peak_stage"][i])
-    mt = M.stage_terms(model, stage=stage, **M.plan_codes(plan, model))
+    row = {k: (v[i] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in ev["memory_codes"].items()}
+    mt = M.stage_terms(model, stage=stage, **row)  # the evaluated row's codes: no second encoding
     return PlanResult(
         plan=plan, peak_bytes=int(round(float(ev["peak_bytes"][i]))), peak_stage=stage,
         capacity_bytes=cluster.gpu.memory_bytes, host_bytes_per_node=int(round(float(ev["host_bytes_per_node"][i]))),
@@ -410,8 +381,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
            allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
-           overlap_comm=None) -> PlanSearch:
+           overlap_comm=None, profile=None) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
+
+    ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
+    datasheet numbers for every plan, exactly as ``estimate`` applies it.
 
     ``lora_rank`` > 0 searches LoRA fine-tunes (adapters on ``lora_targets``, base weights frozen): DeepSpeed
     engines only. ``adam`` and ``overlap_comm`` describe the stack every candidate runs (:class:`ParallelPlan`
@@ -455,7 +429,13 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     count = len(table["tp"])
     if count == 0:
         raise ValueError(_no_valid_plan_message(model, cluster, global_batch_size))
-    ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, **stack)
+    from workbench.calibrate.profile import no_profile_record, resolve_profile
+
+    profile = resolve_profile(profile)
+    # applied() refuses a profile measured on another GPU, naming both
+    profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record()
+    ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
+                  **stack)
     capacity = cluster.gpu.memory_bytes
     limit = (1.0 - headroom) * capacity
     host_cap = cluster.host_memory_gib_per_node * GiB
@@ -474,7 +454,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         if not lora[0]:
             message += _lora_alternative(model, cluster, global_batch_size=global_batch_size, headroom=headroom,
                                          engines=engines, zero_stages=zero_stages, offload=offload,
-                                         recompute=recompute, precision=precision)
+                                         recompute=recompute, precision=precision, profile=profile)
         raise ValueError(message)
     step = ev["step_seconds"][feasible]
     peak = ev["peak_bytes"][feasible]
@@ -502,7 +482,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
                                        head=False)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
                       pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
-                      elapsed_seconds=_time.perf_counter() - start)
+                      elapsed_seconds=_time.perf_counter() - start, profile=profile_record)
 
 
 def _no_valid_plan_message(model, cluster, gbs) -> str:
@@ -518,7 +498,7 @@ def _largest_model_parallel(model, cluster) -> int:
     best = 1
     g = int(np.gcd(np.gcd(model.num_attention_heads, model.num_query_groups), model.ffn_hidden_size))
     for t in _divisors(g):
-        if t > cluster.gpus_per_node:
+        if group_crosses_nodes(1, t, cluster.gpus_per_node):
             continue
         for p in _divisors(model.num_layers):
             if W % (t * p) == 0:
@@ -583,7 +563,7 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
     """Why ``term`` differs between plan ``a`` (the slower) and ``b``, from the plans' settings."""
     n = cluster.gpus_per_node
     if term == "tp_comm":
-        if a.tensor_parallel > n or n % a.tensor_parallel:
+        if group_crosses_nodes(1, a.tensor_parallel, n):
             return f"TP={a.tensor_parallel} crosses nodes"
         if a.tensor_parallel != b.tensor_parallel:
             return f"TP={a.tensor_parallel} vs TP={b.tensor_parallel}"

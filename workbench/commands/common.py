@@ -12,6 +12,25 @@ from workbench import catalog
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
 DEFAULT_GPU = "H100-SXM"
+DEFAULT_ENGINE = "deepspeed"
+
+ENGINES = ("deepspeed", "megatron", "megatron-deepspeed")
+"""Engine names, as the core spells them (``ParallelPlan.engine``)."""
+ENGINE_ALIASES = {"hybrid": "megatron-deepspeed"}
+"""Other accepted spellings: ``hybrid`` is Megatron tensor/pipeline parallel with DeepSpeed ZeRO over data parallel,
+the core's ``megatron-deepspeed``."""
+ENGINE_HELP = ("training framework: deepspeed, megatron, or megatron-deepspeed (Megatron TP/PP with DeepSpeed ZeRO "
+               "over data parallel; 'hybrid' is accepted as another name for it)")
+
+
+def engine_name(value: str) -> str:
+    """``--engine`` value to the core's engine name; ``hybrid`` is an alias of ``megatron-deepspeed``."""
+    key = str(value).strip().lower().replace("_", "-")
+    name = ENGINE_ALIASES.get(key, key)
+    if name not in ENGINES:
+        raise argparse.ArgumentTypeError(f"invalid engine {value!r} (choose from {', '.join(ENGINES)}; "
+                                         f"'hybrid' = megatron-deepspeed)")
+    return name
 
 # flag dest -> ModelSpec field
 _MODEL_FLAGS = {
@@ -27,7 +46,7 @@ _PLAN_FLAGS = {
     "cp": "context_parallel", "zero": "zero_stage", "offload_optimizer": "offload_optimizer",
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
-    "lora_targets": "lora_targets", "adam": "adam", "overlap_comm": "overlap_comm",
+    "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
 }
 
 
@@ -90,8 +109,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = Tr
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Engine, parallel sizes, ZeRO, offload, recompute, batch and precision (read by :func:`plan_from_args`)."""
     p = parser.add_argument_group("plan")
-    p.add_argument("--engine", choices=["deepspeed", "megatron", "megatron-deepspeed"],
-                   help="training framework (default deepspeed)")
+    p.add_argument("--engine", type=engine_name, metavar="{" + ",".join(ENGINES) + "}",
+                   help=ENGINE_HELP + f" (default {DEFAULT_ENGINE})")
     p.add_argument("--tp", type=int, help="tensor parallel")
     p.add_argument("--pp", type=int, help="pipeline parallel")
     p.add_argument("--vp", type=int, help="virtual pipeline chunks per rank")
@@ -119,6 +138,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA adapters of rank R, base weights frozen (0: full)")
     p.add_argument("--lora-targets", metavar="LIST",
                    help="projections with adapters, comma-separated from q,k,v,o,gate,up,down (default all)")
+    p.add_argument("--lora-dropout", type=float, metavar="P", help="peft lora_dropout (default 0)")
 
 
 def model_from_args(args) -> ModelSpec:
@@ -167,7 +187,7 @@ def cluster_from_args(args) -> ClusterSpec:
     return ClusterSpec(**kwargs)
 
 
-def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = "deepspeed") -> ParallelPlan:
+def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_ENGINE) -> ParallelPlan:
     fields = {f: getattr(args, d) for d, f in _PLAN_FLAGS.items() if getattr(args, d, None) is not None}
     fields.setdefault("engine", default_engine)
     if getattr(args, "sp", None):
@@ -182,6 +202,18 @@ def specs_from_args(args, *, default_engine: Optional[str] = None) -> tuple[Mode
     the fields and numbers when they do not fit. ``default_engine`` applies when ``--engine`` is not given."""
     model = model_from_args(args)
     cluster = cluster_from_args(args)
-    plan = plan_from_args(args, cluster, default_engine=default_engine or "deepspeed")
+    plan = plan_from_args(args, cluster, default_engine=default_engine or DEFAULT_ENGINE)
     validate(model, cluster, plan)
     return model, cluster, plan
+
+
+def progress_bar(**kwargs):
+    """A tqdm progress bar on stderr (stdout stays the command's result, so ``--json`` and pipes are unaffected).
+    Off when ``WORKBENCH_PROGRESS=0``."""
+    import os
+    import sys
+
+    from tqdm import tqdm
+
+    disable = os.environ.get("WORKBENCH_PROGRESS", "").strip() == "0"
+    return tqdm(file=sys.stderr, disable=disable, dynamic_ncols=True, mininterval=0.5, **kwargs)

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
-
-GiB = 2**30
+from workbench.defaults import GiB
 
 
 def add_parser(sub) -> None:

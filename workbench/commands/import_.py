@@ -2,7 +2,8 @@
 model's config.json (or model directory) into specs.
 
 Prints the model, plan and option fields found, the warnings, and the lint findings (``--json`` for one JSON
-object). Options go before the file or command: ``workbench import --json ds_config.json`` or
+object). Exit status: 0 when the lint finds no errors (warnings allowed), 1 when it finds at least one error (so the
+command can gate CI), 2 when the input cannot be read. Options go before the file or command: ``workbench import --json ds_config.json`` or
 ``workbench import --world-size 16 -- python pretrain_gpt.py --num-layers 40 ...``.
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ from workbench.cli import print_json
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("import", help="read a ds_config.json, Megatron command line or HF config.json into specs",
+    parser = sub.add_parser("import", help="read a ds_config.json, Megatron command line or HF config.json into specs"
+                            " (exit 1 when the lint finds errors)",
                             description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--world-size", type=int, help="data-parallel world size for a ds_config's batch fields")
@@ -112,6 +114,11 @@ def imported_as_dict(imp) -> dict:
     }
 
 
+def lint_status(findings) -> int:
+    """1 when any lint finding is an error, else 0."""
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
 def run(args) -> int:
     from workbench.configs.importer import import_any, import_megatron_args
 
@@ -125,9 +132,10 @@ def run(args) -> int:
     else:
         imp = import_megatron_args(tokens)
     data = imported_as_dict(imp)
+    status = lint_status(imp.lint)
     if args.json:
         print_json(data)
-        return 0
+        return status
     print(f"kind: {imp.kind}")
     for title, section in (("model", data["model"]), ("plan", data["plan"]), ("options", data["options"])):
         print(f"{title}:" + ("" if section else " (nothing)"))
@@ -143,4 +151,7 @@ def run(args) -> int:
             print(f"  - {f}")
     elif imp.kind == "deepspeed":
         print("lint: no findings")
-    return 0
+    if status:
+        errors = sum(1 for f in imp.lint if f.severity == "error")
+        print(f"lint: {errors} error{'s' if errors != 1 else ''} (exit status 1)")
+    return status

@@ -1,20 +1,21 @@
 """workbench plan: search every valid parallel plan, rank the ones that fit by step time, explain the winner."""
 from __future__ import annotations
 
-from workbench.commands.common import add_cluster_arguments, add_model_arguments, cluster_from_args, model_from_args
-
-GiB = 2**30
+from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, cluster_from_args,
+                                      engine_name, model_from_args, profile_from_args)
+from workbench.defaults import GiB
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("plan", help="rank every valid parallel plan by step time", description=__doc__)
     add_model_arguments(parser)
-    add_cluster_arguments(parser, profile=False)  # the planner prices plans with catalog numbers
+    add_cluster_arguments(parser)  # --profile: measured rates replace datasheet numbers for every plan
     s = parser.add_argument_group("search")
     s.add_argument("--gbs", type=int, required=True, help="global batch size (sequences per step)")
     s.add_argument("--top", type=int, default=10, help="plans to list (default 10)")
-    s.add_argument("--engine", action="append", choices=["deepspeed", "megatron", "megatron-deepspeed"],
-                   help="engines to search (repeatable; default all three)")
+    s.add_argument("--engine", action="append", type=engine_name, metavar="{" + ",".join(ENGINES) + "}",
+                   help="engines to search (repeatable; default all three; 'hybrid' is another name for "
+                        "megatron-deepspeed)")
     s.add_argument("--headroom", type=float, default=0.05, help="fraction of GPU memory kept free (default 0.05)")
     s.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
@@ -59,7 +60,10 @@ def render(result) -> str:
     lines = [f"{m.name} (seq {m.seq_length}, {m.attention} attention) on {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} "
              f"({c.gpu.memory_gib:.1f} GiB), global batch {result.global_batch_size}: {result.evaluated:,} plans "
              f"evaluated, {result.feasible:,} fit with {result.headroom:.0%} headroom "
-             f"({result.elapsed_seconds:.2f} s, {result.plans_per_second:,.0f} plans/s)", "", "ranked by step time",
+             f"({result.elapsed_seconds:.2f} s, {result.plans_per_second:,.0f} plans/s)"]
+    if result.profile and result.profile.get("name"):
+        lines.append(result.profile["note"])
+    lines += ["", "ranked by step time",
              _HEADER]
     lines += [_row(i + 1, r) for i, r in enumerate(result.ranked)]
     lines += ["", "Pareto front (tokens/s vs memory headroom)", _HEADER]
@@ -81,7 +85,7 @@ def run(args) -> int:
                     offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
                     max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
                     **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
-                    overlap_comm=args.overlap_comm)
+                    overlap_comm=args.overlap_comm, profile=profile_from_args(args))
     if args.json:
         print_json(result.to_dict())
     else:

@@ -442,9 +442,8 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         value = get(zero, key, f"zero_optimization.{key}")
         if value is not None:
             opts[name] = int(value)
-    for key in ("overlap_comm", "contiguous_gradients"):
-        if isinstance(zero.get(key), bool):
-            opts[key] = zero[key]
+    if isinstance(zero.get("contiguous_gradients"), bool):
+        opts["contiguous_gradients"] = zero["contiguous_gradients"]
     stage_read = plan.get("zero_stage")
     if isinstance(zero.get("overlap_comm"), bool):
         plan["overlap_comm"] = zero["overlap_comm"]
