@@ -169,6 +169,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_modules_per_layer=T.zero3_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
+        zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         trainable_fraction=trainable_fraction(model, cols, counts),
     )
     if profile is not None:
