@@ -46,7 +46,7 @@ _PLAN_FLAGS = {
     "cp": "context_parallel", "zero": "zero_stage", "offload_optimizer": "offload_optimizer",
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
-    "lora_targets": "lora_targets", "adam": "adam", "overlap_comm": "overlap_comm",
+    "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
 }
 
 
@@ -138,6 +138,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA adapters of rank R, base weights frozen (0: full)")
     p.add_argument("--lora-targets", metavar="LIST",
                    help="projections with adapters, comma-separated from q,k,v,o,gate,up,down (default all)")
+    p.add_argument("--lora-dropout", type=float, metavar="P", help="peft lora_dropout (default 0)")
 
 
 def model_from_args(args) -> ModelSpec:
