@@ -1,4 +1,4 @@
-"""One estimate (memory + time + layout) for the seed guide's 13B example: target ≤ 1 ms. Prints the figures."""
+"""One estimate (memory + time + layout) for the DeepSpeed-vs-Megatron practitioner's guide's 13B example: target ≤ 1 ms. Prints the figures."""
 import statistics
 import sys
 import time

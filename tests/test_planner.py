@@ -233,3 +233,16 @@ def test_plan_with_a_profile_prices_every_row_as_estimate_does():
         e = estimate(m, c, r.plan, profile="h200", checks=False)
         assert r.step_seconds == pytest.approx(e.time.step_seconds, rel=1e-12)
         assert r.peak_bytes == pytest.approx(e.memory.per_gpu_peak_bytes, abs=2)
+
+
+def test_cli_plan_takes_a_profile(capsys):
+    import json
+
+    from workbench.cli import main
+
+    assert main(["plan", "--model", "llama3-8b", "--profile", "h200", "--gbs", "16", "--top", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profile"]["name"] == "h200" and out["gpu"] == "H200"
+    assert main(["plan", "--model", "llama3-8b", "--profile", "nosuch", "--gbs", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nosuch" in err[0]

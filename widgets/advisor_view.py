@@ -141,7 +141,9 @@ class AdvisorView(View):
         if s is None:
             return
         try:
-            self.advice = advise(s.model, s.cluster, s.plan, options=s.options, log=self.log_summary)
+            # the state's estimate is the plan's record: the advisor reads it instead of pricing the plan again
+            self.advice = advise(s.model, s.cluster, s.plan, options=s.options, log=self.log_summary,
+                                 record=s.estimate, profile=s.profile)
         except Exception as exc:  # noqa: BLE001 - shown in red
             self.error.value = error_html(error_message(exc), max_width="900px")
             return

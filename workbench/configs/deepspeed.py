@@ -22,8 +22,9 @@ from workbench.defaults import DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_RE
 from workbench.specs import (AdamImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
                              ZeroStage, validate)
 
-#: Models at or above this many parameters get the tighter clipping default (seed guide §5.3: "for models above 13B,
-#: max_norm between 0.5 and 1.0 gives better stability"; we take the lower end). The threshold is 12e9 so that
+#: Models at or above this many parameters get the tighter clipping default (the DeepSpeed-vs-Megatron
+#: practitioner's guide §5.3: "for models of 13B parameters and up (13B以上), max_norm between 0.5 and 1.0 gives
+#: better stability"; we take the lower end). The threshold is 12e9 so that
 #: "13B-class" models count: the guide's own 13B example (40 x 5120, GPT-3 vocabulary) has 12.85e9 parameters.
 LARGE_MODEL_PARAMETERS = 12e9
 
@@ -32,7 +33,8 @@ LARGE_MODEL_PARAMETERS = 12e9
 class DeepSpeedOptions:
     """Training hyper-parameters and DeepSpeed tunables written into exported configs (DeepSpeed and Megatron).
 
-    Defaults follow the seed guide's 13B example (lr 6e-5 → 6e-6 cosine, weight decay 0.01, Adam betas 0.9/0.95,
+    Defaults follow the 13B example of the DeepSpeed-vs-Megatron practitioner's guide (lr 6e-5 → 6e-6 cosine,
+    weight decay 0.01, Adam betas 0.9/0.95,
     100,000 iterations, fp16 loss-scale window 1000, ZeRO buckets 5e8) unless noted.
     """
 
@@ -132,11 +134,13 @@ class DeepSpeedOptions:
     def warmup_steps(self) -> int:
         return max(1, self.train_iters // 100) if self.warmup_iters is None else self.warmup_iters
 
-    def clipping_for(self, model: ModelSpec) -> float:
-        """Gradient clipping for ``model``: the explicit ``clip``, else 1.0, or 0.5 for 13B-class models (>= 12e9)."""
+    def clipping_for(self, model: ModelSpec, num_parameters: Optional[int] = None) -> float:
+        """Gradient clipping for ``model``: the explicit ``clip``, else 1.0, or 0.5 for 13B-class models (>= 12e9).
+        ``num_parameters``: the model's count when the caller has it."""
         if self.clip is not None:
             return float(self.clip)
-        return 0.5 if model.num_parameters >= LARGE_MODEL_PARAMETERS else 1.0
+        n = model.num_parameters if num_parameters is None else num_parameters
+        return 0.5 if n >= LARGE_MODEL_PARAMETERS else 1.0
 
     @classmethod
     def field_names(cls) -> tuple:

@@ -1,4 +1,5 @@
-"""The hybrid of the seed guide §4: Megatron tensor/pipeline parallelism with DeepSpeed ZeRO over data parallel.
+"""The hybrid of the DeepSpeed-vs-Megatron practitioner's guide §4: Megatron tensor/pipeline parallelism with
+DeepSpeed ZeRO over data parallel.
 
 It runs Microsoft's Megatron-DeepSpeed ``pretrain_gpt.py`` with ``--deepspeed --deepspeed_config ds_config.json``;
 DeepSpeed receives Megatron's ``mpu`` and so sees the data-parallel group as its world (batch arithmetic with
@@ -83,7 +84,8 @@ def hybrid_command(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *
         *placeholder_lines(["DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
         *rendezvous_lines(cluster),
         "export CUDA_DEVICE_MAX_CONNECTIONS=1",
-        "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors (seed guide §5.1)",
+        "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors "
+        "(the DeepSpeed-vs-Megatron practitioner's guide §5.1)",
         "",
         torchrun_prefix(cluster) + " \\",
         f'    "${name}/pretrain_gpt.py" \\',

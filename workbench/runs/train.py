@@ -1,6 +1,9 @@
 """Rank entry script of a launched run: ``python train.py --run-dir DIR`` under ``deepspeed`` or ``torchrun``.
 
-Reads ``DIR/run.json`` (resolved specs and options) and, for the DeepSpeed engines, ``DIR/ds_config.json``. Engines:
+Reads ``DIR/run.json`` (resolved specs and options), ``DIR/megatron_args.json`` (the ``TransformerConfig``
+arguments the launcher computed; megatron-core models) and, for the DeepSpeed engines, ``DIR/ds_config.json``.
+Before anything heavy it starts the owner watch (:func:`workbench.runs.processes.watch_owner`): the rank dies, and records why, when the
+process that launched the run dies. Engines:
 
 * ``deepspeed`` — ``deepspeed.initialize`` on the GPTModel (data parallel, ZeRO 0-3, offload, recompute).
 * ``megatron`` — megatron-core ``parallel_state`` + ``DistributedDataParallel`` + ``get_megatron_optimizer``
@@ -92,6 +95,8 @@ def load_run(run_dir: Path):
     from workbench.runs.specio import specs_from_dict
 
     run = json.loads((run_dir / "run.json").read_text())
+    args_path = run_dir / "megatron_args.json"  # absent for a transformers model
+    run["megatron_args"] = json.loads(args_path.read_text()) if args_path.exists() else None
     model, cluster, plan = specs_from_dict(run["specs"])
     return run, model, cluster, plan
 
@@ -195,7 +200,7 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
     if opts.get("memory_limit_bytes"):
         limit_memory(opts["memory_limit_bytes"])
     torch.manual_seed(opts["seed"])
-    net = build_gpt(model_spec, plan)
+    net = build_gpt(model_spec, plan, config_kwargs=run["megatron_args"])
     if dev.type == "cuda":
         net = net.to(dev)
     init_layout_independent(net, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
@@ -256,7 +261,7 @@ def build_hf_model(run, ds_config: dict):
     if hf["lora"]:
         from peft import LoraConfig, get_peft_model
 
-        net = get_peft_model(net, LoraConfig(lora_dropout=0.0, bias="none", **hf["lora"]))
+        net = get_peft_model(net, LoraConfig(bias="none", **hf["lora"]))
     return net, keep_alive
 
 
@@ -338,7 +343,8 @@ def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
         kw = {"vp_stage": i} if vp > 1 else {}
         pre = ps.is_pipeline_first_stage(ignore_virtual=False, **kw)
         post = ps.is_pipeline_last_stage(ignore_virtual=False, **kw)
-        chunk = build_gpt(model_spec, plan, pre_process=pre, post_process=post, vp_stage=i if vp > 1 else None)
+        chunk = build_gpt(model_spec, plan, pre_process=pre, post_process=post, vp_stage=i if vp > 1 else None,
+                          config_kwargs=run["megatron_args"])
         if dev.type == "cuda":
             chunk = chunk.to(dev)
         init_layout_independent(chunk, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
@@ -411,6 +417,9 @@ def main(argv=None) -> int:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None)  # the deepspeed launcher passes it
     args = parser.parse_args(argv)
+    from workbench.runs.processes import watch_owner
+
+    watch_owner()
     run_dir = Path(args.run_dir)
     rank = int(os.environ.get("RANK", "0"))
     writer = MetricsWriter(run_dir / "metrics" / f"rank{rank}.jsonl", rank)
