@@ -278,6 +278,9 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    zero3_hbm_bytes_per_parameter: object = 0.0
+    """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
+    gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -464,6 +467,10 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     multi = (grad_group > 1).astype(float)
     zero3_calls = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
                        + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
+    # ... and the bytes those hooks move through HBM per local parameter and pass, so the cost follows the model's
+    # size and not only its count of modules
+    zero3_calls = zero3_calls + (m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
+                                 / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
     out["dp_comm"] = np.where(zero == 3, dp_zero3 + zero3_calls,
                               np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
     return out
