@@ -18,7 +18,7 @@ import numpy as np
 
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
-from workbench.params import lora_params_per_layer, model_vocab_size
+from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
 from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, default_overlap_comm)
 
@@ -39,11 +39,12 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 recompute=RECOMPUTE_CODES[plan.recompute],
                 recompute_layers=plan.recompute_layers or model.num_layers // plan.pipeline_parallel,
                 mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
-                overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets)
+                overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
+                lora_dropout=plan.lora_dropout)
 
 
 def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, overlap_comm=None, lora_rank=0,
-                     lora_targets=LORA_TARGETS) -> dict:
+                     lora_targets=LORA_TARGETS, lora_dropout=0.0) -> dict:
     """The planner's table with the columns it does not search: the stack every row runs (``adam``,
     ``overlap_comm`` — ``None``: each row's engine default —, LoRA) and every layer of a stage recomputed under
     full recompute."""
@@ -58,6 +59,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
         out.setdefault("overlap_comm", int(bool(overlap_comm)))
     out.setdefault("lora_rank", int(lora_rank))
     out.setdefault("lora_targets", tuple(lora_targets))
+    out.setdefault("lora_dropout", float(lora_dropout))
     return out
 
 
@@ -87,7 +89,10 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                value_bytes=precision.bytes_per_value, fp16=int(precision is Precision.FP16),
                offload_optimizer=cols["off_opt"], offload_params=cols["off_par"],
                distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_adam"],
-               overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols))
+               overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
+               lora_activation_per_token=(lora_activation_values_per_token(model, cols["lora_rank"],
+                                                                           cols["lora_targets"], cols["lora_dropout"])
+                                          if cols["lora_rank"] else 0.0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -164,6 +169,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_modules_per_layer=T.zero3_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
+        zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         trainable_fraction=trainable_fraction(model, cols, counts),
     )
     if profile is not None:

@@ -611,6 +611,8 @@ class ParallelPlan:
     lora_targets: tuple = LORA_TARGETS
     """Projections carrying adapters (a subset of :data:`LORA_TARGETS`; default all of them, peft's
     ``"all-linear"``)."""
+    lora_dropout: float = 0.0
+    """peft's ``lora_dropout`` (default 0): above 0 every adapter keeps a dropped copy of its input and the mask."""
     adam: AdamImpl = AdamImpl.FUSED
     """GPU optimizer kernel: ``fused`` (Apex/TE or DeepSpeed ``FusedAdam``) or ``torch`` (``torch.optim.AdamW``,
     foreach; what megatron-core without Apex/TE and ``workbench.runs.launch`` train with). CPU Adam follows from
@@ -691,6 +693,7 @@ class ParallelPlan:
             raise ValueError(f"lora_targets={list(targets)!r}: {unknown[0] if unknown else 'empty'} is not one of "
                              f"{', '.join(LORA_TARGETS)}")
         _set(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
+        _set(self, "lora_dropout", check_float("lora_dropout", self.lora_dropout, strict=False, below=1.0))
         if self.lora_rank and self.engine is Engine.MEGATRON:
             raise ValueError(f"lora_rank={self.lora_rank} needs engine 'deepspeed' (LoRA is modelled for DeepSpeed "
                              f"and Hugging Face models; got engine='megatron')")

@@ -1,8 +1,11 @@
 """Time model: seconds per term for one optimizer step, and what they add up to.
 
 Everything is a pure function of plain numbers that works on Python scalars and numpy arrays alike;
-:func:`step_time_terms` is the array-level core (the planner calls it with arrays of thousands of plans) and
-:func:`estimate_time` turns the three specs into its inputs and wraps the answer in a :class:`TimeEstimate`.
+:func:`step_time_terms` is the array-level core (the planner calls it with arrays of thousands of plans), split by
+concern into :func:`compute_terms`, :func:`communication_terms`, :func:`optimizer_terms` and :func:`pipeline_terms`
+over one :class:`StepInputs`; :func:`workbench.encode.time_inputs` builds those inputs from plans (one or many) and
+:func:`time_estimate_from` wraps one plan's answer in a :class:`TimeEstimate` that keeps the per-layer and
+per-micro-batch seconds and the links alongside the totals.
 
 Terms (seconds per step on the slowest pipeline stage; each function's docstring has its formula and source):
 
@@ -275,6 +278,9 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    zero3_hbm_bytes_per_parameter: object = 0.0
+    """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
+    gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -461,6 +467,10 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     multi = (grad_group > 1).astype(float)
     zero3_calls = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
                        + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
+    # ... and the bytes those hooks move through HBM per local parameter and pass, so the cost follows the model's
+    # size and not only its count of modules
+    zero3_calls = zero3_calls + (m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
+                                 / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
     out["dp_comm"] = np.where(zero == 3, dp_zero3 + zero3_calls,
                               np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
     return out

@@ -417,7 +417,7 @@ def build_hf_model(run, ds_config: dict):
     if hf["lora"]:
         from peft import LoraConfig, get_peft_model
 
-        net = get_peft_model(net, LoraConfig(lora_dropout=0.0, bias="none", **hf["lora"]))
+        net = get_peft_model(net, LoraConfig(bias="none", **hf["lora"]))
     return net, keep_alive
 
 
