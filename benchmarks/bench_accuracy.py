@@ -111,6 +111,13 @@ def corpus_run(rec: dict):
         zero = int(o.get("zero", 0))
         resolved = rec.get("zero_config_resolved") or {}
         lora = o.get("lora") or 0
+        lora_cfg = rec.get("lora") or {}
+        if lora and lora_cfg.get("target_modules"):  # the adapters the run really had (peft's module names)
+            from workbench.hf import targets_from_modules
+
+            common.update(lora_targets=targets_from_modules(rec["hf_config"]["model_type"],
+                                                            lora_cfg["target_modules"]),
+                          lora_dropout=float(lora_cfg.get("lora_dropout") or 0.0))
         plan = ParallelPlan(engine="deepspeed", zero_stage=zero, offload_optimizer=offload,
                             recompute="full" if o.get("ckpt") else "none",
                             adam=_adam_from_class(rec.get("optimizer_class")),
@@ -247,7 +254,7 @@ def overhead_fit(rows: list) -> dict:
 
 
 def refit_time(fit_rows: list, *, write: bool) -> None:
-    """Fit the time model's five H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``'s
+    """Fit the time model's H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``'s
     non-negative least squares of relative step-time error) and print leave-one-shape-out errors. Without
     ``write`` the constants are applied for this run only."""
     import numpy as np
@@ -301,7 +308,7 @@ def main(argv=None) -> int:
     ap.add_argument("--write-band", action="store_true",
                     help="write the test split's per-engine error band to workbench/catalog/error_band.json")
     ap.add_argument("--refit-time", action="store_true",
-                    help="refit the five H200 time constants on the fit split only (calibrate_h200_time's fit), "
+                    help="refit the H200 time constants on the fit split only (calibrate_h200_time's fit), "
                          "print leave-one-shape-out errors, and evaluate with them")
     ap.add_argument("--write", action="store_true", help="with --refit-time: store the constants in the catalog")
     ap.add_argument("--overheads", action="store_true",

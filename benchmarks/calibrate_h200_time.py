@@ -32,9 +32,9 @@ from workbench import timing  # noqa: E402
 from workbench.timing import step_time_terms, time_inputs  # noqa: E402
 
 NAMES = ("layer_pass_overhead_s", "deepspeed_step_bytes_per_parameter", "zero3_fetch_latency_s",
-         "zero3_reduce_latency_s", "zero3_collective_call_s")
+         "zero3_reduce_latency_s", "zero3_collective_call_s", "zero3_hbm_bytes_per_parameter")
 KEYS = (None, "step_bytes_per_parameter", "zero3_fetch_latency_s", "zero3_reduce_latency_s",
-        "zero3_collective_call_s")
+        "zero3_collective_call_s", "zero3_hbm_bytes_per_parameter")
 HBM_GRID = np.round(np.arange(0.40, 0.951, 0.01), 2) if "--fit-hbm" in sys.argv else (0.8,)
 
 
@@ -47,7 +47,7 @@ def design(records, hbm_efficiency):
         b = float(step_time_terms(**{**kw, **zero})["step_seconds"])
         row = []
         for n in NAMES:
-            unit = 1.0 if n.startswith("deepspeed") else 1e-3
+            unit = 1.0 if n.endswith("bytes_per_parameter") else 1e-3
             row.append((float(step_time_terms(**{**kw, **zero, n: unit})["step_seconds"]) - b) / unit)
         base.append(b)
         cols.append(row)

@@ -216,3 +216,13 @@ def test_prepare_hf_run_writes_options_and_refuses_what_the_stack_cannot_run(tmp
     with pytest.raises(ValueError, match="changed from its config.json"):
         prepare(gpt2.replace(num_layers=3), cluster, ParallelPlan(world_size=2, precision="fp32"), steps=1, nproc=2,
                 run_dir=tmp_path / "t")
+
+
+def test_lora_dropout_keeps_a_copy_of_each_adapter_input():
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    base = dict(zero_stage=2, lora_rank=16, lora_targets="q,k,v,o")
+    plain = _terms(spec, **base).activations
+    dropped = _terms(spec, **base, lora_dropout=0.05).activations
+    # per layer: q, k, v inputs (h each) and o's input (a·d), 2 bytes + a 1-byte mask, per token
+    expected = 32 * 2048 * (3 * 4096 + 4096) * 3
+    assert dropped - plain == pytest.approx(expected, rel=0.02)

@@ -44,6 +44,8 @@ def test_candidates_equal_brute_force_over_the_spec_rules():
             continue
         if t > c.gpus_per_node:
             continue
+        if do and 8 // (t * p * cp) == 1:  # documented: at DP = 1 the distributed optimizer is the plain plan
+            continue
         try:
             plan = ParallelPlan(world_size=8, engine=e, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=v,
                                 context_parallel=cp, sequence_parallel=sp, zero_stage=z, offload_optimizer=oo,
@@ -233,3 +235,16 @@ def test_plan_with_a_profile_prices_every_row_as_estimate_does():
         e = estimate(m, c, r.plan, profile="h200", checks=False)
         assert r.step_seconds == pytest.approx(e.time.step_seconds, rel=1e-12)
         assert r.peak_bytes == pytest.approx(e.memory.per_gpu_peak_bytes, abs=2)
+
+
+def test_cli_plan_takes_a_profile(capsys):
+    import json
+
+    from workbench.cli import main
+
+    assert main(["plan", "--model", "llama3-8b", "--profile", "h200", "--gbs", "16", "--top", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profile"]["name"] == "h200" and out["gpu"] == "H200"
+    assert main(["plan", "--model", "llama3-8b", "--profile", "nosuch", "--gbs", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nosuch" in err[0]

@@ -193,9 +193,9 @@ def zero3_layer_room(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[F
                    suggestion="" if ok else "raise tensor_parallel to split each layer, or use GPUs with more memory")
 
 
-def card_size(model: ModelSpec, cluster: ClusterSpec) -> Optional[Finding]:
+def card_size(model: ModelSpec, cluster: ClusterSpec, num_parameters: Optional[int] = None) -> Optional[Finding]:
     """Guide §2.2: a 7B model wants ≥ 40 GB per card (applied to models ≥ 6e9 parameters)."""
-    n = model.num_parameters
+    n = model.num_parameters if num_parameters is None else num_parameters
     if n < SEVEN_B_CLASS_PARAMETERS:
         return None
     gb = cluster.gpu.memory_gib * GiB / 1e9
@@ -238,7 +238,7 @@ def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, tim
     bw, lat, crosses = _dp_link(time)
     v = plan.precision.bytes_per_value
     layer_s = time.layer_backward_seconds  # one layer's backward for one micro-batch, as the time model priced it
-    local = model.num_parameters / (plan.tensor_parallel * plan.pipeline_parallel)
+    local = time.inputs["num_parameters"] / (plan.tensor_parallel * plan.pipeline_parallel)  # as the model priced
     if plan.engine is Engine.MEGATRON:
         named = {"Megatron DDP bucket (--ddp-bucket-size)": MEGATRON_BUCKET_ELEMENTS}
         kinds = {"Megatron DDP bucket (--ddp-bucket-size)": "reduce_scatter" if plan.distributed_optimizer
@@ -317,10 +317,10 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
                     else "more host memory per node, NVMe offload, or fewer offloaded states"))
 
 
-def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions) -> Finding:
+def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions, num_parameters: Optional[int] = None) -> Finding:
     """Guide §5.3: max_norm 0.5-1.0 for models above 13B."""
-    clip = options.clipping_for(model)
-    n = model.num_parameters
+    n = model.num_parameters if num_parameters is None else num_parameters
+    clip = options.clipping_for(model, n)
     large = n >= LARGE_MODEL_PARAMETERS
     if clip <= 0:
         return Finding(id="gradient_clipping", status="warn",
@@ -367,17 +367,19 @@ def adam_betas(model: ModelSpec, options: DeepSpeedOptions) -> Finding:
 
 
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, memory, time=None,
-               options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None) -> tuple:
+               options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None, counts=None) -> tuple:
     """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
     per-layer seconds and overlap the models used; nothing is priced again unless ``detailed`` (which prices the
-    step once more with overlap flipped). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`."""
+    step once more with overlap flipped). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
+    ``counts``: the model's parameter counts (computed here when not given)."""
     o = options or DeepSpeedOptions()
+    n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), strategy_tier(model, cluster, plan, memory),
-             zero3_layer_room(model, plan, memory), card_size(model, cluster)]
+             zero3_layer_room(model, plan, memory), card_size(model, cluster, n)]
     if time is not None:
         found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
-    found += [gradient_clipping(model, o), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
+    found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
     return tuple(f for f in found if f is not None)
 
 
@@ -406,15 +408,15 @@ def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None) 
 # ================================================================================================================
 # OOM ladder (guide §5.2)
 # ================================================================================================================
-def _evaluated(model, cluster, plan):
+def _evaluated(model, cluster, plan, profile=None):
     """The plan priced once by the models (no advisor checks): the record every rung reads."""
     from workbench.estimate import estimate
 
-    return estimate(model, cluster, plan, checks=False)
+    return estimate(model, cluster, plan, profile, checks=False)
 
 
-def _price(model, cluster, plan, base_seconds, headroom, record=None):
-    record = record or _evaluated(model, cluster, plan)
+def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=None):
+    record = record or _evaluated(model, cluster, plan, profile)
     mem, t = record.memory, record.time
     fits = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes and mem.fits_host
     return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
@@ -422,7 +424,7 @@ def _price(model, cluster, plan, base_seconds, headroom, record=None):
 
 
 def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0,
-               record=None) -> tuple:
+               record=None, profile=None) -> tuple:
     """The guide's out-of-memory steps in its order, each priced with the memory and time models; stops at the
     first plan that fits (peak ≤ (1 − headroom) × GPU memory, host memory too). Empty when the plan fits.
 
@@ -435,7 +437,7 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     """
     if record is None:
         validate(model, cluster, plan)
-    base = _price(model, cluster, plan, 1.0, headroom, record)
+    base = _price(model, cluster, plan, 1.0, headroom, record, profile)
     if base["fits"]:
         return ()
     base_s = base["step_seconds"]
@@ -443,7 +445,7 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     current = plan
 
     def rung(step, action, p, settings):
-        r = _price(model, cluster, p, base_s, headroom)
+        r = _price(model, cluster, p, base_s, headroom, profile=profile)
         steps.append(LadderStep(step=step, action=action, settings=settings, **r))
         return r["fits"]
 
@@ -505,13 +507,14 @@ LORA_LADDER_RANK = 16
 """Rank of the LoRA alternative the advisor prices (a common choice; Hu et al. 2021 find small ranks enough)."""
 
 
-def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0, record=None):
+def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0, record=None,
+                profile=None):
     """For a full fine-tune that does not fit: the fastest LoRA r=16 plan that fits — ZeRO-2 or ZeRO-3 without
     offload, with the plan's micro batch and recompute or with micro batch 1 and full recompute — as a finding;
     ``None`` when the plan fits, is already LoRA, or pipelines with Megatron."""
     if plan.lora_rank or (plan.engine is not Engine.DEEPSPEED and plan.pipeline_parallel > 1):
         return None
-    base = _price(model, cluster, plan, 1.0, headroom, record)
+    base = _price(model, cluster, plan, 1.0, headroom, record, profile)
     if base["fits"]:
         return None
     engine = Engine.DEEPSPEED if plan.tensor_parallel == 1 else Engine.MEGATRON_DEEPSPEED
@@ -525,7 +528,7 @@ def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
                 validate(model, cluster, p)
             except ValueError:
                 continue
-            tried.append(_price(model, cluster, p, base["step_seconds"], headroom))
+            tried.append(_price(model, cluster, p, base["step_seconds"], headroom, profile=profile))
     if not tried:
         return None
     fitting = [r for r in tried if r["fits"]]
@@ -549,18 +552,19 @@ def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
 # ================================================================================================================
 # Low throughput (guide §5.1)
 # ================================================================================================================
-def _try(model, cluster, plan, **changes):
+def _try(model, cluster, plan, profile=None, **changes):
     try:
         p = plan.replace(**changes)
         validate(model, cluster, p)
     except ValueError:
         return None, None
-    r = _evaluated(model, cluster, p)
+    r = _evaluated(model, cluster, p, profile)
     return p, (r.time, r.memory)
 
 
 def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
-                           options: Optional[DeepSpeedOptions] = None, *, min_fraction: float = 0.01) -> tuple:
+                           options: Optional[DeepSpeedOptions] = None, *, min_fraction: float = 0.01,
+                           profile=None) -> tuple:
     """What to try, ranked by the exposed seconds the time model attributes to each non-compute term; where the
     remedy is another plan, that plan is priced too."""
     o = options or DeepSpeedOptions()
@@ -579,7 +583,7 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             elif not plan.sequence_parallel:
                 msg = "tensor-parallel all-reduces are exposed; sequence parallel splits norms/dropout over TP"
                 settings = ["--sequence-parallel"]
-                alt = _try(model, cluster, plan, sequence_parallel=True)
+                alt = _try(model, cluster, plan, profile, sequence_parallel=True)
             else:
                 msg = f"TP={plan.tensor_parallel} all-reduces every layer; a smaller TP with more PP/DP may be faster"
                 settings = ["--tp-comm-overlap (Transformer Engine)"]
@@ -589,31 +593,31 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             settings = ["NCCL_DEBUG=INFO", f"reduce_bucket_size / allgather_bucket_size (now {o.reduce_bucket_size:.2g}"
                                            f" / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
             if plan.zero_stage >= ZeroStage.GRADIENTS and plan.engine is not Engine.MEGATRON:
-                alt = _try(model, cluster, plan, zero_stage=1, offload_params=Offload.NONE)
+                alt = _try(model, cluster, plan, profile, zero_stage=1, offload_params=Offload.NONE)
                 settings.append("zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch)")
         elif term == "bubble":
             msg = (f"pipeline bubble (p−1)/(v·m) = ({plan.pipeline_parallel}−1)/({plan.virtual_pipeline}·"
                    f"{plan.num_microbatches}): more micro-batches or interleaving shrink it")
             if plan.engine is Engine.MEGATRON and (model.num_layers // plan.pipeline_parallel) % 2 == 0 \
                     and plan.num_microbatches % plan.pipeline_parallel == 0:
-                alt = _try(model, cluster, plan, virtual_pipeline=plan.virtual_pipeline * 2)
+                alt = _try(model, cluster, plan, profile, virtual_pipeline=plan.virtual_pipeline * 2)
                 settings.append(f"--num-layers-per-virtual-pipeline-stage "
                                 f"{model.num_layers // (plan.pipeline_parallel * plan.virtual_pipeline * 2)}")
             elif plan.micro_batch_size > 1:
-                alt = _try(model, cluster, plan, micro_batch_size=plan.micro_batch_size // 2
+                alt = _try(model, cluster, plan, profile, micro_batch_size=plan.micro_batch_size // 2
                            if plan.micro_batch_size % 2 == 0 else 1)
                 settings.append("smaller micro batch, more accumulation (same global batch)")
         elif term == "offload":
             msg = "ZeRO-Offload moves optimizer/parameter traffic over PCIe and runs Adam on the CPU"
-            alt = _try(model, cluster, plan, offload_optimizer=Offload.NONE, offload_params=Offload.NONE)
+            alt = _try(model, cluster, plan, profile, offload_optimizer=Offload.NONE, offload_params=Offload.NONE)
             settings = ["offload_optimizer.device none (if it fits)"]
         elif term == "recompute":
             msg = f"recompute={plan.recompute} repeats forward work"
             if plan.recompute is Recompute.FULL:
-                alt = _try(model, cluster, plan, recompute=Recompute.SELECTIVE, recompute_layers=None)
+                alt = _try(model, cluster, plan, profile, recompute=Recompute.SELECTIVE, recompute_layers=None)
                 settings = ["--recompute-granularity selective instead of full"]
             else:
-                alt = _try(model, cluster, plan, recompute=Recompute.NONE)
+                alt = _try(model, cluster, plan, profile, recompute=Recompute.NONE)
                 settings = ["no recompute (if it fits)"]
         elif term == "pp_comm":
             msg = "pipeline sends are exposed; fewer stages or keeping a pipeline group inside fewer nodes helps"
@@ -656,22 +660,26 @@ def diagnostic_commands(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPl
 
 
 def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, options: Optional[DeepSpeedOptions] = None,
-           headroom: float = 0.0, log=None) -> Advice:
+           headroom: float = 0.0, log=None, record=None, profile=None) -> Advice:
     """Everything: checks (priced in detail), the OOM ladder when the plan does not fit, low-throughput
     suggestions, diagnostic commands, and — with ``log`` (a :class:`workbench.logreader.LogSummary`) — the
-    log's findings matched to this advice."""
+    log's findings matched to this advice. ``record``: the plan's :class:`workbench.estimate.EvaluatedPlan` when
+    the caller has it (the app's state does), so the plan is not priced again; ``profile``: the hardware profile
+    it and every alternative are priced with."""
     o = options or DeepSpeedOptions()
-    record = _evaluated(model, cluster, plan)  # validates once
+    if record is None or record.plan != plan or record.model != model or record.cluster != cluster:
+        record = _evaluated(model, cluster, plan, profile)  # validates once
     mem, t = record.memory, record.time
-    findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True, facts=record.facts)
-    ladder = oom_ladder(model, cluster, plan, headroom=headroom, record=record)
+    findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True, facts=record.facts,
+                          counts=record.counts)
+    ladder = oom_ladder(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if ladder and not ladder[-1].fits:
         last = ladder[-1]
         findings += (Finding(id="oom_ladder", status="fail",
                              message=f"the guide's three OOM steps are not enough: the last one needs "
                                      f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}",
                              suggestion="more GPUs (more TP/PP), a shorter sequence, or larger GPUs"),)
-    lora = lora_option(model, cluster, plan, headroom=headroom, record=record)
+    lora = lora_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if lora is not None:
         findings += (lora,)
     log_findings = ()
@@ -679,5 +687,5 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
         from workbench.logreader import match_advice
 
         log_findings = match_advice(log, model=model, cluster=cluster, plan=plan, memory=mem, time=t, options=o)
-    return Advice(findings=findings, oom_ladder=ladder, throughput=throughput_suggestions(model, cluster, plan, t, o),
+    return Advice(findings=findings, oom_ladder=ladder, throughput=throughput_suggestions(model, cluster, plan, t, o, profile=profile),
                   commands=diagnostic_commands(model, cluster, plan), log_findings=log_findings)

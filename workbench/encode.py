@@ -2,10 +2,10 @@
 
 A plan is first written as *columns* (:func:`plan_columns`): the numeric codes of its fields under short names,
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
-fused_adam, overlap_comm, lora_rank, lora_targets``. A single plan gives scalars; the planner's candidate table gives the same columns as
-numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn columns — scalar or array,
-with or without a measured hardware profile — into the keyword arguments of :func:`workbench.memory.stage_terms`
-and :func:`workbench.timing.step_time_terms`. ``estimate`` is a batch of one, the planner a batch of N; both go
+fused_adam, overlap_comm, lora_rank, lora_targets``. A single plan gives scalars; the planner's candidate table
+gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
+columns — scalar or array, with or without a measured hardware profile — into the keyword arguments of
+:func:`workbench.memory.stage_terms` and :func:`workbench.timing.step_time_terms`. ``estimate`` is a batch of one, the planner a batch of N; both go
 through these two functions, so they price a plan with the same numbers.
 
 Adding a plan field: declare it on :class:`~workbench.specs.ParallelPlan`, add its column in :func:`plan_columns`
@@ -18,7 +18,7 @@ import numpy as np
 
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
-from workbench.params import lora_params_per_layer, model_vocab_size
+from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
 from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, default_overlap_comm)
 
@@ -39,11 +39,12 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 recompute=RECOMPUTE_CODES[plan.recompute],
                 recompute_layers=plan.recompute_layers or model.num_layers // plan.pipeline_parallel,
                 mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
-                overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets)
+                overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
+                lora_dropout=plan.lora_dropout)
 
 
 def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, overlap_comm=None, lora_rank=0,
-                     lora_targets=LORA_TARGETS) -> dict:
+                     lora_targets=LORA_TARGETS, lora_dropout=0.0) -> dict:
     """The planner's table with the columns it does not search: the stack every row runs (``adam``,
     ``overlap_comm`` — ``None``: each row's engine default —, LoRA) and every layer of a stage recomputed under
     full recompute."""
@@ -58,6 +59,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
         out.setdefault("overlap_comm", int(bool(overlap_comm)))
     out.setdefault("lora_rank", int(lora_rank))
     out.setdefault("lora_targets", tuple(lora_targets))
+    out.setdefault("lora_dropout", float(lora_dropout))
     return out
 
 
@@ -66,12 +68,13 @@ def lora_params(model: ModelSpec, cols: dict) -> float:
     return lora_params_per_layer(model, cols["lora_rank"], cols["lora_targets"]) if cols["lora_rank"] else 0
 
 
-def trainable_fraction(model: ModelSpec, cols: dict) -> float:
+def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
     """Parameters with gradients over all parameters: 1 for a full fine-tune; with LoRA the adapters over the
     model (:func:`workbench.params.lora_params_per_layer`)."""
     if not cols["lora_rank"]:
         return 1.0
-    return model.num_layers * lora_params(model, cols) / model.num_parameters
+    total = counts.total if counts is not None else model.num_parameters
+    return model.num_layers * lora_params(model, cols) / total
 
 
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
@@ -86,14 +89,20 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                value_bytes=precision.bytes_per_value, fp16=int(precision is Precision.FP16),
                offload_optimizer=cols["off_opt"], offload_params=cols["off_par"],
                distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_adam"],
-               overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols))
+               overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
+               lora_activation_per_token=(lora_activation_values_per_token(model, cols["lora_rank"],
+                                                                           cols["lora_targets"], cols["lora_dropout"])
+                                          if cols["lora_rank"] else 0.0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
 
 
-def _scalar(value):
-    return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+def _where(cond, a, b):
+    """``np.where`` for a column of plans, a plain ``if`` for one plan (a scalar column stays a Python number)."""
+    if np.ndim(cond) == 0:
+        return a if cond else b
+    return np.where(cond, a, b)
 
 
 def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: Precision, *, profile=None,
@@ -113,14 +122,14 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     net, ds = cal["network"], cal["deepspeed"]
     counts = counts or model.parameter_counts()
     engine, pp = cols["engine"], cols["pp"]
-    megatron = np.asarray(engine) == MEGATRON
-    fused_adam = np.asarray(cols["fused_adam"]) > 0
+    megatron = np.equal(engine, MEGATRON)
+    fused_adam = np.greater(cols["fused_adam"], 0)
     recompute = cols["recompute"]
-    fraction = np.where(np.asarray(recompute) == RECOMPUTE_CODES[Recompute.FULL],
-                        np.asarray(cols["recompute_layers"]) / (model.num_layers // np.asarray(pp)), 0.0)
+    fraction = _where(np.equal(recompute, RECOMPUTE_CODES[Recompute.FULL]),
+                      np.divide(cols["recompute_layers"], model.num_layers // np.asarray(pp)), 0.0)
     if bucket_elements is None:
-        bucket_elements = np.where(megatron, defaults.MEGATRON_BUCKET_ELEMENTS,
-                                   defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
+        bucket_elements = _where(megatron, defaults.MEGATRON_BUCKET_ELEMENTS,
+                                 defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
     inputs = dict(
         num_layers=model.num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         head_dim=model.head_dim, query_projection_size=model.query_projection_size,
@@ -143,8 +152,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         grad_bucket_elements=bucket_elements, overlap_comm=cols["overlap_comm"],
         # Megatron with bf16 accumulates and reduces fp32 main gradients (DDP grad_reduce_in_fp32; Megatron-LM turns
         # --accumulate-allreduce-grads-in-fp32 on for bf16); fp16 reduces 16-bit gradients
-        grad_reduce_bytes_per_value=np.where(megatron & (precision is Precision.BF16), 4.0,
-                                             float(precision.bytes_per_value)),
+        grad_reduce_bytes_per_value=_where(megatron & (precision is Precision.BF16), 4.0,
+                                           float(precision.bytes_per_value)),
         peak_flops=gpu.peak_flops(precision), hbm_gb_per_s=gpu.hbm_gb_per_s,
         gpus_per_node=cluster.gpus_per_node,
         intra_node_gb_per_s=cluster.intra_node_gb_per_s * net["intra_node_bandwidth_efficiency"],
@@ -154,14 +163,15 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         gemm_half_dim=curve["gemm_half_dim"], memory_passes=curve["memory_passes"],
         hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
         cpu_adam_params_per_second_per_node=cal["cpu_adam"]["params_per_second_per_node"],
-        optimizer_bytes_per_parameter=np.where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
-                                               cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
-        deepspeed_step_bytes_per_parameter=np.where(megatron, 0.0, ds["step_bytes_per_parameter"]),
+        optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
+                                             cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
+        deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
         zero3_modules_per_layer=T.zero3_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
-        trainable_fraction=trainable_fraction(model, cols),
+        zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
+        trainable_fraction=trainable_fraction(model, cols, counts),
     )
     if profile is not None:
         inputs.update(profile.time_overrides(cluster, precision)[0])
-    return {k: _scalar(v) for k, v in inputs.items()}
+    return inputs

@@ -5,7 +5,8 @@ The flow (the planner takes the same path for N plans at once)::
     validate(model, cluster, plan)                      once
     encode.plan_columns(plan)                           the plan as numeric columns
       ├─ encode.memory_inputs → memory.stage_terms      every pipeline stage at once → MemoryEstimate
-      └─ encode.time_inputs   → timing.step_time_terms  compute / communication / optimizer / pipeline → TimeEstimate
+      └─ encode.time_inputs   → timing.step_time_terms  compute / communication / optimizer / pipeline
+                                                        → TimeEstimate
     parallel.parallel_facts                             group sizes, groups leaving the node, parameters per rank
     advisor.check_plan(record)                          reads the numbers above; prices nothing new
 
@@ -147,7 +148,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     from workbench.advisor import check_plan
 
     return dataclasses.replace(out, checks=check_plan(model, cluster, plan, memory=memory, time=time,
-                                                      facts=out.facts))
+                                                      facts=out.facts, counts=counts))
 
 
 def _size_summary(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> str:

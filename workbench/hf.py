@@ -329,6 +329,30 @@ def lora_target_modules(model_type: str, targets) -> list:
     return [_LLAMA_STYLE[t] for t in ("q", "k", "v", "o", "gate", "up", "down") if t in targets]
 
 
+def targets_from_modules(model_type: str, modules) -> tuple:
+    """The workbench's projection names for peft ``target_modules`` (the inverse of :func:`lora_target_modules`;
+    a bare GPT-2 ``c_proj`` matches both the attention output and the MLP's down projection, as in peft)."""
+    names = {v: k for k, v in _LLAMA_STYLE.items()}
+    if model_type in _FUSED_QKV:
+        names = {_FUSED_QKV[model_type]: ("q", "k", "v"), "gate_up_proj": ("gate", "up")}
+        names.update({v: (k,) for k, v in _NAMED[model_type].items()})
+        names.update({v.split(".")[-1]: () for v in _NAMED[model_type].values() if "." in v})
+        if model_type == "gpt2":
+            names["c_proj"] = ("o", "down")
+            names["c_fc"] = ("up",)
+        if model_type == "gpt_neox":
+            names["dense"] = ("o",)
+    out = []
+    for mod in ([modules] if isinstance(modules, str) else modules):
+        if mod == "all-linear":
+            return tuple(("q", "k", "v", "o", "gate", "up", "down"))
+        hit = names.get(mod)
+        if hit is None:
+            raise ValueError(f"LoRA target module {mod!r} is not a projection the workbench knows in {model_type}")
+        out += [hit] if isinstance(hit, str) else list(hit)
+    return tuple(dict.fromkeys(out))
+
+
 def run_options(spec: ModelSpec, plan) -> dict:
     """What a launched run of an HF model needs beyond the specs (``run.json`` ``options["hf"]``), checked:
     the config path, whether weights are there, the attention implementation, gradient checkpointing and LoRA.
@@ -348,7 +372,7 @@ def run_options(spec: ModelSpec, plan) -> dict:
                          f"checkpoints every decoder layer; use recompute 'none' or 'full' (all layers)")
     lora = None
     if plan.lora_rank:
-        lora = {"r": plan.lora_rank, "lora_alpha": 2 * plan.lora_rank,
+        lora = {"r": plan.lora_rank, "lora_alpha": 2 * plan.lora_rank, "lora_dropout": plan.lora_dropout,
                 "target_modules": lora_target_modules(imported.model_type, plan.lora_targets)}
     return {"path": str(config_path(spec.name[3:]).parent.resolve()), "model_type": imported.model_type,
             "weights": imported.has_weights,

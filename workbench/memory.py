@@ -389,7 +389,8 @@ def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
-                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0):
+                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
+                lora_activation_per_token=0.0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
 
     Two candidate peaks, the larger wins:
@@ -424,6 +425,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw)
+    # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
+    lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
+                * (value_bytes + 1))
+    kept = kept + np.where(recompute >= 2, 0.0, lora_act)
+    full_layer = full_layer + lora_act
     layers = m.num_layers / pipeline_parallel
     recomputed = np.where(recompute >= 2, np.minimum(recompute_layers, layers), 0)
     per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
@@ -528,8 +534,9 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     host_per_gpu = 0
     p = plan.pipeline_parallel
     every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
+    every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
     for stage in range(p):
-        t = {k: np.broadcast_to(v, (p,))[stage] for k, v in every.items()}
+        t = {k: v[stage] for k, v in every.items()}
         terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
                                ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
         stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,

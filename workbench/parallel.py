@@ -43,15 +43,12 @@ def group_crosses_nodes(stride, size, gpus_per_node):
     consecutive ranks; with more than one rank, some group crosses a node boundary exactly when that block does
     not fit in a node (``B > gpus_per_node``) or does not tile it (``gpus_per_node mod B ≠ 0``: a node boundary
     then falls inside a block, between two members of one of its groups). Scalars or numpy arrays."""
+    if isinstance(stride, int) and isinstance(size, int) and isinstance(gpus_per_node, int):  # one plan: no numpy
+        block = stride * size
+        return size > 1 and (block > gpus_per_node or gpus_per_node % min(block, gpus_per_node) != 0)
     block = np.asarray(stride) * np.asarray(size)
     n = np.asarray(gpus_per_node)
     return (np.asarray(size) > 1) & ((block > n) | (n % np.minimum(block, n) != 0))
-
-
-def link_of(stride, size, gpus_per_node, *, intra, inter):
-    """``inter`` where :func:`group_crosses_nodes`, else ``intra`` (a bandwidth or a latency of the link the
-    group's collectives use)."""
-    return np.where(group_crosses_nodes(stride, size, gpus_per_node), inter, intra)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -611,6 +611,8 @@ class ParallelPlan:
     lora_targets: tuple = LORA_TARGETS
     """Projections carrying adapters (a subset of :data:`LORA_TARGETS`; default all of them, peft's
     ``"all-linear"``)."""
+    lora_dropout: float = 0.0
+    """peft's ``lora_dropout`` (default 0): above 0 every adapter keeps a dropped copy of its input and the mask."""
     adam: AdamImpl = AdamImpl.FUSED
     """GPU optimizer kernel: ``fused`` (Apex/TE or DeepSpeed ``FusedAdam``) or ``torch`` (``torch.optim.AdamW``,
     foreach; what megatron-core without Apex/TE and ``workbench.runs.launch`` train with). CPU Adam follows from
@@ -691,6 +693,7 @@ class ParallelPlan:
             raise ValueError(f"lora_targets={list(targets)!r}: {unknown[0] if unknown else 'empty'} is not one of "
                              f"{', '.join(LORA_TARGETS)}")
         _set(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
+        _set(self, "lora_dropout", check_float("lora_dropout", self.lora_dropout, strict=False, below=1.0))
         if self.lora_rank and self.engine is Engine.MEGATRON:
             raise ValueError(f"lora_rank={self.lora_rank} needs engine 'deepspeed' (LoRA is modelled for DeepSpeed "
                              f"and Hugging Face models; got engine='megatron')")
@@ -717,7 +720,8 @@ class ParallelPlan:
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
         if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
             raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
-                             f"{self.pipeline_parallel}: DeepSpeed's pipeline engine supports ZeRO-0/1 only")
+                             f"{self.pipeline_parallel}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism "
+                             f"(DeepSpeed's PipelineEngine asserts it); use zero_stage 0 or 1")
         if self.offload_params is not Offload.NONE and self.zero_stage != ZeroStage.PARAMETERS:
             raise ValueError(f"offload_params='{self.offload_params}' needs zero_stage=3 "
                              f"(got zero_stage={int(self.zero_stage)})")

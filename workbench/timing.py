@@ -1,8 +1,11 @@
 """Time model: seconds per term for one optimizer step, and what they add up to.
 
 Everything is a pure function of plain numbers that works on Python scalars and numpy arrays alike;
-:func:`step_time_terms` is the array-level core (the planner calls it with arrays of thousands of plans) and
-:func:`estimate_time` turns the three specs into its inputs and wraps the answer in a :class:`TimeEstimate`.
+:func:`step_time_terms` is the array-level core (the planner calls it with arrays of thousands of plans), split by
+concern into :func:`compute_terms`, :func:`communication_terms`, :func:`optimizer_terms` and :func:`pipeline_terms`
+over one :class:`StepInputs`; :func:`workbench.encode.time_inputs` builds those inputs from plans (one or many) and
+:func:`time_estimate_from` wraps one plan's answer in a :class:`TimeEstimate` that keeps the per-layer and
+per-micro-batch seconds and the links alongside the totals.
 
 Terms (seconds per step on the slowest pipeline stage; each function's docstring has its formula and source):
 
@@ -29,7 +32,7 @@ import numpy as np
 
 from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_per_token, logits_flops_per_token,
                              model_flops_per_step, recompute_flops_per_step)
-from workbench.parallel import GROUP_SHAPES, group_crosses_nodes, link_of
+from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
 from workbench.schedule import bubble_fraction
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
@@ -275,6 +278,9 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    zero3_hbm_bytes_per_parameter: object = 0.0
+    """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
+    gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -299,7 +305,8 @@ def step_time_terms(**inputs):
     per step), ``gemm_efficiency`` (the FLOP-weighted efficiency of the layer GEMMs), the per-layer
     ``layer_forward_seconds`` / ``layer_backward_seconds``, the slowest stage's ``microbatch_forward_seconds`` /
     ``microbatch_backward_seconds`` (their sum times the bubble fraction is the bubble) and, per collective group
-    (``tp``, ``cp``, ``pp``, ``dp``), ``{group}_gb_per_s`` and ``{group}_latency_s`` of the link it used.
+    (``tp``, ``cp``, ``pp``, ``dp``), ``{group}_crosses_nodes`` and the ``{group}_gb_per_s`` and
+    ``{group}_latency_s`` of the link it used.
     """
     x = StepInputs(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()})  # int arrays would overflow
     comp = compute_terms(x)
@@ -385,14 +392,14 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     t, p, v, c, d = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.context_parallel, x.data_parallel
     m, h, tokens, layers, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["layers"], g["sp"]
     full_rc = g["full"] * x.recompute_fraction
-    bw = dict(gpus_per_node=x.gpus_per_node, intra=x.intra_node_gb_per_s, inter=x.inter_node_gb_per_s)
-    lat = dict(gpus_per_node=x.gpus_per_node, intra=x.intra_node_latency_s, inter=x.inter_node_latency_s)
     grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
     links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group)}  # (stride, size)
     out = {}
     for name, (stride, size) in links.items():
-        out[f"{name}_gb_per_s"] = link_of(stride, size, **bw)
-        out[f"{name}_latency_s"] = link_of(stride, size, **lat)
+        crosses = group_crosses_nodes(stride, size, x.gpus_per_node)
+        out[f"{name}_crosses_nodes"] = crosses
+        out[f"{name}_gb_per_s"] = np.where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s)
+        out[f"{name}_latency_s"] = np.where(crosses, x.inter_node_latency_s, x.intra_node_latency_s)
 
     # tensor parallel: 2 all-reduces forward + 2 backward per layer (+2 per recomputed forward)
     tp = dict(gb_per_s=out["tp_gb_per_s"], latency_s=out["tp_latency_s"])
@@ -460,6 +467,10 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     multi = (grad_group > 1).astype(float)
     zero3_calls = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
                        + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
+    # ... and the bytes those hooks move through HBM per local parameter and pass, so the cost follows the model's
+    # size and not only its count of modules
+    zero3_calls = zero3_calls + (m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
+                                 / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
     out["dp_comm"] = np.where(zero == 3, dp_zero3 + zero3_calls,
                               np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
     return out
@@ -666,10 +677,8 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     t, c, d, p = plan.tensor_parallel, plan.context_parallel, plan.data_parallel, plan.pipeline_parallel
     links = {}
     for group, kind in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", "dp-cp")):
-        stride, size = GROUP_SHAPES[kind](t, c, d, p)
-        links[group] = {"group_size": int(size),
-                        "link": "inter-node" if group_crosses_nodes(stride, size, cluster.gpus_per_node)
-                        else "intra-node",
+        links[group] = {"group_size": int(GROUP_SHAPES[kind](t, c, d, p)[1]),
+                        "link": "inter-node" if terms[f"{group}_crosses_nodes"] else "intra-node",
                         "gb_per_s": float(terms[f"{group}_gb_per_s"]), "latency_s": float(terms[f"{group}_latency_s"])}
     return TimeEstimate(
         step_seconds=float(terms["step_seconds"]),

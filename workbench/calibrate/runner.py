@@ -249,7 +249,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
                 peak = max(p["tflops"] for p in points)
             result["gemm"][prec] = {"peak_tflops": peak, **fit_gemm(points, peak_tflops=peak), "points": points}
             g = result["gemm"][prec]
-            say(f"gemm {prec}: efficiency_max {g['efficiency_max']:.3f} of {peak:g} TFLOP/s, "
+            say(f"gemm {prec}: efficiency_max {g['efficiency_max']:.3f} of {measure.flops_rate_text(peak)}, "
                 f"half_dim {g['half_dim']:.0f}")
 
     # -- memory bandwidth, host link ------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ _PLAN_FLAGS = {
     "cp": "context_parallel", "zero": "zero_stage", "offload_optimizer": "offload_optimizer",
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
-    "lora_targets": "lora_targets", "adam": "adam", "overlap_comm": "overlap_comm",
+    "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
 }
 
 
@@ -138,6 +138,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA adapters of rank R, base weights frozen (0: full)")
     p.add_argument("--lora-targets", metavar="LIST",
                    help="projections with adapters, comma-separated from q,k,v,o,gate,up,down (default all)")
+    p.add_argument("--lora-dropout", type=float, metavar="P", help="peft lora_dropout (default 0)")
 
 
 def model_from_args(args) -> ModelSpec:
@@ -204,3 +205,15 @@ def specs_from_args(args, *, default_engine: Optional[str] = None) -> tuple[Mode
     plan = plan_from_args(args, cluster, default_engine=default_engine or DEFAULT_ENGINE)
     validate(model, cluster, plan)
     return model, cluster, plan
+
+
+def progress_bar(**kwargs):
+    """A tqdm progress bar on stderr (stdout stays the command's result, so ``--json`` and pipes are unaffected).
+    Off when ``WORKBENCH_PROGRESS=0``."""
+    import os
+    import sys
+
+    from tqdm import tqdm
+
+    disable = os.environ.get("WORKBENCH_PROGRESS", "").strip() == "0"
+    return tqdm(file=sys.stderr, disable=disable, dynamic_ncols=True, mininterval=0.5, **kwargs)

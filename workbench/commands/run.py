@@ -65,7 +65,8 @@ def summary(record: dict) -> dict:
     }
 
 
-def print_summary(s: dict, out=sys.stdout) -> None:
+def print_summary(s: dict, out=None) -> None:
+    out = sys.stdout if out is None else out
     def gib(b):
         return "-" if b is None else f"{b / 2**30:.3f} GiB"
 
@@ -84,6 +85,10 @@ def print_summary(s: dict, out=sys.stdout) -> None:
     p_sec = s["predicted"]["step_seconds"]
     print(f"{'step seconds':22}{'-' if sec is None else f'{sec:.4f}':>14}"
           f"{'-' if p_sec is None else f'{p_sec:.4f}':>14}", file=out)
+    if s["predicted"].get("memory_comparable") is False and p_sec is not None:
+        from workbench.runs.compare import CPU_STEP_NOTE
+
+        print(f"note: {CPU_STEP_NOTE}", file=out)
     print(f"run directory: {s['run_dir']}", file=out)
 
 
@@ -91,11 +96,23 @@ def run(args) -> int:
     from workbench.cli import print_json
     from workbench.runs import launch
 
+    from workbench.commands.common import progress_bar
+
     model, cluster, plan, nproc = resolve_specs(args)
     handle = launch(model, cluster, plan, steps=args.steps, nproc=nproc, data=args.data, lr=args.lr,
                     timeout_seconds=args.timeout)
+    # the run id first, then per-step progress, both on stderr (stdout stays the record)
+    print(f"run {handle.run_id}: started — {plan.engine}, {nproc} process{'es' if nproc != 1 else ''} on "
+          f"{cluster.gpu.name}, {args.steps} steps; log {handle.log_path}", file=sys.stderr, flush=True)
     try:
-        handle.wait()
+        with progress_bar(total=args.steps, desc=f"run {handle.run_id}", unit="step") as bar:
+            while True:
+                handle.wait(0.5)
+                done_steps = handle.progress()[0]
+                if done_steps > bar.n:
+                    bar.update(done_steps - bar.n)
+                if handle.done:
+                    break
     except KeyboardInterrupt:
         handle.stop()
         handle.wait(30)

@@ -134,11 +134,13 @@ class DeepSpeedOptions:
     def warmup_steps(self) -> int:
         return max(1, self.train_iters // 100) if self.warmup_iters is None else self.warmup_iters
 
-    def clipping_for(self, model: ModelSpec) -> float:
-        """Gradient clipping for ``model``: the explicit ``clip``, else 1.0, or 0.5 for 13B-class models (>= 12e9)."""
+    def clipping_for(self, model: ModelSpec, num_parameters: Optional[int] = None) -> float:
+        """Gradient clipping for ``model``: the explicit ``clip``, else 1.0, or 0.5 for 13B-class models (>= 12e9).
+        ``num_parameters``: the model's count when the caller has it."""
         if self.clip is not None:
             return float(self.clip)
-        return 0.5 if model.num_parameters >= LARGE_MODEL_PARAMETERS else 1.0
+        n = model.num_parameters if num_parameters is None else num_parameters
+        return 0.5 if n >= LARGE_MODEL_PARAMETERS else 1.0
 
     @classmethod
     def field_names(cls) -> tuple:
@@ -201,7 +203,9 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     zero: dict = {"stage": stage}
     if stage >= ZeroStage.OPTIMIZER:
         zero.update({
-            "overlap_comm": plan.overlaps_comm,
+            # DeepSpeed turns overlap_comm off under pipeline parallelism ("Pipeline parallelism does not support
+            # overlapped communication, will be disabled", engine._configure_zero_optimizer): write what runs
+            "overlap_comm": plan.overlaps_comm and plan.pipeline_parallel == 1,
             "contiguous_gradients": o.contiguous_gradients,
             "reduce_scatter": True,
             "reduce_bucket_size": int(o.reduce_bucket_size),
