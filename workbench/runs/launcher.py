@@ -18,9 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from workbench.runs.prepare import (CHECKOUT_ROOT, CPU_MEMORY_NOT_COMPARABLE, LAUNCHER_PROGRAMS, LAUNCHERS,  # noqa: F401
-                                    TRAIN_SCRIPT, PreparedRun, check_ds_config, check_launchable, cuda_available,
-                                    default_runs_dir, new_run_id, predicted_numbers, prepare, run_stack)
+from workbench.runs.prepare import (CHECKOUT_ROOT, CPU_MEMORY_NOT_COMPARABLE, LAUNCHER_PROGRAMS,  # noqa: F401
+                                    LAUNCHERS, TRAIN_SCRIPT, PreparedRun, check_ds_config, check_launchable,
+                                    cuda_available, default_runs_dir, new_run_id, predicted_numbers, prepare,
+                                    run_stack)
 from workbench.runs.processes import group_members, spawn  # noqa: F401
 from workbench.runs.specio import specs_to_dict
 from workbench.runs.store import RunStore
@@ -38,14 +39,15 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
     """Validate, write the run directory, start the launcher in the background, return the :class:`Run`.
 
     ``ds_options`` (``DeepSpeedOptions`` fields) go to :func:`workbench.configs.deepspeed.build_ds_config`, after
-    ``lr``, ``train_iters=steps``, one warm-up step, ``clip=clip_grad``; ``torch_adam`` selects torch's Adam (no op build;
-    not with optimizer offload, which needs DeepSpeedCPUAdam); ``ds_config`` replaces the built config entirely
+    ``lr``, ``train_iters=steps``, one warm-up step, ``clip=clip_grad``; ``torch_adam`` selects torch's Adam (no op
+    build; not with optimizer offload, which needs DeepSpeedCPUAdam); ``ds_config`` replaces the built config entirely
     (e.g. an imported one). Dropout comes from the model spec (``hidden_dropout``, ``attention_dropout``).
     ``launcher`` defaults to ``deepspeed`` for the DeepSpeed engines and ``torchrun`` for megatron. ``hosts``
     (``["node1 slots=8", ...]`` or names, one per node) runs multi-node through the scripts the export writes
     (:func:`workbench.runs.prepare.launch_files`): the deepspeed launcher's hostfile, or torchrun's c10d
-    rendezvous (then ``launch.sh`` must also be started on the other hosts). ``memory_limit_bytes`` caps each rank's extra address space (on the CPU a
-    stand-in for device memory). Bad specs raise ``ValueError`` and are recorded with status ``invalid``.
+    rendezvous (then ``launch.sh`` must also be started on the other hosts). ``memory_limit_bytes`` caps each
+    rank's extra address space (on the CPU a stand-in for device memory). Bad specs raise ``ValueError`` and are
+    recorded with status ``invalid``.
     """
     store = store if store is not None else RunStore()
     run_id = new_run_id()

@@ -311,7 +311,8 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
     (run_dir / "metrics").mkdir(exist_ok=True)
     options = {"engine": str(plan.engine), "steps": steps,
                "stack": {"attention": str(ran_model.attention), "adam": str(ran_plan.adam),
-                         "overlap_comm": ran_plan.overlaps_comm}, "data": data if isinstance(data, str) else source.kind,
+                         "overlap_comm": ran_plan.overlaps_comm},
+               "data": data if isinstance(data, str) else source.kind,
                "seed": seed, "lr": lr, "clip_grad": clip_grad,
                "memory_limit_bytes": memory_limit_bytes, "launcher": launcher, "hosts": names}
     if model.implementation is Implementation.TRANSFORMERS:

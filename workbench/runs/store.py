@@ -66,7 +66,8 @@ CREATE INDEX IF NOT EXISTS runs_started ON runs(started);
 
 _JSON_COLUMNS = ("specs", "predicted", "measured")
 _RUN_COLUMNS = ("run_id", "specs", "command", "status", "reason", "warning", "started", "ended", "predicted",
-                "measured", "log_path", "run_dir", "engine", "steps", "pgid", "watcher_pid", "watcher_started", "token", "master")
+                "measured", "log_path", "run_dir", "engine", "steps", "pgid", "watcher_pid", "watcher_started", "token",
+                "master")
 _ADDED_COLUMNS = {"watcher_started": "REAL", "token": "TEXT", "master": "TEXT"}
 """Columns later than the first schema, added to an older store file when it is opened."""
 METRIC_COLUMNS = ("rank", "step", "loss", "step_seconds", "tokens_per_second", "memory_bytes")

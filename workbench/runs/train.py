@@ -2,8 +2,8 @@
 
 Reads ``DIR/run.json`` (resolved specs and options), ``DIR/megatron_args.json`` (the ``TransformerConfig``
 arguments the launcher computed; megatron-core models) and, for the DeepSpeed engines, ``DIR/ds_config.json``.
-Before anything heavy it starts the owner watch (:func:`workbench.runs.processes.watch_owner`): the rank dies, and records why, when the
-process that launched the run dies. Engines:
+Before anything heavy it starts the owner watch (:func:`workbench.runs.processes.watch_owner`): the rank dies, and
+records why, when the process that launched the run dies. Engines:
 
 * ``deepspeed`` — ``deepspeed.initialize`` on the GPTModel (data parallel, ZeRO 0-3, offload, recompute).
 * ``megatron`` — megatron-core ``parallel_state`` + ``DistributedDataParallel`` + ``get_megatron_optimizer``
