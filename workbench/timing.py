@@ -281,6 +281,14 @@ class StepInputs:
     zero3_hbm_bytes_per_parameter: object = 0.0
     """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
     gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
+    first_stage_layers: object = None
+    """Transformer layers on the first pipeline stage (an uneven split, Megatron
+    ``--decoder-first-pipeline-num-layers`` / ``--account-for-embedding-in-pipeline-split``); ``None``: every stage
+    holds num_layers / p."""
+    middle_stage_layers: object = None
+    """Transformer layers on each middle stage (``None``: num_layers / p)."""
+    last_stage_layers: object = None
+    """Transformer layers on the last stage (``None``: num_layers / p)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -308,7 +316,8 @@ def step_time_terms(**inputs):
     (``tp``, ``cp``, ``pp``, ``dp``), ``{group}_crosses_nodes`` and the ``{group}_gb_per_s`` and
     ``{group}_latency_s`` of the link it used.
     """
-    x = StepInputs(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()})  # int arrays would overflow
+    x = StepInputs(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()
+                      if v is not None})  # int arrays would overflow
     comp = compute_terms(x)
     comm = communication_terms(x, comp)
     opt = optimizer_terms(x)
@@ -371,17 +380,36 @@ def compute_terms(x: StepInputs) -> dict:
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
-    # the last stage carries the output layer and the loss: the slowest stage
-    stage_fwd = layers * layer_fwd + t_logits + t_loss_fwd
-    stage_bwd = layers * layer_bwd + (1 + tf) * t_logits + t_loss_bwd
-    # the extra forward of activation recomputation (full: that fraction of the layers; selective: the core)
-    recompute_mb = layers * (g["full"] * x.recompute_fraction * layer_fwd
-                             + g["selective"] * (t_core + t_score_fwd))
+    # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
+    recompute_layer = g["full"] * x.recompute_fraction * layer_fwd + g["selective"] * (t_core + t_score_fwd)
+    # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
+    # of its layers; with an uneven split (stage_layers) another stage may hold more layers and be slower
+    last_layers, other_layers = stage_layers(x)
+    last_fwd = last_layers * layer_fwd + t_logits + t_loss_fwd
+    last_bwd = last_layers * layer_bwd + (1 + tf) * t_logits + t_loss_bwd
+    last_slowest = (last_fwd + last_bwd + last_layers * recompute_layer
+                    >= other_layers * (layer_fwd + layer_bwd + recompute_layer))
+    layers = np.where(last_slowest, last_layers, other_layers)
+    stage_fwd = np.where(last_slowest, last_fwd, other_layers * layer_fwd)
+    stage_bwd = np.where(last_slowest, last_bwd, other_layers * layer_bwd)
+    recompute_mb = layers * recompute_layer
     return {"compute": m * (stage_fwd + stage_bwd), "recompute": m * recompute_mb,
+            "stage_layers": layers, "last_stage_slowest": last_slowest,
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
             "layer_weight_gemm_seconds": t_weights_fwd}
+
+
+def stage_layers(x: StepInputs):
+    """``(last, other)``: transformer layers on the last pipeline stage and the most on any other stage (0 when
+    p = 1), from the uneven split's ``first/middle/last_stage_layers`` or num_layers / p."""
+    p = x.pipeline_parallel
+    if x.first_stage_layers is None:
+        even = x.num_layers / p
+        return even, np.where(p > 1, even, 0.0)
+    other = np.where(p > 2, np.maximum(x.first_stage_layers, x.middle_stage_layers), x.first_stage_layers)
+    return x.last_stage_layers, np.where(p > 1, other, 0.0)
 
 
 def communication_terms(x: StepInputs, comp: dict) -> dict:
@@ -390,7 +418,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     communication hides behind)."""
     g = _shape(x)
     t, p, v, c, d = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.context_parallel, x.data_parallel
-    m, h, tokens, layers, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["layers"], g["sp"]
+    m, h, tokens, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["sp"]
+    layers = comp["stage_layers"]  # the slowest stage's layers
     full_rc = g["full"] * x.recompute_fraction
     grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
     links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group)}  # (stride, size)
