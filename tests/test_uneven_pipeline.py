@@ -147,3 +147,26 @@ def test_embedding_and_loss_account_round_trip_with_interleaving():
     assert args[args.index("--num-virtual-stages-per-pipeline-rank") + 1] == "3"
     _, back = import_megatron_args(args).to_specs(cluster=cluster)
     assert back.embedding_in_pipeline_split and back.loss_in_pipeline_split and back.virtual_pipeline == 3
+
+
+def test_planner_splits_where_pp_does_not_divide_the_layers():
+    from workbench import planner
+
+    assert (16, 7, 7) in planner.pipeline_splits(126, 16384)  # Llama 3 405B's layout
+    assert (2, 5, 4) in planner.pipeline_splits(9, 8) and (4, 0, 0) in planner.pipeline_splits(8, 8)
+    m = model("gpt3-350m", num_layers=10, seq_length=1024)
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, num_nodes=1)
+    table = planner.enumerate_candidates(m, cluster, 16, max_context_parallel=1, offload=False)
+    uneven = np.flatnonzero(table["first_layers"] > 0)
+    assert len(uneven) and set(table["pp"][uneven].tolist()) == {4, 8}
+    for i in uneven[:: max(1, len(uneven) // 40)]:  # every row is a plan the specs accept
+        validate(m, cluster, planner._plan_at(table, int(i), cluster, 16, "bf16"))
+    # array evaluation of uneven rows equals estimate(), the middle stage's peak included
+    ev = planner.evaluate(table, m, cluster)
+    every = planner.evaluate(table, m, cluster, all_stages=True)
+    assert np.allclose(ev["peak_bytes"], every["peak_bytes"])
+    for i in uneven[:: max(1, len(uneven) // 10)]:
+        plan = planner._plan_at(table, int(i), cluster, 16, "bf16")
+        est = estimate(m, cluster, plan)
+        assert float(ev["peak_bytes"][i]) == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
+        assert float(ev["step_seconds"][i]) == pytest.approx(est.time.step_seconds, rel=1e-9)
