@@ -11,7 +11,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html, error_message, redraw
+from widgets.common import GIB, View, error_html, error_message, new_figure, redraw
 from workbench.advisor import advise
 from workbench.logreader import parse_log
 
@@ -161,7 +161,7 @@ class AdvisorView(View):
         capacity = mem.capacity_bytes / GIB
         bars = ladder_bars(int(mem.per_gpu_peak_bytes), a.oom_ladder)
         if self.fig is None:
-            self.fig = go.FigureWidget()
+            self.fig = new_figure()
             # labels wrap (never cut); the capacity label sits in the right margin, clear of the bars
             self.fig.update_layout(height=420, width=860, margin=dict(l=60, r=130, t=50, b=110),
                                    yaxis_title="peak memory per GPU (GiB)", showlegend=False,
