@@ -1,12 +1,16 @@
 # Two commands do all set-up on a fresh machine with Python >= 3.11 and pip:
-#   make lab   - create .venv, install, start JupyterLab on notebooks/
+#   make lab   - create .venv, install, start JupyterLab on notebooks/ (make lab PORT=9999 for another port)
 #   make test  - create .venv, install, run the whole suite
+#   make dashboard PORT=8866 - serve the Voila dashboard on 127.0.0.1:PORT
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 REQS   := environments/requirements-cpu.txt
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 export MPLBACKEND = Agg
+PORT   ?=
+# JupyterLab refuses to start as root unless told to (containers often run as root).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: lab test dashboard venv bench clean
 
@@ -23,10 +27,13 @@ $(VENV)/.installed: $(BIN)/python $(REQS) pyproject.toml
 venv: $(VENV)/.installed
 
 lab: venv
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG) $(if $(PORT),--port=$(PORT),)
 
+# voila.json (read from this directory) selects the offline template in share/jupyter and culls kernels whose
+# browser tab has closed.
 dashboard: venv
-	$(BIN)/voila notebooks/dashboard.ipynb --no-browser --Voila.ip=127.0.0.1 --port=8866
+	JUPYTER_PATH=$(CURDIR)/share/jupyter $(BIN)/voila notebooks/dashboard.ipynb --no-browser --Voila.ip=127.0.0.1 \
+		--port=$(or $(PORT),8866)
 
 test: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -35,4 +42,4 @@ bench: venv
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-output
+	rm -rf $(VENV) .pytest_cache test-output .cache

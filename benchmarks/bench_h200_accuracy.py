@@ -6,7 +6,7 @@ committed JSON). Memory compares the allocated part of the estimate (all terms b
 ``torch.cuda.max_memory_allocated`` of the largest rank; time compares the estimate's step with the median step of
 the slowest rank. The calibration runs kept DeepSpeed's own ``overlap_comm`` default (on for ZeRO-3 only), the
 launcher writes ``overlap_comm: true``; the launcher runs train megatron-core's local spec without Apex/Transformer
-Engine and torch's Adam (``fused_kernels=False``). Time leave-one-out refits the five fitted time constants
+Engine and torch's Adam (``adam="torch"``). Time leave-one-out refits the five fitted time constants
 (benchmarks/calibrate_h200_time.py) without each run in turn.
 
     python benchmarks/bench_h200_accuracy.py [--out benchmarks/results/h200_accuracy.md]
@@ -32,8 +32,7 @@ def predict(run: dict) -> dict:
     from workbench.memory import estimate_memory
     from workbench.timing import estimate_time
 
-    overlap = None if run["group"] == "deepspeed" else True
-    mem = estimate_memory(run["model"], run["cluster"], run["plan"], overlap_comm=overlap)
+    mem = estimate_memory(run["model"], run["cluster"], run["plan"])  # the plan carries each run's overlap_comm
     peak = max(mem.stages, key=lambda s: s.terms.total - s.terms.overhead)
     t = estimate_time(run["model"], run["cluster"], run["plan"])
     top = sorted(((v, k) for k, v in t.breakdown.items() if v > 0), reverse=True)[:3]
@@ -54,7 +53,7 @@ def plan_label(plan) -> str:
         parts.append("distopt")
     parts.append(f"recompute {plan.recompute}")
     parts.append(f"mbs {plan.micro_batch_size} x {plan.num_microbatches}")
-    parts.append("fused" if plan.fused_kernels else "unfused+torch Adam")
+    parts.append("fused Adam" if str(plan.adam) == "fused" else "unfused+torch Adam")
     return ", ".join(parts)
 
 

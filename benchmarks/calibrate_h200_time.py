@@ -32,9 +32,9 @@ from workbench import timing  # noqa: E402
 from workbench.timing import step_time_terms, time_inputs  # noqa: E402
 
 NAMES = ("layer_pass_overhead_s", "deepspeed_step_bytes_per_parameter", "zero3_fetch_latency_s",
-         "zero3_reduce_latency_s", "zero3_collective_call_s")
+         "zero3_reduce_latency_s", "zero3_collective_call_s", "zero3_hbm_bytes_per_parameter")
 KEYS = (None, "step_bytes_per_parameter", "zero3_fetch_latency_s", "zero3_reduce_latency_s",
-        "zero3_collective_call_s")
+        "zero3_collective_call_s", "zero3_hbm_bytes_per_parameter")
 HBM_GRID = np.round(np.arange(0.40, 0.951, 0.01), 2) if "--fit-hbm" in sys.argv else (0.8,)
 
 
@@ -47,7 +47,7 @@ def design(records, hbm_efficiency):
         b = float(step_time_terms(**{**kw, **zero})["step_seconds"])
         row = []
         for n in NAMES:
-            unit = 1.0 if n.startswith("deepspeed") else 1e-3
+            unit = 1.0 if n.endswith("bytes_per_parameter") else 1e-3
             row.append((float(step_time_terms(**{**kw, **zero, n: unit})["step_seconds"]) - b) / unit)
         base.append(b)
         cols.append(row)
@@ -125,18 +125,25 @@ def main() -> int:
         print(f"fit on the {tr.sum()} {g} runs only (hbm_efficiency {hg:.2f}), predict the other {(~tr).sum()}: "
               f"median |error| {np.median(es):.1%}, max {np.max(es):.1%}")
     if "--write" in sys.argv:
-        path = ROOT / "workbench" / "catalog" / "efficiency.json"
-        data = json.loads(path.read_text())
-        for k, v in zip(KEYS, x):
-            if k is not None:
-                data["deepspeed"][k] = float(f"{v:.4g}")
-        hopper = data["curves"].setdefault("hopper", dict(data["curves"]["ampere"]))
-        hopper["hbm_efficiency"] = float(hbm)
-        hopper["layer_pass_overhead_s"] = float(f"{x[0]:.4g}")
-        path.write_text(json.dumps(data, indent=2) + "\n")
-        timing.calibration.cache_clear()
-        print(f"wrote {path.relative_to(ROOT)}")
+        write_constants(hbm, x)
     return 0
+
+
+def write_constants(hbm, x, source=None) -> None:
+    """Store fitted constants in workbench/catalog/efficiency.json (``source``: replaces the deepspeed note)."""
+    path = ROOT / "workbench" / "catalog" / "efficiency.json"
+    data = json.loads(path.read_text())
+    for k, v in zip(KEYS, x):
+        if k is not None:
+            data["deepspeed"][k] = float(f"{v:.4g}")
+    if source:
+        data["deepspeed"]["source"] = source
+    hopper = data["curves"].setdefault("hopper", dict(data["curves"]["ampere"]))
+    hopper["hbm_efficiency"] = float(hbm)
+    hopper["layer_pass_overhead_s"] = float(f"{x[0]:.4g}")
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    timing.calibration.cache_clear()
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

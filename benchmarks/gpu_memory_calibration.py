@@ -105,7 +105,7 @@ def predict(run: dict) -> dict:
     c = ClusterSpec(gpu="H200", gpus_per_node=n)
     plan = ParallelPlan(world_size=n, zero_stage=run["zero"], recompute=run["recompute"],
                         micro_batch_size=run["micro_batch"])
-    e = estimate(m, c, plan, overlap_comm=None)  # these runs keep DeepSpeed's own overlap_comm default
+    e = estimate(m, c, plan, overlap_comm=int(plan.zero_stage) >= 3)  # DeepSpeed's own overlap_comm default
     terms = e.memory.breakdown
     out = {"allocated": terms.total - terms.overhead, "total": terms.total, "terms": terms.as_dict()}
     if e.time is not None:

@@ -8,7 +8,8 @@
 
 Measured memory is ``torch.cuda.max_memory_allocated`` of the largest rank; step time the median step (slowest
 rank). The launcher runs execute megatron-core's local layer spec without Apex/Transformer Engine and torch's Adam,
-so their plans carry ``fused_kernels=False``; the calibration runs used DeepSpeed's FusedAdam (``fused_kernels=True``).
+so their models carry ``attention="unfused"`` and their plans ``adam="torch"``; the calibration runs used DeepSpeed's
+FusedAdam (``adam="fused"``) and the megatron-core model's unfused softmax.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def _deepspeed_runs(path: Path) -> list[dict]:
     out = []
     for (n, zero, rc), r in sorted(merged.items()):
         plan = ParallelPlan(world_size=n, engine="deepspeed", zero_stage=zero, recompute=rc,
-                            micro_batch_size=r["micro_batch"], fused_kernels=True)
+                            micro_batch_size=r["micro_batch"], adam="fused",
+                            overlap_comm=zero >= 3)  # these configs kept DeepSpeed's own default
         out.append(dict(group="deepspeed", name=f"ds-z{zero}-{rc}-{n}gpu-mbs{r['micro_batch']}",
                         model=ModelSpec(**r["model"]), cluster=ClusterSpec(gpu="H200", gpus_per_node=n), plan=plan,
                         allocated_bytes=r["max_allocated"], step_seconds=r["step_seconds"],
@@ -49,12 +51,12 @@ def _launcher_runs(path: Path, group: str) -> list[dict]:
     from workbench.catalog import model as catalog_model
 
     data = json.loads(path.read_text())
-    model = catalog_model(data["model"])
+    model = catalog_model(data["model"], attention="unfused")
     out = []
     for r in data["runs"]:
         if r.get("status") != "completed":
             continue
-        plan = ParallelPlan(world_size=r["gpus"], precision="bf16", fused_kernels=False, **r["plan"])
+        plan = ParallelPlan(world_size=r["gpus"], precision="bf16", adam="torch", **r["plan"])
         out.append(dict(group=group, name=r["name"], model=model,
                         cluster=ClusterSpec(gpu=data["gpu"], gpus_per_node=r["gpus"]), plan=plan,
                         allocated_bytes=r["measured_peak_bytes"], step_seconds=r["measured_step_seconds"],

@@ -17,7 +17,7 @@ ROWS = [
 def specs(row):
     name, heads, hidden, layers, tp, pp, dp, gbs, mbs, _ = row
     model = ModelSpec(name=f"narayanan-{name}", num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                      vocab_size=51200, seq_length=2048)
+                      vocab_size=51200, seq_length=2048, attention="fused-softmax")  # Megatron-LM 2021
     world = tp * pp * dp
     cluster = ClusterSpec(gpu=gpu("A100-80GB"), gpus_per_node=8, num_nodes=world // 8)
     plan = ParallelPlan(world_size=world, engine="megatron", tensor_parallel=tp, pipeline_parallel=pp,

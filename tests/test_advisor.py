@@ -99,11 +99,30 @@ def test_overlap_comm_multi_node():
     m = model("llama3-8b", attention="flash")
     c = _cluster(nodes=2)
     p = _plan(c, engine="deepspeed", zero_stage=1)
-    f, *_ = _checks(m, c, p, options=DeepSpeedOptions(overlap_comm=False), detailed=True)
+    f, *_ = _checks(m, c, p.replace(overlap_comm=False), detailed=True)
     assert f["overlap_comm"].status == "fail" and "crosses nodes" in f["overlap_comm"].message
-    assert "without overlap" in f["overlap_comm"].message
+    assert "without overlap" in f["overlap_comm"].message and "to gain" in f["overlap_comm"].message
     f, *_ = _checks(m, c, p)
     assert f["overlap_comm"].status == "pass"
+
+
+def test_megatron_overlap_is_decided_once():
+    """Megatron's default (no --overlap-grad-reduce) is what the time model prices, the export writes and the
+    advisor reports; overlap_comm=True turns all three on together."""
+    from workbench.configs.megatron import megatron_args
+
+    m = model("llama3-8b", attention="flash")
+    c = _cluster(nodes=2)
+    off = _plan(c, engine="megatron", tensor_parallel=8, global_batch_size=64)
+    on = off.replace(overlap_comm=True)
+    f_off, _, t_off = _checks(m, c, off)
+    f_on, _, t_on = _checks(m, c, on)
+    assert "--overlap-grad-reduce" not in megatron_args(m, c, off)
+    assert "--overlap-grad-reduce" in megatron_args(m, c, on)
+    assert t_off.inputs["overlap_comm"] == 0 and t_on.inputs["overlap_comm"] == 1
+    assert t_on.breakdown["dp_comm"] < t_off.breakdown["dp_comm"]
+    assert f_off["overlap_comm"].status == "fail" and "off (Megatron's default)" in f_off["overlap_comm"].message
+    assert f_on["overlap_comm"].status == "pass"
 
 
 def test_convergence_checks_read_options():

@@ -79,9 +79,18 @@ def test_import_guide_configs(main, capsys):
 def test_import_shows_lint(main, tmp_path, capsys):
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"train_batch_size": 8, "zero_optimisation": {"stage": 2}}))
-    assert main(["import", str(path)]) == 0
+    assert main(["import", str(path)]) == 1  # a lint error fails the command, so it can gate CI
     out = capsys.readouterr().out
-    assert "did you mean 'zero_optimization'" in out
+    assert "did you mean 'zero_optimization'" in out and "1 error (exit status 1)" in out
+    assert main(["import", str(path), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["lint"][0]["severity"] == "error"
+
+
+def test_export_accepts_the_engine_name_for_hybrid(main, tmp_path, capsys):
+    assert main(["export", "megatron-deepspeed", "--model", "guide-13b", "--tp", "4", "--pp", "2", "--zero", "1",
+                 "--mbs", "8", "--gbs", "64", "--nodes", "2", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "hybrid.sh").is_file()
+    capsys.readouterr()
 
 
 def test_subprocess_exit_status():

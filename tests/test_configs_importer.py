@@ -33,11 +33,16 @@ def test_numbers():
 
 
 # -- the seed guide's configs ------------------------------------------------------------------------------------
+def same_plan(a: ParallelPlan, b: ParallelPlan) -> bool:
+    """Equal once ``overlap_comm=None`` (the engine's default) is resolved: an export writes it out explicitly."""
+    return a.replace(overlap_comm=a.overlaps_comm) == b.replace(overlap_comm=b.overlaps_comm)
+
+
 def test_guide_zero3_json():
     imp = import_any(DATA / "guide_zero3.json")
     assert imp.kind == "deepspeed" and imp.lint == []
     assert imp.plan_fields == {"engine": "deepspeed", "global_batch_size": 1024, "precision": "fp16",
-                               "zero_stage": 3, "offload_optimizer": "cpu"}
+                               "zero_stage": 3, "offload_optimizer": "cpu", "overlap_comm": True}
     assert imp.options["allgather_bucket_size"] == 500_000_000 and imp.options["loss_scale_window"] == 1000
     assert imp.options["lr"] == 6e-5 and imp.options["weight_decay"] == 0.01
     m, p = imp.to_specs(model("guide-13b"), cluster(1))
@@ -51,7 +56,8 @@ def test_guide_megatron_tp4_pp2():
     assert imp.kind == "megatron"
     assert imp.model_fields["num_layers"] == 40 and imp.model_fields["hidden_size"] == 5120
     assert imp.plan_fields["tensor_parallel"] == 4 and imp.plan_fields["pipeline_parallel"] == 2
-    assert imp.plan_fields["global_batch_size"] == 128 and imp.plan_fields["precision"] == "fp16"
+    # the old per-replica --batch-size is today's micro batch; global = micro x data parallel (1 here)
+    assert imp.plan_fields["micro_batch_size"] == 128 and imp.plan_fields["precision"] == "fp16"
     assert imp.options["betas"] == (0.9, 0.95) and imp.options["min_lr"] == 6e-6
     assert any("--batch-size 128" in w for w in imp.warnings)
     m, p = imp.to_specs(cluster=cluster(1))
@@ -172,13 +178,13 @@ def test_round_trip_megatron(name):
         imp = import_any(megatron_command(m, c, p, options=opts))
         m2, p2 = imp.to_specs()
         assert same_model(m2, m), name
-        assert p2 == p, (name, kw)
+        assert same_plan(p2, p), (name, kw)
         o2 = imp.deepspeed_options()
         assert (o2.lr, o2.final_lr, o2.betas, o2.clip, o2.train_iters, o2.warmup_steps) == \
             (3e-4, 3e-5, (0.9, 0.98), 0.7, 5000, 100)
         # the argument list alone (no launcher) needs the cluster for the world size
         _, p3 = import_megatron_args(megatron_args(m, c, p)).to_specs(m, c)
-        assert p3 == p
+        assert same_plan(p3, p)
 
 
 DS_PLANS = [
@@ -198,7 +204,7 @@ def test_round_trip_deepspeed(name, kw):
     cfg = build_ds_config(m, c, p)
     imp = import_ds_config(json.dumps(cfg))
     m2, p2 = imp.to_specs(m, c)
-    assert m2 == m and p2 == p
+    assert m2 == m and same_plan(p2, p)
     o = imp.deepspeed_options()
     assert o.clipping_for(m) == DeepSpeedOptions().clipping_for(m)
     assert build_ds_config(m2, c, p2, options=o) == cfg  # export → import → export is stable
@@ -212,4 +218,4 @@ def test_round_trip_hybrid(tp, pp, zero, nodes):
                      recompute="full")
     imp = import_any(hybrid_command(m, c, p)).merge(import_ds_config(hybrid_ds_config(m, c, p)))
     m2, p2 = imp.to_specs()
-    assert same_model(m2, m) and p2 == p
+    assert same_model(m2, m) and same_plan(p2, p)

@@ -1,5 +1,8 @@
-"""The Voila dashboard in a real browser: serve notebooks/dashboard.ipynb, load it in Debian's Chromium through
-Playwright, change the tensor-parallel size, and check that the memory number and the memory figure change.
+"""The Voila dashboard in a real browser: serve notebooks/dashboard.ipynb as ``make dashboard`` does (voila.json,
+the offline template), load it in Debian's Chromium through Playwright, change the tensor-parallel size and check
+that the memory number and the memory figure change; open every tab and check that each figure has drawn marks in
+the page (SVG paths or images inside the plot area, not only data); check the Pipeline toggles redraw; check that
+nothing is fetched from another host; close the page and check that its kernel is culled.
 
 Needs /usr/bin/chromium (``apt-get install chromium``); never downloads a browser. In CI (``CI=true``) a missing
 Chromium fails the test; locally it skips with the reason. Screenshots go to ``test-output/``.
@@ -52,13 +55,15 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout_s: float
     raise AssertionError(f"voila did not listen on port {port} within {timeout_s:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def start_voila(port: int, log: Path, extra_env=None) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+def start_voila(port: int, log: Path, extra_env=None, extra_args=()) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+           "JUPYTER_PATH": str(ROOT / "share" / "jupyter")}  # as `make dashboard`: the offline template
     env.pop(("WORKBENCH_DASHBOARD_ALLOW_LAUNCH"), None)
     env.pop(("WORKBENCH_DASHBOARD_ALLOW_WRITE"), None)
     env.update(extra_env or {})
     voila = Path(sys.executable).with_name("voila")
-    cmd = [str(voila), "notebooks/dashboard.ipynb", "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1"]
+    cmd = [str(voila), "notebooks/dashboard.ipynb", "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
+           *extra_args]
     # A session of its own, so stopping it by its pid also ends the kernels it started.
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -87,6 +92,38 @@ PLOT_HAS_POINTS_JS = """() => {
   return !!(gd && gd.data && gd.data.length && gd.data[0].x && gd.data[0].x.length > 0);
 }"""
 
+# Drawn marks of each plotly figure visible on the page: SVG paths and images inside its plot area with a size.
+VISIBLE_MARKS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .filter(gd => gd.offsetParent !== null)
+  .map(gd => Array.from(gd.querySelectorAll('.cartesianlayer .plot path, .cartesianlayer .plot image'))
+    .filter(el => { const b = el.getBoundingClientRect(); return b.width > 0 && b.height > 0; }).length)"""
+
+# The visible figures' titles and x-axis titles as drawn (SVG text).
+VISIBLE_TITLES_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .filter(gd => gd.offsetParent !== null)
+  .map(gd => [(gd.querySelector('.gtitle') || {}).textContent || '', (gd.querySelector('.xtitle') || {}).textContent || ''])"""
+
+
+def kernel_count(proc: subprocess.Popen) -> int:
+    """ipykernel processes started by the voila server."""
+    import psutil
+
+    return sum(1 for c in psutil.Process(proc.pid).children(recursive=True)
+               if any("ipykernel" in part for part in c.cmdline()))
+
+
+def open_tab(page, title: str) -> None:
+    page.locator(".lm-TabBar-tab", has_text=title).first.click()
+    page.wait_for_timeout(300)
+
+
+def wait_for_marks(page, timeout_ms: int = 60_000) -> list:
+    """Wait until every visible figure has drawn marks; return the counts."""
+    page.wait_for_function(f"() => {{ const m = ({VISIBLE_MARKS_JS})(); return m.length > 0 && m.every(n => n > 0); }}",
+                           timeout=timeout_ms)
+    return page.evaluate(VISIBLE_MARKS_JS)
+
+
 # An element shows a text (widgets update one message at a time: wait for each, do not assume an order).
 TEXT_JS = "() => {{ const e = document.querySelector('{selector}'); return !!(e && e.innerText.includes('{text}')); }}"
 
@@ -98,13 +135,17 @@ def test_dashboard_changes_memory_in_chromium():
     OUTPUT.mkdir(exist_ok=True)
     port = free_port()
     log = OUTPUT / "voila-dashboard.log"
-    proc = start_voila(port, log)
+    # voila.json's culling, with short times so the test sees it
+    proc = start_voila(port, log, extra_args=["--MappingKernelManager.cull_idle_timeout=4",
+                                              "--MappingKernelManager.cull_interval=2"])
     try:
         wait_for_port(port, proc, log)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                hosts = set()
+                page.on("request", lambda r: hosts.add(r.url.split("/")[2]) if r.url.startswith("http") else None)
                 page.goto(f"http://127.0.0.1:{port}/", timeout=120_000)
                 page.wait_for_selector(".wb-peak", timeout=120_000)
                 page.wait_for_function("() => { const gd = document.querySelector('.js-plotly-plot');"
@@ -166,8 +207,45 @@ def test_dashboard_changes_memory_in_chromium():
                 # No launch tab on a dashboard served without WORKBENCH_DASHBOARD_ALLOW_LAUNCH=1.
                 assert page.locator(".lm-TabBar-tab", has_text="Launch").count() == 0
                 assert page.locator(".wb-launch-button").count() == 0
+
+                # Every tab: each figure on it has drawn marks (bars, cells, points, lines), not only data.
+                page.set_viewport_size({"width": 1500, "height": 1100})
+                drawn = {}
+                for title in ("Memory", "Layout", "Pipeline", "Planner", "Advisor"):
+                    open_tab(page, title)
+                    drawn[title] = wait_for_marks(page)
+                    page.screenshot(path=str(OUTPUT / f"dashboard-tab-{title.lower()}.png"), full_page=True)
+                assert all(n > 0 for counts in drawn.values() for n in counts), drawn
+                for title in ("Configs", "Profile"):  # no figures: text only
+                    open_tab(page, title)
+                    page.screenshot(path=str(OUTPUT / f"dashboard-tab-{title.lower()}.png"), full_page=True)
+                # The layout grid has its colour key.
+                open_tab(page, "Layout")
+                assert "colour = tensor-parallel group" in page.inner_text(".wb-layout-legend")
+
+                # Pipeline: the toggles redraw the drawn chart (title and axis title as SVG text).
+                open_tab(page, "Pipeline")
+                [(title, axis)] = page.evaluate(VISIBLE_TITLES_JS)
+                assert title.startswith("1f1b: p=2, m=128") and axis.startswith("seconds")
+                page.locator(".wb-pipeline-kind button", has_text="gpipe").click()
+                page.wait_for_function(f"() => ({VISIBLE_TITLES_JS})()[0][0].startsWith('gpipe')", timeout=30_000)
+                page.locator(".wb-pipeline-units button", has_text="relative").click()
+                page.wait_for_function(f"() => ({VISIBLE_TITLES_JS})()[0][1].startsWith('time (forward')",
+                                       timeout=30_000)
+                assert wait_for_marks(page)[0] > 0
+                page.screenshot(path=str(OUTPUT / "dashboard-tab-pipeline-gpipe-relative.png"), full_page=True)
+
+                # Works offline: every request went to the dashboard's own server (no icon font from a CDN).
+                assert hosts == {f"127.0.0.1:{port}"}, hosts
+                assert kernel_count(proc) >= 1
+                page.close()
             finally:
                 browser.close()
+        # The closed page's kernel is culled (voila.json: cull_idle_timeout, not while a page is connected).
+        deadline = time.monotonic() + 60
+        while kernel_count(proc) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert kernel_count(proc) == 0
     finally:
         stop(proc)
     assert proc.poll() is not None

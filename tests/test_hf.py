@@ -1,8 +1,6 @@
 """Hugging Face config.json import: parameter counts equal transformers' own model, refusals name the field."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,6 @@ from workbench.specs import AttentionImpl  # noqa: E402
 
 HF = Path(__file__).parent / "data" / "hf"
 FAMILIES = sorted(p.name for p in HF.iterdir() if (p / "config.json").is_file())
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _transformers_count(path) -> int:
@@ -97,19 +94,135 @@ def test_missing_and_broken_files(tmp_path):
         import_hf(tmp_path)
 
 
-def _cli(*args):
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=120)
+def test_cli_import_and_estimate(capsys):
+    from workbench import cli
 
-
-def test_cli_import_and_estimate():
-    out = _cli("import", str(HF / "qwen3-0_6b"), "--json")
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+    assert cli.main(["import", str(HF / "qwen3-0_6b"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     assert data["kind"] == "huggingface" and data["parameters"] == 596_049_920
-    out = _cli("estimate", "--model", f"hf:{HF / 'mistral-7b'}", "--gpu", "A100-80GB", "--zero", "2", "--json")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["model"]["parameters"] == 7_248_023_552
-    out = _cli("estimate", "--model", "hf:/no/such/dir")
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no such config.json" in out.stderr
+    assert cli.main(["estimate", "--model", f"hf:{HF / 'mistral-7b'}", "--gpu", "A100-80GB", "--zero", "2",
+                     "--attn-implementation", "eager", "--lora-rank", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"]["parameters"] == 7_248_023_552
+    assert cli.main(["estimate", "--model", "hf:/no/such/dir"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such config.json" in err
+    assert cli.main(["estimate", "--model", f"hf:{HF / 'tiny-llama'}", "--engine", "megatron"]) == 2
+    assert "trains under DeepSpeed ZeRO data parallel" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# LoRA and the Hugging Face stack in the memory and time models
+# ---------------------------------------------------------------------------------------------------------------
+from workbench import memory as M  # noqa: E402
+from workbench.estimate import estimate  # noqa: E402
+from workbench.params import lora_params_per_layer  # noqa: E402
+from workbench.specs import ClusterSpec, ParallelPlan  # noqa: E402
+
+
+def test_lora_parameter_count_equals_peft():
+    from peft import LoraConfig, get_peft_model
+
+    spec = import_hf(HF / "tiny-llama").spec
+    for targets, modules in ((("q", "k", "v", "o", "gate", "up", "down"),
+                              ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+                             (("q", "v"), ["q_proj", "v_proj"])):
+        net = get_peft_model(build_model(HF / "tiny-llama", device="meta"), LoraConfig(r=8, target_modules=modules))
+        trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
+        assert trainable == spec.num_layers * lora_params_per_layer(spec, 8, targets)
+
+
+def _terms(spec, **plan):
+    cluster = ClusterSpec(gpu="A100-40GB", gpus_per_node=8)
+    return estimate(spec, cluster, ParallelPlan(world_size=8, **plan)).memory.stages[0].terms
+
+
+def test_lora_frozen_weights_and_zero_partitioning():
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    n = spec.num_parameters
+    full = _terms(spec, zero_stage=2)
+    lora2 = _terms(spec, zero_stage=2, lora_rank=16)
+    lora3 = _terms(spec, zero_stage=3, lora_rank=16)
+    adapters = spec.num_layers * lora_params_per_layer(spec, 16, ("q", "k", "v", "o", "gate", "up", "down"))
+    # ZeRO-2 leaves frozen weights whole on every rank (DeepSpeed's flat groups hold trainable parameters only)
+    assert lora2.weights == pytest.approx(2 * (n + adapters), rel=1e-6)
+    # ZeRO-3 partitions every parameter, frozen or not
+    assert lora3.weights == pytest.approx(2 * (n + adapters) / 8, rel=1e-6)
+    # optimizer states only for the adapters: 12 bytes / 8 ranks each
+    assert lora2.optimizer == pytest.approx(12 * adapters / 8, rel=1e-6)
+    assert full.optimizer == pytest.approx(12 * n / 8, rel=1e-6)
+    assert lora2.optimizer < 0.01 * full.optimizer
+
+
+def test_lora_backward_skips_weight_gradients():
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8)
+    full = estimate(spec, cluster, ParallelPlan(world_size=8, zero_stage=2)).time
+    lora = estimate(spec, cluster, ParallelPlan(world_size=8, zero_stage=2, lora_rank=16)).time
+    assert 0.6 < lora.breakdown["compute"] / full.breakdown["compute"] < 0.85  # 4 of 6 GEMM passes + the rest
+    assert lora.breakdown["dp_comm"] < 0.05 * full.breakdown["dp_comm"]
+
+
+def test_transformers_loss_and_eager_attention_memory():
+    hf = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    mg = hf.replace(implementation="megatron")
+    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2)
+    logits = lambda m: M.output_activation_bytes(m, **kw) - 2 * 2 * 2048 * 4096  # noqa: E731
+    assert logits(hf) == 12 * 2048 * 128256  # fp32 log-softmax + two fp32 gradients per logit
+    assert logits(mg) == 6 * 2048 * 128256
+    eager = hf.replace(attention="unfused")
+    _, eager_layer = M.layer_activation_bytes(eager, recompute=0, **kw)
+    _, mg_layer = M.layer_activation_bytes(eager.replace(implementation="megatron"), recompute=0, **kw)
+    # without dropout both keep the fp32 softmax and the 16-bit probabilities the P @ V matmul saves (6 bytes/score)
+    assert eager_layer == mg_layer
+    _, flash_layer = M.layer_activation_bytes(eager.replace(attention="flash"), recompute=0, **kw)
+    assert eager_layer - flash_layer == 6 * 32 * 2048 * 2048 - 4 * 32 * 2048
+
+
+def test_planner_and_advisor_offer_lora():
+    from workbench.advisor import advise
+    from workbench.planner import search
+
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    cluster = ClusterSpec(gpu="A100-40GB", gpus_per_node=8)
+    advice = advise(spec, cluster, ParallelPlan(world_size=8, zero_stage=2, micro_batch_size=2, global_batch_size=64))
+    finding = next(f for f in advice.findings if f.id == "lora_option")
+    assert "full fine-tune does not fit on 8 x A100-40GB" in finding.message and "LoRA r=16 does" in finding.message
+    two = ClusterSpec(gpu="A100-40GB", gpus_per_node=2)
+    with pytest.raises(ValueError, match="LoRA r=16 does, with deepspeed"):
+        search(spec, two, global_batch_size=64, offload=False)
+    found = search(spec, two, global_batch_size=64, offload=False, lora_rank=16)
+    assert found.best.plan.lora_rank == 16 and str(found.best.plan.engine) == "deepspeed"
+
+
+def test_prepare_hf_run_writes_options_and_refuses_what_the_stack_cannot_run(tmp_path):
+    from workbench.hf import lora_target_modules
+    from workbench.runs.launcher import prepare
+
+    cluster = ClusterSpec(gpu="cpu", gpus_per_node=2, host_memory_gib_per_node=24)
+    gpt2 = catalog.model(f"hf:{HF / 'tiny-gpt2'}", seq_length=32)
+    prepared = prepare(gpt2, cluster, ParallelPlan(world_size=2, zero_stage=3, lora_rank=4, precision="fp32"),
+                       steps=1, nproc=2, run_dir=tmp_path / "r")
+    hf = json.loads((prepared.run_dir / "run.json").read_text())["options"]["hf"]
+    assert hf["lora"]["target_modules"] == ["c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+    assert (prepared.run_dir / "hf_config.json").is_file() and not (prepared.run_dir / "megatron_args.json").exists()
+    with pytest.raises(ValueError, match="fuses q, k and v into c_attn"):
+        lora_target_modules("gpt2", ("q", "v"))
+    with pytest.raises(ValueError, match="fused 3-D weights"):
+        lora_target_modules("mixtral", ("q", "up"))
+    with pytest.raises(ValueError, match="gradient_checkpointing_enable"):
+        prepare(gpt2, cluster, ParallelPlan(world_size=2, recompute="selective", precision="fp32"), steps=1, nproc=2,
+                run_dir=tmp_path / "s")
+    with pytest.raises(ValueError, match="changed from its config.json"):
+        prepare(gpt2.replace(num_layers=3), cluster, ParallelPlan(world_size=2, precision="fp32"), steps=1, nproc=2,
+                run_dir=tmp_path / "t")
+
+
+def test_lora_dropout_keeps_a_copy_of_each_adapter_input():
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    base = dict(zero_stage=2, lora_rank=16, lora_targets="q,k,v,o")
+    plain = _terms(spec, **base).activations
+    dropped = _terms(spec, **base, lora_dropout=0.05).activations
+    # per layer: q, k, v inputs (h each) and o's input (a·d), 2 bytes + a 1-byte mask, per token
+    expected = 32 * 2048 * (3 * 4096 + 4096) * 3
+    assert dropped - plain == pytest.approx(expected, rel=0.02)

@@ -87,3 +87,53 @@ def test_to_dict_and_errors():
     cluster = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=8, num_nodes=1)
     with pytest.raises(ValueError, match="world_size=16"):
         build_layout(cluster, ParallelPlan(world_size=16))
+
+
+def _brute_nodes_spanned(sizes, kind, n):
+    return max(len({r // n for r in g}) for g in rank_groups(sizes, kind))
+
+
+@pytest.mark.parametrize("t,c,d,p", [(2, 1, 2, 2), (4, 2, 3, 2), (3, 2, 4, 1), (8, 1, 4, 2), (1, 3, 4, 2),
+                                     (6, 1, 2, 4), (2, 2, 2, 3)])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 8])
+def test_nodes_spanned_and_group_of_by_arithmetic_match_enumeration(t, c, d, p, n):
+    from workbench.layout import Layout, nodes_spanned
+
+    sizes = {"tp": t, "cp": c, "dp": d, "pp": p}
+    world = t * c * d * p
+    if world % n:
+        return
+    layout = Layout(world_size=world, gpus_per_node=n, tensor_parallel=t, context_parallel=c, data_parallel=d,
+                    pipeline_parallel=p)
+    for kind in GROUP_KINDS:
+        assert nodes_spanned(sizes, kind, n) == _brute_nodes_spanned(sizes, kind, n), kind
+        groups = rank_groups(sizes, kind)
+        assert layout.group_count(kind) == len(groups)
+        for r in range(0, world, max(1, world // 7)):
+            index, members = layout.group_of(r, kind)
+            assert groups[index] == members and r in members
+            assert layout.group_of(r, kind, limit=2)[1] == members[:2]
+
+
+def test_a_million_gpus_is_summarised_not_enumerated(monkeypatch):
+    import time
+
+    import workbench.layout
+
+    from workbench.estimate import estimate
+
+    cluster = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=8, num_nodes=2**17)
+    plan = ParallelPlan(world_size=2**20, engine="megatron", tensor_parallel=16, pipeline_parallel=8,
+                        global_batch_size=2**16)
+    start = time.perf_counter()
+    est = estimate(model("gpt3-1.3b").replace(num_layers=32), cluster, plan)
+    d = est.to_dict()["layout"]
+    assert time.perf_counter() - start < 1.0
+    assert "ranks" not in d and d["group_counts"]["tp"] == 2**16 and d["nodes_spanned"]["tp"] == 2
+    assert d["nodes_spanned"]["dp"] == 2**13 and d["stage_node_ranges"][1] == [2**14, 2**15 - 1]
+    assert any("tensor_parallel=16 > gpus_per_node=8" in w for w in est.layout.warnings)
+    r = est.layout.rank(2**20 - 1)
+    assert (r.node, r.tp, r.dp, r.pp) == (2**17 - 1, 15, 2**13 - 1, 7)
+    monkeypatch.setattr(workbench.layout, "MAX_ENUMERATED", 2**19)
+    with pytest.raises(ValueError, match="would list every rank"):
+        est.layout.groups("dp")

@@ -73,9 +73,12 @@ def test_gpu_spec_numbers_are_checked():
     assert "peak_tflops['bf16']" in _error(GPUSpec, **{**fields, "peak_tflops": {"bf16": math.inf}})
 
 
-@pytest.mark.parametrize("field", ["sequence_parallel", "distributed_optimizer", "fused_kernels"])
+@pytest.mark.parametrize("field", ["sequence_parallel", "distributed_optimizer", "fused_kernels", "overlap_comm"])
 @pytest.mark.parametrize("value", [2, 1, 0, "yes", None])
 def test_plan_booleans_are_type_checked(field, value):
+    if value is None and field in ("fused_kernels", "overlap_comm"):  # None: deprecated-unset / engine default
+        assert ParallelPlan(world_size=8, **{field: value}).fused_kernels is None
+        return
     assert _error(ParallelPlan, world_size=8, **{field: value}) == f"{field}={value!r} must be True or False"
 
 
@@ -178,7 +181,7 @@ def test_property_cluster_fields(field, value):
 @given(field=st.sampled_from(["tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel",
                               "sequence_parallel", "zero_stage", "distributed_optimizer", "recompute",
                               "recompute_layers", "micro_batch_size", "global_batch_size", "precision",
-                              "fused_kernels", "engine"]),
+                              "adam", "overlap_comm", "engine"]),
        value=_ANY)
 def test_property_plan_fields(field, value):
     _check_outcome(lambda: (ModelSpec(**SMALL), ClusterSpec(gpu=H100, num_nodes=2),
@@ -273,3 +276,34 @@ def test_import_json_through_a_pipe_is_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["kind"] == "deepspeed" and data["plan"]["zero_stage"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exporters
+# ---------------------------------------------------------------------------------------------------------------
+def test_exporters_name_a_wrong_argument():
+    from workbench.configs import (build_ds_config, deepspeed_launch_script, hostfile, hybrid_args,
+                                   hybrid_ds_config, megatron_args, slurm_script, torchrun_script)
+
+    model, cluster = ModelSpec(**SMALL), ClusterSpec(gpu=H100)
+    for fn in (build_ds_config, megatron_args, hybrid_args, hybrid_ds_config):
+        assert _error(fn, model, cluster, None).startswith("plan=None must be a ParallelPlan")
+        assert _error(fn, {"num_layers": 2}, cluster, ParallelPlan(world_size=8)).startswith("model=")
+    for fn in (deepspeed_launch_script, torchrun_script, slurm_script):
+        assert _error(fn, "H100-SXM", ["python", "x.py"]).startswith("cluster='H100-SXM' must be a ClusterSpec")
+    assert "must be a list of host names" in _error(hostfile, ClusterSpec(gpu=H100, num_nodes=2), "node0,node1")
+    assert "more than a hostfile is written for" in _error(hostfile, ClusterSpec(gpu=H100, num_nodes=2**20))
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("betas", 3, "betas=3 must be two numbers"), ("betas", (0.9, math.nan), "betas[1]=nan must be a finite"),
+    ("lr", math.inf, "lr=inf must be a finite number"), ("lr", 0, "lr=0 must be > 0"),
+    ("train_iters", 1.5, "train_iters=1.5 must be an integer"), ("pin_memory", "yes", "pin_memory='yes' must be"),
+    ("initial_scale_power", 1000, "initial_scale_power=1000 is larger"), ("reduce_bucket_size", 2**70, "larger"),
+    ("contiguous_gradients", 1, "contiguous_gradients=1 must be True or False"),
+    ("nvme_path", None, "nvme_path=None must be"),
+])
+def test_deepspeed_options_are_checked(field, value, expected):
+    from workbench.configs import DeepSpeedOptions
+
+    assert expected in _error(DeepSpeedOptions, **{field: value})

@@ -1,5 +1,6 @@
 """ConfigView and ImportPanel in-process: exports follow the plan, pasted guide configs load into the panels."""
 import base64
+import html
 import json
 
 import pytest
@@ -124,7 +125,9 @@ def test_import_hugging_face_config(app):
     assert s.valid, s.error
     assert s.model.num_parameters == 596_049_920 and s.model.qk_norm and s.model.head_dim == 128
     assert mdl.controls["num_layers"].value == 28 and mdl.controls["qk_norm"].value is True
-    assert s.plan.tensor_parallel == plan_before.tensor_parallel  # the plan stays; TP4 divides 16 heads, 8 groups
+    assert str(plan_before.engine) == "megatron"  # the guide's default plan: an HF model needs DeepSpeed
+    assert str(s.plan.engine) == "deepspeed" and int(s.plan.zero_stage) == 3 and s.plan.world_size == 8
+    assert "DeepSpeed ZeRO-3" in imp.report.value
     assert "Hugging Face" in imp.report.value and "qwen3" in imp.report.value
     imp.text.value = '{"model_type": "bert", "hidden_size": 8}'
     assert not imp.load() and "model_type" in imp.error.value and "bert" in imp.error.value
@@ -153,16 +156,61 @@ def test_write_needs_permission(app, tmp_path):
     with pytest.raises(PermissionError):
         view.write_files(str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
-    writer = Workbench(allow_write=True)
+    writer = Workbench(allow_write=True, export_dir=tmp_path / "exports")
     v = view_of(writer, ConfigView)
     open_tab(writer, v)
     v.section.value = "Megatron command"
-    written = v.write_files(str(tmp_path / "out"))
+    written = v.write_files("out")
     assert [p.rsplit("/", 1)[1] for p in written] == ["pretrain_megatron.sh"]
-    assert (tmp_path / "out" / "pretrain_megatron.sh").read_text() == v.files["pretrain_megatron.sh"]
+    assert (tmp_path / "exports" / "out" / "pretrain_megatron.sh").read_text() == v.files["pretrain_megatron.sh"]
+    # confined to the export directory: absolute paths and .. are refused, shown in red by the button
+    for outside in (str(tmp_path / "elsewhere"), "../elsewhere", "a/../../elsewhere", "/etc"):
+        with pytest.raises(ValueError, match="outside the export directory"):
+            v.write_files(outside)
+        v.write_folder.value = outside
+        v.write_button.click()
+        assert "wb-error" in v.write_status.value and "outside the export directory" in v.write_status.value
+    assert not (tmp_path / "elsewhere").exists()
     writer.close()
+
+
+def test_data_directory_is_not_created_by_looking(tmp_path, monkeypatch):
+    from workbench import paths
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    assert paths.data_dir() == tmp_path / "home" and paths.exports_dir() == tmp_path / "home" / "exports"
+    app = Workbench.for_dashboard(environ={})
+    assert not (tmp_path / "home").exists()
+    app.close()
 
 
 def test_export_files_unknown_section():
     with pytest.raises(KeyError):
         export_files("nope", None, None, None)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"train_micro_batch_size_per_gpu": 1e999}', "is not a finite number"),
+    ('{"a": ' * 5000 + '1' + '}' * 5000, "nested too deeply"),
+    ('{"optimizer": {"type": "AdamW", "params": {"betas": 3}}}', "betas=3"),
+    ("python pretrain_gpt.py --micro-batch-size 0", "--micro-batch-size 0 must be >= 1"),
+    ("# GPT-NeoX\n{\n  \"num-layers\": 4,\n  \"hidden-size\": 64,\n}", "GPT-NeoX YAML config"),
+])
+def test_import_panel_shows_bad_input_in_red_and_never_raises(app, text, expected):
+    panel = panel_of(app, ImportPanel)
+    panel.text.value = text
+    panel.button.click()  # a click handler must not raise
+    assert "wb-error" in panel.error.value and expected in html.unescape(panel.error.value)
+
+
+def test_import_panel_shows_unexpected_failures_too(app, monkeypatch):
+    import widgets.import_panel as module
+
+    def broken(text):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(module, "parse_pasted", broken)
+    panel = panel_of(app, ImportPanel)
+    panel.text.value = "anything"
+    panel.button.click()
+    assert "ZeroDivisionError: division by zero" in panel.error.value

@@ -46,3 +46,42 @@ def test_view_redraws_from_state_and_toggle():
     view.colour.value = "DP group"
     assert [list(r) for r in view.fig.data[0].z] == layout_grid(layout, "dp")["z"]
     view.close()
+
+
+def test_large_cluster_is_paged():
+    from widgets.layout_view import MAX_NODES_DRAWN
+
+    cluster = ClusterSpec(gpu=catalog.gpu("H100-SXM"), gpus_per_node=8, num_nodes=4096)
+    plan = ParallelPlan(world_size=cluster.world_size, engine="megatron", tensor_parallel=8, pipeline_parallel=4,
+                        global_batch_size=8192)
+    layout = build_layout(cluster, plan)
+    grid = layout_grid(layout, "dp", first_node=1000)
+    assert grid["first_node"] == 1000 and grid["nodes_drawn"] == MAX_NODES_DRAWN
+    assert grid["hover"][0][0].startswith("rank 8000 · node 1000 GPU 0")
+    assert "… (1,024 ranks)" in grid["hover"][0][0]
+    state = initial_state()
+    state = dataclasses.replace(state, estimate=dataclasses.replace(state.estimate, layout=layout))
+    view = LayoutView()
+    view.show(state)
+    assert view.page.layout.display == "" and "showing nodes 0–63 of 4,096" in view.notes.value
+    view.page.value = 4090
+    assert list(view.fig.data[0].y)[0] == 4090 and "showing nodes 4,090–4,095" in view.notes.value
+    view.close()
+
+
+def test_layout_grid_has_a_colour_legend():
+    from widgets.layout_view import PALETTE, LayoutView, legend_html
+    from widgets.state import initial_state
+
+    state = initial_state()  # TP4 x PP2 on 8 GPUs
+    layout = state.estimate.layout
+    tp = legend_html(layout, "tp")
+    assert "colour = tensor-parallel group" in tp and tp.count("wb-legend-item") == 2
+    assert "tensor-parallel group 0: ranks 0, 1, 2, 3" in tp and PALETTE[1] in tp
+    assert legend_html(layout, "pp").count("wb-legend-item") == 4  # pipelines {0,4} {1,5} {2,6} {3,7}
+    view = LayoutView()
+    view.show(state)
+    assert "tensor-parallel group 1: ranks 4, 5, 6, 7" in view.legend.value
+    view.colour.value = "PP group"
+    assert "colour = pipeline group" in view.legend.value
+    view.close()

@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 
 
-from widgets.pipeline_view import PipelineView, drawn_microbatches, gantt_data
+from widgets.pipeline_view import READABLE_MICROBATCHES, PipelineView, drawn_microbatches, gantt_data
 from widgets.state import SetPlan, initial_state, reduce
 from workbench.schedule import pipeline_schedule
 
@@ -26,7 +26,7 @@ def test_view_follows_plan_and_kind():
     view.show(state)
     assert "1f1b: p=2, m=128" in view.fig.layout.title.text
     assert "(2−1)/(1·128) = <b>0.8%</b>" in view.notes.value
-    assert len(view.fig.data[0].x) == 2 * 128  # one forward per micro-batch per stage
+    assert len(view.fig.data[0].x) == 2 * READABLE_MICROBATCHES  # one forward per drawn micro-batch per stage
     view.kind.value = "gpipe"
     assert view.fig.layout.title.text.startswith("gpipe")
     four = reduce(state, SetPlan(changes={"tensor_parallel": 2, "pipeline_parallel": 4, "virtual_pipeline": 2,
@@ -39,9 +39,17 @@ def test_view_follows_plan_and_kind():
 
 
 def test_long_schedules_are_drawn_shorter_and_say_so():
-    assert drawn_microbatches(2, 128, 1) == 128
-    m = drawn_microbatches(16, 1024, 4)
-    assert m % 16 == 0 and 2 * 16 * m * 4 <= 6000
+    assert drawn_microbatches(2, 8, 1) == 8
+    assert drawn_microbatches(2, 128, 1) == READABLE_MICROBATCHES  # the guide example: not a solid strip
+    assert drawn_microbatches(4, 64, 2) == 8  # interleaved: a multiple of p
+    assert drawn_microbatches(16, 1024, 4) == 16  # never fewer than p
+    view = PipelineView()
+    view.show(initial_state())  # m = 128
+    bars_per_stage = (len(view.fig.data[0].x) + len(view.fig.data[1].x)) / 2
+    assert bars_per_stage == 2 * READABLE_MICROBATCHES
+    assert view.fig.data[0].text  # few enough bars to label each micro-batch
+    assert "first m=16 of the plan's m=128" in view.notes.value
+    view.close()
 
 
 def test_seconds_from_the_time_model_and_relative_fallback():
@@ -52,16 +60,19 @@ def test_seconds_from_the_time_model_and_relative_fallback():
     assert view.fig.layout.xaxis.title.text.startswith("seconds")
     b = state.estimate.time.breakdown
     m = state.plan.num_microbatches
-    fwd = sum(view.fig.data[0].x)  # every forward on both stages
+    drawn = READABLE_MICROBATCHES  # the chart draws the first 16 of the plan's m micro-batches
+    fwd = sum(view.fig.data[0].x)  # every drawn forward on both stages
     bwd = sum(view.fig.data[1].x)
-    assert fwd == pytest.approx(2 * (b["compute"] + b["tp_comm"] + b["cp_comm"]) / 3)
-    assert bwd == pytest.approx(2 * (2 * (b["compute"] + b["tp_comm"] + b["cp_comm"]) / 3 + b["recompute"]))
+    t = state.estimate.time  # the forward and backward the time model computed, not a 1:2 split of the total
+    assert fwd == pytest.approx(2 * drawn * t.microbatch_forward_seconds)
+    assert bwd == pytest.approx(2 * drawn * t.microbatch_backward_seconds)
+    assert (fwd + bwd) * m / drawn == pytest.approx(2 * (b["compute"] + b["tp_comm"] + b["cp_comm"] + b["recompute"]))
     # the drawn idle time of a stage is the time model's bubble term
     assert sum(view.fig.data[2].x) / 2 == pytest.approx(b["bubble"], rel=1e-6)
     assert "time model's bubble term" in view.notes.value
     view.units.value = "relative"
     assert view.fig.layout.xaxis.title.text.startswith("time (forward of one micro-batch")
-    assert sum(view.fig.data[0].x) == pytest.approx(2 * m * 1.0)
+    assert sum(view.fig.data[0].x) == pytest.approx(2 * READABLE_MICROBATCHES * 1.0)
     # no time model in the estimate: relative units, said so
     view.units.value = "seconds"
     bare = dataclasses.replace(state, estimate=dataclasses.replace(state.estimate, time=None))

@@ -108,3 +108,23 @@ def test_load_specs(state):
 def test_unknown_field_is_a_programming_error(state):
     with pytest.raises(KeyError):
         step(state, SetPlan(changes={"tensor_paralel": 2}))
+
+
+def test_app_caps_cluster_size_with_a_clear_message():
+    from widgets.state import DASHBOARD_MAX_NODES, SetCluster, initial_state, reduce
+
+    state = initial_state()
+    for changes, expected in (({"num_nodes": 10**9}, "num_nodes=1000000000 is larger than the largest supported"),
+                              ({"num_nodes": DASHBOARD_MAX_NODES + 1}, "num_nodes=65,537 is above the workbench "
+                                                                      "app's limit of 65,536"),
+                              ({"gpus_per_node": 128}, "gpus_per_node=128 is above"),
+                              ({"num_nodes": 65_536, "gpus_per_node": 16}, "world size=1,048,576 is above"),
+                              ({"inter_node_gb_per_s": float("inf")}, "inter_node_gb_per_s=inf must be a finite")):
+        new = reduce(state, SetCluster(changes=changes))
+        assert new.error_source == "cluster" and expected in new.error, new.error
+        assert new.cluster == state.cluster  # the last valid cluster stays
+    from widgets.state import SetPlan
+
+    state = reduce(state, SetPlan(changes={"global_batch_size": None}))
+    big = reduce(state, SetCluster(changes={"num_nodes": DASHBOARD_MAX_NODES}))
+    assert not big.error and big.cluster.world_size == 8 * DASHBOARD_MAX_NODES

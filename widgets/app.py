@@ -6,7 +6,8 @@ show it (figures redraw inside ``batch_update``). Views in hidden tabs redraw wh
 
 Safety for served dashboards: ``allow_launch`` (start training processes) and ``allow_write`` (write config files
 on the server) are off unless asked for. :meth:`Workbench.for_dashboard` reads ``WORKBENCH_DASHBOARD_ALLOW_LAUNCH=1``
-(launch and write) and ``WORKBENCH_DASHBOARD_ALLOW_WRITE=1`` (write only) from the environment. Download buttons
+(launch and write) and ``WORKBENCH_DASHBOARD_ALLOW_WRITE=1`` (write only) from the environment; written files go
+into a folder under ``export_dir`` (default ``<data_dir>/exports``), never outside it. Download buttons
 are client-side data URLs and need neither. Only with ``allow_launch`` does the app have a Launch tab (a short real
 run of the current specs) and a calibration panel in its Profile tab.
 """
@@ -67,9 +68,12 @@ class Workbench:
     """
 
     def __init__(self, state: Optional[AppState] = None, *, allow_launch: bool = False, allow_write: bool = False,
-                 estimator=_default_estimator) -> None:
+                 estimator=_default_estimator, export_dir=None) -> None:
         self.allow_launch = bool(allow_launch)
         self.allow_write = bool(allow_write or allow_launch)
+        self.export_dir = export_dir
+        """Folder the Config view's "Write files" writes under (default ``<data_dir>/exports``); the folder typed
+        in the view must stay inside it."""
         self._estimator = estimator
         self.state = state if state is not None else initial_state(estimator=estimator)
         self.last_update_seconds = 0.0
@@ -93,6 +97,9 @@ class Workbench:
                                                       layout=ipw.Layout(width="100%"))])
         self.widget.add_class("wb-app")
         self.render()
+        for view in self.views[1:]:
+            if view.eager:
+                view.show(self.state)
 
     # -- construction helpers ---------------------------------------------------------------------------------
     @classmethod
@@ -150,9 +157,33 @@ class Workbench:
             self.banner.value = text
 
     # -- display ----------------------------------------------------------------------------------------------
+    def static_html(self) -> str:
+        """A static snapshot for places without a live kernel (an exported HTML report, nbviewer): the banner and
+        the memory per GPU by term for each pipeline stage. Front ends with widgets show the app instead."""
+        s = self.state
+        memory = getattr(s.estimate, "memory", None)
+        parts = [f"<div class='wb-static'><p>{self.banner.value}</p>"]
+        if memory is not None:
+            stages = list(memory.stages)
+            terms = list(stages[0].terms.as_dict()) if stages else []
+            head = "".join(f"<th>{html.escape(t)}</th>" for t in ["stage", "layers"] + terms + ["total GiB"])
+            rows = "".join(
+                "<tr>" + "".join(f"<td>{v}</td>" for v in [st.stage, st.num_layers]
+                                 + [f"{b / 2**30:.2f}" for b in st.terms.as_dict().values()]
+                                 + [f"{st.total_bytes / 2**30:.2f}"]) + "</tr>" for st in stages)
+            parts.append(f"<p>Memory per GPU (GiB) by pipeline stage; capacity {memory.capacity_bytes / 2**30:.1f} "
+                         f"GiB, {'fits' if memory.fits else 'does not fit'}.</p><table><tr>{head}"
+                         f"</tr>{rows}</table>")
+        parts.append("<p><i>Static snapshot of the interactive workbench: open the notebook in JupyterLab or the "
+                     "dashboard to change the plan.</i></p></div>")
+        return "".join(parts)
+
     def _repr_mimebundle_(self, **kwargs):
         sync_figures(self.widget)
-        return self.widget._repr_mimebundle_(**kwargs)
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):  # HTML exports without widget state show this instead of an empty cell
+            bundle["text/html"] = self.static_html()
+        return bundle
 
     def close(self) -> None:
         for item in self.panels + self.views:

@@ -39,7 +39,7 @@ class CalibratePanel:
         self.fig.update_xaxes(type="log", title_text="bytes", row=1, col=2)
         self.fig.update_yaxes(type="log", title_text="seconds", row=1, col=2)
         self.run_button.on_click(lambda _: self.run())
-        self.save_button.on_click(lambda _: self.save())
+        self.save_button.on_click(lambda _: self._on_save())
         self.widget = W.VBox([W.HBox([self.name, self.quick, self.nproc, self.model]),
                               W.HBox([self.run_button, self.save_button]), self.status, self.log, self.fig,
                               self.table])
@@ -55,7 +55,7 @@ class CalibratePanel:
             return
         try:
             settings = self.settings()
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 - shown in the panel
             self._error(exc)
             return
         self.log.value = ""
@@ -70,7 +70,7 @@ class CalibratePanel:
     def _work(self, settings) -> None:
         try:
             self.show(calibrate(settings, progress=self._say))
-        except (ValueError, RuntimeError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a background thread: shown in the panel, never lost
             self._error(exc)
         finally:
             self.run_button.disabled = False
@@ -83,6 +83,12 @@ class CalibratePanel:
         self.status.value = f"saved <code>{html.escape(str(target))}</code>: use it with --profile {self.profile.name}"
         return target
 
+    def _on_save(self) -> None:
+        try:
+            self.save()
+        except Exception as exc:  # noqa: BLE001 - a click handler shows the message, never raises
+            self._error(exc)
+
     def close(self) -> None:
         self.widget.close()
 
@@ -91,7 +97,9 @@ class CalibratePanel:
         self.log.value = (self.log.value + line + "\n")[-20000:]
 
     def _error(self, exc) -> None:
-        self.status.value = f"<span style='color:#b00'>error: {html.escape(str(exc).splitlines()[0])}</span>"
+        from widgets.common import error_message
+
+        self.status.value = f"<span style='color:#b00'>error: {html.escape(error_message(exc))}</span>"
 
     def show(self, profile) -> None:
         """Draw a measured profile (also used to show a loaded one)."""

@@ -1,6 +1,7 @@
 """Small helpers every panel uses: labelled controls, the inline error box, and the base panel class."""
 from __future__ import annotations
 
+
 import html
 from contextlib import contextmanager
 from typing import Callable, Optional
@@ -42,6 +43,16 @@ def dropdown(description: str, options, tooltip: str = "") -> ipw.Dropdown:
 def checkbox(description: str, tooltip: str = "") -> ipw.Checkbox:
     return ipw.Checkbox(description=description, indent=False, layout=ipw.Layout(width="auto"),
                         tooltip=tooltip or description)
+
+
+def error_message(exc: BaseException) -> str:
+    """One line for the user: a ``ValueError``'s own message; anything else named by its type (a bug shows as such,
+    still in red, never as a traceback out of a click handler)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, ValueError):
+        return first or "invalid input"
+    return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
 
 
 def error_html(message: str, max_width: str = "330px") -> str:
@@ -124,10 +135,26 @@ def sync_figures(widget) -> None:
         stack.extend(getattr(w, "children", ()) or ())
 
 
+@contextmanager
+def redraw(fig):
+    """``with redraw(fig):`` edit a ``FigureWidget`` as one update, then copy the result into its synced state.
+
+    The edits reach the browser views that are listening as plotly messages; the synced copy is what a view made
+    later starts from (a figure in a tab opened later, a second browser window, or a figure whose browser model
+    started late: anywidget gives a model 2 s to load plotly's bundle, which a loaded machine can miss, and such a
+    model hears no messages). Without it such a figure stays empty.
+    """
+    with fig.batch_update():
+        yield fig
+    sync_figures(fig)
+
+
 class View:
     """Base of the figure views: ``widget`` to display, ``show(state)`` to redraw, ``close()``."""
 
     title = ""
+    eager = False
+    """Draw at construction even when its tab is hidden (cheap views), so the first display carries the figure."""
 
     @classmethod
     def available(cls, state) -> bool:

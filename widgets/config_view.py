@@ -98,7 +98,7 @@ class ConfigView(View):
                                          layout=ipw.Layout(width="400px"))
             self.write_button = ipw.Button(description="Write files", icon="save")
             self.write_status = ipw.HTML()
-            self.write_button.on_click(lambda _: self.write_files(self.write_folder.value))
+            self.write_button.on_click(lambda _: self._on_write())
             children.insert(3, ipw.HBox([self.write_folder, self.write_button, self.write_status]))
         self.widget = ipw.VBox(children)
         self._state = None
@@ -133,11 +133,16 @@ class ConfigView(View):
             f'line-height:1.3;white-space:pre">{html.escape(t)}</pre>' for n, t in self.files.items())
 
     def write_files(self, folder: str) -> list:
-        """Write the shown files into ``folder`` (only when the app allows writing)."""
+        """Write the shown files into ``folder``, a folder inside the app's export directory
+        (:func:`workbench.paths.exports_dir`, or the app's ``export_dir``), only when the app allows writing. A path
+        leading out of it (absolute, ``..``) is refused."""
         if self.app is None:
             raise PermissionError("write is disabled: this view has no app that allows it")
         self.app.require("write")
-        out = Path(folder).expanduser()
+        from workbench.paths import confined, exports_dir
+
+        base = Path(getattr(self.app, "export_dir", None) or exports_dir())
+        out = confined(base, folder)
         out.mkdir(parents=True, exist_ok=True)
         written = []
         for name, text in self.files.items():
@@ -149,3 +154,12 @@ class ConfigView(View):
         if self.write_status is not None:
             self.write_status.value = f"wrote {len(written)} file(s) to {html.escape(str(out))}"
         return written
+
+    def _on_write(self) -> None:
+        """The Write button: every failure (a folder outside the export directory, a full disk) shows in red."""
+        try:
+            self.write_files(self.write_folder.value)
+        except Exception as exc:  # noqa: BLE001 - a click handler shows the message, never raises
+            text = str(exc).strip()
+            self.write_status.value = error_html(text.splitlines()[0] if text else exc.__class__.__name__,
+                                                 max_width="600px")

@@ -11,9 +11,9 @@ import json
 
 import ipywidgets as ipw
 
-from widgets.common import Panel
+from widgets.common import Panel, error_message
 from widgets.state import LoadSpecs
-from workbench.configs import import_ds_config, import_megatron_args
+from workbench.configs.importer import import_ds_config, import_text
 from workbench.hf import HFModel, import_hf, is_hf_config
 
 
@@ -32,7 +32,7 @@ def parse_pasted(text: str):
         if is_hf_config(data):
             return import_hf(data, name=f"hf:{data['model_type']}")
         return import_ds_config(text)
-    return import_megatron_args(text)
+    return import_text(text)  # never taken for a file name
 
 
 def specs_from_import(imported, state):
@@ -50,6 +50,12 @@ def specs_from_import(imported, state):
         else:
             cluster = cluster.replace(gpus_per_node=plan.world_size, num_nodes=1)
     return model, cluster, plan, imported.deepspeed_options()
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "the pasted text is nested too deeply to read"
+    return error_message(exc)
 
 
 class ImportPanel(Panel):
@@ -79,33 +85,44 @@ class ImportPanel(Panel):
             if isinstance(imported, HFModel):
                 return self._load_hf(imported)
             model, cluster, plan, options = specs_from_import(imported, self._state)
-        except ValueError as exc:
-            self.error.value = error_html(str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid input")
+            notes = [f"imported a <b>{html.escape(imported.kind)}</b> source: {html.escape(model.name)}, "
+                     f"{plan.world_size} GPUs, {html.escape(str(plan.engine))} TP{plan.tensor_parallel} "
+                     f"PP{plan.pipeline_parallel} DP{plan.data_parallel} ZeRO-{int(plan.zero_stage)}"]
+            notes += [f"⚠ {html.escape(str(w))}" for w in imported.warnings]
+            notes += [f"lint {html.escape(str(f))}" for f in imported.lint]
+            self.send(LoadSpecs(model=model, cluster=cluster, plan=plan, options=options))
+        except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
+            self.error.value = error_html(_message(exc))
             self.report.value = ""
             return False
         self.error.value = ""
-        notes = [f"imported a <b>{html.escape(imported.kind)}</b> source: {html.escape(model.name)}, "
-                 f"{plan.world_size} GPUs, {html.escape(str(plan.engine))} TP{plan.tensor_parallel} "
-                 f"PP{plan.pipeline_parallel} DP{plan.data_parallel} ZeRO-{int(plan.zero_stage)}"]
-        notes += [f"⚠ {html.escape(str(w))}" for w in imported.warnings]
-        notes += [f"lint {html.escape(str(f))}" for f in imported.lint]
         self.report.value = "<br>".join(notes)
-        self.send(LoadSpecs(model=model, cluster=cluster, plan=plan, options=options))
         return True
 
     def show(self, state) -> None:
         self._state = state
 
     def _load_hf(self, imported: HFModel) -> bool:
-        """A Hugging Face model replaces the model; the hardware and plan stay."""
+        """A Hugging Face model replaces the model; the hardware stays, and so does the plan when it is a DeepSpeed
+        data-parallel plan (otherwise it becomes ZeRO-3 over every GPU: an HF model trains under DeepSpeed)."""
         from widgets.common import error_html
-        from workbench.specs import validate
+        from workbench.specs import Engine, validate
 
         state = self._state
+        plan, changed = state.plan, ""
+        if plan.engine is not Engine.DEEPSPEED or plan.pipeline_parallel > 1:
+            gbs = plan.global_batch_size
+            mbs = plan.micro_batch_size if gbs % (plan.micro_batch_size * plan.world_size) == 0 else 1
+            plan = plan.replace(engine="deepspeed", tensor_parallel=1, pipeline_parallel=1, virtual_pipeline=1,
+                                context_parallel=1, sequence_parallel=False, distributed_optimizer=False,
+                                zero_stage=3, micro_batch_size=mbs, recompute_layers=None,
+                                global_batch_size=gbs if gbs % (mbs * plan.world_size) == 0 else None)
+            changed = (f"plan changed to DeepSpeed ZeRO-3 over {plan.world_size} GPUs (an HF model trains under "
+                       f"DeepSpeed ZeRO data parallel)")
         try:
-            validate(imported.spec, state.cluster, state.plan)
+            validate(imported.spec, state.cluster, plan)
         except ValueError as exc:
-            self.error.value = error_html(f"{imported.spec.name}: {exc}")
+            self.error.value = error_html(str(exc))
             self.report.value = ""
             return False
         self.error.value = ""
@@ -114,7 +131,8 @@ class ImportPanel(Panel):
                  f"({html.escape(imported.architecture)}): {spec.num_parameters / 1e9:.2f} B parameters, "
                  f"attn_implementation {html.escape(imported.attn_implementation or 'sdpa')} → "
                  f"{html.escape(str(spec.attention))} attention, seq {spec.seq_length}"]
+        notes += [html.escape(changed)] if changed else []
         notes += [f"note: {html.escape(n)}" for n in imported.notes]
         self.report.value = "<br>".join(notes)
-        self.send(LoadSpecs(model=spec, cluster=state.cluster, plan=state.plan, options=None))
+        self.send(LoadSpecs(model=spec, cluster=state.cluster, plan=plan, options=None))
         return True

@@ -11,7 +11,7 @@ import html
 
 import ipywidgets as ipw
 
-from widgets.common import View, error_html
+from widgets.common import View, error_html, error_message
 
 CPU_MAX_PARAMETERS = 200_000_000
 """Largest model the tab starts without CUDA: building and stepping a bigger model on the CPU ties the machine up
@@ -82,8 +82,8 @@ class LaunchView(View):
             options = dict(steps=int(self.steps.value), data=self.data.value, nproc=state.cluster.gpus_per_node,
                            timeout_seconds=float(self.timeout.value), **kwargs)
             run = launch(state.model, state.cluster, state.plan, **options)
-        except (ValueError, OSError) as exc:
-            self.error.value = error_html(str(exc).strip().splitlines()[0], max_width="900px")
+        except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
+            self.error.value = error_html(error_message(exc), max_width="900px")
             return None
         from widgets.run_monitor import RunMonitor
 

@@ -7,7 +7,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, gib
+from widgets.common import GIB, View, gib, redraw
 from workbench.memory_types import TERMS
 
 COLORS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "activations": "#72b7b2",
@@ -35,19 +35,29 @@ def memory_traces(memory) -> dict:
     return out
 
 
-def summary_html(memory, plan=None) -> str:
+def summary_html(memory, plan=None, model=None) -> str:
     peak = memory.per_gpu_peak_bytes
     verdict = ("fits" if memory.fits_gpu else "<b style='color:#b00020'>does not fit</b>")
     head = memory.headroom_bytes
-    text = (f'<span class="wb-peak" data-bytes="{int(peak)}">Peak per GPU: <b>{gib(peak):.2f} GiB</b></span> '
+    band = ""
+    if memory.band_high_bytes or memory.band_low_bytes:
+        band = f" (+{gib(memory.band_high_bytes):.1f} / −{gib(memory.band_low_bytes):.1f} GiB)"
+    text = (f'<span class="wb-peak" data-bytes="{int(peak)}">Peak per GPU: <b>{gib(peak):.2f} GiB</b>{band}</span> '
             f"of {gib(memory.capacity_bytes):.2f} GiB on stage {memory.peak_stage.stage} — {verdict} "
-            f"({'+' if head >= 0 else '−'}{abs(gib(head)):.2f} GiB headroom)")
+            f"({'+' if head >= 0 else '−'}{abs(gib(head)):.2f} GiB headroom)"
+            f'<br><span class="wb-band" style="color:#555">Error band: {html.escape(memory.band_note)}'
+            f"{'; fits is judged on the upper side' if band else ''}</span>")
     if memory.host_bytes_per_node:
         host_ok = "fits" if memory.fits_host else "<b style='color:#b00020'>exceeds host memory</b>"
         text += (f"<br>Host memory for offload: {gib(memory.host_bytes_per_node):.1f} GiB per node of "
                  f"{gib(memory.host_capacity_bytes_per_node):.0f} GiB — {host_ok}")
     if memory.nvme_bytes_per_gpu:
         text += f"<br>NVMe per GPU: {gib(memory.nvme_bytes_per_gpu):.1f} GiB"
+    if plan is not None and model is not None:
+        from workbench.memory import memory_notes
+
+        for note in memory_notes(model, plan):
+            text += f'<br><span class="wb-memory-note" style="color:#555">Why: {html.escape(note)}</span>'
     return text
 
 
@@ -82,7 +92,7 @@ class MemoryView(View):
         data = memory_traces(memory)
         n = len(data["x"])
         host = memory.host_bytes_per_gpu
-        with self.fig.batch_update():
+        with redraw(self.fig):
             for i, term in enumerate(TERMS):
                 t = data["terms"][term]
                 trace = self.fig.data[i]
@@ -102,6 +112,6 @@ class MemoryView(View):
             top = max([cap] + [sum(data["terms"][t]["y"][i] for t in TERMS) for i in range(n)]
                       + [host / GIB])
             self.fig.layout.yaxis.range = [0, top * 1.1]
-        text = summary_html(memory)
+        text = summary_html(memory, plan=getattr(est, "plan", None), model=getattr(est, "model", None))
         if self.summary.value != text:
             self.summary.value = text

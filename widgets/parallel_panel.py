@@ -1,4 +1,5 @@
-"""ParallelPanel: engine, ZeRO, offload, TP/PP/VP/CP/SP, recompute, batch sizes and precision.
+"""ParallelPanel: engine, ZeRO, offload, TP/PP/VP/CP/SP, recompute, batch sizes, precision and the stack (Adam
+kernel, communication overlap; the attention kernel is in the model panel).
 
 Invalid combinations (e.g. ZeRO-2 with DeepSpeed pipeline parallelism, TP not dividing the heads) are shown inline
 with the core's own message; the figures keep the last valid plan.
@@ -9,7 +10,7 @@ import ipywidgets as ipw
 
 from widgets.common import Panel, checkbox, dropdown, int_text
 from widgets.state import SetPlan, resolved
-from workbench.specs import Engine, Offload, Precision, Recompute
+from workbench.specs import AdamImpl, Engine, Offload, Precision, Recompute
 
 _INTS = (
     ("tensor_parallel", "tensor parallel (TP)"),
@@ -43,6 +44,14 @@ class ParallelPanel(Panel):
         c["recompute"] = dropdown("recompute", [r.value for r in Recompute])
         c["recompute_layers"] = int_text("recompute layers (0 = all)", minimum=0)
         c["precision"] = dropdown("precision", [p.value for p in Precision])
+        c["adam"] = dropdown("Adam kernel", [a.value for a in AdamImpl],
+                             tooltip="fused: Apex/Transformer Engine or DeepSpeed FusedAdam; torch: torch.optim.AdamW "
+                                     "(CPU Adam follows from optimizer offload)")
+        c["overlap_comm"] = dropdown("overlap comm", [("engine default", None), ("on", True), ("off", False)],
+                                     tooltip="gradient reduce overlapped with backward (DeepSpeed overlap_comm, "
+                                             "Megatron --overlap-grad-reduce)")
+        c["lora_rank"] = int_text("LoRA rank (0 = full fine-tune)", minimum=0)
+        c["lora_rank"].add_class("wb-lora-rank")
         self.controls = c
         for name, w in c.items():
             w.observe(lambda change, name=name: self._on_field(name, change["new"]), names="value")
@@ -53,7 +62,8 @@ class ParallelPanel(Panel):
         self.widget = ipw.VBox([
             c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
             *[c[n] for n, _ in _INTS[:4]], c["sequence_parallel"], c["micro_batch_size"], c["global_batch_size"],
-            c["recompute"], c["recompute_layers"], c["precision"], self.derived, self.error,
+            c["recompute"], c["recompute_layers"], c["precision"], c["adam"], c["overlap_comm"], c["lora_rank"],
+            self.derived, self.error,
         ])
 
     def _on_field(self, name: str, value) -> None:
@@ -76,6 +86,8 @@ class ParallelPanel(Panel):
         text = (f"world {p.world_size} = TP {p.tensor_parallel} × PP {p.pipeline_parallel} × "
                 f"CP {p.context_parallel} × <b>DP {p.data_parallel}</b> · "
                 f"{p.num_microbatches} micro-batches of {p.micro_batch_size} per step")
+        if p.lora_rank:
+            text += f" · LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)"
         if self.derived.value != text:
             self.derived.value = text
         self.show_error(state)

@@ -2,9 +2,8 @@
 idle time (the bubble) drawn in grey. The schedule is simulated by :func:`workbench.schedule.pipeline_schedule`.
 
 Durations are seconds from the time model when the estimate carries one: the forward and backward of one
-micro-batch on a stage come from :func:`workbench.timing.microbatch_phase_seconds` (the step's compute,
-recomputation and tensor/context-parallel terms ÷ micro-batches), so the drawn idle time is the time model's
-``bubble`` term. Without a time estimate (or with "relative" chosen) they are in units of one micro-batch's forward
+micro-batch on the slowest stage as the time model computed them (``TimeEstimate.microbatch_forward_seconds`` /
+``microbatch_backward_seconds``), so the drawn idle time is the time model's ``bubble`` term. Without a time estimate (or with "relative" chosen) they are in units of one micro-batch's forward
 through a stage, with the backward taking twice as long (the usual 1:2 ratio of forward to backward GEMM work); the
 bubble fraction does not depend on the unit.
 """
@@ -13,14 +12,15 @@ from __future__ import annotations
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import View
+from widgets.common import View, redraw
 from workbench.schedule import bubble_fraction, pipeline_schedule
-from workbench.timing import microbatch_phase_seconds
 
 FORWARD_UNITS = 1.0
 BACKWARD_UNITS = 2.0
-MAX_EVENTS_DRAWN = 6000
-"""Schedules with more operations than this are drawn with fewer micro-batches (said so under the chart)."""
+READABLE_MICROBATCHES = 16
+"""At most this many micro-batches (per model chunk) are drawn: beyond it a stage's bars merge into a solid strip.
+The steady state repeats, and the bubble's seconds ((p−1)·(f+b)/v) do not depend on m, so the drawn chart shows the
+plan's warm-up, steady state, cool-down and bubble; the note under it gives the plan's m."""
 PHASE_COLORS = {"fwd": "#4c78a8", "bwd": "#f58518"}
 UNITS = ("seconds", "relative")
 RELATIVE_AXIS = "time (forward of one micro-batch through a stage = 1)"
@@ -31,11 +31,7 @@ def phase_durations(state, units: str = "seconds") -> tuple:
     relative 1:2 units when asked for or when the estimate has no time model."""
     t = getattr(state.estimate, "time", None)
     if units == "seconds" and t is not None:
-        b = t.breakdown
-        fwd, bwd = microbatch_phase_seconds(compute_seconds=b["compute"], recompute_seconds=b["recompute"],
-                                            tp_comm_seconds=b["tp_comm"], cp_comm_seconds=b["cp_comm"],
-                                            num_microbatches=state.plan.num_microbatches)
-        return float(fwd), float(bwd), "seconds (time model: slowest stage)"
+        return t.microbatch_forward_seconds, t.microbatch_backward_seconds, "seconds (time model: slowest stage)"
     return FORWARD_UNITS, BACKWARD_UNITS, RELATIVE_AXIS
 
 
@@ -44,11 +40,13 @@ def schedule_kinds(virtual_pipeline: int) -> list:
 
 
 def drawn_microbatches(p: int, m: int, v: int) -> int:
-    """The plan's micro-batch count, or fewer (a multiple of p) when the chart would have too many operations."""
-    if 2 * p * m * v <= MAX_EVENTS_DRAWN:
+    """The plan's micro-batch count, or fewer when the chart would be unreadable: at most
+    :data:`READABLE_MICROBATCHES` per chunk, a multiple of p for the interleaved schedule, never fewer than p."""
+    limit = max(1, READABLE_MICROBATCHES // max(1, v))
+    if m <= limit:
         return m
-    fit = max(p, (MAX_EVENTS_DRAWN // (2 * p * v)) // p * p)
-    return min(m, fit)
+    fit = limit if v == 1 else limit // p * p
+    return min(m, max(p, fit))
 
 
 def idle_intervals(schedule) -> list:
@@ -86,6 +84,7 @@ class PipelineView(View):
     """The schedule of the current plan's pipeline (nothing to draw when pipeline_parallel = 1)."""
 
     title = "Pipeline"
+    eager = True
 
     def __init__(self, app=None) -> None:
         self.kind = ipw.ToggleButtons(options=["1f1b", "gpipe"], value="1f1b", style={"button_width": "90px"})
@@ -93,12 +92,16 @@ class PipelineView(View):
         self.units = ipw.ToggleButtons(options=UNITS, value="seconds", style={"button_width": "80px"},
                                        tooltip="seconds from the time model, or relative units (forward = 1)")
         self.units.observe(lambda _: self._redraw(), names="value")
+        self.kind.add_class("wb-pipeline-kind")
+        self.units.add_class("wb-pipeline-units")
         self.fig = go.FigureWidget()
         names = {"fwd": "forward", "bwd": "backward", "idle": "idle (bubble)"}
         for key in ("fwd", "bwd", "idle"):
+            # Only the idle bars get a pattern: a trace with marker_pattern_shape="" never takes its later
+            # updates in Voila's plotly (the chart stays empty).
+            pattern = {"marker_pattern_shape": "/"} if key == "idle" else {}
             self.fig.add_bar(name=names[key], orientation="h", y=[], x=[], base=[],
-                             marker_color=PHASE_COLORS.get(key, "#d9d9d9"),
-                             marker_pattern_shape="/" if key == "idle" else "",
+                             marker_color=PHASE_COLORS.get(key, "#d9d9d9"), **pattern,
                              marker_line_width=0.5, marker_line_color="white", textposition="inside",
                              insidetextanchor="middle", textfont=dict(size=9),
                              hovertemplate=(f"{names[key]}" + (" micro-batch %{text}" if key != "idle" else "")
@@ -133,32 +136,33 @@ class PipelineView(View):
         fwd, bwd, axis = phase_durations(self._state, self.units.value)
         schedule = pipeline_schedule(self.kind.value, p, m_drawn, v, forward_seconds=fwd, backward_seconds=bwd)
         data = gantt_data(schedule)
-        with self.fig.batch_update():
+        with redraw(self.fig):
             for i, key in enumerate(("fwd", "bwd", "idle")):
                 d = data[key]
                 trace = self.fig.data[i]
                 trace.y, trace.base, trace.x = d["y"], d["base"], d["x"]
-                few = len(schedule.events) <= 400
+                few = len(schedule.events) <= 12 * READABLE_MICROBATCHES
                 trace.text = d["text"] if few else None
                 trace.marker.line.width = 0.5 if few else 0
                 trace.customdata = [b + x for b, x in zip(d["base"], d["x"])]
             self.fig.layout.height = max(220, 120 + 45 * p)
             self.fig.layout.xaxis.title.text = axis
-            self.fig.layout.title = (f"{schedule.kind}: p={p}, m={m_drawn}" + (f", v={v}" if v > 1 else "")
-                                     + f" · bubble {schedule.bubble_fraction:.1%} of ideal time")
+            self.fig.layout.title = (f"{schedule.kind}: p={p}, m={m}" + (f", v={v}" if v > 1 else "")
+                                     + (f" (first {m_drawn} drawn)" if m_drawn < m else "")
+                                     + f" · bubble {bubble_fraction(p, m, v):.1%} of ideal time")
         notes = [f"Analytic bubble for the plan (p−1)/(v·m) = ({p}−1)/({v}·{m}) = "
                  f"<b>{bubble_fraction(p, m, v):.1%}</b> (Narayanan et al. 2021)."]
         if axis != RELATIVE_AXIS and p > 1:
             notes.append(f"Per micro-batch on a stage: forward {fwd * 1e3:.3g} ms, backward {bwd * 1e3:.3g} ms "
                          f"(recomputation included); drawn bubble {schedule.bubble_seconds:.3g} s"
-                         + (f", the time model's bubble term {self._state.estimate.time.breakdown['bubble']:.3g} s."
-                            if m_drawn == m else "."))
+                         + f", the time model's bubble term {self._state.estimate.time.breakdown['bubble']:.3g} s.")
         elif axis == RELATIVE_AXIS and self.units.value == "seconds":
             notes.append("No time estimate for this plan: relative units.")
         if p == 1:
             notes = ["pipeline_parallel = 1: no pipeline, no bubble."]
         if m_drawn < m:
-            notes.append(f"Drawn with m={m_drawn} micro-batches; the plan has m={m} (too many operations to draw).")
+            notes.append(f"Drawn with the first m={m_drawn} of the plan's m={m} micro-batches: the steady state "
+                         f"repeats, and the bubble's seconds do not depend on m.")
         text = " ".join(notes)
         if self.notes.value != text:
             self.notes.value = text

@@ -12,7 +12,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html
+from widgets.common import GIB, View, error_html, error_message, redraw
 from widgets.state import LoadSpecs
 from workbench.planner import DEFAULT_HEADROOM, search
 from workbench.specs import Engine, Offload
@@ -59,7 +59,11 @@ def table_html(result) -> str:
         style = "background:#e8f4ea;font-weight:bold" if i == 1 else ""
         rows.append(f"<tr class='wb-planner-row' style='{style}'>"
                     + "".join(f"<td style='padding:2px 6px;text-align:right'>{html.escape(c)}</td>" for c in cells)
-                    + "</tr>")
+                    + "</tr>"
+                    # the whole plan text under its row (never cut): what "Use this plan" loads
+                    + f"<tr class='wb-planner-plan' style='{style}'><td></td><td colspan='{len(COLUMNS) - 1}' "
+                      f"style='padding:0 6px 4px 6px;text-align:left;color:#555;white-space:normal'>"
+                      f"{html.escape(r.describe())}</td></tr>")
     return (f"<table class='wb-planner-table' style='border-collapse:collapse;font-size:12px'>"
             f"<tr style='border-bottom:1px solid #999'>{head}</tr>{''.join(rows)}</table>")
 
@@ -87,7 +91,7 @@ class PlannerView(View):
         self.error = ipw.HTML()
         self.error.add_class("wb-planner-error")
         self.table = ipw.HTML()
-        self.choice = ipw.Dropdown(description="plan", options=[], layout=ipw.Layout(width="560px"),
+        self.choice = ipw.Dropdown(description="plan", options=[], layout=ipw.Layout(width="760px"),
                                    style={"description_width": "40px"})
         self.use_button = ipw.Button(description="Use this plan", icon="check", disabled=True)
         self.use_button.add_class("wb-planner-use")
@@ -162,14 +166,15 @@ class PlannerView(View):
         try:
             result = search(s.model, s.cluster, global_batch_size=int(self.global_batch.value),
                             headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
-                            precision=s.plan.precision, top=SCATTER_PLANS)
-        except ValueError as exc:
+                            precision=s.plan.precision, top=SCATTER_PLANS, adam=s.plan.adam,
+                            overlap_comm=s.plan.overlap_comm)
+        except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
             self.result = None
-            self.error.value = error_html(str(exc).strip().splitlines()[0], max_width="900px")
+            self.error.value = error_html(error_message(exc), max_width="900px")
             self.table.value = self.explanation.value = ""
             self.choice.options = []
             self.use_button.disabled = True
-            with self.fig.batch_update():
+            with redraw(self.fig):
                 for trace in self.fig.data[:2] + self.fig.data[3:]:
                     trace.x, trace.y, trace.text = [], [], []
             self._show_current()
@@ -184,7 +189,7 @@ class PlannerView(View):
         self.use_button.disabled = self.app is None
         self.explanation.value = ("<div style='white-space:pre-wrap;font-size:13px;max-width:900px'>"
                                   + html.escape(result.explanation) + "</div>")
-        with self.fig.batch_update():
+        with redraw(self.fig):
             for trace, rows in ((self.fig.data[0], result.ranked), (self.fig.data[1], result.pareto),
                                 (self.fig.data[3], result.ranked[:1])):
                 rows = sorted(rows, key=lambda r: r.headroom_bytes)
@@ -208,7 +213,7 @@ class PlannerView(View):
         s = self._state
         t = getattr(s.estimate, "time", None) if s is not None else None
         trace = self.fig.data[2]
-        with self.fig.batch_update():
+        with redraw(self.fig):
             if t is None or not s.valid:
                 trace.x, trace.y, trace.text = [], [], []
             else:

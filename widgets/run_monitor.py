@@ -13,7 +13,7 @@ import ipywidgets as w
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.runs.compare import comparison_rows, metric_series
+from workbench.runs.compare import CPU_STEP_NOTE, comparison_rows, is_cpu_run, metric_series
 
 PANELS = (("loss", "loss"), ("step_seconds", "step time (s)"), ("tokens_per_second", "tokens/s"),
           ("memory_bytes", "peak memory (GiB)"))
@@ -133,6 +133,8 @@ class RunMonitor:
                          f"<td>{fmt(r['measured'])}</td><td>{err}</td></tr>")
         notes = "".join(f"<br><span style='color:#666;font-size:90%'>{html.escape(r['quantity'])}: "
                         f"{html.escape(r['note'])}</span>" for r in rows if r["note"])
+        if is_cpu_run(record):
+            notes += f"<br><span style='color:#666;font-size:90%'>step seconds: {html.escape(CPU_STEP_NOTE)}</span>"
         reason = record.get("reason") or ""
         warning = record.get("warning") or ""
         self.result.value = (

@@ -196,6 +196,22 @@ def build_plan(inputs: Mapping, world_size: int) -> ParallelPlan:
     return ParallelPlan(world_size=world_size, **{k: v for k, v in inputs.items() if k in PLAN_FIELDS})
 
 
+DASHBOARD_MAX_NODES = 65_536
+DASHBOARD_MAX_GPUS_PER_NODE = 64
+DASHBOARD_MAX_GPUS = 2**19
+"""Cluster sizes the widgets accept (every view stays interactive up to here); the core and the CLI go further."""
+
+
+def check_dashboard_size(cluster: ClusterSpec) -> None:
+    """``ValueError`` naming the field when a cluster is larger than the widgets accept."""
+    for name, value, cap in (("num_nodes", cluster.num_nodes, DASHBOARD_MAX_NODES),
+                             ("gpus_per_node", cluster.gpus_per_node, DASHBOARD_MAX_GPUS_PER_NODE),
+                             ("world size", cluster.world_size, DASHBOARD_MAX_GPUS)):
+        if value > cap:
+            raise ValueError(f"{name}={value:,} is above the workbench app's limit of {cap:,} (the command line "
+                             f"and the Python API take larger clusters)")
+
+
 def _settle(state: AppState, estimator: Estimator) -> AppState:
     """Try to build specs and the estimate from the state's inputs; on ``ValueError`` keep the last valid ones."""
     revision = state.revision + 1
@@ -204,14 +220,18 @@ def _settle(state: AppState, estimator: Estimator) -> AppState:
         model = build_model(state.model_inputs)
         source = "cluster"
         cluster = build_cluster(state.cluster_inputs)
+        check_dashboard_size(cluster)
         source = "plan"
         plan = build_plan(state.plan_inputs, cluster.world_size)
         validate(model, cluster, plan)
         source = "estimate"
         est = (estimator(model, cluster, plan) if state.profile is None
                else estimator(model, cluster, plan, profile=state.profile))
-    except ValueError as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the red message of the panel that caused it
+        text = str(exc).strip()
+        message = text.splitlines()[0] if text else type(exc).__name__
+        if not isinstance(exc, ValueError):
+            message = f"{type(exc).__name__}: {message}"
         return dataclasses.replace(state, error=message, error_source=source, revision=revision)
     return dataclasses.replace(state, model=model, cluster=cluster, plan=plan, estimate=est, error="",
                                error_source="", revision=revision)

@@ -1,4 +1,4 @@
-"""Advisor: the seed guide's rules of thumb, computed on the user's plan.
+"""Advisor: the DeepSpeed-vs-Megatron practitioner's guide's rules of thumb, computed on the user's plan.
 
 The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指南") gives rules as text; here each rule is a
 :class:`Finding` that passes, warns or fails for *this* plan with the numbers the memory and time models give:
@@ -19,6 +19,7 @@ The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指
 """
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field
 from typing import Optional
@@ -26,11 +27,12 @@ from typing import Optional
 
 from workbench import memory as M
 from workbench import timing as T
+from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
+from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
 from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
                              ZeroStage, validate)
 
-GiB = 2**30
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
 """Guide §2.2: "for a 7B-parameter model, at least 40 GB of memory per card is recommended"."""
@@ -166,6 +168,10 @@ def strategy_tier(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, me
     now = (f"engine={e}, TP={plan.tensor_parallel}, PP={plan.pipeline_parallel}, ZeRO-{int(plan.zero_stage)}"
            + (", distributed optimizer" if plan.distributed_optimizer else ""))
     msg = f"{W} GPUs is the guide's {tier} tier: {want}; plan has {now}; {fit}"
+    if (not ok and e is Engine.MEGATRON and plan.tensor_parallel == 4 and plan.pipeline_parallel == 2
+            and model.num_layers == 40 and model.hidden_size == 5120):
+        msg += ("; note: this is the guide's own Megatron example (§3.2: 13B, TP 4 × PP 2), so the tier rule is a "
+                "preference here, not a fault")
     return Finding(id="strategy_tier", status="pass" if ok else "warn", message=msg,
                    suggestion="" if ok else fix + " (`workbench plan` ranks them by step time)")
 
@@ -187,9 +193,9 @@ def zero3_layer_room(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[F
                    suggestion="" if ok else "raise tensor_parallel to split each layer, or use GPUs with more memory")
 
 
-def card_size(model: ModelSpec, cluster: ClusterSpec) -> Optional[Finding]:
+def card_size(model: ModelSpec, cluster: ClusterSpec, num_parameters: Optional[int] = None) -> Optional[Finding]:
     """Guide §2.2: a 7B model wants ≥ 40 GB per card (applied to models ≥ 6e9 parameters)."""
-    n = model.num_parameters
+    n = model.num_parameters if num_parameters is None else num_parameters
     if n < SEVEN_B_CLASS_PARAMETERS:
         return None
     gb = cluster.gpu.memory_gib * GiB / 1e9
@@ -201,9 +207,10 @@ def card_size(model: ModelSpec, cluster: ClusterSpec) -> Optional[Finding]:
 
 
 def tp_within_node(cluster: ClusterSpec, plan: ParallelPlan, time) -> Finding:
-    """Guide §4: tensor parallel inside a node (its all-reduces run every layer)."""
+    """Guide §4: tensor parallel inside a node (its all-reduces run every layer); "inside" is the one rule of
+    :func:`workbench.parallel.group_crosses_nodes`."""
     t, n = plan.tensor_parallel, cluster.gpus_per_node
-    ok = t <= n and n % t == 0
+    ok = not bool(group_crosses_nodes(1, t, n))
     tp_s = time.breakdown["tp_comm"] if time is not None else 0.0
     share = tp_s / time.step_seconds if time is not None else 0.0
     where = "inside one node" if ok else f"across nodes (gpus_per_node={n})"
@@ -214,37 +221,26 @@ def tp_within_node(cluster: ClusterSpec, plan: ParallelPlan, time) -> Finding:
                                             f"pipeline parallel across nodes")
 
 
-def _dp_link(inputs: dict, plan: ParallelPlan):
-    span = plan.tensor_parallel * plan.context_parallel * plan.data_parallel
-    bw = float(T.link_gb_per_s(span, inputs["gpus_per_node"], intra_node_gb_per_s=inputs["intra_node_gb_per_s"],
-                               inter_node_gb_per_s=inputs["inter_node_gb_per_s"]))
-    lat = float(T.link_latency_s(span, inputs["gpus_per_node"], intra_node_latency_s=inputs["intra_node_latency_s"],
-                                 inter_node_latency_s=inputs["inter_node_latency_s"]))
-    crosses = bool(span > inputs["gpus_per_node"])
-    return bw, lat, crosses
+def _dp_link(time):
+    """The data-parallel (× context-parallel) gradient group's link as the time model priced it."""
+    link = time.links["dp"]
+    return link["gb_per_s"], link["latency_s"], link["link"] == "inter-node"
 
 
-def _layer_backward_seconds(model: ModelSpec, plan: ParallelPlan, time) -> float:
-    """One layer's backward on one GPU for one micro-batch, from the time model's compute term
-    (compute = m · 3 · (L/p · layer forward + logits); the logits share is counted in, a small overestimate)."""
-    layers = model.num_layers / plan.pipeline_parallel
-    return time.breakdown["compute"] / plan.num_microbatches * (2.0 / 3.0) / layers
-
-
-def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time, options: DeepSpeedOptions,
-                 inputs: dict) -> Optional[Finding]:
+def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
+                 options: DeepSpeedOptions) -> Optional[Finding]:
     """Guide §4: match ``reduce_bucket_size`` / ``allgather_bucket_size`` to the bandwidth. A bucket's collective
     (ring cost of :func:`workbench.timing.collective_seconds` on the data-parallel link) should take about as long
     as one layer's backward compute: the recommended size is the element count whose transfer equals it."""
     if plan.data_parallel * plan.context_parallel == 1 or time is None:
         return None
     group = plan.data_parallel * plan.context_parallel
-    bw, lat, crosses = _dp_link(inputs, plan)
+    bw, lat, crosses = _dp_link(time)
     v = plan.precision.bytes_per_value
-    layer_s = _layer_backward_seconds(model, plan, time)
-    local = model.num_parameters / (plan.tensor_parallel * plan.pipeline_parallel)
+    layer_s = time.layer_backward_seconds  # one layer's backward for one micro-batch, as the time model priced it
+    local = time.inputs["num_parameters"] / (plan.tensor_parallel * plan.pipeline_parallel)  # as the model priced
     if plan.engine is Engine.MEGATRON:
-        named = {"Megatron DDP bucket (--ddp-bucket-size)": T.MEGATRON_BUCKET_ELEMENTS}
+        named = {"Megatron DDP bucket (--ddp-bucket-size)": MEGATRON_BUCKET_ELEMENTS}
         kinds = {"Megatron DDP bucket (--ddp-bucket-size)": "reduce_scatter" if plan.distributed_optimizer
                  else "all_reduce"}
     else:
@@ -274,34 +270,37 @@ def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, tim
                    suggestion=f"set {sugg} (transfer ≈ one layer's backward)" if bad else "")
 
 
-def overlap_comm(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time, options: DeepSpeedOptions,
-                 inputs: dict, *, detailed: bool = False) -> Optional[Finding]:
-    """Guide §4: enable ``overlap_comm`` on InfiniBand (multi-node data parallel). With ``detailed`` the step time
-    without overlap is computed for the comparison."""
+def overlap_comm(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time, *,
+                 detailed: bool = False) -> Optional[Finding]:
+    """Guide §4: enable overlap on InfiniBand (multi-node data parallel). Reads the plan's answer
+    (:attr:`ParallelPlan.overlaps_comm`), which the time model priced and the exports write. With ``detailed``
+    the step is priced once more with overlap flipped, for the comparison."""
     if plan.data_parallel * plan.context_parallel == 1 or time is None:
         return None
-    _, _, crosses = _dp_link(inputs, plan)
+    _, _, crosses = _dp_link(time)
+    on = plan.overlaps_comm
     if plan.engine is Engine.MEGATRON:
-        on = bool(options.overlap_comm)
-        name = ("--overlap-grad-reduce in the exported arguments" if on
-                else "--overlap-grad-reduce off (Megatron's default)")
+        name = ("--overlap-grad-reduce on" if on else "--overlap-grad-reduce off (Megatron's default)")
     else:
-        on, name = bool(options.overlap_comm), f"overlap_comm={str(options.overlap_comm).lower()}"
-    dp_s = time.breakdown["dp_comm"]  # the time model prices overlap on
-    extra = f"; exposed data-parallel traffic with overlap {dp_s:.3f} s/step"
-    if detailed:
-        off = T.step_time_terms(**{**inputs, "overlap_comm": 0})
-        gain = float(off["step_seconds"]) - time.step_seconds
-        extra = (f"; exposed data-parallel traffic {float(off['dp_comm']):.3f} s/step without overlap, {dp_s:.3f} s "
-                 f"with it ({gain:.3f} s/step hidden)")
+        name = f"overlap_comm={str(on).lower()}"
+    dp_s = time.breakdown["dp_comm"]
+    extra = f"; exposed data-parallel traffic {dp_s:.3f} s/step {'with' if on else 'without'} overlap"
+    if detailed and time.inputs:
+        flipped = T.step_time_terms(**{**time.inputs, "overlap_comm": 0 if on else 1})
+        with_s, without_s = (dp_s, float(flipped["dp_comm"])) if on else (float(flipped["dp_comm"]), dp_s)
+        gain = abs(float(flipped["step_seconds"]) - time.step_seconds)
+        extra = (f"; exposed data-parallel traffic {without_s:.3f} s/step without overlap, {with_s:.3f} s "
+                 f"with it ({gain:.3f} s/step {'hidden' if on else 'to gain'})")
     where = "crosses nodes (InfiniBand/Ethernet)" if crosses else "stays inside a node"
     status = "pass" if on else ("fail" if crosses else "warn")
     return Finding(id="overlap_comm", status=status,
                    message=f"{name}; the data-parallel group ({plan.data_parallel * plan.context_parallel} ranks) "
                            f"{where}{extra}",
-                   suggestion="" if on else ("add --overlap-grad-reduce (and --overlap-param-gather with the "
-                                             "distributed optimizer)" if plan.engine is Engine.MEGATRON
-                                             else "set zero_optimization.overlap_comm: true"))
+                   suggestion="" if on else ("set overlap_comm=True on the plan (exports --overlap-grad-reduce, "
+                                             "and --overlap-param-gather with the distributed optimizer)"
+                                             if plan.engine is Engine.MEGATRON
+                                             else "set overlap_comm=True on the plan "
+                                                  "(zero_optimization.overlap_comm: true)"))
 
 
 def fits_memory(plan: ParallelPlan, memory) -> Finding:
@@ -318,17 +317,22 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
                     else "more host memory per node, NVMe offload, or fewer offloaded states"))
 
 
-def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions) -> Finding:
+def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions, num_parameters: Optional[int] = None) -> Finding:
     """Guide §5.3: max_norm 0.5-1.0 for models above 13B."""
-    clip = options.clipping_for(model)
-    n = model.num_parameters
+    n = model.num_parameters if num_parameters is None else num_parameters
+    clip = options.clipping_for(model, n)
     large = n >= LARGE_MODEL_PARAMETERS
     if clip <= 0:
         return Finding(id="gradient_clipping", status="warn",
                        message=f"gradient clipping is off for a {n / 1e9:.1f} B model",
                        suggestion="clip at 1.0 (0.5-1.0 from 13B on)")
     ok = 0.5 <= clip <= 1.0 if large else clip <= 1.0
-    rule = "the guide's 0.5-1.0 for ≥ 13B models" if large else "≤ 1.0 (the guide's 0.5-1.0 applies from 13B)"
+    # The guide (§5.3) says 13B以上 ("13B parameters and up"); 13B-class starts at LARGE_MODEL_PARAMETERS here, so
+    # that its own 13B example (12.85 B parameters) is one. Say which threshold applied.
+    cls = (f"13B-class models (≥ {LARGE_MODEL_PARAMETERS / 1e9:g} B parameters here, so the guide's own 13B "
+           f"example at 12.85 B counts)")
+    rule = (f"the guide's 0.5-1.0 for {cls}" if large
+            else f"≤ 1.0 (the guide's 0.5-1.0 applies to {cls})")
     return Finding(id="gradient_clipping", status="pass" if ok else "warn",
                    message=f"gradient_clipping={clip:g} for {n / 1e9:.1f} B parameters; {rule}",
                    suggestion="" if ok else ("set gradient clipping to 0.5-1.0" if large else "set clipping to 1.0"))
@@ -363,33 +367,64 @@ def adam_betas(model: ModelSpec, options: DeepSpeedOptions) -> Finding:
 
 
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, memory, time=None,
-               options: Optional[DeepSpeedOptions] = None, detailed: bool = False) -> tuple:
-    """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate.
-    Cheap unless ``detailed`` (which prices overlap on/off with the time model)."""
+               options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None, counts=None) -> tuple:
+    """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
+    per-layer seconds and overlap the models used; nothing is priced again unless ``detailed`` (which prices the
+    step once more with overlap flipped). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
+    ``counts``: the model's parameter counts (computed here when not given)."""
     o = options or DeepSpeedOptions()
-    inputs = T.time_inputs(model, cluster, plan, overlap_comm=True,
-                           bucket_elements=None if plan.engine is Engine.MEGATRON else o.reduce_bucket_size)
+    n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), strategy_tier(model, cluster, plan, memory),
-             zero3_layer_room(model, plan, memory), card_size(model, cluster)]
+             zero3_layer_room(model, plan, memory), card_size(model, cluster, n)]
     if time is not None:
-        found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o, inputs),
-                  overlap_comm(model, cluster, plan, time, o, inputs, detailed=detailed)]
-    found += [gradient_clipping(model, o), loss_scaling(plan, o), adam_betas(model, o)]
+        found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
+                  overlap_comm(model, cluster, plan, time, detailed=detailed)]
+    found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
     return tuple(f for f in found if f is not None)
+
+
+def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None) -> Optional[Finding]:
+    """CPU optimizer offload runs DeepSpeed's CPU Adam on ``OMP_NUM_THREADS`` threads per rank, and torchrun sets
+    ``OMP_NUM_THREADS=1`` when it is unset. Measured on H200 (one rank, optimizer offload): 3.2 s per step at one
+    thread, 1.1 s with the node's cores. ``omp_num_threads``: the value the job will see (default: this process's
+    environment)."""
+    if plan.offload_optimizer is Offload.NONE:
+        return None
+    if omp_num_threads is None:
+        omp_num_threads = os.environ.get("OMP_NUM_THREADS")
+    try:
+        threads = int(omp_num_threads) if omp_num_threads else None
+    except ValueError:
+        threads = None
+    ok = threads is not None and threads > 1
+    shown = "unset (torchrun then sets 1)" if threads is None else str(threads)
+    return Finding(id="cpu_adam_threads", status="pass" if ok else "warn",
+                   message=f"optimizer offload to {plan.offload_optimizer}: CPU Adam runs on OMP_NUM_THREADS="
+                           f"{shown} threads per rank; at 1 thread the step is ~3x slower (H200: 3.2 s vs 1.1 s)",
+                   suggestion="" if ok else "export OMP_NUM_THREADS=<CPU cores per GPU> before launching "
+                                            "(workbench run sets it)")
 
 
 # ================================================================================================================
 # OOM ladder (guide §5.2)
 # ================================================================================================================
-def _price(model, cluster, plan, base_seconds, headroom):
-    mem = M.estimate_memory(model, cluster, plan)
-    t = T.estimate_time(model, cluster, plan)
+def _evaluated(model, cluster, plan, profile=None):
+    """The plan priced once by the models (no advisor checks): the record every rung reads."""
+    from workbench.estimate import estimate
+
+    return estimate(model, cluster, plan, profile, checks=False)
+
+
+def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=None):
+    record = record or _evaluated(model, cluster, plan, profile)
+    mem, t = record.memory, record.time
     fits = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes and mem.fits_host
     return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
                 fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1)
 
 
-def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0) -> tuple:
+def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0,
+               record=None, profile=None) -> tuple:
     """The guide's out-of-memory steps in its order, each priced with the memory and time models; stops at the
     first plan that fits (peak ≤ (1 − headroom) × GPU memory, host memory too). Empty when the plan fits.
 
@@ -397,10 +432,12 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
        first); 2. activation checkpointing: selective, then full recompute (DeepSpeed ``activation_checkpointing``
        with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
        ``--recompute-granularity``); 3. ZeRO-3 with CPU offload of the optimizer, then of the parameters too
-       (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP).
+       (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP);
+    :func:`lora_option` prices the fine-tuning alternative (LoRA) next to it.
     """
-    validate(model, cluster, plan)
-    base = _price(model, cluster, plan, 1.0, headroom)
+    if record is None:
+        validate(model, cluster, plan)
+    base = _price(model, cluster, plan, 1.0, headroom, record, profile)
     if base["fits"]:
         return ()
     base_s = base["step_seconds"]
@@ -408,7 +445,7 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     current = plan
 
     def rung(step, action, p, settings):
-        r = _price(model, cluster, p, base_s, headroom)
+        r = _price(model, cluster, p, base_s, headroom, profile=profile)
         steps.append(LadderStep(step=step, action=action, settings=settings, **r))
         return r["fits"]
 
@@ -436,8 +473,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         steps.append(LadderStep(step=2, action="full activation recompute is already on", plan=None))
     for r in levels:
         p = current.replace(recompute=r, recompute_layers=None)
-        flags = ({"--recompute-activations": True} if r is Recompute.SELECTIVE else
-                 {"--recompute-granularity": "full", "--recompute-method": "uniform", **ds_ckpt})
+        mg = megatron_recompute_flags(p)  # the flags the Megatron export writes for this plan
+        flags = {**dict(zip(mg[::2], mg[1::2])), **(ds_ckpt if r is Recompute.FULL else {})}
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
             return tuple(steps)
@@ -466,21 +503,68 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     return tuple(steps)
 
 
+LORA_LADDER_RANK = 16
+"""Rank of the LoRA alternative the advisor prices (a common choice; Hu et al. 2021 find small ranks enough)."""
+
+
+def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0, record=None,
+                profile=None):
+    """For a full fine-tune that does not fit: the fastest LoRA r=16 plan that fits — ZeRO-2 or ZeRO-3 without
+    offload, with the plan's micro batch and recompute or with micro batch 1 and full recompute — as a finding;
+    ``None`` when the plan fits, is already LoRA, or pipelines with Megatron."""
+    if plan.lora_rank or (plan.engine is not Engine.DEEPSPEED and plan.pipeline_parallel > 1):
+        return None
+    base = _price(model, cluster, plan, 1.0, headroom, record, profile)
+    if base["fits"]:
+        return None
+    engine = Engine.DEEPSPEED if plan.tensor_parallel == 1 else Engine.MEGATRON_DEEPSPEED
+    tried = []
+    for stage in (2, 3):
+        for mbs, recompute in ((plan.micro_batch_size, plan.recompute), (1, Recompute.FULL)):
+            try:
+                p = plan.replace(engine=engine, zero_stage=stage, distributed_optimizer=False,
+                                 offload_optimizer=Offload.NONE, offload_params=Offload.NONE, micro_batch_size=mbs,
+                                 recompute=recompute, recompute_layers=None, lora_rank=LORA_LADDER_RANK)
+                validate(model, cluster, p)
+            except ValueError:
+                continue
+            tried.append(_price(model, cluster, p, base["step_seconds"], headroom, profile=profile))
+    if not tried:
+        return None
+    fitting = [r for r in tried if r["fits"]]
+    if not fitting:
+        low = min(tried, key=lambda r: r["peak_bytes"])
+        return Finding(id="lora_option", status="warn",
+                       message=f"LoRA r={LORA_LADDER_RANK} does not fit either: at least {_gb(low['peak_bytes'])} per "
+                               f"GPU ({_plan_text(low['plan'])})", suggestion="the OOM ladder's offload steps, or more GPUs")
+    best = min(fitting, key=lambda r: r["step_seconds"])
+    bp = best["plan"]
+    return Finding(id="lora_option", status="warn",
+                   message=f"the full fine-tune does not fit on {cluster.world_size} x {cluster.gpu.name} "
+                           f"({_gb(base['peak_bytes'])} per GPU); LoRA r={LORA_LADDER_RANK} does, with "
+                           f"ZeRO-{int(bp.zero_stage)}: {_gb(best['peak_bytes'])} per GPU, {best['step_seconds']:.3f} "
+                           f"s/step ({_plan_text(bp)})",
+                   suggestion=f"if a fine-tune is the goal: --lora-rank {LORA_LADDER_RANK} --zero {int(bp.zero_stage)} "
+                              f"--mbs {bp.micro_batch_size} --recompute {bp.recompute} (peft "
+                              f"LoraConfig(r={LORA_LADDER_RANK}, target_modules='all-linear'))")
+
+
 # ================================================================================================================
 # Low throughput (guide §5.1)
 # ================================================================================================================
-def _try(model, cluster, plan, **changes):
+def _try(model, cluster, plan, profile=None, **changes):
     try:
         p = plan.replace(**changes)
         validate(model, cluster, p)
     except ValueError:
         return None, None
-    mem = M.estimate_memory(model, cluster, p)
-    return p, (T.estimate_time(model, cluster, p), mem)
+    r = _evaluated(model, cluster, p, profile)
+    return p, (r.time, r.memory)
 
 
 def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
-                           options: Optional[DeepSpeedOptions] = None, *, min_fraction: float = 0.01) -> tuple:
+                           options: Optional[DeepSpeedOptions] = None, *, min_fraction: float = 0.01,
+                           profile=None) -> tuple:
     """What to try, ranked by the exposed seconds the time model attributes to each non-compute term; where the
     remedy is another plan, that plan is priced too."""
     o = options or DeepSpeedOptions()
@@ -493,13 +577,13 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             continue
         msg, settings, alt = "", [], None
         if term == "tp_comm":
-            if plan.tensor_parallel > n or n % plan.tensor_parallel:
+            if group_crosses_nodes(1, plan.tensor_parallel, n):
                 msg = f"TP={plan.tensor_parallel} crosses nodes: keep TP ≤ {n}, use pipeline parallel across nodes"
                 settings = [f"--tensor-model-parallel-size {n}"]
             elif not plan.sequence_parallel:
                 msg = "tensor-parallel all-reduces are exposed; sequence parallel splits norms/dropout over TP"
                 settings = ["--sequence-parallel"]
-                alt = _try(model, cluster, plan, sequence_parallel=True)
+                alt = _try(model, cluster, plan, profile, sequence_parallel=True)
             else:
                 msg = f"TP={plan.tensor_parallel} all-reduces every layer; a smaller TP with more PP/DP may be faster"
                 settings = ["--tp-comm-overlap (Transformer Engine)"]
@@ -509,31 +593,31 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             settings = ["NCCL_DEBUG=INFO", f"reduce_bucket_size / allgather_bucket_size (now {o.reduce_bucket_size:.2g}"
                                            f" / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
             if plan.zero_stage >= ZeroStage.GRADIENTS and plan.engine is not Engine.MEGATRON:
-                alt = _try(model, cluster, plan, zero_stage=1, offload_params=Offload.NONE)
+                alt = _try(model, cluster, plan, profile, zero_stage=1, offload_params=Offload.NONE)
                 settings.append("zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch)")
         elif term == "bubble":
             msg = (f"pipeline bubble (p−1)/(v·m) = ({plan.pipeline_parallel}−1)/({plan.virtual_pipeline}·"
                    f"{plan.num_microbatches}): more micro-batches or interleaving shrink it")
             if plan.engine is Engine.MEGATRON and (model.num_layers // plan.pipeline_parallel) % 2 == 0 \
                     and plan.num_microbatches % plan.pipeline_parallel == 0:
-                alt = _try(model, cluster, plan, virtual_pipeline=plan.virtual_pipeline * 2)
+                alt = _try(model, cluster, plan, profile, virtual_pipeline=plan.virtual_pipeline * 2)
                 settings.append(f"--num-layers-per-virtual-pipeline-stage "
                                 f"{model.num_layers // (plan.pipeline_parallel * plan.virtual_pipeline * 2)}")
             elif plan.micro_batch_size > 1:
-                alt = _try(model, cluster, plan, micro_batch_size=plan.micro_batch_size // 2
+                alt = _try(model, cluster, plan, profile, micro_batch_size=plan.micro_batch_size // 2
                            if plan.micro_batch_size % 2 == 0 else 1)
                 settings.append("smaller micro batch, more accumulation (same global batch)")
         elif term == "offload":
             msg = "ZeRO-Offload moves optimizer/parameter traffic over PCIe and runs Adam on the CPU"
-            alt = _try(model, cluster, plan, offload_optimizer=Offload.NONE, offload_params=Offload.NONE)
+            alt = _try(model, cluster, plan, profile, offload_optimizer=Offload.NONE, offload_params=Offload.NONE)
             settings = ["offload_optimizer.device none (if it fits)"]
         elif term == "recompute":
             msg = f"recompute={plan.recompute} repeats forward work"
             if plan.recompute is Recompute.FULL:
-                alt = _try(model, cluster, plan, recompute=Recompute.SELECTIVE, recompute_layers=None)
-                settings = ["--recompute-activations (selective) instead of full"]
+                alt = _try(model, cluster, plan, profile, recompute=Recompute.SELECTIVE, recompute_layers=None)
+                settings = ["--recompute-granularity selective instead of full"]
             else:
-                alt = _try(model, cluster, plan, recompute=Recompute.NONE)
+                alt = _try(model, cluster, plan, profile, recompute=Recompute.NONE)
                 settings = ["no recompute (if it fits)"]
         elif term == "pp_comm":
             msg = "pipeline sends are exposed; fewer stages or keeping a pipeline group inside fewer nodes helps"
@@ -576,26 +660,32 @@ def diagnostic_commands(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPl
 
 
 def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, options: Optional[DeepSpeedOptions] = None,
-           headroom: float = 0.0, log=None) -> Advice:
+           headroom: float = 0.0, log=None, record=None, profile=None) -> Advice:
     """Everything: checks (priced in detail), the OOM ladder when the plan does not fit, low-throughput
     suggestions, diagnostic commands, and — with ``log`` (a :class:`workbench.logreader.LogSummary`) — the
-    log's findings matched to this advice."""
-    validate(model, cluster, plan)
+    log's findings matched to this advice. ``record``: the plan's :class:`workbench.estimate.EvaluatedPlan` when
+    the caller has it (the app's state does), so the plan is not priced again; ``profile``: the hardware profile
+    it and every alternative are priced with."""
     o = options or DeepSpeedOptions()
-    mem = M.estimate_memory(model, cluster, plan)
-    t = T.estimate_time(model, cluster, plan)
-    findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True)
-    ladder = oom_ladder(model, cluster, plan, headroom=headroom)
+    if record is None or record.plan != plan or record.model != model or record.cluster != cluster:
+        record = _evaluated(model, cluster, plan, profile)  # validates once
+    mem, t = record.memory, record.time
+    findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True, facts=record.facts,
+                          counts=record.counts)
+    ladder = oom_ladder(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if ladder and not ladder[-1].fits:
         last = ladder[-1]
         findings += (Finding(id="oom_ladder", status="fail",
                              message=f"the guide's three OOM steps are not enough: the last one needs "
                                      f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}",
                              suggestion="more GPUs (more TP/PP), a shorter sequence, or larger GPUs"),)
+    lora = lora_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
+    if lora is not None:
+        findings += (lora,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice
 
         log_findings = match_advice(log, model=model, cluster=cluster, plan=plan, memory=mem, time=t, options=o)
-    return Advice(findings=findings, oom_ladder=ladder, throughput=throughput_suggestions(model, cluster, plan, t, o),
+    return Advice(findings=findings, oom_ladder=ladder, throughput=throughput_suggestions(model, cluster, plan, t, o, profile=profile),
                   commands=diagnostic_commands(model, cluster, plan), log_findings=log_findings)

@@ -33,9 +33,18 @@ class UsageError(ValueError):
     """Raised by commands for bad input that argparse could not catch."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``workbench estimate: error: argument --zero: invalid choice:
+    5 (choose from 0, 1, 2, 3)``, then where to find the usage) and exit status 2, instead of the whole usage text.
+    Subcommand parsers inherit the class."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workbench",
-                                     description="Plan, configure and launch DeepSpeed / Megatron training.")
+    parser = OneLineParser(prog="workbench",
+                           description="Plan, configure and launch DeepSpeed / Megatron training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:

@@ -1,17 +1,39 @@
-"""The one entry point: ``estimate(model, cluster, plan) -> Estimate`` (memory, time, layout, advisor checks)."""
+"""The one entry point: ``estimate(model, cluster, plan) -> EvaluatedPlan`` (memory, time, layout, advisor checks).
+
+The flow (the planner takes the same path for N plans at once)::
+
+    validate(model, cluster, plan)                      once
+    encode.plan_columns(plan)                           the plan as numeric columns
+      ├─ encode.memory_inputs → memory.stage_terms      every pipeline stage at once → MemoryEstimate
+      └─ encode.time_inputs   → timing.step_time_terms  compute / communication / optimizer / pipeline
+                                                        → TimeEstimate
+    parallel.parallel_facts                             group sizes, groups leaving the node, parameters per rank
+    advisor.check_plan(record)                          reads the numbers above; prices nothing new
+
+The :class:`EvaluatedPlan` keeps what the models computed, so consumers (advisor, OOM ladder, pipeline view,
+widgets, launcher) read it instead of pricing the plan again.
+"""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from workbench.memory import estimate_memory
+from workbench import encode
+from workbench.memory import memory_estimate_from
 from workbench.memory_types import MemoryEstimate
-from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, check_bool, validate
+from workbench.parallel import ParallelFacts, parallel_facts
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, ParameterCounts, check_bool, validate
+from workbench.timing import time_estimate_from
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Estimate:
+class EvaluatedPlan:
+    """One plan as the models priced it: memory per stage and term, time per term (with per-layer and per-micro-batch
+    forward/backward seconds and the link each collective used), the layout, the derived parallel facts (group
+    sizes, which groups leave the node, parameters per rank) and the advisor's findings."""
+
     model: ModelSpec
     cluster: ClusterSpec
     plan: ParallelPlan
@@ -25,9 +47,29 @@ class Estimate:
     profile: Optional[dict] = None
     """The hardware profile the estimate used: ``{"name", "label", "device", "created", "note"}``, or the
     no-profile record (``name`` None, a note saying datasheet numbers were used)."""
+    counts: Optional[ParameterCounts] = None
+    """The model's parameter counts (computed once per estimate)."""
+    facts: Optional[ParallelFacts] = None
+    """Derived parallel facts (:func:`workbench.parallel.parallel_facts`)."""
+
+    @property
+    def parameter_counts(self) -> ParameterCounts:
+        return self.counts if self.counts is not None else self.model.parameter_counts()
+
+    @property
+    def step_band_seconds(self) -> tuple:
+        """``(low, high, note)``: seconds below and above ``time.step_seconds`` the measured step went on held-out
+        model shapes for this engine (:func:`workbench.memory.error_band`); zeros and a note without a band."""
+        from workbench.memory import error_band
+
+        band = error_band(self.plan.engine, "step") if self.time is not None else None
+        if band is None:
+            return 0.0, 0.0, f"no held-out step-time measurements for engine {self.plan.engine}"
+        step = self.time.step_seconds
+        return step * band[0], step * band[1], band[2]
 
     def to_dict(self) -> dict:
-        counts = self.model.parameter_counts()
+        counts = self.parameter_counts
         out = {
             "model": {"name": self.model.name, "parameters": counts.total,
                       "parameters_by_component": {"embedding": counts.embedding, "per_layer": counts.per_layer,
@@ -46,11 +88,16 @@ class Estimate:
                      "recompute": str(self.plan.recompute), "micro_batch_size": self.plan.micro_batch_size,
                      "global_batch_size": self.plan.global_batch_size,
                      "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,
-                     "precision": str(self.plan.precision)},
+                     "precision": str(self.plan.precision), "attention": str(self.model.attention),
+                     "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm},
             "memory": self.memory.to_dict(),
         }
         if self.time is not None:
             out["time"] = self.time.to_dict()
+            low, high, note = self.step_band_seconds
+            out["time"]["band_seconds"] = {"low": low, "high": high, "note": note}
+        if self.facts is not None:
+            out["parallel"] = self.facts.to_dict()
         if self.layout is not None:
             out["layout"] = self.layout.to_dict()
         if self.profile is not None:
@@ -60,34 +107,48 @@ class Estimate:
         return out
 
 
+Estimate = EvaluatedPlan
+"""The record's earlier name."""
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None, *,
-             overlap_comm=True) -> Estimate:
-    """Memory, time, layout (and advisor checks where available) for one plan. Raises ``ValueError`` naming the
-    fields when the specs do not fit together. ``profile``: a :class:`workbench.calibrate.HardwareProfile`, or its
-    name or path, whose measurements replace datasheet numbers; without one the estimate says so. ``overlap_comm``:
-    DeepSpeed's ``overlap_comm`` for the memory model's reduce buckets (``None``: DeepSpeed's default, on for ZeRO-3
-    only); the time model keeps overlap on."""
+             overlap_comm=None, checks: bool = True) -> EvaluatedPlan:
+    """Memory, time, layout, parallel facts and advisor checks for one plan (see the module docstring for the
+    flow). Raises ``ValueError`` naming the fields when the specs do not fit together. ``profile``: a
+    :class:`workbench.calibrate.HardwareProfile`, or its name or path, whose measurements replace datasheet numbers;
+    without one the estimate says so. ``overlap_comm`` overrides :attr:`ParallelPlan.overlap_comm` (kept for callers
+    that pass it; ``None``: the plan's). ``checks=False`` leaves the advisor out (what a sweep over many plans
+    wants)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
     from workbench.layout import build_layout
-    from workbench.timing import estimate_time
-
-    from workbench.advisor import check_plan
 
     if overlap_comm is not None:
         overlap_comm = check_bool("overlap_comm", overlap_comm)
-    validate(model, cluster, plan)
+    validate(model, cluster, plan)  # the only validation of this estimate
+    if overlap_comm is not None and overlap_comm != plan.overlap_comm:
+        plan = plan.replace(overlap_comm=overlap_comm)
     profile = resolve_profile(profile)
     record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
+    counts = model.parameter_counts()
+    cols = encode.plan_columns(plan, model)
     try:
-        memory = estimate_memory(model, cluster, plan, profile=profile, overlap_comm=overlap_comm)
-        time = estimate_time(model, cluster, plan, profile=profile)
+        memory = memory_estimate_from(model, cluster, plan, encode.memory_inputs(model, cols, plan.precision,
+                                                                                 profile=profile), profile=profile)
+        inputs = encode.time_inputs(model, cluster, cols, plan.precision, profile=profile, counts=counts)
+        time = time_estimate_from(model, cluster, plan, inputs, profile=profile)
     except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
         raise ValueError(f"the sizes are out of the models' range ({exc.__class__.__name__}: {exc}): "
                          f"{_size_summary(model, cluster, plan)}") from None
     _check_finite(memory, time, model, cluster, plan)
-    return Estimate(model=model, cluster=cluster, plan=plan, memory=memory, time=time,
-                    layout=build_layout(cluster, plan, model=model),
-                    checks=check_plan(model, cluster, plan, memory=memory, time=time), profile=record)
+    out = EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time,
+                        layout=build_layout(cluster, plan, model=model), profile=record, counts=counts,
+                        facts=parallel_facts(model, cluster, plan))
+    if not checks:
+        return out
+    from workbench.advisor import check_plan
+
+    return dataclasses.replace(out, checks=check_plan(model, cluster, plan, memory=memory, time=time,
+                                                      facts=out.facts, counts=counts))
 
 
 def _size_summary(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> str:

@@ -177,11 +177,13 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(cfg.resid_pdrop),
                     attention_dropout=float(cfg.attn_pdrop))
     if model_type == "gpt_neox":
+        if not g("attention_bias", True):
+            raise ValueError(f"{where}: attention_bias=False leaves the MLP's biases but drops the attention's; "
+                             f"not modelled")
         return dict(num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size,
                     num_attention_heads=cfg.num_attention_heads, ffn_hidden_size=cfg.intermediate_size,
                     vocab_size=cfg.vocab_size, position_embedding="rotary", normalization="layernorm",
-                    add_bias_linear=True, qkv_bias=bool(g("attention_bias", True)),
-                    activation=_activation(cfg.hidden_act, False, where, notes),
+                    add_bias_linear=True, activation=_activation(cfg.hidden_act, False, where, notes),
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(g("hidden_dropout", 0.0)),
                     attention_dropout=float(g("attention_dropout", 0.0)))
     # the Llama-style families: RMSNorm, rotary, gated MLP, optional GQA
@@ -244,6 +246,7 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
         notes.append(f"seq_length={seq_length} exceeds the model's max_position_embeddings={context}")
     impl = attn_implementation or data.get("attn_implementation") or data.get("_attn_implementation")
     fields["attention"] = attention_for(impl)
+    fields["implementation"] = "transformers"
     if name is None:
         name = "hf:" + (str(source) if not isinstance(source, dict) else model_type)
     try:
@@ -281,3 +284,99 @@ def build_model(config: Union[dict, str, os.PathLike], *, device: str = "meta",
     kwargs = {"attn_implementation": impl} if impl else {}
     with torch.device(device):
         return AutoModelForCausalLM.from_config(cfg, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Training: the module names LoRA targets map to, and the run options a launched HF run reads
+# ----------------------------------------------------------------------------------------------------------------
+_FUSED_QKV = {"gpt2": "c_attn", "gpt_neox": "query_key_value", "phi3": "qkv_proj"}
+_NAMED = {
+    "gpt2": {"o": "attn.c_proj", "up": "mlp.c_fc", "down": "mlp.c_proj"},
+    "gpt_neox": {"o": "attention.dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"},
+    "phi3": {"o": "o_proj", "down": "down_proj"},
+}
+_LLAMA_STYLE = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+                "down": "down_proj"}
+
+
+def lora_target_modules(model_type: str, targets) -> list:
+    """peft ``target_modules`` for the workbench's projection names in one family. Fused projections take all
+    their parts or none (GPT-2 ``c_attn``, GPT-NeoX ``query_key_value``, Phi-3 ``qkv_proj`` hold q, k and v; Phi-3's
+    ``gate_up_proj`` holds gate and up); MoE experts are fused 3-D weights in transformers, so MLP targets are
+    refused for MoE families."""
+    targets = set(targets)
+    out = []
+    if model_type in _FUSED_QKV:
+        qkv = targets & {"q", "k", "v"}
+        if qkv and qkv != {"q", "k", "v"}:
+            raise ValueError(f"lora_targets={sorted(targets)}: {model_type} fuses q, k and v into "
+                             f"{_FUSED_QKV[model_type]}; target all three or none")
+        if qkv:
+            out.append(_FUSED_QKV[model_type])
+        names = _NAMED[model_type]
+        if model_type == "phi3":
+            gu = targets & {"gate", "up"}
+            if gu and gu != {"gate", "up"}:
+                raise ValueError(f"lora_targets={sorted(targets)}: phi3 fuses gate and up into gate_up_proj; "
+                                 f"target both or neither")
+            if gu:
+                out.append("gate_up_proj")
+        elif "gate" in targets:
+            targets = targets - {"gate"}  # no gate in a GeLU MLP
+        out += [names[t] for t in ("o", "up", "down") if t in targets and t in names]
+        return out
+    if model_type in ("mixtral", "qwen2_moe", "qwen3_moe") and targets & {"gate", "up", "down"}:
+        raise ValueError(f"lora_targets={sorted(targets)}: {model_type} keeps its experts as fused 3-D weights "
+                         f"that peft's LoRA layers do not wrap; use q,k,v,o")
+    return [_LLAMA_STYLE[t] for t in ("q", "k", "v", "o", "gate", "up", "down") if t in targets]
+
+
+def targets_from_modules(model_type: str, modules) -> tuple:
+    """The workbench's projection names for peft ``target_modules`` (the inverse of :func:`lora_target_modules`;
+    a bare GPT-2 ``c_proj`` matches both the attention output and the MLP's down projection, as in peft)."""
+    names = {v: k for k, v in _LLAMA_STYLE.items()}
+    if model_type in _FUSED_QKV:
+        names = {_FUSED_QKV[model_type]: ("q", "k", "v"), "gate_up_proj": ("gate", "up")}
+        names.update({v: (k,) for k, v in _NAMED[model_type].items()})
+        names.update({v.split(".")[-1]: () for v in _NAMED[model_type].values() if "." in v})
+        if model_type == "gpt2":
+            names["c_proj"] = ("o", "down")
+            names["c_fc"] = ("up",)
+        if model_type == "gpt_neox":
+            names["dense"] = ("o",)
+    out = []
+    for mod in ([modules] if isinstance(modules, str) else modules):
+        if mod == "all-linear":
+            return tuple(("q", "k", "v", "o", "gate", "up", "down"))
+        hit = names.get(mod)
+        if hit is None:
+            raise ValueError(f"LoRA target module {mod!r} is not a projection the workbench knows in {model_type}")
+        out += [hit] if isinstance(hit, str) else list(hit)
+    return tuple(dict.fromkeys(out))
+
+
+def run_options(spec: ModelSpec, plan) -> dict:
+    """What a launched run of an HF model needs beyond the specs (``run.json`` ``options["hf"]``), checked:
+    the config path, whether weights are there, the attention implementation, gradient checkpointing and LoRA.
+    ``ValueError`` when the spec no longer matches its config.json or asks for what the HF stack does not do."""
+    from workbench.specs import Recompute
+
+    if not spec.name.startswith("hf:"):
+        raise ValueError(f"model {spec.name!r} is a transformers model without a config path: launch it as "
+                         f"hf:PATH (a config.json or model directory)")
+    imported = import_hf(spec.name[3:], seq_length=spec.seq_length)
+    if imported.spec.parameter_counts() != spec.parameter_counts():
+        raise ValueError(f"{spec.name}: the model fields were changed from its config.json "
+                         f"({spec.num_parameters:,} vs {imported.spec.num_parameters:,} parameters); the run trains "
+                         f"the config as written")
+    if plan.recompute is Recompute.SELECTIVE or plan.recompute_layers is not None:
+        raise ValueError(f"recompute='{plan.recompute}' with a Hugging Face model: gradient_checkpointing_enable() "
+                         f"checkpoints every decoder layer; use recompute 'none' or 'full' (all layers)")
+    lora = None
+    if plan.lora_rank:
+        lora = {"r": plan.lora_rank, "lora_alpha": 2 * plan.lora_rank, "lora_dropout": plan.lora_dropout,
+                "target_modules": lora_target_modules(imported.model_type, plan.lora_targets)}
+    return {"path": str(config_path(spec.name[3:]).parent.resolve()), "model_type": imported.model_type,
+            "weights": imported.has_weights,
+            "attn_implementation": "eager" if spec.attention is AttentionImpl.UNFUSED else "sdpa",
+            "gradient_checkpointing": plan.recompute is Recompute.FULL, "lora": lora}

@@ -12,6 +12,7 @@ parallel group) the ranks that differ in tp and pp, and so on — the same group
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -76,9 +77,69 @@ def rank_groups(sizes: dict, kind: str) -> list[list[int]]:
     return sorted([sorted(int(r) for r in row) for row in arr], key=lambda g: g[0])
 
 
+LIST_RANKS_UP_TO = 1024
+"""``Layout.to_dict`` lists every rank and group only up to this many GPUs; beyond it the summary (sizes, group
+counts, nodes spanned, stage node ranges) stands alone."""
+
+MAX_ENUMERATED = 2**20
+"""Largest world whose ranks or groups are enumerated on request (``coords``, ``groups``); everything the estimate
+needs is arithmetic and works at any size."""
+
+
+def _strides(sizes: dict) -> dict:
+    """Rank stride of each dimension: tp 1, cp T, dp T·C, pp T·C·D."""
+    out, step = {}, 1
+    for d in ORDER:
+        out[d] = step
+        step *= sizes[d]
+    return out
+
+
+def _residues(dims, sizes: dict, strides: dict, n: int) -> np.ndarray:
+    """Distinct values mod ``n`` of ``sum(coord_d * stride_d)`` over the dims ``dims`` (at most ``n`` values)."""
+    values = np.zeros(1, dtype=np.int64)
+    for d in dims:
+        g = math.gcd(strides[d] % n or n, n)
+        steps = min(sizes[d], n // g)
+        mine = (np.arange(steps, dtype=np.int64) * (strides[d] % n)) % n
+        values = np.unique(np.add.outer(values, mine).ravel() % n)
+    return values
+
+
+def nodes_spanned(sizes: dict, kind: str, gpus_per_node: int) -> int:
+    """The largest number of nodes one process group of ``kind`` touches, by arithmetic (no rank enumeration).
+
+    A group is ``base + {sum(i_d * stride_d) for d in the group's dims}``; the nodes it touches depend only on
+    ``base mod gpus_per_node``, which takes at most ``gpus_per_node`` values. When no step between consecutive
+    members exceeds a node, the group covers a contiguous node interval; when every step is at least a node, each
+    member sits on its own node; otherwise (rare shapes) the members of one group per residue are counted."""
+    n = gpus_per_node
+    dims = [d for d in _normalise_kind(kind) if sizes[d] > 1]
+    if not dims:
+        return 1
+    strides = _strides(sizes)
+    outside = [d for d in ORDER if d not in dims and sizes[d] > 1]
+    bases = _residues(outside, sizes, strides, n)
+    size = math.prod(sizes[d] for d in dims)
+    span = sum((sizes[d] - 1) * strides[d] for d in dims)  # last member - first member
+    gaps = [strides[d] - sum((sizes[e] - 1) * strides[e] for e in dims[:k]) for k, d in enumerate(dims)]
+    if max(gaps) <= n:
+        return int(((bases + span) // n - bases // n).max()) + 1
+    if min(gaps) >= n:
+        return size
+    members = np.zeros(1, dtype=np.int64)
+    for d in dims:
+        members = np.add.outer(np.arange(sizes[d], dtype=np.int64) * strides[d], members).ravel()
+    return max(len(np.unique((int(b) + members) // n)) for b in bases)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """Rank coordinates, process groups and node placement for one plan on one cluster."""
+    """Rank coordinates, process groups and node placement for one plan on one cluster.
+
+    Everything is arithmetic on the sizes (``rank``, ``group_of``, ``max_nodes_spanned``, ``to_dict``), so a layout
+    of a million GPUs costs what one of eight does; ``coords`` and ``groups`` enumerate on request (up to
+    :data:`MAX_ENUMERATED` ranks)."""
 
     world_size: int
     gpus_per_node: int
@@ -86,8 +147,6 @@ class Layout:
     context_parallel: int
     data_parallel: int
     pipeline_parallel: int
-    coords: tuple
-    """:class:`RankCoords` for every rank, indexed by rank."""
     warnings: tuple = ()
     """Plain-language findings about the placement (groups crossing nodes, uneven stages)."""
     _groups: dict = field(default_factory=dict, repr=False, compare=False)
@@ -101,44 +160,103 @@ class Layout:
     def num_nodes(self) -> int:
         return -(-self.world_size // self.gpus_per_node)
 
+    def _check_enumerable(self, what: str) -> None:
+        if self.world_size > MAX_ENUMERATED:
+            raise ValueError(f"{what} of world_size={self.world_size:,} would list every rank (more than "
+                             f"{MAX_ENUMERATED:,}); use rank(r), group_of(r, kind) or to_dict() instead")
+
+    @property
+    def coords(self) -> tuple:
+        """:class:`RankCoords` for every rank, indexed by rank (enumerated; see :meth:`rank` for one)."""
+        self._check_enumerable("coords")
+        return tuple(self.rank(r) for r in range(self.world_size))
+
     def rank(self, r: int) -> RankCoords:
-        """Coordinates of global rank ``r``."""
-        if not 0 <= int(r) < self.world_size:
-            raise ValueError(f"rank={r} is outside 0..{self.world_size - 1}")
-        return self.coords[int(r)]
+        """Coordinates of global rank ``r``: ``rank = tp + T·(cp + C·(dp + D·pp))``, ``node = rank // gpus_per_node``."""
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= int(r) < self.world_size:
+            raise ValueError(f"rank={r!r} is outside 0..{self.world_size - 1}")
+        k, t, c, d = int(r), self.tensor_parallel, self.context_parallel, self.data_parallel
+        n = self.gpus_per_node
+        return RankCoords(rank=k, node=k // n, local_rank=k % n, tp=k % t, cp=k // t % c, dp=k // (t * c) % d,
+                          pp=k // (t * c * d))
+
+    def group_count(self, kind: str) -> int:
+        """How many groups of this kind there are (world size ÷ group size)."""
+        return self.world_size // self.group_size(kind)
+
+    def group_size(self, kind: str) -> int:
+        return math.prod(self.sizes[d] for d in _normalise_kind(kind))
+
+    def group_of(self, r: int, kind: str, limit: Optional[int] = None) -> tuple[int, list[int]]:
+        """``(index, members)`` of rank ``r``'s group of ``kind``: the index in the order :meth:`groups` lists
+        them (by first rank) and the members ascending (the first ``limit`` only when given)."""
+        dims = _normalise_kind(kind)
+        c = self.rank(r)
+        coords = {"tp": c.tp, "cp": c.cp, "dp": c.dp, "pp": c.pp}
+        sizes, strides = self.sizes, _strides(self.sizes)
+        index, radix = 0, 1
+        for d in ORDER:
+            if d not in dims:
+                index += coords[d] * radix
+                radix *= sizes[d]
+        base = c.rank - sum(coords[d] * strides[d] for d in dims)
+        total = math.prod(sizes[d] for d in dims)
+        count = total if limit is None else min(int(limit), total)
+        members = []
+        for j in range(count):  # mixed radix over the group's dims, fastest first: ranks ascend
+            offset, rest = 0, j
+            for d in dims:
+                offset += (rest % sizes[d]) * strides[d]
+                rest //= sizes[d]
+            members.append(base + offset)
+        return index, members
 
     def groups(self, kind: str) -> list[list[int]]:
         """Process groups of a kind: ``tp``, ``cp``, ``dp``, ``pp``, ``dp-cp``, ``tp-cp``, ``tp-pp`` (alias ``mp``),
-        ``tp-dp``, ``tp-dp-cp``."""
+        ``tp-dp``, ``tp-dp-cp`` (enumerated; up to :data:`MAX_ENUMERATED` ranks)."""
         key = "-".join(_normalise_kind(kind))
+        self._check_enumerable("groups")
         if key not in self._groups:
             self._groups[key] = rank_groups(self.sizes, key)
         return [list(g) for g in self._groups[key]]
 
     def nodes_of(self, ranks) -> list[int]:
-        return sorted({self.coords[r].node for r in ranks})
+        return sorted({int(r) // self.gpus_per_node for r in ranks})
 
     def max_nodes_spanned(self, kind: str) -> int:
         """The largest number of nodes any one group of this kind touches (1 = every group stays in a node)."""
-        return max(len(self.nodes_of(g)) for g in self.groups(kind))
+        return nodes_spanned(self.sizes, kind, self.gpus_per_node)
+
+    def stage_node_range(self, stage: int) -> tuple[int, int]:
+        """First and last node holding pipeline stage ``stage`` (its ranks are contiguous: stage·T·C·D onward)."""
+        per = self.tensor_parallel * self.context_parallel * self.data_parallel
+        return stage * per // self.gpus_per_node, ((stage + 1) * per - 1) // self.gpus_per_node
 
     def stage_nodes(self) -> list[list[int]]:
         """Nodes holding each pipeline stage."""
-        return [sorted({c.node for c in self.coords if c.pp == s}) for s in range(self.pipeline_parallel)]
+        return [list(range(a, b + 1)) for a, b in (self.stage_node_range(s) for s in range(self.pipeline_parallel))]
 
     def to_dict(self) -> dict:
-        return {
+        """The summary (sizes, group counts and sizes, nodes spanned, stage node ranges, warnings); the lists of
+        ranks and groups are added up to :data:`LIST_RANKS_UP_TO` GPUs."""
+        kinds = ("tp", "cp", "dp", "pp", "tp-pp")
+        out = {
             "world_size": self.world_size,
             "gpus_per_node": self.gpus_per_node,
             "num_nodes": self.num_nodes,
             "order": "tp-cp-ep-dp-pp",
+            "rank_formula": "rank = tp + T*(cp + C*(dp + D*pp)); node = rank // gpus_per_node",
             "sizes": self.sizes,
-            "ranks": [c.to_dict() for c in self.coords],
-            "groups": {k: self.groups(k) for k in ("tp", "cp", "dp", "pp", "tp-pp")},
+            "group_counts": {k: self.group_count(k) for k in kinds},
             "nodes_spanned": {k: self.max_nodes_spanned(k) for k in ("tp", "cp", "dp", "pp", "tp-cp")},
-            "stage_nodes": self.stage_nodes(),
+            "stage_node_ranges": [list(self.stage_node_range(s)) for s in range(self.pipeline_parallel)],
             "warnings": list(self.warnings),
         }
+        if self.world_size <= LIST_RANKS_UP_TO:
+            out["ranks"] = [self.rank(r).to_dict() for r in range(self.world_size)]
+            out["groups"] = {k: self.groups(k) for k in kinds}
+            out["stage_nodes"] = self.stage_nodes()
+        return out
 
 
 def build_layout(cluster: ClusterSpec, plan: ParallelPlan, *, model: Optional[ModelSpec] = None) -> Layout:
@@ -149,14 +267,9 @@ def build_layout(cluster: ClusterSpec, plan: ParallelPlan, *, model: Optional[Mo
     if plan.world_size != cluster.world_size:
         raise ValueError(f"plan world_size={plan.world_size} != cluster gpus_per_node({cluster.gpus_per_node}) * "
                          f"num_nodes({cluster.num_nodes}) = {cluster.world_size}")
-    t, c, d, p = plan.tensor_parallel, plan.context_parallel, plan.data_parallel, plan.pipeline_parallel
-    n = cluster.gpus_per_node
-    r = np.arange(plan.world_size)
-    coords = tuple(RankCoords(rank=int(k), node=int(k // n), local_rank=int(k % n), tp=int(k % t),
-                              cp=int(k // t % c), dp=int(k // (t * c) % d), pp=int(k // (t * c * d)))
-                   for k in r)
-    layout = Layout(world_size=plan.world_size, gpus_per_node=n, tensor_parallel=t, context_parallel=c,
-                    data_parallel=d, pipeline_parallel=p, coords=coords)
+    layout = Layout(world_size=plan.world_size, gpus_per_node=cluster.gpus_per_node,
+                    tensor_parallel=plan.tensor_parallel, context_parallel=plan.context_parallel,
+                    data_parallel=plan.data_parallel, pipeline_parallel=plan.pipeline_parallel)
     object.__setattr__(layout, "warnings", tuple(_warnings(layout, plan, model)))
     return layout
 
@@ -185,6 +298,4 @@ def _warnings(layout: Layout, plan: ParallelPlan, model: Optional[ModelSpec]) ->
         elif p > 1 and model.num_layers // (p * v) == 1 and v > 1:
             out.append(f"one layer per virtual pipeline chunk (num_layers={model.num_layers}, pp={p}, vp={v}): "
                        f"the embedding and output layers make the first and last stages noticeably slower")
-    if plan.data_parallel > 1 and layout.max_nodes_spanned("dp") > 1 and layout.num_nodes > 1:
-        pass  # data parallel across nodes is the normal case: not a warning
     return out

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from workbench.defaults import GiB
+
 GRAD_NORM_SPIKE_FACTOR = 3.0
 """A gradient norm above this multiple of the running median of the previous norms counts as a spike."""
 GRAD_NORM_WINDOW = 20
@@ -51,7 +53,6 @@ _NCCL = re.compile(r"(NCCL error|NCCL WARN|ncclSystemError|ncclInternalError|ncc
                    r"ncclRemoteError|Watchdog caught collective operation timeout|NCCL communicator was aborted)")
 
 MiB = 2**20
-GiB = 2**30
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -11,22 +11,25 @@ Constants below were measured on H200 GPUs (``benchmarks/gpu_memory_calibration.
 """
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
+
 import numpy as np
 
 from workbench import params as P
+from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
+from workbench.defaults import GiB
+from workbench.encode import ENGINE_CODES, RECOMPUTE_CODES  # noqa: F401  (the codes' home is the encoder)
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan,
-                             Precision, Recompute, validate)
+from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
+                             ParallelPlan, Precision, Recompute, validate)
 
-GiB = 2**30
-
-# -- engine codes for array evaluation ----------------------------------------------------------------------------
-ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
-RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+HF_LOSS_BYTES_PER_LOGIT = 12.0
+"""Bytes per logit at the loss of a transformers causal LM: saved fp32 log-softmax + fp32 gradients of the
+log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
-DS_REDUCE_BUCKET_ELEMENTS = int(5e8)
-"""``zero_optimization.reduce_bucket_size`` default (elements)."""
 DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
 """``stage3_prefetch_bucket_size`` default (elements)."""
 DS_NVME_BUFFER_COUNT = 4
@@ -93,7 +96,7 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel):
 
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
     """The largest single module one rank gathers under ZeRO-3: the (vocab-parallel) embedding or an MLP linear."""
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    vocab = P.model_vocab_size(m, tensor_parallel)
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     fc1 = m.hidden_size * (2 if m.is_gated else 1) * f
     qkv = m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size)
@@ -103,7 +106,7 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
 def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage):
     """Parameters one rank of pipeline stage ``stage`` holds (embedding on the first stage; output layer, or the
     tied embedding copy Megatron keeps when p > 1, and the final norm on the last)."""
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
+    vocab = P.model_vocab_size(m, tensor_parallel)
     layers = m.num_layers / pipeline_parallel * layer_params_per_rank(m, tensor_parallel)
     positions = m.position_table_size * m.hidden_size
     embedding = vocab * m.hidden_size / tensor_parallel + positions
@@ -196,6 +199,20 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     return weights, grads, optimizer, host, step
 
 
+def lora_split(stage_params, adapter_params, lora):
+    """(trainable, frozen) parameters of a rank: with LoRA the adapters train and every base weight is frozen;
+    without, everything trains."""
+    return np.where(lora, adapter_params, stage_params), np.where(lora, stage_params, 0.0)
+
+
+def frozen_weight_bytes(n_frozen, *, zero_stage, data_parallel, param_bytes):
+    """Frozen (``requires_grad=False``) weights: 16-bit (the engine casts the whole module), no gradient, no
+    optimizer state. ZeRO-3 partitions every module parameter, frozen or not (stage3.py partitions through the
+    module hooks); ZeRO-1/2 build their flat fp32 groups and gradient partitions from the trainable parameters
+    only (stage_1_and_2.py keeps ``param.requires_grad`` parameters), so frozen weights stay whole on every rank."""
+    return param_bytes * n_frozen / np.where(zero_stage >= 3, data_parallel, 1)
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -243,16 +260,27 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     rep = np.where(sequence_parallel, 1.0 / t, 1.0)
     hidden_mask = 1.0 if m.hidden_dropout > 0 else 0.0
     sbh = s * b * h
-    replicated = (4 * v + 2 * hidden_mask) * sbh * rep
+    norm_inputs = 2 * v * sbh * rep if m.sandwich_norm else 0.0  # the post-attention and post-MLP norms
+    replicated = (4 * v + 2 * hidden_mask) * sbh * rep + norm_inputs
     qkv = v * s * b * (m.query_projection_size + 2 * m.kv_projection_size) / t
+    if m.qk_norm:  # the per-head norms keep their inputs (the q and k projections' outputs)
+        qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
     if m.is_moe:
         f = m.moe_ffn_hidden_size * m.moe_top_k  # each token passes top-k experts
     else:
         f = m.ffn_hidden_size
     mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
-    if m.attention is AttentionImpl.UNFUSED:
-        per_score = softmax_bytes + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
+    if m.attention.materialises_scores:
+        # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
+        # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
+        # (unfused casts its fp32 softmax down; fused-softmax's output is that tensor already)
+        fused = m.attention is AttentionImpl.FUSED_SOFTMAX
+        kept_softmax = v if fused else softmax_bytes
+        if m.attention_dropout > 0:
+            per_score = kept_softmax + dropout_mask_bytes + v
+        else:
+            per_score = kept_softmax + (0 if fused else v)
         core = per_score * m.num_attention_heads * s * s_full * b / t
     else:
         core = 4.0 * m.num_attention_heads * s * b / t
@@ -291,6 +319,12 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     """Last stage, one micro-batch: the final-norm input and output-layer input (v·sbh each; the latter gathered
     with SP) and the logits.
 
+    A transformers model (``implementation='transformers'``) computes the loss in ``ForCausalLMLoss``
+    (transformers/loss/loss_utils.py): ``logits.float()`` then ``F.cross_entropy``, whose log-softmax output (fp32)
+    is saved for backward; backward then holds that output, the fp32 gradient of the log-probabilities and the
+    fp32 gradient of the logits at once — :data:`HF_LOSS_BYTES_PER_LOGIT` = 12 bytes per logit (the forward's
+    v + 4 + 4 is no larger). No chunked loss in the causal-LM heads of the supported families.
+
     Logits: megatron-core's vocab-parallel cross entropy casts the 16-bit logits (v·sbV/t) to fp32 (4·sbV/t),
     exponentiates in place and keeps that fp32 softmax for backward; both copies are alive at once, so the peak is
     (v + 4)·s·b·V/t with V the padded vocabulary. fp32 logits over a large vocabulary are often the largest single
@@ -299,8 +333,12 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     s = m.seq_length / context_parallel
     rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     sbh = s * micro_batch * m.hidden_size
-    vocab = P.padded_vocab_size(m.vocab_size, tensor_parallel)
-    logits = (value_bytes + 4) * s * micro_batch * vocab / tensor_parallel
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    if m.implementation is Implementation.TRANSFORMERS:
+        per_logit = HF_LOSS_BYTES_PER_LOGIT
+    else:
+        per_logit = value_bytes + 4
+    logits = per_logit * s * micro_batch * vocab / tensor_parallel
     return value_bytes * sbh * rep + value_bytes * sbh + logits
 
 
@@ -328,7 +366,7 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
            + value_bytes * largest)
     zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
-    if m.attention is AttentionImpl.UNFUSED:
+    if m.attention.materialises_scores:
         s = m.seq_length / context_parallel
         scores = value_bytes * m.num_attention_heads * s * m.seq_length * micro_batch / tensor_parallel
     else:
@@ -351,7 +389,8 @@ def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
-                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None):
+                distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
+                lora_activation_per_token=0.0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
 
     Two candidate peaks, the larger wins:
@@ -370,16 +409,27 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     (``backward_activations`` keeps the backward figure); at a backward peak ``gradients`` is what exists then.
     """
     n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage)
+    trainable, frozen = lora_split(n, m.num_layers / pipeline_parallel * lora_params_per_layer / tensor_parallel,
+                                   lora_params_per_layer > 0)
     weights, grads, optimizer, host, step = model_state_bytes(
-        n, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes, fp16=fp16,
-        offload_optimizer=offload_optimizer, offload_params=offload_params,
+        trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes,
+        fp16=fp16, offload_optimizer=offload_optimizer, offload_params=offload_params,
         distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+    frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
+                                         param_bytes=value_bytes)
+    weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
+    host = host + np.where(offload_params > 0, frozen_weights, 0.0)
     grads_bwd = backward_gradient_bytes(grads, engine=engine, zero_stage=zero_stage, param_bytes=value_bytes,
                                         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer)
 
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw)
+    # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
+    lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
+                * (value_bytes + 1))
+    kept = kept + np.where(recompute >= 2, 0.0, lora_act)
+    full_layer = full_layer + lora_act
     layers = m.num_layers / pipeline_parallel
     recomputed = np.where(recompute >= 2, np.minimum(recompute_layers, layers), 0)
     per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
@@ -409,19 +459,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
 
 def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
-    """The numeric arguments :func:`stage_terms` takes, read off a plan."""
-    layers_per_stage = model.num_layers // plan.pipeline_parallel
-    return dict(engine=ENGINE_CODES[plan.engine], zero_stage=int(plan.zero_stage),
-                tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
-                virtual_pipeline=plan.virtual_pipeline, context_parallel=plan.context_parallel,
-                sequence_parallel=bool(plan.sequence_parallel), data_parallel=plan.data_parallel,
-                micro_batch=plan.micro_batch_size, num_microbatches=plan.num_microbatches,
-                recompute=RECOMPUTE_CODES[plan.recompute],
-                recompute_layers=plan.recompute_layers or layers_per_stage,
-                value_bytes=plan.precision.bytes_per_value, fp16=int(plan.precision is Precision.FP16),
-                offload_optimizer=int(plan.offload_optimizer is not Offload.NONE),
-                offload_params=int(plan.offload_params is not Offload.NONE),
-                distributed_optimizer=int(plan.distributed_optimizer), fused_kernels=int(plan.fused_kernels))
+    """The numeric arguments :func:`stage_terms` takes, read off a plan (the one encoder,
+    :func:`workbench.encode.memory_inputs`)."""
+    from workbench import encode
+
+    return encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
 
 
 FORMULAS = {
@@ -439,26 +481,62 @@ FORMULAS = {
 }
 
 
+ERROR_BAND_FILE = Path(__file__).resolve().parent / "catalog" / "error_band.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _error_bands() -> dict:
+    return json.loads(ERROR_BAND_FILE.read_text()) if ERROR_BAND_FILE.exists() else {}
+
+
+def error_band(engine, quantity: str = "device"):
+    """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
+    on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
+    — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
+    ``None`` when no held-out run of that engine exists. The hybrid uses its own runs, else DeepSpeed's."""
+    bands = _error_bands().get(quantity) or {}
+    key = str(Engine.parse(engine, "engine"))
+    entry = bands.get(key) or (bands.get(str(Engine.DEEPSPEED)) if key == str(Engine.MEGATRON_DEEPSPEED) else None)
+    if not entry:
+        return None
+    note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
+            f"{entry.get('engine', key)} on {_error_bands().get('gpu', 'H200')}")
+    return float(entry["low_fraction"]), float(entry["high_fraction"]), note
+
+
 def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, profile=None,
-                    overlap_comm=True) -> MemoryEstimate:
+                    overlap_comm=None) -> MemoryEstimate:
     """Per-stage memory for the plan (validated first). A measured ``profile``
     (:class:`workbench.calibrate.HardwareProfile`) supplies the overhead term's context, NCCL and reserve.
-    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``True`` as
-    the workbench's config export writes it, ``None`` for DeepSpeed's own default (on for ZeRO-3 only)."""
+    ``overlap_comm``: DeepSpeed's ``zero_optimization.overlap_comm`` (two reduce buckets for ZeRO-1/2); ``None``
+    takes the plan's (:attr:`ParallelPlan.overlaps_comm`)."""
     validate(model, cluster, plan)
     codes = plan_codes(plan, model)
-    codes["overlap_comm"] = None if overlap_comm is None else int(overlap_comm)
+    if overlap_comm is not None:
+        codes["overlap_comm"] = int(overlap_comm)
+    return memory_estimate_from(model, cluster, plan, codes, profile=profile)
+
+
+def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, codes: dict, *,
+                         profile=None) -> MemoryEstimate:
+    """The :class:`MemoryEstimate` of every pipeline stage from the encoded ``codes``
+    (:func:`workbench.encode.memory_inputs`), all stages priced in one call of :func:`stage_terms`."""
+    codes = dict(codes)
     formulas = dict(FORMULAS)
     if profile is not None:
-        codes["overheads"], _ = profile.memory_overheads()
+        if "overheads" not in codes:
+            codes["overheads"], _ = profile.memory_overheads()
         o = codes["overheads"]
         formulas["overhead"] = (f"context {o['context_bytes'] / 2**20:.0f} MiB (+ NCCL {o['nccl_bytes'] / 2**20:.0f} "
                                 f"MiB with >1 rank) + allocator reserve {o['reserve_fraction']:.0%} of allocated "
                                 f"(profile {profile.name})")
     stages = []
     host_per_gpu = 0
-    for stage in range(plan.pipeline_parallel):
-        t = stage_terms(model, stage=stage, **codes)
+    p = plan.pipeline_parallel
+    every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
+    every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
+    for stage in range(p):
+        t = {k: v[stage] for k, v in every.items()}
         terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
                                ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
         stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,
@@ -472,7 +550,11 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
         # states go to NVMe; the host keeps pinned swap buffers
         nvme_per_gpu = host_per_gpu
         host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+    peak = max(st.total_bytes for st in stages)
+    band = error_band(plan.engine, "device")
+    low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
     return MemoryEstimate(
+        band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,
         stages=tuple(stages),
         capacity_bytes=cluster.gpu.memory_bytes,
         host_bytes_per_gpu=host_per_gpu,
@@ -481,3 +563,30 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
         nvme_bytes_per_gpu=nvme_per_gpu,
         formulas=formulas,
     )
+
+
+def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
+    """Where the estimate rises although a saver was switched on — each is what DeepSpeed really allocates
+    (read in ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``stage3.py``, measured on H200,
+    ``benchmarks/results/gpu_memory_calibration.json``), so the Memory view says why instead of hiding it."""
+    notes = []
+    if plan.engine is Engine.MEGATRON:
+        return notes
+    stage = int(plan.zero_stage)
+    if stage in (1, 2):
+        buckets = 2 if plan.overlaps_comm else 1
+        bucket_gib = buckets * DS_REDUCE_BUCKET_ELEMENTS * plan.precision.bytes_per_value / GiB
+        notes.append(f"ZeRO-{stage} allocates its gradient reduce bucket{'s' if buckets > 1 else ''} at "
+                     f"reduce_bucket_size ({DS_REDUCE_BUCKET_ELEMENTS:.0e} elements: {bucket_gib:.2f} GiB"
+                     f"{' with overlap_comm' if buckets > 1 else ''}) whatever the model size (setup_buckets), so "
+                     f"for a small model ZeRO-1 can need more than ZeRO-0 (H200, 1.3B model, 1 GPU: 46.1 GiB "
+                     f"ZeRO-0, 47.0 GiB ZeRO-1); lower reduce_bucket_size for small models")
+    if stage == 3 and plan.data_parallel <= 2:
+        notes.append("ZeRO-3 keeps the fp32 gradient partition through backward plus the gathered and prefetched "
+                     "layers; at data parallel <= 2 that outweighs sharding the weights (H200, 1.3B model: 47.0 -> "
+                     "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")
+    if plan.world_size > 1:
+        notes.append(f"with more than one rank NCCL's communicators hold {NCCL_BYTES / GiB:.1f} GiB outside the "
+                     f"allocator on each GPU (H200, NVLink, NVLS off: 8.2 GiB outside with 2 ranks, 1.7 GiB with 1)")
+    return notes
+

@@ -72,6 +72,14 @@ class MemoryEstimate:
     """NVMe bytes per rank for ZeRO-Infinity offload (0 unless offloading to nvme)."""
     formulas: dict = field(default_factory=dict)
     """term → short formula text with its source, for tooltips and docs."""
+    band_low_bytes: int = 0
+    """How far below ``per_gpu_peak_bytes`` the device total may be: the largest over-estimate on held-out model
+    shapes for this engine (:func:`workbench.memory.error_band`); 0 with no band."""
+    band_high_bytes: int = 0
+    """How far above ``per_gpu_peak_bytes`` the device total may be: the largest under-estimate on held-out model
+    shapes for this engine. ``fits_gpu`` requires the peak plus this to fit."""
+    band_note: str = ""
+    """Where the band comes from (or why there is none)."""
 
     @property
     def peak_stage(self) -> StageMemory:
@@ -92,7 +100,8 @@ class MemoryEstimate:
 
     @property
     def fits_gpu(self) -> bool:
-        return self.headroom_bytes >= 0
+        """The peak plus the error band's upper side fits the GPU (an under-estimate is an OOM)."""
+        return self.headroom_bytes - self.band_high_bytes >= 0
 
     @property
     def fits_host(self) -> bool:
@@ -119,6 +128,8 @@ class MemoryEstimate:
             "host_bytes_per_gpu": int(self.host_bytes_per_gpu),
             "host_capacity_bytes_per_node": int(self.host_capacity_bytes_per_node),
             "nvme_bytes_per_gpu": int(self.nvme_bytes_per_gpu),
+            "band_bytes": {"low": int(self.band_low_bytes), "high": int(self.band_high_bytes),
+                           "note": self.band_note},
             "fits": bool(self.fits),
             "fits_gpu": bool(self.fits_gpu),
             "fits_host": bool(self.fits_host),

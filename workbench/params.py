@@ -8,7 +8,7 @@ The formulas work on Python ints and on numpy arrays alike.
 """
 from __future__ import annotations
 
-from workbench.specs import ModelSpec, Normalization, ParameterCounts
+from workbench.specs import Implementation, ModelSpec, Normalization, ParameterCounts
 
 
 def norm_params(hidden_size, normalization: Normalization):
@@ -66,6 +66,14 @@ def padded_vocab_size(vocab_size, tensor_parallel=1, divisible_by: int = 128):
     return ((vocab_size + multiple - 1) // multiple) * multiple
 
 
+def model_vocab_size(m: ModelSpec, tensor_parallel=1):
+    """Rows of the embedding and output layer as trained: megatron-core pads the vocabulary to 128·t
+    (:func:`padded_vocab_size`); a transformers model keeps the config's ``vocab_size``."""
+    if m.implementation is Implementation.TRANSFORMERS:
+        return m.vocab_size
+    return padded_vocab_size(m.vocab_size, tensor_parallel)
+
+
 def parameter_counts(m: ModelSpec) -> ParameterCounts:
     return ParameterCounts(
         embedding=embedding_params(m),
@@ -76,3 +84,36 @@ def parameter_counts(m: ModelSpec) -> ParameterCounts:
         num_layers=m.num_layers,
         active_mlp_per_layer=mlp_params(m, active_only=True),
     )
+
+
+def lora_activation_values_per_token(m: ModelSpec, rank: int, targets, dropout: float = 0.0) -> float:
+    """What one layer's adapters keep for backward per token, in values: each adapter's A output (r, kept by B),
+    and with ``lora_dropout`` > 0 peft's dropped copy of the target's input (in features, kept by A; peft's
+    ``LoraLayer`` forward: ``lora_B(lora_A(dropout(x)))``). Without dropout A keeps the same input tensor the
+    frozen projection already keeps: nothing more. The memory model charges v + 1 bytes per value (the 1-byte
+    dropout mask; r bytes per adapter too many for the A outputs, which have none)."""
+    if not rank:
+        return 0.0
+    h, q = m.hidden_size, m.query_projection_size
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    k = m.moe_top_k if m.is_moe else 1
+    inputs = {"q": h, "k": h, "v": h, "o": q, "gate": h * k if m.is_gated else 0, "up": h * k, "down": f * k}
+    live = [t for t in targets if inputs[t]]
+    return rank * len(live) + (sum(inputs[t] for t in live) if dropout > 0 else 0)
+
+
+def lora_params_per_layer(m: ModelSpec, rank: int, targets) -> int:
+    """LoRA adapter parameters of one layer: r·(in + out) per target projection (Hu et al. 2021, eq. 3: ΔW = B·A
+    with A r×in and B out×r; peft's ``LoraLayer`` has no adapter biases). Targets: q (h → a·d), k and v (h → g·d),
+    o (a·d → h), gate and up (h → f; gate only in gated MLPs), down (f → h); MLP targets repeat per expert.
+    A fused projection (GPT-2's ``c_attn``, GPT-NeoX's ``query_key_value``, Phi-3's ``qkv_proj``) carries one
+    adapter r·(h + a·d + 2·g·d) for q, k and v together; this count keeps them apart (r·h more per extra target).
+    """
+    if not rank:
+        return 0
+    h, q, kv = m.hidden_size, m.query_projection_size, m.kv_projection_size
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    experts = m.num_experts if m.is_moe else 1
+    sizes = {"q": h + q, "k": h + kv, "v": h + kv, "o": q + h,
+             "gate": (h + f) * experts if m.is_gated else 0, "up": (h + f) * experts, "down": (f + h) * experts}
+    return rank * sum(sizes[t] for t in targets)

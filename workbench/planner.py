@@ -9,15 +9,16 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
 :func:`~workbench.specs.validate` apply, so every row is a plan those accept):
 
 - engine: ``deepspeed`` (data + pipeline parallel), ``megatron``, ``megatron-deepspeed``;
-- tensor parallel t: divides heads, query groups and the MLP width; ≤ GPUs per node unless
-  ``allow_cross_node_tp``;
+- tensor parallel t: divides heads, query groups and the MLP width; its groups stay inside a node
+  (:func:`workbench.parallel.group_crosses_nodes`) unless ``allow_cross_node_tp``;
 - pipeline parallel p: divides the layers; virtual pipeline v > 1 only with engine ``megatron`` (DeepSpeed's pipeline
   engine has no interleaved schedule) with m a multiple of p;
 - context parallel c: 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
   Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2);
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
-  and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``);
+  and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``, DP > 1: at DP = 1 it
+  changes nothing);
 - recompute none / selective / full, micro batch b (divisors of global batch ÷ d), sequence parallel (t > 1).
 
 A plan is feasible when its peak over pipeline stages ≤ (1 − headroom) × GPU memory and its offloaded bytes fit the
@@ -32,12 +33,15 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from workbench import encode as E
 from workbench import memory as M
 from workbench import timing as T
-from workbench.memory import ENGINE_CODES, GiB
-from workbench.params import padded_vocab_size
-from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
-                             ZeroStage, check_bool, check_float, check_int, check_spec_types)
+from workbench.defaults import GiB
+from workbench.encode import ENGINE_CODES
+from workbench.parallel import group_crosses_nodes
+from workbench.specs import (LORA_TARGETS, AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
+                             ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
+                             check_spec_types)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -131,6 +135,8 @@ class PlanSearch:
     feasible: int
     """Of those, plans that fit GPU (with headroom) and host memory."""
     elapsed_seconds: float
+    profile: Optional[dict] = None
+    """The hardware profile every plan was priced with (the record ``estimate`` keeps), or the no-profile record."""
 
     @property
     def best(self) -> PlanResult:
@@ -148,7 +154,7 @@ class PlanSearch:
             "headroom": self.headroom, "evaluated": self.evaluated, "feasible": self.feasible,
             "elapsed_seconds": self.elapsed_seconds, "plans_per_second": self.plans_per_second,
             "ranked": [r.to_dict() for r in self.ranked], "pareto": [r.to_dict() for r in self.pareto],
-            "explanation": self.explanation,
+            "explanation": self.explanation, "profile": dict(self.profile) if self.profile else None,
         }
 
 
@@ -172,6 +178,8 @@ def describe_plan(p: ParallelPlan) -> str:
         parts.append(f"offload-params={p.offload_params}")
     parts.append(f"mbs{p.micro_batch_size}×{p.gradient_accumulation_steps}")
     parts.append(f"recompute={p.recompute}")
+    if p.lora_rank:
+        parts.append(f"LoRA r={p.lora_rank}")
     return " ".join(parts)
 
 
@@ -220,8 +228,10 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
 
     g = np.gcd(model.num_attention_heads, model.num_query_groups)
     tps = [t for t in _divisors(int(np.gcd(g, model.ffn_hidden_size)))
-           if W % t == 0 and (allow_cross_node_tp or t <= n)]
+           if W % t == 0 and (allow_cross_node_tp or not group_crosses_nodes(1, t, n))]
     pps = [p for p in _divisors(L) if W % p == 0]
+    if model.implementation is Implementation.TRANSFORMERS:  # an HF model: ZeRO data parallel, no pipeline
+        pps = [1]
     cps = [c for c in _divisors(W) if c <= max_context_parallel and (c == 1 or model.seq_length % (2 * c) == 0)]
     chunks = []
     for t in tps:
@@ -236,6 +246,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 ok &= (s_engine != ds_code) | ((t == 1) & (c == 1))
                 ok &= (s_sp == 0) | ((t > 1) & (model.seq_length % t == 0))
                 ok &= (s_engine == mg_code) | (p == 1) | (s_zero < 2)
+                # the distributed optimizer shards over data parallel: at DP = 1 it is the same plan as without
+                ok &= (settings[:, 5] == 0) | (d > 1)
                 rows = settings[ok]
                 if not len(rows):
                     continue
@@ -263,43 +275,24 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
 # ================================================================================================================
 # Evaluation through the memory and time models
 # ================================================================================================================
-def memory_codes(table: dict, model: ModelSpec, precision: Precision, fused_kernels: bool = True) -> dict:
-    """The keyword arguments of :func:`workbench.memory.stage_terms` as arrays (same keys as
-    :func:`workbench.memory.plan_codes`); ``fused_kernels`` is :attr:`ParallelPlan.fused_kernels` for every row."""
-    return dict(engine=table["engine"], zero_stage=table["zero"], tensor_parallel=table["tp"],
-                pipeline_parallel=table["pp"], virtual_pipeline=table["vp"], context_parallel=table["cp"],
-                sequence_parallel=table["sp"].astype(bool), data_parallel=table["dp"], micro_batch=table["mbs"],
-                num_microbatches=table["nmb"], recompute=table["recompute"],
-                recompute_layers=model.num_layers // table["pp"], value_bytes=precision.bytes_per_value,
-                fp16=int(precision is Precision.FP16), offload_optimizer=table["off_opt"],
-                offload_params=table["off_par"], distributed_optimizer=table["dist_opt"],
-                fused_kernels=int(fused_kernels))
+def memory_codes(table: dict, model: ModelSpec, precision: Precision, *, adam="fused", overlap_comm=None,
+                 lora: tuple = (0, LORA_TARGETS), profile=None) -> dict:
+    """The keyword arguments of :func:`workbench.memory.stage_terms` as arrays, through the one plan encoder
+    (:func:`workbench.encode.memory_inputs`, which ``estimate`` uses for one plan); ``adam`` and ``overlap_comm``
+    are :attr:`ParallelPlan.adam` and :attr:`ParallelPlan.overlap_comm` (``None``: each row's engine default) and
+    ``lora`` ``(lora_rank, lora_targets)`` of every row."""
+    cols = E.complete_columns(table, model, adam=adam, overlap_comm=overlap_comm, lora_rank=lora[0],
+                              lora_targets=lora[1])
+    return E.memory_inputs(model, cols, precision, profile=profile)
 
 
-def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision) -> dict:
-    """The keyword arguments of :func:`workbench.timing.step_time_terms` as arrays.
-
-    Model and cluster constants come from :func:`workbench.timing.time_inputs` of one plan per engine (any key
-    whose value differs between engines is selected per row by engine); every key that depends on the plan's
-    shape is replaced by the table's arrays."""
-    refs = {code: _reference_inputs(model, cluster, precision, engine) for engine, code in ENGINE_CODES.items()}
-    out = dict(refs[ENGINE_CODES[Engine.MEGATRON]])
-    for key in out:
-        values = [refs[code][key] for code in sorted(refs)]
-        if any(np.any(np.asarray(v) != np.asarray(values[0])) for v in values[1:]):
-            out[key] = np.select([table["engine"] == code for code in sorted(refs)], values)
-    full = table["recompute"] == M.RECOMPUTE_CODES[Recompute.FULL]
-    bucket = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], T.MEGATRON_BUCKET_ELEMENTS,
-                      T.DEEPSPEED_BUCKET_ELEMENTS)
-    out.update({
-        "vocab_size": padded_vocab_size(model.vocab_size, table["tp"]),
-        "tensor_parallel": table["tp"], "pipeline_parallel": table["pp"], "virtual_pipeline": table["vp"],
-        "context_parallel": table["cp"], "data_parallel": table["dp"], "micro_batch_size": table["mbs"],
-        "num_microbatches": table["nmb"], "sequence_parallel": table["sp"], "zero_stage": table["zero"],
-        "offload_optimizer": table["off_opt"], "offload_params": table["off_par"],
-        "distributed_optimizer": table["dist_opt"], "recompute": table["recompute"],
-        "recompute_fraction": full.astype(float), "grad_bucket_elements": bucket})
-    return out
+def time_codes(table: dict, model: ModelSpec, cluster: ClusterSpec, precision: Precision,
+               lora: tuple = (0, LORA_TARGETS), *, adam="fused", overlap_comm=None, profile=None) -> dict:
+    """The keyword arguments of :func:`workbench.timing.step_time_terms` as arrays, through the one plan encoder
+    (:func:`workbench.encode.time_inputs`, which ``estimate`` uses for one plan)."""
+    cols = E.complete_columns(table, model, adam=adam, overlap_comm=overlap_comm, lora_rank=lora[0],
+                              lora_targets=lora[1])
+    return E.time_inputs(model, cluster, cols, precision, profile=profile)
 
 
 def _stage_total(model, stage, codes):
@@ -309,16 +302,18 @@ def _stage_total(model, stage, codes):
 
 
 def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: Precision = Precision.BF16,
-             all_stages: bool = False) -> dict:
+             all_stages: bool = False, lora: tuple = (0, LORA_TARGETS), adam="fused", overlap_comm=None,
+             profile=None) -> dict:
     """Peak bytes per GPU, host bytes per node and the time terms for every row of ``table``.
 
     The peak is taken over pipeline stages. By default stages 0 and p−1 are evaluated: every middle stage holds
     fewer parameters than the first (no embedding) and no more in-flight micro-batches (1F1B: p − stage), so one of
     the two ends always holds the peak; ``all_stages=True`` evaluates every stage (stage index array) and gives the
-    same peaks.
+    same peaks. ``profile``: a measured :class:`workbench.calibrate.HardwareProfile` whose numbers replace the
+    datasheet's, as in ``estimate``.
     """
     k = len(table["tp"])
-    codes = memory_codes(table, model, precision)
+    codes = memory_codes(table, model, precision, lora=lora, adam=adam, overlap_comm=overlap_comm, profile=profile)
     if all_stages:
         reps = table["pp"]
         row = np.repeat(np.arange(k), reps)
@@ -340,19 +335,17 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
         peak_stage = np.where(last > first, table["pp"] - 1, 0)
         host = np.maximum(np.asarray(t0["host"], float), np.asarray(t1["host"], float)) * np.ones(k)
     nvme = 0  # offload is to CPU only in the search
-    inputs = time_codes(table, model, cluster, precision)
+    inputs = time_codes(table, model, cluster, precision, lora=lora, adam=adam, overlap_comm=overlap_comm,
+                        profile=profile)
     terms = T.step_time_terms(**inputs)
     return dict(peak_bytes=peak, peak_stage=peak_stage, host_bytes_per_node=host * cluster.gpus_per_node + nvme,
+                memory_codes=codes,
                 step_seconds=np.asarray(terms["step_seconds"]), model_flops=np.asarray(terms["model_flops"]),
                 terms=terms, peak_flops=inputs["peak_flops"])
 
 
-def _reference_inputs(model, cluster, precision, engine) -> dict:
-    plan = ParallelPlan(world_size=cluster.world_size, engine=engine, precision=precision)
-    return T.time_inputs(model, cluster, plan)
-
-
-def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision) -> ParallelPlan:
+def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision,
+             lora: tuple = (0, LORA_TARGETS), stack=None) -> ParallelPlan:
     return ParallelPlan(
         world_size=cluster.world_size, engine=_ENGINE_BY_CODE[int(table["engine"][i])],
         tensor_parallel=int(table["tp"][i]), pipeline_parallel=int(table["pp"][i]),
@@ -361,15 +354,17 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         offload_optimizer="cpu" if table["off_opt"][i] else "none",
         offload_params="cpu" if table["off_par"][i] else "none",
         distributed_optimizer=bool(table["dist_opt"][i]), recompute=_RECOMPUTE_BY_CODE[int(table["recompute"][i])],
-        micro_batch_size=int(table["mbs"][i]), global_batch_size=global_batch_size, precision=precision)
+        micro_batch_size=int(table["mbs"][i]), global_batch_size=global_batch_size, precision=precision,
+        lora_rank=lora[0], lora_targets=lora[1], **(stack or {}))
 
 
-def _result_at(table, ev, i, model, cluster, gbs, precision) -> PlanResult:
-    plan = _plan_at(table, i, cluster, gbs, precision)
+def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
+    plan = _plan_at(table, i, cluster, gbs, precision, lora, stack)
     step = float(ev["step_seconds"][i])
     model_tflops = float(ev["model_flops"][i]) / step / cluster.world_size / 1e12
     stage = int(ev["peak_stage"][i])
-    mt = M.stage_terms(model, stage=stage, **M.plan_codes(plan, model))
+    row = {k: (v[i] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in ev["memory_codes"].items()}
+    mt = M.stage_terms(model, stage=stage, **row)  # the evaluated row's codes: no second encoding
     return PlanResult(
         plan=plan, peak_bytes=int(round(float(ev["peak_bytes"][i]))), peak_stage=stage,
         capacity_bytes=cluster.gpu.memory_bytes, host_bytes_per_node=int(round(float(ev["host_bytes_per_node"][i]))),
@@ -388,8 +383,16 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            zero_stages: Sequence[int] = (0, 1, 2, 3), offload: bool = True,
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
            allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
-           all_stages: bool = False) -> PlanSearch:
+           all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
+           overlap_comm=None, profile=None) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
+
+    ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
+    datasheet numbers for every plan, exactly as ``estimate`` applies it.
+
+    ``lora_rank`` > 0 searches LoRA fine-tunes (adapters on ``lora_targets``, base weights frozen): DeepSpeed
+    engines only. ``adam`` and ``overlap_comm`` describe the stack every candidate runs (:class:`ParallelPlan`
+    fields); the attention kernel is the model's (:attr:`ModelSpec.attention`).
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -406,26 +409,56 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     if not engines:
         raise ValueError("engines is empty: give at least one of deepspeed, megatron, megatron-deepspeed")
     precision = Precision.parse(precision, "precision")
+    stack = dict(adam=AdamImpl.parse(adam, "adam"),
+                 overlap_comm=None if overlap_comm is None else check_bool("overlap_comm", overlap_comm))
     if precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
     if seq_length is not None and seq_length != model.seq_length:
         model = model.replace(seq_length=seq_length)
+    probe = ParallelPlan(world_size=cluster.world_size, lora_rank=lora_rank, lora_targets=lora_targets)
+    lora = (probe.lora_rank, probe.lora_targets)
+    if model.implementation is Implementation.TRANSFORMERS:  # DeepSpeed ZeRO data parallel only
+        engines = [e for e in engines if Engine.parse(e, "engines") is Engine.DEEPSPEED]
+        if not engines:
+            raise ValueError(f"{model.name} is a Hugging Face model: it trains under engine 'deepspeed' (ZeRO data "
+                             f"parallel); engines lists none")
+    if lora[0]:
+        engines = [e for e in engines if Engine.parse(e, "engines") is not Engine.MEGATRON]
+        if not engines:
+            raise ValueError(f"lora_rank={lora[0]} needs a DeepSpeed engine; engines lists only megatron")
     table = enumerate_candidates(model, cluster, global_batch_size, engines=engines, zero_stages=zero_stages,
                                  offload=offload, recompute=recompute, allow_cross_node_tp=allow_cross_node_tp,
                                  max_context_parallel=max_context_parallel)
     count = len(table["tp"])
     if count == 0:
         raise ValueError(_no_valid_plan_message(model, cluster, global_batch_size))
-    ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages)
+    from workbench.calibrate.profile import no_profile_record, resolve_profile
+
+    profile = resolve_profile(profile)
+    # applied() refuses a profile measured on another GPU, naming both
+    profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record()
+    ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
+                  **stack)
     capacity = cluster.gpu.memory_bytes
     limit = (1.0 - headroom) * capacity
     host_cap = cluster.host_memory_gib_per_node * GiB
-    fits_gpu = ev["peak_bytes"] <= limit
+    # the upper side of each engine's held-out error band (workbench.memory.error_band) must fit too
+    band_high = np.zeros(len(table["engine"]))
+    for engine, code in ENGINE_CODES.items():
+        band = M.error_band(engine, "device")
+        if band is not None:
+            band_high = np.where(table["engine"] == code, band[1], band_high)
+    fits_gpu = ev["peak_bytes"] * (1.0 + band_high) <= limit
     fits_host = ev["host_bytes_per_node"] <= host_cap
     feasible = np.flatnonzero(fits_gpu & fits_host)
     if not len(feasible):
-        raise ValueError(_nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
-                                               fits_gpu, engines, offload))
+        message = _nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
+                                        fits_gpu, engines, offload)
+        if not lora[0]:
+            message += _lora_alternative(model, cluster, global_batch_size=global_batch_size, headroom=headroom,
+                                         engines=engines, zero_stages=zero_stages, offload=offload,
+                                         recompute=recompute, precision=precision, profile=profile)
+        raise ValueError(message)
     step = ev["step_seconds"][feasible]
     peak = ev["peak_bytes"][feasible]
     order = feasible[np.lexsort((peak, step))]
@@ -436,8 +469,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     front[1:] = peaks_in_order[1:] < running_min[:-1]
     pareto_idx = order[front]
     gbs = int(global_batch_size)
-    ranked = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision) for i in order[:top])
-    pareto = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision) for i in pareto_idx)
+    ranked = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision, lora, stack) for i in order[:top])
+    pareto = tuple(_result_at(table, ev, int(i), model, cluster, gbs, precision, lora, stack) for i in pareto_idx)
     runner_up = ranked[1] if len(ranked) > 1 else None
     explanation = explain(ranked[0], runner_up, model=model, cluster=cluster)
     # the runner-up often differs only in a detail; also compare with the best plan of another layout
@@ -447,12 +480,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     for k in layout_keys:
         other |= table[k][order] != table[k][w]
     if other.any() and (runner_up is None or all(table[k][int(order[1])] == table[k][w] for k in layout_keys)):
-        alt = _result_at(table, ev, int(order[np.argmax(other)]), model, cluster, gbs, precision)
+        alt = _result_at(table, ev, int(order[np.argmax(other)]), model, cluster, gbs, precision, lora, stack)
         explanation += "\n" + explain(ranked[0], alt, model=model, cluster=cluster, label="Best other layout",
                                        head=False)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
                       pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
-                      elapsed_seconds=_time.perf_counter() - start)
+                      elapsed_seconds=_time.perf_counter() - start, profile=profile_record)
 
 
 def _no_valid_plan_message(model, cluster, gbs) -> str:
@@ -468,12 +501,32 @@ def _largest_model_parallel(model, cluster) -> int:
     best = 1
     g = int(np.gcd(np.gcd(model.num_attention_heads, model.num_query_groups), model.ffn_hidden_size))
     for t in _divisors(g):
-        if t > cluster.gpus_per_node:
+        if group_crosses_nodes(1, t, cluster.gpus_per_node):
             continue
         for p in _divisors(model.num_layers):
             if W % (t * p) == 0:
                 best = max(best, t * p)
     return best
+
+
+LORA_SUGGESTED_RANK = 16
+"""The LoRA rank the planner tries when a full fine-tune fits nowhere (a common default; Hu et al. 2021 find small
+ranks enough)."""
+
+
+def _lora_alternative(model, cluster, **kwargs) -> str:
+    """'; LoRA r=16 fits: …' when a LoRA fine-tune of every projection fits where the full fine-tune does not."""
+    engines = [e for e in kwargs.pop("engines") if Engine.parse(e, "engine") is not Engine.MEGATRON]
+    if not engines:
+        return ""
+    try:
+        found = search(model, cluster, engines=engines, lora_rank=LORA_SUGGESTED_RANK, top=1, **kwargs)
+    except ValueError:
+        return f"; LoRA r={LORA_SUGGESTED_RANK} on every projection does not fit either"
+    best = found.best
+    return (f". The full fine-tune does not fit on {cluster.world_size} x {cluster.gpu.name}; LoRA "
+            f"r={LORA_SUGGESTED_RANK} does, with {describe_plan(best.plan)} ({best.peak_bytes / GiB:.1f} GiB per GPU, "
+            f"{best.step_seconds:.2f} s/step; --lora-rank {LORA_SUGGESTED_RANK})")
 
 
 def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, fits_gpu, engines, offload) -> str:
@@ -513,7 +566,7 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
     """Why ``term`` differs between plan ``a`` (the slower) and ``b``, from the plans' settings."""
     n = cluster.gpus_per_node
     if term == "tp_comm":
-        if a.tensor_parallel > n or n % a.tensor_parallel:
+        if group_crosses_nodes(1, a.tensor_parallel, n):
             return f"TP={a.tensor_parallel} crosses nodes"
         if a.tensor_parallel != b.tensor_parallel:
             return f"TP={a.tensor_parallel} vs TP={b.tensor_parallel}"

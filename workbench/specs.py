@@ -14,6 +14,7 @@ import difflib
 import enum
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -106,10 +107,60 @@ class Positions(_StrEnum):
 
 
 class AttentionImpl(_StrEnum):
-    """``unfused`` materialises the s×s score matrix (megatron-core's local layer spec); ``flash`` does not."""
+    """The attention kernel the training stack runs, named after what users set:
+
+    * ``unfused`` — softmax in torch over the materialised s×s scores, in fp32 (megatron-core's local layer spec
+      without Transformer Engine, Megatron ``--attention-backend unfused`` without ``--masked-softmax-fusion``,
+      Hugging Face ``attn_implementation="eager"``);
+    * ``fused-softmax`` — Megatron-LM's fused scale-mask-softmax CUDA kernel (``--masked-softmax-fusion``, on by
+      default in Megatron-LM): the s×s scores still exist but the softmax is one 16-bit kernel;
+    * ``flash`` — FlashAttention: Transformer Engine's fused attention (``--attention-backend flash|fused|auto``,
+      ``--use-flash-attn``), PyTorch SDPA (Hugging Face ``"sdpa"``/``"flash_attention_2"``); no s×s tensor.
+
+    Old spellings are still accepted: ``fused``/``fused_softmax`` (= ``fused-softmax``), ``sdpa``/``te``
+    (= ``flash``), ``eager``/``local`` (= ``unfused``)."""
 
     UNFUSED = "unfused"
+    FUSED_SOFTMAX = "fused-softmax"
     FLASH = "flash"
+
+    @classmethod
+    def parse(cls, value, field_name: str):
+        if isinstance(value, str):
+            value = _ATTENTION_ALIASES.get(value.strip().lower(), value)
+        return super().parse(value, field_name)
+
+    @property
+    def materialises_scores(self) -> bool:
+        """Whether the s×s score matrix exists (unfused and fused-softmax)."""
+        return self is not AttentionImpl.FLASH
+
+
+_ATTENTION_ALIASES = {"fused": "fused-softmax", "fused_softmax": "fused-softmax", "softmax-fusion": "fused-softmax",
+                      "sdpa": "flash", "te": "flash", "flash_attention_2": "flash", "flash-attn": "flash",
+                      "eager": "unfused", "local": "unfused"}
+
+
+class AdamImpl(_StrEnum):
+    """The optimizer kernel on the GPU: ``fused`` — a fused multi-tensor Adam (Apex/Transformer Engine ``FusedAdam``
+    under Megatron-LM, DeepSpeed's ``FusedAdam`` op, ``torch.optim.AdamW(fused=True)``); ``torch`` —
+    ``torch.optim.AdamW`` with its default foreach implementation (megatron-core without Apex/TE, DeepSpeed
+    ``"torch_adam": true``). With optimizer offload DeepSpeed runs its CPU Adam whatever this says."""
+
+    FUSED = "fused"
+    TORCH = "torch"
+
+
+class Implementation(_StrEnum):
+    """Which code builds the model: megatron-core's ``GPTModel`` or a Hugging Face ``transformers`` causal LM."""
+
+    MEGATRON = "megatron"
+    TRANSFORMERS = "transformers"
+
+
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+"""Projections a LoRA adapter can sit on: query, key, value, attention output, and the MLP's gate, up (fc1) and
+down (fc2) projections (peft's ``q_proj`` … ``down_proj``; ``gate`` exists only in gated MLPs)."""
 
 
 # Upper bounds far beyond any real transformer or cluster. They keep every product the memory and time models
@@ -118,7 +169,7 @@ MAX_COUNT = {
     "num_layers": 10_000, "hidden_size": 2**20, "num_attention_heads": 2**16, "num_query_groups": 2**16,
     "head_dim": 2**16, "ffn_hidden_size": 2**22, "moe_ffn_hidden_size": 2**22, "vocab_size": 2**24,
     "seq_length": 2**26, "num_experts": 2**14, "moe_top_k": 2**14, "shared_expert_ffn_hidden_size": 2**22,
-    "max_position_embeddings": 2**26,
+    "max_position_embeddings": 2**26, "lora_rank": 2**16,
     "gpus_per_node": 1024, "num_nodes": 2**24,
     "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
     "context_parallel": 2**16, "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
@@ -228,7 +279,10 @@ class ModelSpec:
     position_embedding: Positions = Positions.LEARNED
     """Learned absolute position table (s·h parameters) or rotary (no parameters)."""
     attention: AttentionImpl = AttentionImpl.UNFUSED
-    """Attention kernel; unfused keeps the s×s scores, softmax and dropout mask in memory."""
+    """Attention kernel of the training stack (:class:`AttentionImpl`: ``unfused``, ``fused-softmax``, ``flash``).
+    It lives on the model because the code that builds the model picks it (megatron-core's layer spec, Hugging
+    Face's ``attn_implementation``); catalog presets say how those models are trained, ``--attention`` overrides.
+    unfused keeps the s×s scores in fp32 and 16 bits, fused-softmax in 16 bits, flash keeps none."""
     hidden_dropout: float = 0.1
     """Dropout after attention and MLP (megatron-core default 0.1); when > 0 its 1-byte masks are kept."""
     attention_dropout: float = 0.1
@@ -253,16 +307,21 @@ class ModelSpec:
     max_position_embeddings: Optional[int] = None
     """Rows of the learned position table (GPT-2's ``n_positions``); ``None`` means seq_length. Only used with
     learned positions, where seq_length may not exceed it."""
+    implementation: Implementation = Implementation.MEGATRON
+    """The code that builds and runs the model: ``megatron`` (megatron-core GPTModel: vocabulary padded to 128·t,
+    vocab-parallel cross entropy) or ``transformers`` (a Hugging Face model: exact vocabulary, the logits up-cast to
+    fp32 for ``ForCausalLMLoss``, eager attention keeping fp32 softmax and 16-bit probabilities)."""
 
     def __post_init__(self) -> None:
         for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
-                               ("position_embedding", Positions), ("attention", AttentionImpl)):
+                               ("position_embedding", Positions), ("attention", AttentionImpl),
+                               ("implementation", Implementation)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         check_str("name", self.name)
         _positive_int(self, "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
         for name in ("hidden_dropout", "attention_dropout"):
             _set(self, name, check_float(name, getattr(self, name), strict=False, below=1.0))
-        for name in ("add_bias_linear", "tied_embeddings"):
+        for name in ("add_bias_linear", "tied_embeddings", "qk_norm", "sandwich_norm"):
             _set(self, name, check_bool(name, getattr(self, name)))
         if self.num_query_groups is None:
             _set(self, "num_query_groups", self.num_attention_heads)
@@ -284,8 +343,8 @@ class ModelSpec:
                 ffn = 4 * self.hidden_size
             _set(self, "ffn_hidden_size", ffn)
         _positive_int(self, "ffn_hidden_size")
-        if self.qkv_bias is None:
-            _set(self, "qkv_bias", bool(self.add_bias_linear))
+        _set(self, "qkv_bias", bool(self.add_bias_linear) if self.qkv_bias is None
+             else check_bool("qkv_bias", self.qkv_bias))
         if self.max_position_embeddings is not None:
             _positive_int(self, "max_position_embeddings")
             if self.position_embedding is Positions.LEARNED and self.seq_length > self.max_position_embeddings:
@@ -545,20 +604,42 @@ class ParallelPlan:
     """Sequences per optimizer step over the whole job; ``None`` means micro_batch_size × data_parallel."""
     precision: Precision = Precision.BF16
     """Training precision."""
-    fused_kernels: bool = True
-    """Whether the engine's fused kernels are available and used (default ``True``, what a Megatron-LM or DeepSpeed
-    installation with its compiled ops runs): Megatron's fused scale-mask-softmax (``--masked-softmax-fusion``,
-    Megatron-LM's default; needs its CUDA kernels) and a fused multi-tensor Adam (Apex/Transformer Engine
-    ``FusedAdam`` for Megatron, DeepSpeed's ``FusedAdam`` op). ``False``: megatron-core's local layer spec without
-    Apex/Transformer Engine — the unfused torch softmax and ``torch.optim.AdamW`` (foreach) — and, for DeepSpeed,
-    torch's Adam (``"torch_adam": true``), as ``workbench.runs.launch`` trains by default. A megatron-core model under
-    DeepSpeed keeps an unfused softmax either way (``TransformerConfig.masked_softmax_fusion`` defaults to off)."""
+    lora_rank: int = 0
+    """LoRA adapters of this rank on ``lora_targets`` with every base weight frozen (0: full fine-tune). Frozen
+    weights stay in 16 bits without gradients or optimizer states; ZeRO-3 still partitions them, ZeRO-1/2 only
+    partition what trains (DeepSpeed builds its flat groups from ``requires_grad`` parameters)."""
+    lora_targets: tuple = LORA_TARGETS
+    """Projections carrying adapters (a subset of :data:`LORA_TARGETS`; default all of them, peft's
+    ``"all-linear"``)."""
+    lora_dropout: float = 0.0
+    """peft's ``lora_dropout`` (default 0): above 0 every adapter keeps a dropped copy of its input and the mask."""
+    adam: AdamImpl = AdamImpl.FUSED
+    """GPU optimizer kernel: ``fused`` (Apex/TE or DeepSpeed ``FusedAdam``) or ``torch`` (``torch.optim.AdamW``,
+    foreach; what megatron-core without Apex/TE and ``workbench.runs.launch`` train with). CPU Adam follows from
+    ``offload_optimizer``."""
+    overlap_comm: Optional[bool] = None
+    """Gradient reduction overlapped with backward: DeepSpeed ``zero_optimization.overlap_comm``, Megatron
+    ``--overlap-grad-reduce`` (megatron-core ``DistributedDataParallelConfig.overlap_grad_reduce``). ``None``: the
+    engine's default as the workbench configures it, :func:`default_overlap_comm` (on for DeepSpeed, off for
+    Megatron)."""
+    fused_kernels: Optional[bool] = None
+    """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
+    ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
 
     def __post_init__(self) -> None:
-        for name in ("sequence_parallel", "distributed_optimizer", "fused_kernels"):
+        if self.fused_kernels is not None:
+            fused = check_bool("fused_kernels", self.fused_kernels)
+            warnings.warn("ParallelPlan(fused_kernels=...) is deprecated: use adam='fused'|'torch' (and "
+                          "ModelSpec.attention='unfused'|'fused-softmax'|'flash' for the softmax)",
+                          DeprecationWarning, stacklevel=3)
+            _set(self, "adam", AdamImpl.FUSED if fused else AdamImpl.TORCH)
+            _set(self, "fused_kernels", None)
+        for name in ("sequence_parallel", "distributed_optimizer"):
             _set(self, name, check_bool(name, getattr(self, name)))
+        if self.overlap_comm is not None:
+            _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
-                               ("offload_optimizer", Offload), ("offload_params", Offload)):
+                               ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
                 or not 0 <= int(self.zero_stage) <= 3):
@@ -590,7 +671,36 @@ class ParallelPlan:
             if self.recompute is not Recompute.FULL:
                 raise ValueError(f"recompute_layers={self.recompute_layers} needs recompute='full' "
                                  f"(got recompute='{self.recompute}')")
+        self._check_lora()
         self._check_engine()
+
+    def _check_lora(self) -> None:
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, numbers.Integral) \
+                or not 0 <= self.lora_rank <= MAX_COUNT["lora_rank"]:
+            raise ValueError(f"lora_rank={self.lora_rank!r} must be an integer in [0, {MAX_COUNT['lora_rank']}] "
+                             f"(0: full fine-tune)")
+        _set(self, "lora_rank", int(self.lora_rank))
+        targets = self.lora_targets
+        if isinstance(targets, str):
+            targets = [t for t in targets.replace(",", " ").split() if t]
+        try:
+            targets = tuple(dict.fromkeys(str(t).lower() for t in targets))
+        except TypeError:
+            raise ValueError(f"lora_targets={self.lora_targets!r} must be a list of {', '.join(LORA_TARGETS)}") \
+                from None
+        unknown = [t for t in targets if t not in LORA_TARGETS]
+        if unknown or not targets:
+            raise ValueError(f"lora_targets={list(targets)!r}: {unknown[0] if unknown else 'empty'} is not one of "
+                             f"{', '.join(LORA_TARGETS)}")
+        _set(self, "lora_targets", tuple(t for t in LORA_TARGETS if t in targets))
+        _set(self, "lora_dropout", check_float("lora_dropout", self.lora_dropout, strict=False, below=1.0))
+        if self.lora_rank and self.engine is Engine.MEGATRON:
+            raise ValueError(f"lora_rank={self.lora_rank} needs engine 'deepspeed' (LoRA is modelled for DeepSpeed "
+                             f"and Hugging Face models; got engine='megatron')")
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank > 0
 
     def _check_engine(self) -> None:
         e = self.engine
@@ -610,7 +720,8 @@ class ParallelPlan:
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
         if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
             raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
-                             f"{self.pipeline_parallel}: DeepSpeed's pipeline engine supports ZeRO-0/1 only")
+                             f"{self.pipeline_parallel}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism "
+                             f"(DeepSpeed's PipelineEngine asserts it); use zero_stage 0 or 1")
         if self.offload_params is not Offload.NONE and self.zero_stage != ZeroStage.PARAMETERS:
             raise ValueError(f"offload_params='{self.offload_params}' needs zero_stage=3 "
                              f"(got zero_stage={int(self.zero_stage)})")
@@ -635,8 +746,21 @@ class ParallelPlan:
         """Micro-batches per step per pipeline (= gradient accumulation steps)."""
         return self.gradient_accumulation_steps
 
+    @property
+    def overlaps_comm(self) -> bool:
+        """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`)."""
+        return default_overlap_comm(self.engine) if self.overlap_comm is None else self.overlap_comm
+
     def replace(self, **changes) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)
+
+
+def default_overlap_comm(engine: Engine) -> bool:
+    """Whether gradient reduction overlaps backward unless told: DeepSpeed on, as the workbench's ds_config export
+    writes it (``overlap_comm: true``; DeepSpeed's own default is on for ZeRO-3 only, so an imported ds_config
+    without the key says so explicitly); Megatron off, as megatron-core's ``DistributedDataParallelConfig`` and
+    Megatron-LM's ``--overlap-grad-reduce`` default."""
+    return Engine.parse(engine, "engine") is not Engine.MEGATRON
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -649,6 +773,12 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     if plan.world_size != cluster.world_size:
         raise ValueError(f"plan world_size={plan.world_size} != cluster gpus_per_node({cluster.gpus_per_node}) * "
                          f"num_nodes({cluster.num_nodes}) = {cluster.world_size}")
+    if model.implementation is Implementation.TRANSFORMERS and model.attention is AttentionImpl.FUSED_SOFTMAX:
+        raise ValueError(f"{model.name}: attention='fused-softmax' is Megatron's kernel; a Hugging Face model runs "
+                         f"'unfused' (attn_implementation eager) or 'flash' (sdpa, flash_attention_2)")
+    if model.implementation is Implementation.TRANSFORMERS and (plan.engine is not Engine.DEEPSPEED or p > 1):
+        raise ValueError(f"{model.name}: a Hugging Face model trains under DeepSpeed ZeRO data parallel (engine="
+                         f"'deepspeed', pipeline_parallel=1); got engine='{plan.engine}', pipeline_parallel={p}")
     if model.num_attention_heads % t:
         raise ValueError(f"tensor_parallel={t} does not divide num_attention_heads={model.num_attention_heads}")
     if model.num_query_groups % t:

@@ -1,8 +1,11 @@
 """Time model: seconds per term for one optimizer step, and what they add up to.
 
 Everything is a pure function of plain numbers that works on Python scalars and numpy arrays alike;
-:func:`step_time_terms` is the array-level core (the planner calls it with arrays of thousands of plans) and
-:func:`estimate_time` turns the three specs into its inputs and wraps the answer in a :class:`TimeEstimate`.
+:func:`step_time_terms` is the array-level core (the planner calls it with arrays of thousands of plans), split by
+concern into :func:`compute_terms`, :func:`communication_terms`, :func:`optimizer_terms` and :func:`pipeline_terms`
+over one :class:`StepInputs`; :func:`workbench.encode.time_inputs` builds those inputs from plans (one or many) and
+:func:`time_estimate_from` wraps one plan's answer in a :class:`TimeEstimate` that keeps the per-layer and
+per-micro-batch seconds and the links alongside the totals.
 
 Terms (seconds per step on the slowest pipeline stage; each function's docstring has its formula and source):
 
@@ -19,20 +22,19 @@ Terms (seconds per step on the slowest pipeline stage; each function's docstring
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-import math
 from dataclasses import dataclass, field
 from importlib import resources
 
 import numpy as np
 
-from workbench.flops import (RECOMPUTE_CODES, attention_core_flops_per_token, layer_gemm_flops_per_token,
-                             logits_flops_per_token, model_flops_per_step, recompute_flops_per_step)
-from workbench.params import padded_vocab_size
+from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_per_token, logits_flops_per_token,
+                             model_flops_per_step, recompute_flops_per_step)
+from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
 from workbench.schedule import bubble_fraction
-from workbench.specs import (AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision,
-                             Recompute, validate)
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "offload", "optimizer", "bubble")
 """Breakdown keys, in drawing order. All are exposed seconds per optimizer step."""
@@ -195,18 +197,6 @@ def p2p_seconds(nbytes, *, gb_per_s, latency_s):
     return latency_s + nbytes / (gb_per_s * 1e9)
 
 
-def link_gb_per_s(span_ranks, gpus_per_node, *, intra_node_gb_per_s, inter_node_gb_per_s):
-    """Bandwidth of a group whose ranks lie ``span_ranks`` consecutive ranks apart: the inter-node link when that
-    span does not fit in one node (or does not tile it), else NVLink/the intra-node link."""
-    crosses = (span_ranks > gpus_per_node) | (gpus_per_node % np.minimum(span_ranks, gpus_per_node) != 0)
-    return np.where(crosses, inter_node_gb_per_s, intra_node_gb_per_s)
-
-
-def link_latency_s(span_ranks, gpus_per_node, *, intra_node_latency_s, inter_node_latency_s):
-    crosses = (span_ranks > gpus_per_node) | (gpus_per_node % np.minimum(span_ranks, gpus_per_node) != 0)
-    return np.where(crosses, inter_node_latency_s, intra_node_latency_s)
-
-
 def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
     """Communication left on the critical path: max(0, comm − compute it can hide behind) when overlapped,
     all of it otherwise."""
@@ -216,309 +206,350 @@ def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
 # ---------------------------------------------------------------------------------------------------------------
 # The array-level core
 # ---------------------------------------------------------------------------------------------------------------
-def step_time_terms(*, num_layers, hidden_size, num_attention_heads, head_dim, query_projection_size,
-                    kv_projection_size, ffn_hidden_size, gated, experts_per_token, num_experts, seq_length,
-                    vocab_size, causal_attention, unfused_attention, softmax_fusion, attention_dropout, num_parameters, parameters_per_layer,
-                    tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel,
-                    micro_batch_size, num_microbatches, sequence_parallel, zero_stage, offload_optimizer,
-                    offload_params, distributed_optimizer, recompute, recompute_fraction, bytes_per_value,
-                    grad_bucket_elements, grad_reduce_bytes_per_value, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node,
-                    intra_node_gb_per_s, inter_node_gb_per_s, host_link_gb_per_s, intra_node_latency_s,
-                    inter_node_latency_s, gemm_efficiency_max, gemm_half_dim, memory_passes, hbm_efficiency,
-                    layer_pass_overhead_s,
-                    cpu_adam_params_per_second_per_node, optimizer_bytes_per_parameter,
-                    deepspeed_step_bytes_per_parameter, zero3_modules_per_layer, zero3_fetch_latency_s,
-                    zero3_reduce_latency_s, zero3_collective_call_s):
-    """Seconds per optimizer step by term, for plain numbers or numpy arrays (broadcast together).
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepInputs:
+    """The plain numbers :func:`step_time_terms` prices, each a scalar or a numpy array (broadcast together).
 
     Codes: ``recompute`` 0 none / 1 selective / 2 full (``recompute_fraction`` of layers for full); ``zero_stage``
     0-3; flags (``gated``, ``sequence_parallel``, ``offload_*``, ``distributed_optimizer``, ``causal_attention``,
     ``unfused_attention``, ``overlap_comm``, ``softmax_fusion``) 0/1; ``attention_dropout`` is the probability
-    (only > 0 matters). Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at
-    ``hbm_efficiency`` × HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer moves
+    (only > 0 matters). ``vocab_size`` is the padded vocabulary; ``ffn_hidden_size`` is the expert width for MoE
+    (``experts_per_token`` = top-k, ``num_experts`` = E; 1 and 1 for dense). :func:`workbench.encode.time_inputs`
+    builds them from plans."""
+
+    # model
+    num_layers: object
+    hidden_size: object
+    num_attention_heads: object
+    head_dim: object
+    query_projection_size: object
+    kv_projection_size: object
+    ffn_hidden_size: object
+    gated: object
+    experts_per_token: object
+    num_experts: object
+    seq_length: object
+    vocab_size: object
+    causal_attention: object
+    unfused_attention: object
+    softmax_fusion: object
+    attention_dropout: object
+    num_parameters: object
+    parameters_per_layer: object
+    # plan
+    tensor_parallel: object
+    pipeline_parallel: object
+    virtual_pipeline: object
+    context_parallel: object
+    data_parallel: object
+    micro_batch_size: object
+    num_microbatches: object
+    sequence_parallel: object
+    zero_stage: object
+    offload_optimizer: object
+    offload_params: object
+    distributed_optimizer: object
+    recompute: object
+    recompute_fraction: object
+    bytes_per_value: object
+    grad_bucket_elements: object
+    grad_reduce_bytes_per_value: object
+    overlap_comm: object
+    # hardware and calibration
+    peak_flops: object
+    hbm_gb_per_s: object
+    gpus_per_node: object
+    intra_node_gb_per_s: object
+    inter_node_gb_per_s: object
+    host_link_gb_per_s: object
+    intra_node_latency_s: object
+    inter_node_latency_s: object
+    gemm_efficiency_max: object
+    gemm_half_dim: object
+    memory_passes: object
+    hbm_efficiency: object
+    layer_pass_overhead_s: object
+    cpu_adam_params_per_second_per_node: object
+    optimizer_bytes_per_parameter: object
+    deepspeed_step_bytes_per_parameter: object
+    zero3_modules_per_layer: object
+    zero3_fetch_latency_s: object
+    zero3_reduce_latency_s: object
+    zero3_collective_call_s: object
+    trainable_fraction: object = 1.0
+    """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    zero3_hbm_bytes_per_parameter: object = 0.0
+    """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
+    gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
+
+
+_STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
+
+
+def step_time_terms(**inputs):
+    """Seconds per optimizer step by term, for plain numbers or numpy arrays (broadcast together); the keyword
+    arguments are the fields of :class:`StepInputs`.
+
+    Four concerns, each its own function: :func:`compute_terms` (layer forward/backward, logits and loss, the
+    recomputed forward), :func:`communication_terms` (tensor-, context-, pipeline- and data-parallel collectives on
+    the link each group uses), :func:`optimizer_terms` (GPU optimizer step, ZeRO-Offload) and :func:`pipeline_terms`
+    (forward/backward of one micro-batch on the slowest stage, the bubble).
+
+    Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at ``hbm_efficiency`` ×
+    HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer moves
     ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter; every layer
     forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of its kernels; ZeRO-3 adds
-    per-module hook and collective-call latencies (``zero3_*``, fitted on H200 runs, catalog ``deepspeed``). ``vocab_size`` is the padded vocabulary. ``ffn_hidden_size`` is
-    the expert width for MoE (``experts_per_token`` = top-k, ``num_experts`` = E; 1 and 1 for dense).
+    per-module hook and collective-call latencies (``zero3_*``, fitted on H200 runs, catalog ``deepspeed``).
 
     Returns a dict with every key of :data:`TERMS`, ``step_seconds``, ``model_flops``, ``hardware_flops`` (whole job
-    per step) and ``gemm_efficiency`` (the FLOP-weighted efficiency of the layer GEMMs).
+    per step), ``gemm_efficiency`` (the FLOP-weighted efficiency of the layer GEMMs), the per-layer
+    ``layer_forward_seconds`` / ``layer_backward_seconds``, the slowest stage's ``microbatch_forward_seconds`` /
+    ``microbatch_backward_seconds`` (their sum times the bubble fraction is the bubble) and, per collective group
+    (``tp``, ``cp``, ``pp``, ``dp``), ``{group}_crosses_nodes`` and the ``{group}_gb_per_s`` and
+    ``{group}_latency_s`` of the link it used.
     """
-    args = {k: np.asarray(val, dtype=np.float64) for k, val in locals().items()}  # int arrays would overflow
-    (num_layers, hidden_size, num_attention_heads, head_dim, query_projection_size, kv_projection_size,
-     ffn_hidden_size, gated, experts_per_token, num_experts, seq_length, vocab_size, causal_attention,
-     unfused_attention, softmax_fusion, attention_dropout, num_parameters, parameters_per_layer, tensor_parallel, pipeline_parallel, virtual_pipeline,
-     context_parallel, data_parallel, micro_batch_size, num_microbatches, sequence_parallel, zero_stage,
-     offload_optimizer, offload_params, distributed_optimizer, recompute, recompute_fraction, bytes_per_value,
-     grad_bucket_elements, grad_reduce_bytes_per_value, overlap_comm, peak_flops, hbm_gb_per_s, gpus_per_node, intra_node_gb_per_s,
-     inter_node_gb_per_s, host_link_gb_per_s, intra_node_latency_s, inter_node_latency_s, gemm_efficiency_max,
-     gemm_half_dim, memory_passes, hbm_efficiency, layer_pass_overhead_s, cpu_adam_params_per_second_per_node,
-     optimizer_bytes_per_parameter, deepspeed_step_bytes_per_parameter, zero3_modules_per_layer,
-     zero3_fetch_latency_s, zero3_reduce_latency_s, zero3_collective_call_s) = (args[k] for k in _STEP_ARGS)
-    t, p, v, c, d = tensor_parallel, pipeline_parallel, virtual_pipeline, context_parallel, data_parallel
-    b, m, L, h = micro_batch_size, num_microbatches, num_layers, hidden_size
-    q, kv, f, s = query_projection_size, kv_projection_size, ffn_hidden_size, seq_length
-    sp = np.asarray(sequence_parallel) > 0
-    recompute = np.asarray(recompute)
-    full = (recompute == 2).astype(float)
-    selective = (recompute == 1).astype(float)
-    tokens = b * s / c  # tokens one GPU processes per micro-batch
-    layers = L / p  # layers per pipeline stage
-    gemm = dict(peak_flops=peak_flops, efficiency_max=gemm_efficiency_max, half_dim=gemm_half_dim)
+    x = StepInputs(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()})  # int arrays would overflow
+    comp = compute_terms(x)
+    comm = communication_terms(x, comp)
+    opt = optimizer_terms(x)
+    pipe = pipeline_terms(x, comp, comm)
+    step = (comp["compute"] + comp["recompute"] + comm["tp_comm"] + comm["cp_comm"] + comm["pp_comm"]
+            + comm["dp_comm"] + opt["offload"] + opt["optimizer"] + pipe["bubble"])
+    return {**comp, **comm, **opt, **pipe, "step_seconds": step, **_flops(x, comp)}
 
-    # -- compute: one layer's forward on one GPU -------------------------------------------------------------
-    expert_tokens = tokens * experts_per_token / num_experts  # rows of each expert GEMM
-    fc1_width = f * (1 + np.asarray(gated, dtype=float))
+
+def _shape(x: StepInputs) -> dict:
+    """Per-GPU shape quantities every concern uses."""
+    recompute = x.recompute
+    return dict(tokens=x.micro_batch_size * x.seq_length / x.context_parallel,  # tokens per GPU per micro-batch
+                layers=x.num_layers / x.pipeline_parallel,  # layers per pipeline stage
+                full=(recompute == 2).astype(float), selective=(recompute == 1).astype(float),
+                sp=x.sequence_parallel > 0, hbm_bytes_per_s=x.hbm_gb_per_s * 1e9 * x.hbm_efficiency,
+                fc1_width=x.ffn_hidden_size * (1 + x.gated))
+
+
+def compute_terms(x: StepInputs) -> dict:
+    """``compute`` and ``recompute`` seconds per step on the slowest (last) stage, with the pieces they are made
+    of: one layer's forward and backward, the core-attention time, the logits GEMM and the loss."""
+    g = _shape(x)
+    t, m, h, s = x.tensor_parallel, x.num_microbatches, x.hidden_size, x.seq_length
+    q, kv, f, c = x.query_projection_size, x.kv_projection_size, x.ffn_hidden_size, x.context_parallel
+    tokens, layers, fc1_width = g["tokens"], g["layers"], g["fc1_width"]
+    gemm = dict(peak_flops=x.peak_flops, efficiency_max=x.gemm_efficiency_max, half_dim=x.gemm_half_dim)
+
+    # one layer's forward on one GPU
+    expert_tokens = tokens * x.experts_per_token / x.num_experts  # rows of each expert GEMM
     t_qkv = gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm)
     t_proj = gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm)
-    t_fc1 = gemm_seconds(2 * tokens * experts_per_token * h * fc1_width / t, expert_tokens, fc1_width / t, h, **gemm)
-    t_fc2 = gemm_seconds(2 * tokens * experts_per_token * f * h / t, expert_tokens, h, f / t, **gemm)
+    t_fc1 = gemm_seconds(2 * tokens * x.experts_per_token * h * fc1_width / t, expert_tokens, fc1_width / t, h,
+                         **gemm)
+    t_fc2 = gemm_seconds(2 * tokens * x.experts_per_token * f * h / t, expert_tokens, h, f / t, **gemm)
     core_flops = tokens * attention_core_flops_per_token(seq_length=s, query_projection_size=q,
-                                                         causal=causal_attention) / t
-    t_core = gemm_seconds(core_flops, s / c, s / c, head_dim, **gemm)
-    hbm_bytes_per_s = hbm_gb_per_s * 1e9 * hbm_efficiency
-    elementwise = elementwise_bytes_per_layer(tokens=tokens, hidden_size=h, num_attention_heads=num_attention_heads,
-                                              seq_length=s, tensor_parallel=t, sequence_parallel=sp,
-                                              unfused_attention=0, bytes_per_value=bytes_per_value)
-    t_mem = memory_passes * elementwise / hbm_bytes_per_s
+                                                         causal=x.causal_attention) / t
+    t_core = gemm_seconds(core_flops, s / c, s / c, x.head_dim, **gemm)
+    hbm = g["hbm_bytes_per_s"]
+    elementwise = elementwise_bytes_per_layer(tokens=tokens, hidden_size=h, num_attention_heads=x.num_attention_heads,
+                                              seq_length=s, tensor_parallel=t, sequence_parallel=g["sp"],
+                                              unfused_attention=0, bytes_per_value=x.bytes_per_value)
+    t_mem = x.memory_passes * elementwise / hbm
     # materialised attention scores (non-flash): counted bytes per score element, forward and backward
-    score_elements = tokens * num_attention_heads / t * s / c * np.asarray(unfused_attention, dtype=float)
-    score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=bytes_per_value, softmax_fusion=softmax_fusion,
-                                                     attention_dropout=attention_dropout)
-    t_score_fwd = score_elements * score_fwd_b / hbm_bytes_per_s
-    t_score_bwd = score_elements * score_bwd_b / hbm_bytes_per_s
+    score_elements = tokens * x.num_attention_heads / t * s / c * x.unfused_attention
+    score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,
+                                                     softmax_fusion=x.softmax_fusion,
+                                                     attention_dropout=x.attention_dropout)
+    t_score_fwd = score_elements * score_fwd_b / hbm
+    t_score_bwd = score_elements * score_bwd_b / hbm
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
     # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
-    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + layer_pass_overhead_s
-    # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much
-    layer_bwd = 2 * (t_weights_fwd + t_core + t_mem) + t_score_bwd + layer_pass_overhead_s
-    t_logits = gemm_seconds(2 * tokens * h * vocab_size / t, tokens, vocab_size / t, h, **gemm)
-    ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=bytes_per_value)
-    t_loss = tokens * vocab_size / t * (ce_fwd_b + ce_bwd_b) / hbm_bytes_per_s
+    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + x.layer_pass_overhead_s
+    # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
+    # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
+    tf = x.trainable_fraction
+    layer_bwd = ((1 + tf) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd + x.layer_pass_overhead_s)
+    t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
+    ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
+    logits_per_gpu = tokens * x.vocab_size / t
+    t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
     # the last stage carries the output layer and the loss: the slowest stage
-    stage_mb = layers * (layer_fwd + layer_bwd) + 3 * t_logits + t_loss
-    compute = m * stage_mb
+    stage_fwd = layers * layer_fwd + t_logits + t_loss_fwd
+    stage_bwd = layers * layer_bwd + (1 + tf) * t_logits + t_loss_bwd
+    # the extra forward of activation recomputation (full: that fraction of the layers; selective: the core)
+    recompute_mb = layers * (g["full"] * x.recompute_fraction * layer_fwd
+                             + g["selective"] * (t_core + t_score_fwd))
+    return {"compute": m * (stage_fwd + stage_bwd), "recompute": m * recompute_mb,
+            "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
+            "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
+            "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
+            "layer_weight_gemm_seconds": t_weights_fwd}
 
-    # -- recompute: the extra forward --------------------------------------------------------------------------
-    recompute_mb = layers * (full * recompute_fraction * layer_fwd + selective * (t_core + t_score_fwd))
-    recompute_s = m * recompute_mb
 
-    # -- tensor parallel: 2 all-reduces forward + 2 backward per layer (+2 per recomputed forward) ----------------
-    tp_bw = link_gb_per_s(t, gpus_per_node, intra_node_gb_per_s=intra_node_gb_per_s,
-                          inter_node_gb_per_s=inter_node_gb_per_s)
-    tp_lat = link_latency_s(t, gpus_per_node, intra_node_latency_s=intra_node_latency_s,
-                            inter_node_latency_s=inter_node_latency_s)
-    act_bytes = tokens * h * bytes_per_value
-    allreduce = collective_seconds(act_bytes, t, gb_per_s=tp_bw, latency_s=tp_lat, kind="all_reduce")
-    # with sequence parallel each all-reduce becomes an all-gather + a reduce-scatter: same bytes, twice the calls
-    sp_pair = (collective_seconds(act_bytes, t, gb_per_s=tp_bw, latency_s=tp_lat, kind="all_gather")
-               + collective_seconds(act_bytes, t, gb_per_s=tp_bw, latency_s=tp_lat, kind="reduce_scatter"))
-    per_collective = np.where(sp, sp_pair, allreduce)
-    tp_mb = layers * (4 + 2 * full * recompute_fraction) * per_collective
-    tp_comm = m * tp_mb
-
-    # -- context parallel: K/V ring (c−1 exchanges forward, K/V + their gradients backward) ----------------------
-    cp_span = t * c
-    cp_bw = link_gb_per_s(cp_span, gpus_per_node, intra_node_gb_per_s=intra_node_gb_per_s,
-                          inter_node_gb_per_s=inter_node_gb_per_s)
-    cp_lat = link_latency_s(cp_span, gpus_per_node, intra_node_latency_s=intra_node_latency_s,
-                            inter_node_latency_s=inter_node_latency_s)
-    kv_bytes = 2 * tokens * kv / t * bytes_per_value
-    ring_step = p2p_seconds(kv_bytes, gb_per_s=cp_bw, latency_s=cp_lat)
-    cp_fwd = np.where(c > 1, (c - 1) * ring_step, 0.0)
-    cp_layer = (exposed_seconds(cp_fwd, t_core, 1) * (1 + full * recompute_fraction)
-                + exposed_seconds(2 * cp_fwd, 2 * t_core, 1))
-    cp_mb = layers * cp_layer
-    cp_comm = m * cp_mb
-
-    # -- pipeline parallel: activations forward, gradients backward, per micro-batch per chunk ----------------
-    pp_span = t * c * d * p  # a pipeline group's ranks lie t·c·d apart: it leaves the node when p·t·c·d > node
-    pp_bw = link_gb_per_s(pp_span, gpus_per_node, intra_node_gb_per_s=intra_node_gb_per_s,
-                          inter_node_gb_per_s=inter_node_gb_per_s)
-    pp_lat = link_latency_s(pp_span, gpus_per_node, intra_node_latency_s=intra_node_latency_s,
-                            inter_node_latency_s=inter_node_latency_s)
-    send = p2p_seconds(act_bytes / np.where(sp, t, 1), gb_per_s=pp_bw, latency_s=pp_lat)
-    pp_comm = np.where(p > 1, 2 * (v * m + p - 1) * send, 0.0)
-
-    # -- data parallel: gradient reduction and ZeRO gathers --------------------------------------------------
-    zero = np.asarray(zero_stage)
+def communication_terms(x: StepInputs, comp: dict) -> dict:
+    """``tp_comm``, ``cp_comm``, ``pp_comm`` and ``dp_comm`` seconds per step (exposed), each group on the link
+    :func:`workbench.parallel.group_crosses_nodes` gives it; ``comp`` is :func:`compute_terms` (what overlapped
+    communication hides behind)."""
+    g = _shape(x)
+    t, p, v, c, d = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.context_parallel, x.data_parallel
+    m, h, tokens, layers, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["layers"], g["sp"]
+    full_rc = g["full"] * x.recompute_fraction
     grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
-    dp_span = t * c * d
-    dp_bw = link_gb_per_s(dp_span, gpus_per_node, intra_node_gb_per_s=intra_node_gb_per_s,
-                          inter_node_gb_per_s=inter_node_gb_per_s)
-    dp_lat = link_latency_s(dp_span, gpus_per_node, intra_node_latency_s=intra_node_latency_s,
-                            inter_node_latency_s=inter_node_latency_s)
-    local_params = num_parameters / (t * p)
-    grad_bytes = local_params * grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
-    bucket_bytes = np.minimum(grad_bucket_elements * grad_reduce_bytes_per_value, grad_bytes)
-    coll = functools.partial(collective_seconds, gb_per_s=dp_bw, latency_s=dp_lat)
-    backward_mb = layers * layer_bwd  # compute a gradient reduction can hide behind
-    forward_mb = layers * layer_fwd
-    sharded = (zero >= 1) | (np.asarray(distributed_optimizer) > 0)
-    # ZeRO-0 / Megatron DDP: one all-reduce per step, overlapped with the last micro-batch's backward
+    links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group)}  # (stride, size)
+    out = {}
+    for name, (stride, size) in links.items():
+        crosses = group_crosses_nodes(stride, size, x.gpus_per_node)
+        out[f"{name}_crosses_nodes"] = crosses
+        out[f"{name}_gb_per_s"] = np.where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s)
+        out[f"{name}_latency_s"] = np.where(crosses, x.inter_node_latency_s, x.intra_node_latency_s)
+
+    # tensor parallel: 2 all-reduces forward + 2 backward per layer (+2 per recomputed forward)
+    tp = dict(gb_per_s=out["tp_gb_per_s"], latency_s=out["tp_latency_s"])
+    act_bytes = tokens * h * x.bytes_per_value
+    allreduce = collective_seconds(act_bytes, t, kind="all_reduce", **tp)
+    # with sequence parallel each all-reduce becomes an all-gather + a reduce-scatter: same bytes, twice the calls
+    sp_pair = (collective_seconds(act_bytes, t, kind="all_gather", **tp)
+               + collective_seconds(act_bytes, t, kind="reduce_scatter", **tp))
+    per_collective = np.where(sp, sp_pair, allreduce)
+    out["tp_forward_microbatch_seconds"] = layers * 2 * per_collective
+    out["tp_backward_microbatch_seconds"] = layers * (2 + 2 * full_rc) * per_collective
+    out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
+
+    # context parallel: K/V ring (c−1 exchanges forward, K/V + their gradients backward)
+    t_core = comp["core_attention_seconds"]
+    kv_bytes = 2 * tokens * x.kv_projection_size / t * x.bytes_per_value
+    ring_step = p2p_seconds(kv_bytes, gb_per_s=out["cp_gb_per_s"], latency_s=out["cp_latency_s"])
+    cp_fwd = np.where(c > 1, (c - 1) * ring_step, 0.0)
+    out["cp_forward_microbatch_seconds"] = layers * exposed_seconds(cp_fwd, t_core, 1)
+    out["cp_backward_microbatch_seconds"] = layers * (exposed_seconds(cp_fwd, t_core, 1) * full_rc
+                                                      + exposed_seconds(2 * cp_fwd, 2 * t_core, 1))
+    out["cp_comm"] = m * (out["cp_forward_microbatch_seconds"] + out["cp_backward_microbatch_seconds"])
+
+    # pipeline parallel: activations forward, gradients backward, per micro-batch per chunk
+    send = p2p_seconds(act_bytes / np.where(sp, t, 1), gb_per_s=out["pp_gb_per_s"], latency_s=out["pp_latency_s"])
+    out["pp_comm"] = np.where(p > 1, 2 * (v * m + p - 1) * send, 0.0)
+
+    # data parallel: gradient reduction and ZeRO gathers
+    zero = x.zero_stage
+    coll = functools.partial(collective_seconds, gb_per_s=out["dp_gb_per_s"], latency_s=out["dp_latency_s"])
+    local_params = x.num_parameters / (t * p)
+    trainable_params = local_params * x.trainable_fraction  # what has gradients and optimizer states
+    grad_bytes = trainable_params * x.grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
+    bucket_bytes = np.minimum(x.grad_bucket_elements * x.grad_reduce_bytes_per_value, grad_bytes)
+    backward_mb = layers * comp["layer_backward_seconds"]  # compute a gradient reduction can hide behind
+    forward_mb = layers * comp["layer_forward_seconds"]
+    sharded = (zero >= 1) | (x.distributed_optimizer > 0)
+    overlap_comm = x.overlap_comm
+    overlap = overlap_comm > 0
+    # ZeRO-0 / Megatron DDP: one all-reduce per step, overlapped with the last micro-batch's backward; with overlap
+    # the last bucket is reduced after the backward ends: it stays exposed (without overlap all of it is exposed)
     allreduce_dp = coll(grad_bytes, grad_group, kind="all_reduce")
-    overlap = np.asarray(overlap_comm) > 0
-    # with overlap the last bucket is reduced after the backward ends: it stays exposed (without overlap all of
-    # the reduction is exposed already)
     dp_plain = (exposed_seconds(allreduce_dp, backward_mb, overlap_comm)
                 + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
     # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
     rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
-    ag = coll(local_params * bytes_per_value, grad_group, kind="all_gather")  # the 16-bit parameters
+    ag = coll(trainable_params * x.bytes_per_value, grad_group, kind="all_gather")  # the updated 16-bit parameters
+    ag_all = coll(local_params * x.bytes_per_value, grad_group, kind="all_gather")  # ZeRO-3: frozen ones too
     rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
     dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
     # ZeRO-2: DeepSpeed reduce-scatters every micro-batch (stage_1_and_2.py, partition_gradients) + all-gather
     dp_zero2 = m * exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
     # ZeRO-3: per micro-batch all-gather forward and backward + reduce-scatter; the first layer's gather is exposed
-    layer_bytes = parameters_per_layer / t * bytes_per_value
-    dp_zero3 = (m * (exposed_seconds(ag, forward_mb, overlap_comm) + exposed_seconds(ag + rs, backward_mb,
-                                                                                      overlap_comm))
+    layer_bytes = x.parameters_per_layer / t * x.bytes_per_value
+    dp_zero3 = (m * (exposed_seconds(ag_all, forward_mb, overlap_comm) + exposed_seconds(ag_all + rs, backward_mb,
+                                                                                          overlap_comm))
                 + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
     # ZeRO-3 per-module work (DeepSpeed stage 3 hooks, deepspeed/runtime/zero/parameter_offload.py and stage3.py):
     # every submodule holding partitioned parameters is fetched (all-gather, then released) before each forward,
     # each backward and each recomputed forward, and its gradients are reduced and partitioned once per backward;
     # each call costs a hook latency, plus a collective call when the group has more than one rank (on one GPU the
     # collectives are skipped, the hooks and copies remain). Per pass: layers × modules_per_layer + the embedding.
-    modules_pass = layers * zero3_modules_per_layer + 1
-    fetches = modules_pass * (2 + full * recompute_fraction)
+    modules_pass = layers * x.zero3_modules_per_layer + 1
+    fetches = modules_pass * (2 + full_rc)
     multi = (grad_group > 1).astype(float)
-    zero3_calls = m * (fetches * (zero3_fetch_latency_s + multi * zero3_collective_call_s)
-                       + modules_pass * (zero3_reduce_latency_s + multi * zero3_collective_call_s))
-    dp_comm = np.where(zero == 3, dp_zero3 + zero3_calls,
-                       np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
+    zero3_calls = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
+                       + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
+    # ... and the bytes those hooks move through HBM per local parameter and pass, so the cost follows the model's
+    # size and not only its count of modules
+    zero3_calls = zero3_calls + (m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
+                                 / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
+    out["dp_comm"] = np.where(zero == 3, dp_zero3 + zero3_calls,
+                              np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
+    return out
 
-    # -- offload: PCIe traffic and CPU Adam ------------------------------------------------------------------
-    shard = local_params / np.where(sharded, grad_group, 1)
-    off_opt = np.asarray(offload_optimizer) > 0
-    off_par = np.asarray(offload_params) > 0
-    host_bps = host_link_gb_per_s * 1e9
-    cpu_rate = cpu_adam_params_per_second_per_node / gpus_per_node
-    offload_opt_s = np.where(off_opt, 2 * shard * bytes_per_value / host_bps + shard / cpu_rate, 0.0)
-    offload_par_s = np.where(off_par, m * 3 * shard * bytes_per_value / host_bps, 0.0)
-    offload = offload_opt_s + offload_par_s
 
-    # -- optimizer step on the GPU (memory bound) ------------------------------------------------------------
+def optimizer_terms(x: StepInputs) -> dict:
+    """``offload`` (ZeRO-Offload PCIe traffic and the CPU Adam step) and ``optimizer`` (the GPU optimizer step)
+    seconds per step, over the parameter shard one rank updates."""
+    t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
+    local_params = x.num_parameters / (t * p)
+    sharded = (x.zero_stage >= 1) | (x.distributed_optimizer > 0)
+    shard = local_params * x.trainable_fraction / np.where(sharded, d * c, 1)  # what has optimizer states
+    off_opt = x.offload_optimizer > 0
+    off_par = x.offload_params > 0
+    host_bps = x.host_link_gb_per_s * 1e9
+    cpu_rate = x.cpu_adam_params_per_second_per_node / x.gpus_per_node
+    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard / cpu_rate, 0.0)
+    offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
-    optimizer = np.where(off_opt, 0.0, shard * (optimizer_bytes_per_parameter + deepspeed_step_bytes_per_parameter)
-                         / hbm_bytes_per_s)
+    hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency
+    optimizer = np.where(off_opt, 0.0, shard * (x.optimizer_bytes_per_parameter
+                                                + x.deepspeed_step_bytes_per_parameter) / hbm)
+    return {"offload": offload_opt_s + offload_par_s, "optimizer": optimizer}
 
-    # -- pipeline bubble: (p−1)/(v·m) of the ideal time --------------------------------------------------------
-    per_mb = stage_mb + recompute_mb + tp_mb + cp_mb
-    bubble = bubble_fraction(p, m, v) * m * per_mb
 
-    step = compute + recompute_s + tp_comm + cp_comm + pp_comm + dp_comm + offload + optimizer + bubble
+def pipeline_terms(x: StepInputs, comp: dict, comm: dict) -> dict:
+    """Forward and backward seconds of one micro-batch on the slowest stage (compute, the recomputed forward inside
+    the backward, and the tensor/context-parallel communication of each pass) and the ``bubble``: (p−1)/(v·m) of
+    the ideal time, i.e. bubble_fraction × m × (forward + backward). A 1F1B schedule simulated with these two
+    durations idles exactly ``bubble`` per stage."""
+    fwd = comp["stage_forward_seconds"] + comm["tp_forward_microbatch_seconds"] + comm["cp_forward_microbatch_seconds"]
+    bwd = (comp["stage_backward_seconds"] + comp["recompute_microbatch_seconds"]
+           + comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"])
+    m = x.num_microbatches
+    return {"microbatch_forward_seconds": fwd, "microbatch_backward_seconds": bwd,
+            "bubble": bubble_fraction(x.pipeline_parallel, m, x.virtual_pipeline) * m * (fwd + bwd)}
 
-    # -- FLOPs (whole job, per step) ---------------------------------------------------------------------------
+
+def _flops(x: StepInputs, comp: dict) -> dict:
+    """Model and hardware FLOPs of the whole job per step, and the FLOP-weighted efficiency of the layer GEMMs."""
+    h, q, kv, f, s = x.hidden_size, x.query_projection_size, x.kv_projection_size, x.ffn_hidden_size, x.seq_length
+    L, t = x.num_layers, x.tensor_parallel
     layer_gemm = layer_gemm_flops_per_token(hidden_size=h, query_projection_size=q, kv_projection_size=kv,
-                                            ffn_hidden_size=f, gated=gated, experts_per_token=experts_per_token)
-    core = attention_core_flops_per_token(seq_length=s, query_projection_size=q, causal=causal_attention)
-    step_tokens = b * m * d * s
+                                            ffn_hidden_size=f, gated=x.gated, experts_per_token=x.experts_per_token)
+    core = attention_core_flops_per_token(seq_length=s, query_projection_size=q, causal=x.causal_attention)
+    step_tokens = x.micro_batch_size * x.num_microbatches * x.data_parallel * s
     model_f = model_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
                                    attention_core_per_token=core,
-                                   logits_per_token=logits_flops_per_token(hidden_size=h, vocab_size=vocab_size))
+                                   logits_per_token=logits_flops_per_token(hidden_size=h, vocab_size=x.vocab_size))
+    # frozen weights (LoRA) need no weight-gradient GEMMs: 2 + trainable_fraction of the 3 weight passes remain
+    model_f = model_f * (2 + x.trainable_fraction) / 3
     extra_f = recompute_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
-                                       attention_core_per_token=core, recompute=recompute,
-                                       recomputed_layers=L * recompute_fraction)
-    weight_flops = np.asarray(2 * tokens * (h * (q + 2 * kv) + q * h + experts_per_token * h * (fc1_width + f)) / t)
-    return {
-        "compute": compute, "recompute": recompute_s, "tp_comm": tp_comm, "cp_comm": cp_comm, "pp_comm": pp_comm,
-        "dp_comm": dp_comm, "offload": offload, "optimizer": optimizer, "bubble": bubble, "step_seconds": step,
-        "model_flops": model_f, "hardware_flops": model_f + extra_f,
-        "gemm_efficiency": weight_flops / (t_weights_fwd * peak_flops),
-    }
-
-
-_STEP_ARGS = step_time_terms.__code__.co_varnames[:step_time_terms.__code__.co_kwonlyargcount]
+                                       attention_core_per_token=core, recompute=x.recompute,
+                                       recomputed_layers=L * x.recompute_fraction)
+    tokens = x.micro_batch_size * s / x.context_parallel
+    fc1_width = f * (1 + x.gated)
+    weight_flops = 2 * tokens * (h * (q + 2 * kv) + q * h + x.experts_per_token * h * (fc1_width + f)) / t
+    t_weights_fwd = comp["layer_weight_gemm_seconds"]
+    return {"model_flops": model_f, "hardware_flops": model_f + extra_f,
+            "gemm_efficiency": weight_flops / (t_weights_fwd * x.peak_flops)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Spec level
 # ---------------------------------------------------------------------------------------------------------------
-DEEPSPEED_BUCKET_ELEMENTS = 5e8
-"""DeepSpeed ``reduce_bucket_size`` default (elements; deepspeed/runtime/zero/config.py)."""
-MEGATRON_BUCKET_ELEMENTS = 4e7
-"""megatron-core DDP ``bucket_size`` default max(40,000,000, 1,000,000·dp) elements
-(megatron/core/distributed/distributed_data_parallel_config.py); the time model uses the 40 M floor."""
-
-
-def default_overlap_comm(engine: Engine) -> bool:
-    """Whether gradient reduction overlaps backward unless told: DeepSpeed as the workbench's config export writes
-    it (``overlap_comm: true``); Megatron off, as megatron-core's ``DistributedDataParallelConfig`` and
-    Megatron-LM's ``--overlap-grad-reduce`` default (and as ``workbench/runs/train.py`` runs)."""
-    return engine is not Engine.MEGATRON
-
-
 def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool | None = None,
-                bucket_elements: float | None = None, profile=None) -> dict:
-    """The plain-number keyword arguments of :func:`step_time_terms` for one (model, cluster, plan).
-    ``overlap_comm`` ``None``: :func:`default_overlap_comm` of the plan's engine.
+                bucket_elements: float | None = None, profile=None, counts=None) -> dict:
+    """The plain-number keyword arguments of :func:`step_time_terms` for one (model, cluster, plan), through the
+    one plan encoder (:func:`workbench.encode.time_inputs`, which the planner uses for its arrays too).
+    ``overlap_comm`` ``None``: the plan's own answer (:attr:`ParallelPlan.overlaps_comm`).
     A measured ``profile`` (:class:`workbench.calibrate.HardwareProfile`) replaces the datasheet-derived inputs it
     measured (GEMM curve, memory bandwidth, links, host link, CPU Adam rate)."""
-    if overlap_comm is None:
-        overlap_comm = default_overlap_comm(plan.engine)
-    gpu = cluster.gpu
-    curve = efficiency_curve(gpu.name)
-    net = calibration()["network"]
-    counts = model.parameter_counts()
-    if bucket_elements is None:
-        bucket_elements = MEGATRON_BUCKET_ELEMENTS if plan.engine is Engine.MEGATRON else DEEPSPEED_BUCKET_ELEMENTS
-    layers_per_stage = model.num_layers // plan.pipeline_parallel
-    ds = calibration()["deepspeed"]
-    deepspeed = plan.engine is not Engine.MEGATRON
-    if plan.recompute is Recompute.FULL:
-        fraction = 1.0 if plan.recompute_layers is None else plan.recompute_layers / layers_per_stage
-    else:
-        fraction = 0.0
-    inputs = dict(
-        num_layers=model.num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
-        head_dim=model.head_dim, query_projection_size=model.query_projection_size,
-        kv_projection_size=model.kv_projection_size,
-        ffn_hidden_size=model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size,
-        gated=int(model.is_gated), experts_per_token=model.moe_top_k if model.is_moe else 1,
-        num_experts=model.num_experts if model.is_moe else 1, seq_length=model.seq_length,
-        vocab_size=padded_vocab_size(model.vocab_size, plan.tensor_parallel),
-        causal_attention=int(model.attention is AttentionImpl.FLASH),
-        unfused_attention=int(model.attention is AttentionImpl.UNFUSED),
-        # Megatron-LM trains with its fused scale-mask-softmax kernel (--masked-softmax-fusion is on by default)
-        # when its kernels are there (plan.fused_kernels); a megatron-core model under DeepSpeed keeps
-        # TransformerConfig's masked_softmax_fusion=False default
-        softmax_fusion=int(plan.engine is Engine.MEGATRON and plan.fused_kernels),
-        attention_dropout=model.attention_dropout,
-        num_parameters=counts.total, parameters_per_layer=counts.per_layer,
-        tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
-        virtual_pipeline=plan.virtual_pipeline, context_parallel=plan.context_parallel,
-        data_parallel=plan.data_parallel, micro_batch_size=plan.micro_batch_size,
-        num_microbatches=plan.num_microbatches, sequence_parallel=int(plan.sequence_parallel),
-        zero_stage=int(plan.zero_stage), offload_optimizer=int(plan.offload_optimizer is not Offload.NONE),
-        offload_params=int(plan.offload_params is not Offload.NONE),
-        distributed_optimizer=int(plan.distributed_optimizer), recompute=RECOMPUTE_CODES[plan.recompute],
-        recompute_fraction=fraction, bytes_per_value=plan.precision.bytes_per_value,
-        grad_bucket_elements=bucket_elements, overlap_comm=int(overlap_comm),
-        # Megatron with bf16 accumulates and reduces fp32 main gradients (DDP grad_reduce_in_fp32; Megatron-LM turns
-        # --accumulate-allreduce-grads-in-fp32 on for bf16); fp16 reduces 16-bit gradients
-        grad_reduce_bytes_per_value=(4.0 if plan.engine is Engine.MEGATRON and plan.precision is Precision.BF16
-                                     else plan.precision.bytes_per_value),
-        peak_flops=gpu.peak_flops(plan.precision), hbm_gb_per_s=gpu.hbm_gb_per_s,
-        gpus_per_node=cluster.gpus_per_node,
-        intra_node_gb_per_s=cluster.intra_node_gb_per_s * net["intra_node_bandwidth_efficiency"],
-        inter_node_gb_per_s=cluster.inter_node_gb_per_s * net["inter_node_bandwidth_efficiency"],
-        host_link_gb_per_s=gpu.host_link_gb_per_s, intra_node_latency_s=net["intra_node_latency_s"],
-        inter_node_latency_s=net["inter_node_latency_s"], gemm_efficiency_max=curve["gemm_efficiency_max"],
-        gemm_half_dim=curve["gemm_half_dim"], memory_passes=curve["memory_passes"],
-        hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
-        cpu_adam_params_per_second_per_node=calibration()["cpu_adam"]["params_per_second_per_node"],
-        optimizer_bytes_per_parameter=calibration()["gpu_optimizer"][
-            "bytes_per_parameter" if plan.fused_kernels else "torch_foreach_bytes_per_parameter"],
-        deepspeed_step_bytes_per_parameter=ds["step_bytes_per_parameter"] if deepspeed else 0.0,
-        zero3_modules_per_layer=zero3_modules_per_layer(model),
-        zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
-        zero3_collective_call_s=ds["zero3_collective_call_s"],
-    )
-    if profile is not None:
-        inputs.update(profile.time_overrides(cluster, plan.precision)[0])
-    return inputs
+    from workbench import encode
+
+    if overlap_comm is not None:
+        plan = plan.replace(overlap_comm=bool(overlap_comm))
+    return encode.time_inputs(model, cluster, encode.plan_columns(plan, model), plan.precision, profile=profile,
+                              bucket_elements=bucket_elements, counts=counts)
 
 
 def zero3_modules_per_layer(model: ModelSpec) -> int:
@@ -551,6 +582,22 @@ class TimeEstimate:
     gemm_efficiency: float
     """FLOP-weighted fraction of peak the layer GEMMs reach on this plan's shapes."""
     calibration_source: str = ""
+    layer_forward_seconds: float = 0.0
+    """One transformer layer's forward for one micro-batch on one GPU (kernels + per-pass overhead)."""
+    layer_backward_seconds: float = 0.0
+    """One transformer layer's backward for one micro-batch on one GPU."""
+    microbatch_forward_seconds: float = 0.0
+    """Forward of one micro-batch through the slowest (last) stage: its layers, the logits and loss, and the
+    tensor/context-parallel communication of the forward."""
+    microbatch_backward_seconds: float = 0.0
+    """Backward of one micro-batch through that stage, recomputed forward and backward communication included;
+    ``bubble`` = bubble fraction × m × (forward + backward)."""
+    links: dict = field(default_factory=dict)
+    """Collective group (``tp``, ``cp``, ``pp``, ``dp``) → ``{"group_size", "link", "gb_per_s", "latency_s"}``: the
+    link each group's collectives were priced on (``link`` is ``"intra-node"`` or ``"inter-node"``)."""
+    inputs: dict = field(default_factory=dict, repr=False, compare=False)
+    """The :func:`step_time_terms` keyword arguments this estimate was priced with (to price a variant, change one
+    and call it again)."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -598,21 +645,12 @@ class TimeEstimate:
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
             "gemm_efficiency": self.gemm_efficiency, "tokens_per_step": self.tokens_per_step,
             "breakdown": dict(self.breakdown), "calibration_source": self.calibration_source,
+            "layer_forward_seconds": self.layer_forward_seconds,
+            "layer_backward_seconds": self.layer_backward_seconds,
+            "microbatch_forward_seconds": self.microbatch_forward_seconds,
+            "microbatch_backward_seconds": self.microbatch_backward_seconds,
+            "links": {k: dict(v) for k, v in self.links.items()},
         }
-
-
-def microbatch_phase_seconds(*, compute_seconds, recompute_seconds, tp_comm_seconds, cp_comm_seconds,
-                             num_microbatches):
-    """Forward and backward seconds of one micro-batch on the slowest pipeline stage, from a step's terms.
-
-    ``compute``, ``tp_comm`` and ``cp_comm`` of :func:`step_time_terms` are m × the per-micro-batch stage time; the
-    forward takes 1/3 of it and the backward 2/3 (the backward runs the data- and weight-gradient GEMMs, twice the
-    forward's, as in ``step_time_terms``); the recomputed forward runs inside the backward. The two add up to the
-    per-micro-batch time the ``bubble`` term multiplies, so a 1F1B schedule simulated with them has an idle time per
-    stage equal to that term: (p−1)·(forward + backward). Works on scalars and numpy arrays.
-    Returns ``(forward_seconds, backward_seconds)``."""
-    per_mb = (np.asarray(compute_seconds) + tp_comm_seconds + cp_comm_seconds) / num_microbatches
-    return per_mb / 3.0, 2.0 * per_mb / 3.0 + np.asarray(recompute_seconds) / num_microbatches
 
 
 def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, overlap_comm: bool | None = None,
@@ -620,14 +658,28 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
     """Step time, throughput and utilisation of ``plan`` for ``model`` on ``cluster`` (see module docstring).
     Validates the three specs together first (``ValueError`` naming fields and numbers).
 
-    ``overlap_comm`` (DeepSpeed ``overlap_comm`` / Megatron ``overlap_grad_reduce``; ``None``: the engine's
-    default, :func:`default_overlap_comm`) lets the data-parallel reduction hide behind backward compute; ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or
-    Megatron's DDP bucket. ``profile``: a measured :class:`workbench.calibrate.HardwareProfile` (see
-    :func:`time_inputs`); ``calibration_source`` then names it."""
+    ``overlap_comm`` (DeepSpeed ``overlap_comm`` / Megatron ``overlap_grad_reduce``; ``None``: the plan's own
+    answer, :attr:`ParallelPlan.overlaps_comm`) lets the data-parallel reduction hide behind backward compute;
+    ``bucket_elements`` defaults to DeepSpeed's ``reduce_bucket_size`` or Megatron's DDP bucket. ``profile``: a
+    measured :class:`workbench.calibrate.HardwareProfile` (see :func:`time_inputs`); ``calibration_source`` then
+    names it."""
     validate(model, cluster, plan)
     inputs = time_inputs(model, cluster, plan, overlap_comm=overlap_comm, bucket_elements=bucket_elements,
                          profile=profile)
+    return time_estimate_from(model, cluster, plan, inputs, profile=profile)
+
+
+def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, inputs: dict, *,
+                       profile=None) -> TimeEstimate:
+    """The :class:`TimeEstimate` of one plan from its encoded ``inputs`` (:func:`workbench.encode.time_inputs`):
+    the totals, and what the model computed on the way (per-layer and per-micro-batch seconds, the links)."""
     terms = step_time_terms(**inputs)
+    t, c, d, p = plan.tensor_parallel, plan.context_parallel, plan.data_parallel, plan.pipeline_parallel
+    links = {}
+    for group, kind in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", "dp-cp")):
+        links[group] = {"group_size": int(GROUP_SHAPES[kind](t, c, d, p)[1]),
+                        "link": "inter-node" if terms[f"{group}_crosses_nodes"] else "intra-node",
+                        "gb_per_s": float(terms[f"{group}_gb_per_s"]), "latency_s": float(terms[f"{group}_latency_s"])}
     return TimeEstimate(
         step_seconds=float(terms["step_seconds"]),
         tokens_per_step=plan.global_batch_size * model.seq_length,
@@ -637,4 +689,9 @@ def estimate_time(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
         breakdown={k: float(terms[k]) for k in TERMS}, gemm_efficiency=float(terms["gemm_efficiency"]),
         calibration_source=(profile.applied(cluster, plan.precision)["note"] if profile is not None
                             else efficiency_curve(cluster.gpu.name).get("source", "")),
+        layer_forward_seconds=float(terms["layer_forward_seconds"]),
+        layer_backward_seconds=float(terms["layer_backward_seconds"]),
+        microbatch_forward_seconds=float(terms["microbatch_forward_seconds"]),
+        microbatch_backward_seconds=float(terms["microbatch_backward_seconds"]),
+        links=links, inputs=dict(inputs),
     )

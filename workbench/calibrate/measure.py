@@ -11,14 +11,20 @@ from __future__ import annotations
 import time
 import warnings
 
-GiB = 2**30
-
 GEMM_NAMES = ("qkv", "proj", "fc1", "fc2", "logits")
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Devices and timing
 # ---------------------------------------------------------------------------------------------------------------
+def flops_rate_text(tflops: float) -> str:
+    """A measured rate with three significant digits in a unit that shows them: TFLOP/s from 1 TFLOP/s, GFLOP/s
+    below (a CPU's matmul is tens of GFLOP/s, which ``.1f`` TFLOP/s would print as 0.0)."""
+    if tflops >= 1:
+        return f"{tflops:,.1f} TFLOP/s"
+    return f"{tflops * 1e3:.3g} GFLOP/s"
+
+
 def device_kind() -> str:
     """``"cuda"`` when a CUDA GPU is visible, else ``"cpu"``."""
     import torch
@@ -125,7 +131,7 @@ def measure_gemms(shapes: list[dict], *, precision: str, device: str, repeats: i
         rows.append({**shape, "tflops": float(f"{tflops:.4g}")})
         if progress:
             progress(f"gemm {precision} {shape['name']:>28} m={shape['m']} n={shape['n']} k={shape['k']}: "
-                     f"{tflops:.1f} TFLOP/s")
+                     f"{flops_rate_text(tflops)}")
     return rows
 
 

@@ -21,8 +21,8 @@ from typing import Callable, Optional
 
 from workbench.calibrate import measure
 from workbench.calibrate.profile import HardwareProfile, check_profile_name, fit_collective, fit_gemm
+from workbench.defaults import GiB
 
-GiB = 2**30
 PARTS = ("gemm", "memory_bandwidth", "host_link", "cpu_adam", "memory", "collectives")
 """The measurements, in the order they run (collectives last, or first under a launcher)."""
 
@@ -249,7 +249,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
                 peak = max(p["tflops"] for p in points)
             result["gemm"][prec] = {"peak_tflops": peak, **fit_gemm(points, peak_tflops=peak), "points": points}
             g = result["gemm"][prec]
-            say(f"gemm {prec}: efficiency_max {g['efficiency_max']:.3f} of {peak:g} TFLOP/s, "
+            say(f"gemm {prec}: efficiency_max {g['efficiency_max']:.3f} of {measure.flops_rate_text(peak)}, "
                 f"half_dim {g['half_dim']:.0f}")
 
     # -- memory bandwidth, host link ------------------------------------------------------------------------------

@@ -40,14 +40,25 @@ def model_names() -> list[str]:
     return sorted(d["name"] for d in _models().values())
 
 
+def _did_you_mean(name: str, names: list[str]) -> str:
+    """Names that start with what was typed (``H100`` -> ``H100-PCIe``, ``H100-SXM``) come first; otherwise the
+    closest spelling."""
+    key = name.strip().lower().replace("_", "-")
+    prefixed = [n for n in names if key and n.lower().startswith(key)]
+    if prefixed:
+        listed = " or ".join(f"'{n}'" for n in prefixed)
+        return f"; did you mean {listed}?"
+    hint = closest_name(name, names)
+    return f"; did you mean '{hint}'?" if hint else ""
+
+
 def _lookup(kind: str, name: str, table: dict, names: list[str]) -> dict:
     key = str(name).strip().lower()
     aliases = {key, key.replace("_", "-"), key.replace(" ", "-"), key.replace("_", ".")}
     for k in aliases:
         if k in table:
             return table[k]
-    hint = closest_name(str(name), names)
-    did_you_mean = f"; did you mean '{hint}'?" if hint else ""
+    did_you_mean = _did_you_mean(str(name), names)
     raise ValueError(f"unknown {kind}={name!r}{did_you_mean} (known: {', '.join(names)})")
 
 

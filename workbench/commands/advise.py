@@ -3,8 +3,8 @@ training log shows (``--log FILE``)."""
 from __future__ import annotations
 
 from workbench.commands.common import add_spec_arguments, specs_from_args
+from workbench.defaults import GiB
 
-GiB = 2**30
 _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-GiB = 2**30
-
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("calibrate", help="measure this machine and save a hardware profile",
@@ -94,8 +92,15 @@ def run(args) -> int:
         nproc=args.nproc, gpu=args.gpu, cpu_adam=args.cpu_adam,
         max_message_bytes=int(args.max_message_mib * 2**20) if args.max_message_mib else None,
         parts=tuple(p for p in parts if p not in skip))
-    stream = sys.stderr if args.json else sys.stdout  # keep --json output parseable
-    profile = calibrate(settings, progress=lambda line: print(f"  {line}", file=stream, flush=True))
+    from workbench.commands.common import progress_bar
+
+    # progress on stderr: a counter of finished measurements, each measurement's line above it
+    with progress_bar(desc="calibrate", unit=" measurements") as bar:
+        def say(line: str) -> None:
+            bar.write(f"  {line}", file=sys.stderr)
+            bar.update(1)
+
+        profile = calibrate(settings, progress=say)
     if profile is None:  # a rank other than 0 of a launched job
         return 0
     profile.save(path)

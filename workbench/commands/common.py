@@ -12,6 +12,25 @@ from workbench import catalog
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
 DEFAULT_GPU = "H100-SXM"
+DEFAULT_ENGINE = "deepspeed"
+
+ENGINES = ("deepspeed", "megatron", "megatron-deepspeed")
+"""Engine names, as the core spells them (``ParallelPlan.engine``)."""
+ENGINE_ALIASES = {"hybrid": "megatron-deepspeed"}
+"""Other accepted spellings: ``hybrid`` is Megatron tensor/pipeline parallel with DeepSpeed ZeRO over data parallel,
+the core's ``megatron-deepspeed``."""
+ENGINE_HELP = ("training framework: deepspeed, megatron, or megatron-deepspeed (Megatron TP/PP with DeepSpeed ZeRO "
+               "over data parallel; 'hybrid' is accepted as another name for it)")
+
+
+def engine_name(value: str) -> str:
+    """``--engine`` value to the core's engine name; ``hybrid`` is an alias of ``megatron-deepspeed``."""
+    key = str(value).strip().lower().replace("_", "-")
+    name = ENGINE_ALIASES.get(key, key)
+    if name not in ENGINES:
+        raise argparse.ArgumentTypeError(f"invalid engine {value!r} (choose from {', '.join(ENGINES)}; "
+                                         f"'hybrid' = megatron-deepspeed)")
+    return name
 
 # flag dest -> ModelSpec field
 _MODEL_FLAGS = {
@@ -26,7 +45,8 @@ _PLAN_FLAGS = {
     "engine": "engine", "tp": "tensor_parallel", "pp": "pipeline_parallel", "vp": "virtual_pipeline",
     "cp": "context_parallel", "zero": "zero_stage", "offload_optimizer": "offload_optimizer",
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
-    "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision",
+    "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
+    "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
 }
 
 
@@ -57,7 +77,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     tied.add_argument("--tied", dest="tied", action="store_true", default=None, help="tie input/output embeddings")
     tied.add_argument("--untied", dest="tied", action="store_false", help="separate output layer")
     m.add_argument("--positions", choices=["learned", "rotary"])
-    m.add_argument("--attention", choices=["unfused", "flash"])
+    m.add_argument("--attention", choices=["unfused", "fused-softmax", "flash"],
+                   help="attention kernel (default: how the catalog model is trained, else unfused): unfused = "
+                        "megatron-core local layer spec / HF eager, torch softmax in fp32; fused-softmax = "
+                        "Megatron-LM's fused scale-mask-softmax kernel; flash = FlashAttention via Transformer "
+                        "Engine or PyTorch SDPA")
+    m.add_argument("--attn-implementation", choices=["eager", "sdpa", "flash_attention_2", "flash_attention_3"],
+                   help="Hugging Face attention: eager keeps the scores (= --attention unfused); sdpa and "
+                        "flash_attention_2 do not (= flash)")
     m.add_argument("--hidden-dropout", type=float, help="dropout after attention and MLP (default 0.1)")
     m.add_argument("--attention-dropout", type=float, help="dropout on attention probabilities (default 0.1)")
     m.add_argument("--experts", type=int, help="MoE experts per layer")
@@ -82,8 +109,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = Tr
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     """Engine, parallel sizes, ZeRO, offload, recompute, batch and precision (read by :func:`plan_from_args`)."""
     p = parser.add_argument_group("plan")
-    p.add_argument("--engine", choices=["deepspeed", "megatron", "megatron-deepspeed"],
-                   help="training framework (default deepspeed)")
+    p.add_argument("--engine", type=engine_name, metavar="{" + ",".join(ENGINES) + "}",
+                   help=ENGINE_HELP + f" (default {DEFAULT_ENGINE})")
     p.add_argument("--tp", type=int, help="tensor parallel")
     p.add_argument("--pp", type=int, help="pipeline parallel")
     p.add_argument("--vp", type=int, help="virtual pipeline chunks per rank")
@@ -98,6 +125,20 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--mbs", type=int, help="micro batch size")
     p.add_argument("--gbs", type=int, help="global batch size")
     p.add_argument("--precision", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--adam", choices=["fused", "torch"],
+                   help="GPU optimizer kernel (default fused): fused = Apex/Transformer Engine FusedAdam (Megatron) or "
+                        "DeepSpeed's FusedAdam op; torch = torch.optim.AdamW (megatron-core without Apex/TE, "
+                        "DeepSpeed \"torch_adam\": true). CPU Adam follows from --offload-optimizer")
+    overlap = p.add_mutually_exclusive_group()
+    overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
+                         help="overlap the gradient reduce with backward (DeepSpeed overlap_comm, Megatron "
+                              "--overlap-grad-reduce); default: the engine's (DeepSpeed on as exported, Megatron off)")
+    overlap.add_argument("--no-overlap-comm", dest="overlap_comm", action="store_false",
+                         help="reduce gradients after backward, not overlapped")
+    p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA adapters of rank R, base weights frozen (0: full)")
+    p.add_argument("--lora-targets", metavar="LIST",
+                   help="projections with adapters, comma-separated from q,k,v,o,gate,up,down (default all)")
+    p.add_argument("--lora-dropout", type=float, metavar="P", help="peft lora_dropout (default 0)")
 
 
 def model_from_args(args) -> ModelSpec:
@@ -106,6 +147,13 @@ def model_from_args(args) -> ModelSpec:
         fields["add_bias_linear"] = False
     if getattr(args, "tied", None) is not None:
         fields["tied_embeddings"] = args.tied
+    if getattr(args, "attn_implementation", None) is not None:
+        from workbench.hf import attention_for
+
+        if "attention" in fields and fields["attention"] != str(attention_for(args.attn_implementation)):
+            raise ValueError(f"--attention {fields['attention']} contradicts --attn-implementation "
+                             f"{args.attn_implementation}")
+        fields["attention"] = attention_for(args.attn_implementation)
     if fields.get("num_experts") is None and "moe_top_k" in fields:
         raise ValueError(f"--topk {fields['moe_top_k']} needs --experts")
     if args.model:
@@ -139,7 +187,7 @@ def cluster_from_args(args) -> ClusterSpec:
     return ClusterSpec(**kwargs)
 
 
-def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = "deepspeed") -> ParallelPlan:
+def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_ENGINE) -> ParallelPlan:
     fields = {f: getattr(args, d) for d, f in _PLAN_FLAGS.items() if getattr(args, d, None) is not None}
     fields.setdefault("engine", default_engine)
     if getattr(args, "sp", None):
@@ -154,6 +202,18 @@ def specs_from_args(args, *, default_engine: Optional[str] = None) -> tuple[Mode
     the fields and numbers when they do not fit. ``default_engine`` applies when ``--engine`` is not given."""
     model = model_from_args(args)
     cluster = cluster_from_args(args)
-    plan = plan_from_args(args, cluster, default_engine=default_engine or "deepspeed")
+    plan = plan_from_args(args, cluster, default_engine=default_engine or DEFAULT_ENGINE)
     validate(model, cluster, plan)
     return model, cluster, plan
+
+
+def progress_bar(**kwargs):
+    """A tqdm progress bar on stderr (stdout stays the command's result, so ``--json`` and pipes are unaffected).
+    Off when ``WORKBENCH_PROGRESS=0``."""
+    import os
+    import sys
+
+    from tqdm import tqdm
+
+    disable = os.environ.get("WORKBENCH_PROGRESS", "").strip() == "0"
+    return tqdm(file=sys.stderr, disable=disable, dynamic_ncols=True, mininterval=0.5, **kwargs)

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
-
-GiB = 2**30
+from workbench.defaults import GiB
 
 
 def add_parser(sub) -> None:
@@ -29,7 +28,16 @@ def render(est) -> str:
         + (f" x CP {p.context_parallel}" if p.context_parallel > 1 else "")
         + f" x DP {p.data_parallel}, ZeRO-{int(p.zero_stage)}, recompute {p.recompute}, micro batch "
           f"{p.micro_batch_size}, global batch {p.global_batch_size} (accumulation {p.gradient_accumulation_steps}), "
-          f"{p.precision}",
+          f"{p.precision}"
+        + (f", LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)" if p.lora_rank else ""),
+        f"stack   {m.attention} attention, {p.adam} Adam"
+        + (" (CPU Adam: optimizer offloaded)" if str(p.offload_optimizer) != "none" else "")
+        + f", gradient reduce {'overlapped' if p.overlaps_comm else 'not overlapped'}"
+        + (" (engine default)" if p.overlap_comm is None else ""),
+        *([f"        transformers: {m.attention} attention "
+           f"({'eager' if str(m.attention) == 'unfused' else 'sdpa / flash_attention_2'}), logits up-cast to fp32 "
+           f"for the loss, gradient checkpointing {'on' if str(p.recompute) == 'full' else 'off'}"]
+          if str(m.implementation) == "transformers" else []),
         "",
         "memory per GPU" + (" (first / last pipeline stage)" if len(mem.stages) > 1 else ""),
     ]
@@ -39,14 +47,25 @@ def render(est) -> str:
     lines.append("  " + "-" * (12 + 12 * len(stages)))
     lines.append(f"  {'total':<12}" + "".join(_gib(s.total_bytes) for s in stages))
     verdict = "fits" if mem.fits_gpu else "DOES NOT FIT"
-    lines.append(f"  peak {mem.per_gpu_peak_bytes / GiB:.2f} GiB of {mem.capacity_bytes / GiB:.1f} GiB: {verdict} "
-                 f"({mem.headroom_bytes / GiB:+.2f} GiB headroom; peak in {mem.peak_stage.peak_phase})")
+    if mem.band_high_bytes or mem.band_low_bytes:
+        band = f" (+{mem.band_high_bytes / GiB:.1f} / -{mem.band_low_bytes / GiB:.1f} GiB)"
+        judged = ", judged on the upper side" if mem.headroom_bytes >= 0 else ""
+    else:
+        band, judged = "", ""
+    lines.append(f"  peak {mem.per_gpu_peak_bytes / GiB:.2f} GiB{band} of {mem.capacity_bytes / GiB:.1f} GiB: {verdict}"
+                 f" ({mem.headroom_bytes / GiB:+.2f} GiB headroom{judged}; peak in {mem.peak_stage.peak_phase})")
+    lines.append(f"  error band: {mem.band_note}")
+    from workbench.memory import memory_notes
+
+    lines += [f"  why: {note}" for note in memory_notes(m, p)]
     if mem.host_bytes_per_node:
         lines.append(f"  host memory per node {mem.host_bytes_per_node / GiB:.1f} GiB of "
                      f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB" + ("" if mem.fits_host else ": DOES NOT FIT"))
     if est.time is not None:
         t = est.time
-        lines += ["", f"time    {t.step_seconds:.3f} s/step, {t.tokens_per_second:,.0f} tokens/s, "
+        low, high, _ = est.step_band_seconds
+        step_band = f" (+{high:.3f} / -{low:.3f})" if low or high else ""
+        lines += ["", f"time    {t.step_seconds:.3f}{step_band} s/step, {t.tokens_per_second:,.0f} tokens/s, "
                       f"{t.model_tflops_per_gpu:.0f} model TFLOP/s per GPU, MFU {t.mfu:.1%}"]
         parts = ", ".join(f"{k} {v:.3f}s" for k, v in t.breakdown.items() if v > 0)
         lines.append(f"        {parts}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from workbench.commands.common import add_spec_arguments, specs_from_args
 
 KINDS = ("deepspeed", "megatron", "hybrid", "launch")
+_KIND_ALIASES = {"megatron-deepspeed": "hybrid"}  # the engine's name also names its export
 _DEFAULT_ENGINE = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "megatron-deepspeed",
                    "launch": "deepspeed"}
 
@@ -19,7 +20,9 @@ _DEFAULT_ENGINE = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "
 def add_parser(sub) -> None:
     parser = sub.add_parser("export", help="write ds_config.json, Megatron/hybrid commands or launch scripts",
                             description=__doc__)
-    parser.add_argument("kind", choices=KINDS, help="what to export")
+    parser.add_argument("kind", choices=KINDS + tuple(_KIND_ALIASES), metavar="{" + ",".join(KINDS) + "}",
+                        help="what to export: hybrid writes the megatron-deepspeed engine's files (also accepted "
+                             "as 'megatron-deepspeed')")
     parser.add_argument("--launcher", choices=["deepspeed", "torchrun", "slurm"],
                         help="launch: which launcher (default: deepspeed for engine deepspeed, else torchrun)")
     parser.add_argument("--hosts", help="launch: comma-separated host names for the hostfile")
@@ -115,6 +118,7 @@ def _validate_ds(cfg: dict, plan) -> bool:
 def run(args) -> int:
     from workbench.cli import payload_stream
 
+    args.kind = _KIND_ALIASES.get(args.kind, args.kind)
     model, cluster, plan = specs_from_args(args, default_engine=_DEFAULT_ENGINE[args.kind])
     files, main, ok = _files(args.kind, args, model, cluster, plan)
     if args.out:

@@ -2,7 +2,8 @@
 model's config.json (or model directory) into specs.
 
 Prints the model, plan and option fields found, the warnings, and the lint findings (``--json`` for one JSON
-object). Options go before the file or command: ``workbench import --json ds_config.json`` or
+object). Exit status: 0 when the lint finds no errors (warnings allowed), 1 when it finds at least one error (so the
+command can gate CI), 2 when the input cannot be read. Options go before the file or command: ``workbench import --json ds_config.json`` or
 ``workbench import --world-size 16 -- python pretrain_gpt.py --num-layers 40 ...``.
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ from workbench.cli import print_json
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("import", help="read a ds_config.json, Megatron command line or HF config.json into specs",
+    parser = sub.add_parser("import", help="read a ds_config.json, Megatron command line or HF config.json into specs"
+                            " (exit 1 when the lint finds errors)",
                             description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--world-size", type=int, help="data-parallel world size for a ds_config's batch fields")
@@ -25,26 +27,35 @@ def add_parser(sub) -> None:
 
 
 def _split_trailing_options(tokens: list, args) -> list:
-    """Allow ``workbench import ds_config.json --json`` when the source is a single file."""
+    """Allow ``workbench import ds_config.json --json`` when the source is a single file, and ``workbench import
+    "python pretrain_gpt.py ..." --json`` when it is one quoted command: options after it are the importer's own."""
+    from workbench.configs.importer import looks_like_text
+
     if tokens and tokens[0] == "--":
         tokens = tokens[1:]
-    if tokens and (Path(tokens[0]).is_file() or Path(tokens[0]).is_dir()):
-        rest = tokens[1:]
-        i = 0
-        while i < len(rest):
-            if rest[i] == "--json":
-                args.json = True
-                i += 1
-            elif rest[i] == "--world-size" and i + 1 < len(rest):
-                try:
-                    args.world_size = int(rest[i + 1])
-                except ValueError:
-                    raise ValueError(f"--world-size {rest[i + 1]!r} must be an integer") from None
-                i += 2
-            else:
-                raise ValueError(f"unexpected argument {rest[i]!r} after the file {tokens[0]!r}")
-        return tokens[:1]
-    return tokens
+    if not tokens:
+        return tokens
+    first = tokens[0]
+    quoted_text = looks_like_text(first) and any(c.isspace() for c in first.strip())
+    if not quoted_text and not (not looks_like_text(first) and (Path(first).is_file() or Path(first).is_dir())):
+        return tokens
+    rest = tokens[1:]
+    i = 0
+    while i < len(rest):
+        if rest[i] == "--json":
+            args.json = True
+            i += 1
+        elif rest[i] == "--world-size" and i + 1 < len(rest):
+            try:
+                args.world_size = int(rest[i + 1])
+            except ValueError:
+                raise ValueError(f"--world-size {rest[i + 1]!r} must be an integer") from None
+            i += 2
+        else:
+            what = "the quoted command" if quoted_text else f"the file {first!r}"
+            raise ValueError(f"unexpected argument {rest[i]!r} after {what} (options go before it: "
+                             f"workbench import [--json] [--world-size N] SOURCE)")
+    return tokens[:1]
 
 
 def _is_hf_source(source: str) -> bool:
@@ -53,6 +64,10 @@ def _is_hf_source(source: str) -> bool:
 
     from workbench.hf import is_hf_config
 
+    from workbench.configs.importer import looks_like_text
+
+    if looks_like_text(source):
+        return False
     p = Path(source)
     if p.is_dir():
         return (p / "config.json").is_file()
@@ -99,29 +114,28 @@ def imported_as_dict(imp) -> dict:
     }
 
 
+def lint_status(findings) -> int:
+    """1 when any lint finding is an error, else 0."""
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
 def run(args) -> int:
-    from workbench.configs.importer import import_any, import_ds_config
+    from workbench.configs.importer import import_any, import_megatron_args
 
     tokens = _split_trailing_options(list(args.source), args)
     if not tokens:
         raise ValueError("give a ds_config.json, a script, or a command line to import")
     if len(tokens) == 1 and _is_hf_source(tokens[0]):
         return _run_hf(tokens[0], args)
-    if len(tokens) == 1:
-        source = tokens[0]
-        is_json = source.lstrip().startswith("{") or (Path(source).is_file()
-                                                      and Path(source).read_text().lstrip().startswith("{"))
-        if is_json:
-            text = Path(source).read_text() if Path(source).is_file() else source
-            imp = import_ds_config(text, world_size=args.world_size)
-        else:
-            imp = import_any(Path(source) if Path(source).is_file() else source)
+    if len(tokens) == 1:  # a file, JSON text, or a whole command line in one quoted argument
+        imp = import_any(tokens[0], world_size=args.world_size)
     else:
-        imp = import_any(" ".join(__import__("shlex").quote(t) for t in tokens))
+        imp = import_megatron_args(tokens)
     data = imported_as_dict(imp)
+    status = lint_status(imp.lint)
     if args.json:
         print_json(data)
-        return 0
+        return status
     print(f"kind: {imp.kind}")
     for title, section in (("model", data["model"]), ("plan", data["plan"]), ("options", data["options"])):
         print(f"{title}:" + ("" if section else " (nothing)"))
@@ -137,4 +151,7 @@ def run(args) -> int:
             print(f"  - {f}")
     elif imp.kind == "deepspeed":
         print("lint: no findings")
-    return 0
+    if status:
+        errors = sum(1 for f in imp.lint if f.severity == "error")
+        print(f"lint: {errors} error{'s' if errors != 1 else ''} (exit status 1)")
+    return status

@@ -71,9 +71,17 @@ def run_one(args) -> int:
 
 
 def run_many(args) -> int:
+    from workbench.commands.common import progress_bar
+
     combos = load_grid(args.grid)
     JobStore().recover_interrupted()
-    result = run_sweep(args.notebook, combos, workers=args.workers, out_dir=args.out, timeout_seconds=args.timeout)
+    with progress_bar(total=len(combos), desc="sweep", unit="run") as bar:
+        def done(run):
+            bar.set_postfix_str(f"last: {run.status} {run.duration_seconds:.0f} s", refresh=False)
+            bar.update(1)
+
+        result = run_sweep(args.notebook, combos, workers=args.workers, out_dir=args.out,
+                           timeout_seconds=args.timeout, on_run_done=done)
     if args.json:
         from workbench.cli import print_json
 

@@ -1,25 +1,36 @@
 """workbench plan: search every valid parallel plan, rank the ones that fit by step time, explain the winner."""
 from __future__ import annotations
 
-from workbench.commands.common import add_cluster_arguments, add_model_arguments, cluster_from_args, model_from_args
-
-GiB = 2**30
+from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, cluster_from_args,
+                                      engine_name, model_from_args, profile_from_args)
+from workbench.defaults import GiB
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("plan", help="rank every valid parallel plan by step time", description=__doc__)
     add_model_arguments(parser)
-    add_cluster_arguments(parser, profile=False)  # the planner prices plans with catalog numbers
+    add_cluster_arguments(parser)  # --profile: measured rates replace datasheet numbers for every plan
     s = parser.add_argument_group("search")
     s.add_argument("--gbs", type=int, required=True, help="global batch size (sequences per step)")
     s.add_argument("--top", type=int, default=10, help="plans to list (default 10)")
-    s.add_argument("--engine", action="append", choices=["deepspeed", "megatron", "megatron-deepspeed"],
-                   help="engines to search (repeatable; default all three)")
+    s.add_argument("--engine", action="append", type=engine_name, metavar="{" + ",".join(ENGINES) + "}",
+                   help="engines to search (repeatable; default all three; 'hybrid' is another name for "
+                        "megatron-deepspeed)")
     s.add_argument("--headroom", type=float, default=0.05, help="fraction of GPU memory kept free (default 0.05)")
     s.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
     s.add_argument("--max-cp", type=int, default=16, help="largest context-parallel size (default 16)")
+    s.add_argument("--adam", choices=["fused", "torch"], default="fused",
+                   help="GPU optimizer kernel of every plan: fused (Apex/TE or DeepSpeed FusedAdam) or torch "
+                        "(torch.optim.AdamW)")
+    overlap = s.add_mutually_exclusive_group()
+    overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
+                         help="overlap the gradient reduce with backward (default: each engine's)")
+    overlap.add_argument("--no-overlap-comm", dest="overlap_comm", action="store_false")
+    s.add_argument("--lora-rank", type=int, default=0, metavar="R",
+                   help="search LoRA fine-tunes of rank R (base weights frozen; DeepSpeed engines)")
+    s.add_argument("--lora-targets", metavar="LIST", help="projections with adapters (default q,k,v,o,gate,up,down)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -44,16 +55,34 @@ _HEADER = ("  # engine              TP  PP  v  CP     DP SP ZeRO offld  recomput
            "    tokens/s    MFU")
 
 
+PARETO_ROWS = 8
+"""Pareto plans printed at most (the fastest, the one with most memory left, and evenly spaced ones between)."""
+
+
+def pareto_rows(count: int, limit: int = PARETO_ROWS) -> list:
+    """Indices of the Pareto plans to print: all when they fit in ``limit``, else ``limit`` spread evenly from the
+    first (fastest) to the last (most memory left)."""
+    if count <= limit:
+        return list(range(count))
+    return sorted({round(k * (count - 1) / (limit - 1)) for k in range(limit)})
+
+
 def render(result) -> str:
     c, m = result.cluster, result.model
-    lines = [f"{m.name} (seq {m.seq_length}) on {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} "
+    lines = [f"{m.name} (seq {m.seq_length}, {m.attention} attention) on {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} "
              f"({c.gpu.memory_gib:.1f} GiB), global batch {result.global_batch_size}: {result.evaluated:,} plans "
              f"evaluated, {result.feasible:,} fit with {result.headroom:.0%} headroom "
-             f"({result.elapsed_seconds:.2f} s, {result.plans_per_second:,.0f} plans/s)", "", "ranked by step time",
+             f"({result.elapsed_seconds:.2f} s, {result.plans_per_second:,.0f} plans/s)"]
+    if result.profile and result.profile.get("name"):
+        lines.append(result.profile["note"])
+    lines += ["", "ranked by step time",
              _HEADER]
     lines += [_row(i + 1, r) for i, r in enumerate(result.ranked)]
-    lines += ["", "Pareto front (tokens/s vs memory headroom)", _HEADER]
-    lines += [_row(i + 1, r) for i, r in enumerate(result.pareto)]
+    shown = pareto_rows(len(result.pareto))
+    more = (f": {len(shown)} of its {len(result.pareto)} plans, spread from fastest to most memory left "
+            f"(--json lists all)" if len(shown) < len(result.pareto) else "")
+    lines += ["", f"Pareto front (tokens/s vs memory headroom){more}", _HEADER]
+    lines += [_row(i + 1, result.pareto[i]) for i in shown]
     lines += ["", result.explanation]
     return "\n".join(lines)
 
@@ -69,7 +98,9 @@ def run(args) -> int:
     result = search(model, cluster, global_batch_size=args.gbs, top=args.top, headroom=args.headroom,
                     engines=tuple(args.engine) if args.engine else ENGINES, precision=args.precision,
                     offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
-                    max_context_parallel=args.max_cp)
+                    max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
+                    **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
+                    overlap_comm=args.overlap_comm, profile=profile_from_args(args))
     if args.json:
         print_json(result.to_dict())
     else:

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import sys
 
-ENGINES = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "megatron-deepspeed",
-           "megatron-deepspeed": "megatron-deepspeed"}
-
 
 def add_parser(sub):
     from workbench.commands.common import add_spec_arguments
@@ -17,7 +14,6 @@ def add_parser(sub):
     p = sub.add_parser("run", help="launch a real training run and print its record",
                        description=__doc__.strip().splitlines()[0])
     add_spec_arguments(p)
-    p._option_string_actions["--engine"].choices = None  # this command also takes "hybrid" (checked below)
     p.add_argument("--nproc", type=int, default=None, help="processes (GPUs, or CPU ranks) per node")
     p.add_argument("--steps", type=int, default=10, help="training steps")
     p.add_argument("--data", default="synthetic", help="synthetic | learnable | text:PATH | indexed:PREFIX")
@@ -35,10 +31,6 @@ def resolve_specs(args):
     from workbench.commands.common import specs_from_args
     from workbench.runs.launcher import cuda_available
 
-    engine = ENGINES.get(str(args.engine).lower())
-    if engine is None:
-        raise ValueError(f"--engine={args.engine!r} is not one of: deepspeed, megatron, hybrid")
-    args.engine = engine
     if args.nproc:
         args.gpus_per_node = args.nproc
     if not cuda_available():  # the CPU: one node of nproc "cpu" devices, gloo
@@ -63,6 +55,7 @@ def summary(record: dict) -> dict:
         "measured": {"peak_memory_bytes": measured.get("peak_memory_bytes", {}),
                      "median_step_seconds": measured.get("median_step_seconds")},
         "predicted": {"per_gpu_peak_bytes": predicted.get("per_gpu_peak_bytes"),
+                      "allocated_bytes": predicted.get("allocated_bytes"),
                       "step_seconds": predicted.get("step_seconds"),
                       "memory_comparable": predicted.get("memory_comparable", True),
                       **({"memory_not_comparable_reason": predicted["memory_not_comparable_reason"]}
@@ -72,7 +65,8 @@ def summary(record: dict) -> dict:
     }
 
 
-def print_summary(s: dict, out=sys.stdout) -> None:
+def print_summary(s: dict, out=None) -> None:
+    out = sys.stdout if out is None else out
     def gib(b):
         return "-" if b is None else f"{b / 2**30:.3f} GiB"
 
@@ -91,6 +85,10 @@ def print_summary(s: dict, out=sys.stdout) -> None:
     p_sec = s["predicted"]["step_seconds"]
     print(f"{'step seconds':22}{'-' if sec is None else f'{sec:.4f}':>14}"
           f"{'-' if p_sec is None else f'{p_sec:.4f}':>14}", file=out)
+    if s["predicted"].get("memory_comparable") is False and p_sec is not None:
+        from workbench.runs.compare import CPU_STEP_NOTE
+
+        print(f"note: {CPU_STEP_NOTE}", file=out)
     print(f"run directory: {s['run_dir']}", file=out)
 
 
@@ -98,11 +96,23 @@ def run(args) -> int:
     from workbench.cli import print_json
     from workbench.runs import launch
 
+    from workbench.commands.common import progress_bar
+
     model, cluster, plan, nproc = resolve_specs(args)
     handle = launch(model, cluster, plan, steps=args.steps, nproc=nproc, data=args.data, lr=args.lr,
                     timeout_seconds=args.timeout)
+    # the run id first, then per-step progress, both on stderr (stdout stays the record)
+    print(f"run {handle.run_id}: started — {plan.engine}, {nproc} process{'es' if nproc != 1 else ''} on "
+          f"{cluster.gpu.name}, {args.steps} steps; log {handle.log_path}", file=sys.stderr, flush=True)
     try:
-        handle.wait()
+        with progress_bar(total=args.steps, desc=f"run {handle.run_id}", unit="step") as bar:
+            while True:
+                handle.wait(0.5)
+                done_steps = handle.progress()[0]
+                if done_steps > bar.n:
+                    bar.update(done_steps - bar.n)
+                if handle.done:
+                    break
     except KeyboardInterrupt:
         handle.stop()
         handle.wait(30)

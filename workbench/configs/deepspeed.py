@@ -18,11 +18,13 @@ import copy
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
+from workbench.defaults import DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+from workbench.specs import (AdamImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
                              ZeroStage, validate)
 
-#: Models at or above this many parameters get the tighter clipping default (seed guide §5.3: "for models above 13B,
-#: max_norm between 0.5 and 1.0 gives better stability"; we take the lower end). The threshold is 12e9 so that
+#: Models at or above this many parameters get the tighter clipping default (the DeepSpeed-vs-Megatron
+#: practitioner's guide §5.3: "for models of 13B parameters and up (13B以上), max_norm between 0.5 and 1.0 gives
+#: better stability"; we take the lower end). The threshold is 12e9 so that
 #: "13B-class" models count: the guide's own 13B example (40 x 5120, GPT-3 vocabulary) has 12.85e9 parameters.
 LARGE_MODEL_PARAMETERS = 12e9
 
@@ -31,7 +33,8 @@ LARGE_MODEL_PARAMETERS = 12e9
 class DeepSpeedOptions:
     """Training hyper-parameters and DeepSpeed tunables written into exported configs (DeepSpeed and Megatron).
 
-    Defaults follow the seed guide's 13B example (lr 6e-5 → 6e-6 cosine, weight decay 0.01, Adam betas 0.9/0.95,
+    Defaults follow the 13B example of the DeepSpeed-vs-Megatron practitioner's guide (lr 6e-5 → 6e-6 cosine,
+    weight decay 0.01, Adam betas 0.9/0.95,
     100,000 iterations, fp16 loss-scale window 1000, ZeRO buckets 5e8) unless noted.
     """
 
@@ -51,12 +54,11 @@ class DeepSpeedOptions:
     """Optimizer steps (guide §3: ``--train-iters 100000``)."""
     warmup_iters: Optional[int] = None
     """Learning-rate warm-up steps; ``None`` means 1% of train_iters."""
-    reduce_bucket_size: int = 500_000_000
+    reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     """ZeRO gradient reduce bucket, elements (guide §3/§4: ``5e8``)."""
-    allgather_bucket_size: int = 500_000_000
-    """ZeRO-1/2 parameter all-gather bucket, elements (guide §3/§4: ``5e8``)."""
-    overlap_comm: bool = True
-    """Overlap gradient reduction with the backward pass (guide §4: enable on InfiniBand)."""
+    allgather_bucket_size: int = DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS
+    """ZeRO-1/2 parameter all-gather bucket, elements (guide §3/§4: ``5e8``). Overlap of the gradient reduction is
+    the plan's (:attr:`workbench.specs.ParallelPlan.overlap_comm`), so the model prices what the config runs."""
     contiguous_gradients: bool = True
     """Copy gradients into one contiguous buffer as they are produced (avoids fragmentation)."""
     stage3_prefetch_bucket_size: int = 50_000_000
@@ -91,20 +93,33 @@ class DeepSpeedOptions:
     """Random seed (Megatron ``--seed``)."""
 
     def __post_init__(self) -> None:
-        betas = tuple(float(b) for b in self.betas)
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        from workbench.specs import check_bool, check_float, check_int, check_str
+
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2:
             raise ValueError(f"betas={self.betas!r} must be two numbers in [0, 1)")
-        object.__setattr__(self, "betas", betas)
+        put("betas", tuple(check_float(f"betas[{i}]", b, strict=False, below=1.0) for i, b in enumerate(self.betas)))
         for name in ("lr", "eps"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be > 0")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0")
-        if self.clip is not None and self.clip < 0:
-            raise ValueError(f"clip={self.clip} must be >= 0")
-        for name in ("train_iters", "reduce_bucket_size", "loss_scale_window", "steps_per_print"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+            put(name, check_float(name, getattr(self, name), maximum=1e6))
+        put("weight_decay", check_float("weight_decay", self.weight_decay, strict=False, maximum=1e6))
+        put("min_loss_scale", check_float("min_loss_scale", self.min_loss_scale, maximum=1e38))
+        for name in ("clip", "min_lr"):
+            if getattr(self, name) is not None:
+                put(name, check_float(name, getattr(self, name), strict=False, maximum=1e6))
+        for name in ("train_iters", "reduce_bucket_size", "loss_scale_window", "steps_per_print",
+                     "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+                     "stage3_max_reuse_distance", "sub_group_size"):
+            put(name, check_int(name, getattr(self, name), maximum=2**62))
+        for name in ("stage3_param_persistence_threshold", "hysteresis", "seed"):
+            put(name, check_int(name, getattr(self, name), minimum=0, maximum=2**62))
+        put("initial_scale_power", check_int("initial_scale_power", self.initial_scale_power, minimum=0, maximum=127))
+        if self.warmup_iters is not None:
+            put("warmup_iters", check_int("warmup_iters", self.warmup_iters, maximum=2**62))
+        for name in ("contiguous_gradients", "pin_memory", "cpu_checkpointing", "wall_clock_breakdown"):
+            put(name, check_bool(name, getattr(self, name)))
+        check_str("nvme_path", self.nvme_path)
         if self.warmup_iters is not None and not 0 < self.warmup_iters <= self.train_iters:
             raise ValueError(f"warmup_iters={self.warmup_iters} must be in 1..train_iters={self.train_iters}")
         if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
@@ -119,11 +134,13 @@ class DeepSpeedOptions:
     def warmup_steps(self) -> int:
         return max(1, self.train_iters // 100) if self.warmup_iters is None else self.warmup_iters
 
-    def clipping_for(self, model: ModelSpec) -> float:
-        """Gradient clipping for ``model``: the explicit ``clip``, else 1.0, or 0.5 for 13B-class models (>= 12e9)."""
+    def clipping_for(self, model: ModelSpec, num_parameters: Optional[int] = None) -> float:
+        """Gradient clipping for ``model``: the explicit ``clip``, else 1.0, or 0.5 for 13B-class models (>= 12e9).
+        ``num_parameters``: the model's count when the caller has it."""
         if self.clip is not None:
             return float(self.clip)
-        return 0.5 if model.num_parameters >= LARGE_MODEL_PARAMETERS else 1.0
+        n = model.num_parameters if num_parameters is None else num_parameters
+        return 0.5 if n >= LARGE_MODEL_PARAMETERS else 1.0
 
     @classmethod
     def field_names(cls) -> tuple:
@@ -175,6 +192,8 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
                        "warmup_min_ratio": 0.0, "cos_min_ratio": o.final_lr / o.lr, "warmup_type": "linear"},
         },
     }
+    if plan.adam is AdamImpl.TORCH and plan.offload_optimizer is Offload.NONE:
+        cfg["optimizer"]["params"]["torch_adam"] = True  # torch.optim.AdamW instead of DeepSpeed's FusedAdam op
     if plan.precision is Precision.FP16:
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "loss_scale_window": o.loss_scale_window,
                        "initial_scale_power": o.initial_scale_power, "hysteresis": o.hysteresis,
@@ -184,7 +203,9 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     zero: dict = {"stage": stage}
     if stage >= ZeroStage.OPTIMIZER:
         zero.update({
-            "overlap_comm": o.overlap_comm,
+            # DeepSpeed turns overlap_comm off under pipeline parallelism ("Pipeline parallelism does not support
+            # overlapped communication, will be disabled", engine._configure_zero_optimizer): write what runs
+            "overlap_comm": plan.overlaps_comm and plan.pipeline_parallel == 1,
             "contiguous_gradients": o.contiguous_gradients,
             "reduce_scatter": True,
             "reduce_bucket_size": int(o.reduce_bucket_size),

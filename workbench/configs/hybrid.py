@@ -1,4 +1,5 @@
-"""The hybrid of the seed guide §4: Megatron tensor/pipeline parallelism with DeepSpeed ZeRO over data parallel.
+"""The hybrid of the DeepSpeed-vs-Megatron practitioner's guide §4: Megatron tensor/pipeline parallelism with
+DeepSpeed ZeRO over data parallel.
 
 It runs Microsoft's Megatron-DeepSpeed ``pretrain_gpt.py`` with ``--deepspeed --deepspeed_config ds_config.json``;
 DeepSpeed receives Megatron's ``mpu`` and so sees the data-parallel group as its world (batch arithmetic with
@@ -14,6 +15,7 @@ from typing import Optional
 from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config, deepspeed_version, validate_ds_config
 from workbench.configs.megatron import (format_flags, model_flags, placeholder_lines, plan_summary, rendezvous_lines,
                                         torchrun_prefix, training_flags)
+from workbench.defaults import megatron_recompute_flags
 from workbench.specs import ClusterSpec, Engine, ModelSpec, ParallelPlan, Recompute, validate
 
 HYBRID_PLACEHOLDER = ("MEGATRON_DEEPSPEED", "/path/to/Megatron-DeepSpeed",
@@ -32,6 +34,7 @@ def hybrid_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                      options: Optional[DeepSpeedOptions] = None) -> dict:
     """The ``ds_config.json`` of the hybrid: ZeRO (the guide uses stage 1) over the data-parallel group, bucket
     sizes, micro batch and accumulation (``train_batch_size = micro × accumulation × data_parallel``)."""
+    validate(model, cluster, plan)
     _check(plan)
     return build_ds_config(model, cluster, plan, options=options)
 
@@ -54,14 +57,9 @@ def hybrid_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
               str(model.num_layers // (plan.pipeline_parallel * plan.virtual_pipeline))]
     if plan.sequence_parallel:
         a += ["--sequence-parallel"]
-    if plan.recompute is Recompute.SELECTIVE:
-        a += ["--recompute-granularity", "selective"]
-    elif plan.recompute is Recompute.FULL:
-        a += ["--deepspeed-activation-checkpointing", "--recompute-granularity", "full"]
-        if plan.recompute_layers is None:
-            a += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
-        else:
-            a += ["--recompute-method", "block", "--recompute-num-layers", str(plan.recompute_layers)]
+    if plan.recompute is Recompute.FULL:
+        a += ["--deepspeed-activation-checkpointing"]
+    a += megatron_recompute_flags(plan)
     a += ["--micro-batch-size", str(plan.micro_batch_size), "--global-batch-size", str(plan.global_batch_size)]
     a += training_flags(model, plan, o)
     a += ["--data-path", "$DATA_PATH", "--split", "949,50,1", "--tokenizer-type", "HFTokenizer",
@@ -86,7 +84,8 @@ def hybrid_command(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *
         *placeholder_lines(["DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
         *rendezvous_lines(cluster),
         "export CUDA_DEVICE_MAX_CONNECTIONS=1",
-        "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors (seed guide §5.1)",
+        "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors "
+        "(the DeepSpeed-vs-Megatron practitioner's guide §5.1)",
         "",
         torchrun_prefix(cluster) + " \\",
         f'    "${name}/pretrain_gpt.py" \\',

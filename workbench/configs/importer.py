@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -129,26 +130,107 @@ class Imported:
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
+def _named(path: str, value) -> str:
+    """``--flag VALUE`` for command-line flags, ``key=VALUE`` (repr) for config keys."""
+    return f"{path} {value}" if path.startswith("--") else f"{path}={value!r}"
+
+
 def to_number(value, path: str = "value"):
     """``5e8`` / ``"5e8"`` / ``"1_000"`` → 500000000 (int when integral), floats kept; ValueError otherwise."""
     if isinstance(value, bool):
-        raise ValueError(f"{path}={value!r} is not a number")
+        raise ValueError(f"{_named(path, value)} is not a number")
     if isinstance(value, (int, float)):
         x = value
     elif isinstance(value, str) and _NUMBER.match(value.strip().replace("_", "")):
         x = float(value.strip().replace("_", ""))
     else:
-        raise ValueError(f"{path}={value!r} is not a number")
-    if isinstance(x, float) and x.is_integer() and abs(x) < 2**63:
+        raise ValueError(f"{_named(path, value)} is not a number")
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError(f"{_named(path, value)} is not a finite number")
+    if abs(x) >= 2**63:
+        raise ValueError(f"{_named(path, value)} is out of range (at most {2**63 - 1:,})")
+    if isinstance(x, float) and x.is_integer():
         return int(x)
     return x
 
 
-def _int(value, path: str) -> int:
+def _int(value, path: str, minimum: Optional[int] = None) -> int:
     x = to_number(value, path)
     if not isinstance(x, int):
-        raise ValueError(f"{path}={value!r} must be a whole number")
+        raise ValueError(f"{_named(path, value)} must be a whole number")
+    if minimum is not None and x < minimum:
+        raise ValueError(f"{_named(path, value)} must be >= {minimum}")
     return x
+
+
+def _positive(value, path: str) -> int:
+    return _int(value, path, minimum=1)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Path or text
+# ----------------------------------------------------------------------------------------------------------------
+MAX_SOURCE_BYTES = 4 * 2**20
+"""Largest config file or script read (4 MiB); real ones are a few KiB."""
+
+MAX_NESTING = 32
+"""Deepest nesting accepted in a ds_config (DeepSpeed's own are at most 4 levels deep)."""
+
+
+def looks_like_text(source: str) -> bool:
+    """Whether ``source`` is config text or a command line rather than a file name, decided from the string alone
+    (no ``open()``): text has a line break, starts with ``{`` or ``-``, or has a space between words and is not an
+    existing file; names longer than the file system allows are text."""
+    stripped = source.strip()
+    if not stripped or "\n" in stripped or stripped.startswith(("{", "-")) or len(source) > 4096:
+        return True
+    if " " in stripped or "\t" in stripped:
+        return not _is_file(source)
+    return False
+
+
+def _is_file(source) -> bool:
+    try:
+        return Path(source).is_file()
+    except (OSError, ValueError):  # name too long, embedded NUL
+        return False
+
+
+def read_source(path: Union[str, Path], what: str) -> str:
+    """The text of a config file or script; ``ValueError`` naming the path when it is missing, a directory, too
+    large, unreadable or not text."""
+    path = Path(path)
+    shown = str(path) if len(str(path)) <= 120 else str(path)[:100] + "..."
+    try:
+        if path.is_dir():
+            raise ValueError(f"{what} {shown!r} is a directory; give a file (or the text itself)")
+        if not path.exists():
+            raise ValueError(f"{what} file {shown!r} does not exist (give a ds_config.json, a script, or a "
+                             f"quoted command line)")
+        size = path.stat().st_size
+        if size > MAX_SOURCE_BYTES:
+            raise ValueError(f"{what} file {shown!r} is {size:,} bytes; a config or launch script is at most "
+                             f"{MAX_SOURCE_BYTES:,}")
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} file {shown!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"{what} {shown!r} cannot be read: {exc.strerror or exc}") from None
+
+
+def _depth(obj) -> int:
+    """Nesting depth of JSON data, without recursion."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if d > MAX_NESTING:
+            break
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+    return deepest
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -156,27 +238,78 @@ def _int(value, path: str) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 def _load_json(source) -> dict:
     if isinstance(source, dict):
-        return source
-    text = None
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "{" not in source):
-        path = Path(source)
-        if not path.exists():
-            raise ValueError(f"ds_config file {str(path)!r} does not exist")
-        text = path.read_text()
+        data = source
     else:
-        text = str(source)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        try:  # DeepSpeed reads its config files with hjson (comments, unquoted keys)
-            import hjson
+        if isinstance(source, Path) or (isinstance(source, str) and not looks_like_text(source)):
+            text = read_source(source, "ds_config")
+        elif isinstance(source, (str, bytes)):
+            text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
+        else:
+            raise ValueError(f"ds_config={source!r:.80} must be a dict, JSON text or a path "
+                             f"(got {type(source).__name__})")
+        _refuse_other_formats(text)
+        try:
+            data = json.loads(text, parse_constant=_refuse_constant)
+        except RecursionError:
+            raise ValueError(f"ds_config is nested too deeply (more than {MAX_NESTING} levels)") from None
+        except json.JSONDecodeError as exc:
+            try:  # DeepSpeed reads its config files with hjson (comments, unquoted keys)
+                import hjson
 
-            data = hjson.loads(text)
-        except Exception:
-            raise ValueError(f"ds_config is not valid JSON: {exc}") from None
+                data = hjson.loads(text)
+            except RecursionError:
+                raise ValueError(f"ds_config is nested too deeply (more than {MAX_NESTING} levels)") from None
+            except Exception:
+                raise ValueError(f"ds_config is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"ds_config must be a JSON object, got {type(data).__name__}")
-    return json.loads(json.dumps(data))  # plain dicts (hjson returns OrderedDicts)
+    if _depth(data) > MAX_NESTING:
+        raise ValueError(f"ds_config is nested too deeply (more than {MAX_NESTING} levels)")
+    try:
+        return json.loads(json.dumps(data, default=str))  # plain dicts (hjson returns OrderedDicts)
+    except ValueError as exc:  # NaN/Infinity given in a dict, circular references
+        raise ValueError(f"ds_config holds values JSON cannot carry: {exc}") from None
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"ds_config holds {name}, which is not a number DeepSpeed can use")
+
+
+_NEOX_KEYS = ("pipe-parallel-size", "model-parallel-size", "num-layers", "hidden-size", "num-attention-heads",
+              "seq-length", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "zero_optimization")
+
+
+def _refuse_other_formats(text: str) -> None:
+    """A clear message for configs of other frameworks: a GPT-NeoX YAML (hyphenated Megatron keys in a YAML/JSON
+    mapping) says what it is and gives the ``workbench estimate`` flags for its numbers."""
+    stripped = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")).strip()
+    if not re.search(r'^\s*"?(pipe-parallel-size|model-parallel-size|num-layers|hidden-size)"?\s*:', stripped,
+                     re.MULTILINE):
+        return
+    import yaml
+
+    try:
+        data = yaml.safe_load(stripped)
+    except (yaml.YAMLError, RecursionError):
+        data = None
+    if not isinstance(data, dict):
+        raise ValueError("this looks like a GPT-NeoX YAML config (keys such as 'num-layers:'), but it does not parse "
+                         "as YAML; the importer reads DeepSpeed ds_config.json files and Megatron command lines")
+    flags = []
+    for key, flag in (("num-layers", "--layers"), ("hidden-size", "--hidden"), ("num-attention-heads", "--heads"),
+                      ("seq-length", "--seq"), ("model-parallel-size", "--tp"), ("pipe-parallel-size", "--pp"),
+                      ("train_micro_batch_size_per_gpu", "--mbs")):
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            flags.append(f"{flag} {value}")
+    zero = data.get("zero_optimization")
+    if isinstance(zero, dict) and isinstance(zero.get("stage"), int):
+        flags.append(f"--zero {zero['stage']}")
+    hint = (f"workbench estimate --engine megatron-deepspeed {' '.join(flags)}" if flags
+            else "workbench estimate with --layers/--hidden/--heads/--tp/--pp")
+    raise ValueError(f"this is a GPT-NeoX YAML config (NeoX's own format: Megatron-style keys such as "
+                     f"'num-layers' with DeepSpeed sections), not a ds_config.json or a Megatron command line; "
+                     f"the importer does not read it. Enter its numbers as flags instead: {hint}")
 
 
 def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int] = None) -> Imported:
@@ -185,6 +318,8 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
     from workbench.configs.lint import lint_ds_config
 
     cfg = _load_json(source)
+    if world_size is not None:
+        world_size = _positive(world_size, "world_size")
     plan: dict = {"engine": "deepspeed"}
     opts: dict = {}
     warnings: list[str] = []
@@ -194,14 +329,16 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         if key not in section:
             return None
         value = section[key]
-        if value == "auto":
+        if value is None:  # JSON null: DeepSpeed treats it as not given
+            return None
+        if isinstance(value, str) and value == "auto":
             autos.append(path)
             return None
         return kind(value, path)
 
-    tbs = get(cfg, "train_batch_size", "train_batch_size", _int)
-    mbs = get(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", _int)
-    gas = get(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps", _int)
+    tbs = get(cfg, "train_batch_size", "train_batch_size", _positive)
+    mbs = get(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", _positive)
+    gas = get(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps", _positive)
     # DeepSpeed's _set_batch_related_parameters, with world size = data-parallel size.
     if tbs is not None and mbs is not None and gas is not None:
         if tbs % (mbs * gas):
@@ -213,13 +350,21 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
                                 f"world_size({world_size}) = {mbs * gas * world_size}; DeepSpeed will refuse it")
     elif world_size is not None:
         if tbs is not None and mbs is not None:
+            if tbs % (mbs * world_size):
+                raise ValueError(f"train_batch_size={tbs} is not divisible by train_micro_batch_size_per_gpu({mbs})"
+                                 f" * world_size({world_size}) = {mbs * world_size}")
             gas = tbs // (mbs * world_size)
         elif tbs is not None and gas is not None:
+            if tbs % (gas * world_size):
+                raise ValueError(f"train_batch_size={tbs} is not divisible by gradient_accumulation_steps({gas})"
+                                 f" * world_size({world_size}) = {gas * world_size}")
             mbs = tbs // (gas * world_size)
         elif mbs is not None:
             gas = gas or 1
             tbs = mbs * gas * world_size
         elif tbs is not None:
+            if tbs % world_size:
+                raise ValueError(f"train_batch_size={tbs} is not divisible by world_size={world_size}")
             gas, mbs = 1, tbs // world_size
         if mbs is not None and gas is not None:
             opts["data_parallel"] = world_size
@@ -233,9 +378,16 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         plan["world_size"] = world_size
 
     # precision
+    for key in ("fp16", "bf16", "bfloat16", "zero_optimization", "optimizer", "scheduler",
+                "activation_checkpointing"):
+        if key in cfg and cfg[key] is not None and not isinstance(cfg[key], dict):
+            raise ValueError(f"{key}={cfg[key]!r:.60} must be a JSON object (a {{...}} section)")
     fp16 = cfg.get("fp16") if isinstance(cfg.get("fp16"), dict) else {}
     bf16 = cfg.get("bf16", cfg.get("bfloat16"))
     bf16 = bf16 if isinstance(bf16, dict) else {}
+    if "bfloat16" in cfg and "bf16" not in cfg:
+        warnings.append("'bfloat16' is the deprecated name of the 'bf16' section (DeepSpeed still reads it); "
+                        "read as bf16")
     fp16_on, bf16_on = fp16.get("enabled"), bf16.get("enabled")
     if fp16_on == "auto" or bf16_on == "auto":
         autos += [p for p, v in (("fp16.enabled", fp16_on), ("bf16.enabled", bf16_on)) if v == "auto"]
@@ -256,6 +408,8 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
     # ZeRO
     zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
     stage = get(zero, "stage", "zero_optimization.stage", _int)
+    if stage is not None and not 0 <= stage <= 3:
+        raise ValueError(f"zero_optimization.stage={stage} must be 0, 1, 2 or 3")
     plan["zero_stage"] = stage if stage is not None else 0
     for key in ("offload_optimizer", "offload_param"):
         section = zero.get(key)
@@ -264,6 +418,8 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
             if device == "auto":
                 autos.append(f"zero_optimization.{key}.device")
                 continue
+            if device is not None and not isinstance(device, str):
+                raise ValueError(f"zero_optimization.{key}.device={device!r:.60} must be 'none', 'cpu' or 'nvme'")
             plan["offload_optimizer" if key == "offload_optimizer" else "offload_params"] = str(device or "none")
             if section.get("nvme_path"):
                 opts["nvme_path"] = str(section["nvme_path"])
@@ -286,13 +442,19 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         value = get(zero, key, f"zero_optimization.{key}")
         if value is not None:
             opts[name] = int(value)
-    for key in ("overlap_comm", "contiguous_gradients"):
-        if isinstance(zero.get(key), bool):
-            opts[key] = zero[key]
+    if isinstance(zero.get("contiguous_gradients"), bool):
+        opts["contiguous_gradients"] = zero["contiguous_gradients"]
+    stage_read = plan.get("zero_stage")
+    if isinstance(zero.get("overlap_comm"), bool):
+        plan["overlap_comm"] = zero["overlap_comm"]
+    elif stage_read is not None and int(stage_read) >= 1:
+        plan["overlap_comm"] = int(stage_read) >= 3  # DeepSpeed's own default: on for ZeRO-3 only
 
     # optimizer and schedule
     opt = cfg.get("optimizer") if isinstance(cfg.get("optimizer"), dict) else {}
     params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
+    if params.get("torch_adam") is True:
+        plan["adam"] = "torch"  # torch.optim.AdamW instead of DeepSpeed's FusedAdam (adam="fused", the default)
     if opt.get("type") and str(opt["type"]).lower() not in ("adam", "adamw"):
         warnings.append(f"optimizer.type={opt['type']!r}: the memory model assumes Adam-style states (12 bytes per "
                         f"parameter)")
@@ -300,11 +462,14 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         value = get(params, key, f"optimizer.params.{key}")
         if value is not None:
             opts[key] = float(value)
-    if "betas" in params:
-        if params["betas"] == "auto":
+    if params.get("betas") is not None:
+        betas = params["betas"]
+        if isinstance(betas, str) and betas == "auto":
             autos.append("optimizer.params.betas")
+        elif not isinstance(betas, (list, tuple)) or len(betas) != 2:
+            raise ValueError(f"optimizer.params.betas={betas!r:.60} must be a list of two numbers, e.g. [0.9, 0.95]")
         else:
-            opts["betas"] = tuple(float(to_number(b, "optimizer.params.betas")) for b in params["betas"])
+            opts["betas"] = tuple(float(to_number(b, f"optimizer.params.betas[{i}]")) for i, b in enumerate(betas))
     sched = cfg.get("scheduler") if isinstance(cfg.get("scheduler"), dict) else {}
     sparams = sched.get("params") if isinstance(sched.get("params"), dict) else {}
     total = get(sparams, "total_num_steps", "scheduler.params.total_num_steps")
@@ -335,9 +500,9 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         plan["recompute"] = "full"
         warnings.append("activation_checkpointing is present: read as full recompute (DeepSpeed checkpoints only "
                         "where the model calls deepspeed.checkpointing.checkpoint)")
-        n = get(ac, "number_checkpoints", "activation_checkpointing.number_checkpoints")
+        n = get(ac, "number_checkpoints", "activation_checkpointing.number_checkpoints", _positive)
         if n is not None:
-            opts["number_checkpoints"] = int(n)
+            opts["number_checkpoints"] = n
         if isinstance(ac.get("cpu_checkpointing"), bool):
             opts["cpu_checkpointing"] = ac["cpu_checkpointing"]
 
@@ -444,6 +609,8 @@ _KNOWN = {
     "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "transformer-impl", "num-experts",
     "moe-router-topk", "topk", "moe-ffn-hidden-size", "vocab-size", "expert-interval", "hidden-dropout",
     "attention-dropout",
+    "no-masked-softmax-fusion", "masked-softmax-fusion", "attention-softmax-in-fp32",
+    "no-gradient-accumulation-fusion", "overlap-grad-reduce",
     # parallel / batch
     "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
@@ -451,11 +618,30 @@ _KNOWN = {
     "recompute-num-layers", "recompute-activations", "checkpoint-activations", "checkpoint-num-layers",
     "deepspeed-activation-checkpointing", "micro-batch-size", "global-batch-size", "batch-size",
     "no-pipeline-parallel", "zero-stage", "deepspeed", "use-deepspeed", "deepspeed-config",
+    "activations-checkpoint-method", "activations-checkpoint-num-layers", "expert-model-parallel-size",
     # training
     "bf16", "fp16", "lr", "min-lr", "lr-decay-style", "lr-warmup-iters", "lr-decay-iters", "train-iters",
     "weight-decay", "adam-beta1", "adam-beta2", "adam-eps", "clip-grad", "seed", "loss-scale-window", "hysteresis",
     "min-loss-scale", "initial-loss-scale",
 }
+
+
+def _megatron_attention(backend, impl, has, kind: str) -> str:
+    """The attention kernel a Megatron command line runs (:class:`workbench.specs.AttentionImpl`).
+
+    Megatron-LM: Transformer Engine (``--transformer-impl transformer_engine``, the default) with
+    ``--attention-backend auto|flash|fused`` (or the legacy ``--use-flash-attn``) is flash attention;
+    ``--attention-backend unfused`` is the s×s path. megatron-core's own ``DotProductAttention``
+    (``--transformer-impl local`` or ``--attention-backend local``) runs Megatron's fused scale-mask-softmax unless
+    ``--no-masked-softmax-fusion``. Megatron-DeepSpeed: local attention unless ``--use-flash-attn[-v2]``."""
+    if any(has(f) for f in ("use-flash-attn", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton")):
+        return "flash"
+    if backend == "unfused":
+        return "unfused"
+    local = backend == "local" or impl == "local" or kind == "megatron-deepspeed"
+    if local:
+        return "unfused" if has("no-masked-softmax-fusion") else "fused-softmax"
+    return "flash"
 
 
 def import_megatron_args(command: Union[str, list]) -> Imported:
@@ -485,6 +671,25 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     def has(name: str) -> bool:
         return name in flags
 
+    def _read_recompute_method(method, method_flag: str, count_flag: str) -> None:
+        """Full recompute: ``block`` recomputes the first N layers of each pipeline stage; ``uniform`` recomputes
+        every layer, in chunks of N layers (only each chunk's input is kept)."""
+        if method is None:
+            return
+        n = num(count_flag, _positive) if has(count_flag) else 1
+        if method == "block":
+            if has(count_flag):
+                plan["recompute_layers"] = n
+        elif method == "uniform":
+            opts["recompute_uniform_chunk_layers"] = n
+            if n > 1:
+                warnings.append(f"--{method_flag} uniform with --{count_flag} {n}: every layer is recomputed, one "
+                                f"checkpoint per {n} layers; the memory model keeps one checkpoint per layer (a "
+                                f"little more memory than Megatron stores, and the {n}-layer recompute working set "
+                                f"is counted as one layer's)")
+        else:
+            raise ValueError(f"--{method_flag} {method!r} must be 'uniform' or 'block'")
+
     is_hybrid = has("deepspeed") or has("use-deepspeed") or has("deepspeed-config")
     if has("use-deepspeed"):
         warnings.append("--use-deepspeed is not a Megatron-DeepSpeed flag (it is --deepspeed); read as --deepspeed")
@@ -496,21 +701,21 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
                       ("ffn-hidden-size", "ffn_hidden_size"), ("num-attention-heads", "num_attention_heads"),
                       ("kv-channels", "head_dim"), ("seq-length", "seq_length"), ("vocab-size", "vocab_size"),
                       ("moe-ffn-hidden-size", "moe_ffn_hidden_size")):
-        value = num(flag, _int)
+        value = num(flag, _positive)
         if value is not None:
             m[key] = value
     for flag, key in (("hidden-dropout", "hidden_dropout"), ("attention-dropout", "attention_dropout")):
         value = num(flag)
         m[key] = 0.1 if value is None else float(value)  # Megatron's default when the flag is absent
     if "seq_length" not in m and has("max-position-embeddings"):
-        m["seq_length"] = num("max-position-embeddings", _int)
+        m["seq_length"] = num("max-position-embeddings", _positive)
         warnings.append("no --seq-length: took --max-position-embeddings as the sequence length")
     if has("num-query-groups"):
-        m["num_query_groups"] = num("num-query-groups", _int)
+        m["num_query_groups"] = num("num-query-groups", _positive)
         if not has("group-query-attention"):
             warnings.append("--num-query-groups without --group-query-attention: Megatron ignores it; read anyway")
     if has("num-key-value-heads"):
-        m["num_query_groups"] = num("num-key-value-heads", _int)
+        m["num_query_groups"] = num("num-key-value-heads", _positive)
     pos = one("position-embedding-type")
     if has("use-rotary-position-embeddings") or pos in ("rope", "yarn", "mrope"):
         m["position_embedding"] = "rotary"
@@ -525,19 +730,20 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     m["normalization"] = "rmsnorm" if norm == "rmsnorm" else "layernorm"
     m["add_bias_linear"] = not has("disable-bias-linear")
     m["tied_embeddings"] = not has("untie-embeddings-and-output-weights")
-    backend = one("attention-backend")
-    if backend in ("unfused", "local"):
-        m["attention"] = "unfused"
-    elif backend in ("flash", "fused", "auto") or any(has(f) for f in ("use-flash-attn", "use-flash-attn-v1",
-                                                                      "use-flash-attn-v2", "use-flash-attn-triton")):
-        m["attention"] = "flash"
-    elif one("transformer-impl") == "local":
-        m["attention"] = "unfused"
+    m["attention"] = _megatron_attention(one("attention-backend"), one("transformer-impl"), has, kind)
+    # the optimizer kernel: Megatron takes Transformer Engine's or Apex's FusedAdam when installed and falls back to
+    # torch.optim.AdamW; --no-gradient-accumulation-fusion with the local implementation is the sign of neither
+    if has("no-gradient-accumulation-fusion") and one("transformer-impl") == "local":
+        plan["adam"] = "torch"
+        warnings.append("--no-gradient-accumulation-fusion with --transformer-impl local: read as a stack without "
+                        "Apex/Transformer Engine (torch.optim.AdamW, adam=torch)")
+    if not is_hybrid:  # the hybrid's gradient reduce is DeepSpeed's (ds_config overlap_comm)
+        plan["overlap_comm"] = has("overlap-grad-reduce")
     if has("num-experts"):
         experts = num("num-experts", _int)
         if experts and experts > 1:
             m["num_experts"] = experts
-            topk = num("moe-router-topk", _int) if has("moe-router-topk") else num("topk", _int)
+            topk = num("moe-router-topk", _positive) if has("moe-router-topk") else num("topk", _positive)
             if topk is not None:
                 m["moe_top_k"] = topk
             elif kind == "megatron-deepspeed":
@@ -550,36 +756,42 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
                                 " the workbench models experts in every layer")
 
     # parallel layout
-    tp = num("tensor-model-parallel-size", _int)
+    tp = num("tensor-model-parallel-size", _positive)
     if has("model-parallel-size"):
-        old = num("model-parallel-size", _int)
+        old = num("model-parallel-size", _positive)
         warnings.append(f"--model-parallel-size {old} is deprecated (Megatron: use --tensor-model-parallel-size); "
                         f"read as tensor parallel {old}")
         tp = tp or old
     if tp is not None:
         plan["tensor_parallel"] = tp
-    pp = num("pipeline-model-parallel-size", _int)
+    pp = num("pipeline-model-parallel-size", _positive)
     if pp is not None:
         plan["pipeline_parallel"] = pp
     if has("num-virtual-stages-per-pipeline-rank"):
-        plan["virtual_pipeline"] = num("num-virtual-stages-per-pipeline-rank", _int)
+        plan["virtual_pipeline"] = num("num-virtual-stages-per-pipeline-rank", _positive)
     elif has("num-layers-per-virtual-pipeline-stage"):
-        per = num("num-layers-per-virtual-pipeline-stage", _int)
+        per = num("num-layers-per-virtual-pipeline-stage", _positive)
         layers, p = m.get("num_layers"), plan.get("pipeline_parallel", 1)
         if layers is None or layers % (p * per):
             raise ValueError(f"--num-layers-per-virtual-pipeline-stage {per} does not divide num_layers={layers} / "
                              f"pipeline_parallel={p}")
         plan["virtual_pipeline"] = layers // (p * per)
-    cp = num("context-parallel-size", _int)
+    cp = num("context-parallel-size", _positive)
     if cp is not None:
         plan["context_parallel"] = cp
     if has("sequence-parallel"):
-        plan["sequence_parallel"] = True
+        if plan.get("tensor_parallel", 1) == 1:
+            warnings.append("--sequence-parallel with tensor parallel 1: Megatron turns sequence parallelism off "
+                            "(there is no tensor-parallel group to split over); read as off")
+        else:
+            plan["sequence_parallel"] = True
     if has("use-distributed-optimizer"):
         plan["distributed_optimizer"] = True
     if is_hybrid:
         if has("zero-stage"):
             plan["zero_stage"] = num("zero-stage", _int)
+            if not 0 <= plan["zero_stage"] <= 3:
+                raise ValueError(f"--zero-stage {plan['zero_stage']} must be 0, 1, 2 or 3")
         else:
             warnings.append("no --zero-stage: the ZeRO stage is in the ds_config (import it and merge: "
                             "import_megatron_args(cmd).merge(import_ds_config(path)))")
@@ -589,36 +801,44 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     granularity = one("recompute-granularity")
     if granularity in ("full", "selective"):
         plan["recompute"] = granularity
-        if granularity == "full" and one("recompute-method") == "block" and has("recompute-num-layers"):
-            plan["recompute_layers"] = num("recompute-num-layers", _int)
+        if granularity == "full":
+            _read_recompute_method(one("recompute-method"), "recompute-method", "recompute-num-layers")
     elif has("recompute-activations"):
         plan["recompute"] = "selective"
     if has("checkpoint-activations"):
         warnings.append("--checkpoint-activations is deprecated (Megatron: --recompute-granularity full "
                         "--recompute-method uniform); read as full recompute")
         plan.setdefault("recompute", "full")
+        if plan["recompute"] == "full" and not granularity:
+            # Megatron-LM before 2022 and Megatron-DeepSpeed: --activations-checkpoint-method uniform|block with
+            # --activations-checkpoint-num-layers (older still: --checkpoint-num-layers, uniform chunks)
+            method = one("activations-checkpoint-method") or "uniform"
+            count = ("activations-checkpoint-num-layers" if has("activations-checkpoint-num-layers")
+                     else "checkpoint-num-layers")
+            _read_recompute_method(method, "activations-checkpoint-method", count)
+    elif has("activations-checkpoint-method") and "recompute" not in plan:
+        warnings.append(f"--activations-checkpoint-method {one('activations-checkpoint-method')} without "
+                        f"--checkpoint-activations: Megatron does not recompute; ignored")
     if has("deepspeed-activation-checkpointing"):
         plan.setdefault("recompute", "full")
 
     # batch
-    mbs = num("micro-batch-size", _int)
-    gbs = num("global-batch-size", _int)
+    mbs = num("micro-batch-size", _positive)
+    gbs = num("global-batch-size", _positive)
     if mbs is not None:
         plan["micro_batch_size"] = mbs
     if has("batch-size"):
-        old = num("batch-size", _int)
-        mp = plan.get("tensor_parallel", 1) * plan.get("pipeline_parallel", 1) * plan.get("context_parallel", 1)
-        world = opts.get("gpus_per_node", 0) * opts.get("num_nodes", 0)
-        dp = world // mp if world and world % mp == 0 else None
-        if gbs is None:
-            gbs = old * (dp or 1)
-            how = (f"x data_parallel({dp}) = {gbs}" if dp else
-                   f"= {gbs} (data-parallel size unknown here: assumed 1)")
-            warnings.append(f"--batch-size {old} is Megatron's old per-replica batch (removed; now "
-                            f"--micro-batch-size/--global-batch-size); read as global batch {old} {how}, micro "
-                            f"batch from the defaults")
+        # Megatron-LM before the micro/global split (2020) and the Megatron-DeepSpeed examples built on it: the
+        # batch one model replica runs per forward/backward, i.e. today's micro batch (Megatron now refuses the flag:
+        # "use --micro-batch-size instead"); the global batch came from the ds_config or was batch x data parallel.
+        old = num("batch-size", _positive)
+        if mbs is None:
+            plan["micro_batch_size"] = old
+            warnings.append(f"--batch-size {old} is the old per-replica batch (Megatron now refuses it: use "
+                            f"--micro-batch-size); read as micro batch {old}")
         else:
-            warnings.append(f"--batch-size {old} is deprecated and ignored next to --global-batch-size {gbs}")
+            warnings.append(f"--batch-size {old} is the old name of --micro-batch-size; ignored next to "
+                            f"--micro-batch-size {mbs}")
     if gbs is not None:
         plan["global_batch_size"] = gbs
 
@@ -652,6 +872,19 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     if has("lr-decay-iters") and has("train-iters") and num("lr-decay-iters") != num("train-iters"):
         opts["lr_decay_iters"] = num("lr-decay-iters", _int)
 
+    fp8 = sorted(f for f in flags if f.startswith("fp8") or f in ("transformer-impl-fp8", "first-last-layers-bf16"))
+    if fp8:
+        warnings.append(f"FP8 training flags ({', '.join('--' + f for f in fp8)}) are not modelled: the estimate "
+                        f"uses {plan['precision']} GEMM throughput and activation sizes")
+    ep = num("expert-model-parallel-size", _positive) if has("expert-model-parallel-size") else None
+    if ep is not None and ep > 1:
+        warnings.append(f"--expert-model-parallel-size {ep}: expert parallelism is not modelled; the estimate "
+                        f"keeps every expert on every data-parallel rank (more memory, no all-to-all time)")
+        opts["expert_parallel"] = ep
+    if has("expert-tensor-parallel-size"):
+        warnings.append(f"--expert-tensor-parallel-size {one('expert-tensor-parallel-size')} is not modelled "
+                        f"(experts use the dense tensor-parallel size)")
+
     other = sorted(f for f in flags if f not in _KNOWN)
     if other:
         opts["other_flags"] = other
@@ -660,21 +893,33 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     return Imported(kind=kind, model_fields=m, plan_fields=plan, options=opts, warnings=warnings)
 
 
-def import_any(text_or_path: Union[str, Path, dict]) -> Imported:
-    """Import a ds_config (dict, JSON text or ``.json`` file) or a Megatron command line / launch script."""
+def import_any(text_or_path: Union[str, Path, dict], *, world_size: Optional[int] = None) -> Imported:
+    """Import a ds_config (dict, JSON text or ``.json`` file) or a Megatron command line / launch script.
+
+    A string is a file name only when it looks like one (see :func:`looks_like_text`; nothing is opened to decide),
+    so a long quoted command line is read as a command. ``world_size`` goes to :func:`import_ds_config` for a
+    ds_config. Bad input of any shape raises ``ValueError``."""
     if isinstance(text_or_path, dict):
-        return import_ds_config(text_or_path)
-    text = None
-    if isinstance(text_or_path, Path) or ("\n" not in str(text_or_path) and len(str(text_or_path)) < 4096
-                                          and not str(text_or_path).lstrip().startswith(("{", "-"))
-                                          and " " not in str(text_or_path).strip()):
-        path = Path(text_or_path)
-        if not path.exists():
-            raise ValueError(f"file {str(path)!r} does not exist (give a ds_config.json, a script, or a quoted "
-                             f"command line)")
-        text = path.read_text()
-    else:
-        text = str(text_or_path)
-    if text.lstrip().startswith("{"):
-        return import_ds_config(text)
-    return import_megatron_args(text)
+        return import_ds_config(text_or_path, world_size=world_size)
+    if isinstance(text_or_path, (list, tuple)):
+        return import_megatron_args(list(text_or_path))
+    if not isinstance(text_or_path, (str, Path)):
+        raise ValueError(f"source={text_or_path!r:.80} must be a dict, a path or text (got "
+                         f"{type(text_or_path).__name__})")
+    if isinstance(text_or_path, Path) or not looks_like_text(text_or_path):
+        return import_text(read_source(text_or_path, "source"), world_size=world_size)
+    return import_text(text_or_path, world_size=world_size)
+
+
+def import_text(text: str, *, world_size: Optional[int] = None) -> Imported:
+    """Import config text: a ds_config (JSON/hjson object) or a Megatron command line / launch script."""
+    if not isinstance(text, str):
+        raise ValueError(f"text={text!r:.80} must be a string (got {type(text).__name__})")
+    try:
+        _refuse_other_formats(text)
+        body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+        if body.lstrip().startswith("{"):
+            return import_ds_config(text, world_size=world_size)
+        return import_megatron_args(text)
+    except RecursionError:
+        raise ValueError(f"the source is nested too deeply to read (more than {MAX_NESTING} levels)") from None

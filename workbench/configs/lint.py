@@ -252,6 +252,32 @@ def scheduler_param_keys(name: str) -> Optional[frozenset]:
 # ----------------------------------------------------------------------------------------------------------------
 # The lint
 # ----------------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def deprecated_keys() -> dict:
+    """``{dotted path: modern name}`` for the config keys the installed DeepSpeed still reads but marks deprecated:
+    the old top-level ``bfloat16`` section (``runtime.constants.BFLOAT16_OLD``) and the ZeRO fields its pydantic model
+    flags ``deprecated`` (``cpu_offload``, ``stage3_gather_fp16_weights_on_model_save``, ...), each with the key
+    that replaces it as a config file spells it (the field's alias when it has one)."""
+    out = {}
+    from deepspeed.runtime import constants
+
+    old_bf16 = getattr(constants, "BFLOAT16_OLD", None)
+    if old_bf16:
+        out[old_bf16] = getattr(constants, "BFLOAT16", "bf16")
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    fields = DeepSpeedZeroConfig.model_fields
+    for name, f in fields.items():
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if not extra.get("deprecated"):
+            continue
+        new = str(extra.get("new_param", ""))
+        target = fields.get(new)
+        modern = (target.alias or new) if target is not None else new
+        out[f"zero_optimization.{f.alias or name}"] = f"zero_optimization.{modern}" if target is not None else modern
+    return out
+
+
 def _closest(key: str, allowed) -> str:
     hits = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
     return hits[0] if hits else ""
@@ -323,6 +349,13 @@ def lint_ds_config(config: dict, *, world_size: Optional[int] = None) -> list[Li
     _walk({k: v for k, v in config.items() if k not in removed}, schema, "", out)
 
     zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
+    for path, modern in deprecated_keys().items():
+        section, _, key = path.rpartition(".")
+        node = config if not section else config.get(section)
+        if isinstance(node, dict) and key in node:
+            out.append(LintFinding(path=path, severity="warning",
+                                   message=f"'{key}' is deprecated (DeepSpeed still reads it)",
+                                   suggestion=f"use '{modern}'"))
     for key, message in _removed_zero_keys().items():
         if key in zero:
             out.append(LintFinding(path=f"zero_optimization.{key}", severity="error",

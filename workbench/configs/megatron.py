@@ -11,8 +11,9 @@ import shlex
 from typing import Optional, Sequence
 
 from workbench.configs.deepspeed import DeepSpeedOptions
+from workbench.defaults import megatron_recompute_flags
 from workbench.specs import (Activation, AttentionImpl, ClusterSpec, Engine, ModelSpec, Normalization, ParallelPlan,
-                             Positions, Precision, Recompute, validate)
+                             Positions, Precision, validate)
 
 #: Shell variables the exported scripts leave for the user: name -> (example value, what it is).
 PLACEHOLDERS = {
@@ -29,6 +30,27 @@ def _fmt(x) -> str:
     if isinstance(x, bool):
         raise TypeError("booleans are flags, not values")
     return repr(float(x)) if isinstance(x, float) else str(x)
+
+
+def attention_flags(attention: AttentionImpl, *, dialect: str = "megatron") -> list[str]:
+    """The flags that select the attention kernel.
+
+    Megatron-LM: ``flash`` is Transformer Engine's flash attention (``--attention-backend flash``);
+    ``fused-softmax`` is megatron-core's own ``DotProductAttention`` (``--transformer-impl local
+    --attention-backend local``) with Megatron-LM's fused scale-mask-softmax (``--masked-softmax-fusion`` is on
+    by default); ``unfused`` is the same local attention with the torch softmax in fp32
+    (``--no-masked-softmax-fusion --attention-softmax-in-fp32``). Megatron-DeepSpeed: ``--use-flash-attn-v2`` for
+    flash, ``--no-masked-softmax-fusion`` for unfused."""
+    attention = AttentionImpl.parse(attention, "attention")
+    if dialect == "megatron-deepspeed":
+        return {AttentionImpl.FLASH: ["--use-flash-attn-v2"], AttentionImpl.FUSED_SOFTMAX: [],
+                AttentionImpl.UNFUSED: ["--no-masked-softmax-fusion"]}[attention]
+    if attention is AttentionImpl.FLASH:
+        return ["--attention-backend", "flash"]
+    local = ["--transformer-impl", "local", "--attention-backend", "local"]
+    if attention is AttentionImpl.FUSED_SOFTMAX:
+        return local
+    return local + ["--no-masked-softmax-fusion", "--attention-softmax-in-fp32"]
 
 
 def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
@@ -62,12 +84,7 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
         a += ["--disable-bias-linear"]
     if not model.tied_embeddings:
         a += ["--untie-embeddings-and-output-weights"]
-    if mds:
-        if model.attention is AttentionImpl.FLASH:
-            a += ["--use-flash-attn-v2"]
-    else:
-        # unfused keeps the s x s scores (as megatron-core's local spec); flash/fused do not.
-        a += ["--attention-backend", "unfused" if model.attention is AttentionImpl.UNFUSED else "flash"]
+    a += attention_flags(model.attention, dialect=dialect)
     a += ["--hidden-dropout", _fmt(float(model.hidden_dropout)),
           "--attention-dropout", _fmt(float(model.attention_dropout))]
     if model.is_moe:
@@ -91,15 +108,7 @@ def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "mega
         a += ["--sequence-parallel"]
     if plan.distributed_optimizer:
         a += ["--use-distributed-optimizer"]
-    if plan.recompute is Recompute.SELECTIVE:
-        a += ["--recompute-granularity", "selective"]
-    elif plan.recompute is Recompute.FULL:
-        # uniform/1 recomputes every layer; block/N recomputes the first N layers of each pipeline stage.
-        if plan.recompute_layers is None:
-            a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
-        else:
-            a += ["--recompute-granularity", "full", "--recompute-method", "block",
-                  "--recompute-num-layers", _fmt(plan.recompute_layers)]
+    a += megatron_recompute_flags(plan)
     a += ["--micro-batch-size", _fmt(plan.micro_batch_size), "--global-batch-size", _fmt(plan.global_batch_size)]
     return a
 
@@ -142,14 +151,15 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
         raise ValueError(f"engine='{plan.engine}' is not exported as a Megatron-LM command; use engine='megatron' "
                          f"(or hybrid_command for 'megatron-deepspeed')")
     o = options or DeepSpeedOptions()
-    return (model_flags(model) + parallel_flags(model, plan) + overlap_flags(plan, o) + training_flags(model, plan, o)
+    return (model_flags(model) + parallel_flags(model, plan) + overlap_flags(plan) + training_flags(model, plan, o)
             + data_flags())
 
 
-def overlap_flags(plan: ParallelPlan, options: DeepSpeedOptions) -> list[str]:
+def overlap_flags(plan: ParallelPlan) -> list[str]:
     """Overlap the data-parallel gradient reduce (and, with the distributed optimizer, the parameter all-gather)
-    with compute — Megatron's defaults are off; the guide asks for overlap on InfiniBand (§4)."""
-    if not options.overlap_comm or plan.data_parallel * plan.context_parallel == 1:
+    with compute when the plan does (:attr:`ParallelPlan.overlaps_comm`: Megatron's default is off, which is also
+    what the time model prices then; the guide asks for overlap on InfiniBand, §4, and the advisor says so)."""
+    if not plan.overlaps_comm or plan.data_parallel * plan.context_parallel == 1:
         return []
     return ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan.distributed_optimizer else [])
 
@@ -217,7 +227,8 @@ def megatron_command(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         *placeholder_lines(["MEGATRON_LM", "DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
         *rendezvous_lines(cluster),
         "export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron orders TP/SP communication before compute with it",
-        "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors (seed guide §5.1)",
+        "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors "
+        "(the DeepSpeed-vs-Megatron practitioner's guide §5.1)",
         "",
         torchrun_prefix(cluster) + " \\",
         '    "$MEGATRON_LM/pretrain_gpt.py" \\',

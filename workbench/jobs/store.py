@@ -19,12 +19,11 @@ import os
 import socket
 import sqlite3
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from workbench import paths
+from workbench import paths, sqlitedb
 
 NOTEBOOK_STATUSES = ("running", "ok", "failed", "timeout", "interrupted")
 JOB_STATUSES = ("running", "ok", "failed", "timeout", "interrupted", "missed", "skipped")
@@ -138,38 +137,20 @@ class JobStore:
     def __init__(self, path=None):
         self.path = Path(path) if path is not None else paths.store_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as con:
-            con.execute("PRAGMA journal_mode=WAL")
+        with sqlitedb.reading(self.path) as con:
             con.executescript(_SCHEMA)
 
     # -- plumbing ----------------------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        con.row_factory = sqlite3.Row
-        con.execute("PRAGMA busy_timeout=30000")
-        return con
+        return sqlitedb.connect(self.path, row_factory=sqlite3.Row)
 
-    @contextmanager
     def _write(self):
         """One write transaction, taken before reading so check-then-insert is atomic across processes."""
-        con = self._connect()
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+        return sqlitedb.transaction(self.path, row_factory=sqlite3.Row)
 
     def _read(self, sql: str, args=()) -> list[sqlite3.Row]:
-        con = self._connect()
-        try:
+        with sqlitedb.reading(self.path, row_factory=sqlite3.Row) as con:
             return con.execute(sql, args).fetchall()
-        finally:
-            con.close()
 
     # -- notebook runs -----------------------------------------------------------------------------------------
     def start_notebook_run(self, *, notebook: str, parameters: dict, started_at: datetime, output_dir: str,

@@ -128,8 +128,10 @@ def sweep_rows(runs, parameter_names: list[str]) -> list[dict]:
 
 
 def run_sweep(notebook, combos: list[dict], *, workers: int = 2, out_dir=None, timeout_seconds=None,
-              store: JobStore | None = None, stop_event: threading.Event | None = None) -> SweepResult:
-    """Run ``notebook`` once per combination, at most ``workers`` at once; write the table and the summary."""
+              store: JobStore | None = None, stop_event: threading.Event | None = None,
+              on_run_done=None) -> SweepResult:
+    """Run ``notebook`` once per combination, at most ``workers`` at once; write the table and the summary.
+    ``on_run_done(run)`` is called (from a worker thread) as each run ends, e.g. to show progress."""
     if workers < 1:
         raise ValueError(f"workers={workers} must be >= 1")
     nb_path = Path(notebook).resolve()
@@ -140,8 +142,11 @@ def run_sweep(notebook, combos: list[dict], *, workers: int = 2, out_dir=None, t
     sweep_id = f"{nb_path.stem}/{folder.name}"
 
     def one(index: int) -> NotebookRun:
-        return run_notebook(nb_path, typed[index], run_dir=folder / "runs" / f"{index:03d}",
-                            timeout_seconds=timeout_seconds, store=store, sweep=sweep_id, stop_event=stop_event)
+        run = run_notebook(nb_path, typed[index], run_dir=folder / "runs" / f"{index:03d}",
+                           timeout_seconds=timeout_seconds, store=store, sweep=sweep_id, stop_event=stop_event)
+        if on_run_done is not None:
+            on_run_done(run)
+        return run
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sweep") as pool:
         runs = tuple(pool.map(one, range(len(typed))))

@@ -12,6 +12,18 @@ def relative_error(predicted: Optional[float], measured: Optional[float]) -> Opt
     return (predicted - measured) / measured
 
 
+CPU_STEP_NOTE = ("CPU run: the time model prices the step's FLOPs and bytes at the catalog 'cpu' device's rates; it "
+                 "does not count per-operation overhead (Python, PyTorch dispatch, gloo collectives, rank "
+                 "synchronisation), which is most of a tiny model's step on a CPU, so the measured step is typically "
+                 "10-100x the prediction. Compare step times on GPUs.")
+"""Why a CPU run's predicted step is far below its measured one (shown next to the numbers)."""
+
+
+def is_cpu_run(record: dict) -> bool:
+    """A run on CPU ranks (its memory prediction is marked not comparable: RSS against GPU bytes)."""
+    return (record.get("predicted") or {}).get("memory_comparable") is False
+
+
 def comparison_rows(record: dict) -> list[dict]:
     """Rows ``{"quantity", "predicted", "measured", "error", "note"}`` for peak memory per rank (the largest rank)
     and step seconds (median). A prediction the record marks not comparable (``memory_comparable`` False: a CPU

@@ -6,8 +6,9 @@ Imports of torch/megatron happen inside the functions so ``workbench.runs`` stay
 """
 from __future__ import annotations
 
+from workbench.defaults import megatron_recompute
 from workbench.params import padded_vocab_size
-from workbench.specs import Activation, ModelSpec, Normalization, ParallelPlan, Positions, Precision, Recompute
+from workbench.specs import Activation, ModelSpec, Normalization, ParallelPlan, Positions, Precision
 
 
 def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, init_method_std: float = 0.02) -> dict:
@@ -53,23 +54,18 @@ def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, init_meth
         # Megatron-LM's training arguments turn overlap_p2p_comm on for interleaving and set
         # batch_p2p_comm = not overlap_p2p_comm; the unbatched exchange keeps the two directions on separate groups.
         kwargs.update(overlap_p2p_comm=True, batch_p2p_comm=False)
-    if plan.recompute is Recompute.FULL:
-        if plan.recompute_layers is None:
-            kwargs.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-        else:
-            kwargs.update(recompute_granularity="full", recompute_method="block",
-                          recompute_num_layers=plan.recompute_layers)
-    elif plan.recompute is Recompute.SELECTIVE:
-        kwargs.update(recompute_granularity="selective")
+    kwargs.update(megatron_recompute(plan))
     return kwargs
 
 
-def transformer_config(model: ModelSpec, plan: ParallelPlan):
+def transformer_config(model: ModelSpec, plan: ParallelPlan, kwargs: dict | None = None):
+    """megatron-core ``TransformerConfig`` from :func:`transformer_config_kwargs` (or ``kwargs`` already computed,
+    e.g. the run directory's ``megatron_args.json``) plus the torch-typed fields JSON cannot carry."""
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    kwargs = transformer_config_kwargs(model, plan)
+    kwargs = dict(kwargs) if kwargs is not None else transformer_config_kwargs(model, plan)
     dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(plan.precision, torch.float32)
     # on a GPU, parameters are created on the device (initialise_layout_independent sets their values either way)
     kwargs.update(params_dtype=dtype, pipeline_dtype=dtype, use_cpu_initialization=not torch.cuda.is_available(),
@@ -78,12 +74,14 @@ def transformer_config(model: ModelSpec, plan: ParallelPlan):
 
 
 def build_gpt(model: ModelSpec, plan: ParallelPlan, *, pre_process: bool = True, post_process: bool = True,
-              vp_stage=None):
-    """One GPTModel (or one pipeline chunk of it). Megatron's ``parallel_state`` must be initialised."""
+              vp_stage=None, config_kwargs: dict | None = None):
+    """One GPTModel (or one pipeline chunk of it). Megatron's ``parallel_state`` must be initialised.
+    ``config_kwargs``: the ``TransformerConfig`` arguments when already computed (a launched run's
+    ``megatron_args.json``)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    config = transformer_config(model, plan)
+    config = transformer_config(model, plan, config_kwargs)
     spec = get_gpt_layer_local_spec(
         normalization="RMSNorm" if model.normalization is Normalization.RMSNORM else "LayerNorm")
     kwargs = dict(

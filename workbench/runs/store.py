@@ -7,10 +7,12 @@ CLI) write concurrently without corrupting it, and a killed writer loses no comm
 Tables::
 
     runs(run_id, specs, command, status, reason, warning, started, ended, predicted, measured,
-         log_path, run_dir, engine, steps, pgid, watcher_pid)
+         log_path, run_dir, engine, steps, pgid, watcher_pid, watcher_started, token, master)
     metrics(run_id, rank, step, loss, step_seconds, tokens_per_second, memory_bytes)
 
-``specs``, ``predicted`` and ``measured`` hold JSON text. ``status`` is one of :data:`STATUSES`.
+``specs``, ``predicted`` and ``measured`` hold JSON text. ``status`` is one of :data:`STATUSES`. ``watcher_pid`` /
+``watcher_started`` name the process following the run (pid and start time), ``token`` the run's processes
+(:mod:`workbench.runs.processes`), ``master`` its rendezvous ``addr:port`` (which names its shared-memory buffers).
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Iterable, Optional
+
+from workbench import sqlitedb
 
 STATUSES = ("running", "completed", "failed", "oom", "killed", "timeout", "stopped", "invalid")
 FINAL = tuple(s for s in STATUSES if s != "running")
@@ -42,7 +46,10 @@ CREATE TABLE IF NOT EXISTS runs (
     engine      TEXT,
     steps       INTEGER,
     pgid        INTEGER,
-    watcher_pid INTEGER
+    watcher_pid INTEGER,
+    watcher_started REAL,
+    token       TEXT,
+    master      TEXT
 );
 CREATE TABLE IF NOT EXISTS metrics (
     run_id            TEXT NOT NULL,
@@ -59,20 +66,10 @@ CREATE INDEX IF NOT EXISTS runs_started ON runs(started);
 
 _JSON_COLUMNS = ("specs", "predicted", "measured")
 _RUN_COLUMNS = ("run_id", "specs", "command", "status", "reason", "warning", "started", "ended", "predicted",
-                "measured", "log_path", "run_dir", "engine", "steps", "pgid", "watcher_pid")
+                "measured", "log_path", "run_dir", "engine", "steps", "pgid", "watcher_pid", "watcher_started", "token", "master")
+_ADDED_COLUMNS = {"watcher_started": "REAL", "token": "TEXT", "master": "TEXT"}
+"""Columns later than the first schema, added to an older store file when it is opened."""
 METRIC_COLUMNS = ("rank", "step", "loss", "step_seconds", "tokens_per_second", "memory_bytes")
-
-
-def _pid_alive(pid: Optional[int]) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RunStore:
@@ -85,44 +82,38 @@ class RunStore:
             path = store_path()
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as conn:
+        with sqlitedb.reading(self.path) as conn:
             conn.executescript(_SCHEMA)
+            have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+            for name, kind in _ADDED_COLUMNS.items():
+                if name not in have:
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+                        conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
 
-    @contextlib.contextmanager
     def _connect(self):
-        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
-            yield conn
-        finally:
-            conn.close()
+        return sqlitedb.reading(self.path)
 
-    @contextlib.contextmanager
     def _transaction(self):
-        with self._connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        return sqlitedb.transaction(self.path)
 
     # -- writes ---------------------------------------------------------------------------------------------------
     def create(self, run_id: str, *, specs: dict, command: str, status: str = "running", reason: str = "",
                predicted: Optional[dict] = None, log_path: str = "", run_dir: str = "", engine: str = "",
-               steps: int = 0, pgid: Optional[int] = None, started: Optional[float] = None) -> None:
+               steps: int = 0, pgid: Optional[int] = None, started: Optional[float] = None, token: str = "",
+               master: str = "") -> None:
+        """A new record, watched by this process (its pid and start time are recorded)."""
+        from workbench.runs.processes import process_started
+
         if status not in STATUSES:
             raise ValueError(f"status={status!r} is not one of {', '.join(STATUSES)}")
         with self._transaction() as conn:
             conn.execute(
                 "INSERT INTO runs (run_id, specs, command, status, reason, started, predicted, log_path, run_dir,"
-                " engine, steps, pgid, watcher_pid) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " engine, steps, pgid, watcher_pid, watcher_started, token, master)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, json.dumps(specs), command, status, reason, started or time.time(),
                  json.dumps(predicted) if predicted is not None else None, log_path, run_dir, engine, steps, pgid,
-                 os.getpid()))
+                 os.getpid(), process_started(os.getpid()), token or None, master or None))
 
     def update(self, run_id: str, **fields) -> None:
         unknown = set(fields) - set(_RUN_COLUMNS)
@@ -189,18 +180,31 @@ class RunStore:
             return [dict(zip(METRIC_COLUMNS, r)) for r in cur.fetchall()]
 
     def reconcile(self) -> list[str]:
-        """Close runs left ``running`` by a watcher that no longer exists (a killed kernel): their launcher's
-        process group is killed and the record ends ``killed`` with the reason. Returns the run ids closed."""
+        """Close runs left ``running`` by a watcher that no longer exists (a killed kernel; a reused pid does not
+        count as alive: its start time differs). The run's own processes, found by the token in their environment
+        (never by a recorded process id alone), are killed, its DeepSpeed shared-memory buffers removed, and the
+        record ends ``killed`` with the reason. Returns the run ids closed."""
+        from workbench.runs.processes import kill_run, process_started, remove_shm_buffers, same_process
+
         closed = []
         for rec in self.list():
-            if rec["status"] != "running" or _pid_alive(rec.get("watcher_pid")):
+            if rec["status"] != "running":
                 continue
-            pgid = rec.get("pgid")
-            if pgid:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, 9)
+            watcher, watcher_started = rec.get("watcher_pid"), rec.get("watcher_started")
+            if (same_process(watcher, watcher_started) if watcher_started is not None
+                    else process_started(watcher) is not None):
+                continue
+            signalled = kill_run(rec.get("token") or "")
+            addr, _, port = (rec.get("master") or "").rpartition(":")
+            remove_shm_buffers(addr, int(port) if port.isdigit() else 0)
+            if signalled:
+                what = f"its {len(signalled)} remaining process(es) were killed"
+            elif rec.get("token"):
+                what = "none of its processes was left"
+            else:
+                what = "its processes were not signalled (the record predates process tokens)"
             self.finish(rec["run_id"], status="killed",
-                        reason=f"the process watching this run (pid {rec.get('watcher_pid')}) exited before the "
-                               f"run finished; its launcher process group was killed")
+                        reason=f"the process watching this run (pid {watcher}) exited before the run finished; "
+                               f"{what}")
             closed.append(rec["run_id"])
         return closed

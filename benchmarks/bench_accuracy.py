@@ -1,0 +1,382 @@
+"""Held-out accuracy of the memory and time models on measured H200 runs.
+
+Reads every measured run — the measurement corpus (``benchmarks/corpus/h200_runs.jsonl``: a plain user-style
+training script and the launcher, megatron-core under DeepSpeed and under its own DDP, Hugging Face models under
+DeepSpeed) and the older runs of ``benchmarks/h200_runs.py`` — and splits them BY MODEL SHAPE with the committed
+``benchmarks/accuracy_split.json``: constants may only be fitted on ``fit`` shapes; accuracy is what the ``test``
+shapes give. For each run the workbench's own ``estimate`` is compared with what was measured:
+
+* allocated   ``memory.allocated_bytes`` vs ``torch.cuda.max_memory_allocated`` (less what a previous run in the
+              same process still held when this one started);
+* device      ``memory.per_gpu_peak_bytes`` vs ``max_memory_reserved`` + memory outside the allocator
+              (``total − free − reserved``): what ``nvidia-smi`` shows and what decides an OOM;
+* step        ``time.step_seconds`` vs the median timed step.
+
+Errors are (predicted − measured) / measured. Printed per split and per engine: runs, median |error|, worst |error|,
+how many runs are under-estimated and the worst under-estimate (an under-estimated device total is an OOM).
+``--loso`` also prints, for the fit split, leave-one-shape-out errors of the constants this benchmark fits
+(``workbench.memory.fit_overheads``: memory outside the allocator per engine, allocator reserve).
+
+    python benchmarks/bench_accuracy.py [--runs] [--loso] [--corpus PATH] [--markdown PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+SPLIT = ROOT / "benchmarks" / "accuracy_split.json"
+CORPUS = ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl"
+QUANTITIES = ("allocated", "device", "step")
+GiB = 2**30
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Runs as (model, cluster, plan, measured)
+# ----------------------------------------------------------------------------------------------------------------
+def shape_id_of(model) -> str:
+    """The shape id of a run that does not carry one (older runs, launcher runs): its dimensions."""
+    return f"gpt-h{model.hidden_size}-l{model.num_layers}-s{model.seq_length}"
+
+
+def old_runs() -> list[dict]:
+    """``benchmarks/h200_runs.py``'s 32 runs (one 24-layer h2048 shape; reserved/outside only for 16 of them)."""
+    from h200_runs import all_runs
+
+    out = []
+    for r in all_runs():
+        device = (r["reserved_bytes"] + r["outside_bytes"]) if r.get("reserved_bytes") is not None else None
+        out.append(dict(source="h200_runs", stack=r["group"], run_id=r["name"], shape_id=shape_id_of(r["model"]),
+                        model=r["model"], cluster=r["cluster"], plan=r["plan"],
+                        measured=dict(allocated=r["allocated_bytes"], device=device, step=r["step_seconds"],
+                                      reserved=r.get("reserved_bytes"), outside=r.get("outside_bytes"))))
+    return out
+
+
+def _model_fields(dims: dict) -> dict:
+    from dataclasses import fields
+
+    from workbench.specs import ModelSpec
+
+    names = {f.name for f in fields(ModelSpec) if f.init}
+    return {k: v for k, v in dims.items() if k in names}
+
+
+def _adam_from_class(name) -> str:
+    return "torch" if name in ("AdamW", "Adam") else "fused"
+
+
+def corpus_run(rec: dict):
+    """One corpus record as a run dict, or ``None`` when it did not complete or cannot be described."""
+    from workbench import catalog
+    from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
+
+    oom = rec.get("status") == "oom"
+    if not oom and (rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes")):
+        return None
+    o = rec.get("options") or {}
+    world = int(rec.get("world_size") or o.get("world_size") or 1)
+    mbs = int(rec.get("micro_batch_size") or o.get("mbs") or 1)
+    gas = int(rec.get("gradient_accumulation_steps") or o.get("gas") or 1)
+    stack = rec.get("stack") or ("launcher" if rec.get("catalog_model") else "?")
+    offload = o.get("offload") or "none"
+    common = dict(world_size=world, micro_batch_size=mbs, global_batch_size=mbs * gas * world, precision="bf16")
+    if stack in ("mcore-ds", "mcore-ddp"):
+        model = ModelSpec(name=rec["shape_id"], attention="unfused", **_model_fields(rec["model_dims"]))
+        if stack == "mcore-ds":
+            zero = int(o.get("zero", 0))
+            resolved = rec.get("zero_config_resolved") or {}
+            overlap = resolved.get("overlap_comm", zero >= 3)
+            plan = ParallelPlan(engine="deepspeed", zero_stage=zero, offload_optimizer=offload,
+                                recompute=o.get("recompute", "none"),
+                                adam=_adam_from_class(rec.get("optimizer_class")), overlap_comm=bool(overlap),
+                                **common)
+        else:
+            plan = ParallelPlan(engine="megatron", distributed_optimizer=bool(o.get("distributed_optimizer")),
+                                recompute=o.get("recompute", "none"), overlap_comm=False,
+                                adam=_adam_from_class(rec.get("inner_optimizer_class")), **common)
+    elif stack == "hf-ds":
+        from workbench.hf import import_hf
+
+        model = import_hf(rec["hf_config"], seq_length=int(rec["seq_length"]),
+                          attn_implementation=rec.get("attn_implementation") or o.get("attn"),
+                          name=rec["shape_id"]).spec
+        zero = int(o.get("zero", 0))
+        resolved = rec.get("zero_config_resolved") or {}
+        lora = o.get("lora") or 0
+        lora_cfg = rec.get("lora") or {}
+        if lora and lora_cfg.get("target_modules"):  # the adapters the run really had (peft's module names)
+            from workbench.hf import targets_from_modules
+
+            common.update(lora_targets=targets_from_modules(rec["hf_config"]["model_type"],
+                                                            lora_cfg["target_modules"]),
+                          lora_dropout=float(lora_cfg.get("lora_dropout") or 0.0))
+        plan = ParallelPlan(engine="deepspeed", zero_stage=zero, offload_optimizer=offload,
+                            recompute="full" if o.get("ckpt") else "none",
+                            adam=_adam_from_class(rec.get("optimizer_class")),
+                            overlap_comm=bool(resolved.get("overlap_comm", zero >= 3)), lora_rank=int(lora),
+                            **common)
+    elif rec.get("catalog_model"):
+        # workbench.runs.launch: megatron-core local spec; torch Adam; DeepSpeed overlap as the export writes it
+        stack = "launcher"
+        model = catalog.model(rec["catalog_model"], attention="unfused")
+        fields = dict(rec.get("plan_fields") or {})
+        mbs = int(fields.pop("micro_batch_size", mbs))
+        engine = fields.get("engine", "deepspeed")
+        plan = ParallelPlan(world_size=world, micro_batch_size=mbs, precision="bf16",
+                            adam="fused" if offload != "none" else "torch",
+                            overlap_comm=engine != "megatron", **fields)
+    else:
+        return None
+    start = rec.get("allocated_at_start_bytes") or 0
+    reserved, outside = rec.get("peak_reserved_bytes"), rec.get("outside_allocator_bytes")
+    device = reserved + outside if reserved is not None and outside is not None else None
+    if oom:
+        return dict(source="corpus", stack=stack, run_id=rec.get("run_id"), shape_id=rec.get("shape_id"),
+                    model=model, cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan, oom=True,
+                    measured={})
+    return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
+                shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
+                cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan,
+                omp_threads=rec.get("omp_num_threads"),
+                measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
+                              step=rec.get("step_seconds_median"), reserved=reserved, outside=outside))
+
+
+def corpus_runs(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            run = corpus_run(json.loads(line))
+        except ValueError as exc:  # a record the specs refuse: say so rather than drop it silently
+            print(f"skipped corpus record: {exc}", file=sys.stderr)
+            continue
+        if run is not None:
+            out.append(run)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Prediction and errors
+# ----------------------------------------------------------------------------------------------------------------
+def engine_of(run) -> str:
+    return str(run["plan"].engine)
+
+
+def predict(run) -> dict:
+    from workbench.estimate import estimate
+
+    est = estimate(run["model"], run["cluster"], run["plan"])
+    mem = est.memory.to_dict()
+    return dict(allocated=mem["allocated_bytes"], device=mem["per_gpu_peak_bytes"],
+                step=est.time.step_seconds if est.time is not None else None)
+
+
+def errors(run, predicted) -> dict:
+    out = {}
+    for q in QUANTITIES:
+        m, p = run["measured"].get(q), predicted.get(q)
+        out[q] = None if not m or p is None else (p - m) / m
+    return out
+
+
+def summary(values: list) -> dict:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return dict(n=0)
+    under = [v for v in vals if v < 0]
+    return dict(n=len(vals), median=statistics.median(abs(v) for v in vals), worst=max(abs(v) for v in vals),
+                under=len(under), worst_under=min(under) if under else 0.0)
+
+
+def fmt(s: dict) -> str:
+    if not s.get("n"):
+        return f"{'-':>38}"
+    return (f"{s['n']:>3} {s['median']:>6.1%} {s['worst']:>6.1%}  under {s['under']:>2}/{s['n']:<3}"
+            f" worst {s['worst_under']:>+6.1%}")
+
+
+def table(rows: list, title: str) -> list[str]:
+    """Per engine (and all): median / worst |error| and the under-estimates for each quantity."""
+    lines = [title, f"  {'engine':<20}" + "".join(f"{q:^40}" for q in QUANTITIES),
+             f"  {'':<20}" + "".join(f"{'n  median  worst':<40}" for _ in QUANTITIES)]
+    groups = sorted({engine_of(r) for r, _ in rows}) + ["all"]
+    for g in groups:
+        sel = [e for r, e in rows if g == "all" or engine_of(r) == g]
+        lines.append(f"  {g:<20}" + "".join(f"{fmt(summary([e[q] for e in sel])):<40}" for q in QUANTITIES))
+    return lines
+
+
+def band(rows: list) -> dict:
+    """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
+    the prediction (what :func:`workbench.memory.error_band` reads)."""
+    out = {}
+    for q in QUANTITIES:
+        out[q] = {}
+        for engine in sorted({engine_of(r) for r, _ in rows}):
+            ratios = [r["measured"][q] / r["predicted"][q] for r, _ in rows
+                      if engine_of(r) == engine and r["measured"].get(q) and r["predicted"].get(q)]
+            if not ratios:
+                continue
+            shapes = len({r["shape_id"] for r, _ in rows if engine_of(r) == engine})
+            out[q][engine] = dict(n=len(ratios), shapes=shapes, low_fraction=round(max(0.0, 1 - min(ratios)), 4),
+                                  high_fraction=round(max(0.0, max(ratios) - 1), 4))
+    return out
+
+
+def overhead_fit(rows: list) -> dict:
+    """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
+    the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile)."""
+    out = {}
+    for engine in sorted({engine_of(r) for r, _ in rows}):
+        sel = [r for r, _ in rows if engine_of(r) == engine and r["measured"].get("outside") is not None
+               and r["cluster"].world_size == 1]
+        if not sel:
+            continue
+        outside = [r["measured"]["outside"] for r in sel]
+        reserve = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel)
+        out[engine] = dict(n=len(sel), outside_gib=statistics.median(outside) / GiB,
+                           outside_max_gib=max(outside) / GiB, reserve_median=statistics.median(reserve),
+                           reserve_p90=reserve[min(len(reserve) - 1, int(0.9 * len(reserve)))],
+                           reserve_max=reserve[-1])
+    return out
+
+
+def refit_time(fit_rows: list, *, write: bool) -> None:
+    """Fit the time model's H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``'s
+    non-negative least squares of relative step-time error) and print leave-one-shape-out errors. Without
+    ``write`` the constants are applied for this run only."""
+    import numpy as np
+
+    import calibrate_h200_time as C
+    from workbench import timing
+
+    rows = [r for r in fit_rows if r["measured"].get("step")]
+    measured = np.array([r["measured"]["step"] for r in rows])
+    shapes = np.array([r["shape_id"] for r in rows])
+    designs = {hbm: C.design(rows, hbm) for hbm in C.HBM_GRID}
+    hbm, x, _ = C.fit_all(designs, measured, np.ones(len(rows), bool))
+    print(f"time constants refitted on {len(rows)} fit-split runs ({len(set(shapes))} shapes):")
+    for n, v in zip(C.NAMES, x):
+        print(f"  {n:38s} {v:.4g}")
+    loso = []
+    for s in sorted(set(shapes)):
+        keep = shapes != s
+        if not keep.any():
+            continue
+        h, xs, _ = C.fit_all(designs, measured, keep)
+        b, c = designs[h]
+        loso += list(np.abs(C.errors(b[~keep], c[~keep], measured[~keep], xs)))
+    if loso:
+        print(f"  leave-one-shape-out step error over the fit split: median {np.median(loso):.1%}, "
+              f"worst {np.max(loso):.1%} ({len(loso)} runs)")
+    if write:
+        C.write_constants(hbm, x, source=(
+            "fitted with the Hopper curve's layer_pass_overhead_s on the fit split of benchmarks/accuracy_split.json "
+            f"({len(rows)} H200 runs over {len(set(shapes))} model shapes: benchmarks/h200_runs.py and the corpus "
+            "benchmarks/corpus/h200_runs.jsonl) by benchmarks/bench_accuracy.py --refit-time (non-negative least "
+            "squares of relative step-time error; the test split is never used). step_bytes_per_parameter: HBM "
+            "bytes per optimizer-shard parameter on top of the optimizer's own; zero3_*: seconds per ZeRO-3 module "
+            "fetch, per module gradient reduce-and-partition, and extra per call when the group has >1 rank. Not "
+            "used for the Megatron engine."))
+    else:
+        data = timing.calibration()
+        for k, v in zip(C.KEYS, x):
+            if k is not None:
+                data["deepspeed"][k] = float(v)
+        hopper = data["curves"].setdefault("hopper", dict(data["curves"]["ampere"]))
+        hopper["hbm_efficiency"] = float(hbm)
+        hopper["layer_pass_overhead_s"] = float(x[0])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--runs", action="store_true", help="print every run's errors")
+    ap.add_argument("--markdown", type=Path, help="also write the tables as Markdown")
+    ap.add_argument("--write-band", action="store_true",
+                    help="write the test split's per-engine error band to workbench/catalog/error_band.json")
+    ap.add_argument("--refit-time", action="store_true",
+                    help="refit the H200 time constants on the fit split only (calibrate_h200_time's fit), "
+                         "print leave-one-shape-out errors, and evaluate with them")
+    ap.add_argument("--write", action="store_true", help="with --refit-time: store the constants in the catalog")
+    ap.add_argument("--overheads", action="store_true",
+                    help="print the fit split's memory outside the allocator and allocator reserve per engine")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", DeprecationWarning)
+
+    split = json.loads(SPLIT.read_text())
+    fit, test = set(split["fit"]), set(split["test"])
+    runs = old_runs() + corpus_runs(args.corpus)
+    unknown = sorted({r["shape_id"] for r in runs} - fit - test)
+    if unknown:
+        print(f"shapes in neither split (left out; add them to {SPLIT.name}): {', '.join(unknown)}")
+    ooms = [r for r in runs if r.get("oom")]
+    runs = [r for r in runs if not r.get("oom")]
+    scored = {"fit": [], "test": []}
+    for r in runs:
+        side = "fit" if r["shape_id"] in fit else "test" if r["shape_id"] in test else None
+        if side is None:
+            continue
+        try:
+            p = predict(r)
+        except ValueError as exc:
+            print(f"  {r['run_id']}: not estimated ({exc})")
+            continue
+        scored[side].append((r, errors(r, p)))
+        r["predicted"] = p
+    if args.refit_time:
+        refit_time([r for r, _ in scored["fit"]], write=args.write)
+        for side in scored:  # predict again with the refitted constants
+            scored[side] = [(r, errors(r, r.update(predicted=predict(r)) or r["predicted"])) for r, _ in scored[side]]
+    n_shapes = {k: len({r['shape_id'] for r, _ in v}) for k, v in scored.items()}
+    print(f"{len(runs)} runs: fit split {len(scored['fit'])} runs over {n_shapes['fit']} shapes, test split "
+          f"{len(scored['test'])} runs over {n_shapes['test']} shapes (corpus: {args.corpus})")
+    out = []
+    out += table(scored["test"], "TEST split (shapes never fitted on) — error = (predicted - measured) / measured")
+    out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
+    print("\n".join(out))
+    if ooms:
+        from workbench.estimate import estimate
+
+        said_fits = [r["run_id"] for r in ooms if estimate(r["model"], r["cluster"], r["plan"]).memory.fits_gpu]
+        print(f"\n{len(ooms)} runs ran out of memory on the H200; the estimate said 'fits' for {len(said_fits)}"
+              + (f": {', '.join(said_fits)}" if said_fits else ""))
+    if args.runs:
+        for side in ("test", "fit"):
+            print(f"\n{side} runs")
+            for r, e in sorted(scored[side], key=lambda x: x[0]["run_id"]):
+                cells = "  ".join(f"{q} {e[q]:+7.1%}" if e[q] is not None else f"{q} {'-':>7}" for q in QUANTITIES)
+                print(f"  {r['stack']:<10} {r['run_id']:<64} {cells}")
+    if args.overheads:
+        print("\nfit split, one process per GPU: outside the allocator and allocator reserve")
+        for engine, f in overhead_fit(scored["fit"]).items():
+            print(f"  {engine:<20} n {f['n']:>3}  outside median {f['outside_gib']:.2f} GiB (max "
+                  f"{f['outside_max_gib']:.2f})  reserve median {f['reserve_median']:.1%} p90 {f['reserve_p90']:.1%} "
+                  f"max {f['reserve_max']:.1%}")
+    if args.write_band:
+        path = ROOT / "workbench" / "catalog" / "error_band.json"
+        doc = {"about": "Held-out error band: for each engine, how far measured values went below (low_fraction) and "
+                        "above (high_fraction) the workbench's estimate, as fractions of the estimate, on the model "
+                        "shapes of the test split of benchmarks/accuracy_split.json. Written by "
+                        "benchmarks/bench_accuracy.py --write-band.", "gpu": "H200", **band(scored["test"])}
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"\nwrote {path.relative_to(ROOT)}")
+    if args.markdown:
+        args.markdown.write_text("```\n" + "\n".join(out) + "\n```\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""Framework defaults and units, in one place: every module that needs one of these imports it from here.
+
+Each value names the framework setting it mirrors and where that default is defined.
+"""
+from __future__ import annotations
+
+from workbench.specs import Engine, ParallelPlan, Recompute, default_overlap_comm
+
+GiB = 2**30
+"""Bytes in a gibibyte (what ``nvidia-smi`` and ``torch.cuda.memory_*`` report as "GB")."""
+GB = 10**9
+"""Bytes in a gigabyte (link bandwidths are quoted in GB/s)."""
+
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
+"""DeepSpeed ZeRO ``reduce_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e8)."""
+DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS = 500_000_000
+"""DeepSpeed ZeRO-1/2 ``allgather_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e8)."""
+MEGATRON_BUCKET_ELEMENTS = 40_000_000
+"""megatron-core DDP ``bucket_size`` default max(40,000,000, 1,000,000·dp) elements
+(megatron/core/distributed/distributed_data_parallel_config.py); the time model uses the 40 M floor."""
+
+
+def grad_bucket_elements(engine: Engine) -> int:
+    """Elements per gradient-reduction bucket of an engine's data-parallel reduction: Megatron's DDP bucket, or
+    DeepSpeed's ``reduce_bucket_size`` (DeepSpeed and the Megatron-DeepSpeed hybrid)."""
+    return MEGATRON_BUCKET_ELEMENTS if Engine(engine) is Engine.MEGATRON else DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+
+
+# The overlap default per engine lives with the plan that it completes: :func:`workbench.specs.default_overlap_comm`
+# (DeepSpeed engines on, as the exported ds_config writes ``overlap_comm: true``; Megatron off, as Megatron-LM's
+# ``--overlap-grad-reduce`` and megatron-core's ``DistributedDataParallelConfig.overlap_grad_reduce`` default), and
+# :attr:`workbench.specs.ParallelPlan.overlaps_comm` is the one answer for a plan that the time and memory models,
+# the config exports and the advisor read.
+__all__ = ["GiB", "GB", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS", "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
+           "MEGATRON_BUCKET_ELEMENTS", "grad_bucket_elements", "default_overlap_comm", "megatron_recompute",
+           "megatron_recompute_flags"]
+
+
+def megatron_recompute(plan: ParallelPlan) -> dict:
+    """Megatron's activation-recomputation settings for a plan, as megatron-core ``TransformerConfig`` fields
+    (``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``; empty for no recompute).
+    Selective recomputes the attention core; full with ``recompute_layers=None`` is ``uniform``/1 (every layer's
+    input is kept and each layer recomputed), full with N layers is ``block``/N (the first N layers of each
+    pipeline stage). Megatron-LM's command-line flags are the same names with dashes
+    (:func:`megatron_recompute_flags`)."""
+    if plan.recompute is Recompute.SELECTIVE:
+        return {"recompute_granularity": "selective"}
+    if plan.recompute is Recompute.FULL:
+        if plan.recompute_layers is None:
+            return {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+        return {"recompute_granularity": "full", "recompute_method": "block",
+                "recompute_num_layers": int(plan.recompute_layers)}
+    return {}
+
+
+def megatron_recompute_flags(plan: ParallelPlan) -> list[str]:
+    """:func:`megatron_recompute` as ``pretrain_gpt.py`` arguments (``--recompute-granularity full`` …)."""
+    out: list[str] = []
+    for key, value in megatron_recompute(plan).items():
+        out += ["--" + key.replace("_", "-"), str(value)]
+    return out

@@ -1,0 +1,177 @@
+"""The one adapter from plans to model inputs: plan → columns → memory-model and time-model arguments.
+
+A plan is first written as *columns* (:func:`plan_columns`): the numeric codes of its fields under short names,
+``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
+fused_adam, overlap_comm, lora_rank, lora_targets``. A single plan gives scalars; the planner's candidate table
+gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
+columns — scalar or array, with or without a measured hardware profile — into the keyword arguments of
+:func:`workbench.memory.stage_terms` and :func:`workbench.timing.step_time_terms`. ``estimate`` is a batch of one, the planner a batch of N; both go
+through these two functions, so they price a plan with the same numbers.
+
+Adding a plan field: declare it on :class:`~workbench.specs.ParallelPlan`, add its column in :func:`plan_columns`
+(and, if the planner should search it, in the planner's table), and read the column where the model input it
+changes is encoded below.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from workbench import defaults
+from workbench.flops import RECOMPUTE_CODES
+from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload,
+                             ParallelPlan, Precision, Recompute, default_overlap_comm)
+
+ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
+ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
+RECOMPUTE_BY_CODE = {v: k for k, v in RECOMPUTE_CODES.items()}
+MEGATRON = ENGINE_CODES[Engine.MEGATRON]
+
+
+def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
+    """One plan as scalar columns (see the module docstring); ``overlap_comm`` is resolved here, once
+    (:attr:`ParallelPlan.overlaps_comm`)."""
+    return dict(engine=ENGINE_CODES[plan.engine], tp=plan.tensor_parallel, pp=plan.pipeline_parallel,
+                vp=plan.virtual_pipeline, cp=plan.context_parallel, dp=plan.data_parallel,
+                sp=int(plan.sequence_parallel), zero=int(plan.zero_stage),
+                off_opt=int(plan.offload_optimizer is not Offload.NONE),
+                off_par=int(plan.offload_params is not Offload.NONE), dist_opt=int(plan.distributed_optimizer),
+                recompute=RECOMPUTE_CODES[plan.recompute],
+                recompute_layers=plan.recompute_layers or model.num_layers // plan.pipeline_parallel,
+                mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
+                overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
+                lora_dropout=plan.lora_dropout)
+
+
+def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, overlap_comm=None, lora_rank=0,
+                     lora_targets=LORA_TARGETS, lora_dropout=0.0) -> dict:
+    """The planner's table with the columns it does not search: the stack every row runs (``adam``,
+    ``overlap_comm`` — ``None``: each row's engine default —, LoRA) and every layer of a stage recomputed under
+    full recompute."""
+    out = dict(table)
+    out.setdefault("recompute_layers", model.num_layers // np.asarray(table["pp"]))
+    out.setdefault("fused_adam", int(AdamImpl.parse(adam, "adam") is AdamImpl.FUSED))
+    if overlap_comm is None:
+        out.setdefault("overlap_comm", np.where(np.asarray(table["engine"]) == MEGATRON,
+                                                int(default_overlap_comm(Engine.MEGATRON)),
+                                                int(default_overlap_comm(Engine.DEEPSPEED))))
+    else:
+        out.setdefault("overlap_comm", int(bool(overlap_comm)))
+    out.setdefault("lora_rank", int(lora_rank))
+    out.setdefault("lora_targets", tuple(lora_targets))
+    out.setdefault("lora_dropout", float(lora_dropout))
+    return out
+
+
+def lora_params(model: ModelSpec, cols: dict) -> float:
+    """Adapter parameters per layer of the columns' LoRA (0 without)."""
+    return lora_params_per_layer(model, cols["lora_rank"], cols["lora_targets"]) if cols["lora_rank"] else 0
+
+
+def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
+    """Parameters with gradients over all parameters: 1 for a full fine-tune; with LoRA the adapters over the
+    model (:func:`workbench.params.lora_params_per_layer`)."""
+    if not cols["lora_rank"]:
+        return 1.0
+    total = counts.total if counts is not None else model.num_parameters
+    return model.num_layers * lora_params(model, cols) / total
+
+
+def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
+    """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
+    a measured ``profile`` supplies the overhead constants."""
+    precision = Precision.parse(precision, "precision")
+    out = dict(engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
+               pipeline_parallel=cols["pp"], virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
+               sequence_parallel=np.asarray(cols["sp"]).astype(bool) if np.ndim(cols["sp"]) else bool(cols["sp"]),
+               data_parallel=cols["dp"], micro_batch=cols["mbs"], num_microbatches=cols["nmb"],
+               recompute=cols["recompute"], recompute_layers=cols["recompute_layers"],
+               value_bytes=precision.bytes_per_value, fp16=int(precision is Precision.FP16),
+               offload_optimizer=cols["off_opt"], offload_params=cols["off_par"],
+               distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_adam"],
+               overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
+               lora_activation_per_token=(lora_activation_values_per_token(model, cols["lora_rank"],
+                                                                           cols["lora_targets"], cols["lora_dropout"])
+                                          if cols["lora_rank"] else 0.0))
+    if profile is not None:
+        out["overheads"], _ = profile.memory_overheads()
+    return out
+
+
+def _where(cond, a, b):
+    """``np.where`` for a column of plans, a plain ``if`` for one plan (a scalar column stays a Python number)."""
+    if np.ndim(cond) == 0:
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: Precision, *, profile=None,
+                bucket_elements=None, counts=None) -> dict:
+    """Keyword arguments of :func:`workbench.timing.step_time_terms` for columns ``cols`` (scalars or arrays).
+
+    ``bucket_elements`` (default: the engine's, :func:`workbench.defaults.grad_bucket_elements`) is the gradient
+    bucket; ``counts`` the model's :class:`~workbench.specs.ParameterCounts` when the caller has them already.
+    A measured ``profile`` replaces the datasheet-derived inputs it measured (GEMM curve, memory bandwidth, links,
+    host link, CPU Adam rate)."""
+    from workbench import timing as T
+
+    precision = Precision.parse(precision, "precision")
+    gpu = cluster.gpu
+    cal = T.calibration()
+    curve = T.efficiency_curve(gpu.name)
+    net, ds = cal["network"], cal["deepspeed"]
+    counts = counts or model.parameter_counts()
+    engine, pp = cols["engine"], cols["pp"]
+    megatron = np.equal(engine, MEGATRON)
+    fused_adam = np.greater(cols["fused_adam"], 0)
+    recompute = cols["recompute"]
+    fraction = _where(np.equal(recompute, RECOMPUTE_CODES[Recompute.FULL]),
+                      np.divide(cols["recompute_layers"], model.num_layers // np.asarray(pp)), 0.0)
+    if bucket_elements is None:
+        bucket_elements = _where(megatron, defaults.MEGATRON_BUCKET_ELEMENTS,
+                                 defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
+    inputs = dict(
+        num_layers=model.num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
+        head_dim=model.head_dim, query_projection_size=model.query_projection_size,
+        kv_projection_size=model.kv_projection_size,
+        ffn_hidden_size=model.moe_ffn_hidden_size if model.is_moe else model.ffn_hidden_size,
+        gated=int(model.is_gated), experts_per_token=model.moe_top_k if model.is_moe else 1,
+        num_experts=model.num_experts if model.is_moe else 1, seq_length=model.seq_length,
+        vocab_size=model_vocab_size(model, cols["tp"]),
+        causal_attention=int(model.attention is AttentionImpl.FLASH),
+        unfused_attention=int(model.attention.materialises_scores),
+        # Megatron-LM's fused scale-mask-softmax kernel (--masked-softmax-fusion) is attention='fused-softmax'
+        softmax_fusion=int(model.attention is AttentionImpl.FUSED_SOFTMAX),
+        attention_dropout=model.attention_dropout,
+        num_parameters=counts.total, parameters_per_layer=counts.per_layer,
+        tensor_parallel=cols["tp"], pipeline_parallel=pp, virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
+        data_parallel=cols["dp"], micro_batch_size=cols["mbs"], num_microbatches=cols["nmb"],
+        sequence_parallel=cols["sp"], zero_stage=cols["zero"], offload_optimizer=cols["off_opt"],
+        offload_params=cols["off_par"], distributed_optimizer=cols["dist_opt"], recompute=recompute,
+        recompute_fraction=fraction, bytes_per_value=precision.bytes_per_value,
+        grad_bucket_elements=bucket_elements, overlap_comm=cols["overlap_comm"],
+        # Megatron with bf16 accumulates and reduces fp32 main gradients (DDP grad_reduce_in_fp32; Megatron-LM turns
+        # --accumulate-allreduce-grads-in-fp32 on for bf16); fp16 reduces 16-bit gradients
+        grad_reduce_bytes_per_value=_where(megatron & (precision is Precision.BF16), 4.0,
+                                           float(precision.bytes_per_value)),
+        peak_flops=gpu.peak_flops(precision), hbm_gb_per_s=gpu.hbm_gb_per_s,
+        gpus_per_node=cluster.gpus_per_node,
+        intra_node_gb_per_s=cluster.intra_node_gb_per_s * net["intra_node_bandwidth_efficiency"],
+        inter_node_gb_per_s=cluster.inter_node_gb_per_s * net["inter_node_bandwidth_efficiency"],
+        host_link_gb_per_s=gpu.host_link_gb_per_s, intra_node_latency_s=net["intra_node_latency_s"],
+        inter_node_latency_s=net["inter_node_latency_s"], gemm_efficiency_max=curve["gemm_efficiency_max"],
+        gemm_half_dim=curve["gemm_half_dim"], memory_passes=curve["memory_passes"],
+        hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
+        cpu_adam_params_per_second_per_node=cal["cpu_adam"]["params_per_second_per_node"],
+        optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
+                                             cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
+        deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
+        zero3_modules_per_layer=T.zero3_modules_per_layer(model),
+        zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
+        zero3_collective_call_s=ds["zero3_collective_call_s"],
+        zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
+        trainable_fraction=trainable_fraction(model, cols, counts),
+    )
+    if profile is not None:
+        inputs.update(profile.time_overrides(cluster, precision)[0])
+    return inputs
