@@ -222,16 +222,18 @@ def band(rows: list) -> dict:
     """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
     the prediction (what :func:`workbench.memory.error_band` reads)."""
     out = {}
+    keys = {engine_of(r) for r, _ in rows} | {f"{engine_of(r)}/{r['plan'].recompute}" for r, _ in rows}
     for q in QUANTITIES:
         out[q] = {}
-        for engine in sorted({engine_of(r) for r, _ in rows}):
-            ratios = [r["measured"][q] / r["predicted"][q] for r, _ in rows
-                      if engine_of(r) == engine and r["measured"].get(q) and r["predicted"].get(q)]
+        for key in sorted(keys):  # per engine, and per engine and recompute mode (the terms that differ most)
+            sel = [r for r, _ in rows if key in (engine_of(r), f"{engine_of(r)}/{r['plan'].recompute}")]
+            ratios = [r["measured"][q] / r["predicted"][q] for r in sel
+                      if r["measured"].get(q) and r["predicted"].get(q)]
             if not ratios:
                 continue
-            shapes = len({r["shape_id"] for r, _ in rows if engine_of(r) == engine})
-            out[q][engine] = dict(n=len(ratios), shapes=shapes, low_fraction=round(max(0.0, 1 - min(ratios)), 4),
-                                  high_fraction=round(max(0.0, max(ratios) - 1), 4))
+            out[q][key] = dict(n=len(ratios), shapes=len({r["shape_id"] for r in sel}),
+                               low_fraction=round(max(0.0, 1 - min(ratios)), 4),
+                               high_fraction=round(max(0.0, max(ratios) - 1), 4))
     return out
 
 
