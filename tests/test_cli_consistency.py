@@ -69,3 +69,20 @@ def test_gpu_prefix_suggests_the_entries_it_starts():
 def test_engine_name_rejects_unknown():
     with pytest.raises(argparse.ArgumentTypeError):
         common.engine_name("megatron-lm")
+
+
+def test_plan_pareto_list_is_bounded_and_dp1_has_no_distributed_optimizer_twins(capsys):
+    from workbench.commands.plan import PARETO_ROWS, pareto_rows
+
+    assert pareto_rows(5) == [0, 1, 2, 3, 4]
+    rows = pareto_rows(24)
+    assert len(rows) == PARETO_ROWS and rows[0] == 0 and rows[-1] == 23
+    assert cli.main(["plan", "--model", "guide-13b", "--gpu", "A100-80GB", "--gbs", "64"]) == 0
+    out = capsys.readouterr().out
+    ranked = out.split("ranked by step time")[1].split("Pareto front")[0]
+    # at DP = 1 a Megatron plan with and without the distributed optimizer is the same plan: listed once
+    rows = [line.split() for line in ranked.strip().splitlines()[1:]]
+    keys = [" ".join(r[1:8] + r[9:13]) for r in rows if r[1] == "megatron"]  # all but the ZeRO/dist-opt column
+    assert len(keys) == len(set(keys))
+    pareto = out.split("Pareto front")[1].split("\n\n")[0].strip().splitlines()
+    assert len(pareto) - 2 <= PARETO_ROWS

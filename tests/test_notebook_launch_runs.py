@@ -10,6 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_launch_runs_notebook_trains_on_cpu(tmp_path, monkeypatch):
+    """The notebook's defaults (learnable data, bf16, ZeRO-1) over two processes: the loss falls. This is the
+    suite's check that a real run learns; tests/test_runs_launcher.py compares layouts on random tokens."""
     import papermill
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))

@@ -125,7 +125,9 @@ def test_tensor_pipeline(tmp_path, monkeypatch):
 def test_hybrid(tmp_path, monkeypatch):
     rec = run_notebook("hybrid.ipynb", dict(model="gpt3-1.3b", gpu="A100-80GB", gpus_per_node=4, nodes=2,
                                             tensor_parallel=2, pipeline_parallel=2, zero_stage=1,
-                                            micro_batch_size=2, gradient_accumulation_steps=2),
+                                            micro_batch_size=2, gradient_accumulation_steps=2,
+                                            run_tensor_parallel=1, run_pipeline_parallel=2, run_data_parallel=1,
+                                            run_steps=2),
                        tmp_path, monkeypatch)
     assert rec["world_size"] == 8 and rec["data_parallel"] == 2
     opt = rec["optimizer_bytes"]
@@ -140,6 +142,14 @@ def test_hybrid(tmp_path, monkeypatch):
                          tensor_parallel=2, pipeline_parallel=2, micro_batch_size=2, global_batch_size=8,
                          precision="bf16", recompute="full")
     assert rec["peak_bytes"]["hybrid ZeRO-1"] == expected.memory.per_gpu_peak_bytes
+    # the launched PP2 hybrid (2 CPU processes; the notebook's default is the guide's TP4 x PP2 on 8): groups as
+    # the layout predicts, memory for both stages
+    assert rec["run_world_size"] == 2 and rec["run_status"] == "completed" and len(rec["run_losses"]) == 2
+    assert rec["run_groups_reported"] == 2 and rec["run_groups_match"] == {"tp": True, "pp": True, "dp": True}
+    stages = rec["run_stage_memory"]
+    assert [s["ranks"] for s in stages] == ["0", "1"]
+    assert all(s["measured peak MiB (max over ranks)"] > 0 and s["estimate MiB"] > 0 for s in stages)
+    assert rec["run_ds_config"]["zero_optimization"]["stage"] == 1
 
 
 def test_a_failing_cell_fails_with_its_error(tmp_path, monkeypatch):

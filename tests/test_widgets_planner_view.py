@@ -87,3 +87,17 @@ def test_changed_hardware_marks_the_result_stale(app):
     assert "press Search" in view.status.value
     view.search_button.click()
     assert "press Search" not in view.status.value and view.result.cluster.gpu.name == "H100-SXM"
+
+
+def test_planner_table_shows_the_whole_plan_text():
+    from widgets.planner_view import table_html
+    from workbench import catalog
+    from workbench.planner import search
+    from workbench.specs import ClusterSpec
+
+    result = search(catalog.model("gpt3-1.3b"), ClusterSpec(gpu="A100-80GB", gpus_per_node=8), global_batch_size=64)
+    text = table_html(result)
+    import html
+
+    for r in result.ranked[:3]:
+        assert html.escape(r.describe()) in text  # whole, not cut

@@ -11,7 +11,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html, error_message, redraw
+from widgets.common import GIB, View, error_html, error_message, new_figure, redraw
 from workbench.advisor import advise
 from workbench.logreader import parse_log
 
@@ -33,13 +33,20 @@ def findings_html(findings, css_class: str = "wb-advisor-checks") -> str:
             f"<tr><th>status</th><th>rule</th><th>found</th><th>suggestion</th></tr>{''.join(rows)}</table>")
 
 
+def wrap_label(text: str, width: int = 22) -> str:
+    """An axis label broken into lines of at most ``width`` characters (``<br>``), never cut."""
+    import textwrap
+
+    return "<br>".join(textwrap.wrap(text, width=width, break_long_words=False)) or text
+
+
 def ladder_bars(peak_bytes: int, ladder) -> dict:
     """Waterfall data: the plan's peak, then each rung's change of peak memory (GiB); text carries the step time
     cost. Rungs that cannot be applied change nothing and say why."""
     x, measure, y, text = ["current plan"], ["absolute"], [peak_bytes / GIB], [f"{peak_bytes / GIB:.1f} GiB"]
     previous = peak_bytes
     for s in ladder:
-        x.append(f"{s.step}. {s.action}" if len(s.action) < 60 else f"{s.step}. {s.action[:57]}…")
+        x.append(wrap_label(f"{s.step}. {s.action}"))
         measure.append("relative")
         if s.plan is None:
             y.append(0.0)
@@ -154,10 +161,11 @@ class AdvisorView(View):
         capacity = mem.capacity_bytes / GIB
         bars = ladder_bars(int(mem.per_gpu_peak_bytes), a.oom_ladder)
         if self.fig is None:
-            self.fig = go.FigureWidget()
-            self.fig.update_layout(height=380, width=760, margin=dict(l=60, r=20, t=50, b=140),
+            self.fig = new_figure()
+            # labels wrap (never cut); the capacity label sits in the right margin, clear of the bars
+            self.fig.update_layout(height=420, width=860, margin=dict(l=60, r=130, t=50, b=110),
                                    yaxis_title="peak memory per GPU (GiB)", showlegend=False,
-                                   xaxis=dict(tickangle=-20, tickfont=dict(size=10)))
+                                   xaxis=dict(tickangle=0, tickfont=dict(size=10), automargin=True))
             self.figure_box.children = [self.fig]
         # the waterfall is replaced, not restyled (the number of bars changes with the ladder)
         if self.fig.data:  # (deleting no traces sends an empty deleteTraces the browser's plotly trips on)
@@ -170,9 +178,10 @@ class AdvisorView(View):
         with redraw(self.fig):
             self.fig.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, y0=capacity, y1=capacity,
                                            line=dict(color="#b00020", dash="dash"))]
-            self.fig.layout.annotations = [dict(xref="paper", x=1, y=capacity, xanchor="right", yanchor="bottom",
-                                                showarrow=False, text=f"{s.cluster.gpu.name}: {capacity:.1f} GiB",
-                                                font=dict(color="#b00020"))]
+            self.fig.layout.annotations = [dict(xref="paper", x=1.01, y=capacity, xanchor="left", yanchor="middle",
+                                                showarrow=False, align="left",
+                                                text=f"{s.cluster.gpu.name}<br>capacity<br>{capacity:.1f} GiB",
+                                                font=dict(color="#b00020", size=11))]
             top = max([capacity] + [sum(bars["y"][:i + 1]) for i in range(len(bars["y"]))])
             self.fig.layout.yaxis.range = [0, 1.15 * top]
             self.fig.layout.title = ("memory after each step of the ladder vs GPU capacity" if a.oom_ladder

@@ -21,7 +21,7 @@ from typing import Optional
 
 import ipywidgets as ipw
 
-from widgets.common import error_html, sync_figures
+from widgets.common import error_html, served_bundle_url, sync_figures, use_served_bundle
 from widgets.hardware_panel import HardwarePanel
 from widgets.memory_view import MemoryView
 from widgets.model_panel import ModelPanel
@@ -106,6 +106,7 @@ class Workbench:
     def for_dashboard(cls, environ=None, **kwargs) -> "Workbench":
         """The app as a served dashboard: launching and writing stay off unless the environment enables them."""
         env = os.environ if environ is None else environ
+        use_served_bundle(served_bundle_url(env))  # one plotly bundle per page instead of one per figure
         allow_launch = env.get(ENV_ALLOW_LAUNCH, "") == "1"
         allow_write = allow_launch or env.get(ENV_ALLOW_WRITE, "") == "1"
         return cls(allow_launch=allow_launch, allow_write=allow_write, **kwargs)
@@ -157,9 +158,33 @@ class Workbench:
             self.banner.value = text
 
     # -- display ----------------------------------------------------------------------------------------------
+    def static_html(self) -> str:
+        """A static snapshot for places without a live kernel (an exported HTML report, nbviewer): the banner and
+        the memory per GPU by term for each pipeline stage. Front ends with widgets show the app instead."""
+        s = self.state
+        memory = getattr(s.estimate, "memory", None)
+        parts = [f"<div class='wb-static'><p>{self.banner.value}</p>"]
+        if memory is not None:
+            stages = list(memory.stages)
+            terms = list(stages[0].terms.as_dict()) if stages else []
+            head = "".join(f"<th>{html.escape(t)}</th>" for t in ["stage", "layers"] + terms + ["total GiB"])
+            rows = "".join(
+                "<tr>" + "".join(f"<td>{v}</td>" for v in [st.stage, st.num_layers]
+                                 + [f"{b / 2**30:.2f}" for b in st.terms.as_dict().values()]
+                                 + [f"{st.total_bytes / 2**30:.2f}"]) + "</tr>" for st in stages)
+            parts.append(f"<p>Memory per GPU (GiB) by pipeline stage; capacity {memory.capacity_bytes / 2**30:.1f} "
+                         f"GiB, {'fits' if memory.fits else 'does not fit'}.</p><table><tr>{head}"
+                         f"</tr>{rows}</table>")
+        parts.append("<p><i>Static snapshot of the interactive workbench: open the notebook in JupyterLab or the "
+                     "dashboard to change the plan.</i></p></div>")
+        return "".join(parts)
+
     def _repr_mimebundle_(self, **kwargs):
         sync_figures(self.widget)
-        return self.widget._repr_mimebundle_(**kwargs)
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):  # HTML exports without widget state show this instead of an empty cell
+            bundle["text/html"] = self.static_html()
+        return bundle
 
     def close(self) -> None:
         for item in self.panels + self.views:

@@ -7,7 +7,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, gib, redraw
+from widgets.common import GIB, View, gib, new_figure, redraw
 from workbench.memory_types import TERMS
 
 COLORS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "activations": "#72b7b2",
@@ -67,7 +67,7 @@ class MemoryView(View):
     title = "Memory"
 
     def __init__(self) -> None:
-        self.fig = go.FigureWidget()
+        self.fig = new_figure()
         for term in TERMS:
             self.fig.add_bar(name=term, x=[], y=[], marker_color=COLORS[term],
                              hovertemplate=(f"<b>{term}</b> %{{x}}<br>%{{y:.2f}} GiB = %{{customdata[0]:,}} bytes"

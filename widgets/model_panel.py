@@ -6,7 +6,7 @@ import ipywidgets as ipw
 from widgets.common import Panel, checkbox, dropdown, float_text, int_text
 from widgets.state import LoadPreset, SetModel, resolved
 from workbench import catalog
-from workbench.specs import Activation, AttentionImpl, Normalization, Positions
+from workbench.specs import Activation, AttentionImpl, Implementation, Normalization, Positions
 
 _INTS = (
     ("num_layers", "layers", 1),
@@ -23,6 +23,7 @@ _CHOICES = (
     ("normalization", "norm", Normalization),
     ("position_embedding", "positions", Positions),
     ("attention", "attention", AttentionImpl),
+    ("implementation", "model code", Implementation),
 )
 _BOOLS = (
     ("add_bias_linear", "linear biases"),

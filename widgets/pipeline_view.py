@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import View, redraw
+from widgets.common import View, new_figure, redraw
 from workbench.schedule import bubble_fraction, pipeline_schedule
 
 FORWARD_UNITS = 1.0
@@ -94,7 +94,7 @@ class PipelineView(View):
         self.units.observe(lambda _: self._redraw(), names="value")
         self.kind.add_class("wb-pipeline-kind")
         self.units.add_class("wb-pipeline-units")
-        self.fig = go.FigureWidget()
+        self.fig = new_figure()
         names = {"fwd": "forward", "bwd": "backward", "idle": "idle (bubble)"}
         for key in ("fwd", "bwd", "idle"):
             # Only the idle bars get a pattern: a trace with marker_pattern_shape="" never takes its later

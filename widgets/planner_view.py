@@ -12,7 +12,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html, error_message, redraw
+from widgets.common import GIB, View, error_html, error_message, new_figure, redraw
 from widgets.state import LoadSpecs
 from workbench.planner import DEFAULT_HEADROOM, search
 from workbench.specs import Engine, Offload
@@ -59,7 +59,11 @@ def table_html(result) -> str:
         style = "background:#e8f4ea;font-weight:bold" if i == 1 else ""
         rows.append(f"<tr class='wb-planner-row' style='{style}'>"
                     + "".join(f"<td style='padding:2px 6px;text-align:right'>{html.escape(c)}</td>" for c in cells)
-                    + "</tr>")
+                    + "</tr>"
+                    # the whole plan text under its row (never cut): what "Use this plan" loads
+                    + f"<tr class='wb-planner-plan' style='{style}'><td></td><td colspan='{len(COLUMNS) - 1}' "
+                      f"style='padding:0 6px 4px 6px;text-align:left;color:#555;white-space:normal'>"
+                      f"{html.escape(r.describe())}</td></tr>")
     return (f"<table class='wb-planner-table' style='border-collapse:collapse;font-size:12px'>"
             f"<tr style='border-bottom:1px solid #999'>{head}</tr>{''.join(rows)}</table>")
 
@@ -87,7 +91,7 @@ class PlannerView(View):
         self.error = ipw.HTML()
         self.error.add_class("wb-planner-error")
         self.table = ipw.HTML()
-        self.choice = ipw.Dropdown(description="plan", options=[], layout=ipw.Layout(width="560px"),
+        self.choice = ipw.Dropdown(description="plan", options=[], layout=ipw.Layout(width="760px"),
                                    style={"description_width": "40px"})
         self.use_button = ipw.Button(description="Use this plan", icon="check", disabled=True)
         self.use_button.add_class("wb-planner-use")
@@ -107,7 +111,7 @@ class PlannerView(View):
         self._searched_for = None
 
     def _build_figure(self) -> None:
-        self.fig = go.FigureWidget()
+        self.fig = new_figure()
         self.fig.add_scatter(name="feasible plans", mode="markers", x=[], y=[],
                              marker=dict(color="#9ecae1", size=8, line=dict(width=0.5, color="#3182bd")),
                              hovertemplate="%{text}<br>%{x:.1f} GiB free, %{y:,.0f} tokens/s<extra></extra>")

@@ -202,7 +202,9 @@ def card_size(model: ModelSpec, cluster: ClusterSpec, num_parameters: Optional[i
     ok = gb >= CARD_GB_FOR_7B
     return Finding(id="card_size", status="pass" if ok else "warn",
                    message=f"{model.name} has {n / 1e9:.1f} B parameters; the guide wants ≥ {CARD_GB_FOR_7B:.0f} GB "
-                           f"cards for 7B-class models; {cluster.gpu.name} has {gb:.0f} GB",
+                           f"cards for 7B-class models; {cluster.gpu.name} has {cluster.gpu.memory_gib:.1f} GiB = "
+                           f"{gb:.1f} GB (GB = 10^9 bytes, as in the guide and card names; GiB = 2^30 bytes, as in "
+                           f"every other figure here)",
                    suggestion="" if ok else "expect ZeRO-3 + offload or deep model parallelism; prefer ≥ 40 GB cards")
 
 

@@ -17,7 +17,8 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
   Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2);
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
-  and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``);
+  and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``, DP > 1: at DP = 1 it
+  changes nothing);
 - recompute none / selective / full, micro batch b (divisors of global batch ÷ d), sequence parallel (t > 1).
 
 A plan is feasible when its peak over pipeline stages ≤ (1 − headroom) × GPU memory and its offloaded bytes fit the
@@ -245,6 +246,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 ok &= (s_engine != ds_code) | ((t == 1) & (c == 1))
                 ok &= (s_sp == 0) | ((t > 1) & (model.seq_length % t == 0))
                 ok &= (s_engine == mg_code) | (p == 1) | (s_zero < 2)
+                # the distributed optimizer shards over data parallel: at DP = 1 it is the same plan as without
+                ok &= (settings[:, 5] == 0) | (d > 1)
                 rows = settings[ok]
                 if not len(rows):
                     continue

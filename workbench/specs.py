@@ -720,7 +720,8 @@ class ParallelPlan:
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
         if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
             raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
-                             f"{self.pipeline_parallel}: DeepSpeed's pipeline engine supports ZeRO-0/1 only")
+                             f"{self.pipeline_parallel}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism "
+                             f"(DeepSpeed's PipelineEngine asserts it); use zero_stage 0 or 1")
         if self.offload_params is not Offload.NONE and self.zero_stage != ZeroStage.PARAMETERS:
             raise ValueError(f"offload_params='{self.offload_params}' needs zero_stage=3 "
                              f"(got zero_stage={int(self.zero_stage)})")

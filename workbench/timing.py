@@ -1,8 +1,11 @@
 """Time model: seconds per term for one optimizer step, and what they add up to.
 
 Everything is a pure function of plain numbers that works on Python scalars and numpy arrays alike;
-:func:`step_time_terms` is the array-level core (the planner calls it with arrays of thousands of plans) and
-:func:`estimate_time` turns the three specs into its inputs and wraps the answer in a :class:`TimeEstimate`.
+:func:`step_time_terms` is the array-level core (the planner calls it with arrays of thousands of plans), split by
+concern into :func:`compute_terms`, :func:`communication_terms`, :func:`optimizer_terms` and :func:`pipeline_terms`
+over one :class:`StepInputs`; :func:`workbench.encode.time_inputs` builds those inputs from plans (one or many) and
+:func:`time_estimate_from` wraps one plan's answer in a :class:`TimeEstimate` that keeps the per-layer and
+per-micro-batch seconds and the links alongside the totals.
 
 Terms (seconds per step on the slowest pipeline stage; each function's docstring has its formula and source):
 

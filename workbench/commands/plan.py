@@ -55,6 +55,18 @@ _HEADER = ("  # engine              TP  PP  v  CP     DP SP ZeRO offld  recomput
            "    tokens/s    MFU")
 
 
+PARETO_ROWS = 8
+"""Pareto plans printed at most (the fastest, the one with most memory left, and evenly spaced ones between)."""
+
+
+def pareto_rows(count: int, limit: int = PARETO_ROWS) -> list:
+    """Indices of the Pareto plans to print: all when they fit in ``limit``, else ``limit`` spread evenly from the
+    first (fastest) to the last (most memory left)."""
+    if count <= limit:
+        return list(range(count))
+    return sorted({round(k * (count - 1) / (limit - 1)) for k in range(limit)})
+
+
 def render(result) -> str:
     c, m = result.cluster, result.model
     lines = [f"{m.name} (seq {m.seq_length}, {m.attention} attention) on {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} "
@@ -66,8 +78,11 @@ def render(result) -> str:
     lines += ["", "ranked by step time",
              _HEADER]
     lines += [_row(i + 1, r) for i, r in enumerate(result.ranked)]
-    lines += ["", "Pareto front (tokens/s vs memory headroom)", _HEADER]
-    lines += [_row(i + 1, r) for i, r in enumerate(result.pareto)]
+    shown = pareto_rows(len(result.pareto))
+    more = (f": {len(shown)} of its {len(result.pareto)} plans, spread from fastest to most memory left "
+            f"(--json lists all)" if len(shown) < len(result.pareto) else "")
+    lines += ["", f"Pareto front (tokens/s vs memory headroom){more}", _HEADER]
+    lines += [_row(i + 1, result.pareto[i]) for i in shown]
     lines += ["", result.explanation]
     return "\n".join(lines)
 

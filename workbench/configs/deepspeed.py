@@ -203,7 +203,9 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     zero: dict = {"stage": stage}
     if stage >= ZeroStage.OPTIMIZER:
         zero.update({
-            "overlap_comm": plan.overlaps_comm,
+            # DeepSpeed turns overlap_comm off under pipeline parallelism ("Pipeline parallelism does not support
+            # overlapped communication, will be disabled", engine._configure_zero_optimizer): write what runs
+            "overlap_comm": plan.overlaps_comm and plan.pipeline_parallel == 1,
             "contiguous_gradients": o.contiguous_gradients,
             "reduce_scatter": True,
             "reduce_bucket_size": int(o.reduce_bucket_size),

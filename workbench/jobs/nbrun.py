@@ -121,12 +121,28 @@ def running_cell(nb: dict) -> CellError | None:
     return None
 
 
-def export_html(notebook_path: Path, html_path: Path) -> None:
-    """Render an executed notebook to a standalone HTML file (nbconvert's lab template)."""
+def report_title(stem: str, parameters: dict) -> str:
+    """The HTML report's title: the notebook and the parameters it ran with (headings in the notebook describe its
+    defaults, so the title says what was overridden)."""
+    if not parameters:
+        return f"{stem} (default parameters)"
+    return f"{stem}: " + ", ".join(f"{k}={v}" for k, v in parameters.items())
+
+
+def export_html(notebook_path: Path, html_path: Path, parameters: dict | None = None) -> None:
+    """Render an executed notebook to a standalone HTML file (nbconvert's lab template), titled by
+    :func:`report_title`; with overridden parameters a note at the top lists them."""
     import nbconvert
     import nbformat
 
     nb = nbformat.read(str(notebook_path), as_version=4)
+    title = report_title(Path(notebook_path).stem, dict(parameters or {}))
+    nb.metadata["title"] = title
+    if parameters:
+        listed = ", ".join(f"`{k}` = `{v!r}`" for k, v in parameters.items())
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(
+            f"**Ran with parameters** {listed}; headings and text below describe the notebook's defaults, the "
+            f"numbers follow these parameters."))
     body, _ = nbconvert.HTMLExporter().from_notebook_node(nb)
     html_path.write_text(body, encoding="utf-8")
 
@@ -237,7 +253,7 @@ def run_notebook(notebook, parameters: dict | None = None, *, out_dir=None, run_
     if nb_json is not None:
         results = read_records(executed)
         try:
-            export_html(executed, html)
+            export_html(executed, html, typed)
             html_path = str(html)
         except Exception as exc:  # a report that cannot render must not hide the run's status
             (folder / "worker.log").open("a").write(f"\nHTML export failed: {type(exc).__name__}: {exc}\n")

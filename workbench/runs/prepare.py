@@ -65,9 +65,7 @@ def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
     if nproc * cluster.num_nodes != plan.world_size:
         raise ValueError(f"nproc({nproc}) * num_nodes({cluster.num_nodes}) = {nproc * cluster.num_nodes} != "
                          f"plan world_size={plan.world_size}")
-    if plan.engine is not Engine.MEGATRON and plan.pipeline_parallel > 1:
-        raise ValueError(f"pipeline_parallel={plan.pipeline_parallel} with engine='{plan.engine}': the launcher runs "
-                         f"pipelines with engine='megatron' (DeepSpeed's PipelineModule is not used)")
+    check_pipeline_engine(plan)
     if not on_gpu and plan.precision is Precision.FP16:
         raise ValueError("precision=fp16 on the CPU: DeepSpeed refuses fp16 on CPUs without AVX-512 FP16; use bf16 "
                          "or fp32")
@@ -79,6 +77,22 @@ def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         run_options(model, plan)  # the config is there, unchanged; the stack can run the plan
         return None
     return transformer_config_kwargs(model, plan)
+
+
+def check_pipeline_engine(plan: ParallelPlan) -> None:
+    """Pipelines run with engine 'megatron' (megatron-core's schedules and optimizer) or the hybrid
+    'megatron-deepspeed' with ZeRO-0/1 (megatron-core's 1F1B schedule, DeepSpeed ZeRO over each stage's data-parallel
+    group); plain DeepSpeed has no pipeline here. ZeRO-2/3 with a pipeline is refused by ``ParallelPlan`` itself
+    with DeepSpeed's reason."""
+    if plan.pipeline_parallel == 1 or plan.engine is Engine.MEGATRON:
+        return
+    if plan.engine is Engine.DEEPSPEED:
+        raise ValueError(f"pipeline_parallel={plan.pipeline_parallel} with engine='deepspeed': the launcher runs "
+                         f"pipelines with engine='megatron' or the hybrid engine='megatron-deepspeed' (tensor x "
+                         f"pipeline parallel with ZeRO-1 over data parallel)")
+    if plan.virtual_pipeline > 1:
+        raise ValueError(f"virtual_pipeline={plan.virtual_pipeline} with engine='{plan.engine}': DeepSpeed's pipeline "
+                         f"engine has no interleaved schedule; use engine='megatron' for interleaved 1F1B")
 
 
 def check_ds_config(config: dict, plan: ParallelPlan, *, on_gpu: bool) -> None:
@@ -112,7 +126,7 @@ def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
     from workbench.estimate import estimate
 
     try:
-        est = estimate(model, cluster, plan)
+        est = estimate(model, cluster, plan, checks=False)  # the record's memory and time; no advisor needed here
     except ValueError as exc:
         return {"per_gpu_peak_bytes": None, "step_seconds": None, "error": str(exc)}
     time_part = getattr(est, "time", None)

@@ -9,10 +9,14 @@ process that launched the run dies. Engines:
 * ``megatron`` — megatron-core ``parallel_state`` + ``DistributedDataParallel`` + ``get_megatron_optimizer``
   (plain or distributed) + ``get_forward_backward_func`` (no pipelining, 1F1B, or interleaved 1F1B).
 * ``megatron-deepspeed`` (hybrid) — megatron-core tensor-parallel GPTModel under DeepSpeed ZeRO over the
-  data-parallel group, with Megatron's parallel state as DeepSpeed's ``mpu``.
+  data-parallel group, with Megatron's parallel state as DeepSpeed's ``mpu``. With pipeline parallel > 1
+  (:func:`train_hybrid_pipeline`): each rank holds one pipeline stage of the tensor-parallel model, megatron-core's
+  1F1B schedule moves activations and gradients between the stages, and DeepSpeed ZeRO-1 reduces the gradients and
+  partitions the optimizer over the stage's data-parallel group, in the order DeepSpeed's own pipeline engine uses.
 
-Each rank appends JSON lines to ``DIR/metrics/rank{R}.jsonl``: a ``start`` record (pid), one ``step`` record per
-step (loss, step seconds, tokens/s, peak memory bytes) and a final ``done`` record, or an ``error`` record
+Each rank appends JSON lines to ``DIR/metrics/rank{R}.jsonl``: a ``start`` record (pid), for the hybrid a ``groups``
+record (its tensor/pipeline/data-parallel group ranks), one ``step`` record per step (loss, step seconds, tokens/s,
+peak memory bytes, and DeepSpeed's gradient norm for the DeepSpeed engines) and a final ``done`` record, or an ``error`` record
 (``kind`` ``oom``, ``error``, or ``terminated`` when the launcher stopped it) before exiting non-zero. Peak memory is ``torch.cuda.max_memory_allocated`` on a GPU
 and the peak resident set size (``ru_maxrss``) on the CPU.
 """
@@ -46,10 +50,12 @@ class MetricsWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
 
-    def step(self, step: int, loss, seconds: float, tokens: int, memory_bytes: int) -> None:
+    def step(self, step: int, loss, seconds: float, tokens: int, memory_bytes: int, grad_norm=None) -> None:
         self.step_seconds.append(seconds)
+        extra = {} if grad_norm is None else {"grad_norm": float(grad_norm)}
         self.write("step", step=step, loss=None if loss is None else float(loss), step_seconds=seconds,
-                   tokens_per_second=tokens / seconds if seconds > 0 else None, memory_bytes=int(memory_bytes))
+                   tokens_per_second=tokens / seconds if seconds > 0 else None, memory_bytes=int(memory_bytes),
+                   **extra)
 
     def done(self, memory_bytes: int) -> None:
         timed = self.step_seconds[2:] if len(self.step_seconds) > 3 else self.step_seconds
@@ -133,7 +139,9 @@ def megatron_setup(plan, seed: int) -> None:
 
 
 class MegatronMpu:
-    """DeepSpeed's model-parallel-unit interface over megatron-core's ``parallel_state`` (pipeline parallel 1)."""
+    """DeepSpeed's model-parallel-unit interface over megatron-core's ``parallel_state``. Its model-parallel group is
+    megatron's tensor x pipeline group (DeepSpeed sums gradient-norm squares over it), its tensor-parallel rank
+    decides which rank counts a tensor-parallel-replicated parameter in that norm."""
 
     def __init__(self):
         from megatron.core import parallel_state
@@ -176,6 +184,26 @@ def mean_over_group(value: float, group=None) -> float:
     return float(t.item()) / dist.get_world_size(group=group)
 
 
+def write_groups(writer: MetricsWriter) -> None:
+    """A ``groups`` record: the global ranks of this rank's tensor-, pipeline- and data-parallel groups as
+    megatron-core built them (what :func:`workbench.layout.build_layout` predicts)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    writer.write("groups", tp=dist.get_process_group_ranks(ps.get_tensor_model_parallel_group()),
+                 pp=dist.get_process_group_ranks(ps.get_pipeline_model_parallel_group()),
+                 dp=dist.get_process_group_ranks(ps.get_data_parallel_group()))
+
+
+def global_grad_norm(engine):
+    """The gradient norm DeepSpeed computed for the last optimizer step, before clipping (None when the engine
+    did not compute one)."""
+    norm = engine.get_global_grad_norm()
+    if norm is None:
+        return None
+    return float(norm.item() if hasattr(norm, "item") else norm)
+
+
 def to_device(batch: dict, dev) -> dict:
     return {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
 
@@ -195,6 +223,8 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
     dev = device()
     deepspeed.init_distributed()
     megatron_setup(plan, opts["seed"])
+    if hybrid:
+        write_groups(writer)
     from megatron.core import parallel_state
 
     if opts.get("memory_limit_bytes"):
@@ -230,7 +260,133 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
         seconds = time.perf_counter() - t0
         local = float(torch.stack(losses).mean())
         loss = mean_over_group(local, dp_group) if dist.get_world_size(dp_group) > 1 else local
-        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes())
+        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes(), grad_norm=global_grad_norm(engine))
+
+
+def tied_output_weight(chunk):
+    """The last stage's copy of the word embeddings (the tied output layer) when it is a separate parameter: the
+    model is tied and this stage holds the output layer but not the embedding (pipeline parallel > 1)."""
+    if not getattr(chunk, "share_embeddings_and_output_weights", False):
+        return None
+    if getattr(chunk, "post_process", False) and not getattr(chunk, "pre_process", False):
+        return chunk.output_layer.weight
+    return None
+
+
+def allreduce_tied_embedding_grads(chunk) -> None:
+    """Sum the gradients of the tied word-embedding copies of the first and the last pipeline stage over megatron's
+    embedding group (what a single process accumulates in one tensor; DeepSpeed's pipeline engine does the same for
+    its tied modules in ``_exec_reduce_tied_grads`` before the data-parallel reduction)."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    if not getattr(chunk, "share_embeddings_and_output_weights", False):
+        return
+    if ps.get_pipeline_model_parallel_world_size() == 1 or not ps.is_rank_in_embedding_group(ignore_virtual=True):
+        return
+    weight = chunk.shared_embedding_or_output_weight()
+    if weight.grad is None:
+        weight.grad = torch.zeros_like(weight)
+    dist.all_reduce(weight.grad, group=ps.get_embedding_group())
+
+
+def train_hybrid_pipeline(run, model_spec, plan, writer: MetricsWriter) -> None:
+    """The hybrid with pipeline parallel > 1: Megatron TP x PP with DeepSpeed ZeRO-1 over each stage's data-parallel
+    group (the composition of Megatron-DeepSpeed's ``--pipeline-model-parallel-size P --zero-stage 1``).
+
+    Per optimizer step, the order of DeepSpeed's ``PipelineEngine.train_batch`` (deepspeed/runtime/pipe/engine.py):
+
+    1. the 1F1B schedule over all micro-batches (megatron-core's ``forward_backward_pipelining_without_interleaving``
+       on this rank's stage); the last stage's loss is divided by the number of micro-batches, earlier stages run
+       backward on the gradient received from the next stage — DeepSpeed's engine scales only the last stage's
+       loss by the accumulation steps (``PipelineEngine._backward_prologue_per_tensor``), the same division once;
+    2. the tied word-embedding gradients summed between the first and last stage (``_exec_reduce_tied_grads``);
+    3. ``engine.allreduce_gradients()`` at the accumulation boundary (``_exec_reduce_grads``): ZeRO-1's
+       ``reduce_gradients`` averages the gradients over the stage's data-parallel group into each rank's partition;
+    4. ``engine.step()`` (``_exec_optimizer_step``): the gradient norm — squares summed over the data-parallel and the
+       tensor x pipeline group, the last stage's tied copy marked ``ds_pipe_replicated`` so it counts once, as
+       DeepSpeed's ``PipelineModule`` marks it — clipping, Adam on the partition, the all-gather of updated
+       parameters, the learning-rate schedule.
+
+    DeepSpeed itself refuses ZeRO-2/3 here: ``PipelineEngine`` asserts "ZeRO-2 and ZeRO-3 are incompatible with
+    pipeline parallelism" (the launcher refuses such plans before anything starts).
+    """
+    import deepspeed
+    import torch
+
+    from workbench.runs.data import TokenSamples, microbatch, parse_source, sample_indices
+    from workbench.runs.model import build_gpt, causal_mask, init_layout_independent
+
+    opts = run["options"]
+    dev = device()
+    deepspeed.init_distributed()
+    megatron_setup(plan, opts["seed"])
+    write_groups(writer)
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    if plan.virtual_pipeline > 1 or int(plan.zero_stage) > 1:
+        raise ValueError(f"the hybrid pipeline runs ZeRO-0/1 without virtual stages (zero_stage="
+                         f"{int(plan.zero_stage)}, virtual_pipeline={plan.virtual_pipeline})")
+    if opts.get("memory_limit_bytes"):
+        limit_memory(opts["memory_limit_bytes"])
+    torch.manual_seed(opts["seed"])
+    first, last = ps.is_pipeline_first_stage(ignore_virtual=True), ps.is_pipeline_last_stage(ignore_virtual=True)
+    chunk = build_gpt(model_spec, plan, pre_process=first, post_process=last,
+                      config_kwargs=run["megatron_args"])
+    if dev.type == "cuda":
+        chunk = chunk.to(dev)
+    init_layout_independent(chunk, model_spec, seed=opts["seed"], tensor_parallel=plan.tensor_parallel,
+                            tp_rank=ps.get_tensor_model_parallel_rank())
+    replica = tied_output_weight(chunk)
+    if replica is not None:
+        replica.ds_pipe_replicated = True  # deepspeed.runtime.constants.PIPE_REPLICATED: one copy in the norm
+    ds_config = json.loads((Path(run["run_dir"]) / "ds_config.json").read_text())
+    engine, _, _, _ = deepspeed.initialize(model=chunk, model_parameters=[p for p in chunk.parameters()],
+                                           config=ds_config, mpu=MegatronMpu())
+    # one engine.step() per global batch: the schedule ran every micro-batch, so each step is a boundary
+    engine.set_gradient_accumulation_boundary(True)
+    config = chunk.config
+    config.finalize_model_grads_func = lambda *_a, **_k: allreduce_tied_embedding_grads(chunk)
+
+    dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    samples = TokenSamples(parse_source(opts["data"]), vocab_size=model_spec.vocab_size,
+                           seq_length=model_spec.seq_length, seed=opts["seed"])
+    mask = causal_mask(model_spec.seq_length, device=dev)
+    tokens_per_step = plan.global_batch_size * model_spec.seq_length
+    forward_backward = get_forward_backward_func()
+
+    def batches(step):
+        for m in range(plan.num_microbatches):
+            idx = sample_indices(step, m, dp_rank=dp_rank, data_parallel=dp,
+                                 micro_batch_size=plan.micro_batch_size, global_batch_size=plan.global_batch_size)
+            yield to_device(microbatch(samples, idx), dev)
+
+    def loss_func(output_tensor):
+        loss = output_tensor.float().mean()
+        return loss, {"lm loss": loss.detach().clone()}  # the schedule divides ``loss`` in place
+
+    def forward_step(data_iterator, model):
+        b = next(data_iterator)
+        return model(b["tokens"], b["position_ids"], mask, labels=b["labels"]), loss_func
+
+    for step in range(opts["steps"]):
+        sync()
+        t0 = time.perf_counter()
+        reduced = forward_backward(forward_step_func=forward_step, data_iterator=batches(step), model=chunk,
+                                   num_microbatches=plan.num_microbatches, seq_length=model_spec.seq_length,
+                                   micro_batch_size=plan.micro_batch_size,
+                                   decoder_seq_length=model_spec.seq_length, forward_only=False)
+        engine.allreduce_gradients()
+        engine.step()
+        sync()
+        seconds = time.perf_counter() - t0
+        loss = None
+        if last:
+            local = float(torch.stack([r["lm loss"] for r in reduced]).float().mean())
+            loss = mean_over_group(local, ps.get_data_parallel_group()) if dp > 1 else local
+        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes(), grad_norm=global_grad_norm(engine))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -432,6 +588,8 @@ def main(argv=None) -> int:
             train_hf(run, model_spec, plan, writer)
         elif engine == "deepspeed":
             train_deepspeed(run, model_spec, plan, writer, hybrid=False)
+        elif engine == "megatron-deepspeed" and plan.pipeline_parallel > 1:
+            train_hybrid_pipeline(run, model_spec, plan, writer)
         elif engine == "megatron-deepspeed":
             train_deepspeed(run, model_spec, plan, writer, hybrid=True)
         elif engine == "megatron":
