@@ -103,11 +103,26 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     return np.maximum(np.maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
 
 
-def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage):
-    """Parameters one rank of pipeline stage ``stage`` holds (embedding on the first stage; output layer, or the
-    tied embedding copy Megatron keeps when p > 1, and the final norm on the last)."""
+def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
+                    last_stage_layers=None):
+    """Transformer layers pipeline stage ``stage`` builds: the first, middle and last stage counts of an uneven
+    split (:func:`workbench.encode.stage_layer_columns`, megatron-core's ``get_num_layers_to_build``), or
+    num_layers / p when they are not given."""
+    even = m.num_layers / pipeline_parallel
+    if first_stage_layers is None:
+        return even
+    return np.where(stage == 0, first_stage_layers,
+                    np.where(stage == pipeline_parallel - 1, last_stage_layers, middle_stage_layers))
+
+
+def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None):
+    """Parameters one rank of pipeline stage ``stage`` holds (``layers_in_stage`` transformer layers, default
+    num_layers / p; embedding on the first stage; output layer, or the tied embedding copy Megatron keeps when
+    p > 1, and the final norm on the last)."""
     vocab = P.model_vocab_size(m, tensor_parallel)
-    layers = m.num_layers / pipeline_parallel * layer_params_per_rank(m, tensor_parallel)
+    if layers_in_stage is None:
+        layers_in_stage = m.num_layers / pipeline_parallel
+    layers = layers_in_stage * layer_params_per_rank(m, tensor_parallel)
     positions = m.position_table_size * m.hidden_size
     embedding = vocab * m.hidden_size / tensor_parallel + positions
     first = stage == 0
@@ -408,8 +423,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
-                lora_activation_per_token=0.0):
+                lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
+                last_stage_layers=None):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
+    ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
 
     Two candidate peaks, the larger wins:
 
@@ -426,8 +443,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     At a step peak the ``gradients`` term includes the temporaries and ``activations`` is 0
     (``backward_activations`` keeps the backward figure); at a backward peak ``gradients`` is what exists then.
     """
-    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage)
-    trainable, frozen = lora_split(n, m.num_layers / pipeline_parallel * lora_params_per_layer / tensor_parallel,
+    layers = layers_on_stage(m, pipeline_parallel, stage, first_stage_layers, middle_stage_layers,
+                             last_stage_layers)
+    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers)
+    trainable, frozen = lora_split(n, layers * lora_params_per_layer / tensor_parallel,
                                    lora_params_per_layer > 0)
     weights, grads, optimizer, host, step = model_state_bytes(
         trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes,
@@ -448,7 +467,6 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 * (value_bytes + 1))
     kept = kept + np.where(recompute >= 2, 0.0, lora_act)
     full_layer = full_layer + lora_act
-    layers = m.num_layers / pipeline_parallel
     recomputed = np.where(recompute >= 2, np.minimum(recompute_layers, layers), 0)
     per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
     per_microbatch = np.where(recompute >= 2, per_microbatch, layers * kept)
@@ -564,13 +582,14 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     stages = []
     host_per_gpu = 0
     p = plan.pipeline_parallel
+    stage_layers = plan.stage_layers(model.num_layers)
     every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
     every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
     for stage in range(p):
         t = {k: v[stage] for k, v in every.items()}
         terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
                                ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
-        stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,
+        stages.append(StageMemory(stage=stage, num_layers=stage_layers[stage],
                                   has_embedding=stage == 0, has_output=stage == plan.pipeline_parallel - 1,
                                   terms=terms, in_flight_microbatches=float(t["in_flight"]),
                                   peak_phase="optimizer step" if bool(t["step_peak"]) else "backward",

@@ -7,9 +7,9 @@ run on it. Pure CPU; run after the GPU calls:
 Mapping: megatron-core dims are ModelSpec fields (attention ``unfused``: the local layer spec); a Hugging Face
 config goes through :func:`workbench.hf.import_hf` with the run's ``attn_implementation`` and sequence length;
 ``gradient_checkpointing_enable`` is ``recompute="full"`` (every decoder layer's input kept, the layer recomputed);
-DeepSpeed runs use DeepSpeed's FusedAdam / CPUAdam (``fused_kernels=True``), megatron-core's own optimizer without
-Apex/Transformer Engine and the launcher runs use torch's Adam (``fused_kernels=False``). A LoRA run's plan has no
-field for the adapter: its record's ``lora`` and ``trainable_parameters`` say what differs.
+DeepSpeed runs use DeepSpeed's FusedAdam / CPUAdam (``adam="fused"``), megatron-core's own optimizer without
+Apex/Transformer Engine and the launcher runs use torch's Adam (``adam="torch"``). A LoRA run's plan carries
+``lora_rank``, ``lora_targets`` and ``lora_dropout`` from the peft ``LoraConfig`` it trained with.
 """
 from __future__ import annotations
 
@@ -26,11 +26,13 @@ def description(r: dict) -> dict:
     from workbench.runs.specio import specs_to_dict
     from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
-    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    n = r.get("gpus", 1)
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=n)
     if r["stack"] == "launcher":
         f = dict(r["plan_fields"])
-        return specs_to_dict(catalog_model(r["catalog_model"]), cluster,
-                             ParallelPlan(world_size=1, precision="bf16", fused_kernels=False, **f))
+        model = (catalog_model(r["catalog_model"]) if r.get("catalog_model")
+                 else ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"]))
+        return specs_to_dict(model, cluster, ParallelPlan(world_size=n, precision="bf16", adam="torch", **f))
     o = r["options"]
     mbs, gas = o.get("mbs", 1), o.get("gas", 1)
     if r["stack"] == "hf-ds":
@@ -41,11 +43,20 @@ def description(r: dict) -> dict:
     common = dict(world_size=1, micro_batch_size=mbs, global_batch_size=mbs * gas, precision="bf16")
     if r["stack"] == "mcore-ddp":
         plan = ParallelPlan(engine="megatron", distributed_optimizer=o["distributed_optimizer"],
-                            recompute=o.get("recompute", "none"), fused_kernels=False, **common)
+                            recompute=o.get("recompute", "none"), adam="torch", **common)
     else:
         rc = "full" if o.get("ckpt") else o.get("recompute", "none")
+        lora = r.get("lora") or {}
+        if lora:  # peft's module names -> the plan's projection names
+            names = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "c_attn": ["q", "k", "v"],
+                     "c_proj": "o"}
+            targets = []
+            for t in lora["target_modules"]:
+                v = names[t]
+                targets += v if isinstance(v, list) else [v]
+            common.update(lora_rank=lora["r"], lora_targets=targets, lora_dropout=lora["lora_dropout"])
         plan = ParallelPlan(engine="deepspeed", zero_stage=o["zero"], offload_optimizer=o.get("offload") or "none",
-                            recompute=rc, fused_kernels=True, **common)
+                            recompute=rc, adam="fused", **common)
     return specs_to_dict(model, cluster, plan)
 
 

@@ -39,7 +39,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from runs import GROUPS, HF_SHAPES, LAUNCHER_RUNS, MCORE_SHAPES, all_runs  # noqa: E402
+from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER_SHAPE_2GPU, MCORE_SHAPES,  # noqa: E402
+                  all_runs)  # noqa: E402
 
 STEPS = 6
 TIMED = 3  # the last 3 steps are timed; the first 3 are warm-up (allocator growth, kernel selection, JIT)
@@ -496,7 +497,7 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
         proc.kill()
 
 
-def launcher_runs(out: Path, steps: int, work: Path) -> None:
+def launcher_runs(out: Path, steps: int, work: Path, gpus: int = 1, only: str = "") -> None:
     """A few runs through workbench.runs.launch (torchrun, workbench/runs/train.py) for comparison."""
     sys.path.insert(0, str(HERE.parents[1]))
     from workbench.catalog import model as catalog_model
@@ -506,22 +507,33 @@ def launcher_runs(out: Path, steps: int, work: Path) -> None:
     work.mkdir(parents=True, exist_ok=True)
     store = RunStore(work / "runs.sqlite")
     prov = provenance()
-    for case in LAUNCHER_RUNS:
-        model = catalog_model(case["model"])
-        plan = ParallelPlan(world_size=1, micro_batch_size=case["mbs"], precision="bf16", **case["plan"])
+    from workbench.specs import ModelSpec
+
+    dims = {k: v for k, v in LAUNCHER_SHAPE_2GPU.items() if k != "like"}
+    keep = [w for w in only.split(",") if w]
+    for case in (LAUNCHER_RUNS if gpus == 1 else LAUNCHER_RUNS_2GPU):
+        if keep and not any(w in case["name"] for w in keep):
+            continue
+        if "model" in case:
+            model = catalog_model(case["model"])
+        else:
+            model = ModelSpec(name="mc-h4096-mha-8l", attention="unfused", **dims)
+        plan = ParallelPlan(world_size=gpus, micro_batch_size=case["mbs"], precision="bf16", **case["plan"])
         t0 = time.perf_counter()
         try:
-            r = launch(model, ClusterSpec(gpu="H200", gpus_per_node=1), plan, steps=steps, nproc=1, store=store,
+            r = launch(model, ClusterSpec(gpu="H200", gpus_per_node=gpus), plan, steps=steps, nproc=gpus, store=store,
                        run_dir=work / case["name"], launcher="torchrun", timeout_seconds=240)
             r.wait()
             m = r.record()
         except Exception as exc:
             m = {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "measured": {}}
         mem = (m.get("measured") or {}).get("peak_memory_bytes") or {}
-        rec = {"run_id": f"launcher/{case['name']}", "shape_id": f"catalog:{case['model']}", "group": "launcher",
+        rec = {"run_id": f"launcher/{case['name']}", "group": "launcher", "gpus": gpus,
+               "shape_id": f"catalog:{case['model']}" if "model" in case else "mc-h4096-mha-8l",
+               "model_dims": None if "model" in case else dims,
                "stack": "launcher", "script": "workbench/runs/train.py via workbench.runs.launch (torchrun)",
                "status": "ok" if m.get("status") == "completed" else m.get("status"), "error": m.get("reason"),
-               "catalog_model": case["model"], "plan_fields": dict(case["plan"], micro_batch_size=case["mbs"]),
+               "catalog_model": case.get("model"), "plan_fields": dict(case["plan"], micro_batch_size=case["mbs"]),
                "peak_allocated_bytes": max(mem.values()) if mem else None,
                "step_seconds_median": (m.get("measured") or {}).get("median_step_seconds"),
                "losses": m.get("losses"), "launcher_measured": m.get("measured"),
@@ -552,6 +564,7 @@ def main(argv=None) -> int:
     ap.add_argument("--deadline", type=float)
     ap.add_argument("--launcher", action="store_true", help="the workbench.runs.launch comparison runs")
     ap.add_argument("--launcher-steps", type=int, default=6)
+    ap.add_argument("--launcher-gpus", type=int, default=1, choices=(1, 2))
     ap.add_argument("--launcher-work", type=Path, default=Path("/tmp/corpus_launcher"),
                     help="run directories and run store of the launcher runs")
     ap.add_argument("--build-ops", action="store_true")
@@ -574,7 +587,7 @@ def main(argv=None) -> int:
         worker(args.worker, done_ids(args.out), args.out, args.dry_run, args.deadline, args.go_file)
         return 0
     if args.launcher:
-        launcher_runs(args.out, args.launcher_steps, args.launcher_work)
+        launcher_runs(args.out, args.launcher_steps, args.launcher_work, args.launcher_gpus, args.only)
         return 0
     groups = [g for g in args.groups.split(",") if g]
     if args.per_process:

@@ -138,6 +138,23 @@ LAUNCHER_RUNS = [
          plan=dict(engine="megatron", distributed_optimizer=True, recompute="selective")),
 ]
 
+# two GPUs: the Llama 2 7B shape at 8 layers (so PP=2 with 2 virtual stages divides it) through the launcher
+LAUNCHER_SHAPE_2GPU = dict(MCORE_SHAPES["mc-h4096-mha"], num_layers=8, like="Llama 2 7B (32 -> 8 layers)")
+LAUNCHER_RUNS_2GPU = [
+    dict(name="launch2-mg-tp2-sel", mbs=1, plan=dict(engine="megatron", tensor_parallel=2, recompute="selective")),
+    dict(name="launch2-mg-pp2-vp2-distopt", mbs=1,
+         plan=dict(engine="megatron", pipeline_parallel=2, virtual_pipeline=2, distributed_optimizer=True,
+                   global_batch_size=8)),
+    dict(name="launch2-mg-dp2-distopt-full", mbs=1,
+         plan=dict(engine="megatron", distributed_optimizer=True, recompute="full")),
+    dict(name="launch2-ds-dp2-z2", mbs=1, plan=dict(engine="deepspeed", zero_stage=2)),
+    dict(name="launch2-hybrid-tp2-z1-sel", mbs=1,
+         plan=dict(engine="megatron-deepspeed", tensor_parallel=2, zero_stage=1, recompute="selective")),
+    # the guide's hybrid with a pipeline: megatron-core 1F1B stages, DeepSpeed ZeRO-1 over each stage's DP group
+    dict(name="launch2-hybrid-pp2-z1", mbs=1,
+         plan=dict(engine="megatron-deepspeed", pipeline_parallel=2, zero_stage=1, global_batch_size=8)),
+]
+
 
 def run_id(cfg: dict) -> str:
     """A stable, readable id for one configuration."""
