@@ -170,3 +170,37 @@ def test_planner_splits_where_pp_does_not_divide_the_layers():
         est = estimate(m, cluster, plan)
         assert float(ev["peak_bytes"][i]) == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
         assert float(ev["step_seconds"][i]) == pytest.approx(est.time.step_seconds, rel=1e-9)
+
+
+def test_views_draw_unequal_stages():
+    from widgets.memory_view import memory_traces
+    from widgets.pipeline_view import stage_durations
+    from workbench.schedule import pipeline_schedule
+
+    m = model("guide-13b")
+    cluster = ClusterSpec(gpu="A100-80GB", gpus_per_node=8, num_nodes=1)
+    plan = ParallelPlan(world_size=8, engine="megatron", tensor_parallel=2, pipeline_parallel=4, global_batch_size=32,
+                        first_stage_layers=16, last_stage_layers=8)
+    est = estimate(m, cluster, plan)
+    assert memory_traces(est.memory)["x"][:2] == ["stage 0 (16 layers, emb)", "stage 1 (8 layers)"]
+
+    class State:
+        estimate = est
+
+    stages = stage_durations(State, 4)
+    t = est.time
+    # the slowest stage (16 layers) is the time model's micro-batch; the last adds the output layer to 8 layers
+    assert sum(stages[0]) == pytest.approx(t.microbatch_forward_seconds + t.microbatch_backward_seconds, rel=1e-9)
+    assert sum(stages[1]) < sum(stages[3]) < sum(stages[0])
+    nmb = plan.num_microbatches
+    sched = pipeline_schedule("1f1b", 4, nmb, forward_seconds=stages[0][0], backward_seconds=stages[0][1],
+                              stage_seconds=stages)
+    # 1F1B paced by stage 0 (busy m x its micro-batch time); the lighter stages idle more than it does. The time
+    # model's bubble, (p-1)/m of the slowest stage's time, is the bound for equal stages: never below the simulation
+    busy0 = nmb * sum(stages[0])
+    assert sched.total_seconds > busy0
+    assert sched.total_seconds - busy0 <= t.breakdown["bubble"] + 1e-9
+    busy3 = sum(e.end_s - e.start_s for e in sched.stage_events(3))
+    assert busy3 == pytest.approx(nmb * sum(stages[3]), rel=1e-9)
+    even = estimate(m, cluster, plan.replace(first_stage_layers=None, last_stage_layers=None))
+    assert stage_durations(type("S", (), {"estimate": even}), 4) is None

@@ -387,6 +387,8 @@ def compute_terms(x: StepInputs) -> dict:
     last_layers, other_layers = stage_layers(x)
     last_fwd = last_layers * layer_fwd + t_logits + t_loss_fwd
     last_bwd = last_layers * layer_bwd + (1 + tf) * t_logits + t_loss_bwd
+    # what the last stage adds to its layers: the output layer and the loss
+    out_fwd, out_bwd = t_logits + t_loss_fwd, (1 + tf) * t_logits + t_loss_bwd
     last_slowest = (last_fwd + last_bwd + last_layers * recompute_layer
                     >= other_layers * (layer_fwd + layer_bwd + recompute_layer))
     layers = np.where(last_slowest, last_layers, other_layers)
@@ -394,7 +396,8 @@ def compute_terms(x: StepInputs) -> dict:
     stage_bwd = np.where(last_slowest, last_bwd, other_layers * layer_bwd)
     recompute_mb = layers * recompute_layer
     return {"compute": m * (stage_fwd + stage_bwd), "recompute": m * recompute_mb,
-            "stage_layers": layers, "last_stage_slowest": last_slowest,
+            "stage_layers": layers, "last_stage_slowest": last_slowest, "recompute_layer_seconds": recompute_layer,
+            "output_forward_seconds": out_fwd, "output_backward_seconds": out_bwd,
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
@@ -535,7 +538,15 @@ def pipeline_terms(x: StepInputs, comp: dict, comm: dict) -> dict:
     bwd = (comp["stage_backward_seconds"] + comp["recompute_microbatch_seconds"]
            + comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"])
     m = x.num_microbatches
+    # one layer's share of a micro-batch on a stage, its tensor/context-parallel communication included, so a stage
+    # of n layers takes n × that (+ the output layer and loss on the last): what the pipeline view draws per stage
+    n = comp["stage_layers"]
+    per_layer_fwd = comp["layer_forward_seconds"] + (comm["tp_forward_microbatch_seconds"]
+                                                      + comm["cp_forward_microbatch_seconds"]) / n
+    per_layer_bwd = (comp["layer_backward_seconds"] + comp["recompute_layer_seconds"]
+                     + (comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"]) / n)
     return {"microbatch_forward_seconds": fwd, "microbatch_backward_seconds": bwd,
+            "layer_microbatch_forward_seconds": per_layer_fwd, "layer_microbatch_backward_seconds": per_layer_bwd,
             "bubble": bubble_fraction(x.pipeline_parallel, m, x.virtual_pipeline) * m * (fwd + bwd)}
 
 
@@ -621,6 +632,9 @@ class TimeEstimate:
     microbatch_backward_seconds: float = 0.0
     """Backward of one micro-batch through that stage, recomputed forward and backward communication included;
     ``bubble`` = bubble fraction × m × (forward + backward)."""
+    stage_microbatch_seconds: tuple = ()
+    """``(forward, backward)`` of one micro-batch on each pipeline stage, from its own layer count (an uneven split
+    gives unequal stages; the last adds the output layer and loss); the slowest is ``microbatch_*_seconds``."""
     links: dict = field(default_factory=dict)
     """Collective group (``tp``, ``cp``, ``pp``, ``dp``) → ``{"group_size", "link", "gb_per_s", "latency_s"}``: the
     link each group's collectives were priced on (``link`` is ``"intra-node"`` or ``"inter-node"``)."""
@@ -722,5 +736,18 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
         layer_backward_seconds=float(terms["layer_backward_seconds"]),
         microbatch_forward_seconds=float(terms["microbatch_forward_seconds"]),
         microbatch_backward_seconds=float(terms["microbatch_backward_seconds"]),
+        stage_microbatch_seconds=stage_microbatch_seconds(terms, plan.stage_layers(model.num_layers)),
         links=links, inputs=dict(inputs),
     )
+
+
+def stage_microbatch_seconds(terms: dict, layers_per_stage) -> tuple:
+    """``((forward, backward), ...)`` per pipeline stage for one plan's :func:`step_time_terms` result: the stage's
+    layers × one layer's micro-batch time, plus the output layer and loss on the last stage."""
+    f, b = float(terms["layer_microbatch_forward_seconds"]), float(terms["layer_microbatch_backward_seconds"])
+    out = []
+    for i, n in enumerate(layers_per_stage):
+        last = i == len(layers_per_stage) - 1
+        out.append((n * f + (float(terms["output_forward_seconds"]) if last else 0.0),
+                    n * b + (float(terms["output_backward_seconds"]) if last else 0.0)))
+    return tuple(out)

@@ -497,7 +497,7 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
         proc.kill()
 
 
-def launcher_runs(out: Path, steps: int, work: Path, gpus: int = 1) -> None:
+def launcher_runs(out: Path, steps: int, work: Path, gpus: int = 1, only: str = "") -> None:
     """A few runs through workbench.runs.launch (torchrun, workbench/runs/train.py) for comparison."""
     sys.path.insert(0, str(HERE.parents[1]))
     from workbench.catalog import model as catalog_model
@@ -510,7 +510,10 @@ def launcher_runs(out: Path, steps: int, work: Path, gpus: int = 1) -> None:
     from workbench.specs import ModelSpec
 
     dims = {k: v for k, v in LAUNCHER_SHAPE_2GPU.items() if k != "like"}
+    keep = [w for w in only.split(",") if w]
     for case in (LAUNCHER_RUNS if gpus == 1 else LAUNCHER_RUNS_2GPU):
+        if keep and not any(w in case["name"] for w in keep):
+            continue
         if "model" in case:
             model = catalog_model(case["model"])
         else:
@@ -584,7 +587,7 @@ def main(argv=None) -> int:
         worker(args.worker, done_ids(args.out), args.out, args.dry_run, args.deadline, args.go_file)
         return 0
     if args.launcher:
-        launcher_runs(args.out, args.launcher_steps, args.launcher_work, args.launcher_gpus)
+        launcher_runs(args.out, args.launcher_steps, args.launcher_work, args.launcher_gpus, args.only)
         return 0
     groups = [g for g in args.groups.split(",") if g]
     if args.per_process:

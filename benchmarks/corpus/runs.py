@@ -150,6 +150,9 @@ LAUNCHER_RUNS_2GPU = [
     dict(name="launch2-ds-dp2-z2", mbs=1, plan=dict(engine="deepspeed", zero_stage=2)),
     dict(name="launch2-hybrid-tp2-z1-sel", mbs=1,
          plan=dict(engine="megatron-deepspeed", tensor_parallel=2, zero_stage=1, recompute="selective")),
+    # the guide's hybrid with a pipeline: megatron-core 1F1B stages, DeepSpeed ZeRO-1 over each stage's DP group
+    dict(name="launch2-hybrid-pp2-z1", mbs=1,
+         plan=dict(engine="megatron-deepspeed", pipeline_parallel=2, zero_stage=1, global_batch_size=8)),
 ]
 
 
