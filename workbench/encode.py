@@ -59,9 +59,11 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("recompute_layers", np.maximum.reduce(stage_layer_columns(model.num_layers, out)))
     out.setdefault("fused_adam", int(AdamImpl.parse(adam, "adam") is AdamImpl.FUSED))
     if overlap_comm is None:
+        # as ParallelPlan.overlaps_comm: DeepSpeed's pipeline engine turns overlap_comm off
         out.setdefault("overlap_comm", np.where(np.asarray(table["engine"]) == MEGATRON,
                                                 int(default_overlap_comm(Engine.MEGATRON)),
-                                                int(default_overlap_comm(Engine.DEEPSPEED))))
+                                                np.where(np.asarray(table["pp"]) > 1, 0,
+                                                         int(default_overlap_comm(Engine.DEEPSPEED)))))
     else:
         out.setdefault("overlap_comm", int(bool(overlap_comm)))
     out.setdefault("lora_rank", int(lora_rank))

@@ -389,11 +389,29 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     return zero_buffers + scores
 
 
-def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_BYTES, nccl_bytes=NCCL_BYTES,
-                   reserve_fraction=ALLOCATOR_RESERVE_FRACTION):
-    """Outside the allocator (CUDA context; NCCL buffers when there is more than one rank) + the caching
-    allocator's reserve above the allocated peak. The defaults are the H200 measurements above; a hardware profile
-    (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies the user's own."""
+OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.17 * GiB), "megatron": int(2.93 * GiB)}
+"""Memory outside the caching allocator of one training process on one GPU (CUDA context, cuBLAS/cuDNN workspaces,
+loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory_reserved`` after training steps, the
+median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 30 runs,
+2.17 GiB, range up to 2.83; megatron-core DDP 7 runs, 2.93 GiB, up to 3.44), printed by
+``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
+RESERVE_FRACTION = {"deepspeed": 0.178, "megatron": 0.115}
+"""Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
+over the same fit-split runs (DeepSpeed 17.8 %, 90th percentile 36.8 %; megatron-core 11.5 %, 26.4 %). The spread
+(fragmentation, mostly with recomputation) is what the error band carries."""
+
+
+def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=NCCL_BYTES,
+                   reserve_fraction=None):
+    """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; NCCL buffers when there
+    is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`).
+    ``engine`` is an engine code (:data:`ENGINE_CODES`, arrays allowed); a hardware profile
+    (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies the user's own constants instead."""
+    megatron = np.asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
+    if context_bytes is None:
+        context_bytes = np.where(megatron, OUTSIDE_ALLOCATOR_BYTES["megatron"], OUTSIDE_ALLOCATOR_BYTES["deepspeed"])
+    if reserve_fraction is None:
+        reserve_fraction = np.where(megatron, RESERVE_FRACTION["megatron"], RESERVE_FRACTION["deepspeed"])
     return (context_bytes + np.where(world_size > 1, nccl_bytes, 0)
             + reserve_fraction * allocated_bytes)
 
@@ -457,7 +475,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     activations = activations + np.where(stage == 0, embedding_activation_bytes(m, **kw) * in_flight, 0)
     last = stage == pipeline_parallel - 1
     output = np.where(last, output_activation_bytes(m, value_bytes=value_bytes, **kw), 0.0)
-    transient = np.where(recompute >= 2, full_layer + output, np.maximum(output, full_layer))
+    # selective recompute: the recomputed attention core is alive again beside the layer's backward working set
+    # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
+    # already the transient's first copy
+    core = full_layer - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw)[0]
+    transient = np.where(recompute >= 2, full_layer + output,
+                         np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
     activations = activations + transient
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
@@ -470,7 +493,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)
     allocated = np.maximum(step_total, backward_peak)
-    overhead = overhead_bytes(allocated, world, **(overheads or {}))  # overheads: measured profile constants
+    overhead = overhead_bytes(allocated, world, engine=engine, **(overheads or {}))  # overheads: a profile's
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
                 backward_activations=activations)
@@ -494,8 +517,10 @@ FORMULAS = {
                    "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + logits (v+4)·sbV/t",
     "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters, "
                "megatron-core's attention-score buffer v·as²b/t (unfused)",
-    "overhead": f"CUDA context {CUDA_CONTEXT_BYTES / 2**20:.0f} MiB + allocator reserve "
-                f"{ALLOCATOR_RESERVE_FRACTION:.0%} of allocated (measured on H200)",
+    "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
+                f"{OUTSIDE_ALLOCATOR_BYTES['megatron'] / GiB:.2f} GiB (megatron-core) per process (+ NCCL "
+                f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} / "
+                f"{RESERVE_FRACTION['megatron']:.0%} of allocated (H200, fit split)",
 }
 
 
@@ -507,14 +532,20 @@ def _error_bands() -> dict:
     return json.loads(ERROR_BAND_FILE.read_text()) if ERROR_BAND_FILE.exists() else {}
 
 
-def error_band(engine, quantity: str = "device"):
+def error_band(engine, quantity: str = "device", recompute=None):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
-    ``None`` when no held-out run of that engine exists. The hybrid uses its own runs, else DeepSpeed's."""
+    ``None`` when no held-out run of that engine exists. With ``recompute`` the runs of that recompute mode are
+    used when there are some. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
-    entry = bands.get(key) or (bands.get(str(Engine.DEEPSPEED)) if key == str(Engine.MEGATRON_DEEPSPEED) else None)
+    if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
+        key = str(Engine.DEEPSPEED)
+    entry = None
+    if recompute is not None:  # runs of the same recompute mode when there are some (its terms differ most)
+        entry = bands.get(f"{key}/{Recompute.parse(recompute, 'recompute')}")
+    entry = entry or bands.get(key)
     if not entry:
         return None
     note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
@@ -570,7 +601,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         nvme_per_gpu = host_per_gpu
         host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
     peak = max(st.total_bytes for st in stages)
-    band = error_band(plan.engine, "device")
+    band = error_band(plan.engine, "device", plan.recompute)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
     return MemoryEstimate(
         band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,

@@ -500,12 +500,14 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     capacity = cluster.gpu.memory_bytes
     limit = (1.0 - headroom) * capacity
     host_cap = cluster.host_memory_gib_per_node * GiB
-    # the upper side of each engine's held-out error band (workbench.memory.error_band) must fit too
+    # the upper side of the held-out error band of each row's engine and recompute mode
+    # (workbench.memory.error_band) must fit too, as the estimate judges it
     band_high = np.zeros(len(table["engine"]))
     for engine, code in ENGINE_CODES.items():
-        band = M.error_band(engine, "device")
-        if band is not None:
-            band_high = np.where(table["engine"] == code, band[1], band_high)
+        for mode, rc in M.RECOMPUTE_CODES.items():
+            band = M.error_band(engine, "device", mode)
+            if band is not None:
+                band_high = np.where((table["engine"] == code) & (table["recompute"] == rc), band[1], band_high)
     fits_gpu = ev["peak_bytes"] * (1.0 + band_high) <= limit
     fits_host = ev["host_bytes_per_node"] <= host_cap
     feasible = np.flatnonzero(fits_gpu & fits_host)

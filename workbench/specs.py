@@ -796,8 +796,14 @@ class ParallelPlan:
 
     @property
     def overlaps_comm(self) -> bool:
-        """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`)."""
-        return default_overlap_comm(self.engine) if self.overlap_comm is None else self.overlap_comm
+        """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`); DeepSpeed
+        turns it off under its pipeline engine ("Pipeline parallelism does not support overlap_comm"), so a DeepSpeed
+        or hybrid plan with pipeline_parallel > 1 does not overlap by default."""
+        if self.overlap_comm is not None:
+            return self.overlap_comm
+        if self.engine is not Engine.MEGATRON and self.pipeline_parallel > 1:
+            return False
+        return default_overlap_comm(self.engine)
 
     def replace(self, **changes) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)
