@@ -223,3 +223,24 @@ def test_cli_estimate_uneven_and_the_hint(capsys):
     assert [s["num_layers"] for s in out["memory"]["stages"]] == [7] + [8] * 14 + [7]
     assert main(base + ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]) == 0
     assert "layers per stage: 7 / 8 x 14 / 7" in capsys.readouterr().out
+
+
+def test_parallel_panel_sets_an_uneven_split():
+    from widgets.app import Workbench
+
+    app = Workbench()  # the guide's 13B (40 layers) on 8 GPUs, TP 4 x PP 2
+    try:
+        par = next(p for p in app.panels if p.title == "Parallelism")
+        par.controls["first_stage_layers"].value = 21  # the last stage takes the other 19
+        assert app.state.valid and [s.num_layers for s in app.state.estimate.memory.stages] == [21, 19]
+        par.controls["last_stage_layers"].value = 20
+        assert not app.state.valid and "leaves -1 layers" in par.error.value
+        par.controls["last_stage_layers"].value = 19
+        assert app.state.valid and (app.state.plan.first_stage_layers, app.state.plan.last_stage_layers) == (21, 19)
+        assert "(layers 21 / 19)" in par.derived.value
+        assert list(app.memory.fig.data[0].x) == ["stage 0 (21 layers, emb)", "stage 1 (19 layers, out)"]
+        par.controls["first_stage_layers"].value = 0
+        par.controls["last_stage_layers"].value = 0
+        assert app.state.valid and app.state.plan.first_stage_layers is None
+    finally:
+        app.close()
