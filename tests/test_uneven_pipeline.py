@@ -204,3 +204,22 @@ def test_views_draw_unequal_stages():
     assert busy3 == pytest.approx(nmb * sum(stages[3]), rel=1e-9)
     even = estimate(m, cluster, plan.replace(first_stage_layers=None, last_stage_layers=None))
     assert stage_durations(type("S", (), {"estimate": even}), 4) is None
+
+
+def test_cli_estimate_uneven_and_the_hint(capsys):
+    import json
+
+    from workbench.cli import main
+
+    base = ["estimate", "--model", "llama3-405b", "--gpu", "H100-SXM", "--nodes", "128", "--engine", "megatron",
+            "--tp", "8", "--pp", "16", "--sp", "--distributed-optimizer", "--recompute", "full", "--gbs", "512"]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7" in err
+    assert "--account-for-embedding-in-pipeline-split" in err
+    assert main(base + ["--decoder-first-pipeline-num-layers", "7", "--decoder-last-pipeline-num-layers", "7",
+                        "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [s["num_layers"] for s in out["memory"]["stages"]] == [7] + [8] * 14 + [7]
+    assert main(base + ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]) == 0
+    assert "layers per stage: 7 / 8 x 14 / 7" in capsys.readouterr().out

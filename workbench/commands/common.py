@@ -230,3 +230,32 @@ def progress_bar(**kwargs):
 
     disable = os.environ.get("WORKBENCH_PROGRESS", "").strip() == "0"
     return tqdm(file=sys.stderr, disable=disable, dynamic_ncols=True, mininterval=0.5, **kwargs)
+
+
+class working:
+    """``with working("plan: searching"):`` — for one long call that cannot report steps: after ``after_seconds``
+    a tqdm line on stderr shows the elapsed time until the call returns; a call that ends sooner prints nothing."""
+
+    def __init__(self, desc: str, after_seconds: float = 1.0, interval_seconds: float = 0.5) -> None:
+        import threading
+
+        self.desc, self.after, self.interval = desc, after_seconds, interval_seconds
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.shown = False
+
+    def _run(self) -> None:
+        if self._done.wait(self.after):
+            return
+        self.shown = True
+        with progress_bar(desc=self.desc, total=None, bar_format="{desc}: {elapsed} elapsed") as bar:
+            while not self._done.wait(self.interval):
+                bar.refresh()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
