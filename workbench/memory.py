@@ -532,19 +532,25 @@ def _error_bands() -> dict:
     return json.loads(ERROR_BAND_FILE.read_text()) if ERROR_BAND_FILE.exists() else {}
 
 
+MIN_BAND_RUNS = 5
+"""A recompute mode's own band needs at least this many held-out runs; with fewer the engine's band is used."""
+
+
 def error_band(engine, quantity: str = "device", recompute=None):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
     ``None`` when no held-out run of that engine exists. With ``recompute`` the runs of that recompute mode are
-    used when there are some. The hybrid uses its own runs, else DeepSpeed's."""
+    used when there are at least :data:`MIN_BAND_RUNS`. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
         key = str(Engine.DEEPSPEED)
     entry = None
-    if recompute is not None:  # runs of the same recompute mode when there are some (its terms differ most)
+    if recompute is not None:  # runs of the same recompute mode when there are enough (its terms differ most)
         entry = bands.get(f"{key}/{Recompute.parse(recompute, 'recompute')}")
+        if entry and entry.get("n", 0) < MIN_BAND_RUNS:
+            entry = None
     entry = entry or bands.get(key)
     if not entry:
         return None
