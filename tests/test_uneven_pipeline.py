@@ -244,3 +244,13 @@ def test_parallel_panel_sets_an_uneven_split():
         assert app.state.valid and app.state.plan.first_stage_layers is None
     finally:
         app.close()
+
+
+def test_launcher_config_carries_the_split():
+    tb = pytest.importorskip("megatron.core.transformer.transformer_block")
+    from workbench.runs.model import transformer_config
+
+    m = model("gpt3-125m", num_layers=9, seq_length=128)
+    plan = ParallelPlan(world_size=2, engine="megatron", pipeline_parallel=2, first_stage_layers=5, global_batch_size=4)
+    cfg = transformer_config(m, plan)
+    assert [tb.get_num_layers_to_build(cfg, pp_rank=r) for r in range(2)] == list(plan.stage_layers(9)) == [5, 4]
