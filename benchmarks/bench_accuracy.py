@@ -126,6 +126,12 @@ def corpus_run(rec: dict):
                             adam=_adam_from_class(rec.get("optimizer_class")),
                             overlap_comm=bool(resolved.get("overlap_comm", zero >= 3)), lora_rank=int(lora),
                             **common)
+    elif stack == "launcher" and rec.get("workbench") and not rec.get("catalog_model"):
+        # a launcher run of a corpus shape: the record's own workbench description (specs_to_dict)
+        from workbench.runs.specio import specs_from_dict
+
+        model, cluster, plan = specs_from_dict(rec["workbench"])
+        world = plan.world_size
     elif rec.get("catalog_model"):
         # workbench.runs.launch: megatron-core local spec; torch Adam; DeepSpeed overlap as the export writes it
         stack = "launcher"
@@ -147,7 +153,7 @@ def corpus_run(rec: dict):
                     measured={})
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
-                cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan,
+                cluster=ClusterSpec(gpu="H200", gpus_per_node=plan.world_size), plan=plan,
                 omp_threads=rec.get("omp_num_threads"),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
                               step=rec.get("step_seconds_median"), reserved=reserved, outside=outside))
