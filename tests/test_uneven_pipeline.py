@@ -152,13 +152,17 @@ def test_embedding_and_loss_account_round_trip_with_interleaving():
 def test_planner_splits_where_pp_does_not_divide_the_layers():
     from workbench import planner
 
-    assert (16, 7, 7) in planner.pipeline_splits(126, 16384)  # Llama 3 405B's layout
-    assert (2, 5, 4) in planner.pipeline_splits(9, 8) and (4, 0, 0) in planner.pipeline_splits(8, 8)
+    splits = planner.pipeline_splits(126, 16384)
+    assert (16, 7, 7, 0, 0) in splits and (16, 0, 0, 1, 1) in splits  # Llama 3 405B's layout, and interleavable
+    assert (2, 5, 4, 0, 0) in planner.pipeline_splits(9, 8) and (4, 0, 0, 0, 0) in planner.pipeline_splits(8, 8)
     m = model("gpt3-350m", num_layers=10, seq_length=1024)
     cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, num_nodes=1)
     table = planner.enumerate_candidates(m, cluster, 16, max_context_parallel=1, offload=False)
-    uneven = np.flatnonzero(table["first_layers"] > 0)
+    uneven = np.flatnonzero((table["first_layers"] > 0) | (table["emb_split"] > 0))
     assert len(uneven) and set(table["pp"][uneven].tolist()) == {4, 8}
+    # 10 + 2 = 4 x 3: the embedding and loss in the split, interleaving by 3 only (v=1 is the 2/3/3/2 split)
+    accounted = np.flatnonzero(table["emb_split"] > 0)
+    assert set(table["vp"][accounted].tolist()) == {3} and set(table["pp"][accounted].tolist()) == {4}
     for i in uneven[:: max(1, len(uneven) // 40)]:  # every row is a plan the specs accept
         validate(m, cluster, planner._plan_at(table, int(i), cluster, 16, "bf16"))
     # array evaluation of uneven rows equals estimate(), the middle stage's peak included
