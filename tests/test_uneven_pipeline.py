@@ -225,6 +225,8 @@ def test_cli_estimate_uneven_and_the_hint(capsys):
                         "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [s["num_layers"] for s in out["memory"]["stages"]] == [7] + [8] * 14 + [7]
+    per_stage = out["time"]["stage_microbatch_seconds"]
+    assert len(per_stage) == 16 and sum(per_stage[1]) > sum(per_stage[0])
     assert main(base + ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]) == 0
     assert "layers per stage: 7 / 8 x 14 / 7" in capsys.readouterr().out
 

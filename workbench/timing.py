@@ -692,6 +692,7 @@ class TimeEstimate:
             "layer_backward_seconds": self.layer_backward_seconds,
             "microbatch_forward_seconds": self.microbatch_forward_seconds,
             "microbatch_backward_seconds": self.microbatch_backward_seconds,
+            "stage_microbatch_seconds": [list(pair) for pair in self.stage_microbatch_seconds],
             "links": {k: dict(v) for k, v in self.links.items()},
         }
 
