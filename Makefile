@@ -31,7 +31,12 @@ lab: venv
 
 # voila.json (read from this directory) selects the offline template in share/jupyter and culls kernels whose
 # browser tab has closed.
+# The dashboard serves one copy of plotly's widget bundle (each figure would otherwise carry its own 5 MB copy).
+BUNDLE := share/jupyter/voila/templates/workbench/static/plotly-widgetbundle.js
+
 dashboard: venv
+	@mkdir -p $(dir $(BUNDLE))
+	$(BIN)/python -c "import shutil, widgets.common as c; shutil.copyfile(c.plotly_bundle_file(), '$(BUNDLE)')"
 	JUPYTER_PATH=$(CURDIR)/share/jupyter $(BIN)/voila notebooks/dashboard.ipynb --no-browser --Voila.ip=127.0.0.1 \
 		--port=$(or $(PORT),8866)
 

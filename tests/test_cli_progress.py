@@ -91,3 +91,16 @@ def test_cpu_run_explains_predicted_vs_measured_step(capsys):
     print_summary(summary(record))
     out = capsys.readouterr().out
     assert f"note: {CPU_STEP_NOTE}" in out and "per-operation overhead" in out
+
+
+def test_long_single_calls_show_elapsed_time_only_when_slow(capsys):
+    import time
+
+    from workbench.commands.common import working
+
+    with working("quick", after_seconds=0.5) as w:
+        pass
+    assert not w.shown and capsys.readouterr().err == ""
+    with working("plan: searching", after_seconds=0.05, interval_seconds=0.02) as w:
+        time.sleep(0.3)
+    assert w.shown and "plan: searching" in capsys.readouterr().err

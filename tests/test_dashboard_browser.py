@@ -61,6 +61,14 @@ def start_voila(port: int, log: Path, extra_env=None, extra_args=()) -> subproce
     env.pop(("WORKBENCH_DASHBOARD_ALLOW_LAUNCH"), None)
     env.pop(("WORKBENCH_DASHBOARD_ALLOW_WRITE"), None)
     env.update(extra_env or {})
+    # as `make dashboard`: one served copy of plotly's widget bundle instead of one inside every figure's state
+    import shutil
+
+    from widgets.common import SERVED_BUNDLE, plotly_bundle_file
+
+    bundle = ROOT / "share" / "jupyter" / Path(*SERVED_BUNDLE.split("/"))
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(plotly_bundle_file(), bundle)
     voila = Path(sys.executable).with_name("voila")
     cmd = [str(voila), "notebooks/dashboard.ipynb", "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
            *extra_args]
@@ -95,7 +103,7 @@ PLOT_HAS_POINTS_JS = """() => {
 # Drawn marks of each plotly figure visible on the page: SVG paths and images inside its plot area with a size.
 VISIBLE_MARKS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
   .filter(gd => gd.offsetParent !== null)
-  .map(gd => Array.from(gd.querySelectorAll('.cartesianlayer .plot path, .cartesianlayer .plot image'))
+  .map(gd => Array.from(gd.querySelectorAll('.cartesianlayer .overplot path, .cartesianlayer .overplot image'))
     .filter(el => { const b = el.getBoundingClientRect(); return b.width > 0 && b.height > 0; }).length)"""
 
 # The visible figures' titles and x-axis titles as drawn (SVG text).

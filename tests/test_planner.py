@@ -26,7 +26,8 @@ def _row_of(plan, m):
             plan.context_parallel, plan.data_parallel, int(plan.sequence_parallel), int(plan.zero_stage),
             int(str(plan.offload_optimizer) != "none"), int(str(plan.offload_params) != "none"),
             int(plan.distributed_optimizer), M.RECOMPUTE_CODES[plan.recompute], plan.micro_batch_size,
-            plan.num_microbatches)
+            plan.num_microbatches, plan.first_stage_layers or 0, plan.last_stage_layers or 0,
+            int(plan.embedding_in_pipeline_split), int(plan.loss_in_pipeline_split))
 
 
 def test_candidates_equal_brute_force_over_the_spec_rules():

@@ -112,8 +112,10 @@ def test_error_band_decides_fits(monkeypatch):
 
     m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
     plan = ParallelPlan(world_size=1, zero_stage=1)
+    monkeypatch.setattr(M, "_error_bands", lambda: {})
     peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
     c = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.03 / 2**30))
+    monkeypatch.setattr(M, "_error_bands", lambda: {})
     assert estimate(m, c, plan).memory.fits_gpu
     band = {"device": {"deepspeed": {"n": 5, "shapes": 2, "low_fraction": 0.02, "high_fraction": 0.05}},
             "step": {"deepspeed": {"n": 5, "shapes": 2, "low_fraction": 0.1, "high_fraction": 0.2}}}

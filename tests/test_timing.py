@@ -238,9 +238,9 @@ def test_microbatch_phase_seconds_reproduce_the_bubble_term(kind, pp, v, recompu
     est = estimate_time(m, c, plan)
     b = est.breakdown
     fwd, bwd = est.microbatch_forward_seconds, est.microbatch_backward_seconds
-    # the backward runs twice the forward's GEMMs (per-pass overheads and the loss are not doubled) plus the
-    # recomputed forward: between the forward and three times it
-    assert 1.5 * fwd < bwd < 3 * fwd
+    # the backward runs twice the forward's GEMMs (per-pass overheads — about 1 ms per layer pass on H200 as fitted —
+    # and the loss are not doubled) plus the recomputed forward: between the forward and three times it
+    assert 1.2 * fwd < bwd < 3 * fwd
     assert plan.num_microbatches * (fwd + bwd) == pytest.approx(b["compute"] + b["recompute"] + b["tp_comm"]
                                                                 + b["cp_comm"])
     sched = pipeline_schedule(kind, pp, plan.num_microbatches, v, forward_seconds=fwd, backward_seconds=bwd)

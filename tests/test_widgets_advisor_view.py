@@ -84,3 +84,22 @@ def test_pasted_log_is_read_and_matched(too_big):
     view.read_log("")
     assert view.log_result.value == "" and view.advice.log_findings == ()
     view.close()
+
+
+def test_oom_waterfall_is_readable():
+    """Savings green, labels wrapped and whole, each step's text above its bar, capacity label off the bars."""
+    from widgets.state import SetPlan, initial_state, reduce
+
+    state = reduce(initial_state(), SetPlan(changes={"tensor_parallel": 1, "pipeline_parallel": 1,
+                                                     "micro_batch_size": 4}))
+    view = AdvisorView()
+    view.show(state)
+    trace = view.fig.data[0]
+    assert trace.decreasing.marker.color == "#2ca02c" and trace.textposition == "none"
+    last = view.advice.oom_ladder[-1]
+    assert "".join(trace.x[-1].split("<br>")).replace(" ", "") == f"{last.step}. {last.action}".replace(" ", "")
+    texts = [a.text for a in view.fig.layout.annotations]
+    assert all(t in texts for t in trace.text)
+    capacity = [a for a in view.fig.layout.annotations if "capacity" in (a.text or "")]
+    assert capacity and capacity[0].xref == "paper" and capacity[0].x > 1
+    view.close()

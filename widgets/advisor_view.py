@@ -11,7 +11,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html, error_message, redraw
+from widgets.common import GIB, View, error_html, error_message, new_figure, redraw
 from workbench.advisor import advise
 from workbench.logreader import parse_log
 
@@ -53,7 +53,7 @@ def ladder_bars(peak_bytes: int, ladder) -> dict:
             text.append("not applicable")
             continue
         y.append((s.peak_bytes - previous) / GIB)
-        text.append(f"{s.peak_bytes / GIB:.1f} GiB, step time {s.slowdown:+.0%}" + (" ✔ fits" if s.fits else ""))
+        text.append(f"{s.peak_bytes / GIB:.1f} GiB<br>step time {s.slowdown:+.0%}" + (" ✔ fits" if s.fits else ""))
         previous = s.peak_bytes
     return {"x": x, "measure": measure, "y": y, "text": text}
 
@@ -161,7 +161,7 @@ class AdvisorView(View):
         capacity = mem.capacity_bytes / GIB
         bars = ladder_bars(int(mem.per_gpu_peak_bytes), a.oom_ladder)
         if self.fig is None:
-            self.fig = go.FigureWidget()
+            self.fig = new_figure()
             # labels wrap (never cut); the capacity label sits in the right margin, clear of the bars
             self.fig.update_layout(height=420, width=860, margin=dict(l=60, r=130, t=50, b=110),
                                    yaxis_title="peak memory per GPU (GiB)", showlegend=False,
@@ -171,17 +171,25 @@ class AdvisorView(View):
         if self.fig.data:  # (deleting no traces sends an empty deleteTraces the browser's plotly trips on)
             self.fig.data = ()
         self.fig.add_waterfall(x=bars["x"], y=bars["y"], measure=bars["measure"], text=bars["text"],
-                               textposition="outside", orientation="v",
+                               textposition="none", orientation="v",
                                increasing=dict(marker_color="#d62728"), decreasing=dict(marker_color="#2ca02c"),
                                totals=dict(marker_color="#4c78a8"), connector=dict(line=dict(color="#888")),
                                hovertemplate="%{x}<br>%{text}<extra></extra>")
         with redraw(self.fig):
             self.fig.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, y0=capacity, y1=capacity,
                                            line=dict(color="#b00020", dash="dash"))]
-            self.fig.layout.annotations = [dict(xref="paper", x=1.01, y=capacity, xanchor="left", yanchor="middle",
-                                                showarrow=False, align="left",
-                                                text=f"{s.cluster.gpu.name}<br>capacity<br>{capacity:.1f} GiB",
-                                                font=dict(color="#b00020", size=11))]
+            # each bar's text above its top (a saving's text drawn "outside" would sit below the bar, on the axis
+            # for the last rung)
+            level, tops = 0.0, []
+            for dy in bars["y"]:
+                tops.append(max(level, level + dy))
+                level += dy
+            self.fig.layout.annotations = (
+                [dict(x=x, y=top, yanchor="bottom", showarrow=False, text=t, font=dict(size=10))
+                 for x, top, t in zip(bars["x"], tops, bars["text"])]
+                + [dict(xref="paper", x=1.01, y=capacity, xanchor="left", yanchor="middle", showarrow=False,
+                        align="left", text=f"{s.cluster.gpu.name}<br>capacity<br>{capacity:.1f} GiB",
+                        font=dict(color="#b00020", size=11))])
             top = max([capacity] + [sum(bars["y"][:i + 1]) for i in range(len(bars["y"]))])
             self.fig.layout.yaxis.range = [0, 1.15 * top]
             self.fig.layout.title = ("memory after each step of the ladder vs GPU capacity" if a.oom_ladder

@@ -21,7 +21,7 @@ from typing import Optional
 
 import ipywidgets as ipw
 
-from widgets.common import error_html, sync_figures
+from widgets.common import error_html, served_bundle_url, sync_figures, use_served_bundle
 from widgets.hardware_panel import HardwarePanel
 from widgets.memory_view import MemoryView
 from widgets.model_panel import ModelPanel
@@ -106,6 +106,7 @@ class Workbench:
     def for_dashboard(cls, environ=None, **kwargs) -> "Workbench":
         """The app as a served dashboard: launching and writing stay off unless the environment enables them."""
         env = os.environ if environ is None else environ
+        use_served_bundle(served_bundle_url(env))  # one plotly bundle per page instead of one per figure
         allow_launch = env.get(ENV_ALLOW_LAUNCH, "") == "1"
         allow_write = allow_launch or env.get(ENV_ALLOW_WRITE, "") == "1"
         return cls(allow_launch=allow_launch, allow_write=allow_write, **kwargs)

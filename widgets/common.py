@@ -149,6 +149,63 @@ def redraw(fig):
     sync_figures(fig)
 
 
+SERVED_BUNDLE = "voila/templates/workbench/static/plotly-widgetbundle.js"
+"""Where ``make dashboard`` puts a copy of plotly's widget bundle (under ``share/jupyter``), served by Voila."""
+_bundle_url: Optional[str] = None
+
+
+def plotly_bundle_file() -> str:
+    """The installed plotly's FigureWidget JavaScript bundle (about 5 MB)."""
+    import os
+
+    import plotly
+
+    return os.path.join(os.path.dirname(plotly.__file__), "package_data", "widgetbundle.js")
+
+
+def served_bundle_url(environ) -> Optional[str]:
+    """The URL of the served copy of plotly's bundle for a dashboard under Voila, or None (not under Voila, no
+    copy on ``JUPYTER_PATH``, or a copy of another plotly version).
+
+    Each ``FigureWidget`` otherwise ships the whole 5 MB bundle in its own widget state, and the browser evaluates
+    it once per figure: tens of megabytes and seconds per figure at first render, and anywidget gives each figure
+    2 s to load. A URL is fetched and evaluated once per page (the module is cached)."""
+    import os
+    from urllib.parse import urlsplit
+
+    request = environ.get("VOILA_REQUEST_URL")
+    if not request:
+        return None
+    try:
+        size = os.path.getsize(plotly_bundle_file())
+    except OSError:
+        return None
+    for root in filter(None, environ.get("JUPYTER_PATH", "").split(os.pathsep)):
+        copy = os.path.join(root, *SERVED_BUNDLE.split("/"))
+        if os.path.isfile(copy) and os.path.getsize(copy) == size:
+            parts = urlsplit(request)
+            base = (environ.get("VOILA_BASE_URL") or "/").rstrip("/")
+            return f"{parts.scheme}://{parts.netloc}{base}/{SERVED_BUNDLE}"
+    return None
+
+
+def use_served_bundle(url: Optional[str]) -> None:
+    """Figures made by :func:`new_figure` from now on load plotly's bundle from ``url`` (None: inline)."""
+    global _bundle_url
+    _bundle_url = url
+
+
+def new_figure():
+    """A plotly ``FigureWidget``; loads its JavaScript from the served bundle when :func:`use_served_bundle` set
+    one."""
+    import plotly.graph_objects as go
+
+    fig = go.FigureWidget()
+    if _bundle_url:
+        fig._esm = _bundle_url
+    return fig
+
+
 class View:
     """Base of the figure views: ``widget`` to display, ``show(state)`` to redraw, ``close()``."""
 

@@ -9,7 +9,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import View, redraw
+from widgets.common import View, new_figure, redraw
 
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
            "#bab0ac"]
@@ -108,7 +108,7 @@ class LayoutView(View):
         self.page = ipw.BoundedIntText(value=0, min=0, max=0, step=MAX_NODES_DRAWN, description="first node",
                                        layout=ipw.Layout(width="220px", display="none"))
         self.page.observe(lambda _: self._redraw(), names="value")
-        self.fig = go.FigureWidget()
+        self.fig = new_figure()
         n = len(PALETTE)
         scale = []
         for i, colour in enumerate(PALETTE):

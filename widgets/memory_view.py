@@ -7,7 +7,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, gib, redraw
+from widgets.common import GIB, View, gib, new_figure, redraw
 from workbench.memory_types import TERMS
 
 COLORS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", "activations": "#72b7b2",
@@ -15,16 +15,21 @@ COLORS = {"weights": "#4c78a8", "gradients": "#f58518", "optimizer": "#e45756", 
 HOST_COLOR = "#9d755d"
 
 
-def stage_label(stage) -> str:
+def stage_label(stage, show_layers: bool = False) -> str:
+    """``stage 0 (emb)``; with ``show_layers`` (an uneven split) the stage's layers too: ``stage 0 (7 layers, emb)``."""
     extra = [x for x, on in (("emb", stage.has_embedding), ("out", stage.has_output)) if on]
-    return f"stage {stage.stage}" + (f" ({'+'.join(extra)})" if extra else "")
+    inside = "+".join(extra)
+    if show_layers:
+        inside = f"{stage.num_layers} layers" + (f", {inside}" if inside else "")
+    return f"stage {stage.stage}" + (f" ({inside})" if inside else "")
 
 
 def memory_traces(memory) -> dict:
     """Plain figure data for a ``MemoryEstimate``: x labels, per-term GiB, bytes and formulas (testable without a
     browser)."""
     stages = list(memory.stages)
-    x = [stage_label(s) for s in stages]
+    uneven = len({s.num_layers for s in stages}) > 1
+    x = [stage_label(s, uneven) for s in stages]
     out = {"x": x, "terms": {}}
     for term in TERMS:
         values = [int(getattr(s.terms, term)) for s in stages]
@@ -67,7 +72,7 @@ class MemoryView(View):
     title = "Memory"
 
     def __init__(self) -> None:
-        self.fig = go.FigureWidget()
+        self.fig = new_figure()
         for term in TERMS:
             self.fig.add_bar(name=term, x=[], y=[], marker_color=COLORS[term],
                              hovertemplate=(f"<b>{term}</b> %{{x}}<br>%{{y:.2f}} GiB = %{{customdata[0]:,}} bytes"

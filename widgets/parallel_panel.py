@@ -22,6 +22,10 @@ _INTS = (
 )
 
 
+_ZERO_IS_NONE = ("recompute_layers", "first_stage_layers", "last_stage_layers")
+"""Integer boxes where 0 stands for the plan's ``None``."""
+
+
 class ParallelPanel(Panel):
     """Plan inputs; shows the derived data-parallel size and gradient accumulation of the valid plan."""
 
@@ -40,6 +44,13 @@ class ParallelPanel(Panel):
         }
         for name, label in _INTS:
             c[name] = int_text(label, minimum=1)
+        # Megatron's uneven pipeline split (--decoder-first/last-pipeline-num-layers, --account-for-*-in-pipeline-split)
+        c["first_stage_layers"] = int_text("first stage layers (0 = even)", minimum=0,
+                                           tooltip="Megatron --decoder-first-pipeline-num-layers")
+        c["last_stage_layers"] = int_text("last stage layers (0 = even)", minimum=0,
+                                          tooltip="Megatron --decoder-last-pipeline-num-layers")
+        c["embedding_in_pipeline_split"] = checkbox("embedding counts as a stage layer")
+        c["loss_in_pipeline_split"] = checkbox("loss counts as a stage layer")
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
         c["recompute"] = dropdown("recompute", [r.value for r in Recompute])
         c["recompute_layers"] = int_text("recompute layers (0 = all)", minimum=0)
@@ -61,21 +72,22 @@ class ParallelPanel(Panel):
         self.derived.add_class("wb-plan-derived")
         self.widget = ipw.VBox([
             c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
-            *[c[n] for n, _ in _INTS[:4]], c["sequence_parallel"], c["micro_batch_size"], c["global_batch_size"],
+            *[c[n] for n, _ in _INTS[:4]], c["first_stage_layers"], c["last_stage_layers"],
+            c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"], c["micro_batch_size"], c["global_batch_size"],
             c["recompute"], c["recompute_layers"], c["precision"], c["adam"], c["overlap_comm"], c["lora_rank"],
             self.derived, self.error,
         ])
 
     def _on_field(self, name: str, value) -> None:
-        if name == "recompute_layers":
-            value = value or None  # 0 means every layer of the stage
+        if name in _ZERO_IS_NONE:
+            value = value or None  # 0: every layer of the stage / an even share
         self.send(SetPlan(changes={name: value}))
 
     def show(self, state) -> None:
         with self.syncing():
             for name, w in self.controls.items():
                 value = resolved(state, "plan", name)
-                if name == "recompute_layers":
+                if name in _ZERO_IS_NONE:
                     value = value or 0
                 elif name == "zero_stage":
                     value = int(value)
@@ -83,7 +95,15 @@ class ParallelPanel(Panel):
                     value = value.value if hasattr(value, "value") else value
                 self.set_value(w, value)
         p = state.plan
-        text = (f"world {p.world_size} = TP {p.tensor_parallel} × PP {p.pipeline_parallel} × "
+        split = ""
+        if p.uneven_stages and state.model is not None:
+            try:
+                layers = p.stage_layers(state.model.num_layers)
+                split = f" (layers {layers[0]}" + (f" / {layers[1]}×{len(layers) - 2}" if len(layers) > 2 else "") \
+                    + f" / {layers[-1]})"
+            except ValueError:
+                split = ""
+        text = (f"world {p.world_size} = TP {p.tensor_parallel} × PP {p.pipeline_parallel}{split} × "
                 f"CP {p.context_parallel} × <b>DP {p.data_parallel}</b> · "
                 f"{p.num_microbatches} micro-batches of {p.micro_batch_size} per step")
         if p.lora_rank:

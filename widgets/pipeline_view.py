@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import View, redraw
+from widgets.common import View, new_figure, redraw
 from workbench.schedule import bubble_fraction, pipeline_schedule
 
 FORWARD_UNITS = 1.0
@@ -33,6 +33,22 @@ def phase_durations(state, units: str = "seconds") -> tuple:
     if units == "seconds" and t is not None:
         return t.microbatch_forward_seconds, t.microbatch_backward_seconds, "seconds (time model: slowest stage)"
     return FORWARD_UNITS, BACKWARD_UNITS, RELATIVE_AXIS
+
+
+def stage_durations(state, p: int, units: str = "seconds"):
+    """``(forward, backward)`` per stage where the plan's stages are unequal (an uneven layer split), from the time
+    model's per-stage micro-batch seconds (``TimeEstimate.stage_microbatch_seconds``), or in relative units scaled
+    by each stage's layers; ``None`` when every stage is alike."""
+    est = state.estimate
+    memory = getattr(est, "memory", None)
+    layers = [st.num_layers for st in memory.stages] if memory is not None else []
+    if len(layers) != p or len(set(layers)) == 1:
+        return None
+    t = getattr(est, "time", None)
+    if units == "seconds" and t is not None and len(t.stage_microbatch_seconds) == p:
+        return t.stage_microbatch_seconds
+    top = max(layers)
+    return [(FORWARD_UNITS * n / top, BACKWARD_UNITS * n / top) for n in layers]
 
 
 def schedule_kinds(virtual_pipeline: int) -> list:
@@ -94,7 +110,7 @@ class PipelineView(View):
         self.units.observe(lambda _: self._redraw(), names="value")
         self.kind.add_class("wb-pipeline-kind")
         self.units.add_class("wb-pipeline-units")
-        self.fig = go.FigureWidget()
+        self.fig = new_figure()
         names = {"fwd": "forward", "bwd": "backward", "idle": "idle (bubble)"}
         for key in ("fwd", "bwd", "idle"):
             # Only the idle bars get a pattern: a trace with marker_pattern_shape="" never takes its later
@@ -134,7 +150,9 @@ class PipelineView(View):
         p, m, v = plan.pipeline_parallel, plan.num_microbatches, plan.virtual_pipeline
         m_drawn = drawn_microbatches(p, m, v)
         fwd, bwd, axis = phase_durations(self._state, self.units.value)
-        schedule = pipeline_schedule(self.kind.value, p, m_drawn, v, forward_seconds=fwd, backward_seconds=bwd)
+        stages = stage_durations(self._state, p, self.units.value)
+        schedule = pipeline_schedule(self.kind.value, p, m_drawn, v, forward_seconds=fwd, backward_seconds=bwd,
+                                     stage_seconds=stages)
         data = gantt_data(schedule)
         with redraw(self.fig):
             for i, key in enumerate(("fwd", "bwd", "idle")):
@@ -158,6 +176,12 @@ class PipelineView(View):
                          + f", the time model's bubble term {self._state.estimate.time.breakdown['bubble']:.3g} s.")
         elif axis == RELATIVE_AXIS and self.units.value == "seconds":
             notes.append("No time estimate for this plan: relative units.")
+        if plan.uneven_stages and p > 1:
+            layers = [st.num_layers for st in self._state.estimate.memory.stages]
+            middle = f", {layers[1]} on each middle stage" if p > 2 else ""
+            notes.append(f"Uneven stages: {layers[0]} layers on the first{middle}, {layers[-1]} on the last (with "
+                         f"the output layer and loss); each stage's bars are its own length, the slowest sets "
+                         f"the pace.")
         if p == 1:
             notes = ["pipeline_parallel = 1: no pipeline, no bubble."]
         if m_drawn < m:

@@ -12,7 +12,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html, error_message, redraw
+from widgets.common import GIB, View, error_html, error_message, new_figure, redraw
 from widgets.state import LoadSpecs
 from workbench.planner import DEFAULT_HEADROOM, search
 from workbench.specs import Engine, Offload
@@ -111,7 +111,7 @@ class PlannerView(View):
         self._searched_for = None
 
     def _build_figure(self) -> None:
-        self.fig = go.FigureWidget()
+        self.fig = new_figure()
         self.fig.add_scatter(name="feasible plans", mode="markers", x=[], y=[],
                              marker=dict(color="#9ecae1", size=8, line=dict(width=0.5, color="#3182bd")),
                              hovertemplate="%{text}<br>%{x:.1f} GiB free, %{y:,.0f} tokens/s<extra></extra>")

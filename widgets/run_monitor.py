@@ -11,6 +11,8 @@ import threading
 
 import ipywidgets as w
 import plotly.graph_objects as go
+
+from widgets.common import new_figure
 from plotly.subplots import make_subplots
 
 from workbench.runs.compare import CPU_STEP_NOTE, comparison_rows, is_cpu_run, metric_series
@@ -36,7 +38,7 @@ class RunMonitor:
         self._traces: dict = {}
         self.log = w.HTML()
         self.result = w.HTML()
-        self.result_figure = go.FigureWidget()
+        self.result_figure = new_figure()
         self.result_figure.update_layout(height=260, barmode="group", margin=dict(l=40, r=10, t=30, b=30),
                                          title="predicted vs measured")
         self.result_box = w.VBox([self.result])

@@ -202,7 +202,9 @@ def card_size(model: ModelSpec, cluster: ClusterSpec, num_parameters: Optional[i
     ok = gb >= CARD_GB_FOR_7B
     return Finding(id="card_size", status="pass" if ok else "warn",
                    message=f"{model.name} has {n / 1e9:.1f} B parameters; the guide wants ≥ {CARD_GB_FOR_7B:.0f} GB "
-                           f"cards for 7B-class models; {cluster.gpu.name} has {gb:.0f} GB",
+                           f"cards for 7B-class models; {cluster.gpu.name} has {cluster.gpu.memory_gib:.1f} GiB = "
+                           f"{gb:.1f} GB (GB = 10^9 bytes, as in the guide and card names; GiB = 2^30 bytes, as in "
+                           f"every other figure here)",
                    suggestion="" if ok else "expect ZeRO-3 + offload or deep model parallelism; prefer ≥ 40 GB cards")
 
 
@@ -598,7 +600,14 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
         elif term == "bubble":
             msg = (f"pipeline bubble (p−1)/(v·m) = ({plan.pipeline_parallel}−1)/({plan.virtual_pipeline}·"
                    f"{plan.num_microbatches}): more micro-batches or interleaving shrink it")
-            if plan.engine is Engine.MEGATRON and (model.num_layers // plan.pipeline_parallel) % 2 == 0 \
+            doubled = plan.virtual_pipeline * 2
+            if plan.engine is Engine.MEGATRON and plan.uneven_stages \
+                    and all(n % doubled == 0 for n in plan.stage_layers(model.num_layers)) \
+                    and plan.num_microbatches % plan.pipeline_parallel == 0:
+                alt = _try(model, cluster, plan, profile, virtual_pipeline=doubled)
+                settings.append(f"--num-virtual-stages-per-pipeline-rank {doubled}")
+            elif plan.engine is Engine.MEGATRON and not plan.uneven_stages \
+                    and (model.num_layers // plan.pipeline_parallel) % 2 == 0 \
                     and plan.num_microbatches % plan.pipeline_parallel == 0:
                 alt = _try(model, cluster, plan, profile, virtual_pipeline=plan.virtual_pipeline * 2)
                 settings.append(f"--num-layers-per-virtual-pipeline-stage "

@@ -2,7 +2,9 @@
 
 A plan is first written as *columns* (:func:`plan_columns`): the numeric codes of its fields under short names,
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
-fused_adam, overlap_comm, lora_rank, lora_targets``. A single plan gives scalars; the planner's candidate table
+fused_adam, overlap_comm, lora_rank, lora_targets``, and the pipeline split ``first_layers, last_layers`` (0: an
+even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
+middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
 columns — scalar or array, with or without a measured hardware profile — into the keyword arguments of
 :func:`workbench.memory.stage_terms` and :func:`workbench.timing.step_time_terms`. ``estimate`` is a batch of one, the planner a batch of N; both go
@@ -31,16 +33,19 @@ MEGATRON = ENGINE_CODES[Engine.MEGATRON]
 def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
     """One plan as scalar columns (see the module docstring); ``overlap_comm`` is resolved here, once
     (:attr:`ParallelPlan.overlaps_comm`)."""
-    return dict(engine=ENGINE_CODES[plan.engine], tp=plan.tensor_parallel, pp=plan.pipeline_parallel,
+    cols = dict(engine=ENGINE_CODES[plan.engine], tp=plan.tensor_parallel, pp=plan.pipeline_parallel,
                 vp=plan.virtual_pipeline, cp=plan.context_parallel, dp=plan.data_parallel,
                 sp=int(plan.sequence_parallel), zero=int(plan.zero_stage),
                 off_opt=int(plan.offload_optimizer is not Offload.NONE),
                 off_par=int(plan.offload_params is not Offload.NONE), dist_opt=int(plan.distributed_optimizer),
                 recompute=RECOMPUTE_CODES[plan.recompute],
-                recompute_layers=plan.recompute_layers or model.num_layers // plan.pipeline_parallel,
+                first_layers=plan.first_stage_layers or 0, last_layers=plan.last_stage_layers or 0,
+                emb_split=int(plan.embedding_in_pipeline_split), loss_split=int(plan.loss_in_pipeline_split),
                 mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
                 overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
                 lora_dropout=plan.lora_dropout)
+    cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
+    return cols
 
 
 def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, overlap_comm=None, lora_rank=0,
@@ -49,18 +54,49 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     ``overlap_comm`` — ``None``: each row's engine default —, LoRA) and every layer of a stage recomputed under
     full recompute."""
     out = dict(table)
-    out.setdefault("recompute_layers", model.num_layers // np.asarray(table["pp"]))
+    for key in ("first_layers", "last_layers", "emb_split", "loss_split"):
+        out.setdefault(key, 0)
+    out.setdefault("recompute_layers", np.maximum.reduce(stage_layer_columns(model.num_layers, out)))
     out.setdefault("fused_adam", int(AdamImpl.parse(adam, "adam") is AdamImpl.FUSED))
     if overlap_comm is None:
+        # as ParallelPlan.overlaps_comm: DeepSpeed's pipeline engine turns overlap_comm off
         out.setdefault("overlap_comm", np.where(np.asarray(table["engine"]) == MEGATRON,
                                                 int(default_overlap_comm(Engine.MEGATRON)),
-                                                int(default_overlap_comm(Engine.DEEPSPEED))))
+                                                np.where(np.asarray(table["pp"]) > 1, 0,
+                                                         int(default_overlap_comm(Engine.DEEPSPEED)))))
     else:
         out.setdefault("overlap_comm", int(bool(overlap_comm)))
     out.setdefault("lora_rank", int(lora_rank))
     out.setdefault("lora_targets", tuple(lora_targets))
     out.setdefault("lora_dropout", float(lora_dropout))
     return out
+
+
+def stage_layer_columns(num_layers: int, cols: dict):
+    """Transformer layers on the first, a middle and the last pipeline stage, ``(first, middle, last)``, for
+    columns (scalars or arrays) already accepted by :func:`workbench.specs.pipeline_stage_layers` — the same split,
+    written on arrays: ``first_layers`` / ``last_layers`` (0: not set) fix those stages and the middle stages share
+    the rest; else each stage holds (L + emb_split + loss_split) / p, less the embedding on the first and the loss
+    on the last. With p = 1 the one stage holds every layer (first = middle = last = L); with p = 2 there is no
+    middle stage and ``middle`` repeats the larger end."""
+    L = num_layers
+    p = np.asarray(cols["pp"])
+    first, last = np.asarray(cols.get("first_layers", 0)), np.asarray(cols.get("last_layers", 0))
+    emb, loss = np.asarray(cols.get("emb_split", 0)), np.asarray(cols.get("loss_split", 0))
+    uneven = (first > 0) | (last > 0)
+    middle_stages = p - (first > 0) - (last > 0)
+    rest = L - first - last
+    mid_uneven = np.where(middle_stages > 0, rest // np.maximum(middle_stages, 1), 0)
+    per = (L + emb + loss) // p
+    f = np.where(first > 0, first, np.where(uneven, mid_uneven, per - emb))
+    la = np.where(last > 0, last, np.where(uneven, mid_uneven, per - loss))
+    mid = np.where(uneven, mid_uneven, per)
+    mid = np.where(p > 2, mid, np.maximum(f, la))
+    one = p == 1
+    f, mid, la = np.where(one, L, f), np.where(one, L, mid), np.where(one, L, la)
+    if np.ndim(f) == 0:
+        return int(f), int(mid), int(la)
+    return f, mid, la
 
 
 def lora_params(model: ModelSpec, cols: dict) -> float:
@@ -81,7 +117,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
     """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
     a measured ``profile`` supplies the overhead constants."""
     precision = Precision.parse(precision, "precision")
-    out = dict(engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
+    first, middle, last = stage_layer_columns(model.num_layers, cols)
+    out = dict(first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last, engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
                pipeline_parallel=cols["pp"], virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
                sequence_parallel=np.asarray(cols["sp"]).astype(bool) if np.ndim(cols["sp"]) else bool(cols["sp"]),
                data_parallel=cols["dp"], micro_batch=cols["mbs"], num_microbatches=cols["nmb"],
@@ -125,8 +162,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     megatron = np.equal(engine, MEGATRON)
     fused_adam = np.greater(cols["fused_adam"], 0)
     recompute = cols["recompute"]
+    first, middle, last = stage_layer_columns(model.num_layers, cols)
+    largest = np.maximum(np.maximum(first, middle), last)
     fraction = _where(np.equal(recompute, RECOMPUTE_CODES[Recompute.FULL]),
-                      np.divide(cols["recompute_layers"], model.num_layers // np.asarray(pp)), 0.0)
+                      np.minimum(np.divide(cols["recompute_layers"], largest), 1.0), 0.0)
     if bucket_elements is None:
         bucket_elements = _where(megatron, defaults.MEGATRON_BUCKET_ELEMENTS,
                                  defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
@@ -144,6 +183,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         softmax_fusion=int(model.attention is AttentionImpl.FUSED_SOFTMAX),
         attention_dropout=model.attention_dropout,
         num_parameters=counts.total, parameters_per_layer=counts.per_layer,
+        first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last,
         tensor_parallel=cols["tp"], pipeline_parallel=pp, virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
         data_parallel=cols["dp"], micro_batch_size=cols["mbs"], num_microbatches=cols["nmb"],
         sequence_parallel=cols["sp"], zero_stage=cols["zero"], offload_optimizer=cols["off_opt"],

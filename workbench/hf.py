@@ -177,11 +177,13 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(cfg.resid_pdrop),
                     attention_dropout=float(cfg.attn_pdrop))
     if model_type == "gpt_neox":
+        if not g("attention_bias", True):
+            raise ValueError(f"{where}: attention_bias=False leaves the MLP's biases but drops the attention's; "
+                             f"not modelled")
         return dict(num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size,
                     num_attention_heads=cfg.num_attention_heads, ffn_hidden_size=cfg.intermediate_size,
                     vocab_size=cfg.vocab_size, position_embedding="rotary", normalization="layernorm",
-                    add_bias_linear=True, qkv_bias=bool(g("attention_bias", True)),
-                    activation=_activation(cfg.hidden_act, False, where, notes),
+                    add_bias_linear=True, activation=_activation(cfg.hidden_act, False, where, notes),
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(g("hidden_dropout", 0.0)),
                     attention_dropout=float(g("attention_dropout", 0.0)))
     # the Llama-style families: RMSNorm, rotary, gated MLP, optional GQA

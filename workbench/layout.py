@@ -290,11 +290,20 @@ def _warnings(layout: Layout, plan: ParallelPlan, model: Optional[ModelSpec]) ->
                        f"the context-parallel K/V ring crosses the inter-node network")
     if model is not None:
         p, v = plan.pipeline_parallel, plan.virtual_pipeline
-        if model.num_layers % (p * v):
+        try:
+            layers = plan.stage_layers(model.num_layers)
+        except ValueError:
+            layers = None
+        if layers is None and model.num_layers % (p * v):
             per = model.num_layers / (p * v)
             out.append(f"uneven pipeline stages: num_layers={model.num_layers} over pipeline_parallel({p}) * "
                        f"virtual_pipeline({v}) = {p * v} chunks is {per:.2f} layers per chunk; the slowest "
                        f"stage sets the pace")
+        elif layers is not None and len(set(layers)) > 1:
+            middle = f", {layers[1]} on each middle stage" if p > 2 else ""
+            out.append(f"uneven pipeline stages: {layers[0]} transformer layers on the first stage{middle}, "
+                       f"{layers[-1]} on the last (num_layers={model.num_layers}, pp={p}); the slowest stage sets "
+                       f"the pace")
         elif p > 1 and model.num_layers // (p * v) == 1 and v > 1:
             out.append(f"one layer per virtual pipeline chunk (num_layers={model.num_layers}, pp={p}, vp={v}): "
                        f"the embedding and output layers make the first and last stages noticeably slower")

@@ -103,11 +103,26 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     return np.maximum(np.maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
 
 
-def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage):
-    """Parameters one rank of pipeline stage ``stage`` holds (embedding on the first stage; output layer, or the
-    tied embedding copy Megatron keeps when p > 1, and the final norm on the last)."""
+def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
+                    last_stage_layers=None):
+    """Transformer layers pipeline stage ``stage`` builds: the first, middle and last stage counts of an uneven
+    split (:func:`workbench.encode.stage_layer_columns`, megatron-core's ``get_num_layers_to_build``), or
+    num_layers / p when they are not given."""
+    even = m.num_layers / pipeline_parallel
+    if first_stage_layers is None:
+        return even
+    return np.where(stage == 0, first_stage_layers,
+                    np.where(stage == pipeline_parallel - 1, last_stage_layers, middle_stage_layers))
+
+
+def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None):
+    """Parameters one rank of pipeline stage ``stage`` holds (``layers_in_stage`` transformer layers, default
+    num_layers / p; embedding on the first stage; output layer, or the tied embedding copy Megatron keeps when
+    p > 1, and the final norm on the last)."""
     vocab = P.model_vocab_size(m, tensor_parallel)
-    layers = m.num_layers / pipeline_parallel * layer_params_per_rank(m, tensor_parallel)
+    if layers_in_stage is None:
+        layers_in_stage = m.num_layers / pipeline_parallel
+    layers = layers_in_stage * layer_params_per_rank(m, tensor_parallel)
     positions = m.position_table_size * m.hidden_size
     embedding = vocab * m.hidden_size / tensor_parallel + positions
     first = stage == 0
@@ -374,11 +389,29 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     return zero_buffers + scores
 
 
-def overhead_bytes(allocated_bytes, world_size=1, *, context_bytes=CUDA_CONTEXT_BYTES, nccl_bytes=NCCL_BYTES,
-                   reserve_fraction=ALLOCATOR_RESERVE_FRACTION):
-    """Outside the allocator (CUDA context; NCCL buffers when there is more than one rank) + the caching
-    allocator's reserve above the allocated peak. The defaults are the H200 measurements above; a hardware profile
-    (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies the user's own."""
+OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.17 * GiB), "megatron": int(2.93 * GiB)}
+"""Memory outside the caching allocator of one training process on one GPU (CUDA context, cuBLAS/cuDNN workspaces,
+loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory_reserved`` after training steps, the
+median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 30 runs,
+2.17 GiB, range up to 2.83; megatron-core DDP 7 runs, 2.93 GiB, up to 3.44), printed by
+``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
+RESERVE_FRACTION = {"deepspeed": 0.178, "megatron": 0.115}
+"""Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
+over the same fit-split runs (DeepSpeed 17.8 %, 90th percentile 36.8 %; megatron-core 11.5 %, 26.4 %). The spread
+(fragmentation, mostly with recomputation) is what the error band carries."""
+
+
+def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=NCCL_BYTES,
+                   reserve_fraction=None):
+    """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; NCCL buffers when there
+    is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`).
+    ``engine`` is an engine code (:data:`ENGINE_CODES`, arrays allowed); a hardware profile
+    (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies the user's own constants instead."""
+    megatron = np.asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
+    if context_bytes is None:
+        context_bytes = np.where(megatron, OUTSIDE_ALLOCATOR_BYTES["megatron"], OUTSIDE_ALLOCATOR_BYTES["deepspeed"])
+    if reserve_fraction is None:
+        reserve_fraction = np.where(megatron, RESERVE_FRACTION["megatron"], RESERVE_FRACTION["deepspeed"])
     return (context_bytes + np.where(world_size > 1, nccl_bytes, 0)
             + reserve_fraction * allocated_bytes)
 
@@ -390,8 +423,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
-                lora_activation_per_token=0.0):
+                lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
+                last_stage_layers=None):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
+    ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
 
     Two candidate peaks, the larger wins:
 
@@ -408,8 +443,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     At a step peak the ``gradients`` term includes the temporaries and ``activations`` is 0
     (``backward_activations`` keeps the backward figure); at a backward peak ``gradients`` is what exists then.
     """
-    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage)
-    trainable, frozen = lora_split(n, m.num_layers / pipeline_parallel * lora_params_per_layer / tensor_parallel,
+    layers = layers_on_stage(m, pipeline_parallel, stage, first_stage_layers, middle_stage_layers,
+                             last_stage_layers)
+    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers)
+    trainable, frozen = lora_split(n, layers * lora_params_per_layer / tensor_parallel,
                                    lora_params_per_layer > 0)
     weights, grads, optimizer, host, step = model_state_bytes(
         trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes,
@@ -430,7 +467,6 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 * (value_bytes + 1))
     kept = kept + np.where(recompute >= 2, 0.0, lora_act)
     full_layer = full_layer + lora_act
-    layers = m.num_layers / pipeline_parallel
     recomputed = np.where(recompute >= 2, np.minimum(recompute_layers, layers), 0)
     per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
     per_microbatch = np.where(recompute >= 2, per_microbatch, layers * kept)
@@ -439,7 +475,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     activations = activations + np.where(stage == 0, embedding_activation_bytes(m, **kw) * in_flight, 0)
     last = stage == pipeline_parallel - 1
     output = np.where(last, output_activation_bytes(m, value_bytes=value_bytes, **kw), 0.0)
-    transient = np.where(recompute >= 2, full_layer + output, np.maximum(output, full_layer))
+    # selective recompute: the recomputed attention core is alive again beside the layer's backward working set
+    # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
+    # already the transient's first copy
+    core = full_layer - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw)[0]
+    transient = np.where(recompute >= 2, full_layer + output,
+                         np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
     activations = activations + transient
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
@@ -452,7 +493,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)
     allocated = np.maximum(step_total, backward_peak)
-    overhead = overhead_bytes(allocated, world, **(overheads or {}))  # overheads: measured profile constants
+    overhead = overhead_bytes(allocated, world, engine=engine, **(overheads or {}))  # overheads: a profile's
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
                 backward_activations=activations)
@@ -476,8 +517,10 @@ FORMULAS = {
                    "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + logits (v+4)·sbV/t",
     "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters, "
                "megatron-core's attention-score buffer v·as²b/t (unfused)",
-    "overhead": f"CUDA context {CUDA_CONTEXT_BYTES / 2**20:.0f} MiB + allocator reserve "
-                f"{ALLOCATOR_RESERVE_FRACTION:.0%} of allocated (measured on H200)",
+    "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
+                f"{OUTSIDE_ALLOCATOR_BYTES['megatron'] / GiB:.2f} GiB (megatron-core) per process (+ NCCL "
+                f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} / "
+                f"{RESERVE_FRACTION['megatron']:.0%} of allocated (H200, fit split)",
 }
 
 
@@ -489,14 +532,26 @@ def _error_bands() -> dict:
     return json.loads(ERROR_BAND_FILE.read_text()) if ERROR_BAND_FILE.exists() else {}
 
 
-def error_band(engine, quantity: str = "device"):
+MIN_BAND_RUNS = 5
+"""A recompute mode's own band needs at least this many held-out runs; with fewer the engine's band is used."""
+
+
+def error_band(engine, quantity: str = "device", recompute=None):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
-    ``None`` when no held-out run of that engine exists. The hybrid uses its own runs, else DeepSpeed's."""
+    ``None`` when no held-out run of that engine exists. With ``recompute`` the runs of that recompute mode are
+    used when there are at least :data:`MIN_BAND_RUNS`. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
-    entry = bands.get(key) or (bands.get(str(Engine.DEEPSPEED)) if key == str(Engine.MEGATRON_DEEPSPEED) else None)
+    if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
+        key = str(Engine.DEEPSPEED)
+    entry = None
+    if recompute is not None:  # runs of the same recompute mode when there are enough (its terms differ most)
+        entry = bands.get(f"{key}/{Recompute.parse(recompute, 'recompute')}")
+        if entry and entry.get("n", 0) < MIN_BAND_RUNS:
+            entry = None
+    entry = entry or bands.get(key)
     if not entry:
         return None
     note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
@@ -533,13 +588,14 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     stages = []
     host_per_gpu = 0
     p = plan.pipeline_parallel
+    stage_layers = plan.stage_layers(model.num_layers)
     every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
     every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
     for stage in range(p):
         t = {k: v[stage] for k, v in every.items()}
         terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
                                ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
-        stages.append(StageMemory(stage=stage, num_layers=model.num_layers // plan.pipeline_parallel,
+        stages.append(StageMemory(stage=stage, num_layers=stage_layers[stage],
                                   has_embedding=stage == 0, has_output=stage == plan.pipeline_parallel - 1,
                                   terms=terms, in_flight_microbatches=float(t["in_flight"]),
                                   peak_phase="optimizer step" if bool(t["step_peak"]) else "backward",
@@ -551,7 +607,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         nvme_per_gpu = host_per_gpu
         host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
     peak = max(st.total_bytes for st in stages)
-    band = error_band(plan.engine, "device")
+    band = error_band(plan.engine, "device", plan.recompute)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
     return MemoryEstimate(
         band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,

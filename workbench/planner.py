@@ -54,7 +54,7 @@ DEFAULT_MAX_CONTEXT_PARALLEL = 16
 
 # Columns of the candidate table (all int64 arrays of one length)
 _COLUMNS = ("engine", "tp", "pp", "vp", "cp", "dp", "sp", "zero", "off_opt", "off_par", "dist_opt", "recompute",
-            "mbs", "nmb")
+            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split")
 
 
 # ================================================================================================================
@@ -161,6 +161,11 @@ class PlanSearch:
 def describe_plan(p: ParallelPlan) -> str:
     """Short one-line name, e.g. ``megatron TP8 PP2 v2 CP1 DP64 SP dist-opt mbs1×16 recompute=selective``."""
     parts = [str(p.engine), f"TP{p.tensor_parallel}", f"PP{p.pipeline_parallel}"]
+    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+        parts[-1] += f"[{p.first_stage_layers or '·'}…{p.last_stage_layers or '·'}]"
+    if p.embedding_in_pipeline_split or p.loss_in_pipeline_split:
+        parts[-1] += "[" + "+".join(n for n, on in (("emb", p.embedding_in_pipeline_split),
+                                                     ("loss", p.loss_in_pipeline_split)) if on) + "]"
     if p.virtual_pipeline > 1:
         parts.append(f"v{p.virtual_pipeline}")
     if p.context_parallel > 1:
@@ -188,6 +193,42 @@ def describe_plan(p: ParallelPlan) -> str:
 # ================================================================================================================
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def pipeline_splits(num_layers: int, world_size: int) -> list:
+    """``(p, first, last, emb, loss)`` pipeline splits the planner searches (``first``/``last`` 0: even;
+    ``emb``/``loss`` 1: Megatron's ``--account-for-embedding/loss-in-pipeline-split``): every p dividing both the
+    layers and the world size evenly, and, where p does not divide the layers,
+
+    * Megatron's uneven split (``--decoder-first/last-pipeline-num-layers``) that balances the stages — middle
+      stages of ⌈L/p⌉ or ⌊L/p⌋ layers, the rest shared by the first and last stage (the last, which also carries
+      the output layer and loss, takes the smaller half), neither end more than one layer above a middle stage.
+      Llama 3 405B's 126 layers over 16 stages give 7 + 14 × 8 + 7, the layout Meta trained it with (Llama 3
+      paper, arXiv 2407.21783 §3.3.2: one layer removed from the first and the last stage);
+    * where p divides L + 1 or L + 2, the embedding (and the loss) counted as a layer: the same layer counts, but
+      every stage's share (L + 2) / p then splits into interleaved chunks, which a first/last count of one layer
+      fewer cannot (126 + 2 = 16 × 8: interleaving by 2, 4 or 8)."""
+    L, W = int(num_layers), int(world_size)
+    out = []
+    for p in range(1, min(L, W) + 1):
+        if W % p:
+            continue
+        if L % p == 0:
+            out.append((p, 0, 0, 0, 0))
+            continue
+        seen = set()
+        for k in sorted({-(-L // p), L // p}) if p > 2 else [0]:
+            rest = L - (p - 2) * k
+            first, last = rest - rest // 2, rest // 2
+            if last >= 1 and (p == 2 or max(first, last) <= k + 1) and (first, last) not in seen:
+                seen.add((first, last))
+                out.append((p, first, last, 0, 0))
+        for emb, loss in ((1, 0), (1, 1)):
+            per = (L + emb + loss) // p
+            if (L + emb + loss) % p == 0 and per - max(emb, loss) >= 1:
+                out.append((p, 0, 0, emb, loss))
+                break
+    return out
 
 
 def _settings(engines, zero_stages, offload: bool, recomputes) -> np.ndarray:
@@ -229,13 +270,16 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     g = np.gcd(model.num_attention_heads, model.num_query_groups)
     tps = [t for t in _divisors(int(np.gcd(g, model.ffn_hidden_size)))
            if W % t == 0 and (allow_cross_node_tp or not group_crosses_nodes(1, t, n))]
-    pps = [p for p in _divisors(L) if W % p == 0]
+    splits = pipeline_splits(L, W)
     if model.implementation is Implementation.TRANSFORMERS:  # an HF model: ZeRO data parallel, no pipeline
-        pps = [1]
+        splits = [(1, 0, 0, 0, 0)]
+    if Engine.MEGATRON not in engines:
+        splits = [sp for sp in splits if not any(sp[1:])]
+    layer_counts = {(p, f, la) for p, f, la, e, lo in splits if f}
     cps = [c for c in _divisors(W) if c <= max_context_parallel and (c == 1 or model.seq_length % (2 * c) == 0)]
     chunks = []
     for t in tps:
-        for p in pps:
+        for p, first, last, emb, loss in splits:
             for c in cps:
                 if W % (t * p * c):
                     continue
@@ -248,11 +292,20 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 ok &= (s_engine == mg_code) | (p == 1) | (s_zero < 2)
                 # the distributed optimizer shards over data parallel: at DP = 1 it is the same plan as without
                 ok &= (settings[:, 5] == 0) | (d > 1)
+                if first or emb:  # an uneven split is Megatron's (--decoder-first/last-pipeline-num-layers, ...)
+                    ok &= s_engine == mg_code
                 rows = settings[ok]
                 if not len(rows):
                     continue
                 mbs = np.array(_divisors(global_batch_size // d), dtype=np.int64)
-                vps = [1] + ([v for v in _divisors(L // p) if v > 1] if p > 1 else [])
+                # interleaving: every stage's layers split into v equal chunks (uneven: first, middle and last)
+                per_stage = int(np.gcd.reduce([first, last, (L - first - last) // (p - 2) if p > 2 else 0])) \
+                    if first else (L + emb + loss) // p
+                vps = [1] + ([v for v in _divisors(per_stage) if v > 1] if p > 1 else [])
+                if emb and (p, per_stage - emb, per_stage - loss) in layer_counts:
+                    vps = vps[1:]  # without interleaving it is the first/last split already searched
+                if not vps:
+                    continue
                 vps = np.array(vps, dtype=np.int64)
                 # product rows × mbs × vp
                 R, B, V = len(rows), len(mbs), len(vps)
@@ -266,7 +319,9 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 k = len(b)
                 chunks.append(dict(engine=r[:, 0], tp=np.full(k, t), pp=np.full(k, p), vp=v, cp=np.full(k, c),
                                    dp=np.full(k, d), sp=r[:, 1], zero=r[:, 2], off_opt=r[:, 3], off_par=r[:, 4],
-                                   dist_opt=r[:, 5], recompute=r[:, 6], mbs=b, nmb=nmb))
+                                   dist_opt=r[:, 5], recompute=r[:, 6], mbs=b, nmb=nmb,
+                                   first_layers=np.full(k, first), last_layers=np.full(k, last),
+                                   emb_split=np.full(k, emb), loss_split=np.full(k, loss)))
     if not chunks:
         return {k: np.zeros(0, np.int64) for k in _COLUMNS}
     return {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
@@ -308,7 +363,9 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
 
     The peak is taken over pipeline stages. By default stages 0 and p−1 are evaluated: every middle stage holds
     fewer parameters than the first (no embedding) and no more in-flight micro-batches (1F1B: p − stage), so one of
-    the two ends always holds the peak; ``all_stages=True`` evaluates every stage (stage index array) and gives the
+    the two ends always holds the peak — except under an uneven split, whose middle stages hold more layers than
+    the ends: there stage 1 (the middle stage with the most in-flight micro-batches) is priced too;
+    ``all_stages=True`` evaluates every stage (stage index array) and gives the
     same peaks. ``profile``: a measured :class:`workbench.calibrate.HardwareProfile` whose numbers replace the
     datasheet's, as in ``estimate``.
     """
@@ -334,6 +391,17 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
         peak = np.maximum(first, last)
         peak_stage = np.where(last > first, table["pp"] - 1, 0)
         host = np.maximum(np.asarray(t0["host"], float), np.asarray(t1["host"], float)) * np.ones(k)
+        # an uneven split puts more layers on the middle stages than on the ends: stage 1 (the middle stage with
+        # the most in-flight micro-batches) may then hold the peak; priced only for those rows
+        uneven = np.flatnonzero(((np.asarray(table.get("first_layers", 0)) > 0)
+                                 | (np.asarray(table.get("emb_split", 0)) > 0)) & (table["pp"] > 2))
+        if len(uneven):
+            sub = {key: (val[uneven] if isinstance(val, np.ndarray) and val.ndim else val)
+                   for key, val in codes.items()}
+            middle, _ = _stage_total(model, 1, sub)
+            higher = middle > peak[uneven]
+            peak[uneven] = np.maximum(peak[uneven], middle)
+            peak_stage[uneven] = np.where(higher, 1, peak_stage[uneven])
     nvme = 0  # offload is to CPU only in the search
     inputs = time_codes(table, model, cluster, precision, lora=lora, adam=adam, overlap_comm=overlap_comm,
                         profile=profile)
@@ -342,6 +410,12 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
                 memory_codes=codes,
                 step_seconds=np.asarray(terms["step_seconds"]), model_flops=np.asarray(terms["model_flops"]),
                 terms=terms, peak_flops=inputs["peak_flops"])
+
+
+def _split_at(table: dict, key: str, i: int):
+    """Row ``i``'s first/last stage layers (``None``: an even share, or a table without the column)."""
+    col = table.get(key)
+    return int(col[i]) or None if col is not None else None
 
 
 def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision,
@@ -355,7 +429,10 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         offload_params="cpu" if table["off_par"][i] else "none",
         distributed_optimizer=bool(table["dist_opt"][i]), recompute=_RECOMPUTE_BY_CODE[int(table["recompute"][i])],
         micro_batch_size=int(table["mbs"][i]), global_batch_size=global_batch_size, precision=precision,
-        lora_rank=lora[0], lora_targets=lora[1], **(stack or {}))
+        lora_rank=lora[0], lora_targets=lora[1], first_stage_layers=_split_at(table, "first_layers", i),
+        last_stage_layers=_split_at(table, "last_layers", i),
+        embedding_in_pipeline_split=bool(_split_at(table, "emb_split", i)),
+        loss_in_pipeline_split=bool(_split_at(table, "loss_split", i)), **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -442,12 +519,14 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     capacity = cluster.gpu.memory_bytes
     limit = (1.0 - headroom) * capacity
     host_cap = cluster.host_memory_gib_per_node * GiB
-    # the upper side of each engine's held-out error band (workbench.memory.error_band) must fit too
+    # the upper side of the held-out error band of each row's engine and recompute mode
+    # (workbench.memory.error_band) must fit too, as the estimate judges it
     band_high = np.zeros(len(table["engine"]))
     for engine, code in ENGINE_CODES.items():
-        band = M.error_band(engine, "device")
-        if band is not None:
-            band_high = np.where(table["engine"] == code, band[1], band_high)
+        for mode, rc in M.RECOMPUTE_CODES.items():
+            band = M.error_band(engine, "device", mode)
+            if band is not None:
+                band_high = np.where((table["engine"] == code) & (table["recompute"] == rc), band[1], band_high)
     fits_gpu = ev["peak_bytes"] * (1.0 + band_high) <= limit
     fits_host = ev["host_bytes_per_node"] <= host_cap
     feasible = np.flatnonzero(fits_gpu & fits_host)

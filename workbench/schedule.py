@@ -146,10 +146,12 @@ def _orders(kind: str, p: int, m: int, v: int) -> list[list[tuple]]:
 
 
 def pipeline_schedule(kind: str, p: int, m: int, v: int = 1, *, forward_seconds: float, backward_seconds: float,
-                      p2p_seconds: float = 0.0) -> Schedule:
+                      p2p_seconds: float = 0.0, stage_seconds=None) -> Schedule:
     """Simulate ``kind`` (``gpipe``, ``1f1b`` or ``interleaved``) with ``p`` stages, ``m`` micro-batches and ``v``
     chunks per rank. ``forward_seconds``/``backward_seconds`` are per micro-batch per whole stage (a chunk takes
-    1/v of them); ``p2p_seconds`` is added whenever an activation or gradient moves to another rank."""
+    1/v of them); ``p2p_seconds`` is added whenever an activation or gradient moves to another rank.
+    ``stage_seconds``: ``(forward, backward)`` per stage where stages differ (an uneven layer split); then
+    ``forward_seconds``/``backward_seconds`` should be the slowest stage's, which the ideal time and bubble use."""
     kind = str(kind).lower()
     if kind not in KINDS:
         raise ValueError(f"schedule kind={kind!r} is not one of: {', '.join(KINDS)}")
@@ -162,7 +164,13 @@ def pipeline_schedule(kind: str, p: int, m: int, v: int = 1, *, forward_seconds:
         raise ValueError(f"interleaved schedule: num_microbatches={m} must be a multiple of pipeline_parallel={p}")
     if forward_seconds < 0 or backward_seconds < 0 or p2p_seconds < 0:
         raise ValueError("forward_seconds, backward_seconds and p2p_seconds must be >= 0")
-    f_chunk, b_chunk = forward_seconds / v, backward_seconds / v
+    if stage_seconds is None:
+        stage_seconds = [(forward_seconds, backward_seconds)] * p
+    stage_seconds = [(float(a), float(b)) for a, b in stage_seconds]
+    if len(stage_seconds) != p or min(min(a, b) for a, b in stage_seconds) < 0:
+        raise ValueError(f"stage_seconds needs one (forward, backward) pair >= 0 per stage ({p}); got "
+                         f"{len(stage_seconds)}")
+    chunk_seconds = [(a / v, b / v) for a, b in stage_seconds]
     nvs = p * v
     orders = _orders(kind, p, m, v)
     done: dict = {}  # (phase, virtual_stage, microbatch) -> end time
@@ -187,7 +195,7 @@ def pipeline_schedule(kind: str, p: int, m: int, v: int = 1, *, forward_seconds:
                     cross = (dep[1] % p) != r
                     ready = done[dep] + (p2p_seconds if cross else 0.0)
                 start = max(free[r], ready)
-                end = start + (f_chunk if phase == "fwd" else b_chunk)
+                end = start + chunk_seconds[r][0 if phase == "fwd" else 1]
                 done[(phase, vs, mb)] = end
                 free[r] = end
                 events[r].append(ScheduleEvent(stage=r, microbatch=mb, chunk=chunk, phase=phase,

@@ -622,6 +622,19 @@ class ParallelPlan:
     ``--overlap-grad-reduce`` (megatron-core ``DistributedDataParallelConfig.overlap_grad_reduce``). ``None``: the
     engine's default as the workbench configures it, :func:`default_overlap_comm` (on for DeepSpeed, off for
     Megatron)."""
+    first_stage_layers: Optional[int] = None
+    """Transformer layers on the first pipeline stage (Megatron ``--decoder-first-pipeline-num-layers``,
+    ``TransformerConfig.num_layers_in_first_pipeline_stage``); ``None``: an even share. See
+    :func:`pipeline_stage_layers`."""
+    last_stage_layers: Optional[int] = None
+    """Transformer layers on the last pipeline stage (``--decoder-last-pipeline-num-layers``); ``None``: an even
+    share."""
+    embedding_in_pipeline_split: bool = False
+    """Megatron ``--account-for-embedding-in-pipeline-split``: the embedding counts as one layer of the split, so
+    the first stage builds one transformer layer fewer."""
+    loss_in_pipeline_split: bool = False
+    """Megatron ``--account-for-loss-in-pipeline-split``: the output layer and loss count as one layer of the split,
+    so the last stage builds one transformer layer fewer."""
     fused_kernels: Optional[bool] = None
     """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
     ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
@@ -634,7 +647,8 @@ class ParallelPlan:
                           DeprecationWarning, stacklevel=3)
             _set(self, "adam", AdamImpl.FUSED if fused else AdamImpl.TORCH)
             _set(self, "fused_kernels", None)
-        for name in ("sequence_parallel", "distributed_optimizer"):
+        for name in ("sequence_parallel", "distributed_optimizer", "embedding_in_pipeline_split",
+                     "loss_in_pipeline_split"):
             _set(self, name, check_bool(name, getattr(self, name)))
         if self.overlap_comm is not None:
             _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
@@ -671,8 +685,42 @@ class ParallelPlan:
             if self.recompute is not Recompute.FULL:
                 raise ValueError(f"recompute_layers={self.recompute_layers} needs recompute='full' "
                                  f"(got recompute='{self.recompute}')")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            if getattr(self, name) is not None:
+                _positive_int(self, name)
+        self._check_stage_split()
         self._check_lora()
         self._check_engine()
+
+    def _check_stage_split(self) -> None:
+        uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
+        accounted = self.embedding_in_pipeline_split or self.loss_in_pipeline_split
+        if (uneven or accounted) and self.pipeline_parallel == 1:
+            raise ValueError(f"first_stage_layers={self.first_stage_layers}, last_stage_layers="
+                             f"{self.last_stage_layers}, embedding_in_pipeline_split="
+                             f"{self.embedding_in_pipeline_split}, loss_in_pipeline_split={self.loss_in_pipeline_split}"
+                             f" shape pipeline stages and need pipeline_parallel > 1")
+        if uneven and accounted:
+            raise ValueError("first_stage_layers/last_stage_layers cannot be combined with embedding_in_pipeline_split"
+                             "/loss_in_pipeline_split (megatron-core's TransformerConfig refuses both at once)")
+        if uneven and self.engine is not Engine.MEGATRON:
+            raise ValueError(f"first_stage_layers/last_stage_layers are Megatron's uneven pipeline split (engine="
+                             f"'megatron'); engine='{self.engine}' splits layers evenly")
+        if accounted and self.engine is not Engine.MEGATRON:
+            raise ValueError(f"embedding_in_pipeline_split/loss_in_pipeline_split are Megatron's (engine='megatron');"
+                             f" got engine='{self.engine}'")
+
+    def stage_layers(self, num_layers: int) -> tuple:
+        """Transformer layers on each pipeline stage for a model of ``num_layers`` (:func:`pipeline_stage_layers`)."""
+        return pipeline_stage_layers(num_layers, self.pipeline_parallel, self.virtual_pipeline,
+                                     first=self.first_stage_layers, last=self.last_stage_layers,
+                                     embedding=self.embedding_in_pipeline_split, loss=self.loss_in_pipeline_split)
+
+    @property
+    def uneven_stages(self) -> bool:
+        """Whether the plan sets Megatron's uneven split (first/last stage layers or the embedding/loss account)."""
+        return (self.first_stage_layers is not None or self.last_stage_layers is not None
+                or self.embedding_in_pipeline_split or self.loss_in_pipeline_split)
 
     def _check_lora(self) -> None:
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, numbers.Integral) \
@@ -748,11 +796,118 @@ class ParallelPlan:
 
     @property
     def overlaps_comm(self) -> bool:
-        """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`)."""
-        return default_overlap_comm(self.engine) if self.overlap_comm is None else self.overlap_comm
+        """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`); DeepSpeed
+        turns it off under its pipeline engine ("Pipeline parallelism does not support overlap_comm"), so a DeepSpeed
+        or hybrid plan with pipeline_parallel > 1 does not overlap by default."""
+        if self.overlap_comm is not None:
+            return self.overlap_comm
+        if self.engine is not Engine.MEGATRON and self.pipeline_parallel > 1:
+            return False
+        return default_overlap_comm(self.engine)
 
     def replace(self, **changes) -> "ParallelPlan":
         return dataclasses.replace(self, **changes)
+
+
+def pipeline_stage_layers(num_layers: int, pipeline_parallel: int, virtual_pipeline: int = 1, *, first=None,
+                          last=None, embedding: bool = False, loss: bool = False) -> tuple:
+    """Transformer layers each pipeline stage builds, as megatron-core assigns them, or a ``ValueError`` where
+    megatron-core refuses the split.
+
+    Read in megatron-core 0.16 ``transformer/transformer_block.py`` (``get_num_layers_to_build``) and
+    ``transformer/transformer_config.py`` (``__post_init__``, "Uneven PP"):
+
+    * ``first`` / ``last`` (``num_layers_in_first/last_pipeline_stage``, Megatron-LM
+      ``--decoder-first/last-pipeline-num-layers``): those stages get exactly that many layers; the layers left
+      are split evenly over the middle stages, which must divide them (and with no middle stage none may be left).
+      With interleaving, the first, last and middle counts must each divide by ``virtual_pipeline`` (every model
+      chunk of a stage gets count / v layers).
+    * ``embedding`` / ``loss`` (``--account-for-embedding/loss-in-pipeline-split``): the embedding (loss) counts as
+      one more layer, ``num_layers + embedding + loss`` must divide by ``pipeline_parallel`` (and each stage's share
+      by ``virtual_pipeline``); the first (last) stage then builds one transformer layer fewer.
+    * Neither: ``num_layers`` must divide by ``pipeline_parallel × virtual_pipeline``.
+
+    The two kinds cannot be combined (megatron-core raises)."""
+    L, p, v = int(num_layers), int(pipeline_parallel), int(virtual_pipeline)
+    uneven = first is not None or last is not None
+    if uneven and (embedding or loss):
+        raise ValueError("first_stage_layers/last_stage_layers cannot be combined with embedding_in_pipeline_split/"
+                         "loss_in_pipeline_split (megatron-core's TransformerConfig refuses both at once)")
+    if p == 1:
+        if uneven:
+            raise ValueError(f"first_stage_layers={first}, last_stage_layers={last} need pipeline_parallel > 1")
+        return (L,)
+    if uneven:
+        rest, middle = L, p
+        for name, count in (("first_stage_layers", first), ("last_stage_layers", last)):
+            if count is None:
+                continue
+            if count <= 0:
+                raise ValueError(f"{name}={count} must be larger than 0")
+            if count % v:
+                raise ValueError(f"{name}={count} is not divisible by virtual_pipeline({v}) (every model chunk of "
+                                 f"the stage gets the same number of layers)")
+            rest -= count
+            middle -= 1
+        if rest < 0 or bool(rest) != bool(middle):
+            raise ValueError(f"num_layers={L} minus first_stage_layers={first} and last_stage_layers={last} leaves "
+                             f"{rest} layers for {middle} middle pipeline stages")
+        per = rest // middle if middle else 0
+        if middle and rest % middle:
+            raise ValueError(f"num_layers={L} minus first_stage_layers={first} and last_stage_layers={last} leaves "
+                             f"{rest} layers, not divisible by the {middle} middle pipeline stages")
+        if middle and per % v:
+            raise ValueError(f"{per} layers on each middle pipeline stage is not divisible by virtual_pipeline({v})")
+        layers = [per] * p
+        if first is not None:
+            layers[0] = int(first)
+        if last is not None:
+            layers[-1] = int(last)
+        return tuple(layers)
+    total = L + int(bool(embedding)) + int(bool(loss))
+    if embedding or loss:
+        if total % p:
+            raise ValueError(f"num_layers={L} + embedding({int(bool(embedding))}) + loss({int(bool(loss))}) = "
+                             f"{total} is not divisible by pipeline_parallel({p})")
+        if (total // p) % v:
+            raise ValueError(f"{total // p} layers per pipeline stage (embedding/loss counted) is not divisible by "
+                             f"virtual_pipeline({v})")
+    elif L % (p * v):
+        raise ValueError(f"num_layers={L} is not divisible by pipeline_parallel({p}) * virtual_pipeline({v}) = "
+                         f"{p * v}{_uneven_hint(L, p, v)}")
+    per = total // p
+    layers = [per] * p
+    layers[0] -= int(bool(embedding))
+    layers[-1] -= int(bool(loss))
+    if min(layers) < 1:
+        raise ValueError(f"num_layers={L} over pipeline_parallel({p}) leaves a stage without transformer layers")
+    return tuple(layers)
+
+
+def _uneven_hint(L: int, p: int, v: int) -> str:
+    """What to set for an uneven split Megatron accepts (the error of a plain uneven split suggests it)."""
+    hints = []
+    if p > 2:
+        for k in sorted({-(-L // p), L // p}):  # middle stages of ceil / floor L/p layers
+            rest = L - (p - 2) * k
+            a, b = rest // 2, rest - rest // 2
+            if k > 0 and k % v == 0 and a >= 1 and a % v == 0 and b % v == 0 and max(a, b) <= k + v:
+                hints.append(f"first_stage_layers={a}, last_stage_layers={b} (Megatron --decoder-first-pipeline-"
+                             f"num-layers {a} --decoder-last-pipeline-num-layers {b}; {k} on each of the {p - 2} "
+                             f"middle stages)")
+                break
+    elif p == 2 and L >= 2:
+        a, b = -(-L // 2), L // 2
+        if a % v == 0 and b % v == 0:
+            hints.append(f"first_stage_layers={a}, last_stage_layers={b} (Megatron --decoder-first-pipeline-num-layers"
+                         f" {a} --decoder-last-pipeline-num-layers {b})")
+    for e, l_ in ((1, 0), (1, 1)):
+        if (L + e + l_) % p == 0 and ((L + e + l_) // p) % v == 0:
+            flags = "embedding_in_pipeline_split=True" + (", loss_in_pipeline_split=True" if l_ else "")
+            hints.append(f"{flags} (Megatron --account-for-embedding-in-pipeline-split"
+                         f"{' --account-for-loss-in-pipeline-split' if l_ else ''})")
+            break
+    return "; for an uneven split set " + " or ".join(hints) if hints else ""
 
 
 def default_overlap_comm(engine: Engine) -> bool:
@@ -785,16 +940,14 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
         raise ValueError(f"tensor_parallel={t} does not divide num_query_groups={model.num_query_groups}")
     if model.ffn_hidden_size % t:
         raise ValueError(f"tensor_parallel={t} does not divide ffn_hidden_size={model.ffn_hidden_size}")
-    if model.num_layers % (p * v):
-        raise ValueError(f"num_layers={model.num_layers} is not divisible by pipeline_parallel({p}) * "
-                         f"virtual_pipeline({v}) = {p * v}")
+    stage_layers = plan.stage_layers(model.num_layers)  # megatron-core's split, or its refusal
     if model.seq_length % (2 * c) and c > 1:
         raise ValueError(f"seq_length={model.seq_length} is not divisible by 2 * context_parallel({c}) = {2 * c}")
     if plan.sequence_parallel and model.seq_length % t:
         raise ValueError(f"sequence_parallel: tensor_parallel={t} does not divide seq_length={model.seq_length}")
-    if plan.recompute_layers is not None and plan.recompute_layers > model.num_layers // p:
-        raise ValueError(f"recompute_layers={plan.recompute_layers} exceeds layers per pipeline stage "
-                         f"num_layers({model.num_layers}) / pipeline_parallel({p}) = {model.num_layers // p}")
+    if plan.recompute_layers is not None and plan.recompute_layers > max(stage_layers):
+        raise ValueError(f"recompute_layers={plan.recompute_layers} exceeds the layers of the largest pipeline stage "
+                         f"({max(stage_layers)}; num_layers={model.num_layers}, pipeline_parallel={p})")
     if plan.virtual_pipeline > 1 and plan.num_microbatches % p:
         raise ValueError(f"interleaved schedule: num_microbatches={plan.num_microbatches} must be a multiple of "
                          f"pipeline_parallel={p}")

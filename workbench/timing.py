@@ -281,6 +281,14 @@ class StepInputs:
     zero3_hbm_bytes_per_parameter: object = 0.0
     """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
     gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
+    first_stage_layers: object = None
+    """Transformer layers on the first pipeline stage (an uneven split, Megatron
+    ``--decoder-first-pipeline-num-layers`` / ``--account-for-embedding-in-pipeline-split``); ``None``: every stage
+    holds num_layers / p."""
+    middle_stage_layers: object = None
+    """Transformer layers on each middle stage (``None``: num_layers / p)."""
+    last_stage_layers: object = None
+    """Transformer layers on the last stage (``None``: num_layers / p)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -308,7 +316,8 @@ def step_time_terms(**inputs):
     (``tp``, ``cp``, ``pp``, ``dp``), ``{group}_crosses_nodes`` and the ``{group}_gb_per_s`` and
     ``{group}_latency_s`` of the link it used.
     """
-    x = StepInputs(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()})  # int arrays would overflow
+    x = StepInputs(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()
+                      if v is not None})  # int arrays would overflow
     comp = compute_terms(x)
     comm = communication_terms(x, comp)
     opt = optimizer_terms(x)
@@ -371,17 +380,39 @@ def compute_terms(x: StepInputs) -> dict:
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
-    # the last stage carries the output layer and the loss: the slowest stage
-    stage_fwd = layers * layer_fwd + t_logits + t_loss_fwd
-    stage_bwd = layers * layer_bwd + (1 + tf) * t_logits + t_loss_bwd
-    # the extra forward of activation recomputation (full: that fraction of the layers; selective: the core)
-    recompute_mb = layers * (g["full"] * x.recompute_fraction * layer_fwd
-                             + g["selective"] * (t_core + t_score_fwd))
+    # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
+    recompute_layer = g["full"] * x.recompute_fraction * layer_fwd + g["selective"] * (t_core + t_score_fwd)
+    # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
+    # of its layers; with an uneven split (stage_layers) another stage may hold more layers and be slower
+    last_layers, other_layers = stage_layers(x)
+    last_fwd = last_layers * layer_fwd + t_logits + t_loss_fwd
+    last_bwd = last_layers * layer_bwd + (1 + tf) * t_logits + t_loss_bwd
+    # what the last stage adds to its layers: the output layer and the loss
+    out_fwd, out_bwd = t_logits + t_loss_fwd, (1 + tf) * t_logits + t_loss_bwd
+    last_slowest = (last_fwd + last_bwd + last_layers * recompute_layer
+                    >= other_layers * (layer_fwd + layer_bwd + recompute_layer))
+    layers = np.where(last_slowest, last_layers, other_layers)
+    stage_fwd = np.where(last_slowest, last_fwd, other_layers * layer_fwd)
+    stage_bwd = np.where(last_slowest, last_bwd, other_layers * layer_bwd)
+    recompute_mb = layers * recompute_layer
     return {"compute": m * (stage_fwd + stage_bwd), "recompute": m * recompute_mb,
+            "stage_layers": layers, "last_stage_slowest": last_slowest, "recompute_layer_seconds": recompute_layer,
+            "output_forward_seconds": out_fwd, "output_backward_seconds": out_bwd,
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
             "layer_weight_gemm_seconds": t_weights_fwd}
+
+
+def stage_layers(x: StepInputs):
+    """``(last, other)``: transformer layers on the last pipeline stage and the most on any other stage (0 when
+    p = 1), from the uneven split's ``first/middle/last_stage_layers`` or num_layers / p."""
+    p = x.pipeline_parallel
+    if x.first_stage_layers is None:
+        even = x.num_layers / p
+        return even, np.where(p > 1, even, 0.0)
+    other = np.where(p > 2, np.maximum(x.first_stage_layers, x.middle_stage_layers), x.first_stage_layers)
+    return x.last_stage_layers, np.where(p > 1, other, 0.0)
 
 
 def communication_terms(x: StepInputs, comp: dict) -> dict:
@@ -390,7 +421,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     communication hides behind)."""
     g = _shape(x)
     t, p, v, c, d = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.context_parallel, x.data_parallel
-    m, h, tokens, layers, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["layers"], g["sp"]
+    m, h, tokens, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["sp"]
+    layers = comp["stage_layers"]  # the slowest stage's layers
     full_rc = g["full"] * x.recompute_fraction
     grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
     links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group)}  # (stride, size)
@@ -506,7 +538,15 @@ def pipeline_terms(x: StepInputs, comp: dict, comm: dict) -> dict:
     bwd = (comp["stage_backward_seconds"] + comp["recompute_microbatch_seconds"]
            + comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"])
     m = x.num_microbatches
+    # one layer's share of a micro-batch on a stage, its tensor/context-parallel communication included, so a stage
+    # of n layers takes n × that (+ the output layer and loss on the last): what the pipeline view draws per stage
+    n = comp["stage_layers"]
+    per_layer_fwd = comp["layer_forward_seconds"] + (comm["tp_forward_microbatch_seconds"]
+                                                      + comm["cp_forward_microbatch_seconds"]) / n
+    per_layer_bwd = (comp["layer_backward_seconds"] + comp["recompute_layer_seconds"]
+                     + (comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"]) / n)
     return {"microbatch_forward_seconds": fwd, "microbatch_backward_seconds": bwd,
+            "layer_microbatch_forward_seconds": per_layer_fwd, "layer_microbatch_backward_seconds": per_layer_bwd,
             "bubble": bubble_fraction(x.pipeline_parallel, m, x.virtual_pipeline) * m * (fwd + bwd)}
 
 
@@ -592,6 +632,9 @@ class TimeEstimate:
     microbatch_backward_seconds: float = 0.0
     """Backward of one micro-batch through that stage, recomputed forward and backward communication included;
     ``bubble`` = bubble fraction × m × (forward + backward)."""
+    stage_microbatch_seconds: tuple = ()
+    """``(forward, backward)`` of one micro-batch on each pipeline stage, from its own layer count (an uneven split
+    gives unequal stages; the last adds the output layer and loss); the slowest is ``microbatch_*_seconds``."""
     links: dict = field(default_factory=dict)
     """Collective group (``tp``, ``cp``, ``pp``, ``dp``) → ``{"group_size", "link", "gb_per_s", "latency_s"}``: the
     link each group's collectives were priced on (``link`` is ``"intra-node"`` or ``"inter-node"``)."""
@@ -649,6 +692,7 @@ class TimeEstimate:
             "layer_backward_seconds": self.layer_backward_seconds,
             "microbatch_forward_seconds": self.microbatch_forward_seconds,
             "microbatch_backward_seconds": self.microbatch_backward_seconds,
+            "stage_microbatch_seconds": [list(pair) for pair in self.stage_microbatch_seconds],
             "links": {k: dict(v) for k, v in self.links.items()},
         }
 
@@ -693,5 +737,18 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
         layer_backward_seconds=float(terms["layer_backward_seconds"]),
         microbatch_forward_seconds=float(terms["microbatch_forward_seconds"]),
         microbatch_backward_seconds=float(terms["microbatch_backward_seconds"]),
+        stage_microbatch_seconds=stage_microbatch_seconds(terms, plan.stage_layers(model.num_layers)),
         links=links, inputs=dict(inputs),
     )
+
+
+def stage_microbatch_seconds(terms: dict, layers_per_stage) -> tuple:
+    """``((forward, backward), ...)`` per pipeline stage for one plan's :func:`step_time_terms` result: the stage's
+    layers × one layer's micro-batch time, plus the output layer and loss on the last stage."""
+    f, b = float(terms["layer_microbatch_forward_seconds"]), float(terms["layer_microbatch_backward_seconds"])
+    out = []
+    for i, n in enumerate(layers_per_stage):
+        last = i == len(layers_per_stage) - 1
+        out.append((n * f + (float(terms["output_forward_seconds"]) if last else 0.0),
+                    n * b + (float(terms["output_backward_seconds"]) if last else 0.0)))
+    return tuple(out)

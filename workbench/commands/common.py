@@ -47,6 +47,7 @@ _PLAN_FLAGS = {
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
+    "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
 }
 
 
@@ -114,6 +115,15 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, help="tensor parallel")
     p.add_argument("--pp", type=int, help="pipeline parallel")
     p.add_argument("--vp", type=int, help="virtual pipeline chunks per rank")
+    p.add_argument("--decoder-first-pipeline-num-layers", "--first-stage-layers", dest="first_stage_layers",
+                   type=int, metavar="N", help="Megatron uneven pipeline: transformer layers on the first stage")
+    p.add_argument("--decoder-last-pipeline-num-layers", "--last-stage-layers", dest="last_stage_layers", type=int,
+                   metavar="N", help="Megatron uneven pipeline: transformer layers on the last stage")
+    p.add_argument("--account-for-embedding-in-pipeline-split", dest="embedding_in_pipeline_split",
+                   action="store_true", default=None,
+                   help="Megatron: the embedding counts as a layer of the pipeline split (first stage one layer fewer)")
+    p.add_argument("--account-for-loss-in-pipeline-split", dest="loss_in_pipeline_split", action="store_true",
+                   default=None, help="Megatron: the loss counts as a layer of the split (last stage one layer fewer)")
     p.add_argument("--cp", type=int, help="context parallel")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallel")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
@@ -194,6 +204,9 @@ def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_
         fields["sequence_parallel"] = True
     if getattr(args, "distributed_optimizer", None):
         fields["distributed_optimizer"] = True
+    for name in ("embedding_in_pipeline_split", "loss_in_pipeline_split"):
+        if getattr(args, name, None):
+            fields[name] = True
     return ParallelPlan(world_size=cluster.world_size, **fields)
 
 
@@ -217,3 +230,32 @@ def progress_bar(**kwargs):
 
     disable = os.environ.get("WORKBENCH_PROGRESS", "").strip() == "0"
     return tqdm(file=sys.stderr, disable=disable, dynamic_ncols=True, mininterval=0.5, **kwargs)
+
+
+class working:
+    """``with working("plan: searching"):`` — for one long call that cannot report steps: after ``after_seconds``
+    a tqdm line on stderr shows the elapsed time until the call returns; a call that ends sooner prints nothing."""
+
+    def __init__(self, desc: str, after_seconds: float = 1.0, interval_seconds: float = 0.5) -> None:
+        import threading
+
+        self.desc, self.after, self.interval = desc, after_seconds, interval_seconds
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.shown = False
+
+    def _run(self) -> None:
+        if self._done.wait(self.after):
+            return
+        self.shown = True
+        with progress_bar(desc=self.desc, total=None, bar_format="{desc}: {elapsed} elapsed") as bar:
+            while not self._done.wait(self.interval):
+                bar.refresh()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()

@@ -16,6 +16,13 @@ def _gib(n) -> str:
     return f"{n / GiB:8.2f} GiB"
 
 
+def _stage_split(mem) -> str:
+    """``7 / 8 x 14 / 7``: transformer layers on the first, middle and last stages."""
+    layers = [s.num_layers for s in mem.stages]
+    middle = f" / {layers[1]} x {len(layers) - 2}" if len(layers) > 2 else ""
+    return f"{layers[0]}{middle} / {layers[-1]}"
+
+
 def render(est) -> str:
     """The readable table (``--json`` prints ``Estimate.to_dict()`` instead)."""
     m, c, p, mem = est.model, est.cluster, est.plan, est.memory
@@ -25,6 +32,7 @@ def render(est) -> str:
         f"cluster {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} ({c.gpu.memory_gib:.1f} GiB each)",
         f"plan    {p.engine}: TP {p.tensor_parallel} x PP {p.pipeline_parallel}"
         + (f" (v={p.virtual_pipeline})" if p.virtual_pipeline > 1 else "")
+        + (f" (layers per stage: {_stage_split(mem)})" if p.uneven_stages else "")
         + (f" x CP {p.context_parallel}" if p.context_parallel > 1 else "")
         + f" x DP {p.data_parallel}, ZeRO-{int(p.zero_stage)}, recompute {p.recompute}, micro batch "
           f"{p.micro_batch_size}, global batch {p.global_batch_size} (accumulation {p.gradient_accumulation_steps}), "
@@ -42,6 +50,9 @@ def render(est) -> str:
         "memory per GPU" + (" (first / last pipeline stage)" if len(mem.stages) > 1 else ""),
     ]
     stages = [mem.stages[0]] + ([mem.stages[-1]] if len(mem.stages) > 1 else [])
+    if mem.peak_stage.stage not in (0, len(mem.stages) - 1):  # an uneven split can peak on a middle stage
+        stages.insert(1, mem.peak_stage)
+        lines[-1] = f"memory per GPU (first / stage {mem.peak_stage.stage}, the peak / last pipeline stage)"
     for term in ("weights", "gradients", "optimizer", "activations", "buffers", "overhead"):
         lines.append(f"  {term:<12}" + "".join(_gib(getattr(s.terms, term)) for s in stages))
     lines.append("  " + "-" * (12 + 12 * len(stages)))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, cluster_from_args,
-                                      engine_name, model_from_args, profile_from_args)
+                                      engine_name, model_from_args, profile_from_args, working)
 from workbench.defaults import GiB
 
 
@@ -95,12 +95,13 @@ def run(args) -> int:
         raise ValueError(f"--top {args.top} must be >= 1")
     model = model_from_args(args)
     cluster = cluster_from_args(args)
-    result = search(model, cluster, global_batch_size=args.gbs, top=args.top, headroom=args.headroom,
-                    engines=tuple(args.engine) if args.engine else ENGINES, precision=args.precision,
-                    offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
-                    max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
-                    **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
-                    overlap_comm=args.overlap_comm, profile=profile_from_args(args))
+    with working(f"plan: searching plans for {cluster.world_size:,} GPUs"):  # stderr, only if it takes > 1 s
+        result = search(model, cluster, global_batch_size=args.gbs, top=args.top, headroom=args.headroom,
+                        engines=tuple(args.engine) if args.engine else ENGINES, precision=args.precision,
+                        offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
+                        max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
+                        **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
+                        overlap_comm=args.overlap_comm, profile=profile_from_args(args))
     if args.json:
         print_json(result.to_dict())
     else:

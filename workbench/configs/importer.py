@@ -614,6 +614,8 @@ _KNOWN = {
     # parallel / batch
     "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
+    "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
+    "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
     "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method",
     "recompute-num-layers", "recompute-activations", "checkpoint-activations", "checkpoint-num-layers",
     "deepspeed-activation-checkpointing", "micro-batch-size", "global-batch-size", "batch-size",
@@ -776,6 +778,15 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
             raise ValueError(f"--num-layers-per-virtual-pipeline-stage {per} does not divide num_layers={layers} / "
                              f"pipeline_parallel={p}")
         plan["virtual_pipeline"] = layers // (p * per)
+    # uneven pipeline stages (megatron-core num_layers_in_first/last_pipeline_stage, account_for_*_in_pipeline_split)
+    for flag, field in (("decoder-first-pipeline-num-layers", "first_stage_layers"),
+                        ("decoder-last-pipeline-num-layers", "last_stage_layers")):
+        if has(flag):
+            plan[field] = num(flag, _positive)
+    for flag, field in (("account-for-embedding-in-pipeline-split", "embedding_in_pipeline_split"),
+                        ("account-for-loss-in-pipeline-split", "loss_in_pipeline_split")):
+        if has(flag):
+            plan[field] = True
     cp = num("context-parallel-size", _positive)
     if cp is not None:
         plan["context_parallel"] = cp

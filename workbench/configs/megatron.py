@@ -99,9 +99,20 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
 def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "megatron") -> list[str]:
     a = ["--tensor-model-parallel-size", _fmt(plan.tensor_parallel),
          "--pipeline-model-parallel-size", _fmt(plan.pipeline_parallel)]
-    if plan.virtual_pipeline > 1:
+    if plan.virtual_pipeline > 1 and plan.uneven_stages:
+        # layers per virtual stage differ between stages: Megatron-LM takes the chunk count instead
+        a += ["--num-virtual-stages-per-pipeline-rank", _fmt(plan.virtual_pipeline)]
+    elif plan.virtual_pipeline > 1:
         per_stage = model.num_layers // (plan.pipeline_parallel * plan.virtual_pipeline)
         a += ["--num-layers-per-virtual-pipeline-stage", _fmt(per_stage)]
+    if plan.first_stage_layers is not None:
+        a += ["--decoder-first-pipeline-num-layers", _fmt(plan.first_stage_layers)]
+    if plan.last_stage_layers is not None:
+        a += ["--decoder-last-pipeline-num-layers", _fmt(plan.last_stage_layers)]
+    if plan.embedding_in_pipeline_split:
+        a += ["--account-for-embedding-in-pipeline-split"]
+    if plan.loss_in_pipeline_split:
+        a += ["--account-for-loss-in-pipeline-split"]
     if plan.context_parallel > 1:
         a += ["--context-parallel-size", _fmt(plan.context_parallel)]
     if plan.sequence_parallel:

@@ -46,6 +46,15 @@ def transformer_config_kwargs(model: ModelSpec, plan: ParallelPlan, *, init_meth
         gradient_accumulation_fusion=False,
         apply_rope_fusion=False,
     )
+    # Megatron's uneven pipeline split: megatron-core builds each stage's layers from these (get_num_layers_to_build)
+    if plan.first_stage_layers is not None:
+        kwargs["num_layers_in_first_pipeline_stage"] = plan.first_stage_layers
+    if plan.last_stage_layers is not None:
+        kwargs["num_layers_in_last_pipeline_stage"] = plan.last_stage_layers
+    if plan.embedding_in_pipeline_split:
+        kwargs["account_for_embedding_in_pipeline_split"] = True
+    if plan.loss_in_pipeline_split:
+        kwargs["account_for_loss_in_pipeline_split"] = True
     if plan.virtual_pipeline > 1:
         # The interleaved schedule exchanges activations and gradients in both directions at once. With
         # pipeline_parallel=2 the previous and the next stage are the same rank, and megatron-core's default batched

@@ -1,0 +1,76 @@
+"""Add to every corpus record the workbench description of the run: ``{"model", "cluster", "plan"}`` as
+:func:`workbench.runs.specio.specs_to_dict` writes them, so ``specs_from_dict`` (or ``workbench estimate``) can be
+run on it. Pure CPU; run after the GPU calls:
+
+    python benchmarks/corpus/describe.py RAW.jsonl... > benchmarks/corpus/h200_runs.jsonl
+
+Mapping: megatron-core dims are ModelSpec fields (attention ``unfused``: the local layer spec); a Hugging Face
+config goes through :func:`workbench.hf.import_hf` with the run's ``attn_implementation`` and sequence length;
+``gradient_checkpointing_enable`` is ``recompute="full"`` (every decoder layer's input kept, the layer recomputed);
+DeepSpeed runs use DeepSpeed's FusedAdam / CPUAdam (``adam="fused"``), megatron-core's own optimizer without
+Apex/Transformer Engine and the launcher runs use torch's Adam (``adam="torch"``). A LoRA run's plan carries
+``lora_rank``, ``lora_targets`` and ``lora_dropout`` from the peft ``LoraConfig`` it trained with.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def description(r: dict) -> dict:
+    from workbench.catalog import model as catalog_model
+    from workbench.hf import import_hf
+    from workbench.runs.specio import specs_to_dict
+    from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
+
+    n = r.get("gpus", 1)
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=n)
+    if r["stack"] == "launcher":
+        f = dict(r["plan_fields"])
+        model = (catalog_model(r["catalog_model"]) if r.get("catalog_model")
+                 else ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"]))
+        return specs_to_dict(model, cluster, ParallelPlan(world_size=n, precision="bf16", adam="torch", **f))
+    o = r["options"]
+    mbs, gas = o.get("mbs", 1), o.get("gas", 1)
+    if r["stack"] == "hf-ds":
+        model = import_hf(dict(r["hf_config"]), seq_length=r["seq_length"], attn_implementation=o["attn"],
+                          name=r["shape_id"]).spec
+    else:
+        model = ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"])
+    common = dict(world_size=1, micro_batch_size=mbs, global_batch_size=mbs * gas, precision="bf16")
+    if r["stack"] == "mcore-ddp":
+        plan = ParallelPlan(engine="megatron", distributed_optimizer=o["distributed_optimizer"],
+                            recompute=o.get("recompute", "none"), adam="torch", **common)
+    else:
+        rc = "full" if o.get("ckpt") else o.get("recompute", "none")
+        lora = r.get("lora") or {}
+        if lora:  # peft's module names -> the plan's projection names
+            names = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "c_attn": ["q", "k", "v"],
+                     "c_proj": "o"}
+            targets = []
+            for t in lora["target_modules"]:
+                v = names[t]
+                targets += v if isinstance(v, list) else [v]
+            common.update(lora_rank=lora["r"], lora_targets=targets, lora_dropout=lora["lora_dropout"])
+        plan = ParallelPlan(engine="deepspeed", zero_stage=o["zero"], offload_optimizer=o.get("offload") or "none",
+                            recompute=rc, adam="fused", **common)
+    return specs_to_dict(model, cluster, plan)
+
+
+def main(paths) -> int:
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r.get("status") == "ok":
+                r["workbench"] = description(r)
+            print(json.dumps(r, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

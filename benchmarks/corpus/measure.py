@@ -1,0 +1,603 @@
+"""Measure the corpus runs (benchmarks/corpus/runs.py) on one CUDA GPU; a plain user-style training script.
+
+This is deliberately not ``workbench/runs/train.py``: it trains the way people write their own scripts.
+
+* ``hf-ds``: a Hugging Face ``transformers`` model built from a config dict (``AutoModelForCausalLM.from_config``,
+  ``attn_implementation`` eager or sdpa, optional ``gradient_checkpointing_enable`` and a peft LoRA adapter) under
+  ``deepspeed.initialize`` with a hand-written ds_config (bf16, ``AdamW`` -> DeepSpeed's FusedAdam, or
+  DeepSpeedCPUAdam with ``offload_optimizer``), loss from the model's own ``labels`` path;
+* ``mcore-ds``: megatron-core ``GPTModel`` (local layer spec) under DeepSpeed the same way;
+* ``mcore-ddp``: the same GPTModel under megatron-core's ``DistributedDataParallel`` + ``get_megatron_optimizer``
+  (plain or distributed optimizer) and its forward/backward schedule.
+
+Usage on the GPU machine (world size 1)::
+
+    python benchmarks/corpus/measure.py --out OUT.jsonl [--groups hf-llama,mcore-ds-a] [--budget-seconds 500]
+    python benchmarks/corpus/measure.py --launcher --out OUT.jsonl     # the runs through workbench.runs.launch
+
+Each group runs in one process (several configurations per process: peak statistics are reset and the cache
+emptied between runs, and every record carries the memory still allocated when it started and how many runs came
+before it in its process). A crashed process is restarted with the rest of its group; an out-of-memory run is
+recorded as ``status: "oom"``. Every record is appended to OUT as one JSON line as soon as it finishes.
+On a CPU-only machine ``--dry-run`` runs the same code path on tiny shapes with gloo (no timing, no CUDA memory).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER_SHAPE_2GPU, MCORE_SHAPES,  # noqa: E402
+                  all_runs)  # noqa: E402
+
+STEPS = 6
+TIMED = 3  # the last 3 steps are timed; the first 3 are warm-up (allocator growth, kernel selection, JIT)
+ENV_KEYS = ("OMP_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS",
+            "NCCL_NVLS_ENABLE", "TORCH_EXTENSIONS_DIR", "CUDA_VISIBLE_DEVICES")
+
+
+def versions() -> dict:
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    for mod in ("deepspeed", "megatron.core", "transformers", "peft", "pydantic"):
+        try:
+            m = __import__(mod, fromlist=["__version__"])
+            out[mod.replace(".", "_")] = getattr(m, "__version__", None)
+        except Exception as exc:  # recorded, not fatal
+            out[mod.replace(".", "_")] = f"unavailable: {type(exc).__name__}"
+    return out
+
+
+def provenance() -> dict:
+    import torch
+
+    out = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "host_cpu_cores": os.cpu_count(), "platform": platform.platform(), **versions(),
+           "env": {k: os.environ.get(k) for k in ENV_KEYS}}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        out.update(gpu=torch.cuda.get_device_name(0), gpu_total_bytes=p.total_memory,
+                   gpu_capability=f"{p.major}.{p.minor}")
+        try:
+            out["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                           capture_output=True, text=True, timeout=20).stdout.strip()
+        except Exception as exc:
+            out["driver"] = f"unknown: {exc}"
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def ds_config(cfg: dict) -> dict:
+    """The hand-written ds_config of one run (what a user puts in ds_config.json)."""
+    zero = {"stage": cfg["zero"]}
+    if cfg.get("offload"):
+        zero["offload_optimizer"] = {"device": cfg["offload"], "pin_memory": True}
+    return {
+        "train_micro_batch_size_per_gpu": cfg.get("mbs", 1),
+        "gradient_accumulation_steps": cfg.get("gas", 1),
+        "gradient_clipping": 1.0,
+        "bf16": {"enabled": True},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                  "weight_decay": 0.01}},
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+def tiny(cfg_shape: dict, hf: bool) -> dict:
+    """The CPU dry-run version of a shape: same structure, tiny sizes."""
+    if hf:
+        c = dict(cfg_shape["config"])
+        for k in ("hidden_size", "n_embd"):
+            if k in c:
+                c[k] = 64
+        for k in ("intermediate_size",):
+            if k in c:
+                c[k] = 128
+        for k in ("num_hidden_layers", "n_layer"):
+            if k in c:
+                c[k] = 2
+        heads_key = "num_attention_heads" if "num_attention_heads" in c else "n_head"
+        c[heads_key] = 4
+        if "num_key_value_heads" in c:
+            c["num_key_value_heads"] = 2
+        c["vocab_size"] = 512
+        return dict(cfg_shape, config=c, seq_length=32)
+    d = dict(cfg_shape, num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128, vocab_size=512,
+             seq_length=32)
+    if d.get("num_query_groups"):
+        d["num_query_groups"] = 2
+    return d
+
+
+def sync():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def mem_now() -> dict:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    reserved = torch.cuda.memory_reserved()
+    return {"peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "reserved_at_end_bytes": reserved, "allocated_at_end_bytes": torch.cuda.memory_allocated(),
+            "device_used_at_end_bytes": total - free,
+            "outside_allocator_bytes": total - free - reserved}
+
+
+def build_mcore(dims: dict, cfg: dict):
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    rc = cfg.get("recompute", "none")
+    kw = dict(num_layers=dims["num_layers"], hidden_size=dims["hidden_size"],
+              num_attention_heads=dims["num_attention_heads"], num_query_groups=dims.get("num_query_groups"),
+              ffn_hidden_size=dims["ffn_hidden_size"], add_bias_linear=dims["add_bias_linear"],
+              gated_linear_unit=dims["activation"] == "swiglu",
+              activation_func=F.silu if dims["activation"] == "swiglu" else F.gelu,
+              normalization="RMSNorm" if dims["normalization"] == "rmsnorm" else "LayerNorm",
+              hidden_dropout=dims["hidden_dropout"], attention_dropout=dims["attention_dropout"],
+              bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+              use_cpu_initialization=not torch.cuda.is_available(),
+              masked_softmax_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
+              gradient_accumulation_fusion=False, apply_rope_fusion=False)
+    if rc == "full":
+        kw.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    elif rc == "selective":
+        kw.update(recompute_granularity="selective")
+    tc = TransformerConfig(**kw)
+    vocab = -(-dims["vocab_size"] // 128) * 128  # Megatron pads the vocabulary to a multiple of 128
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm" if dims["normalization"] == "rmsnorm" else "LayerNorm")
+    model = GPTModel(config=tc, transformer_layer_spec=spec, vocab_size=vocab, max_sequence_length=dims["seq_length"],
+                     position_embedding_type="rope" if dims["position_embedding"] == "rotary" else "learned_absolute",
+                     share_embeddings_and_output_weights=dims["tied_embeddings"])
+    recorded = {k: v for k, v in kw.items() if k not in ("activation_func", "params_dtype", "pipeline_dtype")}
+    recorded.update(activation_func="silu" if dims["activation"] == "swiglu" else "gelu", params_dtype="bfloat16",
+                    padded_vocab_size=vocab)
+    return model, recorded
+
+
+def build_hf(shape: dict, cfg: dict):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    c = dict(shape["config"])
+    model_type = c.pop("model_type")
+    c.pop("architectures", None)
+    hf_cfg = AutoConfig.for_model(model_type, **c)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(dev):
+        model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=cfg["attn"], dtype=torch.bfloat16)
+    model.config.use_cache = False
+    if cfg.get("ckpt"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lora = None
+    if cfg.get("lora"):
+        from peft import LoraConfig, get_peft_model
+
+        targets = ["c_attn", "c_proj"] if model_type == "gpt2" else ["q_proj", "k_proj", "v_proj", "o_proj"]
+        lora = dict(r=cfg["lora"], lora_alpha=2 * cfg["lora"], lora_dropout=0.05, target_modules=targets,
+                    task_type="CAUSAL_LM")
+        if cfg.get("ckpt"):
+            model.enable_input_require_grads()
+        model = get_peft_model(model, LoraConfig(**lora))
+    return model, hf_cfg.to_dict(), lora
+
+
+def zero_resolved(engine) -> dict:
+    try:
+        z = engine._config.zero_config
+        d = z.model_dump(mode="json") if hasattr(z, "model_dump") else dict(z)
+        keep = ("stage", "overlap_comm", "contiguous_gradients", "reduce_bucket_size", "allgather_bucket_size",
+                "reduce_scatter", "allgather_partitions", "stage3_prefetch_bucket_size",
+                "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                "round_robin_gradients", "offload_optimizer")
+        return {k: d.get(k) for k in keep if k in d}
+    except Exception as exc:
+        return {"unavailable": repr(exc)}
+
+
+def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    rec = {"run_id": cfg["run_id"], "shape_id": cfg["shape_id"], "group": cfg["group"], "stack": cfg["stack"],
+           "script": "benchmarks/corpus/measure.py", "runs_before_in_process": index_in_process,
+           "options": {k: v for k, v in cfg.items() if k not in ("run_id", "shape_id", "group", "stack")}}
+    if cfg.get("omp_threads"):
+        torch.set_num_threads(cfg["omp_threads"])
+        os.environ["OMP_NUM_THREADS"] = str(cfg["omp_threads"])
+    rec["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    rec["torch_num_threads"] = torch.get_num_threads()
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        rec["allocated_at_start_bytes"] = torch.cuda.memory_allocated()
+        free, total = torch.cuda.mem_get_info()
+        rec["device_used_at_start_bytes"] = total - free
+    mbs, gas = cfg.get("mbs", 1), cfg.get("gas", 1)
+    engine = model = optimizer = None
+    t_start = time.perf_counter()
+    try:
+        hf = cfg["stack"] == "hf-ds"
+        shape = (HF_SHAPES if hf else MCORE_SHAPES)[cfg["shape_id"]]
+        if dry:
+            shape = tiny(shape, hf)
+        seq = shape["seq_length"]
+        dev = torch.device("cuda" if cuda else "cpu")
+        if hf:
+            model, hf_dict, lora = build_hf(shape, cfg)
+            vocab = shape["config"]["vocab_size"]
+            rec.update(hf_config=shape["config"], hf_config_resolved=hf_dict, seq_length=seq, lora=lora,
+                       attn_implementation=cfg["attn"], gradient_checkpointing=bool(cfg.get("ckpt")))
+        else:
+            model, mc_cfg = build_mcore(shape, cfg)
+            vocab = shape["vocab_size"]
+            rec.update(model_dims={k: v for k, v in shape.items() if k != "like"}, mcore_config=mc_cfg,
+                       seq_length=seq)
+            if cuda:
+                model = model.to(dev)
+        rec["like"] = shape.get("like")
+        rec["parameters"] = sum(p.numel() for p in model.parameters())
+        rec["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        gen = torch.Generator(device=dev).manual_seed(0)
+        if cfg["stack"] in ("hf-ds", "mcore-ds"):
+            import deepspeed
+
+            dsc = ds_config(cfg)
+            rec["ds_config"] = dsc
+            engine, optimizer, _, _ = deepspeed.initialize(
+                model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=dsc)
+            rec["optimizer_class"] = type(engine.basic_optimizer).__name__ if engine.basic_optimizer else None
+            rec["zero_optimizer_class"] = type(engine.optimizer).__name__
+            rec["zero_config_resolved"] = zero_resolved(engine)
+            if not hf:
+                mask = torch.triu(torch.ones(seq, seq, device=dev, dtype=torch.bool), diagonal=1)[None, None]
+                pos = torch.arange(seq, device=dev)[None].expand(mbs, seq)
+
+            def step():
+                losses = []
+                for _ in range(gas):
+                    tokens = torch.randint(0, vocab, (mbs, seq + 1), device=dev, generator=gen)
+                    if hf:
+                        x = tokens[:, :-1]
+                        loss = engine(input_ids=x, labels=x).loss
+                    else:
+                        loss = engine(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
+                    engine.backward(loss)
+                    engine.step()
+                    losses.append(float(loss))
+                return sum(losses) / len(losses)
+        else:
+            step, extra = mcore_ddp(model, cfg, seq, vocab, mbs, gas, dev, gen)
+            rec.update(extra)
+        after_init = mem_now()
+        rec["allocated_after_init_bytes"] = after_init.get("allocated_at_end_bytes")
+        rec["init_seconds"] = time.perf_counter() - t_start
+        times, losses = [], []
+        for _ in range(2 if dry else STEPS):
+            sync()
+            t0 = time.perf_counter()
+            loss = step()
+            sync()
+            times.append(time.perf_counter() - t0)
+            losses.append(loss)
+        rec.update(mem_now())
+        rec.update(status="ok", steps=len(times), timed_steps=TIMED, step_seconds=times, losses=losses,
+                   step_seconds_median=statistics.median(times[-TIMED:]),
+                   tokens_per_step=mbs * gas * seq, micro_batch_size=mbs, gradient_accumulation_steps=gas)
+    except torch.OutOfMemoryError as exc:
+        rec.update(mem_now())
+        rec.update(status="oom", error=str(exc).splitlines()[0][:400])
+    except Exception as exc:
+        rec.update(status="error", error=f"{type(exc).__name__}: {exc}"[:600],
+                   traceback=traceback.format_exc()[-2000:])
+    finally:
+        engine = model = optimizer = step = None  # noqa: F841
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    rec["wall_seconds"] = time.perf_counter() - t_start
+    return rec
+
+
+def mcore_ddp(model, cfg, seq, vocab, mbs, gas, dev, gen):
+    """megatron-core's DistributedDataParallel + get_megatron_optimizer + its no-pipelining schedule."""
+    import torch
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.module import Float16Module
+
+    config = model.config
+    model = Float16Module(config, model)
+    ddp_kw = dict(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                  use_distributed_optimizer=cfg["distributed_optimizer"])
+    ddp = DistributedDataParallel(config=config, ddp_config=DistributedDataParallelConfig(**ddp_kw), module=model)
+    opt_kw = dict(optimizer="adam", lr=1e-4, weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8,
+                  clip_grad=1.0, bf16=True, params_dtype=torch.bfloat16,
+                  use_distributed_optimizer=cfg["distributed_optimizer"])
+    optimizer = get_megatron_optimizer(OptimizerConfig(**opt_kw), [ddp])
+    config.finalize_model_grads_func = finalize_model_grads
+    fb = get_forward_backward_func()
+    mask = torch.triu(torch.ones(seq, seq, device=dev, dtype=torch.bool), diagonal=1)[None, None]
+    pos = torch.arange(seq, device=dev)[None].expand(mbs, seq)
+
+    def batches():
+        for _ in range(gas):
+            yield torch.randint(0, vocab, (mbs, seq + 1), device=dev, generator=gen)
+
+    def forward_step(it, m):
+        tokens = next(it)
+        out = m(tokens[:, :-1], pos, mask, labels=tokens[:, 1:])
+
+        def loss_func(output):
+            loss = output.float().mean()
+            return loss, {"lm loss": loss.detach().clone()}
+        return out, loss_func
+
+    def step():
+        ddp.zero_grad_buffer()
+        optimizer.zero_grad()
+        red = fb(forward_step_func=forward_step, data_iterator=batches(), model=ddp, num_microbatches=gas,
+                 seq_length=seq, micro_batch_size=mbs, decoder_seq_length=seq, forward_only=False)
+        optimizer.step()
+        return float(torch.stack([r["lm loss"] for r in red]).float().mean())
+
+    inner = getattr(optimizer, "optimizer", None)
+    extra = {"ddp_config": ddp_kw, "optimizer_config": opt_kw, "optimizer_class": type(optimizer).__name__,
+             "inner_optimizer_class": type(inner).__name__ if inner is not None else None,
+             "inner_optimizer_defaults": {k: (v if isinstance(v, (int, float, bool, str, type(None))) else repr(v))
+                                          for k, v in getattr(inner, "defaults", {}).items()}}
+    return step, extra
+
+
+def worker(group: str, skip: set, out: Path, dry: bool, deadline: float, go_file=None) -> None:
+    import torch
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    import deepspeed
+    from megatron.core import parallel_state, tensor_parallel
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(0)
+    elif dry:  # megatron-core's DDP and optimizers allocate on "cuda" unconditionally: the CPU dry run adapts them
+        sys.path.insert(0, str(HERE.parents[1]))
+        from workbench.runs import cpu_adapter
+
+        cpu_adapter.apply()
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    parallel_state.initialize_model_parallel(1, 1)
+    if torch.cuda.is_available() or dry:
+        tensor_parallel.model_parallel_cuda_manual_seed(1234)
+    prov = provenance()
+    if go_file is not None:  # one run per process: imports are done, wait for the GPU to be ours
+        while not go_file.exists():
+            time.sleep(0.05)
+        prov = provenance()
+    cfgs = [c for c in all_runs() if (c["group"] == group or c["run_id"] == group) and c["run_id"] not in skip]
+    for i, cfg in enumerate(cfgs):
+        if time.time() > deadline:
+            print(f"[{group}] budget reached; {len(cfgs) - i} runs not started", flush=True)
+            break
+        with open(out.with_suffix(".started"), "a") as fh:
+            fh.write(cfg["run_id"] + "\n")
+        rec = one_run(cfg, dry, i)
+        rec["provenance"] = prov
+        rec["provenance"]["omp_num_threads_at_run"] = rec.get("omp_num_threads")
+        with open(out, "a") as fh:
+            fh.write(json.dumps(rec, default=str) + "\n")
+        gib = (rec.get("peak_allocated_bytes") or 0) / 2**30
+        print(f"[{group}] {rec['status']:5} {cfg['run_id']:70} alloc {gib:7.2f} GiB "
+              f"step {rec.get('step_seconds_median') or 0:.3f} s  wall {rec['wall_seconds']:.1f} s "
+              f"{rec.get('error', '')[:200]}", flush=True)
+
+
+def done_ids(out: Path) -> set:
+    if not out.exists():
+        return set()
+    return {json.loads(line)["run_id"] for line in out.read_text().splitlines() if line.strip()}
+
+
+def driver(groups: list, out: Path, dry: bool, budget: float) -> None:
+    deadline = time.time() + budget
+    for group in groups:
+        for attempt in range(4):
+            if time.time() > deadline:
+                break
+            skip = done_ids(out)
+            started = out.with_suffix(".started")
+            todo = [c for c in all_runs() if c["group"] == group and c["run_id"] not in skip]
+            if not todo:
+                break
+            cmd = [sys.executable, __file__, "--worker", group, "--out", str(out), "--deadline", str(deadline)]
+            if dry:
+                cmd.append("--dry-run")
+            rc = subprocess.run(cmd).returncode
+            if rc != 0:  # the process died inside a run: record that run as crashed, go on with the rest
+                lines = started.read_text().split() if started.exists() else []
+                last = lines[-1] if lines else None
+                if last and last not in done_ids(out):
+                    cfg = next(c for c in all_runs() if c["run_id"] == last)
+                    with open(out, "a") as fh:
+                        fh.write(json.dumps({"run_id": last, "shape_id": cfg["shape_id"], "group": group,
+                                             "stack": cfg["stack"], "status": "crashed",
+                                             "error": f"process exit code {rc}"}) + "\n")
+                    print(f"[{group}] crashed in {last} (exit {rc})", flush=True)
+
+
+def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, ahead: int = 3) -> None:
+    """Every run in a fresh process (clean allocator, context and DeepSpeed state). To hide the ~15 s of imports
+    per process, ``ahead`` next processes are started early and wait, imports done and CUDA untouched, for a go
+    file; only one process at a time touches the GPU."""
+    deadline = time.time() + budget
+    gate = Path(os.environ.get("TMPDIR", "/tmp")) / f"corpus_gates_{os.getpid()}"
+    gate.mkdir(parents=True, exist_ok=True)
+    todo = [r for r in run_ids if r not in done_ids(out)]
+
+    def spawn(rid, i):
+        go = gate / f"go{i}"
+        go.unlink(missing_ok=True)
+        cmd = [sys.executable, __file__, "--worker", rid, "--out", str(out), "--deadline", str(deadline),
+               "--go-file", str(go)] + (["--dry-run"] if dry else [])
+        return rid, go, subprocess.Popen(cmd)
+
+    pending = [spawn(rid, i) for i, rid in enumerate(todo[:ahead])]
+    nxt = len(pending)
+    while pending:
+        rid, go, proc = pending.pop(0)
+        if time.time() > deadline:
+            proc.kill()
+            continue
+        # start the next process's imports now, unless this run's timing depends on the host CPUs (CPU Adam)
+        early = "/off-" not in rid
+        if early and nxt < len(todo) and time.time() < deadline:
+            pending.append(spawn(todo[nxt], nxt))
+            nxt += 1
+        go.touch()
+        rc = proc.wait()
+        if rc != 0 and rid not in done_ids(out):
+            cfg = next(c for c in all_runs() if c["run_id"] == rid)
+            with open(out, "a") as fh:
+                fh.write(json.dumps({"run_id": rid, "shape_id": cfg["shape_id"], "group": cfg["group"],
+                                     "stack": cfg["stack"], "status": "crashed",
+                                     "error": f"process exit code {rc}"}) + "\n")
+            print(f"[{rid}] crashed (exit {rc})", flush=True)
+        while nxt < len(todo) and time.time() < deadline and len(pending) < ahead:
+            pending.append(spawn(todo[nxt], nxt))
+            nxt += 1
+    for _, go, proc in pending:
+        proc.kill()
+
+
+def launcher_runs(out: Path, steps: int, work: Path, gpus: int = 1, only: str = "") -> None:
+    """A few runs through workbench.runs.launch (torchrun, workbench/runs/train.py) for comparison."""
+    sys.path.insert(0, str(HERE.parents[1]))
+    from workbench.catalog import model as catalog_model
+    from workbench.runs import RunStore, launch
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    work.mkdir(parents=True, exist_ok=True)
+    store = RunStore(work / "runs.sqlite")
+    prov = provenance()
+    from workbench.specs import ModelSpec
+
+    dims = {k: v for k, v in LAUNCHER_SHAPE_2GPU.items() if k != "like"}
+    keep = [w for w in only.split(",") if w]
+    for case in (LAUNCHER_RUNS if gpus == 1 else LAUNCHER_RUNS_2GPU):
+        if keep and not any(w in case["name"] for w in keep):
+            continue
+        if "model" in case:
+            model = catalog_model(case["model"])
+        else:
+            model = ModelSpec(name="mc-h4096-mha-8l", attention="unfused", **dims)
+        plan = ParallelPlan(world_size=gpus, micro_batch_size=case["mbs"], precision="bf16", **case["plan"])
+        t0 = time.perf_counter()
+        try:
+            r = launch(model, ClusterSpec(gpu="H200", gpus_per_node=gpus), plan, steps=steps, nproc=gpus, store=store,
+                       run_dir=work / case["name"], launcher="torchrun", timeout_seconds=240)
+            r.wait()
+            m = r.record()
+        except Exception as exc:
+            m = {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "measured": {}}
+        mem = (m.get("measured") or {}).get("peak_memory_bytes") or {}
+        rec = {"run_id": f"launcher/{case['name']}", "group": "launcher", "gpus": gpus,
+               "shape_id": f"catalog:{case['model']}" if "model" in case else "mc-h4096-mha-8l",
+               "model_dims": None if "model" in case else dims,
+               "stack": "launcher", "script": "workbench/runs/train.py via workbench.runs.launch (torchrun)",
+               "status": "ok" if m.get("status") == "completed" else m.get("status"), "error": m.get("reason"),
+               "catalog_model": case.get("model"), "plan_fields": dict(case["plan"], micro_batch_size=case["mbs"]),
+               "peak_allocated_bytes": max(mem.values()) if mem else None,
+               "step_seconds_median": (m.get("measured") or {}).get("median_step_seconds"),
+               "losses": m.get("losses"), "launcher_measured": m.get("measured"),
+               "launcher_predicted": m.get("predicted"), "wall_seconds": time.perf_counter() - t0,
+               "provenance": prov}
+        with open(out, "a") as fh:
+            fh.write(json.dumps(rec, default=str) + "\n")
+        print(f"[launcher] {rec['status']} {rec['run_id']} alloc {(rec['peak_allocated_bytes'] or 0) / 2**30:.2f} "
+              f"GiB step {rec['step_seconds_median']}", flush=True)
+
+
+def build_ops() -> None:
+    """Build DeepSpeed's FusedAdam and CPUAdam once (JIT) into TORCH_EXTENSIONS_DIR, both at once."""
+    code = "import sys; from deepspeed.ops.op_builder import {b}; {b}().load(); print('{b} ready', flush=True)"
+    procs = [subprocess.Popen([sys.executable, "-c", code.format(b=b)]) for b in ("FusedAdamBuilder",
+                                                                                 "CPUAdamBuilder")]
+    for p in procs:
+        p.wait()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=False)
+    ap.add_argument("--groups", default=",".join(GROUPS))
+    ap.add_argument("--budget-seconds", type=float, default=520)
+    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU with gloo: checks the code path")
+    ap.add_argument("--worker")
+    ap.add_argument("--deadline", type=float)
+    ap.add_argument("--launcher", action="store_true", help="the workbench.runs.launch comparison runs")
+    ap.add_argument("--launcher-steps", type=int, default=6)
+    ap.add_argument("--launcher-gpus", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--launcher-work", type=Path, default=Path("/tmp/corpus_launcher"),
+                    help="run directories and run store of the launcher runs")
+    ap.add_argument("--build-ops", action="store_true")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--go-file", type=Path)
+    ap.add_argument("--per-process", action="store_true", help="every run in its own process (the default way)")
+    ap.add_argument("--only", default="", help="comma-separated substrings of run ids to keep")
+    args = ap.parse_args(argv)
+    if args.list:
+        runs = all_runs()
+        for r in runs:
+            print(r["run_id"])
+        print(f"{len(runs)} runs + {len(LAUNCHER_RUNS)} launcher runs over "
+              f"{len({r['shape_id'] for r in runs})} shapes")
+        return 0
+    if args.build_ops:
+        build_ops()
+        return 0
+    if args.worker:
+        worker(args.worker, done_ids(args.out), args.out, args.dry_run, args.deadline, args.go_file)
+        return 0
+    if args.launcher:
+        launcher_runs(args.out, args.launcher_steps, args.launcher_work, args.launcher_gpus, args.only)
+        return 0
+    groups = [g for g in args.groups.split(",") if g]
+    if args.per_process:
+        ids = [r["run_id"] for g in groups for r in all_runs() if r["group"] == g
+               and (not args.only or any(o in r["run_id"] for o in args.only.split(",")))]
+        driver_one_per_process(ids, args.out, args.dry_run, args.budget_seconds)
+    else:
+        driver(groups, args.out, args.dry_run, args.budget_seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

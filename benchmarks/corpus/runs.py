@@ -1,0 +1,189 @@
+"""The measurement corpus: which models and configurations are measured, as plain data.
+
+Two kinds of model shape:
+
+* megatron-core shapes (``stack`` ``mcore-ds`` / ``mcore-ddp``): the dims are :class:`workbench.specs.ModelSpec`
+  field names, so ``ModelSpec(**dims)`` describes them exactly;
+* Hugging Face shapes (``stack`` ``hf-ds``): a ``config.json`` dict that ``AutoConfig.for_model`` accepts, plus the
+  training sequence length.
+
+Layer counts are cut down so that 60+ runs fit a few GPU minutes; widths, head widths, vocabularies and sequence
+lengths are those of real models (named in ``like``). Runs are grouped: a group runs in one process, in order.
+"""
+from __future__ import annotations
+
+MCORE_SHAPES = {
+    # GPT-2 medium / GPT-3 350M widths: MHA, head 64, GeLU, LayerNorm, learned positions, tied, dropout 0.1
+    "mc-h1024-gelu": dict(like="GPT-3 350M (24 -> 8 layers)", num_layers=8, hidden_size=1024, num_attention_heads=16,
+                          ffn_hidden_size=4096, vocab_size=50257, seq_length=2048, activation="gelu",
+                          normalization="layernorm", add_bias_linear=True, tied_embeddings=True,
+                          position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
+    # long sequence, head 64
+    "mc-h1536-s8k": dict(like="GPT-3 760M width at 8k tokens (24 -> 4 layers)", num_layers=4, hidden_size=1536,
+                         num_attention_heads=24, ffn_hidden_size=6144, vocab_size=50257, seq_length=8192,
+                         activation="gelu", normalization="layernorm", add_bias_linear=True, tied_embeddings=True,
+                         position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
+    # Llama 3.2 3B: GQA 24/8, head 128, SwiGLU, RMSNorm, RoPE, tied, 128k vocabulary
+    "mc-h3072-gqa": dict(like="Llama 3.2 3B (28 -> 4 layers)", num_layers=4, hidden_size=3072, num_attention_heads=24,
+                         num_query_groups=8, ffn_hidden_size=8192, vocab_size=128256, seq_length=4096,
+                         activation="swiglu", normalization="rmsnorm", add_bias_linear=False, tied_embeddings=True,
+                         position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # Llama 2 7B: MHA, head 128, untied, 32k vocabulary
+    "mc-h4096-mha": dict(like="Llama 2 7B (32 -> 4 layers)", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                         ffn_hidden_size=11008, vocab_size=32000, seq_length=4096, activation="swiglu",
+                         normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
+                         position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # Qwen2.5 14B width: GQA 40/8, 152k vocabulary, untied
+    "mc-h5120-gqa": dict(like="Qwen2.5 14B width (48 -> 2 layers)", num_layers=2, hidden_size=5120,
+                         num_attention_heads=40, num_query_groups=8, ffn_hidden_size=13824, vocab_size=152064,
+                         seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                         tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                         attention_dropout=0.0),
+    # GPT-3 13B-class width 6144 (head 128), GeLU with biases, dropout 0.1, untied
+    "mc-h6144-gelu": dict(like="GPT-3 XL-wide 6144 (-> 2 layers)", num_layers=2, hidden_size=6144,
+                          num_attention_heads=48, ffn_hidden_size=24576, vocab_size=51200, seq_length=2048,
+                          activation="gelu", normalization="layernorm", add_bias_linear=True, tied_embeddings=False,
+                          position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
+}
+
+HF_SHAPES = {
+    # TinyLlama 1.1B: head 64, GQA 32/4, untied, 32k vocabulary
+    "hf-llama-h2048": dict(like="TinyLlama 1.1B (22 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=5632,
+        num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
+        max_position_embeddings=2048, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
+    # Qwen2 1.5B: head 128, GQA 12/2, QKV biases, tied, 152k vocabulary
+    "hf-qwen2-h1536": dict(like="Qwen2 1.5B (28 -> 4 layers)", seq_length=4096, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=1536, intermediate_size=8960,
+        num_hidden_layers=4, num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # GPT-2 medium: MHA head 64, GeLU, learned positions, dropout 0.1, tied
+    "hf-gpt2-h1024": dict(like="GPT-2 medium (24 -> 8 layers)", seq_length=1024, config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1024, n_layer=8, n_head=16, vocab_size=50257,
+        n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
+        tie_word_embeddings=True)),
+}
+
+
+def _ds(shape, zero, **kw):
+    return dict(stack="mcore-ds", shape_id=shape, zero=zero, **kw)
+
+
+def _ddp(shape, dist, **kw):
+    return dict(stack="mcore-ddp", shape_id=shape, distributed_optimizer=dist, **kw)
+
+
+def _hf(shape, zero, attn, **kw):
+    return dict(stack="hf-ds", shape_id=shape, zero=zero, attn=attn, **kw)
+
+
+OFF = dict(offload="cpu", omp_threads=16)
+
+GROUPS = {
+    # HF first: the runs two issues wait for
+    "hf-llama": [
+        _hf("hf-llama-h2048", 2, "sdpa"), _hf("hf-llama-h2048", 2, "eager"), _hf("hf-llama-h2048", 3, "sdpa"),
+        _hf("hf-llama-h2048", 2, "sdpa", ckpt=True), _hf("hf-llama-h2048", 3, "eager", ckpt=True),
+        _hf("hf-llama-h2048", 0, "sdpa"), _hf("hf-llama-h2048", 1, "eager", mbs=2),
+        _hf("hf-llama-h2048", 2, "sdpa", ckpt=True, lora=16),
+        _hf("hf-llama-h2048", 2, "sdpa", **OFF),
+    ],
+    "hf-qwen2": [
+        _hf("hf-qwen2-h1536", 2, "sdpa"), _hf("hf-qwen2-h1536", 2, "eager"),
+        _hf("hf-qwen2-h1536", 3, "sdpa", ckpt=True), _hf("hf-qwen2-h1536", 2, "sdpa", gas=2),
+        _hf("hf-qwen2-h1536", 2, "eager", ckpt=True, lora=16), _hf("hf-qwen2-h1536", 3, "sdpa", **OFF),
+    ],
+    "hf-gpt2": [
+        _hf("hf-gpt2-h1024", 2, "sdpa", mbs=4), _hf("hf-gpt2-h1024", 2, "eager", mbs=4),
+        _hf("hf-gpt2-h1024", 3, "sdpa", mbs=4, ckpt=True),
+    ],
+    "mcore-ds-a": [
+        _ds("mc-h1024-gelu", 0, mbs=4), _ds("mc-h1024-gelu", 1, mbs=4), _ds("mc-h1024-gelu", 2, mbs=4),
+        _ds("mc-h1024-gelu", 3, mbs=4), _ds("mc-h1024-gelu", 1, mbs=4, recompute="full"),
+        _ds("mc-h1024-gelu", 2, mbs=4, recompute="selective"), _ds("mc-h1024-gelu", 2, mbs=2, gas=2),
+        _ds("mc-h1024-gelu", 2, mbs=4, **OFF),
+        _ds("mc-h1536-s8k", 1), _ds("mc-h1536-s8k", 1, recompute="selective"),
+        _ds("mc-h1536-s8k", 1, recompute="full"), _ds("mc-h1536-s8k", 3),
+    ],
+    "mcore-ds-b": [
+        _ds("mc-h3072-gqa", 0), _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 3),
+        _ds("mc-h3072-gqa", 2, recompute="full"), _ds("mc-h3072-gqa", 2, **OFF),
+        _ds("mc-h4096-mha", 1), _ds("mc-h4096-mha", 2, recompute="selective"),
+        _ds("mc-h4096-mha", 3, recompute="full"), _ds("mc-h4096-mha", 2, mbs=2, gas=2, recompute="full"),
+        _ds("mc-h4096-mha", 3, **OFF),
+    ],
+    "mcore-ds-c": [
+        _ds("mc-h5120-gqa", 0), _ds("mc-h5120-gqa", 2), _ds("mc-h5120-gqa", 3),
+        _ds("mc-h6144-gelu", 1), _ds("mc-h6144-gelu", 2, recompute="full"), _ds("mc-h6144-gelu", 3),
+    ],
+    "mcore-ddp": [
+        _ddp("mc-h1024-gelu", False, mbs=4), _ddp("mc-h1024-gelu", False, mbs=4, recompute="selective"),
+        _ddp("mc-h1024-gelu", False, mbs=4, recompute="full"), _ddp("mc-h1024-gelu", True, mbs=4),
+        _ddp("mc-h1536-s8k", False, recompute="selective"), _ddp("mc-h1536-s8k", True, recompute="full"),
+        _ddp("mc-h3072-gqa", False), _ddp("mc-h3072-gqa", True), _ddp("mc-h3072-gqa", True, recompute="full"),
+        _ddp("mc-h4096-mha", False, recompute="selective"), _ddp("mc-h4096-mha", True, gas=2),
+        _ddp("mc-h6144-gelu", False), _ddp("mc-h6144-gelu", True),
+    ],
+}
+
+LAUNCHER_RUNS = [
+    # the catalog model and micro-batch of benchmarks/results/gpu_validation_h200.json, for comparison
+    dict(name="launch-ds-z1-none", model="gpt3-1_3b", mbs=4, plan=dict(engine="deepspeed", zero_stage=1)),
+    dict(name="launch-ds-z3-full", model="gpt3-1_3b", mbs=4,
+         plan=dict(engine="deepspeed", zero_stage=3, recompute="full")),
+    dict(name="launch-mg-plain", model="gpt3-1_3b", mbs=4, plan=dict(engine="megatron")),
+    dict(name="launch-mg-distopt-sel", model="gpt3-1_3b", mbs=4,
+         plan=dict(engine="megatron", distributed_optimizer=True, recompute="selective")),
+]
+
+# two GPUs: the Llama 2 7B shape at 8 layers (so PP=2 with 2 virtual stages divides it) through the launcher
+LAUNCHER_SHAPE_2GPU = dict(MCORE_SHAPES["mc-h4096-mha"], num_layers=8, like="Llama 2 7B (32 -> 8 layers)")
+LAUNCHER_RUNS_2GPU = [
+    dict(name="launch2-mg-tp2-sel", mbs=1, plan=dict(engine="megatron", tensor_parallel=2, recompute="selective")),
+    dict(name="launch2-mg-pp2-vp2-distopt", mbs=1,
+         plan=dict(engine="megatron", pipeline_parallel=2, virtual_pipeline=2, distributed_optimizer=True,
+                   global_batch_size=8)),
+    dict(name="launch2-mg-dp2-distopt-full", mbs=1,
+         plan=dict(engine="megatron", distributed_optimizer=True, recompute="full")),
+    dict(name="launch2-ds-dp2-z2", mbs=1, plan=dict(engine="deepspeed", zero_stage=2)),
+    dict(name="launch2-hybrid-tp2-z1-sel", mbs=1,
+         plan=dict(engine="megatron-deepspeed", tensor_parallel=2, zero_stage=1, recompute="selective")),
+    # the guide's hybrid with a pipeline: megatron-core 1F1B stages, DeepSpeed ZeRO-1 over each stage's DP group
+    dict(name="launch2-hybrid-pp2-z1", mbs=1,
+         plan=dict(engine="megatron-deepspeed", pipeline_parallel=2, zero_stage=1, global_batch_size=8)),
+]
+
+
+def run_id(cfg: dict) -> str:
+    """A stable, readable id for one configuration."""
+    parts = [cfg["stack"], cfg["shape_id"]]
+    if cfg["stack"] == "mcore-ddp":
+        parts.append("distopt" if cfg["distributed_optimizer"] else "plainopt")
+    else:
+        parts.append(f"z{cfg['zero']}")
+    if cfg.get("attn"):
+        parts.append(cfg["attn"])
+    if cfg.get("recompute", "none") != "none":
+        parts.append(f"rc-{cfg['recompute']}")
+    if cfg.get("ckpt"):
+        parts.append("ckpt")
+    if cfg.get("lora"):
+        parts.append(f"lora{cfg['lora']}")
+    if cfg.get("offload"):
+        parts.append(f"off-{cfg['offload']}-omp{cfg['omp_threads']}")
+    parts.append(f"mbs{cfg.get('mbs', 1)}")
+    if cfg.get("gas", 1) > 1:
+        parts.append(f"gas{cfg['gas']}")
+    return "/".join(parts)
+
+
+def all_runs() -> list[dict]:
+    out = []
+    for group, cfgs in GROUPS.items():
+        for c in cfgs:
+            out.append(dict(c, group=group, run_id=run_id(c)))
+    ids = [r["run_id"] for r in out]
+    assert len(ids) == len(set(ids)), "duplicate run ids"
+    return out
