@@ -12,7 +12,7 @@ PORT   ?=
 # JupyterLab refuses to start as root unless told to (containers often run as root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test dashboard venv bench clean
+.PHONY: lab test test-long dashboard venv bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ dashboard: venv
 
 test: venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# also the 8-process layout test of the guide's 13B (about a minute more on 2 cores)
+test-long: venv
+	WORKBENCH_LONG_TESTS=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: venv
 	@for f in benchmarks/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done

@@ -1,12 +1,20 @@
 """The guide's 13B layout (TP4 x PP2, interleaved) at tiny width on 8 CPU processes: the same losses as one process.
-benchmarks/guide_13b_layout_cpu.py runs the other layouts."""
+benchmarks/guide_13b_layout_cpu.py runs the other layouts.
+
+Eight processes on a 2-core CI machine take about a minute; the default suite already runs an 8-process pipeline with
+tensor parallelism (tests/test_runs_hybrid_pipeline.py) and interleaved stages on 2 processes
+(tests/test_runs_launcher.py), so this one runs with ``WORKBENCH_LONG_TESTS=1`` (``make test-long``)."""
+import os
+
 import pytest
 
 from runs_support import cpu_cluster, plan
 from workbench.catalog import model
 from workbench.runs import RunStore, launch
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.environ.get("WORKBENCH_LONG_TESTS") != "1",
+                                 reason="8-process layout test: set WORKBENCH_LONG_TESTS=1 (make test-long)")]
 
 # 40 heads of head_dim 2: TP4 splits them 10 per rank; 8 layers: PP2 x 2 virtual chunks of 2 layers
 TINY_13B = model("gpt3-13b").replace(num_layers=8, hidden_size=80, head_dim=2, ffn_hidden_size=320, vocab_size=512,
