@@ -128,3 +128,21 @@ def test_app_caps_cluster_size_with_a_clear_message():
     state = reduce(state, SetPlan(changes={"global_batch_size": None}))
     big = reduce(state, SetCluster(changes={"num_nodes": DASHBOARD_MAX_NODES}))
     assert not big.error and big.cluster.world_size == 8 * DASHBOARD_MAX_NODES
+
+
+def test_overlap_comm_dropdown_shows_the_engine_default_and_round_trips():
+    """ipywidgets shows a Dropdown value of None as a blank box: the panel shows "engine default" for the plan's None
+    and sends None back for it."""
+    from widgets.app import Workbench
+
+    app = Workbench()
+    from widgets.parallel_panel import ParallelPanel
+
+    panel = next(p for p in app.panels if isinstance(p, ParallelPanel))
+    box = panel.controls["overlap_comm"]
+    assert app.state.plan.overlap_comm is None
+    assert box.label == "engine default"
+    box.value = False
+    assert app.state.plan.overlap_comm is False
+    box.value = "default"
+    assert app.state.plan.overlap_comm is None and box.label == "engine default"

@@ -24,6 +24,7 @@ _INTS = (
 
 _ZERO_IS_NONE = ("recompute_layers", "first_stage_layers", "last_stage_layers")
 """Integer boxes where 0 stands for the plan's ``None``."""
+_ENGINE_DEFAULT = "default"  # the overlap_comm choice that leaves it to the engine (None in the plan)
 
 
 class ParallelPanel(Panel):
@@ -45,10 +46,10 @@ class ParallelPanel(Panel):
         for name, label in _INTS:
             c[name] = int_text(label, minimum=1)
         # Megatron's uneven pipeline split (--decoder-first/last-pipeline-num-layers, --account-for-*-in-pipeline-split)
-        c["first_stage_layers"] = int_text("first stage layers (0 = even)", minimum=0,
-                                           tooltip="Megatron --decoder-first-pipeline-num-layers")
-        c["last_stage_layers"] = int_text("last stage layers (0 = even)", minimum=0,
-                                          tooltip="Megatron --decoder-last-pipeline-num-layers")
+        c["first_stage_layers"] = int_text("first stage layers", minimum=0,
+                                           tooltip="Megatron --decoder-first-pipeline-num-layers (0: an even split)")
+        c["last_stage_layers"] = int_text("last stage layers", minimum=0,
+                                          tooltip="Megatron --decoder-last-pipeline-num-layers (0: an even split)")
         c["embedding_in_pipeline_split"] = checkbox("embedding counts as a stage layer")
         c["loss_in_pipeline_split"] = checkbox("loss counts as a stage layer")
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
@@ -58,10 +59,13 @@ class ParallelPanel(Panel):
         c["adam"] = dropdown("Adam kernel", [a.value for a in AdamImpl],
                              tooltip="fused: Apex/Transformer Engine or DeepSpeed FusedAdam; torch: torch.optim.AdamW "
                                      "(CPU Adam follows from optimizer offload)")
-        c["overlap_comm"] = dropdown("overlap comm", [("engine default", None), ("on", True), ("off", False)],
+        # ipywidgets reads a Dropdown value of None as "nothing selected" (a blank box), so the engine default is a
+        # string here and None in the plan
+        c["overlap_comm"] = dropdown("overlap comm", [("engine default", _ENGINE_DEFAULT), ("on", True),
+                                                      ("off", False)],
                                      tooltip="gradient reduce overlapped with backward (DeepSpeed overlap_comm, "
                                              "Megatron --overlap-grad-reduce)")
-        c["lora_rank"] = int_text("LoRA rank (0 = full fine-tune)", minimum=0)
+        c["lora_rank"] = int_text("LoRA rank", minimum=0, tooltip="LoRA adapter rank (0: full fine-tune)")
         c["lora_rank"].add_class("wb-lora-rank")
         self.controls = c
         for name, w in c.items():
@@ -81,6 +85,8 @@ class ParallelPanel(Panel):
     def _on_field(self, name: str, value) -> None:
         if name in _ZERO_IS_NONE:
             value = value or None  # 0: every layer of the stage / an even share
+        elif value == _ENGINE_DEFAULT:
+            value = None
         self.send(SetPlan(changes={name: value}))
 
     def show(self, state) -> None:
@@ -91,6 +97,8 @@ class ParallelPanel(Panel):
                     value = value or 0
                 elif name == "zero_stage":
                     value = int(value)
+                elif name == "overlap_comm" and value is None:
+                    value = _ENGINE_DEFAULT
                 else:
                     value = value.value if hasattr(value, "value") else value
                 self.set_value(w, value)
