@@ -184,6 +184,18 @@ def mean_over_group(value: float, group=None) -> float:
     return float(t.item()) / dist.get_world_size(group=group)
 
 
+def pipeline_loss(reduced, last_stage: bool, data_parallel: int):
+    """The step's loss from megatron-core's pipeline schedule output: the mean of the micro-batches' ``lm loss`` on
+    the last stage, averaged over its data-parallel group; ``None`` on the other stages (they see no loss)."""
+    if not last_stage:
+        return None
+    from megatron.core import parallel_state as ps
+    import torch
+
+    local = float(torch.stack([r["lm loss"] for r in reduced]).float().mean())
+    return mean_over_group(local, ps.get_data_parallel_group()) if data_parallel > 1 else local
+
+
 def write_groups(writer: MetricsWriter) -> None:
     """A ``groups`` record: the global ranks of this rank's tensor-, pipeline- and data-parallel groups as
     megatron-core built them (what :func:`workbench.layout.build_layout` predicts)."""
@@ -382,11 +394,8 @@ def train_hybrid_pipeline(run, model_spec, plan, writer: MetricsWriter) -> None:
         engine.step()
         sync()
         seconds = time.perf_counter() - t0
-        loss = None
-        if last:
-            local = float(torch.stack([r["lm loss"] for r in reduced]).float().mean())
-            loss = mean_over_group(local, ps.get_data_parallel_group()) if dp > 1 else local
-        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes(), grad_norm=global_grad_norm(engine))
+        writer.step(step, pipeline_loss(reduced, last, dp), seconds, tokens_per_step, peak_memory_bytes(),
+                    grad_norm=global_grad_norm(engine))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -560,11 +569,7 @@ def train_megatron(run, model_spec, plan, writer: MetricsWriter) -> None:
         optimizer.step()
         sync()
         seconds = time.perf_counter() - t0
-        loss = None
-        if last_stage:
-            local = float(torch.stack([r["lm loss"] for r in reduced]).float().mean())
-            loss = mean_over_group(local, ps.get_data_parallel_group()) if dp > 1 else local
-        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes())
+        writer.step(step, pipeline_loss(reduced, last_stage, dp), seconds, tokens_per_step, peak_memory_bytes())
 
 
 # ----------------------------------------------------------------------------------------------------------------
