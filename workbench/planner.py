@@ -18,7 +18,8 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
   and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``, DP > 1: at DP = 1 it
-  changes nothing);
+  changes nothing); engine ``megatron-deepspeed`` only with TP, PP or CP > 1 (without them it is the
+  ``deepspeed`` plan);
 - recompute none / selective / full, micro batch b (divisors of global batch ÷ d), sequence parallel (t > 1).
 
 A plan is feasible when its peak over pipeline stages ≤ (1 − headroom) × GPU memory and its offloaded bytes fit the
@@ -266,6 +267,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     settings = _settings(engines, tuple(int(z) for z in zero_stages), offload, rc_codes)
     s_engine, s_sp, s_zero = settings[:, 0], settings[:, 1], settings[:, 2]
     ds_code, mg_code = ENGINE_CODES[Engine.DEEPSPEED], ENGINE_CODES[Engine.MEGATRON]
+    hy_code = ENGINE_CODES[Engine.MEGATRON_DEEPSPEED]
 
     g = np.gcd(model.num_attention_heads, model.num_query_groups)
     tps = [t for t in _divisors(int(np.gcd(g, model.ffn_hidden_size)))
@@ -292,6 +294,9 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 ok &= (s_engine == mg_code) | (p == 1) | (s_zero < 2)
                 # the distributed optimizer shards over data parallel: at DP = 1 it is the same plan as without
                 ok &= (settings[:, 5] == 0) | (d > 1)
+                # the hybrid without tensor, pipeline or context parallelism is DeepSpeed ZeRO over data parallel:
+                # the same plan, priced the same, as engine deepspeed
+                ok &= (s_engine != hy_code) | (t > 1) | (p > 1) | (c > 1)
                 if first or emb:  # an uneven split is Megatron's (--decoder-first/last-pipeline-num-layers, ...)
                     ok &= s_engine == mg_code
                 rows = settings[ok]
