@@ -226,9 +226,8 @@ def to_device(batch: dict, dev) -> dict:
 def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) -> None:
     import deepspeed
     import torch
-    import torch.distributed as dist
 
-    from workbench.runs.data import TokenSamples, microbatch, parse_source, sample_indices
+    from workbench.runs.data import TokenSamples, parse_source
     from workbench.runs.model import build_gpt, causal_mask, init_layout_independent
 
     opts = run["options"]
@@ -256,22 +255,40 @@ def train_deepspeed(run, model_spec, plan, writer: MetricsWriter, hybrid: bool) 
     mask = causal_mask(model_spec.seq_length, device=dev)
     tokens_per_step = plan.global_batch_size * model_spec.seq_length
     dp_group = parallel_state.get_data_parallel_group()
-    for step in range(opts["steps"]):
+
+    def micro_loss(b):
+        b = to_device(b, dev)
+        return engine(b["tokens"], b["position_ids"], mask, labels=b["labels"]).float().mean()
+
+    deepspeed_steps(engine, plan, opts["steps"], samples, micro_loss, writer, dp=dp, dp_rank=dp_rank,
+                    dp_group=dp_group, tokens_per_step=tokens_per_step)
+
+
+def deepspeed_steps(engine, plan, steps: int, samples, micro_loss, writer, *, dp: int, dp_rank: int, dp_group,
+                    tokens_per_step: int) -> None:
+    """The DeepSpeed training loop shared by the megatron-core and transformers models: per step, one
+    ``engine.backward`` / ``engine.step`` per micro-batch of this data-parallel rank (DeepSpeed steps the optimizer at
+    the accumulation boundary), then the step's mean loss over the data-parallel group, its seconds, peak memory and
+    DeepSpeed's gradient norm. ``micro_loss(batch)`` is the model's loss on one micro-batch (a tensor)."""
+    import torch
+
+    from workbench.runs.data import microbatch, sample_indices
+
+    for step in range(steps):
         sync()
         t0 = time.perf_counter()
         losses = []
         for m in range(plan.gradient_accumulation_steps):
             idx = sample_indices(step, m, dp_rank=dp_rank, data_parallel=dp,
                                  micro_batch_size=plan.micro_batch_size, global_batch_size=plan.global_batch_size)
-            b = to_device(microbatch(samples, idx), dev)
-            loss = engine(b["tokens"], b["position_ids"], mask, labels=b["labels"]).float().mean()
+            loss = micro_loss(microbatch(samples, idx))
             engine.backward(loss)
             engine.step()
-            losses.append(loss.detach())
+            losses.append(loss.detach().float())
         sync()
         seconds = time.perf_counter() - t0
         local = float(torch.stack(losses).mean())
-        loss = mean_over_group(local, dp_group) if dist.get_world_size(dp_group) > 1 else local
+        loss = mean_over_group(local, dp_group) if dp > 1 else local
         writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes(), grad_norm=global_grad_norm(engine))
 
 
@@ -438,7 +455,7 @@ def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
     import torch
     import torch.distributed as dist
 
-    from workbench.runs.data import TokenSamples, microbatch, parse_source, sample_indices
+    from workbench.runs.data import TokenSamples, parse_source
 
     opts = run["options"]
     dev = device()
@@ -458,24 +475,13 @@ def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
     samples = TokenSamples(parse_source(opts["data"]), vocab_size=model_spec.vocab_size,
                            seq_length=model_spec.seq_length, seed=opts["seed"])
     tokens_per_step = plan.global_batch_size * model_spec.seq_length
-    for step in range(opts["steps"]):
-        sync()
-        t0 = time.perf_counter()
-        losses = []
-        for m in range(plan.gradient_accumulation_steps):
-            idx = sample_indices(step, m, dp_rank=dp_rank, data_parallel=dp,
-                                 micro_batch_size=plan.micro_batch_size, global_batch_size=plan.global_batch_size)
-            b = microbatch(samples, idx)
-            ids = torch.cat([b["tokens"], b["labels"][:, -1:]], dim=1)[:, -model_spec.seq_length:].to(dev)
-            loss = engine(input_ids=ids, labels=ids).loss
-            engine.backward(loss)
-            engine.step()
-            losses.append(loss.detach().float())
-        sync()
-        seconds = time.perf_counter() - t0
-        local = float(torch.stack(losses).mean())
-        loss = mean_over_group(local) if dp > 1 else local
-        writer.step(step, loss, seconds, tokens_per_step, peak_memory_bytes())
+
+    def micro_loss(b):
+        ids = torch.cat([b["tokens"], b["labels"][:, -1:]], dim=1)[:, -model_spec.seq_length:].to(dev)
+        return engine(input_ids=ids, labels=ids).loss
+
+    deepspeed_steps(engine, plan, opts["steps"], samples, micro_loss, writer, dp=dp, dp_rank=dp_rank, dp_group=None,
+                    tokens_per_step=tokens_per_step)
 
 
 # ----------------------------------------------------------------------------------------------------------------
