@@ -88,7 +88,8 @@ def parallel_facts(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -
         stride, size = shape(t, c, d, p)
         sizes[kind] = size
         crosses[kind] = bool(group_crosses_nodes(stride, size, n))
-    stages = M.stage_params_per_rank(model, t, p, np.arange(p))
+    stages = M.stage_params_per_rank(model, t, p, np.arange(p),
+                                     np.asarray(plan.stage_layers(model.num_layers), dtype=float))
     return ParallelFacts(world_size=plan.world_size, gpus_per_node=n, num_nodes=cluster.num_nodes,
                          group_sizes=sizes, crosses_nodes=crosses,
                          parameters_per_rank=tuple(float(x) for x in np.broadcast_to(stages, (p,))),
