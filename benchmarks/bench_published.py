@@ -63,7 +63,8 @@ def specs(case: dict):
     model = catalog.model(m) if isinstance(m, str) else ModelSpec(**m)
     if case.get("seq"):
         model = model.replace(seq_length=case["seq"])
-    cluster = ClusterSpec(gpu=catalog.gpu(case["gpu"]), gpus_per_node=8, num_nodes=case["gpus"] // 8)
+    per_node = min(8, case["gpus"])
+    cluster = ClusterSpec(gpu=catalog.gpu(case["gpu"]), gpus_per_node=per_node, num_nodes=case["gpus"] // per_node)
     lay = case["layout"]
     kw = dict(world_size=case["gpus"], engine=lay["engine"], tensor_parallel=lay.get("tp", 1),
               pipeline_parallel=lay.get("pp", 1), virtual_pipeline=lay.get("vp", 1),
