@@ -63,7 +63,10 @@ def specs(case: dict):
     model = catalog.model(m) if isinstance(m, str) else ModelSpec(**m)
     if case.get("seq"):
         model = model.replace(seq_length=case["seq"])
-    cluster = ClusterSpec(gpu=catalog.gpu(case["gpu"]), gpus_per_node=8, num_nodes=case["gpus"] // 8)
+    if case.get("model_overrides"):
+        model = model.replace(**case["model_overrides"])
+    per_node = min(8, case["gpus"])
+    cluster = ClusterSpec(gpu=catalog.gpu(case["gpu"]), gpus_per_node=per_node, num_nodes=case["gpus"] // per_node)
     lay = case["layout"]
     kw = dict(world_size=case["gpus"], engine=lay["engine"], tensor_parallel=lay.get("tp", 1),
               pipeline_parallel=lay.get("pp", 1), virtual_pipeline=lay.get("vp", 1),
@@ -71,6 +74,8 @@ def specs(case: dict):
               distributed_optimizer=lay.get("dist_opt", False), recompute=lay["recompute"],
               micro_batch_size=lay["mbs"], global_batch_size=lay["gbs"], precision=lay["precision"],
               embedding_in_pipeline_split=lay.get("emb_split", False), loss_in_pipeline_split=lay.get("loss_split", False))
+    if lay.get("fp8_recipe"):
+        kw["fp8_recipe"] = lay["fp8_recipe"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
     return model, cluster, ParallelPlan(**kw)
@@ -213,6 +218,12 @@ def summary_lines(rows: list) -> list:
     within = sum(e <= TARGET for e in errs)
     out.append(f"step time, {len(done)} cases: median |error| {statistics.median(errs):.1%}, worst "
                f"{abs(worst.ratio - 1):.1%} ({worst.case['id']}), within {TARGET:.0%}: {within} of {len(done)}")
+    by_source = {}
+    for r in done:
+        by_source.setdefault(r.case["source"], []).append(abs(r.ratio - 1))
+    for src, e in by_source.items():
+        out.append(f"  {src}: {len(e)} cases, median {statistics.median(e):.1%}, worst {max(e):.1%}, "
+                   f"within {TARGET:.0%}: {sum(x <= TARGET for x in e)}")
     ranked = [r for r in done if r.rank is not None]
     if ranked:
         top = sum(r.rank.rank is not None and r.rank.rank <= TOP for r in ranked)
