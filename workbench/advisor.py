@@ -11,6 +11,8 @@ The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指
   ``nsys profile``);
 - §5.2 out of memory, in the guide's order: smaller micro batch with more accumulation, activation checkpointing,
   ZeRO-3 CPU offload (:func:`oom_ladder`);
+- long context (≥ 16k tokens): materialised attention's s² scores, and context vs tensor parallelism priced both
+  ways (:func:`long_context_attention`, :func:`context_parallel_choice`);
 - §5.3 convergence: gradient clipping 0.5-1.0 for ≥ 13B, loss-scale window and monitoring for fp16, Adam betas
   0.9/0.95 — read from the :class:`~workbench.configs.deepspeed.DeepSpeedOptions` the exports write.
 
@@ -319,6 +321,97 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
                     else "more host memory per node, NVMe offload, or fewer offloaded states"))
 
 
+LONG_CONTEXT_TOKENS = 16384
+"""From this sequence length on the attention core and the sequence-long activations dominate a layer: the advisor
+checks how attention is computed and what context parallelism does."""
+
+
+def score_matrix_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Bytes one layer's materialised attention scores take for one micro-batch on one rank (unfused or
+    fused-softmax attention): what the layer keeps for backward (:func:`workbench.memory.layer_activation_bytes`,
+    full minus selective) plus megatron-core's score buffer, a·(s/c)·s·b/t elements. 0 with flash attention."""
+    if not model.attention.materialises_scores:
+        return 0.0
+    kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
+              sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel,
+              value_bytes=plan.precision.bytes_per_value)
+    full = M.layer_activation_bytes(model, recompute=0, **kw)[0]
+    selective = M.layer_activation_bytes(model, recompute=1, **kw)[0]
+    buffer = M.buffer_bytes(model, engine=0, zero_stage=0, tensor_parallel=plan.tensor_parallel,
+                            micro_batch=plan.micro_batch_size, context_parallel=plan.context_parallel,
+                            value_bytes=plan.precision.bytes_per_value)
+    return float(full - selective + buffer)
+
+
+def long_context_attention(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
+    """At ≥ :data:`LONG_CONTEXT_TOKENS` tokens: materialised attention (``unfused`` / ``fused-softmax``) holds
+    a·s²-sized scores per layer — say how large against the GPU, and that flash attention removes them (and is what
+    context parallelism needs); with flash attention, how many tokens each rank's activations cover."""
+    s = model.seq_length
+    if s < LONG_CONTEXT_TOKENS:
+        return None
+    if model.attention.materialises_scores:
+        scores = score_matrix_bytes(model, plan)
+        share = scores / memory.capacity_bytes
+        return Finding(id="long_context_attention", status="fail" if share > 0.25 else "warn",
+                       message=f"attention='{model.attention}' at {s:,} tokens materialises the "
+                               f"{model.num_attention_heads} x {s:,} x {s:,} score matrix: {_gb(scores)} per layer "
+                               f"and micro-batch on each GPU (a·s²·b/(t·c) scores; {share:.0%} of the GPU), "
+                               f"growing with the square of the sequence",
+                       suggestion="attention='flash' (Transformer Engine / FlashAttention: no s×s tensor, "
+                                  "--attention-backend flash); it is also what context parallelism needs")
+    c = plan.context_parallel
+    act = memory.peak_stage.backward_activation_bytes
+    return Finding(id="long_context_attention", status="pass",
+                   message=f"flash attention at {s:,} tokens: each GPU keeps activations of {s // c:,} tokens "
+                           f"(CP={c}{', ' + str(plan.cp_comm_type) if c > 1 else ''}), "
+                           f"{_gb(act)} at its peak stage")
+
+
+def context_parallel_choice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record,
+                            profile=None) -> Optional[Finding]:
+    """At long context, the same GPUs used the other way — context parallel instead of tensor parallel or the
+    reverse — priced with the models: activations per GPU and step time of both, so the choice is explained with
+    numbers ("at 131,072 tokens CP=8 keeps 18 GiB of activations per GPU; TP=8 alone would need 19 GiB ..."). The
+    alternative moves all of CP into TP (with sequence parallel) or all of TP into CP (ring exchange); ``None``
+    when the sequence is short, attention is not flash, the engine is not Megatron or the swap is not a valid plan."""
+    t, c, s = plan.tensor_parallel, plan.context_parallel, model.seq_length
+    if (s < LONG_CONTEXT_TOKENS or model.attention.materialises_scores or plan.engine is not Engine.MEGATRON
+            or t * c == 1):
+        return None
+    if c > 1:
+        other = plan.replace(tensor_parallel=t * c, context_parallel=1, sequence_parallel=True,
+                             cp_comm_type="p2p", hierarchical_context_parallel_sizes=None)
+    else:
+        other = plan.replace(tensor_parallel=1, context_parallel=t, sequence_parallel=False)
+    try:
+        alt = _evaluated(model, cluster, other, profile)
+    except ValueError:
+        return None
+    mine, theirs = record.memory, alt.memory
+    a_mine, a_theirs = (m.peak_stage.backward_activation_bytes for m in (mine, theirs))
+    def name(p):
+        parts = ([f"TP={p.tensor_parallel}" + (" + SP" if p.sequence_parallel else "")] if p.tensor_parallel > 1
+                 else []) + ([f"CP={p.context_parallel}"] if p.context_parallel > 1 else [])
+        return " x ".join(parts)
+    better_time = record.time.step_seconds <= alt.time.step_seconds
+    fits_alt = theirs.fits_gpu
+    message = (f"at {s:,} tokens, {name(plan)} keeps {_gb(a_mine)} of activations per GPU (peak {_gb(mine.per_gpu_peak_bytes)}"
+               f", {record.time.step_seconds:.2f} s/step); {name(other)} would keep {_gb(a_theirs)} (peak "
+               f"{_gb(theirs.per_gpu_peak_bytes)}{'' if fits_alt else ', does not fit'}, "
+               f"{alt.time.step_seconds:.2f} s/step: tensor-parallel traffic {alt.time.breakdown['tp_comm']:.2f} s "
+               f"vs context-parallel {alt.time.breakdown['cp_comm']:.2f} s exposed)")
+    if mine.fits_gpu:
+        good = better_time or not fits_alt
+        why = "is faster here"
+    else:  # this plan does not fit: the swap is the advice if it does
+        good = not fits_alt
+        why = "fits here (CP shards activations only; TP also shards weights, gradients and optimizer states)" \
+            if c > 1 else "fits here"
+    return Finding(id="context_parallel_choice", status="pass" if good else "warn", message=message,
+                   suggestion="" if good else f"{name(other)} {why}: {_plan_text(other)}")
+
+
 def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions, num_parameters: Optional[int] = None) -> Finding:
     """Guide §5.3: max_norm 0.5-1.0 for models above 13B."""
     n = model.num_parameters if num_parameters is None else num_parameters
@@ -377,7 +470,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     o = options or DeepSpeedOptions()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), strategy_tier(model, cluster, plan, memory),
-             zero3_layer_room(model, plan, memory), card_size(model, cluster, n)]
+             zero3_layer_room(model, plan, memory), card_size(model, cluster, n),
+             long_context_attention(model, plan, memory)]
     if time is not None:
         found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
@@ -484,6 +578,11 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     engine = Engine.MEGATRON_DEEPSPEED if current.engine is Engine.MEGATRON else current.engine
     if current.engine is Engine.DEEPSPEED and current.tensor_parallel > 1:
         engine = Engine.MEGATRON_DEEPSPEED
+    if current.context_parallel > 1:
+        steps.append(LadderStep(step=3, action=f"ZeRO-3 with CPU offload runs under DeepSpeed (engine {engine}), which "
+                                               f"has no Megatron context parallelism (CP={current.context_parallel}): "
+                                               f"not available for this plan", plan=None))
+        return tuple(steps)
     dp = current.world_size // (current.tensor_parallel * current.context_parallel)
     if current.global_batch_size % (current.micro_batch_size * dp):
         steps.append(LadderStep(step=3, action=f"ZeRO-3 needs pipeline_parallel=1: data parallel becomes {dp}, "
@@ -691,6 +790,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     lora = lora_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if lora is not None:
         findings += (lora,)
+    cp_choice = context_parallel_choice(model, cluster, plan, record, profile)
+    if cp_choice is not None:
+        findings += (cp_choice,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice
