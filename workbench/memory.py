@@ -805,11 +805,43 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     )
 
 
+def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
+    """What FP8 changes on one rank of the first pipeline stage, in bytes, for an FP8 plan (``{}`` otherwise):
+    ``weight_copies`` (the cached FP8 weights, net of the bf16 weights ``--fp8-param-gather`` drops; part of
+    ``weights``), ``scaling_state`` (delayed scaling's amax histories; part of ``buffers``) and ``activations`` (the
+    change of the stored activations at the backward peak, negative: linear inputs kept in FP8)."""
+    if not plan.precision.is_fp8:
+        return {}
+    from workbench import encode
+
+    codes = encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
+    layers = plan.stage_layers(model.num_layers)[0] * codes["fp8_layer_fraction"]
+    kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
+              sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
+    stored = 0 if plan.recompute is Recompute.FULL else layers
+    in_flight = in_flight_microbatches(plan.pipeline_parallel, plan.virtual_pipeline, plan.num_microbatches, 0)
+    delta = fp8_activation_delta_bytes(model, value_bytes=2, recipe=codes["fp8_recipe"], **kw)
+    return {"weight_copies": float(fp8_weight_bytes(model, tensor_parallel=plan.tensor_parallel, fp8_layers=layers,
+                                                    recipe=codes["fp8_recipe"],
+                                                    param_gather=codes["fp8_param_gather"], value_bytes=2)),
+            "scaling_state": float(fp8_scaling_state_bytes(model, fp8_layers=layers, recipe=codes["fp8_recipe"])),
+            "activations": float(delta * (stored * in_flight + 1))}
+
+
 def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
     """Where the estimate rises although a saver was switched on — each is what DeepSpeed really allocates
     (read in ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``stage3.py``, measured on H200,
     ``benchmarks/results/gpu_memory_calibration.json``), so the Memory view says why instead of hiding it."""
     notes = []
+    fp8 = fp8_memory_terms(model, plan)
+    if fp8:
+        copies = ("its FP8 weight and transpose replace the bf16 weight (--fp8-param-gather)" if plan.fp8_param_gather
+                  else "Transformer Engine caches each linear weight in FP8 row-wise and column-wise beside the bf16 "
+                       "weight")
+        notes.append(f"FP8 ({plan.fp8_recipe} recipe): weights {fp8['weight_copies'] / GiB:+.2f} GiB ({copies}); "
+                     f"activations {fp8['activations'] / GiB:+.2f} GiB (linear inputs saved in FP8 for the "
+                     f"weight-gradient GEMMs)"
+                     + (f"; amax history {fp8['scaling_state'] / 2**20:.1f} MiB" if fp8["scaling_state"] else ""))
     if plan.engine is Engine.MEGATRON:
         return notes
     stage = int(plan.zero_stage)
