@@ -10,7 +10,7 @@ import ipywidgets as ipw
 
 from widgets.common import Panel, checkbox, dropdown, int_text
 from widgets.state import SetPlan, resolved
-from workbench.specs import AdamImpl, CPCommType, Engine, Offload, Precision, Recompute
+from workbench.specs import AdamImpl, CPCommType, Engine, Fp8Recipe, Offload, Precision, Recompute
 
 _INTS = (
     ("tensor_parallel", "tensor parallel (TP)"),
@@ -62,7 +62,18 @@ class ParallelPanel(Panel):
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
         c["recompute"] = dropdown("recompute", [r.value for r in Recompute])
         c["recompute_layers"] = int_text("recompute layers (0 = all)", minimum=0)
-        c["precision"] = dropdown("precision", [p.value for p in Precision])
+        c["precision"] = dropdown("precision", [p.value for p in Precision],
+                                  tooltip="fp8: Transformer Engine FP8 under Megatron-LM (engine megatron, flash "
+                                          "attention): linear GEMMs in FP8, the rest in bf16")
+        c["fp8_recipe"] = dropdown("FP8 recipe", [r.value for r in Fp8Recipe],
+                                   tooltip="Megatron-LM --fp8-recipe (Transformer Engine scaling; mxfp8: Blackwell)")
+        c["fp8_param_gather"] = checkbox("FP8 parameter all-gather",
+                                         tooltip="Megatron-LM --fp8-param-gather: linear weights kept only in FP8, "
+                                                 "all-gathered in FP8 (needs the distributed optimizer)")
+        c["fp8_bf16_first_layers"] = int_text("FP8: first layers in bf16", minimum=0,
+                                              tooltip="Megatron-LM --num-layers-at-start-in-bf16 (0: none)")
+        c["fp8_bf16_last_layers"] = int_text("FP8: last layers in bf16", minimum=0,
+                                             tooltip="Megatron-LM --num-layers-at-end-in-bf16 (0: none)")
         c["adam"] = dropdown("Adam kernel", [a.value for a in AdamImpl],
                              tooltip="fused: Apex/Transformer Engine or DeepSpeed FusedAdam; torch: torch.optim.AdamW "
                                      "(CPU Adam follows from optimizer offload)")
@@ -85,7 +96,8 @@ class ParallelPanel(Panel):
             c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
             *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["first_stage_layers"], c["last_stage_layers"],
             c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"], c["micro_batch_size"], c["global_batch_size"],
-            c["recompute"], c["recompute_layers"], c["precision"], c["adam"], c["overlap_comm"], c["lora_rank"],
+            c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
+            c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["lora_rank"],
             self.derived, self.error,
         ])
 

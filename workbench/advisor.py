@@ -437,7 +437,8 @@ def loss_scaling(plan: ParallelPlan, options: DeepSpeedOptions) -> Finding:
     """Guide §3/§5.3: fp16 needs dynamic loss scaling (window 1000) and watching the scale."""
     if plan.precision is not Precision.FP16:
         return Finding(id="loss_scale", status="pass",
-                       message=f"precision={plan.precision}: no loss scaling needed (bf16/fp32 keep fp32's range)")
+                       message=f"precision={plan.precision}: no loss scaling needed (bf16/fp32 keep fp32's range"
+                               + ("; FP8 recipes scale each tensor themselves)" if plan.precision.is_fp8 else ")"))
     w = options.loss_scale_window
     ok = w >= 1000
     return Finding(id="loss_scale", status="pass" if ok else "warn",
@@ -465,7 +466,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
                options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None, counts=None) -> tuple:
     """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
     per-layer seconds and overlap the models used; nothing is priced again unless ``detailed`` (which prices the
-    step once more with overlap flipped). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
+    step once more with overlap flipped), except the FP8 check, which prices the step's inputs once more in the other
+    precision (:func:`fp8_payoff`). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
     ``counts``: the model's parameter counts (computed here when not given)."""
     o = options or DeepSpeedOptions()
     n = (counts or model.parameter_counts()).total
@@ -475,8 +477,68 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     if time is not None:
         found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
+        found.append(fp8_payoff(model, cluster, plan, time))
     found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
     return tuple(f for f in found if f is not None)
+
+
+FP8_MIN_SPEEDUP = 0.10
+"""Below this estimated step-time gain FP8 is reported as not paying: the gain is within the time model's band and
+FP8 brings its own risks (scaling recipes, loss divergence to watch)."""
+
+
+def fp8_gain(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time) -> Optional[tuple]:
+    """``(bf16_seconds, fp8_seconds, gemm_share)``: the step in bf16 and in FP8 and the share of the bf16 step spent
+    in the linear GEMMs FP8 speeds up, from the plan's priced inputs with the FP8 GEMMs, casts and FP8 all-gather
+    switched on or off (one more call of :func:`workbench.timing.step_time_terms`). ``None`` where FP8 is not an
+    option: plans other than FP8 or bf16 Megatron with flash attention, GPUs without FP8 tensor cores."""
+    from workbench import encode
+
+    candidate = (plan.precision is Precision.BF16 and plan.engine is Engine.MEGATRON
+                 and str(model.attention) == "flash" and cluster.gpu.peak_tflops.get("fp8")
+                 and str(model.implementation) == "megatron")
+    if not (plan.precision.is_fp8 or candidate) or time is None or not time.inputs:
+        return None
+    inputs = dict(time.inputs)
+    if plan.precision.is_fp8:
+        fp8_step = time.step_seconds
+        inputs.update(fp8_layer_fraction=0.0, fp8_amax_reductions=0.0, param_gather_bytes_per_value=2.0)
+        bf16_terms = T.step_time_terms(**inputs)
+        bf16_step = float(bf16_terms["step_seconds"])
+    else:
+        bf16_step = time.step_seconds
+        bf16_terms = T.step_time_terms(**inputs)
+        fp8_plan = plan.replace(precision="fp8", fp8_recipe="delayed")
+        inputs.update(encode.fp8_time_inputs(model, cluster, encode.plan_columns(fp8_plan, model),
+                                             model.parameter_counts()))
+        fp8_step = float(T.step_time_terms(**inputs)["step_seconds"])
+    # forward + data-gradient + weight-gradient GEMMs of the slowest stage's layers, every micro-batch
+    gemm = bf16_terms["stage_layers"] * bf16_terms["layer_weight_gemm_seconds"] * 3 * plan.num_microbatches
+    return bf16_step, fp8_step, float(gemm) / bf16_step
+
+
+def fp8_payoff(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time) -> Optional[Finding]:
+    """For an FP8 plan: whether FP8 pays (:func:`fp8_gain` ≥ :data:`FP8_MIN_SPEEDUP` of the bf16 step). FP8 speeds up
+    only the transformer layers' linear GEMMs; where those are a small part of the step (small hidden sizes with
+    memory-bound element-wise work, long sequences dominated by attention, exposed communication) the quantize
+    kernels eat most of the gain."""
+    if not plan.precision.is_fp8:
+        return None
+    found = fp8_gain(model, cluster, plan, time)
+    if found is None:
+        return None
+    bf16_step, fp8_step, share = found
+    gain = 1 - fp8_step / bf16_step
+    numbers = (f"bf16 {bf16_step:.3f} s/step, FP8 {fp8_step:.3f} s/step ({gain:.1%} of the step saved); the linear "
+               f"GEMMs FP8 speeds up are {share:.0%} of the bf16 step (hidden {model.hidden_size}, TP "
+               f"{plan.tensor_parallel})")
+    if gain >= FP8_MIN_SPEEDUP:
+        return Finding(id="fp8_payoff", status="pass", message=f"FP8 pays: {numbers}")
+    return Finding(id="fp8_payoff", status="warn",
+                   message=f"FP8 does not pay here (< {FP8_MIN_SPEEDUP:.0%}): {numbers}; attention, element-wise "
+                           f"work, communication and the FP8 casts are the rest",
+                   suggestion="train in bf16 (it needs no more memory unless --fp8-param-gather saved some), or "
+                              "make the GEMMs larger (larger micro batch, smaller TP)")
 
 
 def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None) -> Optional[Finding]:
@@ -742,6 +804,17 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
                     f"{_gb(m2.per_gpu_peak_bytes)} ({fits})")
         out.append(Suggestion(term=term, exposed_seconds=secs, fraction_of_step=secs / step, message=msg,
                               settings=tuple(settings), predicted_step_seconds=predicted))
+    found = fp8_gain(model, cluster, plan, time) if plan.precision is Precision.BF16 else None
+    if found is not None and 1 - found[1] / found[0] >= FP8_MIN_SPEEDUP:
+        bf16_step, fp8_step, share = found
+        out.append(Suggestion(term="compute", exposed_seconds=bf16_step - fp8_step,
+                              fraction_of_step=1 - fp8_step / bf16_step,
+                              message=f"FP8 (Transformer Engine) runs the linear GEMMs, {share:.0%} of this step, at "
+                                      f"up to twice the bf16 rate on {cluster.gpu.name}: predicted {fp8_step:.3f} "
+                                      f"s/step ({fp8_step / step - 1:+.1%}); compare the loss with a bf16 run",
+                              settings=("--fp8-format hybrid", "--fp8-recipe delayed",
+                                        "--transformer-impl transformer_engine"),
+                              predicted_step_seconds=fp8_step))
     out.sort(key=lambda s: -s.exposed_seconds)
     return tuple(out)
 
