@@ -22,8 +22,8 @@ from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload,
-                             ParallelPlan, Precision, Recompute, default_overlap_comm)
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec,
+                             Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
 
 ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
 ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -216,6 +216,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         trainable_fraction=trainable_fraction(model, cols, counts),
+        hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
+                              if model.implementation is Implementation.TRANSFORMERS else 0.0),
     )
     if profile is not None:
         inputs.update(profile.time_overrides(cluster, precision)[0])
