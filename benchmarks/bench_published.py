@@ -15,7 +15,8 @@ Published step seconds are recovered from each source's metric with that source'
 
     python benchmarks/bench_published.py               # the table, then the summary
     python benchmarks/bench_published.py --no-planner  # without the planner ranks (faster)
-    python benchmarks/bench_published.py --markdown    # the table as Markdown (README)
+    python benchmarks/bench_published.py --markdown    # the table as Markdown
+    python benchmarks/bench_published.py --write-readme  # put the table and summary into README.md
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from workbench.flops import step_flops  # noqa: E402
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, Precision  # noqa: E402
 
 DATA = Path(__file__).with_name("published_runs.json")
+README = Path(__file__).resolve().parent.parent / "README.md"
+SECTION = "## Checked against published runs"
 TARGET = 0.10
 """The accuracy asked of the time model on these cases: predicted step time within 10 % of the published one."""
 TOP = 5
@@ -63,7 +66,10 @@ def specs(case: dict):
     model = catalog.model(m) if isinstance(m, str) else ModelSpec(**m)
     if case.get("seq"):
         model = model.replace(seq_length=case["seq"])
-    cluster = ClusterSpec(gpu=catalog.gpu(case["gpu"]), gpus_per_node=8, num_nodes=case["gpus"] // 8)
+    if case.get("model_overrides"):
+        model = model.replace(**case["model_overrides"])
+    per_node = min(8, case["gpus"])
+    cluster = ClusterSpec(gpu=catalog.gpu(case["gpu"]), gpus_per_node=per_node, num_nodes=case["gpus"] // per_node)
     lay = case["layout"]
     kw = dict(world_size=case["gpus"], engine=lay["engine"], tensor_parallel=lay.get("tp", 1),
               pipeline_parallel=lay.get("pp", 1), virtual_pipeline=lay.get("vp", 1),
@@ -71,6 +77,8 @@ def specs(case: dict):
               distributed_optimizer=lay.get("dist_opt", False), recompute=lay["recompute"],
               micro_batch_size=lay["mbs"], global_batch_size=lay["gbs"], precision=lay["precision"],
               embedding_in_pipeline_split=lay.get("emb_split", False), loss_in_pipeline_split=lay.get("loss_split", False))
+    if lay.get("fp8_recipe"):
+        kw["fp8_recipe"] = lay["fp8_recipe"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
     return model, cluster, ParallelPlan(**kw)
@@ -213,6 +221,12 @@ def summary_lines(rows: list) -> list:
     within = sum(e <= TARGET for e in errs)
     out.append(f"step time, {len(done)} cases: median |error| {statistics.median(errs):.1%}, worst "
                f"{abs(worst.ratio - 1):.1%} ({worst.case['id']}), within {TARGET:.0%}: {within} of {len(done)}")
+    by_source = {}
+    for r in done:
+        by_source.setdefault(r.case["source"], []).append(abs(r.ratio - 1))
+    for src, e in by_source.items():
+        out.append(f"  {src}: {len(e)} cases, median {statistics.median(e):.1%}, worst {max(e):.1%}, "
+                   f"within {TARGET:.0%}: {sum(x <= TARGET for x in e)}")
     ranked = [r for r in done if r.rank is not None]
     if ranked:
         top = sum(r.rank.rank is not None and r.rank.rank <= TOP for r in ranked)
@@ -237,15 +251,40 @@ def why_lines(rows: list) -> list:
     return out
 
 
+def write_readme(rows: list, path: Path = README) -> None:
+    """Replace the table and the summary block of README's "Checked against published runs" section with the
+    benchmark's current output (the prose around them stays)."""
+    text = path.read_text()
+    start = text.index(SECTION)
+    end = text.index("\n## ", start + len(SECTION))
+    section = text[start:end]
+    lines = section.split("\n")
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("| case |"))
+    last = first
+    while last + 1 < len(lines) and lines[last + 1].startswith("|"):
+        last += 1
+    lines[first:last + 1] = table_lines(rows, markdown=True)
+    section = "\n".join(lines)
+    a = section.index("```\n") + 4
+    b = section.index("```", a)
+    section = section[:a] + "\n".join(summary_lines(rows)) + "\n" + section[b:]
+    path.write_text(text[:start] + section + text[end:])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-planner", action="store_true", help="skip the planner ranks")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--case", action="append", help="only these case ids (repeatable)")
+    ap.add_argument("--write-readme", action="store_true", help="write the table and summary into README.md")
     args = ap.parse_args(argv)
     data = load()
     cases = [c for c in data["cases"] if not args.case or c["id"] in args.case]
     rows = [evaluate_case(c, planner=not args.no_planner) for c in cases]
+    if args.write_readme:
+        if args.case or args.no_planner:
+            ap.error("--write-readme needs every case and the planner ranks")
+        write_readme(rows)
     for line in table_lines(rows, markdown=args.markdown):
         print(line)
     print()

@@ -44,7 +44,7 @@ from workbench import timing as T
 from workbench.defaults import GiB
 from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
                              check_spec_types)
 
@@ -488,7 +488,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
            allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
-           overlap_comm=None, profile=None) -> PlanSearch:
+           overlap_comm=None, profile=None, fp8_recipe="delayed") -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -497,6 +497,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     ``lora_rank`` > 0 searches LoRA fine-tunes (adapters on ``lora_targets``, base weights frozen): DeepSpeed
     engines only. ``adam`` and ``overlap_comm`` describe the stack every candidate runs (:class:`ParallelPlan`
     fields); the attention kernel is the model's (:attr:`ModelSpec.attention`).
+
+    ``precision='fp8'`` searches Megatron plans only (FP8 is modelled as Megatron-LM trains it with Transformer
+    Engine), every row with the scaling recipe ``fp8_recipe``.
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -517,6 +520,15 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
                  overlap_comm=None if overlap_comm is None else check_bool("overlap_comm", overlap_comm))
     if precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+    if precision.is_fp8:
+        if not cluster.gpu.peak_tflops.get("fp8"):
+            raise ValueError(f"precision=fp8 is not supported by gpu={cluster.gpu.name} (no FP8 tensor cores); "
+                             f"use bf16")
+        engines = [e for e in engines if Engine.parse(e, "engines") is Engine.MEGATRON]
+        if not engines:
+            raise ValueError("precision=fp8 is modelled for engine 'megatron' (Transformer Engine under Megatron-LM); "
+                             "engines lists none")
+        stack["fp8_recipe"] = Fp8Recipe.parse(fp8_recipe, "fp8_recipe")
     if seq_length is not None and seq_length != model.seq_length:
         model = model.replace(seq_length=seq_length)
     probe = ParallelPlan(world_size=cluster.world_size, lora_rank=lora_rank, lora_targets=lora_targets)
@@ -541,8 +553,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     profile = resolve_profile(profile)
     # applied() refuses a profile measured on another GPU, naming both
     profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record()
+    if precision.is_fp8:  # every row with the recipe (encode.complete_columns keeps a given column)
+        table["fp8_recipe"] = np.full(count, E.FP8_RECIPE_CODES[str(stack["fp8_recipe"])], np.int64)
+    eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
-                  **stack)
+                  **eval_stack)
     fits_gpu, fits_host = _fits(table, ev, cluster, headroom)
     feasible = np.flatnonzero(fits_gpu & fits_host)
     if not len(feasible):
@@ -816,9 +831,15 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     if plan.lora_rank:
         raise ValueError(f"lora_rank={plan.lora_rank}: rank_plan ranks full training plans only")
     max_context_parallel = max(check_int("max_context_parallel", max_context_parallel), plan.context_parallel)
-    table = enumerate_candidates(model, cluster, plan.global_batch_size, allow_cross_node_tp=allow_cross_node_tp,
-                                 max_context_parallel=max_context_parallel)
+    # FP8 is modelled as Megatron-LM trains it with Transformer Engine: the Megatron engine only
+    engines = (Engine.MEGATRON,) if plan.precision.is_fp8 else ENGINES
+    table = enumerate_candidates(model, cluster, plan.global_batch_size, engines=engines,
+                                 allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel)
     stack = dict(adam=plan.adam, overlap_comm=plan.overlap_comm)
+    plan_stack = dict(stack)
+    if plan.precision.is_fp8:  # every row with the plan's FP8 recipe (encode.complete_columns keeps given columns)
+        table["fp8_recipe"] = np.full(len(table["tp"]), E.FP8_RECIPE_CODES[str(plan.fp8_recipe)], np.int64)
+        plan_stack["fp8_recipe"] = plan.fp8_recipe
     from workbench.calibrate.profile import resolve_profile
 
     profile = resolve_profile(profile)
@@ -837,7 +858,7 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
         return idx[np.lexsort((ev["peak_bytes"][idx], ev["step_seconds"][idx]))]
 
     order = ranked(ok)
-    best = _result_at(table, ev, int(order[0]), model, cluster, gbs, precision, stack=stack) if len(order) else None
+    best = _result_at(table, ev, int(order[0]), model, cluster, gbs, precision, stack=plan_stack) if len(order) else None
     common = dict(plan=plan, evaluated=len(table["tp"]), feasible=int(len(order)), best=best)
     if not len(rows):
         return PlanRank(rank=None, rank_without_band=None, in_search_space=False, fits=False, result=None,
@@ -845,13 +866,15 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     i = int(rows[0])
     point = ranked(np.logical_and(*_fits(table, ev, cluster, headroom, band=False)))
     common["rank_without_band"] = int(np.flatnonzero(point == i)[0]) + 1 if i in point else None
-    result = _result_at(table, ev, i, model, cluster, gbs, precision, stack=stack)
+    result = _result_at(table, ev, i, model, cluster, gbs, precision, stack=plan_stack)
     if not ok[i]:
+        terms = sorted(result.memory_breakdown.items(), key=lambda kv: -kv[1])[:3]
         why = (f"the planner judges it not to fit: peak {result.peak_bytes / GiB:.1f} GiB (+ the error band) of "
-               f"{cluster.gpu.memory_bytes / GiB:.1f} GiB with {headroom:.0%} headroom" if not fits_gpu[i]
+               f"{cluster.gpu.memory_bytes / GiB:.1f} GiB with {headroom:.0%} headroom (stage {result.peak_stage}: "
+               + ", ".join(f"{k} {v / GiB:.1f}" for k, v in terms) + " GiB)" if not fits_gpu[i]
                else "its offloaded states do not fit host memory")
         if common["rank_without_band"] and common["rank_without_band"] > 1:
-            point_best = _result_at(table, ev, int(point[0]), model, cluster, gbs, precision, stack=stack)
+            point_best = _result_at(table, ev, int(point[0]), model, cluster, gbs, precision, stack=plan_stack)
             why += ("; judged on the point estimate it ranks " f"{common['rank_without_band']}:\n"
                     + explain(point_best, result, model=model, cluster=cluster, label="This plan", head=True))
         return PlanRank(rank=None, in_search_space=True, fits=False, result=result, explanation=why, **common)
