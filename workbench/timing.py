@@ -565,7 +565,10 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     act_bytes = tokens * h * x.bytes_per_value
     allreduce = collective_seconds(act_bytes, t, kind="all_reduce", **tp)
     # with sequence parallel each all-reduce becomes an all-gather + a reduce-scatter: same bytes, twice the calls
-    sp_pair = (collective_seconds(act_bytes, t, kind="all_gather", **tp)
+    # FP8 layers gather their norm's output already quantized (Transformer Engine's LayerNormLinear casts before the
+    # sequence-parallel all-gather): a bytes instead of v per value; the reduce-scatters stay in bf16
+    fp8_gather = 1.0 - x.fp8_layer_fraction * (1.0 - x.fp8_activation_bytes / x.bytes_per_value)
+    sp_pair = (collective_seconds(act_bytes * fp8_gather, t, kind="all_gather", **tp)
                + collective_seconds(act_bytes, t, kind="reduce_scatter", **tp))
     per_collective = np.where(sp, sp_pair, allreduce)
     # FP8 delayed scaling: the amaxes of the stage's FP8 tensors are all-reduced over its TP×CP×DP ranks after the
