@@ -800,8 +800,9 @@ class ParallelPlan:
             return
         if self.engine is not Engine.MEGATRON:
             raise ValueError(f"precision='fp8' is modelled as Megatron-LM trains it with Transformer Engine (engine="
-                             f"'megatron'); got engine='{self.engine}' (DeepSpeed has no FP8 training recipe of its "
-                             f"own: its engines run the model's modules in bf16/fp16)")
+                             f"'megatron'); got engine='{self.engine}' (DeepSpeed has no FP8 training mode of its own; "
+                             f"FP8 under DeepSpeed comes from the model's layers — Transformer Engine through Hugging "
+                             f"Face Accelerate, or MS-AMP — and is not modelled)")
         if self.fp8_param_gather and not self.distributed_optimizer:
             raise ValueError("fp8_param_gather=True needs distributed_optimizer=True (Megatron-LM: '--fp8-param-gather "
                              "only supported with distributed optimizer')")
