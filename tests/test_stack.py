@@ -96,6 +96,15 @@ def test_cli_flags(capsys):
                  "--adam", "torch", "--no-overlap-comm", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert (d["plan"]["attention"], d["plan"]["adam"], d["plan"]["overlap_comm"]) == ("unfused", "torch", False)
+    offload = ["estimate", "--model", "llama3-8b", "--gpu", "H200", "--zero", "2", "--offload-optimizer", "cpu",
+               "--host-cores", "64", "--json"]
+    assert main(offload) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["cluster"]["host_cpu_cores_per_node"], d["cluster"]["cpu_adam_threads"]) == (64, 0)
+    assert main(offload + ["--cpu-adam-threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"]["cpu_adam_threads"] == 1
+    assert main(offload + ["--cpu-adam-threads", "-2"]) == 2
+    assert "cpu_adam_threads=-2" in capsys.readouterr().err
 
 
 def test_cpu_adam_threads_finding():
