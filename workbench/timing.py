@@ -377,11 +377,15 @@ def step_time_terms(**inputs):
     the link each group uses), :func:`optimizer_terms` (GPU optimizer step, ZeRO-Offload) and :func:`pipeline_terms`
     (forward/backward of one micro-batch on the slowest stage, the bubble).
 
-    Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at ``hbm_efficiency`` ×
-    HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer moves
-    ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter; every layer
-    forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of its kernels; ZeRO-3 adds
-    per-module hook and collective-call latencies (``zero3_*``, fitted on H200 runs, catalog ``deepspeed``).
+    Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at
+    ``score_hbm_efficiency`` × HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer
+    moves ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter of the
+    largest stage (``stage_parameters``), plus ``step_overhead_s`` and DeepSpeed's ``deepspeed_tensor_seconds`` per
+    parameter tensor; every layer forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of
+    its kernels; ZeRO-3 adds its gathers and gradient copies in counted bytes and its per-module host hooks
+    (``zero3_*``), exposed only where they outlast the kernels; optimizer offload prices CPU Adam by the rank's
+    threads (``cpu_adam_threads``) up to the node's cap. Constants: fitted on H200 runs of the fit split, catalog
+    ``curves.hopper``, ``deepspeed`` and ``cpu_adam``.
 
     Returns a dict with every key of :data:`TERMS`, ``step_seconds``, ``model_flops``, ``hardware_flops`` (whole job
     per step), ``gemm_efficiency`` (the FLOP-weighted efficiency of the layer GEMMs), the per-layer
@@ -722,7 +726,14 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -
 
 def optimizer_terms(x: StepInputs) -> dict:
     """``offload`` (ZeRO-Offload PCIe traffic and the CPU Adam step) and ``optimizer`` (the GPU optimizer step)
-    seconds per step, over the parameter shard one rank updates."""
+    seconds per step, over the parameter shard one rank of the largest stage updates.
+
+    CPU Adam (DeepSpeedCPUAdam: OpenMP over the rank's ``OMP_NUM_THREADS``) updates
+    min(threads × ``cpu_adam_params_per_second_per_thread``, ``cpu_adam_params_per_second_per_node`` ÷ ranks on
+    the node) parameters per second — compute bound per thread until the node's memory bandwidth is shared out —
+    × (1 + ``offload_zero3_host_factor``) at ZeRO-3, whose stage3.py also runs the gradient norm, the unscale/clip
+    pass and the copy back to 16 bits over the host partition; the gradients go down and the updated 16-bit
+    parameters come up the host link (2 × v bytes per parameter)."""
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
     local_params = stage_parameters(x)
     sharded = (x.zero_stage >= 1) | (x.distributed_optimizer > 0)
