@@ -2,7 +2,9 @@
 
 A plan is first written as *columns* (:func:`plan_columns`): the numeric codes of its fields under short names,
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
-fused_adam, overlap_comm, lora_rank, lora_targets``, and the pipeline split ``first_layers, last_layers`` (0: an
+fused_adam, overlap_comm, lora_rank, lora_targets``, the MoE columns ``ep, etp, edp`` (expert parallel, expert
+tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, else 1) and
+``moe_ag`` (1: allgather dispatcher), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -21,8 +23,8 @@ import numpy as np
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload,
-                             ParallelPlan, Precision, Recompute, default_overlap_comm)
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, MoEDispatcher,
+                             Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
 
 ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
 ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -43,7 +45,10 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 emb_split=int(plan.embedding_in_pipeline_split), loss_split=int(plan.loss_in_pipeline_split),
                 mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
                 overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
-                lora_dropout=plan.lora_dropout)
+                lora_dropout=plan.lora_dropout, ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size,
+                edp=plan.expert_data_parallel,
+                moe_tf=plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0,
+                moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -69,6 +74,13 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("lora_rank", int(lora_rank))
     out.setdefault("lora_targets", tuple(lora_targets))
     out.setdefault("lora_dropout", float(lora_dropout))
+    # MoE: no expert parallelism unless the table searches it; experts split like the dense layers
+    out.setdefault("ep", 1)
+    out.setdefault("etp", out["tp"])
+    out.setdefault("edp", np.asarray(out["dp"]) * np.asarray(out["cp"]) * np.asarray(out["tp"])
+                   // (np.asarray(out["etp"]) * np.asarray(out["ep"])))
+    out.setdefault("moe_tf", 1.0)
+    out.setdefault("moe_ag", 0)
     return out
 
 
@@ -97,6 +109,13 @@ def stage_layer_columns(num_layers: int, cols: dict):
     if np.ndim(f) == 0:
         return int(f), int(mid), int(la)
     return f, mid, la
+
+
+def expert_parameters(model: ModelSpec) -> float:
+    """Routed-expert parameters of the whole model (every layer's experts; 0 for a dense model)."""
+    from workbench.memory import expert_params_per_rank
+
+    return float(model.num_layers * expert_params_per_rank(model, 1, 1))
 
 
 def lora_params(model: ModelSpec, cols: dict) -> float:
@@ -129,7 +148,10 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
                lora_activation_per_token=(lora_activation_values_per_token(model, cols["lora_rank"],
                                                                            cols["lora_targets"], cols["lora_dropout"])
-                                          if cols["lora_rank"] else 0.0))
+                                          if cols["lora_rank"] else 0.0),
+               expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
+               expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
+               moe_allgather=cols.get("moe_ag", 0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -211,6 +233,9 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         trainable_fraction=trainable_fraction(model, cols, counts),
+        expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
+        expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
+        moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
     )
     if profile is not None:
         inputs.update(profile.time_overrides(cluster, precision)[0])

@@ -71,11 +71,13 @@ def _where(cond, a, b):
 # ================================================================================================================
 # Parameters held by one rank of a pipeline stage
 # ================================================================================================================
-def layer_params_per_rank(m: ModelSpec, tensor_parallel):
+def layer_params_per_rank(m: ModelSpec, tensor_parallel, expert_parallel=1, expert_tensor_parallel=None):
     """Parameters of one transformer layer on one tensor-parallel rank.
 
     Column/row-parallel weights, the QKV and fc1 biases are split by t; the norms, the row-parallel biases
     (projection, fc2) and an MoE router are replicated (megatron-core ``ColumnParallelLinear``/``RowParallelLinear``).
+    MoE experts are split as :func:`expert_params_per_rank` says (expert parallel e, expert tensor parallel, by
+    default t).
     """
     h, bias = m.hidden_size, m.add_bias_linear
     norm = P.norm_params(h, m.normalization) * (2 if m.sandwich_norm else 1)
@@ -83,15 +85,29 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel):
     attn_split = h * qkv_out + m.query_projection_size * h + (qkv_out if m.qkv_bias else 0)
     head_norms = 2 * P.norm_params(m.head_dim, m.normalization) if m.qk_norm else 0
     if m.is_moe:
-        f, experts = m.moe_ffn_hidden_size, m.num_experts
-        router = h * experts
+        router, dense_mlp = h * m.num_experts, 0
     else:
-        f, experts, router = m.ffn_hidden_size, 1, 0
+        fc1_out = (2 if m.is_gated else 1) * m.ffn_hidden_size
+        router = 0
+        dense_mlp = h * fc1_out + m.ffn_hidden_size * h + (fc1_out if bias else 0)
+    replicated = 2 * norm + ((h + (0 if m.is_moe else h)) if bias else 0) + router  # norms, proj/fc2 bias, router
+    shared = P.shared_expert_params(m) if m.is_moe else 0  # Qwen2-MoE shared expert, split like the dense MLP
+    etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
+    return ((attn_split + dense_mlp + shared) / tensor_parallel + replicated + head_norms
+            + expert_params_per_rank(m, expert_parallel, etp))
+
+
+def expert_params_per_rank(m: ModelSpec, expert_parallel=1, expert_tensor_parallel=1):
+    """Routed-expert parameters of one MoE layer on one rank (0 for a dense model): num_experts / e local experts
+    (megatron-core ``MoELayer``: ``num_local_experts = num_moe_experts // ep_size``), each fc1 (h → f, 2f gated) and
+    fc2 (f → h) split over the expert-tensor-parallel group, the fc2 bias replicated in it."""
+    if not m.is_moe:
+        return 0.0
+    h, f = m.hidden_size, m.moe_ffn_hidden_size
     fc1_out = (2 if m.is_gated else 1) * f
-    mlp_split = experts * (h * fc1_out + f * h + (fc1_out if bias else 0))
-    replicated = 2 * norm + ((h + h * experts) if bias else 0) + router  # norms, proj bias, fc2 bias(es), router
-    shared = P.shared_expert_params(m) if m.is_moe else 0  # Qwen2-MoE shared expert, split like an expert
-    return (attn_split + mlp_split + shared) / tensor_parallel + replicated + head_norms
+    split = h * fc1_out + f * h + (fc1_out if m.add_bias_linear else 0)
+    local = m.num_experts / expert_parallel
+    return local * (split / expert_tensor_parallel + (h if m.add_bias_linear else 0))
 
 
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
@@ -115,14 +131,16 @@ def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=N
                     np.where(stage == pipeline_parallel - 1, last_stage_layers, middle_stage_layers))
 
 
-def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None):
+def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None,
+                          expert_parallel=1, expert_tensor_parallel=None):
     """Parameters one rank of pipeline stage ``stage`` holds (``layers_in_stage`` transformer layers, default
     num_layers / p; embedding on the first stage; output layer, or the tied embedding copy Megatron keeps when
-    p > 1, and the final norm on the last)."""
+    p > 1, and the final norm on the last); MoE experts split over ``expert_parallel`` × ``expert_tensor_parallel``
+    (default t)."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     if layers_in_stage is None:
         layers_in_stage = m.num_layers / pipeline_parallel
-    layers = layers_in_stage * layer_params_per_rank(m, tensor_parallel)
+    layers = layers_in_stage * layer_params_per_rank(m, tensor_parallel, expert_parallel, expert_tensor_parallel)
     positions = m.position_table_size * m.hidden_size
     embedding = vocab * m.hidden_size / tensor_parallel + positions
     first = stage == 0
@@ -249,7 +267,8 @@ def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatc
 # ================================================================================================================
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
-                           dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE):
+                           dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE, expert_tensor_parallel=None,
+                           moe_token_factor=1.0):
     """Activation bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 — ``sbh(10 + 24/t + 5as/(ht))`` for 16-bit activations,
@@ -264,6 +283,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
       dropout_mask_bytes=1``); megatron-core keeps an fp32 softmax and the H200 calibration shows 4 + v bytes per
       score (the defaults). Flash attention keeps only a softmax statistic 4·asb;
     * context parallel divides the local sequence by cp (attention scores become (s/cp)·s);
+    * MoE (:func:`moe_activation_bytes`) replaces the MLP's intermediates by the experts' and adds the router's;
     * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP).
     """
     s = m.seq_length / context_parallel
@@ -282,10 +302,12 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
         qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
     if m.is_moe:
-        f = m.moe_ffn_hidden_size * m.moe_top_k  # each token passes top-k experts
+        mlp = moe_activation_bytes(m, tokens=s * b, tensor_parallel=t, sequence_parallel=sequence_parallel,
+                                   expert_tensor_parallel=t if expert_tensor_parallel is None
+                                   else expert_tensor_parallel, token_factor=moe_token_factor, value_bytes=v)
     else:
         f = m.ffn_hidden_size
-    mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
+        mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
     if m.attention.materialises_scores:
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
         # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
@@ -299,11 +321,47 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
         core = per_score * m.num_attention_heads * s * s_full * b / t
     else:
         core = 4.0 * m.num_attention_heads * s * b / t
-    router = (4.0 * s * b * m.num_experts) if m.is_moe else 0.0
-    full_layer = replicated + qkv + proj_in + mlp + core + router
+    full_layer = replicated + qkv + proj_in + mlp + core
     selective = full_layer - core
     checkpoint_only = v * sbh * rep
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
+
+
+def moe_expert_tokens(tokens, *, top_k, tensor_parallel, expert_tensor_parallel, token_factor=1.0):
+    """Token copies one rank's local experts process per micro-batch: the ``tokens`` (s·b/cp) of the layer, split
+    over the tensor-parallel group (sequence parallel; megatron-core requires it with expert parallel and TP),
+    routed to top-k experts, gathered again over the expert-tensor-parallel group — ``tokens/t · k · tp_e`` on
+    average whichever dispatcher moves them (alltoall: each expert-parallel rank sends 1/e of its copies to each
+    other rank and receives as many; allgather: the rank keeps the copies routed to its E/e experts out of the
+    gathered e·tp_e·tokens/t), times ``token_factor``: 1 dropless (the balanced average — an imbalanced router sends
+    more to some ranks), the capacity factor when inputs are padded to capacity (megatron-core ``get_capacity``:
+    ⌈tokens·k/E · factor⌉ per expert)."""
+    return tokens / tensor_parallel * top_k * expert_tensor_parallel * token_factor
+
+
+def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_parallel, expert_tensor_parallel,
+                         token_factor, value_bytes):
+    """What one MoE layer's MLP block keeps for backward on one rank, per micro-batch (``tokens`` = s·b/cp):
+
+    * router: fp32 logits and fp32 routing probabilities, 2 · 4 · E per token (megatron-core ``TopKRouter`` runs
+      in fp32 with ``moe_router_dtype='fp32'``; its softmax/top-k backward keeps the scores), tokens ÷ t with SP;
+    * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
+      fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group;
+      the routing probabilities applied to the expert outputs keep those outputs, v·X·h (``unpermute`` with probs).
+
+    Dropless with top-k = 1, e = 1 and tp_e = t this is the dense MLP's v·sbf·(3, gated)/t plus the router and
+    the 2·v·X·h of the permutation. Korthikanti et al.'s dense counting, applied to the routed copies."""
+    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    v, h, f = value_bytes, m.hidden_size, m.moe_ffn_hidden_size
+    x = moe_expert_tokens(tokens, top_k=m.moe_top_k, tensor_parallel=tensor_parallel,
+                          expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
+    router = 8.0 * tokens * rep * m.num_experts
+    experts = v * x * ((2 if m.is_gated else 1) * f + f) / expert_tensor_parallel + 2 * v * x * h
+    shared = 0.0
+    if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
+        fs = m.shared_expert_ffn_hidden_size
+        shared = v * tokens * ((2 if m.is_gated else 1) * fs + fs) / tensor_parallel
+    return router + experts + shared
 
 
 def in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage):
@@ -389,6 +447,19 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     return zero_buffers + scores
 
 
+def moe_dispatch_buffer_bytes(m: ModelSpec, *, micro_batch, context_parallel, expert_parallel, expert_tensor_parallel,
+                              tensor_parallel, value_bytes, allgather):
+    """The allgather token dispatcher gathers the hidden states of the whole tensor×expert-parallel group into
+    megatron-core's global memory buffer (``gather_from_sequence_parallel_region(..., use_global_buffer=True)``):
+    v · tp_e·e · s·b/(cp·t) · h bytes, allocated once and reused by every layer. 0 for the alltoall dispatcher, a
+    dense model, or when the group is one rank."""
+    if not m.is_moe:
+        return 0.0
+    group = expert_tensor_parallel * expert_parallel
+    tokens = m.seq_length / context_parallel * micro_batch / tensor_parallel
+    return np.where((np.asarray(allgather) > 0) & (group > 1), value_bytes * group * tokens * m.hidden_size, 0.0)
+
+
 OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.17 * GiB), "megatron": int(2.93 * GiB)}
 """Memory outside the caching allocator of one training process on one GPU (CUDA context, cuBLAS/cuDNN workspaces,
 loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory_reserved`` after training steps, the
@@ -424,9 +495,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
-                last_stage_layers=None):
+                last_stage_layers=None, expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None,
+                moe_token_factor=1.0, moe_allgather=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
+    MoE: ``expert_parallel`` e and ``expert_tensor_parallel`` (default t) split the experts
+    (:func:`expert_params_per_rank`); their gradients and optimizer states are sharded over the
+    ``expert_data_parallel`` group (default data_parallel; megatron-core's distributed optimizer shards expert
+    parameters over the expert-data-parallel group); ``moe_token_factor`` and ``moe_allgather`` as in
+    :func:`moe_activation_bytes` and :func:`buffer_bytes`.
 
     Two candidate peaks, the larger wins:
 
@@ -445,13 +522,21 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     """
     layers = layers_on_stage(m, pipeline_parallel, stage, first_stage_layers, middle_stage_layers,
                              last_stage_layers)
-    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers)
-    trainable, frozen = lora_split(n, layers * lora_params_per_layer / tensor_parallel,
-                                   lora_params_per_layer > 0)
-    weights, grads, optimizer, host, step = model_state_bytes(
-        trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes,
-        fp16=fp16, offload_optimizer=offload_optimizer, offload_params=offload_params,
-        distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+    etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
+    edp = data_parallel if expert_data_parallel is None else expert_data_parallel
+    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers, expert_parallel, etp)
+    lora = lora_params_per_layer > 0
+    # routed experts keep their own states, sharded over the expert-data-parallel group (LoRA: all frozen)
+    n_experts = np.where(lora, 0.0, layers * expert_params_per_rank(m, expert_parallel, etp))
+    trainable, frozen = lora_split(n - n_experts, layers * lora_params_per_layer / tensor_parallel, lora)
+    states = dict(engine=engine, zero_stage=zero_stage, param_bytes=value_bytes, fp16=fp16,
+                  offload_optimizer=offload_optimizer, offload_params=offload_params,
+                  distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+    weights, grads, optimizer, host, step = model_state_bytes(trainable, data_parallel=data_parallel, **states)
+    if m.is_moe:
+        expert = model_state_bytes(n_experts, data_parallel=edp, **states)
+        weights, grads, optimizer, host, step = (a + b for a, b in
+                                                 zip((weights, grads, optimizer, host, step), expert))
     frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
                                          param_bytes=value_bytes)
     weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
@@ -461,7 +546,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
-    kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw)
+    moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor)
+    kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
     lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
                 * (value_bytes + 1))
@@ -478,7 +564,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # selective recompute: the recomputed attention core is alive again beside the layer's backward working set
     # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
     # already the transient's first copy
-    core = full_layer - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw)[0]
+    core = full_layer - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw, **moe_kw)[0]
     transient = np.where(recompute >= 2, full_layer + output,
                          np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
     activations = activations + transient
@@ -486,6 +572,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
                            micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes,
                            overlap_comm=overlap_comm)
+    if m.is_moe:
+        buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
+                                                      context_parallel=context_parallel,
+                                                      expert_parallel=expert_parallel,
+                                                      expert_tensor_parallel=etp, tensor_parallel=tensor_parallel,
+                                                      value_bytes=value_bytes, allgather=moe_allgather)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers
     step_total = weights + grads + step + optimizer + buffers
     step_peak = step_total > backward_peak
