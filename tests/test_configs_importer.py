@@ -163,8 +163,14 @@ def _megatron_plans(m):
     yield dict(tensor_parallel=1, pipeline_parallel=4 if m.num_layers % 4 == 0 else 2,
                virtual_pipeline=2 if m.num_layers % 8 == 0 else 1,
                precision="fp16", recompute="full", micro_batch_size=2, global_batch_size=64)
-    yield dict(tensor_parallel=tp, pipeline_parallel=1, context_parallel=2, precision="fp32", recompute="full",
-               recompute_layers=1, micro_batch_size=1, global_batch_size=16)
+    if m.attention == "flash":  # context parallelism runs in Transformer Engine's attention only
+        yield dict(tensor_parallel=tp, pipeline_parallel=1, context_parallel=2, precision="fp32", recompute="full",
+                   recompute_layers=1, micro_batch_size=1, global_batch_size=16)
+        yield dict(tensor_parallel=1, pipeline_parallel=1, context_parallel=4, cp_comm_type="all_gather",
+                   micro_batch_size=1, global_batch_size=8)
+        if m.num_query_groups % 2 == 0:
+            yield dict(tensor_parallel=1, pipeline_parallel=1, context_parallel=4, cp_comm_type="a2a+p2p",
+                       hierarchical_context_parallel_sizes=(2, 2), micro_batch_size=1, global_batch_size=8)
 
 
 @pytest.mark.parametrize("name", model_names())

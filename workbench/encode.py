@@ -22,6 +22,7 @@ import numpy as np
 
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
+from workbench.timing import CP_COMM_CODES
 from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
 from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, MoEDispatcher,
                              Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
@@ -37,6 +38,7 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
     (:attr:`ParallelPlan.overlaps_comm`)."""
     cols = dict(engine=ENGINE_CODES[plan.engine], tp=plan.tensor_parallel, pp=plan.pipeline_parallel,
                 vp=plan.virtual_pipeline, cp=plan.context_parallel, dp=plan.data_parallel,
+                cp_comm=CP_COMM_CODES[str(plan.cp_comm_type)], cp_a2a=plan.cp_a2a_size,
                 sp=int(plan.sequence_parallel), zero=int(plan.zero_stage),
                 off_opt=int(plan.offload_optimizer is not Offload.NONE),
                 off_par=int(plan.offload_params is not Offload.NONE), dist_opt=int(plan.distributed_optimizer),
@@ -59,8 +61,9 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     ``overlap_comm`` — ``None``: each row's engine default —, LoRA) and every layer of a stage recomputed under
     full recompute."""
     out = dict(table)
-    for key in ("first_layers", "last_layers", "emb_split", "loss_split"):
+    for key in ("first_layers", "last_layers", "emb_split", "loss_split", "cp_comm"):
         out.setdefault(key, 0)
+    out.setdefault("cp_a2a", 1)
     out.setdefault("recompute_layers", np.maximum.reduce(stage_layer_columns(model.num_layers, out)))
     out.setdefault("fused_adam", int(AdamImpl.parse(adam, "adam") is AdamImpl.FUSED))
     if overlap_comm is None:
@@ -139,6 +142,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
     first, middle, last = stage_layer_columns(model.num_layers, cols)
     out = dict(first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last, engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
                pipeline_parallel=cols["pp"], virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
+               cp_comm_type=cols.get("cp_comm", 0), cp_a2a_size=cols.get("cp_a2a", 1),
                sequence_parallel=np.asarray(cols["sp"]).astype(bool) if np.ndim(cols["sp"]) else bool(cols["sp"]),
                data_parallel=cols["dp"], micro_batch=cols["mbs"], num_microbatches=cols["nmb"],
                recompute=cols["recompute"], recompute_layers=cols["recompute_layers"],
@@ -207,6 +211,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         num_parameters=counts.total, parameters_per_layer=counts.per_layer,
         first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last,
         tensor_parallel=cols["tp"], pipeline_parallel=pp, virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
+        cp_comm_type=cols.get("cp_comm", 0), cp_a2a_size=cols.get("cp_a2a", 1),
         data_parallel=cols["dp"], micro_batch_size=cols["mbs"], num_microbatches=cols["nmb"],
         sequence_parallel=cols["sp"], zero_stage=cols["zero"], offload_optimizer=cols["off_opt"],
         offload_params=cols["off_par"], distributed_optimizer=cols["dist_opt"], recompute=recompute,

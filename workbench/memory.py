@@ -460,6 +460,31 @@ def moe_dispatch_buffer_bytes(m: ModelSpec, *, micro_batch, context_parallel, ex
     return np.where((np.asarray(allgather) > 0) & (group > 1), value_bytes * group * tokens * m.hidden_size, 0.0)
 
 
+def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, context_parallel, value_bytes,
+                                  cp_comm_type=0, cp_a2a_size=1):
+    """Working buffers of one layer's context-parallel attention on one rank, alive during that layer's backward
+    (the larger phase), from Transformer Engine's ``context_parallel.py``; kv = K and V of the rank's s/c tokens,
+    2·(b·s/c)·kv_projection/t·v bytes, q = (b·s/c)·q_projection/t·v:
+
+    * ``p2p`` ring: two receive buffers, each K/V and their gradients (dK/dV travel with them in the backward),
+      4·kv, plus the fp32 accumulation of dQ, 2·q (4-byte values);
+    * ``all_gather``: the whole sequence's K/V gathered and their gradients before the reduce-scatter, 2·c·kv;
+    * ``a2a``: the all-to-all copies of Q, K, V and O in the head-split layout, 2·q + kv;
+    * ``a2a+p2p``: both the all-to-all copies and the ring's buffers.
+
+    0 without context parallelism. Activations kept for backward do not grow: each rank stores its own s/c tokens'
+    Q, K, V, output and softmax statistics (:func:`layer_activation_bytes`)."""
+    c = context_parallel
+    tokens = m.seq_length / c * micro_batch
+    kv = 2 * tokens * m.kv_projection_size / tensor_parallel * value_bytes
+    q = tokens * m.query_projection_size / tensor_parallel * value_bytes
+    ring = 4 * kv + 2 * q * 4 / value_bytes
+    a2a = 2 * q + kv
+    out = np.where(cp_comm_type == 2, 2 * c * kv,
+                   np.where(cp_comm_type == 1, a2a, np.where(cp_comm_type == 3, a2a + ring, ring)))
+    return np.where(c > 1, out, 0.0)
+
+
 OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.17 * GiB), "megatron": int(2.93 * GiB)}
 """Memory outside the caching allocator of one training process on one GPU (CUDA context, cuBLAS/cuDNN workspaces,
 loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory_reserved`` after training steps, the
@@ -492,7 +517,8 @@ def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=
 # ================================================================================================================
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
-                recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
+                recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0, cp_comm_type=0,
+                cp_a2a_size=1,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
                 last_stage_layers=None, expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None,
@@ -523,16 +549,20 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     layers = layers_on_stage(m, pipeline_parallel, stage, first_stage_layers, middle_stage_layers,
                              last_stage_layers)
     etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
-    edp = data_parallel if expert_data_parallel is None else expert_data_parallel
+    edp = data_parallel * context_parallel if expert_data_parallel is None else expert_data_parallel
     n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers, expert_parallel, etp)
     lora = lora_params_per_layer > 0
     # routed experts keep their own states, sharded over the expert-data-parallel group (LoRA: all frozen)
     n_experts = np.where(lora, 0.0, layers * expert_params_per_rank(m, expert_parallel, etp))
     trainable, frozen = lora_split(n - n_experts, layers * lora_params_per_layer / tensor_parallel, lora)
+    # Megatron shards its distributed optimizer over the data-parallel group *with* context parallel (megatron-core
+    # ``get_data_parallel_group(with_context_parallel=True)``): CP ranks hold the same weights, so they share the
+    # shards as data-parallel ranks do (DeepSpeed engines have no CP, c = 1)
     states = dict(engine=engine, zero_stage=zero_stage, param_bytes=value_bytes, fp16=fp16,
                   offload_optimizer=offload_optimizer, offload_params=offload_params,
                   distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
-    weights, grads, optimizer, host, step = model_state_bytes(trainable, data_parallel=data_parallel, **states)
+    weights, grads, optimizer, host, step = model_state_bytes(trainable, data_parallel=data_parallel
+                                                              * context_parallel, **states)
     if m.is_moe:
         expert = model_state_bytes(n_experts, data_parallel=edp, **states)
         weights, grads, optimizer, host, step = (a + b for a, b in
@@ -572,6 +602,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
                            micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes,
                            overlap_comm=overlap_comm)
+    buffers = buffers + context_parallel_buffer_bytes(m, micro_batch=micro_batch, tensor_parallel=tensor_parallel,
+                                                      context_parallel=context_parallel, value_bytes=value_bytes,
+                                                      cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
     if m.is_moe:
         buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
                                                       context_parallel=context_parallel,
@@ -608,7 +641,7 @@ FORMULAS = {
     "activations": "Korthikanti et al. 2022 Table 2, per layer × in-flight micro-batches (1F1B p−stage, interleaved "
                    "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + logits (v+4)·sbV/t",
     "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters, "
-               "megatron-core's attention-score buffer v·as²b/t (unfused)",
+               "megatron-core's attention-score buffer v·as²b/t (unfused), context-parallel K/V exchange buffers",
     "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
                 f"{OUTSIDE_ALLOCATOR_BYTES['megatron'] / GiB:.2f} GiB (megatron-core) per process (+ NCCL "
                 f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} / "

@@ -13,8 +13,12 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
   (:func:`workbench.parallel.group_crosses_nodes`) unless ``allow_cross_node_tp``;
 - pipeline parallel p: divides the layers; virtual pipeline v > 1 only with engine ``megatron`` (DeepSpeed's pipeline
   engine has no interleaved schedule) with m a multiple of p;
-- context parallel c: 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
-  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2);
+- context parallel c (engine ``megatron`` with flash attention: Transformer Engine's attention is the one with
+  context parallelism): 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
+  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2), and each rank keeps at least
+  :data:`MIN_CONTEXT_PARALLEL_TOKENS` tokens (below that the K/V exchange cannot hide behind attention and CP only
+  costs); the exchange is the ring (``p2p``) and, where heads and query groups per TP rank divide by c, also the
+  all-to-all (``a2a``);
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
   and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``, DP > 1: at DP = 1 it
@@ -40,22 +44,28 @@ from workbench import timing as T
 from workbench.defaults import GiB
 from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
-from workbench.specs import (LORA_TARGETS, AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
                              check_spec_types)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
 _RECOMPUTE_BY_CODE = {0: Recompute.NONE, 1: Recompute.SELECTIVE, 2: Recompute.FULL}
+_CP_COMM_BY_CODE = {v: k for k, v in T.CP_COMM_CODES.items()}
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free by default (fragmentation, allocator spikes the model does not see)."""
 DEFAULT_MAX_CONTEXT_PARALLEL = 16
 """Largest context-parallel size searched by default: CP=16 is what Llama 3 405B used for 128k-token training
 (Llama 3 herd paper, arXiv 2407.21783 §3.3.2)."""
 
+MIN_CONTEXT_PARALLEL_TOKENS = 512
+"""Fewest tokens per context-parallel rank the planner searches: a ring step then attends 256-token chunks, whose
+attention lasts microseconds while each K/V send pays a link latency, and the GEMMs of so few rows run far from
+peak; Megatron's long-context recipes keep thousands of tokens per CP rank."""
+
 # Columns of the candidate table (all int64 arrays of one length)
 _COLUMNS = ("engine", "tp", "pp", "vp", "cp", "dp", "sp", "zero", "off_opt", "off_par", "dist_opt", "recompute",
-            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split")
+            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split", "cp_comm", "cp_a2a")
 
 
 # ================================================================================================================
@@ -170,7 +180,7 @@ def describe_plan(p: ParallelPlan) -> str:
     if p.virtual_pipeline > 1:
         parts.append(f"v{p.virtual_pipeline}")
     if p.context_parallel > 1:
-        parts.append(f"CP{p.context_parallel}")
+        parts.append(f"CP{p.context_parallel}" + ("" if str(p.cp_comm_type) == "p2p" else f"-{p.cp_comm_type}"))
     parts.append(f"DP{p.data_parallel}")
     if p.sequence_parallel:
         parts.append("SP")
@@ -278,7 +288,11 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     if Engine.MEGATRON not in engines:
         splits = [sp for sp in splits if not any(sp[1:])]
     layer_counts = {(p, f, la) for p, f, la, e, lo in splits if f}
-    cps = [c for c in _divisors(W) if c <= max_context_parallel and (c == 1 or model.seq_length % (2 * c) == 0)]
+    flash = model.attention is AttentionImpl.FLASH
+    cps = [c for c in _divisors(W) if c == 1 or (flash and Engine.MEGATRON in engines and c <= max_context_parallel
+                                                 and model.seq_length % (2 * c) == 0
+                                                 and model.seq_length // c >= MIN_CONTEXT_PARALLEL_TOKENS)]
+    a2a_code = T.CP_COMM_CODES["a2a"]
     chunks = []
     for t in tps:
         for p, first, last, emb, loss in splits:
@@ -290,6 +304,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                     continue
                 ok = np.ones(len(settings), bool)
                 ok &= (s_engine != ds_code) | ((t == 1) & (c == 1))
+                ok &= (s_engine == mg_code) | (c == 1)  # Megatron's context parallelism is engine megatron's
                 ok &= (s_sp == 0) | ((t > 1) & (model.seq_length % t == 0))
                 ok &= (s_engine == mg_code) | (p == 1) | (s_zero < 2)
                 # the distributed optimizer shards over data parallel: at DP = 1 it is the same plan as without
@@ -322,11 +337,17 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 keep = (v == 1) | ((r[:, 0] == mg_code) & (nmb % p == 0))
                 r, b, v, nmb = r[keep], b[keep], v[keep], nmb[keep]
                 k = len(b)
-                chunks.append(dict(engine=r[:, 0], tp=np.full(k, t), pp=np.full(k, p), vp=v, cp=np.full(k, c),
-                                   dp=np.full(k, d), sp=r[:, 1], zero=r[:, 2], off_opt=r[:, 3], off_par=r[:, 4],
-                                   dist_opt=r[:, 5], recompute=r[:, 6], mbs=b, nmb=nmb,
-                                   first_layers=np.full(k, first), last_layers=np.full(k, last),
-                                   emb_split=np.full(k, emb), loss_split=np.full(k, loss)))
+                # how CP ranks exchange K/V: the ring, and Ulysses' all-to-all where the heads split by c
+                comms = [(0, 1)]
+                if c > 1 and (model.num_attention_heads // t) % c == 0 and (model.num_query_groups // t) % c == 0:
+                    comms.append((a2a_code, c))
+                for comm, a2a in comms:
+                    chunks.append(dict(engine=r[:, 0], tp=np.full(k, t), pp=np.full(k, p), vp=v, cp=np.full(k, c),
+                                       dp=np.full(k, d), sp=r[:, 1], zero=r[:, 2], off_opt=r[:, 3], off_par=r[:, 4],
+                                       dist_opt=r[:, 5], recompute=r[:, 6], mbs=b, nmb=nmb,
+                                       first_layers=np.full(k, first), last_layers=np.full(k, last),
+                                       emb_split=np.full(k, emb), loss_split=np.full(k, loss),
+                                       cp_comm=np.full(k, comm), cp_a2a=np.full(k, a2a)))
     if not chunks:
         return {k: np.zeros(0, np.int64) for k in _COLUMNS}
     return {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
@@ -429,6 +450,7 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         world_size=cluster.world_size, engine=_ENGINE_BY_CODE[int(table["engine"][i])],
         tensor_parallel=int(table["tp"][i]), pipeline_parallel=int(table["pp"][i]),
         virtual_pipeline=int(table["vp"][i]), context_parallel=int(table["cp"][i]),
+        cp_comm_type=_CP_COMM_BY_CODE[int(table["cp_comm"][i]) if "cp_comm" in table else 0],
         sequence_parallel=bool(table["sp"][i]), zero_stage=int(table["zero"][i]),
         offload_optimizer="cpu" if table["off_opt"][i] else "none",
         offload_params="cpu" if table["off_par"][i] else "none",

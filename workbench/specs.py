@@ -161,6 +161,34 @@ class MoEDispatcher(_StrEnum):
     ALLGATHER = "allgather"
 
 
+class CPCommType(_StrEnum):
+    """How context-parallel ranks exchange keys and values inside attention (megatron-core
+    ``TransformerConfig.cp_comm_type``, Megatron-LM ``--cp-comm-type``, passed to Transformer Engine's
+    ``DotProductAttention``):
+
+    * ``p2p`` — ring attention: each rank passes its K/V chunk to the next rank in c − 1 steps, each send overlapped
+      with the attention of the chunk already received (the default);
+    * ``a2a`` — DeepSpeed-Ulysses style: all-to-all of Q, K and V turns "all heads, s/c tokens" into "heads/c, all
+      tokens" before attention and back after it; heads (and query groups) per TP rank must divide by c;
+    * ``all_gather`` — all-gather the whole sequence's K/V before attention, reduce-scatter their gradients after
+      (Llama 3, arXiv 2407.21783 §3.3.2); not overlapped. Megatron's help text spells it ``allgather``, Transformer
+      Engine accepts ``all_gather``;
+    * ``a2a+p2p`` — hierarchical: all-to-all inside the first of ``hierarchical_context_parallel_sizes`` (inner,
+      e.g. NVLink), ring P2P across the second."""
+
+    P2P = "p2p"
+    A2A = "a2a"
+    ALL_GATHER = "all_gather"
+    A2A_P2P = "a2a+p2p"
+
+    @classmethod
+    def parse(cls, value, field_name: str):
+        if isinstance(value, str):
+            value = {"allgather": "all_gather", "all-gather": "all_gather", "ulysses": "a2a",
+                     "ring": "p2p"}.get(value.strip().lower(), value.strip().lower())
+        return super().parse(value, field_name)
+
+
 class Implementation(_StrEnum):
     """Which code builds the model: megatron-core's ``GPTModel`` or a Hugging Face ``transformers`` causal LM."""
 
@@ -593,7 +621,14 @@ class ParallelPlan:
     virtual_pipeline: int = 1
     """Model chunks per pipeline rank v (interleaved 1F1B when > 1)."""
     context_parallel: int = 1
-    """Context-parallel size (sequence split across ranks in attention)."""
+    """Context-parallel size c (Megatron ``--context-parallel-size``): every layer sees s/c tokens per rank, split
+    into 2c chunks so causal attention work is balanced; attention exchanges K/V as ``cp_comm_type`` says."""
+    cp_comm_type: CPCommType = CPCommType.P2P
+    """Megatron ``--cp-comm-type``: ``p2p`` (ring, default), ``a2a`` (Ulysses), ``all_gather`` or ``a2a+p2p``
+    (:class:`CPCommType`)."""
+    hierarchical_context_parallel_sizes: Optional[tuple] = None
+    """With ``cp_comm_type='a2a+p2p'``: ``(a2a_size, p2p_size)``, their product = context_parallel (Megatron
+    ``--hierarchical-context-parallel-sizes``; the all-to-all group is the inner one, consecutive CP ranks)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism inside the TP group (needs tensor_parallel > 1)."""
     zero_stage: ZeroStage = ZeroStage.NONE
@@ -680,7 +715,7 @@ class ParallelPlan:
             _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl),
-                               ("moe_token_dispatcher", MoEDispatcher)):
+                               ("cp_comm_type", CPCommType), ("moe_token_dispatcher", MoEDispatcher)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
                 or not 0 <= int(self.zero_stage) <= 3):
@@ -716,6 +751,7 @@ class ParallelPlan:
             if getattr(self, name) is not None:
                 _positive_int(self, name)
         self._check_stage_split()
+        self._check_context_parallel()
         self._check_lora()
         self._check_engine()
         self._check_experts()
@@ -777,6 +813,41 @@ class ParallelPlan:
             raise ValueError(f"embedding_in_pipeline_split/loss_in_pipeline_split are Megatron's (engine='megatron');"
                              f" got engine='{self.engine}'")
 
+    def _check_context_parallel(self) -> None:
+        c, kind, sizes = self.context_parallel, self.cp_comm_type, self.hierarchical_context_parallel_sizes
+        if c == 1 and sizes is None:  # no context parallelism: how it would communicate does not matter
+            _set(self, "cp_comm_type", CPCommType.P2P)
+            return
+        if sizes is not None:
+            if isinstance(sizes, str):
+                sizes = sizes.replace(",", " ").split()
+            try:
+                sizes = tuple(check_int("hierarchical_context_parallel_sizes", int(x) if isinstance(x, str) else x)
+                              for x in sizes)
+            except (TypeError, ValueError):
+                raise ValueError(f"hierarchical_context_parallel_sizes={self.hierarchical_context_parallel_sizes!r} "
+                                 f"must be two positive integers (a2a size, p2p size)") from None
+            _set(self, "hierarchical_context_parallel_sizes", sizes)
+            if kind is not CPCommType.A2A_P2P:
+                raise ValueError(f"hierarchical_context_parallel_sizes={list(sizes)} needs cp_comm_type='a2a+p2p' "
+                                 f"(got cp_comm_type='{kind}')")
+            if len(sizes) != 2 or math.prod(sizes) != c:
+                raise ValueError(f"hierarchical_context_parallel_sizes={list(sizes)}: two sizes whose product is "
+                                 f"context_parallel={c} (a2a size, p2p size)")
+        elif kind is CPCommType.A2A_P2P:
+            raise ValueError(f"cp_comm_type='a2a+p2p' needs hierarchical_context_parallel_sizes=(a2a, p2p) with "
+                             f"a2a * p2p = context_parallel={c}")
+
+    @property
+    def cp_a2a_size(self) -> int:
+        """Ranks of the all-to-all part of context parallelism: c for ``a2a``, the first hierarchical size for
+        ``a2a+p2p``, 1 for ``p2p`` and ``all_gather``."""
+        if self.cp_comm_type is CPCommType.A2A:
+            return self.context_parallel
+        if self.cp_comm_type is CPCommType.A2A_P2P:
+            return self.hierarchical_context_parallel_sizes[0]
+        return 1
+
     def stage_layers(self, num_layers: int) -> tuple:
         """Transformer layers on each pipeline stage for a model of ``num_layers`` (:func:`pipeline_stage_layers`)."""
         return pipeline_stage_layers(num_layers, self.pipeline_parallel, self.virtual_pipeline,
@@ -833,6 +904,9 @@ class ParallelPlan:
                 raise ValueError(f"tensor_parallel={self.tensor_parallel}, context_parallel={self.context_parallel}"
                                  f", sequence_parallel={self.sequence_parallel} need engine 'megatron' or "
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
+        if e is Engine.MEGATRON_DEEPSPEED and self.context_parallel > 1:
+            raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron': Megatron-DeepSpeed has "
+                             f"no Megatron context parallelism (its sequence parallelism is DeepSpeed-Ulysses)")
         if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
             raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
                              f"{self.pipeline_parallel}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism "
@@ -1010,6 +1084,16 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     stage_layers = plan.stage_layers(model.num_layers)  # megatron-core's split, or its refusal
     if model.seq_length % (2 * c) and c > 1:
         raise ValueError(f"seq_length={model.seq_length} is not divisible by 2 * context_parallel({c}) = {2 * c}")
+    if c > 1 and model.attention is not AttentionImpl.FLASH:
+        raise ValueError(f"context_parallel={c} needs attention='flash' (Transformer Engine's DotProductAttention; "
+                         f"megatron-core's local attention refuses context parallelism); {model.name} has "
+                         f"attention='{model.attention}'")
+    a2a = plan.cp_a2a_size
+    if a2a > 1 and (model.num_attention_heads // t % a2a or model.num_query_groups // t % a2a):
+        raise ValueError(f"cp_comm_type='{plan.cp_comm_type}': the all-to-all over {a2a} context-parallel ranks "
+                         f"splits attention heads, so num_attention_heads={model.num_attention_heads} and "
+                         f"num_query_groups={model.num_query_groups} divided by tensor_parallel={t} must divide by "
+                         f"{a2a}")
     if plan.sequence_parallel and model.seq_length % t:
         raise ValueError(f"sequence_parallel: tensor_parallel={t} does not divide seq_length={model.seq_length}")
     if plan.recompute_layers is not None and plan.recompute_layers > max(stage_layers):

@@ -281,6 +281,10 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    cp_comm_type: object = 0
+    """Context-parallel exchange (:data:`CP_COMM_CODES`: 0 p2p ring, 1 a2a, 2 all_gather, 3 a2a+p2p)."""
+    cp_a2a_size: object = 1
+    """Ranks of the all-to-all level of context parallelism (c for a2a, the inner size for a2a+p2p, else 1)."""
     zero3_hbm_bytes_per_parameter: object = 0.0
     """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
     gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
@@ -544,7 +548,9 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     layers = comp["stage_layers"]  # the slowest stage's layers
     full_rc = g["full"] * x.recompute_fraction
     grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
-    links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group)}  # (stride, size)
+    cp_a2a = np.where(x.cp_comm_type == CP_COMM_CODES["all_gather"], 1.0, x.cp_a2a_size)
+    links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group),  # (stride, size)
+             "cp_a2a": (t, cp_a2a), "cp_ring": (t * cp_a2a, c / cp_a2a)}  # the two levels of context parallel
     out = {}
     for name, (stride, size) in links.items():
         crosses = group_crosses_nodes(stride, size, x.gpus_per_node)
@@ -567,14 +573,12 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     out["tp_backward_microbatch_seconds"] = layers * pairs * (1 + full_rc) * per_collective
     out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
 
-    # context parallel: K/V ring (c−1 exchanges forward, K/V + their gradients backward)
-    t_core = comp["core_attention_seconds"]
-    kv_bytes = 2 * tokens * x.kv_projection_size / t * x.bytes_per_value
-    ring_step = p2p_seconds(kv_bytes, gb_per_s=out["cp_gb_per_s"], latency_s=out["cp_latency_s"])
-    cp_fwd = np.where(c > 1, (c - 1) * ring_step, 0.0)
-    out["cp_forward_microbatch_seconds"] = layers * exposed_seconds(cp_fwd, t_core, 1)
-    out["cp_backward_microbatch_seconds"] = layers * (exposed_seconds(cp_fwd, t_core, 1) * full_rc
-                                                      + exposed_seconds(2 * cp_fwd, 2 * t_core, 1))
+    # context parallel: the K/V exchange of the attention core (ring P2P, all-to-all, all-gather or hierarchical)
+    cp = context_parallel_seconds(x, comp["core_attention_seconds"], tokens, out)
+    out.update(cp)
+    out["cp_forward_microbatch_seconds"] = layers * cp["cp_layer_forward_seconds"]
+    out["cp_backward_microbatch_seconds"] = layers * (cp["cp_layer_forward_seconds"] * full_rc
+                                                      + cp["cp_layer_backward_seconds"])
     out["cp_comm"] = m * (out["cp_forward_microbatch_seconds"] + out["cp_backward_microbatch_seconds"])
 
     # pipeline parallel: activations forward, gradients backward, per micro-batch per chunk
@@ -661,6 +665,63 @@ def _data_parallel_seconds(x: StepInputs, local_params, group, stride_size, back
 
 
 
+
+
+CP_COMM_CODES = {"p2p": 0, "a2a": 1, "all_gather": 2, "a2a+p2p": 3}
+"""Numeric codes of :class:`workbench.specs.CPCommType` in :class:`StepInputs` ``cp_comm_type``."""
+
+
+def all_to_all_seconds(nbytes, group_size, *, gb_per_s, latency_s):
+    """One all-to-all over ``group_size`` ranks, ``nbytes`` the tensor each rank holds: it keeps 1/n of it and
+    sends (n−1)/n, receiving as much, at the same time on every rank: (n−1)/n · bytes / bandwidth + latency.
+    Zero for a group of one."""
+    n = np.maximum(group_size, 1)
+    return np.where(n > 1, (n - 1) / n * nbytes / (gb_per_s * 1e9) + latency_s, 0.0)
+
+
+def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -> dict:
+    """Exposed context-parallel communication of one layer's forward and backward for one micro-batch, by
+    ``cp_comm_type`` (Transformer Engine ``attention/dot_product_attention/context_parallel.py``, through
+    megatron-core ``TEDotProductAttention``). c = context_parallel, a = ``cp_a2a_size`` (the all-to-all group),
+    r = c / a the ring; each rank holds s/c tokens (Megatron splits the sequence into 2c chunks and gives rank i
+    chunks i and 2c−1−i, so every ring step does the same causal work: ``core_seconds``/r per step).
+    K/V of one rank: kv = 2 · (b·s/c) · kv_projection/t · bytes_per_value; Q (and O): q = (b·s/c) · q_projection/t · v.
+
+    * ``p2p`` (ring, a = 1): r − 1 steps forward, each sending kv to the next rank while the chunk received before
+      is attended; a step is exposed only by what its transfer exceeds its compute:
+      (r−1)·max(0, send(kv) − core/r). Backward sends K/V and their gradients: (r−1)·max(0, send(2kv) − 2·core/r).
+      With GQA kv is small next to the attention work, so the ring hides until s/c gets short.
+    * ``a2a`` (Ulysses, a = c): all-to-all of Q, K, V before attention and of O after it (forward q+kv+q bytes;
+      backward the same for dO, dQ, dK, dV), not overlapped.
+    * ``all_gather``: all-gather the whole sequence's K/V (c·kv) before attention; backward gathers them again and
+      reduce-scatters their gradients; not overlapped (Llama 3 §3.3.2, TE ``AttnFuncWithCPAndKVAllGather``).
+    * ``a2a+p2p``: the all-to-all over a (inner group, consecutive CP ranks), then the ring over r = c/a.
+
+    Each part is priced on its group's link (``links``: ``cp_ring_*`` and ``cp_a2a_*`` bandwidth and latency, as
+    :func:`communication_terms` sets them). Returns per-layer seconds: ``cp_layer_forward_seconds``,
+    ``cp_layer_backward_seconds`` (exposed) and ``cp_layer_transfer_seconds`` (every byte's time, hidden or not,
+    forward + backward)."""
+    c, t, v = x.context_parallel, x.tensor_parallel, x.bytes_per_value
+    kind = x.cp_comm_type
+    gather = kind == CP_COMM_CODES["all_gather"]
+    a = np.where(gather, 1.0, x.cp_a2a_size)
+    r = np.where(gather, 1.0, c / a)
+    kv = 2 * tokens * x.kv_projection_size / t * v
+    q = tokens * x.query_projection_size / t * v
+    ring = dict(gb_per_s=links["cp_ring_gb_per_s"], latency_s=links["cp_ring_latency_s"])
+    hop_fwd, hop_bwd = p2p_seconds(kv, **ring), p2p_seconds(2 * kv, **ring)
+    steps = np.maximum(r - 1, 0)
+    ring_fwd = steps * np.maximum(0.0, hop_fwd - core_seconds / r)
+    ring_bwd = steps * np.maximum(0.0, hop_bwd - 2 * core_seconds / r)
+    a2a = all_to_all_seconds(2 * q + kv, a, gb_per_s=links["cp_a2a_gb_per_s"], latency_s=links["cp_a2a_latency_s"])
+    cp_link = dict(gb_per_s=links["cp_gb_per_s"], latency_s=links["cp_latency_s"])
+    ag = np.where(gather, collective_seconds(c * kv, c, kind="all_gather", **cp_link), 0.0)
+    rs = np.where(gather, collective_seconds(c * kv, c, kind="reduce_scatter", **cp_link), 0.0)
+    on = c > 1
+    fwd = np.where(on, ring_fwd + a2a + ag, 0.0)
+    bwd = np.where(on, ring_bwd + a2a + ag + rs, 0.0)
+    transfer = np.where(on, steps * (hop_fwd + hop_bwd) + 2 * a2a + 2 * ag + rs, 0.0)
+    return {"cp_layer_forward_seconds": fwd, "cp_layer_backward_seconds": bwd, "cp_layer_transfer_seconds": transfer}
 
 
 def optimizer_terms(x: StepInputs) -> dict:

@@ -44,6 +44,37 @@ MCORE_SHAPES = {
                           num_attention_heads=48, ffn_hidden_size=24576, vocab_size=51200, seq_length=2048,
                           activation="gelu", normalization="layernorm", add_bias_linear=True, tied_embeddings=False,
                           position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
+    # --- held-out shapes added after the first 69 runs (benchmarks/accuracy_split.json: test) ---
+    # Qwen2 7B: GQA 28/4, head 128, SwiGLU 18944, QKV biases, 152k vocabulary, untied
+    "mc-h3584-qwen2": dict(like="Qwen2 7B (28 -> 3 layers)", num_layers=3, hidden_size=3584, num_attention_heads=28,
+                           num_query_groups=4, ffn_hidden_size=18944, vocab_size=152064, seq_length=4096,
+                           activation="swiglu", normalization="rmsnorm", add_bias_linear=False, qkv_bias=True,
+                           tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                           attention_dropout=0.0),
+    # Llama 3 70B width: GQA 64/8, head 128, SwiGLU 28672, 128k vocabulary, untied
+    "mc-h8192-gqa": dict(like="Llama 3 70B width (80 -> 2 layers)", num_layers=2, hidden_size=8192,
+                         num_attention_heads=64, num_query_groups=8, ffn_hidden_size=28672, vocab_size=128256,
+                         seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                         tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                         attention_dropout=0.0),
+    # 16k tokens, MHA head 128, SwiGLU, dropout 0: only with recompute (the unfused scores of one layer are 20 GiB)
+    "mc-h2560-s16k": dict(like="2.5B-class width at 16k tokens (-> 4 layers)", num_layers=4, hidden_size=2560,
+                          num_attention_heads=20, ffn_hidden_size=6912, vocab_size=32000, seq_length=16384,
+                          activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                          tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                          attention_dropout=0.0),
+    # Gemma 7B: head width 256 (16 x 256 = 4096 > hidden 3072), gated MLP 24576, 256k vocabulary, tied
+    "mc-h3072-hd256": dict(like="Gemma 7B (28 -> 3 layers; gated SiLU for GeGLU)", num_layers=3, hidden_size=3072,
+                           num_attention_heads=16, head_dim=256, ffn_hidden_size=24576, vocab_size=256000,
+                           seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                           tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                           attention_dropout=0.0),
+    # GPT-3 2.7B-like: GeLU MHA head 128 with biases, dropout 0.1, 4k tokens, untied
+    "mc-h2048-gelu-s4k": dict(like="GPT-3 2.7B-class h2048 at 4k tokens (-> 4 layers)", num_layers=4,
+                              hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192, vocab_size=50304,
+                              seq_length=4096, activation="gelu", normalization="layernorm", add_bias_linear=True,
+                              tied_embeddings=False, position_embedding="learned", hidden_dropout=0.1,
+                              attention_dropout=0.1),
 }
 
 HF_SHAPES = {
@@ -64,6 +95,25 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1024, n_layer=8, n_head=16, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- held-out shapes added after the first 69 runs ---
+    # Qwen2 7B: GQA 28/4, head 128, QKV biases, untied, 152k vocabulary
+    "hf-qwen2-h3584": dict(like="Qwen2 7B (28 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=2, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
+    # Gemma 7B: head width 256, GeGLU, tied, 256k vocabulary
+    "hf-gemma-h3072": dict(like="Gemma 7B (28 -> 2 layers)", seq_length=2048, config=dict(
+        model_type="gemma", architectures=["GemmaForCausalLM"], hidden_size=3072, intermediate_size=24576,
+        num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0)),
+    # Pythia 1.4B (GPT-NeoX): parallel attention + MLP, partial rotary, LayerNorm with biases, untied
+    "hf-neox-h2048": dict(like="Pythia 1.4B (24 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=4, num_attention_heads=16, vocab_size=50304, max_position_embeddings=2048,
+        hidden_act="gelu", use_parallel_residual=True, tie_word_embeddings=False, attention_dropout=0.0,
+        hidden_dropout=0.0)),
 }
 
 
@@ -125,6 +175,34 @@ GROUPS = {
         _ddp("mc-h3072-gqa", False), _ddp("mc-h3072-gqa", True), _ddp("mc-h3072-gqa", True, recompute="full"),
         _ddp("mc-h4096-mha", False, recompute="selective"), _ddp("mc-h4096-mha", True, gas=2),
         _ddp("mc-h6144-gelu", False), _ddp("mc-h6144-gelu", True),
+    ],
+    # --- held-out shapes (benchmarks/accuracy_split.json: test), measured after the first 69 runs ---
+    "heldout-mc": [
+        _ds("mc-h3584-qwen2", 1), _ds("mc-h3584-qwen2", 2), _ds("mc-h3584-qwen2", 3),
+        _ds("mc-h3584-qwen2", 1, recompute="full"), _ds("mc-h3584-qwen2", 2, recompute="selective"),
+        _ds("mc-h3584-qwen2", 2, **OFF), _ddp("mc-h3584-qwen2", False), _ddp("mc-h3584-qwen2", True),
+        _ds("mc-h8192-gqa", 1), _ds("mc-h8192-gqa", 3), _ds("mc-h8192-gqa", 2, recompute="full"),
+        _ddp("mc-h8192-gqa", True),
+        _ds("mc-h2560-s16k", 1, recompute="selective"), _ds("mc-h2560-s16k", 2, recompute="full"),
+        _ds("mc-h2560-s16k", 3, recompute="selective"), _ddp("mc-h2560-s16k", False, recompute="full"),
+        _ddp("mc-h2560-s16k", True, recompute="selective"),
+        _ds("mc-h3072-hd256", 0), _ds("mc-h3072-hd256", 2), _ds("mc-h3072-hd256", 3),
+        _ds("mc-h3072-hd256", 1, recompute="selective"), _ddp("mc-h3072-hd256", True),
+        _ds("mc-h2048-gelu-s4k", 1), _ds("mc-h2048-gelu-s4k", 2), _ds("mc-h2048-gelu-s4k", 3),
+        _ds("mc-h2048-gelu-s4k", 2, recompute="full"), _ds("mc-h2048-gelu-s4k", 2, mbs=2, gas=2),
+        _ddp("mc-h2048-gelu-s4k", False), _ddp("mc-h2048-gelu-s4k", False, recompute="selective"),
+    ],
+    "heldout-hf": [
+        _hf("hf-qwen2-h3584", 2, "sdpa"), _hf("hf-qwen2-h3584", 3, "sdpa"), _hf("hf-qwen2-h3584", 2, "eager", ckpt=True),
+        _hf("hf-gemma-h3072", 2, "sdpa"), _hf("hf-gemma-h3072", 3, "sdpa", ckpt=True),
+        _hf("hf-gemma-h3072", 2, "eager"),
+        _hf("hf-neox-h2048", 2, "sdpa"), _hf("hf-neox-h2048", 2, "eager"), _hf("hf-neox-h2048", 3, "sdpa", ckpt=True),
+    ],
+    # CPU Adam (optimizer offload) with 1, 4 and 16 host threads: a fit shape and a test shape, ZeRO-2 and ZeRO-3
+    "threads": [
+        _ds(shape, zero, mbs=mbs, offload="cpu", omp_threads=t)
+        for shape, mbs in (("mc-h1024-gelu", 4), ("mc-h2048-gelu-s4k", 1)) for zero in (2, 3) for t in (1, 4, 16)
+        if not (shape == "mc-h1024-gelu" and zero == 2 and t == 16)  # measured in mcore-ds-a
     ],
 }
 

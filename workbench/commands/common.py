@@ -48,6 +48,7 @@ _PLAN_FLAGS = {
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
+    "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes",
 }
 
 
@@ -124,7 +125,13 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="Megatron: the embedding counts as a layer of the pipeline split (first stage one layer fewer)")
     p.add_argument("--account-for-loss-in-pipeline-split", dest="loss_in_pipeline_split", action="store_true",
                    default=None, help="Megatron: the loss counts as a layer of the split (last stage one layer fewer)")
-    p.add_argument("--cp", type=int, help="context parallel")
+    p.add_argument("--cp", "--context-parallel-size", dest="cp", type=int, help="context parallel")
+    p.add_argument("--cp-comm-type", metavar="{p2p,a2a,all_gather,a2a+p2p}",
+                   help="how context-parallel ranks exchange K/V (Megatron --cp-comm-type; default p2p, the ring; "
+                        "allgather is read as all_gather)")
+    p.add_argument("--hierarchical-context-parallel-sizes", "--hierarchical-cp", dest="hierarchical_cp", type=int,
+                   nargs=2, metavar=("A2A", "P2P"),
+                   help="with --cp-comm-type a2a+p2p: all-to-all group size and ring size, product = --cp")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallel")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
     p.add_argument("--offload-optimizer", choices=["none", "cpu", "nvme"])

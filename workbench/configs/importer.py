@@ -614,6 +614,7 @@ _KNOWN = {
     # parallel / batch
     "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
+    "cp-comm-type", "hierarchical-context-parallel-sizes",
     "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
     "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method",
@@ -790,6 +791,22 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     cp = num("context-parallel-size", _positive)
     if cp is not None:
         plan["context_parallel"] = cp
+    if has("cp-comm-type"):
+        kinds = flags["cp-comm-type"]
+        if not kinds:
+            raise ValueError("--cp-comm-type needs a value")
+        if len(set(kinds)) > 1:  # one per layer: the workbench prices one kind for every layer
+            common = max(dict.fromkeys(kinds), key=kinds.count)
+            warnings.append(f"--cp-comm-type {' '.join(kinds)}: one kind per layer; read as {common} for every "
+                            f"layer (the most common)")
+            kinds = [common]
+        if kinds[0].lower() == "allgather":
+            warnings.append("--cp-comm-type allgather: Transformer Engine names it all_gather (Megatron passes the "
+                            "string on); read as all_gather")
+        plan["cp_comm_type"] = kinds[0]
+    if has("hierarchical-context-parallel-sizes"):
+        plan["hierarchical_context_parallel_sizes"] = tuple(
+            _positive(v, "--hierarchical-context-parallel-sizes") for v in flags["hierarchical-context-parallel-sizes"])
     if has("sequence-parallel"):
         if plan.get("tensor_parallel", 1) == 1:
             warnings.append("--sequence-parallel with tensor parallel 1: Megatron turns sequence parallelism off "

@@ -115,6 +115,11 @@ def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "mega
         a += ["--account-for-loss-in-pipeline-split"]
     if plan.context_parallel > 1:
         a += ["--context-parallel-size", _fmt(plan.context_parallel)]
+        if str(plan.cp_comm_type) != "p2p":  # Megatron's default is p2p; TE takes "all_gather" (not "allgather")
+            a += ["--cp-comm-type", str(plan.cp_comm_type)]
+        if plan.hierarchical_context_parallel_sizes:
+            a += ["--hierarchical-context-parallel-sizes",
+                  *(_fmt(x) for x in plan.hierarchical_context_parallel_sizes)]
     if plan.sequence_parallel:
         a += ["--sequence-parallel"]
     if plan.distributed_optimizer:
