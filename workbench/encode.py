@@ -2,7 +2,8 @@
 
 A plan is first written as *columns* (:func:`plan_columns`): the numeric codes of its fields under short names,
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
-fused_adam, overlap_comm, lora_rank, lora_targets``, the MoE columns ``ep, etp, edp`` (expert parallel, expert
+fused_adam, overlap_comm, lora_rank, lora_targets``, the FP8 stack ``fp8_recipe, fp8_pg, fp8_bf16`` (recipe code,
+FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, edp`` (expert parallel, expert
 tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, else 1) and
 ``moe_ag`` (1: allgather dispatcher), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
@@ -24,8 +25,12 @@ from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, MoEDispatcher,
-                             Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, ModelSpec,
+                             MoEDispatcher, Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
+
+FP8_RECIPE_CODES = {"delayed": 0, "tensorwise": 1, "blockwise": 2, "mxfp8": 3}
+"""Column codes of :class:`~workbench.specs.Fp8Recipe` (the memory and time models index their per-recipe
+constants with them)."""
 
 ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
 ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -47,8 +52,9 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 emb_split=int(plan.embedding_in_pipeline_split), loss_split=int(plan.loss_in_pipeline_split),
                 mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
                 overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
-                lora_dropout=plan.lora_dropout, ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size,
-                edp=plan.expert_data_parallel,
+                lora_dropout=plan.lora_dropout, fp8_recipe=FP8_RECIPE_CODES[str(plan.fp8_recipe)],
+                fp8_pg=int(plan.fp8_param_gather), fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
+                ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
                 moe_tf=plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0,
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
@@ -56,11 +62,15 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
 
 
 def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, overlap_comm=None, lora_rank=0,
-                     lora_targets=LORA_TARGETS, lora_dropout=0.0) -> dict:
+                     lora_targets=LORA_TARGETS, lora_dropout=0.0, fp8_recipe=Fp8Recipe.DELAYED,
+                     fp8_param_gather=False) -> dict:
     """The planner's table with the columns it does not search: the stack every row runs (``adam``,
-    ``overlap_comm`` — ``None``: each row's engine default —, LoRA) and every layer of a stage recomputed under
-    full recompute."""
+    ``overlap_comm`` — ``None``: each row's engine default —, LoRA, the FP8 recipe; ``fp8_param_gather`` applies to
+    the rows with the distributed optimizer) and every layer of a stage recomputed under full recompute."""
     out = dict(table)
+    out.setdefault("fp8_recipe", FP8_RECIPE_CODES[str(Fp8Recipe.parse(fp8_recipe, "fp8_recipe"))])
+    out.setdefault("fp8_pg", np.asarray(table["dist_opt"]) * int(bool(fp8_param_gather)))
+    out.setdefault("fp8_bf16", 0)
     for key in ("first_layers", "last_layers", "emb_split", "loss_split", "cp_comm"):
         out.setdefault(key, 0)
     out.setdefault("cp_a2a", 1)
@@ -153,12 +163,21 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                lora_activation_per_token=(lora_activation_values_per_token(model, cols["lora_rank"],
                                                                            cols["lora_targets"], cols["lora_dropout"])
                                           if cols["lora_rank"] else 0.0),
+               fp8=int(precision.is_fp8), fp8_recipe=cols.get("fp8_recipe", 0),
+               fp8_param_gather=cols.get("fp8_pg", 0), fp8_layer_fraction=fp8_layer_fraction(model, cols),
                expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
                expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
                moe_allgather=cols.get("moe_ag", 0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
+
+
+def fp8_layer_fraction(model: ModelSpec, cols: dict):
+    """Share of the transformer layers whose GEMMs run in FP8: all but Megatron's bf16 first/last layers
+    (``--first-last-layers-bf16``). The models spread the bf16 layers' share over every stage; Megatron puts them on
+    the first and last stage (a layer or two out of dozens: a small difference on those stages)."""
+    return 1.0 - np.divide(cols.get("fp8_bf16", 0), model.num_layers)
 
 
 def _where(cond, a, b):
@@ -219,9 +238,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         grad_bucket_elements=bucket_elements, overlap_comm=cols["overlap_comm"],
         # Megatron with bf16 accumulates and reduces fp32 main gradients (DDP grad_reduce_in_fp32; Megatron-LM turns
         # --accumulate-allreduce-grads-in-fp32 on for bf16); fp16 reduces 16-bit gradients
-        grad_reduce_bytes_per_value=_where(megatron & (precision is Precision.BF16), 4.0,
+        grad_reduce_bytes_per_value=_where(megatron & (precision.base is Precision.BF16), 4.0,
                                            float(precision.bytes_per_value)),
-        peak_flops=gpu.peak_flops(precision), hbm_gb_per_s=gpu.hbm_gb_per_s,
+        # FP8 training runs everything but the FP8 GEMMs in bf16: that peak prices the rest (and MFU)
+        peak_flops=gpu.peak_flops(precision.base), hbm_gb_per_s=gpu.hbm_gb_per_s,
         gpus_per_node=cluster.gpus_per_node,
         intra_node_gb_per_s=cluster.intra_node_gb_per_s * net["intra_node_bandwidth_efficiency"],
         inter_node_gb_per_s=cluster.inter_node_gb_per_s * net["inter_node_bandwidth_efficiency"],
@@ -242,6 +262,42 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
     )
+    inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
+        fp8_layer_fraction=0.0, fp8_peak_flops=1.0, fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,
+        fp8_activation_bytes=1.0, fp8_weight_cast_bytes_per_parameter=0.0, fp8_amax_reductions=0.0,
+        fp8_amax_bytes=0.0, param_gather_bytes_per_value=float(precision.bytes_per_value)))
     if profile is not None:
-        inputs.update(profile.time_overrides(cluster, precision)[0])
+        inputs.update(profile.time_overrides(cluster, precision.base)[0])
+        measured = profile.gemm.get("fp8") if precision.is_fp8 else None
+        if measured:
+            scale = measured["peak_tflops"] * 1e12 / gpu.peak_flops("fp8")
+            inputs.update(fp8_gemm_efficiency_max=measured["efficiency_max"] * scale,
+                          fp8_gemm_half_dim=measured["half_dim"])
     return inputs
+
+
+def fp8_time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, counts) -> dict:
+    """The FP8 fields of :class:`workbench.timing.StepInputs` for columns of an FP8 plan (recipe, FP8 parameter
+    all-gather, bf16 first/last layers)."""
+    from workbench import memory as M
+    from workbench import timing as T
+
+    gpu = cluster.gpu
+    curve = T.fp8_efficiency_curve(gpu.name)
+    recipe = np.asarray(cols["fp8_recipe"], dtype=int)
+    fraction = fp8_layer_fraction(model, cols)
+    a = M.FP8_ACTIVATION_BYTES[recipe]
+    pg = np.greater(cols["fp8_pg"], 0)
+    # without --fp8-param-gather each step re-reads the bf16 weight and writes its two FP8 copies; with it the
+    # all-gathered FP8 weight is read once to write its transpose
+    cast = np.where(pg, 2.0 * a, 2.0 + M.FP8_WEIGHT_COPY_BYTES[recipe])
+    # the parameter all-gather sends the FP8 layers' linear weights in a bytes instead of 2
+    linear_share = model.num_layers * fraction * M.fp8_linear_params_per_layer(model, 1) / counts.total
+    gather = np.where(pg, 2.0 - linear_share * (2.0 - a), 2.0)
+    delayed = recipe == FP8_RECIPE_CODES["delayed"]
+    stage_tensors = model.num_layers / np.asarray(cols["pp"]) * M.fp8_linear_modules_per_layer(model) * 5
+    return dict(fp8_layer_fraction=fraction, fp8_peak_flops=gpu.peak_flops("fp8"),
+                fp8_gemm_efficiency_max=curve["gemm_efficiency_max"], fp8_gemm_half_dim=curve["gemm_half_dim"],
+                fp8_activation_bytes=a, fp8_weight_cast_bytes_per_parameter=cast,
+                fp8_amax_reductions=np.where(delayed, 2.0, 0.0), fp8_amax_bytes=4.0 * stage_tensors,
+                param_gather_bytes_per_value=gather)

@@ -20,7 +20,8 @@ import numpy as np
 from workbench import params as P
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
 from workbench.defaults import GiB
-from workbench.encode import ENGINE_CODES, RECOMPUTE_CODES  # noqa: F401  (the codes' home is the encoder)
+# the codes' home is the encoder
+from workbench.encode import ENGINE_CODES, FP8_RECIPE_CODES, RECOMPUTE_CODES  # noqa: F401
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
@@ -66,6 +67,94 @@ on the calibration runs; fragmentation grows it, ``expandable_segments`` shrinks
 def _where(cond, a, b):
     out = np.where(cond, a, b)
     return out.item() if np.ndim(out) == 0 else out
+
+
+# -- FP8 (Transformer Engine under Megatron-LM) ----------------------------------------------------------------
+FP8_ACTIVATION_BYTES = np.array([1.0, 1.0, 1.0 + 4 / 128, 1.0 + 1 / 32])
+"""Bytes per FP8 value a recipe stores, scales included, by recipe code: one fp32 scale per tensor (delayed,
+tensorwise: nothing per value), one fp32 scale per 1×128 tile (blockwise), one 8-bit power-of-two scale per 32
+values (mxfp8). Transformer Engine ``Float8Tensor`` / ``Float8BlockwiseQTensor`` / ``MXFP8Tensor``."""
+FP8_WEIGHT_COPY_BYTES = np.array([2.0, 2.0, 2.0 + 2 * 4 / (128 * 128), 2.0 * (1.0 + 1 / 32)])
+"""Bytes per linear weight of the FP8 copies Transformer Engine caches between micro-batches (Megatron passes
+``is_first_microbatch``): the weight quantized row-wise for the forward GEMM and column-wise (transposed) for the
+data-gradient GEMM — cuBLAS FP8 GEMMs on Hopper take only the TN layout, so both orientations are kept; blockwise
+adds one fp32 scale per 128×128 block in each orientation, mxfp8 one 8-bit scale per 32 values."""
+FP8_AMAX_HISTORY_LEN = 1024
+"""Amax history of the delayed recipe as the workbench exports it (``--fp8-amax-history-len 1024
+--fp8-amax-compute-algo max``, the setting of Megatron-LM's and NeMo's FP8 examples; Megatron's own default is 1)."""
+
+
+def fp8_linear_params_per_layer(m: ModelSpec, tensor_parallel, expert_parallel=1, expert_tensor_parallel=None):
+    """Weights of one transformer layer's linear layers on one tensor-parallel rank — the GEMMs Transformer Engine
+    runs in FP8 (QKV, attention output, fc1, fc2, every local expert's two — num_experts / expert_parallel of them,
+    split over ``expert_tensor_parallel``, default t —, a shared expert's); norms, biases and the MoE router stay
+    in bf16."""
+    h = m.hidden_size
+    qkv_out = m.query_projection_size + 2 * m.kv_projection_size
+    f, experts = (m.moe_ffn_hidden_size, m.num_experts) if m.is_moe else (m.ffn_hidden_size, 1)
+    fc1_out = (2 if m.is_gated else 1) * f
+    shared = 0
+    if m.is_moe and m.shared_expert_ffn_hidden_size:
+        fs = m.shared_expert_ffn_hidden_size
+        shared = h * (2 if m.is_gated else 1) * fs + fs * h
+    etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
+    routed = experts * (h * fc1_out + f * h)
+    if m.is_moe:  # the routed experts: num_experts / e on the rank, split over the expert-tensor-parallel group
+        return ((h * qkv_out + m.query_projection_size * h + shared) / tensor_parallel
+                + routed / expert_parallel / etp)
+    return (h * qkv_out + m.query_projection_size * h + routed + shared) / tensor_parallel
+
+
+def fp8_linear_modules_per_layer(m: ModelSpec) -> int:
+    """FP8 GEMM modules of one layer, each with its own scaling state: QKV, projection, and fc1/fc2 of the MLP,
+    of every expert and of a shared expert."""
+    experts = m.num_experts if m.is_moe else 1
+    return 2 + 2 * experts + (2 if m.is_moe and m.shared_expert_ffn_hidden_size else 0)
+
+
+def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param_gather, value_bytes,
+                     expert_parallel=1, expert_tensor_parallel=None):
+    """Bytes FP8 training adds to (or, with ``--fp8-param-gather``, takes from) a rank's weights for ``fp8_layers``
+    FP8 layers on its stage.
+
+    Without param gather the bf16 weights stay and Transformer Engine adds their cached FP8 copies
+    (:data:`FP8_WEIGHT_COPY_BYTES` per linear weight). With ``--fp8-param-gather`` (TE ``fp8_model_init``) the linear
+    weights exist only as FP8 tensors with their transpose (megatron-core ``fp8_utils`` creates it after each
+    all-gather): the copies replace the bf16 weight, so the term is copies − v per linear weight."""
+    recipe = np.asarray(recipe, dtype=int)
+    copies = FP8_WEIGHT_COPY_BYTES[recipe]
+    per_param = copies - np.where(param_gather > 0, value_bytes, 0.0)
+    return fp8_layers * fp8_linear_params_per_layer(m, tensor_parallel, expert_parallel,
+                                                    expert_tensor_parallel) * per_param
+
+
+def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
+    """Delayed scaling's state per FP8 layer: for each FP8 GEMM module Transformer Engine's ``fp8_meta`` holds an fp32
+    amax history of :data:`FP8_AMAX_HISTORY_LEN` entries plus a scale and its inverse for the three forward tensors
+    (input, weight, output) and the two backward ones (output gradient, input gradient). Current-scaling recipes
+    keep no history (0 here; their per-block scales are in the FP8 tensors' bytes)."""
+    per_module = 5 * (FP8_AMAX_HISTORY_LEN + 2) * 4
+    return np.where(np.asarray(recipe) == FP8_RECIPE_CODES["delayed"],
+                    fp8_layers * fp8_linear_modules_per_layer(m) * per_module, 0.0)
+
+
+def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
+                               value_bytes, recipe):
+    """How one FP8 layer's saved activations differ from the bf16 layer's (:func:`layer_activation_bytes`), for one
+    micro-batch on one rank (usually negative).
+
+    Transformer Engine saves the input of each FP8 linear for its weight-gradient GEMM as FP8 (column-wise, a
+    bytes per value, :data:`FP8_ACTIVATION_BYTES`) instead of bf16: the QKV and fc1 inputs (``LayerNormLinear``
+    writes the norm's output in FP8; the norm's bf16 input is still kept) and the fc2 input (the activation's output;
+    the activation keeps its bf16 input). The attention output is kept twice: in bf16 by flash attention for its
+    backward and as FP8 by the projection."""
+    a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
+    s = m.seq_length / context_parallel
+    sb = s * micro_batch
+    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    f = m.moe_ffn_hidden_size * m.moe_top_k if m.is_moe else m.ffn_hidden_size
+    return ((a - value_bytes) * 2 * sb * m.hidden_size * rep + a * sb * m.query_projection_size / tensor_parallel
+            + (a - value_bytes) * sb * f / tensor_parallel)
 
 
 # ================================================================================================================
@@ -346,17 +435,18 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     * router: fp32 logits and fp32 routing probabilities, 2 · 4 · E per token (megatron-core ``TopKRouter`` runs
       in fp32 with ``moe_router_dtype='fp32'``; its softmax/top-k backward keeps the scores), tokens ÷ t with SP;
     * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
-      fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group;
-      the routing probabilities applied to the expert outputs keep those outputs, v·X·h (``unpermute`` with probs).
+      fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group
+      (megatron-core 0.16 applies the routing probabilities inside the activation function, ``bias_act_func`` of
+      ``TEGroupedMLP``, so the combine keeps nothing more).
 
     Dropless with top-k = 1, e = 1 and tp_e = t this is the dense MLP's v·sbf·(3, gated)/t plus the router and
-    the 2·v·X·h of the permutation. Korthikanti et al.'s dense counting, applied to the routed copies."""
+    the permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
     rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     v, h, f = value_bytes, m.hidden_size, m.moe_ffn_hidden_size
     x = moe_expert_tokens(tokens, top_k=m.moe_top_k, tensor_parallel=tensor_parallel,
                           expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
     router = 8.0 * tokens * rep * m.num_experts
-    experts = v * x * ((2 if m.is_gated else 1) * f + f) / expert_tensor_parallel + 2 * v * x * h
+    experts = v * x * ((2 if m.is_gated else 1) * f + f) / expert_tensor_parallel + v * x * h
     shared = 0.0
     if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
         fs = m.shared_expert_ffn_hidden_size
@@ -521,10 +611,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 cp_a2a_size=1,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
-                last_stage_layers=None, expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None,
-                moe_token_factor=1.0, moe_allgather=0):
+                last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
+                expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
+                moe_allgather=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
+    ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of each stage's layers run their GEMMs in FP8
+    (the rest are Megatron's bf16 first/last layers), adding :func:`fp8_weight_bytes` to the weights,
+    :func:`fp8_scaling_state_bytes` to the buffers and :func:`fp8_activation_delta_bytes` to each FP8 layer's
+    activations.
     MoE: ``expert_parallel`` e and ``expert_tensor_parallel`` (default t) split the experts
     (:func:`expert_params_per_rank`); their gradients and optimizer states are sharded over the
     ``expert_data_parallel`` group (default data_parallel; megatron-core's distributed optimizer shards expert
@@ -571,6 +666,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                          param_bytes=value_bytes)
     weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
     host = host + np.where(offload_params > 0, frozen_weights, 0.0)
+    fp8_layers = np.where(fp8 > 0, layers * fp8_layer_fraction, 0.0)
+    weights = weights + fp8_weight_bytes(m, tensor_parallel=tensor_parallel, fp8_layers=fp8_layers,
+                                         recipe=fp8_recipe, param_gather=fp8_param_gather, value_bytes=value_bytes,
+                                         expert_parallel=expert_parallel, expert_tensor_parallel=etp)
     grads_bwd = backward_gradient_bytes(grads, engine=engine, zero_stage=zero_stage, param_bytes=value_bytes,
                                         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer)
 
@@ -578,6 +677,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
               context_parallel=context_parallel)
     moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor)
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
+    # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
+    fp8_delta = np.where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
+        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw)
+    kept = kept + np.where(recompute >= 2, 0.0, fp8_delta)
+    full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
     lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
                 * (value_bytes + 1))
@@ -594,7 +698,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # selective recompute: the recomputed attention core is alive again beside the layer's backward working set
     # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
     # already the transient's first copy
-    core = full_layer - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw, **moe_kw)[0]
+    core = full_layer - fp8_delta - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw,
+                                                           **moe_kw)[0]
     transient = np.where(recompute >= 2, full_layer + output,
                          np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
     activations = activations + transient
@@ -605,6 +710,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     buffers = buffers + context_parallel_buffer_bytes(m, micro_batch=micro_batch, tensor_parallel=tensor_parallel,
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
+    buffers = buffers + fp8_scaling_state_bytes(m, fp8_layers=fp8_layers, recipe=fp8_recipe)
     if m.is_moe:
         buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
                                                       context_parallel=context_parallel,

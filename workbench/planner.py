@@ -44,7 +44,7 @@ from workbench import timing as T
 from workbench.defaults import GiB
 from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
                              check_spec_types)
 
@@ -488,7 +488,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
            allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
-           overlap_comm=None, profile=None) -> PlanSearch:
+           overlap_comm=None, profile=None, fp8_recipe="delayed") -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -497,6 +497,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     ``lora_rank`` > 0 searches LoRA fine-tunes (adapters on ``lora_targets``, base weights frozen): DeepSpeed
     engines only. ``adam`` and ``overlap_comm`` describe the stack every candidate runs (:class:`ParallelPlan`
     fields); the attention kernel is the model's (:attr:`ModelSpec.attention`).
+
+    ``precision='fp8'`` searches Megatron plans only (FP8 is modelled as Megatron-LM trains it with Transformer
+    Engine), every row with the scaling recipe ``fp8_recipe``.
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -517,6 +520,15 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
                  overlap_comm=None if overlap_comm is None else check_bool("overlap_comm", overlap_comm))
     if precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+    if precision.is_fp8:
+        if not cluster.gpu.peak_tflops.get("fp8"):
+            raise ValueError(f"precision=fp8 is not supported by gpu={cluster.gpu.name} (no FP8 tensor cores); "
+                             f"use bf16")
+        engines = [e for e in engines if Engine.parse(e, "engines") is Engine.MEGATRON]
+        if not engines:
+            raise ValueError("precision=fp8 is modelled for engine 'megatron' (Transformer Engine under Megatron-LM); "
+                             "engines lists none")
+        stack["fp8_recipe"] = Fp8Recipe.parse(fp8_recipe, "fp8_recipe")
     if seq_length is not None and seq_length != model.seq_length:
         model = model.replace(seq_length=seq_length)
     probe = ParallelPlan(world_size=cluster.world_size, lora_rank=lora_rank, lora_targets=lora_targets)
@@ -541,21 +553,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     profile = resolve_profile(profile)
     # applied() refuses a profile measured on another GPU, naming both
     profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record()
+    if precision.is_fp8:  # every row with the recipe (encode.complete_columns keeps a given column)
+        table["fp8_recipe"] = np.full(count, E.FP8_RECIPE_CODES[str(stack["fp8_recipe"])], np.int64)
+    eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
-                  **stack)
-    capacity = cluster.gpu.memory_bytes
-    limit = (1.0 - headroom) * capacity
-    host_cap = cluster.host_memory_gib_per_node * GiB
-    # the upper side of the held-out error band of each row's engine and recompute mode
-    # (workbench.memory.error_band) must fit too, as the estimate judges it
-    band_high = np.zeros(len(table["engine"]))
-    for engine, code in ENGINE_CODES.items():
-        for mode, rc in M.RECOMPUTE_CODES.items():
-            band = M.error_band(engine, "device", mode)
-            if band is not None:
-                band_high = np.where((table["engine"] == code) & (table["recompute"] == rc), band[1], band_high)
-    fits_gpu = ev["peak_bytes"] * (1.0 + band_high) <= limit
-    fits_host = ev["host_bytes_per_node"] <= host_cap
+                  **eval_stack)
+    fits_gpu, fits_host = _fits(table, ev, cluster, headroom)
     feasible = np.flatnonzero(fits_gpu & fits_host)
     if not len(feasible):
         message = _nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
@@ -592,6 +595,23 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
                       pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
                       elapsed_seconds=_time.perf_counter() - start, profile=profile_record)
+
+
+def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float, band: bool = True) -> tuple:
+    """``(fits_gpu, fits_host)`` boolean arrays: the peak with the upper side of the held-out error band of each row's
+    engine and recompute mode (:func:`workbench.memory.error_band`, as the estimate judges it; ``band=False``: the
+    point estimate alone) within (1 − headroom) × GPU memory, and the offloaded bytes within the node's host
+    memory."""
+    limit = (1.0 - headroom) * cluster.gpu.memory_bytes
+    band_high = np.zeros(len(table["engine"]))
+    for engine, code in (ENGINE_CODES.items() if band else ()):
+        for mode, rc in M.RECOMPUTE_CODES.items():
+            band = M.error_band(engine, "device", mode)
+            if band is not None:
+                band_high = np.where((table["engine"] == code) & (table["recompute"] == rc), band[1], band_high)
+    fits_gpu = ev["peak_bytes"] * (1.0 + band_high) <= limit
+    fits_host = ev["host_bytes_per_node"] <= cluster.host_memory_gib_per_node * GiB
+    return fits_gpu, fits_host
 
 
 def _no_valid_plan_message(model, cluster, gbs) -> str:
@@ -760,3 +780,103 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
     lines.append(f"Memory: the {label.lower()} peaks at {r.peak_bytes / GiB:.1f} GiB ({dm / GiB:+.1f} GiB vs the winner)"
                  + (f"; the winner buys its speed with {-dm / GiB:.1f} GiB more memory." if dm < 0 else "."))
     return "\n".join(lines)
+
+
+# ================================================================================================================
+# Where a given plan ranks
+# ================================================================================================================
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRank:
+    """Where one plan (a published or hand-made layout) stands among the planner's plans for its model, cluster,
+    global batch and precision."""
+
+    plan: ParallelPlan
+    rank: Optional[int]
+    """1-based position among the feasible plans ranked by step time (ties: less memory first); ``None`` when the
+    plan is not in the search space or does not fit."""
+    in_search_space: bool
+    """Whether the planner's enumeration contains this plan at all."""
+    fits: bool
+    """Whether the planner judges it to fit (peak + error band within the headroom, host memory for offload)."""
+    rank_without_band: Optional[int]
+    """The same rank when every plan is judged on its point estimate of memory, without the held-out error band:
+    says whether the band is what excludes the plan."""
+    evaluated: int
+    feasible: int
+    best: Optional[PlanResult]
+    """The planner's fastest feasible plan."""
+    result: Optional[PlanResult]
+    """This plan as the planner priced it (``None`` outside the search space)."""
+    explanation: str
+    """Why the planner prefers its winner over this plan, term by term (:func:`explain`), or why the plan is not
+    ranked."""
+
+    def to_dict(self) -> dict:
+        return {"plan": describe_plan(self.plan), "rank": self.rank, "rank_without_band": self.rank_without_band,
+                "in_search_space": self.in_search_space,
+                "fits": self.fits, "evaluated": self.evaluated, "feasible": self.feasible,
+                "best": self.best.to_dict() if self.best else None,
+                "result": self.result.to_dict() if self.result else None, "explanation": self.explanation}
+
+
+def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = DEFAULT_HEADROOM,
+              max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL, allow_cross_node_tp: bool = False,
+              profile=None) -> PlanRank:
+    """The rank of ``plan`` among every plan :func:`search` evaluates for the same model, cluster, global batch,
+    precision and stack, ranked as :func:`search` ranks them (step time, then peak memory)."""
+    check_spec_types(model=model, cluster=cluster, plan=plan)
+    from workbench.specs import validate
+
+    validate(model, cluster, plan)
+    if plan.lora_rank:
+        raise ValueError(f"lora_rank={plan.lora_rank}: rank_plan ranks full training plans only")
+    max_context_parallel = max(check_int("max_context_parallel", max_context_parallel), plan.context_parallel)
+    # FP8 is modelled as Megatron-LM trains it with Transformer Engine: the Megatron engine only
+    engines = (Engine.MEGATRON,) if plan.precision.is_fp8 else ENGINES
+    table = enumerate_candidates(model, cluster, plan.global_batch_size, engines=engines,
+                                 allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel)
+    stack = dict(adam=plan.adam, overlap_comm=plan.overlap_comm)
+    plan_stack = dict(stack)
+    if plan.precision.is_fp8:  # every row with the plan's FP8 recipe (encode.complete_columns keeps given columns)
+        table["fp8_recipe"] = np.full(len(table["tp"]), E.FP8_RECIPE_CODES[str(plan.fp8_recipe)], np.int64)
+        plan_stack["fp8_recipe"] = plan.fp8_recipe
+    from workbench.calibrate.profile import resolve_profile
+
+    profile = resolve_profile(profile)
+    ev = evaluate(table, model, cluster, precision=plan.precision, profile=profile, **stack)
+    fits_gpu, fits_host = _fits(table, ev, cluster, headroom)
+    ok = fits_gpu & fits_host
+    cols = E.plan_columns(plan, model)
+    match = np.ones(len(table["tp"]), bool)
+    for key in _COLUMNS:
+        match &= table[key] == int(cols[key])
+    rows = np.flatnonzero(match)
+    gbs, precision = plan.global_batch_size, plan.precision
+
+    def ranked(mask):
+        idx = np.flatnonzero(mask)
+        return idx[np.lexsort((ev["peak_bytes"][idx], ev["step_seconds"][idx]))]
+
+    order = ranked(ok)
+    best = _result_at(table, ev, int(order[0]), model, cluster, gbs, precision, stack=plan_stack) if len(order) else None
+    common = dict(plan=plan, evaluated=len(table["tp"]), feasible=int(len(order)), best=best)
+    if not len(rows):
+        return PlanRank(rank=None, rank_without_band=None, in_search_space=False, fits=False, result=None,
+                        explanation=f"{describe_plan(plan)} is not in the planner's search space", **common)
+    i = int(rows[0])
+    point = ranked(np.logical_and(*_fits(table, ev, cluster, headroom, band=False)))
+    common["rank_without_band"] = int(np.flatnonzero(point == i)[0]) + 1 if i in point else None
+    result = _result_at(table, ev, i, model, cluster, gbs, precision, stack=plan_stack)
+    if not ok[i]:
+        why = (f"the planner judges it not to fit: peak {result.peak_bytes / GiB:.1f} GiB (+ the error band) of "
+               f"{cluster.gpu.memory_bytes / GiB:.1f} GiB with {headroom:.0%} headroom" if not fits_gpu[i]
+               else "its offloaded states do not fit host memory")
+        if common["rank_without_band"] and common["rank_without_band"] > 1:
+            point_best = _result_at(table, ev, int(point[0]), model, cluster, gbs, precision, stack=plan_stack)
+            why += ("; judged on the point estimate it ranks " f"{common['rank_without_band']}:\n"
+                    + explain(point_best, result, model=model, cluster=cluster, label="This plan", head=True))
+        return PlanRank(rank=None, in_search_space=True, fits=False, result=result, explanation=why, **common)
+    rank = int(np.flatnonzero(order == i)[0]) + 1
+    text = ("it is the planner's fastest plan" if rank == 1 else
+            explain(best, result, model=model, cluster=cluster, label="This plan", head=True))
+    return PlanRank(rank=rank, in_search_space=True, fits=True, result=result, explanation=text, **common)

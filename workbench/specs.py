@@ -72,15 +72,47 @@ class Engine(_StrEnum):
 
 
 class Precision(_StrEnum):
-    """Training precision of parameters and activations."""
+    """Training precision of parameters and activations.
+
+    ``fp8`` is FP8 training as Transformer Engine does it under Megatron-LM (``--bf16 --fp8-format hybrid
+    --transformer-impl transformer_engine``): bf16 weights, activations and non-GEMM work, fp32 main gradients,
+    master weights and Adam states as in bf16 training; the transformer layers' linear GEMMs run in FP8 on FP8
+    copies of their inputs and weights (:class:`Fp8Recipe` says how they are scaled)."""
 
     BF16 = "bf16"
     FP16 = "fp16"
     FP32 = "fp32"
+    FP8 = "fp8"
 
     @property
     def bytes_per_value(self) -> int:
+        """Bytes of a weight or activation value outside the FP8 GEMMs (FP8 training keeps them in bf16)."""
         return 4 if self is Precision.FP32 else 2
+
+    @property
+    def is_fp8(self) -> bool:
+        return self is Precision.FP8
+
+    @property
+    def base(self) -> "Precision":
+        """The 16-bit precision everything but the FP8 GEMMs runs in (bf16 under FP8; itself otherwise)."""
+        return Precision.BF16 if self is Precision.FP8 else self
+
+
+class Fp8Recipe(_StrEnum):
+    """Transformer Engine's FP8 scaling recipe, as Megatron-LM's ``--fp8-recipe`` names it:
+
+    * ``delayed`` — one scale per tensor from an amax history of past steps (``DelayedScaling``; Megatron's default,
+      Hopper and later);
+    * ``tensorwise`` — one scale per tensor from the current tensor's amax (``Float8CurrentScaling``);
+    * ``blockwise`` — 1×128 tiles of activations and gradients and 128×128 blocks of weights, one fp32 scale each
+      (``Float8BlockScaling``, DeepSeek-V3's recipe; Hopper);
+    * ``mxfp8`` — 32-element blocks with an 8-bit power-of-two scale (``MXFP8BlockScaling``; Blackwell only)."""
+
+    DELAYED = "delayed"
+    TENSORWISE = "tensorwise"
+    BLOCKWISE = "blockwise"
+    MXFP8 = "mxfp8"
 
 
 class Offload(_StrEnum):
@@ -680,6 +712,17 @@ class ParallelPlan:
     loss_in_pipeline_split: bool = False
     """Megatron ``--account-for-loss-in-pipeline-split``: the output layer and loss count as one layer of the split,
     so the last stage builds one transformer layer fewer."""
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
+    """With ``precision='fp8'``: Transformer Engine's scaling recipe (Megatron-LM ``--fp8-recipe``, default
+    ``delayed``); ignored otherwise."""
+    fp8_param_gather: bool = False
+    """With ``precision='fp8'``: keep the linear weights only in FP8 (no bf16 copy) and all-gather them in FP8
+    after the optimizer step (Megatron-LM ``--fp8-param-gather``; needs the distributed optimizer)."""
+    fp8_bf16_first_layers: int = 0
+    """With ``precision='fp8'``: transformer layers at the start of the model kept in bf16 (Megatron-LM
+    ``--first-last-layers-bf16 --num-layers-at-start-in-bf16 N``; not with the delayed recipe)."""
+    fp8_bf16_last_layers: int = 0
+    """Layers at the end kept in bf16 (``--num-layers-at-end-in-bf16 N``)."""
     expert_parallel: int = 1
     """Expert-model-parallel size e (Megatron ``--expert-model-parallel-size``): each MoE layer's experts are split
     over e ranks, num_experts / e on each, and tokens travel to their experts by all-to-all (or all-gather). Needs an
@@ -715,7 +758,8 @@ class ParallelPlan:
             _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl),
-                               ("cp_comm_type", CPCommType), ("moe_token_dispatcher", MoEDispatcher)):
+                               ("cp_comm_type", CPCommType), ("fp8_recipe", Fp8Recipe),
+                               ("moe_token_dispatcher", MoEDispatcher)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
                 or not 0 <= int(self.zero_stage) <= 3):
@@ -754,7 +798,32 @@ class ParallelPlan:
         self._check_context_parallel()
         self._check_lora()
         self._check_engine()
+        self._check_fp8()
         self._check_experts()
+
+    def _check_fp8(self) -> None:
+        _set(self, "fp8_param_gather", check_bool("fp8_param_gather", self.fp8_param_gather))
+        for name in ("fp8_bf16_first_layers", "fp8_bf16_last_layers"):
+            _set(self, name, check_int(name, getattr(self, name), minimum=0, maximum=MAX_COUNT["recompute_layers"]))
+        bf16_layers = self.fp8_bf16_first_layers + self.fp8_bf16_last_layers
+        if not self.precision.is_fp8:
+            if self.fp8_param_gather or bf16_layers:
+                raise ValueError(f"fp8_param_gather={self.fp8_param_gather}, fp8_bf16_first_layers="
+                                 f"{self.fp8_bf16_first_layers}, fp8_bf16_last_layers={self.fp8_bf16_last_layers} "
+                                 f"need precision='fp8' (got precision='{self.precision}')")
+            return
+        if self.engine is not Engine.MEGATRON:
+            raise ValueError(f"precision='fp8' is modelled as Megatron-LM trains it with Transformer Engine (engine="
+                             f"'megatron'); got engine='{self.engine}' (DeepSpeed has no FP8 training recipe of its "
+                             f"own: its engines run the model's modules in bf16/fp16)")
+        if self.fp8_param_gather and not self.distributed_optimizer:
+            raise ValueError("fp8_param_gather=True needs distributed_optimizer=True (Megatron-LM: '--fp8-param-gather "
+                             "only supported with distributed optimizer')")
+        if bf16_layers and self.fp8_recipe is Fp8Recipe.DELAYED:
+            raise ValueError(f"fp8_bf16_first_layers={self.fp8_bf16_first_layers}, fp8_bf16_last_layers="
+                             f"{self.fp8_bf16_last_layers} cannot be used with fp8_recipe='delayed' (megatron-core: "
+                             f"'Delayed scaling does not support first / last layer in BF16')")
+
 
     def _check_experts(self) -> None:
         """Expert-parallel rules megatron-core and Megatron-LM enforce that need only the plan (those that need the
@@ -1105,6 +1174,8 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     if plan.precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
     _validate_experts(model, plan)
+    if plan.precision.is_fp8:
+        _validate_fp8(model, cluster, plan)
 
 
 def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:
@@ -1123,6 +1194,32 @@ def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:
     if model.moe_ffn_hidden_size % te:
         raise ValueError(f"expert_tensor_parallel={te} does not divide moe_ffn_hidden_size="
                          f"{model.moe_ffn_hidden_size}")
+
+
+def _validate_fp8(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
+    """FP8 checks that need the model or the GPU (Transformer Engine's and megatron-core's own refusals)."""
+    gpu = cluster.gpu
+    if not gpu.peak_tflops.get("fp8") or not gpu.peak_tflops.get("bf16"):
+        raise ValueError(f"precision=fp8 is not supported by gpu={gpu.name}: it has no FP8 tensor cores (FP8 training "
+                         f"needs Hopper, Ada or Blackwell GPUs, e.g. H100, H200, L40S, B200); use bf16")
+    from workbench.timing import gpu_generation
+
+    if plan.fp8_recipe is Fp8Recipe.MXFP8 and gpu_generation(gpu.name) != "blackwell":
+        raise ValueError(f"fp8_recipe='mxfp8' needs a Blackwell GPU (Transformer Engine's MXFP8 kernels); "
+                         f"gpu={gpu.name} is {gpu_generation(gpu.name)}: use 'delayed', 'tensorwise' or 'blockwise'")
+    if model.attention is not AttentionImpl.FLASH:
+        raise ValueError(f"precision=fp8 trains with Transformer Engine's layers (--transformer-impl "
+                         f"transformer_engine), whose attention is fused/flash: set attention='flash' (got "
+                         f"attention='{model.attention}')")
+    if model.implementation is not Implementation.MEGATRON:
+        raise ValueError(f"{model.name}: precision=fp8 is modelled for megatron-core models (Transformer Engine "
+                         f"layers), not Hugging Face ones")
+    per_stage = model.num_layers // plan.pipeline_parallel
+    for name in ("fp8_bf16_first_layers", "fp8_bf16_last_layers"):
+        if getattr(plan, name) > per_stage:
+            raise ValueError(f"{name}={getattr(plan, name)} must be at most the layers per pipeline stage "
+                             f"(num_layers={model.num_layers} // pipeline_parallel={plan.pipeline_parallel} = "
+                             f"{per_stage}; megatron-core checks the same)")
 
 
 _SPEC_CLASSES = {"model": ModelSpec, "cluster": ClusterSpec, "plan": ParallelPlan, "gpu": GPUSpec}

@@ -13,6 +13,7 @@ Terms (seconds per step on the slowest pipeline stage; each function's docstring
                 calibrated curve (:func:`gemm_efficiency`) plus memory-bound element-wise work at HBM bandwidth;
 - ``recompute`` the extra forward of activation recomputation (kept apart from compute);
 - ``tp_comm``   tensor-parallel all-reduces (or all-gather + reduce-scatter with sequence parallel), not overlapped;
+                (with FP8 delayed scaling also the per-micro-batch amax all-reduce over the stage's ranks);
 - ``cp_comm``   the exposed part of the context-parallel K/V ring;
 - ``ep_comm``   MoE token dispatch and combine (all-to-all over the expert-parallel group, or all-gather /
                 reduce-scatter), not overlapped;
@@ -75,6 +76,25 @@ def efficiency_curve(gpu_name: str) -> dict:
         note = (f"GEMM curve fitted to {len(measured['gemms'])} GEMMs measured by benchmarks/gpu_gemm.py on "
                 f"{measured.get('device', 'H200')}")
         curve.update(_measured_hopper_curve(), source=note + ("; " + curve["source"] if gen in cal["curves"] else ""))
+    return curve
+
+
+def fp8_efficiency_curve(gpu_name: str) -> dict:
+    """The FP8 GEMM-efficiency curve of a GPU (``{"gemm_efficiency_max", "gemm_half_dim", "source"}``, relative to
+    its FP8 peak): catalog ``fp8_curves`` by generation; for Hopper a filled ``h200_fp8_measured`` section (installed
+    by ``benchmarks/gpu_gemm.py --install-fp8``) replaces it by a fit to the measured FP8 GEMMs."""
+    cal = calibration()
+    gen = gpu_generation(gpu_name)
+    curves = cal.get("fp8_curves") or {}
+    curve = dict(curves.get(gen) or curves["hopper"])
+    if gen not in curves:
+        curve["source"] = f"uncalibrated for {gen} ({gpu_name}): the Hopper FP8 curve is reused. " + curve["source"]
+    measured = cal.get("h200_fp8_measured") or {}
+    if gen == "hopper" and measured.get("gemms"):
+        curve.update(fit_gemm_curve(measured["gemms"], peak_tflops=measured["peak_tflops"]),
+                     source=f"FP8 GEMM curve fitted to {len(measured['gemms'])} FP8 GEMMs "
+                            f"({measured.get('method', 'torch._scaled_mm')}) measured on "
+                            f"{measured.get('device', 'H200')}")
     return curve
 
 
@@ -288,6 +308,26 @@ class StepInputs:
     zero3_hbm_bytes_per_parameter: object = 0.0
     """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
     gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
+    fp8_layer_fraction: object = 0.0
+    """Share of the layers whose linear GEMMs run in FP8 (Transformer Engine FP8 training; 0: none)."""
+    fp8_peak_flops: object = 1.0
+    """Dense FP8 peak FLOP/s of the GPU (used where ``fp8_layer_fraction`` > 0)."""
+    fp8_gemm_efficiency_max: object = 1.0
+    """:func:`gemm_efficiency` parameters of FP8 GEMMs (their own curve, relative to the FP8 peak)."""
+    fp8_gemm_half_dim: object = 1.0
+    fp8_activation_bytes: object = 1.0
+    """Bytes per FP8 value with its recipe's scales (:data:`workbench.memory.FP8_ACTIVATION_BYTES`)."""
+    fp8_weight_cast_bytes_per_parameter: object = 0.0
+    """HBM bytes per FP8 linear weight per step to (re)build its FP8 copies (once per step: Transformer Engine reuses
+    them over the micro-batches)."""
+    fp8_amax_reductions: object = 0.0
+    """All-reduces of the FP8 amaxes per micro-batch (delayed scaling: one after the forward, one after the
+    backward, over the stage's TP×CP×DP ranks; 0 for the current-scaling recipes)."""
+    fp8_amax_bytes: object = 0.0
+    """Bytes of one amax all-reduce (4 bytes per FP8 tensor of the stage)."""
+    param_gather_bytes_per_value: object = None
+    """Bytes per parameter of the distributed optimizer's parameter all-gather (``None``: ``bytes_per_value``; FP8
+    with ``--fp8-param-gather`` sends the linear weights as FP8)."""
     first_stage_layers: object = None
     """Transformer layers on the first pipeline stage (an uneven split, Megatron
     ``--decoder-first-pipeline-num-layers`` / ``--account-for-embedding-in-pipeline-split``); ``None``: every stage
@@ -395,13 +435,30 @@ def compute_terms(x: StepInputs) -> dict:
     t_score_fwd = score_elements * score_fwd_b / hbm
     t_score_bwd = score_elements * score_bwd_b / hbm
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
+    # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
+    # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`)
+    fp8 = x.fp8_layer_fraction
+    gemm8 = dict(peak_flops=x.fp8_peak_flops, efficiency_max=x.fp8_gemm_efficiency_max, half_dim=x.fp8_gemm_half_dim)
+    t_weights_fp8 = (gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm8)
+                     + gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm8)
+                     + gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm8)
+                     + gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm8))
+    t_weights_fwd = np.where(fp8 > 0, (1 - fp8) * t_weights_fwd + fp8 * t_weights_fp8, t_weights_fwd)
+    cast_fwd_b, cast_bwd_b = fp8_cast_bytes(tokens=tokens, hidden_size=h, query_projection_size=q,
+                                            kv_projection_size=kv, ffn_hidden_size=f, gated=x.gated,
+                                            experts_per_token=x.experts_per_token, tensor_parallel=t,
+                                            sequence_parallel=g["sp"], bytes_per_value=x.bytes_per_value,
+                                            fp8_bytes=x.fp8_activation_bytes)
+    t_cast_fwd = np.where(fp8 > 0, fp8 * cast_fwd_b / g["hbm_bytes_per_s"], 0.0)
+    t_cast_bwd = np.where(fp8 > 0, fp8 * cast_bwd_b / g["hbm_bytes_per_s"], 0.0)
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
     # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
-    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + x.layer_pass_overhead_s
+    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + t_cast_fwd + x.layer_pass_overhead_s
     # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
     # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
     tf = x.trainable_fraction
-    layer_bwd = ((1 + tf) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd + x.layer_pass_overhead_s)
+    layer_bwd = ((1 + tf) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd + t_cast_bwd
+                 + x.layer_pass_overhead_s)
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
     logits_per_gpu = tokens * x.vocab_size / t
@@ -421,7 +478,14 @@ def compute_terms(x: StepInputs) -> dict:
     stage_fwd = np.where(last_slowest, last_fwd, other_layers * layer_fwd)
     stage_bwd = np.where(last_slowest, last_bwd, other_layers * layer_bwd)
     recompute_mb = layers * recompute_layer
-    return {"compute": m * (stage_fwd + stage_bwd), "recompute": m * recompute_mb,
+    # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
+    # (one layer's parameters on the rank: routed experts split over tp_e·e, the rest over t)
+    expert_layer = x.expert_parameters / x.num_layers
+    layer_params = (x.parameters_per_layer - expert_layer) / t + expert_layer / (_expert_tp(x) * x.expert_parallel)
+    weight_cast = np.where(fp8 > 0, fp8 * layers * layer_params
+                           * x.fp8_weight_cast_bytes_per_parameter / g["hbm_bytes_per_s"], 0.0)
+    return {"compute": m * (stage_fwd + stage_bwd) + weight_cast, "recompute": m * recompute_mb,
+            "fp8_cast_seconds": m * layers * (t_cast_fwd + t_cast_bwd) + weight_cast,
             "stage_layers": layers, "last_stage_slowest": last_slowest, "recompute_layer_seconds": recompute_layer,
             "output_forward_seconds": out_fwd, "output_backward_seconds": out_bwd,
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
@@ -527,6 +591,30 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
     return out
 
 
+def fp8_cast_bytes(*, tokens, hidden_size, query_projection_size, kv_projection_size, ffn_hidden_size, gated,
+                   experts_per_token, tensor_parallel, sequence_parallel, bytes_per_value, fp8_bytes):
+    """HBM bytes FP8 training adds to one layer's forward and backward, for ``tokens`` tokens on one rank, by
+    Transformer Engine's quantize kernels (each reads the bf16 tensor, v bytes, and writes it in FP8 row-wise and
+    column-wise, 2·a bytes with a = ``fp8_bytes``; the column-wise copy is what the weight-gradient GEMM reads):
+
+    * forward: the inputs of the attention projection (a·d per token ÷ t) and of fc2 (f·k ÷ t) are cast by their own
+      kernels; the QKV and fc1 inputs come out of the fused norm-and-cast kernel, which writes 2·a instead of v
+      bytes per value (h per token, ÷ t with sequence parallel);
+    * backward: the output gradients of the four GEMMs are cast (QKV (a+2g)·d ÷ t, projection h, fc1 f'·k ÷ t and
+      fc2 h·k per token; f' = 2f gated, k = experts per token).
+
+    Returns ``(forward_bytes, backward_bytes)``."""
+    t, h, k = tensor_parallel, hidden_size, experts_per_token
+    v, a = bytes_per_value, fp8_bytes
+    rep = np.where(np.asarray(sequence_parallel) > 0, 1.0 / t, 1.0)
+    fc1_width = ffn_hidden_size * (1 + np.asarray(gated))
+    cast = v + 2 * a
+    forward = tokens * (cast * (query_projection_size + ffn_hidden_size * k) / t + (2 * a - v) * 2 * h * rep)
+    backward = tokens * cast * ((query_projection_size + 2 * kv_projection_size) / t + h
+                                + k * (fc1_width / t + h))
+    return forward, backward
+
+
 def stage_layers(x: StepInputs):
     """``(last, other)``: transformer layers on the last pipeline stage and the most on any other stage (0 when
     p = 1), from the uneven split's ``first/middle/last_stage_layers`` or num_layers / p."""
@@ -569,8 +657,19 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # an MoE layer's MLP needs no tensor-parallel collective of its own: its token dispatcher gathers and scatters
     # the tokens (``ep_comm``), so only the attention's pair remains
     pairs = 2 - (x.num_experts > 1).astype(float)
-    out["tp_forward_microbatch_seconds"] = layers * pairs * per_collective
-    out["tp_backward_microbatch_seconds"] = layers * pairs * (1 + full_rc) * per_collective
+    # FP8 delayed scaling: the amaxes of the stage's FP8 tensors are all-reduced over its TP×CP×DP ranks after the
+    # forward and after the backward of each micro-batch (Transformer Engine's amax reduction group); latency-bound,
+    # it blocks the stage like the tensor-parallel collectives, so it is counted with them
+    stage_ranks = t * c * d
+    amax_crosses = group_crosses_nodes(1, stage_ranks, x.gpus_per_node)
+    amax = np.where(x.fp8_amax_reductions > 0, collective_seconds(
+        x.fp8_amax_bytes, stage_ranks, kind="all_reduce",
+        gb_per_s=np.where(amax_crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+        latency_s=np.where(amax_crosses, x.inter_node_latency_s, x.intra_node_latency_s)), 0.0)
+    out["fp8_amax_microbatch_seconds"] = x.fp8_amax_reductions * amax
+    out["tp_forward_microbatch_seconds"] = layers * pairs * per_collective + x.fp8_amax_reductions / 2 * amax
+    out["tp_backward_microbatch_seconds"] = (layers * pairs * (1 + full_rc) * per_collective
+                                             + x.fp8_amax_reductions / 2 * amax)
     out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
 
     # context parallel: the K/V exchange of the attention core (ring P2P, all-to-all, all-gather or hierarchical)
@@ -650,7 +749,9 @@ def _data_parallel_seconds(x: StepInputs, local_params, group, stride_size, back
                 + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
     # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
     rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
-    ag = coll(trainable_params * x.bytes_per_value, grad_group, kind="all_gather")  # the updated 16-bit parameters
+    # the updated 16-bit parameters (FP8 linear weights with --fp8-param-gather)
+    gather_bytes = x.bytes_per_value if x.param_gather_bytes_per_value is None else x.param_gather_bytes_per_value
+    ag = coll(trainable_params * gather_bytes, grad_group, kind="all_gather")
     ag_all = coll(local_params * x.bytes_per_value, grad_group, kind="all_gather")  # ZeRO-3: frozen ones too
     rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
     dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
@@ -858,6 +959,11 @@ class TimeEstimate:
     stage_microbatch_seconds: tuple = ()
     """``(forward, backward)`` of one micro-batch on each pipeline stage, from its own layer count (an uneven split
     gives unequal stages; the last adds the output layer and loss); the slowest is ``microbatch_*_seconds``."""
+    fp8_cast_seconds: float = 0.0
+    """FP8 training: seconds per step of Transformer Engine's quantize kernels (inputs and output gradients of the
+    FP8 GEMMs, the weights' FP8 copies), included in ``compute``; 0 otherwise."""
+    fp8_amax_seconds: float = 0.0
+    """FP8 delayed scaling: seconds per step of the amax all-reduces, included in ``tp_comm``; 0 otherwise."""
     links: dict = field(default_factory=dict)
     """Collective group (``tp``, ``cp``, ``pp``, ``dp``, and ``ep`` for an MoE model) → ``{"group_size", "link",
     "gb_per_s", "latency_s"}``: the
@@ -918,6 +1024,7 @@ class TimeEstimate:
             "microbatch_backward_seconds": self.microbatch_backward_seconds,
             "stage_microbatch_seconds": [list(pair) for pair in self.stage_microbatch_seconds],
             "links": {k: dict(v) for k, v in self.links.items()},
+            "fp8_cast_seconds": self.fp8_cast_seconds, "fp8_amax_seconds": self.fp8_amax_seconds,
         }
 
 
@@ -966,6 +1073,8 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
         microbatch_forward_seconds=float(terms["microbatch_forward_seconds"]),
         microbatch_backward_seconds=float(terms["microbatch_backward_seconds"]),
         stage_microbatch_seconds=stage_microbatch_seconds(terms, plan.stage_layers(model.num_layers)),
+        fp8_cast_seconds=float(terms["fp8_cast_seconds"]),
+        fp8_amax_seconds=float(plan.num_microbatches * terms["fp8_amax_microbatch_seconds"]),
         links=links, inputs=dict(inputs),
     )
 

@@ -17,7 +17,10 @@ def add_parser(sub) -> None:
                    help="engines to search (repeatable; default all three; 'hybrid' is another name for "
                         "megatron-deepspeed)")
     s.add_argument("--headroom", type=float, default=0.05, help="fraction of GPU memory kept free (default 0.05)")
-    s.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
+    s.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"], default="bf16",
+                   help="fp8: Transformer Engine FP8 under Megatron-LM (engine megatron only)")
+    s.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"], default="delayed",
+                   help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe)")
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
     s.add_argument("--max-cp", type=int, default=16, help="largest context-parallel size (default 16)")
@@ -101,7 +104,8 @@ def run(args) -> int:
                         offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
                         max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
-                        overlap_comm=args.overlap_comm, profile=profile_from_args(args))
+                        overlap_comm=args.overlap_comm, profile=profile_from_args(args),
+                        fp8_recipe=args.fp8_recipe)
     if args.json:
         print_json(result.to_dict())
     else:
