@@ -15,7 +15,8 @@ Published step seconds are recovered from each source's metric with that source'
 
     python benchmarks/bench_published.py               # the table, then the summary
     python benchmarks/bench_published.py --no-planner  # without the planner ranks (faster)
-    python benchmarks/bench_published.py --markdown    # the table as Markdown (README)
+    python benchmarks/bench_published.py --markdown    # the table as Markdown
+    python benchmarks/bench_published.py --write-readme  # put the table and summary into README.md
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from workbench.flops import step_flops  # noqa: E402
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, Precision  # noqa: E402
 
 DATA = Path(__file__).with_name("published_runs.json")
+README = Path(__file__).resolve().parent.parent / "README.md"
+SECTION = "## Checked against published runs"
 TARGET = 0.10
 """The accuracy asked of the time model on these cases: predicted step time within 10 % of the published one."""
 TOP = 5
@@ -78,6 +81,8 @@ def specs(case: dict):
         kw["fp8_recipe"] = lay["fp8_recipe"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
+    if lay.get("etp") is not None:
+        kw["expert_tensor_parallel"] = lay["etp"]
     return model, cluster, ParallelPlan(**kw)
 
 
@@ -248,15 +253,40 @@ def why_lines(rows: list) -> list:
     return out
 
 
+def write_readme(rows: list, path: Path = README) -> None:
+    """Replace the table and the summary block of README's "Checked against published runs" section with the
+    benchmark's current output (the prose around them stays)."""
+    text = path.read_text()
+    start = text.index(SECTION)
+    end = text.index("\n## ", start + len(SECTION))
+    section = text[start:end]
+    lines = section.split("\n")
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("| case |"))
+    last = first
+    while last + 1 < len(lines) and lines[last + 1].startswith("|"):
+        last += 1
+    lines[first:last + 1] = table_lines(rows, markdown=True)
+    section = "\n".join(lines)
+    a = section.index("```\n") + 4
+    b = section.index("```", a)
+    section = section[:a] + "\n".join(summary_lines(rows)) + "\n" + section[b:]
+    path.write_text(text[:start] + section + text[end:])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-planner", action="store_true", help="skip the planner ranks")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--case", action="append", help="only these case ids (repeatable)")
+    ap.add_argument("--write-readme", action="store_true", help="write the table and summary into README.md")
     args = ap.parse_args(argv)
     data = load()
     cases = [c for c in data["cases"] if not args.case or c["id"] in args.case]
     rows = [evaluate_case(c, planner=not args.no_planner) for c in cases]
+    if args.write_readme:
+        if args.case or args.no_planner:
+            ap.error("--write-readme needs every case and the planner ranks")
+        write_readme(rows)
     for line in table_lines(rows, markdown=args.markdown):
         print(line)
     print()

@@ -134,3 +134,26 @@ def test_planner_arrays_match_the_single_plan():
     for i, p in enumerate(plans):
         one = estimate(m, c, p, checks=False).time.step_seconds
         assert batch["step_seconds"][i] == pytest.approx(one, rel=1e-9)
+
+
+def test_measured_fp8_gemms_replace_the_provisional_curve(monkeypatch):
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.spec_from_file_location("gpu_gemm", pathlib.Path(__file__).parents[1] / "benchmarks"
+                                                  / "gpu_gemm.py")
+    gpu_gemm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_gemm)
+    table = {"device": "NVIDIA H200", "rows": [
+        {"m": mm, "n": n, "k": k, "bf16_tflops": 700.0,
+         "fp8_tflops": 1979 * float(T.gemm_efficiency(mm, n, k, efficiency_max=0.6, half_dim=300))}
+        for mm, n, k in [(8192, 8192, 8192), (4096, 512, 4096), (16384, 1024, 8192), (2048, 128, 2048)]]}
+    rows = gpu_gemm.fp8_rows(table)
+    assert len(rows) == 4 and rows[0]["tflops"] == table["rows"][0]["fp8_tflops"]
+    cal = dict(T.calibration(), h200_fp8_measured={"device": "NVIDIA H200", "peak_tflops": 1979.0, "gemms": rows})
+    monkeypatch.setattr(T, "calibration", lambda: cal)
+    curve = T.fp8_efficiency_curve("H100-SXM")
+    assert curve["gemm_efficiency_max"] == pytest.approx(0.6, rel=0.03)
+    assert curve["gemm_half_dim"] == pytest.approx(300, rel=0.05)
+    assert "4 FP8 GEMMs" in curve["source"]
+    assert "provisional" in T.fp8_efficiency_curve("B200")["source"]

@@ -111,3 +111,48 @@ def test_planner_searches_cp_where_it_can_run():
     short = model("llama3-8b", seq_length=2048)  # 2048 / 8 = 256 tokens per rank: pruned
     assert 8 not in set(planner.enumerate_candidates(short, c, 8, engines=("megatron",), zero_stages=(0,),
                                                      offload=False)["cp"].tolist())
+
+
+def test_advisor_on_long_context():
+    from workbench import advisor
+
+    c = _h100()
+    fused = model("guide-13b", seq_length=32768)
+    est = estimate(fused, c, _plan(8, tensor_parallel=8, sequence_parallel=True, recompute="full"))
+    found = {f.id: f for f in est.checks}["long_context_attention"]
+    assert found.status == "fail" and "32,768 x 32,768 score matrix" in found.message and "flash" in found.suggestion
+    m = model("llama3-8b", seq_length=131072)
+    plan = _plan(8, context_parallel=8, recompute="full")
+    rec = estimate(m, c, plan, checks=False)
+    choice = advisor.context_parallel_choice(m, c, plan, rec)
+    assert choice.status == "warn" and "TP=8 + SP" in choice.message and "CP=8 keeps" in choice.message
+    assert advisor.context_parallel_choice(model("llama3-8b"), c, plan, rec) is None  # 8k tokens: not long
+
+
+def test_parallel_panel_sets_the_cp_exchange():
+    from widgets.parallel_panel import ParallelPanel
+    from widgets.state import SetModel, SetPlan, initial_state, reduce
+
+    box = {"state": initial_state(plan={"engine": "megatron", "pipeline_parallel": 1, "tensor_parallel": 2})}  # the guide's 13B
+    panel = ParallelPanel()
+
+    def dispatch(action):
+        box["state"] = reduce(box["state"], action)
+        panel.show(box["state"])
+
+    panel.set_dispatch(dispatch)
+    try:
+        panel.show(box["state"])
+        panel.controls["context_parallel"].value = 4  # Megatron's fused softmax has no context parallelism
+        assert not box["state"].valid and "needs attention='flash'" in panel.error.value
+        dispatch(SetModel(changes={"attention": "flash"}))
+        panel.controls["cp_comm_type"].value = "a2a+p2p"
+        panel.controls["cp_a2a_group"].value = 2
+        state = box["state"]
+        assert state.valid and state.plan.hierarchical_context_parallel_sizes == (2, 2)
+        assert "CP 4 (a2a+p2p)" in panel.derived.value and state.estimate.time.breakdown["cp_comm"] > 0
+        dispatch(SetPlan(changes={"context_parallel": 1, "cp_comm_type": "p2p",
+                                  "hierarchical_context_parallel_sizes": None}))
+        assert box["state"].valid
+    finally:
+        panel.close()

@@ -49,6 +49,14 @@ ZERO0_STEP_BYTES_PER_PARAM = 8.0
 and the up-cast temporaries of its 16-bit optimizer wrapper), measured on H200 (calibration table)."""
 SOFTMAX_BYTES_PER_SCORE = 4
 """megatron-core computes the unfused softmax in fp32 (``attention_softmax_in_fp32=True``) and keeps that output."""
+UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE = 16
+"""Bytes per attention score alive while the unfused softmax of one layer is back-propagated (megatron-core local
+spec, ``attention_softmax_in_fp32``): the fp32 softmax output kept for it (4), the fp32 gradient of the probabilities
+(4, the backward of ``probs.bfloat16()``), the product ``grad * output`` that PyTorch's CUDA ``softmax_backward``
+allocates before its kernel runs (4, ``aten/src/ATen/native/cuda/SoftMax.cu`` ``softmax_backward_cuda_out``) and the
+gradient of the scores (4). The dropout mask and the dropped probabilities are freed by then. A CPU trace of
+megatron-core's ``DotProductAttention`` (live tensor storage per op) shows 12 at that op, the CUDA temporary being
+the difference; the fit-split H200 runs with full recompute (mc-h1024-gelu, mc-h3072-gqa) hold 16-18."""
 DROPOUT_MASK_BYTES_PER_SCORE = 1
 """Attention dropout keeps a 1-byte boolean mask per score for backward (``torch.native_dropout``; Korthikanti et al.
 count 1). Measured on H200: megatron-core runs at micro batch 4 hold 6.07 GiB more than the model without it, the
@@ -387,6 +395,10 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     norm_inputs = 2 * v * sbh * rep if m.sandwich_norm else 0.0  # the post-attention and post-MLP norms
     replicated = (4 * v + 2 * hidden_mask) * sbh * rep + norm_inputs
     qkv = v * s * b * (m.query_projection_size + 2 * m.kv_projection_size) / t
+    if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
+        # megatron-core's DotProductAttention repeats K and V to all heads (repeat_interleave) before its two
+        # matmuls, which keep those copies: Q, K and V at a heads each
+        qkv = v * s * b * 3 * m.query_projection_size / t
     if m.qk_norm:  # the per-head norms keep their inputs (the q and k projections' outputs)
         qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
@@ -397,6 +409,10 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     else:
         f = m.ffn_hidden_size
         mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
+        if m.is_gated and m.implementation is not Implementation.TRANSFORMERS:
+            # megatron-core's glu: silu(x_glu) * (x_linear + glu_linear_offset): the sum is a new tensor the product
+            # keeps beside the activation's output, and the product is fc2's input (transformer/mlp.py, 0.16 and 0.19)
+            mlp = mlp + 2 * v * s * b * f / t
     if m.attention.materialises_scores:
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
         # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
@@ -437,7 +453,8 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
       fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group
       (megatron-core 0.16 applies the routing probabilities inside the activation function, ``bias_act_func`` of
-      ``TEGroupedMLP``, so the combine keeps nothing more).
+      ``TEGroupedMLP``, so the combine keeps nothing more); gated experts also keep the glu's sum and product,
+      2·v·X·f (as :func:`layer_activation_bytes` counts for the dense MLP).
 
     Dropless with top-k = 1, e = 1 and tp_e = t this is the dense MLP's v·sbf·(3, gated)/t plus the router and
     the permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
@@ -447,11 +464,46 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
                           expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
     router = 8.0 * tokens * rep * m.num_experts
     experts = v * x * ((2 if m.is_gated else 1) * f + f) / expert_tensor_parallel + v * x * h
+    if m.is_gated and m.implementation is not Implementation.TRANSFORMERS:
+        # megatron-core's glu keeps the sum x_linear + offset beside its output (as the dense MLP)
+        experts = experts + 2 * v * x * f / expert_tensor_parallel
     shared = 0.0
     if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
         fs = m.shared_expert_ffn_hidden_size
         shared = v * tokens * ((2 if m.is_gated else 1) * fs + fs) / tensor_parallel
     return router + experts + shared
+
+
+def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
+                             value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
+                             dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE):
+    """``(pre_core, working_set)``: bytes of one layer alive while its attention core is back-propagated, for one
+    micro-batch on one rank — the layer's tensors saved before the core (the attention norm's and the QKV
+    projection's inputs, Q/K/V as :func:`layer_activation_bytes` counts them), and the core's own working set.
+    Everything the layer saved after the core (projection, MLP) is freed by then.
+
+    Working set per score: unfused :data:`UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE`; fused-softmax (Megatron's
+    ``scaled_upper_triang_masked_softmax``, which writes the gradient in place) the core's kept bytes plus one 16-bit
+    gradient of the probabilities; flash attention keeps no s×s tensor (0, its per-row statistics are in the kept
+    bytes). With an unfused core this is the largest moment of a layer's backward; it replaces the layer's own kept
+    core in the peak."""
+    s = m.seq_length / context_parallel
+    b = micro_batch
+    t = tensor_parallel
+    v = value_bytes
+    rep = np.where(sequence_parallel, 1.0 / t, 1.0)
+    sbh = s * b * m.hidden_size
+    q_heads = m.query_projection_size
+    kv = 3 * q_heads if (m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS) \
+        else q_heads + 2 * m.kv_projection_size
+    pre_core = 2 * v * sbh * rep + v * s * b * kv / t
+    scores = m.num_attention_heads * s * m.seq_length * b / t
+    if not m.attention.materialises_scores:
+        return pre_core, 0.0
+    if m.attention is AttentionImpl.FUSED_SOFTMAX:
+        kept = v + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
+        return pre_core, (kept + v) * scores
+    return pre_core, UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE * scores
 
 
 def in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage):
@@ -702,6 +754,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                            **moe_kw)[0]
     transient = np.where(recompute >= 2, full_layer + output,
                          np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
+    if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
+        # megatron-core with an s×s core: the peak is either the logits (on the last stage) or the first
+        # back-propagated layer's attention core — its saved tensors before the core plus the core's working set
+        # (:func:`attention_backward_bytes`), in place of what that layer kept (a recomputed layer kept only its
+        # input, which stays counted)
+        pre_core, working = attention_backward_bytes(m, value_bytes=value_bytes, **kw)
+        all_recomputed = (recompute >= 2) & (recomputed >= layers)
+        last_kept = np.where(all_recomputed, 0.0, np.where(recompute >= 2, full_layer, kept))
+        transient = np.maximum(output, pre_core + working - last_kept)
     activations = activations + transient
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
@@ -852,11 +913,43 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     )
 
 
+def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
+    """What FP8 changes on one rank of the first pipeline stage, in bytes, for an FP8 plan (``{}`` otherwise):
+    ``weight_copies`` (the cached FP8 weights, net of the bf16 weights ``--fp8-param-gather`` drops; part of
+    ``weights``), ``scaling_state`` (delayed scaling's amax histories; part of ``buffers``) and ``activations`` (the
+    change of the stored activations at the backward peak, negative: linear inputs kept in FP8)."""
+    if not plan.precision.is_fp8:
+        return {}
+    from workbench import encode
+
+    codes = encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
+    layers = plan.stage_layers(model.num_layers)[0] * codes["fp8_layer_fraction"]
+    kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
+              sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
+    stored = 0 if plan.recompute is Recompute.FULL else layers
+    in_flight = in_flight_microbatches(plan.pipeline_parallel, plan.virtual_pipeline, plan.num_microbatches, 0)
+    delta = fp8_activation_delta_bytes(model, value_bytes=2, recipe=codes["fp8_recipe"], **kw)
+    return {"weight_copies": float(fp8_weight_bytes(model, tensor_parallel=plan.tensor_parallel, fp8_layers=layers,
+                                                    recipe=codes["fp8_recipe"],
+                                                    param_gather=codes["fp8_param_gather"], value_bytes=2)),
+            "scaling_state": float(fp8_scaling_state_bytes(model, fp8_layers=layers, recipe=codes["fp8_recipe"])),
+            "activations": float(delta * (stored * in_flight + 1))}
+
+
 def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
     """Where the estimate rises although a saver was switched on — each is what DeepSpeed really allocates
     (read in ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``stage3.py``, measured on H200,
     ``benchmarks/results/gpu_memory_calibration.json``), so the Memory view says why instead of hiding it."""
     notes = []
+    fp8 = fp8_memory_terms(model, plan)
+    if fp8:
+        copies = ("its FP8 weight and transpose replace the bf16 weight (--fp8-param-gather)" if plan.fp8_param_gather
+                  else "Transformer Engine caches each linear weight in FP8 row-wise and column-wise beside the bf16 "
+                       "weight")
+        notes.append(f"FP8 ({plan.fp8_recipe} recipe): weights {fp8['weight_copies'] / GiB:+.2f} GiB ({copies}); "
+                     f"activations {fp8['activations'] / GiB:+.2f} GiB (linear inputs saved in FP8 for the "
+                     f"weight-gradient GEMMs)"
+                     + (f"; amax history {fp8['scaling_state'] / 2**20:.1f} MiB" if fp8["scaling_state"] else ""))
     if plan.engine is Engine.MEGATRON:
         return notes
     stage = int(plan.zero_stage)

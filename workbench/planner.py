@@ -868,8 +868,10 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     common["rank_without_band"] = int(np.flatnonzero(point == i)[0]) + 1 if i in point else None
     result = _result_at(table, ev, i, model, cluster, gbs, precision, stack=plan_stack)
     if not ok[i]:
+        terms = sorted(result.memory_breakdown.items(), key=lambda kv: -kv[1])[:3]
         why = (f"the planner judges it not to fit: peak {result.peak_bytes / GiB:.1f} GiB (+ the error band) of "
-               f"{cluster.gpu.memory_bytes / GiB:.1f} GiB with {headroom:.0%} headroom" if not fits_gpu[i]
+               f"{cluster.gpu.memory_bytes / GiB:.1f} GiB with {headroom:.0%} headroom (stage {result.peak_stage}: "
+               + ", ".join(f"{k} {v / GiB:.1f}" for k, v in terms) + " GiB)" if not fits_gpu[i]
                else "its offloaded states do not fit host memory")
         if common["rank_without_band"] and common["rank_without_band"] > 1:
             point_best = _result_at(table, ev, int(point[0]), model, cluster, gbs, precision, stack=plan_stack)

@@ -49,6 +49,8 @@ _PLAN_FLAGS = {
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
     "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes",
+    "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather",
+    "fp8_bf16_first_layers": "fp8_bf16_first_layers", "fp8_bf16_last_layers": "fp8_bf16_last_layers",
 }
 
 
@@ -141,7 +143,22 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute-layers", type=int, help="full recompute: layers per stage")
     p.add_argument("--mbs", type=int, help="micro batch size")
     p.add_argument("--gbs", type=int, help="global batch size")
-    p.add_argument("--precision", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"],
+                   help="training precision (default bf16). fp8 = Transformer Engine FP8 under Megatron-LM "
+                        "(--engine megatron, --attention flash; Megatron-LM --bf16 --fp8-format hybrid "
+                        "--transformer-impl transformer_engine): the transformer layers' linear GEMMs in FP8, "
+                        "everything else in bf16 with fp32 main gradients and optimizer states")
+    p.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"],
+                   help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe, default "
+                        "delayed; mxfp8 needs a Blackwell GPU)")
+    p.add_argument("--fp8-param-gather", action="store_true", default=None,
+                   help="with --precision fp8: keep the linear weights only in FP8 and all-gather them in FP8 "
+                        "(Megatron-LM --fp8-param-gather; needs --distributed-optimizer)")
+    p.add_argument("--num-layers-at-start-in-bf16", dest="fp8_bf16_first_layers", type=int, metavar="N",
+                   help="with --precision fp8: keep the first N layers in bf16 (Megatron-LM --first-last-layers-bf16 "
+                        "--num-layers-at-start-in-bf16 N; not with the delayed recipe)")
+    p.add_argument("--num-layers-at-end-in-bf16", dest="fp8_bf16_last_layers", type=int, metavar="N",
+                   help="with --precision fp8: keep the last N layers in bf16 (--num-layers-at-end-in-bf16 N)")
     p.add_argument("--adam", choices=["fused", "torch"],
                    help="GPU optimizer kernel (default fused): fused = Apex/Transformer Engine FusedAdam (Megatron) or "
                         "DeepSpeed's FusedAdam op; torch = torch.optim.AdamW (megatron-core without Apex/TE, "

@@ -44,7 +44,12 @@ def render(est) -> str:
         f"stack   {m.attention} attention, {p.adam} Adam"
         + (" (CPU Adam: optimizer offloaded)" if str(p.offload_optimizer) != "none" else "")
         + f", gradient reduce {'overlapped' if p.overlaps_comm else 'not overlapped'}"
-        + (" (engine default)" if p.overlap_comm is None else ""),
+        + (" (engine default)" if p.overlap_comm is None else "")
+        + (f", Transformer Engine FP8 ({p.fp8_recipe} recipe"
+           + (", FP8 parameter all-gather" if p.fp8_param_gather else "")
+           + (f", first {p.fp8_bf16_first_layers} / last {p.fp8_bf16_last_layers} layers in bf16"
+              if p.fp8_bf16_first_layers or p.fp8_bf16_last_layers else "") + ")"
+           if p.precision.is_fp8 else ""),
         *([f"        transformers: {m.attention} attention "
            f"({'eager' if str(m.attention) == 'unfused' else 'sdpa / flash_attention_2'}), logits up-cast to fp32 "
            f"for the loss, gradient checkpointing {'on' if str(p.recompute) == 'full' else 'off'}"]
