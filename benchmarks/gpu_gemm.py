@@ -124,9 +124,11 @@ def install_fp8(path) -> int:
         return 2
     peak = measured.get("fp8_peak_tflops") or (measured.get("peak_tflops") if measured.get("precision") == "fp8"
                                                else None) or 1979.0
-    stored = {"device": measured.get("device", "H200"), "peak_tflops": float(peak),
-              "method": measured.get("method", "torch._scaled_mm"), "torch": measured.get("torch", ""),
-              "source": os.path.basename(str(path)), "gemms": rows}
+    prov = measured.get("provenance") or {}
+    stored = {"device": measured.get("device") or prov.get("gpu") or "H200", "peak_tflops": float(peak),
+              "method": measured.get("method") or measured.get("fp8_format") or "torch._scaled_mm",
+              "torch": measured.get("torch") or prov.get("torch", ""), "date": prov.get("date_utc", ""),
+              "source": f"benchmarks/results/{os.path.basename(str(path))}", "gemms": rows}
     stored["fit"] = timing.fit_gemm_curve(rows, peak_tflops=stored["peak_tflops"])
     target = os.path.join(os.path.dirname(timing.__file__), "catalog", "efficiency.json")
     with open(target) as fh:

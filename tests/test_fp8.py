@@ -157,3 +157,16 @@ def test_measured_fp8_gemms_replace_the_provisional_curve(monkeypatch):
     assert curve["gemm_half_dim"] == pytest.approx(300, rel=0.05)
     assert "4 FP8 GEMMs" in curve["source"]
     assert "provisional" in T.fp8_efficiency_curve("B200")["source"]
+
+
+def test_run_store_round_trip_and_launcher_refusal():
+    import json
+
+    from workbench.runs.prepare import check_launchable
+    from workbench.runs.specio import specs_from_dict, specs_to_dict
+
+    m, c = catalog.model("llama3-8b"), ClusterSpec(gpu="H100-SXM")
+    p = _plan(fp8_param_gather=True, fp8_recipe="blockwise", fp8_bf16_first_layers=1)
+    assert specs_from_dict(json.loads(json.dumps(specs_to_dict(m, c, p))))[2] == p
+    with pytest.raises(ValueError, match="export the Megatron-LM command"):
+        check_launchable(m, c, p, nproc=8, steps=1, on_gpu=True)

@@ -156,3 +156,14 @@ def test_parallel_panel_sets_the_cp_exchange():
         assert box["state"].valid
     finally:
         panel.close()
+
+
+def test_sweep_compares_cp_with_tp_on_the_same_gpus():
+    from workbench.longcontext import context_parallel_sweep
+
+    rows = context_parallel_sweep(model("llama3-8b"), _h100(), seq_lengths=[131072], cp_sizes=[1, 8])
+    by = {(r["tp"], r["cp"]): r for r in rows}
+    assert set(by) == {(1, 1), (1, 8), (8, 1)}
+    assert by[(1, 8)]["tokens_per_gpu"] == 16384 and by[(1, 8)]["cp_transfer_seconds"] > 0
+    assert by[(1, 8)]["cp_exposed_seconds"] == 0.0 and by[(8, 1)]["tp_comm_seconds"] > 0
+    assert by[(8, 1)]["fits"] and not by[(1, 8)]["fits"]  # CP leaves the weights whole

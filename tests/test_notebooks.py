@@ -106,7 +106,9 @@ def test_zero_stages(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_tensor_pipeline(tmp_path, monkeypatch):
     rec = run_notebook("tensor_pipeline.ipynb", dict(model="gpt3-1.3b", tp_values=[1, 2, 4], pipeline_parallel=2,
-                                                     num_microbatches=4, virtual_pipeline=2), tmp_path, monkeypatch)
+                                                     num_microbatches=4, virtual_pipeline=2, cp_gpus=4,
+                                                     cp_seq_lengths=[8192, 32768], cp_sizes=[1, 4]),
+                       tmp_path, monkeypatch)
     per_rank = rec["layer_params_per_rank"]
     # each doubling of t roughly halves a layer's parameters per GPU (norms and row biases stay whole)
     assert 1.9 < per_rank[0] / per_rank[1] < 2.0 and 1.9 < per_rank[1] / per_rank[2] < 2.0
@@ -119,6 +121,11 @@ def test_tensor_pipeline(tmp_path, monkeypatch):
     assert rec["analytic_bubble"] == pytest.approx(rec["bubble_fraction"])
     # 1F1B keeps p micro-batches alive on the first stage, GPipe all m
     assert rec["peak_in_flight_stage0"]["1f1b"] == 2 and rec["peak_in_flight_stage0"]["gpipe"] == 4
+    # long context: CP=c keeps 1/c of the activations; TP with SP splits them as much but also splits the weights
+    act, peak = rec["cp_activations_gib"], rec["cp_peak_gib"]
+    assert act["32768/TP1 CP4"] == pytest.approx(act["32768/TP1"] / 4, rel=0.02)
+    assert act["8192/TP1"] < act["32768/TP1"] and peak["32768/TP4 SP"] < peak["32768/TP1 CP4"]
+    assert rec["cp_exposed_seconds"]["32768/TP1 CP4"] == 0.0  # 8k tokens per rank: the ring hides
 
 
 @pytest.mark.slow

@@ -250,6 +250,9 @@ class HardwareProfile:
             out["host_link_gb_per_s"] = self.device_memory_gb_per_s / 2
         if self.cpu_adam.get("params_per_second"):
             out["cpu_adam_params_per_second_per_node"] = self.cpu_adam["params_per_second"]
+            if self.cpu_adam.get("threads"):  # measured on that many threads: the rate of one
+                out["cpu_adam_params_per_second_per_thread"] = (self.cpu_adam["params_per_second"]
+                                                                / self.cpu_adam["threads"])
             notes.append(f"CPU Adam measured ({self.cpu_adam.get('implementation', 'torch')})")
         return out, notes
 
