@@ -111,3 +111,24 @@ def test_dense_models_price_no_expert_terms():
     est = estimate(llama, _cluster(), _plan(global_batch_size=8), checks=False)
     assert est.time.breakdown["ep_comm"] == 0.0 and "ep" not in est.time.links
     assert "etp" not in est.facts.group_sizes
+
+
+def test_planner_searches_expert_parallel_with_the_spec_rules():
+    """Every expert layout the planner lists is one ParallelPlan + validate accept, and the estimate of the best
+    plan agrees with the planner's array evaluation."""
+    from workbench import planner
+
+    tiny = ModelSpec(name="tiny-moe", num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1024,
+                     num_experts=8, moe_top_k=2, seq_length=512, activation="swiglu", attention="flash")
+    c = _cluster(2, 4)
+    table = planner.enumerate_candidates(tiny, c, 16, engines=("megatron",), offload=False, recompute=("none",))
+    pairs = {(int(t), int(e), int(te)) for t, e, te in zip(table["tp"], table["ep"], table["etp"])}
+    assert {(1, 8, 1), (2, 4, 1), (2, 4, 2), (1, 1, 1)} <= pairs
+    assert all(e * te <= 8 for _, e, te in pairs) and all(8 % e == 0 for _, e, _ in pairs)
+    for i in range(0, len(table["tp"]), 37):
+        validate(tiny, c, planner._plan_at(table, i, c, 16, "bf16"))
+    found = planner.search(tiny, c, global_batch_size=16, engines=("megatron",), top=3)
+    best = found.ranked[0]
+    est = estimate(tiny, c, best.plan, checks=False)
+    assert best.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
+    assert best.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
