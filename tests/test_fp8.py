@@ -94,6 +94,9 @@ def test_fp8_gemms_use_the_fp8_peak_and_curve():
     assert 1.1 < speedup < 1.7  # GEMMs faster, attention core, element-wise work and communication unchanged
     assert est.time.breakdown["compute"] < bf16.time.breakdown["compute"]
     assert est.time.fp8_cast_seconds > 0 and est.time.fp8_amax_seconds > 0
+    # sequence parallel: the norm outputs are all-gathered in FP8, the reduce-scatters stay bf16
+    tp8, tp16 = est.time.breakdown["tp_comm"] - est.time.fp8_amax_seconds, bf16.time.breakdown["tp_comm"]
+    assert 0.7 * tp16 < tp8 < 0.8 * tp16
 
 
 def test_cast_bytes_count_every_quantized_tensor():

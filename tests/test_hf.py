@@ -180,6 +180,16 @@ def test_transformers_loss_and_eager_attention_memory():
     assert mg_layer - eager_layer == 2 * 2 * s * f + 2 * s * (3 * q - q - 2 * kv)
     _, flash_layer = M.layer_activation_bytes(eager.replace(attention="flash"), recompute=0, **kw)
     assert eager_layer - flash_layer == 6 * 32 * 2048 * 2048 - 4 * 32 * 2048
+    # GPT-2's eager softmax stays in bf16: softmax output 2 + dropout mask 1 + dropped probabilities 2 per score, and
+    # no megatron-core scores buffer
+    gpt2 = import_hf(HF / "gpt2", seq_length=1024, attn_implementation="eager").spec
+    assert gpt2.attention_dropout > 0
+    kw1 = dict(kw, value_bytes=2)
+    _, g_eager = M.layer_activation_bytes(gpt2, recompute=0, **kw1)
+    _, g_flash = M.layer_activation_bytes(gpt2.replace(attention="flash"), recompute=0, **kw1)
+    assert g_eager - g_flash == 5 * 12 * 1024 * 1024 - 4 * 12 * 1024
+    buffers = dict(engine=0, zero_stage=0, tensor_parallel=1, micro_batch=1, context_parallel=1, value_bytes=2)
+    assert M.buffer_bytes(gpt2, **buffers) == 0 < M.buffer_bytes(gpt2.replace(implementation="megatron"), **buffers)
 
 
 def test_hf_checkpointing_and_lora_bucket_timing():

@@ -63,9 +63,10 @@ def test_notebooks_are_committed_without_outputs():
                                                                          "'name: type = default  # help'"
 
 
-def _estimate(model, gpu, gpus_per_node, nodes, **plan):
+def _estimate(model, gpu, gpus_per_node, nodes, flash=False, **plan):
     cluster = ClusterSpec(gpu=catalog.gpu(gpu), gpus_per_node=gpus_per_node, num_nodes=nodes)
-    return estimate(catalog.model(model), cluster, ParallelPlan(world_size=cluster.world_size, **plan))
+    spec = catalog.model(model, **({"attention": "flash"} if flash else {}))
+    return estimate(spec, cluster, ParallelPlan(world_size=cluster.world_size, **plan))
 
 
 @pytest.mark.slow
@@ -83,6 +84,12 @@ def test_quickstart(tmp_path, monkeypatch):
     assert rec["breakdown"] == expected.breakdown.as_dict()
     assert rec["fits"] is True
     assert 1 * GIB < rec["per_gpu_peak_bytes"] < 80 * GIB
+    # the FP8 section prices the same plan with flash attention in FP8 (H100 has FP8 tensor cores)
+    fp8 = _estimate("gpt3-1.3b", "H100-SXM", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
+                    micro_batch_size=2, global_batch_size=16, precision="fp8", flash=True)
+    assert rec["fp8_step_seconds"] == fp8.time.step_seconds
+    assert rec["fp8_peak_bytes"] == fp8.memory.per_gpu_peak_bytes
+    assert rec["fp8_step_seconds"] < rec["bf16_flash_step_seconds"]
 
 
 @pytest.mark.slow

@@ -379,6 +379,14 @@ def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatc
 # ================================================================================================================
 # Activations (Korthikanti et al. 2022, generalised)
 # ================================================================================================================
+def hf_softmax_in_model_dtype(m: ModelSpec) -> bool:
+    """Whether a transformers model's eager attention computes its softmax in the model dtype: GPT-2
+    (``models/gpt2/modeling_gpt2.py`` ``eager_attention_forward``: ``softmax(attn_weights)`` then ``.type(value
+    .dtype)``), the one supported family with a learned position table; every other supported family calls
+    ``softmax(..., dtype=torch.float32).to(query.dtype)`` (transformers 5.x)."""
+    return m.implementation is Implementation.TRANSFORMERS and m.position_embedding == "learned"
+
+
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
                            dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE, expert_tensor_parallel=None,
@@ -434,7 +442,9 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
         # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
         # (unfused casts its fp32 softmax down; fused-softmax's output is that tensor already)
-        fused = m.attention is AttentionImpl.FUSED_SOFTMAX
+        # transformers' GPT-2 eager attention takes the softmax in the model dtype (the other families up-cast to
+        # fp32 first): like fused-softmax, one 16-bit tensor that probs x V keeps too
+        fused = m.attention is AttentionImpl.FUSED_SOFTMAX or hf_softmax_in_model_dtype(m)
         kept_softmax = v if fused else softmax_bytes
         if m.attention_dropout > 0:
             per_score = kept_softmax + dropout_mask_bytes + v
@@ -520,6 +530,9 @@ def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequ
     if m.attention is AttentionImpl.FUSED_SOFTMAX:
         kept = v + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
         return pre_core, (kept + v) * scores
+    if hf_softmax_in_model_dtype(m):
+        # the same four tensors as the fp32 softmax's backward, each in the model dtype
+        return pre_core, UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE / 4 * v * scores
     return pre_core, UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE * scores
 
 
@@ -588,7 +601,8 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     * DeepSpeed ZeRO-3 (``stage3.py``): the contiguous-gradient bucket (reduce_bucket_size) plus live gathered
       parameters — the largest module and the prefetch bucket — and that module's full gradient before it is
       reduce-scattered (DeepSpeed's estimator counts 4 bytes × largest layer).
-    * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t.
+    * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t
+      (transformers' eager attention has no such buffer).
     """
     is_ds = engine != ENGINE_CODES[Engine.MEGATRON]
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
@@ -598,7 +612,7 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
            + value_bytes * largest)
     zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
-    if m.attention.materialises_scores:
+    if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
         s = m.seq_length / context_parallel
         scores = value_bytes * m.num_attention_heads * s * m.seq_length * micro_batch / tensor_parallel
     else:
@@ -775,8 +789,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                             else full_layer + output)
     transient = np.where(recompute >= 2, recomputed_transient,
                          np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
-    if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
-        # megatron-core with an s×s core: the peak is either the logits (on the last stage) or the first
+    if m.attention.materialises_scores:
+        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the last stage) or the first
         # back-propagated layer's attention core — its saved tensors before the core plus the core's working set
         # (:func:`attention_backward_bytes`), in place of what that layer kept (a recomputed layer kept only its
         # input, which stays counted)

@@ -687,7 +687,10 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     act_bytes = tokens * h * x.bytes_per_value
     allreduce = collective_seconds(act_bytes, t, kind="all_reduce", **tp)
     # with sequence parallel each all-reduce becomes an all-gather + a reduce-scatter: same bytes, twice the calls
-    sp_pair = (collective_seconds(act_bytes, t, kind="all_gather", **tp)
+    # FP8 layers gather their norm's output already quantized (Transformer Engine's LayerNormLinear casts before the
+    # sequence-parallel all-gather): a bytes instead of v per value; the reduce-scatters stay in bf16
+    fp8_gather = 1.0 - x.fp8_layer_fraction * (1.0 - x.fp8_activation_bytes / x.bytes_per_value)
+    sp_pair = (collective_seconds(act_bytes * fp8_gather, t, kind="all_gather", **tp)
                + collective_seconds(act_bytes, t, kind="reduce_scatter", **tp))
     per_collective = np.where(sp, sp_pair, allreduce)
     # an MoE layer's MLP needs no tensor-parallel collective of its own: its token dispatcher gathers and scatters
@@ -947,8 +950,11 @@ def _flops(x: StepInputs, comp: dict) -> dict:
     fc1_width = f * (1 + x.gated)
     weight_flops = 2 * tokens * (h * (q + 2 * kv) + q * h + x.experts_per_token * h * (fc1_width + f)) / t
     t_weights_fwd = comp["layer_weight_gemm_seconds"]
+    # relative to the peak the layer GEMMs run at (FP8 layers: the FP8 peak)
+    fp8 = x.fp8_layer_fraction
+    gemm_peak = np.where(fp8 > 0, (1 - fp8) * x.peak_flops + fp8 * x.fp8_peak_flops, x.peak_flops)
     return {"model_flops": model_f, "hardware_flops": model_f + extra_f,
-            "gemm_efficiency": weight_flops / (t_weights_fwd * x.peak_flops)}
+            "gemm_efficiency": weight_flops / (t_weights_fwd * gemm_peak)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -997,7 +1003,7 @@ class TimeEstimate:
     breakdown: dict
     """term → exposed seconds per step (keys of :data:`TERMS`); they sum to ``step_seconds``."""
     gemm_efficiency: float
-    """FLOP-weighted fraction of peak the layer GEMMs reach on this plan's shapes."""
+    """FLOP-weighted fraction of peak the layer GEMMs reach on this plan's shapes (FP8 layers: of the FP8 peak)."""
     calibration_source: str = ""
     layer_forward_seconds: float = 0.0
     """One transformer layer's forward for one micro-batch on one GPU (kernels + per-pass overhead)."""
