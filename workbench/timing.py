@@ -299,8 +299,9 @@ class StepInputs:
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
     hf_recompute_layer_s: object = 0.0
-    """transformers' gradient checkpointing: fixed seconds per recomputed decoder layer on top of its forward
-    kernels (catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
+    backward together); the part the GPU's kernels for that layer do not hide is added to the recompute (catalog
+    ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
     cp_comm_type: object = 0
     """Context-parallel exchange (:data:`CP_COMM_CODES`: 0 p2p ring, 1 a2a, 2 all_gather, 3 a2a+p2p)."""
     cp_a2a_size: object = 1
@@ -477,7 +478,12 @@ def compute_terms(x: StepInputs) -> dict:
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
     # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
-    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + x.hf_recompute_layer_s)
+    # transformers' gradient checkpointing: the checkpointed layer's host-side work (torch.utils.checkpoint's
+    # saved-tensor hooks and recompute, the framework's gradient hooks) runs while the GPU executes that layer's
+    # forward, recompute and backward; only what exceeds them is exposed
+    hf_ckpt_exposed = np.maximum(0.0, x.hf_recompute_layer_s - (2 * layer_fwd + layer_bwd))
+    hf_ckpt_exposed = np.where(x.hf_recompute_layer_s > 0, hf_ckpt_exposed, 0.0)
+    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + hf_ckpt_exposed)
                        + g["selective"] * (t_core + t_score_fwd))
     # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
     # of its layers; with an uneven split (stage_layers) another stage may hold more layers and be slower
