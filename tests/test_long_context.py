@@ -174,7 +174,7 @@ def test_planner_explains_long_context_and_names_flash_when_nothing_fits():
                          top=3)
     assert "Long context: at 65,536 tokens" in res.explanation
     with pytest.raises(ValueError, match="attention='flash'"):
-        planner.search(model("guide-13b", seq_length=32768), _h100(2), global_batch_size=16, top=1)
+        planner.search(model("guide-13b", seq_length=65536), _h100(), global_batch_size=8, top=1)
 
 
 def test_layout_warns_when_the_all_to_all_leaves_the_node_and_the_run_store_keeps_the_exchange():
