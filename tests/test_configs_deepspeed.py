@@ -113,3 +113,41 @@ def test_options_validate_their_fields():
         DeepSpeedOptions(betas=(0.9, 1.5))
     with pytest.raises(ValueError, match="warmup_iters"):
         DeepSpeedOptions(train_iters=10, warmup_iters=20)
+
+
+def test_hf_trainer_export_resolves_as_transformers_does():
+    """The "auto" ds_config and its TrainingArguments, resolved by transformers' own HfTrainerDeepSpeedConfig
+    (with stand-in arguments and model, no distributed start), equal the workbench's resolution and the plain
+    export's values; a non-auto value that disagrees with the arguments is refused as the Trainer refuses it."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+
+    from workbench.configs.deepspeed import (HF_TRAINER_AUTO_PATHS, _get_path, hf_trainer_ds_config,
+                                             hf_training_arguments, resolve_hf_auto)
+
+    m = model("llama2-7b")
+    c, p = cluster(8), ParallelPlan(world_size=8, zero_stage=3, micro_batch_size=2, global_batch_size=64,
+                                    precision="bf16", recompute="full")
+    o = DeepSpeedOptions(lr=2e-5, train_iters=500, warmup_iters=20)
+    cfg, targs = hf_trainer_ds_config(m, c, p, options=o), hf_training_arguments(m, c, p, options=o)
+    assert targs["gradient_accumulation_steps"] == 4 and targs["activation_checkpointing"]
+    cfg["zero_optimization"]["reduce_bucket_size"] = "auto"  # as many user configs write it
+    mine = resolve_hf_auto(cfg, targs, world_size=8, hidden_size=m.hidden_size)
+    hf = HfTrainerDeepSpeedConfig(cfg)
+    try:
+        args = SimpleNamespace(world_size=8, save_on_each_node=False, fp16_full_eval=False, bf16_full_eval=False,
+                               get_warmup_steps=lambda n: targs["warmup_steps"], **targs)
+        hf.trainer_config_process(args)
+        hf.trainer_config_finalize(args, SimpleNamespace(config=SimpleNamespace(hidden_size=m.hidden_size)), 500)
+        assert hf.config == mine
+    finally:
+        del hf
+        unset_hf_deepspeed_config()
+    plain = build_ds_config(m, c, p, options=o)
+    assert all(_get_path(mine, k) == _get_path(plain, k) for k in HF_TRAINER_AUTO_PATHS)
+    assert mine["zero_optimization"]["reduce_bucket_size"] == m.hidden_size ** 2
+    validate_ds_config(mine, 8)
+    cfg["gradient_clipping"] = 0.3
+    with pytest.raises(ValueError, match="gradient_clipping=0.3 but TrainingArguments give 1.0"):
+        resolve_hf_auto(cfg, targs, world_size=8, hidden_size=m.hidden_size)

@@ -163,8 +163,19 @@ def _megatron_plans(m):
     yield dict(tensor_parallel=1, pipeline_parallel=4 if m.num_layers % 4 == 0 else 2,
                virtual_pipeline=2 if m.num_layers % 8 == 0 else 1,
                precision="fp16", recompute="full", micro_batch_size=2, global_batch_size=64)
-    yield dict(tensor_parallel=tp, pipeline_parallel=1, context_parallel=2, precision="fp32", recompute="full",
-               recompute_layers=1, micro_batch_size=1, global_batch_size=16)
+    if m.attention == "flash":  # context parallelism runs in Transformer Engine's attention only
+        yield dict(tensor_parallel=tp, pipeline_parallel=1, context_parallel=2, precision="fp32", recompute="full",
+                   recompute_layers=1, micro_batch_size=1, global_batch_size=16)
+        yield dict(tensor_parallel=1, pipeline_parallel=1, context_parallel=4, cp_comm_type="all_gather",
+                   micro_batch_size=1, global_batch_size=8)
+        if m.num_query_groups % 2 == 0:
+            yield dict(tensor_parallel=1, pipeline_parallel=1, context_parallel=4, cp_comm_type="a2a+p2p",
+                       hierarchical_context_parallel_sizes=(2, 2), micro_batch_size=1, global_batch_size=8)
+        # FP8 (Transformer Engine): recipe, FP8 parameter all-gather, bf16 first/last layers
+        yield dict(tensor_parallel=tp, pipeline_parallel=2, sequence_parallel=tp > 1, precision="fp8",
+                   distributed_optimizer=True, fp8_param_gather=True, micro_batch_size=1, global_batch_size=64)
+        yield dict(tensor_parallel=1, pipeline_parallel=1, precision="fp8", fp8_recipe="tensorwise",
+                   fp8_bf16_first_layers=1, fp8_bf16_last_layers=2, micro_batch_size=1, global_batch_size=16)
 
 
 @pytest.mark.parametrize("name", model_names())

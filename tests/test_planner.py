@@ -27,7 +27,8 @@ def _row_of(plan, m):
             int(str(plan.offload_optimizer) != "none"), int(str(plan.offload_params) != "none"),
             int(plan.distributed_optimizer), M.RECOMPUTE_CODES[plan.recompute], plan.micro_batch_size,
             plan.num_microbatches, plan.first_stage_layers or 0, plan.last_stage_layers or 0,
-            int(plan.embedding_in_pipeline_split), int(plan.loss_in_pipeline_split))
+            int(plan.embedding_in_pipeline_split), int(plan.loss_in_pipeline_split),
+            T.CP_COMM_CODES[str(plan.cp_comm_type)], plan.cp_a2a_size)
 
 
 def test_candidates_equal_brute_force_over_the_spec_rules():

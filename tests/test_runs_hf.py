@@ -16,11 +16,11 @@ HF = Path(__file__).parent / "data" / "hf"
 STEPS = 2
 
 
-def _run(tmp_path, family, **plan_fields):
+def _run(tmp_path, family, trainer="engine", **plan_fields):
     model = catalog.model(f"hf:{HF / family}", seq_length=32)
     p = plan(2, **plan_fields)
     r = launch(model, cpu_cluster(2), p, steps=STEPS, nproc=2, store=RunStore(tmp_path / "runs.sqlite"),
-               run_dir=tmp_path / family)
+               run_dir=tmp_path / family, trainer=trainer)
     r.wait(600)
     rec = r.record()
     assert rec["status"] == "completed", (rec["reason"], r.log_tail(30))
@@ -29,12 +29,27 @@ def _run(tmp_path, family, **plan_fields):
     return model, r, next(x for x in records if x["type"] == "model")
 
 
-def test_gpt2_zero2_with_gradient_checkpointing(tmp_path):
-    model, r, counted = _run(tmp_path, "tiny-gpt2", zero_stage=2, recompute="full")
+def test_gpt2_zero2_hf_trainer_with_gradient_checkpointing(tmp_path):
+    """transformers' Trainer resolves the exported "auto" ds_config from TrainingArguments; the run record keeps
+    the config the DeepSpeed engine ran with, equal to the workbench's own resolution of the same file."""
+    from workbench.configs.deepspeed import HF_TRAINER_AUTO_PATHS, _get_path, resolve_hf_auto
+
+    model, r, counted = _run(tmp_path, "tiny-gpt2", trainer="hf", zero_stage=2, recompute="full",
+                             precision="bf16")
     run = json.loads((r.run_dir / "run.json").read_text())
-    assert run["options"]["hf"]["gradient_checkpointing"] and run["options"]["hf"]["attn_implementation"] == "sdpa"
+    hf = run["options"]["hf"]
+    assert hf["trainer"] == "hf" and hf["training_args"]["activation_checkpointing"]
+    assert hf["attn_implementation"] == "sdpa"
     assert counted["parameters"] == counted["trainable"] == model.num_parameters
     assert run["predicted"] and (r.run_dir / "hf_config.json").is_file()
+    written = json.loads((r.run_dir / "ds_config.json").read_text())
+    autos = [k for k in HF_TRAINER_AUTO_PATHS if _get_path(written, k) is not None]
+    assert "bf16.enabled" in autos and all(_get_path(written, k) == "auto" for k in autos)
+    resolved = r.record()["measured"]["ds_config"]
+    assert resolved["train_batch_size"] == 2 * resolved["train_micro_batch_size_per_gpu"] == 2
+    assert resolved["scheduler"]["params"]["total_num_steps"] == STEPS and resolved["bf16"]["enabled"] is True
+    expected = resolve_hf_auto(written, hf["training_args"], world_size=2, hidden_size=model.hidden_size)
+    assert {k: _get_path(resolved, k) for k in autos} == {k: _get_path(expected, k) for k in autos}
 
 
 def test_llama_zero3_lora(tmp_path):

@@ -158,3 +158,22 @@ def test_time_and_layout_are_shown(app):
     t = app.state.estimate.time
     assert f"{t.tokens_per_second:,.0f} tokens/s" in app.banner.value
     assert [v.title for v in app.views][:2] == ["Memory", "Layout"]
+
+
+def test_fp8_plan_is_edited_and_its_memory_terms_shown():
+    app = Workbench()
+    par, hw, mdl = panel(app, "Parallelism"), panel(app, "Hardware"), panel(app, "Model")
+    mdl.controls["attention"].value = "flash"
+    par.controls["engine"].value = "megatron"
+    par.controls["precision"].value = "fp8"
+    assert not app.state.valid and "gpu=A100-80GB: it has no FP8 tensor cores" in par.error.value
+    hw.controls["gpu"].value = "H100-SXM"
+    assert app.state.valid, app.state.error
+    assert "FP8 (delayed recipe): weights +" in app.memory.summary.value
+    par.controls["distributed_optimizer"].value = True
+    par.controls["fp8_param_gather"].value = True
+    assert app.state.valid and app.state.plan.fp8_param_gather, app.state.error
+    assert "--fp8-param-gather" in app.memory.summary.value
+    par.controls["fp8_recipe"].value = "mxfp8"
+    assert "needs a Blackwell GPU" in par.error.value
+    app.close()

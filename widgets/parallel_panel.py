@@ -10,7 +10,7 @@ import ipywidgets as ipw
 
 from widgets.common import Panel, checkbox, dropdown, int_text
 from widgets.state import SetPlan, resolved
-from workbench.specs import AdamImpl, Engine, Offload, Precision, Recompute
+from workbench.specs import AdamImpl, CPCommType, Engine, Fp8Recipe, Offload, Precision, Recompute
 
 _INTS = (
     ("tensor_parallel", "tensor parallel (TP)"),
@@ -52,10 +52,28 @@ class ParallelPanel(Panel):
                                           tooltip="Megatron --decoder-last-pipeline-num-layers (0: an even split)")
         c["embedding_in_pipeline_split"] = checkbox("embedding counts as a stage layer")
         c["loss_in_pipeline_split"] = checkbox("loss counts as a stage layer")
+        c["cp_comm_type"] = dropdown("CP exchange", [k.value for k in CPCommType],
+                                     tooltip="Megatron --cp-comm-type: p2p ring (overlapped with attention), a2a "
+                                             "(Ulysses: heads split over CP), all_gather (K/V gathered, not "
+                                             "overlapped), a2a+p2p (all-to-all inside the a2a group, ring across)")
+        c["cp_a2a_group"] = int_text("CP a2a group (a2a+p2p)", minimum=0,
+                                     tooltip="--hierarchical-context-parallel-sizes A CP/A: the all-to-all group "
+                                             "size A (0: not hierarchical)")
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
         c["recompute"] = dropdown("recompute", [r.value for r in Recompute])
         c["recompute_layers"] = int_text("recompute layers (0 = all)", minimum=0)
-        c["precision"] = dropdown("precision", [p.value for p in Precision])
+        c["precision"] = dropdown("precision", [p.value for p in Precision],
+                                  tooltip="fp8: Transformer Engine FP8 under Megatron-LM (engine megatron, flash "
+                                          "attention): linear GEMMs in FP8, the rest in bf16")
+        c["fp8_recipe"] = dropdown("FP8 recipe", [r.value for r in Fp8Recipe],
+                                   tooltip="Megatron-LM --fp8-recipe (Transformer Engine scaling; mxfp8: Blackwell)")
+        c["fp8_param_gather"] = checkbox("FP8 parameter all-gather",
+                                         tooltip="Megatron-LM --fp8-param-gather: linear weights kept only in FP8, "
+                                                 "all-gathered in FP8 (needs the distributed optimizer)")
+        c["fp8_bf16_first_layers"] = int_text("FP8: first layers in bf16", minimum=0,
+                                              tooltip="Megatron-LM --num-layers-at-start-in-bf16 (0: none)")
+        c["fp8_bf16_last_layers"] = int_text("FP8: last layers in bf16", minimum=0,
+                                             tooltip="Megatron-LM --num-layers-at-end-in-bf16 (0: none)")
         c["adam"] = dropdown("Adam kernel", [a.value for a in AdamImpl],
                              tooltip="fused: Apex/Transformer Engine or DeepSpeed FusedAdam; torch: torch.optim.AdamW "
                                      "(CPU Adam follows from optimizer offload)")
@@ -76,13 +94,19 @@ class ParallelPanel(Panel):
         self.derived.add_class("wb-plan-derived")
         self.widget = ipw.VBox([
             c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
-            *[c[n] for n, _ in _INTS[:4]], c["first_stage_layers"], c["last_stage_layers"],
+            *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["first_stage_layers"], c["last_stage_layers"],
             c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"], c["micro_batch_size"], c["global_batch_size"],
-            c["recompute"], c["recompute_layers"], c["precision"], c["adam"], c["overlap_comm"], c["lora_rank"],
+            c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
+            c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["lora_rank"],
             self.derived, self.error,
         ])
 
     def _on_field(self, name: str, value) -> None:
+        if name == "cp_a2a_group":  # (a2a, p2p) sizes from the a2a group and the plan's CP
+            cp = self.controls["context_parallel"].value or 1
+            sizes = (int(value), max(cp // int(value), 1)) if value else None
+            self.send(SetPlan(changes={"hierarchical_context_parallel_sizes": sizes}))
+            return
         if name in _ZERO_IS_NONE:
             value = value or None  # 0: every layer of the stage / an even share
         elif value == _ENGINE_DEFAULT:
@@ -92,6 +116,10 @@ class ParallelPanel(Panel):
     def show(self, state) -> None:
         with self.syncing():
             for name, w in self.controls.items():
+                if name == "cp_a2a_group":
+                    sizes = state.plan.hierarchical_context_parallel_sizes
+                    self.set_value(w, sizes[0] if sizes else 0)
+                    continue
                 value = resolved(state, "plan", name)
                 if name in _ZERO_IS_NONE:
                     value = value or 0
@@ -112,7 +140,9 @@ class ParallelPanel(Panel):
             except ValueError:
                 split = ""
         text = (f"world {p.world_size} = TP {p.tensor_parallel} × PP {p.pipeline_parallel}{split} × "
-                f"CP {p.context_parallel} × <b>DP {p.data_parallel}</b> · "
+                f"CP {p.context_parallel}"
+                + (f" ({p.cp_comm_type})" if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" else "")
+                + f" × <b>DP {p.data_parallel}</b> · "
                 f"{p.num_microbatches} micro-batches of {p.micro_batch_size} per step")
         if p.lora_rank:
             text += f" · LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)"

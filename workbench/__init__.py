@@ -3,7 +3,8 @@
 Pure Python + numpy; it never imports ipywidgets or plotly (``widgets/`` wraps it).
 """
 from workbench.specs import (  # noqa: F401
-    Activation, AttentionImpl, ClusterSpec, Engine, GPUSpec, ModelSpec, Normalization, Offload, ParallelPlan,
+    Activation, AttentionImpl, ClusterSpec, CPCommType, Engine, Fp8Recipe, GPUSpec, ModelSpec, Normalization, Offload,
+    ParallelPlan,
     Positions, Precision, Recompute, ZeroStage, validate,
 )
 

@@ -11,6 +11,8 @@ The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指
   ``nsys profile``);
 - §5.2 out of memory, in the guide's order: smaller micro batch with more accumulation, activation checkpointing,
   ZeRO-3 CPU offload (:func:`oom_ladder`);
+- long context (≥ 16k tokens): materialised attention's s² scores, and context vs tensor parallelism priced both
+  ways (:func:`long_context_attention`, :func:`context_parallel_choice`);
 - §5.3 convergence: gradient clipping 0.5-1.0 for ≥ 13B, loss-scale window and monitoring for fp16, Adam betas
   0.9/0.95 — read from the :class:`~workbench.configs.deepspeed.DeepSpeedOptions` the exports write.
 
@@ -319,6 +321,103 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
                     else "more host memory per node, NVMe offload, or fewer offloaded states"))
 
 
+LONG_CONTEXT_TOKENS = 16384
+"""From this sequence length on the attention core and the sequence-long activations dominate a layer: the advisor
+checks how attention is computed and what context parallelism does."""
+
+
+def score_matrix_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Bytes one layer's materialised attention scores take for one micro-batch on one rank (unfused or
+    fused-softmax attention): what the layer keeps for backward (:func:`workbench.memory.layer_activation_bytes`,
+    full minus selective) plus megatron-core's score buffer, a·(s/c)·s·b/t elements. 0 with flash attention."""
+    if not model.attention.materialises_scores:
+        return 0.0
+    kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
+              sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel,
+              value_bytes=plan.precision.bytes_per_value)
+    full = M.layer_activation_bytes(model, recompute=0, **kw)[0]
+    selective = M.layer_activation_bytes(model, recompute=1, **kw)[0]
+    buffer = M.buffer_bytes(model, engine=0, zero_stage=0, tensor_parallel=plan.tensor_parallel,
+                            micro_batch=plan.micro_batch_size, context_parallel=plan.context_parallel,
+                            value_bytes=plan.precision.bytes_per_value)
+    return float(full - selective + buffer)
+
+
+def long_context_attention(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
+    """At ≥ :data:`LONG_CONTEXT_TOKENS` tokens: materialised attention (``unfused`` / ``fused-softmax``) holds
+    a·s²-sized scores per layer — say how large against the GPU, and that flash attention removes them (and is what
+    context parallelism needs); with flash attention, how many tokens each rank's activations cover."""
+    s = model.seq_length
+    if s < LONG_CONTEXT_TOKENS:
+        return None
+    if model.attention.materialises_scores:
+        scores = score_matrix_bytes(model, plan)
+        share = scores / memory.capacity_bytes
+        return Finding(id="long_context_attention", status="fail" if share > 0.25 else "warn",
+                       message=f"attention='{model.attention}' at {s:,} tokens materialises the "
+                               f"{model.num_attention_heads} x {s:,} x {s:,} score matrix: {_gb(scores)} per layer "
+                               f"and micro-batch on each GPU (a·s²·b/(t·c) scores; {share:.0%} of the GPU), "
+                               f"growing with the square of the sequence",
+                       suggestion="attention='flash' (Transformer Engine / FlashAttention: no s×s tensor, "
+                                  "--attention-backend flash); it is also what context parallelism needs")
+    c = plan.context_parallel
+    act = memory.peak_stage.backward_activation_bytes
+    return Finding(id="long_context_attention", status="pass",
+                   message=f"flash attention at {s:,} tokens: each GPU keeps activations of {s // c:,} tokens "
+                           f"(CP={c}{', ' + str(plan.cp_comm_type) if c > 1 else ''}), "
+                           f"{_gb(act)} at its peak stage")
+
+
+def context_parallel_choice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record,
+                            profile=None) -> Optional[Finding]:
+    """At long context, the same GPUs used the other way — context parallel instead of tensor parallel or the
+    reverse — priced with the models: activations per GPU and step time of both, so the choice is explained with
+    numbers ("at 131,072 tokens CP=8 keeps 18 GiB of activations per GPU; TP=8 alone would need 19 GiB ..."). The
+    alternative moves all of CP into TP (with sequence parallel) — or, where the heads do not split that far, gives
+    CP's ranks to data parallel — or all of TP into CP (ring exchange); ``None`` when the sequence is short,
+    attention is not flash, the engine is not Megatron or no swap is a valid plan."""
+    t, c, s = plan.tensor_parallel, plan.context_parallel, model.seq_length
+    if (s < LONG_CONTEXT_TOKENS or model.attention.materialises_scores or plan.engine is not Engine.MEGATRON
+            or t * c == 1):
+        return None
+    if c > 1:  # all of CP into TP; if the heads do not allow it, CP's ranks as data parallel instead
+        no_cp = dict(context_parallel=1, cp_comm_type="p2p", hierarchical_context_parallel_sizes=None)
+        options = [dict(tensor_parallel=t * c, sequence_parallel=True, **no_cp), no_cp]
+    else:
+        options = [dict(tensor_parallel=1, context_parallel=t, sequence_parallel=False)]
+    for changes in options:
+        try:
+            other = plan.replace(**changes)
+            alt = _evaluated(model, cluster, other, profile)
+            break
+        except ValueError:
+            continue
+    else:
+        return None
+    mine, theirs = record.memory, alt.memory
+    a_mine, a_theirs = (m.peak_stage.backward_activation_bytes for m in (mine, theirs))
+    def name(p):
+        parts = ([f"TP={p.tensor_parallel}" + (" + SP" if p.sequence_parallel else "")] if p.tensor_parallel > 1
+                 else []) + ([f"CP={p.context_parallel}"] if p.context_parallel > 1 else [])
+        return " x ".join(parts)
+    better_time = record.time.step_seconds <= alt.time.step_seconds
+    fits_alt = theirs.fits_gpu
+    message = (f"at {s:,} tokens, {name(plan)} keeps {_gb(a_mine)} of activations per GPU (peak {_gb(mine.per_gpu_peak_bytes)}"
+               f", {record.time.step_seconds:.2f} s/step); {name(other)} would keep {_gb(a_theirs)} (peak "
+               f"{_gb(theirs.per_gpu_peak_bytes)}{'' if fits_alt else ', does not fit'}, "
+               f"{alt.time.step_seconds:.2f} s/step: tensor-parallel traffic {alt.time.breakdown['tp_comm']:.2f} s "
+               f"vs context-parallel {alt.time.breakdown['cp_comm']:.2f} s exposed)")
+    if mine.fits_gpu:
+        good = better_time or not fits_alt
+        why = "is faster here"
+    else:  # this plan does not fit: the swap is the advice if it does
+        good = not fits_alt
+        why = "fits here (CP shards activations only; TP also shards weights, gradients and optimizer states)" \
+            if c > 1 else "fits here"
+    return Finding(id="context_parallel_choice", status="pass" if good else "warn", message=message,
+                   suggestion="" if good else f"{name(other)} {why}: {_plan_text(other)}")
+
+
 def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions, num_parameters: Optional[int] = None) -> Finding:
     """Guide §5.3: max_norm 0.5-1.0 for models above 13B."""
     n = model.num_parameters if num_parameters is None else num_parameters
@@ -344,7 +443,8 @@ def loss_scaling(plan: ParallelPlan, options: DeepSpeedOptions) -> Finding:
     """Guide §3/§5.3: fp16 needs dynamic loss scaling (window 1000) and watching the scale."""
     if plan.precision is not Precision.FP16:
         return Finding(id="loss_scale", status="pass",
-                       message=f"precision={plan.precision}: no loss scaling needed (bf16/fp32 keep fp32's range)")
+                       message=f"precision={plan.precision}: no loss scaling needed (bf16/fp32 keep fp32's range"
+                               + ("; FP8 recipes scale each tensor themselves)" if plan.precision.is_fp8 else ")"))
     w = options.loss_scale_window
     ok = w >= 1000
     return Finding(id="loss_scale", status="pass" if ok else "warn",
@@ -372,17 +472,79 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
                options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None, counts=None) -> tuple:
     """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
     per-layer seconds and overlap the models used; nothing is priced again unless ``detailed`` (which prices the
-    step once more with overlap flipped). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
+    step once more with overlap flipped), except the FP8 check, which prices the step's inputs once more in the other
+    precision (:func:`fp8_payoff`). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
     ``counts``: the model's parameter counts (computed here when not given)."""
     o = options or DeepSpeedOptions()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), strategy_tier(model, cluster, plan, memory),
-             zero3_layer_room(model, plan, memory), card_size(model, cluster, n)]
+             zero3_layer_room(model, plan, memory), card_size(model, cluster, n),
+             long_context_attention(model, plan, memory)]
     if time is not None:
         found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
+        found.append(fp8_payoff(model, cluster, plan, time))
     found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
     return tuple(f for f in found if f is not None)
+
+
+FP8_MIN_SPEEDUP = 0.10
+"""Below this estimated step-time gain FP8 is reported as not paying: the gain is within the time model's band and
+FP8 brings its own risks (scaling recipes, loss divergence to watch)."""
+
+
+def fp8_gain(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time) -> Optional[tuple]:
+    """``(bf16_seconds, fp8_seconds, gemm_share)``: the step in bf16 and in FP8 and the share of the bf16 step spent
+    in the linear GEMMs FP8 speeds up, from the plan's priced inputs with the FP8 GEMMs, casts and FP8 all-gather
+    switched on or off (one more call of :func:`workbench.timing.step_time_terms`). ``None`` where FP8 is not an
+    option: plans other than FP8 or bf16 Megatron with flash attention, GPUs without FP8 tensor cores."""
+    from workbench import encode
+
+    candidate = (plan.precision is Precision.BF16 and plan.engine is Engine.MEGATRON
+                 and str(model.attention) == "flash" and cluster.gpu.peak_tflops.get("fp8")
+                 and str(model.implementation) == "megatron")
+    if not (plan.precision.is_fp8 or candidate) or time is None or not time.inputs:
+        return None
+    inputs = dict(time.inputs)
+    if plan.precision.is_fp8:
+        fp8_step = time.step_seconds
+        inputs.update(fp8_layer_fraction=0.0, fp8_amax_reductions=0.0, param_gather_bytes_per_value=2.0)
+        bf16_terms = T.step_time_terms(**inputs)
+        bf16_step = float(bf16_terms["step_seconds"])
+    else:
+        bf16_step = time.step_seconds
+        bf16_terms = T.step_time_terms(**inputs)
+        fp8_plan = plan.replace(precision="fp8", fp8_recipe="delayed")
+        inputs.update(encode.fp8_time_inputs(model, cluster, encode.plan_columns(fp8_plan, model),
+                                             model.parameter_counts()))
+        fp8_step = float(T.step_time_terms(**inputs)["step_seconds"])
+    # forward + data-gradient + weight-gradient GEMMs of the slowest stage's layers, every micro-batch
+    gemm = bf16_terms["stage_layers"] * bf16_terms["layer_weight_gemm_seconds"] * 3 * plan.num_microbatches
+    return bf16_step, fp8_step, float(gemm) / bf16_step
+
+
+def fp8_payoff(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time) -> Optional[Finding]:
+    """For an FP8 plan: whether FP8 pays (:func:`fp8_gain` ≥ :data:`FP8_MIN_SPEEDUP` of the bf16 step). FP8 speeds up
+    only the transformer layers' linear GEMMs; where those are a small part of the step (small hidden sizes with
+    memory-bound element-wise work, long sequences dominated by attention, exposed communication) the quantize
+    kernels eat most of the gain."""
+    if not plan.precision.is_fp8:
+        return None
+    found = fp8_gain(model, cluster, plan, time)
+    if found is None:
+        return None
+    bf16_step, fp8_step, share = found
+    gain = 1 - fp8_step / bf16_step
+    numbers = (f"bf16 {bf16_step:.3f} s/step, FP8 {fp8_step:.3f} s/step ({gain:.1%} of the step saved); the linear "
+               f"GEMMs FP8 speeds up are {share:.0%} of the bf16 step (hidden {model.hidden_size}, TP "
+               f"{plan.tensor_parallel})")
+    if gain >= FP8_MIN_SPEEDUP:
+        return Finding(id="fp8_payoff", status="pass", message=f"FP8 pays: {numbers}")
+    return Finding(id="fp8_payoff", status="warn",
+                   message=f"FP8 does not pay here (< {FP8_MIN_SPEEDUP:.0%}): {numbers}; attention, element-wise "
+                           f"work, communication and the FP8 casts are the rest",
+                   suggestion="train in bf16 (it needs no more memory unless --fp8-param-gather saved some), or "
+                              "make the GEMMs larger (larger micro batch, smaller TP)")
 
 
 def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None) -> Optional[Finding]:
@@ -484,6 +646,11 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     engine = Engine.MEGATRON_DEEPSPEED if current.engine is Engine.MEGATRON else current.engine
     if current.engine is Engine.DEEPSPEED and current.tensor_parallel > 1:
         engine = Engine.MEGATRON_DEEPSPEED
+    if current.context_parallel > 1:
+        steps.append(LadderStep(step=3, action=f"ZeRO-3 with CPU offload runs under DeepSpeed (engine {engine}), which "
+                                               f"has no Megatron context parallelism (CP={current.context_parallel}): "
+                                               f"not available for this plan", plan=None))
+        return tuple(steps)
     dp = current.world_size // (current.tensor_parallel * current.context_parallel)
     if current.global_batch_size % (current.micro_batch_size * dp):
         steps.append(LadderStep(step=3, action=f"ZeRO-3 needs pipeline_parallel=1: data parallel becomes {dp}, "
@@ -643,6 +810,17 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
                     f"{_gb(m2.per_gpu_peak_bytes)} ({fits})")
         out.append(Suggestion(term=term, exposed_seconds=secs, fraction_of_step=secs / step, message=msg,
                               settings=tuple(settings), predicted_step_seconds=predicted))
+    found = fp8_gain(model, cluster, plan, time) if plan.precision is Precision.BF16 else None
+    if found is not None and 1 - found[1] / found[0] >= FP8_MIN_SPEEDUP:
+        bf16_step, fp8_step, share = found
+        out.append(Suggestion(term="compute", exposed_seconds=bf16_step - fp8_step,
+                              fraction_of_step=1 - fp8_step / bf16_step,
+                              message=f"FP8 (Transformer Engine) runs the linear GEMMs, {share:.0%} of this step, at "
+                                      f"up to twice the bf16 rate on {cluster.gpu.name}: predicted {fp8_step:.3f} "
+                                      f"s/step ({fp8_step / step - 1:+.1%}); compare the loss with a bf16 run",
+                              settings=("--fp8-format hybrid", "--fp8-recipe delayed",
+                                        "--transformer-impl transformer_engine"),
+                              predicted_step_seconds=fp8_step))
     out.sort(key=lambda s: -s.exposed_seconds)
     return tuple(out)
 
@@ -691,6 +869,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     lora = lora_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if lora is not None:
         findings += (lora,)
+    cp_choice = context_parallel_choice(model, cluster, plan, record, profile)
+    if cp_choice is not None:
+        findings += (cp_choice,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice

@@ -2,7 +2,8 @@
 
 A plan is first written as *columns* (:func:`plan_columns`): the numeric codes of its fields under short names,
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
-fused_adam, overlap_comm, lora_rank, lora_targets``, and the pipeline split ``first_layers, last_layers`` (0: an
+fused_adam, overlap_comm, lora_rank, lora_targets``, the FP8 stack ``fp8_recipe, fp8_pg, fp8_bf16`` (recipe code,
+FP8 parameter all-gather, bf16 first+last layers), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -20,9 +21,15 @@ import numpy as np
 
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
-from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, ModelSpec, Offload,
-                             ParallelPlan, Precision, Recompute, default_overlap_comm)
+from workbench.timing import CP_COMM_CODES
+from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
+                              parameter_tensors)
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
+                             ModelSpec, Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
+
+FP8_RECIPE_CODES = {"delayed": 0, "tensorwise": 1, "blockwise": 2, "mxfp8": 3}
+"""Column codes of :class:`~workbench.specs.Fp8Recipe` (the memory and time models index their per-recipe
+constants with them)."""
 
 ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPEED: 2}
 ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -35,6 +42,7 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
     (:attr:`ParallelPlan.overlaps_comm`)."""
     cols = dict(engine=ENGINE_CODES[plan.engine], tp=plan.tensor_parallel, pp=plan.pipeline_parallel,
                 vp=plan.virtual_pipeline, cp=plan.context_parallel, dp=plan.data_parallel,
+                cp_comm=CP_COMM_CODES[str(plan.cp_comm_type)], cp_a2a=plan.cp_a2a_size,
                 sp=int(plan.sequence_parallel), zero=int(plan.zero_stage),
                 off_opt=int(plan.offload_optimizer is not Offload.NONE),
                 off_par=int(plan.offload_params is not Offload.NONE), dist_opt=int(plan.distributed_optimizer),
@@ -43,19 +51,25 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 emb_split=int(plan.embedding_in_pipeline_split), loss_split=int(plan.loss_in_pipeline_split),
                 mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
                 overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
-                lora_dropout=plan.lora_dropout)
+                lora_dropout=plan.lora_dropout, fp8_recipe=FP8_RECIPE_CODES[str(plan.fp8_recipe)],
+                fp8_pg=int(plan.fp8_param_gather), fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers)
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
 
 def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, overlap_comm=None, lora_rank=0,
-                     lora_targets=LORA_TARGETS, lora_dropout=0.0) -> dict:
+                     lora_targets=LORA_TARGETS, lora_dropout=0.0, fp8_recipe=Fp8Recipe.DELAYED,
+                     fp8_param_gather=False) -> dict:
     """The planner's table with the columns it does not search: the stack every row runs (``adam``,
-    ``overlap_comm`` — ``None``: each row's engine default —, LoRA) and every layer of a stage recomputed under
-    full recompute."""
+    ``overlap_comm`` — ``None``: each row's engine default —, LoRA, the FP8 recipe; ``fp8_param_gather`` applies to
+    the rows with the distributed optimizer) and every layer of a stage recomputed under full recompute."""
     out = dict(table)
-    for key in ("first_layers", "last_layers", "emb_split", "loss_split"):
+    out.setdefault("fp8_recipe", FP8_RECIPE_CODES[str(Fp8Recipe.parse(fp8_recipe, "fp8_recipe"))])
+    out.setdefault("fp8_pg", np.asarray(table["dist_opt"]) * int(bool(fp8_param_gather)))
+    out.setdefault("fp8_bf16", 0)
+    for key in ("first_layers", "last_layers", "emb_split", "loss_split", "cp_comm"):
         out.setdefault(key, 0)
+    out.setdefault("cp_a2a", 1)
     out.setdefault("recompute_layers", np.maximum.reduce(stage_layer_columns(model.num_layers, out)))
     out.setdefault("fused_adam", int(AdamImpl.parse(adam, "adam") is AdamImpl.FUSED))
     if overlap_comm is None:
@@ -113,6 +127,22 @@ def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
     return model.num_layers * lora_params(model, cols) / total
 
 
+def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
+    """Parameters one rank of the pipeline stage holding the most of them (:func:`workbench.memory.
+    stage_params_per_rank` for the first, a middle and the last stage, with their layers): what that rank's
+    data-parallel reduction, ZeRO gathers and optimizer step move. With p = 1 the one stage holds everything."""
+    from workbench.memory import stage_params_per_rank
+
+    t, p = cols["tp"], cols["pp"]
+    if np.ndim(p) == 0 and p == 1:
+        return float(stage_params_per_rank(model, t, 1, 0, model.num_layers))
+    head = stage_params_per_rank(model, t, p, 0, first)
+    tail = stage_params_per_rank(model, t, p, np.asarray(p) - 1, last)
+    mid = np.where(np.asarray(p) > 2, stage_params_per_rank(model, t, p, 1, middle), 0.0)
+    out = np.maximum(np.maximum(head, tail), mid)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
     """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
     a measured ``profile`` supplies the overhead constants."""
@@ -120,6 +150,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
     first, middle, last = stage_layer_columns(model.num_layers, cols)
     out = dict(first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last, engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
                pipeline_parallel=cols["pp"], virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
+               cp_comm_type=cols.get("cp_comm", 0), cp_a2a_size=cols.get("cp_a2a", 1),
                sequence_parallel=np.asarray(cols["sp"]).astype(bool) if np.ndim(cols["sp"]) else bool(cols["sp"]),
                data_parallel=cols["dp"], micro_batch=cols["mbs"], num_microbatches=cols["nmb"],
                recompute=cols["recompute"], recompute_layers=cols["recompute_layers"],
@@ -129,10 +160,19 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
                lora_activation_per_token=(lora_activation_values_per_token(model, cols["lora_rank"],
                                                                            cols["lora_targets"], cols["lora_dropout"])
-                                          if cols["lora_rank"] else 0.0))
+                                          if cols["lora_rank"] else 0.0),
+               fp8=int(precision.is_fp8), fp8_recipe=cols.get("fp8_recipe", 0),
+               fp8_param_gather=cols.get("fp8_pg", 0), fp8_layer_fraction=fp8_layer_fraction(model, cols))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
+
+
+def fp8_layer_fraction(model: ModelSpec, cols: dict):
+    """Share of the transformer layers whose GEMMs run in FP8: all but Megatron's bf16 first/last layers
+    (``--first-last-layers-bf16``). The models spread the bf16 layers' share over every stage; Megatron puts them on
+    the first and last stage (a layer or two out of dozens: a small difference on those stages)."""
+    return 1.0 - np.divide(cols.get("fp8_bf16", 0), model.num_layers)
 
 
 def _where(cond, a, b):
@@ -164,6 +204,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     recompute = cols["recompute"]
     first, middle, last = stage_layer_columns(model.num_layers, cols)
     largest = np.maximum(np.maximum(first, middle), last)
+    stage_params = largest_stage_parameters(model, cols, first, middle, last)
     fraction = _where(np.equal(recompute, RECOMPUTE_CODES[Recompute.FULL]),
                       np.minimum(np.divide(cols["recompute_layers"], largest), 1.0), 0.0)
     if bucket_elements is None:
@@ -182,9 +223,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         # Megatron-LM's fused scale-mask-softmax kernel (--masked-softmax-fusion) is attention='fused-softmax'
         softmax_fusion=int(model.attention is AttentionImpl.FUSED_SOFTMAX),
         attention_dropout=model.attention_dropout,
-        num_parameters=counts.total, parameters_per_layer=counts.per_layer,
+        num_parameters=counts.total, parameters_per_layer=counts.per_layer, stage_parameters=stage_params,
         first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last,
         tensor_parallel=cols["tp"], pipeline_parallel=pp, virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
+        cp_comm_type=cols.get("cp_comm", 0), cp_a2a_size=cols.get("cp_a2a", 1),
         data_parallel=cols["dp"], micro_batch_size=cols["mbs"], num_microbatches=cols["nmb"],
         sequence_parallel=cols["sp"], zero_stage=cols["zero"], offload_optimizer=cols["off_opt"],
         offload_params=cols["off_par"], distributed_optimizer=cols["dist_opt"], recompute=recompute,
@@ -192,9 +234,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         grad_bucket_elements=bucket_elements, overlap_comm=cols["overlap_comm"],
         # Megatron with bf16 accumulates and reduces fp32 main gradients (DDP grad_reduce_in_fp32; Megatron-LM turns
         # --accumulate-allreduce-grads-in-fp32 on for bf16); fp16 reduces 16-bit gradients
-        grad_reduce_bytes_per_value=_where(megatron & (precision is Precision.BF16), 4.0,
+        grad_reduce_bytes_per_value=_where(megatron & (precision.base is Precision.BF16), 4.0,
                                            float(precision.bytes_per_value)),
-        peak_flops=gpu.peak_flops(precision), hbm_gb_per_s=gpu.hbm_gb_per_s,
+        # FP8 training runs everything but the FP8 GEMMs in bf16: that peak prices the rest (and MFU)
+        peak_flops=gpu.peak_flops(precision.base), hbm_gb_per_s=gpu.hbm_gb_per_s,
         gpus_per_node=cluster.gpus_per_node,
         intra_node_gb_per_s=cluster.intra_node_gb_per_s * net["intra_node_bandwidth_efficiency"],
         inter_node_gb_per_s=cluster.inter_node_gb_per_s * net["inter_node_bandwidth_efficiency"],
@@ -202,7 +245,12 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         inter_node_latency_s=net["inter_node_latency_s"], gemm_efficiency_max=curve["gemm_efficiency_max"],
         gemm_half_dim=curve["gemm_half_dim"], memory_passes=curve["memory_passes"],
         hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
+        step_overhead_s=curve.get("step_overhead_s", 0.0),
+        score_hbm_efficiency=curve.get("score_hbm_efficiency", curve["hbm_efficiency"]),
         cpu_adam_params_per_second_per_node=cal["cpu_adam"]["params_per_second_per_node"],
+        cpu_adam_params_per_second_per_thread=cal["cpu_adam"].get("params_per_second_per_thread", np.inf),
+        cpu_adam_threads=cluster.cpu_adam_threads_per_rank,
+        offload_zero3_host_factor=cal["cpu_adam"].get("zero3_host_factor", 0.0),
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
@@ -210,8 +258,49 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
+        zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0),
+        parameter_tensors=parameter_tensors(model) / pp,
+        deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),
+        hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
+                              if model.implementation is Implementation.TRANSFORMERS else 0.0),
     )
+    inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
+        fp8_layer_fraction=0.0, fp8_peak_flops=1.0, fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,
+        fp8_activation_bytes=1.0, fp8_weight_cast_bytes_per_parameter=0.0, fp8_amax_reductions=0.0,
+        fp8_amax_bytes=0.0, param_gather_bytes_per_value=float(precision.bytes_per_value)))
     if profile is not None:
-        inputs.update(profile.time_overrides(cluster, precision)[0])
+        inputs.update(profile.time_overrides(cluster, precision.base)[0])
+        measured = profile.gemm.get("fp8") if precision.is_fp8 else None
+        if measured:
+            scale = measured["peak_tflops"] * 1e12 / gpu.peak_flops("fp8")
+            inputs.update(fp8_gemm_efficiency_max=measured["efficiency_max"] * scale,
+                          fp8_gemm_half_dim=measured["half_dim"])
     return inputs
+
+
+def fp8_time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, counts) -> dict:
+    """The FP8 fields of :class:`workbench.timing.StepInputs` for columns of an FP8 plan (recipe, FP8 parameter
+    all-gather, bf16 first/last layers)."""
+    from workbench import memory as M
+    from workbench import timing as T
+
+    gpu = cluster.gpu
+    curve = T.fp8_efficiency_curve(gpu.name)
+    recipe = np.asarray(cols["fp8_recipe"], dtype=int)
+    fraction = fp8_layer_fraction(model, cols)
+    a = M.FP8_ACTIVATION_BYTES[recipe]
+    pg = np.greater(cols["fp8_pg"], 0)
+    # without --fp8-param-gather each step re-reads the bf16 weight and writes its two FP8 copies; with it the
+    # all-gathered FP8 weight is read once to write its transpose
+    cast = np.where(pg, 2.0 * a, 2.0 + M.FP8_WEIGHT_COPY_BYTES[recipe])
+    # the parameter all-gather sends the FP8 layers' linear weights in a bytes instead of 2
+    linear_share = model.num_layers * fraction * M.fp8_linear_params_per_layer(model, 1) / counts.total
+    gather = np.where(pg, 2.0 - linear_share * (2.0 - a), 2.0)
+    delayed = recipe == FP8_RECIPE_CODES["delayed"]
+    stage_tensors = model.num_layers / np.asarray(cols["pp"]) * M.fp8_linear_modules_per_layer(model) * 5
+    return dict(fp8_layer_fraction=fraction, fp8_peak_flops=gpu.peak_flops("fp8"),
+                fp8_gemm_efficiency_max=curve["gemm_efficiency_max"], fp8_gemm_half_dim=curve["gemm_half_dim"],
+                fp8_activation_bytes=a, fp8_weight_cast_bytes_per_parameter=cast,
+                fp8_amax_reductions=np.where(delayed, 2.0, 0.0), fp8_amax_bytes=4.0 * stage_tensors,
+                param_gather_bytes_per_value=gather)

@@ -20,7 +20,8 @@ import numpy as np
 from workbench import params as P
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
 from workbench.defaults import GiB
-from workbench.encode import ENGINE_CODES, RECOMPUTE_CODES  # noqa: F401  (the codes' home is the encoder)
+# the codes' home is the encoder
+from workbench.encode import ENGINE_CODES, FP8_RECIPE_CODES, RECOMPUTE_CODES  # noqa: F401
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
@@ -48,6 +49,14 @@ ZERO0_STEP_BYTES_PER_PARAM = 8.0
 and the up-cast temporaries of its 16-bit optimizer wrapper), measured on H200 (calibration table)."""
 SOFTMAX_BYTES_PER_SCORE = 4
 """megatron-core computes the unfused softmax in fp32 (``attention_softmax_in_fp32=True``) and keeps that output."""
+UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE = 16
+"""Bytes per attention score alive while the unfused softmax of one layer is back-propagated (megatron-core local
+spec, ``attention_softmax_in_fp32``): the fp32 softmax output kept for it (4), the fp32 gradient of the probabilities
+(4, the backward of ``probs.bfloat16()``), the product ``grad * output`` that PyTorch's CUDA ``softmax_backward``
+allocates before its kernel runs (4, ``aten/src/ATen/native/cuda/SoftMax.cu`` ``softmax_backward_cuda_out``) and the
+gradient of the scores (4). The dropout mask and the dropped probabilities are freed by then. A CPU trace of
+megatron-core's ``DotProductAttention`` (live tensor storage per op) shows 12 at that op, the CUDA temporary being
+the difference; the fit-split H200 runs with full recompute (mc-h1024-gelu, mc-h3072-gqa) hold 16-18."""
 DROPOUT_MASK_BYTES_PER_SCORE = 1
 """Attention dropout keeps a 1-byte boolean mask per score for backward (``torch.native_dropout``; Korthikanti et al.
 count 1). Measured on H200: megatron-core runs at micro batch 4 hold 6.07 GiB more than the model without it, the
@@ -66,6 +75,86 @@ on the calibration runs; fragmentation grows it, ``expandable_segments`` shrinks
 def _where(cond, a, b):
     out = np.where(cond, a, b)
     return out.item() if np.ndim(out) == 0 else out
+
+
+# -- FP8 (Transformer Engine under Megatron-LM) ----------------------------------------------------------------
+FP8_ACTIVATION_BYTES = np.array([1.0, 1.0, 1.0 + 4 / 128, 1.0 + 1 / 32])
+"""Bytes per FP8 value a recipe stores, scales included, by recipe code: one fp32 scale per tensor (delayed,
+tensorwise: nothing per value), one fp32 scale per 1×128 tile (blockwise), one 8-bit power-of-two scale per 32
+values (mxfp8). Transformer Engine ``Float8Tensor`` / ``Float8BlockwiseQTensor`` / ``MXFP8Tensor``."""
+FP8_WEIGHT_COPY_BYTES = np.array([2.0, 2.0, 2.0 + 2 * 4 / (128 * 128), 2.0 * (1.0 + 1 / 32)])
+"""Bytes per linear weight of the FP8 copies Transformer Engine caches between micro-batches (Megatron passes
+``is_first_microbatch``): the weight quantized row-wise for the forward GEMM and column-wise (transposed) for the
+data-gradient GEMM — cuBLAS FP8 GEMMs on Hopper take only the TN layout, so both orientations are kept; blockwise
+adds one fp32 scale per 128×128 block in each orientation, mxfp8 one 8-bit scale per 32 values."""
+FP8_AMAX_HISTORY_LEN = 1024
+"""Amax history of the delayed recipe as the workbench exports it (``--fp8-amax-history-len 1024
+--fp8-amax-compute-algo max``, the setting of Megatron-LM's and NeMo's FP8 examples; Megatron's own default is 1)."""
+
+
+def fp8_linear_params_per_layer(m: ModelSpec, tensor_parallel):
+    """Weights of one transformer layer's linear layers on one tensor-parallel rank — the GEMMs Transformer Engine
+    runs in FP8 (QKV, attention output, fc1, fc2, every expert's two, a shared expert's); norms, biases and the MoE
+    router stay in bf16."""
+    h = m.hidden_size
+    qkv_out = m.query_projection_size + 2 * m.kv_projection_size
+    f, experts = (m.moe_ffn_hidden_size, m.num_experts) if m.is_moe else (m.ffn_hidden_size, 1)
+    fc1_out = (2 if m.is_gated else 1) * f
+    shared = 0
+    if m.is_moe and m.shared_expert_ffn_hidden_size:
+        fs = m.shared_expert_ffn_hidden_size
+        shared = h * (2 if m.is_gated else 1) * fs + fs * h
+    return (h * qkv_out + m.query_projection_size * h + experts * (h * fc1_out + f * h) + shared) / tensor_parallel
+
+
+def fp8_linear_modules_per_layer(m: ModelSpec) -> int:
+    """FP8 GEMM modules of one layer, each with its own scaling state: QKV, projection, and fc1/fc2 of the MLP,
+    of every expert and of a shared expert."""
+    experts = m.num_experts if m.is_moe else 1
+    return 2 + 2 * experts + (2 if m.is_moe and m.shared_expert_ffn_hidden_size else 0)
+
+
+def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param_gather, value_bytes):
+    """Bytes FP8 training adds to (or, with ``--fp8-param-gather``, takes from) a rank's weights for ``fp8_layers``
+    FP8 layers on its stage.
+
+    Without param gather the bf16 weights stay and Transformer Engine adds their cached FP8 copies
+    (:data:`FP8_WEIGHT_COPY_BYTES` per linear weight). With ``--fp8-param-gather`` (TE ``fp8_model_init``) the linear
+    weights exist only as FP8 tensors with their transpose (megatron-core ``fp8_utils`` creates it after each
+    all-gather): the copies replace the bf16 weight, so the term is copies − v per linear weight."""
+    recipe = np.asarray(recipe, dtype=int)
+    copies = FP8_WEIGHT_COPY_BYTES[recipe]
+    per_param = copies - np.where(param_gather > 0, value_bytes, 0.0)
+    return fp8_layers * fp8_linear_params_per_layer(m, tensor_parallel) * per_param
+
+
+def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
+    """Delayed scaling's state per FP8 layer: for each FP8 GEMM module Transformer Engine's ``fp8_meta`` holds an fp32
+    amax history of :data:`FP8_AMAX_HISTORY_LEN` entries plus a scale and its inverse for the three forward tensors
+    (input, weight, output) and the two backward ones (output gradient, input gradient). Current-scaling recipes
+    keep no history (0 here; their per-block scales are in the FP8 tensors' bytes)."""
+    per_module = 5 * (FP8_AMAX_HISTORY_LEN + 2) * 4
+    return np.where(np.asarray(recipe) == FP8_RECIPE_CODES["delayed"],
+                    fp8_layers * fp8_linear_modules_per_layer(m) * per_module, 0.0)
+
+
+def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
+                               value_bytes, recipe):
+    """How one FP8 layer's saved activations differ from the bf16 layer's (:func:`layer_activation_bytes`), for one
+    micro-batch on one rank (usually negative).
+
+    Transformer Engine saves the input of each FP8 linear for its weight-gradient GEMM as FP8 (column-wise, a
+    bytes per value, :data:`FP8_ACTIVATION_BYTES`) instead of bf16: the QKV and fc1 inputs (``LayerNormLinear``
+    writes the norm's output in FP8; the norm's bf16 input is still kept) and the fc2 input (the activation's output;
+    the activation keeps its bf16 input). The attention output is kept twice: in bf16 by flash attention for its
+    backward and as FP8 by the projection."""
+    a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
+    s = m.seq_length / context_parallel
+    sb = s * micro_batch
+    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    f = m.moe_ffn_hidden_size * m.moe_top_k if m.is_moe else m.ffn_hidden_size
+    return ((a - value_bytes) * 2 * sb * m.hidden_size * rep + a * sb * m.query_projection_size / tensor_parallel
+            + (a - value_bytes) * sb * f / tensor_parallel)
 
 
 # ================================================================================================================
@@ -228,6 +317,23 @@ def frozen_weight_bytes(n_frozen, *, zero_stage, data_parallel, param_bytes):
     return param_bytes * n_frozen / np.where(zero_stage >= 3, data_parallel, 1)
 
 
+def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, zero_stage, lora):
+    """``(activations, buffers, late)`` at the backward peak of a LoRA rank under DeepSpeed ZeRO-1/2 (``late``:
+    where this applies; elsewhere the caller's sum stands). ``held``: the activations kept through backward,
+    ``output``: the loss transient, ``layer_transient``: the last layer's backward working set.
+
+    ZeRO-1/2 allocate their reduce buckets in ``setup_buckets`` when the first gradient hook fires
+    (``stage_1_and_2.py`` ``process_gradients``). With LoRA the output layer and every base weight are frozen, so
+    no hook fires during the loss backward: the first is an adapter of the last layer, after the logits' fp32
+    gradients are freed. The peak is then the larger of ``held + output`` without the buckets and
+    ``held + layer_transient + buffers``. No constant: it follows from that order (H200, fit split: the Llama LoRA
+    run was over-estimated by 31 % with the loss and the buckets counted at once)."""
+    late = lora & (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2) & last
+    loss_wins = held + output > held + layer_transient + buffers
+    acts = np.where(loss_wins, held + output, held + layer_transient)
+    return acts, np.where(loss_wins, 0.0, buffers), late
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -247,6 +353,14 @@ def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatc
 # ================================================================================================================
 # Activations (Korthikanti et al. 2022, generalised)
 # ================================================================================================================
+def hf_softmax_in_model_dtype(m: ModelSpec) -> bool:
+    """Whether a transformers model's eager attention computes its softmax in the model dtype: GPT-2
+    (``models/gpt2/modeling_gpt2.py`` ``eager_attention_forward``: ``softmax(attn_weights)`` then ``.type(value
+    .dtype)``), the one supported family with a learned position table; every other supported family calls
+    ``softmax(..., dtype=torch.float32).to(query.dtype)`` (transformers 5.x)."""
+    return m.implementation is Implementation.TRANSFORMERS and m.position_embedding == "learned"
+
+
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
                            dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE):
@@ -278,6 +392,10 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     norm_inputs = 2 * v * sbh * rep if m.sandwich_norm else 0.0  # the post-attention and post-MLP norms
     replicated = (4 * v + 2 * hidden_mask) * sbh * rep + norm_inputs
     qkv = v * s * b * (m.query_projection_size + 2 * m.kv_projection_size) / t
+    if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
+        # megatron-core's DotProductAttention repeats K and V to all heads (repeat_interleave) before its two
+        # matmuls, which keep those copies: Q, K and V at a heads each
+        qkv = v * s * b * 3 * m.query_projection_size / t
     if m.qk_norm:  # the per-head norms keep their inputs (the q and k projections' outputs)
         qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
@@ -286,11 +404,17 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     else:
         f = m.ffn_hidden_size
     mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
+    if m.is_gated and m.implementation is not Implementation.TRANSFORMERS:
+        # megatron-core's glu: silu(x_glu) * (x_linear + glu_linear_offset): the sum is a new tensor the product keeps
+        # beside the activation's output, and the product is fc2's input (transformer/mlp.py, 0.16 and 0.19)
+        mlp = mlp + 2 * v * s * b * f / t
     if m.attention.materialises_scores:
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
         # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
         # (unfused casts its fp32 softmax down; fused-softmax's output is that tensor already)
-        fused = m.attention is AttentionImpl.FUSED_SOFTMAX
+        # transformers' GPT-2 eager attention takes the softmax in the model dtype (the other families up-cast to
+        # fp32 first): like fused-softmax, one 16-bit tensor that probs x V keeps too
+        fused = m.attention is AttentionImpl.FUSED_SOFTMAX or hf_softmax_in_model_dtype(m)
         kept_softmax = v if fused else softmax_bytes
         if m.attention_dropout > 0:
             per_score = kept_softmax + dropout_mask_bytes + v
@@ -304,6 +428,41 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     selective = full_layer - core
     checkpoint_only = v * sbh * rep
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
+
+
+def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
+                             value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
+                             dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE):
+    """``(pre_core, working_set)``: bytes of one layer alive while its attention core is back-propagated, for one
+    micro-batch on one rank — the layer's tensors saved before the core (the attention norm's and the QKV
+    projection's inputs, Q/K/V as :func:`layer_activation_bytes` counts them), and the core's own working set.
+    Everything the layer saved after the core (projection, MLP) is freed by then.
+
+    Working set per score: unfused :data:`UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE`; fused-softmax (Megatron's
+    ``scaled_upper_triang_masked_softmax``, which writes the gradient in place) the core's kept bytes plus one 16-bit
+    gradient of the probabilities; flash attention keeps no s×s tensor (0, its per-row statistics are in the kept
+    bytes). With an unfused core this is the largest moment of a layer's backward; it replaces the layer's own kept
+    core in the peak."""
+    s = m.seq_length / context_parallel
+    b = micro_batch
+    t = tensor_parallel
+    v = value_bytes
+    rep = np.where(sequence_parallel, 1.0 / t, 1.0)
+    sbh = s * b * m.hidden_size
+    q_heads = m.query_projection_size
+    kv = 3 * q_heads if (m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS) \
+        else q_heads + 2 * m.kv_projection_size
+    pre_core = 2 * v * sbh * rep + v * s * b * kv / t
+    scores = m.num_attention_heads * s * m.seq_length * b / t
+    if not m.attention.materialises_scores:
+        return pre_core, 0.0
+    if m.attention is AttentionImpl.FUSED_SOFTMAX:
+        kept = v + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
+        return pre_core, (kept + v) * scores
+    if hf_softmax_in_model_dtype(m):
+        # the same four tensors as the fp32 softmax's backward, each in the model dtype
+        return pre_core, UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE / 4 * v * scores
+    return pre_core, UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE * scores
 
 
 def in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage):
@@ -371,7 +530,8 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     * DeepSpeed ZeRO-3 (``stage3.py``): the contiguous-gradient bucket (reduce_bucket_size) plus live gathered
       parameters — the largest module and the prefetch bucket — and that module's full gradient before it is
       reduce-scattered (DeepSpeed's estimator counts 4 bytes × largest layer).
-    * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t.
+    * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t
+      (transformers' eager attention has no such buffer).
     """
     is_ds = engine != ENGINE_CODES[Engine.MEGATRON]
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
@@ -381,12 +541,37 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
            + value_bytes * largest)
     zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
-    if m.attention.materialises_scores:
+    if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
         s = m.seq_length / context_parallel
         scores = value_bytes * m.num_attention_heads * s * m.seq_length * micro_batch / tensor_parallel
     else:
         scores = 0.0
     return zero_buffers + scores
+
+
+def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, context_parallel, value_bytes,
+                                  cp_comm_type=0, cp_a2a_size=1):
+    """Working buffers of one layer's context-parallel attention on one rank, alive during that layer's backward
+    (the larger phase), from Transformer Engine's ``context_parallel.py``; kv = K and V of the rank's s/c tokens,
+    2·(b·s/c)·kv_projection/t·v bytes, q = (b·s/c)·q_projection/t·v:
+
+    * ``p2p`` ring: two receive buffers, each K/V and their gradients (dK/dV travel with them in the backward),
+      4·kv, plus the fp32 accumulation of dQ, 2·q (4-byte values);
+    * ``all_gather``: the whole sequence's K/V gathered and their gradients before the reduce-scatter, 2·c·kv;
+    * ``a2a``: the all-to-all copies of Q, K, V and O in the head-split layout, 2·q + kv;
+    * ``a2a+p2p``: both the all-to-all copies and the ring's buffers.
+
+    0 without context parallelism. Activations kept for backward do not grow: each rank stores its own s/c tokens'
+    Q, K, V, output and softmax statistics (:func:`layer_activation_bytes`)."""
+    c = context_parallel
+    tokens = m.seq_length / c * micro_batch
+    kv = 2 * tokens * m.kv_projection_size / tensor_parallel * value_bytes
+    q = tokens * m.query_projection_size / tensor_parallel * value_bytes
+    ring = 4 * kv + 2 * q * 4 / value_bytes
+    a2a = 2 * q + kv
+    out = np.where(cp_comm_type == 2, 2 * c * kv,
+                   np.where(cp_comm_type == 1, a2a, np.where(cp_comm_type == 3, a2a + ring, ring)))
+    return np.where(c > 1, out, 0.0)
 
 
 OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.17 * GiB), "megatron": int(2.93 * GiB)}
@@ -421,12 +606,17 @@ def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=
 # ================================================================================================================
 def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pipeline_parallel, virtual_pipeline,
                 context_parallel, sequence_parallel, data_parallel, micro_batch, num_microbatches, recompute,
-                recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0,
+                recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0, cp_comm_type=0,
+                cp_a2a_size=1,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
-                last_stage_layers=None):
+                last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
+    ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of each stage's layers run their GEMMs in FP8
+    (the rest are Megatron's bf16 first/last layers), adding :func:`fp8_weight_bytes` to the weights,
+    :func:`fp8_scaling_state_bytes` to the buffers and :func:`fp8_activation_delta_bytes` to each FP8 layer's
+    activations.
 
     Two candidate peaks, the larger wins:
 
@@ -448,20 +638,32 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers)
     trainable, frozen = lora_split(n, layers * lora_params_per_layer / tensor_parallel,
                                    lora_params_per_layer > 0)
+    # Megatron shards its distributed optimizer over the data-parallel group *with* context parallel (megatron-core
+    # ``get_data_parallel_group(with_context_parallel=True)``): CP ranks hold the same weights, so they share the
+    # shards as data-parallel ranks do (DeepSpeed engines have no CP, c = 1)
     weights, grads, optimizer, host, step = model_state_bytes(
-        trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel, param_bytes=value_bytes,
+        trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel * context_parallel,
+        param_bytes=value_bytes,
         fp16=fp16, offload_optimizer=offload_optimizer, offload_params=offload_params,
         distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
     frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
                                          param_bytes=value_bytes)
     weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
     host = host + np.where(offload_params > 0, frozen_weights, 0.0)
+    fp8_layers = np.where(fp8 > 0, layers * fp8_layer_fraction, 0.0)
+    weights = weights + fp8_weight_bytes(m, tensor_parallel=tensor_parallel, fp8_layers=fp8_layers,
+                                         recipe=fp8_recipe, param_gather=fp8_param_gather, value_bytes=value_bytes)
     grads_bwd = backward_gradient_bytes(grads, engine=engine, zero_stage=zero_stage, param_bytes=value_bytes,
                                         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer)
 
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw)
+    # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
+    fp8_delta = np.where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
+        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw)
+    kept = kept + np.where(recompute >= 2, 0.0, fp8_delta)
+    full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
     lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
                 * (value_bytes + 1))
@@ -478,17 +680,40 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # selective recompute: the recomputed attention core is alive again beside the layer's backward working set
     # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
     # already the transient's first copy
-    core = full_layer - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw)[0]
-    transient = np.where(recompute >= 2, full_layer + output,
+    core = full_layer - fp8_delta - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw)[0]
+    # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
+    # layer's backward end before the last layer is recomputed, so the two transients do not overlap
+    recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
+                            else full_layer + output)
+    transient = np.where(recompute >= 2, recomputed_transient,
                          np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
+    if m.attention.materialises_scores:
+        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the last stage) or the first
+        # back-propagated layer's attention core — its saved tensors before the core plus the core's working set
+        # (:func:`attention_backward_bytes`), in place of what that layer kept (a recomputed layer kept only its
+        # input, which stays counted)
+        pre_core, working = attention_backward_bytes(m, value_bytes=value_bytes, **kw)
+        all_recomputed = (recompute >= 2) & (recomputed >= layers)
+        last_kept = np.where(all_recomputed, 0.0, np.where(recompute >= 2, full_layer, kept))
+        transient = np.maximum(output, pre_core + working - last_kept)
+    held = activations
     activations = activations + transient
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
                            micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes,
                            overlap_comm=overlap_comm)
-    backward_peak = weights + grads_bwd + optimizer + activations + buffers
+    buffers = buffers + context_parallel_buffer_bytes(m, micro_batch=micro_batch, tensor_parallel=tensor_parallel,
+                                                      context_parallel=context_parallel, value_bytes=value_bytes,
+                                                      cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
+    buffers = buffers + fp8_scaling_state_bytes(m, fp8_layers=fp8_layers, recipe=fp8_recipe)
+    late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer, buffers, last=last,
+                                                      engine=engine, zero_stage=zero_stage,
+                                                      lora=lora_params_per_layer > 0)
+    activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
+    backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     step_total = weights + grads + step + optimizer + buffers
     step_peak = step_total > backward_peak
+    buffers = np.where(step_peak, buffers, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
     grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)
@@ -516,7 +741,7 @@ FORMULAS = {
     "activations": "Korthikanti et al. 2022 Table 2, per layer × in-flight micro-batches (1F1B p−stage, interleaved "
                    "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + logits (v+4)·sbV/t",
     "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters, "
-               "megatron-core's attention-score buffer v·as²b/t (unfused)",
+               "megatron-core's attention-score buffer v·as²b/t (unfused), context-parallel K/V exchange buffers",
     "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
                 f"{OUTSIDE_ALLOCATOR_BYTES['megatron'] / GiB:.2f} GiB (megatron-core) per process (+ NCCL "
                 f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} / "
@@ -621,11 +846,43 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     )
 
 
+def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
+    """What FP8 changes on one rank of the first pipeline stage, in bytes, for an FP8 plan (``{}`` otherwise):
+    ``weight_copies`` (the cached FP8 weights, net of the bf16 weights ``--fp8-param-gather`` drops; part of
+    ``weights``), ``scaling_state`` (delayed scaling's amax histories; part of ``buffers``) and ``activations`` (the
+    change of the stored activations at the backward peak, negative: linear inputs kept in FP8)."""
+    if not plan.precision.is_fp8:
+        return {}
+    from workbench import encode
+
+    codes = encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
+    layers = plan.stage_layers(model.num_layers)[0] * codes["fp8_layer_fraction"]
+    kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
+              sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
+    stored = 0 if plan.recompute is Recompute.FULL else layers
+    in_flight = in_flight_microbatches(plan.pipeline_parallel, plan.virtual_pipeline, plan.num_microbatches, 0)
+    delta = fp8_activation_delta_bytes(model, value_bytes=2, recipe=codes["fp8_recipe"], **kw)
+    return {"weight_copies": float(fp8_weight_bytes(model, tensor_parallel=plan.tensor_parallel, fp8_layers=layers,
+                                                    recipe=codes["fp8_recipe"],
+                                                    param_gather=codes["fp8_param_gather"], value_bytes=2)),
+            "scaling_state": float(fp8_scaling_state_bytes(model, fp8_layers=layers, recipe=codes["fp8_recipe"])),
+            "activations": float(delta * (stored * in_flight + 1))}
+
+
 def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
     """Where the estimate rises although a saver was switched on — each is what DeepSpeed really allocates
     (read in ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``stage3.py``, measured on H200,
     ``benchmarks/results/gpu_memory_calibration.json``), so the Memory view says why instead of hiding it."""
     notes = []
+    fp8 = fp8_memory_terms(model, plan)
+    if fp8:
+        copies = ("its FP8 weight and transpose replace the bf16 weight (--fp8-param-gather)" if plan.fp8_param_gather
+                  else "Transformer Engine caches each linear weight in FP8 row-wise and column-wise beside the bf16 "
+                       "weight")
+        notes.append(f"FP8 ({plan.fp8_recipe} recipe): weights {fp8['weight_copies'] / GiB:+.2f} GiB ({copies}); "
+                     f"activations {fp8['activations'] / GiB:+.2f} GiB (linear inputs saved in FP8 for the "
+                     f"weight-gradient GEMMs)"
+                     + (f"; amax history {fp8['scaling_state'] / 2**20:.1f} MiB" if fp8["scaling_state"] else ""))
     if plan.engine is Engine.MEGATRON:
         return notes
     stage = int(plan.zero_stage)

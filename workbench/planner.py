@@ -13,8 +13,12 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
   (:func:`workbench.parallel.group_crosses_nodes`) unless ``allow_cross_node_tp``;
 - pipeline parallel p: divides the layers; virtual pipeline v > 1 only with engine ``megatron`` (DeepSpeed's pipeline
   engine has no interleaved schedule) with m a multiple of p;
-- context parallel c: 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
-  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2);
+- context parallel c (engine ``megatron`` with flash attention: Transformer Engine's attention is the one with
+  context parallelism): 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
+  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2), and each rank keeps at least
+  :data:`MIN_CONTEXT_PARALLEL_TOKENS` tokens (below that the K/V exchange cannot hide behind attention and CP only
+  costs); the exchange is the ring (``p2p``) and, where heads and query groups per TP rank divide by c, also the
+  all-to-all (``a2a``);
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
   and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``, DP > 1: at DP = 1 it
@@ -40,22 +44,28 @@ from workbench import timing as T
 from workbench.defaults import GiB
 from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
-from workbench.specs import (LORA_TARGETS, AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
                              check_spec_types)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
 _RECOMPUTE_BY_CODE = {0: Recompute.NONE, 1: Recompute.SELECTIVE, 2: Recompute.FULL}
+_CP_COMM_BY_CODE = {v: k for k, v in T.CP_COMM_CODES.items()}
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free by default (fragmentation, allocator spikes the model does not see)."""
 DEFAULT_MAX_CONTEXT_PARALLEL = 16
 """Largest context-parallel size searched by default: CP=16 is what Llama 3 405B used for 128k-token training
 (Llama 3 herd paper, arXiv 2407.21783 §3.3.2)."""
 
+MIN_CONTEXT_PARALLEL_TOKENS = 512
+"""Fewest tokens per context-parallel rank the planner searches: a ring step then attends 256-token chunks, whose
+attention lasts microseconds while each K/V send pays a link latency, and the GEMMs of so few rows run far from
+peak; Megatron's long-context recipes keep thousands of tokens per CP rank."""
+
 # Columns of the candidate table (all int64 arrays of one length)
 _COLUMNS = ("engine", "tp", "pp", "vp", "cp", "dp", "sp", "zero", "off_opt", "off_par", "dist_opt", "recompute",
-            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split")
+            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split", "cp_comm", "cp_a2a")
 
 
 # ================================================================================================================
@@ -170,7 +180,7 @@ def describe_plan(p: ParallelPlan) -> str:
     if p.virtual_pipeline > 1:
         parts.append(f"v{p.virtual_pipeline}")
     if p.context_parallel > 1:
-        parts.append(f"CP{p.context_parallel}")
+        parts.append(f"CP{p.context_parallel}" + ("" if str(p.cp_comm_type) == "p2p" else f"-{p.cp_comm_type}"))
     parts.append(f"DP{p.data_parallel}")
     if p.sequence_parallel:
         parts.append("SP")
@@ -278,7 +288,11 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     if Engine.MEGATRON not in engines:
         splits = [sp for sp in splits if not any(sp[1:])]
     layer_counts = {(p, f, la) for p, f, la, e, lo in splits if f}
-    cps = [c for c in _divisors(W) if c <= max_context_parallel and (c == 1 or model.seq_length % (2 * c) == 0)]
+    flash = model.attention is AttentionImpl.FLASH
+    cps = [c for c in _divisors(W) if c == 1 or (flash and Engine.MEGATRON in engines and c <= max_context_parallel
+                                                 and model.seq_length % (2 * c) == 0
+                                                 and model.seq_length // c >= MIN_CONTEXT_PARALLEL_TOKENS)]
+    a2a_code = T.CP_COMM_CODES["a2a"]
     chunks = []
     for t in tps:
         for p, first, last, emb, loss in splits:
@@ -290,6 +304,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                     continue
                 ok = np.ones(len(settings), bool)
                 ok &= (s_engine != ds_code) | ((t == 1) & (c == 1))
+                ok &= (s_engine == mg_code) | (c == 1)  # Megatron's context parallelism is engine megatron's
                 ok &= (s_sp == 0) | ((t > 1) & (model.seq_length % t == 0))
                 ok &= (s_engine == mg_code) | (p == 1) | (s_zero < 2)
                 # the distributed optimizer shards over data parallel: at DP = 1 it is the same plan as without
@@ -322,11 +337,17 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 keep = (v == 1) | ((r[:, 0] == mg_code) & (nmb % p == 0))
                 r, b, v, nmb = r[keep], b[keep], v[keep], nmb[keep]
                 k = len(b)
-                chunks.append(dict(engine=r[:, 0], tp=np.full(k, t), pp=np.full(k, p), vp=v, cp=np.full(k, c),
-                                   dp=np.full(k, d), sp=r[:, 1], zero=r[:, 2], off_opt=r[:, 3], off_par=r[:, 4],
-                                   dist_opt=r[:, 5], recompute=r[:, 6], mbs=b, nmb=nmb,
-                                   first_layers=np.full(k, first), last_layers=np.full(k, last),
-                                   emb_split=np.full(k, emb), loss_split=np.full(k, loss)))
+                # how CP ranks exchange K/V: the ring, and Ulysses' all-to-all where the heads split by c
+                comms = [(0, 1)]
+                if c > 1 and (model.num_attention_heads // t) % c == 0 and (model.num_query_groups // t) % c == 0:
+                    comms.append((a2a_code, c))
+                for comm, a2a in comms:
+                    chunks.append(dict(engine=r[:, 0], tp=np.full(k, t), pp=np.full(k, p), vp=v, cp=np.full(k, c),
+                                       dp=np.full(k, d), sp=r[:, 1], zero=r[:, 2], off_opt=r[:, 3], off_par=r[:, 4],
+                                       dist_opt=r[:, 5], recompute=r[:, 6], mbs=b, nmb=nmb,
+                                       first_layers=np.full(k, first), last_layers=np.full(k, last),
+                                       emb_split=np.full(k, emb), loss_split=np.full(k, loss),
+                                       cp_comm=np.full(k, comm), cp_a2a=np.full(k, a2a)))
     if not chunks:
         return {k: np.zeros(0, np.int64) for k in _COLUMNS}
     return {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
@@ -429,6 +450,7 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         world_size=cluster.world_size, engine=_ENGINE_BY_CODE[int(table["engine"][i])],
         tensor_parallel=int(table["tp"][i]), pipeline_parallel=int(table["pp"][i]),
         virtual_pipeline=int(table["vp"][i]), context_parallel=int(table["cp"][i]),
+        cp_comm_type=_CP_COMM_BY_CODE[int(table["cp_comm"][i]) if "cp_comm" in table else 0],
         sequence_parallel=bool(table["sp"][i]), zero_stage=int(table["zero"][i]),
         offload_optimizer="cpu" if table["off_opt"][i] else "none",
         offload_params="cpu" if table["off_par"][i] else "none",
@@ -466,7 +488,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
            allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
-           overlap_comm=None, profile=None) -> PlanSearch:
+           overlap_comm=None, profile=None, fp8_recipe="delayed") -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -475,6 +497,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     ``lora_rank`` > 0 searches LoRA fine-tunes (adapters on ``lora_targets``, base weights frozen): DeepSpeed
     engines only. ``adam`` and ``overlap_comm`` describe the stack every candidate runs (:class:`ParallelPlan`
     fields); the attention kernel is the model's (:attr:`ModelSpec.attention`).
+
+    ``precision='fp8'`` searches Megatron plans only (FP8 is modelled as Megatron-LM trains it with Transformer
+    Engine), every row with the scaling recipe ``fp8_recipe``.
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -495,6 +520,15 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
                  overlap_comm=None if overlap_comm is None else check_bool("overlap_comm", overlap_comm))
     if precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+    if precision.is_fp8:
+        if not cluster.gpu.peak_tflops.get("fp8"):
+            raise ValueError(f"precision=fp8 is not supported by gpu={cluster.gpu.name} (no FP8 tensor cores); "
+                             f"use bf16")
+        engines = [e for e in engines if Engine.parse(e, "engines") is Engine.MEGATRON]
+        if not engines:
+            raise ValueError("precision=fp8 is modelled for engine 'megatron' (Transformer Engine under Megatron-LM); "
+                             "engines lists none")
+        stack["fp8_recipe"] = Fp8Recipe.parse(fp8_recipe, "fp8_recipe")
     if seq_length is not None and seq_length != model.seq_length:
         model = model.replace(seq_length=seq_length)
     probe = ParallelPlan(world_size=cluster.world_size, lora_rank=lora_rank, lora_targets=lora_targets)
@@ -519,21 +553,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     profile = resolve_profile(profile)
     # applied() refuses a profile measured on another GPU, naming both
     profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record()
+    if precision.is_fp8:  # every row with the recipe (encode.complete_columns keeps a given column)
+        table["fp8_recipe"] = np.full(count, E.FP8_RECIPE_CODES[str(stack["fp8_recipe"])], np.int64)
+    eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
-                  **stack)
-    capacity = cluster.gpu.memory_bytes
-    limit = (1.0 - headroom) * capacity
-    host_cap = cluster.host_memory_gib_per_node * GiB
-    # the upper side of the held-out error band of each row's engine and recompute mode
-    # (workbench.memory.error_band) must fit too, as the estimate judges it
-    band_high = np.zeros(len(table["engine"]))
-    for engine, code in ENGINE_CODES.items():
-        for mode, rc in M.RECOMPUTE_CODES.items():
-            band = M.error_band(engine, "device", mode)
-            if band is not None:
-                band_high = np.where((table["engine"] == code) & (table["recompute"] == rc), band[1], band_high)
-    fits_gpu = ev["peak_bytes"] * (1.0 + band_high) <= limit
-    fits_host = ev["host_bytes_per_node"] <= host_cap
+                  **eval_stack)
+    fits_gpu, fits_host = _fits(table, ev, cluster, headroom)
     feasible = np.flatnonzero(fits_gpu & fits_host)
     if not len(feasible):
         message = _nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
@@ -567,9 +592,40 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         alt = _result_at(table, ev, int(order[np.argmax(other)]), model, cluster, gbs, precision, lora, stack)
         explanation += "\n" + explain(ranked[0], alt, model=model, cluster=cluster, label="Best other layout",
                                        head=False)
+    explanation += _long_context_note(model, cluster, ranked[0].plan, profile)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
                       pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
                       elapsed_seconds=_time.perf_counter() - start, profile=profile_record)
+
+
+def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None) -> str:
+    """At long context, the winner's GPUs used the other way (context instead of tensor parallel, or the reverse),
+    priced by :func:`workbench.advisor.context_parallel_choice`: a line for the explanation, '' when not relevant."""
+    from workbench.advisor import context_parallel_choice
+    from workbench.estimate import estimate
+
+    if model.seq_length < 16384 or plan.tensor_parallel * plan.context_parallel == 1:
+        return ""
+    found = context_parallel_choice(model, cluster, plan, estimate(model, cluster, plan, profile, checks=False),
+                                    profile)
+    return "" if found is None else "\nLong context: " + found.message
+
+
+def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float, band: bool = True) -> tuple:
+    """``(fits_gpu, fits_host)`` boolean arrays: the peak with the upper side of the held-out error band of each row's
+    engine and recompute mode (:func:`workbench.memory.error_band`, as the estimate judges it; ``band=False``: the
+    point estimate alone) within (1 − headroom) × GPU memory, and the offloaded bytes within the node's host
+    memory."""
+    limit = (1.0 - headroom) * cluster.gpu.memory_bytes
+    band_high = np.zeros(len(table["engine"]))
+    for engine, code in (ENGINE_CODES.items() if band else ()):
+        for mode, rc in M.RECOMPUTE_CODES.items():
+            band = M.error_band(engine, "device", mode)
+            if band is not None:
+                band_high = np.where((table["engine"] == code) & (table["recompute"] == rc), band[1], band_high)
+    fits_gpu = ev["peak_bytes"] * (1.0 + band_high) <= limit
+    fits_host = ev["host_bytes_per_node"] <= cluster.host_memory_gib_per_node * GiB
+    return fits_gpu, fits_host
 
 
 def _no_valid_plan_message(model, cluster, gbs) -> str:
@@ -630,6 +686,12 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
         tries.append("allow a DeepSpeed engine with ZeRO-3 and CPU offload")
     elif not (plan.zero_stage == ZeroStage.PARAMETERS and plan.offload_params is not Offload.NONE):
         tries.append("ZeRO-3 with CPU offload")
+    if model.attention.materialises_scores and model.seq_length >= 16384:
+        from workbench.advisor import score_matrix_bytes
+
+        tries.insert(0, f"attention='flash' (its {model.attention} attention keeps "
+                        f"{score_matrix_bytes(model, plan) / GiB:.1f} GiB of s×s scores per layer here; flash "
+                        f"attention keeps none and is what context parallelism needs)")
     tries += ["more GPUs", "a shorter sequence" if model.seq_length > 512 else "a smaller model"]
     return (f"no plan fits: the smallest plan needs {ev['peak_bytes'][i] / GiB:.1f} GiB per GPU "
             f"({describe_plan(plan)}); the {gpu.name} has {cap / GiB:.1f} GiB ({(1 - headroom) * cap / GiB:.1f} GiB "
@@ -738,3 +800,105 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
     lines.append(f"Memory: the {label.lower()} peaks at {r.peak_bytes / GiB:.1f} GiB ({dm / GiB:+.1f} GiB vs the winner)"
                  + (f"; the winner buys its speed with {-dm / GiB:.1f} GiB more memory." if dm < 0 else "."))
     return "\n".join(lines)
+
+
+# ================================================================================================================
+# Where a given plan ranks
+# ================================================================================================================
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRank:
+    """Where one plan (a published or hand-made layout) stands among the planner's plans for its model, cluster,
+    global batch and precision."""
+
+    plan: ParallelPlan
+    rank: Optional[int]
+    """1-based position among the feasible plans ranked by step time (ties: less memory first); ``None`` when the
+    plan is not in the search space or does not fit."""
+    in_search_space: bool
+    """Whether the planner's enumeration contains this plan at all."""
+    fits: bool
+    """Whether the planner judges it to fit (peak + error band within the headroom, host memory for offload)."""
+    rank_without_band: Optional[int]
+    """The same rank when every plan is judged on its point estimate of memory, without the held-out error band:
+    says whether the band is what excludes the plan."""
+    evaluated: int
+    feasible: int
+    best: Optional[PlanResult]
+    """The planner's fastest feasible plan."""
+    result: Optional[PlanResult]
+    """This plan as the planner priced it (``None`` outside the search space)."""
+    explanation: str
+    """Why the planner prefers its winner over this plan, term by term (:func:`explain`), or why the plan is not
+    ranked."""
+
+    def to_dict(self) -> dict:
+        return {"plan": describe_plan(self.plan), "rank": self.rank, "rank_without_band": self.rank_without_band,
+                "in_search_space": self.in_search_space,
+                "fits": self.fits, "evaluated": self.evaluated, "feasible": self.feasible,
+                "best": self.best.to_dict() if self.best else None,
+                "result": self.result.to_dict() if self.result else None, "explanation": self.explanation}
+
+
+def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = DEFAULT_HEADROOM,
+              max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL, allow_cross_node_tp: bool = False,
+              profile=None) -> PlanRank:
+    """The rank of ``plan`` among every plan :func:`search` evaluates for the same model, cluster, global batch,
+    precision and stack, ranked as :func:`search` ranks them (step time, then peak memory)."""
+    check_spec_types(model=model, cluster=cluster, plan=plan)
+    from workbench.specs import validate
+
+    validate(model, cluster, plan)
+    if plan.lora_rank:
+        raise ValueError(f"lora_rank={plan.lora_rank}: rank_plan ranks full training plans only")
+    max_context_parallel = max(check_int("max_context_parallel", max_context_parallel), plan.context_parallel)
+    # FP8 is modelled as Megatron-LM trains it with Transformer Engine: the Megatron engine only
+    engines = (Engine.MEGATRON,) if plan.precision.is_fp8 else ENGINES
+    table = enumerate_candidates(model, cluster, plan.global_batch_size, engines=engines,
+                                 allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel)
+    stack = dict(adam=plan.adam, overlap_comm=plan.overlap_comm)
+    plan_stack = dict(stack)
+    if plan.precision.is_fp8:  # every row with the plan's FP8 recipe (encode.complete_columns keeps given columns)
+        table["fp8_recipe"] = np.full(len(table["tp"]), E.FP8_RECIPE_CODES[str(plan.fp8_recipe)], np.int64)
+        plan_stack["fp8_recipe"] = plan.fp8_recipe
+    from workbench.calibrate.profile import resolve_profile
+
+    profile = resolve_profile(profile)
+    ev = evaluate(table, model, cluster, precision=plan.precision, profile=profile, **stack)
+    fits_gpu, fits_host = _fits(table, ev, cluster, headroom)
+    ok = fits_gpu & fits_host
+    cols = E.plan_columns(plan, model)
+    match = np.ones(len(table["tp"]), bool)
+    for key in _COLUMNS:
+        match &= table[key] == int(cols[key])
+    rows = np.flatnonzero(match)
+    gbs, precision = plan.global_batch_size, plan.precision
+
+    def ranked(mask):
+        idx = np.flatnonzero(mask)
+        return idx[np.lexsort((ev["peak_bytes"][idx], ev["step_seconds"][idx]))]
+
+    order = ranked(ok)
+    best = _result_at(table, ev, int(order[0]), model, cluster, gbs, precision, stack=plan_stack) if len(order) else None
+    common = dict(plan=plan, evaluated=len(table["tp"]), feasible=int(len(order)), best=best)
+    if not len(rows):
+        return PlanRank(rank=None, rank_without_band=None, in_search_space=False, fits=False, result=None,
+                        explanation=f"{describe_plan(plan)} is not in the planner's search space", **common)
+    i = int(rows[0])
+    point = ranked(np.logical_and(*_fits(table, ev, cluster, headroom, band=False)))
+    common["rank_without_band"] = int(np.flatnonzero(point == i)[0]) + 1 if i in point else None
+    result = _result_at(table, ev, i, model, cluster, gbs, precision, stack=plan_stack)
+    if not ok[i]:
+        terms = sorted(result.memory_breakdown.items(), key=lambda kv: -kv[1])[:3]
+        why = (f"the planner judges it not to fit: peak {result.peak_bytes / GiB:.1f} GiB (+ the error band) of "
+               f"{cluster.gpu.memory_bytes / GiB:.1f} GiB with {headroom:.0%} headroom (stage {result.peak_stage}: "
+               + ", ".join(f"{k} {v / GiB:.1f}" for k, v in terms) + " GiB)" if not fits_gpu[i]
+               else "its offloaded states do not fit host memory")
+        if common["rank_without_band"] and common["rank_without_band"] > 1:
+            point_best = _result_at(table, ev, int(point[0]), model, cluster, gbs, precision, stack=plan_stack)
+            why += ("; judged on the point estimate it ranks " f"{common['rank_without_band']}:\n"
+                    + explain(point_best, result, model=model, cluster=cluster, label="This plan", head=True))
+        return PlanRank(rank=None, in_search_space=True, fits=False, result=result, explanation=why, **common)
+    rank = int(np.flatnonzero(order == i)[0]) + 1
+    text = ("it is the planner's fastest plan" if rank == 1 else
+            explain(best, result, model=model, cluster=cluster, label="This plan", head=True))
+    return PlanRank(rank=rank, in_search_space=True, fits=True, result=result, explanation=text, **common)

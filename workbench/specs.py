@@ -72,15 +72,47 @@ class Engine(_StrEnum):
 
 
 class Precision(_StrEnum):
-    """Training precision of parameters and activations."""
+    """Training precision of parameters and activations.
+
+    ``fp8`` is FP8 training as Transformer Engine does it under Megatron-LM (``--bf16 --fp8-format hybrid
+    --transformer-impl transformer_engine``): bf16 weights, activations and non-GEMM work, fp32 main gradients,
+    master weights and Adam states as in bf16 training; the transformer layers' linear GEMMs run in FP8 on FP8
+    copies of their inputs and weights (:class:`Fp8Recipe` says how they are scaled)."""
 
     BF16 = "bf16"
     FP16 = "fp16"
     FP32 = "fp32"
+    FP8 = "fp8"
 
     @property
     def bytes_per_value(self) -> int:
+        """Bytes of a weight or activation value outside the FP8 GEMMs (FP8 training keeps them in bf16)."""
         return 4 if self is Precision.FP32 else 2
+
+    @property
+    def is_fp8(self) -> bool:
+        return self is Precision.FP8
+
+    @property
+    def base(self) -> "Precision":
+        """The 16-bit precision everything but the FP8 GEMMs runs in (bf16 under FP8; itself otherwise)."""
+        return Precision.BF16 if self is Precision.FP8 else self
+
+
+class Fp8Recipe(_StrEnum):
+    """Transformer Engine's FP8 scaling recipe, as Megatron-LM's ``--fp8-recipe`` names it:
+
+    * ``delayed`` — one scale per tensor from an amax history of past steps (``DelayedScaling``; Megatron's default,
+      Hopper and later);
+    * ``tensorwise`` — one scale per tensor from the current tensor's amax (``Float8CurrentScaling``);
+    * ``blockwise`` — 1×128 tiles of activations and gradients and 128×128 blocks of weights, one fp32 scale each
+      (``Float8BlockScaling``, DeepSeek-V3's recipe; Hopper);
+    * ``mxfp8`` — 32-element blocks with an 8-bit power-of-two scale (``MXFP8BlockScaling``; Blackwell only)."""
+
+    DELAYED = "delayed"
+    TENSORWISE = "tensorwise"
+    BLOCKWISE = "blockwise"
+    MXFP8 = "mxfp8"
 
 
 class Offload(_StrEnum):
@@ -149,6 +181,34 @@ class AdamImpl(_StrEnum):
 
     FUSED = "fused"
     TORCH = "torch"
+
+
+class CPCommType(_StrEnum):
+    """How context-parallel ranks exchange keys and values inside attention (megatron-core
+    ``TransformerConfig.cp_comm_type``, Megatron-LM ``--cp-comm-type``, passed to Transformer Engine's
+    ``DotProductAttention``):
+
+    * ``p2p`` — ring attention: each rank passes its K/V chunk to the next rank in c − 1 steps, each send overlapped
+      with the attention of the chunk already received (the default);
+    * ``a2a`` — DeepSpeed-Ulysses style: all-to-all of Q, K and V turns "all heads, s/c tokens" into "heads/c, all
+      tokens" before attention and back after it; heads (and query groups) per TP rank must divide by c;
+    * ``all_gather`` — all-gather the whole sequence's K/V before attention, reduce-scatter their gradients after
+      (Llama 3, arXiv 2407.21783 §3.3.2); not overlapped. Megatron's help text spells it ``allgather``, Transformer
+      Engine accepts ``all_gather``;
+    * ``a2a+p2p`` — hierarchical: all-to-all inside the first of ``hierarchical_context_parallel_sizes`` (inner,
+      e.g. NVLink), ring P2P across the second."""
+
+    P2P = "p2p"
+    A2A = "a2a"
+    ALL_GATHER = "all_gather"
+    A2A_P2P = "a2a+p2p"
+
+    @classmethod
+    def parse(cls, value, field_name: str):
+        if isinstance(value, str):
+            value = {"allgather": "all_gather", "all-gather": "all_gather", "ulysses": "a2a",
+                     "ring": "p2p"}.get(value.strip().lower(), value.strip().lower())
+        return super().parse(value, field_name)
 
 
 class Implementation(_StrEnum):
@@ -531,6 +591,13 @@ class ClusterSpec:
     """CPU memory per node, GiB (bounds ZeRO-Offload)."""
     nvme_gib_per_node: float = 0.0
     """Local NVMe capacity per node for ZeRO-Infinity, GiB (0: none)."""
+    host_cpu_cores_per_node: int = 112
+    """CPU cores per node (default: an 8-GPU DGX H100/H200 node's two 56-core Xeon 8480C, NVIDIA DGX H100 datasheet).
+    With optimizer offload, each rank's CPU Adam shares them."""
+    cpu_adam_threads: int = 0
+    """Threads each rank's CPU optimizer runs on (``OMP_NUM_THREADS`` of the rank; optimizer offload only).
+    0: the node's cores shared by its GPUs, ``host_cpu_cores_per_node // gpus_per_node``, which ``workbench run``
+    sets; ``torchrun`` alone sets 1, about 3x slower."""
 
     def __post_init__(self) -> None:
         if isinstance(self.gpu, str):
@@ -540,7 +607,9 @@ class ClusterSpec:
         if not isinstance(self.gpu, GPUSpec):
             raise ValueError(f"gpu={self.gpu!r} must be a GPU name such as 'H100-SXM' or a GPUSpec "
                              f"(got {type(self.gpu).__name__})")
-        _positive_int(self, "gpus_per_node", "num_nodes")
+        _positive_int(self, "gpus_per_node", "num_nodes", "host_cpu_cores_per_node")
+        _set(self, "cpu_adam_threads", check_int("cpu_adam_threads", self.cpu_adam_threads, minimum=0,
+                                                 maximum=4096))
         if self.intra_node_gb_per_s is None:
             _set(self, "intra_node_gb_per_s", float(self.gpu.intra_node_gb_per_s))
         if self.inter_node_gb_per_s is None:
@@ -556,6 +625,11 @@ class ClusterSpec:
     @property
     def world_size(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+    @property
+    def cpu_adam_threads_per_rank(self) -> int:
+        """Threads of each rank's CPU optimizer: ``cpu_adam_threads``, or the node's cores shared by its GPUs."""
+        return self.cpu_adam_threads or max(1, self.host_cpu_cores_per_node // self.gpus_per_node)
 
     def replace(self, **changes) -> "ClusterSpec":
         return dataclasses.replace(self, **changes)
@@ -583,7 +657,14 @@ class ParallelPlan:
     virtual_pipeline: int = 1
     """Model chunks per pipeline rank v (interleaved 1F1B when > 1)."""
     context_parallel: int = 1
-    """Context-parallel size (sequence split across ranks in attention)."""
+    """Context-parallel size c (Megatron ``--context-parallel-size``): every layer sees s/c tokens per rank, split
+    into 2c chunks so causal attention work is balanced; attention exchanges K/V as ``cp_comm_type`` says."""
+    cp_comm_type: CPCommType = CPCommType.P2P
+    """Megatron ``--cp-comm-type``: ``p2p`` (ring, default), ``a2a`` (Ulysses), ``all_gather`` or ``a2a+p2p``
+    (:class:`CPCommType`)."""
+    hierarchical_context_parallel_sizes: Optional[tuple] = None
+    """With ``cp_comm_type='a2a+p2p'``: ``(a2a_size, p2p_size)``, their product = context_parallel (Megatron
+    ``--hierarchical-context-parallel-sizes``; the all-to-all group is the inner one, consecutive CP ranks)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism inside the TP group (needs tensor_parallel > 1)."""
     zero_stage: ZeroStage = ZeroStage.NONE
@@ -635,6 +716,17 @@ class ParallelPlan:
     loss_in_pipeline_split: bool = False
     """Megatron ``--account-for-loss-in-pipeline-split``: the output layer and loss count as one layer of the split,
     so the last stage builds one transformer layer fewer."""
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
+    """With ``precision='fp8'``: Transformer Engine's scaling recipe (Megatron-LM ``--fp8-recipe``, default
+    ``delayed``); ignored otherwise."""
+    fp8_param_gather: bool = False
+    """With ``precision='fp8'``: keep the linear weights only in FP8 (no bf16 copy) and all-gather them in FP8
+    after the optimizer step (Megatron-LM ``--fp8-param-gather``; needs the distributed optimizer)."""
+    fp8_bf16_first_layers: int = 0
+    """With ``precision='fp8'``: transformer layers at the start of the model kept in bf16 (Megatron-LM
+    ``--first-last-layers-bf16 --num-layers-at-start-in-bf16 N``; not with the delayed recipe)."""
+    fp8_bf16_last_layers: int = 0
+    """Layers at the end kept in bf16 (``--num-layers-at-end-in-bf16 N``)."""
     fused_kernels: Optional[bool] = None
     """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
     ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
@@ -653,7 +745,8 @@ class ParallelPlan:
         if self.overlap_comm is not None:
             _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
-                               ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl)):
+                               ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl),
+                               ("cp_comm_type", CPCommType), ("fp8_recipe", Fp8Recipe)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
                 or not 0 <= int(self.zero_stage) <= 3):
@@ -689,8 +782,34 @@ class ParallelPlan:
             if getattr(self, name) is not None:
                 _positive_int(self, name)
         self._check_stage_split()
+        self._check_context_parallel()
         self._check_lora()
         self._check_engine()
+        self._check_fp8()
+
+    def _check_fp8(self) -> None:
+        _set(self, "fp8_param_gather", check_bool("fp8_param_gather", self.fp8_param_gather))
+        for name in ("fp8_bf16_first_layers", "fp8_bf16_last_layers"):
+            _set(self, name, check_int(name, getattr(self, name), minimum=0, maximum=MAX_COUNT["recompute_layers"]))
+        bf16_layers = self.fp8_bf16_first_layers + self.fp8_bf16_last_layers
+        if not self.precision.is_fp8:
+            if self.fp8_param_gather or bf16_layers:
+                raise ValueError(f"fp8_param_gather={self.fp8_param_gather}, fp8_bf16_first_layers="
+                                 f"{self.fp8_bf16_first_layers}, fp8_bf16_last_layers={self.fp8_bf16_last_layers} "
+                                 f"need precision='fp8' (got precision='{self.precision}')")
+            return
+        if self.engine is not Engine.MEGATRON:
+            raise ValueError(f"precision='fp8' is modelled as Megatron-LM trains it with Transformer Engine (engine="
+                             f"'megatron'); got engine='{self.engine}' (DeepSpeed has no FP8 training mode of its own; "
+                             f"FP8 under DeepSpeed comes from the model's layers — Transformer Engine through Hugging "
+                             f"Face Accelerate, or MS-AMP — and is not modelled)")
+        if self.fp8_param_gather and not self.distributed_optimizer:
+            raise ValueError("fp8_param_gather=True needs distributed_optimizer=True (Megatron-LM: '--fp8-param-gather "
+                             "only supported with distributed optimizer')")
+        if bf16_layers and self.fp8_recipe is Fp8Recipe.DELAYED:
+            raise ValueError(f"fp8_bf16_first_layers={self.fp8_bf16_first_layers}, fp8_bf16_last_layers="
+                             f"{self.fp8_bf16_last_layers} cannot be used with fp8_recipe='delayed' (megatron-core: "
+                             f"'Delayed scaling does not support first / last layer in BF16')")
 
     def _check_stage_split(self) -> None:
         uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
@@ -709,6 +828,41 @@ class ParallelPlan:
         if accounted and self.engine is not Engine.MEGATRON:
             raise ValueError(f"embedding_in_pipeline_split/loss_in_pipeline_split are Megatron's (engine='megatron');"
                              f" got engine='{self.engine}'")
+
+    def _check_context_parallel(self) -> None:
+        c, kind, sizes = self.context_parallel, self.cp_comm_type, self.hierarchical_context_parallel_sizes
+        if c == 1 and sizes is None:  # no context parallelism: how it would communicate does not matter
+            _set(self, "cp_comm_type", CPCommType.P2P)
+            return
+        if sizes is not None:
+            if isinstance(sizes, str):
+                sizes = sizes.replace(",", " ").split()
+            try:
+                sizes = tuple(check_int("hierarchical_context_parallel_sizes", int(x) if isinstance(x, str) else x)
+                              for x in sizes)
+            except (TypeError, ValueError):
+                raise ValueError(f"hierarchical_context_parallel_sizes={self.hierarchical_context_parallel_sizes!r} "
+                                 f"must be two positive integers (a2a size, p2p size)") from None
+            _set(self, "hierarchical_context_parallel_sizes", sizes)
+            if kind is not CPCommType.A2A_P2P:
+                raise ValueError(f"hierarchical_context_parallel_sizes={list(sizes)} needs cp_comm_type='a2a+p2p' "
+                                 f"(got cp_comm_type='{kind}')")
+            if len(sizes) != 2 or math.prod(sizes) != c:
+                raise ValueError(f"hierarchical_context_parallel_sizes={list(sizes)}: two sizes whose product is "
+                                 f"context_parallel={c} (a2a size, p2p size)")
+        elif kind is CPCommType.A2A_P2P:
+            raise ValueError(f"cp_comm_type='a2a+p2p' needs hierarchical_context_parallel_sizes=(a2a, p2p) with "
+                             f"a2a * p2p = context_parallel={c}")
+
+    @property
+    def cp_a2a_size(self) -> int:
+        """Ranks of the all-to-all part of context parallelism: c for ``a2a``, the first hierarchical size for
+        ``a2a+p2p``, 1 for ``p2p`` and ``all_gather``."""
+        if self.cp_comm_type is CPCommType.A2A:
+            return self.context_parallel
+        if self.cp_comm_type is CPCommType.A2A_P2P:
+            return self.hierarchical_context_parallel_sizes[0]
+        return 1
 
     def stage_layers(self, num_layers: int) -> tuple:
         """Transformer layers on each pipeline stage for a model of ``num_layers`` (:func:`pipeline_stage_layers`)."""
@@ -766,6 +920,9 @@ class ParallelPlan:
                 raise ValueError(f"tensor_parallel={self.tensor_parallel}, context_parallel={self.context_parallel}"
                                  f", sequence_parallel={self.sequence_parallel} need engine 'megatron' or "
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
+        if e is Engine.MEGATRON_DEEPSPEED and self.context_parallel > 1:
+            raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron': Megatron-DeepSpeed has "
+                             f"no Megatron context parallelism (its sequence parallelism is DeepSpeed-Ulysses)")
         if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
             raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
                              f"{self.pipeline_parallel}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism "
@@ -943,6 +1100,16 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     stage_layers = plan.stage_layers(model.num_layers)  # megatron-core's split, or its refusal
     if model.seq_length % (2 * c) and c > 1:
         raise ValueError(f"seq_length={model.seq_length} is not divisible by 2 * context_parallel({c}) = {2 * c}")
+    if c > 1 and model.attention is not AttentionImpl.FLASH:
+        raise ValueError(f"context_parallel={c} needs attention='flash' (Transformer Engine's DotProductAttention; "
+                         f"megatron-core's local attention refuses context parallelism); {model.name} has "
+                         f"attention='{model.attention}'")
+    a2a = plan.cp_a2a_size
+    if a2a > 1 and (model.num_attention_heads // t % a2a or model.num_query_groups // t % a2a):
+        raise ValueError(f"cp_comm_type='{plan.cp_comm_type}': the all-to-all over {a2a} context-parallel ranks "
+                         f"splits attention heads, so num_attention_heads={model.num_attention_heads} and "
+                         f"num_query_groups={model.num_query_groups} divided by tensor_parallel={t} must divide by "
+                         f"{a2a}")
     if plan.sequence_parallel and model.seq_length % t:
         raise ValueError(f"sequence_parallel: tensor_parallel={t} does not divide seq_length={model.seq_length}")
     if plan.recompute_layers is not None and plan.recompute_layers > max(stage_layers):
@@ -953,6 +1120,34 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
                          f"pipeline_parallel={p}")
     if plan.precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+    if plan.precision.is_fp8:
+        _validate_fp8(model, cluster, plan)
+
+
+def _validate_fp8(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
+    """FP8 checks that need the model or the GPU (Transformer Engine's and megatron-core's own refusals)."""
+    gpu = cluster.gpu
+    if not gpu.peak_tflops.get("fp8") or not gpu.peak_tflops.get("bf16"):
+        raise ValueError(f"precision=fp8 is not supported by gpu={gpu.name}: it has no FP8 tensor cores (FP8 training "
+                         f"needs Hopper, Ada or Blackwell GPUs, e.g. H100, H200, L40S, B200); use bf16")
+    from workbench.timing import gpu_generation
+
+    if plan.fp8_recipe is Fp8Recipe.MXFP8 and gpu_generation(gpu.name) != "blackwell":
+        raise ValueError(f"fp8_recipe='mxfp8' needs a Blackwell GPU (Transformer Engine's MXFP8 kernels); "
+                         f"gpu={gpu.name} is {gpu_generation(gpu.name)}: use 'delayed', 'tensorwise' or 'blockwise'")
+    if model.attention is not AttentionImpl.FLASH:
+        raise ValueError(f"precision=fp8 trains with Transformer Engine's layers (--transformer-impl "
+                         f"transformer_engine), whose attention is fused/flash: set attention='flash' (got "
+                         f"attention='{model.attention}')")
+    if model.implementation is not Implementation.MEGATRON:
+        raise ValueError(f"{model.name}: precision=fp8 is modelled for megatron-core models (Transformer Engine "
+                         f"layers), not Hugging Face ones")
+    per_stage = model.num_layers // plan.pipeline_parallel
+    for name in ("fp8_bf16_first_layers", "fp8_bf16_last_layers"):
+        if getattr(plan, name) > per_stage:
+            raise ValueError(f"{name}={getattr(plan, name)} must be at most the layers per pipeline stage "
+                             f"(num_layers={model.num_layers} // pipeline_parallel={plan.pipeline_parallel} = "
+                             f"{per_stage}; megatron-core checks the same)")
 
 
 _SPEC_CLASSES = {"model": ModelSpec, "cluster": ClusterSpec, "plan": ParallelPlan, "gpu": GPUSpec}

@@ -13,6 +13,7 @@ Terms (seconds per step on the slowest pipeline stage; each function's docstring
                 calibrated curve (:func:`gemm_efficiency`) plus memory-bound element-wise work at HBM bandwidth;
 - ``recompute`` the extra forward of activation recomputation (kept apart from compute);
 - ``tp_comm``   tensor-parallel all-reduces (or all-gather + reduce-scatter with sequence parallel), not overlapped;
+                (with FP8 delayed scaling also the per-micro-batch amax all-reduce over the stage's ranks);
 - ``cp_comm``   the exposed part of the context-parallel K/V ring;
 - ``pp_comm``   pipeline point-to-point sends;
 - ``dp_comm``   the exposed part of the data-parallel gradient reduction / ZeRO gathers;
@@ -72,6 +73,25 @@ def efficiency_curve(gpu_name: str) -> dict:
         note = (f"GEMM curve fitted to {len(measured['gemms'])} GEMMs measured by benchmarks/gpu_gemm.py on "
                 f"{measured.get('device', 'H200')}")
         curve.update(_measured_hopper_curve(), source=note + ("; " + curve["source"] if gen in cal["curves"] else ""))
+    return curve
+
+
+def fp8_efficiency_curve(gpu_name: str) -> dict:
+    """The FP8 GEMM-efficiency curve of a GPU (``{"gemm_efficiency_max", "gemm_half_dim", "source"}``, relative to
+    its FP8 peak): catalog ``fp8_curves`` by generation; for Hopper a filled ``h200_fp8_measured`` section (installed
+    by ``benchmarks/gpu_gemm.py --install-fp8``) replaces it by a fit to the measured FP8 GEMMs."""
+    cal = calibration()
+    gen = gpu_generation(gpu_name)
+    curves = cal.get("fp8_curves") or {}
+    curve = dict(curves.get(gen) or curves["hopper"])
+    if gen not in curves:
+        curve["source"] = f"uncalibrated for {gen} ({gpu_name}): the Hopper FP8 curve is reused. " + curve["source"]
+    measured = cal.get("h200_fp8_measured") or {}
+    if gen == "hopper" and measured.get("gemms"):
+        curve.update(fit_gemm_curve(measured["gemms"], peak_tflops=measured["peak_tflops"]),
+                     source=f"FP8 GEMM curve fitted to {len(measured['gemms'])} FP8 GEMMs "
+                            f"({measured.get('method', 'torch._scaled_mm')}) measured on "
+                            f"{measured.get('device', 'H200')}")
     return curve
 
 
@@ -278,9 +298,36 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    hf_recompute_layer_s: object = 0.0
+    """transformers' gradient checkpointing: fixed seconds per recomputed decoder layer on top of its forward
+    kernels (catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    cp_comm_type: object = 0
+    """Context-parallel exchange (:data:`CP_COMM_CODES`: 0 p2p ring, 1 a2a, 2 all_gather, 3 a2a+p2p)."""
+    cp_a2a_size: object = 1
+    """Ranks of the all-to-all level of context parallelism (c for a2a, the inner size for a2a+p2p, else 1)."""
     zero3_hbm_bytes_per_parameter: object = 0.0
     """ZeRO-3: HBM bytes the hooks move per local parameter per fetch pass and per gradient partition pass (the
     gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
+    fp8_layer_fraction: object = 0.0
+    """Share of the layers whose linear GEMMs run in FP8 (Transformer Engine FP8 training; 0: none)."""
+    fp8_peak_flops: object = 1.0
+    """Dense FP8 peak FLOP/s of the GPU (used where ``fp8_layer_fraction`` > 0)."""
+    fp8_gemm_efficiency_max: object = 1.0
+    """:func:`gemm_efficiency` parameters of FP8 GEMMs (their own curve, relative to the FP8 peak)."""
+    fp8_gemm_half_dim: object = 1.0
+    fp8_activation_bytes: object = 1.0
+    """Bytes per FP8 value with its recipe's scales (:data:`workbench.memory.FP8_ACTIVATION_BYTES`)."""
+    fp8_weight_cast_bytes_per_parameter: object = 0.0
+    """HBM bytes per FP8 linear weight per step to (re)build its FP8 copies (once per step: Transformer Engine reuses
+    them over the micro-batches)."""
+    fp8_amax_reductions: object = 0.0
+    """All-reduces of the FP8 amaxes per micro-batch (delayed scaling: one after the forward, one after the
+    backward, over the stage's TP×CP×DP ranks; 0 for the current-scaling recipes)."""
+    fp8_amax_bytes: object = 0.0
+    """Bytes of one amax all-reduce (4 bytes per FP8 tensor of the stage)."""
+    param_gather_bytes_per_value: object = None
+    """Bytes per parameter of the distributed optimizer's parameter all-gather (``None``: ``bytes_per_value``; FP8
+    with ``--fp8-param-gather`` sends the linear weights as FP8)."""
     first_stage_layers: object = None
     """Transformer layers on the first pipeline stage (an uneven split, Megatron
     ``--decoder-first-pipeline-num-layers`` / ``--account-for-embedding-in-pipeline-split``); ``None``: every stage
@@ -289,6 +336,33 @@ class StepInputs:
     """Transformer layers on each middle stage (``None``: num_layers / p)."""
     last_stage_layers: object = None
     """Transformer layers on the last stage (``None``: num_layers / p)."""
+    stage_parameters: object = None
+    """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
+    layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
+    reduction, ZeRO gathers and optimizer step move. ``None``: num_parameters / (t·p)."""
+    step_overhead_s: object = 0.0
+    """Fixed seconds per optimizer step outside the layers (the engine's step bookkeeping, the launches of the
+    gradient-norm, clipping and optimizer kernels); fitted per GPU generation with ``layer_pass_overhead_s``."""
+    cpu_adam_threads: object = 1.0
+    """Threads of each rank's CPU optimizer (optimizer offload; ``OMP_NUM_THREADS``)."""
+    cpu_adam_params_per_second_per_thread: object = np.inf
+    """CPU Adam parameters per second on one thread (optimizer offload); the node's memory bandwidth caps the sum
+    (``cpu_adam_params_per_second_per_node``)."""
+    offload_zero3_host_factor: object = 0.0
+    """ZeRO-3 with optimizer offload: host work per parameter beyond ZeRO-2's, as a fraction of the CPU Adam step
+    (stage3.py runs the gradient norm, the unscale/clip pass and the fp32 → 16-bit copy-back over the host copies)."""
+    parameter_tensors: object = 0.0
+    """Parameter tensors one rank of the largest stage holds (:func:`workbench.params.parameter_tensors` ÷ p)."""
+    deepspeed_tensor_seconds: object = 0.0
+    """DeepSpeed: seconds per parameter tensor per optimizer step (its per-tensor gradient hooks, norms and
+    bookkeeping in Python; 0 for Megatron, whose buffers are flat)."""
+    score_hbm_efficiency: object = 0.8
+    """Fraction of the datasheet HBM bandwidth the materialised-score kernels (softmax, mask, dropout, casts over
+    the b·a·s·s scores) reach; fitted per GPU generation (the curve's ``score_hbm_efficiency``, else its
+    ``hbm_efficiency``)."""
+    zero3_hook_overlap: object = 1.0
+    """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
+    host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -337,6 +411,14 @@ def _shape(x: StepInputs) -> dict:
                 fc1_width=x.ffn_hidden_size * (1 + x.gated))
 
 
+def stage_parameters(x: StepInputs):
+    """Parameters one rank of the largest pipeline stage holds: ``stage_parameters`` when the encoder gave it (the
+    exact per-stage count), else the average num_parameters / (t·p)."""
+    if x.stage_parameters is None:
+        return x.num_parameters / (x.tensor_parallel * x.pipeline_parallel)
+    return x.stage_parameters
+
+
 def compute_terms(x: StepInputs) -> dict:
     """``compute`` and ``recompute`` seconds per step on the slowest (last) stage, with the pieces they are made
     of: one layer's forward and backward, the core-attention time, the logits GEMM and the loss."""
@@ -366,22 +448,42 @@ def compute_terms(x: StepInputs) -> dict:
     score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,
                                                      softmax_fusion=x.softmax_fusion,
                                                      attention_dropout=x.attention_dropout)
-    t_score_fwd = score_elements * score_fwd_b / hbm
-    t_score_bwd = score_elements * score_bwd_b / hbm
+    score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency
+    t_score_fwd = score_elements * score_fwd_b / score_hbm
+    t_score_bwd = score_elements * score_bwd_b / score_hbm
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
+    # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
+    # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`)
+    fp8 = x.fp8_layer_fraction
+    gemm8 = dict(peak_flops=x.fp8_peak_flops, efficiency_max=x.fp8_gemm_efficiency_max, half_dim=x.fp8_gemm_half_dim)
+    t_weights_fp8 = (gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm8)
+                     + gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm8)
+                     + gemm_seconds(2 * tokens * x.experts_per_token * h * fc1_width / t, expert_tokens,
+                                    fc1_width / t, h, **gemm8)
+                     + gemm_seconds(2 * tokens * x.experts_per_token * f * h / t, expert_tokens, h, f / t, **gemm8))
+    t_weights_fwd = np.where(fp8 > 0, (1 - fp8) * t_weights_fwd + fp8 * t_weights_fp8, t_weights_fwd)
+    cast_fwd_b, cast_bwd_b = fp8_cast_bytes(tokens=tokens, hidden_size=h, query_projection_size=q,
+                                            kv_projection_size=kv, ffn_hidden_size=f, gated=x.gated,
+                                            experts_per_token=x.experts_per_token, tensor_parallel=t,
+                                            sequence_parallel=g["sp"], bytes_per_value=x.bytes_per_value,
+                                            fp8_bytes=x.fp8_activation_bytes)
+    t_cast_fwd = np.where(fp8 > 0, fp8 * cast_fwd_b / g["hbm_bytes_per_s"], 0.0)
+    t_cast_bwd = np.where(fp8 > 0, fp8 * cast_bwd_b / g["hbm_bytes_per_s"], 0.0)
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
     # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
-    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + x.layer_pass_overhead_s
+    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + t_cast_fwd + x.layer_pass_overhead_s
     # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
     # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
     tf = x.trainable_fraction
-    layer_bwd = ((1 + tf) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd + x.layer_pass_overhead_s)
+    layer_bwd = ((1 + tf) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd + t_cast_bwd
+                 + x.layer_pass_overhead_s)
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
     # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
-    recompute_layer = g["full"] * x.recompute_fraction * layer_fwd + g["selective"] * (t_core + t_score_fwd)
+    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + x.hf_recompute_layer_s)
+                       + g["selective"] * (t_core + t_score_fwd))
     # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
     # of its layers; with an uneven split (stage_layers) another stage may hold more layers and be slower
     last_layers, other_layers = stage_layers(x)
@@ -395,13 +497,41 @@ def compute_terms(x: StepInputs) -> dict:
     stage_fwd = np.where(last_slowest, last_fwd, other_layers * layer_fwd)
     stage_bwd = np.where(last_slowest, last_bwd, other_layers * layer_bwd)
     recompute_mb = layers * recompute_layer
-    return {"compute": m * (stage_fwd + stage_bwd), "recompute": m * recompute_mb,
+    # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
+    weight_cast = np.where(fp8 > 0, fp8 * layers * x.parameters_per_layer / t
+                           * x.fp8_weight_cast_bytes_per_parameter / g["hbm_bytes_per_s"], 0.0)
+    return {"compute": m * (stage_fwd + stage_bwd) + weight_cast, "recompute": m * recompute_mb,
+            "fp8_cast_seconds": m * layers * (t_cast_fwd + t_cast_bwd) + weight_cast,
             "stage_layers": layers, "last_stage_slowest": last_slowest, "recompute_layer_seconds": recompute_layer,
             "output_forward_seconds": out_fwd, "output_backward_seconds": out_bwd,
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
             "layer_weight_gemm_seconds": t_weights_fwd}
+
+
+def fp8_cast_bytes(*, tokens, hidden_size, query_projection_size, kv_projection_size, ffn_hidden_size, gated,
+                   experts_per_token, tensor_parallel, sequence_parallel, bytes_per_value, fp8_bytes):
+    """HBM bytes FP8 training adds to one layer's forward and backward, for ``tokens`` tokens on one rank, by
+    Transformer Engine's quantize kernels (each reads the bf16 tensor, v bytes, and writes it in FP8 row-wise and
+    column-wise, 2·a bytes with a = ``fp8_bytes``; the column-wise copy is what the weight-gradient GEMM reads):
+
+    * forward: the inputs of the attention projection (a·d per token ÷ t) and of fc2 (f·k ÷ t) are cast by their own
+      kernels; the QKV and fc1 inputs come out of the fused norm-and-cast kernel, which writes 2·a instead of v
+      bytes per value (h per token, ÷ t with sequence parallel);
+    * backward: the output gradients of the four GEMMs are cast (QKV (a+2g)·d ÷ t, projection h, fc1 f'·k ÷ t and
+      fc2 h·k per token; f' = 2f gated, k = experts per token).
+
+    Returns ``(forward_bytes, backward_bytes)``."""
+    t, h, k = tensor_parallel, hidden_size, experts_per_token
+    v, a = bytes_per_value, fp8_bytes
+    rep = np.where(np.asarray(sequence_parallel) > 0, 1.0 / t, 1.0)
+    fc1_width = ffn_hidden_size * (1 + np.asarray(gated))
+    cast = v + 2 * a
+    forward = tokens * (cast * (query_projection_size + ffn_hidden_size * k) / t + (2 * a - v) * 2 * h * rep)
+    backward = tokens * cast * ((query_projection_size + 2 * kv_projection_size) / t + h
+                                + k * (fc1_width / t + h))
+    return forward, backward
 
 
 def stage_layers(x: StepInputs):
@@ -425,7 +555,9 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     layers = comp["stage_layers"]  # the slowest stage's layers
     full_rc = g["full"] * x.recompute_fraction
     grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
-    links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group)}  # (stride, size)
+    cp_a2a = np.where(x.cp_comm_type == CP_COMM_CODES["all_gather"], 1.0, x.cp_a2a_size)
+    links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group),  # (stride, size)
+             "cp_a2a": (t, cp_a2a), "cp_ring": (t * cp_a2a, c / cp_a2a)}  # the two levels of context parallel
     out = {}
     for name, (stride, size) in links.items():
         crosses = group_crosses_nodes(stride, size, x.gpus_per_node)
@@ -438,21 +570,33 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     act_bytes = tokens * h * x.bytes_per_value
     allreduce = collective_seconds(act_bytes, t, kind="all_reduce", **tp)
     # with sequence parallel each all-reduce becomes an all-gather + a reduce-scatter: same bytes, twice the calls
-    sp_pair = (collective_seconds(act_bytes, t, kind="all_gather", **tp)
+    # FP8 layers gather their norm's output already quantized (Transformer Engine's LayerNormLinear casts before the
+    # sequence-parallel all-gather): a bytes instead of v per value; the reduce-scatters stay in bf16
+    fp8_gather = 1.0 - x.fp8_layer_fraction * (1.0 - x.fp8_activation_bytes / x.bytes_per_value)
+    sp_pair = (collective_seconds(act_bytes * fp8_gather, t, kind="all_gather", **tp)
                + collective_seconds(act_bytes, t, kind="reduce_scatter", **tp))
     per_collective = np.where(sp, sp_pair, allreduce)
-    out["tp_forward_microbatch_seconds"] = layers * 2 * per_collective
-    out["tp_backward_microbatch_seconds"] = layers * (2 + 2 * full_rc) * per_collective
+    # FP8 delayed scaling: the amaxes of the stage's FP8 tensors are all-reduced over its TP×CP×DP ranks after the
+    # forward and after the backward of each micro-batch (Transformer Engine's amax reduction group); latency-bound,
+    # it blocks the stage like the tensor-parallel collectives, so it is counted with them
+    stage_ranks = t * c * d
+    amax_crosses = group_crosses_nodes(1, stage_ranks, x.gpus_per_node)
+    amax = np.where(x.fp8_amax_reductions > 0, collective_seconds(
+        x.fp8_amax_bytes, stage_ranks, kind="all_reduce",
+        gb_per_s=np.where(amax_crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+        latency_s=np.where(amax_crosses, x.inter_node_latency_s, x.intra_node_latency_s)), 0.0)
+    out["fp8_amax_microbatch_seconds"] = x.fp8_amax_reductions * amax
+    out["tp_forward_microbatch_seconds"] = layers * 2 * per_collective + x.fp8_amax_reductions / 2 * amax
+    out["tp_backward_microbatch_seconds"] = (layers * (2 + 2 * full_rc) * per_collective
+                                             + x.fp8_amax_reductions / 2 * amax)
     out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
 
-    # context parallel: K/V ring (c−1 exchanges forward, K/V + their gradients backward)
-    t_core = comp["core_attention_seconds"]
-    kv_bytes = 2 * tokens * x.kv_projection_size / t * x.bytes_per_value
-    ring_step = p2p_seconds(kv_bytes, gb_per_s=out["cp_gb_per_s"], latency_s=out["cp_latency_s"])
-    cp_fwd = np.where(c > 1, (c - 1) * ring_step, 0.0)
-    out["cp_forward_microbatch_seconds"] = layers * exposed_seconds(cp_fwd, t_core, 1)
-    out["cp_backward_microbatch_seconds"] = layers * (exposed_seconds(cp_fwd, t_core, 1) * full_rc
-                                                      + exposed_seconds(2 * cp_fwd, 2 * t_core, 1))
+    # context parallel: the K/V exchange of the attention core (ring P2P, all-to-all, all-gather or hierarchical)
+    cp = context_parallel_seconds(x, comp["core_attention_seconds"], tokens, out)
+    out.update(cp)
+    out["cp_forward_microbatch_seconds"] = layers * cp["cp_layer_forward_seconds"]
+    out["cp_backward_microbatch_seconds"] = layers * (cp["cp_layer_forward_seconds"] * full_rc
+                                                      + cp["cp_layer_backward_seconds"])
     out["cp_comm"] = m * (out["cp_forward_microbatch_seconds"] + out["cp_backward_microbatch_seconds"])
 
     # pipeline parallel: activations forward, gradients backward, per micro-batch per chunk
@@ -462,7 +606,7 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # data parallel: gradient reduction and ZeRO gathers
     zero = x.zero_stage
     coll = functools.partial(collective_seconds, gb_per_s=out["dp_gb_per_s"], latency_s=out["dp_latency_s"])
-    local_params = x.num_parameters / (t * p)
+    local_params = stage_parameters(x)  # the largest stage's parameters on one rank
     trainable_params = local_params * x.trainable_fraction  # what has gradients and optimizer states
     grad_bytes = trainable_params * x.grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
     bucket_bytes = np.minimum(x.grad_bucket_elements * x.grad_reduce_bytes_per_value, grad_bytes)
@@ -478,7 +622,9 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
                 + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
     # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
     rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
-    ag = coll(trainable_params * x.bytes_per_value, grad_group, kind="all_gather")  # the updated 16-bit parameters
+    # the updated 16-bit parameters (FP8 linear weights with --fp8-param-gather)
+    gather_bytes = x.bytes_per_value if x.param_gather_bytes_per_value is None else x.param_gather_bytes_per_value
+    ag = coll(trainable_params * gather_bytes, grad_group, kind="all_gather")
     ag_all = coll(local_params * x.bytes_per_value, grad_group, kind="all_gather")  # ZeRO-3: frozen ones too
     rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
     dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
@@ -489,43 +635,119 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     dp_zero3 = (m * (exposed_seconds(ag_all, forward_mb, overlap_comm) + exposed_seconds(ag_all + rs, backward_mb,
                                                                                           overlap_comm))
                 + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
-    # ZeRO-3 per-module work (DeepSpeed stage 3 hooks, deepspeed/runtime/zero/parameter_offload.py and stage3.py):
-    # every submodule holding partitioned parameters is fetched (all-gather, then released) before each forward,
-    # each backward and each recomputed forward, and its gradients are reduced and partitioned once per backward;
-    # each call costs a hook latency, plus a collective call when the group has more than one rank (on one GPU the
-    # collectives are skipped, the hooks and copies remain). Per pass: layers × modules_per_layer + the embedding.
+    # ZeRO-3 per-module work (DeepSpeed stage 3: deepspeed/runtime/zero/parameter_offload.py hooks,
+    # partitioned_param_coordinator.py fetch/release, stage3.py gradient reduce-and-partition): every submodule
+    # holding partitioned parameters is fetched (all-gather into a full buffer, released after use) before each
+    # forward, each backward and each recomputed forward, and its gradients are reduced and copied into the fp32
+    # partition once per backward. On one rank the collectives are copies, the hooks and copies remain.
+    # - HBM bytes (GPU), counted: each fetch reads the 16-bit partition and writes the gathered parameter (2v per
+    #   parameter); each backward's reduce flattens the gradients into the bucket (2v), averages them in place
+    #   (2v) and copies the partition into the fp32 gradient (v + 4): 5v + 4 per trainable parameter;
+    # - host work (CPU): each hook call costs zero3_fetch_latency_s / zero3_reduce_latency_s, plus
+    #   zero3_collective_call_s when the group has more than one rank. The host runs ahead of the GPU, so only the
+    #   hook time beyond the stage's forward/backward kernels (times zero3_hook_overlap) reaches the step.
     modules_pass = layers * x.zero3_modules_per_layer + 1
     fetches = modules_pass * (2 + full_rc)
     multi = (grad_group > 1).astype(float)
-    zero3_calls = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
-                       + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
-    # ... and the bytes those hooks move through HBM per local parameter and pass, so the cost follows the model's
-    # size and not only its count of modules
-    zero3_calls = zero3_calls + (m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
-                                 / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
+    hook_seconds = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
+                        + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
+    kernel_seconds = m * (comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
+                          + comp["recompute_microbatch_seconds"])
+    zero3_calls = np.maximum(0.0, hook_seconds - x.zero3_hook_overlap * kernel_seconds)
+    v = x.bytes_per_value
+    zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
+    zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
+                                 ) / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency)
     out["dp_comm"] = np.where(zero == 3, dp_zero3 + zero3_calls,
                               np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
     return out
+
+
+CP_COMM_CODES = {"p2p": 0, "a2a": 1, "all_gather": 2, "a2a+p2p": 3}
+"""Numeric codes of :class:`workbench.specs.CPCommType` in :class:`StepInputs` ``cp_comm_type``."""
+
+
+def all_to_all_seconds(nbytes, group_size, *, gb_per_s, latency_s):
+    """One all-to-all over ``group_size`` ranks, ``nbytes`` the tensor each rank holds: it keeps 1/n of it and
+    sends (n−1)/n, receiving as much, at the same time on every rank: (n−1)/n · bytes / bandwidth + latency.
+    Zero for a group of one."""
+    n = np.maximum(group_size, 1)
+    return np.where(n > 1, (n - 1) / n * nbytes / (gb_per_s * 1e9) + latency_s, 0.0)
+
+
+def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -> dict:
+    """Exposed context-parallel communication of one layer's forward and backward for one micro-batch, by
+    ``cp_comm_type`` (Transformer Engine ``attention/dot_product_attention/context_parallel.py``, through
+    megatron-core ``TEDotProductAttention``). c = context_parallel, a = ``cp_a2a_size`` (the all-to-all group),
+    r = c / a the ring; each rank holds s/c tokens (Megatron splits the sequence into 2c chunks and gives rank i
+    chunks i and 2c−1−i, so every ring step does the same causal work: ``core_seconds``/r per step).
+    K/V of one rank: kv = 2 · (b·s/c) · kv_projection/t · bytes_per_value; Q (and O): q = (b·s/c) · q_projection/t · v.
+
+    * ``p2p`` (ring, a = 1): r − 1 steps forward, each sending kv to the next rank while the chunk received before
+      is attended; a step is exposed only by what its transfer exceeds its compute:
+      (r−1)·max(0, send(kv) − core/r). Backward sends K/V and their gradients: (r−1)·max(0, send(2kv) − 2·core/r).
+      With GQA kv is small next to the attention work, so the ring hides until s/c gets short.
+    * ``a2a`` (Ulysses, a = c): all-to-all of Q, K, V before attention and of O after it (forward q+kv+q bytes;
+      backward the same for dO, dQ, dK, dV), not overlapped.
+    * ``all_gather``: all-gather the whole sequence's K/V (c·kv) before attention; backward gathers them again and
+      reduce-scatters their gradients; not overlapped (Llama 3 §3.3.2, TE ``AttnFuncWithCPAndKVAllGather``).
+    * ``a2a+p2p``: the all-to-all over a (inner group, consecutive CP ranks), then the ring over r = c/a.
+
+    Each part is priced on its group's link (``links``: ``cp_ring_*`` and ``cp_a2a_*`` bandwidth and latency, as
+    :func:`communication_terms` sets them). Returns per-layer seconds: ``cp_layer_forward_seconds``,
+    ``cp_layer_backward_seconds`` (exposed) and ``cp_layer_transfer_seconds`` (every byte's time, hidden or not,
+    forward + backward)."""
+    c, t, v = x.context_parallel, x.tensor_parallel, x.bytes_per_value
+    kind = x.cp_comm_type
+    gather = kind == CP_COMM_CODES["all_gather"]
+    a = np.where(gather, 1.0, x.cp_a2a_size)
+    r = np.where(gather, 1.0, c / a)
+    kv = 2 * tokens * x.kv_projection_size / t * v
+    q = tokens * x.query_projection_size / t * v
+    ring = dict(gb_per_s=links["cp_ring_gb_per_s"], latency_s=links["cp_ring_latency_s"])
+    hop_fwd, hop_bwd = p2p_seconds(kv, **ring), p2p_seconds(2 * kv, **ring)
+    steps = np.maximum(r - 1, 0)
+    ring_fwd = steps * np.maximum(0.0, hop_fwd - core_seconds / r)
+    ring_bwd = steps * np.maximum(0.0, hop_bwd - 2 * core_seconds / r)
+    a2a = all_to_all_seconds(2 * q + kv, a, gb_per_s=links["cp_a2a_gb_per_s"], latency_s=links["cp_a2a_latency_s"])
+    cp_link = dict(gb_per_s=links["cp_gb_per_s"], latency_s=links["cp_latency_s"])
+    ag = np.where(gather, collective_seconds(c * kv, c, kind="all_gather", **cp_link), 0.0)
+    rs = np.where(gather, collective_seconds(c * kv, c, kind="reduce_scatter", **cp_link), 0.0)
+    on = c > 1
+    fwd = np.where(on, ring_fwd + a2a + ag, 0.0)
+    bwd = np.where(on, ring_bwd + a2a + ag + rs, 0.0)
+    transfer = np.where(on, steps * (hop_fwd + hop_bwd) + 2 * a2a + 2 * ag + rs, 0.0)
+    return {"cp_layer_forward_seconds": fwd, "cp_layer_backward_seconds": bwd, "cp_layer_transfer_seconds": transfer}
 
 
 def optimizer_terms(x: StepInputs) -> dict:
     """``offload`` (ZeRO-Offload PCIe traffic and the CPU Adam step) and ``optimizer`` (the GPU optimizer step)
     seconds per step, over the parameter shard one rank updates."""
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
-    local_params = x.num_parameters / (t * p)
+    local_params = stage_parameters(x)
     sharded = (x.zero_stage >= 1) | (x.distributed_optimizer > 0)
     shard = local_params * x.trainable_fraction / np.where(sharded, d * c, 1)  # what has optimizer states
     off_opt = x.offload_optimizer > 0
     off_par = x.offload_params > 0
     host_bps = x.host_link_gb_per_s * 1e9
-    cpu_rate = x.cpu_adam_params_per_second_per_node / x.gpus_per_node
-    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard / cpu_rate, 0.0)
+    # CPU Adam (DeepSpeedCPUAdam, OpenMP over the rank's OMP_NUM_THREADS): each thread updates
+    # cpu_adam_params_per_second_per_thread, until the ranks of a node together reach what its memory bandwidth
+    # allows (cpu_adam_params_per_second_per_node); ZeRO-3 adds host passes over the same partition
+    ranks_per_node = np.minimum(t * p * c * d, x.gpus_per_node)
+    cpu_rate = np.minimum(x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread,
+                          x.cpu_adam_params_per_second_per_node / ranks_per_node)
+    host_passes = 1 + (x.zero_stage == 3) * x.offload_zero3_host_factor
+    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard * host_passes / cpu_rate,
+                             0.0)
     offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
     hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency
     optimizer = np.where(off_opt, 0.0, shard * (x.optimizer_bytes_per_parameter
                                                 + x.deepspeed_step_bytes_per_parameter) / hbm)
+    # + the step's fixed cost (kernel launches and bookkeeping that do not grow with the parameter count) and
+    # DeepSpeed's per-tensor work
+    optimizer = optimizer + x.step_overhead_s + x.parameter_tensors * x.deepspeed_tensor_seconds
     return {"offload": offload_opt_s + offload_par_s, "optimizer": optimizer}
 
 
@@ -570,8 +792,11 @@ def _flops(x: StepInputs, comp: dict) -> dict:
     fc1_width = f * (1 + x.gated)
     weight_flops = 2 * tokens * (h * (q + 2 * kv) + q * h + x.experts_per_token * h * (fc1_width + f)) / t
     t_weights_fwd = comp["layer_weight_gemm_seconds"]
+    # relative to the peak the layer GEMMs run at (FP8 layers: the FP8 peak)
+    fp8 = x.fp8_layer_fraction
+    gemm_peak = np.where(fp8 > 0, (1 - fp8) * x.peak_flops + fp8 * x.fp8_peak_flops, x.peak_flops)
     return {"model_flops": model_f, "hardware_flops": model_f + extra_f,
-            "gemm_efficiency": weight_flops / (t_weights_fwd * x.peak_flops)}
+            "gemm_efficiency": weight_flops / (t_weights_fwd * gemm_peak)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -620,7 +845,7 @@ class TimeEstimate:
     breakdown: dict
     """term → exposed seconds per step (keys of :data:`TERMS`); they sum to ``step_seconds``."""
     gemm_efficiency: float
-    """FLOP-weighted fraction of peak the layer GEMMs reach on this plan's shapes."""
+    """FLOP-weighted fraction of peak the layer GEMMs reach on this plan's shapes (FP8 layers: of the FP8 peak)."""
     calibration_source: str = ""
     layer_forward_seconds: float = 0.0
     """One transformer layer's forward for one micro-batch on one GPU (kernels + per-pass overhead)."""
@@ -635,6 +860,11 @@ class TimeEstimate:
     stage_microbatch_seconds: tuple = ()
     """``(forward, backward)`` of one micro-batch on each pipeline stage, from its own layer count (an uneven split
     gives unequal stages; the last adds the output layer and loss); the slowest is ``microbatch_*_seconds``."""
+    fp8_cast_seconds: float = 0.0
+    """FP8 training: seconds per step of Transformer Engine's quantize kernels (inputs and output gradients of the
+    FP8 GEMMs, the weights' FP8 copies), included in ``compute``; 0 otherwise."""
+    fp8_amax_seconds: float = 0.0
+    """FP8 delayed scaling: seconds per step of the amax all-reduces, included in ``tp_comm``; 0 otherwise."""
     links: dict = field(default_factory=dict)
     """Collective group (``tp``, ``cp``, ``pp``, ``dp``) → ``{"group_size", "link", "gb_per_s", "latency_s"}``: the
     link each group's collectives were priced on (``link`` is ``"intra-node"`` or ``"inter-node"``)."""
@@ -694,6 +924,7 @@ class TimeEstimate:
             "microbatch_backward_seconds": self.microbatch_backward_seconds,
             "stage_microbatch_seconds": [list(pair) for pair in self.stage_microbatch_seconds],
             "links": {k: dict(v) for k, v in self.links.items()},
+            "fp8_cast_seconds": self.fp8_cast_seconds, "fp8_amax_seconds": self.fp8_amax_seconds,
         }
 
 
@@ -738,6 +969,8 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
         microbatch_forward_seconds=float(terms["microbatch_forward_seconds"]),
         microbatch_backward_seconds=float(terms["microbatch_backward_seconds"]),
         stage_microbatch_seconds=stage_microbatch_seconds(terms, plan.stage_layers(model.num_layers)),
+        fp8_cast_seconds=float(terms["fp8_cast_seconds"]),
+        fp8_amax_seconds=float(plan.num_microbatches * terms["fp8_amax_microbatch_seconds"]),
         links=links, inputs=dict(inputs),
     )
 

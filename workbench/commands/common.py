@@ -48,6 +48,9 @@ _PLAN_FLAGS = {
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
+    "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes",
+    "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather",
+    "fp8_bf16_first_layers": "fp8_bf16_first_layers", "fp8_bf16_last_layers": "fp8_bf16_last_layers",
 }
 
 
@@ -105,6 +108,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = Tr
     c.add_argument("--intra-gbps", type=float, help="per-GPU intra-node bandwidth, GB/s (default: catalog)")
     c.add_argument("--inter-gbps", type=float, help="per-GPU inter-node bandwidth, GB/s (default: catalog)")
     c.add_argument("--host-mem-gib", type=float, help="host memory per node, GiB")
+    c.add_argument("--host-cores", type=int, help="CPU cores per node (default 112); CPU Adam shares them")
+    c.add_argument("--cpu-adam-threads", type=int,
+                   help="OMP_NUM_THREADS of each rank, the threads of DeepSpeed's CPU Adam with optimizer offload "
+                        "(default: host cores / GPUs per node, what `workbench run` sets; torchrun alone sets 1)")
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,7 +131,13 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="Megatron: the embedding counts as a layer of the pipeline split (first stage one layer fewer)")
     p.add_argument("--account-for-loss-in-pipeline-split", dest="loss_in_pipeline_split", action="store_true",
                    default=None, help="Megatron: the loss counts as a layer of the split (last stage one layer fewer)")
-    p.add_argument("--cp", type=int, help="context parallel")
+    p.add_argument("--cp", "--context-parallel-size", dest="cp", type=int, help="context parallel")
+    p.add_argument("--cp-comm-type", metavar="{p2p,a2a,all_gather,a2a+p2p}",
+                   help="how context-parallel ranks exchange K/V (Megatron --cp-comm-type; default p2p, the ring; "
+                        "allgather is read as all_gather)")
+    p.add_argument("--hierarchical-context-parallel-sizes", "--hierarchical-cp", dest="hierarchical_cp", type=int,
+                   nargs=2, metavar=("A2A", "P2P"),
+                   help="with --cp-comm-type a2a+p2p: all-to-all group size and ring size, product = --cp")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallel")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
     p.add_argument("--offload-optimizer", choices=["none", "cpu", "nvme"])
@@ -134,7 +147,22 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute-layers", type=int, help="full recompute: layers per stage")
     p.add_argument("--mbs", type=int, help="micro batch size")
     p.add_argument("--gbs", type=int, help="global batch size")
-    p.add_argument("--precision", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"],
+                   help="training precision (default bf16). fp8 = Transformer Engine FP8 under Megatron-LM "
+                        "(--engine megatron, --attention flash; Megatron-LM --bf16 --fp8-format hybrid "
+                        "--transformer-impl transformer_engine): the transformer layers' linear GEMMs in FP8, "
+                        "everything else in bf16 with fp32 main gradients and optimizer states")
+    p.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"],
+                   help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe, default "
+                        "delayed; mxfp8 needs a Blackwell GPU)")
+    p.add_argument("--fp8-param-gather", action="store_true", default=None,
+                   help="with --precision fp8: keep the linear weights only in FP8 and all-gather them in FP8 "
+                        "(Megatron-LM --fp8-param-gather; needs --distributed-optimizer)")
+    p.add_argument("--num-layers-at-start-in-bf16", dest="fp8_bf16_first_layers", type=int, metavar="N",
+                   help="with --precision fp8: keep the first N layers in bf16 (Megatron-LM --first-last-layers-bf16 "
+                        "--num-layers-at-start-in-bf16 N; not with the delayed recipe)")
+    p.add_argument("--num-layers-at-end-in-bf16", dest="fp8_bf16_last_layers", type=int, metavar="N",
+                   help="with --precision fp8: keep the last N layers in bf16 (--num-layers-at-end-in-bf16 N)")
     p.add_argument("--adam", choices=["fused", "torch"],
                    help="GPU optimizer kernel (default fused): fused = Apex/Transformer Engine FusedAdam (Megatron) or "
                         "DeepSpeed's FusedAdam op; torch = torch.optim.AdamW (megatron-core without Apex/TE, "
@@ -194,6 +222,10 @@ def cluster_from_args(args) -> ClusterSpec:
         kwargs["inter_node_gb_per_s"] = args.inter_gbps
     if args.host_mem_gib is not None:
         kwargs["host_memory_gib_per_node"] = args.host_mem_gib
+    if getattr(args, "host_cores", None) is not None:
+        kwargs["host_cpu_cores_per_node"] = args.host_cores
+    if getattr(args, "cpu_adam_threads", None) is not None:
+        kwargs["cpu_adam_threads"] = args.cpu_adam_threads
     return ClusterSpec(**kwargs)
 
 

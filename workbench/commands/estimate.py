@@ -34,6 +34,9 @@ def render(est) -> str:
         + (f" (v={p.virtual_pipeline})" if p.virtual_pipeline > 1 else "")
         + (f" (layers per stage: {_stage_split(mem)})" if p.uneven_stages else "")
         + (f" x CP {p.context_parallel}" if p.context_parallel > 1 else "")
+        + (f" ({p.cp_comm_type}" + (f" {'x'.join(map(str, p.hierarchical_context_parallel_sizes))}"
+                                    if p.hierarchical_context_parallel_sizes else "") + ")"
+           if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" else "")
         + f" x DP {p.data_parallel}, ZeRO-{int(p.zero_stage)}, recompute {p.recompute}, micro batch "
           f"{p.micro_batch_size}, global batch {p.global_batch_size} (accumulation {p.gradient_accumulation_steps}), "
           f"{p.precision}"
@@ -41,7 +44,12 @@ def render(est) -> str:
         f"stack   {m.attention} attention, {p.adam} Adam"
         + (" (CPU Adam: optimizer offloaded)" if str(p.offload_optimizer) != "none" else "")
         + f", gradient reduce {'overlapped' if p.overlaps_comm else 'not overlapped'}"
-        + (" (engine default)" if p.overlap_comm is None else ""),
+        + (" (engine default)" if p.overlap_comm is None else "")
+        + (f", Transformer Engine FP8 ({p.fp8_recipe} recipe"
+           + (", FP8 parameter all-gather" if p.fp8_param_gather else "")
+           + (f", first {p.fp8_bf16_first_layers} / last {p.fp8_bf16_last_layers} layers in bf16"
+              if p.fp8_bf16_first_layers or p.fp8_bf16_last_layers else "") + ")"
+           if p.precision.is_fp8 else ""),
         *([f"        transformers: {m.attention} attention "
            f"({'eager' if str(m.attention) == 'unfused' else 'sdpa / flash_attention_2'}), logits up-cast to fp32 "
            f"for the loss, gradient checkpointing {'on' if str(p.recompute) == 'full' else 'off'}"]

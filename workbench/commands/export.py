@@ -1,5 +1,9 @@
 """``workbench export deepspeed|megatron|hybrid|launch``: write runnable configs for a plan and validate them.
 
+``deepspeed --hf-auto`` writes the Hugging Face Trainer's form: ``"auto"`` where the Trainer fills values from
+``TrainingArguments``, and ``training_args.json`` with the arguments that resolve them to the plan (validated
+resolved).
+
 Without ``--out`` the main file goes to stdout; with ``--out DIR`` the files are written there (``ds_config.json``,
 ``megatron_args.sh``, ``hybrid.sh``, ``hostfile``, ``launch.sh``). The validation result goes to stderr.
 """
@@ -27,6 +31,10 @@ def add_parser(sub) -> None:
                         help="launch: which launcher (default: deepspeed for engine deepspeed, else torchrun)")
     parser.add_argument("--hosts", help="launch: comma-separated host names for the hostfile")
     parser.add_argument("--out", metavar="DIR", help="write the files into DIR instead of printing")
+    parser.add_argument("--hf-auto", action="store_true",
+                        help="deepspeed: the Hugging Face Trainer's form, \"auto\" where the Trainer fills values "
+                             "from TrainingArguments, plus training_args.json with the arguments that resolve them "
+                             "to this plan")
     add_spec_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -43,6 +51,16 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
 
     files: dict = {}
     ok = True
+    if kind == "deepspeed" and args.hf_auto:
+        cfg = ds.hf_trainer_ds_config(model, cluster, plan)
+        targs = ds.hf_training_arguments(model, cluster, plan)
+        files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
+        files["training_args.json"] = json.dumps({**targs, "deepspeed": "ds_config.json"}, indent=2) + "\n"
+        resolved = ds.resolve_hf_auto(cfg, targs, world_size=plan.data_parallel, hidden_size=model.hidden_size)
+        ok = _validate_ds(resolved, plan)
+        return files, "ds_config.json", ok
+    if args.hf_auto:
+        raise ValueError(f"--hf-auto applies to 'export deepspeed' (the Trainer's ds_config), not '{kind}'")
     if kind == "deepspeed":
         cfg = ds.build_ds_config(model, cluster, plan)
         files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"

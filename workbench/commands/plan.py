@@ -17,7 +17,10 @@ def add_parser(sub) -> None:
                    help="engines to search (repeatable; default all three; 'hybrid' is another name for "
                         "megatron-deepspeed)")
     s.add_argument("--headroom", type=float, default=0.05, help="fraction of GPU memory kept free (default 0.05)")
-    s.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
+    s.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"], default="bf16",
+                   help="fp8: Transformer Engine FP8 under Megatron-LM (engine megatron only)")
+    s.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"], default="delayed",
+                   help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe)")
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
     s.add_argument("--max-cp", type=int, default=16, help="largest context-parallel size (default 16)")
@@ -41,10 +44,17 @@ def _offload(p) -> str:
     return "+".join(parts) or "-"
 
 
+def _cp(p) -> str:
+    """CP size, with the exchange when it is not the ring: ``4a`` all-to-all, ``4g`` all-gather, ``4h`` a2a+p2p."""
+    kind = str(p.cp_comm_type)
+    return f"{p.context_parallel}" + ({"a2a": "a", "all_gather": "g", "a2a+p2p": "h"}.get(kind, "")
+                                      if p.context_parallel > 1 else "")
+
+
 def _row(i, r) -> str:
     p = r.plan
     return (f"{i:>3} {str(p.engine):<18} {p.tensor_parallel:>3} {p.pipeline_parallel:>3} {p.virtual_pipeline:>2} "
-            f"{p.context_parallel:>3} {p.data_parallel:>6} {'y' if p.sequence_parallel else '-':>2} "
+            f"{_cp(p):>3} {p.data_parallel:>6} {'y' if p.sequence_parallel else '-':>2} "
             f"{(('do' if p.distributed_optimizer else '-') if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
             f"{_offload(p):>6} "
             f"{str(p.recompute):<9} {p.micro_batch_size:>4} {p.gradient_accumulation_steps:>5} "
@@ -83,6 +93,9 @@ def render(result) -> str:
             f"(--json lists all)" if len(shown) < len(result.pareto) else "")
     lines += ["", f"Pareto front (tokens/s vs memory headroom){more}", _HEADER]
     lines += [_row(i + 1, result.pareto[i]) for i in shown]
+    if any(_cp(r.plan)[-1].isalpha() for r in (*result.ranked, *result.pareto)):
+        lines += ["", "CP: the ring (p2p) unless marked a (all-to-all, --cp-comm-type a2a), g (all_gather), "
+                      "h (a2a+p2p)"]
     lines += ["", result.explanation]
     return "\n".join(lines)
 
@@ -101,7 +114,8 @@ def run(args) -> int:
                         offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
                         max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
-                        overlap_comm=args.overlap_comm, profile=profile_from_args(args))
+                        overlap_comm=args.overlap_comm, profile=profile_from_args(args),
+                        fp8_recipe=args.fp8_recipe)
     if args.json:
         print_json(result.to_dict())
     else:

@@ -21,6 +21,9 @@ def add_parser(sub):
                                                       "(2 layers, hidden 64, seq 32, vocab 512)")
     p.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--trainer", choices=["engine", "hf"], default="engine",
+                   help="hf: train a --model hf:PATH through transformers' Trainer with the Trainer's \"auto\" "
+                        "ds_config (default: the DeepSpeed engine directly)")
     p.add_argument("--json", action="store_true", help="print the run record as JSON")
     p.set_defaults(func=run)
     return p
@@ -100,7 +103,7 @@ def run(args) -> int:
 
     model, cluster, plan, nproc = resolve_specs(args)
     handle = launch(model, cluster, plan, steps=args.steps, nproc=nproc, data=args.data, lr=args.lr,
-                    timeout_seconds=args.timeout)
+                    timeout_seconds=args.timeout, trainer=args.trainer)
     # the run id first, then per-step progress, both on stderr (stdout stays the record)
     print(f"run {handle.run_id}: started — {plan.engine}, {nproc} process{'es' if nproc != 1 else ''} on "
           f"{cluster.gpu.name}, {args.steps} steps; log {handle.log_path}", file=sys.stderr, flush=True)

@@ -307,3 +307,112 @@ def validate_ds_config(config: dict, world_size: int, *, model_parallel_size: in
     errors = [f for f in lint_ds_config(config, world_size=dp) if f.severity == "error"]
     if errors:
         raise ValueError("; ".join(f"{f.path}: {f.message}" for f in errors))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hugging Face Trainer: a ds_config with "auto" values and the TrainingArguments that fill them
+# ----------------------------------------------------------------------------------------------------------------
+HF_TRAINER_AUTO_PATHS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                         "gradient_clipping", "optimizer.params.lr", "optimizer.params.betas",
+                         "optimizer.params.eps", "optimizer.params.weight_decay",
+                         "scheduler.params.total_num_steps", "scheduler.params.warmup_num_steps",
+                         "bf16.enabled", "fp16.enabled")
+"""Keys :func:`hf_trainer_ds_config` writes as ``"auto"`` (where present): the ones transformers' Trainer fills
+from ``TrainingArguments`` (``HfTrainerDeepSpeedConfig.trainer_config_process`` / ``trainer_config_finalize`` in
+``transformers/integrations/deepspeed.py``). The ZeRO bucket sizes stay written out: their ``"auto"`` would become
+hidden_size² elements, and the memory model prices the bucket the config names."""
+
+
+def _set_path(cfg: dict, path: str, value) -> bool:
+    *parents, leaf = path.split(".")
+    node = cfg
+    for key in parents:
+        node = node.get(key)
+        if not isinstance(node, dict):
+            return False
+    if leaf not in node:
+        return False
+    node[leaf] = value
+    return True
+
+
+def _get_path(cfg: dict, path: str):
+    node = cfg
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def hf_training_arguments(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
+                          options: Optional[DeepSpeedOptions] = None) -> dict:
+    """The ``transformers.TrainingArguments`` keywords that make the Trainer resolve :func:`hf_trainer_ds_config`'s
+    ``"auto"`` values to this plan (batch, clipping, AdamW, warm-up and steps, precision, gradient checkpointing,
+    seed). Pass them with ``deepspeed="ds_config.json"``; ``output_dir`` and logging are the user's. Names are
+    transformers 5's (``activation_checkpointing``; 4.x calls it ``gradient_checkpointing``)."""
+    o = options or DeepSpeedOptions()
+    args = {"per_device_train_batch_size": plan.micro_batch_size,
+            "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+            "learning_rate": o.lr, "adam_beta1": o.betas[0], "adam_beta2": o.betas[1], "adam_epsilon": o.eps,
+            "weight_decay": o.weight_decay, "max_grad_norm": o.clipping_for(model),
+            "max_steps": o.train_iters, "warmup_steps": o.warmup_steps,
+            "bf16": plan.precision is Precision.BF16, "fp16": plan.precision is Precision.FP16,
+            "activation_checkpointing": plan.recompute is Recompute.FULL, "seed": o.seed}
+    if plan.recompute is Recompute.FULL:
+        args["activation_checkpointing_kwargs"] = {"use_reentrant": False}
+    return args
+
+
+def hf_trainer_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
+                         options: Optional[DeepSpeedOptions] = None) -> dict:
+    """:func:`build_ds_config` as a Hugging Face Trainer user writes it: ``"auto"`` at
+    :data:`HF_TRAINER_AUTO_PATHS` (the Trainer fills them from :func:`hf_training_arguments`), everything else
+    (ZeRO stage, buckets, offload, scheduler type and ratios, ``torch_adam``) as the plan says. No
+    ``activation_checkpointing`` section: the Trainer checkpoints through ``gradient_checkpointing``."""
+    cfg = build_ds_config(model, cluster, plan, options=options)
+    cfg.pop("activation_checkpointing", None)
+    for path in HF_TRAINER_AUTO_PATHS:
+        _set_path(cfg, path, "auto")
+    return cfg
+
+
+def resolve_hf_auto(config: dict, training_args: dict, *, world_size: int, hidden_size: int) -> dict:
+    """The config as transformers' Trainer resolves it (``HfTrainerDeepSpeedConfig``, transformers 5.x
+    ``integrations/deepspeed.py``): each ``"auto"`` takes its ``TrainingArguments`` value (``train_batch_size`` =
+    world size x micro-batch x accumulation, ``warmup_min_lr`` 0, ``warmup_max_lr`` the learning rate,
+    ``total_num_steps`` ``max_steps``, ``warmup_num_steps`` max(1, ``warmup_steps``)); the hidden-size keys take
+    hidden² (``reduce_bucket_size``), 0.9·hidden² and 10·hidden (ZeRO-3 prefetch and persistence). A value that is
+    not ``"auto"`` must equal the argument's, as the Trainer demands: ``ValueError`` naming both otherwise.
+    ``world_size``: the data-parallel processes."""
+    a = training_args
+    mbs, gas = a.get("per_device_train_batch_size", 8), a.get("gradient_accumulation_steps", 1)
+    lr = a.get("learning_rate", 5e-5)
+    values = {"train_micro_batch_size_per_gpu": mbs, "gradient_accumulation_steps": gas,
+              "train_batch_size": world_size * mbs * gas, "gradient_clipping": a.get("max_grad_norm", 1.0),
+              "optimizer.params.lr": lr,
+              "optimizer.params.betas": [a.get("adam_beta1", 0.9), a.get("adam_beta2", 0.999)],
+              "optimizer.params.eps": a.get("adam_epsilon", 1e-8),
+              "optimizer.params.weight_decay": a.get("weight_decay", 0.0),
+              "scheduler.params.warmup_max_lr": lr, "fp16.enabled": bool(a.get("fp16")),
+              "bf16.enabled": bool(a.get("bf16")), "scheduler.params.total_num_steps": a.get("max_steps"),
+              "scheduler.params.warmup_num_steps": max(1, int(a.get("warmup_steps", 0) or 0))}
+    fill_only = {"scheduler.params.warmup_min_lr": 0, "zero_optimization.reduce_bucket_size": hidden_size ** 2}
+    if int(_get_path(config, "zero_optimization.stage") or 0) == 3:
+        fill_only.update({"zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden_size ** 2),
+                          "zero_optimization.stage3_param_persistence_threshold": 10 * hidden_size})
+    out = copy.deepcopy(config)
+    mismatches = []
+    for path, value in {**values, **fill_only}.items():
+        current = _get_path(out, path)
+        if current == "auto":
+            _set_path(out, path, value)
+        elif current is not None and path in values and value is not None and current != value:
+            mismatches.append(f"{path}={current!r} but TrainingArguments give {value!r}")
+    if mismatches:
+        raise ValueError("ds_config values differ from the TrainingArguments (the Trainer refuses them): "
+                         + "; ".join(mismatches))
+    left = list(_find_auto(out))
+    if left:
+        raise ValueError(f"ds_config 'auto' at {', '.join(left)}: the Trainer does not fill these")
+    return out

@@ -614,6 +614,7 @@ _KNOWN = {
     # parallel / batch
     "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
+    "cp-comm-type", "hierarchical-context-parallel-sizes",
     "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
     "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method",
@@ -626,6 +627,62 @@ _KNOWN = {
     "weight-decay", "adam-beta1", "adam-beta2", "adam-eps", "clip-grad", "seed", "loss-scale-window", "hysteresis",
     "min-loss-scale", "initial-loss-scale",
 }
+
+
+_FP8_FLAGS = {"fp8-format", "fp8-recipe", "fp8-margin", "fp8-interval", "fp8-amax-history-len",
+              "fp8-amax-compute-algo", "fp8-param-gather", "first-last-layers-bf16", "num-layers-at-start-in-bf16",
+              "num-layers-at-end-in-bf16", "no-fp8-wgrad", "fp8-dot-product-attention", "fp8-multi-head-attention"}
+_KNOWN |= _FP8_FLAGS
+
+
+def _read_fp8(flags, one, has, num, plan: dict, opts: dict, warnings: list) -> None:
+    """Megatron-LM's Transformer Engine FP8 flags (``megatron/training/arguments.py``, ``_add_transformer_engine_args``):
+    ``--fp8-format e4m3|hybrid`` turns FP8 on (precision ``fp8``), ``--fp8-recipe`` (default ``delayed``),
+    ``--fp8-param-gather``, ``--first-last-layers-bf16`` with ``--num-layers-at-start/end-in-bf16`` (default 1
+    each). The delayed recipe's history and margin are kept as options; what the models do not price is said."""
+    fp8_flags = sorted(f for f in flags if f in _FP8_FLAGS or f.startswith("fp8"))
+    if not has("fp8-format"):
+        if fp8_flags:
+            warnings.append(f"{', '.join('--' + f for f in fp8_flags)} without --fp8-format: Megatron trains in "
+                            f"{plan['precision']} (FP8 is off); ignored")
+        return
+    fmt = one("fp8-format")
+    if fmt not in ("e4m3", "hybrid"):
+        raise ValueError(f"--fp8-format {fmt!r} must be 'e4m3' or 'hybrid'")
+    if plan.get("precision") == "fp16":
+        warnings.append("--fp8-format with --fp16: read as FP8 over bf16 (the workbench models Transformer Engine's "
+                        "FP8 with bf16 weights and activations)")
+    elif plan.get("precision") == "fp32":
+        warnings.append("--fp8-format without --bf16: read as FP8 over bf16 (Megatron-LM's FP8 examples pass --bf16)")
+    plan["precision"] = "fp8"
+    opts["fp8_format"] = fmt
+    recipe = one("fp8-recipe") or "delayed"
+    if recipe == "custom":
+        warnings.append("--fp8-recipe custom: its quantizers are unknown here; read as 'tensorwise' (per-tensor "
+                        "current scaling)")
+        recipe = "tensorwise"
+    if recipe not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
+        raise ValueError(f"--fp8-recipe {recipe!r} must be one of delayed, tensorwise, blockwise, mxfp8")
+    plan["fp8_recipe"] = recipe
+    if has("fp8-param-gather"):
+        plan["fp8_param_gather"] = True
+    if has("first-last-layers-bf16"):
+        for flag, field in (("num-layers-at-start-in-bf16", "fp8_bf16_first_layers"),
+                            ("num-layers-at-end-in-bf16", "fp8_bf16_last_layers")):
+            plan[field] = num(flag, lambda v, path: _int(v, path, minimum=0)) if has(flag) else 1  # Megatron's default
+    for flag, key in (("fp8-amax-history-len", "fp8_amax_history_len"), ("fp8-margin", "fp8_margin")):
+        if has(flag):
+            opts[key] = num(flag, _int)
+    if has("fp8-amax-compute-algo"):
+        opts["fp8_amax_compute_algo"] = one("fp8-amax-compute-algo")
+    if one("transformer-impl") == "local":
+        warnings.append("--fp8-format with --transformer-impl local: Megatron's FP8 needs Transformer Engine's "
+                        "layers (--transformer-impl transformer_engine)")
+    for flag, what in (("no-fp8-wgrad", "weight-gradient GEMMs in bf16"),
+                       ("fp8-dot-product-attention", "FP8 attention"), ("fp8-multi-head-attention", "FP8 attention")):
+        if has(flag):
+            warnings.append(f"--{flag} ({what}) is not modelled: the estimate runs every linear GEMM of the FP8 "
+                            f"layers in FP8 and attention in bf16")
 
 
 def _megatron_attention(backend, impl, has, kind: str) -> str:
@@ -790,6 +847,22 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     cp = num("context-parallel-size", _positive)
     if cp is not None:
         plan["context_parallel"] = cp
+    if has("cp-comm-type"):
+        kinds = flags["cp-comm-type"]
+        if not kinds:
+            raise ValueError("--cp-comm-type needs a value")
+        if len(set(kinds)) > 1:  # one per layer: the workbench prices one kind for every layer
+            common = max(dict.fromkeys(kinds), key=kinds.count)
+            warnings.append(f"--cp-comm-type {' '.join(kinds)}: one kind per layer; read as {common} for every "
+                            f"layer (the most common)")
+            kinds = [common]
+        if kinds[0].lower() == "allgather":
+            warnings.append("--cp-comm-type allgather: Transformer Engine names it all_gather (Megatron passes the "
+                            "string on); read as all_gather")
+        plan["cp_comm_type"] = kinds[0]
+    if has("hierarchical-context-parallel-sizes"):
+        plan["hierarchical_context_parallel_sizes"] = tuple(
+            _positive(v, "--hierarchical-context-parallel-sizes") for v in flags["hierarchical-context-parallel-sizes"])
     if has("sequence-parallel"):
         if plan.get("tensor_parallel", 1) == 1:
             warnings.append("--sequence-parallel with tensor parallel 1: Megatron turns sequence parallelism off "
@@ -883,10 +956,7 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     if has("lr-decay-iters") and has("train-iters") and num("lr-decay-iters") != num("train-iters"):
         opts["lr_decay_iters"] = num("lr-decay-iters", _int)
 
-    fp8 = sorted(f for f in flags if f.startswith("fp8") or f in ("transformer-impl-fp8", "first-last-layers-bf16"))
-    if fp8:
-        warnings.append(f"FP8 training flags ({', '.join('--' + f for f in fp8)}) are not modelled: the estimate "
-                        f"uses {plan['precision']} GEMM throughput and activation sizes")
+    _read_fp8(flags, one, has, num, plan, opts, warnings)
     ep = num("expert-model-parallel-size", _positive) if has("expert-model-parallel-size") else None
     if ep is not None and ep > 1:
         warnings.append(f"--expert-model-parallel-size {ep}: expert parallelism is not modelled; the estimate "

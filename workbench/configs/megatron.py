@@ -12,8 +12,8 @@ from typing import Optional, Sequence
 
 from workbench.configs.deepspeed import DeepSpeedOptions
 from workbench.defaults import megatron_recompute_flags
-from workbench.specs import (Activation, AttentionImpl, ClusterSpec, Engine, ModelSpec, Normalization, ParallelPlan,
-                             Positions, Precision, validate)
+from workbench.specs import (Activation, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, ModelSpec, Normalization,
+                             ParallelPlan, Positions, Precision, validate)
 
 #: Shell variables the exported scripts leave for the user: name -> (example value, what it is).
 PLACEHOLDERS = {
@@ -115,6 +115,11 @@ def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "mega
         a += ["--account-for-loss-in-pipeline-split"]
     if plan.context_parallel > 1:
         a += ["--context-parallel-size", _fmt(plan.context_parallel)]
+        if str(plan.cp_comm_type) != "p2p":  # Megatron's default is p2p; TE takes "all_gather" (not "allgather")
+            a += ["--cp-comm-type", str(plan.cp_comm_type)]
+        if plan.hierarchical_context_parallel_sizes:
+            a += ["--hierarchical-context-parallel-sizes",
+                  *(_fmt(x) for x in plan.hierarchical_context_parallel_sizes)]
     if plan.sequence_parallel:
         a += ["--sequence-parallel"]
     if plan.distributed_optimizer:
@@ -129,6 +134,8 @@ def training_flags(model: ModelSpec, plan: ParallelPlan, options: DeepSpeedOptio
     a: list[str] = []
     if plan.precision is Precision.BF16:
         a += ["--bf16"]
+    elif plan.precision is Precision.FP8:
+        a += ["--bf16"] + fp8_flags(plan)
     elif plan.precision is Precision.FP16:
         a += ["--fp16", "--initial-loss-scale", _fmt(2 ** o.initial_scale_power),
               "--loss-scale-window", _fmt(o.loss_scale_window), "--hysteresis", _fmt(o.hysteresis),
@@ -143,6 +150,25 @@ def training_flags(model: ModelSpec, plan: ParallelPlan, options: DeepSpeedOptio
         "--clip-grad", _fmt(float(o.clipping_for(model))),
         "--seed", _fmt(o.seed),
     ]
+    return a
+
+
+def fp8_flags(plan: ParallelPlan) -> list[str]:
+    """Transformer Engine FP8 under Megatron-LM (``megatron/training/arguments.py``, Transformer-Engine group): E4M3
+    forward and E5M2 gradients (``--fp8-format hybrid``), the plan's recipe, and for the delayed recipe the amax
+    history of Megatron-LM's and NeMo's FP8 examples (1024 steps, maximum) that the memory model counts
+    (:data:`workbench.memory.FP8_AMAX_HISTORY_LEN`); ``--fp8-param-gather`` and the bf16 first/last layers when the
+    plan sets them."""
+    from workbench.memory import FP8_AMAX_HISTORY_LEN
+
+    a = ["--transformer-impl", "transformer_engine", "--fp8-format", "hybrid", "--fp8-recipe", str(plan.fp8_recipe)]
+    if plan.fp8_recipe is Fp8Recipe.DELAYED:
+        a += ["--fp8-amax-history-len", _fmt(FP8_AMAX_HISTORY_LEN), "--fp8-amax-compute-algo", "max"]
+    if plan.fp8_param_gather:
+        a += ["--fp8-param-gather"]
+    if plan.fp8_bf16_first_layers or plan.fp8_bf16_last_layers:
+        a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", _fmt(plan.fp8_bf16_first_layers),
+              "--num-layers-at-end-in-bf16", _fmt(plan.fp8_bf16_last_layers)]
     return a
 
 

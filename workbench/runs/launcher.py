@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Optional
 
 from workbench.runs.prepare import (CHECKOUT_ROOT, CPU_MEMORY_NOT_COMPARABLE, LAUNCHER_PROGRAMS,  # noqa: F401
-                                    LAUNCHERS, TRAIN_SCRIPT, PreparedRun, check_ds_config, check_launchable,
-                                    cuda_available, default_runs_dir, new_run_id, predicted_numbers, prepare,
+                                    LAUNCHERS, TRAIN_SCRIPT, TRAINERS, PreparedRun, check_ds_config,
+                                    check_launchable, cuda_available, default_runs_dir, new_run_id, predicted_numbers, prepare,
                                     run_stack)
 from workbench.runs.processes import group_members, spawn  # noqa: F401
 from workbench.runs.specio import specs_to_dict
@@ -35,7 +35,8 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
            ds_options: Optional[dict] = None, ds_config: Optional[dict] = None, launcher: Optional[str] = None,
            seed: int = 1234, lr: float = 1e-3, clip_grad: float = 1.0, torch_adam: bool = True,
            timeout_seconds: Optional[float] = None, memory_limit_bytes: Optional[int] = None,
-           hosts: Optional[list] = None, master_port: Optional[int] = None, env: Optional[dict] = None) -> Run:
+           hosts: Optional[list] = None, master_port: Optional[int] = None, env: Optional[dict] = None,
+           trainer: str = "engine") -> Run:
     """Validate, write the run directory, start the launcher in the background, return the :class:`Run`.
 
     ``ds_options`` (``DeepSpeedOptions`` fields) go to :func:`workbench.configs.deepspeed.build_ds_config`, after
@@ -46,7 +47,9 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
     (``["node1 slots=8", ...]`` or names, one per node) runs multi-node through the scripts the export writes
     (:func:`workbench.runs.prepare.launch_files`): the deepspeed launcher's hostfile, or torchrun's c10d
     rendezvous (then ``launch.sh`` must also be started on the other hosts). ``memory_limit_bytes`` caps each
-    rank's extra address space (on the CPU a stand-in for device memory). Bad specs raise ``ValueError`` and are
+    rank's extra address space (on the CPU a stand-in for device memory). ``trainer='hf'`` trains a transformers
+    model through transformers' ``Trainer`` with the Trainer's ``"auto"`` ds_config
+    (:func:`workbench.runs.prepare.prepare`). Bad specs raise ``ValueError`` and are
     recorded with status ``invalid``.
     """
     store = store if store is not None else RunStore()
@@ -55,7 +58,7 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
         prepared = prepare(model, cluster, plan, steps=steps, data=data, nproc=nproc, run_dir=run_dir,
                            run_id=run_id, ds_options=ds_options, ds_config=ds_config, launcher=launcher, seed=seed,
                            lr=lr, clip_grad=clip_grad, torch_adam=torch_adam, memory_limit_bytes=memory_limit_bytes,
-                           hosts=hosts, master_port=master_port, env=env)
+                           hosts=hosts, master_port=master_port, env=env, trainer=trainer)
     except ValueError as exc:
         rd = Path(run_dir) if run_dir is not None else default_runs_dir() / run_id
         store.create(run_id, specs=specs_to_dict(model, cluster, plan), command="", status="invalid",

@@ -66,6 +66,10 @@ def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         raise ValueError(f"nproc({nproc}) * num_nodes({cluster.num_nodes}) = {nproc * cluster.num_nodes} != "
                          f"plan world_size={plan.world_size}")
     check_pipeline_engine(plan)
+    if plan.precision.is_fp8:
+        raise ValueError("precision=fp8 trains with Transformer Engine's FP8 layers on an FP8 GPU; the launcher builds "
+                         "megatron-core's local layer spec (bf16/fp16/fp32): export the Megatron-LM command "
+                         "(`workbench export megatron ... --precision fp8`) to train in FP8")
     if not on_gpu and plan.precision is Precision.FP16:
         raise ValueError("precision=fp16 on the CPU: DeepSpeed refuses fp16 on CPUs without AVX-512 FP16; use bf16 "
                          "or fp32")
@@ -77,6 +81,22 @@ def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         run_options(model, plan)  # the config is there, unchanged; the stack can run the plan
         return None
     return transformer_config_kwargs(model, plan)
+
+
+TRAINERS = ("engine", "hf")
+"""How a transformers model trains: the DeepSpeed engine driven directly, or transformers' ``Trainer``."""
+
+
+def check_trainer(trainer: str, model: ModelSpec, plan: ParallelPlan) -> None:
+    """``trainer='hf'`` needs a transformers model (``hf:PATH``) under engine 'deepspeed'."""
+    if trainer not in TRAINERS:
+        raise ValueError(f"trainer={trainer!r} is not one of: {', '.join(TRAINERS)}")
+    if trainer == "hf" and model.implementation is not Implementation.TRANSFORMERS:
+        raise ValueError(f"trainer='hf' trains a Hugging Face model (--model hf:PATH); model {model.name!r} is "
+                         f"implementation '{model.implementation}'")
+    if trainer == "hf" and plan.engine is not Engine.DEEPSPEED:
+        raise ValueError(f"trainer='hf' runs transformers' Trainer with DeepSpeed: engine must be 'deepspeed', "
+                         f"not '{plan.engine}'")
 
 
 def check_pipeline_engine(plan: ParallelPlan) -> None:
@@ -261,12 +281,17 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
             ds_options: Optional[dict] = None, ds_config: Optional[dict] = None, launcher: Optional[str] = None,
             seed: int = 1234, lr: float = 1e-3, clip_grad: float = 1.0, torch_adam: bool = True,
             memory_limit_bytes: Optional[int] = None, hosts: Optional[list] = None,
-            master_port: Optional[int] = None, env: Optional[dict] = None) -> PreparedRun:
+            master_port: Optional[int] = None, env: Optional[dict] = None, trainer: str = "engine") -> PreparedRun:
     """Validate the specs (``ValueError`` naming fields and numbers) and write the run directory without starting
     anything; :func:`workbench.runs.launch` takes the same arguments and starts ``launch.sh``.
 
     Single node: ``launch.sh`` execs ``deepspeed`` (``--num_gpus``) or ``torchrun`` (``--nproc_per_node``) on
     127.0.0.1. Several nodes (``hosts``, one per node: ``"name"`` or ``"name slots=N"``): see :func:`launch_files`.
+
+    ``trainer``: ``"engine"`` drives ``deepspeed.initialize`` directly; ``"hf"`` (a transformers model, engine
+    ``deepspeed``) trains through transformers' ``Trainer`` with ``TrainingArguments(deepspeed=ds_config)``: the
+    ds_config is written with ``"auto"`` values (:func:`workbench.configs.deepspeed.hf_trainer_ds_config`) that the
+    Trainer resolves from the arguments in ``run.json`` ``options.hf.training_args``.
     """
     from workbench.runs.data import check_vocab, parse_source
 
@@ -282,20 +307,29 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
         raise ValueError(f"num_nodes={cluster.num_nodes}: pass hosts=[...] (one per node) for a multi-node run")
     if hosts and len(hosts) != cluster.num_nodes:
         raise ValueError(f"hosts has {len(hosts)} entries but num_nodes={cluster.num_nodes}")
+    check_trainer(trainer, model, plan)
     config_kwargs = check_launchable(model, cluster, plan, nproc=nproc, steps=steps, on_gpu=on_gpu)
     source = parse_source(data)
     check_vocab(source, model.vocab_size)
+    training_args = None
+    resolved_config = ds_config
     if plan.engine is not Engine.MEGATRON:
-        if ds_config is None:
-            from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config
+        from workbench.configs import deepspeed as ds
 
-            opts = {"lr": lr, "train_iters": steps, "warmup_iters": 1, "clip": clip_grad, "seed": seed,
-                    **(ds_options or {})}
-            ds_config = build_ds_config(model, cluster, plan, options=DeepSpeedOptions(**opts))
+        options_ = ds.DeepSpeedOptions(**{"lr": lr, "train_iters": steps, "warmup_iters": 1, "clip": clip_grad,
+                                          "seed": seed, **(ds_options or {})})
+        if ds_config is None:
+            build = ds.hf_trainer_ds_config if trainer == "hf" else ds.build_ds_config
+            ds_config = build(model, cluster, plan, options=options_)
             if torch_adam and plan.offload_optimizer.value == "none":
                 # torch's Adam: no DeepSpeed op to compile (FusedAdam JIT-builds otherwise)
                 ds_config["optimizer"].setdefault("params", {})["torch_adam"] = True
-        check_ds_config(ds_config, plan, on_gpu=on_gpu)
+        resolved_config = ds_config
+        if trainer == "hf":  # what the Trainer will make of the "auto" values, checked before anything starts
+            training_args = ds.hf_training_arguments(model, cluster, plan, options=options_)
+            resolved_config = ds.resolve_hf_auto(ds_config, training_args, world_size=plan.data_parallel,
+                                                 hidden_size=model.hidden_size)
+        check_ds_config(resolved_config, plan, on_gpu=on_gpu)
     port = master_port or free_port()
     files, argv, run_env = launch_files(launcher=launcher, cluster=cluster, hosts=hosts, nproc=nproc,
                                         run_dir=run_dir, master_port=port,
@@ -305,7 +339,7 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
     # the stack train.py runs: megatron-core's local layer spec (unfused softmax); without Apex/Transformer Engine,
     # torch's Adam for the megatron engine and no overlapped gradient reduce (megatron-core DDP's default); for
     # DeepSpeed the config's torch_adam and overlap_comm
-    ran_model, ran_plan = run_stack(model, plan, ds_config)
+    ran_model, ran_plan = run_stack(model, plan, resolved_config)
     predicted = predicted_numbers(ran_model, cluster, ran_plan, on_gpu=on_gpu)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics").mkdir(exist_ok=True)
@@ -319,6 +353,9 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
         from workbench.hf import read_config, run_options
 
         options["hf"] = run_options(model, plan)
+        options["hf"]["trainer"] = trainer
+        if training_args is not None:
+            options["hf"]["training_args"] = training_args
         # the config as trained, next to the run (the model directory may change later)
         (run_dir / "hf_config.json").write_text(json.dumps(read_config(options["hf"]["path"]), indent=2))
     (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "run_dir": str(run_dir), "specs": specs,

@@ -5,7 +5,9 @@ arguments the launcher computed; megatron-core models) and, for the DeepSpeed en
 Before anything heavy it starts the owner watch (:func:`workbench.runs.processes.watch_owner`): the rank dies, and
 records why, when the process that launched the run dies. Engines:
 
-* ``deepspeed`` — ``deepspeed.initialize`` on the GPTModel (data parallel, ZeRO 0-3, offload, recompute).
+* ``deepspeed`` — ``deepspeed.initialize`` on the GPTModel (data parallel, ZeRO 0-3, offload, recompute); for a
+  transformers model on its causal LM, or (``options.hf.trainer == "hf"``) transformers' ``Trainer`` with the
+  run's ``"auto"`` ds_config.
 * ``megatron`` — megatron-core ``parallel_state`` + ``DistributedDataParallel`` + ``get_megatron_optimizer``
   (plain or distributed) + ``get_forward_backward_func`` (no pipelining, 1F1B, or interleaved 1F1B).
 * ``megatron-deepspeed`` (hybrid) — megatron-core tensor-parallel GPTModel under DeepSpeed ZeRO over the
@@ -418,18 +420,20 @@ def train_hybrid_pipeline(run, model_spec, plan, writer: MetricsWriter) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # Hugging Face transformers model under DeepSpeed
 # ----------------------------------------------------------------------------------------------------------------
-def build_hf_model(run, ds_config: dict):
+def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
     """The transformers causal LM of the run: the weights in the model directory when there are some, else a
     random initialisation from its config.json; under ZeRO-3 built inside ``deepspeed.zero.Init`` (transformers
     does so while an ``HfDeepSpeedConfig`` is alive, so no rank materialises the whole model). Then gradient
-    checkpointing and LoRA adapters (peft) as the run options say. Returns ``(model, keep_alive)``."""
+    checkpointing (unless ``checkpointing=False``: the Trainer enables it itself) and LoRA adapters (peft) as the run
+    options say. ``ds_config=None``: a ``TrainingArguments`` with the config is alive already. Returns
+    ``(model, keep_alive)``."""
     from transformers import AutoModelForCausalLM
     from transformers.integrations import HfDeepSpeedConfig
 
     from workbench.hf import _config_object
 
     hf = run["options"]["hf"]
-    zero3 = int((ds_config.get("zero_optimization") or {}).get("stage", 0)) == 3
+    zero3 = ds_config is not None and int((ds_config.get("zero_optimization") or {}).get("stage", 0)) == 3
     keep_alive = HfDeepSpeedConfig(ds_config) if zero3 else None
     data = json.loads((Path(run["run_dir"]) / "hf_config.json").read_text())
     cfg = _config_object(data, "hf_config.json")
@@ -438,7 +442,7 @@ def build_hf_model(run, ds_config: dict):
         net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, attn_implementation=hf["attn_implementation"])
     else:
         net = AutoModelForCausalLM.from_config(cfg, attn_implementation=hf["attn_implementation"])
-    if hf["gradient_checkpointing"]:
+    if hf["gradient_checkpointing"] and checkpointing:
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hf["lora"]:
         from peft import LoraConfig, get_peft_model
@@ -482,6 +486,105 @@ def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
 
     deepspeed_steps(engine, plan, opts["steps"], samples, micro_loss, writer, dp=dp, dp_rank=dp_rank, dp_group=None,
                     tokens_per_step=tokens_per_step)
+
+
+def plain_json(value):
+    """``value`` as strict JSON data: non-finite floats (accelerate writes ``steps_per_print`` = inf) and other
+    objects become strings."""
+    import math
+
+    if isinstance(value, dict):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+class HfTokens:
+    """The run's token samples as a map-style dataset for transformers' ``Trainer``: item ``i`` is global sample
+    ``i`` as ``{"input_ids", "labels"}`` of ``seq_length`` tokens (the model shifts the labels itself)."""
+
+    def __init__(self, samples, length: int, seq_length: int):
+        self.samples, self.length, self.seq_length = samples, length, seq_length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> dict:
+        ids = self.samples[i][-self.seq_length:]
+        return {"input_ids": ids, "labels": ids}
+
+
+def train_hf_trainer(run, model_spec, plan, writer: MetricsWriter) -> None:
+    """A Hugging Face model trained by transformers' ``Trainer`` with ``TrainingArguments(deepspeed=ds_config)``:
+    the run's ds_config holds ``"auto"`` values, which the Trainer fills from the arguments in ``run.json``
+    (``options.hf.training_args``) exactly as for any user of it. The arguments exist before the model, so under
+    ZeRO-3 transformers builds it inside ``deepspeed.zero.Init``; the Trainer enables gradient checkpointing and
+    hands the trainable parameters (LoRA: the adapters) to DeepSpeed's optimizer.
+
+    A callback writes what the engine path writes: the ``model`` record, a ``ds_config`` record (rank 0: the config
+    the DeepSpeed engine was initialised with, the Trainer's resolution of every ``"auto"``; also
+    ``ds_config_resolved.json``), and one ``step`` record per optimizer step: the training step's seconds (from
+    ``on_step_begin`` to ``on_step_end``, synchronised: forward, backward and optimizer of every micro-batch), the
+    Trainer's logged loss (mean over ranks, ``logging_steps=1``) and gradient norm, peak memory."""
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from workbench.runs.data import TokenSamples, parse_source
+
+    opts = run["options"]
+    hf = opts["hf"]
+    run_dir = Path(run["run_dir"])
+    if opts.get("memory_limit_bytes"):
+        limit_memory(opts["memory_limit_bytes"])
+    torch.manual_seed(opts["seed"])
+    ds_config = json.loads((run_dir / "ds_config.json").read_text())
+    on_cpu = not torch.cuda.is_available()
+    args = TrainingArguments(output_dir=str(run_dir / "trainer"), deepspeed=ds_config, report_to="none",
+                             save_strategy="no", logging_steps=1, disable_tqdm=True, remove_unused_columns=False,
+                             dataloader_num_workers=0, use_cpu=on_cpu, **hf["training_args"])
+    net, _ = build_hf_model(run, None, checkpointing=False)  # TrainingArguments keeps the ZeRO-3 context alive
+    samples = TokenSamples(parse_source(opts["data"]), vocab_size=model_spec.vocab_size,
+                           seq_length=model_spec.seq_length, seed=opts["seed"])
+    dataset = HfTokens(samples, opts["steps"] * plan.global_batch_size, model_spec.seq_length)
+    tokens_per_step = plan.global_batch_size * model_spec.seq_length
+    numel = lambda p: int(getattr(p, "ds_numel", p.numel()))  # noqa: E731 - ZeRO-3 partitions hold ds_numel
+
+    class Record(TrainerCallback):
+        t0 = seconds = None
+
+        def on_train_begin(self, args_, state, control, **kw):
+            engine = trainer.model_wrapped
+            writer.write("model", parameters=sum(numel(p) for p in trainer.model.parameters()),
+                         trainable=sum(numel(p) for p in trainer.model.parameters() if p.requires_grad))
+            if writer.rank == 0:
+                resolved = getattr(engine, "config", None)
+                if not isinstance(resolved, dict):
+                    resolved = args_.hf_deepspeed_config.config
+                resolved = plain_json(resolved)
+                (run_dir / "ds_config_resolved.json").write_text(json.dumps(resolved, indent=2))
+                writer.write("ds_config", config=resolved)
+
+        def on_step_begin(self, args_, state, control, **kw):
+            sync()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args_, state, control, **kw):
+            sync()
+            self.seconds = time.perf_counter() - self.t0
+
+        def on_log(self, args_, state, control, logs=None, **kw):
+            if logs and "loss" in logs and self.seconds is not None:
+                writer.step(state.global_step - 1, logs["loss"], self.seconds, tokens_per_step,
+                            peak_memory_bytes(), grad_norm=logs.get("grad_norm"))
+                self.seconds = None
+
+    trainer = Trainer(model=net, args=args, train_dataset=dataset, callbacks=[Record()])
+    trainer.train()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -595,7 +698,9 @@ def main(argv=None) -> int:
     try:
         run, model_spec, _cluster, plan = load_run(run_dir)
         engine = run["options"]["engine"]
-        if engine == "deepspeed" and run["options"].get("hf"):
+        if engine == "deepspeed" and (run["options"].get("hf") or {}).get("trainer") == "hf":
+            train_hf_trainer(run, model_spec, plan, writer)
+        elif engine == "deepspeed" and run["options"].get("hf"):
             train_hf(run, model_spec, plan, writer)
         elif engine == "deepspeed":
             train_deepspeed(run, model_spec, plan, writer, hybrid=False)

@@ -33,6 +33,7 @@ class RankReports:
     done: dict = field(default_factory=dict)  # rank -> done record
     errors: dict = field(default_factory=dict)  # rank -> error record
     steps: dict = field(default_factory=dict)  # (rank, step) -> step record
+    ds_config: Optional[dict] = None  # the config the DeepSpeed engine ran with, as rank 0 read it back
 
 
 class MetricsTail:
@@ -71,6 +72,8 @@ class MetricsTail:
                     self.reports.done[rank] = rec
                 elif kind == "error":
                     self.reports.errors[rank] = rec
+                elif kind == "ds_config":
+                    self.reports.ds_config = rec.get("config")
         return new_steps
 
 
@@ -269,6 +272,8 @@ class Run:
         measured = measured_numbers(reports)
         measured["losses"] = losses_of(reports.steps)
         measured["returncode"] = self.process.returncode
+        if reports.ds_config is not None:  # e.g. the Trainer's resolution of an "auto" ds_config
+            measured["ds_config"] = reports.ds_config
         self.store.finish(self.run_id, status=status, reason=reason, warning=warning, measured=measured)
         self._final = self.store.get(self.run_id)
 

@@ -1,0 +1,302 @@
+"""The workbench against published large training runs, each with its exact layout.
+
+Reads ``benchmarks/published_runs.json`` (every case with its source: paper or document, table, URL, date read, and
+what the source leaves unstated and the case had to assume) and prints, per case, the published and the predicted
+step time and throughput in the source's own metric (tokens/s per GPU, TFLOP/s per GPU or MFU), their ratio, the MFU
+both ways (workbench FLOP count over the BF16/FP16 dense peak), the predicted peak memory (no source reports memory),
+and where the published layout ranks among the planner's plans for the same model, cluster, batch and precision.
+Cases the workbench cannot express yet (FP8 training, expert parallelism) print ``not modelled: needs ...``.
+
+Published step seconds are recovered from each source's metric with that source's FLOP formula:
+``tokens_per_second_per_gpu``: global batch × sequence ÷ (tokens/s/GPU × GPUs);
+``hardware_tflops_per_gpu`` (Narayanan et al. 2021, full recompute): 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h));
+``mfu`` (Megatron-LM / Korthikanti et al. 2022, model FLOPs): 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) over the peak;
+``model_tflops_per_gpu`` (a source without its formula): the workbench's model FLOPs (:func:`workbench.flops.step_flops`).
+
+    python benchmarks/bench_published.py               # the table, then the summary
+    python benchmarks/bench_published.py --no-planner  # without the planner ranks (faster)
+    python benchmarks/bench_published.py --markdown    # the table as Markdown
+    python benchmarks/bench_published.py --write-readme  # put the table and summary into README.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workbench import catalog  # noqa: E402
+from workbench.defaults import GiB  # noqa: E402
+from workbench.estimate import estimate  # noqa: E402
+from workbench.flops import step_flops  # noqa: E402
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, Precision  # noqa: E402
+
+DATA = Path(__file__).with_name("published_runs.json")
+README = Path(__file__).resolve().parent.parent / "README.md"
+SECTION = "## Checked against published runs"
+TARGET = 0.10
+"""The accuracy asked of the time model on these cases: predicted step time within 10 % of the published one."""
+TOP = 5
+"""The published layout should be among the planner's first five plans."""
+
+
+def load(path: Path = DATA) -> dict:
+    return json.loads(path.read_text())
+
+
+def missing_features(case: dict) -> list:
+    """What the workbench lacks to express ``case`` (``[]``: it can)."""
+    lay = case["layout"]
+    out = []
+    if lay.get("precision") == "fp8" and "fp8" not in {p.value for p in Precision}:
+        out.append("fp8")
+    if lay.get("ep", 1) > 1 and "expert_parallel" not in {f.name for f in fields(ParallelPlan)}:
+        out.append("ep")
+    return out
+
+
+def specs(case: dict):
+    """``(model, cluster, plan)`` of a case."""
+    m = case["model"]
+    model = catalog.model(m) if isinstance(m, str) else ModelSpec(**m)
+    if case.get("seq"):
+        model = model.replace(seq_length=case["seq"])
+    if case.get("model_overrides"):
+        model = model.replace(**case["model_overrides"])
+    per_node = min(8, case["gpus"])
+    cluster = ClusterSpec(gpu=catalog.gpu(case["gpu"]), gpus_per_node=per_node, num_nodes=case["gpus"] // per_node)
+    lay = case["layout"]
+    kw = dict(world_size=case["gpus"], engine=lay["engine"], tensor_parallel=lay.get("tp", 1),
+              pipeline_parallel=lay.get("pp", 1), virtual_pipeline=lay.get("vp", 1),
+              context_parallel=lay.get("cp", 1), sequence_parallel=lay.get("sp", False),
+              distributed_optimizer=lay.get("dist_opt", False), recompute=lay["recompute"],
+              micro_batch_size=lay["mbs"], global_batch_size=lay["gbs"], precision=lay["precision"],
+              embedding_in_pipeline_split=lay.get("emb_split", False), loss_in_pipeline_split=lay.get("loss_split", False))
+    if lay.get("fp8_recipe"):
+        kw["fp8_recipe"] = lay["fp8_recipe"]
+    if lay.get("ep", 1) > 1:
+        kw["expert_parallel"] = lay["ep"]
+    return model, cluster, ParallelPlan(**kw)
+
+
+def megatron_flops(model: ModelSpec, plan: ParallelPlan, *, hardware: bool) -> float:
+    """FLOPs of one step in Narayanan et al. 2021's closed form (GPT layers, non-causal attention): model FLOPs
+    72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)); with ``hardware`` (full recompute) 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))."""
+    B, s, l, h, V = plan.global_batch_size, model.seq_length, model.num_layers, model.hidden_size, model.vocab_size
+    if hardware:
+        return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    return 72.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+
+
+def published_step_seconds(case: dict, model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> float:
+    """The published step time, recovered from the source's metric (see the module docstring)."""
+    pub, gpus = case["published"], case["gpus"]
+    metric, value = pub["metric"], float(pub["value"])
+    if metric == "tokens_per_second_per_gpu":
+        return plan.global_batch_size * model.seq_length / (value * gpus)
+    if metric == "hardware_tflops_per_gpu":
+        return megatron_flops(model, plan, hardware=True) / (value * 1e12 * gpus)
+    if metric == "mfu":
+        return megatron_flops(model, plan, hardware=False) / (value * cluster.gpu.peak_flops(plan.precision) * gpus)
+    if metric == "model_tflops_per_gpu":
+        return step_flops(model, plan)["model"] / (value * 1e12 * gpus)
+    raise ValueError(f"published metric={metric!r} is not one of tokens_per_second_per_gpu, hardware_tflops_per_gpu, "
+                     f"mfu, model_tflops_per_gpu")
+
+
+@dataclass(frozen=True)
+class Row:
+    case: dict
+    missing: tuple
+    published_step_seconds: float = 0.0
+    predicted_step_seconds: float = 0.0
+    published_mfu: float = 0.0
+    predicted_mfu: float = 0.0
+    peak_gib: float = 0.0
+    capacity_gib: float = 0.0
+    rank: Optional[object] = None
+
+    @property
+    def modelled(self) -> bool:
+        return not self.missing
+
+    @property
+    def ratio(self) -> float:
+        """Predicted over published step time (> 1: the workbench predicts a slower step)."""
+        return self.predicted_step_seconds / self.published_step_seconds
+
+    @property
+    def predicted_metric(self) -> float:
+        """The prediction in the source's metric (the published value scaled by the step-time ratio)."""
+        return float(self.case["published"]["value"]) / self.ratio
+
+
+def evaluate_case(case: dict, *, planner: bool = True) -> Row:
+    missing = tuple(missing_features(case))
+    if missing:
+        return Row(case=case, missing=missing)
+    model, cluster, plan = specs(case)
+    est = estimate(model, cluster, plan, checks=False)
+    pub_step = published_step_seconds(case, model, cluster, plan)
+    flops = step_flops(model, plan)["model"]
+    peak = cluster.gpu.peak_flops("bf16" if plan.precision == "fp8" else plan.precision)
+    rank = None
+    if planner:
+        from workbench.planner import rank_plan
+
+        rank = rank_plan(model, cluster, plan)
+    return Row(case=case, missing=(), published_step_seconds=pub_step, predicted_step_seconds=est.time.step_seconds,
+               published_mfu=flops / (pub_step * cluster.world_size * peak),
+               predicted_mfu=flops / (est.time.step_seconds * cluster.world_size * peak),
+               peak_gib=est.memory.peak_stage.total_bytes / GiB, capacity_gib=cluster.gpu.memory_bytes / GiB, rank=rank)
+
+
+_UNITS = {"tokens_per_second_per_gpu": "tok/s/GPU", "hardware_tflops_per_gpu": "TFLOP/s/GPU (hw)",
+          "mfu": "MFU", "model_tflops_per_gpu": "TFLOP/s/GPU"}
+
+
+def _fmt(metric: str, value: float) -> str:
+    return f"{value:.1%}" if metric == "mfu" else f"{value:,.0f}"
+
+
+def layout_text(case: dict) -> str:
+    lay = case["layout"]
+    bits = [f"{case['gpus']}×{case['gpu']}", f"TP{lay.get('tp', 1)}", f"PP{lay.get('pp', 1)}"]
+    bits += [f"{k.upper()}{lay[k]}" for k in ("vp", "cp", "ep") if lay.get(k, 1) > 1]
+    bits += [f"mbs{lay['mbs']}", f"gbs{lay['gbs']}", lay["precision"]]
+    if lay["recompute"] != "none":
+        bits.append(f"rc={lay['recompute']}")
+    return " ".join(bits)
+
+
+def rank_text(row: Row) -> str:
+    r = row.rank
+    if r is None:
+        return "-"
+    if r.rank is not None:
+        return f"{r.rank} of {r.feasible}"
+    if not r.in_search_space:
+        return "not searched"
+    return f"band: no fit; {r.rank_without_band or 'no fit'} w/o"
+
+
+def table_lines(rows: list, *, markdown: bool = False) -> list:
+    head = ["case", "layout", "metric", "published", "predicted", "step pub s", "step pred s", "ratio", "MFU pub",
+            "MFU pred", "peak GiB", "plan rank"]
+    body = []
+    for row in rows:
+        c = row.case
+        metric = c["published"]["metric"]
+        if not row.modelled:
+            body.append([c["id"], layout_text(c), _UNITS[metric], _fmt(metric, c["published"]["value"]),
+                         f"not modelled: needs {'/'.join(row.missing)}", "", "", "", "", "", "", ""])
+            continue
+        body.append([c["id"], layout_text(c), _UNITS[metric], _fmt(metric, c["published"]["value"]),
+                     _fmt(metric, row.predicted_metric), f"{row.published_step_seconds:.2f}",
+                     f"{row.predicted_step_seconds:.2f}", f"{row.ratio:.2f}", f"{row.published_mfu:.1%}",
+                     f"{row.predicted_mfu:.1%}", f"{row.peak_gib:.0f}/{row.capacity_gib:.0f}", rank_text(row)])
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return lines + ["| " + " | ".join(b) + " |" for b in body]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    return ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in [head] + body]
+
+
+def summary_lines(rows: list) -> list:
+    done = [r for r in rows if r.modelled]
+    out = []
+    skipped = [r for r in rows if not r.modelled]
+    if skipped:
+        out.append(f"not modelled: {len(skipped)} of {len(rows)} cases ("
+                   + ", ".join(sorted({"/".join(r.missing) for r in skipped})) + ")")
+    if not done:
+        return out
+    errs = [abs(r.ratio - 1) for r in done]
+    worst = max(done, key=lambda r: abs(r.ratio - 1))
+    within = sum(e <= TARGET for e in errs)
+    out.append(f"step time, {len(done)} cases: median |error| {statistics.median(errs):.1%}, worst "
+               f"{abs(worst.ratio - 1):.1%} ({worst.case['id']}), within {TARGET:.0%}: {within} of {len(done)}")
+    by_source = {}
+    for r in done:
+        by_source.setdefault(r.case["source"], []).append(abs(r.ratio - 1))
+    for src, e in by_source.items():
+        out.append(f"  {src}: {len(e)} cases, median {statistics.median(e):.1%}, worst {max(e):.1%}, "
+                   f"within {TARGET:.0%}: {sum(x <= TARGET for x in e)}")
+    ranked = [r for r in done if r.rank is not None]
+    if ranked:
+        top = sum(r.rank.rank is not None and r.rank.rank <= TOP for r in ranked)
+        point = sum(r.rank.rank_without_band is not None and r.rank.rank_without_band <= TOP for r in ranked)
+        out.append(f"planner: published layout in the top {TOP} for {top} of {len(ranked)} cases; judged on the point "
+                   f"estimate of memory (without the held-out error band) for {point} of {len(ranked)}")
+    return out
+
+
+def why_lines(rows: list) -> list:
+    """For each case whose layout the planner does not put in its top 5: the reason, from the planner itself."""
+    out = []
+    for r in rows:
+        if r.rank is None or (r.rank.rank is not None and r.rank.rank <= TOP):
+            continue
+        lines = r.rank.explanation.splitlines()
+        if r.rank.rank_without_band is not None and r.rank.rank_without_band <= TOP:
+            lines = lines[:1]  # excluded by the error band only
+        else:
+            lines = [x for x in lines if not x.startswith(("Fastest:", "Memory:"))]
+        out.append(f"{r.case['id']}: " + " ".join(lines))
+    return out
+
+
+def write_readme(rows: list, path: Path = README) -> None:
+    """Replace the table and the summary block of README's "Checked against published runs" section with the
+    benchmark's current output (the prose around them stays)."""
+    text = path.read_text()
+    start = text.index(SECTION)
+    end = text.index("\n## ", start + len(SECTION))
+    section = text[start:end]
+    lines = section.split("\n")
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("| case |"))
+    last = first
+    while last + 1 < len(lines) and lines[last + 1].startswith("|"):
+        last += 1
+    lines[first:last + 1] = table_lines(rows, markdown=True)
+    section = "\n".join(lines)
+    a = section.index("```\n") + 4
+    b = section.index("```", a)
+    section = section[:a] + "\n".join(summary_lines(rows)) + "\n" + section[b:]
+    path.write_text(text[:start] + section + text[end:])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-planner", action="store_true", help="skip the planner ranks")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--case", action="append", help="only these case ids (repeatable)")
+    ap.add_argument("--write-readme", action="store_true", help="write the table and summary into README.md")
+    args = ap.parse_args(argv)
+    data = load()
+    cases = [c for c in data["cases"] if not args.case or c["id"] in args.case]
+    rows = [evaluate_case(c, planner=not args.no_planner) for c in cases]
+    if args.write_readme:
+        if args.case or args.no_planner:
+            ap.error("--write-readme needs every case and the planner ranks")
+        write_readme(rows)
+    for line in table_lines(rows, markdown=args.markdown):
+        print(line)
+    print()
+    for line in summary_lines(rows):
+        print(line)
+    why = why_lines(rows)
+    if why:
+        print("\nwhy the planner prefers another layout:")
+        for line in why:
+            print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

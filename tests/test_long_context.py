@@ -1,0 +1,193 @@
+"""Context parallelism at long sequence: the K/V exchange by cp_comm_type, its overlap, memory per CP rank, the
+rules Megatron / Transformer Engine impose, and the planner's CP axis."""
+import numpy as np
+import pytest
+
+from workbench import memory as M
+from workbench import planner
+from workbench import timing as T
+from workbench.catalog import model
+from workbench.estimate import estimate
+from workbench.specs import ClusterSpec, ParallelPlan, validate
+
+
+def _h100(nodes=1):
+    return ClusterSpec(gpu="H100-SXM", gpus_per_node=8, num_nodes=nodes)
+
+
+def _plan(world, **kw):
+    kw.setdefault("distributed_optimizer", True)
+    return ParallelPlan(world_size=world, engine="megatron", global_batch_size=kw.pop("gbs", None), **kw)
+
+
+def _links(gb_per_s=100.0, latency_s=1e-5):
+    return {f"{g}_{k}": v for g in ("cp", "cp_ring", "cp_a2a")
+            for k, v in (("gb_per_s", gb_per_s), ("latency_s", latency_s))}
+
+
+def _inputs(m, c, plan):
+    return T.time_inputs(m, c, plan)
+
+
+def test_ring_step_is_exposed_only_by_what_its_transfer_exceeds_its_compute():
+    m, c = model("llama3-8b", seq_length=8192), _h100()
+    x = T.StepInputs(**{k: np.asarray(v, dtype=float) for k, v in _inputs(m, c, _plan(8, context_parallel=8)).items()
+                        if v is not None})
+    tokens = 8192 / 8
+    kv_bytes = 2 * tokens * m.kv_projection_size * 2
+    hop = T.p2p_seconds(kv_bytes, gb_per_s=100.0, latency_s=1e-5)
+    slow = T.context_parallel_seconds(x, hop * 8 / 2, tokens, _links())  # each step's compute = half a send
+    assert float(slow["cp_layer_forward_seconds"]) == pytest.approx(7 * hop / 2)
+    fast = T.context_parallel_seconds(x, hop * 8 * 3, tokens, _links())  # compute 3x the send: hidden
+    assert float(fast["cp_layer_forward_seconds"]) == 0.0
+    assert float(fast["cp_layer_transfer_seconds"]) > 0.0
+
+
+def test_long_sequence_hides_the_ring_and_the_all_gather_stays_exposed():
+    m, c = model("llama3-8b", seq_length=131072), _h100()
+    ring = estimate(m, c, _plan(8, context_parallel=8, recompute="full"))
+    gather = estimate(m, c, _plan(8, context_parallel=8, recompute="full", cp_comm_type="all_gather"))
+    assert ring.time.breakdown["cp_comm"] == 0.0  # 16k tokens per rank: attention outlasts every K/V send
+    assert gather.time.breakdown["cp_comm"] > 0.0
+    # the same attention work per rank whatever the exchange (2c chunks balance the causal mask)
+    assert gather.time.breakdown["compute"] == pytest.approx(ring.time.breakdown["compute"], rel=1e-12)
+    # a short sequence over a network hop: the ring can no longer hide
+    short = model("llama3-8b", seq_length=8192)
+    cross = estimate(short, _h100(2), _plan(16, tensor_parallel=8, context_parallel=2, sequence_parallel=True))
+    assert cross.time.links["cp"]["link"] == "inter-node"
+
+
+def test_causal_attention_flops_are_half_the_square_and_split_evenly_over_cp():
+    m, c = model("llama3-8b", seq_length=32768), _h100()
+    one = estimate(m, c, _plan(8, context_parallel=1, gbs=8, recompute="full"))
+    eight = estimate(m, c, _plan(8, context_parallel=8, gbs=1, recompute="full"))
+    assert eight.time.model_flops_per_step * 8 == pytest.approx(one.time.model_flops_per_step, rel=1e-12)
+    s, q, L = 32768, m.query_projection_size, m.num_layers
+    core = 3 * s * L * 4 * s * q * 0.5  # causal: half of the s x s products, 3 passes
+    assert T.attention_core_flops_per_token(seq_length=s, query_projection_size=q, causal=1) * s * L * 3 == core
+
+
+def test_memory_per_cp_rank_and_the_exchange_buffers():
+    m, c = model("llama3-8b", seq_length=131072), _h100()
+    one = estimate(m, c, _plan(8, context_parallel=1, gbs=8, recompute="full"))
+    cp8 = estimate(m, c, _plan(8, context_parallel=8, recompute="full"))
+    gather = estimate(m, c, _plan(8, context_parallel=8, recompute="full", cp_comm_type="all_gather"))
+    a1, a8 = (e.memory.peak_stage.backward_activation_bytes for e in (one, cp8))
+    assert a8 == pytest.approx(a1 / 8, rel=0.02)  # s/c tokens per rank, logits included
+    # Megatron's distributed optimizer shards over data parallel x context parallel
+    assert cp8.memory.peak_stage.terms.optimizer == pytest.approx(one.memory.peak_stage.terms.optimizer, rel=1e-9)
+    buf = M.context_parallel_buffer_bytes
+    kw = dict(micro_batch=1, tensor_parallel=1, context_parallel=8, value_bytes=2)
+    assert buf(m, cp_comm_type=2, **kw) > buf(m, cp_comm_type=0, **kw) > 0 == buf(m, **{**kw, "context_parallel": 1})
+    assert gather.memory.peak_stage.terms.buffers > cp8.memory.peak_stage.terms.buffers
+
+
+def test_the_rules_of_context_parallelism():
+    c = _h100()
+    with pytest.raises(ValueError, match="needs attention='flash'"):
+        validate(model("guide-13b", seq_length=8192), c, _plan(8, context_parallel=2))
+    with pytest.raises(ValueError, match=r"num_query_groups=8 .* must divide by 16"):
+        validate(model("llama3-8b"), _h100(2), _plan(16, context_parallel=16, cp_comm_type="a2a"))
+    with pytest.raises(ValueError, match="product is context_parallel=8"):
+        _plan(8, context_parallel=8, cp_comm_type="a2a+p2p", hierarchical_context_parallel_sizes=(2, 2))
+    with pytest.raises(ValueError, match="needs engine 'megatron'"):
+        ParallelPlan(world_size=8, engine="megatron-deepspeed", context_parallel=2)
+    p = _plan(8, context_parallel=8, cp_comm_type="allgather")
+    assert str(p.cp_comm_type) == "all_gather" and p.cp_a2a_size == 1
+    h = _plan(8, context_parallel=8, cp_comm_type="a2a+p2p", hierarchical_context_parallel_sizes=[4, 2])
+    assert h.hierarchical_context_parallel_sizes == (4, 2) and h.cp_a2a_size == 4
+    assert str(_plan(8, cp_comm_type="a2a").cp_comm_type) == "p2p"  # without CP the exchange does not exist
+
+
+def test_planner_searches_cp_where_it_can_run():
+    c = _h100()
+    flash = model("llama3-8b", seq_length=32768)
+    table = planner.enumerate_candidates(flash, c, 8, engines=("megatron",), zero_stages=(0,), offload=False)
+    cps = set(zip(table["cp"].tolist(), table["cp_comm"].tolist()))
+    assert {(1, 0), (2, 0), (8, 0), (2, 1), (8, 1)} <= cps  # ring, and all-to-all (32 heads, 8 groups)
+    fused = model("guide-13b", seq_length=32768)
+    assert set(planner.enumerate_candidates(fused, c, 8, engines=("megatron",), zero_stages=(0,),
+                                            offload=False)["cp"].tolist()) == {1}
+    short = model("llama3-8b", seq_length=2048)  # 2048 / 8 = 256 tokens per rank: pruned
+    assert 8 not in set(planner.enumerate_candidates(short, c, 8, engines=("megatron",), zero_stages=(0,),
+                                                     offload=False)["cp"].tolist())
+
+
+def test_advisor_on_long_context():
+    from workbench import advisor
+
+    c = _h100()
+    fused = model("guide-13b", seq_length=32768)
+    est = estimate(fused, c, _plan(8, tensor_parallel=8, sequence_parallel=True, recompute="full"))
+    found = {f.id: f for f in est.checks}["long_context_attention"]
+    assert found.status == "fail" and "32,768 x 32,768 score matrix" in found.message and "flash" in found.suggestion
+    m = model("llama3-8b", seq_length=131072)
+    plan = _plan(8, context_parallel=8, recompute="full")
+    rec = estimate(m, c, plan, checks=False)
+    choice = advisor.context_parallel_choice(m, c, plan, rec)
+    assert choice.status == "warn" and "TP=8 + SP" in choice.message and "CP=8 keeps" in choice.message
+    assert advisor.context_parallel_choice(model("llama3-8b"), c, plan, rec) is None  # 8k tokens: not long
+
+
+def test_parallel_panel_sets_the_cp_exchange():
+    from widgets.parallel_panel import ParallelPanel
+    from widgets.state import SetModel, SetPlan, initial_state, reduce
+
+    box = {"state": initial_state(plan={"engine": "megatron", "pipeline_parallel": 1, "tensor_parallel": 2})}  # the guide's 13B
+    panel = ParallelPanel()
+
+    def dispatch(action):
+        box["state"] = reduce(box["state"], action)
+        panel.show(box["state"])
+
+    panel.set_dispatch(dispatch)
+    try:
+        panel.show(box["state"])
+        panel.controls["context_parallel"].value = 4  # Megatron's fused softmax has no context parallelism
+        assert not box["state"].valid and "needs attention='flash'" in panel.error.value
+        dispatch(SetModel(changes={"attention": "flash"}))
+        panel.controls["cp_comm_type"].value = "a2a+p2p"
+        panel.controls["cp_a2a_group"].value = 2
+        state = box["state"]
+        assert state.valid and state.plan.hierarchical_context_parallel_sizes == (2, 2)
+        assert "CP 4 (a2a+p2p)" in panel.derived.value and state.estimate.time.breakdown["cp_comm"] > 0
+        dispatch(SetPlan(changes={"context_parallel": 1, "cp_comm_type": "p2p",
+                                  "hierarchical_context_parallel_sizes": None}))
+        assert box["state"].valid
+    finally:
+        panel.close()
+
+
+def test_sweep_compares_cp_with_tp_on_the_same_gpus():
+    from workbench.longcontext import context_parallel_sweep
+
+    rows = context_parallel_sweep(model("llama3-8b"), _h100(), seq_lengths=[131072], cp_sizes=[1, 8])
+    by = {(r["tp"], r["cp"]): r for r in rows}
+    assert set(by) == {(1, 1), (1, 8), (8, 1)}
+    assert by[(1, 8)]["tokens_per_gpu"] == 16384 and by[(1, 8)]["cp_transfer_seconds"] > 0
+    assert by[(1, 8)]["cp_exposed_seconds"] == 0.0 and by[(8, 1)]["tp_comm_seconds"] > 0
+    assert by[(8, 1)]["fits"] and not by[(1, 8)]["fits"]  # CP leaves the weights whole
+
+
+def test_planner_explains_long_context_and_names_flash_when_nothing_fits():
+    res = planner.search(model("llama3-8b", seq_length=65536), _h100(2), global_batch_size=4, engines=("megatron",),
+                         top=3)
+    assert "Long context: at 65,536 tokens" in res.explanation
+    with pytest.raises(ValueError, match="attention='flash'"):
+        planner.search(model("guide-13b", seq_length=65536), _h100(), global_batch_size=8, top=1)
+
+
+def test_layout_warns_when_the_all_to_all_leaves_the_node_and_the_run_store_keeps_the_exchange():
+    import json
+
+    from workbench.layout import build_layout
+    from workbench.runs.specio import specs_from_dict, specs_to_dict
+
+    c = _h100(2)
+    a2a = build_layout(c, _plan(16, tensor_parallel=2, context_parallel=8, cp_comm_type="a2a"))
+    assert any("all-to-all group (stride" in w for w in a2a.warnings)
+    plan = _plan(16, tensor_parallel=2, context_parallel=8, cp_comm_type="a2a+p2p",
+                 hierarchical_context_parallel_sizes=(4, 2))
+    assert not any("all-to-all group (stride" in w for w in build_layout(c, plan).warnings)
+    data = json.loads(json.dumps(specs_to_dict(model("llama3-8b"), c, plan)))
+    assert specs_from_dict(data)[2] == plan
