@@ -357,6 +357,10 @@ class StepInputs:
     deepspeed_tensor_seconds: object = 0.0
     """DeepSpeed: seconds per parameter tensor per optimizer step (its per-tensor gradient hooks, norms and
     bookkeeping in Python; 0 for Megatron, whose buffers are flat)."""
+    score_hbm_efficiency: object = 0.8
+    """Fraction of the datasheet HBM bandwidth the materialised-score kernels (softmax, mask, dropout, casts over
+    the b·a·s·s scores) reach; fitted per GPU generation (the curve's ``score_hbm_efficiency``, else its
+    ``hbm_efficiency``)."""
     zero3_hook_overlap: object = 1.0
     """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
     host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
@@ -445,8 +449,9 @@ def compute_terms(x: StepInputs) -> dict:
     score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,
                                                      softmax_fusion=x.softmax_fusion,
                                                      attention_dropout=x.attention_dropout)
-    t_score_fwd = score_elements * score_fwd_b / hbm
-    t_score_bwd = score_elements * score_bwd_b / hbm
+    score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency
+    t_score_fwd = score_elements * score_fwd_b / score_hbm
+    t_score_bwd = score_elements * score_bwd_b / score_hbm
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
     # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
     # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`)
