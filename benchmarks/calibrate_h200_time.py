@@ -9,6 +9,8 @@ model shape):
     layer_pass_overhead_s      fixed seconds per layer forward, backward or recomputed forward (kernel launches,
                                framework work), every engine; the Hopper curve
     step_overhead_s            fixed seconds per optimizer step, every engine; the Hopper curve
+    score_hbm_efficiency       fraction of HBM bandwidth the materialised attention-score kernels reach (their
+                               bytes are counted kernel by kernel); the Hopper curve
     step_bytes_per_parameter   DeepSpeed's HBM passes over gradients/parameters around the optimizer
     tensor_seconds             DeepSpeed's per-parameter-tensor work per step (gradient hooks, per-tensor norms)
     zero3_fetch_latency_s      ZeRO-3 host seconds per module fetch (forward, backward, recomputed forward)
@@ -41,6 +43,7 @@ from workbench.timing import step_time_terms, time_inputs  # noqa: E402
 CONSTANTS = (
     ("layer_pass_overhead_s", "curves.hopper", "layer_pass_overhead_s", 3e-4),
     ("step_overhead_s", "curves.hopper", "step_overhead_s", 1e-2),
+    ("score_hbm_efficiency", "curves.hopper", "score_hbm_efficiency", 0.8),
     ("deepspeed_step_bytes_per_parameter", "deepspeed", "step_bytes_per_parameter", 40.0),
     ("deepspeed_tensor_seconds", "deepspeed", "tensor_seconds", 1e-4),
     ("zero3_fetch_latency_s", "deepspeed", "zero3_fetch_latency_s", 1e-3),

@@ -270,6 +270,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         gemm_half_dim=curve["gemm_half_dim"], memory_passes=curve["memory_passes"],
         hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
         step_overhead_s=curve.get("step_overhead_s", 0.0),
+        score_hbm_efficiency=curve.get("score_hbm_efficiency", curve["hbm_efficiency"]),
         cpu_adam_params_per_second_per_node=cal["cpu_adam"]["params_per_second_per_node"],
         cpu_adam_params_per_second_per_thread=cal["cpu_adam"].get("params_per_second_per_thread", np.inf),
         cpu_adam_threads=cluster.cpu_adam_threads_per_rank,

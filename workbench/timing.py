@@ -302,8 +302,9 @@ class StepInputs:
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
     hf_recompute_layer_s: object = 0.0
-    """transformers' gradient checkpointing: fixed seconds per recomputed decoder layer on top of its forward
-    kernels (catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
+    backward together); the part the GPU's kernels for that layer do not hide is added to the recompute (catalog
+    ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
     cp_comm_type: object = 0
     """Context-parallel exchange (:data:`CP_COMM_CODES`: 0 p2p ring, 1 a2a, 2 all_gather, 3 a2a+p2p)."""
     cp_a2a_size: object = 1
@@ -372,6 +373,10 @@ class StepInputs:
     deepspeed_tensor_seconds: object = 0.0
     """DeepSpeed: seconds per parameter tensor per optimizer step (its per-tensor gradient hooks, norms and
     bookkeeping in Python; 0 for Megatron, whose buffers are flat)."""
+    score_hbm_efficiency: object = 0.8
+    """Fraction of the datasheet HBM bandwidth the materialised-score kernels (softmax, mask, dropout, casts over
+    the b·a·s·s scores) reach; fitted per GPU generation (the curve's ``score_hbm_efficiency``, else its
+    ``hbm_efficiency``)."""
     zero3_hook_overlap: object = 1.0
     """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
     host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
@@ -466,8 +471,9 @@ def compute_terms(x: StepInputs) -> dict:
     score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,
                                                      softmax_fusion=x.softmax_fusion,
                                                      attention_dropout=x.attention_dropout)
-    t_score_fwd = score_elements * score_fwd_b / hbm
-    t_score_bwd = score_elements * score_bwd_b / hbm
+    score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency
+    t_score_fwd = score_elements * score_fwd_b / score_hbm
+    t_score_bwd = score_elements * score_bwd_b / score_hbm
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
     # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
     # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`)
@@ -498,7 +504,12 @@ def compute_terms(x: StepInputs) -> dict:
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
     # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
-    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + x.hf_recompute_layer_s)
+    # transformers' gradient checkpointing: the checkpointed layer's host-side work (torch.utils.checkpoint's
+    # saved-tensor hooks and recompute, the framework's gradient hooks) runs while the GPU executes that layer's
+    # forward, recompute and backward; only what exceeds them is exposed
+    hf_ckpt_exposed = np.maximum(0.0, x.hf_recompute_layer_s - (2 * layer_fwd + layer_bwd))
+    hf_ckpt_exposed = np.where(x.hf_recompute_layer_s > 0, hf_ckpt_exposed, 0.0)
+    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + hf_ckpt_exposed)
                        + g["selective"] * (t_core + t_score_fwd))
     # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
     # of its layers; with an uneven split (stage_layers) another stage may hold more layers and be slower

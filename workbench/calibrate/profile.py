@@ -230,6 +230,8 @@ class HardwareProfile:
             measured = min(1.0, self.device_memory_gb_per_s / gpu.hbm_gb_per_s)
             curve = efficiency_curve(gpu.name)["hbm_efficiency"]
             out["hbm_efficiency"] = min(measured, curve)
+            score = efficiency_curve(gpu.name).get("score_hbm_efficiency", curve)
+            out["score_hbm_efficiency"] = min(measured, score)
             notes.append("memory bandwidth measured" if measured < curve else
                          f"memory bandwidth: measured copy rate {measured:.0%} of datasheet bounds the kernels' "
                          f"{curve:.0%} from above")
