@@ -132,3 +132,41 @@ def test_planner_searches_expert_parallel_with_the_spec_rules():
     est = estimate(tiny, c, best.plan, checks=False)
     assert best.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
     assert best.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
+
+
+def test_megatron_export_and_import_round_trip_the_expert_layout():
+    from workbench.configs.importer import import_megatron_args
+    from workbench.configs.megatron import megatron_args
+
+    c = _cluster(2)
+    plan = _plan(16, tensor_parallel=2, sequence_parallel=True, expert_parallel=4, expert_tensor_parallel=1,
+                 moe_capacity_factor=1.25, moe_pad_to_capacity=True, distributed_optimizer=True,
+                 global_batch_size=16)
+    args = megatron_args(MIXTRAL, c, plan)
+    at = args.index("--expert-model-parallel-size")
+    assert args[at + 1] == "4" and args[args.index("--expert-tensor-parallel-size") + 1] == "1"
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+    imported = import_megatron_args(args)
+    assert not [w for w in imported.warnings if "expert" in w]
+    _, back = imported.to_specs(cluster=c)
+    assert back == plan.replace(overlap_comm=False)  # the import reads Megatron's default explicitly
+    # without the dispatcher flag Megatron-LM runs allgather; a dense script's EP flags are named and ignored
+    default = import_megatron_args([a for a in args if a not in ("--moe-token-dispatcher-type", "alltoall")])
+    assert default.plan_fields["moe_token_dispatcher"] == "allgather"
+    dense = import_megatron_args(["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                                  "--expert-model-parallel-size", "2"])
+    assert "expert_parallel" not in dense.plan_fields and any("dense model" in w for w in dense.warnings)
+
+
+def test_cli_flags_and_advisor_notes(capsys):
+    from workbench.cli import main
+
+    code = main(["estimate", "--model", "mixtral-8x7b", "--seq", "4096", "--gpus-per-node", "4", "--nodes", "2",
+                 "--engine", "megatron", "--ep", "8", "--distributed-optimizer", "--gbs", "8",
+                 "--moe-capacity-factor", "0.8"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "EP 8 (1 per rank) x expert TP 1 x expert DP 1" in out and "ep_comm" in out
+    assert "expert-parallel group crosses nodes" in out and "drops 20% of the token copies" in out
+    assert main(["estimate", "--model", "mixtral-8x7b", "--engine", "megatron", "--ep", "3"]) == 2
+    assert "expert_parallel" in capsys.readouterr().err
