@@ -660,7 +660,13 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         pre_core, working = attention_backward_bytes(m, value_bytes=value_bytes, **kw)
         all_recomputed = (recompute >= 2) & (recomputed >= layers)
         last_kept = np.where(all_recomputed, 0.0, np.where(recompute >= 2, full_layer, kept))
-        transient = np.maximum(output, pre_core + working - last_kept)
+        # tied embeddings on one stage: the output layer's 16-bit weight gradient waits in autograd's input buffer
+        # of the shared weight until the embedding's backward adds to it (the weight's gradient hook fires once,
+        # at the end), so it is alive through every layer's backward
+        tied_grad = np.where(m.tied_embeddings & (pipeline_parallel == 1),
+                             value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
+                             0.0)
+        transient = np.maximum(output, pre_core + working - last_kept + tied_grad)
     activations = activations + transient
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
