@@ -144,16 +144,19 @@ def corpus_run(rec: dict):
                             overlap_comm=engine != "megatron", **fields)
     else:
         return None
+    # the host the run had: its cores and the threads its CPU Adam ran on (OMP_NUM_THREADS as recorded)
+    host = dict(host_cpu_cores_per_node=int((rec.get("provenance") or {}).get("host_cpu_cores") or 112),
+                cpu_adam_threads=int(rec.get("omp_num_threads") or o.get("omp_threads") or 0))
     start = rec.get("allocated_at_start_bytes") or 0
     reserved, outside = rec.get("peak_reserved_bytes"), rec.get("outside_allocator_bytes")
     device = reserved + outside if reserved is not None and outside is not None else None
     if oom:
         return dict(source="corpus", stack=stack, run_id=rec.get("run_id"), shape_id=rec.get("shape_id"),
-                    model=model, cluster=ClusterSpec(gpu="H200", gpus_per_node=world), plan=plan, oom=True,
+                    model=model, cluster=ClusterSpec(gpu="H200", gpus_per_node=world, **host), plan=plan, oom=True,
                     measured={})
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
-                cluster=ClusterSpec(gpu="H200", gpus_per_node=plan.world_size), plan=plan,
+                cluster=ClusterSpec(gpu="H200", gpus_per_node=plan.world_size, **host), plan=plan,
                 omp_threads=rec.get("omp_num_threads"),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
                               step=rec.get("step_seconds_median"), reserved=reserved, outside=outside))
@@ -270,50 +273,41 @@ def overhead_fit(rows: list) -> dict:
 
 
 def refit_time(fit_rows: list, *, write: bool) -> None:
-    """Fit the time model's H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``'s
-    non-negative least squares of relative step-time error) and print leave-one-shape-out errors. Without
-    ``write`` the constants are applied for this run only."""
+    """Fit the time model's H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``: relative
+    step-time error, each shape weighted alike, Hugging Face runs left out) and print leave-one-shape-out errors.
+    Without ``write`` the constants are applied for this run only."""
     import numpy as np
 
     import calibrate_h200_time as C
-    from workbench import timing
 
-    rows = [r for r in fit_rows if r["measured"].get("step")]
-    measured = np.array([r["measured"]["step"] for r in rows])
-    shapes = np.array([r["shape_id"] for r in rows])
-    designs = {hbm: C.design(rows, hbm) for hbm in C.HBM_GRID}
-    hbm, x, _ = C.fit_all(designs, measured, np.ones(len(rows), bool))
-    print(f"time constants refitted on {len(rows)} fit-split runs ({len(set(shapes))} shapes):")
-    for n, v in zip(C.NAMES, x):
-        print(f"  {n:38s} {v:.4g}")
+    rows = [r for r in fit_rows if r["measured"].get("step") and r["stack"] != "hf-ds"]
+    inputs, measured, shapes, names = C.prepare(rows)
+    everyone = np.ones(len(rows), bool)
+    x = C.fit(inputs, measured, shapes, everyone, names, C.current_values(names))
+    print(f"time constants refitted on {len(rows)} fit-split runs ({len(set(shapes))} shapes, Hugging Face runs "
+          f"left out):")
+    for n, v in zip(names, x):
+        print(f"  {n:40s} {v:.4g}")
     loso = []
     for s in sorted(set(shapes)):
         keep = shapes != s
-        if not keep.any():
-            continue
-        h, xs, _ = C.fit_all(designs, measured, keep)
-        b, c = designs[h]
-        loso += list(np.abs(C.errors(b[~keep], c[~keep], measured[~keep], xs)))
-    if loso:
-        print(f"  leave-one-shape-out step error over the fit split: median {np.median(loso):.1%}, "
-              f"worst {np.max(loso):.1%} ({len(loso)} runs)")
+        xs = C.fit(inputs, measured, shapes, keep, names, x, iters=25)
+        loso += list(np.abs(C.predict(inputs, dict(zip(names, xs)))[~keep] / measured[~keep] - 1))
+    print(f"  leave-one-shape-out step error over the fit split: median {np.median(loso):.1%}, "
+          f"worst {np.max(loso):.1%} ({len(loso)} runs)")
     if write:
-        C.write_constants(hbm, x, source=(
-            "fitted with the Hopper curve's layer_pass_overhead_s on the fit split of benchmarks/accuracy_split.json "
-            f"({len(rows)} H200 runs over {len(set(shapes))} model shapes: benchmarks/h200_runs.py and the corpus "
-            "benchmarks/corpus/h200_runs.jsonl) by benchmarks/bench_accuracy.py --refit-time (non-negative least "
-            "squares of relative step-time error; the test split is never used). step_bytes_per_parameter: HBM "
-            "bytes per optimizer-shard parameter on top of the optimizer's own; zero3_*: seconds per ZeRO-3 module "
-            "fetch, per module gradient reduce-and-partition, and extra per call when the group has >1 rank. Not "
-            "used for the Megatron engine."))
+        C.write_constants(names, x, source=(
+            "fitted with the Hopper curve's layer_pass_overhead_s and step_overhead_s and the cpu_adam rates on the "
+            f"fit split of benchmarks/accuracy_split.json ({len(rows)} H200 runs over {len(set(shapes))} model "
+            "shapes, Hugging Face runs left out: benchmarks/h200_runs.py and the corpus "
+            "benchmarks/corpus/h200_runs.jsonl) by benchmarks/bench_accuracy.py --refit-time (Levenberg-Marquardt "
+            "on relative step-time error, shapes weighted alike; the test split is never used). "
+            "step_bytes_per_parameter: HBM bytes per optimizer-shard parameter on top of the optimizer's own; "
+            "tensor_seconds: per parameter tensor per step; zero3_*: host seconds per ZeRO-3 module fetch, per "
+            "module gradient reduce-and-partition, and extra per call when the group has >1 rank (overlapped with "
+            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."))
     else:
-        data = timing.calibration()
-        for k, v in zip(C.KEYS, x):
-            if k is not None:
-                data["deepspeed"][k] = float(v)
-        hopper = data["curves"].setdefault("hopper", dict(data["curves"]["ampere"]))
-        hopper["hbm_efficiency"] = float(hbm)
-        hopper["layer_pass_overhead_s"] = float(x[0])
+        C.apply_constants(names, x)
 
 
 def main(argv=None) -> int:

@@ -6,7 +6,13 @@ ZeRO-0/1/2/3, CPU offload, gradient checkpointing on and off, LoRA. Each is tran
 and compared through ``bench_accuracy``'s own mapping, prediction and errors (held-out shapes in
 ``benchmarks/accuracy_split.json``'s ``test`` list). Prints one line per run and median / worst |error| per split.
 
-    python benchmarks/bench_hf_accuracy.py [--corpus PATH]
+    python benchmarks/bench_hf_accuracy.py [--corpus PATH] [--refit-time]
+
+``--refit-time`` fits the transformers stack's time constant (``workbench/catalog/efficiency.json``
+``transformers.recompute_layer_overhead_s``, seconds per layer recomputed by gradient checkpointing) on the fit
+split only, applies it for this run and prints it: least squares of relative step-time error over the fit-split HF
+runs with ZeRO 0-2 and no offload (ZeRO-3 and CPU offload carry engine terms of their own). Paste the value into
+the catalog with the run count.
 """
 from __future__ import annotations
 
@@ -22,12 +28,38 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_accuracy as B  # noqa: E402
 
 
+def refit_recompute_overhead(fit_runs: list) -> float:
+    """Least-squares seconds per recomputed layer (relative step-time error) over ``fit_runs`` with ZeRO 0-2 and
+    no offload, with the constant at 0 for the base prediction; applied to the in-memory calibration."""
+    from workbench import timing
+
+    cal = timing.calibration().setdefault("transformers", {})
+    cal["recompute_layer_overhead_s"] = 0.0
+    num = den = 0.0
+    used = 0
+    for run in fit_runs:
+        plan, model, measured = run["plan"], run["model"], run["measured"].get("step")
+        if not measured or int(plan.zero_stage) > 2 or str(plan.offload_optimizer) != "none":
+            continue
+        recomputed = plan.num_microbatches * model.num_layers * (str(plan.recompute) == "full")
+        a, y = recomputed / measured, (measured - B.predict(run)["step"]) / measured
+        num, den, used = num + a * y, den + a * a, used + 1
+    value = max(0.0, num / den) if den else 0.0
+    cal["recompute_layer_overhead_s"] = value
+    print(f"transformers.recompute_layer_overhead_s = {value:.4g} s (least squares over {used} fit-split runs)")
+    return value
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=B.CORPUS)
+    ap.add_argument("--refit-time", action="store_true", help="fit transformers.recompute_layer_overhead_s on the "
+                                                                 "fit split and apply it for this run")
     args = ap.parse_args(argv)
     split = json.loads(B.SPLIT.read_text())
     runs = [r for r in B.corpus_runs(args.corpus) if r["stack"] == "hf-ds" and not r.get("oom")]
+    if args.refit_time:
+        refit_recompute_overhead([r for r in runs if r["shape_id"] not in split["test"]])
     rows = {"fit": [], "test": []}
     print(f"{'run':58s} {'split':5s} {'allocated':>10s} {'device':>8s} {'step':>8s}")
     for run in sorted(runs, key=lambda r: r["run_id"]):

@@ -1,23 +1,33 @@
-"""Fit the time model's H200 constants to all 32 measured H200 runs (benchmarks/h200_runs.py: 16 DeepSpeed
-calibration runs, 5 launcher runs, 11 megatron-core/hybrid runs), and report leave-one-out and per-group errors.
+"""Fit the time model's H200 constants to measured step times (the fit split of
+``benchmarks/accuracy_split.json``, called by ``benchmarks/bench_accuracy.py --refit-time``).
 
-Fixed before the fit: the GEMM curve (fitted to the 270 GEMMs of results/gemm_h200.json), the counted bytes of
-the attention scores, the loss and the optimizers (fused Adam, torch's foreach Adam), the collectives. Fitted:
+Fixed before the fit: the GEMM curve (fitted to the 270 GEMMs of results/gemm_h200.json), the HBM efficiency
+(0.8), the counted bytes of the attention scores, the loss, the optimizers (fused Adam, torch's foreach Adam) and
+the ZeRO-3 gathers and gradient copies, the collectives. Fitted (each per call, per byte or per thread, never per
+model shape):
 
     layer_pass_overhead_s      fixed seconds per layer forward, backward or recomputed forward (kernel launches,
-                               framework work), every engine; the Hopper curve's "layer_pass_overhead_s"
-    step_bytes_per_parameter   DeepSpeed's passes over gradients/parameters around the optimizer (ZeRO-0/1/2/3)
-    zero3_fetch_latency_s      ZeRO-3 hook cost per module fetch (forward, backward, recomputed forward)
-    zero3_reduce_latency_s     ZeRO-3 hook cost per module gradient reduce-and-partition (backward)
-    zero3_collective_call_s    extra per ZeRO-3 fetch/reduce call when the group has more than one rank
+                               framework work), every engine; the Hopper curve
+    step_overhead_s            fixed seconds per optimizer step, every engine; the Hopper curve
+    score_hbm_efficiency       fraction of HBM bandwidth the materialised attention-score kernels reach (their
+                               bytes are counted kernel by kernel); the Hopper curve
+    step_bytes_per_parameter   DeepSpeed's HBM passes over gradients/parameters around the optimizer
+    tensor_seconds             DeepSpeed's per-parameter-tensor work per step (gradient hooks, per-tensor norms)
+    zero3_fetch_latency_s      ZeRO-3 host seconds per module fetch (forward, backward, recomputed forward)
+    zero3_reduce_latency_s     ZeRO-3 host seconds per module gradient reduce-and-partition (backward)
+    zero3_collective_call_s    extra host seconds per ZeRO-3 fetch/reduce call when the group has > 1 rank
+    cpu_adam params_per_second_per_thread / params_per_second_per_node / zero3_host_factor
+                               CPU Adam with optimizer offload: one thread's rate, the node's memory-bound cap,
+                               ZeRO-3's extra host passes (fitted only on offload runs)
 
-The step time is linear in the five constants (non-negative least squares of relative errors). The HBM
-efficiency stays at the curve's assumed 0.8 unless ``--fit-hbm`` searches a grid for it (the fit gives 0.79).
-
-    python benchmarks/calibrate_h200_time.py [--write] [--fit-hbm]
+The fit minimises the squared relative step-time error (Levenberg-Marquardt on all runs at once, through the
+vectorised :func:`workbench.timing.step_time_terms`, constants kept >= 0), each model shape weighted 1/sqrt(runs)
+so the one shape with 32 older runs does not outvote the others. Hugging Face runs are left out of the fit: their
+per-module overheads are not in these terms.
 """
+from __future__ import annotations
+
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -25,126 +35,140 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from h200_runs import all_runs  # noqa: E402
 from workbench import timing  # noqa: E402
 from workbench.timing import step_time_terms, time_inputs  # noqa: E402
 
-NAMES = ("layer_pass_overhead_s", "deepspeed_step_bytes_per_parameter", "zero3_fetch_latency_s",
-         "zero3_reduce_latency_s", "zero3_collective_call_s", "zero3_hbm_bytes_per_parameter")
-KEYS = (None, "step_bytes_per_parameter", "zero3_fetch_latency_s", "zero3_reduce_latency_s",
-        "zero3_collective_call_s", "zero3_hbm_bytes_per_parameter")
-HBM_GRID = np.round(np.arange(0.40, 0.951, 0.01), 2) if "--fit-hbm" in sys.argv else (0.8,)
+# (step_time_terms input, catalog section, catalog key, starting value)
+CONSTANTS = (
+    ("layer_pass_overhead_s", "curves.hopper", "layer_pass_overhead_s", 3e-4),
+    ("step_overhead_s", "curves.hopper", "step_overhead_s", 1e-2),
+    ("score_hbm_efficiency", "curves.hopper", "score_hbm_efficiency", 0.8),
+    ("deepspeed_step_bytes_per_parameter", "deepspeed", "step_bytes_per_parameter", 40.0),
+    ("deepspeed_tensor_seconds", "deepspeed", "tensor_seconds", 1e-4),
+    ("zero3_fetch_latency_s", "deepspeed", "zero3_fetch_latency_s", 1e-3),
+    ("zero3_reduce_latency_s", "deepspeed", "zero3_reduce_latency_s", 1e-3),
+    ("zero3_collective_call_s", "deepspeed", "zero3_collective_call_s", 5e-4),
+    ("cpu_adam_params_per_second_per_thread", "cpu_adam", "params_per_second_per_thread", 1e8),
+    ("cpu_adam_params_per_second_per_node", "cpu_adam", "params_per_second_per_node", 2e9),
+    ("offload_zero3_host_factor", "cpu_adam", "zero3_host_factor", 0.5),
+)
+DEEPSPEED_ONLY = {"deepspeed_step_bytes_per_parameter", "deepspeed_tensor_seconds"}
+"""Inputs the encoder sets to 0 for the Megatron engine: the fit keeps them 0 there."""
 
 
-def design(records, hbm_efficiency):
-    """Per run: step time with the four DeepSpeed constants 0, and its derivative for each constant."""
-    base, cols = [], []
-    for r in records:
-        kw = {**time_inputs(r["model"], r["cluster"], r["plan"]), "hbm_efficiency": hbm_efficiency}
-        zero = {n: 0.0 for n in NAMES}
-        b = float(step_time_terms(**{**kw, **zero})["step_seconds"])
-        row = []
-        for n in NAMES:
-            unit = 1.0 if n.endswith("bytes_per_parameter") else 1e-3
-            row.append((float(step_time_terms(**{**kw, **zero, n: unit})["step_seconds"]) - b) / unit)
-        base.append(b)
-        cols.append(row)
-    return np.array(base), np.array(cols)
+def batch_inputs(rows) -> dict:
+    """Every run's :func:`step_time_terms` inputs as arrays (one element per run)."""
+    ins = [time_inputs(r["model"], r["cluster"], r["plan"]) for r in rows]
+    return {k: np.array([np.nan if i[k] is None else float(i[k]) for i in ins]) for k in ins[0]}
 
 
-def fit(base, cols, measured):
-    a = cols / measured[:, None]
-    y = (measured - base) / measured
-    scale = np.abs(a).max(axis=0)
-    scale[scale == 0] = 1
-    active = np.ones(a.shape[1], bool)  # least squares, dropping constants that come out negative
-    while True:
-        x = np.zeros(a.shape[1])
-        if active.any():
-            x[active] = np.linalg.lstsq((a / scale)[:, active], y, rcond=None)[0]
-        if (x >= 0).all():
-            return x / scale
-        active &= x > 0
+def predict(inputs: dict, values: dict) -> np.ndarray:
+    """Step seconds of every run with the constants ``values`` (input name → value)."""
+    deepspeed = inputs["engine_is_deepspeed"]
+    over = {k: np.where(deepspeed, v, 0.0) if k in DEEPSPEED_ONLY else np.full(deepspeed.shape, float(v))
+            for k, v in values.items()}
+    kw = {k: v for k, v in inputs.items() if k != "engine_is_deepspeed"}
+    return step_time_terms(**{**kw, **over})["step_seconds"]
 
 
-def errors(base, cols, measured, x):
-    return (base + cols @ x) / measured - 1
+def shape_weights(shapes, keep) -> np.ndarray:
+    w = np.zeros(len(shapes))
+    for s in set(shapes[keep]):
+        sel = keep & (shapes == s)
+        w[sel] = 1 / np.sqrt(sel.sum())
+    return w
 
 
-def fit_all(designs, measured, keep):
-    """Best (hbm_efficiency, constants, rms) over the grid, fitted on the runs where ``keep``."""
-    best = None
-    for hbm, (base, cols) in designs.items():
-        x = fit(base[keep], cols[keep], measured[keep])
-        e = errors(base[keep], cols[keep], measured[keep], x)
-        rms = float(np.sqrt(np.mean(e ** 2)))
-        if best is None or rms < best[2]:
-            best = (hbm, x, rms)
-    return best
+def fit(inputs, measured, shapes, keep, names, start, iters=60) -> np.ndarray:
+    """Levenberg-Marquardt on the weighted relative errors of the runs where ``keep``; constants stay >= 0."""
+    w = np.sqrt(shape_weights(shapes, keep)[keep])
+    x = np.array(start, float)
+
+    def residual(x):
+        return (predict(inputs, dict(zip(names, x)))[keep] / measured[keep] - 1) * w
+
+    r, lam = residual(x), 1e-3
+    for _ in range(iters):
+        jac = np.empty((r.size, x.size))
+        for j in range(x.size):
+            h = max(abs(x[j]) * 1e-4, 1e-12)
+            xp = x.copy()
+            xp[j] += h
+            jac[:, j] = (residual(xp) - r) / h
+        scale = np.maximum(np.abs(jac).max(axis=0), 1e-30)
+        js = jac / scale
+        step = np.linalg.solve(js.T @ js + lam * np.eye(x.size), -js.T @ r) / scale
+        xn = np.maximum(x + step, 0.0)
+        rn = residual(xn)
+        if rn @ rn < r @ r:
+            x, r, lam = xn, rn, lam / 3
+        else:
+            lam *= 5
+    return x
 
 
-def leave_one_out_errors(designs, measured) -> np.ndarray:
-    """Signed relative error of each run when the constants are refitted without it."""
-    out = []
-    for i in range(len(measured)):
-        keep = np.arange(len(measured)) != i
-        h, x, _ = fit_all(designs, measured, keep)
-        b, c = designs[h]
-        out.append(errors(b[i:i + 1], c[i:i + 1], measured[i:i + 1], x)[0])
-    return np.array(out)
+def prepare(rows):
+    """Inputs, measured seconds and shape ids of the runs; which constants the runs can identify."""
+    inputs = batch_inputs(rows)
+    inputs["engine_is_deepspeed"] = np.array([str(r["plan"].engine) != "megatron" for r in rows])
+    measured = np.array([r["measured"]["step"] for r in rows])
+    shapes = np.array([r["shape_id"] for r in rows])
+    offload = inputs["offload_optimizer"] > 0
+    threads = set(inputs["cpu_adam_threads"][offload])
+    zero3_offload = (offload & (inputs["zero_stage"] == 3)).any()
+    names = [n for n, *_ in CONSTANTS
+             if not n.startswith(("cpu_adam", "offload_")) or offload.any()]
+    if len(threads) < 2:  # one thread count: the per-thread rate cannot be told from the node's cap
+        names = [n for n in names if n != "cpu_adam_params_per_second_per_thread"]
+    if not zero3_offload:
+        names = [n for n in names if n != "offload_zero3_host_factor"]
+    return inputs, measured, shapes, names
 
 
-def main() -> int:
-    records = all_runs()
-    measured = np.array([r["step_seconds"] for r in records])
-    groups = np.array([r["group"] for r in records])
-    designs = {hbm: design(records, hbm) for hbm in HBM_GRID}
-    everyone = np.ones(len(records), bool)
-    hbm, x, rms = fit_all(designs, measured, everyone)
-    print(f"hbm_efficiency                         {hbm:.2f}{'' if len(HBM_GRID) > 1 else ' (fixed)'}")
-    for n, v in zip(NAMES, x):
-        print(f"{n:38s} {v:.6g}")
-    base, cols = designs[hbm]
-    e = errors(base, cols, measured, x)
-    print(f"in-sample ({len(records)} runs): median |error| {np.median(np.abs(e)):.1%}, max {np.max(np.abs(e)):.1%}")
-    for g in dict.fromkeys(groups):
-        sel = groups == g
-        print(f"  {g:9s} ({sel.sum():2d}): median {np.median(np.abs(e[sel])):.1%}, max {np.max(np.abs(e[sel])):.1%}")
-    loo = np.abs(leave_one_out_errors(designs, measured))
-    print(f"leave-one-out: median |error| {np.median(loo):.1%}, max {np.max(loo):.1%}")
-    # fit on one group, predict the others
-    for g in dict.fromkeys(groups):
-        tr = groups == g
-        if g != "deepspeed":
-            continue
-        hg, xg, _ = fit_all(designs, measured, tr)
-        bg, cg = designs[hg]
-        es = np.abs(errors(bg[~tr], cg[~tr], measured[~tr], xg))
-        print(f"fit on the {tr.sum()} {g} runs only (hbm_efficiency {hg:.2f}), predict the other {(~tr).sum()}: "
-              f"median |error| {np.median(es):.1%}, max {np.max(es):.1%}")
-    if "--write" in sys.argv:
-        write_constants(hbm, x)
-    return 0
-
-
-def write_constants(hbm, x, source=None) -> None:
-    """Store fitted constants in workbench/catalog/efficiency.json (``source``: replaces the deepspeed note)."""
+def write_constants(names, x, source: str) -> None:
+    """Store fitted constants in workbench/catalog/efficiency.json (``source`` goes to the deepspeed note)."""
     path = ROOT / "workbench" / "catalog" / "efficiency.json"
     data = json.loads(path.read_text())
-    for k, v in zip(KEYS, x):
-        if k is not None:
-            data["deepspeed"][k] = float(f"{v:.4g}")
-    if source:
-        data["deepspeed"]["source"] = source
-    hopper = data["curves"].setdefault("hopper", dict(data["curves"]["ampere"]))
-    hopper["hbm_efficiency"] = float(hbm)
-    hopper["layer_pass_overhead_s"] = float(f"{x[0]:.4g}")
+    where = {n: (sec, key) for n, sec, key, _ in CONSTANTS}
+    for n, v in zip(names, x):
+        sec, key = where[n]
+        node = data
+        for part in sec.split("."):
+            node = node[part]
+        node[key] = float(f"{v:.4g}")
+    data["deepspeed"].pop("zero3_hbm_bytes_per_parameter", None)  # now counted in the model
+    data["deepspeed"]["source"] = source
     path.write_text(json.dumps(data, indent=2) + "\n")
     timing.calibration.cache_clear()
     print(f"wrote {path.relative_to(ROOT)}")
 
 
+def apply_constants(names, x) -> None:
+    """Use fitted constants in this process only (the catalog file is not touched)."""
+    data = timing.calibration()
+    where = {n: (sec, key) for n, sec, key, _ in CONSTANTS}
+    for n, v in zip(names, x):
+        sec, key = where[n]
+        node = data
+        for part in sec.split("."):
+            node = node[part]
+        node[key] = float(v)
+
+
+def current_values(names) -> list:
+    data = timing.calibration()
+    out = []
+    for n, sec, key, start in CONSTANTS:
+        if n not in names:
+            continue
+        node = data
+        for part in sec.split("."):
+            node = node.get(part, {})
+        value = node.get(key, start)
+        out.append(start if not np.isfinite(value) else value)
+    return out
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    print("run benchmarks/bench_accuracy.py --refit-time: it fits these constants on the fit split")

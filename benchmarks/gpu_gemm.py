@@ -10,6 +10,9 @@ section "h200_measured"; the time model then fits its Hopper GEMM-efficiency cur
 
     python benchmarks/gpu_gemm.py --install gemm_h200.json
 
+FP8 (``--precision fp8 --peak-tflops 1979``, ``torch._scaled_mm``) is stored with ``--install-fp8 FILE`` as the data of
+the Hopper FP8 curve (section "h200_fp8_measured").
+
 Shapes: :func:`workbench.calibrate.measure.model_gemm_shapes` (the measuring code ``workbench calibrate`` uses; that
 command measures the user's own model and stores the fit in a hardware profile instead).
 """
@@ -90,13 +93,68 @@ def install(path) -> int:
     return 0
 
 
+FP8_TFLOPS_KEYS = ("fp8_tflops", "scaled_mm_tflops", "tflops_fp8", "tflops")
+"""Where an FP8 measurement row keeps its rate: this script's ``--precision fp8`` rows say ``tflops``; a
+``torch._scaled_mm``-vs-bf16 table may name the FP8 column ``fp8_tflops`` or ``scaled_mm_tflops``."""
+
+
+def fp8_rows(measured: dict) -> list:
+    """``[{name, m, n, k, tflops}]`` of the FP8 GEMMs in a measurement JSON (``gemms``, ``rows`` or ``results``)."""
+    rows = []
+    for row in measured.get("gemms") or measured.get("rows") or measured.get("results") or []:
+        rate = next((row[k] for k in FP8_TFLOPS_KEYS if isinstance(row.get(k), (int, float))), None)
+        if rate and all(isinstance(row.get(k), int) for k in ("m", "n", "k")):
+            rows.append({"name": row.get("name", f"{row['m']}x{row['n']}x{row['k']}"), "m": row["m"], "n": row["n"],
+                         "k": row["k"], "tflops": float(rate)})
+    return rows
+
+
+def install_fp8(path) -> int:
+    """Store FP8 GEMM measurements as the Hopper FP8 curve's data (``h200_fp8_measured`` in
+    workbench/catalog/efficiency.json): the time model then fits its FP8 curve to them
+    (:func:`workbench.timing.fp8_efficiency_curve`)."""
+    from workbench import timing
+
+    with open(path) as fh:
+        measured = json.load(fh)
+    rows = fp8_rows(measured)
+    if not rows:
+        print(f"gpu_gemm: {path} has no FP8 GEMM rows (m, n, k and one of {', '.join(FP8_TFLOPS_KEYS)})",
+              file=sys.stderr)
+        return 2
+    peak = measured.get("fp8_peak_tflops") or (measured.get("peak_tflops") if measured.get("precision") == "fp8"
+                                               else None) or 1979.0
+    prov = measured.get("provenance") or {}
+    stored = {"device": measured.get("device") or prov.get("gpu") or "H200", "peak_tflops": float(peak),
+              "method": measured.get("method") or measured.get("fp8_format") or "torch._scaled_mm",
+              "torch": measured.get("torch") or prov.get("torch", ""), "date": prov.get("date_utc", ""),
+              "source": f"benchmarks/results/{os.path.basename(str(path))}", "gemms": rows}
+    stored["fit"] = timing.fit_gemm_curve(rows, peak_tflops=stored["peak_tflops"])
+    target = os.path.join(os.path.dirname(timing.__file__), "catalog", "efficiency.json")
+    with open(target) as fh:
+        data = json.load(fh)
+    data["h200_fp8_measured"] = stored
+    with open(target, "w") as fh:
+        json.dump(data, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+    timing.calibration.cache_clear()
+    print(f"stored {len(rows)} FP8 GEMMs from {stored['device']} in {target}; Hopper FP8 curve now "
+          f"{timing.fp8_efficiency_curve('H200')}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--precision", choices=["bf16", "fp16", "fp8"], default="bf16")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense peak of the GPU (H200 bf16: 989)")
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--install", metavar="FILE", help="store a measured JSON as the Hopper calibration")
+    parser.add_argument("--install-fp8", metavar="FILE",
+                        help="store measured FP8 GEMMs (this script's --precision fp8 output, or a torch._scaled_mm "
+                             "table) as the Hopper FP8 curve's data")
     args = parser.parse_args(argv)
+    if args.install_fp8:
+        return install_fp8(args.install_fp8)
     return install(args.install) if args.install else run(args)
 
 

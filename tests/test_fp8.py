@@ -94,6 +94,9 @@ def test_fp8_gemms_use_the_fp8_peak_and_curve():
     assert 1.1 < speedup < 1.7  # GEMMs faster, attention core, element-wise work and communication unchanged
     assert est.time.breakdown["compute"] < bf16.time.breakdown["compute"]
     assert est.time.fp8_cast_seconds > 0 and est.time.fp8_amax_seconds > 0
+    # sequence parallel: the norm outputs are all-gathered in FP8, the reduce-scatters stay bf16
+    tp8, tp16 = est.time.breakdown["tp_comm"] - est.time.fp8_amax_seconds, bf16.time.breakdown["tp_comm"]
+    assert 0.7 * tp16 < tp8 < 0.8 * tp16
 
 
 def test_cast_bytes_count_every_quantized_tensor():
@@ -134,3 +137,39 @@ def test_planner_arrays_match_the_single_plan():
     for i, p in enumerate(plans):
         one = estimate(m, c, p, checks=False).time.step_seconds
         assert batch["step_seconds"][i] == pytest.approx(one, rel=1e-9)
+
+
+def test_measured_fp8_gemms_replace_the_provisional_curve(monkeypatch):
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.spec_from_file_location("gpu_gemm", pathlib.Path(__file__).parents[1] / "benchmarks"
+                                                  / "gpu_gemm.py")
+    gpu_gemm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_gemm)
+    table = {"device": "NVIDIA H200", "rows": [
+        {"m": mm, "n": n, "k": k, "bf16_tflops": 700.0,
+         "fp8_tflops": 1979 * float(T.gemm_efficiency(mm, n, k, efficiency_max=0.6, half_dim=300))}
+        for mm, n, k in [(8192, 8192, 8192), (4096, 512, 4096), (16384, 1024, 8192), (2048, 128, 2048)]]}
+    rows = gpu_gemm.fp8_rows(table)
+    assert len(rows) == 4 and rows[0]["tflops"] == table["rows"][0]["fp8_tflops"]
+    cal = dict(T.calibration(), h200_fp8_measured={"device": "NVIDIA H200", "peak_tflops": 1979.0, "gemms": rows})
+    monkeypatch.setattr(T, "calibration", lambda: cal)
+    curve = T.fp8_efficiency_curve("H100-SXM")
+    assert curve["gemm_efficiency_max"] == pytest.approx(0.6, rel=0.03)
+    assert curve["gemm_half_dim"] == pytest.approx(300, rel=0.05)
+    assert "4 FP8 GEMMs" in curve["source"]
+    assert "provisional" in T.fp8_efficiency_curve("B200")["source"]
+
+
+def test_run_store_round_trip_and_launcher_refusal():
+    import json
+
+    from workbench.runs.prepare import check_launchable
+    from workbench.runs.specio import specs_from_dict, specs_to_dict
+
+    m, c = catalog.model("llama3-8b"), ClusterSpec(gpu="H100-SXM")
+    p = _plan(fp8_param_gather=True, fp8_recipe="blockwise", fp8_bf16_first_layers=1)
+    assert specs_from_dict(json.loads(json.dumps(specs_to_dict(m, c, p))))[2] == p
+    with pytest.raises(ValueError, match="export the Megatron-LM command"):
+        check_launchable(m, c, p, nproc=8, steps=1, on_gpu=True)

@@ -180,6 +180,50 @@ def test_transformers_loss_and_eager_attention_memory():
     assert mg_layer - eager_layer == 2 * 2 * s * f + 2 * s * (3 * q - q - 2 * kv)
     _, flash_layer = M.layer_activation_bytes(eager.replace(attention="flash"), recompute=0, **kw)
     assert eager_layer - flash_layer == 6 * 32 * 2048 * 2048 - 4 * 32 * 2048
+    # GPT-2's eager softmax stays in bf16: softmax output 2 + dropout mask 1 + dropped probabilities 2 per score, and
+    # no megatron-core scores buffer
+    gpt2 = import_hf(HF / "gpt2", seq_length=1024, attn_implementation="eager").spec
+    assert gpt2.attention_dropout > 0
+    kw1 = dict(kw, value_bytes=2)
+    _, g_eager = M.layer_activation_bytes(gpt2, recompute=0, **kw1)
+    _, g_flash = M.layer_activation_bytes(gpt2.replace(attention="flash"), recompute=0, **kw1)
+    assert g_eager - g_flash == 5 * 12 * 1024 * 1024 - 4 * 12 * 1024
+    buffers = dict(engine=0, zero_stage=0, tensor_parallel=1, micro_batch=1, context_parallel=1, value_bytes=2)
+    assert M.buffer_bytes(gpt2, **buffers) == 0 < M.buffer_bytes(gpt2.replace(implementation="megatron"), **buffers)
+
+
+def test_hf_checkpointing_and_lora_bucket_timing():
+    """Checkpointed decoder layers: the recomputed layer and the loss are never alive together; LoRA under
+    ZeRO-1/2: the reduce buckets appear after the loss backward (frozen head), so the backward peak is the larger of
+    the two phases, not their sum; ZeRO-3 keeps the sum. Step time: each recomputed transformers layer pays the
+    catalog's fixed overhead, a megatron-core layer does not."""
+    from workbench import timing
+
+    spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
+    kw = dict(stage=0, engine=0, tensor_parallel=1, pipeline_parallel=1, virtual_pipeline=1, context_parallel=1,
+              sequence_parallel=0, data_parallel=8, micro_batch=1, num_microbatches=1, recompute_layers=32,
+              value_bytes=2)
+    out = M.output_activation_bytes(spec, micro_batch=1, tensor_parallel=1, sequence_parallel=False,
+                                    context_parallel=1, value_bytes=2)
+    full_layer = M.layer_activation_bytes(spec, recompute=0, micro_batch=1, tensor_parallel=1,
+                                          sequence_parallel=False, context_parallel=1, value_bytes=2)[1]
+    inputs = 32 * 2 * 2048 * 4096  # each checkpointed layer keeps its 16-bit input
+    hf = M.stage_terms(spec, zero_stage=3, recompute=2, **kw)
+    assert hf["backward_activations"] == pytest.approx(inputs + max(out, full_layer))
+    lora = M.stage_terms(spec, zero_stage=2, recompute=2, lora_params_per_layer=1e5, **kw)
+    buckets = M.buffer_bytes(spec, engine=0, zero_stage=2, tensor_parallel=1, micro_batch=1, context_parallel=1,
+                             value_bytes=2)
+    assert lora["activations"] + lora["buffers"] == pytest.approx(inputs + max(out, full_layer + buckets))
+    zero3 = M.stage_terms(spec, zero_stage=3, recompute=2, lora_params_per_layer=1e5, **kw)
+    assert zero3["activations"] + zero3["buffers"] == pytest.approx(inputs + max(out, full_layer) + zero3["buffers"])
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=8)
+    plan = ParallelPlan(world_size=8, zero_stage=2, recompute="full")
+    per_layer = timing.calibration()["transformers"]["recompute_layer_overhead_s"]
+    assert per_layer > 0
+    rec = {m.implementation: estimate(m, cluster, plan).time.breakdown["recompute"]
+           for m in (spec, spec.replace(implementation="megatron"))}
+    assert rec[spec.implementation] - rec[spec.replace(implementation="megatron").implementation] == \
+        pytest.approx(32 * per_layer)
 
 
 def test_planner_and_advisor_offer_lora():

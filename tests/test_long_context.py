@@ -156,3 +156,38 @@ def test_parallel_panel_sets_the_cp_exchange():
         assert box["state"].valid
     finally:
         panel.close()
+
+
+def test_sweep_compares_cp_with_tp_on_the_same_gpus():
+    from workbench.longcontext import context_parallel_sweep
+
+    rows = context_parallel_sweep(model("llama3-8b"), _h100(), seq_lengths=[131072], cp_sizes=[1, 8])
+    by = {(r["tp"], r["cp"]): r for r in rows}
+    assert set(by) == {(1, 1), (1, 8), (8, 1)}
+    assert by[(1, 8)]["tokens_per_gpu"] == 16384 and by[(1, 8)]["cp_transfer_seconds"] > 0
+    assert by[(1, 8)]["cp_exposed_seconds"] == 0.0 and by[(8, 1)]["tp_comm_seconds"] > 0
+    assert by[(8, 1)]["fits"] and not by[(1, 8)]["fits"]  # CP leaves the weights whole
+
+
+def test_planner_explains_long_context_and_names_flash_when_nothing_fits():
+    res = planner.search(model("llama3-8b", seq_length=65536), _h100(2), global_batch_size=4, engines=("megatron",),
+                         top=3)
+    assert "Long context: at 65,536 tokens" in res.explanation
+    with pytest.raises(ValueError, match="attention='flash'"):
+        planner.search(model("guide-13b", seq_length=32768), _h100(2), global_batch_size=16, top=1)
+
+
+def test_layout_warns_when_the_all_to_all_leaves_the_node_and_the_run_store_keeps_the_exchange():
+    import json
+
+    from workbench.layout import build_layout
+    from workbench.runs.specio import specs_from_dict, specs_to_dict
+
+    c = _h100(2)
+    a2a = build_layout(c, _plan(16, tensor_parallel=2, context_parallel=8, cp_comm_type="a2a"))
+    assert any("all-to-all group" in w for w in a2a.warnings)
+    plan = _plan(16, tensor_parallel=2, context_parallel=8, cp_comm_type="a2a+p2p",
+                 hierarchical_context_parallel_sizes=(4, 2))
+    assert not any("all-to-all group" in w for w in build_layout(c, plan).warnings)
+    data = json.loads(json.dumps(specs_to_dict(model("llama3-8b"), c, plan)))
+    assert specs_from_dict(data)[2] == plan

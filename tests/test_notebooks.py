@@ -63,9 +63,10 @@ def test_notebooks_are_committed_without_outputs():
                                                                          "'name: type = default  # help'"
 
 
-def _estimate(model, gpu, gpus_per_node, nodes, **plan):
+def _estimate(model, gpu, gpus_per_node, nodes, flash=False, **plan):
     cluster = ClusterSpec(gpu=catalog.gpu(gpu), gpus_per_node=gpus_per_node, num_nodes=nodes)
-    return estimate(catalog.model(model), cluster, ParallelPlan(world_size=cluster.world_size, **plan))
+    spec = catalog.model(model, **({"attention": "flash"} if flash else {}))
+    return estimate(spec, cluster, ParallelPlan(world_size=cluster.world_size, **plan))
 
 
 @pytest.mark.slow
@@ -83,6 +84,12 @@ def test_quickstart(tmp_path, monkeypatch):
     assert rec["breakdown"] == expected.breakdown.as_dict()
     assert rec["fits"] is True
     assert 1 * GIB < rec["per_gpu_peak_bytes"] < 80 * GIB
+    # the FP8 section prices the same plan with flash attention in FP8 (H100 has FP8 tensor cores)
+    fp8 = _estimate("gpt3-1.3b", "H100-SXM", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
+                    micro_batch_size=2, global_batch_size=16, precision="fp8", flash=True)
+    assert rec["fp8_step_seconds"] == fp8.time.step_seconds
+    assert rec["fp8_peak_bytes"] == fp8.memory.per_gpu_peak_bytes
+    assert rec["fp8_step_seconds"] < rec["bf16_flash_step_seconds"]
 
 
 @pytest.mark.slow
@@ -106,7 +113,9 @@ def test_zero_stages(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_tensor_pipeline(tmp_path, monkeypatch):
     rec = run_notebook("tensor_pipeline.ipynb", dict(model="gpt3-1.3b", tp_values=[1, 2, 4], pipeline_parallel=2,
-                                                     num_microbatches=4, virtual_pipeline=2), tmp_path, monkeypatch)
+                                                     num_microbatches=4, virtual_pipeline=2, cp_gpus=4,
+                                                     cp_seq_lengths=[8192, 32768], cp_sizes=[1, 4]),
+                       tmp_path, monkeypatch)
     per_rank = rec["layer_params_per_rank"]
     # each doubling of t roughly halves a layer's parameters per GPU (norms and row biases stay whole)
     assert 1.9 < per_rank[0] / per_rank[1] < 2.0 and 1.9 < per_rank[1] / per_rank[2] < 2.0
@@ -119,6 +128,11 @@ def test_tensor_pipeline(tmp_path, monkeypatch):
     assert rec["analytic_bubble"] == pytest.approx(rec["bubble_fraction"])
     # 1F1B keeps p micro-batches alive on the first stage, GPipe all m
     assert rec["peak_in_flight_stage0"]["1f1b"] == 2 and rec["peak_in_flight_stage0"]["gpipe"] == 4
+    # long context: CP=c keeps 1/c of the activations; TP with SP splits them as much but also splits the weights
+    act, peak = rec["cp_activations_gib"], rec["cp_peak_gib"]
+    assert act["32768/TP1 CP4"] == pytest.approx(act["32768/TP1"] / 4, rel=0.02)
+    assert act["8192/TP1"] < act["32768/TP1"] and peak["32768/TP4 SP"] < peak["32768/TP1 CP4"]
+    assert rec["cp_exposed_seconds"]["32768/TP1 CP4"] == 0.0  # 8k tokens per rank: the ring hides
 
 
 @pytest.mark.slow

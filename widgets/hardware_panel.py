@@ -1,4 +1,4 @@
-"""HardwarePanel: the GPU from the catalog, GPUs per node, nodes, bandwidths and host memory."""
+"""HardwarePanel: the GPU from the catalog, GPUs per node, nodes, bandwidths, host memory and CPU cores."""
 from __future__ import annotations
 
 import html
@@ -16,6 +16,8 @@ _FIELDS = (
     ("inter_node_gb_per_s", "inter-node GB/s per GPU", "float"),
     ("host_memory_gib_per_node", "host memory GiB / node", "float"),
     ("nvme_gib_per_node", "NVMe GiB / node", "float"),
+    ("host_cpu_cores_per_node", "CPU cores / node", "int"),
+    ("cpu_adam_threads", "CPU Adam threads", "threads"),
 )
 
 
@@ -29,7 +31,12 @@ class HardwarePanel(Panel):
         super().__init__(dispatch)
         self.controls = {"gpu": dropdown("GPU", catalog.gpu_names())}
         for name, label, kind in _FIELDS:
-            self.controls[name] = int_text(label, minimum=1) if kind == "int" else float_text(label)
+            if kind == "threads":  # 0 means the launcher's default
+                self.controls[name] = int_text(label, "threads of each rank's CPU Adam with optimizer offload "
+                                                      "(OMP_NUM_THREADS); 0 = CPU cores / GPUs per node, what "
+                                                      "workbench run sets; torchrun alone sets 1", minimum=0)
+            else:
+                self.controls[name] = int_text(label, minimum=1) if kind == "int" else float_text(label)
         for name, w in self.controls.items():
             w.observe(lambda change, name=name: self.send(SetCluster(changes={name: change["new"]})),
                       names="value")

@@ -44,7 +44,9 @@ def table_row(rank: int, r, on_front: bool) -> list:
     """The ranked table's cells for one :class:`workbench.planner.PlanResult`."""
     p = r.plan
     return [str(rank), str(p.engine), str(p.tensor_parallel) + (" SP" if p.sequence_parallel else ""),
-            str(p.pipeline_parallel), str(p.virtual_pipeline), str(p.context_parallel), str(p.data_parallel),
+            str(p.pipeline_parallel), str(p.virtual_pipeline),
+            str(p.context_parallel) + (f" {p.cp_comm_type}" if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p"
+                                       else ""), str(p.data_parallel),
             zero_text(p), offload_text(p), str(p.recompute), f"{p.micro_batch_size}×{p.gradient_accumulation_steps}",
             f"{r.peak_bytes / GIB:.1f}", f"{r.step_seconds:.3f}", f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}",
             "★" if on_front else ""]
@@ -140,7 +142,7 @@ class PlannerView(View):
             self.run_search()
             return
         self._show_current()
-        stale = self._searched_for != (state.model, state.cluster, state.plan.precision)
+        stale = self._searched_for != (state.model, state.cluster, state.plan.precision, state.plan.fp8_recipe)
         self._set_status(stale)
 
     def _set_status(self, stale: bool = False) -> None:
@@ -162,12 +164,12 @@ class PlannerView(View):
         s = self._state
         if s is None:
             return None
-        self._searched_for = (s.model, s.cluster, s.plan.precision)
+        self._searched_for = (s.model, s.cluster, s.plan.precision, s.plan.fp8_recipe)
         try:
             result = search(s.model, s.cluster, global_batch_size=int(self.global_batch.value),
                             headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
                             precision=s.plan.precision, top=SCATTER_PLANS, adam=s.plan.adam,
-                            overlap_comm=s.plan.overlap_comm)
+                            overlap_comm=s.plan.overlap_comm, fp8_recipe=s.plan.fp8_recipe)
         except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
             self.result = None
             self.error.value = error_html(error_message(exc), max_width="900px")

@@ -26,7 +26,7 @@ from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec))
 """Every ``ModelSpec`` field; all are editable in :class:`widgets.model_panel.ModelPanel`."""
 CLUSTER_FIELDS = ("gpu", "gpus_per_node", "num_nodes", "intra_node_gb_per_s", "inter_node_gb_per_s",
-                  "host_memory_gib_per_node", "nvme_gib_per_node")
+                  "host_memory_gib_per_node", "nvme_gib_per_node", "host_cpu_cores_per_node", "cpu_adam_threads")
 """``ClusterSpec`` fields as inputs; ``gpu`` is a catalog name here."""
 PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelPlan) if f.name != "world_size")
 """``ParallelPlan`` fields as inputs; the world size always comes from the cluster."""
@@ -171,7 +171,8 @@ def cluster_inputs_from_spec(spec: ClusterSpec) -> dict:
     return {"gpu": spec.gpu.name, "gpus_per_node": spec.gpus_per_node, "num_nodes": spec.num_nodes,
             "intra_node_gb_per_s": spec.intra_node_gb_per_s, "inter_node_gb_per_s": spec.inter_node_gb_per_s,
             "host_memory_gib_per_node": spec.host_memory_gib_per_node,
-            "nvme_gib_per_node": spec.nvme_gib_per_node}
+            "nvme_gib_per_node": spec.nvme_gib_per_node, "host_cpu_cores_per_node": spec.host_cpu_cores_per_node,
+            "cpu_adam_threads": spec.cpu_adam_threads}
 
 
 def plan_inputs_from_spec(spec: ParallelPlan) -> dict:
@@ -242,7 +243,8 @@ def initial_state(*, preset: str = GUIDE_EXAMPLE["preset"], cluster: Optional[Ma
     """The app's first state (the guide's 13B example by default). Raises ``ValueError`` if it is invalid."""
     model_inputs = model_inputs_of(preset)
     cluster_inputs = {"gpu": "A100-80GB", "gpus_per_node": 8, "num_nodes": 1, "intra_node_gb_per_s": None,
-                      "inter_node_gb_per_s": None, "host_memory_gib_per_node": 1024.0, "nvme_gib_per_node": 0.0}
+                      "inter_node_gb_per_s": None, "host_memory_gib_per_node": 1024.0, "nvme_gib_per_node": 0.0,
+                      "host_cpu_cores_per_node": 112, "cpu_adam_threads": 0}
     cluster_inputs.update(GUIDE_EXAMPLE["cluster"] if cluster is None else cluster)
     plan_defaults = plan_inputs_from_spec(ParallelPlan(world_size=1))
     plan_defaults["global_batch_size"] = None

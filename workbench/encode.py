@@ -22,9 +22,10 @@ import numpy as np
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
-from workbench.params import lora_activation_values_per_token, lora_params_per_layer, model_vocab_size
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, ModelSpec,
-                             Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
+from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
+                              parameter_tensors)
+from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
+                             ModelSpec, Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
 
 FP8_RECIPE_CODES = {"delayed": 0, "tensorwise": 1, "blockwise": 2, "mxfp8": 3}
 """Column codes of :class:`~workbench.specs.Fp8Recipe` (the memory and time models index their per-recipe
@@ -126,6 +127,22 @@ def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
     return model.num_layers * lora_params(model, cols) / total
 
 
+def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
+    """Parameters one rank of the pipeline stage holding the most of them (:func:`workbench.memory.
+    stage_params_per_rank` for the first, a middle and the last stage, with their layers): what that rank's
+    data-parallel reduction, ZeRO gathers and optimizer step move. With p = 1 the one stage holds everything."""
+    from workbench.memory import stage_params_per_rank
+
+    t, p = cols["tp"], cols["pp"]
+    if np.ndim(p) == 0 and p == 1:
+        return float(stage_params_per_rank(model, t, 1, 0, model.num_layers))
+    head = stage_params_per_rank(model, t, p, 0, first)
+    tail = stage_params_per_rank(model, t, p, np.asarray(p) - 1, last)
+    mid = np.where(np.asarray(p) > 2, stage_params_per_rank(model, t, p, 1, middle), 0.0)
+    out = np.maximum(np.maximum(head, tail), mid)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
     """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
     a measured ``profile`` supplies the overhead constants."""
@@ -187,6 +204,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     recompute = cols["recompute"]
     first, middle, last = stage_layer_columns(model.num_layers, cols)
     largest = np.maximum(np.maximum(first, middle), last)
+    stage_params = largest_stage_parameters(model, cols, first, middle, last)
     fraction = _where(np.equal(recompute, RECOMPUTE_CODES[Recompute.FULL]),
                       np.minimum(np.divide(cols["recompute_layers"], largest), 1.0), 0.0)
     if bucket_elements is None:
@@ -205,7 +223,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         # Megatron-LM's fused scale-mask-softmax kernel (--masked-softmax-fusion) is attention='fused-softmax'
         softmax_fusion=int(model.attention is AttentionImpl.FUSED_SOFTMAX),
         attention_dropout=model.attention_dropout,
-        num_parameters=counts.total, parameters_per_layer=counts.per_layer,
+        num_parameters=counts.total, parameters_per_layer=counts.per_layer, stage_parameters=stage_params,
         first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last,
         tensor_parallel=cols["tp"], pipeline_parallel=pp, virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
         cp_comm_type=cols.get("cp_comm", 0), cp_a2a_size=cols.get("cp_a2a", 1),
@@ -227,7 +245,12 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         inter_node_latency_s=net["inter_node_latency_s"], gemm_efficiency_max=curve["gemm_efficiency_max"],
         gemm_half_dim=curve["gemm_half_dim"], memory_passes=curve["memory_passes"],
         hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
+        step_overhead_s=curve.get("step_overhead_s", 0.0),
+        score_hbm_efficiency=curve.get("score_hbm_efficiency", curve["hbm_efficiency"]),
         cpu_adam_params_per_second_per_node=cal["cpu_adam"]["params_per_second_per_node"],
+        cpu_adam_params_per_second_per_thread=cal["cpu_adam"].get("params_per_second_per_thread", np.inf),
+        cpu_adam_threads=cluster.cpu_adam_threads_per_rank,
+        offload_zero3_host_factor=cal["cpu_adam"].get("zero3_host_factor", 0.0),
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
@@ -235,7 +258,12 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
+        zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0),
+        parameter_tensors=parameter_tensors(model) / pp,
+        deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),
+        hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
+                              if model.implementation is Implementation.TRANSFORMERS else 0.0),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
         fp8_layer_fraction=0.0, fp8_peak_flops=1.0, fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,

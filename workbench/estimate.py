@@ -80,7 +80,11 @@ class EvaluatedPlan:
             "plan": {"engine": str(self.plan.engine), "tensor_parallel": self.plan.tensor_parallel,
                      "pipeline_parallel": self.plan.pipeline_parallel,
                      "virtual_pipeline": self.plan.virtual_pipeline,
-                     "context_parallel": self.plan.context_parallel, "data_parallel": self.plan.data_parallel,
+                     "context_parallel": self.plan.context_parallel, "cp_comm_type": str(self.plan.cp_comm_type),
+                     "hierarchical_context_parallel_sizes": (list(self.plan.hierarchical_context_parallel_sizes)
+                                                             if self.plan.hierarchical_context_parallel_sizes
+                                                             else None),
+                     "data_parallel": self.plan.data_parallel,
                      "sequence_parallel": self.plan.sequence_parallel, "zero_stage": int(self.plan.zero_stage),
                      "offload_optimizer": str(self.plan.offload_optimizer),
                      "offload_params": str(self.plan.offload_params),

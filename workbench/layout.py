@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from workbench.parallel import group_crosses_nodes
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
 ORDER = ("tp", "cp", "dp", "pp")
@@ -286,8 +287,16 @@ def _warnings(layout: Layout, plan: ParallelPlan, model: Optional[ModelSpec]) ->
     if c > 1 and tp_nodes == 1:
         tc_nodes = layout.max_nodes_spanned("tp-cp")
         if tc_nodes > 1:
+            kind = str(plan.cp_comm_type)
+            what = {"a2a": "all-to-all of Q, K, V and O", "all_gather": "K/V all-gather",
+                    "a2a+p2p": "K/V ring between all-to-all groups"}.get(kind, "K/V ring")
             out.append(f"a tensor×context-parallel group (tp={t} × cp={c} = {t * c} ranks) spans {tc_nodes} nodes: "
-                       f"the context-parallel K/V ring crosses the inter-node network")
+                       f"the context-parallel {what} crosses the inter-node network")
+        a2a = plan.cp_a2a_size
+        if a2a > 1 and bool(group_crosses_nodes(t, a2a, n)):
+            out.append(f"the context-parallel all-to-all group (stride tp={t}, {a2a} ranks) crosses nodes: every "
+                       f"layer's all-to-all goes over the inter-node network; keep tp × a2a <= gpus_per_node "
+                       f"(a2a+p2p keeps the all-to-all inside a node and puts the ring across nodes)")
     if model is not None:
         p, v = plan.pipeline_parallel, plan.virtual_pipeline
         try:

@@ -335,6 +335,23 @@ def frozen_weight_bytes(n_frozen, *, zero_stage, data_parallel, param_bytes):
     return param_bytes * n_frozen / np.where(zero_stage >= 3, data_parallel, 1)
 
 
+def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, zero_stage, lora):
+    """``(activations, buffers, late)`` at the backward peak of a LoRA rank under DeepSpeed ZeRO-1/2 (``late``:
+    where this applies; elsewhere the caller's sum stands). ``held``: the activations kept through backward,
+    ``output``: the loss transient, ``layer_transient``: the last layer's backward working set.
+
+    ZeRO-1/2 allocate their reduce buckets in ``setup_buckets`` when the first gradient hook fires
+    (``stage_1_and_2.py`` ``process_gradients``). With LoRA the output layer and every base weight are frozen, so
+    no hook fires during the loss backward: the first is an adapter of the last layer, after the logits' fp32
+    gradients are freed. The peak is then the larger of ``held + output`` without the buckets and
+    ``held + layer_transient + buffers``. No constant: it follows from that order (H200, fit split: the Llama LoRA
+    run was over-estimated by 31 % with the loss and the buckets counted at once)."""
+    late = lora & (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2) & last
+    loss_wins = held + output > held + layer_transient + buffers
+    acts = np.where(loss_wins, held + output, held + layer_transient)
+    return acts, np.where(loss_wins, 0.0, buffers), late
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -354,6 +371,14 @@ def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatc
 # ================================================================================================================
 # Activations (Korthikanti et al. 2022, generalised)
 # ================================================================================================================
+def hf_softmax_in_model_dtype(m: ModelSpec) -> bool:
+    """Whether a transformers model's eager attention computes its softmax in the model dtype: GPT-2
+    (``models/gpt2/modeling_gpt2.py`` ``eager_attention_forward``: ``softmax(attn_weights)`` then ``.type(value
+    .dtype)``), the one supported family with a learned position table; every other supported family calls
+    ``softmax(..., dtype=torch.float32).to(query.dtype)`` (transformers 5.x)."""
+    return m.implementation is Implementation.TRANSFORMERS and m.position_embedding == "learned"
+
+
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
                            dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE):
@@ -407,7 +432,9 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
         # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
         # (unfused casts its fp32 softmax down; fused-softmax's output is that tensor already)
-        fused = m.attention is AttentionImpl.FUSED_SOFTMAX
+        # transformers' GPT-2 eager attention takes the softmax in the model dtype (the other families up-cast to
+        # fp32 first): like fused-softmax, one 16-bit tensor that probs x V keeps too
+        fused = m.attention is AttentionImpl.FUSED_SOFTMAX or hf_softmax_in_model_dtype(m)
         kept_softmax = v if fused else softmax_bytes
         if m.attention_dropout > 0:
             per_score = kept_softmax + dropout_mask_bytes + v
@@ -452,6 +479,9 @@ def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequ
     if m.attention is AttentionImpl.FUSED_SOFTMAX:
         kept = v + ((dropout_mask_bytes + v) if m.attention_dropout > 0 else 0)
         return pre_core, (kept + v) * scores
+    if hf_softmax_in_model_dtype(m):
+        # the same four tensors as the fp32 softmax's backward, each in the model dtype
+        return pre_core, UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE / 4 * v * scores
     return pre_core, UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE * scores
 
 
@@ -534,7 +564,8 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     * DeepSpeed ZeRO-3 (``stage3.py``): the contiguous-gradient bucket (reduce_bucket_size) plus live gathered
       parameters — the largest module and the prefetch bucket — and that module's full gradient before it is
       reduce-scattered (DeepSpeed's estimator counts 4 bytes × largest layer).
-    * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t.
+    * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t
+      (transformers' eager attention has no such buffer).
     """
     is_ds = engine != ENGINE_CODES[Engine.MEGATRON]
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
@@ -545,7 +576,7 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
            + value_bytes * largest)
     zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
-    if m.attention.materialises_scores:
+    if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
         s = m.seq_length / context_parallel
         scores = value_bytes * m.num_attention_heads * s * m.seq_length * micro_batch / tensor_parallel
     else:
@@ -690,12 +721,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
     buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
     logits_phase = np.where(last, output - buckets, output)
-    transient = np.where(recompute >= 2, full_layer + output,
+    # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
+    # layer's backward end before the last layer is recomputed, so the two transients do not overlap
+    recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
+                            else full_layer + output)
+    transient = np.where(recompute >= 2, recomputed_transient,
                          np.where(recompute == 1, np.maximum(output, full_layer) + core,
                                   np.maximum(logits_phase, full_layer)))
-    if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
-        # megatron-core with an s×s core: the peak is either the logits (on the last stage) or the first
-        # back-propagated layer's attention core — its saved tensors before the core plus the core's working set
+    if m.attention.materialises_scores:
+        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
+        # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
         # (:func:`attention_backward_bytes`), in place of what that layer kept (a recomputed layer kept only its
         # input, which stays counted)
         pre_core, working = attention_backward_bytes(m, value_bytes=value_bytes, **kw)
@@ -708,6 +743,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                              value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
                              0.0)
         transient = np.maximum(logits_phase, pre_core + working - last_kept + tied_grad)
+    held = activations
     activations = activations + transient
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
@@ -717,18 +753,21 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
     buffers = buffers + fp8_scaling_state_bytes(m, fp8_layers=fp8_layers, recipe=fp8_recipe)
-    # DeepSpeed ZeRO-1/2's reduce buckets exist only between the first gradient hook and the end of backward: not
-    # during the optimizer step, and not at the loss/logits at the very start of backward
-    backward_peak = weights + grads_bwd + optimizer + activations + buffers
+    late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer, buffers, last=last,
+                                                      engine=engine, zero_stage=zero_stage,
+                                                      lora=lora_params_per_layer > 0)
+    activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
+    backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
+    buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
     grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)
     allocated = np.maximum(step_total, backward_peak)
     overhead = overhead_bytes(allocated, world, engine=engine, **(overheads or {}))  # overheads: a profile's
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
-                buffers=np.where(step_peak, buffers - buckets, buffers), overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
+                buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
                 backward_activations=activations)
 
 

@@ -88,7 +88,11 @@ def parallel_facts(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -
         stride, size = shape(t, c, d, p)
         sizes[kind] = size
         crosses[kind] = bool(group_crosses_nodes(stride, size, n))
-    stages = M.stage_params_per_rank(model, t, p, np.arange(p))
+    try:  # each stage's own layers (an uneven split); a plan that splits no whole layers: the even share
+        layers = np.asarray(plan.stage_layers(model.num_layers), dtype=float)
+    except ValueError:
+        layers = None
+    stages = M.stage_params_per_rank(model, t, p, np.arange(p), layers)
     return ParallelFacts(world_size=plan.world_size, gpus_per_node=n, num_nodes=cluster.num_nodes,
                          group_sizes=sizes, crosses_nodes=crosses,
                          parameters_per_rank=tuple(float(x) for x in np.broadcast_to(stages, (p,))),

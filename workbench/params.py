@@ -53,6 +53,23 @@ def shared_expert_params(m: ModelSpec) -> int:
             + m.hidden_size)
 
 
+def parameter_tensors(m: ModelSpec) -> int:
+    """Parameter tensors of the whole model (what per-tensor work — DeepSpeed's gradient hooks and per-tensor norms
+    — loops over): per layer the four linears' weights (an MoE layer: the router and two per expert), their biases
+    when ``add_bias_linear`` (the QKV bias alone when ``qkv_bias``), two norms (LayerNorm: weight and bias; +2 with
+    ``sandwich_norm``, +2 for ``qk_norm``); the word and learned position embeddings, the final norm and the untied
+    output layer."""
+    norm = 2 if m.normalization is Normalization.LAYERNORM else 1
+    linears = 2 + (1 + 2 * m.num_experts if m.is_moe else 2)
+    per_layer = (linears * (2 if m.add_bias_linear else 1) - (1 if m.is_moe and m.add_bias_linear else 0)
+                 + (1 if m.qkv_bias and not m.add_bias_linear else 0)
+                 + norm * (2 + (2 if m.sandwich_norm else 0) + (2 if m.qk_norm else 0)))
+    from workbench.specs import Positions
+
+    extra = 1 + (1 if m.position_embedding is Positions.LEARNED else 0) + norm + (0 if m.tied_embeddings else 1)
+    return m.num_layers * per_layer + extra
+
+
 def embedding_params(m: ModelSpec, vocab_size: int | None = None) -> int:
     """Word embedding V·h plus the learned absolute position table (max_position_embeddings, else s, rows of h)."""
     vocab = m.vocab_size if vocab_size is None else vocab_size

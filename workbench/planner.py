@@ -592,9 +592,23 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         alt = _result_at(table, ev, int(order[np.argmax(other)]), model, cluster, gbs, precision, lora, stack)
         explanation += "\n" + explain(ranked[0], alt, model=model, cluster=cluster, label="Best other layout",
                                        head=False)
+    explanation += _long_context_note(model, cluster, ranked[0].plan, profile)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
                       pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
                       elapsed_seconds=_time.perf_counter() - start, profile=profile_record)
+
+
+def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None) -> str:
+    """At long context, the winner's GPUs used the other way (context instead of tensor parallel, or the reverse),
+    priced by :func:`workbench.advisor.context_parallel_choice`: a line for the explanation, '' when not relevant."""
+    from workbench.advisor import context_parallel_choice
+    from workbench.estimate import estimate
+
+    if model.seq_length < 16384 or plan.tensor_parallel * plan.context_parallel == 1:
+        return ""
+    found = context_parallel_choice(model, cluster, plan, estimate(model, cluster, plan, profile, checks=False),
+                                    profile)
+    return "" if found is None else "\nLong context: " + found.message
 
 
 def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float, band: bool = True) -> tuple:
@@ -672,6 +686,12 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
         tries.append("allow a DeepSpeed engine with ZeRO-3 and CPU offload")
     elif not (plan.zero_stage == ZeroStage.PARAMETERS and plan.offload_params is not Offload.NONE):
         tries.append("ZeRO-3 with CPU offload")
+    if model.attention.materialises_scores and model.seq_length >= 16384:
+        from workbench.advisor import score_matrix_bytes
+
+        tries.insert(0, f"attention='flash' (its {model.attention} attention keeps "
+                        f"{score_matrix_bytes(model, plan) / GiB:.1f} GiB of s×s scores per layer here; flash "
+                        f"attention keeps none and is what context parallelism needs)")
     tries += ["more GPUs", "a shorter sequence" if model.seq_length > 512 else "a smaller model"]
     return (f"no plan fits: the smallest plan needs {ev['peak_bytes'][i] / GiB:.1f} GiB per GPU "
             f"({describe_plan(plan)}); the {gpu.name} has {cap / GiB:.1f} GiB ({(1 - headroom) * cap / GiB:.1f} GiB "

@@ -591,6 +591,13 @@ class ClusterSpec:
     """CPU memory per node, GiB (bounds ZeRO-Offload)."""
     nvme_gib_per_node: float = 0.0
     """Local NVMe capacity per node for ZeRO-Infinity, GiB (0: none)."""
+    host_cpu_cores_per_node: int = 112
+    """CPU cores per node (default: an 8-GPU DGX H100/H200 node's two 56-core Xeon 8480C, NVIDIA DGX H100 datasheet).
+    With optimizer offload, each rank's CPU Adam shares them."""
+    cpu_adam_threads: int = 0
+    """Threads each rank's CPU optimizer runs on (``OMP_NUM_THREADS`` of the rank; optimizer offload only).
+    0: the node's cores shared by its GPUs, ``host_cpu_cores_per_node // gpus_per_node``, which ``workbench run``
+    sets; ``torchrun`` alone sets 1, about 3x slower."""
 
     def __post_init__(self) -> None:
         if isinstance(self.gpu, str):
@@ -600,7 +607,9 @@ class ClusterSpec:
         if not isinstance(self.gpu, GPUSpec):
             raise ValueError(f"gpu={self.gpu!r} must be a GPU name such as 'H100-SXM' or a GPUSpec "
                              f"(got {type(self.gpu).__name__})")
-        _positive_int(self, "gpus_per_node", "num_nodes")
+        _positive_int(self, "gpus_per_node", "num_nodes", "host_cpu_cores_per_node")
+        _set(self, "cpu_adam_threads", check_int("cpu_adam_threads", self.cpu_adam_threads, minimum=0,
+                                                 maximum=4096))
         if self.intra_node_gb_per_s is None:
             _set(self, "intra_node_gb_per_s", float(self.gpu.intra_node_gb_per_s))
         if self.inter_node_gb_per_s is None:
@@ -616,6 +625,11 @@ class ClusterSpec:
     @property
     def world_size(self) -> int:
         return self.gpus_per_node * self.num_nodes
+
+    @property
+    def cpu_adam_threads_per_rank(self) -> int:
+        """Threads of each rank's CPU optimizer: ``cpu_adam_threads``, or the node's cores shared by its GPUs."""
+        return self.cpu_adam_threads or max(1, self.host_cpu_cores_per_node // self.gpus_per_node)
 
     def replace(self, **changes) -> "ClusterSpec":
         return dataclasses.replace(self, **changes)
@@ -786,8 +800,9 @@ class ParallelPlan:
             return
         if self.engine is not Engine.MEGATRON:
             raise ValueError(f"precision='fp8' is modelled as Megatron-LM trains it with Transformer Engine (engine="
-                             f"'megatron'); got engine='{self.engine}' (DeepSpeed has no FP8 training recipe of its "
-                             f"own: its engines run the model's modules in bf16/fp16)")
+                             f"'megatron'); got engine='{self.engine}' (DeepSpeed has no FP8 training mode of its own; "
+                             f"FP8 under DeepSpeed comes from the model's layers — Transformer Engine through Hugging "
+                             f"Face Accelerate, or MS-AMP — and is not modelled)")
         if self.fp8_param_gather and not self.distributed_optimizer:
             raise ValueError("fp8_param_gather=True needs distributed_optimizer=True (Megatron-LM: '--fp8-param-gather "
                              "only supported with distributed optimizer')")

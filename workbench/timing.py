@@ -298,6 +298,9 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    hf_recompute_layer_s: object = 0.0
+    """transformers' gradient checkpointing: fixed seconds per recomputed decoder layer on top of its forward
+    kernels (catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
     cp_comm_type: object = 0
     """Context-parallel exchange (:data:`CP_COMM_CODES`: 0 p2p ring, 1 a2a, 2 all_gather, 3 a2a+p2p)."""
     cp_a2a_size: object = 1
@@ -333,6 +336,33 @@ class StepInputs:
     """Transformer layers on each middle stage (``None``: num_layers / p)."""
     last_stage_layers: object = None
     """Transformer layers on the last stage (``None``: num_layers / p)."""
+    stage_parameters: object = None
+    """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
+    layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
+    reduction, ZeRO gathers and optimizer step move. ``None``: num_parameters / (t·p)."""
+    step_overhead_s: object = 0.0
+    """Fixed seconds per optimizer step outside the layers (the engine's step bookkeeping, the launches of the
+    gradient-norm, clipping and optimizer kernels); fitted per GPU generation with ``layer_pass_overhead_s``."""
+    cpu_adam_threads: object = 1.0
+    """Threads of each rank's CPU optimizer (optimizer offload; ``OMP_NUM_THREADS``)."""
+    cpu_adam_params_per_second_per_thread: object = np.inf
+    """CPU Adam parameters per second on one thread (optimizer offload); the node's memory bandwidth caps the sum
+    (``cpu_adam_params_per_second_per_node``)."""
+    offload_zero3_host_factor: object = 0.0
+    """ZeRO-3 with optimizer offload: host work per parameter beyond ZeRO-2's, as a fraction of the CPU Adam step
+    (stage3.py runs the gradient norm, the unscale/clip pass and the fp32 → 16-bit copy-back over the host copies)."""
+    parameter_tensors: object = 0.0
+    """Parameter tensors one rank of the largest stage holds (:func:`workbench.params.parameter_tensors` ÷ p)."""
+    deepspeed_tensor_seconds: object = 0.0
+    """DeepSpeed: seconds per parameter tensor per optimizer step (its per-tensor gradient hooks, norms and
+    bookkeeping in Python; 0 for Megatron, whose buffers are flat)."""
+    score_hbm_efficiency: object = 0.8
+    """Fraction of the datasheet HBM bandwidth the materialised-score kernels (softmax, mask, dropout, casts over
+    the b·a·s·s scores) reach; fitted per GPU generation (the curve's ``score_hbm_efficiency``, else its
+    ``hbm_efficiency``)."""
+    zero3_hook_overlap: object = 1.0
+    """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
+    host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -381,6 +411,14 @@ def _shape(x: StepInputs) -> dict:
                 fc1_width=x.ffn_hidden_size * (1 + x.gated))
 
 
+def stage_parameters(x: StepInputs):
+    """Parameters one rank of the largest pipeline stage holds: ``stage_parameters`` when the encoder gave it (the
+    exact per-stage count), else the average num_parameters / (t·p)."""
+    if x.stage_parameters is None:
+        return x.num_parameters / (x.tensor_parallel * x.pipeline_parallel)
+    return x.stage_parameters
+
+
 def compute_terms(x: StepInputs) -> dict:
     """``compute`` and ``recompute`` seconds per step on the slowest (last) stage, with the pieces they are made
     of: one layer's forward and backward, the core-attention time, the logits GEMM and the loss."""
@@ -410,8 +448,9 @@ def compute_terms(x: StepInputs) -> dict:
     score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,
                                                      softmax_fusion=x.softmax_fusion,
                                                      attention_dropout=x.attention_dropout)
-    t_score_fwd = score_elements * score_fwd_b / hbm
-    t_score_bwd = score_elements * score_bwd_b / hbm
+    score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency
+    t_score_fwd = score_elements * score_fwd_b / score_hbm
+    t_score_bwd = score_elements * score_bwd_b / score_hbm
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
     # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
     # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`)
@@ -443,7 +482,8 @@ def compute_terms(x: StepInputs) -> dict:
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
     # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
-    recompute_layer = g["full"] * x.recompute_fraction * layer_fwd + g["selective"] * (t_core + t_score_fwd)
+    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + x.hf_recompute_layer_s)
+                       + g["selective"] * (t_core + t_score_fwd))
     # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
     # of its layers; with an uneven split (stage_layers) another stage may hold more layers and be slower
     last_layers, other_layers = stage_layers(x)
@@ -530,7 +570,10 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     act_bytes = tokens * h * x.bytes_per_value
     allreduce = collective_seconds(act_bytes, t, kind="all_reduce", **tp)
     # with sequence parallel each all-reduce becomes an all-gather + a reduce-scatter: same bytes, twice the calls
-    sp_pair = (collective_seconds(act_bytes, t, kind="all_gather", **tp)
+    # FP8 layers gather their norm's output already quantized (Transformer Engine's LayerNormLinear casts before the
+    # sequence-parallel all-gather): a bytes instead of v per value; the reduce-scatters stay in bf16
+    fp8_gather = 1.0 - x.fp8_layer_fraction * (1.0 - x.fp8_activation_bytes / x.bytes_per_value)
+    sp_pair = (collective_seconds(act_bytes * fp8_gather, t, kind="all_gather", **tp)
                + collective_seconds(act_bytes, t, kind="reduce_scatter", **tp))
     per_collective = np.where(sp, sp_pair, allreduce)
     # FP8 delayed scaling: the amaxes of the stage's FP8 tensors are all-reduced over its TP×CP×DP ranks after the
@@ -563,7 +606,7 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # data parallel: gradient reduction and ZeRO gathers
     zero = x.zero_stage
     coll = functools.partial(collective_seconds, gb_per_s=out["dp_gb_per_s"], latency_s=out["dp_latency_s"])
-    local_params = x.num_parameters / (t * p)
+    local_params = stage_parameters(x)  # the largest stage's parameters on one rank
     trainable_params = local_params * x.trainable_fraction  # what has gradients and optimizer states
     grad_bytes = trainable_params * x.grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
     bucket_bytes = np.minimum(x.grad_bucket_elements * x.grad_reduce_bytes_per_value, grad_bytes)
@@ -592,20 +635,29 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     dp_zero3 = (m * (exposed_seconds(ag_all, forward_mb, overlap_comm) + exposed_seconds(ag_all + rs, backward_mb,
                                                                                           overlap_comm))
                 + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
-    # ZeRO-3 per-module work (DeepSpeed stage 3 hooks, deepspeed/runtime/zero/parameter_offload.py and stage3.py):
-    # every submodule holding partitioned parameters is fetched (all-gather, then released) before each forward,
-    # each backward and each recomputed forward, and its gradients are reduced and partitioned once per backward;
-    # each call costs a hook latency, plus a collective call when the group has more than one rank (on one GPU the
-    # collectives are skipped, the hooks and copies remain). Per pass: layers × modules_per_layer + the embedding.
+    # ZeRO-3 per-module work (DeepSpeed stage 3: deepspeed/runtime/zero/parameter_offload.py hooks,
+    # partitioned_param_coordinator.py fetch/release, stage3.py gradient reduce-and-partition): every submodule
+    # holding partitioned parameters is fetched (all-gather into a full buffer, released after use) before each
+    # forward, each backward and each recomputed forward, and its gradients are reduced and copied into the fp32
+    # partition once per backward. On one rank the collectives are copies, the hooks and copies remain.
+    # - HBM bytes (GPU), counted: each fetch reads the 16-bit partition and writes the gathered parameter (2v per
+    #   parameter); each backward's reduce flattens the gradients into the bucket (2v), averages them in place
+    #   (2v) and copies the partition into the fp32 gradient (v + 4): 5v + 4 per trainable parameter;
+    # - host work (CPU): each hook call costs zero3_fetch_latency_s / zero3_reduce_latency_s, plus
+    #   zero3_collective_call_s when the group has more than one rank. The host runs ahead of the GPU, so only the
+    #   hook time beyond the stage's forward/backward kernels (times zero3_hook_overlap) reaches the step.
     modules_pass = layers * x.zero3_modules_per_layer + 1
     fetches = modules_pass * (2 + full_rc)
     multi = (grad_group > 1).astype(float)
-    zero3_calls = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
-                       + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
-    # ... and the bytes those hooks move through HBM per local parameter and pass, so the cost follows the model's
-    # size and not only its count of modules
-    zero3_calls = zero3_calls + (m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
-                                 / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
+    hook_seconds = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
+                        + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
+    kernel_seconds = m * (comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
+                          + comp["recompute_microbatch_seconds"])
+    zero3_calls = np.maximum(0.0, hook_seconds - x.zero3_hook_overlap * kernel_seconds)
+    v = x.bytes_per_value
+    zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
+    zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
+                                 ) / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency)
     out["dp_comm"] = np.where(zero == 3, dp_zero3 + zero3_calls,
                               np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
     return out
@@ -672,20 +724,30 @@ def optimizer_terms(x: StepInputs) -> dict:
     """``offload`` (ZeRO-Offload PCIe traffic and the CPU Adam step) and ``optimizer`` (the GPU optimizer step)
     seconds per step, over the parameter shard one rank updates."""
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
-    local_params = x.num_parameters / (t * p)
+    local_params = stage_parameters(x)
     sharded = (x.zero_stage >= 1) | (x.distributed_optimizer > 0)
     shard = local_params * x.trainable_fraction / np.where(sharded, d * c, 1)  # what has optimizer states
     off_opt = x.offload_optimizer > 0
     off_par = x.offload_params > 0
     host_bps = x.host_link_gb_per_s * 1e9
-    cpu_rate = x.cpu_adam_params_per_second_per_node / x.gpus_per_node
-    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard / cpu_rate, 0.0)
+    # CPU Adam (DeepSpeedCPUAdam, OpenMP over the rank's OMP_NUM_THREADS): each thread updates
+    # cpu_adam_params_per_second_per_thread, until the ranks of a node together reach what its memory bandwidth
+    # allows (cpu_adam_params_per_second_per_node); ZeRO-3 adds host passes over the same partition
+    ranks_per_node = np.minimum(t * p * c * d, x.gpus_per_node)
+    cpu_rate = np.minimum(x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread,
+                          x.cpu_adam_params_per_second_per_node / ranks_per_node)
+    host_passes = 1 + (x.zero_stage == 3) * x.offload_zero3_host_factor
+    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard * host_passes / cpu_rate,
+                             0.0)
     offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
     hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency
     optimizer = np.where(off_opt, 0.0, shard * (x.optimizer_bytes_per_parameter
                                                 + x.deepspeed_step_bytes_per_parameter) / hbm)
+    # + the step's fixed cost (kernel launches and bookkeeping that do not grow with the parameter count) and
+    # DeepSpeed's per-tensor work
+    optimizer = optimizer + x.step_overhead_s + x.parameter_tensors * x.deepspeed_tensor_seconds
     return {"offload": offload_opt_s + offload_par_s, "optimizer": optimizer}
 
 
@@ -730,8 +792,11 @@ def _flops(x: StepInputs, comp: dict) -> dict:
     fc1_width = f * (1 + x.gated)
     weight_flops = 2 * tokens * (h * (q + 2 * kv) + q * h + x.experts_per_token * h * (fc1_width + f)) / t
     t_weights_fwd = comp["layer_weight_gemm_seconds"]
+    # relative to the peak the layer GEMMs run at (FP8 layers: the FP8 peak)
+    fp8 = x.fp8_layer_fraction
+    gemm_peak = np.where(fp8 > 0, (1 - fp8) * x.peak_flops + fp8 * x.fp8_peak_flops, x.peak_flops)
     return {"model_flops": model_f, "hardware_flops": model_f + extra_f,
-            "gemm_efficiency": weight_flops / (t_weights_fwd * x.peak_flops)}
+            "gemm_efficiency": weight_flops / (t_weights_fwd * gemm_peak)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -780,7 +845,7 @@ class TimeEstimate:
     breakdown: dict
     """term → exposed seconds per step (keys of :data:`TERMS`); they sum to ``step_seconds``."""
     gemm_efficiency: float
-    """FLOP-weighted fraction of peak the layer GEMMs reach on this plan's shapes."""
+    """FLOP-weighted fraction of peak the layer GEMMs reach on this plan's shapes (FP8 layers: of the FP8 peak)."""
     calibration_source: str = ""
     layer_forward_seconds: float = 0.0
     """One transformer layer's forward for one micro-batch on one GPU (kernels + per-pass overhead)."""

@@ -230,6 +230,8 @@ class HardwareProfile:
             measured = min(1.0, self.device_memory_gb_per_s / gpu.hbm_gb_per_s)
             curve = efficiency_curve(gpu.name)["hbm_efficiency"]
             out["hbm_efficiency"] = min(measured, curve)
+            score = efficiency_curve(gpu.name).get("score_hbm_efficiency", curve)
+            out["score_hbm_efficiency"] = min(measured, score)
             notes.append("memory bandwidth measured" if measured < curve else
                          f"memory bandwidth: measured copy rate {measured:.0%} of datasheet bounds the kernels' "
                          f"{curve:.0%} from above")
@@ -250,6 +252,9 @@ class HardwareProfile:
             out["host_link_gb_per_s"] = self.device_memory_gb_per_s / 2
         if self.cpu_adam.get("params_per_second"):
             out["cpu_adam_params_per_second_per_node"] = self.cpu_adam["params_per_second"]
+            if self.cpu_adam.get("threads"):  # measured on that many threads: the rate of one
+                out["cpu_adam_params_per_second_per_thread"] = (self.cpu_adam["params_per_second"]
+                                                                / self.cpu_adam["threads"])
             notes.append(f"CPU Adam measured ({self.cpu_adam.get('implementation', 'torch')})")
         return out, notes
 

@@ -108,6 +108,10 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = Tr
     c.add_argument("--intra-gbps", type=float, help="per-GPU intra-node bandwidth, GB/s (default: catalog)")
     c.add_argument("--inter-gbps", type=float, help="per-GPU inter-node bandwidth, GB/s (default: catalog)")
     c.add_argument("--host-mem-gib", type=float, help="host memory per node, GiB")
+    c.add_argument("--host-cores", type=int, help="CPU cores per node (default 112); CPU Adam shares them")
+    c.add_argument("--cpu-adam-threads", type=int,
+                   help="OMP_NUM_THREADS of each rank, the threads of DeepSpeed's CPU Adam with optimizer offload "
+                        "(default: host cores / GPUs per node, what `workbench run` sets; torchrun alone sets 1)")
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -218,6 +222,10 @@ def cluster_from_args(args) -> ClusterSpec:
         kwargs["inter_node_gb_per_s"] = args.inter_gbps
     if args.host_mem_gib is not None:
         kwargs["host_memory_gib_per_node"] = args.host_mem_gib
+    if getattr(args, "host_cores", None) is not None:
+        kwargs["host_cpu_cores_per_node"] = args.host_cores
+    if getattr(args, "cpu_adam_threads", None) is not None:
+        kwargs["cpu_adam_threads"] = args.cpu_adam_threads
     return ClusterSpec(**kwargs)
 
 

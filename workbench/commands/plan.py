@@ -44,10 +44,17 @@ def _offload(p) -> str:
     return "+".join(parts) or "-"
 
 
+def _cp(p) -> str:
+    """CP size, with the exchange when it is not the ring: ``4a`` all-to-all, ``4g`` all-gather, ``4h`` a2a+p2p."""
+    kind = str(p.cp_comm_type)
+    return f"{p.context_parallel}" + ({"a2a": "a", "all_gather": "g", "a2a+p2p": "h"}.get(kind, "")
+                                      if p.context_parallel > 1 else "")
+
+
 def _row(i, r) -> str:
     p = r.plan
     return (f"{i:>3} {str(p.engine):<18} {p.tensor_parallel:>3} {p.pipeline_parallel:>3} {p.virtual_pipeline:>2} "
-            f"{p.context_parallel:>3} {p.data_parallel:>6} {'y' if p.sequence_parallel else '-':>2} "
+            f"{_cp(p):>3} {p.data_parallel:>6} {'y' if p.sequence_parallel else '-':>2} "
             f"{(('do' if p.distributed_optimizer else '-') if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
             f"{_offload(p):>6} "
             f"{str(p.recompute):<9} {p.micro_batch_size:>4} {p.gradient_accumulation_steps:>5} "
@@ -86,6 +93,9 @@ def render(result) -> str:
             f"(--json lists all)" if len(shown) < len(result.pareto) else "")
     lines += ["", f"Pareto front (tokens/s vs memory headroom){more}", _HEADER]
     lines += [_row(i + 1, result.pareto[i]) for i in shown]
+    if any(_cp(r.plan)[-1].isalpha() for r in (*result.ranked, *result.pareto)):
+        lines += ["", "CP: the ring (p2p) unless marked a (all-to-all, --cp-comm-type a2a), g (all_gather), "
+                      "h (a2a+p2p)"]
     lines += ["", result.explanation]
     return "\n".join(lines)
 

@@ -66,6 +66,10 @@ def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         raise ValueError(f"nproc({nproc}) * num_nodes({cluster.num_nodes}) = {nproc * cluster.num_nodes} != "
                          f"plan world_size={plan.world_size}")
     check_pipeline_engine(plan)
+    if plan.precision.is_fp8:
+        raise ValueError("precision=fp8 trains with Transformer Engine's FP8 layers on an FP8 GPU; the launcher builds "
+                         "megatron-core's local layer spec (bf16/fp16/fp32): export the Megatron-LM command "
+                         "(`workbench export megatron ... --precision fp8`) to train in FP8")
     if not on_gpu and plan.precision is Precision.FP16:
         raise ValueError("precision=fp16 on the CPU: DeepSpeed refuses fp16 on CPUs without AVX-512 FP16; use bf16 "
                          "or fp32")
