@@ -543,9 +543,8 @@ def reduce_bucket_bytes(*, zero_stage, value_bytes, overlap_comm=1, reduce_bucke
                         engine=None):
     """DeepSpeed ZeRO-1/2's contiguous reduce buckets (``stage_1_and_2.py`` ``setup_buckets``): one of
     ``reduce_bucket_size`` 16-bit elements, two with ``overlap_comm``; 0 for ZeRO-0/3 and for the Megatron engine.
-    They are allocated at the first gradient hook of each backward and released at its end
-    (``_release_ipg_buffers``): alive from the output layer's weight gradient on, not at the loss and logits
-    (the start of backward) and not at the optimizer step."""
+    They are allocated at the first gradient hook of each backward (``process_gradients``) and released at its end
+    (``independent_gradient_partition_epilogue`` → ``_release_ipg_buffers``): not alive at the optimizer step."""
     buckets = np.where((zero_stage >= 1) & (zero_stage < 3), (1 + overlap_comm) * reduce_bucket_elements * value_bytes,
                        0)
     if engine is not None:
@@ -716,11 +715,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
     # already the transient's first copy
     core = full_layer - fp8_delta - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw)[0]
-    # DeepSpeed ZeRO-1/2's reduce buckets (in ``buffers``) exist only from the first gradient hook to the end of
-    # backward: not yet at the loss and logits, the very start of backward, nor at the optimizer step
+    # DeepSpeed ZeRO-1/2's reduce buckets (in ``buffers``) are released at the end of each backward, so the
+    # optimizer step runs without them. (At the loss, before the first gradient hook, they should not exist yet
+    # either, but the transformers runs of the fit split hold as much at that moment: not subtracted.)
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
     buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
-    logits_phase = np.where(last, output - buckets, output)
+    logits_phase = output
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
     recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
