@@ -373,20 +373,26 @@ def context_parallel_choice(model: ModelSpec, cluster: ClusterSpec, plan: Parall
     """At long context, the same GPUs used the other way — context parallel instead of tensor parallel or the
     reverse — priced with the models: activations per GPU and step time of both, so the choice is explained with
     numbers ("at 131,072 tokens CP=8 keeps 18 GiB of activations per GPU; TP=8 alone would need 19 GiB ..."). The
-    alternative moves all of CP into TP (with sequence parallel) or all of TP into CP (ring exchange); ``None``
-    when the sequence is short, attention is not flash, the engine is not Megatron or the swap is not a valid plan."""
+    alternative moves all of CP into TP (with sequence parallel) — or, where the heads do not split that far, gives
+    CP's ranks to data parallel — or all of TP into CP (ring exchange); ``None`` when the sequence is short,
+    attention is not flash, the engine is not Megatron or no swap is a valid plan."""
     t, c, s = plan.tensor_parallel, plan.context_parallel, model.seq_length
     if (s < LONG_CONTEXT_TOKENS or model.attention.materialises_scores or plan.engine is not Engine.MEGATRON
             or t * c == 1):
         return None
-    if c > 1:
-        other = plan.replace(tensor_parallel=t * c, context_parallel=1, sequence_parallel=True,
-                             cp_comm_type="p2p", hierarchical_context_parallel_sizes=None)
+    if c > 1:  # all of CP into TP; if the heads do not allow it, CP's ranks as data parallel instead
+        no_cp = dict(context_parallel=1, cp_comm_type="p2p", hierarchical_context_parallel_sizes=None)
+        options = [dict(tensor_parallel=t * c, sequence_parallel=True, **no_cp), no_cp]
     else:
-        other = plan.replace(tensor_parallel=1, context_parallel=t, sequence_parallel=False)
-    try:
-        alt = _evaluated(model, cluster, other, profile)
-    except ValueError:
+        options = [dict(tensor_parallel=1, context_parallel=t, sequence_parallel=False)]
+    for changes in options:
+        try:
+            other = plan.replace(**changes)
+            alt = _evaluated(model, cluster, other, profile)
+            break
+        except ValueError:
+            continue
+    else:
         return None
     mine, theirs = record.memory, alt.memory
     a_mine, a_theirs = (m.peak_stage.backward_activation_bytes for m in (mine, theirs))
