@@ -33,6 +33,9 @@ log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
 DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
 """``stage3_prefetch_bucket_size`` default (elements)."""
+DS_SUB_GROUP_ELEMENTS = int(1e9)
+"""``zero_optimization.sub_group_size`` default (elements): ZeRO-3 runs its optimizer one sub-group of the partition
+at a time."""
 DS_NVME_BUFFER_COUNT = 4
 DS_NVME_BUFFER_ELEMENTS = int(1e8)
 """``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
@@ -291,23 +294,38 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     off_opt = offload_optimizer > 0
     off_par = offload_params > 0
     ds_weights = param_bytes * n / w_div
-    # ZeRO-3 reduces each bucket straight into the fp32 gradient partition, which lives through backward;
-    # ZeRO-0/1/2 keep 16-bit gradients and build the fp32 copy only for the optimizer step.
+    # ZeRO-3 reduces each bucket straight into its flat gradient partition, which lives through backward; it is
+    # kept in ``gradient_accumulation_dtype``, which DeepSpeed sets to the model's dtype unless the config's
+    # ``data_types.grad_accum_dtype`` says otherwise (engine.py ``get_data_types``; stage3.py
+    # ``grad_partitions_flat_buffer``): 16-bit for bf16/fp16 training. ZeRO-0/1/2 keep 16-bit gradients and build
+    # the fp32 copy only for the optimizer step.
     zero3_fp32 = (zero_stage >= 3) & mixed & (fp32_grad_partition > 0)
     ds_grads_lp = np.where(zero3_fp32, 0.0, param_bytes * n / g_div)
+    zero3_partition = param_bytes * n / dp
     ds_grads_fp32 = fp32_grad / o_div
     ds_opt = opt_full / o_div
     ds_host = np.where(off_opt, ds_opt + ds_grads_fp32, 0) + np.where(off_par, ds_weights, 0)
     ds_opt_gpu = np.where(off_opt, 0, ds_opt)
     # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced
     ds_grads_gpu = np.where(off_opt, np.where(zero_stage >= 2, 0, ds_grads_lp),
-                            ds_grads_lp + np.where(zero3_fp32, ds_grads_fp32, 0))
+                            ds_grads_lp + np.where(zero3_fp32, zero3_partition, 0))
     ds_weights_gpu = np.where(off_par, 0, ds_weights)
-    # optimizer-step temporaries: ZeRO-1/2 the fp32 gradient partition; ZeRO-0 DeepSpeed's 16-bit optimizer
-    # wrapper flattens and up-casts all gradients (measured 8 bytes/param on H200, ZERO0_STEP_BYTES_PER_PARAM)
-    ds_step = np.where(off_opt | zero3_fp32, 0.0,
-                       np.where(zero_stage >= 1, ds_grads_fp32,
-                                np.where(mixed & (fp32_grad_partition > 0), ZERO0_STEP_BYTES_PER_PARAM * n, 0.0)))
+    # optimizer-step temporaries. ZeRO-1/2 (stage_1_and_2.py ``step``): the 16-bit gradients of the partition are
+    # flattened into a new buffer and that is cast to the fp32 gradient partition, both alive at once (2ψ/N + 4ψ/N);
+    # the reduce buckets are released at the end of backward (``_release_ipg_buffers``, see :func:`stage_terms`).
+    # ZeRO-3 (stage3.py ``_prepare_fp32_grad_for_sub_group``): the same flatten + cast, one sub-group at a time.
+    # ZeRO-0: DeepSpeed's 16-bit optimizer wrapper flattens and up-casts all gradients (measured 8 bytes/param on
+    # H200, ZERO0_STEP_BYTES_PER_PARAM)
+    flat_and_fp32 = np.where(mixed & (fp32_grad_partition > 0), param_bytes + 4.0, 0.0)
+    zero3_step = flat_and_fp32 * np.minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
+    ds_step = np.where(off_opt, 0.0,
+                       np.where(zero3_fp32, zero3_step,
+                                # ZeRO-1 first frees the 16-bit gradients of parameters outside its partition
+                                # (``free_grad_in_param_list(params_not_in_partition)``): 2ψ − 2ψ/N fewer
+                                np.where(zero_stage >= 1, flat_and_fp32 * n / o_div - (ds_grads_lp - param_bytes * n
+                                                                                       / o_div),
+                                         np.where(mixed & (fp32_grad_partition > 0),
+                                                  ZERO0_STEP_BYTES_PER_PARAM * n, 0.0))))
     # torch's foreach Adam under DeepSpeed: ZeRO-1/2 free the 16-bit gradients and their flat copy before calling
     # the optimizer (stage_1_and_2.py ``step``), which covers its 4ψ/N temporary; measured on H200 (hybrid TP=2,
     # ZeRO-1, full recompute: 14.44 GiB at the step, 14.41 without it), so it is not added for DeepSpeed
@@ -434,9 +452,13 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     else:
         f = m.ffn_hidden_size
         mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
-        if m.is_gated and m.implementation is not Implementation.TRANSFORMERS:
-            # megatron-core's glu: silu(x_glu) * (x_linear + glu_linear_offset): the sum is a new tensor the product
-            # keeps beside the activation's output, and the product is fc2's input (transformer/mlp.py, 0.16 and 0.19)
+        if (m.is_gated and m.attention is AttentionImpl.UNFUSED
+                and m.implementation is not Implementation.TRANSFORMERS):
+            # megatron-core's local layer spec without fused kernels (bias_activation_fusion off, the unfused
+            # stack): its glu computes silu(x_glu) * (x_linear + glu_linear_offset); the sum is a new tensor the
+            # product keeps beside the activation's output, and the product is fc2's input (transformer/mlp.py,
+            # 0.16 and 0.19). The fused bias-SwiGLU kernel and Transformer Engine keep only fc1's output and fc2's
+            # input.
             mlp = mlp + 2 * v * s * b * f / t
     if m.attention.materialises_scores:
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
@@ -590,6 +612,19 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
 # ================================================================================================================
 # Buffers and overhead
 # ================================================================================================================
+def reduce_bucket_bytes(*, zero_stage, value_bytes, overlap_comm=1, reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS,
+                        engine=None):
+    """DeepSpeed ZeRO-1/2's contiguous reduce buckets (``stage_1_and_2.py`` ``setup_buckets``): one of
+    ``reduce_bucket_size`` 16-bit elements, two with ``overlap_comm``; 0 for ZeRO-0/3 and for the Megatron engine.
+    They are allocated at the first gradient hook of each backward (``process_gradients``) and released at its end
+    (``independent_gradient_partition_epilogue`` → ``_release_ipg_buffers``): not alive at the optimizer step."""
+    buckets = np.where((zero_stage >= 1) & (zero_stage < 3), (1 + overlap_comm) * reduce_bucket_elements * value_bytes,
+                       0)
+    if engine is not None:
+        buckets = np.where(engine == ENGINE_CODES[Engine.MEGATRON], 0, buckets)
+    return buckets
+
+
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=1,
                  prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
@@ -606,7 +641,8 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     """
     is_ds = engine != ENGINE_CODES[Engine.MEGATRON]
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
-    ds12 = np.where(zero_stage >= 1, (1 + overlap) * reduce_bucket_elements * value_bytes, 0)
+    ds12 = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap,
+                               reduce_bucket_elements=reduce_bucket_elements)
     largest = largest_module_params(m, tensor_parallel)
     ds3 = (reduce_bucket_elements * value_bytes
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
@@ -783,21 +819,34 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # already the transient's first copy
     core = full_layer - fp8_delta - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw,
                                                            **moe_kw)[0]
+    # DeepSpeed ZeRO-1/2's reduce buckets (in ``buffers``) are released at the end of each backward, so the
+    # optimizer step runs without them. (At the loss, before the first gradient hook, they should not exist yet
+    # either, but the transformers runs of the fit split hold as much at that moment: not subtracted.)
+    overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
+    buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
+    logits_phase = output
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
     recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
     transient = np.where(recompute >= 2, recomputed_transient,
-                         np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
+                         np.where(recompute == 1, np.maximum(output, full_layer) + core,
+                                  np.maximum(logits_phase, full_layer)))
     if m.attention.materialises_scores:
-        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the last stage) or the first
-        # back-propagated layer's attention core — its saved tensors before the core plus the core's working set
+        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
+        # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
         # (:func:`attention_backward_bytes`), in place of what that layer kept (a recomputed layer kept only its
         # input, which stays counted)
         pre_core, working = attention_backward_bytes(m, value_bytes=value_bytes, **kw)
         all_recomputed = (recompute >= 2) & (recomputed >= layers)
         last_kept = np.where(all_recomputed, 0.0, np.where(recompute >= 2, full_layer, kept))
-        transient = np.maximum(output, pre_core + working - last_kept)
+        # tied embeddings on one stage: the output layer's 16-bit weight gradient waits in autograd's input buffer
+        # of the shared weight until the embedding's backward adds to it (the weight's gradient hook fires once,
+        # at the end), so it is alive through every layer's backward
+        tied_grad = np.where(m.tied_embeddings & (pipeline_parallel == 1),
+                             value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
+                             0.0)
+        transient = np.maximum(logits_phase, pre_core + working - last_kept + tied_grad)
     held = activations
     activations = activations + transient
 
@@ -819,9 +868,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       lora=lora_params_per_layer > 0)
     activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
-    step_total = weights + grads + step + optimizer + buffers
+    step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
-    buffers = np.where(step_peak, buffers, buffers_bwd)
+    buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
     grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)
