@@ -129,7 +129,8 @@ def test_cpu_adam_time_follows_threads_until_the_node_is_saturated():
     m = catalog.model("llama2-7b")
     plan = ParallelPlan(world_size=8, zero_stage=2, offload_optimizer="cpu", micro_batch_size=1, global_batch_size=8)
     inputs = estimate(m, ClusterSpec(gpu="H200"), plan).time.inputs
-    rates = dict(cpu_adam_params_per_second_per_thread=1e8, cpu_adam_params_per_second_per_node=4e9)
+    rates = dict(cpu_adam_params_per_second_per_thread=1e8, cpu_adam_params_per_second_per_node=4e9,
+                 cpu_adam_serial_seconds_per_parameter=0.0)
 
     def offload(threads, **kw):
         return float(step_time_terms(**{**inputs, **rates, "cpu_adam_threads": threads, **kw})["offload"])
@@ -141,6 +142,8 @@ def test_cpu_adam_time_follows_threads_until_the_node_is_saturated():
     assert offload(64) == pytest.approx(transfer + shard / (4e9 / 8))  # 8 ranks share the node's 4e9 params/s
     assert offload(128) == pytest.approx(offload(64))
     assert offload(4, zero_stage=3, offload_zero3_host_factor=0.5) == pytest.approx(transfer + 1.5 * shard / 4e8)
+    # a serial part per parameter that threads do not shorten (Amdahl)
+    assert offload(4, cpu_adam_serial_seconds_per_parameter=1e-9) == pytest.approx(transfer + shard * (1 / 4e8 + 1e-9))
     assert ClusterSpec(gpu="H200", host_cpu_cores_per_node=112).cpu_adam_threads_per_rank == 14
     assert ClusterSpec(gpu="H200", cpu_adam_threads=3).cpu_adam_threads_per_rank == 3
     assert estimate(m, ClusterSpec(gpu="H200", host_cpu_cores_per_node=32), plan).time.inputs["cpu_adam_threads"] == 4

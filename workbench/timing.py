@@ -365,6 +365,9 @@ class StepInputs:
     cpu_adam_params_per_second_per_thread: object = np.inf
     """CPU Adam parameters per second on one thread (optimizer offload); the node's memory bandwidth caps the sum
     (``cpu_adam_params_per_second_per_node``)."""
+    cpu_adam_serial_seconds_per_parameter: object = 0.0
+    """Host seconds per offloaded parameter that more threads do not shorten (the serial part of the step around
+    CPU Adam)."""
     offload_zero3_host_factor: object = 0.0
     """ZeRO-3 with optimizer offload: host work per parameter beyond ZeRO-2's, as a fraction of the CPU Adam step
     (stage3.py runs the gradient norm, the unscale/clip pass and the fp32 → 16-bit copy-back over the host copies)."""
@@ -910,11 +913,12 @@ def optimizer_terms(x: StepInputs) -> dict:
     # cpu_adam_params_per_second_per_thread, until the ranks of a node together reach what its memory bandwidth
     # allows (cpu_adam_params_per_second_per_node); ZeRO-3 adds host passes over the same partition
     ranks_per_node = np.minimum(t * p * c * d, x.gpus_per_node)
-    cpu_rate = np.minimum(x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread,
-                          x.cpu_adam_params_per_second_per_node / ranks_per_node)
+    cpu_seconds_per_param = np.maximum(1 / (x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread)
+                                       + x.cpu_adam_serial_seconds_per_parameter,
+                                       ranks_per_node / x.cpu_adam_params_per_second_per_node)
     host_passes = 1 + (x.zero_stage == 3) * x.offload_zero3_host_factor
-    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard * host_passes / cpu_rate,
-                             0.0)
+    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps
+                             + shard * host_passes * cpu_seconds_per_param, 0.0)
     offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
