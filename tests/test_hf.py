@@ -216,7 +216,10 @@ def test_hf_checkpointing_and_lora_bucket_timing():
     assert lora["activations"] + lora["buffers"] == pytest.approx(inputs + max(out, full_layer + buckets))
     zero3 = M.stage_terms(spec, zero_stage=3, recompute=2, lora_params_per_layer=1e5, **kw)
     assert zero3["activations"] + zero3["buffers"] == pytest.approx(inputs + max(out, full_layer) + zero3["buffers"])
-    cluster = ClusterSpec(gpu="H200", gpus_per_node=8)
+    # an A100: no measured fused-attention rate for Ampere, so the megatron-core and transformers layers price the
+    # attention core alike and differ only by the per-layer overhead (on Hopper a megatron-core model with flash
+    # attention runs Transformer Engine's fused attention at its own rate)
+    cluster = ClusterSpec(gpu="A100-80GB", gpus_per_node=8)
     plan = ParallelPlan(world_size=8, zero_stage=2, recompute="full")
     per_layer = timing.calibration()["transformers"]["recompute_layer_overhead_s"]
     assert per_layer > 0
