@@ -81,6 +81,8 @@ def specs(case: dict):
         kw["fp8_recipe"] = lay["fp8_recipe"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
+    if lay.get("etp") is not None:
+        kw["expert_tensor_parallel"] = lay["etp"]
     return model, cluster, ParallelPlan(**kw)
 
 

@@ -137,3 +137,34 @@ def test_a_million_gpus_is_summarised_not_enumerated(monkeypatch):
     monkeypatch.setattr(workbench.layout, "MAX_ENUMERATED", 2**19)
     with pytest.raises(ValueError, match="would list every rank"):
         est.layout.groups("dp")
+
+
+@pytest.mark.parametrize("te,e,p,nodes", [(1, 4, 1, 1), (2, 4, 2, 2), (2, 2, 1, 2), (1, 8, 2, 2)])
+def test_expert_groups_match_megatron_expert_rank_generator(te, e, p, nodes):
+    """MoE layers' groups: megatron-core's expert generator (tp=expert TP, ep, dp=expert DP, pp, cp=1)."""
+    cluster = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=8, num_nodes=nodes)
+    mixtral = model("mixtral-8x7b")
+    t = 2 if te == 2 else 1
+    plan = ParallelPlan(world_size=cluster.world_size, engine="megatron", tensor_parallel=t, pipeline_parallel=p,
+                        sequence_parallel=t > 1, expert_parallel=e, expert_tensor_parallel=te)
+    layout = build_layout(cluster, plan, model=mixtral)
+    de = cluster.world_size // (te * e * p)
+    gen = RankGenerator(tp=te, ep=e, dp=de, pp=p, cp=1, order="tp-cp-ep-dp-pp")
+    for kind, token in (("etp", "tp"), ("ep", "ep"), ("edp", "dp"), ("etp-ep", "tp-ep")):
+        assert layout.expert_groups(kind) == gen.get_ranks(token), kind
+    # the pipeline groups are the same in both orders (megatron-core asserts it)
+    assert rank_groups(layout.expert_sizes, "pp", ("etp", "ep", "edp", "pp")) == layout.groups("pp")
+    # each rank holds num_experts / e consecutive experts, the same ones across its expert-data-parallel group
+    ranks = {r: layout.expert_rank(r) for r in range(cluster.world_size)}
+    assert all(len(c["experts"]) == 8 // e for c in ranks.values())
+    for group in layout.expert_groups("edp"):
+        assert len({tuple(ranks[r]["experts"]) for r in group}) == 1
+
+
+def test_expert_parallel_across_nodes_is_flagged():
+    cluster = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=4, num_nodes=2)
+    plan = ParallelPlan(world_size=8, engine="megatron", expert_parallel=8)
+    layout = build_layout(cluster, plan, model=model("mixtral-8x7b"))
+    assert layout.expert_nodes_spanned("ep") == 2
+    assert any("expert-parallel group" in w and "all-to-all" in w for w in layout.warnings)
+    assert layout.to_dict()["expert"]["experts_per_rank"] == 1

@@ -28,7 +28,8 @@ def _row_of(plan, m):
             int(plan.distributed_optimizer), M.RECOMPUTE_CODES[plan.recompute], plan.micro_batch_size,
             plan.num_microbatches, plan.first_stage_layers or 0, plan.last_stage_layers or 0,
             int(plan.embedding_in_pipeline_split), int(plan.loss_in_pipeline_split),
-            T.CP_COMM_CODES[str(plan.cp_comm_type)], plan.cp_a2a_size)
+            T.CP_COMM_CODES[str(plan.cp_comm_type)], plan.cp_a2a_size, plan.expert_parallel,
+            plan.expert_tensor_parallel_size)
 
 
 def test_candidates_equal_brute_force_over_the_spec_rules():

@@ -484,8 +484,67 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
         found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
         found.append(fp8_payoff(model, cluster, plan, time))
+        found.append(expert_alltoall(model, cluster, plan, time))
+    found.append(moe_capacity(model, plan))
     found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
     return tuple(f for f in found if f is not None)
+
+
+EP_COMM_WARN_FRACTION = 0.10
+"""Token dispatch and combine above this share of the step, on a group that leaves the node, is reported."""
+
+
+def expert_alltoall(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time) -> Optional[Finding]:
+    """MoE token traffic: the exposed dispatch + combine seconds (:func:`workbench.timing.expert_parallel_terms`,
+    two all-to-alls forward and two backward per MoE layer and micro-batch), the link the expert-parallel group
+    used, and whether keeping it inside a node (e·tp_e ≤ GPUs per node) would take it off the network."""
+    if not model.is_moe or time is None:
+        return None
+    seconds = time.breakdown.get("ep_comm", 0.0)
+    share = seconds / time.step_seconds if time.step_seconds else 0.0
+    link = time.links.get("ep", {})
+    e, te, n = plan.expert_parallel, plan.expert_tensor_parallel_size, cluster.gpus_per_node
+    what = (f"{plan.moe_token_dispatcher} dispatch + combine of EP={e} (expert TP {te}) on the "
+            f"{link.get('link', 'intra-node')} link: {seconds:.3f} s/step exposed ({share:.1%} of the step)")
+    if e == 1 and te == 1:
+        return Finding(id="expert-alltoall", status="pass",
+                       message=f"EP=1: every rank holds all {model.num_experts} experts; no token all-to-all "
+                               f"(the experts' weights and optimizer states are not split)")
+    if link.get("link") == "inter-node" and share > EP_COMM_WARN_FRACTION:
+        fits = [k for k in range(e, 0, -1) if model.num_experts % k == 0 and k * te <= n]
+        hint = (f"EP={fits[0]} with expert TP {te} keeps the group in one node ({fits[0] * te} <= {n} GPUs); "
+                if fits else "")
+        return Finding(id="expert-alltoall", status="warn",
+                       message=f"the expert-parallel group crosses nodes: {what}",
+                       suggestion=hint + "or let `workbench plan` weigh EP against the experts' memory")
+    return Finding(id="expert-alltoall", status="pass", message=what)
+
+
+def moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Optional[Finding]:
+    """What the capacity factor means for this plan: dropless routing is priced at the balanced average (an
+    imbalanced router sends more tokens to some experts: their memory and time rise above the estimate); a capacity
+    factor without padding drops the tokens above factor × average (below 1, even perfectly balanced routing drops
+    1 − factor of the token copies); with padding every expert computes and exchanges factor × average."""
+    if not model.is_moe:
+        return None
+    f = plan.moe_capacity_factor
+    if f is None:
+        return Finding(id="moe-capacity", status="pass",
+                       message="dropless routing: memory and time are priced for balanced routing (tokens·top-k / "
+                               "experts per expert); a skewed router puts more tokens on some ranks, whose expert "
+                               "activations and GEMMs then exceed the estimate")
+    if f < 1:
+        return Finding(id="moe-capacity", status="warn",
+                       message=f"moe_capacity_factor={f:g} < 1: even perfectly balanced routing drops "
+                               f"{1 - f:.0%} of the token copies (each expert takes at most {f:g} × its average)",
+                       suggestion="use a factor >= 1 (1.0-1.25 is usual) or dropless routing")
+    if plan.moe_pad_to_capacity:
+        return Finding(id="moe-capacity", status="pass",
+                       message=f"inputs padded to capacity: every expert computes and exchanges {f:g} × its average "
+                               f"token count ({f - 1:.0%} padding priced in compute, all-to-all and activations)")
+    return Finding(id="moe-capacity", status="pass",
+                   message=f"capacity factor {f:g}: tokens routed above {f:g} × an expert's average are dropped "
+                           f"(none under balanced routing, which the estimate prices)")
 
 
 FP8_MIN_SPEEDUP = 0.10

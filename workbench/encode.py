@@ -3,7 +3,9 @@
 A plan is first written as *columns* (:func:`plan_columns`): the numeric codes of its fields under short names,
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
 fused_adam, overlap_comm, lora_rank, lora_targets``, the FP8 stack ``fp8_recipe, fp8_pg, fp8_bf16`` (recipe code,
-FP8 parameter all-gather, bf16 first+last layers), and the pipeline split ``first_layers, last_layers`` (0: an
+FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, edp`` (expert parallel, expert
+tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, else 1) and
+``moe_ag`` (1: allgather dispatcher), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -25,7 +27,8 @@ from workbench.timing import CP_COMM_CODES
 from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
                               parameter_tensors)
 from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
-                             ModelSpec, Offload, ParallelPlan, Precision, Recompute, default_overlap_comm)
+                             ModelSpec, MoEDispatcher, Offload, ParallelPlan, Precision, Recompute,
+                             default_overlap_comm)
 
 FP8_RECIPE_CODES = {"delayed": 0, "tensorwise": 1, "blockwise": 2, "mxfp8": 3}
 """Column codes of :class:`~workbench.specs.Fp8Recipe` (the memory and time models index their per-recipe
@@ -52,7 +55,10 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 mbs=plan.micro_batch_size, nmb=plan.num_microbatches, fused_adam=int(plan.adam is AdamImpl.FUSED),
                 overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
                 lora_dropout=plan.lora_dropout, fp8_recipe=FP8_RECIPE_CODES[str(plan.fp8_recipe)],
-                fp8_pg=int(plan.fp8_param_gather), fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers)
+                fp8_pg=int(plan.fp8_param_gather), fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
+                ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
+                moe_tf=plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0,
+                moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -83,6 +89,13 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("lora_rank", int(lora_rank))
     out.setdefault("lora_targets", tuple(lora_targets))
     out.setdefault("lora_dropout", float(lora_dropout))
+    # MoE: no expert parallelism unless the table searches it; experts split like the dense layers
+    out.setdefault("ep", 1)
+    out.setdefault("etp", out["tp"])
+    out.setdefault("edp", np.asarray(out["dp"]) * np.asarray(out["cp"]) * np.asarray(out["tp"])
+                   // (np.asarray(out["etp"]) * np.asarray(out["ep"])))
+    out.setdefault("moe_tf", 1.0)
+    out.setdefault("moe_ag", 0)
     return out
 
 
@@ -113,6 +126,13 @@ def stage_layer_columns(num_layers: int, cols: dict):
     return f, mid, la
 
 
+def expert_parameters(model: ModelSpec) -> float:
+    """Routed-expert parameters of the whole model (every layer's experts; 0 for a dense model)."""
+    from workbench.memory import expert_params_per_rank
+
+    return float(model.num_layers * expert_params_per_rank(model, 1, 1))
+
+
 def lora_params(model: ModelSpec, cols: dict) -> float:
     """Adapter parameters per layer of the columns' LoRA (0 without)."""
     return lora_params_per_layer(model, cols["lora_rank"], cols["lora_targets"]) if cols["lora_rank"] else 0
@@ -134,11 +154,12 @@ def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
     from workbench.memory import stage_params_per_rank
 
     t, p = cols["tp"], cols["pp"]
+    ex = (cols.get("ep", 1), cols.get("etp"))  # MoE: the rank's local experts only
     if np.ndim(p) == 0 and p == 1:
-        return float(stage_params_per_rank(model, t, 1, 0, model.num_layers))
-    head = stage_params_per_rank(model, t, p, 0, first)
-    tail = stage_params_per_rank(model, t, p, np.asarray(p) - 1, last)
-    mid = np.where(np.asarray(p) > 2, stage_params_per_rank(model, t, p, 1, middle), 0.0)
+        return float(stage_params_per_rank(model, t, 1, 0, model.num_layers, *ex))
+    head = stage_params_per_rank(model, t, p, 0, first, *ex)
+    tail = stage_params_per_rank(model, t, p, np.asarray(p) - 1, last, *ex)
+    mid = np.where(np.asarray(p) > 2, stage_params_per_rank(model, t, p, 1, middle, *ex), 0.0)
     out = np.maximum(np.maximum(head, tail), mid)
     return float(out) if np.ndim(out) == 0 else out
 
@@ -162,7 +183,10 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                                                                            cols["lora_targets"], cols["lora_dropout"])
                                           if cols["lora_rank"] else 0.0),
                fp8=int(precision.is_fp8), fp8_recipe=cols.get("fp8_recipe", 0),
-               fp8_param_gather=cols.get("fp8_pg", 0), fp8_layer_fraction=fp8_layer_fraction(model, cols))
+               fp8_param_gather=cols.get("fp8_pg", 0), fp8_layer_fraction=fp8_layer_fraction(model, cols),
+               expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
+               expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
+               moe_allgather=cols.get("moe_ag", 0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -283,6 +307,9 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         **flash_attention_inputs(model, gpu),
         hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
                               if model.implementation is Implementation.TRANSFORMERS else 0.0),
+        expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
+        expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
+        moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
         fp8_layer_fraction=0.0, fp8_peak_flops=1.0, fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,

@@ -93,7 +93,13 @@ class EvaluatedPlan:
                      "global_batch_size": self.plan.global_batch_size,
                      "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,
                      "precision": str(self.plan.precision), "attention": str(self.model.attention),
-                     "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm},
+                     "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm,
+                     "expert_parallel": self.plan.expert_parallel,
+                     "expert_tensor_parallel": self.plan.expert_tensor_parallel_size,
+                     "expert_data_parallel": self.plan.expert_data_parallel,
+                     "moe_capacity_factor": self.plan.moe_capacity_factor,
+                     "moe_pad_to_capacity": self.plan.moe_pad_to_capacity,
+                     "moe_token_dispatcher": str(self.plan.moe_token_dispatcher)},
             "memory": self.memory.to_dict(),
         }
         if self.time is not None:

@@ -24,6 +24,16 @@ from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 ORDER = ("tp", "cp", "dp", "pp")
 """Megatron's default rank order without the expert dimension, fastest first."""
 
+EXPERT_ORDER = ("etp", "ep", "edp", "pp")
+"""The same ranks as MoE layers number them: megatron-core's expert ``RankGenerator(tp=expert_tensor_parallel,
+ep=expert_parallel, dp=expert_data_parallel, pp=pp, cp=1, order="tp-cp-ep-dp-pp")``, expert tensor parallel
+fastest: ``rank = etp + TE·(ep + E·(edp + DE·pp))``."""
+
+EXPERT_KINDS = ("etp", "ep", "edp", "etp-ep")
+"""Expert group kinds: expert tensor parallel, expert parallel (the all-to-all group), expert data parallel (the
+expert gradients' reduction and distributed-optimizer group), and tensor×expert parallel (the allgather
+dispatcher's group)."""
+
 GROUP_KINDS = ("tp", "cp", "dp", "pp", "dp-cp", "tp-cp", "tp-pp", "tp-dp", "tp-dp-cp")
 """Group kinds megatron-core builds for the dense decoder (``tp-pp`` is the model-parallel group)."""
 
@@ -53,25 +63,28 @@ class RankCoords:
         return {k: getattr(self, k) for k in ("rank", "node", "local_rank", "tp", "cp", "dp", "pp")}
 
 
-def _normalise_kind(kind: str) -> tuple[str, ...]:
+def _normalise_kind(kind: str, order=ORDER) -> tuple[str, ...]:
     key = _ALIASES.get(kind.lower(), kind.lower())
     dims = tuple(key.replace("_", "-").split("-"))
     for d in dims:
-        if d not in ORDER:
-            raise ValueError(f"group kind={kind!r} is not one of: {', '.join(GROUP_KINDS)} (or 'mp')")
-    return tuple(d for d in ORDER if d in dims)
+        if d not in order:
+            kinds = GROUP_KINDS if order == ORDER else EXPERT_KINDS
+            raise ValueError(f"group kind={kind!r} is not one of: {', '.join(kinds)}"
+                             f"{' (or mp)' if order == ORDER else ''}")
+    return tuple(d for d in order if d in dims)
 
 
-def rank_groups(sizes: dict, kind: str) -> list[list[int]]:
+def rank_groups(sizes: dict, kind: str, order=ORDER) -> list[list[int]]:
     """Groups of kind ``kind`` for sizes ``{"tp": T, "cp": C, "dp": D, "pp": P}``, as megatron-core's
     ``RankGenerator(order="tp-cp-ep-dp-pp").get_ranks(kind)`` returns them: groups ordered by their first rank,
-    ranks ascending inside each group."""
-    dims = _normalise_kind(kind)
-    shape = tuple(sizes[d] for d in reversed(ORDER))  # (pp, dp, cp, tp): C order puts tp fastest
+    ranks ascending inside each group. ``order=EXPERT_ORDER`` with sizes ``{"etp", "ep", "edp", "pp"}`` gives the
+    expert generator's groups."""
+    dims = _normalise_kind(kind, order)
+    shape = tuple(sizes[d] for d in reversed(order))  # (pp, dp, cp, tp): C order puts tp fastest
     ranks = np.arange(int(np.prod(shape))).reshape(shape)
-    axes = [list(reversed(ORDER)).index(d) for d in ORDER]  # axis index of tp, cp, dp, pp
-    inside = [axes[ORDER.index(d)] for d in ORDER if d in dims]
-    outside = [axes[ORDER.index(d)] for d in ORDER if d not in dims]
+    axes = [list(reversed(order)).index(d) for d in order]  # axis index of tp, cp, dp, pp
+    inside = [axes[order.index(d)] for d in order if d in dims]
+    outside = [axes[order.index(d)] for d in order if d not in dims]
     # outer loop over the other dims (slowest first), inner over the group's dims (slowest first)
     perm = sorted(outside) + sorted(inside)
     arr = ranks.transpose(perm).reshape(-1, int(np.prod([shape[a] for a in inside])) if inside else 1)
@@ -87,10 +100,10 @@ MAX_ENUMERATED = 2**20
 needs is arithmetic and works at any size."""
 
 
-def _strides(sizes: dict) -> dict:
+def _strides(sizes: dict, order=ORDER) -> dict:
     """Rank stride of each dimension: tp 1, cp T, dp T·C, pp T·C·D."""
     out, step = {}, 1
-    for d in ORDER:
+    for d in order:
         out[d] = step
         step *= sizes[d]
     return out
@@ -107,7 +120,7 @@ def _residues(dims, sizes: dict, strides: dict, n: int) -> np.ndarray:
     return values
 
 
-def nodes_spanned(sizes: dict, kind: str, gpus_per_node: int) -> int:
+def nodes_spanned(sizes: dict, kind: str, gpus_per_node: int, order=ORDER) -> int:
     """The largest number of nodes one process group of ``kind`` touches, by arithmetic (no rank enumeration).
 
     A group is ``base + {sum(i_d * stride_d) for d in the group's dims}``; the nodes it touches depend only on
@@ -115,11 +128,11 @@ def nodes_spanned(sizes: dict, kind: str, gpus_per_node: int) -> int:
     members exceeds a node, the group covers a contiguous node interval; when every step is at least a node, each
     member sits on its own node; otherwise (rare shapes) the members of one group per residue are counted."""
     n = gpus_per_node
-    dims = [d for d in _normalise_kind(kind) if sizes[d] > 1]
+    dims = [d for d in _normalise_kind(kind, order) if sizes[d] > 1]
     if not dims:
         return 1
-    strides = _strides(sizes)
-    outside = [d for d in ORDER if d not in dims and sizes[d] > 1]
+    strides = _strides(sizes, order)
+    outside = [d for d in order if d not in dims and sizes[d] > 1]
     bases = _residues(outside, sizes, strides, n)
     size = math.prod(sizes[d] for d in dims)
     span = sum((sizes[d] - 1) * strides[d] for d in dims)  # last member - first member
@@ -148,6 +161,12 @@ class Layout:
     context_parallel: int
     data_parallel: int
     pipeline_parallel: int
+    expert_parallel: int = 1
+    """MoE expert-parallel size e."""
+    expert_tensor_parallel: Optional[int] = None
+    """MoE expert-tensor-parallel size (``None``: tensor_parallel)."""
+    num_experts: Optional[int] = None
+    """Experts per MoE layer (``None``: a dense model; the expert view then has nothing to place)."""
     warnings: tuple = ()
     """Plain-language findings about the placement (groups crossing nodes, uneven stages)."""
     _groups: dict = field(default_factory=dict, repr=False, compare=False)
@@ -221,6 +240,63 @@ class Layout:
             self._groups[key] = rank_groups(self.sizes, key)
         return [list(g) for g in self._groups[key]]
 
+    # -- MoE: the expert rank order ---------------------------------------------------------------------------
+    @property
+    def expert_sizes(self) -> dict:
+        """``{"etp", "ep", "edp", "pp"}``: expert tensor parallel, expert parallel, expert data parallel
+        (world ÷ (etp·ep·pp)) and pipeline parallel, the dimensions of :data:`EXPERT_ORDER`."""
+        te = self.tensor_parallel if self.expert_tensor_parallel is None else self.expert_tensor_parallel
+        e, p = self.expert_parallel, self.pipeline_parallel
+        return {"etp": te, "ep": e, "edp": self.world_size // (te * e * p), "pp": p}
+
+    def expert_rank(self, r: int) -> dict:
+        """Expert coordinates of rank ``r``: ``{"etp", "ep", "edp", "pp"}`` from
+        ``rank = etp + TE·(ep + E·(edp + DE·pp))``, and ``experts``, the MoE experts it holds (num_experts / e
+        consecutive ones, megatron-core ``local_expert_indices``; empty for a dense model)."""
+        k = self.rank(r).rank
+        sz = self.expert_sizes
+        te, e, de = sz["etp"], sz["ep"], sz["edp"]
+        ep = k // te % e
+        local = (self.num_experts or 0) // e
+        return {"etp": k % te, "ep": ep, "edp": k // (te * e) % de, "pp": k // (te * e * de),
+                "experts": list(range(ep * local, (ep + 1) * local))}
+
+    def expert_group_of(self, r: int, kind: str, limit: Optional[int] = None) -> tuple[int, list[int]]:
+        """``(index, members)`` of rank ``r``'s expert group of ``kind`` (:data:`EXPERT_KINDS`), as
+        :meth:`group_of` does for the dense groups: the index in :meth:`expert_groups`' order, members ascending
+        (the first ``limit`` only when given). Arithmetic, any size."""
+        dims = _normalise_kind(kind, EXPERT_ORDER)
+        coords = self.expert_rank(r)
+        sizes, strides = self.expert_sizes, _strides(self.expert_sizes, EXPERT_ORDER)
+        index, radix = 0, 1
+        for d in EXPERT_ORDER:
+            if d not in dims:
+                index += coords[d] * radix
+                radix *= sizes[d]
+        base = int(r) - sum(coords[d] * strides[d] for d in dims)
+        total = math.prod(sizes[d] for d in dims)
+        members = []
+        for j in range(total if limit is None else min(int(limit), total)):
+            offset, rest = 0, j
+            for d in dims:
+                offset += (rest % sizes[d]) * strides[d]
+                rest //= sizes[d]
+            members.append(base + offset)
+        return index, members
+
+    def expert_groups(self, kind: str) -> list[list[int]]:
+        """Expert process groups of a kind (:data:`EXPERT_KINDS`: ``etp``, ``ep``, ``edp``, ``etp-ep``), as
+        megatron-core's expert rank generator lists them (enumerated; up to :data:`MAX_ENUMERATED` ranks)."""
+        key = "e:" + "-".join(_normalise_kind(kind, EXPERT_ORDER))
+        self._check_enumerable("expert groups")
+        if key not in self._groups:
+            self._groups[key] = rank_groups(self.expert_sizes, kind, EXPERT_ORDER)
+        return [list(g) for g in self._groups[key]]
+
+    def expert_nodes_spanned(self, kind: str) -> int:
+        """The largest number of nodes one expert group of ``kind`` touches (arithmetic, any size)."""
+        return nodes_spanned(self.expert_sizes, kind, self.gpus_per_node, EXPERT_ORDER)
+
     def nodes_of(self, ranks) -> list[int]:
         return sorted({int(r) // self.gpus_per_node for r in ranks})
 
@@ -257,6 +333,15 @@ class Layout:
             out["ranks"] = [self.rank(r).to_dict() for r in range(self.world_size)]
             out["groups"] = {k: self.groups(k) for k in kinds}
             out["stage_nodes"] = self.stage_nodes()
+        if self.num_experts:
+            ex = {"order": "tp-ep-dp-pp (expert tensor parallel, expert parallel, expert data parallel, pipeline)",
+                  "rank_formula": "rank = etp + TE*(ep + E*(edp + DE*pp))", "sizes": self.expert_sizes,
+                  "num_experts": self.num_experts, "experts_per_rank": self.num_experts // self.expert_parallel,
+                  "nodes_spanned": {k: self.expert_nodes_spanned(k) for k in ("etp", "ep", "edp")}}
+            if self.world_size <= LIST_RANKS_UP_TO:
+                ex["groups"] = {k: self.expert_groups(k) for k in ("etp", "ep", "edp")}
+                ex["experts_of_rank"] = [self.expert_rank(r)["experts"] for r in range(self.world_size)]
+            out["expert"] = ex
         return out
 
 
@@ -270,7 +355,9 @@ def build_layout(cluster: ClusterSpec, plan: ParallelPlan, *, model: Optional[Mo
                          f"num_nodes({cluster.num_nodes}) = {cluster.world_size}")
     layout = Layout(world_size=plan.world_size, gpus_per_node=cluster.gpus_per_node,
                     tensor_parallel=plan.tensor_parallel, context_parallel=plan.context_parallel,
-                    data_parallel=plan.data_parallel, pipeline_parallel=plan.pipeline_parallel)
+                    data_parallel=plan.data_parallel, pipeline_parallel=plan.pipeline_parallel,
+                    expert_parallel=plan.expert_parallel, expert_tensor_parallel=plan.expert_tensor_parallel_size,
+                    num_experts=model.num_experts if model is not None and model.is_moe else None)
     object.__setattr__(layout, "warnings", tuple(_warnings(layout, plan, model)))
     return layout
 
@@ -297,6 +384,12 @@ def _warnings(layout: Layout, plan: ParallelPlan, model: Optional[ModelSpec]) ->
             out.append(f"the context-parallel all-to-all group (stride tp={t}, {a2a} ranks) crosses nodes: every "
                        f"layer's all-to-all goes over the inter-node network; keep tp × a2a <= gpus_per_node "
                        f"(a2a+p2p keeps the all-to-all inside a node and puts the ring across nodes)")
+    if layout.expert_parallel > 1:
+        ep_nodes = layout.expert_nodes_spanned("ep")
+        if ep_nodes > 1:
+            sz = layout.expert_sizes
+            out.append(f"an expert-parallel group (ep={sz['ep']}, ranks {sz['etp']} apart) spans {ep_nodes} nodes: "
+                       f"every MoE layer's token all-to-all (2 forward, 2 backward) crosses the inter-node network")
     if model is not None:
         p, v = plan.pipeline_parallel, plan.virtual_pipeline
         try:

@@ -33,6 +33,9 @@ log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
 DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
 """``stage3_prefetch_bucket_size`` default (elements)."""
+DS_SUB_GROUP_ELEMENTS = int(1e9)
+"""``zero_optimization.sub_group_size`` default (elements): ZeRO-3 runs its optimizer one sub-group of the partition
+at a time."""
 DS_NVME_BUFFER_COUNT = 4
 DS_NVME_BUFFER_ELEMENTS = int(1e8)
 """``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
@@ -92,10 +95,11 @@ FP8_AMAX_HISTORY_LEN = 1024
 --fp8-amax-compute-algo max``, the setting of Megatron-LM's and NeMo's FP8 examples; Megatron's own default is 1)."""
 
 
-def fp8_linear_params_per_layer(m: ModelSpec, tensor_parallel):
+def fp8_linear_params_per_layer(m: ModelSpec, tensor_parallel, expert_parallel=1, expert_tensor_parallel=None):
     """Weights of one transformer layer's linear layers on one tensor-parallel rank — the GEMMs Transformer Engine
-    runs in FP8 (QKV, attention output, fc1, fc2, every expert's two, a shared expert's); norms, biases and the MoE
-    router stay in bf16."""
+    runs in FP8 (QKV, attention output, fc1, fc2, every local expert's two — num_experts / expert_parallel of them,
+    split over ``expert_tensor_parallel``, default t —, a shared expert's); norms, biases and the MoE router stay
+    in bf16."""
     h = m.hidden_size
     qkv_out = m.query_projection_size + 2 * m.kv_projection_size
     f, experts = (m.moe_ffn_hidden_size, m.num_experts) if m.is_moe else (m.ffn_hidden_size, 1)
@@ -104,7 +108,12 @@ def fp8_linear_params_per_layer(m: ModelSpec, tensor_parallel):
     if m.is_moe and m.shared_expert_ffn_hidden_size:
         fs = m.shared_expert_ffn_hidden_size
         shared = h * (2 if m.is_gated else 1) * fs + fs * h
-    return (h * qkv_out + m.query_projection_size * h + experts * (h * fc1_out + f * h) + shared) / tensor_parallel
+    etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
+    routed = experts * (h * fc1_out + f * h)
+    if m.is_moe:  # the routed experts: num_experts / e on the rank, split over the expert-tensor-parallel group
+        return ((h * qkv_out + m.query_projection_size * h + shared) / tensor_parallel
+                + routed / expert_parallel / etp)
+    return (h * qkv_out + m.query_projection_size * h + routed + shared) / tensor_parallel
 
 
 def fp8_linear_modules_per_layer(m: ModelSpec) -> int:
@@ -114,7 +123,8 @@ def fp8_linear_modules_per_layer(m: ModelSpec) -> int:
     return 2 + 2 * experts + (2 if m.is_moe and m.shared_expert_ffn_hidden_size else 0)
 
 
-def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param_gather, value_bytes):
+def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param_gather, value_bytes,
+                     expert_parallel=1, expert_tensor_parallel=None):
     """Bytes FP8 training adds to (or, with ``--fp8-param-gather``, takes from) a rank's weights for ``fp8_layers``
     FP8 layers on its stage.
 
@@ -125,7 +135,8 @@ def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param
     recipe = np.asarray(recipe, dtype=int)
     copies = FP8_WEIGHT_COPY_BYTES[recipe]
     per_param = copies - np.where(param_gather > 0, value_bytes, 0.0)
-    return fp8_layers * fp8_linear_params_per_layer(m, tensor_parallel) * per_param
+    return fp8_layers * fp8_linear_params_per_layer(m, tensor_parallel, expert_parallel,
+                                                    expert_tensor_parallel) * per_param
 
 
 def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
@@ -160,11 +171,13 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
 # ================================================================================================================
 # Parameters held by one rank of a pipeline stage
 # ================================================================================================================
-def layer_params_per_rank(m: ModelSpec, tensor_parallel):
+def layer_params_per_rank(m: ModelSpec, tensor_parallel, expert_parallel=1, expert_tensor_parallel=None):
     """Parameters of one transformer layer on one tensor-parallel rank.
 
     Column/row-parallel weights, the QKV and fc1 biases are split by t; the norms, the row-parallel biases
     (projection, fc2) and an MoE router are replicated (megatron-core ``ColumnParallelLinear``/``RowParallelLinear``).
+    MoE experts are split as :func:`expert_params_per_rank` says (expert parallel e, expert tensor parallel, by
+    default t).
     """
     h, bias = m.hidden_size, m.add_bias_linear
     norm = P.norm_params(h, m.normalization) * (2 if m.sandwich_norm else 1)
@@ -172,15 +185,29 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel):
     attn_split = h * qkv_out + m.query_projection_size * h + (qkv_out if m.qkv_bias else 0)
     head_norms = 2 * P.norm_params(m.head_dim, m.normalization) if m.qk_norm else 0
     if m.is_moe:
-        f, experts = m.moe_ffn_hidden_size, m.num_experts
-        router = h * experts
+        router, dense_mlp = h * m.num_experts, 0
     else:
-        f, experts, router = m.ffn_hidden_size, 1, 0
+        fc1_out = (2 if m.is_gated else 1) * m.ffn_hidden_size
+        router = 0
+        dense_mlp = h * fc1_out + m.ffn_hidden_size * h + (fc1_out if bias else 0)
+    replicated = 2 * norm + ((h + (0 if m.is_moe else h)) if bias else 0) + router  # norms, proj/fc2 bias, router
+    shared = P.shared_expert_params(m) if m.is_moe else 0  # Qwen2-MoE shared expert, split like the dense MLP
+    etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
+    return ((attn_split + dense_mlp + shared) / tensor_parallel + replicated + head_norms
+            + expert_params_per_rank(m, expert_parallel, etp))
+
+
+def expert_params_per_rank(m: ModelSpec, expert_parallel=1, expert_tensor_parallel=1):
+    """Routed-expert parameters of one MoE layer on one rank (0 for a dense model): num_experts / e local experts
+    (megatron-core ``MoELayer``: ``num_local_experts = num_moe_experts // ep_size``), each fc1 (h → f, 2f gated) and
+    fc2 (f → h) split over the expert-tensor-parallel group, the fc2 bias replicated in it."""
+    if not m.is_moe:
+        return 0.0
+    h, f = m.hidden_size, m.moe_ffn_hidden_size
     fc1_out = (2 if m.is_gated else 1) * f
-    mlp_split = experts * (h * fc1_out + f * h + (fc1_out if bias else 0))
-    replicated = 2 * norm + ((h + h * experts) if bias else 0) + router  # norms, proj bias, fc2 bias(es), router
-    shared = P.shared_expert_params(m) if m.is_moe else 0  # Qwen2-MoE shared expert, split like an expert
-    return (attn_split + mlp_split + shared) / tensor_parallel + replicated + head_norms
+    split = h * fc1_out + f * h + (fc1_out if m.add_bias_linear else 0)
+    local = m.num_experts / expert_parallel
+    return local * (split / expert_tensor_parallel + (h if m.add_bias_linear else 0))
 
 
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
@@ -204,14 +231,16 @@ def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=N
                     np.where(stage == pipeline_parallel - 1, last_stage_layers, middle_stage_layers))
 
 
-def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None):
+def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None,
+                          expert_parallel=1, expert_tensor_parallel=None):
     """Parameters one rank of pipeline stage ``stage`` holds (``layers_in_stage`` transformer layers, default
     num_layers / p; embedding on the first stage; output layer, or the tied embedding copy Megatron keeps when
-    p > 1, and the final norm on the last)."""
+    p > 1, and the final norm on the last); MoE experts split over ``expert_parallel`` × ``expert_tensor_parallel``
+    (default t)."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     if layers_in_stage is None:
         layers_in_stage = m.num_layers / pipeline_parallel
-    layers = layers_in_stage * layer_params_per_rank(m, tensor_parallel)
+    layers = layers_in_stage * layer_params_per_rank(m, tensor_parallel, expert_parallel, expert_tensor_parallel)
     positions = m.position_table_size * m.hidden_size
     embedding = vocab * m.hidden_size / tensor_parallel + positions
     first = stage == 0
@@ -265,23 +294,38 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     off_opt = offload_optimizer > 0
     off_par = offload_params > 0
     ds_weights = param_bytes * n / w_div
-    # ZeRO-3 reduces each bucket straight into the fp32 gradient partition, which lives through backward;
-    # ZeRO-0/1/2 keep 16-bit gradients and build the fp32 copy only for the optimizer step.
+    # ZeRO-3 reduces each bucket straight into its flat gradient partition, which lives through backward; it is
+    # kept in ``gradient_accumulation_dtype``, which DeepSpeed sets to the model's dtype unless the config's
+    # ``data_types.grad_accum_dtype`` says otherwise (engine.py ``get_data_types``; stage3.py
+    # ``grad_partitions_flat_buffer``): 16-bit for bf16/fp16 training. ZeRO-0/1/2 keep 16-bit gradients and build
+    # the fp32 copy only for the optimizer step.
     zero3_fp32 = (zero_stage >= 3) & mixed & (fp32_grad_partition > 0)
     ds_grads_lp = np.where(zero3_fp32, 0.0, param_bytes * n / g_div)
+    zero3_partition = param_bytes * n / dp
     ds_grads_fp32 = fp32_grad / o_div
     ds_opt = opt_full / o_div
     ds_host = np.where(off_opt, ds_opt + ds_grads_fp32, 0) + np.where(off_par, ds_weights, 0)
     ds_opt_gpu = np.where(off_opt, 0, ds_opt)
     # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced
     ds_grads_gpu = np.where(off_opt, np.where(zero_stage >= 2, 0, ds_grads_lp),
-                            ds_grads_lp + np.where(zero3_fp32, ds_grads_fp32, 0))
+                            ds_grads_lp + np.where(zero3_fp32, zero3_partition, 0))
     ds_weights_gpu = np.where(off_par, 0, ds_weights)
-    # optimizer-step temporaries: ZeRO-1/2 the fp32 gradient partition; ZeRO-0 DeepSpeed's 16-bit optimizer
-    # wrapper flattens and up-casts all gradients (measured 8 bytes/param on H200, ZERO0_STEP_BYTES_PER_PARAM)
-    ds_step = np.where(off_opt | zero3_fp32, 0.0,
-                       np.where(zero_stage >= 1, ds_grads_fp32,
-                                np.where(mixed & (fp32_grad_partition > 0), ZERO0_STEP_BYTES_PER_PARAM * n, 0.0)))
+    # optimizer-step temporaries. ZeRO-1/2 (stage_1_and_2.py ``step``): the 16-bit gradients of the partition are
+    # flattened into a new buffer and that is cast to the fp32 gradient partition, both alive at once (2ψ/N + 4ψ/N);
+    # the reduce buckets are released at the end of backward (``_release_ipg_buffers``, see :func:`stage_terms`).
+    # ZeRO-3 (stage3.py ``_prepare_fp32_grad_for_sub_group``): the same flatten + cast, one sub-group at a time.
+    # ZeRO-0: DeepSpeed's 16-bit optimizer wrapper flattens and up-casts all gradients (measured 8 bytes/param on
+    # H200, ZERO0_STEP_BYTES_PER_PARAM)
+    flat_and_fp32 = np.where(mixed & (fp32_grad_partition > 0), param_bytes + 4.0, 0.0)
+    zero3_step = flat_and_fp32 * np.minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
+    ds_step = np.where(off_opt, 0.0,
+                       np.where(zero3_fp32, zero3_step,
+                                # ZeRO-1 first frees the 16-bit gradients of parameters outside its partition
+                                # (``free_grad_in_param_list(params_not_in_partition)``): 2ψ − 2ψ/N fewer
+                                np.where(zero_stage >= 1, flat_and_fp32 * n / o_div - (ds_grads_lp - param_bytes * n
+                                                                                       / o_div),
+                                         np.where(mixed & (fp32_grad_partition > 0),
+                                                  ZERO0_STEP_BYTES_PER_PARAM * n, 0.0))))
     # torch's foreach Adam under DeepSpeed: ZeRO-1/2 free the 16-bit gradients and their flat copy before calling
     # the optimizer (stage_1_and_2.py ``step``), which covers its 4ψ/N temporary; measured on H200 (hybrid TP=2,
     # ZeRO-1, full recompute: 14.44 GiB at the step, 14.41 without it), so it is not added for DeepSpeed
@@ -363,7 +407,8 @@ def hf_softmax_in_model_dtype(m: ModelSpec) -> bool:
 
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
-                           dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE):
+                           dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE, expert_tensor_parallel=None,
+                           moe_token_factor=1.0):
     """Activation bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 — ``sbh(10 + 24/t + 5as/(ht))`` for 16-bit activations,
@@ -378,6 +423,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
       dropout_mask_bytes=1``); megatron-core keeps an fp32 softmax and the H200 calibration shows 4 + v bytes per
       score (the defaults). Flash attention keeps only a softmax statistic 4·asb;
     * context parallel divides the local sequence by cp (attention scores become (s/cp)·s);
+    * MoE (:func:`moe_activation_bytes`) replaces the MLP's intermediates by the experts' and adds the router's;
     * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP).
     """
     s = m.seq_length / context_parallel
@@ -400,14 +446,20 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
         qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
     if m.is_moe:
-        f = m.moe_ffn_hidden_size * m.moe_top_k  # each token passes top-k experts
+        mlp = moe_activation_bytes(m, tokens=s * b, tensor_parallel=t, sequence_parallel=sequence_parallel,
+                                   expert_tensor_parallel=t if expert_tensor_parallel is None
+                                   else expert_tensor_parallel, token_factor=moe_token_factor, value_bytes=v)
     else:
         f = m.ffn_hidden_size
-    mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
-    if m.is_gated and m.implementation is not Implementation.TRANSFORMERS:
-        # megatron-core's glu: silu(x_glu) * (x_linear + glu_linear_offset): the sum is a new tensor the product keeps
-        # beside the activation's output, and the product is fc2's input (transformer/mlp.py, 0.16 and 0.19)
-        mlp = mlp + 2 * v * s * b * f / t
+        mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
+        if (m.is_gated and m.attention is AttentionImpl.UNFUSED
+                and m.implementation is not Implementation.TRANSFORMERS):
+            # megatron-core's local layer spec without fused kernels (bias_activation_fusion off, the unfused
+            # stack): its glu computes silu(x_glu) * (x_linear + glu_linear_offset); the sum is a new tensor the
+            # product keeps beside the activation's output, and the product is fc2's input (transformer/mlp.py,
+            # 0.16 and 0.19). The fused bias-SwiGLU kernel and Transformer Engine keep only fc1's output and fc2's
+            # input.
+            mlp = mlp + 2 * v * s * b * f / t
     if m.attention.materialises_scores:
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
         # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
@@ -423,11 +475,52 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
         core = per_score * m.num_attention_heads * s * s_full * b / t
     else:
         core = 4.0 * m.num_attention_heads * s * b / t
-    router = (4.0 * s * b * m.num_experts) if m.is_moe else 0.0
-    full_layer = replicated + qkv + proj_in + mlp + core + router
+    full_layer = replicated + qkv + proj_in + mlp + core
     selective = full_layer - core
     checkpoint_only = v * sbh * rep
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
+
+
+def moe_expert_tokens(tokens, *, top_k, tensor_parallel, expert_tensor_parallel, token_factor=1.0):
+    """Token copies one rank's local experts process per micro-batch: the ``tokens`` (s·b/cp) of the layer, split
+    over the tensor-parallel group (sequence parallel; megatron-core requires it with expert parallel and TP),
+    routed to top-k experts, gathered again over the expert-tensor-parallel group — ``tokens/t · k · tp_e`` on
+    average whichever dispatcher moves them (alltoall: each expert-parallel rank sends 1/e of its copies to each
+    other rank and receives as many; allgather: the rank keeps the copies routed to its E/e experts out of the
+    gathered e·tp_e·tokens/t), times ``token_factor``: 1 dropless (the balanced average — an imbalanced router sends
+    more to some ranks), the capacity factor when inputs are padded to capacity (megatron-core ``get_capacity``:
+    ⌈tokens·k/E · factor⌉ per expert)."""
+    return tokens / tensor_parallel * top_k * expert_tensor_parallel * token_factor
+
+
+def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_parallel, expert_tensor_parallel,
+                         token_factor, value_bytes):
+    """What one MoE layer's MLP block keeps for backward on one rank, per micro-batch (``tokens`` = s·b/cp):
+
+    * router: fp32 logits and fp32 routing probabilities, 2 · 4 · E per token (megatron-core ``TopKRouter`` runs
+      in fp32 with ``moe_router_dtype='fp32'``; its softmax/top-k backward keeps the scores), tokens ÷ t with SP;
+    * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
+      fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group
+      (megatron-core 0.16 applies the routing probabilities inside the activation function, ``bias_act_func`` of
+      ``TEGroupedMLP``, so the combine keeps nothing more); gated experts also keep the glu's sum and product,
+      2·v·X·f (as :func:`layer_activation_bytes` counts for the dense MLP).
+
+    Dropless with top-k = 1, e = 1 and tp_e = t this is the dense MLP's v·sbf·(3, gated)/t plus the router and
+    the permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
+    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    v, h, f = value_bytes, m.hidden_size, m.moe_ffn_hidden_size
+    x = moe_expert_tokens(tokens, top_k=m.moe_top_k, tensor_parallel=tensor_parallel,
+                          expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
+    router = 8.0 * tokens * rep * m.num_experts
+    experts = v * x * ((2 if m.is_gated else 1) * f + f) / expert_tensor_parallel + v * x * h
+    if m.is_gated and m.implementation is not Implementation.TRANSFORMERS:
+        # megatron-core's glu keeps the sum x_linear + offset beside its output (as the dense MLP)
+        experts = experts + 2 * v * x * f / expert_tensor_parallel
+    shared = 0.0
+    if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
+        fs = m.shared_expert_ffn_hidden_size
+        shared = v * tokens * ((2 if m.is_gated else 1) * fs + fs) / tensor_parallel
+    return router + experts + shared
 
 
 def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
@@ -519,6 +612,19 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
 # ================================================================================================================
 # Buffers and overhead
 # ================================================================================================================
+def reduce_bucket_bytes(*, zero_stage, value_bytes, overlap_comm=1, reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS,
+                        engine=None):
+    """DeepSpeed ZeRO-1/2's contiguous reduce buckets (``stage_1_and_2.py`` ``setup_buckets``): one of
+    ``reduce_bucket_size`` 16-bit elements, two with ``overlap_comm``; 0 for ZeRO-0/3 and for the Megatron engine.
+    They are allocated at the first gradient hook of each backward (``process_gradients``) and released at its end
+    (``independent_gradient_partition_epilogue`` → ``_release_ipg_buffers``): not alive at the optimizer step."""
+    buckets = np.where((zero_stage >= 1) & (zero_stage < 3), (1 + overlap_comm) * reduce_bucket_elements * value_bytes,
+                       0)
+    if engine is not None:
+        buckets = np.where(engine == ENGINE_CODES[Engine.MEGATRON], 0, buckets)
+    return buckets
+
+
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=1,
                  prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
@@ -535,7 +641,8 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     """
     is_ds = engine != ENGINE_CODES[Engine.MEGATRON]
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
-    ds12 = np.where(zero_stage >= 1, (1 + overlap) * reduce_bucket_elements * value_bytes, 0)
+    ds12 = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap,
+                               reduce_bucket_elements=reduce_bucket_elements)
     largest = largest_module_params(m, tensor_parallel)
     ds3 = (reduce_bucket_elements * value_bytes
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
@@ -547,6 +654,19 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     else:
         scores = 0.0
     return zero_buffers + scores
+
+
+def moe_dispatch_buffer_bytes(m: ModelSpec, *, micro_batch, context_parallel, expert_parallel, expert_tensor_parallel,
+                              tensor_parallel, value_bytes, allgather):
+    """The allgather token dispatcher gathers the hidden states of the whole tensor×expert-parallel group into
+    megatron-core's global memory buffer (``gather_from_sequence_parallel_region(..., use_global_buffer=True)``):
+    v · tp_e·e · s·b/(cp·t) · h bytes, allocated once and reused by every layer. 0 for the alltoall dispatcher, a
+    dense model, or when the group is one rank."""
+    if not m.is_moe:
+        return 0.0
+    group = expert_tensor_parallel * expert_parallel
+    tokens = m.seq_length / context_parallel * micro_batch / tensor_parallel
+    return np.where((np.asarray(allgather) > 0) & (group > 1), value_bytes * group * tokens * m.hidden_size, 0.0)
 
 
 def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, context_parallel, value_bytes,
@@ -610,13 +730,20 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 cp_a2a_size=1,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
-                last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0):
+                last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
+                expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
+                moe_allgather=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of each stage's layers run their GEMMs in FP8
     (the rest are Megatron's bf16 first/last layers), adding :func:`fp8_weight_bytes` to the weights,
     :func:`fp8_scaling_state_bytes` to the buffers and :func:`fp8_activation_delta_bytes` to each FP8 layer's
     activations.
+    MoE: ``expert_parallel`` e and ``expert_tensor_parallel`` (default t) split the experts
+    (:func:`expert_params_per_rank`); their gradients and optimizer states are sharded over the
+    ``expert_data_parallel`` group (default data_parallel; megatron-core's distributed optimizer shards expert
+    parameters over the expert-data-parallel group); ``moe_token_factor`` and ``moe_allgather`` as in
+    :func:`moe_activation_bytes` and :func:`buffer_bytes`.
 
     Two candidate peaks, the larger wins:
 
@@ -635,30 +762,40 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     """
     layers = layers_on_stage(m, pipeline_parallel, stage, first_stage_layers, middle_stage_layers,
                              last_stage_layers)
-    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers)
-    trainable, frozen = lora_split(n, layers * lora_params_per_layer / tensor_parallel,
-                                   lora_params_per_layer > 0)
+    etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
+    edp = data_parallel * context_parallel if expert_data_parallel is None else expert_data_parallel
+    n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers, expert_parallel, etp)
+    lora = lora_params_per_layer > 0
+    # routed experts keep their own states, sharded over the expert-data-parallel group (LoRA: all frozen)
+    n_experts = np.where(lora, 0.0, layers * expert_params_per_rank(m, expert_parallel, etp))
+    trainable, frozen = lora_split(n - n_experts, layers * lora_params_per_layer / tensor_parallel, lora)
     # Megatron shards its distributed optimizer over the data-parallel group *with* context parallel (megatron-core
     # ``get_data_parallel_group(with_context_parallel=True)``): CP ranks hold the same weights, so they share the
     # shards as data-parallel ranks do (DeepSpeed engines have no CP, c = 1)
-    weights, grads, optimizer, host, step = model_state_bytes(
-        trainable, engine=engine, zero_stage=zero_stage, data_parallel=data_parallel * context_parallel,
-        param_bytes=value_bytes,
-        fp16=fp16, offload_optimizer=offload_optimizer, offload_params=offload_params,
-        distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+    states = dict(engine=engine, zero_stage=zero_stage, param_bytes=value_bytes, fp16=fp16,
+                  offload_optimizer=offload_optimizer, offload_params=offload_params,
+                  distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+    weights, grads, optimizer, host, step = model_state_bytes(trainable, data_parallel=data_parallel
+                                                              * context_parallel, **states)
+    if m.is_moe:
+        expert = model_state_bytes(n_experts, data_parallel=edp, **states)
+        weights, grads, optimizer, host, step = (a + b for a, b in
+                                                 zip((weights, grads, optimizer, host, step), expert))
     frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
                                          param_bytes=value_bytes)
     weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
     host = host + np.where(offload_params > 0, frozen_weights, 0.0)
     fp8_layers = np.where(fp8 > 0, layers * fp8_layer_fraction, 0.0)
     weights = weights + fp8_weight_bytes(m, tensor_parallel=tensor_parallel, fp8_layers=fp8_layers,
-                                         recipe=fp8_recipe, param_gather=fp8_param_gather, value_bytes=value_bytes)
+                                         recipe=fp8_recipe, param_gather=fp8_param_gather, value_bytes=value_bytes,
+                                         expert_parallel=expert_parallel, expert_tensor_parallel=etp)
     grads_bwd = backward_gradient_bytes(grads, engine=engine, zero_stage=zero_stage, param_bytes=value_bytes,
                                         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer)
 
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
-    kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw)
+    moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor)
+    kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
     fp8_delta = np.where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
         m, value_bytes=value_bytes, recipe=fp8_recipe, **kw)
@@ -680,22 +817,36 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # selective recompute: the recomputed attention core is alive again beside the layer's backward working set
     # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
     # already the transient's first copy
-    core = full_layer - fp8_delta - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw)[0]
+    core = full_layer - fp8_delta - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw,
+                                                           **moe_kw)[0]
+    # DeepSpeed ZeRO-1/2's reduce buckets (in ``buffers``) are released at the end of each backward, so the
+    # optimizer step runs without them. (At the loss, before the first gradient hook, they should not exist yet
+    # either, but the transformers runs of the fit split hold as much at that moment: not subtracted.)
+    overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
+    buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
+    logits_phase = output
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
     recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
     transient = np.where(recompute >= 2, recomputed_transient,
-                         np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
+                         np.where(recompute == 1, np.maximum(output, full_layer) + core,
+                                  np.maximum(logits_phase, full_layer)))
     if m.attention.materialises_scores:
-        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the last stage) or the first
-        # back-propagated layer's attention core — its saved tensors before the core plus the core's working set
+        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
+        # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
         # (:func:`attention_backward_bytes`), in place of what that layer kept (a recomputed layer kept only its
         # input, which stays counted)
         pre_core, working = attention_backward_bytes(m, value_bytes=value_bytes, **kw)
         all_recomputed = (recompute >= 2) & (recomputed >= layers)
         last_kept = np.where(all_recomputed, 0.0, np.where(recompute >= 2, full_layer, kept))
-        transient = np.maximum(output, pre_core + working - last_kept)
+        # tied embeddings on one stage: the output layer's 16-bit weight gradient waits in autograd's input buffer
+        # of the shared weight until the embedding's backward adds to it (the weight's gradient hook fires once,
+        # at the end), so it is alive through every layer's backward
+        tied_grad = np.where(m.tied_embeddings & (pipeline_parallel == 1),
+                             value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
+                             0.0)
+        transient = np.maximum(logits_phase, pre_core + working - last_kept + tied_grad)
     held = activations
     activations = activations + transient
 
@@ -706,14 +857,20 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
     buffers = buffers + fp8_scaling_state_bytes(m, fp8_layers=fp8_layers, recipe=fp8_recipe)
+    if m.is_moe:
+        buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
+                                                      context_parallel=context_parallel,
+                                                      expert_parallel=expert_parallel,
+                                                      expert_tensor_parallel=etp, tensor_parallel=tensor_parallel,
+                                                      value_bytes=value_bytes, allgather=moe_allgather)
     late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer, buffers, last=last,
                                                       engine=engine, zero_stage=zero_stage,
                                                       lora=lora_params_per_layer > 0)
     activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
-    step_total = weights + grads + step + optimizer + buffers
+    step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
-    buffers = np.where(step_peak, buffers, buffers_bwd)
+    buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
     grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)

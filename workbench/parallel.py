@@ -17,6 +17,10 @@ kind        stride         size
 ``dp-cp``   t              c·d  (the gradient-reduction group)
 ``pp``      t·c·d          p
 ==========  =============  ==========
+
+MoE layers number the same ranks a second time, in megatron-core's expert order ``tp-ep-dp-pp`` with the expert
+tensor-parallel size tp_e, expert parallel e and expert data parallel d_e = world ÷ (tp_e·e·p) (no cp: the expert
+rank generator has cp = 1): ``etp`` stride 1 size tp_e, ``ep`` stride tp_e size e, ``edp`` stride tp_e·e size d_e.
 """
 from __future__ import annotations
 
@@ -35,6 +39,12 @@ GROUP_SHAPES = {
     "pp": lambda t, c, d, p: (t * c * d, p),
 }
 """``(stride, size)`` of each group kind from the sizes ``(t, c, d, p)``."""
+
+
+def expert_group_shapes(expert_tensor_parallel, expert_parallel, expert_data_parallel) -> dict:
+    """``(stride, size)`` of the expert groups (``etp``, ``ep``, ``edp``) in megatron-core's expert rank order."""
+    te, e, de = expert_tensor_parallel, expert_parallel, expert_data_parallel
+    return {"etp": (1, te), "ep": (te, e), "edp": (te * e, de)}
 
 
 def group_crosses_nodes(stride, size, gpus_per_node):
@@ -59,7 +69,8 @@ class ParallelFacts:
     gpus_per_node: int
     num_nodes: int
     group_sizes: dict
-    """kind → ranks in one group (``tp``, ``cp``, ``tp-cp``, ``dp``, ``dp-cp``, ``pp``)."""
+    """kind → ranks in one group (``tp``, ``cp``, ``tp-cp``, ``dp``, ``dp-cp``, ``pp``; with an MoE model also the
+    expert groups ``etp``, ``ep``, ``edp``)."""
     crosses_nodes: dict
     """kind → whether a group of that kind spans more than one node (:func:`group_crosses_nodes`)."""
     parameters_per_rank: tuple
@@ -88,12 +99,19 @@ def parallel_facts(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -
         stride, size = shape(t, c, d, p)
         sizes[kind] = size
         crosses[kind] = bool(group_crosses_nodes(stride, size, n))
+    if model.is_moe:
+        for kind, (stride, size) in expert_group_shapes(plan.expert_tensor_parallel_size, plan.expert_parallel,
+                                                        plan.expert_data_parallel).items():
+            sizes[kind] = size
+            crosses[kind] = bool(group_crosses_nodes(stride, size, n))
     try:  # each stage's own layers (an uneven split); a plan that splits no whole layers: the even share
         layers = np.asarray(plan.stage_layers(model.num_layers), dtype=float)
     except ValueError:
         layers = None
-    stages = M.stage_params_per_rank(model, t, p, np.arange(p), layers)
+    stages = M.stage_params_per_rank(model, t, p, np.arange(p), layers, plan.expert_parallel,
+                                     plan.expert_tensor_parallel_size)
     return ParallelFacts(world_size=plan.world_size, gpus_per_node=n, num_nodes=cluster.num_nodes,
                          group_sizes=sizes, crosses_nodes=crosses,
                          parameters_per_rank=tuple(float(x) for x in np.broadcast_to(stages, (p,))),
-                         layer_parameters_per_rank=float(M.layer_params_per_rank(model, t)))
+                         layer_parameters_per_rank=float(M.layer_params_per_rank(
+                             model, t, plan.expert_parallel, plan.expert_tensor_parallel_size)))

@@ -65,7 +65,7 @@ peak; Megatron's long-context recipes keep thousands of tokens per CP rank."""
 
 # Columns of the candidate table (all int64 arrays of one length)
 _COLUMNS = ("engine", "tp", "pp", "vp", "cp", "dp", "sp", "zero", "off_opt", "off_par", "dist_opt", "recompute",
-            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split", "cp_comm", "cp_a2a")
+            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split", "cp_comm", "cp_a2a", "ep", "etp")
 
 
 # ================================================================================================================
@@ -116,7 +116,8 @@ class PlanResult:
             "offload_params": str(p.offload_params), "distributed_optimizer": p.distributed_optimizer,
             "recompute": str(p.recompute), "micro_batch_size": p.micro_batch_size,
             "gradient_accumulation_steps": p.gradient_accumulation_steps, "global_batch_size": p.global_batch_size,
-            "precision": str(p.precision),
+            "precision": str(p.precision), "expert_parallel": p.expert_parallel,
+            "expert_tensor_parallel": p.expert_tensor_parallel_size,
             "peak_bytes": self.peak_bytes, "peak_gib": self.peak_bytes / GiB, "peak_stage": self.peak_stage,
             "capacity_bytes": self.capacity_bytes, "headroom_fraction": self.headroom_fraction,
             "host_bytes_per_node": self.host_bytes_per_node,
@@ -181,6 +182,9 @@ def describe_plan(p: ParallelPlan) -> str:
         parts.append(f"v{p.virtual_pipeline}")
     if p.context_parallel > 1:
         parts.append(f"CP{p.context_parallel}" + ("" if str(p.cp_comm_type) == "p2p" else f"-{p.cp_comm_type}"))
+    if p.expert_parallel > 1 or p.expert_tensor_parallel is not None:
+        parts.append(f"EP{p.expert_parallel}" + (f" ETP{p.expert_tensor_parallel_size}"
+                                                 if p.expert_tensor_parallel_size != p.tensor_parallel else ""))
     parts.append(f"DP{p.data_parallel}")
     if p.sequence_parallel:
         parts.append("SP")
@@ -239,6 +243,22 @@ def pipeline_splits(num_layers: int, world_size: int) -> list:
             if (L + emb + loss) % p == 0 and per - max(emb, loss) >= 1:
                 out.append((p, 0, 0, emb, loss))
                 break
+    return out
+
+
+def expert_options(model: ModelSpec, world_size: int, tensor_parallel: int, pipeline_parallel: int) -> list:
+    """``(expert_parallel, expert_tensor_parallel)`` pairs searched for one (t, p): for a dense model only
+    ``(1, t)``; for an MoE model every e dividing num_experts with expert tensor parallel t (megatron-core's default)
+    or 1 (experts whole on each rank, what MoE recipes use with EP), where tp_e·e·p divides the world size and tp_e
+    the expert width (megatron-core's expert rank generator and ``MoELayer``)."""
+    t, p = tensor_parallel, pipeline_parallel
+    if not model.is_moe:
+        return [(1, t)]
+    out = []
+    for e in _divisors(model.num_experts):
+        for te in sorted({t, 1}, reverse=True):
+            if world_size % (te * e * p) == 0 and model.moe_ffn_hidden_size % te == 0:
+                out.append((e, te))
     return out
 
 
@@ -342,12 +362,22 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 if c > 1 and (model.num_attention_heads // t) % c == 0 and (model.num_query_groups // t) % c == 0:
                     comms.append((a2a_code, c))
                 for comm, a2a in comms:
-                    chunks.append(dict(engine=r[:, 0], tp=np.full(k, t), pp=np.full(k, p), vp=v, cp=np.full(k, c),
-                                       dp=np.full(k, d), sp=r[:, 1], zero=r[:, 2], off_opt=r[:, 3], off_par=r[:, 4],
-                                       dist_opt=r[:, 5], recompute=r[:, 6], mbs=b, nmb=nmb,
-                                       first_layers=np.full(k, first), last_layers=np.full(k, last),
-                                       emb_split=np.full(k, emb), loss_split=np.full(k, loss),
-                                       cp_comm=np.full(k, comm), cp_a2a=np.full(k, a2a)))
+                    for e, te in expert_options(model, W, t, p):
+                        # expert parallel and a split of the experts other than TP are Megatron's; EP with TP
+                        # needs sequence parallel (Megatron-LM's rule)
+                        sel = np.ones(k, bool) if (e, te) == (1, t) else (
+                            (r[:, 0] == mg_code) & ((e == 1) | (t == 1) | (r[:, 1] == 1)))
+                        if not sel.any():
+                            continue
+                        n_sel = int(sel.sum())
+                        chunks.append(dict(engine=r[sel, 0], tp=np.full(n_sel, t), pp=np.full(n_sel, p), vp=v[sel],
+                                           cp=np.full(n_sel, c), dp=np.full(n_sel, d), sp=r[sel, 1], zero=r[sel, 2],
+                                           off_opt=r[sel, 3], off_par=r[sel, 4], dist_opt=r[sel, 5],
+                                           recompute=r[sel, 6], mbs=b[sel], nmb=nmb[sel],
+                                           first_layers=np.full(n_sel, first), last_layers=np.full(n_sel, last),
+                                           emb_split=np.full(n_sel, emb), loss_split=np.full(n_sel, loss),
+                                           cp_comm=np.full(n_sel, comm), cp_a2a=np.full(n_sel, a2a),
+                                           ep=np.full(n_sel, e), etp=np.full(n_sel, te)))
     if not chunks:
         return {k: np.zeros(0, np.int64) for k in _COLUMNS}
     return {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
@@ -459,7 +489,10 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         lora_rank=lora[0], lora_targets=lora[1], first_stage_layers=_split_at(table, "first_layers", i),
         last_stage_layers=_split_at(table, "last_layers", i),
         embedding_in_pipeline_split=bool(_split_at(table, "emb_split", i)),
-        loss_in_pipeline_split=bool(_split_at(table, "loss_split", i)), **(stack or {}))
+        loss_in_pipeline_split=bool(_split_at(table, "loss_split", i)),
+        expert_parallel=int(table["ep"][i]) if "ep" in table else 1,
+        expert_tensor_parallel=(int(table["etp"][i]) if "etp" in table and int(table["etp"][i]) != int(table["tp"][i])
+                                else None), **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:

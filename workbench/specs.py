@@ -183,6 +183,16 @@ class AdamImpl(_StrEnum):
     TORCH = "torch"
 
 
+class MoEDispatcher(_StrEnum):
+    """megatron-core's MoE token dispatcher (``--moe-token-dispatcher-type``): ``alltoall`` — each rank permutes its
+    tokens and exchanges them with the expert-parallel group in one all-to-all (then all-gathers them over the
+    expert-tensor-parallel group); ``allgather`` — every rank all-gathers the hidden states of the whole
+    tensor×expert-parallel group and keeps the tokens of its own experts (megatron-core's default)."""
+
+    ALLTOALL = "alltoall"
+    ALLGATHER = "allgather"
+
+
 class CPCommType(_StrEnum):
     """How context-parallel ranks exchange keys and values inside attention (megatron-core
     ``TransformerConfig.cp_comm_type``, Megatron-LM ``--cp-comm-type``, passed to Transformer Engine's
@@ -232,7 +242,7 @@ MAX_COUNT = {
     "max_position_embeddings": 2**26, "lora_rank": 2**16,
     "gpus_per_node": 1024, "num_nodes": 2**24,
     "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
-    "context_parallel": 2**16, "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
+    "context_parallel": 2**16, "expert_parallel": 2**14, "expert_tensor_parallel": 2**16, "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
 }
 """Largest value accepted for each integer field."""
 
@@ -727,6 +737,22 @@ class ParallelPlan:
     ``--first-last-layers-bf16 --num-layers-at-start-in-bf16 N``; not with the delayed recipe)."""
     fp8_bf16_last_layers: int = 0
     """Layers at the end kept in bf16 (``--num-layers-at-end-in-bf16 N``)."""
+    expert_parallel: int = 1
+    """Expert-model-parallel size e (Megatron ``--expert-model-parallel-size``): each MoE layer's experts are split
+    over e ranks, num_experts / e on each, and tokens travel to their experts by all-to-all (or all-gather). Needs an
+    MoE model and engine ``megatron``; e must divide num_experts and tp_e·e·p the world size."""
+    expert_tensor_parallel: Optional[int] = None
+    """Expert-tensor-parallel size (``--expert-tensor-parallel-size``): how many ranks split one expert's weights;
+    ``None``: the dense tensor-parallel size, as megatron-core defaults it. See :attr:`expert_tensor_parallel_size`."""
+    moe_capacity_factor: Optional[float] = None
+    """``--moe-expert-capacity-factor``: each expert takes at most factor × (tokens·top-k / experts) tokens and drops
+    the rest; ``None``: dropless (every routed token is computed)."""
+    moe_pad_to_capacity: bool = False
+    """``--moe-pad-expert-input-to-capacity``: every expert's input is padded to its capacity (fixed shapes: compute
+    and all-to-all volume grow by the capacity factor). Needs ``moe_capacity_factor``."""
+    moe_token_dispatcher: MoEDispatcher = MoEDispatcher.ALLTOALL
+    """``--moe-token-dispatcher-type``: ``alltoall`` (the workbench's default, what expert-parallel recipes use) or
+    ``allgather`` (megatron-core's own default; an imported command line without the flag gets it)."""
     fused_kernels: Optional[bool] = None
     """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
     ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
@@ -740,13 +766,14 @@ class ParallelPlan:
             _set(self, "adam", AdamImpl.FUSED if fused else AdamImpl.TORCH)
             _set(self, "fused_kernels", None)
         for name in ("sequence_parallel", "distributed_optimizer", "embedding_in_pipeline_split",
-                     "loss_in_pipeline_split"):
+                     "loss_in_pipeline_split", "moe_pad_to_capacity"):
             _set(self, name, check_bool(name, getattr(self, name)))
         if self.overlap_comm is not None:
             _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl),
-                               ("cp_comm_type", CPCommType), ("fp8_recipe", Fp8Recipe)):
+                               ("cp_comm_type", CPCommType), ("fp8_recipe", Fp8Recipe),
+                               ("moe_token_dispatcher", MoEDispatcher)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
                 or not 0 <= int(self.zero_stage) <= 3):
@@ -786,6 +813,7 @@ class ParallelPlan:
         self._check_lora()
         self._check_engine()
         self._check_fp8()
+        self._check_experts()
 
     def _check_fp8(self) -> None:
         _set(self, "fp8_param_gather", check_bool("fp8_param_gather", self.fp8_param_gather))
@@ -810,6 +838,46 @@ class ParallelPlan:
             raise ValueError(f"fp8_bf16_first_layers={self.fp8_bf16_first_layers}, fp8_bf16_last_layers="
                              f"{self.fp8_bf16_last_layers} cannot be used with fp8_recipe='delayed' (megatron-core: "
                              f"'Delayed scaling does not support first / last layer in BF16')")
+
+
+    def _check_experts(self) -> None:
+        """Expert-parallel rules megatron-core and Megatron-LM enforce that need only the plan (those that need the
+        model are in :func:`validate`)."""
+        _positive_int(self, "expert_parallel")
+        if self.expert_tensor_parallel is not None:
+            _positive_int(self, "expert_tensor_parallel")
+        if self.moe_capacity_factor is not None:
+            _set(self, "moe_capacity_factor", check_float("moe_capacity_factor", self.moe_capacity_factor,
+                                                          maximum=float(MAX_COUNT["num_experts"])))
+        if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
+            raise ValueError("moe_pad_to_capacity=True needs moe_capacity_factor (megatron-core: "
+                             "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity)")
+        e, te = self.expert_parallel, self.expert_tensor_parallel_size
+        if (e > 1 or self.expert_tensor_parallel is not None) and self.engine is not Engine.MEGATRON:
+            raise ValueError(f"expert_parallel={e}, expert_tensor_parallel={self.expert_tensor_parallel} need engine "
+                             f"'megatron' (megatron-core's MoE layer); engine='{self.engine}' keeps every expert on "
+                             f"every rank (DeepSpeed-MoE's ep_size belongs to its own MoE layer, which the "
+                             f"workbench's DeepSpeed path does not build)")
+        block = te * e * self.pipeline_parallel
+        if self.world_size % block:
+            raise ValueError(f"expert_tensor_parallel({te}) * expert_parallel({e}) * pipeline_parallel("
+                             f"{self.pipeline_parallel}) = {block} does not divide world_size={self.world_size} "
+                             f"(megatron-core's expert rank generator)")
+        if e > 1 and self.tensor_parallel > 1 and not self.sequence_parallel:
+            raise ValueError(f"expert_parallel={e} with tensor_parallel={self.tensor_parallel} needs "
+                             f"sequence_parallel=True (Megatron-LM: 'When using expert parallelism and tensor "
+                             f"parallelism, sequence parallelism must be used')")
+
+    @property
+    def expert_tensor_parallel_size(self) -> int:
+        """Ranks splitting one expert: ``expert_tensor_parallel``, or the dense tensor-parallel size when unset."""
+        return self.expert_tensor_parallel if self.expert_tensor_parallel is not None else self.tensor_parallel
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """Expert-data-parallel size: world ÷ (expert TP · EP · PP), the group expert gradients are reduced over
+        and the distributed optimizer shards expert states over (megatron-core ``expert_data_parallel_size``)."""
+        return self.world_size // (self.expert_tensor_parallel_size * self.expert_parallel * self.pipeline_parallel)
 
     def _check_stage_split(self) -> None:
         uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
@@ -1120,8 +1188,27 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
                          f"pipeline_parallel={p}")
     if plan.precision is Precision.BF16 and not cluster.gpu.peak_tflops.get("bf16"):
         raise ValueError(f"precision=bf16 is not supported by gpu={cluster.gpu.name}; use fp16")
+    _validate_experts(model, plan)
     if plan.precision.is_fp8:
         _validate_fp8(model, cluster, plan)
+
+
+def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:
+    """MoE plan fields against the model (megatron-core ``MoELayer``: ``num_moe_experts % ep_size == 0``)."""
+    e, te = plan.expert_parallel, plan.expert_tensor_parallel_size
+    moe_fields = (e > 1 or plan.expert_tensor_parallel is not None or plan.moe_capacity_factor is not None
+                  or plan.moe_pad_to_capacity)
+    if not model.is_moe:
+        if moe_fields:
+            raise ValueError(f"expert_parallel={e}, expert_tensor_parallel={plan.expert_tensor_parallel}, "
+                             f"moe_capacity_factor={plan.moe_capacity_factor} need a mixture-of-experts model "
+                             f"({model.name} has num_experts=None)")
+        return
+    if model.num_experts % e:
+        raise ValueError(f"expert_parallel={e} does not divide num_experts={model.num_experts}")
+    if model.moe_ffn_hidden_size % te:
+        raise ValueError(f"expert_tensor_parallel={te} does not divide moe_ffn_hidden_size="
+                         f"{model.moe_ffn_hidden_size}")
 
 
 def _validate_fp8(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:

@@ -15,6 +15,8 @@ Terms (seconds per step on the slowest pipeline stage; each function's docstring
 - ``tp_comm``   tensor-parallel all-reduces (or all-gather + reduce-scatter with sequence parallel), not overlapped;
                 (with FP8 delayed scaling also the per-micro-batch amax all-reduce over the stage's ranks);
 - ``cp_comm``   the exposed part of the context-parallel K/V ring;
+- ``ep_comm``   MoE token dispatch and combine (all-to-all over the expert-parallel group, or all-gather /
+                reduce-scatter), not overlapped;
 - ``pp_comm``   pipeline point-to-point sends;
 - ``dp_comm``   the exposed part of the data-parallel gradient reduction / ZeRO gathers;
 - ``offload``   ZeRO-Offload PCIe traffic and the CPU Adam step;
@@ -37,7 +39,8 @@ from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
 from workbench.schedule import bubble_fraction
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
-TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "offload", "optimizer", "bubble")
+TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "optimizer",
+         "bubble")
 """Breakdown keys, in drawing order. All are exposed seconds per optimizer step."""
 
 
@@ -299,8 +302,9 @@ class StepInputs:
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
     hf_recompute_layer_s: object = 0.0
-    """transformers' gradient checkpointing: fixed seconds per recomputed decoder layer on top of its forward
-    kernels (catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
+    backward together); the part the GPU's kernels for that layer do not hide is added to the recompute (catalog
+    ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
     flash_forward_efficiency_max: object = 0.0
     """Fused attention's forward rate as a fraction of peak (catalog ``flash_attention``; 0: price the attention
     core on the GEMM curve)."""
@@ -342,6 +346,19 @@ class StepInputs:
     """Transformer layers on each middle stage (``None``: num_layers / p)."""
     last_stage_layers: object = None
     """Transformer layers on the last stage (``None``: num_layers / p)."""
+    expert_parallel: object = 1.0
+    """MoE expert-parallel size e (1: every expert on every rank)."""
+    expert_tensor_parallel: object = None
+    """Ranks splitting one expert (``None``: tensor_parallel)."""
+    expert_data_parallel: object = None
+    """Ranks expert gradients are reduced over, world ÷ (tp_e·e·p) (``None``: data × context parallel)."""
+    expert_parameters: object = 0.0
+    """Routed-expert parameters of the whole model (all layers, all experts; 0 for a dense model)."""
+    moe_token_factor: object = 1.0
+    """Token copies per expert over the balanced average: the capacity factor when inputs are padded to capacity,
+    else 1 (:func:`workbench.memory.moe_expert_tokens`)."""
+    moe_allgather: object = 0.0
+    """1: megatron-core's allgather token dispatcher; 0: alltoall."""
     stage_parameters: object = None
     """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
     layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
@@ -402,8 +419,8 @@ def step_time_terms(**inputs):
     comm = communication_terms(x, comp)
     opt = optimizer_terms(x)
     pipe = pipeline_terms(x, comp, comm)
-    step = (comp["compute"] + comp["recompute"] + comm["tp_comm"] + comm["cp_comm"] + comm["pp_comm"]
-            + comm["dp_comm"] + opt["offload"] + opt["optimizer"] + pipe["bubble"])
+    step = (comp["compute"] + comp["recompute"] + comm["tp_comm"] + comm["cp_comm"] + comm["ep_comm"]
+            + comm["pp_comm"] + comm["dp_comm"] + opt["offload"] + opt["optimizer"] + pipe["bubble"])
     return {**comp, **comm, **opt, **pipe, "step_seconds": step, **_flops(x, comp)}
 
 
@@ -435,12 +452,15 @@ def compute_terms(x: StepInputs) -> dict:
     gemm = dict(peak_flops=x.peak_flops, efficiency_max=x.gemm_efficiency_max, half_dim=x.gemm_half_dim)
 
     # one layer's forward on one GPU
-    expert_tokens = tokens * x.experts_per_token / x.num_experts  # rows of each expert GEMM
+    # MLP / experts: X = tokens/t · k · tp_e · token_factor copies on the rank's E/e local experts, each GEMM
+    # (X·e/E) × (f/tp_e) × h (dense: X = tokens, one expert of f/t); FLOPs per rank 2·X·h·f/tp_e per matrix
+    etp = _expert_tp(x)
+    copies = tokens / t * x.experts_per_token * etp * x.moe_token_factor
+    expert_tokens = copies * x.expert_parallel / x.num_experts  # rows of each expert GEMM
     t_qkv = gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm)
     t_proj = gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm)
-    t_fc1 = gemm_seconds(2 * tokens * x.experts_per_token * h * fc1_width / t, expert_tokens, fc1_width / t, h,
-                         **gemm)
-    t_fc2 = gemm_seconds(2 * tokens * x.experts_per_token * f * h / t, expert_tokens, h, f / t, **gemm)
+    t_fc1 = gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm)
+    t_fc2 = gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm)
     core_flops = tokens * attention_core_flops_per_token(seq_length=s, query_projection_size=q,
                                                          causal=x.causal_attention) / t
     t_core = gemm_seconds(core_flops, s / c, s / c, x.head_dim, **gemm)
@@ -460,6 +480,9 @@ def compute_terms(x: StepInputs) -> dict:
                                               seq_length=s, tensor_parallel=t, sequence_parallel=g["sp"],
                                               unfused_attention=0, bytes_per_value=x.bytes_per_value)
     t_mem = x.memory_passes * elementwise / hbm
+    # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
+    # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
+    t_mem = t_mem + np.where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
     # materialised attention scores (non-flash): counted bytes per score element, forward and backward
     score_elements = tokens * x.num_attention_heads / t * s / c * x.unfused_attention
     score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,
@@ -475,9 +498,8 @@ def compute_terms(x: StepInputs) -> dict:
     gemm8 = dict(peak_flops=x.fp8_peak_flops, efficiency_max=x.fp8_gemm_efficiency_max, half_dim=x.fp8_gemm_half_dim)
     t_weights_fp8 = (gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm8)
                      + gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm8)
-                     + gemm_seconds(2 * tokens * x.experts_per_token * h * fc1_width / t, expert_tokens,
-                                    fc1_width / t, h, **gemm8)
-                     + gemm_seconds(2 * tokens * x.experts_per_token * f * h / t, expert_tokens, h, f / t, **gemm8))
+                     + gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm8)
+                     + gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm8))
     t_weights_fwd = np.where(fp8 > 0, (1 - fp8) * t_weights_fwd + fp8 * t_weights_fp8, t_weights_fwd)
     cast_fwd_b, cast_bwd_b = fp8_cast_bytes(tokens=tokens, hidden_size=h, query_projection_size=q,
                                             kv_projection_size=kv, ffn_hidden_size=f, gated=x.gated,
@@ -499,7 +521,12 @@ def compute_terms(x: StepInputs) -> dict:
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
     # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
-    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + x.hf_recompute_layer_s)
+    # transformers' gradient checkpointing: the checkpointed layer's host-side work (torch.utils.checkpoint's
+    # saved-tensor hooks and recompute, the framework's gradient hooks) runs while the GPU executes that layer's
+    # forward, recompute and backward; only what exceeds them is exposed
+    hf_ckpt_exposed = np.maximum(0.0, x.hf_recompute_layer_s - (2 * layer_fwd + layer_bwd))
+    hf_ckpt_exposed = np.where(x.hf_recompute_layer_s > 0, hf_ckpt_exposed, 0.0)
+    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + hf_ckpt_exposed)
                        + g["selective"] * (t_core + t_score_fwd))
     # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
     # of its layers; with an uneven split (stage_layers) another stage may hold more layers and be slower
@@ -515,7 +542,10 @@ def compute_terms(x: StepInputs) -> dict:
     stage_bwd = np.where(last_slowest, last_bwd, other_layers * layer_bwd)
     recompute_mb = layers * recompute_layer
     # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
-    weight_cast = np.where(fp8 > 0, fp8 * layers * x.parameters_per_layer / t
+    # (one layer's parameters on the rank: routed experts split over tp_e·e, the rest over t)
+    expert_layer = x.expert_parameters / x.num_layers
+    layer_params = (x.parameters_per_layer - expert_layer) / t + expert_layer / (_expert_tp(x) * x.expert_parallel)
+    weight_cast = np.where(fp8 > 0, fp8 * layers * layer_params
                            * x.fp8_weight_cast_bytes_per_parameter / g["hbm_bytes_per_s"], 0.0)
     return {"compute": m * (stage_fwd + stage_bwd) + weight_cast, "recompute": m * recompute_mb,
             "fp8_cast_seconds": m * layers * (t_cast_fwd + t_cast_bwd) + weight_cast,
@@ -526,6 +556,104 @@ def compute_terms(x: StepInputs) -> dict:
             "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
             "core_attention_backward_seconds": t_core_bwd,
             "layer_weight_gemm_seconds": t_weights_fwd}
+
+
+def _expert_tp(x: StepInputs):
+    """Expert tensor-parallel size (the dense tensor-parallel size when unset)."""
+    return x.tensor_parallel if x.expert_tensor_parallel is None else x.expert_tensor_parallel
+
+
+def local_parameters(x: StepInputs) -> tuple:
+    """``(dense, experts, expert_group)``: parameters one rank of the largest stage holds outside the routed experts
+    (:func:`stage_parameters` less its experts), the routed experts it holds (÷ tp_e·e·p) and the expert-data-parallel
+    group their gradients and optimizer states are
+    reduced and sharded over. Without expert parallelism and with tp_e = t the experts are priced with the rest
+    (``experts`` 0, one gradient reduction over data × context parallel, as before the split)."""
+    t, p = x.tensor_parallel, x.pipeline_parallel
+    group = x.data_parallel * x.context_parallel if x.expert_data_parallel is None else x.expert_data_parallel
+    local = stage_parameters(x)  # everything the rank holds, its local experts included
+    if not np.any(x.expert_parameters > 0):  # a dense model
+        return local, 0.0, group
+    etp = _expert_tp(x)
+    split = (x.expert_parallel > 1) | (etp != t)
+    experts = np.where(split, x.expert_parameters / (etp * x.expert_parallel * p), 0.0)
+    return local - experts, experts, group
+
+
+def alltoall_seconds(nbytes, group_size, ranks_in_node, *, intra_gb_per_s, inter_gb_per_s, latency_s):
+    """One all-to-all in which every rank sends ``nbytes`` in all, an equal share to each of the ``group_size``
+    members (its own share stays): the ``ranks_in_node − 1`` peers in the node are reached over the intra-node link
+    and the others over the network at the same time, so the slower of the two sets the time,
+
+        max((r−1)/n · bytes / intra, (n−r)/n · bytes / inter) + latency
+
+    (n = group size, r = members per node). NCCL's all-to-all is one grouped send/receive to every peer
+    (``ncclGroupStart``/``ncclSend``/``ncclRecv``; megatron-core ``_AllToAll``), one latency deep. 0 for one rank."""
+    n = np.maximum(group_size, 1)
+    r = np.minimum(np.maximum(ranks_in_node, 1), n)
+    intra = (r - 1) / n * nbytes / (intra_gb_per_s * 1e9)
+    inter = (n - r) / n * nbytes / (inter_gb_per_s * 1e9)
+    return np.where(n > 1, np.maximum(intra, inter) + latency_s, 0.0)
+
+
+def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
+    """MoE token dispatch and combine per micro-batch on the slowest stage (exposed: megatron-core runs them on the
+    compute stream unless its optional overlap schedules are on), ``ep_comm`` per step and the links used.
+
+    Per MoE layer and pass, with v·T·k·f bytes of token copies leaving each rank (T = tokens/t entering the layer,
+    f the token factor of :func:`workbench.memory.moe_expert_tokens`):
+
+    * alltoall dispatcher (megatron-core ``MoEAlltoAllTokenDispatcher``): dispatch and combine are each one
+      all-to-all over the expert-parallel group (:func:`alltoall_seconds`; the group's ranks are tp_e apart in
+      megatron-core's expert rank order tp-ep-dp-pp), and with tp_e > 1 an all-gather (dispatch) and a
+      reduce-scatter (combine) of the received copies over the expert-tensor-parallel group;
+    * allgather dispatcher (``MoEAllGatherTokenDispatcher``): an all-gather of the hidden states v·T·h over the
+      tp_e·e ranks (dispatch) and a reduce-scatter of the same size (combine).
+
+    The backward repeats the forward's collectives (the gradients travel the same way back); a fully recomputed
+    layer repeats its forward ones."""
+    t, e, n = x.tensor_parallel, x.expert_parallel, x.gpus_per_node
+    etp = _expert_tp(x)
+    layers = comp["stage_layers"]
+    if not np.any(x.num_experts > 1):  # a dense model: nothing to dispatch (the planner's common case, kept fast)
+        zero = np.zeros_like(layers * 1.0)
+        return {"ep_forward_microbatch_seconds": zero, "ep_backward_microbatch_seconds": zero,
+                "ep_alltoall_seconds": zero, "ep_comm": zero, "ep_crosses_nodes": np.zeros_like(zero, bool),
+                "ep_gb_per_s": x.intra_node_gb_per_s, "ep_latency_s": x.intra_node_latency_s}
+    moe = (x.num_experts > 1).astype(float)
+    tokens_in = x.micro_batch_size * x.seq_length / x.context_parallel / t
+    copies_bytes = tokens_in * x.experts_per_token * x.moe_token_factor * x.hidden_size * x.bytes_per_value
+    out = {}
+
+    def link(stride, size):
+        crosses = group_crosses_nodes(stride, size, x.gpus_per_node)
+        return (crosses, np.where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+                np.where(crosses, x.inter_node_latency_s, x.intra_node_latency_s))
+
+    ep_cross, ep_bw, ep_lat = link(etp, e)
+    # members of one expert-parallel group inside a node: all of them unless the group leaves it; then the node's
+    # n / tp_e expert-parallel neighbours
+    in_node = np.where(ep_cross, np.maximum(1, np.minimum(e, n // np.maximum(etp, 1))), e)
+    a2a = alltoall_seconds(copies_bytes, e, in_node, intra_gb_per_s=x.intra_node_gb_per_s,
+                           inter_gb_per_s=x.inter_node_gb_per_s, latency_s=ep_lat)
+    _, etp_bw, etp_lat = link(1, etp)
+    gathered = copies_bytes * etp
+    etp_pair = (collective_seconds(gathered, etp, kind="all_gather", gb_per_s=etp_bw, latency_s=etp_lat)
+                + collective_seconds(gathered, etp, kind="reduce_scatter", gb_per_s=etp_bw, latency_s=etp_lat))
+    alltoall_pass = 2 * a2a + etp_pair
+    _, ag_bw, ag_lat = link(1, etp * e)
+    hidden_gathered = tokens_in * x.hidden_size * x.bytes_per_value * etp * e
+    allgather_pass = (collective_seconds(hidden_gathered, etp * e, kind="all_gather", gb_per_s=ag_bw,
+                                         latency_s=ag_lat)
+                      + collective_seconds(hidden_gathered, etp * e, kind="reduce_scatter", gb_per_s=ag_bw,
+                                           latency_s=ag_lat))
+    per_pass = moe * np.where(x.moe_allgather > 0, allgather_pass, alltoall_pass)
+    out["ep_forward_microbatch_seconds"] = layers * per_pass
+    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc) * per_pass
+    out["ep_alltoall_seconds"] = moe * a2a
+    out["ep_comm"] = x.num_microbatches * (out["ep_forward_microbatch_seconds"] + out["ep_backward_microbatch_seconds"])
+    out["ep_crosses_nodes"], out["ep_gb_per_s"], out["ep_latency_s"] = ep_cross, ep_bw, ep_lat
+    return out
 
 
 def fp8_cast_bytes(*, tokens, hidden_size, query_projection_size, kv_projection_size, ffn_hidden_size, gated,
@@ -594,6 +722,9 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     sp_pair = (collective_seconds(act_bytes * fp8_gather, t, kind="all_gather", **tp)
                + collective_seconds(act_bytes, t, kind="reduce_scatter", **tp))
     per_collective = np.where(sp, sp_pair, allreduce)
+    # an MoE layer's MLP needs no tensor-parallel collective of its own: its token dispatcher gathers and scatters
+    # the tokens (``ep_comm``), so only the attention's pair remains
+    pairs = 2 - (x.num_experts > 1).astype(float)
     # FP8 delayed scaling: the amaxes of the stage's FP8 tensors are all-reduced over its TP×CP×DP ranks after the
     # forward and after the backward of each micro-batch (Transformer Engine's amax reduction group); latency-bound,
     # it blocks the stage like the tensor-parallel collectives, so it is counted with them
@@ -604,8 +735,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
         gb_per_s=np.where(amax_crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
         latency_s=np.where(amax_crosses, x.inter_node_latency_s, x.intra_node_latency_s)), 0.0)
     out["fp8_amax_microbatch_seconds"] = x.fp8_amax_reductions * amax
-    out["tp_forward_microbatch_seconds"] = layers * 2 * per_collective + x.fp8_amax_reductions / 2 * amax
-    out["tp_backward_microbatch_seconds"] = (layers * (2 + 2 * full_rc) * per_collective
+    out["tp_forward_microbatch_seconds"] = layers * pairs * per_collective + x.fp8_amax_reductions / 2 * amax
+    out["tp_backward_microbatch_seconds"] = (layers * pairs * (1 + full_rc) * per_collective
                                              + x.fp8_amax_reductions / 2 * amax)
     out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
 
@@ -622,38 +753,28 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     send = p2p_seconds(act_bytes / np.where(sp, t, 1), gb_per_s=out["pp_gb_per_s"], latency_s=out["pp_latency_s"])
     out["pp_comm"] = np.where(p > 1, 2 * (v * m + p - 1) * send, 0.0)
 
-    # data parallel: gradient reduction and ZeRO gathers
+    out.update(expert_parallel_terms(x, comp, full_rc))
+
+    # data parallel: gradient reduction and ZeRO gathers; routed experts (expert parallel) are reduced over their
+    # own expert-data-parallel group, which shares the backward they hide behind in proportion to their bytes
     zero = x.zero_stage
-    coll = functools.partial(collective_seconds, gb_per_s=out["dp_gb_per_s"], latency_s=out["dp_latency_s"])
-    local_params = stage_parameters(x)  # the largest stage's parameters on one rank
-    trainable_params = local_params * x.trainable_fraction  # what has gradients and optimizer states
-    grad_bytes = trainable_params * x.grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
-    bucket_bytes = np.minimum(x.grad_bucket_elements * x.grad_reduce_bytes_per_value, grad_bytes)
+    dense_params, expert_params, expert_group = local_parameters(x)
+    local_params = dense_params + expert_params
     backward_mb = layers * comp["layer_backward_seconds"]  # compute a gradient reduction can hide behind
     forward_mb = layers * comp["layer_forward_seconds"]
-    sharded = (zero >= 1) | (x.distributed_optimizer > 0)
-    overlap_comm = x.overlap_comm
-    overlap = overlap_comm > 0
-    # ZeRO-0 / Megatron DDP: one all-reduce per step, overlapped with the last micro-batch's backward; with overlap
-    # the last bucket is reduced after the backward ends: it stays exposed (without overlap all of it is exposed)
-    allreduce_dp = coll(grad_bytes, grad_group, kind="all_reduce")
-    dp_plain = (exposed_seconds(allreduce_dp, backward_mb, overlap_comm)
-                + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
-    # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
-    rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
-    # the updated 16-bit parameters (FP8 linear weights with --fp8-param-gather)
-    gather_bytes = x.bytes_per_value if x.param_gather_bytes_per_value is None else x.param_gather_bytes_per_value
-    ag = coll(trainable_params * gather_bytes, grad_group, kind="all_gather")
-    ag_all = coll(local_params * x.bytes_per_value, grad_group, kind="all_gather")  # ZeRO-3: frozen ones too
-    rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
-    dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
-    # ZeRO-2: DeepSpeed reduce-scatters every micro-batch (stage_1_and_2.py, partition_gradients) + all-gather
-    dp_zero2 = m * exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
-    # ZeRO-3: per micro-batch all-gather forward and backward + reduce-scatter; the first layer's gather is exposed
-    layer_bytes = x.parameters_per_layer / t * x.bytes_per_value
-    dp_zero3 = (m * (exposed_seconds(ag_all, forward_mb, overlap_comm) + exposed_seconds(ag_all + rs, backward_mb,
-                                                                                          overlap_comm))
-                + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
+    share = dense_params / np.maximum(local_params, 1e-30) if np.any(expert_params > 0) else 1.0
+    dense_dp = _data_parallel_seconds(x, dense_params, grad_group, (t, grad_group), share * backward_mb,
+                                      share * forward_mb)
+    expert_dp = 0.0
+    if np.any(expert_params > 0):  # routed experts priced on their own group
+        expert_cross = group_crosses_nodes(_expert_tp(x) * x.expert_parallel, expert_group, x.gpus_per_node)
+        expert_link = dict(gb_per_s=np.where(expert_cross, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+                           latency_s=np.where(expert_cross, x.inter_node_latency_s, x.intra_node_latency_s))
+        expert_dp = np.where(expert_params > 0,
+                             _data_parallel_seconds(x, expert_params, expert_group, None, (1 - share) * backward_mb,
+                                                    (1 - share) * forward_mb, link=expert_link), 0.0)
+    out["dp_expert_seconds"] = expert_dp
+    trainable_params = local_params * x.trainable_fraction
     # ZeRO-3 per-module work (DeepSpeed stage 3: deepspeed/runtime/zero/parameter_offload.py hooks,
     # partitioned_param_coordinator.py fetch/release, stage3.py gradient reduce-and-partition): every submodule
     # holding partitioned parameters is fetched (all-gather into a full buffer, released after use) before each
@@ -677,8 +798,7 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
     zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
                                  ) / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency)
-    out["dp_comm"] = np.where(zero == 3, dp_zero3 + zero3_calls,
-                              np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
+    out["dp_comm"] = dense_dp + expert_dp + np.where(zero == 3, zero3_calls, 0.0)
     return out
 
 
@@ -695,6 +815,48 @@ def flash_attention_seconds(core_flops, kv_tokens, *, peak_flops, forward_effici
         fwd = core_flops / (peak_flops * forward_efficiency_max * shape)
         bwd = backward_flops_ratio * core_flops / (peak_flops * backward_efficiency_max * shape)
     return fwd, bwd
+
+
+def _data_parallel_seconds(x: StepInputs, local_params, group, stride_size, backward_mb, forward_mb, *,
+                           link=None):
+    """Exposed gradient-reduction (and ZeRO gather) seconds per step for ``local_params`` parameters on one rank,
+    reduced over ``group`` ranks; ``backward_mb`` / ``forward_mb`` is the compute of one micro-batch the
+    collectives can hide behind. ``link`` (``gb_per_s``, ``latency_s``) defaults to the data-parallel group's
+    (``stride_size``: its rank stride and size)."""
+    if link is None:
+        crosses = group_crosses_nodes(stride_size[0], stride_size[1], x.gpus_per_node)
+        link = dict(gb_per_s=np.where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+                    latency_s=np.where(crosses, x.inter_node_latency_s, x.intra_node_latency_s))
+    zero, m, t = x.zero_stage, x.num_microbatches, x.tensor_parallel
+    grad_group = group
+    coll = functools.partial(collective_seconds, **link)
+    trainable_params = local_params * x.trainable_fraction  # what has gradients and optimizer states
+    grad_bytes = trainable_params * x.grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
+    bucket_bytes = np.minimum(x.grad_bucket_elements * x.grad_reduce_bytes_per_value, grad_bytes)
+    sharded = (zero >= 1) | (x.distributed_optimizer > 0)
+    overlap_comm = x.overlap_comm
+    overlap = overlap_comm > 0
+    # ZeRO-0 / Megatron DDP: one all-reduce per step, overlapped with the last micro-batch's backward; with overlap
+    # the last bucket is reduced after the backward ends: it stays exposed (without overlap all of it is exposed)
+    allreduce_dp = coll(grad_bytes, grad_group, kind="all_reduce")
+    dp_plain = (exposed_seconds(allreduce_dp, backward_mb, overlap_comm)
+                + overlap * coll(bucket_bytes, grad_group, kind="all_reduce"))
+    # ZeRO-1 / distributed optimizer: reduce-scatter once per step (overlapped), all-gather of the updated params
+    rs = coll(grad_bytes, grad_group, kind="reduce_scatter")
+    # the updated 16-bit parameters (FP8 linear weights with --fp8-param-gather)
+    gather_bytes = x.bytes_per_value if x.param_gather_bytes_per_value is None else x.param_gather_bytes_per_value
+    ag = coll(trainable_params * gather_bytes, grad_group, kind="all_gather")
+    ag_all = coll(local_params * x.bytes_per_value, grad_group, kind="all_gather")  # ZeRO-3: frozen ones too
+    rs_bucket = overlap * coll(bucket_bytes, grad_group, kind="reduce_scatter")
+    dp_zero1 = exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
+    # ZeRO-2: DeepSpeed reduce-scatters every micro-batch (stage_1_and_2.py, partition_gradients) + all-gather
+    dp_zero2 = m * exposed_seconds(rs, backward_mb, overlap_comm) + rs_bucket + ag
+    # ZeRO-3: per micro-batch all-gather forward and backward + reduce-scatter; the first layer's gather is exposed
+    layer_bytes = x.parameters_per_layer / t * x.bytes_per_value
+    dp_zero3 = (m * (exposed_seconds(ag_all, forward_mb, overlap_comm) + exposed_seconds(ag_all + rs, backward_mb,
+                                                                                          overlap_comm))
+                + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
+    return np.where(zero == 3, dp_zero3, np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
 
 
 CP_COMM_CODES = {"p2p": 0, "a2a": 1, "all_gather": 2, "a2a+p2p": 3}
@@ -760,9 +922,12 @@ def optimizer_terms(x: StepInputs) -> dict:
     """``offload`` (ZeRO-Offload PCIe traffic and the CPU Adam step) and ``optimizer`` (the GPU optimizer step)
     seconds per step, over the parameter shard one rank updates."""
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
-    local_params = stage_parameters(x)
+    dense_params, expert_params, expert_group = local_parameters(x)
+    local_params = dense_params + expert_params
     sharded = (x.zero_stage >= 1) | (x.distributed_optimizer > 0)
-    shard = local_params * x.trainable_fraction / np.where(sharded, d * c, 1)  # what has optimizer states
+    # what has optimizer states (routed experts sharded over their expert-data-parallel group)
+    shard = (dense_params / np.where(sharded, d * c, 1)
+             + expert_params / np.where(sharded, expert_group, 1)) * x.trainable_fraction
     off_opt = x.offload_optimizer > 0
     off_par = x.offload_params > 0
     host_bps = x.host_link_gb_per_s * 1e9
@@ -792,17 +957,21 @@ def pipeline_terms(x: StepInputs, comp: dict, comm: dict) -> dict:
     the backward, and the tensor/context-parallel communication of each pass) and the ``bubble``: (p−1)/(v·m) of
     the ideal time, i.e. bubble_fraction × m × (forward + backward). A 1F1B schedule simulated with these two
     durations idles exactly ``bubble`` per stage."""
-    fwd = comp["stage_forward_seconds"] + comm["tp_forward_microbatch_seconds"] + comm["cp_forward_microbatch_seconds"]
+    fwd = (comp["stage_forward_seconds"] + comm["tp_forward_microbatch_seconds"]
+           + comm["cp_forward_microbatch_seconds"] + comm["ep_forward_microbatch_seconds"])
     bwd = (comp["stage_backward_seconds"] + comp["recompute_microbatch_seconds"]
-           + comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"])
+           + comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"]
+           + comm["ep_backward_microbatch_seconds"])
     m = x.num_microbatches
     # one layer's share of a micro-batch on a stage, its tensor/context-parallel communication included, so a stage
     # of n layers takes n × that (+ the output layer and loss on the last): what the pipeline view draws per stage
     n = comp["stage_layers"]
     per_layer_fwd = comp["layer_forward_seconds"] + (comm["tp_forward_microbatch_seconds"]
-                                                      + comm["cp_forward_microbatch_seconds"]) / n
+                                                      + comm["cp_forward_microbatch_seconds"]
+                                                      + comm["ep_forward_microbatch_seconds"]) / n
     per_layer_bwd = (comp["layer_backward_seconds"] + comp["recompute_layer_seconds"]
-                     + (comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"]) / n)
+                     + (comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"]
+                        + comm["ep_backward_microbatch_seconds"]) / n)
     return {"microbatch_forward_seconds": fwd, "microbatch_backward_seconds": bwd,
             "layer_microbatch_forward_seconds": per_layer_fwd, "layer_microbatch_backward_seconds": per_layer_bwd,
             "bubble": bubble_fraction(x.pipeline_parallel, m, x.virtual_pipeline) * m * (fwd + bwd)}
@@ -902,7 +1071,8 @@ class TimeEstimate:
     fp8_amax_seconds: float = 0.0
     """FP8 delayed scaling: seconds per step of the amax all-reduces, included in ``tp_comm``; 0 otherwise."""
     links: dict = field(default_factory=dict)
-    """Collective group (``tp``, ``cp``, ``pp``, ``dp``) → ``{"group_size", "link", "gb_per_s", "latency_s"}``: the
+    """Collective group (``tp``, ``cp``, ``pp``, ``dp``, and ``ep`` for an MoE model) → ``{"group_size", "link",
+    "gb_per_s", "latency_s"}``: the
     link each group's collectives were priced on (``link`` is ``"intra-node"`` or ``"inter-node"``)."""
     inputs: dict = field(default_factory=dict, repr=False, compare=False)
     """The :func:`step_time_terms` keyword arguments this estimate was priced with (to price a variant, change one
@@ -991,6 +1161,10 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
         links[group] = {"group_size": int(GROUP_SHAPES[kind](t, c, d, p)[1]),
                         "link": "inter-node" if terms[f"{group}_crosses_nodes"] else "intra-node",
                         "gb_per_s": float(terms[f"{group}_gb_per_s"]), "latency_s": float(terms[f"{group}_latency_s"])}
+    if model.is_moe:  # the expert-parallel group: tp_e apart in megatron-core's expert rank order
+        links["ep"] = {"group_size": plan.expert_parallel,
+                       "link": "inter-node" if terms["ep_crosses_nodes"] else "intra-node",
+                       "gb_per_s": float(terms["ep_gb_per_s"]), "latency_s": float(terms["ep_latency_s"])}
     return TimeEstimate(
         step_seconds=float(terms["step_seconds"]),
         tokens_per_step=plan.global_batch_size * model.seq_length,

@@ -116,11 +116,15 @@ def tiny(cfg_shape: dict, hf: bool) -> dict:
         if "num_key_value_heads" in c:
             c["num_key_value_heads"] = 2
         c["vocab_size"] = 512
+        if "head_dim" in c:
+            c["head_dim"] = 32
         return dict(cfg_shape, config=c, seq_length=32)
     d = dict(cfg_shape, num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128, vocab_size=512,
              seq_length=32)
     if d.get("num_query_groups"):
         d["num_query_groups"] = 2
+    if d.get("head_dim"):
+        d["head_dim"] = 32
     return d
 
 
@@ -164,6 +168,10 @@ def build_mcore(dims: dict, cfg: dict):
               use_cpu_initialization=not torch.cuda.is_available(),
               masked_softmax_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
               gradient_accumulation_fusion=False, apply_rope_fusion=False)
+    if dims.get("head_dim"):  # Megatron --kv-channels: a head width other than hidden / heads (Gemma: 256)
+        kw["kv_channels"] = dims["head_dim"]
+    if dims.get("qkv_bias") is not None and dims["qkv_bias"] != dims["add_bias_linear"]:  # Qwen2: QKV biases only
+        kw["add_qkv_bias"] = bool(dims["qkv_bias"])
     if rc == "full":
         kw.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     elif rc == "selective":
@@ -467,7 +475,11 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
         go.unlink(missing_ok=True)
         cmd = [sys.executable, __file__, "--worker", rid, "--out", str(out), "--deadline", str(deadline),
                "--go-file", str(go)] + (["--dry-run"] if dry else [])
-        return rid, go, subprocess.Popen(cmd)
+        cfg = next(c for c in all_runs() if c["run_id"] == rid)
+        env = dict(os.environ)
+        if cfg.get("omp_threads"):  # the OpenMP runtime (CPU Adam's threads) reads it when it loads
+            env["OMP_NUM_THREADS"] = str(cfg["omp_threads"])
+        return rid, go, subprocess.Popen(cmd, env=env)
 
     pending = [spawn(rid, i) for i, rid in enumerate(todo[:ahead])]
     nxt = len(pending)

@@ -96,6 +96,23 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
     return a
 
 
+def moe_flags(plan: ParallelPlan) -> list[str]:
+    """Megatron-LM's MoE layout flags for an MoE model: expert parallel, expert tensor parallel (only when it differs
+    from TP, Megatron's default), the token dispatcher (always written: Megatron-LM's default is allgather, the
+    workbench's alltoall), the capacity factor and padding."""
+    a = []
+    if plan.expert_parallel > 1:
+        a += ["--expert-model-parallel-size", _fmt(plan.expert_parallel)]
+    if plan.expert_tensor_parallel_size != plan.tensor_parallel:
+        a += ["--expert-tensor-parallel-size", _fmt(plan.expert_tensor_parallel_size)]
+    a += ["--moe-token-dispatcher-type", str(plan.moe_token_dispatcher)]
+    if plan.moe_capacity_factor is not None:
+        a += ["--moe-expert-capacity-factor", _fmt(plan.moe_capacity_factor)]
+    if plan.moe_pad_to_capacity:
+        a += ["--moe-pad-expert-input-to-capacity"]
+    return a
+
+
 def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "megatron") -> list[str]:
     a = ["--tensor-model-parallel-size", _fmt(plan.tensor_parallel),
          "--pipeline-model-parallel-size", _fmt(plan.pipeline_parallel)]
@@ -122,6 +139,8 @@ def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "mega
                   *(_fmt(x) for x in plan.hierarchical_context_parallel_sizes)]
     if plan.sequence_parallel:
         a += ["--sequence-parallel"]
+    if model.is_moe and dialect != "megatron-deepspeed":
+        a += moe_flags(plan)
     if plan.distributed_optimizer:
         a += ["--use-distributed-optimizer"]
     a += megatron_recompute_flags(plan)

@@ -1,0 +1,195 @@
+"""Expert parallelism: validation, per-rank expert memory, MoE activations, all-to-all time, planner search."""
+import numpy as np
+import pytest
+
+from workbench import memory as M
+from workbench import timing as T
+from workbench.catalog import gpu, model
+from workbench.estimate import estimate
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
+
+MIXTRAL = model("mixtral-8x7b").replace(seq_length=4096)
+GiB = 2**30
+
+
+def _cluster(nodes=1, per_node=8):
+    return ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=per_node, num_nodes=nodes)
+
+
+def _plan(world=8, **kw):
+    kw.setdefault("engine", "megatron")
+    return ParallelPlan(world_size=world, **kw)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(expert_parallel=8, pipeline_parallel=2), "does not divide world_size=8"),
+    (dict(expert_parallel=2, tensor_parallel=2), "needs sequence_parallel=True"),
+    (dict(expert_parallel=2, engine="deepspeed"), "need engine 'megatron'"),
+    (dict(moe_pad_to_capacity=True), "needs moe_capacity_factor"),
+    (dict(moe_capacity_factor=0.0), "moe_capacity_factor=0 must be > 0"),
+    (dict(expert_parallel=2, expert_tensor_parallel=3), "does not divide world_size"),
+])
+def test_invalid_expert_plans_name_the_fields(kw, needle):
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
+        validate(MIXTRAL, _cluster(), _plan(**kw))
+
+
+def test_expert_parallel_must_divide_the_experts():
+    with pytest.raises(ValueError, match="expert_parallel=4 does not divide num_experts=6"):
+        validate(MIXTRAL.replace(num_experts=6), _cluster(), _plan(expert_parallel=4))
+
+
+def test_expert_fields_need_an_moe_model():
+    dense = model("llama3-8b")
+    with pytest.raises(ValueError, match="need a mixture-of-experts model"):
+        validate(dense, _cluster(), _plan(expert_parallel=2))
+
+
+def test_expert_weights_shard_over_ep_and_etp():
+    """Expert parameters per rank fall as 1/(e·tp_e); with e = 1 and tp_e = t the count is the old one."""
+    full = M.expert_params_per_rank(MIXTRAL, 1, 1)
+    assert full == 8 * 3 * 4096 * 14336  # 8 SwiGLU experts, no biases
+    assert M.expert_params_per_rank(MIXTRAL, 4, 2) == full / 8
+    dense_part = M.layer_params_per_rank(MIXTRAL, 2) - M.expert_params_per_rank(MIXTRAL, 1, 2)
+    assert M.layer_params_per_rank(MIXTRAL, 2, 8, 1) == pytest.approx(dense_part + full / 8)
+
+
+def test_memory_falls_with_expert_parallel_and_states_shard_over_expert_dp():
+    c = _cluster()
+    base = dict(distributed_optimizer=True, recompute="full", global_batch_size=8)
+    peaks = []
+    for e in (1, 2, 4, 8):
+        est = estimate(MIXTRAL, c, _plan(expert_parallel=e, **base), checks=False)
+        peaks.append(est.memory.peak_stage.total_bytes)
+    assert peaks == sorted(peaks, reverse=True) and peaks[0] > 2 * peaks[-1]
+    # bf16 weights: 2 bytes per local parameter; optimizer 12 bytes sharded: dense over dp=8, experts over
+    # expert dp = 8 / e
+    est = estimate(MIXTRAL, c, _plan(expert_parallel=8, **base), checks=False)
+    counts = MIXTRAL.parameter_counts()
+    experts = MIXTRAL.num_layers * M.expert_params_per_rank(MIXTRAL, 1, 1)
+    local = (counts.total - experts) + experts / 8
+    assert est.memory.peak_stage.terms.weights == pytest.approx(2 * local, rel=1e-6)
+    assert est.memory.peak_stage.terms.optimizer == pytest.approx(12 * (counts.total - experts) / 8 + 12 * experts / 8,
+                                                                  rel=1e-6)
+
+
+def test_capacity_padding_grows_expert_activations_by_the_factor():
+    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, recompute=0,
+              value_bytes=2)
+    _, dropless = M.layer_activation_bytes(MIXTRAL, **kw)
+    _, padded = M.layer_activation_bytes(MIXTRAL, **kw, moe_token_factor=1.5)
+    x = M.moe_expert_tokens(4096, top_k=2, tensor_parallel=1, expert_tensor_parallel=1)
+    per_copy = 2 * (5 * 14336 + 4096)  # fc1 out (2f) + fc2 in (f) + glu sum and product (2f) + fc1 input, 16-bit
+    assert padded - dropless == pytest.approx(0.5 * x * per_copy)
+
+
+def test_alltoall_time_and_its_link():
+    """2 dispatch + 2 combine all-to-alls per MoE layer and micro-batch (forward + backward); a group spanning
+    nodes is priced on the network."""
+    one = estimate(MIXTRAL, _cluster(), _plan(expert_parallel=1, global_batch_size=8), checks=False)
+    assert one.time.breakdown["ep_comm"] == 0.0
+    intra = estimate(MIXTRAL, _cluster(), _plan(expert_parallel=8, global_batch_size=8), checks=False)
+    copies_bytes = 4096 * 2 * 4096 * 2  # tokens × top-k × h × bf16
+    net = T.calibration()["network"]
+    bw = 450 * net["intra_node_bandwidth_efficiency"] * 1e9
+    a2a = 7 / 8 * copies_bytes / bw + net["intra_node_latency_s"]
+    assert intra.time.breakdown["ep_comm"] == pytest.approx(32 * 4 * a2a, rel=1e-6)
+    assert intra.time.links["ep"]["link"] == "intra-node"
+    cross = estimate(MIXTRAL, _cluster(2, 4), _plan(expert_parallel=8, global_batch_size=8), checks=False)
+    assert cross.time.links["ep"]["link"] == "inter-node"
+    assert cross.time.breakdown["ep_comm"] > 3 * intra.time.breakdown["ep_comm"]
+
+
+def test_alltoall_seconds_splits_intra_and_inter_traffic():
+    s = T.alltoall_seconds(8e9, 8, 4, intra_gb_per_s=400, inter_gb_per_s=50, latency_s=0.0)
+    assert s == pytest.approx(4 / 8 * 8e9 / 50e9)  # the 4 off-node peers over the network dominate
+    assert T.alltoall_seconds(8e9, 1, 1, intra_gb_per_s=400, inter_gb_per_s=50, latency_s=1e-5) == 0.0
+
+
+def test_dense_models_price_no_expert_terms():
+    llama = model("llama3-8b").replace(seq_length=2048)
+    est = estimate(llama, _cluster(), _plan(global_batch_size=8), checks=False)
+    assert est.time.breakdown["ep_comm"] == 0.0 and "ep" not in est.time.links
+    assert "etp" not in est.facts.group_sizes
+
+
+def test_planner_searches_expert_parallel_with_the_spec_rules():
+    """Every expert layout the planner lists is one ParallelPlan + validate accept, and the estimate of the best
+    plan agrees with the planner's array evaluation."""
+    from workbench import planner
+
+    tiny = ModelSpec(name="tiny-moe", num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1024,
+                     num_experts=8, moe_top_k=2, seq_length=512, activation="swiglu", attention="flash")
+    c = _cluster(2, 4)
+    table = planner.enumerate_candidates(tiny, c, 16, engines=("megatron",), offload=False, recompute=("none",))
+    pairs = {(int(t), int(e), int(te)) for t, e, te in zip(table["tp"], table["ep"], table["etp"])}
+    assert {(1, 8, 1), (2, 4, 1), (2, 4, 2), (1, 1, 1)} <= pairs
+    assert all(e * te <= 8 for _, e, te in pairs) and all(8 % e == 0 for _, e, _ in pairs)
+    for i in range(0, len(table["tp"]), 37):
+        validate(tiny, c, planner._plan_at(table, i, c, 16, "bf16"))
+    found = planner.search(tiny, c, global_batch_size=16, engines=("megatron",), top=3)
+    best = found.ranked[0]
+    est = estimate(tiny, c, best.plan, checks=False)
+    assert best.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
+    assert best.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
+
+
+def test_megatron_export_and_import_round_trip_the_expert_layout():
+    from workbench.configs.importer import import_megatron_args
+    from workbench.configs.megatron import megatron_args
+
+    c = _cluster(2)
+    plan = _plan(16, tensor_parallel=2, sequence_parallel=True, expert_parallel=4, expert_tensor_parallel=1,
+                 moe_capacity_factor=1.25, moe_pad_to_capacity=True, distributed_optimizer=True,
+                 global_batch_size=16)
+    args = megatron_args(MIXTRAL, c, plan)
+    at = args.index("--expert-model-parallel-size")
+    assert args[at + 1] == "4" and args[args.index("--expert-tensor-parallel-size") + 1] == "1"
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+    imported = import_megatron_args(args)
+    assert not [w for w in imported.warnings if "expert" in w]
+    _, back = imported.to_specs(cluster=c)
+    assert back == plan.replace(overlap_comm=False)  # the import reads Megatron's default explicitly
+    # without the dispatcher flag Megatron-LM runs allgather; a dense script's EP flags are named and ignored
+    default = import_megatron_args([a for a in args if a not in ("--moe-token-dispatcher-type", "alltoall")])
+    assert default.plan_fields["moe_token_dispatcher"] == "allgather"
+    dense = import_megatron_args(["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                                  "--expert-model-parallel-size", "2"])
+    assert "expert_parallel" not in dense.plan_fields and any("dense model" in w for w in dense.warnings)
+
+
+def test_cli_flags_and_advisor_notes(capsys):
+    from workbench.cli import main
+
+    code = main(["estimate", "--model", "mixtral-8x7b", "--seq", "4096", "--gpus-per-node", "4", "--nodes", "2",
+                 "--engine", "megatron", "--ep", "8", "--distributed-optimizer", "--gbs", "8",
+                 "--moe-capacity-factor", "0.8"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "EP 8 (1 per rank) x expert TP 1 x expert DP 1" in out and "ep_comm" in out
+    assert "expert-parallel group crosses nodes" in out and "drops 20% of the token copies" in out
+    assert main(["estimate", "--model", "mixtral-8x7b", "--engine", "megatron", "--ep", "3"]) == 2
+    assert "expert_parallel" in capsys.readouterr().err
+
+
+def test_layout_view_colours_expert_groups_and_the_panel_sends_expert_fields():
+    from widgets.layout_view import layout_grid, legend_html
+    from widgets.parallel_panel import ParallelPanel
+    from widgets.state import SetPlan
+    from workbench.layout import build_layout
+
+    layout = build_layout(_cluster(2, 4), _plan(8, expert_parallel=4), model=MIXTRAL)
+    grid = layout_grid(layout, "ep")
+    assert grid["z"] == [[0, 0, 0, 0], [1, 1, 1, 1]]  # one EP group per node
+    assert "experts 2–3" in grid["hover"][0][1] and "e1" in grid["text"][0][1]
+    assert "expert-data-parallel group" in legend_html(layout, "edp")
+    with pytest.raises(ValueError, match="needs an MoE model"):
+        layout_grid(build_layout(_cluster(), _plan(8)), "ep")
+    sent = []
+    panel = ParallelPanel(dispatch=sent.append)
+    panel.controls["expert_parallel"].value = 4
+    panel.controls["expert_tensor_parallel"].value = 0
+    panel.controls["moe_capacity_factor"].value = 1.5
+    changes = {k: v for a in sent if isinstance(a, SetPlan) for k, v in a.changes.items()}
+    assert changes["expert_parallel"] == 4 and changes["moe_capacity_factor"] == 1.5
+    panel.close()
