@@ -209,3 +209,8 @@ def test_fused_attention_runs_at_its_measured_rate():
     assert te["flash_forward_efficiency_max"] == 0.556
     hf = model("llama3-8b").replace(implementation="transformers")
     assert T.time_inputs(hf, c, ParallelPlan(world_size=8, zero_stage=3))["flash_forward_efficiency_max"] == 0
+
+
+def test_default_largest_cp_grows_beyond_half_a_million_tokens():
+    assert planner.default_max_context_parallel(131072) == 16
+    assert planner.default_max_context_parallel(1048576) == 32  # NeMo's 1M-token run: CP=32
