@@ -39,6 +39,11 @@ BAND_QUANTILE = 0.9
 """The error band spans the 10th to 90th percentile of measured / predicted on the test split (the worst is kept
 beside it in the band file)."""
 GiB = 2**30
+FRESH_AFTER = "2026-11-30T21:00"
+"""Test shapes first measured after this time (UTC, the runs' ``provenance.date_utc``) are also reported on their own
+as "fresh shapes": the memory fixes of that evening (attention working set, DeepSpeed buffer timing, ZeRO-3 gradient
+dtype) were designed before they existed, so they are held out from the model's design as well as from its
+constants."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -156,6 +161,7 @@ def corpus_run(rec: dict):
                     measured={})
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
+                date=(rec.get("provenance") or {}).get("date_utc"),
                 cluster=ClusterSpec(gpu="H200", gpus_per_node=plan.world_size, **host), plan=plan,
                 omp_threads=rec.get("omp_num_threads"),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
@@ -184,6 +190,15 @@ def corpus_runs(path: Path) -> list[dict]:
 # ----------------------------------------------------------------------------------------------------------------
 def engine_of(run) -> str:
     return str(run["plan"].engine)
+
+
+def fresh_shapes(runs: list, test: set) -> set:
+    """Test shapes whose every run is dated at or after :data:`FRESH_AFTER`."""
+    first = {}
+    for r in runs:
+        date = r.get("date") or ""
+        first[r["shape_id"]] = min(first.get(r["shape_id"], date), date)
+    return {s for s, d in first.items() if s in test and d and d[:16] >= FRESH_AFTER}
 
 
 def predict(run) -> dict:
@@ -355,6 +370,11 @@ def main(argv=None) -> int:
           f"{len(scored['test'])} runs over {n_shapes['test']} shapes (corpus: {args.corpus})")
     out = []
     out += table(scored["test"], "TEST split (shapes never fitted on) — error = (predicted - measured) / measured")
+    fresh = fresh_shapes(runs, test)
+    if fresh:
+        rows = [(r, e) for r, e in scored["test"] if r["shape_id"] in fresh]
+        out += [""] + table(rows, f"FRESH test shapes (first measured after {FRESH_AFTER} UTC, after the model's last "
+                                  f"design change: {', '.join(sorted(fresh))})")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
     print("\n".join(out))
     if ooms:

@@ -170,3 +170,26 @@ def test_cli_flags_and_advisor_notes(capsys):
     assert "expert-parallel group crosses nodes" in out and "drops 20% of the token copies" in out
     assert main(["estimate", "--model", "mixtral-8x7b", "--engine", "megatron", "--ep", "3"]) == 2
     assert "expert_parallel" in capsys.readouterr().err
+
+
+def test_layout_view_colours_expert_groups_and_the_panel_sends_expert_fields():
+    from widgets.layout_view import layout_grid, legend_html
+    from widgets.parallel_panel import ParallelPanel
+    from widgets.state import SetPlan
+    from workbench.layout import build_layout
+
+    layout = build_layout(_cluster(2, 4), _plan(8, expert_parallel=4), model=MIXTRAL)
+    grid = layout_grid(layout, "ep")
+    assert grid["z"] == [[0, 0, 0, 0], [1, 1, 1, 1]]  # one EP group per node
+    assert "experts 2–3" in grid["hover"][0][1] and "e1" in grid["text"][0][1]
+    assert "expert-data-parallel group" in legend_html(layout, "edp")
+    with pytest.raises(ValueError, match="needs an MoE model"):
+        layout_grid(build_layout(_cluster(), _plan(8)), "ep")
+    sent = []
+    panel = ParallelPanel(dispatch=sent.append)
+    panel.controls["expert_parallel"].value = 4
+    panel.controls["expert_tensor_parallel"].value = 0
+    panel.controls["moe_capacity_factor"].value = 1.5
+    changes = {k: v for a in sent if isinstance(a, SetPlan) for k, v in a.changes.items()}
+    assert changes["expert_parallel"] == 4 and changes["moe_capacity_factor"] == 1.5
+    panel.close()

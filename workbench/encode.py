@@ -206,6 +206,24 @@ def _where(cond, a, b):
     return np.where(cond, a, b)
 
 
+def flash_attention_inputs(model: ModelSpec, gpu) -> dict:
+    """The fused-attention rate (:func:`workbench.timing.flash_attention_seconds`) for a Megatron model with flash
+    attention — Transformer Engine's fused attention — on a GPU generation the catalog ``flash_attention`` section
+    measures; zero efficiency otherwise (the attention core stays on the GEMM curve: Hugging Face's SDPA, other
+    GPUs)."""
+    from workbench import timing as T
+
+    from workbench.specs import Implementation
+
+    entry = (T.calibration().get("flash_attention") or {}).get(T.gpu_generation(gpu.name))
+    if not entry or model.attention is not AttentionImpl.FLASH or model.implementation is not Implementation.MEGATRON:
+        return dict(flash_forward_efficiency_max=0.0, flash_backward_efficiency_max=0.0, flash_half_seq=1.0,
+                    flash_backward_flops_ratio=2.0)
+    return dict(flash_forward_efficiency_max=entry["forward_efficiency_max"],
+                flash_backward_efficiency_max=entry["backward_efficiency_max"], flash_half_seq=entry["half_seq"],
+                flash_backward_flops_ratio=entry["backward_flops_ratio"])
+
+
 def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: Precision, *, profile=None,
                 bucket_elements=None, counts=None) -> dict:
     """Keyword arguments of :func:`workbench.timing.step_time_terms` for columns ``cols`` (scalars or arrays).
@@ -287,6 +305,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),
+        **flash_attention_inputs(model, gpu),
         hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
                               if model.implementation is Implementation.TRANSFORMERS else 0.0),
         expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),

@@ -42,11 +42,15 @@ DS_NVME_BUFFER_ELEMENTS = int(1e8)
 
 # -- measured constants ------------------------------------------------------------------------------------------
 CUDA_CONTEXT_BYTES = int(1.66 * GiB)
-"""Memory outside the caching allocator for one process on one GPU (CUDA context, cuBLAS workspaces, kernels):
-``total − free − memory_reserved`` after training steps, measured 1.66 GiB on H200 (torch 2.11, CUDA 13)."""
-NCCL_BYTES = int(6.57 * GiB)
-"""Extra memory outside the allocator once NCCL communicators exist (2 H200 over NVLink, NVLS off): measured
-8.23 GiB outside the allocator with two ranks vs 1.66 GiB with one."""
+"""The smallest memory outside the caching allocator measured for one training process on one GPU (CUDA context,
+cuBLAS workspaces, kernels): ``total − free − memory_reserved`` after training steps, 1.66 GiB on H200 (torch 2.11,
+CUDA 13). The estimate uses each engine's own median, :data:`OUTSIDE_ALLOCATOR_BYTES`."""
+NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.57 * GiB), "megatron": int(6.57 * GiB)}
+"""Extra memory outside the allocator per GPU once a training process has NCCL communicators (2 H200 over NVLink,
+NVLS off). DeepSpeed: 8.23 GiB outside the allocator with two ranks vs 1.66 GiB with one (the calibration runs,
+``benchmarks/results/gpu_memory_calibration.json``). megatron-core: no two-GPU run of the corpus records memory
+outside the allocator yet, so it takes DeepSpeed's figure (one communicator per process group, as DeepSpeed's)."""
+NCCL_BYTES = NCCL_BYTES_BY_ENGINE["deepspeed"]
 ZERO0_STEP_BYTES_PER_PARAM = 8.0
 """DeepSpeed ZeRO-0 with bf16/fp16: extra bytes per parameter during the optimizer step (flattened fp32 gradients
 and the up-cast temporaries of its 16-bit optimizer wrapper), measured on H200 (calibration table)."""
@@ -70,9 +74,9 @@ Apex/Transformer Engine, DeepSpeed's ``torch_adam``) allocates ``exp_avg_sq.sqrt
 at once (``torch/optim/adam.py`` ``_multi_tensor_adam``): 4 bytes per fp32 master parameter during the step.
 Fused Adam kernels (Apex, Transformer Engine, DeepSpeed ``FusedAdam``) work in place: 0."""
 
-ALLOCATOR_RESERVE_FRACTION = 0.15
-"""Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), measured
-on the calibration runs; fragmentation grows it, ``expandable_segments`` shrinks it."""
+ALLOCATOR_RESERVE_FRACTION = 0.115
+"""The smallest per-engine caching-allocator reserve (:data:`RESERVE_FRACTION`, megatron-core's); a hardware
+profile's own reserve below it is a lower bound."""
 
 
 def _where(cond, a, b):
@@ -697,28 +701,40 @@ def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel,
 OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.17 * GiB), "megatron": int(2.93 * GiB)}
 """Memory outside the caching allocator of one training process on one GPU (CUDA context, cuBLAS/cuDNN workspaces,
 loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory_reserved`` after training steps, the
-median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 30 runs,
-2.17 GiB, range up to 2.83; megatron-core DDP 7 runs, 2.93 GiB, up to 3.44), printed by
+median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 35 runs,
+2.17 GiB, range up to 3.06; megatron-core DDP 7 runs, 2.93 GiB, up to 3.44), printed by
 ``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
-RESERVE_FRACTION = {"deepspeed": 0.178, "megatron": 0.115}
+RESERVE_FRACTION = {"deepspeed": 0.179, "megatron": 0.115}
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
-over the same fit-split runs (DeepSpeed 17.8 %, 90th percentile 36.8 %; megatron-core 11.5 %, 26.4 %). The spread
-(fragmentation, mostly with recomputation) is what the error band carries."""
+over the same fit-split runs (DeepSpeed 17.9 %, 90th percentile 36.3 %; megatron-core 11.5 %, 26.4 %). Grouping by
+recompute mode or ZeRO stage, or a floor proportional to the largest score-sized block, did not lower the held-out
+error (``benchmarks/bench_accuracy.py``): the spread (4-60 %) is fragmentation the point estimate cannot follow,
+and the error band carries it."""
 
 
-def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=NCCL_BYTES,
-                   reserve_fraction=None):
-    """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; NCCL buffers when there
-    is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`).
-    ``engine`` is an engine code (:data:`ENGINE_CODES`, arrays allowed); a hardware profile
-    (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies the user's own constants instead."""
+def engine_overheads(engine=None) -> dict:
+    """The training-run constants of ``engine`` (an engine code, arrays allowed; the hybrid counts as DeepSpeed):
+    ``{context_bytes, nccl_bytes, reserve_fraction}`` from :data:`OUTSIDE_ALLOCATOR_BYTES`,
+    :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION`."""
     megatron = np.asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
-    if context_bytes is None:
-        context_bytes = np.where(megatron, OUTSIDE_ALLOCATOR_BYTES["megatron"], OUTSIDE_ALLOCATOR_BYTES["deepspeed"])
-    if reserve_fraction is None:
-        reserve_fraction = np.where(megatron, RESERVE_FRACTION["megatron"], RESERVE_FRACTION["deepspeed"])
-    return (context_bytes + np.where(world_size > 1, nccl_bytes, 0)
-            + reserve_fraction * allocated_bytes)
+    pick = lambda table: np.where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
+    return dict(context_bytes=pick(OUTSIDE_ALLOCATOR_BYTES), nccl_bytes=pick(NCCL_BYTES_BY_ENGINE),
+                reserve_fraction=pick(RESERVE_FRACTION))
+
+
+def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=None,
+                   reserve_fraction=None, floor=False):
+    """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; its NCCL buffers when
+    there is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`)
+    — :func:`engine_overheads`. ``engine`` is an engine code (:data:`ENGINE_CODES`, arrays allowed). A hardware
+    profile (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies its own figures; with ``floor``
+    (a GPU profile measured in a bare process) each is only a lower bound and the engine's constant is used where it
+    is larger."""
+    own = engine_overheads(engine)
+    given = dict(context_bytes=context_bytes, nccl_bytes=nccl_bytes, reserve_fraction=reserve_fraction)
+    used = {k: own[k] if v is None else (np.maximum(v, own[k]) if floor else v) for k, v in given.items()}
+    return (used["context_bytes"] + np.where(world_size > 1, used["nccl_bytes"], 0)
+            + used["reserve_fraction"] * allocated_bytes)
 
 
 # ================================================================================================================
@@ -964,9 +980,13 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         if "overheads" not in codes:
             codes["overheads"], _ = profile.memory_overheads()
         o = codes["overheads"]
-        formulas["overhead"] = (f"context {o['context_bytes'] / 2**20:.0f} MiB (+ NCCL {o['nccl_bytes'] / 2**20:.0f} "
-                                f"MiB with >1 rank) + allocator reserve {o['reserve_fraction']:.0%} of allocated "
-                                f"(profile {profile.name})")
+        own = {k: float(v) for k, v in engine_overheads(ENGINE_CODES[plan.engine]).items()}
+        used = {k: own[k] if o.get(k) is None else (max(float(o[k]), own[k]) if o.get("floor") else float(o[k]))
+                for k in own}
+        formulas["overhead"] = (f"context {used['context_bytes'] / 2**20:.0f} MiB (+ NCCL "
+                                f"{used['nccl_bytes'] / 2**20:.0f} MiB with >1 rank) + allocator reserve "
+                                f"{used['reserve_fraction']:.1%} of allocated (profile {profile.name}"
+                                f"{'; its bare-process figures are lower bounds' if o.get('floor') else ''})")
     stages = []
     host_per_gpu = 0
     p = plan.pipeline_parallel

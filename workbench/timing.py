@@ -305,6 +305,12 @@ class StepInputs:
     """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
     backward together); the part the GPU's kernels for that layer do not hide is added to the recompute (catalog
     ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    flash_forward_efficiency_max: object = 0.0
+    """Fused attention's forward rate as a fraction of peak (catalog ``flash_attention``; 0: price the attention
+    core on the GEMM curve)."""
+    flash_backward_efficiency_max: object = 0.0
+    flash_half_seq: object = 1.0
+    flash_backward_flops_ratio: object = 2.0
     cp_comm_type: object = 0
     """Context-parallel exchange (:data:`CP_COMM_CODES`: 0 p2p ring, 1 a2a, 2 all_gather, 3 a2a+p2p)."""
     cp_a2a_size: object = 1
@@ -465,6 +471,17 @@ def compute_terms(x: StepInputs) -> dict:
     core_flops = tokens * attention_core_flops_per_token(seq_length=s, query_projection_size=q,
                                                          causal=x.causal_attention) / t
     t_core = gemm_seconds(core_flops, s / c, s / c, x.head_dim, **gemm)
+    t_core_bwd = 2 * t_core
+    # fused (flash) attention with its own measured rate where the catalog has one (Transformer Engine on Hopper):
+    # the kernel never writes the s×s scores, so the GEMM curve's small head_dim is not what limits it
+    flash_fwd, flash_bwd = flash_attention_seconds(core_flops, s / c, peak_flops=x.peak_flops,
+                                                   forward_efficiency_max=x.flash_forward_efficiency_max,
+                                                   backward_efficiency_max=x.flash_backward_efficiency_max,
+                                                   half_seq=x.flash_half_seq,
+                                                   backward_flops_ratio=x.flash_backward_flops_ratio)
+    flash_kernel = (np.asarray(x.flash_forward_efficiency_max) > 0) & (np.asarray(x.unfused_attention) == 0)
+    t_core = np.where(flash_kernel, flash_fwd, t_core)
+    t_core_bwd = np.where(flash_kernel, flash_bwd, t_core_bwd)
     hbm = g["hbm_bytes_per_s"]
     elementwise = elementwise_bytes_per_layer(tokens=tokens, hidden_size=h, num_attention_heads=x.num_attention_heads,
                                               seq_length=s, tensor_parallel=t, sequence_parallel=g["sp"],
@@ -504,7 +521,7 @@ def compute_terms(x: StepInputs) -> dict:
     # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
     # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
     tf = x.trainable_fraction
-    layer_bwd = ((1 + tf) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd + t_cast_bwd
+    layer_bwd = ((1 + tf) * t_weights_fwd + t_core_bwd + 2 * t_mem + t_score_bwd + t_cast_bwd
                  + x.layer_pass_overhead_s)
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
@@ -544,6 +561,7 @@ def compute_terms(x: StepInputs) -> dict:
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
+            "core_attention_backward_seconds": t_core_bwd,
             "layer_weight_gemm_seconds": t_weights_fwd}
 
 
@@ -730,7 +748,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
 
     # context parallel: the K/V exchange of the attention core (ring P2P, all-to-all, all-gather or hierarchical)
-    cp = context_parallel_seconds(x, comp["core_attention_seconds"], tokens, out)
+    cp = context_parallel_seconds(x, comp["core_attention_seconds"], tokens, out,
+                                  core_backward_seconds=comp["core_attention_backward_seconds"])
     out.update(cp)
     out["cp_forward_microbatch_seconds"] = layers * cp["cp_layer_forward_seconds"]
     out["cp_backward_microbatch_seconds"] = layers * (cp["cp_layer_forward_seconds"] * full_rc
@@ -790,6 +809,21 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     return out
 
 
+def flash_attention_seconds(core_flops, kv_tokens, *, peak_flops, forward_efficiency_max, backward_efficiency_max,
+                            half_seq, backward_flops_ratio):
+    """Forward and backward seconds of a fused (flash) attention kernel doing ``core_flops`` forward FLOPs (the
+    causal count, :func:`workbench.flops.attention_core_flops_per_token`) over ``kv_tokens`` keys per call:
+    rate = peak × efficiency_max × n / (n + half_seq), the backward executing ``backward_flops_ratio`` × the
+    forward's FLOPs at its own rate (catalog ``flash_attention``: FlashAttention-3, arXiv 2407.08608, cuDNN on
+    H100). Zero efficiency (no catalog entry) gives infinite time; callers select the GEMM-curve price instead."""
+    n = np.asarray(kv_tokens, dtype=float)
+    shape = n / (n + half_seq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fwd = core_flops / (peak_flops * forward_efficiency_max * shape)
+        bwd = backward_flops_ratio * core_flops / (peak_flops * backward_efficiency_max * shape)
+    return fwd, bwd
+
+
 def _data_parallel_seconds(x: StepInputs, local_params, group, stride_size, backward_mb, forward_mb, *,
                            link=None):
     """Exposed gradient-reduction (and ZeRO gather) seconds per step for ``local_params`` parameters on one rank,
@@ -844,7 +878,7 @@ def all_to_all_seconds(nbytes, group_size, *, gb_per_s, latency_s):
     return np.where(n > 1, (n - 1) / n * nbytes / (gb_per_s * 1e9) + latency_s, 0.0)
 
 
-def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -> dict:
+def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, core_backward_seconds=None) -> dict:
     """Exposed context-parallel communication of one layer's forward and backward for one micro-batch, by
     ``cp_comm_type`` (Transformer Engine ``attention/dot_product_attention/context_parallel.py``, through
     megatron-core ``TEDotProductAttention``). c = context_parallel, a = ``cp_a2a_size`` (the all-to-all group),
@@ -854,7 +888,8 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -
 
     * ``p2p`` (ring, a = 1): r − 1 steps forward, each sending kv to the next rank while the chunk received before
       is attended; a step is exposed only by what its transfer exceeds its compute:
-      (r−1)·max(0, send(kv) − core/r). Backward sends K/V and their gradients: (r−1)·max(0, send(2kv) − 2·core/r).
+      (r−1)·max(0, send(kv) − core/r). Backward sends K/V and their gradients: (r−1)·max(0, send(2kv) −
+      core_backward/r) (``core_backward_seconds``, default 2·core).
       With GQA kv is small next to the attention work, so the ring hides until s/c gets short.
     * ``a2a`` (Ulysses, a = c): all-to-all of Q, K, V before attention and of O after it (forward q+kv+q bytes;
       backward the same for dO, dQ, dK, dV), not overlapped.
@@ -877,7 +912,8 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -
     hop_fwd, hop_bwd = p2p_seconds(kv, **ring), p2p_seconds(2 * kv, **ring)
     steps = np.maximum(r - 1, 0)
     ring_fwd = steps * np.maximum(0.0, hop_fwd - core_seconds / r)
-    ring_bwd = steps * np.maximum(0.0, hop_bwd - 2 * core_seconds / r)
+    core_bwd = 2 * core_seconds if core_backward_seconds is None else core_backward_seconds
+    ring_bwd = steps * np.maximum(0.0, hop_bwd - core_bwd / r)
     a2a = all_to_all_seconds(2 * q + kv, a, gb_per_s=links["cp_a2a_gb_per_s"], latency_s=links["cp_a2a_latency_s"])
     cp_link = dict(gb_per_s=links["cp_gb_per_s"], latency_s=links["cp_latency_s"])
     ag = np.where(gather, collective_seconds(c * kv, c, kind="all_gather", **cp_link), 0.0)
