@@ -15,7 +15,7 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
   engine has no interleaved schedule) with m a multiple of p;
 - context parallel c (engine ``megatron`` with flash attention: Transformer Engine's attention is the one with
   context parallelism): 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
-  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2), and each rank keeps at least
+  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2; seq/32k beyond 512k tokens), and each rank keeps at least
   :data:`MIN_CONTEXT_PARALLEL_TOKENS` tokens (below that the K/V exchange cannot hide behind attention and CP only
   costs); the exchange is the ring (``p2p``) and, where heads and query groups per TP rank divide by c, also the
   all-to-all (``a2a``);
@@ -55,8 +55,17 @@ _CP_COMM_BY_CODE = {v: k for k, v in T.CP_COMM_CODES.items()}
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free by default (fragmentation, allocator spikes the model does not see)."""
 DEFAULT_MAX_CONTEXT_PARALLEL = 16
-"""Largest context-parallel size searched by default: CP=16 is what Llama 3 405B used for 128k-token training
-(Llama 3 herd paper, arXiv 2407.21783 §3.3.2)."""
+"""Largest context-parallel size searched by default up to 512k tokens: CP=16 is what Llama 3 405B used for
+128k-token training (Llama 3 herd paper, arXiv 2407.21783 §3.3.2); longer sequences search up to
+:data:`CONTEXT_PARALLEL_TOKENS_PER_RANK`-token shares (NeMo trains 1M tokens at CP=32)."""
+CONTEXT_PARALLEL_TOKENS_PER_RANK = 32768
+"""Beyond 16 × this many tokens the default largest CP grows so each rank keeps at least this many (the NeMo
+long-sequence table's 1M-token run keeps 32k per CP rank)."""
+
+
+def default_max_context_parallel(seq_length: int) -> int:
+    """The largest CP the planner searches unless told: 16, or seq_length / 32k for longer sequences."""
+    return max(DEFAULT_MAX_CONTEXT_PARALLEL, int(seq_length) // CONTEXT_PARALLEL_TOKENS_PER_RANK)
 
 MIN_CONTEXT_PARALLEL_TOKENS = 512
 """Fewest tokens per context-parallel rank the planner searches: a ring step then attends 256-token chunks, whose
@@ -288,7 +297,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                          engines: Sequence = ENGINES, zero_stages: Sequence[int] = (0, 1, 2, 3),
                          offload: bool = True, recompute: Sequence = ("none", "selective", "full"),
                          allow_cross_node_tp: bool = False,
-                         max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL) -> dict:
+                         max_context_parallel: Optional[int] = None) -> dict:
     """Every valid plan as a table of int64 arrays (keys ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par,
     dist_opt, recompute, mbs, nmb``), following the rules listed in the module docstring."""
     W, L, n = cluster.world_size, model.num_layers, cluster.gpus_per_node
@@ -309,6 +318,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
         splits = [sp for sp in splits if not any(sp[1:])]
     layer_counts = {(p, f, la) for p, f, la, e, lo in splits if f}
     flash = model.attention is AttentionImpl.FLASH
+    if max_context_parallel is None:
+        max_context_parallel = default_max_context_parallel(model.seq_length)
     cps = [c for c in _divisors(W) if c == 1 or (flash and Engine.MEGATRON in engines and c <= max_context_parallel
                                                  and model.seq_length % (2 * c) == 0
                                                  and model.seq_length // c >= MIN_CONTEXT_PARALLEL_TOKENS)]
@@ -519,7 +530,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            top: int = 10, headroom: float = DEFAULT_HEADROOM, engines: Sequence = ENGINES,
            zero_stages: Sequence[int] = (0, 1, 2, 3), offload: bool = True,
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
-           allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
+           allow_cross_node_tp: bool = False, max_context_parallel: Optional[int] = None,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
            overlap_comm=None, profile=None, fp8_recipe="delayed") -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
@@ -541,6 +552,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     global_batch_size = check_int("global_batch_size", global_batch_size)
     headroom = check_float("headroom", headroom, strict=False, below=1.0)
     top = check_int("top", top, maximum=10**6)
+    if max_context_parallel is None:
+        max_context_parallel = default_max_context_parallel(model.seq_length)
     max_context_parallel = check_int("max_context_parallel", max_context_parallel)
     offload = check_bool("offload", offload)
     allow_cross_node_tp = check_bool("allow_cross_node_tp", allow_cross_node_tp)
@@ -873,7 +886,7 @@ class PlanRank:
 
 
 def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = DEFAULT_HEADROOM,
-              max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL, allow_cross_node_tp: bool = False,
+              max_context_parallel: Optional[int] = None, allow_cross_node_tp: bool = False,
               profile=None) -> PlanRank:
     """The rank of ``plan`` among every plan :func:`search` evaluates for the same model, cluster, global batch,
     precision and stack, ranked as :func:`search` ranks them (step time, then peak memory)."""
@@ -883,6 +896,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     validate(model, cluster, plan)
     if plan.lora_rank:
         raise ValueError(f"lora_rank={plan.lora_rank}: rank_plan ranks full training plans only")
+    if max_context_parallel is None:
+        max_context_parallel = default_max_context_parallel(model.seq_length)
     max_context_parallel = max(check_int("max_context_parallel", max_context_parallel), plan.context_parallel)
     # FP8 is modelled as Megatron-LM trains it with Transformer Engine: the Megatron engine only
     engines = (Engine.MEGATRON,) if plan.precision.is_fp8 else ENGINES

@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
                    help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe)")
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
-    s.add_argument("--max-cp", type=int, default=16, help="largest context-parallel size (default 16)")
+    s.add_argument("--max-cp", type=int, default=None,
+                   help="largest context-parallel size (default 16; seq/32768 beyond 512k tokens)")
     s.add_argument("--adam", choices=["fused", "torch"], default="fused",
                    help="GPU optimizer kernel of every plan: fused (Apex/TE or DeepSpeed FusedAdam) or torch "
                         "(torch.optim.AdamW)")
