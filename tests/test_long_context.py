@@ -214,3 +214,14 @@ def test_fused_attention_runs_at_its_measured_rate():
 def test_default_largest_cp_grows_beyond_half_a_million_tokens():
     assert planner.default_max_context_parallel(131072) == 16
     assert planner.default_max_context_parallel(1048576) == 32  # NeMo's 1M-token run: CP=32
+
+
+def test_throughput_advice_names_the_exchange():
+    from workbench import advisor
+
+    m, c = model("llama3-8b", seq_length=131072), _h100()
+    plan = _plan(8, context_parallel=8, cp_comm_type="all_gather", recompute="full")
+    rec = estimate(m, c, plan, checks=False)
+    cp = next(s for s in advisor.throughput_suggestions(m, c, plan, rec.time) if s.term == "cp_comm")
+    assert "all-gather" in cp.message and cp.settings == ("--cp-comm-type p2p",)
+    assert cp.predicted_step_seconds < rec.time.step_seconds

@@ -399,6 +399,8 @@ def context_parallel_choice(model: ModelSpec, cluster: ClusterSpec, plan: Parall
     def name(p):
         parts = ([f"TP={p.tensor_parallel}" + (" + SP" if p.sequence_parallel else "")] if p.tensor_parallel > 1
                  else []) + ([f"CP={p.context_parallel}"] if p.context_parallel > 1 else [])
+        if other.data_parallel != plan.data_parallel:  # CP folded into DP: say so on both sides
+            parts.append(f"DP={p.data_parallel}")
         return " x ".join(parts)
     better_time = record.time.step_seconds <= alt.time.step_seconds
     fits_alt = theirs.fits_gpu
@@ -857,7 +859,28 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
         elif term == "pp_comm":
             msg = "pipeline sends are exposed; fewer stages or keeping a pipeline group inside fewer nodes helps"
         elif term == "cp_comm":
-            msg = f"the context-parallel K/V ring (CP={plan.context_parallel}) is not hidden behind attention"
+            kind, c = str(plan.cp_comm_type), plan.context_parallel
+            if kind == "all_gather":
+                msg = (f"the context-parallel K/V all-gather (CP={c}) is not overlapped with attention; the ring "
+                       f"(p2p) hides each K/V send behind the attention of the chunk before it")
+                settings = ["--cp-comm-type p2p"]
+                alt = _try(model, cluster, plan, profile, cp_comm_type="p2p")
+            elif kind == "a2a":
+                msg = (f"the context-parallel all-to-alls of Q, K, V and O (CP={c}) are not overlapped; the ring "
+                       f"(p2p) can hide behind attention at long sequence")
+                settings = ["--cp-comm-type p2p"]
+                alt = _try(model, cluster, plan, profile, cp_comm_type="p2p")
+            else:
+                crosses = group_crosses_nodes(plan.tensor_parallel, c, n)
+                msg = (f"the context-parallel K/V ring (CP={c}, {model.seq_length // c:,} tokens per rank) is not "
+                       f"hidden behind attention: each send outlasts the attention of its chunk"
+                       + (" — the ring crosses nodes" if crosses else ""))
+                if (c > 1 and (model.num_attention_heads // plan.tensor_parallel) % c == 0
+                        and (model.num_query_groups // plan.tensor_parallel) % c == 0):
+                    settings = ["--cp-comm-type a2a"]
+                    alt = _try(model, cluster, plan, profile, cp_comm_type="a2a")
+                else:
+                    settings = ["a smaller --context-parallel-size (longer chunks per rank)"]
         elif term == "optimizer":
             msg = "the optimizer step is memory bound; shard it (ZeRO-1 / distributed optimizer)"
         predicted = None
