@@ -399,6 +399,8 @@ def context_parallel_choice(model: ModelSpec, cluster: ClusterSpec, plan: Parall
     def name(p):
         parts = ([f"TP={p.tensor_parallel}" + (" + SP" if p.sequence_parallel else "")] if p.tensor_parallel > 1
                  else []) + ([f"CP={p.context_parallel}"] if p.context_parallel > 1 else [])
+        if other.data_parallel != plan.data_parallel:  # CP folded into DP: say so on both sides
+            parts.append(f"DP={p.data_parallel}")
         return " x ".join(parts)
     better_time = record.time.step_seconds <= alt.time.step_seconds
     fits_alt = theirs.fits_gpu
