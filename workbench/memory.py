@@ -62,8 +62,9 @@ spec, ``attention_softmax_in_fp32``): the fp32 softmax output kept for it (4), t
 (4, the backward of ``probs.bfloat16()``), the product ``grad * output`` that PyTorch's CUDA ``softmax_backward``
 allocates before its kernel runs (4, ``aten/src/ATen/native/cuda/SoftMax.cu`` ``softmax_backward_cuda_out``) and the
 gradient of the scores (4). The dropout mask and the dropped probabilities are freed by then. A CPU trace of
-megatron-core's ``DotProductAttention`` (live tensor storage per op) shows 12 at that op, the CUDA temporary being
-the difference; the fit-split H200 runs with full recompute (mc-h1024-gelu, mc-h3072-gqa) hold 16-18."""
+megatron-core's ``DotProductAttention`` (``benchmarks/trace_activations_cpu.py``: live tensor storage per op) shows
+12 plus the 2-byte score buffer at that op, the CUDA temporary being the difference; the fit-split H200 runs with
+full recompute (mc-h1024-gelu, mc-h3072-gqa) hold 16-18."""
 DROPOUT_MASK_BYTES_PER_SCORE = 1
 """Attention dropout keeps a 1-byte boolean mask per score for backward (``torch.native_dropout``; Korthikanti et al.
 count 1). Measured on H200: megatron-core runs at micro batch 4 hold 6.07 GiB more than the model without it, the
