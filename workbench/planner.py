@@ -193,7 +193,8 @@ def describe_plan(p: ParallelPlan) -> str:
         parts.append(f"CP{p.context_parallel}" + ("" if str(p.cp_comm_type) == "p2p" else f"-{p.cp_comm_type}"))
     if p.expert_parallel > 1 or p.expert_tensor_parallel is not None:
         parts.append(f"EP{p.expert_parallel}" + (f" ETP{p.expert_tensor_parallel_size}"
-                                                 if p.expert_tensor_parallel_size != p.tensor_parallel else ""))
+                                                 if p.expert_tensor_parallel_size != p.tensor_parallel else "")
+                     + ("-overlap" if p.moe_overlap_alltoall else ""))
     parts.append(f"DP{p.data_parallel}")
     if p.sequence_parallel:
         parts.append("SP")
