@@ -28,6 +28,9 @@ def _plan(world=8, **kw):
     (dict(moe_pad_to_capacity=True), "needs moe_capacity_factor"),
     (dict(moe_capacity_factor=0.0), "moe_capacity_factor=0 must be > 0"),
     (dict(expert_parallel=2, expert_tensor_parallel=3), "does not divide world_size"),
+    (dict(moe_overlap_alltoall=True), "moe_overlap_alltoall=True needs expert_parallel > 1"),
+    (dict(moe_overlap_alltoall=True, expert_parallel=2, recompute="full"), "needs recompute other than 'full'"),
+    (dict(moe_overlap_alltoall=True, expert_parallel=2, pipeline_parallel=2), "needs virtual_pipeline > 1"),
 ])
 def test_invalid_expert_plans_name_the_fields(kw, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
@@ -100,6 +103,20 @@ def test_alltoall_time_and_its_link():
     assert cross.time.breakdown["ep_comm"] > 3 * intra.time.breakdown["ep_comm"]
 
 
+def test_overlapped_alltoall_hides_behind_compute():
+    c = _cluster(2, 4)
+    plain = estimate(MIXTRAL, c, _plan(expert_parallel=8, global_batch_size=16), checks=False)
+    over = estimate(MIXTRAL, c, _plan(expert_parallel=8, global_batch_size=16, moe_overlap_alltoall=True),
+                    checks=False)
+    assert plain.time.breakdown["ep_comm"] > 0 and over.time.breakdown["ep_comm"] < plain.time.breakdown["ep_comm"]
+    x = plain.time.inputs
+    terms = T.step_time_terms(**{**x, "moe_overlap_alltoall": 1})
+    compute = terms["stage_forward_seconds"] + terms["stage_backward_seconds"]
+    raw = plain.time.microbatch_forward_seconds + plain.time.microbatch_backward_seconds - compute
+    assert over.time.breakdown["ep_comm"] == pytest.approx(plain.plan.num_microbatches * max(0.0, raw - compute),
+                                                           rel=1e-6)
+
+
 def test_alltoall_seconds_splits_intra_and_inter_traffic():
     s = T.alltoall_seconds(8e9, 8, 4, intra_gb_per_s=400, inter_gb_per_s=50, latency_s=0.0)
     assert s == pytest.approx(4 / 8 * 8e9 / 50e9)  # the 4 off-node peers over the network dominate
@@ -141,7 +158,7 @@ def test_megatron_export_and_import_round_trip_the_expert_layout():
     c = _cluster(2)
     plan = _plan(16, tensor_parallel=2, sequence_parallel=True, expert_parallel=4, expert_tensor_parallel=1,
                  moe_capacity_factor=1.25, moe_pad_to_capacity=True, distributed_optimizer=True,
-                 global_batch_size=16)
+                 global_batch_size=16, moe_overlap_alltoall=True)
     args = megatron_args(MIXTRAL, c, plan)
     at = args.index("--expert-model-parallel-size")
     assert args[at + 1] == "4" and args[args.index("--expert-tensor-parallel-size") + 1] == "1"

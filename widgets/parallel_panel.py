@@ -74,6 +74,9 @@ class ParallelPanel(Panel):
         c["moe_capacity_factor"] = float_text("capacity factor (0 = dropless)",
                                               tooltip="--moe-expert-capacity-factor: tokens above factor × an "
                                                       "expert's average are dropped (0: dropless)")
+        c["moe_overlap_alltoall"] = checkbox("overlap MoE all-to-all",
+                                             tooltip="--overlap-moe-expert-parallel-comm: dispatch/combine run "
+                                                     "beside another micro-batch's compute")
         c["moe_pad_to_capacity"] = checkbox("pad experts to capacity",
                                             tooltip="--moe-pad-expert-input-to-capacity: every expert computes "
                                                     "factor × its average")
@@ -114,7 +117,7 @@ class ParallelPanel(Panel):
             *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["first_stage_layers"], c["last_stage_layers"],
             c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"],
             c["expert_parallel"], c["expert_tensor_parallel"], c["moe_token_dispatcher"], c["moe_capacity_factor"],
-            c["moe_pad_to_capacity"], c["micro_batch_size"], c["global_batch_size"],
+            c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
             c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
             c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["lora_rank"],
             self.derived, self.error,

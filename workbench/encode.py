@@ -5,7 +5,7 @@ A plan is first written as *columns* (:func:`plan_columns`): the numeric codes o
 fused_adam, overlap_comm, lora_rank, lora_targets``, the FP8 stack ``fp8_recipe, fp8_pg, fp8_bf16`` (recipe code,
 FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, edp`` (expert parallel, expert
 tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, else 1) and
-``moe_ag`` (1: allgather dispatcher), and the pipeline split ``first_layers, last_layers`` (0: an
+``moe_ag`` (1: allgather dispatcher), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -58,7 +58,8 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 fp8_pg=int(plan.fp8_param_gather), fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
                 ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
                 moe_tf=plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0,
-                moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER))
+                moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
+                moe_ov=int(plan.moe_overlap_alltoall))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -96,6 +97,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
                    // (np.asarray(out["etp"]) * np.asarray(out["ep"])))
     out.setdefault("moe_tf", 1.0)
     out.setdefault("moe_ag", 0)
+    out.setdefault("moe_ov", 0)
     return out
 
 
@@ -310,6 +312,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
+        moe_overlap_alltoall=cols.get("moe_ov", 0),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
         fp8_layer_fraction=0.0, fp8_peak_flops=1.0, fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,

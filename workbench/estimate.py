@@ -99,7 +99,8 @@ class EvaluatedPlan:
                      "expert_data_parallel": self.plan.expert_data_parallel,
                      "moe_capacity_factor": self.plan.moe_capacity_factor,
                      "moe_pad_to_capacity": self.plan.moe_pad_to_capacity,
-                     "moe_token_dispatcher": str(self.plan.moe_token_dispatcher)},
+                     "moe_token_dispatcher": str(self.plan.moe_token_dispatcher),
+                     "moe_overlap_alltoall": self.plan.moe_overlap_alltoall},
             "memory": self.memory.to_dict(),
         }
         if self.time is not None:

@@ -193,7 +193,8 @@ def describe_plan(p: ParallelPlan) -> str:
         parts.append(f"CP{p.context_parallel}" + ("" if str(p.cp_comm_type) == "p2p" else f"-{p.cp_comm_type}"))
     if p.expert_parallel > 1 or p.expert_tensor_parallel is not None:
         parts.append(f"EP{p.expert_parallel}" + (f" ETP{p.expert_tensor_parallel_size}"
-                                                 if p.expert_tensor_parallel_size != p.tensor_parallel else ""))
+                                                 if p.expert_tensor_parallel_size != p.tensor_parallel else "")
+                     + ("-overlap" if p.moe_overlap_alltoall else ""))
     parts.append(f"DP{p.data_parallel}")
     if p.sequence_parallel:
         parts.append("SP")
@@ -503,7 +504,8 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         loss_in_pipeline_split=bool(_split_at(table, "loss_split", i)),
         expert_parallel=int(table["ep"][i]) if "ep" in table else 1,
         expert_tensor_parallel=(int(table["etp"][i]) if "etp" in table and int(table["etp"][i]) != int(table["tp"][i])
-                                else None), **(stack or {}))
+                                else None),
+        fp8_param_gather=bool(table["fp8_pg"][i]) if "fp8_pg" in table else False, **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -532,7 +534,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
            allow_cross_node_tp: bool = False, max_context_parallel: Optional[int] = None,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
-           overlap_comm=None, profile=None, fp8_recipe="delayed") -> PlanSearch:
+           overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -543,7 +545,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     fields); the attention kernel is the model's (:attr:`ModelSpec.attention`).
 
     ``precision='fp8'`` searches Megatron plans only (FP8 is modelled as Megatron-LM trains it with Transformer
-    Engine), every row with the scaling recipe ``fp8_recipe``.
+    Engine), every row with the scaling recipe ``fp8_recipe``; ``fp8_param_gather`` keeps the linear weights in FP8
+    and all-gathers them in FP8 on the rows with the distributed optimizer (Megatron-LM ``--fp8-param-gather``).
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -601,6 +604,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record()
     if precision.is_fp8:  # every row with the recipe (encode.complete_columns keeps a given column)
         table["fp8_recipe"] = np.full(count, E.FP8_RECIPE_CODES[str(stack["fp8_recipe"])], np.int64)
+        # --fp8-param-gather where Megatron allows it: the rows with the distributed optimizer
+        table["fp8_pg"] = np.asarray(table["dist_opt"], np.int64) * int(check_bool("fp8_param_gather",
+                                                                                 fp8_param_gather))
+    elif fp8_param_gather:
+        raise ValueError(f"fp8_param_gather=True needs precision='fp8' (got precision='{precision}')")
     eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
                   **eval_stack)
@@ -907,6 +915,7 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     plan_stack = dict(stack)
     if plan.precision.is_fp8:  # every row with the plan's FP8 recipe (encode.complete_columns keeps given columns)
         table["fp8_recipe"] = np.full(len(table["tp"]), E.FP8_RECIPE_CODES[str(plan.fp8_recipe)], np.int64)
+        table["fp8_pg"] = np.asarray(table["dist_opt"], np.int64) * int(plan.fp8_param_gather)
         plan_stack["fp8_recipe"] = plan.fp8_recipe
     from workbench.calibrate.profile import resolve_profile
 

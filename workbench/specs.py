@@ -753,6 +753,11 @@ class ParallelPlan:
     moe_token_dispatcher: MoEDispatcher = MoEDispatcher.ALLTOALL
     """``--moe-token-dispatcher-type``: ``alltoall`` (the workbench's default, what expert-parallel recipes use) or
     ``allgather`` (megatron-core's own default; an imported command line without the flag gets it)."""
+    moe_overlap_alltoall: bool = False
+    """Megatron ``--overlap-moe-expert-parallel-comm`` (megatron-core ``overlap_moe_expert_parallel_comm``, the
+    combined 1F1B schedule): one micro-batch's dispatch/combine all-to-alls run while another micro-batch computes,
+    so only what outlasts that compute is exposed. Needs expert_parallel > 1, the alltoall dispatcher, no full
+    recompute, and interleaving (virtual_pipeline > 1) with pipeline parallel."""
     fused_kernels: Optional[bool] = None
     """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
     ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
@@ -863,6 +868,18 @@ class ParallelPlan:
             raise ValueError(f"expert_tensor_parallel({te}) * expert_parallel({e}) * pipeline_parallel("
                              f"{self.pipeline_parallel}) = {block} does not divide world_size={self.world_size} "
                              f"(megatron-core's expert rank generator)")
+        _set(self, "moe_overlap_alltoall", check_bool("moe_overlap_alltoall", self.moe_overlap_alltoall))
+        if self.moe_overlap_alltoall:
+            why = ("expert_parallel > 1" if e == 1 else
+                   "moe_token_dispatcher='alltoall'" if self.moe_token_dispatcher is not MoEDispatcher.ALLTOALL else
+                   "recompute other than 'full'" if self.recompute is Recompute.FULL else
+                   "virtual_pipeline > 1 with pipeline_parallel > 1"
+                   if self.pipeline_parallel > 1 and self.virtual_pipeline == 1 else "")
+            if why:
+                raise ValueError(f"moe_overlap_alltoall=True needs {why} (megatron-core's checks for "
+                                 f"overlap_moe_expert_parallel_comm; got expert_parallel={e}, moe_token_dispatcher="
+                                 f"'{self.moe_token_dispatcher}', recompute='{self.recompute}', pipeline_parallel="
+                                 f"{self.pipeline_parallel}, virtual_pipeline={self.virtual_pipeline})")
         if e > 1 and self.tensor_parallel > 1 and not self.sequence_parallel:
             raise ValueError(f"expert_parallel={e} with tensor_parallel={self.tensor_parallel} needs "
                              f"sequence_parallel=True (Megatron-LM: 'When using expert parallelism and tensor "

@@ -359,6 +359,8 @@ class StepInputs:
     else 1 (:func:`workbench.memory.moe_expert_tokens`)."""
     moe_allgather: object = 0.0
     """1: megatron-core's allgather token dispatcher; 0: alltoall."""
+    moe_overlap_alltoall: object = 0.0
+    """1: the all-to-alls overlap another micro-batch's compute (``--overlap-moe-expert-parallel-comm``)."""
     stage_parameters: object = None
     """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
     layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
@@ -611,7 +613,8 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
       tp_e·e ranks (dispatch) and a reduce-scatter of the same size (combine).
 
     The backward repeats the forward's collectives (the gradients travel the same way back); a fully recomputed
-    layer repeats its forward ones."""
+    layer repeats its forward ones. With ``moe_overlap_alltoall`` only the part beyond one forward and one backward
+    of compute stays exposed."""
     t, e, n = x.tensor_parallel, x.expert_parallel, x.gpus_per_node
     etp = _expert_tp(x)
     layers = comp["stage_layers"]
@@ -648,8 +651,14 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
                       + collective_seconds(hidden_gathered, etp * e, kind="reduce_scatter", gb_per_s=ag_bw,
                                            latency_s=ag_lat))
     per_pass = moe * np.where(x.moe_allgather > 0, allgather_pass, alltoall_pass)
-    out["ep_forward_microbatch_seconds"] = layers * per_pass
-    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc) * per_pass
+    # --overlap-moe-expert-parallel-comm (megatron-core's combined 1F1B, pipeline_parallel/combined_1f1b.py): one
+    # micro-batch's forward runs beside another's backward, each one's all-to-alls during the other's compute; what
+    # is left exposed is the micro-batch's communication beyond the compute of a forward and a backward
+    total = layers * (2 + full_rc) * per_pass
+    compute = comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
+    kept = np.where(x.moe_overlap_alltoall > 0, exposed_seconds(total, compute, 1) / np.maximum(total, 1e-30), 1.0)
+    out["ep_forward_microbatch_seconds"] = layers * per_pass * kept
+    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc) * per_pass * kept
     out["ep_alltoall_seconds"] = moe * a2a
     out["ep_comm"] = x.num_microbatches * (out["ep_forward_microbatch_seconds"] + out["ep_backward_microbatch_seconds"])
     out["ep_crosses_nodes"], out["ep_gb_per_s"], out["ep_latency_s"] = ep_cross, ep_bw, ep_lat

@@ -150,6 +150,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                                      "default dropless)")
     p.add_argument("--moe-pad-to-capacity", "--moe-pad-expert-input-to-capacity", dest="moe_pad_to_capacity",
                    action="store_true", default=None, help="pad every expert's input to its capacity")
+    p.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",
+                   action="store_true", default=None,
+                   help="overlap the MoE all-to-alls with another micro-batch's compute (combined 1F1B)")
     p.add_argument("--moe-dispatcher", "--moe-token-dispatcher-type", dest="moe_dispatcher",
                    choices=["alltoall", "allgather"], help="MoE token dispatcher (default alltoall)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
@@ -249,7 +252,8 @@ def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_
         fields["sequence_parallel"] = True
     if getattr(args, "distributed_optimizer", None):
         fields["distributed_optimizer"] = True
-    for name in ("embedding_in_pipeline_split", "loss_in_pipeline_split", "moe_pad_to_capacity"):
+    for name in ("embedding_in_pipeline_split", "loss_in_pipeline_split", "moe_pad_to_capacity",
+                 "moe_overlap_alltoall"):
         if getattr(args, name, None):
             fields[name] = True
     return ParallelPlan(world_size=cluster.world_size, **fields)

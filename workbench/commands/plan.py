@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
                    help="fp8: Transformer Engine FP8 under Megatron-LM (engine megatron only)")
     s.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"], default="delayed",
                    help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe)")
+    s.add_argument("--fp8-param-gather", action="store_true",
+                   help="with --precision fp8: plans with the distributed optimizer keep the linear weights in FP8 "
+                        "and all-gather them in FP8 (Megatron-LM --fp8-param-gather)")
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
     s.add_argument("--max-cp", type=int, default=None,
@@ -116,7 +119,7 @@ def run(args) -> int:
                         max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
                         overlap_comm=args.overlap_comm, profile=profile_from_args(args),
-                        fp8_recipe=args.fp8_recipe)
+                        fp8_recipe=args.fp8_recipe, fp8_param_gather=args.fp8_param_gather)
     if args.json:
         print_json(result.to_dict())
     else:

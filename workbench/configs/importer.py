@@ -630,7 +630,7 @@ _KNOWN = {
 
 
 _MOE_FLAGS = {"expert-model-parallel-size", "expert-tensor-parallel-size", "moe-token-dispatcher-type",
-              "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity"}
+              "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm"}
 _KNOWN |= _MOE_FLAGS
 
 
@@ -668,6 +668,8 @@ def _read_moe(one, has, num, kind: str, model: dict, plan: dict, warnings: list)
             plan["moe_capacity_factor"] = float(factor)
     if has("moe-pad-expert-input-to-capacity"):
         plan["moe_pad_to_capacity"] = True
+    if has("overlap-moe-expert-parallel-comm"):
+        plan["moe_overlap_alltoall"] = True
 
 
 _FP8_FLAGS = {"fp8-format", "fp8-recipe", "fp8-margin", "fp8-interval", "fp8-amax-history-len",

@@ -110,6 +110,8 @@ def moe_flags(plan: ParallelPlan) -> list[str]:
         a += ["--moe-expert-capacity-factor", _fmt(plan.moe_capacity_factor)]
     if plan.moe_pad_to_capacity:
         a += ["--moe-pad-expert-input-to-capacity"]
+    if plan.moe_overlap_alltoall:
+        a += ["--overlap-moe-expert-parallel-comm"]
     return a
 
 
