@@ -62,8 +62,9 @@ spec, ``attention_softmax_in_fp32``): the fp32 softmax output kept for it (4), t
 (4, the backward of ``probs.bfloat16()``), the product ``grad * output`` that PyTorch's CUDA ``softmax_backward``
 allocates before its kernel runs (4, ``aten/src/ATen/native/cuda/SoftMax.cu`` ``softmax_backward_cuda_out``) and the
 gradient of the scores (4). The dropout mask and the dropped probabilities are freed by then. A CPU trace of
-megatron-core's ``DotProductAttention`` (live tensor storage per op) shows 12 at that op, the CUDA temporary being
-the difference; the fit-split H200 runs with full recompute (mc-h1024-gelu, mc-h3072-gqa) hold 16-18."""
+megatron-core's ``DotProductAttention`` (``benchmarks/trace_activations_cpu.py``: live tensor storage per op) shows
+12 plus the 2-byte score buffer at that op, the CUDA temporary being the difference; the fit-split H200 runs with
+full recompute (mc-h1024-gelu, mc-h3072-gqa) hold 16-18."""
 DROPOUT_MASK_BYTES_PER_SCORE = 1
 """Attention dropout keeps a 1-byte boolean mask per score for backward (``torch.native_dropout``; Korthikanti et al.
 count 1). Measured on H200: megatron-core runs at micro batch 4 hold 6.07 GiB more than the model without it, the
@@ -154,7 +155,7 @@ def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
 
 
 def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
-                               value_bytes, recipe):
+                               value_bytes, recipe, expert_tensor_parallel=None, moe_token_factor=1.0):
     """How one FP8 layer's saved activations differ from the bf16 layer's (:func:`layer_activation_bytes`), for one
     micro-batch on one rank (usually negative).
 
@@ -162,14 +163,20 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     bytes per value, :data:`FP8_ACTIVATION_BYTES`) instead of bf16: the QKV and fc1 inputs (``LayerNormLinear``
     writes the norm's output in FP8; the norm's bf16 input is still kept) and the fc2 input (the activation's output;
     the activation keeps its bf16 input). The attention output is kept twice: in bf16 by flash attention for its
-    backward and as FP8 by the projection."""
+    backward and as FP8 by the projection. MoE: the experts' grouped GEMMs keep the permuted token copies
+    (:func:`moe_expert_tokens`) and their fc2 inputs in FP8, while the norm's output stays bf16 (the router and the
+    permutation read it)."""
     a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
     s = m.seq_length / context_parallel
     sb = s * micro_batch
     rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
-    f = m.moe_ffn_hidden_size * m.moe_top_k if m.is_moe else m.ffn_hidden_size
-    return ((a - value_bytes) * 2 * sb * m.hidden_size * rep + a * sb * m.query_projection_size / tensor_parallel
-            + (a - value_bytes) * sb * f / tensor_parallel)
+    attention = (a - value_bytes) * sb * m.hidden_size * rep + a * sb * m.query_projection_size / tensor_parallel
+    if m.is_moe:
+        etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
+        x = moe_expert_tokens(sb, top_k=m.moe_top_k, tensor_parallel=tensor_parallel, expert_tensor_parallel=etp,
+                              token_factor=moe_token_factor)
+        return attention + (a - value_bytes) * x * (m.hidden_size + m.moe_ffn_hidden_size / etp)
+    return attention + (a - value_bytes) * sb * (m.hidden_size * rep + m.ffn_hidden_size / tensor_parallel)
 
 
 # ================================================================================================================
@@ -814,7 +821,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
     fp8_delta = np.where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
-        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw)
+        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw, **moe_kw)
     kept = kept + np.where(recompute >= 2, 0.0, fp8_delta)
     full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
@@ -1038,10 +1045,13 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
               sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
     stored = 0 if plan.recompute is Recompute.FULL else layers
     in_flight = in_flight_microbatches(plan.pipeline_parallel, plan.virtual_pipeline, plan.num_microbatches, 0)
-    delta = fp8_activation_delta_bytes(model, value_bytes=2, recipe=codes["fp8_recipe"], **kw)
+    moe_kw = {k: codes[k] for k in ("expert_tensor_parallel", "moe_token_factor") if k in codes}
+    ep_kw = {k: codes[k] for k in ("expert_parallel", "expert_tensor_parallel") if k in codes}
+    delta = fp8_activation_delta_bytes(model, value_bytes=2, recipe=codes["fp8_recipe"], **kw, **moe_kw)
     return {"weight_copies": float(fp8_weight_bytes(model, tensor_parallel=plan.tensor_parallel, fp8_layers=layers,
                                                     recipe=codes["fp8_recipe"],
-                                                    param_gather=codes["fp8_param_gather"], value_bytes=2)),
+                                                    param_gather=codes["fp8_param_gather"], value_bytes=2,
+                                                    **ep_kw)),
             "scaling_state": float(fp8_scaling_state_bytes(model, fp8_layers=layers, recipe=codes["fp8_recipe"])),
             "activations": float(delta * (stored * in_flight + 1))}
 
