@@ -861,8 +861,8 @@ class ParallelPlan:
         if (e > 1 or self.expert_tensor_parallel is not None) and self.engine is not Engine.MEGATRON:
             raise ValueError(f"expert_parallel={e}, expert_tensor_parallel={self.expert_tensor_parallel} need engine "
                              f"'megatron' (megatron-core's MoE layer); engine='{self.engine}' keeps every expert on "
-                             f"every rank (DeepSpeed-MoE's ep_size belongs to its own MoE layer, which the "
-                             f"workbench's DeepSpeed path does not build)")
+                             f"every rank (DeepSpeed's own expert parallelism — DeepSpeed-MoE's ep_size, AutoEP's "
+                             f"ds_config 'expert_parallel' section — is not modelled)")
         block = te * e * self.pipeline_parallel
         if self.world_size % block:
             raise ValueError(f"expert_tensor_parallel({te}) * expert_parallel({e}) * pipeline_parallel("

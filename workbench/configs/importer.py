@@ -630,6 +630,8 @@ _KNOWN = {
 
 
 _MOE_FLAGS = {"expert-model-parallel-size", "expert-tensor-parallel-size", "moe-token-dispatcher-type",
+              "moe-expert-parallel-size", "moe-train-capacity-factor", "moe-min-capacity",
+              "disable-moe-token-dropping",
               "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm"}
 _KNOWN |= _MOE_FLAGS
 
@@ -648,6 +650,12 @@ def _read_moe(one, has, num, kind: str, model: dict, plan: dict, warnings: list)
                             f"layers, whose expert parallelism the workbench does not model (every expert stays on "
                             f"every data-parallel rank; no all-to-all time)")
         return
+    ds_moe = [f for f in ("moe-expert-parallel-size", "moe-train-capacity-factor", "moe-min-capacity",
+                          "disable-moe-token-dropping") if has(f)]
+    if ds_moe:
+        warnings.append(f"{', '.join('--' + f for f in ds_moe)}: Megatron-DeepSpeed's (DeepSpeed-MoE) flags, "
+                        f"ignored by Megatron-LM; its expert parallelism is --expert-model-parallel-size")
+        present = [f for f in present if f not in ds_moe]
     if "num_experts" not in model:
         if present:
             warnings.append(f"{', '.join('--' + f for f in present)} without --num-experts: a dense model, ignored")
