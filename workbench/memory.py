@@ -914,12 +914,14 @@ def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
 
 FORMULAS = {
     "weights": "16-bit weights 2ψ (fp32: 4ψ); ZeRO-3 shards them 2ψ/N — Rajbhandari et al. 2020 §5",
-    "gradients": "2ψ 16-bit grads (ZeRO-2/3: 2ψ/N) + fp32 grad partition 4ψ/N (DeepSpeed); Megatron fp32 main "
-                 "grads 4ψ — DeepSpeed estimators, Megatron-LM docs",
+    "gradients": "2ψ 16-bit grads (ZeRO-2/3: 2ψ/N; ZeRO-3 keeps its partition in the model dtype); at the step "
+                 "a 16-bit flat copy + its fp32 cast, 6ψ/N (ZeRO-3: per 1e9-element sub-group); Megatron fp32 main "
+                 "grads 4ψ — DeepSpeed stage_1_and_2.py / stage3.py, Megatron-LM docs",
     "optimizer": "fp32 master + Adam moments 12ψ (ZeRO-1+: 12ψ/N; Megatron distributed optimizer 12ψ/d); 0 when "
                  "offloaded — ZeRO paper Fig. 1, Megatron-LM docs",
     "activations": "Korthikanti et al. 2022 Table 2, per layer × in-flight micro-batches (1F1B p−stage, interleaved "
-                   "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + logits (v+4)·sbV/t",
+                   "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + the larger of the logits (v+4)·sbV/t and the first "
+                   "back-propagated layer's attention core (unfused: 16 bytes per score)",
     "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters, "
                "megatron-core's attention-score buffer v·as²b/t (unfused), context-parallel K/V exchange buffers",
     "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
