@@ -166,6 +166,20 @@ def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
     return float(out) if np.ndim(out) == 0 else out
 
 
+def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision):
+    """HBM bytes per trainable parameter and micro-batch of putting its gradient into the engine's reduce buffer,
+    counted from the engines' hooks. Megatron DDP without Apex/Transformer Engine (``adam="torch"``: megatron-core's
+    local spec, megatron/core/distributed/distributed_data_parallel.py ``main_grad.add_(grad)``): read and write the
+    main gradient (4 bytes with bf16, whose gradients are reduced in fp32; v with fp16) and read the 16-bit
+    gradient; with them (``adam="fused"``) Megatron-LM's gradient-accumulation fusion has the weight-gradient GEMM
+    accumulate into the main gradient itself (0). DeepSpeed ZeRO-1/2 (stage_1_and_2.py, contiguous gradients): copy
+    into the bucket (2v) and average it in place (2v); ZeRO-0 keeps the gradient where autograd wrote it and ZeRO-3's
+    copies are counted with its other terms (0)."""
+    v = float(precision.bytes_per_value)
+    main = 4.0 if precision is Precision.BF16 else v
+    return _where(megatron, _where(fused_adam, 0.0, 2 * main + v), _where(np.isin(zero, (1, 2)), 4 * v, 0.0))
+
+
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
     """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
     a measured ``profile`` supplies the overhead constants."""
@@ -304,6 +318,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0),
+        grad_accumulate_bytes_per_parameter=grad_accumulate_bytes(megatron, cols["zero"], fused_adam, precision),
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),

@@ -388,6 +388,10 @@ class StepInputs:
     """Fraction of the datasheet HBM bandwidth the materialised-score kernels (softmax, mask, dropout, casts over
     the b·a·s·s scores) reach; fitted per GPU generation (the curve's ``score_hbm_efficiency``, else its
     ``hbm_efficiency``)."""
+    grad_accumulate_bytes_per_parameter: object = 0.0
+    """HBM bytes per trainable parameter and micro-batch of accumulating its gradient into the engine's reduce
+    buffer (encoded per engine: Megatron DDP's ``main_grad.add_`` in the reduce dtype, read and written, plus the
+    16-bit gradient read; DeepSpeed ZeRO-1/2's copy into the contiguous bucket and in-place average, 4v)."""
     zero3_hook_overlap: object = 1.0
     """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
     host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
@@ -814,7 +818,12 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
     zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
                                  ) / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency)
-    out["dp_comm"] = dense_dp + expert_dp + np.where(zero == 3, zero3_calls, 0.0)
+    # every micro-batch's gradients are accumulated into the engine's reduce buffer through HBM:
+    # grad_accumulate_bytes_per_parameter per trainable parameter (Megatron DDP's fp32 main_grad += grad; DeepSpeed
+    # ZeRO-1/2's copy into the contiguous bucket and the in-place average; counted above for ZeRO-3)
+    accumulate = (m * trainable_params * x.grad_accumulate_bytes_per_parameter
+                  / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
+    out["dp_comm"] = dense_dp + expert_dp + np.where(zero == 3, zero3_calls, 0.0) + accumulate
     return out
 
 
