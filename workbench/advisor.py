@@ -488,7 +488,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
         found.append(fp8_payoff(model, cluster, plan, time))
         found.append(expert_alltoall(model, cluster, plan, time))
     found.append(moe_capacity(model, plan))
-    found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
+    found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o),
+              cpu_adam_threads(plan, cluster=cluster, time=time)]
     return tuple(f for f in found if f is not None)
 
 
@@ -608,24 +609,38 @@ def fp8_payoff(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time)
                               "make the GEMMs larger (larger micro batch, smaller TP)")
 
 
-def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None) -> Optional[Finding]:
+def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None, *,
+                     cluster: Optional[ClusterSpec] = None, time=None) -> Optional[Finding]:
     """CPU optimizer offload runs DeepSpeed's CPU Adam on ``OMP_NUM_THREADS`` threads per rank, and torchrun sets
     ``OMP_NUM_THREADS=1`` when it is unset. Measured on H200 (one rank, optimizer offload): 3.2 s per step at one
-    thread, 1.1 s with the node's cores. ``omp_num_threads``: the value the job will see (default: this process's
-    environment)."""
+    thread, 1.1 s with the node's cores. The threads the job will see: the cluster's ``cpu_adam_threads`` when set,
+    else ``omp_num_threads`` (default: this process's environment). With the plan's ``time`` estimate the finding
+    prices the step at one thread and at the threads the estimate assumed, through the time model."""
     if plan.offload_optimizer is Offload.NONE:
         return None
-    if omp_num_threads is None:
-        omp_num_threads = os.environ.get("OMP_NUM_THREADS")
-    try:
-        threads = int(omp_num_threads) if omp_num_threads else None
-    except ValueError:
-        threads = None
+    if cluster is not None and cluster.cpu_adam_threads:
+        threads = cluster.cpu_adam_threads
+    else:
+        if omp_num_threads is None:
+            omp_num_threads = os.environ.get("OMP_NUM_THREADS")
+        try:
+            threads = int(omp_num_threads) if omp_num_threads else None
+        except ValueError:
+            threads = None
     ok = threads is not None and threads > 1
     shown = "unset (torchrun then sets 1)" if threads is None else str(threads)
+    if time is not None and time.inputs:
+        from workbench import timing as T
+
+        assumed = int(time.inputs["cpu_adam_threads"])
+        one = float(T.step_time_terms(**{**time.inputs, "cpu_adam_threads": 1})["step_seconds"])
+        cost = (f"at 1 thread the step takes {one:.3g} s instead of {time.step_seconds:.3g} s at {assumed} "
+                f"(the time model)")
+    else:
+        cost = "at 1 thread the step is ~3x slower (H200: 3.2 s vs 1.1 s)"
     return Finding(id="cpu_adam_threads", status="pass" if ok else "warn",
                    message=f"optimizer offload to {plan.offload_optimizer}: CPU Adam runs on OMP_NUM_THREADS="
-                           f"{shown} threads per rank; at 1 thread the step is ~3x slower (H200: 3.2 s vs 1.1 s)",
+                           f"{shown} threads per rank; {cost}",
                    suggestion="" if ok else "export OMP_NUM_THREADS=<CPU cores per GPU> before launching "
                                             "(workbench run sets it)")
 

@@ -1000,6 +1000,10 @@ class ParallelPlan:
         else:
             if self.distributed_optimizer:
                 raise ValueError(f"distributed_optimizer=True is Megatron's; with engine='{e}' use zero_stage >= 1")
+        if e is Engine.DEEPSPEED and self.context_parallel > 1 and self.tensor_parallel == 1 \
+                and not self.sequence_parallel:
+            raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron' (Megatron context "
+                             f"parallelism; DeepSpeed's own sequence parallelism, Ulysses, is not modelled)")
         if e is Engine.DEEPSPEED:
             if self.tensor_parallel > 1 or self.context_parallel > 1 or self.sequence_parallel:
                 raise ValueError(f"tensor_parallel={self.tensor_parallel}, context_parallel={self.context_parallel}"
@@ -1007,7 +1011,8 @@ class ParallelPlan:
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
         if e is Engine.MEGATRON_DEEPSPEED and self.context_parallel > 1:
             raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron': Megatron-DeepSpeed has "
-                             f"no Megatron context parallelism (its sequence parallelism is DeepSpeed-Ulysses)")
+                             f"no Megatron context parallelism (its sequence parallelism, DeepSpeed-Ulysses, is not "
+                             f"modelled)")
         if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
             raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
                              f"{self.pipeline_parallel}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism "

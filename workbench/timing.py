@@ -373,6 +373,9 @@ class StepInputs:
     cpu_adam_params_per_second_per_thread: object = np.inf
     """CPU Adam parameters per second on one thread (optimizer offload); the node's memory bandwidth caps the sum
     (``cpu_adam_params_per_second_per_node``)."""
+    cpu_adam_serial_seconds_per_parameter: object = 0.0
+    """Host seconds per offloaded parameter that more threads do not shorten (the serial part of the step around
+    CPU Adam)."""
     offload_zero3_host_factor: object = 0.0
     """ZeRO-3 with optimizer offload: host work per parameter beyond ZeRO-2's, as a fraction of the CPU Adam step
     (stage3.py runs the gradient norm, the unscale/clip pass and the fp32 → 16-bit copy-back over the host copies)."""
@@ -402,11 +405,15 @@ def step_time_terms(**inputs):
     the link each group uses), :func:`optimizer_terms` (GPU optimizer step, ZeRO-Offload) and :func:`pipeline_terms`
     (forward/backward of one micro-batch on the slowest stage, the bubble).
 
-    Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at ``hbm_efficiency`` ×
-    HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer moves
-    ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter; every layer
-    forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of its kernels; ZeRO-3 adds
-    per-module hook and collective-call latencies (``zero3_*``, fitted on H200 runs, catalog ``deepspeed``).
+    Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at
+    ``score_hbm_efficiency`` × HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer
+    moves ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter of the
+    largest stage (``stage_parameters``), plus ``step_overhead_s`` and DeepSpeed's ``deepspeed_tensor_seconds`` per
+    parameter tensor; every layer forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of
+    its kernels; ZeRO-3 adds its gathers and gradient copies in counted bytes and its per-module host hooks
+    (``zero3_*``), exposed only where they outlast the kernels; optimizer offload prices CPU Adam by the rank's
+    threads (``cpu_adam_threads``) up to the node's cap. Constants: fitted on H200 runs of the fit split, catalog
+    ``curves.hopper``, ``deepspeed`` and ``cpu_adam``.
 
     Returns a dict with every key of :data:`TERMS`, ``step_seconds``, ``model_flops``, ``hardware_flops`` (whole job
     per step), ``gemm_efficiency`` (the FLOP-weighted efficiency of the layer GEMMs), the per-layer
@@ -929,7 +936,14 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, c
 
 def optimizer_terms(x: StepInputs) -> dict:
     """``offload`` (ZeRO-Offload PCIe traffic and the CPU Adam step) and ``optimizer`` (the GPU optimizer step)
-    seconds per step, over the parameter shard one rank updates."""
+    seconds per step, over the parameter shard one rank of the largest stage updates.
+
+    CPU Adam (DeepSpeedCPUAdam: OpenMP over the rank's ``OMP_NUM_THREADS``) updates
+    min(threads × ``cpu_adam_params_per_second_per_thread``, ``cpu_adam_params_per_second_per_node`` ÷ ranks on
+    the node) parameters per second — compute bound per thread until the node's memory bandwidth is shared out —
+    × (1 + ``offload_zero3_host_factor``) at ZeRO-3, whose stage3.py also runs the gradient norm, the unscale/clip
+    pass and the copy back to 16 bits over the host partition; the gradients go down and the updated 16-bit
+    parameters come up the host link (2 × v bytes per parameter)."""
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
     dense_params, expert_params, expert_group = local_parameters(x)
     local_params = dense_params + expert_params
@@ -944,11 +958,12 @@ def optimizer_terms(x: StepInputs) -> dict:
     # cpu_adam_params_per_second_per_thread, until the ranks of a node together reach what its memory bandwidth
     # allows (cpu_adam_params_per_second_per_node); ZeRO-3 adds host passes over the same partition
     ranks_per_node = np.minimum(t * p * c * d, x.gpus_per_node)
-    cpu_rate = np.minimum(x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread,
-                          x.cpu_adam_params_per_second_per_node / ranks_per_node)
+    cpu_seconds_per_param = np.maximum(1 / (x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread)
+                                       + x.cpu_adam_serial_seconds_per_parameter,
+                                       ranks_per_node / x.cpu_adam_params_per_second_per_node)
     host_passes = 1 + (x.zero_stage == 3) * x.offload_zero3_host_factor
-    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard * host_passes / cpu_rate,
-                             0.0)
+    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps
+                             + shard * host_passes * cpu_seconds_per_param, 0.0)
     offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
