@@ -210,3 +210,15 @@ def test_layout_view_colours_expert_groups_and_the_panel_sends_expert_fields():
     changes = {k: v for a in sent if isinstance(a, SetPlan) for k, v in a.changes.items()}
     assert changes["expert_parallel"] == 4 and changes["moe_capacity_factor"] == 1.5
     panel.close()
+
+
+def test_oom_ladder_raises_expert_parallel_before_zero3():
+    from workbench.advisor import oom_ladder
+
+    plan = _plan(32, recompute="full", distributed_optimizer=True, global_batch_size=32)
+    ladder = oom_ladder(MIXTRAL, _cluster(4), plan)  # 32 H100: EP 8 shards the experts' states over 4
+    assert ladder[-1].fits and ladder[-1].step == 3 and ladder[-1].plan.expert_parallel == 8
+    # on 8 GPUs EP 8 leaves the experts' optimizer states unsharded: still too large, ZeRO-3 (step 4) follows
+    small = oom_ladder(MIXTRAL, _cluster(), _plan(recompute="full", distributed_optimizer=True, global_batch_size=8))
+    assert [s.step for s in small][-2:] == [3, 4] and not small[-2].fits
+    assert small[-1].plan.expert_parallel == 1 and small[-1].plan.zero_stage == 3

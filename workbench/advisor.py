@@ -673,6 +673,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
        with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
        ``--recompute-granularity``); 3. ZeRO-3 with CPU offload of the optimizer, then of the parameters too
        (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP);
+    for an MoE model under Megatron a rung before it (3, ZeRO-3 becoming 4) raises expert parallelism, each larger EP
+    the experts and GPUs allow, smallest first;
     :func:`lora_option` prices the fine-tuning alternative (LoRA) next to it.
     """
     if record is None:
@@ -718,18 +720,38 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
             return tuple(steps)
-    # 3 — ZeRO-3 + CPU offload
+    # 3 (MoE under Megatron) — more expert parallelism: fewer experts per GPU, their states sharded further
+    zero_step = 3
+    if model.is_moe and current.engine is Engine.MEGATRON:
+        zero_step = 4
+        e, te = current.expert_parallel, current.expert_tensor_parallel_size
+        larger = [k for k in range(e + 1, model.num_experts + 1) if model.num_experts % k == 0
+                  and current.world_size % (te * k * current.pipeline_parallel) == 0]
+        if not larger:
+            steps.append(LadderStep(step=3, action=f"expert parallel is already the largest the experts and GPUs "
+                                                   f"allow (EP={e}, {model.num_experts} experts)", plan=None))
+        for k in larger:
+            p = current.replace(expert_parallel=k, sequence_parallel=current.sequence_parallel
+                                or current.tensor_parallel > 1)
+            if rung(3, f"expert parallel {e} → {k} ({model.num_experts // k} experts per GPU, expert data parallel "
+                       f"{current.expert_data_parallel} → {p.expert_data_parallel})", p,
+                    {"--expert-model-parallel-size": k}):
+                return tuple(steps)
+            if k != larger[-1]:
+                steps.pop()  # report only the rung that fits or the largest tried
+    # 3 — ZeRO-3 + CPU offload (under DeepSpeed, which keeps every expert on every rank)
     engine = Engine.MEGATRON_DEEPSPEED if current.engine is Engine.MEGATRON else current.engine
     if current.engine is Engine.DEEPSPEED and current.tensor_parallel > 1:
         engine = Engine.MEGATRON_DEEPSPEED
     if current.context_parallel > 1:
-        steps.append(LadderStep(step=3, action=f"ZeRO-3 with CPU offload runs under DeepSpeed (engine {engine}), which "
+        steps.append(LadderStep(step=zero_step, action=f"ZeRO-3 with CPU offload runs under DeepSpeed (engine "
+                                                       f"{engine}), which "
                                                f"has no Megatron context parallelism (CP={current.context_parallel}): "
                                                f"not available for this plan", plan=None))
         return tuple(steps)
     dp = current.world_size // (current.tensor_parallel * current.context_parallel)
     if current.global_batch_size % (current.micro_batch_size * dp):
-        steps.append(LadderStep(step=3, action=f"ZeRO-3 needs pipeline_parallel=1: data parallel becomes {dp}, "
+        steps.append(LadderStep(step=zero_step, action=f"ZeRO-3 needs pipeline_parallel=1: data parallel becomes {dp}, "
                                                f"which does not divide global_batch_size={current.global_batch_size} "
                                                f"× micro batch {current.micro_batch_size}", plan=None))
         return tuple(steps)
@@ -737,13 +759,14 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         p = current.replace(engine=engine, pipeline_parallel=1, virtual_pipeline=1, zero_stage=3,
                             distributed_optimizer=False, offload_optimizer=Offload.CPU,
                             offload_params=Offload.CPU if params else Offload.NONE,
-                            recompute_layers=None)
+                            recompute_layers=None, expert_parallel=1, expert_tensor_parallel=None,
+                            moe_overlap_alltoall=False)
         what = "optimizer and parameters" if params else "optimizer"
         settings = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
                                           **({"offload_param": {"device": "cpu", "pin_memory": True}}
                                              if params else {})}}
         pp_note = f", pipeline {current.pipeline_parallel} → 1" if current.pipeline_parallel > 1 else ""
-        if rung(3, f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})", p, settings):
+        if rung(zero_step, f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})", p, settings):
             return tuple(steps)
     return tuple(steps)
 
