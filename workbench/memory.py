@@ -230,6 +230,20 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     return np.maximum(np.maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
 
 
+def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
+    """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
+    weight, or a layer's biggest weight — megatron-core fuses QKV and the gated MLP's fc1 into one tensor each;
+    transformers models keep q/k/v and gate/up apart."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    if m.implementation is Implementation.TRANSFORMERS:
+        layer = max(m.hidden_size * f, m.hidden_size * m.query_projection_size)
+    else:
+        layer = max(m.hidden_size * (2 if m.is_gated else 1) * f,
+                    m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size))
+    return np.maximum(vocab * m.hidden_size, layer) / tensor_parallel
+
+
 def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
                     last_stage_layers=None):
     """Transformer layers pipeline stage ``stage`` builds: the first, middle and last stage counts of an uneven
@@ -880,6 +894,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
     buffers = buffers + fp8_scaling_state_bytes(m, fp8_layers=fp8_layers, recipe=fp8_recipe)
+    # DeepSpeed ZeRO-1/2 with optimizer offload: a GPU staging buffer of the largest parameter's size in the model
+    # dtype, allocated at init (stage_1_and_2.py ``temp_grad_buffer_for_gpu_offload``)
+    ds_offload12 = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
+                    & (offload_optimizer > 0))
+    buffers = buffers + np.where(ds_offload12, value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
     if m.is_moe:
         buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
                                                       context_parallel=context_parallel,
