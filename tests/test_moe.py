@@ -222,3 +222,17 @@ def test_oom_ladder_raises_expert_parallel_before_zero3():
     small = oom_ladder(MIXTRAL, _cluster(), _plan(recompute="full", distributed_optimizer=True, global_batch_size=8))
     assert [s.step for s in small][-2:] == [3, 4] and not small[-2].fits
     assert small[-1].plan.expert_parallel == 1 and small[-1].plan.zero_stage == 3
+
+
+def test_shared_expert_round_trips_through_megatron_flags():
+    from workbench.configs.importer import import_megatron_args
+    from workbench.configs.megatron import megatron_args
+
+    qwen = ModelSpec(name="qwen-moe-tiny", num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1024,
+                     num_experts=8, moe_top_k=2, moe_ffn_hidden_size=256, shared_expert_ffn_hidden_size=768,
+                     activation="swiglu", attention="flash")
+    args = megatron_args(qwen, _cluster(), _plan(expert_parallel=8, global_batch_size=8))
+    assert args[args.index("--moe-shared-expert-intermediate-size") + 1] == "768"
+    model, plan = import_megatron_args(args).to_specs(cluster=_cluster())
+    assert model.shared_expert_ffn_hidden_size == 768 and model.num_parameters == qwen.num_parameters
+    assert plan.expert_parallel == 8
