@@ -45,11 +45,13 @@ CUDA_CONTEXT_BYTES = int(1.66 * GiB)
 """The smallest memory outside the caching allocator measured for one training process on one GPU (CUDA context,
 cuBLAS workspaces, kernels): ``total − free − memory_reserved`` after training steps, 1.66 GiB on H200 (torch 2.11,
 CUDA 13). The estimate uses each engine's own median, :data:`OUTSIDE_ALLOCATOR_BYTES`."""
-NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.57 * GiB), "megatron": int(6.57 * GiB)}
+NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.06 * GiB), "megatron": int(6.06 * GiB)}
 """Extra memory outside the allocator per GPU once a training process has NCCL communicators (2 H200 over NVLink,
-NVLS off). DeepSpeed: 8.23 GiB outside the allocator with two ranks vs 1.66 GiB with one (the calibration runs,
-``benchmarks/results/gpu_memory_calibration.json``). megatron-core: no two-GPU run of the corpus records memory
-outside the allocator yet, so it takes DeepSpeed's figure (one communicator per process group, as DeepSpeed's)."""
+NVLS off): the median outside the allocator of the fit split's multi-rank DeepSpeed runs (8 runs, 8.23-8.51 GiB)
+less the one-rank median of :data:`OUTSIDE_ALLOCATOR_BYTES` (``benchmarks/bench_accuracy.py --overheads``).
+megatron-core: no two-GPU run of the corpus records memory outside the allocator yet, so it takes DeepSpeed's
+figure (one communicator per process group, as DeepSpeed's). Measured with two ranks only: NCCL's buffers grow with
+the peers a rank connects to, so on 8 GPUs this is a lower bound."""
 NCCL_BYTES = NCCL_BYTES_BY_ENGINE["deepspeed"]
 ZERO0_STEP_BYTES_PER_PARAM = 8.0
 """DeepSpeed ZeRO-0 with bf16/fp16: extra bytes per parameter during the optimizer step (flattened fp32 gradients
@@ -1108,6 +1110,7 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
                      "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")
     if plan.world_size > 1:
         notes.append(f"with more than one rank NCCL's communicators hold {NCCL_BYTES / GiB:.1f} GiB outside the "
-                     f"allocator on each GPU (H200, NVLink, NVLS off: 8.2 GiB outside with 2 ranks, 1.7 GiB with 1)")
+                     f"allocator on each GPU (H200, NVLink, NVLS off: 8.2-8.5 GiB outside with 2 ranks, 2.2 GiB "
+                     f"with 1; measured on 2 GPUs, more peers need more)")
     return notes
 
