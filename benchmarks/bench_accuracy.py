@@ -284,6 +284,10 @@ def overhead_fit(rows: list) -> dict:
                            outside_max_gib=max(outside) / GiB, reserve_median=statistics.median(reserve),
                            reserve_p90=reserve[min(len(reserve) - 1, int(0.9 * len(reserve)))],
                            reserve_max=reserve[-1])
+        multi = [r["measured"]["outside"] for r, _ in rows if engine_of(r) == engine
+                 and r["measured"].get("outside") is not None and r["cluster"].world_size > 1]
+        if multi:  # NCCL's communicators: what a multi-rank process holds outside the allocator beyond one rank's
+            out[engine].update(nccl_n=len(multi), nccl_gib=statistics.median(multi) / GiB - out[engine]["outside_gib"])
     return out
 
 
@@ -394,7 +398,8 @@ def main(argv=None) -> int:
         for engine, f in overhead_fit(scored["fit"]).items():
             print(f"  {engine:<20} n {f['n']:>3}  outside median {f['outside_gib']:.2f} GiB (max "
                   f"{f['outside_max_gib']:.2f})  reserve median {f['reserve_median']:.1%} p90 {f['reserve_p90']:.1%} "
-                  f"max {f['reserve_max']:.1%}")
+                  f"max {f['reserve_max']:.1%}"
+                  + (f"  NCCL (multi-rank runs, n {f['nccl_n']}) +{f['nccl_gib']:.2f} GiB" if "nccl_n" in f else ""))
     if args.write_band:
         path = ROOT / "workbench" / "catalog" / "error_band.json"
         doc = {"about": "Held-out error band: for each engine (and engine/recompute mode), how far measured values went "

@@ -37,6 +37,19 @@ def test_invalid_expert_plans_name_the_fields(kw, needle):
         validate(MIXTRAL, _cluster(), _plan(**kw))
 
 
+def test_moe_biases_need_expert_tp_1_and_the_planner_follows():
+    from workbench import planner
+
+    biased = MIXTRAL.replace(add_bias_linear=True)
+    with pytest.raises(ValueError, match="only with expert_tensor_parallel=1 .got 2, the TP size, its default"):
+        validate(biased, _cluster(), _plan(tensor_parallel=2, sequence_parallel=True))
+    validate(biased, _cluster(), _plan(tensor_parallel=2, sequence_parallel=True, expert_tensor_parallel=1))
+    table = planner.enumerate_candidates(biased.replace(num_layers=2), _cluster(), 8, recompute=("none",),
+                                         offload=False)
+    megatron = table["engine"] == 1
+    assert not ((table["etp"] > 1) & megatron).any() and ((table["etp"] > 1) & ~megatron).any()
+
+
 def test_expert_parallel_must_divide_the_experts():
     with pytest.raises(ValueError, match="expert_parallel=4 does not divide num_experts=6"):
         validate(MIXTRAL.replace(num_experts=6), _cluster(), _plan(expert_parallel=4))
@@ -136,7 +149,8 @@ def test_planner_searches_expert_parallel_with_the_spec_rules():
     from workbench import planner
 
     tiny = ModelSpec(name="tiny-moe", num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1024,
-                     num_experts=8, moe_top_k=2, seq_length=512, activation="swiglu", attention="flash")
+                     num_experts=8, moe_top_k=2, seq_length=512, activation="swiglu", attention="flash",
+                     add_bias_linear=False)
     c = _cluster(2, 4)
     table = planner.enumerate_candidates(tiny, c, 16, engines=("megatron",), offload=False, recompute=("none",))
     pairs = {(int(t), int(e), int(te)) for t, e, te in zip(table["tp"], table["ep"], table["etp"])}
@@ -222,3 +236,17 @@ def test_oom_ladder_raises_expert_parallel_before_zero3():
     small = oom_ladder(MIXTRAL, _cluster(), _plan(recompute="full", distributed_optimizer=True, global_batch_size=8))
     assert [s.step for s in small][-2:] == [3, 4] and not small[-2].fits
     assert small[-1].plan.expert_parallel == 1 and small[-1].plan.zero_stage == 3
+
+
+def test_shared_expert_round_trips_through_megatron_flags():
+    from workbench.configs.importer import import_megatron_args
+    from workbench.configs.megatron import megatron_args
+
+    qwen = ModelSpec(name="qwen-moe-tiny", num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1024,
+                     num_experts=8, moe_top_k=2, moe_ffn_hidden_size=256, shared_expert_ffn_hidden_size=768,
+                     activation="swiglu", attention="flash")
+    args = megatron_args(qwen, _cluster(), _plan(expert_parallel=8, global_batch_size=8))
+    assert args[args.index("--moe-shared-expert-intermediate-size") + 1] == "768"
+    model, plan = import_megatron_args(args).to_specs(cluster=_cluster())
+    assert model.shared_expert_ffn_hidden_size == 768 and model.num_parameters == qwen.num_parameters
+    assert plan.expert_parallel == 8

@@ -45,11 +45,13 @@ CUDA_CONTEXT_BYTES = int(1.66 * GiB)
 """The smallest memory outside the caching allocator measured for one training process on one GPU (CUDA context,
 cuBLAS workspaces, kernels): ``total − free − memory_reserved`` after training steps, 1.66 GiB on H200 (torch 2.11,
 CUDA 13). The estimate uses each engine's own median, :data:`OUTSIDE_ALLOCATOR_BYTES`."""
-NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.57 * GiB), "megatron": int(6.57 * GiB)}
+NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.06 * GiB), "megatron": int(6.06 * GiB)}
 """Extra memory outside the allocator per GPU once a training process has NCCL communicators (2 H200 over NVLink,
-NVLS off). DeepSpeed: 8.23 GiB outside the allocator with two ranks vs 1.66 GiB with one (the calibration runs,
-``benchmarks/results/gpu_memory_calibration.json``). megatron-core: no two-GPU run of the corpus records memory
-outside the allocator yet, so it takes DeepSpeed's figure (one communicator per process group, as DeepSpeed's)."""
+NVLS off): the median outside the allocator of the fit split's multi-rank DeepSpeed runs (8 runs, 8.23-8.51 GiB)
+less the one-rank median of :data:`OUTSIDE_ALLOCATOR_BYTES` (``benchmarks/bench_accuracy.py --overheads``).
+megatron-core: no two-GPU run of the corpus records memory outside the allocator yet, so it takes DeepSpeed's
+figure (one communicator per process group, as DeepSpeed's). Measured with two ranks only: NCCL's buffers grow with
+the peers a rank connects to, so on 8 GPUs this is a lower bound."""
 NCCL_BYTES = NCCL_BYTES_BY_ENGINE["deepspeed"]
 ZERO0_STEP_BYTES_PER_PARAM = 8.0
 """DeepSpeed ZeRO-0 with bf16/fp16: extra bytes per parameter during the optimizer step (flattened fp32 gradients
@@ -228,6 +230,20 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     fc1 = m.hidden_size * (2 if m.is_gated else 1) * f
     qkv = m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size)
     return np.maximum(np.maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
+
+
+def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
+    """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
+    weight, or a layer's biggest weight — megatron-core fuses QKV and the gated MLP's fc1 into one tensor each;
+    transformers models keep q/k/v and gate/up apart."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    if m.implementation is Implementation.TRANSFORMERS:
+        layer = max(m.hidden_size * f, m.hidden_size * m.query_projection_size)
+    else:
+        layer = max(m.hidden_size * (2 if m.is_gated else 1) * f,
+                    m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size))
+    return np.maximum(vocab * m.hidden_size, layer) / tensor_parallel
 
 
 def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
@@ -880,6 +896,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
     buffers = buffers + fp8_scaling_state_bytes(m, fp8_layers=fp8_layers, recipe=fp8_recipe)
+    # DeepSpeed ZeRO-1/2 with optimizer offload: a GPU staging buffer of the largest parameter's size in the model
+    # dtype, allocated at init (stage_1_and_2.py ``temp_grad_buffer_for_gpu_offload``)
+    ds_offload12 = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
+                    & (offload_optimizer > 0))
+    buffers = buffers + np.where(ds_offload12, value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
     if m.is_moe:
         buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
                                                       context_parallel=context_parallel,
@@ -1089,6 +1110,7 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
                      "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")
     if plan.world_size > 1:
         notes.append(f"with more than one rank NCCL's communicators hold {NCCL_BYTES / GiB:.1f} GiB outside the "
-                     f"allocator on each GPU (H200, NVLink, NVLS off: 8.2 GiB outside with 2 ranks, 1.7 GiB with 1)")
+                     f"allocator on each GPU (H200, NVLink, NVLS off: 8.2-8.5 GiB outside with 2 ranks, 2.2 GiB "
+                     f"with 1; measured on 2 GPUs, more peers need more)")
     return notes
 

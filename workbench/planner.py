@@ -260,14 +260,18 @@ def expert_options(model: ModelSpec, world_size: int, tensor_parallel: int, pipe
     """``(expert_parallel, expert_tensor_parallel)`` pairs searched for one (t, p): for a dense model only
     ``(1, t)``; for an MoE model every e dividing num_experts with expert tensor parallel t (megatron-core's default)
     or 1 (experts whole on each rank, what MoE recipes use with EP), where tp_e·e·p divides the world size and tp_e
-    the expert width (megatron-core's expert rank generator and ``MoELayer``)."""
+    the expert width (megatron-core's expert rank generator and ``MoELayer``), and tp_e = 1 when the linear layers
+    have biases (megatron-core: "Bias in MoE is only supported when ETP==1"; ``(1, t)`` is always listed, the
+    DeepSpeed engines' layout, and the enumeration drops it for Megatron rows where that rule refuses it)."""
     t, p = tensor_parallel, pipeline_parallel
     if not model.is_moe:
         return [(1, t)]
     out = []
     for e in _divisors(model.num_experts):
         for te in sorted({t, 1}, reverse=True):
-            if world_size % (te * e * p) == 0 and model.moe_ffn_hidden_size % te == 0:
+            # megatron-core: biases in MoE layers only with expert TP 1
+            if (e, te) == (1, t) or (world_size % (te * e * p) == 0 and model.moe_ffn_hidden_size % te == 0
+                                     and not (model.add_bias_linear and te > 1)):
                 out.append((e, te))
     return out
 
@@ -379,6 +383,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                         # needs sequence parallel (Megatron-LM's rule)
                         sel = np.ones(k, bool) if (e, te) == (1, t) else (
                             (r[:, 0] == mg_code) & ((e == 1) | (t == 1) | (r[:, 1] == 1)))
+                        if model.is_moe and model.add_bias_linear and te > 1:  # megatron-core: bias needs ETP 1
+                            sel &= r[:, 0] != mg_code
                         if not sel.any():
                             continue
                         n_sel = int(sel.sum())

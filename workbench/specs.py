@@ -1231,6 +1231,11 @@ def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:
     if model.moe_ffn_hidden_size % te:
         raise ValueError(f"expert_tensor_parallel={te} does not divide moe_ffn_hidden_size="
                          f"{model.moe_ffn_hidden_size}")
+    if model.add_bias_linear and te > 1 and plan.engine is Engine.MEGATRON:
+        raise ValueError(f"{model.name} has biases on its linear layers (add_bias_linear=True): megatron-core supports "
+                         f"them in MoE layers only with expert_tensor_parallel=1 (got {te}"
+                         f"{', the TP size, its default' if plan.expert_tensor_parallel is None else ''}); set "
+                         f"expert_tensor_parallel=1")
 
 
 def _validate_fp8(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:

@@ -629,7 +629,7 @@ _KNOWN = {
 }
 
 
-_MOE_FLAGS = {"expert-model-parallel-size", "expert-tensor-parallel-size", "moe-token-dispatcher-type",
+_MOE_FLAGS = {"moe-shared-expert-intermediate-size", "moe-shared-expert-gate", "expert-model-parallel-size", "expert-tensor-parallel-size", "moe-token-dispatcher-type",
               "moe-expert-parallel-size", "moe-train-capacity-factor", "moe-min-capacity",
               "disable-moe-token-dropping",
               "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm"}
@@ -856,6 +856,12 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
             topk = num("moe-router-topk", _positive) if has("moe-router-topk") else num("topk", _positive)
             if topk is not None:
                 m["moe_top_k"] = topk
+            if has("moe-shared-expert-intermediate-size"):
+                m["shared_expert_ffn_hidden_size"] = num("moe-shared-expert-intermediate-size", _positive)
+                if not has("moe-shared-expert-gate"):
+                    warnings.append("--moe-shared-expert-intermediate-size without --moe-shared-expert-gate: the "
+                                    "workbench counts the shared expert's h-wide gate (Qwen2-MoE's); h parameters "
+                                    "per layer too many")
             elif kind == "megatron-deepspeed":
                 m["moe_top_k"] = 1  # Megatron-DeepSpeed's --topk default
             if has("expert-interval") and num("expert-interval", _int) != 1:

@@ -92,6 +92,9 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
               _fmt(model.moe_top_k)]
         if model.moe_ffn_hidden_size != model.ffn_hidden_size and not mds:
             a += ["--moe-ffn-hidden-size", _fmt(model.moe_ffn_hidden_size)]
+        if model.shared_expert_ffn_hidden_size is not None and not mds:  # Qwen2-MoE's gated shared expert
+            a += ["--moe-shared-expert-intermediate-size", _fmt(model.shared_expert_ffn_hidden_size),
+                  "--moe-shared-expert-gate"]
     a += ["--vocab-size", _fmt(model.vocab_size)]
     return a
 
