@@ -297,3 +297,23 @@ def test_gradient_accumulation_bytes_per_engine():
     one, two = (estimate_time(m, c, _plan(c, adam="torch", global_batch_size=g)) for g in (8, 16))
     grad = two.inputs["stage_parameters"] * 10 / (one.inputs["hbm_gb_per_s"] * 1e9 * one.inputs["hbm_efficiency"])
     assert two.breakdown["dp_comm"] - one.breakdown["dp_comm"] == pytest.approx(grad)
+
+
+def test_rotary_embedding_bytes():
+    """Unfused rotary embedding (megatron-core local spec, transformers): 12v forward and 10v backward per query
+    and key element; Transformer Engine's fused kernel 2v each; learned positions none."""
+    from workbench.timing import rope_bytes
+
+    assert rope_bytes(bytes_per_value=2, fused=0) == (24, 20) and rope_bytes(bytes_per_value=2, fused=1) == (4, 4)
+    c = _cluster(nodes=1)
+    plan = _plan(c, global_batch_size=8)
+    llama = model("llama2-7b", attention="unfused")
+    est = estimate_time(llama, c, plan)
+    assert (est.inputs["rope_forward_bytes"], est.inputs["rope_backward_bytes"]) == (24, 20)
+    assert estimate_time(model("llama2-7b", attention="flash"), c, plan).inputs["rope_forward_bytes"] == 4
+    assert estimate_time(model("gpt3-1_3b"), c, plan).inputs["rope_forward_bytes"] == 0
+    none = step_time_terms(**{**est.inputs, "rope_forward_bytes": 0.0, "rope_backward_bytes": 0.0})
+    tokens = 4096 * 1  # seq × micro-batch
+    per_layer = tokens * (llama.query_projection_size + llama.kv_projection_size)  # TP 1
+    hbm = est.inputs["hbm_gb_per_s"] * 1e9 * est.inputs["hbm_efficiency"]
+    assert est.layer_forward_seconds - float(none["layer_forward_seconds"]) == pytest.approx(per_layer * 24 / hbm)

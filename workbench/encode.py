@@ -166,6 +166,19 @@ def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
     return float(out) if np.ndim(out) == 0 else out
 
 
+def _rope(model: ModelSpec, precision: Precision) -> tuple:
+    """Rotary embedding bytes per query/key element (:func:`workbench.timing.rope_bytes`): fused where megatron-core
+    runs Transformer Engine (flash attention), unfused in the local spec and in transformers; 0 without rotary."""
+    from workbench.specs import Positions
+    from workbench.timing import rope_bytes
+
+    if model.position_embedding is not Positions.ROTARY:
+        return 0.0, 0.0
+    fused = model.implementation is Implementation.MEGATRON and model.attention is AttentionImpl.FLASH
+    fwd, bwd = rope_bytes(bytes_per_value=precision.bytes_per_value, fused=fused)
+    return float(fwd), float(bwd)
+
+
 def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision):
     """HBM bytes per trainable parameter and micro-batch of putting its gradient into the engine's reduce buffer,
     counted from the engines' hooks. Megatron DDP without Apex/Transformer Engine (``adam="torch"``: megatron-core's
@@ -318,6 +331,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0),
+        **dict(zip(("rope_forward_bytes", "rope_backward_bytes"), _rope(model, precision))),
         grad_accumulate_bytes_per_parameter=grad_accumulate_bytes(megatron, cols["zero"], fused_adam, precision),
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),

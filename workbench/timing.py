@@ -186,6 +186,22 @@ def attention_score_bytes(*, bytes_per_value, softmax_fusion, attention_dropout)
     return fused * fwd_fused + (1 - fused) * fwd_unfused, fused * bwd_fused + (1 - fused) * bwd_unfused
 
 
+def rope_bytes(*, bytes_per_value, fused):
+    """HBM bytes per query or key element of one layer's rotary position embedding, ``(forward, backward)``,
+    counted kernel by kernel (v = bytes_per_value). Unfused, as megatron-core's ``_apply_rotary_pos_emb_bshd``
+    without ``apply_rope_fusion`` and transformers' ``apply_rotary_pos_emb`` run it, ``t·cos + rotate_half(t)·sin``:
+
+        forward:  rotate_half's neg of one half (v) and cat (2v), the two products (2v each), the sum (3v), the
+                  concatenation with the unrotated part (2v)                                          = 12v
+        backward: the two products' gradients (2v each), the neg and chunk gradients (v + 2v), the sum of the
+                  two branches (3v)                                                                   = 10v
+
+    Fused (Transformer Engine / Apex ``fused_apply_rotary_pos_emb``: one read and one write): 2v and 2v."""
+    v = np.asarray(bytes_per_value, dtype=float)
+    f = np.asarray(fused, dtype=float)
+    return f * 2 * v + (1 - f) * 12 * v, f * 2 * v + (1 - f) * 10 * v
+
+
 def cross_entropy_bytes(*, bytes_per_value):
     """HBM bytes per logit (token × padded vocabulary entry) of megatron-core's ``vocab_parallel_cross_entropy``
     in fp32, counted from its kernels (megatron/core/tensor_parallel/cross_entropy.py), v = bytes_per_value:
@@ -392,6 +408,11 @@ class StepInputs:
     """HBM bytes per trainable parameter and micro-batch of accumulating its gradient into the engine's reduce
     buffer (encoded per engine: Megatron DDP's ``main_grad.add_`` in the reduce dtype, read and written, plus the
     16-bit gradient read; DeepSpeed ZeRO-1/2's copy into the contiguous bucket and in-place average, 4v)."""
+    rope_forward_bytes: object = 0.0
+    """Rotary position embedding: HBM bytes per query and key element of one layer's forward (0 without rotary
+    positions; :func:`rope_bytes`)."""
+    rope_backward_bytes: object = 0.0
+    """... and of its backward."""
     zero3_hook_overlap: object = 1.0
     """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
     host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
@@ -493,6 +514,10 @@ def compute_terms(x: StepInputs) -> dict:
                                               seq_length=s, tensor_parallel=t, sequence_parallel=g["sp"],
                                               unfused_attention=0, bytes_per_value=x.bytes_per_value)
     t_mem = x.memory_passes * elementwise / hbm
+    # rotary position embedding on the layer's queries and keys (counted bytes, :func:`rope_bytes`)
+    rope_elements = tokens * (q + kv) / t
+    t_rope_fwd, t_rope_bwd = (rope_elements * x.rope_forward_bytes / hbm,
+                              rope_elements * x.rope_backward_bytes / hbm)
     # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
     # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
     t_mem = t_mem + np.where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
@@ -523,11 +548,11 @@ def compute_terms(x: StepInputs) -> dict:
     t_cast_bwd = np.where(fp8 > 0, fp8 * cast_bwd_b / g["hbm_bytes_per_s"], 0.0)
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
     # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
-    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + t_cast_fwd + x.layer_pass_overhead_s
+    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + t_cast_fwd + t_rope_fwd + x.layer_pass_overhead_s
     # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
     # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
     tf = x.trainable_fraction
-    layer_bwd = ((1 + tf) * t_weights_fwd + t_core_bwd + 2 * t_mem + t_score_bwd + t_cast_bwd
+    layer_bwd = ((1 + tf) * t_weights_fwd + t_core_bwd + 2 * t_mem + t_score_bwd + t_cast_bwd + t_rope_bwd
                  + x.layer_pass_overhead_s)
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
