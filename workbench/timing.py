@@ -976,8 +976,10 @@ def optimizer_terms(x: StepInputs) -> dict:
     min(threads × ``cpu_adam_params_per_second_per_thread``, ``cpu_adam_params_per_second_per_node`` ÷ ranks on
     the node) parameters per second — compute bound per thread until the node's memory bandwidth is shared out —
     × (1 + ``offload_zero3_host_factor``) at ZeRO-3, whose stage3.py also runs the gradient norm, the unscale/clip
-    pass and the copy back to 16 bits over the host partition; the gradients go down and the updated 16-bit
-    parameters come up the host link (2 × v bytes per parameter)."""
+    pass and the copy back to 16 bits over the host partition; the gradients cross the host link in fp32 and the
+    updated parameters in 16 bits (4 + v bytes per parameter: torch's ``copy_`` between devices converts the dtype
+    on the GPU when non-blocking, as DeepSpeed's gradient copy is, and on the host when blocking, as its parameter
+    copy back is)."""
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
     dense_params, expert_params, expert_group = local_parameters(x)
     local_params = dense_params + expert_params
@@ -996,7 +998,9 @@ def optimizer_terms(x: StepInputs) -> dict:
                                        + x.cpu_adam_serial_seconds_per_parameter,
                                        ranks_per_node / x.cpu_adam_params_per_second_per_node)
     host_passes = 1 + (x.zero_stage == 3) * x.offload_zero3_host_factor
-    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps
+    # the gradients go down in fp32 (DeepSpeed's non-blocking copy_ into its fp32 host buffer converts on the GPU)
+    # and the updated parameters come up in 16 bits (its blocking copy_ back converts on the host): 4 + v bytes
+    offload_opt_s = np.where(off_opt, shard * (4.0 + x.bytes_per_value) / host_bps
                              + shard * host_passes * cpu_seconds_per_param, 0.0)
     offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
