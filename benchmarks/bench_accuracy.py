@@ -39,6 +39,11 @@ BAND_QUANTILE = 0.9
 """The error band spans the 10th to 90th percentile of measured / predicted on the test split (the worst is kept
 beside it in the band file)."""
 GiB = 2**30
+FRESH_AFTER = "2026-11-30T21:00"
+"""Test shapes first measured after this time (UTC, the runs' ``provenance.date_utc``) are also reported on their own
+as "fresh shapes": the memory fixes of that evening (attention working set, DeepSpeed buffer timing, ZeRO-3 gradient
+dtype) were designed before they existed, so they are held out from the model's design as well as from its
+constants."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -160,6 +165,7 @@ def corpus_run(rec: dict):
                     measured={})
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
+                date=(rec.get("provenance") or {}).get("date_utc"),
                 cluster=ClusterSpec(gpu="H200", gpus_per_node=plan.world_size, **host), plan=plan,
                 omp_threads=rec.get("omp_num_threads"),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
@@ -188,6 +194,15 @@ def corpus_runs(path: Path) -> list[dict]:
 # ----------------------------------------------------------------------------------------------------------------
 def engine_of(run) -> str:
     return str(run["plan"].engine)
+
+
+def fresh_shapes(runs: list, test: set) -> set:
+    """Test shapes whose every run is dated at or after :data:`FRESH_AFTER`."""
+    first = {}
+    for r in runs:
+        date = r.get("date") or ""
+        first[r["shape_id"]] = min(first.get(r["shape_id"], date), date)
+    return {s for s, d in first.items() if s in test and d and d[:16] >= FRESH_AFTER}
 
 
 def predict(run) -> dict:
@@ -273,6 +288,10 @@ def overhead_fit(rows: list) -> dict:
                            outside_max_gib=max(outside) / GiB, reserve_median=statistics.median(reserve),
                            reserve_p90=reserve[min(len(reserve) - 1, int(0.9 * len(reserve)))],
                            reserve_max=reserve[-1])
+        multi = [r["measured"]["outside"] for r, _ in rows if engine_of(r) == engine
+                 and r["measured"].get("outside") is not None and r["cluster"].world_size > 1]
+        if multi:  # NCCL's communicators: what a multi-rank process holds outside the allocator beyond one rank's
+            out[engine].update(nccl_n=len(multi), nccl_gib=statistics.median(multi) / GiB - out[engine]["outside_gib"])
     return out
 
 
@@ -359,6 +378,11 @@ def main(argv=None) -> int:
           f"{len(scored['test'])} runs over {n_shapes['test']} shapes (corpus: {args.corpus})")
     out = []
     out += table(scored["test"], "TEST split (shapes never fitted on) — error = (predicted - measured) / measured")
+    fresh = fresh_shapes(runs, test)
+    if fresh:
+        rows = [(r, e) for r, e in scored["test"] if r["shape_id"] in fresh]
+        out += [""] + table(rows, f"FRESH test shapes (first measured after {FRESH_AFTER} UTC, after the model's last "
+                                  f"design change: {', '.join(sorted(fresh))})")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
     print("\n".join(out))
     if ooms:
@@ -378,7 +402,8 @@ def main(argv=None) -> int:
         for engine, f in overhead_fit(scored["fit"]).items():
             print(f"  {engine:<20} n {f['n']:>3}  outside median {f['outside_gib']:.2f} GiB (max "
                   f"{f['outside_max_gib']:.2f})  reserve median {f['reserve_median']:.1%} p90 {f['reserve_p90']:.1%} "
-                  f"max {f['reserve_max']:.1%}")
+                  f"max {f['reserve_max']:.1%}"
+                  + (f"  NCCL (multi-rank runs, n {f['nccl_n']}) +{f['nccl_gib']:.2f} GiB" if "nccl_n" in f else ""))
     if args.write_band:
         path = ROOT / "workbench" / "catalog" / "error_band.json"
         doc = {"about": "Held-out error band: for each engine (and engine/recompute mode), how far measured values went "

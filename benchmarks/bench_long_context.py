@@ -37,7 +37,8 @@ PAIRS = (("llama3-405b-16384-cp16", "llama3-405b-16384-cp1"),
            for k in ("32k", "64k", "128k", "256k", "512k", "1024k")))
 """(long-sequence case, the same source's short-sequence reference)."""
 ALL_GATHER_CASES = {"llama3-405b-16384-cp16"}
-"""Cases whose source says their context parallelism all-gathers K/V (Llama 3 §3.3.2)."""
+"""Cases whose source says their context parallelism all-gathers K/V (Llama 3 §3.3.2; ``published_runs.json`` writes
+it as the case's ``cp_comm``); they are also priced with the ring, to show what the choice costs."""
 
 
 def priced(case: dict, cp_comm_type=None) -> dict:
@@ -68,9 +69,9 @@ def rows() -> dict:
             if missing_features(case):
                 out[cid] = dict(id=cid, missing=missing_features(case))
                 continue
-            out[cid] = priced(case, "all_gather" if cid in ALL_GATHER_CASES else None)
+            out[cid] = priced(case)
             if cid in ALL_GATHER_CASES:
-                out[cid + " (p2p)"] = priced(case, "p2p")
+                out[cid + " (p2p)"] = {**priced(case, "p2p"), "id": cid + " (p2p)"}
     return out
 
 

@@ -77,6 +77,8 @@ def specs(case: dict):
               distributed_optimizer=lay.get("dist_opt", False), recompute=lay["recompute"],
               micro_batch_size=lay["mbs"], global_batch_size=lay["gbs"], precision=lay["precision"],
               embedding_in_pipeline_split=lay.get("emb_split", False), loss_in_pipeline_split=lay.get("loss_split", False))
+    if lay.get("cp_comm"):  # how CP exchanges K/V where the source says (Megatron --cp-comm-type)
+        kw["cp_comm_type"] = lay["cp_comm"]
     if lay.get("fp8_recipe"):
         kw["fp8_recipe"] = lay["fp8_recipe"]
     if lay.get("ep", 1) > 1:

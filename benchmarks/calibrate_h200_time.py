@@ -51,6 +51,7 @@ CONSTANTS = (
     ("zero3_collective_call_s", "deepspeed", "zero3_collective_call_s", 5e-4),
     ("cpu_adam_params_per_second_per_thread", "cpu_adam", "params_per_second_per_thread", 1e8),
     ("cpu_adam_params_per_second_per_node", "cpu_adam", "params_per_second_per_node", 2e9),
+    ("cpu_adam_serial_seconds_per_parameter", "cpu_adam", "serial_seconds_per_parameter", 1e-10),
     ("offload_zero3_host_factor", "cpu_adam", "zero3_host_factor", 0.5),
 )
 DEEPSPEED_ONLY = {"deepspeed_step_bytes_per_parameter", "deepspeed_tensor_seconds"}
@@ -120,7 +121,8 @@ def prepare(rows):
     names = [n for n, *_ in CONSTANTS
              if not n.startswith(("cpu_adam", "offload_")) or offload.any()]
     if len(threads) < 2:  # one thread count: the per-thread rate cannot be told from the node's cap
-        names = [n for n in names if n != "cpu_adam_params_per_second_per_thread"]
+        names = [n for n in names if n not in ("cpu_adam_params_per_second_per_thread",
+                                               "cpu_adam_serial_seconds_per_parameter")]
     if not zero3_offload:
         names = [n for n in names if n != "offload_zero3_host_factor"]
     return inputs, measured, shapes, names

@@ -173,3 +173,17 @@ def test_run_store_round_trip_and_launcher_refusal():
     assert specs_from_dict(json.loads(json.dumps(specs_to_dict(m, c, p))))[2] == p
     with pytest.raises(ValueError, match="export the Megatron-LM command"):
         check_launchable(m, c, p, nproc=8, steps=1, on_gpu=True)
+
+
+def test_planner_searches_fp8_param_gather_on_distributed_optimizer_rows():
+    from workbench.planner import search
+
+    m, c = catalog.model("llama3-8b"), ClusterSpec(gpu="H100-SXM")
+    result = search(m, c, global_batch_size=32, precision="fp8", fp8_param_gather=True, top=5)
+    for r in result.ranked:
+        assert r.plan.fp8_param_gather == r.plan.distributed_optimizer
+        again = estimate(m, c, r.plan, checks=False)
+        assert again.time.step_seconds == pytest.approx(r.step_seconds, rel=1e-9)
+        assert again.memory.per_gpu_peak_bytes == pytest.approx(r.peak_bytes, rel=1e-9)
+    with pytest.raises(ValueError, match="fp8_param_gather=True needs precision='fp8'"):
+        search(m, c, global_batch_size=32, fp8_param_gather=True)

@@ -79,7 +79,7 @@ def test_block_method_reads_layer_count():
         import_megatron_args, "pretrain_gpt.py --recompute-granularity full --recompute-method diagonal")
 
 
-def test_megatron_lm_moe_fp8_script_reads_fp8_and_warns_what_is_not_modelled():
+def test_megatron_lm_moe_fp8_script_reads_fp8_and_expert_parallel():
     imp = import_any(DATA / "megatron_lm_moe_fp8.sh")
     assert imp.model_fields["num_experts"] == 8 and imp.model_fields["num_query_groups"] == 8
     assert "sequence_parallel" not in imp.plan_fields  # TP 1: Megatron turns it off
@@ -88,7 +88,8 @@ def test_megatron_lm_moe_fp8_script_reads_fp8_and_warns_what_is_not_modelled():
     assert "--fp8-format" not in text  # FP8 is modelled: read as precision fp8, delayed recipe
     assert imp.plan_fields["precision"] == "fp8" and imp.plan_fields["fp8_recipe"] == "delayed"
     assert imp.options["fp8_amax_history_len"] == 1024
-    assert "--expert-model-parallel-size 8: expert parallelism is not modelled" in text
+    assert "expert" not in text  # expert parallelism is modelled: read into the plan
+    assert imp.plan_fields["expert_parallel"] == 8 and imp.plan_fields["moe_token_dispatcher"]
     model, plan = imp.to_specs()
     assert plan.world_size == 64 and not plan.sequence_parallel and plan.pipeline_parallel == 4
 

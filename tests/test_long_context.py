@@ -191,3 +191,37 @@ def test_layout_warns_when_the_all_to_all_leaves_the_node_and_the_run_store_keep
     assert not any("all-to-all group (stride" in w for w in build_layout(c, plan).warnings)
     data = json.loads(json.dumps(specs_to_dict(model("llama3-8b"), c, plan)))
     assert specs_from_dict(data)[2] == plan
+
+
+def test_fused_attention_runs_at_its_measured_rate():
+    # FlashAttention-3 (arXiv 2407.08608) Figures 5-6, cuDNN on H100 SXM5, BF16, head dim 128: causal forward
+    # 315 TFLOP/s at 512 tokens and 539 at 16k; backward (2.5x the forward FLOPs) 305 and 516
+    peak = 989e12
+    kw = dict(peak_flops=peak, forward_efficiency_max=0.556, backward_efficiency_max=0.531, half_seq=380.0,
+              backward_flops_ratio=2.5)
+    for n, fwd_tflops, bwd_tflops in ((512, 315, 305), (16384, 539, 516)):
+        fwd, bwd = T.flash_attention_seconds(1e12, n, **kw)
+        assert 1e12 / fwd / 1e12 == pytest.approx(fwd_tflops, rel=0.03)
+        assert 2.5e12 / bwd / 1e12 == pytest.approx(bwd_tflops, rel=0.03)
+    # Megatron (Transformer Engine) gets the fused rate; a Hugging Face model (SDPA) keeps the GEMM curve
+    c = _h100()
+    te = T.time_inputs(model("llama3-8b"), c, _plan(8))
+    assert te["flash_forward_efficiency_max"] == 0.556
+    hf = model("llama3-8b").replace(implementation="transformers")
+    assert T.time_inputs(hf, c, ParallelPlan(world_size=8, zero_stage=3))["flash_forward_efficiency_max"] == 0
+
+
+def test_default_largest_cp_grows_beyond_half_a_million_tokens():
+    assert planner.default_max_context_parallel(131072) == 16
+    assert planner.default_max_context_parallel(1048576) == 32  # NeMo's 1M-token run: CP=32
+
+
+def test_throughput_advice_names_the_exchange():
+    from workbench import advisor
+
+    m, c = model("llama3-8b", seq_length=131072), _h100()
+    plan = _plan(8, context_parallel=8, cp_comm_type="all_gather", recompute="full")
+    rec = estimate(m, c, plan, checks=False)
+    cp = next(s for s in advisor.throughput_suggestions(m, c, plan, rec.time) if s.term == "cp_comm")
+    assert "all-gather" in cp.message and cp.settings == ("--cp-comm-type p2p",)
+    assert cp.predicted_step_seconds < rec.time.step_seconds

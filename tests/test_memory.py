@@ -29,8 +29,10 @@ def test_zero2_matches_deepspeed_estimator(gpus):
     psi = 1_300_000_000
     _, ds_gpu = estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=gpus, cpu_offload=False)
     w, g, o, _, step = model_state_bytes(psi, engine=DS, zero_stage=2, data_parallel=gpus, param_bytes=2)
-    # DeepSpeed counts the fp32 gradient partition as a model state; we keep it as an optimizer-step temporary
-    assert w + g + o + step == pytest.approx(ds_gpu, rel=1e-6)
+    # DeepSpeed counts the fp32 gradient partition as a model state; we keep it as an optimizer-step temporary, with
+    # the 16-bit flat copy of the partition's gradients the step casts from (stage_1_and_2.py ``step``: flatten, then
+    # .to(fp32), both alive; the estimator leaves it out): 2ψ/N more
+    assert w + g + o + step == pytest.approx(ds_gpu + 2 * psi / gpus, rel=1e-6)
     _, ds_gpu_off = estimate_zero2_model_states_mem_needs(psi, num_gpus_per_node=gpus, cpu_offload=True)
     w, g, o, host, _ = model_state_bytes(psi, engine=DS, zero_stage=2, data_parallel=gpus, param_bytes=2,
                                       offload_optimizer=1)
@@ -45,9 +47,13 @@ def test_zero3_model_states_match_deepspeed_estimator(gpus):
     psi, largest = 6_700_000_000, 206_000_000
     _, ds_gpu, *_ = estimate_zero3_model_states_mem_needs(psi, largest, num_gpus_per_node=gpus,
                                                           cpu_offload=False, cpu_offload_params=False)
-    w, g, o, _, _ = model_state_bytes(psi, engine=DS, zero_stage=3, data_parallel=gpus, param_bytes=2)
-    # the estimator adds 4 bytes x largest layer for live parameters; we keep those in the buffers term
-    assert w + g + o + 4 * largest == pytest.approx(ds_gpu, rel=1e-6)
+    w, g, o, _, step = model_state_bytes(psi, engine=DS, zero_stage=3, data_parallel=gpus, param_bytes=2)
+    # the estimator adds 4 bytes x largest layer for live parameters; we keep those in the buffers term. It counts an
+    # fp32 gradient partition (4ψ/N); DeepSpeed keeps it in gradient_accumulation_dtype, the model's dtype for bf16
+    # (engine.py get_data_types; stage3.py grad_partitions_flat_buffer): 2ψ/N, and builds fp32 gradients one
+    # sub-group (1e9 elements) at a time at the step, from a 16-bit flat copy (6 bytes per element)
+    assert w + g + o + 2 * psi / gpus + 4 * largest == pytest.approx(ds_gpu, rel=1e-6)
+    assert step == pytest.approx(6 * min(psi / gpus, 1e9))
 
 
 # --- Megatron-LM docs: distributed optimizer bytes per parameter ----------------------------------------------
@@ -158,3 +164,44 @@ def test_fits_against_capacity():
     ok = estimate(catalog.model("gpt3-125m"), ClusterSpec(gpu="H100-SXM", gpus_per_node=1),
                   ParallelPlan(world_size=1)).memory
     assert ok.fits and math.isclose(ok.capacity_bytes, 79.65 * 2**30, rel_tol=1e-3)
+
+
+# --- backward working set and DeepSpeed buffer timing (read from the code; measured on H200 by bench_accuracy) ----
+def test_unfused_attention_core_backward_working_set():
+    from workbench.memory import attention_backward_bytes
+
+    m = ModelSpec(num_layers=4, hidden_size=1536, num_attention_heads=24, seq_length=8192, attention="unfused")
+    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2)
+    scores = 24 * 8192 * 8192
+    _, unfused = attention_backward_bytes(m, **kw)
+    # fp32 softmax output + fp32 grad of the probabilities + CUDA's grad*output temporary + grad of the scores
+    assert unfused == 16 * scores
+    _, fused = attention_backward_bytes(m.replace(attention="fused-softmax"), **kw)
+    assert fused == (2 + 1 + 2 + 2) * scores  # kept (softmax, mask, dropped probs) + one 16-bit gradient
+    _, flash = attention_backward_bytes(m.replace(attention="flash"), **kw)
+    assert flash == 0
+    # full recompute: the checkpoints plus the recomputed layer's working set, not a layer more plus the logits
+    plan = ParallelPlan(world_size=1, micro_batch_size=1, global_batch_size=1, engine="megatron", recompute="full")
+    t = stage_terms(m, stage=0, **plan_codes(plan, m))
+    pre_core, working = attention_backward_bytes(m, **kw)
+    tied = 2 * 50304 * 1536  # the tied output layer's 16-bit weight gradient, held until the embedding's backward
+    embedding_mask = 8192 * 1536  # the embedding dropout's 1-byte mask on the first stage
+    assert t["backward_activations"] == pytest.approx(4 * 2 * 8192 * 1536 + embedding_mask + pre_core + working
+                                                      + tied)
+
+
+def test_zero12_step_holds_the_flat_copy_but_not_the_reduce_buckets():
+    from workbench.memory import reduce_bucket_bytes
+
+    psi = 1e9
+    for stage in (1, 2):
+        w, g, o, _, step = model_state_bytes(psi, engine=DS, zero_stage=stage, data_parallel=2, param_bytes=2)
+        # the partition's 16-bit gradients, their flat copy and its fp32 cast: 8ψ/N at the step
+        assert g + step == pytest.approx(8 * psi / 2)
+    assert reduce_bucket_bytes(zero_stage=np.array([0, 1, 2, 3]), value_bytes=2, overlap_comm=1).tolist() == [
+        0, 2e9, 2e9, 0]
+    m = ModelSpec(num_layers=2, hidden_size=6144, num_attention_heads=48, seq_length=2048)
+    plan = ParallelPlan(world_size=1, micro_batch_size=1, global_batch_size=1, zero_stage=1, overlap_comm=False)
+    t = stage_terms(m, stage=0, **plan_codes(plan, m))
+    assert bool(t["step_peak"])  # a wide two-layer model peaks at the optimizer step, where the buckets are gone
+    assert t["buffers"] == pytest.approx(2 * 48 * 2048 * 2048)  # only megatron-core's score buffer

@@ -242,3 +242,19 @@ def test_fine_tuning(tmp_path, monkeypatch):
     assert rec["lora_step_seconds"] is not None
     assert rec["full_step_seconds"] is None or rec["lora_step_seconds"] < rec["full_step_seconds"]
     assert rec["eager_minus_sdpa_gib"] > 0
+
+
+def test_moe(tmp_path, monkeypatch):
+    rec = run_notebook("moe.ipynb", dict(gpus_per_node=4, nodes=2, seq_length=2048, ep_values=[1, 2, 8], layout_ep=4,
+                                         global_batch=8, capacity_factors=[1.0, 1.5]), tmp_path, monkeypatch)
+    # EP 4 on 8 GPUs: 2 experts per GPU, EP groups of neighbours, expert DP pairs one node apart
+    assert rec["experts_of_rank"][:4] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert rec["ep_groups"] == [[0, 1, 2, 3], [4, 5, 6, 7]] and rec["expert_dp_groups"][0] == [0, 4]
+    peak, weights = rec["peak_gib"], rec["weights_gib"]
+    assert peak[0] > peak[1] > peak[2] and weights[0] > 3 * weights[2]
+    # EP 1 sends nothing; EP 8 over 2 nodes of 4 GPUs leaves the node
+    assert rec["alltoall_seconds"][0] == 0.0 and rec["ep_link"][2] == "inter-node"
+    ms = {int(k): v for k, v in rec["alltoall_ms_by_members_in_node"].items()}
+    assert ms[8] < ms[4] < ms[1]  # the more of the group inside the node, the less goes over the network
+    cap = rec["capacity_alltoall_seconds"]
+    assert cap[1] == pytest.approx(1.5 * cap[0], rel=0.02)

@@ -14,7 +14,7 @@ CASES = {c["id"]: c for c in B.load()["cases"]}
 
 # predicted / published step time as the models give it today (bench_published.py); a change outside the band is
 # a change in the time model that this table must follow
-BANDS = {"korthikanti-22B": (0.97, 1.07), "narayanan-1008B": (0.96, 1.06), "llama3-405b-8192-cp1": (0.95, 1.05)}
+BANDS = {"korthikanti-22B": (0.97, 1.07), "narayanan-1008B": (0.96, 1.06), "llama3-405b-8192-cp1": (0.88, 0.98)}
 
 
 @pytest.mark.parametrize("case_id", sorted(BANDS))

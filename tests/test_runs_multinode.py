@@ -90,3 +90,15 @@ def test_bad_hosts_are_refused_and_recorded(tmp_path):
         launch(TINY, TWO_NODES, p, steps=2, nproc=2, store=store, run_dir=tmp_path / "d")
     assert store.list(limit=1)[0]["status"] == "invalid"
     assert not any((tmp_path / n).exists() for n in "abcd")
+
+
+def test_cpu_adam_threads_reach_the_ranks_and_the_prediction(tmp_path):
+    """A declared cpu_adam_threads is what launch.sh exports as OMP_NUM_THREADS (CPU Adam's threads), the run
+    records it, and the predicted step is priced on it."""
+    p = plan(4, zero_stage=2, offload_optimizer="cpu")
+    cluster = TWO_NODES.replace(cpu_adam_threads=3)
+    prep = prepare(TINY, cluster, p, steps=2, nproc=2, run_dir=tmp_path / "t", hosts=["gpu-a", "gpu-b"],
+                   master_port=29557)
+    assert prep.env["OMP_NUM_THREADS"] == "3" and "export OMP_NUM_THREADS=3" in prep.script.read_text()
+    run = json.loads((tmp_path / "t" / "run.json").read_text())
+    assert run["options"]["omp_num_threads"] == "3"

@@ -96,6 +96,15 @@ def test_cli_flags(capsys):
                  "--adam", "torch", "--no-overlap-comm", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert (d["plan"]["attention"], d["plan"]["adam"], d["plan"]["overlap_comm"]) == ("unfused", "torch", False)
+    offload = ["estimate", "--model", "llama3-8b", "--gpu", "H200", "--zero", "2", "--offload-optimizer", "cpu",
+               "--host-cores", "64", "--json"]
+    assert main(offload) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["cluster"]["host_cpu_cores_per_node"], d["cluster"]["cpu_adam_threads"]) == (64, 0)
+    assert main(offload + ["--cpu-adam-threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster"]["cpu_adam_threads"] == 1
+    assert main(offload + ["--cpu-adam-threads", "-2"]) == 2
+    assert "cpu_adam_threads=-2" in capsys.readouterr().err
 
 
 def test_cpu_adam_threads_finding():
@@ -104,6 +113,42 @@ def test_cpu_adam_threads_finding():
     assert cpu_adam_threads(plan, "").status == "warn"
     assert cpu_adam_threads(plan, "16").status == "pass"
     assert cpu_adam_threads(ParallelPlan(world_size=1, zero_stage=2), "1") is None
+    # the cluster's declared threads win over the environment, and the time model prices one thread
+    m = catalog.model("llama2-7b")
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1, host_cpu_cores_per_node=16)
+    est = estimate(m, cluster, plan.replace(micro_batch_size=1, global_batch_size=1))
+    finding = cpu_adam_threads(plan, "16", cluster=cluster.replace(cpu_adam_threads=1), time=est.time)
+    assert finding.status == "warn" and "at 16 (the time model)" in finding.message
+
+
+def test_cpu_adam_time_follows_threads_until_the_node_is_saturated():
+    """Offload time: each rank's CPU Adam gets its threads' rate until the node's memory-bound cap; ZeRO-3 adds
+    host passes; `workbench run`'s default is the node's cores shared by its GPUs."""
+    from workbench.timing import step_time_terms
+
+    m = catalog.model("llama2-7b")
+    plan = ParallelPlan(world_size=8, zero_stage=2, offload_optimizer="cpu", micro_batch_size=1, global_batch_size=8)
+    inputs = estimate(m, ClusterSpec(gpu="H200"), plan).time.inputs
+    rates = dict(cpu_adam_params_per_second_per_thread=1e8, cpu_adam_params_per_second_per_node=4e9,
+                 cpu_adam_serial_seconds_per_parameter=0.0)
+
+    def offload(threads, **kw):
+        return float(step_time_terms(**{**inputs, **rates, "cpu_adam_threads": threads, **kw})["offload"])
+
+    shard = inputs["stage_parameters"] / 8
+    transfer = shard * (4 + 2) / (inputs["host_link_gb_per_s"] * 1e9)  # fp32 gradients down, bf16 parameters up
+    assert offload(1) == pytest.approx(transfer + shard / 1e8)
+    assert offload(4) == pytest.approx(transfer + shard / 4e8)
+    assert offload(64) == pytest.approx(transfer + shard / (4e9 / 8))  # 8 ranks share the node's 4e9 params/s
+    assert offload(128) == pytest.approx(offload(64))
+    assert offload(4, zero_stage=3, offload_zero3_host_factor=0.5) == pytest.approx(transfer + 1.5 * shard / 4e8)
+    # a serial part per parameter that threads do not shorten (Amdahl)
+    assert offload(4, cpu_adam_serial_seconds_per_parameter=1e-9) == pytest.approx(transfer + shard * (1 / 4e8 + 1e-9))
+    assert ClusterSpec(gpu="H200", host_cpu_cores_per_node=112).cpu_adam_threads_per_rank == 14
+    assert ClusterSpec(gpu="H200", cpu_adam_threads=3).cpu_adam_threads_per_rank == 3
+    assert estimate(m, ClusterSpec(gpu="H200", host_cpu_cores_per_node=32), plan).time.inputs["cpu_adam_threads"] == 4
+    with pytest.raises(ValueError, match="cpu_adam_threads"):
+        ClusterSpec(gpu="H200", cpu_adam_threads=-1)
 
 
 def test_error_band_decides_fits(monkeypatch):

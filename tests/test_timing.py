@@ -67,9 +67,12 @@ def test_zero3_adds_parameter_gathers():
     est = {z: estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=z, global_batch_size=32),
                             overlap_comm=False)
            for z in (0, 1, 2, 3)}
-    # without overlap: ZeRO-0 all-reduce == ZeRO-1 reduce-scatter + all-gather; ZeRO-2 reduce-scatters every
-    # micro-batch; ZeRO-3 adds the forward and backward parameter all-gathers on top
-    assert est[1].breakdown["dp_comm"] == pytest.approx(est[0].breakdown["dp_comm"], rel=1e-9)
+    # without overlap: ZeRO-0 all-reduce == ZeRO-1 reduce-scatter + all-gather (+ ZeRO-1's copy of every
+    # micro-batch's gradients into its bucket and in-place average, 4v per parameter through HBM); ZeRO-2
+    # reduce-scatters every micro-batch; ZeRO-3 adds the forward and backward parameter all-gathers on top
+    hbm0 = est[1].inputs["hbm_gb_per_s"] * 1e9 * est[1].inputs["hbm_efficiency"]
+    bucket1 = 2 * 4 * 2 * est[1].inputs["stage_parameters"] / hbm0
+    assert est[1].breakdown["dp_comm"] == pytest.approx(est[0].breakdown["dp_comm"] + bucket1, rel=1e-9)
     assert est[3].breakdown["dp_comm"] > est[2].breakdown["dp_comm"] >= est[1].breakdown["dp_comm"]
     m_steps = 2  # 32 / (1 × 16)
     ag = collective_seconds(m.num_parameters * 2, 16, gb_per_s=c.inter_node_gb_per_s * 0.9,
@@ -86,12 +89,16 @@ def test_zero3_adds_parameter_gathers():
     params = est[3].inputs["stage_parameters"]
     hbm = est[3].inputs["hbm_gb_per_s"] * 1e9 * est[3].inputs["hbm_efficiency"]
     copies = m_steps * (2 * 2 * 2 + 5 * 2 + 4) * params / hbm
+    # ZeRO-2 accumulates each micro-batch's gradients into its bucket (copy + in-place average, 4v per parameter)
+    bucket = m_steps * 4 * 2 * params / hbm
+    assert est[2].inputs["grad_accumulate_bytes_per_parameter"] == 8 and est[3].inputs[
+        "grad_accumulate_bytes_per_parameter"] == 0
     assert est[3].breakdown["dp_comm"] - est[2].breakdown["dp_comm"] == pytest.approx(
-        (2 * m_steps - 1) * float(ag) + max(0.0, hooks - kernels) + copies)
+        (2 * m_steps - 1) * float(ag) + max(0.0, hooks - kernels) + copies - bucket)
     fast_host = timing.step_time_terms(**{**est[3].inputs, "zero3_fetch_latency_s": 0.0,
                                           "zero3_reduce_latency_s": 0.0, "zero3_collective_call_s": 0.0})
     assert float(fast_host["dp_comm"]) - est[2].breakdown["dp_comm"] == pytest.approx(
-        (2 * m_steps - 1) * float(ag) + copies)
+        (2 * m_steps - 1) * float(ag) + copies - bucket)
     overlapped = estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=3, global_batch_size=32))
     assert overlapped.breakdown["dp_comm"] < est[3].breakdown["dp_comm"]
 
@@ -271,3 +278,42 @@ def test_microbatch_phase_seconds_reproduce_the_bubble_term(kind, pp, v, recompu
     # the per-layer figures are the ones the stage is made of
     layers = m.num_layers / pp
     assert layers * (est.layer_forward_seconds + est.layer_backward_seconds) < fwd + bwd
+
+def test_gradient_accumulation_bytes_per_engine():
+    """Each micro-batch's gradients reach the reduce buffer through HBM: Megatron DDP's fp32 main_grad.add_ without
+    Apex/TE (4 + 4 + 2 bytes with bf16), nothing with gradient-accumulation fusion; DeepSpeed ZeRO-1/2's bucket copy
+    and in-place average (4v); ZeRO-0 and ZeRO-3 (counted with its own terms) nothing."""
+    from workbench.encode import grad_accumulate_bytes
+    from workbench.specs import Precision
+
+    bf16 = Precision.BF16
+    assert grad_accumulate_bytes(True, 0, False, bf16) == 10 and grad_accumulate_bytes(True, 0, True, bf16) == 0
+    assert [grad_accumulate_bytes(False, z, True, bf16) for z in (0, 1, 2, 3)] == [0, 8, 8, 0]
+    assert grad_accumulate_bytes(True, 0, False, Precision.FP16) == 6
+    arrays = grad_accumulate_bytes(np.array([True, False, False]), np.array([0, 2, 3]), np.array([False, True, True]),
+                                   bf16)
+    assert list(arrays) == [10, 8, 0]
+    m, c = model("llama2-7b"), _cluster(nodes=1)
+    one, two = (estimate_time(m, c, _plan(c, adam="torch", global_batch_size=g)) for g in (8, 16))
+    grad = two.inputs["stage_parameters"] * 10 / (one.inputs["hbm_gb_per_s"] * 1e9 * one.inputs["hbm_efficiency"])
+    assert two.breakdown["dp_comm"] - one.breakdown["dp_comm"] == pytest.approx(grad)
+
+
+def test_rotary_embedding_bytes():
+    """Unfused rotary embedding (megatron-core local spec, transformers): 12v forward and 10v backward per query
+    and key element; Transformer Engine's fused kernel 2v each; learned positions none."""
+    from workbench.timing import rope_bytes
+
+    assert rope_bytes(bytes_per_value=2, fused=0) == (24, 20) and rope_bytes(bytes_per_value=2, fused=1) == (4, 4)
+    c = _cluster(nodes=1)
+    plan = _plan(c, global_batch_size=8)
+    llama = model("llama2-7b", attention="unfused")
+    est = estimate_time(llama, c, plan)
+    assert (est.inputs["rope_forward_bytes"], est.inputs["rope_backward_bytes"]) == (24, 20)
+    assert estimate_time(model("llama2-7b", attention="flash"), c, plan).inputs["rope_forward_bytes"] == 4
+    assert estimate_time(model("gpt3-1_3b"), c, plan).inputs["rope_forward_bytes"] == 0
+    none = step_time_terms(**{**est.inputs, "rope_forward_bytes": 0.0, "rope_backward_bytes": 0.0})
+    tokens = 4096 * 1  # seq × micro-batch
+    per_layer = tokens * (llama.query_projection_size + llama.kv_projection_size)  # TP 1
+    hbm = est.inputs["hbm_gb_per_s"] * 1e9 * est.inputs["hbm_efficiency"]
+    assert est.layer_forward_seconds - float(none["layer_forward_seconds"]) == pytest.approx(per_layer * 24 / hbm)

@@ -104,6 +104,13 @@ def test_zero_stage_lowers_memory_in_deepspeed():
     host = app.memory.fig.data[len(TERMS)]
     assert list(host.x) == ["host / GPU"]
     assert host.y[0] == pytest.approx(app.state.estimate.memory.host_bytes_per_gpu / GIB) and host.y[0] > 0
+    # CPU Adam's threads reach the time model: one thread makes the offloaded step slower
+    assert hw.controls["cpu_adam_threads"].value == 0  # the launcher's default: cores / GPUs per node
+    default = app.state.estimate.time.breakdown["offload"]
+    hw.controls["cpu_adam_threads"].value = 1
+    assert app.state.cluster.cpu_adam_threads == 1
+    assert app.state.estimate.time.inputs["cpu_adam_threads"] == 1
+    assert app.state.estimate.time.breakdown["offload"] >= default
     hw.controls["gpu"].value = "H100-SXM"
     assert app.state.cluster.gpu.name == "H100-SXM"
     assert "H100-SXM" in hw.info.value

@@ -13,7 +13,10 @@ from widgets.common import View, new_figure, redraw
 
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
            "#bab0ac"]
-COLOUR_BY = {"TP group": "tp", "PP group": "pp", "DP group": "dp", "CP group": "cp"}
+COLOUR_BY = {"TP group": "tp", "PP group": "pp", "DP group": "dp", "CP group": "cp", "EP group": "ep",
+             "expert DP": "edp"}
+EXPERT_COLOURS = ("EP group", "expert DP")
+"""Colourings offered only for an MoE model's layout (megatron-core's expert rank order, tp-ep-dp-pp)."""
 MAX_NODES_DRAWN = 64
 """Nodes drawn at once; larger clusters are paged (the grid and its hover text grow with the GPUs drawn)."""
 
@@ -22,7 +25,18 @@ def group_index(layout, kind: str, ranks=None) -> dict:
     """rank → index of its group of ``kind`` (groups ordered by their first rank, as the layout lists them), for
     ``ranks`` (default: every rank), by arithmetic."""
     ranks = range(layout.world_size) if ranks is None else ranks
-    return {r: layout.group_of(r, kind, limit=0)[0] for r in ranks}
+    return {r: _group_of(layout, r, kind, 0)[0] for r in ranks}
+
+
+def _group_of(layout, r: int, kind: str, limit=None):
+    """A dense group (tp, cp, dp, pp) or, for ``ep``/``edp``/``etp``, an expert group of rank ``r``."""
+    if kind in ("ep", "edp", "etp"):
+        return layout.expert_group_of(r, kind, limit=limit)
+    return layout.group_of(r, kind, limit=limit)
+
+
+def _group_size(layout, kind: str) -> int:
+    return layout.expert_sizes[kind] if kind in ("ep", "edp", "etp") else layout.group_size(kind)
 
 
 def layout_grid(layout, colour_by: str = "tp", first_node: int = 0) -> dict:
@@ -32,6 +46,9 @@ def layout_grid(layout, colour_by: str = "tp", first_node: int = 0) -> dict:
     first = max(0, min(int(first_node), layout.num_nodes - 1))
     nodes = min(layout.num_nodes - first, MAX_NODES_DRAWN)
     kinds = ("tp", "cp", "dp", "pp")
+    moe = bool(getattr(layout, "num_experts", None))
+    if colour_by in ("ep", "edp") and not moe:
+        raise ValueError(f"colour_by={colour_by!r} needs an MoE model's layout (num_experts set)")
     z, text, hover = [], [], []
     for node in range(first, first + nodes):
         zr, tr, hr = [], [], []
@@ -42,32 +59,44 @@ def layout_grid(layout, colour_by: str = "tp", first_node: int = 0) -> dict:
                 continue
             c = layout.rank(r)
             groups = {k: layout.group_of(r, k, limit=17) for k in kinds}
+            if moe:
+                groups.update({k: layout.expert_group_of(r, k, limit=17) for k in ("ep", "edp")})
+                ex = layout.expert_rank(r)
             zr.append(groups[colour_by][0] % len(PALETTE))
-            tr.append(f"r{r}<br>t{c.tp} p{c.pp}<br>d{c.dp}" + (f" c{c.cp}" if layout.context_parallel > 1 else ""))
+            tr.append(f"r{r}<br>t{c.tp} p{c.pp}<br>d{c.dp}" + (f" c{c.cp}" if layout.context_parallel > 1 else "")
+                      + (f"<br>e{ex['ep']}" if moe and layout.expert_parallel > 1 else ""))
             hr.append(f"rank {r} · node {c.node} GPU {c.local_rank}<br>"
                       f"tp {c.tp} · cp {c.cp} · dp {c.dp} · pp {c.pp}<br>"
+                      + (f"experts {_experts(ex['experts'])} · ep {ex['ep']} · expert dp {ex['edp']}<br>"
+                         if moe else "")
                       + "<br>".join(f"{k} group {groups[k][0]}: ranks "
-                                    f"{_ranks(groups[k][1], layout.group_size(k))}" for k in kinds))
+                                    f"{_ranks(groups[k][1], _group_size(layout, k))}" for k in groups))
         z.append(zr), text.append(tr), hover.append(hr)
     return {"z": z, "text": text, "hover": hover, "nodes_drawn": nodes, "first_node": first,
             "colour_by": colour_by}
 
 
 KIND_NAMES = {"tp": "tensor-parallel group", "pp": "pipeline group", "dp": "data-parallel group",
-              "cp": "context-parallel group"}
+              "cp": "context-parallel group", "ep": "expert-parallel group", "edp": "expert-data-parallel group"}
+
+
+def _experts(experts: list) -> str:
+    if not experts:
+        return "none"
+    return f"{experts[0]}–{experts[-1]}" if len(experts) > 1 else str(experts[0])
 
 
 def legend_html(layout, colour_by: str = "tp") -> str:
     """The colour key of the grid: one swatch per colour in use, naming the group it marks (with its first ranks)
     or the groups sharing it (colours repeat after len(PALETTE) groups, said so). Groups found by arithmetic from
     rank 0 up, never by enumerating the cluster."""
-    size = layout.group_size(colour_by)
+    size = _group_size(layout, colour_by)
     count = layout.world_size // size
     shown = min(count, len(PALETTE))
     first_members = {}
     r = 0
     while len(first_members) < shown and r < layout.world_size:
-        index, members = layout.group_of(r, colour_by, limit=8)
+        index, members = _group_of(layout, r, colour_by, limit=8)
         first_members.setdefault(index, members)
         r += 1
     what = KIND_NAMES[colour_by]
@@ -131,6 +160,13 @@ class LayoutView(View):
         if layout is None or layout is self._layout:
             return
         self._layout = layout
+        options = [k for k in COLOUR_BY if layout.num_experts or k not in EXPERT_COLOURS]
+        if list(self.colour.options) != options:
+            value = self.colour.value if self.colour.value in options else "TP group"
+            self._layout = None  # no redraw while the options change
+            self.colour.options = options
+            self.colour.value = value
+            self._layout = layout
         paged = layout.num_nodes > MAX_NODES_DRAWN
         self.page.layout.display = "" if paged else "none"
         self.page.max = max(0, layout.num_nodes - 1)
@@ -168,6 +204,13 @@ class LayoutView(View):
                      f"{layout.group_count('dp'):,} DP groups of {layout.data_parallel:,}, "
                      f"{layout.pipeline_parallel} pipeline stages; one group spans at most "
                      f"{spanned['tp']} node(s) (TP), {spanned['dp']:,} (DP), {spanned['pp']:,} (PP)")
+        if layout.num_experts:
+            ex = layout.expert_sizes
+            notes.append(f"MoE layers number the same ranks tp-ep-dp-pp: {layout.num_experts} experts over EP "
+                         f"{ex['ep']} ({layout.num_experts // ex['ep']} per rank) × expert TP {ex['etp']} × expert "
+                         f"DP {ex['edp']:,}; one EP group spans at most {layout.expert_nodes_spanned('ep')} node(s): "
+                         f"its token all-to-all runs on " + ("the network" if layout.expert_nodes_spanned("ep") > 1
+                                                               else "NVLink inside the node"))
         notes += [f"⚠ {html.escape(str(w))}" for w in layout.warnings]
         text = "<br>".join(notes)
         if self.notes.value != text:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import ipywidgets as ipw
 
-from widgets.common import Panel, checkbox, dropdown, int_text
+from widgets.common import Panel, checkbox, dropdown, float_text, int_text
 from widgets.state import SetPlan, resolved
-from workbench.specs import AdamImpl, CPCommType, Engine, Fp8Recipe, Offload, Precision, Recompute
+from workbench.specs import AdamImpl, CPCommType, Engine, Fp8Recipe, MoEDispatcher, Offload, Precision, Recompute
 
 _INTS = (
     ("tensor_parallel", "tensor parallel (TP)"),
@@ -22,7 +22,8 @@ _INTS = (
 )
 
 
-_ZERO_IS_NONE = ("recompute_layers", "first_stage_layers", "last_stage_layers")
+_ZERO_IS_NONE = ("recompute_layers", "first_stage_layers", "last_stage_layers", "expert_tensor_parallel",
+                 "moe_capacity_factor")
 """Integer boxes where 0 stands for the plan's ``None``."""
 _ENGINE_DEFAULT = "default"  # the overlap_comm choice that leaves it to the engine (None in the plan)
 
@@ -60,6 +61,25 @@ class ParallelPanel(Panel):
                                      tooltip="--hierarchical-context-parallel-sizes A CP/A: the all-to-all group "
                                              "size A (0: not hierarchical)")
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
+        # MoE: expert parallelism (Megatron --expert-model-parallel-size and friends)
+        c["expert_parallel"] = int_text("expert parallel (EP)", minimum=1,
+                                        tooltip="MoE: each layer's experts split over EP ranks (engine megatron; "
+                                                "Megatron --expert-model-parallel-size)")
+        c["expert_tensor_parallel"] = int_text("expert TP (0 = TP)", minimum=0,
+                                               tooltip="--expert-tensor-parallel-size: ranks splitting one expert "
+                                                       "(0: the dense TP size, Megatron's default)")
+        c["moe_token_dispatcher"] = dropdown("MoE dispatcher", [d.value for d in MoEDispatcher],
+                                             tooltip="--moe-token-dispatcher-type: alltoall over the EP group, or "
+                                                     "allgather of the TP×EP group's tokens")
+        c["moe_capacity_factor"] = float_text("capacity factor (0 = dropless)",
+                                              tooltip="--moe-expert-capacity-factor: tokens above factor × an "
+                                                      "expert's average are dropped (0: dropless)")
+        c["moe_overlap_alltoall"] = checkbox("overlap MoE all-to-all",
+                                             tooltip="--overlap-moe-expert-parallel-comm: dispatch/combine run "
+                                                     "beside another micro-batch's compute")
+        c["moe_pad_to_capacity"] = checkbox("pad experts to capacity",
+                                            tooltip="--moe-pad-expert-input-to-capacity: every expert computes "
+                                                    "factor × its average")
         c["recompute"] = dropdown("recompute", [r.value for r in Recompute])
         c["recompute_layers"] = int_text("recompute layers (0 = all)", minimum=0)
         c["precision"] = dropdown("precision", [p.value for p in Precision],
@@ -95,7 +115,9 @@ class ParallelPanel(Panel):
         self.widget = ipw.VBox([
             c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
             *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["first_stage_layers"], c["last_stage_layers"],
-            c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"], c["micro_batch_size"], c["global_batch_size"],
+            c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"],
+            c["expert_parallel"], c["expert_tensor_parallel"], c["moe_token_dispatcher"], c["moe_capacity_factor"],
+            c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
             c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
             c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["lora_rank"],
             self.derived, self.error,
@@ -144,6 +166,9 @@ class ParallelPanel(Panel):
                 + (f" ({p.cp_comm_type})" if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" else "")
                 + f" × <b>DP {p.data_parallel}</b> · "
                 f"{p.num_microbatches} micro-batches of {p.micro_batch_size} per step")
+        if state.model is not None and state.model.is_moe:
+            text += (f" · experts: <b>EP {p.expert_parallel}</b> ({state.model.num_experts // p.expert_parallel} per "
+                     f"rank) × expert TP {p.expert_tensor_parallel_size} × expert DP {p.expert_data_parallel}")
         if p.lora_rank:
             text += f" · LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)"
         if self.derived.value != text:

@@ -399,6 +399,8 @@ def context_parallel_choice(model: ModelSpec, cluster: ClusterSpec, plan: Parall
     def name(p):
         parts = ([f"TP={p.tensor_parallel}" + (" + SP" if p.sequence_parallel else "")] if p.tensor_parallel > 1
                  else []) + ([f"CP={p.context_parallel}"] if p.context_parallel > 1 else [])
+        if other.data_parallel != plan.data_parallel:  # CP folded into DP: say so on both sides
+            parts.append(f"DP={p.data_parallel}")
         return " x ".join(parts)
     better_time = record.time.step_seconds <= alt.time.step_seconds
     fits_alt = theirs.fits_gpu
@@ -484,8 +486,68 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
         found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
         found.append(fp8_payoff(model, cluster, plan, time))
-    found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o), cpu_adam_threads(plan)]
+        found.append(expert_alltoall(model, cluster, plan, time))
+    found.append(moe_capacity(model, plan))
+    found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o),
+              cpu_adam_threads(plan, cluster=cluster, time=time)]
     return tuple(f for f in found if f is not None)
+
+
+EP_COMM_WARN_FRACTION = 0.10
+"""Token dispatch and combine above this share of the step, on a group that leaves the node, is reported."""
+
+
+def expert_alltoall(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time) -> Optional[Finding]:
+    """MoE token traffic: the exposed dispatch + combine seconds (:func:`workbench.timing.expert_parallel_terms`,
+    two all-to-alls forward and two backward per MoE layer and micro-batch), the link the expert-parallel group
+    used, and whether keeping it inside a node (e·tp_e ≤ GPUs per node) would take it off the network."""
+    if not model.is_moe or time is None:
+        return None
+    seconds = time.breakdown.get("ep_comm", 0.0)
+    share = seconds / time.step_seconds if time.step_seconds else 0.0
+    link = time.links.get("ep", {})
+    e, te, n = plan.expert_parallel, plan.expert_tensor_parallel_size, cluster.gpus_per_node
+    what = (f"{plan.moe_token_dispatcher} dispatch + combine of EP={e} (expert TP {te}) on the "
+            f"{link.get('link', 'intra-node')} link: {seconds:.3f} s/step exposed ({share:.1%} of the step)")
+    if e == 1 and te == 1:
+        return Finding(id="expert-alltoall", status="pass",
+                       message=f"EP=1: every rank holds all {model.num_experts} experts; no token all-to-all "
+                               f"(the experts' weights and optimizer states are not split)")
+    if link.get("link") == "inter-node" and share > EP_COMM_WARN_FRACTION:
+        fits = [k for k in range(e, 0, -1) if model.num_experts % k == 0 and k * te <= n]
+        hint = (f"EP={fits[0]} with expert TP {te} keeps the group in one node ({fits[0] * te} <= {n} GPUs); "
+                if fits else "")
+        return Finding(id="expert-alltoall", status="warn",
+                       message=f"the expert-parallel group crosses nodes: {what}",
+                       suggestion=hint + "or let `workbench plan` weigh EP against the experts' memory")
+    return Finding(id="expert-alltoall", status="pass", message=what)
+
+
+def moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Optional[Finding]:
+    """What the capacity factor means for this plan: dropless routing is priced at the balanced average (an
+    imbalanced router sends more tokens to some experts: their memory and time rise above the estimate); a capacity
+    factor without padding drops the tokens above factor × average (below 1, even perfectly balanced routing drops
+    1 − factor of the token copies); with padding every expert computes and exchanges factor × average."""
+    if not model.is_moe:
+        return None
+    f = plan.moe_capacity_factor
+    if f is None:
+        return Finding(id="moe-capacity", status="pass",
+                       message="dropless routing: memory and time are priced for balanced routing (tokens·top-k / "
+                               "experts per expert); a skewed router puts more tokens on some ranks, whose expert "
+                               "activations and GEMMs then exceed the estimate")
+    if f < 1:
+        return Finding(id="moe-capacity", status="warn",
+                       message=f"moe_capacity_factor={f:g} < 1: even perfectly balanced routing drops "
+                               f"{1 - f:.0%} of the token copies (each expert takes at most {f:g} × its average)",
+                       suggestion="use a factor >= 1 (1.0-1.25 is usual) or dropless routing")
+    if plan.moe_pad_to_capacity:
+        return Finding(id="moe-capacity", status="pass",
+                       message=f"inputs padded to capacity: every expert computes and exchanges {f:g} × its average "
+                               f"token count ({f - 1:.0%} padding priced in compute, all-to-all and activations)")
+    return Finding(id="moe-capacity", status="pass",
+                   message=f"capacity factor {f:g}: tokens routed above {f:g} × an expert's average are dropped "
+                           f"(none under balanced routing, which the estimate prices)")
 
 
 FP8_MIN_SPEEDUP = 0.10
@@ -547,24 +609,38 @@ def fp8_payoff(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time)
                               "make the GEMMs larger (larger micro batch, smaller TP)")
 
 
-def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None) -> Optional[Finding]:
+def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None, *,
+                     cluster: Optional[ClusterSpec] = None, time=None) -> Optional[Finding]:
     """CPU optimizer offload runs DeepSpeed's CPU Adam on ``OMP_NUM_THREADS`` threads per rank, and torchrun sets
     ``OMP_NUM_THREADS=1`` when it is unset. Measured on H200 (one rank, optimizer offload): 3.2 s per step at one
-    thread, 1.1 s with the node's cores. ``omp_num_threads``: the value the job will see (default: this process's
-    environment)."""
+    thread, 1.1 s with the node's cores. The threads the job will see: the cluster's ``cpu_adam_threads`` when set,
+    else ``omp_num_threads`` (default: this process's environment). With the plan's ``time`` estimate the finding
+    prices the step at one thread and at the threads the estimate assumed, through the time model."""
     if plan.offload_optimizer is Offload.NONE:
         return None
-    if omp_num_threads is None:
-        omp_num_threads = os.environ.get("OMP_NUM_THREADS")
-    try:
-        threads = int(omp_num_threads) if omp_num_threads else None
-    except ValueError:
-        threads = None
+    if cluster is not None and cluster.cpu_adam_threads:
+        threads = cluster.cpu_adam_threads
+    else:
+        if omp_num_threads is None:
+            omp_num_threads = os.environ.get("OMP_NUM_THREADS")
+        try:
+            threads = int(omp_num_threads) if omp_num_threads else None
+        except ValueError:
+            threads = None
     ok = threads is not None and threads > 1
     shown = "unset (torchrun then sets 1)" if threads is None else str(threads)
+    if time is not None and time.inputs:
+        from workbench import timing as T
+
+        assumed = int(time.inputs["cpu_adam_threads"])
+        one = float(T.step_time_terms(**{**time.inputs, "cpu_adam_threads": 1})["step_seconds"])
+        cost = (f"at 1 thread the step takes {one:.3g} s instead of {time.step_seconds:.3g} s at {assumed} "
+                f"(the time model)")
+    else:
+        cost = "at 1 thread the step is ~3x slower (H200: 3.2 s vs 1.1 s)"
     return Finding(id="cpu_adam_threads", status="pass" if ok else "warn",
                    message=f"optimizer offload to {plan.offload_optimizer}: CPU Adam runs on OMP_NUM_THREADS="
-                           f"{shown} threads per rank; at 1 thread the step is ~3x slower (H200: 3.2 s vs 1.1 s)",
+                           f"{shown} threads per rank; {cost}",
                    suggestion="" if ok else "export OMP_NUM_THREADS=<CPU cores per GPU> before launching "
                                             "(workbench run sets it)")
 
@@ -597,6 +673,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
        with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
        ``--recompute-granularity``); 3. ZeRO-3 with CPU offload of the optimizer, then of the parameters too
        (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP);
+    for an MoE model under Megatron a rung before it (3, ZeRO-3 becoming 4) raises expert parallelism, each larger EP
+    the experts and GPUs allow, smallest first;
     :func:`lora_option` prices the fine-tuning alternative (LoRA) next to it.
     """
     if record is None:
@@ -642,18 +720,38 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
             return tuple(steps)
-    # 3 — ZeRO-3 + CPU offload
+    # 3 (MoE under Megatron) — more expert parallelism: fewer experts per GPU, their states sharded further
+    zero_step = 3
+    if model.is_moe and current.engine is Engine.MEGATRON:
+        zero_step = 4
+        e, te = current.expert_parallel, current.expert_tensor_parallel_size
+        larger = [k for k in range(e + 1, model.num_experts + 1) if model.num_experts % k == 0
+                  and current.world_size % (te * k * current.pipeline_parallel) == 0]
+        if not larger:
+            steps.append(LadderStep(step=3, action=f"expert parallel is already the largest the experts and GPUs "
+                                                   f"allow (EP={e}, {model.num_experts} experts)", plan=None))
+        for k in larger:
+            p = current.replace(expert_parallel=k, sequence_parallel=current.sequence_parallel
+                                or current.tensor_parallel > 1)
+            if rung(3, f"expert parallel {e} → {k} ({model.num_experts // k} experts per GPU, expert data parallel "
+                       f"{current.expert_data_parallel} → {p.expert_data_parallel})", p,
+                    {"--expert-model-parallel-size": k}):
+                return tuple(steps)
+            if k != larger[-1]:
+                steps.pop()  # report only the rung that fits or the largest tried
+    # 3 — ZeRO-3 + CPU offload (under DeepSpeed, which keeps every expert on every rank)
     engine = Engine.MEGATRON_DEEPSPEED if current.engine is Engine.MEGATRON else current.engine
     if current.engine is Engine.DEEPSPEED and current.tensor_parallel > 1:
         engine = Engine.MEGATRON_DEEPSPEED
     if current.context_parallel > 1:
-        steps.append(LadderStep(step=3, action=f"ZeRO-3 with CPU offload runs under DeepSpeed (engine {engine}), which "
+        steps.append(LadderStep(step=zero_step, action=f"ZeRO-3 with CPU offload runs under DeepSpeed (engine "
+                                                       f"{engine}), which "
                                                f"has no Megatron context parallelism (CP={current.context_parallel}): "
                                                f"not available for this plan", plan=None))
         return tuple(steps)
     dp = current.world_size // (current.tensor_parallel * current.context_parallel)
     if current.global_batch_size % (current.micro_batch_size * dp):
-        steps.append(LadderStep(step=3, action=f"ZeRO-3 needs pipeline_parallel=1: data parallel becomes {dp}, "
+        steps.append(LadderStep(step=zero_step, action=f"ZeRO-3 needs pipeline_parallel=1: data parallel becomes {dp}, "
                                                f"which does not divide global_batch_size={current.global_batch_size} "
                                                f"× micro batch {current.micro_batch_size}", plan=None))
         return tuple(steps)
@@ -661,13 +759,14 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         p = current.replace(engine=engine, pipeline_parallel=1, virtual_pipeline=1, zero_stage=3,
                             distributed_optimizer=False, offload_optimizer=Offload.CPU,
                             offload_params=Offload.CPU if params else Offload.NONE,
-                            recompute_layers=None)
+                            recompute_layers=None, expert_parallel=1, expert_tensor_parallel=None,
+                            moe_overlap_alltoall=False)
         what = "optimizer and parameters" if params else "optimizer"
         settings = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
                                           **({"offload_param": {"device": "cpu", "pin_memory": True}}
                                              if params else {})}}
         pp_note = f", pipeline {current.pipeline_parallel} → 1" if current.pipeline_parallel > 1 else ""
-        if rung(3, f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})", p, settings):
+        if rung(zero_step, f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})", p, settings):
             return tuple(steps)
     return tuple(steps)
 
@@ -798,7 +897,28 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
         elif term == "pp_comm":
             msg = "pipeline sends are exposed; fewer stages or keeping a pipeline group inside fewer nodes helps"
         elif term == "cp_comm":
-            msg = f"the context-parallel K/V ring (CP={plan.context_parallel}) is not hidden behind attention"
+            kind, c = str(plan.cp_comm_type), plan.context_parallel
+            if kind == "all_gather":
+                msg = (f"the context-parallel K/V all-gather (CP={c}) is not overlapped with attention; the ring "
+                       f"(p2p) hides each K/V send behind the attention of the chunk before it")
+                settings = ["--cp-comm-type p2p"]
+                alt = _try(model, cluster, plan, profile, cp_comm_type="p2p")
+            elif kind == "a2a":
+                msg = (f"the context-parallel all-to-alls of Q, K, V and O (CP={c}) are not overlapped; the ring "
+                       f"(p2p) can hide behind attention at long sequence")
+                settings = ["--cp-comm-type p2p"]
+                alt = _try(model, cluster, plan, profile, cp_comm_type="p2p")
+            else:
+                crosses = group_crosses_nodes(plan.tensor_parallel, c, n)
+                msg = (f"the context-parallel K/V ring (CP={c}, {model.seq_length // c:,} tokens per rank) is not "
+                       f"hidden behind attention: each send outlasts the attention of its chunk"
+                       + (" — the ring crosses nodes" if crosses else ""))
+                if (c > 1 and (model.num_attention_heads // plan.tensor_parallel) % c == 0
+                        and (model.num_query_groups // plan.tensor_parallel) % c == 0):
+                    settings = ["--cp-comm-type a2a"]
+                    alt = _try(model, cluster, plan, profile, cp_comm_type="a2a")
+                else:
+                    settings = ["a smaller --context-parallel-size (longer chunks per rank)"]
         elif term == "optimizer":
             msg = "the optimizer step is memory bound; shard it (ZeRO-1 / distributed optimizer)"
         predicted = None

@@ -5,7 +5,7 @@ A plan is first written as *columns* (:func:`plan_columns`): the numeric codes o
 fused_adam, overlap_comm, lora_rank, lora_targets``, the FP8 stack ``fp8_recipe, fp8_pg, fp8_bf16`` (recipe code,
 FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, edp`` (expert parallel, expert
 tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, else 1) and
-``moe_ag`` (1: allgather dispatcher), and the pipeline split ``first_layers, last_layers`` (0: an
+``moe_ag`` (1: allgather dispatcher), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -58,7 +58,8 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 fp8_pg=int(plan.fp8_param_gather), fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
                 ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
                 moe_tf=plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0,
-                moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER))
+                moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
+                moe_ov=int(plan.moe_overlap_alltoall))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -96,6 +97,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
                    // (np.asarray(out["etp"]) * np.asarray(out["ep"])))
     out.setdefault("moe_tf", 1.0)
     out.setdefault("moe_ag", 0)
+    out.setdefault("moe_ov", 0)
     return out
 
 
@@ -164,6 +166,33 @@ def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
     return float(out) if np.ndim(out) == 0 else out
 
 
+def _rope(model: ModelSpec, precision: Precision) -> tuple:
+    """Rotary embedding bytes per query/key element (:func:`workbench.timing.rope_bytes`): fused where megatron-core
+    runs Transformer Engine (flash attention), unfused in the local spec and in transformers; 0 without rotary."""
+    from workbench.specs import Positions
+    from workbench.timing import rope_bytes
+
+    if model.position_embedding is not Positions.ROTARY:
+        return 0.0, 0.0
+    fused = model.implementation is Implementation.MEGATRON and model.attention is AttentionImpl.FLASH
+    fwd, bwd = rope_bytes(bytes_per_value=precision.bytes_per_value, fused=fused)
+    return float(fwd), float(bwd)
+
+
+def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision):
+    """HBM bytes per trainable parameter and micro-batch of putting its gradient into the engine's reduce buffer,
+    counted from the engines' hooks. Megatron DDP without Apex/Transformer Engine (``adam="torch"``: megatron-core's
+    local spec, megatron/core/distributed/distributed_data_parallel.py ``main_grad.add_(grad)``): read and write the
+    main gradient (4 bytes with bf16, whose gradients are reduced in fp32; v with fp16) and read the 16-bit
+    gradient; with them (``adam="fused"``) Megatron-LM's gradient-accumulation fusion has the weight-gradient GEMM
+    accumulate into the main gradient itself (0). DeepSpeed ZeRO-1/2 (stage_1_and_2.py, contiguous gradients): copy
+    into the bucket (2v) and average it in place (2v); ZeRO-0 keeps the gradient where autograd wrote it and ZeRO-3's
+    copies are counted with its other terms (0)."""
+    v = float(precision.bytes_per_value)
+    main = 4.0 if precision is Precision.BF16 else v
+    return _where(megatron, _where(fused_adam, 0.0, 2 * main + v), _where(np.isin(zero, (1, 2)), 4 * v, 0.0))
+
+
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
     """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
     a measured ``profile`` supplies the overhead constants."""
@@ -204,6 +233,24 @@ def _where(cond, a, b):
     if np.ndim(cond) == 0:
         return a if cond else b
     return np.where(cond, a, b)
+
+
+def flash_attention_inputs(model: ModelSpec, gpu) -> dict:
+    """The fused-attention rate (:func:`workbench.timing.flash_attention_seconds`) for a Megatron model with flash
+    attention — Transformer Engine's fused attention — on a GPU generation the catalog ``flash_attention`` section
+    measures; zero efficiency otherwise (the attention core stays on the GEMM curve: Hugging Face's SDPA, other
+    GPUs)."""
+    from workbench import timing as T
+
+    from workbench.specs import Implementation
+
+    entry = (T.calibration().get("flash_attention") or {}).get(T.gpu_generation(gpu.name))
+    if not entry or model.attention is not AttentionImpl.FLASH or model.implementation is not Implementation.MEGATRON:
+        return dict(flash_forward_efficiency_max=0.0, flash_backward_efficiency_max=0.0, flash_half_seq=1.0,
+                    flash_backward_flops_ratio=2.0)
+    return dict(flash_forward_efficiency_max=entry["forward_efficiency_max"],
+                flash_backward_efficiency_max=entry["backward_efficiency_max"], flash_half_seq=entry["half_seq"],
+                flash_backward_flops_ratio=entry["backward_flops_ratio"])
 
 
 def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: Precision, *, profile=None,
@@ -275,6 +322,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         cpu_adam_params_per_second_per_thread=cal["cpu_adam"].get("params_per_second_per_thread", np.inf),
         cpu_adam_threads=cluster.cpu_adam_threads_per_rank,
         offload_zero3_host_factor=cal["cpu_adam"].get("zero3_host_factor", 0.0),
+        cpu_adam_serial_seconds_per_parameter=cal["cpu_adam"].get("serial_seconds_per_parameter", 0.0),
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
@@ -283,14 +331,18 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0),
+        **dict(zip(("rope_forward_bytes", "rope_backward_bytes"), _rope(model, precision))),
+        grad_accumulate_bytes_per_parameter=grad_accumulate_bytes(megatron, cols["zero"], fused_adam, precision),
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),
+        **flash_attention_inputs(model, gpu),
         hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
                               if model.implementation is Implementation.TRANSFORMERS else 0.0),
         expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
+        moe_overlap_alltoall=cols.get("moe_ov", 0),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
         fp8_layer_fraction=0.0, fp8_peak_flops=1.0, fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,

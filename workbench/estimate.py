@@ -76,7 +76,10 @@ class EvaluatedPlan:
                                                   "output": counts.output, "final_norm": counts.final_norm,
                                                   "num_layers": counts.num_layers, "active": counts.active}},
             "cluster": {"gpu": self.cluster.gpu.name, "gpus_per_node": self.cluster.gpus_per_node,
-                        "num_nodes": self.cluster.num_nodes, "world_size": self.cluster.world_size},
+                        "num_nodes": self.cluster.num_nodes, "world_size": self.cluster.world_size,
+                        "host_cpu_cores_per_node": self.cluster.host_cpu_cores_per_node,
+                        "cpu_adam_threads": self.cluster.cpu_adam_threads,
+                        "cpu_adam_threads_per_rank": self.cluster.cpu_adam_threads_per_rank},
             "plan": {"engine": str(self.plan.engine), "tensor_parallel": self.plan.tensor_parallel,
                      "pipeline_parallel": self.plan.pipeline_parallel,
                      "virtual_pipeline": self.plan.virtual_pipeline,
@@ -99,7 +102,8 @@ class EvaluatedPlan:
                      "expert_data_parallel": self.plan.expert_data_parallel,
                      "moe_capacity_factor": self.plan.moe_capacity_factor,
                      "moe_pad_to_capacity": self.plan.moe_pad_to_capacity,
-                     "moe_token_dispatcher": str(self.plan.moe_token_dispatcher)},
+                     "moe_token_dispatcher": str(self.plan.moe_token_dispatcher),
+                     "moe_overlap_alltoall": self.plan.moe_overlap_alltoall},
             "memory": self.memory.to_dict(),
         }
         if self.time is not None:

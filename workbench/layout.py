@@ -261,6 +261,29 @@ class Layout:
         return {"etp": k % te, "ep": ep, "edp": k // (te * e) % de, "pp": k // (te * e * de),
                 "experts": list(range(ep * local, (ep + 1) * local))}
 
+    def expert_group_of(self, r: int, kind: str, limit: Optional[int] = None) -> tuple[int, list[int]]:
+        """``(index, members)`` of rank ``r``'s expert group of ``kind`` (:data:`EXPERT_KINDS`), as
+        :meth:`group_of` does for the dense groups: the index in :meth:`expert_groups`' order, members ascending
+        (the first ``limit`` only when given). Arithmetic, any size."""
+        dims = _normalise_kind(kind, EXPERT_ORDER)
+        coords = self.expert_rank(r)
+        sizes, strides = self.expert_sizes, _strides(self.expert_sizes, EXPERT_ORDER)
+        index, radix = 0, 1
+        for d in EXPERT_ORDER:
+            if d not in dims:
+                index += coords[d] * radix
+                radix *= sizes[d]
+        base = int(r) - sum(coords[d] * strides[d] for d in dims)
+        total = math.prod(sizes[d] for d in dims)
+        members = []
+        for j in range(total if limit is None else min(int(limit), total)):
+            offset, rest = 0, j
+            for d in dims:
+                offset += (rest % sizes[d]) * strides[d]
+                rest //= sizes[d]
+            members.append(base + offset)
+        return index, members
+
     def expert_groups(self, kind: str) -> list[list[int]]:
         """Expert process groups of a kind (:data:`EXPERT_KINDS`: ``etp``, ``ep``, ``edp``, ``etp-ep``), as
         megatron-core's expert rank generator lists them (enumerated; up to :data:`MAX_ENUMERATED` ranks)."""

@@ -33,17 +33,26 @@ log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
 DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
 """``stage3_prefetch_bucket_size`` default (elements)."""
+DS_SUB_GROUP_ELEMENTS = int(1e9)
+"""``zero_optimization.sub_group_size`` default (elements): ZeRO-3 runs its optimizer one sub-group of the partition
+at a time."""
 DS_NVME_BUFFER_COUNT = 4
 DS_NVME_BUFFER_ELEMENTS = int(1e8)
 """``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
 
 # -- measured constants ------------------------------------------------------------------------------------------
 CUDA_CONTEXT_BYTES = int(1.66 * GiB)
-"""Memory outside the caching allocator for one process on one GPU (CUDA context, cuBLAS workspaces, kernels):
-``total − free − memory_reserved`` after training steps, measured 1.66 GiB on H200 (torch 2.11, CUDA 13)."""
-NCCL_BYTES = int(6.57 * GiB)
-"""Extra memory outside the allocator once NCCL communicators exist (2 H200 over NVLink, NVLS off): measured
-8.23 GiB outside the allocator with two ranks vs 1.66 GiB with one."""
+"""The smallest memory outside the caching allocator measured for one training process on one GPU (CUDA context,
+cuBLAS workspaces, kernels): ``total − free − memory_reserved`` after training steps, 1.66 GiB on H200 (torch 2.11,
+CUDA 13). The estimate uses each engine's own median, :data:`OUTSIDE_ALLOCATOR_BYTES`."""
+NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.06 * GiB), "megatron": int(6.06 * GiB)}
+"""Extra memory outside the allocator per GPU once a training process has NCCL communicators (2 H200 over NVLink,
+NVLS off): the median outside the allocator of the fit split's multi-rank DeepSpeed runs (8 runs, 8.23-8.51 GiB)
+less the one-rank median of :data:`OUTSIDE_ALLOCATOR_BYTES` (``benchmarks/bench_accuracy.py --overheads``).
+megatron-core: no two-GPU run of the corpus records memory outside the allocator yet, so it takes DeepSpeed's
+figure (one communicator per process group, as DeepSpeed's). Measured with two ranks only: NCCL's buffers grow with
+the peers a rank connects to, so on 8 GPUs this is a lower bound."""
+NCCL_BYTES = NCCL_BYTES_BY_ENGINE["deepspeed"]
 ZERO0_STEP_BYTES_PER_PARAM = 8.0
 """DeepSpeed ZeRO-0 with bf16/fp16: extra bytes per parameter during the optimizer step (flattened fp32 gradients
 and the up-cast temporaries of its 16-bit optimizer wrapper), measured on H200 (calibration table)."""
@@ -55,8 +64,9 @@ spec, ``attention_softmax_in_fp32``): the fp32 softmax output kept for it (4), t
 (4, the backward of ``probs.bfloat16()``), the product ``grad * output`` that PyTorch's CUDA ``softmax_backward``
 allocates before its kernel runs (4, ``aten/src/ATen/native/cuda/SoftMax.cu`` ``softmax_backward_cuda_out``) and the
 gradient of the scores (4). The dropout mask and the dropped probabilities are freed by then. A CPU trace of
-megatron-core's ``DotProductAttention`` (live tensor storage per op) shows 12 at that op, the CUDA temporary being
-the difference; the fit-split H200 runs with full recompute (mc-h1024-gelu, mc-h3072-gqa) hold 16-18."""
+megatron-core's ``DotProductAttention`` (``benchmarks/trace_activations_cpu.py``: live tensor storage per op) shows
+12 plus the 2-byte score buffer at that op, the CUDA temporary being the difference; the fit-split H200 runs with
+full recompute (mc-h1024-gelu, mc-h3072-gqa) hold 16-18."""
 DROPOUT_MASK_BYTES_PER_SCORE = 1
 """Attention dropout keeps a 1-byte boolean mask per score for backward (``torch.native_dropout``; Korthikanti et al.
 count 1). Measured on H200: megatron-core runs at micro batch 4 hold 6.07 GiB more than the model without it, the
@@ -67,9 +77,9 @@ Apex/Transformer Engine, DeepSpeed's ``torch_adam``) allocates ``exp_avg_sq.sqrt
 at once (``torch/optim/adam.py`` ``_multi_tensor_adam``): 4 bytes per fp32 master parameter during the step.
 Fused Adam kernels (Apex, Transformer Engine, DeepSpeed ``FusedAdam``) work in place: 0."""
 
-ALLOCATOR_RESERVE_FRACTION = 0.15
-"""Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), measured
-on the calibration runs; fragmentation grows it, ``expandable_segments`` shrinks it."""
+ALLOCATOR_RESERVE_FRACTION = 0.115
+"""The smallest per-engine caching-allocator reserve (:data:`RESERVE_FRACTION`, megatron-core's); a hardware
+profile's own reserve below it is a lower bound."""
 
 
 def _where(cond, a, b):
@@ -147,7 +157,7 @@ def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
 
 
 def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
-                               value_bytes, recipe):
+                               value_bytes, recipe, expert_tensor_parallel=None, moe_token_factor=1.0):
     """How one FP8 layer's saved activations differ from the bf16 layer's (:func:`layer_activation_bytes`), for one
     micro-batch on one rank (usually negative).
 
@@ -155,14 +165,20 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     bytes per value, :data:`FP8_ACTIVATION_BYTES`) instead of bf16: the QKV and fc1 inputs (``LayerNormLinear``
     writes the norm's output in FP8; the norm's bf16 input is still kept) and the fc2 input (the activation's output;
     the activation keeps its bf16 input). The attention output is kept twice: in bf16 by flash attention for its
-    backward and as FP8 by the projection."""
+    backward and as FP8 by the projection. MoE: the experts' grouped GEMMs keep the permuted token copies
+    (:func:`moe_expert_tokens`) and their fc2 inputs in FP8, while the norm's output stays bf16 (the router and the
+    permutation read it)."""
     a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
     s = m.seq_length / context_parallel
     sb = s * micro_batch
     rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
-    f = m.moe_ffn_hidden_size * m.moe_top_k if m.is_moe else m.ffn_hidden_size
-    return ((a - value_bytes) * 2 * sb * m.hidden_size * rep + a * sb * m.query_projection_size / tensor_parallel
-            + (a - value_bytes) * sb * f / tensor_parallel)
+    attention = (a - value_bytes) * sb * m.hidden_size * rep + a * sb * m.query_projection_size / tensor_parallel
+    if m.is_moe:
+        etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
+        x = moe_expert_tokens(sb, top_k=m.moe_top_k, tensor_parallel=tensor_parallel, expert_tensor_parallel=etp,
+                              token_factor=moe_token_factor)
+        return attention + (a - value_bytes) * x * (m.hidden_size + m.moe_ffn_hidden_size / etp)
+    return attention + (a - value_bytes) * sb * (m.hidden_size * rep + m.ffn_hidden_size / tensor_parallel)
 
 
 # ================================================================================================================
@@ -214,6 +230,20 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     fc1 = m.hidden_size * (2 if m.is_gated else 1) * f
     qkv = m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size)
     return np.maximum(np.maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
+
+
+def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
+    """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
+    weight, or a layer's biggest weight — megatron-core fuses QKV and the gated MLP's fc1 into one tensor each;
+    transformers models keep q/k/v and gate/up apart."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    if m.implementation is Implementation.TRANSFORMERS:
+        layer = max(m.hidden_size * f, m.hidden_size * m.query_projection_size)
+    else:
+        layer = max(m.hidden_size * (2 if m.is_gated else 1) * f,
+                    m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size))
+    return np.maximum(vocab * m.hidden_size, layer) / tensor_parallel
 
 
 def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
@@ -291,23 +321,38 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     off_opt = offload_optimizer > 0
     off_par = offload_params > 0
     ds_weights = param_bytes * n / w_div
-    # ZeRO-3 reduces each bucket straight into the fp32 gradient partition, which lives through backward;
-    # ZeRO-0/1/2 keep 16-bit gradients and build the fp32 copy only for the optimizer step.
+    # ZeRO-3 reduces each bucket straight into its flat gradient partition, which lives through backward; it is
+    # kept in ``gradient_accumulation_dtype``, which DeepSpeed sets to the model's dtype unless the config's
+    # ``data_types.grad_accum_dtype`` says otherwise (engine.py ``get_data_types``; stage3.py
+    # ``grad_partitions_flat_buffer``): 16-bit for bf16/fp16 training. ZeRO-0/1/2 keep 16-bit gradients and build
+    # the fp32 copy only for the optimizer step.
     zero3_fp32 = (zero_stage >= 3) & mixed & (fp32_grad_partition > 0)
     ds_grads_lp = np.where(zero3_fp32, 0.0, param_bytes * n / g_div)
+    zero3_partition = param_bytes * n / dp
     ds_grads_fp32 = fp32_grad / o_div
     ds_opt = opt_full / o_div
     ds_host = np.where(off_opt, ds_opt + ds_grads_fp32, 0) + np.where(off_par, ds_weights, 0)
     ds_opt_gpu = np.where(off_opt, 0, ds_opt)
     # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced
     ds_grads_gpu = np.where(off_opt, np.where(zero_stage >= 2, 0, ds_grads_lp),
-                            ds_grads_lp + np.where(zero3_fp32, ds_grads_fp32, 0))
+                            ds_grads_lp + np.where(zero3_fp32, zero3_partition, 0))
     ds_weights_gpu = np.where(off_par, 0, ds_weights)
-    # optimizer-step temporaries: ZeRO-1/2 the fp32 gradient partition; ZeRO-0 DeepSpeed's 16-bit optimizer
-    # wrapper flattens and up-casts all gradients (measured 8 bytes/param on H200, ZERO0_STEP_BYTES_PER_PARAM)
-    ds_step = np.where(off_opt | zero3_fp32, 0.0,
-                       np.where(zero_stage >= 1, ds_grads_fp32,
-                                np.where(mixed & (fp32_grad_partition > 0), ZERO0_STEP_BYTES_PER_PARAM * n, 0.0)))
+    # optimizer-step temporaries. ZeRO-1/2 (stage_1_and_2.py ``step``): the 16-bit gradients of the partition are
+    # flattened into a new buffer and that is cast to the fp32 gradient partition, both alive at once (2ψ/N + 4ψ/N);
+    # the reduce buckets are released at the end of backward (``_release_ipg_buffers``, see :func:`stage_terms`).
+    # ZeRO-3 (stage3.py ``_prepare_fp32_grad_for_sub_group``): the same flatten + cast, one sub-group at a time.
+    # ZeRO-0: DeepSpeed's 16-bit optimizer wrapper flattens and up-casts all gradients (measured 8 bytes/param on
+    # H200, ZERO0_STEP_BYTES_PER_PARAM)
+    flat_and_fp32 = np.where(mixed & (fp32_grad_partition > 0), param_bytes + 4.0, 0.0)
+    zero3_step = flat_and_fp32 * np.minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
+    ds_step = np.where(off_opt, 0.0,
+                       np.where(zero3_fp32, zero3_step,
+                                # ZeRO-1 first frees the 16-bit gradients of parameters outside its partition
+                                # (``free_grad_in_param_list(params_not_in_partition)``): 2ψ − 2ψ/N fewer
+                                np.where(zero_stage >= 1, flat_and_fp32 * n / o_div - (ds_grads_lp - param_bytes * n
+                                                                                       / o_div),
+                                         np.where(mixed & (fp32_grad_partition > 0),
+                                                  ZERO0_STEP_BYTES_PER_PARAM * n, 0.0))))
     # torch's foreach Adam under DeepSpeed: ZeRO-1/2 free the 16-bit gradients and their flat copy before calling
     # the optimizer (stage_1_and_2.py ``step``), which covers its 4ψ/N temporary; measured on H200 (hybrid TP=2,
     # ZeRO-1, full recompute: 14.44 GiB at the step, 14.41 without it), so it is not added for DeepSpeed
@@ -434,9 +479,13 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     else:
         f = m.ffn_hidden_size
         mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
-        if m.is_gated and m.implementation is not Implementation.TRANSFORMERS:
-            # megatron-core's glu: silu(x_glu) * (x_linear + glu_linear_offset): the sum is a new tensor the product
-            # keeps beside the activation's output, and the product is fc2's input (transformer/mlp.py, 0.16 and 0.19)
+        if (m.is_gated and m.attention is AttentionImpl.UNFUSED
+                and m.implementation is not Implementation.TRANSFORMERS):
+            # megatron-core's local layer spec without fused kernels (bias_activation_fusion off, the unfused
+            # stack): its glu computes silu(x_glu) * (x_linear + glu_linear_offset); the sum is a new tensor the
+            # product keeps beside the activation's output, and the product is fc2's input (transformer/mlp.py,
+            # 0.16 and 0.19). The fused bias-SwiGLU kernel and Transformer Engine keep only fc1's output and fc2's
+            # input.
             mlp = mlp + 2 * v * s * b * f / t
     if m.attention.materialises_scores:
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
@@ -590,6 +639,19 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
 # ================================================================================================================
 # Buffers and overhead
 # ================================================================================================================
+def reduce_bucket_bytes(*, zero_stage, value_bytes, overlap_comm=1, reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS,
+                        engine=None):
+    """DeepSpeed ZeRO-1/2's contiguous reduce buckets (``stage_1_and_2.py`` ``setup_buckets``): one of
+    ``reduce_bucket_size`` 16-bit elements, two with ``overlap_comm``; 0 for ZeRO-0/3 and for the Megatron engine.
+    They are allocated at the first gradient hook of each backward (``process_gradients``) and released at its end
+    (``independent_gradient_partition_epilogue`` → ``_release_ipg_buffers``): not alive at the optimizer step."""
+    buckets = np.where((zero_stage >= 1) & (zero_stage < 3), (1 + overlap_comm) * reduce_bucket_elements * value_bytes,
+                       0)
+    if engine is not None:
+        buckets = np.where(engine == ENGINE_CODES[Engine.MEGATRON], 0, buckets)
+    return buckets
+
+
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=1,
                  prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
@@ -606,7 +668,8 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     """
     is_ds = engine != ENGINE_CODES[Engine.MEGATRON]
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
-    ds12 = np.where(zero_stage >= 1, (1 + overlap) * reduce_bucket_elements * value_bytes, 0)
+    ds12 = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap,
+                               reduce_bucket_elements=reduce_bucket_elements)
     largest = largest_module_params(m, tensor_parallel)
     ds3 = (reduce_bucket_elements * value_bytes
            + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
@@ -661,28 +724,40 @@ def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel,
 OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.17 * GiB), "megatron": int(2.93 * GiB)}
 """Memory outside the caching allocator of one training process on one GPU (CUDA context, cuBLAS/cuDNN workspaces,
 loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory_reserved`` after training steps, the
-median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 30 runs,
-2.17 GiB, range up to 2.83; megatron-core DDP 7 runs, 2.93 GiB, up to 3.44), printed by
+median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 35 runs,
+2.17 GiB, range up to 3.06; megatron-core DDP 7 runs, 2.93 GiB, up to 3.44), printed by
 ``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
-RESERVE_FRACTION = {"deepspeed": 0.178, "megatron": 0.115}
+RESERVE_FRACTION = {"deepspeed": 0.179, "megatron": 0.115}
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
-over the same fit-split runs (DeepSpeed 17.8 %, 90th percentile 36.8 %; megatron-core 11.5 %, 26.4 %). The spread
-(fragmentation, mostly with recomputation) is what the error band carries."""
+over the same fit-split runs (DeepSpeed 17.9 %, 90th percentile 36.3 %; megatron-core 11.5 %, 26.4 %). Grouping by
+recompute mode or ZeRO stage, or a floor proportional to the largest score-sized block, did not lower the held-out
+error (``benchmarks/bench_accuracy.py``): the spread (4-60 %) is fragmentation the point estimate cannot follow,
+and the error band carries it."""
 
 
-def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=NCCL_BYTES,
-                   reserve_fraction=None):
-    """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; NCCL buffers when there
-    is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`).
-    ``engine`` is an engine code (:data:`ENGINE_CODES`, arrays allowed); a hardware profile
-    (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies the user's own constants instead."""
+def engine_overheads(engine=None) -> dict:
+    """The training-run constants of ``engine`` (an engine code, arrays allowed; the hybrid counts as DeepSpeed):
+    ``{context_bytes, nccl_bytes, reserve_fraction}`` from :data:`OUTSIDE_ALLOCATOR_BYTES`,
+    :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION`."""
     megatron = np.asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
-    if context_bytes is None:
-        context_bytes = np.where(megatron, OUTSIDE_ALLOCATOR_BYTES["megatron"], OUTSIDE_ALLOCATOR_BYTES["deepspeed"])
-    if reserve_fraction is None:
-        reserve_fraction = np.where(megatron, RESERVE_FRACTION["megatron"], RESERVE_FRACTION["deepspeed"])
-    return (context_bytes + np.where(world_size > 1, nccl_bytes, 0)
-            + reserve_fraction * allocated_bytes)
+    pick = lambda table: np.where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
+    return dict(context_bytes=pick(OUTSIDE_ALLOCATOR_BYTES), nccl_bytes=pick(NCCL_BYTES_BY_ENGINE),
+                reserve_fraction=pick(RESERVE_FRACTION))
+
+
+def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=None,
+                   reserve_fraction=None, floor=False):
+    """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; its NCCL buffers when
+    there is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`)
+    — :func:`engine_overheads`. ``engine`` is an engine code (:data:`ENGINE_CODES`, arrays allowed). A hardware
+    profile (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies its own figures; with ``floor``
+    (a GPU profile measured in a bare process) each is only a lower bound and the engine's constant is used where it
+    is larger."""
+    own = engine_overheads(engine)
+    given = dict(context_bytes=context_bytes, nccl_bytes=nccl_bytes, reserve_fraction=reserve_fraction)
+    used = {k: own[k] if v is None else (np.maximum(v, own[k]) if floor else v) for k, v in given.items()}
+    return (used["context_bytes"] + np.where(world_size > 1, used["nccl_bytes"], 0)
+            + used["reserve_fraction"] * allocated_bytes)
 
 
 # ================================================================================================================
@@ -762,7 +837,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
     fp8_delta = np.where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
-        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw)
+        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw, **moe_kw)
     kept = kept + np.where(recompute >= 2, 0.0, fp8_delta)
     full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
@@ -783,21 +858,34 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # already the transient's first copy
     core = full_layer - fp8_delta - layer_activation_bytes(m, recompute=1, value_bytes=value_bytes, **kw,
                                                            **moe_kw)[0]
+    # DeepSpeed ZeRO-1/2's reduce buckets (in ``buffers``) are released at the end of each backward, so the
+    # optimizer step runs without them. (At the loss, before the first gradient hook, they should not exist yet
+    # either, but the transformers runs of the fit split hold as much at that moment: not subtracted.)
+    overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
+    buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
+    logits_phase = output
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
     recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
     transient = np.where(recompute >= 2, recomputed_transient,
-                         np.where(recompute == 1, np.maximum(output, full_layer) + core, np.maximum(output, full_layer)))
+                         np.where(recompute == 1, np.maximum(output, full_layer) + core,
+                                  np.maximum(logits_phase, full_layer)))
     if m.attention.materialises_scores:
-        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the last stage) or the first
-        # back-propagated layer's attention core — its saved tensors before the core plus the core's working set
+        # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
+        # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
         # (:func:`attention_backward_bytes`), in place of what that layer kept (a recomputed layer kept only its
         # input, which stays counted)
         pre_core, working = attention_backward_bytes(m, value_bytes=value_bytes, **kw)
         all_recomputed = (recompute >= 2) & (recomputed >= layers)
         last_kept = np.where(all_recomputed, 0.0, np.where(recompute >= 2, full_layer, kept))
-        transient = np.maximum(output, pre_core + working - last_kept)
+        # tied embeddings on one stage: the output layer's 16-bit weight gradient waits in autograd's input buffer
+        # of the shared weight until the embedding's backward adds to it (the weight's gradient hook fires once,
+        # at the end), so it is alive through every layer's backward
+        tied_grad = np.where(m.tied_embeddings & (pipeline_parallel == 1),
+                             value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
+                             0.0)
+        transient = np.maximum(logits_phase, pre_core + working - last_kept + tied_grad)
     held = activations
     activations = activations + transient
 
@@ -808,6 +896,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
     buffers = buffers + fp8_scaling_state_bytes(m, fp8_layers=fp8_layers, recipe=fp8_recipe)
+    # DeepSpeed ZeRO-1/2 with optimizer offload: a GPU staging buffer of the largest parameter's size in the model
+    # dtype, allocated at init (stage_1_and_2.py ``temp_grad_buffer_for_gpu_offload``)
+    ds_offload12 = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
+                    & (offload_optimizer > 0))
+    buffers = buffers + np.where(ds_offload12, value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
     if m.is_moe:
         buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
                                                       context_parallel=context_parallel,
@@ -819,9 +912,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       lora=lora_params_per_layer > 0)
     activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
-    step_total = weights + grads + step + optimizer + buffers
+    step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
-    buffers = np.where(step_peak, buffers, buffers_bwd)
+    buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
     grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)
@@ -842,12 +935,14 @@ def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
 
 FORMULAS = {
     "weights": "16-bit weights 2ψ (fp32: 4ψ); ZeRO-3 shards them 2ψ/N — Rajbhandari et al. 2020 §5",
-    "gradients": "2ψ 16-bit grads (ZeRO-2/3: 2ψ/N) + fp32 grad partition 4ψ/N (DeepSpeed); Megatron fp32 main "
-                 "grads 4ψ — DeepSpeed estimators, Megatron-LM docs",
+    "gradients": "2ψ 16-bit grads (ZeRO-2/3: 2ψ/N; ZeRO-3 keeps its partition in the model dtype); at the step "
+                 "a 16-bit flat copy + its fp32 cast, 6ψ/N (ZeRO-3: per 1e9-element sub-group); Megatron fp32 main "
+                 "grads 4ψ — DeepSpeed stage_1_and_2.py / stage3.py, Megatron-LM docs",
     "optimizer": "fp32 master + Adam moments 12ψ (ZeRO-1+: 12ψ/N; Megatron distributed optimizer 12ψ/d); 0 when "
                  "offloaded — ZeRO paper Fig. 1, Megatron-LM docs",
     "activations": "Korthikanti et al. 2022 Table 2, per layer × in-flight micro-batches (1F1B p−stage, interleaved "
-                   "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + logits (v+4)·sbV/t",
+                   "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + the larger of the logits (v+4)·sbV/t and the first "
+                   "back-propagated layer's attention core (unfused: 16 bytes per score)",
     "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters, "
                "megatron-core's attention-score buffer v·as²b/t (unfused), context-parallel K/V exchange buffers",
     "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
@@ -915,9 +1010,13 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         if "overheads" not in codes:
             codes["overheads"], _ = profile.memory_overheads()
         o = codes["overheads"]
-        formulas["overhead"] = (f"context {o['context_bytes'] / 2**20:.0f} MiB (+ NCCL {o['nccl_bytes'] / 2**20:.0f} "
-                                f"MiB with >1 rank) + allocator reserve {o['reserve_fraction']:.0%} of allocated "
-                                f"(profile {profile.name})")
+        own = {k: float(v) for k, v in engine_overheads(ENGINE_CODES[plan.engine]).items()}
+        used = {k: own[k] if o.get(k) is None else (max(float(o[k]), own[k]) if o.get("floor") else float(o[k]))
+                for k in own}
+        formulas["overhead"] = (f"context {used['context_bytes'] / 2**20:.0f} MiB (+ NCCL "
+                                f"{used['nccl_bytes'] / 2**20:.0f} MiB with >1 rank) + allocator reserve "
+                                f"{used['reserve_fraction']:.1%} of allocated (profile {profile.name}"
+                                f"{'; its bare-process figures are lower bounds' if o.get('floor') else ''})")
     stages = []
     host_per_gpu = 0
     p = plan.pipeline_parallel
@@ -969,10 +1068,13 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
               sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
     stored = 0 if plan.recompute is Recompute.FULL else layers
     in_flight = in_flight_microbatches(plan.pipeline_parallel, plan.virtual_pipeline, plan.num_microbatches, 0)
-    delta = fp8_activation_delta_bytes(model, value_bytes=2, recipe=codes["fp8_recipe"], **kw)
+    moe_kw = {k: codes[k] for k in ("expert_tensor_parallel", "moe_token_factor") if k in codes}
+    ep_kw = {k: codes[k] for k in ("expert_parallel", "expert_tensor_parallel") if k in codes}
+    delta = fp8_activation_delta_bytes(model, value_bytes=2, recipe=codes["fp8_recipe"], **kw, **moe_kw)
     return {"weight_copies": float(fp8_weight_bytes(model, tensor_parallel=plan.tensor_parallel, fp8_layers=layers,
                                                     recipe=codes["fp8_recipe"],
-                                                    param_gather=codes["fp8_param_gather"], value_bytes=2)),
+                                                    param_gather=codes["fp8_param_gather"], value_bytes=2,
+                                                    **ep_kw)),
             "scaling_state": float(fp8_scaling_state_bytes(model, fp8_layers=layers, recipe=codes["fp8_recipe"])),
             "activations": float(delta * (stored * in_flight + 1))}
 
@@ -1008,6 +1110,7 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
                      "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")
     if plan.world_size > 1:
         notes.append(f"with more than one rank NCCL's communicators hold {NCCL_BYTES / GiB:.1f} GiB outside the "
-                     f"allocator on each GPU (H200, NVLink, NVLS off: 8.2 GiB outside with 2 ranks, 1.7 GiB with 1)")
+                     f"allocator on each GPU (H200, NVLink, NVLS off: 8.2-8.5 GiB outside with 2 ranks, 2.2 GiB "
+                     f"with 1; measured on 2 GPUs, more peers need more)")
     return notes
 

@@ -15,7 +15,7 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
   engine has no interleaved schedule) with m a multiple of p;
 - context parallel c (engine ``megatron`` with flash attention: Transformer Engine's attention is the one with
   context parallelism): 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
-  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2), and each rank keeps at least
+  Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2; seq/32k beyond 512k tokens), and each rank keeps at least
   :data:`MIN_CONTEXT_PARALLEL_TOKENS` tokens (below that the K/V exchange cannot hide behind attention and CP only
   costs); the exchange is the ring (``p2p``) and, where heads and query groups per TP rank divide by c, also the
   all-to-all (``a2a``);
@@ -55,8 +55,17 @@ _CP_COMM_BY_CODE = {v: k for k, v in T.CP_COMM_CODES.items()}
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free by default (fragmentation, allocator spikes the model does not see)."""
 DEFAULT_MAX_CONTEXT_PARALLEL = 16
-"""Largest context-parallel size searched by default: CP=16 is what Llama 3 405B used for 128k-token training
-(Llama 3 herd paper, arXiv 2407.21783 §3.3.2)."""
+"""Largest context-parallel size searched by default up to 512k tokens: CP=16 is what Llama 3 405B used for
+128k-token training (Llama 3 herd paper, arXiv 2407.21783 §3.3.2); longer sequences search up to
+:data:`CONTEXT_PARALLEL_TOKENS_PER_RANK`-token shares (NeMo trains 1M tokens at CP=32)."""
+CONTEXT_PARALLEL_TOKENS_PER_RANK = 32768
+"""Beyond 16 × this many tokens the default largest CP grows so each rank keeps at least this many (the NeMo
+long-sequence table's 1M-token run keeps 32k per CP rank)."""
+
+
+def default_max_context_parallel(seq_length: int) -> int:
+    """The largest CP the planner searches unless told: 16, or seq_length / 32k for longer sequences."""
+    return max(DEFAULT_MAX_CONTEXT_PARALLEL, int(seq_length) // CONTEXT_PARALLEL_TOKENS_PER_RANK)
 
 MIN_CONTEXT_PARALLEL_TOKENS = 512
 """Fewest tokens per context-parallel rank the planner searches: a ring step then attends 256-token chunks, whose
@@ -184,7 +193,8 @@ def describe_plan(p: ParallelPlan) -> str:
         parts.append(f"CP{p.context_parallel}" + ("" if str(p.cp_comm_type) == "p2p" else f"-{p.cp_comm_type}"))
     if p.expert_parallel > 1 or p.expert_tensor_parallel is not None:
         parts.append(f"EP{p.expert_parallel}" + (f" ETP{p.expert_tensor_parallel_size}"
-                                                 if p.expert_tensor_parallel_size != p.tensor_parallel else ""))
+                                                 if p.expert_tensor_parallel_size != p.tensor_parallel else "")
+                     + ("-overlap" if p.moe_overlap_alltoall else ""))
     parts.append(f"DP{p.data_parallel}")
     if p.sequence_parallel:
         parts.append("SP")
@@ -250,14 +260,18 @@ def expert_options(model: ModelSpec, world_size: int, tensor_parallel: int, pipe
     """``(expert_parallel, expert_tensor_parallel)`` pairs searched for one (t, p): for a dense model only
     ``(1, t)``; for an MoE model every e dividing num_experts with expert tensor parallel t (megatron-core's default)
     or 1 (experts whole on each rank, what MoE recipes use with EP), where tp_e·e·p divides the world size and tp_e
-    the expert width (megatron-core's expert rank generator and ``MoELayer``)."""
+    the expert width (megatron-core's expert rank generator and ``MoELayer``), and tp_e = 1 when the linear layers
+    have biases (megatron-core: "Bias in MoE is only supported when ETP==1"; ``(1, t)`` is always listed, the
+    DeepSpeed engines' layout, and the enumeration drops it for Megatron rows where that rule refuses it)."""
     t, p = tensor_parallel, pipeline_parallel
     if not model.is_moe:
         return [(1, t)]
     out = []
     for e in _divisors(model.num_experts):
         for te in sorted({t, 1}, reverse=True):
-            if world_size % (te * e * p) == 0 and model.moe_ffn_hidden_size % te == 0:
+            # megatron-core: biases in MoE layers only with expert TP 1
+            if (e, te) == (1, t) or (world_size % (te * e * p) == 0 and model.moe_ffn_hidden_size % te == 0
+                                     and not (model.add_bias_linear and te > 1)):
                 out.append((e, te))
     return out
 
@@ -288,7 +302,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                          engines: Sequence = ENGINES, zero_stages: Sequence[int] = (0, 1, 2, 3),
                          offload: bool = True, recompute: Sequence = ("none", "selective", "full"),
                          allow_cross_node_tp: bool = False,
-                         max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL) -> dict:
+                         max_context_parallel: Optional[int] = None) -> dict:
     """Every valid plan as a table of int64 arrays (keys ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par,
     dist_opt, recompute, mbs, nmb``), following the rules listed in the module docstring."""
     W, L, n = cluster.world_size, model.num_layers, cluster.gpus_per_node
@@ -309,6 +323,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
         splits = [sp for sp in splits if not any(sp[1:])]
     layer_counts = {(p, f, la) for p, f, la, e, lo in splits if f}
     flash = model.attention is AttentionImpl.FLASH
+    if max_context_parallel is None:
+        max_context_parallel = default_max_context_parallel(model.seq_length)
     cps = [c for c in _divisors(W) if c == 1 or (flash and Engine.MEGATRON in engines and c <= max_context_parallel
                                                  and model.seq_length % (2 * c) == 0
                                                  and model.seq_length // c >= MIN_CONTEXT_PARALLEL_TOKENS)]
@@ -367,6 +383,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                         # needs sequence parallel (Megatron-LM's rule)
                         sel = np.ones(k, bool) if (e, te) == (1, t) else (
                             (r[:, 0] == mg_code) & ((e == 1) | (t == 1) | (r[:, 1] == 1)))
+                        if model.is_moe and model.add_bias_linear and te > 1:  # megatron-core: bias needs ETP 1
+                            sel &= r[:, 0] != mg_code
                         if not sel.any():
                             continue
                         n_sel = int(sel.sum())
@@ -492,7 +510,8 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         loss_in_pipeline_split=bool(_split_at(table, "loss_split", i)),
         expert_parallel=int(table["ep"][i]) if "ep" in table else 1,
         expert_tensor_parallel=(int(table["etp"][i]) if "etp" in table and int(table["etp"][i]) != int(table["tp"][i])
-                                else None), **(stack or {}))
+                                else None),
+        fp8_param_gather=bool(table["fp8_pg"][i]) if "fp8_pg" in table else False, **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -519,9 +538,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            top: int = 10, headroom: float = DEFAULT_HEADROOM, engines: Sequence = ENGINES,
            zero_stages: Sequence[int] = (0, 1, 2, 3), offload: bool = True,
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
-           allow_cross_node_tp: bool = False, max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL,
+           allow_cross_node_tp: bool = False, max_context_parallel: Optional[int] = None,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
-           overlap_comm=None, profile=None, fp8_recipe="delayed") -> PlanSearch:
+           overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -532,7 +551,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     fields); the attention kernel is the model's (:attr:`ModelSpec.attention`).
 
     ``precision='fp8'`` searches Megatron plans only (FP8 is modelled as Megatron-LM trains it with Transformer
-    Engine), every row with the scaling recipe ``fp8_recipe``.
+    Engine), every row with the scaling recipe ``fp8_recipe``; ``fp8_param_gather`` keeps the linear weights in FP8
+    and all-gathers them in FP8 on the rows with the distributed optimizer (Megatron-LM ``--fp8-param-gather``).
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -541,6 +561,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     global_batch_size = check_int("global_batch_size", global_batch_size)
     headroom = check_float("headroom", headroom, strict=False, below=1.0)
     top = check_int("top", top, maximum=10**6)
+    if max_context_parallel is None:
+        max_context_parallel = default_max_context_parallel(model.seq_length)
     max_context_parallel = check_int("max_context_parallel", max_context_parallel)
     offload = check_bool("offload", offload)
     allow_cross_node_tp = check_bool("allow_cross_node_tp", allow_cross_node_tp)
@@ -588,6 +610,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record()
     if precision.is_fp8:  # every row with the recipe (encode.complete_columns keeps a given column)
         table["fp8_recipe"] = np.full(count, E.FP8_RECIPE_CODES[str(stack["fp8_recipe"])], np.int64)
+        # --fp8-param-gather where Megatron allows it: the rows with the distributed optimizer
+        table["fp8_pg"] = np.asarray(table["dist_opt"], np.int64) * int(check_bool("fp8_param_gather",
+                                                                                 fp8_param_gather))
+    elif fp8_param_gather:
+        raise ValueError(f"fp8_param_gather=True needs precision='fp8' (got precision='{precision}')")
     eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
                   **eval_stack)
@@ -873,7 +900,7 @@ class PlanRank:
 
 
 def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = DEFAULT_HEADROOM,
-              max_context_parallel: int = DEFAULT_MAX_CONTEXT_PARALLEL, allow_cross_node_tp: bool = False,
+              max_context_parallel: Optional[int] = None, allow_cross_node_tp: bool = False,
               profile=None) -> PlanRank:
     """The rank of ``plan`` among every plan :func:`search` evaluates for the same model, cluster, global batch,
     precision and stack, ranked as :func:`search` ranks them (step time, then peak memory)."""
@@ -883,6 +910,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     validate(model, cluster, plan)
     if plan.lora_rank:
         raise ValueError(f"lora_rank={plan.lora_rank}: rank_plan ranks full training plans only")
+    if max_context_parallel is None:
+        max_context_parallel = default_max_context_parallel(model.seq_length)
     max_context_parallel = max(check_int("max_context_parallel", max_context_parallel), plan.context_parallel)
     # FP8 is modelled as Megatron-LM trains it with Transformer Engine: the Megatron engine only
     engines = (Engine.MEGATRON,) if plan.precision.is_fp8 else ENGINES
@@ -892,6 +921,7 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     plan_stack = dict(stack)
     if plan.precision.is_fp8:  # every row with the plan's FP8 recipe (encode.complete_columns keeps given columns)
         table["fp8_recipe"] = np.full(len(table["tp"]), E.FP8_RECIPE_CODES[str(plan.fp8_recipe)], np.int64)
+        table["fp8_pg"] = np.asarray(table["dist_opt"], np.int64) * int(plan.fp8_param_gather)
         plan_stack["fp8_recipe"] = plan.fp8_recipe
     from workbench.calibrate.profile import resolve_profile
 

@@ -753,6 +753,11 @@ class ParallelPlan:
     moe_token_dispatcher: MoEDispatcher = MoEDispatcher.ALLTOALL
     """``--moe-token-dispatcher-type``: ``alltoall`` (the workbench's default, what expert-parallel recipes use) or
     ``allgather`` (megatron-core's own default; an imported command line without the flag gets it)."""
+    moe_overlap_alltoall: bool = False
+    """Megatron ``--overlap-moe-expert-parallel-comm`` (megatron-core ``overlap_moe_expert_parallel_comm``, the
+    combined 1F1B schedule): one micro-batch's dispatch/combine all-to-alls run while another micro-batch computes,
+    so only what outlasts that compute is exposed. Needs expert_parallel > 1, the alltoall dispatcher, no full
+    recompute, and interleaving (virtual_pipeline > 1) with pipeline parallel."""
     fused_kernels: Optional[bool] = None
     """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
     ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
@@ -856,13 +861,25 @@ class ParallelPlan:
         if (e > 1 or self.expert_tensor_parallel is not None) and self.engine is not Engine.MEGATRON:
             raise ValueError(f"expert_parallel={e}, expert_tensor_parallel={self.expert_tensor_parallel} need engine "
                              f"'megatron' (megatron-core's MoE layer); engine='{self.engine}' keeps every expert on "
-                             f"every rank (DeepSpeed-MoE's ep_size belongs to its own MoE layer, which the "
-                             f"workbench's DeepSpeed path does not build)")
+                             f"every rank (DeepSpeed's own expert parallelism — DeepSpeed-MoE's ep_size, AutoEP's "
+                             f"ds_config 'expert_parallel' section — is not modelled)")
         block = te * e * self.pipeline_parallel
         if self.world_size % block:
             raise ValueError(f"expert_tensor_parallel({te}) * expert_parallel({e}) * pipeline_parallel("
                              f"{self.pipeline_parallel}) = {block} does not divide world_size={self.world_size} "
                              f"(megatron-core's expert rank generator)")
+        _set(self, "moe_overlap_alltoall", check_bool("moe_overlap_alltoall", self.moe_overlap_alltoall))
+        if self.moe_overlap_alltoall:
+            why = ("expert_parallel > 1" if e == 1 else
+                   "moe_token_dispatcher='alltoall'" if self.moe_token_dispatcher is not MoEDispatcher.ALLTOALL else
+                   "recompute other than 'full'" if self.recompute is Recompute.FULL else
+                   "virtual_pipeline > 1 with pipeline_parallel > 1"
+                   if self.pipeline_parallel > 1 and self.virtual_pipeline == 1 else "")
+            if why:
+                raise ValueError(f"moe_overlap_alltoall=True needs {why} (megatron-core's checks for "
+                                 f"overlap_moe_expert_parallel_comm; got expert_parallel={e}, moe_token_dispatcher="
+                                 f"'{self.moe_token_dispatcher}', recompute='{self.recompute}', pipeline_parallel="
+                                 f"{self.pipeline_parallel}, virtual_pipeline={self.virtual_pipeline})")
         if e > 1 and self.tensor_parallel > 1 and not self.sequence_parallel:
             raise ValueError(f"expert_parallel={e} with tensor_parallel={self.tensor_parallel} needs "
                              f"sequence_parallel=True (Megatron-LM: 'When using expert parallelism and tensor "
@@ -983,6 +1000,10 @@ class ParallelPlan:
         else:
             if self.distributed_optimizer:
                 raise ValueError(f"distributed_optimizer=True is Megatron's; with engine='{e}' use zero_stage >= 1")
+        if e is Engine.DEEPSPEED and self.context_parallel > 1 and self.tensor_parallel == 1 \
+                and not self.sequence_parallel:
+            raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron' (Megatron context "
+                             f"parallelism; DeepSpeed's own sequence parallelism, Ulysses, is not modelled)")
         if e is Engine.DEEPSPEED:
             if self.tensor_parallel > 1 or self.context_parallel > 1 or self.sequence_parallel:
                 raise ValueError(f"tensor_parallel={self.tensor_parallel}, context_parallel={self.context_parallel}"
@@ -990,7 +1011,8 @@ class ParallelPlan:
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
         if e is Engine.MEGATRON_DEEPSPEED and self.context_parallel > 1:
             raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron': Megatron-DeepSpeed has "
-                             f"no Megatron context parallelism (its sequence parallelism is DeepSpeed-Ulysses)")
+                             f"no Megatron context parallelism (its sequence parallelism, DeepSpeed-Ulysses, is not "
+                             f"modelled)")
         if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
             raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
                              f"{self.pipeline_parallel}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism "
@@ -1209,6 +1231,11 @@ def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:
     if model.moe_ffn_hidden_size % te:
         raise ValueError(f"expert_tensor_parallel={te} does not divide moe_ffn_hidden_size="
                          f"{model.moe_ffn_hidden_size}")
+    if model.add_bias_linear and te > 1 and plan.engine is Engine.MEGATRON:
+        raise ValueError(f"{model.name} has biases on its linear layers (add_bias_linear=True): megatron-core supports "
+                         f"them in MoE layers only with expert_tensor_parallel=1 (got {te}"
+                         f"{', the TP size, its default' if plan.expert_tensor_parallel is None else ''}); set "
+                         f"expert_tensor_parallel=1")
 
 
 def _validate_fp8(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:

@@ -186,6 +186,22 @@ def attention_score_bytes(*, bytes_per_value, softmax_fusion, attention_dropout)
     return fused * fwd_fused + (1 - fused) * fwd_unfused, fused * bwd_fused + (1 - fused) * bwd_unfused
 
 
+def rope_bytes(*, bytes_per_value, fused):
+    """HBM bytes per query or key element of one layer's rotary position embedding, ``(forward, backward)``,
+    counted kernel by kernel (v = bytes_per_value). Unfused, as megatron-core's ``_apply_rotary_pos_emb_bshd``
+    without ``apply_rope_fusion`` and transformers' ``apply_rotary_pos_emb`` run it, ``t·cos + rotate_half(t)·sin``:
+
+        forward:  rotate_half's neg of one half (v) and cat (2v), the two products (2v each), the sum (3v), the
+                  concatenation with the unrotated part (2v)                                          = 12v
+        backward: the two products' gradients (2v each), the neg and chunk gradients (v + 2v), the sum of the
+                  two branches (3v)                                                                   = 10v
+
+    Fused (Transformer Engine / Apex ``fused_apply_rotary_pos_emb``: one read and one write): 2v and 2v."""
+    v = np.asarray(bytes_per_value, dtype=float)
+    f = np.asarray(fused, dtype=float)
+    return f * 2 * v + (1 - f) * 12 * v, f * 2 * v + (1 - f) * 10 * v
+
+
 def cross_entropy_bytes(*, bytes_per_value):
     """HBM bytes per logit (token × padded vocabulary entry) of megatron-core's ``vocab_parallel_cross_entropy``
     in fp32, counted from its kernels (megatron/core/tensor_parallel/cross_entropy.py), v = bytes_per_value:
@@ -305,6 +321,12 @@ class StepInputs:
     """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
     backward together); the part the GPU's kernels for that layer do not hide is added to the recompute (catalog
     ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    flash_forward_efficiency_max: object = 0.0
+    """Fused attention's forward rate as a fraction of peak (catalog ``flash_attention``; 0: price the attention
+    core on the GEMM curve)."""
+    flash_backward_efficiency_max: object = 0.0
+    flash_half_seq: object = 1.0
+    flash_backward_flops_ratio: object = 2.0
     cp_comm_type: object = 0
     """Context-parallel exchange (:data:`CP_COMM_CODES`: 0 p2p ring, 1 a2a, 2 all_gather, 3 a2a+p2p)."""
     cp_a2a_size: object = 1
@@ -353,6 +375,8 @@ class StepInputs:
     else 1 (:func:`workbench.memory.moe_expert_tokens`)."""
     moe_allgather: object = 0.0
     """1: megatron-core's allgather token dispatcher; 0: alltoall."""
+    moe_overlap_alltoall: object = 0.0
+    """1: the all-to-alls overlap another micro-batch's compute (``--overlap-moe-expert-parallel-comm``)."""
     stage_parameters: object = None
     """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
     layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
@@ -365,6 +389,9 @@ class StepInputs:
     cpu_adam_params_per_second_per_thread: object = np.inf
     """CPU Adam parameters per second on one thread (optimizer offload); the node's memory bandwidth caps the sum
     (``cpu_adam_params_per_second_per_node``)."""
+    cpu_adam_serial_seconds_per_parameter: object = 0.0
+    """Host seconds per offloaded parameter that more threads do not shorten (the serial part of the step around
+    CPU Adam)."""
     offload_zero3_host_factor: object = 0.0
     """ZeRO-3 with optimizer offload: host work per parameter beyond ZeRO-2's, as a fraction of the CPU Adam step
     (stage3.py runs the gradient norm, the unscale/clip pass and the fp32 → 16-bit copy-back over the host copies)."""
@@ -377,6 +404,15 @@ class StepInputs:
     """Fraction of the datasheet HBM bandwidth the materialised-score kernels (softmax, mask, dropout, casts over
     the b·a·s·s scores) reach; fitted per GPU generation (the curve's ``score_hbm_efficiency``, else its
     ``hbm_efficiency``)."""
+    grad_accumulate_bytes_per_parameter: object = 0.0
+    """HBM bytes per trainable parameter and micro-batch of accumulating its gradient into the engine's reduce
+    buffer (encoded per engine: Megatron DDP's ``main_grad.add_`` in the reduce dtype, read and written, plus the
+    16-bit gradient read; DeepSpeed ZeRO-1/2's copy into the contiguous bucket and in-place average, 4v)."""
+    rope_forward_bytes: object = 0.0
+    """Rotary position embedding: HBM bytes per query and key element of one layer's forward (0 without rotary
+    positions; :func:`rope_bytes`)."""
+    rope_backward_bytes: object = 0.0
+    """... and of its backward."""
     zero3_hook_overlap: object = 1.0
     """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
     host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
@@ -394,11 +430,15 @@ def step_time_terms(**inputs):
     the link each group uses), :func:`optimizer_terms` (GPU optimizer step, ZeRO-Offload) and :func:`pipeline_terms`
     (forward/backward of one micro-batch on the slowest stage, the bubble).
 
-    Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at ``hbm_efficiency`` ×
-    HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer moves
-    ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter; every layer
-    forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of its kernels; ZeRO-3 adds
-    per-module hook and collective-call latencies (``zero3_*``, fitted on H200 runs, catalog ``deepspeed``).
+    Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at
+    ``score_hbm_efficiency`` × HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer
+    moves ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter of the
+    largest stage (``stage_parameters``), plus ``step_overhead_s`` and DeepSpeed's ``deepspeed_tensor_seconds`` per
+    parameter tensor; every layer forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of
+    its kernels; ZeRO-3 adds its gathers and gradient copies in counted bytes and its per-module host hooks
+    (``zero3_*``), exposed only where they outlast the kernels; optimizer offload prices CPU Adam by the rank's
+    threads (``cpu_adam_threads``) up to the node's cap. Constants: fitted on H200 runs of the fit split, catalog
+    ``curves.hopper``, ``deepspeed`` and ``cpu_adam``.
 
     Returns a dict with every key of :data:`TERMS`, ``step_seconds``, ``model_flops``, ``hardware_flops`` (whole job
     per step), ``gemm_efficiency`` (the FLOP-weighted efficiency of the layer GEMMs), the per-layer
@@ -458,11 +498,26 @@ def compute_terms(x: StepInputs) -> dict:
     core_flops = tokens * attention_core_flops_per_token(seq_length=s, query_projection_size=q,
                                                          causal=x.causal_attention) / t
     t_core = gemm_seconds(core_flops, s / c, s / c, x.head_dim, **gemm)
+    t_core_bwd = 2 * t_core
+    # fused (flash) attention with its own measured rate where the catalog has one (Transformer Engine on Hopper):
+    # the kernel never writes the s×s scores, so the GEMM curve's small head_dim is not what limits it
+    flash_fwd, flash_bwd = flash_attention_seconds(core_flops, s / c, peak_flops=x.peak_flops,
+                                                   forward_efficiency_max=x.flash_forward_efficiency_max,
+                                                   backward_efficiency_max=x.flash_backward_efficiency_max,
+                                                   half_seq=x.flash_half_seq,
+                                                   backward_flops_ratio=x.flash_backward_flops_ratio)
+    flash_kernel = (np.asarray(x.flash_forward_efficiency_max) > 0) & (np.asarray(x.unfused_attention) == 0)
+    t_core = np.where(flash_kernel, flash_fwd, t_core)
+    t_core_bwd = np.where(flash_kernel, flash_bwd, t_core_bwd)
     hbm = g["hbm_bytes_per_s"]
     elementwise = elementwise_bytes_per_layer(tokens=tokens, hidden_size=h, num_attention_heads=x.num_attention_heads,
                                               seq_length=s, tensor_parallel=t, sequence_parallel=g["sp"],
                                               unfused_attention=0, bytes_per_value=x.bytes_per_value)
     t_mem = x.memory_passes * elementwise / hbm
+    # rotary position embedding on the layer's queries and keys (counted bytes, :func:`rope_bytes`)
+    rope_elements = tokens * (q + kv) / t
+    t_rope_fwd, t_rope_bwd = (rope_elements * x.rope_forward_bytes / hbm,
+                              rope_elements * x.rope_backward_bytes / hbm)
     # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
     # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
     t_mem = t_mem + np.where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
@@ -493,11 +548,11 @@ def compute_terms(x: StepInputs) -> dict:
     t_cast_bwd = np.where(fp8 > 0, fp8 * cast_bwd_b / g["hbm_bytes_per_s"], 0.0)
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
     # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
-    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + t_cast_fwd + x.layer_pass_overhead_s
+    layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + t_cast_fwd + t_rope_fwd + x.layer_pass_overhead_s
     # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
     # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
     tf = x.trainable_fraction
-    layer_bwd = ((1 + tf) * t_weights_fwd + 2 * (t_core + t_mem) + t_score_bwd + t_cast_bwd
+    layer_bwd = ((1 + tf) * t_weights_fwd + t_core_bwd + 2 * t_mem + t_score_bwd + t_cast_bwd + t_rope_bwd
                  + x.layer_pass_overhead_s)
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
@@ -537,6 +592,7 @@ def compute_terms(x: StepInputs) -> dict:
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
+            "core_attention_backward_seconds": t_core_bwd,
             "layer_weight_gemm_seconds": t_weights_fwd}
 
 
@@ -593,7 +649,8 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
       tp_e·e ranks (dispatch) and a reduce-scatter of the same size (combine).
 
     The backward repeats the forward's collectives (the gradients travel the same way back); a fully recomputed
-    layer repeats its forward ones."""
+    layer repeats its forward ones. With ``moe_overlap_alltoall`` only the part beyond one forward and one backward
+    of compute stays exposed."""
     t, e, n = x.tensor_parallel, x.expert_parallel, x.gpus_per_node
     etp = _expert_tp(x)
     layers = comp["stage_layers"]
@@ -630,8 +687,14 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
                       + collective_seconds(hidden_gathered, etp * e, kind="reduce_scatter", gb_per_s=ag_bw,
                                            latency_s=ag_lat))
     per_pass = moe * np.where(x.moe_allgather > 0, allgather_pass, alltoall_pass)
-    out["ep_forward_microbatch_seconds"] = layers * per_pass
-    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc) * per_pass
+    # --overlap-moe-expert-parallel-comm (megatron-core's combined 1F1B, pipeline_parallel/combined_1f1b.py): one
+    # micro-batch's forward runs beside another's backward, each one's all-to-alls during the other's compute; what
+    # is left exposed is the micro-batch's communication beyond the compute of a forward and a backward
+    total = layers * (2 + full_rc) * per_pass
+    compute = comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
+    kept = np.where(x.moe_overlap_alltoall > 0, exposed_seconds(total, compute, 1) / np.maximum(total, 1e-30), 1.0)
+    out["ep_forward_microbatch_seconds"] = layers * per_pass * kept
+    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc) * per_pass * kept
     out["ep_alltoall_seconds"] = moe * a2a
     out["ep_comm"] = x.num_microbatches * (out["ep_forward_microbatch_seconds"] + out["ep_backward_microbatch_seconds"])
     out["ep_crosses_nodes"], out["ep_gb_per_s"], out["ep_latency_s"] = ep_cross, ep_bw, ep_lat
@@ -723,7 +786,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
 
     # context parallel: the K/V exchange of the attention core (ring P2P, all-to-all, all-gather or hierarchical)
-    cp = context_parallel_seconds(x, comp["core_attention_seconds"], tokens, out)
+    cp = context_parallel_seconds(x, comp["core_attention_seconds"], tokens, out,
+                                  core_backward_seconds=comp["core_attention_backward_seconds"])
     out.update(cp)
     out["cp_forward_microbatch_seconds"] = layers * cp["cp_layer_forward_seconds"]
     out["cp_backward_microbatch_seconds"] = layers * (cp["cp_layer_forward_seconds"] * full_rc
@@ -779,8 +843,28 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
     zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
                                  ) / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency)
-    out["dp_comm"] = dense_dp + expert_dp + np.where(zero == 3, zero3_calls, 0.0)
+    # every micro-batch's gradients are accumulated into the engine's reduce buffer through HBM:
+    # grad_accumulate_bytes_per_parameter per trainable parameter (Megatron DDP's fp32 main_grad += grad; DeepSpeed
+    # ZeRO-1/2's copy into the contiguous bucket and the in-place average; counted above for ZeRO-3)
+    accumulate = (m * trainable_params * x.grad_accumulate_bytes_per_parameter
+                  / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
+    out["dp_comm"] = dense_dp + expert_dp + np.where(zero == 3, zero3_calls, 0.0) + accumulate
     return out
+
+
+def flash_attention_seconds(core_flops, kv_tokens, *, peak_flops, forward_efficiency_max, backward_efficiency_max,
+                            half_seq, backward_flops_ratio):
+    """Forward and backward seconds of a fused (flash) attention kernel doing ``core_flops`` forward FLOPs (the
+    causal count, :func:`workbench.flops.attention_core_flops_per_token`) over ``kv_tokens`` keys per call:
+    rate = peak × efficiency_max × n / (n + half_seq), the backward executing ``backward_flops_ratio`` × the
+    forward's FLOPs at its own rate (catalog ``flash_attention``: FlashAttention-3, arXiv 2407.08608, cuDNN on
+    H100). Zero efficiency (no catalog entry) gives infinite time; callers select the GEMM-curve price instead."""
+    n = np.asarray(kv_tokens, dtype=float)
+    shape = n / (n + half_seq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fwd = core_flops / (peak_flops * forward_efficiency_max * shape)
+        bwd = backward_flops_ratio * core_flops / (peak_flops * backward_efficiency_max * shape)
+    return fwd, bwd
 
 
 def _data_parallel_seconds(x: StepInputs, local_params, group, stride_size, backward_mb, forward_mb, *,
@@ -837,7 +921,7 @@ def all_to_all_seconds(nbytes, group_size, *, gb_per_s, latency_s):
     return np.where(n > 1, (n - 1) / n * nbytes / (gb_per_s * 1e9) + latency_s, 0.0)
 
 
-def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -> dict:
+def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, core_backward_seconds=None) -> dict:
     """Exposed context-parallel communication of one layer's forward and backward for one micro-batch, by
     ``cp_comm_type`` (Transformer Engine ``attention/dot_product_attention/context_parallel.py``, through
     megatron-core ``TEDotProductAttention``). c = context_parallel, a = ``cp_a2a_size`` (the all-to-all group),
@@ -847,7 +931,8 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -
 
     * ``p2p`` (ring, a = 1): r − 1 steps forward, each sending kv to the next rank while the chunk received before
       is attended; a step is exposed only by what its transfer exceeds its compute:
-      (r−1)·max(0, send(kv) − core/r). Backward sends K/V and their gradients: (r−1)·max(0, send(2kv) − 2·core/r).
+      (r−1)·max(0, send(kv) − core/r). Backward sends K/V and their gradients: (r−1)·max(0, send(2kv) −
+      core_backward/r) (``core_backward_seconds``, default 2·core).
       With GQA kv is small next to the attention work, so the ring hides until s/c gets short.
     * ``a2a`` (Ulysses, a = c): all-to-all of Q, K, V before attention and of O after it (forward q+kv+q bytes;
       backward the same for dO, dQ, dK, dV), not overlapped.
@@ -870,7 +955,8 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -
     hop_fwd, hop_bwd = p2p_seconds(kv, **ring), p2p_seconds(2 * kv, **ring)
     steps = np.maximum(r - 1, 0)
     ring_fwd = steps * np.maximum(0.0, hop_fwd - core_seconds / r)
-    ring_bwd = steps * np.maximum(0.0, hop_bwd - 2 * core_seconds / r)
+    core_bwd = 2 * core_seconds if core_backward_seconds is None else core_backward_seconds
+    ring_bwd = steps * np.maximum(0.0, hop_bwd - core_bwd / r)
     a2a = all_to_all_seconds(2 * q + kv, a, gb_per_s=links["cp_a2a_gb_per_s"], latency_s=links["cp_a2a_latency_s"])
     cp_link = dict(gb_per_s=links["cp_gb_per_s"], latency_s=links["cp_latency_s"])
     ag = np.where(gather, collective_seconds(c * kv, c, kind="all_gather", **cp_link), 0.0)
@@ -884,7 +970,16 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict) -
 
 def optimizer_terms(x: StepInputs) -> dict:
     """``offload`` (ZeRO-Offload PCIe traffic and the CPU Adam step) and ``optimizer`` (the GPU optimizer step)
-    seconds per step, over the parameter shard one rank updates."""
+    seconds per step, over the parameter shard one rank of the largest stage updates.
+
+    CPU Adam (DeepSpeedCPUAdam: OpenMP over the rank's ``OMP_NUM_THREADS``) updates
+    min(threads × ``cpu_adam_params_per_second_per_thread``, ``cpu_adam_params_per_second_per_node`` ÷ ranks on
+    the node) parameters per second — compute bound per thread until the node's memory bandwidth is shared out —
+    × (1 + ``offload_zero3_host_factor``) at ZeRO-3, whose stage3.py also runs the gradient norm, the unscale/clip
+    pass and the copy back to 16 bits over the host partition; the gradients cross the host link in fp32 and the
+    updated parameters in 16 bits (4 + v bytes per parameter: torch's ``copy_`` between devices converts the dtype
+    on the GPU when non-blocking, as DeepSpeed's gradient copy is, and on the host when blocking, as its parameter
+    copy back is)."""
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
     dense_params, expert_params, expert_group = local_parameters(x)
     local_params = dense_params + expert_params
@@ -899,11 +994,14 @@ def optimizer_terms(x: StepInputs) -> dict:
     # cpu_adam_params_per_second_per_thread, until the ranks of a node together reach what its memory bandwidth
     # allows (cpu_adam_params_per_second_per_node); ZeRO-3 adds host passes over the same partition
     ranks_per_node = np.minimum(t * p * c * d, x.gpus_per_node)
-    cpu_rate = np.minimum(x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread,
-                          x.cpu_adam_params_per_second_per_node / ranks_per_node)
+    cpu_seconds_per_param = np.maximum(1 / (x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread)
+                                       + x.cpu_adam_serial_seconds_per_parameter,
+                                       ranks_per_node / x.cpu_adam_params_per_second_per_node)
     host_passes = 1 + (x.zero_stage == 3) * x.offload_zero3_host_factor
-    offload_opt_s = np.where(off_opt, 2 * shard * x.bytes_per_value / host_bps + shard * host_passes / cpu_rate,
-                             0.0)
+    # the gradients go down in fp32 (DeepSpeed's non-blocking copy_ into its fp32 host buffer converts on the GPU)
+    # and the updated parameters come up in 16 bits (its blocking copy_ back converts on the host): 4 + v bytes
+    offload_opt_s = np.where(off_opt, shard * (4.0 + x.bytes_per_value) / host_bps
+                             + shard * host_passes * cpu_seconds_per_param, 0.0)
     offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)

@@ -259,34 +259,43 @@ class HardwareProfile:
         return out, notes
 
     def memory_overheads(self) -> tuple[dict, list]:
-        """``{context_bytes, nccl_bytes, reserve_fraction}`` for :func:`workbench.memory.overhead_bytes`, and notes.
+        """``{context_bytes, nccl_bytes, reserve_fraction, floor}`` for :func:`workbench.memory.overhead_bytes`, and
+        notes. A figure the profile did not measure is left out (the engine's training-run constant is used).
 
         ``workbench calibrate`` measures the context and the NCCL buffers in a bare torch process (one matmul, one
         communicator). A DeepSpeed or megatron-core training process holds more outside the allocator — their
-        kernels, cuBLAS workspaces for many shapes, one NCCL communicator per process group: 1.66 GiB on one H200
-        and 8.23 GiB on two, against 0.67 and 0.67 + 1.45 GiB in the bare process on the same machine
-        (``benchmarks/bench_calibration.py``). So on a GPU the profile's figures are lower bounds: each overhead is
-        the larger of the profile's and the memory model's training-run constant; so is the allocator reserve, which
-        calibrate measures on a small synthetic allocation pattern (5.5% on H200, against 9-45% in the training
-        runs). On a CPU profile the measured figures are used as they are."""
+        kernels, cuBLAS workspaces for many shapes, one NCCL communicator per process group: 2.17 GiB (DeepSpeed)
+        and 2.93 GiB (megatron-core) on one H200 and 8.23 GiB with DeepSpeed on two, against 0.67 and 0.67 + 1.45 GiB
+        in the bare process on the same machine (``benchmarks/bench_calibration.py``). So on a GPU the profile's
+        figures are lower bounds (``floor``): each overhead is the larger of the profile's and the training-run
+        constant of the plan's engine (:func:`workbench.memory.engine_overheads`); so is the allocator reserve,
+        which calibrate measures on a small synthetic allocation pattern (5.5% on H200, against 4-60% in the
+        training runs; medians 17.8% DeepSpeed, 11.5% megatron-core). On a CPU profile the measured figures are
+        used as they are."""
         from workbench import memory as M
 
         mem = self.memory
-        out = {"context_bytes": M.CUDA_CONTEXT_BYTES, "nccl_bytes": M.NCCL_BYTES,
-               "reserve_fraction": M.ALLOCATOR_RESERVE_FRACTION}
-        notes = []
-        floors = ("context_bytes", "nccl_bytes", "reserve_fraction") if self.device_kind == "cuda" else ()
-        for key in out:
+        gpu_like = self.device_kind == "cuda"
+        own = {"context_bytes": M.OUTSIDE_ALLOCATOR_BYTES, "nccl_bytes": M.NCCL_BYTES_BY_ENGINE,
+               "reserve_fraction": M.RESERVE_FRACTION}
+        out, notes = {}, []
+        for key, table in own.items():
             value = mem.get(key)
+            fmt = (lambda b: f"{b:.1%}") if key == "reserve_fraction" else (lambda b: f"{b / 2**30:.2f} GiB")
+            per_engine = " / ".join(f"{e} {fmt(v)}" for e, v in table.items())
             if value is None:
-                notes.append(f"{key}: memory model constant")
-            elif key in floors and value < out[key]:
-                fmt = (lambda b: f"{b:.1%}") if key == "reserve_fraction" else (lambda b: f"{b / 2**30:.2f} GiB")
-                notes.append(f"{key}: training-run constant {fmt(out[key])} (bare-process measurement "
+                notes.append(f"{key}: memory model constant ({per_engine})")
+                continue
+            out[key] = value
+            if gpu_like and value < min(table.values()):
+                notes.append(f"{key}: training-run constant of the engine ({per_engine}; bare-process measurement "
                              f"{fmt(value)} is a lower bound)")
+            elif gpu_like:
+                notes.append(f"{key} measured {fmt(value)} (used where above the engine's {per_engine})")
             else:
-                out[key] = value
                 notes.append(f"{key} measured")
+        if gpu_like:
+            out["floor"] = True
         return out, notes
 
     def applied(self, cluster, precision) -> dict:
@@ -410,11 +419,12 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
     gpu_like = profile.device_kind == "cuda"
     if mem.get("context_bytes") is not None:
         row("context (outside allocator)", mem["context_bytes"] / 2**30,
-            M.CUDA_CONTEXT_BYTES / 2**30 if gpu_like else None, "GiB")
+            min(M.OUTSIDE_ALLOCATOR_BYTES.values()) / 2**30 if gpu_like else None, "GiB")
     if mem.get("nccl_bytes") is not None:
-        row("NCCL buffers", mem["nccl_bytes"] / 2**30, M.NCCL_BYTES / 2**30 if gpu_like else None, "GiB")
+        row("NCCL buffers", mem["nccl_bytes"] / 2**30, min(M.NCCL_BYTES_BY_ENGINE.values()) / 2**30 if gpu_like else None,
+            "GiB")
     if mem.get("reserve_fraction") is not None:
-        row("allocator reserve", mem["reserve_fraction"], M.ALLOCATOR_RESERVE_FRACTION if gpu_like else None,
+        row("allocator reserve", mem["reserve_fraction"], min(M.RESERVE_FRACTION.values()) if gpu_like else None,
             "of allocated")
     return rows
 

@@ -48,6 +48,8 @@ _PLAN_FLAGS = {
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
+    "ep": "expert_parallel", "etp": "expert_tensor_parallel", "moe_capacity_factor": "moe_capacity_factor",
+    "moe_dispatcher": "moe_token_dispatcher",
     "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes",
     "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather",
     "fp8_bf16_first_layers": "fp8_bf16_first_layers", "fp8_bf16_last_layers": "fp8_bf16_last_layers",
@@ -139,6 +141,20 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    nargs=2, metavar=("A2A", "P2P"),
                    help="with --cp-comm-type a2a+p2p: all-to-all group size and ring size, product = --cp")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallel")
+    p.add_argument("--ep", "--expert-model-parallel-size", dest="ep", type=int, metavar="N",
+                   help="MoE expert parallel: each MoE layer's experts split over N ranks (engine megatron)")
+    p.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", type=int, metavar="N",
+                   help="MoE expert tensor parallel: ranks splitting one expert (default: --tp)")
+    p.add_argument("--moe-capacity-factor", "--moe-expert-capacity-factor", dest="moe_capacity_factor", type=float,
+                   metavar="F", help="MoE expert capacity factor (tokens beyond F x the average are dropped; "
+                                     "default dropless)")
+    p.add_argument("--moe-pad-to-capacity", "--moe-pad-expert-input-to-capacity", dest="moe_pad_to_capacity",
+                   action="store_true", default=None, help="pad every expert's input to its capacity")
+    p.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",
+                   action="store_true", default=None,
+                   help="overlap the MoE all-to-alls with another micro-batch's compute (combined 1F1B)")
+    p.add_argument("--moe-dispatcher", "--moe-token-dispatcher-type", dest="moe_dispatcher",
+                   choices=["alltoall", "allgather"], help="MoE token dispatcher (default alltoall)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
     p.add_argument("--offload-optimizer", choices=["none", "cpu", "nvme"])
     p.add_argument("--offload-params", choices=["none", "cpu", "nvme"])
@@ -236,7 +252,8 @@ def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_
         fields["sequence_parallel"] = True
     if getattr(args, "distributed_optimizer", None):
         fields["distributed_optimizer"] = True
-    for name in ("embedding_in_pipeline_split", "loss_in_pipeline_split"):
+    for name in ("embedding_in_pipeline_split", "loss_in_pipeline_split", "moe_pad_to_capacity",
+                 "moe_overlap_alltoall"):
         if getattr(args, name, None):
             fields[name] = True
     return ParallelPlan(world_size=cluster.world_size, **fields)

@@ -21,9 +21,13 @@ def add_parser(sub) -> None:
                    help="fp8: Transformer Engine FP8 under Megatron-LM (engine megatron only)")
     s.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"], default="delayed",
                    help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe)")
+    s.add_argument("--fp8-param-gather", action="store_true",
+                   help="with --precision fp8: plans with the distributed optimizer keep the linear weights in FP8 "
+                        "and all-gather them in FP8 (Megatron-LM --fp8-param-gather)")
     s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
-    s.add_argument("--max-cp", type=int, default=16, help="largest context-parallel size (default 16)")
+    s.add_argument("--max-cp", type=int, default=None,
+                   help="largest context-parallel size (default 16; seq/32768 beyond 512k tokens)")
     s.add_argument("--adam", choices=["fused", "torch"], default="fused",
                    help="GPU optimizer kernel of every plan: fused (Apex/TE or DeepSpeed FusedAdam) or torch "
                         "(torch.optim.AdamW)")
@@ -51,10 +55,17 @@ def _cp(p) -> str:
                                       if p.context_parallel > 1 else "")
 
 
-def _row(i, r) -> str:
+def _ep(p) -> str:
+    """Expert parallel, with the expert TP after a slash where it differs from TP (``8/1``)."""
+    te = p.expert_tensor_parallel_size
+    return f"{p.expert_parallel}" + (f"/{te}" if te != p.tensor_parallel else "")
+
+
+def _row(i, r, moe: bool = False) -> str:
     p = r.plan
     return (f"{i:>3} {str(p.engine):<18} {p.tensor_parallel:>3} {p.pipeline_parallel:>3} {p.virtual_pipeline:>2} "
-            f"{_cp(p):>3} {p.data_parallel:>6} {'y' if p.sequence_parallel else '-':>2} "
+            f"{_cp(p):>3}" + (f" {_ep(p):>5}" if moe else "") + f" {p.data_parallel:>6} "
+            f"{'y' if p.sequence_parallel else '-':>2} "
             f"{(('do' if p.distributed_optimizer else '-') if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
             f"{_offload(p):>6} "
             f"{str(p.recompute):<9} {p.micro_batch_size:>4} {p.gradient_accumulation_steps:>5} "
@@ -63,6 +74,8 @@ def _row(i, r) -> str:
 
 _HEADER = ("  # engine              TP  PP  v  CP     DP SP ZeRO offld  recompute  mbs   acc  GiB/GPU    s/step "
            "    tokens/s    MFU")
+_HEADER_MOE = _HEADER.replace("  CP     DP", "  CP    EP     DP")
+"""With an MoE model: the expert-parallel column (EP, or EP/expert TP where the expert TP differs from TP)."""
 
 
 PARETO_ROWS = 8
@@ -85,14 +98,16 @@ def render(result) -> str:
              f"({result.elapsed_seconds:.2f} s, {result.plans_per_second:,.0f} plans/s)"]
     if result.profile and result.profile.get("name"):
         lines.append(result.profile["note"])
+    moe = m.is_moe
+    header = _HEADER_MOE if moe else _HEADER
     lines += ["", "ranked by step time",
-             _HEADER]
-    lines += [_row(i + 1, r) for i, r in enumerate(result.ranked)]
+             header]
+    lines += [_row(i + 1, r, moe) for i, r in enumerate(result.ranked)]
     shown = pareto_rows(len(result.pareto))
     more = (f": {len(shown)} of its {len(result.pareto)} plans, spread from fastest to most memory left "
             f"(--json lists all)" if len(shown) < len(result.pareto) else "")
-    lines += ["", f"Pareto front (tokens/s vs memory headroom){more}", _HEADER]
-    lines += [_row(i + 1, result.pareto[i]) for i in shown]
+    lines += ["", f"Pareto front (tokens/s vs memory headroom){more}", header]
+    lines += [_row(i + 1, result.pareto[i], moe) for i in shown]
     if any(_cp(r.plan)[-1].isalpha() for r in (*result.ranked, *result.pareto)):
         lines += ["", "CP: the ring (p2p) unless marked a (all-to-all, --cp-comm-type a2a), g (all_gather), "
                       "h (a2a+p2p)"]
@@ -115,7 +130,7 @@ def run(args) -> int:
                         max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
                         overlap_comm=args.overlap_comm, profile=profile_from_args(args),
-                        fp8_recipe=args.fp8_recipe)
+                        fp8_recipe=args.fp8_recipe, fp8_param_gather=args.fp8_param_gather)
     if args.json:
         print_json(result.to_dict())
     else:

@@ -629,6 +629,57 @@ _KNOWN = {
 }
 
 
+_MOE_FLAGS = {"moe-shared-expert-intermediate-size", "moe-shared-expert-gate", "expert-model-parallel-size", "expert-tensor-parallel-size", "moe-token-dispatcher-type",
+              "moe-expert-parallel-size", "moe-train-capacity-factor", "moe-min-capacity",
+              "disable-moe-token-dropping",
+              "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm"}
+_KNOWN |= _MOE_FLAGS
+
+
+def _read_moe(one, has, num, kind: str, model: dict, plan: dict, warnings: list) -> None:
+    """Megatron-LM's MoE layout flags (``megatron/training/arguments.py``, ``_add_moe_args`` and the parallel group):
+    ``--expert-model-parallel-size``, ``--expert-tensor-parallel-size`` (unset: the TP size),
+    ``--moe-token-dispatcher-type`` (default ``allgather``; ``flex`` is read as ``alltoall``, the volume it moves),
+    ``--moe-expert-capacity-factor`` (negative or unset: dropless) and ``--moe-pad-expert-input-to-capacity``.
+    Megatron-DeepSpeed's MoE (DeepSpeed-MoE's ``ep_size``) is not the megatron-core layer: its expert parallelism is
+    named in a warning and left out."""
+    present = sorted(f for f in _MOE_FLAGS if has(f))
+    if kind == "megatron-deepspeed":
+        if present:
+            warnings.append(f"{', '.join('--' + f for f in present)}: Megatron-DeepSpeed's experts are DeepSpeed-MoE "
+                            f"layers, whose expert parallelism the workbench does not model (every expert stays on "
+                            f"every data-parallel rank; no all-to-all time)")
+        return
+    ds_moe = [f for f in ("moe-expert-parallel-size", "moe-train-capacity-factor", "moe-min-capacity",
+                          "disable-moe-token-dropping") if has(f)]
+    if ds_moe:
+        warnings.append(f"{', '.join('--' + f for f in ds_moe)}: Megatron-DeepSpeed's (DeepSpeed-MoE) flags, "
+                        f"ignored by Megatron-LM; its expert parallelism is --expert-model-parallel-size")
+        present = [f for f in present if f not in ds_moe]
+    if "num_experts" not in model:
+        if present:
+            warnings.append(f"{', '.join('--' + f for f in present)} without --num-experts: a dense model, ignored")
+        return
+    if has("expert-model-parallel-size"):
+        plan["expert_parallel"] = num("expert-model-parallel-size", _positive)
+    if has("expert-tensor-parallel-size"):
+        plan["expert_tensor_parallel"] = num("expert-tensor-parallel-size", _positive)
+    dispatcher = one("moe-token-dispatcher-type") or "allgather"  # Megatron-LM's default
+    if dispatcher == "flex":
+        warnings.append("--moe-token-dispatcher-type flex (DeepEP / HybridEP): priced as alltoall, the same tokens "
+                        "moved by other kernels")
+        dispatcher = "alltoall"
+    plan["moe_token_dispatcher"] = dispatcher
+    if has("moe-expert-capacity-factor"):
+        factor = num("moe-expert-capacity-factor")
+        if factor is not None and float(factor) >= 0:
+            plan["moe_capacity_factor"] = float(factor)
+    if has("moe-pad-expert-input-to-capacity"):
+        plan["moe_pad_to_capacity"] = True
+    if has("overlap-moe-expert-parallel-comm"):
+        plan["moe_overlap_alltoall"] = True
+
+
 _FP8_FLAGS = {"fp8-format", "fp8-recipe", "fp8-margin", "fp8-interval", "fp8-amax-history-len",
               "fp8-amax-compute-algo", "fp8-param-gather", "first-last-layers-bf16", "num-layers-at-start-in-bf16",
               "num-layers-at-end-in-bf16", "no-fp8-wgrad", "fp8-dot-product-attention", "fp8-multi-head-attention"}
@@ -805,6 +856,12 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
             topk = num("moe-router-topk", _positive) if has("moe-router-topk") else num("topk", _positive)
             if topk is not None:
                 m["moe_top_k"] = topk
+            if has("moe-shared-expert-intermediate-size"):
+                m["shared_expert_ffn_hidden_size"] = num("moe-shared-expert-intermediate-size", _positive)
+                if not has("moe-shared-expert-gate"):
+                    warnings.append("--moe-shared-expert-intermediate-size without --moe-shared-expert-gate: the "
+                                    "workbench counts the shared expert's h-wide gate (Qwen2-MoE's); h parameters "
+                                    "per layer too many")
             elif kind == "megatron-deepspeed":
                 m["moe_top_k"] = 1  # Megatron-DeepSpeed's --topk default
             if has("expert-interval") and num("expert-interval", _int) != 1:
@@ -957,14 +1014,7 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         opts["lr_decay_iters"] = num("lr-decay-iters", _int)
 
     _read_fp8(flags, one, has, num, plan, opts, warnings)
-    ep = num("expert-model-parallel-size", _positive) if has("expert-model-parallel-size") else None
-    if ep is not None and ep > 1:
-        warnings.append(f"--expert-model-parallel-size {ep}: expert parallelism is not modelled; the estimate "
-                        f"keeps every expert on every data-parallel rank (more memory, no all-to-all time)")
-        opts["expert_parallel"] = ep
-    if has("expert-tensor-parallel-size"):
-        warnings.append(f"--expert-tensor-parallel-size {one('expert-tensor-parallel-size')} is not modelled "
-                        f"(experts use the dense tensor-parallel size)")
+    _read_moe(one, has, num, kind, m, plan, warnings)
 
     other = sorted(f for f in flags if f not in _KNOWN)
     if other:

@@ -92,7 +92,29 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
               _fmt(model.moe_top_k)]
         if model.moe_ffn_hidden_size != model.ffn_hidden_size and not mds:
             a += ["--moe-ffn-hidden-size", _fmt(model.moe_ffn_hidden_size)]
+        if model.shared_expert_ffn_hidden_size is not None and not mds:  # Qwen2-MoE's gated shared expert
+            a += ["--moe-shared-expert-intermediate-size", _fmt(model.shared_expert_ffn_hidden_size),
+                  "--moe-shared-expert-gate"]
     a += ["--vocab-size", _fmt(model.vocab_size)]
+    return a
+
+
+def moe_flags(plan: ParallelPlan) -> list[str]:
+    """Megatron-LM's MoE layout flags for an MoE model: expert parallel, expert tensor parallel (only when it differs
+    from TP, Megatron's default), the token dispatcher (always written: Megatron-LM's default is allgather, the
+    workbench's alltoall), the capacity factor and padding."""
+    a = []
+    if plan.expert_parallel > 1:
+        a += ["--expert-model-parallel-size", _fmt(plan.expert_parallel)]
+    if plan.expert_tensor_parallel_size != plan.tensor_parallel:
+        a += ["--expert-tensor-parallel-size", _fmt(plan.expert_tensor_parallel_size)]
+    a += ["--moe-token-dispatcher-type", str(plan.moe_token_dispatcher)]
+    if plan.moe_capacity_factor is not None:
+        a += ["--moe-expert-capacity-factor", _fmt(plan.moe_capacity_factor)]
+    if plan.moe_pad_to_capacity:
+        a += ["--moe-pad-expert-input-to-capacity"]
+    if plan.moe_overlap_alltoall:
+        a += ["--overlap-moe-expert-parallel-comm"]
     return a
 
 
@@ -122,6 +144,8 @@ def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "mega
                   *(_fmt(x) for x in plan.hierarchical_context_parallel_sizes)]
     if plan.sequence_parallel:
         a += ["--sequence-parallel"]
+    if model.is_moe and dialect != "megatron-deepspeed":
+        a += moe_flags(plan)
     if plan.distributed_optimizer:
         a += ["--use-distributed-optimizer"]
     a += megatron_recompute_flags(plan)

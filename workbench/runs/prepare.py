@@ -333,14 +333,19 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
     port = master_port or free_port()
     files, argv, run_env = launch_files(launcher=launcher, cluster=cluster, hosts=hosts, nproc=nproc,
                                         run_dir=run_dir, master_port=port,
-                                        env=run_env_for(nproc=nproc, on_gpu=on_gpu, extra=env), run_id=run_id)
+                                        env=run_env_for(nproc=nproc, on_gpu=on_gpu, extra=env,
+                                                        cpu_adam_threads=cluster.cpu_adam_threads),
+                                        run_id=run_id)
     names = host_names(hosts, nproc=nproc) if hosts else None
 
     # the stack train.py runs: megatron-core's local layer spec (unfused softmax); without Apex/Transformer Engine,
     # torch's Adam for the megatron engine and no overlapped gradient reduce (megatron-core DDP's default); for
     # DeepSpeed the config's torch_adam and overlap_comm
     ran_model, ran_plan = run_stack(model, plan, resolved_config)
-    predicted = predicted_numbers(ran_model, cluster, ran_plan, on_gpu=on_gpu)
+    # ... on the CPU threads the ranks get (OMP_NUM_THREADS as launch.sh exports it: CPU Adam's threads)
+    threads = int(run_env["OMP_NUM_THREADS"]) if str(run_env.get("OMP_NUM_THREADS", "")).isdigit() else 0
+    predicted = predicted_numbers(ran_model, cluster.replace(cpu_adam_threads=threads) if threads > 0 else cluster,
+                                  ran_plan, on_gpu=on_gpu)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics").mkdir(exist_ok=True)
     options = {"engine": str(plan.engine), "steps": steps,
@@ -348,7 +353,8 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
                          "overlap_comm": ran_plan.overlaps_comm},
                "data": data if isinstance(data, str) else source.kind,
                "seed": seed, "lr": lr, "clip_grad": clip_grad,
-               "memory_limit_bytes": memory_limit_bytes, "launcher": launcher, "hosts": names}
+               "memory_limit_bytes": memory_limit_bytes, "launcher": launcher, "hosts": names,
+               "omp_num_threads": run_env.get("OMP_NUM_THREADS")}
     if model.implementation is Implementation.TRANSFORMERS:
         from workbench.hf import read_config, run_options
 
@@ -380,9 +386,10 @@ def default_runs_dir() -> Path:
     return runs_dir()
 
 
-def run_env_for(*, nproc: int, on_gpu: bool, extra: Optional[dict]) -> dict:
+def run_env_for(*, nproc: int, on_gpu: bool, extra: Optional[dict], cpu_adam_threads: int = 0) -> dict:
     """The variables ``launch.sh`` exports: the checkout on ``PYTHONPATH``, unbuffered output, the DeepSpeed op
-    cache; NCCL/CUDA settings on a GPU, ``OMP_NUM_THREADS`` (cores / ranks); ``extra`` last."""
+    cache; NCCL/CUDA settings on a GPU, ``OMP_NUM_THREADS`` (the cluster's ``cpu_adam_threads`` when declared, else
+    this environment's, else cores / ranks); ``extra`` last."""
     pythonpath = os.pathsep.join(p for p in (str(CHECKOUT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
            "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or str(_default_extensions_dir())}
@@ -391,7 +398,8 @@ def run_env_for(*, nproc: int, on_gpu: bool, extra: Optional[dict]) -> dict:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     # the node's cores shared by its ranks: torchrun otherwise sets OMP_NUM_THREADS=1, which makes DeepSpeed's CPU
     # Adam (optimizer offload) about 3x slower on H200 (3.2 s instead of 1.1 s per step measured)
-    env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+    env["OMP_NUM_THREADS"] = (str(cpu_adam_threads) if cpu_adam_threads else None) or os.environ.get(
+        "OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
     if extra:
         env.update({k: str(v) for k, v in extra.items()})
     return env

@@ -1,0 +1,131 @@
+"""Live tensor memory through one forward + backward of megatron-core's ``GPTModel`` (local layer spec), on the CPU.
+
+A ``TorchDispatchMode`` counts the storage of every tensor an ATen op creates and drops it when the storage is freed,
+so the peak and the tensors alive at that moment are exact for the op sequence (not for CUDA kernels' own
+temporaries: PyTorch's CUDA ``softmax_backward`` also allocates ``grad * output``, which this CPU trace cannot see).
+Dropout runs as ``torch.native_dropout`` with a 1-byte mask, as on a GPU. The second of two iterations is traced, so
+megatron-core's global memory buffer (the attention scores' ``baddbmm`` input) counts as already there.
+
+This is how the memory model's per-score working set of the unfused attention backward
+(:data:`workbench.memory.UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE`) and its SwiGLU and repeated-K/V terms were read.
+
+    python benchmarks/trace_activations_cpu.py --recompute full --layers 4 --hidden 64 --heads 4 --seq 2048
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import weakref
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
+
+
+def trace(dims: dict, recompute: str, micro_batch: int = 1) -> dict:
+    """``{peak_bytes, peak_op, live}`` for the second forward + backward; ``live``: (bytes, op, shape, dtype) of the
+    tensors alive at the peak, largest first."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class LiveStorage(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live, self.origin, self.current, self.peak, self.peak_op, self.at_peak = {}, {}, 0, 0, None, []
+
+        def _freed(self, key):
+            self.current -= self.live.pop(key, 0)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if not isinstance(t, torch.Tensor):
+                    continue
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key in self.live or storage.nbytes() == 0:
+                    continue
+                self.live[key] = storage.nbytes()
+                self.origin[key] = (str(func), tuple(t.shape), str(t.dtype))
+                self.current += storage.nbytes()
+                weakref.finalize(storage, self._freed, key)
+            if self.current > self.peak:
+                self.peak, self.peak_op = self.current, str(func)
+                self.at_peak = [(n,) + self.origin[k] for k, n in self.live.items()]
+            return out
+
+    def dropout_as_on_gpu(input, p=0.5, training=True, inplace=False):
+        return torch.native_dropout(input, p, True)[0] if training and p > 0 else input
+
+    torch.set_num_threads(1)
+    torch.cuda.current_device = lambda: "cpu"  # rotary embeddings ask for it
+    F.dropout = dropout_as_on_gpu
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), RANK="0",
+                      WORLD_SIZE="1", LOCAL_RANK="0")
+    from workbench.runs import cpu_adapter
+
+    cpu_adapter.apply()
+    import torch.distributed as dist
+    from megatron.core import parallel_state, tensor_parallel
+
+    import measure
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+        parallel_state.initialize_model_parallel(1, 1)
+        tensor_parallel.model_parallel_cuda_manual_seed(1234)
+    model, _ = measure.build_mcore(dims, {"recompute": recompute})
+    model = model.to(torch.bfloat16)
+    seq, vocab = dims["seq_length"], dims["vocab_size"]
+    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)[None, None]
+    pos = torch.arange(seq)[None].expand(micro_batch, seq)
+    tokens = torch.randint(0, vocab, (micro_batch, seq + 1))
+    for _ in range(2):
+        for p in model.parameters():
+            p.grad = None
+        gc.collect()
+        tracker = LiveStorage()
+        with tracker:
+            loss = model(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
+            loss.backward()
+        del loss
+    return dict(peak_bytes=tracker.peak, peak_op=tracker.peak_op, live=sorted(tracker.at_peak, reverse=True))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--groups", type=int, default=None, help="query groups (GQA)")
+    ap.add_argument("--ffn", type=int, default=None, help="default 4 x hidden")
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--swiglu", action="store_true", help="SwiGLU + RMSNorm + rotary, untied (else GeLU/LayerNorm)")
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--top", type=int, default=12, help="tensors listed at the peak")
+    args = ap.parse_args(argv)
+    llama = args.swiglu
+    dims = dict(num_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
+                num_query_groups=args.groups, ffn_hidden_size=args.ffn or 4 * args.hidden, vocab_size=args.vocab,
+                seq_length=args.seq, activation="swiglu" if llama else "gelu",
+                normalization="rmsnorm" if llama else "layernorm", add_bias_linear=not llama,
+                tied_embeddings=not llama, position_embedding="rotary" if llama else "learned",
+                hidden_dropout=args.dropout, attention_dropout=args.dropout)
+    out = trace(dims, args.recompute)
+    scores = args.heads * args.seq * args.seq
+    print(f"peak {out['peak_bytes']:,} bytes at {out['peak_op']} ({out['peak_bytes'] / scores:.2f} bytes per score "
+          f"of one layer)")
+    for n, op, shape, dtype in out["live"][:args.top]:
+        print(f"  {n:>14,}  {op:<40} {str(shape):<24} {dtype}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
