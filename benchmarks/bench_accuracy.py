@@ -95,7 +95,11 @@ def corpus_run(rec: dict):
     gas = int(rec.get("gradient_accumulation_steps") or o.get("gas") or 1)
     stack = rec.get("stack") or ("launcher" if rec.get("catalog_model") else "?")
     offload = o.get("offload") or "none"
-    common = dict(world_size=world, micro_batch_size=mbs, global_batch_size=mbs * gas * world, precision="bf16")
+    tp, pp, ep = int(o.get("tp", 1)), int(o.get("pp", 1)), int(o.get("ep", 1))  # torchrun runs of measure.py
+    common = dict(world_size=world, micro_batch_size=mbs, global_batch_size=mbs * gas * (world // (tp * pp)),
+                  precision="bf16")
+    common.update({k: v for k, v in (("tensor_parallel", tp), ("pipeline_parallel", pp), ("expert_parallel", ep))
+                   if v > 1})
     if stack in ("mcore-ds", "mcore-ddp"):
         model = ModelSpec(name=rec["shape_id"], attention="unfused", **_model_fields(rec["model_dims"]))
         if stack == "mcore-ds":

@@ -6,7 +6,8 @@ run on it. Pure CPU; run after the GPU calls:
 
 Mapping: megatron-core dims are ModelSpec fields (attention ``unfused``: the local layer spec); a Hugging Face
 config goes through :func:`workbench.hf.import_hf` with the run's ``attn_implementation`` and sequence length;
-``gradient_checkpointing_enable`` is ``recompute="full"`` (every decoder layer's input kept, the layer recomputed);
+``gradient_checkpointing_enable`` is ``recompute="full"``; torchrun runs (``world_size`` > 1) carry their tensor,
+pipeline and expert parallel degrees (data parallel is what is left of the world size) (every decoder layer's input kept, the layer recomputed);
 DeepSpeed runs use DeepSpeed's FusedAdam / CPUAdam (``adam="fused"``), megatron-core's own optimizer without
 Apex/Transformer Engine and the launcher runs use torch's Adam (``adam="torch"``). A LoRA run's plan carries
 ``lora_rank``, ``lora_targets`` and ``lora_dropout`` from the peft ``LoraConfig`` it trained with.
@@ -26,7 +27,7 @@ def description(r: dict) -> dict:
     from workbench.runs.specio import specs_to_dict
     from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
-    n = r.get("gpus", 1)
+    n = r.get("gpus") or r.get("world_size") or 1
     cluster = ClusterSpec(gpu="H200", gpus_per_node=n)
     if r["stack"] == "launcher":
         f = dict(r["plan_fields"])
@@ -40,7 +41,13 @@ def description(r: dict) -> dict:
                           name=r["shape_id"]).spec
     else:
         model = ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"])
-    common = dict(world_size=1, micro_batch_size=mbs, global_batch_size=mbs * gas, precision="bf16")
+    tp, pp, ep = o.get("tp", 1), o.get("pp", 1), o.get("ep", 1)
+    common = dict(world_size=n, micro_batch_size=mbs, global_batch_size=mbs * gas * (n // (tp * pp)),
+                  precision="bf16")
+    common.update({k: v for k, v in (("tensor_parallel", tp), ("pipeline_parallel", pp), ("expert_parallel", ep))
+                   if v > 1})
+    if model.num_experts:  # the token dispatcher the run used (measure.py: alltoall on a GPU)
+        common["moe_token_dispatcher"] = (r.get("mcore_config") or {}).get("moe_token_dispatcher_type", "alltoall")
     if r["stack"] == "mcore-ddp":
         plan = ParallelPlan(engine="megatron", distributed_optimizer=o["distributed_optimizer"],
                             recompute=o.get("recompute", "none"), adam="torch", **common)

@@ -43,6 +43,7 @@ from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER
                   all_runs)  # noqa: E402
 
 STEPS = 6
+RUN_TIMEOUT_SECONDS = 150  # a per-process run that takes longer is killed (and recorded as crashed)
 TIMED = 3  # the last 3 steps are timed; the first 3 are warm-up (allocator growth, kernel selection, JIT)
 ENV_KEYS = ("OMP_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS",
             "NCCL_NVLS_ENABLE", "TORCH_EXTENSIONS_DIR", "CUDA_VISIBLE_DEVICES")
@@ -156,7 +157,10 @@ def build_mcore(dims: dict, cfg: dict):
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    from megatron.core import parallel_state
+
     rc = cfg.get("recompute", "none")
+    tp, pp, ep = cfg.get("tp", 1), cfg.get("pp", 1), cfg.get("ep", 1)
     kw = dict(num_layers=dims["num_layers"], hidden_size=dims["hidden_size"],
               num_attention_heads=dims["num_attention_heads"], num_query_groups=dims.get("num_query_groups"),
               ffn_hidden_size=dims["ffn_hidden_size"], add_bias_linear=dims["add_bias_linear"],
@@ -172,16 +176,34 @@ def build_mcore(dims: dict, cfg: dict):
         kw["kv_channels"] = dims["head_dim"]
     if dims.get("qkv_bias") is not None and dims["qkv_bias"] != dims["add_bias_linear"]:  # Qwen2: QKV biases only
         kw["add_qkv_bias"] = bool(dims["qkv_bias"])
+    if tp > 1 or pp > 1 or ep > 1:
+        kw.update(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=ep)
+    if dims.get("num_experts"):  # dropless MoE: SequentialMLP experts (no grouped GEMM without TE), alltoall dispatch
+        kw.update(num_moe_experts=dims["num_experts"], moe_router_topk=dims.get("moe_top_k", 2),
+                  # the CPU dry run takes allgather: the alltoall dispatcher makes a CUDA stream when it is built
+                  moe_token_dispatcher_type="alltoall" if torch.cuda.is_available() else "allgather",
+                  moe_grouped_gemm=False,
+                  moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2)
+        from megatron.core.transformer.moe import moe_utils
+
+        if not hasattr(moe_utils, "te_general_gemm"):  # megatron-core 0.16 leaves it undefined without TE
+            moe_utils.te_general_gemm = None            # (0.19 sets it to None): the torch router GEMM
+        if dims.get("moe_ffn_hidden_size"):
+            kw["moe_ffn_hidden_size"] = dims["moe_ffn_hidden_size"]
     if rc == "full":
         kw.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     elif rc == "selective":
         kw.update(recompute_granularity="selective")
     tc = TransformerConfig(**kw)
-    vocab = -(-dims["vocab_size"] // 128) * 128  # Megatron pads the vocabulary to a multiple of 128
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm" if dims["normalization"] == "rmsnorm" else "LayerNorm")
+    pad = 128 * tp  # Megatron pads the vocabulary to a multiple of 128 x tensor parallel
+    vocab = -(-dims["vocab_size"] // pad) * pad
+    spec = get_gpt_layer_local_spec(num_experts=dims.get("num_experts"), moe_grouped_gemm=False,
+                                    normalization="RMSNorm" if dims["normalization"] == "rmsnorm" else "LayerNorm")
     model = GPTModel(config=tc, transformer_layer_spec=spec, vocab_size=vocab, max_sequence_length=dims["seq_length"],
                      position_embedding_type="rope" if dims["position_embedding"] == "rotary" else "learned_absolute",
-                     share_embeddings_and_output_weights=dims["tied_embeddings"])
+                     share_embeddings_and_output_weights=dims["tied_embeddings"],
+                     pre_process=parallel_state.is_pipeline_first_stage(),
+                     post_process=parallel_state.is_pipeline_last_stage())
     recorded = {k: v for k, v in kw.items() if k not in ("activation_func", "params_dtype", "pipeline_dtype")}
     recorded.update(activation_func="silu" if dims["activation"] == "swiglu" else "gelu", params_dtype="bfloat16",
                     padded_vocab_size=vocab)
@@ -231,9 +253,13 @@ def zero_resolved(engine) -> dict:
 def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
     import torch
 
+    import torch.distributed as dist
+
     cuda = torch.cuda.is_available()
+    world = dist.get_world_size()
     rec = {"run_id": cfg["run_id"], "shape_id": cfg["shape_id"], "group": cfg["group"], "stack": cfg["stack"],
-           "script": "benchmarks/corpus/measure.py", "runs_before_in_process": index_in_process,
+           "script": "benchmarks/corpus/measure.py" + (" under torchrun" if world > 1 else ""),
+           "world_size": world, "rank": dist.get_rank(), "runs_before_in_process": index_in_process,
            "options": {k: v for k, v in cfg.items() if k not in ("run_id", "shape_id", "group", "stack")}}
     if cfg.get("omp_threads"):
         torch.set_num_threads(cfg["omp_threads"])
@@ -309,6 +335,9 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         times, losses = [], []
         for _ in range(2 if dry else STEPS):
             sync()
+            if world > 1:  # start every rank's clock together
+                dist.barrier()
+                sync()
             t0 = time.perf_counter()
             loss = step()
             sync()
@@ -375,57 +404,136 @@ def mcore_ddp(model, cfg, seq, vocab, mbs, gas, dev, gen):
         red = fb(forward_step_func=forward_step, data_iterator=batches(), model=ddp, num_microbatches=gas,
                  seq_length=seq, micro_batch_size=mbs, decoder_seq_length=seq, forward_only=False)
         optimizer.step()
+        if not red:  # a pipeline stage before the last computes no loss
+            return None
         return float(torch.stack([r["lm loss"] for r in red]).float().mean())
 
-    inner = getattr(optimizer, "optimizer", None)
+    # expert parameters (MoE with expert parallel) get an optimizer of their own inside a ChainedOptimizer
+    parts = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    inner = getattr(parts[0], "optimizer", None)
     extra = {"ddp_config": ddp_kw, "optimizer_config": opt_kw, "optimizer_class": type(optimizer).__name__,
+             "chained_optimizer_classes": [type(o).__name__ for o in parts] if len(parts) > 1 else None,
              "inner_optimizer_class": type(inner).__name__ if inner is not None else None,
              "inner_optimizer_defaults": {k: (v if isinstance(v, (int, float, bool, str, type(None))) else repr(v))
                                           for k, v in getattr(inner, "defaults", {}).items()}}
     return step, extra
 
 
+DRY_EXTRA_CPU_MODULES = (
+    "megatron.core.models.common.embeddings.rotary_pos_embedding",
+    "megatron.core.transformer.moe.moe_utils", "megatron.core.transformer.moe.router",
+    "megatron.core.transformer.moe.token_dispatcher", "megatron.core.transformer.moe.experts",
+    "megatron.core.transformer.moe.moe_layer",
+)
+"""Dry run only: megatron-core modules beyond the CPU adapter's that ask for ``torch.cuda.current_device()``
+(rotary tables, MoE routing); their global ``torch`` gets the adapter's CPU view too."""
+
+
 def worker(group: str, skip: set, out: Path, dry: bool, deadline: float, go_file=None) -> None:
+    """Run one group (or one run id) in this process. Under torchrun (``WORLD_SIZE`` > 1) every rank runs the same
+    single configuration and writes its own record to ``OUT.rank<r>``; the driver merges them."""
     import torch
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    cfgs = [c for c in all_runs() if (c["group"] == group or c["run_id"] == group) and c["run_id"] not in skip]
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    elif len(cfgs) != 1 or cfgs[0].get("world", 1) != world:
+        raise SystemExit(f"worker: under torchrun (world {world}) give exactly one run id of that world size")
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     import deepspeed
     from megatron.core import parallel_state, tensor_parallel
 
+    if go_file is not None:  # one run per process: imports are done; touch no GPU before it is ours
+        while not go_file.exists():
+            time.sleep(0.05)
     if torch.cuda.is_available():
-        torch.cuda.set_device(0)
+        torch.cuda.set_device(local_rank)
     elif dry:  # megatron-core's DDP and optimizers allocate on "cuda" unconditionally: the CPU dry run adapts them
         sys.path.insert(0, str(HERE.parents[1]))
+        import importlib
+
         from workbench.runs import cpu_adapter
 
         cpu_adapter.apply()
+        for name in DRY_EXTRA_CPU_MODULES:
+            try:
+                mod = importlib.import_module(name)
+            except ImportError:
+                continue
+            if getattr(mod, "torch", None) is torch:
+                mod.torch = cpu_adapter._CpuTorch(torch)
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
-    parallel_state.initialize_model_parallel(1, 1)
+    first = cfgs[0] if cfgs else {}
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=first.get("tp", 1),
+                                             pipeline_model_parallel_size=first.get("pp", 1),
+                                             expert_model_parallel_size=first.get("ep", 1))
     if torch.cuda.is_available() or dry:
         tensor_parallel.model_parallel_cuda_manual_seed(1234)
     prov = provenance()
-    if go_file is not None:  # one run per process: imports are done, wait for the GPU to be ours
-        while not go_file.exists():
-            time.sleep(0.05)
-        prov = provenance()
-    cfgs = [c for c in all_runs() if (c["group"] == group or c["run_id"] == group) and c["run_id"] not in skip]
+    prov["world_size"] = world
+    target = out if world == 1 else Path(f"{out}.rank{rank}")
     for i, cfg in enumerate(cfgs):
         if time.time() > deadline:
             print(f"[{group}] budget reached; {len(cfgs) - i} runs not started", flush=True)
             break
-        with open(out.with_suffix(".started"), "a") as fh:
-            fh.write(cfg["run_id"] + "\n")
+        if rank == 0:
+            with open(out.with_suffix(".started"), "a") as fh:
+                fh.write(cfg["run_id"] + "\n")
         rec = one_run(cfg, dry, i)
-        rec["provenance"] = prov
-        rec["provenance"]["omp_num_threads_at_run"] = rec.get("omp_num_threads")
-        with open(out, "a") as fh:
+        rec["provenance"] = dict(prov, omp_num_threads_at_run=rec.get("omp_num_threads"))
+        with open(target, "a") as fh:
             fh.write(json.dumps(rec, default=str) + "\n")
         gib = (rec.get("peak_allocated_bytes") or 0) / 2**30
-        print(f"[{group}] {rec['status']:5} {cfg['run_id']:70} alloc {gib:7.2f} GiB "
-              f"step {rec.get('step_seconds_median') or 0:.3f} s  wall {rec['wall_seconds']:.1f} s "
+        print(f"[{group}{'' if world == 1 else f' r{rank}'}] {rec['status']:5} {cfg['run_id']:60} alloc {gib:7.2f} "
+              f"GiB step {rec.get('step_seconds_median') or 0:.3f} s  wall {rec['wall_seconds']:.1f} s "
               f"{rec.get('error', '')[:200]}", flush=True)
+
+
+PER_RANK_KEYS = ("rank", "status", "error", "peak_allocated_bytes", "peak_reserved_bytes", "outside_allocator_bytes",
+                 "reserved_at_end_bytes", "allocated_at_end_bytes", "device_used_at_end_bytes",
+                 "device_used_at_start_bytes", "allocated_at_start_bytes", "allocated_after_init_bytes",
+                 "step_seconds", "step_seconds_median", "parameters", "trainable_parameters", "losses",
+                 "init_seconds", "wall_seconds")
+
+
+def merge_ranks(rid: str, out: Path, world: int, rc: int):
+    """One record of a torchrun run from its ranks' records: ``per_rank`` keeps each rank's figures; the top level
+    holds the largest allocated peak, the reserved peak and outside-allocator memory of the rank with the largest
+    device total (reserved + outside; ``device_rank``), the slowest rank's median step, rank 0's configuration."""
+    recs = {}
+    for r in range(world):
+        p = Path(f"{out}.rank{r}")
+        for line in (p.read_text().splitlines() if p.exists() else []):
+            d = json.loads(line)
+            if d.get("run_id") == rid:
+                recs[r] = d
+    cfg = next(c for c in all_runs() if c["run_id"] == rid)
+    if not recs:
+        return {"run_id": rid, "shape_id": cfg["shape_id"], "group": cfg["group"], "stack": cfg["stack"],
+                "world_size": world, "status": "crashed", "error": f"torchrun exit code {rc}; no rank reported"}
+    base = dict(recs.get(0) or next(iter(recs.values())))
+    base.pop("rank", None)
+    base["per_rank"] = [{k: recs[r].get(k) for k in PER_RANK_KEYS if k in recs[r]} for r in sorted(recs)]
+    bad = [d for d in recs.values() if d.get("status") != "ok"]
+    if len(recs) < world or bad:
+        base["status"] = bad[0]["status"] if bad else "crashed"
+        base["error"] = (bad[0].get("error") if bad else None) or f"torchrun exit code {rc}; ranks reported: " \
+                                                                  f"{sorted(recs)}"
+        return base
+    if all(d.get("peak_reserved_bytes") is not None for d in recs.values()):  # (a CPU dry run has none)
+        dev = max(recs, key=lambda r: recs[r]["peak_reserved_bytes"] + recs[r]["outside_allocator_bytes"])
+        base.update(peak_allocated_bytes=max(d["peak_allocated_bytes"] for d in recs.values()),
+                    allocated_at_start_bytes=max(d.get("allocated_at_start_bytes") or 0 for d in recs.values()),
+                    peak_reserved_bytes=recs[dev]["peak_reserved_bytes"],
+                    outside_allocator_bytes=recs[dev]["outside_allocator_bytes"], device_rank=dev)
+    base.update(step_seconds_median=max(d["step_seconds_median"] for d in recs.values()),
+                losses=next((d["losses"] for d in recs.values() if d.get("losses") and d["losses"][0] is not None),
+                            base.get("losses")),
+                torchrun_exit_code=rc)
+    return base
 
 
 def done_ids(out: Path) -> set:
@@ -461,6 +569,24 @@ def driver(groups: list, out: Path, dry: bool, budget: float) -> None:
                     print(f"[{group}] crashed in {last} (exit {rc})", flush=True)
 
 
+def kill_group(proc) -> None:
+    """End a process this script started and its children: SIGTERM first (torchrun then stops its ranks, which run
+    in process groups of their own), then SIGKILL to the process group."""
+    import signal
+
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
 def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, ahead: int = 3) -> None:
     """Every run in a fresh process (clean allocator, context and DeepSpeed state). To hide the ~15 s of imports
     per process, ``ahead`` next processes are started early and wait, imports done and CUDA untouched, for a go
@@ -478,35 +604,52 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
         cfg = next(c for c in all_runs() if c["run_id"] == rid)
         env = dict(os.environ)
         if cfg.get("omp_threads"):  # the OpenMP runtime (CPU Adam's threads) reads it when it loads
-            env["OMP_NUM_THREADS"] = str(cfg["omp_threads"])
-        return rid, go, subprocess.Popen(cmd, env=env)
+            env["OMP_NUM_THREADS"] = str(cfg["omp_threads"])  # torchrun keeps a value that is set
+        if cfg.get("world", 1) > 1:  # the user-style script under torchrun, one process per GPU
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc_per_node={cfg['world']}"] + cmd[1:]
+        return rid, go, subprocess.Popen(cmd, env=env, start_new_session=True)  # killable as a process group
 
     pending = [spawn(rid, i) for i, rid in enumerate(todo[:ahead])]
     nxt = len(pending)
-    while pending:
-        rid, go, proc = pending.pop(0)
-        if time.time() > deadline:
-            proc.kill()
-            continue
-        # start the next process's imports now, unless this run's timing depends on the host CPUs (CPU Adam)
-        early = "/off-" not in rid
-        if early and nxt < len(todo) and time.time() < deadline:
-            pending.append(spawn(todo[nxt], nxt))
-            nxt += 1
-        go.touch()
-        rc = proc.wait()
-        if rc != 0 and rid not in done_ids(out):
+    try:
+        while pending:
+            rid, go, proc = pending.pop(0)
+            if time.time() > deadline:
+                kill_group(proc)
+                continue
+            # start the next process's imports now, unless this run's timing depends on the host CPUs (CPU Adam)
+            early = "/off-" not in rid
+            if early and nxt < len(todo) and time.time() < deadline:
+                pending.append(spawn(todo[nxt], nxt))
+                nxt += 1
+            go.touch()
+            try:
+                rc = proc.wait(timeout=RUN_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:  # a rank stuck in a collective after the other failed
+                kill_group(proc)
+                rc = proc.wait()
             cfg = next(c for c in all_runs() if c["run_id"] == rid)
-            with open(out, "a") as fh:
-                fh.write(json.dumps({"run_id": rid, "shape_id": cfg["shape_id"], "group": cfg["group"],
-                                     "stack": cfg["stack"], "status": "crashed",
-                                     "error": f"process exit code {rc}"}) + "\n")
-            print(f"[{rid}] crashed (exit {rc})", flush=True)
-        while nxt < len(todo) and time.time() < deadline and len(pending) < ahead:
-            pending.append(spawn(todo[nxt], nxt))
-            nxt += 1
-    for _, go, proc in pending:
-        proc.kill()
+            if cfg.get("world", 1) > 1:
+                rec = merge_ranks(rid, out, cfg["world"], rc)
+                with open(out, "a") as fh:
+                    fh.write(json.dumps(rec, default=str) + "\n")
+                print(f"[{rid}] merged {len(rec.get('per_rank', []))} ranks: {rec['status']} "
+                      f"alloc {(rec.get('peak_allocated_bytes') or 0) / 2**30:.2f} GiB "
+                      f"step {rec.get('step_seconds_median') or 0:.3f} s {str(rec.get('error') or '')[:200]}", flush=True)
+            if rc != 0 and rid not in done_ids(out):
+                cfg = next(c for c in all_runs() if c["run_id"] == rid)
+                with open(out, "a") as fh:
+                    fh.write(json.dumps({"run_id": rid, "shape_id": cfg["shape_id"], "group": cfg["group"],
+                                         "stack": cfg["stack"], "status": "crashed",
+                                         "error": f"process exit code {rc}"}) + "\n")
+                print(f"[{rid}] crashed (exit {rc})", flush=True)
+            while nxt < len(todo) and time.time() < deadline and len(pending) < ahead:
+                pending.append(spawn(todo[nxt], nxt))
+                nxt += 1
+    finally:  # also when this driver fails: no waiting process is left behind
+        for _, go, proc in pending:
+            kill_group(proc)
 
 
 def launcher_runs(out: Path, steps: int, work: Path, gpus: int = 1, only: str = "") -> None:

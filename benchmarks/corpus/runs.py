@@ -75,6 +75,13 @@ MCORE_SHAPES = {
                               seq_length=4096, activation="gelu", normalization="layernorm", add_bias_linear=True,
                               tied_embeddings=False, position_embedding="learned", hidden_dropout=0.1,
                               attention_dropout=0.1),
+    # Mixtral 8x7B width: 8 experts, top-2, GQA 32/8, expert MLP 14336 (SwiGLU), 32k vocabulary, untied. In neither
+    # split of benchmarks/accuracy_split.json: the only MoE shape measured.
+    "mc-moe-h4096-e8": dict(like="Mixtral 8x7B (32 -> 2 layers)", num_layers=2, hidden_size=4096,
+                            num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336, vocab_size=32000,
+                            seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                            tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                            attention_dropout=0.0, num_experts=8, moe_top_k=2),
 }
 
 HF_SHAPES = {
@@ -204,6 +211,21 @@ GROUPS = {
         for shape, mbs in (("mc-h1024-gelu", 4), ("mc-h2048-gelu-s4k", 1)) for zero in (2, 3) for t in (1, 4, 16)
         if not (shape == "mc-h1024-gelu" and zero == 2 and t == 16)  # measured in mcore-ds-a
     ],
+    # two GPUs under torchrun (world size 2): a fit shape (tied, rotary, GQA) and a test shape (learned positions,
+    # GeLU, dropout 0.1). Data parallel 2 unless tp/pp say otherwise; the pipeline runs 4 micro-batches (1F1B).
+    "gpu2": [
+        cfg for shape in ("mc-h3072-gqa", "mc-h2048-gelu-s4k") for cfg in (
+            _ds(shape, 1, world=2), _ds(shape, 2, world=2), _ds(shape, 3, world=2),
+            _ds(shape, 3, world=2, **OFF),
+            _ddp(shape, False, world=2), _ddp(shape, True, world=2),
+            _ddp(shape, False, world=2, tp=2), _ddp(shape, False, world=2, pp=2, gas=4))
+    ],
+    # mixture of experts (megatron-core MoE layer, local spec, SequentialMLP experts, alltoall token dispatcher):
+    # one GPU; two GPUs with expert parallel 2 (each GPU 4 of the 8 experts); two GPUs data parallel (all experts)
+    "moe": [
+        _ddp("mc-moe-h4096-e8", False), _ddp("mc-moe-h4096-e8", False, world=2, ep=2),
+        _ddp("mc-moe-h4096-e8", False, world=2), _ds("mc-moe-h4096-e8", 1),
+    ],
 }
 
 LAUNCHER_RUNS = [
@@ -241,6 +263,11 @@ def run_id(cfg: dict) -> str:
         parts.append("distopt" if cfg["distributed_optimizer"] else "plainopt")
     else:
         parts.append(f"z{cfg['zero']}")
+    for key in ("tp", "pp", "ep"):  # model-parallel degrees (absent: 1)
+        if cfg.get(key, 1) > 1:
+            parts.append(f"{key}{cfg[key]}")
+    if cfg.get("world", 1) > 1:
+        parts.append(f"w{cfg['world']}")
     if cfg.get("attn"):
         parts.append(cfg["attn"])
     if cfg.get("recompute", "none") != "none":
