@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from workbench import catalog  # noqa: E402
 from workbench.defaults import GiB  # noqa: E402
 from workbench.estimate import estimate  # noqa: E402
+from workbench.planner import DEFAULT_HEADROOM  # noqa: E402
 from workbench.flops import step_flops  # noqa: E402
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, Precision  # noqa: E402
 
@@ -183,10 +184,10 @@ def rank_text(row: Row) -> str:
     if r is None:
         return "-"
     if r.rank is not None:
-        return f"{r.rank} of {r.feasible}"
+        return f"{r.rank} of {r.feasible}" + (" (risky)" if r.risky else "")
     if not r.in_search_space:
         return "not searched"
-    return f"band: no fit; {r.rank_without_band or 'no fit'} w/o"
+    return f"no fit (+{r.result.peak_bytes / GiB - (1 - DEFAULT_HEADROOM) * r.result.capacity_bytes / GiB:.1f} GiB)"
 
 
 def table_lines(rows: list, *, markdown: bool = False) -> list:
@@ -234,9 +235,16 @@ def summary_lines(rows: list) -> list:
     ranked = [r for r in done if r.rank is not None]
     if ranked:
         top = sum(r.rank.rank is not None and r.rank.rank <= TOP for r in ranked)
-        point = sum(r.rank.rank_without_band is not None and r.rank.rank_without_band <= TOP for r in ranked)
-        out.append(f"planner: published layout in the top {TOP} for {top} of {len(ranked)} cases; judged on the point "
-                   f"estimate of memory (without the held-out error band) for {point} of {len(ranked)}")
+        strict = sum(r.rank.rank_within_band is not None and r.rank.rank_within_band <= TOP for r in ranked)
+        out.append(f"planner: published layout in the top {TOP} for {top} of {len(ranked)} cases (memory judged on the "
+                   f"point estimate; {strict} of {len(ranked)} if plans that pass the headroom at the held-out error "
+                   f"band's upper side were excluded)")
+        for src in by_source:
+            rs = [r for r in ranked if r.case["source"] == src]
+            out.append(f"  {src}: top {TOP} {sum(r.rank.rank is not None and r.rank.rank <= TOP for r in rs)} of "
+                       f"{len(rs)}; not fitting {sum(r.rank.in_search_space and not r.rank.fits for r in rs)}, ranked "
+                       f"below {TOP} {sum(r.rank.rank is not None and r.rank.rank > TOP for r in rs)}, not searched "
+                       f"{sum(not r.rank.in_search_space for r in rs)}")
     return out
 
 
@@ -246,11 +254,7 @@ def why_lines(rows: list) -> list:
     for r in rows:
         if r.rank is None or (r.rank.rank is not None and r.rank.rank <= TOP):
             continue
-        lines = r.rank.explanation.splitlines()
-        if r.rank.rank_without_band is not None and r.rank.rank_without_band <= TOP:
-            lines = lines[:1]  # excluded by the error band only
-        else:
-            lines = [x for x in lines if not x.startswith(("Fastest:", "Memory:"))]
+        lines = [x for x in r.rank.explanation.splitlines() if not x.startswith(("Fastest:", "Memory:"))]
         out.append(f"{r.case['id']}: " + " ".join(lines))
     return out
 

@@ -76,7 +76,11 @@ def test_top_and_pareto_plans_match_scalar_estimate(name, nodes, gbs):
         assert r.mfu == pytest.approx(est.time.mfu, rel=1e-9)
         assert r.tokens_per_second == pytest.approx(est.time.tokens_per_second, rel=1e-9)
         assert r.time_breakdown == pytest.approx(est.time.breakdown, rel=1e-9)
-        assert est.memory.fits_gpu and r.peak_bytes <= 0.95 * c.gpu.memory_bytes
+        # the point estimate decides; the held-out band only marks a plan risky, with the estimate's own band
+        assert r.peak_bytes <= 0.95 * c.gpu.memory_bytes
+        assert r.band_high_bytes == pytest.approx(est.memory.band_high_bytes, abs=8)
+        assert r.risky == (r.peak_bytes + r.band_high_bytes > 0.95 * c.gpu.memory_bytes)
+        assert est.memory.fits_gpu or r.risky
 
 
 def test_all_stages_gives_the_same_peaks_as_the_two_ends():
@@ -253,3 +257,28 @@ def test_cli_plan_takes_a_profile(capsys):
     assert main(["plan", "--model", "llama3-8b", "--profile", "nosuch", "--gbs", "16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nosuch" in err[0]
+
+
+def test_error_band_marks_plans_risky_without_excluding_them(monkeypatch):
+    """The held-out band's upper side marks a plan (planner, rank_plan, CLI) but the point estimate decides whether it
+    fits: with a band so wide that every plan passes the headroom at its upper side, the same plans fit and rank."""
+    from workbench.commands.plan import render
+
+    m, c = model("gpt3-1.3b"), _cluster(nodes=1)
+    monkeypatch.setattr(M, "_error_bands", lambda: {})
+    plain = planner.search(m, c, global_batch_size=16, top=5)
+    assert plain.risky == 0 and not any(r.risky for r in plain.ranked)
+    wide = {"device": {e: {"n": 5, "shapes": 2, "low_fraction": 0.0, "high_fraction": 10.0}
+                       for e in ("deepspeed", "megatron", "megatron-deepspeed")}}
+    monkeypatch.setattr(M, "_error_bands", lambda: wide)
+    banded = planner.search(m, c, global_batch_size=16, top=5)
+    assert banded.feasible == plain.feasible == banded.risky
+    assert [r.plan for r in banded.ranked] == [r.plan for r in plain.ranked]
+    best = banded.ranked[0]
+    assert best.risky and best.band_high_bytes == pytest.approx(10.0 * best.peak_bytes, abs=8)
+    assert "Memory margin: the winner fits on the point estimate only" in banded.explanation
+    text = render(banded)
+    assert "  1!" in text and "!: fits on the point estimate of memory only" in text
+    r = planner.rank_plan(m, c, best.plan)
+    assert r.rank == 1 and r.fits and r.risky and r.rank_within_band is None
+    assert "Memory margin" in r.explanation and r.to_dict()["risky"]

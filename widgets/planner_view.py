@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from widgets.common import GIB, View, error_html, error_message, new_figure, redraw
 from widgets.state import LoadSpecs
-from workbench.planner import DEFAULT_HEADROOM, search
+from workbench.planner import DEFAULT_HEADROOM, risk_note, search
 from workbench.specs import Engine, Offload
 
 TABLE_ROWS = 10
@@ -48,7 +48,7 @@ def table_row(rank: int, r, on_front: bool) -> list:
             str(p.context_parallel) + (f" {p.cp_comm_type}" if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p"
                                        else ""), str(p.data_parallel),
             zero_text(p), offload_text(p), str(p.recompute), f"{p.micro_batch_size}×{p.gradient_accumulation_steps}",
-            f"{r.peak_bytes / GIB:.1f}", f"{r.step_seconds:.3f}", f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}",
+            f"{r.peak_bytes / GIB:.1f}" + (" !" if r.risky else ""), f"{r.step_seconds:.3f}", f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}",
             "★" if on_front else ""]
 
 
@@ -59,15 +59,22 @@ def table_html(result) -> str:
     for i, r in enumerate(result.ranked[:TABLE_ROWS], 1):
         cells = table_row(i, r, r.plan in front)
         style = "background:#e8f4ea;font-weight:bold" if i == 1 else ""
-        rows.append(f"<tr class='wb-planner-row' style='{style}'>"
+        if r.risky:  # fits on the point estimate only: amber, with the numbers on hover
+            style += ";color:#8a5300"
+        title = html.escape(risk_note(r, result.headroom), quote=True)
+        rows.append(f"<tr class='wb-planner-row' style='{style}' title='{title}'>"
                     + "".join(f"<td style='padding:2px 6px;text-align:right'>{html.escape(c)}</td>" for c in cells)
                     + "</tr>"
                     # the whole plan text under its row (never cut): what "Use this plan" loads
                     + f"<tr class='wb-planner-plan' style='{style}'><td></td><td colspan='{len(COLUMNS) - 1}' "
                       f"style='padding:0 6px 4px 6px;text-align:left;color:#555;white-space:normal'>"
                       f"{html.escape(r.describe())}</td></tr>")
+    note = ("" if not any(r.risky for r in result.ranked[:TABLE_ROWS]) else
+            f"<div class='wb-planner-risky' style='color:#8a5300;font-size:12px'>! (amber): fits on the point estimate "
+            f"of memory only; at the upper side of the held-out error band it passes the {result.headroom:.0%} "
+            f"headroom ({result.risky:,} of the {result.feasible:,} plans that fit). Hover a row for its numbers.</div>")
     return (f"<table class='wb-planner-table' style='border-collapse:collapse;font-size:12px'>"
-            f"<tr style='border-bottom:1px solid #999'>{head}</tr>{''.join(rows)}</table>")
+            f"<tr style='border-bottom:1px solid #999'>{head}</tr>{''.join(rows)}</table>" + note)
 
 
 class PlannerView(View):
@@ -150,7 +157,9 @@ class PlannerView(View):
         if r is None:
             text = ""
         else:
-            text = (f"{r.evaluated:,} plans evaluated, {r.feasible:,} fit, in {r.elapsed_seconds * 1e3:.0f} ms "
+            text = (f"{r.evaluated:,} plans evaluated, {r.feasible:,} fit"
+                    + (f" ({r.risky:,} only on the point estimate of memory)" if r.risky else "")
+                    + f", in {r.elapsed_seconds * 1e3:.0f} ms "
                     f"(global batch {r.global_batch_size}, {r.headroom:.0%} headroom on "
                     f"{r.cluster.world_size}× {html.escape(r.cluster.gpu.name)}).")
         if stale:

@@ -27,7 +27,8 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
 - recompute none / selective / full, micro batch b (divisors of global batch ÷ d), sequence parallel (t > 1).
 
 A plan is feasible when its peak over pipeline stages ≤ (1 − headroom) × GPU memory and its offloaded bytes fit the
-node's host memory. Feasible plans are ranked by step time; the Pareto front keeps the plans no other plan beats on
+node's host memory. The memory model's held-out error band does not exclude plans: a feasible plan whose peak at the
+band's upper side passes that limit is marked ``risky`` (CLI ``!``, the Planner widget in amber). Feasible plans are ranked by step time; the Pareto front keeps the plans no other plan beats on
 both throughput and memory headroom.
 """
 from __future__ import annotations
@@ -102,6 +103,12 @@ class PlanResult:
     """Exposed seconds per step by term (keys of :data:`workbench.timing.TERMS`)."""
     memory_breakdown: dict
     """Bytes by term on the peak stage (keys of :data:`workbench.memory_types.TERMS`)."""
+    band_high_bytes: int = 0
+    """How far above ``peak_bytes`` the device total may be: the upper side of the held-out error band of the plan's
+    engine and recompute mode (:func:`workbench.memory.error_band`); 0 without a band."""
+    risky: bool = False
+    """The plan fits on the point estimate but not at the band's upper side: ranked like any other plan (the band is
+    the largest under-estimate seen on held-out shapes, not the expected error), marked so the user keeps margin."""
 
     @property
     def headroom_bytes(self) -> int:
@@ -133,6 +140,7 @@ class PlanResult:
             "step_seconds": self.step_seconds, "tokens_per_second": self.tokens_per_second,
             "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu,
             "time_breakdown": dict(self.time_breakdown), "memory_breakdown": dict(self.memory_breakdown),
+            "band_high_bytes": self.band_high_bytes, "risky": self.risky,
         }
 
 
@@ -154,10 +162,13 @@ class PlanSearch:
     evaluated: int
     """Candidate plans evaluated."""
     feasible: int
-    """Of those, plans that fit GPU (with headroom) and host memory."""
+    """Of those, plans that fit GPU (with headroom, on the point estimate of memory) and host memory."""
     elapsed_seconds: float
     profile: Optional[dict] = None
     """The hardware profile every plan was priced with (the record ``estimate`` keeps), or the no-profile record."""
+    risky: int = 0
+    """Of the feasible plans, those that fit only on the point estimate, not at the error band's upper side
+    (:attr:`PlanResult.risky`)."""
 
     @property
     def best(self) -> PlanResult:
@@ -172,7 +183,7 @@ class PlanSearch:
             "model": self.model.name, "gpu": self.cluster.gpu.name, "gpus_per_node": self.cluster.gpus_per_node,
             "num_nodes": self.cluster.num_nodes, "world_size": self.cluster.world_size,
             "global_batch_size": self.global_batch_size, "seq_length": self.model.seq_length,
-            "headroom": self.headroom, "evaluated": self.evaluated, "feasible": self.feasible,
+            "headroom": self.headroom, "evaluated": self.evaluated, "feasible": self.feasible, "risky": self.risky,
             "elapsed_seconds": self.elapsed_seconds, "plans_per_second": self.plans_per_second,
             "ranked": [r.to_dict() for r in self.ranked], "pareto": [r.to_dict() for r in self.pareto],
             "explanation": self.explanation, "profile": dict(self.profile) if self.profile else None,
@@ -521,8 +532,11 @@ def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGE
     stage = int(ev["peak_stage"][i])
     row = {k: (v[i] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in ev["memory_codes"].items()}
     mt = M.stage_terms(model, stage=stage, **row)  # the evaluated row's codes: no second encoding
+    peak = int(round(float(ev["peak_bytes"][i])))
+    band_high = int(round(peak * float(ev["band_high"][i]))) if "band_high" in ev else 0
     return PlanResult(
-        plan=plan, peak_bytes=int(round(float(ev["peak_bytes"][i]))), peak_stage=stage,
+        band_high_bytes=band_high, risky=bool(ev["risky"][i]) if "risky" in ev else False,
+        plan=plan, peak_bytes=peak, peak_stage=stage,
         capacity_bytes=cluster.gpu.memory_bytes, host_bytes_per_node=int(round(float(ev["host_bytes_per_node"][i]))),
         step_seconds=step, tokens_per_second=gbs * model.seq_length / step, model_tflops_per_gpu=model_tflops,
         mfu=model_tflops * 1e12 / float(ev["peak_flops"]),
@@ -653,9 +667,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         explanation += "\n" + explain(ranked[0], alt, model=model, cluster=cluster, label="Best other layout",
                                        head=False)
     explanation += _long_context_note(model, cluster, ranked[0].plan, profile)
+    if ranked[0].risky:
+        explanation += "\nMemory margin: the winner " + risk_note(ranked[0], headroom)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
                       pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
-                      elapsed_seconds=_time.perf_counter() - start, profile=profile_record)
+                      elapsed_seconds=_time.perf_counter() - start, profile=profile_record,
+                      risky=int(np.count_nonzero(ev["risky"][feasible])))
 
 
 def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None) -> str:
@@ -671,19 +688,41 @@ def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     return "" if found is None else "\nLong context: " + found.message
 
 
-def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float, band: bool = True) -> tuple:
-    """``(fits_gpu, fits_host)`` boolean arrays: the peak with the upper side of the held-out error band of each row's
-    engine and recompute mode (:func:`workbench.memory.error_band`, as the estimate judges it; ``band=False``: the
-    point estimate alone) within (1 − headroom) × GPU memory, and the offloaded bytes within the node's host
-    memory."""
-    limit = (1.0 - headroom) * cluster.gpu.memory_bytes
+def risk_note(result: PlanResult, headroom: float) -> str:
+    """Why ``result`` is marked risky, with the numbers ('' when it is not)."""
+    if not result.risky:
+        return ""
+    limit = (1.0 - headroom) * result.capacity_bytes
+    return (f"fits on the point estimate only: peak {result.peak_bytes / GiB:.1f} GiB, up to "
+            f"{(result.peak_bytes + result.band_high_bytes) / GiB:.1f} GiB at the upper side of the held-out error "
+            f"band (+{result.band_high_bytes / max(result.peak_bytes, 1):.0%}), over the {limit / GiB:.1f} GiB that "
+            f"{headroom:.0%} headroom leaves")
+
+
+def _band_high(table: dict) -> np.ndarray:
+    """Per row, the upper side of the held-out memory error band of its engine and recompute mode, as a fraction of
+    the peak (:func:`workbench.memory.error_band`; 0 where no held-out run of that engine exists)."""
     band_high = np.zeros(len(table["engine"]))
-    for engine, code in (ENGINE_CODES.items() if band else ()):
+    for engine, code in ENGINE_CODES.items():
         for mode, rc in M.RECOMPUTE_CODES.items():
             band = M.error_band(engine, "device", mode)
             if band is not None:
                 band_high = np.where((table["engine"] == code) & (table["recompute"] == rc), band[1], band_high)
-    fits_gpu = ev["peak_bytes"] * (1.0 + band_high) <= limit
+    return band_high
+
+
+def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float) -> tuple:
+    """``(fits_gpu, fits_host)`` boolean arrays: the point estimate of the peak within (1 − headroom) × GPU memory,
+    and the offloaded bytes within the node's host memory. Also writes ``ev["band_high"]`` (the band's upper side,
+    a fraction of the peak) and ``ev["risky"]`` (fits on the point estimate, not at the band's upper side).
+
+    Why the point estimate decides and the band only marks: the band is the largest under-estimate over held-out
+    1-GPU shapes (one outlier sets it for every plan of that engine), so excluding on it drops plans that published
+    runs train with; the headroom is the user's margin, and a risky plan says how much more it could need."""
+    limit = (1.0 - headroom) * cluster.gpu.memory_bytes
+    ev["band_high"] = _band_high(table)
+    fits_gpu = ev["peak_bytes"] <= limit
+    ev["risky"] = fits_gpu & (ev["peak_bytes"] * (1.0 + ev["band_high"]) > limit)
     fits_host = ev["host_bytes_per_node"] <= cluster.host_memory_gib_per_node * GiB
     return fits_gpu, fits_host
 
@@ -877,10 +916,13 @@ class PlanRank:
     in_search_space: bool
     """Whether the planner's enumeration contains this plan at all."""
     fits: bool
-    """Whether the planner judges it to fit (peak + error band within the headroom, host memory for offload)."""
-    rank_without_band: Optional[int]
-    """The same rank when every plan is judged on its point estimate of memory, without the held-out error band:
-    says whether the band is what excludes the plan."""
+    """Whether the planner judges it to fit (the point estimate of the peak within the headroom, host memory for
+    offload)."""
+    risky: bool
+    """It fits on the point estimate but not at the upper side of the held-out error band (:attr:`PlanResult.risky`)."""
+    rank_within_band: Optional[int]
+    """The stricter rank when only plans that fit at the band's upper side count (the planner's rule before the
+    band became a marker); ``None`` when this plan is risky or does not fit."""
     evaluated: int
     feasible: int
     best: Optional[PlanResult]
@@ -892,7 +934,8 @@ class PlanRank:
     ranked."""
 
     def to_dict(self) -> dict:
-        return {"plan": describe_plan(self.plan), "rank": self.rank, "rank_without_band": self.rank_without_band,
+        return {"plan": describe_plan(self.plan), "rank": self.rank, "rank_within_band": self.rank_within_band,
+                "risky": self.risky,
                 "in_search_space": self.in_search_space,
                 "fits": self.fits, "evaluated": self.evaluated, "feasible": self.feasible,
                 "best": self.best.to_dict() if self.best else None,
@@ -944,24 +987,25 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     best = _result_at(table, ev, int(order[0]), model, cluster, gbs, precision, stack=plan_stack) if len(order) else None
     common = dict(plan=plan, evaluated=len(table["tp"]), feasible=int(len(order)), best=best)
     if not len(rows):
-        return PlanRank(rank=None, rank_without_band=None, in_search_space=False, fits=False, result=None,
+        return PlanRank(rank=None, rank_within_band=None, in_search_space=False, fits=False, risky=False, result=None,
                         explanation=f"{describe_plan(plan)} is not in the planner's search space", **common)
     i = int(rows[0])
-    point = ranked(np.logical_and(*_fits(table, ev, cluster, headroom, band=False)))
-    common["rank_without_band"] = int(np.flatnonzero(point == i)[0]) + 1 if i in point else None
+    strict = ranked(ok & ~ev["risky"])
+    common["rank_within_band"] = int(np.flatnonzero(strict == i)[0]) + 1 if i in strict else None
+    common["risky"] = bool(ev["risky"][i])
     result = _result_at(table, ev, i, model, cluster, gbs, precision, stack=plan_stack)
     if not ok[i]:
         terms = sorted(result.memory_breakdown.items(), key=lambda kv: -kv[1])[:3]
-        why = (f"the planner judges it not to fit: peak {result.peak_bytes / GiB:.1f} GiB (+ the error band) of "
-               f"{cluster.gpu.memory_bytes / GiB:.1f} GiB with {headroom:.0%} headroom (stage {result.peak_stage}: "
+        limit = (1.0 - headroom) * cluster.gpu.memory_bytes
+        why = (f"the planner judges it not to fit: peak {result.peak_bytes / GiB:.1f} GiB, "
+               f"{(result.peak_bytes - limit) / GiB:.1f} GiB over the {limit / GiB:.1f} GiB that {headroom:.0%} "
+               f"headroom leaves of {cluster.gpu.memory_bytes / GiB:.1f} GiB (stage {result.peak_stage}: "
                + ", ".join(f"{k} {v / GiB:.1f}" for k, v in terms) + " GiB)" if not fits_gpu[i]
                else "its offloaded states do not fit host memory")
-        if common["rank_without_band"] and common["rank_without_band"] > 1:
-            point_best = _result_at(table, ev, int(point[0]), model, cluster, gbs, precision, stack=plan_stack)
-            why += ("; judged on the point estimate it ranks " f"{common['rank_without_band']}:\n"
-                    + explain(point_best, result, model=model, cluster=cluster, label="This plan", head=True))
         return PlanRank(rank=None, in_search_space=True, fits=False, result=result, explanation=why, **common)
     rank = int(np.flatnonzero(order == i)[0]) + 1
     text = ("it is the planner's fastest plan" if rank == 1 else
             explain(best, result, model=model, cluster=cluster, label="This plan", head=True))
+    if common["risky"]:
+        text += "\nMemory margin: it " + risk_note(result, headroom)
     return PlanRank(rank=rank, in_search_space=True, fits=True, result=result, explanation=text, **common)

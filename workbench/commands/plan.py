@@ -63,7 +63,7 @@ def _ep(p) -> str:
 
 def _row(i, r, moe: bool = False) -> str:
     p = r.plan
-    return (f"{i:>3} {str(p.engine):<18} {p.tensor_parallel:>3} {p.pipeline_parallel:>3} {p.virtual_pipeline:>2} "
+    return (f"{i:>3}{'!' if r.risky else ' '}{str(p.engine):<18} {p.tensor_parallel:>3} {p.pipeline_parallel:>3} {p.virtual_pipeline:>2} "
             f"{_cp(p):>3}" + (f" {_ep(p):>5}" if moe else "") + f" {p.data_parallel:>6} "
             f"{'y' if p.sequence_parallel else '-':>2} "
             f"{(('do' if p.distributed_optimizer else '-') if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
@@ -108,6 +108,10 @@ def render(result) -> str:
             f"(--json lists all)" if len(shown) < len(result.pareto) else "")
     lines += ["", f"Pareto front (tokens/s vs memory headroom){more}", header]
     lines += [_row(i + 1, result.pareto[i], moe) for i in shown]
+    if any(r.risky for r in (*result.ranked, *result.pareto)):
+        lines += ["", f"!: fits on the point estimate of memory only ({result.risky:,} of the {result.feasible:,} plans "
+                      f"that fit); at the upper side of the held-out error band it passes the {result.headroom:.0%} "
+                      f"headroom: keep margin or take the next plan"]
     if any(_cp(r.plan)[-1].isalpha() for r in (*result.ranked, *result.pareto)):
         lines += ["", "CP: the ring (p2p) unless marked a (all-to-all, --cp-comm-type a2a), g (all_gather), "
                       "h (a2a+p2p)"]
