@@ -82,6 +82,25 @@ MCORE_SHAPES = {
                             seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
                             tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
                             attention_dropout=0.0, num_experts=8, moe_top_k=2),
+    # --- final held-out shapes: declared in the test split before measuring, measured once the memory and time
+    # models were frozen for the evening (benchmarks/accuracy_split.json "final") ---
+    # 6k tokens, GQA 18/6 with head 128, SwiGLU, 48k vocabulary, untied
+    "mc-h2304-gqa-s6k": dict(like="2B-class GQA at 6k tokens (-> 4 layers)", num_layers=4, hidden_size=2304,
+                             num_attention_heads=18, num_query_groups=6, ffn_hidden_size=6144, vocab_size=49152,
+                             seq_length=6144, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                             tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                             attention_dropout=0.0),
+    # GeLU MHA width 4608 (head 128) with biases, dropout 0.1, 64k vocabulary, tied
+    "mc-h4608-gelu": dict(like="GPT-style 4608 width (-> 2 layers)", num_layers=2, hidden_size=4608,
+                          num_attention_heads=36, ffn_hidden_size=18432, vocab_size=65024, seq_length=2048,
+                          activation="gelu", normalization="layernorm", add_bias_linear=True, tied_embeddings=True,
+                          position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
+    # 12k tokens, head 64, GQA 28/4, 100k vocabulary
+    "mc-h1792-s12k": dict(like="1.5B-class head-64 GQA at 12k tokens (-> 3 layers)", num_layers=3, hidden_size=1792,
+                          num_attention_heads=28, num_query_groups=4, ffn_hidden_size=4864, vocab_size=100352,
+                          seq_length=12288, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                          tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                          attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -121,6 +140,19 @@ HF_SHAPES = {
         num_hidden_layers=4, num_attention_heads=16, vocab_size=50304, max_position_embeddings=2048,
         hidden_act="gelu", use_parallel_residual=True, tie_word_embeddings=False, attention_dropout=0.0,
         hidden_dropout=0.0)),
+    # --- final held-out shapes (see MCORE_SHAPES) ---
+    # Phi-3 mini: MHA 32 heads of width 96, fused qkv / gate_up projections, 32k vocabulary, untied
+    "hf-phi3-h3072": dict(like="Phi-3 mini (32 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="phi3", architectures=["Phi3ForCausalLM"], hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=32, vocab_size=32064,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0, pad_token_id=None)),
+    # Mistral 7B: GQA 32/8, SwiGLU 14336, 32k vocabulary, untied
+    "hf-mistral-h4096": dict(like="Mistral 7B (32 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None)),
 }
 
 
@@ -225,6 +257,21 @@ GROUPS = {
     "moe": [
         _ddp("mc-moe-h4096-e8", False), _ddp("mc-moe-h4096-e8", False, world=2, ep=2),
         _ddp("mc-moe-h4096-e8", False, world=2), _ds("mc-moe-h4096-e8", 1),
+    ],
+    # final held-out shapes, measured after the models were frozen (one GPU)
+    "final": [
+        _ds("mc-h2304-gqa-s6k", 1), _ds("mc-h2304-gqa-s6k", 2, recompute="selective"), _ds("mc-h2304-gqa-s6k", 3),
+        _ds("mc-h2304-gqa-s6k", 2, recompute="full"), _ddp("mc-h2304-gqa-s6k", True),
+        _ddp("mc-h2304-gqa-s6k", False, recompute="full"),
+        _ds("mc-h4608-gelu", 0), _ds("mc-h4608-gelu", 2), _ds("mc-h4608-gelu", 3),
+        _ds("mc-h4608-gelu", 1, recompute="full"), _ddp("mc-h4608-gelu", False), _ds("mc-h4608-gelu", 2, **OFF),
+        _ds("mc-h1792-s12k", 1), _ds("mc-h1792-s12k", 1, recompute="selective"),
+        _ds("mc-h1792-s12k", 2, recompute="full"), _ds("mc-h1792-s12k", 3, recompute="full"),
+        _ddp("mc-h1792-s12k", True, recompute="selective"),
+        _hf("hf-phi3-h3072", 2, "sdpa"), _hf("hf-phi3-h3072", 2, "eager"), _hf("hf-phi3-h3072", 3, "sdpa", ckpt=True),
+        _hf("hf-mistral-h4096", 2, "sdpa", ckpt=True, lora=16),
+        _hf("hf-mistral-h4096", 2, "sdpa"), _hf("hf-mistral-h4096", 3, "sdpa"),
+        _hf("hf-mistral-h4096", 2, "eager", ckpt=True), _hf("hf-mistral-h4096", 2, "sdpa", **OFF),
     ],
 }
 
