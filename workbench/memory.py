@@ -283,7 +283,8 @@ def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stag
 # Model states: weights, gradients, optimizer (bytes per parameter)
 # ================================================================================================================
 def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
-                      offload_params=0, distributed_optimizer=0, fp32_grad_partition=1, fused_kernels=1):
+                      offload_params=0, distributed_optimizer=0, fp32_grad_partition=1, fused_kernels=1,
+                      main_grad_fp32=None):
     """(weights, gradients, optimizer, host, step) bytes for ``n_params`` parameters on one rank; ``step`` is what
     exists only during the optimizer step (when activations are already freed).
 
@@ -362,7 +363,13 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # --- Megatron -----------------------------------------------------------------------------------------------
     # bf16: fp32 main grads (accumulate_allreduce_grads_in_fp32); fp16: fp16 grads, the optimizer keeps an fp32 copy
     mg_weights = param_bytes * n
-    mg_grads = np.where(fp16 > 0, 2.0, 4.0) * n
+    # ``main_grad_fp32`` (ParallelPlan.grad_reduce_fp32; None: 1 unless fp16) = 0 with bf16: 16-bit main grads
+    # (--grad-reduce-in-bf16, DDP grad_reduce_in_fp32=False); the optimizer then casts its shard's gradients to fp32
+    # at the step (megatron-core distrib_optimizer.py ``_copy_model_grads_to_main_grads``: ``shard_main_param.grad =
+    # shard_model_grad.float()``, freed by ``zero_grad(set_to_none=True)`` before the next backward): a step term
+    half_grads = (fp16 > 0) if main_grad_fp32 is None else mixed & (np.asarray(main_grad_fp32) <= 0)
+    bf16_half_grads = half_grads & (fp16 <= 0)
+    mg_grads = np.where(half_grads, 2.0, 4.0) * n
     mg_opt_full = (np.where(mixed, 12.0, 8.0) + np.where(fp16 > 0, 4.0, 0.0)) * n
     mg_opt = mg_opt_full / np.where(distributed_optimizer > 0, dp, 1)
 
@@ -370,7 +377,7 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     grads = np.where(is_megatron, mg_grads, ds_grads_gpu)
     optimizer = np.where(is_megatron, mg_opt, ds_opt_gpu)
     host = np.where(is_megatron, 0, ds_host)
-    mg_step = torch_adam * n / np.where(distributed_optimizer > 0, dp, 1)
+    mg_step = (torch_adam + np.where(bf16_half_grads, 4.0, 0.0)) * n / np.where(distributed_optimizer > 0, dp, 1)
     step = np.where(is_megatron, mg_step, ds_step)
     return weights, grads, optimizer, host, step
 
@@ -772,7 +779,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
-                moe_allgather=0):
+                moe_allgather=0, main_grad_fp32=None):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of each stage's layers run their GEMMs in FP8
@@ -814,7 +821,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # shards as data-parallel ranks do (DeepSpeed engines have no CP, c = 1)
     states = dict(engine=engine, zero_stage=zero_stage, param_bytes=value_bytes, fp16=fp16,
                   offload_optimizer=offload_optimizer, offload_params=offload_params,
-                  distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+                  distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels, main_grad_fp32=main_grad_fp32)
     weights, grads, optimizer, host, step = model_state_bytes(trainable, data_parallel=data_parallel
                                                               * context_parallel, **states)
     if m.is_moe:
