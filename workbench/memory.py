@@ -45,13 +45,14 @@ CUDA_CONTEXT_BYTES = int(1.66 * GiB)
 """The smallest memory outside the caching allocator measured for one training process on one GPU (CUDA context,
 cuBLAS workspaces, kernels): ``total − free − memory_reserved`` after training steps, 1.66 GiB on H200 (torch 2.11,
 CUDA 13). The estimate uses each engine's own median, :data:`OUTSIDE_ALLOCATOR_BYTES`."""
-NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.06 * GiB), "megatron": int(6.06 * GiB)}
+NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.20 * GiB), "megatron": int(5.52 * GiB)}
 """Extra memory outside the allocator per GPU once a training process has NCCL communicators (2 H200 over NVLink,
-NVLS off): the median outside the allocator of the fit split's multi-rank DeepSpeed runs (8 runs, 8.23-8.51 GiB)
-less the one-rank median of :data:`OUTSIDE_ALLOCATOR_BYTES` (``benchmarks/bench_accuracy.py --overheads``).
-megatron-core: no two-GPU run of the corpus records memory outside the allocator yet, so it takes DeepSpeed's
-figure (one communicator per process group, as DeepSpeed's). Measured with two ranks only: NCCL's buffers grow with
-the peers a rank connects to, so on 8 GPUs this is a lower bound."""
+NVLS off): the median outside the allocator of the fit split's two-rank runs less the engine's one-rank median
+(:data:`OUTSIDE_ALLOCATOR_BYTES`), printed by ``benchmarks/bench_accuracy.py --overheads``: DeepSpeed 12 runs
+(8.23-8.51 GiB outside), megatron-core 4 runs (DDP, distributed optimizer, TP=2, PP=2: 7.84-9.03 GiB). A
+two-rank process holds about the same outside the allocator with either engine; the per-engine figures differ by
+the one-rank baseline. Measured with two ranks only: NCCL's buffers grow with the peers a rank connects to, so on 8
+GPUs this is a lower bound."""
 NCCL_BYTES = NCCL_BYTES_BY_ENGINE["deepspeed"]
 ZERO0_STEP_BYTES_PER_PARAM = 8.0
 """DeepSpeed ZeRO-0 with bf16/fp16: extra bytes per parameter during the optimizer step (flattened fp32 gradients
