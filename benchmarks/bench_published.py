@@ -82,6 +82,8 @@ def specs(case: dict):
         kw["cp_comm_type"] = lay["cp_comm"]
     if lay.get("fp8_recipe"):
         kw["fp8_recipe"] = lay["fp8_recipe"]
+    if lay.get("grad_reduce_fp32") is not None:  # Megatron's main-gradient dtype where the recipe sets it
+        kw["grad_reduce_fp32"] = lay["grad_reduce_fp32"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
     if lay.get("etp") is not None:

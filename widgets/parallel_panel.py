@@ -103,6 +103,11 @@ class ParallelPanel(Panel):
                                                       ("off", False)],
                                      tooltip="gradient reduce overlapped with backward (DeepSpeed overlap_comm, "
                                              "Megatron --overlap-grad-reduce)")
+        c["grad_reduce_fp32"] = dropdown("main grads", [("engine default", _ENGINE_DEFAULT), ("fp32", True),
+                                                        ("16-bit", False)],
+                                         tooltip="Megatron's main-gradient dtype: fp32 (--accumulate-allreduce-"
+                                                 "grads-in-fp32, Megatron-LM's default with bf16) or 16-bit "
+                                                 "(--grad-reduce-in-bf16, what NVIDIA's performance recipes set)")
         c["lora_rank"] = int_text("LoRA rank", minimum=0, tooltip="LoRA adapter rank (0: full fine-tune)")
         c["lora_rank"].add_class("wb-lora-rank")
         self.controls = c
@@ -119,8 +124,8 @@ class ParallelPanel(Panel):
             c["expert_parallel"], c["expert_tensor_parallel"], c["moe_token_dispatcher"], c["moe_capacity_factor"],
             c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
             c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
-            c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["lora_rank"],
-            self.derived, self.error,
+            c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["grad_reduce_fp32"],
+            c["lora_rank"], self.derived, self.error,
         ])
 
     def _on_field(self, name: str, value) -> None:
@@ -147,7 +152,7 @@ class ParallelPanel(Panel):
                     value = value or 0
                 elif name == "zero_stage":
                     value = int(value)
-                elif name == "overlap_comm" and value is None:
+                elif name in ("overlap_comm", "grad_reduce_fp32") and value is None:
                     value = _ENGINE_DEFAULT
                 else:
                     value = value.value if hasattr(value, "value") else value

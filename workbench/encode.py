@@ -59,7 +59,7 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
                 moe_tf=plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0,
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
-                moe_ov=int(plan.moe_overlap_alltoall))
+                moe_ov=int(plan.moe_overlap_alltoall), grad_fp32=int(plan.reduces_grads_in_fp32))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -74,6 +74,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("fp8_recipe", FP8_RECIPE_CODES[str(Fp8Recipe.parse(fp8_recipe, "fp8_recipe"))])
     out.setdefault("fp8_pg", np.asarray(table["dist_opt"]) * int(bool(fp8_param_gather)))
     out.setdefault("fp8_bf16", 0)
+    out.setdefault("grad_fp32", -1)  # Megatron's main-gradient dtype: -1, Megatron-LM's default for the precision
     for key in ("first_layers", "last_layers", "emb_split", "loss_split", "cp_comm"):
         out.setdefault(key, 0)
     out.setdefault("cp_a2a", 1)
@@ -179,7 +180,15 @@ def _rope(model: ModelSpec, precision: Precision) -> tuple:
     return float(fwd), float(bwd)
 
 
-def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision):
+def main_grad_fp32(cols: dict, precision: Precision):
+    """Column ``grad_fp32`` (1: Megatron accumulates and reduces fp32 main gradients, 0: 16-bit) with -1 (the
+    planner's table: the default) resolved as :attr:`ParallelPlan.reduces_grads_in_fp32` does: fp32 with bf16 (and
+    FP8's bf16 base), 16-bit with fp16."""
+    col = cols.get("grad_fp32", -1)
+    return _where(np.less(col, 0), int(precision.base is Precision.BF16), col)
+
+
+def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision, main_fp32=None):
     """HBM bytes per trainable parameter and micro-batch of putting its gradient into the engine's reduce buffer,
     counted from the engines' hooks. Megatron DDP without Apex/Transformer Engine (``adam="torch"``: megatron-core's
     local spec, megatron/core/distributed/distributed_data_parallel.py ``main_grad.add_(grad)``): read and write the
@@ -189,7 +198,7 @@ def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision):
     into the bucket (2v) and average it in place (2v); ZeRO-0 keeps the gradient where autograd wrote it and ZeRO-3's
     copies are counted with its other terms (0)."""
     v = float(precision.bytes_per_value)
-    main = 4.0 if precision is Precision.BF16 else v
+    main = (4.0 if precision is Precision.BF16 else v) if main_fp32 is None else _where(np.greater(main_fp32, 0), 4.0, v)
     return _where(megatron, _where(fused_adam, 0.0, 2 * main + v), _where(np.isin(zero, (1, 2)), 4 * v, 0.0))
 
 
@@ -215,7 +224,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                fp8_param_gather=cols.get("fp8_pg", 0), fp8_layer_fraction=fp8_layer_fraction(model, cols),
                expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
                expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
-               moe_allgather=cols.get("moe_ag", 0))
+               moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -305,7 +314,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         grad_bucket_elements=bucket_elements, overlap_comm=cols["overlap_comm"],
         # Megatron with bf16 accumulates and reduces fp32 main gradients (DDP grad_reduce_in_fp32; Megatron-LM turns
         # --accumulate-allreduce-grads-in-fp32 on for bf16); fp16 reduces 16-bit gradients
-        grad_reduce_bytes_per_value=_where(megatron & (precision.base is Precision.BF16), 4.0,
+        # (--grad-reduce-in-bf16 / grad_reduce_in_fp32=False: 16-bit, ParallelPlan.grad_reduce_fp32)
+        grad_reduce_bytes_per_value=_where(megatron & np.greater(main_grad_fp32(cols, precision), 0), 4.0,
                                            float(precision.bytes_per_value)),
         # FP8 training runs everything but the FP8 GEMMs in bf16: that peak prices the rest (and MFU)
         peak_flops=gpu.peak_flops(precision.base), hbm_gb_per_s=gpu.hbm_gb_per_s,
@@ -332,7 +342,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
         zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0),
         **dict(zip(("rope_forward_bytes", "rope_backward_bytes"), _rope(model, precision))),
-        grad_accumulate_bytes_per_parameter=grad_accumulate_bytes(megatron, cols["zero"], fused_adam, precision),
+        grad_accumulate_bytes_per_parameter=grad_accumulate_bytes(megatron, cols["zero"], fused_adam, precision,
+                                                                    main_grad_fp32(cols, precision)),
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),

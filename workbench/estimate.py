@@ -92,6 +92,7 @@ class EvaluatedPlan:
                      "offload_optimizer": str(self.plan.offload_optimizer),
                      "offload_params": str(self.plan.offload_params),
                      "distributed_optimizer": self.plan.distributed_optimizer,
+                     "grad_reduce_fp32": self.plan.reduces_grads_in_fp32,
                      "recompute": str(self.plan.recompute), "micro_batch_size": self.plan.micro_batch_size,
                      "global_batch_size": self.plan.global_batch_size,
                      "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,

@@ -45,13 +45,14 @@ CUDA_CONTEXT_BYTES = int(1.66 * GiB)
 """The smallest memory outside the caching allocator measured for one training process on one GPU (CUDA context,
 cuBLAS workspaces, kernels): ``total − free − memory_reserved`` after training steps, 1.66 GiB on H200 (torch 2.11,
 CUDA 13). The estimate uses each engine's own median, :data:`OUTSIDE_ALLOCATOR_BYTES`."""
-NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.06 * GiB), "megatron": int(6.06 * GiB)}
+NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.20 * GiB), "megatron": int(5.52 * GiB)}
 """Extra memory outside the allocator per GPU once a training process has NCCL communicators (2 H200 over NVLink,
-NVLS off): the median outside the allocator of the fit split's multi-rank DeepSpeed runs (8 runs, 8.23-8.51 GiB)
-less the one-rank median of :data:`OUTSIDE_ALLOCATOR_BYTES` (``benchmarks/bench_accuracy.py --overheads``).
-megatron-core: no two-GPU run of the corpus records memory outside the allocator yet, so it takes DeepSpeed's
-figure (one communicator per process group, as DeepSpeed's). Measured with two ranks only: NCCL's buffers grow with
-the peers a rank connects to, so on 8 GPUs this is a lower bound."""
+NVLS off): the median outside the allocator of the fit split's two-rank runs less the engine's one-rank median
+(:data:`OUTSIDE_ALLOCATOR_BYTES`), printed by ``benchmarks/bench_accuracy.py --overheads``: DeepSpeed 12 runs
+(8.23-8.51 GiB outside), megatron-core 4 runs (DDP, distributed optimizer, TP=2, PP=2: 7.84-9.03 GiB). A
+two-rank process holds about the same outside the allocator with either engine; the per-engine figures differ by
+the one-rank baseline. Measured with two ranks only: NCCL's buffers grow with the peers a rank connects to, so on 8
+GPUs this is a lower bound."""
 NCCL_BYTES = NCCL_BYTES_BY_ENGINE["deepspeed"]
 ZERO0_STEP_BYTES_PER_PARAM = 8.0
 """DeepSpeed ZeRO-0 with bf16/fp16: extra bytes per parameter during the optimizer step (flattened fp32 gradients
@@ -282,7 +283,8 @@ def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stag
 # Model states: weights, gradients, optimizer (bytes per parameter)
 # ================================================================================================================
 def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
-                      offload_params=0, distributed_optimizer=0, fp32_grad_partition=1, fused_kernels=1):
+                      offload_params=0, distributed_optimizer=0, fp32_grad_partition=1, fused_kernels=1,
+                      main_grad_fp32=None):
     """(weights, gradients, optimizer, host, step) bytes for ``n_params`` parameters on one rank; ``step`` is what
     exists only during the optimizer step (when activations are already freed).
 
@@ -361,7 +363,13 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # --- Megatron -----------------------------------------------------------------------------------------------
     # bf16: fp32 main grads (accumulate_allreduce_grads_in_fp32); fp16: fp16 grads, the optimizer keeps an fp32 copy
     mg_weights = param_bytes * n
-    mg_grads = np.where(fp16 > 0, 2.0, 4.0) * n
+    # ``main_grad_fp32`` (ParallelPlan.grad_reduce_fp32; None: 1 unless fp16) = 0 with bf16: 16-bit main grads
+    # (--grad-reduce-in-bf16, DDP grad_reduce_in_fp32=False); the optimizer then casts its shard's gradients to fp32
+    # at the step (megatron-core distrib_optimizer.py ``_copy_model_grads_to_main_grads``: ``shard_main_param.grad =
+    # shard_model_grad.float()``, freed by ``zero_grad(set_to_none=True)`` before the next backward): a step term
+    half_grads = (fp16 > 0) if main_grad_fp32 is None else mixed & (np.asarray(main_grad_fp32) <= 0)
+    bf16_half_grads = half_grads & (fp16 <= 0)
+    mg_grads = np.where(half_grads, 2.0, 4.0) * n
     mg_opt_full = (np.where(mixed, 12.0, 8.0) + np.where(fp16 > 0, 4.0, 0.0)) * n
     mg_opt = mg_opt_full / np.where(distributed_optimizer > 0, dp, 1)
 
@@ -369,7 +377,7 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     grads = np.where(is_megatron, mg_grads, ds_grads_gpu)
     optimizer = np.where(is_megatron, mg_opt, ds_opt_gpu)
     host = np.where(is_megatron, 0, ds_host)
-    mg_step = torch_adam * n / np.where(distributed_optimizer > 0, dp, 1)
+    mg_step = (torch_adam + np.where(bf16_half_grads, 4.0, 0.0)) * n / np.where(distributed_optimizer > 0, dp, 1)
     step = np.where(is_megatron, mg_step, ds_step)
     return weights, grads, optimizer, host, step
 
@@ -771,7 +779,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
-                moe_allgather=0):
+                moe_allgather=0, main_grad_fp32=None):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of each stage's layers run their GEMMs in FP8
@@ -813,7 +821,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # shards as data-parallel ranks do (DeepSpeed engines have no CP, c = 1)
     states = dict(engine=engine, zero_stage=zero_stage, param_bytes=value_bytes, fp16=fp16,
                   offload_optimizer=offload_optimizer, offload_params=offload_params,
-                  distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels)
+                  distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels, main_grad_fp32=main_grad_fp32)
     weights, grads, optimizer, host, step = model_state_bytes(trainable, data_parallel=data_parallel
                                                               * context_parallel, **states)
     if m.is_moe:

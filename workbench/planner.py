@@ -522,7 +522,9 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         expert_parallel=int(table["ep"][i]) if "ep" in table else 1,
         expert_tensor_parallel=(int(table["etp"][i]) if "etp" in table and int(table["etp"][i]) != int(table["tp"][i])
                                 else None),
-        fp8_param_gather=bool(table["fp8_pg"][i]) if "fp8_pg" in table else False, **(stack or {}))
+        fp8_param_gather=bool(table["fp8_pg"][i]) if "fp8_pg" in table else False,
+        grad_reduce_fp32=(bool(table["grad_fp32"][i]) if "grad_fp32" in table and int(table["grad_fp32"][i]) >= 0
+                          else None), **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -554,7 +556,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            recompute: Sequence = ("none", "selective", "full"), precision="bf16",
            allow_cross_node_tp: bool = False, max_context_parallel: Optional[int] = None,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
-           overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False) -> PlanSearch:
+           overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False,
+           grad_reduce_fp32: Optional[bool] = None) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -567,6 +570,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     ``precision='fp8'`` searches Megatron plans only (FP8 is modelled as Megatron-LM trains it with Transformer
     Engine), every row with the scaling recipe ``fp8_recipe``; ``fp8_param_gather`` keeps the linear weights in FP8
     and all-gathers them in FP8 on the rows with the distributed optimizer (Megatron-LM ``--fp8-param-gather``).
+
+    ``grad_reduce_fp32`` sets Megatron's main-gradient dtype on every Megatron row (:attr:`ParallelPlan.
+    grad_reduce_fp32`; ``None``: Megatron-LM's default, fp32 with bf16).
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -629,6 +635,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
                                                                                  fp8_param_gather))
     elif fp8_param_gather:
         raise ValueError(f"fp8_param_gather=True needs precision='fp8' (got precision='{precision}')")
+    if grad_reduce_fp32 is not None:
+        table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
+                                      int(check_bool("grad_reduce_fp32", grad_reduce_fp32)), -1)
     eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
                   **eval_stack)
@@ -966,6 +975,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
         table["fp8_recipe"] = np.full(len(table["tp"]), E.FP8_RECIPE_CODES[str(plan.fp8_recipe)], np.int64)
         table["fp8_pg"] = np.asarray(table["dist_opt"], np.int64) * int(plan.fp8_param_gather)
         plan_stack["fp8_recipe"] = plan.fp8_recipe
+    if plan.grad_reduce_fp32 is not None:  # the plan's main-gradient dtype on every Megatron row
+        table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], int(plan.grad_reduce_fp32), -1)
     from workbench.calibrate.profile import resolve_profile
 
     profile = resolve_profile(profile)

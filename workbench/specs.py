@@ -713,6 +713,13 @@ class ParallelPlan:
     ``--overlap-grad-reduce`` (megatron-core ``DistributedDataParallelConfig.overlap_grad_reduce``). ``None``: the
     engine's default as the workbench configures it, :func:`default_overlap_comm` (on for DeepSpeed, off for
     Megatron)."""
+    grad_reduce_fp32: Optional[bool] = None
+    """Engine ``megatron``: accumulate and reduce the main gradients in fp32 (4 bytes per parameter) or in the
+    16-bit model dtype. ``None``: Megatron-LM's default — fp32 with bf16 (``--bf16`` turns
+    ``--accumulate-allreduce-grads-in-fp32`` on, megatron/training/arguments.py, unless ``--grad-reduce-in-bf16``),
+    16-bit with fp16. ``False`` is megatron-core's ``DistributedDataParallelConfig(grad_reduce_in_fp32=False)``, what
+    NVIDIA's Megatron-Bridge and NeMo performance recipes set; with 16-bit main gradients the optimizer builds its
+    fp32 gradient copy at the step (Megatron-LM's fp16 path)."""
     first_stage_layers: Optional[int] = None
     """Transformer layers on the first pipeline stage (Megatron ``--decoder-first-pipeline-num-layers``,
     ``TransformerConfig.num_layers_in_first_pipeline_stage``); ``None``: an even share. See
@@ -991,6 +998,12 @@ class ParallelPlan:
 
     def _check_engine(self) -> None:
         e = self.engine
+        if self.grad_reduce_fp32 is not None:
+            _set(self, "grad_reduce_fp32", check_bool("grad_reduce_fp32", self.grad_reduce_fp32))
+            if e is not Engine.MEGATRON:
+                raise ValueError(f"grad_reduce_fp32={self.grad_reduce_fp32} is Megatron's main-gradient dtype "
+                                 f"(--accumulate-allreduce-grads-in-fp32 / --grad-reduce-in-bf16); engine='{e}' "
+                                 f"keeps 16-bit gradients and an fp32 partition (leave it None)")
         if e is Engine.MEGATRON:
             if self.zero_stage != ZeroStage.NONE:
                 raise ValueError(f"zero_stage={int(self.zero_stage)} needs engine 'deepspeed' or "
@@ -1040,6 +1053,14 @@ class ParallelPlan:
     def num_microbatches(self) -> int:
         """Micro-batches per step per pipeline (= gradient accumulation steps)."""
         return self.gradient_accumulation_steps
+
+    @property
+    def reduces_grads_in_fp32(self) -> bool:
+        """Megatron's main gradients in fp32: ``grad_reduce_fp32`` with ``None`` resolved to Megatron-LM's default
+        (fp32 with bf16 and FP8's bf16 base, 16-bit with fp16); ``False`` for the DeepSpeed engines."""
+        if self.grad_reduce_fp32 is not None:
+            return self.grad_reduce_fp32
+        return self.engine is Engine.MEGATRON and self.precision.base is Precision.BF16
 
     @property
     def overlaps_comm(self) -> bool:

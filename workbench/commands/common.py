@@ -51,7 +51,7 @@ _PLAN_FLAGS = {
     "ep": "expert_parallel", "etp": "expert_tensor_parallel", "moe_capacity_factor": "moe_capacity_factor",
     "moe_dispatcher": "moe_token_dispatcher",
     "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes",
-    "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather",
+    "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather", "grad_reduce_fp32": "grad_reduce_fp32",
     "fp8_bf16_first_layers": "fp8_bf16_first_layers", "fp8_bf16_last_layers": "fp8_bf16_last_layers",
 }
 
@@ -183,6 +183,13 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="GPU optimizer kernel (default fused): fused = Apex/Transformer Engine FusedAdam (Megatron) or "
                         "DeepSpeed's FusedAdam op; torch = torch.optim.AdamW (megatron-core without Apex/TE, "
                         "DeepSpeed \"torch_adam\": true). CPU Adam follows from --offload-optimizer")
+    grads = p.add_mutually_exclusive_group()
+    grads.add_argument("--grad-reduce-in-bf16", dest="grad_reduce_fp32", action="store_false", default=None,
+                       help="engine megatron: 16-bit main gradients, accumulated and reduced in the model dtype "
+                            "(Megatron-LM --grad-reduce-in-bf16, megatron-core grad_reduce_in_fp32=False, as NVIDIA's "
+                            "performance recipes set); default: fp32 with bf16, Megatron-LM's --bf16 default")
+    grads.add_argument("--accumulate-allreduce-grads-in-fp32", dest="grad_reduce_fp32", action="store_true",
+                       help="engine megatron: fp32 main gradients (Megatron-LM's default with bf16)")
     overlap = p.add_mutually_exclusive_group()
     overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
                          help="overlap the gradient reduce with backward (DeepSpeed overlap_comm, Megatron "

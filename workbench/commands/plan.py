@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
     s.add_argument("--adam", choices=["fused", "torch"], default="fused",
                    help="GPU optimizer kernel of every plan: fused (Apex/TE or DeepSpeed FusedAdam) or torch "
                         "(torch.optim.AdamW)")
+    s.add_argument("--grad-reduce-in-bf16", dest="grad_reduce_fp32", action="store_false", default=None,
+                   help="Megatron plans with 16-bit main gradients (Megatron-LM --grad-reduce-in-bf16, megatron-core "
+                        "grad_reduce_in_fp32=False); default fp32 with bf16")
     overlap = s.add_mutually_exclusive_group()
     overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
                          help="overlap the gradient reduce with backward (default: each engine's)")
@@ -134,7 +137,8 @@ def run(args) -> int:
                         max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
                         overlap_comm=args.overlap_comm, profile=profile_from_args(args),
-                        fp8_recipe=args.fp8_recipe, fp8_param_gather=args.fp8_param_gather)
+                        fp8_recipe=args.fp8_recipe, fp8_param_gather=args.fp8_param_gather,
+                        grad_reduce_fp32=args.grad_reduce_fp32)
     if args.json:
         print_json(result.to_dict())
     else:

@@ -610,7 +610,8 @@ _KNOWN = {
     "moe-router-topk", "topk", "moe-ffn-hidden-size", "vocab-size", "expert-interval", "hidden-dropout",
     "attention-dropout",
     "no-masked-softmax-fusion", "masked-softmax-fusion", "attention-softmax-in-fp32",
-    "no-gradient-accumulation-fusion", "overlap-grad-reduce",
+    "no-gradient-accumulation-fusion", "overlap-grad-reduce", "grad-reduce-in-bf16",
+    "accumulate-allreduce-grads-in-fp32",
     # parallel / batch
     "tensor-model-parallel-size", "model-parallel-size", "pipeline-model-parallel-size",
     "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank", "context-parallel-size",
@@ -849,6 +850,11 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
                         "Apex/Transformer Engine (torch.optim.AdamW, adam=torch)")
     if not is_hybrid:  # the hybrid's gradient reduce is DeepSpeed's (ds_config overlap_comm)
         plan["overlap_comm"] = has("overlap-grad-reduce")
+        # Megatron's main-gradient dtype where the script sets it (default: fp32 with --bf16, 16-bit with --fp16)
+        if has("grad-reduce-in-bf16"):
+            plan["grad_reduce_fp32"] = False
+        elif has("accumulate-allreduce-grads-in-fp32"):
+            plan["grad_reduce_fp32"] = True
     if has("num-experts"):
         experts = num("num-experts", _int)
         if experts and experts > 1:

@@ -220,9 +220,13 @@ def overlap_flags(plan: ParallelPlan) -> list[str]:
     """Overlap the data-parallel gradient reduce (and, with the distributed optimizer, the parameter all-gather)
     with compute when the plan does (:attr:`ParallelPlan.overlaps_comm`: Megatron's default is off, which is also
     what the time model prices then; the guide asks for overlap on InfiniBand, §4, and the advisor says so)."""
+    # the main-gradient dtype where the plan departs from Megatron-LM's (fp32 with --bf16, 16-bit with --fp16)
+    grads = ["--grad-reduce-in-bf16"] if plan.grad_reduce_fp32 is False and plan.precision.base is Precision.BF16 \
+        else ["--accumulate-allreduce-grads-in-fp32"] if plan.grad_reduce_fp32 and plan.precision is Precision.FP16 \
+        else []
     if not plan.overlaps_comm or plan.data_parallel * plan.context_parallel == 1:
-        return []
-    return ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan.distributed_optimizer else [])
+        return grads
+    return grads + ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan.distributed_optimizer else [])
 
 
 def _quote(token: str) -> str:
