@@ -53,10 +53,12 @@ def measured_rows() -> list:
             continue
         est = estimate(run["model"], run["cluster"], run["plan"], checks=False)
         m = run["measured"]
-        alloc = est.memory.to_dict()["allocated_bytes"]
+        mem = est.memory.to_dict()
+        alloc = mem["allocated_bytes"]
         rows.append(dict(run_id=run["run_id"], shape_id=run["shape_id"], side=_split_side(run["shape_id"]),
                          layout=_layout(run["plan"]), measured_gib=m["allocated"] / GiB, predicted_gib=alloc / GiB,
                          memory_ratio=alloc / m["allocated"] if m.get("allocated") else None,
+                         device_ratio=mem["per_gpu_peak_bytes"] / m["device"] if m.get("device") else None,
                          measured_s=m.get("step"), predicted_s=est.time.step_seconds,
                          step_ratio=est.time.step_seconds / m["step"] if m.get("step") else None,
                          alltoall_share=est.time.breakdown["ep_comm"] / est.time.step_seconds))
@@ -98,11 +100,19 @@ def main() -> int:
         print(f"  {r['run_id']:44} [{r['side']:4}] {r['layout']:38} allocated {r['predicted_gib']:6.2f} / "
               f"{r['measured_gib']:6.2f} GiB = {mem}   step {r['predicted_s']:.3f} / "
               f"{r['measured_s'] or 0:.3f} s = {step}   all-to-all {r['alltoall_share']:.1%} of the step")
-    for what in ("memory_ratio", "step_ratio"):
+    for what in ("memory_ratio", "device_ratio", "step_ratio"):
         vals = [r[what] for r in rows if r[what]]
         if vals:
             print(f"  {what.replace('_', ' ')}: median {statistics.median(vals):.2f} over {len(vals)} runs "
                   f"(predicted / measured), range {min(vals):.2f}-{max(vals):.2f}")
+    # expert parallel against data parallel on the same GPUs: the speed-up measured and predicted
+    by = {r["layout"].split(" alltoall")[0]: r for r in rows if r["run_id"].startswith("mcore-ddp/")}
+    ep, dp = by.get("2 GPU TP1 EP2 ETP1 DP2"), by.get("2 GPU TP1 EP1 ETP1 DP2")
+    if ep and dp and ep["measured_s"] and dp["measured_s"]:
+        print(f"  EP2 / DP2 step (same 2 GPUs): measured {ep['measured_s'] / dp['measured_s']:.3f}, predicted "
+              f"{ep['predicted_s'] / dp['predicted_s']:.3f}; memory: measured "
+              f"{ep['measured_gib'] / dp['measured_gib']:.3f}, predicted "
+              f"{ep['predicted_gib'] / dp['predicted_gib']:.3f}")
     print()
     print("published: Megatron-Bridge H100 tables, Qwen3 MoE (FP8) — predicted / published step time")
     for r in published_rows():
