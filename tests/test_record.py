@@ -89,3 +89,18 @@ def test_the_one_crossing_rule_matches_the_enumerated_layout(n, sizes):
         enumerated = any(len({r // n for r in g}) > 1 for g in groups)
         assert facts.crosses_nodes[kind] == enumerated, (kind, sizes, n)
     assert np.array_equal(group_crosses_nodes(np.array([1, 1]), np.array([3, 4]), 8), [True, False])
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(pipeline_parallel=1), dict(pipeline_parallel=4, tensor_parallel=1),
+                                dict(pipeline_parallel=4, tensor_parallel=2, first_stage_layers=6,
+                                     last_stage_layers=10)])
+def test_time_model_prices_the_largest_stage_of_the_facts(kw):
+    """Data-parallel bytes and the optimizer step are priced on the parameters of the stage that holds the most of
+    them — the record's ParallelFacts, not total ÷ (t·p) (the embedding sits on the first stage, the untied output
+    layer on the last)."""
+    m, c, p = _setup(**kw)
+    est = E.estimate(m, c, p)
+    assert est.time.inputs["stage_parameters"] == pytest.approx(max(est.facts.parameters_per_rank))
+    if p.pipeline_parallel > 1:
+        assert max(est.facts.parameters_per_rank) > est.parameter_counts.total / (p.tensor_parallel
+                                                                                   * p.pipeline_parallel)
