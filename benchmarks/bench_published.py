@@ -127,6 +127,8 @@ class Row:
     peak_gib: float = 0.0
     capacity_gib: float = 0.0
     rank: Optional[object] = None
+    feature_rank: Optional[object] = None
+    """The rank among plans with only the features the run had (``features`` of the case or its source), if given."""
 
     @property
     def modelled(self) -> bool:
@@ -143,6 +145,15 @@ class Row:
         return float(self.case["published"]["value"]) / self.ratio
 
 
+def run_features(case: dict) -> dict:
+    """The features the run had, where its case or source limits them (``{}``: the planner's full search applies):
+    ``engines``, ``recompute``, ``sequence_parallel``, ``distributed_optimizer`` for :func:`workbench.planner.
+    rank_plan`, with a ``label`` and the ``why`` (the source of the limit)."""
+    if "features" in case:
+        return case["features"]
+    return (load().get("sources", {}).get(case["source"]) or {}).get("features", {})
+
+
 def evaluate_case(case: dict, *, planner: bool = True) -> Row:
     missing = tuple(missing_features(case))
     if missing:
@@ -152,15 +163,20 @@ def evaluate_case(case: dict, *, planner: bool = True) -> Row:
     pub_step = published_step_seconds(case, model, cluster, plan)
     flops = step_flops(model, plan)["model"]
     peak = cluster.gpu.peak_flops("bf16" if plan.precision == "fp8" else plan.precision)
-    rank = None
+    rank = feature_rank = None
     if planner:
         from workbench.planner import rank_plan
 
         rank = rank_plan(model, cluster, plan)
+        feats = run_features(case)
+        if feats:
+            feature_rank = rank_plan(model, cluster, plan, **{k: v for k, v in feats.items()
+                                                               if k not in ("label", "why")})
     return Row(case=case, missing=(), published_step_seconds=pub_step, predicted_step_seconds=est.time.step_seconds,
                published_mfu=flops / (pub_step * cluster.world_size * peak),
                predicted_mfu=flops / (est.time.step_seconds * cluster.world_size * peak),
-               peak_gib=est.memory.peak_stage.total_bytes / GiB, capacity_gib=cluster.gpu.memory_bytes / GiB, rank=rank)
+               peak_gib=est.memory.peak_stage.total_bytes / GiB, capacity_gib=cluster.gpu.memory_bytes / GiB, rank=rank,
+               feature_rank=feature_rank)
 
 
 _UNITS = {"tokens_per_second_per_gpu": "tok/s/GPU", "hardware_tflops_per_gpu": "TFLOP/s/GPU (hw)",
@@ -181,15 +197,21 @@ def layout_text(case: dict) -> str:
     return " ".join(bits)
 
 
-def rank_text(row: Row) -> str:
-    r = row.rank
-    if r is None:
-        return "-"
+def _one_rank(r) -> str:
     if r.rank is not None:
         return f"{r.rank} of {r.feasible}" + (" (risky)" if r.risky else "")
     if not r.in_search_space:
         return "not searched"
     return f"no fit (+{r.result.peak_bytes / GiB - (1 - DEFAULT_HEADROOM) * r.result.capacity_bytes / GiB:.1f} GiB)"
+
+
+def rank_text(row: Row) -> str:
+    if row.rank is None:
+        return "-"
+    text = _one_rank(row.rank)
+    if row.feature_rank is not None:
+        text += f"; {run_features(row.case)['label']}: {_one_rank(row.feature_rank)}"
+    return text
 
 
 def table_lines(rows: list, *, markdown: bool = False) -> list:
@@ -241,6 +263,12 @@ def summary_lines(rows: list) -> list:
         out.append(f"planner: published layout in the top {TOP} for {top} of {len(ranked)} cases (memory judged on the "
                    f"point estimate; {strict} of {len(ranked)} if plans that pass the headroom at the held-out error "
                    f"band's upper side were excluded)")
+        limited = [r for r in ranked if r.feature_rank is not None]
+        if limited:
+            out.append(f"  with only the features the run had ({len(limited)} cases: "
+                       + ", ".join(sorted({run_features(r.case)['label'] for r in limited})) + "): top "
+                       f"{TOP} for {sum(r.feature_rank.rank is not None and r.feature_rank.rank <= TOP for r in limited)}"
+                       f" of {len(limited)}")
         for src in by_source:
             rs = [r for r in ranked if r.case["source"] == src]
             out.append(f"  {src}: top {TOP} {sum(r.rank.rank is not None and r.rank.rank <= TOP for r in rs)} of "
@@ -257,6 +285,12 @@ def why_lines(rows: list) -> list:
         if r.rank is None or (r.rank.rank is not None and r.rank.rank <= TOP):
             continue
         lines = [x for x in r.rank.explanation.splitlines() if not x.startswith(("Fastest:", "Memory:"))]
+        f = r.feature_rank
+        if f is not None:
+            label = run_features(r.case)["label"]
+            lines.append(f"With {label} only: rank {f.rank}." if f.rank is not None and f.rank <= TOP else
+                         f"With {label} only: " + " ".join(x for x in f.explanation.splitlines()
+                                                            if not x.startswith(("Fastest:", "Memory:"))))
         out.append(f"{r.case['id']}: " + " ".join(lines))
     return out
 

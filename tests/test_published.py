@@ -112,3 +112,15 @@ def test_write_readme_replaces_only_table_and_summary(tmp_path):
     assert "\n".join(B.summary_lines(rows)) in section and "stale" not in text
     assert text.replace(section, "") == original.replace(original[original.index(B.SECTION):original.index(
         "\n## ", original.index(B.SECTION) + 5)], "")
+
+
+def test_rank_among_the_features_the_run_had():
+    """A 2021 run competes only with plans that 2021's Megatron-LM could run: no sequence parallelism, selective
+    recompute or distributed optimizer."""
+    row = B.evaluate_case(CASES["narayanan-310.1B"], planner=True)
+    f, full = row.feature_rank, row.rank
+    assert f is not None and f.in_search_space and f.evaluated < full.evaluated
+    best = f.best.plan
+    assert not best.sequence_parallel and not best.distributed_optimizer and str(best.recompute) != "selective"
+    assert str(best.engine) == "megatron"
+    assert "2021 features: " in B.rank_text(row)

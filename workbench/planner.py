@@ -970,9 +970,14 @@ class PlanRank:
 
 def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = DEFAULT_HEADROOM,
               max_context_parallel: Optional[int] = None, allow_cross_node_tp: bool = False,
-              profile=None) -> PlanRank:
+              profile=None, engines: Optional[Sequence] = None, recompute: Optional[Sequence] = None,
+              sequence_parallel: Optional[bool] = None, distributed_optimizer: Optional[bool] = None) -> PlanRank:
     """The rank of ``plan`` among every plan :func:`search` evaluates for the same model, cluster, global batch,
-    precision and stack, ranked as :func:`search` ranks them (step time, then peak memory)."""
+    precision and stack, ranked as :func:`search` ranks them (step time, then peak memory).
+
+    ``engines``, ``recompute``, ``sequence_parallel`` and ``distributed_optimizer`` narrow the plans it competes
+    with to the features a run had (a 2021 run had neither sequence parallelism nor selective recompute): ``None``
+    keeps every option the planner searches."""
     check_spec_types(model=model, cluster=cluster, plan=plan)
     from workbench.specs import validate
 
@@ -983,9 +988,18 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
         max_context_parallel = default_max_context_parallel(model.seq_length)
     max_context_parallel = max(check_int("max_context_parallel", max_context_parallel), plan.context_parallel)
     # FP8 is modelled as Megatron-LM trains it with Transformer Engine: the Megatron engine only
-    engines = (Engine.MEGATRON,) if plan.precision.is_fp8 else ENGINES
+    engines = ENGINES if engines is None else tuple(Engine.parse(e, "engines") for e in engines)
+    if plan.precision.is_fp8:
+        engines = (Engine.MEGATRON,)
     table = enumerate_candidates(model, cluster, plan.global_batch_size, engines=engines,
+                                 recompute=("none", "selective", "full") if recompute is None else tuple(recompute),
                                  allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel)
+    keep = np.ones(len(table["tp"]), bool)
+    for key, wanted in (("sp", sequence_parallel), ("dist_opt", distributed_optimizer)):
+        if wanted is not None:
+            keep &= table[key] == int(check_bool(key, wanted))
+    if not keep.all():
+        table = {k: v[keep] for k, v in table.items()}
     stack = dict(adam=plan.adam, overlap_comm=plan.overlap_comm)
     plan_stack = dict(stack)
     if plan.precision.is_fp8:  # every row with the plan's FP8 recipe (encode.complete_columns keeps given columns)
