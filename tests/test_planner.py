@@ -323,3 +323,14 @@ def test_megatron_main_gradient_dtype_option(capsys):
     assert all(r.plan.grad_reduce_fp32 is False for r in res.ranked)
     r = res.ranked[0]
     assert r.peak_bytes == pytest.approx(estimate(m, c, r.plan).memory.per_gpu_peak_bytes, abs=8)
+
+
+def test_rank_plan_says_which_setting_the_search_lacks():
+    """A layout outside the search space names the first setting the enumeration never pairs with the rest."""
+    m, c = model("llama3-8b").replace(seq_length=8192), _cluster(nodes=2)
+    plan = ParallelPlan(world_size=16, engine="megatron", tensor_parallel=2, context_parallel=2,
+                        cp_comm_type="all_gather", sequence_parallel=True, distributed_optimizer=True,
+                        global_batch_size=32)
+    r = planner.rank_plan(m, c, plan)
+    assert not r.in_search_space and r.rank is None
+    assert "cp_comm all_gather is not searched" in r.explanation and "p2p" in r.explanation

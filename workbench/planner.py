@@ -697,6 +697,23 @@ def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     return "" if found is None else "\nLong context: " + found.message
 
 
+def _missing_from_search(table: dict, cols: dict) -> str:
+    """Which of a plan's columns the enumeration never pairs with the ones before it (in :data:`_COLUMNS` order), and
+    the values it does enumerate there: why :func:`rank_plan` finds no row for the plan."""
+    match = np.ones(len(table["tp"]), bool)
+    for key in _COLUMNS:
+        here = match & (table[key] == int(cols[key]))
+        if not here.any():
+            names = {"cp_comm": _CP_COMM_BY_CODE, "recompute": _RECOMPUTE_BY_CODE, "engine": _ENGINE_BY_CODE}.get(key)
+            label = (lambda v: str(names[v])) if names else str
+            seen = sorted({int(v) for v in np.asarray(table[key])[match]})
+            shown = ", ".join(label(v) for v in seen[:12]) + (", ..." if len(seen) > 12 else "")
+            return (f"{key} {label(int(cols[key]))} is not searched for this layout (with the plan's other settings "
+                    f"up to {key}, the planner enumerates {key} {shown})")
+        match = here
+    return "no row matches"
+
+
 def risk_note(result: PlanResult, headroom: float) -> str:
     """Why ``result`` is marked risky, with the numbers ('' when it is not)."""
     if not result.risky:
@@ -999,7 +1016,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     common = dict(plan=plan, evaluated=len(table["tp"]), feasible=int(len(order)), best=best)
     if not len(rows):
         return PlanRank(rank=None, rank_within_band=None, in_search_space=False, fits=False, risky=False, result=None,
-                        explanation=f"{describe_plan(plan)} is not in the planner's search space", **common)
+                        explanation=f"{describe_plan(plan)} is not in the planner's search space: "
+                                    + _missing_from_search(table, cols), **common)
     i = int(rows[0])
     strict = ranked(ok & ~ev["risky"])
     common["rank_within_band"] = int(np.flatnonzero(strict == i)[0]) + 1 if i in strict else None
