@@ -16,8 +16,9 @@ model shape):
     zero3_fetch_latency_s      ZeRO-3 host seconds per module fetch (forward, backward, recomputed forward)
     zero3_reduce_latency_s     ZeRO-3 host seconds per module gradient reduce-and-partition (backward)
     zero3_collective_call_s    extra host seconds per ZeRO-3 fetch/reduce call when the group has > 1 rank
-    cpu_adam params_per_second_per_thread / params_per_second_per_node / zero3_host_factor
-                               CPU Adam with optimizer offload: one thread's rate, the node's memory-bound cap,
+    cpu_adam params_per_second_per_thread / params_per_second_per_core / serial / zero3_host_factor
+                               CPU Adam with optimizer offload: one thread's rate, the node's memory-bound cap
+                               (per host core, params_per_second_per_core, so it follows the host's size),
                                ZeRO-3's extra host passes (fitted only on offload runs)
 
 The fit minimises the squared relative step-time error (Levenberg-Marquardt on all runs at once, through the
@@ -50,7 +51,7 @@ CONSTANTS = (
     ("zero3_reduce_latency_s", "deepspeed", "zero3_reduce_latency_s", 1e-3),
     ("zero3_collective_call_s", "deepspeed", "zero3_collective_call_s", 5e-4),
     ("cpu_adam_params_per_second_per_thread", "cpu_adam", "params_per_second_per_thread", 1e8),
-    ("cpu_adam_params_per_second_per_node", "cpu_adam", "params_per_second_per_node", 2e9),
+    ("cpu_adam_params_per_second_per_core", "cpu_adam", "params_per_second_per_core", 1.4e8),
     ("cpu_adam_serial_seconds_per_parameter", "cpu_adam", "serial_seconds_per_parameter", 1e-10),
     ("offload_zero3_host_factor", "cpu_adam", "zero3_host_factor", 0.5),
 )
@@ -64,12 +65,20 @@ def batch_inputs(rows) -> dict:
     return {k: np.array([np.nan if i[k] is None else float(i[k]) for i in ins]) for k in ins[0]}
 
 
+HELPERS = ("engine_is_deepspeed", "host_cpu_cores")
+"""Columns :func:`prepare` adds beside the step-time inputs."""
+
+
 def predict(inputs: dict, values: dict) -> np.ndarray:
-    """Step seconds of every run with the constants ``values`` (input name → value)."""
+    """Step seconds of every run with the constants ``values`` (input name → value); the CPU Adam cap per host core
+    becomes each run's node cap (× its host's cores, as :func:`workbench.encode.time_inputs` does)."""
     deepspeed = inputs["engine_is_deepspeed"]
     over = {k: np.where(deepspeed, v, 0.0) if k in DEEPSPEED_ONLY else np.full(deepspeed.shape, float(v))
             for k, v in values.items()}
-    kw = {k: v for k, v in inputs.items() if k != "engine_is_deepspeed"}
+    if "cpu_adam_params_per_second_per_core" in over:
+        over["cpu_adam_params_per_second_per_node"] = (over.pop("cpu_adam_params_per_second_per_core")
+                                                       * inputs["host_cpu_cores"])
+    kw = {k: v for k, v in inputs.items() if k not in HELPERS}
     return step_time_terms(**{**kw, **over})["step_seconds"]
 
 
@@ -113,6 +122,7 @@ def prepare(rows):
     """Inputs, measured seconds and shape ids of the runs; which constants the runs can identify."""
     inputs = batch_inputs(rows)
     inputs["engine_is_deepspeed"] = np.array([str(r["plan"].engine) != "megatron" for r in rows])
+    inputs["host_cpu_cores"] = np.array([float(r["cluster"].host_cpu_cores_per_node) for r in rows])
     measured = np.array([r["measured"]["step"] for r in rows])
     shapes = np.array([r["shape_id"] for r in rows])
     offload = inputs["offload_optimizer"] > 0
@@ -140,6 +150,8 @@ def write_constants(names, x, source: str) -> None:
             node = node[part]
         node[key] = float(f"{v:.4g}")
     data["deepspeed"].pop("zero3_hbm_bytes_per_parameter", None)  # now counted in the model
+    if "params_per_second_per_core" in data["cpu_adam"]:  # the node cap follows the host's cores
+        data["cpu_adam"].pop("params_per_second_per_node", None)
     data["deepspeed"]["source"] = source
     path.write_text(json.dumps(data, indent=2) + "\n")
     timing.calibration.cache_clear()

@@ -145,6 +145,10 @@ def test_cpu_adam_time_follows_threads_until_the_node_is_saturated():
     # a serial part per parameter that threads do not shorten (Amdahl)
     assert offload(4, cpu_adam_serial_seconds_per_parameter=1e-9) == pytest.approx(transfer + shard * (1 / 4e8 + 1e-9))
     assert ClusterSpec(gpu="H200", host_cpu_cores_per_node=112).cpu_adam_threads_per_rank == 14
+    # the node's memory-bound cap follows the host: per core of the cluster's nodes
+    caps = [estimate(m, ClusterSpec(gpu="H200", host_cpu_cores_per_node=n), plan).time.inputs[
+        "cpu_adam_params_per_second_per_node"] for n in (16, 112)]
+    assert caps[1] == pytest.approx(caps[0] * 7)
     assert ClusterSpec(gpu="H200", cpu_adam_threads=3).cpu_adam_threads_per_rank == 3
     assert estimate(m, ClusterSpec(gpu="H200", host_cpu_cores_per_node=32), plan).time.inputs["cpu_adam_threads"] == 4
     with pytest.raises(ValueError, match="cpu_adam_threads"):

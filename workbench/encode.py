@@ -328,7 +328,11 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         hbm_efficiency=curve["hbm_efficiency"], layer_pass_overhead_s=curve.get("layer_pass_overhead_s", 0.0),
         step_overhead_s=curve.get("step_overhead_s", 0.0),
         score_hbm_efficiency=curve.get("score_hbm_efficiency", curve["hbm_efficiency"]),
-        cpu_adam_params_per_second_per_node=cal["cpu_adam"]["params_per_second_per_node"],
+        # the node's memory-bound CPU Adam cap grows with the host: per core of the cluster's nodes
+        cpu_adam_params_per_second_per_node=(cal["cpu_adam"]["params_per_second_per_core"]
+                                             * cluster.host_cpu_cores_per_node
+                                             if "params_per_second_per_core" in cal["cpu_adam"]
+                                             else cal["cpu_adam"]["params_per_second_per_node"]),
         cpu_adam_params_per_second_per_thread=cal["cpu_adam"].get("params_per_second_per_thread", np.inf),
         cpu_adam_threads=cluster.cpu_adam_threads_per_rank,
         offload_zero3_host_factor=cal["cpu_adam"].get("zero3_host_factor", 0.0),

@@ -388,7 +388,8 @@ class StepInputs:
     """Threads of each rank's CPU optimizer (optimizer offload; ``OMP_NUM_THREADS``)."""
     cpu_adam_params_per_second_per_thread: object = np.inf
     """CPU Adam parameters per second on one thread (optimizer offload); the node's memory bandwidth caps the sum
-    (``cpu_adam_params_per_second_per_node``)."""
+    (``cpu_adam_params_per_second_per_node``, which the encoder sets to the catalog's cap per host core × the
+    cluster's ``host_cpu_cores_per_node``)."""
     cpu_adam_serial_seconds_per_parameter: object = 0.0
     """Host seconds per offloaded parameter that more threads do not shorten (the serial part of the step around
     CPU Adam)."""

@@ -413,8 +413,10 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
     for key, value in profile.host_link_gb_per_s.items():  # CUDA only
         row(f"host link {key.replace('_', ' ')}", value, gpu.host_link_gb_per_s if gpu else None, "GB/s")
     if profile.cpu_adam.get("params_per_second"):
-        row("CPU Adam", profile.cpu_adam["params_per_second"] / 1e9,
-            cal["cpu_adam"]["params_per_second_per_node"] / 1e9, "G params/s")
+        threads = profile.cpu_adam.get("threads") or 1
+        row(f"CPU Adam ({threads} threads)", profile.cpu_adam["params_per_second"] / 1e9,
+            cal["cpu_adam"]["params_per_second_per_thread"] * threads / 1e9
+            if "params_per_second_per_thread" in cal["cpu_adam"] else None, "G params/s")
     mem = profile.memory
     gpu_like = profile.device_kind == "cuda"
     if mem.get("context_bytes") is not None:
