@@ -101,3 +101,21 @@ def test_planner_table_shows_the_whole_plan_text():
 
     for r in result.ranked[:3]:
         assert html.escape(r.describe()) in text  # whole, not cut
+
+
+def test_risky_plans_are_marked_in_amber_with_their_numbers(monkeypatch):
+    """A plan that fits only on the point estimate of memory stays in the table, marked (the same flag the CLI and
+    rank_plan show), with the band's numbers on hover and a legend under the table."""
+    from widgets.planner_view import table_html
+    from workbench import memory as M
+    from workbench.catalog import model
+    from workbench.specs import ClusterSpec
+
+    wide = {"device": {e: {"n": 5, "shapes": 2, "low_fraction": 0.0, "high_fraction": 10.0}
+                       for e in ("deepspeed", "megatron", "megatron-deepspeed")}}
+    monkeypatch.setattr(M, "_error_bands", lambda: wide)
+    r = search(model("gpt3-1.3b"), ClusterSpec(gpu="H100-SXM", gpus_per_node=8), global_batch_size=16, top=5)
+    text = table_html(r)
+    rows = [x for x in text.split("<tr class='wb-planner-row'")[1:]]
+    assert r.ranked[0].risky and len(rows) == len(r.ranked) and all("color:#8a5300" in x.split(">")[0] for x in rows)
+    assert " !</td>" in text and "wb-planner-risky" in text and "fits on the point estimate only" in text
