@@ -116,8 +116,13 @@ def kernel_count(proc: subprocess.Popen) -> int:
     """ipykernel processes started by the voila server."""
     import psutil
 
-    return sum(1 for c in psutil.Process(proc.pid).children(recursive=True)
-               if any("ipykernel" in part for part in c.cmdline()))
+    def is_kernel(c) -> bool:
+        try:
+            return any("ipykernel" in part for part in c.cmdline())
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):  # a kernel that just exited (culled) is gone
+            return False
+
+    return sum(1 for c in psutil.Process(proc.pid).children(recursive=True) if is_kernel(c))
 
 
 def open_tab(page, title: str) -> None:
