@@ -100,6 +100,27 @@ MAX_ENUMERATED = 2**20
 needs is arithmetic and works at any size."""
 
 
+
+def _group_of(rank: int, coords: dict, sizes: dict, order, dims, limit: Optional[int]) -> tuple[int, list[int]]:
+    """``(index, members)`` of the group over ``dims`` holding ``rank`` (coordinates ``coords`` in ``order``, fastest
+    first): the group's index among its kind, by first rank, and its members ascending (the first ``limit`` only)."""
+    strides = _strides(sizes, order)
+    index, radix = 0, 1
+    for d in order:
+        if d not in dims:
+            index += coords[d] * radix
+            radix *= sizes[d]
+    base = rank - sum(coords[d] * strides[d] for d in dims)
+    total = math.prod(sizes[d] for d in dims)
+    members = []
+    for j in range(total if limit is None else min(int(limit), total)):  # mixed radix over dims: ranks ascend
+        offset, rest = 0, j
+        for d in dims:
+            offset += (rest % sizes[d]) * strides[d]
+            rest //= sizes[d]
+        members.append(base + offset)
+    return index, members
+
 def _strides(sizes: dict, order=ORDER) -> dict:
     """Rank stride of each dimension: tp 1, cp T, dp T·C, pp T·C·D."""
     out, step = {}, 1
@@ -213,23 +234,7 @@ class Layout:
         dims = _normalise_kind(kind)
         c = self.rank(r)
         coords = {"tp": c.tp, "cp": c.cp, "dp": c.dp, "pp": c.pp}
-        sizes, strides = self.sizes, _strides(self.sizes)
-        index, radix = 0, 1
-        for d in ORDER:
-            if d not in dims:
-                index += coords[d] * radix
-                radix *= sizes[d]
-        base = c.rank - sum(coords[d] * strides[d] for d in dims)
-        total = math.prod(sizes[d] for d in dims)
-        count = total if limit is None else min(int(limit), total)
-        members = []
-        for j in range(count):  # mixed radix over the group's dims, fastest first: ranks ascend
-            offset, rest = 0, j
-            for d in dims:
-                offset += (rest % sizes[d]) * strides[d]
-                rest //= sizes[d]
-            members.append(base + offset)
-        return index, members
+        return _group_of(c.rank, coords, self.sizes, ORDER, dims, limit)
 
     def groups(self, kind: str) -> list[list[int]]:
         """Process groups of a kind: ``tp``, ``cp``, ``dp``, ``pp``, ``dp-cp``, ``tp-cp``, ``tp-pp`` (alias ``mp``),
@@ -267,22 +272,7 @@ class Layout:
         (the first ``limit`` only when given). Arithmetic, any size."""
         dims = _normalise_kind(kind, EXPERT_ORDER)
         coords = self.expert_rank(r)
-        sizes, strides = self.expert_sizes, _strides(self.expert_sizes, EXPERT_ORDER)
-        index, radix = 0, 1
-        for d in EXPERT_ORDER:
-            if d not in dims:
-                index += coords[d] * radix
-                radix *= sizes[d]
-        base = int(r) - sum(coords[d] * strides[d] for d in dims)
-        total = math.prod(sizes[d] for d in dims)
-        members = []
-        for j in range(total if limit is None else min(int(limit), total)):
-            offset, rest = 0, j
-            for d in dims:
-                offset += (rest % sizes[d]) * strides[d]
-                rest //= sizes[d]
-            members.append(base + offset)
-        return index, members
+        return _group_of(int(r), coords, self.expert_sizes, EXPERT_ORDER, dims, limit)
 
     def expert_groups(self, kind: str) -> list[list[int]]:
         """Expert process groups of a kind (:data:`EXPERT_KINDS`: ``etp``, ``ep``, ``edp``, ``etp-ep``), as
