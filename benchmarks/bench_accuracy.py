@@ -387,8 +387,8 @@ def main(argv=None) -> int:
     final = set(json.loads(SPLIT.read_text()).get("final", ())) & {r["shape_id"] for r, _ in scored["test"]}
     if final:
         rows = [(r, e) for r, e in scored["test"] if r["shape_id"] in final]
-        out += [""] + table(rows, f"FINAL held-out shapes (declared before they were run, measured after the models "
-                                  f"were frozen: {', '.join(sorted(final))})")
+        out += [""] + table(rows, f"FINAL held-out shapes (declared before they were run; their data was kept "
+                                  f"out of sight until the models were frozen: {', '.join(sorted(final))})")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
     print("\n".join(out))
     if ooms:
