@@ -384,11 +384,13 @@ def main(argv=None) -> int:
         rows = [(r, e) for r, e in scored["test"] if r["shape_id"] in fresh]
         out += [""] + table(rows, f"FRESH test shapes (first measured after {FRESH_AFTER} UTC, after the memory "
                                   f"model's main fixes were designed: {', '.join(sorted(fresh))})")
-    final = set(json.loads(SPLIT.read_text()).get("final", ())) & {r["shape_id"] for r, _ in scored["test"]}
-    if final:
-        rows = [(r, e) for r, e in scored["test"] if r["shape_id"] in final]
-        out += [""] + table(rows, f"FINAL held-out shapes (declared before they were run; their data was kept "
-                                  f"out of sight until the models were frozen: {', '.join(sorted(final))})")
+    split = json.loads(SPLIT.read_text())
+    for key in sorted(k for k in split if k.startswith("final") and isinstance(split[k], list)):
+        final = set(split[key]) & {r["shape_id"] for r, _ in scored["test"]}
+        if final:
+            rows = [(r, e) for r, e in scored["test"] if r["shape_id"] in final]
+            out += [""] + table(rows, f"{key.upper()} held-out shapes (declared before they were run; their data was "
+                                      f"kept out of sight until the models were frozen: {', '.join(sorted(final))})")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
     print("\n".join(out))
     if ooms:

@@ -101,6 +101,31 @@ MCORE_SHAPES = {
                           seq_length=12288, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
                           tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
                           attention_dropout=0.0),
+    # --- second fit batch (benchmarks/accuracy_split.json: fit), 2026-12-01 ---
+    # 3B-class GQA 20/4 (head 128), SwiGLU, 50k vocabulary, 4k tokens, untied, dropout 0
+    "mc-h2560-gqa-fit": dict(like="3B-class GQA width 2560 (-> 6 layers)", num_layers=6, hidden_size=2560,
+                             num_attention_heads=20, num_query_groups=4, ffn_hidden_size=6912, vocab_size=50304,
+                             seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                             tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                             attention_dropout=0.0),
+    # --- second final batch (benchmarks/accuracy_split.json "final2"): declared before measuring; the records stay
+    # out of the corpus, unseen, until the models are frozen ---
+    # Llama 3 8B width at 8k tokens: GQA 32/8, SwiGLU 14336, 128k vocabulary, untied (recompute only)
+    "mc-h4096-gqa-s8k": dict(like="Llama 3 8B width at 8k tokens (32 -> 2 layers)", num_layers=2, hidden_size=4096,
+                             num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336, vocab_size=128256,
+                             seq_length=8192, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                             tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                             attention_dropout=0.0),
+    # GPT-2 large: MHA 20 heads of 64, GeLU with biases, learned positions, 1k tokens, tied, dropout 0.1
+    "mc-h1280-gelu": dict(like="GPT-2 large (36 -> 12 layers)", num_layers=12, hidden_size=1280,
+                          num_attention_heads=20, ffn_hidden_size=5120, vocab_size=50257, seq_length=1024,
+                          activation="gelu", normalization="layernorm", add_bias_linear=True, tied_embeddings=True,
+                          position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
+    # Llama 2 13B width: MHA 40 heads of 128, SwiGLU 13824, 32k vocabulary, untied
+    "mc-h5120-mha": dict(like="Llama 2 13B width (40 -> 2 layers)", num_layers=2, hidden_size=5120,
+                         num_attention_heads=40, ffn_hidden_size=13824, vocab_size=32000, seq_length=4096,
+                         activation="swiglu", normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
+                         position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -153,6 +178,27 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
         max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, sliding_window=None)),
+    # --- second fit batch (fit) ---
+    # Qwen3 0.6B: GQA 16/8, head 128 (16 x 128 > hidden 1024), q/k RMSNorm, tied, 152k vocabulary
+    "hf-qwen3-h1024": dict(like="Qwen3 0.6B (28 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=1024, intermediate_size=3072,
+        num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # --- second final batch ("final2") ---
+    # Qwen2.5 0.5B: GQA 14/2, head 64, QKV biases, tied, 152k vocabulary
+    "hf-qwen2-h896": dict(like="Qwen2.5 0.5B (24 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=896, intermediate_size=4864,
+        num_hidden_layers=8, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # Gemma 2 2B (eager attention: transformers refuses sdpa for Gemma 2's soft-capping): GQA 8/4, head 256, GeGLU 9216, sandwich norms, logit soft-capping, 256k vocabulary, tied
+    "hf-gemma2-h2304": dict(like="Gemma 2 2B (26 -> 4 layers)", seq_length=4096, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=2304, intermediate_size=9216,
+        num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
 }
 
 
@@ -272,6 +318,33 @@ GROUPS = {
         _hf("hf-mistral-h4096", 2, "sdpa", ckpt=True, lora=16),
         _hf("hf-mistral-h4096", 2, "sdpa"), _hf("hf-mistral-h4096", 3, "sdpa"),
         _hf("hf-mistral-h4096", 2, "eager", ckpt=True), _hf("hf-mistral-h4096", 2, "sdpa", **OFF),
+    ],
+    # second fit batch (one GPU): a megatron-core shape and a Hugging Face shape with many small layers
+    "fit2": [
+        _ds("mc-h2560-gqa-fit", 0), _ds("mc-h2560-gqa-fit", 1), _ds("mc-h2560-gqa-fit", 2),
+        _ds("mc-h2560-gqa-fit", 3), _ds("mc-h2560-gqa-fit", 2, recompute="full"),
+        _ds("mc-h2560-gqa-fit", 3, recompute="selective"), _ds("mc-h2560-gqa-fit", 2, **OFF),
+        _ds("mc-h2560-gqa-fit", 2, mbs=2, gas=2), _ddp("mc-h2560-gqa-fit", True),
+        _ddp("mc-h2560-gqa-fit", False, recompute="selective"),
+        _hf("hf-qwen3-h1024", 2, "sdpa", mbs=4), _hf("hf-qwen3-h1024", 2, "eager", mbs=4),
+        _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4), _hf("hf-qwen3-h1024", 2, "sdpa", mbs=4, ckpt=True),
+        _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-qwen3-h1024", 2, "eager", mbs=4, ckpt=True),
+        _hf("hf-qwen3-h1024", 2, "sdpa", mbs=4, ckpt=True, lora=16), _hf("hf-qwen3-h1024", 2, "sdpa", mbs=4, **OFF),
+    ],
+    # second final batch (one GPU), declared in accuracy_split.json "final2" before measuring
+    "final2": [
+        _ds("mc-h4096-gqa-s8k", 1, recompute="selective"), _ds("mc-h4096-gqa-s8k", 2, recompute="full"),
+        _ds("mc-h4096-gqa-s8k", 3, recompute="selective"), _ddp("mc-h4096-gqa-s8k", True, recompute="selective"),
+        _ds("mc-h4096-gqa-s8k", 2, recompute="full", **OFF),
+        _ds("mc-h1280-gelu", 0, mbs=4), _ds("mc-h1280-gelu", 2, mbs=4), _ds("mc-h1280-gelu", 3, mbs=4),
+        _ds("mc-h1280-gelu", 1, mbs=4, recompute="full"), _ddp("mc-h1280-gelu", False, mbs=4),
+        _ddp("mc-h1280-gelu", True, mbs=4, recompute="selective"), _ds("mc-h1280-gelu", 2, mbs=2, gas=2),
+        _ds("mc-h5120-mha", 1), _ds("mc-h5120-mha", 2, recompute="selective"), _ds("mc-h5120-mha", 3),
+        _ddp("mc-h5120-mha", True), _ds("mc-h5120-mha", 3, **OFF),
+        _hf("hf-qwen2-h896", 2, "sdpa", mbs=4), _hf("hf-qwen2-h896", 2, "eager", mbs=4),
+        _hf("hf-qwen2-h896", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-qwen2-h896", 2, "sdpa", mbs=4, ckpt=True, lora=16),
+        _hf("hf-gemma2-h2304", 2, "eager"), _hf("hf-gemma2-h2304", 2, "eager", ckpt=True),
+        _hf("hf-gemma2-h2304", 3, "eager", ckpt=True), _hf("hf-gemma2-h2304", 2, "eager", **OFF),
     ],
 }
 
