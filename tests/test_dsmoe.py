@@ -122,3 +122,24 @@ def test_export_prints_the_moe_layer_arguments_and_the_param_group_split():
     assert "capacity_factor=1.25" in snippet and "min_capacity=4" in snippet
     assert "split_params_into_different_moe_groups_for_optimizer" in snippet
     assert "= 1280 tokens" in snippet and "reduced over 2 ranks" in snippet
+
+
+def test_megatron_deepspeed_flags_round_trip_and_export_writes_the_layer(tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.configs.hybrid import hybrid_args
+    from workbench.configs.importer import import_megatron_args
+
+    c = _cluster()
+    plan = _plan(engine="megatron-deepspeed", zero_stage=1, expert_parallel=4, moe_capacity_factor=1.5)
+    args = hybrid_args(MIXTRAL, c, plan)
+    assert args[args.index("--moe-expert-parallel-size") + 1] == "4"
+    assert args[args.index("--moe-train-capacity-factor") + 1] == "1.5"
+    imported = import_megatron_args(["pretrain_gpt.py", *args, "--disable-moe-token-dropping"])
+    assert imported.plan_fields["expert_parallel"] == 4 and imported.plan_fields["moe_capacity_factor"] == 1.5
+    assert any("--disable-moe-token-dropping" in w for w in imported.warnings)
+    code = main(["export", "deepspeed", "--model", "mixtral-8x7b", "--gpus-per-node", "8", "--nodes", "2",
+                 "--ep", "8", "--zero", "2", "--seq", "4096", "--out", str(tmp_path)])
+    assert code == 0 and "ep_size=8" in (tmp_path / "moe_layer.py").read_text()
+    assert main(["estimate", "--model", "mixtral-8x7b", "--gpus-per-node", "8", "--nodes", "2", "--engine",
+                 "deepspeed", "--ep", "8", "--zero", "3"]) == 2
+    assert "Native DeepSpeed MoE is not supported with ZeRO Stage 3" in capsys.readouterr().err

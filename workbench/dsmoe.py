@@ -97,8 +97,9 @@ def moe_layer_snippet(model: ModelSpec, plan: ParallelPlan) -> str:
         "# DeepSpeed-MoE: the model builds each MoE layer as",
         "from deepspeed.moe.layer import MoE",
         "from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer",
-        f"moe = MoE(hidden_size={model.hidden_size}, expert=expert_mlp,  # one expert: h -> "
-        f"{model.moe_ffn_hidden_size} -> h",
+        f"moe = MoE(hidden_size={model.hidden_size}, expert=expert_mlp,  # one expert: {model.hidden_size} -> "
+        f"{model.moe_ffn_hidden_size}{' (gated, ' + str(model.activation) + ')' if model.is_gated else ''} -> "
+        f"{model.hidden_size}",
         f"          num_experts={model.num_experts}, ep_size={plan.expert_parallel}, k={model.moe_top_k},",
         f"          capacity_factor={factor:g}, eval_capacity_factor={factor:g}, min_capacity={MIN_CAPACITY},",
         "          drop_tokens=True, use_rts=True)",
