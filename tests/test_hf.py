@@ -62,6 +62,44 @@ def test_attention_implementations():
     assert import_hf(HF / "tiny-llama", attn_implementation="eager").spec.attention is AttentionImpl.UNFUSED
 
 
+def test_attention_kernels_transformers_refuses(capsys, tmp_path):
+    """Gemma 2's class refuses sdpa (no soft-capping): refused by name in import, the CLI and the launch options;
+    with nothing named transformers runs eager. The refusal table matches the installed classes' flags."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from workbench import cli, hf
+
+    for model_type in hf.SUPPORTED_MODEL_TYPES:
+        cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+        assert (model_type not in hf._NO_SDPA) == bool(cls._supports_sdpa), model_type
+        assert (model_type not in hf._NO_FLASH) == bool(cls._supports_flash_attn), model_type
+    gemma2 = import_hf(HF / "gemma2-2b")
+    assert gemma2.attn_implementation is None and gemma2.effective_attn_implementation == "eager"
+    assert gemma2.spec.attention is AttentionImpl.UNFUSED
+    assert import_hf(HF / "gemma2-2b", attn_implementation="flash_attention_2").spec.attention is AttentionImpl.FLASH
+    with pytest.raises(ValueError, match="attn_implementation='sdpa': transformers refuses it for model_type "
+                                         "'gemma2' .*; use eager or flash_attention_2 or flash_attention_3"):
+        import_hf(HF / "gemma2-2b", attn_implementation="sdpa")
+    config = json.loads((HF / "gemma2-2b" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "attn_implementation": "sdpa"}))
+    with pytest.raises(ValueError, match="config.json: attn_implementation='sdpa'"):
+        import_hf(tmp_path)
+    for command in ("estimate", "plan", "advise"):
+        assert cli.main([command, "--model", f"hf:{HF / 'gemma2-2b'}", "--gpu", "H100-80GB", "--gpus", "8",
+                         "--gbs", "64", "--attn-implementation", "sdpa"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "transformers refuses it for model_type 'gemma2'" in err, command
+    assert import_hf(HF / "qwen3-0_6b", attn_implementation="sdpa").spec.attention is AttentionImpl.FLASH
+    flash = gemma2.spec.replace(attention="flash")
+    assert hf._launch_attn_implementation("gemma2", AttentionImpl.UNFUSED) == "eager"
+    assert hf._launch_attn_implementation("llama", flash.attention) == "sdpa"
+    import importlib.util
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises(ValueError, match="runs flash_attention_2 .* flash-attn package"):
+            hf._launch_attn_implementation("gemma2", flash.attention)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"model_type": "bert"}, "model_type 'bert' is not supported"),
     ({"model_type": "gemma3"}, "multimodal Gemma 3"),

@@ -131,6 +131,10 @@ def test_import_hugging_face_config(app):
     assert "Hugging Face" in imp.report.value and "qwen3" in imp.report.value
     imp.text.value = '{"model_type": "bert", "hidden_size": 8}'
     assert not imp.load() and "model_type" in imp.error.value and "bert" in imp.error.value
+    gemma2 = json.loads((Path(__file__).parent / "data" / "hf" / "gemma2-2b" / "config.json").read_text())
+    imp.text.value = json.dumps({**gemma2, "attn_implementation": "sdpa"})
+    assert not imp.load() and "attn_implementation=" in imp.error.value and "sdpa" in imp.error.value
+    assert "gemma2" in imp.error.value and "eager" in imp.error.value
 
 
 def test_bad_paste_is_shown_not_raised(app):

@@ -129,7 +129,7 @@ class ImportPanel(Panel):
         spec = imported.spec
         notes = [f"imported a <b>Hugging Face</b> {html.escape(imported.model_type)} model "
                  f"({html.escape(imported.architecture)}): {spec.num_parameters / 1e9:.2f} B parameters, "
-                 f"attn_implementation {html.escape(imported.attn_implementation or 'sdpa')} → "
+                 f"attn_implementation {html.escape(imported.effective_attn_implementation)} → "
                  f"{html.escape(str(spec.attention))} attention, seq {spec.seq_length}"]
         notes += [html.escape(changed)] if changed else []
         notes += [f"note: {html.escape(n)}" for n in imported.notes]

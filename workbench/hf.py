@@ -65,18 +65,24 @@ class HFModel:
     config: dict = field(repr=False)
     """The config.json as read (for building the model with transformers)."""
     attn_implementation: Optional[str] = None
-    """What the config names (``None`` when it names nothing: transformers then picks sdpa)."""
+    """What the config names (``None`` when it names nothing: transformers then picks sdpa, or eager where the
+    family refuses sdpa; :attr:`effective_attn_implementation`)."""
     has_weights: bool = False
     """A ``*.safetensors`` or ``pytorch_model*.bin`` file sits next to the config."""
     notes: tuple = ()
     """What the translation approximates (e.g. GeGLU counted as a gated MLP like SwiGLU)."""
+
+    @property
+    def effective_attn_implementation(self) -> str:
+        """The kernel transformers runs: the one named, else its default for the family."""
+        return self.attn_implementation or default_attn_implementation(self.model_type)
 
     def to_dict(self) -> dict:
         from workbench.runs.specio import _plain
 
         return {"kind": "huggingface", "model_type": self.model_type, "architecture": self.architecture,
                 "path": self.path, "parameters": self.spec.num_parameters, "model": _plain(self.spec),
-                "attn_implementation": self.attn_implementation, "has_weights": self.has_weights,
+                "attn_implementation": self.effective_attn_implementation, "has_weights": self.has_weights,
                 "notes": list(self.notes)}
 
 
@@ -154,14 +160,45 @@ def _activation(act: str, gated: bool, where: str, notes: list) -> str:
     return "gelu"
 
 
-def attention_for(attn_implementation: Optional[str]) -> AttentionImpl:
+# Attention kernels transformers refuses per family: the model classes' ``_supports_sdpa`` /
+# ``_supports_flash_attn`` flags (transformers 5.24; tests/test_hf.py checks this table against the installed
+# classes). Gemma 2: ``_supports_sdpa = False`` because SDPA has no attention-logit soft-capping
+# (models/gemma2/modeling_gemma2.py, Gemma2PreTrainedModel); FlashAttention 2/3 take a softcap argument.
+_NO_SDPA = {"gemma2": "SDPA has no attention-logit soft-capping"}
+_NO_FLASH: dict = {}
+
+
+def default_attn_implementation(model_type: Optional[str]) -> str:
+    """What transformers runs when nothing is named: sdpa, or eager for a family whose class refuses sdpa
+    (``PreTrainedModel.get_correct_attn_implementation`` falls back to eager only when sdpa was not asked for)."""
+    return "eager" if model_type in _NO_SDPA else "sdpa"
+
+
+def check_attn_implementation(model_type: Optional[str], attn_implementation: Optional[str],
+                              field: str = "attn_implementation") -> None:
+    """``ValueError`` in one line when transformers refuses ``attn_implementation`` for ``model_type`` (it raises
+    at ``from_config``/``from_pretrained``), naming the field, the family and what works instead."""
+    impl = attn_implementation
+    if impl is None or model_type is None:
+        return
+    refused = _NO_SDPA if impl == "sdpa" else _NO_FLASH if impl.startswith("flash_attention") else {}
+    if model_type in refused:
+        works = [i for i in ATTN_IMPLEMENTATIONS if i == "eager" or (
+            i == "sdpa" and model_type not in _NO_SDPA) or (i.startswith("flash") and model_type not in _NO_FLASH)]
+        raise ValueError(f"{field}={impl!r}: transformers refuses it for model_type {model_type!r} "
+                         f"({refused[model_type]}); use {' or '.join(works)}")
+
+
+def attention_for(attn_implementation: Optional[str], model_type: Optional[str] = None) -> AttentionImpl:
     """The ModelSpec attention kernel an ``attn_implementation`` runs: ``eager`` materialises the s×s scores,
     the fp32 softmax cast back to the model dtype and the dropout mask (transformers' ``eager_attention_forward``)
     like the unfused kernel; ``sdpa`` (torch's flash / memory-efficient kernels) and ``flash_attention_2/3`` keep
-    only the output and the log-sum-exp, like flash. ``None`` is transformers' default, sdpa."""
-    impl = attn_implementation or "sdpa"
+    only the output and the log-sum-exp, like flash. ``None`` is transformers' default: sdpa, or eager for a
+    ``model_type`` whose class refuses sdpa (Gemma 2). A kernel transformers refuses for ``model_type`` is refused."""
+    impl = attn_implementation or default_attn_implementation(model_type)
     if impl not in ATTN_IMPLEMENTATIONS:
         raise ValueError(f"attn_implementation={impl!r} is not one of: {', '.join(ATTN_IMPLEMENTATIONS)}")
+    check_attn_implementation(model_type, attn_implementation)
     return AttentionImpl.UNFUSED if impl == "eager" else AttentionImpl.FLASH
 
 
@@ -245,7 +282,10 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
     elif context and seq_length > context and model_type != "gpt2":
         notes.append(f"seq_length={seq_length} exceeds the model's max_position_embeddings={context}")
     impl = attn_implementation or data.get("attn_implementation") or data.get("_attn_implementation")
-    fields["attention"] = attention_for(impl)
+    try:
+        fields["attention"] = attention_for(impl, model_type)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     fields["implementation"] = "transformers"
     if name is None:
         name = "hf:" + (str(source) if not isinstance(source, dict) else model_type)
@@ -264,9 +304,11 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
 
 def model_from_hf(source, **overrides) -> ModelSpec:
     """The ModelSpec of an HF config path; ``overrides`` are ModelSpec fields (``seq_length`` is applied before
-    the translation so the position table is checked against it)."""
+    the translation so the position table is checked against it) or ``attn_implementation`` (checked against what
+    transformers accepts for the family, then mapped onto ``attention``)."""
     seq = overrides.pop("seq_length", None)
-    spec = import_hf(source, seq_length=seq).spec
+    impl = overrides.pop("attn_implementation", None)
+    spec = import_hf(source, seq_length=seq, attn_implementation=impl).spec
     return spec.replace(**overrides) if overrides else spec
 
 
@@ -355,6 +397,22 @@ def targets_from_modules(model_type: str, modules) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+def _launch_attn_implementation(model_type: str, attention: AttentionImpl) -> str:
+    """The ``attn_implementation`` a launched run asks for: eager for unfused attention; for flash, sdpa, or
+    flash_attention_2 where transformers refuses sdpa for the family (which needs the ``flash-attn`` package)."""
+    if attention is AttentionImpl.UNFUSED:
+        return "eager"
+    if model_type not in _NO_SDPA:
+        return "sdpa"
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is None:
+        raise ValueError(f"attention='flash' for model_type {model_type!r} runs flash_attention_2 (transformers "
+                         f"refuses sdpa for it: {_NO_SDPA[model_type]}), which needs the flash-attn package, not "
+                         f"installed here; use attention 'unfused' (eager)")
+    return "flash_attention_2"
+
+
 def run_options(spec: ModelSpec, plan) -> dict:
     """What a launched run of an HF model needs beyond the specs (``run.json`` ``options["hf"]``), checked:
     the config path, whether weights are there, the attention implementation, gradient checkpointing and LoRA.
@@ -378,5 +436,5 @@ def run_options(spec: ModelSpec, plan) -> dict:
                 "target_modules": lora_target_modules(imported.model_type, plan.lora_targets)}
     return {"path": str(config_path(spec.name[3:]).parent.resolve()), "model_type": imported.model_type,
             "weights": imported.has_weights,
-            "attn_implementation": "eager" if spec.attention is AttentionImpl.UNFUSED else "sdpa",
+            "attn_implementation": _launch_attn_implementation(imported.model_type, spec.attention),
             "gradient_checkpointing": plan.recompute is Recompute.FULL, "lora": lora}

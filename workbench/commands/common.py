@@ -214,7 +214,11 @@ def model_from_args(args) -> ModelSpec:
         if "attention" in fields and fields["attention"] != str(attention_for(args.attn_implementation)):
             raise ValueError(f"--attention {fields['attention']} contradicts --attn-implementation "
                              f"{args.attn_implementation}")
-        fields["attention"] = attention_for(args.attn_implementation)
+        if str(args.model or "").startswith("hf:"):  # checked against what transformers accepts for the family
+            fields.pop("attention", None)
+            fields["attn_implementation"] = args.attn_implementation
+        else:
+            fields["attention"] = attention_for(args.attn_implementation)
     if fields.get("num_experts") is None and "moe_top_k" in fields:
         raise ValueError(f"--topk {fields['moe_top_k']} needs --experts")
     if args.model:

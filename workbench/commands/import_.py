@@ -91,7 +91,8 @@ def _run_hf(source: str, args) -> int:
     print(f"kind: huggingface ({imp.model_type}, {imp.architecture})")
     print(f"parameters: {spec.num_parameters:,} ({spec.num_parameters / 1e9:.2f} B)")
     print(f"weights: {'in the directory' if imp.has_weights else 'none (random initialisation from the config)'}")
-    print(f"attn_implementation: {imp.attn_implementation or 'sdpa (transformers default)'} -> {spec.attention}")
+    named = "" if imp.attn_implementation else " (transformers default)"
+    print(f"attn_implementation: {imp.effective_attn_implementation}{named} -> {spec.attention}")
     print("model:")
     for k, v in data["model"].items():
         print(f"  {k} = {v}")
