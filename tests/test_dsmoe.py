@@ -143,3 +143,24 @@ def test_megatron_deepspeed_flags_round_trip_and_export_writes_the_layer(tmp_pat
     assert main(["estimate", "--model", "mixtral-8x7b", "--gpus-per-node", "8", "--nodes", "2", "--engine",
                  "deepspeed", "--ep", "8", "--zero", "3"]) == 2
     assert "Native DeepSpeed MoE is not supported with ZeRO Stage 3" in capsys.readouterr().err
+
+
+def test_planner_searches_ep_under_deepspeed_and_agrees_with_estimate():
+    from workbench import planner
+
+    tiny = ModelSpec(name="tiny-moe", num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1024,
+                     num_experts=8, moe_top_k=2, seq_length=512, activation="swiglu", attention="flash",
+                     add_bias_linear=False)
+    c = _cluster(2, 4)
+    table = planner.enumerate_candidates(tiny, c, 16, engines=("deepspeed",), offload=False, recompute=("none",))
+    rows = {(int(e), int(z)) for e, z in zip(table["ep"], table["zero"])}
+    assert {(1, 3), (2, 2), (8, 1)} <= rows and not any(e > 1 and z == 3 for e, z in rows)
+    for i in range(0, len(table["tp"]), 11):
+        p = planner._plan_at(table, i, c, 16, "bf16")
+        validate(tiny, c, p)
+        assert p.deepspeed_moe == (p.expert_parallel > 1)
+    found = planner.search(tiny, c, global_batch_size=16, engines=("deepspeed",), zero_stages=(1, 2), top=40)
+    ds = [r for r in found.ranked if r.plan.expert_parallel > 1][0]
+    est = estimate(tiny, c, ds.plan, checks=False)
+    assert ds.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
+    assert ds.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)

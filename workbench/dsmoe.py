@@ -55,10 +55,15 @@ def rank_tokens(model: ModelSpec, plan: ParallelPlan) -> float:
 def token_factor(model: ModelSpec, plan: ParallelPlan) -> float:
     """Rows the experts compute (and the all-to-alls carry) over the routed token copies: E·C / (k·S) — about the
     capacity factor, more where ``min_capacity`` or the ceiling bind (small micro-batches, many experts)."""
-    s = rank_tokens(model, plan)
-    c = expert_capacity(s, num_experts=model.num_experts, top_k=model.moe_top_k,
-                        capacity_factor=capacity_factor(plan))
-    return float(model.num_experts * c / (model.moe_top_k * s))
+    return float(token_factor_of(model, micro_batch=plan.micro_batch_size, context_parallel=plan.context_parallel,
+                                 capacity_factor=capacity_factor(plan)))
+
+
+def token_factor_of(model: ModelSpec, *, micro_batch, context_parallel, capacity_factor=CAPACITY_FACTOR):
+    """:func:`token_factor` from columns (numpy arrays in the planner's table)."""
+    s = np.asarray(micro_batch, dtype=float) * model.seq_length / np.asarray(context_parallel, dtype=float)
+    c = expert_capacity(s, num_experts=model.num_experts, top_k=model.moe_top_k, capacity_factor=capacity_factor)
+    return model.num_experts * c / (model.moe_top_k * s)
 
 
 def extra_activation_bytes(m: ModelSpec, *, tokens, value_bytes):

@@ -97,6 +97,14 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("etp", out["tp"])
     out.setdefault("edp", np.asarray(out["dp"]) * np.asarray(out["cp"]) * np.asarray(out["tp"])
                    // (np.asarray(out["etp"]) * np.asarray(out["ep"])))
+    # DeepSpeed engines with expert parallel rows train DeepSpeed-MoE layers at its default capacity factor
+    if model.is_moe:
+        from workbench import dsmoe
+
+        ds_moe = (np.asarray(out["engine"]) != MEGATRON) & (np.asarray(out["ep"]) > 1)
+        out.setdefault("moe_ds", ds_moe.astype(np.int64))
+        out.setdefault("moe_tf", np.where(ds_moe, dsmoe.token_factor_of(model, micro_batch=out["mbs"],
+                                                                        context_parallel=out["cp"]), 1.0))
     out.setdefault("moe_tf", 1.0)
     out.setdefault("moe_ds", 0)
     out.setdefault("moe_ag", 0)

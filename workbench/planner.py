@@ -274,7 +274,8 @@ def expert_options(model: ModelSpec, world_size: int, tensor_parallel: int, pipe
     or 1 (experts whole on each rank, what MoE recipes use with EP), where tp_e·e·p divides the world size and tp_e
     the expert width (megatron-core's expert rank generator and ``MoELayer``), and tp_e = 1 when the linear layers
     have biases (megatron-core: "Bias in MoE is only supported when ETP==1"; ``(1, t)`` is always listed, the
-    DeepSpeed engines' layout, and the enumeration drops it for Megatron rows where that rule refuses it)."""
+    DeepSpeed engines' layout, and the enumeration drops it for Megatron rows where that rule refuses it; DeepSpeed
+    rows take the pairs (e, 1) with t = 1 as DeepSpeed-MoE's ep_size, :attr:`ParallelPlan.deepspeed_moe`)."""
     t, p = tensor_parallel, pipeline_parallel
     if not model.is_moe:
         return [(1, t)]
@@ -407,6 +408,9 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                         # needs sequence parallel (Megatron-LM's rule)
                         sel = np.ones(k, bool) if (e, te) == (1, t) else (
                             (r[:, 0] == mg_code) & ((e == 1) | (t == 1) | (r[:, 1] == 1)))
+                        if e > 1 and t == 1 and te == 1 and (W // p) % e == 0:
+                            # DeepSpeed-MoE (ep_size e): experts whole on each rank, ZeRO-1/2 only
+                            sel |= (r[:, 0] != mg_code) & (r[:, 2] < 3)
                         if model.is_moe and model.add_bias_linear and te > 1:  # megatron-core: bias needs ETP 1
                             sel &= r[:, 0] != mg_code
                         if not sel.any():
@@ -880,7 +884,7 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
 # ================================================================================================================
 _TERM_WORDS = {
     "compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel all-reduce",
-    "cp_comm": "context-parallel K/V exchange", "pp_comm": "pipeline sends", "dp_comm": "data-parallel gradient traffic",
+    "cp_comm": "context-parallel K/V exchange", "ep_comm": "expert all-to-all", "pp_comm": "pipeline sends", "dp_comm": "data-parallel gradient traffic",
     "offload": "CPU offload traffic", "optimizer": "optimizer step", "bubble": "pipeline bubble",
 }
 
