@@ -28,8 +28,8 @@ def _plan(world=16, **kw):
     (dict(expert_parallel=2, tensor_parallel=2, engine="megatron-deepspeed"), "DeepSpeed-MoE is modelled without tensor parallelism"),
     (dict(expert_parallel=8, pipeline_parallel=4, zero_stage=1), "expert_parallel=8 does not divide world_size(16) / "
                                                    "pipeline_parallel(4) = 4"),
-    (dict(expert_parallel=2, moe_token_dispatcher="allgather"), "moe_token_dispatcher='allgather' is Megatron's"),
-    (dict(expert_parallel=2, moe_capacity_factor=1.0, moe_pad_to_capacity=True), "moe_pad_to_capacity=True is "),
+    (dict(expert_parallel=2, expert_tensor_parallel=1), "expert_tensor_parallel=1 is Megatron's"),
+    (dict(expert_parallel=2, moe_overlap_alltoall=True), "moe_overlap_alltoall=True is Megatron's"),
     (dict(expert_parallel=16), "expert_parallel=16 does not divide num_experts=8"),
 ])
 def test_deepspeed_refusals_name_the_fields_and_numbers(kw, needle):
@@ -164,3 +164,26 @@ def test_planner_searches_ep_under_deepspeed_and_agrees_with_estimate():
     est = estimate(tiny, c, ds.plan, checks=False)
     assert ds.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
     assert ds.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
+
+
+def test_oom_ladder_raises_deepspeed_moe_ep_size_before_zero3():
+    from workbench.advisor import oom_ladder
+
+    c = _cluster(4)
+    ladder = oom_ladder(MIXTRAL, c, _plan(32, recompute="full", zero_stage=1, global_batch_size=32))
+    assert ladder[-1].fits and ladder[-1].step == 3 and ladder[-1].plan.expert_parallel > 1
+    assert ladder[-1].plan.deepspeed_moe and "DeepSpeed-MoE ep_size 1 →" in ladder[-1].action
+
+
+def test_parallel_panel_names_deepspeed_moe_capacity():
+    from widgets.parallel_panel import ParallelPanel
+    from widgets.state import initial_state
+
+    state = initial_state(preset="mixtral-8x7b", cluster={"gpus_per_node": 8, "num_nodes": 1},
+                          plan={"engine": "deepspeed", "zero_stage": 2, "tensor_parallel": 1,
+                                "pipeline_parallel": 1, "expert_parallel": 8, "micro_batch_size": 1},
+                          estimator=lambda *a, **k: None)
+    panel = ParallelPanel()
+    panel.show(state)
+    assert "DeepSpeed-MoE: capacity" in panel.derived.value and "EP 8</b> (1 per rank)" in panel.derived.value
+    panel.close()
