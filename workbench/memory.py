@@ -414,6 +414,57 @@ def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, z
     return acts, np.where(loss_wins, 0.0, buffers), late
 
 
+def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_transient, layers, last,
+                                 tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
+                                 offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
+                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
+    """``(gradient_bytes, activation_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient partition is
+    allocated, or ``(0, 0)`` where that moment is not during the layers' backward.
+
+    With ``contiguous_gradients`` (the default) ZeRO-1/2 copy each reduced gradient of the rank's partition into
+    one flat buffer of the whole partition, ``grads_in_partition`` (v·ψ/N bytes), allocated at the first bucket
+    reduction (``stage_1_and_2.py`` ``reduce_ipg_grads`` → ``copy_grads_in_partition``). A reduction runs when the
+    next gradient would overflow ``reduce_bucket_size``; a gradient larger than the bucket bypasses it and is
+    reduced at the next hook (``extra_large_param_to_reduce``). So when the untied output layer alone exceeds the
+    bucket (a 152k vocabulary at h=3584: 545 M elements), the partition appears before the first transformer
+    layer is back-propagated, beside every layer's activations and the output layer's own 16-bit gradient; with a
+    smaller output layer after ``k = (bucket − output) / layer`` layers, whose activations are freed by then.
+    ZeRO-1 reduces during backward only with ``overlap_comm`` (``process_gradients``); without it every gradient
+    waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). Applies with one
+    micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`) and
+    without optimizer offload (that path streams gradients to the host)."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
+    output_elems = np.where(last & untied_output & ~np.asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
+    per_layer = np.maximum(layer_params_per_rank(m, tensor_parallel), 1.0)
+    done = np.where(output_elems > reduce_bucket_elements, 0.0,
+                    np.floor((reduce_bucket_elements - output_elems) / per_layer))
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & ((zero_stage == 2) | ((zero_stage == 1) & (overlap_comm > 0)))
+               & (num_microbatches <= 1) & (offload_optimizer <= 0) & ~np.asarray(lora) & (pipeline_parallel == 1)
+               & (done < layers) & (value_bytes < 4))
+    partition = value_bytes * trainable / data_parallel
+    momentary = np.where(output_elems > reduce_bucket_elements, value_bytes * output_elems, 0.0)
+    acts = held - done * kept_per_layer + np.maximum(layer_transient, momentary)
+    return np.where(applies, partition, 0.0), np.where(applies, acts, 0.0)
+
+
+def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_parallel, last, engine, zero_stage,
+                                 overlap_comm, num_microbatches, value_bytes, lora):
+    """The untied output layer's 16-bit weight gradient, alive through every transformer layer's backward under
+    DeepSpeed ZeRO-0 and ZeRO-1 without ``overlap_comm``: their gradient hooks do not reduce
+    (``stage_1_and_2.py`` ``process_gradients``; ZeRO-0 has no hooks), so the gradient of the output layer — the
+    first weight back-propagated — stays as ``.grad`` until the reduction after backward. At the start of backward
+    no other gradient exists (:func:`backward_gradient_bytes`), so this one is added to the layer's transient.
+    With accumulation the gradients already persist; 0 for the Megatron engine, ZeRO-2/3, LoRA, tied
+    embeddings on one stage (:func:`stage_terms` counts that gradient itself) and non-last stages."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    untied = (not m.tied_embeddings) | (pipeline_parallel > 1)
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON])
+               & ((zero_stage == 0) | ((zero_stage == 1) & (overlap_comm <= 0)))
+               & (num_microbatches <= 1) & last & untied & ~np.asarray(lora))
+    return np.where(applies, value_bytes * vocab * m.hidden_size / tensor_parallel, 0.0)
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -880,13 +931,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
     buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
     logits_phase = output
+    output_grad = untied_output_gradient_bytes(m, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
+                                               last=last, engine=engine, zero_stage=zero_stage, overlap_comm=overlap,
+                                               num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
     recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
     transient = np.where(recompute >= 2, recomputed_transient,
-                         np.where(recompute == 1, np.maximum(output, full_layer) + core,
-                                  np.maximum(logits_phase, full_layer)))
+                         np.where(recompute == 1, np.maximum(output, full_layer + output_grad) + core,
+                                  np.maximum(logits_phase, full_layer + output_grad)))
     if m.attention.materialises_scores:
         # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
         # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
@@ -901,7 +955,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         tied_grad = np.where(m.tied_embeddings & (pipeline_parallel == 1),
                              value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
                              0.0)
-        transient = np.maximum(logits_phase, pre_core + working - last_kept + tied_grad)
+        layer_transient = pre_core + working - last_kept + tied_grad + output_grad
+        transient = np.maximum(logits_phase, layer_transient)
+    else:
+        layer_transient = np.where(recompute == 1, full_layer + core, full_layer) + output_grad
     held = activations
     activations = activations + transient
 
@@ -931,6 +988,18 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       lora=lora_params_per_layer > 0)
     activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
+    # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
+    early_grads, early_acts = zero12_early_partition_bytes(
+        m, held=held, kept_per_layer=np.where(recompute >= 2, kept, per_microbatch / np.maximum(layers, 1)),
+        layer_transient=layer_transient, layers=layers, last=last, tensor_parallel=tensor_parallel,
+        data_parallel=data_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
+        num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
+        trainable=trainable, lora=lora, overlap_comm=overlap)
+    early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers_bwd
+    early = (early_grads > 0) & (early_peak > backward_peak)
+    grads_bwd = np.where(early, grads_bwd + early_grads, grads_bwd)
+    activations = np.where(early, early_acts, activations)
+    backward_peak = np.maximum(backward_peak, np.where(early_grads > 0, early_peak, 0.0))
     step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
     buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
