@@ -187,3 +187,16 @@ def test_parallel_panel_names_deepspeed_moe_capacity():
     panel.show(state)
     assert "DeepSpeed-MoE: capacity" in panel.derived.value and "EP 8</b> (1 per rank)" in panel.derived.value
     panel.close()
+
+
+def test_fp32_gate_and_combine_traffic_is_priced():
+    c = _cluster()
+    plan = _plan(expert_parallel=8, micro_batch_size=1)
+    x = encode.time_inputs(MIXTRAL, c, encode.plan_columns(plan, MIXTRAL), plan.precision)
+    from workbench import timing as T
+
+    with_ds = T.step_time_terms(**x)["layer_forward_seconds"]
+    without = T.step_time_terms(**{**x, "moe_deepspeed": 0})["layer_forward_seconds"]
+    s, h = 4096, MIXTRAL.hidden_size
+    assert dsmoe.extra_hbm_bytes(tokens=s, hidden_size=h, top_k=2, value_bytes=2) == s * h * (4 + 12 + 2 * 10)
+    assert float(with_ds) > float(without)
