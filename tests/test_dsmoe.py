@@ -80,6 +80,16 @@ def test_a_real_moe_layer_has_the_counted_parameters_and_capacity_rows():
     assert rows == [(1, 4, dsmoe.expert_capacity_of(tiny, plan), 16)]
     # E·C / (k·S): 4 experts × 30 rows over 2 × 48 routed copies
     assert dsmoe.token_factor(tiny, plan) == pytest.approx(4 * 30 / (2 * 48))
+    # the optimizer split the export prints: the MoE group (what ZeRO-1/2 partition over the expert-data-parallel
+    # group) holds exactly the expert parameters the memory model shards there; the gate stays with the dense ones
+    from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+
+    groups = split_params_into_different_moe_groups_for_optimizer({"params": list(layer.parameters()),
+                                                                   "name": "params"})
+    moe = [g for g in groups if g.get("moe")]
+    assert [g["name"] for g in moe] == ["ep_size_1"]
+    assert sum(p.numel() for g in moe for p in g["params"]) == M.expert_params_per_rank(tiny, 1, 1)
+    assert sum(p.numel() for g in groups if not g.get("moe") for p in g["params"]) == router
 
 
 def test_expert_states_partition_over_the_expert_data_parallel_group():
