@@ -431,8 +431,9 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     smaller output layer after ``k = (bucket − output) / layer`` layers, whose activations are freed by then.
     ZeRO-1 reduces during backward only with ``overlap_comm`` (``process_gradients``); without it every gradient
     waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). Applies with one
-    micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`) and
-    without optimizer offload (that path streams gradients to the host)."""
+    micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`).
+    With optimizer offload there is no partition on the GPU (each gradient is cast to fp32 and copied to the host);
+    when the output layer exceeds the bucket, that cast of its gradient is the moment's extra."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
     output_elems = np.where(last & untied_output & ~np.asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
@@ -440,11 +441,15 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     done = np.where(output_elems > reduce_bucket_elements, 0.0,
                     np.floor((reduce_bucket_elements - output_elems) / per_layer))
     reduces_in_backward = (zero_stage == 2) | ((zero_stage == 1) & (overlap_comm > 0))
+    offload = offload_optimizer > 0
+    extra_large = output_elems > reduce_bucket_elements
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
-               & (num_microbatches <= 1) & (offload_optimizer <= 0) & ~np.asarray(lora) & (pipeline_parallel == 1)
-               & (done < layers) & (value_bytes < 4))
-    partition = value_bytes * trainable / data_parallel
-    momentary = np.where(output_elems > reduce_bucket_elements, value_bytes * output_elems, 0.0)
+               & (num_microbatches <= 1) & ~np.asarray(lora) & (pipeline_parallel == 1)
+               & (done < layers) & (value_bytes < 4) & (~offload | extra_large))
+    partition = np.where(offload, 0.0, value_bytes * trainable / data_parallel)
+    # the output layer's 16-bit gradient while it is reduced; with offload its fp32 cast for the copy to the host
+    # (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.to(fp32)``) exists beside it
+    momentary = np.where(extra_large, (value_bytes + np.where(offload, 4.0, 0.0)) * output_elems, 0.0)
     acts = held - done * kept_per_layer + np.maximum(layer_transient, momentary)
     return np.where(applies, partition, 0.0), np.where(applies, acts, 0.0)
 
@@ -1010,10 +1015,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
         trainable=trainable, lora=lora, overlap_comm=overlap)
     early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers_bwd
-    early = (early_grads > 0) & (early_peak > backward_peak)
+    early = (early_acts > 0) & (early_peak > backward_peak)
     grads_bwd = np.where(early, grads_bwd + early_grads, grads_bwd)
     activations = np.where(early, early_acts, activations)
-    backward_peak = np.maximum(backward_peak, np.where(early_grads > 0, early_peak, 0.0))
+    backward_peak = np.maximum(backward_peak, np.where(early_acts > 0, early_peak, 0.0))
     step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
     buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
