@@ -116,3 +116,29 @@ def test_planner_searches_ulysses_against_zero3_and_recompute():
     long = m.replace(seq_length=131072)
     found = advisor.ulysses_choice(long, c, _ds(1), estimate(long, c, _ds(1)))
     assert found.status == "warn" and "Ulysses8" in found.suggestion and "cap Ulysses at 8" in found.message
+
+
+def test_parallel_panel_sets_and_clears_ulysses():
+    from widgets.parallel_panel import ParallelPanel
+    from widgets.state import initial_state, reduce
+
+    box = {"state": initial_state(plan={"engine": "deepspeed", "pipeline_parallel": 1, "zero_stage": 3})}
+    panel = ParallelPanel()
+
+    def dispatch(action):
+        box["state"] = reduce(box["state"], action)
+        panel.show(box["state"])
+
+    panel.set_dispatch(dispatch)
+    try:
+        panel.show(box["state"])
+        panel.controls["ulysses"].value = 4
+        state = box["state"]
+        assert state.valid and state.plan.is_ulysses and state.plan.context_parallel == 4
+        assert "Ulysses 4 (all-to-all)" in panel.derived.value and state.estimate.time.breakdown["cp_comm"] > 0
+        panel.controls["ulysses"].value = 3
+        assert not box["state"].valid and "ulysses=3" in panel.error.value
+        panel.controls["ulysses"].value = 1
+        assert box["state"].valid and box["state"].plan.context_parallel == 1
+    finally:
+        panel.close()

@@ -980,6 +980,9 @@ class ParallelPlan:
         if n == 1:  # engine deepspeed, context_parallel > 1 with the all-to-all: that is Ulysses
             n = c
             _set(self, "ulysses", c)
+        if self.world_size % n:
+            raise ValueError(f"ulysses={n} does not divide world_size={self.world_size} (DeepSpeed: world_size is "
+                             f"not divisible by sequence_parallel_size)")
         if e is not Engine.DEEPSPEED:
             raise ValueError(f"ulysses={n} is DeepSpeed-Ulysses (ds_config sequence_parallel_size) and needs engine "
                              f"'deepspeed' (got engine='{e}'); Megatron's all-to-all context parallelism is "
