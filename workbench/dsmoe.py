@@ -91,6 +91,16 @@ def transient_bytes(m: ModelSpec, *, tokens, value_bytes, token_factor):
     return np.maximum(dispatch, combine)
 
 
+def extra_hbm_bytes(*, tokens, hidden_size, top_k, value_bytes):
+    """HBM bytes one DeepSpeed-MoE layer's forward moves on one rank beyond the token permutation both layers do
+    (the gathers into and out of the [E, C, h] buffer, priced as megatron-core's permute/unpermute): the gate's
+    ``input.float()`` (read v, write 4 per value of the S·h input), the combine's fp32 product of the k gathered
+    outputs (read v·k·S·h, write 4·k·S·h), its sum over the routes (read 4·k·S·h, write 4·S·h) and the cast back
+    (read 4·S·h, write v·S·h): S·h·(2v + 12 + k·(v + 8)). Counted, not measured."""
+    v = np.asarray(value_bytes, dtype=float)
+    return tokens * hidden_size * (2 * v + 12 + top_k * (v + 8))
+
+
 def moe_layer_snippet(model: ModelSpec, plan: ParallelPlan) -> str:
     """The model-code side of a DeepSpeed-MoE plan: each MoE layer's ``deepspeed.moe.layer.MoE(...)`` arguments and
     the optimizer param-group split DeepSpeed needs for expert parameters (ZeRO-1/2 partition them over the
