@@ -241,3 +241,20 @@ def test_zero12_gradient_partition_and_untied_output_gradient_at_the_backward_pe
     assert untied_output_gradient_bytes(tied, tensor_parallel=1, pipeline_parallel=1, last=True, engine=DS,
                                         zero_stage=0, overlap_comm=0, num_microbatches=1, value_bytes=2,
                                         lora=False) == 0.0
+
+
+def test_zero3_gathers_nothing_with_one_rank_and_has_its_own_reserve():
+    """With one rank in the partition group ZeRO-3's parameter is its own partition (no gathered or prefetched
+    copy) unless parameters are offloaded; the allocator reserve of ZeRO-3 is its own fit-split median."""
+    from workbench.memory import (DS_PREFETCH_BUCKET_ELEMENTS, RESERVE_FRACTION, buffer_bytes, engine_overheads,
+                                  largest_module_params)
+
+    m = ModelSpec(num_layers=2, hidden_size=2048, num_attention_heads=16, seq_length=1024, attention="flash")
+    kw = dict(engine=DS, zero_stage=3, tensor_parallel=1, micro_batch=1, context_parallel=1, value_bytes=2)
+    largest = float(largest_module_params(m, 1))
+    one, two = buffer_bytes(m, data_parallel=1, **kw), buffer_bytes(m, data_parallel=2, **kw)
+    assert two - one == pytest.approx(2 * (largest + min(DS_PREFETCH_BUCKET_ELEMENTS, largest)))
+    assert buffer_bytes(m, data_parallel=1, offload_params=1, **kw) == pytest.approx(two)
+    reserve = engine_overheads(np.array([DS, DS, MG]), np.array([2, 3, 3]))["reserve_fraction"]
+    assert reserve.tolist() == [RESERVE_FRACTION["deepspeed"], RESERVE_FRACTION["deepspeed-zero3"],
+                                RESERVE_FRACTION["megatron"]]
