@@ -891,7 +891,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     trainable, frozen = lora_split(n - n_experts, layers * lora_params_per_layer / tensor_parallel, lora)
     # Megatron shards its distributed optimizer over the data-parallel group *with* context parallel (megatron-core
     # ``get_data_parallel_group(with_context_parallel=True)``): CP ranks hold the same weights, so they share the
-    # shards as data-parallel ranks do (DeepSpeed engines have no CP, c = 1)
+    # shards as data-parallel ranks do; DeepSpeed-Ulysses (engine deepspeed, c = N) likewise partitions ZeRO over its
+    # sequence-data-parallel group (deepspeed/runtime/engine.py: dp_process_group=self.seq_data_parallel_group)
     states = dict(engine=engine, zero_stage=zero_stage, param_bytes=value_bytes, fp16=fp16,
                   offload_optimizer=offload_optimizer, offload_params=offload_params,
                   distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels, main_grad_fp32=main_grad_fp32)

@@ -50,7 +50,7 @@ _PLAN_FLAGS = {
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
     "ep": "expert_parallel", "etp": "expert_tensor_parallel", "moe_capacity_factor": "moe_capacity_factor",
     "moe_dispatcher": "moe_token_dispatcher",
-    "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes",
+    "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes", "ulysses": "ulysses",
     "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather", "grad_reduce_fp32": "grad_reduce_fp32",
     "fp8_bf16_first_layers": "fp8_bf16_first_layers", "fp8_bf16_last_layers": "fp8_bf16_last_layers",
 }
@@ -140,6 +140,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--hierarchical-context-parallel-sizes", "--hierarchical-cp", dest="hierarchical_cp", type=int,
                    nargs=2, metavar=("A2A", "P2P"),
                    help="with --cp-comm-type a2a+p2p: all-to-all group size and ring size, product = --cp")
+    p.add_argument("--ulysses", "--sequence-parallel-size", dest="ulysses", type=int, metavar="N",
+                   help="DeepSpeed-Ulysses sequence parallel over N ranks (engine deepspeed; ds_config "
+                        "sequence_parallel_size): all-to-all of Q, K, V and O around attention; N divides the heads, "
+                        "K/V heads, sequence and world size")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallel")
     p.add_argument("--ep", "--expert-model-parallel-size", dest="ep", type=int, metavar="N",
                    help="MoE expert parallel: each MoE layer's experts split over N ranks (engine megatron)")

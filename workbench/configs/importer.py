@@ -336,6 +336,15 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
             return None
         return kind(value, path)
 
+    # DeepSpeed-Ulysses: the batch identity then counts data-parallel ranks, world ÷ sequence_parallel_size
+    full_world = world_size
+    sp = get(cfg, "sequence_parallel_size", "sequence_parallel_size", _positive)
+    if sp is not None and sp > 1:
+        plan["ulysses"] = sp
+        if world_size is not None:
+            if world_size % sp:
+                raise ValueError(f"sequence_parallel_size={sp} does not divide world_size={world_size}")
+            world_size //= sp
     tbs = get(cfg, "train_batch_size", "train_batch_size", _positive)
     mbs = get(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", _positive)
     gas = get(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps", _positive)
@@ -374,8 +383,8 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         plan["global_batch_size"] = tbs
     if gas is not None:
         opts["gradient_accumulation_steps"] = gas
-    if world_size is not None:
-        plan["world_size"] = world_size
+    if full_world is not None:
+        plan["world_size"] = full_world
 
     # precision
     for key in ("fp16", "bf16", "bfloat16", "zero_optimization", "optimizer", "scheduler",
