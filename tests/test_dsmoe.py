@@ -210,3 +210,24 @@ def test_fp32_gate_and_combine_traffic_is_priced():
     s, h = 4096, MIXTRAL.hidden_size
     assert dsmoe.extra_hbm_bytes(tokens=s, hidden_size=h, top_k=2, value_bytes=2) == s * h * (4 + 12 + 2 * 10)
     assert float(with_ds) > float(without)
+
+
+def test_layout_expert_groups_are_deepspeeds(monkeypatch):
+    """The layout's EP and expert-DP groups for a DeepSpeed-MoE plan are the ones DeepSpeed's own
+    groups._create_expert_and_data_parallel builds (run with a recording stand-in for the process-group calls)."""
+    pytest.importorskip("torch")
+    from deepspeed.utils import groups
+    from workbench.layout import build_layout
+
+    made = []
+    monkeypatch.setattr(groups.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(groups.dist, "get_world_size", lambda group=None: 16)
+    monkeypatch.setattr(groups.dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(groups.dist, "new_group", lambda ranks: made.append(list(ranks)))
+    for name in ("_EXPERT_PARALLEL_GROUP", "_EXPERT_PARALLEL_GROUP_RANKS", "_EXPERT_DATA_PARALLEL_GROUP",
+                 "_EXPERT_DATA_PARALLEL_GROUP_RANKS"):
+        monkeypatch.setattr(groups, name, {})
+    groups._create_expert_and_data_parallel(4, pp_size=2)
+    layout = build_layout(_cluster(), _plan(pipeline_parallel=2, zero_stage=1, expert_parallel=4), model=MIXTRAL)
+    ours = {tuple(layout.expert_group_of(r, kind)[1]) for r in range(16) for kind in ("ep", "edp")}
+    assert ours == {tuple(g) for g in made}
