@@ -260,6 +260,38 @@ def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=N
                     np.where(stage == pipeline_parallel - 1, last_stage_layers, middle_stage_layers))
 
 
+def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage, bf16_first, bf16_last,
+                         first_stage_layers=None, middle_stage_layers=None, last_stage_layers=None):
+    """How many of Megatron's bf16 layers of an FP8 run (``--first-last-layers-bf16`` with
+    ``--num-layers-at-start-in-bf16 F`` / ``--num-layers-at-end-in-bf16 B``) pipeline stage ``stage`` builds.
+
+    megatron-core (``fp8_utils.is_first_last_bf16_layer``, 0.16 and 0.19) tests the *global* layer number: layers
+    [0, F) and [L − B, L) run without the FP8 context. Layers are numbered as megatron-core's
+    ``get_transformer_layer_offset`` assigns them: virtual chunk j of stage s (v chunks per stage, interleaved
+    schedule) starts at j·L/v + Σ_{s'<s} n_{s'}/v, with n_s the stage's layers (:func:`layers_on_stage`; uneven
+    splits included). Without interleaving the F layers sit on the first stage and the B on the last (spilling to
+    the next stage only when a stage has fewer layers than F or B). Every argument may be a numpy array."""
+    L, p = num_layers, np.asarray(pipeline_parallel)
+    v = np.maximum(np.asarray(virtual_pipeline), 1)
+    stage = np.asarray(stage)
+    if first_stage_layers is None:
+        n = L / p
+        before = stage * n
+    else:
+        n = np.where(stage == 0, first_stage_layers,
+                     np.where(stage == p - 1, last_stage_layers, middle_stage_layers))
+        before = np.where(stage == 0, 0, first_stage_layers + np.maximum(stage - 1, 0) * middle_stage_layers)
+    total = 0.0
+    for j in range(int(np.max(v))):
+        start = j * L / v + before / v
+        size = n / v
+        end = start + size
+        head = np.clip(np.minimum(end, bf16_first) - start, 0, size)
+        tail = np.clip(end - np.maximum(start, L - np.asarray(bf16_last)), 0, size)
+        total = total + np.where(j < v, head + tail, 0.0)
+    return total
+
+
 def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None,
                           expert_parallel=1, expert_tensor_parallel=None):
     """Parameters one rank of pipeline stage ``stage`` holds (``layers_in_stage`` transformer layers, default
@@ -854,12 +886,14 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
+                fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
-    ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of each stage's layers run their GEMMs in FP8
-    (the rest are Megatron's bf16 first/last layers), adding :func:`fp8_weight_bytes` to the weights,
+    ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of the stage's layers that are not among
+    Megatron's bf16 first/last layers (``fp8_bf16_first`` / ``fp8_bf16_last``, placed by :func:`bf16_layers_on_stage`:
+    on the first and last stage) run their GEMMs in FP8, adding :func:`fp8_weight_bytes` to the weights,
     :func:`fp8_scaling_state_bytes` to the buffers and :func:`fp8_activation_delta_bytes` to each FP8 layer's
     activations.
     MoE: ``expert_parallel`` e and ``expert_tensor_parallel`` (default t) split the experts
@@ -911,6 +945,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                          param_bytes=value_bytes)
     weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
     host = host + np.where(offload_params > 0, frozen_weights, 0.0)
+    bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
+                                     fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
+    fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / np.maximum(layers, 1))  # this stage's FP8 share
     fp8_layers = np.where(fp8 > 0, layers * fp8_layer_fraction, 0.0)
     weights = weights + fp8_weight_bytes(m, tensor_parallel=tensor_parallel, fp8_layers=fp8_layers,
                                          recipe=fp8_recipe, param_gather=fp8_param_gather, value_bytes=value_bytes,
@@ -1174,7 +1211,11 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
     from workbench import encode
 
     codes = encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
-    layers = plan.stage_layers(model.num_layers)[0] * codes["fp8_layer_fraction"]
+    first = plan.stage_layers(model.num_layers)[0]
+    layers = (first - bf16_layers_on_stage(model.num_layers, plan.pipeline_parallel, plan.virtual_pipeline, 0,
+                                           plan.fp8_bf16_first_layers, plan.fp8_bf16_last_layers,
+                                           codes["first_stage_layers"], codes["middle_stage_layers"],
+                                           codes["last_stage_layers"])) * codes["fp8_layer_fraction"]
     kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
               sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
     stored = 0 if plan.recompute is Recompute.FULL else layers
