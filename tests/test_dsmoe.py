@@ -143,10 +143,11 @@ def test_megatron_deepspeed_flags_round_trip_and_export_writes_the_layer(tmp_pat
     plan = _plan(engine="megatron-deepspeed", zero_stage=1, expert_parallel=4, moe_capacity_factor=1.5)
     args = hybrid_args(MIXTRAL, c, plan)
     assert args[args.index("--moe-expert-parallel-size") + 1] == "4"
-    assert args[args.index("--moe-train-capacity-factor") + 1] == "1.5"
+    assert args[args.index("--moe-train-capacity-factor") + 1] == "1.5" and "--create-moe-param-group" in args
     imported = import_megatron_args(["pretrain_gpt.py", *args, "--disable-moe-token-dropping"])
     assert imported.plan_fields["expert_parallel"] == 4 and imported.plan_fields["moe_capacity_factor"] == 1.5
     assert any("--disable-moe-token-dropping" in w for w in imported.warnings)
+    assert not [w for w in imported.warnings if "create-moe-param-group" in w or "unknown" in w.lower()]
     code = main(["export", "deepspeed", "--model", "mixtral-8x7b", "--gpus-per-node", "8", "--nodes", "2",
                  "--ep", "8", "--zero", "2", "--seq", "4096", "--out", str(tmp_path)])
     assert code == 0 and "ep_size=8" in (tmp_path / "moe_layer.py").read_text()
@@ -231,3 +232,9 @@ def test_layout_expert_groups_are_deepspeeds(monkeypatch):
     layout = build_layout(_cluster(), _plan(pipeline_parallel=2, zero_stage=1, expert_parallel=4), model=MIXTRAL)
     ours = {tuple(layout.expert_group_of(r, kind)[1]) for r in range(16) for kind in ("ep", "edp")}
     assert ours == {tuple(g) for g in made}
+
+
+def test_estimate_json_names_deepspeed_moe_capacity():
+    plan = estimate(MIXTRAL, _cluster(), _plan(expert_parallel=8, micro_batch_size=1)).to_dict()["plan"]
+    assert plan["deepspeed_moe"] and plan["moe_expert_capacity"] == 1024 and plan["moe_token_factor"] == 1.0
+    assert estimate(MIXTRAL, _cluster(), _plan()).to_dict()["plan"]["deepspeed_moe"] is False

@@ -146,12 +146,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                         "K/V heads, sequence and world size")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallel")
     p.add_argument("--ep", "--expert-model-parallel-size", dest="ep", type=int, metavar="N",
-                   help="MoE expert parallel: each MoE layer's experts split over N ranks (engine megatron)")
+                   help="MoE expert parallel: each MoE layer's experts split over N ranks (Megatron "
+                        "--expert-model-parallel-size; under a DeepSpeed engine DeepSpeed-MoE's ep_size)")
     p.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", type=int, metavar="N",
                    help="MoE expert tensor parallel: ranks splitting one expert (default: --tp)")
     p.add_argument("--moe-capacity-factor", "--moe-expert-capacity-factor", dest="moe_capacity_factor", type=float,
                    metavar="F", help="MoE expert capacity factor (tokens beyond F x the average are dropped; "
-                                     "default dropless)")
+                                     "default dropless; under a DeepSpeed engine DeepSpeed-MoE's capacity_factor, "
+                                     "default 1.0, always padded)")
     p.add_argument("--moe-pad-to-capacity", "--moe-pad-expert-input-to-capacity", dest="moe_pad_to_capacity",
                    action="store_true", default=None, help="pad every expert's input to its capacity")
     p.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",

@@ -641,7 +641,7 @@ _KNOWN = {
 
 _MOE_FLAGS = {"moe-shared-expert-intermediate-size", "moe-shared-expert-gate", "expert-model-parallel-size", "expert-tensor-parallel-size", "moe-token-dispatcher-type",
               "moe-expert-parallel-size", "moe-train-capacity-factor", "moe-eval-capacity-factor",
-              "moe-min-capacity", "disable-moe-token-dropping",
+              "moe-min-capacity", "disable-moe-token-dropping", "create-moe-param-group",
               "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm"}
 _KNOWN |= _MOE_FLAGS
 
@@ -658,7 +658,7 @@ def _read_moe(one, has, num, kind: str, model: dict, plan: dict, warnings: list)
         _read_deepspeed_moe(has, num, model, plan, warnings, present)
         return
     ds_moe = [f for f in ("moe-expert-parallel-size", "moe-train-capacity-factor", "moe-eval-capacity-factor",
-                          "moe-min-capacity",
+                          "moe-min-capacity", "create-moe-param-group",
                           "disable-moe-token-dropping") if has(f)]
     if ds_moe:
         warnings.append(f"{', '.join('--' + f for f in ds_moe)}: Megatron-DeepSpeed's (DeepSpeed-MoE) flags, "
@@ -697,7 +697,7 @@ def _read_deepspeed_moe(has, num, model: dict, plan: dict, warnings: list, prese
 
     core = [f for f in present if f not in ("moe-expert-parallel-size", "moe-train-capacity-factor",
                                             "moe-eval-capacity-factor", "moe-min-capacity",
-                                            "disable-moe-token-dropping")]
+                                            "disable-moe-token-dropping", "create-moe-param-group")]
     if core:
         warnings.append(f"{', '.join('--' + f for f in core)}: megatron-core's MoE flags, not Megatron-DeepSpeed's "
                         f"(its experts are DeepSpeed-MoE layers: --moe-expert-parallel-size); ignored")
