@@ -438,3 +438,45 @@ def run_options(spec: ModelSpec, plan) -> dict:
             "weights": imported.has_weights,
             "attn_implementation": _launch_attn_implementation(imported.model_type, spec.attention),
             "gradient_checkpointing": plan.recompute is Recompute.FULL, "lora": lora}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Host time: the operators a transformers decoder layer dispatches (step-time term)
+# ----------------------------------------------------------------------------------------------------------------
+def code_path(spec: ModelSpec) -> Optional[str]:
+    """The transformers family whose modelling code a ModelSpec's structure runs, for the operator counts
+    (catalog ``transformers.layer_ops``): GPT-2 (LayerNorm, learned positions), GPT-NeoX (LayerNorm, rotary),
+    Gemma 3 (sandwich and Q/K norms), Gemma 2 (sandwich norms), Qwen3 (Q/K norms), Qwen2 (QKV-only biases), else
+    Llama's (Llama, Mistral, Gemma, Phi-3: RMSNorm, rotary, gated MLP). ``None`` for MoE models (the router and
+    the expert loop are not counted) and for megatron-core models."""
+    from workbench.specs import Implementation, Normalization, Positions
+
+    if spec.implementation is not Implementation.TRANSFORMERS or spec.is_moe:
+        return None
+    if spec.normalization is Normalization.LAYERNORM:
+        return "gpt2" if spec.position_embedding is Positions.LEARNED else "gpt_neox"
+    if spec.sandwich_norm:
+        return "gemma3_text" if spec.qk_norm else "gemma2"
+    if spec.qk_norm:
+        return "qwen3"
+    if spec.qkv_bias and not spec.add_bias_linear:
+        return "qwen2"
+    return "llama"
+
+
+def layer_op_counts(spec: ModelSpec, layer_ops: dict, lora_targets=None) -> Optional[dict]:
+    """Operators per decoder layer of ``spec`` from the catalog table (``benchmarks/hf_layer_ops.py``):
+    ``plain`` (forward + backward), ``checkpointed`` (forward, recompute and backward under
+    ``gradient_checkpointing_enable()``), ``saved`` (tensors saved for backward: the checkpoint hooks' calls),
+    ``model`` (embedding, final norm, output layer, loss; once per micro-batch), each with LoRA's extra operators
+    when ``lora_targets`` is given (peft wraps :func:`lora_target_modules`' modules). ``None`` where not counted."""
+    family = code_path(spec)
+    rows = layer_ops.get(family) if family else None
+    if not rows:
+        return None
+    impl = "eager" if spec.attention is AttentionImpl.UNFUSED else "sdpa"
+    row = rows.get(impl) or rows.get("eager")
+    n = len(lora_target_modules(family, lora_targets)) if lora_targets else 0
+    return {"plain": row["fwd"] + row["bwd"] + n * (row["lora_fwd"] + row["lora_bwd"]),
+            "checkpointed": row["ckpt"] + n * (2 * row["lora_fwd"] + row["lora_bwd"]),
+            "saved": row["saved"], "model": row["model_fwd"] + row["model_bwd"]}
