@@ -24,7 +24,7 @@ def _plan(world=8, **kw):
 @pytest.mark.parametrize("kw, needle", [
     (dict(expert_parallel=8, pipeline_parallel=2), "does not divide world_size=8"),
     (dict(expert_parallel=2, tensor_parallel=2), "needs sequence_parallel=True"),
-    (dict(expert_parallel=2, engine="deepspeed"), "need engine 'megatron'"),
+    (dict(expert_parallel=2, expert_tensor_parallel=1, engine="deepspeed"), "expert_tensor_parallel=1 is Megatron's"),
     (dict(moe_pad_to_capacity=True), "needs moe_capacity_factor"),
     (dict(moe_capacity_factor=0.0), "moe_capacity_factor=0 must be > 0"),
     (dict(expert_parallel=2, expert_tensor_parallel=3), "does not divide world_size"),

@@ -530,6 +530,8 @@ def moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Optional[Finding]:
     1 − factor of the token copies); with padding every expert computes and exchanges factor × average."""
     if not model.is_moe:
         return None
+    if plan.deepspeed_moe:
+        return deepspeed_moe_capacity(model, plan)
     f = plan.moe_capacity_factor
     if f is None:
         return Finding(id="moe-capacity", status="pass",
@@ -548,6 +550,43 @@ def moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Optional[Finding]:
     return Finding(id="moe-capacity", status="pass",
                    message=f"capacity factor {f:g}: tokens routed above {f:g} × an expert's average are dropped "
                            f"(none under balanced routing, which the estimate prices)")
+
+
+def deepspeed_moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Finding:
+    """DeepSpeed-MoE pads every expert to its capacity C (:func:`workbench.dsmoe.expert_capacity`) and drops the
+    tokens above it: the padding costs expert activations, GEMMs and all-to-all bytes whatever the routing; a
+    factor below 1 drops tokens even when routing is balanced. Names the activation memory one micro-batch's layers
+    on a stage spend on capacity above the balanced average (factor 1)."""
+    from workbench import dsmoe
+    from workbench import memory as M
+
+    f, c = dsmoe.capacity_factor(plan), dsmoe.expert_capacity_of(model, plan)
+    tf = dsmoe.token_factor(model, plan)
+    tokens = dsmoe.rank_tokens(model, plan)
+    kw = dict(tokens=tokens, tensor_parallel=1, sequence_parallel=False, expert_tensor_parallel=1,
+              value_bytes=plan.precision.bytes_per_value)
+    layers = max(plan.stage_layers(model.num_layers))
+    balanced = dsmoe.token_factor(model, plan.replace(moe_capacity_factor=1.0))
+    padding = layers * float(M.moe_activation_bytes(model, token_factor=tf, **kw)
+                             - M.moe_activation_bytes(model, token_factor=balanced, **kw))
+    what = (f"DeepSpeed-MoE capacity C = {c} tokens per expert (capacity_factor {f:g}, min_capacity "
+            f"{dsmoe.MIN_CAPACITY}, top-{model.moe_top_k} of {model.num_experts} over {tokens:g} tokens per "
+            f"micro-batch): every expert computes and exchanges {tf:.2f} × its balanced share, padded rows included")
+    if f < 1:
+        return Finding(id="moe-capacity", status="warn",
+                       message=f"{what}; capacity_factor={f:g} < 1 drops {1 - f:.0%} of the token copies even "
+                               f"under balanced routing",
+                       suggestion="use capacity_factor >= 1 (DeepSpeed's default 1.0)")
+    if padding > 0.05 * GiB:
+        return Finding(id="moe-capacity", status="pass",
+                       message=f"{what}; the padding above factor 1 keeps {padding / GiB:.2f} GiB of expert "
+                               f"activations per in-flight micro-batch on the largest stage",
+                       suggestion="a smaller capacity_factor (down to 1.0) saves that memory and the padded "
+                                  "all-to-all and GEMM work, at the cost of more dropped tokens when routing is "
+                                  "skewed")
+    return Finding(id="moe-capacity", status="pass",
+                   message=f"{what}; tokens routed above C are dropped (none under balanced routing, which the "
+                           f"estimate prices)")
 
 
 FP8_MIN_SPEEDUP = 0.10

@@ -4,7 +4,8 @@ A plan is first written as *columns* (:func:`plan_columns`): the numeric codes o
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
 fused_adam, overlap_comm, lora_rank, lora_targets``, the FP8 stack ``fp8_recipe, fp8_pg, fp8_bf16`` (recipe code,
 FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, edp`` (expert parallel, expert
-tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, else 1) and
+tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, DeepSpeed-MoE's E·C/(k·S), else 1), ``moe_ds``
+(1: DeepSpeed-MoE layers) and
 ``moe_ag`` (1: allgather dispatcher), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
@@ -57,7 +58,7 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 lora_dropout=plan.lora_dropout, fp8_recipe=FP8_RECIPE_CODES[str(plan.fp8_recipe)],
                 fp8_pg=int(plan.fp8_param_gather), fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
                 ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
-                moe_tf=plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0,
+                moe_tf=moe_token_factor(plan, model), moe_ds=int(plan.deepspeed_moe and model.is_moe),
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
                 moe_ov=int(plan.moe_overlap_alltoall), grad_fp32=int(plan.reduces_grads_in_fp32))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
@@ -97,9 +98,20 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("edp", np.asarray(out["dp"]) * np.asarray(out["cp"]) * np.asarray(out["tp"])
                    // (np.asarray(out["etp"]) * np.asarray(out["ep"])))
     out.setdefault("moe_tf", 1.0)
+    out.setdefault("moe_ds", 0)
     out.setdefault("moe_ag", 0)
     out.setdefault("moe_ov", 0)
     return out
+
+
+def moe_token_factor(plan: ParallelPlan, model: ModelSpec) -> float:
+    """The ``moe_tf`` column: expert rows over routed token copies — DeepSpeed-MoE's capacity padding
+    (:func:`workbench.dsmoe.token_factor`), megatron-core's capacity factor when inputs are padded to it, else 1."""
+    if model.is_moe and plan.deepspeed_moe:
+        from workbench import dsmoe
+
+        return dsmoe.token_factor(model, plan)
+    return plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0
 
 
 def stage_layer_columns(num_layers: int, cols: dict):
@@ -247,7 +259,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                fp8_param_gather=cols.get("fp8_pg", 0), fp8_layer_fraction=fp8_layer_fraction(model, cols),
                expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
                expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
-               moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision))
+               moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision),
+               moe_deepspeed=cols.get("moe_ds", 0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out

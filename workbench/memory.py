@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from workbench import dsmoe
 from workbench import params as P
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
 from workbench.defaults import GiB
@@ -443,7 +444,7 @@ def hf_softmax_in_model_dtype(m: ModelSpec) -> bool:
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
                            dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE, expert_tensor_parallel=None,
-                           moe_token_factor=1.0):
+                           moe_token_factor=1.0, moe_deepspeed=0):
     """Activation bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 — ``sbh(10 + 24/t + 5as/(ht))`` for 16-bit activations,
@@ -459,6 +460,8 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
       score (the defaults). Flash attention keeps only a softmax statistic 4·asb;
     * context parallel divides the local sequence by cp (attention scores become (s/cp)·s);
     * MoE (:func:`moe_activation_bytes`) replaces the MLP's intermediates by the experts' and adds the router's;
+      DeepSpeed-MoE (``moe_deepspeed``) adds its gate's fp32 input and its combine's copies
+      (:func:`workbench.dsmoe.extra_activation_bytes`);
     * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP).
     """
     s = m.seq_length / context_parallel
@@ -484,6 +487,9 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
         mlp = moe_activation_bytes(m, tokens=s * b, tensor_parallel=t, sequence_parallel=sequence_parallel,
                                    expert_tensor_parallel=t if expert_tensor_parallel is None
                                    else expert_tensor_parallel, token_factor=moe_token_factor, value_bytes=v)
+        if np.any(np.asarray(moe_deepspeed) > 0):
+            mlp = mlp + np.where(np.asarray(moe_deepspeed) > 0,
+                                 dsmoe.extra_activation_bytes(m, tokens=s * b, value_bytes=v), 0.0)
     else:
         f = m.ffn_hidden_size
         mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
@@ -779,7 +785,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
-                moe_allgather=0, main_grad_fp32=None):
+                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of each stage's layers run their GEMMs in FP8
@@ -789,8 +795,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     MoE: ``expert_parallel`` e and ``expert_tensor_parallel`` (default t) split the experts
     (:func:`expert_params_per_rank`); their gradients and optimizer states are sharded over the
     ``expert_data_parallel`` group (default data_parallel; megatron-core's distributed optimizer shards expert
-    parameters over the expert-data-parallel group); ``moe_token_factor`` and ``moe_allgather`` as in
-    :func:`moe_activation_bytes` and :func:`buffer_bytes`.
+    parameters over the expert-data-parallel group, and DeepSpeed ZeRO-1/2 partitions a DeepSpeed-MoE model's expert
+    param groups over theirs); ``moe_token_factor`` and ``moe_allgather`` as in :func:`moe_activation_bytes` and
+    :func:`buffer_bytes`; ``moe_deepspeed`` (DeepSpeed-MoE layers) adds :func:`workbench.dsmoe.extra_activation_bytes`
+    to each layer and :func:`workbench.dsmoe.transient_bytes` to the buffers.
 
     Two candidate peaks, the larger wins:
 
@@ -841,11 +849,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
-    moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor)
+    moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor, moe_deepspeed=moe_deepspeed)
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
     fp8_delta = np.where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
-        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw, **moe_kw)
+        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw, expert_tensor_parallel=etp, moe_token_factor=moe_token_factor)
     kept = kept + np.where(recompute >= 2, 0.0, fp8_delta)
     full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
@@ -915,6 +923,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       expert_parallel=expert_parallel,
                                                       expert_tensor_parallel=etp, tensor_parallel=tensor_parallel,
                                                       value_bytes=value_bytes, allgather=moe_allgather)
+        buffers = buffers + np.where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
+            m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
+            token_factor=moe_token_factor), 0.0)
     late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer, buffers, last=last,
                                                       engine=engine, zero_stage=zero_stage,
                                                       lora=lora_params_per_layer > 0)

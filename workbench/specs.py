@@ -865,11 +865,9 @@ class ParallelPlan:
             raise ValueError("moe_pad_to_capacity=True needs moe_capacity_factor (megatron-core: "
                              "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity)")
         e, te = self.expert_parallel, self.expert_tensor_parallel_size
-        if (e > 1 or self.expert_tensor_parallel is not None) and self.engine is not Engine.MEGATRON:
-            raise ValueError(f"expert_parallel={e}, expert_tensor_parallel={self.expert_tensor_parallel} need engine "
-                             f"'megatron' (megatron-core's MoE layer); engine='{self.engine}' keeps every expert on "
-                             f"every rank (DeepSpeed's own expert parallelism — DeepSpeed-MoE's ep_size, AutoEP's "
-                             f"ds_config 'expert_parallel' section — is not modelled)")
+        if self.engine is not Engine.MEGATRON:
+            self._check_deepspeed_moe()
+            return
         block = te * e * self.pipeline_parallel
         if self.world_size % block:
             raise ValueError(f"expert_tensor_parallel({te}) * expert_parallel({e}) * pipeline_parallel("
@@ -892,9 +890,53 @@ class ParallelPlan:
                              f"sequence_parallel=True (Megatron-LM: 'When using expert parallelism and tensor "
                              f"parallelism, sequence parallelism must be used')")
 
+    def _check_deepspeed_moe(self) -> None:
+        """What DeepSpeed 0.19.8 refuses for ``deepspeed.moe.layer.MoE`` (see :attr:`deepspeed_moe`): its knobs are
+        ep_size, k, capacity_factor, min_capacity, drop_tokens — no expert tensor parallelism in the modelled
+        layout, no padding flag (DeepSpeed-MoE always pads to capacity), no dispatcher choice, no overlap schedule."""
+        e = self.expert_parallel
+        megatron_only = {"expert_tensor_parallel": (self.expert_tensor_parallel, None),
+                         "moe_pad_to_capacity": (self.moe_pad_to_capacity, False),
+                         "moe_token_dispatcher": (str(self.moe_token_dispatcher), str(MoEDispatcher.ALLTOALL)),
+                         "moe_overlap_alltoall": (self.moe_overlap_alltoall, False)}
+        for name, (value, default) in megatron_only.items():
+            if value != default:
+                raise ValueError(f"{name}={value!r} is Megatron's (--expert-tensor-parallel-size, "
+                                 f"--moe-pad-expert-input-to-capacity, --moe-token-dispatcher-type, "
+                                 f"--overlap-moe-expert-parallel-comm); engine='{self.engine}' trains MoE with "
+                                 f"deepspeed.moe.layer.MoE (ep_size, capacity_factor; it always pads to capacity and "
+                                 f"dispatches by all-to-all): leave {name}={default!r}")
+        if not self.deepspeed_moe:
+            return
+        if self.zero_stage == ZeroStage.PARAMETERS:
+            raise ValueError(f"zero_stage=3 with DeepSpeed-MoE (expert_parallel={e}, moe_capacity_factor="
+                             f"{self.moe_capacity_factor}): DeepSpeed 0.19.8 refuses it ('Native DeepSpeed MoE is "
+                             f"not supported with ZeRO Stage 3'); use zero_stage 1 or 2")
+        if self.tensor_parallel > 1:
+            raise ValueError(f"expert_parallel={e} with tensor_parallel={self.tensor_parallel} under engine="
+                             f"'{self.engine}': DeepSpeed-MoE is modelled without tensor parallelism (its MoE layer "
+                             f"builds expert groups of consecutive ranks unless the model passes an mpu and "
+                             f"enable_expert_tensor_parallelism); use tensor_parallel=1 or engine='megatron'")
+        stride = self.world_size // self.pipeline_parallel
+        if stride % e:
+            raise ValueError(f"expert_parallel={e} does not divide world_size({self.world_size}) / pipeline_parallel("
+                             f"{self.pipeline_parallel}) = {stride} (DeepSpeed: groups._create_expert_and_data_parallel"
+                             f" needs the ranks of one pipeline stage divisible by ep_size)")
+
+    @property
+    def deepspeed_moe(self) -> bool:
+        """MoE layers are DeepSpeed-MoE's ``deepspeed.moe.layer.MoE`` (capacity-padded, expert parallel over ep_size
+        ranks): a DeepSpeed engine with ``expert_parallel > 1`` or a ``moe_capacity_factor``. Otherwise, under
+        DeepSpeed, the model's own MoE block (e.g. transformers' dropless Mixtral block) keeps every expert on every
+        rank. Meaningful only for an MoE model."""
+        return self.engine is not Engine.MEGATRON and (self.expert_parallel > 1 or self.moe_capacity_factor is not None)
+
     @property
     def expert_tensor_parallel_size(self) -> int:
-        """Ranks splitting one expert: ``expert_tensor_parallel``, or the dense tensor-parallel size when unset."""
+        """Ranks splitting one expert: ``expert_tensor_parallel``, or the dense tensor-parallel size when unset
+        (DeepSpeed-MoE: 1, its experts are whole on each rank)."""
+        if self.deepspeed_moe:
+            return 1
         return self.expert_tensor_parallel if self.expert_tensor_parallel is not None else self.tensor_parallel
 
     @property

@@ -43,8 +43,10 @@ def render(est) -> str:
         + (f", LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)" if p.lora_rank else ""),
         *([f"experts {m.num_experts} per layer, top-{m.moe_top_k}: EP {p.expert_parallel} "
            f"({m.num_experts // p.expert_parallel} per rank) x expert TP {p.expert_tensor_parallel_size} x expert DP {p.expert_data_parallel}, "
-           f"{p.moe_token_dispatcher} dispatcher{' (overlapped)' if p.moe_overlap_alltoall else ''}, "
-           + ("dropless" if p.moe_capacity_factor is None else
+           + ("DeepSpeed-MoE (deepspeed.moe.layer.MoE, all-to-all), padded to capacity, capacity factor "
+              f"{p.moe_capacity_factor or 1.0:g}" if p.deepspeed_moe else
+              f"{p.moe_token_dispatcher} dispatcher{' (overlapped)' if p.moe_overlap_alltoall else ''}, ")
+           + ("" if p.deepspeed_moe else "dropless" if p.moe_capacity_factor is None else
               f"capacity factor {p.moe_capacity_factor:g}{' (padded)' if p.moe_pad_to_capacity else ''}")]
           if m.is_moe else []),
         f"stack   {m.attention} attention, {p.adam} Adam"
