@@ -153,29 +153,6 @@ def lora_params(model: ModelSpec, cols: dict) -> float:
     return lora_params_per_layer(model, cols["lora_rank"], cols["lora_targets"]) if cols["lora_rank"] else 0
 
 
-def hf_host_inputs(model: ModelSpec, cols: dict, cal: dict) -> dict:
-    """A transformers model's host seconds (:mod:`workbench.timing` ``hf_*`` inputs): the operators its code
-    dispatches per decoder layer (catalog ``transformers.layer_ops``, :func:`workbench.hf.layer_op_counts`) times
-    ``op_host_seconds``, plus ``saved_tensor_host_seconds`` per tensor a checkpointed layer saves (the checkpoint's
-    pack/unpack hooks); zeros for megatron-core models and where nothing is counted (MoE)."""
-    zero = dict(hf_layer_host_s=0.0, hf_recompute_layer_s=0.0, hf_model_host_s=0.0)
-    if model.implementation is not Implementation.TRANSFORMERS or "op_host_seconds" not in cal:
-        return zero
-    from workbench.hf import layer_op_counts
-
-    table = cal.get("layer_ops", {})
-    base = layer_op_counts(model, table)
-    if base is None:
-        return zero
-    lora = np.greater(cols["lora_rank"], 0)
-    with_lora = layer_op_counts(model, table, cols["lora_targets"]) if np.any(lora) else base
-    s_op, s_saved = cal["op_host_seconds"], cal.get("saved_tensor_host_seconds", 0.0)
-    ops = {k: np.where(lora, with_lora[k], base[k]) for k in ("plain", "checkpointed")}
-    return dict(hf_layer_host_s=s_op * ops["plain"],
-                hf_recompute_layer_s=s_op * ops["checkpointed"] + s_saved * base["saved"],
-                hf_model_host_s=s_op * base["model"])
-
-
 def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
     """Parameters with gradients over all parameters: 1 for a full fine-tune; with LoRA the adapters over the
     model (:func:`workbench.params.lora_params_per_layer`)."""
@@ -388,7 +365,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),
         **flash_attention_inputs(model, gpu),
-        **hf_host_inputs(model, cols, cal.get("transformers", {})),
+        hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
+                              if model.implementation is Implementation.TRANSFORMERS else 0.0),
         expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),

@@ -319,13 +319,8 @@ class StepInputs:
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
     hf_recompute_layer_s: object = 0.0
     """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
-    backward together); the part the GPU's kernels for that layer do not hide is added to the recompute
-    (:func:`workbench.encode.hf_host_inputs`; 0 for other stacks)."""
-    hf_layer_host_s: object = 0.0
-    """transformers models: host seconds of one decoder layer's forward and backward without checkpointing (its
-    operators, dispatched one by one); the part the layer's kernels do not hide is exposed (0 for other stacks)."""
-    hf_model_host_s: object = 0.0
-    """transformers models: host seconds of the embedding, final norm, output layer and loss per micro-batch."""
+    backward together); the part the GPU's kernels for that layer do not hide is added to the recompute (catalog
+    ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
     flash_forward_efficiency_max: object = 0.0
     """Fused attention's forward rate as a fraction of peak (catalog ``flash_attention``; 0: price the attention
     core on the GEMM curve)."""
@@ -560,18 +555,10 @@ def compute_terms(x: StepInputs) -> dict:
     tf = x.trainable_fraction
     layer_bwd = ((1 + tf) * t_weights_fwd + t_core_bwd + 2 * t_mem + t_score_bwd + t_cast_bwd + t_rope_bwd
                  + x.layer_pass_overhead_s)
-    # transformers models dispatch each layer's operators one by one from Python: the host's time for a layer (or
-    # for the embedding, output layer and loss) is exposed where it outlasts their kernels (checkpointed layers:
-    # below, with the recompute)
-    hf_layer_exposed = np.where(x.hf_layer_host_s > 0, np.maximum(0.0, x.hf_layer_host_s - (layer_fwd + layer_bwd)),
-                                0.0) * (1 - g["full"])
-    layer_bwd = layer_bwd + hf_layer_exposed
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
-    t_loss_bwd = t_loss_bwd + np.where(x.hf_model_host_s > 0, np.maximum(
-        0.0, x.hf_model_host_s - ((2 + tf) * t_logits + t_loss_fwd + t_loss_bwd)), 0.0)
     # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
     # transformers' gradient checkpointing: the checkpointed layer's host-side work (torch.utils.checkpoint's
     # saved-tensor hooks and recompute, the framework's gradient hooks) runs while the GPU executes that layer's
