@@ -293,6 +293,13 @@ def overhead_fit(rows: list) -> dict:
                  and r["measured"].get("outside") is not None and r["cluster"].world_size > 1]
         if multi:  # NCCL's communicators: what a multi-rank process holds outside the allocator beyond one rank's
             out[engine].update(nccl_n=len(multi), nccl_gib=statistics.median(multi) / GiB - out[engine]["outside_gib"])
+        if engine != "megatron":  # the reserve of ZeRO-0/1/2 and of ZeRO-3 apart (workbench.memory.RESERVE_FRACTION)
+            for name, z3 in (("zero0-2", False), ("zero3", True)):
+                part = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel
+                              if (int(r["plan"].zero_stage) >= 3) == z3)
+                if part:
+                    out[engine][f"reserve_{name}"] = dict(n=len(part), median=statistics.median(part),
+                                                          p90=part[min(len(part) - 1, int(0.9 * len(part)))])
     return out
 
 
@@ -412,6 +419,10 @@ def main(argv=None) -> int:
                   f"{f['outside_max_gib']:.2f})  reserve median {f['reserve_median']:.1%} p90 {f['reserve_p90']:.1%} "
                   f"max {f['reserve_max']:.1%}"
                   + (f"  NCCL (multi-rank runs, n {f['nccl_n']}) +{f['nccl_gib']:.2f} GiB" if "nccl_n" in f else ""))
+            for name in ("zero0-2", "zero3"):
+                if f"reserve_{name}" in f:
+                    g = f[f"reserve_{name}"]
+                    print(f"  {'':<20} {name:<8} n {g['n']:>3}  reserve median {g['median']:.1%} p90 {g['p90']:.1%}")
     if args.write_band:
         path = ROOT / "workbench" / "catalog" / "error_band.json"
         doc = {"about": "Held-out error band: for each engine (and engine/recompute mode), how far measured values went "

@@ -28,8 +28,8 @@ def _plan(world=16, **kw):
     (dict(expert_parallel=2, tensor_parallel=2, engine="megatron-deepspeed"), "DeepSpeed-MoE is modelled without tensor parallelism"),
     (dict(expert_parallel=8, pipeline_parallel=4, zero_stage=1), "expert_parallel=8 does not divide world_size(16) / "
                                                    "pipeline_parallel(4) = 4"),
-    (dict(expert_parallel=2, moe_token_dispatcher="allgather"), "moe_token_dispatcher='allgather' is Megatron's"),
-    (dict(expert_parallel=2, moe_capacity_factor=1.0, moe_pad_to_capacity=True), "moe_pad_to_capacity=True is "),
+    (dict(expert_parallel=2, expert_tensor_parallel=1), "expert_tensor_parallel=1 is Megatron's"),
+    (dict(expert_parallel=2, moe_overlap_alltoall=True), "moe_overlap_alltoall=True is Megatron's"),
     (dict(expert_parallel=16), "expert_parallel=16 does not divide num_experts=8"),
 ])
 def test_deepspeed_refusals_name_the_fields_and_numbers(kw, needle):
@@ -80,6 +80,16 @@ def test_a_real_moe_layer_has_the_counted_parameters_and_capacity_rows():
     assert rows == [(1, 4, dsmoe.expert_capacity_of(tiny, plan), 16)]
     # E·C / (k·S): 4 experts × 30 rows over 2 × 48 routed copies
     assert dsmoe.token_factor(tiny, plan) == pytest.approx(4 * 30 / (2 * 48))
+    # the optimizer split the export prints: the MoE group (what ZeRO-1/2 partition over the expert-data-parallel
+    # group) holds exactly the expert parameters the memory model shards there; the gate stays with the dense ones
+    from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+
+    groups = split_params_into_different_moe_groups_for_optimizer({"params": list(layer.parameters()),
+                                                                   "name": "params"})
+    moe = [g for g in groups if g.get("moe")]
+    assert [g["name"] for g in moe] == ["ep_size_1"]
+    assert sum(p.numel() for g in moe for p in g["params"]) == M.expert_params_per_rank(tiny, 1, 1)
+    assert sum(p.numel() for g in groups if not g.get("moe") for p in g["params"]) == router
 
 
 def test_expert_states_partition_over_the_expert_data_parallel_group():
@@ -122,3 +132,81 @@ def test_export_prints_the_moe_layer_arguments_and_the_param_group_split():
     assert "capacity_factor=1.25" in snippet and "min_capacity=4" in snippet
     assert "split_params_into_different_moe_groups_for_optimizer" in snippet
     assert "= 1280 tokens" in snippet and "reduced over 2 ranks" in snippet
+
+
+def test_megatron_deepspeed_flags_round_trip_and_export_writes_the_layer(tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.configs.hybrid import hybrid_args
+    from workbench.configs.importer import import_megatron_args
+
+    c = _cluster()
+    plan = _plan(engine="megatron-deepspeed", zero_stage=1, expert_parallel=4, moe_capacity_factor=1.5)
+    args = hybrid_args(MIXTRAL, c, plan)
+    assert args[args.index("--moe-expert-parallel-size") + 1] == "4"
+    assert args[args.index("--moe-train-capacity-factor") + 1] == "1.5"
+    imported = import_megatron_args(["pretrain_gpt.py", *args, "--disable-moe-token-dropping"])
+    assert imported.plan_fields["expert_parallel"] == 4 and imported.plan_fields["moe_capacity_factor"] == 1.5
+    assert any("--disable-moe-token-dropping" in w for w in imported.warnings)
+    code = main(["export", "deepspeed", "--model", "mixtral-8x7b", "--gpus-per-node", "8", "--nodes", "2",
+                 "--ep", "8", "--zero", "2", "--seq", "4096", "--out", str(tmp_path)])
+    assert code == 0 and "ep_size=8" in (tmp_path / "moe_layer.py").read_text()
+    assert main(["estimate", "--model", "mixtral-8x7b", "--gpus-per-node", "8", "--nodes", "2", "--engine",
+                 "deepspeed", "--ep", "8", "--zero", "3"]) == 2
+    assert "Native DeepSpeed MoE is not supported with ZeRO Stage 3" in capsys.readouterr().err
+
+
+def test_planner_searches_ep_under_deepspeed_and_agrees_with_estimate():
+    from workbench import planner
+
+    tiny = ModelSpec(name="tiny-moe", num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=1024,
+                     num_experts=8, moe_top_k=2, seq_length=512, activation="swiglu", attention="flash",
+                     add_bias_linear=False)
+    c = _cluster(2, 4)
+    table = planner.enumerate_candidates(tiny, c, 16, engines=("deepspeed",), offload=False, recompute=("none",))
+    rows = {(int(e), int(z)) for e, z in zip(table["ep"], table["zero"])}
+    assert {(1, 3), (2, 2), (8, 1)} <= rows and not any(e > 1 and z == 3 for e, z in rows)
+    for i in range(0, len(table["tp"]), 11):
+        p = planner._plan_at(table, i, c, 16, "bf16")
+        validate(tiny, c, p)
+        assert p.deepspeed_moe == (p.expert_parallel > 1)
+    found = planner.search(tiny, c, global_batch_size=16, engines=("deepspeed",), zero_stages=(1, 2), top=40)
+    ds = [r for r in found.ranked if r.plan.expert_parallel > 1][0]
+    est = estimate(tiny, c, ds.plan, checks=False)
+    assert ds.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
+    assert ds.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
+
+
+def test_oom_ladder_raises_deepspeed_moe_ep_size_before_zero3():
+    from workbench.advisor import oom_ladder
+
+    c = _cluster(4)
+    ladder = oom_ladder(MIXTRAL, c, _plan(32, recompute="full", zero_stage=1, global_batch_size=32))
+    assert ladder[-1].fits and ladder[-1].step == 3 and ladder[-1].plan.expert_parallel > 1
+    assert ladder[-1].plan.deepspeed_moe and "DeepSpeed-MoE ep_size 1 →" in ladder[-1].action
+
+
+def test_parallel_panel_names_deepspeed_moe_capacity():
+    from widgets.parallel_panel import ParallelPanel
+    from widgets.state import initial_state
+
+    state = initial_state(preset="mixtral-8x7b", cluster={"gpus_per_node": 8, "num_nodes": 1},
+                          plan={"engine": "deepspeed", "zero_stage": 2, "tensor_parallel": 1,
+                                "pipeline_parallel": 1, "expert_parallel": 8, "micro_batch_size": 1},
+                          estimator=lambda *a, **k: None)
+    panel = ParallelPanel()
+    panel.show(state)
+    assert "DeepSpeed-MoE: capacity" in panel.derived.value and "EP 8</b> (1 per rank)" in panel.derived.value
+    panel.close()
+
+
+def test_fp32_gate_and_combine_traffic_is_priced():
+    c = _cluster()
+    plan = _plan(expert_parallel=8, micro_batch_size=1)
+    x = encode.time_inputs(MIXTRAL, c, encode.plan_columns(plan, MIXTRAL), plan.precision)
+    from workbench import timing as T
+
+    with_ds = T.step_time_terms(**x)["layer_forward_seconds"]
+    without = T.step_time_terms(**{**x, "moe_deepspeed": 0})["layer_forward_seconds"]
+    s, h = 4096, MIXTRAL.hidden_size
+    assert dsmoe.extra_hbm_bytes(tokens=s, hidden_size=h, top_k=2, value_bytes=2) == s * h * (4 + 12 + 2 * 10)
+    assert float(with_ds) > float(without)

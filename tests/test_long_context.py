@@ -225,3 +225,20 @@ def test_throughput_advice_names_the_exchange():
     cp = next(s for s in advisor.throughput_suggestions(m, c, plan, rec.time) if s.term == "cp_comm")
     assert "all-gather" in cp.message and cp.settings == ("--cp-comm-type p2p",)
     assert cp.predicted_step_seconds < rec.time.step_seconds
+
+
+def test_planner_searches_every_cp_exchange_and_says_why_one_wins():
+    c = _h100(2)
+    m = model("llama3-8b", seq_length=65536)  # 32 heads, 8 query groups
+    assert planner.context_parallel_exchanges(m, 1, 1) == [(0, 1)]
+    # CP=8 at TP=1: ring, all-gather, the hierarchical 2x4 and 4x2, and the all-to-all over 8
+    assert planner.context_parallel_exchanges(m, 1, 8) == [(0, 1), (2, 1), (3, 2), (3, 4), (1, 8)]
+    # TP=4 leaves 2 query groups per rank: no all-to-all over 4 ranks, hierarchical only with a = 2
+    assert planner.context_parallel_exchanges(m, 4, 4) == [(0, 1), (2, 1), (3, 2)]
+    table = planner.enumerate_candidates(m, c, 4, engines=("megatron",), zero_stages=(0,), offload=False)
+    i = int(np.flatnonzero((table["cp_comm"] == 3) & (table["cp"] == 8) & (table["cp_a2a"] == 2))[0])
+    plan = planner._plan_at(table, i, c, 4, "bf16")
+    assert plan.hierarchical_context_parallel_sizes == (2, 4) and plan.cp_a2a_size == 2
+    res = planner.search(m, c, global_batch_size=4, engines=("megatron",), top=3)
+    note = [ln for ln in res.explanation.splitlines() if ln.startswith("CP exchange")]
+    assert len(note) == 1 and "all_gather" in note[0] and "p2p" in note[0] and " wins: " in note[0]

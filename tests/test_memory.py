@@ -205,3 +205,56 @@ def test_zero12_step_holds_the_flat_copy_but_not_the_reduce_buckets():
     t = stage_terms(m, stage=0, **plan_codes(plan, m))
     assert bool(t["step_peak"])  # a wide two-layer model peaks at the optimizer step, where the buckets are gone
     assert t["buffers"] == pytest.approx(2 * 48 * 2048 * 2048)  # only megatron-core's score buffer
+
+
+def test_zero12_gradient_partition_and_untied_output_gradient_at_the_backward_peak():
+    """ZeRO-2 (and ZeRO-1 with overlap_comm) allocate the flat 16-bit gradient partition at the first bucket
+    reduction: before any layer is back-propagated when the untied output layer exceeds the bucket. ZeRO-0 and
+    ZeRO-1 without overlap keep the output layer's gradient as .grad through every layer's backward."""
+    from workbench.memory import stage_params_per_rank, untied_output_gradient_bytes
+    from workbench.params import model_vocab_size
+
+    m = ModelSpec(num_layers=3, hidden_size=3584, num_attention_heads=28, num_query_groups=4, ffn_hidden_size=18944,
+                  vocab_size=152064, seq_length=4096, tied_embeddings=False, normalization="RMSNorm",
+                  activation="swiglu", add_bias_linear=False, attention="unfused")
+    vocab = model_vocab_size(m, 1)
+    assert vocab * m.hidden_size > 5e8  # the output layer alone overflows reduce_bucket_size
+    psi = float(stage_params_per_rank(m, 1, 1, 0))
+
+    def peak(**kw):
+        plan = ParallelPlan(world_size=1, micro_batch_size=1, global_batch_size=1, **kw)
+        t = stage_terms(m, stage=0, **plan_codes(plan, m))
+        return t, sum(float(t[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+
+    z2, _ = peak(zero_stage=2, overlap_comm=False)
+    assert not bool(z2["step_peak"]) and float(z2["gradients"]) == pytest.approx(2 * psi)
+    z1_overlap, _ = peak(zero_stage=1, overlap_comm=True)
+    assert float(z1_overlap["gradients"]) == pytest.approx(2 * psi)
+    z1, _ = peak(zero_stage=1, overlap_comm=False)
+    assert float(z1["gradients"]) == 0.0  # no reduction during backward: only the output layer's .grad waits
+    grad = untied_output_gradient_bytes(m, tensor_parallel=1, pipeline_parallel=1, last=True, engine=DS,
+                                        zero_stage=np.array([0, 1, 1, 2]), overlap_comm=np.array([0, 0, 1, 0]),
+                                        num_microbatches=1, value_bytes=2, lora=False)
+    assert grad.tolist() == [2 * vocab * m.hidden_size] * 2 + [0.0, 0.0]
+    tied = ModelSpec(num_layers=3, hidden_size=3584, num_attention_heads=28, vocab_size=152064, seq_length=4096,
+                     tied_embeddings=True)
+    assert untied_output_gradient_bytes(tied, tensor_parallel=1, pipeline_parallel=1, last=True, engine=DS,
+                                        zero_stage=0, overlap_comm=0, num_microbatches=1, value_bytes=2,
+                                        lora=False) == 0.0
+
+
+def test_zero3_gathers_nothing_with_one_rank_and_has_its_own_reserve():
+    """With one rank in the partition group ZeRO-3's parameter is its own partition (no gathered or prefetched
+    copy) unless parameters are offloaded; the allocator reserve of ZeRO-3 is its own fit-split median."""
+    from workbench.memory import (DS_PREFETCH_BUCKET_ELEMENTS, RESERVE_FRACTION, buffer_bytes, engine_overheads,
+                                  largest_module_params)
+
+    m = ModelSpec(num_layers=2, hidden_size=2048, num_attention_heads=16, seq_length=1024, attention="flash")
+    kw = dict(engine=DS, zero_stage=3, tensor_parallel=1, micro_batch=1, context_parallel=1, value_bytes=2)
+    largest = float(largest_module_params(m, 1))
+    one, two = buffer_bytes(m, data_parallel=1, **kw), buffer_bytes(m, data_parallel=2, **kw)
+    assert two - one == pytest.approx(2 * (largest + min(DS_PREFETCH_BUCKET_ELEMENTS, largest)))
+    assert buffer_bytes(m, data_parallel=1, offload_params=1, **kw) == pytest.approx(two)
+    reserve = engine_overheads(np.array([DS, DS, MG]), np.array([2, 3, 3]))["reserve_fraction"]
+    assert reserve.tolist() == [RESERVE_FRACTION["deepspeed"], RESERVE_FRACTION["deepspeed-zero3"],
+                                RESERVE_FRACTION["megatron"]]

@@ -260,3 +260,5 @@ def test_moe(tmp_path, monkeypatch):
     assert ms[8] < ms[4] < ms[1]  # the more of the group inside the node, the less goes over the network
     cap = rec["capacity_alltoall_seconds"]
     assert cap[1] == pytest.approx(1.5 * cap[0], rel=0.02)
+    ds_peak = rec["ds_moe_peak_gib"]  # DeepSpeed-MoE: more EP shards the experts over world / EP
+    assert ds_peak[0] > ds_peak[1] > ds_peak[2]

@@ -327,10 +327,11 @@ def test_megatron_main_gradient_dtype_option(capsys):
 
 def test_rank_plan_says_which_setting_the_search_lacks():
     """A layout outside the search space names the first setting the enumeration never pairs with the rest."""
-    m, c = model("llama3-8b").replace(seq_length=8192), _cluster(nodes=2)
-    plan = ParallelPlan(world_size=16, engine="megatron", tensor_parallel=2, context_parallel=2,
-                        cp_comm_type="all_gather", sequence_parallel=True, distributed_optimizer=True,
-                        global_batch_size=32)
-    r = planner.rank_plan(m, c, plan)
+    m, c = model("llama3-8b").replace(seq_length=2048), _cluster(nodes=2)
+    plan = ParallelPlan(world_size=16, engine="megatron", tensor_parallel=2, context_parallel=8,
+                        cp_comm_type="all_gather", sequence_parallel=True, global_batch_size=32)
+    r = planner.rank_plan(m, c, plan)  # 2048 / 8 = 256 tokens per CP rank: below the search's floor
     assert not r.in_search_space and r.rank is None
-    assert "cp_comm all_gather is not searched" in r.explanation and "p2p" in r.explanation
+    assert "cp 8 is not searched" in r.explanation and "cp 1, 2, 4" in r.explanation
+    # every --cp-comm-type is searched: the all-gather plan at CP=2 is ranked
+    assert planner.rank_plan(m.replace(seq_length=8192), c, plan.replace(context_parallel=2)).in_search_space

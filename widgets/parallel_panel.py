@@ -63,8 +63,9 @@ class ParallelPanel(Panel):
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
         # MoE: expert parallelism (Megatron --expert-model-parallel-size and friends)
         c["expert_parallel"] = int_text("expert parallel (EP)", minimum=1,
-                                        tooltip="MoE: each layer's experts split over EP ranks (engine megatron; "
-                                                "Megatron --expert-model-parallel-size)")
+                                        tooltip="MoE: each layer's experts split over EP ranks (Megatron "
+                                                "--expert-model-parallel-size; DeepSpeed engines: DeepSpeed-MoE's "
+                                                "ep_size, TP 1, ZeRO-1/2)")
         c["expert_tensor_parallel"] = int_text("expert TP (0 = TP)", minimum=0,
                                                tooltip="--expert-tensor-parallel-size: ranks splitting one expert "
                                                        "(0: the dense TP size, Megatron's default)")
@@ -73,7 +74,8 @@ class ParallelPanel(Panel):
                                                      "allgather of the TP×EP group's tokens")
         c["moe_capacity_factor"] = float_text("capacity factor (0 = dropless)",
                                               tooltip="--moe-expert-capacity-factor: tokens above factor × an "
-                                                      "expert's average are dropped (0: dropless)")
+                                                      "expert's average are dropped (0: dropless; DeepSpeed-MoE: "
+                                                      "its capacity_factor, 0 = its default 1.0, always padded)")
         c["moe_overlap_alltoall"] = checkbox("overlap MoE all-to-all",
                                              tooltip="--overlap-moe-expert-parallel-comm: dispatch/combine run "
                                                      "beside another micro-batch's compute")
@@ -174,6 +176,11 @@ class ParallelPanel(Panel):
         if state.model is not None and state.model.is_moe:
             text += (f" · experts: <b>EP {p.expert_parallel}</b> ({state.model.num_experts // p.expert_parallel} per "
                      f"rank) × expert TP {p.expert_tensor_parallel_size} × expert DP {p.expert_data_parallel}")
+            if p.deepspeed_moe:
+                from workbench import dsmoe
+
+                text += (f" · DeepSpeed-MoE: capacity {dsmoe.expert_capacity_of(state.model, p)} tokens per expert "
+                         f"(factor {dsmoe.capacity_factor(p):g}, padded)")
         if p.lora_rank:
             text += f" · LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)"
         if self.derived.value != text:

@@ -565,7 +565,8 @@ def deepspeed_moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Finding:
     tokens = dsmoe.rank_tokens(model, plan)
     kw = dict(tokens=tokens, tensor_parallel=1, sequence_parallel=False, expert_tensor_parallel=1,
               value_bytes=plan.precision.bytes_per_value)
-    layers = max(plan.stage_layers(model.num_layers))
+    # full recompute keeps one layer's expert activations at a time (the one recomputed for its backward)
+    layers = 1 if plan.recompute is Recompute.FULL else max(plan.stage_layers(model.num_layers))
     balanced = dsmoe.token_factor(model, plan.replace(moe_capacity_factor=1.0))
     padding = layers * float(M.moe_activation_bytes(model, token_factor=tf, **kw)
                              - M.moe_activation_bytes(model, token_factor=balanced, **kw))
@@ -580,7 +581,8 @@ def deepspeed_moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Finding:
     if padding > 0.05 * GiB:
         return Finding(id="moe-capacity", status="pass",
                        message=f"{what}; the padding above factor 1 keeps {padding / GiB:.2f} GiB of expert "
-                               f"activations per in-flight micro-batch on the largest stage",
+                               f"activations per in-flight micro-batch on the largest stage"
+                               + (" (one recomputed layer's)" if plan.recompute is Recompute.FULL else ""),
                        suggestion="a smaller capacity_factor (down to 1.0) saves that memory and the padded "
                                   "all-to-all and GEMM work, at the cost of more dropped tokens when routing is "
                                   "skewed")
@@ -778,7 +780,26 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
                 return tuple(steps)
             if k != larger[-1]:
                 steps.pop()  # report only the rung that fits or the largest tried
-    # 3 — ZeRO-3 + CPU offload (under DeepSpeed, which keeps every expert on every rank)
+    # 3 (MoE under DeepSpeed, TP 1, ZeRO-1/2) — DeepSpeed-MoE's ep_size: experts split over ep consecutive ranks,
+    # their states partitioned over world / (pp · ep)
+    if (model.is_moe and current.engine is not Engine.MEGATRON and current.tensor_parallel == 1
+            and current.zero_stage < ZeroStage.PARAMETERS):
+        zero_step = 4
+        e, stride = current.expert_parallel, current.world_size // current.pipeline_parallel
+        larger = [k for k in range(e + 1, model.num_experts + 1) if model.num_experts % k == 0 and stride % k == 0]
+        if not larger:
+            steps.append(LadderStep(step=3, action=f"DeepSpeed-MoE ep_size is already the largest the experts and "
+                                                   f"GPUs allow (EP={e}, {model.num_experts} experts)", plan=None))
+        for k in larger:
+            p = current.replace(expert_parallel=k)
+            if rung(3, f"DeepSpeed-MoE ep_size {e} → {k} ({model.num_experts // k} experts per GPU, expert data "
+                       f"parallel {current.expert_data_parallel} → {p.expert_data_parallel}; capacity factor "
+                       f"{p.moe_capacity_factor or 1.0:g})", p, {"MoE(ep_size=...)": k}):
+                return tuple(steps)
+            if k != larger[-1]:
+                steps.pop()
+    # 3 — ZeRO-3 + CPU offload (under DeepSpeed, which keeps every expert on every rank: DeepSpeed-MoE refuses
+    # ZeRO-3, so the model's own MoE block)
     engine = Engine.MEGATRON_DEEPSPEED if current.engine is Engine.MEGATRON else current.engine
     if current.engine is Engine.DEEPSPEED and current.tensor_parallel > 1:
         engine = Engine.MEGATRON_DEEPSPEED
@@ -799,7 +820,7 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
                             distributed_optimizer=False, offload_optimizer=Offload.CPU,
                             offload_params=Offload.CPU if params else Offload.NONE,
                             recompute_layers=None, expert_parallel=1, expert_tensor_parallel=None,
-                            moe_overlap_alltoall=False)
+                            moe_overlap_alltoall=False, moe_capacity_factor=None, moe_pad_to_capacity=False)
         what = "optimizer and parameters" if params else "optimizer"
         settings = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
                                           **({"offload_param": {"device": "cpu", "pin_memory": True}}

@@ -55,10 +55,15 @@ def rank_tokens(model: ModelSpec, plan: ParallelPlan) -> float:
 def token_factor(model: ModelSpec, plan: ParallelPlan) -> float:
     """Rows the experts compute (and the all-to-alls carry) over the routed token copies: E·C / (k·S) — about the
     capacity factor, more where ``min_capacity`` or the ceiling bind (small micro-batches, many experts)."""
-    s = rank_tokens(model, plan)
-    c = expert_capacity(s, num_experts=model.num_experts, top_k=model.moe_top_k,
-                        capacity_factor=capacity_factor(plan))
-    return float(model.num_experts * c / (model.moe_top_k * s))
+    return float(token_factor_of(model, micro_batch=plan.micro_batch_size, context_parallel=plan.context_parallel,
+                                 capacity_factor=capacity_factor(plan)))
+
+
+def token_factor_of(model: ModelSpec, *, micro_batch, context_parallel, capacity_factor=CAPACITY_FACTOR):
+    """:func:`token_factor` from columns (numpy arrays in the planner's table)."""
+    s = np.asarray(micro_batch, dtype=float) * model.seq_length / np.asarray(context_parallel, dtype=float)
+    c = expert_capacity(s, num_experts=model.num_experts, top_k=model.moe_top_k, capacity_factor=capacity_factor)
+    return model.num_experts * c / (model.moe_top_k * s)
 
 
 def extra_activation_bytes(m: ModelSpec, *, tokens, value_bytes):
@@ -86,6 +91,16 @@ def transient_bytes(m: ModelSpec, *, tokens, value_bytes, token_factor):
     return np.maximum(dispatch, combine)
 
 
+def extra_hbm_bytes(*, tokens, hidden_size, top_k, value_bytes):
+    """HBM bytes one DeepSpeed-MoE layer's forward moves on one rank beyond the token permutation both layers do
+    (the gathers into and out of the [E, C, h] buffer, priced as megatron-core's permute/unpermute): the gate's
+    ``input.float()`` (read v, write 4 per value of the S·h input), the combine's fp32 product of the k gathered
+    outputs (read v·k·S·h, write 4·k·S·h), its sum over the routes (read 4·k·S·h, write 4·S·h) and the cast back
+    (read 4·S·h, write v·S·h): S·h·(2v + 12 + k·(v + 8)). Counted, not measured."""
+    v = np.asarray(value_bytes, dtype=float)
+    return tokens * hidden_size * (2 * v + 12 + top_k * (v + 8))
+
+
 def moe_layer_snippet(model: ModelSpec, plan: ParallelPlan) -> str:
     """The model-code side of a DeepSpeed-MoE plan: each MoE layer's ``deepspeed.moe.layer.MoE(...)`` arguments and
     the optimizer param-group split DeepSpeed needs for expert parameters (ZeRO-1/2 partition them over the
@@ -97,8 +112,9 @@ def moe_layer_snippet(model: ModelSpec, plan: ParallelPlan) -> str:
         "# DeepSpeed-MoE: the model builds each MoE layer as",
         "from deepspeed.moe.layer import MoE",
         "from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer",
-        f"moe = MoE(hidden_size={model.hidden_size}, expert=expert_mlp,  # one expert: h -> "
-        f"{model.moe_ffn_hidden_size} -> h",
+        f"moe = MoE(hidden_size={model.hidden_size}, expert=expert_mlp,  # one expert: {model.hidden_size} -> "
+        f"{model.moe_ffn_hidden_size}{' (gated, ' + str(model.activation) + ')' if model.is_gated else ''} -> "
+        f"{model.hidden_size}",
         f"          num_experts={model.num_experts}, ep_size={plan.expert_parallel}, k={model.moe_top_k},",
         f"          capacity_factor={factor:g}, eval_capacity_factor={factor:g}, min_capacity={MIN_CAPACITY},",
         "          drop_tokens=True, use_rts=True)",

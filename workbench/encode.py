@@ -97,6 +97,14 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("etp", out["tp"])
     out.setdefault("edp", np.asarray(out["dp"]) * np.asarray(out["cp"]) * np.asarray(out["tp"])
                    // (np.asarray(out["etp"]) * np.asarray(out["ep"])))
+    # DeepSpeed engines with expert parallel rows train DeepSpeed-MoE layers at its default capacity factor
+    if model.is_moe:
+        from workbench import dsmoe
+
+        ds_moe = (np.asarray(out["engine"]) != MEGATRON) & (np.asarray(out["ep"]) > 1)
+        out.setdefault("moe_ds", ds_moe.astype(np.int64))
+        out.setdefault("moe_tf", np.where(ds_moe, dsmoe.token_factor_of(model, micro_batch=out["mbs"],
+                                                                        context_parallel=out["cp"]), 1.0))
     out.setdefault("moe_tf", 1.0)
     out.setdefault("moe_ds", 0)
     out.setdefault("moe_ag", 0)
@@ -370,7 +378,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
-        moe_overlap_alltoall=cols.get("moe_ov", 0),
+        moe_overlap_alltoall=cols.get("moe_ov", 0), moe_deepspeed=cols.get("moe_ds", 0),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
         fp8_layer_fraction=0.0, fp8_peak_flops=1.0, fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,

@@ -46,7 +46,7 @@ CUDA_CONTEXT_BYTES = int(1.66 * GiB)
 """The smallest memory outside the caching allocator measured for one training process on one GPU (CUDA context,
 cuBLAS workspaces, kernels): ``total − free − memory_reserved`` after training steps, 1.66 GiB on H200 (torch 2.11,
 CUDA 13). The estimate uses each engine's own median, :data:`OUTSIDE_ALLOCATOR_BYTES`."""
-NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.20 * GiB), "megatron": int(5.52 * GiB)}
+NCCL_BYTES_BY_ENGINE = {"deepspeed": int(6.33 * GiB), "megatron": int(5.52 * GiB)}
 """Extra memory outside the allocator per GPU once a training process has NCCL communicators (2 H200 over NVLink,
 NVLS off): the median outside the allocator of the fit split's two-rank runs less the engine's one-rank median
 (:data:`OUTSIDE_ALLOCATOR_BYTES`), printed by ``benchmarks/bench_accuracy.py --overheads``: DeepSpeed 12 runs
@@ -79,7 +79,7 @@ Apex/Transformer Engine, DeepSpeed's ``torch_adam``) allocates ``exp_avg_sq.sqrt
 at once (``torch/optim/adam.py`` ``_multi_tensor_adam``): 4 bytes per fp32 master parameter during the step.
 Fused Adam kernels (Apex, Transformer Engine, DeepSpeed ``FusedAdam``) work in place: 0."""
 
-ALLOCATOR_RESERVE_FRACTION = 0.115
+ALLOCATOR_RESERVE_FRACTION = 0.109
 """The smallest per-engine caching-allocator reserve (:data:`RESERVE_FRACTION`, megatron-core's); a hardware
 profile's own reserve below it is a lower bound."""
 
@@ -414,6 +414,58 @@ def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, z
     return acts, np.where(loss_wins, 0.0, buffers), late
 
 
+def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_transient, layers, last,
+                                 tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
+                                 offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
+                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
+    """``(gradient_bytes, activation_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient partition is
+    allocated, or ``(0, 0)`` where that moment is not during the layers' backward.
+
+    With ``contiguous_gradients`` (the default) ZeRO-1/2 copy each reduced gradient of the rank's partition into
+    one flat buffer of the whole partition, ``grads_in_partition`` (v·ψ/N bytes), allocated at the first bucket
+    reduction (``stage_1_and_2.py`` ``reduce_ipg_grads`` → ``copy_grads_in_partition``). A reduction runs when the
+    next gradient would overflow ``reduce_bucket_size``; a gradient larger than the bucket bypasses it and is
+    reduced at the next hook (``extra_large_param_to_reduce``). So when the untied output layer alone exceeds the
+    bucket (a 152k vocabulary at h=3584: 545 M elements), the partition appears before the first transformer
+    layer is back-propagated, beside every layer's activations and the output layer's own 16-bit gradient; with a
+    smaller output layer after ``k = (bucket − output) / layer`` layers, whose activations are freed by then.
+    ZeRO-1 reduces during backward only with ``overlap_comm`` (``process_gradients``); without it every gradient
+    waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). Applies with one
+    micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`) and
+    without optimizer offload (that path streams gradients to the host)."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
+    output_elems = np.where(last & untied_output & ~np.asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
+    per_layer = np.maximum(layer_params_per_rank(m, tensor_parallel), 1.0)
+    done = np.where(output_elems > reduce_bucket_elements, 0.0,
+                    np.floor((reduce_bucket_elements - output_elems) / per_layer))
+    reduces_in_backward = (zero_stage == 2) | ((zero_stage == 1) & (overlap_comm > 0))
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
+               & (num_microbatches <= 1) & (offload_optimizer <= 0) & ~np.asarray(lora) & (pipeline_parallel == 1)
+               & (done < layers) & (value_bytes < 4))
+    partition = value_bytes * trainable / data_parallel
+    momentary = np.where(output_elems > reduce_bucket_elements, value_bytes * output_elems, 0.0)
+    acts = held - done * kept_per_layer + np.maximum(layer_transient, momentary)
+    return np.where(applies, partition, 0.0), np.where(applies, acts, 0.0)
+
+
+def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_parallel, last, engine, zero_stage,
+                                 overlap_comm, num_microbatches, value_bytes, lora):
+    """The untied output layer's 16-bit weight gradient, alive through every transformer layer's backward under
+    DeepSpeed ZeRO-0 and ZeRO-1 without ``overlap_comm``: their gradient hooks do not reduce
+    (``stage_1_and_2.py`` ``process_gradients``; ZeRO-0 has no hooks), so the gradient of the output layer — the
+    first weight back-propagated — stays as ``.grad`` until the reduction after backward. At the start of backward
+    no other gradient exists (:func:`backward_gradient_bytes`), so this one is added to the layer's transient.
+    With accumulation the gradients already persist; 0 for the Megatron engine, ZeRO-2/3, LoRA, tied
+    embeddings on one stage (:func:`stage_terms` counts that gradient itself) and non-last stages."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    untied = (not m.tied_embeddings) | (pipeline_parallel > 1)
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON])
+               & ((zero_stage == 0) | ((zero_stage == 1) & (overlap_comm <= 0)))
+               & (num_microbatches <= 1) & last & untied & ~np.asarray(lora))
+    return np.where(applies, value_bytes * vocab * m.hidden_size / tensor_parallel, 0.0)
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -668,7 +720,7 @@ def reduce_bucket_bytes(*, zero_stage, value_bytes, overlap_comm=1, reduce_bucke
 
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=1,
-                 prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
+                 prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS, data_parallel=None, offload_params=0):
     """Communication buckets and scratch buffers.
 
     * DeepSpeed ZeRO-1/2 (``stage_1_and_2.py`` ``setup_buckets``): with contiguous gradients, one reduce bucket of
@@ -676,7 +728,10 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
       the workbench's DeepSpeed config export writes; ``None`` gives DeepSpeed's own default, on for ZeRO-3 only).
     * DeepSpeed ZeRO-3 (``stage3.py``): the contiguous-gradient bucket (reduce_bucket_size) plus live gathered
       parameters — the largest module and the prefetch bucket — and that module's full gradient before it is
-      reduce-scattered (DeepSpeed's estimator counts 4 bytes × largest layer).
+      reduce-scattered (DeepSpeed's estimator counts 4 bytes × largest layer). With one rank in the partition
+      group (``data_parallel`` 1) nothing is gathered: ``all_gather_coalesced`` takes ``_no_gather_coalesced`` and
+      the parameter is its own partition (``partition_parameters.py`` ``NoGatherHandle``: ``ds_tensor.data.to(
+      device)``, no copy on the GPU), so the gathered and prefetched copies are 0 unless parameters are offloaded.
     * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t
       (transformers' eager attention has no such buffer).
     """
@@ -685,8 +740,9 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     ds12 = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap,
                                reduce_bucket_elements=reduce_bucket_elements)
     largest = largest_module_params(m, tensor_parallel)
+    gathers = True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
     ds3 = (reduce_bucket_elements * value_bytes
-           + value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest))
+           + np.where(gathers, value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest)), 0.0)
            + value_bytes * largest)
     zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
     if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
@@ -735,39 +791,48 @@ def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel,
     return np.where(c > 1, out, 0.0)
 
 
-OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.17 * GiB), "megatron": int(2.93 * GiB)}
+OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.04 * GiB), "megatron": int(2.93 * GiB)}
 """Memory outside the caching allocator of one training process on one GPU (CUDA context, cuBLAS/cuDNN workspaces,
 loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory_reserved`` after training steps, the
-median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 35 runs,
-2.17 GiB, range up to 3.06; megatron-core DDP 7 runs, 2.93 GiB, up to 3.44), printed by
+median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 51 runs,
+2.04 GiB, range up to 3.06; megatron-core DDP 9 runs, 2.93 GiB, up to 3.44), printed by
 ``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
-RESERVE_FRACTION = {"deepspeed": 0.179, "megatron": 0.115}
+RESERVE_FRACTION = {"deepspeed": 0.171, "deepspeed-zero3": 0.205, "megatron": 0.109}
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
-over the same fit-split runs (DeepSpeed 17.9 %, 90th percentile 36.3 %; megatron-core 11.5 %, 26.4 %). Grouping by
-recompute mode or ZeRO stage, or a floor proportional to the largest score-sized block, did not lower the held-out
-error (``benchmarks/bench_accuracy.py``): the spread (4-60 %) is fragmentation the point estimate cannot follow,
-and the error band carries it."""
+over the same fit-split runs: DeepSpeed ZeRO-0/1/2 17.1 % (38 runs, 90th percentile 36.0 %), ZeRO-3 20.5 % (13 runs,
+36.3 %), megatron-core 10.9 % (9 runs, 26.4 %). ZeRO-3 frees and re-allocates module-sized gradient and partition
+tensors all through backward between the activations' frees, so more of what it freed is left in blocks the next
+request does not fit. The reserve is what PyTorch's caching allocator (``c10/cuda/CUDACachingAllocator.cpp``) keeps
+of segments it cut for earlier requests: large blocks rounded to 2 MiB, a request that no cached free block fits
+gets a new segment, freed blocks are cached, not returned. Terms built on the transients the model knows — the
+largest freed block (fp32 scores, fp32 logits, the step's fp32 gradient partition), score-sized blocks, the
+memory freed and re-allocated at another size (activations vs. persistent states), recompute — were fitted on the
+fit split and tried on the test split (``benchmarks/bench_accuracy.py``): none lowered the held-out worst case or
+the under-estimates below a median fraction (a 16 k-token shape's 80 GB score working set left 18-26 GB reserved,
+a 152 k-vocabulary's 14 GB logits 0.3-4 GB): the reserve depends on the order of allocations, which a
+shape-level model does not see, and the error band carries its 4-60 % spread."""
 
 
-def engine_overheads(engine=None) -> dict:
+def engine_overheads(engine=None, zero_stage=None) -> dict:
     """The training-run constants of ``engine`` (an engine code, arrays allowed; the hybrid counts as DeepSpeed):
     ``{context_bytes, nccl_bytes, reserve_fraction}`` from :data:`OUTSIDE_ALLOCATOR_BYTES`,
-    :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION`."""
+    :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION` (DeepSpeed's ZeRO-3 reserve with ``zero_stage`` 3)."""
     megatron = np.asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
     pick = lambda table: np.where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
+    zero3 = ~np.asarray(megatron) & (np.asarray(zero_stage) >= 3) if zero_stage is not None else False
     return dict(context_bytes=pick(OUTSIDE_ALLOCATOR_BYTES), nccl_bytes=pick(NCCL_BYTES_BY_ENGINE),
-                reserve_fraction=pick(RESERVE_FRACTION))
+                reserve_fraction=np.where(zero3, RESERVE_FRACTION["deepspeed-zero3"], pick(RESERVE_FRACTION)))
 
 
 def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=None,
-                   reserve_fraction=None, floor=False):
+                   reserve_fraction=None, floor=False, zero_stage=None):
     """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; its NCCL buffers when
     there is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`)
     — :func:`engine_overheads`. ``engine`` is an engine code (:data:`ENGINE_CODES`, arrays allowed). A hardware
     profile (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies its own figures; with ``floor``
     (a GPU profile measured in a bare process) each is only a lower bound and the engine's constant is used where it
     is larger."""
-    own = engine_overheads(engine)
+    own = engine_overheads(engine, zero_stage)
     given = dict(context_bytes=context_bytes, nccl_bytes=nccl_bytes, reserve_fraction=reserve_fraction)
     used = {k: own[k] if v is None else (np.maximum(v, own[k]) if floor else v) for k, v in given.items()}
     return (used["context_bytes"] + np.where(world_size > 1, used["nccl_bytes"], 0)
@@ -880,13 +945,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
     buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
     logits_phase = output
+    output_grad = untied_output_gradient_bytes(m, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
+                                               last=last, engine=engine, zero_stage=zero_stage, overlap_comm=overlap,
+                                               num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
     recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
     transient = np.where(recompute >= 2, recomputed_transient,
-                         np.where(recompute == 1, np.maximum(output, full_layer) + core,
-                                  np.maximum(logits_phase, full_layer)))
+                         np.where(recompute == 1, np.maximum(output, full_layer + output_grad) + core,
+                                  np.maximum(logits_phase, full_layer + output_grad)))
     if m.attention.materialises_scores:
         # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
         # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
@@ -901,13 +969,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         tied_grad = np.where(m.tied_embeddings & (pipeline_parallel == 1),
                              value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
                              0.0)
-        transient = np.maximum(logits_phase, pre_core + working - last_kept + tied_grad)
+        layer_transient = pre_core + working - last_kept + tied_grad + output_grad
+        transient = np.maximum(logits_phase, layer_transient)
+    else:
+        layer_transient = np.where(recompute == 1, full_layer + core, full_layer) + output_grad
     held = activations
     activations = activations + transient
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
                            micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes,
-                           overlap_comm=overlap_comm)
+                           overlap_comm=overlap_comm, data_parallel=data_parallel, offload_params=offload_params)
     buffers = buffers + context_parallel_buffer_bytes(m, micro_batch=micro_batch, tensor_parallel=tensor_parallel,
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
@@ -931,6 +1002,18 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       lora=lora_params_per_layer > 0)
     activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
+    # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
+    early_grads, early_acts = zero12_early_partition_bytes(
+        m, held=held, kept_per_layer=np.where(recompute >= 2, kept, per_microbatch / np.maximum(layers, 1)),
+        layer_transient=layer_transient, layers=layers, last=last, tensor_parallel=tensor_parallel,
+        data_parallel=data_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
+        num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
+        trainable=trainable, lora=lora, overlap_comm=overlap)
+    early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers_bwd
+    early = (early_grads > 0) & (early_peak > backward_peak)
+    grads_bwd = np.where(early, grads_bwd + early_grads, grads_bwd)
+    activations = np.where(early, early_acts, activations)
+    backward_peak = np.maximum(backward_peak, np.where(early_grads > 0, early_peak, 0.0))
     step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
     buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
@@ -938,7 +1021,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
     acts_at_peak = np.where(step_peak, 0.0, activations)
     allocated = np.maximum(step_total, backward_peak)
-    overhead = overhead_bytes(allocated, world, engine=engine, **(overheads or {}))  # overheads: a profile's
+    # overheads: a profile's
+    overhead = overhead_bytes(allocated, world, engine=engine, zero_stage=zero_stage, **(overheads or {}))
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
                 backward_activations=activations)
@@ -962,12 +1046,14 @@ FORMULAS = {
     "activations": "Korthikanti et al. 2022 Table 2, per layer × in-flight micro-batches (1F1B p−stage, interleaved "
                    "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + the larger of the logits (v+4)·sbV/t and the first "
                    "back-propagated layer's attention core (unfused: 16 bytes per score)",
-    "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters, "
+    "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters (none with one "
+               "rank), "
                "megatron-core's attention-score buffer v·as²b/t (unfused), context-parallel K/V exchange buffers",
     "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
                 f"{OUTSIDE_ALLOCATOR_BYTES['megatron'] / GiB:.2f} GiB (megatron-core) per process (+ NCCL "
-                f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} / "
-                f"{RESERVE_FRACTION['megatron']:.0%} of allocated (H200, fit split)",
+                f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} "
+                f"(DeepSpeed ZeRO-0/1/2) / {RESERVE_FRACTION['deepspeed-zero3']:.0%} (ZeRO-3) / "
+                f"{RESERVE_FRACTION['megatron']:.0%} (megatron-core) of allocated (H200, fit split)",
 }
 
 
@@ -1029,7 +1115,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         if "overheads" not in codes:
             codes["overheads"], _ = profile.memory_overheads()
         o = codes["overheads"]
-        own = {k: float(v) for k, v in engine_overheads(ENGINE_CODES[plan.engine]).items()}
+        own = {k: float(v) for k, v in engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage)).items()}
         used = {k: own[k] if o.get(k) is None else (max(float(o[k]), own[k]) if o.get("floor") else float(o[k]))
                 for k in own}
         formulas["overhead"] = (f"context {used['context_bytes'] / 2**20:.0f} MiB (+ NCCL "

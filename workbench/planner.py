@@ -17,8 +17,9 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
   context parallelism): 2c divides the sequence, c ≤ ``max_context_parallel`` (default 16, the largest CP of the
   Llama 3 405B long-context run, arXiv 2407.21783 §3.3.2; seq/32k beyond 512k tokens), and each rank keeps at least
   :data:`MIN_CONTEXT_PARALLEL_TOKENS` tokens (below that the K/V exchange cannot hide behind attention and CP only
-  costs); the exchange is the ring (``p2p``) and, where heads and query groups per TP rank divide by c, also the
-  all-to-all (``a2a``);
+  costs); the exchange is every kind of Megatron's ``--cp-comm-type`` (:func:`context_parallel_exchanges`): the ring
+  (``p2p``), ``all_gather``, and where heads and query groups per TP rank divide, the all-to-all (``a2a``) and the
+  hierarchical ``a2a+p2p``;
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
   and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``, DP > 1: at DP = 1 it
@@ -273,7 +274,8 @@ def expert_options(model: ModelSpec, world_size: int, tensor_parallel: int, pipe
     or 1 (experts whole on each rank, what MoE recipes use with EP), where tp_e·e·p divides the world size and tp_e
     the expert width (megatron-core's expert rank generator and ``MoELayer``), and tp_e = 1 when the linear layers
     have biases (megatron-core: "Bias in MoE is only supported when ETP==1"; ``(1, t)`` is always listed, the
-    DeepSpeed engines' layout, and the enumeration drops it for Megatron rows where that rule refuses it)."""
+    DeepSpeed engines' layout, and the enumeration drops it for Megatron rows where that rule refuses it; DeepSpeed
+    rows take the pairs (e, 1) with t = 1 as DeepSpeed-MoE's ep_size, :attr:`ParallelPlan.deepspeed_moe`)."""
     t, p = tensor_parallel, pipeline_parallel
     if not model.is_moe:
         return [(1, t)]
@@ -309,6 +311,22 @@ def _settings(engines, zero_stages, offload: bool, recomputes) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, 7)
 
 
+def context_parallel_exchanges(model: ModelSpec, tensor_parallel: int, context_parallel: int) -> list:
+    """The (``cp_comm`` code, all-to-all size) pairs searched for c = ``context_parallel`` ranks at TP t: every
+    kind Megatron's ``--cp-comm-type`` offers — the ring ``p2p`` and ``all_gather`` always; ``a2a`` where the heads
+    and query groups per TP rank divide by c; ``a2a+p2p`` for each inner all-to-all size a (1 < a < c, a divides c
+    and the heads and query groups per TP rank) with the ring over c/a. ``[(p2p, 1)]`` without CP."""
+    codes, c, t = T.CP_COMM_CODES, context_parallel, tensor_parallel
+    if c == 1:
+        return [(codes["p2p"], 1)]
+    heads, groups = model.num_attention_heads // t, model.num_query_groups // t
+    out = [(codes["p2p"], 1), (codes["all_gather"], 1)]
+    out += [(codes["a2a+p2p"], a) for a in _divisors(c) if 1 < a < c and heads % a == 0 and groups % a == 0]
+    if heads % c == 0 and groups % c == 0:
+        out.append((codes["a2a"], c))
+    return out
+
+
 def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_size: int, *,
                          engines: Sequence = ENGINES, zero_stages: Sequence[int] = (0, 1, 2, 3),
                          offload: bool = True, recompute: Sequence = ("none", "selective", "full"),
@@ -339,7 +357,6 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     cps = [c for c in _divisors(W) if c == 1 or (flash and Engine.MEGATRON in engines and c <= max_context_parallel
                                                  and model.seq_length % (2 * c) == 0
                                                  and model.seq_length // c >= MIN_CONTEXT_PARALLEL_TOKENS)]
-    a2a_code = T.CP_COMM_CODES["a2a"]
     chunks = []
     for t in tps:
         for p, first, last, emb, loss in splits:
@@ -384,16 +401,16 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 keep = (v == 1) | ((r[:, 0] == mg_code) & (nmb % p == 0))
                 r, b, v, nmb = r[keep], b[keep], v[keep], nmb[keep]
                 k = len(b)
-                # how CP ranks exchange K/V: the ring, and Ulysses' all-to-all where the heads split by c
-                comms = [(0, 1)]
-                if c > 1 and (model.num_attention_heads // t) % c == 0 and (model.num_query_groups // t) % c == 0:
-                    comms.append((a2a_code, c))
+                comms = context_parallel_exchanges(model, t, c)
                 for comm, a2a in comms:
                     for e, te in expert_options(model, W, t, p):
                         # expert parallel and a split of the experts other than TP are Megatron's; EP with TP
                         # needs sequence parallel (Megatron-LM's rule)
                         sel = np.ones(k, bool) if (e, te) == (1, t) else (
                             (r[:, 0] == mg_code) & ((e == 1) | (t == 1) | (r[:, 1] == 1)))
+                        if e > 1 and t == 1 and te == 1 and (W // p) % e == 0:
+                            # DeepSpeed-MoE (ep_size e): experts whole on each rank, ZeRO-1/2 only
+                            sel |= (r[:, 0] != mg_code) & (r[:, 2] < 3)
                         if model.is_moe and model.add_bias_linear and te > 1:  # megatron-core: bias needs ETP 1
                             sel &= r[:, 0] != mg_code
                         if not sel.any():
@@ -503,6 +520,14 @@ def _split_at(table: dict, key: str, i: int):
     return int(col[i]) or None if col is not None else None
 
 
+def _hierarchical_at(table: dict, i: int):
+    """Row ``i``'s ``(a2a, p2p)`` sizes when its exchange is ``a2a+p2p``, else ``None``."""
+    if "cp_comm" not in table or int(table["cp_comm"][i]) != T.CP_COMM_CODES["a2a+p2p"]:
+        return None
+    a = int(table["cp_a2a"][i])
+    return (a, int(table["cp"][i]) // a)
+
+
 def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision,
              lora: tuple = (0, LORA_TARGETS), stack=None) -> ParallelPlan:
     return ParallelPlan(
@@ -510,6 +535,7 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         tensor_parallel=int(table["tp"][i]), pipeline_parallel=int(table["pp"][i]),
         virtual_pipeline=int(table["vp"][i]), context_parallel=int(table["cp"][i]),
         cp_comm_type=_CP_COMM_BY_CODE[int(table["cp_comm"][i]) if "cp_comm" in table else 0],
+        hierarchical_context_parallel_sizes=_hierarchical_at(table, i),
         sequence_parallel=bool(table["sp"][i]), zero_stage=int(table["zero"][i]),
         offload_optimizer="cpu" if table["off_opt"][i] else "none",
         offload_params="cpu" if table["off_par"][i] else "none",
@@ -676,6 +702,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         explanation += "\n" + explain(ranked[0], alt, model=model, cluster=cluster, label="Best other layout",
                                        head=False)
     explanation += _long_context_note(model, cluster, ranked[0].plan, profile)
+    explanation += cp_exchange_note(table, ev, int(order[0]), feasible)
     if ranked[0].risky:
         explanation += "\nMemory margin: the winner " + risk_note(ranked[0], headroom)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
@@ -695,6 +722,35 @@ def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     found = context_parallel_choice(model, cluster, plan, estimate(model, cluster, plan, profile, checks=False),
                                     profile)
     return "" if found is None else "\nLong context: " + found.message
+
+
+def cp_exchange_note(table: dict, ev: dict, winner: int, feasible) -> str:
+    """Why the winner's context-parallel exchange beat the others: the same plan (every column but ``cp_comm`` and
+    ``cp_a2a``) under each searched ``--cp-comm-type``, with its step, the exposed exchange (``cp_comm`` term) and its
+    peak memory, fastest first; '' when the winner has no CP or no other kind was searched for it."""
+    if int(table["cp"][winner]) == 1 or "cp_comm" not in table:
+        return ""
+    same = np.ones(len(table["tp"]), bool)
+    for key in _COLUMNS:
+        if key not in ("cp_comm", "cp_a2a") and key in table:
+            same &= table[key] == table[key][winner]
+    rows = np.flatnonzero(same)
+    if len(rows) < 2:
+        return ""
+    ok = np.zeros(len(table["tp"]), bool)
+    ok[np.asarray(feasible, np.int64)] = True
+    rows = rows[np.argsort(ev["step_seconds"][rows], kind="stable")]
+    cp_term = np.broadcast_to(np.asarray(ev["terms"]["cp_comm"], float), (len(table["tp"]),))
+    parts = []
+    for i in rows:
+        kind = str(_CP_COMM_BY_CODE[int(table["cp_comm"][i])])
+        if kind == "a2a+p2p":
+            kind += f" {int(table['cp_a2a'][i])}x{int(table['cp'][i]) // int(table['cp_a2a'][i])}"
+        parts.append(f"{kind} {ev['step_seconds'][i]:.3f} s (exchange exposed {cp_term[i]:.3f} s, peak "
+                     f"{ev['peak_bytes'][i] / GiB:.1f} GiB{'' if ok[i] else ', does not fit'})")
+    best = str(_CP_COMM_BY_CODE[int(table["cp_comm"][winner])])
+    return (f"\nCP exchange (same plan, each --cp-comm-type): " + "; ".join(parts)
+            + f". {best} wins: {_CP_COMM_WORDS[best]}.")
 
 
 def _missing_from_search(table: dict, cols: dict) -> str:
@@ -828,9 +884,18 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
 # ================================================================================================================
 _TERM_WORDS = {
     "compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel all-reduce",
-    "cp_comm": "context-parallel K/V exchange", "pp_comm": "pipeline sends", "dp_comm": "data-parallel gradient traffic",
+    "cp_comm": "context-parallel K/V exchange", "ep_comm": "expert all-to-all", "pp_comm": "pipeline sends", "dp_comm": "data-parallel gradient traffic",
     "offload": "CPU offload traffic", "optimizer": "optimizer step", "bubble": "pipeline bubble",
 }
+
+
+_CP_COMM_WORDS = {
+    "p2p": "the ring hides each K/V send behind the attention of the chunk already received",
+    "all_gather": "the whole sequence's K/V gathered before attention, not overlapped",
+    "a2a": "all-to-all of Q, K, V and O before and after attention, not overlapped",
+    "a2a+p2p": "all-to-all inside the inner group, then the ring across the outer one",
+}
+"""How each ``--cp-comm-type`` exchanges K/V, in the words the explanation uses."""
 
 
 def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSpec) -> str:
@@ -868,6 +933,8 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
     if term == "offload":
         return "optimizer/parameters in host memory over PCIe"
     if term == "cp_comm":
+        if a.context_parallel == b.context_parallel and a.cp_comm_type != b.cp_comm_type:
+            return f"CP={a.context_parallel} {a.cp_comm_type} vs {b.cp_comm_type} ({_CP_COMM_WORDS[str(a.cp_comm_type)]})"
         return f"CP={a.context_parallel} vs CP={b.context_parallel}"
     if term == "pp_comm":
         return f"PP={a.pipeline_parallel}, v={a.virtual_pipeline} vs PP={b.pipeline_parallel}"
@@ -900,7 +967,10 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
     gap = r.step_seconds / w.step_seconds - 1
     diffs = [f"{name} {fmt(getattr(w.plan, attr))} vs {fmt(getattr(r.plan, attr))}" for name, attr, fmt in (
         ("engine", "engine", str), ("TP", "tensor_parallel", str), ("PP", "pipeline_parallel", str),
-        ("v", "virtual_pipeline", str), ("CP", "context_parallel", str), ("DP", "data_parallel", str),
+        ("v", "virtual_pipeline", str), ("CP", "context_parallel", str),
+        ("CP exchange", "cp_comm_type", str), ("a2a+p2p sizes", "hierarchical_context_parallel_sizes",
+                                               lambda x: "x".join(map(str, x)) if x else "none"),
+        ("DP", "data_parallel", str),
         ("SP", "sequence_parallel", lambda x: "on" if x else "off"), ("ZeRO", "zero_stage", lambda x: str(int(x))),
         ("distributed optimizer", "distributed_optimizer", lambda x: "on" if x else "off"),
         ("offload optimizer", "offload_optimizer", str), ("offload params", "offload_params", str),

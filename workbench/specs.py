@@ -893,19 +893,17 @@ class ParallelPlan:
     def _check_deepspeed_moe(self) -> None:
         """What DeepSpeed 0.19.8 refuses for ``deepspeed.moe.layer.MoE`` (see :attr:`deepspeed_moe`): its knobs are
         ep_size, k, capacity_factor, min_capacity, drop_tokens — no expert tensor parallelism in the modelled
-        layout, no padding flag (DeepSpeed-MoE always pads to capacity), no dispatcher choice, no overlap schedule."""
+        layout and no overlap schedule. Megatron's ``moe_token_dispatcher`` and ``moe_pad_to_capacity`` do not apply
+        (DeepSpeed-MoE dispatches by all-to-all and always pads to capacity) and are ignored."""
         e = self.expert_parallel
         megatron_only = {"expert_tensor_parallel": (self.expert_tensor_parallel, None),
-                         "moe_pad_to_capacity": (self.moe_pad_to_capacity, False),
-                         "moe_token_dispatcher": (str(self.moe_token_dispatcher), str(MoEDispatcher.ALLTOALL)),
                          "moe_overlap_alltoall": (self.moe_overlap_alltoall, False)}
         for name, (value, default) in megatron_only.items():
             if value != default:
                 raise ValueError(f"{name}={value!r} is Megatron's (--expert-tensor-parallel-size, "
-                                 f"--moe-pad-expert-input-to-capacity, --moe-token-dispatcher-type, "
                                  f"--overlap-moe-expert-parallel-comm); engine='{self.engine}' trains MoE with "
-                                 f"deepspeed.moe.layer.MoE (ep_size, capacity_factor; it always pads to capacity and "
-                                 f"dispatches by all-to-all): leave {name}={default!r}")
+                                 f"deepspeed.moe.layer.MoE (ep_size, capacity_factor; experts whole on each rank): "
+                                 f"leave {name}={default!r}")
         if not self.deepspeed_moe:
             return
         if self.zero_stage == ZeroStage.PARAMETERS:

@@ -33,6 +33,7 @@ from importlib import resources
 
 import numpy as np
 
+from workbench import dsmoe
 from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_per_token, logits_flops_per_token,
                              model_flops_per_step, recompute_flops_per_step)
 from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
@@ -377,6 +378,8 @@ class StepInputs:
     """1: megatron-core's allgather token dispatcher; 0: alltoall."""
     moe_overlap_alltoall: object = 0.0
     """1: the all-to-alls overlap another micro-batch's compute (``--overlap-moe-expert-parallel-comm``)."""
+    moe_deepspeed: object = 0.0
+    """1: DeepSpeed-MoE layers (``deepspeed.moe.layer.MoE``), whose gate and combine run in fp32."""
     stage_parameters: object = None
     """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
     layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
@@ -522,6 +525,9 @@ def compute_terms(x: StepInputs) -> dict:
     # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
     # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
     t_mem = t_mem + np.where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
+    # DeepSpeed-MoE: its fp32 gate input and fp32 weighted combine (:func:`workbench.dsmoe.extra_hbm_bytes`)
+    t_mem = t_mem + np.where(np.asarray(x.moe_deepspeed) > 0, dsmoe.extra_hbm_bytes(
+        tokens=tokens / t, hidden_size=h, top_k=x.experts_per_token, value_bytes=x.bytes_per_value) / hbm, 0.0)
     # materialised attention scores (non-flash): counted bytes per score element, forward and backward
     score_elements = tokens * x.num_attention_heads / t * s / c * x.unfused_attention
     score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,

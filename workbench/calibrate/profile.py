@@ -264,14 +264,14 @@ class HardwareProfile:
 
         ``workbench calibrate`` measures the context and the NCCL buffers in a bare torch process (one matmul, one
         communicator). A DeepSpeed or megatron-core training process holds more outside the allocator — their
-        kernels, cuBLAS workspaces for many shapes, one NCCL communicator per process group: 2.17 GiB (DeepSpeed)
+        kernels, cuBLAS workspaces for many shapes, one NCCL communicator per process group: 2.04 GiB (DeepSpeed)
         and 2.93 GiB (megatron-core) on one H200 and 8.23 GiB with DeepSpeed on two, against 0.67 and 0.67 + 1.45 GiB
         in the bare process on the same machine (``benchmarks/bench_calibration.py``). So on a GPU the profile's
         figures are lower bounds (``floor``): each overhead is the larger of the profile's and the training-run
         constant of the plan's engine (:func:`workbench.memory.engine_overheads`); so is the allocator reserve,
         which calibrate measures on a small synthetic allocation pattern (5.5% on H200, against 4-60% in the
-        training runs; medians 17.8% DeepSpeed, 11.5% megatron-core). On a CPU profile the measured figures are
-        used as they are."""
+        training runs; medians 17.1% DeepSpeed ZeRO-0/1/2, 20.5% ZeRO-3, 10.9% megatron-core). On a CPU profile the
+        measured figures are used as they are."""
         from workbench import memory as M
 
         mem = self.memory

@@ -65,6 +65,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         cfg = ds.build_ds_config(model, cluster, plan)
         files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
         ok = _validate_ds(cfg, plan)
+        _moe_snippet(files, model, plan)
         return files, "ds_config.json", ok
     if kind == "megatron":
         files["megatron_args.sh"] = megatron.megatron_command(model, cluster, plan)
@@ -89,6 +90,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         preamble = ['TRAIN_SCRIPT="${TRAIN_SCRIPT:-train.py}"  # FILL IN: your DeepSpeed training script '
                     '(calls deepspeed.initialize)']
         command = ["$TRAIN_SCRIPT", "--deepspeed", "--deepspeed_config", "ds_config.json"]
+        _moe_snippet(files, model, plan)
     elif plan.engine is Engine.MEGATRON:
         args_ = megatron.megatron_args(model, cluster, plan)
         passed, message = megatron.validate_megatron_args(args_)
@@ -115,6 +117,17 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
     else:
         files["launch.sh"] = launch.slurm_script(cluster, command, preamble=preamble)
     return files, "launch.sh", ok
+
+
+def _moe_snippet(files: dict, model, plan) -> None:
+    """DeepSpeed-MoE lives in the model code, not in ds_config: write its ``MoE(...)`` arguments and the optimizer
+    param-group split as ``moe_layer.py`` and print them on stderr."""
+    if not (model.is_moe and plan.deepspeed_moe):
+        return
+    from workbench import dsmoe
+
+    files["moe_layer.py"] = dsmoe.moe_layer_snippet(model, plan) + "\n"
+    _note(files["moe_layer.py"].rstrip())
 
 
 def _validate_ds(cfg: dict, plan) -> bool:

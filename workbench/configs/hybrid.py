@@ -48,6 +48,13 @@ def hybrid_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
     a = model_flags(model, dialect="megatron-deepspeed")
     if model.is_moe:
         a += ["--expert-interval", "1"]  # Megatron-DeepSpeed puts experts in every 2nd layer by default
+        if plan.deepspeed_moe:  # its DeepSpeed-MoE layers' ep_size, capacity_factor and min_capacity
+            from workbench import dsmoe
+
+            a += ["--moe-expert-parallel-size", str(plan.expert_parallel),
+                  "--moe-train-capacity-factor", f"{dsmoe.capacity_factor(plan):g}",
+                  "--moe-eval-capacity-factor", f"{dsmoe.capacity_factor(plan):g}",
+                  "--moe-min-capacity", str(dsmoe.MIN_CAPACITY)]
     a += ["--tensor-model-parallel-size", str(plan.tensor_parallel),
           "--pipeline-model-parallel-size", str(plan.pipeline_parallel)]
     if plan.pipeline_parallel == 1:

@@ -631,8 +631,8 @@ _KNOWN = {
 
 
 _MOE_FLAGS = {"moe-shared-expert-intermediate-size", "moe-shared-expert-gate", "expert-model-parallel-size", "expert-tensor-parallel-size", "moe-token-dispatcher-type",
-              "moe-expert-parallel-size", "moe-train-capacity-factor", "moe-min-capacity",
-              "disable-moe-token-dropping",
+              "moe-expert-parallel-size", "moe-train-capacity-factor", "moe-eval-capacity-factor",
+              "moe-min-capacity", "disable-moe-token-dropping",
               "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm"}
 _KNOWN |= _MOE_FLAGS
 
@@ -646,12 +646,10 @@ def _read_moe(one, has, num, kind: str, model: dict, plan: dict, warnings: list)
     named in a warning and left out."""
     present = sorted(f for f in _MOE_FLAGS if has(f))
     if kind == "megatron-deepspeed":
-        if present:
-            warnings.append(f"{', '.join('--' + f for f in present)}: Megatron-DeepSpeed's experts are DeepSpeed-MoE "
-                            f"layers, whose expert parallelism the workbench does not model (every expert stays on "
-                            f"every data-parallel rank; no all-to-all time)")
+        _read_deepspeed_moe(has, num, model, plan, warnings, present)
         return
-    ds_moe = [f for f in ("moe-expert-parallel-size", "moe-train-capacity-factor", "moe-min-capacity",
+    ds_moe = [f for f in ("moe-expert-parallel-size", "moe-train-capacity-factor", "moe-eval-capacity-factor",
+                          "moe-min-capacity",
                           "disable-moe-token-dropping") if has(f)]
     if ds_moe:
         warnings.append(f"{', '.join('--' + f for f in ds_moe)}: Megatron-DeepSpeed's (DeepSpeed-MoE) flags, "
@@ -679,6 +677,33 @@ def _read_moe(one, has, num, kind: str, model: dict, plan: dict, warnings: list)
         plan["moe_pad_to_capacity"] = True
     if has("overlap-moe-expert-parallel-comm"):
         plan["moe_overlap_alltoall"] = True
+
+
+def _read_deepspeed_moe(has, num, model: dict, plan: dict, warnings: list, present: list) -> None:
+    """Megatron-DeepSpeed's MoE flags, its DeepSpeed-MoE layers' arguments: ``--moe-expert-parallel-size`` (ep_size)
+    and ``--moe-train-capacity-factor`` (capacity_factor) are read; ``--moe-min-capacity`` other than DeepSpeed's 4
+    and ``--disable-moe-token-dropping`` (capacity = the busiest expert's load) are named as not modelled;
+    megatron-core's expert flags do not apply."""
+    from workbench import dsmoe
+
+    core = [f for f in present if f not in ("moe-expert-parallel-size", "moe-train-capacity-factor",
+                                            "moe-eval-capacity-factor", "moe-min-capacity",
+                                            "disable-moe-token-dropping")]
+    if core:
+        warnings.append(f"{', '.join('--' + f for f in core)}: megatron-core's MoE flags, not Megatron-DeepSpeed's "
+                        f"(its experts are DeepSpeed-MoE layers: --moe-expert-parallel-size); ignored")
+    if "num_experts" not in model:
+        return
+    if has("moe-expert-parallel-size"):
+        plan["expert_parallel"] = num("moe-expert-parallel-size", _positive)
+    if has("moe-train-capacity-factor"):
+        plan["moe_capacity_factor"] = float(num("moe-train-capacity-factor"))
+    if has("moe-min-capacity") and int(num("moe-min-capacity")) != dsmoe.MIN_CAPACITY:
+        warnings.append(f"--moe-min-capacity {num('moe-min-capacity')}: priced with DeepSpeed's default "
+                        f"{dsmoe.MIN_CAPACITY} (it matters only when tokens·top-k / experts is below it)")
+    if has("disable-moe-token-dropping"):
+        warnings.append("--disable-moe-token-dropping: each expert's capacity becomes the busiest expert's load "
+                        "(all-reduced max), which the workbench cannot know; priced at the capacity factor instead")
 
 
 _FP8_FLAGS = {"fp8-format", "fp8-recipe", "fp8-margin", "fp8-interval", "fp8-amax-history-len",
