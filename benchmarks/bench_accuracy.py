@@ -91,6 +91,8 @@ def corpus_run(rec: dict):
     if not oom and (rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes")):
         return None
     o = rec.get("options") or {}
+    if o.get("expandable_segments"):  # another allocator: scored by bench_allocator.py, not against the default's
+        return None
     world = int(rec.get("world_size") or o.get("world_size") or 1)
     mbs = int(rec.get("micro_batch_size") or o.get("mbs") or 1)
     gas = int(rec.get("gradient_accumulation_steps") or o.get("gas") or 1)

@@ -143,10 +143,11 @@ def test_megatron_deepspeed_flags_round_trip_and_export_writes_the_layer(tmp_pat
     plan = _plan(engine="megatron-deepspeed", zero_stage=1, expert_parallel=4, moe_capacity_factor=1.5)
     args = hybrid_args(MIXTRAL, c, plan)
     assert args[args.index("--moe-expert-parallel-size") + 1] == "4"
-    assert args[args.index("--moe-train-capacity-factor") + 1] == "1.5"
+    assert args[args.index("--moe-train-capacity-factor") + 1] == "1.5" and "--create-moe-param-group" in args
     imported = import_megatron_args(["pretrain_gpt.py", *args, "--disable-moe-token-dropping"])
     assert imported.plan_fields["expert_parallel"] == 4 and imported.plan_fields["moe_capacity_factor"] == 1.5
     assert any("--disable-moe-token-dropping" in w for w in imported.warnings)
+    assert not [w for w in imported.warnings if "create-moe-param-group" in w or "unknown" in w.lower()]
     code = main(["export", "deepspeed", "--model", "mixtral-8x7b", "--gpus-per-node", "8", "--nodes", "2",
                  "--ep", "8", "--zero", "2", "--seq", "4096", "--out", str(tmp_path)])
     assert code == 0 and "ep_size=8" in (tmp_path / "moe_layer.py").read_text()
@@ -210,3 +211,30 @@ def test_fp32_gate_and_combine_traffic_is_priced():
     s, h = 4096, MIXTRAL.hidden_size
     assert dsmoe.extra_hbm_bytes(tokens=s, hidden_size=h, top_k=2, value_bytes=2) == s * h * (4 + 12 + 2 * 10)
     assert float(with_ds) > float(without)
+
+
+def test_layout_expert_groups_are_deepspeeds(monkeypatch):
+    """The layout's EP and expert-DP groups for a DeepSpeed-MoE plan are the ones DeepSpeed's own
+    groups._create_expert_and_data_parallel builds (run with a recording stand-in for the process-group calls)."""
+    pytest.importorskip("torch")
+    from deepspeed.utils import groups
+    from workbench.layout import build_layout
+
+    made = []
+    monkeypatch.setattr(groups.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(groups.dist, "get_world_size", lambda group=None: 16)
+    monkeypatch.setattr(groups.dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(groups.dist, "new_group", lambda ranks: made.append(list(ranks)))
+    for name in ("_EXPERT_PARALLEL_GROUP", "_EXPERT_PARALLEL_GROUP_RANKS", "_EXPERT_DATA_PARALLEL_GROUP",
+                 "_EXPERT_DATA_PARALLEL_GROUP_RANKS"):
+        monkeypatch.setattr(groups, name, {})
+    groups._create_expert_and_data_parallel(4, pp_size=2)
+    layout = build_layout(_cluster(), _plan(pipeline_parallel=2, zero_stage=1, expert_parallel=4), model=MIXTRAL)
+    ours = {tuple(layout.expert_group_of(r, kind)[1]) for r in range(16) for kind in ("ep", "edp")}
+    assert ours == {tuple(g) for g in made}
+
+
+def test_estimate_json_names_deepspeed_moe_capacity():
+    plan = estimate(MIXTRAL, _cluster(), _plan(expert_parallel=8, micro_batch_size=1)).to_dict()["plan"]
+    assert plan["deepspeed_moe"] and plan["moe_expert_capacity"] == 1024 and plan["moe_token_factor"] == 1.0
+    assert estimate(MIXTRAL, _cluster(), _plan()).to_dict()["plan"]["deepspeed_moe"] is False

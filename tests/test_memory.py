@@ -258,3 +258,19 @@ def test_zero3_gathers_nothing_with_one_rank_and_has_its_own_reserve():
     reserve = engine_overheads(np.array([DS, DS, MG]), np.array([2, 3, 3]))["reserve_fraction"]
     assert reserve.tolist() == [RESERVE_FRACTION["deepspeed"], RESERVE_FRACTION["deepspeed-zero3"],
                                 RESERVE_FRACTION["megatron"]]
+
+
+def test_zero12_offload_casts_the_oversized_output_gradient_to_fp32_for_the_host():
+    from workbench.memory import zero12_early_partition_bytes
+    from workbench.params import model_vocab_size
+
+    m = ModelSpec(num_layers=3, hidden_size=3584, num_attention_heads=28, vocab_size=152064, seq_length=1024,
+                  tied_embeddings=False)
+    out = model_vocab_size(m, 1) * m.hidden_size
+    kw = dict(held=10.0, kept_per_layer=1.0, layer_transient=1.0, layers=3, last=True, tensor_parallel=1,
+              data_parallel=1, engine=DS, zero_stage=2, value_bytes=2, num_microbatches=1, pipeline_parallel=1,
+              trainable=2e9, lora=False, overlap_comm=0)
+    grads, acts = zero12_early_partition_bytes(m, offload_optimizer=1, **kw)
+    assert grads == 0.0 and acts == pytest.approx(10.0 + 6 * out)  # 16-bit gradient + its fp32 cast
+    grads, acts = zero12_early_partition_bytes(m, offload_optimizer=0, **kw)
+    assert grads == pytest.approx(2 * 2e9) and acts == pytest.approx(10.0 + 2 * out)

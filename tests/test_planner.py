@@ -51,15 +51,19 @@ def test_candidates_equal_brute_force_over_the_spec_rules():
             continue
         if e == "megatron-deepspeed" and t == p == cp == 1:  # documented: then it is the deepspeed plan
             continue
-        try:
-            plan = ParallelPlan(world_size=8, engine=e, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=v,
-                                context_parallel=cp, sequence_parallel=sp, zero_stage=z, offload_optimizer=oo,
-                                offload_params=op, distributed_optimizer=do, recompute=rc, micro_batch_size=b,
-                                global_batch_size=gbs)
-            validate(m, c, plan)
-        except ValueError:
+        if cp > 1 and m.seq_length // cp < planner.MIN_CONTEXT_PARALLEL_TOKENS:  # documented token floor
             continue
-        expected.add(_row_of(plan, m))
+        # the model's attention is not flash: no Megatron CP; DeepSpeed-Ulysses is the all-to-all
+        for comm in (("p2p", "a2a") if cp > 1 else ("p2p",)):
+            try:
+                plan = ParallelPlan(world_size=8, engine=e, tensor_parallel=t, pipeline_parallel=p,
+                                    virtual_pipeline=v, context_parallel=cp, cp_comm_type=comm, sequence_parallel=sp,
+                                    zero_stage=z, offload_optimizer=oo, offload_params=op, distributed_optimizer=do,
+                                    recompute=rc, micro_batch_size=b, global_batch_size=gbs)
+                validate(m, c, plan)
+            except ValueError:
+                continue
+            expected.add(_row_of(plan, m))
     got = _rows(table)
     assert got == expected
     assert len(got) == len(table["tp"])  # no duplicates

@@ -60,6 +60,9 @@ class ParallelPanel(Panel):
         c["cp_a2a_group"] = int_text("CP a2a group (a2a+p2p)", minimum=0,
                                      tooltip="--hierarchical-context-parallel-sizes A CP/A: the all-to-all group "
                                              "size A (0: not hierarchical)")
+        c["ulysses"] = int_text("DeepSpeed-Ulysses (SP size)", minimum=1,
+                                tooltip="engine deepspeed: ds_config sequence_parallel_size N, all-to-all of Q, K, V "
+                                        "and O around attention; N divides heads, K/V heads and the sequence")
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
         # MoE: expert parallelism (Megatron --expert-model-parallel-size and friends)
         c["expert_parallel"] = int_text("expert parallel (EP)", minimum=1,
@@ -121,7 +124,7 @@ class ParallelPanel(Panel):
         self.derived.add_class("wb-plan-derived")
         self.widget = ipw.VBox([
             c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
-            *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["first_stage_layers"], c["last_stage_layers"],
+            *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["ulysses"], c["first_stage_layers"], c["last_stage_layers"],
             c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"],
             c["expert_parallel"], c["expert_tensor_parallel"], c["moe_token_dispatcher"], c["moe_capacity_factor"],
             c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
@@ -135,6 +138,11 @@ class ParallelPanel(Panel):
             cp = self.controls["context_parallel"].value or 1
             sizes = (int(value), max(cp // int(value), 1)) if value else None
             self.send(SetPlan(changes={"hierarchical_context_parallel_sizes": sizes}))
+            return
+        if name == "ulysses":  # Ulysses is the plan's CP split with the all-to-all: set (or clear) both
+            n = int(value or 1)
+            self.send(SetPlan(changes={"ulysses": n, "context_parallel": n, "cp_comm_type": "a2a" if n > 1 else "p2p",
+                                       "hierarchical_context_parallel_sizes": None}))
             return
         if name in _ZERO_IS_NONE:
             value = value or None  # 0: every layer of the stage / an even share
@@ -169,8 +177,9 @@ class ParallelPanel(Panel):
             except ValueError:
                 split = ""
         text = (f"world {p.world_size} = TP {p.tensor_parallel} × PP {p.pipeline_parallel}{split} × "
-                f"CP {p.context_parallel}"
-                + (f" ({p.cp_comm_type})" if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" else "")
+                + (f"Ulysses {p.ulysses} (all-to-all)" if p.is_ulysses else f"CP {p.context_parallel}")
+                + (f" ({p.cp_comm_type})" if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p"
+                   and not p.is_ulysses else "")
                 + f" × <b>DP {p.data_parallel}</b> · "
                 f"{p.num_microbatches} micro-batches of {p.micro_batch_size} per step")
         if state.model is not None and state.model.is_moe:

@@ -33,7 +33,7 @@ from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute
 from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
 from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
-                             ZeroStage, validate)
+                             ZeroStage, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -418,6 +418,56 @@ def context_parallel_choice(model: ModelSpec, cluster: ClusterSpec, plan: Parall
             if c > 1 else "fits here"
     return Finding(id="context_parallel_choice", status="pass" if good else "warn", message=message,
                    suggestion="" if good else f"{name(other)} {why}: {_plan_text(other)}")
+
+
+def ulysses_choice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record,
+                   profile=None) -> Optional[Finding]:
+    """At long context on engine ``deepspeed`` (dense model): DeepSpeed-Ulysses against ZeRO-3 with full recompute on
+    the same GPUs, both priced by the models, and whether the heads cap Ulysses. With Ulysses N: the plan without it
+    at ZeRO-3 + full recompute (peak, step, the all-to-all it saves). Without Ulysses: the largest N the heads, the
+    sequence and the world allow (ZeRO-3 + full recompute kept), when the plan does not fit. Either way, when the
+    heads stop N below the GPUs (N = gcd(heads, K/V heads)), say so: beyond it a sequence needs Megatron's ring CP.
+    ``None`` when not relevant or no alternative is a valid plan."""
+    s = model.seq_length
+    if s < LONG_CONTEXT_TOKENS or plan.engine is not Engine.DEEPSPEED or model.is_moe or plan.pipeline_parallel > 1:
+        return None
+    limit = ulysses_head_limit(model)
+    n = plan.ulysses
+    if n > 1:
+        changes = dict(ulysses=1, context_parallel=1, cp_comm_type="p2p", zero_stage=3, recompute="full",
+                       offload_params=plan.offload_params)
+    else:
+        sizes = [k for k in range(2, plan.world_size + 1) if plan.world_size % k == 0 and limit % k == 0
+                 and s % k == 0]
+        if record.memory.fits_gpu or not sizes:
+            return None
+        changes = dict(ulysses=max(sizes), zero_stage=3, recompute="full")
+    try:
+        other = plan.replace(**changes)
+        validate(model, cluster, other)
+        alt = _evaluated(model, cluster, other, profile)
+    except ValueError:
+        return None
+    u, base = (record, alt) if n > 1 else (alt, record)
+    up, bp = (plan, other) if n > 1 else (other, plan)
+    capped = (f"; the heads cap Ulysses at {limit} ranks (gcd of {model.num_attention_heads} heads and "
+              f"{model.num_query_groups} K/V heads: the all-to-all splits both), so a longer sequence needs "
+              f"Megatron's ring context parallelism (engine megatron, --cp, cp_comm_type p2p)"
+              if up.ulysses == limit and limit < plan.world_size else "")
+    message = (f"at {s:,} tokens, Ulysses={up.ulysses} keeps {_gb(u.memory.peak_stage.backward_activation_bytes)} of "
+               f"activations per GPU (peak {_gb(u.memory.per_gpu_peak_bytes)}"
+               f"{'' if u.memory.fits_gpu else ', does not fit'}, {u.time.step_seconds:.2f} s/step, all-to-all "
+               f"{u.time.breakdown['cp_comm']:.2f} s exposed); ZeRO-{int(bp.zero_stage)} + recompute={bp.recompute} "
+               f"without it keeps {_gb(base.memory.peak_stage.backward_activation_bytes)} (peak "
+               f"{_gb(base.memory.per_gpu_peak_bytes)}{'' if base.memory.fits_gpu else ', does not fit'}, "
+               f"{base.time.step_seconds:.2f} s/step){capped}")
+    mine, theirs = (u, base) if n > 1 else (base, u)
+    good = (mine.memory.fits_gpu and (not theirs.memory.fits_gpu or record.time.step_seconds
+                                      <= alt.time.step_seconds))
+    why = ("fits here" if theirs.memory.fits_gpu and not mine.memory.fits_gpu else
+           "faster here" if theirs.memory.fits_gpu else "")
+    return Finding(id="ulysses_choice", status="pass" if good else "warn", message=message,
+                   suggestion=f"{_plan_text(other)} ({why})" if why and not good else "")
 
 
 def gradient_clipping(model: ModelSpec, options: DeepSpeedOptions, num_parameters: Optional[int] = None) -> Finding:
@@ -1052,6 +1102,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     cp_choice = context_parallel_choice(model, cluster, plan, record, profile)
     if cp_choice is not None:
         findings += (cp_choice,)
+    sp_choice = ulysses_choice(model, cluster, plan, record, profile)
+    if sp_choice is not None:
+        findings += (sp_choice,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice

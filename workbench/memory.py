@@ -260,6 +260,38 @@ def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=N
                     np.where(stage == pipeline_parallel - 1, last_stage_layers, middle_stage_layers))
 
 
+def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage, bf16_first, bf16_last,
+                         first_stage_layers=None, middle_stage_layers=None, last_stage_layers=None):
+    """How many of Megatron's bf16 layers of an FP8 run (``--first-last-layers-bf16`` with
+    ``--num-layers-at-start-in-bf16 F`` / ``--num-layers-at-end-in-bf16 B``) pipeline stage ``stage`` builds.
+
+    megatron-core (``fp8_utils.is_first_last_bf16_layer``, 0.16 and 0.19) tests the *global* layer number: layers
+    [0, F) and [L − B, L) run without the FP8 context. Layers are numbered as megatron-core's
+    ``get_transformer_layer_offset`` assigns them: virtual chunk j of stage s (v chunks per stage, interleaved
+    schedule) starts at j·L/v + Σ_{s'<s} n_{s'}/v, with n_s the stage's layers (:func:`layers_on_stage`; uneven
+    splits included). Without interleaving the F layers sit on the first stage and the B on the last (spilling to
+    the next stage only when a stage has fewer layers than F or B). Every argument may be a numpy array."""
+    L, p = num_layers, np.asarray(pipeline_parallel)
+    v = np.maximum(np.asarray(virtual_pipeline), 1)
+    stage = np.asarray(stage)
+    if first_stage_layers is None:
+        n = L / p
+        before = stage * n
+    else:
+        n = np.where(stage == 0, first_stage_layers,
+                     np.where(stage == p - 1, last_stage_layers, middle_stage_layers))
+        before = np.where(stage == 0, 0, first_stage_layers + np.maximum(stage - 1, 0) * middle_stage_layers)
+    total = 0.0
+    for j in range(int(np.max(v))):
+        start = j * L / v + before / v
+        size = n / v
+        end = start + size
+        head = np.clip(np.minimum(end, bf16_first) - start, 0, size)
+        tail = np.clip(end - np.maximum(start, L - np.asarray(bf16_last)), 0, size)
+        total = total + np.where(j < v, head + tail, 0.0)
+    return total
+
+
 def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None,
                           expert_parallel=1, expert_tensor_parallel=None):
     """Parameters one rank of pipeline stage ``stage`` holds (``layers_in_stage`` transformer layers, default
@@ -436,8 +468,9 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     smaller output layer after ``k = (bucket − output) / layer`` layers, whose activations are freed by then.
     ZeRO-1 reduces during backward only with ``overlap_comm`` (``process_gradients``); without it every gradient
     waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). Applies with one
-    micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`) and
-    without optimizer offload (that path streams gradients to the host)."""
+    micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`).
+    With optimizer offload there is no partition on the GPU (each gradient is cast to fp32 and copied to the host);
+    when the output layer exceeds the bucket, that cast of its gradient is the moment's extra."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
     output_elems = np.where(last & untied_output & ~np.asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
@@ -445,11 +478,15 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     done = np.where(output_elems > reduce_bucket_elements, 0.0,
                     np.floor((reduce_bucket_elements - output_elems) / per_layer))
     reduces_in_backward = (zero_stage == 2) | ((zero_stage == 1) & (overlap_comm > 0))
+    offload = offload_optimizer > 0
+    extra_large = output_elems > reduce_bucket_elements
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
-               & (num_microbatches <= 1) & (offload_optimizer <= 0) & ~np.asarray(lora) & (pipeline_parallel == 1)
-               & (done < layers) & (value_bytes < 4))
-    partition = value_bytes * trainable / data_parallel
-    momentary = np.where(output_elems > reduce_bucket_elements, value_bytes * output_elems, 0.0)
+               & (num_microbatches <= 1) & ~np.asarray(lora) & (pipeline_parallel == 1)
+               & (done < layers) & (value_bytes < 4) & (~offload | extra_large))
+    partition = np.where(offload, 0.0, value_bytes * trainable / data_parallel)
+    # the output layer's 16-bit gradient while it is reduced; with offload its fp32 cast for the copy to the host
+    # (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.to(fp32)``) exists beside it
+    momentary = np.where(extra_large, (value_bytes + np.where(offload, 4.0, 0.0)) * output_elems, 0.0)
     acts = held - done * kept_per_layer + np.maximum(layer_transient, momentary)
     return np.where(applies, partition, 0.0), np.where(applies, acts, 0.0)
 
@@ -907,12 +944,14 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
                 lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
+                fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
-    ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of each stage's layers run their GEMMs in FP8
-    (the rest are Megatron's bf16 first/last layers), adding :func:`fp8_weight_bytes` to the weights,
+    ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of the stage's layers that are not among
+    Megatron's bf16 first/last layers (``fp8_bf16_first`` / ``fp8_bf16_last``, placed by :func:`bf16_layers_on_stage`:
+    on the first and last stage) run their GEMMs in FP8, adding :func:`fp8_weight_bytes` to the weights,
     :func:`fp8_scaling_state_bytes` to the buffers and :func:`fp8_activation_delta_bytes` to each FP8 layer's
     activations.
     MoE: ``expert_parallel`` e and ``expert_tensor_parallel`` (default t) split the experts
@@ -949,7 +988,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     trainable, frozen = lora_split(n - n_experts, layers * lora_params_per_layer / tensor_parallel, lora)
     # Megatron shards its distributed optimizer over the data-parallel group *with* context parallel (megatron-core
     # ``get_data_parallel_group(with_context_parallel=True)``): CP ranks hold the same weights, so they share the
-    # shards as data-parallel ranks do (DeepSpeed engines have no CP, c = 1)
+    # shards as data-parallel ranks do; DeepSpeed-Ulysses (engine deepspeed, c = N) likewise partitions ZeRO over its
+    # sequence-data-parallel group (deepspeed/runtime/engine.py: dp_process_group=self.seq_data_parallel_group)
     states = dict(engine=engine, zero_stage=zero_stage, param_bytes=value_bytes, fp16=fp16,
                   offload_optimizer=offload_optimizer, offload_params=offload_params,
                   distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels, main_grad_fp32=main_grad_fp32)
@@ -963,6 +1003,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                          param_bytes=value_bytes)
     weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
     host = host + np.where(offload_params > 0, frozen_weights, 0.0)
+    bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
+                                     fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
+    fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / np.maximum(layers, 1))  # this stage's FP8 share
     fp8_layers = np.where(fp8 > 0, layers * fp8_layer_fraction, 0.0)
     weights = weights + fp8_weight_bytes(m, tensor_parallel=tensor_parallel, fp8_layers=fp8_layers,
                                          recipe=fp8_recipe, param_gather=fp8_param_gather, value_bytes=value_bytes,
@@ -1073,10 +1116,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
         trainable=trainable, lora=lora, overlap_comm=overlap)
     early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers_bwd
-    early = (early_grads > 0) & (early_peak > backward_peak)
+    early = (early_acts > 0) & (early_peak > backward_peak)
     grads_bwd = np.where(early, grads_bwd + early_grads, grads_bwd)
     activations = np.where(early, early_acts, activations)
-    backward_peak = np.maximum(backward_peak, np.where(early_grads > 0, early_peak, 0.0))
+    backward_peak = np.maximum(backward_peak, np.where(early_acts > 0, early_peak, 0.0))
     step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
     buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
@@ -1231,7 +1274,11 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
     from workbench import encode
 
     codes = encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
-    layers = plan.stage_layers(model.num_layers)[0] * codes["fp8_layer_fraction"]
+    first = plan.stage_layers(model.num_layers)[0]
+    layers = (first - bf16_layers_on_stage(model.num_layers, plan.pipeline_parallel, plan.virtual_pipeline, 0,
+                                           plan.fp8_bf16_first_layers, plan.fp8_bf16_last_layers,
+                                           codes["first_stage_layers"], codes["middle_stage_layers"],
+                                           codes["last_stage_layers"])) * codes["fp8_layer_fraction"]
     kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
               sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
     stored = 0 if plan.recompute is Recompute.FULL else layers

@@ -20,6 +20,9 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
   costs); the exchange is every kind of Megatron's ``--cp-comm-type`` (:func:`context_parallel_exchanges`): the ring
   (``p2p``), ``all_gather``, and where heads and query groups per TP rank divide, the all-to-all (``a2a``) and the
   hierarchical ``a2a+p2p``;
+- DeepSpeed-Ulysses N (engine ``deepspeed``, TP = PP = 1, dense models): N divides the sequence, the attention
+  heads and the K/V heads, the same token floor and largest size as CP; its exchange is the all-to-all (``a2a``
+  column, the table's ``cp`` holds N);
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
   and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``, DP > 1: at DP = 1 it
@@ -46,7 +49,7 @@ from workbench import timing as T
 from workbench.defaults import GiB
 from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
+from workbench.specs import (LORA_TARGETS, ulysses_head_limit, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
                              check_spec_types)
 
@@ -201,7 +204,9 @@ def describe_plan(p: ParallelPlan) -> str:
                                                      ("loss", p.loss_in_pipeline_split)) if on) + "]"
     if p.virtual_pipeline > 1:
         parts.append(f"v{p.virtual_pipeline}")
-    if p.context_parallel > 1:
+    if p.is_ulysses:
+        parts.append(f"Ulysses{p.ulysses}")
+    elif p.context_parallel > 1:
         parts.append(f"CP{p.context_parallel}" + ("" if str(p.cp_comm_type) == "p2p" else f"-{p.cp_comm_type}"))
     if p.expert_parallel > 1 or p.expert_tensor_parallel is not None:
         parts.append(f"EP{p.expert_parallel}" + (f" ETP{p.expert_tensor_parallel_size}"
@@ -354,9 +359,15 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     flash = model.attention is AttentionImpl.FLASH
     if max_context_parallel is None:
         max_context_parallel = default_max_context_parallel(model.seq_length)
-    cps = [c for c in _divisors(W) if c == 1 or (flash and Engine.MEGATRON in engines and c <= max_context_parallel
-                                                 and model.seq_length % (2 * c) == 0
-                                                 and model.seq_length // c >= MIN_CONTEXT_PARALLEL_TOKENS)]
+    s_len = model.seq_length
+    room = [c for c in _divisors(W) if c > 1 and c <= max_context_parallel and s_len // c >= MIN_CONTEXT_PARALLEL_TOKENS]
+    cps_mg = {c for c in room if flash and Engine.MEGATRON in engines and s_len % (2 * c) == 0}
+    # DeepSpeed-Ulysses (engine deepspeed, TP = PP = 1): N divides the sequence, the heads and the K/V heads; a
+    # Hugging Face model needs flash attention (DeepSpeed refuses eager)
+    cps_ds = {c for c in room if Engine.DEEPSPEED in engines and s_len % c == 0 and ulysses_head_limit(model) % c == 0
+              and not model.is_moe and (flash or model.implementation is not Implementation.TRANSFORMERS)}
+    cps = [1] + sorted(cps_mg | cps_ds)
+    a2a_code = T.CP_COMM_CODES["a2a"]
     chunks = []
     for t in tps:
         for p, first, last, emb, loss in splits:
@@ -367,8 +378,11 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                 if global_batch_size % d:
                     continue
                 ok = np.ones(len(settings), bool)
-                ok &= (s_engine != ds_code) | ((t == 1) & (c == 1))
-                ok &= (s_engine == mg_code) | (c == 1)  # Megatron's context parallelism is engine megatron's
+                ulysses = c in cps_ds and t == 1 and p == 1
+                ok &= (s_engine != ds_code) | ((t == 1) & ((c == 1) | ulysses))
+                # Megatron's context parallelism is engine megatron's, Ulysses engine deepspeed's
+                ok &= (s_engine == mg_code) | (c == 1) | ((s_engine == ds_code) & ulysses)
+                ok &= (s_engine != mg_code) | (c == 1) | (c in cps_mg)
                 ok &= (s_sp == 0) | ((t > 1) & (model.seq_length % t == 0))
                 ok &= (s_engine == mg_code) | (p == 1) | (s_zero < 2)
                 # the distributed optimizer shards over data parallel: at DP = 1 it is the same plan as without
@@ -413,6 +427,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                             sel |= (r[:, 0] != mg_code) & (r[:, 2] < 3)
                         if model.is_moe and model.add_bias_linear and te > 1:  # megatron-core: bias needs ETP 1
                             sel &= r[:, 0] != mg_code
+                        if c > 1 and (comm, a2a) != (a2a_code, c):  # DeepSpeed-Ulysses is the all-to-all only
+                            sel &= r[:, 0] == mg_code
                         if not sel.any():
                             continue
                         n_sel = int(sel.sum())
@@ -714,9 +730,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None) -> str:
     """At long context, the winner's GPUs used the other way (context instead of tensor parallel, or the reverse),
     priced by :func:`workbench.advisor.context_parallel_choice`: a line for the explanation, '' when not relevant."""
-    from workbench.advisor import context_parallel_choice
+    from workbench.advisor import context_parallel_choice, ulysses_choice
     from workbench.estimate import estimate
 
+    if model.seq_length >= 16384 and plan.is_ulysses:  # DeepSpeed-Ulysses against ZeRO-3 + full recompute
+        found = ulysses_choice(model, cluster, plan, estimate(model, cluster, plan, profile, checks=False), profile)
+        return "" if found is None else "\nLong context: " + found.message
     if model.seq_length < 16384 or plan.tensor_parallel * plan.context_parallel == 1:
         return ""
     found = context_parallel_choice(model, cluster, plan, estimate(model, cluster, plan, profile, checks=False),

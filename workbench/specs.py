@@ -675,6 +675,13 @@ class ParallelPlan:
     hierarchical_context_parallel_sizes: Optional[tuple] = None
     """With ``cp_comm_type='a2a+p2p'``: ``(a2a_size, p2p_size)``, their product = context_parallel (Megatron
     ``--hierarchical-context-parallel-sizes``; the all-to-all group is the inner one, consecutive CP ranks)."""
+    ulysses: int = 1
+    """DeepSpeed-Ulysses sequence-parallel size N (ds_config ``sequence_parallel_size``; the model's attention wrapped
+    in ``deepspeed.sequence.layer.DistributedAttention``, or ``UlyssesSPAttentionHF`` for a Hugging Face model), engine
+    ``deepspeed`` only: each rank keeps s/N tokens for the whole layer, and an all-to-all of Q, K, V before attention
+    and of its output after turns "all heads, s/N tokens" into "heads/N, all tokens"; ZeRO shards over all the ranks
+    (DeepSpeed's sequence-data-parallel group). The plan then has ``context_parallel=N`` with ``cp_comm_type='a2a'``:
+    the models price it as that all-to-all (:attr:`is_ulysses`)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism inside the TP group (needs tensor_parallel > 1)."""
     zero_stage: ZeroStage = ZeroStage.NONE
@@ -792,7 +799,8 @@ class ParallelPlan:
             raise ValueError(f"zero_stage={self.zero_stage!r} must be 0, 1, 2 or 3")
         _set(self, "zero_stage", ZeroStage(int(self.zero_stage)))
         _positive_int(self, "world_size", "tensor_parallel", "pipeline_parallel", "virtual_pipeline",
-                      "context_parallel", "micro_batch_size")
+                      "context_parallel", "micro_batch_size", "ulysses")
+        self._check_ulysses()
         model_parallel = self.tensor_parallel * self.pipeline_parallel * self.context_parallel
         if self.world_size % model_parallel:
             raise ValueError(
@@ -961,6 +969,42 @@ class ParallelPlan:
             raise ValueError(f"embedding_in_pipeline_split/loss_in_pipeline_split are Megatron's (engine='megatron');"
                              f" got engine='{self.engine}'")
 
+    def _check_ulysses(self) -> None:
+        """DeepSpeed-Ulysses (``ulysses`` = N) is stored as ``context_parallel=N, cp_comm_type='a2a'`` on engine
+        ``deepspeed``; a DeepSpeed plan with ``context_parallel`` > 1 and the all-to-all is read as Ulysses."""
+        n, c, e = self.ulysses, self.context_parallel, self.engine
+        if n == 1 and not (e is Engine.DEEPSPEED and c > 1 and self.cp_comm_type is CPCommType.A2A):
+            return
+        if n == 1:  # engine deepspeed, context_parallel > 1 with the all-to-all: that is Ulysses
+            n = c
+            _set(self, "ulysses", c)
+        if self.world_size % n:
+            raise ValueError(f"ulysses={n} does not divide world_size={self.world_size} (DeepSpeed: world_size is "
+                             f"not divisible by sequence_parallel_size)")
+        if e is not Engine.DEEPSPEED:
+            raise ValueError(f"ulysses={n} is DeepSpeed-Ulysses (ds_config sequence_parallel_size) and needs engine "
+                             f"'deepspeed' (got engine='{e}'); Megatron's all-to-all context parallelism is "
+                             f"context_parallel={n}, cp_comm_type='a2a' with engine 'megatron'")
+        if c not in (1, n):
+            raise ValueError(f"ulysses={n} and context_parallel={c}: DeepSpeed-Ulysses is the plan's context-parallel "
+                             f"split (set one of them, or both to {n})")
+        if self.cp_comm_type not in (CPCommType.P2P, CPCommType.A2A) or self.hierarchical_context_parallel_sizes:
+            raise ValueError(f"ulysses={n}: DeepSpeed-Ulysses exchanges by all-to-all only (got cp_comm_type="
+                             f"'{self.cp_comm_type}')")
+        if self.pipeline_parallel > 1:
+            raise ValueError(f"ulysses={n} with pipeline_parallel={self.pipeline_parallel}: DeepSpeed-Ulysses is "
+                             f"modelled with ZeRO data parallel (pipeline_parallel=1)")
+        if self.expert_parallel > 1:
+            raise ValueError(f"ulysses={n} with expert_parallel={self.expert_parallel}: DeepSpeed-MoE under "
+                             f"DeepSpeed-Ulysses is not modelled")
+        _set(self, "context_parallel", n)
+        _set(self, "cp_comm_type", CPCommType.A2A)
+
+    @property
+    def is_ulysses(self) -> bool:
+        """Whether the plan's context-parallel split is DeepSpeed-Ulysses (engine ``deepspeed``)."""
+        return self.ulysses > 1
+
     def _check_context_parallel(self) -> None:
         c, kind, sizes = self.context_parallel, self.cp_comm_type, self.hierarchical_context_parallel_sizes
         if c == 1 and sizes is None:  # no context parallelism: how it would communicate does not matter
@@ -1054,18 +1098,20 @@ class ParallelPlan:
             if self.distributed_optimizer:
                 raise ValueError(f"distributed_optimizer=True is Megatron's; with engine='{e}' use zero_stage >= 1")
         if e is Engine.DEEPSPEED and self.context_parallel > 1 and self.tensor_parallel == 1 \
-                and not self.sequence_parallel:
-            raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron' (Megatron context "
-                             f"parallelism; DeepSpeed's own sequence parallelism, Ulysses, is not modelled)")
+                and not self.sequence_parallel and not self.is_ulysses:
+            raise ValueError(f"context_parallel={self.context_parallel} with engine 'deepspeed': DeepSpeed's sequence "
+                             f"parallelism is Ulysses' all-to-all: set ulysses={self.context_parallel} (ds_config "
+                             f"sequence_parallel_size), or engine 'megatron' for Megatron context parallelism")
         if e is Engine.DEEPSPEED:
-            if self.tensor_parallel > 1 or self.context_parallel > 1 or self.sequence_parallel:
+            if self.tensor_parallel > 1 or (self.context_parallel > 1 and not self.is_ulysses) \
+                    or self.sequence_parallel:
                 raise ValueError(f"tensor_parallel={self.tensor_parallel}, context_parallel={self.context_parallel}"
                                  f", sequence_parallel={self.sequence_parallel} need engine 'megatron' or "
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
         if e is Engine.MEGATRON_DEEPSPEED and self.context_parallel > 1:
             raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron': Megatron-DeepSpeed has "
-                             f"no Megatron context parallelism (its sequence parallelism, DeepSpeed-Ulysses, is not "
-                             f"modelled)")
+                             f"no Megatron context parallelism (DeepSpeed-Ulysses is modelled on engine 'deepspeed': "
+                             f"ulysses=N)")
         if e is not Engine.MEGATRON and self.pipeline_parallel > 1 and self.zero_stage >= ZeroStage.GRADIENTS:
             raise ValueError(f"zero_stage={int(self.zero_stage)} cannot be combined with pipeline_parallel="
                              f"{self.pipeline_parallel}: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism "
@@ -1249,9 +1295,12 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     if model.ffn_hidden_size % t:
         raise ValueError(f"tensor_parallel={t} does not divide ffn_hidden_size={model.ffn_hidden_size}")
     stage_layers = plan.stage_layers(model.num_layers)  # megatron-core's split, or its refusal
-    if model.seq_length % (2 * c) and c > 1:
+    if plan.is_ulysses:
+        _validate_ulysses(model, plan)
+    elif model.seq_length % (2 * c) and c > 1:
         raise ValueError(f"seq_length={model.seq_length} is not divisible by 2 * context_parallel({c}) = {2 * c}")
-    if c > 1 and model.attention is not AttentionImpl.FLASH:
+    if c > 1 and model.attention is not AttentionImpl.FLASH and not (
+            plan.is_ulysses and model.implementation is not Implementation.TRANSFORMERS):
         raise ValueError(f"context_parallel={c} needs attention='flash' (Transformer Engine's DotProductAttention; "
                          f"megatron-core's local attention refuses context parallelism); {model.name} has "
                          f"attention='{model.attention}'")
@@ -1274,6 +1323,35 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     _validate_experts(model, plan)
     if plan.precision.is_fp8:
         _validate_fp8(model, cluster, plan)
+
+
+def _validate_ulysses(model: ModelSpec, plan: ParallelPlan) -> None:
+    """DeepSpeed-Ulysses against the model, as DeepSpeed 0.19.8 checks it: the sequence splits into N equal shares
+    (``UlyssesSPDataLoaderAdapter``: seqlen divisible by sp-size); the all-to-all gives each rank heads/N query heads
+    (``DistributedAttention`` asserts num_heads % N == 0) and kv/N K/V heads — with GQA, fewer K/V heads than N are
+    replicated by ``UlyssesSPAttentionHF`` (N a multiple of kv) and refused by ``DistributedAttention`` (kv ≥ N),
+    more that do not divide are split unevenly by ``DistributedAttention``; neither is priced here, so kv must
+    divide by N. A Hugging Face model needs flash attention (sdpa / flash_attention_2: eager is refused)."""
+    n, h, kv, s = plan.ulysses, model.num_attention_heads, model.num_query_groups, model.seq_length
+    if s % n:
+        raise ValueError(f"ulysses={n} does not divide seq_length={s} (each rank keeps s/N tokens)")
+    if h % n:
+        raise ValueError(f"ulysses={n} does not divide num_attention_heads={h}: the all-to-all gives each rank "
+                         f"heads/N attention heads; the largest Ulysses size for {model.name} is "
+                         f"{ulysses_head_limit(model)}")
+    if kv % n:
+        raise ValueError(f"ulysses={n} does not divide num_query_groups={kv} (K/V heads): DeepSpeed replicates K/V "
+                         f"heads when N is a multiple of them (UlyssesSPAttentionHF) or splits them unevenly "
+                         f"(DistributedAttention), neither modelled; the largest Ulysses size for {model.name} is "
+                         f"{ulysses_head_limit(model)}")
+    if model.implementation is Implementation.TRANSFORMERS and model.attention is not AttentionImpl.FLASH:
+        raise ValueError(f"ulysses={n} with a Hugging Face model needs attention='flash' (sdpa or "
+                         f"flash_attention_2): DeepSpeed's UlyssesSPAttentionHF refuses eager attention")
+
+
+def ulysses_head_limit(model: ModelSpec) -> int:
+    """The largest DeepSpeed-Ulysses size the heads allow: gcd(attention heads, K/V heads) (both must divide)."""
+    return math.gcd(model.num_attention_heads, model.num_query_groups)
 
 
 def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:

@@ -266,6 +266,10 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         os.environ["OMP_NUM_THREADS"] = str(cfg["omp_threads"])
     rec["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
     rec["torch_num_threads"] = torch.get_num_threads()
+    rec["pytorch_cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    if cfg.get("expandable_segments") and "expandable_segments:True" not in (rec["pytorch_cuda_alloc_conf"] or ""):
+        raise RuntimeError(f"{cfg['run_id']}: expandable segments need PYTORCH_CUDA_ALLOC_CONF set before the process "
+                           f"starts: run it with --per-process")
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
@@ -605,6 +609,8 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
         env = dict(os.environ)
         if cfg.get("omp_threads"):  # the OpenMP runtime (CPU Adam's threads) reads it when it loads
             env["OMP_NUM_THREADS"] = str(cfg["omp_threads"])  # torchrun keeps a value that is set
+        if cfg.get("expandable_segments"):  # read by the CUDA caching allocator when it starts
+            env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         if cfg.get("world", 1) > 1:  # the user-style script under torchrun, one process per GPU
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc_per_node={cfg['world']}"] + cmd[1:]

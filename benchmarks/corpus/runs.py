@@ -346,6 +346,22 @@ GROUPS = {
         _hf("hf-gemma2-h2304", 2, "eager"), _hf("hf-gemma2-h2304", 2, "eager", ckpt=True),
         _hf("hf-gemma2-h2304", 3, "eager", ckpt=True), _hf("hf-gemma2-h2304", 2, "eager", **OFF),
     ],
+    # the same configurations with PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    # set in the run's environment): how much of the caching allocator's reserve it removes. Fit shapes first, then
+    # the test runs whose whole-device figure was most under-estimated with the default allocator.
+    "expseg": [dict(cfg, expandable_segments=True) for cfg in (
+        _ds("mc-h1024-gelu", 2, mbs=4), _ds("mc-h3072-gqa", 0), _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 3),
+        _ds("mc-h3072-gqa", 2, recompute="full"), _ds("mc-h3072-gqa", 2, **OFF), _ddp("mc-h3072-gqa", True),
+        _ds("mc-h2560-gqa-fit", 1), _ds("mc-h2560-gqa-fit", 3, recompute="selective"),
+        _ddp("mc-h2560-gqa-fit", False, recompute="selective"),
+        _hf("hf-llama-h2048", 2, "sdpa"), _hf("hf-llama-h2048", 3, "eager", ckpt=True),
+        _hf("hf-qwen3-h1024", 2, "sdpa", mbs=4), _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, ckpt=True),
+        _hf("hf-qwen2-h1536", 3, "sdpa", **OFF), _ddp("mc-h1792-s12k", True, recompute="selective"),
+        _hf("hf-qwen2-h1536", 2, "eager", ckpt=True, lora=16), _ds("mc-h4608-gelu", 2, **OFF),
+        _ds("mc-h3584-qwen2", 2), _ds("mc-h3072-hd256", 2), _ds("mc-h8192-gqa", 2, recompute="full"),
+        _ddp("mc-h1536-s8k", False, recompute="selective"), _ddp("mc-h2560-s16k", False, recompute="full"),
+        _ds("mc-h4096-mha", 3, **OFF),
+    )],
 }
 
 LAUNCHER_RUNS = [
@@ -398,6 +414,8 @@ def run_id(cfg: dict) -> str:
         parts.append(f"lora{cfg['lora']}")
     if cfg.get("offload"):
         parts.append(f"off-{cfg['offload']}-omp{cfg['omp_threads']}")
+    if cfg.get("expandable_segments"):
+        parts.append("expseg")
     parts.append(f"mbs{cfg.get('mbs', 1)}")
     if cfg.get("gas", 1) > 1:
         parts.append(f"gas{cfg['gas']}")

@@ -50,7 +50,7 @@ _PLAN_FLAGS = {
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
     "ep": "expert_parallel", "etp": "expert_tensor_parallel", "moe_capacity_factor": "moe_capacity_factor",
     "moe_dispatcher": "moe_token_dispatcher",
-    "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes",
+    "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes", "ulysses": "ulysses",
     "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather", "grad_reduce_fp32": "grad_reduce_fp32",
     "fp8_bf16_first_layers": "fp8_bf16_first_layers", "fp8_bf16_last_layers": "fp8_bf16_last_layers",
 }
@@ -140,14 +140,20 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--hierarchical-context-parallel-sizes", "--hierarchical-cp", dest="hierarchical_cp", type=int,
                    nargs=2, metavar=("A2A", "P2P"),
                    help="with --cp-comm-type a2a+p2p: all-to-all group size and ring size, product = --cp")
+    p.add_argument("--ulysses", "--sequence-parallel-size", dest="ulysses", type=int, metavar="N",
+                   help="DeepSpeed-Ulysses sequence parallel over N ranks (engine deepspeed; ds_config "
+                        "sequence_parallel_size): all-to-all of Q, K, V and O around attention; N divides the heads, "
+                        "K/V heads, sequence and world size")
     p.add_argument("--sp", action="store_true", default=None, help="sequence parallel")
     p.add_argument("--ep", "--expert-model-parallel-size", dest="ep", type=int, metavar="N",
-                   help="MoE expert parallel: each MoE layer's experts split over N ranks (engine megatron)")
+                   help="MoE expert parallel: each MoE layer's experts split over N ranks (Megatron "
+                        "--expert-model-parallel-size; under a DeepSpeed engine DeepSpeed-MoE's ep_size)")
     p.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", type=int, metavar="N",
                    help="MoE expert tensor parallel: ranks splitting one expert (default: --tp)")
     p.add_argument("--moe-capacity-factor", "--moe-expert-capacity-factor", dest="moe_capacity_factor", type=float,
                    metavar="F", help="MoE expert capacity factor (tokens beyond F x the average are dropped; "
-                                     "default dropless)")
+                                     "default dropless; under a DeepSpeed engine DeepSpeed-MoE's capacity_factor, "
+                                     "default 1.0, always padded)")
     p.add_argument("--moe-pad-to-capacity", "--moe-pad-expert-input-to-capacity", dest="moe_pad_to_capacity",
                    action="store_true", default=None, help="pad every expert's input to its capacity")
     p.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",

@@ -33,10 +33,11 @@ def render(est) -> str:
         f"plan    {p.engine}: TP {p.tensor_parallel} x PP {p.pipeline_parallel}"
         + (f" (v={p.virtual_pipeline})" if p.virtual_pipeline > 1 else "")
         + (f" (layers per stage: {_stage_split(mem)})" if p.uneven_stages else "")
-        + (f" x CP {p.context_parallel}" if p.context_parallel > 1 else "")
+        + (f" x Ulysses {p.ulysses} (all-to-all)" if p.is_ulysses else "")
+        + (f" x CP {p.context_parallel}" if p.context_parallel > 1 and not p.is_ulysses else "")
         + (f" ({p.cp_comm_type}" + (f" {'x'.join(map(str, p.hierarchical_context_parallel_sizes))}"
                                     if p.hierarchical_context_parallel_sizes else "") + ")"
-           if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" else "")
+           if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" and not p.is_ulysses else "")
         + f" x DP {p.data_parallel}, ZeRO-{int(p.zero_stage)}, recompute {p.recompute}, micro batch "
           f"{p.micro_batch_size}, global batch {p.global_batch_size} (accumulation {p.gradient_accumulation_steps}), "
           f"{p.precision}"

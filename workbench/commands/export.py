@@ -66,6 +66,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
         ok = _validate_ds(cfg, plan)
         _moe_snippet(files, model, plan)
+        _ulysses_snippet(files, model, plan)
         return files, "ds_config.json", ok
     if kind == "megatron":
         files["megatron_args.sh"] = megatron.megatron_command(model, cluster, plan)
@@ -91,6 +92,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
                     '(calls deepspeed.initialize)']
         command = ["$TRAIN_SCRIPT", "--deepspeed", "--deepspeed_config", "ds_config.json"]
         _moe_snippet(files, model, plan)
+        _ulysses_snippet(files, model, plan)
     elif plan.engine is Engine.MEGATRON:
         args_ = megatron.megatron_args(model, cluster, plan)
         passed, message = megatron.validate_megatron_args(args_)
@@ -128,6 +130,17 @@ def _moe_snippet(files: dict, model, plan) -> None:
 
     files["moe_layer.py"] = dsmoe.moe_layer_snippet(model, plan) + "\n"
     _note(files["moe_layer.py"].rstrip())
+
+
+def _ulysses_snippet(files: dict, model, plan) -> None:
+    """DeepSpeed-Ulysses lives in the model code (its groups and the attention wrapper): write it as
+    ``ulysses_attention.py`` and print it on stderr."""
+    if not plan.is_ulysses:
+        return
+    from workbench.configs.deepspeed import ulysses_snippet
+
+    files["ulysses_attention.py"] = ulysses_snippet(model, plan)
+    _note(files["ulysses_attention.py"].rstrip())
 
 
 def _validate_ds(cfg: dict, plan) -> bool:

@@ -54,6 +54,8 @@ def _offload(p) -> str:
 def _cp(p) -> str:
     """CP size, with the exchange when it is not the ring: ``4a`` all-to-all, ``4g`` all-gather, ``4h`` a2a+p2p."""
     kind = str(p.cp_comm_type)
+    if p.is_ulysses:
+        return f"{p.context_parallel}u"
     return f"{p.context_parallel}" + ({"a2a": "a", "all_gather": "g", "a2a+p2p": "h"}.get(kind, "")
                                       if p.context_parallel > 1 else "")
 
@@ -117,7 +119,7 @@ def render(result) -> str:
                       f"headroom: keep margin or take the next plan"]
     if any(_cp(r.plan)[-1].isalpha() for r in (*result.ranked, *result.pareto)):
         lines += ["", "CP: the ring (p2p) unless marked a (all-to-all, --cp-comm-type a2a), g (all_gather), "
-                      "h (a2a+p2p)"]
+                      "h (a2a+p2p), u (DeepSpeed-Ulysses, --ulysses)"]
     lines += ["", result.explanation]
     return "\n".join(lines)
 

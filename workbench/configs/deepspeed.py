@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields
 from typing import Optional
 
 from workbench.defaults import DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-from workbench.specs import (AdamImpl, ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
-                             ZeroStage, validate)
+from workbench.specs import (AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan,
+                             Precision, Recompute, ZeroStage, validate)
 
 #: Models at or above this many parameters get the tighter clipping default (the DeepSpeed-vs-Megatron
 #: practitioner's guide §5.3: "for models of 13B parameters and up (13B以上), max_norm between 0.5 and 1.0 gives
@@ -226,6 +226,10 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
         if plan.offload_params is not Offload.NONE:
             zero["offload_param"] = _offload_section(plan.offload_params, o)
     cfg["zero_optimization"] = zero
+    if plan.is_ulysses:
+        # DeepSpeed-Ulysses: the groups come from the model code's mpu (ulysses_snippet); DeepSpeedConfig reads the
+        # key on its no-mpu path (zero.Init before deepspeed.initialize) to count data-parallel ranks
+        cfg["sequence_parallel_size"] = plan.ulysses
     if plan.recompute is not Recompute.NONE:
         layers_per_stage = model.num_layers // plan.pipeline_parallel
         cfg["activation_checkpointing"] = {
@@ -416,3 +420,53 @@ def resolve_hf_auto(config: dict, training_args: dict, *, world_size: int, hidde
     if left:
         raise ValueError(f"ds_config 'auto' at {', '.join(left)}: the Trainer does not fill these")
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# DeepSpeed-Ulysses: the attention wrapper and the groups live in the model code
+# ----------------------------------------------------------------------------------------------------------------
+def ulysses_snippet(model: ModelSpec, plan: ParallelPlan) -> str:
+    """The model-code side of DeepSpeed-Ulysses (DeepSpeed 0.19.8) for ``plan.ulysses`` = N: the sequence-parallel
+    groups (``deepspeed.runtime.sequence_parallel.parallel_state_sp``: N consecutive ranks each, ZeRO over all
+    ranks), the attention wrapped in ``deepspeed.sequence.layer.DistributedAttention`` (all-to-all of Q, K, V before
+    the local attention and of its output after; [batch, seq, heads, head_dim] tensors), the mpu handed to
+    ``deepspeed.initialize``; for a Hugging Face model ``UlyssesSPAttentionHF.register_with_transformers`` and the
+    data loader adapter that shards each batch's sequence. Python source text."""
+    n, s, b = plan.ulysses, model.seq_length, plan.micro_batch_size
+    head = (f"# DeepSpeed-Ulysses sequence parallel over {n} ranks ({model.num_attention_heads} heads, "
+            f"{model.num_query_groups} K/V heads -> {model.num_attention_heads // n} and {model.num_query_groups // n} "
+            f"per rank; {s // n} of {s} tokens per rank outside attention)\n"
+            "import deepspeed\n")
+    if model.implementation is Implementation.TRANSFORMERS:
+        return head + (
+            "from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF, UlyssesSPDataLoaderAdapter\n"
+            "\n"
+            "# before the model is built: registers attn_implementation='ulysses' and builds the groups\n"
+            f"mpu = UlyssesSPAttentionHF.register_with_transformers(model_name_or_path=MODEL_PATH,\n"
+            f"    core_attn_implementation='sdpa', sequence_parallel_size={n}, micro_batch_size={b},\n"
+            f"    seq_length={s}, seq_length_is_variable=True)\n"
+            "model = AutoModelForCausalLM.from_pretrained(MODEL_PATH, attn_implementation='ulysses')\n"
+            "engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),\n"
+            "                                               config='ds_config.json', mpu=mpu)\n"
+            "# each rank gets its 1/N slice of every batch's sequence (batches need position_ids)\n"
+            "loader = UlyssesSPDataLoaderAdapter(loader, sp_rank=mpu.get_sequence_parallel_rank(),\n"
+            "    sp_group=mpu.get_sequence_parallel_group(), sp_world_size=mpu.get_sequence_parallel_world_size(),\n"
+            "    device=engine.device)\n"
+            "# the loss of each rank's tokens is averaged over the sequence-parallel group\n")
+    return head + (
+        "import deepspeed.runtime.sequence_parallel.parallel_state_sp as mpu\n"
+        "from deepspeed.sequence.layer import DistributedAttention\n"
+        "\n"
+        f"deepspeed.init_distributed()\n"
+        f"mpu.initialize_sequence_parallel(sequence_parallel_size={n})\n"
+        "\n"
+        "# in each transformer layer: q, k, v of this rank's s/N tokens, [batch, seq, heads, head_dim]\n"
+        "self.attention = DistributedAttention(local_attention, mpu.get_sequence_parallel_group(),\n"
+        "                                      scatter_idx=2, gather_idx=1)\n"
+        "out = self.attention(q, k, v, batch_dim_idx=0)  # back to [batch, s/N, heads, head_dim]\n"
+        "\n"
+        "engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),\n"
+        "                                               config='ds_config.json', mpu=mpu)\n"
+        f"# feed each rank tokens [r*{s // n}, (r+1)*{s // n}) of every sequence, r = "
+        "mpu.get_sequence_parallel_rank();\n"
+        "# average the loss over mpu.get_sequence_parallel_group()\n")

@@ -54,7 +54,8 @@ def hybrid_args(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
             a += ["--moe-expert-parallel-size", str(plan.expert_parallel),
                   "--moe-train-capacity-factor", f"{dsmoe.capacity_factor(plan):g}",
                   "--moe-eval-capacity-factor", f"{dsmoe.capacity_factor(plan):g}",
-                  "--moe-min-capacity", str(dsmoe.MIN_CAPACITY)]
+                  "--moe-min-capacity", str(dsmoe.MIN_CAPACITY),
+                  "--create-moe-param-group"]  # expert param groups ZeRO partitions over expert data parallel
     a += ["--tensor-model-parallel-size", str(plan.tensor_parallel),
           "--pipeline-model-parallel-size", str(plan.pipeline_parallel)]
     if plan.pipeline_parallel == 1:

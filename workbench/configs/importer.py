@@ -336,6 +336,15 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
             return None
         return kind(value, path)
 
+    # DeepSpeed-Ulysses: the batch identity then counts data-parallel ranks, world ÷ sequence_parallel_size
+    full_world = world_size
+    sp = get(cfg, "sequence_parallel_size", "sequence_parallel_size", _positive)
+    if sp is not None and sp > 1:
+        plan["ulysses"] = sp
+        if world_size is not None:
+            if world_size % sp:
+                raise ValueError(f"sequence_parallel_size={sp} does not divide world_size={world_size}")
+            world_size //= sp
     tbs = get(cfg, "train_batch_size", "train_batch_size", _positive)
     mbs = get(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", _positive)
     gas = get(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps", _positive)
@@ -374,8 +383,8 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         plan["global_batch_size"] = tbs
     if gas is not None:
         opts["gradient_accumulation_steps"] = gas
-    if world_size is not None:
-        plan["world_size"] = world_size
+    if full_world is not None:
+        plan["world_size"] = full_world
 
     # precision
     for key in ("fp16", "bf16", "bfloat16", "zero_optimization", "optimizer", "scheduler",
@@ -632,7 +641,7 @@ _KNOWN = {
 
 _MOE_FLAGS = {"moe-shared-expert-intermediate-size", "moe-shared-expert-gate", "expert-model-parallel-size", "expert-tensor-parallel-size", "moe-token-dispatcher-type",
               "moe-expert-parallel-size", "moe-train-capacity-factor", "moe-eval-capacity-factor",
-              "moe-min-capacity", "disable-moe-token-dropping",
+              "moe-min-capacity", "disable-moe-token-dropping", "create-moe-param-group",
               "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "overlap-moe-expert-parallel-comm"}
 _KNOWN |= _MOE_FLAGS
 
@@ -649,7 +658,7 @@ def _read_moe(one, has, num, kind: str, model: dict, plan: dict, warnings: list)
         _read_deepspeed_moe(has, num, model, plan, warnings, present)
         return
     ds_moe = [f for f in ("moe-expert-parallel-size", "moe-train-capacity-factor", "moe-eval-capacity-factor",
-                          "moe-min-capacity",
+                          "moe-min-capacity", "create-moe-param-group",
                           "disable-moe-token-dropping") if has(f)]
     if ds_moe:
         warnings.append(f"{', '.join('--' + f for f in ds_moe)}: Megatron-DeepSpeed's (DeepSpeed-MoE) flags, "
@@ -688,7 +697,7 @@ def _read_deepspeed_moe(has, num, model: dict, plan: dict, warnings: list, prese
 
     core = [f for f in present if f not in ("moe-expert-parallel-size", "moe-train-capacity-factor",
                                             "moe-eval-capacity-factor", "moe-min-capacity",
-                                            "disable-moe-token-dropping")]
+                                            "disable-moe-token-dropping", "create-moe-param-group")]
     if core:
         warnings.append(f"{', '.join('--' + f for f in core)}: megatron-core's MoE flags, not Megatron-DeepSpeed's "
                         f"(its experts are DeepSpeed-MoE layers: --moe-expert-parallel-size); ignored")
