@@ -232,3 +232,9 @@ def test_layout_expert_groups_are_deepspeeds(monkeypatch):
     layout = build_layout(_cluster(), _plan(pipeline_parallel=2, zero_stage=1, expert_parallel=4), model=MIXTRAL)
     ours = {tuple(layout.expert_group_of(r, kind)[1]) for r in range(16) for kind in ("ep", "edp")}
     assert ours == {tuple(g) for g in made}
+
+
+def test_estimate_json_names_deepspeed_moe_capacity():
+    plan = estimate(MIXTRAL, _cluster(), _plan(expert_parallel=8, micro_batch_size=1)).to_dict()["plan"]
+    assert plan["deepspeed_moe"] and plan["moe_expert_capacity"] == 1024 and plan["moe_token_factor"] == 1.0
+    assert estimate(MIXTRAL, _cluster(), _plan()).to_dict()["plan"]["deepspeed_moe"] is False

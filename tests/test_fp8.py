@@ -121,7 +121,53 @@ def test_bf16_first_and_last_layers_cost_time_and_memory():
     kept = _est(m, tensor_parallel=2, fp8_recipe="tensorwise", fp8_bf16_first_layers=1, fp8_bf16_last_layers=1)
     assert kept.time.step_seconds > plain.time.step_seconds
     assert kept.memory.breakdown.weights < plain.memory.breakdown.weights  # no FP8 copies for the bf16 layers
-    assert kept.time.inputs["fp8_layer_fraction"] == pytest.approx(1 - 2 / m.num_layers)
+    # one pipeline stage: it builds both bf16 layers
+    shares = T.fp8_stage_shares(T.StepInputs(**kept.time.inputs))
+    assert shares == pytest.approx((1 - 2 / m.num_layers,) * 3)
+
+
+def test_bf16_layers_sit_where_megatron_builds_them():
+    """megatron-core's is_first_last_bf16_layer tests the global layer number: [0, F) and [L-B, L)."""
+    on = M.bf16_layers_on_stage
+    assert [on(80, 4, 1, s, 1, 1) for s in range(4)] == [1, 0, 0, 1]
+    assert on(32, 1, 1, 0, 2, 3) == 5
+    # interleaved (v = 5, chunks of 4 layers, stage-major inside each virtual row): layers 0-3 on stage 0,
+    # 4-7 on stage 1, ...; the last chunk of the last virtual row (layers 76-79) on stage 3
+    assert [on(80, 4, 5, s, 6, 2) for s in range(4)] == [4, 2, 0, 2]
+    # Llama 3 405B's uneven split (7, 8 x 14, 7): F = 7 fills stage 0, B = 7 stage 15
+    split = dict(first_stage_layers=7, middle_stage_layers=8, last_stage_layers=7)
+    got = [float(on(126, 16, 1, s, 7, 7, **split)) for s in range(16)]
+    assert got[0] == got[15] == 7 and sum(got) == 14
+    # arrays (the planner's stages)
+    np.testing.assert_array_equal(on(80, 4, 1, np.arange(4), 1, 1), [1, 0, 0, 1])
+
+
+def test_bf16_layers_price_the_first_and_last_stage_only():
+    m = catalog.model("llama3-70b")  # 80 layers on 4 stages: the last (output layer, loss) is the slowest
+    kw = dict(world=64, tensor_parallel=8, pipeline_parallel=4, sequence_parallel=True, fp8_recipe="tensorwise",
+              global_batch_size=64)
+    none, last, both = (_est(m, gpu="H100-SXM", **kw, **extra) for extra in
+                        ({}, dict(fp8_bf16_last_layers=1), dict(fp8_bf16_first_layers=1, fp8_bf16_last_layers=1)))
+    # the bf16 first layer slows stage 0, not the pace-setting last stage; the bf16 last layer slows that one by one
+    # layer's bf16-vs-FP8 difference (not the 1/p share an even spread would give)
+    assert both.time.breakdown["compute"] == pytest.approx(last.time.breakdown["compute"])
+    terms = T.step_time_terms(**none.time.inputs)
+    bf16_in = dict(none.time.inputs, fp8_layer_fraction=0.0)
+    bf16 = T.step_time_terms(**bf16_in)
+    per_layer = (bf16["layer_forward_seconds"] + bf16["layer_backward_seconds"]
+                 - terms["layer_forward_seconds"] - terms["layer_backward_seconds"])
+    m_ = none.plan.num_microbatches
+    # (less the layer's FP8 weight copy, rebuilt once per step: a few tenths of a percent here)
+    assert last.time.breakdown["compute"] - none.time.breakdown["compute"] == pytest.approx(m_ * per_layer, rel=5e-3)
+    assert last.time.breakdown["compute"] - none.time.breakdown["compute"] < m_ * per_layer
+    # the pipeline view's per-stage times: stage 0 carries one bf16 layer more than a middle stage
+    gain = T.step_time_terms(**both.time.inputs)["fp8_layer_forward_gain_seconds"]
+    (f0, _), (f1, _), (f2, _), _ = both.time.stage_microbatch_seconds
+    assert f1 == pytest.approx(f2) and f0 - f1 == pytest.approx(float(gain)) and gain > 0
+    # memory: stage 0 loses one layer's FP8 weight copies, a middle stage none
+    s_none, s_both = none.memory.stages, both.memory.stages
+    assert s_both[0].terms.weights < s_none[0].terms.weights
+    assert s_both[1].terms.weights == pytest.approx(s_none[1].terms.weights)
 
 
 def test_planner_arrays_match_the_single_plan():

@@ -57,6 +57,7 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 overlap_comm=int(plan.overlaps_comm), lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
                 lora_dropout=plan.lora_dropout, fp8_recipe=FP8_RECIPE_CODES[str(plan.fp8_recipe)],
                 fp8_pg=int(plan.fp8_param_gather), fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
+                fp8_bf16_first=plan.fp8_bf16_first_layers, fp8_bf16_last=plan.fp8_bf16_last_layers,
                 ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
                 moe_tf=moe_token_factor(plan, model), moe_ds=int(plan.deepspeed_moe and model.is_moe),
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
@@ -75,6 +76,8 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("fp8_recipe", FP8_RECIPE_CODES[str(Fp8Recipe.parse(fp8_recipe, "fp8_recipe"))])
     out.setdefault("fp8_pg", np.asarray(table["dist_opt"]) * int(bool(fp8_param_gather)))
     out.setdefault("fp8_bf16", 0)
+    out.setdefault("fp8_bf16_first", 0)
+    out.setdefault("fp8_bf16_last", 0)
     out.setdefault("grad_fp32", -1)  # Megatron's main-gradient dtype: -1, Megatron-LM's default for the precision
     for key in ("first_layers", "last_layers", "emb_split", "loss_split", "cp_comm"):
         out.setdefault(key, 0)
@@ -241,7 +244,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                                                                            cols["lora_targets"], cols["lora_dropout"])
                                           if cols["lora_rank"] else 0.0),
                fp8=int(precision.is_fp8), fp8_recipe=cols.get("fp8_recipe", 0),
-               fp8_param_gather=cols.get("fp8_pg", 0), fp8_layer_fraction=fp8_layer_fraction(model, cols),
+               fp8_param_gather=cols.get("fp8_pg", 0), fp8_bf16_first=cols.get("fp8_bf16_first", 0),
+               fp8_bf16_last=cols.get("fp8_bf16_last", 0),
                expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
                expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
                moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision),
@@ -252,9 +256,10 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
 
 
 def fp8_layer_fraction(model: ModelSpec, cols: dict):
-    """Share of the transformer layers whose GEMMs run in FP8: all but Megatron's bf16 first/last layers
-    (``--first-last-layers-bf16``). The models spread the bf16 layers' share over every stage; Megatron puts them on
-    the first and last stage (a layer or two out of dozens: a small difference on those stages)."""
+    """Share of the model's transformer layers whose GEMMs run in FP8: all but Megatron's bf16 first/last layers
+    (``--first-last-layers-bf16``). Whole-model figures (the FP8 parameter all-gather's bytes) read it; per stage
+    the memory and time models place the bf16 layers where Megatron builds them
+    (:func:`workbench.memory.bf16_layers_on_stage`: the first and last stage)."""
     return 1.0 - np.divide(cols.get("fp8_bf16", 0), model.num_layers)
 
 
@@ -381,7 +386,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         moe_overlap_alltoall=cols.get("moe_ov", 0), moe_deepspeed=cols.get("moe_ds", 0),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
-        fp8_layer_fraction=0.0, fp8_peak_flops=1.0, fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,
+        fp8_layer_fraction=0.0, fp8_bf16_first=0, fp8_bf16_last=0, fp8_peak_flops=1.0,
+        fp8_gemm_efficiency_max=1.0, fp8_gemm_half_dim=1.0,
         fp8_activation_bytes=1.0, fp8_weight_cast_bytes_per_parameter=0.0, fp8_amax_reductions=0.0,
         fp8_amax_bytes=0.0, param_gather_bytes_per_value=float(precision.bytes_per_value)))
     if profile is not None:
@@ -414,7 +420,10 @@ def fp8_time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, counts) 
     gather = np.where(pg, 2.0 - linear_share * (2.0 - a), 2.0)
     delayed = recipe == FP8_RECIPE_CODES["delayed"]
     stage_tensors = model.num_layers / np.asarray(cols["pp"]) * M.fp8_linear_modules_per_layer(model) * 5
-    return dict(fp8_layer_fraction=fraction, fp8_peak_flops=gpu.peak_flops("fp8"),
+    # FP8 on (1.0); the bf16 first/last layers are placed per stage by timing.fp8_stage_shares from these counts
+    return dict(fp8_layer_fraction=np.ones_like(fraction, dtype=float) if np.ndim(fraction) else 1.0,
+                fp8_bf16_first=cols.get("fp8_bf16_first", 0), fp8_bf16_last=cols.get("fp8_bf16_last", 0),
+                fp8_peak_flops=gpu.peak_flops("fp8"),
                 fp8_gemm_efficiency_max=curve["gemm_efficiency_max"], fp8_gemm_half_dim=curve["gemm_half_dim"],
                 fp8_activation_bytes=a, fp8_weight_cast_bytes_per_parameter=cast,
                 fp8_amax_reductions=np.where(delayed, 2.0, 0.0), fp8_amax_bytes=4.0 * stage_tensors,

@@ -68,6 +68,15 @@ class EvaluatedPlan:
         step = self.time.step_seconds
         return step * band[0], step * band[1], band[2]
 
+    def _deepspeed_moe_fields(self) -> dict:
+        """``deepspeed_moe`` and, when true, DeepSpeed-MoE's expert capacity and token factor."""
+        if not (self.model.is_moe and self.plan.deepspeed_moe):
+            return {"deepspeed_moe": False}
+        from workbench import dsmoe
+
+        return {"deepspeed_moe": True, "moe_expert_capacity": dsmoe.expert_capacity_of(self.model, self.plan),
+                "moe_token_factor": dsmoe.token_factor(self.model, self.plan)}
+
     def to_dict(self) -> dict:
         counts = self.parameter_counts
         out = {
@@ -87,6 +96,7 @@ class EvaluatedPlan:
                      "hierarchical_context_parallel_sizes": (list(self.plan.hierarchical_context_parallel_sizes)
                                                              if self.plan.hierarchical_context_parallel_sizes
                                                              else None),
+                     "ulysses": self.plan.ulysses,
                      "data_parallel": self.plan.data_parallel,
                      "sequence_parallel": self.plan.sequence_parallel, "zero_stage": int(self.plan.zero_stage),
                      "offload_optimizer": str(self.plan.offload_optimizer),
@@ -104,7 +114,8 @@ class EvaluatedPlan:
                      "moe_capacity_factor": self.plan.moe_capacity_factor,
                      "moe_pad_to_capacity": self.plan.moe_pad_to_capacity,
                      "moe_token_dispatcher": str(self.plan.moe_token_dispatcher),
-                     "moe_overlap_alltoall": self.plan.moe_overlap_alltoall},
+                     "moe_overlap_alltoall": self.plan.moe_overlap_alltoall,
+                     **self._deepspeed_moe_fields()},
             "memory": self.memory.to_dict(),
         }
         if self.time is not None:

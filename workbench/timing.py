@@ -337,6 +337,11 @@ class StepInputs:
     gather into the full parameter, the copy into the fp32 partition); fitted with the latencies."""
     fp8_layer_fraction: object = 0.0
     """Share of the layers whose linear GEMMs run in FP8 (Transformer Engine FP8 training; 0: none)."""
+    fp8_bf16_first: object = 0
+    """Megatron's bf16 first layers of an FP8 run (``--num-layers-at-start-in-bf16``): global layers [0, F), built
+    on the first stage (:func:`fp8_stage_shares`)."""
+    fp8_bf16_last: object = 0
+    """Megatron's bf16 last layers (``--num-layers-at-end-in-bf16``): global layers [L − B, L), on the last stage."""
     fp8_peak_flops: object = 1.0
     """Dense FP8 peak FLOP/s of the GPU (used where ``fp8_layer_fraction`` > 0)."""
     fp8_gemm_efficiency_max: object = 1.0
@@ -538,8 +543,11 @@ def compute_terms(x: StepInputs) -> dict:
     t_score_bwd = score_elements * score_bwd_b / score_hbm
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
     # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
-    # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`)
-    fp8 = x.fp8_layer_fraction
+    # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`).
+    # A layer's times are linear in the FP8 share: priced at share 0 and 1, each stage mixes them by its own share
+    # (Megatron's bf16 first/last layers sit on the first and last stage: :func:`fp8_stage_shares`)
+    t_weights_bf16 = t_weights_fwd
+    fp8 = 1.0
     gemm8 = dict(peak_flops=x.fp8_peak_flops, efficiency_max=x.fp8_gemm_efficiency_max, half_dim=x.fp8_gemm_half_dim)
     t_weights_fp8 = (gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm8)
                      + gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm8)
@@ -573,16 +581,51 @@ def compute_terms(x: StepInputs) -> dict:
     hf_ckpt_exposed = np.where(x.hf_recompute_layer_s > 0, hf_ckpt_exposed, 0.0)
     recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + hf_ckpt_exposed)
                        + g["selective"] * (t_core + t_score_fwd))
+    # the layer at FP8 share 1 (above) and at share 0 (bf16): a stage with share a takes (1−a)·bf16 + a·FP8
+    bf16_fwd = t_weights_bf16 + t_core + t_mem + t_score_fwd + t_rope_fwd + x.layer_pass_overhead_s
+    bf16_bwd = ((1 + tf) * t_weights_bf16 + t_core_bwd + 2 * t_mem + t_score_bwd + t_rope_bwd
+                + x.layer_pass_overhead_s)
+    bf16_exposed = np.where(x.hf_recompute_layer_s > 0,
+                            np.maximum(0.0, x.hf_recompute_layer_s - (2 * bf16_fwd + bf16_bwd)), 0.0)
+    bf16_rc = (g["full"] * x.recompute_fraction * (bf16_fwd + bf16_exposed)
+               + g["selective"] * (t_core + t_score_fwd))
+    fp8_on = np.asarray(x.fp8_layer_fraction) > 0
+
+    def mix(share, at_fp8, at_bf16):
+        return np.where(fp8_on, share * at_fp8 + (1 - share) * at_bf16, at_bf16)
+
     # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
-    # of its layers; with an uneven split (stage_layers) another stage may hold more layers and be slower
+    # of its layers; with an uneven split (stage_layers), or bf16 layers on the first stage of an FP8 run, another
+    # stage may be slower
     last_layers, other_layers = stage_layers(x)
-    last_fwd = last_layers * layer_fwd + t_logits + t_loss_fwd
-    last_bwd = last_layers * layer_bwd + (1 + tf) * t_logits + t_loss_bwd
+    share_first, share_middle, share_last = fp8_stage_shares(x)
+    p = x.pipeline_parallel
+    middle_layers = x.num_layers / p if x.middle_stage_layers is None else x.middle_stage_layers
+    first_layers = x.num_layers / p if x.first_stage_layers is None else x.first_stage_layers
+
+    def stage_seconds(share):
+        return mix(share, layer_fwd + layer_bwd + recompute_layer, bf16_fwd + bf16_bwd + bf16_rc)
+    # the busiest stage other than the last: the first, or (p > 2) a middle one if it takes longer
+    first_s = first_layers * stage_seconds(share_first)
+    middle_s = np.where(p > 2, middle_layers * stage_seconds(share_middle), 0.0)
+    middle_wins = middle_s > first_s
+    other_layers = np.where(p > 1, np.where(middle_wins, middle_layers, first_layers), 0.0)
+    share_other = np.where(middle_wins, share_middle, share_first)
     # what the last stage adds to its layers: the output layer and the loss
     out_fwd, out_bwd = t_logits + t_loss_fwd, (1 + tf) * t_logits + t_loss_bwd
-    last_slowest = (last_fwd + last_bwd + last_layers * recompute_layer
-                    >= other_layers * (layer_fwd + layer_bwd + recompute_layer))
+    last_layer_fwd, last_layer_bwd = mix(share_last, layer_fwd, bf16_fwd), mix(share_last, layer_bwd, bf16_bwd)
+    last_fwd = last_layers * last_layer_fwd + out_fwd
+    last_bwd = last_layers * last_layer_bwd + out_bwd
+    last_slowest = (last_fwd + last_bwd + last_layers * mix(share_last, recompute_layer, bf16_rc)
+                    >= other_layers * stage_seconds(share_other))
     layers = np.where(last_slowest, last_layers, other_layers)
+    share = np.where(last_slowest, share_last, share_other)  # the slowest stage's FP8 share
+    fp8 = np.where(fp8_on, share, 0.0)
+    fp8_fwd, fp8_bwd = layer_fwd, layer_bwd
+    layer_fwd, layer_bwd = mix(share, layer_fwd, bf16_fwd), mix(share, layer_bwd, bf16_bwd)
+    recompute_layer = mix(share, recompute_layer, bf16_rc)
+    t_weights_fwd = mix(share, t_weights_fwd, t_weights_bf16)
+    t_cast_fwd, t_cast_bwd = mix(share, t_cast_fwd, 0.0), mix(share, t_cast_bwd, 0.0)
     stage_fwd = np.where(last_slowest, last_fwd, other_layers * layer_fwd)
     stage_bwd = np.where(last_slowest, last_bwd, other_layers * layer_bwd)
     recompute_mb = layers * recompute_layer
@@ -600,7 +643,10 @@ def compute_terms(x: StepInputs) -> dict:
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
             "core_attention_backward_seconds": t_core_bwd,
-            "layer_weight_gemm_seconds": t_weights_fwd}
+            "layer_weight_gemm_seconds": t_weights_fwd, "fp8_stage_share": fp8,
+            # what one layer saves running in FP8 instead of bf16 (0 without FP8): per-stage times in the pipeline view
+            "fp8_layer_forward_gain_seconds": np.where(fp8_on, bf16_fwd - fp8_fwd, 0.0),
+            "fp8_layer_backward_gain_seconds": np.where(fp8_on, bf16_bwd - fp8_bwd, 0.0)}
 
 
 def _expert_tp(x: StepInputs):
@@ -732,6 +778,23 @@ def fp8_cast_bytes(*, tokens, hidden_size, query_projection_size, kv_projection_
     return forward, backward
 
 
+def fp8_stage_shares(x: StepInputs):
+    """``(first, middle, last)``: the share of each stage's layers that run in FP8 — ``fp8_layer_fraction`` of the
+    layers that are not Megatron's bf16 first/last layers, which megatron-core places by global layer number
+    (:func:`workbench.memory.bf16_layers_on_stage`): on the first and last stage (a middle stage only when a stage
+    has fewer layers than F or B, or with interleaving)."""
+    from workbench.memory import bf16_layers_on_stage
+
+    p, L = x.pipeline_parallel, x.num_layers
+    n = [L / p if v is None else v for v in (x.first_stage_layers, x.middle_stage_layers, x.last_stage_layers)]
+    split = (n[0], n[1], n[2]) if x.first_stage_layers is not None else (None, None, None)
+    out = []
+    for stage, count in zip((0, np.minimum(1, p - 1), p - 1), n):
+        bf16 = bf16_layers_on_stage(L, p, x.virtual_pipeline, stage, x.fp8_bf16_first, x.fp8_bf16_last, *split)
+        out.append(x.fp8_layer_fraction * (1.0 - bf16 / np.maximum(count, 1)))
+    return tuple(out)
+
+
 def stage_layers(x: StepInputs):
     """``(last, other)``: transformer layers on the last pipeline stage and the most on any other stage (0 when
     p = 1), from the uneven split's ``first/middle/last_stage_layers`` or num_layers / p."""
@@ -770,7 +833,7 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # with sequence parallel each all-reduce becomes an all-gather + a reduce-scatter: same bytes, twice the calls
     # FP8 layers gather their norm's output already quantized (Transformer Engine's LayerNormLinear casts before the
     # sequence-parallel all-gather): a bytes instead of v per value; the reduce-scatters stay in bf16
-    fp8_gather = 1.0 - x.fp8_layer_fraction * (1.0 - x.fp8_activation_bytes / x.bytes_per_value)
+    fp8_gather = 1.0 - comp["fp8_stage_share"] * (1.0 - x.fp8_activation_bytes / x.bytes_per_value)
     sp_pair = (collective_seconds(act_bytes * fp8_gather, t, kind="all_gather", **tp)
                + collective_seconds(act_bytes, t, kind="reduce_scatter", **tp))
     per_collective = np.where(sp, sp_pair, allreduce)
@@ -1067,7 +1130,7 @@ def _flops(x: StepInputs, comp: dict) -> dict:
     weight_flops = 2 * tokens * (h * (q + 2 * kv) + q * h + x.experts_per_token * h * (fc1_width + f)) / t
     t_weights_fwd = comp["layer_weight_gemm_seconds"]
     # relative to the peak the layer GEMMs run at (FP8 layers: the FP8 peak)
-    fp8 = x.fp8_layer_fraction
+    fp8 = comp["fp8_stage_share"]
     gemm_peak = np.where(fp8 > 0, (1 - fp8) * x.peak_flops + fp8 * x.fp8_peak_flops, x.peak_flops)
     return {"model_flops": model_f, "hardware_flops": model_f + extra_f,
             "gemm_efficiency": weight_flops / (t_weights_fwd * gemm_peak)}
@@ -1247,20 +1310,42 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
         layer_backward_seconds=float(terms["layer_backward_seconds"]),
         microbatch_forward_seconds=float(terms["microbatch_forward_seconds"]),
         microbatch_backward_seconds=float(terms["microbatch_backward_seconds"]),
-        stage_microbatch_seconds=stage_microbatch_seconds(terms, plan.stage_layers(model.num_layers)),
+        stage_microbatch_seconds=stage_microbatch_seconds(terms, plan.stage_layers(model.num_layers),
+                                                          _fp8_layers_per_stage(model, plan)),
         fp8_cast_seconds=float(terms["fp8_cast_seconds"]),
         fp8_amax_seconds=float(plan.num_microbatches * terms["fp8_amax_microbatch_seconds"]),
         links=links, inputs=dict(inputs),
     )
 
 
-def stage_microbatch_seconds(terms: dict, layers_per_stage) -> tuple:
+def _fp8_layers_per_stage(model, plan):
+    """Layers running in FP8 on each pipeline stage (``None`` without FP8): all but Megatron's bf16 first/last ones,
+    placed by :func:`workbench.memory.bf16_layers_on_stage`."""
+    if not plan.precision.is_fp8:
+        return None
+    from workbench.memory import bf16_layers_on_stage
+
+    layers = plan.stage_layers(model.num_layers)
+    p = len(layers)
+    split = (layers[0], layers[1] if p > 2 else layers[0], layers[-1])
+    return tuple(n - float(bf16_layers_on_stage(model.num_layers, p, plan.virtual_pipeline, i,
+                                                plan.fp8_bf16_first_layers, plan.fp8_bf16_last_layers, *split))
+                 for i, n in enumerate(layers))
+
+
+def stage_microbatch_seconds(terms: dict, layers_per_stage, fp8_layers_per_stage=None) -> tuple:
     """``((forward, backward), ...)`` per pipeline stage for one plan's :func:`step_time_terms` result: the stage's
-    layers × one layer's micro-batch time, plus the output layer and loss on the last stage."""
+    layers × one layer's micro-batch time, plus the output layer and loss on the last stage. An FP8 plan's layer time
+    is the slowest stage's (its FP8 share); a stage with another count of FP8 layers (``fp8_layers_per_stage``:
+    Megatron's bf16 first/last layers sit on the first and last stage) differs by the FP8 gain of each layer."""
     f, b = float(terms["layer_microbatch_forward_seconds"]), float(terms["layer_microbatch_backward_seconds"])
+    share = float(terms.get("fp8_stage_share", 0.0))
+    gain_f = float(terms.get("fp8_layer_forward_gain_seconds", 0.0))
+    gain_b = float(terms.get("fp8_layer_backward_gain_seconds", 0.0))
     out = []
     for i, n in enumerate(layers_per_stage):
         last = i == len(layers_per_stage) - 1
-        out.append((n * f + (float(terms["output_forward_seconds"]) if last else 0.0),
-                    n * b + (float(terms["output_backward_seconds"]) if last else 0.0)))
+        more = 0.0 if fp8_layers_per_stage is None else n * share - fp8_layers_per_stage[i]  # FP8 layers fewer
+        out.append((n * f + more * gain_f + (float(terms["output_forward_seconds"]) if last else 0.0),
+                    n * b + more * gain_b + (float(terms["output_backward_seconds"]) if last else 0.0)))
     return tuple(out)
