@@ -212,10 +212,12 @@ def test_transformers_loss_and_eager_attention_memory():
     _, eager_layer = M.layer_activation_bytes(eager, recompute=0, **kw)
     _, mg_layer = M.layer_activation_bytes(eager.replace(implementation="megatron"), recompute=0, **kw)
     # without dropout both keep the fp32 softmax and the 16-bit probabilities the P @ V matmul saves (6 bytes/score);
-    # megatron-core's layer keeps more around them: its glu's (x_linear + offset) copy and the product (2·v·s·f), and
-    # K and V repeated to all 32 heads for its two matmuls (v·s·(3q − q − 2kv))
-    s, f, q, kv = 2048, 14336, 4096, 1024
-    assert mg_layer - eager_layer == 2 * 2 * s * f + 2 * s * (3 * q - q - 2 * kv)
+    # megatron-core's layer keeps its glu's (x_linear + offset) copy and the product (2·v·s·f), and K and V repeated
+    # to all 32 heads for its two matmuls (v·s·(3q − q − 2kv)); transformers' unfused ops keep, per RMSNorm, the fp32
+    # input and the 16-bit down-cast beside the output (4 + v more per element, two norms: 8·s·h), and SiLU × up
+    # one f-wide tensor more than a fused SwiGLU (v·s·f)
+    s, h, f, q, kv = 2048, 4096, 14336, 4096, 1024
+    assert mg_layer - eager_layer == 2 * 2 * s * f + 2 * s * (3 * q - q - 2 * kv) - (8 * s * h + 2 * s * f)
     _, flash_layer = M.layer_activation_bytes(eager.replace(attention="flash"), recompute=0, **kw)
     assert eager_layer - flash_layer == 6 * 32 * 2048 * 2048 - 4 * 32 * 2048
     # GPT-2's eager softmax stays in bf16: softmax output 2 + dropout mask 1 + dropped probabilities 2 per score, and
@@ -321,3 +323,88 @@ def test_lora_dropout_keeps_a_copy_of_each_adapter_input():
     # per layer: q, k, v inputs (h each) and o's input (a·d), 2 bytes + a 1-byte mask, per token
     expected = 32 * 2048 * (3 * 4096 + 4096) * 3
     assert dropped - plain == pytest.approx(expected, rel=0.02)
+
+
+def _kept_after_forward_bytes(config: dict, layers: int, seq: int) -> int:
+    """Bytes of every tensor alive after a training forward of a transformers model on the CPU (bf16), parameters
+    excluded: what autograd keeps for backward, counted storage by storage."""
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Live(TorchDispatchMode):
+        def __init__(self, skip):
+            super().__init__()
+            self.live, self.seen, self.skip = 0, set(), skip
+
+        def _free(self, key, n):
+            self.live -= n
+            self.seen.discard(key)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    st = t.untyped_storage()
+                    key = st.data_ptr()
+                    if key not in self.seen and key not in self.skip and st.nbytes():
+                        self.seen.add(key)
+                        self.live += st.nbytes()
+                        weakref.finalize(st, self._free, key, st.nbytes())
+            return out
+
+    torch.manual_seed(0)
+    model = build_model(dict(config, num_hidden_layers=layers), device="cpu").to(torch.bfloat16).train()
+    skip = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    skip |= {b.untyped_storage().data_ptr() for b in model.buffers()}
+    ids = torch.randint(0, config["vocab_size"], (1, seq))
+    with Live(skip) as live:
+        loss = model(input_ids=ids, labels=ids).loss
+        kept = live.live
+    del loss
+    return kept
+
+
+def test_transformers_layer_keeps_what_its_unfused_ops_save():
+    """One Llama decoder layer's kept bytes, counted tensor by tensor on the CPU (2 layers less 1), equal the
+    memory model's: RMSNorm's fp32 input, down-cast and output, SiLU × up's four f-wide tensors, Q, K, V and the
+    SDPA output and statistics. Under LoRA the frozen norm weights keep no down-cast."""
+    config = dict(model_type="llama", hidden_size=64, intermediate_size=176, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, tie_word_embeddings=False,
+                  bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    seq = 128
+    measured = _kept_after_forward_bytes(config, 2, seq) - _kept_after_forward_bytes(config, 1, seq)
+    spec = import_hf(dict(config, num_hidden_layers=2), seq_length=seq).spec
+    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2,
+              recompute=0)
+    _, modelled = M.layer_activation_bytes(spec, **kw)
+    assert abs(modelled - measured) <= 0.01 * measured, (modelled, measured)
+    h = spec.hidden_size
+    assert M.hf_layer_extra_bytes_per_token(spec, value_bytes=2) == 2 * h * 4 + 176 * 2
+    assert M.hf_layer_extra_bytes_per_token(spec, value_bytes=2, frozen_norms=1.0) == 2 * h * 2 + 176 * 2
+    gemma2 = import_hf(HF / "gemma2-2b", seq_length=1024).spec  # fp32 weight products, 4 norms, soft-capped scores
+    g = gemma2.hidden_size
+    assert M.hf_layer_extra_bytes_per_token(gemma2, value_bytes=2) == (4 * g * 6 + 2 * gemma2.ffn_hidden_size
+                                                                       + 2 * gemma2.num_attention_heads * 1024)
+    mg = spec.replace(implementation="megatron")
+    assert M.layer_activation_bytes(mg, **kw)[1] < modelled
+
+
+def test_hf_full_fine_tune_buckets_after_the_loss():
+    """ZeRO-2, a transformers model: the reduce buckets appear at the first gradient hook, after the loss backward
+    has freed the fp32 logits gradients, so the backward peak holds the buckets or the loss, never both (a
+    megatron-core model under the same engine is priced with both)."""
+    spec = import_hf(HF / "llama3-8b", seq_length=8192).spec
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full")
+    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2)
+    hf = estimate(spec, cluster, plan).memory.stages[0]
+    mg_spec = spec.replace(implementation="megatron")
+    mg = estimate(mg_spec, cluster, plan).memory.stages[0]
+    assert hf.peak_phase == mg.peak_phase == "backward"
+    assert hf.terms.activations > M.output_activation_bytes(spec, **kw)  # the loss phase is the larger one
+    assert mg.terms.activations > M.output_activation_bytes(mg_spec, **kw)
+    # its two reduce buckets (overlap_comm, 5e8 16-bit elements each) are not allocated yet; the offload staging is
+    assert hf.terms.buffers == mg.terms.buffers - 2 * 2 * 500_000_000 > 0

@@ -51,6 +51,12 @@ def test_cli_refuses_in_one_line(capsys):
                "--engine", "deepspeed", "--ulysses", "16", "--zero", "3"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "ulysses=16 does not divide num_query_groups=8" in err
+    import json
+
+    assert main(["estimate", "--model", "llama3-8b", "--seq", "32768", "--gpu", "H100-SXM", "--nodes", "2",
+                 "--engine", "deepspeed", "--ulysses", "8", "--zero", "3", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["ulysses"], plan["context_parallel"], plan["cp_comm_type"], plan["data_parallel"]) == (8, 8, "a2a", 2)
 
 
 def test_memory_and_time_of_ulysses():
@@ -95,6 +101,11 @@ def test_export_import_and_the_model_code_snippet():
     assert "DistributedAttention(" in text and "initialize_sequence_parallel(sequence_parallel_size=8)" in text
     assert "mpu=mpu" in text and "8192 of 65536 tokens" in text
     compile(text.replace("self.", "self_"), "snippet", "exec")
+    from workbench.configs.importer import import_megatron_args
+
+    mds = import_megatron_args("deepspeed pretrain_gpt.py --num-layers 24 --hidden-size 2048 --num-attention-heads 16 "
+                               "--seq-length 8192 --micro-batch-size 1 --ds-sequence-parallel-size 4 --deepspeed")
+    assert any("--ds-sequence-parallel-size 4" in w and "--ulysses N" in w for w in mds.warnings)
     hf = model("llama3-8b", seq_length=65536, implementation="transformers", attention="flash")
     assert "register_with_transformers" in ulysses_snippet(hf, _ds(8))
 

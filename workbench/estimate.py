@@ -96,6 +96,7 @@ class EvaluatedPlan:
                      "hierarchical_context_parallel_sizes": (list(self.plan.hierarchical_context_parallel_sizes)
                                                              if self.plan.hierarchical_context_parallel_sizes
                                                              else None),
+                     "ulysses": self.plan.ulysses,
                      "data_parallel": self.plan.data_parallel,
                      "sequence_parallel": self.plan.sequence_parallel, "zero_stage": int(self.plan.zero_stage),
                      "offload_optimizer": str(self.plan.offload_optimizer),

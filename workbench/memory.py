@@ -429,7 +429,7 @@ def frozen_weight_bytes(n_frozen, *, zero_stage, data_parallel, param_bytes):
     return param_bytes * n_frozen / np.where(zero_stage >= 3, data_parallel, 1)
 
 
-def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, zero_stage, lora):
+def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, zero_stage, lora, buckets=None):
     """``(activations, buffers, late)`` at the backward peak of a LoRA rank under DeepSpeed ZeRO-1/2 (``late``:
     where this applies; elsewhere the caller's sum stands). ``held``: the activations kept through backward,
     ``output``: the loss transient, ``layer_transient``: the last layer's backward working set.
@@ -439,11 +439,16 @@ def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, z
     no hook fires during the loss backward: the first is an adapter of the last layer, after the logits' fp32
     gradients are freed. The peak is then the larger of ``held + output`` without the buckets and
     ``held + layer_transient + buffers``. No constant: it follows from that order (H200, fit split: the Llama LoRA
-    run was over-estimated by 31 % with the loss and the buckets counted at once)."""
+    run was over-estimated by 31 % with the loss and the buckets counted at once). A transformers model's full
+    fine-tune is ordered the same way (``lora`` is then true for it too): the loss backward's fp32 logits gradients
+    are freed before the output layer's weight gradient (untied) or the last layer's (tied) fires the first hook."""
     late = lora & (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2) & last
-    loss_wins = held + output > held + layer_transient + buffers
+    # ``buckets``: the reduce buckets within ``buffers`` (what is allocated from init on, such as the CPU-offload
+    # staging buffer, stays in the loss phase); None: all of ``buffers``
+    early = 0.0 if buckets is None else buffers - buckets
+    loss_wins = held + output + early > held + layer_transient + buffers
     acts = np.where(loss_wins, held + output, held + layer_transient)
-    return acts, np.where(loss_wins, 0.0, buffers), late
+    return acts, np.where(loss_wins, early, buffers), late
 
 
 def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_transient, layers, last,
@@ -530,10 +535,58 @@ def hf_softmax_in_model_dtype(m: ModelSpec) -> bool:
     return m.implementation is Implementation.TRANSFORMERS and m.position_embedding == "learned"
 
 
+def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.0):
+    """Bytes per token one transformers decoder layer keeps for backward beyond :func:`layer_activation_bytes`'
+    generic count (which is the fused-kernel count: a norm keeps its 16-bit input, the linears their 16-bit inputs,
+    the gated MLP its fc1 output and fc2 input). transformers runs these ops unfused in eager PyTorch, and each
+    op's autograd node keeps its own inputs (v = value bytes; w = the norm's weight-product operand; ``frozen_norms``
+    = 1 when the norm weights do not train, as under LoRA, so the weight product keeps nothing for them):
+
+    * RMSNorm, Llama style (``models/llama/modeling_llama.py`` ``LlamaRMSNorm``: ``x.to(float32)``, ``pow(2).mean``,
+      ``x * rsqrt(...)``, ``weight * x.to(dtype)``): the fp32 input (4 bytes, kept by pow and mul), the 16-bit
+      down-cast (v, kept for the weight's gradient) and the 16-bit output (v, kept by the next linears):
+      4 + v·(1 − frozen) + v per element instead of 2v; Gemma 2/3 (``Gemma2RMSNorm``: the product with
+      ``1 + weight`` in fp32) keep the fp32 normalised value instead of the down-cast (w = 4). Post-attention and
+      post-MLP norms (Gemma 2/3 ``sandwich_norm``) feed the residual, not a linear: 4 + w·(1 − frozen) instead of v.
+      Per-head Q/K norms (Qwen3, Gemma 3) keep 4 + w·(1 − frozen) per element of q and k instead of v.
+    * gated MLP (``down_proj(act_fn(gate_proj(x)) * up_proj(x))``): the activation keeps the gate output, the
+      product keeps the activation's output and the up output, down_proj keeps the product: 4·v·f, one v·f more.
+    * GPT-2's ``gelu_new`` (``NewGELUActivation``: ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`` op by op) keeps
+      three more f-wide tensors, and its q and k are made contiguous copies (``c_attn`` output split): 3·v·f + 2·v·q.
+    * Gemma 2's eager attention soft-caps the scores (``tanh(scores / cap) · cap``): tanh keeps its output, v per
+      score (a·s per token).
+
+    Checked on the CPU by counting every tensor alive after one layer's forward (2 layers less 1) for toy configs
+    of Llama, Qwen3, Gemma 2, GPT-2, GPT-NeoX and Phi-3 with and without LoRA: per layer within 0.5 % (Phi-3's fused
+    qkv_proj keeps 4 % more: its v is a view of the fused output). MoE layers: only the norms."""
+    from workbench.specs import Normalization, Positions
+
+    v, h = value_bytes, m.hidden_size
+    trained = 1.0 - np.asarray(frozen_norms, dtype=float)
+    extra = 0.0
+    if m.normalization is Normalization.RMSNORM:
+        gemma_style = m.sandwich_norm  # Gemma 2 and 3: the weight product in fp32
+        w = 4.0 if gemma_style else v
+        extra = extra + 2 * h * (4 + w * trained - v)  # the two norms that feed linears
+        if m.sandwich_norm:
+            extra = extra + 2 * h * (4 + w * trained - v)
+        if m.qk_norm:
+            extra = extra + (m.query_projection_size + m.kv_projection_size) * (4 + w * trained - v)
+    if not m.is_moe:
+        f = m.ffn_hidden_size
+        if m.is_gated:
+            extra = extra + v * f
+        elif m.position_embedding is Positions.LEARNED:  # GPT-2
+            extra = extra + 3 * v * f + 2 * v * m.query_projection_size
+    if m.sandwich_norm and not m.qk_norm and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capping
+        extra = extra + v * m.num_attention_heads * m.seq_length
+    return extra
+
+
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
                            dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE, expert_tensor_parallel=None,
-                           moe_token_factor=1.0, moe_deepspeed=0):
+                           moe_token_factor=1.0, moe_deepspeed=0, frozen_norms=0.0):
     """Activation bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 — ``sbh(10 + 24/t + 5as/(ht))`` for 16-bit activations,
@@ -551,7 +604,9 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     * MoE (:func:`moe_activation_bytes`) replaces the MLP's intermediates by the experts' and adds the router's;
       DeepSpeed-MoE (``moe_deepspeed``) adds its gate's fp32 input and its combine's copies
       (:func:`workbench.dsmoe.extra_activation_bytes`);
-    * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP).
+    * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP);
+    * a transformers model adds what its unfused ops keep (:func:`hf_layer_extra_bytes_per_token`; ``frozen_norms``
+      1 under LoRA).
     """
     s = m.seq_length / context_parallel
     s_full = m.seq_length
@@ -606,6 +661,9 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     else:
         core = 4.0 * m.num_attention_heads * s * b / t
     full_layer = replicated + qkv + proj_in + mlp + core
+    if m.implementation is Implementation.TRANSFORMERS:
+        full_layer = full_layer + s * b * hf_layer_extra_bytes_per_token(m, value_bytes=v,
+                                                                         frozen_norms=frozen_norms) / t
     selective = full_layer - core
     checkpoint_only = v * sbh * rep
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
@@ -957,7 +1015,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
     kw = dict(micro_batch=micro_batch, tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
               context_parallel=context_parallel)
-    moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor, moe_deepspeed=moe_deepspeed)
+    moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor, moe_deepspeed=moe_deepspeed,
+                  frozen_norms=lora.astype(float) if isinstance(lora, np.ndarray) else float(lora))
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
     fp8_delta = np.where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
@@ -1042,7 +1101,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
             token_factor=moe_token_factor), 0.0)
     late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer, buffers, last=last,
                                                       engine=engine, zero_stage=zero_stage,
-                                                      lora=lora_params_per_layer > 0)
+                                                      lora=(lora_params_per_layer > 0)
+                                                      | (m.implementation is Implementation.TRANSFORMERS),
+                                                      buckets=buckets)
+    # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
+    # alone moved the Hugging Face runs' allocated error the wrong way)
     activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive

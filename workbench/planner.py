@@ -986,7 +986,7 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
     gap = r.step_seconds / w.step_seconds - 1
     diffs = [f"{name} {fmt(getattr(w.plan, attr))} vs {fmt(getattr(r.plan, attr))}" for name, attr, fmt in (
         ("engine", "engine", str), ("TP", "tensor_parallel", str), ("PP", "pipeline_parallel", str),
-        ("v", "virtual_pipeline", str), ("CP", "context_parallel", str),
+        ("v", "virtual_pipeline", str), ("Ulysses", "ulysses", str), ("CP", "context_parallel", str),
         ("CP exchange", "cp_comm_type", str), ("a2a+p2p sizes", "hierarchical_context_parallel_sizes",
                                                lambda x: "x".join(map(str, x)) if x else "none"),
         ("DP", "data_parallel", str),

@@ -719,6 +719,7 @@ _FP8_FLAGS = {"fp8-format", "fp8-recipe", "fp8-margin", "fp8-interval", "fp8-ama
               "fp8-amax-compute-algo", "fp8-param-gather", "first-last-layers-bf16", "num-layers-at-start-in-bf16",
               "num-layers-at-end-in-bf16", "no-fp8-wgrad", "fp8-dot-product-attention", "fp8-multi-head-attention"}
 _KNOWN |= _FP8_FLAGS
+_KNOWN.add("ds-sequence-parallel-size")
 
 
 def _read_fp8(flags, one, has, num, plan: dict, opts: dict, warnings: list) -> None:
@@ -1055,6 +1056,10 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
 
     _read_fp8(flags, one, has, num, plan, opts, warnings)
     _read_moe(one, has, num, kind, m, plan, warnings)
+    if has("ds-sequence-parallel-size") and num("ds-sequence-parallel-size", _positive) > 1:
+        warnings.append(f"--ds-sequence-parallel-size {num('ds-sequence-parallel-size')}: Megatron-DeepSpeed's "
+                        f"DeepSpeed-Ulysses is modelled for engine 'deepspeed' only (--ulysses N, ds_config "
+                        f"sequence_parallel_size); ignored, so data parallel here counts those ranks too")
 
     other = sorted(f for f in flags if f not in _KNOWN)
     if other:
