@@ -19,15 +19,15 @@ enough copies that they are not served from the 60 MB L2. Also records whether `
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
+
+from gpu_provenance import gpu_provenance  # noqa: E402
 
 MODELS = ["gpt3-1.3b", "llama3-8b", "guide-13b", "llama3-70b", "mixtral-8x7b"]
 TP_DEGREES = [1, 2, 4, 8]
@@ -131,20 +131,7 @@ def measure_one(m, n, k, device, fp8: bool) -> dict:
 
 
 def provenance() -> dict:
-    import torch
-
-    out = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "host_cpu_cores": os.cpu_count(), "script": "benchmarks/gpu_fp8_gemm.py"}
-    if torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(0)
-        out.update(gpu=torch.cuda.get_device_name(0), gpu_total_bytes=p.total_memory,
-                   gpu_capability=f"{p.major}.{p.minor}")
-        try:
-            out["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=20).stdout.strip()
-        except Exception as exc:  # recorded, not fatal
-            out["driver"] = f"unknown: {exc}"
+    out = gpu_provenance(script="benchmarks/gpu_fp8_gemm.py")
     try:
         import transformer_engine  # noqa: F401
 

@@ -24,7 +24,6 @@ On a CPU-only machine ``--dry-run`` runs the same code path on tiny shapes with 
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -38,6 +37,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))
+
+from gpu_provenance import gpu_provenance  # noqa: E402
 
 from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER_SHAPE_2GPU, MCORE_SHAPES,  # noqa: E402
                   all_runs)  # noqa: E402
@@ -50,9 +52,8 @@ ENV_KEYS = ("OMP_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def versions() -> dict:
-    import torch
-
-    out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    """Versions of the training libraries beside Python, torch and CUDA (those come from ``gpu_provenance``)."""
+    out = {}
     for mod in ("deepspeed", "megatron.core", "transformers", "peft", "pydantic"):
         try:
             m = __import__(mod, fromlist=["__version__"])
@@ -63,21 +64,7 @@ def versions() -> dict:
 
 
 def provenance() -> dict:
-    import torch
-
-    out = {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "host_cpu_cores": os.cpu_count(), "platform": platform.platform(), **versions(),
-           "env": {k: os.environ.get(k) for k in ENV_KEYS}}
-    if torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(0)
-        out.update(gpu=torch.cuda.get_device_name(0), gpu_total_bytes=p.total_memory,
-                   gpu_capability=f"{p.major}.{p.minor}")
-        try:
-            out["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                           capture_output=True, text=True, timeout=20).stdout.strip()
-        except Exception as exc:
-            out["driver"] = f"unknown: {exc}"
-    return out
+    return gpu_provenance(platform=platform.platform(), **versions(), env={k: os.environ.get(k) for k in ENV_KEYS})
 
 
 # ----------------------------------------------------------------------------------------------------------------
