@@ -138,17 +138,22 @@ def prepare(rows):
     return inputs, measured, shapes, names
 
 
-def write_constants(names, x, source: str) -> None:
-    """Store fitted constants in workbench/catalog/efficiency.json (``source`` goes to the deepspeed note)."""
-    path = ROOT / "workbench" / "catalog" / "efficiency.json"
-    data = json.loads(path.read_text())
+def _set_constants(data: dict, names, values) -> None:
+    """Put each named constant's value at its place (``section.sub`` path, key) in the calibration dict ``data``."""
     where = {n: (sec, key) for n, sec, key, _ in CONSTANTS}
-    for n, v in zip(names, x):
+    for n, v in zip(names, values):
         sec, key = where[n]
         node = data
         for part in sec.split("."):
             node = node[part]
-        node[key] = float(f"{v:.4g}")
+        node[key] = v
+
+
+def write_constants(names, x, source: str) -> None:
+    """Store fitted constants in workbench/catalog/efficiency.json (``source`` goes to the deepspeed note)."""
+    path = ROOT / "workbench" / "catalog" / "efficiency.json"
+    data = json.loads(path.read_text())
+    _set_constants(data, names, [float(f"{v:.4g}") for v in x])
     data["deepspeed"].pop("zero3_hbm_bytes_per_parameter", None)  # now counted in the model
     if "params_per_second_per_core" in data["cpu_adam"]:  # the node cap follows the host's cores
         data["cpu_adam"].pop("params_per_second_per_node", None)
@@ -160,14 +165,7 @@ def write_constants(names, x, source: str) -> None:
 
 def apply_constants(names, x) -> None:
     """Use fitted constants in this process only (the catalog file is not touched)."""
-    data = timing.calibration()
-    where = {n: (sec, key) for n, sec, key, _ in CONSTANTS}
-    for n, v in zip(names, x):
-        sec, key = where[n]
-        node = data
-        for part in sec.split("."):
-            node = node[part]
-        node[key] = float(v)
+    _set_constants(timing.calibration(), names, [float(v) for v in x])
 
 
 def current_values(names) -> list:

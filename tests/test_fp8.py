@@ -168,6 +168,8 @@ def test_bf16_layers_price_the_first_and_last_stage_only():
     s_none, s_both = none.memory.stages, both.memory.stages
     assert s_both[0].terms.weights < s_none[0].terms.weights
     assert s_both[1].terms.weights == pytest.approx(s_none[1].terms.weights)
+    copies = [M.fp8_memory_terms(m, e.plan)["weight_copies"] for e in (none, last, both)]  # stage 0's
+    assert copies[1] == pytest.approx(copies[0]) and copies[2] == pytest.approx(copies[0] * 19 / 20)
 
 
 def test_planner_arrays_match_the_single_plan():
@@ -233,3 +235,41 @@ def test_planner_searches_fp8_param_gather_on_distributed_optimizer_rows():
         assert again.memory.per_gpu_peak_bytes == pytest.approx(r.peak_bytes, rel=1e-9)
     with pytest.raises(ValueError, match="fp8_param_gather=True needs precision='fp8'"):
         search(m, c, global_batch_size=32, fp8_param_gather=True)
+
+
+@pytest.mark.parametrize("case", [
+    dict(num_layers=80, p=4, F=1, B=1),
+    dict(num_layers=80, p=4, v=5, F=6, B=2),
+    dict(num_layers=126, p=16, first=7, last=7, F=7, B=3),
+    dict(num_layers=28, p=4, v=2, first=6, last=6, F=3, B=3),
+    dict(num_layers=32, p=1, F=2, B=2),
+])
+def test_bf16_placement_matches_megatron_core(case):
+    """bf16 layers per stage as megatron-core decides them: its layer offsets and is_first_last_bf16_layer."""
+    pytest.importorskip("megatron.core.fp8_utils")
+    import torch
+    from megatron.core.fp8_utils import is_first_last_bf16_layer
+    from megatron.core.transformer import transformer_block as tb
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    L, p, v = case["num_layers"], case["p"], case.get("v", 1)
+    first, last = case.get("first"), case.get("last")
+    cfg = TransformerConfig(num_layers=L, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=p,
+                            virtual_pipeline_model_parallel_size=v if v > 1 else None,
+                            num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=last,
+                            pipeline_dtype=torch.bfloat16, first_last_layers_bf16=True,
+                            num_layers_at_start_in_bf16=case["F"], num_layers_at_end_in_bf16=case["B"])
+    expected = []
+    for r in range(p):
+        n = 0
+        for s in range(v):
+            vp = s if v > 1 else None
+            offset = get_transformer_layer_offset(cfg, vp_stage=vp, pp_rank=r)
+            built = tb.get_num_layers_to_build(cfg, vp_stage=vp, pp_rank=r)
+            n += sum(is_first_last_bf16_layer(cfg, offset + i) for i in range(built))
+        expected.append(n)
+    split = {} if first is None else dict(first_stage_layers=first, middle_stage_layers=(L - first - last) // (p - 2),
+                                          last_stage_layers=last)
+    got = [int(M.bf16_layers_on_stage(L, p, v, r, case["F"], case["B"], **split)) for r in range(p)]
+    assert got == expected

@@ -307,3 +307,16 @@ def test_deepspeed_options_are_checked(field, value, expected):
     from workbench.configs import DeepSpeedOptions
 
     assert expected in _error(DeepSpeedOptions, **{field: value})
+
+
+def test_enum_spellings_share_one_parser():
+    from workbench.specs import AttentionImpl, CPCommType
+
+    assert AttentionImpl.parse(" SDPA ", "attention") is AttentionImpl.FLASH
+    assert AttentionImpl.parse("Fused", "attention") is AttentionImpl.FUSED_SOFTMAX
+    assert CPCommType.parse("Ring", "cp_comm_type") is CPCommType.P2P
+    assert CPCommType.parse(" allgather", "cp_comm_type") is CPCommType.ALL_GATHER
+    with pytest.raises(ValueError, match=r"cp_comm_type='ring2' is not one of: p2p, a2a, all_gather, a2a\+p2p"):
+        CPCommType.parse("ring2", "cp_comm_type")
+    with pytest.raises(ValueError, match=r"attention=3 must be one of"):
+        AttentionImpl.parse(3, "attention")

@@ -38,14 +38,20 @@ class _StrEnum(str, enum.Enum):
         return self.value
 
     @classmethod
+    def _aliases(cls) -> dict:
+        """Other spellings users write for a value (lower case) -> the value."""
+        return {}
+
+    @classmethod
     def parse(cls, value, field_name: str):
         if isinstance(value, cls):
             return value
         if not isinstance(value, str):
             allowed = ", ".join(m.value for m in cls)
             raise ValueError(f"{field_name}={value!r} must be one of: {allowed}")
+        key = value.strip().lower()
         try:
-            return cls(str(value).lower())
+            return cls(cls._aliases().get(key, key))
         except ValueError:
             allowed = ", ".join(m.value for m in cls)
             raise ValueError(f"{field_name}={value!r} is not one of: {allowed}") from None
@@ -157,10 +163,8 @@ class AttentionImpl(_StrEnum):
     FLASH = "flash"
 
     @classmethod
-    def parse(cls, value, field_name: str):
-        if isinstance(value, str):
-            value = _ATTENTION_ALIASES.get(value.strip().lower(), value)
-        return super().parse(value, field_name)
+    def _aliases(cls) -> dict:
+        return _ATTENTION_ALIASES
 
     @property
     def materialises_scores(self) -> bool:
@@ -214,11 +218,8 @@ class CPCommType(_StrEnum):
     A2A_P2P = "a2a+p2p"
 
     @classmethod
-    def parse(cls, value, field_name: str):
-        if isinstance(value, str):
-            value = {"allgather": "all_gather", "all-gather": "all_gather", "ulysses": "a2a",
-                     "ring": "p2p"}.get(value.strip().lower(), value.strip().lower())
-        return super().parse(value, field_name)
+    def _aliases(cls) -> dict:
+        return {"allgather": "all_gather", "all-gather": "all_gather", "ulysses": "a2a", "ring": "p2p"}
 
 
 class Implementation(_StrEnum):

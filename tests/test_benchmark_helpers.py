@@ -1,0 +1,52 @@
+"""Helpers shared inside the benchmarks: one provenance stamp, one way to place fitted time constants."""
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_corpus_and_fp8_records_keep_their_provenance_keys(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    measure = _load("corpus_measure_under_test", BENCH / "corpus" / "measure.py")
+    fp8 = _load("gpu_fp8_gemm_under_test", BENCH / "gpu_fp8_gemm.py")
+    common = {"date_utc", "host_cpu_cores", "python", "torch", "cuda"}
+    # the library versions are their own function (importing DeepSpeed and Megatron takes seconds)
+    monkeypatch.setattr(measure, "versions", lambda: {"deepspeed": "0.0", "megatron_core": "0.0"})
+    corpus = measure.provenance()
+    assert set(corpus) == common | {"platform", "deepspeed", "megatron_core", "env"}
+    assert set(corpus["env"]) == set(measure.ENV_KEYS)
+    gemm = fp8.provenance()
+    assert set(gemm) == common | {"script", "transformer_engine"}
+    assert gemm["script"] == "benchmarks/gpu_fp8_gemm.py"
+
+
+def test_time_calibration_writes_and_applies_constants_at_the_same_places(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    cal = _load("calibrate_h200_time_under_test", BENCH / "calibrate_h200_time.py")
+    names = [n for n, *_ in cal.CONSTANTS][:3]
+    values = [1.234567, 2.5e-9, 0.75]
+    catalog = tmp_path / "workbench" / "catalog"
+    catalog.mkdir(parents=True)
+    (catalog / "efficiency.json").write_text((cal.ROOT / "workbench" / "catalog" / "efficiency.json").read_text())
+    monkeypatch.setattr(cal, "ROOT", tmp_path)
+    try:
+        cal.write_constants(names, values, source="test")
+        written = cal.json.loads((catalog / "efficiency.json").read_text())
+        cal.apply_constants(names, values)
+        applied = cal.timing.calibration()
+        for (n, sec, key, _), v in zip(cal.CONSTANTS[:3], values):
+            w, a = written, applied
+            for part in sec.split("."):
+                w, a = w[part], a[part]
+            assert w[key] == float(f"{v:.4g}") and a[key] == v, n
+        assert cal.current_values(names) == values
+    finally:
+        cal.timing.calibration.cache_clear()
