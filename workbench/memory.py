@@ -1278,7 +1278,7 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
     layers = (first - bf16_layers_on_stage(model.num_layers, plan.pipeline_parallel, plan.virtual_pipeline, 0,
                                            plan.fp8_bf16_first_layers, plan.fp8_bf16_last_layers,
                                            codes["first_stage_layers"], codes["middle_stage_layers"],
-                                           codes["last_stage_layers"])) * codes["fp8_layer_fraction"]
+                                           codes["last_stage_layers"]))
     kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
               sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
     stored = 0 if plan.recompute is Recompute.FULL else layers
