@@ -82,10 +82,14 @@ def specs(case: dict):
         kw["cp_comm_type"] = lay["cp_comm"]
     if lay.get("fp8_recipe"):
         kw["fp8_recipe"] = lay["fp8_recipe"]
+    if lay.get("fp8_param_gather"):  # the recipe keeps the linear weights only in FP8 (fp8_param_gather / fp8_param)
+        kw["fp8_param_gather"] = True
     if lay.get("grad_reduce_fp32") is not None:  # Megatron's main-gradient dtype where the recipe sets it
         kw["grad_reduce_fp32"] = lay["grad_reduce_fp32"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
+    if lay.get("moe_a2a_overlap"):  # the recipe overlaps the dispatch/combine all-to-alls (combined 1F1B)
+        kw["moe_overlap_alltoall"] = True
     if lay.get("etp") is not None:
         kw["expert_tensor_parallel"] = lay["etp"]
     return model, cluster, ParallelPlan(**kw)

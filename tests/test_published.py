@@ -124,3 +124,15 @@ def test_rank_among_the_features_the_run_had():
     assert not best.sequence_parallel and not best.distributed_optimizer and str(best.recompute) != "selective"
     assert str(best.engine) == "megatron"
     assert "2021 features: " in B.rank_text(row)
+
+
+def test_recipe_features_reach_the_plan():
+    # Megatron-Bridge's H100 fp8_cs setting keeps the weights in FP8 (fp8_param_gather) and its Qwen3 configs overlap
+    # the expert-parallel all-to-alls: the case's layout says so and the evaluated plan carries both
+    _, _, plan = B.specs(CASES["bridge-25.11-qwen3-235b-a22b-256"])
+    assert plan.fp8_param_gather and plan.moe_overlap_alltoall and plan.fp8_recipe == "tensorwise"
+    _, _, plan = B.specs(CASES["nemo24.07-llama3-8b-8"])  # NeMo 24.07's launcher scripts set neither
+    assert not plan.fp8_param_gather and not plan.moe_overlap_alltoall
+    for case in CASES.values():  # every recipe feature in a layout is backed by a cited recipe line
+        if case["layout"].get("fp8_param_gather") or case["layout"].get("moe_a2a_overlap"):
+            assert any("https://github.com/" in line for line in case.get("recipe", ())), case["id"]
