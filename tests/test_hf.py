@@ -390,6 +390,11 @@ def test_transformers_layer_keeps_what_its_unfused_ops_save():
                                                                        + 2 * gemma2.num_attention_heads * 1024)
     mg = spec.replace(implementation="megatron")
     assert M.layer_activation_bytes(mg, **kw)[1] < modelled
+    # Gemma 2's final logit soft-capping: tanh keeps its 16-bit output beside the loss's 12 bytes per logit
+    out = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2)
+    logits = 1024 * gemma2.vocab_size
+    capped = M.output_activation_bytes(gemma2, **out)
+    assert capped - M.output_activation_bytes(gemma2.replace(sandwich_norm=False), **out) == 2 * logits
 
 
 def test_hf_full_fine_tune_buckets_after_the_loss():

@@ -778,7 +778,10 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     (transformers/loss/loss_utils.py): ``logits.float()`` then ``F.cross_entropy``, whose log-softmax output (fp32)
     is saved for backward; backward then holds that output, the fp32 gradient of the log-probabilities and the
     fp32 gradient of the logits at once — :data:`HF_LOSS_BYTES_PER_LOGIT` = 12 bytes per logit (the forward's
-    v + 4 + 4 is no larger). No chunked loss in the causal-LM heads of the supported families.
+    v + 4 + 4 is no larger). No chunked loss in the causal-LM heads of the supported families. Gemma 2 soft-caps
+    the logits first (``Gemma2ForCausalLM``: ``tanh(logits / final_logit_softcapping) · final_logit_softcapping``),
+    and tanh keeps its 16-bit output for backward: v more per logit (counted on the CPU: 14.85 vs 12.85 bytes per
+    logit at the peak of a toy Gemma 2 with and without the cap).
 
     Logits: megatron-core's vocab-parallel cross entropy casts the 16-bit logits (v·sbV/t) to fp32 (4·sbV/t),
     exponentiates in place and keeps that fp32 softmax for backward; both copies are alive at once, so the peak is
@@ -791,6 +794,8 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     vocab = P.model_vocab_size(m, tensor_parallel)
     if m.implementation is Implementation.TRANSFORMERS:
         per_logit = HF_LOSS_BYTES_PER_LOGIT
+        if m.sandwich_norm and not m.qk_norm:  # Gemma 2's final logit soft-capping (Gemma 3 has none)
+            per_logit = per_logit + value_bytes
     else:
         per_logit = value_bytes + 4
     logits = per_logit * s * micro_batch * vocab / tensor_parallel
