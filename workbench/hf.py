@@ -104,7 +104,8 @@ def read_config(source) -> dict:
     try:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        raise ValueError(f"{p}: not valid JSON ({e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno})") \
+            from None
     if not isinstance(data, dict):
         raise ValueError(f"{p}: a config.json holds one JSON object, got {type(data).__name__}")
     return data

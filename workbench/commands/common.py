@@ -232,14 +232,16 @@ def model_from_args(args) -> ModelSpec:
             fields["attn_implementation"] = args.attn_implementation
         else:
             fields["attention"] = attention_for(args.attn_implementation)
-    if fields.get("num_experts") is None and "moe_top_k" in fields:
-        raise ValueError(f"--topk {fields['moe_top_k']} needs --experts")
     if args.model:
-        return catalog.model(args.model, **fields)
-    missing = [f"--{d}" for d in ("layers", "hidden", "heads") if getattr(args, d, None) is None]
-    if missing:
-        raise ValueError(f"give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
-    return ModelSpec(**fields)
+        model = catalog.model(args.model, **fields)
+    else:
+        missing = [f"--{d}" for d in ("layers", "hidden", "heads") if getattr(args, d, None) is None]
+        if missing:
+            raise ValueError(f"give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
+        model = ModelSpec(**fields)
+    if model.num_experts is None and "moe_top_k" in fields:  # a catalog MoE model brings its experts
+        raise ValueError(f"--topk {fields['moe_top_k']} needs --experts (model {model.name} is dense)")
+    return model
 
 
 def profile_from_args(args):
