@@ -578,7 +578,9 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
             extra = extra + v * f
         elif m.position_embedding is Positions.LEARNED:  # GPT-2
             extra = extra + 3 * v * f + 2 * v * m.query_projection_size
-    if m.sandwich_norm and not m.qk_norm and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capping
+    from workbench.hf import soft_capped
+
+    if soft_capped(m) and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capped scores
         extra = extra + v * m.num_attention_heads * m.seq_length
     return extra
 
@@ -794,7 +796,9 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     vocab = P.model_vocab_size(m, tensor_parallel)
     if m.implementation is Implementation.TRANSFORMERS:
         per_logit = HF_LOSS_BYTES_PER_LOGIT
-        if m.sandwich_norm and not m.qk_norm:  # Gemma 2's final logit soft-capping (Gemma 3 has none)
+        from workbench.hf import soft_capped
+
+        if soft_capped(m):  # Gemma 2's final logit soft-capping
             per_logit = per_logit + value_bytes
     else:
         per_logit = value_bytes + 4
