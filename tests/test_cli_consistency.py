@@ -86,3 +86,22 @@ def test_plan_pareto_list_is_bounded_and_dp1_has_no_distributed_optimizer_twins(
     assert len(keys) == len(set(keys))
     pareto = out.split("Pareto front")[1].split("\n\n")[0].strip().splitlines()
     assert len(pareto) - 2 <= PARETO_ROWS
+
+
+def test_either_or_flags_leave_the_default_and_refuse_both(capsys):
+    import argparse
+
+    from workbench.commands.common import add_spec_arguments
+
+    parser = argparse.ArgumentParser(prog="workbench")
+    add_spec_arguments(parser)
+    none = parser.parse_args([])
+    assert (none.tied, none.overlap_comm, none.grad_reduce_fp32) == (None, None, None)
+    both = parser.parse_args(["--untied", "--no-overlap-comm", "--accumulate-allreduce-grads-in-fp32"])
+    assert (both.tied, both.overlap_comm, both.grad_reduce_fp32) == (False, False, True)
+    for pair in (["--tied", "--untied"], ["--overlap-comm", "--no-overlap-comm"],
+                 ["--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(pair)
+        assert exit_info.value.code == 2
+        assert f"argument {pair[1]}: not allowed with argument {pair[0]}" in capsys.readouterr().err

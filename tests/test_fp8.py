@@ -168,6 +168,8 @@ def test_bf16_layers_price_the_first_and_last_stage_only():
     s_none, s_both = none.memory.stages, both.memory.stages
     assert s_both[0].terms.weights < s_none[0].terms.weights
     assert s_both[1].terms.weights == pytest.approx(s_none[1].terms.weights)
+    copies = [M.fp8_memory_terms(m, e.plan)["weight_copies"] for e in (none, last, both)]  # stage 0's
+    assert copies[1] == pytest.approx(copies[0]) and copies[2] == pytest.approx(copies[0] * 19 / 20)
 
 
 def test_planner_arrays_match_the_single_plan():

@@ -157,8 +157,9 @@ class ParallelPanel(Panel):
     def show(self, state) -> None:
         with self.syncing():
             for name, w in self.controls.items():
-                if name == "cp_a2a_group":
-                    sizes = state.plan.hierarchical_context_parallel_sizes
+                if name == "cp_a2a_group":  # what the user typed, also while it is refused
+                    key = "hierarchical_context_parallel_sizes"
+                    sizes = state.plan_inputs[key] if key in state.plan_inputs else getattr(state.plan, key)
                     self.set_value(w, sizes[0] if sizes else 0)
                     continue
                 value = resolved(state, "plan", name)

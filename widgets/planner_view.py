@@ -45,8 +45,9 @@ def table_row(rank: int, r, on_front: bool) -> list:
     p = r.plan
     return [str(rank), str(p.engine), str(p.tensor_parallel) + (" SP" if p.sequence_parallel else ""),
             str(p.pipeline_parallel), str(p.virtual_pipeline),
-            str(p.context_parallel) + (f" {p.cp_comm_type}" if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p"
-                                       else ""), str(p.data_parallel),
+            str(p.context_parallel) + (" Ulysses" if p.is_ulysses else f" {p.cp_comm_type}"
+                                       if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" else ""),
+            str(p.data_parallel),
             zero_text(p), offload_text(p), str(p.recompute), f"{p.micro_batch_size}×{p.gradient_accumulation_steps}",
             f"{r.peak_bytes / GIB:.1f}" + (" !" if r.risky else ""), f"{r.step_seconds:.3f}", f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}",
             "★" if on_front else ""]

@@ -25,6 +25,7 @@ import numpy as np
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
+from workbench.hf import soft_capped
 from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
                               parameter_tensors)
 from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
@@ -379,6 +380,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),
+        soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),
         hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
                               if model.implementation is Implementation.TRANSFORMERS else 0.0),

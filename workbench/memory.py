@@ -578,7 +578,9 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
             extra = extra + v * f
         elif m.position_embedding is Positions.LEARNED:  # GPT-2
             extra = extra + 3 * v * f + 2 * v * m.query_projection_size
-    if m.sandwich_norm and not m.qk_norm and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capping
+    from workbench.hf import soft_capped
+
+    if soft_capped(m) and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capped scores
         extra = extra + v * m.num_attention_heads * m.seq_length
     return extra
 
@@ -778,7 +780,10 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     (transformers/loss/loss_utils.py): ``logits.float()`` then ``F.cross_entropy``, whose log-softmax output (fp32)
     is saved for backward; backward then holds that output, the fp32 gradient of the log-probabilities and the
     fp32 gradient of the logits at once — :data:`HF_LOSS_BYTES_PER_LOGIT` = 12 bytes per logit (the forward's
-    v + 4 + 4 is no larger). No chunked loss in the causal-LM heads of the supported families.
+    v + 4 + 4 is no larger). No chunked loss in the causal-LM heads of the supported families. Gemma 2 soft-caps
+    the logits first (``Gemma2ForCausalLM``: ``tanh(logits / final_logit_softcapping) · final_logit_softcapping``),
+    and tanh keeps its 16-bit output for backward: v more per logit (counted on the CPU: 14.85 vs 12.85 bytes per
+    logit at the peak of a toy Gemma 2 with and without the cap).
 
     Logits: megatron-core's vocab-parallel cross entropy casts the 16-bit logits (v·sbV/t) to fp32 (4·sbV/t),
     exponentiates in place and keeps that fp32 softmax for backward; both copies are alive at once, so the peak is
@@ -791,6 +796,10 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     vocab = P.model_vocab_size(m, tensor_parallel)
     if m.implementation is Implementation.TRANSFORMERS:
         per_logit = HF_LOSS_BYTES_PER_LOGIT
+        from workbench.hf import soft_capped
+
+        if soft_capped(m):  # Gemma 2's final logit soft-capping
+            per_logit = per_logit + value_bytes
     else:
         per_logit = value_bytes + 4
     logits = per_logit * s * micro_batch * vocab / tensor_parallel
@@ -1323,7 +1332,7 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
     layers = (first - bf16_layers_on_stage(model.num_layers, plan.pipeline_parallel, plan.virtual_pipeline, 0,
                                            plan.fp8_bf16_first_layers, plan.fp8_bf16_last_layers,
                                            codes["first_stage_layers"], codes["middle_stage_layers"],
-                                           codes["last_stage_layers"])) * codes["fp8_layer_fraction"]
+                                           codes["last_stage_layers"]))
     kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
               sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
     stored = 0 if plan.recompute is Recompute.FULL else layers

@@ -57,6 +57,15 @@ _PLAN_FLAGS = {
 }
 
 
+def _add_either(group, dest: str, *flags: tuple[str, bool, str]) -> None:
+    """Mutually exclusive flags that set one boolean ``dest`` (``(flag, value, help)`` each); ``None`` when none
+    is given, so the spec's default applies."""
+    either = group.add_mutually_exclusive_group()
+    for flag, value, help_text in flags:
+        either.add_argument(flag, dest=dest, action="store_true" if value else "store_false", default=None,
+                            help=help_text)
+
+
 def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     """Model, cluster and plan flags (all optional; see :func:`specs_from_args` for defaults)."""
     add_model_arguments(parser)
@@ -67,8 +76,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model NAME`` or the model's dimensions (read by :func:`model_from_args`)."""
     m = parser.add_argument_group("model")
-    m.add_argument("--model", metavar="NAME", help=f"catalog model ({', '.join(catalog.model_names())}) or hf:PATH, a Hugging Face config.json or "
-                   f"model directory")
+    m.add_argument("--model", metavar="NAME", help=f"catalog model ({', '.join(catalog.model_names())}) or hf:PATH, "
+                   "a Hugging Face config.json or model directory")
     m.add_argument("--layers", type=int, help="transformer layers")
     m.add_argument("--hidden", type=int, help="hidden size")
     m.add_argument("--heads", type=int, help="attention heads")
@@ -80,9 +89,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--activation", choices=["gelu", "swiglu"])
     m.add_argument("--norm", choices=["layernorm", "rmsnorm"])
     m.add_argument("--no-bias", action="store_true", default=None, help="linear layers without biases")
-    tied = m.add_mutually_exclusive_group()
-    tied.add_argument("--tied", dest="tied", action="store_true", default=None, help="tie input/output embeddings")
-    tied.add_argument("--untied", dest="tied", action="store_false", help="separate output layer")
+    _add_either(m, "tied", ("--tied", True, "tie input/output embeddings"),
+                ("--untied", False, "separate output layer"))
     m.add_argument("--positions", choices=["learned", "rotary"])
     m.add_argument("--attention", choices=["unfused", "fused-softmax", "flash"],
                    help="attention kernel (default: how the catalog model is trained, else unfused): unfused = "
@@ -190,19 +198,18 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="GPU optimizer kernel (default fused): fused = Apex/Transformer Engine FusedAdam (Megatron) or "
                         "DeepSpeed's FusedAdam op; torch = torch.optim.AdamW (megatron-core without Apex/TE, "
                         "DeepSpeed \"torch_adam\": true). CPU Adam follows from --offload-optimizer")
-    grads = p.add_mutually_exclusive_group()
-    grads.add_argument("--grad-reduce-in-bf16", dest="grad_reduce_fp32", action="store_false", default=None,
-                       help="engine megatron: 16-bit main gradients, accumulated and reduced in the model dtype "
-                            "(Megatron-LM --grad-reduce-in-bf16, megatron-core grad_reduce_in_fp32=False, as NVIDIA's "
-                            "performance recipes set); default: fp32 with bf16, Megatron-LM's --bf16 default")
-    grads.add_argument("--accumulate-allreduce-grads-in-fp32", dest="grad_reduce_fp32", action="store_true",
-                       help="engine megatron: fp32 main gradients (Megatron-LM's default with bf16)")
-    overlap = p.add_mutually_exclusive_group()
-    overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
-                         help="overlap the gradient reduce with backward (DeepSpeed overlap_comm, Megatron "
-                              "--overlap-grad-reduce); default: the engine's (DeepSpeed on as exported, Megatron off)")
-    overlap.add_argument("--no-overlap-comm", dest="overlap_comm", action="store_false",
-                         help="reduce gradients after backward, not overlapped")
+    _add_either(p, "grad_reduce_fp32",
+                ("--grad-reduce-in-bf16", False,
+                 "engine megatron: 16-bit main gradients, accumulated and reduced in the model dtype (Megatron-LM "
+                 "--grad-reduce-in-bf16, megatron-core grad_reduce_in_fp32=False, as NVIDIA's performance recipes "
+                 "set); default: fp32 with bf16, Megatron-LM's --bf16 default"),
+                ("--accumulate-allreduce-grads-in-fp32", True,
+                 "engine megatron: fp32 main gradients (Megatron-LM's default with bf16)"))
+    _add_either(p, "overlap_comm",
+                ("--overlap-comm", True,
+                 "overlap the gradient reduce with backward (DeepSpeed overlap_comm, Megatron --overlap-grad-reduce); "
+                 "default: the engine's (DeepSpeed on as exported, Megatron off)"),
+                ("--no-overlap-comm", False, "reduce gradients after backward, not overlapped"))
     p.add_argument("--expandable-segments", dest="expandable_segments", action="store_true", default=None,
                    help="the training runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's caching "
                         "allocator grows its segments in place: less reserved above the allocated peak); default: "
@@ -230,14 +237,16 @@ def model_from_args(args) -> ModelSpec:
             fields["attn_implementation"] = args.attn_implementation
         else:
             fields["attention"] = attention_for(args.attn_implementation)
-    if fields.get("num_experts") is None and "moe_top_k" in fields:
-        raise ValueError(f"--topk {fields['moe_top_k']} needs --experts")
     if args.model:
-        return catalog.model(args.model, **fields)
-    missing = [f"--{d}" for d in ("layers", "hidden", "heads") if getattr(args, d, None) is None]
-    if missing:
-        raise ValueError(f"give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
-    return ModelSpec(**fields)
+        model = catalog.model(args.model, **fields)
+    else:
+        missing = [f"--{d}" for d in ("layers", "hidden", "heads") if getattr(args, d, None) is None]
+        if missing:
+            raise ValueError(f"give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
+        model = ModelSpec(**fields)
+    if model.num_experts is None and "moe_top_k" in fields:  # a catalog MoE model brings its experts
+        raise ValueError(f"--topk {fields['moe_top_k']} needs --experts (model {model.name} is dense)")
+    return model
 
 
 def profile_from_args(args):
