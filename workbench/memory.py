@@ -271,6 +271,8 @@ def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage,
     schedule) starts at j·L/v + Σ_{s'<s} n_{s'}/v, with n_s the stage's layers (:func:`layers_on_stage`; uneven
     splits included). Without interleaving the F layers sit on the first stage and the B on the last (spilling to
     the next stage only when a stage has fewer layers than F or B). Every argument may be a numpy array."""
+    if np.ndim(bf16_first) == 0 and np.ndim(bf16_last) == 0 and not bf16_first and not bf16_last:
+        return 0.0  # no bf16 layers (every plan without FP8): skip the per-chunk arithmetic
     L, p = num_layers, np.asarray(pipeline_parallel)
     v = np.maximum(np.asarray(virtual_pipeline), 1)
     stage = np.asarray(stage)
