@@ -316,11 +316,13 @@ def refit_time(fit_rows: list, *, write: bool) -> None:
     rows = [r for r in fit_rows if r["measured"].get("step") and r["stack"] != "hf-ds"]
     inputs, measured, shapes, names = C.prepare(rows)
     everyone = np.ones(len(rows), bool)
-    x = C.fit(inputs, measured, shapes, everyone, names, C.current_values(names))
+    before = C.current_values(names)
+    x = C.fit(inputs, measured, shapes, everyone, names, before)
     print(f"time constants refitted on {len(rows)} fit-split runs ({len(set(shapes))} shapes, Hugging Face runs "
-          f"left out):")
-    for n, v in zip(names, x):
-        print(f"  {n:40s} {v:.4g}")
+          f"left out): refitted (catalog now, change)")
+    for n, v, old in zip(names, x, before):
+        change = f"{v / old - 1:+.0%}" if old else ("+0%" if v == old else "was 0")
+        print(f"  {n:40s} {v:<11.4g} ({old:.4g}, {change})")
     loso = []
     for s in sorted(set(shapes)):
         keep = shapes != s

@@ -132,6 +132,15 @@ def test_missing_and_broken_files(tmp_path):
         import_hf(tmp_path)
 
 
+def test_config_values_transformers_refuses_are_named():
+    """transformers 5 wraps these in huggingface_hub's strict-dataclass errors; the message names field and numbers."""
+    with pytest.raises(ValueError, match=r"LlamaConfig rejects it: The hidden size \(4096\) is not a multiple of "
+                                         r"the number of attention heads \(7\)"):
+        import_hf({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 7})
+    with pytest.raises(ValueError, match=r"LlamaConfig rejects it: .*'hidden_size' expected int, got str"):
+        import_hf({"model_type": "llama", "hidden_size": "wide"})
+
+
 def test_cli_import_and_estimate(capsys):
     from workbench import cli
 
@@ -413,3 +422,23 @@ def test_hf_full_fine_tune_buckets_after_the_loss():
     assert mg.terms.activations > M.output_activation_bytes(mg_spec, **kw)
     # its two reduce buckets (overlap_comm, 5e8 16-bit elements each) are not allocated yet; the offload staging is
     assert hf.terms.buffers == mg.terms.buffers - 2 * 2 * 500_000_000 > 0
+
+
+def test_gemma2_soft_capping_time():
+    """Gemma 2 soft-caps its eager scores and its logits with three unfused passes each (12 bytes forward, 14
+    backward per bf16 element): the step pays exactly those bytes at the HBM rate; other families pay nothing."""
+    from workbench import timing as T
+
+    spec = import_hf(HF / "gemma2-2b", seq_length=1024).spec
+    plan = ParallelPlan(world_size=1, zero_stage=2)
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    inputs = T.time_inputs(spec, cluster, plan)
+    assert inputs["soft_cap"] == 1.0 and spec.attention is AttentionImpl.UNFUSED
+    assert T.time_inputs(import_hf(HF / "gemma3-1b").spec, cluster, plan)["soft_cap"] == 0.0
+    capped = T.step_time_terms(**inputs)
+    plain = T.step_time_terms(**dict(inputs, soft_cap=0.0))
+    assert T.soft_cap_bytes(bytes_per_value=2) == (12, 14)
+    scores = spec.num_layers * spec.num_attention_heads * 1024 * 1024 * 26 / (
+        inputs["hbm_gb_per_s"] * 1e9 * inputs["score_hbm_efficiency"])
+    logits = 1024 * spec.vocab_size * 26 / (inputs["hbm_gb_per_s"] * 1e9 * inputs["hbm_efficiency"])
+    assert capped["compute"] - plain["compute"] == pytest.approx(scores + logits, rel=1e-9)

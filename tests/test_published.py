@@ -136,3 +136,20 @@ def test_recipe_features_reach_the_plan():
     for case in CASES.values():  # every recipe feature in a layout is backed by a cited recipe line
         if case["layout"].get("fp8_param_gather") or case["layout"].get("moe_a2a_overlap"):
             assert any("https://github.com/" in line for line in case.get("recipe", ())), case["id"]
+
+
+def test_release_spread_names_the_same_run_published_twice():
+    # Megatron-Bridge's 25.09 and 25.11 H100 tables publish Qwen3-30B-A3B on the same 16 GPUs and layout at
+    # 10,494 and 5,275 tok/s/GPU: the spread line gives both and their step-time ratio
+    rows = [B.Row(case=CASES[i], missing=(), published_step_seconds=s, predicted_step_seconds=11.4)
+            for i, s in (("bridge-25.09-qwen3-30b-a3b-16", 12.49), ("bridge-25.11-qwen3-30b-a3b-16", 24.85))]
+    rows.append(B.Row(case=CASES["korthikanti-22B"], missing=(), published_step_seconds=1.1, predicted_step_seconds=1.1))
+    lines = B.release_spread_lines(rows)
+    assert len(lines) == 2 and lines[0].startswith("same run")
+    assert "qwen3-30b-a3b" in lines[1] and "10,494 (bridge-25.09)" in lines[1] and "5,275 (bridge-25.11)" in lines[1]
+    assert "×1.99" in lines[1]
+    assert B.release_spread_lines(rows[:1] + rows[2:]) == []
+    # 25.09 ran the Qwen3 MoE rows without the all-to-all overlap that 25.11 turned on: still one run, the switch named
+    rows = [B.Row(case=CASES[i], missing=()) for i in ("bridge-25.09-qwen3-30b-a3b-16", "bridge-25.11-qwen3-30b-a3b-16")]
+    assert B._same_run_key(rows[0].case) == B._same_run_key(rows[1].case)
+    assert B._switches_text(rows) == "; recipe differs: moe_a2a_overlap on in bridge-25.11"

@@ -224,6 +224,23 @@ def test_cli_bad_numbers_one_line_exit_2(estimate_only, capsys, argv, expected):
     assert out == "" and err.count("\n") == 1 and expected in err and err.startswith("workbench: error: ")
 
 
+def test_cli_topk_keeps_a_catalog_models_experts(estimate_only, capsys):
+    assert estimate_only(["estimate", "--model", "mixtral-8x7b", "--topk", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["name"] == "mixtral-8x7b"
+    assert estimate_only(["estimate", "--model", "mixtral-8x7b", "--topk", "9"]) == 2
+    assert capsys.readouterr().err == "workbench: error: moe_top_k=9 exceeds num_experts=8\n"
+    assert estimate_only(["estimate", "--model", "gpt3-1.3b", "--topk", "2"]) == 2
+    assert capsys.readouterr().err == "workbench: error: --topk 2 needs --experts (model gpt3-1.3b is dense)\n"
+
+
+def test_cli_broken_hf_config_names_the_place(estimate_only, capsys, tmp_path):
+    broken = tmp_path / "config.json"
+    broken.write_text('{"model_type": "llama",\n "hidden_size": }')
+    assert estimate_only(["estimate", "--model", f"hf:{broken}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"workbench: error: {broken}: not valid JSON (Expecting value at line 2 column 17)\n"
+
+
 def test_cli_unexpected_exception_is_one_line_unless_debugging(estimate_only, capsys, monkeypatch):
     import workbench.commands.estimate as command
 

@@ -68,6 +68,15 @@ def test_invalid_value_shown_inline_and_figures_keep_last_valid(app):
     assert app.state.valid and par.error.value == "" and "wb-error" not in app.banner.value
 
 
+def test_refused_cp_a2a_group_stays_typed_and_clears(app):
+    par = panel(app, "Parallelism")
+    par.controls["cp_a2a_group"].value = 7
+    assert not app.state.valid and "hierarchical_context_parallel_sizes=[7, 1]" in par.error.value
+    assert par.controls["cp_a2a_group"].value == 7  # what the user typed stays, so typing 0 clears it
+    par.controls["cp_a2a_group"].value = 0
+    assert app.state.valid and par.error.value == ""
+
+
 def test_engine_rule_inline(app):
     par = panel(app, "Parallelism")
     par.controls["zero_stage"].value = 1

@@ -113,6 +113,10 @@ class ParallelPanel(Panel):
                                          tooltip="Megatron's main-gradient dtype: fp32 (--accumulate-allreduce-"
                                                  "grads-in-fp32, Megatron-LM's default with bf16) or 16-bit "
                                                  "(--grad-reduce-in-bf16, what NVIDIA's performance recipes set)")
+        c["expandable_segments"] = checkbox("expandable segments",
+                                            tooltip="the training runs with PYTORCH_CUDA_ALLOC_CONF="
+                                                    "expandable_segments:True (less reserved above the allocated "
+                                                    "peak); off: PyTorch's default allocator")
         c["lora_rank"] = int_text("LoRA rank", minimum=0, tooltip="LoRA adapter rank (0: full fine-tune)")
         c["lora_rank"].add_class("wb-lora-rank")
         self.controls = c
@@ -130,7 +134,7 @@ class ParallelPanel(Panel):
             c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
             c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
             c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["grad_reduce_fp32"],
-            c["lora_rank"], self.derived, self.error,
+            c["expandable_segments"], c["lora_rank"], self.derived, self.error,
         ])
 
     def _on_field(self, name: str, value) -> None:
@@ -153,8 +157,9 @@ class ParallelPanel(Panel):
     def show(self, state) -> None:
         with self.syncing():
             for name, w in self.controls.items():
-                if name == "cp_a2a_group":
-                    sizes = state.plan.hierarchical_context_parallel_sizes
+                if name == "cp_a2a_group":  # what the user typed, also while it is refused
+                    key = "hierarchical_context_parallel_sizes"
+                    sizes = state.plan_inputs[key] if key in state.plan_inputs else getattr(state.plan, key)
                     self.set_value(w, sizes[0] if sizes else 0)
                     continue
                 value = resolved(state, "plan", name)

@@ -150,7 +150,8 @@ class PlannerView(View):
             self.run_search()
             return
         self._show_current()
-        stale = self._searched_for != (state.model, state.cluster, state.plan.precision, state.plan.fp8_recipe)
+        stale = self._searched_for != (state.model, state.cluster, state.plan.precision, state.plan.fp8_recipe,
+                                         state.plan.expandable_segments)
         self._set_status(stale)
 
     def _set_status(self, stale: bool = False) -> None:
@@ -174,12 +175,13 @@ class PlannerView(View):
         s = self._state
         if s is None:
             return None
-        self._searched_for = (s.model, s.cluster, s.plan.precision, s.plan.fp8_recipe)
+        self._searched_for = (s.model, s.cluster, s.plan.precision, s.plan.fp8_recipe, s.plan.expandable_segments)
         try:
             result = search(s.model, s.cluster, global_batch_size=int(self.global_batch.value),
                             headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
                             precision=s.plan.precision, top=SCATTER_PLANS, adam=s.plan.adam,
-                            overlap_comm=s.plan.overlap_comm, fp8_recipe=s.plan.fp8_recipe)
+                            overlap_comm=s.plan.overlap_comm, fp8_recipe=s.plan.fp8_recipe,
+                            expandable_segments=s.plan.expandable_segments)
         except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
             self.result = None
             self.error.value = error_html(error_message(exc), max_width="900px")

@@ -6,7 +6,7 @@ fused_adam, overlap_comm, lora_rank, lora_targets``, the FP8 stack ``fp8_recipe,
 FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, edp`` (expert parallel, expert
 tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, DeepSpeed-MoE's E·C/(k·S), else 1), ``moe_ds``
 (1: DeepSpeed-MoE layers) and
-``moe_ag`` (1: allgather dispatcher), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), and the pipeline split ``first_layers, last_layers`` (0: an
+``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -25,6 +25,7 @@ import numpy as np
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
+from workbench.hf import soft_capped
 from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
                               parameter_tensors)
 from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
@@ -61,14 +62,15 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
                 moe_tf=moe_token_factor(plan, model), moe_ds=int(plan.deepspeed_moe and model.is_moe),
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
-                moe_ov=int(plan.moe_overlap_alltoall), grad_fp32=int(plan.reduces_grads_in_fp32))
+                moe_ov=int(plan.moe_overlap_alltoall), grad_fp32=int(plan.reduces_grads_in_fp32),
+                expseg=int(plan.expandable_segments))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
 
 def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, overlap_comm=None, lora_rank=0,
                      lora_targets=LORA_TARGETS, lora_dropout=0.0, fp8_recipe=Fp8Recipe.DELAYED,
-                     fp8_param_gather=False) -> dict:
+                     fp8_param_gather=False, expandable_segments=False) -> dict:
     """The planner's table with the columns it does not search: the stack every row runs (``adam``,
     ``overlap_comm`` — ``None``: each row's engine default —, LoRA, the FP8 recipe; ``fp8_param_gather`` applies to
     the rows with the distributed optimizer) and every layer of a stage recomputed under full recompute."""
@@ -78,6 +80,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("fp8_bf16", 0)
     out.setdefault("fp8_bf16_first", 0)
     out.setdefault("fp8_bf16_last", 0)
+    out.setdefault("expseg", int(bool(expandable_segments)))  # the allocator every row runs with
     out.setdefault("grad_fp32", -1)  # Megatron's main-gradient dtype: -1, Megatron-LM's default for the precision
     for key in ("first_layers", "last_layers", "emb_split", "loss_split", "cp_comm"):
         out.setdefault(key, 0)
@@ -249,7 +252,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
                expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
                moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision),
-               moe_deepspeed=cols.get("moe_ds", 0))
+               moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -377,6 +380,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         trainable_fraction=trainable_fraction(model, cols, counts),
+        soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),
         hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
                               if model.implementation is Implementation.TRANSFORMERS else 0.0),

@@ -108,6 +108,7 @@ class EvaluatedPlan:
                      "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,
                      "precision": str(self.plan.precision), "attention": str(self.model.attention),
                      "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm,
+                     "expandable_segments": self.plan.expandable_segments,
                      "expert_parallel": self.plan.expert_parallel,
                      "expert_tensor_parallel": self.plan.expert_tensor_parallel_size,
                      "expert_data_parallel": self.plan.expert_data_parallel,

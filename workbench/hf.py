@@ -104,7 +104,8 @@ def read_config(source) -> dict:
     try:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        raise ValueError(f"{p}: not valid JSON ({e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno})") \
+            from None
     if not isinstance(data, dict):
         raise ValueError(f"{p}: a config.json holds one JSON object, got {type(data).__name__}")
     return data
@@ -144,8 +145,14 @@ def _config_object(data: dict, where: str):
     kwargs = {k: v for k, v in data.items() if k not in ("attn_implementation", "_attn_implementation")}
     try:
         return cls.from_dict(kwargs)
-    except (TypeError, ValueError, KeyError) as e:
-        raise ValueError(f"{where}: transformers' {cls.__name__} rejects it: {e}") from None
+    except Exception as e:  # noqa: BLE001 - only the rejections below; anything else is re-raised
+        # transformers 5 validates its configs as huggingface_hub strict dataclasses, whose errors wrap the
+        # TypeError/ValueError that names the field and the numbers
+        cause = e.__cause__ if type(e).__name__.startswith("StrictDataclass") and e.__cause__ is not None else e
+        if not isinstance(cause, (TypeError, ValueError, KeyError)):
+            raise
+        raise ValueError(f"{where}: transformers' {cls.__name__} rejects it: {' '.join(str(cause).split())}") \
+            from None
 
 
 def _activation(act: str, gated: bool, where: str, notes: list) -> str:
@@ -438,3 +445,12 @@ def run_options(spec: ModelSpec, plan) -> dict:
             "weights": imported.has_weights,
             "attn_implementation": _launch_attn_implementation(imported.model_type, spec.attention),
             "gradient_checkpointing": plan.recompute is Recompute.FULL, "lora": lora}
+
+
+def soft_capped(spec: ModelSpec) -> bool:
+    """Whether a transformers model soft-caps its attention scores and final logits, ``tanh(x / cap) · cap``:
+    Gemma 2 (``attn_logit_softcapping`` 50, ``final_logit_softcapping`` 30 in its configs; the structure with
+    sandwich norms and no per-head Q/K norms; Gemma 3 replaced the caps by Q/K norms)."""
+    from workbench.specs import Implementation
+
+    return spec.implementation is Implementation.TRANSFORMERS and spec.sandwich_norm and not spec.qk_norm

@@ -271,6 +271,8 @@ def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage,
     schedule) starts at j·L/v + Σ_{s'<s} n_{s'}/v, with n_s the stage's layers (:func:`layers_on_stage`; uneven
     splits included). Without interleaving the F layers sit on the first stage and the B on the last (spilling to
     the next stage only when a stage has fewer layers than F or B). Every argument may be a numpy array."""
+    if np.ndim(bf16_first) == 0 and np.ndim(bf16_last) == 0 and not bf16_first and not bf16_last:
+        return 0.0  # no bf16 layers (every plan without FP8): skip the per-chunk arithmetic
     L, p = num_layers, np.asarray(pipeline_parallel)
     v = np.maximum(np.asarray(virtual_pipeline), 1)
     stage = np.asarray(stage)
@@ -578,7 +580,9 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
             extra = extra + v * f
         elif m.position_embedding is Positions.LEARNED:  # GPT-2
             extra = extra + 3 * v * f + 2 * v * m.query_projection_size
-    if m.sandwich_norm and not m.qk_norm and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capping
+    from workbench.hf import soft_capped
+
+    if soft_capped(m) and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capped scores
         extra = extra + v * m.num_attention_heads * m.seq_length
     return extra
 
@@ -794,7 +798,9 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     vocab = P.model_vocab_size(m, tensor_parallel)
     if m.implementation is Implementation.TRANSFORMERS:
         per_logit = HF_LOSS_BYTES_PER_LOGIT
-        if m.sandwich_norm and not m.qk_norm:  # Gemma 2's final logit soft-capping (Gemma 3 has none)
+        from workbench.hf import soft_capped
+
+        if soft_capped(m):  # Gemma 2's final logit soft-capping
             per_logit = per_logit + value_bytes
     else:
         per_logit = value_bytes + 4
@@ -913,26 +919,48 @@ a 152 k-vocabulary's 14 GB logits 0.3-4 GB): the reserve depends on the order of
 shape-level model does not see, and the error band carries its 4-60 % spread."""
 
 
-def engine_overheads(engine=None, zero_stage=None) -> dict:
+RESERVE_FRACTION_EXPANDABLE = {"deepspeed": 0.1175, "megatron": 0.0945}
+"""Caching-allocator reserve above the allocated peak with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``
+(:attr:`workbench.specs.ParallelPlan.expandable_segments`), median over the fit-split runs of the corpus's
+``expseg`` group (one H200, torch 2.11, 2026-12-01), printed by ``benchmarks/bench_accuracy.py --overheads``:
+DeepSpeed 11.75 % (12 runs, ZeRO-0 to 3, megatron-core and transformers models: 3.1-19.9 %; the same
+configurations with the default allocator 1.6-43.9 %). megatron-core's DDP has only 2 such fit runs (4.9 %, 5.6 %),
+fewer than :data:`MIN_FIT_RUNS`, so it takes the median of all 14 fit runs, 9.45 %. With expandable segments the
+allocator maps more physical pages onto one growing segment per stream instead of cutting new fixed-size segments,
+so a freed block can be reused by a larger request; the peak allocated and the memory outside the allocator are
+unchanged (same runs to 0.02 GiB)."""
+MIN_FIT_RUNS = 5
+"""An engine's own fitted allocator reserve needs at least this many fit-split runs; with fewer the pooled median
+of every engine's runs is used."""
+
+
+def engine_overheads(engine=None, zero_stage=None, expandable_segments=0) -> dict:
     """The training-run constants of ``engine`` (an engine code, arrays allowed; the hybrid counts as DeepSpeed):
     ``{context_bytes, nccl_bytes, reserve_fraction}`` from :data:`OUTSIDE_ALLOCATOR_BYTES`,
-    :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION` (DeepSpeed's ZeRO-3 reserve with ``zero_stage`` 3)."""
+    :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION` (DeepSpeed's ZeRO-3 reserve with ``zero_stage`` 3);
+    with ``expandable_segments`` (0/1, arrays allowed) the reserve is :data:`RESERVE_FRACTION_EXPANDABLE`."""
     megatron = np.asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
     pick = lambda table: np.where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
     zero3 = ~np.asarray(megatron) & (np.asarray(zero_stage) >= 3) if zero_stage is not None else False
+    default_reserve = np.where(zero3, RESERVE_FRACTION["deepspeed-zero3"], pick(RESERVE_FRACTION))
     return dict(context_bytes=pick(OUTSIDE_ALLOCATOR_BYTES), nccl_bytes=pick(NCCL_BYTES_BY_ENGINE),
-                reserve_fraction=np.where(zero3, RESERVE_FRACTION["deepspeed-zero3"], pick(RESERVE_FRACTION)))
+                reserve_fraction=np.where(np.asarray(expandable_segments) > 0, pick(RESERVE_FRACTION_EXPANDABLE),
+                                          default_reserve))
 
 
 def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=None,
-                   reserve_fraction=None, floor=False, zero_stage=None):
+                   reserve_fraction=None, floor=False, zero_stage=None, expandable_segments=0):
     """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; its NCCL buffers when
-    there is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`)
-    — :func:`engine_overheads`. ``engine`` is an engine code (:data:`ENGINE_CODES`, arrays allowed). A hardware
-    profile (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies its own figures; with ``floor``
-    (a GPU profile measured in a bare process) each is only a lower bound and the engine's constant is used where it
-    is larger."""
-    own = engine_overheads(engine, zero_stage)
+    there is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`,
+    or :data:`RESERVE_FRACTION_EXPANDABLE` with ``expandable_segments``) — :func:`engine_overheads`. ``engine`` is
+    an engine code (:data:`ENGINE_CODES`, arrays allowed). A hardware profile
+    (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies its own figures; with ``floor`` (a GPU
+    profile measured in a bare process) each is only a lower bound and the engine's constant is used where it is
+    larger. A profile's reserve was measured with the default allocator, so with ``expandable_segments`` the
+    expandable reserve is used in its place."""
+    own = engine_overheads(engine, zero_stage, expandable_segments)
+    if reserve_fraction is not None and np.any(np.asarray(expandable_segments) > 0):
+        reserve_fraction = np.where(np.asarray(expandable_segments) > 0, own["reserve_fraction"], reserve_fraction)
     given = dict(context_bytes=context_bytes, nccl_bytes=nccl_bytes, reserve_fraction=reserve_fraction)
     used = {k: own[k] if v is None else (np.maximum(v, own[k]) if floor else v) for k, v in given.items()}
     return (used["context_bytes"] + np.where(world_size > 1, used["nccl_bytes"], 0)
@@ -951,7 +979,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
-                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0):
+                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of the stage's layers that are not among
@@ -1057,7 +1085,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
-    recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
+    # a recomputed transformers layer's backward holds, on top of its activations, the gradients of its MLP's f-wide
+    # intermediates once the product's has been consumed (down_proj's input gradient and the two the product's
+    # backward makes, less the product itself: 2·v·f per token gated, v·f otherwise; counted on the CPU for a toy
+    # Mistral layer with LoRA at the peak after the first adapter gradient)
+    hf_working = (np.where(recompute >= 2, (1 + m.is_gated) * value_bytes * m.seq_length / context_parallel
+                           * micro_batch * (m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size)
+                           / tensor_parallel, 0.0)
+                  if m.implementation is Implementation.TRANSFORMERS else 0.0)
+    recomputed_transient = (np.maximum(output, full_layer + hf_working) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
     transient = np.where(recompute >= 2, recomputed_transient,
                          np.where(recompute == 1, np.maximum(output, full_layer + output_grad) + core,
@@ -1104,7 +1140,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         buffers = buffers + np.where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
             m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
             token_factor=moe_token_factor), 0.0)
-    late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer, buffers, last=last,
+    late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer + hf_working, buffers, last=last,
                                                       engine=engine, zero_stage=zero_stage,
                                                       lora=(lora_params_per_layer > 0)
                                                       | (m.implementation is Implementation.TRANSFORMERS),
@@ -1133,7 +1169,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     acts_at_peak = np.where(step_peak, 0.0, activations)
     allocated = np.maximum(step_total, backward_peak)
     # overheads: a profile's
-    overhead = overhead_bytes(allocated, world, engine=engine, zero_stage=zero_stage, **(overheads or {}))
+    overhead = overhead_bytes(allocated, world, engine=engine, zero_stage=zero_stage,
+                              expandable_segments=expandable_segments, **(overheads or {}))
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
                 backward_activations=activations)
@@ -1180,17 +1217,30 @@ MIN_BAND_RUNS = 5
 """A recompute mode's own band needs at least this many held-out runs; with fewer the engine's band is used."""
 
 
-def error_band(engine, quantity: str = "device", recompute=None):
+EXPANDABLE_BAND_SUFFIX = "expandable-segments"
+"""Band-file key suffix of the runs with ``expandable_segments:True`` (``deepspeed/expandable-segments``)."""
+
+
+def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
     ``None`` when no held-out run of that engine exists. With ``recompute`` the runs of that recompute mode are
-    used when there are at least :data:`MIN_BAND_RUNS`. The hybrid uses its own runs, else DeepSpeed's."""
+    used when there are at least :data:`MIN_BAND_RUNS`. With ``expandable_segments`` the engine's runs with PyTorch's
+    expandable-segments allocator (``ENGINE/expandable-segments``) when there are at least :data:`MIN_BAND_RUNS`,
+    else as without. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
         key = str(Engine.DEEPSPEED)
     entry = None
+    if expandable_segments:  # the allocator's reserve is most of the device error: its own runs when enough
+        entry = bands.get(f"{key}/{EXPANDABLE_BAND_SUFFIX}")
+        if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
+            note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
+                    f"{key} with expandable segments on {_error_bands().get('gpu', 'H200')}")
+            return float(entry["low_fraction"]), float(entry["high_fraction"]), note
+        entry = None
     if recompute is not None:  # runs of the same recompute mode when there are enough (its terms differ most)
         entry = bands.get(f"{key}/{Recompute.parse(recompute, 'recompute')}")
         if entry and entry.get("n", 0) < MIN_BAND_RUNS:
@@ -1226,13 +1276,22 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         if "overheads" not in codes:
             codes["overheads"], _ = profile.memory_overheads()
         o = codes["overheads"]
-        own = {k: float(v) for k, v in engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage)).items()}
-        used = {k: own[k] if o.get(k) is None else (max(float(o[k]), own[k]) if o.get("floor") else float(o[k]))
-                for k in own}
+        expandable = int(plan.expandable_segments)
+        own = {k: float(v) for k, v in engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage),
+                                                        expandable).items()}
+        used = {k: own[k] if o.get(k) is None or (expandable and k == "reserve_fraction")
+                else (max(float(o[k]), own[k]) if o.get("floor") else float(o[k])) for k in own}
         formulas["overhead"] = (f"context {used['context_bytes'] / 2**20:.0f} MiB (+ NCCL "
                                 f"{used['nccl_bytes'] / 2**20:.0f} MiB with >1 rank) + allocator reserve "
                                 f"{used['reserve_fraction']:.1%} of allocated (profile {profile.name}"
-                                f"{'; its bare-process figures are lower bounds' if o.get('floor') else ''})")
+                                f"{'; its bare-process figures are lower bounds' if o.get('floor') else ''}"
+                                f"{'; expandable segments' if expandable else ''})")
+    elif plan.expandable_segments:
+        engine = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
+        formulas["overhead"] = (f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES[engine] / GiB:.2f} GiB per process "
+                                f"(+ NCCL {NCCL_BYTES_BY_ENGINE[engine] / GiB:.1f} GiB with >1 rank) + allocator "
+                                f"reserve {RESERVE_FRACTION_EXPANDABLE[engine]:.1%} of allocated with "
+                                "expandable_segments:True (H200, fit split)")
     stages = []
     host_per_gpu = 0
     p = plan.pipeline_parallel
@@ -1255,7 +1314,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         nvme_per_gpu = host_per_gpu
         host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
     peak = max(st.total_bytes for st in stages)
-    band = error_band(plan.engine, "device", plan.recompute)
+    band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
     return MemoryEstimate(
         band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,

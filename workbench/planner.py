@@ -137,7 +137,7 @@ class PlanResult:
             "recompute": str(p.recompute), "micro_batch_size": p.micro_batch_size,
             "gradient_accumulation_steps": p.gradient_accumulation_steps, "global_batch_size": p.global_batch_size,
             "precision": str(p.precision), "expert_parallel": p.expert_parallel,
-            "expert_tensor_parallel": p.expert_tensor_parallel_size,
+            "expert_tensor_parallel": p.expert_tensor_parallel_size, "expandable_segments": p.expandable_segments,
             "peak_bytes": self.peak_bytes, "peak_gib": self.peak_bytes / GiB, "peak_stage": self.peak_stage,
             "capacity_bytes": self.capacity_bytes, "headroom_fraction": self.headroom_fraction,
             "host_bytes_per_node": self.host_bytes_per_node,
@@ -566,7 +566,8 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
                                 else None),
         fp8_param_gather=bool(table["fp8_pg"][i]) if "fp8_pg" in table else False,
         grad_reduce_fp32=(bool(table["grad_fp32"][i]) if "grad_fp32" in table and int(table["grad_fp32"][i]) >= 0
-                          else None), **(stack or {}))
+                          else None),
+        expandable_segments=bool(table["expseg"][i]) if "expseg" in table else False, **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -599,7 +600,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            allow_cross_node_tp: bool = False, max_context_parallel: Optional[int] = None,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
            overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False,
-           grad_reduce_fp32: Optional[bool] = None) -> PlanSearch:
+           grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -615,6 +616,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 
     ``grad_reduce_fp32`` sets Megatron's main-gradient dtype on every Megatron row (:attr:`ParallelPlan.
     grad_reduce_fp32`; ``None``: Megatron-LM's default, fp32 with bf16).
+
+    ``expandable_segments``: every candidate runs with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``
+    (:attr:`ParallelPlan.expandable_segments`: a smaller allocator reserve).
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -680,6 +684,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     if grad_reduce_fp32 is not None:
         table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
                                       int(check_bool("grad_reduce_fp32", grad_reduce_fp32)), -1)
+    # the allocator every row runs with (encode.complete_columns keeps a given column)
+    table["expseg"] = np.full(count, int(check_bool("expandable_segments", expandable_segments)), np.int64)
     eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
                   **eval_stack)
@@ -804,11 +810,14 @@ def _band_high(table: dict) -> np.ndarray:
     """Per row, the upper side of the held-out memory error band of its engine and recompute mode, as a fraction of
     the peak (:func:`workbench.memory.error_band`; 0 where no held-out run of that engine exists)."""
     band_high = np.zeros(len(table["engine"]))
+    expseg = np.asarray(table.get("expseg", 0)) > 0  # the allocator mode the rows run with
     for engine, code in ENGINE_CODES.items():
         for mode, rc in M.RECOMPUTE_CODES.items():
-            band = M.error_band(engine, "device", mode)
-            if band is not None:
-                band_high = np.where((table["engine"] == code) & (table["recompute"] == rc), band[1], band_high)
+            for expandable in (False, True):
+                band = M.error_band(engine, "device", mode, expandable)
+                if band is not None:
+                    band_high = np.where((table["engine"] == code) & (table["recompute"] == rc)
+                                         & (expseg == expandable), band[1], band_high)
     return band_high
 
 
@@ -1097,6 +1106,7 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
         plan_stack["fp8_recipe"] = plan.fp8_recipe
     if plan.grad_reduce_fp32 is not None:  # the plan's main-gradient dtype on every Megatron row
         table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], int(plan.grad_reduce_fp32), -1)
+    table["expseg"] = np.full(len(table["tp"]), int(plan.expandable_segments), np.int64)  # the plan's allocator
     from workbench.calibrate.profile import resolve_profile
 
     profile = resolve_profile(profile)

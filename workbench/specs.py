@@ -721,6 +721,11 @@ class ParallelPlan:
     ``--overlap-grad-reduce`` (megatron-core ``DistributedDataParallelConfig.overlap_grad_reduce``). ``None``: the
     engine's default as the workbench configures it, :func:`default_overlap_comm` (on for DeepSpeed, off for
     Megatron)."""
+    expandable_segments: bool = False
+    """The training processes run with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``: PyTorch's caching
+    allocator grows one segment per stream by mapping more physical pages instead of cutting new fixed-size segments,
+    so less memory stays reserved above the allocated peak (:data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE`).
+    ``False``: PyTorch's default allocator. Allocated memory and step time are the same either way."""
     grad_reduce_fp32: Optional[bool] = None
     """Engine ``megatron``: accumulate and reduce the main gradients in fp32 (4 bytes per parameter) or in the
     16-bit model dtype. ``None``: Megatron-LM's default — fp32 with bf16 (``--bf16`` turns
@@ -786,7 +791,7 @@ class ParallelPlan:
             _set(self, "adam", AdamImpl.FUSED if fused else AdamImpl.TORCH)
             _set(self, "fused_kernels", None)
         for name in ("sequence_parallel", "distributed_optimizer", "embedding_in_pipeline_split",
-                     "loss_in_pipeline_split", "moe_pad_to_capacity"):
+                     "loss_in_pipeline_split", "moe_pad_to_capacity", "expandable_segments"):
             _set(self, name, check_bool(name, getattr(self, name)))
         if self.overlap_comm is not None:
             _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))

@@ -217,6 +217,18 @@ def cross_entropy_bytes(*, bytes_per_value):
     return v + (v + 4) + 4 + 8 + 8 + 4 + 8, 8 + (4 + v) + 2 * v
 
 
+def soft_cap_bytes(*, bytes_per_value):
+    """HBM bytes per element of transformers' soft-capping ``torch.tanh(x / cap) * cap`` (Gemma 2's scores and
+    logits, ``models/gemma2/modeling_gemma2.py``), three unfused kernels in the model dtype, v = bytes_per_value:
+
+        forward:  2v (divide) + 2v (tanh) + 2v (multiply)                                            = 12 B for bf16
+        backward: 2v (multiply's backward) + 3v (tanh's: reads its output and the gradient) + 2v (divide's) = 14 B
+
+    Returns ``(forward_bytes, backward_bytes)``."""
+    v = np.asarray(bytes_per_value, dtype=float)
+    return 6 * v, 7 * v
+
+
 def collective_seconds(nbytes, group_size, *, gb_per_s, latency_s, kind):
     """Ring/tree cost of one collective over ``group_size`` ranks on a link of ``gb_per_s`` per GPU:
 
@@ -322,6 +334,9 @@ class StepInputs:
     """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
     backward together); the part the GPU's kernels for that layer do not hide is added to the recompute (catalog
     ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    soft_cap: object = 0.0
+    """1 where the model soft-caps its attention scores (eager only: flash kernels cap in-kernel) and its logits,
+    ``tanh(x / cap) · cap`` (Gemma 2 in transformers): three more element-wise passes over each (:func:`soft_cap_bytes`)."""
     flash_forward_efficiency_max: object = 0.0
     """Fused attention's forward rate as a fraction of peak (catalog ``flash_attention``; 0: price the attention
     core on the GEMM curve)."""
@@ -539,8 +554,9 @@ def compute_terms(x: StepInputs) -> dict:
                                                      softmax_fusion=x.softmax_fusion,
                                                      attention_dropout=x.attention_dropout)
     score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency
-    t_score_fwd = score_elements * score_fwd_b / score_hbm
-    t_score_bwd = score_elements * score_bwd_b / score_hbm
+    cap_fwd_b, cap_bwd_b = soft_cap_bytes(bytes_per_value=x.bytes_per_value)
+    t_score_fwd = score_elements * (score_fwd_b + x.soft_cap * cap_fwd_b) / score_hbm
+    t_score_bwd = score_elements * (score_bwd_b + x.soft_cap * cap_bwd_b) / score_hbm
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
     # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
     # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`).
@@ -572,7 +588,8 @@ def compute_terms(x: StepInputs) -> dict:
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
     logits_per_gpu = tokens * x.vocab_size / t
-    t_loss_fwd, t_loss_bwd = logits_per_gpu * ce_fwd_b / hbm, logits_per_gpu * ce_bwd_b / hbm
+    t_loss_fwd = logits_per_gpu * (ce_fwd_b + x.soft_cap * cap_fwd_b) / hbm
+    t_loss_bwd = logits_per_gpu * (ce_bwd_b + x.soft_cap * cap_bwd_b) / hbm
     # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
     # transformers' gradient checkpointing: the checkpointed layer's host-side work (torch.utils.checkpoint's
     # saved-tensor hooks and recompute, the framework's gradient hooks) runs while the GPU executes that layer's

@@ -47,6 +47,7 @@ _PLAN_FLAGS = {
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
+    "expandable_segments": "expandable_segments",
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
     "ep": "expert_parallel", "etp": "expert_tensor_parallel", "moe_capacity_factor": "moe_capacity_factor",
     "moe_dispatcher": "moe_token_dispatcher",
@@ -209,6 +210,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                  "overlap the gradient reduce with backward (DeepSpeed overlap_comm, Megatron --overlap-grad-reduce); "
                  "default: the engine's (DeepSpeed on as exported, Megatron off)"),
                 ("--no-overlap-comm", False, "reduce gradients after backward, not overlapped"))
+    p.add_argument("--expandable-segments", dest="expandable_segments", action="store_true", default=None,
+                   help="the training runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's caching "
+                        "allocator grows its segments in place: less reserved above the allocated peak); default: "
+                        "PyTorch's default allocator")
     p.add_argument("--lora-rank", type=int, metavar="R", help="LoRA adapters of rank R, base weights frozen (0: full)")
     p.add_argument("--lora-targets", metavar="LIST",
                    help="projections with adapters, comma-separated from q,k,v,o,gate,up,down (default all)")
@@ -232,14 +237,16 @@ def model_from_args(args) -> ModelSpec:
             fields["attn_implementation"] = args.attn_implementation
         else:
             fields["attention"] = attention_for(args.attn_implementation)
-    if fields.get("num_experts") is None and "moe_top_k" in fields:
-        raise ValueError(f"--topk {fields['moe_top_k']} needs --experts")
     if args.model:
-        return catalog.model(args.model, **fields)
-    missing = [f"--{d}" for d in ("layers", "hidden", "heads") if getattr(args, d, None) is None]
-    if missing:
-        raise ValueError(f"give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
-    return ModelSpec(**fields)
+        model = catalog.model(args.model, **fields)
+    else:
+        missing = [f"--{d}" for d in ("layers", "hidden", "heads") if getattr(args, d, None) is None]
+        if missing:
+            raise ValueError(f"give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
+        model = ModelSpec(**fields)
+    if model.num_experts is None and "moe_top_k" in fields:  # a catalog MoE model brings its experts
+        raise ValueError(f"--topk {fields['moe_top_k']} needs --experts (model {model.name} is dense)")
+    return model
 
 
 def profile_from_args(args):

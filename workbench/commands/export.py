@@ -110,9 +110,13 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
                     *megatron.placeholder_lines(["DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
                     "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
         command = [f"${name}/pretrain_gpt.py", *hybrid.hybrid_args(model, cluster, plan)]
+    preamble += launch.allocator_lines(plan)
     if launcher == "deepspeed":
         hosts = [h.strip() for h in args.hosts.split(",")] if args.hosts else None
         files["hostfile"] = launch.hostfile(cluster, hosts)
+        if plan.expandable_segments and cluster.num_nodes > 1:
+            # DeepSpeed's multi-node launcher passes only its own variables and those in .deepspeed_env over ssh
+            files[".deepspeed_env"] = f"{launch.ALLOC_CONF_VAR}=expandable_segments:True\n"
         files["launch.sh"] = launch.deepspeed_launch_script(cluster, command, preamble=preamble)
     elif launcher == "torchrun":
         files["launch.sh"] = launch.torchrun_script(cluster, command, rdzv=cluster.num_nodes > 1, preamble=preamble)

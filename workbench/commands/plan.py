@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
     overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
                          help="overlap the gradient reduce with backward (default: each engine's)")
     overlap.add_argument("--no-overlap-comm", dest="overlap_comm", action="store_false")
+    s.add_argument("--expandable-segments", action="store_true",
+                   help="every plan runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a smaller allocator "
+                        "reserve above the allocated peak); default: PyTorch's default allocator")
     s.add_argument("--lora-rank", type=int, default=0, metavar="R",
                    help="search LoRA fine-tunes of rank R (base weights frozen; DeepSpeed engines)")
     s.add_argument("--lora-targets", metavar="LIST", help="projections with adapters (default q,k,v,o,gate,up,down)")
@@ -140,7 +143,7 @@ def run(args) -> int:
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
                         overlap_comm=args.overlap_comm, profile=profile_from_args(args),
                         fp8_recipe=args.fp8_recipe, fp8_param_gather=args.fp8_param_gather,
-                        grad_reduce_fp32=args.grad_reduce_fp32)
+                        grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments)
     if args.json:
         print_json(result.to_dict())
     else:

@@ -15,6 +15,7 @@ from typing import Optional
 from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config, deepspeed_version, validate_ds_config
 from workbench.configs.megatron import (format_flags, model_flags, placeholder_lines, plan_summary, rendezvous_lines,
                                         torchrun_prefix, training_flags)
+from workbench.configs.launch import allocator_lines
 from workbench.defaults import megatron_recompute_flags
 from workbench.specs import ClusterSpec, Engine, ModelSpec, ParallelPlan, Recompute, validate
 
@@ -92,6 +93,7 @@ def hybrid_command(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *
         *placeholder_lines(["DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
         *rendezvous_lines(cluster),
         "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+        *allocator_lines(plan),
         "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors "
         "(the DeepSpeed-vs-Megatron practitioner's guide §5.1)",
         "",

@@ -790,15 +790,35 @@ def _megatron_attention(backend, impl, has, kind: str) -> str:
     return "flash"
 
 
+def _expandable_in_script(text: str) -> bool:
+    """Whether a launch script sets ``PYTORCH_CUDA_ALLOC_CONF`` with ``expandable_segments:True`` (an ``export`` or
+    a ``NAME=value`` prefix on a line that is not a comment)."""
+    from workbench.configs.launch import ALLOC_CONF_VAR, expandable_in_conf
+
+    for line in re.sub(r"\\\r?\n", " ", text).splitlines():
+        try:
+            toks = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        for t in toks:
+            if t.startswith(ALLOC_CONF_VAR + "=") and expandable_in_conf(t.split("=", 1)[1]):
+                return True
+    return False
+
+
 def import_megatron_args(command: Union[str, list]) -> Imported:
-    """Read a Megatron-LM or Megatron-DeepSpeed ``pretrain_gpt.py`` command line (or a launch script)."""
+    """Read a Megatron-LM or Megatron-DeepSpeed ``pretrain_gpt.py`` command line (or a launch script; one that
+    exports ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` gives ``expandable_segments``)."""
     if isinstance(command, (list, tuple)):
-        tokens, launcher = _shell_tokens(" ".join(shlex.quote(str(t)) for t in command))
+        text = " ".join(shlex.quote(str(t)) for t in command)
     else:
-        tokens, launcher = _shell_tokens(str(command))
+        text = str(command)
+    tokens, launcher = _shell_tokens(text)
     flags, stray = _flag_dict(tokens)
     m: dict = {}
     plan: dict = {}
+    if _expandable_in_script(text):
+        plan["expandable_segments"] = True
     opts: dict = _launcher_shape(launcher)
     warnings: list[str] = []
 

@@ -19,6 +19,42 @@ _NCCL_LINES = [
 ]
 
 
+ALLOC_CONF_VAR = "PYTORCH_CUDA_ALLOC_CONF"
+"""PyTorch's caching-allocator settings variable (``key:value`` pairs separated by commas)."""
+
+
+def alloc_conf_options(conf) -> dict:
+    """``PYTORCH_CUDA_ALLOC_CONF``'s ``key:value`` pairs as a dict (keys as written; empty for ``None``/``""``)."""
+    out = {}
+    for part in str(conf or "").split(","):
+        if part.strip():
+            key, _, value = part.partition(":")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def expandable_in_conf(conf) -> bool:
+    """Whether a ``PYTORCH_CUDA_ALLOC_CONF`` value turns expandable segments on (``expandable_segments:True``)."""
+    return alloc_conf_options(conf).get("expandable_segments", "").lower() == "true"
+
+
+def with_expandable_segments(conf) -> str:
+    """``conf`` (a ``PYTORCH_CUDA_ALLOC_CONF`` value, maybe empty) with ``expandable_segments:True`` set, its other
+    settings kept."""
+    options = alloc_conf_options(conf)
+    options["expandable_segments"] = "True"
+    return ",".join(f"{k}:{v}" for k, v in options.items())
+
+
+def allocator_lines(plan) -> list[str]:
+    """The launch-script line that gives the plan's training processes its allocator
+    (:attr:`workbench.specs.ParallelPlan.expandable_segments`); none for PyTorch's default allocator."""
+    if not plan.expandable_segments:
+        return []
+    return [f"export {ALLOC_CONF_VAR}=expandable_segments:True  # the plan's allocator: segments grow in place, "
+            "less reserved above the allocated peak"]
+
+
 def default_hosts(cluster: ClusterSpec) -> list[str]:
     return [f"node{i}" for i in range(cluster.num_nodes)]
 

@@ -283,6 +283,8 @@ def rendezvous_lines(cluster: ClusterSpec) -> list[str]:
 def megatron_command(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
                      options: Optional[DeepSpeedOptions] = None) -> str:
     """A bash script that runs Megatron-LM's ``pretrain_gpt.py`` for the plan with ``torchrun`` on every node."""
+    from workbench.configs.launch import allocator_lines  # launch builds on this module's format_flags
+
     args = megatron_args(model, cluster, plan, options=options)
     lines = [
         "#!/usr/bin/env bash",
@@ -292,6 +294,7 @@ def megatron_command(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         *placeholder_lines(["MEGATRON_LM", "DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
         *rendezvous_lines(cluster),
         "export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron orders TP/SP communication before compute with it",
+        *allocator_lines(plan),
         "# export NCCL_DEBUG=INFO  # uncomment to see NCCL's topology and errors "
         "(the DeepSpeed-vs-Megatron practitioner's guide §5.1)",
         "",

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from workbench.configs.launch import ALLOC_CONF_VAR, expandable_in_conf, with_expandable_segments
 from workbench.runs.specio import specs_to_dict
 from workbench.specs import (AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, ParallelPlan, Precision,
                              validate)
@@ -334,7 +335,8 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
     files, argv, run_env = launch_files(launcher=launcher, cluster=cluster, hosts=hosts, nproc=nproc,
                                         run_dir=run_dir, master_port=port,
                                         env=run_env_for(nproc=nproc, on_gpu=on_gpu, extra=env,
-                                                        cpu_adam_threads=cluster.cpu_adam_threads),
+                                                        cpu_adam_threads=cluster.cpu_adam_threads,
+                                                        expandable_segments=plan.expandable_segments),
                                         run_id=run_id)
     names = host_names(hosts, nproc=nproc) if hosts else None
 
@@ -342,6 +344,8 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
     # torch's Adam for the megatron engine and no overlapped gradient reduce (megatron-core DDP's default); for
     # DeepSpeed the config's torch_adam and overlap_comm
     ran_model, ran_plan = run_stack(model, plan, resolved_config)
+    # ... with the allocator its processes get (PYTORCH_CUDA_ALLOC_CONF as launch.sh exports it)
+    ran_plan = ran_plan.replace(expandable_segments=expandable_in_conf(run_env.get(ALLOC_CONF_VAR)))
     # ... on the CPU threads the ranks get (OMP_NUM_THREADS as launch.sh exports it: CPU Adam's threads)
     threads = int(run_env["OMP_NUM_THREADS"]) if str(run_env.get("OMP_NUM_THREADS", "")).isdigit() else 0
     predicted = predicted_numbers(ran_model, cluster.replace(cpu_adam_threads=threads) if threads > 0 else cluster,
@@ -350,11 +354,13 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
     (run_dir / "metrics").mkdir(exist_ok=True)
     options = {"engine": str(plan.engine), "steps": steps,
                "stack": {"attention": str(ran_model.attention), "adam": str(ran_plan.adam),
-                         "overlap_comm": ran_plan.overlaps_comm},
+                         "overlap_comm": ran_plan.overlaps_comm,
+                         "expandable_segments": ran_plan.expandable_segments},
                "data": data if isinstance(data, str) else source.kind,
                "seed": seed, "lr": lr, "clip_grad": clip_grad,
                "memory_limit_bytes": memory_limit_bytes, "launcher": launcher, "hosts": names,
-               "omp_num_threads": run_env.get("OMP_NUM_THREADS")}
+               "omp_num_threads": run_env.get("OMP_NUM_THREADS"),
+               "pytorch_cuda_alloc_conf": run_env.get(ALLOC_CONF_VAR)}
     if model.implementation is Implementation.TRANSFORMERS:
         from workbench.hf import read_config, run_options
 
@@ -386,10 +392,12 @@ def default_runs_dir() -> Path:
     return runs_dir()
 
 
-def run_env_for(*, nproc: int, on_gpu: bool, extra: Optional[dict], cpu_adam_threads: int = 0) -> dict:
+def run_env_for(*, nproc: int, on_gpu: bool, extra: Optional[dict], cpu_adam_threads: int = 0,
+                expandable_segments: bool = False) -> dict:
     """The variables ``launch.sh`` exports: the checkout on ``PYTHONPATH``, unbuffered output, the DeepSpeed op
     cache; NCCL/CUDA settings on a GPU, ``OMP_NUM_THREADS`` (the cluster's ``cpu_adam_threads`` when declared, else
-    this environment's, else cores / ranks); ``extra`` last."""
+    this environment's, else cores / ranks), ``PYTORCH_CUDA_ALLOC_CONF`` (this environment's, with
+    ``expandable_segments:True`` added when the plan asks for it); ``extra`` last."""
     pythonpath = os.pathsep.join(p for p in (str(CHECKOUT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1",
            "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or str(_default_extensions_dir())}
@@ -400,6 +408,11 @@ def run_env_for(*, nproc: int, on_gpu: bool, extra: Optional[dict], cpu_adam_thr
     # Adam (optimizer offload) about 3x slower on H200 (3.2 s instead of 1.1 s per step measured)
     env["OMP_NUM_THREADS"] = (str(cpu_adam_threads) if cpu_adam_threads else None) or os.environ.get(
         "OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+    conf = os.environ.get(ALLOC_CONF_VAR, "")
+    if expandable_segments:
+        conf = with_expandable_segments(conf)
+    if conf:
+        env[ALLOC_CONF_VAR] = conf
     if extra:
         env.update({k: str(v) for k, v in extra.items()})
     return env

@@ -1,0 +1,122 @@
+"""PyTorch's expandable-segments allocator as a stack option: plan, memory reserve, band, CLI, export, import,
+launcher environment."""
+import json
+
+import pytest
+
+from workbench import memory as M
+from workbench.configs.launch import allocator_lines, expandable_in_conf, with_expandable_segments
+from workbench.estimate import estimate
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
+
+SMALL = dict(num_layers=4, hidden_size=512, num_attention_heads=8, seq_length=1024)
+
+
+def _pair(engine="deepspeed", **kw):
+    m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, engine=engine, **kw)
+    return estimate(m, c, plan), estimate(m, c, plan.replace(expandable_segments=True))
+
+
+@pytest.mark.parametrize("engine,kw", [("deepspeed", dict(zero_stage=2)), ("deepspeed", dict(zero_stage=3)),
+                                       ("megatron", {})])
+def test_reserve_is_the_expandable_fraction_and_allocated_is_unchanged(engine, kw):
+    default, expandable = _pair(engine, **kw)
+    alloc = default.memory.to_dict()["allocated_bytes"]
+    assert expandable.memory.to_dict()["allocated_bytes"] == alloc
+    key = "megatron" if engine == "megatron" else "deepspeed"
+    reserve = (expandable.memory.peak_stage.terms.overhead - default.memory.peak_stage.terms.overhead) / alloc
+    default_fraction = M.engine_overheads(M.ENGINE_CODES[default.plan.engine], kw.get("zero_stage", 0))
+    assert reserve == pytest.approx(M.RESERVE_FRACTION_EXPANDABLE[key] - float(default_fraction["reserve_fraction"]),
+                                    abs=1e-6)
+    assert expandable.memory.per_gpu_peak_bytes < default.memory.per_gpu_peak_bytes
+    assert expandable.time.step_seconds == default.time.step_seconds
+    assert "expandable" in expandable.memory.formulas["overhead"]
+
+
+def test_profile_reserve_gives_way_to_the_expandable_one():
+    """A profile's reserve was measured with the default allocator: with expandable segments it is not used."""
+    out = M.overhead_bytes(100.0, 1, engine=0, context_bytes=0, nccl_bytes=0, reserve_fraction=0.5,
+                           expandable_segments=1)
+    assert out == pytest.approx(100.0 * M.RESERVE_FRACTION_EXPANDABLE["deepspeed"])
+    assert M.overhead_bytes(100.0, 1, engine=0, context_bytes=0, nccl_bytes=0, reserve_fraction=0.5) == 50.0
+
+
+def test_band_for_the_allocator_mode(monkeypatch):
+    entry = lambda n, hi: {"n": n, "shapes": 3, "low_fraction": 0.01, "high_fraction": hi}  # noqa: E731
+    bands = {"device": {"deepspeed": entry(50, 0.15), "deepspeed/expandable-segments": entry(7, 0.04),
+                        "megatron": entry(20, 0.12), "megatron/expandable-segments": entry(3, 0.02)}}
+    monkeypatch.setattr(M, "_error_bands", lambda: bands)
+    assert M.error_band("deepspeed", "device", "none", True)[1] == 0.04
+    assert "expandable segments" in M.error_band("deepspeed", "device", None, True)[2]
+    assert M.error_band("deepspeed", "device", "none", False)[1] == 0.15
+    assert M.error_band("megatron", "device", None, True)[1] == 0.12  # 3 runs: too few, the engine's band
+    default, expandable = _pair(zero_stage=2)
+    assert expandable.to_dict()["memory"]["band_bytes"]["high"] == round(
+        expandable.memory.per_gpu_peak_bytes * 0.04)
+
+
+def test_cli_estimate_and_plan(capsys):
+    from workbench.cli import main
+
+    base = ["estimate", "--model", "llama3-8b", "--gpu", "H200", "--zero", "3", "--json"]
+    assert main(base) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert main(base + ["--expandable-segments"]) == 0
+    on = json.loads(capsys.readouterr().out)
+    assert (off["plan"]["expandable_segments"], on["plan"]["expandable_segments"]) == (False, True)
+    assert on["memory"]["per_gpu_peak_bytes"] < off["memory"]["per_gpu_peak_bytes"]
+    assert main(["plan", "--model", "gpt3-350m", "--gpus", "2", "--gbs", "8", "--top", "1", "--engine", "deepspeed",
+                 "--expandable-segments", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    assert best["ranked"][0]["expandable_segments"] is True
+
+
+def test_export_and_import_round_trip():
+    from workbench import catalog
+    from workbench.configs.importer import import_megatron_args
+    from workbench.configs.launch import slurm_script
+    from workbench.configs.megatron import megatron_command
+
+    m, c = catalog.model("gpt3-1.3b"), ClusterSpec(gpu="H200", gpus_per_node=8)
+    plan = ParallelPlan(world_size=8, engine="megatron", tensor_parallel=2)
+    assert allocator_lines(plan) == [] and "PYTORCH_CUDA_ALLOC_CONF" not in megatron_command(m, c, plan)
+    script = megatron_command(m, c, plan.replace(expandable_segments=True))
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in script
+    assert import_megatron_args(script).plan_fields["expandable_segments"] is True
+    assert "expandable_segments" not in import_megatron_args(megatron_command(m, c, plan)).plan_fields
+    commented = "# export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n" + megatron_command(m, c, plan)
+    assert "expandable_segments" not in import_megatron_args(commented).plan_fields
+    sbatch = slurm_script(c, ["train.py"], preamble=allocator_lines(plan.replace(expandable_segments=True)))
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in sbatch
+
+
+def test_alloc_conf_strings():
+    assert expandable_in_conf("expandable_segments:True") and expandable_in_conf("max_split_size_mb:64, "
+                                                                                 "expandable_segments:true")
+    assert not expandable_in_conf(None) and not expandable_in_conf("expandable_segments:False")
+    assert with_expandable_segments("") == "expandable_segments:True"
+    assert with_expandable_segments("max_split_size_mb:64,expandable_segments:False") == \
+        "max_split_size_mb:64,expandable_segments:True"
+
+
+def test_launcher_environment(monkeypatch):
+    from workbench.runs.prepare import run_env_for
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in run_env_for(nproc=1, on_gpu=False, extra=None)
+    env = run_env_for(nproc=1, on_gpu=False, extra=None, expandable_segments=True)
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "garbage_collection_threshold:0.6")
+    env = run_env_for(nproc=1, on_gpu=False, extra=None, expandable_segments=True)
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "garbage_collection_threshold:0.6,expandable_segments:True"
+
+
+def test_plan_field_is_checked_and_stored():
+    from workbench.runs.specio import specs_from_dict, specs_to_dict
+
+    with pytest.raises(ValueError, match="expandable_segments"):
+        ParallelPlan(world_size=1, expandable_segments="yes")
+    m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, expandable_segments=True)
+    assert specs_from_dict(json.loads(json.dumps(specs_to_dict(m, c, plan))))[2] == plan
