@@ -132,6 +132,15 @@ def test_missing_and_broken_files(tmp_path):
         import_hf(tmp_path)
 
 
+def test_config_values_transformers_refuses_are_named():
+    """transformers 5 wraps these in huggingface_hub's strict-dataclass errors; the message names field and numbers."""
+    with pytest.raises(ValueError, match=r"LlamaConfig rejects it: The hidden size \(4096\) is not a multiple of "
+                                         r"the number of attention heads \(7\)"):
+        import_hf({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 7})
+    with pytest.raises(ValueError, match=r"LlamaConfig rejects it: .*'hidden_size' expected int, got str"):
+        import_hf({"model_type": "llama", "hidden_size": "wide"})
+
+
 def test_cli_import_and_estimate(capsys):
     from workbench import cli
 

@@ -145,8 +145,14 @@ def _config_object(data: dict, where: str):
     kwargs = {k: v for k, v in data.items() if k not in ("attn_implementation", "_attn_implementation")}
     try:
         return cls.from_dict(kwargs)
-    except (TypeError, ValueError, KeyError) as e:
-        raise ValueError(f"{where}: transformers' {cls.__name__} rejects it: {e}") from None
+    except Exception as e:  # noqa: BLE001 - only the rejections below; anything else is re-raised
+        # transformers 5 validates its configs as huggingface_hub strict dataclasses, whose errors wrap the
+        # TypeError/ValueError that names the field and the numbers
+        cause = e.__cause__ if type(e).__name__.startswith("StrictDataclass") and e.__cause__ is not None else e
+        if not isinstance(cause, (TypeError, ValueError, KeyError)):
+            raise
+        raise ValueError(f"{where}: transformers' {cls.__name__} rejects it: {' '.join(str(cause).split())}") \
+            from None
 
 
 def _activation(act: str, gated: bool, where: str, notes: list) -> str:

@@ -271,6 +271,8 @@ def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage,
     schedule) starts at j·L/v + Σ_{s'<s} n_{s'}/v, with n_s the stage's layers (:func:`layers_on_stage`; uneven
     splits included). Without interleaving the F layers sit on the first stage and the B on the last (spilling to
     the next stage only when a stage has fewer layers than F or B). Every argument may be a numpy array."""
+    if np.ndim(bf16_first) == 0 and np.ndim(bf16_last) == 0 and not bf16_first and not bf16_last:
+        return 0.0  # no bf16 layers (every plan without FP8): skip the per-chunk arithmetic
     L, p = num_layers, np.asarray(pipeline_parallel)
     v = np.maximum(np.asarray(virtual_pipeline), 1)
     stage = np.asarray(stage)
@@ -1083,7 +1085,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
-    recomputed_transient = (np.maximum(output, full_layer) if m.implementation is Implementation.TRANSFORMERS
+    # a recomputed transformers layer's backward holds, on top of its activations, the gradients of its MLP's f-wide
+    # intermediates once the product's has been consumed (down_proj's input gradient and the two the product's
+    # backward makes, less the product itself: 2·v·f per token gated, v·f otherwise; counted on the CPU for a toy
+    # Mistral layer with LoRA at the peak after the first adapter gradient)
+    hf_working = (np.where(recompute >= 2, (1 + m.is_gated) * value_bytes * m.seq_length / context_parallel
+                           * micro_batch * (m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size)
+                           / tensor_parallel, 0.0)
+                  if m.implementation is Implementation.TRANSFORMERS else 0.0)
+    recomputed_transient = (np.maximum(output, full_layer + hf_working) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
     transient = np.where(recompute >= 2, recomputed_transient,
                          np.where(recompute == 1, np.maximum(output, full_layer + output_grad) + core,
@@ -1130,7 +1140,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         buffers = buffers + np.where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
             m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
             token_factor=moe_token_factor), 0.0)
-    late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer, buffers, last=last,
+    late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer + hf_working, buffers, last=last,
                                                       engine=engine, zero_stage=zero_stage,
                                                       lora=(lora_params_per_layer > 0)
                                                       | (m.implementation is Implementation.TRANSFORMERS),
