@@ -275,6 +275,37 @@ def summary_lines(rows: list) -> list:
                        f"{len(rs)}; not fitting {sum(r.rank.in_search_space and not r.rank.fits for r in rs)}, ranked "
                        f"below {TOP} {sum(r.rank.rank is not None and r.rank.rank > TOP for r in rs)}, not searched "
                        f"{sum(not r.rank.in_search_space for r in rs)}")
+    return out + release_spread_lines(rows)
+
+
+def _same_run_key(case: dict) -> str:
+    """What makes two published rows the same run: the model (by name), the GPUs and the whole layout."""
+    m = case["model"]
+    return json.dumps([m if isinstance(m, str) else m.get("name"), case.get("seq"), case["gpu"], case["gpus"],
+                       case["layout"]], sort_keys=True)
+
+
+def release_spread_lines(rows: list) -> list:
+    """One line per run that several sources (releases of one table) publish with the same model, GPUs and layout:
+    the lowest and highest published step and the predicted one. The spread is how far the published number moved
+    with the software alone, a floor under the accuracy any model of the hardware can show on that run."""
+    groups = {}
+    for r in rows:
+        if r.modelled:
+            groups.setdefault(_same_run_key(r.case), []).append(r)
+    out = []
+    for rs in groups.values():
+        if len({r.case["source"] for r in rs}) < 2:
+            continue
+        fast, slow = min(rs, key=lambda r: r.published_step_seconds), max(rs, key=lambda r: r.published_step_seconds)
+        metric = fast.case["published"]["metric"]
+        m = fast.case["model"]
+        out.append(f"  {m if isinstance(m, str) else m.get('name')} {layout_text(fast.case)}: published {_fmt(metric, fast.case['published']['value'])} "
+                   f"({fast.case['source']}) to {_fmt(metric, slow.case['published']['value'])} "
+                   f"({slow.case['source']}) {_UNITS[metric]}, ×{slow.published_step_seconds / fast.published_step_seconds:.2f} "
+                   f"in step time; predicted {_fmt(metric, fast.predicted_metric)}")
+    if out:
+        out.insert(0, "same run published by several releases (the software alone moved it):")
     return out
 
 

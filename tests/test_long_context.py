@@ -242,3 +242,28 @@ def test_planner_searches_every_cp_exchange_and_says_why_one_wins():
     res = planner.search(m, c, global_batch_size=4, engines=("megatron",), top=3)
     note = [ln for ln in res.explanation.splitlines() if ln.startswith("CP exchange")]
     assert len(note) == 1 and "all_gather" in note[0] and "p2p" in note[0] and " wins: " in note[0]
+
+
+def test_one_sequence_split_three_ways_on_the_same_gpus():
+    from workbench.longcontext import sequence_split_comparison
+
+    m, c = model("llama3-8b", seq_length=32768), _h100(2)
+    rows = sequence_split_comparison(m, c, sizes=[8, 16, 3])
+    by = {r["layout"]: r for r in rows}
+    assert [r["layout"] for r in rows[:6]] == ["ZeRO-3 + full recompute", "Ulysses 8", "CP 8 p2p", "CP 8 all_gather",
+                                               "CP 8 a2a", "CP 8 a2a+p2p 4x2"]
+    # the heads cap Ulysses and Megatron's a2a at gcd(32, 8) = 8; 3 does not divide the 16 GPUs
+    assert {r["layout"] for r in rows if r["error"]} == {"Ulysses 16", "CP 16 a2a", "size 3"}
+    assert "largest Ulysses size for llama3-8b is 8" in by["Ulysses 16"]["error"]
+    assert by["Ulysses 16"]["peak_gib"] is None and "world_size=16" in by["size 3"]["error"]
+    # each row is estimate() of its plan, the same global batch everywhere
+    u = estimate(m, c, ParallelPlan(world_size=16, engine="deepspeed", zero_stage=3, ulysses=8, global_batch_size=16,
+                                    recompute="full"), checks=False)
+    assert by["Ulysses 8"]["step_seconds"] == u.time.step_seconds
+    assert by["Ulysses 8"]["cp_exposed_seconds"] == pytest.approx(by["CP 8 a2a"]["cp_exposed_seconds"])
+    assert by["Ulysses 8"]["tokens_per_gpu"] == by["CP 16 p2p"]["tokens_per_gpu"] * 2 == 4096
+    # Ulysses keeps 1/8 of ZeRO-3's activations; Megatron CP the same activations but whole weights
+    assert by["Ulysses 8"]["activations_gib"] == pytest.approx(by["ZeRO-3 + full recompute"]["activations_gib"] / 8,
+                                                               rel=0.05)
+    assert by["Ulysses 8"]["peak_gib"] < min(by["CP 8 p2p"]["peak_gib"], by["ZeRO-3 + full recompute"]["peak_gib"])
+    assert by["CP 8 p2p"]["cp_exposed_seconds"] == 0.0 < by["CP 8 all_gather"]["cp_exposed_seconds"]

@@ -114,7 +114,8 @@ def test_zero_stages(tmp_path, monkeypatch):
 def test_tensor_pipeline(tmp_path, monkeypatch):
     rec = run_notebook("tensor_pipeline.ipynb", dict(model="gpt3-1.3b", tp_values=[1, 2, 4], pipeline_parallel=2,
                                                      num_microbatches=4, virtual_pipeline=2, cp_gpus=4,
-                                                     cp_seq_lengths=[8192, 32768], cp_sizes=[1, 4]),
+                                                     cp_seq_lengths=[8192, 32768], cp_sizes=[1, 4],
+                                                     split_seq=32768),
                        tmp_path, monkeypatch)
     per_rank = rec["layer_params_per_rank"]
     # each doubling of t roughly halves a layer's parameters per GPU (norms and row biases stay whole)
@@ -133,6 +134,18 @@ def test_tensor_pipeline(tmp_path, monkeypatch):
     assert act["32768/TP1 CP4"] == pytest.approx(act["32768/TP1"] / 4, rel=0.02)
     assert act["8192/TP1"] < act["32768/TP1"] and peak["32768/TP4 SP"] < peak["32768/TP1 CP4"]
     assert rec["cp_exposed_seconds"]["32768/TP1 CP4"] == 0.0  # 8k tokens per rank: the ring hides
+    # one sequence split three ways on 16 GPUs: llama3-8b's 8 K/V heads cap Ulysses (and Megatron's a2a) at 8
+    errors, peak, exposed = rec["split_errors"], rec["split_peak_gib"], rec["split_exposed_seconds"]
+    assert set(errors) == {"Ulysses 16", "CP 16 a2a"}
+    assert "num_query_groups=8" in errors["Ulysses 16"] and "largest Ulysses size for llama3-8b is 8" in errors["Ulysses 16"]
+    assert peak["Ulysses 8"] < peak["ZeRO-3 + full recompute"]  # 1/8 of the sequence's activations per GPU
+    assert peak["Ulysses 8"] < peak["CP 8 p2p"]  # ZeRO-3 shards the weights, Megatron CP does not
+    # Ulysses is priced as the all-to-all it is: the same exposed exchange as Megatron's a2a; the ring hides
+    assert exposed["Ulysses 8"] == pytest.approx(exposed["CP 8 a2a"]) and exposed["Ulysses 8"] > 0
+    assert exposed["CP 8 p2p"] == 0.0 < exposed["CP 8 all_gather"]
+    explained = rec["split_planner_explanations"]
+    assert "Ulysses" in rec["split_planner_best"]["deepspeed"] and "Long context: " in explained["deepspeed"]
+    assert "CP exchange (same plan, each --cp-comm-type)" in explained["megatron"]
 
 
 @pytest.mark.slow

@@ -124,3 +124,16 @@ def test_rank_among_the_features_the_run_had():
     assert not best.sequence_parallel and not best.distributed_optimizer and str(best.recompute) != "selective"
     assert str(best.engine) == "megatron"
     assert "2021 features: " in B.rank_text(row)
+
+
+def test_release_spread_names_the_same_run_published_twice():
+    # Megatron-Bridge's 25.09 and 25.11 H100 tables publish Qwen3-30B-A3B on the same 16 GPUs and layout at
+    # 10,494 and 5,275 tok/s/GPU: the spread line gives both and their step-time ratio
+    rows = [B.Row(case=CASES[i], missing=(), published_step_seconds=s, predicted_step_seconds=11.4)
+            for i, s in (("bridge-25.09-qwen3-30b-a3b-16", 12.49), ("bridge-25.11-qwen3-30b-a3b-16", 24.85))]
+    rows.append(B.Row(case=CASES["korthikanti-22B"], missing=(), published_step_seconds=1.1, predicted_step_seconds=1.1))
+    lines = B.release_spread_lines(rows)
+    assert len(lines) == 2 and lines[0].startswith("same run")
+    assert "qwen3-30b-a3b" in lines[1] and "10,494 (bridge-25.09)" in lines[1] and "5,275 (bridge-25.11)" in lines[1]
+    assert "×1.99" in lines[1]
+    assert B.release_spread_lines(rows[:1] + rows[2:]) == []

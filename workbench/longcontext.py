@@ -59,3 +59,74 @@ def context_parallel_sweep(model: ModelSpec, cluster: ClusterSpec, *, seq_length
                 and t_all <= cluster.gpus_per_node):
             rows.append(sweep_row(m, cluster, sweep_plan(cluster, tensor_parallel=t_all, recompute=recompute)))
     return rows
+
+
+SEQUENCE_SPLITS = ("zero3", "ulysses", "p2p", "all_gather", "a2a", "a2a+p2p")
+"""The layouts :func:`sequence_split_comparison` prices, in its row order for each size."""
+
+
+def sequence_split_plans(cluster: ClusterSpec, size: int, *, global_batch_size: int,
+                         recompute: str = "full") -> dict:
+    """The plans that split one long sequence over ``size`` ranks of ``cluster``, by layout name: ``ulysses``
+    (DeepSpeed-Ulysses N = ``size`` under ZeRO-3), and Megatron context parallelism of ``size`` with each
+    ``--cp-comm-type`` (``p2p`` ring, ``all_gather``, ``a2a``; ``a2a+p2p`` with the largest inner all-to-all group
+    below ``size`` that divides it — hierarchical sizes (a, size/a)). Every plan keeps ``global_batch_size``,
+    ``recompute`` and TP = PP = 1, so only the split differs. Plans are built, not validated: a size the model's heads
+    do not allow raises in :func:`workbench.specs.validate`."""
+    n, plans = int(size), {}
+    common = dict(world_size=cluster.world_size, global_batch_size=global_batch_size, recompute=recompute)
+    plans["ulysses"] = ParallelPlan(engine="deepspeed", zero_stage=3, ulysses=n, **common)
+    for kind in ("p2p", "all_gather", "a2a", "a2a+p2p"):
+        extra = {}
+        if kind == "a2a+p2p":
+            inner = max((a for a in range(2, n) if n % a == 0), default=None)
+            if inner is None:
+                continue
+            extra["hierarchical_context_parallel_sizes"] = (inner, n // inner)
+        plans[kind] = ParallelPlan(engine="megatron", context_parallel=n, cp_comm_type=kind,
+                                   distributed_optimizer=True, **common, **extra)
+    return plans
+
+
+def sequence_split_comparison(model: ModelSpec, cluster: ClusterSpec, *, sizes: Sequence[int],
+                              global_batch_size: int = 0, recompute: str = "full") -> list:
+    """One long-sequence model on the same GPUs, split three ways: DeepSpeed ZeRO-3 with ``recompute`` and no
+    sequence split (the baseline, first row), DeepSpeed-Ulysses N, and Megatron context parallelism N under each
+    ``--cp-comm-type``, for every N in ``sizes`` (:func:`sequence_split_plans`). Each row is :func:`sweep_row`'s
+    figures plus ``layout`` (a label), ``engine``, ``size`` and ``error``: where the rules refuse a plan (Ulysses or
+    ``a2a`` beyond gcd(heads, K/V heads), a size not dividing the GPUs or the sequence), the row keeps the
+    core's ``ValueError`` message and no numbers. ``global_batch_size`` 0 means the GPU count (one sequence per GPU
+    under ZeRO-3). Every number comes from :func:`workbench.estimate.estimate`."""
+    from workbench.specs import validate
+
+    gbs = int(global_batch_size) or cluster.world_size
+    blank = {k: None for k in ("tp", "cp", "cp_comm_type", "tokens_per_gpu", "activations_gib", "peak_gib", "fits",
+                               "step_seconds", "mfu", "cp_transfer_seconds", "cp_exposed_seconds",
+                               "tp_comm_seconds")}
+
+    def row(layout: str, engine: str, size: int, build) -> dict:
+        try:
+            plan = build()
+            validate(model, cluster, plan)
+        except ValueError as e:
+            return {"layout": layout, "engine": engine, "size": size, "seq": model.seq_length, **blank,
+                    "error": str(e)}
+        return {"layout": layout, "engine": engine, "size": size, **sweep_row(model, cluster, plan), "error": ""}
+
+    rows = [row(f"ZeRO-3 + {recompute} recompute", "deepspeed", 1,
+                lambda: ParallelPlan(world_size=cluster.world_size, engine="deepspeed", zero_stage=3,
+                                     global_batch_size=gbs, recompute=recompute))]
+    for n in sizes:
+        n = int(n)
+        try:
+            plans = sequence_split_plans(cluster, n, global_batch_size=gbs, recompute=recompute)
+        except ValueError as e:  # the size itself is refused (does not divide the GPUs, the batch)
+            rows.append({"layout": f"size {n}", "engine": "", "size": n, "seq": model.seq_length, **blank,
+                         "error": str(e)})
+            continue
+        for kind, plan in plans.items():
+            label = f"Ulysses {n}" if kind == "ulysses" else f"CP {n} {kind}" + (
+                f" {plan.hierarchical_context_parallel_sizes[0]}x{plan.hierarchical_context_parallel_sizes[1]}"
+                if kind == "a2a+p2p" else "")
+            rows.append(row(label, str(plan.engine), n, lambda plan=plan: plan))
+    return rows
