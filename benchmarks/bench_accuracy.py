@@ -14,6 +14,9 @@ shapes give. For each run the workbench's own ``estimate`` is compared with what
 
 Errors are (predicted − measured) / measured. Printed per split and per engine: runs, median |error|, worst |error|,
 how many runs are under-estimated and the worst under-estimate (an under-estimated device total is an OOM).
+Runs with PyTorch's expandable-segments allocator (corpus group ``expseg``, ``PYTORCH_CUDA_ALLOC_CONF=
+expandable_segments:True``) are scored with the plan's ``expandable_segments`` on, in tables of their own beside the
+same configurations with the default allocator; ``--overheads`` also prints their fitted allocator reserve.
 ``--loso`` also prints, for the fit split, leave-one-shape-out errors of the constants this benchmark fits
 (``workbench.memory.fit_overheads``: memory outside the allocator per engine, allocator reserve).
 
@@ -91,8 +94,10 @@ def corpus_run(rec: dict):
     if not oom and (rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes")):
         return None
     o = rec.get("options") or {}
-    if o.get("expandable_segments"):  # another allocator: scored by bench_allocator.py, not against the default's
-        return None
+    from workbench.configs.launch import expandable_in_conf
+
+    # PyTorch's expandable-segments allocator (group expseg): scored with the plan's option on, in tables of its own
+    expandable = bool(o.get("expandable_segments") or expandable_in_conf(rec.get("pytorch_cuda_alloc_conf")))
     world = int(rec.get("world_size") or o.get("world_size") or 1)
     mbs = int(rec.get("micro_batch_size") or o.get("mbs") or 1)
     gas = int(rec.get("gradient_accumulation_steps") or o.get("gas") or 1)
@@ -100,7 +105,7 @@ def corpus_run(rec: dict):
     offload = o.get("offload") or "none"
     tp, pp, ep = int(o.get("tp", 1)), int(o.get("pp", 1)), int(o.get("ep", 1))  # torchrun runs of measure.py
     common = dict(world_size=world, micro_batch_size=mbs, global_batch_size=mbs * gas * (world // (tp * pp)),
-                  precision="bf16")
+                  precision="bf16", expandable_segments=expandable)
     common.update({k: v for k, v in (("tensor_parallel", tp), ("pipeline_parallel", pp), ("expert_parallel", ep))
                    if v > 1})
     if stack in ("mcore-ds", "mcore-ddp"):
@@ -143,12 +148,14 @@ def corpus_run(rec: dict):
         from workbench.runs.specio import specs_from_dict
 
         model, cluster, plan = specs_from_dict(rec["workbench"])
+        plan = plan.replace(expandable_segments=expandable) if expandable else plan
         world = plan.world_size
     elif rec.get("catalog_model"):
         # workbench.runs.launch: megatron-core local spec; torch Adam; DeepSpeed overlap as the export writes it
         stack = "launcher"
         model = catalog.model(rec["catalog_model"], attention="unfused")
         fields = dict(rec.get("plan_fields") or {})
+        fields.setdefault("expandable_segments", expandable)
         mbs = int(fields.pop("micro_batch_size", mbs))
         engine = fields.get("engine", "deepspeed")
         plan = ParallelPlan(world_size=world, micro_batch_size=mbs, precision="bf16",
@@ -252,27 +259,39 @@ def table(rows: list, title: str) -> list[str]:
     return lines
 
 
-def band(rows: list) -> dict:
-    """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
-    the prediction (what :func:`workbench.memory.error_band` reads)."""
+def band_entry(sel: list, q: str):
+    """The band entry of runs ``sel`` for quantity ``q`` (``None`` without a measured and predicted value)."""
     import numpy as np
+
+    ratios = [r["measured"][q] / r["predicted"][q] for r in sel if r["measured"].get(q) and r["predicted"].get(q)]
+    if not ratios:
+        return None
+    lo, hi = np.quantile(ratios, [1 - BAND_QUANTILE, BAND_QUANTILE])
+    return dict(n=len(ratios), shapes=len({r["shape_id"] for r in sel}),
+                low_fraction=round(max(0.0, 1 - float(lo)), 4), high_fraction=round(max(0.0, float(hi) - 1), 4),
+                worst_low_fraction=round(max(0.0, 1 - min(ratios)), 4),
+                worst_high_fraction=round(max(0.0, max(ratios) - 1), 4))
+
+
+def band(rows: list, expandable_rows: list = ()) -> dict:
+    """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
+    the prediction (what :func:`workbench.memory.error_band` reads). ``expandable_rows`` (runs with PyTorch's
+    expandable-segments allocator) add ``ENGINE/expandable-segments`` device entries."""
+    from workbench.memory import EXPANDABLE_BAND_SUFFIX
 
     out = {}
     keys = {engine_of(r) for r, _ in rows} | {f"{engine_of(r)}/{r['plan'].recompute}" for r, _ in rows}
     for q in QUANTITIES:
         out[q] = {}
         for key in sorted(keys):  # per engine, and per engine and recompute mode (the terms that differ most)
-            sel = [r for r, _ in rows if key in (engine_of(r), f"{engine_of(r)}/{r['plan'].recompute}")]
-            ratios = [r["measured"][q] / r["predicted"][q] for r in sel
-                      if r["measured"].get(q) and r["predicted"].get(q)]
-            if not ratios:
-                continue
-            lo, hi = np.quantile(ratios, [1 - BAND_QUANTILE, BAND_QUANTILE])
-            out[q][key] = dict(n=len(ratios), shapes=len({r["shape_id"] for r in sel}),
-                               low_fraction=round(max(0.0, 1 - float(lo)), 4),
-                               high_fraction=round(max(0.0, float(hi) - 1), 4),
-                               worst_low_fraction=round(max(0.0, 1 - min(ratios)), 4),
-                               worst_high_fraction=round(max(0.0, max(ratios) - 1), 4))
+            entry = band_entry([r for r, _ in rows if key in (engine_of(r), f"{engine_of(r)}/{r['plan'].recompute}")],
+                               q)
+            if entry:
+                out[q][key] = entry
+    for engine in sorted({engine_of(r) for r, _ in expandable_rows}):  # the allocator's reserve is the device's
+        entry = band_entry([r for r, _ in expandable_rows if engine_of(r) == engine], "device")
+        if entry:
+            out["device"][f"{engine}/{EXPANDABLE_BAND_SUFFIX}"] = entry
     return out
 
 
@@ -302,6 +321,28 @@ def overhead_fit(rows: list) -> dict:
                 if part:
                     out[engine][f"reserve_{name}"] = dict(n=len(part), median=statistics.median(part),
                                                           p90=part[min(len(part) - 1, int(0.9 * len(part)))])
+    return out
+
+
+def expandable_reserve_fit(rows: list) -> dict:
+    """The allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``) of the
+    runs with expandable segments, per engine and over all of them (``"all"``): n, median, 90th percentile, range,
+    and ``used``, what :data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE` takes (an engine's own median with at
+    least :data:`workbench.memory.MIN_FIT_RUNS` runs, else the pooled median)."""
+    from workbench.memory import MIN_FIT_RUNS
+
+    def stats(sel):
+        vals = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel)
+        return dict(n=len(vals), median=statistics.median(vals), p90=vals[min(len(vals) - 1, int(0.9 * len(vals)))],
+                    min=vals[0], max=vals[-1])
+
+    sel = [r for r, _ in rows if r["measured"].get("reserved") and r["measured"].get("allocated")]
+    if not sel:
+        return {}
+    out = {"all": stats(sel)}
+    for engine in sorted({engine_of(r) for r in sel}):
+        out[engine] = stats([r for r in sel if engine_of(r) == engine])
+        out[engine]["used"] = out[engine]["median"] if out[engine]["n"] >= MIN_FIT_RUNS else out["all"]["median"]
     return out
 
 
@@ -370,6 +411,7 @@ def main(argv=None) -> int:
     ooms = [r for r in runs if r.get("oom")]
     runs = [r for r in runs if not r.get("oom")]
     scored = {"fit": [], "test": []}
+    expandable = {"fit": [], "test": []}  # runs with PyTorch's expandable-segments allocator: tables of their own
     for r in runs:
         side = "fit" if r["shape_id"] in fit else "test" if r["shape_id"] in test else None
         if side is None:
@@ -379,12 +421,15 @@ def main(argv=None) -> int:
         except ValueError as exc:
             print(f"  {r['run_id']}: not estimated ({exc})")
             continue
-        scored[side].append((r, errors(r, p)))
+        (expandable if r["plan"].expandable_segments else scored)[side].append((r, errors(r, p)))
         r["predicted"] = p
+    runs = [r for r in runs if not r["plan"].expandable_segments]
     if args.refit_time:
         refit_time([r for r, _ in scored["fit"]], write=args.write)
-        for side in scored:  # predict again with the refitted constants
-            scored[side] = [(r, errors(r, r.update(predicted=predict(r)) or r["predicted"])) for r, _ in scored[side]]
+        for group in (scored, expandable):  # predict again with the refitted constants
+            for side in group:
+                group[side] = [(r, errors(r, r.update(predicted=predict(r)) or r["predicted"]))
+                               for r, _ in group[side]]
     n_shapes = {k: len({r['shape_id'] for r, _ in v}) for k, v in scored.items()}
     print(f"{len(runs)} runs: fit split {len(scored['fit'])} runs over {n_shapes['fit']} shapes, test split "
           f"{len(scored['test'])} runs over {n_shapes['test']} shapes (corpus: {args.corpus})")
@@ -403,6 +448,17 @@ def main(argv=None) -> int:
             out += [""] + table(rows, f"{key.upper()} held-out shapes (declared before they were run; their data was "
                                       f"kept out of sight until the models were frozen: {', '.join(sorted(final))})")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
+    if expandable["test"]:
+        # the same configurations with the default allocator, for the comparison run by run
+        by_id = {r["run_id"]: (r, e) for r, e in scored["test"]}
+        paired = [by_id[r["run_id"].replace("/expseg", "")] for r, _ in expandable["test"]
+                  if r["run_id"].replace("/expseg", "") in by_id]
+        out += [""] + table(expandable["test"], "expandable segments, test shapes (PYTORCH_CUDA_ALLOC_CONF="
+                                                "expandable_segments:True; plans with expandable_segments on)")
+        out += [""] + table(paired, "the same test configurations with the default allocator")
+    if expandable["fit"]:
+        out += [""] + table(expandable["fit"], "expandable segments, fit shapes (in-sample: the expandable reserve "
+                                               "was fitted on these runs)")
     print("\n".join(out))
     if ooms:
         from workbench.estimate import estimate
@@ -411,9 +467,13 @@ def main(argv=None) -> int:
         print(f"\n{len(ooms)} runs ran out of memory on the H200; the estimate said 'fits' for {len(said_fits)}"
               + (f": {', '.join(said_fits)}" if said_fits else ""))
     if args.runs:
-        for side in ("test", "fit"):
+        for side, rows in (("test", scored["test"]), ("fit", scored["fit"]),
+                           ("expandable segments test", expandable["test"]),
+                           ("expandable segments fit", expandable["fit"])):
+            if not rows:
+                continue
             print(f"\n{side} runs")
-            for r, e in sorted(scored[side], key=lambda x: x[0]["run_id"]):
+            for r, e in sorted(rows, key=lambda x: x[0]["run_id"]):
                 cells = "  ".join(f"{q} {e[q]:+7.1%}" if e[q] is not None else f"{q} {'-':>7}" for q in QUANTITIES)
                 print(f"  {r['stack']:<10} {r['run_id']:<64} {cells}")
     if args.overheads:
@@ -427,13 +487,22 @@ def main(argv=None) -> int:
                 if f"reserve_{name}" in f:
                     g = f[f"reserve_{name}"]
                     print(f"  {'':<20} {name:<8} n {g['n']:>3}  reserve median {g['median']:.1%} p90 {g['p90']:.1%}")
+        fitted = expandable_reserve_fit(expandable["fit"])
+        if fitted:
+            print("fit split, expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): allocator reserve")
+            for engine, f in fitted.items():
+                print(f"  {engine:<20} n {f['n']:>3}  reserve median {f['median']:.1%} p90 {f['p90']:.1%} range "
+                      f"{f['min']:.1%}-{f['max']:.1%}"
+                      + (f"  -> RESERVE_FRACTION_EXPANDABLE {f['used']:.2%}" if "used" in f else ""))
     if args.write_band:
         path = ROOT / "workbench" / "catalog" / "error_band.json"
         doc = {"about": "Held-out error band: for each engine (and engine/recompute mode), how far measured values went "
                         "below (low_fraction, 10th percentile) and above (high_fraction, 90th percentile) the "
                         "workbench's estimate, as fractions of the estimate, on the model shapes of the test split of "
                         "benchmarks/accuracy_split.json; worst_* are the extremes. Written by "
-                        "benchmarks/bench_accuracy.py --write-band.", "gpu": "H200", **band(scored["test"])}
+                        "benchmarks/bench_accuracy.py --write-band. ENGINE/expandable-segments: the runs with "
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", "gpu": "H200",
+               **band(scored["test"], expandable["test"])}
         path.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nwrote {path.relative_to(ROOT)}")
     if args.markdown:

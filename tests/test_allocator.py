@@ -120,3 +120,41 @@ def test_plan_field_is_checked_and_stored():
     m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
     plan = ParallelPlan(world_size=1, expandable_segments=True)
     assert specs_from_dict(json.loads(json.dumps(specs_to_dict(m, c, plan))))[2] == plan
+
+
+def test_bench_accuracy_scores_expandable_records_apart(monkeypatch):
+    """bench_accuracy reads an expseg record as a plan with the option on, fits the expandable reserve per engine
+    (pooled under MIN_FIT_RUNS) and writes ENGINE/expandable-segments device band entries."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location(
+        "bench_accuracy_under_test", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_accuracy.py")
+    B = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(B)
+    dims = dict(num_layers=2, hidden_size=256, num_attention_heads=4, ffn_hidden_size=1024, vocab_size=1000,
+                seq_length=128)
+    rec = dict(run_id="mcore-ds/x/z2/expseg/mbs1", shape_id="x", stack="mcore-ds", status="ok", world_size=1,
+               options={"zero": 2, "mbs": 1, "expandable_segments": True}, model_dims=dims,
+               optimizer_class="FusedAdam", peak_allocated_bytes=10 * 2**30, peak_reserved_bytes=11 * 2**30,
+               outside_allocator_bytes=2**30, step_seconds_median=0.1)
+    run = B.corpus_run(rec)
+    assert run["plan"].expandable_segments is True
+    assert B.corpus_run({**rec, "options": {"zero": 2, "mbs": 1}})["plan"].expandable_segments is False
+
+    def row(engine, reserved, measured_device, predicted_device):
+        plan = ParallelPlan(world_size=1, engine=engine, expandable_segments=True)
+        r = dict(plan=plan, shape_id=f"s{reserved}", measured=dict(allocated=100, reserved=reserved,
+                                                                     device=measured_device),
+                 predicted=dict(device=predicted_device))
+        return r, {}
+
+    rows = [row("deepspeed", 100 + k, 110, 100) for k in range(1, 6)] + [row("megatron", 102, 95, 100)]
+    fitted = B.expandable_reserve_fit(rows)
+    assert fitted["deepspeed"]["used"] == pytest.approx(0.03) and fitted["deepspeed"]["n"] == 5
+    assert fitted["megatron"]["n"] == 1 and fitted["megatron"]["used"] == fitted["all"]["median"]
+    band = B.band([], rows)["device"]
+    assert band["deepspeed/expandable-segments"]["high_fraction"] == pytest.approx(0.1)
+    assert band["megatron/expandable-segments"]["low_fraction"] == pytest.approx(0.05)

@@ -919,16 +919,16 @@ a 152 k-vocabulary's 14 GB logits 0.3-4 GB): the reserve depends on the order of
 shape-level model does not see, and the error band carries its 4-60 % spread."""
 
 
-RESERVE_FRACTION_EXPANDABLE = {"deepspeed": 0.1175, "megatron": 0.0945}
+RESERVE_FRACTION_EXPANDABLE = {"deepspeed": 0.1174, "megatron": 0.0946}
 """Caching-allocator reserve above the allocated peak with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``
 (:attr:`workbench.specs.ParallelPlan.expandable_segments`), median over the fit-split runs of the corpus's
 ``expseg`` group (one H200, torch 2.11, 2026-12-01), printed by ``benchmarks/bench_accuracy.py --overheads``:
-DeepSpeed 11.75 % (12 runs, ZeRO-0 to 3, megatron-core and transformers models: 3.1-19.9 %; the same
+DeepSpeed 11.74 % (12 runs, ZeRO-0 to 3, megatron-core and transformers models: 3.1-19.9 %; the same
 configurations with the default allocator 1.6-43.9 %). megatron-core's DDP has only 2 such fit runs (4.9 %, 5.6 %),
-fewer than :data:`MIN_FIT_RUNS`, so it takes the median of all 14 fit runs, 9.45 %. With expandable segments the
+fewer than :data:`MIN_FIT_RUNS`, so it takes the median of all 14 fit runs, 9.46 %. With expandable segments the
 allocator maps more physical pages onto one growing segment per stream instead of cutting new fixed-size segments,
 so a freed block can be reused by a larger request; the peak allocated and the memory outside the allocator are
-unchanged (same runs to 0.02 GiB)."""
+unchanged (the same 24 configurations with either allocator: allocated within 0.02 GiB)."""
 MIN_FIT_RUNS = 5
 """An engine's own fitted allocator reserve needs at least this many fit-split runs; with fewer the pooled median
 of every engine's runs is used."""

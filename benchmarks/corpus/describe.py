@@ -10,7 +10,8 @@ config goes through :func:`workbench.hf.import_hf` with the run's ``attn_impleme
 pipeline and expert parallel degrees (data parallel is what is left of the world size) (every decoder layer's input kept, the layer recomputed);
 DeepSpeed runs use DeepSpeed's FusedAdam / CPUAdam (``adam="fused"``), megatron-core's own optimizer without
 Apex/Transformer Engine and the launcher runs use torch's Adam (``adam="torch"``). A LoRA run's plan carries
-``lora_rank``, ``lora_targets`` and ``lora_dropout`` from the peft ``LoraConfig`` it trained with.
+``lora_rank``, ``lora_targets`` and ``lora_dropout`` from the peft ``LoraConfig`` it trained with. A run with
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` has ``expandable_segments`` on its plan.
 """
 from __future__ import annotations
 
@@ -23,14 +24,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 def description(r: dict) -> dict:
     from workbench.catalog import model as catalog_model
+    from workbench.configs.launch import expandable_in_conf
     from workbench.hf import import_hf
     from workbench.runs.specio import specs_to_dict
     from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
     n = r.get("gpus") or r.get("world_size") or 1
     cluster = ClusterSpec(gpu="H200", gpus_per_node=n)
+    # the allocator the run had: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (group expseg)
+    expandable = bool((r.get("options") or {}).get("expandable_segments")
+                      or expandable_in_conf(r.get("pytorch_cuda_alloc_conf")))
     if r["stack"] == "launcher":
         f = dict(r["plan_fields"])
+        f.setdefault("expandable_segments", expandable)
         model = (catalog_model(r["catalog_model"]) if r.get("catalog_model")
                  else ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"]))
         return specs_to_dict(model, cluster, ParallelPlan(world_size=n, precision="bf16", adam="torch", **f))
@@ -43,7 +49,7 @@ def description(r: dict) -> dict:
         model = ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"])
     tp, pp, ep = o.get("tp", 1), o.get("pp", 1), o.get("ep", 1)
     common = dict(world_size=n, micro_batch_size=mbs, global_batch_size=mbs * gas * (n // (tp * pp)),
-                  precision="bf16")
+                  precision="bf16", expandable_segments=expandable)
     common.update({k: v for k, v in (("tensor_parallel", tp), ("pipeline_parallel", pp), ("expert_parallel", ep))
                    if v > 1})
     if model.num_experts:  # the token dispatcher the run used (measure.py: alltoall on a GPU)
