@@ -230,3 +230,14 @@ def test_round_trip_hybrid(tp, pp, zero, nodes):
     imp = import_any(hybrid_command(m, c, p)).merge(import_ds_config(hybrid_ds_config(m, c, p)))
     m2, p2 = imp.to_specs()
     assert same_model(m2, m) and same_plan(p2, p)
+
+
+def test_precision_enabled_read_as_deepspeed_reads_it():
+    """DeepSpeed's pydantic config models take 1/"yes"/"true" as enabled and refuse other values."""
+    assert import_ds_config({"fp16": {"enabled": "yes"}}).plan_fields["precision"] == "fp16"
+    assert import_ds_config({"bf16": {"enabled": 1}, "fp16": {"enabled": "off"}}).plan_fields["precision"] == "bf16"
+    assert import_ds_config({"bf16": {"enabled": "False"}}).plan_fields["precision"] == "fp32"
+    with pytest.raises(ValueError, match=r"^fp16.enabled='maybe' must be true or false"):
+        import_ds_config({"fp16": {"enabled": "maybe"}})
+    with pytest.raises(ValueError, match=r"^bf16.enabled=2 must be true or false"):
+        import_ds_config({"bf16": {"enabled": 2}})

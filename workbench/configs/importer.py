@@ -397,7 +397,7 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
     if "bfloat16" in cfg and "bf16" not in cfg:
         warnings.append("'bfloat16' is the deprecated name of the 'bf16' section (DeepSpeed still reads it); "
                         "read as bf16")
-    fp16_on, bf16_on = fp16.get("enabled"), bf16.get("enabled")
+    fp16_on, bf16_on = _enabled(fp16.get("enabled"), "fp16.enabled"), _enabled(bf16.get("enabled"), "bf16.enabled")
     if fp16_on == "auto" or bf16_on == "auto":
         autos += [p for p, v in (("fp16.enabled", fp16_on), ("bf16.enabled", bf16_on)) if v == "auto"]
     if fp16_on is True and bf16_on is True:
@@ -568,6 +568,23 @@ def _shell_tokens(text: str) -> tuple[list[str], list[str]]:
     if script_at is None:
         return chosen, []
     return chosen[script_at + 1:], chosen[:script_at]
+
+
+_TRUE_WORDS = frozenset({"true", "yes", "on", "t", "y", "1"})
+_FALSE_WORDS = frozenset({"false", "no", "off", "f", "n", "0"})
+
+
+def _enabled(value, where: str):
+    """A section's ``enabled`` as DeepSpeed reads it: its config models are pydantic, whose booleans also accept
+    0/1 and the words true/false, yes/no, on/off, t/f, y/n (any case); ``None`` (absent) and ``"auto"`` (filled in
+    by the HF Trainer) stay as they are. Anything else DeepSpeed refuses, and so does this."""
+    if value is None or isinstance(value, bool) or value == "auto":
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS | _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise ValueError(f"{where}={value!r:.60} must be true or false (DeepSpeed refuses other values)")
 
 
 def _flag_dict(tokens: list[str]) -> tuple[dict, list[str]]:
