@@ -1,7 +1,8 @@
 """The Voila dashboard in a real browser: serve notebooks/dashboard.ipynb as ``make dashboard`` does (voila.json,
 the offline template), load it in Debian's Chromium through Playwright, change the tensor-parallel size and check
 that the memory number and the memory figure change; open every tab and check that each figure has drawn marks in
-the page (SVG paths or images inside the plot area, not only data); check the Pipeline toggles redraw; check that
+the page (SVG paths or images inside the plot area, not only data); check that an invalid TP or DeepSpeed-Ulysses size
+is the core's message in red; check the Pipeline toggles redraw; check that
 nothing is fetched from another host; close the page and check that its kernel is culled.
 
 Needs /usr/bin/chromium (``apt-get install chromium``); never downloads a browser. In CI (``CI=true``) a missing
@@ -196,9 +197,24 @@ def test_dashboard_changes_memory_in_chromium():
                 page.screenshot(path=str(OUTPUT / "dashboard.png"), full_page=True)
                 assert "Traceback" not in page.content()
 
-                # The planner tab searches when opened: the ranked table and the scatter show up.
+                # DeepSpeed-Ulysses is in the Parallelism panel; an N the plan refuses is the core's message in red
                 tp.fill("4")
                 tp.press("Enter")
+                page.wait_for_selector(".wb-error-plan .wb-error", state="detached", timeout=30_000)
+                ulysses = page.locator(".wb-ulysses input")
+                assert "DeepSpeed-Ulysses" in page.inner_text(".wb-ulysses")
+                ulysses.fill("3")
+                ulysses.press("Enter")
+                page.wait_for_selector(".wb-error-plan .wb-error", timeout=30_000)
+                assert "ulysses=3" in page.inner_text(".wb-error-plan")
+                assert page.evaluate("() => getComputedStyle(document.querySelector('.wb-error-plan .wb-error'))"
+                                     ".color") == "rgb(176, 0, 32)"
+                page.screenshot(path=str(OUTPUT / "dashboard-ulysses-error.png"), full_page=True)
+                ulysses.fill("1")
+                ulysses.press("Enter")
+                page.wait_for_selector(".wb-error-plan .wb-error", state="detached", timeout=30_000)
+
+                # The planner tab searches when opened: the ranked table and the scatter show up.
                 page.locator(".lm-TabBar-tab", has_text="Planner").click()
                 page.wait_for_selector(".wb-planner-table tr.wb-planner-row", timeout=60_000)
                 assert page.locator(".wb-planner-table tr.wb-planner-row").count() == 10

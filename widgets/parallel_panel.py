@@ -60,7 +60,7 @@ class ParallelPanel(Panel):
         c["cp_a2a_group"] = int_text("CP a2a group (a2a+p2p)", minimum=0,
                                      tooltip="--hierarchical-context-parallel-sizes A CP/A: the all-to-all group "
                                              "size A (0: not hierarchical)")
-        c["ulysses"] = int_text("DeepSpeed-Ulysses (SP size)", minimum=1,
+        c["ulysses"] = int_text("DeepSpeed-Ulysses N", minimum=1,
                                 tooltip="engine deepspeed: ds_config sequence_parallel_size N, all-to-all of Q, K, V "
                                         "and O around attention; N divides heads, K/V heads and the sequence")
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
@@ -124,6 +124,7 @@ class ParallelPanel(Panel):
             w.observe(lambda change, name=name: self._on_field(name, change["new"]), names="value")
         self.controls["zero_stage"].add_class("wb-zero-stage")
         self.controls["tensor_parallel"].add_class("wb-tp")
+        self.controls["ulysses"].add_class("wb-ulysses")
         self.derived = ipw.HTML()
         self.derived.add_class("wb-plan-derived")
         self.widget = ipw.VBox([
