@@ -82,10 +82,14 @@ def specs(case: dict):
         kw["cp_comm_type"] = lay["cp_comm"]
     if lay.get("fp8_recipe"):
         kw["fp8_recipe"] = lay["fp8_recipe"]
+    if lay.get("fp8_param_gather"):  # the recipe keeps the linear weights only in FP8 (fp8_param_gather / fp8_param)
+        kw["fp8_param_gather"] = True
     if lay.get("grad_reduce_fp32") is not None:  # Megatron's main-gradient dtype where the recipe sets it
         kw["grad_reduce_fp32"] = lay["grad_reduce_fp32"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
+    if lay.get("moe_a2a_overlap"):  # the recipe overlaps the dispatch/combine all-to-alls (combined 1F1B)
+        kw["moe_overlap_alltoall"] = True
     if lay.get("etp") is not None:
         kw["expert_tensor_parallel"] = lay["etp"]
     return model, cluster, ParallelPlan(**kw)
@@ -278,11 +282,28 @@ def summary_lines(rows: list) -> list:
     return out + release_spread_lines(rows)
 
 
+RECIPE_SWITCHES = ("fp8_param_gather", "moe_a2a_overlap")
+"""Layout keys that are recipe switches rather than the layout: rows differing only in them are still one run
+(model, GPUs, parallel sizes, batch), and the spread line names the switches that changed between releases."""
+
+
 def _same_run_key(case: dict) -> str:
-    """What makes two published rows the same run: the model (by name), the GPUs and the whole layout."""
+    """What makes two published rows the same run: the model (by name), the GPUs and the whole layout but its
+    :data:`RECIPE_SWITCHES`."""
     m = case["model"]
+    layout = {k: v for k, v in case["layout"].items() if k not in RECIPE_SWITCHES}
     return json.dumps([m if isinstance(m, str) else m.get("name"), case.get("seq"), case["gpu"], case["gpus"],
-                       case["layout"]], sort_keys=True)
+                       layout], sort_keys=True)
+
+
+def _switches_text(rs: list) -> str:
+    """``; recipe differs: moe_a2a_overlap on in bridge-25.11`` where the rows of one run differ in a recipe switch."""
+    bits = []
+    for k in RECIPE_SWITCHES:
+        on = [r.case["source"] for r in rs if r.case["layout"].get(k)]
+        if on and len(on) < len(rs):
+            bits.append(f"{k} on in {', '.join(on)}")
+    return f"; recipe differs: {'; '.join(bits)}" if bits else ""
 
 
 def release_spread_lines(rows: list) -> list:
@@ -303,7 +324,7 @@ def release_spread_lines(rows: list) -> list:
         out.append(f"  {m if isinstance(m, str) else m.get('name')} {layout_text(fast.case)}: published {_fmt(metric, fast.case['published']['value'])} "
                    f"({fast.case['source']}) to {_fmt(metric, slow.case['published']['value'])} "
                    f"({slow.case['source']}) {_UNITS[metric]}, ×{slow.published_step_seconds / fast.published_step_seconds:.2f} "
-                   f"in step time; predicted {_fmt(metric, fast.predicted_metric)}")
+                   f"in step time; predicted {_fmt(metric, fast.predicted_metric)}{_switches_text(rs)}")
     if out:
         out.insert(0, "same run published by several releases (the software alone moved it):")
     return out

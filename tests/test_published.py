@@ -126,6 +126,18 @@ def test_rank_among_the_features_the_run_had():
     assert "2021 features: " in B.rank_text(row)
 
 
+def test_recipe_features_reach_the_plan():
+    # Megatron-Bridge's H100 fp8_cs setting keeps the weights in FP8 (fp8_param_gather) and its Qwen3 configs overlap
+    # the expert-parallel all-to-alls: the case's layout says so and the evaluated plan carries both
+    _, _, plan = B.specs(CASES["bridge-25.11-qwen3-235b-a22b-256"])
+    assert plan.fp8_param_gather and plan.moe_overlap_alltoall and plan.fp8_recipe == "tensorwise"
+    _, _, plan = B.specs(CASES["nemo24.07-llama3-8b-8"])  # NeMo 24.07's launcher scripts set neither
+    assert not plan.fp8_param_gather and not plan.moe_overlap_alltoall
+    for case in CASES.values():  # every recipe feature in a layout is backed by a cited recipe line
+        if case["layout"].get("fp8_param_gather") or case["layout"].get("moe_a2a_overlap"):
+            assert any("https://github.com/" in line for line in case.get("recipe", ())), case["id"]
+
+
 def test_release_spread_names_the_same_run_published_twice():
     # Megatron-Bridge's 25.09 and 25.11 H100 tables publish Qwen3-30B-A3B on the same 16 GPUs and layout at
     # 10,494 and 5,275 tok/s/GPU: the spread line gives both and their step-time ratio
@@ -137,3 +149,7 @@ def test_release_spread_names_the_same_run_published_twice():
     assert "qwen3-30b-a3b" in lines[1] and "10,494 (bridge-25.09)" in lines[1] and "5,275 (bridge-25.11)" in lines[1]
     assert "×1.99" in lines[1]
     assert B.release_spread_lines(rows[:1] + rows[2:]) == []
+    # 25.09 ran the Qwen3 MoE rows without the all-to-all overlap that 25.11 turned on: still one run, the switch named
+    rows = [B.Row(case=CASES[i], missing=()) for i in ("bridge-25.09-qwen3-30b-a3b-16", "bridge-25.11-qwen3-30b-a3b-16")]
+    assert B._same_run_key(rows[0].case) == B._same_run_key(rows[1].case)
+    assert B._switches_text(rows) == "; recipe differs: moe_a2a_overlap on in bridge-25.11"
