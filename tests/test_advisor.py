@@ -154,7 +154,10 @@ def test_oom_ladder_follows_the_guide_order_and_stops_at_first_fit():
             assert s.peak_bytes == mem.per_gpu_peak_bytes
             assert s.step_seconds == pytest.approx(T.estimate_time(m, c, s.plan).step_seconds)
             assert s.plan.global_batch_size == 64
-    assert ladder[0].plan.micro_batch_size < 8  # step 1 keeps the global batch with more accumulation
+    # step 0: the expandable-segments allocator (no step-time cost), kept by every later rung
+    assert ladder[0].step == 0 and ladder[0].plan.expandable_segments and ladder[0].slowdown == 0
+    assert all(s.plan.expandable_segments for s in ladder if s.plan is not None)
+    assert ladder[1].plan.micro_batch_size < 8  # step 1 keeps the global batch with more accumulation
     # a plan that fits needs no ladder
     assert advisor.oom_ladder(m, c, _plan(c, engine="deepspeed", zero_stage=3, recompute="full")) == ()
 

@@ -158,3 +158,25 @@ def test_bench_accuracy_scores_expandable_records_apart(monkeypatch):
     band = B.band([], rows)["device"]
     assert band["deepspeed/expandable-segments"]["high_fraction"] == pytest.approx(0.1)
     assert band["megatron/expandable-segments"]["low_fraction"] == pytest.approx(0.05)
+
+
+def test_advisor_names_expandable_segments_near_capacity():
+    import dataclasses
+
+    from workbench import advisor
+
+    m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2)
+    peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
+    far = estimate(m, c, plan).memory
+    assert advisor.expandable_segments_advice(m, c, plan, far) is None  # a small model on a 141 GB card
+    tight = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.02 / 2**30))
+    est = estimate(m, tight, plan)
+    found = advisor.expandable_segments_advice(m, tight, plan, est.memory)
+    assert found.status == "warn" and "33%" in found.suggestion and "12%" in found.suggestion
+    saved = est.memory.per_gpu_peak_bytes - estimate(m, tight, plan.replace(expandable_segments=True)) \
+        .memory.per_gpu_peak_bytes
+    assert saved > 0 and f"drops by {advisor._gb(saved)}" in found.suggestion  # the estimate's own saving
+    assert "expandable_segments" in {f.id for f in est.checks}
+    on = estimate(m, tight, plan.replace(expandable_segments=True))
+    assert advisor.expandable_segments_advice(m, tight, on.plan, on.memory).status == "pass"

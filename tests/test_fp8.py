@@ -107,6 +107,17 @@ def test_cast_bytes_count_every_quantized_tensor():
     assert bwd == 10 * 4 * ((8 + 4) + 8 + 32 + 8)
 
 
+def test_moe_experts_cast_their_permuted_copies():
+    # an MoE layer: the fc1 input is the k copies per token after the permutation, quantized by the grouped linear
+    # (read 2, write 1 + 1 per value); only the QKV input keeps the fused norm-and-cast (2a - v = 1 with a = 1.5)
+    kw = dict(tokens=10, hidden_size=8, query_projection_size=8, kv_projection_size=2, ffn_hidden_size=32, gated=0,
+              experts_per_token=4, tensor_parallel=1, sequence_parallel=0, bytes_per_value=2)
+    fwd, _ = T.fp8_cast_bytes(**kw, fp8_bytes=1.5, expert_copies=40)
+    assert fwd == 10 * (5 * (8 + 32 * 4) + 1 * 8) + 5 * 40 * 8
+    dense, _ = T.fp8_cast_bytes(**kw, fp8_bytes=1.5)
+    assert dense == 10 * (5 * (8 + 32 * 4) + 1 * 2 * 8)
+
+
 def test_current_scaling_has_no_amax_all_reduce_and_param_gather_sends_fp8():
     m = catalog.model("llama3-8b")
     tw = _est(m, tensor_parallel=2, fp8_recipe="tensorwise")

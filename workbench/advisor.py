@@ -74,7 +74,7 @@ class LadderStep:
     """One rung of the out-of-memory ladder (guide §5.2), priced by the memory and time models."""
 
     step: int
-    """1 micro batch, 2 activation checkpointing, 3 ZeRO-3 CPU offload."""
+    """0 the expandable-segments allocator, 1 micro batch, 2 activation checkpointing, 3 ZeRO-3 CPU offload."""
     action: str
     """What changes, in words."""
     plan: Optional[ParallelPlan]
@@ -321,6 +321,63 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
                     else "more host memory per node, NVMe offload, or fewer offloaded states"))
 
 
+NEAR_CAPACITY_FRACTION = 0.90
+"""A plan whose whole-device peak at the error band's upper side reaches this share of the GPU's memory is near
+capacity: the allocator's reserve decides whether it runs."""
+EXPANDABLE_SEGMENTS_MEASURED = dict(runs=24, reserve_default=0.33, reserve_expandable=0.12, step_ratio=0.98,
+                                    mcore_step_low=-0.05, mcore_step_high=0.004)
+"""PyTorch's expandable-segments allocator measured on one H200 (corpus group ``expseg``, 2026-12-01: 24
+configurations of ``benchmarks/corpus/h200_runs.jsonl`` repeated with ``PYTORCH_CUDA_ALLOC_CONF=
+expandable_segments:True``): reserve above the allocated peak, median over the 24, 33 % with the default allocator and
+12 % with expandable segments; peak allocated the same within 0.02 GiB; step time median ratio 0.98 (the 13
+megatron-core runs without ZeRO-3 or offload -5 % to +0.4 %; host-bound ZeRO-3 / transformers runs vary both ways
+between processes with either allocator)."""
+
+
+def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
+                               memory) -> Optional[Finding]:
+    """With PyTorch's default allocator and a whole-device peak near the GPU's capacity at the band's upper side
+    (:data:`NEAR_CAPACITY_FRACTION`): advise expandable segments with the measured numbers
+    (:data:`EXPANDABLE_SEGMENTS_MEASURED`) and what it saves for this plan: the peak stage's allocated bytes times
+    the engine's default reserve less :data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE` (the memory model's
+    constants), and the expandable mode's error band. ``None`` when the plan is far from capacity."""
+    from workbench.memory import ENGINE_CODES, RESERVE_FRACTION_EXPANDABLE, engine_overheads, error_band
+
+    cap = memory.capacity_bytes
+    if plan.expandable_segments:
+        key = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
+        return Finding(id="expandable_segments", status="pass",
+                       message=f"PyTorch's expandable-segments allocator: reserve "
+                               f"{RESERVE_FRACTION_EXPANDABLE[key]:.0%} of allocated priced (fit split, H200)")
+    upper = memory.per_gpu_peak_bytes + memory.band_high_bytes
+    if not cap or upper < NEAR_CAPACITY_FRACTION * cap:
+        return None
+    # the reserve is a fraction of the allocated peak: the saving needs no second estimate (checks stay cheap)
+    terms = memory.peak_stage.terms
+    allocated = memory.per_gpu_peak_bytes - terms.overhead
+    reserve = {on: float(engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage), on)["reserve_fraction"])
+               for on in (0, 1)}
+    saves = allocated * (reserve[0] - reserve[1])
+    if saves <= 0:
+        return None
+    peak = memory.per_gpu_peak_bytes - saves
+    band = error_band(plan.engine, "device", plan.recompute, True)
+    new_upper = peak * (1 + (band[1] if band else 0.0))
+    m = EXPANDABLE_SEGMENTS_MEASURED
+    return Finding(
+        id="expandable_segments", status="warn",
+        message=f"peak {_gb(memory.per_gpu_peak_bytes)} per GPU, {_gb(upper)} at the error band's upper side: "
+                f"{upper / cap:.0%} of {_gb(cap)} with PyTorch's default caching allocator, whose reserve above the "
+                f"allocated peak is what the measured under-estimates come from",
+        suggestion=f"run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (plan expandable_segments=True, "
+                   f"--expandable-segments; the export and `workbench run` set it): on {m['runs']} H200 runs the "
+                   f"reserve above allocated fell from a median {m['reserve_default']:.0%} to "
+                   f"{m['reserve_expandable']:.0%} with the same allocated memory and the step time unchanged within "
+                   f"noise (median ratio {m['step_ratio']:.2f}); for this plan the estimate drops by {_gb(saves)} "
+                   f"to {_gb(peak)} ({_gb(new_upper)} at the band's upper side, {new_upper / cap:.0%})"
+                   + ("; then it fits at the upper side" if new_upper <= cap < upper else ""))
+
+
 LONG_CONTEXT_TOKENS = 16384
 """From this sequence length on the attention core and the sequence-long activations dominate a layer: the advisor
 checks how attention is computed and what context parallelism does."""
@@ -529,7 +586,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     ``counts``: the model's parameter counts (computed here when not given)."""
     o = options or DeepSpeedOptions()
     n = (counts or model.parameter_counts()).total
-    found = [fits_memory(plan, memory), strategy_tier(model, cluster, plan, memory),
+    found = [fits_memory(plan, memory), expandable_segments_advice(model, cluster, plan, memory),
+             strategy_tier(model, cluster, plan, memory),
              zero3_layer_room(model, plan, memory), card_size(model, cluster, n),
              long_context_attention(model, plan, memory)]
     if time is not None:
@@ -759,6 +817,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     """The guide's out-of-memory steps in its order, each priced with the memory and time models; stops at the
     first plan that fits (peak ≤ (1 − headroom) × GPU memory, host memory too). Empty when the plan fits.
 
+    0. PyTorch's expandable-segments allocator when the plan runs the default one (no cost in step time on the
+       measured runs, :data:`EXPANDABLE_SEGMENTS_MEASURED`; kept by every later rung);
     1. smaller micro batch, more accumulation, same global batch (tries each divisor of the micro batch, largest
        first); 2. activation checkpointing: selective, then full recompute (DeepSpeed ``activation_checkpointing``
        with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
@@ -782,6 +842,13 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         steps.append(LadderStep(step=step, action=action, settings=settings, **r))
         return r["fits"]
 
+    # 0 — the allocator: PyTorch's expandable segments cost no step time (measured), so every later rung keeps it
+    if not plan.expandable_segments:
+        current = plan.replace(expandable_segments=True)
+        if rung(0, "expandable-segments allocator (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a smaller "
+                   "reserve above the allocated peak, the same allocated memory and step time", current, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                                                                "--expandable-segments": True}):
+            return tuple(steps)
     # 1 — micro batch
     b = plan.micro_batch_size
     smaller = [k for k in range(b - 1, 0, -1) if b % k == 0]
@@ -789,7 +856,7 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         steps.append(LadderStep(step=1, action=f"micro batch is already 1 (accumulation "
                                                f"{plan.gradient_accumulation_steps})", plan=None))
     for k in smaller:
-        p = plan.replace(micro_batch_size=k)
+        p = current.replace(micro_batch_size=k)
         current = p
         if rung(1, f"micro batch {b} → {k}, gradient accumulation {plan.gradient_accumulation_steps} → "
                    f"{p.gradient_accumulation_steps} (global batch {plan.global_batch_size} kept)", p,

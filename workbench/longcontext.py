@@ -61,10 +61,6 @@ def context_parallel_sweep(model: ModelSpec, cluster: ClusterSpec, *, seq_length
     return rows
 
 
-SEQUENCE_SPLITS = ("zero3", "ulysses", "p2p", "all_gather", "a2a", "a2a+p2p")
-"""The layouts :func:`sequence_split_comparison` prices, in its row order for each size."""
-
-
 def sequence_split_plans(cluster: ClusterSpec, size: int, *, global_batch_size: int,
                          recompute: str = "full") -> dict:
     """The plans that split one long sequence over ``size`` ranks of ``cluster``, by layout name: ``ulysses``

@@ -574,7 +574,8 @@ def compute_terms(x: StepInputs) -> dict:
                                             kv_projection_size=kv, ffn_hidden_size=f, gated=x.gated,
                                             experts_per_token=x.experts_per_token, tensor_parallel=t,
                                             sequence_parallel=g["sp"], bytes_per_value=x.bytes_per_value,
-                                            fp8_bytes=x.fp8_activation_bytes)
+                                            fp8_bytes=x.fp8_activation_bytes,
+                                            expert_copies=np.where(x.num_experts > 1, copies, 0.0))
     t_cast_fwd = np.where(fp8 > 0, fp8 * cast_fwd_b / g["hbm_bytes_per_s"], 0.0)
     t_cast_bwd = np.where(fp8 > 0, fp8 * cast_bwd_b / g["hbm_bytes_per_s"], 0.0)
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
@@ -772,14 +773,19 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
 
 
 def fp8_cast_bytes(*, tokens, hidden_size, query_projection_size, kv_projection_size, ffn_hidden_size, gated,
-                   experts_per_token, tensor_parallel, sequence_parallel, bytes_per_value, fp8_bytes):
+                   experts_per_token, tensor_parallel, sequence_parallel, bytes_per_value, fp8_bytes,
+                   expert_copies=0.0):
     """HBM bytes FP8 training adds to one layer's forward and backward, for ``tokens`` tokens on one rank, by
     Transformer Engine's quantize kernels (each reads the bf16 tensor, v bytes, and writes it in FP8 row-wise and
     column-wise, 2·a bytes with a = ``fp8_bytes``; the column-wise copy is what the weight-gradient GEMM reads):
 
     * forward: the inputs of the attention projection (a·d per token ÷ t) and of fc2 (f·k ÷ t) are cast by their own
       kernels; the QKV and fc1 inputs come out of the fused norm-and-cast kernel, which writes 2·a instead of v
-      bytes per value (h per token, ÷ t with sequence parallel);
+      bytes per value (h per token, ÷ t with sequence parallel). In an MoE layer (``expert_copies`` > 0: the token
+      copies the rank's experts receive, :func:`compute_terms`' X) the norm's bf16 output goes to the router and the
+      permutation instead, and the experts' fc1 input is the permuted copies, cast by the grouped linear's own
+      quantize kernel: v + 2·a bytes per value of X·h (megatron-core ``TEGroupedMLP`` over Transformer Engine's
+      ``GroupedLinear``, which quantizes each expert's rows of the permuted input);
     * backward: the output gradients of the four GEMMs are cast (QKV (a+2g)·d ÷ t, projection h, fc1 f'·k ÷ t and
       fc2 h·k per token; f' = 2f gated, k = experts per token).
 
@@ -789,7 +795,9 @@ def fp8_cast_bytes(*, tokens, hidden_size, query_projection_size, kv_projection_
     rep = np.where(np.asarray(sequence_parallel) > 0, 1.0 / t, 1.0)
     fc1_width = ffn_hidden_size * (1 + np.asarray(gated))
     cast = v + 2 * a
-    forward = tokens * (cast * (query_projection_size + ffn_hidden_size * k) / t + (2 * a - v) * 2 * h * rep)
+    moe = (np.asarray(expert_copies) > 0).astype(float)
+    forward = (tokens * (cast * (query_projection_size + ffn_hidden_size * k) / t + (2 * a - v) * (2 - moe) * h * rep)
+               + moe * cast * np.asarray(expert_copies) * h)
     backward = tokens * cast * ((query_projection_size + 2 * kv_projection_size) / t + h
                                 + k * (fc1_width / t + h))
     return forward, backward
