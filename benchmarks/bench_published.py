@@ -90,6 +90,9 @@ def specs(case: dict):
         kw["expert_parallel"] = lay["ep"]
     if lay.get("moe_a2a_overlap"):  # the recipe overlaps the dispatch/combine all-to-alls (combined 1F1B)
         kw["moe_overlap_alltoall"] = True
+    if lay.get("moe_capacity_factor") is not None:  # token drop: each expert takes at most its capacity
+        kw["moe_capacity_factor"] = lay["moe_capacity_factor"]
+        kw["moe_pad_to_capacity"] = bool(lay.get("moe_pad_to_capacity", False))
     if lay.get("etp") is not None:
         kw["expert_tensor_parallel"] = lay["etp"]
     return model, cluster, ParallelPlan(**kw)
@@ -282,7 +285,7 @@ def summary_lines(rows: list) -> list:
     return out + release_spread_lines(rows)
 
 
-RECIPE_SWITCHES = ("fp8_param_gather", "moe_a2a_overlap")
+RECIPE_SWITCHES = ("fp8_param_gather", "moe_a2a_overlap", "moe_capacity_factor", "moe_pad_to_capacity")
 """Layout keys that are recipe switches rather than the layout: rows differing only in them are still one run
 (model, GPUs, parallel sizes, batch), and the spread line names the switches that changed between releases."""
 

@@ -149,7 +149,13 @@ def test_release_spread_names_the_same_run_published_twice():
     assert "qwen3-30b-a3b" in lines[1] and "10,494 (bridge-25.09)" in lines[1] and "5,275 (bridge-25.11)" in lines[1]
     assert "×1.99" in lines[1]
     assert B.release_spread_lines(rows[:1] + rows[2:]) == []
-    # 25.09 ran the Qwen3 MoE rows without the all-to-all overlap that 25.11 turned on: still one run, the switch named
+    # 25.09 ran the Qwen3 MoE rows with token drop (capacity factor 1, padded) and without the all-to-all overlap that
+    # 25.11 turned on: still one run, the switches named; the plan of 25.09 carries the capacity
     rows = [B.Row(case=CASES[i], missing=()) for i in ("bridge-25.09-qwen3-30b-a3b-16", "bridge-25.11-qwen3-30b-a3b-16")]
     assert B._same_run_key(rows[0].case) == B._same_run_key(rows[1].case)
-    assert B._switches_text(rows) == "; recipe differs: moe_a2a_overlap on in bridge-25.11"
+    assert B._switches_text(rows) == ("; recipe differs: moe_a2a_overlap on in bridge-25.11; moe_capacity_factor on in "
+                                      "bridge-25.09; moe_pad_to_capacity on in bridge-25.09")
+    _, _, plan = B.specs(CASES["bridge-25.09-qwen3-30b-a3b-16"])
+    assert plan.moe_capacity_factor == 1.0 and plan.moe_pad_to_capacity and not plan.moe_overlap_alltoall
+    _, _, plan = B.specs(CASES["bridge-25.11-qwen3-30b-a3b-16"])
+    assert plan.moe_capacity_factor is None and not plan.moe_pad_to_capacity
