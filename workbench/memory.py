@@ -140,7 +140,12 @@ def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param
     Without param gather the bf16 weights stay and Transformer Engine adds their cached FP8 copies
     (:data:`FP8_WEIGHT_COPY_BYTES` per linear weight). With ``--fp8-param-gather`` (TE ``fp8_model_init``) the linear
     weights exist only as FP8 tensors with their transpose (megatron-core ``fp8_utils`` creates it after each
-    all-gather): the copies replace the bf16 weight, so the term is copies − v per linear weight."""
+    all-gather): the copies replace the bf16 weight, so the term is copies − v per linear weight.
+
+    Source: Transformer Engine ``pytorch/module/linear.py`` — v1.8 casts the weight into a workspace cached under
+    ``"weight"`` with ``with_transpose=torch.is_grad_enabled()`` whenever megatron-core passes ``is_first_microbatch``
+    (``get_fp8_workspace``); v2.8 quantizes it with ``weight_quantizer.set_usage(rowwise=True, columnwise=...)`` and
+    keeps both usages on the cached tensor (on Hopper the column-wise data is the transpose)."""
     recipe = np.asarray(recipe, dtype=int)
     copies = FP8_WEIGHT_COPY_BYTES[recipe]
     per_param = copies - np.where(param_gather > 0, value_bytes, 0.0)
@@ -152,7 +157,9 @@ def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
     """Delayed scaling's state per FP8 layer: for each FP8 GEMM module Transformer Engine's ``fp8_meta`` holds an fp32
     amax history of :data:`FP8_AMAX_HISTORY_LEN` entries plus a scale and its inverse for the three forward tensors
     (input, weight, output) and the two backward ones (output gradient, input gradient). Current-scaling recipes
-    keep no history (0 here; their per-block scales are in the FP8 tensors' bytes)."""
+    keep no history (0 here; their per-block scales are in the FP8 tensors' bytes). Source: Transformer Engine
+    ``pytorch/module/base.py`` (``fp8_meta["scaling_fwd"]`` / ``["scaling_bwd"]``: ``scale``, ``scale_inv`` and
+    ``amax_history`` of ``amax_history_len`` rows per GEMM tensor)."""
     per_module = 5 * (FP8_AMAX_HISTORY_LEN + 2) * 4
     return np.where(np.asarray(recipe) == FP8_RECIPE_CODES["delayed"],
                     fp8_layers * fp8_linear_modules_per_layer(m) * per_module, 0.0)
@@ -169,7 +176,13 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     the activation keeps its bf16 input). The attention output is kept twice: in bf16 by flash attention for its
     backward and as FP8 by the projection. MoE: the experts' grouped GEMMs keep the permuted token copies
     (:func:`moe_expert_tokens`) and their fc2 inputs in FP8, while the norm's output stays bf16 (the router and the
-    permutation read it)."""
+    permutation read it).
+
+    Source: Transformer Engine ``pytorch/module/linear.py`` — v1.8 saves ``inputmat_t`` (the FP8 transpose) or, with
+    sequence parallel, the FP8 ``inputmat`` instead of the bf16 input; v2.8 drops the row-wise data of the quantized
+    input (``update_usage(rowwise_usage=False, columnwise_usage=True)``) before saving it — one byte per value
+    either way. ``layernorm_linear.py`` saves the bf16 ``inputmat``, ``mu``, ``rsigma`` and the FP8 ``ln_out``;
+    ``layernorm_mlp.py`` (not used by megatron-core's layer spec) keeps the same: bf16 ``fc1_out``, FP8 ``act_out``."""
     a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
     s = m.seq_length / context_parallel
     sb = s * micro_batch
