@@ -180,3 +180,16 @@ def test_advisor_names_expandable_segments_near_capacity():
     assert "expandable_segments" in {f.id for f in est.checks}
     on = estimate(m, tight, plan.replace(expandable_segments=True))
     assert advisor.expandable_segments_advice(m, tight, on.plan, on.memory).status == "pass"
+
+
+def test_plan_panel_checkbox_sets_the_allocator_and_the_estimate_follows():
+    from widgets.app import Workbench
+    from widgets.parallel_panel import ParallelPanel
+
+    app = Workbench()
+    panel = next(p for p in app.panels if isinstance(p, ParallelPanel))
+    before = app.state.estimate.memory.per_gpu_peak_bytes
+    assert panel.controls["expandable_segments"].value is False
+    panel.controls["expandable_segments"].value = True
+    assert app.state.plan.expandable_segments is True
+    assert app.state.estimate.memory.per_gpu_peak_bytes < before

@@ -477,6 +477,17 @@ def context_parallel_choice(model: ModelSpec, cluster: ClusterSpec, plan: Parall
                    suggestion="" if good else f"{name(other)} {why}: {_plan_text(other)}")
 
 
+def _fit_words(memory) -> str:
+    """", does not fit" when the point estimate of the peak is over the GPU; ", fits on the point estimate only (…)"
+    when only the held-out error band's upper side is (the planner ranks such a plan and marks it); "" when it fits."""
+    if memory.fits_gpu:
+        return ""
+    if memory.headroom_bytes < 0:
+        return ", does not fit"
+    return (f", fits on the point estimate only: up to {_gb(memory.per_gpu_peak_bytes + memory.band_high_bytes)} "
+            f"at the error band's upper side")
+
+
 def ulysses_choice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record,
                    profile=None) -> Optional[Finding]:
     """At long context on engine ``deepspeed`` (dense model): DeepSpeed-Ulysses against ZeRO-3 with full recompute on
@@ -513,10 +524,10 @@ def ulysses_choice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, r
               if up.ulysses == limit and limit < plan.world_size else "")
     message = (f"at {s:,} tokens, Ulysses={up.ulysses} keeps {_gb(u.memory.peak_stage.backward_activation_bytes)} of "
                f"activations per GPU (peak {_gb(u.memory.per_gpu_peak_bytes)}"
-               f"{'' if u.memory.fits_gpu else ', does not fit'}, {u.time.step_seconds:.2f} s/step, all-to-all "
+               f"{_fit_words(u.memory)}, {u.time.step_seconds:.2f} s/step, all-to-all "
                f"{u.time.breakdown['cp_comm']:.2f} s exposed); ZeRO-{int(bp.zero_stage)} + recompute={bp.recompute} "
                f"without it keeps {_gb(base.memory.peak_stage.backward_activation_bytes)} (peak "
-               f"{_gb(base.memory.per_gpu_peak_bytes)}{'' if base.memory.fits_gpu else ', does not fit'}, "
+               f"{_gb(base.memory.per_gpu_peak_bytes)}{_fit_words(base.memory)}, "
                f"{base.time.step_seconds:.2f} s/step){capped}")
     mine, theirs = (u, base) if n > 1 else (base, u)
     good = (mine.memory.fits_gpu and (not theirs.memory.fits_gpu or record.time.step_seconds

@@ -697,7 +697,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         if not lora[0]:
             message += _lora_alternative(model, cluster, global_batch_size=global_batch_size, headroom=headroom,
                                          engines=engines, zero_stages=zero_stages, offload=offload,
-                                         recompute=recompute, precision=precision, profile=profile)
+                                         recompute=recompute, precision=precision, profile=profile,
+                                         expandable_segments=expandable_segments)
         raise ValueError(message)
     step = ev["step_seconds"][feasible]
     peak = ev["peak_bytes"][feasible]
