@@ -34,7 +34,7 @@ from workbench import catalog  # noqa: E402
 from workbench.defaults import GiB  # noqa: E402
 from workbench.estimate import estimate  # noqa: E402
 from workbench.planner import DEFAULT_HEADROOM  # noqa: E402
-from workbench.flops import step_flops  # noqa: E402
+from workbench.flops import flops_per_second_per_gpu, step_flops  # noqa: E402
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, Precision  # noqa: E402
 
 DATA = Path(__file__).with_name("published_runs.json")
@@ -180,8 +180,8 @@ def evaluate_case(case: dict, *, planner: bool = True) -> Row:
             feature_rank = rank_plan(model, cluster, plan, **{k: v for k, v in feats.items()
                                                                if k not in ("label", "why")})
     return Row(case=case, missing=(), published_step_seconds=pub_step, predicted_step_seconds=est.time.step_seconds,
-               published_mfu=flops / (pub_step * cluster.world_size * peak),
-               predicted_mfu=flops / (est.time.step_seconds * cluster.world_size * peak),
+               published_mfu=flops_per_second_per_gpu(flops, pub_step, cluster.world_size) / peak,
+               predicted_mfu=flops_per_second_per_gpu(flops, est.time.step_seconds, cluster.world_size) / peak,
                peak_gib=est.memory.peak_stage.total_bytes / GiB, capacity_gib=cluster.gpu.memory_bytes / GiB, rank=rank,
                feature_rank=feature_rank)
 

@@ -52,6 +52,12 @@ def logits_flops_per_token(*, hidden_size, vocab_size):
     return 2 * hidden_size * vocab_size
 
 
+def flops_per_second_per_gpu(flops_per_step, step_seconds, world_size):
+    """FLOP/s each GPU sustains: a step's FLOPs over its seconds and its GPUs. Over the GPU's dense peak it is the
+    FLOPs utilisation (MFU with model FLOPs, HFU with the executed ones: Korthikanti et al. 2022, §6)."""
+    return flops_per_step / step_seconds / world_size
+
+
 def model_flops_per_step(*, tokens, num_layers, layer_gemm_per_token, attention_core_per_token, logits_per_token):
     """Model FLOPs of one optimizer step: 3 × forward = 3·tokens·(L·(GEMMs + attention core) + logits)
     (Narayanan et al. 2021 eq. without recompute: 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) for GPT layers)."""

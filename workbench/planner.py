@@ -47,6 +47,7 @@ from workbench import encode as E
 from workbench import memory as M
 from workbench import timing as T
 from workbench.defaults import GiB
+from workbench.flops import flops_per_second_per_gpu
 from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
 from workbench.specs import (LORA_TARGETS, ulysses_head_limit, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
@@ -573,7 +574,7 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
     plan = _plan_at(table, i, cluster, gbs, precision, lora, stack)
     step = float(ev["step_seconds"][i])
-    model_tflops = float(ev["model_flops"][i]) / step / cluster.world_size / 1e12
+    model_flops_per_s = flops_per_second_per_gpu(float(ev["model_flops"][i]), step, cluster.world_size)
     stage = int(ev["peak_stage"][i])
     row = {k: (v[i] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in ev["memory_codes"].items()}
     mt = M.stage_terms(model, stage=stage, **row)  # the evaluated row's codes: no second encoding
@@ -583,8 +584,8 @@ def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGE
         band_high_bytes=band_high, risky=bool(ev["risky"][i]) if "risky" in ev else False,
         plan=plan, peak_bytes=peak, peak_stage=stage,
         capacity_bytes=cluster.gpu.memory_bytes, host_bytes_per_node=int(round(float(ev["host_bytes_per_node"][i]))),
-        step_seconds=step, tokens_per_second=gbs * model.seq_length / step, model_tflops_per_gpu=model_tflops,
-        mfu=model_tflops * 1e12 / float(ev["peak_flops"]),
+        step_seconds=step, tokens_per_second=gbs * model.seq_length / step, model_tflops_per_gpu=model_flops_per_s / 1e12,
+        mfu=model_flops_per_s / float(ev["peak_flops"]),
         time_breakdown={k: float(np.asarray(ev["terms"][k])[i]) for k in T.TERMS},
         memory_breakdown={k: int(round(float(mt[k]))) for k in
                           ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})

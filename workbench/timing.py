@@ -35,7 +35,7 @@ import numpy as np
 
 from workbench import dsmoe
 from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_per_token, logits_flops_per_token,
-                             model_flops_per_step, recompute_flops_per_step)
+                             flops_per_second_per_gpu, model_flops_per_step, recompute_flops_per_step)
 from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
 from workbench.schedule import bubble_fraction
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
@@ -1245,21 +1245,23 @@ class TimeEstimate:
 
     @property
     def model_tflops_per_gpu(self) -> float:
-        return self.model_flops_per_step / self.step_seconds / self.world_size / 1e12
+        return flops_per_second_per_gpu(self.model_flops_per_step, self.step_seconds, self.world_size) / 1e12
 
     @property
     def hardware_tflops_per_gpu(self) -> float:
-        return self.hardware_flops_per_step / self.step_seconds / self.world_size / 1e12
+        return flops_per_second_per_gpu(self.hardware_flops_per_step, self.step_seconds, self.world_size) / 1e12
 
     @property
     def mfu(self) -> float:
         """Model FLOPs utilisation: model FLOP/s per GPU over dense peak."""
-        return self.model_tflops_per_gpu * 1e12 / self.peak_flops_per_gpu
+        return flops_per_second_per_gpu(self.model_flops_per_step, self.step_seconds,
+                                        self.world_size) / self.peak_flops_per_gpu
 
     @property
     def hfu(self) -> float:
         """Hardware FLOPs utilisation: executed FLOP/s (with recompute) per GPU over dense peak."""
-        return self.hardware_tflops_per_gpu * 1e12 / self.peak_flops_per_gpu
+        return flops_per_second_per_gpu(self.hardware_flops_per_step, self.step_seconds,
+                                        self.world_size) / self.peak_flops_per_gpu
 
     def train_seconds(self, tokens: float) -> float:
         """Wall time to train on ``tokens`` tokens."""
