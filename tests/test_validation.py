@@ -241,6 +241,23 @@ def test_cli_broken_hf_config_names_the_place(estimate_only, capsys, tmp_path):
     assert err == f"workbench: error: {broken}: not valid JSON (Expecting value at line 2 column 17)\n"
 
 
+def test_cli_unknown_flag_points_at_the_subcommands_help(estimate_only, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        estimate_only(["estimate", "--model", "gpt3-1.3b", "--price", "3"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("workbench estimate: error: unrecognized arguments: --price 3 "
+                                       "(see `workbench estimate --help`)\n")
+
+
+def test_cli_export_out_must_be_a_folder(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(cli, "COMMANDS", ["export"])
+    afile = tmp_path / "ds_config.json"
+    afile.write_text("{}")
+    assert cli.main(["export", "deepspeed", "--model", "gpt3-1.3b", "--out", str(afile)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"workbench: error: --out {afile} is a file; export writes its files into a folder\n"
+
+
 def test_cli_unexpected_exception_is_one_line_unless_debugging(estimate_only, capsys, monkeypatch):
     import workbench.commands.estimate as command
 

@@ -116,7 +116,10 @@ def main(argv=None) -> int:
     does the same, naming its type. ``WORKBENCH_DEBUG=1`` re-raises instead, for the full traceback."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the subcommand, so the hint points at its own --help
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     debug = os.environ.get("WORKBENCH_DEBUG", "").strip() not in ("", "0")
     machine = args.command == "export" or "--json" in argv
     try:

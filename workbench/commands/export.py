@@ -167,11 +167,16 @@ def run(args) -> int:
     from workbench.cli import payload_stream
 
     args.kind = _KIND_ALIASES.get(args.kind, args.kind)
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a file; export writes its files into a folder")
     model, cluster, plan = specs_from_args(args, default_engine=_DEFAULT_ENGINE[args.kind])
     files, main, ok = _files(args.kind, args, model, cluster, plan)
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--out {args.out}: cannot create the folder ({exc.strerror})") from None
         for name, text in files.items():
             path = out / name
             path.write_text(text)
