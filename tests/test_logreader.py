@@ -115,3 +115,12 @@ def test_advise_cli_with_log(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["log"]["kind"] == "megatron" and len(out["log"]["grad_norm_spikes"]) == 2
     assert any(f["id"] == "log_grad_norm_spikes" for f in out["log_findings"])
+
+
+def test_non_finite_rates_are_not_measurements():
+    line = "iteration {i}/ 10 | elapsed time per iteration (ms): {ms} | TFLOPs: {tf} |"
+    s = parse_log("\n".join(line.format(i=i, ms=ms, tf=tf) for i, (ms, tf) in
+                            enumerate([("900.0", "50.0"), ("nan", "inf"), ("500.0", "120.0"), ("700.0", "nan")], 1)))
+    assert s.median_step_seconds == 0.6 and s.median_tflops_per_gpu == 120.0
+    only_nan = parse_log(line.format(i=1, ms="nan", tf="inf") + "\n" + line.format(i=2, ms="nan", tf="inf"))
+    assert only_nan.median_step_seconds is None and only_nan.median_tflops_per_gpu is None

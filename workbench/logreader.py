@@ -22,6 +22,7 @@ Line formats recognised (from the sources that print them):
 """
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -53,6 +54,13 @@ _NCCL = re.compile(r"(NCCL error|NCCL WARN|ncclSystemError|ncclInternalError|ncc
                    r"ncclRemoteError|Watchdog caught collective operation timeout|NCCL communicator was aborted)")
 
 MiB = 2**20
+
+
+def _steady_median(values) -> Optional[float]:
+    """Median of a logged rate after the first progress line (warm-up, when there are more), over the finite
+    positive values only (a ``nan`` or ``inf`` a logger prints is not a measurement); ``None`` when none is left."""
+    xs = [x for x in (values[1:] if len(values) > 1 else values) if math.isfinite(x) and x > 0]
+    return statistics.median(xs) if xs else None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,18 +110,15 @@ class LogSummary:
     @property
     def median_step_seconds(self) -> Optional[float]:
         """Median seconds per iteration, skipping the first progress line (warm-up) when there are more."""
-        xs = self.step_seconds[1:] if len(self.step_seconds) > 1 else self.step_seconds
-        return statistics.median(xs) if xs else None
+        return _steady_median(self.step_seconds)
 
     @property
     def median_samples_per_second(self) -> Optional[float]:
-        xs = self.samples_per_second[1:] if len(self.samples_per_second) > 1 else self.samples_per_second
-        return statistics.median(xs) if xs else None
+        return _steady_median(self.samples_per_second)
 
     @property
     def median_tflops_per_gpu(self) -> Optional[float]:
-        xs = self.tflops_per_gpu[1:] if len(self.tflops_per_gpu) > 1 else self.tflops_per_gpu
-        return statistics.median(xs) if xs else None
+        return _steady_median(self.tflops_per_gpu)
 
     def to_dict(self) -> dict:
         return {
