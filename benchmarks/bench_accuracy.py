@@ -94,6 +94,8 @@ def corpus_run(rec: dict):
     if not oom and (rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes")):
         return None
     o = rec.get("options") or {}
+    if o.get("cap_bytes"):  # allocator capped below its free reserve (group pressure): not a default-allocator run
+        return None
     from workbench.configs.launch import expandable_in_conf
 
     # PyTorch's expandable-segments allocator (group expseg): scored with the plan's option on, in tables of its own

@@ -216,6 +216,19 @@ def _hf(shape, zero, attn, **kw):
 
 OFF = dict(offload="cpu", omp_threads=16)
 
+
+def _measured_allocated(rid: str) -> int:
+    """Peak allocated bytes of an already measured run of the corpus (``h200_runs.jsonl``)."""
+    import json
+    from pathlib import Path
+
+    for line in (Path(__file__).with_name("h200_runs.jsonl")).read_text().splitlines():
+        rec = json.loads(line)
+        if rec["run_id"] == rid and rec.get("status") == "ok":
+            return int(rec["peak_allocated_bytes"])
+    raise KeyError(f"{rid}: no measured run in h200_runs.jsonl to cap against")
+
+
 GROUPS = {
     # HF first: the runs two issues wait for
     "hf-llama": [
@@ -416,10 +429,28 @@ def run_id(cfg: dict) -> str:
         parts.append(f"off-{cfg['offload']}-omp{cfg['omp_threads']}")
     if cfg.get("expandable_segments"):
         parts.append("expseg")
+    if cfg.get("cap_over_allocated") is not None:
+        parts.append(f"cap{round(cfg['cap_over_allocated'] * 100)}")
     parts.append(f"mbs{cfg.get('mbs', 1)}")
     if cfg.get("gas", 1) > 1:
         parts.append(f"gas{cfg['gas']}")
     return "/".join(parts)
+
+
+# memory pressure: the runs whose allocator reserved most above allocated, repeated with the caching allocator
+# capped (torch.cuda.set_per_process_memory_fraction) at their measured peak allocated x (1 + r): does the run
+# still fit when the allocator must free its cache and retry, and at what step time?
+# Memory pressure: the runs whose allocator reserved most above allocated, repeated with the caching allocator capped
+# (torch.cuda.set_per_process_memory_fraction) at their measured peak allocated x (1 + r): does the run still fit when
+# the allocator must free its cache and retry, and at what step time? (Defined after run_id: it looks the peaks up.)
+GROUPS["pressure"] = [
+    dict(cfg, cap_over_allocated=r, cap_bytes=int(_measured_allocated(run_id(cfg)) * (1 + r)))
+    for cfg in (_hf("hf-qwen2-h1536", 3, "sdpa", **OFF), _ddp("mc-h1792-s12k", True, recompute="selective"),
+                _hf("hf-qwen2-h1536", 2, "eager", ckpt=True, lora=16), _ds("mc-h4608-gelu", 2, **OFF),
+                _ds("mc-h3072-hd256", 2), _ds("mc-h3584-qwen2", 2), _ds("mc-h3072-gqa", 2),
+                _ds("mc-h8192-gqa", 2, recompute="full"))
+    for r in (0.02, 0.10)
+]
 
 
 def all_runs() -> list[dict]:
