@@ -127,8 +127,13 @@ def test_mixed_dense_and_moe_layers_refused(tmp_path):
 def test_missing_and_broken_files(tmp_path):
     with pytest.raises(ValueError, match="no such config.json"):
         import_hf(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="the folder has no config.json"):
+        import_hf(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
+        import_hf(tmp_path)
+    (tmp_path / "config.json").write_bytes(b'{"model_type": "llama\xff"}')
+    with pytest.raises(ValueError, match=r"config.json: not UTF-8 text \(byte 0xff at offset 21\)"):
         import_hf(tmp_path)
 
 

@@ -90,6 +90,8 @@ def config_path(source: Union[str, os.PathLike]) -> Path:
     """The config.json of ``source`` (the file itself or a model directory holding one)."""
     p = Path(source).expanduser()
     if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ValueError(f"hf model {str(source)!r}: the folder has no config.json")
         p = p / "config.json"
     if not p.is_file():
         raise ValueError(f"hf model {str(source)!r}: no such config.json or model directory")
@@ -102,7 +104,10 @@ def read_config(source) -> dict:
         return dict(source)
     p = config_path(source)
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); a config.json "
+                         f"is JSON text") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{p}: not valid JSON ({e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno})") \
             from None
