@@ -187,3 +187,16 @@ def test_compare_with_datasheet_rows():
     assert rows["all_reduce intra-node bandwidth"]["datasheet"] == pytest.approx(450 * 0.8)
     assert rows["context (outside allocator)"]["measured"] == pytest.approx(1.0)
     assert np.isfinite(rows["host link h2d pinned"]["ratio"])
+
+
+def test_a_file_that_is_not_a_profile_is_named(tmp_path):
+    from workbench.calibrate.profile import load_profile
+
+    cases = {"list.json": (b"[1, 2]", "holds a JSON list, not a profile's object"),
+             "broken.json": (b'{"a":', r"not valid JSON \(Expecting value at line 1 column 6\)"),
+             "binary.json": (b"\xff\xfe{}", "is not UTF-8 text"),
+             "fields.json": (b'{"bogus": 1}', "unknown profile fields: bogus")}
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=f"^profile file {tmp_path / name}:? {message}"):
+            load_profile(tmp_path / name)

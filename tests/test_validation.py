@@ -258,6 +258,13 @@ def test_cli_export_out_must_be_a_folder(monkeypatch, capsys, tmp_path):
     assert out == "" and err == f"workbench: error: --out {afile} is a file; export writes its files into a folder\n"
 
 
+def test_cli_advise_unreadable_log_names_the_flag(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(cli, "COMMANDS", ["advise"])
+    missing = tmp_path / "train.log"
+    assert cli.main(["advise", "--model", "gpt3-1.3b", "--log", str(missing)]) == 2
+    assert capsys.readouterr().err == f"workbench: error: --log {missing}: cannot read it (No such file or directory)\n"
+
+
 def test_cli_unexpected_exception_is_one_line_unless_debugging(estimate_only, capsys, monkeypatch):
     import workbench.commands.estimate as command
 

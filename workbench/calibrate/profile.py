@@ -339,6 +339,24 @@ def profile_names() -> list[str]:
     return sorted(names)
 
 
+def _read_profile(path) -> HardwareProfile:
+    """The profile stored in one JSON file; ``ValueError`` naming the file when it is not a profile's JSON object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"profile file {path} is not UTF-8 text (a profile is the JSON `workbench calibrate` "
+                         f"writes)") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"profile file {path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") \
+            from None
+    if not isinstance(data, dict):
+        raise ValueError(f"profile file {path} holds a JSON {type(data).__name__}, not a profile's object")
+    try:
+        return HardwareProfile.from_dict(data)
+    except ValueError as e:
+        raise ValueError(f"profile file {path}: {e}") from None
+
+
 def load_profile(name_or_path) -> HardwareProfile:
     """A profile from a path (``*.json``), or by name from the user's profiles folder, then the catalog's."""
     if isinstance(name_or_path, HardwareProfile):
@@ -348,13 +366,13 @@ def load_profile(name_or_path) -> HardwareProfile:
     if path.suffix == ".json" or path.exists():
         if not path.is_file():
             raise ValueError(f"profile file {text} does not exist")
-        return HardwareProfile.from_dict(json.loads(path.read_text()))
+        return _read_profile(path)
     user = user_profiles_dir() / f"{text}.json"
     if user.is_file():
-        return HardwareProfile.from_dict(json.loads(user.read_text()))
+        return _read_profile(user)
     shipped = _catalog_profiles().get(text.lower())
     if shipped is not None:
-        return HardwareProfile.from_dict(json.loads(shipped.read_text()))
+        return _read_profile(shipped)
     known = profile_names()
     listed = ", ".join(known) if known else "none yet; run `workbench calibrate --out NAME`"
     raise ValueError(f"unknown profile={text!r} (known: {listed})")

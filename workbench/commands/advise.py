@@ -58,7 +58,10 @@ def run(args) -> int:
     if not 0 <= args.headroom < 1:
         raise ValueError(f"--headroom {args.headroom} must be in [0, 1)")
     model, cluster, plan = specs_from_args(args)
-    log = read_log(args.log) if args.log else None
+    try:
+        log = read_log(args.log) if args.log else None
+    except OSError as exc:
+        raise ValueError(f"--log {args.log}: cannot read it ({exc.strerror or exc})") from None
     advice = advise(model, cluster, plan, headroom=args.headroom, log=log)
     if args.json:
         out = advice.to_dict()
