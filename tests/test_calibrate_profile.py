@@ -195,7 +195,11 @@ def test_a_file_that_is_not_a_profile_is_named(tmp_path):
     cases = {"list.json": (b"[1, 2]", "holds a JSON list, not a profile's object"),
              "broken.json": (b'{"a":', r"not valid JSON \(Expecting value at line 1 column 6\)"),
              "binary.json": (b"\xff\xfe{}", "is not UTF-8 text"),
-             "fields.json": (b'{"bogus": 1}', "unknown profile fields: bogus")}
+             "fields.json": (b'{"bogus": 1}', "unknown profile fields: bogus"),
+             "gemm.json": (b'{"name": "x", "machine": "m", "device": "d", "device_kind": "cuda", "gemm": {"bf16": 1}}',
+                           r"gemm.bf16=1 must be a JSON object"),
+             "gpus.json": (b'{"name": "x", "machine": "m", "device": "d", "device_kind": "cuda", '
+                           b'"devices_per_node": "eight"}', "devices_per_node='eight' must be an integer")}
     for name, (content, message) in cases.items():
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError, match=f"^profile file {tmp_path / name}:? {message}"):

@@ -128,6 +128,20 @@ class HardwareProfile:
         check_profile_name(self.name)
         if self.device_kind not in ("cuda", "cpu"):
             raise ValueError(f"device_kind={self.device_kind!r}: must be 'cuda' or 'cpu'")
+        from workbench.specs import check_float, check_int
+
+        check_int("devices_per_node", self.devices_per_node)
+        for name in ("device_memory_gb_per_s", "host_memory_gib", "device_memory_gib"):
+            if getattr(self, name) is not None:
+                check_float(name, getattr(self, name))
+        for name in ("gemm", "collectives", "host_link_gb_per_s", "cpu_adam", "memory"):
+            section = getattr(self, name)
+            if not isinstance(section, dict):
+                raise ValueError(f"{name}={section!r:.60} must be a JSON object (a {{...}} section)")
+            if name in ("gemm", "collectives"):  # one object per precision / per link
+                for key, entry in section.items():
+                    if not isinstance(entry, dict):
+                        raise ValueError(f"{name}.{key}={entry!r:.60} must be a JSON object (a {{...}} section)")
         object.__setattr__(self, "notes", tuple(self.notes))
 
     # -- data file -----------------------------------------------------------------------------------------------
