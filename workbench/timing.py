@@ -1315,15 +1315,15 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
     the totals, and what the model computed on the way (per-layer and per-micro-batch seconds, the links)."""
     terms = step_time_terms(**inputs)
     t, c, d, p = plan.tensor_parallel, plan.context_parallel, plan.data_parallel, plan.pipeline_parallel
-    links = {}
-    for group, kind in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", "dp-cp")):
-        links[group] = {"group_size": int(GROUP_SHAPES[kind](t, c, d, p)[1]),
-                        "link": "inter-node" if terms[f"{group}_crosses_nodes"] else "intra-node",
-                        "gb_per_s": float(terms[f"{group}_gb_per_s"]), "latency_s": float(terms[f"{group}_latency_s"])}
+
+    def link(group: str, group_size: int) -> dict:
+        return {"group_size": group_size, "link": "inter-node" if terms[f"{group}_crosses_nodes"] else "intra-node",
+                "gb_per_s": float(terms[f"{group}_gb_per_s"]), "latency_s": float(terms[f"{group}_latency_s"])}
+
+    links = {group: link(group, int(GROUP_SHAPES[kind](t, c, d, p)[1]))
+             for group, kind in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", "dp-cp"))}
     if model.is_moe:  # the expert-parallel group: tp_e apart in megatron-core's expert rank order
-        links["ep"] = {"group_size": plan.expert_parallel,
-                       "link": "inter-node" if terms["ep_crosses_nodes"] else "intra-node",
-                       "gb_per_s": float(terms["ep_gb_per_s"]), "latency_s": float(terms["ep_latency_s"])}
+        links["ep"] = link("ep", plan.expert_parallel)
     return TimeEstimate(
         step_seconds=float(terms["step_seconds"]),
         tokens_per_step=plan.global_batch_size * model.seq_length,
