@@ -61,19 +61,31 @@ def gpu_generation(gpu_name: str) -> str:
     return table.get(gpu_name, table.get(gpu_name.upper(), "default"))
 
 
+def _generation_curve(curves: dict, gen: str, gpu_name: str, *, fallback: str, fallback_name: str) -> dict:
+    """A copy of the catalog curve of GPU generation ``gen``; for a generation without one, the ``fallback``
+    generation's, its source saying so."""
+    if gen in curves:
+        return dict(curves[gen])
+    curve = dict(curves[fallback])
+    curve["source"] = f"uncalibrated for {gen} ({gpu_name}): the {fallback_name} curve is reused. " + curve["source"]
+    return curve
+
+
+def _measured_gemms(cal: dict, section: str, gen: str) -> dict:
+    """The catalog's measured-GEMM ``section`` when it applies (a Hopper GPU, GEMMs filled in), else ``{}``."""
+    measured = cal.get(section) or {}
+    return measured if gen == "hopper" and measured.get("gemms") else {}
+
+
 def efficiency_curve(gpu_name: str) -> dict:
     """The GEMM-efficiency curve for a GPU: ``{"gemm_efficiency_max", "gemm_half_dim", "memory_passes",
     "hbm_efficiency", "source"}``. For Hopper GPUs, a filled ``h200_measured`` section (the JSON that
     ``benchmarks/gpu_gemm.py`` prints) replaces the stored curve by one fitted to the measurements."""
     cal = calibration()
     gen = gpu_generation(gpu_name)
-    if gen in cal["curves"]:
-        curve = dict(cal["curves"][gen])
-    else:
-        curve = dict(cal["curves"]["ampere"])
-        curve["source"] = f"uncalibrated for {gen} ({gpu_name}): the A100 curve is reused. " + curve["source"]
-    measured = cal.get("h200_measured") or {}
-    if gen == "hopper" and measured.get("gemms"):
+    curve = _generation_curve(cal["curves"], gen, gpu_name, fallback="ampere", fallback_name="A100")
+    measured = _measured_gemms(cal, "h200_measured", gen)
+    if measured:
         note = (f"GEMM curve fitted to {len(measured['gemms'])} GEMMs measured by benchmarks/gpu_gemm.py on "
                 f"{measured.get('device', 'H200')}")
         curve.update(_measured_hopper_curve(), source=note + ("; " + curve["source"] if gen in cal["curves"] else ""))
@@ -86,12 +98,10 @@ def fp8_efficiency_curve(gpu_name: str) -> dict:
     by ``benchmarks/gpu_gemm.py --install-fp8``) replaces it by a fit to the measured FP8 GEMMs."""
     cal = calibration()
     gen = gpu_generation(gpu_name)
-    curves = cal.get("fp8_curves") or {}
-    curve = dict(curves.get(gen) or curves["hopper"])
-    if gen not in curves:
-        curve["source"] = f"uncalibrated for {gen} ({gpu_name}): the Hopper FP8 curve is reused. " + curve["source"]
-    measured = cal.get("h200_fp8_measured") or {}
-    if gen == "hopper" and measured.get("gemms"):
+    curve = _generation_curve(cal.get("fp8_curves") or {}, gen, gpu_name, fallback="hopper",
+                              fallback_name="Hopper FP8")
+    measured = _measured_gemms(cal, "h200_fp8_measured", gen)
+    if measured:
         curve.update(fit_gemm_curve(measured["gemms"], peak_tflops=measured["peak_tflops"]),
                      source=f"FP8 GEMM curve fitted to {len(measured['gemms'])} FP8 GEMMs "
                             f"({measured.get('method', 'torch._scaled_mm')}) measured on "
