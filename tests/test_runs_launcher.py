@@ -134,6 +134,23 @@ def test_zero2_cpu_offload_matches_zero2(store, runs_root):
 # ---------------------------------------------------------------------------------------------------------------
 # Faults
 # ---------------------------------------------------------------------------------------------------------------
+def test_a_timeout_that_would_never_or_at_once_stop_the_run_is_refused(store, runs_root):
+    for value, message in ((float("nan"), "timeout_seconds=nan must be a finite number"),
+                           (-5, "timeout_seconds=-5 must be > 0")):
+        with pytest.raises(ValueError, match=message):
+            launch(TINY, cpu_cluster(1), plan(1), steps=1, nproc=1, store=store, run_dir=runs_root / "bad-timeout",
+                   timeout_seconds=value)
+        rec = store.list(limit=1)[0]
+        assert rec["status"] == "invalid" and message in rec["reason"]
+
+
+def test_cli_nproc_zero_is_refused(capsys):
+    from workbench import cli
+
+    assert cli.main(["run", "--tiny", "--steps", "1", "--nproc", "0"]) == 2
+    assert capsys.readouterr().err == "workbench: error: --nproc 0 must be >= 1 (processes per node)\n"
+
+
 def test_bad_config_is_refused_before_launch_and_recorded(store, runs_root):
     bad = plan(2, engine="megatron", tensor_parallel=2)
     with pytest.raises(ValueError, match="tensor_parallel=2 does not divide num_attention_heads=3"):

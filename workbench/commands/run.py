@@ -34,7 +34,9 @@ def resolve_specs(args):
     from workbench.commands.common import specs_from_args
     from workbench.runs.launcher import cuda_available
 
-    if args.nproc:
+    if args.nproc is not None:
+        if args.nproc < 1:
+            raise ValueError(f"--nproc {args.nproc} must be >= 1 (processes per node)")
         args.gpus_per_node = args.nproc
     if not cuda_available():  # the CPU: one node of nproc "cpu" devices, gloo
         args.gpu, args.nodes = "cpu", 1

@@ -27,7 +27,7 @@ from workbench.runs.specio import specs_to_dict
 from workbench.runs.store import RunStore
 from workbench.runs.watch import (MetricsTail, RankReports, Run, classify_exit, losses_of,  # noqa: F401
                                   measured_numbers)
-from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, check_float
 
 
 def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps: int = 10, data="synthetic",
@@ -55,6 +55,8 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
     store = store if store is not None else RunStore()
     run_id = new_run_id()
     try:
+        if timeout_seconds is not None:  # nan would never stop the run, a negative one stops it at once
+            check_float("timeout_seconds", timeout_seconds)
         prepared = prepare(model, cluster, plan, steps=steps, data=data, nproc=nproc, run_dir=run_dir,
                            run_id=run_id, ds_options=ds_options, ds_config=ds_config, launcher=launcher, seed=seed,
                            lr=lr, clip_grad=clip_grad, torch_adam=torch_adam, memory_limit_bytes=memory_limit_bytes,
