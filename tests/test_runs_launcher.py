@@ -149,6 +149,9 @@ def test_cli_nproc_zero_is_refused(capsys):
 
     assert cli.main(["run", "--tiny", "--steps", "1", "--nproc", "0"]) == 2
     assert capsys.readouterr().err == "workbench: error: --nproc 0 must be >= 1 (processes per node)\n"
+    for limit in ("0", "-1"):  # SQL would read -1 as "no limit"
+        assert cli.main(["runs", "list", "--limit", limit]) == 2
+        assert capsys.readouterr().err == f"workbench: error: --limit {limit} must be >= 1\n"
 
 
 def test_bad_config_is_refused_before_launch_and_recorded(store, runs_root):

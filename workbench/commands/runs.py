@@ -17,6 +17,8 @@ def run(args) -> int:
     from workbench.commands.run import print_summary, summary
     from workbench.runs import RunStore
 
+    if args.limit < 1:
+        raise UsageError(f"--limit {args.limit} must be >= 1")
     store = RunStore()
     store.reconcile()
     if args.action == "list":
