@@ -126,6 +126,26 @@ MCORE_SHAPES = {
                          num_attention_heads=40, ffn_hidden_size=13824, vocab_size=32000, seq_length=4096,
                          activation="swiglu", normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                          position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- third final batch (benchmarks/accuracy_split.json "final3"): declared 2026-12-01 before measuring; the
+    # records stay out of the corpus, unseen, until the models are next frozen ---
+    # Llama 3.2 1B: GQA 32/8 (head 64), SwiGLU 8192, 128k vocabulary, tied, 4k tokens
+    "mc-h2048-gqa-tied": dict(like="Llama 3.2 1B (16 -> 8 layers)", num_layers=8, hidden_size=2048,
+                              num_attention_heads=32, num_query_groups=8, ffn_hidden_size=8192, vocab_size=128256,
+                              seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                              tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                              attention_dropout=0.0),
+    # Mistral NeMo 12B width: 32 heads of 128 (4096, set apart from hidden 5120), GQA 32/8, 131k vocabulary
+    "mc-h5120-hd128": dict(like="Mistral NeMo 12B width (40 -> 2 layers)", num_layers=2, hidden_size=5120,
+                           num_attention_heads=32, num_query_groups=8, head_dim=128, ffn_hidden_size=14336,
+                           vocab_size=131072, seq_length=4096, activation="swiglu", normalization="rmsnorm",
+                           add_bias_linear=False, tied_embeddings=False, position_embedding="rotary",
+                           hidden_dropout=0.0, attention_dropout=0.0),
+    # StarCoder2 3B-like: GQA 24/2 (head 128), GeLU with biases, LayerNorm, 49k vocabulary, tied
+    "mc-h3072-gelu-gqa": dict(like="StarCoder2 3B (30 -> 4 layers)", num_layers=4, hidden_size=3072,
+                              num_attention_heads=24, num_query_groups=2, ffn_hidden_size=12288, vocab_size=49152,
+                              seq_length=4096, activation="gelu", normalization="layernorm", add_bias_linear=True,
+                              tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                              attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -199,6 +219,18 @@ HF_SHAPES = {
         max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
         tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=4096,
         final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # --- third final batch ("final3") ---
+    # Qwen3 4B: GQA 32/8, head 128 (4096 > hidden 2560), q/k norms, tied, 152k vocabulary
+    "hf-qwen3-h2560": dict(like="Qwen3 4B (36 -> 4 layers)", seq_length=4096, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=2560, intermediate_size=9728,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # GPT-2 XL: MHA 25 heads of 64, gelu_new, learned positions, dropout 0.1, tied, 1k tokens
+    "hf-gpt2-h1600": dict(like="GPT-2 XL (48 -> 12 layers)", seq_length=1024, config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1600, n_layer=12, n_head=25, vocab_size=50257,
+        n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
+        tie_word_embeddings=True)),
 }
 
 
@@ -362,6 +394,19 @@ GROUPS = {
     # the same configurations with PyTorch's expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     # set in the run's environment): how much of the caching allocator's reserve it removes. Fit shapes first, then
     # the test runs whose whole-device figure was most under-estimated with the default allocator.
+    # third final batch (one GPU), declared in accuracy_split.json "final3" before measuring
+    "final3": [
+        _ds("mc-h2048-gqa-tied", 1), _ds("mc-h2048-gqa-tied", 2, recompute="selective"),
+        _ds("mc-h2048-gqa-tied", 3), _ds("mc-h2048-gqa-tied", 2, mbs=2, gas=2), _ddp("mc-h2048-gqa-tied", True),
+        _ds("mc-h5120-hd128", 1), _ds("mc-h5120-hd128", 2, recompute="full"), _ds("mc-h5120-hd128", 3),
+        _ddp("mc-h5120-hd128", False, recompute="selective"), _ds("mc-h5120-hd128", 2, **OFF),
+        _ds("mc-h3072-gelu-gqa", 0), _ds("mc-h3072-gelu-gqa", 2), _ds("mc-h3072-gelu-gqa", 3, recompute="full"),
+        _ddp("mc-h3072-gelu-gqa", True),
+        _hf("hf-qwen3-h2560", 2, "sdpa"), _hf("hf-qwen3-h2560", 2, "eager"), _hf("hf-qwen3-h2560", 3, "sdpa", ckpt=True),
+        _hf("hf-qwen3-h2560", 2, "sdpa", ckpt=True, lora=16), _hf("hf-qwen3-h2560", 2, "sdpa", **OFF),
+        _hf("hf-gpt2-h1600", 2, "sdpa", mbs=4), _hf("hf-gpt2-h1600", 2, "eager", mbs=4),
+        _hf("hf-gpt2-h1600", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-gpt2-h1600", 2, "sdpa", mbs=4, ckpt=True),
+    ],
     "expseg": [dict(cfg, expandable_segments=True) for cfg in (
         _ds("mc-h1024-gelu", 2, mbs=4), _ds("mc-h3072-gqa", 0), _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 3),
         _ds("mc-h3072-gqa", 2, recompute="full"), _ds("mc-h3072-gqa", 2, **OFF), _ddp("mc-h3072-gqa", True),
