@@ -20,12 +20,15 @@ changes is encoded below.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.hf import soft_capped
+from workbench.npscalar import isin, maximum, minimum, where
 from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
                               parameter_tensors)
 from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
@@ -89,9 +92,9 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("fused_adam", int(AdamImpl.parse(adam, "adam") is AdamImpl.FUSED))
     if overlap_comm is None:
         # as ParallelPlan.overlaps_comm: DeepSpeed's pipeline engine turns overlap_comm off
-        out.setdefault("overlap_comm", np.where(np.asarray(table["engine"]) == MEGATRON,
+        out.setdefault("overlap_comm", where(np.asarray(table["engine"]) == MEGATRON,
                                                 int(default_overlap_comm(Engine.MEGATRON)),
-                                                np.where(np.asarray(table["pp"]) > 1, 0,
+                                                where(np.asarray(table["pp"]) > 1, 0,
                                                          int(default_overlap_comm(Engine.DEEPSPEED)))))
     else:
         out.setdefault("overlap_comm", int(bool(overlap_comm)))
@@ -109,7 +112,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
 
         ds_moe = (np.asarray(out["engine"]) != MEGATRON) & (np.asarray(out["ep"]) > 1)
         out.setdefault("moe_ds", ds_moe.astype(np.int64))
-        out.setdefault("moe_tf", np.where(ds_moe, dsmoe.token_factor_of(model, micro_batch=out["mbs"],
+        out.setdefault("moe_tf", where(ds_moe, dsmoe.token_factor_of(model, micro_batch=out["mbs"],
                                                                         context_parallel=out["cp"]), 1.0))
     out.setdefault("moe_tf", 1.0)
     out.setdefault("moe_ds", 0)
@@ -135,24 +138,35 @@ def stage_layer_columns(num_layers: int, cols: dict):
     the rest; else each stage holds (L + emb_split + loss_split) / p, less the embedding on the first and the loss
     on the last. With p = 1 the one stage holds every layer (first = middle = last = L); with p = 2 there is no
     middle stage and ``middle`` repeats the larger end."""
-    L = num_layers
-    p = np.asarray(cols["pp"])
-    first, last = np.asarray(cols.get("first_layers", 0)), np.asarray(cols.get("last_layers", 0))
-    emb, loss = np.asarray(cols.get("emb_split", 0)), np.asarray(cols.get("loss_split", 0))
+    key = (num_layers, cols["pp"], cols.get("first_layers", 0), cols.get("last_layers", 0), cols.get("emb_split", 0),
+           cols.get("loss_split", 0))
+    if all(type(k) is int for k in key):  # one plan: the same split, remembered
+        return _stage_layer_split_of_one(*key)
+    return _stage_layer_split(*key)
+
+
+def _stage_layer_split(L, pp, first_layers, last_layers, emb_split, loss_split):
+    """:func:`stage_layer_columns` on its six columns (scalars or arrays)."""
+    p = np.asarray(pp)
+    first, last = np.asarray(first_layers), np.asarray(last_layers)
+    emb, loss = np.asarray(emb_split), np.asarray(loss_split)
     uneven = (first > 0) | (last > 0)
     middle_stages = p - (first > 0) - (last > 0)
     rest = L - first - last
-    mid_uneven = np.where(middle_stages > 0, rest // np.maximum(middle_stages, 1), 0)
+    mid_uneven = where(middle_stages > 0, rest // maximum(middle_stages, 1), 0)
     per = (L + emb + loss) // p
-    f = np.where(first > 0, first, np.where(uneven, mid_uneven, per - emb))
-    la = np.where(last > 0, last, np.where(uneven, mid_uneven, per - loss))
-    mid = np.where(uneven, mid_uneven, per)
-    mid = np.where(p > 2, mid, np.maximum(f, la))
+    f = where(first > 0, first, where(uneven, mid_uneven, per - emb))
+    la = where(last > 0, last, where(uneven, mid_uneven, per - loss))
+    mid = where(uneven, mid_uneven, per)
+    mid = where(p > 2, mid, maximum(f, la))
     one = p == 1
-    f, mid, la = np.where(one, L, f), np.where(one, L, mid), np.where(one, L, la)
+    f, mid, la = where(one, L, f), where(one, L, mid), where(one, L, la)
     if np.ndim(f) == 0:
         return int(f), int(mid), int(la)
     return f, mid, la
+
+
+_stage_layer_split_of_one = functools.lru_cache(maxsize=4096)(_stage_layer_split)
 
 
 def expert_parameters(model: ModelSpec) -> float:
@@ -188,8 +202,8 @@ def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
         return float(stage_params_per_rank(model, t, 1, 0, model.num_layers, *ex))
     head = stage_params_per_rank(model, t, p, 0, first, *ex)
     tail = stage_params_per_rank(model, t, p, np.asarray(p) - 1, last, *ex)
-    mid = np.where(np.asarray(p) > 2, stage_params_per_rank(model, t, p, 1, middle, *ex), 0.0)
-    out = np.maximum(np.maximum(head, tail), mid)
+    mid = where(np.asarray(p) > 2, stage_params_per_rank(model, t, p, 1, middle, *ex), 0.0)
+    out = maximum(maximum(head, tail), mid)
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -225,7 +239,7 @@ def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision, main
     copies are counted with its other terms (0)."""
     v = float(precision.bytes_per_value)
     main = (4.0 if precision is Precision.BF16 else v) if main_fp32 is None else _where(np.greater(main_fp32, 0), 4.0, v)
-    return _where(megatron, _where(fused_adam, 0.0, 2 * main + v), _where(np.isin(zero, (1, 2)), 4 * v, 0.0))
+    return _where(megatron, _where(fused_adam, 0.0, 2 * main + v), _where(isin(zero, (1, 2)), 4 * v, 0.0))
 
 
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
@@ -270,7 +284,7 @@ def _where(cond, a, b):
     """``np.where`` for a column of plans, a plain ``if`` for one plan (a scalar column stays a Python number)."""
     if np.ndim(cond) == 0:
         return a if cond else b
-    return np.where(cond, a, b)
+    return where(cond, a, b)
 
 
 def flash_attention_inputs(model: ModelSpec, gpu) -> dict:
@@ -312,10 +326,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     fused_adam = np.greater(cols["fused_adam"], 0)
     recompute = cols["recompute"]
     first, middle, last = stage_layer_columns(model.num_layers, cols)
-    largest = np.maximum(np.maximum(first, middle), last)
+    largest = maximum(maximum(first, middle), last)
     stage_params = largest_stage_parameters(model, cols, first, middle, last)
     fraction = _where(np.equal(recompute, RECOMPUTE_CODES[Recompute.FULL]),
-                      np.minimum(np.divide(cols["recompute_layers"], largest), 1.0), 0.0)
+                      minimum(np.divide(cols["recompute_layers"], largest), 1.0), 0.0)
     if bucket_elements is None:
         bucket_elements = _where(megatron, defaults.MEGATRON_BUCKET_ELEMENTS,
                                  defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
@@ -418,10 +432,10 @@ def fp8_time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, counts) 
     pg = np.greater(cols["fp8_pg"], 0)
     # without --fp8-param-gather each step re-reads the bf16 weight and writes its two FP8 copies; with it the
     # all-gathered FP8 weight is read once to write its transpose
-    cast = np.where(pg, 2.0 * a, 2.0 + M.FP8_WEIGHT_COPY_BYTES[recipe])
+    cast = where(pg, 2.0 * a, 2.0 + M.FP8_WEIGHT_COPY_BYTES[recipe])
     # the parameter all-gather sends the FP8 layers' linear weights in a bytes instead of 2
     linear_share = model.num_layers * fraction * M.fp8_linear_params_per_layer(model, 1) / counts.total
-    gather = np.where(pg, 2.0 - linear_share * (2.0 - a), 2.0)
+    gather = where(pg, 2.0 - linear_share * (2.0 - a), 2.0)
     delayed = recipe == FP8_RECIPE_CODES["delayed"]
     stage_tensors = model.num_layers / np.asarray(cols["pp"]) * M.fp8_linear_modules_per_layer(model) * 5
     # FP8 on (1.0); the bf16 first/last layers are placed per stage by timing.fp8_stage_shares from these counts
@@ -430,5 +444,5 @@ def fp8_time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, counts) 
                 fp8_peak_flops=gpu.peak_flops("fp8"),
                 fp8_gemm_efficiency_max=curve["gemm_efficiency_max"], fp8_gemm_half_dim=curve["gemm_half_dim"],
                 fp8_activation_bytes=a, fp8_weight_cast_bytes_per_parameter=cast,
-                fp8_amax_reductions=np.where(delayed, 2.0, 0.0), fp8_amax_bytes=4.0 * stage_tensors,
+                fp8_amax_reductions=where(delayed, 2.0, 0.0), fp8_amax_bytes=4.0 * stage_tensors,
                 param_gather_bytes_per_value=gather)

@@ -1,4 +1,4 @@
-"""``np.where``, ``np.maximum`` and ``np.minimum`` with a fast path for one plan.
+"""``np.where``, ``np.maximum``, ``np.minimum`` and ``np.isin`` with a fast path for one plan.
 
 The memory and time models are written once, on columns that are numpy arrays (the planner: one element per
 plan) or plain numbers (``estimate``: a batch of one). On plain numbers numpy's ufunc machinery costs about a
@@ -13,6 +13,8 @@ import numpy as np
 _FLOAT = frozenset({float, np.float64})
 _INT = frozenset({int, bool, np.int64, np.bool_})
 _COND = _FLOAT | _INT
+_BOOL = frozenset({bool, np.bool_})
+_INTEGER = frozenset({int, np.int64})
 
 
 def _float_pair(a, b) -> bool:
@@ -21,25 +23,47 @@ def _float_pair(a, b) -> bool:
     return (ta in _FLOAT and (tb in _FLOAT or tb in _INT)) or (tb in _FLOAT and ta in _INT)
 
 
+def _int64(value) -> bool:
+    """A Python int numpy would hold in int64 (a numpy integer or bool always is)."""
+    return type(value) is not int or -2**63 <= value < 2**63
+
+
+def _int_pair(a, b) -> bool:
+    """Two integers (no bool) numpy holds in int64: numpy's result is int64."""
+    return type(a) in _INTEGER and type(b) in _INTEGER and _int64(a) and _int64(b)
+
+
 def where(cond, a, b):
-    """``np.where(cond, a, b)``; for a scalar condition and float scalars, ``a if cond else b`` as float64."""
-    if type(cond) in _COND and _float_pair(a, b):
-        return np.float64(a if cond else b)
+    """``np.where(cond, a, b)``; for a scalar condition and scalar values, ``a if cond else b`` as numpy's dtype
+    (float64; int64 for two integers; bool for two booleans)."""
+    if type(cond) in _COND:
+        if _float_pair(a, b):
+            return np.float64(a if cond else b)
+        ta, tb = type(a), type(b)
+        if ta in _INT and tb in _INT and _int64(a) and _int64(b):
+            if ta in _BOOL and tb in _BOOL:
+                return np.bool_(a if cond else b)
+            return np.int64(a if cond else b)
     return np.where(cond, a, b)
 
 
 def maximum(a, b):
     """``np.maximum(a, b)``; for float scalars (no NaN), the larger as float64 (numpy's scalar loop:
-    ``a if a >= b else b``)."""
+    ``a if a > b else b``; int64 for two integers)."""
     if _float_pair(a, b) and a == a and b == b:
-        return np.float64(a if a >= b else b)
+        return np.float64(a if a > b else b)
+    if _int_pair(a, b):
+        return np.int64(a if a > b else b)
     return np.maximum(a, b)
 
 
 def minimum(a, b):
-    """``np.minimum(a, b)``; for float scalars (no NaN), the smaller as float64 (``a if a <= b else b``)."""
+    """``np.minimum(a, b)``; for float scalars (no NaN), the smaller as float64 (``a if a < b else b``;
+    int64 for two integers)."""
     if _float_pair(a, b) and a == a and b == b:
-        return np.float64(a if a <= b else b)
+        return np.float64(a if a < b else b)
+    if _int_pair(a, b):
+        return np.int64(a if a < b else b)
     return np.minimum(a, b)
 
 
@@ -51,10 +75,18 @@ def where_item(cond, a, b):
             return float(a if cond else b)
         if ta in _INT and tb in _INT:
             pick = a if cond else b
-            if not -2**63 <= pick < 2**63:
+            if not (_int64(a) and _int64(b)):
                 return np.where(cond, a, b).item()
             if (ta is bool or ta is np.bool_) and (tb is bool or tb is np.bool_):
                 return bool(pick)
             return int(pick)
     out = np.where(cond, a, b)
     return out.item() if np.ndim(out) == 0 else out
+
+
+def isin(element, values: tuple):
+    """``np.isin(element, values)`` for a tuple of numbers; for a scalar element, ``element in values`` as a numpy
+    bool."""
+    if type(element) in _COND:
+        return np.bool_(element in values)
+    return np.isin(element, values)

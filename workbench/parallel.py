@@ -47,13 +47,16 @@ def expert_group_shapes(expert_tensor_parallel, expert_parallel, expert_data_par
     return {"etp": (1, te), "ep": (te, e), "edp": (te * e, de)}
 
 
+_NUMBER = frozenset({int, float, np.int64, np.float64})
+
+
 def group_crosses_nodes(stride, size, gpus_per_node):
     """The one rule for "does a group of this kind leave the node?" (True when at least one of its groups spans
     two nodes). A group of ``size`` ranks ``stride`` apart lives in an aligned block of ``B = stride × size``
     consecutive ranks; with more than one rank, some group crosses a node boundary exactly when that block does
     not fit in a node (``B > gpus_per_node``) or does not tile it (``gpus_per_node mod B ≠ 0``: a node boundary
     then falls inside a block, between two members of one of its groups). Scalars or numpy arrays."""
-    if isinstance(stride, int) and isinstance(size, int) and isinstance(gpus_per_node, int):  # one plan: no numpy
+    if type(stride) in _NUMBER and type(size) in _NUMBER and type(gpus_per_node) in _NUMBER:  # one plan: no numpy
         block = stride * size
         return size > 1 and (block > gpus_per_node or gpus_per_node % min(block, gpus_per_node) != 0)
     block = np.asarray(stride) * np.asarray(size)
