@@ -23,6 +23,7 @@ from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUC
 from workbench.defaults import GiB
 # the codes' home is the encoder
 from workbench.encode import ENGINE_CODES, FP8_RECIPE_CODES, RECOMPUTE_CODES  # noqa: F401
+from workbench.npscalar import maximum, minimum, where, where_item
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
@@ -85,8 +86,7 @@ profile's own reserve below it is a lower bound."""
 
 
 def _where(cond, a, b):
-    out = np.where(cond, a, b)
-    return out.item() if np.ndim(out) == 0 else out
+    return where_item(cond, a, b)
 
 
 # -- FP8 (Transformer Engine under Megatron-LM) ----------------------------------------------------------------
@@ -148,7 +148,7 @@ def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param
     keeps both usages on the cached tensor (on Hopper the column-wise data is the transpose)."""
     recipe = np.asarray(recipe, dtype=int)
     copies = FP8_WEIGHT_COPY_BYTES[recipe]
-    per_param = copies - np.where(param_gather > 0, value_bytes, 0.0)
+    per_param = copies - where(param_gather > 0, value_bytes, 0.0)
     return fp8_layers * fp8_linear_params_per_layer(m, tensor_parallel, expert_parallel,
                                                     expert_tensor_parallel) * per_param
 
@@ -161,7 +161,7 @@ def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
     ``pytorch/module/base.py`` (``fp8_meta["scaling_fwd"]`` / ``["scaling_bwd"]``: ``scale``, ``scale_inv`` and
     ``amax_history`` of ``amax_history_len`` rows per GEMM tensor)."""
     per_module = 5 * (FP8_AMAX_HISTORY_LEN + 2) * 4
-    return np.where(np.asarray(recipe) == FP8_RECIPE_CODES["delayed"],
+    return where(np.asarray(recipe) == FP8_RECIPE_CODES["delayed"],
                     fp8_layers * fp8_linear_modules_per_layer(m) * per_module, 0.0)
 
 
@@ -186,7 +186,7 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
     s = m.seq_length / context_parallel
     sb = s * micro_batch
-    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    rep = where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     attention = (a - value_bytes) * sb * m.hidden_size * rep + a * sb * m.query_projection_size / tensor_parallel
     if m.is_moe:
         etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
@@ -244,7 +244,7 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     fc1 = m.hidden_size * (2 if m.is_gated else 1) * f
     qkv = m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size)
-    return np.maximum(np.maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
+    return maximum(maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
 
 
 def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
@@ -258,7 +258,7 @@ def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
     else:
         layer = max(m.hidden_size * (2 if m.is_gated else 1) * f,
                     m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size))
-    return np.maximum(vocab * m.hidden_size, layer) / tensor_parallel
+    return maximum(vocab * m.hidden_size, layer) / tensor_parallel
 
 
 def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
@@ -269,8 +269,8 @@ def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=N
     even = m.num_layers / pipeline_parallel
     if first_stage_layers is None:
         return even
-    return np.where(stage == 0, first_stage_layers,
-                    np.where(stage == pipeline_parallel - 1, last_stage_layers, middle_stage_layers))
+    return where(stage == 0, first_stage_layers,
+                    where(stage == pipeline_parallel - 1, last_stage_layers, middle_stage_layers))
 
 
 def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage, bf16_first, bf16_last,
@@ -287,23 +287,23 @@ def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage,
     if np.ndim(bf16_first) == 0 and np.ndim(bf16_last) == 0 and not bf16_first and not bf16_last:
         return 0.0  # no bf16 layers (every plan without FP8): skip the per-chunk arithmetic
     L, p = num_layers, np.asarray(pipeline_parallel)
-    v = np.maximum(np.asarray(virtual_pipeline), 1)
+    v = maximum(np.asarray(virtual_pipeline), 1)
     stage = np.asarray(stage)
     if first_stage_layers is None:
         n = L / p
         before = stage * n
     else:
-        n = np.where(stage == 0, first_stage_layers,
-                     np.where(stage == p - 1, last_stage_layers, middle_stage_layers))
-        before = np.where(stage == 0, 0, first_stage_layers + np.maximum(stage - 1, 0) * middle_stage_layers)
+        n = where(stage == 0, first_stage_layers,
+                     where(stage == p - 1, last_stage_layers, middle_stage_layers))
+        before = where(stage == 0, 0, first_stage_layers + maximum(stage - 1, 0) * middle_stage_layers)
     total = 0.0
     for j in range(int(np.max(v))):
         start = j * L / v + before / v
         size = n / v
         end = start + size
-        head = np.clip(np.minimum(end, bf16_first) - start, 0, size)
-        tail = np.clip(end - np.maximum(start, L - np.asarray(bf16_last)), 0, size)
-        total = total + np.where(j < v, head + tail, 0.0)
+        head = np.clip(minimum(end, bf16_first) - start, 0, size)
+        tail = np.clip(end - maximum(start, L - np.asarray(bf16_last)), 0, size)
+        total = total + where(j < v, head + tail, 0.0)
     return total
 
 
@@ -321,10 +321,10 @@ def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stag
     embedding = vocab * m.hidden_size / tensor_parallel + positions
     first = stage == 0
     last = stage == pipeline_parallel - 1
-    output_copy = np.where(m.tied_embeddings, np.where(pipeline_parallel > 1, 1, 0), 1)
+    output_copy = where(m.tied_embeddings, where(pipeline_parallel > 1, 1, 0), 1)
     output = output_copy * vocab * m.hidden_size / tensor_parallel
     final_norm = P.norm_params(m.hidden_size, m.normalization)
-    return layers + np.where(first, embedding, 0) + np.where(last, output + final_norm, 0)
+    return layers + where(first, embedding, 0) + where(last, output + final_norm, 0)
 
 
 # ================================================================================================================
@@ -363,11 +363,11 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     is_megatron = engine == ENGINE_CODES[Engine.MEGATRON]
 
     # --- DeepSpeed / hybrid -------------------------------------------------------------------------------------
-    opt_full = np.where(mixed, 12.0, 8.0) * n  # fp32 master + Adam moments (no master for fp32 training)
-    fp32_grad = np.where(mixed & (fp32_grad_partition > 0), 4.0, 0.0) * n  # fp32 gradient (partition)
-    w_div = np.where(zero_stage >= 3, dp, 1)
-    g_div = np.where(zero_stage >= 2, dp, 1)
-    o_div = np.where(zero_stage >= 1, dp, 1)
+    opt_full = where(mixed, 12.0, 8.0) * n  # fp32 master + Adam moments (no master for fp32 training)
+    fp32_grad = where(mixed & (fp32_grad_partition > 0), 4.0, 0.0) * n  # fp32 gradient (partition)
+    w_div = where(zero_stage >= 3, dp, 1)
+    g_div = where(zero_stage >= 2, dp, 1)
+    o_div = where(zero_stage >= 1, dp, 1)
     off_opt = offload_optimizer > 0
     off_par = offload_params > 0
     ds_weights = param_bytes * n / w_div
@@ -377,36 +377,36 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # ``grad_partitions_flat_buffer``): 16-bit for bf16/fp16 training. ZeRO-0/1/2 keep 16-bit gradients and build
     # the fp32 copy only for the optimizer step.
     zero3_fp32 = (zero_stage >= 3) & mixed & (fp32_grad_partition > 0)
-    ds_grads_lp = np.where(zero3_fp32, 0.0, param_bytes * n / g_div)
+    ds_grads_lp = where(zero3_fp32, 0.0, param_bytes * n / g_div)
     zero3_partition = param_bytes * n / dp
     ds_grads_fp32 = fp32_grad / o_div
     ds_opt = opt_full / o_div
-    ds_host = np.where(off_opt, ds_opt + ds_grads_fp32, 0) + np.where(off_par, ds_weights, 0)
-    ds_opt_gpu = np.where(off_opt, 0, ds_opt)
+    ds_host = where(off_opt, ds_opt + ds_grads_fp32, 0) + where(off_par, ds_weights, 0)
+    ds_opt_gpu = where(off_opt, 0, ds_opt)
     # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced
-    ds_grads_gpu = np.where(off_opt, np.where(zero_stage >= 2, 0, ds_grads_lp),
-                            ds_grads_lp + np.where(zero3_fp32, zero3_partition, 0))
-    ds_weights_gpu = np.where(off_par, 0, ds_weights)
+    ds_grads_gpu = where(off_opt, where(zero_stage >= 2, 0, ds_grads_lp),
+                            ds_grads_lp + where(zero3_fp32, zero3_partition, 0))
+    ds_weights_gpu = where(off_par, 0, ds_weights)
     # optimizer-step temporaries. ZeRO-1/2 (stage_1_and_2.py ``step``): the 16-bit gradients of the partition are
     # flattened into a new buffer and that is cast to the fp32 gradient partition, both alive at once (2ψ/N + 4ψ/N);
     # the reduce buckets are released at the end of backward (``_release_ipg_buffers``, see :func:`stage_terms`).
     # ZeRO-3 (stage3.py ``_prepare_fp32_grad_for_sub_group``): the same flatten + cast, one sub-group at a time.
     # ZeRO-0: DeepSpeed's 16-bit optimizer wrapper flattens and up-casts all gradients (measured 8 bytes/param on
     # H200, ZERO0_STEP_BYTES_PER_PARAM)
-    flat_and_fp32 = np.where(mixed & (fp32_grad_partition > 0), param_bytes + 4.0, 0.0)
-    zero3_step = flat_and_fp32 * np.minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
-    ds_step = np.where(off_opt, 0.0,
-                       np.where(zero3_fp32, zero3_step,
+    flat_and_fp32 = where(mixed & (fp32_grad_partition > 0), param_bytes + 4.0, 0.0)
+    zero3_step = flat_and_fp32 * minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
+    ds_step = where(off_opt, 0.0,
+                       where(zero3_fp32, zero3_step,
                                 # ZeRO-1 first frees the 16-bit gradients of parameters outside its partition
                                 # (``free_grad_in_param_list(params_not_in_partition)``): 2ψ − 2ψ/N fewer
-                                np.where(zero_stage >= 1, flat_and_fp32 * n / o_div - (ds_grads_lp - param_bytes * n
+                                where(zero_stage >= 1, flat_and_fp32 * n / o_div - (ds_grads_lp - param_bytes * n
                                                                                        / o_div),
-                                         np.where(mixed & (fp32_grad_partition > 0),
+                                         where(mixed & (fp32_grad_partition > 0),
                                                   ZERO0_STEP_BYTES_PER_PARAM * n, 0.0))))
     # torch's foreach Adam under DeepSpeed: ZeRO-1/2 free the 16-bit gradients and their flat copy before calling
     # the optimizer (stage_1_and_2.py ``step``), which covers its 4ψ/N temporary; measured on H200 (hybrid TP=2,
     # ZeRO-1, full recompute: 14.44 GiB at the step, 14.41 without it), so it is not added for DeepSpeed
-    torch_adam = np.where(fused_kernels > 0, 0.0, TORCH_ADAM_STEP_BYTES_PER_PARAM)
+    torch_adam = where(fused_kernels > 0, 0.0, TORCH_ADAM_STEP_BYTES_PER_PARAM)
 
     # --- Megatron -----------------------------------------------------------------------------------------------
     # bf16: fp32 main grads (accumulate_allreduce_grads_in_fp32); fp16: fp16 grads, the optimizer keeps an fp32 copy
@@ -417,23 +417,23 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # shard_model_grad.float()``, freed by ``zero_grad(set_to_none=True)`` before the next backward): a step term
     half_grads = (fp16 > 0) if main_grad_fp32 is None else mixed & (np.asarray(main_grad_fp32) <= 0)
     bf16_half_grads = half_grads & (fp16 <= 0)
-    mg_grads = np.where(half_grads, 2.0, 4.0) * n
-    mg_opt_full = (np.where(mixed, 12.0, 8.0) + np.where(fp16 > 0, 4.0, 0.0)) * n
-    mg_opt = mg_opt_full / np.where(distributed_optimizer > 0, dp, 1)
+    mg_grads = where(half_grads, 2.0, 4.0) * n
+    mg_opt_full = (where(mixed, 12.0, 8.0) + where(fp16 > 0, 4.0, 0.0)) * n
+    mg_opt = mg_opt_full / where(distributed_optimizer > 0, dp, 1)
 
-    weights = np.where(is_megatron, mg_weights, ds_weights_gpu)
-    grads = np.where(is_megatron, mg_grads, ds_grads_gpu)
-    optimizer = np.where(is_megatron, mg_opt, ds_opt_gpu)
-    host = np.where(is_megatron, 0, ds_host)
-    mg_step = (torch_adam + np.where(bf16_half_grads, 4.0, 0.0)) * n / np.where(distributed_optimizer > 0, dp, 1)
-    step = np.where(is_megatron, mg_step, ds_step)
+    weights = where(is_megatron, mg_weights, ds_weights_gpu)
+    grads = where(is_megatron, mg_grads, ds_grads_gpu)
+    optimizer = where(is_megatron, mg_opt, ds_opt_gpu)
+    host = where(is_megatron, 0, ds_host)
+    mg_step = (torch_adam + where(bf16_half_grads, 4.0, 0.0)) * n / where(distributed_optimizer > 0, dp, 1)
+    step = where(is_megatron, mg_step, ds_step)
     return weights, grads, optimizer, host, step
 
 
 def lora_split(stage_params, adapter_params, lora):
     """(trainable, frozen) parameters of a rank: with LoRA the adapters train and every base weight is frozen;
     without, everything trains."""
-    return np.where(lora, adapter_params, stage_params), np.where(lora, stage_params, 0.0)
+    return where(lora, adapter_params, stage_params), where(lora, stage_params, 0.0)
 
 
 def frozen_weight_bytes(n_frozen, *, zero_stage, data_parallel, param_bytes):
@@ -441,7 +441,7 @@ def frozen_weight_bytes(n_frozen, *, zero_stage, data_parallel, param_bytes):
     optimizer state. ZeRO-3 partitions every module parameter, frozen or not (stage3.py partitions through the
     module hooks); ZeRO-1/2 build their flat fp32 groups and gradient partitions from the trainable parameters
     only (stage_1_and_2.py keeps ``param.requires_grad`` parameters), so frozen weights stay whole on every rank."""
-    return param_bytes * n_frozen / np.where(zero_stage >= 3, data_parallel, 1)
+    return param_bytes * n_frozen / where(zero_stage >= 3, data_parallel, 1)
 
 
 def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, zero_stage, lora, buckets=None):
@@ -462,8 +462,8 @@ def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, z
     # staging buffer, stays in the loss phase); None: all of ``buffers``
     early = 0.0 if buckets is None else buffers - buckets
     loss_wins = held + output + early > held + layer_transient + buffers
-    acts = np.where(loss_wins, held + output, held + layer_transient)
-    return acts, np.where(loss_wins, early, buffers), late
+    acts = where(loss_wins, held + output, held + layer_transient)
+    return acts, where(loss_wins, early, buffers), late
 
 
 def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_transient, layers, last,
@@ -488,9 +488,9 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     when the output layer exceeds the bucket, that cast of its gradient is the moment's extra."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
-    output_elems = np.where(last & untied_output & ~np.asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
-    per_layer = np.maximum(layer_params_per_rank(m, tensor_parallel), 1.0)
-    done = np.where(output_elems > reduce_bucket_elements, 0.0,
+    output_elems = where(last & untied_output & ~np.asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
+    per_layer = maximum(layer_params_per_rank(m, tensor_parallel), 1.0)
+    done = where(output_elems > reduce_bucket_elements, 0.0,
                     np.floor((reduce_bucket_elements - output_elems) / per_layer))
     reduces_in_backward = (zero_stage == 2) | ((zero_stage == 1) & (overlap_comm > 0))
     offload = offload_optimizer > 0
@@ -498,12 +498,12 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
                & (num_microbatches <= 1) & ~np.asarray(lora) & (pipeline_parallel == 1)
                & (done < layers) & (value_bytes < 4) & (~offload | extra_large))
-    partition = np.where(offload, 0.0, value_bytes * trainable / data_parallel)
+    partition = where(offload, 0.0, value_bytes * trainable / data_parallel)
     # the output layer's 16-bit gradient while it is reduced; with offload its fp32 cast for the copy to the host
     # (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.to(fp32)``) exists beside it
-    momentary = np.where(extra_large, (value_bytes + np.where(offload, 4.0, 0.0)) * output_elems, 0.0)
-    acts = held - done * kept_per_layer + np.maximum(layer_transient, momentary)
-    return np.where(applies, partition, 0.0), np.where(applies, acts, 0.0)
+    momentary = where(extra_large, (value_bytes + where(offload, 4.0, 0.0)) * output_elems, 0.0)
+    acts = held - done * kept_per_layer + maximum(layer_transient, momentary)
+    return where(applies, partition, 0.0), where(applies, acts, 0.0)
 
 
 def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_parallel, last, engine, zero_stage,
@@ -520,7 +520,7 @@ def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_para
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON])
                & ((zero_stage == 0) | ((zero_stage == 1) & (overlap_comm <= 0)))
                & (num_microbatches <= 1) & last & untied & ~np.asarray(lora))
-    return np.where(applies, value_bytes * vocab * m.hidden_size / tensor_parallel, 0.0)
+    return where(applies, value_bytes * vocab * m.hidden_size / tensor_parallel, 0.0)
 
 
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
@@ -536,7 +536,7 @@ def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatc
     mixed = param_bytes < 4
     zero3_flat = (zero_stage >= 3) & mixed & (fp32_grad_partition > 0) & (offload_optimizer <= 0)
     persistent = (engine == ENGINE_CODES[Engine.MEGATRON]) | zero3_flat | (num_microbatches > 1)
-    return np.where(persistent, gradient_bytes, 0.0)
+    return where(persistent, gradient_bytes, 0.0)
 
 
 # ================================================================================================================
@@ -631,7 +631,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     h = m.hidden_size
     t = tensor_parallel
     v = value_bytes
-    rep = np.where(sequence_parallel, 1.0 / t, 1.0)
+    rep = where(sequence_parallel, 1.0 / t, 1.0)
     hidden_mask = 1.0 if m.hidden_dropout > 0 else 0.0
     sbh = s * b * h
     norm_inputs = 2 * v * sbh * rep if m.sandwich_norm else 0.0  # the post-attention and post-MLP norms
@@ -649,7 +649,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
                                    expert_tensor_parallel=t if expert_tensor_parallel is None
                                    else expert_tensor_parallel, token_factor=moe_token_factor, value_bytes=v)
         if np.any(np.asarray(moe_deepspeed) > 0):
-            mlp = mlp + np.where(np.asarray(moe_deepspeed) > 0,
+            mlp = mlp + where(np.asarray(moe_deepspeed) > 0,
                                  dsmoe.extra_activation_bytes(m, tokens=s * b, value_bytes=v), 0.0)
     else:
         f = m.ffn_hidden_size
@@ -712,7 +712,7 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
 
     Dropless with top-k = 1, e = 1 and tp_e = t this is the dense MLP's v·sbf·(3, gated)/t plus the router and
     the permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
-    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    rep = where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     v, h, f = value_bytes, m.hidden_size, m.moe_ffn_hidden_size
     x = moe_expert_tokens(tokens, top_k=m.moe_top_k, tensor_parallel=tensor_parallel,
                           expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
@@ -745,7 +745,7 @@ def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequ
     b = micro_batch
     t = tensor_parallel
     v = value_bytes
-    rep = np.where(sequence_parallel, 1.0 / t, 1.0)
+    rep = where(sequence_parallel, 1.0 / t, 1.0)
     sbh = s * b * m.hidden_size
     q_heads = m.query_projection_size
     kv = 3 * q_heads if (m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS) \
@@ -772,8 +772,8 @@ def in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches
     ``(2(p−stage−1) + (v−1)p + 1)/v`` stage-units, which for stage 0 is Korthikanti et al.'s p·(1 + (p−1)/(p·v)).
     """
     p, v, mb = pipeline_parallel, virtual_pipeline, num_microbatches
-    one_f_one_b = np.minimum(p - stage, mb)
-    warmup_chunks = np.minimum(2 * (p - stage - 1) + (v - 1) * p + 1, mb * v)
+    one_f_one_b = minimum(p - stage, mb)
+    warmup_chunks = minimum(2 * (p - stage - 1) + (v - 1) * p + 1, mb * v)
     interleaved = warmup_chunks / v
     return _where(p == 1, 1, _where(v > 1, interleaved, one_f_one_b))
 
@@ -782,7 +782,7 @@ def embedding_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     """First stage: the embedding-dropout mask s·b·h (1 byte, ÷t with SP) per in-flight micro-batch
     (Korthikanti et al. 2022 §4.3)."""
     s = m.seq_length / context_parallel
-    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    rep = where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     return (1.0 if m.hidden_dropout > 0 else 0.0) * s * micro_batch * m.hidden_size * rep
 
 
@@ -806,7 +806,7 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     tensor of a step.
     """
     s = m.seq_length / context_parallel
-    rep = np.where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
+    rep = where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     sbh = s * micro_batch * m.hidden_size
     vocab = P.model_vocab_size(m, tensor_parallel)
     if m.implementation is Implementation.TRANSFORMERS:
@@ -830,10 +830,10 @@ def reduce_bucket_bytes(*, zero_stage, value_bytes, overlap_comm=1, reduce_bucke
     ``reduce_bucket_size`` 16-bit elements, two with ``overlap_comm``; 0 for ZeRO-0/3 and for the Megatron engine.
     They are allocated at the first gradient hook of each backward (``process_gradients``) and released at its end
     (``independent_gradient_partition_epilogue`` → ``_release_ipg_buffers``): not alive at the optimizer step."""
-    buckets = np.where((zero_stage >= 1) & (zero_stage < 3), (1 + overlap_comm) * reduce_bucket_elements * value_bytes,
+    buckets = where((zero_stage >= 1) & (zero_stage < 3), (1 + overlap_comm) * reduce_bucket_elements * value_bytes,
                        0)
     if engine is not None:
-        buckets = np.where(engine == ENGINE_CODES[Engine.MEGATRON], 0, buckets)
+        buckets = where(engine == ENGINE_CODES[Engine.MEGATRON], 0, buckets)
     return buckets
 
 
@@ -855,15 +855,15 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
       (transformers' eager attention has no such buffer).
     """
     is_ds = engine != ENGINE_CODES[Engine.MEGATRON]
-    overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
+    overlap = where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
     ds12 = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap,
                                reduce_bucket_elements=reduce_bucket_elements)
     largest = largest_module_params(m, tensor_parallel)
     gathers = True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
     ds3 = (reduce_bucket_elements * value_bytes
-           + np.where(gathers, value_bytes * (largest + np.minimum(prefetch_bucket_elements, largest)), 0.0)
+           + where(gathers, value_bytes * (largest + minimum(prefetch_bucket_elements, largest)), 0.0)
            + value_bytes * largest)
-    zero_buffers = np.where(is_ds, np.where(zero_stage >= 3, ds3, ds12), 0)
+    zero_buffers = where(is_ds, where(zero_stage >= 3, ds3, ds12), 0)
     if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
         s = m.seq_length / context_parallel
         scores = value_bytes * m.num_attention_heads * s * m.seq_length * micro_batch / tensor_parallel
@@ -882,7 +882,7 @@ def moe_dispatch_buffer_bytes(m: ModelSpec, *, micro_batch, context_parallel, ex
         return 0.0
     group = expert_tensor_parallel * expert_parallel
     tokens = m.seq_length / context_parallel * micro_batch / tensor_parallel
-    return np.where((np.asarray(allgather) > 0) & (group > 1), value_bytes * group * tokens * m.hidden_size, 0.0)
+    return where((np.asarray(allgather) > 0) & (group > 1), value_bytes * group * tokens * m.hidden_size, 0.0)
 
 
 def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, context_parallel, value_bytes,
@@ -905,9 +905,9 @@ def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel,
     q = tokens * m.query_projection_size / tensor_parallel * value_bytes
     ring = 4 * kv + 2 * q * 4 / value_bytes
     a2a = 2 * q + kv
-    out = np.where(cp_comm_type == 2, 2 * c * kv,
-                   np.where(cp_comm_type == 1, a2a, np.where(cp_comm_type == 3, a2a + ring, ring)))
-    return np.where(c > 1, out, 0.0)
+    out = where(cp_comm_type == 2, 2 * c * kv,
+                   where(cp_comm_type == 1, a2a, where(cp_comm_type == 3, a2a + ring, ring)))
+    return where(c > 1, out, 0.0)
 
 
 OUTSIDE_ALLOCATOR_BYTES = {"deepspeed": int(2.04 * GiB), "megatron": int(2.93 * GiB)}
@@ -953,11 +953,11 @@ def engine_overheads(engine=None, zero_stage=None, expandable_segments=0) -> dic
     :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION` (DeepSpeed's ZeRO-3 reserve with ``zero_stage`` 3);
     with ``expandable_segments`` (0/1, arrays allowed) the reserve is :data:`RESERVE_FRACTION_EXPANDABLE`."""
     megatron = np.asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
-    pick = lambda table: np.where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
+    pick = lambda table: where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
     zero3 = ~np.asarray(megatron) & (np.asarray(zero_stage) >= 3) if zero_stage is not None else False
-    default_reserve = np.where(zero3, RESERVE_FRACTION["deepspeed-zero3"], pick(RESERVE_FRACTION))
+    default_reserve = where(zero3, RESERVE_FRACTION["deepspeed-zero3"], pick(RESERVE_FRACTION))
     return dict(context_bytes=pick(OUTSIDE_ALLOCATOR_BYTES), nccl_bytes=pick(NCCL_BYTES_BY_ENGINE),
-                reserve_fraction=np.where(np.asarray(expandable_segments) > 0, pick(RESERVE_FRACTION_EXPANDABLE),
+                reserve_fraction=where(np.asarray(expandable_segments) > 0, pick(RESERVE_FRACTION_EXPANDABLE),
                                           default_reserve))
 
 
@@ -973,10 +973,10 @@ def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=
     expandable reserve is used in its place."""
     own = engine_overheads(engine, zero_stage, expandable_segments)
     if reserve_fraction is not None and np.any(np.asarray(expandable_segments) > 0):
-        reserve_fraction = np.where(np.asarray(expandable_segments) > 0, own["reserve_fraction"], reserve_fraction)
+        reserve_fraction = where(np.asarray(expandable_segments) > 0, own["reserve_fraction"], reserve_fraction)
     given = dict(context_bytes=context_bytes, nccl_bytes=nccl_bytes, reserve_fraction=reserve_fraction)
-    used = {k: own[k] if v is None else (np.maximum(v, own[k]) if floor else v) for k, v in given.items()}
-    return (used["context_bytes"] + np.where(world_size > 1, used["nccl_bytes"], 0)
+    used = {k: own[k] if v is None else (maximum(v, own[k]) if floor else v) for k, v in given.items()}
+    return (used["context_bytes"] + where(world_size > 1, used["nccl_bytes"], 0)
             + used["reserve_fraction"] * allocated_bytes)
 
 
@@ -1030,7 +1030,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     n = stage_params_per_rank(m, tensor_parallel, pipeline_parallel, stage, layers, expert_parallel, etp)
     lora = lora_params_per_layer > 0
     # routed experts keep their own states, sharded over the expert-data-parallel group (LoRA: all frozen)
-    n_experts = np.where(lora, 0.0, layers * expert_params_per_rank(m, expert_parallel, etp))
+    n_experts = where(lora, 0.0, layers * expert_params_per_rank(m, expert_parallel, etp))
     trainable, frozen = lora_split(n - n_experts, layers * lora_params_per_layer / tensor_parallel, lora)
     # Megatron shards its distributed optimizer over the data-parallel group *with* context parallel (megatron-core
     # ``get_data_parallel_group(with_context_parallel=True)``): CP ranks hold the same weights, so they share the
@@ -1047,12 +1047,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                  zip((weights, grads, optimizer, host, step), expert))
     frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
                                          param_bytes=value_bytes)
-    weights = weights + np.where(offload_params > 0, 0.0, frozen_weights)
-    host = host + np.where(offload_params > 0, frozen_weights, 0.0)
+    weights = weights + where(offload_params > 0, 0.0, frozen_weights)
+    host = host + where(offload_params > 0, frozen_weights, 0.0)
     bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
                                      fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
-    fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / np.maximum(layers, 1))  # this stage's FP8 share
-    fp8_layers = np.where(fp8 > 0, layers * fp8_layer_fraction, 0.0)
+    fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / maximum(layers, 1))  # this stage's FP8 share
+    fp8_layers = where(fp8 > 0, layers * fp8_layer_fraction, 0.0)
     weights = weights + fp8_weight_bytes(m, tensor_parallel=tensor_parallel, fp8_layers=fp8_layers,
                                          recipe=fp8_recipe, param_gather=fp8_param_gather, value_bytes=value_bytes,
                                          expert_parallel=expert_parallel, expert_tensor_parallel=etp)
@@ -1065,23 +1065,23 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                   frozen_norms=lora.astype(float) if isinstance(lora, np.ndarray) else float(lora))
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
-    fp8_delta = np.where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
+    fp8_delta = where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
         m, value_bytes=value_bytes, recipe=fp8_recipe, **kw, expert_tensor_parallel=etp, moe_token_factor=moe_token_factor)
-    kept = kept + np.where(recompute >= 2, 0.0, fp8_delta)
+    kept = kept + where(recompute >= 2, 0.0, fp8_delta)
     full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
     lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
                 * (value_bytes + 1))
-    kept = kept + np.where(recompute >= 2, 0.0, lora_act)
+    kept = kept + where(recompute >= 2, 0.0, lora_act)
     full_layer = full_layer + lora_act
-    recomputed = np.where(recompute >= 2, np.minimum(recompute_layers, layers), 0)
+    recomputed = where(recompute >= 2, minimum(recompute_layers, layers), 0)
     per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
-    per_microbatch = np.where(recompute >= 2, per_microbatch, layers * kept)
+    per_microbatch = where(recompute >= 2, per_microbatch, layers * kept)
     in_flight = in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage)
     activations = per_microbatch * in_flight
-    activations = activations + np.where(stage == 0, embedding_activation_bytes(m, **kw) * in_flight, 0)
+    activations = activations + where(stage == 0, embedding_activation_bytes(m, **kw) * in_flight, 0)
     last = stage == pipeline_parallel - 1
-    output = np.where(last, output_activation_bytes(m, value_bytes=value_bytes, **kw), 0.0)
+    output = where(last, output_activation_bytes(m, value_bytes=value_bytes, **kw), 0.0)
     # selective recompute: the recomputed attention core is alive again beside the layer's backward working set
     # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
     # already the transient's first copy
@@ -1090,7 +1090,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # DeepSpeed ZeRO-1/2's reduce buckets (in ``buffers``) are released at the end of each backward, so the
     # optimizer step runs without them. (At the loss, before the first gradient hook, they should not exist yet
     # either, but the transformers runs of the fit split hold as much at that moment: not subtracted.)
-    overlap = np.where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
+    overlap = where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
     buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
     logits_phase = output
     output_grad = untied_output_gradient_bytes(m, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
@@ -1102,15 +1102,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # intermediates once the product's has been consumed (down_proj's input gradient and the two the product's
     # backward makes, less the product itself: 2·v·f per token gated, v·f otherwise; counted on the CPU for a toy
     # Mistral layer with LoRA at the peak after the first adapter gradient)
-    hf_working = (np.where(recompute >= 2, (1 + m.is_gated) * value_bytes * m.seq_length / context_parallel
+    hf_working = (where(recompute >= 2, (1 + m.is_gated) * value_bytes * m.seq_length / context_parallel
                            * micro_batch * (m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size)
                            / tensor_parallel, 0.0)
                   if m.implementation is Implementation.TRANSFORMERS else 0.0)
-    recomputed_transient = (np.maximum(output, full_layer + hf_working) if m.implementation is Implementation.TRANSFORMERS
+    recomputed_transient = (maximum(output, full_layer + hf_working) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
-    transient = np.where(recompute >= 2, recomputed_transient,
-                         np.where(recompute == 1, np.maximum(output, full_layer + output_grad) + core,
-                                  np.maximum(logits_phase, full_layer + output_grad)))
+    transient = where(recompute >= 2, recomputed_transient,
+                         where(recompute == 1, maximum(output, full_layer + output_grad) + core,
+                                  maximum(logits_phase, full_layer + output_grad)))
     if m.attention.materialises_scores:
         # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
         # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
@@ -1118,17 +1118,17 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         # input, which stays counted)
         pre_core, working = attention_backward_bytes(m, value_bytes=value_bytes, **kw)
         all_recomputed = (recompute >= 2) & (recomputed >= layers)
-        last_kept = np.where(all_recomputed, 0.0, np.where(recompute >= 2, full_layer, kept))
+        last_kept = where(all_recomputed, 0.0, where(recompute >= 2, full_layer, kept))
         # tied embeddings on one stage: the output layer's 16-bit weight gradient waits in autograd's input buffer
         # of the shared weight until the embedding's backward adds to it (the weight's gradient hook fires once,
         # at the end), so it is alive through every layer's backward
-        tied_grad = np.where(m.tied_embeddings & (pipeline_parallel == 1),
+        tied_grad = where(m.tied_embeddings & (pipeline_parallel == 1),
                              value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
                              0.0)
         layer_transient = pre_core + working - last_kept + tied_grad + output_grad
-        transient = np.maximum(logits_phase, layer_transient)
+        transient = maximum(logits_phase, layer_transient)
     else:
-        layer_transient = np.where(recompute == 1, full_layer + core, full_layer) + output_grad
+        layer_transient = where(recompute == 1, full_layer + core, full_layer) + output_grad
     held = activations
     activations = activations + transient
 
@@ -1143,14 +1143,14 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # dtype, allocated at init (stage_1_and_2.py ``temp_grad_buffer_for_gpu_offload``)
     ds_offload12 = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
                     & (offload_optimizer > 0))
-    buffers = buffers + np.where(ds_offload12, value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
+    buffers = buffers + where(ds_offload12, value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
     if m.is_moe:
         buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
                                                       context_parallel=context_parallel,
                                                       expert_parallel=expert_parallel,
                                                       expert_tensor_parallel=etp, tensor_parallel=tensor_parallel,
                                                       value_bytes=value_bytes, allgather=moe_allgather)
-        buffers = buffers + np.where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
+        buffers = buffers + where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
             m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
             token_factor=moe_token_factor), 0.0)
     late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer + hf_working, buffers, last=last,
@@ -1160,27 +1160,27 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       buckets=buckets)
     # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
     # alone moved the Hugging Face runs' allocated error the wrong way)
-    activations, buffers_bwd = np.where(late, late_acts, activations), np.where(late, late_buffers, buffers)
+    activations, buffers_bwd = where(late, late_acts, activations), where(late, late_buffers, buffers)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
     early_grads, early_acts = zero12_early_partition_bytes(
-        m, held=held, kept_per_layer=np.where(recompute >= 2, kept, per_microbatch / np.maximum(layers, 1)),
+        m, held=held, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
         layer_transient=layer_transient, layers=layers, last=last, tensor_parallel=tensor_parallel,
         data_parallel=data_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
         trainable=trainable, lora=lora, overlap_comm=overlap)
     early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers_bwd
     early = (early_acts > 0) & (early_peak > backward_peak)
-    grads_bwd = np.where(early, grads_bwd + early_grads, grads_bwd)
-    activations = np.where(early, early_acts, activations)
-    backward_peak = np.maximum(backward_peak, np.where(early_acts > 0, early_peak, 0.0))
+    grads_bwd = where(early, grads_bwd + early_grads, grads_bwd)
+    activations = where(early, early_acts, activations)
+    backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
     step_total = weights + grads + step + optimizer + buffers - buckets
     step_peak = step_total > backward_peak
-    buffers = np.where(step_peak, buffers - buckets, buffers_bwd)
+    buffers = where(step_peak, buffers - buckets, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
-    grads_at_peak = np.where(step_peak, grads + step, grads_bwd)
-    acts_at_peak = np.where(step_peak, 0.0, activations)
-    allocated = np.maximum(step_total, backward_peak)
+    grads_at_peak = where(step_peak, grads + step, grads_bwd)
+    acts_at_peak = where(step_peak, 0.0, activations)
+    allocated = maximum(step_total, backward_peak)
     # overheads: a profile's
     overhead = overhead_bytes(allocated, world, engine=engine, zero_stage=zero_stage,
                               expandable_segments=expandable_segments, **(overheads or {}))

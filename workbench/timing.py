@@ -36,6 +36,7 @@ import numpy as np
 from workbench import dsmoe
 from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_per_token, logits_flops_per_token,
                              flops_per_second_per_gpu, model_flops_per_step, recompute_flops_per_step)
+from workbench.npscalar import maximum, minimum, where
 from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
 from workbench.schedule import bubble_fraction
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
@@ -161,7 +162,7 @@ def elementwise_bytes_per_layer(*, tokens, hidden_size, num_attention_heads, seq
     for 16-bit values, sbh·(10 + 24/t + 5·a·s/(h·t)) without sequence parallel and sbh·(34/t + 5·a·s/(h·t)) with
     it; the 5·a·s/h score/softmax/dropout term only for unfused attention. Scaled by bytes_per_value/2."""
     t = tensor_parallel
-    replicated = 10 / np.where(np.asarray(sequence_parallel) > 0, t, 1)
+    replicated = 10 / where(np.asarray(sequence_parallel) > 0, t, 1)
     scores = 5 * num_attention_heads * seq_length / hidden_size * np.asarray(unfused_attention, dtype=float)
     return tokens * hidden_size * (replicated + 24 / t + scores / t) * (bytes_per_value / 2)
 
@@ -249,9 +250,9 @@ def collective_seconds(nbytes, group_size, *, gb_per_s, latency_s, kind):
     communication operations in MPICH"; NCCL's tree keeps latency logarithmic at scale). ``bytes`` is the full
     tensor (all-reduce, or the gathered/scattered whole). Zero for a group of one.
     """
-    n = np.maximum(group_size, 1)
+    n = maximum(group_size, 1)
     factor = {"all_reduce": 2.0, "reduce_scatter": 1.0, "all_gather": 1.0}[kind]
-    return np.where(n > 1, factor * ((n - 1) / n * nbytes / (gb_per_s * 1e9) + np.log2(n) * latency_s), 0.0)
+    return where(n > 1, factor * ((n - 1) / n * nbytes / (gb_per_s * 1e9) + np.log2(n) * latency_s), 0.0)
 
 
 def p2p_seconds(nbytes, *, gb_per_s, latency_s):
@@ -262,7 +263,7 @@ def p2p_seconds(nbytes, *, gb_per_s, latency_s):
 def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
     """Communication left on the critical path: max(0, comm − compute it can hide behind) when overlapped,
     all of it otherwise."""
-    return np.where(np.asarray(overlap) > 0, np.maximum(0.0, comm_seconds - overlappable_seconds), comm_seconds)
+    return where(np.asarray(overlap) > 0, maximum(0.0, comm_seconds - overlappable_seconds), comm_seconds)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -481,8 +482,7 @@ def step_time_terms(**inputs):
     (``tp``, ``cp``, ``pp``, ``dp``), ``{group}_crosses_nodes`` and the ``{group}_gb_per_s`` and
     ``{group}_latency_s`` of the link it used.
     """
-    x = StepInputs(**{k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()
-                      if v is not None})  # int arrays would overflow
+    x = StepInputs(**{k: _float64(v) for k, v in inputs.items() if v is not None})  # int arrays would overflow
     comp = compute_terms(x)
     comm = communication_terms(x, comp)
     opt = optimizer_terms(x)
@@ -490,6 +490,17 @@ def step_time_terms(**inputs):
     step = (comp["compute"] + comp["recompute"] + comm["tp_comm"] + comm["cp_comm"] + comm["ep_comm"]
             + comm["pp_comm"] + comm["dp_comm"] + opt["offload"] + opt["optimizer"] + pipe["bubble"])
     return {**comp, **comm, **opt, **pipe, "step_seconds": step, **_flops(x, comp)}
+
+
+def _float64(value):
+    """One input as float64: a numpy scalar for a plain number (cheaper arithmetic than a 0-d array, same
+    values), an array otherwise."""
+    if type(value) in _SCALAR_TYPES:
+        return np.float64(value)
+    return np.asarray(value, dtype=np.float64)
+
+
+_SCALAR_TYPES = frozenset({float, int, bool, np.float64, np.int64, np.bool_})
 
 
 def _shape(x: StepInputs) -> dict:
@@ -541,8 +552,8 @@ def compute_terms(x: StepInputs) -> dict:
                                                    half_seq=x.flash_half_seq,
                                                    backward_flops_ratio=x.flash_backward_flops_ratio)
     flash_kernel = (np.asarray(x.flash_forward_efficiency_max) > 0) & (np.asarray(x.unfused_attention) == 0)
-    t_core = np.where(flash_kernel, flash_fwd, t_core)
-    t_core_bwd = np.where(flash_kernel, flash_bwd, t_core_bwd)
+    t_core = where(flash_kernel, flash_fwd, t_core)
+    t_core_bwd = where(flash_kernel, flash_bwd, t_core_bwd)
     hbm = g["hbm_bytes_per_s"]
     elementwise = elementwise_bytes_per_layer(tokens=tokens, hidden_size=h, num_attention_heads=x.num_attention_heads,
                                               seq_length=s, tensor_parallel=t, sequence_parallel=g["sp"],
@@ -554,9 +565,9 @@ def compute_terms(x: StepInputs) -> dict:
                               rope_elements * x.rope_backward_bytes / hbm)
     # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
     # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
-    t_mem = t_mem + np.where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
+    t_mem = t_mem + where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
     # DeepSpeed-MoE: its fp32 gate input and fp32 weighted combine (:func:`workbench.dsmoe.extra_hbm_bytes`)
-    t_mem = t_mem + np.where(np.asarray(x.moe_deepspeed) > 0, dsmoe.extra_hbm_bytes(
+    t_mem = t_mem + where(np.asarray(x.moe_deepspeed) > 0, dsmoe.extra_hbm_bytes(
         tokens=tokens / t, hidden_size=h, top_k=x.experts_per_token, value_bytes=x.bytes_per_value) / hbm, 0.0)
     # materialised attention scores (non-flash): counted bytes per score element, forward and backward
     score_elements = tokens * x.num_attention_heads / t * s / c * x.unfused_attention
@@ -579,15 +590,15 @@ def compute_terms(x: StepInputs) -> dict:
                      + gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm8)
                      + gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm8)
                      + gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm8))
-    t_weights_fwd = np.where(fp8 > 0, (1 - fp8) * t_weights_fwd + fp8 * t_weights_fp8, t_weights_fwd)
+    t_weights_fwd = where(fp8 > 0, (1 - fp8) * t_weights_fwd + fp8 * t_weights_fp8, t_weights_fwd)
     cast_fwd_b, cast_bwd_b = fp8_cast_bytes(tokens=tokens, hidden_size=h, query_projection_size=q,
                                             kv_projection_size=kv, ffn_hidden_size=f, gated=x.gated,
                                             experts_per_token=x.experts_per_token, tensor_parallel=t,
                                             sequence_parallel=g["sp"], bytes_per_value=x.bytes_per_value,
                                             fp8_bytes=x.fp8_activation_bytes,
-                                            expert_copies=np.where(x.num_experts > 1, copies, 0.0))
-    t_cast_fwd = np.where(fp8 > 0, fp8 * cast_fwd_b / g["hbm_bytes_per_s"], 0.0)
-    t_cast_bwd = np.where(fp8 > 0, fp8 * cast_bwd_b / g["hbm_bytes_per_s"], 0.0)
+                                            expert_copies=where(x.num_experts > 1, copies, 0.0))
+    t_cast_fwd = where(fp8 > 0, fp8 * cast_fwd_b / g["hbm_bytes_per_s"], 0.0)
+    t_cast_bwd = where(fp8 > 0, fp8 * cast_bwd_b / g["hbm_bytes_per_s"], 0.0)
     # + a fixed cost per layer pass (kernel launches and framework work that does not shrink with the layer's
     # size; fitted per GPU generation, catalog curve "layer_pass_overhead_s")
     layer_fwd = t_weights_fwd + t_core + t_mem + t_score_fwd + t_cast_fwd + t_rope_fwd + x.layer_pass_overhead_s
@@ -605,22 +616,22 @@ def compute_terms(x: StepInputs) -> dict:
     # transformers' gradient checkpointing: the checkpointed layer's host-side work (torch.utils.checkpoint's
     # saved-tensor hooks and recompute, the framework's gradient hooks) runs while the GPU executes that layer's
     # forward, recompute and backward; only what exceeds them is exposed
-    hf_ckpt_exposed = np.maximum(0.0, x.hf_recompute_layer_s - (2 * layer_fwd + layer_bwd))
-    hf_ckpt_exposed = np.where(x.hf_recompute_layer_s > 0, hf_ckpt_exposed, 0.0)
+    hf_ckpt_exposed = maximum(0.0, x.hf_recompute_layer_s - (2 * layer_fwd + layer_bwd))
+    hf_ckpt_exposed = where(x.hf_recompute_layer_s > 0, hf_ckpt_exposed, 0.0)
     recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + hf_ckpt_exposed)
                        + g["selective"] * (t_core + t_score_fwd))
     # the layer at FP8 share 1 (above) and at share 0 (bf16): a stage with share a takes (1−a)·bf16 + a·FP8
     bf16_fwd = t_weights_bf16 + t_core + t_mem + t_score_fwd + t_rope_fwd + x.layer_pass_overhead_s
     bf16_bwd = ((1 + tf) * t_weights_bf16 + t_core_bwd + 2 * t_mem + t_score_bwd + t_rope_bwd
                 + x.layer_pass_overhead_s)
-    bf16_exposed = np.where(x.hf_recompute_layer_s > 0,
-                            np.maximum(0.0, x.hf_recompute_layer_s - (2 * bf16_fwd + bf16_bwd)), 0.0)
+    bf16_exposed = where(x.hf_recompute_layer_s > 0,
+                            maximum(0.0, x.hf_recompute_layer_s - (2 * bf16_fwd + bf16_bwd)), 0.0)
     bf16_rc = (g["full"] * x.recompute_fraction * (bf16_fwd + bf16_exposed)
                + g["selective"] * (t_core + t_score_fwd))
     fp8_on = np.asarray(x.fp8_layer_fraction) > 0
 
     def mix(share, at_fp8, at_bf16):
-        return np.where(fp8_on, share * at_fp8 + (1 - share) * at_bf16, at_bf16)
+        return where(fp8_on, share * at_fp8 + (1 - share) * at_bf16, at_bf16)
 
     # the slowest stage sets the pace of the pipeline: the last stage carries the output layer and the loss on top
     # of its layers; with an uneven split (stage_layers), or bf16 layers on the first stage of an FP8 run, another
@@ -635,10 +646,10 @@ def compute_terms(x: StepInputs) -> dict:
         return mix(share, layer_fwd + layer_bwd + recompute_layer, bf16_fwd + bf16_bwd + bf16_rc)
     # the busiest stage other than the last: the first, or (p > 2) a middle one if it takes longer
     first_s = first_layers * stage_seconds(share_first)
-    middle_s = np.where(p > 2, middle_layers * stage_seconds(share_middle), 0.0)
+    middle_s = where(p > 2, middle_layers * stage_seconds(share_middle), 0.0)
     middle_wins = middle_s > first_s
-    other_layers = np.where(p > 1, np.where(middle_wins, middle_layers, first_layers), 0.0)
-    share_other = np.where(middle_wins, share_middle, share_first)
+    other_layers = where(p > 1, where(middle_wins, middle_layers, first_layers), 0.0)
+    share_other = where(middle_wins, share_middle, share_first)
     # what the last stage adds to its layers: the output layer and the loss
     out_fwd, out_bwd = t_logits + t_loss_fwd, (1 + tf) * t_logits + t_loss_bwd
     last_layer_fwd, last_layer_bwd = mix(share_last, layer_fwd, bf16_fwd), mix(share_last, layer_bwd, bf16_bwd)
@@ -646,22 +657,22 @@ def compute_terms(x: StepInputs) -> dict:
     last_bwd = last_layers * last_layer_bwd + out_bwd
     last_slowest = (last_fwd + last_bwd + last_layers * mix(share_last, recompute_layer, bf16_rc)
                     >= other_layers * stage_seconds(share_other))
-    layers = np.where(last_slowest, last_layers, other_layers)
-    share = np.where(last_slowest, share_last, share_other)  # the slowest stage's FP8 share
-    fp8 = np.where(fp8_on, share, 0.0)
+    layers = where(last_slowest, last_layers, other_layers)
+    share = where(last_slowest, share_last, share_other)  # the slowest stage's FP8 share
+    fp8 = where(fp8_on, share, 0.0)
     fp8_fwd, fp8_bwd = layer_fwd, layer_bwd
     layer_fwd, layer_bwd = mix(share, layer_fwd, bf16_fwd), mix(share, layer_bwd, bf16_bwd)
     recompute_layer = mix(share, recompute_layer, bf16_rc)
     t_weights_fwd = mix(share, t_weights_fwd, t_weights_bf16)
     t_cast_fwd, t_cast_bwd = mix(share, t_cast_fwd, 0.0), mix(share, t_cast_bwd, 0.0)
-    stage_fwd = np.where(last_slowest, last_fwd, other_layers * layer_fwd)
-    stage_bwd = np.where(last_slowest, last_bwd, other_layers * layer_bwd)
+    stage_fwd = where(last_slowest, last_fwd, other_layers * layer_fwd)
+    stage_bwd = where(last_slowest, last_bwd, other_layers * layer_bwd)
     recompute_mb = layers * recompute_layer
     # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
     # (one layer's parameters on the rank: routed experts split over tp_e·e, the rest over t)
     expert_layer = x.expert_parameters / x.num_layers
     layer_params = (x.parameters_per_layer - expert_layer) / t + expert_layer / (_expert_tp(x) * x.expert_parallel)
-    weight_cast = np.where(fp8 > 0, fp8 * layers * layer_params
+    weight_cast = where(fp8 > 0, fp8 * layers * layer_params
                            * x.fp8_weight_cast_bytes_per_parameter / g["hbm_bytes_per_s"], 0.0)
     return {"compute": m * (stage_fwd + stage_bwd) + weight_cast, "recompute": m * recompute_mb,
             "fp8_cast_seconds": m * layers * (t_cast_fwd + t_cast_bwd) + weight_cast,
@@ -673,8 +684,8 @@ def compute_terms(x: StepInputs) -> dict:
             "core_attention_backward_seconds": t_core_bwd,
             "layer_weight_gemm_seconds": t_weights_fwd, "fp8_stage_share": fp8,
             # what one layer saves running in FP8 instead of bf16 (0 without FP8): per-stage times in the pipeline view
-            "fp8_layer_forward_gain_seconds": np.where(fp8_on, bf16_fwd - fp8_fwd, 0.0),
-            "fp8_layer_backward_gain_seconds": np.where(fp8_on, bf16_bwd - fp8_bwd, 0.0)}
+            "fp8_layer_forward_gain_seconds": where(fp8_on, bf16_fwd - fp8_fwd, 0.0),
+            "fp8_layer_backward_gain_seconds": where(fp8_on, bf16_bwd - fp8_bwd, 0.0)}
 
 
 def _expert_tp(x: StepInputs):
@@ -695,7 +706,7 @@ def local_parameters(x: StepInputs) -> tuple:
         return local, 0.0, group
     etp = _expert_tp(x)
     split = (x.expert_parallel > 1) | (etp != t)
-    experts = np.where(split, x.expert_parameters / (etp * x.expert_parallel * p), 0.0)
+    experts = where(split, x.expert_parameters / (etp * x.expert_parallel * p), 0.0)
     return local - experts, experts, group
 
 
@@ -708,11 +719,11 @@ def alltoall_seconds(nbytes, group_size, ranks_in_node, *, intra_gb_per_s, inter
 
     (n = group size, r = members per node). NCCL's all-to-all is one grouped send/receive to every peer
     (``ncclGroupStart``/``ncclSend``/``ncclRecv``; megatron-core ``_AllToAll``), one latency deep. 0 for one rank."""
-    n = np.maximum(group_size, 1)
-    r = np.minimum(np.maximum(ranks_in_node, 1), n)
+    n = maximum(group_size, 1)
+    r = minimum(maximum(ranks_in_node, 1), n)
     intra = (r - 1) / n * nbytes / (intra_gb_per_s * 1e9)
     inter = (n - r) / n * nbytes / (inter_gb_per_s * 1e9)
-    return np.where(n > 1, np.maximum(intra, inter) + latency_s, 0.0)
+    return where(n > 1, maximum(intra, inter) + latency_s, 0.0)
 
 
 def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
@@ -747,13 +758,13 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
 
     def link(stride, size):
         crosses = group_crosses_nodes(stride, size, x.gpus_per_node)
-        return (crosses, np.where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
-                np.where(crosses, x.inter_node_latency_s, x.intra_node_latency_s))
+        return (crosses, where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+                where(crosses, x.inter_node_latency_s, x.intra_node_latency_s))
 
     ep_cross, ep_bw, ep_lat = link(etp, e)
     # members of one expert-parallel group inside a node: all of them unless the group leaves it; then the node's
     # n / tp_e expert-parallel neighbours
-    in_node = np.where(ep_cross, np.maximum(1, np.minimum(e, n // np.maximum(etp, 1))), e)
+    in_node = where(ep_cross, maximum(1, minimum(e, n // maximum(etp, 1))), e)
     a2a = alltoall_seconds(copies_bytes, e, in_node, intra_gb_per_s=x.intra_node_gb_per_s,
                            inter_gb_per_s=x.inter_node_gb_per_s, latency_s=ep_lat)
     _, etp_bw, etp_lat = link(1, etp)
@@ -767,13 +778,13 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
                                          latency_s=ag_lat)
                       + collective_seconds(hidden_gathered, etp * e, kind="reduce_scatter", gb_per_s=ag_bw,
                                            latency_s=ag_lat))
-    per_pass = moe * np.where(x.moe_allgather > 0, allgather_pass, alltoall_pass)
+    per_pass = moe * where(x.moe_allgather > 0, allgather_pass, alltoall_pass)
     # --overlap-moe-expert-parallel-comm (megatron-core's combined 1F1B, pipeline_parallel/combined_1f1b.py): one
     # micro-batch's forward runs beside another's backward, each one's all-to-alls during the other's compute; what
     # is left exposed is the micro-batch's communication beyond the compute of a forward and a backward
     total = layers * (2 + full_rc) * per_pass
     compute = comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
-    kept = np.where(x.moe_overlap_alltoall > 0, exposed_seconds(total, compute, 1) / np.maximum(total, 1e-30), 1.0)
+    kept = where(x.moe_overlap_alltoall > 0, exposed_seconds(total, compute, 1) / maximum(total, 1e-30), 1.0)
     out["ep_forward_microbatch_seconds"] = layers * per_pass * kept
     out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc) * per_pass * kept
     out["ep_alltoall_seconds"] = moe * a2a
@@ -802,7 +813,7 @@ def fp8_cast_bytes(*, tokens, hidden_size, query_projection_size, kv_projection_
     Returns ``(forward_bytes, backward_bytes)``."""
     t, h, k = tensor_parallel, hidden_size, experts_per_token
     v, a = bytes_per_value, fp8_bytes
-    rep = np.where(np.asarray(sequence_parallel) > 0, 1.0 / t, 1.0)
+    rep = where(np.asarray(sequence_parallel) > 0, 1.0 / t, 1.0)
     fc1_width = ffn_hidden_size * (1 + np.asarray(gated))
     cast = v + 2 * a
     moe = (np.asarray(expert_copies) > 0).astype(float)
@@ -824,9 +835,9 @@ def fp8_stage_shares(x: StepInputs):
     n = [L / p if v is None else v for v in (x.first_stage_layers, x.middle_stage_layers, x.last_stage_layers)]
     split = (n[0], n[1], n[2]) if x.first_stage_layers is not None else (None, None, None)
     out = []
-    for stage, count in zip((0, np.minimum(1, p - 1), p - 1), n):
+    for stage, count in zip((0, minimum(1, p - 1), p - 1), n):
         bf16 = bf16_layers_on_stage(L, p, x.virtual_pipeline, stage, x.fp8_bf16_first, x.fp8_bf16_last, *split)
-        out.append(x.fp8_layer_fraction * (1.0 - bf16 / np.maximum(count, 1)))
+        out.append(x.fp8_layer_fraction * (1.0 - bf16 / maximum(count, 1)))
     return tuple(out)
 
 
@@ -836,9 +847,9 @@ def stage_layers(x: StepInputs):
     p = x.pipeline_parallel
     if x.first_stage_layers is None:
         even = x.num_layers / p
-        return even, np.where(p > 1, even, 0.0)
-    other = np.where(p > 2, np.maximum(x.first_stage_layers, x.middle_stage_layers), x.first_stage_layers)
-    return x.last_stage_layers, np.where(p > 1, other, 0.0)
+        return even, where(p > 1, even, 0.0)
+    other = where(p > 2, maximum(x.first_stage_layers, x.middle_stage_layers), x.first_stage_layers)
+    return x.last_stage_layers, where(p > 1, other, 0.0)
 
 
 def communication_terms(x: StepInputs, comp: dict) -> dict:
@@ -851,15 +862,15 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     layers = comp["stage_layers"]  # the slowest stage's layers
     full_rc = g["full"] * x.recompute_fraction
     grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
-    cp_a2a = np.where(x.cp_comm_type == CP_COMM_CODES["all_gather"], 1.0, x.cp_a2a_size)
+    cp_a2a = where(x.cp_comm_type == CP_COMM_CODES["all_gather"], 1.0, x.cp_a2a_size)
     links = {"tp": (1, t), "cp": (t, c), "pp": (t * c * d, p), "dp": (t, grad_group),  # (stride, size)
              "cp_a2a": (t, cp_a2a), "cp_ring": (t * cp_a2a, c / cp_a2a)}  # the two levels of context parallel
     out = {}
     for name, (stride, size) in links.items():
         crosses = group_crosses_nodes(stride, size, x.gpus_per_node)
         out[f"{name}_crosses_nodes"] = crosses
-        out[f"{name}_gb_per_s"] = np.where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s)
-        out[f"{name}_latency_s"] = np.where(crosses, x.inter_node_latency_s, x.intra_node_latency_s)
+        out[f"{name}_gb_per_s"] = where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s)
+        out[f"{name}_latency_s"] = where(crosses, x.inter_node_latency_s, x.intra_node_latency_s)
 
     # tensor parallel: 2 all-reduces forward + 2 backward per layer (+2 per recomputed forward)
     tp = dict(gb_per_s=out["tp_gb_per_s"], latency_s=out["tp_latency_s"])
@@ -871,7 +882,7 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     fp8_gather = 1.0 - comp["fp8_stage_share"] * (1.0 - x.fp8_activation_bytes / x.bytes_per_value)
     sp_pair = (collective_seconds(act_bytes * fp8_gather, t, kind="all_gather", **tp)
                + collective_seconds(act_bytes, t, kind="reduce_scatter", **tp))
-    per_collective = np.where(sp, sp_pair, allreduce)
+    per_collective = where(sp, sp_pair, allreduce)
     # an MoE layer's MLP needs no tensor-parallel collective of its own: its token dispatcher gathers and scatters
     # the tokens (``ep_comm``), so only the attention's pair remains
     pairs = 2 - (x.num_experts > 1).astype(float)
@@ -880,10 +891,10 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # it blocks the stage like the tensor-parallel collectives, so it is counted with them
     stage_ranks = t * c * d
     amax_crosses = group_crosses_nodes(1, stage_ranks, x.gpus_per_node)
-    amax = np.where(x.fp8_amax_reductions > 0, collective_seconds(
+    amax = where(x.fp8_amax_reductions > 0, collective_seconds(
         x.fp8_amax_bytes, stage_ranks, kind="all_reduce",
-        gb_per_s=np.where(amax_crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
-        latency_s=np.where(amax_crosses, x.inter_node_latency_s, x.intra_node_latency_s)), 0.0)
+        gb_per_s=where(amax_crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+        latency_s=where(amax_crosses, x.inter_node_latency_s, x.intra_node_latency_s)), 0.0)
     out["fp8_amax_microbatch_seconds"] = x.fp8_amax_reductions * amax
     out["tp_forward_microbatch_seconds"] = layers * pairs * per_collective + x.fp8_amax_reductions / 2 * amax
     out["tp_backward_microbatch_seconds"] = (layers * pairs * (1 + full_rc) * per_collective
@@ -900,8 +911,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     out["cp_comm"] = m * (out["cp_forward_microbatch_seconds"] + out["cp_backward_microbatch_seconds"])
 
     # pipeline parallel: activations forward, gradients backward, per micro-batch per chunk
-    send = p2p_seconds(act_bytes / np.where(sp, t, 1), gb_per_s=out["pp_gb_per_s"], latency_s=out["pp_latency_s"])
-    out["pp_comm"] = np.where(p > 1, 2 * (v * m + p - 1) * send, 0.0)
+    send = p2p_seconds(act_bytes / where(sp, t, 1), gb_per_s=out["pp_gb_per_s"], latency_s=out["pp_latency_s"])
+    out["pp_comm"] = where(p > 1, 2 * (v * m + p - 1) * send, 0.0)
 
     out.update(expert_parallel_terms(x, comp, full_rc))
 
@@ -912,15 +923,15 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     local_params = dense_params + expert_params
     backward_mb = layers * comp["layer_backward_seconds"]  # compute a gradient reduction can hide behind
     forward_mb = layers * comp["layer_forward_seconds"]
-    share = dense_params / np.maximum(local_params, 1e-30) if np.any(expert_params > 0) else 1.0
+    share = dense_params / maximum(local_params, 1e-30) if np.any(expert_params > 0) else 1.0
     dense_dp = _data_parallel_seconds(x, dense_params, grad_group, (t, grad_group), share * backward_mb,
                                       share * forward_mb)
     expert_dp = 0.0
     if np.any(expert_params > 0):  # routed experts priced on their own group
         expert_cross = group_crosses_nodes(_expert_tp(x) * x.expert_parallel, expert_group, x.gpus_per_node)
-        expert_link = dict(gb_per_s=np.where(expert_cross, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
-                           latency_s=np.where(expert_cross, x.inter_node_latency_s, x.intra_node_latency_s))
-        expert_dp = np.where(expert_params > 0,
+        expert_link = dict(gb_per_s=where(expert_cross, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+                           latency_s=where(expert_cross, x.inter_node_latency_s, x.intra_node_latency_s))
+        expert_dp = where(expert_params > 0,
                              _data_parallel_seconds(x, expert_params, expert_group, None, (1 - share) * backward_mb,
                                                     (1 - share) * forward_mb, link=expert_link), 0.0)
     out["dp_expert_seconds"] = expert_dp
@@ -943,7 +954,7 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
                         + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
     kernel_seconds = m * (comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
                           + comp["recompute_microbatch_seconds"])
-    zero3_calls = np.maximum(0.0, hook_seconds - x.zero3_hook_overlap * kernel_seconds)
+    zero3_calls = maximum(0.0, hook_seconds - x.zero3_hook_overlap * kernel_seconds)
     v = x.bytes_per_value
     zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
     zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
@@ -953,7 +964,7 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # ZeRO-1/2's copy into the contiguous bucket and the in-place average; counted above for ZeRO-3)
     accumulate = (m * trainable_params * x.grad_accumulate_bytes_per_parameter
                   / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
-    out["dp_comm"] = dense_dp + expert_dp + np.where(zero == 3, zero3_calls, 0.0) + accumulate
+    out["dp_comm"] = dense_dp + expert_dp + where(zero == 3, zero3_calls, 0.0) + accumulate
     return out
 
 
@@ -980,14 +991,14 @@ def _data_parallel_seconds(x: StepInputs, local_params, group, stride_size, back
     (``stride_size``: its rank stride and size)."""
     if link is None:
         crosses = group_crosses_nodes(stride_size[0], stride_size[1], x.gpus_per_node)
-        link = dict(gb_per_s=np.where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
-                    latency_s=np.where(crosses, x.inter_node_latency_s, x.intra_node_latency_s))
+        link = dict(gb_per_s=where(crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
+                    latency_s=where(crosses, x.inter_node_latency_s, x.intra_node_latency_s))
     zero, m, t = x.zero_stage, x.num_microbatches, x.tensor_parallel
     grad_group = group
     coll = functools.partial(collective_seconds, **link)
     trainable_params = local_params * x.trainable_fraction  # what has gradients and optimizer states
     grad_bytes = trainable_params * x.grad_reduce_bytes_per_value  # Megatron reduces its fp32 main grads
-    bucket_bytes = np.minimum(x.grad_bucket_elements * x.grad_reduce_bytes_per_value, grad_bytes)
+    bucket_bytes = minimum(x.grad_bucket_elements * x.grad_reduce_bytes_per_value, grad_bytes)
     sharded = (zero >= 1) | (x.distributed_optimizer > 0)
     overlap_comm = x.overlap_comm
     overlap = overlap_comm > 0
@@ -1011,7 +1022,7 @@ def _data_parallel_seconds(x: StepInputs, local_params, group, stride_size, back
     dp_zero3 = (m * (exposed_seconds(ag_all, forward_mb, overlap_comm) + exposed_seconds(ag_all + rs, backward_mb,
                                                                                           overlap_comm))
                 + overlap * coll(layer_bytes, grad_group, kind="all_gather") + rs_bucket)
-    return np.where(zero == 3, dp_zero3, np.where(zero == 2, dp_zero2, np.where(sharded, dp_zero1, dp_plain)))
+    return where(zero == 3, dp_zero3, where(zero == 2, dp_zero2, where(sharded, dp_zero1, dp_plain)))
 
 
 CP_COMM_CODES = {"p2p": 0, "a2a": 1, "all_gather": 2, "a2a+p2p": 3}
@@ -1022,8 +1033,8 @@ def all_to_all_seconds(nbytes, group_size, *, gb_per_s, latency_s):
     """One all-to-all over ``group_size`` ranks, ``nbytes`` the tensor each rank holds: it keeps 1/n of it and
     sends (n−1)/n, receiving as much, at the same time on every rank: (n−1)/n · bytes / bandwidth + latency.
     Zero for a group of one."""
-    n = np.maximum(group_size, 1)
-    return np.where(n > 1, (n - 1) / n * nbytes / (gb_per_s * 1e9) + latency_s, 0.0)
+    n = maximum(group_size, 1)
+    return where(n > 1, (n - 1) / n * nbytes / (gb_per_s * 1e9) + latency_s, 0.0)
 
 
 def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, core_backward_seconds=None) -> dict:
@@ -1052,24 +1063,24 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, c
     c, t, v = x.context_parallel, x.tensor_parallel, x.bytes_per_value
     kind = x.cp_comm_type
     gather = kind == CP_COMM_CODES["all_gather"]
-    a = np.where(gather, 1.0, x.cp_a2a_size)
-    r = np.where(gather, 1.0, c / a)
+    a = where(gather, 1.0, x.cp_a2a_size)
+    r = where(gather, 1.0, c / a)
     kv = 2 * tokens * x.kv_projection_size / t * v
     q = tokens * x.query_projection_size / t * v
     ring = dict(gb_per_s=links["cp_ring_gb_per_s"], latency_s=links["cp_ring_latency_s"])
     hop_fwd, hop_bwd = p2p_seconds(kv, **ring), p2p_seconds(2 * kv, **ring)
-    steps = np.maximum(r - 1, 0)
-    ring_fwd = steps * np.maximum(0.0, hop_fwd - core_seconds / r)
+    steps = maximum(r - 1, 0)
+    ring_fwd = steps * maximum(0.0, hop_fwd - core_seconds / r)
     core_bwd = 2 * core_seconds if core_backward_seconds is None else core_backward_seconds
-    ring_bwd = steps * np.maximum(0.0, hop_bwd - core_bwd / r)
+    ring_bwd = steps * maximum(0.0, hop_bwd - core_bwd / r)
     a2a = all_to_all_seconds(2 * q + kv, a, gb_per_s=links["cp_a2a_gb_per_s"], latency_s=links["cp_a2a_latency_s"])
     cp_link = dict(gb_per_s=links["cp_gb_per_s"], latency_s=links["cp_latency_s"])
-    ag = np.where(gather, collective_seconds(c * kv, c, kind="all_gather", **cp_link), 0.0)
-    rs = np.where(gather, collective_seconds(c * kv, c, kind="reduce_scatter", **cp_link), 0.0)
+    ag = where(gather, collective_seconds(c * kv, c, kind="all_gather", **cp_link), 0.0)
+    rs = where(gather, collective_seconds(c * kv, c, kind="reduce_scatter", **cp_link), 0.0)
     on = c > 1
-    fwd = np.where(on, ring_fwd + a2a + ag, 0.0)
-    bwd = np.where(on, ring_bwd + a2a + ag + rs, 0.0)
-    transfer = np.where(on, steps * (hop_fwd + hop_bwd) + 2 * a2a + 2 * ag + rs, 0.0)
+    fwd = where(on, ring_fwd + a2a + ag, 0.0)
+    bwd = where(on, ring_bwd + a2a + ag + rs, 0.0)
+    transfer = where(on, steps * (hop_fwd + hop_bwd) + 2 * a2a + 2 * ag + rs, 0.0)
     return {"cp_layer_forward_seconds": fwd, "cp_layer_backward_seconds": bwd, "cp_layer_transfer_seconds": transfer}
 
 
@@ -1090,28 +1101,28 @@ def optimizer_terms(x: StepInputs) -> dict:
     local_params = dense_params + expert_params
     sharded = (x.zero_stage >= 1) | (x.distributed_optimizer > 0)
     # what has optimizer states (routed experts sharded over their expert-data-parallel group)
-    shard = (dense_params / np.where(sharded, d * c, 1)
-             + expert_params / np.where(sharded, expert_group, 1)) * x.trainable_fraction
+    shard = (dense_params / where(sharded, d * c, 1)
+             + expert_params / where(sharded, expert_group, 1)) * x.trainable_fraction
     off_opt = x.offload_optimizer > 0
     off_par = x.offload_params > 0
     host_bps = x.host_link_gb_per_s * 1e9
     # CPU Adam (DeepSpeedCPUAdam, OpenMP over the rank's OMP_NUM_THREADS): each thread updates
     # cpu_adam_params_per_second_per_thread, until the ranks of a node together reach what its memory bandwidth
     # allows (cpu_adam_params_per_second_per_node); ZeRO-3 adds host passes over the same partition
-    ranks_per_node = np.minimum(t * p * c * d, x.gpus_per_node)
-    cpu_seconds_per_param = np.maximum(1 / (x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread)
+    ranks_per_node = minimum(t * p * c * d, x.gpus_per_node)
+    cpu_seconds_per_param = maximum(1 / (x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread)
                                        + x.cpu_adam_serial_seconds_per_parameter,
                                        ranks_per_node / x.cpu_adam_params_per_second_per_node)
     host_passes = 1 + (x.zero_stage == 3) * x.offload_zero3_host_factor
     # the gradients go down in fp32 (DeepSpeed's non-blocking copy_ into its fp32 host buffer converts on the GPU)
     # and the updated parameters come up in 16 bits (its blocking copy_ back converts on the host): 4 + v bytes
-    offload_opt_s = np.where(off_opt, shard * (4.0 + x.bytes_per_value) / host_bps
+    offload_opt_s = where(off_opt, shard * (4.0 + x.bytes_per_value) / host_bps
                              + shard * host_passes * cpu_seconds_per_param, 0.0)
-    offload_par_s = np.where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
+    offload_par_s = where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
     hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency
-    optimizer = np.where(off_opt, 0.0, shard * (x.optimizer_bytes_per_parameter
+    optimizer = where(off_opt, 0.0, shard * (x.optimizer_bytes_per_parameter
                                                 + x.deepspeed_step_bytes_per_parameter) / hbm)
     # + the step's fixed cost (kernel launches and bookkeeping that do not grow with the parameter count) and
     # DeepSpeed's per-tensor work
@@ -1166,7 +1177,7 @@ def _flops(x: StepInputs, comp: dict) -> dict:
     t_weights_fwd = comp["layer_weight_gemm_seconds"]
     # relative to the peak the layer GEMMs run at (FP8 layers: the FP8 peak)
     fp8 = comp["fp8_stage_share"]
-    gemm_peak = np.where(fp8 > 0, (1 - fp8) * x.peak_flops + fp8 * x.fp8_peak_flops, x.peak_flops)
+    gemm_peak = where(fp8 > 0, (1 - fp8) * x.peak_flops + fp8 * x.fp8_peak_flops, x.peak_flops)
     return {"model_flops": model_f, "hardware_flops": model_f + extra_f,
             "gemm_efficiency": weight_flops / (t_weights_fwd * gemm_peak)}
 
