@@ -20,7 +20,7 @@ same configurations with the default allocator; ``--overheads`` also prints thei
 ``--loso`` also prints, for the fit split, leave-one-shape-out errors of the constants this benchmark fits
 (``workbench.memory.fit_overheads``: memory outside the allocator per engine, allocator reserve).
 
-    python benchmarks/bench_accuracy.py [--runs] [--loso] [--corpus PATH] [--markdown PATH]
+    python benchmarks/bench_accuracy.py [--runs] [--loso] [--zero3-host] [--corpus PATH] [--markdown PATH]
 """
 from __future__ import annotations
 
@@ -348,6 +348,67 @@ def expandable_reserve_fit(rows: list) -> dict:
     return out
 
 
+ZERO3_HOST_CONSTANTS = ("zero3_fetch_latency_s", "zero3_reduce_latency_s", "zero3_collective_call_s")
+
+
+def zero3_host_rows(runs: list) -> list[dict]:
+    """For each measured ZeRO-3 run without optimizer offload: the step time the model gives with its ZeRO-3 host
+    constants (:data:`ZERO3_HOST_CONSTANTS`) at zero, what the measured step spends beyond that (``exposed``:
+    the hooks' host time the GPU's kernels did not hide, plus the model's other errors), the module fetches of a step
+    (forward, backward and recomputed forward) and the GPU kernel time per fetch."""
+    from workbench import timing
+    from workbench.estimate import estimate
+
+    cal = timing.calibration()["deepspeed"]
+    saved = {k: cal[k] for k in ZERO3_HOST_CONSTANTS}
+    out = []
+    try:
+        for k in ZERO3_HOST_CONSTANTS:
+            cal[k] = 0.0
+        for r in runs:
+            plan, model = r["plan"], r["model"]
+            if int(plan.zero_stage) != 3 or plan.offload_optimizer != "none" or not r["measured"].get("step"):
+                continue
+            t = estimate(model, r["cluster"], plan).time
+            m = plan.global_batch_size // (plan.micro_batch_size * plan.world_size)
+            fetches = m * (model.num_layers * timing.zero3_modules_per_layer(model) + 1) * (
+                2 + (plan.recompute == "full"))
+            kernel = m * (t.microbatch_forward_seconds + t.microbatch_backward_seconds)
+            exposed = r["measured"]["step"] - t.step_seconds
+            out.append(dict(run=r, exposed_seconds=exposed, fetches=fetches,
+                            exposed_per_fetch_seconds=exposed / fetches, kernel_per_fetch_seconds=kernel / fetches))
+    finally:
+        cal.update(saved)
+    return out
+
+
+def zero3_host_lines(runs: list, fit: set) -> list[str]:
+    """The table of :func:`zero3_host_rows` by measurement date, then the configurations measured twice (the same
+    run with PyTorch's expandable-segments allocator, which does not change the kernels)."""
+    rows = sorted(zero3_host_rows(runs), key=lambda x: (x["run"].get("date") or "", x["run"]["run_id"]))
+    lines = ["ZeRO-3 host time (no optimizer offload): measured step - the model's step with its ZeRO-3 host "
+             "constants at 0, per module fetch",
+             f"  {'measured (UTC)':<17}{'split':<6}{'run':<58}{'ranks':>5}{'exposed':>10}{'fetches':>8}"
+             f"{'per fetch':>11}{'GPU per fetch':>15}"]
+    for x in rows:
+        r = x["run"]
+        lines.append(f"  {(r.get('date') or 'older')[:16]:<17}{'fit' if r['shape_id'] in fit else 'test':<6}"
+                     f"{r['run_id'][:57]:<58}{r['plan'].world_size:>5}{x['exposed_seconds'] * 1e3:>8.1f}ms"
+                     f"{x['fetches']:>8}{x['exposed_per_fetch_seconds'] * 1e3:>9.2f}ms"
+                     f"{x['kernel_per_fetch_seconds'] * 1e3:>13.2f}ms")
+    by_id = {x["run"]["run_id"]: x for x in rows}
+    pairs = [(by_id[i.replace("/expseg", "")], x) for i, x in by_id.items()
+             if "/expseg" in i and i.replace("/expseg", "") in by_id]
+    if pairs:
+        lines.append("  the same configuration measured twice (default allocator / expandable segments): "
+                     "step, exposed")
+        for a, b in pairs:
+            lines.append(f"    {a['run']['run_id'][:57]:<58} {a['run']['measured']['step'] * 1e3:6.1f} / "
+                         f"{b['run']['measured']['step'] * 1e3:6.1f} ms   {a['exposed_seconds'] * 1e3:6.1f} / "
+                         f"{b['exposed_seconds'] * 1e3:6.1f} ms")
+    return lines
+
+
 def refit_time(fit_rows: list, *, write: bool) -> None:
     """Fit the time model's H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``: relative
     step-time error, each shape weighted alike, Hugging Face runs left out) and print leave-one-shape-out errors.
@@ -399,6 +460,9 @@ def main(argv=None) -> int:
                     help="refit the H200 time constants on the fit split only (calibrate_h200_time's fit), "
                          "print leave-one-shape-out errors, and evaluate with them")
     ap.add_argument("--write", action="store_true", help="with --refit-time: store the constants in the catalog")
+    ap.add_argument("--zero3-host", action="store_true",
+                    help="print each ZeRO-3 run's step time beyond the model's without its ZeRO-3 host term, per "
+                         "module fetch, beside the GPU kernel time per fetch")
     ap.add_argument("--overheads", action="store_true",
                     help="print the fit split's memory outside the allocator and allocator reserve per engine")
     args = ap.parse_args(argv)
@@ -478,6 +542,10 @@ def main(argv=None) -> int:
             for r, e in sorted(rows, key=lambda x: x[0]["run_id"]):
                 cells = "  ".join(f"{q} {e[q]:+7.1%}" if e[q] is not None else f"{q} {'-':>7}" for q in QUANTITIES)
                 print(f"  {r['stack']:<10} {r['run_id']:<64} {cells}")
+    if args.zero3_host:
+        print()
+        print("\n".join(zero3_host_lines([r for _, rows in (*scored.items(), *expandable.items())
+                                            for r, _ in rows], fit)))
     if args.overheads:
         print("\nfit split, one process per GPU: outside the allocator and allocator reserve")
         for engine, f in overhead_fit(scored["fit"]).items():

@@ -3,6 +3,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -50,3 +52,29 @@ def test_time_calibration_writes_and_applies_constants_at_the_same_places(monkey
         assert cal.current_values(names) == values
     finally:
         cal.timing.calibration.cache_clear()
+
+
+def test_zero3_host_rows_measure_beyond_the_model_without_its_host_term_and_restore_the_constants(monkeypatch):
+    from workbench import ModelSpec, ParallelPlan, timing
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    bench = _load("bench_accuracy_zero3_under_test", BENCH / "bench_accuracy.py")
+    model = ModelSpec(name="z3", hidden_size=1024, num_layers=8, num_attention_heads=16, seq_length=1024,
+                      vocab_size=32000)
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(engine="deepspeed", zero_stage=3, world_size=1, micro_batch_size=2, global_batch_size=4,
+                        precision="bf16", recompute="full")
+    cal = timing.calibration()["deepspeed"]
+    before = {k: cal[k] for k in bench.ZERO3_HOST_CONSTANTS}
+    with_host = estimate(model, cluster, plan).time.step_seconds
+    runs = [dict(run_id="z3", shape_id="z3", model=model, cluster=cluster, plan=plan, measured=dict(step=0.5)),
+            dict(run_id="z2", shape_id="z3", model=model, cluster=cluster, plan=plan.replace(zero_stage=2),
+                 measured=dict(step=0.5))]
+    (row,) = bench.zero3_host_rows(runs)  # ZeRO-2 runs are left out
+    assert {k: cal[k] for k in bench.ZERO3_HOST_CONSTANTS} == before
+    assert row["fetches"] == 2 * (8 * timing.zero3_modules_per_layer(model) + 1) * 3  # fwd, recompute, bwd
+    without_host = 0.5 - row["exposed_seconds"]
+    assert 0 < without_host < with_host
+    assert row["exposed_per_fetch_seconds"] * row["fetches"] == pytest.approx(row["exposed_seconds"])

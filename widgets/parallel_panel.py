@@ -75,7 +75,7 @@ class ParallelPanel(Panel):
         c["moe_token_dispatcher"] = dropdown("MoE dispatcher", [d.value for d in MoEDispatcher],
                                              tooltip="--moe-token-dispatcher-type: alltoall over the EP group, or "
                                                      "allgather of the TP×EP group's tokens")
-        c["moe_capacity_factor"] = float_text("capacity factor (0 = dropless)",
+        c["moe_capacity_factor"] = float_text("capacity (0: dropless)",
                                               tooltip="--moe-expert-capacity-factor: tokens above factor × an "
                                                       "expert's average are dropped (0: dropless; DeepSpeed-MoE: "
                                                       "its capacity_factor, 0 = its default 1.0, always padded)")
