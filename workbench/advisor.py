@@ -21,6 +21,7 @@ The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指
 """
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -588,6 +589,12 @@ def adam_betas(model: ModelSpec, options: DeepSpeedOptions) -> Finding:
                                             "β2 horizon reacts faster to gradient spikes")
 
 
+@functools.cache
+def _default_options() -> DeepSpeedOptions:
+    """The default :class:`DeepSpeedOptions` (frozen: one validated instance serves every check)."""
+    return DeepSpeedOptions()
+
+
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, memory, time=None,
                options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None, counts=None) -> tuple:
     """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
@@ -595,7 +602,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     step once more with overlap flipped), except the FP8 check, which prices the step's inputs once more in the other
     precision (:func:`fp8_payoff`). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
     ``counts``: the model's parameter counts (computed here when not given)."""
-    o = options or DeepSpeedOptions()
+    o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), expandable_segments_advice(model, cluster, plan, memory),
              strategy_tier(model, cluster, plan, memory),
@@ -1023,7 +1030,7 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
                            profile=None) -> tuple:
     """What to try, ranked by the exposed seconds the time model attributes to each non-compute term; where the
     remedy is another plan, that plan is priced too."""
-    o = options or DeepSpeedOptions()
+    o = options or _default_options()
     step = time.step_seconds
     n = cluster.gpus_per_node
     out = []
@@ -1161,7 +1168,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     log's findings matched to this advice. ``record``: the plan's :class:`workbench.estimate.EvaluatedPlan` when
     the caller has it (the app's state does), so the plan is not priced again; ``profile``: the hardware profile
     it and every alternative are priced with."""
-    o = options or DeepSpeedOptions()
+    o = options or _default_options()
     if record is None or record.plan != plan or record.model != model or record.cluster != cluster:
         record = _evaluated(model, cluster, plan, profile)  # validates once
     mem, t = record.memory, record.time

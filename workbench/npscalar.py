@@ -33,9 +33,22 @@ def _int_pair(a, b) -> bool:
     return type(a) in _INTEGER and type(b) in _INTEGER and _int64(a) and _int64(b)
 
 
+def _fits(other, shape) -> bool:
+    """``other`` is a number, or an array of ``shape`` with a dtype float64 holds: where a float64 array of that
+    shape is picked, numpy's result is that array."""
+    t = type(other)
+    if t is np.ndarray:
+        return other.shape == shape and other.dtype in _ARRAY_DTYPES
+    return t in _FLOAT or (t in _INT and _int64(other))
+
+
+_ARRAY_DTYPES = frozenset({np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)})
+
+
 def where(cond, a, b):
     """``np.where(cond, a, b)``; for a scalar condition and scalar values, ``a if cond else b`` as numpy's dtype
-    (float64; int64 for two integers; bool for two booleans)."""
+    (float64; int64 for two integers; bool for two booleans); for a scalar condition picking a float64 array that
+    the other side broadcasts into, a copy of that array."""
     if type(cond) in _COND:
         if _float_pair(a, b):
             return np.float64(a if cond else b)
@@ -44,6 +57,9 @@ def where(cond, a, b):
             if ta in _BOOL and tb in _BOOL:
                 return np.bool_(a if cond else b)
             return np.int64(a if cond else b)
+        pick, other = (a, b) if cond else (b, a)
+        if type(pick) is np.ndarray and pick.dtype == np.float64 and _fits(other, pick.shape):
+            return pick.copy()  # numpy's result: the picked float64 array, the other side broadcast into it
     return np.where(cond, a, b)
 
 
