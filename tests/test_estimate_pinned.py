@@ -1,0 +1,73 @@
+"""Pinned numbers of ``workbench estimate --json`` for eight varied plans, so a change meant to make the estimate
+faster (or tidier) cannot move a number unnoticed. A change that is meant to move numbers updates these pins and
+says why in its commit. Also: the scalar fast paths of :mod:`workbench.npscalar` give numpy's own results."""
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from workbench import cli, npscalar
+
+# (estimate arguments, per-GPU peak bytes, host bytes per GPU, step seconds, non-zero step-time terms)
+PINNED = [
+    ('--model guide-13b --gpu A100-80GB --gpus-per-node 8 --engine megatron --tp 4 --pp 2 --gbs 64',
+     58852561868, 0, 9.125713160234525,
+     {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13970313731234413}),
+    ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
+     32775827939, 15161435136, 4.001157057200508,
+     {'compute': 1.2869937958467284, 'dp_comm': 1.5910655759953947, 'offload': 1.0923511853583854, 'optimizer': 0.0307465}),
+    ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
+     292956768173, 0, 27.766460576701757,
+     {'compute': 24.24252702208169, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.6244521212801055}),
+    ('--model llama3-8b --engine megatron --tp 2 --gbs 32 --precision fp8 --attention flash --distributed-optimizer --fp8-param-gather',
+     73951761035, 0, 2.6208670892836246,
+     {'compute': 2.3448231640437416, 'tp_comm': 0.2123276344888889, 'dp_comm': 0.04296042882860639, 'optimizer': 0.020755861922388062}),
+    ('--model llama2-7b --engine deepspeed --zero 2 --lora-rank 16 --gbs 16',
+     48186922882, 0, 0.5138992679270735,
+     {'compute': 0.48231149349072194, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030900441129552238}),
+    ('--model llama2-70b --engine megatron --tp 8 --pp 4 --first-stage-layers 14 --last-stage-layers 12 --gbs 64 --nodes 4',
+     100876933627, 0, 12.571843430420426,
+     {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.5519136684864272}),
+    ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
+     66349743082, 0, 1.4974612964888094,
+     {'compute': 1.2598402372838835, 'dp_comm': 0.18092663041495574, 'optimizer': 0.05669442878997015}),
+    ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
+     62291809364, 0, 3.733993979066072,
+     {'compute': 3.3328498433202145, 'cp_comm': 0.14828557653333335, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05669442878997015}),
+]
+
+
+@pytest.mark.parametrize("args, peak_bytes, host_bytes, step_seconds, breakdown", PINNED,
+                         ids=[row[0].split()[1] + "-" + str(i) for i, row in enumerate(PINNED)])
+def test_estimate_numbers_are_pinned(capsys, args, peak_bytes, host_bytes, step_seconds, breakdown):
+    assert cli.main(["estimate", *args.split(), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory"]["per_gpu_peak_bytes"] == peak_bytes
+    assert out["memory"]["host_bytes_per_gpu"] == host_bytes
+    assert out["time"]["step_seconds"] == pytest.approx(step_seconds, rel=1e-12)
+    assert {k: v for k, v in out["time"]["breakdown"].items() if v} == pytest.approx(breakdown, rel=1e-12)
+
+
+VALUES = [0, 1, -3, True, False, np.int64(5), np.bool_(True), 0.0, -0.0, 2.5, np.float64(-1.5), float("inf"),
+          float("nan"), np.array([1.5, -0.0]), np.array([1, 2]), np.array([True, False]), np.array([[1.0, 2.0]])]
+
+
+def _same(expected, got):
+    expected, got = np.asarray(expected), np.asarray(got)
+    return (expected.dtype == got.dtype and expected.shape == got.shape
+            and np.array_equal(expected, got, equal_nan=True) and np.array_equal(np.signbit(expected), np.signbit(got)))
+
+
+def test_npscalar_gives_numpys_results():
+    for cond in (True, False, np.bool_(False), 0, 2.0, np.array([True, False])):
+        for a, b in itertools.product(VALUES, VALUES):
+            assert _same(np.where(cond, a, b), npscalar.where(cond, a, b)), (cond, a, b)
+            if np.ndim(np.where(cond, a, b)) == 0:
+                expected, got = np.where(cond, a, b).item(), npscalar.where_item(cond, a, b)
+                assert type(expected) is type(got) and (expected == got or expected != expected), (cond, a, b)
+    for a, b in itertools.product(VALUES, VALUES):
+        assert _same(np.maximum(a, b), npscalar.maximum(a, b)), (a, b)
+        assert _same(np.minimum(a, b), npscalar.minimum(a, b)), (a, b)
+    for x in (0, 1, 2, 3, np.int64(2), 2.0, True, np.array([0, 1, 2])):
+        assert _same(np.isin(x, (1, 2)), npscalar.isin(x, (1, 2))), x
