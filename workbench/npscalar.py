@@ -50,24 +50,30 @@ def where(cond, a, b):
     (float64; int64 for two integers; bool for two booleans); for a scalar condition picking a float64 array that
     the other side broadcasts into, a copy of that array."""
     if type(cond) in _COND:
-        if _float_pair(a, b):
-            return np.float64(a if cond else b)
-        ta, tb = type(a), type(b)
-        if ta in _INT and tb in _INT and _int64(a) and _int64(b):
-            if ta in _BOOL and tb in _BOOL:
-                return np.bool_(a if cond else b)
-            return np.int64(a if cond else b)
-        pick, other = (a, b) if cond else (b, a)
-        if type(pick) is np.ndarray and pick.dtype == np.float64 and _fits(other, pick.shape):
-            return pick.copy()  # numpy's result: the picked float64 array, the other side broadcast into it
+        ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+        if ka and kb:
+            if ka == 1 or kb == 1:
+                return _F64(a if cond else b)
+            if _int64(a) and _int64(b):
+                return np.bool_(a if cond else b) if ka == kb == 3 else np.int64(a if cond else b)
+        else:
+            pick, other = (a, b) if cond else (b, a)
+            if type(pick) is np.ndarray and pick.dtype == np.float64 and _fits(other, pick.shape):
+                return pick.copy()  # numpy's result: the picked float64 array, the other side broadcast into it
     return np.where(cond, a, b)
+
+
+_F64 = np.float64
+_KIND = {float: 1, np.float64: 1, int: 2, np.int64: 2, bool: 3, np.bool_: 3}
+"""Scalar types the fast paths take: 1 float, 2 integer, 3 boolean."""
 
 
 def maximum(a, b):
     """``np.maximum(a, b)``; for float scalars (no NaN), the larger as float64 (numpy's scalar loop:
     ``a if a > b else b``; int64 for two integers)."""
-    if _float_pair(a, b) and a == a and b == b:
-        return np.float64(a if a > b else b)
+    ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+    if ka and kb and (ka == 1 or kb == 1) and a == a and b == b:
+        return _F64(a if a > b else b)
     if _int_pair(a, b):
         return np.int64(a if a > b else b)
     return np.maximum(a, b)
@@ -76,8 +82,9 @@ def maximum(a, b):
 def minimum(a, b):
     """``np.minimum(a, b)``; for float scalars (no NaN), the smaller as float64 (``a if a < b else b``;
     int64 for two integers)."""
-    if _float_pair(a, b) and a == a and b == b:
-        return np.float64(a if a < b else b)
+    ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+    if ka and kb and (ka == 1 or kb == 1) and a == a and b == b:
+        return _F64(a if a < b else b)
     if _int_pair(a, b):
         return np.int64(a if a < b else b)
     return np.minimum(a, b)
