@@ -12,6 +12,7 @@ parallel group) the ranks that differ in tp and pp, and so on — the same group
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -148,6 +149,21 @@ def nodes_spanned(sizes: dict, kind: str, gpus_per_node: int, order=ORDER) -> in
     ``base mod gpus_per_node``, which takes at most ``gpus_per_node`` values. When no step between consecutive
     members exceeds a node, the group covers a contiguous node interval; when every step is at least a node, each
     member sits on its own node; otherwise (rare shapes) the members of one group per residue are counted."""
+    key = (tuple(sizes.items()), kind, gpus_per_node, order)
+    try:
+        return _nodes_spanned_of(key)
+    except TypeError:  # an unhashable order or size: computed without the cache
+        return _nodes_spanned(sizes, kind, gpus_per_node, order)
+
+
+@functools.lru_cache(maxsize=4096)
+def _nodes_spanned_of(key: tuple) -> int:
+    """:func:`nodes_spanned` remembered per (sizes, kind, GPUs per node, order): a pure function of them."""
+    sizes, kind, gpus_per_node, order = key
+    return _nodes_spanned(dict(sizes), kind, gpus_per_node, order)
+
+
+def _nodes_spanned(sizes: dict, kind: str, gpus_per_node: int, order) -> int:
     n = gpus_per_node
     dims = [d for d in _normalise_kind(kind, order) if sizes[d] > 1]
     if not dims:
