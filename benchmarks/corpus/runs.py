@@ -146,6 +146,25 @@ MCORE_SHAPES = {
                               seq_length=4096, activation="gelu", normalization="layernorm", add_bias_linear=True,
                               tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
                               attention_dropout=0.0),
+    # --- third fit batch (benchmarks/accuracy_split.json: fit), declared 2026-12-01 05:30 UTC before measuring ---
+    # GPT-2 small: 12 thin layers (h768, head 64), GeLU, LayerNorm, learned positions, tied, dropout 0.1
+    "mc-h768-gelu": dict(like="GPT-2 small (12 layers)", num_layers=12, hidden_size=768, num_attention_heads=12,
+                         ffn_hidden_size=3072, vocab_size=50257, seq_length=1024, activation="gelu",
+                         normalization="layernorm", add_bias_linear=True, tied_embeddings=True,
+                         position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
+    # --- fourth final batch ("final4"): declared before measuring; the records stay out of the corpus, unseen, until
+    # the models are next frozen ---
+    # Phi-2-like: MHA 32 heads of width 80, GeLU with biases, LayerNorm, 51k vocabulary, untied
+    "mc-h2560-hd80": dict(like="Phi-2 width, head 80 (32 -> 4 layers)", num_layers=4, hidden_size=2560,
+                          num_attention_heads=32, ffn_hidden_size=10240, vocab_size=51200, seq_length=2048,
+                          activation="gelu", normalization="layernorm", add_bias_linear=True, tied_embeddings=False,
+                          position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # Qwen3 8B width: GQA 32/8, head 128, SwiGLU 12288, 152k vocabulary, untied
+    "mc-h4096-qwen3": dict(like="Qwen3 8B width (36 -> 3 layers)", num_layers=3, hidden_size=4096,
+                           num_attention_heads=32, num_query_groups=8, ffn_hidden_size=12288, vocab_size=151936,
+                           seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                           tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                           attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -231,6 +250,32 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1600, n_layer=12, n_head=25, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- third fit batch (fit) ---
+    # SmolLM2 360M: GQA 15/5, head 64, SwiGLU 2560, tied, 49k vocabulary (small layers)
+    "hf-smollm2-h960": dict(like="SmolLM2 360M (32 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=960, intermediate_size=2560,
+        num_hidden_layers=8, num_attention_heads=15, num_key_value_heads=5, vocab_size=49152,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # Pythia 410M (GPT-NeoX): parallel attention + MLP, partial rotary, untied, 50k vocabulary
+    "hf-neox-h1024": dict(like="Pythia 410M (24 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=1024, intermediate_size=4096,
+        num_hidden_layers=8, num_attention_heads=16, vocab_size=50304, max_position_embeddings=2048,
+        hidden_act="gelu", use_parallel_residual=True, tie_word_embeddings=False, attention_dropout=0.0,
+        hidden_dropout=0.0)),
+    # --- fourth final batch ("final4") ---
+    # Llama 3.2 3B: GQA 24/8, head 128, SwiGLU 8192, tied, 128k vocabulary
+    "hf-llama-h3072": dict(like="Llama 3.2 3B (28 -> 4 layers)", seq_length=4096, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=4, num_attention_heads=24, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # Qwen2.5 3B: GQA 16/2, head 128, QKV biases, SwiGLU 11008, tied, 152k vocabulary
+    "hf-qwen2-h2048": dict(like="Qwen2.5 3B (36 -> 4 layers)", seq_length=4096, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=2048, intermediate_size=11008,
+        num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
 }
 
 
@@ -407,6 +452,36 @@ GROUPS = {
         _hf("hf-gpt2-h1600", 2, "sdpa", mbs=4), _hf("hf-gpt2-h1600", 2, "eager", mbs=4),
         _hf("hf-gpt2-h1600", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-gpt2-h1600", 2, "sdpa", mbs=4, ckpt=True),
     ],
+    # third fit batch (one GPU), declared in accuracy_split.json "fit" before measuring: small Hugging Face layers
+    # (LoRA, checkpointing, ZeRO-3) and thin megatron-core layers under ZeRO-3, where the step-time errors are largest
+    "fit3": [
+        _hf("hf-smollm2-h960", 2, "sdpa", mbs=4), _hf("hf-smollm2-h960", 2, "eager", mbs=4),
+        _hf("hf-smollm2-h960", 3, "sdpa", mbs=4), _hf("hf-smollm2-h960", 3, "sdpa", mbs=4, ckpt=True),
+        _hf("hf-smollm2-h960", 2, "sdpa", mbs=4, ckpt=True, lora=16), _hf("hf-smollm2-h960", 2, "sdpa", mbs=4, **OFF),
+        _hf("hf-neox-h1024", 2, "sdpa", mbs=4), _hf("hf-neox-h1024", 3, "sdpa", mbs=4),
+        _hf("hf-neox-h1024", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-neox-h1024", 2, "eager", mbs=4, ckpt=True),
+        _ds("mc-h768-gelu", 0, mbs=8), _ds("mc-h768-gelu", 2, mbs=8), _ds("mc-h768-gelu", 3, mbs=8),
+        _ds("mc-h768-gelu", 3, mbs=8, recompute="full"), _ds("mc-h768-gelu", 1, mbs=4, gas=2),
+        _ddp("mc-h768-gelu", True, mbs=8),
+    ],
+    # fourth final batch (one GPU), declared in accuracy_split.json "final4" before measuring
+    "final4": [
+        _ds("mc-h2560-hd80", 1), _ds("mc-h2560-hd80", 2, recompute="selective"), _ds("mc-h2560-hd80", 3),
+        _ddp("mc-h2560-hd80", True), _ds("mc-h2560-hd80", 2, **OFF),
+        _ds("mc-h4096-qwen3", 1), _ds("mc-h4096-qwen3", 2, recompute="full"), _ds("mc-h4096-qwen3", 3),
+        _ddp("mc-h4096-qwen3", False, recompute="selective"),
+        _hf("hf-llama-h3072", 2, "sdpa"), _hf("hf-llama-h3072", 2, "eager"), _hf("hf-llama-h3072", 3, "sdpa", ckpt=True),
+        _hf("hf-llama-h3072", 2, "sdpa", ckpt=True, lora=16), _hf("hf-llama-h3072", 3, "sdpa", **OFF),
+        _hf("hf-qwen2-h2048", 2, "sdpa", mbs=2), _hf("hf-qwen2-h2048", 3, "sdpa", mbs=2),
+        _hf("hf-qwen2-h2048", 2, "sdpa", mbs=2, ckpt=True), _hf("hf-qwen2-h2048", 2, "eager", mbs=2, ckpt=True, lora=16),
+    ],
+    # ZeRO-3 step time repeated: fit-split configurations measured before, each run again twice in fresh processes
+    # (and two with expandable segments once more): how far apart the same configuration's step time falls
+    "repeat": [dict(cfg, repeat=k) for k in (1, 2) for cfg in (
+        _hf("hf-llama-h2048", 3, "eager", ckpt=True), _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, ckpt=True),
+        _ds("mc-h1024-gelu", 3, mbs=4), _ds("mc-h3072-gqa", 3), _ds("mc-h2560-gqa-fit", 3, recompute="selective"),
+    )] + [dict(cfg, repeat=1, expandable_segments=True) for cfg in (
+        _hf("hf-llama-h2048", 3, "eager", ckpt=True), _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, ckpt=True))],
     "expseg": [dict(cfg, expandable_segments=True) for cfg in (
         _ds("mc-h1024-gelu", 2, mbs=4), _ds("mc-h3072-gqa", 0), _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 3),
         _ds("mc-h3072-gqa", 2, recompute="full"), _ds("mc-h3072-gqa", 2, **OFF), _ddp("mc-h3072-gqa", True),
@@ -474,6 +549,8 @@ def run_id(cfg: dict) -> str:
         parts.append(f"off-{cfg['offload']}-omp{cfg['omp_threads']}")
     if cfg.get("expandable_segments"):
         parts.append("expseg")
+    if cfg.get("repeat"):
+        parts.append(f"rep{cfg['repeat']}")
     if cfg.get("cap_over_allocated") is not None:
         parts.append(f"cap{round(cfg['cap_over_allocated'] * 100)}")
     parts.append(f"mbs{cfg.get('mbs', 1)}")
