@@ -47,3 +47,25 @@ def test_run_of_a_model_beyond_host_memory_is_one_line_before_any_process(monkey
     rc, out, err = _main(["run", "--model", "llama3-8b", "--nproc", "2", "--steps", "1"], capsys)
     assert rc == 2 and out == "" and not started
     assert len(err.strip().splitlines()) == 1 and "available memory 16.0 GiB" in err
+
+
+def test_import_of_a_megatron_command_megatron_would_refuse_is_a_lint_error(capsys):
+    rc, out, err = _main(["import", "pretrain_gpt.py --num-layers 40 --hidden-size 5120 --num-attention-heads 40 "
+                                    "--tensor-model-parallel-size 3"], capsys)
+    assert rc == 1 and "--num-attention-heads 40 is not divisible by --tensor-model-parallel-size 3" in out
+
+
+def test_megatron_lint_names_each_size_rule():
+    from workbench.configs.importer import lint_megatron_fields
+
+    found = lint_megatron_fields({"num_attention_heads": 3, "hidden_size": 100, "num_layers": 5,
+                                  "num_query_groups": 2},
+                                 {"tensor_parallel": 2, "pipeline_parallel": 2, "micro_batch_size": 3,
+                                  "global_batch_size": 8})
+    assert [f.path for f in found] == ["--hidden-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                       "--global-batch-size"]
+    assert not lint_megatron_fields({"num_attention_heads": 40, "hidden_size": 5120, "num_layers": 40},
+                                    {"tensor_parallel": 4, "pipeline_parallel": 2, "micro_batch_size": 1,
+                                     "global_batch_size": 64})
+    uneven = {"tensor_parallel": 1, "pipeline_parallel": 2, "first_stage_layers": 2}
+    assert not lint_megatron_fields({"num_layers": 5}, uneven)
