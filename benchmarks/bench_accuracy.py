@@ -96,13 +96,20 @@ def step_traces(rec: dict) -> list:
 def steady_step_seconds(rec: dict):
     """The measured steady-state step time of a corpus record, the one statistic every score and fit reads: the
     median of each rank's last ``timed_steps`` steps (the steps measure.py times after its warm-up; the record
-    says how many), the slowest rank's for a multi-rank run. Records without per-step lists (launcher runs) keep
-    their recorded ``step_seconds_median``."""
+    says how many: 3 of 6 in every record so far, 6 of 12 for later ZeRO-3 runs, ``benchmarks/corpus/step_stats.py``
+    says why), the slowest rank's for a multi-rank run. Records without per-step lists (launcher runs) keep their
+    recorded ``step_seconds_median``. The traces alone justify no other statistic of the existing 6-step lists: the
+    fastest timed step, the last step or the median of the last 2 leave the spread of the repeated configurations
+    where it is (median 16-20 %, worst 72-74 %, against 17 % / 74 %); the median of the last 4 lowers it (13 % /
+    55 %) only by taking in the third step, still warming up in the faster processes (hf-llama-h2048 ZeRO-3: 146 ms
+    beside 115). That spread is between processes, not between steps."""
+    from corpus.step_stats import steady_seconds
+
     traces = step_traces(rec)
     timed = int(rec.get("timed_steps") or 0)
     if not traces or timed < 1:
         return rec.get("step_seconds_median")
-    return max(statistics.median(s[-timed:]) for s in traces)
+    return max(steady_seconds(s, timed) for s in traces)
 
 
 def corpus_run(rec: dict):
@@ -375,17 +382,19 @@ def regime_of(run) -> str:
     return f"{plan.engine} z{int(plan.zero_stage)}" if plan.engine == "deepspeed" else str(plan.engine)
 
 
+def spread(values) -> float:
+    """How far apart measurements of one thing fall (``benchmarks/corpus/step_stats.py``)."""
+    from corpus.step_stats import spread as spread_
+
+    return spread_(values)
+
+
 def configuration_key(run) -> tuple:
     """What makes two runs the same configuration: the stack, the model, the plan and the GPUs; the host's CPU
     Adam threads only where the optimizer runs on the host. Run id, group and measurement time do not count."""
     c, plan = run["cluster"], run["plan"]
     host = (c.cpu_adam_threads, c.host_cpu_cores_per_node) if plan.offload_optimizer != "none" else ()
     return run["stack"], repr(run["model"]), repr(plan), repr(c.gpu), c.gpus_per_node, host
-
-
-def spread(values) -> float:
-    """How far apart measurements of one thing fall: slowest / fastest − 1."""
-    return max(values) / min(values) - 1
 
 
 def floor_error(values) -> float:
@@ -400,8 +409,11 @@ def repeatability(runs: list) -> dict:
     its runs' steady step times (:func:`steady_step_seconds`), their :func:`spread` and :func:`floor_error`.
     ``across``: per regime (:func:`regime_of`), those configurations' median and worst spread and worst floor error.
     ``within``: per regime, the spread of each run's timed steps (one process, the steps the statistic reads):
-    runs, median, 90th percentile and worst."""
+    runs, median, 90th percentile, worst, and how many runs had not settled (spread above
+    ``step_stats.SETTLED_SPREAD``)."""
     import numpy as np
+
+    from corpus.step_stats import SETTLED_SPREAD
 
     groups = {}
     for r in runs:
@@ -428,7 +440,7 @@ def repeatability(runs: list) -> dict:
                 if regime_of(r) == g and r.get("step_traces") and r.get("timed_steps", 0) > 1]
         if vals:
             within[g] = dict(runs=len(vals), median=float(np.median(vals)), p90=float(np.quantile(vals, 0.9)),
-                             worst=max(vals))
+                             worst=max(vals), unsettled=sum(v > SETTLED_SPREAD for v in vals))
     return dict(configurations=configs, across=across, within=within)
 
 
@@ -438,12 +450,14 @@ def repeatability_lines(rep: dict) -> list[str]:
              "slowest / fastest - 1 of their steady steps; floor = the least worst-case |error| any single prediction "
              "can have on them",
              f"  {'regime':<20}{'configs':>8}{'runs':>6}{'median spread':>15}{'worst spread':>14}{'floor':>8}"
-             f"    {'within one process (timed steps):':<34}{'runs':>5}{'median':>8}{'p90':>8}{'worst':>8}"]
+             f"    {'within one process (timed steps):':<34}{'runs':>5}{'median':>8}{'p90':>8}{'worst':>8}"
+             f"{'unsettled':>10}"]
     for g in sorted(set(rep["across"]) | set(rep["within"])):
         a, w = rep["across"].get(g), rep["within"].get(g)
         left = (f"{a['configurations']:>8}{a['runs']:>6}{a['median']:>15.1%}{a['worst']:>14.1%}"
                 f"{a['floor_error']:>8.1%}" if a else f"{'-':>8}{'':>6}{'':>15}{'':>14}{'':>8}")
-        right = f"{w['runs']:>5}{w['median']:>8.1%}{w['p90']:>8.1%}{w['worst']:>8.1%}" if w else ""
+        right = (f"{w['runs']:>5}{w['median']:>8.1%}{w['p90']:>8.1%}{w['worst']:>8.1%}{w['unsettled']:>10}"
+                 if w else "")
         lines.append(f"  {g:<20}{left}    {'':<34}{right}")
     for c in rep["configurations"]:
         ms = " ".join(f"{v * 1e3:.1f}" for v in c["step_seconds"])

@@ -108,3 +108,17 @@ def test_steady_step_and_repeatability_read_one_statistic_and_group_by_configura
     assert rep["within"]["deepspeed z3"]["worst"] == pytest.approx(0.5)  # the timed steps only, not the warm-up
     assert rep["within"]["deepspeed z2"]["runs"] == 1
     assert any("deepspeed z3" in line for line in bench.repeatability_lines(rep))
+
+
+def test_step_protocol_gives_zero3_a_longer_warm_up_and_records_whether_the_timed_steps_settled(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    st = _load("step_stats_under_test", BENCH / "corpus" / "step_stats.py")
+    steps, timed = st.step_protocol(3)
+    assert (steps, timed) == (st.ZERO3_STEPS, st.ZERO3_TIMED) and steps - timed > st.STEPS - st.TIMED
+    assert st.step_protocol(0) == st.step_protocol(2) == (st.STEPS, st.TIMED)
+    trace = [0.6, 0.27, 0.149, 0.118, 0.123, 0.119]
+    assert st.steady_seconds(trace, 3) == 0.119
+    assert st.timed_summary(trace, 3) == dict(timed_spread=pytest.approx(0.123 / 0.118 - 1), settled=True)
+    assert st.timed_summary([0.6, 0.2, 0.206, 0.2, 0.156], 3)["settled"] is False  # still speeding up
+    with pytest.raises(ValueError, match="timed=0"):
+        st.steady_seconds(trace, 0)
