@@ -85,6 +85,33 @@ def _adam_from_class(name) -> str:
     return "torch" if name in ("AdamW", "Adam") else "fused"
 
 
+def step_traces(rec: dict) -> list:
+    """Each rank's per-step wall times (warm-up included) of a corpus record: ``per_rank`` of a torchrun run, else
+    the record's own ``step_seconds``; ``[]`` for records without them (launcher runs keep only their median)."""
+    ranks = [p.get("step_seconds") for p in rec.get("per_rank") or []]
+    lists = [s for s in ranks if s] or ([rec["step_seconds"]] if rec.get("step_seconds") else [])
+    return [list(map(float, s)) for s in lists]
+
+
+def steady_step_seconds(rec: dict):
+    """The measured steady-state step time of a corpus record, the one statistic every score and fit reads: the
+    median of each rank's last ``timed_steps`` steps (the steps measure.py times after its warm-up; the record
+    says how many: 3 of 6 in every record so far, 6 of 12 for later ZeRO-3 runs, ``benchmarks/corpus/step_stats.py``
+    says why), the slowest rank's for a multi-rank run. Records without per-step lists (launcher runs) keep their
+    recorded ``step_seconds_median``. The traces alone justify no other statistic of the existing 6-step lists: the
+    fastest timed step, the last step or the median of the last 2 leave the spread of the repeated configurations
+    where it is (median 16-20 %, worst 72-74 %, against 17 % / 74 %); the median of the last 4 lowers it (13 % /
+    55 %) only by taking in the third step, still warming up in the faster processes (hf-llama-h2048 ZeRO-3: 146 ms
+    beside 115). That spread is between processes, not between steps."""
+    from corpus.step_stats import steady_seconds
+
+    traces = step_traces(rec)
+    timed = int(rec.get("timed_steps") or 0)
+    if not traces or timed < 1:
+        return rec.get("step_seconds_median")
+    return max(steady_seconds(s, timed) for s in traces)
+
+
 def corpus_run(rec: dict):
     """One corpus record as a run dict, or ``None`` when it did not complete or cannot be described."""
     from workbench import catalog
@@ -179,9 +206,10 @@ def corpus_run(rec: dict):
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
                 date=(rec.get("provenance") or {}).get("date_utc"),
                 cluster=ClusterSpec(gpu="H200", gpus_per_node=plan.world_size, **host), plan=plan,
-                omp_threads=rec.get("omp_num_threads"),
+                omp_threads=rec.get("omp_num_threads"), step_traces=step_traces(rec),
+                timed_steps=int(rec.get("timed_steps") or 0),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
-                              step=rec.get("step_seconds_median"), reserved=reserved, outside=outside))
+                              step=steady_step_seconds(rec), reserved=reserved, outside=outside))
 
 
 def corpus_runs(path: Path) -> list[dict]:
@@ -346,6 +374,96 @@ def expandable_reserve_fit(rows: list) -> dict:
         out[engine] = stats([r for r in sel if engine_of(r) == engine])
         out[engine]["used"] = out[engine]["median"] if out[engine]["n"] >= MIN_FIT_RUNS else out["all"]["median"]
     return out
+
+
+def regime_of(run) -> str:
+    """The regime a run's repeatability is reported under: the engine, and DeepSpeed's ZeRO stage."""
+    plan = run["plan"]
+    return f"{plan.engine} z{int(plan.zero_stage)}" if plan.engine == "deepspeed" else str(plan.engine)
+
+
+def spread(values) -> float:
+    """How far apart measurements of one thing fall (``benchmarks/corpus/step_stats.py``)."""
+    from corpus.step_stats import spread as spread_
+
+    return spread_(values)
+
+
+def configuration_key(run) -> tuple:
+    """What makes two runs the same configuration: the stack, the model, the plan and the GPUs; the host's CPU
+    Adam threads only where the optimizer runs on the host. Run id, group and measurement time do not count."""
+    c, plan = run["cluster"], run["plan"]
+    host = (c.cpu_adam_threads, c.host_cpu_cores_per_node) if plan.offload_optimizer != "none" else ()
+    return run["stack"], repr(run["model"]), repr(plan), repr(c.gpu), c.gpus_per_node, host
+
+
+def floor_error(values) -> float:
+    """The smallest worst-case relative error any single prediction can have against all of ``values``:
+    ``(max − min) / (max + min)``, reached at ``2·max·min / (max + min)``."""
+    return (max(values) - min(values)) / (max(values) + min(values))
+
+
+def repeatability(runs: list) -> dict:
+    """The step-time noise floor of the corpus. ``configurations``: every configuration (:func:`configuration_key`)
+    measured in more than one process (the ``repeat`` group, and the same configuration in different groups), with
+    its runs' steady step times (:func:`steady_step_seconds`), their :func:`spread` and :func:`floor_error`.
+    ``across``: per regime (:func:`regime_of`), those configurations' median and worst spread and worst floor error.
+    ``within``: per regime, the spread of each run's timed steps (one process, the steps the statistic reads):
+    runs, median, 90th percentile, worst, and how many runs had not settled (spread above
+    ``step_stats.SETTLED_SPREAD``)."""
+    import numpy as np
+
+    from corpus.step_stats import SETTLED_SPREAD
+
+    groups = {}
+    for r in runs:
+        if r["measured"].get("step"):
+            groups.setdefault(configuration_key(r), []).append(r)
+    configs = []
+    for sel in groups.values():
+        if len(sel) < 2:
+            continue
+        sel = sorted(sel, key=lambda r: (r.get("date") or "", r["run_id"]))
+        steps = [r["measured"]["step"] for r in sel]
+        configs.append(dict(regime=regime_of(sel[0]), run_id=sel[0]["run_id"], run_ids=[r["run_id"] for r in sel],
+                            step_seconds=steps, spread=spread(steps), floor_error=floor_error(steps)))
+    configs.sort(key=lambda c: (c["regime"], -c["spread"]))
+    across = {}
+    for g in sorted({c["regime"] for c in configs}):
+        sel = [c for c in configs if c["regime"] == g]
+        across[g] = dict(configurations=len(sel), runs=sum(len(c["step_seconds"]) for c in sel),
+                         median=statistics.median(c["spread"] for c in sel), worst=max(c["spread"] for c in sel),
+                         floor_error=max(c["floor_error"] for c in sel))
+    within = {}
+    for g in sorted({regime_of(r) for r in runs}):
+        vals = [max(spread(s[-r["timed_steps"]:]) for s in r["step_traces"]) for r in runs
+                if regime_of(r) == g and r.get("step_traces") and r.get("timed_steps", 0) > 1]
+        if vals:
+            within[g] = dict(runs=len(vals), median=float(np.median(vals)), p90=float(np.quantile(vals, 0.9)),
+                             worst=max(vals), unsettled=sum(v > SETTLED_SPREAD for v in vals))
+    return dict(configurations=configs, across=across, within=within)
+
+
+def repeatability_lines(rep: dict) -> list[str]:
+    """:func:`repeatability` as the short table the README quotes, then the repeated configurations."""
+    lines = ["REPEATABILITY (the step-time noise floor): one configuration measured in separate processes; spread = "
+             "slowest / fastest - 1 of their steady steps; floor = the least worst-case |error| any single prediction "
+             "can have on them",
+             f"  {'regime':<20}{'configs':>8}{'runs':>6}{'median spread':>15}{'worst spread':>14}{'floor':>8}"
+             f"    {'within one process (timed steps):':<34}{'runs':>5}{'median':>8}{'p90':>8}{'worst':>8}"
+             f"{'unsettled':>10}"]
+    for g in sorted(set(rep["across"]) | set(rep["within"])):
+        a, w = rep["across"].get(g), rep["within"].get(g)
+        left = (f"{a['configurations']:>8}{a['runs']:>6}{a['median']:>15.1%}{a['worst']:>14.1%}"
+                f"{a['floor_error']:>8.1%}" if a else f"{'-':>8}{'':>6}{'':>15}{'':>14}{'':>8}")
+        right = (f"{w['runs']:>5}{w['median']:>8.1%}{w['p90']:>8.1%}{w['worst']:>8.1%}{w['unsettled']:>10}"
+                 if w else "")
+        lines.append(f"  {g:<20}{left}    {'':<34}{right}")
+    for c in rep["configurations"]:
+        ms = " ".join(f"{v * 1e3:.1f}" for v in c["step_seconds"])
+        lines.append(f"    {c['regime']:<14}{c['run_id'][:60]:<61} {ms:<26} ms  spread {c['spread']:>6.1%}  "
+                     f"floor {c['floor_error']:>5.1%}")
+    return lines
 
 
 ZERO3_HOST_CONSTANTS = ("zero3_fetch_latency_s", "zero3_reduce_latency_s", "zero3_collective_call_s")
@@ -525,6 +643,8 @@ def main(argv=None) -> int:
     if expandable["fit"]:
         out += [""] + table(expandable["fit"], "expandable segments, fit shapes (in-sample: the expandable reserve "
                                                "was fitted on these runs)")
+    out += [""] + repeatability_lines(repeatability([r for group in (scored, expandable) for rows in group.values()
+                                                    for r, _ in rows]))
     print("\n".join(out))
     if ooms:
         from workbench.estimate import estimate

@@ -78,3 +78,47 @@ def test_zero3_host_rows_measure_beyond_the_model_without_its_host_term_and_rest
     without_host = 0.5 - row["exposed_seconds"]
     assert 0 < without_host < with_host
     assert row["exposed_per_fetch_seconds"] * row["fetches"] == pytest.approx(row["exposed_seconds"])
+
+
+def test_steady_step_and_repeatability_read_one_statistic_and_group_by_configuration(monkeypatch):
+    from workbench import ModelSpec, ParallelPlan
+    from workbench.specs import ClusterSpec
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    bench = _load("bench_accuracy_repeat_under_test", BENCH / "bench_accuracy.py")
+    # the median of the last timed_steps; a torchrun record: the slowest rank's; no lists: the recorded median
+    assert bench.steady_step_seconds(dict(step_seconds=[5, 2, 1.0, 3.0, 2.0], timed_steps=3)) == 2.0
+    assert bench.steady_step_seconds(dict(step_seconds=[9, 1, 1], timed_steps=2, per_rank=[
+        dict(step_seconds=[9, 1, 1]), dict(step_seconds=[9, 2, 4])])) == 3.0
+    assert bench.steady_step_seconds(dict(step_seconds_median=0.4)) == 0.4
+    model = ModelSpec(name="r", hidden_size=512, num_layers=2, num_attention_heads=8, seq_length=256, vocab_size=1000)
+    plan = ParallelPlan(engine="deepspeed", zero_stage=3, world_size=1, micro_batch_size=1, global_batch_size=1)
+
+    def run(rid, step, threads=0, zero=3, traces=((1.0, 1.0, 1.0),)):
+        return dict(run_id=rid, stack="mcore-ds", model=model, plan=plan.replace(zero_stage=zero),
+                    cluster=ClusterSpec(gpu="H200", gpus_per_node=1, cpu_adam_threads=threads),
+                    measured=dict(step=step), step_traces=[list(t) for t in traces], timed_steps=3)
+
+    rep = bench.repeatability([run("a", 0.1), run("a/rep1", 0.2, threads=16, traces=[(9, 1.0, 1.5, 1.2)]),
+                               run("b", 0.3, zero=2), run("a/rep2", 0.15)])
+    (config,) = rep["configurations"]  # CPU threads do not split a configuration without optimizer offload
+    assert config["step_seconds"] == [0.1, 0.2, 0.15] and config["spread"] == pytest.approx(1.0)
+    assert config["floor_error"] == pytest.approx(1 / 3)  # 0.1333 s is 1/3 off both ends
+    assert rep["across"]["deepspeed z3"]["configurations"] == 1 and "deepspeed z2" not in rep["across"]
+    assert rep["within"]["deepspeed z3"]["worst"] == pytest.approx(0.5)  # the timed steps only, not the warm-up
+    assert rep["within"]["deepspeed z2"]["runs"] == 1
+    assert any("deepspeed z3" in line for line in bench.repeatability_lines(rep))
+
+
+def test_step_protocol_gives_zero3_a_longer_warm_up_and_records_whether_the_timed_steps_settled(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    st = _load("step_stats_under_test", BENCH / "corpus" / "step_stats.py")
+    steps, timed = st.step_protocol(3)
+    assert (steps, timed) == (st.ZERO3_STEPS, st.ZERO3_TIMED) and steps - timed > st.STEPS - st.TIMED
+    assert st.step_protocol(0) == st.step_protocol(2) == (st.STEPS, st.TIMED)
+    trace = [0.6, 0.27, 0.149, 0.118, 0.123, 0.119]
+    assert st.steady_seconds(trace, 3) == 0.119
+    assert st.timed_summary(trace, 3) == dict(timed_spread=pytest.approx(0.123 / 0.118 - 1), settled=True)
+    assert st.timed_summary([0.6, 0.2, 0.206, 0.2, 0.156], 3)["settled"] is False  # still speeding up
+    with pytest.raises(ValueError, match="timed=0"):
+        st.steady_seconds(trace, 0)

@@ -260,7 +260,9 @@ def test_zero3_gathers_nothing_with_one_rank_and_has_its_own_reserve():
                                 RESERVE_FRACTION["megatron"]]
 
 
-def test_zero12_offload_casts_the_oversized_output_gradient_to_fp32_for_the_host():
+def test_zero12_offload_takes_the_oversized_output_gradient_norm_in_fp64():
+    """With CPU offload ZeRO-2 takes each reduced gradient's norm in fp64 on the GPU before the fp32 cast for the
+    host: the untied output layer's 16-bit gradient and its 8-byte copy exist beside every layer's activations."""
     from workbench.memory import zero12_early_partition_bytes
     from workbench.params import model_vocab_size
 
@@ -271,6 +273,6 @@ def test_zero12_offload_casts_the_oversized_output_gradient_to_fp32_for_the_host
               data_parallel=1, engine=DS, zero_stage=2, value_bytes=2, num_microbatches=1, pipeline_parallel=1,
               trainable=2e9, lora=False, overlap_comm=0)
     grads, acts = zero12_early_partition_bytes(m, offload_optimizer=1, **kw)
-    assert grads == 0.0 and acts == pytest.approx(10.0 + 6 * out)  # 16-bit gradient + its fp32 cast
+    assert grads == 0.0 and acts == pytest.approx(10.0 + (2 + 8) * out)  # 16-bit gradient + its fp64 copy
     grads, acts = zero12_early_partition_bytes(m, offload_optimizer=0, **kw)
     assert grads == pytest.approx(2 * 2e9) and acts == pytest.approx(10.0 + 2 * out)

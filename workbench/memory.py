@@ -28,6 +28,13 @@ from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
 
+DS_OFFLOAD_NORM_BYTES_PER_VALUE = 8
+"""DeepSpeed ZeRO-1/2 with optimizer offload take each reduced gradient's L2 norm on the GPU before copying it to
+the host, in fp64 where the accelerator supports it (``stage_1_and_2.py`` ``set_norm_for_param_grad_in_gpu``:
+``accumulated_grad.data.to(get_norm_dtype()).norm(2)``; ``zero/utils.py`` ``get_norm_dtype`` returns
+``torch.double`` on CUDA): an 8-byte copy of the gradient beside its 16-bit self, freed before the fp32 cast that
+is copied to the host (4 bytes per value), so the larger of the two."""
+
 HF_LOSS_BYTES_PER_LOGIT = 12.0
 """Bytes per logit at the loss of a transformers causal LM: saved fp32 log-softmax + fp32 gradients of the
 log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
@@ -484,8 +491,10 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     ZeRO-1 reduces during backward only with ``overlap_comm`` (``process_gradients``); without it every gradient
     waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). Applies with one
     micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`).
-    With optimizer offload there is no partition on the GPU (each gradient is cast to fp32 and copied to the host);
-    when the output layer exceeds the bucket, that cast of its gradient is the moment's extra."""
+    With optimizer offload there is no partition on the GPU (each gradient's fp64 norm is taken, then it is cast to
+    fp32 and copied to the host); when the output layer exceeds the bucket, its 16-bit gradient and that fp64 copy
+    (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE`) are the moment's extra, beside every layer's activations: the
+    reduction runs at the next gradient hook (the final norm's), before any transformer layer is back-propagated."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
     output_elems = where(last & untied_output & ~np.asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
@@ -499,9 +508,11 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                & (num_microbatches <= 1) & ~np.asarray(lora) & (pipeline_parallel == 1)
                & (done < layers) & (value_bytes < 4) & (~offload | extra_large))
     partition = where(offload, 0.0, value_bytes * trainable / data_parallel)
-    # the output layer's 16-bit gradient while it is reduced; with offload its fp32 cast for the copy to the host
-    # (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.to(fp32)``) exists beside it
-    momentary = where(extra_large, (value_bytes + where(offload, 4.0, 0.0)) * output_elems, 0.0)
+    # the output layer's 16-bit gradient while it is reduced; with offload its fp64 copy for the norm, then its fp32
+    # cast for the copy to the host (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.to(fp32)``),
+    # one after the other, exist beside it
+    offload_copy = max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0)
+    momentary = where(extra_large, (value_bytes + where(offload, offload_copy, 0.0)) * output_elems, 0.0)
     acts = held - done * kept_per_layer + maximum(layer_transient, momentary)
     return where(applies, partition, 0.0), where(applies, acts, 0.0)
 
