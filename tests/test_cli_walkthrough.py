@@ -69,3 +69,15 @@ def test_megatron_lint_names_each_size_rule():
                                      "global_batch_size": 64})
     uneven = {"tensor_parallel": 1, "pipeline_parallel": 2, "first_stage_layers": 2}
     assert not lint_megatron_fields({"num_layers": 5}, uneven)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["estimate", "--model", "gpt3-125m", "--lora-targets", "q"], "--lora-targets q needs --lora-rank R > 0"),
+    (["estimate", "--model", "gpt3-125m", "--lora-dropout", "0.1"], "--lora-dropout 0.1 needs --lora-rank R > 0"),
+    (["estimate", "--model", "gpt3-125m", "--fp8-recipe", "tensorwise"], "--fp8-recipe tensorwise needs --precision fp8"),
+    (["plan", "--model", "gpt3-125m", "--gbs", "8", "--fp8-recipe", "delayed"], "--fp8-recipe delayed needs --precision"),
+    (["plan", "--model", "gpt3-125m", "--gbs", "8", "--lora-targets", "q"], "--lora-targets q needs --lora-rank"),
+])
+def test_a_flag_that_needs_another_is_refused_not_ignored(argv, message, capsys):
+    rc, out, err = _main(argv, capsys)
+    assert rc == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
