@@ -534,6 +534,29 @@ def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_para
     return where(applies, value_bytes * vocab * m.hidden_size / tensor_parallel, 0.0)
 
 
+def unreduced_gradient_growth_bytes(m: ModelSpec, *, layers, kept_per_layer, tensor_parallel, engine, zero_stage,
+                                    overlap_comm, num_microbatches, value_bytes, lora):
+    """What the layers' 16-bit weight gradients add to the backward peak where nothing reduces them during backward
+    (DeepSpeed ZeRO-0, ZeRO-1 without ``overlap_comm``: ``stage_1_and_2.py`` ``process_gradients`` only sets up the
+    buckets; the reduction waits for the end of backward), beyond the start of backward that
+    :func:`backward_gradient_bytes` prices.
+
+    While layer j of the stage's L layers (counted in backward order) is back-propagated, j layers' gradients exist
+    (v·p each, p = :func:`layer_params_per_rank`) and j layers' kept activations are freed, beside the same layer
+    transient: ``held − j·kept + j·v·p + transient``. That is largest at j = 0 or at j = L − 1, so the growth over
+    the start is ``max(0, (L − 1)·(v·p − kept))``. Without recompute a layer keeps far more than its gradient and
+    the growth is 0; with full recompute it keeps only its input, and the first layer's backward runs beside the
+    other layers' gradients. 0 with gradient accumulation (the gradients already persist), LoRA (adapter gradients
+    only), the Megatron engine (its gradient buffer always counts), ZeRO-2/3 and ZeRO-1 with ``overlap_comm``
+    (they reduce during backward)."""
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON])
+               & ((zero_stage == 0) | ((zero_stage == 1) & (overlap_comm <= 0)))
+               & (num_microbatches <= 1) & ~np.asarray(lora))
+    per_layer = value_bytes * layer_params_per_rank(m, tensor_parallel)
+    growth = maximum(0.0, (layers - 1) * (per_layer - kept_per_layer))
+    return where(applies & (layers > 1), growth, 0.0)
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -1219,6 +1242,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
     # alone moved the Hugging Face runs' allocated error the wrong way)
     activations, buffers_bwd = where(late, late_acts, activations), where(late, late_buffers, buffers)
+    # gradients that nothing reduces during backward (ZeRO-0, ZeRO-1 without overlap_comm) grow as layers finish
+    grads_bwd = grads_bwd + unreduced_gradient_growth_bytes(
+        m, layers=layers, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
+        tensor_parallel=tensor_parallel, engine=engine, zero_stage=zero_stage, overlap_comm=overlap,
+        num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
     early_grads, early_acts = zero12_early_partition_bytes(
