@@ -1320,14 +1320,22 @@ EXPANDABLE_BAND_SUFFIX = "expandable-segments"
 """Band-file key suffix of the runs with ``expandable_segments:True`` (``deepspeed/expandable-segments``)."""
 
 
-def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False):
+ZERO3_BAND_SUFFIX = "zero3"
+"""Step-time band key suffix of DeepSpeed ZeRO-3's held-out runs (``deepspeed/zero3``): its step time varies
+between processes far more than other stacks' (``bench_accuracy.py``'s REPEATABILITY table), so it has its own band,
+at least as wide as that process-to-process noise."""
+
+
+def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False,
+               zero_stage=None):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
     ``None`` when no held-out run of that engine exists. With ``recompute`` the runs of that recompute mode are
     used when there are at least :data:`MIN_BAND_RUNS`. With ``expandable_segments`` the engine's runs with PyTorch's
     expandable-segments allocator (``ENGINE/expandable-segments``) when there are at least :data:`MIN_BAND_RUNS`,
-    else as without. The hybrid uses its own runs, else DeepSpeed's."""
+    else as without. With ``zero_stage`` 3 the ``ENGINE/zero3`` entry (step time only) when it has at least
+    :data:`MIN_BAND_RUNS` runs, before the recompute mode's. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
@@ -1338,6 +1346,14 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
         if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
             note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
                     f"{key} with expandable segments on {_error_bands().get('gpu', 'H200')}")
+            return float(entry["low_fraction"]), float(entry["high_fraction"]), note
+        entry = None
+    if zero_stage is not None and int(zero_stage) >= 3:  # ZeRO-3's own runs, widened by its process-to-process noise
+        entry = bands.get(f"{key}/{ZERO3_BAND_SUFFIX}")
+        if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
+            note = (f"band from {entry['n']} held-out ZeRO-3 runs ({entry['shapes']} model shapes never fitted on) of "
+                    f"{key} on {_error_bands().get('gpu', 'H200')}, at least as wide as the spread of one ZeRO-3 "
+                    f"configuration measured in separate processes")
             return float(entry["low_fraction"]), float(entry["high_fraction"]), note
         entry = None
     if recompute is not None:  # runs of the same recompute mode when there are enough (its terms differ most)
