@@ -96,13 +96,20 @@ def step_traces(rec: dict) -> list:
 def steady_step_seconds(rec: dict):
     """The measured steady-state step time of a corpus record, the one statistic every score and fit reads: the
     median of each rank's last ``timed_steps`` steps (the steps measure.py times after its warm-up; the record
-    says how many), the slowest rank's for a multi-rank run. Records without per-step lists (launcher runs) keep
-    their recorded ``step_seconds_median``."""
+    says how many: 3 of 6 in every record so far, 6 of 12 for later ZeRO-3 runs, ``benchmarks/corpus/step_stats.py``
+    says why), the slowest rank's for a multi-rank run. Records without per-step lists (launcher runs) keep their
+    recorded ``step_seconds_median``. The traces alone justify no other statistic of the existing 6-step lists: the
+    fastest timed step, the last step or the median of the last 2 leave the spread of the repeated configurations
+    where it is (median 16-20 %, worst 72-74 %, against 17 % / 74 %); the median of the last 4 lowers it (13 % /
+    55 %) only by taking in the third step, still warming up in the faster processes (hf-llama-h2048 ZeRO-3: 146 ms
+    beside 115). That spread is between processes, not between steps."""
+    from corpus.step_stats import steady_seconds
+
     traces = step_traces(rec)
     timed = int(rec.get("timed_steps") or 0)
     if not traces or timed < 1:
         return rec.get("step_seconds_median")
-    return max(statistics.median(s[-timed:]) for s in traces)
+    return max(steady_seconds(s, timed) for s in traces)
 
 
 def corpus_run(rec: dict):
@@ -296,11 +303,29 @@ def band_entry(sel: list, q: str):
                 worst_high_fraction=round(max(0.0, max(ratios) - 1), 4))
 
 
-def band(rows: list, expandable_rows: list = ()) -> dict:
+def noise_band(configurations: list):
+    """How far one run's steady step fell below and above its configuration's median over separate processes
+    (:func:`repeatability`'s ``configurations``), as fractions: the 10th-90th percentile band a perfect model would
+    still need (``None`` without repeated configurations)."""
+    import numpy as np
+
+    ratios = [v / statistics.median(c["step_seconds"]) for c in configurations for v in c["step_seconds"]]
+    if not ratios:
+        return None
+    lo, hi = np.quantile(ratios, [1 - BAND_QUANTILE, BAND_QUANTILE])
+    return dict(runs=len(ratios), configurations=len(configurations),
+                low_fraction=round(max(0.0, 1 - float(lo)), 4), high_fraction=round(max(0.0, float(hi) - 1), 4))
+
+
+def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> dict:
     """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
     the prediction (what :func:`workbench.memory.error_band` reads). ``expandable_rows`` (runs with PyTorch's
-    expandable-segments allocator) add ``ENGINE/expandable-segments`` device entries."""
-    from workbench.memory import EXPANDABLE_BAND_SUFFIX
+    expandable-segments allocator) add ``ENGINE/expandable-segments`` device entries. ``noise``
+    (:func:`repeatability` of every run, fit and test alike: it measures the measurement, not the model) adds the
+    step entry
+    ``deepspeed/zero3``: the held-out ZeRO-3 runs' band, each side at least their configurations' process-to-process
+    :func:`noise_band`."""
+    from workbench.memory import EXPANDABLE_BAND_SUFFIX, ZERO3_BAND_SUFFIX
 
     out = {}
     keys = {engine_of(r) for r, _ in rows} | {f"{engine_of(r)}/{r['plan'].recompute}" for r, _ in rows}
@@ -315,6 +340,16 @@ def band(rows: list, expandable_rows: list = ()) -> dict:
         entry = band_entry([r for r, _ in expandable_rows if engine_of(r) == engine], "device")
         if entry:
             out["device"][f"{engine}/{EXPANDABLE_BAND_SUFFIX}"] = entry
+    zero3 = [r for r, _ in rows if engine_of(r) == "deepspeed" and int(r["plan"].zero_stage) >= 3]
+    entry = band_entry(zero3, "step")
+    floor = noise_band([c for c in (noise or {}).get("configurations", ()) if c["regime"] == "deepspeed z3"])
+    if entry and floor:
+        entry.update(model_low_fraction=entry["low_fraction"], model_high_fraction=entry["high_fraction"],
+                     noise_low_fraction=floor["low_fraction"], noise_high_fraction=floor["high_fraction"],
+                     noise_runs=floor["runs"], noise_configurations=floor["configurations"],
+                     low_fraction=max(entry["low_fraction"], floor["low_fraction"]),
+                     high_fraction=max(entry["high_fraction"], floor["high_fraction"]))
+        out["step"][f"deepspeed/{ZERO3_BAND_SUFFIX}"] = entry
     return out
 
 
@@ -375,17 +410,19 @@ def regime_of(run) -> str:
     return f"{plan.engine} z{int(plan.zero_stage)}" if plan.engine == "deepspeed" else str(plan.engine)
 
 
+def spread(values) -> float:
+    """How far apart measurements of one thing fall (``benchmarks/corpus/step_stats.py``)."""
+    from corpus.step_stats import spread as spread_
+
+    return spread_(values)
+
+
 def configuration_key(run) -> tuple:
     """What makes two runs the same configuration: the stack, the model, the plan and the GPUs; the host's CPU
     Adam threads only where the optimizer runs on the host. Run id, group and measurement time do not count."""
     c, plan = run["cluster"], run["plan"]
     host = (c.cpu_adam_threads, c.host_cpu_cores_per_node) if plan.offload_optimizer != "none" else ()
     return run["stack"], repr(run["model"]), repr(plan), repr(c.gpu), c.gpus_per_node, host
-
-
-def spread(values) -> float:
-    """How far apart measurements of one thing fall: slowest / fastest − 1."""
-    return max(values) / min(values) - 1
 
 
 def floor_error(values) -> float:
@@ -400,8 +437,11 @@ def repeatability(runs: list) -> dict:
     its runs' steady step times (:func:`steady_step_seconds`), their :func:`spread` and :func:`floor_error`.
     ``across``: per regime (:func:`regime_of`), those configurations' median and worst spread and worst floor error.
     ``within``: per regime, the spread of each run's timed steps (one process, the steps the statistic reads):
-    runs, median, 90th percentile and worst."""
+    runs, median, 90th percentile, worst, and how many runs had not settled (spread above
+    ``step_stats.SETTLED_SPREAD``)."""
     import numpy as np
+
+    from corpus.step_stats import SETTLED_SPREAD
 
     groups = {}
     for r in runs:
@@ -428,7 +468,7 @@ def repeatability(runs: list) -> dict:
                 if regime_of(r) == g and r.get("step_traces") and r.get("timed_steps", 0) > 1]
         if vals:
             within[g] = dict(runs=len(vals), median=float(np.median(vals)), p90=float(np.quantile(vals, 0.9)),
-                             worst=max(vals))
+                             worst=max(vals), unsettled=sum(v > SETTLED_SPREAD for v in vals))
     return dict(configurations=configs, across=across, within=within)
 
 
@@ -438,12 +478,14 @@ def repeatability_lines(rep: dict) -> list[str]:
              "slowest / fastest - 1 of their steady steps; floor = the least worst-case |error| any single prediction "
              "can have on them",
              f"  {'regime':<20}{'configs':>8}{'runs':>6}{'median spread':>15}{'worst spread':>14}{'floor':>8}"
-             f"    {'within one process (timed steps):':<34}{'runs':>5}{'median':>8}{'p90':>8}{'worst':>8}"]
+             f"    {'within one process (timed steps):':<34}{'runs':>5}{'median':>8}{'p90':>8}{'worst':>8}"
+             f"{'unsettled':>10}"]
     for g in sorted(set(rep["across"]) | set(rep["within"])):
         a, w = rep["across"].get(g), rep["within"].get(g)
         left = (f"{a['configurations']:>8}{a['runs']:>6}{a['median']:>15.1%}{a['worst']:>14.1%}"
                 f"{a['floor_error']:>8.1%}" if a else f"{'-':>8}{'':>6}{'':>15}{'':>14}{'':>8}")
-        right = f"{w['runs']:>5}{w['median']:>8.1%}{w['p90']:>8.1%}{w['worst']:>8.1%}" if w else ""
+        right = (f"{w['runs']:>5}{w['median']:>8.1%}{w['p90']:>8.1%}{w['worst']:>8.1%}{w['unsettled']:>10}"
+                 if w else "")
         lines.append(f"  {g:<20}{left}    {'':<34}{right}")
     for c in rep["configurations"]:
         ms = " ".join(f"{v * 1e3:.1f}" for v in c["step_seconds"])
@@ -629,8 +671,16 @@ def main(argv=None) -> int:
     if expandable["fit"]:
         out += [""] + table(expandable["fit"], "expandable segments, fit shapes (in-sample: the expandable reserve "
                                                "was fitted on these runs)")
-    out += [""] + repeatability_lines(repeatability([r for group in (scored, expandable) for rows in group.values()
-                                                    for r, _ in rows]))
+    noise = repeatability([r for group in (scored, expandable) for rows in group.values() for r, _ in rows])
+    out += [""] + repeatability_lines(noise)
+    zero3_band = band(scored["test"], noise=noise)["step"].get("deepspeed/zero3")
+    if zero3_band:
+        out.append(f"  ZeRO-3 step band (--write-band, deepspeed/zero3): held-out runs "
+                   f"-{zero3_band['model_low_fraction']:.1%} / +{zero3_band['model_high_fraction']:.1%} "
+                   f"({zero3_band['n']} runs), one configuration over "
+                   f"processes -{zero3_band['noise_low_fraction']:.1%} / +{zero3_band['noise_high_fraction']:.1%} "
+                   f"({zero3_band['noise_runs']} runs): written -{zero3_band['low_fraction']:.1%} / "
+                   f"+{zero3_band['high_fraction']:.1%}")
     print("\n".join(out))
     if ooms:
         from workbench.estimate import estimate
@@ -677,8 +727,10 @@ def main(argv=None) -> int:
                         "workbench's estimate, as fractions of the estimate, on the model shapes of the test split of "
                         "benchmarks/accuracy_split.json; worst_* are the extremes. Written by "
                         "benchmarks/bench_accuracy.py --write-band. ENGINE/expandable-segments: the runs with "
-                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", "gpu": "H200",
-               **band(scored["test"], expandable["test"])}
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. step deepspeed/zero3: the ZeRO-3 runs, "
+                        "each side at least the spread of one ZeRO-3 configuration measured in separate processes "
+                        "(noise_*, from every repeated configuration; model_*: the runs' own band).", "gpu": "H200",
+               **band(scored["test"], expandable["test"], noise)}
         path.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nwrote {path.relative_to(ROOT)}")
     if args.markdown:

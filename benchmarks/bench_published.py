@@ -32,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench import catalog  # noqa: E402
 from workbench.defaults import GiB  # noqa: E402
+from workbench.encode import ENGINE_CODES  # noqa: E402
 from workbench.estimate import estimate  # noqa: E402
+from workbench.memory import engine_overheads  # noqa: E402
 from workbench.planner import DEFAULT_HEADROOM  # noqa: E402
 from workbench.flops import flops_per_second_per_gpu, step_flops  # noqa: E402
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, Precision  # noqa: E402
@@ -133,6 +135,8 @@ class Row:
     predicted_mfu: float = 0.0
     peak_gib: float = 0.0
     capacity_gib: float = 0.0
+    memory: Optional[dict] = None
+    """Where the predicted peak comes from (:func:`memory_attribution`)."""
     rank: Optional[object] = None
     feature_rank: Optional[object] = None
     """The rank among plans with only the features the run had (``features`` of the case or its source), if given."""
@@ -161,6 +165,24 @@ def run_features(case: dict) -> dict:
     return (load().get("sources", {}).get(case["source"]) or {}).get("features", {})
 
 
+def memory_attribution(plan: ParallelPlan, cluster: ClusterSpec, mem) -> dict:
+    """The predicted peak of the rank that peaks (``mem``: a :class:`~workbench.memory_types.MemoryEstimate`) split
+    by where each part comes from, in bytes: ``allocated`` (weights, gradients, optimizer, activations, buffers: the
+    terms built from the frameworks' sources, what ``torch.cuda.max_memory_allocated`` would report), ``outside``
+    (memory outside PyTorch's caching allocator: the engine's one-process median plus its NCCL figure with more than
+    one rank, :data:`workbench.memory.OUTSIDE_ALLOCATOR_BYTES` / :data:`~workbench.memory.NCCL_BYTES_BY_ENGINE`,
+    measured on H200 with two ranks), ``reserve`` (the caching allocator's reserve above the allocated peak, a
+    fraction of it: the median of the H200 fit runs, :data:`workbench.memory.RESERVE_FRACTION`) and ``limit`` (what
+    the planner's default headroom leaves of the GPU)."""
+    over = mem.breakdown.overhead
+    own = engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage), int(plan.expandable_segments))
+    outside = float(own["context_bytes"]) + (float(own["nccl_bytes"]) if cluster.world_size > 1 else 0.0)
+    return {"allocated": float(mem.per_gpu_peak_bytes - over), "outside": outside, "reserve": float(over) - outside,
+            "reserve_fraction": float(own["reserve_fraction"]), "peak": float(mem.per_gpu_peak_bytes),
+            "limit": (1.0 - DEFAULT_HEADROOM) * cluster.gpu.memory_bytes, "stage": mem.peak_stage.stage,
+            "terms": {k: float(v) for k, v in mem.breakdown.as_dict().items() if k != "overhead"}}
+
+
 def evaluate_case(case: dict, *, planner: bool = True) -> Row:
     missing = tuple(missing_features(case))
     if missing:
@@ -183,7 +205,7 @@ def evaluate_case(case: dict, *, planner: bool = True) -> Row:
                published_mfu=flops_per_second_per_gpu(flops, pub_step, cluster.world_size) / peak,
                predicted_mfu=flops_per_second_per_gpu(flops, est.time.step_seconds, cluster.world_size) / peak,
                peak_gib=est.memory.peak_stage.total_bytes / GiB, capacity_gib=cluster.gpu.memory_bytes / GiB, rank=rank,
-               feature_rank=feature_rank)
+               feature_rank=feature_rank, memory=memory_attribution(plan, cluster, est.memory))
 
 
 _UNITS = {"tokens_per_second_per_gpu": "tok/s/GPU", "hardware_tflops_per_gpu": "TFLOP/s/GPU (hw)",
@@ -350,6 +372,41 @@ def why_lines(rows: list) -> list:
     return out
 
 
+def over_limit(row: Row) -> bool:
+    """The case's predicted peak passes what the planner's default headroom leaves of the GPU."""
+    return row.memory is not None and row.memory["peak"] > row.memory["limit"]
+
+
+def memory_lines(rows: list) -> list:
+    """For each case whose predicted peak passes the headroom: the peak split into the allocated terms (from the
+    frameworks' sources), memory outside the allocator and the allocator's reserve (both measured constants), with
+    the case's ``memory_note`` (the term-by-term audit against the sources, in ``published_runs.json``); then how
+    many of those verdicts the measured constants alone decide."""
+    over = [r for r in rows if over_limit(r)]
+    if not over:
+        return []
+    out = []
+    for r in over:
+        m = {k: r.memory[k] / GiB for k in ("allocated", "outside", "reserve", "peak", "limit")}
+        terms = ", ".join(f"{k} {v / GiB:.1f}" for k, v in r.memory["terms"].items() if v >= 0.05 * GiB)
+        line = (f"{r.case['id']}: peak {m['peak']:.1f} GiB (stage {r.memory['stage']}) over the {m['limit']:.1f} GiB "
+                f"limit = allocated {m['allocated']:.1f} ({terms}) + outside the allocator "
+                f"{m['outside']:.1f} + allocator reserve {m['reserve']:.1f} ({r.memory['reserve_fraction']:.1%} of "
+                f"allocated); allocated alone "
+                + (f"leaves {m['limit'] - m['allocated']:.1f} GiB" if m["allocated"] <= m["limit"]
+                   else f"passes it by {m['allocated'] - m['limit']:.1f} GiB"))
+        if r.case.get("memory_note"):
+            line += ". " + r.case["memory_note"]
+        out.append(line)
+    alone = sum(r.memory["allocated"] <= r.memory["limit"] for r in over)
+    with_outside = sum(r.memory["allocated"] + r.memory["outside"] <= r.memory["limit"] for r in over)
+    out.append(f"of the {len(over)} layouts over the limit, the allocated terms alone fit {alone}; with the memory "
+               f"outside the allocator {with_outside}: the rest of the verdict is the allocator reserve, a median "
+               f"of H200 runs with memory to spare (near capacity PyTorch's caching allocator frees its unused "
+               f"cached segments and retries before it reports out of memory)")
+    return out
+
+
 def write_readme(rows: list, path: Path = README) -> None:
     """Replace the table and the summary block of README's "Checked against published runs" section with the
     benchmark's current output (the prose around them stays)."""
@@ -389,6 +446,11 @@ def main(argv=None) -> int:
     print()
     for line in summary_lines(rows):
         print(line)
+    mem = memory_lines(rows)
+    if mem:
+        print("\nlayouts predicted over the memory limit, where the peak comes from:")
+        for line in mem:
+            print("  " + line)
     why = why_lines(rows)
     if why:
         print("\nwhy the planner prefers another layout:")

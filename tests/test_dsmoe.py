@@ -115,7 +115,12 @@ def test_activations_add_the_gate_input_and_combine_and_scale_with_capacity():
     mega = M.layer_activation_bytes(MIXTRAL, **kw)[0]
     ds = M.layer_activation_bytes(MIXTRAL, moe_deepspeed=1, **kw)[0]
     s, h = 4096, MIXTRAL.hidden_size
-    assert ds - mega == pytest.approx(4 * s * h + 2 * 2 * s * h)  # fp32 gate input + k copies of the combine
+    # fp32 gate input + k copies of the combine; DeepSpeed-MoE's experts keep the glu's sum and product (2f per
+    # copy, the catalog Mixtral's megatron-core experts run the fused kernel) and its gate keeps fp32 logits and
+    # probabilities (8·E per token) in place of megatron-core's router and permutation metadata
+    f, e = MIXTRAL.moe_ffn_hidden_size, MIXTRAL.num_experts
+    router = s * (8 * e - M.moe_router_bytes_per_token(MIXTRAL, value_bytes=2))
+    assert ds - mega == pytest.approx(4 * s * h + 2 * 2 * s * h + 2 * 2 * (2 * s) * f + router)
     # a larger capacity factor pads every expert: more activation memory and more all-to-all and GEMM time
     lo, hi = (estimate(MIXTRAL, cl, base.replace(moe_capacity_factor=f)) for f in (1.0, 2.0))
     assert hi.memory.stages[0].terms.activations > lo.memory.stages[0].terms.activations

@@ -18,7 +18,7 @@ PINNED = [
      32775827939, 15161435136, 4.001157057200508,
      {'compute': 1.2869937958467284, 'dp_comm': 1.5910655759953947, 'offload': 1.0923511853583854, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
-     292956768173, 0, 27.766460576701757,
+     224220420964, 0, 27.766460576701757,
      {'compute': 24.24252702208169, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.6244521212801055}),
     ('--model llama3-8b --engine megatron --tp 2 --gbs 32 --precision fp8 --attention flash --distributed-optimizer --fp8-param-gather',
      73951761035, 0, 2.6208670892836246,

@@ -690,7 +690,7 @@ def deepspeed_moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Finding:
     tf = dsmoe.token_factor(model, plan)
     tokens = dsmoe.rank_tokens(model, plan)
     kw = dict(tokens=tokens, tensor_parallel=1, sequence_parallel=False, expert_tensor_parallel=1,
-              value_bytes=plan.precision.bytes_per_value)
+              value_bytes=plan.precision.bytes_per_value, deepspeed=1)
     # full recompute keeps one layer's expert activations at a time (the one recomputed for its backward)
     layers = 1 if plan.recompute is Recompute.FULL else max(plan.stage_layers(model.num_layers))
     balanced = dsmoe.token_factor(model, plan.replace(moe_capacity_factor=1.0))

@@ -534,6 +534,29 @@ def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_para
     return where(applies, value_bytes * vocab * m.hidden_size / tensor_parallel, 0.0)
 
 
+def unreduced_gradient_growth_bytes(m: ModelSpec, *, layers, kept_per_layer, tensor_parallel, engine, zero_stage,
+                                    overlap_comm, num_microbatches, value_bytes, lora):
+    """What the layers' 16-bit weight gradients add to the backward peak where nothing reduces them during backward
+    (DeepSpeed ZeRO-0, ZeRO-1 without ``overlap_comm``: ``stage_1_and_2.py`` ``process_gradients`` only sets up the
+    buckets; the reduction waits for the end of backward), beyond the start of backward that
+    :func:`backward_gradient_bytes` prices.
+
+    While layer j of the stage's L layers (counted in backward order) is back-propagated, j layers' gradients exist
+    (v·p each, p = :func:`layer_params_per_rank`) and j layers' kept activations are freed, beside the same layer
+    transient: ``held − j·kept + j·v·p + transient``. That is largest at j = 0 or at j = L − 1, so the growth over
+    the start is ``max(0, (L − 1)·(v·p − kept))``. Without recompute a layer keeps far more than its gradient and
+    the growth is 0; with full recompute it keeps only its input, and the first layer's backward runs beside the
+    other layers' gradients. 0 with gradient accumulation (the gradients already persist), LoRA (adapter gradients
+    only), the Megatron engine (its gradient buffer always counts), ZeRO-2/3 and ZeRO-1 with ``overlap_comm``
+    (they reduce during backward)."""
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON])
+               & ((zero_stage == 0) | ((zero_stage == 1) & (overlap_comm <= 0)))
+               & (num_microbatches <= 1) & ~np.asarray(lora))
+    per_layer = value_bytes * layer_params_per_rank(m, tensor_parallel)
+    growth = maximum(0.0, (layers - 1) * (per_layer - kept_per_layer))
+    return where(applies & (layers > 1), growth, 0.0)
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -658,7 +681,8 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     if m.is_moe:
         mlp = moe_activation_bytes(m, tokens=s * b, tensor_parallel=t, sequence_parallel=sequence_parallel,
                                    expert_tensor_parallel=t if expert_tensor_parallel is None
-                                   else expert_tensor_parallel, token_factor=moe_token_factor, value_bytes=v)
+                                   else expert_tensor_parallel, token_factor=moe_token_factor, value_bytes=v,
+                                   deepspeed=moe_deepspeed)
         if np.any(np.asarray(moe_deepspeed) > 0):
             mlp = mlp + where(np.asarray(moe_deepspeed) > 0,
                                  dsmoe.extra_activation_bytes(m, tokens=s * b, value_bytes=v), 0.0)
@@ -709,29 +733,75 @@ def moe_expert_tokens(tokens, *, top_k, tensor_parallel, expert_tensor_parallel,
     return tokens / tensor_parallel * top_k * expert_tensor_parallel * token_factor
 
 
+def moe_router_bytes_per_token(m: ModelSpec, *, value_bytes):
+    """What megatron-core's router and token permutation keep for backward per token of one MoE layer (unfused
+    path, ``moe_router_load_balancing_type='aux_loss'``, router in the model dtype — ``moe_router_dtype`` None, the
+    default; 'fp32' makes the E- and k-wide probabilities 4 bytes), from megatron-core 0.16 ``moe_utils`` /
+    ``router.py`` / ``token_dispatcher.py`` (the same code in 0.19):
+
+    * ``compute_routing_scores_for_aux_loss``: the fp32 softmax over all E logits, kept by the aux loss (4·E), and
+      its top-k indices (int64, 8·k);
+    * ``topk_routing_with_score_function``: the top-k indices kept by the scatter into the E-wide probabilities
+      (8·k) and the fp32 softmax over the k chosen logits (4·k);
+    * ``permute``: ``probs.T.contiguous().masked_select(routing_map)`` keeps the transposed probabilities (v·E) and
+      the boolean routing map (E); ``index_select`` keeps the sorted token indices (int64, 8·k, reused by
+      ``unpermute``'s scatter-add); the experts' activation keeps the permuted probabilities (v·k).
+
+    (5 + v)·E + (28 + v)·k bytes; the router GEMM keeps only its input (the norm's output, counted with the layer's
+    norms) and the logits are not kept. Counted on the CPU by ``benchmarks/moe_saved_tensors_cpu.py``."""
+    v, e, k = value_bytes, m.num_experts, m.moe_top_k
+    return (4 + v + 1) * e + (8 + 8 + 4 + 8 + v) * k
+
+
+def moe_expert_intermediates(m: ModelSpec, *, deepspeed=0):
+    """f-wide tensors (in units of v·f per routed token copy) one megatron-core expert keeps for backward beyond
+    fc1's output (2f gated, f otherwise) and fc2's input (f):
+
+    * the unfused stack (megatron-core ``MLP.forward`` with ``bias_activation_fusion`` off — what the workbench's
+      unfused attention stands for, as in :func:`layer_activation_bytes`): the glu keeps the activation's output
+      and the sum ``x_linear + offset`` (2 gated; the activation's output, 1, otherwise), and the routing
+      probabilities are applied after the activation (``intermediate * per_token_scale``), which keeps the
+      activation's product as well as fc2's input: 3 gated, 1 otherwise;
+    * the fused stack (``weighted_bias_swiglu_impl`` in ``MLP`` and ``TEGroupedMLP``: one kernel takes fc1's output
+      and the probabilities): 0 gated; a non-gated expert multiplies its activation by the probabilities in
+      PyTorch (TEGroupedMLP ``bias_act_func``), 1;
+    * DeepSpeed-MoE (``deepspeed`` > 0) weights the experts' outputs in its combine
+      (:func:`workbench.dsmoe.extra_activation_bytes`): the glu's sum and product, 2 gated, 0 otherwise;
+    * transformers' MoE blocks: 0 (their extras are :func:`hf_layer_extra_bytes_per_token`'s).
+
+    Counted on the CPU (unfused stack) by ``benchmarks/moe_saved_tensors_cpu.py``: 6·v·f per copy, gated."""
+    if m.implementation is Implementation.TRANSFORMERS:
+        return 0.0
+    unfused = m.attention is AttentionImpl.UNFUSED
+    megatron = (3.0 if unfused else 0.0) if m.is_gated else 1.0
+    return where(np.asarray(deepspeed) > 0, 2.0 if m.is_gated else 0.0, megatron)
+
+
 def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_parallel, expert_tensor_parallel,
-                         token_factor, value_bytes):
+                         token_factor, value_bytes, deepspeed=0):
     """What one MoE layer's MLP block keeps for backward on one rank, per micro-batch (``tokens`` = s·b/cp):
 
-    * router: fp32 logits and fp32 routing probabilities, 2 · 4 · E per token (megatron-core ``TopKRouter`` runs
-      in fp32 with ``moe_router_dtype='fp32'``; its softmax/top-k backward keeps the scores), tokens ÷ t with SP;
+    * router and permutation metadata, :func:`moe_router_bytes_per_token` per token (tokens ÷ t with SP);
+      DeepSpeed-MoE (``deepspeed`` > 0) and transformers' blocks: fp32 logits and probabilities, 8·E per token;
     * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
-      fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group
-      (megatron-core 0.16 applies the routing probabilities inside the activation function, ``bias_act_func`` of
-      ``TEGroupedMLP``, so the combine keeps nothing more); gated experts also keep the glu's sum and product,
-      2·v·X·f (as :func:`layer_activation_bytes` counts for the dense MLP).
+      fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group,
+      plus :func:`moe_expert_intermediates` (what the activation and the routing probabilities keep);
+    * a shared expert (Qwen2-MoE): a dense MLP on every token, fc1 output and fc2 input split over t.
 
-    Dropless with top-k = 1, e = 1 and tp_e = t this is the dense MLP's v·sbf·(3, gated)/t plus the router and
-    the permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
+    Dropless with top-k = 1, e = 1 and tp_e = t the expert part is the dense MLP's v·sbf·(3, gated)/t plus the
+    permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
     rep = where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
     v, h, f = value_bytes, m.hidden_size, m.moe_ffn_hidden_size
     x = moe_expert_tokens(tokens, top_k=m.moe_top_k, tensor_parallel=tensor_parallel,
                           expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
-    router = 8.0 * tokens * rep * m.num_experts
-    experts = v * x * ((2 if m.is_gated else 1) * f + f) / expert_tensor_parallel + v * x * h
-    if m.is_gated and m.implementation is not Implementation.TRANSFORMERS:
-        # megatron-core's glu keeps the sum x_linear + offset beside its output (as the dense MLP)
-        experts = experts + 2 * v * x * f / expert_tensor_parallel
+    simple_router = 8.0 * m.num_experts
+    if m.implementation is Implementation.TRANSFORMERS:
+        router = simple_router * tokens * rep
+    else:
+        router = where(np.asarray(deepspeed) > 0, simple_router,
+                       moe_router_bytes_per_token(m, value_bytes=v)) * tokens * rep
+    intermediates = (2 if m.is_gated else 1) * f + f + moe_expert_intermediates(m, deepspeed=deepspeed) * f
+    experts = v * x * intermediates / expert_tensor_parallel + v * x * h
     shared = 0.0
     if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
         fs = m.shared_expert_ffn_hidden_size
@@ -1172,6 +1242,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
     # alone moved the Hugging Face runs' allocated error the wrong way)
     activations, buffers_bwd = where(late, late_acts, activations), where(late, late_buffers, buffers)
+    # gradients that nothing reduces during backward (ZeRO-0, ZeRO-1 without overlap_comm) grow as layers finish
+    grads_bwd = grads_bwd + unreduced_gradient_growth_bytes(
+        m, layers=layers, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
+        tensor_parallel=tensor_parallel, engine=engine, zero_stage=zero_stage, overlap_comm=overlap,
+        num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
     early_grads, early_acts = zero12_early_partition_bytes(
@@ -1245,14 +1320,22 @@ EXPANDABLE_BAND_SUFFIX = "expandable-segments"
 """Band-file key suffix of the runs with ``expandable_segments:True`` (``deepspeed/expandable-segments``)."""
 
 
-def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False):
+ZERO3_BAND_SUFFIX = "zero3"
+"""Step-time band key suffix of DeepSpeed ZeRO-3's held-out runs (``deepspeed/zero3``): its step time varies
+between processes far more than other stacks' (``bench_accuracy.py``'s REPEATABILITY table), so it has its own band,
+at least as wide as that process-to-process noise."""
+
+
+def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False,
+               zero_stage=None):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
     ``None`` when no held-out run of that engine exists. With ``recompute`` the runs of that recompute mode are
     used when there are at least :data:`MIN_BAND_RUNS`. With ``expandable_segments`` the engine's runs with PyTorch's
     expandable-segments allocator (``ENGINE/expandable-segments``) when there are at least :data:`MIN_BAND_RUNS`,
-    else as without. The hybrid uses its own runs, else DeepSpeed's."""
+    else as without. With ``zero_stage`` 3 the ``ENGINE/zero3`` entry (step time only) when it has at least
+    :data:`MIN_BAND_RUNS` runs, before the recompute mode's. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
@@ -1263,6 +1346,14 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
         if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
             note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
                     f"{key} with expandable segments on {_error_bands().get('gpu', 'H200')}")
+            return float(entry["low_fraction"]), float(entry["high_fraction"]), note
+        entry = None
+    if zero_stage is not None and int(zero_stage) >= 3:  # ZeRO-3's own runs, widened by its process-to-process noise
+        entry = bands.get(f"{key}/{ZERO3_BAND_SUFFIX}")
+        if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
+            note = (f"band from {entry['n']} held-out ZeRO-3 runs ({entry['shapes']} model shapes never fitted on) of "
+                    f"{key} on {_error_bands().get('gpu', 'H200')}, at least as wide as the spread of one ZeRO-3 "
+                    f"configuration measured in separate processes")
             return float(entry["low_fraction"]), float(entry["high_fraction"]), note
         entry = None
     if recompute is not None:  # runs of the same recompute mode when there are enough (its terms differ most)

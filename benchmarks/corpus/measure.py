@@ -28,7 +28,6 @@ import gc
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -44,9 +43,9 @@ from gpu_provenance import gpu_provenance  # noqa: E402
 from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER_SHAPE_2GPU, MCORE_SHAPES,  # noqa: E402
                   all_runs)  # noqa: E402
 
-STEPS = 6
+from step_stats import step_protocol, steady_seconds, timed_summary  # noqa: E402
+
 RUN_TIMEOUT_SECONDS = 150  # a per-process run that takes longer is killed (and recorded as crashed)
-TIMED = 3  # the last 3 steps are timed; the first 3 are warm-up (allocator growth, kernel selection, JIT)
 ENV_KEYS = ("OMP_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS",
             "NCCL_NVLS_ENABLE", "TORCH_EXTENSIONS_DIR", "CUDA_VISIBLE_DEVICES")
 
@@ -327,7 +326,11 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         rec["allocated_after_init_bytes"] = after_init.get("allocated_at_end_bytes")
         rec["init_seconds"] = time.perf_counter() - t_start
         times, losses = [], []
-        for _ in range(2 if dry else STEPS):
+        # steps and timed steps per step_stats.step_protocol (ZeRO-3 warms up longer), recorded in the record
+        steps, timed = step_protocol(cfg.get("zero", 0) if cfg["stack"] != "mcore-ddp" else 0)
+        if dry:
+            steps, timed = 2, 1
+        for _ in range(steps):
             sync()
             if world > 1:  # start every rank's clock together
                 dist.barrier()
@@ -338,8 +341,9 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
             times.append(time.perf_counter() - t0)
             losses.append(loss)
         rec.update(mem_now())
-        rec.update(status="ok", steps=len(times), timed_steps=TIMED, step_seconds=times, losses=losses,
-                   step_seconds_median=statistics.median(times[-TIMED:]),
+        rec.update(status="ok", steps=len(times), warmup_steps=len(times) - timed, timed_steps=timed,
+                   step_seconds=times, losses=losses, step_seconds_median=steady_seconds(times, timed),
+                   **timed_summary(times, timed),
                    tokens_per_step=mbs * gas * seq, micro_batch_size=mbs, gradient_accumulation_steps=gas)
     except torch.OutOfMemoryError as exc:
         rec.update(mem_now())
@@ -489,8 +493,8 @@ def worker(group: str, skip: set, out: Path, dry: bool, deadline: float, go_file
 PER_RANK_KEYS = ("rank", "status", "error", "peak_allocated_bytes", "peak_reserved_bytes", "outside_allocator_bytes",
                  "reserved_at_end_bytes", "allocated_at_end_bytes", "device_used_at_end_bytes",
                  "device_used_at_start_bytes", "allocated_at_start_bytes", "allocated_after_init_bytes",
-                 "step_seconds", "step_seconds_median", "parameters", "trainable_parameters", "losses",
-                 "init_seconds", "wall_seconds")
+                 "step_seconds", "step_seconds_median", "timed_spread", "settled", "parameters",
+                 "trainable_parameters", "losses", "init_seconds", "wall_seconds")
 
 
 def merge_ranks(rid: str, out: Path, world: int, rc: int):
@@ -524,6 +528,8 @@ def merge_ranks(rid: str, out: Path, world: int, rc: int):
                     peak_reserved_bytes=recs[dev]["peak_reserved_bytes"],
                     outside_allocator_bytes=recs[dev]["outside_allocator_bytes"], device_rank=dev)
     base.update(step_seconds_median=max(d["step_seconds_median"] for d in recs.values()),
+                timed_spread=max(d.get("timed_spread") or 0.0 for d in recs.values()),
+                settled=all(d.get("settled", True) for d in recs.values()),
                 losses=next((d["losses"] for d in recs.values() if d.get("losses") and d["losses"][0] is not None),
                             base.get("losses")),
                 torchrun_exit_code=rc)

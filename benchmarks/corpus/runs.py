@@ -75,8 +75,8 @@ MCORE_SHAPES = {
                               seq_length=4096, activation="gelu", normalization="layernorm", add_bias_linear=True,
                               tied_embeddings=False, position_embedding="learned", hidden_dropout=0.1,
                               attention_dropout=0.1),
-    # Mixtral 8x7B width: 8 experts, top-2, GQA 32/8, expert MLP 14336 (SwiGLU), 32k vocabulary, untied. In neither
-    # split of benchmarks/accuracy_split.json: the only MoE shape measured.
+    # Mixtral 8x7B width: 8 experts, top-2, GQA 32/8, expert MLP 14336 (SwiGLU), 32k vocabulary, untied. Test side of
+    # benchmarks/accuracy_split.json (never fitted on): the only MoE shape measured.
     "mc-moe-h4096-e8": dict(like="Mixtral 8x7B (32 -> 2 layers)", num_layers=2, hidden_size=4096,
                             num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336, vocab_size=32000,
                             seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,

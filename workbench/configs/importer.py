@@ -39,7 +39,7 @@ class Imported:
     warnings: list = field(default_factory=list)
     """Things the reader should know: deprecated flags, unresolved ``auto`` values, guesses."""
     lint: list = field(default_factory=list)
-    """:class:`~workbench.configs.lint.LintFinding` list (DeepSpeed configs)."""
+    """:class:`~workbench.configs.lint.LintFinding` list (DeepSpeed configs; a command line's sizes Megatron refuses)."""
 
     def merge(self, other: "Imported") -> "Imported":
         """Combine a command line with its ds_config (or any two imports); ``other`` fills what ``self`` lacks.
@@ -1103,7 +1103,50 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         opts["other_flags"] = other
     if stray:
         warnings.append(f"ignored tokens that are not flags: {' '.join(stray[:6])}")
-    return Imported(kind=kind, model_fields=m, plan_fields=plan, options=opts, warnings=warnings)
+    return Imported(kind=kind, model_fields=m, plan_fields=plan, options=opts, warnings=warnings,
+                    lint=lint_megatron_fields(m, plan))
+
+
+def lint_megatron_fields(model: dict, plan: dict) -> list:
+    """Errors Megatron-LM raises at start-up for a command's sizes, before the world size is known: its
+    ``validate_args`` (``hidden_size`` divisible by the heads when ``--kv-channels`` is not given, the layers by the
+    pipeline stages without an uneven split, the global batch by the micro batch) and ``TransformerConfig``
+    (heads and query groups divisible by the tensor-parallel size). Each a
+    :class:`~workbench.configs.lint.LintFinding` of severity ``error`` naming the flags and numbers."""
+    from workbench.configs.lint import LintFinding
+
+    out = []
+
+    def need(path: str, ok: bool, message: str, suggestion: str = "") -> None:
+        if not ok:
+            out.append(LintFinding(path=path, severity="error", message=message, suggestion=suggestion))
+
+    heads, hidden = model.get("num_attention_heads"), model.get("hidden_size")
+    groups, layers = model.get("num_query_groups"), model.get("num_layers")
+    tp, pp = plan.get("tensor_parallel", 1), plan.get("pipeline_parallel", 1)
+    if heads and hidden and model.get("head_dim") is None:
+        need("--hidden-size", hidden % heads == 0,
+             f"--hidden-size {hidden} is not divisible by --num-attention-heads {heads} (Megatron asserts it when "
+             f"--kv-channels is not given)", "give --kv-channels, or heads that divide the hidden size")
+    if heads and tp:
+        need("--tensor-model-parallel-size", heads % tp == 0,
+             f"--num-attention-heads {heads} is not divisible by --tensor-model-parallel-size {tp} (megatron-core's "
+             f"TransformerConfig refuses it)")
+    if groups and tp:
+        need("--num-query-groups", groups % tp == 0,
+             f"--num-query-groups {groups} is not divisible by --tensor-model-parallel-size {tp} (megatron-core's "
+             f"TransformerConfig refuses it)")
+    uneven = any(plan.get(k) for k in ("first_stage_layers", "last_stage_layers", "embedding_in_pipeline_split",
+                                        "loss_in_pipeline_split"))
+    if layers and pp and pp > 1 and not uneven:
+        need("--pipeline-model-parallel-size", layers % pp == 0,
+             f"--num-layers {layers} is not divisible by --pipeline-model-parallel-size {pp} (Megatron asserts it "
+             f"without an uneven split)", "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers")
+    mbs, gbs = plan.get("micro_batch_size"), plan.get("global_batch_size")
+    if mbs and gbs:
+        need("--global-batch-size", gbs % mbs == 0,
+             f"--global-batch-size {gbs} is not divisible by --micro-batch-size {mbs}")
+    return out
 
 
 def import_any(text_or_path: Union[str, Path, dict], *, world_size: Optional[int] = None) -> Imported:

@@ -137,6 +137,46 @@ CPU_MEMORY_NOT_COMPARABLE = (
     "measures each rank's peak resident set size (Python, torch and the framework's libraries included)")
 
 
+def available_host_bytes() -> Optional[int]:
+    """This machine's ``MemAvailable`` (``/proc/meminfo``) in bytes; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_host_memory(model_state_bytes_per_rank: float, *, nproc: int, available_bytes: Optional[int]) -> None:
+    """``ValueError`` when the ranks of a CPU run cannot hold their model states in this machine's memory.
+
+    ``model_state_bytes_per_rank`` is the estimate's weights + gradients + optimizer states of one rank (its peak
+    stage): every rank of a CPU run keeps at least that in host memory, activations and the framework's libraries
+    come on top, so the sum over ``nproc`` ranks is a lower bound on what the run needs. Refused above
+    ``available_bytes`` (MemAvailable): such a run would be ended by the kernel's out-of-memory killer after minutes
+    of model building. None (unknown) checks nothing."""
+    if available_bytes is None or available_bytes <= 0:
+        return
+    need = float(model_state_bytes_per_rank) * nproc
+    if need > available_bytes:
+        gib = 2 ** 30
+        raise ValueError(
+            f"model states of {model_state_bytes_per_rank / gib:,.1f} GiB per rank (weights + gradients + optimizer, "
+            f"estimate) x nproc={nproc} = {need / gib:,.1f} GiB exceed this machine's available memory "
+            f"{available_bytes / gib:,.1f} GiB: the CPU run would be killed; use a smaller model (--tiny or "
+            f"--layers/--hidden/--heads), fewer ranks, or a ZeRO stage that shards the states (--zero 1/2/3)")
+
+
+def model_state_bytes_per_rank(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> float:
+    """Weights + gradients + optimizer states of one rank at the peak stage (:func:`workbench.estimate.estimate`)."""
+    from workbench.estimate import estimate
+
+    terms = estimate(model, cluster, plan, checks=False).memory.breakdown
+    return float(terms.weights + terms.gradients + terms.optimizer)
+
+
 def predicted_numbers(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
                       on_gpu: bool = True) -> Optional[dict]:
     """``{"per_gpu_peak_bytes", "allocated_bytes", "step_seconds", "memory_comparable", ...}`` from
@@ -310,6 +350,9 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
         raise ValueError(f"hosts has {len(hosts)} entries but num_nodes={cluster.num_nodes}")
     check_trainer(trainer, model, plan)
     config_kwargs = check_launchable(model, cluster, plan, nproc=nproc, steps=steps, on_gpu=on_gpu)
+    if not on_gpu:  # CPU ranks share this machine's memory: refuse what cannot fit before starting anything
+        check_host_memory(model_state_bytes_per_rank(model, cluster, plan), nproc=nproc,
+                          available_bytes=available_host_bytes())
     source = parse_source(data)
     check_vocab(source, model.vocab_size)
     training_args = None

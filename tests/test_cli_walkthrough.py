@@ -1,0 +1,83 @@
+"""Regressions found by walking through the command line as a user: each test pins one fixed behaviour."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from workbench import catalog, cli
+from workbench.specs import ClusterSpec, ParallelPlan
+
+prepare = importlib.import_module("workbench.runs.prepare")
+
+GIB = 2 ** 30
+
+
+def _main(argv, capsys):
+    try:
+        rc = cli.main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_host_memory_check_refuses_states_beyond_available_memory():
+    with pytest.raises(ValueError, match=r"x nproc=8 = 80.0 GiB exceed this machine's available memory 20.0 GiB"):
+        prepare.check_host_memory(10 * GIB, nproc=8, available_bytes=20 * GIB)
+    prepare.check_host_memory(2 * GIB, nproc=8, available_bytes=20 * GIB)  # fits: nothing raised
+    prepare.check_host_memory(10 * GIB, nproc=8, available_bytes=None)  # unknown: nothing checked
+
+
+def test_model_state_bytes_are_the_estimates_weights_gradients_optimizer():
+    model = catalog.model("gpt3-125m")
+    cluster = ClusterSpec(gpu="cpu", gpus_per_node=2)
+    plan = ParallelPlan(world_size=2, engine="deepspeed", global_batch_size=2, precision="fp32")
+    per_rank = prepare.model_state_bytes_per_rank(model, cluster, plan)
+    assert 12 * 0.1e9 < per_rank < 20 * 0.2e9  # 12-16 bytes per parameter of a 125 M model
+
+
+def test_run_of_a_model_beyond_host_memory_is_one_line_before_any_process(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    monkeypatch.setattr("workbench.runs.launcher.cuda_available", lambda: False)
+    monkeypatch.setattr(prepare, "cuda_available", lambda: False)
+    monkeypatch.setattr(prepare, "available_host_bytes", lambda: 16 * GIB)
+    started = []
+    monkeypatch.setattr("workbench.runs.launcher.start", lambda *a, **k: started.append(a))
+    rc, out, err = _main(["run", "--model", "llama3-8b", "--nproc", "2", "--steps", "1"], capsys)
+    assert rc == 2 and out == "" and not started
+    assert len(err.strip().splitlines()) == 1 and "available memory 16.0 GiB" in err
+
+
+def test_import_of_a_megatron_command_megatron_would_refuse_is_a_lint_error(capsys):
+    rc, out, err = _main(["import", "pretrain_gpt.py --num-layers 40 --hidden-size 5120 --num-attention-heads 40 "
+                                    "--tensor-model-parallel-size 3"], capsys)
+    assert rc == 1 and "--num-attention-heads 40 is not divisible by --tensor-model-parallel-size 3" in out
+
+
+def test_megatron_lint_names_each_size_rule():
+    from workbench.configs.importer import lint_megatron_fields
+
+    found = lint_megatron_fields({"num_attention_heads": 3, "hidden_size": 100, "num_layers": 5,
+                                  "num_query_groups": 2},
+                                 {"tensor_parallel": 2, "pipeline_parallel": 2, "micro_batch_size": 3,
+                                  "global_batch_size": 8})
+    assert [f.path for f in found] == ["--hidden-size", "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+                                       "--global-batch-size"]
+    assert not lint_megatron_fields({"num_attention_heads": 40, "hidden_size": 5120, "num_layers": 40},
+                                    {"tensor_parallel": 4, "pipeline_parallel": 2, "micro_batch_size": 1,
+                                     "global_batch_size": 64})
+    uneven = {"tensor_parallel": 1, "pipeline_parallel": 2, "first_stage_layers": 2}
+    assert not lint_megatron_fields({"num_layers": 5}, uneven)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["estimate", "--model", "gpt3-125m", "--lora-targets", "q"], "--lora-targets q needs --lora-rank R > 0"),
+    (["estimate", "--model", "gpt3-125m", "--lora-dropout", "0.1"], "--lora-dropout 0.1 needs --lora-rank R > 0"),
+    (["estimate", "--model", "gpt3-125m", "--fp8-recipe", "tensorwise"], "--fp8-recipe tensorwise needs --precision fp8"),
+    (["plan", "--model", "gpt3-125m", "--gbs", "8", "--fp8-recipe", "delayed"], "--fp8-recipe delayed needs --precision"),
+    (["plan", "--model", "gpt3-125m", "--gbs", "8", "--lora-targets", "q"], "--lora-targets q needs --lora-rank"),
+])
+def test_a_flag_that_needs_another_is_refused_not_ignored(argv, message, capsys):
+    rc, out, err = _main(argv, capsys)
+    assert rc == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
