@@ -173,3 +173,13 @@ def test_memory_attribution_adds_up_to_the_peak():
     lines = B.memory_lines([row])
     assert lines[0].startswith("nemo24.07-llama3-8b-8: peak ") and "allocated alone leaves" in lines[0]
     assert lines[-1].startswith("of the 1 layouts over the limit, the allocated terms alone fit 1")
+
+
+def test_every_layout_over_the_memory_limit_carries_its_audit():
+    # a published layout the workbench says does not fit names, in its memory_note, what the sources say of each
+    # term; a new case over the limit (or a model change that puts one over) needs that note
+    rows = [B.evaluate_case(c, planner=False) for c in CASES.values()]
+    over = [r.case["id"] for r in rows if B.over_limit(r)]
+    assert over, "no published layout over the limit: the memory_note of the cases may be stale"
+    missing = [i for i in over if not CASES[i].get("memory_note")]
+    assert not missing, f"published layouts over the memory limit without a memory_note: {missing}"

@@ -279,7 +279,24 @@ def cluster_from_args(args) -> ClusterSpec:
     return ClusterSpec(**kwargs)
 
 
+def check_flag_dependencies(args) -> None:
+    """``ValueError`` for a flag that only means something with another one, given without it (it would be ignored
+    silently): ``--lora-targets`` / ``--lora-dropout`` without ``--lora-rank R > 0``, ``--fp8-recipe`` without
+    ``--precision fp8``."""
+    rank = getattr(args, "lora_rank", None) or 0
+    for dest, flag in (("lora_targets", "--lora-targets"), ("lora_dropout", "--lora-dropout")):
+        value = getattr(args, dest, None)
+        if value is not None and rank <= 0:
+            raise ValueError(f"{flag} {value} needs --lora-rank R > 0 (got lora_rank={rank}: a full fine-tune, "
+                             f"which has no adapters)")
+    recipe = getattr(args, "fp8_recipe", None)
+    precision = getattr(args, "precision", None) or "bf16"
+    if recipe is not None and precision != "fp8":
+        raise ValueError(f"--fp8-recipe {recipe} needs --precision fp8 (got precision={precision})")
+
+
 def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_ENGINE) -> ParallelPlan:
+    check_flag_dependencies(args)
     fields = {f: getattr(args, d) for d, f in _PLAN_FLAGS.items() if getattr(args, d, None) is not None}
     fields.setdefault("engine", default_engine)
     if getattr(args, "sp", None):

@@ -1,8 +1,8 @@
 """workbench plan: search every valid parallel plan, rank the ones that fit by step time, explain the winner."""
 from __future__ import annotations
 
-from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, cluster_from_args,
-                                      engine_name, model_from_args, profile_from_args, working)
+from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, check_flag_dependencies,
+                                      cluster_from_args, engine_name, model_from_args, profile_from_args, working)
 from workbench.defaults import GiB
 
 
@@ -19,8 +19,9 @@ def add_parser(sub) -> None:
     s.add_argument("--headroom", type=float, default=0.05, help="fraction of GPU memory kept free (default 0.05)")
     s.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"], default="bf16",
                    help="fp8: Transformer Engine FP8 under Megatron-LM (engine megatron only)")
-    s.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"], default="delayed",
-                   help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe)")
+    s.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"], default=None,
+                   help="with --precision fp8: Transformer Engine's scaling recipe (Megatron-LM --fp8-recipe, "
+                        "default delayed)")
     s.add_argument("--fp8-param-gather", action="store_true",
                    help="with --precision fp8: plans with the distributed optimizer keep the linear weights in FP8 "
                         "and all-gather them in FP8 (Megatron-LM --fp8-param-gather)")
@@ -135,6 +136,7 @@ def run(args) -> int:
 
     if args.top < 1:
         raise ValueError(f"--top {args.top} must be >= 1")
+    check_flag_dependencies(args)
     model = model_from_args(args)
     cluster = cluster_from_args(args)
     with working(f"plan: searching plans for {cluster.world_size:,} GPUs"):  # stderr, only if it takes > 1 s
@@ -144,7 +146,7 @@ def run(args) -> int:
                         max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
                         overlap_comm=args.overlap_comm, profile=profile_from_args(args),
-                        fp8_recipe=args.fp8_recipe, fp8_param_gather=args.fp8_param_gather,
+                        fp8_recipe=args.fp8_recipe or "delayed", fp8_param_gather=args.fp8_param_gather,
                         grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments,
                         moe_load_imbalance=args.moe_load_imbalance)
     if args.json:
