@@ -303,11 +303,29 @@ def band_entry(sel: list, q: str):
                 worst_high_fraction=round(max(0.0, max(ratios) - 1), 4))
 
 
-def band(rows: list, expandable_rows: list = ()) -> dict:
+def noise_band(configurations: list):
+    """How far one run's steady step fell below and above its configuration's median over separate processes
+    (:func:`repeatability`'s ``configurations``), as fractions: the 10th-90th percentile band a perfect model would
+    still need (``None`` without repeated configurations)."""
+    import numpy as np
+
+    ratios = [v / statistics.median(c["step_seconds"]) for c in configurations for v in c["step_seconds"]]
+    if not ratios:
+        return None
+    lo, hi = np.quantile(ratios, [1 - BAND_QUANTILE, BAND_QUANTILE])
+    return dict(runs=len(ratios), configurations=len(configurations),
+                low_fraction=round(max(0.0, 1 - float(lo)), 4), high_fraction=round(max(0.0, float(hi) - 1), 4))
+
+
+def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> dict:
     """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
     the prediction (what :func:`workbench.memory.error_band` reads). ``expandable_rows`` (runs with PyTorch's
-    expandable-segments allocator) add ``ENGINE/expandable-segments`` device entries."""
-    from workbench.memory import EXPANDABLE_BAND_SUFFIX
+    expandable-segments allocator) add ``ENGINE/expandable-segments`` device entries. ``noise``
+    (:func:`repeatability` of every run, fit and test alike: it measures the measurement, not the model) adds the
+    step entry
+    ``deepspeed/zero3``: the held-out ZeRO-3 runs' band, each side at least their configurations' process-to-process
+    :func:`noise_band`."""
+    from workbench.memory import EXPANDABLE_BAND_SUFFIX, ZERO3_BAND_SUFFIX
 
     out = {}
     keys = {engine_of(r) for r, _ in rows} | {f"{engine_of(r)}/{r['plan'].recompute}" for r, _ in rows}
@@ -322,6 +340,16 @@ def band(rows: list, expandable_rows: list = ()) -> dict:
         entry = band_entry([r for r, _ in expandable_rows if engine_of(r) == engine], "device")
         if entry:
             out["device"][f"{engine}/{EXPANDABLE_BAND_SUFFIX}"] = entry
+    zero3 = [r for r, _ in rows if engine_of(r) == "deepspeed" and int(r["plan"].zero_stage) >= 3]
+    entry = band_entry(zero3, "step")
+    floor = noise_band([c for c in (noise or {}).get("configurations", ()) if c["regime"] == "deepspeed z3"])
+    if entry and floor:
+        entry.update(model_low_fraction=entry["low_fraction"], model_high_fraction=entry["high_fraction"],
+                     noise_low_fraction=floor["low_fraction"], noise_high_fraction=floor["high_fraction"],
+                     noise_runs=floor["runs"], noise_configurations=floor["configurations"],
+                     low_fraction=max(entry["low_fraction"], floor["low_fraction"]),
+                     high_fraction=max(entry["high_fraction"], floor["high_fraction"]))
+        out["step"][f"deepspeed/{ZERO3_BAND_SUFFIX}"] = entry
     return out
 
 
@@ -643,8 +671,16 @@ def main(argv=None) -> int:
     if expandable["fit"]:
         out += [""] + table(expandable["fit"], "expandable segments, fit shapes (in-sample: the expandable reserve "
                                                "was fitted on these runs)")
-    out += [""] + repeatability_lines(repeatability([r for group in (scored, expandable) for rows in group.values()
-                                                    for r, _ in rows]))
+    noise = repeatability([r for group in (scored, expandable) for rows in group.values() for r, _ in rows])
+    out += [""] + repeatability_lines(noise)
+    zero3_band = band(scored["test"], noise=noise)["step"].get("deepspeed/zero3")
+    if zero3_band:
+        out.append(f"  ZeRO-3 step band (--write-band, deepspeed/zero3): held-out runs "
+                   f"-{zero3_band['model_low_fraction']:.1%} / +{zero3_band['model_high_fraction']:.1%} "
+                   f"({zero3_band['n']} runs), one configuration over "
+                   f"processes -{zero3_band['noise_low_fraction']:.1%} / +{zero3_band['noise_high_fraction']:.1%} "
+                   f"({zero3_band['noise_runs']} runs): written -{zero3_band['low_fraction']:.1%} / "
+                   f"+{zero3_band['high_fraction']:.1%}")
     print("\n".join(out))
     if ooms:
         from workbench.estimate import estimate
@@ -691,8 +727,10 @@ def main(argv=None) -> int:
                         "workbench's estimate, as fractions of the estimate, on the model shapes of the test split of "
                         "benchmarks/accuracy_split.json; worst_* are the extremes. Written by "
                         "benchmarks/bench_accuracy.py --write-band. ENGINE/expandable-segments: the runs with "
-                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.", "gpu": "H200",
-               **band(scored["test"], expandable["test"])}
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. step deepspeed/zero3: the ZeRO-3 runs, "
+                        "each side at least the spread of one ZeRO-3 configuration measured in separate processes "
+                        "(noise_*, from every repeated configuration; model_*: the runs' own band).", "gpu": "H200",
+               **band(scored["test"], expandable["test"], noise)}
         path.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nwrote {path.relative_to(ROOT)}")
     if args.markdown:

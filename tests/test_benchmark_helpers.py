@@ -122,3 +122,33 @@ def test_step_protocol_gives_zero3_a_longer_warm_up_and_records_whether_the_time
     assert st.timed_summary([0.6, 0.2, 0.206, 0.2, 0.156], 3)["settled"] is False  # still speeding up
     with pytest.raises(ValueError, match="timed=0"):
         st.steady_seconds(trace, 0)
+
+
+def test_zero3_step_band_is_its_own_and_at_least_the_process_to_process_noise(monkeypatch):
+    from workbench import ModelSpec, ParallelPlan
+    from workbench import memory as M
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    bench = _load("bench_accuracy_band_under_test", BENCH / "bench_accuracy.py")
+    model = ModelSpec(name="b", hidden_size=512, num_layers=2, num_attention_heads=8, seq_length=256, vocab_size=1000)
+    plan = ParallelPlan(engine="deepspeed", zero_stage=3, world_size=1, micro_batch_size=1, global_batch_size=1)
+    rows = [(dict(plan=plan, shape_id=f"s{k}", measured=dict(step=1.0 + 0.01 * k), predicted=dict(step=1.0)), {})
+            for k in range(6)] + [(dict(plan=plan.replace(zero_stage=2), shape_id="z2", measured=dict(step=2.0),
+                                        predicted=dict(step=1.0)), {})]
+    noise = dict(configurations=[dict(regime="deepspeed z3", step_seconds=[0.8, 1.0, 1.2]),
+                                 dict(regime="deepspeed z2", step_seconds=[1.0, 3.0])])
+    entry = bench.band(rows, noise=noise)["step"]["deepspeed/zero3"]
+    assert entry["n"] == 6 and entry["noise_runs"] == 3  # ZeRO-3 runs and ZeRO-3 repeats only
+    assert entry["model_low_fraction"] == 0.0 and entry["model_high_fraction"] == pytest.approx(0.045)
+    assert entry["low_fraction"] == entry["noise_low_fraction"] == pytest.approx(0.16)  # the noise is wider
+    assert entry["high_fraction"] == pytest.approx(0.16)
+    assert "deepspeed/zero3" not in bench.band(rows)["step"]  # no repeats: no ZeRO-3 entry
+    bands = {"step": {"deepspeed": {"n": 50, "shapes": 9, "low_fraction": 0.1, "high_fraction": 0.05},
+                      "deepspeed/none": {"n": 20, "shapes": 9, "low_fraction": 0.12, "high_fraction": 0.07},
+                      "deepspeed/zero3": {**entry, "shapes": 6}}}
+    monkeypatch.setattr(M, "_error_bands", lambda: bands)
+    low, high, note = M.error_band("deepspeed", "step", "none", zero_stage=3)
+    assert (low, high) == (entry["low_fraction"], entry["high_fraction"]) and "ZeRO-3" in note
+    assert M.error_band("deepspeed", "step", "none", zero_stage=2)[:2] == (0.12, 0.07)
+    bands["step"]["deepspeed/zero3"]["n"] = 4  # too few runs: the recompute mode's band
+    assert M.error_band("deepspeed", "step", "none", zero_stage=3)[:2] == (0.12, 0.07)

@@ -276,3 +276,23 @@ def test_zero12_offload_takes_the_oversized_output_gradient_norm_in_fp64():
     assert grads == 0.0 and acts == pytest.approx(10.0 + (2 + 8) * out)  # 16-bit gradient + its fp64 copy
     grads, acts = zero12_early_partition_bytes(m, offload_optimizer=0, **kw)
     assert grads == pytest.approx(2 * 2e9) and acts == pytest.approx(10.0 + 2 * out)
+
+
+def test_unreduced_gradients_grow_through_a_recomputed_backward():
+    """ZeRO-0 and ZeRO-1 without overlap_comm reduce nothing during backward: with full recompute (a layer keeps
+    only its input) the first layer's backward runs beside the other layers' 16-bit gradients; without recompute
+    the freed activations outweigh them; ZeRO-2, overlap_comm, accumulation and LoRA add nothing."""
+    from workbench.memory import layer_params_per_rank, unreduced_gradient_growth_bytes
+
+    m = ModelSpec(num_layers=12, hidden_size=1280, num_attention_heads=20, vocab_size=50257, seq_length=1024)
+    p = layer_params_per_rank(m, 1)
+    kw = dict(layers=12, tensor_parallel=1, engine=DS, value_bytes=2, num_microbatches=1, lora=False)
+    assert unreduced_gradient_growth_bytes(m, kept_per_layer=1e6, zero_stage=1, overlap_comm=0, **kw) == \
+        pytest.approx(11 * (2 * p - 1e6))
+    assert unreduced_gradient_growth_bytes(m, kept_per_layer=1e9, zero_stage=0, overlap_comm=1, **kw) == 0.0
+    assert unreduced_gradient_growth_bytes(m, kept_per_layer=1e6, zero_stage=1, overlap_comm=1, **kw) == 0.0
+    assert unreduced_gradient_growth_bytes(m, kept_per_layer=1e6, zero_stage=2, overlap_comm=0, **kw) == 0.0
+    assert unreduced_gradient_growth_bytes(m, kept_per_layer=1e6, zero_stage=1, overlap_comm=0,
+                                           **{**kw, "num_microbatches": 2}) == 0.0
+    assert unreduced_gradient_growth_bytes(m, kept_per_layer=1e6, zero_stage=1, overlap_comm=0,
+                                           **{**kw, "engine": MG}) == 0.0

@@ -62,7 +62,8 @@ class EvaluatedPlan:
         model shapes for this engine (:func:`workbench.memory.error_band`); zeros and a note without a band."""
         from workbench.memory import error_band
 
-        band = error_band(self.plan.engine, "step", self.plan.recompute) if self.time is not None else None
+        band = (error_band(self.plan.engine, "step", self.plan.recompute, zero_stage=self.plan.zero_stage)
+                if self.time is not None else None)
         if band is None:
             return 0.0, 0.0, f"no held-out step-time measurements for engine {self.plan.engine}"
         step = self.time.step_seconds

@@ -534,6 +534,29 @@ def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_para
     return where(applies, value_bytes * vocab * m.hidden_size / tensor_parallel, 0.0)
 
 
+def unreduced_gradient_growth_bytes(m: ModelSpec, *, layers, kept_per_layer, tensor_parallel, engine, zero_stage,
+                                    overlap_comm, num_microbatches, value_bytes, lora):
+    """What the layers' 16-bit weight gradients add to the backward peak where nothing reduces them during backward
+    (DeepSpeed ZeRO-0, ZeRO-1 without ``overlap_comm``: ``stage_1_and_2.py`` ``process_gradients`` only sets up the
+    buckets; the reduction waits for the end of backward), beyond the start of backward that
+    :func:`backward_gradient_bytes` prices.
+
+    While layer j of the stage's L layers (counted in backward order) is back-propagated, j layers' gradients exist
+    (v·p each, p = :func:`layer_params_per_rank`) and j layers' kept activations are freed, beside the same layer
+    transient: ``held − j·kept + j·v·p + transient``. That is largest at j = 0 or at j = L − 1, so the growth over
+    the start is ``max(0, (L − 1)·(v·p − kept))``. Without recompute a layer keeps far more than its gradient and
+    the growth is 0; with full recompute it keeps only its input, and the first layer's backward runs beside the
+    other layers' gradients. 0 with gradient accumulation (the gradients already persist), LoRA (adapter gradients
+    only), the Megatron engine (its gradient buffer always counts), ZeRO-2/3 and ZeRO-1 with ``overlap_comm``
+    (they reduce during backward)."""
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON])
+               & ((zero_stage == 0) | ((zero_stage == 1) & (overlap_comm <= 0)))
+               & (num_microbatches <= 1) & ~np.asarray(lora))
+    per_layer = value_bytes * layer_params_per_rank(m, tensor_parallel)
+    growth = maximum(0.0, (layers - 1) * (per_layer - kept_per_layer))
+    return where(applies & (layers > 1), growth, 0.0)
+
+
 def backward_gradient_bytes(gradient_bytes, *, engine, zero_stage, num_microbatches, param_bytes,
                             offload_optimizer=0, fp32_grad_partition=1):
     """How much of :func:`model_state_bytes`'s ``gradients`` is allocated at the backward peak (its first layer).
@@ -1219,6 +1242,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
     # alone moved the Hugging Face runs' allocated error the wrong way)
     activations, buffers_bwd = where(late, late_acts, activations), where(late, late_buffers, buffers)
+    # gradients that nothing reduces during backward (ZeRO-0, ZeRO-1 without overlap_comm) grow as layers finish
+    grads_bwd = grads_bwd + unreduced_gradient_growth_bytes(
+        m, layers=layers, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
+        tensor_parallel=tensor_parallel, engine=engine, zero_stage=zero_stage, overlap_comm=overlap,
+        num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
     early_grads, early_acts = zero12_early_partition_bytes(
@@ -1292,14 +1320,22 @@ EXPANDABLE_BAND_SUFFIX = "expandable-segments"
 """Band-file key suffix of the runs with ``expandable_segments:True`` (``deepspeed/expandable-segments``)."""
 
 
-def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False):
+ZERO3_BAND_SUFFIX = "zero3"
+"""Step-time band key suffix of DeepSpeed ZeRO-3's held-out runs (``deepspeed/zero3``): its step time varies
+between processes far more than other stacks' (``bench_accuracy.py``'s REPEATABILITY table), so it has its own band,
+at least as wide as that process-to-process noise."""
+
+
+def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False,
+               zero_stage=None):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
     ``None`` when no held-out run of that engine exists. With ``recompute`` the runs of that recompute mode are
     used when there are at least :data:`MIN_BAND_RUNS`. With ``expandable_segments`` the engine's runs with PyTorch's
     expandable-segments allocator (``ENGINE/expandable-segments``) when there are at least :data:`MIN_BAND_RUNS`,
-    else as without. The hybrid uses its own runs, else DeepSpeed's."""
+    else as without. With ``zero_stage`` 3 the ``ENGINE/zero3`` entry (step time only) when it has at least
+    :data:`MIN_BAND_RUNS` runs, before the recompute mode's. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
@@ -1310,6 +1346,14 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
         if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
             note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
                     f"{key} with expandable segments on {_error_bands().get('gpu', 'H200')}")
+            return float(entry["low_fraction"]), float(entry["high_fraction"]), note
+        entry = None
+    if zero_stage is not None and int(zero_stage) >= 3:  # ZeRO-3's own runs, widened by its process-to-process noise
+        entry = bands.get(f"{key}/{ZERO3_BAND_SUFFIX}")
+        if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
+            note = (f"band from {entry['n']} held-out ZeRO-3 runs ({entry['shapes']} model shapes never fitted on) of "
+                    f"{key} on {_error_bands().get('gpu', 'H200')}, at least as wide as the spread of one ZeRO-3 "
+                    f"configuration measured in separate processes")
             return float(entry["low_fraction"]), float(entry["high_fraction"]), note
         entry = None
     if recompute is not None:  # runs of the same recompute mode when there are enough (its terms differ most)
