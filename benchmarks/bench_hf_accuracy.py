@@ -4,7 +4,8 @@ The runs (``benchmarks/corpus/h200_runs.jsonl``) train transformers models built
 ``deepspeed.initialize``: Llama (TinyLlama width), Qwen2 1.5B width and GPT-2 medium width, sdpa and eager,
 ZeRO-0/1/2/3, CPU offload, gradient checkpointing on and off, LoRA. Each is translated with ``workbench.hf.import_hf``
 and compared through ``bench_accuracy``'s own mapping, prediction and errors (held-out shapes in
-``benchmarks/accuracy_split.json``'s ``test`` list). Prints one line per run and median / worst |error| per split.
+``benchmarks/accuracy_split.json``'s ``test`` list). Prints one line per run and median / worst |error| per split, then
+the step time of the ZeRO 0-2 runs without offload alone (the stack's own compute and checkpoint terms).
 
     python benchmarks/bench_hf_accuracy.py [--corpus PATH] [--refit-time] [--leave-one-shape-out]
 
@@ -81,11 +82,14 @@ def main(argv=None) -> int:
     if args.refit_time or args.leave_one_shape_out:
         refit_recompute_overhead([r for r in runs if r["shape_id"] not in split["test"]])
     rows = {"fit": [], "test": []}
+    plain = {"fit": [], "test": []}  # ZeRO 0-2 without offload: the stack's own compute and checkpoint terms
     print(f"{'run':58s} {'split':5s} {'allocated':>10s} {'device':>8s} {'step':>8s}")
     for run in sorted(runs, key=lambda r: r["run_id"]):
         side = "test" if run["shape_id"] in split["test"] else "fit"
         err = B.errors(run, B.predict(run))
         rows[side].append(err)
+        if int(run["plan"].zero_stage) <= 2 and str(run["plan"].offload_optimizer) == "none":
+            plain[side].append(err["step"])
         cells = " ".join("       -" if err[q] is None else f"{err[q]:+8.1%}" for q in B.QUANTITIES)
         print(f"{run['run_id']:58s} {side:5s}   {cells}")
     for side, errs in rows.items():
@@ -94,6 +98,10 @@ def main(argv=None) -> int:
             s = B.summary([e[q] for e in errs])
             parts.append(f"{q} median {s['median']:.1%} worst {s['worst']:.1%}" if s.get("n") else f"{q} -")
         print(f"{side}: {len(errs)} runs; " + "; ".join(parts))
+    for side, errs in plain.items():
+        s = B.summary(errs)
+        if s.get("n"):
+            print(f"{side}, ZeRO 0-2 without offload: {s['n']} runs; step median {s['median']:.1%} worst {s['worst']:.1%}")
     return 0
 
 
