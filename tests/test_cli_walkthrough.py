@@ -81,3 +81,33 @@ def test_megatron_lint_names_each_size_rule():
 def test_a_flag_that_needs_another_is_refused_not_ignored(argv, message, capsys):
     rc, out, err = _main(argv, capsys)
     assert rc == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_planner_explanation_names_ulysses_once_not_as_cp_and_kv_exchange():
+    from workbench.planner import explain, search
+
+    model = catalog.model("llama3-8b").replace(seq_length=131072)
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, num_nodes=2)
+    ranked = search(model, cluster, global_batch_size=16, top=400).ranked
+    ulysses = next(r for r in ranked if r.plan.is_ulysses)
+    megatron_cp = next(r for r in ranked if r.plan.context_parallel > 1 and not r.plan.is_ulysses)
+    for a, b in ((ulysses, megatron_cp), (megatron_cp, ulysses)):
+        text = explain(a, b, model=model, cluster=cluster)
+        differs = text.splitlines()[1]
+        assert "CP exchange" not in differs and f"Ulysses {a.plan.ulysses} vs {b.plan.ulysses}" in differs
+        assert f"CP {a.plan.context_parallel if not a.plan.is_ulysses else 1} vs" in differs
+        assert "Ulysses=" not in text or "DeepSpeed-Ulysses all-to-all" in text or "K/V exchange" in text
+
+
+def test_calibrate_progress_keeps_the_digits_of_small_cpu_rates(monkeypatch):
+    from workbench.calibrate import CalibrationSettings, calibrate, measure
+
+    monkeypatch.setattr(measure, "measure_copy_gb_per_s", lambda *a, **k: 0.267)
+    monkeypatch.setattr(measure, "measure_cpu_adam", lambda *a, **k: {"implementation": "torch", "threads": 2,
+                                                                       "params_per_second": 1.76e6,
+                                                                       "params_per_second_per_thread": 0.88e6})
+    lines = []
+    calibrate(CalibrationSettings(name="t", quick=True, nproc=1, parts=("memory_bandwidth", "cpu_adam")),
+              progress=lines.append)
+    text = "\n".join(lines)
+    assert "device memory copy: 0.267 GB/s" in text and "0.00176 G params/s" in text

@@ -928,6 +928,18 @@ _CP_COMM_WORDS = {
 """How each ``--cp-comm-type`` exchanges K/V, in the words the explanation uses."""
 
 
+def _sequence_split(plan: ParallelPlan) -> str:
+    """How a plan splits the sequence, in the explanation's words: ``Ulysses=N``, ``CP=N p2p`` or ``CP=1``."""
+    if plan.is_ulysses:
+        return f"Ulysses={plan.ulysses}"
+    return f"CP={plan.context_parallel}" + (f" {plan.cp_comm_type}" if plan.context_parallel > 1 else "")
+
+
+def _megatron_cp(plan: ParallelPlan) -> int:
+    """Megatron's context-parallel size of a plan (1 for DeepSpeed-Ulysses, which the plan stores as CP N, a2a)."""
+    return 1 if plan.is_ulysses else plan.context_parallel
+
+
 def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSpec) -> str:
     """Why ``term`` differs between plan ``a`` (the slower) and ``b``, from the plans' settings."""
     n = cluster.gpus_per_node
@@ -963,6 +975,8 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
     if term == "offload":
         return "optimizer/parameters in host memory over PCIe"
     if term == "cp_comm":
+        if a.is_ulysses or b.is_ulysses:
+            return f"{_sequence_split(a)} vs {_sequence_split(b)}"
         if a.context_parallel == b.context_parallel and a.cp_comm_type != b.cp_comm_type:
             return f"CP={a.context_parallel} {a.cp_comm_type} vs {b.cp_comm_type} ({_CP_COMM_WORDS[str(a.cp_comm_type)]})"
         return f"CP={a.context_parallel} vs CP={b.context_parallel}"
@@ -1005,7 +1019,12 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         ("distributed optimizer", "distributed_optimizer", lambda x: "on" if x else "off"),
         ("offload optimizer", "offload_optimizer", str), ("offload params", "offload_params", str),
         ("recompute", "recompute", str), ("micro batch", "micro_batch_size", str))
-        if getattr(w.plan, attr) != getattr(r.plan, attr)]
+        if getattr(w.plan, attr) != getattr(r.plan, attr)
+        # Ulysses N is stored as CP N with the all-to-all exchange: its own entry says it once
+        and not (attr in ("context_parallel", "cp_comm_type") and (w.plan.is_ulysses or r.plan.is_ulysses))]
+    if (w.plan.is_ulysses or r.plan.is_ulysses) and _megatron_cp(w.plan) != _megatron_cp(r.plan):
+        at = next((i + 1 for i, d in enumerate(diffs) if d.startswith("Ulysses ")), len(diffs))
+        diffs.insert(at, f"CP {_megatron_cp(w.plan)} vs {_megatron_cp(r.plan)}")
     lines = ([top] if head else []) + [f"{label}: {r.describe()} — {r.step_seconds:.3f} s/step ({gap:+.1%}); differs in "
                    f"{'; '.join(diffs) if diffs else 'nothing but ordering'}."]
     deltas = sorted(((r.time_breakdown[k] - w.time_breakdown[k], k) for k in T.TERMS), reverse=True)
@@ -1018,7 +1037,8 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         rel = f" ({abs(delta) / base:+.0%})" if base > 1e-9 else ""
         why = _term_reason(k, slow.plan, fast.plan, cluster)
         who = label.lower() if delta > 0 else "winner"
-        reasons.append(f"{why + ': ' if why else ''}{who} +{abs(delta):.3f} s {_TERM_WORDS[k]}{rel}")
+        words = ("DeepSpeed-Ulysses all-to-all" if k == "cp_comm" and slow.plan.is_ulysses else _TERM_WORDS[k])
+        reasons.append(f"{why + ': ' if why else ''}{who} +{abs(delta):.3f} s {words}{rel}")
     if reasons:
         lines.append("Where the time goes: " + "; ".join(reasons[:4]) + ".")
     dm = r.peak_bytes - w.peak_bytes

@@ -343,8 +343,8 @@ class StepInputs:
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
     hf_recompute_layer_s: object = 0.0
     """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
-    backward together); the part the GPU's kernels for that layer do not hide is added to the recompute (catalog
-    ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    backward together); the part the micro-batch's GPU work does not hide is added to the recompute
+    (:func:`hf_checkpoint_host`; catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
     soft_cap: object = 0.0
     """1 where the model soft-caps its attention scores (eager only: flash kernels cap in-kernel) and its logits,
     ``tanh(x / cap) · cap`` (Gemma 2 in transformers): three more element-wise passes over each (:func:`soft_cap_bytes`)."""
@@ -613,20 +613,13 @@ def compute_terms(x: StepInputs) -> dict:
     t_loss_fwd = logits_per_gpu * (ce_fwd_b + x.soft_cap * cap_fwd_b) / hbm
     t_loss_bwd = logits_per_gpu * (ce_bwd_b + x.soft_cap * cap_bwd_b) / hbm
     # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
-    # transformers' gradient checkpointing: the checkpointed layer's host-side work (torch.utils.checkpoint's
-    # saved-tensor hooks and recompute, the framework's gradient hooks) runs while the GPU executes that layer's
-    # forward, recompute and backward; only what exceeds them is exposed
-    hf_ckpt_exposed = maximum(0.0, x.hf_recompute_layer_s - (2 * layer_fwd + layer_bwd))
-    hf_ckpt_exposed = where(x.hf_recompute_layer_s > 0, hf_ckpt_exposed, 0.0)
-    recompute_layer = (g["full"] * x.recompute_fraction * (layer_fwd + hf_ckpt_exposed)
+    recompute_layer = (g["full"] * x.recompute_fraction * layer_fwd
                        + g["selective"] * (t_core + t_score_fwd))
     # the layer at FP8 share 1 (above) and at share 0 (bf16): a stage with share a takes (1−a)·bf16 + a·FP8
     bf16_fwd = t_weights_bf16 + t_core + t_mem + t_score_fwd + t_rope_fwd + x.layer_pass_overhead_s
     bf16_bwd = ((1 + tf) * t_weights_bf16 + t_core_bwd + 2 * t_mem + t_score_bwd + t_rope_bwd
                 + x.layer_pass_overhead_s)
-    bf16_exposed = where(x.hf_recompute_layer_s > 0,
-                            maximum(0.0, x.hf_recompute_layer_s - (2 * bf16_fwd + bf16_bwd)), 0.0)
-    bf16_rc = (g["full"] * x.recompute_fraction * (bf16_fwd + bf16_exposed)
+    bf16_rc = (g["full"] * x.recompute_fraction * bf16_fwd
                + g["selective"] * (t_core + t_score_fwd))
     fp8_on = np.asarray(x.fp8_layer_fraction) > 0
 
@@ -668,6 +661,13 @@ def compute_terms(x: StepInputs) -> dict:
     stage_fwd = where(last_slowest, last_fwd, other_layers * layer_fwd)
     stage_bwd = where(last_slowest, last_bwd, other_layers * layer_bwd)
     recompute_mb = layers * recompute_layer
+    # transformers' gradient checkpointing: the host work of each checkpointed layer (:func:`hf_checkpoint_host`)
+    # runs while the GPU executes the micro-batch's queued forward, recompute and backward kernels; only what
+    # outlasts them is exposed (ZeRO-3's hooks then hide behind that exposed time too: the host is busy either way)
+    hf_host_mb = hf_checkpoint_host(x, layers)
+    hf_exposed_mb = maximum(0.0, hf_host_mb - (stage_fwd + stage_bwd + recompute_mb))
+    recompute_mb = recompute_mb + hf_exposed_mb
+    recompute_layer = recompute_layer + hf_exposed_mb / maximum(layers, 1e-30)
     # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
     # (one layer's parameters on the rank: routed experts split over tp_e·e, the rest over t)
     expert_layer = x.expert_parameters / x.num_layers
@@ -680,12 +680,25 @@ def compute_terms(x: StepInputs) -> dict:
             "output_forward_seconds": out_fwd, "output_backward_seconds": out_bwd,
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
-            "recompute_microbatch_seconds": recompute_mb, "core_attention_seconds": t_core,
+            "recompute_microbatch_seconds": recompute_mb, "hf_checkpoint_host_microbatch_seconds": hf_host_mb,
+            "core_attention_seconds": t_core,
             "core_attention_backward_seconds": t_core_bwd,
             "layer_weight_gemm_seconds": t_weights_fwd, "fp8_stage_share": fp8,
             # what one layer saves running in FP8 instead of bf16 (0 without FP8): per-stage times in the pipeline view
             "fp8_layer_forward_gain_seconds": where(fp8_on, bf16_fwd - fp8_fwd, 0.0),
             "fp8_layer_backward_gain_seconds": where(fp8_on, bf16_bwd - fp8_bwd, 0.0)}
+
+
+def hf_checkpoint_host(x: StepInputs, layers):
+    """Host seconds per micro-batch of transformers' gradient checkpointing on a stage of ``layers`` layers:
+    ``hf_recompute_layer_s`` per checkpointed decoder layer (non-reentrant ``torch.utils.checkpoint``: its
+    saved-tensor hooks, the recompute's Python and dispatch, the framework's gradient hooks), 0 for other stacks.
+
+    The host queues kernels ahead of the GPU, so this work competes with the GPU time of the whole micro-batch
+    (every layer's forward, recompute and backward, the logits and the loss), not with the checkpointed layer's
+    own kernels: a large vocabulary or wide layers hide it, thin layers with a small vocabulary expose it."""
+    full = (x.recompute == 2).astype(float)
+    return where(x.hf_recompute_layer_s > 0, full * x.recompute_fraction * layers * x.hf_recompute_layer_s, 0.0)
 
 
 def _expert_tp(x: StepInputs):
