@@ -731,9 +731,9 @@ def moe_expert_tokens(tokens, *, top_k, tensor_parallel, expert_tensor_parallel,
     routed to top-k experts, gathered again over the expert-tensor-parallel group — ``tokens/t · k · tp_e`` on
     average whichever dispatcher moves them (alltoall: each expert-parallel rank sends 1/e of its copies to each
     other rank and receives as many; allgather: the rank keeps the copies routed to its E/e experts out of the
-    gathered e·tp_e·tokens/t), times ``token_factor``: 1 dropless (the balanced average — an imbalanced router sends
-    more to some ranks), the capacity factor when inputs are padded to capacity (megatron-core ``get_capacity``:
-    ⌈tokens·k/E · factor⌉ per expert)."""
+    gathered e·tp_e·tokens/t), times ``token_factor``: dropless, the busiest rank's routing load
+    (:func:`workbench.encode.moe_rank_load`, 1 balanced); the capacity factor when inputs are padded to capacity
+    (megatron-core ``get_capacity``: ⌈tokens·k/E · factor⌉ per expert)."""
     return tokens / tensor_parallel * top_k * expert_tensor_parallel * token_factor
 
 
@@ -741,7 +741,7 @@ def moe_router_bytes_per_token(m: ModelSpec, *, value_bytes):
     """What megatron-core's router and token permutation keep for backward per token of one MoE layer (unfused
     path, ``moe_router_load_balancing_type='aux_loss'``, router in the model dtype — ``moe_router_dtype`` None, the
     default; 'fp32' makes the E- and k-wide probabilities 4 bytes), from megatron-core 0.16 ``moe_utils`` /
-    ``router.py`` / ``token_dispatcher.py`` (the same code in 0.19):
+    ``router.py`` / ``token_dispatcher.py`` (the same calls in Megatron-LM's main branch, 0.20 dev):
 
     * ``compute_routing_scores_for_aux_loss``: the fp32 softmax over all E logits, kept by the aux loss (4·E), and
       its top-k indices (int64, 8·k);
