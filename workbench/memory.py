@@ -489,8 +489,12 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     layer is back-propagated, beside every layer's activations and the output layer's own 16-bit gradient; with a
     smaller output layer after ``k = (bucket − output) / layer`` layers, whose activations are freed by then.
     ZeRO-1 reduces during backward only with ``overlap_comm`` (``process_gradients``); without it every gradient
-    waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). Applies with one
-    micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`).
+    waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). With gradient accumulation
+    the same moment comes in every micro-batch after the first, beside the partition of the earlier ones
+    (:func:`backward_gradient_bytes` counts that one): at the end of each backward DeepSpeed 0.19 keeps the
+    partition alive through its per-parameter views (``independent_gradient_partition_epilogue``:
+    ``all_grad_tensors``) and drops only its own reference (``_release_ipg_buffers``: ``grads_in_partition =
+    None``), so the next micro-batch's first reduction allocates a second one.
     With optimizer offload there is no partition on the GPU (each gradient's fp64 norm is taken, then it is cast to
     fp32 and copied to the host); when the output layer exceeds the bucket, its 16-bit gradient and that fp64 copy
     (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE`) are the moment's extra, beside every layer's activations: the
@@ -505,7 +509,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     offload = offload_optimizer > 0
     extra_large = output_elems > reduce_bucket_elements
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
-               & (num_microbatches <= 1) & ~np.asarray(lora) & (pipeline_parallel == 1)
+               & ~np.asarray(lora) & (pipeline_parallel == 1)
                & (done < layers) & (value_bytes < 4) & (~offload | extra_large))
     partition = where(offload, 0.0, value_bytes * trainable / data_parallel)
     # the output layer's 16-bit gradient while it is reduced; with offload its fp64 copy for the norm, then its fp32
@@ -1252,7 +1256,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     early_grads, early_acts = zero12_early_partition_bytes(
         m, held=held, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
         layer_transient=layer_transient, layers=layers, last=last, tensor_parallel=tensor_parallel,
-        data_parallel=data_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
+        # DeepSpeed partitions ZeRO over the sequence-data-parallel group (Ulysses: dp × c), as for the states above
+        data_parallel=data_parallel * context_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
         trainable=trainable, lora=lora, overlap_comm=overlap)
     early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers_bwd
