@@ -152,7 +152,12 @@ def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param
     Source: Transformer Engine ``pytorch/module/linear.py`` — v1.8 casts the weight into a workspace cached under
     ``"weight"`` with ``with_transpose=torch.is_grad_enabled()`` whenever megatron-core passes ``is_first_microbatch``
     (``get_fp8_workspace``); v2.8 quantizes it with ``weight_quantizer.set_usage(rowwise=True, columnwise=...)`` and
-    keeps both usages on the cached tensor (on Hopper the column-wise data is the transpose)."""
+    keeps both usages on the cached tensor (on Hopper the column-wise data is the transpose). Main of 2026-08
+    (d0067d0d) is the same: ``Linear.forward`` caches under ``cache_name = "weight"`` whenever ``is_first_microbatch``
+    is given, in ``self._fp8_workspaces``, which megatron-core's ``TELinear.forward`` passes unless
+    ``disable_parameter_transpose_cache``. With param gather megatron-core keeps FP8 parameters as ``uint8`` in its
+    parameter buffer (``param_and_grad_buffer.py``) and builds the transpose in
+    ``fp8_utils.post_all_gather_processing``."""
     recipe = np.asarray(recipe, dtype=int)
     copies = FP8_WEIGHT_COPY_BYTES[recipe]
     per_param = copies - where(param_gather > 0, value_bytes, 0.0)
@@ -189,7 +194,10 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     sequence parallel, the FP8 ``inputmat`` instead of the bf16 input; v2.8 drops the row-wise data of the quantized
     input (``update_usage(rowwise_usage=False, columnwise_usage=True)``) before saving it — one byte per value
     either way. ``layernorm_linear.py`` saves the bf16 ``inputmat``, ``mu``, ``rsigma`` and the FP8 ``ln_out``;
-    ``layernorm_mlp.py`` (not used by megatron-core's layer spec) keeps the same: bf16 ``fc1_out``, FP8 ``act_out``."""
+    ``layernorm_mlp.py`` (not used by megatron-core's layer spec) keeps the same: bf16 ``fc1_out``, FP8 ``act_out``.
+    Main of 2026-08 (d0067d0d) is the same: without sequence parallel ``LayerNormLinear`` drops the row-wise data of
+    ``ln_out`` before saving it; with sequence parallel and per-tensor scaling it quantizes ``ln_out`` row-wise only
+    (FP8 column-wise data cannot be all-gathered) and saves the local shard, re-gathered in backward."""
     a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
     s = m.seq_length / context_parallel
     sb = s * micro_batch
