@@ -97,3 +97,17 @@ def test_planner_explanation_names_ulysses_once_not_as_cp_and_kv_exchange():
         assert "CP exchange" not in differs and f"Ulysses {a.plan.ulysses} vs {b.plan.ulysses}" in differs
         assert f"CP {a.plan.context_parallel if not a.plan.is_ulysses else 1} vs" in differs
         assert "Ulysses=" not in text or "DeepSpeed-Ulysses all-to-all" in text or "K/V exchange" in text
+
+
+def test_calibrate_progress_keeps_the_digits_of_small_cpu_rates(monkeypatch):
+    from workbench.calibrate import CalibrationSettings, calibrate, measure
+
+    monkeypatch.setattr(measure, "measure_copy_gb_per_s", lambda *a, **k: 0.267)
+    monkeypatch.setattr(measure, "measure_cpu_adam", lambda *a, **k: {"implementation": "torch", "threads": 2,
+                                                                       "params_per_second": 1.76e6,
+                                                                       "params_per_second_per_thread": 0.88e6})
+    lines = []
+    calibrate(CalibrationSettings(name="t", quick=True, nproc=1, parts=("memory_bandwidth", "cpu_adam")),
+              progress=lines.append)
+    text = "\n".join(lines)
+    assert "device memory copy: 0.267 GB/s" in text and "0.00176 G params/s" in text

@@ -255,7 +255,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
     # -- memory bandwidth, host link ------------------------------------------------------------------------------
     if "memory_bandwidth" in parts:
         result["device_memory_gb_per_s"] = measure.measure_copy_gb_per_s(d["copy_bytes"], device=device)
-        say(f"device memory copy: {result['device_memory_gb_per_s']:.0f} GB/s")
+        say(f"device memory copy: {result['device_memory_gb_per_s']:.3g} GB/s")
     if "host_link" in parts and kind == "cuda":
         result["host_link_gb_per_s"] = measure.measure_host_link(min(d["copy_bytes"], GiB))
         say("host link GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in result["host_link_gb_per_s"].items()))
@@ -268,7 +268,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
             notes.append(f"cpu adam {settings.cpu_adam}: {exc}; measured torch.optim.AdamW instead")
             result["cpu_adam"] = measure.measure_cpu_adam(d["cpu_adam_params"], implementation="torch")
         say(f"CPU Adam ({result['cpu_adam']['implementation']}, {result['cpu_adam']['threads']} threads): "
-            f"{result['cpu_adam']['params_per_second'] / 1e9:.2f} G params/s")
+            f"{result['cpu_adam']['params_per_second'] / 1e9:.3g} G params/s")
 
     # -- memory overhead ------------------------------------------------------------------------------------------
     if "memory" in parts:
@@ -300,7 +300,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
                 if raw.get("nccl_bytes") is not None:
                     result["memory"]["nccl_bytes"] = raw["nccl_bytes"]
                 for k, fit in result["collectives"][raw["link"]]["fit"].items():
-                    say(f"{k}: {fit['gb_per_s']:.1f} GB/s, latency {fit['latency_s'] * 1e6:.1f} us")
+                    say(f"{k}: {fit['gb_per_s']:.3g} GB/s, latency {fit['latency_s'] * 1e6:.1f} us")
         else:
             notes.append(f"collectives skipped: {d['nproc']} process(es) (needs 2)")
 
