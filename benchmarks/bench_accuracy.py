@@ -418,10 +418,11 @@ def spread(values) -> float:
 
 
 def configuration_key(run) -> tuple:
-    """What makes two runs the same configuration: the stack, the model, the plan and the GPUs; the host's CPU
-    Adam threads only where the optimizer runs on the host. Run id, group and measurement time do not count."""
+    """What makes two runs the same configuration: the stack, the model, the plan and the GPUs; the threads of the
+    host's CPU Adam only where the optimizer runs on the host (as it ran: OMP_NUM_THREADS, else the node's cores
+    per GPU). Run id, group and measurement time do not count."""
     c, plan = run["cluster"], run["plan"]
-    host = (c.cpu_adam_threads, c.host_cpu_cores_per_node) if plan.offload_optimizer != "none" else ()
+    host = (c.cpu_adam_threads_per_rank,) if plan.offload_optimizer != "none" else ()
     return run["stack"], repr(run["model"]), repr(plan), repr(c.gpu), c.gpus_per_node, host
 
 
