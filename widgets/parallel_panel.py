@@ -79,6 +79,11 @@ class ParallelPanel(Panel):
                                               tooltip="--moe-expert-capacity-factor: tokens above factor × an "
                                                       "expert's average are dropped (0: dropless; DeepSpeed-MoE: "
                                                       "its capacity_factor, 0 = its default 1.0, always padded)")
+        c["moe_load_imbalance"] = float_text("load imbalance",
+                                             tooltip="routing load imbalance: the busiest expert-parallel rank's "
+                                                     "tokens over the mean (1: balanced); prices that rank's expert "
+                                                     "activations, GEMMs and all-to-all. No Megatron flag: an "
+                                                     "assumption about the router, not exported")
         c["moe_overlap_alltoall"] = checkbox("overlap MoE all-to-all",
                                              tooltip="--overlap-moe-expert-parallel-comm: dispatch/combine run "
                                                      "beside another micro-batch's compute")
@@ -132,7 +137,7 @@ class ParallelPanel(Panel):
             *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["ulysses"], c["first_stage_layers"], c["last_stage_layers"],
             c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"],
             c["expert_parallel"], c["expert_tensor_parallel"], c["moe_token_dispatcher"], c["moe_capacity_factor"],
-            c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
+            c["moe_load_imbalance"], c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
             c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
             c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["grad_reduce_fp32"],
             c["expandable_segments"], c["lora_rank"], self.derived, self.error,
@@ -196,6 +201,11 @@ class ParallelPanel(Panel):
 
                 text += (f" · DeepSpeed-MoE: capacity {dsmoe.expert_capacity_of(state.model, p)} tokens per expert "
                          f"(factor {dsmoe.capacity_factor(p):g}, padded)")
+            elif p.moe_load_imbalance != 1.0:
+                from workbench.encode import moe_token_factor
+
+                text += (f" · busiest EP rank priced at {moe_token_factor(p, state.model):.2f} × the balanced share "
+                         f"(load imbalance {p.moe_load_imbalance:g})")
         if p.lora_rank:
             text += f" · LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)"
         if self.derived.value != text:

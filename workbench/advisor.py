@@ -613,7 +613,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
         found.append(fp8_payoff(model, cluster, plan, time))
         found.append(expert_alltoall(model, cluster, plan, time))
-    found.append(moe_capacity(model, plan))
+    found.append(moe_capacity(model, plan, cluster))
     found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o),
               cpu_adam_threads(plan, cluster=cluster, time=time)]
     return tuple(f for f in found if f is not None)
@@ -649,21 +649,40 @@ def expert_alltoall(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     return Finding(id="expert-alltoall", status="pass", message=what)
 
 
-def moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Optional[Finding]:
-    """What the capacity factor means for this plan: dropless routing is priced at the balanced average (an
-    imbalanced router sends more tokens to some experts: their memory and time rise above the estimate); a capacity
-    factor without padding drops the tokens above factor × average (below 1, even perfectly balanced routing drops
-    1 − factor of the token copies); with padding every expert computes and exchanges factor × average."""
+def moe_capacity(model: ModelSpec, plan: ParallelPlan, cluster: Optional[ClusterSpec] = None) -> Optional[Finding]:
+    """What the capacity factor and the routing imbalance mean for this plan: dropless routing is priced at
+    :attr:`ParallelPlan.moe_load_imbalance` × the balanced share on the busiest expert-parallel rank (1: balanced;
+    a skewed router raises that rank's memory and time, which every rank waits for — with a ``cluster`` the finding
+    names what the given imbalance costs over balanced routing, priced twice by :func:`workbench.estimate.estimate`);
+    a capacity factor without padding drops the tokens above factor × average (below 1, even perfectly balanced
+    routing drops 1 − factor of the token copies) and caps the imbalance; with padding every expert computes and
+    exchanges factor × average."""
     if not model.is_moe:
         return None
     if plan.deepspeed_moe:
         return deepspeed_moe_capacity(model, plan)
-    f = plan.moe_capacity_factor
+    from workbench.encode import moe_token_factor
+
+    f, imbalance = plan.moe_capacity_factor, plan.moe_load_imbalance
+    load = moe_token_factor(plan, model)
+    knobs = ("a capacity factor (--moe-expert-capacity-factor C) caps the busiest rank at C × the average by "
+             "dropping the tokens above it; a larger aux-loss coefficient (--moe-aux-loss-coeff) or another "
+             "--moe-router-load-balancing-type evens the routing")
     if f is None:
-        return Finding(id="moe-capacity", status="pass",
-                       message="dropless routing: memory and time are priced for balanced routing (tokens·top-k / "
-                               "experts per expert); a skewed router puts more tokens on some ranks, whose expert "
-                               "activations and GEMMs then exceed the estimate")
+        if imbalance == 1.0:
+            return Finding(id="moe-capacity", status="pass",
+                           message="dropless routing: memory and time are priced for balanced routing (tokens·top-k / "
+                                   "experts per expert); a skewed router puts more tokens on some ranks, whose expert "
+                                   "activations and GEMMs then exceed the estimate",
+                           suggestion=("pass --moe-load-imbalance F (the busiest expert-parallel rank's tokens over "
+                                       "the mean, from the router's tokens-per-expert counts) to price it"
+                                       if plan.expert_parallel > 1 else None))
+        if plan.expert_parallel == 1:
+            return Finding(id="moe-capacity", status="pass",
+                           message=f"moe_load_imbalance={imbalance:g} has no effect with expert_parallel=1: the "
+                                   f"one rank holds all {model.num_experts} experts and computes every routed copy "
+                                   f"whatever the balance")
+        return _imbalance_cost(model, plan, cluster, load, knobs)
     if f < 1:
         return Finding(id="moe-capacity", status="warn",
                        message=f"moe_capacity_factor={f:g} < 1: even perfectly balanced routing drops "
@@ -672,10 +691,41 @@ def moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Optional[Finding]:
     if plan.moe_pad_to_capacity:
         return Finding(id="moe-capacity", status="pass",
                        message=f"inputs padded to capacity: every expert computes and exchanges {f:g} × its average "
-                               f"token count ({f - 1:.0%} padding priced in compute, all-to-all and activations)")
+                               f"token count ({f - 1:.0%} padding priced in compute, all-to-all and activations)"
+                               + (f"; moe_load_imbalance={imbalance:g} changes nothing (padded shapes)"
+                                  if imbalance != 1.0 else ""))
+    if imbalance > f and plan.expert_parallel > 1:
+        return Finding(id="moe-capacity", status="warn",
+                       message=f"capacity factor {f:g} below the routing imbalance {imbalance:g}: the busiest rank "
+                               f"computes {load:.2f} × its balanced share and drops the copies above it (about "
+                               f"{1 - f / imbalance:.0%} of that rank's), priced at the cap",
+                       suggestion="even the routing (--moe-aux-loss-coeff) or raise the capacity factor if dropped "
+                                  "tokens hurt the loss")
     return Finding(id="moe-capacity", status="pass",
                    message=f"capacity factor {f:g}: tokens routed above {f:g} × an expert's average are dropped "
-                           f"(none under balanced routing, which the estimate prices)")
+                           + (f"(none at the routing imbalance {imbalance:g}, which the estimate prices)"
+                              if imbalance != 1.0 else "(none under balanced routing, which the estimate prices)"))
+
+
+def _imbalance_cost(model: ModelSpec, plan: ParallelPlan, cluster: Optional[ClusterSpec], load: float,
+                    knobs: str) -> Finding:
+    """The dropless plan's routing imbalance: what pricing the busiest rank at ``load`` × the balanced share costs
+    in peak memory and step time over balanced routing (both estimates made here, without a hardware profile)."""
+    what = (f"dropless routing with load imbalance {plan.moe_load_imbalance:g}: the busiest expert-parallel rank "
+            f"computes, keeps and exchanges {load:.2f} × its balanced share of the routed tokens, and every rank "
+            f"waits for it")
+    if cluster is None:
+        return Finding(id="moe-capacity", status="pass", message=what, suggestion=knobs)
+    from workbench.estimate import estimate
+
+    skewed = estimate(model, cluster, plan, checks=False)
+    even = estimate(model, cluster, plan.replace(moe_load_imbalance=1.0), checks=False)
+    dt = skewed.time.step_seconds - even.time.step_seconds
+    dm = skewed.memory.per_gpu_peak_bytes - even.memory.per_gpu_peak_bytes
+    share = dt / even.time.step_seconds
+    return Finding(id="moe-capacity", status="warn" if share > 0.05 else "pass",
+                   message=f"{what}: +{dt:.3f} s/step ({share:+.1%}) and +{dm / GiB:.2f} GiB peak over balanced "
+                           f"routing", suggestion=knobs)
 
 
 def deepspeed_moe_capacity(model: ModelSpec, plan: ParallelPlan) -> Finding:

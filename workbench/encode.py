@@ -4,7 +4,8 @@ A plan is first written as *columns* (:func:`plan_columns`): the numeric codes o
 ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par, dist_opt, recompute, recompute_layers, mbs, nmb,
 fused_adam, overlap_comm, lora_rank, lora_targets``, the FP8 stack ``fp8_recipe, fp8_pg, fp8_bf16`` (recipe code,
 FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, edp`` (expert parallel, expert
-tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, DeepSpeed-MoE's E·C/(k·S), else 1), ``moe_ds``
+tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, DeepSpeed-MoE's E·C/(k·S), else the busiest rank's
+routing load, 1 when balanced; the planner's float column ``moe_imb`` carries the plan's imbalance), ``moe_ds``
 (1: DeepSpeed-MoE layers) and
 ``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
@@ -112,8 +113,10 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
 
         ds_moe = (np.asarray(out["engine"]) != MEGATRON) & (np.asarray(out["ep"]) > 1)
         out.setdefault("moe_ds", ds_moe.astype(np.int64))
+        load = moe_rank_load(out.get("moe_imb", 1.0), expert_parallel=out["ep"], num_experts=model.num_experts,
+                             top_k=model.moe_top_k)
         out.setdefault("moe_tf", where(ds_moe, dsmoe.token_factor_of(model, micro_batch=out["mbs"],
-                                                                        context_parallel=out["cp"]), 1.0))
+                                                                        context_parallel=out["cp"]), load))
     out.setdefault("moe_tf", 1.0)
     out.setdefault("moe_ds", 0)
     out.setdefault("moe_ag", 0)
@@ -122,13 +125,35 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
 
 
 def moe_token_factor(plan: ParallelPlan, model: ModelSpec) -> float:
-    """The ``moe_tf`` column: expert rows over routed token copies — DeepSpeed-MoE's capacity padding
-    (:func:`workbench.dsmoe.token_factor`), megatron-core's capacity factor when inputs are padded to it, else 1."""
-    if model.is_moe and plan.deepspeed_moe:
+    """The ``moe_tf`` column: expert rows of the busiest rank over the balanced routed token copies —
+    DeepSpeed-MoE's capacity padding (:func:`workbench.dsmoe.token_factor`), megatron-core's capacity factor when
+    inputs are padded to it, else the routing imbalance (:func:`moe_rank_load`), which a capacity factor (at least
+    1) caps: tokens above it are dropped."""
+    if not model.is_moe:
+        return 1.0
+    if plan.deepspeed_moe:
         from workbench import dsmoe
 
         return dsmoe.token_factor(model, plan)
-    return plan.moe_capacity_factor if plan.moe_pad_to_capacity else 1.0
+    if plan.moe_pad_to_capacity:
+        return plan.moe_capacity_factor
+    load = float(moe_rank_load(plan.moe_load_imbalance, expert_parallel=plan.expert_parallel,
+                               num_experts=model.num_experts, top_k=model.moe_top_k))
+    if plan.moe_capacity_factor is not None:
+        load = min(load, max(plan.moe_capacity_factor, 1.0))
+    return load
+
+
+def moe_rank_load(imbalance, *, expert_parallel, num_experts, top_k):
+    """Routed token copies on the busiest expert-parallel rank over the balanced average, for a router whose busiest
+    rank gets ``imbalance`` × the mean (:attr:`ParallelPlan.moe_load_imbalance`), capped by what routing can do:
+    each token sends its top-k copies to k distinct experts, at most min(k, E/e) of them on one rank, so one rank
+    receives at most e·min(k, E/e)/k × the mean (1 when e = 1: that rank holds every expert and computes every
+    copy whatever the balance). Scalars or arrays (the planner's rows)."""
+    e = np.asarray(expert_parallel, dtype=float)
+    most = e * np.minimum(float(top_k), num_experts / e) / top_k
+    load = np.minimum(np.asarray(imbalance, dtype=float), most)
+    return float(load) if load.ndim == 0 else load
 
 
 def stage_layer_columns(num_layers: int, cols: dict):
@@ -387,7 +412,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
-        zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0),
+        zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0), zero3_host_spread=ds.get("zero3_host_spread", 0.0),
         **dict(zip(("rope_forward_bytes", "rope_backward_bytes"), _rope(model, precision))),
         grad_accumulate_bytes_per_parameter=grad_accumulate_bytes(megatron, cols["zero"], fused_adam, precision,
                                                                     main_grad_fp32(cols, precision)),

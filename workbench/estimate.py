@@ -72,7 +72,12 @@ class EvaluatedPlan:
     def _deepspeed_moe_fields(self) -> dict:
         """``deepspeed_moe`` and, when true, DeepSpeed-MoE's expert capacity and token factor."""
         if not (self.model.is_moe and self.plan.deepspeed_moe):
-            return {"deepspeed_moe": False}
+            if not self.model.is_moe:
+                return {"deepspeed_moe": False}
+            from workbench.encode import moe_token_factor
+
+            # the busiest rank's expert rows over the balanced share (capacity padding or routing imbalance)
+            return {"deepspeed_moe": False, "moe_token_factor": moe_token_factor(self.plan, self.model)}
         from workbench import dsmoe
 
         return {"deepspeed_moe": True, "moe_expert_capacity": dsmoe.expert_capacity_of(self.model, self.plan),
@@ -115,6 +120,7 @@ class EvaluatedPlan:
                      "expert_data_parallel": self.plan.expert_data_parallel,
                      "moe_capacity_factor": self.plan.moe_capacity_factor,
                      "moe_pad_to_capacity": self.plan.moe_pad_to_capacity,
+                     "moe_load_imbalance": self.plan.moe_load_imbalance,
                      "moe_token_dispatcher": str(self.plan.moe_token_dispatcher),
                      "moe_overlap_alltoall": self.plan.moe_overlap_alltoall,
                      **self._deepspeed_moe_fields()},

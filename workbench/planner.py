@@ -568,7 +568,8 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         fp8_param_gather=bool(table["fp8_pg"][i]) if "fp8_pg" in table else False,
         grad_reduce_fp32=(bool(table["grad_fp32"][i]) if "grad_fp32" in table and int(table["grad_fp32"][i]) >= 0
                           else None),
-        expandable_segments=bool(table["expseg"][i]) if "expseg" in table else False, **(stack or {}))
+        expandable_segments=bool(table["expseg"][i]) if "expseg" in table else False,
+        moe_load_imbalance=float(table["moe_imb"][i]) if "moe_imb" in table else 1.0, **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -601,7 +602,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            allow_cross_node_tp: bool = False, max_context_parallel: Optional[int] = None,
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
            overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False,
-           grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False) -> PlanSearch:
+           grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False,
+           moe_load_imbalance: float = 1.0) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -687,6 +689,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
                                       int(check_bool("grad_reduce_fp32", grad_reduce_fp32)), -1)
     # the allocator every row runs with (encode.complete_columns keeps a given column)
     table["expseg"] = np.full(count, int(check_bool("expandable_segments", expandable_segments)), np.int64)
+    if model.is_moe:  # the routing imbalance every MoE row is priced with (encode.moe_rank_load)
+        table["moe_imb"] = np.full(count, check_float("moe_load_imbalance", moe_load_imbalance, minimum=1.0,
+                                                      strict=False))
     eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
                   **eval_stack)
@@ -1129,6 +1134,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     if plan.grad_reduce_fp32 is not None:  # the plan's main-gradient dtype on every Megatron row
         table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], int(plan.grad_reduce_fp32), -1)
     table["expseg"] = np.full(len(table["tp"]), int(plan.expandable_segments), np.int64)  # the plan's allocator
+    if model.is_moe:
+        table["moe_imb"] = np.full(len(table["tp"]), plan.moe_load_imbalance)  # the plan's routing imbalance
     from workbench.calibrate.profile import resolve_profile
 
     profile = resolve_profile(profile)

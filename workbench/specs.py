@@ -770,6 +770,14 @@ class ParallelPlan:
     moe_pad_to_capacity: bool = False
     """``--moe-pad-expert-input-to-capacity``: every expert's input is padded to its capacity (fixed shapes: compute
     and all-to-all volume grow by the capacity factor). Needs ``moe_capacity_factor``."""
+    moe_load_imbalance: float = 1.0
+    """Routing load imbalance: the busiest expert-parallel rank's routed token copies over the average rank's
+    (max / mean, >= 1; 1: balanced routing, the default). Megatron has no such flag — it is what the router does,
+    readable from its tokens-per-expert counts — so it is an assumption of the estimate, not a setting. It scales that
+    rank's expert activations, permutation buffers, expert GEMMs and all-to-all volume (every rank waits for the
+    busiest), capped by what routing can do (:func:`workbench.encode.moe_rank_load`) and by the capacity factor when
+    tokens above it are dropped. No effect with expert_parallel 1 (one rank holds every expert) or when expert inputs
+    are padded to capacity (megatron-core's pad, DeepSpeed-MoE)."""
     moe_token_dispatcher: MoEDispatcher = MoEDispatcher.ALLTOALL
     """``--moe-token-dispatcher-type``: ``alltoall`` (the workbench's default, what expert-parallel recipes use) or
     ``allgather`` (megatron-core's own default; an imported command line without the flag gets it)."""
@@ -875,6 +883,8 @@ class ParallelPlan:
         if self.moe_capacity_factor is not None:
             _set(self, "moe_capacity_factor", check_float("moe_capacity_factor", self.moe_capacity_factor,
                                                           maximum=float(MAX_COUNT["num_experts"])))
+        _set(self, "moe_load_imbalance", check_float("moe_load_imbalance", self.moe_load_imbalance, minimum=1.0,
+                                                     strict=False, maximum=float(MAX_COUNT["num_experts"])))
         if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
             raise ValueError("moe_pad_to_capacity=True needs moe_capacity_factor (megatron-core: "
                              "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity)")
@@ -1364,15 +1374,21 @@ def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:
     """MoE plan fields against the model (megatron-core ``MoELayer``: ``num_moe_experts % ep_size == 0``)."""
     e, te = plan.expert_parallel, plan.expert_tensor_parallel_size
     moe_fields = (e > 1 or plan.expert_tensor_parallel is not None or plan.moe_capacity_factor is not None
-                  or plan.moe_pad_to_capacity)
+                  or plan.moe_pad_to_capacity or plan.moe_load_imbalance != 1.0)
     if not model.is_moe:
         if moe_fields:
             raise ValueError(f"expert_parallel={e}, expert_tensor_parallel={plan.expert_tensor_parallel}, "
-                             f"moe_capacity_factor={plan.moe_capacity_factor} need a mixture-of-experts model "
+                             f"moe_capacity_factor={plan.moe_capacity_factor}, moe_load_imbalance="
+                             f"{plan.moe_load_imbalance:g} need a mixture-of-experts model "
                              f"({model.name} has num_experts=None)")
         return
     if model.num_experts % e:
         raise ValueError(f"expert_parallel={e} does not divide num_experts={model.num_experts}")
+    most = model.num_experts / model.moe_top_k
+    if plan.moe_load_imbalance > most:
+        raise ValueError(f"moe_load_imbalance={plan.moe_load_imbalance:g} exceeds num_experts / moe_top_k = "
+                         f"{model.num_experts} / {model.moe_top_k} = {most:g}: no routing puts more than that many "
+                         f"times the average on one rank (each token picks {model.moe_top_k} distinct experts)")
     if model.moe_ffn_hidden_size % te:
         raise ValueError(f"expert_tensor_parallel={te} does not divide moe_ffn_hidden_size="
                          f"{model.moe_ffn_hidden_size}")

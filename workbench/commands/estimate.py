@@ -25,6 +25,8 @@ def _stage_split(mem) -> str:
 
 def render(est) -> str:
     """The readable table (``--json`` prints ``Estimate.to_dict()`` instead)."""
+    from workbench.encode import moe_token_factor
+
     m, c, p, mem = est.model, est.cluster, est.plan, est.memory
     lines = [
         f"model   {m.name}: {m.num_parameters / 1e9:.2f} B parameters, {m.num_layers} layers, hidden {m.hidden_size}, "
@@ -48,7 +50,9 @@ def render(est) -> str:
               f"{p.moe_capacity_factor or 1.0:g}" if p.deepspeed_moe else
               f"{p.moe_token_dispatcher} dispatcher{' (overlapped)' if p.moe_overlap_alltoall else ''}, ")
            + ("" if p.deepspeed_moe else "dropless" if p.moe_capacity_factor is None else
-              f"capacity factor {p.moe_capacity_factor:g}{' (padded)' if p.moe_pad_to_capacity else ''}")]
+              f"capacity factor {p.moe_capacity_factor:g}{' (padded)' if p.moe_pad_to_capacity else ''}")
+           + (f", routing load imbalance {p.moe_load_imbalance:g} (busiest rank priced at "
+              f"{moe_token_factor(p, m):.2f} x the balanced share)" if p.moe_load_imbalance != 1.0 else "")]
           if m.is_moe else []),
         f"stack   {m.attention} attention, {p.adam} Adam"
         + (" (CPU Adam: optimizer offloaded)" if str(p.offload_optimizer) != "none" else "")

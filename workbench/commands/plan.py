@@ -42,6 +42,8 @@ def add_parser(sub) -> None:
     s.add_argument("--expandable-segments", action="store_true",
                    help="every plan runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a smaller allocator "
                         "reserve above the allocated peak); default: PyTorch's default allocator")
+    s.add_argument("--moe-load-imbalance", type=float, default=1.0, metavar="F",
+                   help="MoE routing load imbalance F: the busiest expert-parallel rank's routed tokens over the mean (default 1.0, balanced); prices that rank's expert activations, expert GEMMs and all-to-all at F x the balanced share. Megatron has no such flag: it is an assumption about the router, not exported")
     s.add_argument("--lora-rank", type=int, default=0, metavar="R",
                    help="search LoRA fine-tunes of rank R (base weights frozen; DeepSpeed engines)")
     s.add_argument("--lora-targets", metavar="LIST", help="projections with adapters (default q,k,v,o,gate,up,down)")
@@ -145,7 +147,8 @@ def run(args) -> int:
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
                         overlap_comm=args.overlap_comm, profile=profile_from_args(args),
                         fp8_recipe=args.fp8_recipe or "delayed", fp8_param_gather=args.fp8_param_gather,
-                        grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments)
+                        grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments,
+                        moe_load_imbalance=args.moe_load_imbalance)
     if args.json:
         print_json(result.to_dict())
     else:

@@ -290,6 +290,9 @@ def megatron_command(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         "#!/usr/bin/env bash",
         f"# Megatron-LM pretrain_gpt.py: {plan_summary(model, cluster, plan)}",
         "# Run the same script on every node with NODE_RANK set. Fill in the lines marked FILL IN.",
+        *([f"# Priced with MoE routing load imbalance {plan.moe_load_imbalance:g} (busiest expert-parallel rank over "
+           f"the mean): an assumption about the router, Megatron has no flag for it"]
+          if model.is_moe and plan.moe_load_imbalance != 1.0 else []),
         "set -euo pipefail",
         *placeholder_lines(["MEGATRON_LM", "DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"]),
         *rendezvous_lines(cluster),
