@@ -296,3 +296,17 @@ def test_unreduced_gradients_grow_through_a_recomputed_backward():
                                            **{**kw, "num_microbatches": 2}) == 0.0
     assert unreduced_gradient_growth_bytes(m, kept_per_layer=1e6, zero_stage=1, overlap_comm=0,
                                            **{**kw, "engine": MG}) == 0.0
+
+
+def test_zero2_accumulation_allocates_a_second_gradient_partition_during_backward():
+    """With gradient accumulation ZeRO-2's next micro-batch allocates a new 16-bit partition at its first bucket
+    reduction while the earlier one is still held: the early moment applies with several micro-batches too."""
+    from workbench.memory import zero12_early_partition_bytes
+
+    m = ModelSpec(num_layers=4, hidden_size=4096, num_attention_heads=32, vocab_size=32000, seq_length=4096)
+    kw = dict(held=1.0, kept_per_layer=0.25, layer_transient=16.0, layers=4, last=True, tensor_parallel=1,
+              data_parallel=1, engine=DS, zero_stage=2, value_bytes=2, pipeline_parallel=1, trainable=1e9,
+              lora=False, overlap_comm=0, offload_optimizer=0)
+    one = zero12_early_partition_bytes(m, num_microbatches=1, **kw)
+    two = zero12_early_partition_bytes(m, num_microbatches=2, **kw)
+    assert two[0] == pytest.approx(2e9) and two == one

@@ -415,7 +415,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
-        zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0),
+        zero3_hook_overlap=ds.get("zero3_hook_overlap", 1.0), zero3_host_spread=ds.get("zero3_host_spread", 0.0),
         **dict(zip(("rope_forward_bytes", "rope_backward_bytes"), _rope(model, precision))),
         grad_accumulate_bytes_per_parameter=grad_accumulate_bytes(megatron, cols["zero"], fused_adam, precision,
                                                                     main_grad_fp32(cols, precision)),

@@ -152,7 +152,12 @@ def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param
     Source: Transformer Engine ``pytorch/module/linear.py`` — v1.8 casts the weight into a workspace cached under
     ``"weight"`` with ``with_transpose=torch.is_grad_enabled()`` whenever megatron-core passes ``is_first_microbatch``
     (``get_fp8_workspace``); v2.8 quantizes it with ``weight_quantizer.set_usage(rowwise=True, columnwise=...)`` and
-    keeps both usages on the cached tensor (on Hopper the column-wise data is the transpose)."""
+    keeps both usages on the cached tensor (on Hopper the column-wise data is the transpose). Main of 2026-08
+    (d0067d0d) is the same: ``Linear.forward`` caches under ``cache_name = "weight"`` whenever ``is_first_microbatch``
+    is given, in ``self._fp8_workspaces``, which megatron-core's ``TELinear.forward`` passes unless
+    ``disable_parameter_transpose_cache``. With param gather megatron-core keeps FP8 parameters as ``uint8`` in its
+    parameter buffer (``param_and_grad_buffer.py``) and builds the transpose in
+    ``fp8_utils.post_all_gather_processing``."""
     recipe = np.asarray(recipe, dtype=int)
     copies = FP8_WEIGHT_COPY_BYTES[recipe]
     per_param = copies - where(param_gather > 0, value_bytes, 0.0)
@@ -190,7 +195,10 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     sequence parallel, the FP8 ``inputmat`` instead of the bf16 input; v2.8 drops the row-wise data of the quantized
     input (``update_usage(rowwise_usage=False, columnwise_usage=True)``) before saving it — one byte per value
     either way. ``layernorm_linear.py`` saves the bf16 ``inputmat``, ``mu``, ``rsigma`` and the FP8 ``ln_out``;
-    ``layernorm_mlp.py`` (not used by megatron-core's layer spec) keeps the same: bf16 ``fc1_out``, FP8 ``act_out``."""
+    ``layernorm_mlp.py`` (not used by megatron-core's layer spec) keeps the same: bf16 ``fc1_out``, FP8 ``act_out``.
+    Main of 2026-08 (d0067d0d) is the same: without sequence parallel ``LayerNormLinear`` drops the row-wise data of
+    ``ln_out`` before saving it; with sequence parallel and per-tensor scaling it quantizes ``ln_out`` row-wise only
+    (FP8 column-wise data cannot be all-gathered) and saves the local shard, re-gathered in backward."""
     a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
     s = m.seq_length / context_parallel
     sb = s * micro_batch
@@ -493,8 +501,12 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     layer is back-propagated, beside every layer's activations and the output layer's own 16-bit gradient; with a
     smaller output layer after ``k = (bucket − output) / layer`` layers, whose activations are freed by then.
     ZeRO-1 reduces during backward only with ``overlap_comm`` (``process_gradients``); without it every gradient
-    waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). Applies with one
-    micro-batch per step (with accumulation the gradients already persist, :func:`backward_gradient_bytes`).
+    waits for ``reduce_gradients`` after backward (:func:`untied_output_gradient_bytes`). With gradient accumulation
+    the same moment comes in every micro-batch after the first, beside the partition of the earlier ones
+    (:func:`backward_gradient_bytes` counts that one): at the end of each backward DeepSpeed 0.19 keeps the
+    partition alive through its per-parameter views (``independent_gradient_partition_epilogue``:
+    ``all_grad_tensors``) and drops only its own reference (``_release_ipg_buffers``: ``grads_in_partition =
+    None``), so the next micro-batch's first reduction allocates a second one.
     With optimizer offload there is no partition on the GPU (each gradient's fp64 norm is taken, then it is cast to
     fp32 and copied to the host); when the output layer exceeds the bucket, its 16-bit gradient and that fp64 copy
     (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE`) are the moment's extra, beside every layer's activations: the
@@ -509,7 +521,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     offload = offload_optimizer > 0
     extra_large = output_elems > reduce_bucket_elements
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
-               & (num_microbatches <= 1) & ~np.asarray(lora) & (pipeline_parallel == 1)
+               & ~np.asarray(lora) & (pipeline_parallel == 1)
                & (done < layers) & (value_bytes < 4) & (~offload | extra_large))
     partition = where(offload, 0.0, value_bytes * trainable / data_parallel)
     # the output layer's 16-bit gradient while it is reduced; with offload its fp64 copy for the norm, then its fp32
@@ -1288,7 +1300,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     early_grads, early_acts = zero12_early_partition_bytes(
         m, held=held, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
         layer_transient=layer_transient, layers=layers, last=last, tensor_parallel=tensor_parallel,
-        data_parallel=data_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
+        # DeepSpeed partitions ZeRO over the sequence-data-parallel group (Ulysses: dp × c), as for the states above
+        data_parallel=data_parallel * context_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
         trainable=trainable, lora=lora, overlap_comm=overlap)
     early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers_bwd

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -266,6 +267,36 @@ def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
     return where(np.asarray(overlap) > 0, maximum(0.0, comm_seconds - overlappable_seconds), comm_seconds)
 
 
+def zero3_hook_seconds(fetches, modules, multi, *, fetch_latency_s, reduce_latency_s, collective_call_s):
+    """Host seconds of ZeRO-3's hooks in one step: each module fetch costs ``fetch_latency_s`` and each module's
+    gradient reduce-and-partition ``reduce_latency_s``, each plus ``collective_call_s`` when the group has more than
+    one rank (``multi`` 1)."""
+    return (fetches * (fetch_latency_s + multi * collective_call_s)
+            + modules * (reduce_latency_s + multi * collective_call_s))
+
+
+_ERFC = np.vectorize(math.erfc, otypes=[float])
+
+
+def expected_excess_seconds(host_seconds, hidden_seconds, spread):
+    """Expected host time left on the critical path, ``E[max(0, Z·host − hidden)]``, when the host's speed varies
+    between processes: ``Z`` lognormal with median 1 and log standard deviation ``spread``. Closed form (the
+    lognormal partial expectation): ``host·exp(s²/2)·Φ(d₁) − hidden·Φ(d₁ − s)``,
+    ``d₁ = (ln(host/hidden) + s²)/s``.
+    ``spread`` 0 gives ``max(0, host − hidden)``. Used for ZeRO-3's hook time, whose per-fetch cost differs up to
+    ~2x between processes of one configuration (``benchmarks/bench_accuracy.py``'s REPEATABILITY table)."""
+    if np.ndim(spread) == 0 and float(spread) == 0.0:
+        return maximum(0.0, host_seconds - hidden_seconds)
+    s = np.maximum(np.asarray(spread, dtype=float), 1e-12)
+    a = np.maximum(np.asarray(host_seconds, dtype=float), 1e-300)
+    b = np.maximum(np.asarray(hidden_seconds, dtype=float), 1e-300)
+    d1 = (np.log(a / b) + s * s) / s
+    cdf = lambda x: 0.5 * _ERFC(-x / math.sqrt(2.0))  # noqa: E731  (the standard normal CDF)
+    out = np.maximum(0.0, a * np.exp(0.5 * s * s) * cdf(d1) - b * cdf(d1 - s))
+    out = np.where(np.asarray(host_seconds) > 0, out, 0.0)
+    return out if out.ndim else np.float64(out)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The array-level core
 # ---------------------------------------------------------------------------------------------------------------
@@ -455,6 +486,9 @@ class StepInputs:
     zero3_hook_overlap: object = 1.0
     """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
     host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
+    zero3_host_spread: object = 0.0
+    """ZeRO-3: log standard deviation of the hooks' host speed between processes (:func:`expected_excess_seconds`;
+    0: every process as fast as the fitted constants say)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -985,11 +1019,12 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     modules_pass = layers * x.zero3_modules_per_layer + 1
     fetches = modules_pass * (2 + full_rc)
     multi = (grad_group > 1).astype(float)
-    hook_seconds = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
-                        + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
+    hook_seconds = zero3_hook_seconds(m * fetches, m * modules_pass, multi, fetch_latency_s=x.zero3_fetch_latency_s,
+                                      reduce_latency_s=x.zero3_reduce_latency_s,
+                                      collective_call_s=x.zero3_collective_call_s)
     kernel_seconds = m * (comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
                           + comp["recompute_microbatch_seconds"])
-    zero3_calls = maximum(0.0, hook_seconds - x.zero3_hook_overlap * kernel_seconds)
+    zero3_calls = expected_excess_seconds(hook_seconds, x.zero3_hook_overlap * kernel_seconds, x.zero3_host_spread)
     v = x.bytes_per_value
     zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
     zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
