@@ -26,7 +26,26 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
 
 
-def count(dims: dict, router_dtype: str | None = None) -> dict:
+class _NoStream:
+    """Stands in for the CUDA side stream megatron-core's alltoall dispatcher copies token counts on (CPU run)."""
+
+    def wait_stream(self, other):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def record_event(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def count(dims: dict, router_dtype: str | None = None, dispatcher: str = "allgather") -> dict:
     """``{bytes, tensors}``: bytes autograd keeps from the MoE block's forward and ``(bytes, shape, dtype)`` of each
     saved storage, largest first."""
     import torch
@@ -48,14 +67,24 @@ def count(dims: dict, router_dtype: str | None = None) -> dict:
         dist.init_process_group("gloo")
         parallel_state.initialize_model_parallel(1, 1)
         tensor_parallel.model_parallel_cuda_manual_seed(1234)
-    if router_dtype:
+    shared = dims.get("shared_expert_ffn_hidden_size")
+    if router_dtype or dispatcher != "allgather" or shared:
         post_init = TransformerConfig.__post_init__
 
-        def with_router_dtype(self):
-            self.moe_router_dtype = router_dtype
+        def with_router_options(self):
+            if router_dtype:
+                self.moe_router_dtype = router_dtype
+            self.moe_token_dispatcher_type = dispatcher
+            if shared:  # Qwen2-MoE's shared expert with its sigmoid gate
+                self.moe_shared_expert_intermediate_size, self.moe_shared_expert_gate = shared, True
             post_init(self)
 
-        TransformerConfig.__post_init__ = with_router_dtype
+        TransformerConfig.__post_init__ = with_router_options
+    if dispatcher == "alltoall":  # its token counts go to the host on a side stream: no streams on the CPU
+        stream = _NoStream()
+        torch.cuda.Stream = lambda *a, **k: stream
+        torch.cuda.current_stream = lambda *a, **k: stream
+        torch.cuda.stream = lambda s: stream
     model, _ = measure.build_mcore(dims, {"recompute": "none"})
     model = model.to(torch.bfloat16)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -100,7 +129,7 @@ def predicted(dims: dict) -> float:
                   activation="swiglu" if gated else "gelu", normalization=dims["normalization"],
                   add_bias_linear=False, position_embedding=dims["position_embedding"],
                   num_experts=dims["num_experts"], moe_top_k=dims["moe_top_k"], hidden_dropout=0.0,
-                  attention_dropout=0.0)
+                  attention_dropout=0.0, shared_expert_ffn_hidden_size=dims.get("shared_expert_ffn_hidden_size"))
     return float(M.moe_activation_bytes(m, tokens=dims["seq_length"], tensor_parallel=1, sequence_parallel=False,
                                         expert_tensor_parallel=1, token_factor=1.0, value_bytes=2))
 
@@ -113,15 +142,19 @@ def main(argv=None) -> int:
     ap.add_argument("--ffn", type=int, default=96, help="expert MLP width")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--gelu", action="store_true", help="GeLU experts (default SwiGLU)")
+    ap.add_argument("--shared", type=int, default=None, metavar="F",
+                    help="a shared expert of width F with its sigmoid gate (Qwen2-MoE)")
     ap.add_argument("--router-dtype", choices=("fp32",), default=None, help="moe_router_dtype (default: model dtype)")
+    ap.add_argument("--dispatcher", choices=("allgather", "alltoall"), default="allgather",
+                    help="megatron-core token dispatcher (alltoall runs with its CUDA side stream stubbed)")
     ap.add_argument("--top", type=int, default=12, help="saved tensors listed")
     args = ap.parse_args(argv)
     dims = dict(num_layers=1, hidden_size=args.hidden, num_attention_heads=4, num_query_groups=None,
                 ffn_hidden_size=args.ffn, vocab_size=256, seq_length=args.seq,
                 activation="gelu" if args.gelu else "swiglu", normalization="rmsnorm", add_bias_linear=False,
                 tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0,
-                num_experts=args.experts, moe_top_k=args.topk)
-    out = count(dims, args.router_dtype)
+                num_experts=args.experts, moe_top_k=args.topk, shared_expert_ffn_hidden_size=args.shared)
+    out = count(dims, args.router_dtype, args.dispatcher)
     copies = args.seq * args.topk
     by_kind = collections.Counter()
     for n, shape, dtype in out["tensors"]:
@@ -129,7 +162,8 @@ def main(argv=None) -> int:
         by_kind[(width, dtype)] += n
     print(f"MoE block saved {out['bytes']:,} bytes ({out['bytes'] / args.seq:,.1f} per token, "
           f"{len(out['tensors'])} storages); E={args.experts} top-{args.topk}, h={args.hidden}, f={args.ffn}, "
-          f"s={args.seq}, {'GeLU' if args.gelu else 'SwiGLU'}, router dtype {args.router_dtype or 'bf16'}")
+          f"s={args.seq}, {'GeLU' if args.gelu else 'SwiGLU'}, router dtype {args.router_dtype or 'bf16'}, "
+          f"{args.dispatcher} dispatcher")
     for (width, dtype), n in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         print(f"  last dim {str(width):>5} {dtype:<9} {n:>12,} bytes  {n / copies:8.2f} per routed copy  "
               f"{n / args.seq:8.2f} per token")
