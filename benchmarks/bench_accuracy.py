@@ -418,10 +418,11 @@ def spread(values) -> float:
 
 
 def configuration_key(run) -> tuple:
-    """What makes two runs the same configuration: the stack, the model, the plan and the GPUs; the host's CPU
-    Adam threads only where the optimizer runs on the host. Run id, group and measurement time do not count."""
+    """What makes two runs the same configuration: the stack, the model, the plan and the GPUs; the threads of the
+    host's CPU Adam only where the optimizer runs on the host (as it ran: OMP_NUM_THREADS, else the node's cores
+    per GPU). Run id, group and measurement time do not count."""
     c, plan = run["cluster"], run["plan"]
-    host = (c.cpu_adam_threads, c.host_cpu_cores_per_node) if plan.offload_optimizer != "none" else ()
+    host = (c.cpu_adam_threads_per_rank,) if plan.offload_optimizer != "none" else ()
     return run["stack"], repr(run["model"]), repr(plan), repr(c.gpu), c.gpus_per_node, host
 
 
@@ -555,6 +556,124 @@ def zero3_host_lines(runs: list, fit: set) -> list[str]:
     return lines
 
 
+ZERO3_FIT_GRID = dict(zero3_fetch_latency_s=[i * 1e-4 for i in range(1, 31)],
+                      zero3_collective_call_s=[i * 1e-4 for i in range(0, 11)],
+                      zero3_host_spread=[0.0, 0.25, 0.5, 0.75, 1.0])
+"""The candidates :func:`zero3_refit` searches (seconds per fetch, per collective call; log-spread of host speed)."""
+
+
+def zero3_fit_rows(runs: list) -> list[dict]:
+    """For every measured ZeRO-3 run (optimizer offload included): the model's step with its ZeRO-3 host hooks left
+    out (``base_seconds``), and what the hook term is priced on: fetches and modules of a step, whether the group has
+    more than one rank, and the stage's GPU kernel seconds (``workbench.timing.communication_terms``)."""
+    from workbench import timing
+    from workbench.estimate import estimate
+
+    cal = timing.calibration()["deepspeed"]
+    keys = (*ZERO3_HOST_CONSTANTS, "zero3_host_spread")
+    saved = {k: cal.get(k) for k in keys}
+    out = []
+    try:
+        for k in keys:
+            cal[k] = 0.0
+        for r in runs:
+            plan, model = r["plan"], r["model"]
+            if plan.engine != "deepspeed" or int(plan.zero_stage) != 3 or not r["measured"].get("step"):
+                continue
+            t = estimate(model, r["cluster"], plan).time
+            m = plan.global_batch_size // (plan.micro_batch_size * plan.world_size)
+            modules = m * (model.num_layers * timing.zero3_modules_per_layer(model) + 1)
+            out.append(dict(run=r, base_seconds=t.step_seconds, modules=modules,
+                            fetches=modules * (2 + (plan.recompute == "full")), multi=float(plan.world_size > 1),
+                            kernel_seconds=m * (t.microbatch_forward_seconds + t.microbatch_backward_seconds)))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                cal.pop(k, None)
+            else:
+                cal[k] = v
+    return out
+
+
+def zero3_predict(row: dict, consts: dict) -> float:
+    """The step time of :func:`zero3_fit_rows`' ``row`` with ZeRO-3 host constants ``consts``."""
+    from workbench import timing
+
+    hook = timing.zero3_hook_seconds(row["fetches"], row["modules"], row["multi"],
+                                     fetch_latency_s=consts["zero3_fetch_latency_s"],
+                                     reduce_latency_s=consts["zero3_reduce_latency_s"],
+                                     collective_call_s=consts["zero3_collective_call_s"])
+    return row["base_seconds"] + float(timing.expected_excess_seconds(
+        hook, consts.get("zero3_hook_overlap", 1.0) * row["kernel_seconds"], consts.get("zero3_host_spread", 0.0)))
+
+
+def zero3_refit(rows: list, start: dict, grid: dict) -> dict:
+    """The grid point of ``grid`` (other constants as in ``start``) with the least mean relative step error over
+    ``rows``, each model shape weighted alike."""
+    import itertools
+
+    shapes = sorted({x["run"]["shape_id"] for x in rows})
+    by_shape = [[x for x in rows if x["run"]["shape_id"] == sh] for sh in shapes]
+    best = None
+    for values in itertools.product(*grid.values()):
+        consts = {**start, **dict(zip(grid, values))}
+        loss = statistics.fmean(statistics.fmean(abs(zero3_predict(x, consts) / x["run"]["measured"]["step"] - 1)
+                                                 for x in sel) for sel in by_shape)
+        if best is None or loss < best[0]:
+            best = (loss, consts)
+    return best[1]
+
+
+def zero3_refit_lines(runs: list, fit: set) -> list[str]:
+    """Refit the ZeRO-3 host constants on the fit split's ZeRO-3 runs (Hugging Face and offload runs included; the
+    reduce latency and hook overlap kept): once with the host's speed fixed (spread 0) and once with its spread
+    between processes free (:func:`workbench.timing.expected_excess_seconds`). Prints the constants, their
+    leave-one-shape-out error on the fit split, and the test split's ZeRO-3 rows (one rank, two ranks, offload)
+    with the catalog's and each refit's constants. Nothing is written."""
+    from workbench import timing
+
+    cal = timing.calibration()["deepspeed"]
+    catalog = {k: cal.get(k, d) for k, d in (*((k, 0.0) for k in ZERO3_HOST_CONSTANTS),
+                                             ("zero3_hook_overlap", 1.0), ("zero3_host_spread", 0.0))}
+    rows = zero3_fit_rows(runs)
+    fit_rows = [x for x in rows if x["run"]["shape_id"] in fit]
+    test_rows = [x for x in rows if x["run"]["shape_id"] not in fit]
+    variants = {"catalog": catalog,
+                "refit, spread 0": zero3_refit(fit_rows, catalog, {**ZERO3_FIT_GRID, "zero3_host_spread": [0.0]}),
+                "refit, spread free": zero3_refit(fit_rows, catalog, ZERO3_FIT_GRID)}
+
+    def stats(sel, consts):
+        errs = [abs(zero3_predict(x, consts) / x["run"]["measured"]["step"] - 1) for x in sel]
+        return (f"{len(errs):>3} {statistics.median(errs):>6.1%} {max(errs):>6.1%} {statistics.fmean(errs):>6.1%}"
+                if errs else f"{'-':>24}")
+
+    shapes = sorted({x["run"]["shape_id"] for x in fit_rows})
+    lines = [f"ZeRO-3 host constants refitted on the fit split's {len(fit_rows)} ZeRO-3 runs ({len(shapes)} shapes; "
+             f"the test split is never used), n / median / worst / mean |step error|"]
+    offload = [x["run"]["plan"].offload_optimizer != "none" for x in test_rows]
+    parts = {"test, one rank": [x for x, off in zip(test_rows, offload) if not x["multi"] and not off],
+             "test, two ranks": [x for x, off in zip(test_rows, offload) if x["multi"] and not off],
+             "test, offload": [x for x, off in zip(test_rows, offload) if off],
+             "test, all": test_rows, "fit, all": fit_rows}
+    for name, consts in variants.items():
+        lines.append(f"  {name}: fetch {consts['zero3_fetch_latency_s'] * 1e3:.2f} ms, collective call "
+                     f"{consts['zero3_collective_call_s'] * 1e3:.2f} ms, reduce "
+                     f"{consts['zero3_reduce_latency_s'] * 1e3:.2f} ms, overlap {consts['zero3_hook_overlap']:g}, "
+                     f"spread {consts['zero3_host_spread']:g}")
+        for part, sel in parts.items():
+            lines.append(f"    {part:<18}{stats(sel, consts)}")
+        if name != "catalog":
+            grid = {**ZERO3_FIT_GRID, **({"zero3_host_spread": [0.0]} if "spread 0" in name else {})}
+            loso = []
+            for sh in shapes:
+                held = [x for x in fit_rows if x["run"]["shape_id"] == sh]
+                c = zero3_refit([x for x in fit_rows if x["run"]["shape_id"] != sh], catalog, grid)
+                loso += [abs(zero3_predict(x, c) / x["run"]["measured"]["step"] - 1) for x in held]
+            lines.append(f"    {'fit, one shape out':<18}{len(loso):>3} {statistics.median(loso):>6.1%} "
+                         f"{max(loso):>6.1%} {statistics.fmean(loso):>6.1%}")
+    return lines
+
+
 def refit_time(fit_rows: list, *, write: bool) -> None:
     """Fit the time model's H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``: relative
     step-time error, each shape weighted alike, Hugging Face runs left out) and print leave-one-shape-out errors.
@@ -609,6 +728,10 @@ def main(argv=None) -> int:
     ap.add_argument("--zero3-host", action="store_true",
                     help="print each ZeRO-3 run's step time beyond the model's without its ZeRO-3 host term, per "
                          "module fetch, beside the GPU kernel time per fetch")
+    ap.add_argument("--refit-zero3", action="store_true",
+                    help="refit the ZeRO-3 host constants on the fit split's ZeRO-3 runs, with and without a spread "
+                         "of host speed between processes; print leave-one-shape-out and test-split ZeRO-3 errors "
+                         "(nothing is written)")
     ap.add_argument("--overheads", action="store_true",
                     help="print the fit split's memory outside the allocator and allocator reserve per engine")
     args = ap.parse_args(argv)
@@ -702,6 +825,9 @@ def main(argv=None) -> int:
         print()
         print("\n".join(zero3_host_lines([r for _, rows in (*scored.items(), *expandable.items())
                                             for r, _ in rows], fit)))
+    if args.refit_zero3:
+        print()
+        print("\n".join(zero3_refit_lines([r for _, rows in scored.items() for r, _ in rows], fit)))
     if args.overheads:
         print("\nfit split, one process per GPU: outside the allocator and allocator reserve")
         for engine, f in overhead_fit(scored["fit"]).items():

@@ -401,9 +401,9 @@ def memory_lines(rows: list) -> list:
     alone = sum(r.memory["allocated"] <= r.memory["limit"] for r in over)
     with_outside = sum(r.memory["allocated"] + r.memory["outside"] <= r.memory["limit"] for r in over)
     out.append(f"of the {len(over)} layouts over the limit, the allocated terms alone fit {alone}; with the memory "
-               f"outside the allocator {with_outside}: the rest of the verdict is the allocator reserve, a median "
-               f"of H200 runs with memory to spare (near capacity PyTorch's caching allocator frees its unused "
-               f"cached segments and retries before it reports out of memory)")
+               f"outside the allocator {with_outside}: the rest of the verdict is the allocator reserve (a median "
+               f"fraction of H200 megatron-core runs without Transformer Engine; a reserve is a requirement, not "
+               f"slack: capped-allocator runs of the corpus, group pressure, ran out of memory)")
     return out
 
 

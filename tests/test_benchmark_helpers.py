@@ -152,3 +152,41 @@ def test_zero3_step_band_is_its_own_and_at_least_the_process_to_process_noise(mo
     assert M.error_band("deepspeed", "step", "none", zero_stage=2)[:2] == (0.12, 0.07)
     bands["step"]["deepspeed/zero3"]["n"] = 4  # too few runs: the recompute mode's band
     assert M.error_band("deepspeed", "step", "none", zero_stage=3)[:2] == (0.12, 0.07)
+
+
+def test_zero3_host_spread_prices_the_expected_excess_and_the_refit_finds_planted_constants(monkeypatch):
+    import numpy as np
+
+    from workbench import ModelSpec, ParallelPlan, timing
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec
+
+    f = timing.expected_excess_seconds
+    assert f(2.0, 1.0, 0.0) == 1.0 and f(1.0, 2.0, 0.0) == 0.0
+    assert f(1.0, 0.0, 0.5) == pytest.approx(np.exp(0.125))  # nothing hides it: the lognormal's mean
+    # E[max(0, Z - 1)] for Z lognormal(0, 0.5): the closed form, checked against a fine quadrature of the density
+    z = np.linspace(1e-6, 20, 400001)
+    density = np.exp(-np.log(z) ** 2 / 0.5) / (z * 0.5 * np.sqrt(2 * np.pi))
+    assert f(1.0, 1.0, 0.5) == pytest.approx(np.sum(np.maximum(0, z - 1) * density) * (z[1] - z[0]), rel=1e-4)
+    assert list(f(np.array([1.0, 3.0]), np.array([2.0, 2.0]), 0.3)) == [f(1.0, 2.0, 0.3), f(3.0, 2.0, 0.3)]
+    model = ModelSpec(name="thin", hidden_size=512, num_layers=12, num_attention_heads=8, seq_length=512,
+                      vocab_size=1000)
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(engine="deepspeed", zero_stage=3, world_size=1, micro_batch_size=1, global_batch_size=1)
+    before = [estimate(model, cluster, p).time.step_seconds for p in (plan, plan.replace(zero_stage=2))]
+    monkeypatch.setitem(timing.calibration()["deepspeed"], "zero3_host_spread", 0.5)
+    after = [estimate(model, cluster, p).time.step_seconds for p in (plan, plan.replace(zero_stage=2))]
+    assert after[0] > before[0] and after[1] == before[1]  # the spread only adds ZeRO-3 host time
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    bench = _load("bench_accuracy_zero3_refit_under_test", BENCH / "bench_accuracy.py")
+    planted = dict(zero3_fetch_latency_s=1e-3, zero3_reduce_latency_s=1e-4, zero3_collective_call_s=2e-4,
+                   zero3_hook_overlap=1.0, zero3_host_spread=0.0)
+    rows = [dict(run=dict(shape_id=f"s{k % 3}", measured={}), base_seconds=0.05, fetches=f, modules=f // 2,
+                 multi=float(k % 2), kernel_seconds=kern) for k, (f, kern) in
+            enumerate([(50, 0.01), (100, 0.02), (150, 0.2), (60, 0.03), (90, 0.05), (200, 0.1)])]
+    for x in rows:
+        x["run"]["measured"]["step"] = bench.zero3_predict(x, planted)
+    grid = dict(zero3_fetch_latency_s=[5e-4, 1e-3, 2e-3], zero3_collective_call_s=[0.0, 2e-4, 4e-4])
+    found = bench.zero3_refit(rows, {**planted, "zero3_fetch_latency_s": 0.0, "zero3_collective_call_s": 0.0}, grid)
+    assert found == planted

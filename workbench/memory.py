@@ -152,7 +152,12 @@ def fp8_weight_bytes(m: ModelSpec, *, tensor_parallel, fp8_layers, recipe, param
     Source: Transformer Engine ``pytorch/module/linear.py`` — v1.8 casts the weight into a workspace cached under
     ``"weight"`` with ``with_transpose=torch.is_grad_enabled()`` whenever megatron-core passes ``is_first_microbatch``
     (``get_fp8_workspace``); v2.8 quantizes it with ``weight_quantizer.set_usage(rowwise=True, columnwise=...)`` and
-    keeps both usages on the cached tensor (on Hopper the column-wise data is the transpose)."""
+    keeps both usages on the cached tensor (on Hopper the column-wise data is the transpose). Main of 2026-08
+    (d0067d0d) is the same: ``Linear.forward`` caches under ``cache_name = "weight"`` whenever ``is_first_microbatch``
+    is given, in ``self._fp8_workspaces``, which megatron-core's ``TELinear.forward`` passes unless
+    ``disable_parameter_transpose_cache``. With param gather megatron-core keeps FP8 parameters as ``uint8`` in its
+    parameter buffer (``param_and_grad_buffer.py``) and builds the transpose in
+    ``fp8_utils.post_all_gather_processing``."""
     recipe = np.asarray(recipe, dtype=int)
     copies = FP8_WEIGHT_COPY_BYTES[recipe]
     per_param = copies - where(param_gather > 0, value_bytes, 0.0)
@@ -173,7 +178,8 @@ def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
 
 
 def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
-                               value_bytes, recipe, expert_tensor_parallel=None, moe_token_factor=1.0):
+                               value_bytes, recipe, expert_tensor_parallel=None, moe_token_factor=1.0,
+                               moe_recompute=0):
     """How one FP8 layer's saved activations differ from the bf16 layer's (:func:`layer_activation_bytes`), for one
     micro-batch on one rank (usually negative).
 
@@ -189,7 +195,10 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     sequence parallel, the FP8 ``inputmat`` instead of the bf16 input; v2.8 drops the row-wise data of the quantized
     input (``update_usage(rowwise_usage=False, columnwise_usage=True)``) before saving it — one byte per value
     either way. ``layernorm_linear.py`` saves the bf16 ``inputmat``, ``mu``, ``rsigma`` and the FP8 ``ln_out``;
-    ``layernorm_mlp.py`` (not used by megatron-core's layer spec) keeps the same: bf16 ``fc1_out``, FP8 ``act_out``."""
+    ``layernorm_mlp.py`` (not used by megatron-core's layer spec) keeps the same: bf16 ``fc1_out``, FP8 ``act_out``.
+    Main of 2026-08 (d0067d0d) is the same: without sequence parallel ``LayerNormLinear`` drops the row-wise data of
+    ``ln_out`` before saving it; with sequence parallel and per-tensor scaling it quantizes ``ln_out`` row-wise only
+    (FP8 column-wise data cannot be all-gathered) and saves the local shard, re-gathered in backward."""
     a = FP8_ACTIVATION_BYTES[np.asarray(recipe, dtype=int)]
     s = m.seq_length / context_parallel
     sb = s * micro_batch
@@ -199,7 +208,10 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
         etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
         x = moe_expert_tokens(sb, top_k=m.moe_top_k, tensor_parallel=tensor_parallel, expert_tensor_parallel=etp,
                               token_factor=moe_token_factor)
-        return attention + (a - value_bytes) * x * (m.hidden_size + m.moe_ffn_hidden_size / etp)
+        # selective recompute's MoE modules (``moe_recompute``): moe_act keeps no fc2 input, moe no expert input
+        code = np.asarray(moe_recompute)
+        kept_widths = where(code >= 2, 0.0, m.hidden_size + where(code == 1, 0.0, m.moe_ffn_hidden_size / etp))
+        return attention + (a - value_bytes) * x * kept_widths
     return attention + (a - value_bytes) * sb * (m.hidden_size * rep + m.ffn_hidden_size / tensor_parallel)
 
 
@@ -641,7 +653,7 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
                            dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE, expert_tensor_parallel=None,
-                           moe_token_factor=1.0, moe_deepspeed=0, frozen_norms=0.0):
+                           moe_token_factor=1.0, moe_deepspeed=0, frozen_norms=0.0, moe_recompute=0):
     """Activation bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 — ``sbh(10 + 24/t + 5as/(ht))`` for 16-bit activations,
@@ -659,7 +671,8 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     * MoE (:func:`moe_activation_bytes`) replaces the MLP's intermediates by the experts' and adds the router's;
       DeepSpeed-MoE (``moe_deepspeed``) adds its gate's fp32 input and its combine's copies
       (:func:`workbench.dsmoe.extra_activation_bytes`);
-    * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP);
+    * selective recompute drops the attention core, and with ``moe_recompute`` (1 ``moe_act``, 2 ``moe``) what
+      :func:`moe_recomputed_bytes` says; full recompute keeps only the layer input v·sbh (÷t with SP);
     * a transformers model adds what its unfused ops keep (:func:`hf_layer_extra_bytes_per_token`; ``frozen_norms``
       1 under LoRA).
     """
@@ -682,11 +695,14 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     if m.qk_norm:  # the per-head norms keep their inputs (the q and k projections' outputs)
         qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
+    moe_dropped = 0.0
     if m.is_moe:
-        mlp = moe_activation_bytes(m, tokens=s * b, tensor_parallel=t, sequence_parallel=sequence_parallel,
-                                   expert_tensor_parallel=t if expert_tensor_parallel is None
-                                   else expert_tensor_parallel, token_factor=moe_token_factor, value_bytes=v,
-                                   deepspeed=moe_deepspeed)
+        moe_kw = dict(tokens=s * b, tensor_parallel=t, sequence_parallel=sequence_parallel,
+                      expert_tensor_parallel=t if expert_tensor_parallel is None else expert_tensor_parallel,
+                      token_factor=moe_token_factor, value_bytes=v)
+        mlp = moe_activation_bytes(m, **moe_kw, deepspeed=moe_deepspeed)
+        if np.any(np.asarray(moe_recompute) > 0):
+            moe_dropped = moe_recomputed_bytes(m, **moe_kw, moe_recompute=moe_recompute)
         if np.any(np.asarray(moe_deepspeed) > 0):
             mlp = mlp + where(np.asarray(moe_deepspeed) > 0,
                                  dsmoe.extra_activation_bytes(m, tokens=s * b, value_bytes=v), 0.0)
@@ -720,7 +736,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     if m.implementation is Implementation.TRANSFORMERS:
         full_layer = full_layer + s * b * hf_layer_extra_bytes_per_token(m, value_bytes=v,
                                                                          frozen_norms=frozen_norms) / t
-    selective = full_layer - core
+    selective = full_layer - core - moe_dropped
     checkpoint_only = v * sbh * rep
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
 
@@ -811,6 +827,28 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
         fs = m.shared_expert_ffn_hidden_size
         shared = v * tokens * ((2 if m.is_gated else 1) * fs + fs) / tensor_parallel
     return router + experts + shared
+
+
+def moe_recomputed_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_parallel, expert_tensor_parallel,
+                         token_factor, value_bytes, moe_recompute):
+    """What selective recompute's MoE modules drop from one MoE layer's saved tensors (per micro-batch, one rank):
+
+    * ``moe_recompute`` 1 (``moe_act``, megatron-core ``GroupedMLP``/``TEGroupedMLP``: the activation runs under
+      ``CheckpointWithoutOutput``, whose output — fc2's input — is freed after fc2 and recomputed before the
+      backward): fc2's input and the activation's own saved tensors, v·X·(1 + :func:`moe_expert_intermediates`)·f
+      / tp_e; fc1's output (the checkpoint's input) stays;
+    * 2 (``moe``, ``MoELayer.forward`` under ``tensor_parallel.checkpoint``): the whole of
+      :func:`moe_activation_bytes` — only the block's input, the norm's output the layer count already has, is kept.
+    """
+    v, f = value_bytes, m.moe_ffn_hidden_size
+    x = moe_expert_tokens(tokens, top_k=m.moe_top_k, tensor_parallel=tensor_parallel,
+                          expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
+    act = v * x * (1 + moe_expert_intermediates(m)) * f / expert_tensor_parallel
+    whole = moe_activation_bytes(m, tokens=tokens, tensor_parallel=tensor_parallel,
+                                 sequence_parallel=sequence_parallel, expert_tensor_parallel=expert_tensor_parallel,
+                                 token_factor=token_factor, value_bytes=value_bytes)
+    code = np.asarray(moe_recompute)
+    return where(code >= 2, whole, where(code == 1, act, 0.0))
 
 
 def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
@@ -1077,7 +1115,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
-                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0):
+                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of the stage's layers that are not among
@@ -1148,11 +1186,17 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
               context_parallel=context_parallel)
     moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor, moe_deepspeed=moe_deepspeed,
                   frozen_norms=lora.astype(float) if isinstance(lora, np.ndarray) else float(lora))
+    # selective recompute's MoE modules apply under selective recompute only
+    moe_kw["moe_recompute"] = where(recompute == 1, moe_recompute, 0)
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
-    fp8_delta = where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
-        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw, expert_tensor_parallel=etp, moe_token_factor=moe_token_factor)
-    kept = kept + where(recompute >= 2, 0.0, fp8_delta)
+    fp8_share = where(fp8 > 0, fp8_layer_fraction, 0.0)
+    fp8_kw = dict(value_bytes=value_bytes, recipe=fp8_recipe, **kw, expert_tensor_parallel=etp,
+                  moe_token_factor=moe_token_factor)
+    fp8_delta = fp8_share * fp8_activation_delta_bytes(m, **fp8_kw)
+    fp8_kept = (fp8_share * fp8_activation_delta_bytes(m, **fp8_kw, moe_recompute=moe_kw["moe_recompute"])
+                if np.any(np.asarray(moe_recompute) > 0) else fp8_delta)
+    kept = kept + where(recompute >= 2, 0.0, fp8_kept)
     full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
     lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -266,6 +267,36 @@ def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
     return where(np.asarray(overlap) > 0, maximum(0.0, comm_seconds - overlappable_seconds), comm_seconds)
 
 
+def zero3_hook_seconds(fetches, modules, multi, *, fetch_latency_s, reduce_latency_s, collective_call_s):
+    """Host seconds of ZeRO-3's hooks in one step: each module fetch costs ``fetch_latency_s`` and each module's
+    gradient reduce-and-partition ``reduce_latency_s``, each plus ``collective_call_s`` when the group has more than
+    one rank (``multi`` 1)."""
+    return (fetches * (fetch_latency_s + multi * collective_call_s)
+            + modules * (reduce_latency_s + multi * collective_call_s))
+
+
+_ERFC = np.vectorize(math.erfc, otypes=[float])
+
+
+def expected_excess_seconds(host_seconds, hidden_seconds, spread):
+    """Expected host time left on the critical path, ``E[max(0, Z·host − hidden)]``, when the host's speed varies
+    between processes: ``Z`` lognormal with median 1 and log standard deviation ``spread``. Closed form (the
+    lognormal partial expectation): ``host·exp(s²/2)·Φ(d₁) − hidden·Φ(d₁ − s)``,
+    ``d₁ = (ln(host/hidden) + s²)/s``.
+    ``spread`` 0 gives ``max(0, host − hidden)``. Used for ZeRO-3's hook time, whose per-fetch cost differs up to
+    ~2x between processes of one configuration (``benchmarks/bench_accuracy.py``'s REPEATABILITY table)."""
+    if np.ndim(spread) == 0 and float(spread) == 0.0:
+        return maximum(0.0, host_seconds - hidden_seconds)
+    s = np.maximum(np.asarray(spread, dtype=float), 1e-12)
+    a = np.maximum(np.asarray(host_seconds, dtype=float), 1e-300)
+    b = np.maximum(np.asarray(hidden_seconds, dtype=float), 1e-300)
+    d1 = (np.log(a / b) + s * s) / s
+    cdf = lambda x: 0.5 * _ERFC(-x / math.sqrt(2.0))  # noqa: E731  (the standard normal CDF)
+    out = np.maximum(0.0, a * np.exp(0.5 * s * s) * cdf(d1) - b * cdf(d1 - s))
+    out = np.where(np.asarray(host_seconds) > 0, out, 0.0)
+    return out if out.ndim else np.float64(out)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The array-level core
 # ---------------------------------------------------------------------------------------------------------------
@@ -409,6 +440,10 @@ class StepInputs:
     """1: megatron-core's allgather token dispatcher; 0: alltoall."""
     moe_overlap_alltoall: object = 0.0
     """1: the all-to-alls overlap another micro-batch's compute (``--overlap-moe-expert-parallel-comm``)."""
+    moe_recompute: object = 0.0
+    """Selective recompute's MoE modules (:attr:`workbench.specs.ParallelPlan.moe_recompute`): 1 ``moe_act`` — the
+    experts' activation runs again in the backward; 2 ``moe`` — the whole MoE block's forward (permutation, expert
+    GEMMs, activation, and its all-to-alls) runs again. Only with selective recompute."""
     moe_deepspeed: object = 0.0
     """1: DeepSpeed-MoE layers (``deepspeed.moe.layer.MoE``), whose gate and combine run in fp32."""
     stage_parameters: object = None
@@ -451,6 +486,9 @@ class StepInputs:
     zero3_hook_overlap: object = 1.0
     """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
     host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
+    zero3_host_spread: object = 0.0
+    """ZeRO-3: log standard deviation of the hooks' host speed between processes (:func:`expected_excess_seconds`;
+    0: every process as fast as the fitted constants say)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -612,15 +650,30 @@ def compute_terms(x: StepInputs) -> dict:
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd = logits_per_gpu * (ce_fwd_b + x.soft_cap * cap_fwd_b) / hbm
     t_loss_bwd = logits_per_gpu * (ce_bwd_b + x.soft_cap * cap_bwd_b) / hbm
-    # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
+    # selective recompute's MoE modules: moe_act reads fc1's output and writes the activation (3·v·X·f/tp_e, gated:
+    # 2f in, f out; else f in, f out) again; moe runs the block's forward again — the permutation and the expert
+    # GEMMs (their all-to-alls are in expert_parallel_terms)
+    moe_rc = g["selective"] * (np.asarray(x.num_experts) > 1)
+    act_bytes = copies * (fc1_width + f) / etp * x.bytes_per_value
+    t_moe_perm = 4 * copies * h * x.bytes_per_value / hbm
+    t_moe_rc_bf16 = moe_rc * where(x.moe_recompute >= 2, t_fc1 + t_fc2 + t_moe_perm + act_bytes / hbm,
+                                   where(x.moe_recompute == 1, act_bytes / hbm, 0.0))
+    t_moe_rc_fp8 = moe_rc * where(x.moe_recompute >= 2,
+                                  gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h,
+                                               **gemm8)
+                                  + gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm8)
+                                  + t_moe_perm + act_bytes / hbm,
+                                  where(x.moe_recompute == 1, act_bytes / hbm, 0.0))
+    # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core
+    # and the MoE modules)
     recompute_layer = (g["full"] * x.recompute_fraction * layer_fwd
-                       + g["selective"] * (t_core + t_score_fwd))
+                       + g["selective"] * (t_core + t_score_fwd) + t_moe_rc_fp8)
     # the layer at FP8 share 1 (above) and at share 0 (bf16): a stage with share a takes (1−a)·bf16 + a·FP8
     bf16_fwd = t_weights_bf16 + t_core + t_mem + t_score_fwd + t_rope_fwd + x.layer_pass_overhead_s
     bf16_bwd = ((1 + tf) * t_weights_bf16 + t_core_bwd + 2 * t_mem + t_score_bwd + t_rope_bwd
                 + x.layer_pass_overhead_s)
     bf16_rc = (g["full"] * x.recompute_fraction * bf16_fwd
-               + g["selective"] * (t_core + t_score_fwd))
+               + g["selective"] * (t_core + t_score_fwd) + t_moe_rc_bf16)
     fp8_on = np.asarray(x.fp8_layer_fraction) > 0
 
     def mix(share, at_fp8, at_bf16):
@@ -754,7 +807,8 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
       tp_e·e ranks (dispatch) and a reduce-scatter of the same size (combine).
 
     The backward repeats the forward's collectives (the gradients travel the same way back); a fully recomputed
-    layer repeats its forward ones. With ``moe_overlap_alltoall`` only the part beyond one forward and one backward
+    layer (or, under selective recompute, a recomputed MoE block) repeats its forward ones. With
+    ``moe_overlap_alltoall`` only the part beyond one forward and one backward
     of compute stays exposed."""
     t, e, n = x.tensor_parallel, x.expert_parallel, x.gpus_per_node
     etp = _expert_tp(x)
@@ -795,11 +849,13 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
     # --overlap-moe-expert-parallel-comm (megatron-core's combined 1F1B, pipeline_parallel/combined_1f1b.py): one
     # micro-batch's forward runs beside another's backward, each one's all-to-alls during the other's compute; what
     # is left exposed is the micro-batch's communication beyond the compute of a forward and a backward
-    total = layers * (2 + full_rc) * per_pass
+    # selective recompute of the whole MoE block (moe_recompute 2) runs its forward all-to-alls again
+    moe_rc = (np.asarray(x.recompute) == 1) * (np.asarray(x.moe_recompute) >= 2)
+    total = layers * (2 + full_rc + moe_rc) * per_pass
     compute = comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
     kept = where(x.moe_overlap_alltoall > 0, exposed_seconds(total, compute, 1) / maximum(total, 1e-30), 1.0)
     out["ep_forward_microbatch_seconds"] = layers * per_pass * kept
-    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc) * per_pass * kept
+    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc + moe_rc) * per_pass * kept
     out["ep_alltoall_seconds"] = moe * a2a
     out["ep_comm"] = x.num_microbatches * (out["ep_forward_microbatch_seconds"] + out["ep_backward_microbatch_seconds"])
     out["ep_crosses_nodes"], out["ep_gb_per_s"], out["ep_latency_s"] = ep_cross, ep_bw, ep_lat
@@ -963,11 +1019,12 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     modules_pass = layers * x.zero3_modules_per_layer + 1
     fetches = modules_pass * (2 + full_rc)
     multi = (grad_group > 1).astype(float)
-    hook_seconds = m * (fetches * (x.zero3_fetch_latency_s + multi * x.zero3_collective_call_s)
-                        + modules_pass * (x.zero3_reduce_latency_s + multi * x.zero3_collective_call_s))
+    hook_seconds = zero3_hook_seconds(m * fetches, m * modules_pass, multi, fetch_latency_s=x.zero3_fetch_latency_s,
+                                      reduce_latency_s=x.zero3_reduce_latency_s,
+                                      collective_call_s=x.zero3_collective_call_s)
     kernel_seconds = m * (comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
                           + comp["recompute_microbatch_seconds"])
-    zero3_calls = maximum(0.0, hook_seconds - x.zero3_hook_overlap * kernel_seconds)
+    zero3_calls = expected_excess_seconds(hook_seconds, x.zero3_hook_overlap * kernel_seconds, x.zero3_host_spread)
     v = x.bytes_per_value
     zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
     zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter

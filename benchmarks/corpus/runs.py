@@ -482,6 +482,15 @@ GROUPS = {
         _ds("mc-h1024-gelu", 3, mbs=4), _ds("mc-h3072-gqa", 3), _ds("mc-h2560-gqa-fit", 3, recompute="selective"),
     )] + [dict(cfg, repeat=1, expandable_segments=True) for cfg in (
         _hf("hf-llama-h2048", 3, "eager", ckpt=True), _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, ckpt=True))],
+    # ZeRO-3 fit configurations once more with measure.py's longer ZeRO-3 protocol (12 steps, the last 6 timed)
+    "z3long": [dict(cfg, repeat=3) for cfg in (
+        _hf("hf-llama-h2048", 3, "eager", ckpt=True), _hf("hf-llama-h2048", 3, "sdpa"),
+        _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, ckpt=True), _ds("mc-h1024-gelu", 3, mbs=4), _ds("mc-h3072-gqa", 3),
+        _ds("mc-h2560-gqa-fit", 3, recompute="selective"), _ds("mc-h768-gelu", 3, mbs=8),
+        _ds("mc-h768-gelu", 3, mbs=8, recompute="full"), _hf("hf-smollm2-h960", 3, "sdpa", mbs=4),
+        _hf("hf-smollm2-h960", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-neox-h1024", 3, "sdpa", mbs=4),
+        _hf("hf-neox-h1024", 3, "sdpa", mbs=4, ckpt=True),
+    )],
     "expseg": [dict(cfg, expandable_segments=True) for cfg in (
         _ds("mc-h1024-gelu", 2, mbs=4), _ds("mc-h3072-gqa", 0), _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 3),
         _ds("mc-h3072-gqa", 2, recompute="full"), _ds("mc-h3072-gqa", 2, **OFF), _ddp("mc-h3072-gqa", True),
