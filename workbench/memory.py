@@ -1292,7 +1292,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         buffers = buffers + where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
             m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
             token_factor=moe_token_factor), 0.0)
-    late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer + hf_working, buffers, last=last,
+    # the last layer's backward after the first gradient hook: with an s×s attention core (eager attention) its
+    # core's backward working set (``layer_transient``, :func:`attention_backward_bytes`) when that is larger
+    late_layer = full_layer + hf_working
+    if m.attention.materialises_scores:
+        late_layer = maximum(late_layer, layer_transient)
+    late_acts, late_buffers, late = lora_late_buckets(held, output, late_layer, buffers, last=last,
                                                       engine=engine, zero_stage=zero_stage,
                                                       lora=(lora_params_per_layer > 0)
                                                       | (m.implementation is Implementation.TRANSFORMERS),
