@@ -806,7 +806,9 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
       fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group,
       plus :func:`moe_expert_intermediates` (what the activation and the routing probabilities keep);
-    * a shared expert (Qwen2-MoE): a dense MLP on every token, fc1 output and fc2 input split over t.
+    * a shared expert (Qwen2-MoE): a dense MLP on every token, fc1 output and fc2 input split over t (plus the glu's
+      sum and product on the unfused stack), and its sigmoid gate's product keeps the MLP's output, v·(h + 1) per
+      token (÷ t with SP).
 
     Dropless with top-k = 1, e = 1 and tp_e = t the expert part is the dense MLP's v·sbf·(3, gated)/t plus the
     permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
@@ -825,7 +827,15 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     shared = 0.0
     if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
         fs = m.shared_expert_ffn_hidden_size
-        shared = v * tokens * ((2 if m.is_gated else 1) * fs + fs) / tensor_parallel
+        widths = (2 if m.is_gated else 1) * fs + fs
+        if m.is_gated:  # what the dense MLP keeps beyond fc1's output and fc2's input (layer_activation_bytes)
+            if m.implementation is Implementation.TRANSFORMERS:
+                widths = widths + fs  # the up projection's output beside the activation's
+            elif m.attention is AttentionImpl.UNFUSED:
+                widths = widths + 2 * fs  # the glu's sum and product (megatron-core MLP without fusion)
+        # its sigmoid gate (megatron-core SharedExpertMLP.forward: output * sigmoid(linear(x))) keeps the MLP's
+        # h-wide output and the gate score
+        shared = v * tokens * widths / tensor_parallel + v * tokens * rep * (h + 1)
     return router + experts + shared
 
 
