@@ -310,3 +310,38 @@ def test_zero2_accumulation_allocates_a_second_gradient_partition_during_backwar
     one = zero12_early_partition_bytes(m, num_microbatches=1, **kw)
     two = zero12_early_partition_bytes(m, num_microbatches=2, **kw)
     assert two[0] == pytest.approx(2e9) and two == one
+
+
+def test_transformers_eager_zero2_peak_holds_the_attention_core_backward():
+    """A transformers model's ZeRO-1/2 backward peak comes after the first gradient hook (the buckets exist): with
+    eager attention the last layer's s×s core is back-propagated then (16 bytes per score beside the other layers'
+    kept 6), not only its kept activations."""
+    from workbench.memory import UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE
+    from workbench.specs import Implementation
+
+    # Phi-3-mini width as workbench.hf.import_hf describes it (2 layers)
+    phi3 = dict(num_layers=2, hidden_size=3072, num_attention_heads=32, ffn_hidden_size=8192, vocab_size=32064,
+                seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0,
+                implementation=Implementation.TRANSFORMERS)
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(engine="deepspeed", zero_stage=2, world_size=1, micro_batch_size=1, global_batch_size=1,
+                        precision="bf16")
+    acts = {a: estimate(ModelSpec(attention=a, **phi3), cluster, plan).memory.breakdown.activations
+            for a in ("unfused", "flash")}
+    scores = 32 * 4096 * 4096
+    kept = 4 + 2  # fp32 softmax output + its 16-bit copy, per score and layer
+    expected = (2 * kept + UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE - kept) * scores
+    assert acts["unfused"] - acts["flash"] >= 0.9 * expected
+
+
+def test_zero3_step_with_torch_adam_holds_its_temporary_beside_the_fp32_gradient():
+    """ZeRO-3 keeps its 16-bit gradient partition through the step: per sub-group element the flat copy + fp32 cast
+    (6 bytes) with a fused Adam, the fp32 gradient + torch foreach Adam's temporary (8 bytes) with torch's."""
+    from workbench.memory import DS_SUB_GROUP_ELEMENTS, model_state_bytes
+
+    kw = dict(engine=DS, zero_stage=3, data_parallel=1, param_bytes=2)
+    fused = model_state_bytes(2e9, fused_kernels=1, **kw)[4]
+    torch_adam = model_state_bytes(2e9, fused_kernels=0, **kw)[4]
+    assert fused == pytest.approx(6 * DS_SUB_GROUP_ELEMENTS)
+    assert torch_adam == pytest.approx(8 * DS_SUB_GROUP_ELEMENTS)

@@ -32,14 +32,16 @@ def _toy_bytes(m):
 
 
 def test_moe_layer_terms_match_the_cpu_count_of_megatron_core():
-    """benchmarks/moe_saved_tensors_cpu.py counted 685,124 bytes (E 8, top-2), 1,370,244 (E 16, top-4) and
-    780,420 (E 16, top-4, GeLU) saved by megatron-core 0.16's MoE block on the toy layer; the terms give the same
-    less 68-132 bytes of scalars and per-expert counts."""
+    """benchmarks/moe_saved_tensors_cpu.py counted 685,124 bytes (E 8, top-2; the same with --dispatcher alltoall),
+    1,370,244 (E 16, top-4) and 780,420 (E 16, top-4, GeLU) saved by megatron-core 0.16's MoE block on the toy
+    layer; the terms give the same less 68-132 bytes of scalars and per-expert counts."""
     assert M.moe_router_bytes_per_token(TOY, value_bytes=2) == 7 * 8 + 30 * 2
     assert _toy_bytes(TOY) == pytest.approx(685_124, rel=2e-4)
     wide = TOY.replace(num_experts=16, moe_top_k=4)
     assert _toy_bytes(wide) == pytest.approx(1_370_244, rel=2e-4)
     assert _toy_bytes(wide.replace(activation="gelu")) == pytest.approx(780_420, rel=3e-4)
+    # a Qwen2-MoE shared expert (width 160, sigmoid gate): counted 1,128,004 (--shared 160)
+    assert _toy_bytes(TOY.replace(shared_expert_ffn_hidden_size=160)) == pytest.approx(1_128_004, rel=2e-4)
 
 
 def test_fused_experts_keep_fc1_output_and_fc2_input_only():
@@ -72,7 +74,7 @@ def test_invalid_imbalance_names_the_field(kw, needle):
 
 
 def test_dense_model_refuses_an_imbalance():
-    with pytest.raises(ValueError, match="moe_load_imbalance=1.2 need a mixture-of-experts model"):
+    with pytest.raises(ValueError, match="moe_load_imbalance=1.2, moe_recompute=.none. need a mixture-of-experts"):
         validate(model("llama2-7b"), _cluster(), _plan(moe_load_imbalance=1.2))
 
 
@@ -142,13 +144,50 @@ def test_planner_prices_every_row_with_the_imbalance():
     assert best.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
 
 
-def test_parallel_panel_sends_the_imbalance():
+def test_parallel_panel_sends_the_imbalance_and_moe_recompute():
     from widgets.parallel_panel import ParallelPanel
     from widgets.state import SetPlan
 
     sent = []
     panel = ParallelPanel(dispatch=sent.append)
     panel.controls["moe_load_imbalance"].value = 1.3
+    panel.controls["moe_recompute"].value = "moe"
     changes = {k: v for a in sent if isinstance(a, SetPlan) for k, v in a.changes.items()}
-    assert changes["moe_load_imbalance"] == 1.3
+    assert changes["moe_load_imbalance"] == 1.3 and changes["moe_recompute"] == "moe"
     panel.close()
+
+
+def test_selective_recompute_of_moe_modules_drops_what_megatron_core_recomputes():
+    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, recompute=1,
+              value_bytes=2, expert_tensor_parallel=1)
+    plain = M.layer_activation_bytes(MIXTRAL, **kw)[0]
+    whole = M.moe_activation_bytes(MIXTRAL, tokens=4096, tensor_parallel=1, sequence_parallel=False,
+                                   expert_tensor_parallel=1, token_factor=1.0, value_bytes=2)
+    assert M.layer_activation_bytes(MIXTRAL, **kw, moe_recompute=2)[0] == pytest.approx(plain - whole)
+    # moe_act: fc2's input (the fused stack keeps nothing else of the activation), X = 4096·2 copies
+    assert M.layer_activation_bytes(MIXTRAL, **kw, moe_recompute=1)[0] == pytest.approx(
+        plain - 2 * 4096 * 2 * MIXTRAL.moe_ffn_hidden_size)
+
+
+def test_moe_recompute_costs_a_forward_and_its_alltoalls_and_round_trips():
+    from workbench.configs.importer import import_megatron_args
+    from workbench.configs.megatron import megatron_args
+
+    c = _cluster()
+    base = _plan(expert_parallel=8, distributed_optimizer=True, global_batch_size=8, recompute="selective")
+    runs = {rc: estimate(MIXTRAL, c, base.replace(moe_recompute=rc), checks=False) for rc in ("none", "moe_act", "moe")}
+    peaks = [runs[rc].memory.per_gpu_peak_bytes for rc in ("none", "moe_act", "moe")]
+    assert peaks[0] > peaks[1] > peaks[2]
+    rcs = [runs[rc].time.breakdown["recompute"] for rc in ("none", "moe_act", "moe")]
+    assert rcs[0] < rcs[1] < rcs[2]
+    assert runs["moe"].time.breakdown["ep_comm"] == pytest.approx(1.5 * runs["none"].time.breakdown["ep_comm"])
+    with pytest.raises(ValueError, match="moe_recompute='moe' needs recompute='selective'"):
+        base.replace(recompute="full", moe_recompute="moe")
+    args = megatron_args(MIXTRAL, c, base.replace(moe_recompute="moe"))
+    at = args.index("--recompute-modules")
+    assert args[at + 1:at + 3] == ["core_attn", "moe"]
+    imported = import_megatron_args(args)
+    assert imported.plan_fields["moe_recompute"] == "moe" and not imported.warnings
+    only = import_megatron_args(["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                                 "--recompute-granularity", "selective", "--recompute-modules", "moe_act", "mlp"])
+    assert only.plan_fields["moe_recompute"] == "moe_act" and any("mlp not modelled" in w for w in only.warnings)

@@ -84,6 +84,9 @@ class ParallelPanel(Panel):
                                                      "tokens over the mean (1: balanced); prices that rank's expert "
                                                      "activations, GEMMs and all-to-all. No Megatron flag: an "
                                                      "assumption about the router, not exported")
+        c["moe_recompute"] = dropdown("MoE recompute", ["none", "moe_act", "moe"],
+                                      tooltip="with recompute selective: --recompute-modules core_attn moe_act "
+                                              "(the experts' activation) or moe (the whole MoE layer)")
         c["moe_overlap_alltoall"] = checkbox("overlap MoE all-to-all",
                                              tooltip="--overlap-moe-expert-parallel-comm: dispatch/combine run "
                                                      "beside another micro-batch's compute")
@@ -137,7 +140,7 @@ class ParallelPanel(Panel):
             *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["ulysses"], c["first_stage_layers"], c["last_stage_layers"],
             c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"],
             c["expert_parallel"], c["expert_tensor_parallel"], c["moe_token_dispatcher"], c["moe_capacity_factor"],
-            c["moe_load_imbalance"], c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
+            c["moe_load_imbalance"], c["moe_recompute"], c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
             c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
             c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["grad_reduce_fp32"],
             c["expandable_segments"], c["lora_rank"], self.derived, self.error,

@@ -41,9 +41,12 @@ def megatron_recompute(plan: ParallelPlan) -> dict:
     (``recompute_granularity``, ``recompute_method``, ``recompute_num_layers``; empty for no recompute).
     Selective recomputes the attention core; full with ``recompute_layers=None`` is ``uniform``/1 (every layer's
     input is kept and each layer recomputed), full with N layers is ``block``/N (the first N layers of each
-    pipeline stage). Megatron-LM's command-line flags are the same names with dashes
+    pipeline stage); an MoE plan's ``moe_recompute`` adds ``recompute_modules`` (``core_attn`` and it). Megatron-LM's
+    command-line flags are the same names with dashes
     (:func:`megatron_recompute_flags`)."""
     if plan.recompute is Recompute.SELECTIVE:
+        if str(plan.moe_recompute) != "none":  # the MoE module beside the attention core (recompute_modules)
+            return {"recompute_granularity": "selective", "recompute_modules": ["core_attn", str(plan.moe_recompute)]}
         return {"recompute_granularity": "selective"}
     if plan.recompute is Recompute.FULL:
         if plan.recompute_layers is None:
@@ -57,5 +60,5 @@ def megatron_recompute_flags(plan: ParallelPlan) -> list[str]:
     """:func:`megatron_recompute` as ``pretrain_gpt.py`` arguments (``--recompute-granularity full`` …)."""
     out: list[str] = []
     for key, value in megatron_recompute(plan).items():
-        out += ["--" + key.replace("_", "-"), str(value)]
+        out += ["--" + key.replace("_", "-"), *(map(str, value) if isinstance(value, list) else [str(value)])]
     return out

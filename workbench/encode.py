@@ -7,7 +7,7 @@ FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, ed
 tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, DeepSpeed-MoE's E·C/(k·S), else the busiest rank's
 routing load, 1 when balanced; the planner's float column ``moe_imb`` carries the plan's imbalance), ``moe_ds``
 (1: DeepSpeed-MoE layers) and
-``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), and the pipeline split ``first_layers, last_layers`` (0: an
+``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -32,7 +32,7 @@ from workbench.hf import soft_capped
 from workbench.npscalar import isin, maximum, minimum, where
 from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
                               parameter_tensors)
-from workbench.specs import (LORA_TARGETS, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
+from workbench.specs import (LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
                              ModelSpec, MoEDispatcher, Offload, ParallelPlan, Precision, Recompute,
                              default_overlap_comm)
 
@@ -66,7 +66,8 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 ep=plan.expert_parallel, etp=plan.expert_tensor_parallel_size, edp=plan.expert_data_parallel,
                 moe_tf=moe_token_factor(plan, model), moe_ds=int(plan.deepspeed_moe and model.is_moe),
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
-                moe_ov=int(plan.moe_overlap_alltoall), grad_fp32=int(plan.reduces_grads_in_fp32),
+                moe_ov=int(plan.moe_overlap_alltoall), moe_rc=MOE_RECOMPUTE_CODES[plan.moe_recompute],
+                grad_fp32=int(plan.reduces_grads_in_fp32),
                 expseg=int(plan.expandable_segments))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
@@ -121,6 +122,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("moe_ds", 0)
     out.setdefault("moe_ag", 0)
     out.setdefault("moe_ov", 0)
+    out.setdefault("moe_rc", 0)
     return out
 
 
@@ -291,7 +293,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
                expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
                moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision),
-               moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0))
+               moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0),
+               moe_recompute=cols.get("moe_rc", 0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -427,6 +430,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
         moe_overlap_alltoall=cols.get("moe_ov", 0), moe_deepspeed=cols.get("moe_ds", 0),
+        moe_recompute=cols.get("moe_rc", 0),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
         fp8_layer_fraction=0.0, fp8_bf16_first=0, fp8_bf16_last=0, fp8_peak_flops=1.0,

@@ -121,6 +121,7 @@ class EvaluatedPlan:
                      "moe_capacity_factor": self.plan.moe_capacity_factor,
                      "moe_pad_to_capacity": self.plan.moe_pad_to_capacity,
                      "moe_load_imbalance": self.plan.moe_load_imbalance,
+                     "moe_recompute": str(self.plan.moe_recompute),
                      "moe_token_dispatcher": str(self.plan.moe_token_dispatcher),
                      "moe_overlap_alltoall": self.plan.moe_overlap_alltoall,
                      **self._deepspeed_moe_fields()},

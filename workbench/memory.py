@@ -178,7 +178,8 @@ def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
 
 
 def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
-                               value_bytes, recipe, expert_tensor_parallel=None, moe_token_factor=1.0):
+                               value_bytes, recipe, expert_tensor_parallel=None, moe_token_factor=1.0,
+                               moe_recompute=0):
     """How one FP8 layer's saved activations differ from the bf16 layer's (:func:`layer_activation_bytes`), for one
     micro-batch on one rank (usually negative).
 
@@ -207,7 +208,10 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
         etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
         x = moe_expert_tokens(sb, top_k=m.moe_top_k, tensor_parallel=tensor_parallel, expert_tensor_parallel=etp,
                               token_factor=moe_token_factor)
-        return attention + (a - value_bytes) * x * (m.hidden_size + m.moe_ffn_hidden_size / etp)
+        # selective recompute's MoE modules (``moe_recompute``): moe_act keeps no fc2 input, moe no expert input
+        code = np.asarray(moe_recompute)
+        kept_widths = where(code >= 2, 0.0, m.hidden_size + where(code == 1, 0.0, m.moe_ffn_hidden_size / etp))
+        return attention + (a - value_bytes) * x * kept_widths
     return attention + (a - value_bytes) * sb * (m.hidden_size * rep + m.ffn_hidden_size / tensor_parallel)
 
 
@@ -409,7 +413,12 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # ZeRO-0: DeepSpeed's 16-bit optimizer wrapper flattens and up-casts all gradients (measured 8 bytes/param on
     # H200, ZERO0_STEP_BYTES_PER_PARAM)
     flat_and_fp32 = where(mixed & (fp32_grad_partition > 0), param_bytes + 4.0, 0.0)
-    zero3_step = flat_and_fp32 * minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
+    # ZeRO-3 keeps its 16-bit gradient partition through the step, so torch's foreach Adam (``fused_kernels=0``)
+    # runs its temporary (:data:`TORCH_ADAM_STEP_BYTES_PER_PARAM`) beside the sub-group's fp32 gradient, after the
+    # flat copy is freed: the larger of the two moments
+    zero3_adam = where(mixed & (fp32_grad_partition > 0) & (fused_kernels <= 0),
+                       4.0 + TORCH_ADAM_STEP_BYTES_PER_PARAM, 0.0)
+    zero3_step = maximum(flat_and_fp32, zero3_adam) * minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
     ds_step = where(off_opt, 0.0,
                        where(zero3_fp32, zero3_step,
                                 # ZeRO-1 first frees the 16-bit gradients of parameters outside its partition
@@ -649,7 +658,7 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
                            recompute, value_bytes, softmax_bytes=SOFTMAX_BYTES_PER_SCORE,
                            dropout_mask_bytes=DROPOUT_MASK_BYTES_PER_SCORE, expert_tensor_parallel=None,
-                           moe_token_factor=1.0, moe_deepspeed=0, frozen_norms=0.0):
+                           moe_token_factor=1.0, moe_deepspeed=0, frozen_norms=0.0, moe_recompute=0):
     """Activation bytes one transformer layer keeps for backward, for one micro-batch, on one rank.
 
     Korthikanti et al. 2022 (arXiv 2205.05198) Table 2 — ``sbh(10 + 24/t + 5as/(ht))`` for 16-bit activations,
@@ -667,7 +676,8 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     * MoE (:func:`moe_activation_bytes`) replaces the MLP's intermediates by the experts' and adds the router's;
       DeepSpeed-MoE (``moe_deepspeed``) adds its gate's fp32 input and its combine's copies
       (:func:`workbench.dsmoe.extra_activation_bytes`);
-    * selective recompute drops the attention core; full recompute keeps only the layer input v·sbh (÷t with SP);
+    * selective recompute drops the attention core, and with ``moe_recompute`` (1 ``moe_act``, 2 ``moe``) what
+      :func:`moe_recomputed_bytes` says; full recompute keeps only the layer input v·sbh (÷t with SP);
     * a transformers model adds what its unfused ops keep (:func:`hf_layer_extra_bytes_per_token`; ``frozen_norms``
       1 under LoRA).
     """
@@ -690,11 +700,14 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     if m.qk_norm:  # the per-head norms keep their inputs (the q and k projections' outputs)
         qkv = qkv + v * s * b * (m.query_projection_size + m.kv_projection_size) / t
     proj_in = v * s * b * m.query_projection_size / t
+    moe_dropped = 0.0
     if m.is_moe:
-        mlp = moe_activation_bytes(m, tokens=s * b, tensor_parallel=t, sequence_parallel=sequence_parallel,
-                                   expert_tensor_parallel=t if expert_tensor_parallel is None
-                                   else expert_tensor_parallel, token_factor=moe_token_factor, value_bytes=v,
-                                   deepspeed=moe_deepspeed)
+        moe_kw = dict(tokens=s * b, tensor_parallel=t, sequence_parallel=sequence_parallel,
+                      expert_tensor_parallel=t if expert_tensor_parallel is None else expert_tensor_parallel,
+                      token_factor=moe_token_factor, value_bytes=v)
+        mlp = moe_activation_bytes(m, **moe_kw, deepspeed=moe_deepspeed)
+        if np.any(np.asarray(moe_recompute) > 0):
+            moe_dropped = moe_recomputed_bytes(m, **moe_kw, moe_recompute=moe_recompute)
         if np.any(np.asarray(moe_deepspeed) > 0):
             mlp = mlp + where(np.asarray(moe_deepspeed) > 0,
                                  dsmoe.extra_activation_bytes(m, tokens=s * b, value_bytes=v), 0.0)
@@ -728,7 +741,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     if m.implementation is Implementation.TRANSFORMERS:
         full_layer = full_layer + s * b * hf_layer_extra_bytes_per_token(m, value_bytes=v,
                                                                          frozen_norms=frozen_norms) / t
-    selective = full_layer - core
+    selective = full_layer - core - moe_dropped
     checkpoint_only = v * sbh * rep
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
 
@@ -798,7 +811,9 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
       fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group,
       plus :func:`moe_expert_intermediates` (what the activation and the routing probabilities keep);
-    * a shared expert (Qwen2-MoE): a dense MLP on every token, fc1 output and fc2 input split over t.
+    * a shared expert (Qwen2-MoE): a dense MLP on every token, fc1 output and fc2 input split over t (plus the glu's
+      sum and product on the unfused stack), and its sigmoid gate's product keeps the MLP's output, v·(h + 1) per
+      token (÷ t with SP).
 
     Dropless with top-k = 1, e = 1 and tp_e = t the expert part is the dense MLP's v·sbf·(3, gated)/t plus the
     permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
@@ -817,8 +832,38 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     shared = 0.0
     if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
         fs = m.shared_expert_ffn_hidden_size
-        shared = v * tokens * ((2 if m.is_gated else 1) * fs + fs) / tensor_parallel
+        widths = (2 if m.is_gated else 1) * fs + fs
+        if m.is_gated:  # what the dense MLP keeps beyond fc1's output and fc2's input (layer_activation_bytes)
+            if m.implementation is Implementation.TRANSFORMERS:
+                widths = widths + fs  # the up projection's output beside the activation's
+            elif m.attention is AttentionImpl.UNFUSED:
+                widths = widths + 2 * fs  # the glu's sum and product (megatron-core MLP without fusion)
+        # its sigmoid gate (megatron-core SharedExpertMLP.forward: output * sigmoid(linear(x))) keeps the MLP's
+        # h-wide output and the gate score
+        shared = v * tokens * widths / tensor_parallel + v * tokens * rep * (h + 1)
     return router + experts + shared
+
+
+def moe_recomputed_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_parallel, expert_tensor_parallel,
+                         token_factor, value_bytes, moe_recompute):
+    """What selective recompute's MoE modules drop from one MoE layer's saved tensors (per micro-batch, one rank):
+
+    * ``moe_recompute`` 1 (``moe_act``, megatron-core ``GroupedMLP``/``TEGroupedMLP``: the activation runs under
+      ``CheckpointWithoutOutput``, whose output — fc2's input — is freed after fc2 and recomputed before the
+      backward): fc2's input and the activation's own saved tensors, v·X·(1 + :func:`moe_expert_intermediates`)·f
+      / tp_e; fc1's output (the checkpoint's input) stays;
+    * 2 (``moe``, ``MoELayer.forward`` under ``tensor_parallel.checkpoint``): the whole of
+      :func:`moe_activation_bytes` — only the block's input, the norm's output the layer count already has, is kept.
+    """
+    v, f = value_bytes, m.moe_ffn_hidden_size
+    x = moe_expert_tokens(tokens, top_k=m.moe_top_k, tensor_parallel=tensor_parallel,
+                          expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
+    act = v * x * (1 + moe_expert_intermediates(m)) * f / expert_tensor_parallel
+    whole = moe_activation_bytes(m, tokens=tokens, tensor_parallel=tensor_parallel,
+                                 sequence_parallel=sequence_parallel, expert_tensor_parallel=expert_tensor_parallel,
+                                 token_factor=token_factor, value_bytes=value_bytes)
+    code = np.asarray(moe_recompute)
+    return where(code >= 2, whole, where(code == 1, act, 0.0))
 
 
 def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
@@ -1085,7 +1130,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
-                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0):
+                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of the stage's layers that are not among
@@ -1156,11 +1201,17 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
               context_parallel=context_parallel)
     moe_kw = dict(expert_tensor_parallel=etp, moe_token_factor=moe_token_factor, moe_deepspeed=moe_deepspeed,
                   frozen_norms=lora.astype(float) if isinstance(lora, np.ndarray) else float(lora))
+    # selective recompute's MoE modules apply under selective recompute only
+    moe_kw["moe_recompute"] = where(recompute == 1, moe_recompute, 0)
     kept, full_layer = layer_activation_bytes(m, recompute=recompute, value_bytes=value_bytes, **kw, **moe_kw)
     # FP8 layers keep their linear inputs in FP8 (the share of FP8 layers on the stage, averaged per layer)
-    fp8_delta = where(fp8 > 0, fp8_layer_fraction, 0.0) * fp8_activation_delta_bytes(
-        m, value_bytes=value_bytes, recipe=fp8_recipe, **kw, expert_tensor_parallel=etp, moe_token_factor=moe_token_factor)
-    kept = kept + where(recompute >= 2, 0.0, fp8_delta)
+    fp8_share = where(fp8 > 0, fp8_layer_fraction, 0.0)
+    fp8_kw = dict(value_bytes=value_bytes, recipe=fp8_recipe, **kw, expert_tensor_parallel=etp,
+                  moe_token_factor=moe_token_factor)
+    fp8_delta = fp8_share * fp8_activation_delta_bytes(m, **fp8_kw)
+    fp8_kept = (fp8_share * fp8_activation_delta_bytes(m, **fp8_kw, moe_recompute=moe_kw["moe_recompute"])
+                if np.any(np.asarray(moe_recompute) > 0) else fp8_delta)
+    kept = kept + where(recompute >= 2, 0.0, fp8_kept)
     full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
     lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
@@ -1246,7 +1297,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         buffers = buffers + where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
             m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
             token_factor=moe_token_factor), 0.0)
-    late_acts, late_buffers, late = lora_late_buckets(held, output, full_layer + hf_working, buffers, last=last,
+    # the last layer's backward after the first gradient hook: with an s×s attention core (eager attention) its
+    # core's backward working set (``layer_transient``, :func:`attention_backward_bytes`) when that is larger
+    late_layer = full_layer + hf_working
+    if m.attention.materialises_scores:
+        late_layer = maximum(late_layer, layer_transient)
+    late_acts, late_buffers, late = lora_late_buckets(held, output, late_layer, buffers, last=last,
                                                       engine=engine, zero_stage=zero_stage,
                                                       lora=(lora_params_per_layer > 0)
                                                       | (m.implementation is Implementation.TRANSFORMERS),

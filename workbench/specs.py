@@ -197,6 +197,21 @@ class MoEDispatcher(_StrEnum):
     ALLGATHER = "allgather"
 
 
+class MoERecompute(_StrEnum):
+    """What selective recompute also recomputes in MoE layers (Megatron ``--recompute-modules``, megatron-core 0.16
+    ``TransformerConfig.recompute_modules``, with ``core_attn``): ``none``; ``moe_act`` — the experts' activation
+    (``TEGroupedMLP``/``GroupedMLP``: output-discarding ``CheckpointWithoutOutput`` around the activation, needs the
+    grouped GEMM); ``moe`` — the whole MoE layer, router, dispatch all-to-all, experts and combine
+    (``MoELayer.forward`` under ``tensor_parallel.checkpoint``)."""
+
+    NONE = "none"
+    MOE_ACT = "moe_act"
+    MOE = "moe"
+
+
+MOE_RECOMPUTE_CODES = {MoERecompute.NONE: 0, MoERecompute.MOE_ACT: 1, MoERecompute.MOE: 2}
+
+
 class CPCommType(_StrEnum):
     """How context-parallel ranks exchange keys and values inside attention (megatron-core
     ``TransformerConfig.cp_comm_type``, Megatron-LM ``--cp-comm-type``, passed to Transformer Engine's
@@ -778,6 +793,12 @@ class ParallelPlan:
     busiest), capped by what routing can do (:func:`workbench.encode.moe_rank_load`) and by the capacity factor when
     tokens above it are dropped. No effect with expert_parallel 1 (one rank holds every expert) or when expert inputs
     are padded to capacity (megatron-core's pad, DeepSpeed-MoE)."""
+    moe_recompute: MoERecompute = MoERecompute.NONE
+    """MoE modules selective recompute also recomputes (Megatron ``--recompute-modules core_attn moe_act`` or
+    ``... moe``; see :class:`MoERecompute`): ``moe_act`` keeps only fc1's output of each routed copy (its activation
+    and fc2 input are recomputed in the backward), ``moe`` keeps nothing of the MoE block but its input and runs its
+    forward — router, all-to-alls, expert GEMMs — again in the backward. Needs recompute='selective', an MoE model and
+    engine 'megatron'."""
     moe_token_dispatcher: MoEDispatcher = MoEDispatcher.ALLTOALL
     """``--moe-token-dispatcher-type``: ``alltoall`` (the workbench's default, what expert-parallel recipes use) or
     ``allgather`` (megatron-core's own default; an imported command line without the flag gets it)."""
@@ -806,7 +827,7 @@ class ParallelPlan:
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl),
                                ("cp_comm_type", CPCommType), ("fp8_recipe", Fp8Recipe),
-                               ("moe_token_dispatcher", MoEDispatcher)):
+                               ("moe_token_dispatcher", MoEDispatcher), ("moe_recompute", MoERecompute)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
                 or not 0 <= int(self.zero_stage) <= 3):
@@ -885,6 +906,11 @@ class ParallelPlan:
                                                           maximum=float(MAX_COUNT["num_experts"])))
         _set(self, "moe_load_imbalance", check_float("moe_load_imbalance", self.moe_load_imbalance, minimum=1.0,
                                                      strict=False, maximum=float(MAX_COUNT["num_experts"])))
+        if self.moe_recompute is not MoERecompute.NONE and (self.recompute is not Recompute.SELECTIVE
+                                                            or self.engine is not Engine.MEGATRON):
+            raise ValueError(f"moe_recompute='{self.moe_recompute}' needs recompute='selective' and engine='megatron' "
+                             f"(Megatron's --recompute-modules apply under --recompute-granularity selective; got "
+                             f"recompute='{self.recompute}', engine='{self.engine}')")
         if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
             raise ValueError("moe_pad_to_capacity=True needs moe_capacity_factor (megatron-core: "
                              "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity)")
@@ -1374,12 +1400,14 @@ def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:
     """MoE plan fields against the model (megatron-core ``MoELayer``: ``num_moe_experts % ep_size == 0``)."""
     e, te = plan.expert_parallel, plan.expert_tensor_parallel_size
     moe_fields = (e > 1 or plan.expert_tensor_parallel is not None or plan.moe_capacity_factor is not None
-                  or plan.moe_pad_to_capacity or plan.moe_load_imbalance != 1.0)
+                  or plan.moe_pad_to_capacity or plan.moe_load_imbalance != 1.0
+                  or plan.moe_recompute is not MoERecompute.NONE)
     if not model.is_moe:
         if moe_fields:
             raise ValueError(f"expert_parallel={e}, expert_tensor_parallel={plan.expert_tensor_parallel}, "
                              f"moe_capacity_factor={plan.moe_capacity_factor}, moe_load_imbalance="
-                             f"{plan.moe_load_imbalance:g} need a mixture-of-experts model "
+                             f"{plan.moe_load_imbalance:g}, moe_recompute='{plan.moe_recompute}' need a "
+                             f"mixture-of-experts model "
                              f"({model.name} has num_experts=None)")
         return
     if model.num_experts % e:

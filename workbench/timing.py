@@ -440,6 +440,10 @@ class StepInputs:
     """1: megatron-core's allgather token dispatcher; 0: alltoall."""
     moe_overlap_alltoall: object = 0.0
     """1: the all-to-alls overlap another micro-batch's compute (``--overlap-moe-expert-parallel-comm``)."""
+    moe_recompute: object = 0.0
+    """Selective recompute's MoE modules (:attr:`workbench.specs.ParallelPlan.moe_recompute`): 1 ``moe_act`` — the
+    experts' activation runs again in the backward; 2 ``moe`` — the whole MoE block's forward (permutation, expert
+    GEMMs, activation, and its all-to-alls) runs again. Only with selective recompute."""
     moe_deepspeed: object = 0.0
     """1: DeepSpeed-MoE layers (``deepspeed.moe.layer.MoE``), whose gate and combine run in fp32."""
     stage_parameters: object = None
@@ -646,15 +650,30 @@ def compute_terms(x: StepInputs) -> dict:
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd = logits_per_gpu * (ce_fwd_b + x.soft_cap * cap_fwd_b) / hbm
     t_loss_bwd = logits_per_gpu * (ce_bwd_b + x.soft_cap * cap_bwd_b) / hbm
-    # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core)
+    # selective recompute's MoE modules: moe_act reads fc1's output and writes the activation (3·v·X·f/tp_e, gated:
+    # 2f in, f out; else f in, f out) again; moe runs the block's forward again — the permutation and the expert
+    # GEMMs (their all-to-alls are in expert_parallel_terms)
+    moe_rc = g["selective"] * (np.asarray(x.num_experts) > 1)
+    act_bytes = copies * (fc1_width + f) / etp * x.bytes_per_value
+    t_moe_perm = 4 * copies * h * x.bytes_per_value / hbm
+    t_moe_rc_bf16 = moe_rc * where(x.moe_recompute >= 2, t_fc1 + t_fc2 + t_moe_perm + act_bytes / hbm,
+                                   where(x.moe_recompute == 1, act_bytes / hbm, 0.0))
+    t_moe_rc_fp8 = moe_rc * where(x.moe_recompute >= 2,
+                                  gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h,
+                                               **gemm8)
+                                  + gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm8)
+                                  + t_moe_perm + act_bytes / hbm,
+                                  where(x.moe_recompute == 1, act_bytes / hbm, 0.0))
+    # the extra forward of activation recomputation per layer (full: that fraction of the layers; selective: the core
+    # and the MoE modules)
     recompute_layer = (g["full"] * x.recompute_fraction * layer_fwd
-                       + g["selective"] * (t_core + t_score_fwd))
+                       + g["selective"] * (t_core + t_score_fwd) + t_moe_rc_fp8)
     # the layer at FP8 share 1 (above) and at share 0 (bf16): a stage with share a takes (1−a)·bf16 + a·FP8
     bf16_fwd = t_weights_bf16 + t_core + t_mem + t_score_fwd + t_rope_fwd + x.layer_pass_overhead_s
     bf16_bwd = ((1 + tf) * t_weights_bf16 + t_core_bwd + 2 * t_mem + t_score_bwd + t_rope_bwd
                 + x.layer_pass_overhead_s)
     bf16_rc = (g["full"] * x.recompute_fraction * bf16_fwd
-               + g["selective"] * (t_core + t_score_fwd))
+               + g["selective"] * (t_core + t_score_fwd) + t_moe_rc_bf16)
     fp8_on = np.asarray(x.fp8_layer_fraction) > 0
 
     def mix(share, at_fp8, at_bf16):
@@ -788,7 +807,8 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
       tp_e·e ranks (dispatch) and a reduce-scatter of the same size (combine).
 
     The backward repeats the forward's collectives (the gradients travel the same way back); a fully recomputed
-    layer repeats its forward ones. With ``moe_overlap_alltoall`` only the part beyond one forward and one backward
+    layer (or, under selective recompute, a recomputed MoE block) repeats its forward ones. With
+    ``moe_overlap_alltoall`` only the part beyond one forward and one backward
     of compute stays exposed."""
     t, e, n = x.tensor_parallel, x.expert_parallel, x.gpus_per_node
     etp = _expert_tp(x)
@@ -829,11 +849,13 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
     # --overlap-moe-expert-parallel-comm (megatron-core's combined 1F1B, pipeline_parallel/combined_1f1b.py): one
     # micro-batch's forward runs beside another's backward, each one's all-to-alls during the other's compute; what
     # is left exposed is the micro-batch's communication beyond the compute of a forward and a backward
-    total = layers * (2 + full_rc) * per_pass
+    # selective recompute of the whole MoE block (moe_recompute 2) runs its forward all-to-alls again
+    moe_rc = (np.asarray(x.recompute) == 1) * (np.asarray(x.moe_recompute) >= 2)
+    total = layers * (2 + full_rc + moe_rc) * per_pass
     compute = comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
     kept = where(x.moe_overlap_alltoall > 0, exposed_seconds(total, compute, 1) / maximum(total, 1e-30), 1.0)
     out["ep_forward_microbatch_seconds"] = layers * per_pass * kept
-    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc) * per_pass * kept
+    out["ep_backward_microbatch_seconds"] = layers * (1 + full_rc + moe_rc) * per_pass * kept
     out["ep_alltoall_seconds"] = moe * a2a
     out["ep_comm"] = x.num_microbatches * (out["ep_forward_microbatch_seconds"] + out["ep_backward_microbatch_seconds"])
     out["ep_crosses_nodes"], out["ep_gb_per_s"], out["ep_latency_s"] = ep_cross, ep_bw, ep_lat

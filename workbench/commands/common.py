@@ -50,7 +50,7 @@ _PLAN_FLAGS = {
     "expandable_segments": "expandable_segments",
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
     "ep": "expert_parallel", "etp": "expert_tensor_parallel", "moe_capacity_factor": "moe_capacity_factor",
-    "moe_load_imbalance": "moe_load_imbalance",
+    "moe_load_imbalance": "moe_load_imbalance", "moe_recompute": "moe_recompute",
     "moe_dispatcher": "moe_token_dispatcher",
     "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes", "ulysses": "ulysses",
     "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather", "grad_reduce_fp32": "grad_reduce_fp32",
@@ -166,6 +166,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                                      "default 1.0, always padded)")
     p.add_argument("--moe-load-imbalance", dest="moe_load_imbalance", type=float, metavar="F",
                    help="MoE routing load imbalance F: the busiest expert-parallel rank's routed tokens over the mean (default 1.0, balanced); prices that rank's expert activations, expert GEMMs and all-to-all at F x the balanced share. Megatron has no such flag: it is an assumption about the router, not exported")
+    p.add_argument("--moe-recompute", dest="moe_recompute", choices=["none", "moe_act", "moe"],
+                   help="with --recompute selective: also recompute the experts' activation (moe_act) or the whole "
+                        "MoE layer (moe) — Megatron --recompute-modules core_attn moe_act|moe")
     p.add_argument("--moe-pad-to-capacity", "--moe-pad-expert-input-to-capacity", dest="moe_pad_to_capacity",
                    action="store_true", default=None, help="pad every expert's input to its capacity")
     p.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",

@@ -52,7 +52,8 @@ def render(est) -> str:
            + ("" if p.deepspeed_moe else "dropless" if p.moe_capacity_factor is None else
               f"capacity factor {p.moe_capacity_factor:g}{' (padded)' if p.moe_pad_to_capacity else ''}")
            + (f", routing load imbalance {p.moe_load_imbalance:g} (busiest rank priced at "
-              f"{moe_token_factor(p, m):.2f} x the balanced share)" if p.moe_load_imbalance != 1.0 else "")]
+              f"{moe_token_factor(p, m):.2f} x the balanced share)" if p.moe_load_imbalance != 1.0 else "")
+           + (f", selective recompute of {p.moe_recompute}" if str(p.moe_recompute) != "none" else "")]
           if m.is_moe else []),
         f"stack   {m.attention} attention, {p.adam} Adam"
         + (" (CPU Adam: optimizer offloaded)" if str(p.offload_optimizer) != "none" else "")

@@ -644,7 +644,7 @@ _KNOWN = {
     "cp-comm-type", "hierarchical-context-parallel-sizes",
     "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
-    "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method",
+    "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method", "recompute-modules",
     "recompute-num-layers", "recompute-activations", "checkpoint-activations", "checkpoint-num-layers",
     "deepspeed-activation-checkpointing", "micro-batch-size", "global-batch-size", "batch-size",
     "no-pipeline-parallel", "zero-stage", "deepspeed", "use-deepspeed", "deepspeed-config",
@@ -1020,6 +1020,17 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     granularity = one("recompute-granularity")
     if granularity in ("full", "selective"):
         plan["recompute"] = granularity
+        modules = flags.get("recompute-modules") or []
+        if granularity == "selective" and modules:
+            moe = [v for v in ("moe", "moe_act") if v in modules]
+            if moe:
+                plan["moe_recompute"] = moe[0]  # the whole layer covers its activation
+            other = sorted(set(modules) - {"core_attn", "moe", "moe_act"})
+            if other or "core_attn" not in modules:
+                warnings.append(f"--recompute-modules {' '.join(modules)}: the workbench models core_attn with "
+                                f"moe or moe_act; read as selective recompute of the attention core"
+                                + (f" and {moe[0]}" if moe else "") + (f" ({', '.join(other)} not modelled)"
+                                                                          if other else ""))
         if granularity == "full":
             _read_recompute_method(one("recompute-method"), "recompute-method", "recompute-num-layers")
     elif has("recompute-activations"):
