@@ -16,7 +16,8 @@ Errors are (predicted − measured) / measured. Printed per split and per engine
 how many runs are under-estimated and the worst under-estimate (an under-estimated device total is an OOM).
 Runs with PyTorch's expandable-segments allocator (corpus group ``expseg``, ``PYTORCH_CUDA_ALLOC_CONF=
 expandable_segments:True``) are scored with the plan's ``expandable_segments`` on, in tables of their own beside the
-same configurations with the default allocator; ``--overheads`` also prints their fitted allocator reserve.
+same configurations with the default allocator; ``--overheads`` also prints their fitted allocator reserve, and how
+much memory other processes held on the GPU when each one-GPU run started (counted outside the allocator).
 ``--loso`` also prints, for the fit split, leave-one-shape-out errors of the constants this benchmark fits
 (``workbench.memory.fit_overheads``: memory outside the allocator per engine, allocator reserve).
 
@@ -209,7 +210,8 @@ def corpus_run(rec: dict):
                 omp_threads=rec.get("omp_num_threads"), step_traces=step_traces(rec),
                 timed_steps=int(rec.get("timed_steps") or 0),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
-                              step=steady_step_seconds(rec), reserved=reserved, outside=outside))
+                              step=steady_step_seconds(rec), reserved=reserved, outside=outside,
+                              used_at_start=rec.get("device_used_at_start_bytes")))
 
 
 def corpus_runs(path: Path) -> list[dict]:
@@ -401,6 +403,28 @@ def overhead_fit(rows: list) -> dict:
                     out[engine][f"reserve_{name}"] = dict(n=len(part), median=statistics.median(part),
                                                           p90=part[min(len(part) - 1, int(0.9 * len(part)))])
     return out
+
+
+def outside_beside_other_processes(runs: list) -> dict:
+    """How much of the memory measured outside the allocator other processes held. ``used_at_start`` is the GPU's
+    ``total − free`` right after this process's CUDA initialisation (measure.py); the least of it over the one-GPU
+    runs is a lone process's own context, anything above was held by other processes on the same GPU when the run
+    started. Per stack: one-GPU runs, how many started beside other processes (and the most those held), and the
+    median outside the allocator as measured and less that memory."""
+    one = [r for r in runs if r["cluster"].world_size == 1 and r["measured"].get("outside") is not None
+           and r["measured"].get("used_at_start") is not None]
+    if not one:
+        return {}
+    lone = min(r["measured"]["used_at_start"] for r in one)
+    out = {}
+    for stack in sorted({r["stack"] for r in one}):
+        sel = [r for r in one if r["stack"] == stack]
+        others = [r["measured"]["used_at_start"] - lone for r in sel]
+        outside = [r["measured"]["outside"] for r in sel]
+        out[stack] = dict(n=len(sel), beside=sum(o > 0.25 * GiB for o in others), others_max_gib=max(others) / GiB,
+                          outside_gib=statistics.median(outside) / GiB,
+                          own_outside_gib=statistics.median(o - x for o, x in zip(outside, others)) / GiB)
+    return dict(lone_context_gib=lone / GiB, stacks=out)
 
 
 def expandable_reserve_fit(rows: list) -> dict:
@@ -908,6 +932,15 @@ def main(argv=None) -> int:
                 if f"reserve_{name}" in f:
                     g = f[f"reserve_{name}"]
                     print(f"  {'':<20} {name:<8} n {g['n']:>3}  reserve median {g['median']:.1%} p90 {g['p90']:.1%}")
+        beside = outside_beside_other_processes([r for _, rows in scored.items() for r, _ in rows])
+        if beside:
+            print(f"all splits, one process per GPU: memory other processes held on the GPU at a run's start "
+                  f"(device used beyond a lone process's CUDA context, {beside['lone_context_gib']:.2f} GiB), "
+                  f"counted in 'outside the allocator' and so in the measured device total")
+            for stack, f in beside["stacks"].items():
+                print(f"  {stack:<20} n {f['n']:>3}  beside other processes {f['beside']:>3} (up to "
+                      f"{f['others_max_gib']:.2f} GiB)  outside median {f['outside_gib']:.2f} GiB, less theirs "
+                      f"{f['own_outside_gib']:.2f} GiB")
         fitted = expandable_reserve_fit(expandable["fit"])
         if fitted:
             print("fit split, expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): allocator reserve")

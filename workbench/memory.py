@@ -413,7 +413,12 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # ZeRO-0: DeepSpeed's 16-bit optimizer wrapper flattens and up-casts all gradients (measured 8 bytes/param on
     # H200, ZERO0_STEP_BYTES_PER_PARAM)
     flat_and_fp32 = where(mixed & (fp32_grad_partition > 0), param_bytes + 4.0, 0.0)
-    zero3_step = flat_and_fp32 * minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
+    # ZeRO-3 keeps its 16-bit gradient partition through the step, so torch's foreach Adam (``fused_kernels=0``)
+    # runs its temporary (:data:`TORCH_ADAM_STEP_BYTES_PER_PARAM`) beside the sub-group's fp32 gradient, after the
+    # flat copy is freed: the larger of the two moments
+    zero3_adam = where(mixed & (fp32_grad_partition > 0) & (fused_kernels <= 0),
+                       4.0 + TORCH_ADAM_STEP_BYTES_PER_PARAM, 0.0)
+    zero3_step = maximum(flat_and_fp32, zero3_adam) * minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
     ds_step = where(off_opt, 0.0,
                        where(zero3_fp32, zero3_step,
                                 # ZeRO-1 first frees the 16-bit gradients of parameters outside its partition
