@@ -1123,7 +1123,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
               profile=None, engines: Optional[Sequence] = None, recompute: Optional[Sequence] = None,
               sequence_parallel: Optional[bool] = None, distributed_optimizer: Optional[bool] = None) -> PlanRank:
     """The rank of ``plan`` among every plan :func:`search` evaluates for the same model, cluster, global batch,
-    precision and stack, ranked as :func:`search` ranks them (step time, then peak memory).
+    precision and stack (Adam kernel, gradient-reduce overlap, TP communication overlap), ranked as :func:`search`
+    ranks them (step time, then peak memory).
 
     ``engines``, ``recompute``, ``sequence_parallel`` and ``distributed_optimizer`` narrow the plans it competes
     with to the features a run had (a 2021 run had neither sequence parallelism nor selective recompute): ``None``
@@ -1143,7 +1144,10 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
         engines = (Engine.MEGATRON,)
     table = enumerate_candidates(model, cluster, plan.global_batch_size, engines=engines,
                                  recompute=("none", "selective", "full") if recompute is None else tuple(recompute),
-                                 allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel)
+                                 allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel,
+                                 # the plan's stack on every row, as adam and overlap_comm below: TP communication
+                                 # overlap on every row that can have it when the plan has it, off otherwise
+                                 tp_comm_overlap=plan.tp_comm_overlap)
     keep = np.ones(len(table["tp"]), bool)
     for key, wanted in (("sp", sequence_parallel), ("dist_opt", distributed_optimizer)):
         if wanted is not None:

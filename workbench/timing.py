@@ -288,12 +288,25 @@ def gpu_sm_count(gpu_name: str) -> int:
     return GPU_SM_COUNT.get(str(gpu_name), 132)
 
 
-def tp_overlap_exposed_seconds(comm_seconds, gemm_seconds, *, sm_fraction=0.0):
-    """Seconds one userbuffer-overlapped TP collective adds to its GEMM (``--tp-comm-overlap``): the GEMM runs on
-    the SMs the communication leaves it, 1 − ``sm_fraction`` of them (0 for ``ring_exchange``, which takes no SM
-    margin), so it takes g' = g / (1 − f); the collective is hidden behind it and only max(0, comm − g') is
-    exposed. Returns (g' − g) + max(0, comm − g')."""
-    slowed = gemm_seconds / (1.0 - sm_fraction)
+TE_UB_PIPELINE_SPLITS = 4
+"""Chunks a ``pipeline`` (GEMM + reduce-scatter) userbuffer overlap splits its GEMM into by default (``num_splits``
+4; ``ring_exchange`` uses tp_size chunks): TE ``initialize_ub`` ``get_default_config``."""
+
+
+TE_UB_COMPUTE_STREAMS = 3
+"""Compute streams the userbuffer overlaps spread their GEMM chunks over (``_NUM_MAX_UB_STREAMS``,
+transformer_engine/pytorch/cpp_extensions/gemm.py; chunk i on stream i % 3 in ``CommOverlapBase::split_overlap_rs``
+and ``CommOverlapP2PBase::split_overlap_ag``, common/comm_gemm_overlap/comm_gemm_overlap.cpp)."""
+
+
+def tp_overlap_exposed_seconds(comm_seconds, gemm_seconds, *, sm_fraction=0.0, chunked_gemm_seconds=None):
+    """Seconds one userbuffer-overlapped TP collective adds to its GEMM (``--tp-comm-overlap``): the GEMM runs as
+    chunks (``chunked_gemm_seconds``: the chunks' sum on the efficiency curve, default the whole GEMM) on the SMs
+    the communication leaves it, 1 − ``sm_fraction`` of them (0 for ``ring_exchange``, which takes no SM margin),
+    so it takes g' = g_chunks / (1 − f); the collective is hidden behind it and only max(0, comm − g') is exposed.
+    Returns (g' − g) + max(0, comm − g'), g the unsplit GEMM the compute term already counts."""
+    chunks = gemm_seconds if chunked_gemm_seconds is None else chunked_gemm_seconds
+    slowed = chunks / (1.0 - sm_fraction)
     return (slowed - gemm_seconds) + maximum(0.0, comm_seconds - slowed)
 
 
@@ -676,6 +689,24 @@ def compute_terms(x: StepInputs) -> dict:
     q8_fc1 = gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm8)
     q8_fc2 = gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm8)
     t_weights_fp8 = q8_qkv + q8_proj + q8_fc1 + q8_fc2
+    # --tp-comm-overlap runs the overlapped GEMMs in chunks of rows (TE initialize_ub defaults: ring_exchange in
+    # tp_size chunks for the all-gather side, pipeline in TE_UB_PIPELINE_SPLITS for the reduce-scatter side), issued
+    # round-robin on up to TE_UB_COMPUTE_STREAMS streams, so that many chunks share the GPU at once: priced as one
+    # GEMM of min(parts, streams)/parts of the rows on the same efficiency curve (bf16, FP8)
+    ring, pipe = t, TE_UB_PIPELINE_SPLITS
+
+    def chunked(flops, m, n, k, parts, curve):
+        return gemm_seconds(flops, m * minimum(parts, TE_UB_COMPUTE_STREAMS) / parts, n, k, **curve)
+
+    ub_chunks = {
+        name: (chunked(fl, mm, nn, kk, parts, gemm), chunked(fl, mm, nn, kk, parts, gemm8))
+        for name, (fl, mm, nn, kk, parts) in {
+            "qkv": (2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, ring),
+            "proj": (2 * tokens * q * h / t, tokens, h, q / t, pipe),
+            "proj_dgrad": (2 * tokens * q * h / t, tokens, q / t, h, ring),
+            "fc1": (2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, ring),
+            "fc2": (2 * copies * f * h / etp, expert_tokens, h, f / etp, pipe),
+            "fc2_dgrad": (2 * copies * f * h / etp, expert_tokens, f / etp, h, ring)}.items()}
     t_weights_fwd = where(fp8 > 0, (1 - fp8) * t_weights_fwd + fp8 * t_weights_fp8, t_weights_fwd)
     cast_fwd_b, cast_bwd_b = fp8_cast_bytes(tokens=tokens, hidden_size=h, query_projection_size=q,
                                             kv_projection_size=kv, ffn_hidden_size=f, gated=x.gated,
@@ -786,6 +817,8 @@ def compute_terms(x: StepInputs) -> dict:
             # each TP linear's forward GEMM at the slowest stage's FP8 share (what --tp-comm-overlap hides behind)
             "qkv_gemm_seconds": mix(share, q8_qkv, t_qkv), "proj_gemm_seconds": mix(share, q8_proj, t_proj),
             "fc1_gemm_seconds": mix(share, q8_fc1, t_fc1), "fc2_gemm_seconds": mix(share, q8_fc2, t_fc2),
+            **{f"{name}_ub_chunked_seconds": mix(share, at_fp8, at_bf16)
+               for name, (at_bf16, at_fp8) in ub_chunks.items()},
             "core_attention_backward_seconds": t_core_bwd,
             "layer_weight_gemm_seconds": t_weights_fwd, "fp8_stage_share": fp8,
             # what one layer saves running in FP8 instead of bf16 (0 without FP8): per-stage times in the pipeline view
@@ -1014,13 +1047,16 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     scatter = collective_seconds(act_bytes, t, kind="reduce_scatter", **tp)
     f_sm = x.tp_overlap_sm_fraction
     dense_mlp = 1.0 - (x.num_experts > 1).astype(float)
-    ov_fwd = (tp_overlap_exposed_seconds(gather, comp["qkv_gemm_seconds"])
-              + tp_overlap_exposed_seconds(scatter, comp["proj_gemm_seconds"], sm_fraction=f_sm)
-              + dense_mlp * (tp_overlap_exposed_seconds(gather, comp["fc1_gemm_seconds"])
-                             + tp_overlap_exposed_seconds(scatter, comp["fc2_gemm_seconds"], sm_fraction=f_sm)))
-    ov_bwd = (tp_overlap_exposed_seconds(gather, comp["proj_gemm_seconds"])
+
+    def ub(comm, name, gemm_name=None, **kw):
+        return tp_overlap_exposed_seconds(comm, comp[f"{gemm_name or name}_gemm_seconds"],
+                                          chunked_gemm_seconds=comp[f"{name}_ub_chunked_seconds"], **kw)
+    ov_fwd = (ub(gather, "qkv") + ub(scatter, "proj", sm_fraction=f_sm)
+              + dense_mlp * (ub(gather, "fc1") + ub(scatter, "fc2", sm_fraction=f_sm)))
+    # the bulk reduce-scatter of the input gradient runs beside the whole (unsplit) wgrad GEMM
+    ov_bwd = (ub(gather, "proj_dgrad", "proj")
               + tp_overlap_exposed_seconds(scatter, x.trainable_fraction * comp["qkv_gemm_seconds"], sm_fraction=f_sm)
-              + dense_mlp * (tp_overlap_exposed_seconds(gather, comp["fc2_gemm_seconds"])
+              + dense_mlp * (ub(gather, "fc2_dgrad", "fc2")
                              + tp_overlap_exposed_seconds(scatter, x.trainable_fraction * comp["fc1_gemm_seconds"],
                                                           sm_fraction=f_sm)))
     overlapped = (np.asarray(x.tp_comm_overlap) > 0) & np.asarray(sp)
