@@ -108,6 +108,10 @@ def test_steady_step_and_repeatability_read_one_statistic_and_group_by_configura
     assert rep["within"]["deepspeed z3"]["worst"] == pytest.approx(0.5)  # the timed steps only, not the warm-up
     assert rep["within"]["deepspeed z2"]["runs"] == 1
     assert any("deepspeed z3" in line for line in bench.repeatability_lines(rep))
+    # a refit sees one row per configuration, at the median of its processes' steps
+    rows = bench.configuration_medians([run("a", 0.1), run("a/rep1", 0.3), run("b", 0.3, zero=2), run("a/r2", 0.15)])
+    assert [(r["run_id"], r["measured"]["step"], r.get("repeats", 1)) for r in rows] == [("a", 0.15, 3), ("b", 0.3, 1)]
+    assert bench.step_regime_of(run("a", 0.1)) == "deepspeed z3 1 rank"
 
 
 def test_step_protocol_gives_zero3_a_longer_warm_up_and_records_whether_the_timed_steps_settled(monkeypatch):

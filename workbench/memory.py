@@ -480,7 +480,10 @@ def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, z
     ``held + layer_transient + buffers``. No constant: it follows from that order (H200, fit split: the Llama LoRA
     run was over-estimated by 31 % with the loss and the buckets counted at once). A transformers model's full
     fine-tune is ordered the same way (``lora`` is then true for it too): the loss backward's fp32 logits gradients
-    are freed before the output layer's weight gradient (untied) or the last layer's (tied) fires the first hook."""
+    are freed before the output layer's weight gradient (untied) or the last layer's (tied) fires the first hook,
+    and so is a megatron-core model's under DeepSpeed (its fit-split ZeRO-2 runs were over-estimated by up to 6 % with
+    the buckets counted at the loss); ``lora`` is then true for every model where the buckets do not persist from
+    an earlier micro-batch."""
     late = lora & (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2) & last
     # ``buckets``: the reduce buckets within ``buffers`` (what is allocated from init on, such as the CPU-offload
     # staging buffer, stays in the loss phase); None: all of ``buffers``
@@ -1302,10 +1305,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     late_layer = full_layer + hf_working
     if m.attention.materialises_scores:
         late_layer = maximum(late_layer, layer_transient)
+    # every model's loss backward ends before the first gradient hook allocates the buckets; ZeRO-1 with
+    # accumulation still holds the buckets of the micro-batch before (it reduces and releases them at the
+    # accumulation boundary only, engine.py ``allreduce_gradients``; ZeRO-2 at the end of every backward)
+    late_order = (zero_stage == 2) | (num_microbatches <= 1)
     late_acts, late_buffers, late = lora_late_buckets(held, output, late_layer, buffers, last=last,
-                                                      engine=engine, zero_stage=zero_stage,
-                                                      lora=(lora_params_per_layer > 0)
-                                                      | (m.implementation is Implementation.TRANSFORMERS),
+                                                      engine=engine, zero_stage=zero_stage, lora=late_order,
                                                       buckets=buckets)
     # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
     # alone moved the Hugging Face runs' allocated error the wrong way)
