@@ -145,3 +145,8 @@ def test_text_commands_send_library_log_lines_to_stderr(capsys):
             logger.removeHandler(handler)
     out, err = capsys.readouterr()
     assert out == "kind: deepspeed\n" and "Setting accelerator to CPU" in err
+
+
+def test_runs_names_its_action_like_nb_and_jobs(capsys):
+    rc, out, err = _main(["runs"], capsys)
+    assert rc == 2 and "required: ACTION" in err
