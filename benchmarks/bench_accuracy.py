@@ -16,7 +16,8 @@ Errors are (predicted − measured) / measured. Printed per split and per engine
 how many runs are under-estimated and the worst under-estimate (an under-estimated device total is an OOM).
 Runs with PyTorch's expandable-segments allocator (corpus group ``expseg``, ``PYTORCH_CUDA_ALLOC_CONF=
 expandable_segments:True``) are scored with the plan's ``expandable_segments`` on, in tables of their own beside the
-same configurations with the default allocator; ``--overheads`` also prints their fitted allocator reserve.
+same configurations with the default allocator; ``--overheads`` also prints their fitted allocator reserve, and how
+much memory other processes held on the GPU when each one-GPU run started (counted outside the allocator).
 ``--loso`` also prints, for the fit split, leave-one-shape-out errors of the constants this benchmark fits
 (``workbench.memory.fit_overheads``: memory outside the allocator per engine, allocator reserve).
 
@@ -209,7 +210,8 @@ def corpus_run(rec: dict):
                 omp_threads=rec.get("omp_num_threads"), step_traces=step_traces(rec),
                 timed_steps=int(rec.get("timed_steps") or 0),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
-                              step=steady_step_seconds(rec), reserved=reserved, outside=outside))
+                              step=steady_step_seconds(rec), reserved=reserved, outside=outside,
+                              used_at_start=rec.get("device_used_at_start_bytes")))
 
 
 def corpus_runs(path: Path) -> list[dict]:
@@ -286,6 +288,27 @@ def table(rows: list, title: str) -> list[str]:
     for g in groups:
         sel = [e for r, e in rows if g == "all" or engine_of(r) == g]
         lines.append(f"  {g:<20}" + "".join(f"{fmt(summary([e[q] for e in sel])):<40}" for q in QUANTITIES))
+    return lines
+
+
+def step_regime_of(run) -> str:
+    """The regime a run's step time is reported under by ``--regimes``: the engine, DeepSpeed's ZeRO stage with
+    optimizer offload apart, one rank or more, and the stack for Hugging Face models."""
+    plan = run["plan"]
+    if plan.engine != "deepspeed":
+        return str(plan.engine)
+    ranks = "1 rank" if plan.world_size == 1 else f"{plan.world_size} ranks"
+    offload = " offload" if plan.offload_optimizer != "none" else ""
+    hf = "hf " if run["stack"] == "hf-ds" else ""
+    return f"deepspeed {hf}z{int(plan.zero_stage)}{offload} {ranks}"
+
+
+def regime_lines(rows: list, title: str) -> list[str]:
+    """Step time per :func:`step_regime_of`: runs, median and worst |error|, under-estimates."""
+    lines = [title]
+    for g in sorted({step_regime_of(r) for r, _ in rows}):
+        sel = [e["step"] for r, e in rows if step_regime_of(r) == g]
+        lines.append(f"  {g:<34}{fmt(summary(sel))}")
     return lines
 
 
@@ -380,6 +403,28 @@ def overhead_fit(rows: list) -> dict:
                     out[engine][f"reserve_{name}"] = dict(n=len(part), median=statistics.median(part),
                                                           p90=part[min(len(part) - 1, int(0.9 * len(part)))])
     return out
+
+
+def outside_beside_other_processes(runs: list) -> dict:
+    """How much of the memory measured outside the allocator other processes held. ``used_at_start`` is the GPU's
+    ``total − free`` right after this process's CUDA initialisation (measure.py); the least of it over the one-GPU
+    runs is a lone process's own context, anything above was held by other processes on the same GPU when the run
+    started. Per stack: one-GPU runs, how many started beside other processes (and the most those held), and the
+    median outside the allocator as measured and less that memory."""
+    one = [r for r in runs if r["cluster"].world_size == 1 and r["measured"].get("outside") is not None
+           and r["measured"].get("used_at_start") is not None]
+    if not one:
+        return {}
+    lone = min(r["measured"]["used_at_start"] for r in one)
+    out = {}
+    for stack in sorted({r["stack"] for r in one}):
+        sel = [r for r in one if r["stack"] == stack]
+        others = [r["measured"]["used_at_start"] - lone for r in sel]
+        outside = [r["measured"]["outside"] for r in sel]
+        out[stack] = dict(n=len(sel), beside=sum(o > 0.25 * GiB for o in others), others_max_gib=max(others) / GiB,
+                          outside_gib=statistics.median(outside) / GiB,
+                          own_outside_gib=statistics.median(o - x for o, x in zip(outside, others)) / GiB)
+    return dict(lone_context_gib=lone / GiB, stacks=out)
 
 
 def expandable_reserve_fit(rows: list) -> dict:
@@ -674,21 +719,52 @@ def zero3_refit_lines(runs: list, fit: set) -> list[str]:
     return lines
 
 
-def refit_time(fit_rows: list, *, write: bool) -> None:
+def configuration_medians(runs: list) -> list[dict]:
+    """One row per configuration (:func:`configuration_key`): a configuration measured in several processes (the
+    ZeRO-3 repeats, up to 1.8x apart) becomes its first run with the median of the runs' step times, so a fit
+    targets what the configuration typically runs at and a configuration counts once however often it was run."""
+    groups = {}
+    for r in runs:
+        groups.setdefault(configuration_key(r), []).append(r)
+    out = []
+    for sel in groups.values():
+        first = sel[0]
+        if len(sel) > 1:
+            first = {**first, "measured": {**first["measured"],
+                                           "step": statistics.median(r["measured"]["step"] for r in sel)},
+                     "repeats": len(sel)}
+        out.append(first)
+    return out
+
+
+def refit_time(fit_rows: list, *, write: bool, only: tuple = (), hf_zero3: bool = False) -> None:
     """Fit the time model's H200 constants on the fit split (``benchmarks/calibrate_h200_time.py``: relative
-    step-time error, each shape weighted alike, Hugging Face runs left out) and print leave-one-shape-out errors.
+    step-time error, each shape weighted alike, Hugging Face runs left out, a configuration measured in several
+    processes fitted once at the median of its step times: :func:`configuration_medians`) and print
+    leave-one-shape-out errors. ``only``: fit just the constants whose names start with one of these (the others
+    keep their catalog values). ``hf_zero3``: also fit on the Hugging Face stack's ZeRO-3 runs (DeepSpeed's
+    per-module hooks are the same whatever code defines the modules; their other terms are the stack's own).
     Without ``write`` the constants are applied for this run only."""
     import numpy as np
 
     import calibrate_h200_time as C
 
-    rows = [r for r in fit_rows if r["measured"].get("step") and r["stack"] != "hf-ds"]
+    rows = configuration_medians([r for r in fit_rows if r["measured"].get("step") and (
+        r["stack"] != "hf-ds" or (hf_zero3 and int(r["plan"].zero_stage) == 3))])
     inputs, measured, shapes, names = C.prepare(rows)
+    if only:
+        unknown = [o for o in only if not any(n.startswith(o) for n in names)]
+        if unknown:
+            raise ValueError(f"--refit-only: {', '.join(unknown)} names none of the fitted constants "
+                             f"({', '.join(names)})")
+        names = [n for n in names if n.startswith(tuple(only))]
     everyone = np.ones(len(rows), bool)
     before = C.current_values(names)
     x = C.fit(inputs, measured, shapes, everyone, names, before)
-    print(f"time constants refitted on {len(rows)} fit-split runs ({len(set(shapes))} shapes, Hugging Face runs "
-          f"left out): refitted (catalog now, change)")
+    hf = "Hugging Face runs other than ZeRO-3 left out" if hf_zero3 else "Hugging Face runs left out"
+    print(f"time constants refitted on {len(rows)} fit-split configurations ({len(set(shapes))} shapes, "
+          f"{sum(r.get('repeats', 1) > 1 for r in rows)} of them repeated and fitted at their median step, {hf}): "
+          f"refitted (catalog now, change)")
     for n, v, old in zip(names, x, before):
         change = f"{v / old - 1:+.0%}" if old else ("+0%" if v == old else "was 0")
         print(f"  {n:40s} {v:<11.4g} ({old:.4g}, {change})")
@@ -709,7 +785,11 @@ def refit_time(fit_rows: list, *, write: bool) -> None:
             "step_bytes_per_parameter: HBM bytes per optimizer-shard parameter on top of the optimizer's own; "
             "tensor_seconds: per parameter tensor per step; zero3_*: host seconds per ZeRO-3 module fetch, per "
             "module gradient reduce-and-partition, and extra per call when the group has >1 rank (overlapped with "
-            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."))
+            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."
+            + (f" Latest refit: {', '.join(names)} only ({len(rows)} fit-split configurations over "
+               f"{len(set(shapes))} shapes, a configuration measured in several processes at its median step"
+               + (", the Hugging Face stack's ZeRO-3 runs included" if hf_zero3 else "")
+               + "); the other constants kept from the refit before." if only else "")))
     else:
         C.apply_constants(names, x)
 
@@ -725,6 +805,9 @@ def main(argv=None) -> int:
                     help="refit the H200 time constants on the fit split only (calibrate_h200_time's fit), "
                          "print leave-one-shape-out errors, and evaluate with them")
     ap.add_argument("--write", action="store_true", help="with --refit-time: store the constants in the catalog")
+    ap.add_argument("--refit-only", default="",
+                    help="with --refit-time: comma-separated prefixes of the constants to fit (e.g. zero3_,"
+                         "deepspeed_); the others keep their catalog values")
     ap.add_argument("--zero3-host", action="store_true",
                     help="print each ZeRO-3 run's step time beyond the model's without its ZeRO-3 host term, per "
                          "module fetch, beside the GPU kernel time per fetch")
@@ -734,6 +817,10 @@ def main(argv=None) -> int:
                          "(nothing is written)")
     ap.add_argument("--overheads", action="store_true",
                     help="print the fit split's memory outside the allocator and allocator reserve per engine")
+    ap.add_argument("--with-hf-zero3", action="store_true",
+                    help="with --refit-time: also fit on the Hugging Face stack's ZeRO-3 fit runs")
+    ap.add_argument("--regimes", action="store_true",
+                    help="also print step-time errors per regime (ZeRO stage, offload, ranks, Hugging Face stack)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
 
@@ -760,7 +847,9 @@ def main(argv=None) -> int:
         r["predicted"] = p
     runs = [r for r in runs if not r["plan"].expandable_segments]
     if args.refit_time:
-        refit_time([r for r, _ in scored["fit"]], write=args.write)
+        refit_time([r for r, _ in scored["fit"]], write=args.write,
+                   only=tuple(o.strip() for o in args.refit_only.split(",") if o.strip()),
+                   hf_zero3=args.with_hf_zero3)
         for group in (scored, expandable):  # predict again with the refitted constants
             for side in group:
                 group[side] = [(r, errors(r, r.update(predicted=predict(r)) or r["predicted"]))
@@ -783,6 +872,10 @@ def main(argv=None) -> int:
             out += [""] + table(rows, f"{key.upper()} held-out shapes (declared before they were run; their data was "
                                       f"kept out of sight until the models were frozen: {', '.join(sorted(final))})")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
+    if args.regimes:
+        out += [""] + regime_lines(scored["test"], "TEST split step time per regime: n, median, worst |error|, "
+                                                   "under-estimates")
+        out += [""] + regime_lines(scored["fit"], "fit split step time per regime (in-sample)")
     if expandable["test"]:
         # the same configurations with the default allocator, for the comparison run by run
         by_id = {r["run_id"]: (r, e) for r, e in scored["test"]}
@@ -839,6 +932,15 @@ def main(argv=None) -> int:
                 if f"reserve_{name}" in f:
                     g = f[f"reserve_{name}"]
                     print(f"  {'':<20} {name:<8} n {g['n']:>3}  reserve median {g['median']:.1%} p90 {g['p90']:.1%}")
+        beside = outside_beside_other_processes([r for _, rows in scored.items() for r, _ in rows])
+        if beside:
+            print(f"all splits, one process per GPU: memory other processes held on the GPU at a run's start "
+                  f"(device used beyond a lone process's CUDA context, {beside['lone_context_gib']:.2f} GiB), "
+                  f"counted in 'outside the allocator' and so in the measured device total")
+            for stack, f in beside["stacks"].items():
+                print(f"  {stack:<20} n {f['n']:>3}  beside other processes {f['beside']:>3} (up to "
+                      f"{f['others_max_gib']:.2f} GiB)  outside median {f['outside_gib']:.2f} GiB, less theirs "
+                      f"{f['own_outside_gib']:.2f} GiB")
         fitted = expandable_reserve_fit(expandable["fit"])
         if fitted:
             print("fit split, expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): allocator reserve")

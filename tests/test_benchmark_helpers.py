@@ -108,6 +108,10 @@ def test_steady_step_and_repeatability_read_one_statistic_and_group_by_configura
     assert rep["within"]["deepspeed z3"]["worst"] == pytest.approx(0.5)  # the timed steps only, not the warm-up
     assert rep["within"]["deepspeed z2"]["runs"] == 1
     assert any("deepspeed z3" in line for line in bench.repeatability_lines(rep))
+    # a refit sees one row per configuration, at the median of its processes' steps
+    rows = bench.configuration_medians([run("a", 0.1), run("a/rep1", 0.3), run("b", 0.3, zero=2), run("a/r2", 0.15)])
+    assert [(r["run_id"], r["measured"]["step"], r.get("repeats", 1)) for r in rows] == [("a", 0.15, 3), ("b", 0.3, 1)]
+    assert bench.step_regime_of(run("a", 0.1)) == "deepspeed z3 1 rank"
 
 
 def test_step_protocol_gives_zero3_a_longer_warm_up_and_records_whether_the_timed_steps_settled(monkeypatch):
@@ -190,3 +194,26 @@ def test_zero3_host_spread_prices_the_expected_excess_and_the_refit_finds_plante
     grid = dict(zero3_fetch_latency_s=[5e-4, 1e-3, 2e-3], zero3_collective_call_s=[0.0, 2e-4, 4e-4])
     found = bench.zero3_refit(rows, {**planted, "zero3_fetch_latency_s": 0.0, "zero3_collective_call_s": 0.0}, grid)
     assert found == planted
+
+
+def test_outside_the_allocator_less_what_other_processes_held_at_the_start(monkeypatch):
+    """A run that started beside another process's CUDA context counts that memory outside the allocator: the
+    helper finds the lone process's context as the least memory in use at a start and takes the rest away."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    bench = _load("bench_accuracy_under_test", BENCH / "bench_accuracy.py")
+    gib = bench.GiB
+
+    def run(stack, outside, at_start, world=1):
+        return dict(stack=stack, cluster=SimpleNamespace(world_size=world),
+                    measured=dict(outside=outside * gib, used_at_start=at_start * gib))
+
+    runs = [run("mcore-ds", 1.66, 0.51), run("mcore-ds", 2.17, 1.02), run("mcore-ds", 2.68, 1.53),
+            run("hf-ds", 1.30, 0.51), run("mcore-ds", 9.0, 7.0, world=2)]
+    out = bench.outside_beside_other_processes(runs)
+    assert out["lone_context_gib"] == pytest.approx(0.51)
+    ds = out["stacks"]["mcore-ds"]
+    assert (ds["n"], ds["beside"]) == (3, 2) and ds["others_max_gib"] == pytest.approx(1.02)
+    assert ds["outside_gib"] == pytest.approx(2.17) and ds["own_outside_gib"] == pytest.approx(1.66)
+    assert out["stacks"]["hf-ds"]["beside"] == 0

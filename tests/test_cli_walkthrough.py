@@ -111,3 +111,19 @@ def test_calibrate_progress_keeps_the_digits_of_small_cpu_rates(monkeypatch):
               progress=lines.append)
     text = "\n".join(lines)
     assert "device memory copy: 0.267 GB/s" in text and "0.00176 G params/s" in text
+
+
+def test_import_panel_text_box_fits_inside_its_panel():
+    from widgets.import_panel import ImportPanel
+
+    width = ImportPanel().text.layout.width
+    assert "%" in width  # a fixed 340 px box overflowed the 370 px panel (its margins and padding) and lost its edge
+
+
+def test_sweep_with_bad_workers_is_one_line_without_a_progress_bar(capsys):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    rc, out, err = _main(["nb", "sweep", str(root / "examples" / "parameter_counts.ipynb"), "--grid",
+                          str(root / "examples" / "sweep_grid.yaml"), "--workers", "0"], capsys)
+    assert rc == 2 and out == "" and err.strip().splitlines() == ["workbench: error: workers=0 must be >= 1"]

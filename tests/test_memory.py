@@ -333,3 +333,15 @@ def test_transformers_eager_zero2_peak_holds_the_attention_core_backward():
     kept = 4 + 2  # fp32 softmax output + its 16-bit copy, per score and layer
     expected = (2 * kept + UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE - kept) * scores
     assert acts["unfused"] - acts["flash"] >= 0.9 * expected
+
+
+def test_zero3_step_with_torch_adam_holds_its_temporary_beside_the_fp32_gradient():
+    """ZeRO-3 keeps its 16-bit gradient partition through the step: per sub-group element the flat copy + fp32 cast
+    (6 bytes) with a fused Adam, the fp32 gradient + torch foreach Adam's temporary (8 bytes) with torch's."""
+    from workbench.memory import DS_SUB_GROUP_ELEMENTS, model_state_bytes
+
+    kw = dict(engine=DS, zero_stage=3, data_parallel=1, param_bytes=2)
+    fused = model_state_bytes(2e9, fused_kernels=1, **kw)[4]
+    torch_adam = model_state_bytes(2e9, fused_kernels=0, **kw)[4]
+    assert fused == pytest.approx(6 * DS_SUB_GROUP_ELEMENTS)
+    assert torch_adam == pytest.approx(8 * DS_SUB_GROUP_ELEMENTS)

@@ -32,14 +32,16 @@ def _toy_bytes(m):
 
 
 def test_moe_layer_terms_match_the_cpu_count_of_megatron_core():
-    """benchmarks/moe_saved_tensors_cpu.py counted 685,124 bytes (E 8, top-2), 1,370,244 (E 16, top-4) and
-    780,420 (E 16, top-4, GeLU) saved by megatron-core 0.16's MoE block on the toy layer; the terms give the same
-    less 68-132 bytes of scalars and per-expert counts."""
+    """benchmarks/moe_saved_tensors_cpu.py counted 685,124 bytes (E 8, top-2; the same with --dispatcher alltoall),
+    1,370,244 (E 16, top-4) and 780,420 (E 16, top-4, GeLU) saved by megatron-core 0.16's MoE block on the toy
+    layer; the terms give the same less 68-132 bytes of scalars and per-expert counts."""
     assert M.moe_router_bytes_per_token(TOY, value_bytes=2) == 7 * 8 + 30 * 2
     assert _toy_bytes(TOY) == pytest.approx(685_124, rel=2e-4)
     wide = TOY.replace(num_experts=16, moe_top_k=4)
     assert _toy_bytes(wide) == pytest.approx(1_370_244, rel=2e-4)
     assert _toy_bytes(wide.replace(activation="gelu")) == pytest.approx(780_420, rel=3e-4)
+    # a Qwen2-MoE shared expert (width 160, sigmoid gate): counted 1,128,004 (--shared 160)
+    assert _toy_bytes(TOY.replace(shared_expert_ffn_hidden_size=160)) == pytest.approx(1_128_004, rel=2e-4)
 
 
 def test_fused_experts_keep_fc1_output_and_fc2_input_only():

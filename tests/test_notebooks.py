@@ -273,5 +273,9 @@ def test_moe(tmp_path, monkeypatch):
     assert ms[8] < ms[4] < ms[1]  # the more of the group inside the node, the less goes over the network
     cap = rec["capacity_alltoall_seconds"]
     assert cap[1] == pytest.approx(1.5 * cap[0], rel=0.02)
+    # routing imbalance: dropless steps grow with it; a capacity factor of 1.25 caps what the busiest rank computes
+    # (F 1.2 is under the cap, F 1.5 is priced at 1.25)
+    imb, capped = rec["imbalance_step_seconds"], rec["imbalance_capped_step_seconds"]
+    assert imb[0] < imb[1] < imb[2] and capped[1] == pytest.approx(imb[1]) and imb[1] < capped[2] < imb[2]
     ds_peak = rec["ds_moe_peak_gib"]  # DeepSpeed-MoE: more EP shards the experts over world / EP
     assert ds_peak[0] > ds_peak[1] > ds_peak[2]

@@ -103,6 +103,22 @@ def test_zero3_adds_parameter_gathers():
     assert overlapped.breakdown["dp_comm"] < est[3].breakdown["dp_comm"]
 
 
+def test_zero3_fetch_on_one_rank_copies_nothing_unless_parameters_are_offloaded():
+    # DeepSpeed's one-rank fetch points each parameter at its own partition (_no_gather_coalesced): no HBM bytes
+    assert float(timing.zero3_fetch_bytes_per_parameter(2, 1, 0)) == 0.0
+    assert float(timing.zero3_fetch_bytes_per_parameter(2, 2, 0)) == 4.0
+    assert float(timing.zero3_fetch_bytes_per_parameter(2, 1, 1)) == 4.0  # the host partition is copied in
+    m, c = model("llama2-7b"), _cluster(gpus_per_node=1, nodes=1)
+    plan = _plan(c, engine="deepspeed", zero_stage=3, global_batch_size=4)
+    one = estimate_time(m, c, plan)
+    fast = dict(zero3_fetch_latency_s=0.0, zero3_reduce_latency_s=0.0, zero3_collective_call_s=0.0)
+    terms = timing.step_time_terms(**{**one.inputs, **fast})
+    hbm = one.inputs["hbm_gb_per_s"] * 1e9 * one.inputs["hbm_efficiency"]
+    params, m_steps = one.inputs["stage_parameters"], 4
+    # only the gradient copies remain (5v + 4 per trainable parameter and micro-batch)
+    assert float(terms["dp_comm"]) == pytest.approx(m_steps * (5 * 2 + 4) * params / hbm)
+
+
 def test_offload_and_recompute_cost_time():
     m, c = model("llama2-7b"), _cluster(nodes=1)
     base = _plan(c, engine="deepspeed", zero_stage=2, global_batch_size=8)

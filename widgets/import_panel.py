@@ -67,7 +67,7 @@ class ImportPanel(Panel):
     def __init__(self, dispatch=None) -> None:
         super().__init__(dispatch)
         self.text = ipw.Textarea(placeholder="paste ds_config.json, a model's config.json or a pretrain_gpt.py command line",
-                                 layout=ipw.Layout(width="340px", height="260px"))
+                                 layout=ipw.Layout(width="calc(100% - 6px)", height="260px"))  # inside the panel, margins included
         self.text.add_class("wb-import-text")
         self.button = ipw.Button(description="Load into panels", icon="upload", button_style="primary")
         self.button.on_click(lambda _: self.load())

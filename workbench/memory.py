@@ -418,7 +418,12 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # ZeRO-0: DeepSpeed's 16-bit optimizer wrapper flattens and up-casts all gradients (measured 8 bytes/param on
     # H200, ZERO0_STEP_BYTES_PER_PARAM)
     flat_and_fp32 = where(mixed & (fp32_grad_partition > 0), param_bytes + 4.0, 0.0)
-    zero3_step = flat_and_fp32 * minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
+    # ZeRO-3 keeps its 16-bit gradient partition through the step, so torch's foreach Adam (``fused_kernels=0``)
+    # runs its temporary (:data:`TORCH_ADAM_STEP_BYTES_PER_PARAM`) beside the sub-group's fp32 gradient, after the
+    # flat copy is freed: the larger of the two moments
+    zero3_adam = where(mixed & (fp32_grad_partition > 0) & (fused_kernels <= 0),
+                       4.0 + TORCH_ADAM_STEP_BYTES_PER_PARAM, 0.0)
+    zero3_step = maximum(flat_and_fp32, zero3_adam) * minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
     ds_step = where(off_opt, 0.0,
                        where(zero3_fp32, zero3_step,
                                 # ZeRO-1 first frees the 16-bit gradients of parameters outside its partition
@@ -480,7 +485,10 @@ def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, z
     ``held + layer_transient + buffers``. No constant: it follows from that order (H200, fit split: the Llama LoRA
     run was over-estimated by 31 % with the loss and the buckets counted at once). A transformers model's full
     fine-tune is ordered the same way (``lora`` is then true for it too): the loss backward's fp32 logits gradients
-    are freed before the output layer's weight gradient (untied) or the last layer's (tied) fires the first hook."""
+    are freed before the output layer's weight gradient (untied) or the last layer's (tied) fires the first hook,
+    and so is a megatron-core model's under DeepSpeed (its fit-split ZeRO-2 runs were over-estimated by up to 6 % with
+    the buckets counted at the loss); ``lora`` is then true for every model where the buckets do not persist from
+    an earlier micro-batch."""
     late = lora & (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2) & last
     # ``buckets``: the reduce buckets within ``buffers`` (what is allocated from init on, such as the CPU-offload
     # staging buffer, stays in the loss phase); None: all of ``buffers``
@@ -811,7 +819,9 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
       fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group,
       plus :func:`moe_expert_intermediates` (what the activation and the routing probabilities keep);
-    * a shared expert (Qwen2-MoE): a dense MLP on every token, fc1 output and fc2 input split over t.
+    * a shared expert (Qwen2-MoE): a dense MLP on every token, fc1 output and fc2 input split over t (plus the glu's
+      sum and product on the unfused stack), and its sigmoid gate's product keeps the MLP's output, v·(h + 1) per
+      token (÷ t with SP).
 
     Dropless with top-k = 1, e = 1 and tp_e = t the expert part is the dense MLP's v·sbf·(3, gated)/t plus the
     permuted copy v·X·h. Korthikanti et al.'s dense counting, applied to the routed copies."""
@@ -830,7 +840,15 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     shared = 0.0
     if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
         fs = m.shared_expert_ffn_hidden_size
-        shared = v * tokens * ((2 if m.is_gated else 1) * fs + fs) / tensor_parallel
+        widths = (2 if m.is_gated else 1) * fs + fs
+        if m.is_gated:  # what the dense MLP keeps beyond fc1's output and fc2's input (layer_activation_bytes)
+            if m.implementation is Implementation.TRANSFORMERS:
+                widths = widths + fs  # the up projection's output beside the activation's
+            elif m.attention is AttentionImpl.UNFUSED:
+                widths = widths + 2 * fs  # the glu's sum and product (megatron-core MLP without fusion)
+        # its sigmoid gate (megatron-core SharedExpertMLP.forward: output * sigmoid(linear(x))) keeps the MLP's
+        # h-wide output and the gate score
+        shared = v * tokens * widths / tensor_parallel + v * tokens * rep * (h + 1)
     return router + experts + shared
 
 
@@ -1301,10 +1319,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     late_layer = full_layer + hf_working
     if m.attention.materialises_scores:
         late_layer = maximum(late_layer, layer_transient)
+    # every model's loss backward ends before the first gradient hook allocates the buckets; ZeRO-1 with
+    # accumulation still holds the buckets of the micro-batch before (it reduces and releases them at the
+    # accumulation boundary only, engine.py ``allreduce_gradients``; ZeRO-2 at the end of every backward)
+    late_order = (zero_stage == 2) | (num_microbatches <= 1)
     late_acts, late_buffers, late = lora_late_buckets(held, output, late_layer, buffers, last=last,
-                                                      engine=engine, zero_stage=zero_stage,
-                                                      lora=(lora_params_per_layer > 0)
-                                                      | (m.implementation is Implementation.TRANSFORMERS),
+                                                      engine=engine, zero_stage=zero_stage, lora=late_order,
                                                       buckets=buckets)
     # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
     # alone moved the Hugging Face runs' allocated error the wrong way)

@@ -267,6 +267,17 @@ def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
     return where(np.asarray(overlap) > 0, maximum(0.0, comm_seconds - overlappable_seconds), comm_seconds)
 
 
+def zero3_fetch_bytes_per_parameter(bytes_per_value, group_ranks, offload_params):
+    """HBM bytes one ZeRO-3 module fetch moves per local parameter: the 16-bit partition read and the gathered
+    parameter written (``2 · bytes_per_value``) when the partition group has more than one rank or the parameters
+    live on the host (their partition is copied in). On one rank with the parameters on the GPU nothing is copied:
+    DeepSpeed 0.19.8 ``Init.all_gather_coalesced`` takes ``_no_gather_coalesced`` when every partition world size
+    is 1, and its ``NoGatherHandle`` sets ``param.data`` to a view of the rank's own partition
+    (``deepspeed/runtime/zero/partition_parameters.py``)."""
+    copies = (np.asarray(group_ranks) > 1) | (np.asarray(offload_params) > 0)
+    return where(copies, 2.0 * bytes_per_value, 0.0)
+
+
 def zero3_hook_seconds(fetches, modules, multi, *, fetch_latency_s, reduce_latency_s, collective_call_s):
     """Host seconds of ZeRO-3's hooks in one step: each module fetch costs ``fetch_latency_s`` and each module's
     gradient reduce-and-partition ``reduce_latency_s``, each plus ``collective_call_s`` when the group has more than
@@ -1009,10 +1020,12 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # partitioned_param_coordinator.py fetch/release, stage3.py gradient reduce-and-partition): every submodule
     # holding partitioned parameters is fetched (all-gather into a full buffer, released after use) before each
     # forward, each backward and each recomputed forward, and its gradients are reduced and copied into the fp32
-    # partition once per backward. On one rank the collectives are copies, the hooks and copies remain.
+    # partition once per backward.
     # - HBM bytes (GPU), counted: each fetch reads the 16-bit partition and writes the gathered parameter (2v per
-    #   parameter); each backward's reduce flattens the gradients into the bucket (2v), averages them in place
-    #   (2v) and copies the partition into the fp32 gradient (v + 4): 5v + 4 per trainable parameter;
+    #   parameter; :func:`zero3_fetch_bytes_per_parameter`: nothing on one rank, whose fetch only points the
+    #   parameter at its own partition); each backward's reduce flattens the gradients into the bucket (2v),
+    #   averages them in place (2v) and copies the partition into the fp32 gradient (v + 4): 5v + 4 per trainable
+    #   parameter;
     # - host work (CPU): each hook call costs zero3_fetch_latency_s / zero3_reduce_latency_s, plus
     #   zero3_collective_call_s when the group has more than one rank. The host runs ahead of the GPU, so only the
     #   hook time beyond the stage's forward/backward kernels (times zero3_hook_overlap) reaches the step.
@@ -1026,7 +1039,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
                           + comp["recompute_microbatch_seconds"])
     zero3_calls = expected_excess_seconds(hook_seconds, x.zero3_hook_overlap * kernel_seconds, x.zero3_host_spread)
     v = x.bytes_per_value
-    zero3_bytes = m * ((2 + full_rc) * 2 * v * local_params + (5 * v + 4) * trainable_params)
+    fetch_bytes = zero3_fetch_bytes_per_parameter(v, grad_group, x.offload_params)
+    zero3_bytes = m * ((2 + full_rc) * fetch_bytes * local_params + (5 * v + 4) * trainable_params)
     zero3_calls = zero3_calls + (zero3_bytes + m * (2 + full_rc + 1) * local_params * x.zero3_hbm_bytes_per_parameter
                                  ) / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency)
     # every micro-batch's gradients are accumulated into the engine's reduce buffer through HBM:

@@ -73,7 +73,15 @@ def run_one(args) -> int:
 def run_many(args) -> int:
     from workbench.commands.common import progress_bar
 
+    from pathlib import Path
+
+    from workbench.jobs.parameters import check_parameters
+
     combos = load_grid(args.grid)
+    if args.workers < 1:  # checked before the progress bar appears (run_sweep checks again)
+        raise ValueError(f"workers={args.workers} must be >= 1")
+    for combo in combos:
+        check_parameters(Path(args.notebook).resolve(), combo)
     JobStore().recover_interrupted()
     with progress_bar(total=len(combos), desc="sweep", unit="run") as bar:
         def done(run):
