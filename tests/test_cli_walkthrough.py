@@ -150,3 +150,15 @@ def test_text_commands_send_library_log_lines_to_stderr(capsys):
 def test_runs_names_its_action_like_nb_and_jobs(capsys):
     rc, out, err = _main(["runs"], capsys)
     assert rc == 2 and "required: ACTION" in err
+
+
+def test_zero3_small_group_note_counts_the_ulysses_ranks_zero_shards_over():
+    from workbench.memory import memory_notes
+
+    model = catalog.model("llama3-8b").replace(seq_length=131072)
+    ulysses = ParallelPlan(world_size=16, engine="deepspeed", zero_stage=3, ulysses=8, recompute="full",
+                           global_batch_size=16)
+    assert ulysses.data_parallel == 2
+    assert not any("at data parallel <= 2" in n for n in memory_notes(model, ulysses))  # ZeRO-3 over 16 ranks
+    two = ParallelPlan(world_size=2, engine="deepspeed", zero_stage=3, global_batch_size=2)
+    assert any("at data parallel <= 2" in n for n in memory_notes(model, two))
