@@ -127,3 +127,26 @@ def test_sweep_with_bad_workers_is_one_line_without_a_progress_bar(capsys):
     rc, out, err = _main(["nb", "sweep", str(root / "examples" / "parameter_counts.ipynb"), "--grid",
                           str(root / "examples" / "sweep_grid.yaml"), "--workers", "0"], capsys)
     assert rc == 2 and out == "" and err.strip().splitlines() == ["workbench: error: workers=0 must be >= 1"]
+
+
+def test_text_commands_send_library_log_lines_to_stderr(capsys):
+    import logging
+    import sys
+
+    logger = logging.getLogger("workbench-test-chatter")
+    logger.propagate = False
+    with cli.logs_to_stderr():
+        handler = logging.StreamHandler(stream=sys.stdout)  # as DeepSpeed binds its logger at import
+        logger.addHandler(handler)
+        try:
+            logger.warning("Setting accelerator to CPU")
+            print("kind: deepspeed")
+        finally:
+            logger.removeHandler(handler)
+    out, err = capsys.readouterr()
+    assert out == "kind: deepspeed\n" and "Setting accelerator to CPU" in err
+
+
+def test_runs_names_its_action_like_nb_and_jobs(capsys):
+    rc, out, err = _main(["runs"], capsys)
+    assert rc == 2 and "required: ACTION" in err

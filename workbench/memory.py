@@ -266,18 +266,23 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     return maximum(maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
 
 
-def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
-    """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
-    weight, or a layer's biggest weight — megatron-core fuses QKV and the gated MLP's fc1 into one tensor each;
-    transformers models keep q/k/v and gate/up apart."""
-    vocab = P.model_vocab_size(m, tensor_parallel)
+def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
+    """Elements of a transformer layer's biggest weight on one rank — megatron-core fuses QKV and the gated MLP's
+    fc1 into one tensor each; transformers models keep q/k/v and gate/up apart."""
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     if m.implementation is Implementation.TRANSFORMERS:
         layer = max(m.hidden_size * f, m.hidden_size * m.query_projection_size)
     else:
         layer = max(m.hidden_size * (2 if m.is_gated else 1) * f,
                     m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size))
-    return maximum(vocab * m.hidden_size, layer) / tensor_parallel
+    return layer / tensor_parallel
+
+
+def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
+    """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
+    weight, or a layer's biggest weight (:func:`largest_layer_param_tensor`)."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    return maximum(vocab * m.hidden_size / tensor_parallel, largest_layer_param_tensor(m, tensor_parallel))
 
 
 def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
@@ -480,7 +485,10 @@ def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, z
     ``held + layer_transient + buffers``. No constant: it follows from that order (H200, fit split: the Llama LoRA
     run was over-estimated by 31 % with the loss and the buckets counted at once). A transformers model's full
     fine-tune is ordered the same way (``lora`` is then true for it too): the loss backward's fp32 logits gradients
-    are freed before the output layer's weight gradient (untied) or the last layer's (tied) fires the first hook."""
+    are freed before the output layer's weight gradient (untied) or the last layer's (tied) fires the first hook,
+    and so is a megatron-core model's under DeepSpeed (its fit-split ZeRO-2 runs were over-estimated by up to 6 % with
+    the buckets counted at the loss); ``lora`` is then true for every model where the buckets do not persist from
+    an earlier micro-batch."""
     late = lora & (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2) & last
     # ``buckets``: the reduce buckets within ``buffers`` (what is allocated from init on, such as the CPU-offload
     # staging buffer, stays in the loss phase); None: all of ``buffers``
@@ -1297,15 +1305,26 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         buffers = buffers + where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
             m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
             token_factor=moe_token_factor), 0.0)
+    # ZeRO-3: a parameter's full 16-bit gradient exists only while its module is back-propagated, before it is copied
+    # into the reduce bucket (buffer_bytes counts the largest module's): at a layer's backward that layer's largest
+    # weight; at the logits' peak none yet (the output layer's gradient comes once the fp32 logits are freed);
+    # at the optimizer step none
+    zero3_module_grad = where((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3),
+                              value_bytes * largest_module_params(m, tensor_parallel), 0.0)
+    zero3_grad_at_peak = where((zero3_module_grad > 0) & (transient > logits_phase),
+                               value_bytes * largest_layer_param_tensor(m, tensor_parallel), 0.0)
+    buffers = buffers - zero3_module_grad + zero3_grad_at_peak
     # the last layer's backward after the first gradient hook: with an s×s attention core (eager attention) its
     # core's backward working set (``layer_transient``, :func:`attention_backward_bytes`) when that is larger
     late_layer = full_layer + hf_working
     if m.attention.materialises_scores:
         late_layer = maximum(late_layer, layer_transient)
+    # every model's loss backward ends before the first gradient hook allocates the buckets; ZeRO-1 with
+    # accumulation still holds the buckets of the micro-batch before (it reduces and releases them at the
+    # accumulation boundary only, engine.py ``allreduce_gradients``; ZeRO-2 at the end of every backward)
+    late_order = (zero_stage == 2) | (num_microbatches <= 1)
     late_acts, late_buffers, late = lora_late_buckets(held, output, late_layer, buffers, last=last,
-                                                      engine=engine, zero_stage=zero_stage,
-                                                      lora=(lora_params_per_layer > 0)
-                                                      | (m.implementation is Implementation.TRANSFORMERS),
+                                                      engine=engine, zero_stage=zero_stage, lora=late_order,
                                                       buckets=buckets)
     # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
     # alone moved the Hugging Face runs' allocated error the wrong way)
@@ -1329,9 +1348,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_bwd = where(early, grads_bwd + early_grads, grads_bwd)
     activations = where(early, early_acts, activations)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
-    step_total = weights + grads + step + optimizer + buffers - buckets
+    step_total = weights + grads + step + optimizer + buffers - buckets - zero3_grad_at_peak
     step_peak = step_total > backward_peak
-    buffers = where(step_peak, buffers - buckets, buffers_bwd)
+    buffers = where(step_peak, buffers - buckets - zero3_grad_at_peak, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
     grads_at_peak = where(step_peak, grads + step, grads_bwd)
     acts_at_peak = where(step_peak, 0.0, activations)
