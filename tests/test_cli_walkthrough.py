@@ -162,3 +162,14 @@ def test_zero3_small_group_note_counts_the_ulysses_ranks_zero_shards_over():
     assert not any("at data parallel <= 2" in n for n in memory_notes(model, ulysses))  # ZeRO-3 over 16 ranks
     two = ParallelPlan(world_size=2, engine="deepspeed", zero_stage=3, global_batch_size=2)
     assert any("at data parallel <= 2" in n for n in memory_notes(model, two))
+
+
+def test_estimate_plan_line_says_how_states_are_sharded_and_offloaded(capsys):
+    rc, out, _ = _main(["estimate", "--model", "guide-13b", "--zero", "3", "--offload-optimizer", "cpu",
+                        "--offload-params", "cpu"], capsys)
+    plan_line = next(line for line in out.splitlines() if line.startswith("plan "))
+    assert rc == 0 and "ZeRO-3, optimizer offloaded to cpu, parameters offloaded to cpu" in plan_line
+    rc, out, _ = _main(["estimate", "--model", "guide-13b", "--engine", "megatron", "--tp", "8",
+                        "--distributed-optimizer"], capsys)
+    plan_line = next(line for line in out.splitlines() if line.startswith("plan "))
+    assert rc == 0 and "distributed optimizer" in plan_line and "ZeRO" not in plan_line
