@@ -776,20 +776,20 @@ def refit_time(fit_rows: list, *, write: bool, only: tuple = (), hf_zero3: bool 
     print(f"  leave-one-shape-out step error over the fit split: median {np.median(loso):.1%}, "
           f"worst {np.max(loso):.1%} ({len(loso)} runs)")
     if write:
+        what = (f"{len(rows)} H200 configurations over {len(set(shapes))} model shapes, a configuration measured in "
+                f"several processes at its median step, "
+                + ("Hugging Face runs other than ZeRO-3 left out" if hf_zero3 else "Hugging Face runs left out"))
         C.write_constants(names, x, source=(
             "fitted with the Hopper curve's layer_pass_overhead_s and step_overhead_s and the cpu_adam rates on the "
-            f"fit split of benchmarks/accuracy_split.json ({len(rows)} H200 runs over {len(set(shapes))} model "
-            "shapes, Hugging Face runs left out: benchmarks/h200_runs.py and the corpus "
+            "fit split of benchmarks/accuracy_split.json (benchmarks/h200_runs.py and the corpus "
             "benchmarks/corpus/h200_runs.jsonl) by benchmarks/bench_accuracy.py --refit-time (Levenberg-Marquardt "
-            "on relative step-time error, shapes weighted alike; the test split is never used). "
-            "step_bytes_per_parameter: HBM bytes per optimizer-shard parameter on top of the optimizer's own; "
+            "on relative step-time error, shapes weighted alike; the test split is never used)"
+            + (f"; latest refit of {', '.join(names)} only ({what}), the other constants kept from the refit "
+               f"before. " if only else f": {what}. ")
+            + "step_bytes_per_parameter: HBM bytes per optimizer-shard parameter on top of the optimizer's own; "
             "tensor_seconds: per parameter tensor per step; zero3_*: host seconds per ZeRO-3 module fetch, per "
             "module gradient reduce-and-partition, and extra per call when the group has >1 rank (overlapped with "
-            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."
-            + (f" Latest refit: {', '.join(names)} only ({len(rows)} fit-split configurations over "
-               f"{len(set(shapes))} shapes, a configuration measured in several processes at its median step"
-               + (", the Hugging Face stack's ZeRO-3 runs included" if hf_zero3 else "")
-               + "); the other constants kept from the refit before." if only else "")))
+            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."))
     else:
         C.apply_constants(names, x)
 

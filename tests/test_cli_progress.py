@@ -66,6 +66,7 @@ def test_sweep_and_calibrate_progress(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(nb_cmd, "run_sweep", fake_sweep)
     monkeypatch.setattr(nb_cmd, "load_grid", lambda path: [{"a": 1}, {"a": 2}])
     monkeypatch.setattr(nb_cmd.JobStore, "recover_interrupted", lambda self: None)
+    monkeypatch.setattr(nb_cmd, "check_parameters", lambda notebook, combo: combo)  # no notebook on disk here
     assert cli.main(["nb", "sweep", "x.ipynb", "--grid", "g.yaml"]) == 0
     err = capsys.readouterr().err
     assert "sweep" in err and "2/2" in err

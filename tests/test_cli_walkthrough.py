@@ -127,3 +127,49 @@ def test_sweep_with_bad_workers_is_one_line_without_a_progress_bar(capsys):
     rc, out, err = _main(["nb", "sweep", str(root / "examples" / "parameter_counts.ipynb"), "--grid",
                           str(root / "examples" / "sweep_grid.yaml"), "--workers", "0"], capsys)
     assert rc == 2 and out == "" and err.strip().splitlines() == ["workbench: error: workers=0 must be >= 1"]
+
+
+def test_text_commands_send_library_log_lines_to_stderr(capsys):
+    import logging
+    import sys
+
+    logger = logging.getLogger("workbench-test-chatter")
+    logger.propagate = False
+    with cli.logs_to_stderr():
+        handler = logging.StreamHandler(stream=sys.stdout)  # as DeepSpeed binds its logger at import
+        logger.addHandler(handler)
+        try:
+            logger.warning("Setting accelerator to CPU")
+            print("kind: deepspeed")
+        finally:
+            logger.removeHandler(handler)
+    out, err = capsys.readouterr()
+    assert out == "kind: deepspeed\n" and "Setting accelerator to CPU" in err
+
+
+def test_runs_names_its_action_like_nb_and_jobs(capsys):
+    rc, out, err = _main(["runs"], capsys)
+    assert rc == 2 and "required: ACTION" in err
+
+
+def test_zero3_small_group_note_counts_the_ulysses_ranks_zero_shards_over():
+    from workbench.memory import memory_notes
+
+    model = catalog.model("llama3-8b").replace(seq_length=131072)
+    ulysses = ParallelPlan(world_size=16, engine="deepspeed", zero_stage=3, ulysses=8, recompute="full",
+                           global_batch_size=16)
+    assert ulysses.data_parallel == 2
+    assert not any("at data parallel <= 2" in n for n in memory_notes(model, ulysses))  # ZeRO-3 over 16 ranks
+    two = ParallelPlan(world_size=2, engine="deepspeed", zero_stage=3, global_batch_size=2)
+    assert any("at data parallel <= 2" in n for n in memory_notes(model, two))
+
+
+def test_estimate_plan_line_says_how_states_are_sharded_and_offloaded(capsys):
+    rc, out, _ = _main(["estimate", "--model", "guide-13b", "--zero", "3", "--offload-optimizer", "cpu",
+                        "--offload-params", "cpu"], capsys)
+    plan_line = next(line for line in out.splitlines() if line.startswith("plan "))
+    assert rc == 0 and "ZeRO-3, optimizer offloaded to cpu, parameters offloaded to cpu" in plan_line
+    rc, out, _ = _main(["estimate", "--model", "guide-13b", "--engine", "megatron", "--tp", "8",
+                        "--distributed-optimizer"], capsys)
+    plan_line = next(line for line in out.splitlines() if line.startswith("plan "))
+    assert rc == 0 and "distributed optimizer" in plan_line and "ZeRO" not in plan_line

@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import logging
 import os
 import sys
 
@@ -106,6 +107,37 @@ def payload_only():
                 pass
 
 
+class _LogRecordsToStderr:
+    """Standard output for a command that prints text: what it prints goes to stdout, while a ``logging`` handler
+    bound to stdout (DeepSpeed's logger is: its accelerator notice) writes to stderr instead, so the output is the
+    command's own. Everything else is the wrapped stream's."""
+
+    _EMIT = logging.StreamHandler.emit.__code__
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text):
+        if sys._getframe(1).f_code is self._EMIT:
+            return sys.stderr.write(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def logs_to_stderr():
+    """Route logging handlers that write to ``sys.stdout`` to stderr while a text command runs."""
+    old = sys.stdout
+    sys.stdout = _LogRecordsToStderr(old)
+    try:
+        yield
+    finally:
+        if isinstance(sys.stdout, _LogRecordsToStderr):
+            sys.stdout = old
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else exc.__class__.__name__
@@ -123,7 +155,7 @@ def main(argv=None) -> int:
     debug = os.environ.get("WORKBENCH_DEBUG", "").strip() not in ("", "0")
     machine = args.command == "export" or "--json" in argv
     try:
-        with (payload_only() if machine else contextlib.nullcontext()):
+        with (payload_only() if machine else logs_to_stderr()):
             return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         sys.stderr.close()

@@ -266,18 +266,23 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     return maximum(maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
 
 
-def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
-    """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
-    weight, or a layer's biggest weight — megatron-core fuses QKV and the gated MLP's fc1 into one tensor each;
-    transformers models keep q/k/v and gate/up apart."""
-    vocab = P.model_vocab_size(m, tensor_parallel)
+def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
+    """Elements of a transformer layer's biggest weight on one rank — megatron-core fuses QKV and the gated MLP's
+    fc1 into one tensor each; transformers models keep q/k/v and gate/up apart."""
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     if m.implementation is Implementation.TRANSFORMERS:
         layer = max(m.hidden_size * f, m.hidden_size * m.query_projection_size)
     else:
         layer = max(m.hidden_size * (2 if m.is_gated else 1) * f,
                     m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size))
-    return maximum(vocab * m.hidden_size, layer) / tensor_parallel
+    return layer / tensor_parallel
+
+
+def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
+    """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
+    weight, or a layer's biggest weight (:func:`largest_layer_param_tensor`)."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    return maximum(vocab * m.hidden_size / tensor_parallel, largest_layer_param_tensor(m, tensor_parallel))
 
 
 def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
@@ -1336,6 +1341,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         buffers = buffers + where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
             m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
             token_factor=moe_token_factor), 0.0)
+    # ZeRO-3: a parameter's full 16-bit gradient exists only while its module is back-propagated, before it is copied
+    # into the reduce bucket (buffer_bytes counts the largest module's): at a layer's backward that layer's largest
+    # weight; at the logits' peak none yet (the output layer's gradient comes once the fp32 logits are freed);
+    # at the optimizer step none
+    zero3_module_grad = where((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3),
+                              value_bytes * largest_module_params(m, tensor_parallel), 0.0)
+    zero3_grad_at_peak = where((zero3_module_grad > 0) & (transient > logits_phase),
+                               value_bytes * largest_layer_param_tensor(m, tensor_parallel), 0.0)
+    buffers = buffers - zero3_module_grad + zero3_grad_at_peak
     # the last layer's backward after the first gradient hook: with an s×s attention core (eager attention) its
     # core's backward working set (``layer_transient``, :func:`attention_backward_bytes`) when that is larger
     late_layer = full_layer + hf_working
@@ -1370,9 +1384,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_bwd = where(early, grads_bwd + early_grads, grads_bwd)
     activations = where(early, early_acts, activations)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
-    step_total = weights + grads + step + optimizer + buffers - buckets
+    step_total = weights + grads + step + optimizer + buffers - buckets - zero3_grad_at_peak
     step_peak = step_total > backward_peak
-    buffers = where(step_peak, buffers - buckets, buffers_bwd)
+    buffers = where(step_peak, buffers - buckets - zero3_grad_at_peak, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
     grads_at_peak = where(step_peak, grads + step, grads_bwd)
     acts_at_peak = where(step_peak, 0.0, activations)
@@ -1621,7 +1635,8 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
                      f"{' with overlap_comm' if buckets > 1 else ''}) whatever the model size (setup_buckets), so "
                      f"for a small model ZeRO-1 can need more than ZeRO-0 (H200, 1.3B model, 1 GPU: 46.1 GiB "
                      f"ZeRO-0, 47.0 GiB ZeRO-1); lower reduce_bucket_size for small models")
-    if stage == 3 and plan.data_parallel <= 2:
+    # ZeRO shards over data x context parallel (DeepSpeed-Ulysses' sequence-data-parallel group), as stage_terms does
+    if stage == 3 and plan.data_parallel * plan.context_parallel <= 2:
         notes.append("ZeRO-3 keeps the fp32 gradient partition through backward plus the gathered and prefetched "
                      "layers; at data parallel <= 2 that outweighs sharding the weights (H200, 1.3B model: 47.0 -> "
                      "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")

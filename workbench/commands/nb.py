@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from workbench.jobs.nbrun import NotebookRun, run_notebook
+from workbench.jobs.parameters import check_parameters
 from workbench.jobs.store import JobStore
 from workbench.jobs.sweep import load_grid, run_sweep
 
@@ -72,10 +74,6 @@ def run_one(args) -> int:
 
 def run_many(args) -> int:
     from workbench.commands.common import progress_bar
-
-    from pathlib import Path
-
-    from workbench.jobs.parameters import check_parameters
 
     combos = load_grid(args.grid)
     if args.workers < 1:  # checked before the progress bar appears (run_sweep checks again)
