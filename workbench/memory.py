@@ -1586,7 +1586,8 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
                      f"{' with overlap_comm' if buckets > 1 else ''}) whatever the model size (setup_buckets), so "
                      f"for a small model ZeRO-1 can need more than ZeRO-0 (H200, 1.3B model, 1 GPU: 46.1 GiB "
                      f"ZeRO-0, 47.0 GiB ZeRO-1); lower reduce_bucket_size for small models")
-    if stage == 3 and plan.data_parallel <= 2:
+    # ZeRO shards over data x context parallel (DeepSpeed-Ulysses' sequence-data-parallel group), as stage_terms does
+    if stage == 3 and plan.data_parallel * plan.context_parallel <= 2:
         notes.append("ZeRO-3 keeps the fp32 gradient partition through backward plus the gathered and prefetched "
                      "layers; at data parallel <= 2 that outweighs sharding the weights (H200, 1.3B model: 47.0 -> "
                      "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")
