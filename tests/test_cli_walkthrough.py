@@ -173,3 +173,16 @@ def test_estimate_plan_line_says_how_states_are_sharded_and_offloaded(capsys):
                         "--distributed-optimizer"], capsys)
     plan_line = next(line for line in out.splitlines() if line.startswith("plan "))
     assert rc == 0 and "distributed optimizer" in plan_line and "ZeRO" not in plan_line
+
+
+def test_oom_ladder_says_when_host_memory_not_the_gpu_is_what_runs_out(capsys):
+    from workbench.advisor import advise
+
+    model = catalog.model("llama3-70b")
+    cluster = ClusterSpec(gpu="A100-80GB", gpus_per_node=8, host_memory_gib_per_node=512)
+    plan = ParallelPlan(world_size=8, engine="deepspeed", zero_stage=2, micro_batch_size=4, global_batch_size=128)
+    last = advise(model, cluster, plan).oom_ladder[-1]
+    assert not last.fits and last.limit.startswith("host memory:") and "per node of 512.0 GiB" in last.limit
+    rc, out, _ = _main(["advise", "--model", "llama3-70b", "--gpu", "A100-80GB", "--host-mem-gib", "512", "--zero",
+                        "2", "--mbs", "4", "--gbs", "128"], capsys)
+    assert "runs out of host memory" in out and "does not fit (host memory:" in out

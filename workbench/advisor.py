@@ -86,6 +86,8 @@ class LadderStep:
     step_seconds: float = 0.0
     slowdown: float = 0.0
     """Step time relative to the original plan minus 1 (0.25 = 25 % slower)."""
+    limit: str = ""
+    """What the plan runs out of when it does not fit (GPU or host memory, with the numbers); '' when it fits."""
     settings: dict = field(default_factory=dict)
     """The config keys / flags that make this change."""
 
@@ -93,8 +95,8 @@ class LadderStep:
         return {"step": self.step, "action": self.action,
                 "plan": None if self.plan is None else _plan_text(self.plan), "peak_bytes": self.peak_bytes,
                 "peak_gib": self.peak_bytes / GiB, "host_bytes_per_node": self.host_bytes_per_node,
-                "fits": self.fits, "step_seconds": self.step_seconds, "slowdown": self.slowdown,
-                "settings": dict(self.settings)}
+                "fits": self.fits, "limit": self.limit, "step_seconds": self.step_seconds,
+                "slowdown": self.slowdown, "settings": dict(self.settings)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -920,9 +922,24 @@ def _evaluated(model, cluster, plan, profile=None):
 def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=None):
     record = record or _evaluated(model, cluster, plan, profile)
     mem, t = record.memory, record.time
-    fits = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes and mem.fits_host
+    fits_gpu = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes
+    fits = fits_gpu and mem.fits_host
     return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
-                fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1)
+                fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1,
+                limit=_limit_text(mem, fits_gpu, headroom))
+
+
+def _limit_text(mem, fits_gpu: bool, headroom: float) -> str:
+    """What a plan that does not fit runs out of: the GPU (over its capacity less the headroom) or, with offload, the
+    node's host memory; '' when it fits."""
+    if not fits_gpu:
+        return (f"GPU memory: {_gb(mem.per_gpu_peak_bytes)} per GPU over the {_gb((1 - headroom) * mem.capacity_bytes)}"
+                f" that {headroom:.0%} headroom leaves" if headroom else
+                f"GPU memory: {_gb(mem.per_gpu_peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}")
+    if not mem.fits_host:
+        return (f"host memory: {_gb(mem.host_bytes_per_node)} per node of "
+                f"{_gb(mem.host_capacity_bytes_per_node)} for the offloaded states")
+    return ""
 
 
 def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0,
@@ -1274,8 +1291,11 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
         last = ladder[-1]
         findings += (Finding(id="oom_ladder", status="fail",
                              message=f"the guide's three OOM steps are not enough: the last one needs "
-                                     f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}",
-                             suggestion="more GPUs (more TP/PP), a shorter sequence, or larger GPUs"),)
+                                     f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}"
+                                     + (f" and runs out of {last.limit}" if last.limit.startswith("host") else ""),
+                             suggestion=("more host memory per node, more nodes (the offloaded states shard over "
+                                         "them), or NVMe offload" if last.limit.startswith("host") else
+                                         "more GPUs (more TP/PP), a shorter sequence, or larger GPUs")),)
     lora = lora_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if lora is not None:
         findings += (lora,)
