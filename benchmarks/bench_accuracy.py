@@ -21,7 +21,8 @@ much memory other processes held on the GPU when each one-GPU run started (count
 ``--loso`` also prints, for the fit split, leave-one-shape-out errors of the constants this benchmark fits
 (``workbench.memory.fit_overheads``: memory outside the allocator per engine, allocator reserve).
 
-    python benchmarks/bench_accuracy.py [--runs] [--loso] [--zero3-host] [--corpus PATH] [--markdown PATH]
+    python benchmarks/bench_accuracy.py [--runs] [--loso] [--zero3-host] [--regimes] [--corpus PATH] [--markdown PATH]
+    python benchmarks/bench_accuracy.py --refit-time [--refit-only PREFIX,...] [--with-hf-zero3] [--write]
 """
 from __future__ import annotations
 
@@ -847,9 +848,12 @@ def main(argv=None) -> int:
         r["predicted"] = p
     runs = [r for r in runs if not r["plan"].expandable_segments]
     if args.refit_time:
-        refit_time([r for r, _ in scored["fit"]], write=args.write,
-                   only=tuple(o.strip() for o in args.refit_only.split(",") if o.strip()),
-                   hf_zero3=args.with_hf_zero3)
+        try:
+            refit_time([r for r, _ in scored["fit"]], write=args.write,
+                       only=tuple(o.strip() for o in args.refit_only.split(",") if o.strip()),
+                       hf_zero3=args.with_hf_zero3)
+        except ValueError as exc:
+            ap.error(str(exc))
         for group in (scored, expandable):  # predict again with the refitted constants
             for side in group:
                 group[side] = [(r, errors(r, r.update(predicted=predict(r)) or r["predicted"]))

@@ -614,6 +614,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
         found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
         found.append(fp8_payoff(model, cluster, plan, time))
+        found.append(tp_comm_overlap_payoff(model, cluster, plan, time, memory))
         found.append(expert_alltoall(model, cluster, plan, time))
     found.append(moe_capacity(model, plan, cluster))
     found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o),
@@ -826,6 +827,50 @@ def fp8_payoff(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time)
                            f"work, communication and the FP8 casts are the rest",
                    suggestion="train in bf16 (it needs no more memory unless --fp8-param-gather saved some), or "
                               "make the GEMMs larger (larger micro batch, smaller TP)")
+
+
+TP_OVERLAP_MIN_GAIN = 0.01
+"""Transformer Engine's TP communication overlap is suggested when it saves at least this share of the step."""
+
+
+def tp_comm_overlap_payoff(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
+                           memory) -> Optional[Finding]:
+    """For a Megatron plan with TP > 1 and sequence parallel: whether ``--tp-comm-overlap`` pays, the step priced
+    once more with it flipped (:func:`workbench.timing.step_time_terms` on the plan's inputs) against the
+    userbuffers it allocates outside the allocator (:func:`workbench.memory.userbuffer_bytes`). ``None`` where it
+    does not apply."""
+    if (plan.engine is not Engine.MEGATRON or plan.tensor_parallel == 1 or not plan.sequence_parallel
+            or time is None or not time.inputs):
+        return None
+    inputs = dict(time.inputs, tp_comm_overlap=0 if plan.tp_comm_overlap else 1)
+    other = float(T.step_time_terms(**inputs)["step_seconds"])
+    on, off = (time.step_seconds, other) if plan.tp_comm_overlap else (other, time.step_seconds)
+    gain = 1 - on / off
+    ub = float(M.userbuffer_bytes(seq_length=model.seq_length, micro_batch=plan.micro_batch_size,
+                                  hidden_size=model.hidden_size, context_parallel=plan.context_parallel,
+                                  value_bytes=plan.precision.bytes_per_value, fp8=int(plan.precision.is_fp8),
+                                  fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
+                                  tp_comm_overlap=1))
+    numbers = (f"{off:.3f} s/step without, {on:.3f} s/step with TP communication overlap ({gain:.1%} of the step "
+               f"saved) for {_gb(ub)} of Transformer Engine userbuffers per GPU outside the allocator (TP "
+               f"{plan.tensor_parallel}, hidden {model.hidden_size}, {plan.micro_batch_size}×{model.seq_length} "
+               f"tokens per micro-batch)")
+    if plan.tp_comm_overlap:
+        if gain > 0:
+            return Finding(id="tp_comm_overlap", status="pass", message=f"--tp-comm-overlap pays: {numbers}")
+        return Finding(id="tp_comm_overlap", status="warn",
+                       message=f"--tp-comm-overlap does not pay here: {numbers}; the GEMMs already hide little "
+                               f"communication or lose more to the SMs it takes",
+                       suggestion="drop --tp-comm-overlap (it also frees the userbuffers)")
+    room = memory is None or memory.headroom_bytes >= ub
+    if gain >= TP_OVERLAP_MIN_GAIN and room:
+        return Finding(id="tp_comm_overlap", status="warn",
+                       message=f"tensor-parallel communication is exposed: {numbers}",
+                       suggestion="add --tp-comm-overlap (Megatron-LM with Transformer Engine; Megatron-Bridge "
+                                  "CommOverlapConfig(tp_comm_overlap=True))")
+    why = ("the userbuffers do not fit the headroom" if gain >= TP_OVERLAP_MIN_GAIN
+           else f"it would save less than {TP_OVERLAP_MIN_GAIN:.0%}")
+    return Finding(id="tp_comm_overlap", status="pass", message=f"--tp-comm-overlap off; {why}: {numbers}")
 
 
 def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None, *,

@@ -73,6 +73,8 @@ def render(est) -> str:
         + f", gradient reduce {'overlapped' if p.overlaps_comm else 'not overlapped'}"
         + (" (engine default)" if p.overlap_comm is None else "")
         + (", expandable-segments allocator" if p.expandable_segments else "")
+        + (", TP communication overlapped with the GEMMs (Transformer Engine userbuffers)" if p.tp_comm_overlap
+           else "")
         + (f", Transformer Engine FP8 ({p.fp8_recipe} recipe"
            + (", FP8 parameter all-gather" if p.fp8_param_gather else "")
            + (f", first {p.fp8_bf16_first_layers} / last {p.fp8_bf16_last_layers} layers in bf16"
