@@ -58,7 +58,7 @@ def main(argv=None) -> int:
             if not r.get("oom") and r["shape_id"] in fit | test]
     table = rows(runs)
     print("repeated configurations: spread between fresh processes (slowest / fastest - 1) beside the model's "
-          f"exposed ZeRO-3 host share of the predicted step")
+          "exposed ZeRO-3 host share of the predicted step")
     print(f"  {'regime':<15}{'split':<6}{'run':<58}{'spread':>8}{'host share':>12}{'predicted':>11}  measured (ms)")
     for x in table:
         r = x["run"]
