@@ -21,7 +21,8 @@ much memory other processes held on the GPU when each one-GPU run started (count
 ``--loso`` also prints, for the fit split, leave-one-shape-out errors of the constants this benchmark fits
 (``workbench.memory.fit_overheads``: memory outside the allocator per engine, allocator reserve).
 
-    python benchmarks/bench_accuracy.py [--runs] [--loso] [--zero3-host] [--corpus PATH] [--markdown PATH]
+    python benchmarks/bench_accuracy.py [--runs] [--loso] [--zero3-host] [--regimes] [--corpus PATH] [--markdown PATH]
+    python benchmarks/bench_accuracy.py --refit-time [--refit-only PREFIX,...] [--with-hf-zero3] [--write]
 """
 from __future__ import annotations
 
@@ -776,20 +777,20 @@ def refit_time(fit_rows: list, *, write: bool, only: tuple = (), hf_zero3: bool 
     print(f"  leave-one-shape-out step error over the fit split: median {np.median(loso):.1%}, "
           f"worst {np.max(loso):.1%} ({len(loso)} runs)")
     if write:
+        what = (f"{len(rows)} H200 configurations over {len(set(shapes))} model shapes, a configuration measured in "
+                f"several processes at its median step, "
+                + ("Hugging Face runs other than ZeRO-3 left out" if hf_zero3 else "Hugging Face runs left out"))
         C.write_constants(names, x, source=(
             "fitted with the Hopper curve's layer_pass_overhead_s and step_overhead_s and the cpu_adam rates on the "
-            f"fit split of benchmarks/accuracy_split.json ({len(rows)} H200 runs over {len(set(shapes))} model "
-            "shapes, Hugging Face runs left out: benchmarks/h200_runs.py and the corpus "
+            "fit split of benchmarks/accuracy_split.json (benchmarks/h200_runs.py and the corpus "
             "benchmarks/corpus/h200_runs.jsonl) by benchmarks/bench_accuracy.py --refit-time (Levenberg-Marquardt "
-            "on relative step-time error, shapes weighted alike; the test split is never used). "
-            "step_bytes_per_parameter: HBM bytes per optimizer-shard parameter on top of the optimizer's own; "
+            "on relative step-time error, shapes weighted alike; the test split is never used)"
+            + (f"; latest refit of {', '.join(names)} only ({what}), the other constants kept from the refit "
+               f"before. " if only else f": {what}. ")
+            + "step_bytes_per_parameter: HBM bytes per optimizer-shard parameter on top of the optimizer's own; "
             "tensor_seconds: per parameter tensor per step; zero3_*: host seconds per ZeRO-3 module fetch, per "
             "module gradient reduce-and-partition, and extra per call when the group has >1 rank (overlapped with "
-            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."
-            + (f" Latest refit: {', '.join(names)} only ({len(rows)} fit-split configurations over "
-               f"{len(set(shapes))} shapes, a configuration measured in several processes at its median step"
-               + (", the Hugging Face stack's ZeRO-3 runs included" if hf_zero3 else "")
-               + "); the other constants kept from the refit before." if only else "")))
+            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."))
     else:
         C.apply_constants(names, x)
 
@@ -847,9 +848,12 @@ def main(argv=None) -> int:
         r["predicted"] = p
     runs = [r for r in runs if not r["plan"].expandable_segments]
     if args.refit_time:
-        refit_time([r for r, _ in scored["fit"]], write=args.write,
-                   only=tuple(o.strip() for o in args.refit_only.split(",") if o.strip()),
-                   hf_zero3=args.with_hf_zero3)
+        try:
+            refit_time([r for r, _ in scored["fit"]], write=args.write,
+                       only=tuple(o.strip() for o in args.refit_only.split(",") if o.strip()),
+                       hf_zero3=args.with_hf_zero3)
+        except ValueError as exc:
+            ap.error(str(exc))
         for group in (scored, expandable):  # predict again with the refitted constants
             for side in group:
                 group[side] = [(r, errors(r, r.update(predicted=predict(r)) or r["predicted"]))

@@ -90,6 +90,8 @@ def specs(case: dict):
         kw["grad_reduce_fp32"] = lay["grad_reduce_fp32"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
+    if lay.get("tp_comm_overlap"):  # the recipe overlaps the TP collectives with the GEMMs (TE userbuffers)
+        kw["tp_comm_overlap"] = True
     if lay.get("moe_a2a_overlap"):  # the recipe overlaps the dispatch/combine all-to-alls (combined 1F1B)
         kw["moe_overlap_alltoall"] = True
     if lay.get("moe_capacity_factor") is not None:  # token drop: each expert takes at most its capacity
@@ -307,7 +309,7 @@ def summary_lines(rows: list) -> list:
     return out + release_spread_lines(rows)
 
 
-RECIPE_SWITCHES = ("fp8_param_gather", "moe_a2a_overlap", "moe_capacity_factor", "moe_pad_to_capacity")
+RECIPE_SWITCHES = ("fp8_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "moe_capacity_factor", "moe_pad_to_capacity")
 """Layout keys that are recipe switches rather than the layout: rows differing only in them are still one run
 (model, GPUs, parallel sizes, batch), and the spread line names the switches that changed between releases."""
 

@@ -145,3 +145,44 @@ def test_text_commands_send_library_log_lines_to_stderr(capsys):
             logger.removeHandler(handler)
     out, err = capsys.readouterr()
     assert out == "kind: deepspeed\n" and "Setting accelerator to CPU" in err
+
+
+def test_runs_names_its_action_like_nb_and_jobs(capsys):
+    rc, out, err = _main(["runs"], capsys)
+    assert rc == 2 and "required: ACTION" in err
+
+
+def test_zero3_small_group_note_counts_the_ulysses_ranks_zero_shards_over():
+    from workbench.memory import memory_notes
+
+    model = catalog.model("llama3-8b").replace(seq_length=131072)
+    ulysses = ParallelPlan(world_size=16, engine="deepspeed", zero_stage=3, ulysses=8, recompute="full",
+                           global_batch_size=16)
+    assert ulysses.data_parallel == 2
+    assert not any("at data parallel <= 2" in n for n in memory_notes(model, ulysses))  # ZeRO-3 over 16 ranks
+    two = ParallelPlan(world_size=2, engine="deepspeed", zero_stage=3, global_batch_size=2)
+    assert any("at data parallel <= 2" in n for n in memory_notes(model, two))
+
+
+def test_estimate_plan_line_says_how_states_are_sharded_and_offloaded(capsys):
+    rc, out, _ = _main(["estimate", "--model", "guide-13b", "--zero", "3", "--offload-optimizer", "cpu",
+                        "--offload-params", "cpu"], capsys)
+    plan_line = next(line for line in out.splitlines() if line.startswith("plan "))
+    assert rc == 0 and "ZeRO-3, optimizer offloaded to cpu, parameters offloaded to cpu" in plan_line
+    rc, out, _ = _main(["estimate", "--model", "guide-13b", "--engine", "megatron", "--tp", "8",
+                        "--distributed-optimizer"], capsys)
+    plan_line = next(line for line in out.splitlines() if line.startswith("plan "))
+    assert rc == 0 and "distributed optimizer" in plan_line and "ZeRO" not in plan_line
+
+
+def test_oom_ladder_says_when_host_memory_not_the_gpu_is_what_runs_out(capsys):
+    from workbench.advisor import advise
+
+    model = catalog.model("llama3-70b")
+    cluster = ClusterSpec(gpu="A100-80GB", gpus_per_node=8, host_memory_gib_per_node=512)
+    plan = ParallelPlan(world_size=8, engine="deepspeed", zero_stage=2, micro_batch_size=4, global_batch_size=128)
+    last = advise(model, cluster, plan).oom_ladder[-1]
+    assert not last.fits and last.limit.startswith("host memory:") and "per node of 512.0 GiB" in last.limit
+    rc, out, _ = _main(["advise", "--model", "llama3-70b", "--gpu", "A100-80GB", "--host-mem-gib", "512", "--zero",
+                        "2", "--mbs", "4", "--gbs", "128"], capsys)
+    assert "runs out of host memory" in out and "does not fit (host memory:" in out

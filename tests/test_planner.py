@@ -29,7 +29,7 @@ def _row_of(plan, m):
             plan.num_microbatches, plan.first_stage_layers or 0, plan.last_stage_layers or 0,
             int(plan.embedding_in_pipeline_split), int(plan.loss_in_pipeline_split),
             T.CP_COMM_CODES[str(plan.cp_comm_type)], plan.cp_a2a_size, plan.expert_parallel,
-            plan.expert_tensor_parallel_size)
+            plan.expert_tensor_parallel_size, int(plan.tp_comm_overlap))
 
 
 def test_candidates_equal_brute_force_over_the_spec_rules():
@@ -39,10 +39,10 @@ def test_candidates_equal_brute_force_over_the_spec_rules():
     gbs = 16
     table = planner.enumerate_candidates(m, c, gbs, max_context_parallel=4)
     expected = set()
-    for e, t, p, v, cp, sp, z, oo, op, do, rc, b in itertools.product(
+    for e, t, p, v, cp, sp, z, oo, op, do, rc, b, tpo in itertools.product(
             ("deepspeed", "megatron", "megatron-deepspeed"), (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 3, 4, 6, 8, 12, 24),
             (1, 2, 4), (False, True), (0, 1, 2, 3), ("none", "cpu"), ("none", "cpu"), (False, True),
-            ("none", "selective", "full"), (1, 2, 4, 8, 16)):
+            ("none", "selective", "full"), (1, 2, 4, 8, 16), (False, True)):
         if v > 1 and e != "megatron":  # documented restriction: DeepSpeed's pipeline engine does not interleave
             continue
         if t > c.gpus_per_node:
@@ -59,7 +59,7 @@ def test_candidates_equal_brute_force_over_the_spec_rules():
                 plan = ParallelPlan(world_size=8, engine=e, tensor_parallel=t, pipeline_parallel=p,
                                     virtual_pipeline=v, context_parallel=cp, cp_comm_type=comm, sequence_parallel=sp,
                                     zero_stage=z, offload_optimizer=oo, offload_params=op, distributed_optimizer=do,
-                                    recompute=rc, micro_batch_size=b, global_batch_size=gbs)
+                                    recompute=rc, micro_batch_size=b, global_batch_size=gbs, tp_comm_overlap=tpo)
                 validate(m, c, plan)
             except ValueError:
                 continue

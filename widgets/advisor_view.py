@@ -198,7 +198,9 @@ class AdvisorView(View):
             rungs = "".join(
                 f"<li>{html.escape(r.action)}: "
                 + ("—" if r.plan is None else f"{r.peak_bytes / GIB:.1f} GiB per GPU, {r.step_seconds:.3f} s/step "
-                                              f"({r.slowdown:+.1%})" + (" — <b>fits</b>" if r.fits else ""))
+                                              f"({r.slowdown:+.1%})" + (" — <b>fits</b>" if r.fits else
+                                                                          f" — does not fit: {html.escape(r.limit)}"
+                                                                          if r.limit.startswith("host") else ""))
                 + (f"<br><code>{html.escape(str(r.settings))}</code>" if r.settings else "") + "</li>"
                 for r in a.oom_ladder)
             self.ladder_note.value = f"<ol style='font-size:13px;max-width:980px'>{rungs}</ol>"

@@ -64,6 +64,10 @@ class ParallelPanel(Panel):
                                 tooltip="engine deepspeed: ds_config sequence_parallel_size N, all-to-all of Q, K, V "
                                         "and O around attention; N divides heads, K/V heads and the sequence")
         c["sequence_parallel"] = checkbox("sequence parallel (SP)")
+        c["tp_comm_overlap"] = checkbox("TP comm overlap",
+                                        tooltip="Megatron-LM --tp-comm-overlap: Transformer Engine runs the "
+                                                "sequence-parallel all-gathers / reduce-scatters inside the TP GEMMs "
+                                                "(userbuffers outside the allocator); needs TP > 1 and SP")
         # MoE: expert parallelism (Megatron --expert-model-parallel-size and friends)
         c["expert_parallel"] = int_text("expert parallel (EP)", minimum=1,
                                         tooltip="MoE: each layer's experts split over EP ranks (Megatron "
@@ -139,6 +143,7 @@ class ParallelPanel(Panel):
             c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
             *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["ulysses"], c["first_stage_layers"], c["last_stage_layers"],
             c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"],
+            c["tp_comm_overlap"],
             c["expert_parallel"], c["expert_tensor_parallel"], c["moe_token_dispatcher"], c["moe_capacity_factor"],
             c["moe_load_imbalance"], c["moe_recompute"], c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
             c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],

@@ -43,7 +43,7 @@ def zero_text(plan) -> str:
 def table_row(rank: int, r, on_front: bool) -> list:
     """The ranked table's cells for one :class:`workbench.planner.PlanResult`."""
     p = r.plan
-    return [str(rank), str(p.engine), str(p.tensor_parallel) + (" SP" if p.sequence_parallel else ""),
+    return [str(rank), str(p.engine), str(p.tensor_parallel) + (" SP" if p.sequence_parallel else "") + (" +ovl" if p.tp_comm_overlap else ""),
             str(p.pipeline_parallel), str(p.virtual_pipeline),
             str(p.context_parallel) + (" Ulysses" if p.is_ulysses else f" {p.cp_comm_type}"
                                        if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" else ""),

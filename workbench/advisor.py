@@ -91,6 +91,8 @@ class LadderStep:
     step_seconds: float = 0.0
     slowdown: float = 0.0
     """Step time relative to the original plan minus 1 (0.25 = 25 % slower)."""
+    limit: str = ""
+    """What the plan runs out of when it does not fit (GPU or host memory, with the numbers); '' when it fits."""
     settings: dict = field(default_factory=dict)
     """The config keys / flags that make this change."""
 
@@ -98,8 +100,8 @@ class LadderStep:
         return {"step": self.step, "action": self.action,
                 "plan": None if self.plan is None else _plan_text(self.plan), "peak_bytes": self.peak_bytes,
                 "peak_gib": self.peak_bytes / GiB, "host_bytes_per_node": self.host_bytes_per_node,
-                "fits": self.fits, "step_seconds": self.step_seconds, "slowdown": self.slowdown,
-                "settings": dict(self.settings)}
+                "fits": self.fits, "limit": self.limit, "step_seconds": self.step_seconds,
+                "slowdown": self.slowdown, "settings": dict(self.settings)}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -617,6 +619,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
         found += [tp_within_node(cluster, plan, time), bucket_sizes(model, cluster, plan, time, o),
                   overlap_comm(model, cluster, plan, time, detailed=detailed)]
         found.append(fp8_payoff(model, cluster, plan, time))
+        found.append(tp_comm_overlap_payoff(model, cluster, plan, time, memory))
         found.append(expert_alltoall(model, cluster, plan, time))
     found.append(moe_capacity(model, plan, cluster))
     found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o),
@@ -831,6 +834,50 @@ def fp8_payoff(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time)
                               "make the GEMMs larger (larger micro batch, smaller TP)")
 
 
+TP_OVERLAP_MIN_GAIN = 0.01
+"""Transformer Engine's TP communication overlap is suggested when it saves at least this share of the step."""
+
+
+def tp_comm_overlap_payoff(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
+                           memory) -> Optional[Finding]:
+    """For a Megatron plan with TP > 1 and sequence parallel: whether ``--tp-comm-overlap`` pays, the step priced
+    once more with it flipped (:func:`workbench.timing.step_time_terms` on the plan's inputs) against the
+    userbuffers it allocates outside the allocator (:func:`workbench.memory.userbuffer_bytes`). ``None`` where it
+    does not apply."""
+    if (plan.engine is not Engine.MEGATRON or plan.tensor_parallel == 1 or not plan.sequence_parallel
+            or time is None or not time.inputs):
+        return None
+    inputs = dict(time.inputs, tp_comm_overlap=0 if plan.tp_comm_overlap else 1)
+    other = float(T.step_time_terms(**inputs)["step_seconds"])
+    on, off = (time.step_seconds, other) if plan.tp_comm_overlap else (other, time.step_seconds)
+    gain = 1 - on / off
+    ub = float(M.userbuffer_bytes(seq_length=model.seq_length, micro_batch=plan.micro_batch_size,
+                                  hidden_size=model.hidden_size, context_parallel=plan.context_parallel,
+                                  value_bytes=plan.precision.bytes_per_value, fp8=int(plan.precision.is_fp8),
+                                  fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
+                                  tp_comm_overlap=1))
+    numbers = (f"{off:.3f} s/step without, {on:.3f} s/step with TP communication overlap ({gain:.1%} of the step "
+               f"saved) for {_gb(ub)} of Transformer Engine userbuffers per GPU outside the allocator (TP "
+               f"{plan.tensor_parallel}, hidden {model.hidden_size}, {plan.micro_batch_size}×{model.seq_length} "
+               f"tokens per micro-batch)")
+    if plan.tp_comm_overlap:
+        if gain > 0:
+            return Finding(id="tp_comm_overlap", status="pass", message=f"--tp-comm-overlap pays: {numbers}")
+        return Finding(id="tp_comm_overlap", status="warn",
+                       message=f"--tp-comm-overlap does not pay here: {numbers}; the GEMMs already hide little "
+                               f"communication or lose more to the SMs it takes",
+                       suggestion="drop --tp-comm-overlap (it also frees the userbuffers)")
+    room = memory is None or memory.headroom_bytes >= ub
+    if gain >= TP_OVERLAP_MIN_GAIN and room:
+        return Finding(id="tp_comm_overlap", status="warn",
+                       message=f"tensor-parallel communication is exposed: {numbers}",
+                       suggestion="add --tp-comm-overlap (Megatron-LM with Transformer Engine; Megatron-Bridge "
+                                  "CommOverlapConfig(tp_comm_overlap=True))")
+    why = ("the userbuffers do not fit the headroom" if gain >= TP_OVERLAP_MIN_GAIN
+           else f"it would save less than {TP_OVERLAP_MIN_GAIN:.0%}")
+    return Finding(id="tp_comm_overlap", status="pass", message=f"--tp-comm-overlap off; {why}: {numbers}")
+
+
 def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None, *,
                      cluster: Optional[ClusterSpec] = None, time=None) -> Optional[Finding]:
     """CPU optimizer offload runs DeepSpeed's CPU Adam on ``OMP_NUM_THREADS`` threads per rank, and torchrun sets
@@ -880,9 +927,24 @@ def _evaluated(model, cluster, plan, profile=None):
 def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=None):
     record = record or _evaluated(model, cluster, plan, profile)
     mem, t = record.memory, record.time
-    fits = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes and mem.fits_host
+    fits_gpu = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes
+    fits = fits_gpu and mem.fits_host
     return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
-                fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1)
+                fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1,
+                limit=_limit_text(mem, fits_gpu, headroom))
+
+
+def _limit_text(mem, fits_gpu: bool, headroom: float) -> str:
+    """What a plan that does not fit runs out of: the GPU (over its capacity less the headroom) or, with offload, the
+    node's host memory; '' when it fits."""
+    if not fits_gpu:
+        return (f"GPU memory: {_gb(mem.per_gpu_peak_bytes)} per GPU over the {_gb((1 - headroom) * mem.capacity_bytes)}"
+                f" that {headroom:.0%} headroom leaves" if headroom else
+                f"GPU memory: {_gb(mem.per_gpu_peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}")
+    if not mem.fits_host:
+        return (f"host memory: {_gb(mem.host_bytes_per_node)} per node of "
+                f"{_gb(mem.host_capacity_bytes_per_node)} for the offloaded states")
+    return ""
 
 
 def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0,
@@ -1435,8 +1497,11 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
         last = ladder[-1]
         findings += (Finding(id="oom_ladder", status="fail",
                              message=f"the guide's three OOM steps are not enough: the last one needs "
-                                     f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}",
-                             suggestion="more GPUs (more TP/PP), a shorter sequence, or larger GPUs"),)
+                                     f"{_gb(last.peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}"
+                                     + (f" and runs out of {last.limit}" if last.limit.startswith("host") else ""),
+                             suggestion=("more host memory per node, more nodes (the offloaded states shard over "
+                                         "them), or NVMe offload" if last.limit.startswith("host") else
+                                         "more GPUs (more TP/PP), a shorter sequence, or larger GPUs")),)
     lora = lora_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if lora is not None:
         findings += (lora,)

@@ -68,7 +68,7 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
                 moe_ov=int(plan.moe_overlap_alltoall), moe_rc=MOE_RECOMPUTE_CODES[plan.moe_recompute],
                 grad_fp32=int(plan.reduces_grads_in_fp32),
-                expseg=int(plan.expandable_segments))
+                expseg=int(plan.expandable_segments), tp_ov=int(plan.tp_comm_overlap))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -86,6 +86,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("fp8_bf16_first", 0)
     out.setdefault("fp8_bf16_last", 0)
     out.setdefault("expseg", int(bool(expandable_segments)))  # the allocator every row runs with
+    out.setdefault("tp_ov", 0)  # Transformer Engine TP communication overlap: off unless the table searches it
     out.setdefault("grad_fp32", -1)  # Megatron's main-gradient dtype: -1, Megatron-LM's default for the precision
     for key in ("first_layers", "last_layers", "emb_split", "loss_split", "cp_comm"):
         out.setdefault(key, 0)
@@ -294,7 +295,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
                moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision),
                moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0),
-               moe_recompute=cols.get("moe_rc", 0))
+               moe_recompute=cols.get("moe_rc", 0), tp_comm_overlap=cols.get("tp_ov", 0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -431,6 +432,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
         moe_overlap_alltoall=cols.get("moe_ov", 0), moe_deepspeed=cols.get("moe_ds", 0),
         moe_recompute=cols.get("moe_rc", 0),
+        tp_comm_overlap=cols.get("tp_ov", 0), tp_overlap_sm_fraction=T.TE_UB_MARGIN_SMS / T.gpu_sm_count(gpu.name),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
         fp8_layer_fraction=0.0, fp8_bf16_first=0, fp8_bf16_last=0, fp8_peak_flops=1.0,

@@ -124,6 +124,7 @@ class EvaluatedPlan:
                      "moe_recompute": str(self.plan.moe_recompute),
                      "moe_token_dispatcher": str(self.plan.moe_token_dispatcher),
                      "moe_overlap_alltoall": self.plan.moe_overlap_alltoall,
+                     "tp_comm_overlap": self.plan.tp_comm_overlap,
                      **self._deepspeed_moe_fields()},
             "memory": self.memory.to_dict(),
         }

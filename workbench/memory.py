@@ -1107,6 +1107,41 @@ def engine_overheads(engine=None, zero_stage=None, expandable_segments=0) -> dic
                                           default_reserve))
 
 
+TE_UB_ALL_GATHER_BUFFERS = 8
+"""Userbuffers ``initialize_ub`` registers on the all-gather side of the TP GEMMs (``qkv_fprop``, ``qkv_dgrad``,
+``proj_dgrad``, ``proj_wgrad``, ``fc1_fprop``, ``fc1_dgrad``, ``fc2_dgrad``, ``fc2_wgrad``: its
+``layers_all_gather_overlap``), held in FP8 (``fp8_buf``, one byte a value) when the run quantizes
+(transformer_engine/pytorch/module/base.py ``initialize_ub``, NVIDIA/TransformerEngine d0067d0d)."""
+TE_UB_REDUCE_SCATTER_BUFFERS = 4
+"""Userbuffers on the reduce-scatter side (``proj_fprop``, ``fc2_fprop``, ``qkv_wgrad``, ``fc1_wgrad``:
+``layers_reduce_scatter_overlap``), always in the 16-bit dtype; TE's default methods (``pipeline`` for the
+forward reduce-scatters, ``bulk`` for the wgrad ones) allocate one buffer of the full shape each (``CommOverlapBase``
+in transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp)."""
+
+
+def userbuffer_bytes(*, seq_length, micro_batch, hidden_size, context_parallel, value_bytes, fp8=0, fp8_bf16=0,
+                     tp_comm_overlap=0):
+    """Bytes of Transformer Engine's tensor-parallel userbuffers on each rank (``--tp-comm-overlap``), allocated
+    by ``initialize_ub`` outside PyTorch's caching allocator (``register_user_buffer_collective``), once per process.
+
+    Megatron-LM passes the shape ``[seq_length · micro_batch / context_parallel, hidden_size]``
+    (megatron/training/initialize.py ``_initialize_tp_communicators``, NVIDIA/Megatron-LM d98e8a64): each buffer
+    holds the whole gathered activation, not a 1/t shard. One buffer per GEMM name and quantization mode:
+    :data:`TE_UB_ALL_GATHER_BUFFERS` in FP8 (1 byte) when the run trains in FP8, else in the 16-bit dtype, and
+    :data:`TE_UB_REDUCE_SCATTER_BUFFERS` in the 16-bit dtype — 12·2 = 24 bytes per element of the shape in bf16,
+    8 + 4·2 = 16 in FP8; with FP8 and bf16 first/last layers Megatron-LM adds the unquantized set too (a second
+    ``UserBufferQuantizationMode``), 40. TE's default methods are modelled (``pipeline`` / ``bulk`` / ``external``:
+    the full shape); a recipe that switches a reduce-scatter to ``ring_exchange`` holds (2t−1)/t of it for that
+    GEMM (``CommOverlapP2PBase::initialize``), which is not modelled. 0 without the overlap."""
+    elements = seq_length * micro_batch / context_parallel * hidden_size
+    quantized = np.asarray(fp8) > 0
+    ag_bytes = where(quantized, 1.0, value_bytes)
+    per_mode = TE_UB_ALL_GATHER_BUFFERS * ag_bytes + TE_UB_REDUCE_SCATTER_BUFFERS * value_bytes
+    unquantized = where(quantized & (np.asarray(fp8_bf16) > 0),
+                        (TE_UB_ALL_GATHER_BUFFERS + TE_UB_REDUCE_SCATTER_BUFFERS) * value_bytes, 0.0)
+    return where(np.asarray(tp_comm_overlap) > 0, elements * (per_mode + unquantized), 0.0)
+
+
 def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=None,
                    reserve_fraction=None, floor=False, zero_stage=None, expandable_segments=0):
     """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; its NCCL buffers when
@@ -1138,7 +1173,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
-                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0):
+                moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
+                tp_comm_overlap=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of the stage's layers that are not among
@@ -1358,6 +1394,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # overheads: a profile's
     overhead = overhead_bytes(allocated, world, engine=engine, zero_stage=zero_stage,
                               expandable_segments=expandable_segments, **(overheads or {}))
+    # Transformer Engine's TP userbuffers (--tp-comm-overlap): outside the allocator, no reserve above them
+    overhead = overhead + userbuffer_bytes(seq_length=m.seq_length, micro_batch=micro_batch,
+                                           hidden_size=m.hidden_size, context_parallel=context_parallel,
+                                           value_bytes=value_bytes, fp8=fp8, fp8_bf16=fp8_bf16_first + fp8_bf16_last,
+                                           tp_comm_overlap=tp_comm_overlap)
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
                 backward_activations=activations)
@@ -1495,6 +1536,14 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                 f"(+ NCCL {NCCL_BYTES_BY_ENGINE[engine] / GiB:.1f} GiB with >1 rank) + allocator "
                                 f"reserve {RESERVE_FRACTION_EXPANDABLE[engine]:.1%} of allocated with "
                                 "expandable_segments:True (H200, fit split)")
+    if plan.tp_comm_overlap:
+        ub = float(userbuffer_bytes(seq_length=model.seq_length, micro_batch=plan.micro_batch_size,
+                                    hidden_size=model.hidden_size, context_parallel=plan.context_parallel,
+                                    value_bytes=plan.precision.bytes_per_value, fp8=int(plan.precision.is_fp8),
+                                    fp8_bf16=plan.fp8_bf16_first_layers + plan.fp8_bf16_last_layers,
+                                    tp_comm_overlap=1))
+        formulas["overhead"] += (f"; + Transformer Engine TP userbuffers {ub / GiB:.2f} GiB outside the allocator "
+                                 f"(--tp-comm-overlap: 12 buffers of s·b/c × h, TE initialize_ub)")
     stages = []
     host_per_gpu = 0
     p = plan.pipeline_parallel
@@ -1586,7 +1635,8 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
                      f"{' with overlap_comm' if buckets > 1 else ''}) whatever the model size (setup_buckets), so "
                      f"for a small model ZeRO-1 can need more than ZeRO-0 (H200, 1.3B model, 1 GPU: 46.1 GiB "
                      f"ZeRO-0, 47.0 GiB ZeRO-1); lower reduce_bucket_size for small models")
-    if stage == 3 and plan.data_parallel <= 2:
+    # ZeRO shards over data x context parallel (DeepSpeed-Ulysses' sequence-data-parallel group), as stage_terms does
+    if stage == 3 and plan.data_parallel * plan.context_parallel <= 2:
         notes.append("ZeRO-3 keeps the fp32 gradient partition through backward plus the gathered and prefetched "
                      "layers; at data parallel <= 2 that outweighs sharding the weights (H200, 1.3B model: 47.0 -> "
                      "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")

@@ -80,7 +80,8 @@ peak; Megatron's long-context recipes keep thousands of tokens per CP rank."""
 
 # Columns of the candidate table (all int64 arrays of one length)
 _COLUMNS = ("engine", "tp", "pp", "vp", "cp", "dp", "sp", "zero", "off_opt", "off_par", "dist_opt", "recompute",
-            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split", "cp_comm", "cp_a2a", "ep", "etp")
+            "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split", "cp_comm", "cp_a2a", "ep", "etp",
+            "tp_ov")
 
 
 # ================================================================================================================
@@ -215,7 +216,7 @@ def describe_plan(p: ParallelPlan) -> str:
                      + ("-overlap" if p.moe_overlap_alltoall else ""))
     parts.append(f"DP{p.data_parallel}")
     if p.sequence_parallel:
-        parts.append("SP")
+        parts.append("SP+TP-overlap" if p.tp_comm_overlap else "SP")
     if p.engine is not Engine.MEGATRON:
         parts.append(f"ZeRO-{int(p.zero_stage)}")
     if p.distributed_optimizer:
@@ -337,9 +338,10 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                          engines: Sequence = ENGINES, zero_stages: Sequence[int] = (0, 1, 2, 3),
                          offload: bool = True, recompute: Sequence = ("none", "selective", "full"),
                          allow_cross_node_tp: bool = False,
-                         max_context_parallel: Optional[int] = None) -> dict:
+                         max_context_parallel: Optional[int] = None, tp_comm_overlap: Optional[bool] = None) -> dict:
     """Every valid plan as a table of int64 arrays (keys ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par,
-    dist_opt, recompute, mbs, nmb``), following the rules listed in the module docstring."""
+    dist_opt, recompute, mbs, nmb``, ...), following the rules listed in the module docstring; ``tp_comm_overlap``
+    as :func:`with_tp_comm_overlap`."""
     W, L, n = cluster.world_size, model.num_layers, cluster.gpus_per_node
     engines = tuple(Engine.parse(e, "engine") for e in engines)
     rc_codes = tuple(sorted({M.RECOMPUTE_CODES[Recompute.parse(r, "recompute")] for r in recompute}))
@@ -440,10 +442,29 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                                            first_layers=np.full(n_sel, first), last_layers=np.full(n_sel, last),
                                            emb_split=np.full(n_sel, emb), loss_split=np.full(n_sel, loss),
                                            cp_comm=np.full(n_sel, comm), cp_a2a=np.full(n_sel, a2a),
-                                           ep=np.full(n_sel, e), etp=np.full(n_sel, te)))
+                                           ep=np.full(n_sel, e), etp=np.full(n_sel, te),
+                                           tp_ov=np.zeros(n_sel, np.int64)))
     if not chunks:
         return {k: np.zeros(0, np.int64) for k in _COLUMNS}
-    return {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
+    table = {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
+    return with_tp_comm_overlap(table, tp_comm_overlap)
+
+
+def with_tp_comm_overlap(table: dict, tp_comm_overlap: Optional[bool] = None) -> dict:
+    """The candidate table with its ``tp_ov`` column (Transformer Engine ``--tp-comm-overlap``), which only Megatron
+    rows with tensor parallel > 1 and sequence parallel may set: ``None`` adds an overlapped copy of each such row
+    (both are searched), ``True`` turns it on for them, ``False`` leaves it off everywhere."""
+    eligible = ((table["engine"] == ENGINE_CODES[Engine.MEGATRON]) & (table["tp"] > 1) & (table["sp"] == 1))
+    out = dict(table)
+    out["tp_ov"] = np.zeros(len(table["tp"]), np.int64)
+    if tp_comm_overlap is None:
+        if eligible.any():
+            extra = {k: v[eligible] for k, v in out.items()}
+            extra["tp_ov"] = np.ones(int(eligible.sum()), np.int64)
+            out = {k: np.concatenate([out[k], extra[k]]) for k in out}
+    elif check_bool("tp_comm_overlap", tp_comm_overlap):
+        out["tp_ov"] = eligible.astype(np.int64)
+    return out
 
 
 # ================================================================================================================
@@ -569,7 +590,8 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         grad_reduce_fp32=(bool(table["grad_fp32"][i]) if "grad_fp32" in table and int(table["grad_fp32"][i]) >= 0
                           else None),
         expandable_segments=bool(table["expseg"][i]) if "expseg" in table else False,
-        moe_load_imbalance=float(table["moe_imb"][i]) if "moe_imb" in table else 1.0, **(stack or {}))
+        moe_load_imbalance=float(table["moe_imb"][i]) if "moe_imb" in table else 1.0,
+        tp_comm_overlap=bool(table["tp_ov"][i]) if "tp_ov" in table else False, **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -603,7 +625,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
            overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False,
            grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False,
-           moe_load_imbalance: float = 1.0) -> PlanSearch:
+           moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -622,6 +644,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 
     ``expandable_segments``: every candidate runs with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``
     (:attr:`ParallelPlan.expandable_segments`: a smaller allocator reserve).
+
+    ``tp_comm_overlap``: Transformer Engine's TP communication overlap on the Megatron rows with TP > 1 and
+    sequence parallel (:func:`with_tp_comm_overlap`; ``None``: both with and without it are searched).
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -668,7 +693,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
             raise ValueError(f"lora_rank={lora[0]} needs a DeepSpeed engine; engines lists only megatron")
     table = enumerate_candidates(model, cluster, global_batch_size, engines=engines, zero_stages=zero_stages,
                                  offload=offload, recompute=recompute, allow_cross_node_tp=allow_cross_node_tp,
-                                 max_context_parallel=max_context_parallel)
+                                 max_context_parallel=max_context_parallel, tp_comm_overlap=tp_comm_overlap)
     count = len(table["tp"])
     if count == 0:
         raise ValueError(_no_valid_plan_message(model, cluster, global_batch_size))
@@ -1098,7 +1123,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
               profile=None, engines: Optional[Sequence] = None, recompute: Optional[Sequence] = None,
               sequence_parallel: Optional[bool] = None, distributed_optimizer: Optional[bool] = None) -> PlanRank:
     """The rank of ``plan`` among every plan :func:`search` evaluates for the same model, cluster, global batch,
-    precision and stack, ranked as :func:`search` ranks them (step time, then peak memory).
+    precision and stack (Adam kernel, gradient-reduce overlap, TP communication overlap), ranked as :func:`search`
+    ranks them (step time, then peak memory).
 
     ``engines``, ``recompute``, ``sequence_parallel`` and ``distributed_optimizer`` narrow the plans it competes
     with to the features a run had (a 2021 run had neither sequence parallelism nor selective recompute): ``None``
@@ -1118,7 +1144,10 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
         engines = (Engine.MEGATRON,)
     table = enumerate_candidates(model, cluster, plan.global_batch_size, engines=engines,
                                  recompute=("none", "selective", "full") if recompute is None else tuple(recompute),
-                                 allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel)
+                                 allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel,
+                                 # the plan's stack on every row, as adam and overlap_comm below: TP communication
+                                 # overlap on every row that can have it when the plan has it, off otherwise
+                                 tp_comm_overlap=plan.tp_comm_overlap)
     keep = np.ones(len(table["tp"]), bool)
     for key, wanted in (("sp", sequence_parallel), ("dist_opt", distributed_optimizer)):
         if wanted is not None:

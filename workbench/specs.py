@@ -807,6 +807,14 @@ class ParallelPlan:
     combined 1F1B schedule): one micro-batch's dispatch/combine all-to-alls run while another micro-batch computes,
     so only what outlasts that compute is exposed. Needs expert_parallel > 1, the alltoall dispatcher, no full
     recompute, and interleaving (virtual_pipeline > 1) with pipeline parallel."""
+    tp_comm_overlap: bool = False
+    """Transformer Engine's tensor-parallel communication overlap (Megatron-LM ``--tp-comm-overlap``, megatron-core
+    ``ModelParallelConfig.tp_comm_overlap``): each sequence-parallel all-gather / reduce-scatter runs inside the
+    linear GEMM it feeds or follows, through userbuffers that ``transformer_engine.pytorch.module.base.initialize_ub``
+    allocates outside PyTorch's allocator (:func:`workbench.memory.userbuffer_bytes`), so only what outlasts its GEMM
+    is exposed (:func:`workbench.timing.tp_overlap_exposed_seconds`). Needs tensor_parallel > 1, sequence parallel
+    and engine ``megatron`` (Megatron-LM: 'Tensor parallel communication/GEMM overlap can happen only when sequence
+    parallelism is enabled')."""
     fused_kernels: Optional[bool] = None
     """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
     ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
@@ -869,6 +877,17 @@ class ParallelPlan:
         self._check_engine()
         self._check_fp8()
         self._check_experts()
+        self._check_tp_comm_overlap()
+
+    def _check_tp_comm_overlap(self) -> None:
+        _set(self, "tp_comm_overlap", check_bool("tp_comm_overlap", self.tp_comm_overlap))
+        if not self.tp_comm_overlap:
+            return
+        if self.engine is not Engine.MEGATRON or self.tensor_parallel == 1 or not self.sequence_parallel:
+            raise ValueError(f"tp_comm_overlap=True needs engine='megatron', tensor_parallel > 1 and "
+                             f"sequence_parallel=True (Transformer Engine userbuffers overlap the sequence-parallel "
+                             f"all-gather/reduce-scatter with the TP GEMMs; got engine='{self.engine}', "
+                             f"tensor_parallel={self.tensor_parallel}, sequence_parallel={self.sequence_parallel})")
 
     def _check_fp8(self) -> None:
         _set(self, "fp8_param_gather", check_bool("fp8_param_gather", self.fp8_param_gather))

@@ -267,6 +267,49 @@ def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
     return where(np.asarray(overlap) > 0, maximum(0.0, comm_seconds - overlappable_seconds), comm_seconds)
 
 
+TE_UB_MARGIN_SMS = 16
+"""SMs Transformer Engine gives a ``pipeline`` or ``bulk`` userbuffer overlap by default (``num_sm`` 16 with
+``set_sm_margin``: the overlapped GEMM runs on the device's SMs less these); ``ring_exchange`` overlaps take 1 SM
+and no margin, their copies run on the copy engines (``use_ce``). transformer_engine/pytorch/module/base.py
+``initialize_ub`` ``get_default_config`` (NVIDIA/TransformerEngine d0067d0d). NVIDIA's H100 recipes tune these per
+GEMM (Megatron-Bridge src/megatron/bridge/training/comm_overlap.py ``userbuffers_*_h100_*``: 2-24 SMs for the bulk
+overlaps, 8-24 for pipelined reduce-scatters, ring exchange for them in FP8); the workbench prices TE's defaults."""
+
+GPU_SM_COUNT = {"H100-SXM": 132, "H100-PCIe": 114, "H200": 132, "H800": 132, "H20": 78, "B200": 148,
+                "A100-40GB": 108, "A100-80GB": 108, "A800-80GB": 108, "L40S": 142, "RTX-4090": 128,
+                "V100-16GB": 80, "V100-32GB": 80}
+"""Streaming multiprocessors per GPU (NVIDIA architecture whitepapers: H100 SXM5 132, H100 PCIe 114 — NVIDIA H100
+Tensor Core GPU Architecture, 2022; A100 108 — NVIDIA A100 Tensor Core GPU Architecture, 2020; B200 148, H20 78,
+L40S 142, RTX 4090 128, V100 80 from the product datasheets). A GPU not listed is priced as Hopper (132)."""
+
+
+def gpu_sm_count(gpu_name: str) -> int:
+    """SMs of ``gpu_name`` (:data:`GPU_SM_COUNT`; 132 when unknown)."""
+    return GPU_SM_COUNT.get(str(gpu_name), 132)
+
+
+TE_UB_PIPELINE_SPLITS = 4
+"""Chunks a ``pipeline`` (GEMM + reduce-scatter) userbuffer overlap splits its GEMM into by default (``num_splits``
+4; ``ring_exchange`` uses tp_size chunks): TE ``initialize_ub`` ``get_default_config``."""
+
+
+TE_UB_COMPUTE_STREAMS = 3
+"""Compute streams the userbuffer overlaps spread their GEMM chunks over (``_NUM_MAX_UB_STREAMS``,
+transformer_engine/pytorch/cpp_extensions/gemm.py; chunk i on stream i % 3 in ``CommOverlapBase::split_overlap_rs``
+and ``CommOverlapP2PBase::split_overlap_ag``, common/comm_gemm_overlap/comm_gemm_overlap.cpp)."""
+
+
+def tp_overlap_exposed_seconds(comm_seconds, gemm_seconds, *, sm_fraction=0.0, chunked_gemm_seconds=None):
+    """Seconds one userbuffer-overlapped TP collective adds to its GEMM (``--tp-comm-overlap``): the GEMM runs as
+    chunks (``chunked_gemm_seconds``: the chunks' sum on the efficiency curve, default the whole GEMM) on the SMs
+    the communication leaves it, 1 − ``sm_fraction`` of them (0 for ``ring_exchange``, which takes no SM margin),
+    so it takes g' = g_chunks / (1 − f); the collective is hidden behind it and only max(0, comm − g') is exposed.
+    Returns (g' − g) + max(0, comm − g'), g the unsplit GEMM the compute term already counts."""
+    chunks = gemm_seconds if chunked_gemm_seconds is None else chunked_gemm_seconds
+    slowed = chunks / (1.0 - sm_fraction)
+    return (slowed - gemm_seconds) + maximum(0.0, comm_seconds - slowed)
+
+
 def zero3_fetch_bytes_per_parameter(bytes_per_value, group_ranks, offload_params):
     """HBM bytes one ZeRO-3 module fetch moves per local parameter: the 16-bit partition read and the gathered
     parameter written (``2 · bytes_per_value``) when the partition group has more than one rank or the parameters
@@ -451,6 +494,12 @@ class StepInputs:
     """1: megatron-core's allgather token dispatcher; 0: alltoall."""
     moe_overlap_alltoall: object = 0.0
     """1: the all-to-alls overlap another micro-batch's compute (``--overlap-moe-expert-parallel-comm``)."""
+    tp_comm_overlap: object = 0.0
+    """1: Transformer Engine overlaps each sequence-parallel all-gather / reduce-scatter with its TP GEMM
+    (``--tp-comm-overlap``; :func:`tp_overlap_exposed_seconds`)."""
+    tp_overlap_sm_fraction: object = 0.0
+    """Fraction of the GPU's SMs a pipelined / bulk userbuffer overlap takes from its GEMM
+    (:data:`TE_UB_MARGIN_SMS` ÷ :func:`gpu_sm_count`)."""
     moe_recompute: object = 0.0
     """Selective recompute's MoE modules (:attr:`workbench.specs.ParallelPlan.moe_recompute`): 1 ``moe_act`` — the
     experts' activation runs again in the backward; 2 ``moe`` — the whole MoE block's forward (permutation, expert
@@ -635,10 +684,29 @@ def compute_terms(x: StepInputs) -> dict:
     t_weights_bf16 = t_weights_fwd
     fp8 = 1.0
     gemm8 = dict(peak_flops=x.fp8_peak_flops, efficiency_max=x.fp8_gemm_efficiency_max, half_dim=x.fp8_gemm_half_dim)
-    t_weights_fp8 = (gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm8)
-                     + gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm8)
-                     + gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm8)
-                     + gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm8))
+    q8_qkv = gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm8)
+    q8_proj = gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm8)
+    q8_fc1 = gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm8)
+    q8_fc2 = gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm8)
+    t_weights_fp8 = q8_qkv + q8_proj + q8_fc1 + q8_fc2
+    # --tp-comm-overlap runs the overlapped GEMMs in chunks of rows (TE initialize_ub defaults: ring_exchange in
+    # tp_size chunks for the all-gather side, pipeline in TE_UB_PIPELINE_SPLITS for the reduce-scatter side), issued
+    # round-robin on up to TE_UB_COMPUTE_STREAMS streams, so that many chunks share the GPU at once: priced as one
+    # GEMM of min(parts, streams)/parts of the rows on the same efficiency curve (bf16, FP8)
+    ring, pipe = t, TE_UB_PIPELINE_SPLITS
+
+    def chunked(flops, m, n, k, parts, curve):
+        return gemm_seconds(flops, m * minimum(parts, TE_UB_COMPUTE_STREAMS) / parts, n, k, **curve)
+
+    ub_chunks = {
+        name: (chunked(fl, mm, nn, kk, parts, gemm), chunked(fl, mm, nn, kk, parts, gemm8))
+        for name, (fl, mm, nn, kk, parts) in {
+            "qkv": (2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, ring),
+            "proj": (2 * tokens * q * h / t, tokens, h, q / t, pipe),
+            "proj_dgrad": (2 * tokens * q * h / t, tokens, q / t, h, ring),
+            "fc1": (2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, ring),
+            "fc2": (2 * copies * f * h / etp, expert_tokens, h, f / etp, pipe),
+            "fc2_dgrad": (2 * copies * f * h / etp, expert_tokens, f / etp, h, ring)}.items()}
     t_weights_fwd = where(fp8 > 0, (1 - fp8) * t_weights_fwd + fp8 * t_weights_fp8, t_weights_fwd)
     cast_fwd_b, cast_bwd_b = fp8_cast_bytes(tokens=tokens, hidden_size=h, query_projection_size=q,
                                             kv_projection_size=kv, ffn_hidden_size=f, gated=x.gated,
@@ -746,6 +814,11 @@ def compute_terms(x: StepInputs) -> dict:
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "hf_checkpoint_host_microbatch_seconds": hf_host_mb,
             "core_attention_seconds": t_core,
+            # each TP linear's forward GEMM at the slowest stage's FP8 share (what --tp-comm-overlap hides behind)
+            "qkv_gemm_seconds": mix(share, q8_qkv, t_qkv), "proj_gemm_seconds": mix(share, q8_proj, t_proj),
+            "fc1_gemm_seconds": mix(share, q8_fc1, t_fc1), "fc2_gemm_seconds": mix(share, q8_fc2, t_fc2),
+            **{f"{name}_ub_chunked_seconds": mix(share, at_fp8, at_bf16)
+               for name, (at_bf16, at_fp8) in ub_chunks.items()},
             "core_attention_backward_seconds": t_core_bwd,
             "layer_weight_gemm_seconds": t_weights_fwd, "fp8_stage_share": fp8,
             # what one layer saves running in FP8 instead of bf16 (0 without FP8): per-stage times in the pipeline view
@@ -966,6 +1039,31 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # an MoE layer's MLP needs no tensor-parallel collective of its own: its token dispatcher gathers and scatters
     # the tokens (``ep_comm``), so only the attention's pair remains
     pairs = 2 - (x.num_experts > 1).astype(float)
+    # --tp-comm-overlap (Transformer Engine userbuffers, TE initialize_ub's default methods): forward, the all-gather
+    # runs inside QKV / FC1 (ring_exchange) and the reduce-scatter inside proj / FC2 (pipeline, SMs given away);
+    # backward, the output-gradient all-gather inside the proj / FC2 dgrad GEMM (ring_exchange) and the input-gradient
+    # reduce-scatter inside the QKV / FC1 wgrad GEMM (bulk, SMs given away)
+    gather = collective_seconds(act_bytes * fp8_gather, t, kind="all_gather", **tp)
+    scatter = collective_seconds(act_bytes, t, kind="reduce_scatter", **tp)
+    f_sm = x.tp_overlap_sm_fraction
+    dense_mlp = 1.0 - (x.num_experts > 1).astype(float)
+
+    def ub(comm, name, gemm_name=None, **kw):
+        return tp_overlap_exposed_seconds(comm, comp[f"{gemm_name or name}_gemm_seconds"],
+                                          chunked_gemm_seconds=comp[f"{name}_ub_chunked_seconds"], **kw)
+    ov_fwd = (ub(gather, "qkv") + ub(scatter, "proj", sm_fraction=f_sm)
+              + dense_mlp * (ub(gather, "fc1") + ub(scatter, "fc2", sm_fraction=f_sm)))
+    # the bulk reduce-scatter of the input gradient runs beside the whole (unsplit) wgrad GEMM
+    ov_bwd = (ub(gather, "proj_dgrad", "proj")
+              + tp_overlap_exposed_seconds(scatter, x.trainable_fraction * comp["qkv_gemm_seconds"], sm_fraction=f_sm)
+              + dense_mlp * (ub(gather, "fc2_dgrad", "fc2")
+                             + tp_overlap_exposed_seconds(scatter, x.trainable_fraction * comp["fc1_gemm_seconds"],
+                                                          sm_fraction=f_sm)))
+    overlapped = (np.asarray(x.tp_comm_overlap) > 0) & np.asarray(sp)
+    layer_fwd_tp = where(overlapped, ov_fwd, pairs * per_collective)
+    layer_bwd_tp = where(overlapped, ov_bwd + full_rc * ov_fwd, pairs * (1 + full_rc) * per_collective)
+    out["tp_overlap_hidden_seconds"] = where(overlapped, m * layers * (pairs * (2 + full_rc) * per_collective
+                                                                       - ov_fwd * (1 + full_rc) - ov_bwd), 0.0)
     # FP8 delayed scaling: the amaxes of the stage's FP8 tensors are all-reduced over its TP×CP×DP ranks after the
     # forward and after the backward of each micro-batch (Transformer Engine's amax reduction group); latency-bound,
     # it blocks the stage like the tensor-parallel collectives, so it is counted with them
@@ -976,9 +1074,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
         gb_per_s=where(amax_crosses, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
         latency_s=where(amax_crosses, x.inter_node_latency_s, x.intra_node_latency_s)), 0.0)
     out["fp8_amax_microbatch_seconds"] = x.fp8_amax_reductions * amax
-    out["tp_forward_microbatch_seconds"] = layers * pairs * per_collective + x.fp8_amax_reductions / 2 * amax
-    out["tp_backward_microbatch_seconds"] = (layers * pairs * (1 + full_rc) * per_collective
-                                             + x.fp8_amax_reductions / 2 * amax)
+    out["tp_forward_microbatch_seconds"] = layers * layer_fwd_tp + x.fp8_amax_reductions / 2 * amax
+    out["tp_backward_microbatch_seconds"] = layers * layer_bwd_tp + x.fp8_amax_reductions / 2 * amax
     out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
 
     # context parallel: the K/V exchange of the attention core (ring P2P, all-to-all, all-gather or hierarchical)

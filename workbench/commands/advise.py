@@ -36,7 +36,9 @@ def render(advice, log=None) -> str:
                 lines.append(f"  {s.step}. {s.action} (skipped)")
                 continue
             lines.append(f"  {s.step}. {s.action}: peak {s.peak_bytes / GiB:.1f} GiB, "
-                         f"{'fits' if s.fits else 'does not fit'}, {s.step_seconds:.3f} s/step "
+                         f"{'fits' if s.fits else 'does not fit'}"
+                         f"{f' ({s.limit})' if not s.fits and s.limit.startswith('host') else ''}, "
+                         f"{s.step_seconds:.3f} s/step "
                          f"({s.slowdown:+.1%} vs now)")
     if advice.throughput:
         lines += ["", "throughput: exposed time, largest first"]

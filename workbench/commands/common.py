@@ -176,6 +176,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                    help="overlap the MoE all-to-alls with another micro-batch's compute (combined 1F1B)")
     p.add_argument("--moe-dispatcher", "--moe-token-dispatcher-type", dest="moe_dispatcher",
                    choices=["alltoall", "allgather"], help="MoE token dispatcher (default alltoall)")
+    p.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action="store_true", default=None,
+                   help="Transformer Engine tensor-parallel communication overlap (Megatron-LM --tp-comm-overlap): "
+                        "the sequence-parallel all-gathers / reduce-scatters run inside the TP GEMMs through "
+                        "userbuffers outside the allocator; needs --engine megatron, --tp > 1 and --sp")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], help="DeepSpeed ZeRO stage")
     p.add_argument("--offload-optimizer", choices=["none", "cpu", "nvme"])
     p.add_argument("--offload-params", choices=["none", "cpu", "nvme"])
@@ -307,7 +311,7 @@ def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_
     if getattr(args, "distributed_optimizer", None):
         fields["distributed_optimizer"] = True
     for name in ("embedding_in_pipeline_split", "loss_in_pipeline_split", "moe_pad_to_capacity",
-                 "moe_overlap_alltoall"):
+                 "moe_overlap_alltoall", "tp_comm_overlap"):
         if getattr(args, name, None):
             fields[name] = True
     return ParallelPlan(world_size=cluster.world_size, **fields)

@@ -5,6 +5,19 @@ from workbench.commands.common import add_spec_arguments, profile_from_args, spe
 from workbench.defaults import GiB
 
 
+def _sharding(p) -> str:
+    """How the plan shards model states, in the plan line: Megatron's DDP or distributed optimizer, or the ZeRO
+    stage with what it offloads."""
+    if str(p.engine) == "megatron":
+        return "distributed optimizer" if p.distributed_optimizer else "DDP (no sharding)"
+    text = f"ZeRO-{int(p.zero_stage)}"
+    if str(p.offload_optimizer) != "none":
+        text += f", optimizer offloaded to {p.offload_optimizer}"
+    if str(p.offload_params) != "none":
+        text += f", parameters offloaded to {p.offload_params}"
+    return text
+
+
 def add_parser(sub) -> None:
     parser = sub.add_parser("estimate", help="memory and time for one plan", description=__doc__)
     add_spec_arguments(parser)
@@ -40,7 +53,7 @@ def render(est) -> str:
         + (f" ({p.cp_comm_type}" + (f" {'x'.join(map(str, p.hierarchical_context_parallel_sizes))}"
                                     if p.hierarchical_context_parallel_sizes else "") + ")"
            if p.context_parallel > 1 and str(p.cp_comm_type) != "p2p" and not p.is_ulysses else "")
-        + f" x DP {p.data_parallel}, ZeRO-{int(p.zero_stage)}, recompute {p.recompute}, micro batch "
+        + f" x DP {p.data_parallel}, {_sharding(p)}, recompute {p.recompute}, micro batch "
           f"{p.micro_batch_size}, global batch {p.global_batch_size} (accumulation {p.gradient_accumulation_steps}), "
           f"{p.precision}"
         + (f", LoRA r={p.lora_rank} on {','.join(p.lora_targets)} (base weights frozen)" if p.lora_rank else ""),
@@ -60,6 +73,8 @@ def render(est) -> str:
         + f", gradient reduce {'overlapped' if p.overlaps_comm else 'not overlapped'}"
         + (" (engine default)" if p.overlap_comm is None else "")
         + (", expandable-segments allocator" if p.expandable_segments else "")
+        + (", TP communication overlapped with the GEMMs (Transformer Engine userbuffers)" if p.tp_comm_overlap
+           else "")
         + (f", Transformer Engine FP8 ({p.fp8_recipe} recipe"
            + (", FP8 parameter all-gather" if p.fp8_param_gather else "")
            + (f", first {p.fp8_bf16_first_layers} / last {p.fp8_bf16_last_layers} layers in bf16"

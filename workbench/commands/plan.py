@@ -39,6 +39,12 @@ def add_parser(sub) -> None:
     overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
                          help="overlap the gradient reduce with backward (default: each engine's)")
     overlap.add_argument("--no-overlap-comm", dest="overlap_comm", action="store_false")
+    tpo = s.add_mutually_exclusive_group()
+    tpo.add_argument("--tp-comm-overlap", dest="tp_comm_overlap", action="store_true", default=None,
+                     help="Megatron plans with TP > 1 and sequence parallel overlap their TP communication with the "
+                          "GEMMs (Transformer Engine userbuffers, Megatron-LM --tp-comm-overlap); default: both searched")
+    tpo.add_argument("--no-tp-comm-overlap", dest="tp_comm_overlap", action="store_false",
+                     help="no plan uses --tp-comm-overlap")
     s.add_argument("--expandable-segments", action="store_true",
                    help="every plan runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a smaller allocator "
                         "reserve above the allocated peak); default: PyTorch's default allocator")
@@ -148,7 +154,7 @@ def run(args) -> int:
                         overlap_comm=args.overlap_comm, profile=profile_from_args(args),
                         fp8_recipe=args.fp8_recipe or "delayed", fp8_param_gather=args.fp8_param_gather,
                         grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments,
-                        moe_load_imbalance=args.moe_load_imbalance)
+                        moe_load_imbalance=args.moe_load_imbalance, tp_comm_overlap=args.tp_comm_overlap)
     if args.json:
         print_json(result.to_dict())
     else:

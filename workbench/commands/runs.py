@@ -4,7 +4,8 @@ from __future__ import annotations
 
 def add_parser(sub):
     p = sub.add_parser("runs", help="list or show launched runs (the run store)")
-    p.add_argument("action", choices=["list", "show"])
+    p.add_argument("action", choices=["list", "show"], metavar="ACTION",
+                   help="list: the newest runs; show RUN_ID: one run's record")
     p.add_argument("run_id", nargs="?", help="run id (for show)")
     p.add_argument("--limit", type=int, default=50, help="newest runs to list")
     p.add_argument("--json", action="store_true")

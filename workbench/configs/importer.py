@@ -644,7 +644,7 @@ _KNOWN = {
     "cp-comm-type", "hierarchical-context-parallel-sizes",
     "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
-    "sequence-parallel", "use-distributed-optimizer", "recompute-granularity", "recompute-method", "recompute-modules",
+    "sequence-parallel", "tp-comm-overlap", "tp-comm-overlap-cfg", "use-distributed-optimizer", "recompute-granularity", "recompute-method", "recompute-modules",
     "recompute-num-layers", "recompute-activations", "checkpoint-activations", "checkpoint-num-layers",
     "deepspeed-activation-checkpointing", "micro-batch-size", "global-batch-size", "batch-size",
     "no-pipeline-parallel", "zero-stage", "deepspeed", "use-deepspeed", "deepspeed-config",
@@ -1004,6 +1004,16 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
                             "(there is no tensor-parallel group to split over); read as off")
         else:
             plan["sequence_parallel"] = True
+    if has("tp-comm-overlap"):
+        if not plan.get("sequence_parallel"):
+            warnings.append("--tp-comm-overlap without --sequence-parallel and tensor parallel > 1: Megatron-LM "
+                            "refuses it ('Tensor parallel communication/GEMM overlap can happen only when sequence "
+                            "parallelism is enabled'); read as off")
+        else:
+            plan["tp_comm_overlap"] = True
+            if has("tp-comm-overlap-cfg"):
+                warnings.append("--tp-comm-overlap-cfg: the per-GEMM userbuffer methods and SM counts of that file "
+                                "are not read; priced with Transformer Engine's defaults")
     if has("use-distributed-optimizer"):
         plan["distributed_optimizer"] = True
     if is_hybrid:

@@ -144,6 +144,8 @@ def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "mega
                   *(_fmt(x) for x in plan.hierarchical_context_parallel_sizes)]
     if plan.sequence_parallel:
         a += ["--sequence-parallel"]
+    if plan.tp_comm_overlap:  # Transformer Engine userbuffers with TE's default per-GEMM methods (no --tp-comm-overlap-cfg)
+        a += ["--tp-comm-overlap"]
     if model.is_moe and dialect != "megatron-deepspeed":
         a += moe_flags(plan)
     if plan.distributed_optimizer:
