@@ -280,7 +280,9 @@ def test_zero3_persistent_bytes():
     assert advisor.zero3_persistent_bytes(1000, 10, one) == 0.0
     m = model("llama3-8b")
     w = dict(advisor.zero3_module_weights(m, 2))
-    assert w["QKV"] == 4096 * (4096 + 2 * 1024) // 2 and w["fc1"] == 4096 * 2 * 14336 // 2
+    assert w["QKV"] == (4096 * (4096 + 2 * 1024) // 2,) and w["fc1"] == (4096 * 2 * 14336 // 2,)
+    w = dict(advisor.zero3_module_weights(m.replace(implementation="transformers")))  # q, k, v and gate, up apart
+    assert w["QKV"] == (4096 * 4096, 4096 * 1024, 4096 * 1024) and w["fc1"] == (4096 * 14336,) * 2
 
 
 def test_advise_lists_zero3_host_bound(thin_zero3):

@@ -33,8 +33,8 @@ from workbench import timing as T
 from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
 from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
-from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
-                             ZeroStage, ulysses_head_limit, validate)
+from workbench.specs import (ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan, Precision,
+                             Recompute, ZeroStage, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -1176,14 +1176,19 @@ def zero3_host_seconds(time) -> tuple:
 
 
 def zero3_module_weights(model: ModelSpec, tensor_parallel: int = 1) -> tuple:
-    """``(name, elements)`` of the weight of each module of one dense layer that the time model counts as fetched
-    (:func:`workbench.timing.zero3_modules_per_layer`: QKV, output projection, fc1, fc2 as megatron-core lays them
-    out), per tensor-parallel rank. DeepSpeed decides persistence per parameter tensor on these sizes."""
-    h, t = model.hidden_size, tensor_parallel
+    """``(name, parts)`` for each module of one dense layer that the time model counts as fetched
+    (:func:`workbench.timing.zero3_modules_per_layer`: QKV, output projection, fc1, fc2), ``parts`` the elements of
+    each weight tensor it holds per tensor-parallel rank — DeepSpeed decides persistence per tensor. megatron-core
+    fuses QKV (and a gated fc1); a ``transformers`` model is taken as the Llama family lays it out, with separate
+    q/k/v and gate/up projections (GPT-2 and GPT-NeoX fuse QKV as megatron-core does)."""
+    h, t, ffn = model.hidden_size, tensor_parallel, model.ffn_hidden_size
     q, kv = model.query_projection_size, model.kv_projection_size
-    fc1 = (2 if model.is_gated else 1) * model.ffn_hidden_size
-    return (("QKV", h * (q + 2 * kv) // t), ("output projection", q * h // t), ("fc1", h * fc1 // t),
-            ("fc2", model.ffn_hidden_size * h // t))
+    if model.implementation is Implementation.TRANSFORMERS:
+        return (("QKV", (h * q // t, h * kv // t, h * kv // t)), ("output projection", (q * h // t,)),
+                ("fc1", (h * ffn // t,) * (2 if model.is_gated else 1)), ("fc2", (ffn * h // t,)))
+    fc1 = (2 if model.is_gated else 1) * ffn
+    return (("QKV", (h * (q + 2 * kv) // t,)), ("output projection", (q * h // t,)), ("fc1", (h * fc1 // t,)),
+            ("fc2", (ffn * h // t,)))
 
 
 def zero3_persistent_bytes(elements_per_layer: float, layers: int, plan: ParallelPlan) -> float:
@@ -1302,14 +1307,17 @@ def zero3_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                             "more memory): not modelled for MoE layers")
     else:
         weights = zero3_module_weights(model, plan.tensor_parallel)
-        threshold = max(weights[0][1], weights[1][1])
-        kept = [(n, e) for n, e in weights if e <= threshold]
+        threshold = max(weights[0][1] + weights[1][1])  # the attention projections' largest tensor
+        kept = [(n, sum(parts)) for n, parts in weights if max(parts) <= threshold]
         left = modules - len(kept)
         elements = sum(e for _, e in kept)
         extra = zero3_persistent_bytes(elements, model.num_layers, plan)
         s = float(T.step_time_terms(**{**inputs, "zero3_modules_per_layer": left})["step_seconds"])
-        now = (f", though the configured {o.stage3_param_persistence_threshold:,} already covers them, which the estimate "
-               f"does not price" if o.stage3_param_persistence_threshold >= threshold else "")
+        now = (f", though the configured {o.stage3_param_persistence_threshold:,} already covers them, which the "
+               f"estimate does not price" if o.stage3_param_persistence_threshold >= threshold else "")
+        if model.implementation is Implementation.TRANSFORMERS:
+            fused = model.hidden_size * (model.query_projection_size + 2 * model.kv_projection_size)
+            now += f" (a model that fuses QKV, as GPT-2 and GPT-NeoX do, needs {fused // plan.tensor_parallel:,})"
         memory_words = (f"+{_gb(extra)} of 16-bit parameters per GPU, which the memory model does not hold and is "
                         f"added here" if extra else "no more memory on one rank, whose gathered parameter is a view "
                                                     "of its own partition")
