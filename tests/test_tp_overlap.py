@@ -129,3 +129,10 @@ def test_advisor_says_when_it_pays():
     if found.status == "warn":
         assert "--tp-comm-overlap" in found.suggestion
     assert advisor.tp_comm_overlap_payoff(LLAMA, H100, _plan(sequence_parallel=False), off.time, off.memory) is None
+
+
+def test_launcher_refuses_it():
+    from workbench.runs.prepare import check_launchable
+
+    with pytest.raises(ValueError, match="tp_comm_overlap=True runs Transformer Engine's userbuffer overlap"):
+        check_launchable(LLAMA, H100, _plan(tp_comm_overlap=True), nproc=8, steps=2, on_gpu=True)

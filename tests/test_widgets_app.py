@@ -193,3 +193,16 @@ def test_fp8_plan_is_edited_and_its_memory_terms_shown():
     par.controls["fp8_recipe"].value = "mxfp8"
     assert "needs a Blackwell GPU" in par.error.value
     app.close()
+
+
+def test_tp_comm_overlap_checkbox_needs_sequence_parallel():
+    app = Workbench()
+    par = panel(app, "Parallelism")
+    par.controls["engine"].value = "megatron"
+    par.controls["tensor_parallel"].value = 2
+    par.controls["tp_comm_overlap"].value = True
+    assert not app.state.valid and "tp_comm_overlap=True needs" in par.error.value
+    par.controls["sequence_parallel"].value = True
+    assert app.state.valid and app.state.plan.tp_comm_overlap, app.state.error
+    assert "userbuffers" in app.state.estimate.memory.to_dict()["formulas"]["overhead"]
+    app.close()

@@ -71,6 +71,10 @@ def check_launchable(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         raise ValueError("precision=fp8 trains with Transformer Engine's FP8 layers on an FP8 GPU; the launcher builds "
                          "megatron-core's local layer spec (bf16/fp16/fp32): export the Megatron-LM command "
                          "(`workbench export megatron ... --precision fp8`) to train in FP8")
+    if plan.tp_comm_overlap:
+        raise ValueError("tp_comm_overlap=True runs Transformer Engine's userbuffer overlap inside TE's linear layers; "
+                         "the launcher builds megatron-core's local layer spec, which has none: export the Megatron-LM "
+                         "command (`workbench export megatron ... --tp-comm-overlap`) to train with it")
     if not on_gpu and plan.precision is Precision.FP16:
         raise ValueError("precision=fp16 on the CPU: DeepSpeed refuses fp16 on CPUs without AVX-512 FP16; use bf16 "
                          "or fp32")
