@@ -221,3 +221,75 @@ def test_advise_command(capsys, tmp_path):
     assert "out of memory: the guide's ladder" in text and "nsys profile" in text
     assert main(args + ["--log", str(tmp_path / "missing.log")]) == 2
     assert capsys.readouterr().err.startswith("workbench: error:")
+
+
+@pytest.fixture(scope="module")
+def thin_zero3():
+    """GPT-3 125M (hidden 768) under ZeRO-3 on one H200, eight micro-batches of one: the hooks dominate."""
+    m, c = model("gpt3-125m", attention="flash"), _cluster("H200", gpus_per_node=1)
+    p = _plan(c, engine="deepspeed", zero_stage=3, global_batch_size=8)
+    return m, c, p, estimate(m, c, p, checks=False)
+
+
+def test_zero3_host_bound_for_thin_layers(thin_zero3):
+    m, c, p, rec = thin_zero3
+    f = advisor.zero3_host_bound(m, c, p, rec)
+    assert f is not None and f.status == "warn" and f.id == "zero3_host_bound"
+    exposed, host = advisor.zero3_host_seconds(rec.time)
+    assert 0 < exposed <= host and f.numbers["share"] == pytest.approx(exposed / rec.time.step_seconds)
+    assert f.numbers["share"] >= advisor.ZERO3_HOST_SHARE_WARN
+    # the measured spread with its provenance, and the options
+    assert "155-280 ms" in f.message and "repeat, z3long" in f.message and "H200" in f.message
+    for words in ("ZeRO-2", "micro batch 1 → ", "stage3_param_persistence_threshold", "stage3_prefetch_bucket_size"):
+        assert words in f.suggestion
+    alts = {a["option"]: a for a in f.numbers["alternatives"]}
+    # the ZeRO-2 alternative is estimate() of that plan
+    z2 = estimate(m, c, p.replace(zero_stage=2), checks=False)
+    assert alts["zero2"]["step_seconds"] == pytest.approx(z2.time.step_seconds)
+    assert alts["zero2"]["peak_bytes"] == int(z2.memory.per_gpu_peak_bytes) and alts["zero2"]["fits"]
+    assert f"{z2.time.step_seconds * 1e3:.0f} ms/step" in f.suggestion
+    # a larger micro batch at the same global batch: fewer micro-batches, each fetching every module once per pass
+    mb = estimate(m, c, p.replace(micro_batch_size=8), checks=False)
+    assert alts["micro_batch"]["step_seconds"] == pytest.approx(mb.time.step_seconds)
+    assert mb.time.step_seconds < rec.time.step_seconds
+    # persistence: attention projections kept gathered; one rank adds no memory (its gather is a view)
+    per = alts["persistence_threshold"]
+    assert per["threshold_elements"] == 768 * 3 * 768 and per["modules_per_layer"] == 2 and per["persistent_bytes"] == 0
+    assert rec.time.step_seconds > per["step_seconds"] > z2.time.step_seconds * 0.5
+    assert json.loads(json.dumps(f.to_dict()))["numbers"]["alternatives"][0]["option"] == "zero2"
+
+
+def test_zero3_host_bound_absent_for_wide_layers_and_other_stages():
+    m, c = model("llama3-8b", attention="flash"), _cluster("H200")
+    p = _plan(c, engine="deepspeed", zero_stage=3)
+    rec = estimate(m, c, p, checks=False)
+    assert advisor.zero3_host_seconds(rec.time)[0] < advisor.ZERO3_HOST_SHARE_WARN * rec.time.step_seconds
+    assert advisor.zero3_host_bound(m, c, p, rec) is None
+    small = model("gpt3-125m", attention="flash")
+    for q in (_plan(c, engine="deepspeed", zero_stage=2), _plan(c, engine="megatron")):
+        assert advisor.zero3_host_bound(small, c, q, estimate(small, c, q, checks=False)) is None
+
+
+def test_zero3_persistent_bytes():
+    c = _cluster("H200")
+    p = _plan(c, engine="deepspeed", zero_stage=3)
+    assert advisor.zero3_persistent_bytes(1000, 10, p) == 1000 * 10 * 2  # the whole bf16 parameter on each rank
+    off = p.replace(offload_params="cpu", offload_optimizer="cpu")
+    assert advisor.zero3_persistent_bytes(1000, 10, off) == pytest.approx(20000 * (1 + 1 / 8))
+    one = _plan(_cluster("H200", gpus_per_node=1), engine="deepspeed", zero_stage=3)
+    assert advisor.zero3_persistent_bytes(1000, 10, one) == 0.0
+    m = model("llama3-8b")
+    w = dict(advisor.zero3_module_weights(m, 2))
+    assert w["QKV"] == (4096 * (4096 + 2 * 1024) // 2,) and w["fc1"] == (4096 * 2 * 14336 // 2,)
+    w = dict(advisor.zero3_module_weights(m.replace(implementation="transformers")))  # q, k, v and gate, up apart
+    assert w["QKV"] == (4096 * 4096, 4096 * 1024, 4096 * 1024) and w["fc1"] == (4096 * 14336,) * 2
+
+
+def test_advise_lists_zero3_host_bound(thin_zero3):
+    m, c, p, rec = thin_zero3
+    a = advisor.advise(m, c, p, record=rec)
+    assert [f.id for f in a.findings].count("zero3_host_bound") == 1
+    d = a.to_dict()
+    found = [f for f in d["findings"] if f["id"] == "zero3_host_bound"][0]
+    assert found["numbers"]["threshold"] == advisor.ZERO3_HOST_SHARE_WARN
+    assert all("numbers" not in f for f in d["findings"] if f["id"] != "zero3_host_bound")

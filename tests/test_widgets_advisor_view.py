@@ -103,3 +103,16 @@ def test_oom_waterfall_is_readable():
     capacity = [a for a in view.fig.layout.annotations if "capacity" in (a.text or "")]
     assert capacity and capacity[0].xref == "paper" and capacity[0].x > 1
     view.close()
+
+
+def test_host_bound_zero3_row():
+    """A thin-layer ZeRO-3 plan: the advisor's host-bound finding is a warn row with its options."""
+    s = initial_state(preset="gpt3-125m", cluster={"gpu": "H200", "gpus_per_node": 1, "num_nodes": 1},
+                      plan={"engine": "deepspeed", "zero_stage": 3, "tensor_parallel": 1, "pipeline_parallel": 1,
+                            "micro_batch_size": 1, "global_batch_size": 8})
+    view = AdvisorView()
+    view.show(s)
+    row = [r for r in view.checks.value.split("<tr ") if "zero3_host_bound" in r]
+    assert len(row) == 1 and "wb-check-warn" in row[0]
+    assert "host-bound" in row[0] and "stage3_param_persistence_threshold" in row[0]
+    view.close()

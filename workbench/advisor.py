@@ -33,8 +33,8 @@ from workbench import timing as T
 from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
 from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
-from workbench.specs import (ClusterSpec, Engine, ModelSpec, Offload, ParallelPlan, Precision, Recompute,
-                             ZeroStage, ulysses_head_limit, validate)
+from workbench.specs import (ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan, Precision,
+                             Recompute, ZeroStage, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -61,13 +61,18 @@ class Finding:
     """What was found, with the numbers."""
     suggestion: str = ""
     """What to change (empty when nothing needs to)."""
+    numbers: dict = field(default_factory=dict)
+    """The numbers behind the message, for JSON readers (empty for most findings; ``to_dict`` adds it when set)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status={self.status!r} is not one of: {', '.join(STATUSES)}")
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "status": self.status, "message": self.message, "suggestion": self.suggestion}
+        out = {"id": self.id, "status": self.status, "message": self.message, "suggestion": self.suggestion}
+        if self.numbers:
+            out["numbers"] = dict(self.numbers)
+        return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1127,6 +1132,217 @@ def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
 
 
 # ================================================================================================================
+# Host-bound ZeRO-3 (DeepSpeed's per-module hooks)
+# ================================================================================================================
+ZERO3_HOST_SHARE_WARN = 0.15
+"""A ZeRO-3 plan whose hook host time left exposed (:func:`zero3_host_seconds`) is at least this share of the step
+is reported as host-bound. Chosen on the corpus's repeated ZeRO-3 configurations (one H200, one rank; groups
+``fit3``, ``repeat`` and ``z3long`` with the earlier runs of the same configurations, 2026-12-01), with the time
+model as of that day, ZeRO-3 host constants refitted on 93 fit configurations (``python
+benchmarks/zero3_host_share.py`` prints the table): every configuration whose step time spread more than 20 %
+between fresh processes (9 of 14: 25-80 %) had a host share of 19-68 % of the predicted step (``mc-h1024-gelu`` ZeRO-3
+the lowest, 19 %, spread 43 %); the two whose host term the kernels hide (share 0 %: ``mc-h3072-gqa`` and
+``mc-h2560-gqa-fit``) spread 7 % and 19.5 %. 15 % sits in that gap with room for the next refit. Three
+configurations with shares of 44-60 % spread only 12-16 % over their two processes each: a large share makes a wide
+spread likely, not certain."""
+
+ZERO3_REPEAT_MEASURED = dict(
+    gpu="H200", date="2026-12-01", groups="repeat, z3long", configurations=14, runs=38, spread_median=0.31,
+    spread_worst=0.80, spread_stable=0.07,
+    worst_config="hf-qwen3-h1024 (transformers) ZeRO-3, checkpointing, micro-batch 4", worst_ms=(155, 280),
+    worst_processes=4,
+    stable_config="mc-h3072-gqa (megatron-core) ZeRO-3, micro-batch 1", stable_ms=(120, 129),
+    within_low=0.05, within_high=0.20, zero2_within_median=0.013, megatron_within_median=0.003)
+"""Step-time repeatability of ZeRO-3 on one H200 (``benchmarks/corpus/h200_runs.jsonl``, groups ``repeat`` and
+``z3long``, 2026-12-01; ``benchmarks/bench_accuracy.py``'s REPEATABILITY table): 14 configurations measured in 2-4
+fresh processes (38 runs) spread slowest/fastest − 1 by a median 31 %, the worst 80 % (``hf-qwen3-h1024`` ZeRO-3
+checkpointed, 155-280 ms over four processes), the most stable 7 % (``mc-h3072-gqa`` ZeRO-3, 120-129 ms); the timed
+steps of one process spread 5-20 %; pinning the process to cores 0-7 (``taskset``) did not narrow it. The timed steps
+of one ZeRO-2 process spread by a median 1.3 %, of one Megatron process 0.3 %."""
+
+ZERO3_HOST_INPUTS = ("zero3_fetch_latency_s", "zero3_reduce_latency_s", "zero3_collective_call_s")
+"""The time model's host seconds per ZeRO-3 hook (:func:`workbench.timing.zero3_hook_seconds`)."""
+
+
+def zero3_host_seconds(time) -> tuple:
+    """``(exposed_seconds, host_seconds)`` of ZeRO-3's per-module hooks in the priced step: ``host_seconds`` the
+    hooks' host time (:func:`workbench.timing.zero3_hook_seconds`; the step priced with none of it hidden, less the
+    step with the hook constants at 0), ``exposed_seconds`` what of it the GPU's kernels do not hide (the step less the
+    step with the hook constants at 0). Two more calls of :func:`workbench.timing.step_time_terms` on the plan's
+    inputs; ``(0, 0)`` without them."""
+    if not time.inputs:
+        return 0.0, 0.0
+    base = float(T.step_time_terms(**{**time.inputs, **{k: 0.0 for k in ZERO3_HOST_INPUTS}})["step_seconds"])
+    unhidden = float(T.step_time_terms(**{**time.inputs, "zero3_hook_overlap": 0.0})["step_seconds"])
+    return max(0.0, time.step_seconds - base), max(0.0, unhidden - base)
+
+
+def zero3_module_weights(model: ModelSpec, tensor_parallel: int = 1) -> tuple:
+    """``(name, parts)`` for each module of one dense layer that the time model counts as fetched
+    (:func:`workbench.timing.zero3_modules_per_layer`: QKV, output projection, fc1, fc2), ``parts`` the elements of
+    each weight tensor it holds per tensor-parallel rank — DeepSpeed decides persistence per tensor. megatron-core
+    fuses QKV (and a gated fc1); a ``transformers`` model is taken as the Llama family lays it out, with separate
+    q/k/v and gate/up projections (GPT-2 and GPT-NeoX fuse QKV as megatron-core does)."""
+    h, t, ffn = model.hidden_size, tensor_parallel, model.ffn_hidden_size
+    q, kv = model.query_projection_size, model.kv_projection_size
+    if model.implementation is Implementation.TRANSFORMERS:
+        return (("QKV", (h * q // t, h * kv // t, h * kv // t)), ("output projection", (q * h // t,)),
+                ("fc1", (h * ffn // t,) * (2 if model.is_gated else 1)), ("fc2", (ffn * h // t,)))
+    fc1 = (2 if model.is_gated else 1) * ffn
+    return (("QKV", (h * (q + 2 * kv) // t,)), ("output projection", (q * h // t,)), ("fc1", (h * fc1 // t,)),
+            ("fc2", (ffn * h // t,)))
+
+
+def zero3_persistent_bytes(elements_per_layer: float, layers: int, plan: ParallelPlan) -> float:
+    """GPU bytes that keeping ``elements_per_layer`` parameters of every layer gathered adds
+    (``stage3_param_persistence_threshold``; DeepSpeed 0.19.8 ``partitioned_param_coordinator.py``: a ``ds_persist``
+    parameter is all-gathered once and never released, and its partition stays for the optimizer): the whole 16-bit
+    parameter on every rank (none on one rank, whose gathered parameter is a view of its own partition:
+    :func:`workbench.timing.zero3_fetch_bytes_per_parameter`); with parameter offload its partition moves onto the
+    GPU too (``partition_parameters.py`` allocates a persistent partition on the local device)."""
+    full = float(elements_per_layer) * layers * plan.precision.bytes_per_value
+    gathered = full if plan.data_parallel > 1 else 0.0
+    return gathered + (full / plan.data_parallel if plan.offload_params is not Offload.NONE else 0.0)
+
+
+def zero3_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record, *,
+                     options: Optional[DeepSpeedOptions] = None, headroom: float = 0.0,
+                     profile=None) -> Optional[Finding]:
+    """DeepSpeed ZeRO-3 whose per-module hooks (fetch and release of every submodule's parameters in Python, each
+    forward, backward and recomputed forward; the gradients' reduce-and-partition) leave at least
+    :data:`ZERO3_HOST_SHARE_WARN` of the step exposed: the step is host-bound, and measured such steps do not repeat
+    (:data:`ZERO3_REPEAT_MEASURED`). Options, each priced by re-estimating the plan (``record``: its
+    :class:`workbench.estimate.EvaluatedPlan`):
+
+    - ZeRO-2 (no parameter partitioning, no hooks; optimizer offload kept), with its peak and whether it fits;
+    - a larger micro batch at the same global batch (fewer module fetches per token): the fastest multiple whose
+      accumulation still divides, that fits;
+    - ``stage3_param_persistence_threshold`` raised to the attention projections' size (dense models): those
+      parameters stay gathered — the step re-priced with fewer fetched modules per layer, and the memory they add
+      (:func:`zero3_persistent_bytes`, which the memory model does not hold) added to the peak;
+    - ``stage3_prefetch_bucket_size``: DeepSpeed 0.19.8 (``partitioned_param_coordinator.fetch_sub_module``), once
+      the first step has traced the module order, all-gathers up to that many upcoming elements in one coalesced
+      call; it hides the gathers' transfer, but every module still runs its fetch and release hooks, so it does not
+      shorten a host-bound step (not modelled).
+
+    ``None`` for other plans, and for ZeRO-3 plans whose hooks the kernels hide."""
+    if plan.engine is Engine.MEGATRON or plan.zero_stage != ZeroStage.PARAMETERS:
+        return None
+    t = record.time
+    exposed, host = zero3_host_seconds(t)
+    step = t.step_seconds
+    share = exposed / step if step > 0 else 0.0
+    if share < ZERO3_HOST_SHARE_WARN:
+        return None
+    o = options or _default_options()
+    inputs = t.inputs
+    m = plan.num_microbatches
+    modules = int(inputs["zero3_modules_per_layer"])
+    passes = 2 + (plan.recompute is Recompute.FULL)
+    fetches = m * passes * (model.num_layers * modules + 1)
+    band = M.error_band(plan.engine, "step", plan.recompute, zero_stage=3)
+    ms = lambda s: f"{s * 1e3:.0f} ms" if s < 10 else f"{s:.1f} s"  # noqa: E731
+    r = ZERO3_REPEAT_MEASURED
+    message = (f"ZeRO-3 is host-bound here: DeepSpeed's per-module hooks (about {fetches:,} module fetches per step: "
+               f"{m} micro-batch{'es' if m > 1 else ''} × {passes} passes × {model.num_layers * modules + 1} "
+               f"modules) take "
+               f"{ms(host)} of host time per step; {ms(exposed)} of it ({share:.0%} of the {ms(step)} step) is "
+               f"beyond what the GPU's kernels hide (host-bound from {ZERO3_HOST_SHARE_WARN:.0%}). Measured "
+               f"({r['gpu']}, corpus groups {r['groups']}, {r['date']}): such steps do not repeat — "
+               f"{r['configurations']} ZeRO-3 configurations run in fresh processes spread by a median "
+               f"{r['spread_median']:.0%}, up to {r['spread_worst']:.0%} "
+               f"({r['worst_config']}: {r['worst_ms'][0]}-{r['worst_ms'][1]} ms over {r['worst_processes']} "
+               f"processes), the steps of one process {r['within_low']:.0%}-{r['within_high']:.0%}, and pinning to "
+               f"CPU cores did not narrow it; where the kernels hide the hooks it was "
+               f"{r['spread_stable']:.0%} ({r['stable_config']}: {r['stable_ms'][0]}-"
+               f"{r['stable_ms'][1]} ms), and ZeRO-2 / Megatron steps repeat within "
+               f"~{max(r['zero2_within_median'], r['megatron_within_median']):.0%}")
+    if band:
+        message += f"; the ZeRO-3 step-time band on held-out runs is −{abs(band[0]):.1%} / +{abs(band[1]):.1%}"
+    alternatives, options_text = [], []
+
+    def priced(kind, p, extra_bytes=0.0, step_seconds=None, note="", rec=None):
+        rec = rec or _evaluated(model, cluster, p, profile)
+        peak = rec.memory.per_gpu_peak_bytes + extra_bytes
+        fits = peak <= (1 - headroom) * rec.memory.capacity_bytes and rec.memory.fits_host
+        s = rec.time.step_seconds if step_seconds is None else step_seconds
+        alt = dict(option=kind, plan=_plan_text(p), step_seconds=s, peak_bytes=int(peak), fits=bool(fits),
+                   speedup=step / s - 1 if s > 0 else 0.0)
+        alternatives.append(alt)
+        return (f"{ms(s)}/step ({s / step - 1:+.0%}), peak {_gb(peak)} "
+                f"({'fits' if fits else 'does NOT fit'}{note})")
+
+    # ZeRO-2: gradients and optimizer states partitioned, parameters whole on every rank: no per-module hooks
+    try:
+        z2 = plan.replace(zero_stage=2, offload_params=Offload.NONE)
+        validate(model, cluster, z2)
+        options_text.append(f"ZeRO-2 (zero_optimization.stage 2): {priced('zero2', z2)}")
+    except ValueError as exc:
+        options_text.append(f"ZeRO-2 is not a valid plan here ({exc})")
+    # a larger micro batch: the same fetches per micro-batch carry more tokens
+    b = plan.micro_batch_size
+    larger = []
+    for k in range(2, m + 1):
+        if m % k:
+            continue
+        try:
+            p = plan.replace(micro_batch_size=b * k)
+            validate(model, cluster, p)
+        except ValueError:
+            continue
+        rec = _evaluated(model, cluster, p, profile)
+        larger.append((p, rec, rec.memory.per_gpu_peak_bytes <= (1 - headroom) * rec.memory.capacity_bytes
+                       and rec.memory.fits_host))
+    if larger:
+        fitting = [x for x in larger if x[2]]
+        p, rec, _ = min(fitting, key=lambda x: x[1].time.step_seconds) if fitting else larger[0]
+        fewer = p.num_microbatches * passes * (model.num_layers * modules + 1)
+        options_text.append(f"micro batch {b} → {p.micro_batch_size} (accumulation {m} → {p.num_microbatches}, "
+                            f"global batch {plan.global_batch_size} kept, {fewer:,} module fetches per step): "
+                            f"{priced('micro_batch', p, rec=rec)}")
+    else:
+        options_text.append(f"a larger micro batch needs accumulation > 1 at the same global batch (now {m})"
+                            if m == 1 else f"no larger micro batch divides the accumulation of {m}")
+    # stage3_param_persistence_threshold: keep the attention projections gathered
+    if model.is_moe:
+        options_text.append("stage3_param_persistence_threshold keeps small parameters gathered (fewer fetches, "
+                            "more memory): not modelled for MoE layers")
+    else:
+        weights = zero3_module_weights(model, plan.tensor_parallel)
+        threshold = max(weights[0][1] + weights[1][1])  # the attention projections' largest tensor
+        kept = [(n, sum(parts)) for n, parts in weights if max(parts) <= threshold]
+        left = modules - len(kept)
+        elements = sum(e for _, e in kept)
+        extra = zero3_persistent_bytes(elements, model.num_layers, plan)
+        s = float(T.step_time_terms(**{**inputs, "zero3_modules_per_layer": left})["step_seconds"])
+        now = (f", though the configured {o.stage3_param_persistence_threshold:,} already covers them, which the "
+               f"estimate does not price" if o.stage3_param_persistence_threshold >= threshold else "")
+        if model.implementation is Implementation.TRANSFORMERS:
+            fused = model.hidden_size * (model.query_projection_size + 2 * model.kv_projection_size)
+            now += f" (a model that fuses QKV, as GPT-2 and GPT-NeoX do, needs {fused // plan.tensor_parallel:,})"
+        memory_words = (f"+{_gb(extra)} of 16-bit parameters per GPU, which the memory model does not hold and is "
+                        f"added here" if extra else "no more memory on one rank, whose gathered parameter is a view "
+                                                    "of its own partition")
+        options_text.append(
+            f"stage3_param_persistence_threshold {o.stage3_param_persistence_threshold:,} → {threshold:,} elements "
+            f"keeps {', '.join(n for n, _ in kept)} gathered on every GPU ({left} of {modules} modules per layer "
+            f"left to fetch, {memory_words}): "
+            + priced("persistence_threshold", plan, extra_bytes=extra, step_seconds=s,
+                     note=", the optimistic end: the kept modules' hooks still run, without gather or release",
+                     rec=record)
+            + now)
+        alternatives[-1].update(threshold_elements=int(threshold), persistent_bytes=int(extra),
+                                modules_per_layer=left)
+    options_text.append(f"stage3_prefetch_bucket_size (now {o.stage3_prefetch_bucket_size:,} elements) sets how much "
+                        f"is all-gathered ahead in one coalesced call: it hides transfers, not the per-module hooks, "
+                        f"so it does not shorten a host-bound step (not modelled)")
+    numbers = dict(host_seconds=host, exposed_seconds=exposed, share=share, threshold=ZERO3_HOST_SHARE_WARN,
+                   step_seconds=step, module_fetches=fetches, alternatives=alternatives, measured=dict(r))
+    return Finding(id="zero3_host_bound", status="warn", message=message,
+                   suggestion="; ".join(f"({i}) {x}" for i, x in enumerate(options_text, 1)), numbers=numbers)
+
+
+# ================================================================================================================
 # Low throughput (guide §5.1)
 # ================================================================================================================
 def _try(model, cluster, plan, profile=None, **changes):
@@ -1307,6 +1523,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     sp_choice = ulysses_choice(model, cluster, plan, record, profile)
     if sp_choice is not None:
         findings += (sp_choice,)
+    host_bound = zero3_host_bound(model, cluster, plan, record, options=o, headroom=headroom, profile=profile)
+    if host_bound is not None:
+        findings += (host_bound,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice

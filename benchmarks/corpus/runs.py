@@ -165,6 +165,18 @@ MCORE_SHAPES = {
                            seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
                            tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
                            attention_dropout=0.0),
+    # --- fifth final batch ("final5"): declared before measuring; kept out of the corpus, unseen, until the models are
+    # frozen after final4 has been reported ---
+    # Qwen2.5 1.5B width through megatron-core: GQA 12/2, head 128, SwiGLU 8960, 152k vocabulary, tied
+    "mc-h1536-qwen2": dict(like="Qwen2.5 1.5B (28 -> 4 layers)", num_layers=4, hidden_size=1536, num_attention_heads=12,
+                           num_query_groups=2, ffn_hidden_size=8960, vocab_size=151936, seq_length=4096,
+                           activation="swiglu", normalization="rmsnorm", add_bias_linear=False, tied_embeddings=True,
+                           position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # 34B-class width 6144: GQA 48/8, head 128, SwiGLU 16384, 64k vocabulary, untied
+    "mc-h6144-gqa": dict(like="34B-class width 6144 (-> 2 layers)", num_layers=2, hidden_size=6144, num_attention_heads=48,
+                         num_query_groups=8, ffn_hidden_size=16384, vocab_size=64000, seq_length=4096,
+                         activation="swiglu", normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
+                         position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -276,6 +288,19 @@ HF_SHAPES = {
         num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
         max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0)),
+    # --- fifth final batch ("final5") ---
+    # Gemma 3 1B (text): MQA 4/1, head 256, GeGLU 6912, sliding window 512 on five of six layers, 262k vocabulary, tied
+    "hf-gemma3-h1152": dict(like="Gemma 3 1B (26 -> 6 layers)", seq_length=4096, config=dict(
+        model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], hidden_size=1152, intermediate_size=6912,
+        num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=512)),
+    # Mixtral-style MoE at h1024: 8 experts top-2, GQA 16/8, 32k vocabulary, untied
+    "hf-mixtral-h1024": dict(like="Mixtral-style 8-expert MoE at width 1024 (4 layers)", seq_length=2048, config=dict(
+        model_type="mixtral", architectures=["MixtralForCausalLM"], hidden_size=1024, intermediate_size=3584,
+        num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+        vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None, router_aux_loss_coef=0.02, output_router_logits=False)),
 }
 
 
@@ -491,6 +516,17 @@ GROUPS = {
         _hf("hf-smollm2-h960", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-neox-h1024", 3, "sdpa", mbs=4),
         _hf("hf-neox-h1024", 3, "sdpa", mbs=4, ckpt=True),
     )],
+    # fifth final batch (one GPU), declared in accuracy_split.json "final5" before measuring
+    "final5": [
+        _ds("mc-h1536-qwen2", 1), _ds("mc-h1536-qwen2", 2, recompute="selective"), _ds("mc-h1536-qwen2", 3),
+        _ddp("mc-h1536-qwen2", True), _ds("mc-h1536-qwen2", 2, mbs=2, gas=2),
+        _ds("mc-h6144-gqa", 1), _ds("mc-h6144-gqa", 2, recompute="full"), _ds("mc-h6144-gqa", 3),
+        _ddp("mc-h6144-gqa", False, recompute="selective"),
+        _hf("hf-gemma3-h1152", 2, "sdpa", mbs=2), _hf("hf-gemma3-h1152", 2, "eager", mbs=2),
+        _hf("hf-gemma3-h1152", 3, "sdpa", mbs=2, ckpt=True), _hf("hf-gemma3-h1152", 2, "sdpa", mbs=2, ckpt=True, lora=16),
+        _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2), _hf("hf-mixtral-h1024", 3, "sdpa", mbs=2),
+        _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2, ckpt=True),
+    ],
     "expseg": [dict(cfg, expandable_segments=True) for cfg in (
         _ds("mc-h1024-gelu", 2, mbs=4), _ds("mc-h3072-gqa", 0), _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 3),
         _ds("mc-h3072-gqa", 2, recompute="full"), _ds("mc-h3072-gqa", 2, **OFF), _ddp("mc-h3072-gqa", True),
