@@ -147,3 +147,11 @@ def test_refused_without_transformer_engine_layers():
     table = planner.enumerate_candidates(local.replace(num_layers=4), H100, 32, engines=("megatron",),
                                          recompute=("none",), max_context_parallel=1)
     assert not table["tp_ov"].any()
+
+
+def test_plan_table_marks_overlapped_rows():
+    from workbench.commands.plan import _row
+
+    class R:
+        plan, risky, peak_bytes, step_seconds, tokens_per_second, mfu = _plan(tp_comm_overlap=True), False, 1, 1, 1, 0.5
+    assert " y+ " in _row(1, R())
