@@ -186,3 +186,24 @@ def test_oom_ladder_says_when_host_memory_not_the_gpu_is_what_runs_out(capsys):
     rc, out, _ = _main(["advise", "--model", "llama3-70b", "--gpu", "A100-80GB", "--host-mem-gib", "512", "--zero",
                         "2", "--mbs", "4", "--gbs", "128"], capsys)
     assert "runs out of host memory" in out and "does not fit (host memory:" in out
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("machine"), "profile lacks the field machine"),
+    (lambda d: d.update(name=5), "name=5 must be a string"),
+    (lambda d: d["gemm"]["bf16"].update(peak_tflops="x"), "gemm.bf16.peak_tflops='x' must be a number"),
+    (lambda d: d["memory"].update(context_bytes="x"), "memory.context_bytes='x' must be a number"),
+    (lambda d: d["collectives"]["intra_node"]["fit"]["all_reduce"].update(gb_per_s=None),
+     "collectives.intra_node.fit.all_reduce.gb_per_s=None must be a number"),
+])
+def test_a_hand_edited_profile_is_one_named_error(edit, message, tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "workbench" / "catalog" / "profiles" / "h200.json")
+                      .read_text())
+    edit(data)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    rc, out, err = _main(["estimate", "--model", "gpt3-125m", "--gpu", "H200", "--profile", str(path)], capsys)
+    assert rc == 2 and message in err and "unexpected" not in err

@@ -125,6 +125,12 @@ class HardwareProfile:
     """What was skipped or assumed while measuring."""
 
     def __post_init__(self) -> None:
+        for name in ("name", "machine", "device", "device_kind", "gpu", "driver", "torch_version", "cuda_version",
+                     "nccl_version", "created"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name}={getattr(self, name)!r:.60} must be a string")
+        if not isinstance(self.notes, (list, tuple)) or not all(isinstance(n, str) for n in self.notes):
+            raise ValueError(f"notes={self.notes!r:.60} must be a list of strings")
         check_profile_name(self.name)
         if self.device_kind not in ("cuda", "cpu"):
             raise ValueError(f"device_kind={self.device_kind!r}: must be 'cuda' or 'cpu'")
@@ -142,7 +148,32 @@ class HardwareProfile:
                 for key, entry in section.items():
                     if not isinstance(entry, dict):
                         raise ValueError(f"{name}.{key}={entry!r:.60} must be a JSON object (a {{...}} section)")
+        self._check_measurements(check_float)
         object.__setattr__(self, "notes", tuple(self.notes))
+
+    def _check_measurements(self, check_float) -> None:
+        """The measured numbers the estimates read: finite and >= 0, each named by its path (a hand-edited profile
+        with a string or a null there is one clear error, not a failure inside the time model)."""
+        def numbers(prefix: str, mapping: dict, skip=(), optional: bool = False) -> None:
+            for key, value in mapping.items():
+                if key in skip or (optional and value is None):
+                    continue
+                check_float(f"{prefix}.{key}", value, strict=False)
+
+        for prec, entry in self.gemm.items():
+            numbers(f"gemm.{prec}", entry, skip=("points",))
+        for link, entry in self.collectives.items():
+            numbers(f"collectives.{link}", {k: entry[k] for k in ("ranks", "nodes") if k in entry})
+            fit = entry.get("fit", {})
+            if not isinstance(fit, dict):
+                raise ValueError(f"collectives.{link}.fit={fit!r:.60} must be a JSON object (a {{...}} section)")
+            for kind, values in fit.items():
+                if not isinstance(values, dict):
+                    raise ValueError(f"collectives.{link}.fit.{kind}={values!r:.60} must be a JSON object")
+                numbers(f"collectives.{link}.fit.{kind}", values)
+        numbers("host_link_gb_per_s", self.host_link_gb_per_s, optional=True)
+        numbers("cpu_adam", self.cpu_adam, skip=("implementation",), optional=True)
+        numbers("memory", self.memory, optional=True)
 
     # -- data file -----------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -161,6 +192,11 @@ class HardwareProfile:
         unknown = sorted(set(data) - names - {"profile_version"})
         if unknown:
             raise ValueError(f"unknown profile fields: {', '.join(unknown)}")
+        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING and f.name not in data]
+        if required:
+            raise ValueError(f"profile lacks the field{'s' if len(required) > 1 else ''} {', '.join(required)} "
+                             f"(a profile is what `workbench calibrate` writes)")
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def save(self, path) -> Path:
