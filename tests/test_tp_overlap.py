@@ -136,3 +136,14 @@ def test_launcher_refuses_it():
 
     with pytest.raises(ValueError, match="tp_comm_overlap=True runs Transformer Engine's userbuffer overlap"):
         check_launchable(LLAMA, H100, _plan(tp_comm_overlap=True), nproc=8, steps=2, on_gpu=True)
+
+
+def test_refused_without_transformer_engine_layers():
+    from workbench.specs import validate
+
+    local = LLAMA.replace(attention="fused-softmax")
+    with pytest.raises(ValueError, match="tp_comm_overlap=True overlaps inside Transformer Engine's linear layers"):
+        validate(local, H100, _plan(tp_comm_overlap=True))
+    table = planner.enumerate_candidates(local.replace(num_layers=4), H100, 32, engines=("megatron",),
+                                         recompute=("none",), max_context_parallel=1)
+    assert not table["tp_ov"].any()

@@ -197,12 +197,15 @@ def test_fp8_plan_is_edited_and_its_memory_terms_shown():
 
 def test_tp_comm_overlap_checkbox_needs_sequence_parallel():
     app = Workbench()
-    par = panel(app, "Parallelism")
+    par, mdl = panel(app, "Parallelism"), panel(app, "Model")
     par.controls["engine"].value = "megatron"
     par.controls["tensor_parallel"].value = 2
     par.controls["tp_comm_overlap"].value = True
     assert not app.state.valid and "tp_comm_overlap=True needs" in par.error.value
     par.controls["sequence_parallel"].value = True
+    if not app.state.valid:  # the default model's attention kernel has no Transformer Engine layers
+        assert "Transformer Engine's linear layers" in app.state.error
+        mdl.controls["attention"].value = "flash"
     assert app.state.valid and app.state.plan.tp_comm_overlap, app.state.error
     assert "userbuffers" in app.state.estimate.memory.to_dict()["formulas"]["overhead"]
     app.close()

@@ -844,8 +844,10 @@ def tp_comm_overlap_payoff(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
     once more with it flipped (:func:`workbench.timing.step_time_terms` on the plan's inputs) against the
     userbuffers it allocates outside the allocator (:func:`workbench.memory.userbuffer_bytes`). ``None`` where it
     does not apply."""
+    from workbench.specs import tp_comm_overlap_possible
+
     if (plan.engine is not Engine.MEGATRON or plan.tensor_parallel == 1 or not plan.sequence_parallel
-            or time is None or not time.inputs):
+            or not tp_comm_overlap_possible(model) or time is None or not time.inputs):
         return None
     inputs = dict(time.inputs, tp_comm_overlap=0 if plan.tp_comm_overlap else 1)
     other = float(T.step_time_terms(**inputs)["step_seconds"])

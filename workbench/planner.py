@@ -52,6 +52,7 @@ from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
 from workbench.specs import (LORA_TARGETS, ulysses_head_limit, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
+                             tp_comm_overlap_possible,
                              check_spec_types)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
@@ -447,7 +448,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     if not chunks:
         return {k: np.zeros(0, np.int64) for k in _COLUMNS}
     table = {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
-    return with_tp_comm_overlap(table, tp_comm_overlap)
+    # Transformer Engine's layers only (flash attention, megatron-core model): no overlapped rows otherwise
+    return with_tp_comm_overlap(table, tp_comm_overlap if tp_comm_overlap_possible(model) else False)
 
 
 def with_tp_comm_overlap(table: dict, tp_comm_overlap: Optional[bool] = None) -> dict:

@@ -1336,6 +1336,13 @@ def default_overlap_comm(engine: Engine) -> bool:
 # ----------------------------------------------------------------------------------------------------------------
 # Cross-spec validation
 # ----------------------------------------------------------------------------------------------------------------
+def tp_comm_overlap_possible(model: ModelSpec) -> bool:
+    """Whether ``--tp-comm-overlap`` applies to ``model``'s layers: Transformer Engine's (a megatron-core model with
+    attention='flash', exported with ``--transformer-impl transformer_engine``); the local layer spec that the other
+    attention kernels export has no userbuffers."""
+    return model.attention is AttentionImpl.FLASH and model.implementation is Implementation.MEGATRON
+
+
 def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
     """Raise ``ValueError`` (fields and numbers named) when the three specs do not fit together."""
     check_spec_types(model=model, cluster=cluster, plan=plan)
@@ -1373,6 +1380,10 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
                          f"{a2a}")
     if plan.sequence_parallel and model.seq_length % t:
         raise ValueError(f"sequence_parallel: tensor_parallel={t} does not divide seq_length={model.seq_length}")
+    if plan.tp_comm_overlap and not tp_comm_overlap_possible(model):
+        raise ValueError(f"tp_comm_overlap=True overlaps inside Transformer Engine's linear layers (--transformer-impl "
+                         f"transformer_engine, attention='flash' here); {model.name} has attention='{model.attention}' "
+                         f"({model.implementation} implementation), whose layers have no userbuffers")
     if plan.recompute_layers is not None and plan.recompute_layers > max(stage_layers):
         raise ValueError(f"recompute_layers={plan.recompute_layers} exceeds the layers of the largest pipeline stage "
                          f"({max(stage_layers)}; num_layers={model.num_layers}, pipeline_parallel={p})")
