@@ -6,12 +6,16 @@ of the predicted step the time model gives to ZeRO-3's exposed hook time (``work
 
 Prints one line per repeated configuration (regime, split, run, spread, host share, predicted and measured steady
 steps), largest spread first, then how the configurations fall on either side of
-``workbench.advisor.ZERO3_HOST_SHARE_WARN``. Reads measurements only; it fits nothing.
+``workbench.advisor.ZERO3_HOST_SHARE_WARN``; then each ZeRO-3 configuration (no offload) measured beside the same
+configuration at ZeRO-2, with the finding's priced ZeRO-2 option (the advisor's ``zero3_host_bound``) and whether
+the plan is flagged. Reads measurements only; it fits nothing.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -45,6 +49,29 @@ def rows(runs: list) -> list[dict]:
     return sorted(out, key=lambda x: -x["spread"])
 
 
+def zero2_pairs(runs: list) -> list[dict]:
+    """ZeRO-3 configurations without offload whose run id has a ZeRO-2 twin (``/z3/`` → ``/z2/``, repeats pooled
+    at their median): measured steps of both, the ZeRO-3 estimate, and the finding (``None`` when not flagged)."""
+    from workbench.advisor import zero3_host_bound
+    from workbench.estimate import estimate
+
+    by_id = {}
+    for r in runs:
+        by_id.setdefault(re.sub(r"/rep\d+", "", r["run_id"]), []).append(r)
+    out = []
+    for run_id, sel in sorted(by_id.items()):
+        twin = run_id.replace("/z3/", "/z2/")
+        if "/z3/" not in run_id or twin not in by_id or "/off-" in run_id or "/expseg" in run_id:
+            continue
+        r = sel[0]
+        rec = estimate(r["model"], r["cluster"], r["plan"], checks=False)
+        out.append(dict(run=r, zero3=statistics.median(x["measured"]["step"] for x in sel),
+                        zero2=statistics.median(x["measured"]["step"] for x in by_id[twin]),
+                        predicted=rec.time.step_seconds,
+                        finding=zero3_host_bound(r["model"], r["cluster"], r["plan"], rec)))
+    return out
+
+
 def main(argv=None) -> int:
     from workbench.advisor import ZERO3_HOST_SHARE_WARN
 
@@ -55,7 +82,7 @@ def main(argv=None) -> int:
     split = json.loads(B.SPLIT.read_text())
     fit, test = set(split["fit"]), set(split["test"])
     runs = [r for r in B.old_runs() + B.corpus_runs(args.corpus)
-            if not r.get("oom") and r["shape_id"] in fit | test]
+            if not r.get("oom") and r["shape_id"] in fit | test and r["measured"].get("step")]
     table = rows(runs)
     print("repeated configurations: spread between fresh processes (slowest / fastest - 1) beside the model's "
           "exposed ZeRO-3 host share of the predicted step")
@@ -77,6 +104,14 @@ def main(argv=None) -> int:
     print(f"the advisor's threshold {ZERO3_HOST_SHARE_WARN:.0%}: flags {len(flagged)} configurations "
           f"({sum(x['spread'] > SPREAD_LINE for x in flagged)} of them spread > {SPREAD_LINE:.0%}); of the "
           f"{len(wide)} that spread > {SPREAD_LINE:.0%} it flags {sum(x['share'] >= ZERO3_HOST_SHARE_WARN for x in wide)}")
+    print("ZeRO-3 beside the same configuration at ZeRO-2 (measured medians; the finding's ZeRO-2 option as priced)")
+    print(f"  {'split':<6}{'run':<50}{'ZeRO-3':>9}{'predicted':>11}{'ZeRO-2':>9}{'option':>9}  flagged")
+    for x in zero2_pairs(runs):
+        r, f = x["run"], x["finding"]
+        alt = {a["option"]: a for a in f.numbers["alternatives"]}["zero2"]["step_seconds"] if f else None
+        print(f"  {'fit' if r['shape_id'] in fit else 'test':<6}{r['run_id'][:49]:<50}{x['zero3'] * 1e3:>7.0f}ms"
+              f"{x['predicted'] * 1e3:>9.0f}ms{x['zero2'] * 1e3:>7.0f}ms"
+              + (f"{alt * 1e3:>7.0f}ms  yes" if f else f"{'-':>9}  no"))
     return 0
 
 

@@ -207,3 +207,22 @@ def test_a_hand_edited_profile_is_one_named_error(edit, message, tmp_path, capsy
     path.write_text(json.dumps(data))
     rc, out, err = _main(["estimate", "--model", "gpt3-125m", "--gpu", "H200", "--profile", str(path)], capsys)
     assert rc == 2 and message in err and "unexpected" not in err
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("timeout", None, "timeout=None must be a number"),
+    ("retries", 1.5, "retries=1.5 must be an integer"),
+    ("max_concurrency", [], "max_concurrency=[] must be an integer"),
+    ("name", 1.5, "name=1.5 must be a string"),
+])
+def test_jobs_file_with_a_wrong_type_is_one_named_error(field, value, message, tmp_path, capsys):
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "parameter_counts.ipynb", tmp_path)
+    job = {"name": "j", "notebook": "parameter_counts.ipynb", "cron": "15 2 * * *", field: value}
+    (tmp_path / "jobs.yaml").write_text(yaml.safe_dump({"jobs": [job]}))
+    rc, out, err = _main(["jobs", "list", "--jobs", str(tmp_path / "jobs.yaml")], capsys)
+    assert rc == 2 and message in err and "unexpected" not in err

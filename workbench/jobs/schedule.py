@@ -119,28 +119,30 @@ def _job_from_mapping(item, base: Path, index: int) -> JobSpec:
     for key in ("name", "notebook", "cron"):
         if not item.get(key):
             raise ValueError(f"jobs[{index}]: {key} is required")
-    name = str(item["name"])
+    if not isinstance(item["name"], str):
+        raise ValueError(f"jobs[{index}]: name={item['name']!r} must be a string (quote it in YAML)")
+    name = item["name"]
     if not _NAME.match(name):
         raise ValueError(f"jobs[{index}]: name={name!r} may hold only letters, digits, '.', '_' and '-'")
     notebook = (base / str(item["notebook"])).resolve()
     if not notebook.is_file():
         raise ValueError(f"job {name}: notebook {item['notebook']} not found (looked at {notebook})")
-    parameters = item.get("parameters") or {}
+    parameters = {} if item.get("parameters") is None else item["parameters"]
     if not isinstance(parameters, dict):
         raise ValueError(f"job {name}: parameters must be a mapping, got {parameters!r}")
     try:
         parameters = check_parameters(notebook, parameters)
     except ValueError as exc:
         raise ValueError(f"job {name}: {exc}") from None
-    timeout = float(item.get("timeout", DEFAULT_TIMEOUT_SECONDS))
-    retries, max_concurrency = int(item.get("retries", 0)), int(item.get("max_concurrency", 1))
+    from workbench.specs import check_float, check_int
+
+    try:  # numbers as numbers: a string, a list, null or true is refused, not converted
+        timeout = check_float("timeout", item.get("timeout", DEFAULT_TIMEOUT_SECONDS))
+        retries = check_int("retries", item.get("retries", 0), minimum=0, maximum=1000)
+        max_concurrency = check_int("max_concurrency", item.get("max_concurrency", 1), maximum=1000)
+    except ValueError as exc:
+        raise ValueError(f"job {name}: {exc}") from None
     grace = item.get("misfire_grace_time")
-    if timeout <= 0:
-        raise ValueError(f"job {name}: timeout={timeout} must be > 0 seconds")
-    if retries < 0:
-        raise ValueError(f"job {name}: retries={retries} must be >= 0")
-    if max_concurrency < 1:
-        raise ValueError(f"job {name}: max_concurrency={max_concurrency} must be >= 1")
     if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace <= 0):
         raise ValueError(f"job {name}: misfire_grace_time={grace!r} must be a whole number of seconds > 0, or null")
     tz = str(item.get("timezone", "UTC"))
