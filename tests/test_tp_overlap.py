@@ -155,3 +155,9 @@ def test_plan_table_marks_overlapped_rows():
     class R:
         plan, risky, peak_bytes, step_seconds, tokens_per_second, mfu = _plan(tp_comm_overlap=True), False, 1, 1, 1, 0.5
     assert " y+ " in _row(1, R())
+
+
+def test_planner_explains_the_overlap_difference():
+    on, off = _plan(tp_comm_overlap=True), _plan()
+    assert planner._term_reason("tp_comm", off, on, H100) == "--tp-comm-overlap hides the collectives behind the GEMMs"
+    assert "cost more than it hides" in planner._term_reason("tp_comm", on, off, H100)
