@@ -527,13 +527,6 @@ GROUPS = {
         _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2), _hf("hf-mixtral-h1024", 3, "sdpa", mbs=2),
         _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2, ckpt=True),
     ],
-    # two GPUs, ZeRO-3 on fit shapes under the 12-step protocol: the multi-rank fetch / hook terms had only the
-    # older 24-layer two-GPU runs and mc-h3072-gqa to rest on
-    "gpu2z3": [
-        dict(_ds("mc-h3072-gqa", 3, world=2), repeat=1), _ds("mc-h2560-gqa-fit", 3, world=2),
-        _ds("mc-h1024-gelu", 3, world=2, mbs=4), _hf("hf-qwen3-h1024", 3, "sdpa", world=2, mbs=4),
-        _hf("hf-llama-h2048", 3, "sdpa", world=2),
-    ],
     "expseg": [dict(cfg, expandable_segments=True) for cfg in (
         _ds("mc-h1024-gelu", 2, mbs=4), _ds("mc-h3072-gqa", 0), _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 3),
         _ds("mc-h3072-gqa", 2, recompute="full"), _ds("mc-h3072-gqa", 2, **OFF), _ddp("mc-h3072-gqa", True),
