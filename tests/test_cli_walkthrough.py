@@ -226,3 +226,20 @@ def test_jobs_file_with_a_wrong_type_is_one_named_error(field, value, message, t
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump({"jobs": [job]}))
     rc, out, err = _main(["jobs", "list", "--jobs", str(tmp_path / "jobs.yaml")], capsys)
     assert rc == 2 and message in err and "unexpected" not in err
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("architectures", 5, "architectures=5 must be a list of class names"),
+    ("torch_dtype", "x", "LlamaConfig rejects it"),
+    ("num_attention_heads", 0, "LlamaConfig rejects it"),
+    ("num_attention_heads", -4, "num_attention_heads=-4 must be >= 1"),
+])
+def test_hf_config_with_a_value_transformers_trips_on_is_one_named_error(field, value, message, tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "data" / "hf" / "llama3-8b" / "config.json").read_text())
+    data[field] = value
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    rc, out, err = _main(["estimate", "--model", f"hf:{tmp_path}"], capsys)
+    assert rc == 2 and message in err and "unexpected" not in err
