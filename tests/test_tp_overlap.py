@@ -147,3 +147,34 @@ def test_refused_without_transformer_engine_layers():
     table = planner.enumerate_candidates(local.replace(num_layers=4), H100, 32, engines=("megatron",),
                                          recompute=("none",), max_context_parallel=1)
     assert not table["tp_ov"].any()
+
+
+def test_plan_table_marks_overlapped_rows():
+    from workbench.commands.plan import _row
+
+    class R:
+        plan, risky, peak_bytes, step_seconds, tokens_per_second, mfu = _plan(tp_comm_overlap=True), False, 1, 1, 1, 0.5
+    assert " y+ " in _row(1, R())
+
+
+def test_planner_explains_the_overlap_difference():
+    on, off = _plan(tp_comm_overlap=True), _plan()
+    assert planner._term_reason("tp_comm", off, on, H100) == "--tp-comm-overlap hides the collectives behind the GEMMs"
+    assert "cost more than it hides" in planner._term_reason("tp_comm", on, off, H100)
+
+
+def test_published_recipes_with_the_overlap_are_priced_with_it():
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import bench_published as B
+
+    cases = json.loads((root / "benchmarks" / "published_runs.json").read_text())["cases"]
+    marked = [c for c in cases if c["layout"].get("tp_comm_overlap")]
+    assert len(marked) == 6
+    for case in marked:
+        assert any("TP communication overlap" in r for r in case["recipe"]), case["id"]
+        assert B.specs(case)[2].tp_comm_overlap

@@ -980,6 +980,9 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
             return f"TP={a.tensor_parallel} crosses nodes"
         if a.tensor_parallel != b.tensor_parallel:
             return f"TP={a.tensor_parallel} vs TP={b.tensor_parallel}"
+        if a.tp_comm_overlap != b.tp_comm_overlap:
+            return ("--tp-comm-overlap hides the collectives behind the GEMMs" if b.tp_comm_overlap else
+                    "--tp-comm-overlap's chunked GEMMs and the SMs it takes cost more than it hides")
         if a.recompute != b.recompute:
             return f"recompute={a.recompute} repeats the forward all-reduces"
         if a.micro_batch_size != b.micro_batch_size:
@@ -1047,7 +1050,9 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         ("CP exchange", "cp_comm_type", str), ("a2a+p2p sizes", "hierarchical_context_parallel_sizes",
                                                lambda x: "x".join(map(str, x)) if x else "none"),
         ("DP", "data_parallel", str),
-        ("SP", "sequence_parallel", lambda x: "on" if x else "off"), ("ZeRO", "zero_stage", lambda x: str(int(x))),
+        ("SP", "sequence_parallel", lambda x: "on" if x else "off"),
+        ("TP comm overlap", "tp_comm_overlap", lambda x: "on" if x else "off"),
+        ("ZeRO", "zero_stage", lambda x: str(int(x))),
         ("distributed optimizer", "distributed_optimizer", lambda x: "on" if x else "off"),
         ("offload optimizer", "offload_optimizer", str), ("offload params", "offload_params", str),
         ("recompute", "recompute", str), ("micro batch", "micro_batch_size", str))

@@ -82,7 +82,7 @@ def _row(i, r, moe: bool = False) -> str:
     p = r.plan
     return (f"{i:>3}{'!' if r.risky else ' '}{str(p.engine):<18} {p.tensor_parallel:>3} {p.pipeline_parallel:>3} {p.virtual_pipeline:>2} "
             f"{_cp(p):>3}" + (f" {_ep(p):>5}" if moe else "") + f" {p.data_parallel:>6} "
-            f"{'y' if p.sequence_parallel else '-':>2} "
+            f"{('y+' if p.tp_comm_overlap else 'y') if p.sequence_parallel else '-':>2} "
             f"{(('do' if p.distributed_optimizer else '-') if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
             f"{_offload(p):>6} "
             f"{str(p.recompute):<9} {p.micro_batch_size:>4} {p.gradient_accumulation_steps:>5} "
@@ -132,6 +132,8 @@ def render(result) -> str:
     if any(_cp(r.plan)[-1].isalpha() for r in (*result.ranked, *result.pareto)):
         lines += ["", "CP: the ring (p2p) unless marked a (all-to-all, --cp-comm-type a2a), g (all_gather), "
                       "h (a2a+p2p), u (DeepSpeed-Ulysses, --ulysses)"]
+    if any(r.plan.tp_comm_overlap for r in (*result.ranked, *result.pareto)):
+        lines += ["", "SP y+: sequence parallel with Transformer Engine's TP communication overlap (--tp-comm-overlap)"]
     lines += ["", result.explanation]
     return "\n".join(lines)
 
