@@ -228,7 +228,9 @@ def _memoised_on_numbers(fn):
     cached = functools.lru_cache(maxsize=4096, typed=True)(fn)
 
     @functools.wraps(fn)
-    def call(m, *args):
+    def call(m, *args, **kwargs):
+        if kwargs:
+            return fn(m, *args, **kwargs)
         for a in args:
             if type(a) not in _NUMBER_TYPES:
                 return fn(m, *args)
@@ -278,6 +280,7 @@ def expert_params_per_rank(m: ModelSpec, expert_parallel=1, expert_tensor_parall
     return local * (split / expert_tensor_parallel + (h if m.add_bias_linear else 0))
 
 
+@_memoised_on_numbers
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
     """The largest single module one rank gathers under ZeRO-3: the (vocab-parallel) embedding or an MLP linear."""
     vocab = P.model_vocab_size(m, tensor_parallel)
@@ -287,6 +290,7 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     return maximum(maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
 
 
+@_memoised_on_numbers
 def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of a transformer layer's biggest weight on one rank — megatron-core fuses QKV and the gated MLP's
     fc1 into one tensor each; transformers models keep q/k/v and gate/up apart."""
@@ -299,6 +303,7 @@ def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     return layer / tensor_parallel
 
 
+@_memoised_on_numbers
 def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
     weight, or a layer's biggest weight (:func:`largest_layer_param_tensor`)."""
