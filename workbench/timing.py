@@ -549,6 +549,12 @@ class StepInputs:
     zero3_host_spread: object = 0.0
     """ZeRO-3: log standard deviation of the hooks' host speed between processes (:func:`expected_excess_seconds`;
     0: every process as fast as the fitted constants say)."""
+    deepspeed_layer_host_s: object = 0.0
+    """DeepSpeed ZeRO-0/1/2 with megatron-core layers: host seconds per transformer layer per micro-batch (the
+    layer's Python forward, the autograd backward's launches and the engine's per-parameter gradient hooks);
+    the part the micro-batch's GPU work does not hide is exposed (:func:`deepspeed_microstep_host`; catalog
+    ``deepspeed.microstep_layer_host_s``; 0 for Megatron, transformers models and ZeRO-3, whose hooks have their
+    own term)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -801,6 +807,10 @@ def compute_terms(x: StepInputs) -> dict:
     # outlasts them is exposed (ZeRO-3's hooks then hide behind that exposed time too: the host is busy either way)
     hf_host_mb = hf_checkpoint_host(x, layers)
     hf_exposed_mb = maximum(0.0, hf_host_mb - (stage_fwd + stage_bwd + recompute_mb))
+    # DeepSpeed ZeRO-0/1/2: a micro-step takes at least its host time (:func:`deepspeed_microstep_host`); thin
+    # layers in small micro-batches (gradient accumulation at fixed tokens) leave the GPU waiting on the host
+    ds_host_mb = deepspeed_microstep_host(x, layers)
+    ds_exposed_mb = maximum(0.0, ds_host_mb - (stage_fwd + stage_bwd + recompute_mb))
     recompute_mb = recompute_mb + hf_exposed_mb
     recompute_layer = recompute_layer + hf_exposed_mb / maximum(layers, 1e-30)
     # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
@@ -809,13 +819,14 @@ def compute_terms(x: StepInputs) -> dict:
     layer_params = (x.parameters_per_layer - expert_layer) / t + expert_layer / (_expert_tp(x) * x.expert_parallel)
     weight_cast = where(fp8 > 0, fp8 * layers * layer_params
                            * x.fp8_weight_cast_bytes_per_parameter / g["hbm_bytes_per_s"], 0.0)
-    return {"compute": m * (stage_fwd + stage_bwd) + weight_cast, "recompute": m * recompute_mb,
+    return {"compute": m * (stage_fwd + stage_bwd + ds_exposed_mb) + weight_cast, "recompute": m * recompute_mb,
             "fp8_cast_seconds": m * layers * (t_cast_fwd + t_cast_bwd) + weight_cast,
             "stage_layers": layers, "last_stage_slowest": last_slowest, "recompute_layer_seconds": recompute_layer,
             "output_forward_seconds": out_fwd, "output_backward_seconds": out_bwd,
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "hf_checkpoint_host_microbatch_seconds": hf_host_mb,
+            "deepspeed_host_microbatch_seconds": ds_host_mb, "deepspeed_host_exposed_microbatch_seconds": ds_exposed_mb,
             "core_attention_seconds": t_core,
             # each TP linear's forward GEMM at the slowest stage's FP8 share (what --tp-comm-overlap hides behind)
             "qkv_gemm_seconds": mix(share, q8_qkv, t_qkv), "proj_gemm_seconds": mix(share, q8_proj, t_proj),
@@ -839,6 +850,19 @@ def hf_checkpoint_host(x: StepInputs, layers):
     own kernels: a large vocabulary or wide layers hide it, thin layers with a small vocabulary expose it."""
     full = (x.recompute == 2).astype(float)
     return where(x.hf_recompute_layer_s > 0, full * x.recompute_fraction * layers * x.hf_recompute_layer_s, 0.0)
+
+
+def deepspeed_microstep_host(x: StepInputs, layers):
+    """Host seconds of one micro-batch of megatron-core layers under DeepSpeed ZeRO-0/1/2: ``deepspeed_layer_host_s``
+    per layer of the stage (the layer's Python forward, the launches of its autograd backward, the engine's gradient
+    hook on each of its parameters), 0 at ZeRO-3 (its hooks are priced by ``zero3_*``) and where the encoder gives 0.
+
+    The host queues a micro-batch's kernels ahead of the GPU, so a micro-step lasts max(host, GPU): only the host
+    time beyond the micro-batch's GPU time (forward, backward, recompute, logits and loss) is exposed, once per
+    micro-batch. Large micro-batches hide it; the same tokens cut into gradient-accumulation micro-batches of thin
+    layers pay it each micro-step (GPT-2 small on one H200: 8192 tokens in one micro-batch at ZeRO-2 79 ms, in two
+    at ZeRO-1 125 ms)."""
+    return where((x.deepspeed_layer_host_s > 0) & (x.zero_stage < 3), layers * x.deepspeed_layer_host_s, 0.0)
 
 
 def _expert_tp(x: StepInputs):

@@ -527,6 +527,14 @@ GROUPS = {
         _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2), _hf("hf-mixtral-h1024", 3, "sdpa", mbs=2),
         _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2, ckpt=True),
     ],
+    # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
+    # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
+    "gasfit": [
+        _ds("mc-h768-gelu", 2, mbs=4, gas=2), _ds("mc-h768-gelu", 2, mbs=2, gas=4), _ds("mc-h768-gelu", 1, mbs=8),
+        _ds("mc-h768-gelu", 0, mbs=4, gas=2), _ddp("mc-h768-gelu", True, mbs=4, gas=2), _ddp("mc-h768-gelu", True, mbs=2, gas=4),
+        _ds("mc-h1024-gelu", 2, mbs=1, gas=4), _ddp("mc-h1024-gelu", True, mbs=2, gas=2),
+        _hf("hf-smollm2-h960", 2, "sdpa", mbs=2, gas=2),
+    ],
     "expseg": [dict(cfg, expandable_segments=True) for cfg in (
         _ds("mc-h1024-gelu", 2, mbs=4), _ds("mc-h3072-gqa", 0), _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 3),
         _ds("mc-h3072-gqa", 2, recompute="full"), _ds("mc-h3072-gqa", 2, **OFF), _ddp("mc-h3072-gqa", True),

@@ -1,0 +1,107 @@
+"""Fit DeepSpeed's per-layer micro-step host time (catalog ``deepspeed.microstep_layer_host_s``) on the fit split.
+
+A micro-step of megatron-core layers under DeepSpeed ZeRO-0/1/2 takes max(host, GPU): the host's Python forward,
+backward launches and per-parameter gradient hooks, ``microstep_layer_host_s`` per layer, against the micro-batch's
+GPU time (:func:`workbench.timing.deepspeed_microstep_host`). The term is additive in the step, so every run is
+priced once with the constant at 0 and the grid reads ``step(0) + m · max(0, layers · c − gpu)``.
+
+Runs the constant can move: DeepSpeed ZeRO-0/1/2 runs of megatron-core models (corpus stacks mcore-ds and the
+launcher). The fit minimises the squared relative step-time error over the fit split's such runs, each shape weighted
+alike (a shape's runs share its weight), over a grid of 0-10 ms in 0.01 ms steps; leave-one-shape-out refits without
+each fit shape and prints that shape's errors. The test split is only reported, never fitted on.
+
+    python benchmarks/fit_microstep_host.py            # fit, leave-one-shape-out, fit and test rows it moves
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+GRID_S = np.arange(0.0, 0.010 + 1e-12, 0.00001)
+
+
+def host_rows(runs: list) -> list[dict]:
+    """Per run the constant can move: the measured step, the step priced with the constant at 0, micro-batches,
+    layers of the slowest stage and the micro-batch's GPU seconds."""
+    from workbench import timing as T
+    from workbench.specs import Implementation
+
+    rows = []
+    for r in runs:
+        plan, model = r["plan"], r["model"]
+        if (str(plan.engine) == "megatron" or int(plan.zero_stage) >= 3
+                or model.implementation is Implementation.TRANSFORMERS or not r["measured"].get("step")):
+            continue
+        x = T.time_inputs(model, r["cluster"], plan)
+        x["deepspeed_layer_host_s"] = 0.0
+        terms = T.step_time_terms(**x)
+        gpu = terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
+        rows.append(dict(run_id=r["run_id"], shape_id=r["shape_id"], measured=float(r["measured"]["step"]),
+                         step0=float(terms["step_seconds"]), m=float(x["num_microbatches"]),
+                         layers=float(terms["stage_layers"]), gpu=float(gpu)))
+    return rows
+
+
+def predicted(rows: list, c) -> np.ndarray:
+    """Step seconds of each row (axis 0) for each constant in ``c`` (axis 1)."""
+    c = np.atleast_1d(np.asarray(c, dtype=float))
+    step0, m, layers, gpu = (np.array([r[k] for r in rows])[:, None] for k in ("step0", "m", "layers", "gpu"))
+    return step0 + m * np.maximum(0.0, layers * c[None, :] - gpu)
+
+
+def fit(rows: list) -> float:
+    """The grid constant with the least shape-weighted squared relative error (the smallest such constant on ties:
+    where no run is host-bound the data ask for none)."""
+    measured = np.array([r["measured"] for r in rows])[:, None]
+    shapes = [r["shape_id"] for r in rows]
+    weight = np.array([1.0 / shapes.count(s) for s in shapes])[:, None]
+    loss = (weight * (predicted(rows, GRID_S) / measured - 1) ** 2).sum(axis=0)
+    return float(GRID_S[int(np.argmin(np.round(loss, 12)))])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", type=Path, default=ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import bench_accuracy as B
+
+    split = json.loads(B.SPLIT.read_text())
+    fit_shapes, test_shapes = set(split["fit"]), set(split["test"])
+    runs = [r for r in B.old_runs() + B.corpus_runs(args.corpus)
+            if not r.get("oom") and not r["plan"].expandable_segments]
+    rows = host_rows(runs)
+    fit_rows = [r for r in rows if r["shape_id"] in fit_shapes]
+    test_rows = [r for r in rows if r["shape_id"] in test_shapes]
+    c = fit(fit_rows)
+    print(f"microstep_layer_host_s fitted on {len(fit_rows)} fit-split DeepSpeed ZeRO-0/1/2 megatron-core runs over "
+          f"{len({r['shape_id'] for r in fit_rows})} shapes: {c * 1e3:.2f} ms per layer per micro-batch")
+    print("leave one shape out (constant without the shape; that shape's |error| median / worst, before -> after):")
+    for s in sorted({r["shape_id"] for r in fit_rows}):
+        cs = fit([r for r in fit_rows if r["shape_id"] != s])
+        out = [r for r in fit_rows if r["shape_id"] == s]
+        before = np.abs(predicted(out, 0.0)[:, 0] / [r["measured"] for r in out] - 1)
+        after = np.abs(predicted(out, cs)[:, 0] / [r["measured"] for r in out] - 1)
+        print(f"  {s:<24} {cs * 1e3:5.2f} ms  {np.median(before):5.1%} / {before.max():5.1%} -> "
+              f"{np.median(after):5.1%} / {after.max():5.1%}  ({len(out)} runs)")
+    for title, sel in (("fit", fit_rows), ("test", test_rows)):
+        moved = [(r, p0, p1) for r, p0, p1 in zip(sel, predicted(sel, 0.0)[:, 0], predicted(sel, c)[:, 0])
+                 if p1 > p0 * (1 + 1e-9)]
+        print(f"{title} split: {len(moved)} of {len(sel)} runs move (measured ms, error without -> with the term)")
+        for r, p0, p1 in moved:
+            print(f"  {r['run_id']:<56} {r['measured'] * 1e3:7.1f}  {p0 / r['measured'] - 1:+6.1%} -> "
+                  f"{p1 / r['measured'] - 1:+6.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
