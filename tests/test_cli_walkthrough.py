@@ -226,3 +226,45 @@ def test_jobs_file_with_a_wrong_type_is_one_named_error(field, value, message, t
     (tmp_path / "jobs.yaml").write_text(yaml.safe_dump({"jobs": [job]}))
     rc, out, err = _main(["jobs", "list", "--jobs", str(tmp_path / "jobs.yaml")], capsys)
     assert rc == 2 and message in err and "unexpected" not in err
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("architectures", 5, "architectures=5 must be a list of class names"),
+    ("torch_dtype", "x", "LlamaConfig rejects it"),
+    ("num_attention_heads", 0, "LlamaConfig rejects it"),
+    ("num_attention_heads", -4, "num_attention_heads=-4 must be >= 1"),
+])
+def test_hf_config_with_a_value_transformers_trips_on_is_one_named_error(field, value, message, tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "data" / "hf" / "llama3-8b" / "config.json").read_text())
+    data[field] = value
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    rc, out, err = _main(["estimate", "--model", f"hf:{tmp_path}"], capsys)
+    assert rc == 2 and message in err and "unexpected" not in err
+
+
+@pytest.mark.parametrize("kind", ["deepspeed", "torchrun"])
+def test_exported_launch_script_expands_the_megatron_checkout_variable(kind, tmp_path):
+    import subprocess
+
+    from workbench.configs import launch
+
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, num_nodes=2)
+    command = ["$MEGATRON_LM/pretrain_gpt.py", "--data-path", "$DATA_PATH", "--num-layers", "2"]
+    build = launch.deepspeed_launch_script if kind == "deepspeed" else launch.torchrun_script
+    script = tmp_path / "launch.sh"
+    script.write_text(build(cluster, command, launcher=["echo"]))  # echo prints what the launcher would get
+    env = {"PATH": "/usr/bin:/bin", "MEGATRON_LM": "/opt/megatron", "DATA_PATH": "/data/corpus"}
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=True).stdout
+    assert "/opt/megatron/pretrain_gpt.py" in out and "--data-path /data/corpus" in out and "$MEGATRON_LM" not in out
+
+
+def test_configs_view_shows_scripts_in_a_fixed_width_font():
+    from widgets.app import Workbench
+
+    app = Workbench()
+    view = next(v for v in app.views if type(v).__name__ == "ConfigView")
+    view.show(app.state)  # views draw when their tab opens
+    assert "<pre" in view.text.value and "monospace" in view.text.value

@@ -154,7 +154,9 @@ def _config_object(data: dict, where: str):
         # transformers 5 validates its configs as huggingface_hub strict dataclasses, whose errors wrap the
         # TypeError/ValueError that names the field and the numbers
         cause = e.__cause__ if type(e).__name__.startswith("StrictDataclass") and e.__cause__ is not None else e
-        if not isinstance(cause, (TypeError, ValueError, KeyError)):
+        # a field the config class computes with (heads 0: ZeroDivisionError; torch_dtype "x": AttributeError;
+        # an empty list where it indexes: IndexError) is the file's fault too
+        if not isinstance(cause, (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError)):
             raise
         raise ValueError(f"{where}: transformers' {cls.__name__} rejects it: {' '.join(str(cause).split())}") \
             from None
@@ -287,6 +289,9 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
     cfg = _config_object(data, where)
     model_type = data["model_type"]
     notes: list = []
+    heads = getattr(cfg, "num_attention_heads", None)
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads < 1:  # the head width divides by it
+        raise ValueError(f"{where}: num_attention_heads={heads} must be >= 1")
     fields = _spec_fields(cfg, model_type, where, notes)
     context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     if seq_length is None:
@@ -306,6 +311,8 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     archs = data.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ValueError(f"{where}: architectures={archs!r:.60} must be a list of class names")
     has_weights = False
     if not isinstance(source, dict):
         d = config_path(source).parent

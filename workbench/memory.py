@@ -218,6 +218,29 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
 # ================================================================================================================
 # Parameters held by one rank of a pipeline stage
 # ================================================================================================================
+_NUMBER_TYPES = frozenset({int, float, bool, type(None), np.int64, np.float64, np.bool_})
+
+
+def _memoised_on_numbers(fn):
+    """``fn(model, *numbers)`` remembered per model and argument (value and type: an int and a float of the same
+    value are kept apart, as their results' types may differ) when every argument after the model is a plain
+    number; with an array among them ``fn`` itself runs. For pure functions of their arguments only."""
+    cached = functools.lru_cache(maxsize=4096, typed=True)(fn)
+
+    @functools.wraps(fn)
+    def call(m, *args, **kwargs):
+        if kwargs:
+            return fn(m, *args, **kwargs)
+        for a in args:
+            if type(a) not in _NUMBER_TYPES:
+                return fn(m, *args)
+        return cached(m, *args)
+
+    call.cache_clear = cached.cache_clear
+    return call
+
+
+@_memoised_on_numbers
 def layer_params_per_rank(m: ModelSpec, tensor_parallel, expert_parallel=1, expert_tensor_parallel=None):
     """Parameters of one transformer layer on one tensor-parallel rank.
 
@@ -257,6 +280,7 @@ def expert_params_per_rank(m: ModelSpec, expert_parallel=1, expert_tensor_parall
     return local * (split / expert_tensor_parallel + (h if m.add_bias_linear else 0))
 
 
+@_memoised_on_numbers
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
     """The largest single module one rank gathers under ZeRO-3: the (vocab-parallel) embedding or an MLP linear."""
     vocab = P.model_vocab_size(m, tensor_parallel)
@@ -266,6 +290,7 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     return maximum(maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
 
 
+@_memoised_on_numbers
 def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of a transformer layer's biggest weight on one rank — megatron-core fuses QKV and the gated MLP's
     fc1 into one tensor each; transformers models keep q/k/v and gate/up apart."""
@@ -278,6 +303,7 @@ def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     return layer / tensor_parallel
 
 
+@_memoised_on_numbers
 def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
     weight, or a layer's biggest weight (:func:`largest_layer_param_tensor`)."""
@@ -331,6 +357,7 @@ def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage,
     return total
 
 
+@_memoised_on_numbers
 def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stage, layers_in_stage=None,
                           expert_parallel=1, expert_tensor_parallel=None):
     """Parameters one rank of pipeline stage ``stage`` holds (``layers_in_stage`` transformer layers, default
@@ -1510,6 +1537,11 @@ def estimate_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
     return memory_estimate_from(model, cluster, plan, codes, profile=profile)
 
 
+_SCALAR_STAGES = 2
+"""Up to this many pipeline stages :func:`memory_estimate_from` prices each stage in its own scalar call of
+:func:`stage_terms` (same numbers: every operation is element-wise); more stages go in one call on arrays."""
+
+
 def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, codes: dict, *,
                          profile=None) -> MemoryEstimate:
     """The :class:`MemoryEstimate` of every pipeline stage from the encoded ``codes``
@@ -1548,10 +1580,13 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     host_per_gpu = 0
     p = plan.pipeline_parallel
     stage_layers = plan.stage_layers(model.num_layers)
-    every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
-    every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
-    for stage in range(p):
-        t = {k: v[stage] for k, v in every.items()}
+    if p <= _SCALAR_STAGES:  # one scalar call per stage: cheaper than numpy on arrays of one or two elements
+        per_stage = [stage_terms(model, stage=stage, **codes) for stage in range(p)]
+    else:
+        every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
+        every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
+        per_stage = [{k: v[stage] for k, v in every.items()} for stage in range(p)]
+    for stage, t in enumerate(per_stage):
         terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in
                                ("weights", "gradients", "optimizer", "activations", "buffers", "overhead")})
         stages.append(StageMemory(stage=stage, num_layers=stage_layers[stage],

@@ -53,7 +53,8 @@ def where(cond, a, b):
         ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
         if ka and kb:
             if ka == 1 or kb == 1:
-                return _F64(a if cond else b)
+                pick = a if cond else b
+                return pick if type(pick) is _F64 else _F64(pick)
             if _int64(a) and _int64(b):
                 return np.bool_(a if cond else b) if ka == kb == 3 else np.int64(a if cond else b)
         else:
@@ -73,7 +74,8 @@ def maximum(a, b):
     ``a if a > b else b``; int64 for two integers)."""
     ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
     if ka and kb and (ka == 1 or kb == 1) and a == a and b == b:
-        return _F64(a if a > b else b)
+        pick = a if a > b else b
+        return pick if type(pick) is _F64 else _F64(pick)
     if _int_pair(a, b):
         return np.int64(a if a > b else b)
     return np.maximum(a, b)
@@ -84,7 +86,8 @@ def minimum(a, b):
     int64 for two integers)."""
     ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
     if ka and kb and (ka == 1 or kb == 1) and a == a and b == b:
-        return _F64(a if a < b else b)
+        pick = a if a < b else b
+        return pick if type(pick) is _F64 else _F64(pick)
     if _int_pair(a, b):
         return np.int64(a if a < b else b)
     return np.minimum(a, b)

@@ -111,8 +111,11 @@ def parallel_facts(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -
         layers = np.asarray(plan.stage_layers(model.num_layers), dtype=float)
     except ValueError:
         layers = None
-    stages = M.stage_params_per_rank(model, t, p, np.arange(p), layers, plan.expert_parallel,
-                                     plan.expert_tensor_parallel_size)
+    ex = (plan.expert_parallel, plan.expert_tensor_parallel_size)
+    if p <= 2:  # stage by stage on plain numbers (remembered per model and shape), else every stage at once
+        stages = [M.stage_params_per_rank(model, t, p, i, None if layers is None else layers[i], *ex) for i in range(p)]
+    else:
+        stages = M.stage_params_per_rank(model, t, p, np.arange(p), layers, *ex)
     return ParallelFacts(world_size=plan.world_size, gpus_per_node=n, num_nodes=cluster.num_nodes,
                          group_sizes=sizes, crosses_nodes=crosses,
                          parameters_per_rank=tuple(float(x) for x in np.broadcast_to(stages, (p,))),

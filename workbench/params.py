@@ -8,6 +8,8 @@ The formulas work on Python ints and on numpy arrays alike.
 """
 from __future__ import annotations
 
+import functools
+
 from workbench.specs import Implementation, ModelSpec, Normalization, ParameterCounts
 
 
@@ -91,7 +93,9 @@ def model_vocab_size(m: ModelSpec, tensor_parallel=1):
     return padded_vocab_size(m.vocab_size, tensor_parallel)
 
 
+@functools.lru_cache(maxsize=256)
 def parameter_counts(m: ModelSpec) -> ParameterCounts:
+    """The model's :class:`ParameterCounts` (remembered per model: a frozen spec's counts never change)."""
     return ParameterCounts(
         embedding=embedding_params(m),
         attention_per_layer=attention_params(m),

@@ -599,7 +599,10 @@ def step_time_terms(**inputs):
 def _float64(value):
     """One input as float64: a numpy scalar for a plain number (cheaper arithmetic than a 0-d array, same
     values), an array otherwise."""
-    if type(value) in _SCALAR_TYPES:
+    t = type(value)
+    if t is np.float64:
+        return value
+    if t in _SCALAR_TYPES:
         return np.float64(value)
     return np.asarray(value, dtype=np.float64)
 

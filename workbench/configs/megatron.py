@@ -7,6 +7,7 @@ variables (``$DATA_PATH``, ``$TOKENIZER_MODEL``, ``$CHECKPOINT_DIR``, ``$MEGATRO
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from typing import Optional, Sequence
 
@@ -231,8 +232,14 @@ def overlap_flags(plan: ParallelPlan) -> list[str]:
     return grads + ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if plan.distributed_optimizer else [])
 
 
+_SHELL_VARIABLE_PATH = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z0-9_./+-]*)?")
+"""A script variable, alone or followed by a path (``$DATA_PATH``, ``$MEGATRON_LM/pretrain_gpt.py``)."""
+
+
 def _quote(token: str) -> str:
-    if token.startswith("$") and token[1:].replace("_", "").isalnum():
+    """A shell word for ``token``: a script variable (with a path after it) in double quotes so the shell expands
+    it; anything else quoted literally."""
+    if _SHELL_VARIABLE_PATH.fullmatch(token):
         return f'"{token}"'
     return shlex.quote(token)
 
