@@ -141,9 +141,44 @@ def test_config_values_transformers_refuses_are_named():
     """transformers 5 wraps these in huggingface_hub's strict-dataclass errors; the message names field and numbers."""
     with pytest.raises(ValueError, match=r"LlamaConfig rejects it: The hidden size \(4096\) is not a multiple of "
                                          r"the number of attention heads \(7\)"):
-        import_hf({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 7})
+        import_hf(dict(_SIZES, hidden_size=4096, num_attention_heads=7))
     with pytest.raises(ValueError, match=r"LlamaConfig rejects it: .*'hidden_size' expected int, got str"):
-        import_hf({"model_type": "llama", "hidden_size": "wide"})
+        import_hf(dict(_SIZES, hidden_size="wide"))
+
+
+_SIZES = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "vocab_size": 512, "intermediate_size": 176}
+
+
+@pytest.mark.parametrize("data, missing", [
+    ({"model_type": "llama"}, "hidden_size, num_hidden_layers, num_attention_heads, vocab_size, intermediate_size"),
+    ({k: v for k, v in _SIZES.items() if k != "intermediate_size"}, "intermediate_size"),
+    (dict(_SIZES, model_type="mixtral"), "num_local_experts, num_experts_per_tok"),
+    ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 99}, "n_head"),
+])
+def test_a_config_without_its_sizes_is_refused_naming_them(data, missing):
+    """transformers would fill them with the family's defaults (LlamaConfig() is a 7B model) and price that."""
+    with pytest.raises(ValueError, match=f"config.json: no {missing} \\(model_type "):
+        import_hf(data)
+    # GPT-2 accepts its aliases (hidden_size for n_embd ...), as transformers does
+    assert import_hf({"model_type": "gpt2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "vocab_size": 99}).spec.hidden_size == 64
+
+
+def test_seq_beyond_a_rotary_context_warns_naming_both_numbers(capsys):
+    from workbench import cli
+    from workbench.hf import context_warning
+
+    assert context_warning(4096, 4096) is None and context_warning(4096, None) is None
+    assert "seq_length=8192 exceeds the model's max_position_embeddings=4096" in context_warning(8192, 4096)
+    imp = import_hf(HF / "tiny-llama", seq_length=512)  # max_position_embeddings 256
+    assert imp.max_position_embeddings == 256 and "seq_length=512" in imp.context_warning
+    assert cli.main(["estimate", "--model", f"hf:{HF / 'tiny-llama'}", "--seq", "512", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["model"]["parameters"] == 158_016  # an estimate, not a refusal; stdout only the payload
+    assert err.count("\n") == 1 and "warning: seq_length=512 exceeds the model's max_position_embeddings=256" in err
+    assert cli.main(["estimate", "--model", f"hf:{HF / 'tiny-llama'}", "--seq", "256", "--json"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_cli_import_and_estimate(capsys):

@@ -49,6 +49,33 @@ _MODELLING_KEYS = {"qwen3_moe": frozenset({"head_dim"}), "mixtral": frozenset({"
                    "gemma": frozenset({"hidden_act"}), "gemma2": frozenset({"hidden_act"}),
                    "gemma3_text": frozenset({"hidden_act"})}
 
+# the fields that size a model, per family (a config.json without them would silently take the configuration
+# class's defaults: transformers' LlamaConfig() is Llama-2 7B); each entry lists the names accepted for it
+_SIZE_FIELDS = {
+    "gpt2": (("n_embd", "hidden_size"), ("n_layer", "num_hidden_layers"), ("n_head", "num_attention_heads"),
+             ("vocab_size",)),
+    "mixtral": (("num_local_experts", "num_experts"), ("num_experts_per_tok",)),
+    "qwen2_moe": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen3_moe": (("num_experts", "num_local_experts"), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+}
+_DENSE_SIZE_FIELDS = (("hidden_size",), ("num_hidden_layers",), ("num_attention_heads",), ("vocab_size",),
+                      ("intermediate_size",))
+
+
+def missing_size_fields(data: dict) -> list:
+    """The size fields of ``data``'s family that ``data`` does not give (by their first accepted name).
+
+    Every family needs width, depth, heads and vocabulary; the Llama-style families and GPT-NeoX also the MLP
+    width (GPT-2's defaults to 4h by the architecture); the MoE families the expert count, top-k and (Qwen-MoE)
+    the expert width."""
+    model_type = data.get("model_type")
+    if model_type == "gpt2":
+        need = _SIZE_FIELDS["gpt2"]
+    else:
+        need = _DENSE_SIZE_FIELDS + _SIZE_FIELDS.get(model_type, ())
+    return [names[0] for names in need if not any(n in data for n in names)]
+
+
 _GATED_ACTIVATIONS = {"silu", "swish", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast"}
 
 
@@ -71,6 +98,13 @@ class HFModel:
     """A ``*.safetensors`` or ``pytorch_model*.bin`` file sits next to the config."""
     notes: tuple = ()
     """What the translation approximates (e.g. GeGLU counted as a gated MLP like SwiGLU)."""
+    max_position_embeddings: Optional[int] = None
+    """The context the model was trained for (``max_position_embeddings``; GPT-2's ``n_positions``)."""
+
+    @property
+    def context_warning(self) -> Optional[str]:
+        """One line when the training sequence runs past the model's context (see :func:`context_warning`)."""
+        return context_warning(self.spec.seq_length, self.max_position_embeddings)
 
     @property
     def effective_attn_implementation(self) -> str:
@@ -137,6 +171,10 @@ def _config_object(data: dict, where: str):
         raise ValueError(f"{where}: field 'auto_map' names remote modelling code, which the workbench does not run")
     if "quantization_config" in data:
         raise ValueError(f"{where}: field 'quantization_config': quantised weights are not modelled")
+    missing = missing_size_fields(data)
+    if missing:
+        raise ValueError(f"{where}: no {', '.join(missing)} (model_type {model_type!r}); a config.json must give "
+                         f"the model's sizes, else transformers' defaults for the family would be priced")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import CONFIG_MAPPING
 
@@ -214,6 +252,18 @@ def attention_for(attn_implementation: Optional[str], model_type: Optional[str] 
         raise ValueError(f"attn_implementation={impl!r} is not one of: {', '.join(ATTN_IMPLEMENTATIONS)}")
     check_attn_implementation(model_type, attn_implementation)
     return AttentionImpl.UNFUSED if impl == "eager" else AttentionImpl.FLASH
+
+
+def context_warning(seq_length: int, max_position_embeddings: Optional[int]) -> Optional[str]:
+    """A warning when a rotary model trains on sequences longer than its ``max_position_embeddings``, else ``None``.
+
+    Not a refusal: rotary positions have no table to run out of, and RoPE scaling (position interpolation, YaRN)
+    trains a model past its context on purpose; without it the positions beyond the context are unseen. (A learned
+    position table is a refusal: ModelSpec checks ``seq_length`` against it.)"""
+    if max_position_embeddings and seq_length > max_position_embeddings:
+        return (f"seq_length={seq_length} exceeds the model's max_position_embeddings={max_position_embeddings} "
+                f"(rotary positions beyond it are unseen unless the run uses RoPE scaling)")
+    return None
 
 
 def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
@@ -296,8 +346,8 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
     context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     if seq_length is None:
         seq_length = min(context or DEFAULT_MAX_SEQ_LENGTH, DEFAULT_MAX_SEQ_LENGTH)
-    elif context and seq_length > context and model_type != "gpt2":
-        notes.append(f"seq_length={seq_length} exceeds the model's max_position_embeddings={context}")
+    elif model_type != "gpt2" and context_warning(seq_length, context):  # GPT-2's learned table: ModelSpec refuses
+        notes.append(context_warning(seq_length, context))
     impl = attn_implementation or data.get("attn_implementation") or data.get("_attn_implementation")
     try:
         fields["attention"] = attention_for(impl, model_type)
@@ -318,7 +368,8 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
         d = config_path(source).parent
         has_weights = any(d.glob("*.safetensors")) or any(d.glob("pytorch_model*.bin"))
     return HFModel(spec=spec, model_type=model_type, architecture=archs[0] if archs else f"{model_type} causal LM",
-                   path=where, config=data, attn_implementation=impl, has_weights=has_weights, notes=tuple(notes))
+                   path=where, config=data, attn_implementation=impl, has_weights=has_weights, notes=tuple(notes),
+                   max_position_embeddings=context)
 
 
 def model_from_hf(source, **overrides) -> ModelSpec:

@@ -6,6 +6,7 @@ A ``--model`` catalog entry supplies the model fields; explicit flags override t
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Optional
 
 from workbench import catalog
@@ -247,7 +248,15 @@ def model_from_args(args) -> ModelSpec:
             fields["attn_implementation"] = args.attn_implementation
         else:
             fields["attention"] = attention_for(args.attn_implementation)
-    if args.model:
+    if str(args.model or "").startswith("hf:"):
+        from workbench.hf import import_hf
+
+        imp = import_hf(args.model[3:], seq_length=fields.pop("seq_length", None),
+                        attn_implementation=fields.pop("attn_implementation", None))
+        model = imp.spec.replace(**fields) if fields else imp.spec
+        if imp.context_warning:  # not a refusal (RoPE scaling trains past the context); stdout stays the payload
+            print(f"warning: {imp.context_warning}", file=sys.stderr)
+    elif args.model:
         model = catalog.model(args.model, **fields)
     else:
         missing = [f"--{d}" for d in ("layers", "hidden", "heads") if getattr(args, d, None) is None]
