@@ -76,3 +76,28 @@ def test_killed_writer_loses_no_committed_record_and_reconcile_closes_orphans(tm
     left = store.get("left")
     assert left["status"] == "killed" and "exited before the run finished" in left["reason"]
     assert store.get("done")["measured"] == {"losses": [1.0]}
+
+
+def test_runs_list_hides_runs_refused_before_starting_unless_all(tmp_path, monkeypatch, capsys):
+    import json
+
+    from workbench import cli
+
+    monkeypatch.setenv("WORKBENCH_STORE", str(tmp_path / "s.sqlite"))
+    store = RunStore(tmp_path / "s.sqlite")
+    store.create("ok", specs={}, command="x", engine="deepspeed", steps=3)
+    store.finish("ok", status="completed")
+    for rid in ("typo-1", "typo-2"):  # what launch() records for a plan validation refuses
+        store.create(rid, specs={}, command="", status="invalid", reason="tensor_parallel=3 does not divide 8",
+                     engine="megatron", steps=3)
+    assert [r["run_id"] for r in store.list(invalid=False)] == ["ok"] and store.count("invalid") == 2
+    assert cli.main(["runs", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "ok" in out and "typo" not in out and "(2 runs refused before starting not listed; --all lists them)" in out
+    assert cli.main(["runs", "list", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "typo-1" in out and "typo-2" in out and "not listed" not in out
+    assert cli.main(["runs", "list", "--json"]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == ["ok"]
+    assert cli.main(["runs", "show", "typo-1", "--json"]) == 0  # still kept: its reason can be looked up
+    assert json.loads(capsys.readouterr().out)["status"] == "invalid"

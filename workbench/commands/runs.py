@@ -8,6 +8,8 @@ def add_parser(sub):
                    help="list: the newest runs; show RUN_ID: one run's record")
     p.add_argument("run_id", nargs="?", help="run id (for show)")
     p.add_argument("--limit", type=int, default=50, help="newest runs to list")
+    p.add_argument("--all", action="store_true",
+                   help="list also the runs refused by validation before anything started (status invalid)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
     return p
@@ -23,7 +25,7 @@ def run(args) -> int:
     store = RunStore()
     store.reconcile()
     if args.action == "list":
-        rows = store.list(limit=args.limit)
+        rows = store.list(limit=args.limit, invalid=args.all)
         if args.json:
             print_json([{k: r[k] for k in ("run_id", "status", "engine", "steps", "started", "ended", "reason")}
                         for r in rows])
@@ -32,6 +34,9 @@ def run(args) -> int:
         for r in rows:
             print(f"{r['run_id']:26}{r['status']:11}{(r['engine'] or ''):20}{r['steps'] or 0:>6}  "
                   f"{(r['reason'] or '')[:70]}")
+        hidden = 0 if args.all else store.count("invalid")
+        if hidden:
+            print(f"({hidden} run{'s' if hidden > 1 else ''} refused before starting not listed; --all lists them)")
         return 0
     if not args.run_id:
         raise UsageError("runs show needs a run id (see: workbench runs list)")

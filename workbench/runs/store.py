@@ -166,12 +166,18 @@ class RunStore:
                 raise ValueError(f"unknown run_id={run_id!r} in run store {self.path}")
             return self._row(cur, row)
 
-    def list(self, limit: Optional[int] = None) -> list[dict]:
-        """All runs, newest first."""
+    def list(self, limit: Optional[int] = None, *, invalid: bool = True) -> list[dict]:
+        """All runs, newest first; ``invalid=False`` leaves out runs refused before anything started."""
         with self._connect() as conn:
-            sql = f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY started DESC"
+            where = "" if invalid else " WHERE status != 'invalid'"
+            sql = f"SELECT {', '.join(_RUN_COLUMNS)} FROM runs{where} ORDER BY started DESC"
             cur = conn.execute(sql + (f" LIMIT {int(limit)}" if limit else ""))
             return [self._row(cur, r) for r in cur.fetchall()]
+
+    def count(self, status: str) -> int:
+        """How many runs ended (or are) ``status``."""
+        with self._connect() as conn:
+            return conn.execute("SELECT COUNT(*) FROM runs WHERE status=?", (status,)).fetchone()[0]
 
     def metrics(self, run_id: str) -> list[dict]:
         """Per-step metrics, ordered by step then rank."""
