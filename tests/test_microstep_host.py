@@ -112,3 +112,24 @@ def test_advisor_quiet_where_the_gpu_hides_the_host():
     m = model("gpt3-125m")
     for plan in (_plan(micro_batch_size=8), _plan(zero_stage=3, micro_batch_size=1)):
         assert advisor.microstep_host_bound(m, H200, plan, estimate(m, H200, plan)) is None
+
+
+def test_fit_script_recovers_a_known_per_layer_host_time():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import fit_microstep_host as F
+
+    true = 0.003
+    rows = [dict(shape_id=s, step0=0.05, m=m, layers=12.0, gpu=g, hooks=h, measured=0.0)
+            for s, m, g, h in (("a", 4, 0.010, 0.0), ("a", 2, 0.020, 0.005), ("b", 1, 0.080, 0.0), ("b", 3, 0.015, 0.0))]
+    for r in rows:
+        r["measured"] = float(F.predicted([r], true)[0, 0])
+    assert F.fit(rows) == pytest.approx(true, abs=1e-5)
+    # the hooks count only where the host is priced, and only in micro-batches other than the last
+    r = rows[1]
+    assert F.predicted([r], 0.0)[0, 0] == r["step0"]
+    assert F.predicted([r], true)[0, 0] == pytest.approx(r["step0"] + (0.036 - 0.020) + (0.041 - 0.020))
+    # a GPU-bound run says nothing: no host time is the answer
+    assert F.fit([rows[2]]) == 0.0
