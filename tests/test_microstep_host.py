@@ -87,3 +87,49 @@ def test_no_host_floor_at_zero3_or_for_unmeasured_layers(what):
     x, terms = _terms(m, plan)
     assert (x["layer_host_s"] > 0) == (what == "zero3")  # ZeRO-3 has it from the encoder; its hooks price the host
     assert terms["host_exposed_seconds"] == 0.0
+
+
+def test_advisor_flags_host_bound_microsteps_and_prices_a_larger_micro_batch_and_zero1():
+    from workbench import advisor
+    from workbench.estimate import estimate
+
+    m = model("gpt3-125m")
+    plan = _plan(zero_stage=2, micro_batch_size=1)  # 8 micro-batches of 1 on 12 thin layers
+    f = advisor.microstep_host_bound(m, H200, plan, estimate(m, H200, plan))
+    assert f is not None and f.status == "warn" and "host-bound" in f.message
+    assert f.numbers["share"] >= advisor.MICROSTEP_HOST_SHARE_WARN
+    options = {a["option"]: a for a in f.numbers["alternatives"]}
+    assert set(options) == {"micro_batch", "zero1"}
+    assert options["micro_batch"]["fits"] and options["micro_batch"]["step_seconds"] < f.numbers["step_seconds"]
+    assert 0 < options["zero1"]["speedup"]  # no ZeRO-2 hooks in the accumulated micro-steps
+    assert any(x.id == "microstep_host_bound" for x in advisor.advise(m, H200, plan).findings)
+
+
+def test_advisor_quiet_where_the_gpu_hides_the_host():
+    from workbench import advisor
+    from workbench.estimate import estimate
+
+    m = model("gpt3-125m")
+    for plan in (_plan(micro_batch_size=8), _plan(zero_stage=3, micro_batch_size=1)):
+        assert advisor.microstep_host_bound(m, H200, plan, estimate(m, H200, plan)) is None
+
+
+def test_fit_script_recovers_a_known_per_layer_host_time():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import fit_microstep_host as F
+
+    true = 0.003
+    rows = [dict(shape_id=s, step0=0.05, m=m, layers=12.0, gpu=g, hooks=h, measured=0.0)
+            for s, m, g, h in (("a", 4, 0.010, 0.0), ("a", 2, 0.020, 0.005), ("b", 1, 0.080, 0.0), ("b", 3, 0.015, 0.0))]
+    for r in rows:
+        r["measured"] = float(F.predicted([r], true)[0, 0])
+    assert F.fit(rows) == pytest.approx(true, abs=1e-5)
+    # the hooks count only where the host is priced, and only in micro-batches other than the last
+    r = rows[1]
+    assert F.predicted([r], 0.0)[0, 0] == r["step0"]
+    assert F.predicted([r], true)[0, 0] == pytest.approx(r["step0"] + (0.036 - 0.020) + (0.041 - 0.020))
+    # a GPU-bound run says nothing: no host time is the answer
+    assert F.fit([rows[2]]) == 0.0
