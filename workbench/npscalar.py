@@ -49,8 +49,12 @@ def where(cond, a, b):
     """``np.where(cond, a, b)``; for a scalar condition and scalar values, ``a if cond else b`` as numpy's dtype
     (float64; int64 for two integers; bool for two booleans); for a scalar condition picking a float64 array that
     the other side broadcasts into, a copy of that array."""
+    ta, tb = type(a), type(b)
+    if (ta is _F64 or ta is float) and (tb is _F64 or tb is float) and type(cond) in _COND:  # the common case first
+        pick = a if cond else b
+        return pick if type(pick) is _F64 else _F64(pick)
     if type(cond) in _COND:
-        ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+        ka, kb = _KIND.get(ta, 0), _KIND.get(tb, 0)
         if ka and kb:
             if ka == 1 or kb == 1:
                 pick = a if cond else b
@@ -72,7 +76,11 @@ _KIND = {float: 1, np.float64: 1, int: 2, np.int64: 2, bool: 3, np.bool_: 3}
 def maximum(a, b):
     """``np.maximum(a, b)``; for float scalars (no NaN), the larger as float64 (numpy's scalar loop:
     ``a if a > b else b``; int64 for two integers)."""
-    ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+    ta, tb = type(a), type(b)
+    if (ta is _F64 or ta is float) and (tb is _F64 or tb is float) and a == a and b == b:  # the common case first
+        pick = a if a > b else b
+        return pick if type(pick) is _F64 else _F64(pick)
+    ka, kb = _KIND.get(ta, 0), _KIND.get(tb, 0)
     if ka and kb and (ka == 1 or kb == 1) and a == a and b == b:
         pick = a if a > b else b
         return pick if type(pick) is _F64 else _F64(pick)
@@ -84,7 +92,11 @@ def maximum(a, b):
 def minimum(a, b):
     """``np.minimum(a, b)``; for float scalars (no NaN), the smaller as float64 (``a if a < b else b``;
     int64 for two integers)."""
-    ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+    ta, tb = type(a), type(b)
+    if (ta is _F64 or ta is float) and (tb is _F64 or tb is float) and a == a and b == b:  # the common case first
+        pick = a if a < b else b
+        return pick if type(pick) is _F64 else _F64(pick)
+    ka, kb = _KIND.get(ta, 0), _KIND.get(tb, 0)
     if ka and kb and (ka == 1 or kb == 1) and a == a and b == b:
         pick = a if a < b else b
         return pick if type(pick) is _F64 else _F64(pick)
