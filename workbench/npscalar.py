@@ -1,4 +1,5 @@
-"""``np.where``, ``np.maximum``, ``np.minimum`` and ``np.isin`` with a fast path for one plan.
+"""``np.where``, ``np.maximum``, ``np.minimum``, ``np.isin``, ``np.asarray``, ``np.any`` and ``np.ndim`` with a fast
+path for one plan.
 
 The memory and time models are written once, on columns that are numpy arrays (the planner: one element per
 plan) or plain numbers (``estimate``: a batch of one). On plain numbers numpy's ufunc machinery costs about a
@@ -128,3 +129,33 @@ def isin(element, values: tuple):
     if type(element) in _COND:
         return np.bool_(element in values)
     return np.isin(element, values)
+
+
+def asarray(value):
+    """``np.asarray(value)``, except that a plain number becomes the numpy scalar of the dtype numpy would give it
+    (float64, int64, bool) instead of a 0-d array: every ufunc gives the same value and type on either (a numpy
+    scalar), at a fraction of a 0-d array's cost. Arrays and anything else go to ``np.asarray``."""
+    t = type(value)
+    if t is np.ndarray or t is np.float64 or t is np.int64 or t is np.bool_:
+        return value
+    if t is float:
+        return _F64(value)
+    if t is bool:
+        return np.bool_(value)
+    if t is int and -2**63 <= value < 2**63:
+        return np.int64(value)
+    return np.asarray(value)
+
+
+def any_true(value) -> bool:
+    """``bool(np.any(value))``; for a scalar, ``bool(value)``."""
+    if type(value) in _COND:
+        return bool(value)
+    return bool(np.any(value))
+
+
+def ndim(value) -> int:
+    """``np.ndim(value)``; 0 for a scalar."""
+    if type(value) in _COND:
+        return 0
+    return np.ndim(value)
