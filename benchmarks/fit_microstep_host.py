@@ -1,14 +1,17 @@
-"""Fit DeepSpeed's per-layer micro-step host time (catalog ``deepspeed.microstep_layer_host_s``) on the fit split.
+"""Fit the per-layer micro-step host time of megatron-core layers (catalog ``megatron_core.layer_host_s``) on the
+fit split.
 
-A micro-step of megatron-core layers under DeepSpeed ZeRO-0/1/2 takes max(host, GPU): the host's Python forward,
-backward launches and per-parameter gradient hooks, ``microstep_layer_host_s`` per layer, against the micro-batch's
-GPU time (:func:`workbench.timing.deepspeed_microstep_host`). The term is additive in the step, so every run is
-priced once with the constant at 0 and the grid reads ``step(0) + m · max(0, layers · c − gpu)``.
+A micro-step of megatron-core layers takes max(host, GPU) under either engine: the host's Python forward and
+backward launches, ``layer_host_s`` per layer, plus at DeepSpeed ZeRO-2 its per-parameter gradient hooks on every
+micro-batch but the last (:func:`workbench.timing.microstep_host`), against the micro-batch's GPU time. The term is
+additive in the step, so every run is priced once with the constant at 0 and the grid reads
+``step(0) + max(0, L·c − gpu) + (m − 1)·max(0, L·c + hooks − gpu)``.
 
-Runs the constant can move: DeepSpeed ZeRO-0/1/2 runs of megatron-core models (corpus stacks mcore-ds and the
-launcher). The fit minimises the squared relative step-time error over the fit split's such runs, each shape weighted
-alike (a shape's runs share its weight), over a grid of 0-10 ms in 0.01 ms steps; leave-one-shape-out refits without
-each fit shape and prints that shape's errors. The test split is only reported, never fitted on.
+Runs the constant can move: megatron-core local-spec models (no Transformer Engine) under Megatron and under
+DeepSpeed ZeRO-0/1/2 (corpus stacks mcore-ddp, mcore-ds and the launcher). The fit minimises the squared relative step-time error over the fit split's
+such runs, each shape weighted alike (a shape's runs share its weight), over a grid of 0-10 ms in 0.01 ms steps;
+leave-one-shape-out refits without each fit shape and prints that shape's errors. The test split is only reported,
+never fitted on.
 
     python benchmarks/fit_microstep_host.py            # fit, leave-one-shape-out, fit and test rows it moves
 """
@@ -31,31 +34,36 @@ GRID_S = np.arange(0.0, 0.010 + 1e-12, 0.00001)
 
 def host_rows(runs: list) -> list[dict]:
     """Per run the constant can move: the measured step, the step priced with the constant at 0, micro-batches,
-    layers of the slowest stage and the micro-batch's GPU seconds."""
+    layers of the slowest stage, the micro-batch's GPU seconds and the ZeRO-2 hook seconds of a non-last
+    micro-batch."""
     from workbench import timing as T
-    from workbench.specs import Implementation
+    from workbench.specs import AttentionImpl, Implementation
 
     rows = []
     for r in runs:
         plan, model = r["plan"], r["model"]
-        if (str(plan.engine) == "megatron" or int(plan.zero_stage) >= 3
-                or model.implementation is Implementation.TRANSFORMERS or not r["measured"].get("step")):
+        if (int(plan.zero_stage) >= 3 or model.implementation is not Implementation.MEGATRON
+                or model.attention is AttentionImpl.FLASH or not r["measured"].get("step")):
             continue
         x = T.time_inputs(model, r["cluster"], plan)
-        x["deepspeed_layer_host_s"] = 0.0
+        x["layer_host_s"] = 0.0
         terms = T.step_time_terms(**x)
         gpu = terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
+        hooks = x["parameter_tensors"] * x["deepspeed_tensor_seconds"] if int(plan.zero_stage) == 2 else 0.0
         rows.append(dict(run_id=r["run_id"], shape_id=r["shape_id"], measured=float(r["measured"]["step"]),
                          step0=float(terms["step_seconds"]), m=float(x["num_microbatches"]),
-                         layers=float(terms["stage_layers"]), gpu=float(gpu)))
+                         layers=float(terms["stage_layers"]), gpu=float(gpu), hooks=float(hooks)))
     return rows
 
 
 def predicted(rows: list, c) -> np.ndarray:
     """Step seconds of each row (axis 0) for each constant in ``c`` (axis 1)."""
     c = np.atleast_1d(np.asarray(c, dtype=float))
-    step0, m, layers, gpu = (np.array([r[k] for r in rows])[:, None] for k in ("step0", "m", "layers", "gpu"))
-    return step0 + m * np.maximum(0.0, layers * c[None, :] - gpu)
+    step0, m, layers, gpu, hooks = (np.array([r[k] for r in rows], dtype=float)[:, None]
+                                    for k in ("step0", "m", "layers", "gpu", "hooks"))
+    host = layers * c[None, :]
+    other = np.where(host > 0, host + hooks, 0.0)  # the model prices the hooks only where it prices the host
+    return step0 + np.maximum(0.0, host - gpu) + (m - 1) * np.maximum(0.0, other - gpu)
 
 
 def fit(rows: list) -> float:
@@ -83,7 +91,7 @@ def main(argv=None) -> int:
     fit_rows = [r for r in rows if r["shape_id"] in fit_shapes]
     test_rows = [r for r in rows if r["shape_id"] in test_shapes]
     c = fit(fit_rows)
-    print(f"microstep_layer_host_s fitted on {len(fit_rows)} fit-split DeepSpeed ZeRO-0/1/2 megatron-core runs over "
+    print(f"megatron_core.layer_host_s fitted on {len(fit_rows)} fit-split megatron-core local-spec runs (Megatron, ZeRO-0/1/2) over "
           f"{len({r['shape_id'] for r in fit_rows})} shapes: {c * 1e3:.2f} ms per layer per micro-batch")
     print("leave one shape out (constant without the shape; that shape's |error| median / worst, before -> after):")
     for s in sorted({r["shape_id"] for r in fit_rows}):

@@ -259,3 +259,12 @@ def test_exported_launch_script_expands_the_megatron_checkout_variable(kind, tmp
     env = {"PATH": "/usr/bin:/bin", "MEGATRON_LM": "/opt/megatron", "DATA_PATH": "/data/corpus"}
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=True).stdout
     assert "/opt/megatron/pretrain_gpt.py" in out and "--data-path /data/corpus" in out and "$MEGATRON_LM" not in out
+
+
+def test_configs_view_shows_scripts_in_a_fixed_width_font():
+    from widgets.app import Workbench
+
+    app = Workbench()
+    view = next(v for v in app.views if type(v).__name__ == "ConfigView")
+    view.show(app.state)  # views draw when their tab opens
+    assert "<pre" in view.text.value and "monospace" in view.text.value

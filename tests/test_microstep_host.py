@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO-0/1/2 micro-step host floor: a micro-step of megatron-core layers lasts max(host, GPU)."""
+"""Host-bound micro-steps: a micro-step of megatron-core layers lasts max(host, GPU)."""
 import pytest
 
 from workbench import timing
@@ -10,7 +10,7 @@ H200 = ClusterSpec(gpu="H200", gpus_per_node=1)
 
 
 def _plan(**kw):
-    base = dict(world_size=1, engine="deepspeed", zero_stage=2, micro_batch_size=8, global_batch_size=8,
+    base = dict(world_size=1, engine="deepspeed", zero_stage=1, micro_batch_size=8, global_batch_size=8,
                 precision="bf16")
     base.update(kw)
     return ParallelPlan(**base)
@@ -22,51 +22,114 @@ def _terms(m, plan, **override):
     return x, step_time_terms(**x)
 
 
-def test_exposed_host_is_the_excess_over_the_microbatch_gpu_time_once_per_microbatch():
+def _gpu(terms):
+    return terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
+
+
+@pytest.mark.parametrize("engine", ["deepspeed", "megatron"])
+def test_exposed_host_is_the_excess_over_the_microbatch_gpu_time_once_per_microbatch(engine):
     m = model("gpt3-125m")
-    plan = _plan(micro_batch_size=2, global_batch_size=8)  # 4 micro-batches
-    x0, none = _terms(m, plan, deepspeed_layer_host_s=0.0)
-    gpu = (none["stage_forward_seconds"] + none["stage_backward_seconds"] + none["recompute_microbatch_seconds"])
-    per_layer = 2 * gpu / m.num_layers  # host twice the GPU time of a micro-batch
-    _, host = _terms(m, plan, deepspeed_layer_host_s=per_layer)
-    assert host["deepspeed_host_microbatch_seconds"] == pytest.approx(2 * gpu)
+    plan = _plan(engine=engine, zero_stage=1 if engine == "deepspeed" else 0, micro_batch_size=2)  # 4 micro-batches
+    x0, none = _terms(m, plan, layer_host_s=0.0)
+    gpu = _gpu(none)
+    _, host = _terms(m, plan, layer_host_s=2 * gpu / m.num_layers)  # host twice the GPU time of a micro-batch
+    assert host["host_microbatch_seconds"] == pytest.approx(2 * gpu)
     assert host["step_seconds"] - none["step_seconds"] == pytest.approx(x0["num_microbatches"] * gpu)
     assert host["compute"] - none["compute"] == pytest.approx(x0["num_microbatches"] * gpu)
     # a host shorter than the GPU's work hides behind it
-    _, hidden = _terms(m, plan, deepspeed_layer_host_s=0.5 * gpu / m.num_layers)
+    _, hidden = _terms(m, plan, layer_host_s=0.5 * gpu / m.num_layers)
     assert hidden["step_seconds"] == pytest.approx(none["step_seconds"])
-    assert hidden["deepspeed_host_exposed_microbatch_seconds"] == 0.0
+    assert hidden["host_exposed_seconds"] == 0.0
+
+
+def test_zero2_pays_its_gradient_hooks_in_every_microbatch_but_the_last():
+    m = model("gpt3-125m")
+    plan = _plan(zero_stage=2, micro_batch_size=2)
+    x, none = _terms(m, plan, layer_host_s=0.0)
+    gpu = _gpu(none)
+    layer = 2 * gpu / m.num_layers
+    _, z2 = _terms(m, plan, layer_host_s=layer)
+    _, z1 = _terms(m, plan.replace(zero_stage=1), layer_host_s=layer)
+    hooks = x["parameter_tensors"] * x["deepspeed_tensor_seconds"]
+    assert hooks > 0
+    assert z2["host_microbatch_seconds"] == pytest.approx(2 * gpu + hooks)
+    assert z2["host_exposed_seconds"] - z1["host_exposed_seconds"] == pytest.approx(3 * hooks)
 
 
 def test_equal_tokens_in_more_microbatches_cost_the_host_floor_each():
     m = model("gpt3-125m")  # 12 thin layers: a small micro-batch is host-bound
-    per_layer = timing.calibration()["deepspeed"]["microstep_layer_host_s"]
+    per_layer = timing.calibration()["megatron_core"]["layer_host_s"]
     assert per_layer > 0
-    one = estimate_time(m, H200, _plan(micro_batch_size=8, global_batch_size=8))
-    eight = estimate_time(m, H200, _plan(micro_batch_size=1, global_batch_size=8))
-    gpu_one = one.microbatch_forward_seconds + one.microbatch_backward_seconds
-    gpu_eight = eight.microbatch_forward_seconds + eight.microbatch_backward_seconds
+    one = estimate_time(m, H200, _plan(micro_batch_size=8))
+    eight = estimate_time(m, H200, _plan(micro_batch_size=1))
+    gpu_one = _gpu(_terms(m, _plan(micro_batch_size=8), layer_host_s=0.0)[1])
+    gpu_eight = _gpu(_terms(m, _plan(micro_batch_size=1), layer_host_s=0.0)[1])
     host = m.num_layers * per_layer
     assert gpu_eight < host  # the premise: each small micro-step is host-bound
+    # the micro-batch's backward carries the wait for the host (what the pipeline view draws)
+    assert eight.microbatch_forward_seconds + eight.microbatch_backward_seconds == pytest.approx(host, rel=1e-3)
     assert eight.breakdown["compute"] == pytest.approx(8 * host, rel=1e-3)
     assert one.breakdown["compute"] == pytest.approx(max(gpu_one, host), rel=1e-3)
     # the rest of the step (optimizer, one GPU: no reduction) does not depend on the split
     assert eight.step_seconds - one.step_seconds == pytest.approx(8 * host - max(gpu_one, host), rel=1e-2)
 
 
-@pytest.mark.parametrize("what", ["megatron", "zero3", "transformers"])
-def test_no_deepspeed_host_floor_for_megatron_zero3_or_transformers_models(what):
+@pytest.mark.parametrize("what", ["zero3", "transformers", "transformer-engine"])
+def test_no_host_floor_at_zero3_or_for_unmeasured_layers(what):
     m = model("gpt3-125m")
     plan = _plan(micro_batch_size=1)
-    if what == "megatron":
-        plan = plan.replace(engine="megatron", zero_stage=0)
-    elif what == "zero3":
-        plan = plan.replace(zero_stage=3)
-    else:
-        m = m.replace(implementation=Implementation.TRANSFORMERS)
-    x, terms = _terms(m, plan)
     if what == "zero3":
-        assert x["deepspeed_layer_host_s"] > 0  # the encoder gives it; the term leaves ZeRO-3 to its hooks
+        plan = plan.replace(zero_stage=3)
+    elif what == "transformers":
+        m = m.replace(implementation=Implementation.TRANSFORMERS)
     else:
-        assert x["deepspeed_layer_host_s"] == 0.0
-    assert terms["deepspeed_host_exposed_microbatch_seconds"] == 0.0
+        m = m.replace(attention="flash")
+    x, terms = _terms(m, plan)
+    assert (x["layer_host_s"] > 0) == (what == "zero3")  # ZeRO-3 has it from the encoder; its hooks price the host
+    assert terms["host_exposed_seconds"] == 0.0
+
+
+def test_advisor_flags_host_bound_microsteps_and_prices_a_larger_micro_batch_and_zero1():
+    from workbench import advisor
+    from workbench.estimate import estimate
+
+    m = model("gpt3-125m")
+    plan = _plan(zero_stage=2, micro_batch_size=1)  # 8 micro-batches of 1 on 12 thin layers
+    f = advisor.microstep_host_bound(m, H200, plan, estimate(m, H200, plan))
+    assert f is not None and f.status == "warn" and "host-bound" in f.message
+    assert f.numbers["share"] >= advisor.MICROSTEP_HOST_SHARE_WARN
+    options = {a["option"]: a for a in f.numbers["alternatives"]}
+    assert set(options) == {"micro_batch", "zero1"}
+    assert options["micro_batch"]["fits"] and options["micro_batch"]["step_seconds"] < f.numbers["step_seconds"]
+    assert 0 < options["zero1"]["speedup"]  # no ZeRO-2 hooks in the accumulated micro-steps
+    assert any(x.id == "microstep_host_bound" for x in advisor.advise(m, H200, plan).findings)
+
+
+def test_advisor_quiet_where_the_gpu_hides_the_host():
+    from workbench import advisor
+    from workbench.estimate import estimate
+
+    m = model("gpt3-125m")
+    for plan in (_plan(micro_batch_size=8), _plan(zero_stage=3, micro_batch_size=1)):
+        assert advisor.microstep_host_bound(m, H200, plan, estimate(m, H200, plan)) is None
+
+
+def test_fit_script_recovers_a_known_per_layer_host_time():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import fit_microstep_host as F
+
+    true = 0.003
+    rows = [dict(shape_id=s, step0=0.05, m=m, layers=12.0, gpu=g, hooks=h, measured=0.0)
+            for s, m, g, h in (("a", 4, 0.010, 0.0), ("a", 2, 0.020, 0.005), ("b", 1, 0.080, 0.0), ("b", 3, 0.015, 0.0))]
+    for r in rows:
+        r["measured"] = float(F.predicted([r], true)[0, 0])
+    assert F.fit(rows) == pytest.approx(true, abs=1e-5)
+    # the hooks count only where the host is priced, and only in micro-batches other than the last
+    r = rows[1]
+    assert F.predicted([r], 0.0)[0, 0] == r["step0"]
+    assert F.predicted([r], true)[0, 0] == pytest.approx(r["step0"] + (0.036 - 0.020) + (0.041 - 0.020))
+    # a GPU-bound run says nothing: no host time is the answer
+    assert F.fit([rows[2]]) == 0.0

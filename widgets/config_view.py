@@ -27,6 +27,9 @@ LAUNCHERS = ("DeepSpeed launcher", "torchrun", "SLURM")
 USER_SCRIPT = "train.py"
 """The user's DeepSpeed training script that launch scripts for engine ``deepspeed`` run."""
 
+CODE_FONT = "ui-monospace, 'DejaVu Sans Mono', Menlo, Consolas, monospace"
+"""Scripts and configs in a fixed-width font (the page theme would otherwise set its text font on <pre>)."""
+
 
 def training_command(model, cluster, plan, options=None) -> list:
     """The program and arguments every rank runs, for the plan's engine."""
@@ -130,7 +133,8 @@ class ConfigView(View):
         self.text.value = "".join(
             f'<div style="font-weight:bold;margin-top:6px">{html.escape(n)}</div>'
             f'<pre style="max-height:420px;overflow:auto;background:#f6f8fa;padding:8px;font-size:12px;'
-            f'line-height:1.3;white-space:pre">{html.escape(t)}</pre>' for n, t in self.files.items())
+            f'line-height:1.3;white-space:pre;font-family:{CODE_FONT}">{html.escape(t)}</pre>'
+            for n, t in self.files.items())
 
     def write_files(self, folder: str) -> list:
         """Write the shown files into ``folder``, a folder inside the app's export directory

@@ -1491,6 +1491,95 @@ def diagnostic_commands(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPl
             f"-o {shlex.quote(out_name)} {launch}")
 
 
+# ================================================================================================================
+# Host-bound micro-steps (gradient accumulation on thin layers)
+# ================================================================================================================
+MICROSTEP_HOST_SHARE_WARN = 0.10
+"""A plan whose micro-steps wait on the host (:func:`workbench.timing.microstep_host`) for at least this share of
+the step is reported as host-bound."""
+
+MICROSTEP_HOST_MEASURED = dict(gpu="H200", model="GPT-2 small width (h768, 12 layers, megatron-core local spec)",
+                               tokens=8192, groups="gasfit, fit3", date="2026-12-01",
+                               megatron_ms=(73, 113, 187), zero2_ms=(79, 168, 297))
+"""The corpus runs that show it (one H200, ``benchmarks/corpus/h200_runs.jsonl``): the same 8192 tokens per step in
+1, 2 and 4 micro-batches, megatron-core DDP with the distributed optimizer and DeepSpeed ZeRO-2."""
+
+
+def microstep_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record, *,
+                         headroom: float = 0.0, profile=None) -> Optional[Finding]:
+    """Micro-steps whose host time (each layer's Python forward and backward launches; ZeRO-2's gradient hooks in
+    every accumulated micro-step) outlasts their GPU work for at least :data:`MICROSTEP_HOST_SHARE_WARN` of the
+    step: small micro-batches of thin layers leave the GPU waiting. Options, each priced by re-estimating the plan
+    (``record``: its :class:`workbench.estimate.EvaluatedPlan`): a larger micro batch at the same global batch (the
+    fastest that fits), and at ZeRO-2 with accumulation ZeRO-1, whose hooks reduce only at the accumulation
+    boundary. ``None`` when the host wait is below the share (and for plans the time model gives no host time:
+    Transformer Engine layers, transformers models, ZeRO-3, whose own finding is ``zero3_host_bound``)."""
+    t = record.time
+    if t is None or not t.inputs:
+        return None
+    terms = T.step_time_terms(**t.inputs)
+    exposed = float(terms["host_exposed_seconds"])
+    step = t.step_seconds
+    share = exposed / step if step > 0 else 0.0
+    if share < MICROSTEP_HOST_SHARE_WARN:
+        return None
+    ms = lambda s: f"{s * 1e3:.0f} ms" if s < 10 else f"{s:.1f} s"  # noqa: E731
+    m, b = plan.num_microbatches, plan.micro_batch_size
+    host = float(terms["host_microbatch_seconds"])
+    r = MICROSTEP_HOST_MEASURED
+    zero2_accumulating = plan.engine is not Engine.MEGATRON and plan.zero_stage == ZeroStage.GRADIENTS and m > 1
+    message = (f"the micro-steps are host-bound: {m} micro-batch{'es' if m > 1 else ''} of {b} on "
+               f"{int(terms['stage_layers'])} layers per GPU take about {ms(host)} of host time each (Python forward, "
+               f"backward launches{', ZeRO-2 gradient hooks' if zero2_accumulating else ''}) against less GPU work; the GPU waits {ms(exposed)} per step ({share:.0%} of the {ms(step)} step). "
+               f"Measured ({r['gpu']}, {r['model']}, corpus groups {r['groups']}, {r['date']}): {r['tokens']} tokens "
+               f"per step in 1, 2 and 4 micro-batches took {'/'.join(map(str, r['megatron_ms']))} ms under "
+               f"megatron-core DDP and {'/'.join(map(str, r['zero2_ms']))} ms under ZeRO-2")
+    alternatives, options_text = [], []
+
+    def priced(kind, p, rec):
+        peak = rec.memory.per_gpu_peak_bytes
+        fits = peak <= (1 - headroom) * rec.memory.capacity_bytes and rec.memory.fits_host
+        s = rec.time.step_seconds
+        alternatives.append(dict(option=kind, plan=_plan_text(p), step_seconds=s, peak_bytes=int(peak),
+                                 fits=bool(fits), speedup=step / s - 1 if s > 0 else 0.0))
+        return f"{ms(s)}/step ({s / step - 1:+.0%}), peak {_gb(peak)} ({'fits' if fits else 'does NOT fit'})"
+
+    larger = []
+    for k in range(2, m + 1):
+        if m % k:
+            continue
+        try:
+            p = plan.replace(micro_batch_size=b * k)
+            validate(model, cluster, p)
+        except ValueError:
+            continue
+        rec = _evaluated(model, cluster, p, profile)
+        larger.append((p, rec, rec.memory.per_gpu_peak_bytes <= (1 - headroom) * rec.memory.capacity_bytes
+                       and rec.memory.fits_host))
+    if larger:
+        fitting = [x for x in larger if x[2]]
+        p, rec, _ = min(fitting, key=lambda x: x[1].time.step_seconds) if fitting else larger[0]
+        options_text.append(f"micro batch {b} → {p.micro_batch_size} (accumulation {m} → {p.num_microbatches}, "
+                            f"global batch {plan.global_batch_size} kept): {priced('micro_batch', p, rec)}")
+    else:
+        options_text.append("a larger micro batch at the same global batch needs accumulation > 1 (now 1): a larger "
+                            "global batch, or fewer GPUs sharing it" if m == 1
+                            else f"no larger micro batch divides the accumulation of {m}")
+    if zero2_accumulating:
+        try:
+            z1 = plan.replace(zero_stage=1)
+            validate(model, cluster, z1)
+            options_text.append(f"ZeRO-1 (its hooks reduce at the accumulation boundary only): "
+                                f"{priced('zero1', z1, _evaluated(model, cluster, z1, profile))}")
+        except ValueError as exc:
+            options_text.append(f"ZeRO-1 is not a valid plan here ({exc})")
+    numbers = dict(host_microbatch_seconds=host, exposed_seconds=exposed, share=share,
+                   threshold=MICROSTEP_HOST_SHARE_WARN, step_seconds=step, microbatches=m,
+                   alternatives=alternatives, measured=dict(r))
+    return Finding(id="microstep_host_bound", status="warn", message=message,
+                   suggestion="; ".join(f"({i}) {x}" for i, x in enumerate(options_text, 1)), numbers=numbers)
+
+
 def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, options: Optional[DeepSpeedOptions] = None,
            headroom: float = 0.0, log=None, record=None, profile=None) -> Advice:
     """Everything: checks (priced in detail), the OOM ladder when the plan does not fit, low-throughput
@@ -1526,6 +1615,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     host_bound = zero3_host_bound(model, cluster, plan, record, options=o, headroom=headroom, profile=profile)
     if host_bound is not None:
         findings += (host_bound,)
+    microstep = microstep_host_bound(model, cluster, plan, record, headroom=headroom, profile=profile)
+    if microstep is not None:
+        findings += (microstep,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice

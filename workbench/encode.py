@@ -422,8 +422,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
                                                                     main_grad_fp32(cols, precision)),
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
-        deepspeed_layer_host_s=(0.0 if model.implementation is Implementation.TRANSFORMERS
-                                else _where(megatron, 0.0, ds.get("microstep_layer_host_s", 0.0))),
+        # measured on megatron-core's local layer spec only (no Transformer Engine): 0 for TE (flash) layers
+        layer_host_s=(cal.get("megatron_core", {}).get("layer_host_s", 0.0)
+                      if model.implementation is Implementation.MEGATRON and model.attention is not AttentionImpl.FLASH
+                      else 0.0),
         trainable_fraction=trainable_fraction(model, cols, counts),
         soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),

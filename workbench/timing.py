@@ -549,12 +549,12 @@ class StepInputs:
     zero3_host_spread: object = 0.0
     """ZeRO-3: log standard deviation of the hooks' host speed between processes (:func:`expected_excess_seconds`;
     0: every process as fast as the fitted constants say)."""
-    deepspeed_layer_host_s: object = 0.0
-    """DeepSpeed ZeRO-0/1/2 with megatron-core layers: host seconds per transformer layer per micro-batch (the
-    layer's Python forward, the autograd backward's launches and the engine's per-parameter gradient hooks);
-    the part the micro-batch's GPU work does not hide is exposed (:func:`deepspeed_microstep_host`; catalog
-    ``deepspeed.microstep_layer_host_s``; 0 for Megatron, transformers models and ZeRO-3, whose hooks have their
-    own term)."""
+    layer_host_s: object = 0.0
+    """megatron-core local-spec layers (no Transformer Engine): host seconds per transformer layer per micro-batch
+    (the layer's Python forward and the launches of its autograd backward), under either engine; the part the
+    micro-batch's GPU work does not hide is exposed (:func:`microstep_host`; catalog ``megatron_core.layer_host_s``;
+    0 for Transformer Engine layers and transformers models, unmeasured, and at ZeRO-3, whose hooks have their own
+    term)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -807,10 +807,16 @@ def compute_terms(x: StepInputs) -> dict:
     # outlasts them is exposed (ZeRO-3's hooks then hide behind that exposed time too: the host is busy either way)
     hf_host_mb = hf_checkpoint_host(x, layers)
     hf_exposed_mb = maximum(0.0, hf_host_mb - (stage_fwd + stage_bwd + recompute_mb))
-    # DeepSpeed ZeRO-0/1/2: a micro-step takes at least its host time (:func:`deepspeed_microstep_host`); thin
-    # layers in small micro-batches (gradient accumulation at fixed tokens) leave the GPU waiting on the host
-    ds_host_mb = deepspeed_microstep_host(x, layers)
-    ds_exposed_mb = maximum(0.0, ds_host_mb - (stage_fwd + stage_bwd + recompute_mb))
+    # a micro-step takes at least its host time (:func:`microstep_host`): thin layers in small micro-batches
+    # (gradient accumulation at fixed tokens) leave the GPU waiting on the host
+    host_last_mb, host_other_mb = microstep_host(x, layers)
+    gpu_mb = stage_fwd + stage_bwd + recompute_mb
+    host_exposed = (maximum(0.0, host_last_mb - gpu_mb)
+                    + maximum(m - 1, 0.0) * maximum(0.0, host_other_mb - gpu_mb))
+    # the GPU waits for the host inside each micro-batch: counted in its backward (the pipeline view and the bubble
+    # see the longer micro-step), its average share per micro-batch and per layer
+    stage_bwd = stage_bwd + host_exposed / m
+    layer_bwd = layer_bwd + host_exposed / (m * maximum(layers, 1e-30))
     recompute_mb = recompute_mb + hf_exposed_mb
     recompute_layer = recompute_layer + hf_exposed_mb / maximum(layers, 1e-30)
     # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
@@ -819,14 +825,14 @@ def compute_terms(x: StepInputs) -> dict:
     layer_params = (x.parameters_per_layer - expert_layer) / t + expert_layer / (_expert_tp(x) * x.expert_parallel)
     weight_cast = where(fp8 > 0, fp8 * layers * layer_params
                            * x.fp8_weight_cast_bytes_per_parameter / g["hbm_bytes_per_s"], 0.0)
-    return {"compute": m * (stage_fwd + stage_bwd + ds_exposed_mb) + weight_cast, "recompute": m * recompute_mb,
+    return {"compute": m * (stage_fwd + stage_bwd) + weight_cast, "recompute": m * recompute_mb,
             "fp8_cast_seconds": m * layers * (t_cast_fwd + t_cast_bwd) + weight_cast,
             "stage_layers": layers, "last_stage_slowest": last_slowest, "recompute_layer_seconds": recompute_layer,
             "output_forward_seconds": out_fwd, "output_backward_seconds": out_bwd,
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "hf_checkpoint_host_microbatch_seconds": hf_host_mb,
-            "deepspeed_host_microbatch_seconds": ds_host_mb, "deepspeed_host_exposed_microbatch_seconds": ds_exposed_mb,
+            "host_microbatch_seconds": host_other_mb, "host_exposed_seconds": host_exposed,
             "core_attention_seconds": t_core,
             # each TP linear's forward GEMM at the slowest stage's FP8 share (what --tp-comm-overlap hides behind)
             "qkv_gemm_seconds": mix(share, q8_qkv, t_qkv), "proj_gemm_seconds": mix(share, q8_proj, t_proj),
@@ -852,17 +858,24 @@ def hf_checkpoint_host(x: StepInputs, layers):
     return where(x.hf_recompute_layer_s > 0, full * x.recompute_fraction * layers * x.hf_recompute_layer_s, 0.0)
 
 
-def deepspeed_microstep_host(x: StepInputs, layers):
-    """Host seconds of one micro-batch of megatron-core layers under DeepSpeed ZeRO-0/1/2: ``deepspeed_layer_host_s``
-    per layer of the stage (the layer's Python forward, the launches of its autograd backward, the engine's gradient
-    hook on each of its parameters), 0 at ZeRO-3 (its hooks are priced by ``zero3_*``) and where the encoder gives 0.
+def microstep_host(x: StepInputs, layers) -> tuple:
+    """Host seconds of one micro-batch of megatron-core layers, ``(last, other)``: the last micro-batch of the step
+    and each other one. ``layer_host_s`` per layer of the stage (the layer's Python forward and the launches of
+    its autograd backward; the same under Megatron and DeepSpeed); DeepSpeed ZeRO-2 adds its per-parameter gradient
+    hooks to every micro-batch but the last (``deepspeed_tensor_seconds`` per parameter tensor: stage_1_and_2.py
+    reduces and partitions gradients in every micro-step's hooks at ZeRO-2, at the accumulation boundary only at
+    ZeRO-1, and the optimizer term already counts one pass of them). 0 at ZeRO-3 (its hooks are priced by
+    ``zero3_*``) and where the encoder gives 0 (Transformer Engine layers and transformers models: not measured).
 
     The host queues a micro-batch's kernels ahead of the GPU, so a micro-step lasts max(host, GPU): only the host
     time beyond the micro-batch's GPU time (forward, backward, recompute, logits and loss) is exposed, once per
     micro-batch. Large micro-batches hide it; the same tokens cut into gradient-accumulation micro-batches of thin
-    layers pay it each micro-step (GPT-2 small on one H200: 8192 tokens in one micro-batch at ZeRO-2 79 ms, in two
-    at ZeRO-1 125 ms)."""
-    return where((x.deepspeed_layer_host_s > 0) & (x.zero_stage < 3), layers * x.deepspeed_layer_host_s, 0.0)
+    layers pay it each micro-step (GPT-2 small, 12 layers, one H200, megatron-core DDP: 8192 tokens as one
+    micro-batch 73 ms, as two 113 ms, as four 187 ms)."""
+    on = (x.layer_host_s > 0) & (x.zero_stage < 3)
+    last = where(on, layers * x.layer_host_s, 0.0)
+    hooks = where(on & (x.zero_stage == 2), x.parameter_tensors * x.deepspeed_tensor_seconds, 0.0)
+    return last, last + hooks
 
 
 def _expert_tp(x: StepInputs):
