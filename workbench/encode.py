@@ -29,7 +29,7 @@ from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.hf import soft_capped
-from workbench.npscalar import isin, maximum, minimum, where
+from workbench.npscalar import asarray, isin, maximum, minimum, ndim, where
 from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
                               parameter_tensors)
 from workbench.specs import (LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
@@ -189,7 +189,7 @@ def _stage_layer_split(L, pp, first_layers, last_layers, emb_split, loss_split):
     mid = where(p > 2, mid, maximum(f, la))
     one = p == 1
     f, mid, la = where(one, L, f), where(one, L, mid), where(one, L, la)
-    if np.ndim(f) == 0:
+    if ndim(f) == 0:
         return int(f), int(mid), int(la)
     return f, mid, la
 
@@ -226,13 +226,13 @@ def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
 
     t, p = cols["tp"], cols["pp"]
     ex = (cols.get("ep", 1), cols.get("etp"))  # MoE: the rank's local experts only
-    if np.ndim(p) == 0 and p == 1:
+    if ndim(p) == 0 and p == 1:
         return float(stage_params_per_rank(model, t, 1, 0, model.num_layers, *ex))
     head = stage_params_per_rank(model, t, p, 0, first, *ex)
-    tail = stage_params_per_rank(model, t, p, np.asarray(p) - 1, last, *ex)
-    mid = where(np.asarray(p) > 2, stage_params_per_rank(model, t, p, 1, middle, *ex), 0.0)
+    tail = stage_params_per_rank(model, t, p, asarray(p) - 1, last, *ex)
+    mid = where(asarray(p) > 2, stage_params_per_rank(model, t, p, 1, middle, *ex), 0.0)
     out = maximum(maximum(head, tail), mid)
-    return float(out) if np.ndim(out) == 0 else out
+    return float(out) if ndim(out) == 0 else out
 
 
 def _rope(model: ModelSpec, precision: Precision) -> tuple:
@@ -278,7 +278,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
     out = dict(first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last, engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
                pipeline_parallel=cols["pp"], virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
                cp_comm_type=cols.get("cp_comm", 0), cp_a2a_size=cols.get("cp_a2a", 1),
-               sequence_parallel=np.asarray(cols["sp"]).astype(bool) if np.ndim(cols["sp"]) else bool(cols["sp"]),
+               sequence_parallel=np.asarray(cols["sp"]).astype(bool) if ndim(cols["sp"]) else bool(cols["sp"]),
                data_parallel=cols["dp"], micro_batch=cols["mbs"], num_microbatches=cols["nmb"],
                recompute=cols["recompute"], recompute_layers=cols["recompute_layers"],
                value_bytes=precision.bytes_per_value, fp16=int(precision is Precision.FP16),
@@ -311,7 +311,7 @@ def fp8_layer_fraction(model: ModelSpec, cols: dict):
 
 def _where(cond, a, b):
     """``np.where`` for a column of plans, a plain ``if`` for one plan (a scalar column stays a Python number)."""
-    if np.ndim(cond) == 0:
+    if ndim(cond) == 0:
         return a if cond else b
     return where(cond, a, b)
 
@@ -474,7 +474,7 @@ def fp8_time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, counts) 
     delayed = recipe == FP8_RECIPE_CODES["delayed"]
     stage_tensors = model.num_layers / np.asarray(cols["pp"]) * M.fp8_linear_modules_per_layer(model) * 5
     # FP8 on (1.0); the bf16 first/last layers are placed per stage by timing.fp8_stage_shares from these counts
-    return dict(fp8_layer_fraction=np.ones_like(fraction, dtype=float) if np.ndim(fraction) else 1.0,
+    return dict(fp8_layer_fraction=np.ones_like(fraction, dtype=float) if ndim(fraction) else 1.0,
                 fp8_bf16_first=cols.get("fp8_bf16_first", 0), fp8_bf16_last=cols.get("fp8_bf16_last", 0),
                 fp8_peak_flops=gpu.peak_flops("fp8"),
                 fp8_gemm_efficiency_max=curve["gemm_efficiency_max"], fp8_gemm_half_dim=curve["gemm_half_dim"],

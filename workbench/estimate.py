@@ -9,13 +9,13 @@ The flow (the planner takes the same path for N plans at once)::
                                                         → TimeEstimate
     parallel.parallel_facts                             group sizes, groups leaving the node, parameters per rank
     advisor.check_plan(record)                          reads the numbers above; prices nothing new
+    (layout, parallel facts and advisor findings: computed on the record's first read of them)
 
 The :class:`EvaluatedPlan` keeps what the models computed, so consumers (advisor, OOM ladder, pipeline view,
 widgets, launcher) read it instead of pricing the plan again.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -143,6 +143,46 @@ class EvaluatedPlan:
         return out
 
 
+class _Deferred:
+    """A field's value computed from the record on first read (:class:`_DeferredSlot`)."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute):
+        self.compute = compute
+
+
+class _DeferredSlot:
+    """Wraps a slot of :class:`EvaluatedPlan` so that a :class:`_Deferred` stored in it is computed from the record
+    on first read and stored in its place: :func:`estimate` leaves the layout, parallel facts and advisor findings
+    to whoever reads them (a record that is never shown does not price them); every reader, ``to_dict``,
+    ``dataclasses.replace``, equality and pickling included, sees the computed value."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot):
+        self.slot = slot
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.slot
+        value = self.slot.__get__(obj, owner)
+        if type(value) is _Deferred:
+            value = value.compute(obj)
+            self.slot.__set__(obj, value)
+        return value
+
+    def __set__(self, obj, value):
+        self.slot.__set__(obj, value)
+
+    def __delete__(self, obj):
+        self.slot.__delete__(obj)
+
+
+for _name in ("layout", "facts", "checks"):
+    setattr(EvaluatedPlan, _name, _DeferredSlot(EvaluatedPlan.__dict__[_name]))
+del _name
+
 Estimate = EvaluatedPlan
 """The record's earlier name."""
 
@@ -156,7 +196,6 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     that pass it; ``None``: the plan's). ``checks=False`` leaves the advisor out (what a sweep over many plans
     wants)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
-    from workbench.layout import build_layout
 
     if overlap_comm is not None:
         overlap_comm = check_bool("overlap_comm", overlap_comm)
@@ -176,15 +215,27 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
         raise ValueError(f"the sizes are out of the models' range ({exc.__class__.__name__}: {exc}): "
                          f"{_size_summary(model, cluster, plan)}") from None
     _check_finite(memory, time, model, cluster, plan)
-    out = EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time,
-                        layout=build_layout(cluster, plan, model=model), profile=record, counts=counts,
-                        facts=parallel_facts(model, cluster, plan))
-    if not checks:
-        return out
+    # the layout, parallel facts and advisor findings are computed on first read (:class:`_DeferredSlot`)
+    return EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time, profile=record,
+                         counts=counts, layout=_Deferred(_layout_of), facts=_Deferred(_facts_of),
+                         checks=_Deferred(_checks_of) if checks else ())
+
+
+def _layout_of(out: EvaluatedPlan):
+    from workbench.layout import build_layout
+
+    return build_layout(out.cluster, out.plan, model=out.model)
+
+
+def _facts_of(out: EvaluatedPlan) -> ParallelFacts:
+    return parallel_facts(out.model, out.cluster, out.plan)
+
+
+def _checks_of(out: EvaluatedPlan) -> tuple:
     from workbench.advisor import check_plan
 
-    return dataclasses.replace(out, checks=check_plan(model, cluster, plan, memory=memory, time=time,
-                                                      facts=out.facts, counts=counts))
+    return check_plan(out.model, out.cluster, out.plan, memory=out.memory, time=out.time, facts=out.facts,
+                      counts=out.counts)
 
 
 def _size_summary(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> str:

@@ -23,7 +23,7 @@ from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUC
 from workbench.defaults import GiB
 # the codes' home is the encoder
 from workbench.encode import ENGINE_CODES, FP8_RECIPE_CODES, RECOMPUTE_CODES  # noqa: F401
-from workbench.npscalar import maximum, minimum, where, where_item
+from workbench.npscalar import any_true, asarray, maximum, minimum, ndim, where, where_item
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
@@ -173,7 +173,7 @@ def fp8_scaling_state_bytes(m: ModelSpec, *, fp8_layers, recipe):
     ``pytorch/module/base.py`` (``fp8_meta["scaling_fwd"]`` / ``["scaling_bwd"]``: ``scale``, ``scale_inv`` and
     ``amax_history`` of ``amax_history_len`` rows per GEMM tensor)."""
     per_module = 5 * (FP8_AMAX_HISTORY_LEN + 2) * 4
-    return where(np.asarray(recipe) == FP8_RECIPE_CODES["delayed"],
+    return where(asarray(recipe) == FP8_RECIPE_CODES["delayed"],
                     fp8_layers * fp8_linear_modules_per_layer(m) * per_module, 0.0)
 
 
@@ -209,7 +209,7 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
         x = moe_expert_tokens(sb, top_k=m.moe_top_k, tensor_parallel=tensor_parallel, expert_tensor_parallel=etp,
                               token_factor=moe_token_factor)
         # selective recompute's MoE modules (``moe_recompute``): moe_act keeps no fc2 input, moe no expert input
-        code = np.asarray(moe_recompute)
+        code = asarray(moe_recompute)
         kept_widths = where(code >= 2, 0.0, m.hidden_size + where(code == 1, 0.0, m.moe_ffn_hidden_size / etp))
         return attention + (a - value_bytes) * x * kept_widths
     return attention + (a - value_bytes) * sb * (m.hidden_size * rep + m.ffn_hidden_size / tensor_parallel)
@@ -334,11 +334,11 @@ def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage,
     schedule) starts at j·L/v + Σ_{s'<s} n_{s'}/v, with n_s the stage's layers (:func:`layers_on_stage`; uneven
     splits included). Without interleaving the F layers sit on the first stage and the B on the last (spilling to
     the next stage only when a stage has fewer layers than F or B). Every argument may be a numpy array."""
-    if np.ndim(bf16_first) == 0 and np.ndim(bf16_last) == 0 and not bf16_first and not bf16_last:
+    if ndim(bf16_first) == 0 and ndim(bf16_last) == 0 and not bf16_first and not bf16_last:
         return 0.0  # no bf16 layers (every plan without FP8): skip the per-chunk arithmetic
-    L, p = num_layers, np.asarray(pipeline_parallel)
-    v = maximum(np.asarray(virtual_pipeline), 1)
-    stage = np.asarray(stage)
+    L, p = num_layers, asarray(pipeline_parallel)
+    v = maximum(asarray(virtual_pipeline), 1)
+    stage = asarray(stage)
     if first_stage_layers is None:
         n = L / p
         before = stage * n
@@ -352,7 +352,7 @@ def bf16_layers_on_stage(num_layers, pipeline_parallel, virtual_pipeline, stage,
         size = n / v
         end = start + size
         head = np.clip(minimum(end, bf16_first) - start, 0, size)
-        tail = np.clip(end - maximum(start, L - np.asarray(bf16_last)), 0, size)
+        tail = np.clip(end - maximum(start, L - asarray(bf16_last)), 0, size)
         total = total + where(j < v, head + tail, 0.0)
     return total
 
@@ -471,7 +471,7 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # (--grad-reduce-in-bf16, DDP grad_reduce_in_fp32=False); the optimizer then casts its shard's gradients to fp32
     # at the step (megatron-core distrib_optimizer.py ``_copy_model_grads_to_main_grads``: ``shard_main_param.grad =
     # shard_model_grad.float()``, freed by ``zero_grad(set_to_none=True)`` before the next backward): a step term
-    half_grads = (fp16 > 0) if main_grad_fp32 is None else mixed & (np.asarray(main_grad_fp32) <= 0)
+    half_grads = (fp16 > 0) if main_grad_fp32 is None else mixed & (asarray(main_grad_fp32) <= 0)
     bf16_half_grads = half_grads & (fp16 <= 0)
     mg_grads = where(half_grads, 2.0, 4.0) * n
     mg_opt_full = (where(mixed, 12.0, 8.0) + where(fp16 > 0, 4.0, 0.0)) * n
@@ -553,7 +553,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     reduction runs at the next gradient hook (the final norm's), before any transformer layer is back-propagated."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
-    output_elems = where(last & untied_output & ~np.asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
+    output_elems = where(last & untied_output & ~asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
     per_layer = maximum(layer_params_per_rank(m, tensor_parallel), 1.0)
     done = where(output_elems > reduce_bucket_elements, 0.0,
                     np.floor((reduce_bucket_elements - output_elems) / per_layer))
@@ -561,7 +561,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     offload = offload_optimizer > 0
     extra_large = output_elems > reduce_bucket_elements
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
-               & ~np.asarray(lora) & (pipeline_parallel == 1)
+               & ~asarray(lora) & (pipeline_parallel == 1)
                & (done < layers) & (value_bytes < 4) & (~offload | extra_large))
     partition = where(offload, 0.0, value_bytes * trainable / data_parallel)
     # the output layer's 16-bit gradient while it is reduced; with offload its fp64 copy for the norm, then its fp32
@@ -586,7 +586,7 @@ def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_para
     untied = (not m.tied_embeddings) | (pipeline_parallel > 1)
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON])
                & ((zero_stage == 0) | ((zero_stage == 1) & (overlap_comm <= 0)))
-               & (num_microbatches <= 1) & last & untied & ~np.asarray(lora))
+               & (num_microbatches <= 1) & last & untied & ~asarray(lora))
     return where(applies, value_bytes * vocab * m.hidden_size / tensor_parallel, 0.0)
 
 
@@ -607,7 +607,7 @@ def unreduced_gradient_growth_bytes(m: ModelSpec, *, layers, kept_per_layer, ten
     (they reduce during backward)."""
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON])
                & ((zero_stage == 0) | ((zero_stage == 1) & (overlap_comm <= 0)))
-               & (num_microbatches <= 1) & ~np.asarray(lora))
+               & (num_microbatches <= 1) & ~asarray(lora))
     per_layer = value_bytes * layer_params_per_rank(m, tensor_parallel)
     growth = maximum(0.0, (layers - 1) * (per_layer - kept_per_layer))
     return where(applies & (layers > 1), growth, 0.0)
@@ -741,10 +741,10 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
                       expert_tensor_parallel=t if expert_tensor_parallel is None else expert_tensor_parallel,
                       token_factor=moe_token_factor, value_bytes=v)
         mlp = moe_activation_bytes(m, **moe_kw, deepspeed=moe_deepspeed)
-        if np.any(np.asarray(moe_recompute) > 0):
+        if any_true(asarray(moe_recompute) > 0):
             moe_dropped = moe_recomputed_bytes(m, **moe_kw, moe_recompute=moe_recompute)
-        if np.any(np.asarray(moe_deepspeed) > 0):
-            mlp = mlp + where(np.asarray(moe_deepspeed) > 0,
+        if any_true(asarray(moe_deepspeed) > 0):
+            mlp = mlp + where(asarray(moe_deepspeed) > 0,
                                  dsmoe.extra_activation_bytes(m, tokens=s * b, value_bytes=v), 0.0)
     else:
         f = m.ffn_hidden_size
@@ -834,7 +834,7 @@ def moe_expert_intermediates(m: ModelSpec, *, deepspeed=0):
         return 0.0
     unfused = m.attention is AttentionImpl.UNFUSED
     megatron = (3.0 if unfused else 0.0) if m.is_gated else 1.0
-    return where(np.asarray(deepspeed) > 0, 2.0 if m.is_gated else 0.0, megatron)
+    return where(asarray(deepspeed) > 0, 2.0 if m.is_gated else 0.0, megatron)
 
 
 def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_parallel, expert_tensor_parallel,
@@ -860,7 +860,7 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     if m.implementation is Implementation.TRANSFORMERS:
         router = simple_router * tokens * rep
     else:
-        router = where(np.asarray(deepspeed) > 0, simple_router,
+        router = where(asarray(deepspeed) > 0, simple_router,
                        moe_router_bytes_per_token(m, value_bytes=v)) * tokens * rep
     intermediates = (2 if m.is_gated else 1) * f + f + moe_expert_intermediates(m, deepspeed=deepspeed) * f
     experts = v * x * intermediates / expert_tensor_parallel + v * x * h
@@ -897,7 +897,7 @@ def moe_recomputed_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     whole = moe_activation_bytes(m, tokens=tokens, tensor_parallel=tensor_parallel,
                                  sequence_parallel=sequence_parallel, expert_tensor_parallel=expert_tensor_parallel,
                                  token_factor=token_factor, value_bytes=value_bytes)
-    code = np.asarray(moe_recompute)
+    code = asarray(moe_recompute)
     return where(code >= 2, whole, where(code == 1, act, 0.0))
 
 
@@ -1055,7 +1055,7 @@ def moe_dispatch_buffer_bytes(m: ModelSpec, *, micro_batch, context_parallel, ex
         return 0.0
     group = expert_tensor_parallel * expert_parallel
     tokens = m.seq_length / context_parallel * micro_batch / tensor_parallel
-    return where((np.asarray(allgather) > 0) & (group > 1), value_bytes * group * tokens * m.hidden_size, 0.0)
+    return where((asarray(allgather) > 0) & (group > 1), value_bytes * group * tokens * m.hidden_size, 0.0)
 
 
 def context_parallel_buffer_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, context_parallel, value_bytes,
@@ -1125,12 +1125,12 @@ def engine_overheads(engine=None, zero_stage=None, expandable_segments=0) -> dic
     ``{context_bytes, nccl_bytes, reserve_fraction}`` from :data:`OUTSIDE_ALLOCATOR_BYTES`,
     :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION` (DeepSpeed's ZeRO-3 reserve with ``zero_stage`` 3);
     with ``expandable_segments`` (0/1, arrays allowed) the reserve is :data:`RESERVE_FRACTION_EXPANDABLE`."""
-    megatron = np.asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
+    megatron = asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
     pick = lambda table: where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
-    zero3 = ~np.asarray(megatron) & (np.asarray(zero_stage) >= 3) if zero_stage is not None else False
+    zero3 = ~asarray(megatron) & (asarray(zero_stage) >= 3) if zero_stage is not None else False
     default_reserve = where(zero3, RESERVE_FRACTION["deepspeed-zero3"], pick(RESERVE_FRACTION))
     return dict(context_bytes=pick(OUTSIDE_ALLOCATOR_BYTES), nccl_bytes=pick(NCCL_BYTES_BY_ENGINE),
-                reserve_fraction=where(np.asarray(expandable_segments) > 0, pick(RESERVE_FRACTION_EXPANDABLE),
+                reserve_fraction=where(asarray(expandable_segments) > 0, pick(RESERVE_FRACTION_EXPANDABLE),
                                           default_reserve))
 
 
@@ -1161,12 +1161,12 @@ def userbuffer_bytes(*, seq_length, micro_batch, hidden_size, context_parallel, 
     the full shape); a recipe that switches a reduce-scatter to ``ring_exchange`` holds (2t−1)/t of it for that
     GEMM (``CommOverlapP2PBase::initialize``), which is not modelled. 0 without the overlap."""
     elements = seq_length * micro_batch / context_parallel * hidden_size
-    quantized = np.asarray(fp8) > 0
+    quantized = asarray(fp8) > 0
     ag_bytes = where(quantized, 1.0, value_bytes)
     per_mode = TE_UB_ALL_GATHER_BUFFERS * ag_bytes + TE_UB_REDUCE_SCATTER_BUFFERS * value_bytes
-    unquantized = where(quantized & (np.asarray(fp8_bf16) > 0),
+    unquantized = where(quantized & (asarray(fp8_bf16) > 0),
                         (TE_UB_ALL_GATHER_BUFFERS + TE_UB_REDUCE_SCATTER_BUFFERS) * value_bytes, 0.0)
-    return where(np.asarray(tp_comm_overlap) > 0, elements * (per_mode + unquantized), 0.0)
+    return where(asarray(tp_comm_overlap) > 0, elements * (per_mode + unquantized), 0.0)
 
 
 def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=None,
@@ -1180,8 +1180,8 @@ def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=
     larger. A profile's reserve was measured with the default allocator, so with ``expandable_segments`` the
     expandable reserve is used in its place."""
     own = engine_overheads(engine, zero_stage, expandable_segments)
-    if reserve_fraction is not None and np.any(np.asarray(expandable_segments) > 0):
-        reserve_fraction = where(np.asarray(expandable_segments) > 0, own["reserve_fraction"], reserve_fraction)
+    if reserve_fraction is not None and any_true(asarray(expandable_segments) > 0):
+        reserve_fraction = where(asarray(expandable_segments) > 0, own["reserve_fraction"], reserve_fraction)
     given = dict(context_bytes=context_bytes, nccl_bytes=nccl_bytes, reserve_fraction=reserve_fraction)
     used = {k: own[k] if v is None else (maximum(v, own[k]) if floor else v) for k, v in given.items()}
     return (used["context_bytes"] + where(world_size > 1, used["nccl_bytes"], 0)
@@ -1281,7 +1281,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                   moe_token_factor=moe_token_factor)
     fp8_delta = fp8_share * fp8_activation_delta_bytes(m, **fp8_kw)
     fp8_kept = (fp8_share * fp8_activation_delta_bytes(m, **fp8_kw, moe_recompute=moe_kw["moe_recompute"])
-                if np.any(np.asarray(moe_recompute) > 0) else fp8_delta)
+                if any_true(asarray(moe_recompute) > 0) else fp8_delta)
     kept = kept + where(recompute >= 2, 0.0, fp8_kept)
     full_layer = full_layer + fp8_delta
     # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
@@ -1365,7 +1365,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                       expert_parallel=expert_parallel,
                                                       expert_tensor_parallel=etp, tensor_parallel=tensor_parallel,
                                                       value_bytes=value_bytes, allgather=moe_allgather)
-        buffers = buffers + where(np.asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
+        buffers = buffers + where(asarray(moe_deepspeed) > 0, dsmoe.transient_bytes(
             m, tokens=m.seq_length / context_parallel * micro_batch, value_bytes=value_bytes,
             token_factor=moe_token_factor), 0.0)
     # ZeRO-3: a parameter's full 16-bit gradient exists only while its module is back-propagated, before it is copied
@@ -1584,7 +1584,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         per_stage = [stage_terms(model, stage=stage, **codes) for stage in range(p)]
     else:
         every = stage_terms(model, stage=np.arange(p), **codes)  # every stage at once
-        every = {k: (v.tolist() if np.ndim(v) else [v] * p) for k, v in every.items()}
+        every = {k: (v.tolist() if ndim(v) else [v] * p) for k, v in every.items()}
         per_stage = [{k: v[stage] for k, v in every.items()} for stage in range(p)]
     for stage, t in enumerate(per_stage):
         terms = MemoryTerms(**{k: int(round(float(t[k]))) for k in

@@ -1,4 +1,5 @@
-"""``np.where``, ``np.maximum``, ``np.minimum`` and ``np.isin`` with a fast path for one plan.
+"""``np.where``, ``np.maximum``, ``np.minimum``, ``np.isin``, ``np.asarray``, ``np.any`` and ``np.ndim`` with a fast
+path for one plan.
 
 The memory and time models are written once, on columns that are numpy arrays (the planner: one element per
 plan) or plain numbers (``estimate``: a batch of one). On plain numbers numpy's ufunc machinery costs about a
@@ -49,8 +50,12 @@ def where(cond, a, b):
     """``np.where(cond, a, b)``; for a scalar condition and scalar values, ``a if cond else b`` as numpy's dtype
     (float64; int64 for two integers; bool for two booleans); for a scalar condition picking a float64 array that
     the other side broadcasts into, a copy of that array."""
+    ta, tb = type(a), type(b)
+    if (ta is _F64 or ta is float) and (tb is _F64 or tb is float) and type(cond) in _COND:  # the common case first
+        pick = a if cond else b
+        return pick if type(pick) is _F64 else _F64(pick)
     if type(cond) in _COND:
-        ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+        ka, kb = _KIND.get(ta, 0), _KIND.get(tb, 0)
         if ka and kb:
             if ka == 1 or kb == 1:
                 pick = a if cond else b
@@ -72,7 +77,11 @@ _KIND = {float: 1, np.float64: 1, int: 2, np.int64: 2, bool: 3, np.bool_: 3}
 def maximum(a, b):
     """``np.maximum(a, b)``; for float scalars (no NaN), the larger as float64 (numpy's scalar loop:
     ``a if a > b else b``; int64 for two integers)."""
-    ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+    ta, tb = type(a), type(b)
+    if (ta is _F64 or ta is float) and (tb is _F64 or tb is float) and a == a and b == b:  # the common case first
+        pick = a if a > b else b
+        return pick if type(pick) is _F64 else _F64(pick)
+    ka, kb = _KIND.get(ta, 0), _KIND.get(tb, 0)
     if ka and kb and (ka == 1 or kb == 1) and a == a and b == b:
         pick = a if a > b else b
         return pick if type(pick) is _F64 else _F64(pick)
@@ -84,7 +93,11 @@ def maximum(a, b):
 def minimum(a, b):
     """``np.minimum(a, b)``; for float scalars (no NaN), the smaller as float64 (``a if a < b else b``;
     int64 for two integers)."""
-    ka, kb = _KIND.get(type(a), 0), _KIND.get(type(b), 0)
+    ta, tb = type(a), type(b)
+    if (ta is _F64 or ta is float) and (tb is _F64 or tb is float) and a == a and b == b:  # the common case first
+        pick = a if a < b else b
+        return pick if type(pick) is _F64 else _F64(pick)
+    ka, kb = _KIND.get(ta, 0), _KIND.get(tb, 0)
     if ka and kb and (ka == 1 or kb == 1) and a == a and b == b:
         pick = a if a < b else b
         return pick if type(pick) is _F64 else _F64(pick)
@@ -116,3 +129,33 @@ def isin(element, values: tuple):
     if type(element) in _COND:
         return np.bool_(element in values)
     return np.isin(element, values)
+
+
+def asarray(value):
+    """``np.asarray(value)``, except that a plain number becomes the numpy scalar of the dtype numpy would give it
+    (float64, int64, bool) instead of a 0-d array: every ufunc gives the same value and type on either (a numpy
+    scalar), at a fraction of a 0-d array's cost. Arrays and anything else go to ``np.asarray``."""
+    t = type(value)
+    if t is np.ndarray or t is np.float64 or t is np.int64 or t is np.bool_:
+        return value
+    if t is float:
+        return _F64(value)
+    if t is bool:
+        return np.bool_(value)
+    if t is int and -2**63 <= value < 2**63:
+        return np.int64(value)
+    return np.asarray(value)
+
+
+def any_true(value) -> bool:
+    """``bool(np.any(value))``; for a scalar, ``bool(value)``."""
+    if type(value) in _COND:
+        return bool(value)
+    return bool(np.any(value))
+
+
+def ndim(value) -> int:
+    """``np.ndim(value)``; 0 for a scalar."""
+    if type(value) in _COND:
+        return 0
+    return np.ndim(value)

@@ -37,7 +37,7 @@ import numpy as np
 from workbench import dsmoe
 from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_per_token, logits_flops_per_token,
                              flops_per_second_per_gpu, model_flops_per_step, recompute_flops_per_step)
-from workbench.npscalar import maximum, minimum, where
+from workbench.npscalar import any_true, asarray, maximum, minimum, ndim, where
 from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
 from workbench.schedule import bubble_fraction
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
@@ -163,7 +163,7 @@ def elementwise_bytes_per_layer(*, tokens, hidden_size, num_attention_heads, seq
     for 16-bit values, sbh·(10 + 24/t + 5·a·s/(h·t)) without sequence parallel and sbh·(34/t + 5·a·s/(h·t)) with
     it; the 5·a·s/h score/softmax/dropout term only for unfused attention. Scaled by bytes_per_value/2."""
     t = tensor_parallel
-    replicated = 10 / where(np.asarray(sequence_parallel) > 0, t, 1)
+    replicated = 10 / where(asarray(sequence_parallel) > 0, t, 1)
     scores = 5 * num_attention_heads * seq_length / hidden_size * np.asarray(unfused_attention, dtype=float)
     return tokens * hidden_size * (replicated + 24 / t + scores / t) * (bytes_per_value / 2)
 
@@ -190,8 +190,8 @@ def attention_score_bytes(*, bytes_per_value, softmax_fusion, attention_dropout)
     Returns ``(forward_bytes, backward_bytes)`` per score element (scalars or arrays)."""
     v = np.asarray(bytes_per_value, dtype=float)
     cast = (v < 4).astype(float)
-    fused = (np.asarray(softmax_fusion) > 0).astype(float)
-    drop = (np.asarray(attention_dropout) > 0).astype(float) * (2 * v + 1)
+    fused = (asarray(softmax_fusion) > 0).astype(float)
+    drop = (asarray(attention_dropout) > 0).astype(float) * (2 * v + 1)
     fwd_unfused = v + cast * (v + 4) + 8 + 8 + cast * (4 + v) + drop + v
     bwd_unfused = 2 * v + drop + cast * (v + 4) + 12 + 8 + cast * (4 + v) + 2 * v
     fwd_fused = v + 2 * v + drop + v
@@ -264,7 +264,7 @@ def p2p_seconds(nbytes, *, gb_per_s, latency_s):
 def exposed_seconds(comm_seconds, overlappable_seconds, overlap):
     """Communication left on the critical path: max(0, comm − compute it can hide behind) when overlapped,
     all of it otherwise."""
-    return where(np.asarray(overlap) > 0, maximum(0.0, comm_seconds - overlappable_seconds), comm_seconds)
+    return where(asarray(overlap) > 0, maximum(0.0, comm_seconds - overlappable_seconds), comm_seconds)
 
 
 TE_UB_MARGIN_SMS = 16
@@ -317,7 +317,7 @@ def zero3_fetch_bytes_per_parameter(bytes_per_value, group_ranks, offload_params
     DeepSpeed 0.19.8 ``Init.all_gather_coalesced`` takes ``_no_gather_coalesced`` when every partition world size
     is 1, and its ``NoGatherHandle`` sets ``param.data`` to a view of the rank's own partition
     (``deepspeed/runtime/zero/partition_parameters.py``)."""
-    copies = (np.asarray(group_ranks) > 1) | (np.asarray(offload_params) > 0)
+    copies = (asarray(group_ranks) > 1) | (asarray(offload_params) > 0)
     return where(copies, 2.0 * bytes_per_value, 0.0)
 
 
@@ -339,7 +339,7 @@ def expected_excess_seconds(host_seconds, hidden_seconds, spread):
     ``d₁ = (ln(host/hidden) + s²)/s``.
     ``spread`` 0 gives ``max(0, host − hidden)``. Used for ZeRO-3's hook time, whose per-fetch cost differs up to
     ~2x between processes of one configuration (``benchmarks/bench_accuracy.py``'s REPEATABILITY table)."""
-    if np.ndim(spread) == 0 and float(spread) == 0.0:
+    if ndim(spread) == 0 and float(spread) == 0.0:
         return maximum(0.0, host_seconds - hidden_seconds)
     s = np.maximum(np.asarray(spread, dtype=float), 1e-12)
     a = np.maximum(np.asarray(host_seconds, dtype=float), 1e-300)
@@ -347,7 +347,7 @@ def expected_excess_seconds(host_seconds, hidden_seconds, spread):
     d1 = (np.log(a / b) + s * s) / s
     cdf = lambda x: 0.5 * _ERFC(-x / math.sqrt(2.0))  # noqa: E731  (the standard normal CDF)
     out = np.maximum(0.0, a * np.exp(0.5 * s * s) * cdf(d1) - b * cdf(d1 - s))
-    out = np.where(np.asarray(host_seconds) > 0, out, 0.0)
+    out = np.where(asarray(host_seconds) > 0, out, 0.0)
     return out if out.ndim else np.float64(out)
 
 
@@ -658,7 +658,7 @@ def compute_terms(x: StepInputs) -> dict:
                                                    backward_efficiency_max=x.flash_backward_efficiency_max,
                                                    half_seq=x.flash_half_seq,
                                                    backward_flops_ratio=x.flash_backward_flops_ratio)
-    flash_kernel = (np.asarray(x.flash_forward_efficiency_max) > 0) & (np.asarray(x.unfused_attention) == 0)
+    flash_kernel = (asarray(x.flash_forward_efficiency_max) > 0) & (asarray(x.unfused_attention) == 0)
     t_core = where(flash_kernel, flash_fwd, t_core)
     t_core_bwd = where(flash_kernel, flash_bwd, t_core_bwd)
     hbm = g["hbm_bytes_per_s"]
@@ -674,7 +674,7 @@ def compute_terms(x: StepInputs) -> dict:
     # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
     t_mem = t_mem + where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
     # DeepSpeed-MoE: its fp32 gate input and fp32 weighted combine (:func:`workbench.dsmoe.extra_hbm_bytes`)
-    t_mem = t_mem + where(np.asarray(x.moe_deepspeed) > 0, dsmoe.extra_hbm_bytes(
+    t_mem = t_mem + where(asarray(x.moe_deepspeed) > 0, dsmoe.extra_hbm_bytes(
         tokens=tokens / t, hidden_size=h, top_k=x.experts_per_token, value_bytes=x.bytes_per_value) / hbm, 0.0)
     # materialised attention scores (non-flash): counted bytes per score element, forward and backward
     score_elements = tokens * x.num_attention_heads / t * s / c * x.unfused_attention
@@ -741,7 +741,7 @@ def compute_terms(x: StepInputs) -> dict:
     # selective recompute's MoE modules: moe_act reads fc1's output and writes the activation (3·v·X·f/tp_e, gated:
     # 2f in, f out; else f in, f out) again; moe runs the block's forward again — the permutation and the expert
     # GEMMs (their all-to-alls are in expert_parallel_terms)
-    moe_rc = g["selective"] * (np.asarray(x.num_experts) > 1)
+    moe_rc = g["selective"] * (asarray(x.num_experts) > 1)
     act_bytes = copies * (fc1_width + f) / etp * x.bytes_per_value
     t_moe_perm = 4 * copies * h * x.bytes_per_value / hbm
     t_moe_rc_bf16 = moe_rc * where(x.moe_recompute >= 2, t_fc1 + t_fc2 + t_moe_perm + act_bytes / hbm,
@@ -762,7 +762,7 @@ def compute_terms(x: StepInputs) -> dict:
                 + x.layer_pass_overhead_s)
     bf16_rc = (g["full"] * x.recompute_fraction * bf16_fwd
                + g["selective"] * (t_core + t_score_fwd) + t_moe_rc_bf16)
-    fp8_on = np.asarray(x.fp8_layer_fraction) > 0
+    fp8_on = asarray(x.fp8_layer_fraction) > 0
 
     def mix(share, at_fp8, at_bf16):
         return where(fp8_on, share * at_fp8 + (1 - share) * at_bf16, at_bf16)
@@ -892,7 +892,7 @@ def local_parameters(x: StepInputs) -> tuple:
     t, p = x.tensor_parallel, x.pipeline_parallel
     group = x.data_parallel * x.context_parallel if x.expert_data_parallel is None else x.expert_data_parallel
     local = stage_parameters(x)  # everything the rank holds, its local experts included
-    if not np.any(x.expert_parameters > 0):  # a dense model
+    if not any_true(x.expert_parameters > 0):  # a dense model
         return local, 0.0, group
     etp = _expert_tp(x)
     split = (x.expert_parallel > 1) | (etp != t)
@@ -937,7 +937,7 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
     t, e, n = x.tensor_parallel, x.expert_parallel, x.gpus_per_node
     etp = _expert_tp(x)
     layers = comp["stage_layers"]
-    if not np.any(x.num_experts > 1):  # a dense model: nothing to dispatch (the planner's common case, kept fast)
+    if not any_true(x.num_experts > 1):  # a dense model: nothing to dispatch (the planner's common case, kept fast)
         zero = np.zeros_like(layers * 1.0)
         return {"ep_forward_microbatch_seconds": zero, "ep_backward_microbatch_seconds": zero,
                 "ep_alltoall_seconds": zero, "ep_comm": zero, "ep_crosses_nodes": np.zeros_like(zero, bool),
@@ -974,7 +974,7 @@ def expert_parallel_terms(x: StepInputs, comp: dict, full_rc) -> dict:
     # micro-batch's forward runs beside another's backward, each one's all-to-alls during the other's compute; what
     # is left exposed is the micro-batch's communication beyond the compute of a forward and a backward
     # selective recompute of the whole MoE block (moe_recompute 2) runs its forward all-to-alls again
-    moe_rc = (np.asarray(x.recompute) == 1) * (np.asarray(x.moe_recompute) >= 2)
+    moe_rc = (asarray(x.recompute) == 1) * (asarray(x.moe_recompute) >= 2)
     total = layers * (2 + full_rc + moe_rc) * per_pass
     compute = comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
     kept = where(x.moe_overlap_alltoall > 0, exposed_seconds(total, compute, 1) / maximum(total, 1e-30), 1.0)
@@ -1006,12 +1006,12 @@ def fp8_cast_bytes(*, tokens, hidden_size, query_projection_size, kv_projection_
     Returns ``(forward_bytes, backward_bytes)``."""
     t, h, k = tensor_parallel, hidden_size, experts_per_token
     v, a = bytes_per_value, fp8_bytes
-    rep = where(np.asarray(sequence_parallel) > 0, 1.0 / t, 1.0)
-    fc1_width = ffn_hidden_size * (1 + np.asarray(gated))
+    rep = where(asarray(sequence_parallel) > 0, 1.0 / t, 1.0)
+    fc1_width = ffn_hidden_size * (1 + asarray(gated))
     cast = v + 2 * a
-    moe = (np.asarray(expert_copies) > 0).astype(float)
+    moe = (asarray(expert_copies) > 0).astype(float)
     forward = (tokens * (cast * (query_projection_size + ffn_hidden_size * k) / t + (2 * a - v) * (2 - moe) * h * rep)
-               + moe * cast * np.asarray(expert_copies) * h)
+               + moe * cast * asarray(expert_copies) * h)
     backward = tokens * cast * ((query_projection_size + 2 * kv_projection_size) / t + h
                                 + k * (fc1_width / t + h))
     return forward, backward
@@ -1099,7 +1099,7 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
               + dense_mlp * (ub(gather, "fc2_dgrad", "fc2")
                              + tp_overlap_exposed_seconds(scatter, x.trainable_fraction * comp["fc1_gemm_seconds"],
                                                           sm_fraction=f_sm)))
-    overlapped = (np.asarray(x.tp_comm_overlap) > 0) & np.asarray(sp)
+    overlapped = (asarray(x.tp_comm_overlap) > 0) & asarray(sp)
     layer_fwd_tp = where(overlapped, ov_fwd, pairs * per_collective)
     layer_bwd_tp = where(overlapped, ov_bwd + full_rc * ov_fwd, pairs * (1 + full_rc) * per_collective)
     out["tp_overlap_hidden_seconds"] = where(overlapped, m * layers * (pairs * (2 + full_rc) * per_collective
@@ -1140,11 +1140,11 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     local_params = dense_params + expert_params
     backward_mb = layers * comp["layer_backward_seconds"]  # compute a gradient reduction can hide behind
     forward_mb = layers * comp["layer_forward_seconds"]
-    share = dense_params / maximum(local_params, 1e-30) if np.any(expert_params > 0) else 1.0
+    share = dense_params / maximum(local_params, 1e-30) if any_true(expert_params > 0) else 1.0
     dense_dp = _data_parallel_seconds(x, dense_params, grad_group, (t, grad_group), share * backward_mb,
                                       share * forward_mb)
     expert_dp = 0.0
-    if np.any(expert_params > 0):  # routed experts priced on their own group
+    if any_true(expert_params > 0):  # routed experts priced on their own group
         expert_cross = group_crosses_nodes(_expert_tp(x) * x.expert_parallel, expert_group, x.gpus_per_node)
         expert_link = dict(gb_per_s=where(expert_cross, x.inter_node_gb_per_s, x.intra_node_gb_per_s),
                            latency_s=where(expert_cross, x.inter_node_latency_s, x.intra_node_latency_s))
