@@ -71,11 +71,11 @@ def _estimate(model, gpu, gpus_per_node, nodes, flash=False, **plan):
 
 @pytest.mark.slow
 def test_quickstart(tmp_path, monkeypatch):
-    params = dict(model="gpt3-1.3b", gpu="H100-SXM", gpus_per_node=4, nodes=1, engine="megatron",
+    params = dict(model="gpt3-1.3b", gpu="A100-80GB", gpus_per_node=4, nodes=1, engine="megatron",
                   tensor_parallel=2, pipeline_parallel=2, micro_batch_size=2, global_batch_size=16,
                   precision="bf16")
     rec = run_notebook("quickstart.ipynb", params, tmp_path, monkeypatch)
-    expected = _estimate("gpt3-1.3b", "H100-SXM", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
+    expected = _estimate("gpt3-1.3b", "A100-80GB", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
                          micro_batch_size=2, global_batch_size=16, precision="bf16").memory
     assert rec["parameters"] == catalog.model("gpt3-1.3b").num_parameters
     assert rec["data_parallel"] == 1 and rec["num_stages"] == 2
@@ -84,7 +84,8 @@ def test_quickstart(tmp_path, monkeypatch):
     assert rec["breakdown"] == expected.breakdown.as_dict()
     assert rec["fits"] is True
     assert 1 * GIB < rec["per_gpu_peak_bytes"] < 80 * GIB
-    # the FP8 section prices the same plan with flash attention in FP8 (H100 has FP8 tensor cores)
+    # the A100 has no FP8 tensor cores: the FP8 section prices the same plan with flash attention on an H100
+    assert rec["fp8_gpu"] == "H100-SXM"
     fp8 = _estimate("gpt3-1.3b", "H100-SXM", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
                     micro_batch_size=2, global_batch_size=16, precision="fp8", flash=True)
     assert rec["fp8_step_seconds"] == fp8.time.step_seconds
