@@ -209,3 +209,15 @@ def test_tp_comm_overlap_checkbox_needs_sequence_parallel():
     assert app.state.valid and app.state.plan.tp_comm_overlap, app.state.error
     assert "userbuffers" in app.state.estimate.memory.to_dict()["formulas"]["overhead"]
     app.close()
+
+
+def test_parallelism_panel_groups_every_control_once_in_sections():
+    from widgets.parallel_panel import GROUPS, ParallelPanel
+
+    panel = ParallelPanel()
+    placed = [n for _, names in GROUPS for n in names]
+    assert sorted(placed) == sorted(panel.controls) and len(placed) == len(set(placed))
+    assert panel.groups.titles == tuple(t for t, _ in GROUPS) and panel.groups.selected_index == 0
+    for section, (_, names) in zip(panel.groups.children, GROUPS):
+        assert list(section.children) == [panel.controls[n] for n in names]
+    assert list(panel.widget.children) == [panel.groups, panel.derived, panel.error]  # always visible

@@ -1,5 +1,5 @@
 """ParallelPanel: engine, ZeRO, offload, TP/PP/VP/CP/SP, recompute, batch sizes, precision and the stack (Adam
-kernel, communication overlap; the attention kernel is in the model panel).
+kernel, communication overlap; the attention kernel is in the model panel), in sections (:data:`GROUPS`).
 
 Invalid combinations (e.g. ZeRO-2 with DeepSpeed pipeline parallelism, TP not dividing the heads) are shown inline
 with the core's own message; the figures keep the last valid plan.
@@ -21,6 +21,22 @@ _INTS = (
     ("global_batch_size", "global batch"),
 )
 
+
+GROUPS = (
+    ("Parallelism", ("engine", "zero_stage", "tensor_parallel", "pipeline_parallel", "virtual_pipeline",
+                     "sequence_parallel", "tp_comm_overlap", "micro_batch_size", "global_batch_size")),
+    ("Pipeline split", ("first_stage_layers", "last_stage_layers", "embedding_in_pipeline_split",
+                        "loss_in_pipeline_split")),
+    ("Long context", ("context_parallel", "cp_comm_type", "cp_a2a_group", "ulysses")),
+    ("MoE", ("expert_parallel", "expert_tensor_parallel", "moe_token_dispatcher", "moe_capacity_factor",
+             "moe_load_imbalance", "moe_recompute", "moe_pad_to_capacity", "moe_overlap_alltoall")),
+    ("Memory & recompute", ("recompute", "recompute_layers", "distributed_optimizer", "offload_optimizer",
+                            "offload_params", "expandable_segments", "lora_rank")),
+    ("Precision & kernels", ("precision", "fp8_recipe", "fp8_param_gather", "fp8_bf16_first_layers",
+                             "fp8_bf16_last_layers", "grad_reduce_fp32", "adam", "overlap_comm")),
+)
+"""The panel's sections (an accordion, the first open), each control in exactly one; the derived sizes and the
+error stay below them, visible whichever section is open."""
 
 _ZERO_IS_NONE = ("recompute_layers", "first_stage_layers", "last_stage_layers", "expert_tensor_parallel",
                  "moe_capacity_factor")
@@ -139,17 +155,15 @@ class ParallelPanel(Panel):
         self.controls["ulysses"].add_class("wb-ulysses")
         self.derived = ipw.HTML()
         self.derived.add_class("wb-plan-derived")
-        self.widget = ipw.VBox([
-            c["engine"], c["zero_stage"], c["offload_optimizer"], c["offload_params"], c["distributed_optimizer"],
-            *[c[n] for n, _ in _INTS[:4]], c["cp_comm_type"], c["cp_a2a_group"], c["ulysses"], c["first_stage_layers"], c["last_stage_layers"],
-            c["embedding_in_pipeline_split"], c["loss_in_pipeline_split"], c["sequence_parallel"],
-            c["tp_comm_overlap"],
-            c["expert_parallel"], c["expert_tensor_parallel"], c["moe_token_dispatcher"], c["moe_capacity_factor"],
-            c["moe_load_imbalance"], c["moe_recompute"], c["moe_pad_to_capacity"], c["moe_overlap_alltoall"], c["micro_batch_size"], c["global_batch_size"],
-            c["recompute"], c["recompute_layers"], c["precision"], c["fp8_recipe"], c["fp8_param_gather"],
-            c["fp8_bf16_first_layers"], c["fp8_bf16_last_layers"], c["adam"], c["overlap_comm"], c["grad_reduce_fp32"],
-            c["expandable_segments"], c["lora_rank"], self.derived, self.error,
-        ])
+        placed = [n for _, names in GROUPS for n in names]
+        if sorted(placed) != sorted(c):  # every control in exactly one group: a new one must be placed
+            repeated = sorted(n for n in set(placed) if placed.count(n) > 1 or n not in c)
+            raise RuntimeError(f"parallel panel GROUPS: unplaced {sorted(set(c) - set(placed))}, "
+                               f"unknown or repeated {repeated}")
+        self.groups = ipw.Accordion(children=[ipw.VBox([c[n] for n in names]) for _, names in GROUPS],
+                                    titles=tuple(title for title, _ in GROUPS), selected_index=0)
+        self.groups.add_class("wb-plan-groups")
+        self.widget = ipw.VBox([self.groups, self.derived, self.error])
 
     def _on_field(self, name: str, value) -> None:
         if name == "cp_a2a_group":  # (a2a, p2p) sizes from the a2a group and the plan's CP
