@@ -71,11 +71,11 @@ def _estimate(model, gpu, gpus_per_node, nodes, flash=False, **plan):
 
 @pytest.mark.slow
 def test_quickstart(tmp_path, monkeypatch):
-    params = dict(model="gpt3-1.3b", gpu="H100-SXM", gpus_per_node=4, nodes=1, engine="megatron",
+    params = dict(model="gpt3-1.3b", gpu="A100-80GB", gpus_per_node=4, nodes=1, engine="megatron",
                   tensor_parallel=2, pipeline_parallel=2, micro_batch_size=2, global_batch_size=16,
                   precision="bf16")
     rec = run_notebook("quickstart.ipynb", params, tmp_path, monkeypatch)
-    expected = _estimate("gpt3-1.3b", "H100-SXM", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
+    expected = _estimate("gpt3-1.3b", "A100-80GB", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
                          micro_batch_size=2, global_batch_size=16, precision="bf16").memory
     assert rec["parameters"] == catalog.model("gpt3-1.3b").num_parameters
     assert rec["data_parallel"] == 1 and rec["num_stages"] == 2
@@ -84,7 +84,8 @@ def test_quickstart(tmp_path, monkeypatch):
     assert rec["breakdown"] == expected.breakdown.as_dict()
     assert rec["fits"] is True
     assert 1 * GIB < rec["per_gpu_peak_bytes"] < 80 * GIB
-    # the FP8 section prices the same plan with flash attention in FP8 (H100 has FP8 tensor cores)
+    # the A100 has no FP8 tensor cores: the FP8 section prices the same plan with flash attention on an H100
+    assert rec["fp8_gpu"] == "H100-SXM"
     fp8 = _estimate("gpt3-1.3b", "H100-SXM", 4, 1, engine="megatron", tensor_parallel=2, pipeline_parallel=2,
                     micro_batch_size=2, global_batch_size=16, precision="fp8", flash=True)
     assert rec["fp8_step_seconds"] == fp8.time.step_seconds
@@ -261,6 +262,7 @@ def test_fine_tuning(tmp_path, monkeypatch):
 
 def test_moe(tmp_path, monkeypatch):
     rec = run_notebook("moe.ipynb", dict(gpus_per_node=4, nodes=2, seq_length=2048, ep_values=[1, 2, 8], layout_ep=4,
+                                         tensor_parallel=1,
                                          global_batch=8, capacity_factors=[1.0, 1.5]), tmp_path, monkeypatch)
     # EP 4 on 8 GPUs: 2 experts per GPU, EP groups of neighbours, expert DP pairs one node apart
     assert rec["experts_of_rank"][:4] == [[0, 1], [2, 3], [4, 5], [6, 7]]
@@ -279,3 +281,29 @@ def test_moe(tmp_path, monkeypatch):
     assert imb[0] < imb[1] < imb[2] and capped[1] == pytest.approx(imb[1]) and imb[1] < capped[2] < imb[2]
     ds_peak = rec["ds_moe_peak_gib"]  # DeepSpeed-MoE: more EP shards the experts over world / EP
     assert ds_peak[0] > ds_peak[1] > ds_peak[2]
+    assert len(rec["fits"]) == 3
+
+
+def test_moe_lesson_defaults_show_a_plan_that_fits_and_ones_that_do_not():
+    """The notebook's default layout (its parameters cell, run as the notebook runs it) is one where the memory
+    sweep has both answers: Mixtral 8x7B on 2 x 8 H100 fits at TP 2 x EP 8 only; at TP 1 no EP size fits (the bf16
+    weights and fp32 main gradients of a GPU's TP/EP slice are not sharded by the distributed optimizer)."""
+    from workbench import catalog
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    nb = json.loads((NOTEBOOKS / "moe.ipynb").read_text())
+    params: dict = {}
+    exec("".join(next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))["source"]), params)
+    m = catalog.model(params["model"]).replace(seq_length=params["seq_length"])
+    cluster = ClusterSpec(gpu=catalog.gpu(params["gpu"]), gpus_per_node=params["gpus_per_node"],
+                          num_nodes=params["nodes"])
+
+    def fits(ep, t=params["tensor_parallel"]):
+        plan = ParallelPlan(world_size=cluster.world_size, engine="megatron", tensor_parallel=t,
+                            sequence_parallel=t > 1, expert_parallel=ep, distributed_optimizer=True,
+                            recompute="full", global_batch_size=params["global_batch"])
+        return estimate(m, cluster, plan, checks=False).memory.fits
+
+    assert [fits(ep) for ep in params["ep_values"]] == [False, False, False, True]
+    assert not any(fits(ep, t=1) for ep in params["ep_values"])
