@@ -92,6 +92,21 @@ def rank_groups(sizes: dict, kind: str, order=ORDER) -> list[list[int]]:
     return sorted([sorted(int(r) for r in row) for row in arr], key=lambda g: g[0])
 
 
+@functools.lru_cache(maxsize=512)
+def _small_rank_groups(shape: tuple, kind: str, order: tuple) -> tuple:
+    """:func:`rank_groups` as tuples, remembered per sizes (``shape``: the sizes in ``order``) and kind; for worlds
+    of up to :data:`LIST_RANKS_UP_TO` GPUs (every estimate's ``to_dict`` lists their groups)."""
+    return tuple(tuple(g) for g in rank_groups(dict(zip(order, shape)), kind, order))
+
+
+def _groups_of(sizes: dict, kind: str, order=ORDER):
+    """The groups :func:`rank_groups` gives, remembered for small worlds (rows are not to be changed in place)."""
+    shape = tuple(sizes[d] for d in order)
+    if math.prod(shape) <= LIST_RANKS_UP_TO:
+        return _small_rank_groups(shape, kind, tuple(order))
+    return rank_groups(sizes, kind, order)
+
+
 LIST_RANKS_UP_TO = 1024
 """``Layout.to_dict`` lists every rank and group only up to this many GPUs; beyond it the summary (sizes, group
 counts, nodes spanned, stage node ranges) stands alone."""
@@ -258,7 +273,7 @@ class Layout:
         key = "-".join(_normalise_kind(kind))
         self._check_enumerable("groups")
         if key not in self._groups:
-            self._groups[key] = rank_groups(self.sizes, key)
+            self._groups[key] = _groups_of(self.sizes, key)
         return [list(g) for g in self._groups[key]]
 
     # -- MoE: the expert rank order ---------------------------------------------------------------------------
@@ -296,7 +311,7 @@ class Layout:
         key = "e:" + "-".join(_normalise_kind(kind, EXPERT_ORDER))
         self._check_enumerable("expert groups")
         if key not in self._groups:
-            self._groups[key] = rank_groups(self.expert_sizes, kind, EXPERT_ORDER)
+            self._groups[key] = _groups_of(self.expert_sizes, kind, EXPERT_ORDER)
         return [list(g) for g in self._groups[key]]
 
     def expert_nodes_spanned(self, kind: str) -> int:
