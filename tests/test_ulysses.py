@@ -73,12 +73,16 @@ def test_memory_and_time_of_ulysses():
     mg = estimate(m, c, ParallelPlan(world_size=16, engine="megatron", context_parallel=8, cp_comm_type="a2a",
                                      recompute="full", global_batch_size=16))
     assert u.time.breakdown["cp_comm"] == pytest.approx(mg.time.breakdown["cp_comm"])
-    # 8 micro-batches x 32 layers x (forward, its recompute, backward) x one all-to-all of Q, K, V and O
+    # 8 micro-batches x 32 layers x (forward, its recompute, backward) x the all-to-alls of Q, K, V and O: their
+    # bytes at the link's bandwidth, and four calls' latency (DeepSpeed's DistributedAttention exchanges each
+    # tensor in its own all-to-all)
     tok = 65536 / 8
     q, kv = tok * m.query_projection_size * 2, 2 * tok * m.kv_projection_size * 2
     link = u.time.links["cp"]
     assert (link["group_size"], link["link"]) == (8, "intra-node")
-    one = T.all_to_all_seconds(2 * q + kv, 8, gb_per_s=link["gb_per_s"], latency_s=link["latency_s"])
+    one = T.all_to_all_seconds(2 * q + kv, 8, gb_per_s=link["gb_per_s"], latency_s=link["latency_s"]) \
+        + 3 * link["latency_s"]
+    assert T.A2A_CALLS_PER_DIRECTION == 4
     assert u.time.breakdown["cp_comm"] == pytest.approx(8 * 32 * 3 * one)
     # across nodes (N = 16 over 2 nodes would need 16 | heads: use a 16-K/V-head model) the all-to-all is slower
     wide = model("llama3-8b", num_query_groups=16, seq_length=65536)

@@ -1258,6 +1258,12 @@ def all_to_all_seconds(nbytes, group_size, *, gb_per_s, latency_s):
     return where(n > 1, (n - 1) / n * nbytes / (gb_per_s * 1e9) + latency_s, 0.0)
 
 
+A2A_CALLS_PER_DIRECTION = 4
+"""All-to-all calls of the head/sequence exchange per layer and direction (Q, K, V before attention, O after it;
+backward their gradients): DeepSpeed ``sequence/layer.py`` ``DistributedAttention.forward``, Transformer Engine
+``context_parallel.py`` ``flash_attn_a2a_communicate``."""
+
+
 def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, core_backward_seconds=None) -> dict:
     """Exposed context-parallel communication of one layer's forward and backward for one micro-batch, by
     ``cp_comm_type`` (Transformer Engine ``attention/dot_product_attention/context_parallel.py``, through
@@ -1271,8 +1277,9 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, c
       (r−1)·max(0, send(kv) − core/r). Backward sends K/V and their gradients: (r−1)·max(0, send(2kv) −
       core_backward/r) (``core_backward_seconds``, default 2·core).
       With GQA kv is small next to the attention work, so the ring hides until s/c gets short.
-    * ``a2a`` (Ulysses, a = c): all-to-all of Q, K, V before attention and of O after it (forward q+kv+q bytes;
-      backward the same for dO, dQ, dK, dV), not overlapped.
+    * ``a2a`` (Ulysses, a = c): all-to-all of Q, K, V before attention and of O after it (forward q+kv+q bytes in
+      :data:`A2A_CALLS_PER_DIRECTION` calls, each with its latency; backward the same for dO, dQ, dK, dV), not
+      overlapped.
     * ``all_gather``: all-gather the whole sequence's K/V (c·kv) before attention; backward gathers them again and
       reduce-scatters their gradients; not overlapped (Llama 3 §3.3.2, TE ``AttnFuncWithCPAndKVAllGather``).
     * ``a2a+p2p``: the all-to-all over a (inner group, consecutive CP ranks), then the ring over r = c/a.
@@ -1294,7 +1301,11 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, c
     ring_fwd = steps * maximum(0.0, hop_fwd - core_seconds / r)
     core_bwd = 2 * core_seconds if core_backward_seconds is None else core_backward_seconds
     ring_bwd = steps * maximum(0.0, hop_bwd - core_bwd / r)
-    a2a = all_to_all_seconds(2 * q + kv, a, gb_per_s=links["cp_a2a_gb_per_s"], latency_s=links["cp_a2a_latency_s"])
+    # four all-to-alls each way (Q, K, V; O), each paying the collective's latency: DeepSpeed's
+    # DistributedAttention calls _SeqAllToAll once per tensor (sequence/layer.py), Transformer Engine's
+    # flash_attn_a2a_communicate one all_to_all_single per tensor
+    a2a = all_to_all_seconds(2 * q + kv, a, gb_per_s=links["cp_a2a_gb_per_s"], latency_s=links["cp_a2a_latency_s"]) \
+        + where(a > 1, (A2A_CALLS_PER_DIRECTION - 1) * links["cp_a2a_latency_s"], 0.0)
     cp_link = dict(gb_per_s=links["cp_gb_per_s"], latency_s=links["cp_latency_s"])
     ag = where(gather, collective_seconds(c * kv, c, kind="all_gather", **cp_link), 0.0)
     rs = where(gather, collective_seconds(c * kv, c, kind="reduce_scatter", **cp_link), 0.0)
