@@ -259,6 +259,12 @@ def test_zero3_host_bound_for_thin_layers(thin_zero3):
     assert json.loads(json.dumps(f.to_dict()))["numbers"]["alternatives"][0]["option"] == "zero2"
 
 
+def test_throughput_names_zero3_hooks_not_nccl_on_one_rank(thin_zero3):
+    m, c, p, rec = thin_zero3
+    dp = next(x for x in advisor.throughput_suggestions(m, c, p, rec.time) if x.term == "dp_comm")
+    assert "hooks" in dp.message and "NCCL" not in dp.message and "NCCL_DEBUG=INFO" not in dp.settings
+
+
 def test_zero3_host_bound_absent_for_wide_layers_and_other_stages():
     m, c = model("llama3-8b", attention="flash"), _cluster("H200")
     p = _plan(c, engine="deepspeed", zero_stage=3)

@@ -1381,10 +1381,18 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
                 msg = f"TP={plan.tensor_parallel} all-reduces every layer; a smaller TP with more PP/DP may be faster"
                 settings = ["--tp-comm-overlap (Transformer Engine)"]
         elif term == "dp_comm":
-            msg = (f"data-parallel traffic is exposed (ZeRO-{int(plan.zero_stage)}, DP={plan.data_parallel}); "
-                   "check NCCL bandwidth, bucket sizes and overlap")
-            settings = ["NCCL_DEBUG=INFO", f"reduce_bucket_size / allgather_bucket_size (now {o.reduce_bucket_size:.2g}"
-                                           f" / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
+            zero3 = int(plan.zero_stage) >= 3 and plan.engine is not Engine.MEGATRON
+            if zero3 and plan.data_parallel == 1:
+                # one rank moves no data (its gathered parameter is its own partition): what is exposed is host time
+                msg = ("ZeRO-3's per-module fetch / release hooks are exposed: host time, no data moves with DP=1 "
+                       "(see zero3_host_bound)")
+                settings = []
+            else:
+                msg = (f"data-parallel traffic is exposed (ZeRO-{int(plan.zero_stage)}, DP={plan.data_parallel}); "
+                       "check NCCL bandwidth, bucket sizes and overlap"
+                       + ("; ZeRO-3's per-module hook time counts here too (see zero3_host_bound)" if zero3 else ""))
+                settings = ["NCCL_DEBUG=INFO", f"reduce_bucket_size / allgather_bucket_size (now "
+                            f"{o.reduce_bucket_size:.2g} / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
             if plan.zero_stage >= ZeroStage.GRADIENTS and plan.engine is not Engine.MEGATRON:
                 alt = _try(model, cluster, plan, profile, zero_stage=1, offload_params=Offload.NONE)
                 settings.append("zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch)")
