@@ -1395,7 +1395,8 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
                             f"{o.reduce_bucket_size:.2g} / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
             if plan.zero_stage >= ZeroStage.GRADIENTS and plan.engine is not Engine.MEGATRON:
                 alt = _try(model, cluster, plan, profile, zero_stage=1, offload_params=Offload.NONE)
-                settings.append("zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch)")
+                settings.append("zero_optimization.stage 1 (no per-module hooks)" if zero3 and plan.data_parallel == 1
+                                else "zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch)")
         elif term == "bubble":
             msg = (f"pipeline bubble (p−1)/(v·m) = ({plan.pipeline_parallel}−1)/({plan.virtual_pipeline}·"
                    f"{plan.num_microbatches}): more micro-batches or interleaving shrink it")
