@@ -1205,6 +1205,32 @@ def zero3_persistent_bytes(elements_per_layer: float, layers: int, plan: Paralle
     return gathered + (full / plan.data_parallel if plan.offload_params is not Offload.NONE else 0.0)
 
 
+def _fits_with_headroom(memory, headroom: float, extra_bytes: float = 0.0) -> bool:
+    """Whether a plan's peak (plus ``extra_bytes``) stays within (1 − headroom) of the GPU and its host memory fits."""
+    return bool(memory.per_gpu_peak_bytes + extra_bytes <= (1 - headroom) * memory.capacity_bytes
+                and memory.fits_host)
+
+
+def _larger_micro_batch(model, cluster, plan, headroom, profile=None):
+    """The plan with a larger micro batch at the same global batch (micro batch × k for every k dividing the
+    accumulation) that is fastest among those that fit, else the smallest valid one; ``(plan, record)`` or None."""
+    m, b = plan.num_microbatches, plan.micro_batch_size
+    larger = []
+    for k in range(2, m + 1):
+        if m % k:
+            continue
+        try:
+            p = plan.replace(micro_batch_size=b * k)
+            validate(model, cluster, p)
+        except ValueError:
+            continue
+        larger.append((p, _evaluated(model, cluster, p, profile)))
+    if not larger:
+        return None
+    fitting = [x for x in larger if _fits_with_headroom(x[1].memory, headroom)]
+    return min(fitting, key=lambda x: x[1].time.step_seconds) if fitting else larger[0]
+
+
 def zero3_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record, *,
                      options: Optional[DeepSpeedOptions] = None, headroom: float = 0.0,
                      profile=None) -> Optional[Finding]:
@@ -1264,7 +1290,7 @@ def zero3_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
     def priced(kind, p, extra_bytes=0.0, step_seconds=None, note="", rec=None):
         rec = rec or _evaluated(model, cluster, p, profile)
         peak = rec.memory.per_gpu_peak_bytes + extra_bytes
-        fits = peak <= (1 - headroom) * rec.memory.capacity_bytes and rec.memory.fits_host
+        fits = _fits_with_headroom(rec.memory, headroom, extra_bytes)
         s = rec.time.step_seconds if step_seconds is None else step_seconds
         alt = dict(option=kind, plan=_plan_text(p), step_seconds=s, peak_bytes=int(peak), fits=bool(fits),
                    speedup=step / s - 1 if s > 0 else 0.0)
@@ -1281,21 +1307,9 @@ def zero3_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
         options_text.append(f"ZeRO-2 is not a valid plan here ({exc})")
     # a larger micro batch: the same fetches per micro-batch carry more tokens
     b = plan.micro_batch_size
-    larger = []
-    for k in range(2, m + 1):
-        if m % k:
-            continue
-        try:
-            p = plan.replace(micro_batch_size=b * k)
-            validate(model, cluster, p)
-        except ValueError:
-            continue
-        rec = _evaluated(model, cluster, p, profile)
-        larger.append((p, rec, rec.memory.per_gpu_peak_bytes <= (1 - headroom) * rec.memory.capacity_bytes
-                       and rec.memory.fits_host))
+    larger = _larger_micro_batch(model, cluster, plan, headroom, profile)
     if larger:
-        fitting = [x for x in larger if x[2]]
-        p, rec, _ = min(fitting, key=lambda x: x[1].time.step_seconds) if fitting else larger[0]
+        p, rec = larger
         fewer = p.num_microbatches * passes * (model.num_layers * modules + 1)
         options_text.append(f"micro batch {b} → {p.micro_batch_size} (accumulation {m} → {p.num_microbatches}, "
                             f"global batch {plan.global_batch_size} kept, {fewer:,} module fetches per step): "
@@ -1547,27 +1561,15 @@ def microstep_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
 
     def priced(kind, p, rec):
         peak = rec.memory.per_gpu_peak_bytes
-        fits = peak <= (1 - headroom) * rec.memory.capacity_bytes and rec.memory.fits_host
+        fits = _fits_with_headroom(rec.memory, headroom)
         s = rec.time.step_seconds
         alternatives.append(dict(option=kind, plan=_plan_text(p), step_seconds=s, peak_bytes=int(peak),
                                  fits=bool(fits), speedup=step / s - 1 if s > 0 else 0.0))
         return f"{ms(s)}/step ({s / step - 1:+.0%}), peak {_gb(peak)} ({'fits' if fits else 'does NOT fit'})"
 
-    larger = []
-    for k in range(2, m + 1):
-        if m % k:
-            continue
-        try:
-            p = plan.replace(micro_batch_size=b * k)
-            validate(model, cluster, p)
-        except ValueError:
-            continue
-        rec = _evaluated(model, cluster, p, profile)
-        larger.append((p, rec, rec.memory.per_gpu_peak_bytes <= (1 - headroom) * rec.memory.capacity_bytes
-                       and rec.memory.fits_host))
+    larger = _larger_micro_batch(model, cluster, plan, headroom, profile)
     if larger:
-        fitting = [x for x in larger if x[2]]
-        p, rec, _ = min(fitting, key=lambda x: x[1].time.step_seconds) if fitting else larger[0]
+        p, rec = larger
         options_text.append(f"micro batch {b} → {p.micro_batch_size} (accumulation {m} → {p.num_microbatches}, "
                             f"global batch {plan.global_batch_size} kept): {priced('micro_batch', p, rec)}")
     else:
