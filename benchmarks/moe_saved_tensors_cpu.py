@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import sys
 from pathlib import Path
 
@@ -57,23 +56,13 @@ def count(dims: dict, router_dtype: str | None = None, dispatcher: str = "allgat
     saved storage, largest first."""
     import torch
 
-    torch.set_num_threads(1)
-    torch.cuda.current_device = lambda: "cpu"  # rotary embeddings and the router's weight move ask for it
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), RANK="0",
-                      WORLD_SIZE="1", LOCAL_RANK="0")
-    from workbench.runs import cpu_adapter
+    from trace_activations_cpu import cpu_megatron_world
 
-    cpu_adapter.apply()
-    import torch.distributed as dist
-    from megatron.core import parallel_state, tensor_parallel
+    cpu_megatron_world()
     from megatron.core.transformer import TransformerConfig
 
     import measure
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
-        parallel_state.initialize_model_parallel(1, 1)
-        tensor_parallel.model_parallel_cuda_manual_seed(1234)
     shared = dims.get("shared_expert_ffn_hidden_size")
     if router_dtype or dispatcher != "allgather" or shared or capacity:
         post_init = TransformerConfig.__post_init__

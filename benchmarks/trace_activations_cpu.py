@@ -25,6 +25,28 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
 
 
+def cpu_megatron_world() -> None:
+    """One rank of megatron-core on the CPU over gloo (TP = PP = 1), as ``measure.py``'s dry runs build it: one
+    torch thread, CUDA device queries answered with the CPU (rotary embeddings and the MoE router ask), the
+    workbench's CPU adapter applied. Does nothing the second time."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.cuda.current_device = lambda: "cpu"
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), RANK="0",
+                      WORLD_SIZE="1", LOCAL_RANK="0")
+    from workbench.runs import cpu_adapter
+
+    cpu_adapter.apply()
+    import torch.distributed as dist
+    from megatron.core import parallel_state, tensor_parallel
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+        parallel_state.initialize_model_parallel(1, 1)
+        tensor_parallel.model_parallel_cuda_manual_seed(1234)
+
+
 def trace(dims: dict, recompute: str, micro_batch: int = 1) -> dict:
     """``{peak_bytes, peak_op, live}`` for the second forward + backward; ``live``: (bytes, op, shape, dtype) of the
     tensors alive at the peak, largest first."""
@@ -62,23 +84,10 @@ def trace(dims: dict, recompute: str, micro_batch: int = 1) -> dict:
     def dropout_as_on_gpu(input, p=0.5, training=True, inplace=False):
         return torch.native_dropout(input, p, True)[0] if training and p > 0 else input
 
-    torch.set_num_threads(1)
-    torch.cuda.current_device = lambda: "cpu"  # rotary embeddings ask for it
     F.dropout = dropout_as_on_gpu
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), RANK="0",
-                      WORLD_SIZE="1", LOCAL_RANK="0")
-    from workbench.runs import cpu_adapter
-
-    cpu_adapter.apply()
-    import torch.distributed as dist
-    from megatron.core import parallel_state, tensor_parallel
-
+    cpu_megatron_world()
     import measure
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
-        parallel_state.initialize_model_parallel(1, 1)
-        tensor_parallel.model_parallel_cuda_manual_seed(1234)
     model, _ = measure.build_mcore(dims, {"recompute": recompute})
     model = model.to(torch.bfloat16)
     seq, vocab = dims["seq_length"], dims["vocab_size"]
