@@ -27,6 +27,7 @@ much memory other processes held on the GPU when each one-GPU run started (count
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -544,34 +545,58 @@ def repeatability_lines(rep: dict) -> list[str]:
 ZERO3_HOST_CONSTANTS = ("zero3_fetch_latency_s", "zero3_reduce_latency_s", "zero3_collective_call_s")
 
 
+@contextlib.contextmanager
+def _deepspeed_constants_zeroed(keys):
+    """The DeepSpeed time constants ``keys`` at 0 inside the block (the catalog's calibration dict), restored after
+    it, a key the catalog did not have removed again."""
+    from workbench import timing
+
+    cal = timing.calibration()["deepspeed"]
+    saved = {k: cal.get(k) for k in keys}
+    try:
+        for k in keys:
+            cal[k] = 0.0
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                cal.pop(k, None)
+            else:
+                cal[k] = v
+
+
+def _zero3_step_parts(r: dict) -> dict:
+    """A measured ZeRO-3 run's step as the model prices it now (``base_seconds``; inside
+    :func:`_deepspeed_constants_zeroed` that is without the host hooks), the modules fetched per pass and the
+    fetches of a step (forward, backward, and the recomputed forward with full recompute) over its micro-batches, and
+    the micro-batches' GPU kernel seconds."""
+    from workbench import timing
+    from workbench.estimate import estimate
+
+    plan, model = r["plan"], r["model"]
+    t = estimate(model, r["cluster"], plan).time
+    m = plan.global_batch_size // (plan.micro_batch_size * plan.world_size)
+    modules = m * (model.num_layers * timing.zero3_modules_per_layer(model) + 1)
+    return dict(base_seconds=t.step_seconds, modules=modules, fetches=modules * (2 + (plan.recompute == "full")),
+                kernel_seconds=m * (t.microbatch_forward_seconds + t.microbatch_backward_seconds))
+
+
 def zero3_host_rows(runs: list) -> list[dict]:
     """For each measured ZeRO-3 run without optimizer offload: the step time the model gives with its ZeRO-3 host
     constants (:data:`ZERO3_HOST_CONSTANTS`) at zero, what the measured step spends beyond that (``exposed``:
     the hooks' host time the GPU's kernels did not hide, plus the model's other errors), the module fetches of a step
     (forward, backward and recomputed forward) and the GPU kernel time per fetch."""
-    from workbench import timing
-    from workbench.estimate import estimate
-
-    cal = timing.calibration()["deepspeed"]
-    saved = {k: cal[k] for k in ZERO3_HOST_CONSTANTS}
     out = []
-    try:
-        for k in ZERO3_HOST_CONSTANTS:
-            cal[k] = 0.0
+    with _deepspeed_constants_zeroed(ZERO3_HOST_CONSTANTS):
         for r in runs:
-            plan, model = r["plan"], r["model"]
+            plan = r["plan"]
             if int(plan.zero_stage) != 3 or plan.offload_optimizer != "none" or not r["measured"].get("step"):
                 continue
-            t = estimate(model, r["cluster"], plan).time
-            m = plan.global_batch_size // (plan.micro_batch_size * plan.world_size)
-            fetches = m * (model.num_layers * timing.zero3_modules_per_layer(model) + 1) * (
-                2 + (plan.recompute == "full"))
-            kernel = m * (t.microbatch_forward_seconds + t.microbatch_backward_seconds)
-            exposed = r["measured"]["step"] - t.step_seconds
-            out.append(dict(run=r, exposed_seconds=exposed, fetches=fetches,
-                            exposed_per_fetch_seconds=exposed / fetches, kernel_per_fetch_seconds=kernel / fetches))
-    finally:
-        cal.update(saved)
+            x = _zero3_step_parts(r)
+            exposed = r["measured"]["step"] - x["base_seconds"]
+            out.append(dict(run=r, exposed_seconds=exposed, fetches=x["fetches"],
+                            exposed_per_fetch_seconds=exposed / x["fetches"],
+                            kernel_per_fetch_seconds=x["kernel_seconds"] / x["fetches"]))
     return out
 
 
@@ -612,32 +637,13 @@ def zero3_fit_rows(runs: list) -> list[dict]:
     """For every measured ZeRO-3 run (optimizer offload included): the model's step with its ZeRO-3 host hooks left
     out (``base_seconds``), and what the hook term is priced on: fetches and modules of a step, whether the group has
     more than one rank, and the stage's GPU kernel seconds (``workbench.timing.communication_terms``)."""
-    from workbench import timing
-    from workbench.estimate import estimate
-
-    cal = timing.calibration()["deepspeed"]
-    keys = (*ZERO3_HOST_CONSTANTS, "zero3_host_spread")
-    saved = {k: cal.get(k) for k in keys}
     out = []
-    try:
-        for k in keys:
-            cal[k] = 0.0
+    with _deepspeed_constants_zeroed((*ZERO3_HOST_CONSTANTS, "zero3_host_spread")):
         for r in runs:
-            plan, model = r["plan"], r["model"]
+            plan = r["plan"]
             if plan.engine != "deepspeed" or int(plan.zero_stage) != 3 or not r["measured"].get("step"):
                 continue
-            t = estimate(model, r["cluster"], plan).time
-            m = plan.global_batch_size // (plan.micro_batch_size * plan.world_size)
-            modules = m * (model.num_layers * timing.zero3_modules_per_layer(model) + 1)
-            out.append(dict(run=r, base_seconds=t.step_seconds, modules=modules,
-                            fetches=modules * (2 + (plan.recompute == "full")), multi=float(plan.world_size > 1),
-                            kernel_seconds=m * (t.microbatch_forward_seconds + t.microbatch_backward_seconds)))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                cal.pop(k, None)
-            else:
-                cal[k] = v
+            out.append(dict(run=r, multi=float(plan.world_size > 1), **_zero3_step_parts(r)))
     return out
 
 
