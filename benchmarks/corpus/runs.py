@@ -177,6 +177,20 @@ MCORE_SHAPES = {
                          num_query_groups=8, ffn_hidden_size=16384, vocab_size=64000, seq_length=4096,
                          activation="swiglu", normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                          position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- sixth final batch ("final6"): declared before measuring; kept out of the corpus, unseen, until the models are
+    # frozen after final5 has been reported ---
+    # Llama 3.2 1B width: GQA 32/8, head 64, SwiGLU 8192, 128k vocabulary, tied
+    "mc-h2048-llama32": dict(like="Llama 3.2 1B (16 -> 6 layers)", num_layers=6, hidden_size=2048,
+                             num_attention_heads=32, num_query_groups=8, ffn_hidden_size=8192, vocab_size=128256,
+                             seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                             tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                             attention_dropout=0.0),
+    # Qwen3 14B width: GQA 40/8, head 128, SwiGLU 17408, 152k vocabulary, untied
+    "mc-h5120-qwen3": dict(like="Qwen3 14B width (40 -> 2 layers)", num_layers=2, hidden_size=5120,
+                           num_attention_heads=40, num_query_groups=8, ffn_hidden_size=17408, vocab_size=151936,
+                           seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                           tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                           attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -301,6 +315,19 @@ HF_SHAPES = {
         num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
         vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, sliding_window=None, router_aux_loss_coef=0.02, output_router_logits=False)),
+    # --- sixth final batch ("final6") ---
+    # Qwen3 1.7B: GQA 16/8, head 128, q/k RMSNorm, SwiGLU 6144, tied, 152k vocabulary
+    "hf-qwen3-h2048": dict(like="Qwen3 1.7B (28 -> 6 layers)", seq_length=4096, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=6, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # SmolLM2 135M: thin layers (h576, GQA 9/3, head 64), SwiGLU 1536, tied, 49k vocabulary
+    "hf-smollm2-h576": dict(like="SmolLM2 135M (30 -> 10 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=576, intermediate_size=1536,
+        num_hidden_layers=10, num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
 }
 
 
@@ -526,6 +553,17 @@ GROUPS = {
         _hf("hf-gemma3-h1152", 3, "sdpa", mbs=2, ckpt=True), _hf("hf-gemma3-h1152", 2, "sdpa", mbs=2, ckpt=True, lora=16),
         _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2), _hf("hf-mixtral-h1024", 3, "sdpa", mbs=2),
         _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2, ckpt=True),
+    ],
+    # sixth final batch (one GPU), declared in accuracy_split.json "final6" before measuring
+    "final6": [
+        _ds("mc-h2048-llama32", 1), _ds("mc-h2048-llama32", 2, mbs=2, gas=2), _ds("mc-h2048-llama32", 3),
+        _ds("mc-h2048-llama32", 2, **OFF), _ddp("mc-h2048-llama32", True, recompute="selective"),
+        _ds("mc-h5120-qwen3", 1), _ds("mc-h5120-qwen3", 3), _ds("mc-h5120-qwen3", 2, recompute="full"),
+        _ddp("mc-h5120-qwen3", True),
+        _hf("hf-qwen3-h2048", 2, "sdpa"), _hf("hf-qwen3-h2048", 2, "eager"), _hf("hf-qwen3-h2048", 3, "sdpa", ckpt=True),
+        _hf("hf-qwen3-h2048", 2, "sdpa", ckpt=True, lora=16), _hf("hf-qwen3-h2048", 3, "sdpa", **OFF),
+        _hf("hf-smollm2-h576", 2, "sdpa", mbs=4), _hf("hf-smollm2-h576", 3, "sdpa", mbs=4),
+        _hf("hf-smollm2-h576", 2, "sdpa", mbs=4, ckpt=True), _hf("hf-smollm2-h576", 2, "eager", mbs=4, lora=16),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
