@@ -220,7 +220,10 @@ def build_hf(shape: dict, cfg: dict):
         if cfg.get("ckpt"):
             model.enable_input_require_grads()
         model = get_peft_model(model, LoraConfig(**lora))
-    return model, hf_cfg.to_dict(), lora
+    resolved = hf_cfg.to_dict()
+    # transformers' MoE experts kernel as resolved at build time (grouped_mm or eager; None for dense models)
+    resolved["experts_implementation_used"] = getattr(model.config, "_experts_implementation", None)
+    return model, resolved, lora
 
 
 def zero_resolved(engine) -> dict:

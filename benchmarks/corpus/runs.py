@@ -328,6 +328,31 @@ HF_SHAPES = {
         num_hidden_layers=10, num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
         max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0)),
+    # --- fourth fit batch ("fit4"): Hugging Face MoE models (transformers' fused experts), fit side ---
+    # Qwen2-MoE-like: 16 experts top-4 of width 512 plus a shared expert 2048, MHA head 64, 32k vocabulary, untied
+    "hf-qwen2moe-h1024": dict(like="Qwen2-MoE-like small (4 layers, 16 experts top-4, shared expert)", seq_length=2048,
+        config=dict(model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"], hidden_size=1024,
+                    intermediate_size=2048, moe_intermediate_size=512, shared_expert_intermediate_size=2048,
+                    num_experts=16, num_experts_per_tok=4, decoder_sparse_step=1, mlp_only_layers=[],
+                    norm_topk_prob=False, num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=16,
+                    vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu",
+                    tie_word_embeddings=False, attention_dropout=0.0, router_aux_loss_coef=0.001,
+                    output_router_logits=False)),
+    # Qwen3-MoE-like thin: 32 experts top-4 of width 384, GQA 12/4 head 64, 49k vocabulary, tied
+    "hf-qwen3moe-h768": dict(like="Qwen3-MoE-like thin (4 layers, 32 experts top-4)", seq_length=2048, config=dict(
+        model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], hidden_size=768, intermediate_size=2048,
+        moe_intermediate_size=384, num_experts=32, num_experts_per_tok=4, decoder_sparse_step=1, mlp_only_layers=[],
+        norm_topk_prob=True, num_hidden_layers=4, num_attention_heads=12, num_key_value_heads=4, head_dim=64,
+        vocab_size=49152, max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu",
+        tie_word_embeddings=True, attention_dropout=0.0, router_aux_loss_coef=0.001, output_router_logits=False)),
+    # --- seventh final batch ("final7"): declared before measuring, kept out of the corpus, unseen ---
+    # Qwen3-30B-A3B width: 128 experts top-8 of width 768, GQA 32/4 head 128, 152k vocabulary, untied
+    "hf-qwen3moe-h2048": dict(like="Qwen3-30B-A3B width (48 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], hidden_size=2048, intermediate_size=6144,
+        moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[],
+        norm_topk_prob=True, num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu",
+        tie_word_embeddings=False, attention_dropout=0.0, router_aux_loss_coef=0.001, output_router_logits=False)),
 }
 
 
@@ -564,6 +589,19 @@ GROUPS = {
         _hf("hf-qwen3-h2048", 2, "sdpa", ckpt=True, lora=16), _hf("hf-qwen3-h2048", 3, "sdpa", **OFF),
         _hf("hf-smollm2-h576", 2, "sdpa", mbs=4), _hf("hf-smollm2-h576", 3, "sdpa", mbs=4),
         _hf("hf-smollm2-h576", 2, "sdpa", mbs=4, ckpt=True), _hf("hf-smollm2-h576", 2, "eager", mbs=4, lora=16),
+    ],
+    # fourth fit batch (one GPU): Hugging Face MoE models, fit side (accuracy_split.json "fit")
+    "fit4": [
+        _hf("hf-qwen2moe-h1024", 2, "sdpa", mbs=2), _hf("hf-qwen2moe-h1024", 3, "sdpa", mbs=2),
+        _hf("hf-qwen2moe-h1024", 2, "sdpa", mbs=2, ckpt=True), _hf("hf-qwen2moe-h1024", 3, "sdpa", mbs=2, ckpt=True),
+        _hf("hf-qwen3moe-h768", 2, "sdpa", mbs=4), _hf("hf-qwen3moe-h768", 3, "sdpa", mbs=4),
+        _hf("hf-qwen3moe-h768", 2, "sdpa", mbs=4, ckpt=True), _hf("hf-qwen3moe-h768", 2, "eager", mbs=4),
+    ],
+    # seventh final batch (one GPU), declared in accuracy_split.json "final7" before measuring
+    "final7": [
+        _hf("hf-qwen3moe-h2048", 2, "sdpa"), _hf("hf-qwen3moe-h2048", 3, "sdpa"),
+        _hf("hf-qwen3moe-h2048", 2, "sdpa", ckpt=True), _hf("hf-qwen3moe-h2048", 3, "sdpa", ckpt=True),
+        _hf("hf-qwen3moe-h2048", 2, "sdpa", mbs=2, **OFF),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
