@@ -45,6 +45,7 @@ def time_terms_html(breakdown) -> str:
     return ('<div class="wb-banner-time" style="font-size:smaller;color:#555">exposed per step: '
             + " · ".join(parts) + "</div>")
 
+
 # Views shown when their module (and the core piece it draws) is importable, in tab order.
 _OPTIONAL_VIEWS = (
     ("widgets.layout_view", "LayoutView"),
