@@ -261,8 +261,27 @@ def test_zero3_host_bound_for_thin_layers(thin_zero3):
 
 def test_throughput_names_zero3_hooks_not_nccl_on_one_rank(thin_zero3):
     m, c, p, rec = thin_zero3
-    dp = next(x for x in advisor.throughput_suggestions(m, c, p, rec.time) if x.term == "dp_comm")
-    assert "hooks" in dp.message and "NCCL" not in dp.message and "NCCL_DEBUG=INFO" not in dp.settings
+    suggestions = advisor.throughput_suggestions(m, c, p, rec.time)
+    # one rank moves no data: the hooks are their own term, and nothing is booked as data-parallel traffic
+    assert rec.time.breakdown["dp_comm"] == 0.0 and "dp_comm" not in [x.term for x in suggestions]
+    hooks = next(x for x in suggestions if x.term == "zero3_hooks")
+    assert hooks.exposed_seconds == rec.time.breakdown["zero3_hooks"] > 0
+    assert "hooks" in hooks.message and "NCCL" not in hooks.message and "NCCL_DEBUG=INFO" not in hooks.settings
+    # its priced remedy is ZeRO-2 (no per-module hooks), as in zero3_host_bound
+    z2 = estimate(m, c, p.replace(zero_stage=2), checks=False)
+    assert hooks.predicted_step_seconds == pytest.approx(z2.time.step_seconds)
+    assert advisor.zero3_host_bound(m, c, p, rec) is not None  # the host finding still fires
+
+
+def test_throughput_keeps_zero3_traffic_and_hooks_apart_on_many_ranks():
+    m, c = model("gpt3-125m", attention="flash"), _cluster("H200", nodes=2)
+    p = _plan(c, engine="deepspeed", zero_stage=3, global_batch_size=64)
+    rec = estimate(m, c, p, checks=False)
+    b = rec.time.breakdown
+    assert b["dp_comm"] > 0 and b["zero3_hooks"] > 0
+    by_term = {x.term: x for x in advisor.throughput_suggestions(m, c, p, rec.time, min_fraction=0.0)}
+    assert "hooks" not in by_term["dp_comm"].message and "NCCL_DEBUG=INFO" in by_term["dp_comm"].settings
+    assert by_term["zero3_hooks"].exposed_seconds == b["zero3_hooks"]
 
 
 def test_zero3_host_bound_absent_for_wide_layers_and_other_stages():

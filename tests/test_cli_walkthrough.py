@@ -268,3 +268,25 @@ def test_configs_view_shows_scripts_in_a_fixed_width_font():
     view = next(v for v in app.views if type(v).__name__ == "ConfigView")
     view.show(app.state)  # views draw when their tab opens
     assert "<pre" in view.text.value and "monospace" in view.text.value
+
+
+def test_zero3_hooks_are_their_own_term_in_the_table_the_json_and_advise(capsys):
+    """A one-GPU ZeRO-3 plan moves no data-parallel traffic: its per-module hooks show as ``zero3_hooks`` in the
+    estimate's time line, ``--json``'s breakdown and advise's throughput list, never as ``dp_comm``."""
+    import json
+
+    argv = ["--model", "gpt3-125m", "--attention", "flash", "--gpu", "H200", "--gpus-per-node", "1", "--engine",
+            "deepspeed", "--zero", "3", "--gbs", "8"]
+    rc, out, _ = _main(["estimate", *argv, "--json"], capsys)
+    b = json.loads(out)["time"]["breakdown"]
+    assert rc == 0 and b["zero3_hooks"] > 0 and b["dp_comm"] == 0.0
+    rc, out, _ = _main(["estimate", *argv], capsys)
+    lines = out.splitlines()
+    terms_line = lines[next(i for i, x in enumerate(lines) if x.startswith("time ")) + 1]
+    assert rc == 0 and f"zero3_hooks {b['zero3_hooks']:.3f}s" in terms_line and "dp_comm" not in terms_line
+    rc, out, _ = _main(["advise", *argv], capsys)
+    throughput = out[out.index("throughput: exposed time"):out.index("\ndiagnose")]
+    assert rc == 0 and "  zero3_hooks " in throughput and "dp_comm" not in throughput
+    # ZeRO-2 on the same GPU has no hooks: the key stays, at zero, and the time line leaves it out
+    rc, out, _ = _main(["estimate", *argv[:-4], "--zero", "2", "--gbs", "8", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["time"]["breakdown"]["zero3_hooks"] == 0.0

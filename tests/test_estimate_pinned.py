@@ -16,7 +16,7 @@ PINNED = [
      {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13970313731234413}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
      32459944419, 15161435136, 4.003427457200508,
-     {'compute': 1.2869937958467284, 'dp_comm': 1.5933359759953942, 'offload': 1.0923511853583854, 'optimizer': 0.0307465}),
+     {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.5898616124398386, 'offload': 1.0923511853583854, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
      224220420964, 0, 27.766460576701757,
      {'compute': 24.24252702208169, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.6244521212801055}),
@@ -31,7 +31,7 @@ PINNED = [
      {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.5519136684864272}),
     ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
      66056823376, 0, 1.4985964964888092,
-     {'compute': 1.2598402372838835, 'dp_comm': 0.18206183041495552, 'optimizer': 0.05669442878997015}),
+     {'compute': 1.2598402372838835, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.17858746685939997, 'optimizer': 0.05669442878997015}),
     ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
      63264984184, 0, 3.749353979066072,
      {'compute': 3.3328498433202145, 'cp_comm': 0.16364557653333336, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05669442878997015}),
@@ -47,6 +47,59 @@ def test_estimate_numbers_are_pinned(capsys, args, peak_bytes, host_bytes, step_
     assert out["memory"]["host_bytes_per_gpu"] == host_bytes
     assert out["time"]["step_seconds"] == pytest.approx(step_seconds, rel=1e-12)
     assert {k: v for k, v in out["time"]["breakdown"].items() if v} == pytest.approx(breakdown, rel=1e-12)
+
+
+# (estimate arguments, step seconds, dp_comm seconds) pinned before ZeRO-3's per-module hooks and their HBM copies
+# were taken out of dp_comm into their own term, zero3_hooks: the split moves no step and loses no second
+BEFORE_ZERO3_SPLIT = [
+    ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 0 --recompute none --mbs 1 --gbs 4',
+     0.22274842778364176, 0.0),
+    ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 2 --recompute full --mbs 2 --gbs 4',
+     0.14345586262543283, 0.0007478348417910448),
+    ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute none --mbs 1 --gbs 4',
+     0.7022458497299104, 0.6004131637137591),
+    ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute full --mbs 2 --gbs 4',
+     0.5333571387567762, 0.40978562602672597),
+    ('--model gpt3-125m --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 1 --recompute none --mbs 2 --gbs 32',
+     0.12467761658141294, 0.002025663108457711),
+    ('--model gpt3-125m --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 32',
+     1.4881682490112633, 1.3673490202652712),
+    ('--model gpt3-125m --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute none --mbs 2 --gbs 64',
+     0.5377789145514029, 0.4400717159840805),
+    ('--model llama2-7b --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 4',
+     3.02621264468394, 1.087096510292884),
+    ('--model llama2-7b --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 2 --recompute none --mbs 1 --gbs 32',
+     1.4593936611368645, 0.11570543650016585),
+    ('--model llama2-7b --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute none --mbs 2 --gbs 32',
+     1.4985964964888092, 0.18206183041495552),
+    ('--model llama2-7b --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 64',
+     6.283154928111812, 4.538648259645532),
+    ('--model llama2-7b --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 0 --recompute full --mbs 2 --gbs 64',
+     2.0940990448416943, 0.19100809667491953),
+    ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --gbs 16 --nodes 1 --gpus-per-node 1',
+     11.327088036589334, 2.4741156740698025),
+    ('--model gpt3-1.3b --engine megatron --tp 2 --pp 2 --gbs 32',
+     0.8756302240212273, 0.0039984448),
+    ('--model llama2-7b --engine deepspeed --zero 3 --lora-rank 16 --gbs 16',
+     1.4005825982665339, 0.8873706636462597),
+    ('--model llama2-7b --engine deepspeed --zero 3 --no-overlap-comm --gbs 32 --nodes 2',
+     3.167232072538269, 2.4800147102199195),
+]
+
+
+@pytest.mark.parametrize("args, step_seconds, dp_comm_before", BEFORE_ZERO3_SPLIT,
+                         ids=[f"zero3-split-{i}" for i in range(len(BEFORE_ZERO3_SPLIT))])
+def test_zero3_hooks_split_moves_no_step(capsys, args, step_seconds, dp_comm_before):
+    assert cli.main(["estimate", *args.split(), "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)["time"]
+    b = t["breakdown"]
+    assert t["step_seconds"] == pytest.approx(step_seconds, rel=1e-12)
+    assert sum(b.values()) == pytest.approx(t["step_seconds"], rel=1e-12)
+    assert b["dp_comm"] + b["zero3_hooks"] == pytest.approx(dp_comm_before, rel=1e-12, abs=1e-18)
+    zero3 = "--zero 3" in args
+    assert (b["zero3_hooks"] > 0) is zero3
+    if zero3 and "--gpus-per-node 1" in args and "--nodes 1" in args:
+        assert b["dp_comm"] == 0.0  # one rank: no data-parallel traffic at all
 
 
 VALUES = [0, 1, -3, True, False, np.int64(5), np.bool_(True), 0.0, -0.0, 2.5, np.float64(-1.5), float("inf"),

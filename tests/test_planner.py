@@ -1,6 +1,7 @@
 """Planner: the candidate table matches the specs' own rules, array evaluation equals scalar estimate(), ranking,
 Pareto front, explanation and errors."""
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -341,3 +342,22 @@ def test_rank_plan_says_which_setting_the_search_lacks():
     assert "cp 8 is not searched" in r.explanation and "cp 1, 2, 4" in r.explanation
     # every --cp-comm-type is searched: the all-gather plan at CP=2 is ranked
     assert planner.rank_plan(m.replace(seq_length=8192), c, plan.replace(context_parallel=2)).in_search_space
+
+
+def test_planner_books_zero3_hooks_apart_and_explains_them():
+    """The planner's array evaluation carries ZeRO-3's hooks as their own term (equal to the estimate's), and its
+    explanation names them rather than data-parallel traffic on one GPU."""
+    m, c = model("gpt3-125m", attention="flash"), _cluster("H200", gpus_per_node=1)
+    ranked = planner.search(m, c, global_batch_size=8, engines=["deepspeed"], zero_stages=(2, 3), offload=False,
+                            recompute=["none"], top=1000).ranked
+    z3 = next(r for r in ranked if int(r.plan.zero_stage) == 3 and r.plan.micro_batch_size == 1)
+    z2 = next(r for r in ranked if int(r.plan.zero_stage) == 2 and r.plan.micro_batch_size == 1)
+    assert set(z3.time_breakdown) == set(T.TERMS)
+    assert z3.time_breakdown["zero3_hooks"] > 0 and z3.time_breakdown["dp_comm"] == 0.0
+    assert z2.time_breakdown["zero3_hooks"] == 0.0
+    assert z3.time_breakdown["zero3_hooks"] == pytest.approx(
+        estimate(m, c, z3.plan, checks=False).time.breakdown["zero3_hooks"], rel=1e-9)
+    text = planner.explain(z2, z3, model=m, cluster=c)
+    assert f"ZeRO-3 vs ZeRO-2 (only ZeRO-3 fetches each module): runner-up +" in text
+    assert f"runner-up +{z3.time_breakdown['zero3_hooks']:.3f} s {T.TERM_WORDS['zero3_hooks']}" in text
+    assert not re.search(r"runner-up \+[0-9.]+ s " + T.TERM_WORDS["dp_comm"], text)  # one GPU: no such traffic

@@ -74,6 +74,8 @@ def test_zero3_adds_parameter_gathers():
     bucket1 = 2 * 4 * 2 * est[1].inputs["stage_parameters"] / hbm0
     assert est[1].breakdown["dp_comm"] == pytest.approx(est[0].breakdown["dp_comm"] + bucket1, rel=1e-9)
     assert est[3].breakdown["dp_comm"] > est[2].breakdown["dp_comm"] >= est[1].breakdown["dp_comm"]
+    assert [est[z].breakdown["zero3_hooks"] for z in (0, 1, 2)] == [0.0, 0.0, 0.0] and est[3].breakdown[
+        "zero3_hooks"] > 0
     m_steps = 2  # 32 / (1 × 16)
     ag = collective_seconds(m.num_parameters * 2, 16, gb_per_s=c.inter_node_gb_per_s * 0.9,
                             latency_s=2e-5, kind="all_gather")
@@ -93,12 +95,14 @@ def test_zero3_adds_parameter_gathers():
     bucket = m_steps * 4 * 2 * params / hbm
     assert est[2].inputs["grad_accumulate_bytes_per_parameter"] == 8 and est[3].inputs[
         "grad_accumulate_bytes_per_parameter"] == 0
+    # the gathers' transfers are data-parallel traffic; the hooks' host time and their HBM copies are their own term
     assert est[3].breakdown["dp_comm"] - est[2].breakdown["dp_comm"] == pytest.approx(
-        (2 * m_steps - 1) * float(ag) + max(0.0, hooks - kernels) + copies - bucket)
+        (2 * m_steps - 1) * float(ag) - bucket)
+    assert est[3].breakdown["zero3_hooks"] == pytest.approx(max(0.0, hooks - kernels) + copies)
     fast_host = timing.step_time_terms(**{**est[3].inputs, "zero3_fetch_latency_s": 0.0,
                                           "zero3_reduce_latency_s": 0.0, "zero3_collective_call_s": 0.0})
-    assert float(fast_host["dp_comm"]) - est[2].breakdown["dp_comm"] == pytest.approx(
-        (2 * m_steps - 1) * float(ag) + copies - bucket)
+    assert float(fast_host["dp_comm"]) == pytest.approx(est[3].breakdown["dp_comm"])
+    assert float(fast_host["zero3_hooks"]) == pytest.approx(copies)
     overlapped = estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=3, global_batch_size=32))
     assert overlapped.breakdown["dp_comm"] < est[3].breakdown["dp_comm"]
 
@@ -115,8 +119,9 @@ def test_zero3_fetch_on_one_rank_copies_nothing_unless_parameters_are_offloaded(
     terms = timing.step_time_terms(**{**one.inputs, **fast})
     hbm = one.inputs["hbm_gb_per_s"] * 1e9 * one.inputs["hbm_efficiency"]
     params, m_steps = one.inputs["stage_parameters"], 4
-    # only the gradient copies remain (5v + 4 per trainable parameter and micro-batch)
-    assert float(terms["dp_comm"]) == pytest.approx(m_steps * (5 * 2 + 4) * params / hbm)
+    # only the gradient copies remain (5v + 4 per trainable parameter and micro-batch), and no traffic: one rank
+    assert float(terms["zero3_hooks"]) == pytest.approx(m_steps * (5 * 2 + 4) * params / hbm)
+    assert float(terms["dp_comm"]) == 0.0 and one.breakdown["dp_comm"] == 0.0
 
 
 def test_offload_and_recompute_cost_time():
@@ -256,11 +261,11 @@ def test_zero3_hooks_grow_with_recompute_and_deepspeed_step_costs_more():
     hbm = none.inputs["hbm_gb_per_s"] * 1e9 * none.inputs["hbm_efficiency"]
     gather = 2 * 2 * none.inputs["stage_parameters"] / hbm
     fast = dict(zero3_fetch_latency_s=0.0, zero3_reduce_latency_s=0.0, zero3_collective_call_s=0.0)
-    assert (float(step_time_terms(**{**full.inputs, **fast})["dp_comm"])
-            - float(step_time_terms(**{**none.inputs, **fast})["dp_comm"])) == pytest.approx(gather)
+    assert (float(step_time_terms(**{**full.inputs, **fast})["zero3_hooks"])
+            - float(step_time_terms(**{**none.inputs, **fast})["zero3_hooks"])) == pytest.approx(gather)
     slow = dict(zero3_fetch_latency_s=1.0)  # a host slower than the kernels: every call is exposed, less the kernels
-    extra = (float(step_time_terms(**{**full.inputs, **slow})["dp_comm"])
-             - float(step_time_terms(**{**none.inputs, **slow})["dp_comm"]))
+    extra = (float(step_time_terms(**{**full.inputs, **slow})["zero3_hooks"])
+             - float(step_time_terms(**{**none.inputs, **slow})["zero3_hooks"]))
     modules = m.num_layers * timing.zero3_modules_per_layer(m) + 1
     assert extra == pytest.approx(modules * (1.0 + ds["zero3_collective_call_s"]) - full.breakdown["recompute"]
                                   + gather)

@@ -38,6 +38,20 @@ def test_checks_rows_and_commands_for_the_guide_example():
     view.close()
 
 
+def test_zero3_on_one_gpu_lists_its_hooks_not_data_parallel_traffic():
+    from widgets.state import SetCluster
+
+    s = reduce(initial_state(), SetCluster(changes={"gpu": "H200", "gpus_per_node": 1, "num_nodes": 1}))
+    s = reduce(s, SetPlan(changes={"engine": "deepspeed", "zero_stage": 3, "tensor_parallel": 1,
+                                   "pipeline_parallel": 1, "micro_batch_size": 1, "global_batch_size": 8}))
+    assert s.valid
+    view = AdvisorView()
+    view.show(s)
+    assert "<b>zero3_hooks</b>" in view.throughput.value and "<b>dp_comm</b>" not in view.throughput.value
+    assert "zero3_host_bound" in view.checks.value  # the host finding fires beside it
+    view.close()
+
+
 def test_oom_ladder_waterfall(too_big):
     s = too_big
     view = AdvisorView()

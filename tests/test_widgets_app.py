@@ -221,3 +221,25 @@ def test_parallelism_panel_groups_every_control_once_in_sections():
     for section, (_, names) in zip(panel.groups.children, GROUPS):
         assert list(section.children) == [panel.controls[n] for n in names]
     assert list(panel.widget.children) == [panel.groups, panel.derived, panel.error]  # always visible
+
+
+def test_banner_names_each_time_term_and_zero3_hooks_apart_from_dp_comm():
+    from widgets.state import SetCluster, SetPlan
+    from workbench.timing import TERM_WORDS, TERMS
+
+    assert set(TERM_WORDS) == set(TERMS)
+    app = Workbench()
+    b = app.state.estimate.time.breakdown
+    for term in TERMS:  # the guide's Megatron plan: every non-zero term, none of the zero ones
+        assert (f'data-term="{term}"' in app.banner.value) is (b[term] > 0)
+    assert f"tp_comm {b['tp_comm']:.3f} s" in app.banner.value
+    app.dispatch(SetCluster(changes={"gpus_per_node": 1, "num_nodes": 1}))
+    app.dispatch(SetPlan(changes={"engine": "deepspeed", "zero_stage": 3, "tensor_parallel": 1,
+                                  "pipeline_parallel": 1}))
+    assert app.state.valid and app.state.plan.world_size == 1
+    b = app.state.estimate.time.breakdown
+    assert b["zero3_hooks"] > 0 and b["dp_comm"] == 0.0
+    assert f"zero3_hooks {b['zero3_hooks']:.3f} s" in app.banner.value and 'data-term="dp_comm"' not in app.banner.value
+    assert f'title="{TERM_WORDS["zero3_hooks"]}"' in app.banner.value
+    assert "zero3_hooks" in app.static_html()
+    app.close()

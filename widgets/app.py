@@ -31,6 +31,21 @@ from widgets.state import AppState, _default_estimator, initial_state, reduce
 ENV_ALLOW_LAUNCH = "WORKBENCH_DASHBOARD_ALLOW_LAUNCH"
 ENV_ALLOW_WRITE = "WORKBENCH_DASHBOARD_ALLOW_WRITE"
 
+
+def time_terms_html(breakdown) -> str:
+    """The banner's time line: the exposed seconds per step of every non-zero term of the estimate's time
+    breakdown, in :data:`workbench.timing.TERMS` order, each with its words (:data:`workbench.timing.TERM_WORDS`)
+    as a tooltip; empty when every term is zero."""
+    from workbench.timing import TERM_WORDS, TERMS
+
+    parts = [f'<span class="wb-time-term" data-term="{k}" title="{html.escape(TERM_WORDS[k])}">{k} '
+             f"{breakdown[k]:.3f} s</span>" for k in TERMS if breakdown.get(k, 0.0) > 0]
+    if not parts:
+        return ""
+    return ('<div class="wb-banner-time" style="font-size:smaller;color:#555">exposed per step: '
+            + " · ".join(parts) + "</div>")
+
+
 # Views shown when their module (and the core piece it draws) is importable, in tab order.
 _OPTIONAL_VIEWS = (
     ("widgets.layout_view", "LayoutView"),
@@ -151,7 +166,7 @@ class Workbench:
             name = profile.get("name")
             parts.append(f'<span class="wb-banner-profile" title="{html.escape(profile.get("note", ""))}">'
                          + (f"profile {html.escape(str(name))}" if name else "datasheet numbers") + "</span>")
-        text = " · ".join(parts)
+        text = " · ".join(parts) + (time_terms_html(t.breakdown) if t is not None else "")
         if s.error:
             text += error_html(f"{s.error} — showing the last valid plan", max_width="900px")
         if self.banner.value != text:

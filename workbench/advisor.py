@@ -1378,7 +1378,8 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
     step = time.step_seconds
     n = cluster.gpus_per_node
     out = []
-    for term in ("tp_comm", "dp_comm", "bubble", "offload", "recompute", "pp_comm", "cp_comm", "optimizer"):
+    for term in ("tp_comm", "dp_comm", "zero3_hooks", "bubble", "offload", "recompute", "pp_comm", "cp_comm",
+                 "optimizer"):
         secs = time.breakdown[term]
         if secs < min_fraction * step:
             continue
@@ -1395,22 +1396,22 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
                 msg = f"TP={plan.tensor_parallel} all-reduces every layer; a smaller TP with more PP/DP may be faster"
                 settings = ["--tp-comm-overlap (Transformer Engine)"]
         elif term == "dp_comm":
-            zero3 = int(plan.zero_stage) >= 3 and plan.engine is not Engine.MEGATRON
-            if zero3 and plan.data_parallel == 1:
-                # one rank moves no data (its gathered parameter is its own partition): what is exposed is host time
-                msg = ("ZeRO-3's per-module fetch / release hooks are exposed: host time, no data moves with DP=1 "
-                       "(see zero3_host_bound)")
-                settings = []
-            else:
-                msg = (f"data-parallel traffic is exposed (ZeRO-{int(plan.zero_stage)}, DP={plan.data_parallel}); "
-                       "check NCCL bandwidth, bucket sizes and overlap"
-                       + ("; ZeRO-3's per-module hook time counts here too (see zero3_host_bound)" if zero3 else ""))
-                settings = ["NCCL_DEBUG=INFO", f"reduce_bucket_size / allgather_bucket_size (now "
-                            f"{o.reduce_bucket_size:.2g} / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
+            msg = (f"data-parallel traffic is exposed (ZeRO-{int(plan.zero_stage)}, DP={plan.data_parallel}); "
+                   "check NCCL bandwidth, bucket sizes and overlap")
+            settings = ["NCCL_DEBUG=INFO", f"reduce_bucket_size / allgather_bucket_size (now "
+                        f"{o.reduce_bucket_size:.2g} / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
             if plan.zero_stage >= ZeroStage.GRADIENTS and plan.engine is not Engine.MEGATRON:
                 alt = _try(model, cluster, plan, profile, zero_stage=1, offload_params=Offload.NONE)
-                settings.append("zero_optimization.stage 1 (no per-module hooks)" if zero3 and plan.data_parallel == 1
-                                else "zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch)")
+                settings.append("zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch"
+                                + (", no parameter gathers" if plan.zero_stage >= ZeroStage.PARAMETERS else "") + ")")
+        elif term == "zero3_hooks":
+            # host time and HBM copies on each rank: nothing here crosses a link, so NCCL settings do not touch it
+            msg = ("ZeRO-3's per-module parameter fetch / release hooks are exposed: host (Python) time beyond the "
+                   "kernels, and their HBM copies; no data-parallel traffic (see zero3_host_bound)")
+            alt = _try(model, cluster, plan, profile, zero_stage=2, offload_params=Offload.NONE)
+            settings = ["zero_optimization.stage 2 (parameters whole on every rank: no per-module hooks)",
+                        "a larger micro batch at the same global batch (fewer module fetches per token)",
+                        "stage3_param_persistence_threshold (small parameters stay gathered: fewer fetches)"]
         elif term == "bubble":
             msg = (f"pipeline bubble (p−1)/(v·m) = ({plan.pipeline_parallel}−1)/({plan.virtual_pipeline}·"
                    f"{plan.num_microbatches}): more micro-batches or interleaving shrink it")

@@ -944,13 +944,6 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
 # ================================================================================================================
 # Explanation
 # ================================================================================================================
-_TERM_WORDS = {
-    "compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel all-reduce",
-    "cp_comm": "context-parallel K/V exchange", "ep_comm": "expert all-to-all", "pp_comm": "pipeline sends", "dp_comm": "data-parallel gradient traffic",
-    "offload": "CPU offload traffic", "optimizer": "optimizer step", "bubble": "pipeline bubble",
-}
-
-
 _CP_COMM_WORDS = {
     "p2p": "the ring hides each K/V send behind the attention of the chunk already received",
     "all_gather": "the whole sequence's K/V gathered before attention, not overlapped",
@@ -1000,6 +993,15 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
             bits.append(f"DP={a.data_parallel} vs DP={b.data_parallel}")
         if a.num_microbatches != b.num_microbatches and a.zero_stage >= 2:
             bits.append(f"ZeRO-{int(a.zero_stage)} communicates every one of {a.num_microbatches} micro-batches")
+        return ", ".join(bits)
+    if term == "zero3_hooks":
+        bits = []
+        if a.zero_stage != b.zero_stage:
+            bits.append(f"ZeRO-{int(a.zero_stage)} vs ZeRO-{int(b.zero_stage)} (only ZeRO-3 fetches each module)")
+        if a.num_microbatches != b.num_microbatches:
+            bits.append(f"every module fetched in each of {a.num_microbatches} vs {b.num_microbatches} micro-batches")
+        if a.recompute != b.recompute:
+            bits.append(f"recompute={a.recompute} vs {b.recompute} (a recomputed forward fetches again)")
         return ", ".join(bits)
     if term == "recompute":
         if a.recompute != b.recompute:
@@ -1074,7 +1076,7 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         rel = f" ({abs(delta) / base:+.0%})" if base > 1e-9 else ""
         why = _term_reason(k, slow.plan, fast.plan, cluster)
         who = label.lower() if delta > 0 else "winner"
-        words = ("DeepSpeed-Ulysses all-to-all" if k == "cp_comm" and slow.plan.is_ulysses else _TERM_WORDS[k])
+        words = ("DeepSpeed-Ulysses all-to-all" if k == "cp_comm" and slow.plan.is_ulysses else T.TERM_WORDS[k])
         reasons.append(f"{why + ': ' if why else ''}{who} +{abs(delta):.3f} s {words}{rel}")
     if reasons:
         lines.append("Where the time goes: " + "; ".join(reasons[:4]) + ".")

@@ -18,7 +18,10 @@ Terms (seconds per step on the slowest pipeline stage; each function's docstring
 - ``ep_comm``   MoE token dispatch and combine (all-to-all over the expert-parallel group, or all-gather /
                 reduce-scatter), not overlapped;
 - ``pp_comm``   pipeline point-to-point sends;
-- ``dp_comm``   the exposed part of the data-parallel gradient reduction / ZeRO gathers;
+- ``dp_comm``   the exposed part of the data-parallel gradient reduction / ZeRO gathers (their transfers), and
+                each micro-batch's gradient accumulation into the reduce buffer;
+- ``zero3_hooks`` ZeRO-3's per-module parameter fetch / release and gradient reduce-and-partition: the hooks'
+                host time beyond the kernels and their HBM copies (none of it crosses a link; 0 below ZeRO-3);
 - ``offload``   ZeRO-Offload PCIe traffic and the CPU Adam step;
 - ``optimizer`` the GPU optimizer step (memory bound);
 - ``bubble``    pipeline idle time (p−1)/(v·m) of the ideal time.
@@ -42,9 +45,18 @@ from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
 from workbench.schedule import bubble_fraction
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
-TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "optimizer",
-         "bubble")
+TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "zero3_hooks", "offload",
+         "optimizer", "bubble")
 """Breakdown keys, in drawing order. All are exposed seconds per optimizer step."""
+
+TERM_WORDS = {
+    "compute": "compute", "recompute": "recomputation", "tp_comm": "tensor-parallel all-reduce",
+    "cp_comm": "context-parallel K/V exchange", "ep_comm": "expert all-to-all", "pp_comm": "pipeline sends",
+    "dp_comm": "data-parallel gradient traffic",
+    "zero3_hooks": "ZeRO-3 per-module fetch / release hooks (host) and their copies",
+    "offload": "CPU offload traffic", "optimizer": "optimizer step", "bubble": "pipeline bubble",
+}
+"""Each :data:`TERMS` key in words (the planner's explanation, the app's time line)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -592,7 +604,8 @@ def step_time_terms(**inputs):
     opt = optimizer_terms(x)
     pipe = pipeline_terms(x, comp, comm)
     step = (comp["compute"] + comp["recompute"] + comm["tp_comm"] + comm["cp_comm"] + comm["ep_comm"]
-            + comm["pp_comm"] + comm["dp_comm"] + opt["offload"] + opt["optimizer"] + pipe["bubble"])
+            + comm["pp_comm"] + comm["dp_comm"] + comm["zero3_hooks"] + opt["offload"] + opt["optimizer"]
+            + pipe["bubble"])
     return {**comp, **comm, **opt, **pipe, "step_seconds": step, **_flops(x, comp)}
 
 
@@ -1047,8 +1060,9 @@ def stage_layers(x: StepInputs):
 
 def communication_terms(x: StepInputs, comp: dict) -> dict:
     """``tp_comm``, ``cp_comm``, ``pp_comm`` and ``dp_comm`` seconds per step (exposed), each group on the link
-    :func:`workbench.parallel.group_crosses_nodes` gives it; ``comp`` is :func:`compute_terms` (what overlapped
-    communication hides behind)."""
+    :func:`workbench.parallel.group_crosses_nodes` gives it, and ``zero3_hooks`` (ZeRO-3's per-module host hooks
+    and HBM copies, priced beside its gathers); ``comp`` is :func:`compute_terms` (what overlapped communication
+    hides behind)."""
     g = _shape(x)
     t, p, v, c, d = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.context_parallel, x.data_parallel
     m, h, tokens, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["sp"]
@@ -1185,7 +1199,8 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     # ZeRO-1/2's copy into the contiguous bucket and the in-place average; counted above for ZeRO-3)
     accumulate = (m * trainable_params * x.grad_accumulate_bytes_per_parameter
                   / (x.hbm_gb_per_s * 1e9 * x.hbm_efficiency))
-    out["dp_comm"] = dense_dp + expert_dp + where(zero == 3, zero3_calls, 0.0) + accumulate
+    out["dp_comm"] = dense_dp + expert_dp + accumulate
+    out["zero3_hooks"] = where(zero == 3, zero3_calls, 0.0)
     return out
 
 

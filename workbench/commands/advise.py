@@ -43,9 +43,9 @@ def render(advice, log=None) -> str:
     if advice.throughput:
         lines += ["", "throughput: exposed time, largest first"]
         for s in advice.throughput:
-            lines.append(f"  {s.term:<9} {s.exposed_seconds:8.3f} s ({s.fraction_of_step:5.1%})  {s.message}")
+            lines.append(f"  {s.term:<11} {s.exposed_seconds:8.3f} s ({s.fraction_of_step:5.1%})  {s.message}")
             if s.settings:
-                lines.append(f"            try: {'; '.join(s.settings)}")
+                lines.append(f"              try: {'; '.join(s.settings)}")
     lines += ["", "diagnose"] + [f"  {c}" for c in advice.commands]
     if log is not None:
         lines += ["", f"log ({log.kind}, {len(log.iterations)} progress lines)"] + _finding_lines(advice.log_findings)
