@@ -19,9 +19,13 @@ fit split's shapes only. ZeRO-3 runs are left out: their per-module
 hooks have their own host term (``deepspeed.zero3_*``), which the layer floor does not join. The fit minimises the
 squared relative step-time error, each shape weighted alike, over a grid (layer 0-10 ms in 0.05 ms, checkpointed
 layer 0-20 ms in 0.1 ms, LoRA projection 0-1 ms in 0.02 ms); leave-one-shape-out refits without each fit shape and
-prints that shape's errors. The test split is only reported, never fitted on.
+prints that shape's errors. By default the checkpointed layer's constant is held at the catalog's value (fitted
+before by ``bench_hf_accuracy.py --refit-time``; a fully checkpointed layer without LoRA has neither new term, so
+the new terms do not move it) and only the two new constants are fitted; ``--refit-checkpoint`` fits all three.
+The test split is only reported, never fitted on.
 
-    python benchmarks/fit_hf_host.py            # fit, leave-one-shape-out, fit and test rows
+    python benchmarks/fit_hf_host.py                      # fit, leave-one-shape-out, fit and test rows
+    python benchmarks/fit_hf_host.py --refit-checkpoint   # the same with the checkpointed layer's constant refitted
 """
 from __future__ import annotations
 
@@ -88,13 +92,15 @@ def predicted(rows: list, layer, lora, recompute) -> np.ndarray:
             + (m - 1) * np.maximum(0.0, other + checkpoint - gpu))
 
 
-def fit(rows: list) -> tuple:
+def fit(rows: list, recompute_s=None) -> tuple:
     """``(layer, lora, recompute)`` seconds with the least shape-weighted squared relative error (the smallest
-    constants on ties: where no run is host-bound the data ask for none)."""
+    constants on ties: where no run is host-bound the data ask for none); ``recompute_s`` given: the checkpointed
+    layer's constant is held at it and only the other two are fitted."""
     measured = np.array([r["measured"] for r in rows])[:, None]
     shapes = [r["shape_id"] for r in rows]
     weight = np.array([1.0 / shapes.count(s) for s in shapes])[:, None]
-    layer, recompute = (g.ravel() for g in np.meshgrid(LAYER_GRID_S, RECOMPUTE_GRID_S, indexing="ij"))
+    grid = RECOMPUTE_GRID_S if recompute_s is None else np.array([float(recompute_s)])
+    layer, recompute = (g.ravel() for g in np.meshgrid(LAYER_GRID_S, grid, indexing="ij"))
     best = (np.inf, 0.0, 0.0, 0.0)
     for lora in LORA_GRID_S:
         loss = np.round((weight * (predicted(rows, layer, lora, recompute) / measured - 1) ** 2).sum(axis=0), 12)
@@ -111,21 +117,28 @@ def _ms(c: tuple) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl")
+    ap.add_argument("--refit-checkpoint", action="store_true",
+                    help="fit recompute_layer_overhead_s too (default: held at the catalog's value, which the two "
+                         "new terms leave alone: a fully checkpointed layer without LoRA has none of them)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
     import bench_accuracy as B
+    from workbench import timing as T
+
+    held = None if args.refit_checkpoint else T.calibration()["transformers"]["recompute_layer_overhead_s"]
 
     split = json.loads(B.SPLIT.read_text())
     fit_shapes, test_shapes = set(split["fit"]), set(split["test"])
     rows = host_rows(B.corpus_runs(args.corpus))
     fit_rows = [r for r in rows if r["shape_id"] in fit_shapes]
     test_rows = [r for r in rows if r["shape_id"] in test_shapes]
-    c = fit(fit_rows)
-    print(f"transformers host constants fitted on {len(fit_rows)} fit-split Hugging Face runs (ZeRO 0-2, no offload) "
+    c = fit(fit_rows, held)
+    print(("" if held is None else "checkpointed layer held at the catalog's value; ")
+          + f"transformers host constants fitted on {len(fit_rows)} fit-split Hugging Face runs (ZeRO 0-2, no offload) "
           f"over {len({r['shape_id'] for r in fit_rows})} shapes: {_ms(c)}")
     print("leave one shape out (constants without the shape; that shape's |error| median / worst, zero -> fitted):")
     for s in sorted({r["shape_id"] for r in fit_rows}):
-        cs = fit([r for r in fit_rows if r["shape_id"] != s])
+        cs = fit([r for r in fit_rows if r["shape_id"] != s], held)
         out = [r for r in fit_rows if r["shape_id"] == s]
         measured = np.array([r["measured"] for r in out])
         before = np.abs(predicted(out, 0.0, 0.0, 0.0)[:, 0] / measured - 1)
