@@ -13,7 +13,8 @@ the step time of the ZeRO 0-2 runs without offload alone (the stack's own comput
 ``transformers.recompute_layer_overhead_s``, host seconds per checkpointed layer, the part the GPU's work on
 the micro-batch does not hide being exposed) on the fit split only, applies it for this run and prints it: least
 squares of relative step-time error over the fit-split HF runs with ZeRO 0-2 and no offload (ZeRO-3 and CPU offload
-carry engine terms of their own). Paste the value into the catalog with the run count.
+carry engine terms of their own), the other host constants (``transformers.layer_host_s``,
+``lora_module_host_s``) kept. ``benchmarks/fit_hf_host.py`` fits all three together (what the catalog holds).
 ``--leave-one-shape-out`` refits it once per fit shape without that shape's runs and prints the value and that
 shape's step-time errors under it (does a mechanism hold on a shape it was not fitted on?), then the fit as above.
 """

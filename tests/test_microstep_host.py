@@ -80,13 +80,13 @@ def test_no_host_floor_at_zero3_or_for_unmeasured_layers(what):
     plan = _plan(micro_batch_size=1)
     if what == "zero3":
         plan = plan.replace(zero_stage=3)
-    elif what == "transformers":
+    elif what == "transformers":  # its own floor (tests/test_hf_host.py), not megatron-core's
         m = m.replace(implementation=Implementation.TRANSFORMERS)
     else:
         m = m.replace(attention="flash")
     x, terms = _terms(m, plan)
     assert (x["layer_host_s"] > 0) == (what == "zero3")  # ZeRO-3 has it from the encoder; its hooks price the host
-    assert terms["host_exposed_seconds"] == 0.0
+    assert (terms["host_exposed_seconds"] > 0) == (what == "transformers")
 
 
 def test_advisor_flags_host_bound_microsteps_and_prices_a_larger_micro_batch_and_zero1():

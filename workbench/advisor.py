@@ -1537,7 +1537,7 @@ def microstep_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     (``record``: its :class:`workbench.estimate.EvaluatedPlan`): a larger micro batch at the same global batch (the
     fastest that fits), and at ZeRO-2 with accumulation ZeRO-1, whose hooks reduce only at the accumulation
     boundary. ``None`` when the host wait is below the share (and for plans the time model gives no host time:
-    Transformer Engine layers, transformers models, ZeRO-3, whose own finding is ``zero3_host_bound``)."""
+    Transformer Engine layers, ZeRO-3, whose own finding is ``zero3_host_bound``)."""
     t = record.time
     if t is None or not t.inputs:
         return None

@@ -30,8 +30,8 @@ from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.hf import soft_capped
 from workbench.npscalar import asarray, isin, maximum, minimum, ndim, where
-from workbench.params import (lora_activation_values_per_token, lora_params_per_layer, model_vocab_size,
-                              parameter_tensors)
+from workbench.params import (lora_activation_values_per_token, lora_modules_per_layer, lora_params_per_layer,
+                              model_vocab_size, parameter_tensors)
 from workbench.specs import (LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
                              ModelSpec, MoEDispatcher, Offload, ParallelPlan, Precision, Recompute,
                              default_overlap_comm)
@@ -216,6 +216,17 @@ def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
         return 1.0
     total = counts.total if counts is not None else model.num_parameters
     return model.num_layers * lora_params(model, cols) / total
+
+
+def hf_host_inputs(model: ModelSpec, cols: dict, constants: dict) -> dict:
+    """The host-time fields of :class:`workbench.timing.StepInputs` for transformers models (catalog
+    ``transformers``: per checkpointed layer, per other layer, per LoRA-adapted projection; 0 for other stacks)."""
+    hf = model.implementation is Implementation.TRANSFORMERS
+    lora = lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"])
+    return dict(hf_recompute_layer_s=constants.get("recompute_layer_overhead_s", 0.0) if hf else 0.0,
+                hf_layer_host_s=constants.get("layer_host_s", 0.0) if hf else 0.0,
+                hf_lora_module_host_s=constants.get("lora_module_host_s", 0.0) if hf else 0.0,
+                lora_modules_per_layer=lora)
 
 
 def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
@@ -429,8 +440,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         trainable_fraction=trainable_fraction(model, cols, counts),
         soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),
-        hf_recompute_layer_s=(cal.get("transformers", {}).get("recompute_layer_overhead_s", 0.0)
-                              if model.implementation is Implementation.TRANSFORMERS else 0.0),
+        **hf_host_inputs(model, cols, cal.get("transformers", {})),
         expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),

@@ -107,6 +107,20 @@ def parameter_counts(m: ModelSpec) -> ParameterCounts:
     )
 
 
+def lora_modules_per_layer(m: ModelSpec, rank: int, targets) -> int:
+    """Projections of one layer that peft wraps in a LoRA ``Linear`` (each forward runs the frozen projection and
+    then, in Python, ``lora_B(lora_A(dropout(x))) * scaling`` added to it: peft ``tuners/lora/layer.py``
+    ``Linear.forward``): one per attention target, the MLP targets once per expert (``gate`` only in gated MLPs),
+    as :func:`lora_params_per_layer` counts them. A fused projection (GPT-2's ``c_attn``) is one module where this
+    count keeps q, k and v apart. 0 without LoRA."""
+    if not rank:
+        return 0
+    experts = m.num_experts if m.is_moe else 1
+    per_target = {"q": 1, "k": 1, "v": 1, "o": 1, "gate": experts if m.is_gated else 0, "up": experts,
+                  "down": experts}
+    return sum(per_target[t] for t in targets)
+
+
 def lora_activation_values_per_token(m: ModelSpec, rank: int, targets, dropout: float = 0.0) -> float:
     """What one layer's adapters keep for backward per token, in values: each adapter's A output (r, kept by B),
     and with ``lora_dropout`` > 0 peft's dropped copy of the target's input (in features, kept by A; peft's

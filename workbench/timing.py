@@ -440,8 +440,20 @@ class StepInputs:
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
     hf_recompute_layer_s: object = 0.0
     """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
-    backward together); the part the micro-batch's GPU work does not hide is added to the recompute
-    (:func:`hf_checkpoint_host`; catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    backward together; it replaces ``hf_layer_host_s`` for that layer); the part the micro-batch's GPU work does
+    not hide is added to the recompute (:func:`hf_checkpoint_host`; catalog
+    ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    hf_layer_host_s: object = 0.0
+    """transformers models: host seconds per decoder layer that is not checkpointed, per micro-batch (the layer's
+    Python forward and the launches of its autograd backward; :func:`microstep_host`; catalog
+    ``transformers.layer_host_s``; 0 for other stacks)."""
+    hf_lora_module_host_s: object = 0.0
+    """transformers models with LoRA: host seconds per adapted projection per forward pass (peft's Python around
+    ``lora_B(lora_A(dropout(x))) * scaling`` and its backward launches; a checkpointed layer runs it twice);
+    catalog ``transformers.lora_module_host_s``."""
+    lora_modules_per_layer: object = 0.0
+    """Projections of one layer carrying a LoRA adapter (:func:`workbench.params.lora_modules_per_layer`; 0 for a
+    full fine-tune)."""
     soft_cap: object = 0.0
     """1 where the model soft-caps its attention scores (eager only: flash kernels cap in-kernel) and its logits,
     ``tanh(x / cap) · cap`` (Gemma 2 in transformers): three more element-wise passes over each (:func:`soft_cap_bytes`)."""
@@ -565,8 +577,8 @@ class StepInputs:
     """megatron-core local-spec layers (no Transformer Engine): host seconds per transformer layer per micro-batch
     (the layer's Python forward and the launches of its autograd backward), under either engine; the part the
     micro-batch's GPU work does not hide is exposed (:func:`microstep_host`; catalog ``megatron_core.layer_host_s``;
-    0 for Transformer Engine layers and transformers models, unmeasured, and at ZeRO-3, whose hooks have their own
-    term)."""
+    0 for Transformer Engine layers, unmeasured, for transformers models, which have ``hf_layer_host_s``, and at
+    ZeRO-3, whose hooks have their own term)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
@@ -819,13 +831,18 @@ def compute_terms(x: StepInputs) -> dict:
     # runs while the GPU executes the micro-batch's queued forward, recompute and backward kernels; only what
     # outlasts them is exposed (ZeRO-3's hooks then hide behind that exposed time too: the host is busy either way)
     hf_host_mb = hf_checkpoint_host(x, layers)
-    hf_exposed_mb = maximum(0.0, hf_host_mb - (stage_fwd + stage_bwd + recompute_mb))
     # a micro-step takes at least its host time (:func:`microstep_host`): thin layers in small micro-batches
     # (gradient accumulation at fixed tokens) leave the GPU waiting on the host
     host_last_mb, host_other_mb = microstep_host(x, layers)
     gpu_mb = stage_fwd + stage_bwd + recompute_mb
     host_exposed = (maximum(0.0, host_last_mb - gpu_mb)
                     + maximum(m - 1, 0.0) * maximum(0.0, host_other_mb - gpu_mb))
+    # both host terms run on the one host thread of the micro-step: the GPU waits for max(0, their sum − GPU); what
+    # the checkpointed layers add beyond the rest of the host's work is the recompute's share of that wait
+    hf_exposed = (maximum(0.0, host_last_mb + hf_host_mb - gpu_mb) - maximum(0.0, host_last_mb - gpu_mb)
+                  + maximum(m - 1, 0.0) * (maximum(0.0, host_other_mb + hf_host_mb - gpu_mb)
+                                           - maximum(0.0, host_other_mb - gpu_mb)))
+    hf_exposed_mb = hf_exposed / m
     # the GPU waits for the host inside each micro-batch: counted in its backward (the pipeline view and the bubble
     # see the longer micro-step), its average share per micro-batch and per layer
     stage_bwd = stage_bwd + host_exposed / m
@@ -872,23 +889,43 @@ def hf_checkpoint_host(x: StepInputs, layers):
 
 
 def microstep_host(x: StepInputs, layers) -> tuple:
-    """Host seconds of one micro-batch of megatron-core layers, ``(last, other)``: the last micro-batch of the step
-    and each other one. ``layer_host_s`` per layer of the stage (the layer's Python forward and the launches of
-    its autograd backward; the same under Megatron and DeepSpeed); DeepSpeed ZeRO-2 adds its per-parameter gradient
-    hooks to every micro-batch but the last (``deepspeed_tensor_seconds`` per parameter tensor: stage_1_and_2.py
-    reduces and partitions gradients in every micro-step's hooks at ZeRO-2, at the accumulation boundary only at
-    ZeRO-1, and the optimizer term already counts one pass of them). 0 at ZeRO-3 (its hooks are priced by
-    ``zero3_*``) and where the encoder gives 0 (Transformer Engine layers and transformers models: not measured).
+    """Host seconds of one micro-batch, ``(last, other)``: the last micro-batch of the step and each other one.
+
+    * megatron-core local-spec layers: ``layer_host_s`` per layer of the stage (the layer's Python forward and the
+      launches of its autograd backward; the same under Megatron and DeepSpeed);
+    * transformers models: ``hf_layer_host_s`` per layer that is not checkpointed (a checkpointed layer's whole
+      host time, forward, recompute and backward, is :func:`hf_checkpoint_host`'s, added to this one by the
+      caller), and with LoRA ``hf_lora_module_host_s`` per adapted projection per forward pass (peft's
+      ``Linear.forward`` adds ``lora_B(lora_A(dropout(x))) * scaling`` in Python; a checkpointed layer runs it
+      again in its recompute).
+
+    DeepSpeed ZeRO-2 adds its per-parameter gradient hooks to every micro-batch but the last
+    (``deepspeed_tensor_seconds`` per parameter tensor: stage_1_and_2.py reduces and partitions gradients in every
+    micro-step's hooks at ZeRO-2, at the accumulation boundary only at ZeRO-1, and the optimizer term already
+    counts one pass of them). 0 at ZeRO-3 (its hooks are priced by ``zero3_*``) and where the encoder gives 0
+    (Transformer Engine layers: not measured).
 
     The host queues a micro-batch's kernels ahead of the GPU, so a micro-step lasts max(host, GPU): only the host
     time beyond the micro-batch's GPU time (forward, backward, recompute, logits and loss) is exposed, once per
     micro-batch. Large micro-batches hide it; the same tokens cut into gradient-accumulation micro-batches of thin
     layers pay it each micro-step (GPT-2 small, 12 layers, one H200, megatron-core DDP: 8192 tokens as one
     micro-batch 73 ms, as two 113 ms, as four 187 ms)."""
-    on = (x.layer_host_s > 0) & (x.zero_stage < 3)
-    last = where(on, layers * x.layer_host_s, 0.0)
-    hooks = where(on & (x.zero_stage == 2), x.parameter_tensors * x.deepspeed_tensor_seconds, 0.0)
+    checkpointed = (x.recompute == 2) * x.recompute_fraction  # share of the stage's layers checkpointed
+    per_layer = (x.layer_host_s + (1 - checkpointed) * x.hf_layer_host_s
+                 + (1 + checkpointed) * x.lora_modules_per_layer * x.hf_lora_module_host_s)
+    on = ((x.layer_host_s > 0) | (x.hf_layer_host_s > 0)) & (x.zero_stage < 3)
+    last = where(on, layers * per_layer, 0.0)
+    hooks = where(on & (x.zero_stage == 2), zero2_hook_seconds(x, layers), 0.0)
     return last, last + hooks
+
+
+def zero2_hook_seconds(x: StepInputs, layers):
+    """Host seconds of DeepSpeed ZeRO-1/2's gradient hooks in one micro-step: ``deepspeed_tensor_seconds`` per
+    trainable parameter tensor of the stage (stage_1_and_2.py hooks only the ``requires_grad`` parameters of its
+    flat groups: with LoRA the two adapter matrices A and B of each adapted projection, else every parameter
+    tensor)."""
+    tensors = where(x.lora_modules_per_layer > 0, 2 * x.lora_modules_per_layer * layers, x.parameter_tensors)
+    return tensors * x.deepspeed_tensor_seconds
 
 
 def _expert_tp(x: StepInputs):

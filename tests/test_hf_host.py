@@ -1,0 +1,165 @@
+"""Host time of transformers models: a micro-step lasts max(host, GPU), with the host's work per decoder layer, per
+checkpointed layer and per LoRA-adapted projection (catalog ``transformers``)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench import timing
+from workbench.catalog import model
+from workbench.hf import import_hf
+from workbench.params import lora_modules_per_layer
+from workbench.specs import ClusterSpec, Implementation, ParallelPlan
+from workbench.timing import StepInputs, microstep_host, step_time_terms, time_inputs
+
+H200 = ClusterSpec(gpu="H200", gpus_per_node=1)
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def _plan(**kw):
+    base = dict(world_size=1, engine="deepspeed", zero_stage=1, micro_batch_size=1, global_batch_size=4,
+                precision="bf16")
+    base.update(kw)
+    return ParallelPlan(**base)
+
+
+def _hf(**kw):
+    return model("gpt3-125m").replace(implementation=Implementation.TRANSFORMERS, **kw)
+
+
+def _terms(m, plan, **override):
+    x = time_inputs(m, H200, plan)
+    x.update(override)
+    return x, step_time_terms(**x)
+
+
+def _gpu(terms):
+    return terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
+
+
+def test_catalog_constants_are_positive_where_measured_and_megatron_core_gets_none_of_them():
+    cal = timing.calibration()["transformers"]
+    assert cal["layer_host_s"] > 0 and cal["recompute_layer_overhead_s"] > cal["layer_host_s"]
+    assert cal["lora_module_host_s"] >= 0
+    hf = time_inputs(_hf(), H200, _plan(lora_rank=8))
+    assert hf["hf_layer_host_s"] == cal["layer_host_s"] and hf["lora_modules_per_layer"] == 6  # not gated: no gate
+    mc = time_inputs(model("gpt3-125m"), H200, _plan(lora_rank=8))
+    assert mc["hf_layer_host_s"] == mc["hf_recompute_layer_s"] == mc["hf_lora_module_host_s"] == 0.0
+
+
+def test_host_grows_with_layers_and_lora_targets():
+    per_layer, per_module = 0.004, 0.0001
+    base = dict(hf_layer_host_s=per_layer, hf_lora_module_host_s=per_module)
+    x = time_inputs(_hf(), H200, _plan(lora_rank=8, lora_targets=("q", "v")))
+    x.update(base)
+    s = StepInputs(**x)
+    last8, _ = microstep_host(s, 8.0)
+    last16, _ = microstep_host(s, 16.0)
+    assert last8 == pytest.approx(8 * (per_layer + 2 * per_module))
+    assert last16 == pytest.approx(2 * last8)
+    every = time_inputs(_hf(), H200, _plan(lora_rank=8))
+    every.update(base)
+    assert microstep_host(StepInputs(**every), 8.0)[0] == pytest.approx(8 * (per_layer + 6 * per_module))
+    # a checkpointed layer runs its adapters again in the recompute; its own host time is the checkpoint term's
+    full = time_inputs(_hf(), H200, _plan(lora_rank=8, recompute="full"))
+    full.update(base)
+    assert microstep_host(StepInputs(**full), 8.0)[0] == pytest.approx(8 * 2 * 6 * per_module)
+
+
+def test_lora_modules_count_each_adapted_projection_and_each_expert():
+    llama = import_hf(HF / "llama3-8b").spec
+    assert lora_modules_per_layer(llama, 0, ("q", "v")) == 0
+    assert lora_modules_per_layer(llama, 16, ("q", "k", "v", "o", "gate", "up", "down")) == 7
+    moe = llama.replace(num_experts=8, moe_top_k=2, moe_ffn_hidden_size=1024)
+    assert lora_modules_per_layer(moe, 16, ("q", "up", "down")) == 1 + 2 * 8
+
+
+def test_exposed_host_is_the_excess_over_the_microbatch_gpu_time_once_per_microbatch():
+    m, plan = _hf(), _plan()  # 4 micro-batches of one sequence
+    x0, none = _terms(m, plan, hf_layer_host_s=0.0)
+    gpu = _gpu(none)
+    _, host = _terms(m, plan, hf_layer_host_s=2 * gpu / m.num_layers)
+    assert host["host_microbatch_seconds"] == pytest.approx(2 * gpu)
+    assert host["step_seconds"] - none["step_seconds"] == pytest.approx(x0["num_microbatches"] * gpu)
+    assert host["compute"] - none["compute"] == pytest.approx(x0["num_microbatches"] * gpu)
+    _, hidden = _terms(m, plan, hf_layer_host_s=0.5 * gpu / m.num_layers)  # shorter than the GPU's work: hidden
+    assert hidden["step_seconds"] == pytest.approx(none["step_seconds"])
+    assert hidden["host_exposed_seconds"] == 0.0
+
+
+def test_checkpointed_layers_replace_the_layer_floor_and_the_two_host_terms_meet_the_gpu_once():
+    m = _hf()
+    plan = _plan(recompute="full", recompute_layers=6)  # half of the 12 layers checkpointed
+    x, none = _terms(m, plan, hf_layer_host_s=0.0, hf_recompute_layer_s=0.0)
+    gpu = _gpu(none)
+    layer, ckpt = 0.6 * gpu / 6, 0.8 * gpu / 6  # each term alone hides behind the GPU, together they do not
+    _, floor_only = _terms(m, plan, hf_layer_host_s=layer, hf_recompute_layer_s=0.0)
+    _, ckpt_only = _terms(m, plan, hf_layer_host_s=0.0, hf_recompute_layer_s=ckpt)
+    _, both = _terms(m, plan, hf_layer_host_s=layer, hf_recompute_layer_s=ckpt)
+    assert floor_only["step_seconds"] == pytest.approx(none["step_seconds"])
+    assert ckpt_only["step_seconds"] == pytest.approx(none["step_seconds"])
+    extra = x["num_microbatches"] * (6 * layer + 6 * ckpt - gpu)
+    assert both["step_seconds"] - none["step_seconds"] == pytest.approx(extra)
+    # the checkpointed layers' share of the wait is the recompute's, the rest (none here) the compute's
+    assert both["recompute"] - none["recompute"] == pytest.approx(extra)
+    # every layer checkpointed: the layer floor prices no layer, the checkpoint term all of them
+    all_layers = _plan(recompute="full")
+    _, a = _terms(m, all_layers, hf_layer_host_s=0.0)
+    _, b = _terms(m, all_layers, hf_layer_host_s=1.0)
+    assert a["step_seconds"] == pytest.approx(b["step_seconds"])
+
+
+def test_no_layer_floor_at_zero3_but_the_checkpoint_term_stays():
+    m = _hf()
+    x, z3 = _terms(m, _plan(zero_stage=3), hf_layer_host_s=1.0)
+    assert z3["host_exposed_seconds"] == 0.0
+    _, ckpt = _terms(m, _plan(zero_stage=3, recompute="full"), hf_recompute_layer_s=1.0)
+    assert ckpt["recompute"] > 4 * 12 * 1.0 * 0.9  # 4 micro-batches of 12 host-bound checkpointed layers
+
+
+def test_zero2_hooks_count_the_trainable_tensors():
+    m = _hf()
+    x = time_inputs(m, H200, _plan(zero_stage=2))
+    lora = time_inputs(m, H200, _plan(zero_stage=2, lora_rank=8))
+    assert timing.zero2_hook_seconds(StepInputs(**x), 12) == pytest.approx(
+        x["parameter_tensors"] * x["deepspeed_tensor_seconds"])
+    assert timing.zero2_hook_seconds(StepInputs(**lora), 12) == pytest.approx(
+        2 * 6 * 12 * lora["deepspeed_tensor_seconds"])  # A and B of the 6 adapted projections of 12 layers
+
+
+def test_ulysses_lora_recompute_is_priced_against_a_host_floor_without_recompute_too():
+    """Qwen3-0.6B, LoRA, Ulysses over 8 GPUs and 64 micro-batches of one 4k sequence (512 tokens per GPU): every
+    micro-step is host-bound with or without recompute, so full recompute costs the checkpointed layers' host time
+    over the plain layers' (about recompute_layer_overhead_s / layer_host_s), not the 20x a floorless plain step
+    would show."""
+    from workbench.estimate import estimate
+
+    m = import_hf(HF / "qwen3-0_6b", seq_length=4096, attn_implementation="sdpa").spec
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=8)
+    cal = timing.calibration()["transformers"]
+    steps = {}
+    for rc in ("none", "full"):
+        plan = ParallelPlan(world_size=8, engine="deepspeed", zero_stage=2, ulysses=8, recompute=rc, lora_rank=16,
+                            micro_batch_size=1, global_batch_size=64)
+        t = estimate(m, cluster, plan).time
+        steps[rc] = t.step_seconds
+        per_layer = cal["recompute_layer_overhead_s"] if rc == "full" else cal["layer_host_s"]
+        assert t.step_seconds >= 64 * m.num_layers * per_layer  # each micro-step at least its host time
+    ratio = steps["full"] / steps["none"]
+    assert 1.5 < ratio < cal["recompute_layer_overhead_s"] / cal["layer_host_s"]
+
+
+def test_fit_script_recovers_known_constants():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import fit_hf_host as F
+
+    true = (0.0030, 0.0002, 0.0090)
+    rows = [dict(shape_id=s, step0=0.04, m=m, layers=8.0, f=f, lora=n, gpu=g, hooks=h, measured=0.0)
+            for s, m, f, n, g, h in (("a", 1, 0.0, 0.0, 0.010, 0.0), ("a", 2, 0.0, 0.0, 0.012, 0.004),
+                                     ("b", 1, 1.0, 0.0, 0.030, 0.0), ("b", 1, 1.0, 4.0, 0.030, 0.0),
+                                     ("c", 1, 0.0, 7.0, 0.008, 0.0), ("c", 1, 0.0, 0.0, 0.100, 0.0))]
+    for r in rows:
+        r["measured"] = float(F.predicted([r], *true)[0, 0])
+    assert F.fit(rows) == pytest.approx(true, abs=1e-6)
+    # a GPU-bound run says nothing: no host time is the answer
+    assert F.fit([rows[-1]]) == (0.0, 0.0, 0.0)
