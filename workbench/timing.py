@@ -1432,13 +1432,52 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
                               bucket_elements=bucket_elements, counts=counts)
 
 
+ZERO3_PERSISTENCE_THRESHOLD = 100_000
+"""DeepSpeed's default ``stage3_param_persistence_threshold``: a parameter of at most this many elements is marked
+persistent (``ds_persist``; deepspeed/runtime/zero/parameter_offload.py ``mark_persistent_parameters``:
+``param.ds_numel <= param_threshold``), stays gathered on every rank and is never fetched."""
+
+
+def _fetched(*numels) -> int:
+    """1 when a module whose direct parameters have these element counts is fetched by ZeRO-3 (one of them is above
+    :data:`ZERO3_PERSISTENCE_THRESHOLD`), else 0."""
+    return int(max(numels) > ZERO3_PERSISTENCE_THRESHOLD)
+
+
 def zero3_modules_per_layer(model: ModelSpec) -> int:
-    """Submodules of one transformer layer whose parameters ZeRO-3 partitions and fetches separately: the QKV and
-    output projections and the two MLP linears (megatron-core local spec; norms and biases stay below DeepSpeed's
-    ``stage3_param_persistence_threshold`` of 1e5 elements and are not partitioned). MoE: the router and two linears
-    per expert instead of the MLP's two."""
-    mlp = 1 + 2 * model.num_experts if model.is_moe else 2
-    return 2 + mlp
+    """Submodules of one transformer layer whose parameters ZeRO-3 partitions and fetches separately (DeepSpeed's
+    per-module pre-forward / pre-backward hooks fetch a module's own parameters; parameters of at most
+    :data:`ZERO3_PERSISTENCE_THRESHOLD` elements stay persistent: norms, biases, Q/K norms, small routers).
+
+    megatron-core (local spec): the QKV and output projections and the two MLP linears; MoE: the router and two
+    linears per expert (``SequentialMLP``) instead of the MLP's two.
+
+    Hugging Face transformers 5 (the modules ``AutoModelForCausalLM.from_config`` builds; tests/test_hf.py counts
+    them on the meta device): GPT-2 (``c_attn``, ``c_proj``, ``c_fc``, ``c_proj``) and GPT-NeoX
+    (``query_key_value``, ``dense``, ``dense_h_to_4h``, ``dense_4h_to_h``) fuse Q, K and V — the LayerNorm
+    families, four modules; the RMSNorm families (Llama, Mistral, Qwen2/3, Gemma 1-3) have ``q_proj``, ``k_proj``,
+    ``v_proj``, ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``, seven. Their MoE layers (Mixtral, Qwen2-MoE,
+    Qwen3-MoE) keep all experts in ONE module with fused 3-D weights ``gate_up_proj`` [E, 2f, h] and ``down_proj``
+    [E, h, f] (``MixtralExperts``; transformers/models/mixtral/modeling_mixtral.py), one fetch whatever E is; the
+    router (``*TopKRouter``, [E, h]) is fetched only above the threshold; Qwen2-MoE's shared expert adds its three
+    linears and its h→1 ``shared_expert_gate``. Phi-3 (``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``:
+    four) is not told apart from Llama by the ModelSpec and is counted with the RMSNorm families' seven."""
+    from workbench.specs import Implementation, Normalization
+
+    h, q, kv = model.hidden_size, model.query_projection_size, model.kv_projection_size
+    if model.implementation is not Implementation.TRANSFORMERS:
+        mlp = 1 + 2 * model.num_experts if model.is_moe else 2
+        return 2 + mlp
+    if model.normalization is Normalization.LAYERNORM:  # GPT-2, GPT-NeoX: fused QKV, two-matrix MLP
+        return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + 2 * _fetched(h * model.ffn_hidden_size)
+    attention = 2 * _fetched(h * q) + 2 * _fetched(h * kv) + 2 * _fetched(model.head_dim) * model.qk_norm
+    if not model.is_moe:
+        return attention + (2 + model.is_gated) * _fetched(h * model.ffn_hidden_size)
+    e, f = model.num_experts, model.moe_ffn_hidden_size
+    mlp = _fetched(e * h * (1 + model.is_gated) * f, e * h * f) + _fetched(e * h)
+    if model.shared_expert_ffn_hidden_size is not None:
+        mlp += (2 + model.is_gated) * _fetched(h * model.shared_expert_ffn_hidden_size) + _fetched(h)
+    return attention + mlp
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
