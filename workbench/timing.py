@@ -506,6 +506,15 @@ class StepInputs:
     GEMMs, activation, and its all-to-alls) runs again. Only with selective recompute."""
     moe_deepspeed: object = 0.0
     """1: DeepSpeed-MoE layers (``deepspeed.moe.layer.MoE``), whose gate and combine run in fp32."""
+    moe_shared_ffn_hidden_size: object = 0.0
+    """MoE with an always-on shared expert (Qwen2-MoE): its MLP width (0: none); it runs on every token beside the
+    routed experts, split over tensor parallelism like a dense MLP."""
+    moe_block_host_s: object = 0.0
+    """Host seconds one MoE layer's experts block adds to a micro-batch beyond a dense MLP's, forward + backward
+    (:func:`moe_block_host`; catalog ``transformers.moe_block_host_s``; 0 for other stacks)."""
+    moe_fp32_combine: object = 0.0
+    """1: transformers' ``grouped_mm`` experts (:func:`hf_moe_combine_bytes`), whose weighted combine of the top-k
+    outputs runs in fp32."""
     stage_parameters: object = None
     """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
     layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
@@ -673,6 +682,9 @@ def compute_terms(x: StepInputs) -> dict:
     # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
     # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
     t_mem = t_mem + where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
+    # transformers' grouped_mm experts: the fp32 weighted combine in place of a 16-bit unpermute
+    t_mem = t_mem + where(asarray(x.moe_fp32_combine) > 0, hf_moe_combine_bytes(
+        copies=copies, tokens=tokens / t, hidden_size=h, value_bytes=x.bytes_per_value) / hbm, 0.0)
     # DeepSpeed-MoE: its fp32 gate input and fp32 weighted combine (:func:`workbench.dsmoe.extra_hbm_bytes`)
     t_mem = t_mem + where(asarray(x.moe_deepspeed) > 0, dsmoe.extra_hbm_bytes(
         tokens=tokens / t, hidden_size=h, top_k=x.experts_per_token, value_bytes=x.bytes_per_value) / hbm, 0.0)
@@ -685,6 +697,14 @@ def compute_terms(x: StepInputs) -> dict:
     cap_fwd_b, cap_bwd_b = soft_cap_bytes(bytes_per_value=x.bytes_per_value)
     t_score_fwd = score_elements * (score_fwd_b + x.soft_cap * cap_fwd_b) / score_hbm
     t_score_bwd = score_elements * (score_bwd_b + x.soft_cap * cap_bwd_b) / score_hbm
+    # MoE: the router's logits GEMM (tokens/t × E × h) and the shared expert's MLP (Qwen2-MoE) on every token
+    t_router = where(x.num_experts > 1, gemm_seconds(2 * tokens / t * h * x.num_experts, tokens / t, x.num_experts, h,
+                                                     **gemm), 0.0)
+    fs = maximum(asarray(x.moe_shared_ffn_hidden_size), 1.0)  # (1: a placeholder width where there is none)
+    shared_fc1 = fs * (1 + x.gated)
+    t_shared = where(asarray(x.moe_shared_ffn_hidden_size) > 0, gemm_seconds(2 * tokens * h * shared_fc1 / t, tokens, shared_fc1 / t, h, **gemm)
+                     + gemm_seconds(2 * tokens * fs * h / t, tokens, h, fs / t, **gemm), 0.0)
+    t_fc1, t_fc2 = t_fc1 + t_router + t_shared, t_fc2
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
     # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
     # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`).
@@ -810,6 +830,8 @@ def compute_terms(x: StepInputs) -> dict:
     # a micro-step takes at least its host time (:func:`microstep_host`): thin layers in small micro-batches
     # (gradient accumulation at fixed tokens) leave the GPU waiting on the host
     host_last_mb, host_other_mb = microstep_host(x, layers)
+    moe_host_mb = moe_block_host(x, layers)
+    host_last_mb, host_other_mb = host_last_mb + moe_host_mb, host_other_mb + moe_host_mb
     gpu_mb = stage_fwd + stage_bwd + recompute_mb
     host_exposed = (maximum(0.0, host_last_mb - gpu_mb)
                     + maximum(m - 1, 0.0) * maximum(0.0, host_other_mb - gpu_mb))
@@ -846,6 +868,19 @@ def compute_terms(x: StepInputs) -> dict:
             "fp8_layer_backward_gain_seconds": where(fp8_on, bf16_bwd - fp8_bwd, 0.0)}
 
 
+def hf_moe_combine_bytes(*, copies, tokens, hidden_size, value_bytes):
+    """HBM bytes one transformers ``grouped_mm`` MoE layer's forward moves beyond a 16-bit unpermute (the
+    2·v·X·h the permutation term already counts), for ``copies`` X = tokens·top-k rows of width h.
+
+    transformers/integrations/moe.py ``grouped_mm_experts_forward``: the routing weights come out of the router's
+    fp32 softmax, so ``proj_out * sample_weights_g`` reads the v-byte expert outputs and writes fp32 (v + 4 per
+    element), ``weighted_out[inv_perm]`` reads and writes them in fp32 (8), the ``view(...).sum(dim=1)`` over
+    the top-k reads them (4) and writes the tokens in fp32 (4 per token element), and ``.to(dtype)`` reads those
+    and writes v: (v + 16)·X·h + (8 + v)·T·h, less the counted 2·v·X·h."""
+    h = hidden_size
+    return (value_bytes + 16 - 2 * value_bytes) * copies * h + (8 + value_bytes) * tokens * h
+
+
 def hf_checkpoint_host(x: StepInputs, layers):
     """Host seconds per micro-batch of transformers' gradient checkpointing on a stage of ``layers`` layers:
     ``hf_recompute_layer_s`` per checkpointed decoder layer (non-reentrant ``torch.utils.checkpoint``: its
@@ -856,6 +891,16 @@ def hf_checkpoint_host(x: StepInputs, layers):
     own kernels: a large vocabulary or wide layers hide it, thin layers with a small vocabulary expose it."""
     full = (x.recompute == 2).astype(float)
     return where(x.hf_recompute_layer_s > 0, full * x.recompute_fraction * layers * x.hf_recompute_layer_s, 0.0)
+
+
+def moe_block_host(x: StepInputs, layers):
+    """Host seconds per micro-batch that a stage's ``layers`` MoE layers add beyond dense MLPs: ``moe_block_host_s``
+    each (transformers' ``grouped_mm`` experts: router, fp32 softmax and top-k, sort, gather, histogram, two grouped
+    GEMMs, fp32 combine and un-permute, ~150 kernels forward and backward whatever the expert count; measured by
+    benchmarks/gpu_hf_moe_host.py). Part of the micro-step's host time (:func:`microstep_host`), of which only what
+    the micro-batch's GPU time does not hide is exposed; 0 at ZeRO-3, whose hooks' host time is priced against the
+    GPU's kernels by ``zero3_*``."""
+    return where(x.zero_stage < 3, layers * x.moe_block_host_s, 0.0)
 
 
 def microstep_host(x: StepInputs, layers) -> tuple:
