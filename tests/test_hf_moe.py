@@ -59,6 +59,16 @@ def test_zero3_fetches_per_layer_equal_the_modules_transformers_builds(family):
 
 
 @pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_zero3_hooked_modules_per_layer_equal_the_submodules_transformers_builds(family):
+    """DeepSpeed registers its ZeRO-3 hooks on every submodule, parameters or not: the layer's whole module tree."""
+    config = CONFIGS[family]
+    spec = import_hf(config).spec
+    built = len(list(_layer_zero(build_model(config)).modules()))
+    extra = 1 if config["model_type"] == "phi3" else 0  # Phi-3's 12 counted as Llama's 13
+    assert timing.zero3_hooked_modules_per_layer(spec) == built + extra
+
+
+@pytest.mark.parametrize("family", sorted(CONFIGS))
 def test_parameter_tensors_equal_the_tensors_transformers_builds(family):
     config = CONFIGS[family]
     spec = import_hf(config).spec
@@ -76,6 +86,10 @@ def test_fused_experts_are_one_fetch_whatever_the_expert_count():
     # megatron-core's SequentialMLP keeps two linears per expert: its count still grows with E
     mc = spec.replace(implementation="megatron")
     assert timing.zero3_modules_per_layer(mc) == 2 + 1 + 2 * 8
+    # megatron-core's local-spec layer has 17 submodules (counted on GPTModel), an MoE layer 14 + router, experts,
+    # their list and MoE layer + 3 per SequentialMLP expert (30 counted at 4 experts)
+    assert timing.zero3_hooked_modules_per_layer(mc.replace(num_experts=None)) == 17
+    assert timing.zero3_hooked_modules_per_layer(mc.replace(num_experts=4)) == 30
     assert params.layer_linear_tensors(mc) == 2 + 1 + 2 * 8
 
 

@@ -413,6 +413,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
         zero3_modules_per_layer=T.zero3_modules_per_layer(model),
+        zero3_hooked_modules_per_layer=T.zero3_hooked_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),

@@ -321,11 +321,14 @@ def zero3_fetch_bytes_per_parameter(bytes_per_value, group_ranks, offload_params
     return where(copies, 2.0 * bytes_per_value, 0.0)
 
 
-def zero3_hook_seconds(fetches, modules, multi, *, fetch_latency_s, reduce_latency_s, collective_call_s):
-    """Host seconds of ZeRO-3's hooks in one step: each module fetch costs ``fetch_latency_s`` and each module's
-    gradient reduce-and-partition ``reduce_latency_s``, each plus ``collective_call_s`` when the group has more than
-    one rank (``multi`` 1)."""
-    return (fetches * (fetch_latency_s + multi * collective_call_s)
+def zero3_hook_seconds(fetches, modules, multi, *, fetch_latency_s, reduce_latency_s, collective_call_s,
+                       hooks=None):
+    """Host seconds of ZeRO-3's hooks in one step: each module hook call (``hooks``: DeepSpeed runs its pre- and
+    post-forward and backward hooks on every submodule, parameters or not; ``None``: one per fetch) costs
+    ``fetch_latency_s``, each fetch of partitioned parameters and each module's gradient reduce-and-partition
+    (``reduce_latency_s``) ``collective_call_s`` more when the group has more than one rank (``multi`` 1)."""
+    hooks = fetches if hooks is None else hooks
+    return (hooks * fetch_latency_s + fetches * multi * collective_call_s
             + modules * (reduce_latency_s + multi * collective_call_s))
 
 
@@ -426,6 +429,9 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    zero3_hooked_modules_per_layer: object = None
+    """Submodules of one layer whose DeepSpeed ZeRO-3 hooks run each pass, parameters or not
+    (:func:`zero3_hooked_modules_per_layer`); ``None``: ``zero3_modules_per_layer``."""
     hf_recompute_layer_s: object = 0.0
     """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
     backward together); the part the micro-batch's GPU work does not hide is added to the recompute
@@ -1208,15 +1214,18 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     #   parameter at its own partition); each backward's reduce flattens the gradients into the bucket (2v),
     #   averages them in place (2v) and copies the partition into the fp32 gradient (v + 4): 5v + 4 per trainable
     #   parameter;
-    # - host work (CPU): each hook call costs zero3_fetch_latency_s / zero3_reduce_latency_s, plus
-    #   zero3_collective_call_s when the group has more than one rank. The host runs ahead of the GPU, so only the
+    # - host work (CPU): each submodule's hook call in each pass costs zero3_fetch_latency_s whether it holds
+    #   parameters or not (:func:`zero3_hooked_modules_per_layer`), each module's reduce zero3_reduce_latency_s, and
+    #   each gathering fetch and reduce zero3_collective_call_s more when the group has more than one rank. The host runs ahead of the GPU, so only the
     #   hook time beyond the stage's forward/backward kernels (times zero3_hook_overlap) reaches the step.
     modules_pass = layers * x.zero3_modules_per_layer + 1
     fetches = modules_pass * (2 + full_rc)
+    hooked = x.zero3_modules_per_layer if x.zero3_hooked_modules_per_layer is None else x.zero3_hooked_modules_per_layer
+    hook_calls = (layers * hooked + 1) * (2 + full_rc)
     multi = (grad_group > 1).astype(float)
     hook_seconds = zero3_hook_seconds(m * fetches, m * modules_pass, multi, fetch_latency_s=x.zero3_fetch_latency_s,
                                       reduce_latency_s=x.zero3_reduce_latency_s,
-                                      collective_call_s=x.zero3_collective_call_s)
+                                      collective_call_s=x.zero3_collective_call_s, hooks=m * hook_calls)
     kernel_seconds = m * (comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
                           + comp["recompute_microbatch_seconds"])
     zero3_calls = expected_excess_seconds(hook_seconds, x.zero3_hook_overlap * kernel_seconds, x.zero3_host_spread)
@@ -1523,6 +1532,37 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
     if model.shared_expert_ffn_hidden_size is not None:
         mlp += (2 + model.is_gated) * _fetched(h * model.shared_expert_ffn_hidden_size) + _fetched(h)
     return attention + mlp
+
+
+def zero3_hooked_modules_per_layer(model: ModelSpec) -> int:
+    """Submodules of one transformer layer (the layer itself included) on which DeepSpeed ZeRO-3 runs its hooks:
+    ``DeepSpeedZeRoOffload._register_deepspeed_module`` (deepspeed/runtime/zero/parameter_offload.py) registers the
+    pre- and post-forward and backward hooks on every module recursively, and each call does the coordinator's
+    bookkeeping (trace, fetch of whatever is not available, prefetch, release) whether the module holds parameters or
+    not; :func:`zero3_modules_per_layer` counts the ones that gather parameters.
+
+    megatron-core local spec (``get_gpt_layer_local_spec``, counted on ``GPTModel``): the layer, input_layernorm,
+    self_attention, its core_attention (with scale_mask_softmax and attention_dropout), linear_qkv, linear_proj,
+    q_layernorm and k_layernorm (identity), pre_cross_attn_layernorm, cross_attention, cross_attn_bda (identity),
+    pre_mlp_layernorm, mlp, linear_fc1, linear_fc2: 17; an MoE layer: the MoE layer, its router, the experts and
+    their module list and three per expert (``SequentialMLP``) instead of the MLP's three.
+
+    transformers 5 (counted on ``AutoModelForCausalLM.from_config``, tests/test_hf_moe.py): the Llama families'
+    layer, self_attn, q/k/v/o_proj, mlp, gate/up/down_proj, act_fn and two norms: 13, +2 with Q/K norms (Qwen3,
+    Gemma 3), +2 with sandwich norms (Gemma 2, 3); GPT-2: 13 (its attention and residual dropouts), GPT-NeoX: 12;
+    their MoE layers: the block, the router, the experts module and its activation in place of the MLP's five: 12
+    (+2 Q/K norms), +6 for Qwen2-MoE's shared expert (the MLP's five and its gate). (Phi-3, 12, is counted as
+    Llama's 13.)"""
+    from workbench.specs import Implementation, Normalization, Positions
+
+    if model.implementation is not Implementation.TRANSFORMERS:
+        return 14 + (4 + 3 * model.num_experts if model.is_moe else 3)
+    if model.normalization is Normalization.LAYERNORM:
+        return 13 if model.position_embedding is Positions.LEARNED else 12
+    norms = 2 * model.qk_norm + 2 * model.sandwich_norm
+    if not model.is_moe:
+        return 13 + norms
+    return 12 + norms + (6 if model.shared_expert_ffn_hidden_size is not None else 0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
