@@ -797,9 +797,10 @@ def refit_time(fit_rows: list, *, write: bool, only: tuple = (), hf_zero3: bool 
             + (f"; latest refit of {', '.join(names)} only ({what}), the other constants kept from the refit "
                f"before. " if only else f": {what}. ")
             + "step_bytes_per_parameter: HBM bytes per optimizer-shard parameter on top of the optimizer's own; "
-            "tensor_seconds: per parameter tensor per step; zero3_*: host seconds per ZeRO-3 module fetch, per "
-            "module gradient reduce-and-partition, and extra per call when the group has >1 rank (overlapped with "
-            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."))
+            "tensor_seconds: per parameter tensor per step; zero3_*: host seconds per ZeRO-3 hook call (every "
+            "submodule, each pass), per module gradient reduce-and-partition, and extra per gathering fetch or "
+            "reduce when the group has >1 rank (overlapped with the GPU's kernels, zero3_hook_overlap). Not used for "
+            "the Megatron engine."))
     else:
         C.apply_constants(names, x)
 
