@@ -708,7 +708,8 @@ def compute_terms(x: StepInputs) -> dict:
                                                      **gemm), 0.0)
     fs = maximum(asarray(x.moe_shared_ffn_hidden_size), 1.0)  # (1: a placeholder width where there is none)
     shared_fc1 = fs * (1 + x.gated)
-    t_shared = where(asarray(x.moe_shared_ffn_hidden_size) > 0, gemm_seconds(2 * tokens * h * shared_fc1 / t, tokens, shared_fc1 / t, h, **gemm)
+    t_shared = where(asarray(x.moe_shared_ffn_hidden_size) > 0,
+                     gemm_seconds(2 * tokens * h * shared_fc1 / t, tokens, shared_fc1 / t, h, **gemm)
                      + gemm_seconds(2 * tokens * fs * h / t, tokens, h, fs / t, **gemm), 0.0)
     t_fc1, t_fc2 = t_fc1 + t_router + t_shared, t_fc2
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
@@ -1216,11 +1217,13 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     #   parameter;
     # - host work (CPU): each submodule's hook call in each pass costs zero3_fetch_latency_s whether it holds
     #   parameters or not (:func:`zero3_hooked_modules_per_layer`), each module's reduce zero3_reduce_latency_s, and
-    #   each gathering fetch and reduce zero3_collective_call_s more when the group has more than one rank. The host runs ahead of the GPU, so only the
-    #   hook time beyond the stage's forward/backward kernels (times zero3_hook_overlap) reaches the step.
+    #   each gathering fetch and reduce zero3_collective_call_s more when the group has more than one rank. The host
+    #   runs ahead of the GPU, so only the hook time beyond the stage's forward/backward kernels (times
+    #   zero3_hook_overlap) reaches the step.
     modules_pass = layers * x.zero3_modules_per_layer + 1
     fetches = modules_pass * (2 + full_rc)
-    hooked = x.zero3_modules_per_layer if x.zero3_hooked_modules_per_layer is None else x.zero3_hooked_modules_per_layer
+    hooked = (x.zero3_modules_per_layer if x.zero3_hooked_modules_per_layer is None
+              else x.zero3_hooked_modules_per_layer)
     hook_calls = (layers * hooked + 1) * (2 + full_rc)
     multi = (grad_group > 1).astype(float)
     hook_seconds = zero3_hook_seconds(m * fetches, m * modules_pass, multi, fetch_latency_s=x.zero3_fetch_latency_s,
@@ -1506,7 +1509,7 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
     megatron-core (local spec): the QKV and output projections and the two MLP linears; MoE: the router and two
     linears per expert (``SequentialMLP``) instead of the MLP's two.
 
-    Hugging Face transformers 5 (the modules ``AutoModelForCausalLM.from_config`` builds; tests/test_hf.py counts
+    Hugging Face transformers 5 (the modules ``AutoModelForCausalLM.from_config`` builds; tests/test_hf_moe.py counts
     them on the meta device): GPT-2 (``c_attn``, ``c_proj``, ``c_fc``, ``c_proj``) and GPT-NeoX
     (``query_key_value``, ``dense``, ``dense_h_to_4h``, ``dense_4h_to_h``) fuse Q, K and V — the LayerNorm
     families, four modules; the RMSNorm families (Llama, Mistral, Qwen2/3, Gemma 1-3) have ``q_proj``, ``k_proj``,
