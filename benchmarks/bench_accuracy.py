@@ -568,8 +568,9 @@ def _deepspeed_constants_zeroed(keys):
 def _zero3_step_parts(r: dict) -> dict:
     """A measured ZeRO-3 run's step as the model prices it now (``base_seconds``; inside
     :func:`_deepspeed_constants_zeroed` that is without the host hooks), the modules fetched per pass and the
-    fetches of a step (forward, backward, and the recomputed forward with full recompute) over its micro-batches, and
-    the micro-batches' GPU kernel seconds."""
+    fetches of a step (forward, backward, and the recomputed forward with full recompute) over its micro-batches, the
+    hook calls of those passes (every submodule's, :func:`workbench.timing.zero3_hooked_modules_per_layer`), and the
+    micro-batches' GPU kernel seconds."""
     from workbench import timing
     from workbench.estimate import estimate
 
@@ -577,7 +578,9 @@ def _zero3_step_parts(r: dict) -> dict:
     t = estimate(model, r["cluster"], plan).time
     m = plan.global_batch_size // (plan.micro_batch_size * plan.world_size)
     modules = m * (model.num_layers * timing.zero3_modules_per_layer(model) + 1)
-    return dict(base_seconds=t.step_seconds, modules=modules, fetches=modules * (2 + (plan.recompute == "full")),
+    passes = 2 + (plan.recompute == "full")
+    hooks = m * (model.num_layers * timing.zero3_hooked_modules_per_layer(model) + 1) * passes
+    return dict(base_seconds=t.step_seconds, modules=modules, fetches=modules * passes, hooks=hooks,
                 kernel_seconds=m * (t.microbatch_forward_seconds + t.microbatch_backward_seconds))
 
 
@@ -654,7 +657,7 @@ def zero3_predict(row: dict, consts: dict) -> float:
     hook = timing.zero3_hook_seconds(row["fetches"], row["modules"], row["multi"],
                                      fetch_latency_s=consts["zero3_fetch_latency_s"],
                                      reduce_latency_s=consts["zero3_reduce_latency_s"],
-                                     collective_call_s=consts["zero3_collective_call_s"])
+                                     collective_call_s=consts["zero3_collective_call_s"], hooks=row.get("hooks"))
     return row["base_seconds"] + float(timing.expected_excess_seconds(
         hook, consts.get("zero3_hook_overlap", 1.0) * row["kernel_seconds"], consts.get("zero3_host_spread", 0.0)))
 
@@ -794,9 +797,10 @@ def refit_time(fit_rows: list, *, write: bool, only: tuple = (), hf_zero3: bool 
             + (f"; latest refit of {', '.join(names)} only ({what}), the other constants kept from the refit "
                f"before. " if only else f": {what}. ")
             + "step_bytes_per_parameter: HBM bytes per optimizer-shard parameter on top of the optimizer's own; "
-            "tensor_seconds: per parameter tensor per step; zero3_*: host seconds per ZeRO-3 module fetch, per "
-            "module gradient reduce-and-partition, and extra per call when the group has >1 rank (overlapped with "
-            "the GPU's kernels, zero3_hook_overlap). Not used for the Megatron engine."))
+            "tensor_seconds: per parameter tensor per step; zero3_*: host seconds per ZeRO-3 hook call (every "
+            "submodule, each pass), per module gradient reduce-and-partition, and extra per gathering fetch or "
+            "reduce when the group has >1 rank (overlapped with the GPU's kernels, zero3_hook_overlap). Not used for "
+            "the Megatron engine."))
     else:
         C.apply_constants(names, x)
 

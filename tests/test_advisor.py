@@ -306,8 +306,12 @@ def test_zero3_persistent_bytes():
     m = model("llama3-8b")
     w = dict(advisor.zero3_module_weights(m, 2))
     assert w["QKV"] == (4096 * (4096 + 2 * 1024) // 2,) and w["fc1"] == (4096 * 2 * 14336 // 2,)
-    w = dict(advisor.zero3_module_weights(m.replace(implementation="transformers")))  # q, k, v and gate, up apart
-    assert w["QKV"] == (4096 * 4096, 4096 * 1024, 4096 * 1024) and w["fc1"] == (4096 * 14336,) * 2
+    hf = m.replace(implementation="transformers")
+    w = dict(advisor.zero3_module_weights(hf))  # q, k, v and gate, up apart: one entry per fetched module
+    assert (w["q projection"], w["k projection"], w["v projection"]) == ((4096 * 4096,), (4096 * 1024,),
+                                                                         (4096 * 1024,))
+    assert w["gate projection"] == w["up projection"] == (4096 * 14336,)
+    assert len(w) == T.zero3_modules_per_layer(hf) == 7
 
 
 def test_advise_lists_zero3_host_bound(thin_zero3):

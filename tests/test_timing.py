@@ -85,8 +85,9 @@ def test_zero3_adds_parameter_gathers():
     # plus the counted HBM bytes of the gathers (2v per parameter per fetch) and the gradient copies (5v + 4)
     ds = timing.calibration()["deepspeed"]
     modules = m.num_layers * timing.zero3_modules_per_layer(m) + 1
-    hooks = m_steps * modules * (2 * (ds["zero3_fetch_latency_s"] + ds["zero3_collective_call_s"])
-                                 + ds["zero3_reduce_latency_s"] + ds["zero3_collective_call_s"])
+    hooked = m.num_layers * timing.zero3_hooked_modules_per_layer(m) + 1  # every submodule's hooks run
+    hooks = m_steps * (2 * hooked * ds["zero3_fetch_latency_s"] + 2 * modules * ds["zero3_collective_call_s"]
+                       + modules * (ds["zero3_reduce_latency_s"] + ds["zero3_collective_call_s"]))
     kernels = m_steps * (est[3].microbatch_forward_seconds + est[3].microbatch_backward_seconds)
     params = est[3].inputs["stage_parameters"]
     hbm = est[3].inputs["hbm_gb_per_s"] * 1e9 * est[3].inputs["hbm_efficiency"]
@@ -267,7 +268,8 @@ def test_zero3_hooks_grow_with_recompute_and_deepspeed_step_costs_more():
     extra = (float(step_time_terms(**{**full.inputs, **slow})["zero3_hooks"])
              - float(step_time_terms(**{**none.inputs, **slow})["zero3_hooks"]))
     modules = m.num_layers * timing.zero3_modules_per_layer(m) + 1
-    assert extra == pytest.approx(modules * (1.0 + ds["zero3_collective_call_s"]) - full.breakdown["recompute"]
+    hooked = m.num_layers * timing.zero3_hooked_modules_per_layer(m) + 1
+    assert extra == pytest.approx(hooked * 1.0 + modules * ds["zero3_collective_call_s"] - full.breakdown["recompute"]
                                   + gather)
     meg = estimate_time(m, c, _plan(c, engine="megatron", distributed_optimizer=True, global_batch_size=8))
     dsp = estimate_time(m, c, _plan(c, engine="deepspeed", zero_stage=1, global_batch_size=8))

@@ -33,7 +33,7 @@ from workbench import timing as T
 from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
 from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
-from workbench.specs import (ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan, Precision,
+from workbench.specs import (ClusterSpec, Engine, Implementation, ModelSpec, Normalization, Offload, ParallelPlan, Precision,
                              Recompute, ZeroStage, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
@@ -1177,17 +1177,24 @@ def zero3_host_seconds(time) -> tuple:
     return max(0.0, time.step_seconds - base), max(0.0, unhidden - base)
 
 
+ZERO3_ATTENTION_MODULES = frozenset({"QKV", "q projection", "k projection", "v projection", "output projection"})
+"""The attention modules among :func:`zero3_module_weights`' names."""
+
+
 def zero3_module_weights(model: ModelSpec, tensor_parallel: int = 1) -> tuple:
     """``(name, parts)`` for each module of one dense layer that the time model counts as fetched
-    (:func:`workbench.timing.zero3_modules_per_layer`: QKV, output projection, fc1, fc2), ``parts`` the elements of
-    each weight tensor it holds per tensor-parallel rank — DeepSpeed decides persistence per tensor. megatron-core
-    fuses QKV (and a gated fc1); a ``transformers`` model is taken as the Llama family lays it out, with separate
-    q/k/v and gate/up projections (GPT-2 and GPT-NeoX fuse QKV as megatron-core does)."""
+    (:func:`workbench.timing.zero3_modules_per_layer`), ``parts`` the elements of each weight tensor it holds per
+    tensor-parallel rank — DeepSpeed decides persistence per tensor. megatron-core: QKV, output projection, fc1
+    (gated: gate and up fused), fc2; a ``transformers`` model of the RMSNorm (Llama) families: q, k, v, output, gate,
+    up and down projections, each its own module; GPT-2 and GPT-NeoX fuse QKV as megatron-core does. The attention
+    modules come first (:data:`ZERO3_ATTENTION_MODULES` names them)."""
     h, t, ffn = model.hidden_size, tensor_parallel, model.ffn_hidden_size
     q, kv = model.query_projection_size, model.kv_projection_size
-    if model.implementation is Implementation.TRANSFORMERS:
-        return (("QKV", (h * q // t, h * kv // t, h * kv // t)), ("output projection", (q * h // t,)),
-                ("fc1", (h * ffn // t,) * (2 if model.is_gated else 1)), ("fc2", (ffn * h // t,)))
+    if model.implementation is Implementation.TRANSFORMERS and model.normalization is not Normalization.LAYERNORM:
+        mlp = (("gate projection", (h * ffn // t,)),) if model.is_gated else ()
+        return (("q projection", (h * q // t,)), ("k projection", (h * kv // t,)), ("v projection", (h * kv // t,)),
+                ("output projection", (q * h // t,)), *mlp, ("up projection", (h * ffn // t,)),
+                ("down projection", (ffn * h // t,)))
     fc1 = (2 if model.is_gated else 1) * ffn
     return (("QKV", (h * (q + 2 * kv) // t,)), ("output projection", (q * h // t,)), ("fc1", (h * fc1 // t,)),
             ("fc2", (ffn * h // t,)))
@@ -1323,7 +1330,7 @@ def zero3_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
                             "more memory): not modelled for MoE layers")
     else:
         weights = zero3_module_weights(model, plan.tensor_parallel)
-        threshold = max(weights[0][1] + weights[1][1])  # the attention projections' largest tensor
+        threshold = max(p for n, parts in weights if n in ZERO3_ATTENTION_MODULES for p in parts)  # their largest
         kept = [(n, sum(parts)) for n, parts in weights if max(parts) <= threshold]
         left = modules - len(kept)
         elements = sum(e for _, e in kept)

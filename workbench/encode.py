@@ -424,6 +424,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
         zero3_modules_per_layer=T.zero3_modules_per_layer(model),
+        zero3_hooked_modules_per_layer=T.zero3_hooked_modules_per_layer(model),
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
@@ -446,6 +447,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
         moe_overlap_alltoall=cols.get("moe_ov", 0), moe_deepspeed=cols.get("moe_ds", 0),
         moe_recompute=cols.get("moe_rc", 0),
+        moe_shared_ffn_hidden_size=float(model.shared_expert_ffn_hidden_size or 0),
+        moe_fp32_combine=float(model.is_moe and model.implementation is Implementation.TRANSFORMERS),
+        moe_block_host_s=(cal.get("transformers", {}).get("moe_block_host_s", 0.0)
+                          if model.is_moe and model.implementation is Implementation.TRANSFORMERS else 0.0),
         tp_comm_overlap=cols.get("tp_ov", 0), tp_overlap_sm_fraction=T.TE_UB_MARGIN_SMS / T.gpu_sm_count(gpu.name),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(

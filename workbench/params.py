@@ -57,19 +57,42 @@ def shared_expert_params(m: ModelSpec) -> int:
 
 def parameter_tensors(m: ModelSpec) -> int:
     """Parameter tensors of the whole model (what per-tensor work — DeepSpeed's gradient hooks and per-tensor norms
-    — loops over): per layer the four linears' weights (an MoE layer: the router and two per expert), their biases
-    when ``add_bias_linear`` (the QKV bias alone when ``qkv_bias``), two norms (LayerNorm: weight and bias; +2 with
-    ``sandwich_norm``, +2 for ``qk_norm``); the word and learned position embeddings, the final norm and the untied
-    output layer."""
+    — loops over): per layer the linears' weights and biases (:func:`layer_linear_tensors`), two norms (LayerNorm:
+    weight and bias; +2 with ``sandwich_norm``, +2 for ``qk_norm``); the word and learned position embeddings, the
+    final norm and the untied output layer."""
     norm = 2 if m.normalization is Normalization.LAYERNORM else 1
-    linears = 2 + (1 + 2 * m.num_experts if m.is_moe else 2)
-    per_layer = (linears * (2 if m.add_bias_linear else 1) - (1 if m.is_moe and m.add_bias_linear else 0)
-                 + (1 if m.qkv_bias and not m.add_bias_linear else 0)
-                 + norm * (2 + (2 if m.sandwich_norm else 0) + (2 if m.qk_norm else 0)))
+    per_layer = layer_linear_tensors(m) + norm * (2 + (2 if m.sandwich_norm else 0) + (2 if m.qk_norm else 0))
     from workbench.specs import Positions
 
     extra = 1 + (1 if m.position_embedding is Positions.LEARNED else 0) + norm + (0 if m.tied_embeddings else 1)
     return m.num_layers * per_layer + extra
+
+
+def layer_linear_tensors(m: ModelSpec) -> int:
+    """Weight and bias tensors of one layer's linear layers.
+
+    megatron-core (local spec): ``linear_qkv``, ``linear_proj``, ``linear_fc1``, ``linear_fc2`` (an MoE layer: the
+    router and fc1, fc2 per expert of ``SequentialMLP``), a bias on each when ``add_bias_linear`` (none on the
+    router), the QKV bias alone when ``qkv_bias``.
+
+    transformers 5: GPT-2 and GPT-NeoX (LayerNorm) fuse Q, K, V into one projection: four linears with biases.
+    The RMSNorm families keep ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, ``gate_proj``, ``up_proj``,
+    ``down_proj`` apart; their MoE layers hold a router weight [E, h] and ONE experts module with two fused 3-D
+    tensors, ``gate_up_proj`` [E, 2f, h] and ``down_proj`` [E, h, f] (``MixtralExperts``,
+    transformers/models/mixtral/modeling_mixtral.py; Qwen2/3-MoE alike), plus Qwen2-MoE's shared expert (three
+    linears) and its h→1 gate. Q/K/V biases with ``qkv_bias``; the others with ``add_bias_linear``. (Phi-3's fused
+    ``qkv_proj`` and ``gate_up_proj`` cannot be told from Llama's by the spec: counted as Llama's.)"""
+    bias = m.add_bias_linear
+    if m.implementation is not Implementation.TRANSFORMERS or m.normalization is Normalization.LAYERNORM:
+        linears = 2 + (1 + 2 * m.num_experts if m.is_moe else 2)
+        return (linears * (2 if bias else 1) - (1 if m.is_moe and bias else 0)
+                + (1 if m.qkv_bias and not bias else 0))
+    mlp_linears = 3 if m.is_gated else 2
+    attention = 4 + (3 if m.qkv_bias else 0) + (1 if bias else 0)
+    if not m.is_moe:
+        return attention + mlp_linears * (2 if bias else 1)
+    shared = 0 if m.shared_expert_ffn_hidden_size is None else mlp_linears * (2 if bias else 1) + 1
+    return attention + 1 + 2 * (2 if bias else 1) + shared
 
 
 def embedding_params(m: ModelSpec, vocab_size: int | None = None) -> int:

@@ -333,11 +333,14 @@ def zero3_fetch_bytes_per_parameter(bytes_per_value, group_ranks, offload_params
     return where(copies, 2.0 * bytes_per_value, 0.0)
 
 
-def zero3_hook_seconds(fetches, modules, multi, *, fetch_latency_s, reduce_latency_s, collective_call_s):
-    """Host seconds of ZeRO-3's hooks in one step: each module fetch costs ``fetch_latency_s`` and each module's
-    gradient reduce-and-partition ``reduce_latency_s``, each plus ``collective_call_s`` when the group has more than
-    one rank (``multi`` 1)."""
-    return (fetches * (fetch_latency_s + multi * collective_call_s)
+def zero3_hook_seconds(fetches, modules, multi, *, fetch_latency_s, reduce_latency_s, collective_call_s,
+                       hooks=None):
+    """Host seconds of ZeRO-3's hooks in one step: each module hook call (``hooks``: DeepSpeed runs its pre- and
+    post-forward and backward hooks on every submodule, parameters or not; ``None``: one per fetch) costs
+    ``fetch_latency_s``, each fetch of partitioned parameters and each module's gradient reduce-and-partition
+    (``reduce_latency_s``) ``collective_call_s`` more when the group has more than one rank (``multi`` 1)."""
+    hooks = fetches if hooks is None else hooks
+    return (hooks * fetch_latency_s + fetches * multi * collective_call_s
             + modules * (reduce_latency_s + multi * collective_call_s))
 
 
@@ -438,6 +441,9 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    zero3_hooked_modules_per_layer: object = None
+    """Submodules of one layer whose DeepSpeed ZeRO-3 hooks run each pass, parameters or not
+    (:func:`zero3_hooked_modules_per_layer`); ``None``: ``zero3_modules_per_layer``."""
     hf_recompute_layer_s: object = 0.0
     """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
     backward together; it replaces ``hf_layer_host_s`` for that layer); the part the micro-batch's GPU work does
@@ -530,6 +536,15 @@ class StepInputs:
     GEMMs, activation, and its all-to-alls) runs again. Only with selective recompute."""
     moe_deepspeed: object = 0.0
     """1: DeepSpeed-MoE layers (``deepspeed.moe.layer.MoE``), whose gate and combine run in fp32."""
+    moe_shared_ffn_hidden_size: object = 0.0
+    """MoE with an always-on shared expert (Qwen2-MoE): its MLP width (0: none); it runs on every token beside the
+    routed experts, split over tensor parallelism like a dense MLP."""
+    moe_block_host_s: object = 0.0
+    """Host seconds one MoE layer's experts block adds to a micro-batch beyond a dense MLP's, forward + backward
+    (:func:`moe_block_host`; catalog ``transformers.moe_block_host_s``; 0 for other stacks)."""
+    moe_fp32_combine: object = 0.0
+    """1: transformers' ``grouped_mm`` experts (:func:`hf_moe_combine_bytes`), whose weighted combine of the top-k
+    outputs runs in fp32."""
     stage_parameters: object = None
     """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
     layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
@@ -698,6 +713,9 @@ def compute_terms(x: StepInputs) -> dict:
     # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
     # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
     t_mem = t_mem + where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
+    # transformers' grouped_mm experts: the fp32 weighted combine in place of a 16-bit unpermute
+    t_mem = t_mem + where(asarray(x.moe_fp32_combine) > 0, hf_moe_combine_bytes(
+        copies=copies, tokens=tokens / t, hidden_size=h, value_bytes=x.bytes_per_value) / hbm, 0.0)
     # DeepSpeed-MoE: its fp32 gate input and fp32 weighted combine (:func:`workbench.dsmoe.extra_hbm_bytes`)
     t_mem = t_mem + where(asarray(x.moe_deepspeed) > 0, dsmoe.extra_hbm_bytes(
         tokens=tokens / t, hidden_size=h, top_k=x.experts_per_token, value_bytes=x.bytes_per_value) / hbm, 0.0)
@@ -710,6 +728,15 @@ def compute_terms(x: StepInputs) -> dict:
     cap_fwd_b, cap_bwd_b = soft_cap_bytes(bytes_per_value=x.bytes_per_value)
     t_score_fwd = score_elements * (score_fwd_b + x.soft_cap * cap_fwd_b) / score_hbm
     t_score_bwd = score_elements * (score_bwd_b + x.soft_cap * cap_bwd_b) / score_hbm
+    # MoE: the router's logits GEMM (tokens/t × E × h) and the shared expert's MLP (Qwen2-MoE) on every token
+    t_router = where(x.num_experts > 1, gemm_seconds(2 * tokens / t * h * x.num_experts, tokens / t, x.num_experts, h,
+                                                     **gemm), 0.0)
+    fs = maximum(asarray(x.moe_shared_ffn_hidden_size), 1.0)  # (1: a placeholder width where there is none)
+    shared_fc1 = fs * (1 + x.gated)
+    t_shared = where(asarray(x.moe_shared_ffn_hidden_size) > 0,
+                     gemm_seconds(2 * tokens * h * shared_fc1 / t, tokens, shared_fc1 / t, h, **gemm)
+                     + gemm_seconds(2 * tokens * fs * h / t, tokens, h, fs / t, **gemm), 0.0)
+    t_fc1, t_fc2 = t_fc1 + t_router + t_shared, t_fc2
     t_weights_fwd = t_qkv + t_proj + t_fc1 + t_fc2
     # FP8 layers (Transformer Engine): the four linear GEMMs on the FP8 curve and peak; the casts to FP8 of their
     # inputs (forward) and output gradients (backward) are extra memory-bound kernels (:func:`fp8_cast_bytes`).
@@ -834,6 +861,8 @@ def compute_terms(x: StepInputs) -> dict:
     # a micro-step takes at least its host time (:func:`microstep_host`): thin layers in small micro-batches
     # (gradient accumulation at fixed tokens) leave the GPU waiting on the host
     host_last_mb, host_other_mb = microstep_host(x, layers)
+    moe_host_mb = moe_block_host(x, layers)
+    host_last_mb, host_other_mb = host_last_mb + moe_host_mb, host_other_mb + moe_host_mb
     gpu_mb = stage_fwd + stage_bwd + recompute_mb
     host_exposed = (maximum(0.0, host_last_mb - gpu_mb)
                     + maximum(m - 1, 0.0) * maximum(0.0, host_other_mb - gpu_mb))
@@ -876,6 +905,19 @@ def compute_terms(x: StepInputs) -> dict:
             "fp8_layer_backward_gain_seconds": where(fp8_on, bf16_bwd - fp8_bwd, 0.0)}
 
 
+def hf_moe_combine_bytes(*, copies, tokens, hidden_size, value_bytes):
+    """HBM bytes one transformers ``grouped_mm`` MoE layer's forward moves beyond a 16-bit unpermute (the
+    2·v·X·h the permutation term already counts), for ``copies`` X = tokens·top-k rows of width h.
+
+    transformers/integrations/moe.py ``grouped_mm_experts_forward``: the routing weights come out of the router's
+    fp32 softmax, so ``proj_out * sample_weights_g`` reads the v-byte expert outputs and writes fp32 (v + 4 per
+    element), ``weighted_out[inv_perm]`` reads and writes them in fp32 (8), the ``view(...).sum(dim=1)`` over
+    the top-k reads them (4) and writes the tokens in fp32 (4 per token element), and ``.to(dtype)`` reads those
+    and writes v: (v + 16)·X·h + (8 + v)·T·h, less the counted 2·v·X·h."""
+    h = hidden_size
+    return (value_bytes + 16 - 2 * value_bytes) * copies * h + (8 + value_bytes) * tokens * h
+
+
 def hf_checkpoint_host(x: StepInputs, layers):
     """Host seconds per micro-batch of transformers' gradient checkpointing on a stage of ``layers`` layers:
     ``hf_recompute_layer_s`` per checkpointed decoder layer (non-reentrant ``torch.utils.checkpoint``: its
@@ -886,6 +928,16 @@ def hf_checkpoint_host(x: StepInputs, layers):
     own kernels: a large vocabulary or wide layers hide it, thin layers with a small vocabulary expose it."""
     full = (x.recompute == 2).astype(float)
     return where(x.hf_recompute_layer_s > 0, full * x.recompute_fraction * layers * x.hf_recompute_layer_s, 0.0)
+
+
+def moe_block_host(x: StepInputs, layers):
+    """Host seconds per micro-batch that a stage's ``layers`` MoE layers add beyond dense MLPs: ``moe_block_host_s``
+    each (transformers' ``grouped_mm`` experts: router, fp32 softmax and top-k, sort, gather, histogram, two grouped
+    GEMMs, fp32 combine and un-permute, ~150 kernels forward and backward whatever the expert count; measured by
+    benchmarks/gpu_hf_moe_host.py). Part of the micro-step's host time (:func:`microstep_host`), of which only what
+    the micro-batch's GPU time does not hide is exposed; 0 at ZeRO-3, whose hooks' host time is priced against the
+    GPU's kernels by ``zero3_*``."""
+    return where(x.zero_stage < 3, layers * x.moe_block_host_s, 0.0)
 
 
 def microstep_host(x: StepInputs, layers) -> tuple:
@@ -1214,15 +1266,20 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     #   parameter at its own partition); each backward's reduce flattens the gradients into the bucket (2v),
     #   averages them in place (2v) and copies the partition into the fp32 gradient (v + 4): 5v + 4 per trainable
     #   parameter;
-    # - host work (CPU): each hook call costs zero3_fetch_latency_s / zero3_reduce_latency_s, plus
-    #   zero3_collective_call_s when the group has more than one rank. The host runs ahead of the GPU, so only the
-    #   hook time beyond the stage's forward/backward kernels (times zero3_hook_overlap) reaches the step.
+    # - host work (CPU): each submodule's hook call in each pass costs zero3_fetch_latency_s whether it holds
+    #   parameters or not (:func:`zero3_hooked_modules_per_layer`), each module's reduce zero3_reduce_latency_s, and
+    #   each gathering fetch and reduce zero3_collective_call_s more when the group has more than one rank. The host
+    #   runs ahead of the GPU, so only the hook time beyond the stage's forward/backward kernels (times
+    #   zero3_hook_overlap) reaches the step.
     modules_pass = layers * x.zero3_modules_per_layer + 1
     fetches = modules_pass * (2 + full_rc)
+    hooked = (x.zero3_modules_per_layer if x.zero3_hooked_modules_per_layer is None
+              else x.zero3_hooked_modules_per_layer)
+    hook_calls = (layers * hooked + 1) * (2 + full_rc)
     multi = (grad_group > 1).astype(float)
     hook_seconds = zero3_hook_seconds(m * fetches, m * modules_pass, multi, fetch_latency_s=x.zero3_fetch_latency_s,
                                       reduce_latency_s=x.zero3_reduce_latency_s,
-                                      collective_call_s=x.zero3_collective_call_s)
+                                      collective_call_s=x.zero3_collective_call_s, hooks=m * hook_calls)
     kernel_seconds = m * (comp["stage_forward_seconds"] + comp["stage_backward_seconds"]
                           + comp["recompute_microbatch_seconds"])
     zero3_calls = expected_excess_seconds(hook_seconds, x.zero3_hook_overlap * kernel_seconds, x.zero3_host_spread)
@@ -1484,13 +1541,83 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
                               bucket_elements=bucket_elements, counts=counts)
 
 
+ZERO3_PERSISTENCE_THRESHOLD = 100_000
+"""DeepSpeed's default ``stage3_param_persistence_threshold``: a parameter of at most this many elements is marked
+persistent (``ds_persist``; deepspeed/runtime/zero/parameter_offload.py ``mark_persistent_parameters``:
+``param.ds_numel <= param_threshold``), stays gathered on every rank and is never fetched."""
+
+
+def _fetched(*numels) -> int:
+    """1 when a module whose direct parameters have these element counts is fetched by ZeRO-3 (one of them is above
+    :data:`ZERO3_PERSISTENCE_THRESHOLD`), else 0."""
+    return int(max(numels) > ZERO3_PERSISTENCE_THRESHOLD)
+
+
 def zero3_modules_per_layer(model: ModelSpec) -> int:
-    """Submodules of one transformer layer whose parameters ZeRO-3 partitions and fetches separately: the QKV and
-    output projections and the two MLP linears (megatron-core local spec; norms and biases stay below DeepSpeed's
-    ``stage3_param_persistence_threshold`` of 1e5 elements and are not partitioned). MoE: the router and two linears
-    per expert instead of the MLP's two."""
-    mlp = 1 + 2 * model.num_experts if model.is_moe else 2
-    return 2 + mlp
+    """Submodules of one transformer layer whose parameters ZeRO-3 partitions and fetches separately (DeepSpeed's
+    per-module pre-forward / pre-backward hooks fetch a module's own parameters; parameters of at most
+    :data:`ZERO3_PERSISTENCE_THRESHOLD` elements stay persistent: norms, biases, Q/K norms, small routers).
+
+    megatron-core (local spec): the QKV and output projections and the two MLP linears; MoE: the router and two
+    linears per expert (``SequentialMLP``) instead of the MLP's two.
+
+    Hugging Face transformers 5 (the modules ``AutoModelForCausalLM.from_config`` builds; tests/test_hf_moe.py counts
+    them on the meta device): GPT-2 (``c_attn``, ``c_proj``, ``c_fc``, ``c_proj``) and GPT-NeoX
+    (``query_key_value``, ``dense``, ``dense_h_to_4h``, ``dense_4h_to_h``) fuse Q, K and V — the LayerNorm
+    families, four modules; the RMSNorm families (Llama, Mistral, Qwen2/3, Gemma 1-3) have ``q_proj``, ``k_proj``,
+    ``v_proj``, ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``, seven. Their MoE layers (Mixtral, Qwen2-MoE,
+    Qwen3-MoE) keep all experts in ONE module with fused 3-D weights ``gate_up_proj`` [E, 2f, h] and ``down_proj``
+    [E, h, f] (``MixtralExperts``; transformers/models/mixtral/modeling_mixtral.py), one fetch whatever E is; the
+    router (``*TopKRouter``, [E, h]) is fetched only above the threshold; Qwen2-MoE's shared expert adds its three
+    linears and its h→1 ``shared_expert_gate``. Phi-3 (``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``:
+    four) is not told apart from Llama by the ModelSpec and is counted with the RMSNorm families' seven."""
+    from workbench.specs import Implementation, Normalization
+
+    h, q, kv = model.hidden_size, model.query_projection_size, model.kv_projection_size
+    if model.implementation is not Implementation.TRANSFORMERS:
+        mlp = 1 + 2 * model.num_experts if model.is_moe else 2
+        return 2 + mlp
+    if model.normalization is Normalization.LAYERNORM:  # GPT-2, GPT-NeoX: fused QKV, two-matrix MLP
+        return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + 2 * _fetched(h * model.ffn_hidden_size)
+    attention = 2 * _fetched(h * q) + 2 * _fetched(h * kv) + 2 * _fetched(model.head_dim) * model.qk_norm
+    if not model.is_moe:
+        return attention + (2 + model.is_gated) * _fetched(h * model.ffn_hidden_size)
+    e, f = model.num_experts, model.moe_ffn_hidden_size
+    mlp = _fetched(e * h * (1 + model.is_gated) * f, e * h * f) + _fetched(e * h)
+    if model.shared_expert_ffn_hidden_size is not None:
+        mlp += (2 + model.is_gated) * _fetched(h * model.shared_expert_ffn_hidden_size) + _fetched(h)
+    return attention + mlp
+
+
+def zero3_hooked_modules_per_layer(model: ModelSpec) -> int:
+    """Submodules of one transformer layer (the layer itself included) on which DeepSpeed ZeRO-3 runs its hooks:
+    ``DeepSpeedZeRoOffload._register_deepspeed_module`` (deepspeed/runtime/zero/parameter_offload.py) registers the
+    pre- and post-forward and backward hooks on every module recursively, and each call does the coordinator's
+    bookkeeping (trace, fetch of whatever is not available, prefetch, release) whether the module holds parameters or
+    not; :func:`zero3_modules_per_layer` counts the ones that gather parameters.
+
+    megatron-core local spec (``get_gpt_layer_local_spec``, counted on ``GPTModel``): the layer, input_layernorm,
+    self_attention, its core_attention (with scale_mask_softmax and attention_dropout), linear_qkv, linear_proj,
+    q_layernorm and k_layernorm (identity), pre_cross_attn_layernorm, cross_attention, cross_attn_bda (identity),
+    pre_mlp_layernorm, mlp, linear_fc1, linear_fc2: 17; an MoE layer: the MoE layer, its router, the experts and
+    their module list and three per expert (``SequentialMLP``) instead of the MLP's three.
+
+    transformers 5 (counted on ``AutoModelForCausalLM.from_config``, tests/test_hf_moe.py): the Llama families'
+    layer, self_attn, q/k/v/o_proj, mlp, gate/up/down_proj, act_fn and two norms: 13, +2 with Q/K norms (Qwen3,
+    Gemma 3), +2 with sandwich norms (Gemma 2, 3); GPT-2: 13 (its attention and residual dropouts), GPT-NeoX: 12;
+    their MoE layers: the block, the router, the experts module and its activation in place of the MLP's five: 12
+    (+2 Q/K norms), +6 for Qwen2-MoE's shared expert (the MLP's five and its gate). (Phi-3, 12, is counted as
+    Llama's 13.)"""
+    from workbench.specs import Implementation, Normalization, Positions
+
+    if model.implementation is not Implementation.TRANSFORMERS:
+        return 14 + (4 + 3 * model.num_experts if model.is_moe else 3)
+    if model.normalization is Normalization.LAYERNORM:
+        return 13 if model.position_embedding is Positions.LEARNED else 12
+    norms = 2 * model.qk_norm + 2 * model.sandwich_norm
+    if not model.is_moe:
+        return 13 + norms
+    return 12 + norms + (6 if model.shared_expert_ffn_hidden_size is not None else 0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,91 @@
+"""Host time of one transformers MoE block, forward + backward, against a dense MLP of the same width, on a CUDA GPU.
+
+transformers 5 runs a Mixtral / Qwen2-MoE / Qwen3-MoE layer's experts with ``grouped_mm_experts_forward``
+(transformers/integrations/moe.py): router GEMM, fp32 softmax and top-k, a sort by expert, a gather, two grouped
+GEMMs, the fp32 weighted combine and its un-permute, ~150 kernels forward and backward whatever the expert count;
+``eager`` loops over the experts hit. With few tokens the GPU finishes every kernel before the host queues the next,
+so the wall time of a step is the host's: this script times each block at 128 tokens (host) and at 8192 (to show it
+stays host-bound at training sizes) and a dense ``Qwen3MoeMLP`` (gate, up, down) of intermediate width 2048.
+
+The catalog's ``transformers.moe_block_host_s`` is the grouped_mm block's host time beyond the dense MLP's at the
+two fit-split MoE shapes of benchmarks/accuracy_split.json (hf-qwen3moe-h768: h 768, 32 experts top-4 of width 384;
+hf-qwen2moe-h1024: h 1024, 16 experts top-4 of width 512 and a shared expert of 2048); 8- and 128-expert variants
+of the first show that it does not grow with the expert count. One command on the GPU machine:
+
+    python benchmarks/gpu_hf_moe_host.py
+
+Measured on one H200 (torch 2.11, transformers 5.17), ms per forward + backward:
+
+    block                         host (128 tokens)   8192 tokens   dense MLP (128 / 8192)
+    qwen3-moe  32 experts, grouped_mm      3.25            3.33          0.99 / 1.00
+    qwen3-moe  32 experts, eager           6.77            7.44
+    qwen3-moe   8 experts, grouped_mm      3.08            3.42          0.97 / 1.17
+    qwen3-moe   8 experts, eager           4.00            4.34
+    qwen3-moe 128 experts, grouped_mm      3.22            3.79          1.02 / 0.98
+    qwen3-moe 128 experts, eager          12.38           11.86
+    qwen2-moe  16 experts, grouped_mm      3.41            3.99          0.99 / 0.82
+    qwen2-moe  16 experts, eager           7.39            7.64
+
+grouped_mm beyond the dense MLP at the two fit shapes: 3.25 - 0.99 = 2.26 ms and 3.41 - 0.99 = 2.42 ms (the
+latter with the shared expert, itself a dense MLP); the catalog takes 2.26 ms for the routed experts and prices a
+shared expert's host with the dense layer's.
+"""
+from __future__ import annotations
+
+import time
+
+
+def _config(name: str):
+    from transformers.models.qwen2_moe.configuration_qwen2_moe import Qwen2MoeConfig
+    from transformers.models.qwen3_moe.configuration_qwen3_moe import Qwen3MoeConfig
+
+    if name == "qwen2-moe e16":
+        return Qwen2MoeConfig(hidden_size=1024, intermediate_size=2048, moe_intermediate_size=512,
+                              shared_expert_intermediate_size=2048, num_experts=16, num_experts_per_tok=4)
+    experts, top_k = {"qwen3-moe e32": (32, 4), "qwen3-moe e8": (8, 2), "qwen3-moe e128": (128, 8)}[name]
+    return Qwen3MoeConfig(hidden_size=768, intermediate_size=2048, moe_intermediate_size=384, num_experts=experts,
+                          num_experts_per_tok=top_k, norm_topk_prob=True)
+
+
+def step_ms(module, hidden_size: int, tokens: int, repeats: int = 30) -> float:
+    """Mean wall milliseconds of forward + backward (a sum as the loss) after five warm-up steps."""
+    import torch
+
+    x = torch.randn(1, tokens, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def step():
+        y = module(x)
+        (y[0] if isinstance(y, tuple) else y).sum().backward()
+
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+def main() -> None:
+    from transformers.models.qwen2_moe import modeling_qwen2_moe
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+    from transformers.models.qwen3_moe.configuration_qwen3_moe import Qwen3MoeConfig
+
+    for name in ("qwen3-moe e32", "qwen3-moe e8", "qwen3-moe e128", "qwen2-moe e16"):
+        cfg = _config(name)
+        block = (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock if name.startswith("qwen2")
+                 else modeling_qwen3_moe.Qwen3MoeSparseMoeBlock)
+        for impl in ("grouped_mm", "eager"):
+            cfg._experts_implementation = impl
+            m = block(cfg).cuda().bfloat16()
+            print(f"{name:16s} {impl:11s} host(128 tokens) {step_ms(m, cfg.hidden_size, 128):6.2f} ms   "
+                  f"8192 tokens {step_ms(m, cfg.hidden_size, 8192):6.2f} ms", flush=True)
+        mlp = modeling_qwen3_moe.Qwen3MoeMLP(Qwen3MoeConfig(hidden_size=cfg.hidden_size, intermediate_size=2048))
+        mlp = mlp.cuda().bfloat16()
+        print(f"{name:16s} {'dense MLP':11s} host(128 tokens) {step_ms(mlp, cfg.hidden_size, 128):6.2f} ms   "
+              f"8192 tokens {step_ms(mlp, cfg.hidden_size, 8192):6.2f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
