@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 
 from widgets.state import SetPlan, initial_state, reduce
-from widgets.time_view import COLORS, TimeView, band_text, summary_html, time_traces
+from widgets.time_view import COLORS, TimeView, band_text, duration_text, summary_html, time_traces
 from workbench.timing import TERM_WORDS, TERMS
 
 
@@ -15,7 +15,7 @@ def guide():
 
 def drawn(view) -> dict:
     """term -> seconds of the visible bar traces."""
-    return {t.name: t.x[0] for t in view.fig.data[:len(TERMS)] if t.visible}
+    return {t.legendgroup: t.x[0] for t in view.fig.data[:len(TERMS)] if t.visible}
 
 
 def test_traces_sum_to_the_step_and_drop_zero_terms(guide):
@@ -59,8 +59,9 @@ def test_pipeline_figures_only_for_pipeline_plans(guide):
     assert pipe["forward_seconds"] == t.microbatch_forward_seconds
     assert pipe["backward_seconds"] == t.microbatch_backward_seconds
     text = summary_html(time_traces(t))
-    assert f"forward {t.microbatch_forward_seconds * 1e3:.3g} ms" in text
-    assert f"backward {t.microbatch_backward_seconds * 1e3:.3g} ms" in text
+    assert f"forward {t.microbatch_forward_seconds * 1e3:#.3g} ms" in text  # 50.4 ms
+    assert f"backward {t.microbatch_backward_seconds * 1e3:#.3g} ms" in text
+    assert duration_text(1.4712) == "1.47 s" and duration_text(0.0504) == "50.4 ms"
     flat = reduce(guide, SetPlan(changes={"pipeline_parallel": 1, "tensor_parallel": 8}))
     assert flat.valid, flat.error
     data = time_traces(flat.estimate.time)
@@ -99,7 +100,8 @@ def test_view_draws_the_bars_the_band_and_the_legend(guide):
     assert list(bars) == [k for k in TERMS if t.breakdown[k] > 0]
     assert sum(bars.values()) == pytest.approx(t.step_seconds)
     hidden = [d for d in view.fig.data[:len(TERMS)] if not d.visible]
-    assert {d.name for d in hidden} == {k for k in TERMS if t.breakdown[k] == 0}  # not in the legend
+    assert {d.legendgroup for d in hidden} == {k for k in TERMS if t.breakdown[k] == 0}  # not in the legend
+    assert view.fig.data[TERMS.index("tp_comm")].name == f"tp_comm {t.breakdown['tp_comm']:#.3g} s"
     compute = view.fig.data[TERMS.index("compute")]
     assert compute.orientation == "h" and compute.marker.color == COLORS["compute"]
     assert compute.customdata[0][0] == TERM_WORDS["compute"] and "compute" in compute.hovertemplate

@@ -24,8 +24,13 @@ HATCHED = ("bubble",)
 """Terms drawn with a hatch pattern (idle time). Only these traces get a ``marker_pattern_shape``: in Voila's
 plotly a trace with an empty pattern shape stops taking later updates."""
 BAND_COLOR = "#000000"
-ROW = "step"
-"""The bar's one category on the y axis."""
+ROW = 0.0
+"""Where the bar sits on the (hidden, numeric) y axis; the band's whisker is drawn just above it."""
+BAR_WIDTH = 0.5
+BAND_Y = 0.42
+"""Height of the band's whisker: above the bar's top (ROW + BAR_WIDTH/2), clear of the labels inside the bar."""
+LISTED_STAGES = 8
+"""Pipelines of up to this many stages list each stage's micro-batch seconds; longer ones give the range."""
 
 
 def _finite(value, name: str) -> float:
@@ -109,8 +114,9 @@ def time_traces(time_estimate, band=None) -> dict:
     return out
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
+def duration_text(seconds: float) -> str:
+    """``50.4 ms`` below a second, ``1.47 s`` from one up."""
+    return f"{seconds_text(seconds)} s" if seconds >= 1 else f"{seconds_text(seconds * 1e3)} ms"
 
 
 def summary_html(data: dict) -> str:
@@ -132,11 +138,16 @@ def summary_html(data: dict) -> str:
         m = pipe["num_microbatches"]
         text += (f'<br><span class="wb-time-pipeline">Pipeline of {len(pipe["stages"])} stages'
                  + (f", {m} micro-batches" if m else "")
-                 + f": one micro-batch on the slowest stage takes forward {_ms(pipe['forward_seconds'])}, backward "
-                 f"{_ms(pipe['backward_seconds'])} (recomputation included); bubble {pipe['bubble_seconds']:.3g} s")
-        if len(set(pipe["stages"])) > 1:
+                 + f": one micro-batch on the slowest stage takes forward {duration_text(pipe['forward_seconds'])}, "
+                 f"backward {duration_text(pipe['backward_seconds'])} (recomputation included); bubble {pipe['bubble_seconds']:.3g} s")
+        stages = pipe["stages"]
+        if len(set(stages)) > 1 and len(stages) <= LISTED_STAGES:
             text += " — per stage (forward / backward): " + ", ".join(
-                f"{i}: {_ms(f)} / {_ms(b)}" for i, (f, b) in enumerate(pipe["stages"]))
+                f"{i}: {duration_text(f)} / {duration_text(b)}" for i, (f, b) in enumerate(stages))
+        elif len(set(stages)) > 1:
+            fastest = min(stages, key=sum)
+            text += (f" — the fastest stage: forward {duration_text(fastest[0])}, backward "
+                     f"{duration_text(fastest[1])}")
         text += "</span>"
     if data["dropped"]:
         text += (f'<br><span class="wb-time-zero" style="color:#555">Zero for this plan (not drawn): '
@@ -155,8 +166,9 @@ class TimeView(View):
         self.fig = new_figure()
         for term in TERMS:
             pattern = {"marker_pattern_shape": "/"} if term in HATCHED else {}
-            self.fig.add_bar(name=term, orientation="h", y=[], x=[], marker_color=COLORS[term], **pattern,
-                             marker_line_color="white", marker_line_width=1,
+            self.fig.add_bar(name=term, legendgroup=term, orientation="h", y=[], x=[], marker_color=COLORS[term],
+                             **pattern, marker_line_color="white", marker_line_width=1, textposition="inside",
+                             insidetextanchor="middle", textfont=dict(size=11),
                              hovertemplate=(f"<b>{term}</b>: %{{customdata[0]}}<br>%{{customdata[1]}} per step · "
                                             "%{customdata[2]} of the step<extra></extra>"))
         self.fig.add_scatter(name="step time and error band", y=[], x=[], mode="markers",
@@ -164,11 +176,14 @@ class TimeView(View):
                              error_x=dict(type="data", symmetric=False, array=[], arrayminus=[], color=BAND_COLOR,
                                           thickness=1.5, width=10),
                              hovertemplate="<b>step</b> %{customdata[0]}<br>%{customdata[1]}<extra></extra>")
-        self.fig.update_layout(barmode="stack", height=300, width=660, margin=dict(l=50, r=20, t=50, b=40),
+        # a numeric y axis (hidden): the bar at ROW, the band's whisker at BAND_Y just above it
+        self.fig.update_layout(barmode="stack", height=320, width=660, margin=dict(l=50, r=20, t=50, b=40),
                                title="Where one step's seconds go (exposed seconds per term)",
                                xaxis=dict(title="seconds per optimizer step", rangemode="tozero"),
-                               yaxis=dict(showticklabels=False), bargap=0.45,
-                               legend=dict(orientation="h", y=-0.25, traceorder="normal"))
+                               yaxis=dict(showticklabels=False, showgrid=False, zeroline=False,
+                                          range=[-0.45, 0.6], fixedrange=True),
+                               uniformtext=dict(minsize=9, mode="hide"),  # a bar too short for its label has none
+                               legend=dict(orientation="h", y=-0.36, traceorder="normal"))
         self.error = ipw.HTML()
         self.error.add_class("wb-time-error")
         self.summary = ipw.HTML()
@@ -211,13 +226,15 @@ class TimeView(View):
                 t = data["terms"].get(term)
                 if t is None:  # a zero term: no bar, no legend entry
                     trace.visible = False
-                    trace.x, trace.y, trace.customdata = [], [], []
+                    trace.x, trace.y, trace.customdata, trace.text = [], [], [], []
                     continue
                 trace.visible = True
-                trace.x, trace.y = [t["seconds"]], [data["y"]]
+                trace.name = f"{term} {seconds_text(t['seconds'])} s"  # the legend says what a thin bar holds
+                trace.x, trace.y, trace.width = [t["seconds"]], [data["y"]], [BAR_WIDTH]
+                trace.text = [f"{seconds_text(t['seconds'])} s"]
                 trace.customdata = [[html.escape(t["words"]), f"{t['seconds']:.4g} s", f"{t['share']:.1%}"]]
             marker = self.fig.data[len(TERMS)]
-            marker.x, marker.y = [step], [data["y"]]
+            marker.x, marker.y = [step], [BAND_Y]
             marker.error_x.array = [band["high_seconds"]]
             marker.error_x.arrayminus = [band["low_seconds"]]
             marker.customdata = [[data["step_text"], html.escape(band["note"] or "no error band for this engine")]]
