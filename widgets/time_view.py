@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 
 import ipywidgets as ipw
 
@@ -29,6 +30,8 @@ ROW = 0.0
 BAR_WIDTH = 0.5
 BAND_Y = 0.42
 """Height of the band's whisker: above the bar's top (ROW + BAR_WIDTH/2), clear of the labels inside the bar."""
+HOVER_WIDTH = 70
+"""Characters per line of the band's note in its hover box."""
 LISTED_STAGES = 8
 """Pipelines of up to this many stages list each stage's micro-batch seconds; longer ones give the range."""
 
@@ -237,5 +240,8 @@ class TimeView(View):
             marker.x, marker.y = [step], [BAND_Y]
             marker.error_x.array = [band["high_seconds"]]
             marker.error_x.arrayminus = [band["low_seconds"]]
-            marker.customdata = [[data["step_text"], html.escape(band["note"] or "no error band for this engine")]]
+            note = band["note"] or "no error band for this engine"
+            # the note wrapped for the hover box (plotly does not wrap it; one long line runs off the figure)
+            marker.customdata = [[data["step_text"], "<br>".join(html.escape(line)
+                                                                 for line in textwrap.wrap(note, HOVER_WIDTH))]]
             self.fig.layout.xaxis.range = [0, (step + band["high_seconds"]) * 1.05]
