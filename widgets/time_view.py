@@ -129,8 +129,8 @@ def summary_html(data: dict) -> str:
     util = f"MFU {data['mfu']:.1%}"
     if abs(data["hfu"] - data["mfu"]) > 5e-4:
         util += f" (HFU {data['hfu']:.1%}, with recomputation)"
-    text = (f'<span class="wb-step" data-seconds="{step!r}">Step time: <b>{html.escape(data["step_text"])}</b></span>'
-            f" · {data['tokens_per_second']:,.0f} tokens/s · {util}")
+    text = (f'<span class="wb-step" data-seconds="{step!r}">Step time: '
+            f'<b>{html.escape(data["step_text"])}</b></span> · {data["tokens_per_second"]:,.0f} tokens/s · {util}')
     if data["gemm_efficiency"]:
         text += f" · layer GEMMs at {data['gemm_efficiency']:.0%} of peak"
     band = data["band"]
