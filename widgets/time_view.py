@@ -142,7 +142,8 @@ def summary_html(data: dict) -> str:
         text += (f'<br><span class="wb-time-pipeline">Pipeline of {len(pipe["stages"])} stages'
                  + (f", {m} micro-batches" if m else "")
                  + f": one micro-batch on the slowest stage takes forward {duration_text(pipe['forward_seconds'])}, "
-                 f"backward {duration_text(pipe['backward_seconds'])} (recomputation included); bubble {pipe['bubble_seconds']:.3g} s")
+                 f"backward {duration_text(pipe['backward_seconds'])} (recomputation included); bubble "
+                 f"{seconds_text(pipe['bubble_seconds'])} s")
         stages = pipe["stages"]
         if len(set(stages)) > 1 and len(stages) <= LISTED_STAGES:
             text += " — per stage (forward / backward): " + ", ".join(
