@@ -245,14 +245,19 @@ def test_dashboard_changes_memory_in_chromium():
                 # Every tab: each figure on it has drawn marks (bars, cells, points, lines), not only data.
                 page.set_viewport_size({"width": 1500, "height": 1100})
                 drawn = {}
-                for title in ("Memory", "Layout", "Pipeline", "Planner", "Advisor"):
+                for title in ("Memory", "Step time", "Layout", "Pipeline", "Planner", "Advisor"):
                     open_tab(page, title)
                     drawn[title] = wait_for_marks(page)
-                    page.screenshot(path=str(OUTPUT / f"dashboard-tab-{title.lower()}.png"), full_page=True)
+                    name = title.lower().replace(" ", "-")
+                    page.screenshot(path=str(OUTPUT / f"dashboard-tab-{name}.png"), full_page=True)
                 assert all(n > 0 for counts in drawn.values() for n in counts), drawn
                 for title in ("Configs", "Profile"):  # no figures: text only
                     open_tab(page, title)
                     page.screenshot(path=str(OUTPUT / f"dashboard-tab-{title.lower()}.png"), full_page=True)
+                # The step-time view: the step with its error band, tokens/s and MFU above the bar.
+                open_tab(page, "Step time")
+                summary = page.inner_text(".wb-time-summary")
+                assert "Step time:" in summary and " / −" in summary and "tokens/s" in summary and "MFU" in summary
                 # The layout grid has its colour key.
                 open_tab(page, "Layout")
                 assert "colour = tensor-parallel group" in page.inner_text(".wb-layout-legend")

@@ -173,7 +173,7 @@ def test_dashboard_cannot_launch_or_write_by_default():
 def test_time_and_layout_are_shown(app):
     t = app.state.estimate.time
     assert f"{t.tokens_per_second:,.0f} tokens/s" in app.banner.value
-    assert [v.title for v in app.views][:2] == ["Memory", "Layout"]
+    assert [v.title for v in app.views][:3] == ["Memory", "Step time", "Layout"]
 
 
 def test_fp8_plan_is_edited_and_its_memory_terms_shown():

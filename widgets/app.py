@@ -27,6 +27,7 @@ from widgets.memory_view import MemoryView
 from widgets.model_panel import ModelPanel
 from widgets.parallel_panel import ParallelPanel
 from widgets.state import AppState, _default_estimator, initial_state, reduce
+from widgets.time_view import TimeView
 
 ENV_ALLOW_LAUNCH = "WORKBENCH_DASHBOARD_ALLOW_LAUNCH"
 ENV_ALLOW_WRITE = "WORKBENCH_DASHBOARD_ALLOW_WRITE"
@@ -95,7 +96,8 @@ class Workbench:
         self.panels = [ModelPanel(self.dispatch), HardwarePanel(self.dispatch), ParallelPanel(self.dispatch)]
         self.panels += [cls(self.dispatch) for cls in _optional(_OPTIONAL_PANELS)]
         self.memory = MemoryView()
-        self.views = [self.memory]
+        self.time_view = TimeView()
+        self.views = [self.memory, self.time_view]
         for cls in _optional(_OPTIONAL_VIEWS + ((_LAUNCH_VIEW,) if self.allow_launch else ())):
             if cls.available(self.state):
                 self.views.append(cls(app=self))
