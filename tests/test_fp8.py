@@ -76,6 +76,31 @@ def test_linear_inputs_are_saved_in_fp8():
     assert fp8 - bf16 == pytest.approx(5 * delta)
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "blockwise"])
+def test_current_scaling_projection_saves_no_fp8_copy(recipe):
+    """megatron-core (core_r0.14.0 on, TE >= 2.6) makes linear_proj save its original input for every recipe but
+    delayed (attention.py: set_save_original_input(self.linear_proj)): the bf16 attention output flash attention
+    already keeps, so the delta loses the a*sb*q FP8 copy that delayed scaling still adds."""
+    s, b, h, f = 128, 2, 256, 1024
+    kw = dict(micro_batch=b, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2)
+    code = M.FP8_RECIPE_CODES[recipe]
+    a = float(M.FP8_ACTIVATION_BYTES[code])
+    delayed = M.fp8_activation_delta_bytes(TINY, recipe=0, **kw)
+    current = M.fp8_activation_delta_bytes(TINY, recipe=code, **kw)
+    # QKV, fc1 and fc2 inputs in FP8, nothing for the projection
+    assert current == pytest.approx((a - 2) * s * b * (2 * h + f))
+    assert delayed - current == pytest.approx(s * b * h + (1 - a) * s * b * (2 * h + f))
+    # a MoE layer: the same projection term, the expert inputs unchanged
+    moe = TINY.replace(num_experts=8, moe_top_k=2, moe_ffn_hidden_size=128)
+    d_moe = M.fp8_activation_delta_bytes(moe, recipe=0, **kw) - M.fp8_activation_delta_bytes(moe, recipe=1, **kw)
+    assert d_moe == pytest.approx(s * b * h)
+    # through the estimate: every stored layer and the backward's working layer lose the copy
+    small_vocab = TINY.replace(vocab_size=128)
+    old = _est(small_vocab, world=1, fp8_recipe="delayed").memory.stages[0].backward_activation_bytes
+    new = _est(small_vocab, world=1, fp8_recipe="tensorwise").memory.stages[0].backward_activation_bytes
+    assert old - new == pytest.approx(5 * s * 1 * h)
+
+
 def test_delayed_scaling_state_is_counted_per_fp8_module():
     state = M.fp8_scaling_state_bytes(TINY, fp8_layers=4, recipe=0)
     assert state == 4 * 4 * 5 * (M.FP8_AMAX_HISTORY_LEN + 2) * 4

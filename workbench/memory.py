@@ -186,10 +186,15 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     Transformer Engine saves the input of each FP8 linear for its weight-gradient GEMM as FP8 (column-wise, a
     bytes per value, :data:`FP8_ACTIVATION_BYTES`) instead of bf16: the QKV and fc1 inputs (``LayerNormLinear``
     writes the norm's output in FP8; the norm's bf16 input is still kept) and the fc2 input (the activation's output;
-    the activation keeps its bf16 input). The attention output is kept twice: in bf16 by flash attention for its
-    backward and as FP8 by the projection. MoE: the experts' grouped GEMMs keep the permuted token copies
-    (:func:`moe_expert_tokens`) and their fc2 inputs in FP8, while the norm's output stays bf16 (the router and the
-    permutation read it).
+    the activation keeps its bf16 input). The attention output: flash attention keeps it in bf16 for its backward;
+    under delayed scaling the projection keeps an FP8 copy beside it, while with any other recipe megatron-core
+    makes the projection save its original input instead (``set_save_original_input(self.linear_proj)`` when
+    ``fp8_recipe != 'delayed'`` and TE ≥ 2.6, megatron/core/transformer/attention.py ``Attention.__init__``, from
+    core_r0.14.0 to 0.16.1: "the output of the fused core_attn is saved by itself, and linear_proj also saves the
+    quantized tensor of this output ... save the original input tensors to avoid the extra memory usage"), the
+    tensor flash attention already holds, so nothing is added. MoE: the experts' grouped GEMMs keep the permuted
+    token copies (:func:`moe_expert_tokens`) and their fc2 inputs in FP8, while the norm's output stays bf16 (the
+    router and the permutation read it).
 
     Source: Transformer Engine ``pytorch/module/linear.py`` — v1.8 saves ``inputmat_t`` (the FP8 transpose) or, with
     sequence parallel, the FP8 ``inputmat`` instead of the bf16 input; v2.8 drops the row-wise data of the quantized
@@ -203,7 +208,10 @@ def fp8_activation_delta_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     s = m.seq_length / context_parallel
     sb = s * micro_batch
     rep = where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
-    attention = (a - value_bytes) * sb * m.hidden_size * rep + a * sb * m.query_projection_size / tensor_parallel
+    # the projection's FP8 copy of the attention output: delayed scaling only (see above)
+    proj_copy = where(asarray(recipe) == FP8_RECIPE_CODES["delayed"], a, 0.0)
+    attention = ((a - value_bytes) * sb * m.hidden_size * rep
+                 + proj_copy * sb * m.query_projection_size / tensor_parallel)
     if m.is_moe:
         etp = tensor_parallel if expert_tensor_parallel is None else expert_tensor_parallel
         x = moe_expert_tokens(sb, top_k=m.moe_top_k, tensor_parallel=tensor_parallel, expert_tensor_parallel=etp,
