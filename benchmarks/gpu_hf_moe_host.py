@@ -87,5 +87,71 @@ def main() -> None:
               f"8192 tokens {step_ms(mlp, cfg.hidden_size, 8192):6.2f} ms", flush=True)
 
 
+# --- GPU kernel time of the block at training sizes (profiler: each kernel's device time, the host gaps left out)
+GPU_SHAPES = (  # (name, hidden, moe width, experts, top-k)
+    ("h768 e32 k4 f384", 768, 384, 32, 4),
+    ("h768 e8 k2 f384", 768, 384, 8, 2),
+    ("h768 e128 k8 f384", 768, 384, 128, 8),
+    ("h1024 e16 k4 f512", 1024, 512, 16, 4),
+    ("h2048 e128 k8 f768", 2048, 768, 128, 8),
+    ("h2048 e8 k2 f1408", 2048, 1408, 8, 2),
+)
+GEMM_KERNEL = ("gemm", "cutlass", "nvjet", "xmma", "grouped", "sm90_")
+
+
+def kernel_ms(module, hidden_size: int, tokens: int, repeats: int = 5) -> dict:
+    """Device milliseconds per forward + backward of ``module`` by kind of kernel (``gemm``: names with
+    :data:`GEMM_KERNEL`'s words; ``other``), summed from the profiler's per-kernel device times."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(1, tokens, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def step():
+        y = module(x)
+        (y[0] if isinstance(y, tuple) else y).float().sum().backward()
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            step()
+        torch.cuda.synchronize()
+    out = {"gemm": 0.0, "other": 0.0, "kernels": []}
+    for ev in prof.key_averages():
+        us = float(getattr(ev, "self_device_time_total", 0.0) or 0.0)
+        if us <= 0:
+            continue
+        kind = "gemm" if any(w in ev.key.lower() for w in GEMM_KERNEL) else "other"
+        out[kind] += us / 1e3 / repeats
+        out["kernels"].append((us / 1e3 / repeats, ev.count // repeats, kind, ev.key[:90]))
+    out["kernels"].sort(reverse=True)
+    return out
+
+
+def gpu_main() -> None:
+    import torch
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+    from transformers.models.qwen3_moe.configuration_qwen3_moe import Qwen3MoeConfig
+
+    for name, h, f, experts, top_k in GPU_SHAPES:
+        cfg = Qwen3MoeConfig(hidden_size=h, intermediate_size=2048, moe_intermediate_size=f, num_experts=experts,
+                             num_experts_per_tok=top_k, norm_topk_prob=True)
+        cfg._experts_implementation = "grouped_mm"
+        block = modeling_qwen3_moe.Qwen3MoeSparseMoeBlock(cfg).cuda().bfloat16()
+        with torch.no_grad():
+            for p in block.parameters():
+                p.normal_(0.0, 0.02)
+        for tokens in (8192, 32768):
+            got = kernel_ms(block, h, tokens)
+            print(f"GPU {name:20s} tokens {tokens:6d}  gemm {got['gemm']:7.3f} ms  other {got['other']:7.3f} ms",
+                  flush=True)
+            for ms, n, kind, key in got["kernels"][:14]:
+                print(f"      {ms:7.3f} ms x{n:3d} {kind:5s} {key}")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    gpu_main() if "--gpu-time" in sys.argv else main()
