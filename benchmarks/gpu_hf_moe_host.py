@@ -2,7 +2,7 @@
 
 transformers 5 runs a Mixtral / Qwen2-MoE / Qwen3-MoE layer's experts with ``grouped_mm_experts_forward``
 (transformers/integrations/moe.py): router GEMM, fp32 softmax and top-k, a sort by expert, a gather, two grouped
-GEMMs, the fp32 weighted combine and its un-permute, ~150 kernels forward and backward whatever the expert count;
+GEMMs, the weighted combine and its un-permute, ~150 kernels forward and backward whatever the expert count;
 ``eager`` loops over the experts hit. With few tokens the GPU finishes every kernel before the host queues the next,
 so the wall time of a step is the host's: this script times each block at 128 tokens (host) and at 8192 (to show it
 stays host-bound at training sizes) and a dense ``Qwen3MoeMLP`` (gate, up, down) of intermediate width 2048.
@@ -29,6 +29,17 @@ Measured on one H200 (torch 2.11, transformers 5.17), ms per forward + backward:
 grouped_mm beyond the dense MLP at the two fit shapes: 3.25 - 0.99 = 2.26 ms and 3.41 - 0.99 = 2.42 ms (the
 latter with the shared expert, itself a dense MLP); the catalog takes 2.26 ms for the routed experts and prices a
 shared expert's host with the dense layer's.
+
+``--gpu-time`` times the block's kernels at training sizes instead (8192 and 32768 tokens, six shapes from 8 top-2
+to 128 top-8 experts, h 768 to 2048): the torch profiler's device time per kernel, the host's gaps left out, split
+into the grouped and router GEMMs and every other kernel (:data:`GPU_KERNEL_MS`). The GEMMs come within -31/+15 %
+of the GEMM curve at M = tokens·top-k/experts rows per expert (the model is mostly above); the other kernels take
+1.7-2.4x the GEMMs' time and run at about a fifth of HBM bandwidth over the bytes
+``workbench.timing.hf_moe_block_bytes`` counts. ``--fit`` prints that efficiency (catalog
+``transformers.moe_block_hbm_efficiency``)::
+
+    python benchmarks/gpu_hf_moe_host.py --gpu-time
+    python benchmarks/gpu_hf_moe_host.py --fit
 """
 from __future__ import annotations
 
@@ -85,6 +96,41 @@ def main() -> None:
         mlp = mlp.cuda().bfloat16()
         print(f"{name:16s} {'dense MLP':11s} host(128 tokens) {step_ms(mlp, cfg.hidden_size, 128):6.2f} ms   "
               f"8192 tokens {step_ms(mlp, cfg.hidden_size, 8192):6.2f} ms", flush=True)
+
+
+# Measured on one H200 (torch 2.11, transformers 5.17) by ``--gpu-time``: the profiler's device time of every
+# kernel of Qwen3MoeSparseMoeBlock forward + backward (grouped_mm experts, bf16, a float sum as the loss), mean of 5
+GPU_KERNEL_MS = {  # (h, f, experts, top-k, tokens): (GEMM kernels, other kernels) ms, forward + backward
+    (768, 384, 32, 4, 8192): (0.426, 1.569),
+    (768, 384, 32, 4, 32768): (1.263, 5.362),
+    (768, 384, 8, 2, 8192): (0.266, 0.878),
+    (768, 384, 8, 2, 32768): (0.753, 2.976),
+    (768, 384, 128, 8, 8192): (0.847, 2.883),
+    (768, 384, 128, 8, 32768): (2.486, 10.283),
+    (1024, 512, 16, 4, 8192): (0.581, 1.97),
+    (1024, 512, 16, 4, 32768): (1.862, 6.996),
+    (2048, 768, 128, 8, 8192): (3.308, 6.97),
+    (2048, 768, 128, 8, 32768): (10.667, 24.792),
+    (2048, 1408, 8, 2, 8192): (1.315, 2.318),
+    (2048, 1408, 8, 2, 32768): (4.661, 8.062),
+}
+
+
+def block_efficiency() -> float:
+    """The fraction of the H200's HBM bandwidth (4800 GB/s) at which the block's non-GEMM kernels move the bytes
+    ``workbench.timing.hf_moe_block_bytes`` counts: geometric mean over :data:`GPU_KERNEL_MS` (catalog
+    ``transformers.moe_block_hbm_efficiency``)."""
+    import math
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from workbench.timing import hf_moe_block_bytes
+
+    logs = [math.log(hf_moe_block_bytes(copies=tokens * top_k, hidden_size=h, ffn_hidden_size=f, gated=1,
+                                        value_bytes=2) / (4800e9 * other_ms * 1e-3))
+            for (h, f, _experts, top_k, tokens), (_gemm_ms, other_ms) in GPU_KERNEL_MS.items()]
+    return math.exp(sum(logs) / len(logs))
 
 
 # --- GPU kernel time of the block at training sizes (profiler: each kernel's device time, the host gaps left out)
@@ -154,4 +200,9 @@ def gpu_main() -> None:
 if __name__ == "__main__":
     import sys
 
-    gpu_main() if "--gpu-time" in sys.argv else main()
+    if "--gpu-time" in sys.argv:
+        gpu_main()
+    elif "--fit" in sys.argv:
+        print(f"moe_block_hbm_efficiency {block_efficiency():.4f}")
+    else:
+        main()
