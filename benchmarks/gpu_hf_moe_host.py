@@ -32,8 +32,8 @@ shared expert's host with the dense layer's.
 
 ``--gpu-time`` times the block's kernels at training sizes instead (8192 and 32768 tokens, six shapes from 8 top-2
 to 128 top-8 experts, h 768 to 2048): the torch profiler's device time per kernel, the host's gaps left out, split
-into the grouped and router GEMMs and every other kernel (:data:`GPU_KERNEL_MS`). The GEMMs come within -31/+15 %
-of the GEMM curve at M = tokens·top-k/experts rows per expert (the model is mostly above); the other kernels take
+into the grouped and router GEMMs and every other kernel (:data:`GPU_KERNEL_MS`). The GEMMs take 0.69-1.15x what
+the GEMM curve prices at M = tokens·top-k/experts rows per expert (the curve is mostly above); the other kernels take
 1.7-2.4x the GEMMs' time and run at about a fifth of HBM bandwidth over the bytes
 ``workbench.timing.hf_moe_block_bytes`` counts. ``--fit`` prints that efficiency (catalog
 ``transformers.moe_block_hbm_efficiency``)::
