@@ -2,7 +2,7 @@
 
 transformers 5 runs a Mixtral / Qwen2-MoE / Qwen3-MoE layer's experts with ``grouped_mm_experts_forward``
 (transformers/integrations/moe.py): router GEMM, fp32 softmax and top-k, a sort by expert, a gather, two grouped
-GEMMs, the fp32 weighted combine and its un-permute, ~150 kernels forward and backward whatever the expert count;
+GEMMs, the weighted combine and its un-permute, ~150 kernels forward and backward whatever the expert count;
 ``eager`` loops over the experts hit. With few tokens the GPU finishes every kernel before the host queues the next,
 so the wall time of a step is the host's: this script times each block at 128 tokens (host) and at 8192 (to show it
 stays host-bound at training sizes) and a dense ``Qwen3MoeMLP`` (gate, up, down) of intermediate width 2048.
@@ -29,6 +29,17 @@ Measured on one H200 (torch 2.11, transformers 5.17), ms per forward + backward:
 grouped_mm beyond the dense MLP at the two fit shapes: 3.25 - 0.99 = 2.26 ms and 3.41 - 0.99 = 2.42 ms (the
 latter with the shared expert, itself a dense MLP); the catalog takes 2.26 ms for the routed experts and prices a
 shared expert's host with the dense layer's.
+
+``--gpu-time`` times the block's kernels at training sizes instead (8192 and 32768 tokens, six shapes from 8 top-2
+to 128 top-8 experts, h 768 to 2048): the torch profiler's device time per kernel, the host's gaps left out, split
+into the grouped and router GEMMs and every other kernel (:data:`GPU_KERNEL_MS`). The GEMMs take 0.69-1.15x what
+the GEMM curve prices at M = tokens·top-k/experts rows per expert (the curve is mostly above); the other kernels take
+1.7-2.4x the GEMMs' time and run at about a fifth of HBM bandwidth over the bytes
+``workbench.timing.hf_moe_block_bytes`` counts. ``--fit`` prints that efficiency (catalog
+``transformers.moe_block_hbm_efficiency``)::
+
+    python benchmarks/gpu_hf_moe_host.py --gpu-time
+    python benchmarks/gpu_hf_moe_host.py --fit
 """
 from __future__ import annotations
 
@@ -87,5 +98,111 @@ def main() -> None:
               f"8192 tokens {step_ms(mlp, cfg.hidden_size, 8192):6.2f} ms", flush=True)
 
 
+# Measured on one H200 (torch 2.11, transformers 5.17) by ``--gpu-time``: the profiler's device time of every
+# kernel of Qwen3MoeSparseMoeBlock forward + backward (grouped_mm experts, bf16, a float sum as the loss), mean of 5
+GPU_KERNEL_MS = {  # (h, f, experts, top-k, tokens): (GEMM kernels, other kernels) ms, forward + backward
+    (768, 384, 32, 4, 8192): (0.426, 1.569),
+    (768, 384, 32, 4, 32768): (1.263, 5.362),
+    (768, 384, 8, 2, 8192): (0.266, 0.878),
+    (768, 384, 8, 2, 32768): (0.753, 2.976),
+    (768, 384, 128, 8, 8192): (0.847, 2.883),
+    (768, 384, 128, 8, 32768): (2.486, 10.283),
+    (1024, 512, 16, 4, 8192): (0.581, 1.97),
+    (1024, 512, 16, 4, 32768): (1.862, 6.996),
+    (2048, 768, 128, 8, 8192): (3.308, 6.97),
+    (2048, 768, 128, 8, 32768): (10.667, 24.792),
+    (2048, 1408, 8, 2, 8192): (1.315, 2.318),
+    (2048, 1408, 8, 2, 32768): (4.661, 8.062),
+}
+
+
+def block_efficiency() -> float:
+    """The fraction of the H200's HBM bandwidth (4800 GB/s) at which the block's non-GEMM kernels move the bytes
+    ``workbench.timing.hf_moe_block_bytes`` counts: geometric mean over :data:`GPU_KERNEL_MS` (catalog
+    ``transformers.moe_block_hbm_efficiency``)."""
+    import math
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from workbench.timing import hf_moe_block_bytes
+
+    logs = [math.log(hf_moe_block_bytes(copies=tokens * top_k, hidden_size=h, ffn_hidden_size=f, gated=1,
+                                        value_bytes=2) / (4800e9 * other_ms * 1e-3))
+            for (h, f, _experts, top_k, tokens), (_gemm_ms, other_ms) in GPU_KERNEL_MS.items()]
+    return math.exp(sum(logs) / len(logs))
+
+
+# --- GPU kernel time of the block at training sizes (profiler: each kernel's device time, the host gaps left out)
+GPU_SHAPES = (  # (name, hidden, moe width, experts, top-k)
+    ("h768 e32 k4 f384", 768, 384, 32, 4),
+    ("h768 e8 k2 f384", 768, 384, 8, 2),
+    ("h768 e128 k8 f384", 768, 384, 128, 8),
+    ("h1024 e16 k4 f512", 1024, 512, 16, 4),
+    ("h2048 e128 k8 f768", 2048, 768, 128, 8),
+    ("h2048 e8 k2 f1408", 2048, 1408, 8, 2),
+)
+GEMM_KERNEL = ("gemm", "cutlass", "nvjet", "xmma", "grouped", "sm90_")
+
+
+def kernel_ms(module, hidden_size: int, tokens: int, repeats: int = 5) -> dict:
+    """Device milliseconds per forward + backward of ``module`` by kind of kernel (``gemm``: names with
+    :data:`GEMM_KERNEL`'s words; ``other``), summed from the profiler's per-kernel device times."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(1, tokens, hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+
+    def step():
+        y = module(x)
+        (y[0] if isinstance(y, tuple) else y).float().sum().backward()
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            step()
+        torch.cuda.synchronize()
+    out = {"gemm": 0.0, "other": 0.0, "kernels": []}
+    for ev in prof.key_averages():
+        us = float(getattr(ev, "self_device_time_total", 0.0) or 0.0)
+        if us <= 0:
+            continue
+        kind = "gemm" if any(w in ev.key.lower() for w in GEMM_KERNEL) else "other"
+        out[kind] += us / 1e3 / repeats
+        out["kernels"].append((us / 1e3 / repeats, ev.count // repeats, kind, ev.key[:90]))
+    out["kernels"].sort(reverse=True)
+    return out
+
+
+def gpu_main() -> None:
+    import torch
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+    from transformers.models.qwen3_moe.configuration_qwen3_moe import Qwen3MoeConfig
+
+    for name, h, f, experts, top_k in GPU_SHAPES:
+        cfg = Qwen3MoeConfig(hidden_size=h, intermediate_size=2048, moe_intermediate_size=f, num_experts=experts,
+                             num_experts_per_tok=top_k, norm_topk_prob=True)
+        cfg._experts_implementation = "grouped_mm"
+        block = modeling_qwen3_moe.Qwen3MoeSparseMoeBlock(cfg).cuda().bfloat16()
+        with torch.no_grad():
+            for p in block.parameters():
+                p.normal_(0.0, 0.02)
+        for tokens in (8192, 32768):
+            got = kernel_ms(block, h, tokens)
+            print(f"GPU {name:20s} tokens {tokens:6d}  gemm {got['gemm']:7.3f} ms  other {got['other']:7.3f} ms",
+                  flush=True)
+            for ms, n, kind, key in got["kernels"][:14]:
+                print(f"      {ms:7.3f} ms x{n:3d} {kind:5s} {key}")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--gpu-time" in sys.argv:
+        gpu_main()
+    elif "--fit" in sys.argv:
+        print(f"moe_block_hbm_efficiency {block_efficiency():.4f}")
+    else:
+        main()

@@ -1,6 +1,7 @@
 """Hugging Face layers as transformers 5 builds them: the ZeRO-3 fetch count and the parameter-tensor count against
 the modules ``AutoModelForCausalLM.from_config`` instantiates on the meta device, and what the MoE time terms do
-with them (fused experts, fp32 combine, shared expert, the experts block's host time)."""
+with them (fused experts, the grouped_mm block's saved tensors and kernels, shared expert, the experts block's host
+time)."""
 import json
 import os
 import statistics
@@ -112,19 +113,52 @@ def test_hf_moe_zero3_hooks_do_not_grow_with_the_expert_count():
     assert mc == [19, 67]
 
 
-def test_moe_layer_prices_router_shared_expert_and_fp32_combine():
+def test_moe_layer_prices_router_shared_expert_and_the_grouped_mm_block():
     spec = import_hf(HF / "qwen1_5-moe-a2_7b", seq_length=2048).spec
     t = _z3(spec)
     assert t.inputs["moe_shared_ffn_hidden_size"] == spec.shared_expert_ffn_hidden_size
-    assert t.inputs["moe_fp32_combine"] == 1.0
+    assert t.inputs["hf_moe_experts"] == 1.0
+    assert 0.1 < t.inputs["moe_block_hbm_efficiency"] < 0.5
     without_shared = _z3(spec.replace(shared_expert_ffn_hidden_size=None))
     # the shared expert's three matrices h x 5632 run on every token: forward FLOPs 2·T·h·3·5632 at most at peak
     tokens, h, fs = 2 * 2048, spec.hidden_size, spec.shared_expert_ffn_hidden_size
     floor = 2 * tokens * h * 3 * fs / t.inputs["peak_flops"]
     assert t.layer_forward_seconds - without_shared.layer_forward_seconds > floor
-    # megatron-core's combine is 16-bit: no fp32 bytes
-    assert _z3(spec.replace(implementation="megatron")).inputs["moe_fp32_combine"] == 0.0
-    assert timing.hf_moe_combine_bytes(copies=8, tokens=2, hidden_size=3, value_bytes=2) == (16 - 2) * 8 * 3 + 10 * 2 * 3
+    # megatron-core's permutation is priced at the layer's bandwidth, not as the transformers block
+    assert _z3(spec.replace(implementation="megatron")).inputs["hf_moe_experts"] == 0.0
+    # 18·v·(h + f) per routed copy, gated; (7 + 11)·h + (2 + 3)·f plain
+    block = dict(copies=8, hidden_size=3, ffn_hidden_size=5, value_bytes=2)
+    assert timing.hf_moe_block_bytes(**block, gated=1) == 8 * 2 * 18 * (3 + 5)
+    assert timing.hf_moe_block_bytes(**block, gated=0) == 8 * 2 * (18 * 3 + 5 * 5)
+
+
+def test_grouped_mm_block_time_matches_the_h200_kernel_measurements():
+    """benchmarks/gpu_hf_moe_host.py --gpu-time: the block's non-GEMM kernels at the catalog efficiency land within
+    20 % of every measured shape (the mean is fitted on them; the spread is what one efficiency cannot follow)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_hf_moe_host import GPU_KERNEL_MS, block_efficiency
+
+    eff = json.loads((ROOT / "workbench" / "catalog" / "efficiency.json").read_text())["transformers"]
+    assert block_efficiency() == pytest.approx(eff["moe_block_hbm_efficiency"], abs=5e-4)
+    for (h, f, experts, top_k, tokens), (_gemm_ms, other_ms) in GPU_KERNEL_MS.items():
+        counted = timing.hf_moe_block_bytes(copies=tokens * top_k, hidden_size=h, ffn_hidden_size=f, gated=1,
+                                            value_bytes=2)
+        priced_ms = counted / (4800e9 * eff["moe_block_hbm_efficiency"]) * 1e3
+        assert 0.8 < priced_ms / other_ms < 1.2, (h, f, experts, top_k, tokens)
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe", "mixtral"])
+def test_moe_activation_bytes_match_what_the_grouped_mm_block_saves_on_the_cpu(family):
+    """benchmarks/hf_moe_saved_tensors_cpu.py: every tensor autograd keeps from the block's forward (grouped_mm on the
+    CPU), against workbench.memory.moe_activation_bytes; Qwen2-MoE skips the normalisation the model counts and
+    Mixtral keeps fp32 routing weights, both within 0.5 %."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import hf_moe_saved_tensors_cpu as cpu
+
+    cfg = cpu.config(family)
+    got = cpu.count(cfg, 256)["bytes"]
+    assert cpu.predicted(cfg, 256) == pytest.approx(got, rel=5e-3)
 
 
 def test_moe_block_host_joins_the_micro_step_host_only_for_transformers_moe_below_zero3():

@@ -448,7 +448,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         moe_overlap_alltoall=cols.get("moe_ov", 0), moe_deepspeed=cols.get("moe_ds", 0),
         moe_recompute=cols.get("moe_rc", 0),
         moe_shared_ffn_hidden_size=float(model.shared_expert_ffn_hidden_size or 0),
-        moe_fp32_combine=float(model.is_moe and model.implementation is Implementation.TRANSFORMERS),
+        hf_moe_experts=float(model.is_moe and model.implementation is Implementation.TRANSFORMERS),
+        moe_block_hbm_efficiency=cal.get("transformers", {}).get("moe_block_hbm_efficiency", 1.0),
         moe_block_host_s=(cal.get("transformers", {}).get("moe_block_host_s", 0.0)
                           if model.is_moe and model.implementation is Implementation.TRANSFORMERS else 0.0),
         tp_comm_overlap=cols.get("tp_ov", 0), tp_overlap_sm_fraction=T.TE_UB_MARGIN_SMS / T.gpu_sm_count(gpu.name),

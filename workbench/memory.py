@@ -835,14 +835,41 @@ def moe_expert_intermediates(m: ModelSpec, *, deepspeed=0):
       PyTorch (TEGroupedMLP ``bias_act_func``), 1;
     * DeepSpeed-MoE (``deepspeed`` > 0) weights the experts' outputs in its combine
       (:func:`workbench.dsmoe.extra_activation_bytes`): the glu's sum and product, 2 gated, 0 otherwise;
-    * transformers' MoE blocks: 0 (their extras are :func:`hf_layer_extra_bytes_per_token`'s).
+    * transformers' MoE blocks (``grouped_mm_experts_forward``: ``act_fn(gate) * up`` on the chunked fc1 output):
+      the product keeps the activation's output beside the up half, 1 (gated; the rest of what the block keeps is
+      :func:`hf_moe_router_bytes_per_token`'s and :func:`hf_moe_copy_bytes`').
 
     Counted on the CPU (unfused stack) by ``benchmarks/moe_saved_tensors_cpu.py``: 6·v·f per copy, gated."""
     if m.implementation is Implementation.TRANSFORMERS:
-        return 0.0
+        return 1.0 if m.is_gated else 0.0
     unfused = m.attention is AttentionImpl.UNFUSED
     megatron = (3.0 if unfused else 0.0) if m.is_gated else 1.0
     return where(asarray(deepspeed) > 0, 2.0 if m.is_gated else 0.0, megatron)
+
+
+def hf_moe_router_bytes_per_token(m: ModelSpec):
+    """What a transformers MoE block's router keeps for backward per token (transformers 5.x
+    ``Qwen3MoeTopKRouter`` / ``Qwen2MoeTopKRouter`` / ``MixtralTopKRouter``: ``F.linear``, ``softmax(...,
+    dtype=float32)``, ``topk``, ``router_top_value /= router_top_value.sum(-1)``): the fp32 softmax over all E
+    logits (4·E, kept by softmax), the top-k indices (int64, 8·k, kept by topk) and the normalisation's fp32
+    top-k values and their sum (4·k + 4, kept by the division). The bf16 logits are not kept (the aux loss is off:
+    ``output_router_logits=False``, the configs' default and the measured runs'); Qwen2-MoE's default
+    ``norm_topk_prob=False`` skips the division, 4·k + 4 bytes fewer, which this count keeps as an upper bound."""
+    e, k = m.num_experts, m.moe_top_k
+    return 4 * e + 8 * k + 4 * k + 4
+
+
+def hf_moe_copy_bytes(m: ModelSpec, *, value_bytes):
+    """Bytes per routed token copy a transformers MoE block (``grouped_mm_experts_forward``, transformers 5.x
+    ``integrations/moe.py``) keeps beyond the permuted fc1 input and the f-wide tensors of
+    :func:`moe_activation_bytes`: the down projection's output v·h and the routing weight v (both kept by the
+    weighting product ``proj_out * sample_weights_g``; Mixtral's weights stay fp32, 2 bytes more), and three int64
+    index vectors (8 bytes a copy each): ``torch.sort``'s permutation, the gather index ``perm // top_k`` and the
+    un-permute index ``inv_perm``.
+
+    Counted on the CPU by ``benchmarks/hf_moe_saved_tensors_cpu.py``."""
+    v = value_bytes
+    return v * m.hidden_size + v + 3 * 8
 
 
 def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_parallel, expert_tensor_parallel,
@@ -850,7 +877,8 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     """What one MoE layer's MLP block keeps for backward on one rank, per micro-batch (``tokens`` = s·b/cp):
 
     * router and permutation metadata, :func:`moe_router_bytes_per_token` per token (tokens ÷ t with SP);
-      DeepSpeed-MoE (``deepspeed`` > 0) and transformers' blocks: fp32 logits and probabilities, 8·E per token;
+      DeepSpeed-MoE (``deepspeed`` > 0): fp32 logits and probabilities, 8·E per token; transformers' blocks:
+      :func:`hf_moe_router_bytes_per_token`, plus :func:`hf_moe_copy_bytes` per routed copy;
     * experts, for the :func:`moe_expert_tokens` X copies the rank's experts process: the permuted fc1 input v·X·h,
       fc1 output v·X·f (2f gated) and fc2 input v·X·f, the f-wide ones split over the expert-tensor-parallel group,
       plus :func:`moe_expert_intermediates` (what the activation and the routing probabilities keep);
@@ -865,13 +893,16 @@ def moe_activation_bytes(m: ModelSpec, *, tokens, tensor_parallel, sequence_para
     x = moe_expert_tokens(tokens, top_k=m.moe_top_k, tensor_parallel=tensor_parallel,
                           expert_tensor_parallel=expert_tensor_parallel, token_factor=token_factor)
     simple_router = 8.0 * m.num_experts
-    if m.implementation is Implementation.TRANSFORMERS:
-        router = simple_router * tokens * rep
+    hf = m.implementation is Implementation.TRANSFORMERS
+    if hf:
+        router = hf_moe_router_bytes_per_token(m) * tokens * rep
     else:
         router = where(asarray(deepspeed) > 0, simple_router,
                        moe_router_bytes_per_token(m, value_bytes=v)) * tokens * rep
     intermediates = (2 if m.is_gated else 1) * f + f + moe_expert_intermediates(m, deepspeed=deepspeed) * f
     experts = v * x * intermediates / expert_tensor_parallel + v * x * h
+    if hf:
+        experts = experts + x * hf_moe_copy_bytes(m, value_bytes=v)
     shared = 0.0
     if m.shared_expert_ffn_hidden_size is not None:  # Qwen2-MoE's shared expert: a dense MLP on every token
         fs = m.shared_expert_ffn_hidden_size

@@ -542,9 +542,13 @@ class StepInputs:
     moe_block_host_s: object = 0.0
     """Host seconds one MoE layer's experts block adds to a micro-batch beyond a dense MLP's, forward + backward
     (:func:`moe_block_host`; catalog ``transformers.moe_block_host_s``; 0 for other stacks)."""
-    moe_fp32_combine: object = 0.0
-    """1: transformers' ``grouped_mm`` experts (:func:`hf_moe_combine_bytes`), whose weighted combine of the top-k
-    outputs runs in fp32."""
+    hf_moe_experts: object = 0.0
+    """1: transformers' ``grouped_mm`` experts (``grouped_mm_experts_forward``), whose indexing, activation,
+    weighting and un-permute kernels are priced by :func:`hf_moe_block_bytes` at ``moe_block_hbm_efficiency``."""
+    moe_block_hbm_efficiency: object = 1.0
+    """Fraction of the HBM bandwidth (``hbm_gb_per_s``) the transformers ``grouped_mm`` MoE block's non-GEMM kernels
+    reach (catalog ``transformers.moe_block_hbm_efficiency``; measured by benchmarks/gpu_hf_moe_host.py
+    --gpu-time)."""
     stage_parameters: object = None
     """Parameters one rank of the largest pipeline stage holds (:func:`workbench.memory.stage_params_per_rank`: its
     layers, the embedding on the first stage, the output layer on the last): what that rank's data-parallel
@@ -711,11 +715,15 @@ def compute_terms(x: StepInputs) -> dict:
     t_rope_fwd, t_rope_bwd = (rope_elements * x.rope_forward_bytes / hbm,
                               rope_elements * x.rope_backward_bytes / hbm)
     # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
-    # tokens) in the forward, 4·v·X·h bytes; the backward moves the same
-    t_mem = t_mem + where(x.num_experts > 1, 4 * copies * h * x.bytes_per_value / hbm, 0.0)
-    # transformers' grouped_mm experts: the fp32 weighted combine in place of a 16-bit unpermute
-    t_mem = t_mem + where(asarray(x.moe_fp32_combine) > 0, hf_moe_combine_bytes(
-        copies=copies, tokens=tokens / t, hidden_size=h, value_bytes=x.bytes_per_value) / hbm, 0.0)
+    # tokens) in the forward, 4·v·X·h bytes; the backward moves the same. transformers' grouped_mm experts instead:
+    # every non-GEMM kernel of the block (gather, activation on strided halves, weighting, un-permute, their
+    # backwards), forward and backward together, a third of it in the forward pass as the layer's convention has it
+    hf_block = hf_moe_block_bytes(copies=copies, hidden_size=h, ffn_hidden_size=f, gated=x.gated,
+                                  value_bytes=x.bytes_per_value) / 3
+    t_perm = where(asarray(x.hf_moe_experts) > 0,
+                   hf_block / (x.hbm_gb_per_s * 1e9 * x.moe_block_hbm_efficiency),
+                   4 * copies * h * x.bytes_per_value / hbm)
+    t_mem = t_mem + where(x.num_experts > 1, t_perm, 0.0)
     # DeepSpeed-MoE: its fp32 gate input and fp32 weighted combine (:func:`workbench.dsmoe.extra_hbm_bytes`)
     t_mem = t_mem + where(asarray(x.moe_deepspeed) > 0, dsmoe.extra_hbm_bytes(
         tokens=tokens / t, hidden_size=h, top_k=x.experts_per_token, value_bytes=x.bytes_per_value) / hbm, 0.0)
@@ -905,17 +913,29 @@ def compute_terms(x: StepInputs) -> dict:
             "fp8_layer_backward_gain_seconds": where(fp8_on, bf16_bwd - fp8_bwd, 0.0)}
 
 
-def hf_moe_combine_bytes(*, copies, tokens, hidden_size, value_bytes):
-    """HBM bytes one transformers ``grouped_mm`` MoE layer's forward moves beyond a 16-bit unpermute (the
-    2·v·X·h the permutation term already counts), for ``copies`` X = tokens·top-k rows of width h.
+def hf_moe_block_bytes(*, copies, hidden_size, ffn_hidden_size, gated, value_bytes):
+    """HBM bytes the non-GEMM kernels of one transformers ``grouped_mm`` MoE layer move, forward and backward
+    together, for ``copies`` X = tokens·top-k routed rows of width h (experts of width f; v = value bytes).
 
-    transformers/integrations/moe.py ``grouped_mm_experts_forward``: the routing weights come out of the router's
-    fp32 softmax, so ``proj_out * sample_weights_g`` reads the v-byte expert outputs and writes fp32 (v + 4 per
-    element), ``weighted_out[inv_perm]`` reads and writes them in fp32 (8), the ``view(...).sum(dim=1)`` over
-    the top-k reads them (4) and writes the tokens in fp32 (4 per token element), and ``.to(dtype)`` reads those
-    and writes v: (v + 16)·X·h + (8 + v)·T·h, less the counted 2·v·X·h."""
-    h = hidden_size
-    return (value_bytes + 16 - 2 * value_bytes) * copies * h + (8 + value_bytes) * tokens * h
+    transformers/integrations/moe.py ``grouped_mm_experts_forward`` (5.x), per routed copy (the router's
+    token-sized kernels, the sort and the histogram are left to the efficiency):
+
+    * forward, v·(7h + 5f) gated: the gather ``hidden_states[perm // top_k]`` (reads and writes h), the activation
+      on the chunked fc1 output ``act_fn(gate) * up`` (the activation reads and writes f, the product reads 2f and
+      writes f), the weighting ``proj_out * sample_weights_g`` (reads and writes h: Qwen's routing weights are cast
+      to the model dtype), the un-permute ``weighted_out[inv_perm]`` (reads and writes h) and the top-k sum (reads h);
+    * backward, v·(11h + 13f) gated: the un-permute's index backward (zero-fills, reads and writes h), the
+      weighting's two gradients (the copy's gradient reads and writes h; the weight's reads the gradient and the
+      output, writes and sums a product: 4h), the product's two gradients (read 4f, write 2f), the activation's
+      (reads 2f, writes f), the chunk's concatenation of the halves (reads and writes 2f) and the gather's index
+      backward (reads and accumulates h).
+
+    A plain activation (no gate) moves 2f forward and 3f backward instead of 5f and 13f. 18·v·(h + f) per copy
+    gated. Mixtral's routing weights stay fp32, so its weighting and un-permute move fp32 outputs: more bytes
+    than counted here."""
+    h, f, v = hidden_size, ffn_hidden_size, value_bytes
+    act = where(asarray(gated) > 0, 5.0 + 13.0, 2.0 + 3.0)
+    return copies * v * ((7 + 11) * h + act * f)
 
 
 def hf_checkpoint_host(x: StepInputs, layers):
@@ -933,7 +953,7 @@ def hf_checkpoint_host(x: StepInputs, layers):
 def moe_block_host(x: StepInputs, layers):
     """Host seconds per micro-batch that a stage's ``layers`` MoE layers add beyond dense MLPs: ``moe_block_host_s``
     each (transformers' ``grouped_mm`` experts: router, fp32 softmax and top-k, sort, gather, histogram, two grouped
-    GEMMs, fp32 combine and un-permute, ~150 kernels forward and backward whatever the expert count; measured by
+    GEMMs, weighted combine and un-permute, ~150 kernels forward and backward whatever the expert count; measured by
     benchmarks/gpu_hf_moe_host.py). Part of the micro-step's host time (:func:`microstep_host`), of which only what
     the micro-batch's GPU time does not hide is exposed; 0 at ZeRO-3, whose hooks' host time is priced against the
     GPU's kernels by ``zero3_*``."""
