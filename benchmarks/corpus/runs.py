@@ -191,6 +191,13 @@ MCORE_SHAPES = {
                            seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
                            tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
                            attention_dropout=0.0),
+    # --- eighth final batch ("final8"): declared before measuring; sealed until the models are next frozen ---
+    # Llama 3.2 3B width at 8 k tokens: GQA 24/8, head 128, SwiGLU 8192, 128k vocabulary, tied
+    "mc-h3072-s8k": dict(like="Llama 3.2 3B width at 8k tokens (28 -> 3 layers)", num_layers=3, hidden_size=3072,
+                         num_attention_heads=24, num_query_groups=8, ffn_hidden_size=8192, vocab_size=128256,
+                         seq_length=8192, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                         tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                         attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -353,6 +360,26 @@ HF_SHAPES = {
         norm_topk_prob=True, num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
         vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu",
         tie_word_embeddings=False, attention_dropout=0.0, router_aux_loss_coef=0.001, output_router_logits=False)),
+    # --- eighth final batch ("final8") ---
+    # Qwen1.5-MoE-A2.7B width: 60 experts top-4 of width 1408 plus a shared expert 5632, MHA 16 heads, 152k vocabulary
+    "hf-qwen2moe-h2048": dict(like="Qwen1.5-MoE-A2.7B width (24 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"], hidden_size=2048, intermediate_size=5632,
+        moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4,
+        decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=False, num_hidden_layers=2, num_attention_heads=16,
+        num_key_value_heads=16, vocab_size=151936, max_position_embeddings=8192, rms_norm_eps=1e-6,
+        hidden_act="silu", tie_word_embeddings=False, attention_dropout=0.0, router_aux_loss_coef=0.001,
+        output_router_logits=False)),
+    # Llama 2 7B width: MHA 32 heads of 128, SwiGLU 11008, 32k vocabulary, untied
+    "hf-llama2-h4096": dict(like="Llama 2 7B width (32 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
+    # GPT-2 small through transformers: thin layers (h768, head 64), learned positions, dropout 0.1, tied
+    "hf-gpt2-h768": dict(like="GPT-2 small (12 layers)", seq_length=1024, config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=768, n_layer=12, n_head=12, vocab_size=50257,
+        n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
+        tie_word_embeddings=True)),
 }
 
 
@@ -602,6 +629,18 @@ GROUPS = {
         _hf("hf-qwen3moe-h2048", 2, "sdpa"), _hf("hf-qwen3moe-h2048", 3, "sdpa"),
         _hf("hf-qwen3moe-h2048", 2, "sdpa", ckpt=True), _hf("hf-qwen3moe-h2048", 3, "sdpa", ckpt=True),
         _hf("hf-qwen3moe-h2048", 2, "sdpa", mbs=2, **OFF),
+    ],
+    # eighth final batch (one GPU), declared in accuracy_split.json "final8" before measuring; its records are kept
+    # sealed in benchmarks/corpus/sealed/ until the models are next frozen
+    "final8": [
+        _ds("mc-h3072-s8k", 1, recompute="selective"), _ds("mc-h3072-s8k", 2, recompute="full"),
+        _ds("mc-h3072-s8k", 3, recompute="selective"), _ddp("mc-h3072-s8k", True, recompute="selective"),
+        _hf("hf-qwen2moe-h2048", 2, "sdpa"), _hf("hf-qwen2moe-h2048", 3, "sdpa"),
+        _hf("hf-qwen2moe-h2048", 2, "sdpa", ckpt=True), _hf("hf-qwen2moe-h2048", 3, "sdpa", ckpt=True),
+        _hf("hf-llama2-h4096", 2, "sdpa"), _hf("hf-llama2-h4096", 3, "sdpa", ckpt=True),
+        _hf("hf-llama2-h4096", 2, "eager", ckpt=True, lora=16), _hf("hf-llama2-h4096", 3, "sdpa", **OFF),
+        _hf("hf-gpt2-h768", 2, "sdpa", mbs=8), _hf("hf-gpt2-h768", 2, "sdpa", mbs=8, ckpt=True),
+        _hf("hf-gpt2-h768", 3, "sdpa", mbs=8), _hf("hf-gpt2-h768", 2, "eager", mbs=8, lora=16),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
