@@ -115,3 +115,13 @@ def test_published_recipes_with_the_fused_loss_are_priced_with_it():
     for case in marked:
         assert any("cross_entropy_fusion_impl='te'" in r for r in case["recipe"]), case["id"]
         assert B.specs(case)[2].cross_entropy_fusion is CrossEntropyFusion.TE
+
+
+def test_planner_search_prices_every_megatron_row_with_the_loss_kernels():
+    kw = dict(global_batch_size=32, engines=("megatron",), top=1)
+    off, te = planner.search(LLAMA, H100, **kw), planner.search(LLAMA, H100, cross_entropy_fusion="te", **kw)
+    assert te.ranked[0].plan.cross_entropy_fusion is CrossEntropyFusion.TE
+    assert off.ranked[0].plan.cross_entropy_fusion is CrossEntropyFusion.NONE
+    assert te.ranked[0].step_seconds <= off.ranked[0].step_seconds
+    with pytest.raises(ValueError, match="cross_entropy_fusion='x' is not one of: none, native, te"):
+        planner.search(LLAMA, H100, cross_entropy_fusion="x", **kw)

@@ -630,7 +630,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
            overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False,
            grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False,
-           moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None) -> PlanSearch:
+           moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None,
+           cross_entropy_fusion="none") -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -652,6 +653,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 
     ``tp_comm_overlap``: Transformer Engine's TP communication overlap on the Megatron rows with TP > 1 and
     sequence parallel (:func:`with_tp_comm_overlap`; ``None``: both with and without it are searched).
+
+    ``cross_entropy_fusion``: Megatron's loss kernels on every Megatron row (:attr:`ParallelPlan.
+    cross_entropy_fusion`; other engines compute their own loss).
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -717,6 +721,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     if grad_reduce_fp32 is not None:
         table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
                                       int(check_bool("grad_reduce_fp32", grad_reduce_fp32)), -1)
+    xent = CrossEntropyFusion.parse(cross_entropy_fusion, "cross_entropy_fusion")
+    table["xent"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], CROSS_ENTROPY_FUSION_CODES[xent], 0)
     # the allocator every row runs with (encode.complete_columns keeps a given column)
     table["expseg"] = np.full(count, int(check_bool("expandable_segments", expandable_segments)), np.int64)
     if model.is_moe:  # the routing imbalance every MoE row is priced with (encode.moe_rank_load)
