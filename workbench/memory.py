@@ -1010,8 +1010,8 @@ def megatron_loss_bytes_per_logit(cross_entropy_fusion, value_bytes):
       (``ctx.save_for_backward(exp_logits, ...)``) beside the 16-bit logits: v + 4.
     * te (Transformer Engine ``CrossEntropyFunction``, ``pytorch/cross_entropy.py`` and
       ``pytorch/triton/cross_entropy.py``): an online softmax reads the logits once for each row's max and sum
-      (3 fp32 values per token, not per logit), the logits themselves are saved, and the backward kernel writes the
-      gradient over them in place: v.
+      (3 fp32 values per token, not per logit), a second kernel writes the gradient over the logits in place, and
+      that one 16-bit tensor is what backward scales in place and hands to the output layer: v.
     """
     return where(asarray(cross_entropy_fusion) == 2, value_bytes, value_bytes + 4)
 

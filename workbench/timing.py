@@ -247,16 +247,18 @@ def cross_entropy_bytes(*, bytes_per_value, cross_entropy_fusion=0):
         backward: 8 (softmax read, the in-place update written back) + v (16-bit gradient) + 2v       = 14 B for bf16
 
     te — Transformer Engine ``parallel_cross_entropy`` (transformer_engine/pytorch/triton/cross_entropy.py,
-    NVIDIA/TransformerEngine 02965d2e): ``online_softmax_kernel`` reads the logits once for each row's max and sum;
-    ``cross_entropy_backward_kernel`` reads them again and writes the gradient over them in place:
+    NVIDIA/TransformerEngine 1b2b4a8e, the 2.x layout): ``online_softmax_kernel`` reads the logits once for each
+    row's max and sum, ``cross_entropy_kernel`` reads them again and writes the gradient over them in place, still in
+    the forward; backward, ``element_mul_kernel`` scales that gradient in place by the incoming one (megatron-core's
+    loss is per token, so the "grad_output is 1.0" shortcut does not apply):
 
-        forward:  v + v                                                                                 = 4 B for bf16
+        forward:  v + v + 2v                                                                            = 8 B for bf16
         backward: 2v + 2v                                                                               = 8 B for bf16
 
     Returns ``(forward_bytes, backward_bytes)``."""
     v = np.asarray(bytes_per_value, dtype=float)
     code = np.asarray(cross_entropy_fusion)
-    forward = np.where(code == 2, 2 * v, np.where(code == 1, v + (v + 4) + 8 + 8, v + (v + 4) + 4 + 8 + 8 + 4 + 8))
+    forward = np.where(code == 2, 4 * v, np.where(code == 1, v + (v + 4) + 8 + 8, v + (v + 4) + 4 + 8 + 8 + 4 + 8))
     backward = np.where(code == 2, 4 * v, np.where(code == 1, 8 + v + 2 * v, 8 + (4 + v) + 2 * v))
     return forward, backward
 
