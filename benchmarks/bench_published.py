@@ -88,6 +88,8 @@ def specs(case: dict):
         kw["fp8_param_gather"] = True
     if lay.get("grad_reduce_fp32") is not None:  # Megatron's main-gradient dtype where the recipe sets it
         kw["grad_reduce_fp32"] = lay["grad_reduce_fp32"]
+    if lay.get("cross_entropy_fusion"):  # the recipe's loss kernels (--cross-entropy-fusion-impl)
+        kw["cross_entropy_fusion"] = lay["cross_entropy_fusion"]
     if lay.get("ep", 1) > 1:
         kw["expert_parallel"] = lay["ep"]
     if lay.get("tp_comm_overlap"):  # the recipe overlaps the TP collectives with the GEMMs (TE userbuffers)

@@ -10,7 +10,8 @@ import ipywidgets as ipw
 
 from widgets.common import Panel, checkbox, dropdown, float_text, int_text
 from widgets.state import SetPlan, resolved
-from workbench.specs import AdamImpl, CPCommType, Engine, Fp8Recipe, MoEDispatcher, Offload, Precision, Recompute
+from workbench.specs import (AdamImpl, CPCommType, CrossEntropyFusion, Engine, Fp8Recipe, MoEDispatcher, Offload,
+                             Precision, Recompute)
 
 _INTS = (
     ("tensor_parallel", "tensor parallel (TP)"),
@@ -33,7 +34,8 @@ GROUPS = (
     ("Memory & recompute", ("recompute", "recompute_layers", "distributed_optimizer", "offload_optimizer",
                             "offload_params", "expandable_segments", "lora_rank")),
     ("Precision & kernels", ("precision", "fp8_recipe", "fp8_param_gather", "fp8_bf16_first_layers",
-                             "fp8_bf16_last_layers", "grad_reduce_fp32", "adam", "overlap_comm")),
+                             "fp8_bf16_last_layers", "grad_reduce_fp32", "cross_entropy_fusion", "adam",
+                             "overlap_comm")),
 )
 """The panel's sections (an accordion, the first open), each control in exactly one; the derived sizes and the
 error stay below them, visible whichever section is open."""
@@ -127,6 +129,10 @@ class ParallelPanel(Panel):
                                               tooltip="Megatron-LM --num-layers-at-start-in-bf16 (0: none)")
         c["fp8_bf16_last_layers"] = int_text("FP8: last layers in bf16", minimum=0,
                                              tooltip="Megatron-LM --num-layers-at-end-in-bf16 (0: none)")
+        c["cross_entropy_fusion"] = dropdown("loss kernels", [x.value for x in CrossEntropyFusion],
+                                             tooltip="engine megatron: none = unfused vocab-parallel cross entropy; "
+                                                     "native / te = --cross-entropy-loss-fusion "
+                                                     "--cross-entropy-fusion-impl native|te")
         c["adam"] = dropdown("Adam kernel", [a.value for a in AdamImpl],
                              tooltip="fused: Apex/Transformer Engine or DeepSpeed FusedAdam; torch: torch.optim.AdamW "
                                      "(CPU Adam follows from optimizer offload)")

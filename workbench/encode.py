@@ -7,7 +7,7 @@ FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, ed
 tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, DeepSpeed-MoE's E·C/(k·S), else the busiest rank's
 routing load, 1 when balanced; the planner's float column ``moe_imb`` carries the plan's imbalance), ``moe_ds``
 (1: DeepSpeed-MoE layers) and
-``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), and the pipeline split ``first_layers, last_layers`` (0: an
+``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -32,7 +32,7 @@ from workbench.hf import soft_capped
 from workbench.npscalar import asarray, isin, maximum, minimum, ndim, where
 from workbench.params import (lora_activation_values_per_token, lora_modules_per_layer, lora_params_per_layer,
                               model_vocab_size, parameter_tensors)
-from workbench.specs import (LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
+from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
                              ModelSpec, MoEDispatcher, Offload, ParallelPlan, Precision, Recompute,
                              default_overlap_comm)
 
@@ -68,7 +68,8 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
                 moe_ov=int(plan.moe_overlap_alltoall), moe_rc=MOE_RECOMPUTE_CODES[plan.moe_recompute],
                 grad_fp32=int(plan.reduces_grads_in_fp32),
-                expseg=int(plan.expandable_segments), tp_ov=int(plan.tp_comm_overlap))
+                expseg=int(plan.expandable_segments), tp_ov=int(plan.tp_comm_overlap),
+                xent=CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion])
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -87,6 +88,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("fp8_bf16_last", 0)
     out.setdefault("expseg", int(bool(expandable_segments)))  # the allocator every row runs with
     out.setdefault("tp_ov", 0)  # Transformer Engine TP communication overlap: off unless the table searches it
+    out.setdefault("xent", 0)  # Megatron's loss kernels: the unfused cross entropy unless the table sets them
     out.setdefault("grad_fp32", -1)  # Megatron's main-gradient dtype: -1, Megatron-LM's default for the precision
     for key in ("first_layers", "last_layers", "emb_split", "loss_split", "cp_comm"):
         out.setdefault(key, 0)
@@ -306,7 +308,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                expert_data_parallel=cols.get("edp"), moe_token_factor=cols.get("moe_tf", 1.0),
                moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision),
                moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0),
-               moe_recompute=cols.get("moe_rc", 0), tp_comm_overlap=cols.get("tp_ov", 0))
+               moe_recompute=cols.get("moe_rc", 0), tp_comm_overlap=cols.get("tp_ov", 0),
+               cross_entropy_fusion=cols.get("xent", 0))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -447,6 +450,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),
         moe_overlap_alltoall=cols.get("moe_ov", 0), moe_deepspeed=cols.get("moe_ds", 0),
         moe_recompute=cols.get("moe_rc", 0),
+        cross_entropy_fusion=cols.get("xent", 0),
         moe_shared_ffn_hidden_size=float(model.shared_expert_ffn_hidden_size or 0),
         hf_moe_experts=float(model.is_moe and model.implementation is Implementation.TRANSFORMERS),
         moe_block_hbm_efficiency=cal.get("transformers", {}).get("moe_block_hbm_efficiency", 1.0),

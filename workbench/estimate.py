@@ -122,6 +122,7 @@ class EvaluatedPlan:
                      "moe_pad_to_capacity": self.plan.moe_pad_to_capacity,
                      "moe_load_imbalance": self.plan.moe_load_imbalance,
                      "moe_recompute": str(self.plan.moe_recompute),
+                     "cross_entropy_fusion": str(self.plan.cross_entropy_fusion),
                      "moe_token_dispatcher": str(self.plan.moe_token_dispatcher),
                      "moe_overlap_alltoall": self.plan.moe_overlap_alltoall,
                      "tp_comm_overlap": self.plan.tp_comm_overlap,

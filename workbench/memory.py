@@ -998,8 +998,26 @@ def embedding_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
     return (1.0 if m.hidden_dropout > 0 else 0.0) * s * micro_batch * m.hidden_size * rep
 
 
+def megatron_loss_bytes_per_logit(cross_entropy_fusion, value_bytes):
+    """Peak bytes per logit of megatron-core's loss on the last stage, v = value_bytes, by
+    ``cross_entropy_fusion`` code (0 none, 1 native, 2 te; :class:`~workbench.specs.CrossEntropyFusion`):
+
+    * none (``tensor_parallel/cross_entropy.py`` ``VocabParallelCrossEntropy``): ``calculate_logits_max`` casts the
+      16-bit logits to fp32, the max is subtracted and the exponent and the division by the sum run in place, and
+      that fp32 softmax is saved for backward; the 16-bit logits are alive beside it until the loss returns, and in
+      backward the fp32 gradient (built in place over the softmax) is cast to a 16-bit one: v + 4.
+    * native (``fusions/fused_cross_entropy.py``): the same steps under ``jit_fuser``, the same fp32 softmax saved
+      (``ctx.save_for_backward(exp_logits, ...)``) beside the 16-bit logits: v + 4.
+    * te (Transformer Engine ``CrossEntropyFunction``, ``pytorch/cross_entropy.py`` and
+      ``pytorch/triton/cross_entropy.py``): an online softmax reads the logits once for each row's max and sum
+      (3 fp32 values per token, not per logit), a second kernel writes the gradient over the logits in place, and
+      that one 16-bit tensor is what backward scales in place and hands to the output layer: v.
+    """
+    return where(asarray(cross_entropy_fusion) == 2, value_bytes, value_bytes + 4)
+
+
 def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
-                            value_bytes):
+                            value_bytes, cross_entropy_fusion=0):
     """Last stage, one micro-batch: the final-norm input and output-layer input (v·sbh each; the latter gathered
     with SP) and the logits.
 
@@ -1012,10 +1030,9 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
     and tanh keeps its 16-bit output for backward: v more per logit (counted on the CPU: 14.85 vs 12.85 bytes per
     logit at the peak of a toy Gemma 2 with and without the cap).
 
-    Logits: megatron-core's vocab-parallel cross entropy casts the 16-bit logits (v·sbV/t) to fp32 (4·sbV/t),
-    exponentiates in place and keeps that fp32 softmax for backward; both copies are alive at once, so the peak is
-    (v + 4)·s·b·V/t with V the padded vocabulary. fp32 logits over a large vocabulary are often the largest single
-    tensor of a step.
+    Logits: megatron-core's loss, :func:`megatron_loss_bytes_per_logit` bytes per logit of s·b·V/t with V the padded
+    vocabulary (``cross_entropy_fusion``: a :data:`~workbench.specs.CROSS_ENTROPY_FUSION_CODES` code or array of
+    them). fp32 logits over a large vocabulary are often the largest single tensor of a step.
     """
     s = m.seq_length / context_parallel
     rep = where(sequence_parallel, 1.0 / tensor_parallel, 1.0)
@@ -1028,7 +1045,7 @@ def output_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, seque
         if soft_capped(m):  # Gemma 2's final logit soft-capping
             per_logit = per_logit + value_bytes
     else:
-        per_logit = value_bytes + 4
+        per_logit = megatron_loss_bytes_per_logit(cross_entropy_fusion, value_bytes)
     logits = per_logit * s * micro_batch * vocab / tensor_parallel
     return value_bytes * sbh * rep + value_bytes * sbh + logits
 
@@ -1240,7 +1257,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
-                tp_comm_overlap=0):
+                tp_comm_overlap=0, cross_entropy_fusion=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of the stage's layers that are not among
@@ -1260,7 +1277,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
     * backward (its first layer): model states allocated by then (:func:`backward_gradient_bytes`) + buffers + activations: the kept layers × in-flight micro-batches (+ the embedding
       mask on the first stage) + the largest transient of the backward's start. That transient is, on the last
-      stage, the output layer and logits of one micro-batch (:func:`output_activation_bytes`); on other stages
+      stage, the output layer and logits of one micro-batch (:func:`output_activation_bytes`, whose loss term
+      follows ``cross_entropy_fusion``); on other stages
       without recompute, one layer's backward working set — the gradients of its score-sized intermediates are as
       large as the layer's full activations (measured on H200: 1F1B stage 0 of PP=2 holds one layer more than its
       stored activations); with full recompute, the recomputed layer's full activations (plus the logits on the
@@ -1335,7 +1353,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     activations = per_microbatch * in_flight
     activations = activations + where(stage == 0, embedding_activation_bytes(m, **kw) * in_flight, 0)
     last = stage == pipeline_parallel - 1
-    output = where(last, output_activation_bytes(m, value_bytes=value_bytes, **kw), 0.0)
+    output = where(last, output_activation_bytes(m, value_bytes=value_bytes,
+                                                 cross_entropy_fusion=cross_entropy_fusion, **kw), 0.0)
     # selective recompute: the recomputed attention core is alive again beside the layer's backward working set
     # (measured on H200, fit-split shapes: 18 % under-estimated without it); full recompute's recomputed layer is
     # already the transient's first copy

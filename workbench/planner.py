@@ -52,13 +52,14 @@ from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
 from workbench.specs import (LORA_TARGETS, ulysses_head_limit, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
-                             tp_comm_overlap_possible,
+                             tp_comm_overlap_possible, CROSS_ENTROPY_FUSION_CODES, CrossEntropyFusion,
                              check_spec_types)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
 _RECOMPUTE_BY_CODE = {0: Recompute.NONE, 1: Recompute.SELECTIVE, 2: Recompute.FULL}
 _CP_COMM_BY_CODE = {v: k for k, v in T.CP_COMM_CODES.items()}
+_XENT_BY_CODE = {v: k for k, v in CROSS_ENTROPY_FUSION_CODES.items()}
 DEFAULT_HEADROOM = 0.05
 """Fraction of GPU memory kept free by default (fragmentation, allocator spikes the model does not see)."""
 DEFAULT_MAX_CONTEXT_PARALLEL = 16
@@ -593,7 +594,9 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
                           else None),
         expandable_segments=bool(table["expseg"][i]) if "expseg" in table else False,
         moe_load_imbalance=float(table["moe_imb"][i]) if "moe_imb" in table else 1.0,
-        tp_comm_overlap=bool(table["tp_ov"][i]) if "tp_ov" in table else False, **(stack or {}))
+        tp_comm_overlap=bool(table["tp_ov"][i]) if "tp_ov" in table else False,
+        cross_entropy_fusion=(_XENT_BY_CODE[int(table["xent"][i])] if "xent" in table else CrossEntropyFusion.NONE),
+        **(stack or {}))
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -627,7 +630,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            all_stages: bool = False, lora_rank: int = 0, lora_targets: Sequence = LORA_TARGETS, adam="fused",
            overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False,
            grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False,
-           moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None) -> PlanSearch:
+           moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None,
+           cross_entropy_fusion="none") -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -649,6 +653,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 
     ``tp_comm_overlap``: Transformer Engine's TP communication overlap on the Megatron rows with TP > 1 and
     sequence parallel (:func:`with_tp_comm_overlap`; ``None``: both with and without it are searched).
+
+    ``cross_entropy_fusion``: Megatron's loss kernels on every Megatron row (:attr:`ParallelPlan.
+    cross_entropy_fusion`; other engines compute their own loss).
 
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
@@ -714,6 +721,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     if grad_reduce_fp32 is not None:
         table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
                                       int(check_bool("grad_reduce_fp32", grad_reduce_fp32)), -1)
+    xent = CrossEntropyFusion.parse(cross_entropy_fusion, "cross_entropy_fusion")
+    table["xent"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], CROSS_ENTROPY_FUSION_CODES[xent], 0)
     # the allocator every row runs with (encode.complete_columns keeps a given column)
     table["expseg"] = np.full(count, int(check_bool("expandable_segments", expandable_segments)), np.int64)
     if model.is_moe:  # the routing imbalance every MoE row is priced with (encode.moe_rank_load)
@@ -1172,6 +1181,9 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     if plan.grad_reduce_fp32 is not None:  # the plan's main-gradient dtype on every Megatron row
         table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], int(plan.grad_reduce_fp32), -1)
     table["expseg"] = np.full(len(table["tp"]), int(plan.expandable_segments), np.int64)  # the plan's allocator
+    if plan.cross_entropy_fusion is not CrossEntropyFusion.NONE:  # the plan's loss kernels on every Megatron row
+        table["xent"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
+                                 CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion], 0)
     if model.is_moe:
         table["moe_imb"] = np.full(len(table["tp"]), plan.moe_load_imbalance)  # the plan's routing imbalance
     from workbench.calibrate.profile import resolve_profile

@@ -212,6 +212,29 @@ class MoERecompute(_StrEnum):
 MOE_RECOMPUTE_CODES = {MoERecompute.NONE: 0, MoERecompute.MOE_ACT: 1, MoERecompute.MOE: 2}
 
 
+class CrossEntropyFusion(_StrEnum):
+    """Which cross-entropy kernels megatron-core runs for the language-model loss
+    (``LanguageModule.compute_language_model_loss``, models/common/language_module/language_module.py):
+
+    * ``none`` — the unfused ``tensor_parallel.vocab_parallel_cross_entropy``: the 16-bit logits cast to fp32, the
+      fp32 softmax built in place and kept for backward (Megatron-LM without ``--cross-entropy-loss-fusion``);
+    * ``native`` — ``--cross-entropy-loss-fusion --cross-entropy-fusion-impl native``: megatron-core's
+      ``fused_vocab_parallel_cross_entropy`` (fusions/fused_cross_entropy.py), the same tensors in fewer, compiled
+      element-wise kernels (``jit_fuser``);
+    * ``te`` — ``--cross-entropy-fusion-impl te``: Transformer Engine's ``parallel_cross_entropy`` (Triton kernels,
+      transformer_engine/pytorch/triton/cross_entropy.py), an online softmax that keeps only the 16-bit logits and
+      writes the gradient over them in place.
+
+    See :func:`workbench.memory.megatron_loss_bytes_per_logit` and :func:`workbench.timing.cross_entropy_bytes`."""
+
+    NONE = "none"
+    NATIVE = "native"
+    TE = "te"
+
+
+CROSS_ENTROPY_FUSION_CODES = {CrossEntropyFusion.NONE: 0, CrossEntropyFusion.NATIVE: 1, CrossEntropyFusion.TE: 2}
+
+
 class CPCommType(_StrEnum):
     """How context-parallel ranks exchange keys and values inside attention (megatron-core
     ``TransformerConfig.cp_comm_type``, Megatron-LM ``--cp-comm-type``, passed to Transformer Engine's
@@ -815,6 +838,12 @@ class ParallelPlan:
     is exposed (:func:`workbench.timing.tp_overlap_exposed_seconds`). Needs tensor_parallel > 1, sequence parallel
     and engine ``megatron`` (Megatron-LM: 'Tensor parallel communication/GEMM overlap can happen only when sequence
     parallelism is enabled')."""
+    cross_entropy_fusion: CrossEntropyFusion = CrossEntropyFusion.NONE
+    """Megatron's loss kernels (:class:`CrossEntropyFusion`): ``none`` (the unfused vocab-parallel cross entropy,
+    Megatron-LM's default), ``native`` (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl native``) or
+    ``te`` (``--cross-entropy-loss-fusion --cross-entropy-fusion-impl te``, what NVIDIA's Megatron-Bridge
+    performance recipes run). Engine ``megatron`` only: DeepSpeed engines and Hugging Face models compute their
+    own loss."""
     fused_kernels: Optional[bool] = None
     """Deprecated: ``fused_kernels=False`` is ``adam='torch'`` (and the unfused softmax is
     ``ModelSpec.attention='unfused'``); ``True`` is ``adam='fused'``. Read back as ``None``."""
@@ -835,7 +864,8 @@ class ParallelPlan:
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl),
                                ("cp_comm_type", CPCommType), ("fp8_recipe", Fp8Recipe),
-                               ("moe_token_dispatcher", MoEDispatcher), ("moe_recompute", MoERecompute)):
+                               ("moe_token_dispatcher", MoEDispatcher), ("moe_recompute", MoERecompute),
+                               ("cross_entropy_fusion", CrossEntropyFusion)):
             _set(self, name, enum_cls.parse(getattr(self, name), name))
         if (isinstance(self.zero_stage, (bool, np.bool_)) or not isinstance(self.zero_stage, numbers.Integral)
                 or not 0 <= int(self.zero_stage) <= 3):
@@ -1143,6 +1173,11 @@ class ParallelPlan:
 
     def _check_engine(self) -> None:
         e = self.engine
+        if self.cross_entropy_fusion is not CrossEntropyFusion.NONE and e is not Engine.MEGATRON:
+            raise ValueError(f"cross_entropy_fusion='{self.cross_entropy_fusion}' is megatron-core's fused loss "
+                             f"(--cross-entropy-loss-fusion --cross-entropy-fusion-impl "
+                             f"{self.cross_entropy_fusion}) and needs engine 'megatron'; engine='{e}' computes "
+                             f"its own loss (leave it 'none')")
         if self.grad_reduce_fp32 is not None:
             _set(self, "grad_reduce_fp32", check_bool("grad_reduce_fp32", self.grad_reduce_fp32))
             if e is not Engine.MEGATRON:

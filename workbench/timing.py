@@ -227,18 +227,40 @@ def rope_bytes(*, bytes_per_value, fused):
     return f * 2 * v + (1 - f) * 12 * v, f * 2 * v + (1 - f) * 10 * v
 
 
-def cross_entropy_bytes(*, bytes_per_value):
-    """HBM bytes per logit (token × padded vocabulary entry) of megatron-core's ``vocab_parallel_cross_entropy``
-    in fp32, counted from its kernels (megatron/core/tensor_parallel/cross_entropy.py), v = bytes_per_value:
+def cross_entropy_bytes(*, bytes_per_value, cross_entropy_fusion=0):
+    """HBM bytes per logit (token × padded vocabulary entry) of megatron-core's loss, by ``cross_entropy_fusion``
+    code (0 none, 1 native, 2 te; :class:`~workbench.specs.CrossEntropyFusion`), counted from the kernels,
+    v = bytes_per_value. Every variant starts with the logits GEMM's write (v) and ends with the two output-layer
+    GEMMs reading the 16-bit logit gradient (2v).
 
-        forward:  v (logits GEMM write) + (v+4) (``.float()``) + 4 (max) + 8 (subtract max, in place) + 8 (exp, in
-                  place) + 4 (sum) + 8 (divide by the sum, in place)                                  = 40 B for bf16
-        backward: 8 (grad ``mul_`` in place) + (4+v) (cast back to 16 bits) + 2v (read by the two output-layer
-                  GEMMs)                                                                              = 18 B for bf16
+    none — ``vocab_parallel_cross_entropy`` in fp32 (megatron/core/tensor_parallel/cross_entropy.py), one eager
+    kernel per step:
+
+        forward:  v + (v+4) (``.float()``) + 4 (max) + 8 (subtract max, in place) + 8 (exp, in place) + 4 (sum)
+                  + 8 (divide by the sum, in place)                                                    = 40 B for bf16
+        backward: 8 (grad ``mul_`` in place) + (4+v) (cast back to 16 bits) + 2v                      = 18 B for bf16
+
+    native — ``fused_vocab_parallel_cross_entropy`` (megatron/core/fusions/fused_cross_entropy.py): the same steps
+    in three compiled (``jit_fuser``) functions, each one pass that writes its in-place result back:
+
+        forward:  v + (v+4) (cast, max) + 8 (subtract, exp, sum) + 8 (divide)                         = 24 B for bf16
+        backward: 8 (softmax read, the in-place update written back) + v (16-bit gradient) + 2v       = 14 B for bf16
+
+    te — Transformer Engine ``parallel_cross_entropy`` (transformer_engine/pytorch/triton/cross_entropy.py,
+    NVIDIA/TransformerEngine 1b2b4a8e, the 2.x layout): ``online_softmax_kernel`` reads the logits once for each
+    row's max and sum, ``cross_entropy_kernel`` reads them again and writes the gradient over them in place, still in
+    the forward; backward, ``element_mul_kernel`` scales that gradient in place by the incoming one (megatron-core's
+    loss is per token, so the "grad_output is 1.0" shortcut does not apply):
+
+        forward:  v + v + 2v                                                                            = 8 B for bf16
+        backward: 2v + 2v                                                                               = 8 B for bf16
 
     Returns ``(forward_bytes, backward_bytes)``."""
     v = np.asarray(bytes_per_value, dtype=float)
-    return v + (v + 4) + 4 + 8 + 8 + 4 + 8, 8 + (4 + v) + 2 * v
+    code = np.asarray(cross_entropy_fusion)
+    forward = np.where(code == 2, 4 * v, np.where(code == 1, v + (v + 4) + 8 + 8, v + (v + 4) + 4 + 8 + 8 + 4 + 8))
+    backward = np.where(code == 2, 4 * v, np.where(code == 1, 8 + v + 2 * v, 8 + (4 + v) + 2 * v))
+    return forward, backward
 
 
 def soft_cap_bytes(*, bytes_per_value):
@@ -460,6 +482,9 @@ class StepInputs:
     lora_modules_per_layer: object = 0.0
     """Projections of one layer carrying a LoRA adapter (:func:`workbench.params.lora_modules_per_layer`; 0 for a
     full fine-tune)."""
+    cross_entropy_fusion: object = 0
+    """Megatron's loss kernels, a :data:`~workbench.specs.CROSS_ENTROPY_FUSION_CODES` code (0 none, 1 native, 2 te;
+    :func:`cross_entropy_bytes`)."""
     soft_cap: object = 0.0
     """1 where the model soft-caps its attention scores (eager only: flash kernels cap in-kernel) and its logits,
     ``tanh(x / cap) · cap`` (Gemma 2 in transformers): three more element-wise passes over each (:func:`soft_cap_bytes`)."""
@@ -794,7 +819,8 @@ def compute_terms(x: StepInputs) -> dict:
     layer_bwd = ((1 + tf) * t_weights_fwd + t_core_bwd + 2 * t_mem + t_score_bwd + t_cast_bwd + t_rope_bwd
                  + x.layer_pass_overhead_s)
     t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
-    ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value)
+    ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value,
+                                             cross_entropy_fusion=x.cross_entropy_fusion)
     logits_per_gpu = tokens * x.vocab_size / t
     t_loss_fwd = logits_per_gpu * (ce_fwd_b + x.soft_cap * cap_fwd_b) / hbm
     t_loss_bwd = logits_per_gpu * (ce_bwd_b + x.soft_cap * cap_bwd_b) / hbm

@@ -56,6 +56,7 @@ _PLAN_FLAGS = {
     "cp_comm_type": "cp_comm_type", "hierarchical_cp": "hierarchical_context_parallel_sizes", "ulysses": "ulysses",
     "fp8_recipe": "fp8_recipe", "fp8_param_gather": "fp8_param_gather", "grad_reduce_fp32": "grad_reduce_fp32",
     "fp8_bf16_first_layers": "fp8_bf16_first_layers", "fp8_bf16_last_layers": "fp8_bf16_last_layers",
+    "cross_entropy_fusion": "cross_entropy_fusion",
 }
 
 
@@ -205,6 +206,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                         "--num-layers-at-start-in-bf16 N; not with the delayed recipe)")
     p.add_argument("--num-layers-at-end-in-bf16", dest="fp8_bf16_last_layers", type=int, metavar="N",
                    help="with --precision fp8: keep the last N layers in bf16 (--num-layers-at-end-in-bf16 N)")
+    p.add_argument("--cross-entropy-fusion", choices=["none", "native", "te"],
+                   help="engine megatron: the loss kernels (default none: megatron-core's unfused vocab-parallel "
+                        "cross entropy, an fp32 softmax kept beside the 16-bit logits); native = Megatron-LM "
+                        "--cross-entropy-loss-fusion --cross-entropy-fusion-impl native (the same tensors, compiled "
+                        "kernels); te = --cross-entropy-loss-fusion --cross-entropy-fusion-impl te (Transformer "
+                        "Engine's parallel_cross_entropy: only the 16-bit logits, the gradient written over them)")
     p.add_argument("--adam", choices=["fused", "torch"],
                    help="GPU optimizer kernel (default fused): fused = Apex/Transformer Engine FusedAdam (Megatron) or "
                         "DeepSpeed's FusedAdam op; torch = torch.optim.AdamW (megatron-core without Apex/TE, "

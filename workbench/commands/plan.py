@@ -35,6 +35,11 @@ def add_parser(sub) -> None:
     s.add_argument("--grad-reduce-in-bf16", dest="grad_reduce_fp32", action="store_false", default=None,
                    help="Megatron plans with 16-bit main gradients (Megatron-LM --grad-reduce-in-bf16, megatron-core "
                         "grad_reduce_in_fp32=False); default fp32 with bf16")
+    s.add_argument("--cross-entropy-fusion", choices=["none", "native", "te"], default="none",
+                   help="the loss kernels of every Megatron plan: none (megatron-core's unfused vocab-parallel cross "
+                        "entropy, the default), native (Megatron-LM --cross-entropy-loss-fusion "
+                        "--cross-entropy-fusion-impl native) or te (--cross-entropy-fusion-impl te, Transformer "
+                        "Engine's parallel_cross_entropy)")
     overlap = s.add_mutually_exclusive_group()
     overlap.add_argument("--overlap-comm", dest="overlap_comm", action="store_true", default=None,
                          help="overlap the gradient reduce with backward (default: each engine's)")
@@ -156,7 +161,8 @@ def run(args) -> int:
                         overlap_comm=args.overlap_comm, profile=profile_from_args(args),
                         fp8_recipe=args.fp8_recipe or "delayed", fp8_param_gather=args.fp8_param_gather,
                         grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments,
-                        moe_load_imbalance=args.moe_load_imbalance, tp_comm_overlap=args.tp_comm_overlap)
+                        moe_load_imbalance=args.moe_load_imbalance, tp_comm_overlap=args.tp_comm_overlap,
+                        cross_entropy_fusion=args.cross_entropy_fusion)
     if args.json:
         print_json(result.to_dict())
     else:

@@ -644,6 +644,7 @@ _KNOWN = {
     "cp-comm-type", "hierarchical-context-parallel-sizes",
     "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
+    "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
     "sequence-parallel", "tp-comm-overlap", "tp-comm-overlap-cfg", "use-distributed-optimizer", "recompute-granularity", "recompute-method", "recompute-modules",
     "recompute-num-layers", "recompute-activations", "checkpoint-activations", "checkpoint-num-layers",
     "deepspeed-activation-checkpointing", "micro-batch-size", "global-batch-size", "batch-size",
@@ -1014,6 +1015,15 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
             if has("tp-comm-overlap-cfg"):
                 warnings.append("--tp-comm-overlap-cfg: the per-GEMM userbuffer methods and SM counts of that file "
                                 "are not read; priced with Transformer Engine's defaults")
+    # the loss kernels (megatron-core ModelParallelConfig.cross_entropy_loss_fusion, cross_entropy_fusion_impl
+    # with Megatron-LM's default 'native'); Megatron-DeepSpeed has neither flag
+    if has("cross-entropy-loss-fusion") and not is_hybrid:
+        plan["cross_entropy_fusion"] = one("cross-entropy-fusion-impl") or "native"
+    elif has("cross-entropy-loss-fusion") or has("cross-entropy-fusion-impl"):
+        warnings.append("--cross-entropy-fusion-impl without --cross-entropy-loss-fusion" if not is_hybrid else
+                        "--cross-entropy-loss-fusion/--cross-entropy-fusion-impl with Megatron-DeepSpeed, which has "
+                        "neither flag")
+        warnings[-1] += ": the unfused vocab-parallel cross entropy runs; read as cross_entropy_fusion=none"
     if has("use-distributed-optimizer"):
         plan["distributed_optimizer"] = True
     if is_hybrid:

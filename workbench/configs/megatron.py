@@ -13,8 +13,8 @@ from typing import Optional, Sequence
 
 from workbench.configs.deepspeed import DeepSpeedOptions
 from workbench.defaults import megatron_recompute_flags
-from workbench.specs import (Activation, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, ModelSpec, Normalization,
-                             ParallelPlan, Positions, Precision, validate)
+from workbench.specs import (Activation, AttentionImpl, ClusterSpec, CrossEntropyFusion, Engine, Fp8Recipe,
+                             ModelSpec, Normalization, ParallelPlan, Positions, Precision, validate)
 
 #: Shell variables the exported scripts leave for the user: name -> (example value, what it is).
 PLACEHOLDERS = {
@@ -147,6 +147,8 @@ def parallel_flags(model: ModelSpec, plan: ParallelPlan, *, dialect: str = "mega
         a += ["--sequence-parallel"]
     if plan.tp_comm_overlap:  # Transformer Engine userbuffers with TE's default per-GEMM methods (no --tp-comm-overlap-cfg)
         a += ["--tp-comm-overlap"]
+    if plan.cross_entropy_fusion is not CrossEntropyFusion.NONE:  # megatron-core's fused loss (engine megatron only)
+        a += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", str(plan.cross_entropy_fusion)]
     if model.is_moe and dialect != "megatron-deepspeed":
         a += moe_flags(plan)
     if plan.distributed_optimizer:
