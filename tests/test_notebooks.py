@@ -33,9 +33,17 @@ def run_notebook_at(path: Path, parameters: dict, tmp_path: Path, monkeypatch) -
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / f"executed-{path.name}"
     try:
-        papermill.execute_notebook(str(path), str(out), parameters=parameters, kernel_name="python3",
-                                   cwd=str(path.parent), progress_bar=False, log_output=False,
-                                   execution_timeout=300)
+        for attempt in (1, 2):
+            try:
+                papermill.execute_notebook(str(path), str(out), parameters=parameters, kernel_name="python3",
+                                           cwd=str(path.parent), progress_bar=False, log_output=False,
+                                           execution_timeout=300)
+                break
+            except RuntimeError as exc:
+                # jupyter_client picks free ports, then the kernel binds them: another process can take one in
+                # between ("Address already in use"), and the kernel dies before any cell ran. Start it once more.
+                if attempt == 2 or "Kernel died before replying to kernel_info" not in str(exc):
+                    raise
     except PapermillExecutionError as exc:
         trace = "\n".join(exc.traceback[-12:]) if exc.traceback else ""
         pytest.fail(f"{path.name}: cell {exc.cell_index} (execution {exc.exec_count}) failed: {exc.ename}: "
