@@ -10,9 +10,9 @@ from workbench.catalog import model
 from workbench.hf import import_hf
 from workbench.params import lora_modules_per_layer
 from workbench.specs import ClusterSpec, Implementation, ParallelPlan
-from workbench.timing import StepInputs, microstep_host, step_time_terms, time_inputs
+from workbench.timing import StepInputs, microstep_host, time_inputs
 
-H200 = ClusterSpec(gpu="H200", gpus_per_node=1)
+from test_microstep_host import H200, _gpu, _terms  # the same max(host, GPU) helpers as megatron-core's floor
 HF = Path(__file__).parent / "data" / "hf"
 
 
@@ -25,16 +25,6 @@ def _plan(**kw):
 
 def _hf(**kw):
     return model("gpt3-125m").replace(implementation=Implementation.TRANSFORMERS, **kw)
-
-
-def _terms(m, plan, **override):
-    x = time_inputs(m, H200, plan)
-    x.update(override)
-    return x, step_time_terms(**x)
-
-
-def _gpu(terms):
-    return terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
 
 
 def test_catalog_constants_are_positive_where_measured_and_megatron_core_gets_none_of_them():
