@@ -198,6 +198,13 @@ MCORE_SHAPES = {
                          seq_length=8192, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
                          tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
                          attention_dropout=0.0),
+    # --- ninth final batch ("final9"): declared before measuring; sealed until the models are next frozen ---
+    # GPT-3 6.7B width: MHA 32 heads of 128, GeLU 16384, learned positions, biases, 50k vocabulary, tied, dropout 0
+    "mc-h4096-gelu-mha": dict(like="GPT-3 6.7B width (32 -> 2 layers)", num_layers=2, hidden_size=4096,
+                              num_attention_heads=32, ffn_hidden_size=16384, vocab_size=50257, seq_length=2048,
+                              activation="gelu", normalization="layernorm", add_bias_linear=True,
+                              tied_embeddings=True, position_embedding="learned", hidden_dropout=0.0,
+                              attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -380,6 +387,29 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=768, n_layer=12, n_head=12, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- fifth fit batch ("fit5"): a thin GPT-2-like shape (fused QKV, LayerNorm, GeLU, dropout 0.1), fit side ---
+    "hf-gpt2-h640": dict(like="GPT-2-like thin (h640, 10 heads, 16 layers)", seq_length=1024, config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=640, n_layer=16, n_head=10, vocab_size=50257,
+        n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
+        tie_word_embeddings=True)),
+    # --- ninth final batch ("final9") ---
+    # GPT-2 large through transformers: h1280, 20 heads of 64, dropout 0.1, tied
+    "hf-gpt2-h1280": dict(like="GPT-2 large (36 -> 12 layers)", seq_length=1024, config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=12, n_head=20, vocab_size=50257,
+        n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
+        tie_word_embeddings=True)),
+    # Pythia 2.8B width: 32 heads of 80, partial rotary, parallel residual, untied, 50k vocabulary
+    "hf-neox-h2560": dict(like="Pythia 2.8B width (32 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=2560, intermediate_size=10240,
+        num_hidden_layers=4, num_attention_heads=32, vocab_size=50304, max_position_embeddings=2048,
+        hidden_act="gelu", use_parallel_residual=True, tie_word_embeddings=False, attention_dropout=0.0,
+        hidden_dropout=0.0)),
+    # Mistral NeMo 12B width: GQA 32/8 of head 128 (4096 < hidden 5120), SwiGLU 14336, 131k vocabulary, untied
+    "hf-mistral-h5120": dict(like="Mistral NeMo 12B width (40 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=5120, intermediate_size=14336,
+        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None)),
 }
 
 
@@ -641,6 +671,30 @@ GROUPS = {
         _hf("hf-llama2-h4096", 2, "eager", ckpt=True, lora=16), _hf("hf-llama2-h4096", 3, "sdpa", **OFF),
         _hf("hf-gpt2-h768", 2, "sdpa", mbs=8), _hf("hf-gpt2-h768", 2, "sdpa", mbs=8, ckpt=True),
         _hf("hf-gpt2-h768", 3, "sdpa", mbs=8), _hf("hf-gpt2-h768", 2, "eager", mbs=8, lora=16),
+    ],
+    # fifth fit batch (one GPU), fit side: thin Hugging Face layers with and without gradient checkpointing at several
+    # micro-batches (the checkpointed layer's host time), and LoRA / offload runs for the allocator's reserve
+    "fit5": [
+        _hf("hf-gpt2-h640", 2, "sdpa", mbs=8), _hf("hf-gpt2-h640", 2, "sdpa", mbs=8, ckpt=True),
+        _hf("hf-gpt2-h640", 2, "sdpa", mbs=16, ckpt=True), _hf("hf-gpt2-h640", 2, "eager", mbs=8),
+        _hf("hf-gpt2-h640", 2, "eager", mbs=8, lora=16), _hf("hf-gpt2-h640", 3, "sdpa", mbs=8),
+        _hf("hf-gpt2-h640", 0, "sdpa", mbs=4, ckpt=True),
+        _hf("hf-neox-h1024", 2, "sdpa", mbs=4, ckpt=True), _hf("hf-neox-h1024", 2, "sdpa", mbs=8, ckpt=True),
+        _hf("hf-smollm2-h960", 2, "sdpa", mbs=2, ckpt=True), _hf("hf-smollm2-h960", 2, "sdpa", mbs=8, ckpt=True),
+        _hf("hf-qwen3-h1024", 2, "eager", mbs=4, ckpt=True, lora=16), _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, **OFF),
+        _hf("hf-llama-h2048", 3, "sdpa", **OFF),
+    ],
+    # ninth final batch (one GPU), declared in accuracy_split.json "final9" before measuring; its records are kept
+    # sealed in benchmarks/corpus/sealed/ until the models are next frozen
+    "final9": [
+        _ds("mc-h4096-gelu-mha", 1), _ds("mc-h4096-gelu-mha", 2, recompute="full"), _ds("mc-h4096-gelu-mha", 3),
+        _ddp("mc-h4096-gelu-mha", True),
+        _hf("hf-gpt2-h1280", 2, "sdpa", mbs=4), _hf("hf-gpt2-h1280", 2, "sdpa", mbs=4, ckpt=True),
+        _hf("hf-gpt2-h1280", 3, "sdpa", mbs=4), _hf("hf-gpt2-h1280", 2, "eager", mbs=4, lora=16),
+        _hf("hf-neox-h2560", 2, "sdpa", mbs=2), _hf("hf-neox-h2560", 2, "sdpa", mbs=2, ckpt=True),
+        _hf("hf-neox-h2560", 3, "sdpa", mbs=2, ckpt=True), _hf("hf-neox-h2560", 2, "eager", mbs=2, ckpt=True, lora=16),
+        _hf("hf-mistral-h5120", 2, "sdpa"), _hf("hf-mistral-h5120", 3, "sdpa", ckpt=True),
+        _hf("hf-mistral-h5120", 3, "sdpa", **OFF), _hf("hf-mistral-h5120", 2, "eager", ckpt=True, lora=16),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
