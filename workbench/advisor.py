@@ -888,8 +888,8 @@ XENT_TE_MIN_GAIN = 0.02
 share (or makes a plan that does not fit fit): 2 % is beyond the memory model's worst allocated-bytes error (1.5 %)
 and the time model's median step error (1.8 %) on the megatron-core fit-split shapes (``benchmarks/
 bench_accuracy.py``), so the difference the advice quotes is larger than the models' own scatter on the terms the
-option changes. A Llama-3-8B-wide model at 8k tokens on TP=2 clears it with a 152k vocabulary (3.5 % of the peak)
-and stays below it with a 32k one (0.3 %)."""
+option changes. A Llama-3-8B-wide model at 8k tokens on TP=2 over 8 H100s clears it with a 152k vocabulary (3.5 %
+of the peak) and stays below it with a 32k one (0.3 %)."""
 
 XENT_TE_FLAGS = "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te"
 """Megatron-LM's flags for Transformer Engine's fused cross entropy (what :func:`workbench.configs.megatron.

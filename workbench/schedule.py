@@ -38,7 +38,7 @@ def warmup_forwards(pipeline_parallel, stage, num_microbatches, virtual_pipeline
     ``forward_backward_pipelining_without_interleaving``): without interleaving ``p − stage − 1``; with v model
     chunks ``2·(p − stage − 1) + (v − 1)·g``, where g is ``microbatch_group_size_per_vp_stage`` (Megatron's default,
     and the only value modelled here, is p); either capped at the ``m·v`` forwards the rank has. No pipeline (p = 1)
-    gives 0. DeepSpeed's ``TrainSchedule`` runs the same 1F1B order. Scalars and numpy arrays alike.
+    gives 0. Scalars and numpy arrays alike.
     """
     p, s, m, v = pipeline_parallel, stage, num_microbatches, virtual_pipeline
     warmup = where(v > 1, 2 * (p - s - 1) + (v - 1) * p, p - s - 1)
@@ -52,6 +52,8 @@ def in_flight_microbatches(pipeline_parallel, stage, num_microbatches, virtual_p
     backward frees one — Megatron's ``max_outstanding_backprops = num_warmup_microbatches + 1`` — capped at the m·v
     chunk-forwards the rank has. 1F1B: ``min(p − stage, m)``; interleaved: ``min(2·(p−stage−1) + (v−1)·p + 1, m·v)
     / v``, for stage 0 Korthikanti et al.'s p·(1 + (p−1)/(p·v)) (arXiv 2205.05198 §4.2.3); no pipeline: 1.
+    DeepSpeed's synchronous 1F1B (``runtime/pipe/schedule.py`` ``TrainSchedule.num_pipe_buffers``: ``min(stages −
+    stage_id, micro_batches)`` micro-batches between a forward and its backward) keeps the same 1F1B count.
     Scalars and numpy arrays alike.
     """
     m, v = num_microbatches, virtual_pipeline
