@@ -322,3 +322,66 @@ def test_advise_lists_zero3_host_bound(thin_zero3):
     found = [f for f in d["findings"] if f["id"] == "zero3_host_bound"][0]
     assert found["numbers"]["threshold"] == advisor.ZERO3_HOST_SHARE_WARN
     assert all("numbers" not in f for f in d["findings"] if f["id"] != "zero3_host_bound")
+
+
+# -- Transformer Engine's fused cross entropy (cross_entropy_fusion_advice) ------------------------------------------
+def _xent(vocab=152064, **kw):
+    m = model("llama3-8b", vocab_size=vocab)  # seq 8192
+    c = _cluster()
+    p = _plan(c, engine="megatron", distributed_optimizer=True, **{"tensor_parallel": 2, **kw})
+    record = estimate(m, c, p, checks=False)
+    return m, c, p, record, advisor.cross_entropy_fusion_advice(m, c, p, record)
+
+
+def test_fused_cross_entropy_advised_for_a_152k_vocabulary_with_the_re_estimated_savings():
+    from workbench.configs.megatron import megatron_args
+
+    m, c, p, record, f = _xent()
+    assert f is not None and f.status == "warn"
+    te = estimate(m, c, p.replace(cross_entropy_fusion="te"), checks=False)
+    # the unfused loss keeps 6 bytes per logit, te 2: 4 bytes × s·b·V/t (152,064 is already a multiple of 128·t)
+    logits = 8192 * 1 * 152064 / 2
+    assert f.numbers["saves_allocated_bytes"] == 4 * logits
+    saved = record.memory.per_gpu_peak_bytes - te.memory.per_gpu_peak_bytes
+    assert f.numbers["saves_bytes"] == int(saved) and saved > 4 * logits  # the allocator reserve shrinks too
+    assert f.numbers["te_step_seconds"] == te.time.step_seconds < record.time.step_seconds
+    assert f"({saved / GiB:.1f} GiB, {saved / record.memory.per_gpu_peak_bytes:.1%} saved; allocated 2.3 GiB)" \
+        in f.message
+    assert "keeps 6 bytes per logit" in f.message and "keeps 2." in f.message
+    # the flags are the ones the Megatron export writes for the option
+    assert f.suggestion.startswith(f"add {advisor.XENT_TE_FLAGS} ")
+    args = " ".join(megatron_args(m, c, p.replace(cross_entropy_fusion="te")))
+    assert advisor.XENT_TE_FLAGS in args and advisor.XENT_TE_FLAGS not in " ".join(megatron_args(m, c, p))
+    # from the native fused loss only the implementation changes (same memory, less traffic)
+    *_, native = _xent(cross_entropy_fusion="native")
+    assert native.numbers["saves_bytes"] == f.numbers["saves_bytes"]
+    assert native.suggestion.startswith("change --cross-entropy-fusion-impl native to te")
+
+
+def test_fused_cross_entropy_not_advised_below_the_threshold_when_on_or_without_the_flag():
+    *_, small = _xent(vocab=32000)  # 0.3 % of the peak, 0.5 % of the step: below XENT_TE_MIN_GAIN
+    assert small is None
+    *_, on = _xent(cross_entropy_fusion="te")
+    assert on is None
+    m = model("llama3-8b", vocab_size=152064)
+    c = _cluster()
+    for mm, p in ((m, _plan(c, engine="deepspeed", zero_stage=3)),
+                  (m.replace(implementation="transformers"), _plan(c, engine="deepspeed", zero_stage=3)),
+                  (m, _plan(c, engine="megatron-deepspeed", tensor_parallel=2, zero_stage=1))):
+        assert advisor.cross_entropy_fusion_advice(mm, c, p, estimate(mm, c, p, checks=False)) is None
+
+
+def test_fused_cross_entropy_when_the_peak_is_elsewhere_or_the_plan_does_not_fit():
+    # PP=2: the peak is on stage 0, the loss on stage 1 — no memory saved, the slowest (last) stage gets faster
+    _, _, _, record, f = _xent(pipeline_parallel=2)
+    assert f.numbers["saves_bytes"] == 0 and "the peak is on pipeline stage 0, not the last" in f.message
+    assert 1 - f.numbers["te_step_seconds"] / f.numbers["step_seconds"] >= advisor.XENT_TE_MIN_GAIN
+    # TP=1 with full recompute does not fit an 80 GB card; te's 4 bytes per logit less make it fit
+    _, _, p, record, f = _xent(tensor_parallel=1, recompute="full")
+    assert not record.memory.fits_gpu and f.numbers["te_fits"] and not f.numbers["fits"]
+    assert f.suggestion.endswith("then the plan fits")
+    found = {x.id: x for x in advisor.advise(*_xent(tensor_parallel=1, recompute="full")[:3]).findings}
+    assert found["cross_entropy_fusion"].numbers == f.numbers
+    # the cheap checks estimate() carries do not re-estimate it
+    checks = {x.id for x in estimate(*_xent(tensor_parallel=1, recompute="full")[:3]).checks}
+    assert "fits_memory" in checks and "cross_entropy_fusion" not in checks

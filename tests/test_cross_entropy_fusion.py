@@ -125,3 +125,14 @@ def test_planner_search_prices_every_megatron_row_with_the_loss_kernels():
     assert te.ranked[0].step_seconds <= off.ranked[0].step_seconds
     with pytest.raises(ValueError, match="cross_entropy_fusion='x' is not one of: none, native, te"):
         planner.search(LLAMA, H100, cross_entropy_fusion="x", **kw)
+
+
+def test_planner_rows_report_the_loss_kernels_and_match_estimate():
+    kw = dict(global_batch_size=32, engines=("megatron",), top=2)
+    te = planner.search(LLAMA, H100, cross_entropy_fusion="te", **kw)
+    for row in te.ranked:
+        assert "CE-fusion=te" in row.describe() and row.to_dict()["cross_entropy_fusion"] == "te"
+        e = estimate(LLAMA, H100, row.plan, checks=False)
+        assert (row.peak_bytes, row.step_seconds) == (e.memory.per_gpu_peak_bytes, e.time.step_seconds)
+    off = planner.search(LLAMA, H100, **kw).ranked[0]
+    assert "CE-fusion" not in off.describe() and off.to_dict()["cross_entropy_fusion"] == "none"

@@ -7,8 +7,8 @@ import pytest
 
 from workbench import catalog, ClusterSpec, ModelSpec, ParallelPlan
 from workbench.estimate import estimate
-from workbench.memory import (ENGINE_CODES, Engine, layer_activation_bytes, in_flight_microbatches,
-                              model_state_bytes, stage_terms, plan_codes)
+from workbench.memory import (ENGINE_CODES, Engine, layer_activation_bytes, model_state_bytes, stage_terms,
+                              plan_codes)
 
 DS, MG = ENGINE_CODES[Engine.DEEPSPEED], ENGINE_CODES[Engine.MEGATRON]
 
@@ -98,15 +98,6 @@ def test_flash_attention_drops_score_term():
     sel, _ = layer_activation_bytes(GPT, micro_batch=1, tensor_parallel=1, sequence_parallel=False,
                                     context_parallel=1, recompute=1, value_bytes=2)
     assert fl < unf and fl == pytest.approx(sel + 4 * 16 * 2048, rel=1e-9)
-
-
-def test_in_flight_microbatches_1f1b_and_interleaved():
-    # 1F1B: stage i keeps p - i; interleaved stage 0: p(1 + (p-1)/(p v)) (Korthikanti et al. 2022 §4.2.3)
-    assert [in_flight_microbatches(4, 1, 16, i) for i in range(4)] == [4, 3, 2, 1]
-    assert in_flight_microbatches(4, 1, 2, 0) == 2  # fewer micro-batches than stages
-    for p, v in [(2, 2), (4, 2), (8, 3)]:
-        assert in_flight_microbatches(p, v, 64, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)))
-    assert in_flight_microbatches(1, 1, 8, 0) == 1
 
 
 def test_first_and_last_stage_differ():

@@ -3,7 +3,7 @@ micro-batch counts (Korthikanti et al. 2022 §4.2.3)."""
 import numpy as np
 import pytest
 
-from workbench.schedule import bubble_fraction, in_flight_microbatches, pipeline_schedule
+from workbench.schedule import bubble_fraction, in_flight_microbatches, pipeline_schedule, warmup_forwards
 
 
 @pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
@@ -44,6 +44,41 @@ def test_in_flight_formula_arrays():
     got = in_flight_microbatches(np.array([4, 4, 8]), np.array([0, 3, 0]), np.array([8, 8, 16]),
                                  np.array([1, 2, 4]))
     assert got.tolist() == [4.0, 2.5, 9.75]
+
+
+def test_in_flight_microbatches_1f1b_and_interleaved():
+    # 1F1B: stage i keeps p - i; interleaved stage 0: p(1 + (p-1)/(p v)) (Korthikanti et al. 2022 §4.2.3)
+    assert [in_flight_microbatches(4, i, 16) for i in range(4)] == [4, 3, 2, 1]
+    assert in_flight_microbatches(4, 0, 2) == 2  # fewer micro-batches than stages
+    for p, v in [(2, 2), (4, 2), (8, 3)]:
+        assert in_flight_microbatches(p, 0, 64, v) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert in_flight_microbatches(1, 0, 8) == 1
+
+
+def test_in_flight_closed_forms_over_the_grid():
+    """pp 1-16, vp 1-4, micro-batches 1-64, every stage: the shared function against the two closed forms the
+    memory model and the schedule module each carried before they were merged — 1F1B min(p − s, m) (1 with no
+    pipeline) and interleaved min(2(p−s−1) + (v−1)p + 1, m·v)/v — on scalars and on arrays alike."""
+    rows = [(p, s, m, v) for p in range(1, 17) for v in range(1, 5) for m in range(1, 65) for s in range(p)]
+    p, s, m, v = (np.array(c) for c in zip(*rows))
+    expected = np.where(v > 1, np.minimum(2 * (p - s - 1) + (v - 1) * p + 1, m * v) / v,
+                        np.where(p == 1, 1, np.minimum(p - s, m)))
+    got = in_flight_microbatches(p, s, m, v)
+    assert got.dtype == np.float64 and np.array_equal(got, expected)
+    for i in range(0, len(rows), 97):  # the scalar fast path gives the same numbers
+        assert in_flight_microbatches(*rows[i]) == expected[i]
+    warm = warmup_forwards(p, s, m, v)
+    assert np.array_equal(warm, np.minimum(np.where(v > 1, 2 * (p - s - 1) + (v - 1) * p, p - s - 1), m * v))
+
+
+@pytest.mark.parametrize("p,m,v", [(1, 3, 1), (2, 1, 1), (4, 3, 1), (5, 12, 1), (2, 2, 4), (3, 6, 2), (4, 4, 3)])
+def test_warmup_is_the_simulated_forwards_before_the_first_backward(p, m, v):
+    s = pipeline_schedule("interleaved" if v > 1 else "1f1b", p, m, v, forward_seconds=1, backward_seconds=2)
+    for stage in range(p):
+        phases = [e.phase for e in s.stage_events(stage)]
+        # warm-up forwards, then one more before the first backward unless the warm-up already ran them all
+        assert phases.index("bwd") == min(warmup_forwards(p, stage, m, v) + 1, m * v)
+        assert s.peak_in_flight(stage) == pytest.approx(float(in_flight_microbatches(p, stage, m, v)))
 
 
 def test_events_respect_dependencies_and_p2p():

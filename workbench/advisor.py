@@ -13,6 +13,8 @@ The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指
   ZeRO-3 CPU offload (:func:`oom_ladder`);
 - long context (≥ 16k tokens): materialised attention's s² scores, and context vs tensor parallelism priced both
   ways (:func:`long_context_attention`, :func:`context_parallel_choice`);
+- Megatron's loss kernels: Transformer Engine's fused cross entropy where it saves memory or step time on this
+  plan, priced by re-estimating it (:func:`cross_entropy_fusion_advice`);
 - §5.3 convergence: gradient clipping 0.5-1.0 for ≥ 13B, loss-scale window and monitoring for fp16, Adam betas
   0.9/0.95 — read from the :class:`~workbench.configs.deepspeed.DeepSpeedOptions` the exports write.
 
@@ -33,8 +35,9 @@ from workbench import timing as T
 from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
 from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
-from workbench.specs import (ClusterSpec, Engine, Implementation, ModelSpec, Normalization, Offload, ParallelPlan, Precision,
-                             Recompute, ZeroStage, ulysses_head_limit, validate)
+from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, ClusterSpec, CrossEntropyFusion, Engine, Implementation,
+                             ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute, ZeroStage,
+                             ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -880,6 +883,72 @@ def tp_comm_overlap_payoff(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
     return Finding(id="tp_comm_overlap", status="pass", message=f"--tp-comm-overlap off; {why}: {numbers}")
 
 
+XENT_TE_MIN_GAIN = 0.02
+"""Transformer Engine's fused cross entropy is suggested when it lowers the per-GPU peak or the step by at least this
+share (or makes a plan that does not fit fit): 2 % is beyond the memory model's worst allocated-bytes error (1.5 %)
+and the time model's median step error (1.8 %) on the megatron-core fit-split shapes (``benchmarks/
+bench_accuracy.py``), so the difference the advice quotes is larger than the models' own scatter on the terms the
+option changes. A Llama-3-8B-wide model at 8k tokens on TP=2 over 8 H100s clears it with a 152k vocabulary (3.5 %
+of the peak) and stays below it with a 32k one (0.3 %)."""
+
+XENT_TE_FLAGS = "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te"
+"""Megatron-LM's flags for Transformer Engine's fused cross entropy (what :func:`workbench.configs.megatron.
+megatron_args` writes for ``cross_entropy_fusion='te'``)."""
+
+
+def cross_entropy_fusion_advice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record, *,
+                                headroom: float = 0.0, profile=None) -> Optional[Finding]:
+    """For an engine-``megatron`` plan whose loss is not yet Transformer Engine's fused cross entropy: the plan
+    re-estimated with ``cross_entropy_fusion='te'`` (both models, every stage), and what that saves — the per-GPU
+    peak (whole device and allocated) and the step seconds. The unfused and ``native`` losses keep the fp32 softmax
+    beside the 16-bit logits, v + 4 bytes per logit of s·b·V/t on the last stage; ``te`` keeps the 16-bit logits
+    only, with the gradient written over them (:func:`workbench.memory.megatron_loss_bytes_per_logit`), and moves
+    fewer bytes (:func:`workbench.timing.cross_entropy_bytes`). A warning with the flags to add where it saves at
+    least :data:`XENT_TE_MIN_GAIN` of the peak or of the step, or where the plan does not fit and would with it;
+    ``None`` otherwise, where it is already on, and for engines without the flag (DeepSpeed and Megatron-DeepSpeed
+    compute their own loss, as do Hugging Face models)."""
+    if plan.engine is not Engine.MEGATRON or plan.cross_entropy_fusion is CrossEntropyFusion.TE:
+        return None
+    te_plan, priced = _try(model, cluster, plan, profile, cross_entropy_fusion=CrossEntropyFusion.TE)
+    if te_plan is None:
+        return None
+    te_time, te_mem = priced
+    mem, t = record.memory, record.time
+    peak, te_peak = mem.per_gpu_peak_bytes, te_mem.per_gpu_peak_bytes
+    saves = peak - te_peak
+    saves_allocated = (peak - mem.breakdown.overhead) - (te_peak - te_mem.breakdown.overhead)
+    step, te_step = t.step_seconds, te_time.step_seconds
+    memory_gain, step_gain = saves / peak, 1 - te_step / step
+    fits, te_fits = _fits_with_headroom(mem, headroom), _fits_with_headroom(te_mem, headroom)
+    if not (memory_gain >= XENT_TE_MIN_GAIN or step_gain >= XENT_TE_MIN_GAIN or (te_fits and not fits)):
+        return None
+    v = plan.precision.bytes_per_value
+    kept, kept_te = (float(M.megatron_loss_bytes_per_logit(CROSS_ENTROPY_FUSION_CODES[x], v))
+                     for x in (plan.cross_entropy_fusion, CrossEntropyFusion.TE))
+    last = len(mem.stages) - 1
+    where_peak = ("" if mem.peak_stage.stage == last or saves > 0 else
+                  f"; the peak is on pipeline stage {mem.peak_stage.stage}, not the last, so it stays")
+    loss = ("megatron-core's native fused cross entropy" if plan.cross_entropy_fusion is CrossEntropyFusion.NATIVE
+            else "the unfused vocab-parallel cross entropy")
+    message = (f"{loss} keeps {kept:g} bytes per logit on the last pipeline stage (vocabulary {model.vocab_size:,}, "
+               f"{model.seq_length // plan.context_parallel:,} tokens × micro batch {plan.micro_batch_size}, TP "
+               f"{plan.tensor_parallel}); Transformer Engine's fused cross entropy keeps {kept_te:g}. Re-estimated "
+               f"with it: peak {_gb(peak)} → {_gb(te_peak)} per GPU ({_gb(saves)}, {memory_gain:.1%} saved; "
+               f"allocated {_gb(saves_allocated)}){where_peak}; step {step:.3f} → {te_step:.3f} s "
+               f"({step - te_step:.3f} s, {step_gain:.1%} saved)")
+    fit_note = ("; then the plan fits" if te_fits and not fits else
+                "" if fits else f"; it still needs {_gb(te_peak)} per GPU: follow the OOM ladder too")
+    return Finding(id="cross_entropy_fusion", status="warn", message=message,
+                   suggestion=(f"add {XENT_TE_FLAGS}" if plan.cross_entropy_fusion is CrossEntropyFusion.NONE else
+                               "change --cross-entropy-fusion-impl native to te")
+                              + f" (plan cross_entropy_fusion='te', --cross-entropy-fusion te; "
+                              f"megatron-core TransformerConfig cross_entropy_loss_fusion=True, "
+                              f"cross_entropy_fusion_impl='te'; needs Transformer Engine installed){fit_note}",
+                   numbers={"peak_bytes": int(peak), "te_peak_bytes": int(te_peak), "saves_bytes": int(saves),
+                            "saves_allocated_bytes": int(saves_allocated), "step_seconds": float(step),
+                            "te_step_seconds": float(te_step), "fits": fits, "te_fits": te_fits})
+
+
 def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None, *,
                      cluster: Optional[ClusterSpec] = None, time=None) -> Optional[Finding]:
     """CPU optimizer offload runs DeepSpeed's CPU Adam on ``OMP_NUM_THREADS`` threads per rank, and torchrun sets
@@ -1637,6 +1706,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     microstep = microstep_host_bound(model, cluster, plan, record, headroom=headroom, profile=profile)
     if microstep is not None:
         findings += (microstep,)
+    xent = cross_entropy_fusion_advice(model, cluster, plan, record, headroom=headroom, profile=profile)
+    if xent is not None:
+        findings += (xent,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice

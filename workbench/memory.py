@@ -25,6 +25,7 @@ from workbench.defaults import GiB
 from workbench.encode import ENGINE_CODES, FP8_RECIPE_CODES, RECOMPUTE_CODES  # noqa: F401
 from workbench.npscalar import any_true, asarray, maximum, minimum, ndim, where, where_item
 from workbench.memory_types import MemoryEstimate, MemoryTerms, StageMemory
+from workbench.schedule import in_flight_microbatches
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
 
@@ -975,21 +976,6 @@ def attention_backward_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequ
     return pre_core, UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE * scores
 
 
-def in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage):
-    """Micro-batches (in units of one stage's layers) whose activations a stage holds at its peak.
-
-    No pipeline: 1. 1F1B (PipeDream-Flush; Megatron and DeepSpeed's TrainSchedule): ``min(p − stage, m)``.
-    Interleaved 1F1B (Megatron ``forward_backward_pipelining_with_interleaving``): the warm-up runs
-    ``2·(p − stage − 1) + (v − 1)·p`` chunk forwards, so ``warmup + 1`` chunks of L/(p·v) layers are alive:
-    ``(2(p−stage−1) + (v−1)p + 1)/v`` stage-units, which for stage 0 is Korthikanti et al.'s p·(1 + (p−1)/(p·v)).
-    """
-    p, v, mb = pipeline_parallel, virtual_pipeline, num_microbatches
-    one_f_one_b = minimum(p - stage, mb)
-    warmup_chunks = minimum(2 * (p - stage - 1) + (v - 1) * p + 1, mb * v)
-    interleaved = warmup_chunks / v
-    return _where(p == 1, 1, _where(v > 1, interleaved, one_f_one_b))
-
-
 def embedding_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel):
     """First stage: the embedding-dropout mask s·b·h (1 byte, ÷t with SP) per in-flight micro-batch
     (Korthikanti et al. 2022 §4.3)."""
@@ -1349,7 +1335,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     recomputed = where(recompute >= 2, minimum(recompute_layers, layers), 0)
     per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
     per_microbatch = where(recompute >= 2, per_microbatch, layers * kept)
-    in_flight = in_flight_microbatches(pipeline_parallel, virtual_pipeline, num_microbatches, stage)
+    in_flight = in_flight_microbatches(pipeline_parallel, stage, num_microbatches, virtual_pipeline)
     activations = per_microbatch * in_flight
     activations = activations + where(stage == 0, embedding_activation_bytes(m, **kw) * in_flight, 0)
     last = stage == pipeline_parallel - 1
@@ -1691,7 +1677,7 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
     kw = dict(micro_batch=plan.micro_batch_size, tensor_parallel=plan.tensor_parallel,
               sequence_parallel=plan.sequence_parallel, context_parallel=plan.context_parallel)
     stored = 0 if plan.recompute is Recompute.FULL else layers
-    in_flight = in_flight_microbatches(plan.pipeline_parallel, plan.virtual_pipeline, plan.num_microbatches, 0)
+    in_flight = in_flight_microbatches(plan.pipeline_parallel, 0, plan.num_microbatches, plan.virtual_pipeline)
     moe_kw = {k: codes[k] for k in ("expert_tensor_parallel", "moe_token_factor") if k in codes}
     ep_kw = {k: codes[k] for k in ("expert_parallel", "expert_tensor_parallel") if k in codes}
     delta = fp8_activation_delta_bytes(model, value_bytes=2, recipe=codes["fp8_recipe"], **kw, **moe_kw)

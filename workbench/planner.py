@@ -142,6 +142,7 @@ class PlanResult:
             "gradient_accumulation_steps": p.gradient_accumulation_steps, "global_batch_size": p.global_batch_size,
             "precision": str(p.precision), "expert_parallel": p.expert_parallel,
             "expert_tensor_parallel": p.expert_tensor_parallel_size, "expandable_segments": p.expandable_segments,
+            "cross_entropy_fusion": str(p.cross_entropy_fusion),
             "peak_bytes": self.peak_bytes, "peak_gib": self.peak_bytes / GiB, "peak_stage": self.peak_stage,
             "capacity_bytes": self.capacity_bytes, "headroom_fraction": self.headroom_fraction,
             "host_bytes_per_node": self.host_bytes_per_node,
@@ -229,6 +230,8 @@ def describe_plan(p: ParallelPlan) -> str:
         parts.append(f"offload-params={p.offload_params}")
     parts.append(f"mbs{p.micro_batch_size}×{p.gradient_accumulation_steps}")
     parts.append(f"recompute={p.recompute}")
+    if p.cross_entropy_fusion is not CrossEntropyFusion.NONE:  # Megatron's fused loss kernels
+        parts.append(f"CE-fusion={p.cross_entropy_fusion}")
     if p.lora_rank:
         parts.append(f"LoRA r={p.lora_rank}")
     return " ".join(parts)

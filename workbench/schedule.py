@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from workbench.npscalar import minimum, where
 
 KINDS = ("gpipe", "1f1b", "interleaved")
 
@@ -31,17 +31,33 @@ def bubble_fraction(pipeline_parallel, num_microbatches, virtual_pipeline=1):
     return (pipeline_parallel - 1) / (virtual_pipeline * num_microbatches)
 
 
-def in_flight_microbatches(pipeline_parallel, stage, num_microbatches, virtual_pipeline=1):
-    """Micro-batches whose activations stage ``stage`` holds at its peak, in whole-stage micro-batch units.
+def warmup_forwards(pipeline_parallel, stage, num_microbatches, virtual_pipeline=1):
+    """Forwards (model-chunk forwards when interleaved) pipeline rank ``stage`` runs before its first backward.
 
-    1F1B: min(p − stage, m). Interleaved: the rank runs 2·(p−stage−1) + (v−1)·p warm-up chunk-forwards plus one
-    before its first backward, each 1/v of the stage, capped at the m·v chunk-forwards it has — for stage 0 that is
-    p·(1 + (p−1)/(p·v)) (Korthikanti et al. 2022, arXiv 2205.05198, §4.2.3). Scalars and arrays alike.
+    megatron-core ``pipeline_parallel/schedules.py`` (``get_pp_rank_microbatches``; the same count opens
+    ``forward_backward_pipelining_without_interleaving``): without interleaving ``p − stage − 1``; with v model
+    chunks ``2·(p − stage − 1) + (v − 1)·g``, where g is ``microbatch_group_size_per_vp_stage`` (Megatron's default,
+    and the only value modelled here, is p); either capped at the ``m·v`` forwards the rank has. No pipeline (p = 1)
+    gives 0. Scalars and numpy arrays alike.
     """
     p, s, m, v = pipeline_parallel, stage, num_microbatches, virtual_pipeline
-    chunks_interleaved = np.minimum(2 * (p - s - 1) + (v - 1) * p + 1, m * v)
-    one_f_one_b = np.minimum(p - s, m)
-    return np.where(np.asarray(v) > 1, chunks_interleaved / v, one_f_one_b)
+    warmup = where(v > 1, 2 * (p - s - 1) + (v - 1) * p, p - s - 1)
+    return minimum(warmup, m * v)
+
+
+def in_flight_microbatches(pipeline_parallel, stage, num_microbatches, virtual_pipeline=1):
+    """Micro-batches whose activations rank ``stage`` holds at its peak, in whole-stage units (chunks ÷ v).
+
+    The warm-up forwards (:func:`warmup_forwards`) plus the first steady-state forward are alive before the first
+    backward frees one — Megatron's ``max_outstanding_backprops = num_warmup_microbatches + 1`` — capped at the m·v
+    chunk-forwards the rank has. 1F1B: ``min(p − stage, m)``; interleaved: ``min(2·(p−stage−1) + (v−1)·p + 1, m·v)
+    / v``, for stage 0 Korthikanti et al.'s p·(1 + (p−1)/(p·v)) (arXiv 2205.05198 §4.2.3); no pipeline: 1.
+    DeepSpeed's synchronous 1F1B (``runtime/pipe/schedule.py`` ``TrainSchedule.num_pipe_buffers``: ``min(stages −
+    stage_id, micro_batches)`` micro-batches between a forward and its backward) keeps the same 1F1B count.
+    Scalars and numpy arrays alike.
+    """
+    m, v = num_microbatches, virtual_pipeline
+    return minimum(warmup_forwards(pipeline_parallel, stage, m, v) + 1, m * v) / v
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,7 +138,7 @@ def _orders(kind: str, p: int, m: int, v: int) -> list[list[tuple]]:
         if kind == "gpipe":
             ops = [("fwd", i, 0) for i in range(m)] + [("bwd", i, 0) for i in range(m)]
         elif kind == "1f1b":
-            warm = min(p - r - 1, m)
+            warm = int(warmup_forwards(p, r, m))
             ops = [("fwd", i, 0) for i in range(warm)]
             for i in range(m - warm):
                 ops += [("fwd", warm + i, 0), ("bwd", i, 0)]
@@ -136,7 +152,7 @@ def _orders(kind: str, p: int, m: int, v: int) -> list[list[tuple]]:
             def bwd(k):
                 return ("bwd", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
 
-            warm = min((p - r - 1) * 2 + (v - 1) * p, total)
+            warm = int(warmup_forwards(p, r, m, v))
             ops = [fwd(k) for k in range(warm)]
             for i in range(total - warm):
                 ops += [fwd(warm + i), bwd(i)]
