@@ -197,10 +197,63 @@ def gpu_main() -> None:
                 print(f"      {ms:7.3f} ms x{n:3d} {kind:5s} {key}")
 
 
+def experts_hit(block, hidden_size: int, tokens: int) -> int:
+    """Distinct experts the block's router sends ``tokens`` random tokens to."""
+    import torch
+
+    x = torch.randn(tokens, hidden_size, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = block.gate(x)
+    index = out[-1] if isinstance(out, tuple) else out
+    return int(torch.unique(index).numel())
+
+
+def eager_main() -> None:
+    """``--eager``: host time (128 tokens) and wall time (8192) of eager and grouped_mm experts with the router as
+    built (``nn.Parameter(torch.empty(...))``: all zeros when the allocator hands out fresh pages, so every token
+    goes to the same top-k experts) and with every weight drawn from N(0, 0.02) (the tokens spread over the
+    experts), the experts hit printed beside each; then the eager block's kernels at 8192 tokens, split as
+    :func:`kernel_ms` does."""
+    import torch
+
+    for name in ("qwen3-moe e8", "qwen3-moe e32", "qwen3-moe e128", "qwen2-moe e16"):
+        cfg = _config(name)
+        block = (modeling_block(name))
+        for init in ("as built", "normal"):
+            for impl in ("grouped_mm", "eager"):
+                cfg._experts_implementation = impl
+                torch.manual_seed(0)
+                m = block(cfg).cuda().bfloat16()
+                if init == "normal":
+                    with torch.no_grad():
+                        for p in m.parameters():
+                            p.normal_(0.0, 0.02)
+                hits = (experts_hit(m, cfg.hidden_size, 128), experts_hit(m, cfg.hidden_size, 8192))
+                print(f"EAGER {name:16s} {init:8s} {impl:11s} hits {hits[0]:3d}/{hits[1]:3d}  host(128 tokens) "
+                      f"{step_ms(m, cfg.hidden_size, 128):6.2f} ms   8192 tokens "
+                      f"{step_ms(m, cfg.hidden_size, 8192):6.2f} ms", flush=True)
+                if init == "normal" and impl == "eager":
+                    got = kernel_ms(m, cfg.hidden_size, 8192)
+                    print(f"KERNELS {name:16s} eager 8192 gemm {got['gemm']:7.3f} ms other {got['other']:7.3f} ms",
+                          flush=True)
+                    for ms, n, kind, key in got["kernels"][:12]:
+                        print(f"      {ms:7.3f} ms x{n:4d} {kind:5s} {key}")
+
+
+def modeling_block(name: str):
+    from transformers.models.qwen2_moe import modeling_qwen2_moe
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+    return (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock if name.startswith("qwen2")
+            else modeling_qwen3_moe.Qwen3MoeSparseMoeBlock)
+
+
 if __name__ == "__main__":
     import sys
 
-    if "--gpu-time" in sys.argv:
+    if "--eager" in sys.argv:
+        eager_main()
+    elif "--gpu-time" in sys.argv:
         gpu_main()
     elif "--fit" in sys.argv:
         print(f"moe_block_hbm_efficiency {block_efficiency():.4f}")
