@@ -438,10 +438,13 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
     data = json.loads((Path(run["run_dir"]) / "hf_config.json").read_text())
     cfg = _config_object(data, "hf_config.json")
     cfg.use_cache = False
+    kwargs = {"attn_implementation": hf["attn_implementation"]}
+    if hf.get("experts_implementation"):  # the MoE families' experts kernel (transformers' experts_implementation)
+        kwargs["experts_implementation"] = hf["experts_implementation"]
     if hf["weights"]:
-        net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, attn_implementation=hf["attn_implementation"])
+        net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, **kwargs)
     else:
-        net = AutoModelForCausalLM.from_config(cfg, attn_implementation=hf["attn_implementation"])
+        net = AutoModelForCausalLM.from_config(cfg, **kwargs)
     if hf["gradient_checkpointing"] and checkpointing:
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hf["lora"]:
