@@ -1026,7 +1026,8 @@ def moe_block_host(x: StepInputs, layers):
     Part of the micro-step's host time (:func:`microstep_host`), of which only what the micro-batch's GPU time does
     not hide is exposed; at ZeRO-3, whose hooks' host time is priced against the GPU's kernels by ``zero3_*``, only
     the eager loop's per-expert part remains (the loop runs inside one hooked module)."""
-    hit = experts_hit(tokens=_shape(x)["tokens"], experts=x.num_experts, top_k=x.experts_per_token)
+    tokens = x.micro_batch_size * x.seq_length / x.context_parallel  # per GPU per micro-batch, as in _shape
+    hit = experts_hit(tokens=tokens, experts=x.num_experts, top_k=x.experts_per_token)
     loop = hit * x.moe_expert_host_s
     return layers * (where(x.zero_stage < 3, x.moe_block_host_s, 0.0) + loop)
 
