@@ -223,3 +223,31 @@ def test_phi3_counts_its_four_fused_linears():
     fused = estimate(phi3.replace(num_layers=4), CLUSTER, plan).time.inputs["parameter_tensors"]
     apart = estimate(llama_like.replace(num_layers=4), CLUSTER, plan).time.inputs["parameter_tensors"]
     assert apart - fused == 4 * 3
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The model panel
+# ---------------------------------------------------------------------------------------------------------------
+def test_model_panel_sets_the_experts_implementation_of_a_transformers_moe_model():
+    pytest.importorskip("ipywidgets")
+    from widgets.app import Workbench
+    from widgets.state import LoadSpecs
+
+    app = Workbench()
+    try:
+        mdl = next(p for p in app.panels if p.title == "Model")
+        box = mdl.controls["experts_implementation"]
+        assert box.disabled  # the starting example is a dense megatron-core model
+        spec = import_hf(MOE, seq_length=1024).spec
+        app.dispatch(LoadSpecs(model=spec, cluster=CLUSTER, plan=_plan()))
+        assert app.state.valid, app.state.error
+        assert app.state.model.experts_implementation is ExpertsImpl.GROUPED_MM
+        assert not box.disabled and box.value == "grouped_mm"
+        box.value = "eager"
+        assert app.state.model.experts_implementation is ExpertsImpl.EAGER
+        # the model becoming megatron-core drops transformers' setting instead of being refused
+        box.value = "grouped_mm"
+        mdl.controls["implementation"].value = "megatron"
+        assert app.state.model.experts_implementation is None and box.disabled
+    finally:
+        app.close()
