@@ -454,6 +454,14 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
     return net, keep_alive
 
 
+def _experts_used(net, model_spec) -> dict:
+    """``{"experts_implementation": ...}``: the experts kernel transformers resolved for an MoE model (its config's
+    ``_experts_implementation``), to set beside the ModelSpec's; ``{}`` for a dense model."""
+    if not model_spec.is_moe:
+        return {}
+    return {"experts_implementation": getattr(net.config, "_experts_implementation", None)}
+
+
 def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
     """A Hugging Face model under the DeepSpeed engine: the exported ds_config (ZeRO 0-3, offload), trainable
     parameters only to the optimizer (LoRA), ``model(input_ids, labels=input_ids).loss`` (transformers shifts the
@@ -475,7 +483,7 @@ def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
     trainable = [p for p in net.parameters() if p.requires_grad]
     numel = lambda p: int(getattr(p, "ds_numel", p.numel()))  # noqa: E731 - ZeRO-3 partitions hold ds_numel
     writer.write("model", parameters=sum(numel(p) for p in net.parameters()),
-                 trainable=sum(numel(p) for p in trainable))
+                 trainable=sum(numel(p) for p in trainable), **_experts_used(net, model_spec))
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=trainable, config=ds_config)
     net.train()
     dp, dp_rank = dist.get_world_size(), dist.get_rank()
@@ -563,7 +571,8 @@ def train_hf_trainer(run, model_spec, plan, writer: MetricsWriter) -> None:
         def on_train_begin(self, args_, state, control, **kw):
             engine = trainer.model_wrapped
             writer.write("model", parameters=sum(numel(p) for p in trainer.model.parameters()),
-                         trainable=sum(numel(p) for p in trainer.model.parameters() if p.requires_grad))
+                         trainable=sum(numel(p) for p in trainer.model.parameters() if p.requires_grad),
+                         **_experts_used(trainer.model, model_spec))
             if writer.rank == 0:
                 resolved = getattr(engine, "config", None)
                 if not isinstance(resolved, dict):
