@@ -835,7 +835,8 @@ def moe_expert_intermediates(m: ModelSpec, *, deepspeed=0):
       PyTorch (TEGroupedMLP ``bias_act_func``), 1;
     * DeepSpeed-MoE (``deepspeed`` > 0) weights the experts' outputs in its combine
       (:func:`workbench.dsmoe.extra_activation_bytes`): the glu's sum and product, 2 gated, 0 otherwise;
-    * transformers' MoE blocks (``grouped_mm_experts_forward``: ``act_fn(gate) * up`` on the chunked fc1 output):
+    * transformers' MoE blocks (``grouped_mm_experts_forward`` and the eager loop alike: ``act_fn(gate) * up`` on
+      the chunked fc1 output):
       the product keeps the activation's output beside the up half, 1 (gated; the rest of what the block keeps is
       :func:`hf_moe_router_bytes_per_token`'s and :func:`hf_moe_copy_bytes`').
 

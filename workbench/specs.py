@@ -270,7 +270,9 @@ class ExpertsImpl(_StrEnum):
     * ``eager`` — the experts class's own ``forward``: a Python loop over the experts hit, per expert a gather of its
       tokens, two ``F.linear`` on ``gate_up_proj[e]`` and ``down_proj[e]``, the weighting and an ``index_add_``.
 
-    transformers also registers ``batched_mm``, ``deepgemm`` and ``sonicmoe``; they are not modelled."""
+    transformers 5.24 also registers ``batched_mm``, ``deepgemm`` and ``sonicmoe``; they are refused as not
+    modelled. Which implementation ran is the model config's ``_experts_implementation`` after loading (the corpus
+    records it as ``experts_implementation_used``)."""
 
     GROUPED_MM = "grouped_mm"
     EAGER = "eager"
