@@ -145,7 +145,8 @@ def block_efficiency() -> float:
 # Eager experts, host ms per forward + backward at 128 tokens on one H200 (torch 2.11, transformers 5.17), less the
 # dense MLP's (0.97-1.02 ms), by experts hit: Qwen3MoeSparseMoeBlock h 768, f 384. The first three as the module's
 # constructor leaves the router (zeros: the top-k experts hit; the default table above), the last three with every
-# weight drawn from N(0, 0.02) (``--eager``: every expert hit).
+# weight drawn from N(0, 0.02), every expert hit (measured as ``--eager`` builds the blocks, by a condensed copy of it
+# timing 20 steps after 3 warm-ups; the profile below likewise).
 EAGER_HOST_MS = {  # (experts, top-k, experts hit): host ms beyond the dense MLP
     (8, 2, 2): 4.00 - 0.97,
     (32, 4, 4): 6.77 - 0.99,
