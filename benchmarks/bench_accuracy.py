@@ -160,6 +160,9 @@ def corpus_run(rec: dict):
         model = import_hf(rec["hf_config"], seq_length=int(rec["seq_length"]),
                           attn_implementation=rec.get("attn_implementation") or o.get("attn"),
                           name=rec["shape_id"]).spec
+        used = (rec.get("hf_config_resolved") or {}).get("experts_implementation_used")
+        if model.is_moe and used:  # the experts kernel transformers ran (dense models record one they never use)
+            model = model.replace(experts_implementation=used)
         zero = int(o.get("zero", 0))
         resolved = rec.get("zero_config_resolved") or {}
         lora = o.get("lora") or 0

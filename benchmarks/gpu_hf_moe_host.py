@@ -26,6 +26,15 @@ Measured on one H200 (torch 2.11, transformers 5.17), ms per forward + backward:
     qwen2-moe  16 experts, grouped_mm      3.41            3.99          0.99 / 0.82
     qwen2-moe  16 experts, eager           7.39            7.64
 
+The blocks are built by their constructors, whose weights are ``torch.empty``: the router came out all zeros, so
+every token went to the first top-k experts and the eager rows above hit 2, 4, 8 and 4 experts, not all of them.
+``--eager`` draws every weight from N(0, 0.02) so that the tokens reach every expert (:data:`EAGER_HOST_MS` holds
+both; :func:`eager_fit` fits the catalog's ``transformers.moe_eager_block_host_s`` and
+``moe_eager_expert_host_s`` to them: a + b × experts hit, least squares of relative error)::
+
+    python benchmarks/gpu_hf_moe_host.py --eager
+    python benchmarks/gpu_hf_moe_host.py --eager-fit
+
 grouped_mm beyond the dense MLP at the two fit shapes: 3.25 - 0.99 = 2.26 ms and 3.41 - 0.99 = 2.42 ms (the
 latter with the shared expert, itself a dense MLP); the catalog takes 2.26 ms for the routed experts and prices a
 shared expert's host with the dense layer's.
@@ -133,6 +142,40 @@ def block_efficiency() -> float:
     return math.exp(sum(logs) / len(logs))
 
 
+# Eager experts, host ms per forward + backward at 128 tokens on one H200 (torch 2.11, transformers 5.17), less the
+# dense MLP's (0.97-1.02 ms), by experts hit: Qwen3MoeSparseMoeBlock h 768, f 384. The first three as the module's
+# constructor leaves the router (zeros: the top-k experts hit; the default table above), the last three with every
+# weight drawn from N(0, 0.02), every expert hit (measured as ``--eager`` builds the blocks, by a condensed copy of it
+# timing 20 steps after 3 warm-ups; the profile below likewise).
+EAGER_HOST_MS = {  # (experts, top-k, experts hit): host ms beyond the dense MLP
+    (8, 2, 2): 4.00 - 0.97,
+    (32, 4, 4): 6.77 - 0.99,
+    (128, 8, 8): 12.38 - 1.02,
+    (8, 2, 8): 10.27 - 1.0,
+    (32, 4, 32): 51.14 - 1.0,
+    (128, 8, 128): 201.75 - 1.0,
+}
+# ``--eager`` at 8192 tokens, all experts hit: the profiler's device ms of the eager block's kernels, (GEMMs, others);
+# of the others, the gradient zero-fills and their sums (two vectorized elementwise kernels, 4 launches per expert)
+EAGER_KERNEL_MS = {  # (h, f, experts, top-k, tokens): (GEMM kernels, other kernels, zero-fills and sums)
+    (768, 384, 8, 2, 8192): (0.322, 1.372, 0.261),
+    (768, 384, 32, 4, 8192): (0.971, 5.901, 2.339),
+    (768, 384, 128, 8, 8192): (3.293, 44.229, 31.138),
+}
+
+
+def eager_fit() -> tuple:
+    """``(a, b)`` seconds: host time of the eager experts block beyond the dense MLP = a + b × experts hit, least
+    squares of relative error over :data:`EAGER_HOST_MS` (catalog ``transformers.moe_eager_block_host_s``,
+    ``moe_eager_expert_host_s``)."""
+    import numpy as np
+
+    hits = np.array([k[2] for k in EAGER_HOST_MS], dtype=float)
+    ms = np.array(list(EAGER_HOST_MS.values()))
+    a, b = np.linalg.lstsq(np.c_[np.ones_like(hits), hits] / ms[:, None], np.ones_like(ms), rcond=None)[0]
+    return a * 1e-3, b * 1e-3
+
+
 # --- GPU kernel time of the block at training sizes (profiler: each kernel's device time, the host gaps left out)
 GPU_SHAPES = (  # (name, hidden, moe width, experts, top-k)
     ("h768 e32 k4 f384", 768, 384, 32, 4),
@@ -197,10 +240,65 @@ def gpu_main() -> None:
                 print(f"      {ms:7.3f} ms x{n:3d} {kind:5s} {key}")
 
 
+def experts_hit(block, hidden_size: int, tokens: int) -> int:
+    """Distinct experts the block's router sends ``tokens`` random tokens to."""
+    import torch
+
+    x = torch.randn(tokens, hidden_size, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = block.gate(x)
+    index = out[-1] if isinstance(out, tuple) else out
+    return int(torch.unique(index).numel())
+
+
+def eager_main() -> None:
+    """``--eager``: host time (128 tokens) and wall time (8192) of eager and grouped_mm experts with the router as
+    built (``nn.Parameter(torch.empty(...))``: all zeros when the allocator hands out fresh pages, so every token
+    goes to the same top-k experts) and with every weight drawn from N(0, 0.02) (the tokens spread over the
+    experts), the experts hit printed beside each; then the eager block's kernels at 8192 tokens, split as
+    :func:`kernel_ms` does."""
+    import torch
+
+    for name in ("qwen3-moe e8", "qwen3-moe e32", "qwen3-moe e128", "qwen2-moe e16"):
+        cfg = _config(name)
+        block = (modeling_block(name))
+        for init in ("as built", "normal"):
+            for impl in ("grouped_mm", "eager"):
+                cfg._experts_implementation = impl
+                torch.manual_seed(0)
+                m = block(cfg).cuda().bfloat16()
+                if init == "normal":
+                    with torch.no_grad():
+                        for p in m.parameters():
+                            p.normal_(0.0, 0.02)
+                hits = (experts_hit(m, cfg.hidden_size, 128), experts_hit(m, cfg.hidden_size, 8192))
+                print(f"EAGER {name:16s} {init:8s} {impl:11s} hits {hits[0]:3d}/{hits[1]:3d}  host(128 tokens) "
+                      f"{step_ms(m, cfg.hidden_size, 128):6.2f} ms   8192 tokens "
+                      f"{step_ms(m, cfg.hidden_size, 8192):6.2f} ms", flush=True)
+                if init == "normal" and impl == "eager":
+                    got = kernel_ms(m, cfg.hidden_size, 8192)
+                    print(f"KERNELS {name:16s} eager 8192 gemm {got['gemm']:7.3f} ms other {got['other']:7.3f} ms",
+                          flush=True)
+                    for ms, n, kind, key in got["kernels"][:12]:
+                        print(f"      {ms:7.3f} ms x{n:4d} {kind:5s} {key}")
+
+
+def modeling_block(name: str):
+    from transformers.models.qwen2_moe import modeling_qwen2_moe
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+    return (modeling_qwen2_moe.Qwen2MoeSparseMoeBlock if name.startswith("qwen2")
+            else modeling_qwen3_moe.Qwen3MoeSparseMoeBlock)
+
+
 if __name__ == "__main__":
     import sys
 
-    if "--gpu-time" in sys.argv:
+    if "--eager-fit" in sys.argv:
+        print("moe_eager_block_host_s %.4g  moe_eager_expert_host_s %.4g" % eager_fit())
+    elif "--eager" in sys.argv:
+        eager_main()
+    elif "--gpu-time" in sys.argv:
         gpu_main()
     elif "--fit" in sys.argv:
         print(f"moe_block_hbm_efficiency {block_efficiency():.4f}")

@@ -57,3 +57,19 @@ def test_llama_zero3_lora(tmp_path):
     adapters = model.num_layers * lora_params_per_layer(model, 4, ("q", "k", "v", "o", "gate", "up", "down"))
     assert counted["trainable"] == adapters  # only the adapters reach the optimizer
     assert counted["parameters"] == model.num_parameters + adapters
+
+
+def test_qwen3_moe_eager_experts_zero2(tmp_path):
+    """--experts-implementation eager reaches transformers: the run builds the eager experts loop and says so."""
+    from workbench.hf import model_from_hf
+
+    model = model_from_hf(str(HF / "qwen3-moe-tiny"), seq_length=32, experts_implementation="eager")
+    r = launch(model, cpu_cluster(2), plan(2, zero_stage=2), steps=STEPS, nproc=2,
+               store=RunStore(tmp_path / "runs.sqlite"), run_dir=tmp_path / "moe")
+    r.wait(600)
+    rec = r.record()
+    assert rec["status"] == "completed", (rec["reason"], r.log_tail(30))
+    assert json.loads((r.run_dir / "run.json").read_text())["options"]["hf"]["experts_implementation"] == "eager"
+    records = [json.loads(line) for line in (r.run_dir / "metrics" / "rank0.jsonl").read_text().splitlines()]
+    counted = next(x for x in records if x["type"] == "model")
+    assert counted["experts_implementation"] == "eager" and counted["parameters"] == model.num_parameters

@@ -130,7 +130,9 @@ class ImportPanel(Panel):
         notes = [f"imported a <b>Hugging Face</b> {html.escape(imported.model_type)} model "
                  f"({html.escape(imported.architecture)}): {spec.num_parameters / 1e9:.2f} B parameters, "
                  f"attn_implementation {html.escape(imported.effective_attn_implementation)} → "
-                 f"{html.escape(str(spec.attention))} attention, seq {spec.seq_length}"]
+                 f"{html.escape(str(spec.attention))} attention, seq {spec.seq_length}"
+                 + (f", experts_implementation {html.escape(str(spec.experts_implementation))}"
+                    if spec.experts_implementation is not None else "")]
         notes += [html.escape(changed)] if changed else []
         notes += [f"note: {html.escape(n)}" for n in imported.notes]
         self.report.value = "<br>".join(notes)

@@ -6,7 +6,7 @@ import ipywidgets as ipw
 from widgets.common import Panel, checkbox, dropdown, float_text, int_text
 from widgets.state import LoadPreset, SetModel, resolved
 from workbench import catalog
-from workbench.specs import Activation, AttentionImpl, Implementation, Normalization, Positions
+from workbench.specs import Activation, AttentionImpl, ExpertsImpl, Implementation, Normalization, Positions
 
 _INTS = (
     ("num_layers", "layers", 1),
@@ -69,7 +69,13 @@ class ModelPanel(Panel):
             w.observe(lambda change, name=name: self._on_field(name, change["new"]), names="value")
         self.parameters = ipw.HTML()
         self.parameters.add_class("wb-model-params")
-        moe = ipw.VBox([self.controls[n] for n, _, _ in _MOE])
+        # transformers' experts_implementation: only for a transformers MoE model (grouped_mm is its default)
+        self.controls["experts_implementation"] = dropdown(
+            "experts (HF)", [m.value for m in ExpertsImpl],
+            tooltip="transformers' experts_implementation: grouped_mm (default) or eager (a loop over the experts hit)")
+        self.controls["experts_implementation"].observe(
+            lambda change: self._on_field("experts_implementation", change["new"]), names="value")
+        moe = ipw.VBox([*[self.controls[n] for n, _, _ in _MOE], self.controls["experts_implementation"]])
         self.widget = ipw.VBox([
             self.preset,
             *[self.controls[n] for n, _, _ in _INTS],
@@ -90,6 +96,10 @@ class ModelPanel(Panel):
             value = value or None  # 0 means a dense model
         if name in ("moe_top_k", "moe_ffn_hidden_size") and resolved_experts(self) is None:
             return  # MoE fields only matter with experts
+        if name == "experts_implementation":
+            if not hf_moe(self):
+                return  # transformers' setting: only a transformers MoE model has one
+            value = None if value == ExpertsImpl.GROUPED_MM else value  # its default stays automatic
         self.send(SetModel(changes={name: value}))
 
     def show(self, state) -> None:
@@ -101,11 +111,14 @@ class ModelPanel(Panel):
                     value = value or 0
                 elif name in ("moe_top_k", "moe_ffn_hidden_size") and value is None:
                     value = state.model.ffn_hidden_size if name == "moe_ffn_hidden_size" else state.model.moe_top_k
+                elif name == "experts_implementation" and value is None:
+                    value = ExpertsImpl.GROUPED_MM
                 value = value.value if hasattr(value, "value") else value
                 self.set_value(w, value)
             is_moe = bool(self.controls["num_experts"].value)
             for name in ("moe_top_k", "moe_ffn_hidden_size"):
                 self.controls[name].disabled = not is_moe
+            self.controls["experts_implementation"].disabled = not hf_moe(self)
         counts = state.model.parameter_counts()
         text = (f"<b>{counts.total / 1e9:.2f} B</b> parameters"
                 + (f" ({counts.active / 1e9:.2f} B active)" if state.model.is_moe else "")
@@ -117,3 +130,8 @@ class ModelPanel(Panel):
 
 def resolved_experts(panel: ModelPanel):
     return panel.controls["num_experts"].value or None
+
+
+def hf_moe(panel: ModelPanel) -> bool:
+    """Whether the panel shows a transformers MoE model (the one kind with an ``experts_implementation``)."""
+    return resolved_experts(panel) is not None and panel.controls["implementation"].value == "transformers"

@@ -163,8 +163,11 @@ def model_inputs_of(name: str) -> dict:
 
 
 def model_inputs_from_spec(spec: ModelSpec) -> dict:
-    return {f: (getattr(spec, f).value if hasattr(getattr(spec, f), "value") else getattr(spec, f))
-            for f in MODEL_FIELDS}
+    out = {f: (getattr(spec, f).value if hasattr(getattr(spec, f), "value") else getattr(spec, f))
+           for f in MODEL_FIELDS}
+    if out["experts_implementation"] == "grouped_mm":  # transformers' default: stays automatic (None), so the
+        out["experts_implementation"] = None           # model can become dense or megatron-core without a refusal
+    return out
 
 
 def cluster_inputs_from_spec(spec: ClusterSpec) -> dict:

@@ -32,7 +32,7 @@ from workbench.hf import soft_capped
 from workbench.npscalar import asarray, isin, maximum, minimum, ndim, where
 from workbench.params import (lora_activation_values_per_token, lora_modules_per_layer, lora_params_per_layer,
                               model_vocab_size, parameter_tensors)
-from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation,
+from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, ExpertsImpl, Fp8Recipe, Implementation,
                              ModelSpec, MoEDispatcher, Offload, ParallelPlan, Precision, Recompute,
                              default_overlap_comm)
 
@@ -452,10 +452,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         moe_recompute=cols.get("moe_rc", 0),
         cross_entropy_fusion=cols.get("xent", 0),
         moe_shared_ffn_hidden_size=float(model.shared_expert_ffn_hidden_size or 0),
-        hf_moe_experts=float(model.is_moe and model.implementation is Implementation.TRANSFORMERS),
-        moe_block_hbm_efficiency=cal.get("transformers", {}).get("moe_block_hbm_efficiency", 1.0),
-        moe_block_host_s=(cal.get("transformers", {}).get("moe_block_host_s", 0.0)
-                          if model.is_moe and model.implementation is Implementation.TRANSFORMERS else 0.0),
+        **hf_moe_inputs(model, cal.get("transformers", {})),
         tp_comm_overlap=cols.get("tp_ov", 0), tp_overlap_sm_fraction=T.TE_UB_MARGIN_SMS / T.gpu_sm_count(gpu.name),
     )
     inputs.update(fp8_time_inputs(model, cluster, cols, counts) if precision.is_fp8 else dict(
@@ -471,6 +468,20 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
             inputs.update(fp8_gemm_efficiency_max=measured["efficiency_max"] * scale,
                           fp8_gemm_half_dim=measured["half_dim"])
     return inputs
+
+
+def hf_moe_inputs(model: ModelSpec, hf_cal: dict) -> dict:
+    """StepInputs of a transformers MoE model's experts block by its ``experts_implementation`` (catalog
+    ``transformers``): ``hf_moe_experts`` 1 for grouped_mm, 2 for eager (0: not a transformers MoE model), the
+    block's host seconds per layer and, for eager, per expert hit."""
+    if not (model.is_moe and model.implementation is Implementation.TRANSFORMERS):
+        return dict(hf_moe_experts=0.0, moe_block_hbm_efficiency=hf_cal.get("moe_block_hbm_efficiency", 1.0),
+                    moe_block_host_s=0.0, moe_expert_host_s=0.0)
+    eager = model.experts_implementation is ExpertsImpl.EAGER
+    return dict(hf_moe_experts=2.0 if eager else 1.0,
+                moe_block_hbm_efficiency=hf_cal.get("moe_block_hbm_efficiency", 1.0),
+                moe_block_host_s=hf_cal.get("moe_eager_block_host_s" if eager else "moe_block_host_s", 0.0),
+                moe_expert_host_s=hf_cal.get("moe_eager_expert_host_s", 0.0) if eager else 0.0)
 
 
 def fp8_time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, counts) -> dict:

@@ -113,6 +113,8 @@ class EvaluatedPlan:
                      "global_batch_size": self.plan.global_batch_size,
                      "gradient_accumulation_steps": self.plan.gradient_accumulation_steps,
                      "precision": str(self.plan.precision), "attention": str(self.model.attention),
+                     "experts_implementation": (str(self.model.experts_implementation)
+                                                if self.model.experts_implementation is not None else None),
                      "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm,
                      "expandable_segments": self.plan.expandable_segments,
                      "expert_parallel": self.plan.expert_parallel,

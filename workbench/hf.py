@@ -11,7 +11,8 @@ or a value the ModelSpec cannot express (dense and MoE layers mixed, quantised w
 one line naming it. Everything runs offline: the file is local and nothing is downloaded.
 
 The attention implementation (``attn_implementation``: ``eager``, ``sdpa``, ``flash_attention_2``) is a choice of
-the training stack: :func:`attention_for` maps it onto the ModelSpec's attention kernel.
+the training stack: :func:`attention_for` maps it onto the ModelSpec's attention kernel. So is the MoE families'
+``experts_implementation`` (``grouped_mm``, ``eager``), kept as the ModelSpec's ``experts_implementation``.
 """
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ _LEGACY_KEYS = frozenset({"rope_scaling", "rope_theta", "torch_dtype", "attn_imp
                           "cache_implementation", "task_specific_params", "n_ctx", "rotary_emb_base",
                           "rope_local_base_freq", "sliding_window_pattern", "original_max_position_embeddings",
                           "max_window_layers", "use_sliding_window", "sliding_window", "rotary_pct",
-                          "torchscript", "bos_token_id", "eos_token_id", "pad_token_id"})
+                          "torchscript", "bos_token_id", "eos_token_id", "pad_token_id",
+                          # the MoE experts kernel to run (read into ModelSpec.experts_implementation)
+                          "experts_implementation", "_experts_implementation"})
 # keys a family's modelling code reads with getattr although its configuration class does not declare them
 _MODELLING_KEYS = {"qwen3_moe": frozenset({"head_dim"}), "mixtral": frozenset({"head_dim"}),
                    "qwen2_moe": frozenset({"head_dim"}),
@@ -185,7 +188,8 @@ def _config_object(data: dict, where: str):
     if unknown:
         raise ValueError(f"{where}: field {unknown[0]!r} is not a {cls.__name__} field in this transformers "
                          f"version; refusing to guess what it changes")
-    kwargs = {k: v for k, v in data.items() if k not in ("attn_implementation", "_attn_implementation")}
+    kwargs = {k: v for k, v in data.items() if k not in ("attn_implementation", "_attn_implementation",
+                                                          "experts_implementation", "_experts_implementation")}
     try:
         return cls.from_dict(kwargs)
     except Exception as e:  # noqa: BLE001 - only the rejections below; anything else is re-raised
@@ -307,8 +311,9 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                   hidden_dropout=0.0, attention_dropout=float(g("attention_dropout", 0.0) or 0.0),
                   qk_norm=model_type in ("qwen3", "gemma3_text", "qwen3_moe"),
                   sandwich_norm=model_type in ("gemma2", "gemma3_text"))
-    if model_type == "phi3":
+    if model_type == "phi3":  # Phi3Attention.qkv_proj and Phi3MLP.gate_up_proj (transformers/models/phi3)
         fields["hidden_dropout"] = float(g("resid_pdrop", 0.0) or 0.0)
+        fields["fused_projections"] = True
     if model_type == "mixtral":
         fields.update(num_experts=cfg.num_local_experts, moe_top_k=cfg.num_experts_per_tok,
                       moe_ffn_hidden_size=cfg.intermediate_size)
@@ -328,11 +333,12 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
 
 
 def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: Optional[str] = None,
-              name: Optional[str] = None) -> HFModel:
+              name: Optional[str] = None, experts_implementation: Optional[str] = None) -> HFModel:
     """Translate a Hugging Face ``config.json`` (path to the file or its directory, or the dict) into a ModelSpec.
 
     ``seq_length``: training sequence length (default: the context window capped at
-    :data:`DEFAULT_MAX_SEQ_LENGTH`). ``attn_implementation`` overrides what the config names.
+    :data:`DEFAULT_MAX_SEQ_LENGTH`). ``attn_implementation`` and ``experts_implementation`` override what the
+    config names (``experts_implementation`` / ``_experts_implementation``; MoE families only).
     """
     where = "config.json" if isinstance(source, dict) else str(config_path(source))
     data = read_config(source)
@@ -354,6 +360,12 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     fields["implementation"] = "transformers"
+    # a dense family's config may name it too; transformers ignores it there, and so does the import (an explicit
+    # ``experts_implementation`` for a dense model is refused by the ModelSpec)
+    experts = experts_implementation or (data.get("experts_implementation") or data.get("_experts_implementation")
+                                         if "num_experts" in fields else None)
+    if experts is not None:
+        fields["experts_implementation"] = experts
     if name is None:
         name = "hf:" + (str(source) if not isinstance(source, dict) else model_type)
     try:
@@ -378,14 +390,15 @@ def model_from_hf(source, **overrides) -> ModelSpec:
     transformers accepts for the family, then mapped onto ``attention``)."""
     seq = overrides.pop("seq_length", None)
     impl = overrides.pop("attn_implementation", None)
-    spec = import_hf(source, seq_length=seq, attn_implementation=impl).spec
+    experts = overrides.pop("experts_implementation", None)
+    spec = import_hf(source, seq_length=seq, attn_implementation=impl, experts_implementation=experts).spec
     return spec.replace(**overrides) if overrides else spec
 
 
 def build_model(config: Union[dict, str, os.PathLike], *, device: str = "meta",
-                attn_implementation: Optional[str] = None):
+                attn_implementation: Optional[str] = None, experts_implementation: Optional[str] = None):
     """The ``transformers`` causal-LM module a config describes, randomly initialised on ``device`` (``meta``
-    allocates nothing: for counting parameters)."""
+    allocates nothing: for counting parameters); ``experts_implementation`` for the MoE families."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -394,6 +407,9 @@ def build_model(config: Union[dict, str, os.PathLike], *, device: str = "meta",
     cfg = _config_object(data, where)
     impl = attn_implementation or data.get("attn_implementation") or data.get("_attn_implementation")
     kwargs = {"attn_implementation": impl} if impl else {}
+    experts = experts_implementation or data.get("experts_implementation") or data.get("_experts_implementation")
+    if experts:
+        kwargs["experts_implementation"] = experts
     with torch.device(device):
         return AutoModelForCausalLM.from_config(cfg, **kwargs)
 
@@ -507,6 +523,9 @@ def run_options(spec: ModelSpec, plan) -> dict:
     return {"path": str(config_path(spec.name[3:]).parent.resolve()), "model_type": imported.model_type,
             "weights": imported.has_weights,
             "attn_implementation": _launch_attn_implementation(imported.model_type, spec.attention),
+            # transformers' from_config/from_pretrained(experts_implementation=...) for the MoE families
+            "experts_implementation": (str(spec.experts_implementation) if spec.experts_implementation is not None
+                                       else None),
             "gradient_checkpointing": plan.recompute is Recompute.FULL, "lora": lora}
 
 

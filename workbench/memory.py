@@ -836,7 +836,8 @@ def moe_expert_intermediates(m: ModelSpec, *, deepspeed=0):
       PyTorch (TEGroupedMLP ``bias_act_func``), 1;
     * DeepSpeed-MoE (``deepspeed`` > 0) weights the experts' outputs in its combine
       (:func:`workbench.dsmoe.extra_activation_bytes`): the glu's sum and product, 2 gated, 0 otherwise;
-    * transformers' MoE blocks (``grouped_mm_experts_forward``: ``act_fn(gate) * up`` on the chunked fc1 output):
+    * transformers' MoE blocks (``grouped_mm_experts_forward`` and the eager loop alike: ``act_fn(gate) * up`` on
+      the chunked fc1 output):
       the product keeps the activation's output beside the up half, 1 (gated; the rest of what the block keeps is
       :func:`hf_moe_router_bytes_per_token`'s and :func:`hf_moe_copy_bytes`').
 
@@ -861,15 +862,25 @@ def hf_moe_router_bytes_per_token(m: ModelSpec):
 
 
 def hf_moe_copy_bytes(m: ModelSpec, *, value_bytes):
-    """Bytes per routed token copy a transformers MoE block (``grouped_mm_experts_forward``, transformers 5.x
-    ``integrations/moe.py``) keeps beyond the permuted fc1 input and the f-wide tensors of
-    :func:`moe_activation_bytes`: the down projection's output v·h and the routing weight v (both kept by the
-    weighting product ``proj_out * sample_weights_g``; Mixtral's weights stay fp32, 2 bytes more), and three int64
-    index vectors (8 bytes a copy each): ``torch.sort``'s permutation, the gather index ``perm // top_k`` and the
-    un-permute index ``inv_perm``.
+    """Bytes per routed token copy a transformers MoE block keeps beyond the permuted (gathered) fc1 input and the
+    f-wide tensors of :func:`moe_activation_bytes`, by ``m.experts_implementation``:
 
-    Counted on the CPU by ``benchmarks/hf_moe_saved_tensors_cpu.py``."""
+    * ``grouped_mm`` (``grouped_mm_experts_forward``, transformers 5.x ``integrations/moe.py``): the down
+      projection's output v·h and the routing weight v (both kept by the weighting product
+      ``proj_out * sample_weights_g``; Mixtral's weights stay fp32, 2 bytes more), and three int64 index vectors
+      (8 bytes a copy each): ``torch.sort``'s permutation, the gather index ``perm // top_k`` and the un-permute
+      index ``inv_perm``;
+    * ``eager`` (the experts class's loop, e.g. ``Qwen3MoeExperts.forward``): per expert the down projection's output
+      and the gathered weight (kept by ``current_hidden_states * top_k_weights[...]``), the weighted output (kept by
+      ``index_add_``, whose backward expands it), v·h + v·h + v, and ``torch.where``'s (top-k position, token)
+      index pair, one int64 [n, 2] storage: 16 bytes a copy.
+
+    Counted on the CPU by ``benchmarks/hf_moe_saved_tensors_cpu.py`` (``--experts-implementation``)."""
+    from workbench.specs import ExpertsImpl
+
     v = value_bytes
+    if m.experts_implementation is ExpertsImpl.EAGER:
+        return 2 * v * m.hidden_size + v + 2 * 8
     return v * m.hidden_size + v + 3 * 8
 
 

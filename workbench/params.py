@@ -80,13 +80,15 @@ def layer_linear_tensors(m: ModelSpec) -> int:
     ``down_proj`` apart; their MoE layers hold a router weight [E, h] and ONE experts module with two fused 3-D
     tensors, ``gate_up_proj`` [E, 2f, h] and ``down_proj`` [E, h, f] (``MixtralExperts``,
     transformers/models/mixtral/modeling_mixtral.py; Qwen2/3-MoE alike), plus Qwen2-MoE's shared expert (three
-    linears) and its h→1 gate. Q/K/V biases with ``qkv_bias``; the others with ``add_bias_linear``. (Phi-3's fused
-    ``qkv_proj`` and ``gate_up_proj`` cannot be told from Llama's by the spec: counted as Llama's.)"""
+    linears) and its h→1 gate. Q/K/V biases with ``qkv_bias``; the others with ``add_bias_linear``. Phi-3
+    (``fused_projections``) fuses them into ``qkv_proj`` and ``gate_up_proj``: four linears, without biases."""
     bias = m.add_bias_linear
     if m.implementation is not Implementation.TRANSFORMERS or m.normalization is Normalization.LAYERNORM:
         linears = 2 + (1 + 2 * m.num_experts if m.is_moe else 2)
         return (linears * (2 if bias else 1) - (1 if m.is_moe and bias else 0)
                 + (1 if m.qkv_bias and not bias else 0))
+    if m.fused_projections:  # qkv_proj, o_proj, gate_up_proj, down_proj (Phi3Attention, Phi3MLP)
+        return 4 * (2 if bias else 1) + (1 if m.qkv_bias and not bias else 0)
     mlp_linears = 3 if m.is_gated else 2
     attention = 4 + (3 if m.qkv_bias else 0) + (1 if bias else 0)
     if not m.is_moe:
@@ -135,9 +137,15 @@ def lora_modules_per_layer(m: ModelSpec, rank: int, targets) -> int:
     then, in Python, ``lora_B(lora_A(dropout(x))) * scaling`` added to it: peft ``tuners/lora/layer.py``
     ``Linear.forward``): one per attention target, the MLP targets once per expert (``gate`` only in gated MLPs),
     as :func:`lora_params_per_layer` counts them. A fused projection (GPT-2's ``c_attn``) is one module where this
-    count keeps q, k and v apart. 0 without LoRA."""
+    count keeps q, k and v apart, except for Phi-3 (``fused_projections``): ``qkv_proj`` wraps q, k and v,
+    ``gate_up_proj`` gate and up (peft targets them whole: :func:`workbench.hf.lora_target_modules`). 0 without
+    LoRA."""
     if not rank:
         return 0
+    if m.fused_projections:
+        targets = set(targets)
+        return (bool(targets & {"q", "k", "v"}) + ("o" in targets) + bool(targets & {"gate", "up"})
+                + ("down" in targets))
     experts = m.num_experts if m.is_moe else 1
     per_target = {"q": 1, "k": 1, "v": 1, "o": 1, "gate": experts if m.is_gated else 0, "up": experts,
                   "down": experts}

@@ -260,6 +260,34 @@ class CPCommType(_StrEnum):
         return {"allgather": "all_gather", "all-gather": "all_gather", "ulysses": "a2a", "ring": "p2p"}
 
 
+class ExpertsImpl(_StrEnum):
+    """How transformers 5 runs a Mixtral / Qwen2-MoE / Qwen3-MoE layer's experts (``config._experts_implementation``,
+    ``from_config(..., experts_implementation=...)``; transformers/integrations/moe.py ``ExpertsInterface``):
+
+    * ``grouped_mm`` — ``grouped_mm_experts_forward``: the routed copies sorted by expert, two
+      ``torch._grouped_mm`` GEMMs over all experts at once (transformers' default where torch has ``_grouped_mm``;
+      every measured MoE run used it);
+    * ``eager`` — the experts class's own ``forward``: a Python loop over the experts hit, per expert a gather of its
+      tokens, two ``F.linear`` on ``gate_up_proj[e]`` and ``down_proj[e]``, the weighting and an ``index_add_``.
+
+    transformers 5.24 also registers ``batched_mm``, ``deepgemm`` and ``sonicmoe``; they are refused as not
+    modelled. Which implementation ran is the model config's ``_experts_implementation`` after loading (the corpus
+    records it as ``experts_implementation_used``)."""
+
+    GROUPED_MM = "grouped_mm"
+    EAGER = "eager"
+
+    @classmethod
+    def parse(cls, value, field_name: str):
+        if isinstance(value, str) and value.strip().lower() in _UNMODELLED_EXPERTS:
+            raise ValueError(f"{field_name}={value!r}: transformers has it, but the workbench models only "
+                             f"{', '.join(m.value for m in cls)}")
+        return super().parse(value, field_name)
+
+
+_UNMODELLED_EXPERTS = ("batched_mm", "deepgemm", "sonicmoe")
+
+
 class Implementation(_StrEnum):
     """Which code builds the model: megatron-core's ``GPTModel`` or a Hugging Face ``transformers`` causal LM."""
 
@@ -420,6 +448,15 @@ class ModelSpec:
     """The code that builds and runs the model: ``megatron`` (megatron-core GPTModel: vocabulary padded to 128·t,
     vocab-parallel cross entropy) or ``transformers`` (a Hugging Face model: exact vocabulary, the logits up-cast to
     fp32 for ``ForCausalLMLoss``, eager attention keeping fp32 softmax and 16-bit probabilities)."""
+    experts_implementation: Optional[ExpertsImpl] = None
+    """transformers MoE models only: how the experts run (:class:`ExpertsImpl`, transformers'
+    ``experts_implementation``): ``grouped_mm`` or ``eager``. ``None`` is transformers' default, ``grouped_mm`` (set
+    on a transformers MoE model, left ``None`` on others); naming one on a dense or megatron-core model is refused."""
+    fused_projections: bool = False
+    """transformers models whose attention and gated MLP each hold ONE fused linear (Phi-3: ``qkv_proj`` [q+2kv, h]
+    and ``gate_up_proj`` [2f, h] beside ``o_proj`` and ``down_proj``) instead of Llama's seven; the same parameters,
+    fewer modules and tensors (ZeRO-3 fetches, ZeRO-2 gradient hooks). Needs a dense, gated, RMSNorm transformers
+    model."""
 
     def __post_init__(self) -> None:
         for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
@@ -472,6 +509,31 @@ class ModelSpec:
             if self.moe_ffn_hidden_size is None:
                 _set(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
             _positive_int(self, "moe_ffn_hidden_size")
+        self._check_transformers_stack()
+
+    def _check_transformers_stack(self) -> None:
+        """``experts_implementation`` and ``fused_projections`` against the model (run after the sizes)."""
+        _set(self, "fused_projections", check_bool("fused_projections", self.fused_projections))
+        hf_moe = self.implementation is Implementation.TRANSFORMERS and self.num_experts is not None
+        if self.experts_implementation is None:
+            if hf_moe:
+                _set(self, "experts_implementation", ExpertsImpl.GROUPED_MM)
+        else:
+            impl = ExpertsImpl.parse(self.experts_implementation, "experts_implementation")
+            if not hf_moe:
+                what = ("a dense model (num_experts=None)" if self.num_experts is None
+                        else f"a {self.implementation} model")
+                raise ValueError(f"experts_implementation='{impl}' is transformers' MoE experts setting "
+                                 f"(config._experts_implementation); {self.name} is {what}: it needs "
+                                 f"implementation='transformers' and num_experts")
+            _set(self, "experts_implementation", impl)
+        if self.fused_projections and (self.implementation is not Implementation.TRANSFORMERS
+                                       or self.num_experts is not None or self.activation is not Activation.SWIGLU
+                                       or self.normalization is not Normalization.RMSNORM):
+            raise ValueError(f"fused_projections=True (Phi-3's qkv_proj and gate_up_proj) needs a dense, gated, "
+                             f"RMSNorm transformers model; got implementation='{self.implementation}', num_experts="
+                             f"{self.num_experts}, activation='{self.activation}', normalization="
+                             f"'{self.normalization}'")
 
     # -- derived sizes -------------------------------------------------------------------------------------------
     @property
@@ -502,7 +564,8 @@ class ModelSpec:
     def replace(self, **changes) -> "ModelSpec":
         """A copy with some fields changed (re-validated); derived defaults are recomputed when their inputs change."""
         return _replace_with_defaults(self, changes, derived=("num_query_groups", "head_dim", "ffn_hidden_size",
-                                                              "moe_ffn_hidden_size", "qkv_bias"))
+                                                              "moe_ffn_hidden_size", "qkv_bias",
+                                                              "experts_implementation"))
 
     # -- parameter counts (megatron-core GPTModel, local layer spec) ---------------------------------------------
     def parameter_counts(self) -> "ParameterCounts":

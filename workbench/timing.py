@@ -569,7 +569,12 @@ class StepInputs:
     (:func:`moe_block_host`; catalog ``transformers.moe_block_host_s``; 0 for other stacks)."""
     hf_moe_experts: object = 0.0
     """1: transformers' ``grouped_mm`` experts (``grouped_mm_experts_forward``), whose indexing, activation,
-    weighting and un-permute kernels are priced by :func:`hf_moe_block_bytes` at ``moe_block_hbm_efficiency``."""
+    weighting and un-permute kernels are priced by :func:`hf_moe_block_bytes` at ``moe_block_hbm_efficiency``;
+    2: transformers' ``eager`` experts (a Python loop over the experts hit), the same per routed copy plus
+    :func:`hf_eager_experts_bytes` per expert hit."""
+    moe_expert_host_s: object = 0.0
+    """Host seconds per expert hit per MoE layer and micro-batch, forward + backward (transformers' ``eager``
+    experts: :func:`moe_block_host`; catalog ``transformers.moe_eager_expert_host_s``; 0 otherwise)."""
     moe_block_hbm_efficiency: object = 1.0
     """Fraction of the HBM bandwidth (``hbm_gb_per_s``) the transformers ``grouped_mm`` MoE block's non-GEMM kernels
     reach (catalog ``transformers.moe_block_hbm_efficiency``; measured by benchmarks/gpu_hf_moe_host.py
@@ -745,8 +750,14 @@ def compute_terms(x: StepInputs) -> dict:
     # backwards), forward and backward together, a third of it in the forward pass as the layer's convention has it
     hf_block = hf_moe_block_bytes(copies=copies, hidden_size=h, ffn_hidden_size=f, gated=x.gated,
                                   value_bytes=x.bytes_per_value) / 3
+    # transformers' eager experts add, per expert hit, the backward's full-size gradient buffers and their sums
+    # (:func:`hf_eager_experts_bytes`): streaming kernels at the curve's HBM efficiency
+    eager_bytes = where(asarray(x.hf_moe_experts) == 2, hf_eager_experts_bytes(
+        tokens=tokens, experts_hit=experts_hit(tokens=tokens, experts=x.num_experts, top_k=x.experts_per_token),
+        num_experts=x.num_experts, hidden_size=h, ffn_hidden_size=f, gated=x.gated, value_bytes=x.bytes_per_value,
+        trainable_experts=where(asarray(x.lora_modules_per_layer) > 0, 0.0, 1.0)), 0.0) / 3
     t_perm = where(asarray(x.hf_moe_experts) > 0,
-                   hf_block / (x.hbm_gb_per_s * 1e9 * x.moe_block_hbm_efficiency),
+                   hf_block / (x.hbm_gb_per_s * 1e9 * x.moe_block_hbm_efficiency) + eager_bytes / hbm,
                    4 * copies * h * x.bytes_per_value / hbm)
     t_mem = t_mem + where(x.num_experts > 1, t_perm, 0.0)
     # DeepSpeed-MoE: its fp32 gate input and fp32 weighted combine (:func:`workbench.dsmoe.extra_hbm_bytes`)
@@ -976,14 +987,49 @@ def hf_checkpoint_host(x: StepInputs, layers):
     return where(x.hf_recompute_layer_s > 0, full * x.recompute_fraction * layers * x.hf_recompute_layer_s, 0.0)
 
 
+def experts_hit(*, tokens, experts, top_k):
+    """Expected distinct experts a micro-batch of ``tokens`` tokens reaches when each picks ``top_k`` of ``experts``
+    uniformly: E·(1 − (1 − k/E)^tokens) — every expert once tokens·k is a few times E (any training batch)."""
+    e = maximum(np.asarray(experts, dtype=float), 1.0)
+    return e * (1.0 - (1.0 - minimum(np.asarray(top_k, dtype=float), e) / e) ** tokens)
+
+
+def hf_eager_experts_bytes(*, tokens, experts_hit, num_experts, hidden_size, ffn_hidden_size, gated, value_bytes,
+                           trainable_experts=1.0):
+    """HBM bytes one transformers ``eager`` experts layer (``MixtralExperts.forward`` / ``Qwen3MoeExperts.forward``
+    in transformers 5: a loop over the experts hit) moves beyond the per-copy kernels :func:`hf_moe_block_bytes`
+    counts, forward and backward together. Each expert's ``hidden_states[token_idx]`` is an index whose backward
+    (``IndexBackward0``) zero-fills a gradient of the whole input, tokens × h, and ``gate_up_proj[e]`` /
+    ``down_proj[e]`` are selects whose backward (``SelectBackward0``, torch's ``select_backward``) zero-fills a
+    gradient of the whole 3-D weight, E·(fc1 + f)·h; autograd sums the experts' gradients of each tensor into one
+    buffer (read two, write one). Per expert hit ≈ 4·v·(tokens·h + E·(fc1 + f)·h): O(E²) weight bytes per layer.
+    Frozen experts (``trainable_experts`` 0: LoRA) have no weight gradients.
+
+    On one H200 (benchmarks/gpu_hf_moe_host.py --eager, Qwen3-MoE h 768, f 384, 8192 tokens, all 128 experts hit)
+    the zero-fills and sums took 31.1 ms, 122 GB by this count: 3.9 TB/s."""
+    h, f, v = hidden_size, ffn_hidden_size, value_bytes
+    fc1 = where(asarray(gated) > 0, 2.0, 1.0) * f
+    return 4.0 * v * experts_hit * (tokens * h + trainable_experts * num_experts * (fc1 + f) * h)
+
+
 def moe_block_host(x: StepInputs, layers):
-    """Host seconds per micro-batch that a stage's ``layers`` MoE layers add beyond dense MLPs: ``moe_block_host_s``
-    each (transformers' ``grouped_mm`` experts: router, fp32 softmax and top-k, sort, gather, histogram, two grouped
-    GEMMs, weighted combine and un-permute, ~150 kernels forward and backward whatever the expert count; measured by
-    benchmarks/gpu_hf_moe_host.py). Part of the micro-step's host time (:func:`microstep_host`), of which only what
-    the micro-batch's GPU time does not hide is exposed; 0 at ZeRO-3, whose hooks' host time is priced against the
-    GPU's kernels by ``zero3_*``."""
-    return where(x.zero_stage < 3, layers * x.moe_block_host_s, 0.0)
+    """Host seconds per micro-batch that a stage's ``layers`` MoE layers add beyond dense MLPs.
+
+    * transformers' ``grouped_mm`` experts: ``moe_block_host_s`` each (router, fp32 softmax and top-k, sort,
+      gather, histogram, two grouped GEMMs, weighted combine and un-permute, ~150 kernels forward and backward
+      whatever the expert count; measured by benchmarks/gpu_hf_moe_host.py);
+    * transformers' ``eager`` experts: ``moe_block_host_s`` + ``moe_expert_host_s`` per expert hit
+      (:func:`experts_hit`): the loop runs a gather, two linears, the activation, the weighting and an
+      ``index_add_`` per expert, with two host-device synchronisations (``torch.where`` on the expert's mask,
+      the ``expert_idx == num_experts`` test), and their backwards.
+
+    Part of the micro-step's host time (:func:`microstep_host`), of which only what the micro-batch's GPU time does
+    not hide is exposed; at ZeRO-3, whose hooks' host time is priced against the GPU's kernels by ``zero3_*``, only
+    the eager loop's per-expert part remains (the loop runs inside one hooked module)."""
+    tokens = x.micro_batch_size * x.seq_length / x.context_parallel  # per GPU per micro-batch, as in _shape
+    hit = experts_hit(tokens=tokens, experts=x.num_experts, top_k=x.experts_per_token)
+    loop = hit * x.moe_expert_host_s
+    return layers * (where(x.zero_stage < 3, x.moe_block_host_s, 0.0) + loop)
 
 
 def microstep_host(x: StepInputs, layers) -> tuple:
@@ -1615,8 +1661,8 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
     Qwen3-MoE) keep all experts in ONE module with fused 3-D weights ``gate_up_proj`` [E, 2f, h] and ``down_proj``
     [E, h, f] (``MixtralExperts``; transformers/models/mixtral/modeling_mixtral.py), one fetch whatever E is; the
     router (``*TopKRouter``, [E, h]) is fetched only above the threshold; Qwen2-MoE's shared expert adds its three
-    linears and its h→1 ``shared_expert_gate``. Phi-3 (``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``:
-    four) is not told apart from Llama by the ModelSpec and is counted with the RMSNorm families' seven."""
+    linears and its h→1 ``shared_expert_gate``. Phi-3 (``fused_projections``: ``qkv_proj``, ``o_proj``,
+    ``gate_up_proj``, ``down_proj``) has four."""
     from workbench.specs import Implementation, Normalization
 
     h, q, kv = model.hidden_size, model.query_projection_size, model.kv_projection_size
@@ -1625,6 +1671,9 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
         return 2 + mlp
     if model.normalization is Normalization.LAYERNORM:  # GPT-2, GPT-NeoX: fused QKV, two-matrix MLP
         return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + 2 * _fetched(h * model.ffn_hidden_size)
+    if model.fused_projections:  # Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj
+        f = model.ffn_hidden_size
+        return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + _fetched(2 * f * h) + _fetched(f * h)
     attention = 2 * _fetched(h * q) + 2 * _fetched(h * kv) + 2 * _fetched(model.head_dim) * model.qk_norm
     if not model.is_moe:
         return attention + (2 + model.is_gated) * _fetched(h * model.ffn_hidden_size)
@@ -1652,8 +1701,9 @@ def zero3_hooked_modules_per_layer(model: ModelSpec) -> int:
     layer, self_attn, q/k/v/o_proj, mlp, gate/up/down_proj, act_fn and two norms: 13, +2 with Q/K norms (Qwen3,
     Gemma 3), +2 with sandwich norms (Gemma 2, 3); GPT-2: 13 (its attention and residual dropouts), GPT-NeoX: 12;
     their MoE layers: the block, the router, the experts module and its activation in place of the MLP's five: 12
-    (+2 Q/K norms), +6 for Qwen2-MoE's shared expert (the MLP's five and its gate). (Phi-3, 12, is counted as
-    Llama's 13.)"""
+    (+2 Q/K norms), +6 for Qwen2-MoE's shared expert (the MLP's five and its gate); Phi-3 (``fused_projections``):
+    the layer, self_attn, qkv_proj, o_proj, mlp, gate_up_proj, down_proj, activation_fn, two norms and the two
+    residual dropouts (``resid_attn_dropout``, ``resid_mlp_dropout``): 12."""
     from workbench.specs import Implementation, Normalization, Positions
 
     if model.implementation is not Implementation.TRANSFORMERS:
@@ -1661,6 +1711,8 @@ def zero3_hooked_modules_per_layer(model: ModelSpec) -> int:
     if model.normalization is Normalization.LAYERNORM:
         return 13 if model.position_embedding is Positions.LEARNED else 12
     norms = 2 * model.qk_norm + 2 * model.sandwich_norm
+    if model.fused_projections:
+        return 12
     if not model.is_moe:
         return 13 + norms
     return 12 + norms + (6 if model.shared_expert_ffn_hidden_size is not None else 0)

@@ -40,6 +40,7 @@ _MODEL_FLAGS = {
     "activation": "activation", "norm": "normalization", "positions": "position_embedding",
     "attention": "attention", "experts": "num_experts", "topk": "moe_top_k",
     "hidden_dropout": "hidden_dropout", "attention_dropout": "attention_dropout",
+    "experts_implementation": "experts_implementation",
 }
 # flag dest -> ParallelPlan field
 _PLAN_FLAGS = {
@@ -107,6 +108,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--attention-dropout", type=float, help="dropout on attention probabilities (default 0.1)")
     m.add_argument("--experts", type=int, help="MoE experts per layer")
     m.add_argument("--topk", type=int, help="MoE experts per token")
+    m.add_argument("--experts-implementation", choices=["grouped_mm", "eager"],
+                   help="Hugging Face MoE models (Mixtral, Qwen2-MoE, Qwen3-MoE): transformers' experts_implementation "
+                        "(config._experts_implementation, from_config(..., experts_implementation=...)): grouped_mm "
+                        "(transformers' default: two torch._grouped_mm GEMMs over all experts) or eager (a Python "
+                        "loop over the experts hit); default: what the config.json names, else grouped_mm")
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = True) -> None:

@@ -82,7 +82,8 @@ def render(est) -> str:
            if p.precision.is_fp8 else ""),
         *([f"        transformers: {m.attention} attention "
            f"({'eager' if str(m.attention) == 'unfused' else 'sdpa / flash_attention_2'}), logits up-cast to fp32 "
-           f"for the loss, gradient checkpointing {'on' if str(p.recompute) == 'full' else 'off'}"]
+           f"for the loss, gradient checkpointing {'on' if str(p.recompute) == 'full' else 'off'}"
+           + (f", {m.experts_implementation} experts" if m.experts_implementation is not None else "")]
           if str(m.implementation) == "transformers" else []),
         "",
         "memory per GPU" + (" (first / last pipeline stage)" if len(mem.stages) > 1 else ""),

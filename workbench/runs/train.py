@@ -438,10 +438,13 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
     data = json.loads((Path(run["run_dir"]) / "hf_config.json").read_text())
     cfg = _config_object(data, "hf_config.json")
     cfg.use_cache = False
+    kwargs = {"attn_implementation": hf["attn_implementation"]}
+    if hf.get("experts_implementation"):  # the MoE families' experts kernel (transformers' experts_implementation)
+        kwargs["experts_implementation"] = hf["experts_implementation"]
     if hf["weights"]:
-        net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, attn_implementation=hf["attn_implementation"])
+        net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, **kwargs)
     else:
-        net = AutoModelForCausalLM.from_config(cfg, attn_implementation=hf["attn_implementation"])
+        net = AutoModelForCausalLM.from_config(cfg, **kwargs)
     if hf["gradient_checkpointing"] and checkpointing:
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hf["lora"]:
@@ -449,6 +452,14 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
 
         net = get_peft_model(net, LoraConfig(bias="none", **hf["lora"]))
     return net, keep_alive
+
+
+def _experts_used(net, model_spec) -> dict:
+    """``{"experts_implementation": ...}``: the experts kernel transformers resolved for an MoE model (its config's
+    ``_experts_implementation``), to set beside the ModelSpec's; ``{}`` for a dense model."""
+    if not model_spec.is_moe:
+        return {}
+    return {"experts_implementation": getattr(net.config, "_experts_implementation", None)}
 
 
 def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
@@ -472,7 +483,7 @@ def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
     trainable = [p for p in net.parameters() if p.requires_grad]
     numel = lambda p: int(getattr(p, "ds_numel", p.numel()))  # noqa: E731 - ZeRO-3 partitions hold ds_numel
     writer.write("model", parameters=sum(numel(p) for p in net.parameters()),
-                 trainable=sum(numel(p) for p in trainable))
+                 trainable=sum(numel(p) for p in trainable), **_experts_used(net, model_spec))
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=trainable, config=ds_config)
     net.train()
     dp, dp_rank = dist.get_world_size(), dist.get_rank()
@@ -560,7 +571,8 @@ def train_hf_trainer(run, model_spec, plan, writer: MetricsWriter) -> None:
         def on_train_begin(self, args_, state, control, **kw):
             engine = trainer.model_wrapped
             writer.write("model", parameters=sum(numel(p) for p in trainer.model.parameters()),
-                         trainable=sum(numel(p) for p in trainer.model.parameters() if p.requires_grad))
+                         trainable=sum(numel(p) for p in trainer.model.parameters() if p.requires_grad),
+                         **_experts_used(trainer.model, model_spec))
             if writer.rank == 0:
                 resolved = getattr(engine, "config", None)
                 if not isinstance(resolved, dict):
