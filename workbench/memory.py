@@ -789,6 +789,62 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
 
 
+def hf_fused_qkv(m: ModelSpec) -> bool:
+    """Whether a transformers model computes q, k and v in one projection that peft wraps as one LoRA module:
+    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm. Phi-3's fused
+    ``qkv_proj`` has a Llama-like spec and counts as three modules."""
+    from workbench.specs import Normalization
+
+    return m.implementation is Implementation.TRANSFORMERS and m.normalization is Normalization.LAYERNORM
+
+
+def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, value_bytes):
+    """Bytes per token that LoRA adds to (or, negative, takes from) one layer's :func:`layer_activation_bytes`
+    (full fine-tune count, t = 1; ``frozen_norms`` is that function's own part).
+
+    peft's ``Linear.forward`` (``tuners/lora/layer.py``) runs the frozen projection, then
+    ``lora_B(lora_A(dropout(x))) * scaling`` in Python; GPT-2's ``Conv1D`` is wrapped alike (``fan_in_fan_out``).
+    In a transformers model the frozen projection is a plain ``F.linear``/``addmm`` whose weight needs no gradient,
+    so autograd keeps no copy of its input (only the weight, a parameter). Per projection group — q/k/v (input h),
+    o (a·d), the MLP's first projections (h) and its down projection (f; dense MLPs) — the layer then keeps:
+
+    * no adapter in the group: nothing (the full-fine-tune count's v per input value goes);
+    * adapters without dropout: the input once, v per value, which every adapter's A keeps (the same tensor);
+    * adapters with ``dropout`` > 0: per adapter module, the dropped copy (v, kept by A) and its 1-byte mask
+      (``torch.native_dropout`` on a GPU);
+
+    and per adapter module A's output, r values (kept by B). Fused projections are one module: GPT-2's ``c_attn``
+    and GPT-NeoX's ``query_key_value`` (:func:`hf_fused_qkv`); gate and up count as two in gated MLPs.
+
+    Counted on the CPU, storage by storage (``benchmarks/hf_lora_saved_tensors_cpu.py``, toy GPT-2 with
+    ``c_attn`` + ``c_proj`` targets and Llama with q, k, v, o, lora_dropout 0.05): exactly the difference with and
+    without LoRA. A megatron-core layer keeps its linears' inputs whether their weights train or not
+    (``LinearWithGradAccumulationAndAsyncCommunication`` saves them unconditionally), so other implementations add
+    only the adapters' own tensors: the dropped copies and r values per target, all charged v + 1 bytes."""
+    if not rank:
+        return 0.0
+    v = value_bytes
+    h, q = m.hidden_size, m.query_projection_size
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    targets = set(targets)
+    dense = not m.is_moe
+    if m.implementation is not Implementation.TRANSFORMERS:
+        k = m.moe_top_k if m.is_moe else 1
+        inputs = {"q": h, "k": h, "v": h, "o": q, "gate": h * k if m.is_gated else 0, "up": h * k, "down": f * k}
+        live = [t for t in targets if inputs[t]]
+        return (rank * len(live) + (sum(inputs[t] for t in live) if dropout > 0 else 0)) * (v + 1)
+    qkv = len(targets & {"q", "k", "v"})
+    fc1 = len(targets & ({"gate", "up"} if m.is_gated else {"up"})) if dense else 0
+    groups = [(h, min(qkv, 1) if hf_fused_qkv(m) else qkv), (q, int("o" in targets))]
+    if dense:  # MoE experts are fused 3-D weights peft does not wrap; their inputs are moe_activation_bytes'
+        groups += [(h, fc1), (f, int("down" in targets))]
+    total = 0.0
+    for width, modules in groups:
+        kept = (modules * (v + 1) * width if dropout > 0 else v * width) if modules else 0.0
+        total += kept - v * width + modules * rank * v
+    return total
+
+
 def moe_expert_tokens(tokens, *, top_k, tensor_parallel, expert_tensor_parallel, token_factor=1.0):
     """Token copies one rank's local experts process per micro-batch: the ``tokens`` (s·b/cp) of the layer, split
     over the tensor-parallel group (sequence parallel; megatron-core requires it with expert parallel and TP),
@@ -1252,7 +1308,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0, cp_comm_type=0,
                 cp_a2a_size=1,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
-                lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
+                lora_bytes_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
@@ -1341,9 +1397,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 if any_true(asarray(moe_recompute) > 0) else fp8_delta)
     kept = kept + where(recompute >= 2, 0.0, fp8_kept)
     full_layer = full_layer + fp8_delta
-    # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
-    lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
-                * (value_bytes + 1))
+    # LoRA (:func:`lora_activation_bytes_per_token`): the adapters' saved tensors, less the frozen linears' inputs
+    lora_act = lora_bytes_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
     kept = kept + where(recompute >= 2, 0.0, lora_act)
     full_layer = full_layer + lora_act
     recomputed = where(recompute >= 2, minimum(recompute_layers, layers), 0)
