@@ -286,7 +286,7 @@ def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision, main
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
     """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
     a measured ``profile`` supplies the overhead constants."""
-    from workbench.memory import lora_activation_bytes_per_token
+    from workbench.memory import lora_activation_bytes_per_token, lora_frees_down_input
 
     precision = Precision.parse(precision, "precision")
     first, middle, last = stage_layer_columns(model.num_layers, cols)
@@ -303,6 +303,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                lora_bytes_per_token=lora_activation_bytes_per_token(
                    model, rank=cols["lora_rank"], targets=cols["lora_targets"], dropout=cols["lora_dropout"],
                    value_bytes=precision.bytes_per_value),
+               lora_free_down=int(lora_frees_down_input(model, rank=cols["lora_rank"], targets=cols["lora_targets"])),
                fp8=int(precision.is_fp8), fp8_recipe=cols.get("fp8_recipe", 0),
                fp8_param_gather=cols.get("fp8_pg", 0), fp8_bf16_first=cols.get("fp8_bf16_first", 0),
                fp8_bf16_last=cols.get("fp8_bf16_last", 0),
