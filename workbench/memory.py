@@ -860,12 +860,23 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
 
 def lora_frees_down_input(m: ModelSpec, *, rank, targets) -> bool:
     """Whether a transformers model under LoRA keeps nothing of its dense MLP's down-projection input (the frozen
-    projection keeps no input and no adapter sits on it: :func:`lora_activation_bytes_per_token`). The backward of
-    a recomputed layer then holds the f-wide gradients of the MLP's intermediates beside the saved tensors without
-    having freed that input first: counted on the CPU for a toy Llama with q, k, v, o adapters and SDPA, the peak
-    (in the product's backward) is v·f per token above the full fine-tune's working set."""
+    projection keeps no input and no adapter sits on it: :func:`lora_activation_bytes_per_token`), so a recomputed
+    layer's backward frees nothing before its MLP's gradients (:func:`hf_recomputed_working_bytes_per_token`)."""
     return (bool(rank) and m.implementation is Implementation.TRANSFORMERS and not m.is_moe
             and "down" not in set(targets))
+
+
+def hf_recomputed_working_bytes_per_token(m: ModelSpec, *, value_bytes, lora_free_down=0):
+    """Bytes per token (t = 1) a recomputed transformers layer's backward holds on top of its saved tensors (its
+    :func:`layer_activation_bytes` with LoRA's part): the gradients of its MLP's f-wide intermediates once the
+    product's has been consumed — down_proj's input gradient and the two the product's backward makes, less the
+    product itself, which down_proj kept and has released: 2·v·f gated, v·f otherwise (counted on the CPU for a toy
+    Mistral layer with LoRA at the peak after the first adapter gradient). ``lora_free_down`` (1 under LoRA when
+    nothing kept the product, :func:`lora_frees_down_input`): nothing was released, one v·f more (a toy Llama with
+    q, k, v, o adapters and SDPA, ``benchmarks/hf_lora_saved_tensors_cpu.py --recompute``: at its peak, in the
+    product's backward, the gate, up and SiLU outputs beside three f-wide gradients)."""
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    return (1 + m.is_gated + lora_free_down) * value_bytes * f
 
 
 def moe_expert_tokens(tokens, *, top_k, tensor_parallel, expert_tensor_parallel, token_factor=1.0):
@@ -1449,14 +1460,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
-    # a recomputed transformers layer's backward holds, on top of its activations, the gradients of its MLP's f-wide
-    # intermediates once the product's has been consumed (down_proj's input gradient and the two the product's
-    # backward makes, less the product itself: 2·v·f per token gated, v·f otherwise; counted on the CPU for a toy
-    # Mistral layer with LoRA at the peak after the first adapter gradient); one v·f more when nothing kept the
-    # product (:func:`lora_frees_down_input`)
-    hf_working = (where(recompute >= 2, (1 + m.is_gated + lora_free_down) * value_bytes * m.seq_length
-                           / context_parallel * micro_batch
-                           * (m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size) / tensor_parallel, 0.0)
+    hf_working = (where(recompute >= 2, hf_recomputed_working_bytes_per_token(m, value_bytes=value_bytes,
+                                                                              lora_free_down=lora_free_down)
+                        * m.seq_length / context_parallel * micro_batch / tensor_parallel, 0.0)
                   if m.implementation is Implementation.TRANSFORMERS else 0.0)
     recomputed_transient = (maximum(output, full_layer + hf_working) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
