@@ -30,7 +30,7 @@ from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.hf import soft_capped
 from workbench.npscalar import asarray, isin, maximum, minimum, ndim, where
-from workbench.params import (lora_activation_values_per_token, lora_modules_per_layer, lora_params_per_layer,
+from workbench.params import (lora_modules_per_layer, lora_params_per_layer,
                               model_vocab_size, parameter_tensors)
 from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, ExpertsImpl, Fp8Recipe, Implementation,
                              ModelSpec, MoEDispatcher, Offload, ParallelPlan, Precision, Recompute,
@@ -286,6 +286,8 @@ def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision, main
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
     """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
     a measured ``profile`` supplies the overhead constants."""
+    from workbench.memory import lora_activation_bytes_per_token, lora_frees_down_input
+
     precision = Precision.parse(precision, "precision")
     first, middle, last = stage_layer_columns(model.num_layers, cols)
     out = dict(first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last, engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
@@ -298,9 +300,10 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                offload_optimizer=cols["off_opt"], offload_params=cols["off_par"],
                distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_adam"],
                overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
-               lora_activation_per_token=(lora_activation_values_per_token(model, cols["lora_rank"],
-                                                                           cols["lora_targets"], cols["lora_dropout"])
-                                          if cols["lora_rank"] else 0.0),
+               lora_bytes_per_token=lora_activation_bytes_per_token(
+                   model, rank=cols["lora_rank"], targets=cols["lora_targets"], dropout=cols["lora_dropout"],
+                   value_bytes=precision.bytes_per_value),
+               lora_free_down=int(lora_frees_down_input(model, rank=cols["lora_rank"], targets=cols["lora_targets"])),
                fp8=int(precision.is_fp8), fp8_recipe=cols.get("fp8_recipe", 0),
                fp8_param_gather=cols.get("fp8_pg", 0), fp8_bf16_first=cols.get("fp8_bf16_first", 0),
                fp8_bf16_last=cols.get("fp8_bf16_last", 0),

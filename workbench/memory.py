@@ -666,7 +666,10 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
     * gated MLP (``down_proj(act_fn(gate_proj(x)) * up_proj(x))``): the activation keeps the gate output, the
       product keeps the activation's output and the up output, down_proj keeps the product: 4·v·f, one v·f more.
     * GPT-2's ``gelu_new`` (``NewGELUActivation``: ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`` op by op) keeps
-      three more f-wide tensors, and its q and k are made contiguous copies (``c_attn`` output split): 3·v·f + 2·v·q.
+      three more f-wide tensors, and under SDPA its q and k are made contiguous copies (``c_attn`` output split):
+      3·v·f + 2·v·q. Eager attention's ``torch.matmul`` copies q, k and v into its batched matmuls (the copies it
+      keeps are :func:`layer_activation_bytes`' Q, K and V) and nothing else keeps the split views: 3·v·f (counted
+      by ``benchmarks/hf_lora_saved_tensors_cpu.py``).
     * Gemma 2's eager attention soft-caps the scores (``tanh(scores / cap) · cap``): tanh keeps its output, v per
       score (a·s per token).
 
@@ -691,7 +694,9 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
         if m.is_gated:
             extra = extra + v * f
         elif m.position_embedding is Positions.LEARNED:  # GPT-2
-            extra = extra + 3 * v * f + 2 * v * m.query_projection_size
+            extra = extra + 3 * v * f
+            if not m.attention.materialises_scores:
+                extra = extra + 2 * v * m.query_projection_size
     from workbench.hf import soft_capped
 
     if soft_capped(m) and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capped scores
@@ -788,6 +793,91 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     selective = full_layer - core - moe_dropped
     checkpoint_only = v * sbh * rep
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
+
+
+def hf_fused_qkv(m: ModelSpec) -> bool:
+    """Whether a transformers model computes q, k and v in one projection that peft wraps as one LoRA module:
+    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm. Phi-3's fused
+    ``qkv_proj`` has a Llama-like spec and counts as three modules."""
+    from workbench.specs import Normalization
+
+    return m.implementation is Implementation.TRANSFORMERS and m.normalization is Normalization.LAYERNORM
+
+
+def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, value_bytes):
+    """Bytes per token that LoRA adds to (or, negative, takes from) one layer's :func:`layer_activation_bytes`
+    (full fine-tune count, t = 1; ``frozen_norms`` is that function's own part).
+
+    peft's ``Linear.forward`` (``tuners/lora/layer.py``) runs the frozen projection, then
+    ``lora_B(lora_A(dropout(x))) * scaling`` in Python; GPT-2's ``Conv1D`` is wrapped alike (``fan_in_fan_out``).
+    In a transformers model the frozen projection is a plain ``F.linear``/``addmm`` whose weight needs no gradient,
+    so autograd keeps no copy of its input (only the weight, a parameter). Per projection group — q/k/v (input h),
+    o (a·d), the MLP's first projections (h) and its down projection (f; dense MLPs) — the layer then keeps:
+
+    * no adapter in the group: nothing (the full-fine-tune count's v per input value goes), except o's input under
+      SDPA/flash attention, which is the attention kernel's own output (transformers' ``sdpa_attention_forward``
+      transposes it back to a view) and which the kernel keeps for its backward; eager attention's o input is a
+      fresh copy (``attn_output.transpose(1, 2)`` then ``reshape``) that only o keeps;
+    * adapters without dropout: the input once, v per value, which every adapter's A keeps (the same tensor);
+    * adapters with ``dropout`` > 0: per adapter module, the dropped copy (v, kept by A) and its 1-byte mask
+      (``torch.native_dropout`` on a GPU);
+
+    and per adapter module A's output, r values (kept by B). Fused projections are one module: GPT-2's ``c_attn``
+    and GPT-NeoX's ``query_key_value`` (:func:`hf_fused_qkv`); gate and up count as two in gated MLPs.
+
+    Counted on the CPU, storage by storage (``benchmarks/hf_lora_saved_tensors_cpu.py``, toy GPT-2 with
+    ``c_attn`` + ``c_proj`` targets and Llama with q, k, v, o, lora_dropout 0.05, eager attention): exactly the
+    difference with and without LoRA. A megatron-core layer keeps its linears' inputs whether their weights train
+    or not (``LinearWithGradAccumulationAndAsyncCommunication`` saves them unconditionally), so other
+    implementations add only the adapters' own tensors: the dropped copies and r values per target, all charged
+    v + 1 bytes."""
+    if not rank:
+        return 0.0
+    v = value_bytes
+    h, q = m.hidden_size, m.query_projection_size
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    targets = set(targets)
+    if m.implementation is not Implementation.TRANSFORMERS:
+        k = m.moe_top_k if m.is_moe else 1
+        inputs = {"q": h, "k": h, "v": h, "o": q, "gate": h * k if m.is_gated else 0, "up": h * k, "down": f * k}
+        live = [t for t in targets if inputs[t]]
+        return (rank * len(live) + (sum(inputs[t] for t in live) if dropout > 0 else 0)) * (v + 1)
+    qkv = len(targets & {"q", "k", "v"})
+    # (input width, adapter modules, whether another op keeps that input anyway)
+    groups = [(h, min(qkv, 1) if hf_fused_qkv(m) else qkv, False),
+              (q, int("o" in targets), not m.attention.materialises_scores)]
+    if not m.is_moe:  # MoE experts are fused 3-D weights peft does not wrap; their inputs are moe_activation_bytes'
+        fc1 = len(targets & ({"gate", "up"} if m.is_gated else {"up"}))
+        groups += [(h, fc1, False), (f, int("down" in targets), False)]
+    total = 0.0
+    for width, modules, shared in groups:
+        if dropout > 0:
+            adapters = modules * (v + 1) * width
+        else:
+            adapters = v * width if modules and not shared else 0.0
+        total += adapters - (0.0 if shared else v * width) + modules * rank * v
+    return total
+
+
+def lora_frees_down_input(m: ModelSpec, *, rank, targets) -> bool:
+    """Whether a transformers model under LoRA keeps nothing of its dense MLP's down-projection input (the frozen
+    projection keeps no input and no adapter sits on it: :func:`lora_activation_bytes_per_token`), so a recomputed
+    layer's backward frees nothing before its MLP's gradients (:func:`hf_recomputed_working_bytes_per_token`)."""
+    return (bool(rank) and m.implementation is Implementation.TRANSFORMERS and not m.is_moe
+            and "down" not in set(targets))
+
+
+def hf_recomputed_working_bytes_per_token(m: ModelSpec, *, value_bytes, lora_free_down=0):
+    """Bytes per token (t = 1) a recomputed transformers layer's backward holds on top of its saved tensors (its
+    :func:`layer_activation_bytes` with LoRA's part): the gradients of its MLP's f-wide intermediates once the
+    product's has been consumed — down_proj's input gradient and the two the product's backward makes, less the
+    product itself, which down_proj kept and has released: 2·v·f gated, v·f otherwise (counted on the CPU for a toy
+    Mistral layer with LoRA at the peak after the first adapter gradient). ``lora_free_down`` (1 under LoRA when
+    nothing kept the product, :func:`lora_frees_down_input`): nothing was released, one v·f more (a toy Llama with
+    q, k, v, o adapters and SDPA, ``benchmarks/hf_lora_saved_tensors_cpu.py --recompute``: at its peak, in the
+    product's backward, the gate, up and SiLU outputs beside three f-wide gradients)."""
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    return (1 + m.is_gated + lora_free_down) * value_bytes * f
 
 
 def moe_expert_tokens(tokens, *, top_k, tensor_parallel, expert_tensor_parallel, token_factor=1.0):
@@ -1249,7 +1339,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 recompute_layers, value_bytes, fp16=0, offload_optimizer=0, offload_params=0, cp_comm_type=0,
                 cp_a2a_size=1,
                 distributed_optimizer=0, fused_kernels=1, overlap_comm=1, overheads=None, lora_params_per_layer=0,
-                lora_activation_per_token=0.0, first_stage_layers=None, middle_stage_layers=None,
+                lora_bytes_per_token=0.0, lora_free_down=0, first_stage_layers=None, middle_stage_layers=None,
                 last_stage_layers=None, fp8=0, fp8_recipe=0, fp8_param_gather=0, fp8_layer_fraction=1.0,
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
@@ -1338,9 +1428,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 if any_true(asarray(moe_recompute) > 0) else fp8_delta)
     kept = kept + where(recompute >= 2, 0.0, fp8_kept)
     full_layer = full_layer + fp8_delta
-    # LoRA adapters' own saved tensors: 16-bit values, plus peft's 1-byte dropout mask per dropped input value
-    lora_act = (lora_activation_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
-                * (value_bytes + 1))
+    # LoRA (:func:`lora_activation_bytes_per_token`): the adapters' saved tensors, less the frozen linears' inputs
+    lora_act = lora_bytes_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
     kept = kept + where(recompute >= 2, 0.0, lora_act)
     full_layer = full_layer + lora_act
     recomputed = where(recompute >= 2, minimum(recompute_layers, layers), 0)
@@ -1368,13 +1457,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     # transformers' gradient_checkpointing_enable() checkpoints the decoder layers only: the loss and the output
     # layer's backward end before the last layer is recomputed, so the two transients do not overlap
-    # a recomputed transformers layer's backward holds, on top of its activations, the gradients of its MLP's f-wide
-    # intermediates once the product's has been consumed (down_proj's input gradient and the two the product's
-    # backward makes, less the product itself: 2·v·f per token gated, v·f otherwise; counted on the CPU for a toy
-    # Mistral layer with LoRA at the peak after the first adapter gradient)
-    hf_working = (where(recompute >= 2, (1 + m.is_gated) * value_bytes * m.seq_length / context_parallel
-                           * micro_batch * (m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size)
-                           / tensor_parallel, 0.0)
+    hf_working = (where(recompute >= 2, hf_recomputed_working_bytes_per_token(m, value_bytes=value_bytes,
+                                                                              lora_free_down=lora_free_down)
+                        * m.seq_length / context_parallel * micro_batch / tensor_parallel, 0.0)
                   if m.implementation is Implementation.TRANSFORMERS else 0.0)
     recomputed_transient = (maximum(output, full_layer + hf_working) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)

@@ -152,22 +152,6 @@ def lora_modules_per_layer(m: ModelSpec, rank: int, targets) -> int:
     return sum(per_target[t] for t in targets)
 
 
-def lora_activation_values_per_token(m: ModelSpec, rank: int, targets, dropout: float = 0.0) -> float:
-    """What one layer's adapters keep for backward per token, in values: each adapter's A output (r, kept by B),
-    and with ``lora_dropout`` > 0 peft's dropped copy of the target's input (in features, kept by A; peft's
-    ``LoraLayer`` forward: ``lora_B(lora_A(dropout(x)))``). Without dropout A keeps the same input tensor the
-    frozen projection already keeps: nothing more. The memory model charges v + 1 bytes per value (the 1-byte
-    dropout mask; r bytes per adapter too many for the A outputs, which have none)."""
-    if not rank:
-        return 0.0
-    h, q = m.hidden_size, m.query_projection_size
-    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
-    k = m.moe_top_k if m.is_moe else 1
-    inputs = {"q": h, "k": h, "v": h, "o": q, "gate": h * k if m.is_gated else 0, "up": h * k, "down": f * k}
-    live = [t for t in targets if inputs[t]]
-    return rank * len(live) + (sum(inputs[t] for t in live) if dropout > 0 else 0)
-
-
 def lora_params_per_layer(m: ModelSpec, rank: int, targets) -> int:
     """LoRA adapter parameters of one layer: r·(in + out) per target projection (Hu et al. 2021, eq. 3: ΔW = B·A
     with A r×in and B out×r; peft's ``LoraLayer`` has no adapter biases). Targets: q (h → a·d), k and v (h → g·d),
