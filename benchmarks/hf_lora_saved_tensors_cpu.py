@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FAMILIES = ("gpt2", "llama")
+FAMILIES = ("gpt2", "llama", "phi3")
 LORA_DROPOUT = 0.05  # benchmarks/corpus/measure.py
 
 
@@ -44,11 +44,19 @@ def config(family: str, *, hidden=64, heads=4, seq=128) -> dict:
         return dict(model_type="llama", hidden_size=hidden, num_hidden_layers=2, num_attention_heads=heads,
                     num_key_value_heads=heads, intermediate_size=3 * hidden, vocab_size=256,
                     max_position_embeddings=seq, tie_word_embeddings=False)
+    if family == "phi3":  # fused qkv_proj and gate_up_proj
+        return dict(model_type="phi3", hidden_size=hidden, num_hidden_layers=2, num_attention_heads=heads,
+                    num_key_value_heads=heads, intermediate_size=3 * hidden, vocab_size=256,
+                    max_position_embeddings=seq, tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0,
+                    attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     raise ValueError(f"family={family!r}: expected one of {FAMILIES}")
 
 
 def peft_targets(model_type: str) -> list:
-    """The ``target_modules`` ``benchmarks/corpus/measure.py`` gives peft."""
+    """The ``target_modules`` ``benchmarks/corpus/measure.py`` gives peft; Phi-3 (no corpus LoRA run): its fused
+    ``qkv_proj`` and ``gate_up_proj`` and ``o_proj``, each one peft module."""
+    if model_type == "phi3":
+        return ["qkv_proj", "o_proj", "gate_up_proj"]
     return ["c_attn", "c_proj"] if model_type == "gpt2" else ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 

@@ -797,11 +797,12 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
 
 def hf_fused_qkv(m: ModelSpec) -> bool:
     """Whether a transformers model computes q, k and v in one projection that peft wraps as one LoRA module:
-    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm. Phi-3's fused
-    ``qkv_proj`` has a Llama-like spec and counts as three modules."""
+    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm, and Phi-3
+    (``qkv_proj``: :attr:`~workbench.specs.ModelSpec.fused_projections`)."""
     from workbench.specs import Normalization
 
-    return m.implementation is Implementation.TRANSFORMERS and m.normalization is Normalization.LAYERNORM
+    return m.implementation is Implementation.TRANSFORMERS and (m.normalization is Normalization.LAYERNORM
+                                                                or m.fused_projections)
 
 
 def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, value_bytes):
@@ -823,7 +824,8 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
       (``torch.native_dropout`` on a GPU);
 
     and per adapter module A's output, r values (kept by B). Fused projections are one module: GPT-2's ``c_attn``
-    and GPT-NeoX's ``query_key_value`` (:func:`hf_fused_qkv`); gate and up count as two in gated MLPs.
+    and GPT-NeoX's ``query_key_value`` (:func:`hf_fused_qkv`), Phi-3's ``qkv_proj`` and ``gate_up_proj``; gate and
+    up count as two in the other gated MLPs.
 
     Counted on the CPU, storage by storage (``benchmarks/hf_lora_saved_tensors_cpu.py``, toy GPT-2 with
     ``c_attn`` + ``c_proj`` targets and Llama with q, k, v, o, lora_dropout 0.05, eager attention): exactly the
@@ -848,6 +850,7 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
               (q, int("o" in targets), not m.attention.materialises_scores)]
     if not m.is_moe:  # MoE experts are fused 3-D weights peft does not wrap; their inputs are moe_activation_bytes'
         fc1 = len(targets & ({"gate", "up"} if m.is_gated else {"up"}))
+        fc1 = min(fc1, 1) if m.fused_projections else fc1  # Phi-3's gate_up_proj: one peft module
         groups += [(h, fc1, False), (f, int("down" in targets), False)]
     total = 0.0
     for width, modules, shared in groups:
