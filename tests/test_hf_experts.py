@@ -251,3 +251,14 @@ def test_model_panel_sets_the_experts_implementation_of_a_transformers_moe_model
         assert app.state.model.experts_implementation is None and box.disabled
     finally:
         app.close()
+
+
+def test_gpt2_and_neox_fused_qkv_is_one_lora_module():
+    """peft wraps GPT-2's c_attn and GPT-NeoX's query_key_value whole: q, k and v targets are one module."""
+    for name in ("gpt2", "pythia-160m"):
+        spec = import_hf(HF / name).spec
+        assert params.hf_fused_qkv(spec)
+        assert params.lora_modules_per_layer(spec, 8, ("q", "k", "v")) == 1
+        assert params.lora_modules_per_layer(spec, 8, ("q", "v", "o")) == 2
+        assert params.lora_modules_per_layer(spec, 0, ("q", "v", "o")) == 0
+    assert not params.hf_fused_qkv(import_hf(HF / "phi3-mini").spec.replace(fused_projections=False))

@@ -795,16 +795,6 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
 
 
-def hf_fused_qkv(m: ModelSpec) -> bool:
-    """Whether a transformers model computes q, k and v in one projection that peft wraps as one LoRA module:
-    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm, and Phi-3
-    (``qkv_proj``: :attr:`~workbench.specs.ModelSpec.fused_projections`)."""
-    from workbench.specs import Normalization
-
-    return m.implementation is Implementation.TRANSFORMERS and (m.normalization is Normalization.LAYERNORM
-                                                                or m.fused_projections)
-
-
 def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, value_bytes):
     """Bytes per token that LoRA adds to (or, negative, takes from) one layer's :func:`layer_activation_bytes`
     (full fine-tune count, t = 1; ``frozen_norms`` is that function's own part).
@@ -824,7 +814,7 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
       (``torch.native_dropout`` on a GPU);
 
     and per adapter module A's output, r values (kept by B). Fused projections are one module: GPT-2's ``c_attn``
-    and GPT-NeoX's ``query_key_value`` (:func:`hf_fused_qkv`), Phi-3's ``qkv_proj`` and ``gate_up_proj``; gate and
+    and GPT-NeoX's ``query_key_value`` (:func:`workbench.params.hf_fused_qkv`), Phi-3's ``qkv_proj`` and ``gate_up_proj``; gate and
     up count as two in the other gated MLPs.
 
     Counted on the CPU, storage by storage (``benchmarks/hf_lora_saved_tensors_cpu.py``, toy GPT-2 with
@@ -846,7 +836,7 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
         return (rank * len(live) + (sum(inputs[t] for t in live) if dropout > 0 else 0)) * (v + 1)
     qkv = len(targets & {"q", "k", "v"})
     # (input width, adapter modules, whether another op keeps that input anyway)
-    groups = [(h, min(qkv, 1) if hf_fused_qkv(m) else qkv, False),
+    groups = [(h, min(qkv, 1) if P.hf_fused_qkv(m) else qkv, False),
               (q, int("o" in targets), not m.attention.materialises_scores)]
     if not m.is_moe:  # MoE experts are fused 3-D weights peft does not wrap; their inputs are moe_activation_bytes'
         fc1 = len(targets & ({"gate", "up"} if m.is_gated else {"up"}))

@@ -132,20 +132,29 @@ def parameter_counts(m: ModelSpec) -> ParameterCounts:
     )
 
 
+def hf_fused_qkv(m: ModelSpec) -> bool:
+    """Whether a transformers model computes q, k and v in one projection that peft wraps as one LoRA module:
+    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm, and Phi-3
+    (``qkv_proj``: :attr:`~workbench.specs.ModelSpec.fused_projections`)."""
+    return m.implementation is Implementation.TRANSFORMERS and (m.normalization is Normalization.LAYERNORM
+                                                                or m.fused_projections)
+
+
 def lora_modules_per_layer(m: ModelSpec, rank: int, targets) -> int:
     """Projections of one layer that peft wraps in a LoRA ``Linear`` (each forward runs the frozen projection and
     then, in Python, ``lora_B(lora_A(dropout(x))) * scaling`` added to it: peft ``tuners/lora/layer.py``
     ``Linear.forward``): one per attention target, the MLP targets once per expert (``gate`` only in gated MLPs),
-    as :func:`lora_params_per_layer` counts them. A fused projection (GPT-2's ``c_attn``) is one module where this
-    count keeps q, k and v apart, except for Phi-3 (``fused_projections``): ``qkv_proj`` wraps q, k and v,
-    ``gate_up_proj`` gate and up (peft targets them whole: :func:`workbench.hf.lora_target_modules`). 0 without
-    LoRA."""
+    as :func:`lora_params_per_layer` counts them. A fused projection is one module: GPT-2's ``c_attn``, GPT-NeoX's
+    ``query_key_value`` and Phi-3's ``qkv_proj`` wrap q, k and v (:func:`hf_fused_qkv`), Phi-3's ``gate_up_proj``
+    gate and up (peft targets them whole: :func:`workbench.hf.lora_target_modules`). 0 without LoRA."""
     if not rank:
         return 0
+    targets = set(targets)
     if m.fused_projections:
-        targets = set(targets)
         return (bool(targets & {"q", "k", "v"}) + ("o" in targets) + bool(targets & {"gate", "up"})
                 + ("down" in targets))
+    if hf_fused_qkv(m):
+        targets = (targets - {"k", "v"}) | ({"q"} if targets & {"q", "k", "v"} else set())
     experts = m.num_experts if m.is_moe else 1
     per_target = {"q": 1, "k": 1, "v": 1, "o": 1, "gate": experts if m.is_gated else 0, "up": experts,
                   "down": experts}
