@@ -50,11 +50,11 @@ def test_host_grows_with_layers_and_lora_targets():
     assert last16 == pytest.approx(2 * last8)
     every = time_inputs(_hf(), H200, _plan(lora_rank=8))
     every.update(base)
-    assert microstep_host(StepInputs(**every), 8.0)[0] == pytest.approx(8 * (per_layer + 6 * per_module))
+    assert microstep_host(StepInputs(**every), 8.0)[0] == pytest.approx(8 * (per_layer + 4 * per_module))
     # a checkpointed layer runs its adapters again in the recompute; its own host time is the checkpoint term's
     full = time_inputs(_hf(), H200, _plan(lora_rank=8, recompute="full"))
     full.update(base)
-    assert microstep_host(StepInputs(**full), 8.0)[0] == pytest.approx(8 * 2 * 6 * per_module)
+    assert microstep_host(StepInputs(**full), 8.0)[0] == pytest.approx(8 * 2 * 4 * per_module)
 
 
 def test_lora_modules_count_each_adapted_projection_and_each_expert():
@@ -115,7 +115,7 @@ def test_zero2_hooks_count_the_trainable_tensors():
     assert timing.zero2_hook_seconds(StepInputs(**x), 12) == pytest.approx(
         x["parameter_tensors"] * x["deepspeed_tensor_seconds"])
     assert timing.zero2_hook_seconds(StepInputs(**lora), 12) == pytest.approx(
-        2 * 6 * 12 * lora["deepspeed_tensor_seconds"])  # A and B of the 6 adapted projections of 12 layers
+        2 * 4 * 12 * lora["deepspeed_tensor_seconds"])  # A and B of 4 adapted modules (fused QKV, o, up, down) x 12
 
 
 def test_ulysses_lora_recompute_is_priced_against_a_host_floor_without_recompute_too():
