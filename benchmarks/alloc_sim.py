@@ -1,0 +1,371 @@
+"""A study of the caching allocator's reserve: PyTorch's CUDA caching-allocator policy replayed over an allocation
+trace of one training step, simulated reserve beside the measured one of the H200 corpus.
+
+The reserve is ``max_memory_reserved / max_memory_allocated − 1``. :class:`CachingAllocator` replays the policy of
+``c10/cuda/CUDACachingAllocator.cpp`` (torch 2.11, default ``PYTORCH_CUDA_ALLOC_CONF``, one stream):
+
+- a request is rounded up to a multiple of 512 B (``round_size``);
+- requests of at most 1 MiB come from the small pool, whose segments are 2 MiB (``kSmallBuffer``); larger ones from
+  the large pool: below 10 MiB (``kMinLargeAlloc``) a new segment is 20 MiB (``kLargeBuffer``), above it the request
+  rounded up to 2 MiB (``kRoundLarge``) — ``get_allocation_size``;
+- a request takes the smallest cached free block of its pool that fits (``get_free_block``: ``pool.lower_bound``
+  over blocks ordered by size, then address), else a new segment (``alloc_block``);
+- a found block is split when the rest is at least 512 B (small pool) or more than 1 MiB (large pool)
+  (``should_split``), the request keeping the lower addresses; unsplit, the whole block counts as allocated;
+- a freed block merges with free neighbours of its segment and is cached, never returned (no ``empty_cache``);
+- when a new segment would pass the device's capacity, every wholly free segment is released and the request
+  retried (``release_cached_blocks``), as before an out-of-memory error.
+
+The trace comes from a forward and backward of a transformers model built from a corpus record's config on the
+meta device (no memory, the real tensor sizes): a ``TorchDispatchMode`` records each new storage of an operator's
+output, a weak-reference finalizer its release, in program order. DeepSpeed's ZeRO-0/1/2 state on one GPU
+(``deepspeed/runtime/zero/stage_1_and_2.py`` and ``bf16_optimizer.py``, 0.19) is added around it as allocations:
+the bf16 parameters created one by one by ``from_config``, then flattened into one buffer and the originals freed;
+the fp32 master partition; gradients (ZeRO-2: an fp32 partition and a bf16 ``ipg`` bucket of
+``min(reduce_bucket_size, parameters)`` elements; ZeRO-0/1: each parameter's bf16 gradient as autograd makes it,
+then an fp32 flat copy at the step); Adam's two fp32 states at the first step. Several steps are replayed; the
+measured runs took 6.
+
+Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run).
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import sys
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl"
+SPLIT = ROOT / "benchmarks" / "accuracy_split.json"
+
+MIN_BLOCK_BYTES = 512  # kMinBlockSize
+SMALL_SIZE_BYTES = 1 << 20  # kSmallSize: requests up to this go to the small pool
+SMALL_BUFFER_BYTES = 2 << 20  # kSmallBuffer: a small-pool segment
+MIN_LARGE_ALLOC_BYTES = 10 << 20  # kMinLargeAlloc
+LARGE_BUFFER_BYTES = 20 << 20  # kLargeBuffer: the segment of a 1-10 MiB request
+ROUND_LARGE_BYTES = 2 << 20  # kRoundLarge
+H200_BYTES = 150_754_820_096  # torch.cuda.mem_get_info total of an H200 (141 GiB HBM3e less the driver's share)
+
+
+def round_size(size_bytes: int) -> int:
+    """A request rounded up to a multiple of :data:`MIN_BLOCK_BYTES` (``round_size``)."""
+    return max(MIN_BLOCK_BYTES, -(-size_bytes // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES)
+
+
+def segment_bytes(size_bytes: int) -> int:
+    """The size of the segment a rounded request that no cached block fits gets (``get_allocation_size``)."""
+    if size_bytes <= SMALL_SIZE_BYTES:
+        return SMALL_BUFFER_BYTES
+    if size_bytes < MIN_LARGE_ALLOC_BYTES:
+        return LARGE_BUFFER_BYTES
+    return -(-size_bytes // ROUND_LARGE_BYTES) * ROUND_LARGE_BYTES
+
+
+@dataclass
+class _Block:
+    segment: int
+    offset: int
+    size: int
+    small: bool
+    free: bool = True
+    prev: "_Block | None" = None
+    next: "_Block | None" = None
+
+
+@dataclass
+class CachingAllocator:
+    """The caching allocator's bookkeeping: ``malloc(size) -> handle``, ``free(handle)``; allocated, reserved and
+    their peaks in bytes as ``torch.cuda.memory_allocated``/``memory_reserved`` count them."""
+    capacity_bytes: int = H200_BYTES
+    allocated_bytes: int = 0
+    reserved_bytes: int = 0
+    peak_allocated_bytes: int = 0
+    peak_reserved_bytes: int = 0
+    _pools: dict = field(default_factory=lambda: {True: [], False: []})  # small? -> sorted [(size, seg, off, id)]
+    _blocks: dict = field(default_factory=dict)  # id -> _Block
+    _live: dict = field(default_factory=dict)  # handle -> block id
+    _segments: dict = field(default_factory=dict)  # segment -> (size, first block id)
+    _next_id: int = 0
+
+    def _key(self, b: _Block):
+        return (b.size, b.segment, b.offset, id(b))
+
+    def _cache(self, b: _Block):
+        b.free = True
+        bisect.insort(self._pools[b.small], self._key(b))
+        self._blocks[id(b)] = b
+
+    def _uncache(self, b: _Block):
+        pool = self._pools[b.small]
+        pool.pop(bisect.bisect_left(pool, self._key(b)))
+
+    def _new_segment(self, size_bytes: int, small: bool) -> _Block:
+        seg = segment_bytes(size_bytes)
+        if self.reserved_bytes + seg > self.capacity_bytes:
+            self._release_free_segments()
+            if self.reserved_bytes + seg > self.capacity_bytes:
+                raise MemoryError(f"simulated out of memory: {size_bytes} B requested with "
+                                  f"{self.reserved_bytes} B reserved of {self.capacity_bytes} B")
+        self._next_id += 1
+        b = _Block(segment=self._next_id, offset=0, size=seg, small=small)
+        self._segments[self._next_id] = seg
+        self.reserved_bytes += seg
+        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+        return b
+
+    def _release_free_segments(self):
+        for small, pool in self._pools.items():
+            keep = []
+            for key in pool:
+                b = self._blocks[key[3]]
+                if b.prev is None and b.next is None:
+                    self.reserved_bytes -= self._segments.pop(b.segment)
+                    del self._blocks[key[3]]
+                else:
+                    keep.append(key)
+            self._pools[small] = keep
+
+    def malloc(self, size_bytes: int) -> int:
+        size = round_size(int(size_bytes))
+        small = size <= SMALL_SIZE_BYTES
+        pool = self._pools[small]
+        i = bisect.bisect_left(pool, (size,))
+        if i < len(pool):
+            b = self._blocks[pool[i][3]]
+            self._uncache(b)
+        else:
+            b = self._new_segment(size, small)
+        rest = b.size - size
+        if (rest >= MIN_BLOCK_BYTES) if small else (rest > SMALL_SIZE_BYTES):
+            r = _Block(segment=b.segment, offset=b.offset + size, size=rest, small=small, prev=b, next=b.next)
+            if b.next is not None:
+                b.next.prev = r
+            b.next, b.size = r, size
+            self._cache(r)
+        b.free = False
+        self._blocks[id(b)] = b
+        self.allocated_bytes += b.size
+        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        self._next_id += 1
+        self._live[self._next_id] = id(b)
+        return self._next_id
+
+    def free(self, handle: int) -> None:
+        b = self._blocks[self._live.pop(handle)]
+        self.allocated_bytes -= b.size
+        for nb in (b.prev, b.next):
+            if nb is not None and nb.free:
+                self._uncache(nb)
+                del self._blocks[id(nb)]
+                if nb is b.prev:
+                    b.offset, b.prev = nb.offset, nb.prev
+                    if nb.prev is not None:
+                        nb.prev.next = b
+                else:
+                    b.next = nb.next
+                    if nb.next is not None:
+                        nb.next.prev = b
+                b.size += nb.size
+        self._cache(b)
+
+    def reset_peaks(self) -> None:
+        """``torch.cuda.reset_peak_memory_stats``."""
+        self.peak_allocated_bytes, self.peak_reserved_bytes = self.allocated_bytes, self.reserved_bytes
+
+    @property
+    def reserve_fraction(self) -> float:
+        return self.peak_reserved_bytes / self.peak_allocated_bytes - 1.0
+
+
+# ================================================================================================================
+# The allocation trace of a transformers model's training steps, on the meta device
+# ================================================================================================================
+def _recorder(events: list):
+    """A ``TorchDispatchMode`` appending ``("malloc", key, bytes)`` for each new storage an operator returns and
+    ``("free", key, bytes)`` when the storage is released. ``Tensor.item()`` (data-dependent, not on meta) answers
+    True / 1: the unpacked-sequence branch of transformers' mask code."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live = set()
+
+        def _free(self, key, size):
+            self.live.discard(key)
+            events.append(("free", key, size))
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                return True if args[0].dtype == torch.bool else 1
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                    st = t.untyped_storage()
+                    key = st._cdata
+                    if key in self.live or st.nbytes() == 0:
+                        continue
+                    self.live.add(key)
+                    events.append(("malloc", key, st.nbytes()))
+                    weakref.finalize(st, self._free, key, st.nbytes())
+            return out
+
+    return Recorder()
+
+
+def _flash_sdpa():
+    """``F.scaled_dot_product_attention`` as the FlashAttention-2 kernel runs it on an H200 (what PyTorch picks for
+    bf16 causal attention without a mask): forward saves q, k, v, the output and the fp32 log-sum-exp; backward
+    returns dq, dk, dv. On the meta device PyTorch would take the math path and materialize the scores."""
+    import torch
+
+    class Flash(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, scale):
+            out, lse, cq, ck, mq, mk, seed, off, _ = torch.ops.aten._scaled_dot_product_flash_attention(
+                q, k, v, 0.0, True, False, scale=scale)
+            ctx.save_for_backward(q, k, v, out, lse, seed, off)
+            ctx.rest = (cq, ck, mq, mk, scale)
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, out, lse, seed, off = ctx.saved_tensors
+            cq, ck, mq, mk, scale = ctx.rest
+            dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+                dout, q, k, v, out, lse, cq, ck, mq, mk, 0.0, True, seed, off, scale=scale)
+            return dq, dk, dv, None
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if k.shape[1] != q.shape[1]:  # grouped-query attention: the kernel reads each K/V head for its group
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        return Flash.apply(q, k, v, scale if scale is not None else q.shape[-1] ** -0.5)
+
+    return sdpa
+
+
+@dataclass(frozen=True)
+class DeepSpeedSetup:
+    """What of a corpus run the trace needs."""
+    zero_stage: int
+    micro_batch: int
+    grad_accum: int
+    seq_length: int
+    reduce_bucket_elements: int = 500_000_000
+    steps: int = 6
+
+
+def _ds_setup(rec: dict) -> DeepSpeedSetup:
+    ds = rec["ds_config"]
+    zero = ds.get("zero_optimization", {}).get("stage", 0)
+    return DeepSpeedSetup(zero_stage=zero, micro_batch=ds["train_micro_batch_size_per_gpu"],
+                          grad_accum=ds.get("gradient_accumulation_steps", 1), seq_length=rec["seq_length"],
+                          reduce_bucket_elements=int(rec.get("zero_config_resolved", {}).get("reduce_bucket_size",
+                                                                                            500_000_000)),
+                          steps=rec.get("steps", 6))
+
+
+def trace_hf_deepspeed(rec: dict) -> list:
+    """The allocation events of a corpus Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16, no offload, no
+    LoRA) from building the model to its last step. DeepSpeed's state is made of meta tensors with the lifetimes
+    of ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
+
+    - build: each parameter is allocated on the device by ``from_config``; ZeRO flattens them into one bf16 buffer
+      (``_flatten_dense_tensors``) and points the parameters into it, freeing the originals; the fp32 master copy
+      of the flat buffer; ZeRO-0's ``FP16_Optimizer`` creates Adam's two fp32 states at once, ZeRO-1/2 at the
+      first step;
+    - ZeRO-1/2, each micro-batch's backward: the first parameter gradient's hook (``process_gradients``) calls
+      ``setup_buckets``, which allocates the ``ipg`` bucket (``reduce_bucket_size`` bf16 elements); ZeRO-2 copies
+      each gradient into it as autograd makes it and frees it (``reduce_independent_p_g_buckets_and_remove_grads``);
+      at the end the bucket goes to ``grads_in_partition`` (bf16, all parameters) and the bucket is freed
+      (``_release_ipg_buffers``);
+    - ZeRO-0/1: the gradients stay in ``param.grad`` until the step;
+    - step: the gradients are flattened (bf16) and cast to an fp32 partition (``flat_grad_partition.to(fp32)``),
+      the bf16 ones freed, Adam runs, the fp32 gradient is freed.
+    """
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    setup = _ds_setup(rec)
+    cfg = dict(rec["hf_config"])
+    model_type = cfg.pop("model_type")
+    cfg.pop("architectures", None)
+    hf_cfg = AutoConfig.for_model(model_type, **cfg)
+    attn = rec.get("attn_implementation") or rec["options"].get("attn", "sdpa")
+    events: list = []
+    real_sdpa = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = _flash_sdpa()
+    try:
+        with _recorder(events):
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=attn, dtype=torch.bfloat16)
+            model.config.use_cache = False
+            if rec.get("gradient_checkpointing"):
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            params = [p for p in model.parameters() if p.requires_grad]
+            n = sum(p.numel() for p in params)
+            flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
+            offset = 0
+            for p in params:
+                p.data = flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+            master = torch.empty(n, dtype=torch.float32, device="meta")
+            adam = [torch.zeros_like(master), torch.zeros_like(master)] if setup.zero_stage == 0 else None
+            bucket = {}
+
+            def grad_ready(q):  # DeepSpeed's grad hook: process_gradients -> setup_buckets, then (ZeRO-2) the copy
+                if "ipg" not in bucket:
+                    bucket["ipg"] = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
+                if setup.zero_stage >= 2:
+                    q.grad = None
+
+            if setup.zero_stage >= 1:
+                for p in params:
+                    p.register_post_accumulate_grad_hook(grad_ready)
+            loss = None
+            for _ in range(setup.steps):
+                grads_in_partition = None
+                for _ in range(setup.grad_accum):
+                    x = torch.zeros(setup.micro_batch, setup.seq_length + 1, dtype=torch.long, device="meta")
+                    inputs = x[:, :-1]
+                    loss = model(input_ids=inputs, labels=inputs).loss
+                    del x, inputs
+                    loss.backward()
+                    if setup.zero_stage >= 2 and grads_in_partition is None:  # reduce_ipg_grads in the epilogue
+                        grads_in_partition = torch.empty(n, dtype=torch.bfloat16, device="meta")
+                    bucket.clear()  # _release_ipg_buffers
+                flat_grad = (grads_in_partition.clone() if grads_in_partition is not None
+                             else torch.empty(n, dtype=torch.bfloat16, device="meta"))
+                fp32_grad = flat_grad.float()
+                del flat_grad
+                grads_in_partition = None
+                for p in params:
+                    p.grad = None
+                if adam is None:
+                    adam = [torch.zeros_like(master), torch.zeros_like(master)]
+                del fp32_grad
+    finally:
+        F.scaled_dot_product_attention = real_sdpa
+    del model, params, flat, master, adam, loss
+    return events
+
+
+def replay(events: list, capacity_bytes: int = H200_BYTES - int(2.04 * 2**30)) -> CachingAllocator:
+    """The caching allocator after ``events`` (``trace_*``'s ``(kind, key, bytes)``); its peaks count from the
+    first event, as the corpus's counters count from the start of a run."""
+    alloc = CachingAllocator(capacity_bytes=capacity_bytes)
+    handles = {}
+    for kind, key, size in events:
+        if kind == "malloc":
+            handles[key] = alloc.malloc(size)
+        elif key in handles:
+            alloc.free(handles.pop(key))
+    return alloc
