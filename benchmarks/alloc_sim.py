@@ -221,8 +221,12 @@ def _recorder(events: list):
 
 def _flash_sdpa():
     """``F.scaled_dot_product_attention`` as the FlashAttention-2 kernel runs it on an H200 (what PyTorch picks for
-    bf16 causal attention without a mask): forward saves q, k, v, the output and the fp32 log-sum-exp; backward
-    returns dq, dk, dv. On the meta device PyTorch would take the math path and materialize the scores."""
+    bf16 causal attention without a mask, grouped-query attention included): forward saves q, k, v, the output and
+    the fp32 log-sum-exp; backward allocates FA2's workspaces (``mha_bwd`` in
+    aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp: ``dq_accum`` fp32 of q's shape, ``softmax_d``
+    fp32 per row, and for fewer K/V heads than query heads ``dk_expanded``/``dv_expanded`` at the query's head
+    count) and returns dq, dk, dv. On the meta device PyTorch would take the math path and materialize the
+    scores."""
     import torch
 
     class Flash(torch.autograd.Function):
@@ -238,17 +242,39 @@ def _flash_sdpa():
         def backward(ctx, dout):
             q, k, v, out, lse, seed, off = ctx.saved_tensors
             cq, ck, mq, mk, scale = ctx.rest
+            b, h, s, d = q.shape
+            rows = -(-s // 128) * 128
+            work = [q.new_empty((b, rows, h, -(-d // 32) * 32), dtype=torch.float32),  # dq_accum
+                    q.new_empty((b, h, rows), dtype=torch.float32)]  # softmax_d
+            if k.shape[1] != h:
+                work += [k.new_empty((b, k.shape[2], h, d)), v.new_empty((b, v.shape[2], h, d))]
             dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
                 dout, q, k, v, out, lse, cq, ck, mq, mk, 0.0, True, seed, off, scale=scale)
+            del work
             return dq, dk, dv, None
 
     def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if k.shape[1] != q.shape[1]:  # grouped-query attention: the kernel reads each K/V head for its group
-            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        if k.shape[1] != q.shape[1] and not enable_gqa:
+            raise ValueError(f"key heads {k.shape[1]} != query heads {q.shape[1]} without enable_gqa")
         return Flash.apply(q, k, v, scale if scale is not None else q.shape[-1] ** -0.5)
 
     return sdpa
+
+
+def _cuda_softmax():
+    """``F.softmax(x, dtype=torch.float32)`` of a bf16/fp16 ``x`` as CUDA runs it: one fp32 output
+    (``_softmax(x, dim, half_to_float=True)``, aten/src/ATen/native/SoftMax.cpp ``softmax``), where CPU and meta
+    cast ``x`` to fp32 first (a second score-sized tensor)."""
+    import torch
+
+    real = torch.nn.functional.softmax
+
+    def softmax(x, dim=None, _stacklevel=3, dtype=None):
+        if dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16) and dim is not None:
+            return torch._softmax(x, dim, True)
+        return real(x, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    return real, softmax
 
 
 @dataclass(frozen=True)
@@ -273,8 +299,8 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
 
 
 def trace_hf_deepspeed(rec: dict) -> list:
-    """The allocation events of a corpus Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16, no offload, no
-    LoRA) from building the model to its last step. DeepSpeed's state is made of meta tensors with the lifetimes
+    """The allocation events of a corpus Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16, no offload; LoRA
+    through peft as the corpus adds it) from building the model to its last step. DeepSpeed's state is made of meta tensors with the lifetimes
     of ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
 
     - build: each parameter is allocated on the device by ``from_config``; ZeRO flattens them into one bf16 buffer
@@ -303,6 +329,7 @@ def trace_hf_deepspeed(rec: dict) -> list:
     events: list = []
     real_sdpa = F.scaled_dot_product_attention
     F.scaled_dot_product_attention = _flash_sdpa()
+    real_softmax, F.softmax = _cuda_softmax()
     try:
         with _recorder(events):
             with torch.device("meta"):
@@ -310,6 +337,12 @@ def trace_hf_deepspeed(rec: dict) -> list:
             model.config.use_cache = False
             if rec.get("gradient_checkpointing"):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if rec.get("lora"):  # peft adapters as benchmarks/corpus/measure.py adds them; only they train
+                from peft import LoraConfig, get_peft_model
+
+                if rec.get("gradient_checkpointing"):
+                    model.enable_input_require_grads()
+                model = get_peft_model(model, LoraConfig(**rec["lora"]))
             params = [p for p in model.parameters() if p.requires_grad]
             n = sum(p.numel() for p in params)
             flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
@@ -353,7 +386,7 @@ def trace_hf_deepspeed(rec: dict) -> list:
                     adam = [torch.zeros_like(master), torch.zeros_like(master)]
                 del fp32_grad
     finally:
-        F.scaled_dot_product_attention = real_sdpa
+        F.scaled_dot_product_attention, F.softmax = real_sdpa, real_softmax
     del model, params, flat, master, adam, loss
     return events
 
@@ -369,3 +402,88 @@ def replay(events: list, capacity_bytes: int = H200_BYTES - int(2.04 * 2**30)) -
         elif key in handles:
             alloc.free(handles.pop(key))
     return alloc
+
+
+# ================================================================================================================
+# Simulated vs measured reserve on the corpus
+# ================================================================================================================
+def in_scope(rec: dict) -> bool:
+    """Corpus runs the trace models: Hugging Face + DeepSpeed ZeRO-0/1/2 on one GPU, finished, default allocator,
+    no optimizer offload."""
+    zero = rec.get("ds_config", {}).get("zero_optimization", {})
+    return (rec.get("stack") == "hf-ds" and rec.get("status") == "ok" and rec.get("world_size", 1) == 1
+            and zero.get("stage", 0) <= 2 and not zero.get("offload_optimizer")
+            and not rec.get("pytorch_cuda_alloc_conf") and not rec.get("allocator_cap_bytes")
+            and bool(rec.get("peak_reserved_bytes")))
+
+
+@dataclass(frozen=True)
+class Row:
+    run_id: str
+    split: str
+    measured_reserve: float
+    simulated_reserve: float
+    constant_reserve: float
+    simulated_allocated_error: float
+
+    @property
+    def simulated_error(self) -> float:
+        """Peak reserved predicted from the measured allocated peak and the simulated reserve, relative error."""
+        return (1 + self.simulated_reserve) / (1 + self.measured_reserve) - 1
+
+    @property
+    def constant_error(self) -> float:
+        return (1 + self.constant_reserve) / (1 + self.measured_reserve) - 1
+
+
+def simulate(rec: dict, split: str) -> Row:
+    from workbench.memory import RESERVE_FRACTION
+
+    a = replay(trace_hf_deepspeed(rec))
+    return Row(run_id=rec["run_id"], split=split,
+               measured_reserve=rec["peak_reserved_bytes"] / rec["peak_allocated_bytes"] - 1,
+               simulated_reserve=a.reserve_fraction, constant_reserve=RESERVE_FRACTION["deepspeed"],
+               simulated_allocated_error=a.peak_allocated_bytes / rec["peak_allocated_bytes"] - 1)
+
+
+def summary(rows: list) -> str:
+    import statistics
+
+    def stats(errs):
+        worst = max(errs, key=abs)
+        return (f"median |err| {statistics.median(abs(e) for e in errs):5.1%}  worst {worst:+6.1%}  "
+                f"under >5 % {sum(e < -0.05 for e in errs):2d}")
+    return (f"n {len(rows):3d}   simulated reserve: {stats([r.simulated_error for r in rows])}   "
+            f"constant {rows[0].constant_reserve:.1%}: {stats([r.constant_error for r in rows])}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default=str(CORPUS))
+    ap.add_argument("--runs", action="store_true", help="print every run")
+    ap.add_argument("--only", default="", help="only run ids containing this")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    split = json.loads(SPLIT.read_text())
+    side = {s: "fit" for s in split["fit"]} | {s: "test" for s in split["test"]}
+    rows = []
+    for line in Path(args.corpus).read_text().splitlines():
+        rec = json.loads(line)
+        if not in_scope(rec) or args.only not in rec["run_id"] or rec["shape_id"] not in side:
+            continue
+        row = simulate(rec, side[rec["shape_id"]])
+        rows.append(row)
+        if args.runs:
+            print(f"{row.split:4s} {row.run_id:52s} reserve measured {row.measured_reserve:6.1%} simulated "
+                  f"{row.simulated_reserve:6.1%} (reserved {row.simulated_error:+6.1%}, constant "
+                  f"{row.constant_error:+6.1%})  allocated {row.simulated_allocated_error:+5.1%}", flush=True)
+    print("peak reserved from the measured allocated peak: error = predicted / measured - 1")
+    for name in ("fit", "test"):
+        part = [r for r in rows if r.split == name]
+        if part:
+            print(f"{name:4s} {summary(part)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
