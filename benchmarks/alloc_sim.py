@@ -172,6 +172,10 @@ class CachingAllocator:
                 b.size += nb.size
         self._cache(b)
 
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache``: every wholly free segment is released."""
+        self._release_free_segments()
+
     def reset_peaks(self) -> None:
         """``torch.cuda.reset_peak_memory_stats``."""
         self.peak_allocated_bytes, self.peak_reserved_bytes = self.allocated_bytes, self.reserved_bytes
@@ -303,18 +307,20 @@ def trace_hf_deepspeed(rec: dict) -> list:
     through peft as the corpus adds it) from building the model to its last step. DeepSpeed's state is made of meta tensors with the lifetimes
     of ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
 
-    - build: each parameter is allocated on the device by ``from_config``; ZeRO flattens them into one bf16 buffer
-      (``_flatten_dense_tensors``) and points the parameters into it, freeing the originals; the fp32 master copy
-      of the flat buffer; ZeRO-0's ``FP16_Optimizer`` creates Adam's two fp32 states at once, ZeRO-1/2 at the
-      first step;
+    - build: each parameter is allocated on the device by ``from_config``; ZeRO-1/2 calls ``empty_cache()`` and
+      flattens them into one bf16 buffer, ZeRO-0 flattens clones of them; the parameters become views of it and
+      their own storage is freed; the fp32 master is ``flat.clone().float()``; ``initialize_optimizer_states``
+      gives it a zero fp32 gradient and drops it again; ZeRO-0's ``FP16_Optimizer`` runs Adam once there,
+      creating its two fp32 states, ZeRO-1/2 create them at the first step;
     - ZeRO-1/2, each micro-batch's backward: the first parameter gradient's hook (``process_gradients``) calls
       ``setup_buckets``, which allocates the ``ipg`` bucket (``reduce_bucket_size`` bf16 elements); ZeRO-2 copies
       each gradient into it as autograd makes it and frees it (``reduce_independent_p_g_buckets_and_remove_grads``);
       at the end the bucket goes to ``grads_in_partition`` (bf16, all parameters) and the bucket is freed
       (``_release_ipg_buffers``);
     - ZeRO-0/1: the gradients stay in ``param.grad`` until the step;
-    - step: the gradients are flattened (bf16) and cast to an fp32 partition (``flat_grad_partition.to(fp32)``),
-      the bf16 ones freed, Adam runs, the fp32 gradient is freed.
+    - step, ZeRO-1/2: the gradients are flattened (bf16) and cast to an fp32 partition
+      (``flat_grad_partition.to(fp32)``), the bf16 ones freed, Adam runs, the fp32 gradient is freed; ZeRO-0
+      (``FP16_Optimizer.step``): each gradient cast to fp32, the copies flattened, then freed with the bf16 ones.
     """
     import torch
     import torch.nn.functional as F
@@ -345,13 +351,23 @@ def trace_hf_deepspeed(rec: dict) -> list:
                 model = get_peft_model(model, LoraConfig(**rec["lora"]))
             params = [p for p in model.parameters() if p.requires_grad]
             n = sum(p.numel() for p in params)
-            flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
+            if setup.zero_stage == 0:  # FP16_Optimizer: flatten clones of the parameters
+                clones = [p.detach().clone() for p in params]
+                flat = torch.cat([c.reshape(-1) for c in clones])
+                del clones
+            else:  # DeepSpeedZeroOptimizer: empty_cache(), then flatten the parameters themselves
+                events.append(("empty_cache", 0, 0))
+                flat = torch.cat([p.detach().reshape(-1) for p in params])
             offset = 0
-            for p in params:
+            for p in params:  # the parameters become views of the flat buffer; their own storage is freed
                 p.data = flat[offset:offset + p.numel()].view_as(p)
                 offset += p.numel()
-            master = torch.empty(n, dtype=torch.float32, device="meta")
+            master = flat.clone().float()  # the fp32 master copy, through a bf16 clone
+            # a zero fp32 gradient for the master (both optimizers' initialize_optimizer_states); FP16_Optimizer
+            # runs Adam on it once, creating its states
+            master_grad = torch.zeros_like(master)
             adam = [torch.zeros_like(master), torch.zeros_like(master)] if setup.zero_stage == 0 else None
+            del master_grad
             bucket = {}
 
             def grad_ready(q):  # DeepSpeed's grad hook: process_gradients -> setup_buckets, then (ZeRO-2) the copy
@@ -375,16 +391,23 @@ def trace_hf_deepspeed(rec: dict) -> list:
                     if setup.zero_stage >= 2 and grads_in_partition is None:  # reduce_ipg_grads in the epilogue
                         grads_in_partition = torch.empty(n, dtype=torch.bfloat16, device="meta")
                     bucket.clear()  # _release_ipg_buffers
-                flat_grad = (grads_in_partition.clone() if grads_in_partition is not None
-                             else torch.empty(n, dtype=torch.bfloat16, device="meta"))
-                fp32_grad = flat_grad.float()
-                del flat_grad
+                if setup.zero_stage == 0:  # fp32 copies of each gradient, flattened, then the bf16 ones freed
+                    copies = [p.grad.float() for p in params]
+                    fp32_grad = torch.cat([c.reshape(-1) for c in copies])
+                    del copies
+                else:  # the bf16 gradients flattened, cast to the fp32 partition, the bf16 ones freed
+                    flat_grad = torch.cat([(p.grad if p.grad is not None else grads_in_partition[:0]).reshape(-1)
+                                           for p in params]) if grads_in_partition is None \
+                        else grads_in_partition.clone()
+                    fp32_grad = flat_grad.float()
+                    del flat_grad
                 grads_in_partition = None
                 for p in params:
                     p.grad = None
-                if adam is None:
+                if adam is None:  # Adam's states at the first step
                     adam = [torch.zeros_like(master), torch.zeros_like(master)]
                 del fp32_grad
+            events.append(("end", 0, 0))  # what the teardown below frees is not the run's
     finally:
         F.scaled_dot_product_attention, F.softmax = real_sdpa, real_softmax
     del model, params, flat, master, adam, loss
@@ -397,7 +420,11 @@ def replay(events: list, capacity_bytes: int = H200_BYTES - int(2.04 * 2**30)) -
     alloc = CachingAllocator(capacity_bytes=capacity_bytes)
     handles = {}
     for kind, key, size in events:
-        if kind == "malloc":
+        if kind == "end":
+            break
+        if kind == "empty_cache":
+            alloc.empty_cache()
+        elif kind == "malloc":
             handles[key] = alloc.malloc(size)
         elif key in handles:
             alloc.free(handles.pop(key))
