@@ -318,7 +318,9 @@ def trace_hf_deepspeed(rec: dict) -> list:
       at the end the bucket goes to ``grads_in_partition`` (bf16, all parameters) and the bucket is freed
       (``_release_ipg_buffers``);
     - ZeRO-0/1: the gradients stay in ``param.grad`` until the step;
-    - step, ZeRO-1/2: the gradients are flattened (bf16) and cast to an fp32 partition
+    - step, ZeRO-1/2: the gradient norm for clipping casts each gradient to fp64, one at a time
+      (``get_grad_norm_direct``: ``g.data.to(get_norm_dtype())``, fp64 where the device has it); then the
+      gradients are flattened (bf16) and cast to an fp32 partition
       (``flat_grad_partition.to(fp32)``), the bf16 ones freed, Adam runs, the fp32 gradient is freed; ZeRO-0
       (``FP16_Optimizer.step``): each gradient cast to fp32, the copies flattened, then freed with the bf16 ones.
     """
@@ -395,7 +397,17 @@ def trace_hf_deepspeed(rec: dict) -> list:
                     copies = [p.grad.float() for p in params]
                     fp32_grad = torch.cat([c.reshape(-1) for c in copies])
                     del copies
-                else:  # the bf16 gradients flattened, cast to the fp32 partition, the bf16 ones freed
+                else:
+                    # scaled_global_norm -> get_grad_norm_direct: each gradient cast to fp64 (get_norm_dtype) for
+                    # its norm, one at a time; the 0-d norms are kept until they are stacked
+                    norms = []
+                    for p in params:
+                        wide = torch.empty(p.numel(), dtype=torch.float64, device="meta")
+                        norms.append(torch.linalg.vector_norm(wide))
+                        del wide
+                    total_norm = torch.stack(norms).pow(2).sum()
+                    del norms, total_norm
+                    # the bf16 gradients flattened, cast to the fp32 partition, the bf16 ones freed
                     flat_grad = torch.cat([(p.grad if p.grad is not None else grads_in_partition[:0]).reshape(-1)
                                            for p in params]) if grads_in_partition is None \
                         else grads_in_partition.clone()
