@@ -1,5 +1,5 @@
 """A study of the caching allocator's reserve: PyTorch's CUDA caching-allocator policy replayed over an allocation
-trace of one training step, simulated reserve beside the measured one of the H200 corpus.
+trace of a run's training steps, the simulated reserve beside the measured one of the H200 corpus.
 
 The reserve is ``max_memory_reserved / max_memory_allocated − 1``. :class:`CachingAllocator` replays the policy of
 ``c10/cuda/CUDACachingAllocator.cpp`` (torch 2.11, default ``PYTORCH_CUDA_ALLOC_CONF``, one stream):
@@ -12,21 +12,22 @@ The reserve is ``max_memory_reserved / max_memory_allocated − 1``. :class:`Cac
   over blocks ordered by size, then address), else a new segment (``alloc_block``);
 - a found block is split when the rest is at least 512 B (small pool) or more than 1 MiB (large pool)
   (``should_split``), the request keeping the lower addresses; unsplit, the whole block counts as allocated;
-- a freed block merges with free neighbours of its segment and is cached, never returned (no ``empty_cache``);
+- a freed block merges with free neighbours of its segment and is cached, not returned (``empty_cache`` releases
+  the wholly free segments);
 - when a new segment would pass the device's capacity, every wholly free segment is released and the request
   retried (``release_cached_blocks``), as before an out-of-memory error.
 
-The trace comes from a forward and backward of a transformers model built from a corpus record's config on the
-meta device (no memory, the real tensor sizes): a ``TorchDispatchMode`` records each new storage of an operator's
-output, a weak-reference finalizer its release, in program order. DeepSpeed's ZeRO-0/1/2 state on one GPU
-(``deepspeed/runtime/zero/stage_1_and_2.py`` and ``bf16_optimizer.py``, 0.19) is added around it as allocations:
-the bf16 parameters created one by one by ``from_config``, then flattened into one buffer and the originals freed;
-the fp32 master partition; gradients (ZeRO-2: an fp32 partition and a bf16 ``ipg`` bucket of
-``min(reduce_bucket_size, parameters)`` elements; ZeRO-0/1: each parameter's bf16 gradient as autograd makes it,
-then an fp32 flat copy at the step); Adam's two fp32 states at the first step. Several steps are replayed; the
-measured runs took 6.
+The trace (:func:`trace_hf_deepspeed`) comes from the steps of a transformers model built from a corpus record's
+config on the meta device (no memory, the real tensor sizes): a ``TorchDispatchMode`` records each new storage of an
+operator's output, a weak-reference finalizer its release, in program order. Attention runs as on CUDA
+(FlashAttention-2 with its backward workspaces for sdpa; softmax straight to fp32 for eager), and DeepSpeed
+ZeRO-0/1/2's own buffers are meta tensors allocated and dropped where its source does (see the function). The
+simulated reserve replaces nothing in the estimator: it is compared with the measured reserve and with
+:data:`workbench.memory.RESERVE_FRACTION`, per run and per split of ``benchmarks/accuracy_split.json``; nothing is
+fitted. Scope: Hugging Face + DeepSpeed ZeRO-0/1/2 runs on one GPU, default allocator, no optimizer offload.
 
-Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run).
+Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run; about 5 minutes on two
+cores). Its output is kept in ``benchmarks/results/alloc_sim_h200.txt``.
 """
 from __future__ import annotations
 
@@ -304,8 +305,9 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
 
 def trace_hf_deepspeed(rec: dict) -> list:
     """The allocation events of a corpus Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16, no offload; LoRA
-    through peft as the corpus adds it) from building the model to its last step. DeepSpeed's state is made of meta tensors with the lifetimes
-    of ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
+    through peft as the corpus adds it) from building the model to its last step, then an ``("end", 0, 0)``
+    marker. DeepSpeed's state is made of meta tensors with the lifetimes of
+    ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
 
     - build: each parameter is allocated on the device by ``from_config``; ZeRO-1/2 calls ``empty_cache()`` and
       flattens them into one bf16 buffer, ZeRO-0 flattens clones of them; the parameters become views of it and
