@@ -507,6 +507,8 @@ def _stats(errs) -> str:
     import statistics
 
     errs = [e for e in errs if e is not None]
+    if not errs:
+        return "no runs"
     worst = max(errs, key=abs)
     return (f"median |err| {statistics.median(abs(e) for e in errs):5.1%}  worst {worst:+6.1%}  "
             f"under >5 % {sum(e < -0.05 for e in errs):2d}")

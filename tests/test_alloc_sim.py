@@ -166,3 +166,25 @@ def test_checkpointing_lowers_the_traced_peak():
     plain = A.replay(A.trace_hf_deepspeed(_record())).peak_allocated_bytes
     ckpt = A.replay(A.trace_hf_deepspeed(_record(ckpt=True))).peak_allocated_bytes
     assert ckpt < plain
+
+
+def test_scope_is_one_gpu_hf_zero_0_to_2_without_offload_on_the_default_allocator():
+    base = dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1,
+                ds_config=dict(zero_optimization=dict(stage=2)))
+    assert A.in_scope(base)
+    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3))))
+    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2,
+                                                                             offload_optimizer={"device": "cpu"}))))
+    assert not A.in_scope(base | dict(world_size=2))
+    assert not A.in_scope(base | dict(stack="mcore-ds"))
+    assert not A.in_scope(base | dict(status="oom"))
+    assert not A.in_scope(base | dict(pytorch_cuda_alloc_conf="expandable_segments:True"))
+    assert not A.in_scope(base | dict(allocator_cap_bytes=2**30))
+
+
+def test_row_errors_are_of_peak_reserved():
+    row = A.Row(run_id="r", split="fit", measured_reserve=0.25, simulated_reserve=0.20, constant_reserve=0.171,
+                simulated_allocated_error=0.0)
+    assert row.simulated_error == pytest.approx(1.20 / 1.25 - 1)
+    assert row.constant_error == pytest.approx(1.171 / 1.25 - 1)
+    assert "under >5 %  0" in A.summary([row, row])[0]
