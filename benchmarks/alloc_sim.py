@@ -409,10 +409,13 @@ def trace_hf_deepspeed(rec: dict) -> list:
                         del wide
                     total_norm = torch.stack(norms).pow(2).sum()
                     del norms, total_norm
-                    # the bf16 gradients flattened, cast to the fp32 partition, the bf16 ones freed
-                    flat_grad = torch.cat([(p.grad if p.grad is not None else grads_in_partition[:0]).reshape(-1)
-                                           for p in params]) if grads_in_partition is None \
-                        else grads_in_partition.clone()
+                    # the bf16 gradients flattened (self.flatten: a new buffer, of the views into
+                    # grads_in_partition at ZeRO-2), cast to the fp32 partition, the bf16 ones freed
+                    if grads_in_partition is not None:
+                        flat_grad = grads_in_partition.clone()
+                    else:
+                        flat_grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                                               for p in params])
                     fp32_grad = flat_grad.float()
                     del flat_grad
                 grads_in_partition = None
