@@ -1,5 +1,6 @@
 """benchmarks/alloc_sim.py: the caching-allocator policy on hand-worked cases, and the meta-device trace of a
 small transformers model."""
+import functools
 import sys
 from pathlib import Path
 
@@ -125,6 +126,11 @@ def _record(attn="sdpa", zero=2, ckpt=False):
                 zero_config_resolved=dict(reduce_bucket_size=5_000_000))
 
 
+@functools.lru_cache(maxsize=None)
+def _trace(attn="sdpa", zero=2, ckpt=False):
+    return A.trace_hf_deepspeed(_record(attn, zero, ckpt))
+
+
 def _params(rec):
     c = rec["hf_config"]
     h, f, v, layers = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
@@ -138,7 +144,7 @@ def test_trace_leaves_deepspeed_state_after_the_steps(zero):
     parameter) and the last loss are live; the peak holds more. The allocator counts whole blocks it did not split
     (a rest of at most 1 MiB), so it may count a little more than the live tensors."""
     rec = _record(zero=zero)
-    events = A.trace_hf_deepspeed(rec)
+    events = _trace(zero=zero)
     live = {}
     for kind, key, size in events[:events.index(("end", 0, 0))]:
         if kind == "malloc":
@@ -156,15 +162,15 @@ def test_trace_leaves_deepspeed_state_after_the_steps(zero):
 def test_flash_attention_trace_holds_no_score_matrix():
     """Eager attention keeps the fp32 and bf16 probabilities of every layer for backward (b·heads·s² · 6 bytes);
     FlashAttention keeps only the log-sum-exp."""
-    sdpa = A.replay(A.trace_hf_deepspeed(_record("sdpa"))).peak_allocated_bytes
-    eager = A.replay(A.trace_hf_deepspeed(_record("eager"))).peak_allocated_bytes
+    sdpa = A.replay(_trace("sdpa")).peak_allocated_bytes
+    eager = A.replay(_trace("eager")).peak_allocated_bytes
     scores = 2 * 4 * 512 * 512
     assert eager - sdpa >= 2 * scores * 6 * 0.9
 
 
 def test_checkpointing_lowers_the_traced_peak():
-    plain = A.replay(A.trace_hf_deepspeed(_record())).peak_allocated_bytes
-    ckpt = A.replay(A.trace_hf_deepspeed(_record(ckpt=True))).peak_allocated_bytes
+    plain = A.replay(_trace()).peak_allocated_bytes
+    ckpt = A.replay(_trace(ckpt=True)).peak_allocated_bytes
     assert ckpt < plain
 
 
