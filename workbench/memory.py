@@ -1175,9 +1175,9 @@ test split 54 runs, 1.1 %, −17.6 %, 11 (this constant: 5.1 %, −29.8 %, 15); 
 on those runs would be: fit median 5.9 %, worst +14.9 % (with this constant 8.0 %, +26.7 %); test 3.5 %, worst
 +14.6 %, worst under −14.4 % (5.0 %, −26.2 %). The largest misses are under-estimates, runs whose extra reserve
 the trace does not produce (Qwen2 h896/h1536 with sdpa, SmolLM2 h960 checkpointed at micro-batch 8); the largest
-over-estimate is Gemma 2 h2304 eager, +10.3 %. It needs the model's
-transformers config, a CPU torch and 1-7 s a plan, so it is a per-configuration check, not a term the planner
-evaluates over thousands of plans; this constant stays the shape-level estimate."""
+over-estimate is Gemma 2 h2304 eager, +10.3 %. It needs the model's transformers config, a CPU torch and 1-7 s a
+plan, so it is a per-configuration check, not a term the planner evaluates over thousands of plans; this constant
+stays the shape-level estimate."""
 
 
 RESERVE_FRACTION_EXPANDABLE = {"deepspeed": 0.1174, "megatron": 0.0946}
