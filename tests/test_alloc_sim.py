@@ -1,0 +1,196 @@
+"""benchmarks/alloc_sim.py: the caching-allocator policy on hand-worked cases, and the meta-device trace of a
+small transformers model."""
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import alloc_sim as A  # noqa: E402
+
+MiB = 2**20
+
+
+def test_rounding_and_segment_sizes():
+    assert A.round_size(1) == 512
+    assert A.round_size(513) == 1024
+    assert A.segment_bytes(512) == 2 * MiB  # small pool
+    assert A.segment_bytes(1 * MiB) == 2 * MiB
+    assert A.segment_bytes(1 * MiB + 512) == 20 * MiB  # 1-10 MiB: a 20 MiB segment
+    assert A.segment_bytes(10 * MiB - 512) == 20 * MiB
+    assert A.segment_bytes(10 * MiB) == 10 * MiB  # from 10 MiB: rounded up to 2 MiB
+    assert A.segment_bytes(11 * MiB) == 12 * MiB
+
+
+def test_small_request_carved_from_a_new_20_mib_segment():
+    a = A.CachingAllocator()
+    h = a.malloc(5 * MiB)
+    assert (a.allocated_bytes, a.reserved_bytes) == (5 * MiB, 20 * MiB)
+    a.malloc(5 * MiB)  # the 15 MiB rest of the segment serves the next one
+    assert (a.allocated_bytes, a.reserved_bytes) == (10 * MiB, 20 * MiB)
+    a.free(h)
+    assert (a.allocated_bytes, a.reserved_bytes) == (5 * MiB, 20 * MiB)
+
+
+def test_freed_30_mib_block_reused_by_a_20_mib_request_with_a_split():
+    a = A.CachingAllocator()
+    big = a.malloc(30 * MiB)
+    a.free(big)
+    h = a.malloc(20 * MiB)  # best fit: the cached 30 MiB block, split into 20 + 10
+    assert (a.allocated_bytes, a.reserved_bytes) == (20 * MiB, 30 * MiB)
+    a.malloc(10 * MiB)  # the 10 MiB rest fits exactly
+    assert (a.allocated_bytes, a.reserved_bytes) == (30 * MiB, 30 * MiB)
+    a.malloc(12 * MiB)  # nothing cached fits: a new segment
+    assert a.reserved_bytes == 42 * MiB
+    a.free(h)
+    assert a.peak_allocated_bytes == 42 * MiB and a.reserve_fraction == pytest.approx(0.0)
+
+
+def test_no_split_when_the_rest_is_at_most_1_mib():
+    a = A.CachingAllocator()
+    a.free(a.malloc(21 * MiB))  # a 22 MiB segment
+    a.malloc(21 * MiB)  # the 1 MiB rest is not split off: the whole block counts as allocated
+    assert (a.allocated_bytes, a.reserved_bytes) == (22 * MiB, 22 * MiB)
+
+
+def test_freed_neighbours_merge_and_best_fit_takes_the_smallest_block():
+    a = A.CachingAllocator()
+    first, second = a.malloc(30 * MiB), a.malloc(40 * MiB)
+    x, y = a.malloc(8 * MiB), a.malloc(8 * MiB)  # both from one 20 MiB segment
+    a.free(x)
+    a.free(y)  # merged with x and with the free 4 MiB tail: one free 20 MiB block
+    a.free(first)
+    h = a.malloc(16 * MiB)  # the 20 MiB block fits best, not the 30 MiB one
+    assert a.reserved_bytes == 90 * MiB
+    a.malloc(30 * MiB)  # the 30 MiB block is still whole
+    assert a.reserved_bytes == 90 * MiB
+    a.free(h)
+    a.free(second)
+    assert a.allocated_bytes == 30 * MiB
+
+
+def test_fragmentation_leaves_a_reserve():
+    """Two 12 MiB blocks freed apart by a live one: a 24 MiB request fits neither and takes a new segment."""
+    a = A.CachingAllocator()
+    hs = [a.malloc(12 * MiB) for _ in range(3)]
+    a.free(hs[0])
+    a.free(hs[2])
+    a.malloc(24 * MiB)
+    assert a.reserved_bytes == 60 * MiB and a.allocated_bytes == 36 * MiB
+    assert a.reserve_fraction == pytest.approx(60 / 36 - 1)
+
+
+def test_empty_cache_and_capacity_release_only_wholly_free_segments():
+    a = A.CachingAllocator(capacity_bytes=90 * MiB)
+    keep, gone = a.malloc(30 * MiB), a.malloc(30 * MiB)
+    part = a.malloc(4 * MiB)  # a 20 MiB segment, partly in use
+    a.free(gone)
+    a.malloc(32 * MiB)  # no cached block fits; 80 + 32 > 90: the free 30 MiB segment goes, then 82 fits
+    assert a.reserved_bytes == 82 * MiB
+    a.free(keep)
+    a.empty_cache()
+    assert a.reserved_bytes == 52 * MiB  # the 20 MiB segment of `part` and the 32 MiB one stay
+    a.free(part)
+    a.empty_cache()
+    assert a.reserved_bytes == 32 * MiB and a.peak_reserved_bytes == 82 * MiB
+
+
+def test_capacity_error_names_the_numbers():
+    a = A.CachingAllocator(capacity_bytes=64 * MiB)
+    a.malloc(40 * MiB)
+    with pytest.raises(MemoryError, match="requested"):
+        a.malloc(40 * MiB)
+
+
+def test_small_and_large_pools_do_not_share_blocks():
+    a = A.CachingAllocator()
+    a.free(a.malloc(4 * MiB))  # a free 20 MiB large-pool block
+    a.malloc(1000)  # a small request gets its own 2 MiB segment
+    assert a.reserved_bytes == 22 * MiB
+
+
+def test_replay_of_a_trace():
+    events = [("malloc", 1, 30 * MiB), ("free", 1, 30 * MiB), ("malloc", 2, 20 * MiB), ("malloc", 3, 12 * MiB),
+              ("empty_cache", 0, 0)]
+    a = A.replay(events)
+    assert (a.allocated_bytes, a.reserved_bytes, a.peak_reserved_bytes) == (32 * MiB, 42 * MiB, 42 * MiB)
+
+
+def _record(attn="sdpa", zero=2, ckpt=False):
+    cfg = dict(model_type="llama", hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=1024, max_position_embeddings=512, tie_word_embeddings=False)
+    return dict(run_id="t", hf_config=cfg, seq_length=512, attn_implementation=attn, gradient_checkpointing=ckpt,
+                lora=None, options={}, steps=2,
+                ds_config=dict(train_micro_batch_size_per_gpu=2, zero_optimization=dict(stage=zero)),
+                zero_config_resolved=dict(reduce_bucket_size=5_000_000))
+
+
+@functools.lru_cache(maxsize=None)
+def _trace(attn="sdpa", zero=2, ckpt=False):
+    return A.trace_hf_deepspeed(_record(attn, zero, ckpt))
+
+
+def _params(rec):
+    c = rec["hf_config"]
+    h, f, v, layers = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
+    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+    return 2 * v * h + h + layers * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_trace_leaves_deepspeed_state_after_the_steps(zero):
+    """After the steps only the bf16 parameters, the fp32 master and Adam's two fp32 states (2 + 3·4 bytes a
+    parameter) and the last loss are live; the peak holds more. The allocator counts whole blocks it did not split
+    (a rest of at most 1 MiB), so it may count a little more than the live tensors."""
+    rec = _record(zero=zero)
+    events = _trace(zero=zero)
+    live = {}
+    for kind, key, size in events[:events.index(("end", 0, 0))]:
+        if kind == "malloc":
+            live[key] = size
+        elif kind == "free":
+            live.pop(key, None)
+    n = _params(rec)
+    assert 14 * n <= sum(live.values()) <= 14 * n + 1024
+    a = A.replay(events)
+    assert sum(live.values()) <= a.allocated_bytes <= sum(live.values()) + 4 * MiB
+    assert a.peak_allocated_bytes > 14 * n + 2 * 512 * 1024 * 4  # the fp32 logits at least
+    assert a.peak_reserved_bytes >= a.peak_allocated_bytes
+
+
+def test_flash_attention_trace_holds_no_score_matrix():
+    """Eager attention keeps the fp32 and bf16 probabilities of every layer for backward (b·heads·s² · 6 bytes);
+    FlashAttention keeps only the log-sum-exp."""
+    sdpa = A.replay(_trace("sdpa")).peak_allocated_bytes
+    eager = A.replay(_trace("eager")).peak_allocated_bytes
+    scores = 2 * 4 * 512 * 512
+    assert eager - sdpa >= 2 * scores * 6 * 0.9
+
+
+def test_checkpointing_lowers_the_traced_peak():
+    plain = A.replay(_trace()).peak_allocated_bytes
+    ckpt = A.replay(_trace(ckpt=True)).peak_allocated_bytes
+    assert ckpt < plain
+
+
+def test_scope_is_one_gpu_hf_zero_0_to_2_without_offload_on_the_default_allocator():
+    base = dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1,
+                ds_config=dict(zero_optimization=dict(stage=2)))
+    assert A.in_scope(base)
+    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3))))
+    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2,
+                                                                             offload_optimizer={"device": "cpu"}))))
+    assert not A.in_scope(base | dict(world_size=2))
+    assert not A.in_scope(base | dict(stack="mcore-ds"))
+    assert not A.in_scope(base | dict(status="oom"))
+    assert not A.in_scope(base | dict(pytorch_cuda_alloc_conf="expandable_segments:True"))
+    assert not A.in_scope(base | dict(allocator_cap_bytes=2**30))
+
+
+def test_row_errors_are_of_peak_reserved():
+    row = A.Row(run_id="r", split="fit", measured_reserve=0.25, simulated_reserve=0.20, constant_reserve=0.171,
+                simulated_allocated_error=0.0)
+    assert row.simulated_error == pytest.approx(1.20 / 1.25 - 1)
+    assert row.constant_error == pytest.approx(1.171 / 1.25 - 1)
+    assert "under >5 %  0" in A.summary([row, row])[0]
