@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 LAYER_GRID_S = np.arange(0.0, 0.010 + 1e-12, 0.00005)
 RECOMPUTE_GRID_S = np.arange(0.0, 0.020 + 1e-12, 0.0001)
 LORA_GRID_S = np.arange(0.0, 0.001 + 1e-12, 0.00002)
-ZEROED = ("hf_layer_host_s", "hf_lora_module_host_s", "hf_recompute_layer_s")
+ZEROED = ("hf_layer_host_s", "hf_lora_module_host_s", "hf_recompute_layer_s", "moe_block_host_s")
 
 
 def usable(run) -> bool:
@@ -66,6 +66,7 @@ def host_rows(runs: list) -> list[dict]:
         if not usable(r):
             continue
         x = T.time_inputs(r["model"], r["cluster"], r["plan"])
+        moe = float(x["moe_block_host_s"])
         x.update({k: 0.0 for k in ZEROED})
         terms = T.step_time_terms(**x)
         gpu = terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
@@ -75,7 +76,8 @@ def host_rows(runs: list) -> list[dict]:
         rows.append(dict(run_id=r["run_id"], shape_id=r["shape_id"], measured=float(r["measured"]["step"]),
                          step0=float(terms["step_seconds"]), m=float(x["num_microbatches"]),
                          layers=float(layers), f=f, lora=float(x["lora_modules_per_layer"]),
-                         gpu=float(gpu), hooks=float(hooks)))
+                         gpu=float(gpu), hooks=float(hooks), moe=moe,
+                         share=float(x["hf_layer_forward_host_share"])))
     return rows
 
 
@@ -83,11 +85,12 @@ def predicted(rows: list, layer, lora, recompute) -> np.ndarray:
     """Step seconds of each row (axis 0) for each constant triple (axis 1; the three broadcast together), as
     :func:`workbench.timing.compute_terms` prices them."""
     layer, lora, recompute = (np.atleast_1d(np.asarray(v, dtype=float))[None, :] for v in (layer, lora, recompute))
-    step0, m, layers, f, n, gpu, hooks = (np.array([r[k] for r in rows], dtype=float)[:, None]
-                                          for k in ("step0", "m", "layers", "f", "lora", "gpu", "hooks"))
-    floor = layers * ((1 - f) * layer + (1 + f) * n * lora)
+    step0, m, layers, f, n, gpu, hooks, moe, share = (
+        np.array([r.get(k, 0.0) for r in rows], dtype=float)[:, None]
+        for k in ("step0", "m", "layers", "f", "lora", "gpu", "hooks", "moe", "share"))
+    floor = layers * (layer + moe + (1 + f) * n * lora)
     other = floor + np.where(layer > 0, hooks, 0.0)  # the model prices the hooks only where it prices the host
-    checkpoint = layers * f * recompute
+    checkpoint = layers * f * (recompute + share * (layer + moe))
     return (step0 + np.maximum(0.0, floor + checkpoint - gpu)
             + (m - 1) * np.maximum(0.0, other + checkpoint - gpu))
 
