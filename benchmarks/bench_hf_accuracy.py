@@ -9,12 +9,14 @@ the step time of the ZeRO 0-2 runs without offload alone (the stack's own comput
 
     python benchmarks/bench_hf_accuracy.py [--corpus PATH] [--refit-time] [--leave-one-shape-out]
 
-``--refit-time`` fits the transformers stack's time constant (``workbench/catalog/efficiency.json``
-``transformers.recompute_layer_overhead_s``, host seconds per checkpointed layer, the part the GPU's work on
-the micro-batch does not hide being exposed) on the fit split only, applies it for this run and prints it: least
-squares of relative step-time error over the fit-split HF runs with ZeRO 0-2 and no offload (ZeRO-3 and CPU offload
-carry engine terms of their own), the other host constants (``transformers.layer_host_s``,
-``lora_module_host_s``) kept. ``benchmarks/fit_hf_host.py`` fits all three together (what the catalog holds).
+``--refit-time`` fits the transformers stack's checkpoint constant (``workbench/catalog/efficiency.json``
+``transformers.recompute_layer_overhead_s``, host seconds of the checkpoint machinery per checkpointed layer, on top of
+the layer's own host and the recompute's repeat of its forward share; the part the GPU's work on the micro-batch does
+not hide is exposed) on the fit split only, applies it for this run and prints it: least squares of relative
+step-time error over the fit-split HF runs with ZeRO 0-2 and no offload (ZeRO-3 and CPU offload carry engine terms of
+their own), the other host constants (``transformers.layer_host_s``, ``layer_forward_host_share``,
+``lora_module_host_s``) kept. ``benchmarks/fit_hf_host.py --refit-checkpoint`` fits it with the layer and LoRA
+constants together (what the catalog holds).
 ``--leave-one-shape-out`` refits it once per fit shape without that shape's runs and prints the value and that
 shape's step-time errors under it (does a mechanism hold on a shape it was not fitted on?), then the fit as above.
 """
@@ -33,9 +35,10 @@ import bench_accuracy as B  # noqa: E402
 
 
 def refit_recompute_overhead(fit_runs: list) -> float:
-    """The host seconds per checkpointed layer (``transformers.recompute_layer_overhead_s``) that minimise the
-    squared relative step-time error over ``fit_runs`` with ZeRO 0-2 and no offload (a 0.1 ms grid up to 30 ms: the
-    term is not linear, the GPU's layer time hides part of it); applied to the in-memory calibration."""
+    """The checkpoint machinery's host seconds per checkpointed layer (``transformers.recompute_layer_overhead_s``)
+    that minimise the squared relative step-time error over ``fit_runs`` with ZeRO 0-2 and no offload (a 0.1 ms grid
+    up to 30 ms: the term is not linear, the GPU's layer time hides part of it); applied to the in-memory
+    calibration."""
     from workbench import timing
 
     cal = timing.calibration().setdefault("transformers", {})

@@ -3,29 +3,29 @@
 
 A micro-step lasts max(host, GPU): the host queues the micro-batch's kernels ahead of the GPU, so only the host time
 beyond the micro-batch's GPU time is exposed (:func:`workbench.timing.microstep_host`,
-:func:`workbench.timing.hf_checkpoint_host`). Per micro-batch of a stage of L decoder layers, f of them checkpointed
-and n LoRA-adapted projections per layer, the host works
+:func:`workbench.timing.hf_checkpoint_host`). Per micro-batch of a stage of L decoder layers, f of them checkpointed,
+n LoRA-adapted projections per layer and, for an MoE model, ``moe_block_host_s`` = e per layer, the host works
 
-    L·(1 − f)·layer_host_s + L·f·recompute_layer_overhead_s + L·(1 + f)·n·lora_module_host_s
+    L·(layer_host_s + e) + L·(1 + f)·n·lora_module_host_s
+    + L·f·(recompute_layer_overhead_s + s·(layer_host_s + e))
 
-(a checkpointed layer's whole host time, forward, recompute and backward, is ``recompute_layer_overhead_s``; its
-adapters run twice, in the forward and in the recompute), plus DeepSpeed ZeRO-2's gradient hooks in every micro-batch
-but the last. The terms are additive in the step, so every run is priced once with the three constants at 0 and the
-grid reads ``step(0) + max(0, host − gpu) + (m − 1)·max(0, host + hooks − gpu)``.
+(every layer's own forward and backward; a checkpointed layer's adapters run twice, in the forward and in the
+recompute; its recompute repeats the forward's share s of the layer's host, ``layer_forward_host_share``, measured by
+benchmarks/gpu_hf_layer_host.py and held here, and the checkpoint machinery adds ``recompute_layer_overhead_s``),
+plus DeepSpeed ZeRO-2's gradient hooks in every micro-batch but the last. The terms are additive in the step, so
+every run is priced once with the three constants and ``moe_block_host_s`` at 0 and the grid reads
+``step(0) + max(0, host − gpu) + (m − 1)·max(0, host + hooks − gpu)``.
 
 Runs the constants can move: Hugging Face runs (corpus stack ``hf-ds``) with ZeRO 0-2 and no CPU offload (its own CPU
-Adam terms), the runs the checkpoint constant was fitted on before (``bench_hf_accuracy.py --refit-time``), of the
-fit split's shapes only. ZeRO-3 runs are left out: their per-module
-hooks have their own host term (``deepspeed.zero3_*``), which the layer floor does not join. The fit minimises the
-squared relative step-time error, each shape weighted alike, over a grid (layer 0-10 ms in 0.05 ms, checkpointed
-layer 0-20 ms in 0.1 ms, LoRA projection 0-1 ms in 0.02 ms); leave-one-shape-out refits without each fit shape and
-prints that shape's errors. By default the checkpointed layer's constant is held at the catalog's value (fitted
-before by ``bench_hf_accuracy.py --refit-time``; a fully checkpointed layer without LoRA has neither new term, so
-the new terms do not move it) and only the two new constants are fitted; ``--refit-checkpoint`` fits all three.
-The test split is only reported, never fitted on.
+Adam terms), of the fit split's shapes only. ZeRO-3 runs are left out: their per-module hooks have their own host term
+(``deepspeed.zero3_*``), which the layer floor does not join. The fit minimises the squared relative step-time error,
+each shape weighted alike, over a grid (layer 0-10 ms in 0.05 ms, checkpoint machinery 0-20 ms in 0.1 ms, LoRA
+projection 0-1 ms in 0.02 ms); leave-one-shape-out refits without each fit shape and prints that shape's errors. By
+default the checkpoint machinery's constant is held at the catalog's value and only the other two are fitted;
+``--refit-checkpoint`` fits all three (what the catalog holds). The test split is only reported, never fitted on.
 
     python benchmarks/fit_hf_host.py                      # fit, leave-one-shape-out, fit and test rows
-    python benchmarks/fit_hf_host.py --refit-checkpoint   # the same with the checkpointed layer's constant refitted
+    python benchmarks/fit_hf_host.py --refit-checkpoint   # the same with the checkpoint machinery refitted
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 LAYER_GRID_S = np.arange(0.0, 0.010 + 1e-12, 0.00005)
 RECOMPUTE_GRID_S = np.arange(0.0, 0.020 + 1e-12, 0.0001)
 LORA_GRID_S = np.arange(0.0, 0.001 + 1e-12, 0.00002)
-ZEROED = ("hf_layer_host_s", "hf_lora_module_host_s", "hf_recompute_layer_s")
+ZEROED = ("hf_layer_host_s", "hf_lora_module_host_s", "hf_recompute_layer_s", "moe_block_host_s")
 
 
 def usable(run) -> bool:
@@ -56,9 +56,10 @@ def usable(run) -> bool:
 
 
 def host_rows(runs: list) -> list[dict]:
-    """Per usable run: the measured step, the step priced with the three constants at 0, micro-batches, layers of
-    the slowest stage, the checkpointed share f, adapted projections per layer, the micro-batch's GPU seconds and
-    the ZeRO-2 hook seconds of a non-last micro-batch."""
+    """Per usable run: the measured step, the step priced with the three constants and the MoE block's host at 0,
+    micro-batches, layers of the slowest stage, the checkpointed share f, adapted projections per layer, the
+    micro-batch's GPU seconds, the ZeRO-2 hook seconds of a non-last micro-batch, the MoE block's host seconds per
+    layer and the forward's share of a layer's host."""
     from workbench import timing as T
 
     rows = []
@@ -66,6 +67,7 @@ def host_rows(runs: list) -> list[dict]:
         if not usable(r):
             continue
         x = T.time_inputs(r["model"], r["cluster"], r["plan"])
+        moe = float(x["moe_block_host_s"])
         x.update({k: 0.0 for k in ZEROED})
         terms = T.step_time_terms(**x)
         gpu = terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
@@ -75,7 +77,8 @@ def host_rows(runs: list) -> list[dict]:
         rows.append(dict(run_id=r["run_id"], shape_id=r["shape_id"], measured=float(r["measured"]["step"]),
                          step0=float(terms["step_seconds"]), m=float(x["num_microbatches"]),
                          layers=float(layers), f=f, lora=float(x["lora_modules_per_layer"]),
-                         gpu=float(gpu), hooks=float(hooks)))
+                         gpu=float(gpu), hooks=float(hooks), moe=moe,
+                         share=float(x["hf_layer_forward_host_share"])))
     return rows
 
 
@@ -83,19 +86,20 @@ def predicted(rows: list, layer, lora, recompute) -> np.ndarray:
     """Step seconds of each row (axis 0) for each constant triple (axis 1; the three broadcast together), as
     :func:`workbench.timing.compute_terms` prices them."""
     layer, lora, recompute = (np.atleast_1d(np.asarray(v, dtype=float))[None, :] for v in (layer, lora, recompute))
-    step0, m, layers, f, n, gpu, hooks = (np.array([r[k] for r in rows], dtype=float)[:, None]
-                                          for k in ("step0", "m", "layers", "f", "lora", "gpu", "hooks"))
-    floor = layers * ((1 - f) * layer + (1 + f) * n * lora)
+    step0, m, layers, f, n, gpu, hooks, moe, share = (
+        np.array([r.get(k, 0.0) for r in rows], dtype=float)[:, None]
+        for k in ("step0", "m", "layers", "f", "lora", "gpu", "hooks", "moe", "share"))
+    floor = layers * (layer + moe + (1 + f) * n * lora)
     other = floor + np.where(layer > 0, hooks, 0.0)  # the model prices the hooks only where it prices the host
-    checkpoint = layers * f * recompute
+    checkpoint = layers * f * (recompute + share * (layer + moe))
     return (step0 + np.maximum(0.0, floor + checkpoint - gpu)
             + (m - 1) * np.maximum(0.0, other + checkpoint - gpu))
 
 
 def fit(rows: list, recompute_s=None) -> tuple:
     """``(layer, lora, recompute)`` seconds with the least shape-weighted squared relative error (the smallest
-    constants on ties: where no run is host-bound the data ask for none); ``recompute_s`` given: the checkpointed
-    layer's constant is held at it and only the other two are fitted."""
+    constants on ties: where no run is host-bound the data ask for none); ``recompute_s`` given: the checkpoint
+    machinery's constant is held at it and only the other two are fitted."""
     measured = np.array([r["measured"] for r in rows])[:, None]
     shapes = [r["shape_id"] for r in rows]
     weight = np.array([1.0 / shapes.count(s) for s in shapes])[:, None]
@@ -111,15 +115,16 @@ def fit(rows: list, recompute_s=None) -> tuple:
 
 
 def _ms(c: tuple) -> str:
-    return f"layer {c[0] * 1e3:.2f} ms, LoRA projection {c[1] * 1e3:.2f} ms, checkpointed layer {c[2] * 1e3:.1f} ms"
+    return (f"layer {c[0] * 1e3:.2f} ms, LoRA projection {c[1] * 1e3:.2f} ms, checkpoint machinery "
+            f"{c[2] * 1e3:.1f} ms")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl")
     ap.add_argument("--refit-checkpoint", action="store_true",
-                    help="fit recompute_layer_overhead_s too (default: held at the catalog's value, which the two "
-                         "new terms leave alone: a fully checkpointed layer without LoRA has none of them)")
+                    help="fit recompute_layer_overhead_s, the checkpoint machinery, too (default: held at the "
+                         "catalog's value)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
     import bench_accuracy as B
@@ -133,7 +138,7 @@ def main(argv=None) -> int:
     fit_rows = [r for r in rows if r["shape_id"] in fit_shapes]
     test_rows = [r for r in rows if r["shape_id"] in test_shapes]
     c = fit(fit_rows, held)
-    print(("" if held is None else "checkpointed layer held at the catalog's value; ")
+    print(("" if held is None else "checkpoint machinery held at the catalog's value; ")
           + f"transformers host constants fitted on {len(fit_rows)} fit-split Hugging Face runs (ZeRO 0-2, no offload) "
           f"over {len({r['shape_id'] for r in fit_rows})} shapes: {_ms(c)}")
     print("leave one shape out (constants without the shape; that shape's |error| median / worst, zero -> fitted):")

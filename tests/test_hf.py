@@ -241,7 +241,12 @@ def test_lora_frozen_weights_and_zero_partitioning():
     assert lora2.optimizer < 0.01 * full.optimizer
 
 
-def test_lora_backward_skips_weight_gradients():
+def test_lora_backward_skips_weight_gradients(monkeypatch):
+    from workbench import timing
+
+    # the GPU's passes alone: without the transformers host floor, which LoRA's adapters raise past the GPU time here
+    for key in ("layer_host_s", "lora_module_host_s"):
+        monkeypatch.setitem(timing.calibration()["transformers"], key, 0.0)
     spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
     cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8)
     full = estimate(spec, cluster, ParallelPlan(world_size=8, zero_stage=2)).time
@@ -285,8 +290,9 @@ def test_transformers_loss_and_eager_attention_memory():
 def test_hf_checkpointing_and_lora_bucket_timing(monkeypatch):
     """Checkpointed decoder layers: the recomputed layer and the loss are never alive together; LoRA under
     ZeRO-1/2: the reduce buckets appear after the loss backward (frozen head), so the backward peak is the larger of
-    the two phases, not their sum; ZeRO-3 keeps the sum. Step time: each recomputed transformers layer pays the
-    catalog's fixed overhead, a megatron-core layer does not."""
+    the two phases, not their sum; ZeRO-3 keeps the sum. Step time: each checkpointed transformers layer's host
+    work (its own, the recompute's forward share again and the checkpoint machinery) shows where it outlasts the
+    GPU's, a megatron-core layer has none of it."""
     from workbench import timing
 
     spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
@@ -308,7 +314,9 @@ def test_hf_checkpointing_and_lora_bucket_timing(monkeypatch):
     assert zero3["activations"] + zero3["buffers"] == pytest.approx(inputs + max(out, full_layer) + zero3["buffers"])
     # time: the checkpointed layers' host work shows where it outlasts the GPU work of the whole micro-batch
     # (every layer's forward, recompute and backward, the logits and the loss), only for a transformers model
-    per_layer = timing.calibration()["transformers"]["recompute_layer_overhead_s"]
+    cal = timing.calibration()["transformers"]
+    per_layer = ((1 + cal["layer_forward_host_share"]) * cal["layer_host_s"]  # a checkpointed layer's host seconds
+                 + cal["recompute_layer_overhead_s"])
     # the megatron-core twin stands for the GPU work alone: without its local-spec micro-step host floor
     monkeypatch.setitem(timing.calibration()["megatron_core"], "layer_host_s", 0.0)
     # both implementations price the attention core alike only off Transformer Engine's fused attention (a
@@ -321,11 +329,16 @@ def test_hf_checkpointing_and_lora_bucket_timing(monkeypatch):
     gpu = mg_t.breakdown["compute"] + mg_t.breakdown["recompute"]
     assert 2 * hf_t.layer_forward_seconds + hf_t.layer_backward_seconds < per_layer
     assert 0 < gpu < small.num_layers * per_layer
+    hf_both = hf_t.breakdown["compute"] + hf_t.breakdown["recompute"]
+    assert hf_both - gpu == pytest.approx(small.num_layers * per_layer - gpu)
+    # the plain host floor (every layer's own host time) outlasts the GPU here: the rest, what checkpointing adds,
+    # is the recompute's
+    assert small.num_layers * cal["layer_host_s"] > gpu
     assert hf_t.breakdown["recompute"] - mg_t.breakdown["recompute"] == pytest.approx(
-        small.num_layers * per_layer - gpu)
-    # the same layers with a 32x larger micro-batch: the GPU's queue outlasts the host work, nothing is added
+        small.num_layers * (per_layer - cal["layer_host_s"]))
+    # the same layers with a 16x larger micro-batch: the GPU's queue outlasts the host work, nothing is added
     # although each layer's own kernels still take less than the per-layer host time
-    long = plan.replace(micro_batch_size=32, global_batch_size=32)
+    long = plan.replace(micro_batch_size=16, global_batch_size=16)
     hf_long = estimate(small, cluster, long).time
     mg_long = estimate(small.replace(implementation="megatron"), cluster, long).time
     assert 2 * hf_long.layer_forward_seconds + hf_long.layer_backward_seconds < per_layer

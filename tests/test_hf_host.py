@@ -1,5 +1,6 @@
-"""Host time of transformers models: a micro-step lasts max(host, GPU), with the host's work per decoder layer, per
-checkpointed layer and per LoRA-adapted projection (catalog ``transformers``)."""
+"""Host time of transformers models: a micro-step lasts max(host, GPU), with the host's work per decoder layer, what a
+checkpointed layer adds (its forward's share again in the recompute, and the checkpoint machinery) and per
+LoRA-adapted projection (catalog ``transformers``)."""
 import sys
 from pathlib import Path
 
@@ -29,13 +30,16 @@ def _hf(**kw):
 
 def test_catalog_constants_are_positive_where_measured_and_megatron_core_gets_none_of_them():
     cal = timing.calibration()["transformers"]
-    assert cal["layer_host_s"] > 0 and cal["recompute_layer_overhead_s"] > cal["layer_host_s"]
+    assert cal["layer_host_s"] > 0 and cal["recompute_layer_overhead_s"] >= 0
+    assert 0 < cal["layer_forward_host_share"] < 1  # the recompute repeats the forward, not the backward
     assert cal["lora_module_host_s"] >= 0
     hf = time_inputs(_hf(), H200, _plan(lora_rank=8))
     # a LayerNorm transformers model is GPT-2-like: c_attn wraps q, k and v as one module; not gated: no gate
     assert hf["hf_layer_host_s"] == cal["layer_host_s"] and hf["lora_modules_per_layer"] == 4
+    assert hf["hf_layer_forward_host_share"] == cal["layer_forward_host_share"]
     mc = time_inputs(model("gpt3-125m"), H200, _plan(lora_rank=8))
-    assert mc["hf_layer_host_s"] == mc["hf_recompute_layer_s"] == mc["hf_lora_module_host_s"] == 0.0
+    assert (mc["hf_layer_host_s"] == mc["hf_recompute_layer_s"] == mc["hf_lora_module_host_s"]
+            == mc["hf_layer_forward_host_share"] == 0.0)
 
 
 def test_host_grows_with_layers_and_lora_targets():
@@ -51,10 +55,11 @@ def test_host_grows_with_layers_and_lora_targets():
     every = time_inputs(_hf(), H200, _plan(lora_rank=8))
     every.update(base)
     assert microstep_host(StepInputs(**every), 8.0)[0] == pytest.approx(8 * (per_layer + 4 * per_module))
-    # a checkpointed layer runs its adapters again in the recompute; its own host time is the checkpoint term's
+    # a checkpointed layer keeps its own host time here and runs its adapters again in the recompute; the rest of
+    # what checkpointing adds is the checkpoint term's
     full = time_inputs(_hf(), H200, _plan(lora_rank=8, recompute="full"))
     full.update(base)
-    assert microstep_host(StepInputs(**full), 8.0)[0] == pytest.approx(8 * 2 * 4 * per_module)
+    assert microstep_host(StepInputs(**full), 8.0)[0] == pytest.approx(8 * (per_layer + 2 * 4 * per_module))
 
 
 def test_lora_modules_count_each_adapted_projection_and_each_expert():
@@ -78,26 +83,39 @@ def test_exposed_host_is_the_excess_over_the_microbatch_gpu_time_once_per_microb
     assert hidden["host_exposed_seconds"] == 0.0
 
 
-def test_checkpointed_layers_replace_the_layer_floor_and_the_two_host_terms_meet_the_gpu_once():
+def test_a_checkpointed_layer_adds_its_forward_share_and_the_machinery_and_the_terms_meet_the_gpu_once():
     m = _hf()
     plan = _plan(recompute="full", recompute_layers=6)  # half of the 12 layers checkpointed
-    x, none = _terms(m, plan, hf_layer_host_s=0.0, hf_recompute_layer_s=0.0)
+    zero = dict(hf_layer_host_s=0.0, hf_recompute_layer_s=0.0, hf_layer_forward_host_share=0.0)
+    x, none = _terms(m, plan, **zero)
     gpu = _gpu(none)
-    layer, ckpt = 0.6 * gpu / 6, 0.8 * gpu / 6  # each term alone hides behind the GPU, together they do not
-    _, floor_only = _terms(m, plan, hf_layer_host_s=layer, hf_recompute_layer_s=0.0)
-    _, ckpt_only = _terms(m, plan, hf_layer_host_s=0.0, hf_recompute_layer_s=ckpt)
-    _, both = _terms(m, plan, hf_layer_host_s=layer, hf_recompute_layer_s=ckpt)
+    share, layer, machinery = 0.4, 0.7 * gpu / 12, 0.05 * gpu / 6
+    # what the 6 checkpointed layers add: the recompute's forward share of their host, and the machinery
+    added = timing.hf_checkpoint_host(StepInputs(**{**x, "hf_layer_host_s": layer, "hf_recompute_layer_s": machinery,
+                                                    "hf_layer_forward_host_share": share}), 12.0)
+    assert added == pytest.approx(6 * (share * layer + machinery))
+    # the floor (every layer, 0.7 of the GPU time) and the checkpoint term (0.8 of it) each hide behind the GPU's
+    # work, but not together: the micro-step waits for their sum
+    _, floor_only = _terms(m, plan, **{**zero, "hf_layer_host_s": layer})
+    _, ckpt_only = _terms(m, plan, **{**zero, "hf_recompute_layer_s": 0.8 * gpu / 6})
     assert floor_only["step_seconds"] == pytest.approx(none["step_seconds"])
     assert ckpt_only["step_seconds"] == pytest.approx(none["step_seconds"])
-    extra = x["num_microbatches"] * (6 * layer + 6 * ckpt - gpu)
+    share = 0.9
+    _, both = _terms(m, plan, hf_layer_host_s=layer, hf_recompute_layer_s=machinery, hf_layer_forward_host_share=share)
+    extra = x["num_microbatches"] * (12 * layer + 6 * (share * layer + machinery) - gpu)
+    assert extra > 0
     assert both["step_seconds"] - none["step_seconds"] == pytest.approx(extra)
-    # the checkpointed layers' share of the wait is the recompute's, the rest (none here) the compute's
+    # the floor alone hides, so the whole wait is the checkpointed layers': the recompute's
     assert both["recompute"] - none["recompute"] == pytest.approx(extra)
-    # every layer checkpointed: the layer floor prices no layer, the checkpoint term all of them
-    all_layers = _plan(recompute="full")
-    _, a = _terms(m, all_layers, hf_layer_host_s=0.0)
-    _, b = _terms(m, all_layers, hf_layer_host_s=1.0)
-    assert a["step_seconds"] == pytest.approx(b["step_seconds"])
+    # a checkpointed MoE layer's recompute runs its experts block's forward again (ZeRO 0-2, where that term is priced)
+    moe = dict(x, hf_layer_host_s=layer, hf_layer_forward_host_share=share, moe_block_host_s=0.002)
+    assert timing.hf_checkpoint_host(StepInputs(**moe), 12.0) - timing.hf_checkpoint_host(
+        StepInputs(**{**moe, "moe_block_host_s": 0.0}), 12.0) == pytest.approx(6 * share * 0.002)
+    assert timing.hf_checkpoint_host(StepInputs(**{**moe, "zero_stage": 3}), 12.0) == pytest.approx(
+        6 * (share * layer + x["hf_recompute_layer_s"]))
+    # no layer checkpointed: no checkpoint term, whatever the constants
+    plain = time_inputs(m, H200, _plan())
+    assert timing.hf_checkpoint_host(StepInputs(**{**plain, "hf_recompute_layer_s": 1.0}), 12.0) == 0.0
 
 
 def test_no_layer_floor_at_zero3_but_the_checkpoint_term_stays():
@@ -121,36 +139,45 @@ def test_zero2_hooks_count_the_trainable_tensors():
 def test_ulysses_lora_recompute_is_priced_against_a_host_floor_without_recompute_too():
     """Qwen3-0.6B, LoRA, Ulysses over 8 GPUs and 64 micro-batches of one 4k sequence (512 tokens per GPU): every
     micro-step is host-bound with or without recompute, so full recompute costs the checkpointed layers' host time
-    over the plain layers' (about recompute_layer_overhead_s / layer_host_s), not the 20x a floorless plain step
-    would show."""
+    over the plain layers' (a checkpointed layer's host, (1 + layer_forward_host_share) x layer_host_s +
+    recompute_layer_overhead_s with its adapters twice, over a plain one's), not the 20x a floorless plain step would
+    show."""
     from workbench.estimate import estimate
 
     m = import_hf(HF / "qwen3-0_6b", seq_length=4096, attn_implementation="sdpa").spec
     cluster = ClusterSpec(gpu="H200", gpus_per_node=8)
     cal = timing.calibration()["transformers"]
-    steps = {}
+    steps, host = {}, {}
     for rc in ("none", "full"):
         plan = ParallelPlan(world_size=8, engine="deepspeed", zero_stage=2, ulysses=8, recompute=rc, lora_rank=16,
                             micro_batch_size=1, global_batch_size=64)
         t = estimate(m, cluster, plan).time
         steps[rc] = t.step_seconds
-        per_layer = cal["recompute_layer_overhead_s"] if rc == "full" else cal["layer_host_s"]
-        assert t.step_seconds >= 64 * m.num_layers * per_layer  # each micro-step at least its host time
+        lora = lora_modules_per_layer(m, 16, plan.lora_targets) * cal["lora_module_host_s"]
+        host[rc] = (cal["layer_host_s"] + lora if rc == "none" else
+                    (1 + cal["layer_forward_host_share"]) * cal["layer_host_s"] + cal["recompute_layer_overhead_s"]
+                    + 2 * lora)
+        assert t.step_seconds >= 64 * m.num_layers * host[rc]  # each micro-step at least its host time
     ratio = steps["full"] / steps["none"]
-    assert 1.5 < ratio < cal["recompute_layer_overhead_s"] / cal["layer_host_s"]
+    assert 1.5 < ratio < host["full"] / host["none"]
 
 
 def test_fit_script_recovers_known_constants():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import fit_hf_host as F
 
-    true = (0.0030, 0.0002, 0.0090)
-    rows = [dict(shape_id=s, step0=0.04, m=m, layers=8.0, f=f, lora=n, gpu=g, hooks=h, measured=0.0)
-            for s, m, f, n, g, h in (("a", 1, 0.0, 0.0, 0.010, 0.0), ("a", 2, 0.0, 0.0, 0.012, 0.004),
-                                     ("b", 1, 1.0, 0.0, 0.030, 0.0), ("b", 1, 1.0, 4.0, 0.030, 0.0),
-                                     ("c", 1, 0.0, 7.0, 0.008, 0.0), ("c", 1, 0.0, 0.0, 0.100, 0.0))]
+    true = (0.0030, 0.0002, 0.0012)  # layer, LoRA projection, checkpoint machinery
+    rows = [dict(shape_id=s, step0=0.04, m=m, layers=8.0, f=f, lora=n, gpu=g, hooks=h, moe=e, share=0.5,
+                 measured=0.0)
+            for s, m, f, n, g, h, e in (("a", 1, 0.0, 0.0, 0.010, 0.0, 0.0), ("a", 2, 0.0, 0.0, 0.012, 0.004, 0.0),
+                                        ("b", 1, 1.0, 0.0, 0.030, 0.0, 0.0), ("b", 1, 1.0, 4.0, 0.030, 0.0, 0.0),
+                                        ("c", 1, 0.0, 7.0, 0.008, 0.0, 0.0), ("c", 1, 0.0, 0.0, 0.100, 0.0, 0.0),
+                                        ("d", 1, 1.0, 0.0, 0.030, 0.0, 0.002))]
     for r in rows:
         r["measured"] = float(F.predicted([r], *true)[0, 0])
+    # a checkpointed layer's host: (1 + share) x the layer's (its MoE block's too) + the machinery
+    assert rows[2]["measured"] - rows[2]["step0"] == pytest.approx(8 * (1.5 * 0.0030 + 0.0012) - 0.030)
+    assert rows[6]["measured"] - rows[2]["measured"] == pytest.approx(8 * 1.5 * 0.002)
     assert F.fit(rows) == pytest.approx(true, abs=1e-6)
     # a GPU-bound run says nothing: no host time is the answer
-    assert F.fit([rows[-1]]) == (0.0, 0.0, 0.0)
+    assert F.fit([rows[5]]) == (0.0, 0.0, 0.0)

@@ -222,11 +222,13 @@ def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
 
 def hf_host_inputs(model: ModelSpec, cols: dict, constants: dict) -> dict:
     """The host-time fields of :class:`workbench.timing.StepInputs` for transformers models (catalog
-    ``transformers``: per checkpointed layer, per other layer, per LoRA-adapted projection; 0 for other stacks)."""
+    ``transformers``: per layer, the forward's share of it that a checkpointed layer's recompute repeats, the
+    checkpoint machinery per checkpointed layer, per LoRA-adapted projection; 0 for other stacks)."""
     hf = model.implementation is Implementation.TRANSFORMERS
     lora = lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"])
     return dict(hf_recompute_layer_s=constants.get("recompute_layer_overhead_s", 0.0) if hf else 0.0,
                 hf_layer_host_s=constants.get("layer_host_s", 0.0) if hf else 0.0,
+                hf_layer_forward_host_share=constants.get("layer_forward_host_share", 0.0) if hf else 0.0,
                 hf_lora_module_host_s=constants.get("lora_module_host_s", 0.0) if hf else 0.0,
                 lora_modules_per_layer=lora)
 

@@ -467,14 +467,18 @@ class StepInputs:
     """Submodules of one layer whose DeepSpeed ZeRO-3 hooks run each pass, parameters or not
     (:func:`zero3_hooked_modules_per_layer`); ``None``: ``zero3_modules_per_layer``."""
     hf_recompute_layer_s: object = 0.0
-    """transformers' gradient checkpointing: host seconds per checkpointed decoder layer (forward, recompute and
-    backward together; it replaces ``hf_layer_host_s`` for that layer); the part the micro-batch's GPU work does
-    not hide is added to the recompute (:func:`hf_checkpoint_host`; catalog
-    ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
+    """transformers' gradient checkpointing: host seconds per checkpointed decoder layer of the checkpoint machinery
+    itself (non-reentrant ``torch.utils.checkpoint``: the RNG-state save and restore, the saved-tensor pack and
+    unpack hooks, the recompute's contexts), on top of the layer's own host time and the recompute's repeat of its
+    forward (:func:`hf_checkpoint_host`; catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
     hf_layer_host_s: object = 0.0
-    """transformers models: host seconds per decoder layer that is not checkpointed, per micro-batch (the layer's
-    Python forward and the launches of its autograd backward; :func:`microstep_host`; catalog
+    """transformers models: host seconds per decoder layer per micro-batch, checkpointed or not (the layer's Python
+    forward and the launches of its autograd backward; :func:`microstep_host`; catalog
     ``transformers.layer_host_s``; 0 for other stacks)."""
+    hf_layer_forward_host_share: object = 0.0
+    """Share of a transformers layer's host time (``hf_layer_host_s``, and an MoE layer's ``moe_block_host_s``)
+    spent in its forward: what a checkpointed layer's recompute runs again (:func:`hf_checkpoint_host`; catalog
+    ``transformers.layer_forward_host_share``, measured by benchmarks/gpu_hf_layer_host.py)."""
     hf_lora_module_host_s: object = 0.0
     """transformers models with LoRA: host seconds per adapted projection per forward pass (peft's Python around
     ``lora_B(lora_A(dropout(x))) * scaling`` and its backward launches; a checkpointed layer runs it twice);
@@ -976,15 +980,27 @@ def hf_moe_block_bytes(*, copies, hidden_size, ffn_hidden_size, gated, value_byt
 
 
 def hf_checkpoint_host(x: StepInputs, layers):
-    """Host seconds per micro-batch of transformers' gradient checkpointing on a stage of ``layers`` layers:
-    ``hf_recompute_layer_s`` per checkpointed decoder layer (non-reentrant ``torch.utils.checkpoint``: its
-    saved-tensor hooks, the recompute's Python and dispatch, the framework's gradient hooks), 0 for other stacks.
+    """Host seconds per micro-batch that transformers' gradient checkpointing adds on a stage of ``layers`` layers,
+    per checkpointed decoder layer (``recompute_fraction`` of them under full recompute; 0 for other stacks):
+
+        hf_recompute_layer_s + hf_layer_forward_host_share · (hf_layer_host_s + moe_block_host_s)
+
+    The recompute runs the layer's forward again inside the backward (transformers ``GradientCheckpointingLayer``
+    wraps ``forward`` in non-reentrant ``torch.utils.checkpoint``): its Python and kernel launches a second time,
+    an MoE layer's experts block included (``moe_block_host_s``, at ZeRO 0-2 where that term is priced), plus the
+    checkpoint machinery itself (``hf_recompute_layer_s``: ``preserve_rng_state`` saves the CPU and CUDA RNG states
+    before the forward and restores them in ``fork_rng`` before the recompute, and every tensor the layer's autograd
+    graph saves passes through a pack hook in the forward and in the recompute and an unpack hook in the backward).
+    The layer's own forward and backward host stays :func:`microstep_host`'s. A checkpointed layer thus costs
+    (1 + share) times a plain layer's host plus the machinery, not a constant of its own.
 
     The host queues kernels ahead of the GPU, so this work competes with the GPU time of the whole micro-batch
     (every layer's forward, recompute and backward, the logits and the loss), not with the checkpointed layer's
     own kernels: a large vocabulary or wide layers hide it, thin layers with a small vocabulary expose it."""
-    full = (x.recompute == 2).astype(float)
-    return where(x.hf_recompute_layer_s > 0, full * x.recompute_fraction * layers * x.hf_recompute_layer_s, 0.0)
+    full = where(x.recompute == 2, 1.0, 0.0)
+    moe = where(x.zero_stage < 3, x.moe_block_host_s, 0.0)
+    per_layer = x.hf_recompute_layer_s + x.hf_layer_forward_host_share * (x.hf_layer_host_s + moe)
+    return full * x.recompute_fraction * layers * per_layer
 
 
 def experts_hit(*, tokens, experts, top_k):
@@ -1037,9 +1053,9 @@ def microstep_host(x: StepInputs, layers) -> tuple:
 
     * megatron-core local-spec layers: ``layer_host_s`` per layer of the stage (the layer's Python forward and the
       launches of its autograd backward; the same under Megatron and DeepSpeed);
-    * transformers models: ``hf_layer_host_s`` per layer that is not checkpointed (a checkpointed layer's whole
-      host time, forward, recompute and backward, is :func:`hf_checkpoint_host`'s, added to this one by the
-      caller), and with LoRA ``hf_lora_module_host_s`` per adapted projection per forward pass (peft's
+    * transformers models: ``hf_layer_host_s`` per layer, checkpointed or not (what checkpointing adds, the
+      recompute's second forward and the checkpoint machinery, is :func:`hf_checkpoint_host`'s, added to this one
+      by the caller), and with LoRA ``hf_lora_module_host_s`` per adapted projection per forward pass (peft's
       ``Linear.forward`` adds ``lora_B(lora_A(dropout(x))) * scaling`` in Python; a checkpointed layer runs it
       again in its recompute).
 
@@ -1055,7 +1071,7 @@ def microstep_host(x: StepInputs, layers) -> tuple:
     layers pay it each micro-step (GPT-2 small, 12 layers, one H200, megatron-core DDP: 8192 tokens as one
     micro-batch 73 ms, as two 113 ms, as four 187 ms)."""
     checkpointed = (x.recompute == 2) * x.recompute_fraction  # share of the stage's layers checkpointed
-    per_layer = (x.layer_host_s + (1 - checkpointed) * x.hf_layer_host_s
+    per_layer = (x.layer_host_s + x.hf_layer_host_s
                  + (1 + checkpointed) * x.lora_modules_per_layer * x.hf_lora_module_host_s)
     on = ((x.layer_host_s > 0) | (x.hf_layer_host_s > 0)) & (x.zero_stage < 3)
     last = where(on, layers * per_layer, 0.0)
