@@ -214,7 +214,9 @@ def build_hf(shape: dict, cfg: dict):
     if cfg.get("lora"):
         from peft import LoraConfig, get_peft_model
 
-        targets = ["c_attn", "c_proj"] if model_type == "gpt2" else ["q_proj", "k_proj", "v_proj", "o_proj"]
+        # the attention projections under each family's own names (GPT-2's c_proj also matches its MLP's c_proj)
+        targets = {"gpt2": ["c_attn", "c_proj"], "gpt_neox": ["query_key_value", "dense"],
+                   "phi3": ["qkv_proj", "o_proj"]}.get(model_type, ["q_proj", "k_proj", "v_proj", "o_proj"])
         lora = dict(r=cfg["lora"], lora_alpha=2 * cfg["lora"], lora_dropout=0.05, target_modules=targets,
                     task_type="CAUSAL_LM")
         if cfg.get("ckpt"):
