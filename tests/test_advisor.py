@@ -312,6 +312,10 @@ def test_zero3_persistent_bytes():
                                                                          (4096 * 1024,))
     assert w["gate projection"] == w["up projection"] == (4096 * 14336,)
     assert len(w) == T.zero3_modules_per_layer(hf) == 7
+    phi3 = hf.replace(fused_projections=True)  # Phi-3: qkv_proj and gate_up_proj, four fetched modules
+    w = dict(advisor.zero3_module_weights(phi3))
+    assert w["QKV"] == (4096 * (4096 + 2 * 1024),) and w["fc1"] == (4096 * 2 * 14336,)
+    assert len(w) == T.zero3_modules_per_layer(phi3) == 4
 
 
 def test_advise_lists_zero3_host_bound(thin_zero3):

@@ -1255,11 +1255,13 @@ def zero3_module_weights(model: ModelSpec, tensor_parallel: int = 1) -> tuple:
     (:func:`workbench.timing.zero3_modules_per_layer`), ``parts`` the elements of each weight tensor it holds per
     tensor-parallel rank — DeepSpeed decides persistence per tensor. megatron-core: QKV, output projection, fc1
     (gated: gate and up fused), fc2; a ``transformers`` model of the RMSNorm (Llama) families: q, k, v, output, gate,
-    up and down projections, each its own module; GPT-2 and GPT-NeoX fuse QKV as megatron-core does. The attention
-    modules come first (:data:`ZERO3_ATTENTION_MODULES` names them)."""
+    up and down projections, each its own module; GPT-2 and GPT-NeoX fuse QKV as megatron-core does, and Phi-3
+    (``fused_projections``: ``qkv_proj``, ``o_proj``, ``gate_up_proj``, ``down_proj``) fuses gate and up too, as
+    megatron-core's fc1. The attention modules come first (:data:`ZERO3_ATTENTION_MODULES` names them)."""
     h, t, ffn = model.hidden_size, tensor_parallel, model.ffn_hidden_size
     q, kv = model.query_projection_size, model.kv_projection_size
-    if model.implementation is Implementation.TRANSFORMERS and model.normalization is not Normalization.LAYERNORM:
+    if (model.implementation is Implementation.TRANSFORMERS and model.normalization is not Normalization.LAYERNORM
+            and not model.fused_projections):
         mlp = (("gate projection", (h * ffn // t,)),) if model.is_gated else ()
         return (("q projection", (h * q // t,)), ("k projection", (h * kv // t,)), ("v projection", (h * kv // t,)),
                 ("output projection", (q * h // t,)), *mlp, ("up projection", (h * ffn // t,)),
