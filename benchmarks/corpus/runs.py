@@ -205,6 +205,13 @@ MCORE_SHAPES = {
                               activation="gelu", normalization="layernorm", add_bias_linear=True,
                               tied_embeddings=True, position_embedding="learned", hidden_dropout=0.0,
                               attention_dropout=0.0),
+    # --- tenth final batch ("final10"): declared before measuring; sealed until the models are next changed ---
+    # Qwen2.5 14B width: GQA 40/8, head 128, SwiGLU 13824, 152k vocabulary, untied
+    "mc-h5120-qwen25": dict(like="Qwen2.5 14B width (48 -> 2 layers)", num_layers=2, hidden_size=5120,
+                            num_attention_heads=40, num_query_groups=8, ffn_hidden_size=13824, vocab_size=152064,
+                            seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                            tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                            attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -410,6 +417,26 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
         max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, sliding_window=None)),
+    # --- tenth final batch ("final10") ---
+    # Gemma 2 9B width: GQA 16/8 of head 256, GeGLU 14336, soft-capping, 256k vocabulary, tied (eager only)
+    "hf-gemma2-h3584": dict(like="Gemma 2 9B width (42 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=3584, intermediate_size=14336,
+        num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=8, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # Llama 3.1 8B width at 8 k tokens: GQA 32/8, head 128, SwiGLU 14336, 128k vocabulary, untied
+    "hf-llama3-h4096-s8k": dict(like="Llama 3.1 8B width at 8k tokens (32 -> 2 layers)", seq_length=8192, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # Mixtral 8x7B width: 8 experts top-2 of width 14336, GQA 32/8, 32k vocabulary, untied
+    "hf-mixtral-h4096": dict(like="Mixtral 8x7B width (32 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="mixtral", architectures=["MixtralForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+        vocab_size=32000, max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None, router_aux_loss_coef=0.02, output_router_logits=False)),
 }
 
 
@@ -695,6 +722,19 @@ GROUPS = {
         _hf("hf-neox-h2560", 3, "sdpa", mbs=2, ckpt=True), _hf("hf-neox-h2560", 2, "eager", mbs=2, ckpt=True, lora=16),
         _hf("hf-mistral-h5120", 2, "sdpa"), _hf("hf-mistral-h5120", 3, "sdpa", ckpt=True),
         _hf("hf-mistral-h5120", 3, "sdpa", **OFF), _hf("hf-mistral-h5120", 2, "eager", ckpt=True, lora=16),
+    ],
+    # tenth final batch (one GPU), declared in accuracy_split.json "final10" before measuring; its records are kept
+    # sealed in benchmarks/corpus/sealed/ until the models are next changed
+    "final10": [
+        _ds("mc-h5120-qwen25", 1), _ds("mc-h5120-qwen25", 2, recompute="selective"), _ds("mc-h5120-qwen25", 3),
+        _ddp("mc-h5120-qwen25", True),
+        _hf("hf-gemma2-h3584", 2, "eager"), _hf("hf-gemma2-h3584", 2, "eager", ckpt=True),
+        _hf("hf-gemma2-h3584", 3, "eager", ckpt=True), _hf("hf-gemma2-h3584", 2, "eager", ckpt=True, lora=16),
+        _hf("hf-llama3-h4096-s8k", 2, "sdpa", ckpt=True), _hf("hf-llama3-h4096-s8k", 3, "sdpa", ckpt=True),
+        _hf("hf-llama3-h4096-s8k", 2, "sdpa", ckpt=True, lora=16),
+        _hf("hf-llama3-h4096-s8k", 3, "sdpa", ckpt=True, **OFF),
+        _hf("hf-mixtral-h4096", 2, "sdpa"), _hf("hf-mixtral-h4096", 2, "sdpa", ckpt=True),
+        _hf("hf-mixtral-h4096", 3, "sdpa"), _hf("hf-mixtral-h4096", 3, "sdpa", ckpt=True),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
