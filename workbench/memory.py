@@ -1257,7 +1257,8 @@ on those runs would be: fit median 5.9 %, worst +14.9 % (with this constant 8.0 
 the trace does not produce (Qwen2 h896/h1536 with sdpa, SmolLM2 h960 checkpointed at micro-batch 8); the largest
 over-estimate is Gemma 2 h2304 eager, +10.3 %. It needs the model's transformers config, a CPU torch and 1-7 s a
 plan, so it is a per-configuration check, not a term the planner evaluates over thousands of plans; this constant
-stays the shape-level estimate."""
+stays the shape-level estimate, and ``estimate --simulate-allocator`` (:mod:`workbench.allocsim`, where the policy
+and the trace live) puts the replayed fraction in its place for one plan on request."""
 
 
 RESERVE_FRACTION_EXPANDABLE = {"deepspeed": 0.1174, "megatron": 0.0946}
