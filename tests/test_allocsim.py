@@ -131,3 +131,24 @@ def test_workbench_imports_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout
     assert out.strip() == "[]"
+
+
+def test_replayed_reserve_replaces_a_bare_process_profiles_floor():
+    """A GPU profile's figures are lower bounds (``floor``): its reserve would be raised to the constant; the replayed
+    one is used as it is, the context still the larger of the profile's and the engine's."""
+    from workbench import encode
+    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES, memory_estimate_from
+
+    class Profile:
+        name = "bare"
+
+        def memory_overheads(self):
+            return {"context_bytes": 2**29, "reserve_fraction": 0.055, "floor": True}, []
+
+    model, cluster, plan = _specs()
+    codes = encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
+    mem = memory_estimate_from(model, cluster, plan, codes, profile=Profile(), reserve_fraction=0.01)
+    terms = mem.peak_stage.terms
+    allocated = mem.per_gpu_peak_bytes - terms.overhead  # one stage
+    assert terms.overhead == pytest.approx(OUTSIDE_ALLOCATOR_BYTES["deepspeed"] + 0.01 * allocated, abs=2)
+    assert "allocator reserve 1.0% (replayed)" in mem.formulas["overhead"]
