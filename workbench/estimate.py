@@ -51,6 +51,10 @@ class EvaluatedPlan:
     """The model's parameter counts (computed once per estimate)."""
     facts: Optional[ParallelFacts] = None
     """Derived parallel facts (:func:`workbench.parallel.parallel_facts`)."""
+    reserve_fraction: Optional[float] = None
+    """The caching allocator's reserve the overhead term used when it was replayed for this plan
+    (``estimate(..., simulate_allocator=...)``, :mod:`workbench.allocsim`); ``None``: the constant's (or a
+    profile's)."""
 
     @property
     def parameter_counts(self) -> ParameterCounts:
@@ -131,6 +135,8 @@ class EvaluatedPlan:
                      **self._deepspeed_moe_fields()},
             "memory": self.memory.to_dict(),
         }
+        if self.reserve_fraction is not None:
+            out["memory"].update(reserve_fraction=self.reserve_fraction, reserve_source="replayed")
         if self.time is not None:
             out["time"] = self.time.to_dict()
             low, high, note = self.step_band_seconds
@@ -191,13 +197,17 @@ Estimate = EvaluatedPlan
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None, *,
-             overlap_comm=None, checks: bool = True) -> EvaluatedPlan:
+             overlap_comm=None, checks: bool = True, simulate_allocator=None) -> EvaluatedPlan:
     """Memory, time, layout, parallel facts and advisor checks for one plan (see the module docstring for the
     flow). Raises ``ValueError`` naming the fields when the specs do not fit together. ``profile``: a
     :class:`workbench.calibrate.HardwareProfile`, or its name or path, whose measurements replace datasheet numbers;
     without one the estimate says so. ``overlap_comm`` overrides :attr:`ParallelPlan.overlap_comm` (kept for callers
     that pass it; ``None``: the plan's). ``checks=False`` leaves the advisor out (what a sweep over many plans
-    wants)."""
+    wants). ``simulate_allocator``: the model's Hugging Face config (a :class:`workbench.hf.HFModel`, a
+    ``config.json`` dict, or the path of the file or its directory) to replay PyTorch's caching allocator over the
+    plan's traced training steps (:func:`workbench.allocsim.plan_reserve_fraction`; needs torch and transformers)
+    and use its reserve in the overhead term; ``None``/``False``: the constant reserve. Only transformers models
+    under DeepSpeed ZeRO-0/1/2 on one GPU without offload (:func:`workbench.allocsim.check_scope`)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
 
     if overlap_comm is not None:
@@ -205,13 +215,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     validate(model, cluster, plan)  # the only validation of this estimate
     if overlap_comm is not None and overlap_comm != plan.overlap_comm:
         plan = plan.replace(overlap_comm=overlap_comm)
+    reserve = _replayed_reserve(model, cluster, plan, simulate_allocator)
     profile = resolve_profile(profile)
     record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
     counts = model.parameter_counts()
     cols = encode.plan_columns(plan, model)
     try:
         memory = memory_estimate_from(model, cluster, plan, encode.memory_inputs(model, cols, plan.precision,
-                                                                                 profile=profile), profile=profile)
+                                                                                 profile=profile), profile=profile,
+                                      reserve_fraction=reserve)
         inputs = encode.time_inputs(model, cluster, cols, plan.precision, profile=profile, counts=counts)
         time = time_estimate_from(model, cluster, plan, inputs, profile=profile)
     except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
@@ -221,7 +233,25 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     # the layout, parallel facts and advisor findings are computed on first read (:class:`_DeferredSlot`)
     return EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time, profile=record,
                          counts=counts, layout=_Deferred(_layout_of), facts=_Deferred(_facts_of),
-                         checks=_Deferred(_checks_of) if checks else ())
+                         checks=_Deferred(_checks_of) if checks else (), reserve_fraction=reserve)
+
+
+def _replayed_reserve(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, simulate_allocator):
+    """The replayed reserve fraction for ``estimate(..., simulate_allocator=...)``, or ``None`` when it is off."""
+    if simulate_allocator is None or simulate_allocator is False:
+        return None
+    from workbench import allocsim
+    from workbench.hf import HFModel, read_config
+
+    allocsim.check_scope(model, plan)
+    if isinstance(simulate_allocator, HFModel):
+        config = simulate_allocator.config
+    elif simulate_allocator is True:
+        raise ValueError(f"simulate_allocator=True: give the Hugging Face config of model {model.name} (its "
+                         f"HFModel from workbench.hf.import_hf, the config.json dict or its path) to trace")
+    else:
+        config = read_config(simulate_allocator)
+    return allocsim.plan_reserve_fraction(model, cluster, plan, config)
 
 
 def _layout_of(out: EvaluatedPlan):

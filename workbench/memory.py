@@ -1257,7 +1257,8 @@ on those runs would be: fit median 5.9 %, worst +14.9 % (with this constant 8.0 
 the trace does not produce (Qwen2 h896/h1536 with sdpa, SmolLM2 h960 checkpointed at micro-batch 8); the largest
 over-estimate is Gemma 2 h2304 eager, +10.3 %. It needs the model's transformers config, a CPU torch and 1-7 s a
 plan, so it is a per-configuration check, not a term the planner evaluates over thousands of plans; this constant
-stays the shape-level estimate."""
+stays the shape-level estimate, and ``estimate --simulate-allocator`` (:mod:`workbench.allocsim`, where the policy
+and the trace live) puts the replayed fraction in its place for one plan on request."""
 
 
 RESERVE_FRACTION_EXPANDABLE = {"deepspeed": 0.1174, "megatron": 0.0946}
@@ -1695,14 +1696,23 @@ _SCALAR_STAGES = 2
 
 
 def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, codes: dict, *,
-                         profile=None) -> MemoryEstimate:
+                         profile=None, reserve_fraction=None) -> MemoryEstimate:
     """The :class:`MemoryEstimate` of every pipeline stage from the encoded ``codes``
-    (:func:`workbench.encode.memory_inputs`), all stages priced in one call of :func:`stage_terms`."""
+    (:func:`workbench.encode.memory_inputs`), all stages priced in one call of :func:`stage_terms`.
+    ``reserve_fraction``: the caching allocator's reserve replayed for this plan
+    (:func:`workbench.allocsim.plan_reserve_fraction`) in place of :data:`RESERVE_FRACTION` or a profile's."""
     codes = dict(codes)
     formulas = dict(FORMULAS)
+    if profile is not None and "overheads" not in codes:
+        codes["overheads"], _ = profile.memory_overheads()
+    if reserve_fraction is not None:  # the replayed reserve replaces the constant's (or the profile's)
+        o = dict(codes.get("overheads") or {})
+        if o.get("floor"):  # a bare-process profile's figures are lower bounds: keep its own, measured ones only
+            o = {k: v for k, v in o.items() if k in ("context_bytes", "nccl_bytes") and v is not None}
+            o = {k: max(float(v), float(engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage))[k]))
+                 for k, v in o.items()}
+        codes["overheads"] = {**o, "reserve_fraction": float(reserve_fraction)}
     if profile is not None:
-        if "overheads" not in codes:
-            codes["overheads"], _ = profile.memory_overheads()
         o = codes["overheads"]
         expandable = int(plan.expandable_segments)
         own = {k: float(v) for k, v in engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage),
@@ -1711,9 +1721,16 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                 else (max(float(o[k]), own[k]) if o.get("floor") else float(o[k])) for k in own}
         formulas["overhead"] = (f"context {used['context_bytes'] / 2**20:.0f} MiB (+ NCCL "
                                 f"{used['nccl_bytes'] / 2**20:.0f} MiB with >1 rank) + allocator reserve "
-                                f"{used['reserve_fraction']:.1%} of allocated (profile {profile.name}"
+                                f"{used['reserve_fraction']:.1%}{' (replayed)' if reserve_fraction is not None else ''}"
+                                f" of allocated (profile {profile.name}"
                                 f"{'; its bare-process figures are lower bounds' if o.get('floor') else ''}"
                                 f"{'; expandable segments' if expandable else ''})")
+    elif reserve_fraction is not None:
+        engine = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
+        formulas["overhead"] = (f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES[engine] / GiB:.2f} GiB per process "
+                                f"+ allocator reserve {float(reserve_fraction):.1%} (replayed) of allocated: "
+                                "PyTorch's caching allocator replayed over the plan's traced training steps "
+                                "(workbench.allocsim)")
     elif plan.expandable_segments:
         engine = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
         formulas["overhead"] = (f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES[engine] / GiB:.2f} GiB per process "

@@ -21,6 +21,11 @@ def _sharding(p) -> str:
 def add_parser(sub) -> None:
     parser = sub.add_parser("estimate", help="memory and time for one plan", description=__doc__)
     add_spec_arguments(parser)
+    parser.add_argument("--simulate-allocator", action="store_true",
+                        help="replay PyTorch's caching allocator over the plan's traced training steps and use its "
+                             "reserve in the overhead term instead of the constant (Hugging Face models from "
+                             "--model hf:PATH, DeepSpeed ZeRO 0-2 on one GPU, no offload; needs torch and "
+                             "transformers)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -94,6 +99,8 @@ def render(est) -> str:
         lines[-1] = f"memory per GPU (first / stage {mem.peak_stage.stage}, the peak / last pipeline stage)"
     for term in ("weights", "gradients", "optimizer", "activations", "buffers", "overhead"):
         lines.append(f"  {term:<12}" + "".join(_gib(getattr(s.terms, term)) for s in stages))
+    if est.reserve_fraction is not None:
+        lines[-1] += f"  (allocator reserve {100 * est.reserve_fraction:.1f} % (replayed))"
     lines.append("  " + "-" * (12 + 12 * len(stages)))
     lines.append(f"  {'total':<12}" + "".join(_gib(s.total_bytes) for s in stages))
     verdict = "fits" if mem.fits_gpu else "DOES NOT FIT"
@@ -135,7 +142,16 @@ def run(args) -> int:
     from workbench.estimate import estimate
 
     model, cluster, plan = specs_from_args(args)
-    est = estimate(model, cluster, plan, profile=profile_from_args(args))
+    simulate = None
+    if args.simulate_allocator:
+        from workbench.allocsim import SCOPE, check_scope
+
+        check_scope(model, plan)
+        if not str(args.model or "").startswith("hf:"):
+            raise ValueError(f"{SCOPE}; this plan's model {model.name} is not imported from a config "
+                             f"(--model hf:PATH)")
+        simulate = args.model[3:]
+    est = estimate(model, cluster, plan, profile=profile_from_args(args), simulate_allocator=simulate)
     if args.json:
         print_json(est.to_dict())
     else:

@@ -1,0 +1,154 @@
+"""workbench.allocsim: the replayed allocator reserve on tiny Hugging Face configs, and ``estimate
+--simulate-allocator`` / ``estimate(..., simulate_allocator=...)`` against the constant reserve."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench import allocsim
+from workbench.cli import main
+from workbench.hf import import_hf, read_config
+
+HF = Path(__file__).resolve().parent / "data" / "hf"
+TINY = dict(seq_length=128, micro_batch=2, steps=2)
+
+
+@pytest.mark.parametrize("name,zero,attn", [("tiny-llama", 2, "sdpa"), ("tiny-llama", 0, "eager"),
+                                            ("tiny-gpt2", 1, "sdpa")])
+def test_replayed_fraction_is_sane_and_deterministic(name, zero, attn):
+    cfg = read_config(HF / name)
+    first = allocsim.replayed_reserve_fraction(cfg, zero_stage=zero, attn_implementation=attn, **TINY)
+    again = allocsim.replayed_reserve_fraction(cfg, zero_stage=zero, attn_implementation=attn, **TINY)
+    assert first == again
+    assert 0.0 <= first < 1.0
+
+
+def test_lora_and_checkpointing_are_traced():
+    cfg = read_config(HF / "tiny-llama")
+    full = allocsim.trace_hf_deepspeed(cfg, zero_stage=2, micro_batch=2, seq_length=128, steps=1)
+    lora = allocsim.trace_hf_deepspeed(
+        cfg, zero_stage=2, micro_batch=2, seq_length=128, steps=1, gradient_checkpointing=True,
+        lora=dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    # the fp32 master and Adam's states are the adapters' only: the replayed peak is far below the full fine-tune's
+    assert allocsim.replay(lora).peak_allocated_bytes < allocsim.replay(full).peak_allocated_bytes
+
+
+def test_bad_arguments_are_named():
+    cfg = read_config(HF / "tiny-llama")
+    with pytest.raises(ValueError, match="micro_batch=0"):
+        allocsim.replayed_reserve_fraction(cfg, seq_length=128, micro_batch=0, zero_stage=2)
+    with pytest.raises(ValueError, match="zero_stage=3"):
+        allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=128)
+    with pytest.raises(ValueError, match="model_type"):
+        allocsim.replayed_reserve_fraction({"hidden_size": 8}, seq_length=128, micro_batch=1, zero_stage=2)
+
+
+def _estimate(capsys, *extra):
+    argv = ["estimate", "--model", f"hf:{HF / 'tiny-llama'}", "--gpu", "H200", "--gpus-per-node", "1",
+            "--seq", "128", "--mbs", "2", *extra]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_flag_changes_only_the_overhead_line(capsys):
+    _, plain, _ = _estimate(capsys)
+    code, replayed, _ = _estimate(capsys, "--simulate-allocator")
+    assert code == 0
+    fraction = allocsim.plan_reserve_fraction(
+        *_specs(), read_config(HF / "tiny-llama"))
+    changed = [(a, b) for a, b in zip(plain.splitlines(), replayed.splitlines()) if a != b]
+    assert len(plain.splitlines()) == len(replayed.splitlines())
+    overhead = [(a, b) for a, b in changed if a.lstrip().startswith("overhead")]
+    assert len(overhead) == 1
+    assert overhead[0][1].endswith(f"(allocator reserve {100 * fraction:.1f} % (replayed))")
+    # the rest that may move is what the overhead term feeds: total, peak, headroom and the checks quoting them
+    for a, b in changed:
+        assert a.lstrip().startswith(("overhead", "total", "peak", "check")), (a, b)
+
+
+def _specs():
+    from workbench.specs import ClusterSpec, ParallelPlan
+    from workbench import catalog
+
+    model = import_hf(HF / "tiny-llama", seq_length=128).spec
+    cluster = ClusterSpec(gpu=catalog.gpu("H200"), gpus_per_node=1, num_nodes=1)
+    return model, cluster, ParallelPlan(world_size=1, engine="deepspeed", micro_batch_size=2, global_batch_size=2)
+
+
+def test_cli_json_carries_the_replayed_reserve(capsys):
+    _, plain, _ = _estimate(capsys, "--json")
+    code, replayed, _ = _estimate(capsys, "--json", "--simulate-allocator")
+    assert code == 0
+    a, b = json.loads(plain)["memory"], json.loads(replayed)["memory"]  # stdout is the payload only
+    assert "reserve_source" not in a and b["reserve_source"] == "replayed"
+    assert 0.0 <= b["reserve_fraction"] < 1.0
+    assert "(replayed)" in b["formulas"]["overhead"]
+    allocated = b["allocated_bytes"]
+    assert allocated == a["allocated_bytes"]  # the allocated terms are untouched
+    assert b["breakdown"]["overhead"] - a["breakdown"]["overhead"] == pytest.approx(
+        (b["reserve_fraction"] - (a["breakdown"]["overhead"] - 2.04 * 2**30) / allocated) * allocated, abs=4)
+    assert b["band_bytes"]["note"] == a["band_bytes"]["note"]
+
+
+@pytest.mark.parametrize("extra,why", [(["--zero", "3"], "this plan has zero_stage=3"),
+                                        (["--zero", "2", "--offload-optimizer", "cpu"], "offload_optimizer=cpu")])
+def test_cli_refuses_plans_outside_the_study(capsys, extra, why):
+    code, out, err = _estimate(capsys, "--simulate-allocator", *extra)
+    assert code == 2 and out == ""
+    line = err.strip()
+    assert line.startswith(f"workbench: error: {allocsim.SCOPE}") and why in line and "\n" not in line
+
+
+def test_cli_refuses_a_megatron_core_model(capsys):
+    code, out, err = main(["estimate", "--model", "llama3-8b", "--gpus-per-node", "1", "--simulate-allocator"]), \
+        *capsys.readouterr()
+    assert code == 2
+    assert allocsim.SCOPE in err and "megatron model (llama3-8b)" in err
+
+
+def test_estimate_keyword_takes_the_hf_model():
+    from workbench.estimate import estimate
+
+    model, cluster, plan = _specs()
+    hf = import_hf(HF / "tiny-llama", seq_length=128)
+    plain = estimate(model, cluster, plan, checks=False)
+    replayed = estimate(model, cluster, plan, checks=False, simulate_allocator=hf)
+    assert plain.reserve_fraction is None and "reserve_source" not in plain.to_dict()["memory"]
+    assert replayed.reserve_fraction == allocsim.plan_reserve_fraction(model, cluster, plan, hf.config)
+    assert replayed.memory.peak_stage.terms.activations == plain.memory.peak_stage.terms.activations
+    with pytest.raises(ValueError, match="give the Hugging Face config"):
+        estimate(model, cluster, plan, simulate_allocator=True)
+    with pytest.raises(ValueError, match="zero_stage=3"):
+        estimate(model, cluster, plan.replace(zero_stage=3), simulate_allocator=hf)
+
+
+def test_workbench_imports_without_torch():
+    code = ("import sys, workbench, workbench.allocsim, workbench.estimate, workbench.commands.estimate; "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert out.strip() == "[]"
+
+
+def test_replayed_reserve_replaces_a_bare_process_profiles_floor():
+    """A GPU profile's figures are lower bounds (``floor``): its reserve would be raised to the constant; the replayed
+    one is used as it is, the context still the larger of the profile's and the engine's."""
+    from workbench import encode
+    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES, memory_estimate_from
+
+    class Profile:
+        name = "bare"
+
+        def memory_overheads(self):
+            return {"context_bytes": 2**29, "reserve_fraction": 0.055, "floor": True}, []
+
+    model, cluster, plan = _specs()
+    codes = encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
+    mem = memory_estimate_from(model, cluster, plan, codes, profile=Profile(), reserve_fraction=0.01)
+    terms = mem.peak_stage.terms
+    allocated = mem.per_gpu_peak_bytes - terms.overhead  # one stage
+    assert terms.overhead == pytest.approx(OUTSIDE_ALLOCATOR_BYTES["deepspeed"] + 0.01 * allocated, abs=2)
+    assert "allocator reserve 1.0% (replayed)" in mem.formulas["overhead"]
