@@ -11,22 +11,14 @@ import pytest
 from workbench import planner
 from workbench import memory as M
 from workbench import timing as T
-from workbench.catalog import gpu, model
 from workbench.commands.common import plan_from_args
 from workbench.configs.importer import import_megatron_args
 from workbench.configs.megatron import megatron_args
 from workbench.estimate import estimate
 from workbench.runs.specio import specs_from_dict, specs_to_dict
-from workbench.specs import ClusterSpec, CrossEntropyFusion, ParallelPlan
+from workbench.specs import CrossEntropyFusion, ParallelPlan
 
-H100 = ClusterSpec(gpu=gpu("H100-SXM"), gpus_per_node=8, num_nodes=2)
-LLAMA = model("llama3-8b")  # seq 8192, vocabulary 128256
-
-
-def _plan(**kw):
-    base = dict(world_size=16, engine="megatron", tensor_parallel=4, pipeline_parallel=2, sequence_parallel=True,
-                distributed_optimizer=True, micro_batch_size=1, global_batch_size=32)
-    return ParallelPlan(**{**base, **kw})
+from test_tp_overlap import H100, LLAMA, _plan  # the same 16 x H100 Llama-3-8B Megatron plan (seq 8192, vocab 128256)
 
 
 def test_bytes_per_logit_kept_by_each_implementation():

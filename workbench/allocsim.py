@@ -423,29 +423,16 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     return events
 
 
-def replay(events: list, capacity_bytes: int = H200_BYTES - int(2.04 * 2**30)) -> CachingAllocator:
-    """The caching allocator after ``events`` (``trace_*``'s ``(kind, key, bytes)``); its peaks count from the
-    first event, as the corpus's counters count from the start of a run."""
-    alloc = CachingAllocator(capacity_bytes=capacity_bytes)
-    handles = {}
-    for kind, key, size in events:
-        if kind == "end":
-            break
-        if kind == "empty_cache":
-            alloc.empty_cache()
-        elif kind == "malloc":
-            handles[key] = alloc.malloc(size)
-        elif key in handles:
-            alloc.free(handles.pop(key))
-    return alloc
-
-
-def replay(events: list, capacity_bytes: int = H200_BYTES - int(2.04 * 2**30)) -> CachingAllocator:
+def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocator:
     """The caching allocator after ``events`` (``trace_*``'s ``(kind, key, bytes)``); its peaks count from the
     first event, as the corpus's counters count from the start of a run. ``capacity_bytes``: what the allocator may
     reserve (default an H200 less DeepSpeed's 2.04 GiB outside the allocator,
     :data:`workbench.memory.OUTSIDE_ALLOCATOR_BYTES`)."""
-    alloc = CachingAllocator(capacity_bytes=capacity_bytes)
+    if capacity_bytes is None:
+        from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
+
+        capacity_bytes = H200_BYTES - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+    alloc = CachingAllocator(capacity_bytes=int(capacity_bytes))
     handles = {}
     for kind, key, size in events:
         if kind == "end":
@@ -528,7 +515,7 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
                                 attn_implementation=attn_implementation,
                                 gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps))
     try:
-        alloc = replay(events, **({} if capacity_bytes is None else {"capacity_bytes": int(capacity_bytes)}))
+        alloc = replay(events, capacity_bytes)
     except MemoryError:
         alloc = replay(events, capacity_bytes=1 << 62)
     return alloc.reserve_fraction
