@@ -212,6 +212,13 @@ MCORE_SHAPES = {
                             seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
                             tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
                             attention_dropout=0.0),
+    # --- eleventh final batch ("final11"): declared before measuring; sealed until the models are next changed ---
+    # GPT-NeoX 20B width: MHA 64 heads of width 96, GeLU 24576, LayerNorm and biases, 50k vocabulary, untied
+    "mc-h6144-hd96-gelu": dict(like="GPT-NeoX 20B width (44 -> 2 layers)", num_layers=2, hidden_size=6144,
+                               num_attention_heads=64, ffn_hidden_size=24576, vocab_size=50432, seq_length=2048,
+                               activation="gelu", normalization="layernorm", add_bias_linear=True,
+                               tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                               attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -437,6 +444,26 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
         vocab_size=32000, max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, sliding_window=None, router_aux_loss_coef=0.02, output_router_logits=False)),
+    # --- eleventh final batch ("final11") ---
+    # Gemma 3 4B width: GQA 8/4 of head 256, GeGLU 10240, 262k vocabulary, tied, sliding window 1024
+    "hf-gemma3-h2560": dict(like="Gemma 3 4B width (34 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], hidden_size=2560, intermediate_size=10240,
+        num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=262208,
+        max_position_embeddings=131072, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=1024)),
+    # Phi-3 medium width: GQA 40/10 of head 128, fused qkv / gate_up projections, SwiGLU 17920, 32k vocabulary
+    "hf-phi3-h5120": dict(like="Phi-3 medium width (40 -> 2 layers)", seq_length=4096, config=dict(
+        model_type="phi3", architectures=["Phi3ForCausalLM"], hidden_size=5120, intermediate_size=17920,
+        num_hidden_layers=2, num_attention_heads=40, num_key_value_heads=10, vocab_size=32064,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0, pad_token_id=None)),
+    # Llama 3.2 1B width at 16 k tokens: GQA 32/8, head 64, SwiGLU 8192, 128k vocabulary, tied
+    "hf-llama-h2048-s16k": dict(like="Llama 3.2 1B width at 16k tokens (16 -> 4 layers)", seq_length=16384,
+                                config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=500000.0)),
 }
 
 
@@ -735,6 +762,18 @@ GROUPS = {
         _hf("hf-llama3-h4096-s8k", 3, "sdpa", ckpt=True, **OFF),
         _hf("hf-mixtral-h4096", 2, "sdpa"), _hf("hf-mixtral-h4096", 2, "sdpa", ckpt=True),
         _hf("hf-mixtral-h4096", 3, "sdpa"), _hf("hf-mixtral-h4096", 3, "sdpa", ckpt=True),
+    ],
+    # eleventh final batch (one GPU), declared in accuracy_split.json "final11" before measuring; its records are
+    # kept sealed in benchmarks/corpus/sealed/ until the models are next changed
+    "final11": [
+        _ds("mc-h6144-hd96-gelu", 1), _ds("mc-h6144-hd96-gelu", 2, recompute="selective"),
+        _ds("mc-h6144-hd96-gelu", 3), _ddp("mc-h6144-hd96-gelu", True, recompute="full"),
+        _hf("hf-gemma3-h2560", 2, "sdpa"), _hf("hf-gemma3-h2560", 2, "sdpa", ckpt=True),
+        _hf("hf-gemma3-h2560", 3, "sdpa", ckpt=True), _hf("hf-gemma3-h2560", 2, "sdpa", ckpt=True, lora=16),
+        _hf("hf-phi3-h5120", 2, "sdpa"), _hf("hf-phi3-h5120", 2, "sdpa", ckpt=True),
+        _hf("hf-phi3-h5120", 3, "sdpa"), _hf("hf-phi3-h5120", 2, "sdpa", **OFF),
+        _hf("hf-llama-h2048-s16k", 2, "sdpa", ckpt=True), _hf("hf-llama-h2048-s16k", 3, "sdpa", ckpt=True),
+        _hf("hf-llama-h2048-s16k", 2, "sdpa", ckpt=True, lora=16), _hf("hf-llama-h2048-s16k", 2, "sdpa"),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
