@@ -219,6 +219,13 @@ MCORE_SHAPES = {
                                activation="gelu", normalization="layernorm", add_bias_linear=True,
                                tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
                                attention_dropout=0.0),
+    # --- twelfth final batch ("final12"): declared before measuring; sealed until the models are next changed ---
+    # StarCoder2 7B-like width: GQA 36/4 of head 128, GeLU 18432, LayerNorm and biases, 49k vocabulary, untied
+    "mc-h4608-gqa-gelu": dict(like="StarCoder2 7B-like width (32 -> 2 layers)", num_layers=2, hidden_size=4608,
+                              num_attention_heads=36, num_query_groups=4, ffn_hidden_size=18432, vocab_size=49152,
+                              seq_length=4096, activation="gelu", normalization="layernorm", add_bias_linear=True,
+                              tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                              attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -464,6 +471,27 @@ HF_SHAPES = {
         num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0, rope_theta=500000.0)),
+    # --- twelfth final batch ("final12") ---
+    # Qwen3 8B width at 8 k tokens: GQA 32/8, head 128, q/k RMSNorm, SwiGLU 12288, 152k vocabulary, untied
+    "hf-qwen3-h4096-s8k": dict(like="Qwen3 8B width at 8k tokens (36 -> 2 layers)", seq_length=8192, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=4096, intermediate_size=12288,
+        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # SmolLM2 1.7B width at 8 k tokens: MHA 32 heads of width 64, SwiGLU 8192, 49k vocabulary, tied
+    "hf-smollm2-h2048-s8k": dict(like="SmolLM2 1.7B width at 8k tokens (24 -> 4 layers)", seq_length=8192,
+                                 config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=32, vocab_size=49152,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=130000.0)),
+    # Mistral 7B width at 32 k tokens: GQA 32/8, head 128, SwiGLU 14336, 32k vocabulary, untied
+    "hf-mistral-h4096-s32k": dict(like="Mistral 7B width at 32k tokens (32 -> 2 layers)", seq_length=32768,
+                                  config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None, rope_theta=1000000.0)),
 }
 
 
@@ -774,6 +802,19 @@ GROUPS = {
         _hf("hf-phi3-h5120", 3, "sdpa"), _hf("hf-phi3-h5120", 2, "sdpa", **OFF),
         _hf("hf-llama-h2048-s16k", 2, "sdpa", ckpt=True), _hf("hf-llama-h2048-s16k", 3, "sdpa", ckpt=True),
         _hf("hf-llama-h2048-s16k", 2, "sdpa", ckpt=True, lora=16), _hf("hf-llama-h2048-s16k", 2, "sdpa"),
+    ],
+    # twelfth final batch (one GPU), declared in accuracy_split.json "final12" before measuring; its records are
+    # kept sealed in benchmarks/corpus/sealed/ until the models are next changed
+    "final12": [
+        _ds("mc-h4608-gqa-gelu", 1), _ds("mc-h4608-gqa-gelu", 2, recompute="selective"),
+        _ds("mc-h4608-gqa-gelu", 3), _ddp("mc-h4608-gqa-gelu", True),
+        _hf("hf-qwen3-h4096-s8k", 2, "sdpa"), _hf("hf-qwen3-h4096-s8k", 2, "sdpa", ckpt=True),
+        _hf("hf-qwen3-h4096-s8k", 3, "sdpa", ckpt=True), _hf("hf-qwen3-h4096-s8k", 2, "sdpa", ckpt=True, lora=16),
+        _hf("hf-smollm2-h2048-s8k", 2, "sdpa"), _hf("hf-smollm2-h2048-s8k", 2, "sdpa", ckpt=True),
+        _hf("hf-smollm2-h2048-s8k", 3, "sdpa", ckpt=True), _hf("hf-smollm2-h2048-s8k", 2, "eager", ckpt=True),
+        _hf("hf-mistral-h4096-s32k", 2, "sdpa", ckpt=True), _hf("hf-mistral-h4096-s32k", 3, "sdpa", ckpt=True),
+        _hf("hf-mistral-h4096-s32k", 2, "sdpa", ckpt=True, lora=16),
+        _hf("hf-smollm2-h2048-s8k", 2, "sdpa", ckpt=True, **OFF),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)

@@ -1,0 +1,138 @@
+"""The attention core of Hugging Face transformers' ``sdpa`` implementation on one CUDA GPU: forward and backward
+seconds of ``transformers.integrations.sdpa_attention.sdpa_attention_forward`` (PyTorch's
+``scaled_dot_product_attention``, causal, no mask, grouped-query heads through ``enable_gqa`` as transformers passes
+them) over sequence lengths and head widths, and the fused-attention curve they give.
+
+The time model prices a fused attention kernel as ``efficiency_max · n / (n + half_seq)`` of the dense bf16 peak for
+``n`` key/value tokens (:func:`workbench.timing.flash_attention_seconds`, forward FLOPs ``2·s²·heads·d`` causal, the
+backward 2.5x them). This script measures that for the kernel transformers' sdpa path runs, per head width, and
+fits ``efficiency_max`` and ``half_seq`` of the forward and the backward (least squares of relative time error over
+the sequence lengths). Batch 1, bf16, 16 query heads of width d (8 of 256) and 4 or 8 key/value heads, after 3
+warm-ups the median of 10 timed calls (CUDA events).
+
+    python benchmarks/gpu_sdpa.py --out sdpa.jsonl
+    python benchmarks/gpu_sdpa.py --fit sdpa.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+# (head width, query heads, key/value heads)
+HEADS = ((64, 32, 8), (128, 32, 8), (128, 32, 32), (256, 8, 4))
+WARMUP, TIMED = 3, 10
+BACKWARD_FLOPS_RATIO = 2.5
+
+
+def forward_flops(seq: int, heads: int, head_dim: int, batch: int = 1) -> float:
+    """Causal attention core forward FLOPs: QKᵀ and PV, each 2·s²·d per head, half of them under the mask."""
+    return batch * heads * 2 * 2 * seq * seq * head_dim / 2
+
+
+def one(seq: int, head_dim: int, heads: int, kv_heads: int) -> dict:
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    class Module(torch.nn.Module):
+        is_causal = True
+        num_key_value_groups = heads // kv_heads
+
+    module = Module().train()
+    q = torch.randn(1, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(1, kv_heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(1, kv_heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    grad = torch.randn(1, seq, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    fwd, total = [], []
+    for i in range(WARMUP + TIMED):
+        start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        start.record()
+        out, _ = sdpa_attention_forward(module, q, k, v, None, dropout=0.0, scaling=head_dim ** -0.5,
+                                        is_causal=True)
+        mid.record()
+        out.backward(grad)
+        end.record()
+        torch.cuda.synchronize()
+        if i >= WARMUP:
+            fwd.append(start.elapsed_time(mid) / 1e3)
+            total.append(start.elapsed_time(end) / 1e3)
+        q.grad = k.grad = v.grad = None
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:  # which kernels the sdpa call dispatched to
+        out, _ = sdpa_attention_forward(module, q, k, v, None, dropout=0.0, scaling=head_dim ** -0.5, is_causal=True)
+        out.backward(grad)
+        torch.cuda.synchronize()
+    kernels = sorted({e.name[:80] for e in prof.events() if e.device_type.name == "CUDA"
+                      and any(w in e.name.lower() for w in ("flash", "fmha", "attn", "attention", "cudnn"))})
+    f, t = statistics.median(fwd), statistics.median(total)
+    flops = forward_flops(seq, heads, head_dim)
+    return dict(seq=seq, head_dim=head_dim, heads=heads, kv_heads=kv_heads, forward_s=f, backward_s=t - f,
+                kernels=kernels, forward_tflops=flops / f / 1e12, backward_tflops=BACKWARD_FLOPS_RATIO * flops / (t - f) / 1e12)
+
+
+def fit_curve(points: list, peak_tflops: float) -> tuple:
+    """(efficiency_max, half_seq) of ``rate = peak · e · n / (n + h)`` from (n, TFLOP/s) points: grid over h, e in
+    closed form by least squares of relative time error."""
+    best = None
+    for h in [x * 10.0 for x in range(0, 400)]:
+        shape = [n / (n + h) for n, _ in points]
+        # time ∝ 1 / (e · shape): relative error r = rate / (peak · e · shape) − 1 → e from the mean of the ratios
+        ratios = [r / (peak_tflops * s) for (_, r), s in zip(points, shape)]
+        e = statistics.mean(ratios)
+        err = max(abs(x / e - 1) for x in ratios)
+        if best is None or err < best[2]:
+            best = (e, h, err)
+    return best
+
+
+def fit(records: list, peak_tflops: float = 989.0) -> list[str]:
+    lines = [f"dense bf16 peak {peak_tflops:.0f} TFLOP/s; rate = peak x efficiency_max x n / (n + half_seq)",
+             f"{'head':>5} {'q/kv':>6} {'phase':<9} {'eff_max':>8} {'half_seq':>9} {'worst':>7}   TFLOP/s by seq"]
+    for key in sorted({(r["head_dim"], r["heads"], r["kv_heads"]) for r in records}):
+        sel = sorted((r for r in records if (r["head_dim"], r["heads"], r["kv_heads"]) == key), key=lambda r: r["seq"])
+        for phase in ("forward", "backward"):
+            pts = [(r["seq"], r[f"{phase}_tflops"]) for r in sel]
+            e, h, err = fit_curve(pts, peak_tflops)
+            lines.append(f"{key[0]:>5} {key[1]:>3}/{key[2]:<2} {phase:<9} {e:>8.3f} {h:>9.0f} {err:>6.1%}   "
+                         + " ".join(f"{n}:{r:.0f}" for n, r in pts))
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--fit", type=Path, help="print the fit of an existing records file and stop")
+    args = ap.parse_args(argv)
+    if args.fit:
+        print("\n".join(fit([json.loads(x) for x in args.fit.read_text().splitlines() if x.strip()])))
+        return 0
+    import torch
+    import transformers
+    from gpu_provenance import gpu_provenance
+
+    prov = gpu_provenance(transformers=transformers.__version__)
+    records = []
+    for head_dim, heads, kv in HEADS:
+        for seq in SEQS:
+            rec = dict(one(seq, head_dim, heads, kv), provenance=prov)
+            records.append(rec)
+            print(f"d {head_dim:3d} q/kv {heads}/{kv} s {seq:6d}  fwd {rec['forward_s'] * 1e3:8.3f} ms "
+                  f"{rec['forward_tflops']:6.0f} TF  bwd {rec['backward_s'] * 1e3:8.3f} ms "
+                  f"{rec['backward_tflops']:6.0f} TF", flush=True)
+            if args.out:
+                with args.out.open("a") as f:
+                    f.write(json.dumps(rec) + "\n")
+    print("\n".join(fit(records)))
+    del torch
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
