@@ -40,7 +40,7 @@ GPT-NeoX shapes least: the catalog keeps the fitted value.
 
 LoRA, ms per adapted projection per forward pass (plain / checkpointed layers): hf-gpt2-h640 (c_attn, c_proj) 0.46
 / 0.14, hf-smollm2-h960 (q, k, v, o) 0.51 / 0.51, hf-llama-h2048 (q, k, v, o) 0.67 / 0.73: the same order as the
-0.48 ms ``benchmarks/fit_hf_host.py`` fits on the corpus (catalog ``transformers.lora_module_host_s``).
+0.50 ms ``benchmarks/fit_hf_host.py`` fits on the corpus (catalog ``transformers.lora_module_host_s``).
 """
 from __future__ import annotations
 

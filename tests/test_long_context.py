@@ -203,12 +203,16 @@ def test_fused_attention_runs_at_its_measured_rate():
         fwd, bwd = T.flash_attention_seconds(1e12, n, **kw)
         assert 1e12 / fwd / 1e12 == pytest.approx(fwd_tflops, rel=0.03)
         assert 2.5e12 / bwd / 1e12 == pytest.approx(bwd_tflops, rel=0.03)
-    # Megatron (Transformer Engine) gets the fused rate; a Hugging Face model (SDPA) keeps the GEMM curve
+    # Megatron (Transformer Engine) gets the fused rate; a Hugging Face model (SDPA) its own measured one
+    # (tests/test_hf_sdpa.py), and the GEMM curve with eager attention
     c = _h100()
     te = T.time_inputs(model("llama3-8b"), c, _plan(8))
     assert te["flash_forward_efficiency_max"] == 0.556
     hf = model("llama3-8b").replace(implementation="transformers")
-    assert T.time_inputs(hf, c, ParallelPlan(world_size=8, zero_stage=3))["flash_forward_efficiency_max"] == 0
+    sdpa = T.calibration()["flash_attention"]["hopper_sdpa"]["by_head_dim"]["128"]["forward_efficiency_max"]
+    assert T.time_inputs(hf, c, ParallelPlan(world_size=8, zero_stage=3))["flash_forward_efficiency_max"] == sdpa
+    eager = hf.replace(attention="unfused")
+    assert T.time_inputs(eager, c, ParallelPlan(world_size=8, zero_stage=3))["flash_forward_efficiency_max"] == 0
 
 
 def test_default_largest_cp_grows_beyond_half_a_million_tokens():

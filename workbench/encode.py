@@ -336,21 +336,49 @@ def _where(cond, a, b):
 
 
 def flash_attention_inputs(model: ModelSpec, gpu) -> dict:
-    """The fused-attention rate (:func:`workbench.timing.flash_attention_seconds`) for a Megatron model with flash
-    attention — Transformer Engine's fused attention — on a GPU generation the catalog ``flash_attention`` section
-    measures; zero efficiency otherwise (the attention core stays on the GEMM curve: Hugging Face's SDPA, other
-    GPUs)."""
+    """The fused-attention rate (:func:`workbench.timing.flash_attention_seconds`) of a model with flash attention
+    on a GPU generation the catalog ``flash_attention`` section measures: a Megatron model's Transformer Engine fused
+    attention (the generation's entry), a Hugging Face model's PyTorch SDPA (the ``<generation>_sdpa`` entry, per
+    head width: :func:`sdpa_efficiency`). Zero efficiency otherwise: the attention core stays on the GEMM curve
+    (eager attention, megatron-core's local spec, generations without an entry)."""
     from workbench import timing as T
 
     from workbench.specs import Implementation
 
-    entry = (T.calibration().get("flash_attention") or {}).get(T.gpu_generation(gpu.name))
-    if not entry or model.attention is not AttentionImpl.FLASH or model.implementation is not Implementation.MEGATRON:
-        return dict(flash_forward_efficiency_max=0.0, flash_backward_efficiency_max=0.0, flash_half_seq=1.0,
-                    flash_backward_flops_ratio=2.0)
+    none = dict(flash_forward_efficiency_max=0.0, flash_backward_efficiency_max=0.0, flash_half_seq=1.0,
+                flash_backward_flops_ratio=2.0)
+    if model.attention is not AttentionImpl.FLASH:
+        return none
+    table = T.calibration().get("flash_attention") or {}
+    gen = T.gpu_generation(gpu.name)
+    if model.implementation is Implementation.TRANSFORMERS:
+        entry = table.get(f"{gen}_sdpa")
+        if not entry:
+            return none
+        forward, backward = sdpa_efficiency(entry["by_head_dim"], model.head_dim)
+        return dict(flash_forward_efficiency_max=forward, flash_backward_efficiency_max=backward,
+                    flash_half_seq=entry["half_seq"], flash_backward_flops_ratio=entry["backward_flops_ratio"])
+    entry = table.get(gen)
+    if not entry or model.implementation is not Implementation.MEGATRON:
+        return none
     return dict(flash_forward_efficiency_max=entry["forward_efficiency_max"],
                 flash_backward_efficiency_max=entry["backward_efficiency_max"], flash_half_seq=entry["half_seq"],
                 flash_backward_flops_ratio=entry["backward_flops_ratio"])
+
+
+def sdpa_efficiency(by_head_dim: dict, head_dim) -> tuple:
+    """(forward, backward) ``efficiency_max`` of PyTorch SDPA at ``head_dim`` from the catalog's measured head
+    widths (keys are widths as strings): linear between the two measured widths around it, the nearest measured
+    one outside their range."""
+    points = sorted((int(k), v["forward_efficiency_max"], v["backward_efficiency_max"]) for k, v in by_head_dim.items())
+    d = float(head_dim)
+    if d <= points[0][0]:
+        return points[0][1], points[0][2]
+    for (d0, f0, b0), (d1, f1, b1) in zip(points, points[1:]):
+        if d <= d1:
+            w = (d - d0) / (d1 - d0)
+            return f0 + w * (f1 - f0), b0 + w * (b1 - b0)
+    return points[-1][1], points[-1][2]
 
 
 def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: Precision, *, profile=None,
