@@ -164,6 +164,17 @@ def test_zero3_small_group_note_counts_the_ulysses_ranks_zero_shards_over():
     assert any("at data parallel <= 2" in n for n in memory_notes(model, two))
 
 
+def test_reduce_bucket_note_only_where_the_peak_holds_the_buckets(capsys):
+    """ZeRO-1/2's buckets live through the backward: a peak in the optimizer step (an 8B model's Adam states on one
+    GPU) holds none, so the CLI gives no "why" about them; a 1.3B model peaking in the backward does."""
+    rc, out, _ = _main(["estimate", "--model", "llama3-8b", "--gpu", "H200", "--gpus-per-node", "1", "--zero", "2",
+                        "--gbs", "1"], capsys)
+    assert "peak in optimizer step" in out and "reduce_bucket_size" not in out
+    rc, out, _ = _main(["estimate", "--model", "gpt3-1.3b", "--gpu", "H200", "--gpus-per-node", "1", "--zero", "1",
+                        "--gbs", "8"], capsys)
+    assert "peak in backward" in out and "why: ZeRO-1 allocates its gradient reduce buckets" in out
+
+
 def test_estimate_plan_line_says_how_states_are_sharded_and_offloaded(capsys):
     rc, out, _ = _main(["estimate", "--model", "guide-13b", "--zero", "3", "--offload-optimizer", "cpu",
                         "--offload-params", "cpu"], capsys)

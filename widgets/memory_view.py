@@ -61,7 +61,7 @@ def summary_html(memory, plan=None, model=None) -> str:
     if plan is not None and model is not None:
         from workbench.memory import memory_notes
 
-        for note in memory_notes(model, plan):
+        for note in memory_notes(model, plan, memory):
             text += f'<br><span class="wb-memory-note" style="color:#555">Why: {html.escape(note)}</span>'
     return text
 

@@ -1813,10 +1813,12 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
             "activations": float(delta * (stored * in_flight + 1))}
 
 
-def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
+def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
     """Where the estimate rises although a saver was switched on — each is what DeepSpeed really allocates
     (read in ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``stage3.py``, measured on H200,
-    ``benchmarks/results/gpu_memory_calibration.json``), so the Memory view says why instead of hiding it."""
+    ``benchmarks/results/gpu_memory_calibration.json``), so the Memory view says why instead of hiding it. With the
+    plan's :class:`MemoryEstimate` (``memory``) a note about ZeRO-1/2's reduce buckets is left out where the peak
+    does not hold them (they live through the backward only: a peak in the optimizer step has none)."""
     notes = []
     fp8 = fp8_memory_terms(model, plan)
     if fp8:
@@ -1830,7 +1832,7 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan) -> list:
     if plan.engine is Engine.MEGATRON:
         return notes
     stage = int(plan.zero_stage)
-    if stage in (1, 2):
+    if stage in (1, 2) and (memory is None or memory.peak_stage.terms.buffers > 0):
         buckets = 2 if plan.overlaps_comm else 1
         bucket_gib = buckets * DS_REDUCE_BUCKET_ELEMENTS * plan.precision.bytes_per_value / GiB
         notes.append(f"ZeRO-{stage} allocates its gradient reduce bucket{'s' if buckets > 1 else ''} at "

@@ -114,7 +114,7 @@ def render(est) -> str:
     lines.append(f"  error band: {mem.band_note}")
     from workbench.memory import memory_notes
 
-    lines += [f"  why: {note}" for note in memory_notes(m, p)]
+    lines += [f"  why: {note}" for note in memory_notes(m, p, mem)]
     if mem.host_bytes_per_node:
         lines.append(f"  host memory per node {mem.host_bytes_per_node / GiB:.1f} GiB of "
                      f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB" + ("" if mem.fits_host else ": DOES NOT FIT"))
