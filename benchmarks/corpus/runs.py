@@ -226,6 +226,19 @@ MCORE_SHAPES = {
                               seq_length=4096, activation="gelu", normalization="layernorm", add_bias_linear=True,
                               tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
                               attention_dropout=0.0),
+    # --- thirteenth final batch ("final13"): declared before measuring; sealed until the models are next changed ---
+    # Qwen2 1.5B width at 16 layers: GQA 12/2, head 128, SwiGLU 8960, QKV biases, 152k vocabulary, tied
+    "mc-h1536-l16": dict(like="Qwen2 1.5B width (28 -> 16 layers)", num_layers=16, hidden_size=1536,
+                         num_attention_heads=12, num_query_groups=2, ffn_hidden_size=8960, vocab_size=151936,
+                         seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                         qkv_bias=True, tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                         attention_dropout=0.0),
+    # GPT-style width 4096 at 4 layers: MHA 32 heads of 128, GeLU 16384, LayerNorm and biases, 50k vocabulary, tied
+    "mc-h4096-gelu-l4": dict(like="GPT-3 6.7B-like width (32 -> 4 layers)", num_layers=4, hidden_size=4096,
+                             num_attention_heads=32, ffn_hidden_size=16384, vocab_size=50304, seq_length=2048,
+                             activation="gelu", normalization="layernorm", add_bias_linear=True,
+                             tied_embeddings=True, position_embedding="learned", hidden_dropout=0.0,
+                             attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -492,6 +505,19 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
         max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, sliding_window=None, rope_theta=1000000.0)),
+    # --- thirteenth final batch ("final13") ---
+    # Qwen2 1.5B at 16 layers: GQA 12/2, head 128, QKV biases, tied, 152k vocabulary
+    "hf-qwen2-h1536-l16": dict(like="Qwen2 1.5B (28 -> 16 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=1536, intermediate_size=8960,
+        num_hidden_layers=16, num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # Llama 3.2 3B width at 8 layers: GQA 24/8, head 128, SwiGLU 8192, 128k vocabulary, tied
+    "hf-llama-h3072-l8": dict(like="Llama 3.2 3B width (28 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=8, num_attention_heads=24, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=500000.0)),
 }
 
 
@@ -815,6 +841,17 @@ GROUPS = {
         _hf("hf-mistral-h4096-s32k", 2, "sdpa", ckpt=True), _hf("hf-mistral-h4096-s32k", 3, "sdpa", ckpt=True),
         _hf("hf-mistral-h4096-s32k", 2, "sdpa", ckpt=True, lora=16),
         _hf("hf-smollm2-h2048-s8k", 2, "sdpa", ckpt=True, **OFF),
+    ],
+    # thirteenth final batch (one GPU), declared in accuracy_split.json "final13" before measuring; its records are
+    # kept sealed in benchmarks/corpus/sealed/ until the models are next changed
+    "final13": [
+        _ds("mc-h1536-l16", 0), _ds("mc-h1536-l16", 1), _ds("mc-h1536-l16", 2), _ddp("mc-h1536-l16", True),
+        _ds("mc-h4096-gelu-l4", 0), _ds("mc-h4096-gelu-l4", 1), _ds("mc-h4096-gelu-l4", 2),
+        _ddp("mc-h4096-gelu-l4", False),
+        _hf("hf-qwen2-h1536-l16", 1, "sdpa"), _hf("hf-qwen2-h1536-l16", 2, "sdpa"),
+        _hf("hf-qwen2-h1536-l16", 2, "sdpa", ckpt=True), _hf("hf-qwen2-h1536-l16", 3, "sdpa"),
+        _hf("hf-llama-h3072-l8", 0, "sdpa"), _hf("hf-llama-h3072-l8", 2, "sdpa"),
+        _hf("hf-llama-h3072-l8", 2, "eager"), _hf("hf-llama-h3072-l8", 2, "sdpa", lora=16),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
