@@ -120,8 +120,7 @@ def main(argv=None) -> int:
         print("\n".join(fit(records)))
         return 0
     import deepspeed
-    import torch
-    from gpu_provenance import gpu_provenance
+    from gpu_provenance import append_record, gpu_provenance
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29511")
@@ -140,11 +139,8 @@ def main(argv=None) -> int:
             records.append(rec)
             print(f"stage {stage} N {rec['parameters'] / 1e6:7.1f} M T {tensors:5d}  backward "
                   f"{rec['backward_s'] * 1e3:7.2f} ms  step {rec['step_s'] * 1e3:7.2f} ms", flush=True)
-            if args.out:
-                with args.out.open("a") as f:
-                    f.write(json.dumps(rec) + "\n")
+            append_record(args.out, rec)
     print("\n".join(fit(records)))
-    del torch
     return 0
 
 

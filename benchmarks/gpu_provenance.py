@@ -33,3 +33,14 @@ def gpu_provenance(**extra) -> dict:
         except Exception as exc:  # recorded, not fatal
             out["driver"] = f"unknown: {exc}"
     return out
+
+
+def append_record(path, record: dict) -> None:
+    """Append ``record`` as one JSON line to ``path`` (a :class:`pathlib.Path`; nothing when ``None``), at once, so
+    that a measurement cut short by a time limit keeps what it finished."""
+    if path is None:
+        return
+    import json
+
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")

@@ -117,9 +117,8 @@ def main(argv=None) -> int:
     if args.fit:
         print("\n".join(fit([json.loads(x) for x in args.fit.read_text().splitlines() if x.strip()])))
         return 0
-    import torch
     import transformers
-    from gpu_provenance import gpu_provenance
+    from gpu_provenance import append_record, gpu_provenance
 
     prov = gpu_provenance(transformers=transformers.__version__)
     records = []
@@ -130,11 +129,8 @@ def main(argv=None) -> int:
             print(f"d {head_dim:3d} q/kv {heads}/{kv} s {seq:6d}  fwd {rec['forward_s'] * 1e3:8.3f} ms "
                   f"{rec['forward_tflops']:6.0f} TF  bwd {rec['backward_s'] * 1e3:8.3f} ms "
                   f"{rec['backward_tflops']:6.0f} TF", flush=True)
-            if args.out:
-                with args.out.open("a") as f:
-                    f.write(json.dumps(rec) + "\n")
+            append_record(args.out, rec)
     print("\n".join(fit(records)))
-    del torch
     return 0
 
 
