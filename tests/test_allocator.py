@@ -182,6 +182,28 @@ def test_advisor_names_expandable_segments_near_capacity():
     assert advisor.expandable_segments_advice(m, tight, on.plan, on.memory).status == "pass"
 
 
+def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies():
+    """A transformers model under ZeRO-2 on one GPU near capacity: the advice also names `--simulate-allocator` with
+    the study's held-out numbers; a megatron-core model (outside the replay's scope) does not get it."""
+    import dataclasses
+
+    from workbench import advisor, allocsim
+    from workbench.specs import Implementation
+
+    c = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2)
+    for implementation, named in ((Implementation.TRANSFORMERS, True), (Implementation.MEGATRON, False)):
+        m = ModelSpec(**SMALL).replace(implementation=implementation)
+        peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
+        tight = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.02 / 2**30))
+        found = advisor.expandable_segments_advice(m, tight, plan, estimate(m, tight, plan).memory)
+        study = allocsim.REPLAY_STUDY
+        assert found.status == "warn"
+        assert ("--simulate-allocator" in found.suggestion) is named
+        assert (f"on {study['test_runs']} held-out H200 runs" in found.suggestion) is named
+    assert study["replayed"][0] < study["constant"][0] and abs(study["replayed"][1]) < abs(study["constant"][1])
+
+
 def test_plan_panel_checkbox_sets_the_allocator_and_the_estimate_follows():
     from widgets.app import Workbench
     from widgets.parallel_panel import ParallelPanel

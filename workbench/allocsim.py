@@ -449,6 +449,11 @@ def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocat
 # ================================================================================================================
 # The estimator's entry: a plan's replayed reserve
 # ================================================================================================================
+REPLAY_STUDY = dict(test_runs=84, replayed=(0.035, -0.144), constant=(0.051, -0.262))
+"""The estimate's whole-device error (median |error|, worst) on the corpus's one-GPU transformers ZeRO-0/1/2 runs of
+the test split, with the replayed reserve and with the constant one (``benchmarks/alloc_sim.py``,
+``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-01): what the advisor quotes when it names the replay."""
+
 SCOPE = "--simulate-allocator covers Hugging Face models under DeepSpeed ZeRO 0-2 without offload"
 """The opening of every refusal of :func:`check_scope`."""
 

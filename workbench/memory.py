@@ -1250,9 +1250,10 @@ at the first gradient hook, each gradient cast to fp64 for the clipping norm, th
 states at the first step), six steps. Nothing in it is fitted. On the corpus's one-GPU Hugging Face ZeRO-0/1/2
 runs without offload (``benchmarks/results/alloc_sim_h200.txt``), peak reserved from the measured allocated peak:
 fit split 33 runs, median error 0.8 %, worst −19.3 %, 5 more than 5 % under (this constant: 6.2 %, −21.7 %, 10);
-test split 61 runs, 1.1 %, −17.6 %, 12 (this constant: 4.3 %, −29.8 %, 16). With the simulated fraction in the
+test split 84 runs, 0.9 %, −17.6 %, 15 (this constant: 4.2 %, −29.8 %, 23). With the simulated fraction in the
 overhead term, the estimate's whole-device error on those runs would be: fit median 5.8 %, worst +14.4 % (with this
-constant 8.0 %, +17.1 %); test 3.6 %, worst −14.4 % (5.1 %, −26.2 %). The largest misses are under-estimates, runs whose extra reserve
+constant 8.0 %, +17.1 %); test 3.5 %, worst −14.4 % (5.1 %, −26.2 %); the 23 test runs measured after the replay was
+written (batches final10-12) 2.9 %, −12.6 % (6.8 %, −21.5 %). The largest misses are under-estimates, runs whose extra reserve
 the trace does not produce (Qwen2 h896/h1536 with sdpa, SmolLM2 h960 checkpointed at micro-batch 8); the largest
 over-estimate is Gemma 2 h2304 eager, +10.3 %. It needs the model's transformers config, a CPU torch and 1-7 s a
 plan, so it is a per-configuration check, not a term the planner evaluates over thousands of plans; this constant
