@@ -150,42 +150,24 @@ def recomputed_peak(cfg: dict, *, seq: int, micro_batch: int, lora: int, attn: s
     and the op at that moment. A ``TorchDispatchMode`` adds each new storage an op returns (parameters and
     buffers left out) and drops it when the storage is freed, as ``benchmarks/trace_activations_cpu.py``; the
     window runs from the second layer's first norm to the first layer's."""
-    import weakref
-
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
+
+    from workbench.storagetrace import live_storage, storage_keys
 
     config = dict(cfg, **({"n_layer": 3} if cfg["model_type"] == "gpt2" else {"num_hidden_layers": 3}))
     model = build(config, lora=lora, attn=attn, checkpointing=True)
-    skip = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
-    state = {"live": 0, "window": False, "base": 0, "peak": 0, "op": ""}
-    seen: set = set()
+    state = {"window": False, "base": 0, "peak": 0, "op": ""}
 
-    def free(key, nbytes):
-        state["live"] -= nbytes
-        seen.discard(key)
+    def after_op(live, func):
+        if state["window"] and live.current - state["base"] > state["peak"]:
+            state["peak"], state["op"] = live.current - state["base"], str(func)
 
-    class Live(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor):
-                    st = t.untyped_storage()
-                    key = st.data_ptr()
-                    if key not in seen and key not in skip and st.nbytes():
-                        seen.add(key)
-                        state["live"] += st.nbytes()
-                        weakref.finalize(st, free, key, st.nbytes())
-            if state["window"] and state["live"] - state["base"] > state["peak"]:
-                state["peak"], state["op"] = state["live"] - state["base"], str(func)
-            return out
-
+    tracker = live_storage(skip=storage_keys([*model.parameters(), *model.buffers()]), after_op=after_op)
     backward = [False]
 
     def open_window(module, args):
         if backward[0] and not state["window"]:
-            state["window"], state["base"] = True, state["live"]
+            state["window"], state["base"] = True, tracker.current
 
     def close_window(module, args):
         if backward[0]:
@@ -195,7 +177,7 @@ def recomputed_peak(cfg: dict, *, seq: int, micro_batch: int, lora: int, attn: s
     _module(model, tuple(f"{p}.1.{n}" for p in ("h", "layers") for n in norms)).register_forward_pre_hook(open_window)
     _module(model, tuple(f"{p}.0.{n}" for p in ("h", "layers") for n in norms)).register_forward_pre_hook(close_window)
     ids = torch.randint(0, cfg["vocab_size"], (micro_batch, seq))
-    with _GpuDropout(), Live():
+    with _GpuDropout(), tracker:
         loss = model(input_ids=ids, labels=ids).loss
         backward[0] = True
         loss.backward()

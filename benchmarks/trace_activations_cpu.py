@@ -17,7 +17,6 @@ import argparse
 import gc
 import os
 import sys
-import weakref
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,34 +51,18 @@ def trace(dims: dict, recompute: str, micro_batch: int = 1) -> dict:
     tensors alive at the peak, largest first."""
     import torch
     import torch.nn.functional as F
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
 
-    class LiveStorage(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.live, self.origin, self.current, self.peak, self.peak_op, self.at_peak = {}, {}, 0, 0, None, []
+    from workbench.storagetrace import live_storage
 
-        def _freed(self, key):
-            self.current -= self.live.pop(key, 0)
+    origin: dict = {}
+    peak = {"bytes": 0, "op": None, "live": []}
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if not isinstance(t, torch.Tensor):
-                    continue
-                storage = t.untyped_storage()
-                key = storage.data_ptr()
-                if key in self.live or storage.nbytes() == 0:
-                    continue
-                self.live[key] = storage.nbytes()
-                self.origin[key] = (str(func), tuple(t.shape), str(t.dtype))
-                self.current += storage.nbytes()
-                weakref.finalize(storage, self._freed, key)
-            if self.current > self.peak:
-                self.peak, self.peak_op = self.current, str(func)
-                self.at_peak = [(n,) + self.origin[k] for k, n in self.live.items()]
-            return out
+    def on_alloc(key, nbytes, func, tensor):
+        origin[key] = (str(func), tuple(tensor.shape), str(tensor.dtype))
+
+    def after_op(live, func):
+        if live.current > peak["bytes"]:
+            peak.update(bytes=live.current, op=str(func), live=[(n,) + origin[k] for k, n in live.live.items()])
 
     def dropout_as_on_gpu(input, p=0.5, training=True, inplace=False):
         return torch.native_dropout(input, p, True)[0] if training and p > 0 else input
@@ -98,12 +81,13 @@ def trace(dims: dict, recompute: str, micro_batch: int = 1) -> dict:
         for p in model.parameters():
             p.grad = None
         gc.collect()
-        tracker = LiveStorage()
-        with tracker:
+        origin.clear()
+        peak.update(bytes=0, op=None, live=[])
+        with live_storage(on_alloc=on_alloc, after_op=after_op):
             loss = model(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
             loss.backward()
         del loss
-    return dict(peak_bytes=tracker.peak, peak_op=tracker.peak_op, live=sorted(tracker.at_peak, reverse=True))
+    return dict(peak_bytes=peak["bytes"], peak_op=peak["op"], live=sorted(peak["live"], reverse=True))
 
 
 def main(argv=None) -> int:

@@ -403,41 +403,17 @@ def test_lora_dropout_keeps_a_copy_of_each_adapter_input():
 def _kept_after_forward_bytes(config: dict, layers: int, seq: int) -> int:
     """Bytes of every tensor alive after a training forward of a transformers model on the CPU (bf16), parameters
     excluded: what autograd keeps for backward, counted storage by storage."""
-    import weakref
-
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
 
-    class Live(TorchDispatchMode):
-        def __init__(self, skip):
-            super().__init__()
-            self.live, self.seen, self.skip = 0, set(), skip
-
-        def _free(self, key, n):
-            self.live -= n
-            self.seen.discard(key)
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor):
-                    st = t.untyped_storage()
-                    key = st.data_ptr()
-                    if key not in self.seen and key not in self.skip and st.nbytes():
-                        self.seen.add(key)
-                        self.live += st.nbytes()
-                        weakref.finalize(st, self._free, key, st.nbytes())
-            return out
+    from workbench.storagetrace import live_storage, storage_keys
 
     torch.manual_seed(0)
     model = build_model(dict(config, num_hidden_layers=layers), device="cpu").to(torch.bfloat16).train()
-    skip = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    skip |= {b.untyped_storage().data_ptr() for b in model.buffers()}
+    skip = storage_keys([*model.parameters(), *model.buffers()])
     ids = torch.randint(0, config["vocab_size"], (1, seq))
-    with Live(skip) as live:
+    with live_storage(skip=skip) as live:
         loss = model(input_ids=ids, labels=ids).loss
-        kept = live.live
+        kept = live.current
     del loss
     return kept
 

@@ -34,7 +34,6 @@ torch, transformers and peft are imported inside the functions that trace: ``wor
 from __future__ import annotations
 
 import bisect
-import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -185,38 +184,15 @@ class CachingAllocator:
 # The allocation trace of a transformers model's training steps, on the meta device
 # ================================================================================================================
 def _recorder(events: list):
-    """A ``TorchDispatchMode`` appending ``("malloc", key, bytes)`` for each new storage an operator returns and
-    ``("free", key, bytes)`` when the storage is released. ``Tensor.item()`` (data-dependent, not on meta) answers
-    True / 1: the unpacked-sequence branch of transformers' mask code."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
+    """A ``TorchDispatchMode`` (:func:`workbench.storagetrace.live_storage`, meta tensors only) appending
+    ``("malloc", key, bytes)`` for each new storage an operator returns and ``("free", key, bytes)`` when the
+    storage is released. ``Tensor.item()`` (data-dependent, not on meta) answers True / 1: the unpacked-sequence
+    branch of transformers' mask code."""
+    from workbench.storagetrace import live_storage
 
-    class Recorder(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.live = set()
-
-        def _free(self, key, size):
-            self.live.discard(key)
-            events.append(("free", key, size))
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.aten._local_scalar_dense.default:
-                return True if args[0].dtype == torch.bool else 1
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.device.type == "meta":
-                    st = t.untyped_storage()
-                    key = st._cdata
-                    if key in self.live or st.nbytes() == 0:
-                        continue
-                    self.live.add(key)
-                    events.append(("malloc", key, st.nbytes()))
-                    weakref.finalize(st, self._free, key, st.nbytes())
-            return out
-
-    return Recorder()
+    return live_storage(device="meta", fake_scalars=True,
+                        on_alloc=lambda key, nbytes, func, tensor: events.append(("malloc", key, nbytes)),
+                        on_free=lambda key, nbytes: events.append(("free", key, nbytes)))
 
 
 def _flash_sdpa():
