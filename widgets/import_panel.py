@@ -119,6 +119,11 @@ class ImportPanel(Panel):
                                 global_batch_size=gbs if gbs % (mbs * plan.world_size) == 0 else None)
             changed = (f"plan changed to DeepSpeed ZeRO-3 over {plan.world_size} GPUs (an HF model trains under "
                        f"DeepSpeed ZeRO data parallel)")
+        if str(plan.recompute) == "selective" or plan.recompute_layers is not None:
+            # transformers checkpoints whole decoder layers (gradient_checkpointing_enable), every one of them
+            plan = plan.replace(recompute="full", recompute_layers=None)
+            changed = "; ".join(filter(None, (changed, "recompute set to full (an HF model checkpoints whole decoder "
+                                                      "layers; no selective recompute)")))
         try:
             validate(imported.spec, state.cluster, plan)
         except ValueError as exc:

@@ -1091,13 +1091,16 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     # 2 — activation checkpointing
     ds_ckpt = {"activation_checkpointing": {"partition_activations": plan.tensor_parallel > 1,
                                             "contiguous_memory_optimization": True}}
-    levels = [r for r in (Recompute.SELECTIVE, Recompute.FULL) if r.rank > current.recompute.rank]
+    hf = model.implementation is Implementation.TRANSFORMERS  # checkpoints whole layers: no selective recompute
+    levels = [r for r in (Recompute.SELECTIVE, Recompute.FULL)
+              if r.rank > current.recompute.rank and not (hf and r is Recompute.SELECTIVE)]
     if not levels:
         steps.append(LadderStep(step=2, action="full activation recompute is already on", plan=None))
     for r in levels:
         p = current.replace(recompute=r, recompute_layers=None)
         mg = megatron_recompute_flags(p)  # the flags the Megatron export writes for this plan
-        flags = {**dict(zip(mg[::2], mg[1::2])), **(ds_ckpt if r is Recompute.FULL else {})}
+        flags = ({"activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": False}}
+                 if hf else {**dict(zip(mg[::2], mg[1::2])), **(ds_ckpt if r is Recompute.FULL else {})})
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
             return tuple(steps)
@@ -1532,9 +1535,13 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             settings = ["offload_optimizer.device none (if it fits)"]
         elif term == "recompute":
             msg = f"recompute={plan.recompute} repeats forward work"
-            if plan.recompute is Recompute.FULL:
+            if plan.recompute is Recompute.FULL and model.implementation is not Implementation.TRANSFORMERS:
                 alt = _try(model, cluster, plan, profile, recompute=Recompute.SELECTIVE, recompute_layers=None)
                 settings = ["--recompute-granularity selective instead of full"]
+            elif plan.recompute is Recompute.FULL:  # transformers: gradient checkpointing is all or nothing
+                alt = _try(model, cluster, plan, profile, recompute=Recompute.NONE, recompute_layers=None)
+                settings = ["gradient checkpointing off (TrainingArguments activation_checkpointing=False), "
+                            "if it fits"]
             else:
                 alt = _try(model, cluster, plan, profile, recompute=Recompute.NONE)
                 settings = ["no recompute (if it fits)"]

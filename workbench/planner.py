@@ -699,6 +699,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         if not engines:
             raise ValueError(f"{model.name} is a Hugging Face model: it trains under engine 'deepspeed' (ZeRO data "
                              f"parallel); engines lists none")
+        # transformers checkpoints whole decoder layers (gradient_checkpointing_enable): no selective recompute
+        recompute = [r for r in recompute if Recompute.parse(r, "recompute") is not Recompute.SELECTIVE]
+        if not recompute:
+            raise ValueError(f"{model.name} is a Hugging Face model: it checkpoints whole decoder layers "
+                             f"(recompute 'full') or none; recompute lists only 'selective'")
     if lora[0]:
         engines = [e for e in engines if Engine.parse(e, "engines") is not Engine.MEGATRON]
         if not engines:

@@ -1451,6 +1451,15 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     if model.implementation is Implementation.TRANSFORMERS and model.attention is AttentionImpl.FUSED_SOFTMAX:
         raise ValueError(f"{model.name}: attention='fused-softmax' is Megatron's kernel; a Hugging Face model runs "
                          f"'unfused' (attn_implementation eager) or 'flash' (sdpa, flash_attention_2)")
+    if model.implementation is Implementation.TRANSFORMERS and plan.recompute is Recompute.SELECTIVE:
+        raise ValueError(f"{model.name}: recompute='selective' is megatron-core's recompute of the attention core; "
+                         f"a Hugging Face model checkpoints whole decoder layers (gradient_checkpointing_enable): "
+                         f"recompute='full' or 'none'")
+    if (model.implementation is Implementation.TRANSFORMERS and plan.recompute_layers is not None
+            and plan.recompute_layers < model.num_layers):
+        raise ValueError(f"{model.name}: recompute_layers={plan.recompute_layers} of num_layers={model.num_layers}: "
+                         f"transformers' gradient_checkpointing_enable() checkpoints every decoder layer; leave "
+                         f"recompute_layers unset")
     if model.implementation is Implementation.TRANSFORMERS and (plan.engine is not Engine.DEEPSPEED or p > 1):
         raise ValueError(f"{model.name}: a Hugging Face model trains under DeepSpeed ZeRO data parallel (engine="
                          f"'deepspeed', pipeline_parallel=1); got engine='{plan.engine}', pipeline_parallel={p}")
