@@ -130,11 +130,36 @@ def summary(rows: list) -> list:
             f"constant {rows[0].constant_reserve:.1%}: {_stats([r.device_error for r in rows])}"]
 
 
+def write_band(rows: list) -> dict:
+    """Write the whole-device band of ``rows`` (the test split's), scored with the replayed reserve, into
+    ``workbench/catalog/error_band.json`` as ``device`` / ``deepspeed/replayed-allocator`` (what
+    :func:`workbench.memory.error_band` gives an estimate whose reserve was replayed), leaving the rest of the file as
+    ``benchmarks/bench_accuracy.py --write-band`` wrote it; returns the entry."""
+    import numpy as np
+
+    from bench_accuracy import BAND_QUANTILE
+    from workbench.memory import ERROR_BAND_FILE, REPLAYED_BAND_SUFFIX
+
+    ratios = [1 / (1 + r.device_error_simulated) for r in rows if r.device_error_simulated is not None]
+    lo, hi = np.quantile(ratios, [1 - BAND_QUANTILE, BAND_QUANTILE])
+    entry = dict(n=len(ratios), shapes=len({r.run_id.split("/")[1] for r in rows}),
+                 low_fraction=round(max(0.0, 1 - float(lo)), 4), high_fraction=round(max(0.0, float(hi) - 1), 4),
+                 worst_low_fraction=round(max(0.0, 1 - min(ratios)), 4),
+                 worst_high_fraction=round(max(0.0, max(ratios) - 1), 4))
+    doc = json.loads(ERROR_BAND_FILE.read_text())
+    doc["device"][f"deepspeed/{REPLAYED_BAND_SUFFIX}"] = entry
+    ERROR_BAND_FILE.write_text(json.dumps(doc, indent=2) + "\n")
+    return entry
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default=str(CORPUS))
     ap.add_argument("--runs", action="store_true", help="print every run")
     ap.add_argument("--only", default="", help="only run ids containing this")
+    ap.add_argument("--write-band", action="store_true",
+                    help="write the test split's whole-device band with the replayed reserve to "
+                         "workbench/catalog/error_band.json (device, deepspeed/replayed-allocator)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     split = json.loads(SPLIT.read_text())
@@ -160,6 +185,12 @@ def main(argv=None) -> int:
         if part:
             lines = summary(part)
             print(f"{name:4s} {lines[0]}\n{'':4s} {lines[1]}")
+    if args.write_band:
+        if args.only:
+            raise SystemExit("--write-band scores every in-scope test run: leave --only out")
+        entry = write_band([r for r in rows if r.split == "test"])
+        print(f"wrote the replayed whole-device band: {entry['n']} test runs, -{entry['low_fraction']:.1%} / "
+              f"+{entry['high_fraction']:.1%}")
     return 0
 
 

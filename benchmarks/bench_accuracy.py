@@ -974,8 +974,16 @@ def main(argv=None) -> int:
                         "benchmarks/bench_accuracy.py --write-band. ENGINE/expandable-segments: the runs with "
                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. step deepspeed/zero3: the ZeRO-3 runs, "
                         "each side at least the spread of one ZeRO-3 configuration measured in separate processes "
-                        "(noise_*, from every repeated configuration; model_*: the runs' own band).", "gpu": "H200",
+                        "(noise_*, from every repeated configuration; model_*: the runs' own band). device "
+                        "deepspeed/replayed-allocator: the one-GPU transformers ZeRO-0/1/2 runs scored with the "
+                        "caching allocator replayed (benchmarks/alloc_sim.py --write-band).", "gpu": "H200",
                **band(scored["test"], expandable["test"], noise)}
+        from workbench.memory import REPLAYED_BAND_SUFFIX
+
+        old = json.loads(path.read_text()) if path.exists() else {}
+        for key, entry in (old.get("device") or {}).items():  # benchmarks/alloc_sim.py --write-band's, kept
+            if key.endswith(f"/{REPLAYED_BAND_SUFFIX}"):
+                doc["device"][key] = entry
         path.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nwrote {path.relative_to(ROOT)}")
     if args.markdown:

@@ -64,9 +64,12 @@ def test_cli_flag_changes_only_the_overhead_line(capsys):
     overhead = [(a, b) for a, b in changed if a.lstrip().startswith("overhead")]
     assert len(overhead) == 1
     assert overhead[0][1].endswith(f"(allocator reserve {100 * fraction:.1f} % (replayed))")
-    # the rest that may move is what the overhead term feeds: total, peak, headroom and the checks quoting them
+    # the rest that may move is what the overhead term feeds: total, peak, headroom and the checks quoting them,
+    # and the error band, now the replay's own
     for a, b in changed:
-        assert a.lstrip().startswith(("overhead", "total", "peak", "check")), (a, b)
+        assert a.lstrip().startswith(("overhead", "total", "peak", "check", "error band")), (a, b)
+    band = [b for a, b in changed if a.lstrip().startswith("error band")]
+    assert len(band) == 1 and band[0].endswith("with the caching allocator replayed")
 
 
 def _specs():
@@ -90,7 +93,7 @@ def test_cli_json_carries_the_replayed_reserve(capsys):
     assert allocated == a["allocated_bytes"]  # the allocated terms are untouched
     assert b["breakdown"]["overhead"] - a["breakdown"]["overhead"] == pytest.approx(
         (b["reserve_fraction"] - (a["breakdown"]["overhead"] - 2.04 * 2**30) / allocated) * allocated, abs=4)
-    assert b["band_bytes"]["note"] == a["band_bytes"]["note"]
+    assert "allocator replayed" in b["band_bytes"]["note"] and "replayed" not in a["band_bytes"]["note"]
 
 
 @pytest.mark.parametrize("extra,why", [(["--zero", "3"], "this plan has zero_stage=3"),
@@ -119,6 +122,13 @@ def test_estimate_keyword_takes_the_hf_model():
     assert plain.reserve_fraction is None and "reserve_source" not in plain.to_dict()["memory"]
     assert replayed.reserve_fraction == allocsim.plan_reserve_fraction(model, cluster, plan, hf.config)
     assert replayed.memory.peak_stage.terms.activations == plain.memory.peak_stage.terms.activations
+    # "fits" is judged on the replay's own held-out band (benchmarks/alloc_sim.py --write-band)
+    from workbench.memory import REPLAYED_BAND_SUFFIX, _error_bands
+
+    entry = _error_bands()["device"][f"deepspeed/{REPLAYED_BAND_SUFFIX}"]
+    peak = replayed.memory.per_gpu_peak_bytes
+    assert replayed.memory.band_high_bytes == int(round(peak * entry["high_fraction"]))
+    assert "allocator replayed" in replayed.memory.band_note and "replayed" not in plain.memory.band_note
     with pytest.raises(ValueError, match="give the Hugging Face config"):
         estimate(model, cluster, plan, simulate_allocator=True)
     with pytest.raises(ValueError, match="zero_stage=3"):
@@ -152,3 +162,14 @@ def test_replayed_reserve_replaces_a_bare_process_profiles_floor():
     allocated = mem.per_gpu_peak_bytes - terms.overhead  # one stage
     assert terms.overhead == pytest.approx(OUTSIDE_ALLOCATOR_BYTES["deepspeed"] + 0.01 * allocated, abs=2)
     assert "allocator reserve 1.0% (replayed)" in mem.formulas["overhead"]
+
+
+def test_replayed_band_is_the_replays_own_and_falls_back_without_one():
+    from workbench.memory import REPLAYED_BAND_SUFFIX, _error_bands, error_band
+
+    entry = _error_bands()["device"][f"deepspeed/{REPLAYED_BAND_SUFFIX}"]
+    assert entry["n"] >= 5 and entry["shapes"] >= 2
+    low, high, note = error_band("deepspeed", "device", "none", replayed=True)
+    assert (low, high) == (entry["low_fraction"], entry["high_fraction"]) and "replayed" in note
+    assert error_band("megatron", "device", "none", replayed=True) == error_band("megatron", "device", "none")
+    assert "replayed" not in error_band("deepspeed", "device", "none")[2]

@@ -1629,6 +1629,12 @@ EXPANDABLE_BAND_SUFFIX = "expandable-segments"
 """Band-file key suffix of the runs with ``expandable_segments:True`` (``deepspeed/expandable-segments``)."""
 
 
+REPLAYED_BAND_SUFFIX = "replayed-allocator"
+"""Whole-device band key suffix of the held-out runs scored with the caching allocator replayed
+(``deepspeed/replayed-allocator``, written by ``benchmarks/alloc_sim.py --write-band``): the band of an estimate
+whose reserve was replayed (``estimate(..., simulate_allocator=...)``) instead of the constant's."""
+
+
 ZERO3_BAND_SUFFIX = "zero3"
 """Step-time band key suffix of DeepSpeed ZeRO-3's held-out runs (``deepspeed/zero3``): its step time varies
 between processes far more than other stacks' (``bench_accuracy.py``'s REPEATABILITY table), so it has its own band,
@@ -1636,7 +1642,7 @@ at least as wide as that process-to-process noise."""
 
 
 def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False,
-               zero_stage=None):
+               zero_stage=None, replayed: bool = False):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
@@ -1644,12 +1650,21 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     used when there are at least :data:`MIN_BAND_RUNS`. With ``expandable_segments`` the engine's runs with PyTorch's
     expandable-segments allocator (``ENGINE/expandable-segments``) when there are at least :data:`MIN_BAND_RUNS`,
     else as without. With ``zero_stage`` 3 the ``ENGINE/zero3`` entry (step time only) when it has at least
-    :data:`MIN_BAND_RUNS` runs, before the recompute mode's. The hybrid uses its own runs, else DeepSpeed's."""
+    :data:`MIN_BAND_RUNS` runs, before the recompute mode's. With ``replayed`` (the estimate's reserve came from the
+    allocator replay) the ``ENGINE/replayed-allocator`` entry (whole device only) when it has at least
+    :data:`MIN_BAND_RUNS` runs. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
         key = str(Engine.DEEPSPEED)
     entry = None
+    if replayed:  # the reserve replayed for this very plan: the replay's own held-out residuals
+        entry = bands.get(f"{key}/{REPLAYED_BAND_SUFFIX}")
+        if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
+            note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
+                    f"{key} on {_error_bands().get('gpu', 'H200')} with the caching allocator replayed")
+            return float(entry["low_fraction"]), float(entry["high_fraction"]), note
+        entry = None
     if expandable_segments:  # the allocator's reserve is most of the device error: its own runs when enough
         entry = bands.get(f"{key}/{EXPANDABLE_BAND_SUFFIX}")
         if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
@@ -1770,7 +1785,8 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         nvme_per_gpu = host_per_gpu
         host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
     peak = max(st.total_bytes for st in stages)
-    band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments)
+    band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments,
+                      replayed=reserve_fraction is not None)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
     return MemoryEstimate(
         band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,
