@@ -201,6 +201,10 @@ def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies()
         assert found.status == "warn"
         assert ("--simulate-allocator" in found.suggestion) is named
         assert (f"on {study['test_runs']} held-out H200 runs" in found.suggestion) is named
+        # far over capacity the reserve decides nothing: no replay named
+        over = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 0.5 / 2**30))
+        far = advisor.expandable_segments_advice(m, over, plan, estimate(m, over, plan).memory)
+        assert far.status == "warn" and "--simulate-allocator" not in far.suggestion
     assert study["replayed"][0] < study["constant"][0] and abs(study["replayed"][1]) < abs(study["constant"][1])
 
 

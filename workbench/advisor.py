@@ -387,7 +387,8 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
                    f"noise (median ratio {m['step_ratio']:.2f}); for this plan the estimate drops by {_gb(saves)} "
                    f"to {_gb(peak)} ({_gb(new_upper)} at the band's upper side, {new_upper / cap:.0%})"
                    + ("; then it fits at the upper side" if new_upper <= cap < upper else "")
-                   + _replay_hint(model, plan))
+                   # the reserve decides it when the peak without it fits: then this plan's own reserve is worth having
+                   + (_replay_hint(model, plan) if memory.per_gpu_peak_bytes - allocated * reserve[0] <= cap else ""))
 
 
 def _replay_hint(model: ModelSpec, plan: ParallelPlan) -> str:
