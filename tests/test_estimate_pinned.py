@@ -15,8 +15,8 @@ PINNED = [
      58852561868, 0, 9.125713160234525,
      {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13970313731234413}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
-     32459944419, 15161435136, 4.0453038572005084,
-     {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 1.0923511853583854, 'optimizer': 0.0307465}),
+     32459944419, 15161435136, 4.10534267811551,  # ZeRO-3 offload host factor refitted 0.666 -> 0.809 (2026-12-01)
+     {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 1.152390006273387, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
      224220420964, 0, 27.805203105444363,
      {'compute': 24.278990578545315, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.6267310935590822}),
@@ -78,7 +78,7 @@ BEFORE_ZERO3_SPLIT = [
     ('--model llama2-7b --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 0 --recompute full --mbs 2 --gbs 64',
      2.0940990448416943, 0.19100809667491953),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --gbs 16 --nodes 1 --gpus-per-node 1',
-     12.645067236589334, 3.7920948740698015),
+     12.906950773474097, 3.7920948740698015),  # ZeRO-3 offload host factor 0.666 -> 0.809 (2026-12-01)
     ('--model gpt3-1.3b --engine megatron --tp 2 --pp 2 --gbs 32',
      0.8756302240212273, 0.0039984448),
     ('--model llama2-7b --engine deepspeed --zero 3 --lora-rank 16 --gbs 16',
