@@ -23,7 +23,6 @@ does not hide them. Records (JSON lines, with provenance) go to ``--out``; the f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -116,8 +115,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", help="N:T pairs, comma-separated (parameters in Mi); default: the script's CASES")
     args = ap.parse_args(argv)
     if args.fit:
-        records = [json.loads(line) for line in args.fit.read_text().splitlines() if line.strip()]
-        print("\n".join(fit(records)))
+        from gpu_provenance import read_records
+
+        print("\n".join(fit(read_records(args.fit))))
         return 0
     import deepspeed
     from gpu_provenance import append_record, gpu_provenance

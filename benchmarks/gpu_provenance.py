@@ -44,3 +44,10 @@ def append_record(path, record: dict) -> None:
 
     with path.open("a") as f:
         f.write(json.dumps(record) + "\n")
+
+
+def read_records(path) -> list:
+    """The records :func:`append_record` wrote to ``path``, one per non-empty line."""
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -16,7 +16,6 @@ warm-ups the median of 10 timed calls (CUDA events).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -115,7 +114,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", type=Path, help="print the fit of an existing records file and stop")
     args = ap.parse_args(argv)
     if args.fit:
-        print("\n".join(fit([json.loads(x) for x in args.fit.read_text().splitlines() if x.strip()])))
+        from gpu_provenance import read_records
+
+        print("\n".join(fit(read_records(args.fit))))
         return 0
     import transformers
     from gpu_provenance import append_record, gpu_provenance

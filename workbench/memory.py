@@ -1657,29 +1657,24 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
         key = str(Engine.DEEPSPEED)
+    gpu = _error_bands().get("gpu", "H200")
+
+    def runs(e, what="runs"):
+        return f"band from {e['n']} held-out {what} ({e['shapes']} model shapes never fitted on) of {key}"
+
+    # a regime's own held-out runs first, where the regime applies and has at least MIN_BAND_RUNS of them: the
+    # replay's residuals for a replayed reserve; the expandable-segments runs (the allocator's reserve is most of the
+    # device error); ZeRO-3's runs, widened by its process-to-process noise
+    regimes = ((replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
+               (expandable_segments, EXPANDABLE_BAND_SUFFIX, lambda e: f"{runs(e)} with expandable segments on {gpu}"),
+               (zero_stage is not None and int(zero_stage) >= 3, ZERO3_BAND_SUFFIX,
+                lambda e: f"{runs(e, 'ZeRO-3 runs')} on {gpu}, at least as wide as the spread of one ZeRO-3 "
+                          f"configuration measured in separate processes"))
+    for applies, suffix, note in regimes:
+        own = bands.get(f"{key}/{suffix}") if applies else None
+        if own and own.get("n", 0) >= MIN_BAND_RUNS:
+            return float(own["low_fraction"]), float(own["high_fraction"]), note(own)
     entry = None
-    if replayed:  # the reserve replayed for this very plan: the replay's own held-out residuals
-        entry = bands.get(f"{key}/{REPLAYED_BAND_SUFFIX}")
-        if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
-            note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
-                    f"{key} on {_error_bands().get('gpu', 'H200')} with the caching allocator replayed")
-            return float(entry["low_fraction"]), float(entry["high_fraction"]), note
-        entry = None
-    if expandable_segments:  # the allocator's reserve is most of the device error: its own runs when enough
-        entry = bands.get(f"{key}/{EXPANDABLE_BAND_SUFFIX}")
-        if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
-            note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
-                    f"{key} with expandable segments on {_error_bands().get('gpu', 'H200')}")
-            return float(entry["low_fraction"]), float(entry["high_fraction"]), note
-        entry = None
-    if zero_stage is not None and int(zero_stage) >= 3:  # ZeRO-3's own runs, widened by its process-to-process noise
-        entry = bands.get(f"{key}/{ZERO3_BAND_SUFFIX}")
-        if entry and entry.get("n", 0) >= MIN_BAND_RUNS:
-            note = (f"band from {entry['n']} held-out ZeRO-3 runs ({entry['shapes']} model shapes never fitted on) of "
-                    f"{key} on {_error_bands().get('gpu', 'H200')}, at least as wide as the spread of one ZeRO-3 "
-                    f"configuration measured in separate processes")
-            return float(entry["low_fraction"]), float(entry["high_fraction"]), note
-        entry = None
     if recompute is not None:  # runs of the same recompute mode when there are enough (its terms differ most)
         entry = bands.get(f"{key}/{Recompute.parse(recompute, 'recompute')}")
         if entry and entry.get("n", 0) < MIN_BAND_RUNS:
