@@ -239,6 +239,33 @@ MCORE_SHAPES = {
                              activation="gelu", normalization="layernorm", add_bias_linear=True,
                              tied_embeddings=True, position_embedding="learned", hidden_dropout=0.0,
                              attention_dropout=0.0),
+    # --- sixth fit batch ("fit6"): fit widths at full or near-full depth, so that per-layer host time and DeepSpeed's
+    # per-tensor costs weigh as in the models users train; fit side ---
+    # GPT-3 350M at its full 24 layers (the width of the fit shape mc-h1024-gelu)
+    "mc-h1024-gelu-l24": dict(like="GPT-3 350M (24 layers)", num_layers=24, hidden_size=1024, num_attention_heads=16,
+                              ffn_hidden_size=4096, vocab_size=50257, seq_length=2048, activation="gelu",
+                              normalization="layernorm", add_bias_linear=True, tied_embeddings=True,
+                              position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
+    # Llama 3.2 3B width at 16 layers (the width of the fit shape mc-h3072-gqa)
+    "mc-h3072-gqa-l16": dict(like="Llama 3.2 3B (28 -> 16 layers)", num_layers=16, hidden_size=3072,
+                             num_attention_heads=24, num_query_groups=8, ffn_hidden_size=8192, vocab_size=128256,
+                             seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                             tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                             attention_dropout=0.0),
+    # --- fourteenth final batch ("final14"): full-depth models; declared before measuring, sealed until the models
+    # are next changed ---
+    # Llama 3.2 1B at its full 16 layers: GQA 32/8, head 64, SwiGLU 8192, 128k vocabulary, tied
+    "mc-h2048-llama32-l16": dict(like="Llama 3.2 1B (16 layers)", num_layers=16, hidden_size=2048,
+                                 num_attention_heads=32, num_query_groups=8, ffn_hidden_size=8192, vocab_size=128256,
+                                 seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                                 tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                                 attention_dropout=0.0),
+    # Qwen2.5 0.5B at its full 24 layers: GQA 14/2, head 64, SwiGLU 4864, QKV biases, 152k vocabulary, tied
+    "mc-h896-qwen25-l24": dict(like="Qwen2.5 0.5B (24 layers)", num_layers=24, hidden_size=896,
+                               num_attention_heads=14, num_query_groups=2, ffn_hidden_size=4864, vocab_size=151936,
+                               seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                               qkv_bias=True, tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                               attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -518,6 +545,38 @@ HF_SHAPES = {
         num_hidden_layers=8, num_attention_heads=24, num_key_value_heads=8, vocab_size=128256,
         max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0, rope_theta=500000.0)),
+    # --- sixth fit batch ("fit6"): the fit models at their full depth ---
+    # TinyLlama 1.1B, all 22 layers
+    "hf-llama-h2048-l22": dict(like="TinyLlama 1.1B (22 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=5632,
+        num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
+        max_position_embeddings=2048, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
+    # Qwen3 0.6B, all 28 layers
+    "hf-qwen3-h1024-l28": dict(like="Qwen3 0.6B (28 layers)", seq_length=2048, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=1024, intermediate_size=3072,
+        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # SmolLM2 360M, all 32 layers
+    "hf-smollm2-h960-l32": dict(like="SmolLM2 360M (32 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=960, intermediate_size=2560,
+        num_hidden_layers=32, num_attention_heads=15, num_key_value_heads=5, vocab_size=49152,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # --- fourteenth final batch ("final14"): full-depth models ---
+    # Gemma 3 1B, all 26 layers: MQA 4/1, head 256, GeGLU 6912, sliding window 512 on 5 of 6 layers, 262k vocabulary
+    "hf-gemma3-h1152-l26": dict(like="Gemma 3 1B (26 layers)", seq_length=2048, config=dict(
+        model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], hidden_size=1152, intermediate_size=6912,
+        num_hidden_layers=26, num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=512)),
+    # Pythia 1B, all 16 layers: MHA 8 heads of 256, GeLU, parallel residual, partial rotary, 50k vocabulary, untied
+    "hf-neox-h2048-l16": dict(like="Pythia 1B (16 layers)", seq_length=2048, config=dict(
+        model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=16, num_attention_heads=8, vocab_size=50304, max_position_embeddings=2048,
+        hidden_act="gelu", use_parallel_residual=True, tie_word_embeddings=False, attention_dropout=0.0,
+        hidden_dropout=0.0)),
 }
 
 
@@ -852,6 +911,31 @@ GROUPS = {
         _hf("hf-qwen2-h1536-l16", 2, "sdpa", ckpt=True), _hf("hf-qwen2-h1536-l16", 3, "sdpa"),
         _hf("hf-llama-h3072-l8", 0, "sdpa"), _hf("hf-llama-h3072-l8", 2, "sdpa"),
         _hf("hf-llama-h3072-l8", 2, "eager"), _hf("hf-llama-h3072-l8", 2, "sdpa", lora=16),
+    ],
+    # sixth fit batch (one GPU), fit side, declared in accuracy_split.json "fit6_about" together with final14: the fit
+    # widths at full depth (per-layer host time, DeepSpeed's per-tensor costs, ZeRO-3 module hooks over many layers)
+    "fit6": [
+        _ds("mc-h1024-gelu-l24", 0, mbs=4), _ds("mc-h1024-gelu-l24", 1, mbs=4), _ds("mc-h1024-gelu-l24", 2, mbs=4),
+        _ddp("mc-h1024-gelu-l24", True, mbs=4),
+        _ds("mc-h3072-gqa-l16", 1), _ds("mc-h3072-gqa-l16", 2), _ds("mc-h3072-gqa-l16", 3),
+        _ddp("mc-h3072-gqa-l16", False),
+        _hf("hf-llama-h2048-l22", 1, "sdpa"), _hf("hf-llama-h2048-l22", 2, "sdpa"),
+        _hf("hf-llama-h2048-l22", 2, "sdpa", ckpt=True), _hf("hf-llama-h2048-l22", 3, "sdpa"),
+        _hf("hf-qwen3-h1024-l28", 2, "sdpa", mbs=2), _hf("hf-qwen3-h1024-l28", 3, "sdpa", mbs=2),
+        _hf("hf-smollm2-h960-l32", 2, "sdpa", mbs=4), _hf("hf-smollm2-h960-l32", 2, "eager", mbs=4, ckpt=True, lora=16),
+    ],
+    # fourteenth final batch (one GPU), declared in accuracy_split.json "final14" before measuring; its records are
+    # kept sealed in benchmarks/corpus/sealed/ until the models are next changed
+    "final14": [
+        _ds("mc-h2048-llama32-l16", 0, mbs=2), _ds("mc-h2048-llama32-l16", 1, mbs=2),
+        _ds("mc-h2048-llama32-l16", 2, mbs=2), _ddp("mc-h2048-llama32-l16", True, mbs=2),
+        _ds("mc-h896-qwen25-l24", 1, mbs=4), _ds("mc-h896-qwen25-l24", 2, mbs=4), _ds("mc-h896-qwen25-l24", 3, mbs=4),
+        _ddp("mc-h896-qwen25-l24", False, mbs=4, recompute="selective"),
+        _hf("hf-gemma3-h1152-l26", 2, "sdpa", mbs=2), _hf("hf-gemma3-h1152-l26", 2, "sdpa", mbs=2, ckpt=True),
+        _hf("hf-gemma3-h1152-l26", 3, "sdpa", mbs=2, ckpt=True),
+        _hf("hf-gemma3-h1152-l26", 2, "sdpa", mbs=2, ckpt=True, lora=16),
+        _hf("hf-neox-h2048-l16", 1, "sdpa", mbs=2), _hf("hf-neox-h2048-l16", 2, "sdpa", mbs=2),
+        _hf("hf-neox-h2048-l16", 2, "eager", mbs=2), _hf("hf-neox-h2048-l16", 3, "sdpa", mbs=2),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
