@@ -1,15 +1,18 @@
-"""Fit the micro-step host time of transformers models (catalog ``transformers``: ``layer_host_s``,
-``lora_module_host_s``, ``recompute_layer_overhead_s``) on the fit split.
+"""Fit the micro-step host time of transformers models (catalog ``layer_ops.op_host_s``, ``transformers``:
+``layer_base_host_s``, ``lora_module_host_s``, ``recompute_layer_overhead_s``) on the fit split.
 
 A micro-step lasts max(host, GPU): the host queues the micro-batch's kernels ahead of the GPU, so only the host time
 beyond the micro-batch's GPU time is exposed (:func:`workbench.timing.microstep_host`,
 :func:`workbench.timing.hf_checkpoint_host`). Per micro-batch of a stage of L decoder layers, f of them checkpointed,
 n LoRA-adapted projections per layer and, for an MoE model, ``moe_block_host_s`` = e per layer, the host works
 
-    L·(layer_host_s + e) + L·(1 + f)·n·lora_module_host_s
-    + L·f·(recompute_layer_overhead_s + s·(layer_host_s + e))
+    L·(c + e) + L·(1 + f)·n·lora_module_host_s + L·f·(recompute_layer_overhead_s + s·(c + e)),
+    c = layer_base_host_s + op_host_s · operators
 
-(every layer's own forward and backward; a checkpointed layer's adapters run twice, in the forward and in the
+
+(every layer's own forward and backward, c seconds: a base plus a cost per ATen operator the layer dispatches,
+counted per layer design by benchmarks/count_layer_ops_cpu.py, :func:`workbench.layerops.layer_host_seconds`; a
+checkpointed layer's adapters run twice, in the forward and in the
 recompute; its recompute repeats the forward's share s of the layer's host, ``layer_forward_host_share``, measured by
 benchmarks/gpu_hf_layer_host.py and held here, and the checkpoint machinery adds ``recompute_layer_overhead_s``),
 plus DeepSpeed ZeRO-2's gradient hooks in every micro-batch but the last. The terms are additive in the step, so
@@ -19,8 +22,8 @@ every run is priced once with the three constants and ``moe_block_host_s`` at 0 
 Runs the constants can move: Hugging Face runs (corpus stack ``hf-ds``) with ZeRO 0-2 and no CPU offload (its own CPU
 Adam terms), of the fit split's shapes only. ZeRO-3 runs are left out: their per-module hooks have their own host term
 (``deepspeed.zero3_*``), which the layer floor does not join. The fit minimises the squared relative step-time error,
-each shape weighted alike, over a grid (layer 0-10 ms in 0.05 ms, checkpoint machinery 0-20 ms in 0.1 ms, LoRA
-projection 0-1 ms in 0.02 ms); leave-one-shape-out refits without each fit shape and prints that shape's errors. By
+each shape weighted alike, over a grid (base 0-4 ms in 0.05 ms, operator 0-40 us in 0.25 us, checkpoint
+machinery 0-20 ms in 0.1 ms, LoRA projection 0-1 ms in 0.02 ms); leave-one-shape-out refits without each fit shape and prints that shape's errors. By
 default the checkpoint machinery's constant is held at the catalog's value and only the other two are fitted;
 ``--refit-checkpoint`` fits all three (what the catalog holds). The test split is only reported, never fitted on.
 
@@ -41,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-LAYER_GRID_S = np.arange(0.0, 0.010 + 1e-12, 0.00005)
+BASE_GRID_S = np.arange(0.0, 0.004 + 1e-12, 0.00005)
+OP_GRID_S = np.arange(0.0, 40e-6 + 1e-12, 0.25e-6)
 RECOMPUTE_GRID_S = np.arange(0.0, 0.020 + 1e-12, 0.0001)
 LORA_GRID_S = np.arange(0.0, 0.001 + 1e-12, 0.00002)
 ZEROED = ("hf_layer_host_s", "hf_lora_module_host_s", "hf_recompute_layer_s", "moe_block_host_s")
@@ -61,6 +65,7 @@ def host_rows(runs: list) -> list[dict]:
     micro-batch's GPU seconds, the ZeRO-2 hook seconds of a non-last micro-batch, the MoE block's host seconds per
     layer and the forward's share of a layer's host."""
     from workbench import timing as T
+    from workbench.layerops import dispatched_ops
 
     rows = []
     for r in runs:
@@ -76,19 +81,22 @@ def host_rows(runs: list) -> list[dict]:
         f = float(x["recompute_fraction"]) if int(x["recompute"]) == 2 else 0.0
         rows.append(dict(run_id=r["run_id"], shape_id=r["shape_id"], measured=float(r["measured"]["step"]),
                          step0=float(terms["step_seconds"]), m=float(x["num_microbatches"]),
+                         ops=dispatched_ops(r["model"])[0],
                          layers=float(layers), f=f, lora=float(x["lora_modules_per_layer"]),
                          gpu=float(gpu), hooks=float(hooks), moe=moe,
                          share=float(x["hf_layer_forward_host_share"])))
     return rows
 
 
-def predicted(rows: list, layer, lora, recompute) -> np.ndarray:
-    """Step seconds of each row (axis 0) for each constant triple (axis 1; the three broadcast together), as
+def predicted(rows: list, base, op, lora, recompute) -> np.ndarray:
+    """Step seconds of each row (axis 0) for each constant quadruple (axis 1; the four broadcast together), as
     :func:`workbench.timing.compute_terms` prices them."""
-    layer, lora, recompute = (np.atleast_1d(np.asarray(v, dtype=float))[None, :] for v in (layer, lora, recompute))
-    step0, m, layers, f, n, gpu, hooks, moe, share = (
+    base, op, lora, recompute = (np.atleast_1d(np.asarray(v, dtype=float))[None, :]
+                                 for v in (base, op, lora, recompute))
+    step0, m, layers, f, n, gpu, hooks, moe, share, ops = (
         np.array([r.get(k, 0.0) for r in rows], dtype=float)[:, None]
-        for k in ("step0", "m", "layers", "f", "lora", "gpu", "hooks", "moe", "share"))
+        for k in ("step0", "m", "layers", "f", "lora", "gpu", "hooks", "moe", "share", "ops"))
+    layer = base + op * ops
     floor = layers * (layer + moe + (1 + f) * n * lora)
     other = floor + np.where(layer > 0, hooks, 0.0)  # the model prices the hooks only where it prices the host
     checkpoint = layers * f * (recompute + share * (layer + moe))
@@ -97,26 +105,28 @@ def predicted(rows: list, layer, lora, recompute) -> np.ndarray:
 
 
 def fit(rows: list, recompute_s=None) -> tuple:
-    """``(layer, lora, recompute)`` seconds with the least shape-weighted squared relative error (the smallest
+    """``(base, op, lora, recompute)`` seconds with the least shape-weighted squared relative error (the smallest
     constants on ties: where no run is host-bound the data ask for none); ``recompute_s`` given: the checkpoint
-    machinery's constant is held at it and only the other two are fitted."""
+    machinery's constant is held at it and only the other three are fitted."""
     measured = np.array([r["measured"] for r in rows])[:, None]
     shapes = [r["shape_id"] for r in rows]
     weight = np.array([1.0 / shapes.count(s) for s in shapes])[:, None]
     grid = RECOMPUTE_GRID_S if recompute_s is None else np.array([float(recompute_s)])
-    layer, recompute = (g.ravel() for g in np.meshgrid(LAYER_GRID_S, grid, indexing="ij"))
-    best = (np.inf, 0.0, 0.0, 0.0)
-    for lora in LORA_GRID_S:
-        loss = np.round((weight * (predicted(rows, layer, lora, recompute) / measured - 1) ** 2).sum(axis=0), 12)
-        i = int(np.argmin(loss))
-        if loss[i] < best[0]:
-            best = (loss[i], float(layer[i]), float(lora), float(recompute[i]))
+    best = (np.inf, 0.0, 0.0, 0.0, 0.0)
+    for recompute in grid:
+        base, op = (g.ravel() for g in np.meshgrid(BASE_GRID_S, OP_GRID_S, indexing="ij"))
+        for lora in LORA_GRID_S:
+            loss = np.round((weight * (predicted(rows, base, op, lora, recompute) / measured - 1) ** 2).sum(axis=0),
+                            12)
+            i = int(np.argmin(loss))
+            if loss[i] < best[0]:
+                best = (loss[i], float(base[i]), float(op[i]), float(lora), float(recompute))
     return best[1:]
 
 
 def _ms(c: tuple) -> str:
-    return (f"layer {c[0] * 1e3:.2f} ms, LoRA projection {c[1] * 1e3:.2f} ms, checkpoint machinery "
-            f"{c[2] * 1e3:.1f} ms")
+    return (f"layer base {c[0] * 1e3:.2f} ms + {c[1] * 1e6:.2f} us per operator, LoRA projection {c[2] * 1e3:.2f} ms, "
+            f"checkpoint machinery {c[3] * 1e3:.1f} ms")
 
 
 def main(argv=None) -> int:
@@ -146,14 +156,14 @@ def main(argv=None) -> int:
         cs = fit([r for r in fit_rows if r["shape_id"] != s], held)
         out = [r for r in fit_rows if r["shape_id"] == s]
         measured = np.array([r["measured"] for r in out])
-        before = np.abs(predicted(out, 0.0, 0.0, 0.0)[:, 0] / measured - 1)
+        before = np.abs(predicted(out, 0.0, 0.0, 0.0, 0.0)[:, 0] / measured - 1)
         after = np.abs(predicted(out, *cs)[:, 0] / measured - 1)
         print(f"  {s:<20} {_ms(cs)}  {np.median(before):5.1%} / {before.max():5.1%} -> "
               f"{np.median(after):5.1%} / {after.max():5.1%}  ({len(out)} runs)")
     for title, sel in (("fit", fit_rows), ("test", test_rows)):
         if not sel:
             continue
-        p0, p1 = predicted(sel, 0.0, 0.0, 0.0)[:, 0], predicted(sel, *c)[:, 0]
+        p0, p1 = predicted(sel, 0.0, 0.0, 0.0, 0.0)[:, 0], predicted(sel, *c)[:, 0]
         m = np.array([r["measured"] for r in sel])
         print(f"{title} split: {len(sel)} runs, |error| median / worst {np.median(np.abs(p0 / m - 1)):.1%} / "
               f"{np.abs(p0 / m - 1).max():.1%} without the host terms -> {np.median(np.abs(p1 / m - 1)):.1%} / "

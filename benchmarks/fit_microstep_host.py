@@ -1,15 +1,19 @@
-"""Fit the per-layer micro-step host time of megatron-core layers (catalog ``megatron_core.layer_host_s``) on the
-fit split.
+"""Fit the per-layer micro-step host time of megatron-core layers (catalog ``megatron_core.layer_base_host_s``) on
+the fit split.
 
 A micro-step of megatron-core layers takes max(host, GPU) under either engine: the host's Python forward and
-backward launches, ``layer_host_s`` per layer, plus at DeepSpeed ZeRO-2 its per-parameter gradient hooks on every
+backward launches, ``c`` per layer, plus at DeepSpeed ZeRO-2 its per-parameter gradient hooks on every
 micro-batch but the last (:func:`workbench.timing.microstep_host`), against the micro-batch's GPU time. The term is
 additive in the step, so every run is priced once with the constant at 0 and the grid reads
-``step(0) + max(0, L·c − gpu) + (m − 1)·max(0, L·c + hooks − gpu)``.
+``step(0) + max(0, L·c − gpu) + (m − 1)·max(0, L·c + hooks − gpu)``, with ``c = base + op_host_s · operators``
+(:func:`workbench.layerops.layer_host_seconds`: the ATen operators one layer of the run's design dispatches, counted
+by benchmarks/count_layer_ops_cpu.py, at catalog ``layer_ops.op_host_s``, fitted on the transformers runs by
+benchmarks/fit_hf_host.py and held here); ``base`` is fitted: the Python of megatron-core's module structure.
 
 Runs the constant can move: megatron-core local-spec models (no Transformer Engine) under Megatron and under
 DeepSpeed ZeRO-0/1/2 (corpus stacks mcore-ddp, mcore-ds and the launcher). The fit minimises the squared relative step-time error over the fit split's
-such runs, each shape weighted alike (a shape's runs share its weight), over a grid of 0-10 ms in 0.01 ms steps;
+such runs, each shape weighted alike (a shape's runs share its weight), over a grid of ``base`` 0-10 ms in 0.01 ms
+steps;
 leave-one-shape-out refits without each fit shape and prints that shape's errors. The test split is only reported,
 never fitted on.
 
@@ -37,7 +41,10 @@ def host_rows(runs: list) -> list[dict]:
     layers of the slowest stage, the micro-batch's GPU seconds and the ZeRO-2 hook seconds of a non-last
     micro-batch."""
     from workbench import timing as T
+    from workbench.layerops import dispatched_ops
     from workbench.specs import AttentionImpl, Implementation
+
+    op_s = T.calibration()["layer_ops"]["op_host_s"]
 
     rows = []
     for r in runs:
@@ -52,16 +59,18 @@ def host_rows(runs: list) -> list[dict]:
         hooks = x["parameter_tensors"] * x["deepspeed_tensor_seconds"] if int(plan.zero_stage) == 2 else 0.0
         rows.append(dict(run_id=r["run_id"], shape_id=r["shape_id"], measured=float(r["measured"]["step"]),
                          step0=float(terms["step_seconds"]), m=float(x["num_microbatches"]),
-                         layers=float(terms["stage_layers"]), gpu=float(gpu), hooks=float(hooks)))
+                         layers=float(terms["stage_layers"]), gpu=float(gpu), hooks=float(hooks),
+                         per_op=op_s * dispatched_ops(model)[0]))
     return rows
 
 
-def predicted(rows: list, c) -> np.ndarray:
-    """Step seconds of each row (axis 0) for each constant in ``c`` (axis 1)."""
+def predicted(rows: list, c, with_ops: bool = True) -> np.ndarray:
+    """Step seconds of each row (axis 0) for each base constant in ``c`` (axis 1), with the layer's operators
+    priced (``with_ops``) or not (the step without any host term: ``c`` 0 and ``with_ops`` False)."""
     c = np.atleast_1d(np.asarray(c, dtype=float))
-    step0, m, layers, gpu, hooks = (np.array([r[k] for r in rows], dtype=float)[:, None]
-                                    for k in ("step0", "m", "layers", "gpu", "hooks"))
-    host = layers * c[None, :]
+    step0, m, layers, gpu, hooks, per_op = (np.array([r[k] for r in rows], dtype=float)[:, None]
+                                            for k in ("step0", "m", "layers", "gpu", "hooks", "per_op"))
+    host = layers * (c[None, :] + (per_op if with_ops else 0.0))
     other = np.where(host > 0, host + hooks, 0.0)  # the model prices the hooks only where it prices the host
     return step0 + np.maximum(0.0, host - gpu) + (m - 1) * np.maximum(0.0, other - gpu)
 
@@ -82,6 +91,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
     import bench_accuracy as B
+    from workbench import timing as T
 
     split = json.loads(B.SPLIT.read_text())
     fit_shapes, test_shapes = set(split["fit"]), set(split["test"])
@@ -91,18 +101,19 @@ def main(argv=None) -> int:
     fit_rows = [r for r in rows if r["shape_id"] in fit_shapes]
     test_rows = [r for r in rows if r["shape_id"] in test_shapes]
     c = fit(fit_rows)
-    print(f"megatron_core.layer_host_s fitted on {len(fit_rows)} fit-split megatron-core local-spec runs (Megatron, ZeRO-0/1/2) over "
-          f"{len({r['shape_id'] for r in fit_rows})} shapes: {c * 1e3:.2f} ms per layer per micro-batch")
+    print(f"megatron_core.layer_base_host_s fitted on {len(fit_rows)} fit-split megatron-core local-spec runs (Megatron, ZeRO-0/1/2) over "
+          f"{len({r['shape_id'] for r in fit_rows})} shapes: {c * 1e3:.2f} ms per layer per micro-batch, plus "
+          f"{T.calibration()['layer_ops']['op_host_s'] * 1e6:.2f} us per operator it dispatches")
     print("leave one shape out (constant without the shape; that shape's |error| median / worst, before -> after):")
     for s in sorted({r["shape_id"] for r in fit_rows}):
         cs = fit([r for r in fit_rows if r["shape_id"] != s])
         out = [r for r in fit_rows if r["shape_id"] == s]
-        before = np.abs(predicted(out, 0.0)[:, 0] / [r["measured"] for r in out] - 1)
+        before = np.abs(predicted(out, 0.0, False)[:, 0] / [r["measured"] for r in out] - 1)
         after = np.abs(predicted(out, cs)[:, 0] / [r["measured"] for r in out] - 1)
         print(f"  {s:<24} {cs * 1e3:5.2f} ms  {np.median(before):5.1%} / {before.max():5.1%} -> "
               f"{np.median(after):5.1%} / {after.max():5.1%}  ({len(out)} runs)")
     for title, sel in (("fit", fit_rows), ("test", test_rows)):
-        moved = [(r, p0, p1) for r, p0, p1 in zip(sel, predicted(sel, 0.0)[:, 0], predicted(sel, c)[:, 0])
+        moved = [(r, p0, p1) for r, p0, p1 in zip(sel, predicted(sel, 0.0, False)[:, 0], predicted(sel, c)[:, 0])
                  if p1 > p0 * (1 + 1e-9)]
         print(f"{title} split: {len(moved)} of {len(sel)} runs move (measured ms, error without -> with the term)")
         for r, p0, p1 in moved:

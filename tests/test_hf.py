@@ -9,7 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from workbench import catalog  # noqa: E402
 from workbench.hf import attention_for, build_model, import_hf  # noqa: E402
-from workbench.specs import AttentionImpl  # noqa: E402
+from workbench.specs import AttentionImpl, Implementation  # noqa: E402
 
 HF = Path(__file__).parent / "data" / "hf"
 FAMILIES = sorted(p.name for p in HF.iterdir() if (p / "config.json").is_file())
@@ -245,8 +245,9 @@ def test_lora_backward_skips_weight_gradients(monkeypatch):
     from workbench import timing
 
     # the GPU's passes alone: without the transformers host floor, which LoRA's adapters raise past the GPU time here
-    for key in ("layer_host_s", "lora_module_host_s"):
+    for key in ("layer_base_host_s", "lora_module_host_s"):
         monkeypatch.setitem(timing.calibration()["transformers"], key, 0.0)
+    monkeypatch.setitem(timing.calibration()["layer_ops"], "op_host_s", 0.0)
     spec = import_hf(HF / "llama3-8b", seq_length=2048).spec
     cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8)
     full = estimate(spec, cluster, ParallelPlan(world_size=8, zero_stage=2)).time
@@ -314,14 +315,18 @@ def test_hf_checkpointing_and_lora_bucket_timing(monkeypatch):
     assert zero3["activations"] + zero3["buffers"] == pytest.approx(inputs + max(out, full_layer) + zero3["buffers"])
     # time: the checkpointed layers' host work shows where it outlasts the GPU work of the whole micro-batch
     # (every layer's forward, recompute and backward, the logits and the loss), only for a transformers model
+    from workbench import encode, layerops
+
     cal = timing.calibration()["transformers"]
-    per_layer = ((1 + cal["layer_forward_host_share"]) * cal["layer_host_s"]  # a checkpointed layer's host seconds
-                 + cal["recompute_layer_overhead_s"])
-    # the megatron-core twin stands for the GPU work alone: without its local-spec micro-step host floor
-    monkeypatch.setitem(timing.calibration()["megatron_core"], "layer_host_s", 0.0)
     # both implementations price the attention core alike only off Transformer Engine's fused attention (a
     # megatron-core model with flash attention on Hopper runs it at its own measured rate): eager attention here
     small = import_hf(HF / "qwen2-0_5b", seq_length=512).spec.replace(attention="unfused")
+    layer = layerops.layer_host_seconds(small)  # a plain layer's host seconds
+    per_layer = ((1 + cal["layer_forward_host_share"]) * layer  # a checkpointed layer's host seconds
+                 + cal["recompute_layer_overhead_s"])
+    # the megatron-core twin stands for the GPU work alone: without its local-spec micro-step host floor
+    monkeypatch.setattr(encode, "layer_host_seconds",
+                        lambda m: 0.0 if m.implementation is Implementation.MEGATRON else layerops.layer_host_seconds(m))
     cluster, plan = ClusterSpec(gpu="H200", gpus_per_node=1), ParallelPlan(world_size=1, zero_stage=2,
                                                                          recompute="full")
     hf_t = estimate(small, cluster, plan).time
@@ -333,12 +338,12 @@ def test_hf_checkpointing_and_lora_bucket_timing(monkeypatch):
     assert hf_both - gpu == pytest.approx(small.num_layers * per_layer - gpu)
     # the plain host floor (every layer's own host time) outlasts the GPU here: the rest, what checkpointing adds,
     # is the recompute's
-    assert small.num_layers * cal["layer_host_s"] > gpu
+    assert small.num_layers * layer > gpu
     assert hf_t.breakdown["recompute"] - mg_t.breakdown["recompute"] == pytest.approx(
-        small.num_layers * (per_layer - cal["layer_host_s"]))
-    # the same layers with a 16x larger micro-batch: the GPU's queue outlasts the host work, nothing is added
+        small.num_layers * (per_layer - layer))
+    # the same layers with a 24x larger micro-batch: the GPU's queue outlasts the host work, nothing is added
     # although each layer's own kernels still take less than the per-layer host time
-    long = plan.replace(micro_batch_size=16, global_batch_size=16)
+    long = plan.replace(micro_batch_size=24, global_batch_size=24)
     hf_long = estimate(small, cluster, long).time
     mg_long = estimate(small.replace(implementation="megatron"), cluster, long).time
     assert 2 * hf_long.layer_forward_seconds + hf_long.layer_backward_seconds < per_layer

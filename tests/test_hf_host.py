@@ -9,6 +9,7 @@ import pytest
 from workbench import timing
 from workbench.catalog import model
 from workbench.hf import import_hf
+from workbench.layerops import layer_host_seconds
 from workbench.params import lora_modules_per_layer
 from workbench.specs import ClusterSpec, Implementation, ParallelPlan
 from workbench.timing import StepInputs, microstep_host, time_inputs
@@ -30,12 +31,13 @@ def _hf(**kw):
 
 def test_catalog_constants_are_positive_where_measured_and_megatron_core_gets_none_of_them():
     cal = timing.calibration()["transformers"]
-    assert cal["layer_host_s"] > 0 and cal["recompute_layer_overhead_s"] >= 0
+    assert cal["layer_base_host_s"] >= 0 and cal["recompute_layer_overhead_s"] >= 0
+    assert timing.calibration()["layer_ops"]["op_host_s"] > 0
     assert 0 < cal["layer_forward_host_share"] < 1  # the recompute repeats the forward, not the backward
     assert cal["lora_module_host_s"] >= 0
     hf = time_inputs(_hf(), H200, _plan(lora_rank=8))
     # a LayerNorm transformers model is GPT-2-like: c_attn wraps q, k and v as one module; not gated: no gate
-    assert hf["hf_layer_host_s"] == cal["layer_host_s"] and hf["lora_modules_per_layer"] == 4
+    assert hf["hf_layer_host_s"] == layer_host_seconds(_hf()) > 0 and hf["lora_modules_per_layer"] == 4
     assert hf["hf_layer_forward_host_share"] == cal["layer_forward_host_share"]
     mc = time_inputs(model("gpt3-125m"), H200, _plan(lora_rank=8))
     assert (mc["hf_layer_host_s"] == mc["hf_recompute_layer_s"] == mc["hf_lora_module_host_s"]
@@ -139,7 +141,7 @@ def test_zero2_hooks_count_the_trainable_tensors():
 def test_ulysses_lora_recompute_is_priced_against_a_host_floor_without_recompute_too():
     """Qwen3-0.6B, LoRA, Ulysses over 8 GPUs and 64 micro-batches of one 4k sequence (512 tokens per GPU): every
     micro-step is host-bound with or without recompute, so full recompute costs the checkpointed layers' host time
-    over the plain layers' (a checkpointed layer's host, (1 + layer_forward_host_share) x layer_host_s +
+    over the plain layers' (a checkpointed layer's host, (1 + layer_forward_host_share) x its layer host +
     recompute_layer_overhead_s with its adapters twice, over a plain one's), not the 20x a floorless plain step would
     show."""
     from workbench.estimate import estimate
@@ -154,9 +156,9 @@ def test_ulysses_lora_recompute_is_priced_against_a_host_floor_without_recompute
         t = estimate(m, cluster, plan).time
         steps[rc] = t.step_seconds
         lora = lora_modules_per_layer(m, 16, plan.lora_targets) * cal["lora_module_host_s"]
-        host[rc] = (cal["layer_host_s"] + lora if rc == "none" else
-                    (1 + cal["layer_forward_host_share"]) * cal["layer_host_s"] + cal["recompute_layer_overhead_s"]
-                    + 2 * lora)
+        layer = layer_host_seconds(m)
+        host[rc] = (layer + lora if rc == "none" else
+                    (1 + cal["layer_forward_host_share"]) * layer + cal["recompute_layer_overhead_s"] + 2 * lora)
         assert t.step_seconds >= 64 * m.num_layers * host[rc]  # each micro-step at least its host time
     ratio = steps["full"] / steps["none"]
     assert 1.5 < ratio < host["full"] / host["none"]
@@ -166,9 +168,10 @@ def test_fit_script_recovers_known_constants():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import fit_hf_host as F
 
-    true = (0.0030, 0.0002, 0.0012)  # layer, LoRA projection, checkpoint machinery
+    true = (0.0005, 12e-6, 0.0002, 0.0012)  # layer base, per operator, LoRA projection, checkpoint machinery
+    ops = {"a": 150.0, "b": 208.0, "c": 300.0, "d": 250.0}  # operators per layer of each shape's design
     rows = [dict(shape_id=s, step0=0.04, m=m, layers=8.0, f=f, lora=n, gpu=g, hooks=h, moe=e, share=0.5,
-                 measured=0.0)
+                 ops=ops[s], measured=0.0)
             for s, m, f, n, g, h, e in (("a", 1, 0.0, 0.0, 0.010, 0.0, 0.0), ("a", 2, 0.0, 0.0, 0.012, 0.004, 0.0),
                                         ("b", 1, 1.0, 0.0, 0.030, 0.0, 0.0), ("b", 1, 1.0, 4.0, 0.030, 0.0, 0.0),
                                         ("c", 1, 0.0, 7.0, 0.008, 0.0, 0.0), ("c", 1, 0.0, 0.0, 0.100, 0.0, 0.0),
@@ -176,8 +179,10 @@ def test_fit_script_recovers_known_constants():
     for r in rows:
         r["measured"] = float(F.predicted([r], *true)[0, 0])
     # a checkpointed layer's host: (1 + share) x the layer's (its MoE block's too) + the machinery
-    assert rows[2]["measured"] - rows[2]["step0"] == pytest.approx(8 * (1.5 * 0.0030 + 0.0012) - 0.030)
-    assert rows[6]["measured"] - rows[2]["measured"] == pytest.approx(8 * 1.5 * 0.002)
-    assert F.fit(rows) == pytest.approx(true, abs=1e-6)
+    layer_b = 0.0005 + 12e-6 * 208  # 3.0 ms
+    assert rows[2]["measured"] - rows[2]["step0"] == pytest.approx(8 * (1.5 * layer_b + 0.0012) - 0.030)
+    assert rows[6]["measured"] - rows[2]["measured"] == pytest.approx(
+        8 * 1.5 * (0.002 + 12e-6 * (250 - 208)), rel=1e-9)
+    assert F.fit(rows, recompute_s=0.0012) == pytest.approx(true, abs=1e-6)
     # a GPU-bound run says nothing: no host time is the answer
-    assert F.fit([rows[5]]) == (0.0, 0.0, 0.0)
+    assert F.fit([rows[5]], recompute_s=0.0) == (0.0, 0.0, 0.0, 0.0)

@@ -1,6 +1,8 @@
 """Host-bound micro-steps: a micro-step of megatron-core layers lasts max(host, GPU)."""
 import pytest
 
+from workbench.layerops import layer_host_seconds
+
 from workbench import timing
 from workbench.catalog import model
 from workbench.specs import ClusterSpec, Implementation, ParallelPlan
@@ -58,7 +60,7 @@ def test_zero2_pays_its_gradient_hooks_in_every_microbatch_but_the_last():
 
 def test_equal_tokens_in_more_microbatches_cost_the_host_floor_each():
     m = model("gpt3-125m")  # 12 thin layers: a small micro-batch is host-bound
-    per_layer = timing.calibration()["megatron_core"]["layer_host_s"]
+    per_layer = layer_host_seconds(m)
     assert per_layer > 0
     one = estimate_time(m, H200, _plan(micro_batch_size=8))
     eight = estimate_time(m, H200, _plan(micro_batch_size=1))
@@ -121,15 +123,15 @@ def test_fit_script_recovers_a_known_per_layer_host_time():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import fit_microstep_host as F
 
-    true = 0.003
-    rows = [dict(shape_id=s, step0=0.05, m=m, layers=12.0, gpu=g, hooks=h, measured=0.0)
+    true = 0.0014  # the base; each row's operators add per_op seconds per layer (0.0016 s: 3.0 ms per layer in all)
+    rows = [dict(shape_id=s, step0=0.05, m=m, layers=12.0, gpu=g, hooks=h, per_op=0.0016, measured=0.0)
             for s, m, g, h in (("a", 4, 0.010, 0.0), ("a", 2, 0.020, 0.005), ("b", 1, 0.080, 0.0), ("b", 3, 0.015, 0.0))]
     for r in rows:
         r["measured"] = float(F.predicted([r], true)[0, 0])
     assert F.fit(rows) == pytest.approx(true, abs=1e-5)
     # the hooks count only where the host is priced, and only in micro-batches other than the last
     r = rows[1]
-    assert F.predicted([r], 0.0)[0, 0] == r["step0"]
+    assert F.predicted([r], 0.0, with_ops=False)[0, 0] == r["step0"]
     assert F.predicted([r], true)[0, 0] == pytest.approx(r["step0"] + (0.036 - 0.020) + (0.041 - 0.020))
     # a GPU-bound run says nothing: no host time is the answer
-    assert F.fit([rows[2]]) == 0.0
+    assert F.fit([dict(rows[2], per_op=0.0)]) == 0.0

@@ -29,6 +29,7 @@ from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.hf import soft_capped
+from workbench.layerops import layer_host_seconds
 from workbench.npscalar import asarray, isin, maximum, minimum, ndim, where
 from workbench.params import (lora_modules_per_layer, lora_params_per_layer,
                               model_vocab_size, parameter_tensors)
@@ -221,13 +222,13 @@ def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
 
 
 def hf_host_inputs(model: ModelSpec, cols: dict, constants: dict) -> dict:
-    """The host-time fields of :class:`workbench.timing.StepInputs` for transformers models (catalog
-    ``transformers``: per layer, the forward's share of it that a checkpointed layer's recompute repeats, the
+    """The host-time fields of :class:`workbench.timing.StepInputs` for transformers models (per layer
+    :func:`workbench.layerops.layer_host_seconds`; catalog ``transformers``: the forward's share of it that a checkpointed layer's recompute repeats, the
     checkpoint machinery per checkpointed layer, per LoRA-adapted projection; 0 for other stacks)."""
     hf = model.implementation is Implementation.TRANSFORMERS
     lora = lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"])
     return dict(hf_recompute_layer_s=constants.get("recompute_layer_overhead_s", 0.0) if hf else 0.0,
-                hf_layer_host_s=constants.get("layer_host_s", 0.0) if hf else 0.0,
+                hf_layer_host_s=layer_host_seconds(model) if hf else 0.0,
                 hf_layer_forward_host_share=constants.get("layer_forward_host_share", 0.0) if hf else 0.0,
                 hf_lora_module_host_s=constants.get("lora_module_host_s", 0.0) if hf else 0.0,
                 lora_modules_per_layer=lora)
@@ -471,9 +472,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         parameter_tensors=parameter_tensors(model) / pp,
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         # measured on megatron-core's local layer spec only (no Transformer Engine): 0 for TE (flash) layers
-        layer_host_s=(cal.get("megatron_core", {}).get("layer_host_s", 0.0)
-                      if model.implementation is Implementation.MEGATRON and model.attention is not AttentionImpl.FLASH
-                      else 0.0),
+        layer_host_s=layer_host_seconds(model) if model.implementation is Implementation.MEGATRON else 0.0,
         trainable_fraction=trainable_fraction(model, cols, counts),
         soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),

@@ -1,0 +1,60 @@
+"""A layer's host time from the ATen operators its design dispatches (workbench.layerops, catalog ``layer_ops``)."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench import layerops, timing
+from workbench.catalog import model
+from workbench.hf import import_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def test_llama_style_megatron_layers_dispatch_more_operators_than_gpt_style_ones_and_cost_more_host():
+    gpt = model("gpt3-1_3b", attention="unfused")
+    llama = model("llama3-8b", attention="unfused")
+    ops_gpt, entry_gpt = layerops.dispatched_ops(gpt)
+    ops_llama, entry_llama = layerops.dispatched_ops(llama)
+    assert entry_gpt["activation"] == "gelu" and entry_llama["activation"] == "swiglu"
+    assert ops_llama > 1.5 * ops_gpt
+    cal = timing.calibration()
+    for m, ops in ((gpt, ops_gpt), (llama, ops_llama)):
+        assert layerops.layer_host_seconds(m) == pytest.approx(
+            cal["megatron_core"]["layer_base_host_s"] + cal["layer_ops"]["op_host_s"] * ops)
+
+
+def test_transformer_engine_layers_get_no_host_floor_and_unknown_designs_take_the_nearest():
+    assert layerops.layer_host_seconds(model("llama3-8b", attention="flash")) == 0.0
+    fused = model("llama3-8b", attention="fused-softmax")  # never counted: the unfused Llama-style layer is nearest
+    ops, entry = layerops.dispatched_ops(fused)
+    assert entry["attention"] == "unfused" and entry["activation"] == "swiglu"
+    assert ops == layerops.dispatched_ops(model("llama3-8b", attention="unfused"))[0]
+
+
+def test_hf_families_differ_as_their_layers_do():
+    llama = import_hf(HF / "llama3-8b", seq_length=2048, attn_implementation="sdpa").spec
+    qwen3 = import_hf(HF / "qwen3-0_6b", seq_length=2048, attn_implementation="sdpa").spec
+    eager = import_hf(HF / "llama3-8b", seq_length=2048, attn_implementation="eager").spec
+    n_llama, n_qwen3, n_eager = (layerops.dispatched_ops(m)[0] for m in (llama, qwen3, eager))
+    assert n_qwen3 > n_llama  # the q and k norms
+    assert n_eager > n_llama  # the materialised softmax path
+    assert layerops.layer_host_seconds(qwen3) > layerops.layer_host_seconds(llama) > 0
+
+
+def test_catalog_counts_are_what_the_counting_script_measures():
+    """The catalog's Llama sdpa count is what benchmarks/count_layer_ops_cpu.py counts with the installed
+    transformers (a stale table fails here)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
+    import count_layer_ops_cpu as C
+    import runs
+
+    cfg = runs.HF_SHAPES["hf-llama-h2048"]["config"]
+    one, two = C.count_hf(cfg, 1, "sdpa"), C.count_hf(cfg, 2, "sdpa")
+    spec = C.shape_model("hf-llama-h2048", "sdpa")
+    ops, entry = layerops.dispatched_ops(spec)
+    assert layerops.layer_features(spec) == {k: entry[k] for k in layerops.FEATURES}
+    assert (two["ops"] - one["ops"], two["views"] - one["views"]) == (entry["ops"], entry["views"])
+    assert ops == entry["ops"] + entry["views"]

@@ -1,0 +1,91 @@
+"""Host time of one decoder layer per micro-batch, from the ATen operators the layer dispatches.
+
+In eager PyTorch every operator a layer runs passes through the dispatcher, records an autograd node and (on a GPU)
+launches a kernel, on the one host thread that also runs the layer's Python. Layer designs differ a lot in how many
+operators they dispatch per training micro-step (forward + backward): megatron-core's local-spec GPT layer (LayerNorm,
+GeLU, learned positions) about 145 with its views, its Llama-style layer (RMSNorm, SwiGLU, rotary) about 250, a
+transformers GPT-NeoX layer 146, Llama 219, Qwen3 (q/k norms) 277, Gemma 3 about 350. A layer's host seconds are
+
+    base(stack) + op_host_s · operators(layer)
+
+with ``operators`` counted on the CPU from the real modules (``benchmarks/count_layer_ops_cpu.py``: one-layer vs
+two-layer models of each corpus shape, forward + loss + backward; views included: they pass the dispatcher and
+autograd too) and stored per layer design in catalog ``layer_ops.layers``; ``op_host_s`` and each stack's ``base``
+(megatron-core's Python module structure costs more per layer than transformers') are fitted on the fit split
+(``benchmarks/fit_hf_host.py``, ``benchmarks/fit_microstep_host.py``). A design the table lacks takes the nearest
+counted one (fewest differing features) of the same stack.
+"""
+from __future__ import annotations
+
+import functools
+
+from workbench.specs import AttentionImpl, Implementation, ModelSpec
+
+FEATURES = ("implementation", "activation", "normalization", "position_embedding", "add_bias_linear", "qkv_bias",
+            "qk_norm", "sandwich_norm", "fused_projections", "attention", "dropout", "gqa")
+"""What decides a layer's operator count, as :func:`layer_features` reads it from a :class:`ModelSpec`."""
+
+
+def layer_features(model: ModelSpec) -> dict:
+    """The layer design of ``model`` as plain values (keys :data:`FEATURES`): stack, MLP activation, norm, position
+    embedding, biases, q/k norms, Gemma's sandwich norms, fused projections, attention kernel, dropout on or off,
+    grouped-query attention."""
+    groups = model.num_query_groups or model.num_attention_heads
+    return dict(implementation=str(model.implementation), activation=str(model.activation),
+                normalization=str(model.normalization), position_embedding=str(model.position_embedding),
+                add_bias_linear=bool(model.add_bias_linear), qkv_bias=bool(model.qkv_bias),
+                qk_norm=bool(model.qk_norm), sandwich_norm=bool(model.sandwich_norm),
+                fused_projections=bool(model.fused_projections), attention=str(model.attention),
+                dropout=bool(model.hidden_dropout > 0 or model.attention_dropout > 0),
+                gqa=bool(groups < model.num_attention_heads))
+
+
+def _constants() -> dict:
+    from workbench.timing import calibration
+
+    return calibration()["layer_ops"]
+
+
+@functools.cache
+def _match(key: tuple) -> tuple:
+    """``(operators, entry)`` of the catalog's layer design nearest to ``key`` (the values of :data:`FEATURES`):
+    the same design, else the one of the same stack with the fewest differing features (the most measured shapes
+    on ties); ``(0.0, None)`` when the stack has none."""
+    feats = dict(zip(FEATURES, key))
+    best = None
+    for entry in _constants()["layers"]:
+        if entry["implementation"] != feats["implementation"]:
+            continue
+        differ = sum(entry[f] != feats[f] for f in FEATURES)
+        rank = (differ, -len(entry.get("shapes", ())))
+        if best is None or rank < best[0]:
+            best = (rank, entry)
+    if best is None:
+        return 0.0, None
+    entry = best[1]
+    return float(entry["ops"] + entry["views"]), entry
+
+
+def dispatched_ops(model: ModelSpec) -> tuple:
+    """``(operators, entry)``: ATen operators (views included) one layer of ``model`` dispatches per micro-step,
+    forward and backward, and the catalog entry they come from (its features equal :func:`layer_features` when this
+    very design was counted; else it is the nearest one)."""
+    return _match(tuple(layer_features(model)[f] for f in FEATURES))
+
+
+def layer_host_seconds(model: ModelSpec) -> float:
+    """Host seconds of one decoder layer per micro-batch (Python forward and backward launches), checkpointed or
+    not: ``base`` of the stack (catalog ``megatron_core.layer_base_host_s`` / ``transformers.layer_base_host_s``)
+    plus ``layer_ops.op_host_s`` per dispatched operator (:func:`dispatched_ops`). 0 for megatron-core layers on
+    Transformer Engine (``attention='flash'``: fused kernels, not measured)."""
+    from workbench.timing import calibration
+
+    cal = calibration()
+    if model.implementation is Implementation.MEGATRON:
+        if model.attention is AttentionImpl.FLASH:
+            return 0.0
+        base = cal["megatron_core"]["layer_base_host_s"]
+    else:
+        base = cal["transformers"]["layer_base_host_s"]
+    ops, _ = dispatched_ops(model)
+    return base + _constants()["op_host_s"] * ops
