@@ -58,3 +58,23 @@ def test_catalog_counts_are_what_the_counting_script_measures():
     assert layerops.layer_features(spec) == {k: entry[k] for k in layerops.FEATURES}
     assert (two["ops"] - one["ops"], two["views"] - one["views"]) == (entry["ops"], entry["views"])
     assert ops == entry["ops"] + entry["views"]
+
+
+def test_estimate_names_the_layer_host_time_and_where_its_count_comes_from(capsys):
+    from workbench import cli
+
+    assert cli.main(["estimate", "--model", "hf:" + str(HF / "qwen3-0_6b"), "--gpu", "H200", "--gpus", "1",
+                     "--zero", "2"]) == 0
+    out = capsys.readouterr().out
+    host = layerops.layer_host_seconds(import_hf(HF / "qwen3-0_6b", seq_length=4096).spec)
+    assert f"host: {host * 1e3:.2f} ms of host time per layer" in out and "counted for this layer design" in out
+    # a design never counted says which counted one stands for it
+    assert "which differs in attention=fused-softmax" in layerops.host_note(model("llama3-8b",
+                                                                                  attention="fused-softmax"))
+    # ZeRO-3 prices its hooks instead, Transformer Engine layers have none: no line
+    assert cli.main(["estimate", "--model", "llama3-8b", "--attention", "flash", "--gpu", "H200", "--gpus", "8",
+                     "--engine", "megatron", "--tp", "2"]) == 0
+    assert "host:" not in capsys.readouterr().out
+    assert cli.main(["estimate", "--model", "hf:" + str(HF / "qwen3-0_6b"), "--gpu", "H200", "--gpus", "1",
+                     "--zero", "3"]) == 0
+    assert "host:" not in capsys.readouterr().out

@@ -89,3 +89,18 @@ def layer_host_seconds(model: ModelSpec) -> float:
         base = cal["transformers"]["layer_base_host_s"]
     ops, _ = dispatched_ops(model)
     return base + _constants()["op_host_s"] * ops
+
+
+def host_note(model: ModelSpec) -> str | None:
+    """One line for the estimate: the layer's host seconds, the operators they come from, and, where the design was
+    not counted itself, how the counted one differs. ``None`` where no layer host time is priced."""
+    host = layer_host_seconds(model)
+    if host <= 0:
+        return None
+    ops, entry = dispatched_ops(model)
+    feats = layer_features(model)
+    differ = [f"{f}={feats[f]}" for f in FEATURES if entry[f] != feats[f]]
+    counted = (f"counted for the nearest layer design, which differs in {', '.join(differ)}" if differ
+               else "counted for this layer design")
+    return (f"{host * 1e3:.2f} ms of host time per layer per micro-batch ({ops:.0f} ATen operators forward + backward, "
+            f"{counted}); exposed only where it outlasts the micro-batch's GPU work")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
 from workbench.defaults import GiB
+from workbench.specs import Engine
 
 
 def _sharding(p) -> str:
@@ -126,6 +127,11 @@ def render(est) -> str:
                       f"{t.model_tflops_per_gpu:.0f} model TFLOP/s per GPU, MFU {t.mfu:.1%}"]
         parts = ", ".join(f"{k} {v:.3f}s" for k, v in t.breakdown.items() if v > 0)
         lines.append(f"        {parts}")
+        from workbench.layerops import host_note
+
+        note = host_note(m) if p.engine is Engine.MEGATRON or int(p.zero_stage) < 3 else None
+        if note:
+            lines.append(f"        host: {note}")
     if est.profile is not None:
         lines += ["", f"profile {est.profile['note']}" if est.profile.get("name") else f"note: {est.profile['note']}"]
     if est.layout is not None and est.layout.warnings:
