@@ -14,7 +14,7 @@ the step time of the ZeRO 0-2 runs without offload alone (the stack's own comput
 the layer's own host and the recompute's repeat of its forward share; the part the GPU's work on the micro-batch does
 not hide is exposed) on the fit split only, applies it for this run and prints it: least squares of relative
 step-time error over the fit-split HF runs with ZeRO 0-2 and no offload (ZeRO-3 and CPU offload carry engine terms of
-their own), the other host constants (``transformers.layer_host_s``, ``layer_forward_host_share``,
+their own), the other host constants (the layer's, ``workbench.layerops.layer_host_seconds``, ``layer_forward_host_share``,
 ``lora_module_host_s``) kept. ``benchmarks/fit_hf_host.py --refit-checkpoint`` fits it with the layer and LoRA
 constants together (what the catalog holds).
 ``--leave-one-shape-out`` refits it once per fit shape without that shape's runs and prints the value and that

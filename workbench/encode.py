@@ -223,8 +223,9 @@ def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
 
 def hf_host_inputs(model: ModelSpec, cols: dict, constants: dict) -> dict:
     """The host-time fields of :class:`workbench.timing.StepInputs` for transformers models (per layer
-    :func:`workbench.layerops.layer_host_seconds`; catalog ``transformers``: the forward's share of it that a checkpointed layer's recompute repeats, the
-    checkpoint machinery per checkpointed layer, per LoRA-adapted projection; 0 for other stacks)."""
+    :func:`workbench.layerops.layer_host_seconds`; catalog ``transformers``: the forward's share of it that a
+    checkpointed layer's recompute repeats, the checkpoint machinery per checkpointed layer, per LoRA-adapted
+    projection; 0 for other stacks)."""
     hf = model.implementation is Implementation.TRANSFORMERS
     lora = lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"])
     return dict(hf_recompute_layer_s=constants.get("recompute_layer_overhead_s", 0.0) if hf else 0.0,

@@ -473,8 +473,9 @@ class StepInputs:
     forward (:func:`hf_checkpoint_host`; catalog ``transformers.recompute_layer_overhead_s``; 0 for other stacks)."""
     hf_layer_host_s: object = 0.0
     """transformers models: host seconds per decoder layer per micro-batch, checkpointed or not (the layer's Python
-    forward and the launches of its autograd backward; :func:`microstep_host`; catalog
-    ``transformers.layer_host_s``; 0 for other stacks)."""
+    forward and the launches of its autograd backward; :func:`microstep_host`;
+    :func:`workbench.layerops.layer_host_seconds`: the stack's base plus a cost per ATen operator the layer's design
+    dispatches; 0 for other stacks)."""
     hf_layer_forward_host_share: object = 0.0
     """Share of a transformers layer's host time (``hf_layer_host_s``, and an MoE layer's ``moe_block_host_s``)
     spent in its forward: what a checkpointed layer's recompute runs again (:func:`hf_checkpoint_host`; catalog
@@ -629,9 +630,10 @@ class StepInputs:
     layer_host_s: object = 0.0
     """megatron-core local-spec layers (no Transformer Engine): host seconds per transformer layer per micro-batch
     (the layer's Python forward and the launches of its autograd backward), under either engine; the part the
-    micro-batch's GPU work does not hide is exposed (:func:`microstep_host`; catalog ``megatron_core.layer_host_s``;
-    0 for Transformer Engine layers, unmeasured, for transformers models, which have ``hf_layer_host_s``, and at
-    ZeRO-3, whose hooks have their own term)."""
+    micro-batch's GPU work does not hide is exposed (:func:`microstep_host`;
+    :func:`workbench.layerops.layer_host_seconds`: ``megatron_core.layer_base_host_s`` plus a cost per ATen operator
+    the layer's design dispatches; 0 for Transformer Engine layers, unmeasured, for transformers models, which have
+    ``hf_layer_host_s``, and at ZeRO-3, whose hooks have their own term)."""
 
 
 _STEP_ARGS = tuple(f.name for f in dataclasses.fields(StepInputs))
