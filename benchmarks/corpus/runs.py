@@ -266,6 +266,25 @@ MCORE_SHAPES = {
                                seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
                                qkv_bias=True, tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
                                attention_dropout=0.0),
+    # --- seventh fit batch ("fit7"): a fit width with a 152k vocabulary, fit side ---
+    # the mc-h1024-gelu layers (GPT-3 350M width, 8 layers) under a Qwen-sized tied vocabulary
+    "mc-h1024-gelu-v152k": dict(like="GPT-3 350M width, 152k vocabulary (24 -> 8 layers)", num_layers=8,
+                                hidden_size=1024, num_attention_heads=16, ffn_hidden_size=4096, vocab_size=151936,
+                                seq_length=2048, activation="gelu", normalization="layernorm", add_bias_linear=True,
+                                tied_embeddings=True, position_embedding="learned", hidden_dropout=0.1,
+                                attention_dropout=0.1),
+    # --- fifteenth final batch ("final15"): whole models; declared before measuring ---
+    # Qwen2.5 1.5B at its full 28 layers: GQA 12/2, head 128, SwiGLU 8960, QKV biases, 152k vocabulary, tied
+    "mc-h1536-qwen25-l28": dict(like="Qwen2.5 1.5B (28 layers)", num_layers=28, hidden_size=1536,
+                                num_attention_heads=12, num_query_groups=2, ffn_hidden_size=8960, vocab_size=151936,
+                                seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                                qkv_bias=True, tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                                attention_dropout=0.0),
+    # Phi-2 at its full 32 layers: MHA 32 heads of 80, GeLU 10240, LayerNorm and biases, 51k vocabulary, untied
+    "mc-h2560-hd80-l32": dict(like="Phi-2 (32 layers)", num_layers=32, hidden_size=2560, num_attention_heads=32,
+                              ffn_hidden_size=10240, vocab_size=51200, seq_length=2048, activation="gelu",
+                              normalization="layernorm", add_bias_linear=True, tied_embeddings=False,
+                              position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -577,6 +596,27 @@ HF_SHAPES = {
         num_hidden_layers=16, num_attention_heads=8, vocab_size=50304, max_position_embeddings=2048,
         hidden_act="gelu", use_parallel_residual=True, tie_word_embeddings=False, attention_dropout=0.0,
         hidden_dropout=0.0)),
+    # --- seventh fit batch ("fit7") ---
+    # the TinyLlama layers (6 of them) under Llama 3's tied 128k vocabulary
+    "hf-llama-h2048-v128k": dict(like="TinyLlama 1.1B width, 128k vocabulary, tied (22 -> 6 layers)", seq_length=2048,
+                                 config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=5632,
+        num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=4, vocab_size=128256,
+        max_position_embeddings=2048, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # --- fifteenth final batch ("final15") ---
+    # Llama 3.2 3B at its full 28 layers: GQA 24/8, head 128, SwiGLU 8192, 128k vocabulary, tied
+    "hf-llama-h3072-l28": dict(like="Llama 3.2 3B (28 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # SmolLM2 1.7B at its full 24 layers: MHA 32 heads of 64, SwiGLU 8192, 49k vocabulary, tied
+    "hf-smollm2-h2048-l24": dict(like="SmolLM2 1.7B (24 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=24, num_attention_heads=32, num_key_value_heads=32, vocab_size=49152,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=130000.0)),
 }
 
 
@@ -936,6 +976,31 @@ GROUPS = {
         _hf("hf-gemma3-h1152-l26", 2, "sdpa", mbs=2, ckpt=True, lora=16),
         _hf("hf-neox-h2048-l16", 1, "sdpa", mbs=2), _hf("hf-neox-h2048-l16", 2, "sdpa", mbs=2),
         _hf("hf-neox-h2048-l16", 2, "eager", mbs=2), _hf("hf-neox-h2048-l16", 3, "sdpa", mbs=2),
+    ],
+    # seventh fit batch (one GPU), fit side, declared in accuracy_split.json "fit7_about" with final15: ZeRO-0 against
+    # ZeRO-1/2 on host-bound micro-steps with a small and a large vocabulary (final13 measured ZeRO-1/2 20-40 ms slower
+    # than ZeRO-0 on 128k-152k-vocabulary models; the fit split's 50k-vocabulary pairs differ by 3-4 ms), and repeats of
+    # host-bound ZeRO-2 runs in fresh processes (their noise floor: a default / expandable-segments pair differs 45 %)
+    "fit7": [
+        _ds("mc-h1024-gelu-v152k", 0), _ds("mc-h1024-gelu-v152k", 1), _ds("mc-h1024-gelu-v152k", 2),
+        _ddp("mc-h1024-gelu-v152k", True),
+        _ds("mc-h1024-gelu", 0), _ds("mc-h1024-gelu", 1), _ds("mc-h1024-gelu", 2),
+        _hf("hf-llama-h2048-v128k", 0, "sdpa"), _hf("hf-llama-h2048-v128k", 1, "sdpa"),
+        _hf("hf-llama-h2048-v128k", 2, "sdpa"), _hf("hf-llama-h2048", 1, "sdpa"),
+        dict(_hf("hf-llama-h2048", 2, "sdpa"), repeat=1), dict(_hf("hf-llama-h2048", 2, "sdpa"), repeat=2),
+        dict(_ds("mc-h1024-gelu", 2), repeat=1),
+    ],
+    # fifteenth final batch (one GPU), declared in accuracy_split.json "final15" before measuring; its records are to
+    # be kept sealed in benchmarks/corpus/sealed/ until the models are next changed
+    "final15": [
+        _ds("mc-h1536-qwen25-l28", 0, mbs=2), _ds("mc-h1536-qwen25-l28", 1, mbs=2),
+        _ds("mc-h1536-qwen25-l28", 2, mbs=2), _ds("mc-h1536-qwen25-l28", 3, mbs=2),
+        _ds("mc-h2560-hd80-l32", 1), _ds("mc-h2560-hd80-l32", 2), _ddp("mc-h2560-hd80-l32", True),
+        _ds("mc-h2560-hd80-l32", 3),
+        _hf("hf-llama-h3072-l28", 0, "sdpa"), _hf("hf-llama-h3072-l28", 2, "sdpa"),
+        _hf("hf-llama-h3072-l28", 2, "sdpa", ckpt=True), _hf("hf-llama-h3072-l28", 3, "sdpa"),
+        _hf("hf-smollm2-h2048-l24", 1, "sdpa", mbs=2), _hf("hf-smollm2-h2048-l24", 2, "eager", mbs=2),
+        _hf("hf-smollm2-h2048-l24", 2, "sdpa", mbs=2, ckpt=True, lora=16), _hf("hf-smollm2-h2048-l24", 3, "sdpa", mbs=2),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
