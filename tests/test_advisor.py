@@ -189,6 +189,11 @@ def test_diagnostic_commands_for_this_run():
     assert any("NCCL_DEBUG=INFO" in x for x in cmds)
     nsys = next(x for x in cmds if x.startswith("nsys profile -t cuda,nvtx"))
     assert "--nnodes 2" in nsys and "--tensor-model-parallel-size 4" in nsys
+    assert "-o profile_guide-13b_tp4_pp2_dp2 " in nsys
+    # an imported model's name is a path: the capture file gets the directory's last part, no separators
+    hf = m.replace(name="hf:path/to/Qwen3-0.6B/")
+    nsys = next(x for x in advisor.diagnostic_commands(hf, c, p) if x.startswith("nsys profile"))
+    assert "-o profile_Qwen3-0.6B_tp4_pp2_dp2 " in nsys
 
 
 def test_estimate_carries_checks_cheaply():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Optional
@@ -1600,7 +1601,9 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
 def diagnostic_commands(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> tuple:
     """Shell lines for this run: NCCL's own report, and an Nsight Systems capture of a few steps (guide §5.1)."""
     n, N = cluster.gpus_per_node, cluster.num_nodes
-    out_name = f"profile_{model.name}_tp{plan.tensor_parallel}_pp{plan.pipeline_parallel}_dp{plan.data_parallel}"
+    # a file name: the model directory's last part for an imported model (hf:path/to/Qwen3-0.6B), no separators
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(str(model.name).rstrip("/"))).strip("_") or "model"
+    out_name = f"profile_{stem}_tp{plan.tensor_parallel}_pp{plan.pipeline_parallel}_dp{plan.data_parallel}"
     if plan.engine is Engine.MEGATRON:
         launch = (f"torchrun --nproc_per_node {n} --nnodes {N} pretrain_gpt.py "
                   f"--tensor-model-parallel-size {plan.tensor_parallel} --pipeline-model-parallel-size "
