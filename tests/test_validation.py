@@ -319,6 +319,17 @@ def test_import_json_through_a_pipe_is_json(tmp_path):
     assert data["kind"] == "deepspeed" and data["plan"]["zero_stage"] == 2
 
 
+@pytest.mark.parametrize("entry", ["workbench", "workbench.cli"])
+def test_json_through_a_pipe_whichever_module_runs_the_cli(entry):
+    """``python -m workbench.cli`` runs cli.py as ``__main__``, a second copy of the module: its payload stream must
+    still be the one the commands print to (it was stderr there)."""
+    proc = subprocess.run([sys.executable, "-m", entry, "estimate", "--model", "gpt3-125m", "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"]["name"] == "gpt3-125m"
+    assert '"model"' not in proc.stderr
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Exporters
 # ---------------------------------------------------------------------------------------------------------------

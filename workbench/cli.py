@@ -181,4 +181,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m workbench.cli`: run the imported module's main, not this __main__ copy's, so that the commands'
+    # `from workbench.cli import print_json` sees the payload stream that main set up (else --json and export would
+    # write their payload to stderr)
+    from workbench.cli import main as _main
+
+    sys.exit(_main())
