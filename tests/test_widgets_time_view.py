@@ -182,3 +182,13 @@ def test_app_has_the_tab_next_to_memory():
         assert view.error.value == ""
     finally:
         app.close()
+
+
+def test_the_view_names_the_layer_host_time_where_the_model_prices_one(guide):
+    from workbench.layerops import host_note
+
+    view = TimeView()
+    view.show(guide)  # the guide's 13B model: Megatron-LM's fused softmax on the local spec, a host floor per layer
+    note = host_note(guide.estimate.model, guide.estimate.plan)
+    assert note and html_escaped(note) in view.summary.value and "Host: " in view.summary.value
+    assert "Host: " not in summary_html(time_traces(guide.estimate.time))  # no note given: no line

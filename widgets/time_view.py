@@ -14,6 +14,7 @@ import textwrap
 import ipywidgets as ipw
 
 from widgets.common import View, error_html, error_message, new_figure, redraw
+from workbench.layerops import host_note
 from workbench.timing import TERM_WORDS, TERMS
 
 COLORS = {"compute": "#332288", "recompute": "#88ccee", "tp_comm": "#44aa99", "cp_comm": "#117733",
@@ -63,12 +64,13 @@ def band_text(step_seconds: float, low_seconds: float = 0.0, high_seconds: float
     return text
 
 
-def time_traces(time_estimate, band=None) -> dict:
+def time_traces(time_estimate, band=None, host_note=None) -> dict:
     """Plain figure data for a ``TimeEstimate`` (testable without a browser).
 
-    ``band``: ``(low_seconds, high_seconds, note)`` as ``EvaluatedPlan.step_band_seconds`` gives it, or ``None``.
+    ``band``: ``(low_seconds, high_seconds, note)`` as ``EvaluatedPlan.step_band_seconds`` gives it, or ``None``;
+    ``host_note``: the layer's host time in words (:func:`workbench.layerops.host_note`), or ``None``.
     Returns ``{"y", "step_seconds", "terms", "dropped", "band", "step_text", "tokens_per_second", "mfu", "hfu",
-    "gemm_efficiency", "pipeline"}``: ``terms`` maps each non-zero term, in :data:`TERMS` order, to its seconds,
+    "gemm_efficiency", "pipeline", "host_note"}``: ``terms`` maps each non-zero term, in :data:`TERMS` order, to its seconds,
     share of the step, words and colour; ``dropped`` lists the zero terms (left out of the bar and the legend);
     ``pipeline`` is ``None`` for one stage, else the micro-batch count, the slowest stage's forward and backward of
     one micro-batch and each stage's ``(forward, backward)``. ``ValueError`` naming the field for an estimate that
@@ -104,6 +106,7 @@ def time_traces(time_estimate, band=None) -> dict:
             raise ValueError(f"the step-time band (−{low:.6g} / +{high:.6g} s) must be ≥ 0 on both sides")
     out["band"] = {"low_seconds": low, "high_seconds": high, "note": str(note)}
     out["step_text"] = band_text(step, low, high)
+    out["host_note"] = str(host_note) if host_note else None
     out["tokens_per_second"] = time_estimate.tokens_per_second
     out["mfu"], out["hfu"] = time_estimate.mfu, time_estimate.hfu
     out["gemm_efficiency"] = float(getattr(time_estimate, "gemm_efficiency", 0.0) or 0.0)
@@ -153,6 +156,8 @@ def summary_html(data: dict) -> str:
             text += (f" — the fastest stage: forward {duration_text(fastest[0])}, backward "
                      f"{duration_text(fastest[1])}")
         text += "</span>"
+    if data.get("host_note"):
+        text += f'<br><span class="wb-time-host" style="color:#555">Host: {html.escape(data["host_note"])}</span>'
     if data["dropped"]:
         text += (f'<br><span class="wb-time-zero" style="color:#555">Zero for this plan (not drawn): '
                  f"{html.escape(', '.join(data['dropped']))}</span>")
@@ -204,8 +209,9 @@ class TimeView(View):
         self._shown = key
         message = ""
         try:
-            data = time_traces(getattr(est, "time", None),
-                               band=est.step_band_seconds if getattr(est, "time", None) is not None else None)
+            timed = getattr(est, "time", None) is not None
+            data = time_traces(getattr(est, "time", None), band=est.step_band_seconds if timed else None,
+                               host_note=host_note(est.model, est.plan) if timed else None)
         except Exception as exc:  # noqa: BLE001 - shown in red, the figure keeps what it drew last
             message = error_message(exc)
             data = None

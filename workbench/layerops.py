@@ -91,9 +91,14 @@ def layer_host_seconds(model: ModelSpec) -> float:
     return base + _constants()["op_host_s"] * ops
 
 
-def host_note(model: ModelSpec) -> str | None:
+def host_note(model: ModelSpec, plan=None) -> str | None:
     """One line for the estimate: the layer's host seconds, the operators they come from, and, where the design was
-    not counted itself, how the counted one differs. ``None`` where no layer host time is priced."""
+    not counted itself, how the counted one differs. ``None`` where no layer host time is priced: Transformer
+    Engine layers, and with a ``plan`` DeepSpeed ZeRO-3 (its hooks carry the host time; ``timing.microstep_host``)."""
+    from workbench.specs import Engine
+
+    if plan is not None and plan.engine is not Engine.MEGATRON and int(plan.zero_stage) >= 3:
+        return None
     host = layer_host_seconds(model)
     if host <= 0:
         return None

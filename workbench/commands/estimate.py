@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
 from workbench.defaults import GiB
-from workbench.specs import Engine
 
 
 def _sharding(p) -> str:
@@ -129,7 +128,7 @@ def render(est) -> str:
         lines.append(f"        {parts}")
         from workbench.layerops import host_note
 
-        note = host_note(m) if p.engine is Engine.MEGATRON or int(p.zero_stage) < 3 else None
+        note = host_note(m, p)
         if note:
             lines.append(f"        host: {note}")
     if est.profile is not None:
