@@ -84,6 +84,20 @@ def _model_fields(dims: dict) -> dict:
     return {k: v for k, v in dims.items() if k in names}
 
 
+def mcore_shape_spec(shape_id: str, dims: dict):
+    """The ``ModelSpec`` of a megatron-core corpus shape: its dimensions, the local spec's unfused attention."""
+    from workbench.specs import ModelSpec
+
+    return ModelSpec(name=shape_id, attention="unfused", **_model_fields(dims))
+
+
+def hf_shape_spec(shape_id: str, config: dict, seq_length: int, attn):
+    """The ``ModelSpec`` of a transformers corpus shape: its config imported at ``seq_length`` with ``attn``."""
+    from workbench.hf import import_hf
+
+    return import_hf(config, seq_length=int(seq_length), attn_implementation=attn, name=shape_id).spec
+
+
 def _adam_from_class(name) -> str:
     return "torch" if name in ("AdamW", "Adam") else "fused"
 
@@ -118,7 +132,7 @@ def steady_step_seconds(rec: dict):
 def corpus_run(rec: dict):
     """One corpus record as a run dict, or ``None`` when it did not complete or cannot be described."""
     from workbench import catalog
-    from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
+    from workbench.specs import ClusterSpec, ParallelPlan
 
     oom = rec.get("status") == "oom"
     if not oom and (rec.get("status") not in ("ok", "completed") or not rec.get("peak_allocated_bytes")):
@@ -141,7 +155,7 @@ def corpus_run(rec: dict):
     common.update({k: v for k, v in (("tensor_parallel", tp), ("pipeline_parallel", pp), ("expert_parallel", ep))
                    if v > 1})
     if stack in ("mcore-ds", "mcore-ddp"):
-        model = ModelSpec(name=rec["shape_id"], attention="unfused", **_model_fields(rec["model_dims"]))
+        model = mcore_shape_spec(rec["shape_id"], rec["model_dims"])
         if stack == "mcore-ds":
             zero = int(o.get("zero", 0))
             resolved = rec.get("zero_config_resolved") or {}
@@ -155,11 +169,8 @@ def corpus_run(rec: dict):
                                 recompute=o.get("recompute", "none"), overlap_comm=False,
                                 adam=_adam_from_class(rec.get("inner_optimizer_class")), **common)
     elif stack == "hf-ds":
-        from workbench.hf import import_hf
-
-        model = import_hf(rec["hf_config"], seq_length=int(rec["seq_length"]),
-                          attn_implementation=rec.get("attn_implementation") or o.get("attn"),
-                          name=rec["shape_id"]).spec
+        model = hf_shape_spec(rec["shape_id"], rec["hf_config"], rec["seq_length"],
+                              rec.get("attn_implementation") or o.get("attn"))
         used = (rec.get("hf_config_resolved") or {}).get("experts_implementation_used")
         if model.is_moe and used:  # the experts kernel transformers ran (dense models record one they never use)
             model = model.replace(experts_implementation=used)

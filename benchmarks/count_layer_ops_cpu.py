@@ -40,7 +40,6 @@ SEQ, VOCAB = 64, 256
 
 def counter():
     """A ``TorchDispatchMode`` that counts dispatched ATen ops: ``(mode, counts)``, counts ``{"ops", "views"}``."""
-    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
     counts = {"ops": 0, "views": 0}
@@ -50,7 +49,6 @@ def counter():
             counts["views" if func.is_view else "ops"] += 1
             return func(*args, **(kwargs or {}))
 
-    del torch
     return Count(), counts
 
 
@@ -90,23 +88,10 @@ def shrink_hf(config: dict, layers: int) -> dict:
 
 
 def count_mcore(dims: dict, layers: int) -> dict:
-    import torch
-    import torch.nn.functional as F
+    from trace_activations_cpu import cpu_mcore_model, mcore_batch
 
-    import measure
-    from trace_activations_cpu import cpu_megatron_world
-
-    def dropout_as_on_gpu(input, p=0.5, training=True, inplace=False):
-        return torch.native_dropout(input, p, True)[0] if training and p > 0 else input
-
-    F.dropout = dropout_as_on_gpu
-    cpu_megatron_world()
-    d = shrink_mcore(dims, layers)
-    model, _ = measure.build_mcore(d, {"recompute": "none"})
-    model = model.to(torch.bfloat16)
-    mask = torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), diagonal=1)[None, None]
-    pos = torch.arange(SEQ)[None]
-    tokens = torch.randint(0, VOCAB, (1, SEQ + 1))
+    model = cpu_mcore_model(shrink_mcore(dims, layers))
+    tokens, pos, mask = mcore_batch(SEQ, VOCAB)
     for _ in range(2):
         for p in model.parameters():
             p.grad = None
@@ -118,14 +103,10 @@ def count_mcore(dims: dict, layers: int) -> dict:
 
 def count_hf(config: dict, layers: int, attn: str) -> dict:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    c = shrink_hf(config, layers)
-    model_type = c.pop("model_type")
-    c.pop("architectures", None)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **c), attn_implementation=attn,
-                                             dtype=torch.bfloat16)
-    model.config.use_cache = False
+    import measure
+
+    model = measure.build_hf({"config": shrink_hf(config, layers)}, {"attn": attn})[0]
     model.train()
     ids = torch.randint(0, VOCAB, (1, SEQ))
     for _ in range(2):
@@ -154,15 +135,12 @@ def shape_model(sid: str, attn):
     """The ``ModelSpec`` of corpus shape ``sid`` (with ``attn`` for transformers shapes), as the accuracy benchmark
     describes its runs."""
     import runs
-    from bench_accuracy import _model_fields
-    from workbench.hf import import_hf
-    from workbench.specs import ModelSpec
+    from bench_accuracy import hf_shape_spec, mcore_shape_spec
 
     if sid in runs.MCORE_SHAPES:
-        dims = {k: v for k, v in runs.MCORE_SHAPES[sid].items() if k != "like"}
-        return ModelSpec(name=sid, attention="unfused", **_model_fields(dims))
+        return mcore_shape_spec(sid, {k: v for k, v in runs.MCORE_SHAPES[sid].items() if k != "like"})
     shape = runs.HF_SHAPES[sid]
-    return import_hf(shape["config"], seq_length=int(shape["seq_length"]), attn_implementation=attn, name=sid).spec
+    return hf_shape_spec(sid, shape["config"], shape["seq_length"], attn)
 
 
 def write_catalog(counts: Path) -> list:

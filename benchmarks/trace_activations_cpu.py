@@ -46,11 +46,37 @@ def cpu_megatron_world() -> None:
         tensor_parallel.model_parallel_cuda_manual_seed(1234)
 
 
+def cpu_mcore_model(dims: dict, recompute: str = "none"):
+    """megatron-core's ``GPTModel`` (local layer spec) of ``dims`` as ``measure.py`` builds it, in bf16 on the CPU
+    (:func:`cpu_megatron_world`), with dropout run as ``torch.native_dropout`` (a 1-byte mask, as on a GPU)."""
+    import torch
+    import torch.nn.functional as F
+
+    def dropout_as_on_gpu(input, p=0.5, training=True, inplace=False):
+        return torch.native_dropout(input, p, True)[0] if training and p > 0 else input
+
+    F.dropout = dropout_as_on_gpu
+    cpu_megatron_world()
+    import measure
+
+    model, _ = measure.build_mcore(dims, {"recompute": recompute})
+    return model.to(torch.bfloat16)
+
+
+def mcore_batch(seq: int, vocab: int, micro_batch: int = 1) -> tuple:
+    """``(tokens, position_ids, causal_mask)`` for a ``GPTModel`` step: ``seq + 1`` random tokens per sample (inputs
+    and shifted labels)."""
+    import torch
+
+    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)[None, None]
+    pos = torch.arange(seq)[None].expand(micro_batch, seq)
+    return torch.randint(0, vocab, (micro_batch, seq + 1)), pos, mask
+
+
 def trace(dims: dict, recompute: str, micro_batch: int = 1) -> dict:
     """``{peak_bytes, peak_op, live}`` for the second forward + backward; ``live``: (bytes, op, shape, dtype) of the
     tensors alive at the peak, largest first."""
     import torch
-    import torch.nn.functional as F
 
     from workbench.storagetrace import live_storage
 
@@ -64,19 +90,8 @@ def trace(dims: dict, recompute: str, micro_batch: int = 1) -> dict:
         if live.current > peak["bytes"]:
             peak.update(bytes=live.current, op=str(func), live=[(n,) + origin[k] for k, n in live.live.items()])
 
-    def dropout_as_on_gpu(input, p=0.5, training=True, inplace=False):
-        return torch.native_dropout(input, p, True)[0] if training and p > 0 else input
-
-    F.dropout = dropout_as_on_gpu
-    cpu_megatron_world()
-    import measure
-
-    model, _ = measure.build_mcore(dims, {"recompute": recompute})
-    model = model.to(torch.bfloat16)
-    seq, vocab = dims["seq_length"], dims["vocab_size"]
-    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)[None, None]
-    pos = torch.arange(seq)[None].expand(micro_batch, seq)
-    tokens = torch.randint(0, vocab, (micro_batch, seq + 1))
+    model = cpu_mcore_model(dims, recompute)
+    tokens, pos, mask = mcore_batch(dims["seq_length"], dims["vocab_size"], micro_batch)
     for _ in range(2):
         for p in model.parameters():
             p.grad = None

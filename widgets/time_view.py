@@ -209,9 +209,9 @@ class TimeView(View):
         self._shown = key
         message = ""
         try:
-            timed = getattr(est, "time", None) is not None
-            data = time_traces(getattr(est, "time", None), band=est.step_band_seconds if timed else None,
-                               host_note=host_note(est.model, est.plan) if timed else None)
+            t = getattr(est, "time", None)
+            data = time_traces(t, band=est.step_band_seconds if t is not None else None,
+                               host_note=host_note(est.model, est.plan) if t is not None else None)
         except Exception as exc:  # noqa: BLE001 - shown in red, the figure keeps what it drew last
             message = error_message(exc)
             data = None
