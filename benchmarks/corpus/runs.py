@@ -285,6 +285,18 @@ MCORE_SHAPES = {
                               ffn_hidden_size=10240, vocab_size=51200, seq_length=2048, activation="gelu",
                               normalization="layernorm", add_bias_linear=True, tied_embeddings=False,
                               position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- sixteenth final batch ("final16"): whole models; declared before measuring ---
+    # Llama 3.2 3B at its full 28 layers through megatron-core: GQA 24/8, head 128, SwiGLU 8192, 128k vocabulary, tied
+    "mc-h3072-llama32-l28": dict(like="Llama 3.2 3B (28 layers)", num_layers=28, hidden_size=3072,
+                                 num_attention_heads=24, num_query_groups=8, ffn_hidden_size=8192, vocab_size=128256,
+                                 seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                                 tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.0,
+                                 attention_dropout=0.0),
+    # GPT-2 XL at its full 48 layers: MHA 25 heads of 64, GeLU 6400, LayerNorm and biases, learned positions, tied
+    "mc-h1600-gelu-l48": dict(like="GPT-2 XL (48 layers)", num_layers=48, hidden_size=1600, num_attention_heads=25,
+                              ffn_hidden_size=6400, vocab_size=50257, seq_length=1024, activation="gelu",
+                              normalization="layernorm", add_bias_linear=True, tied_embeddings=True,
+                              position_embedding="learned", hidden_dropout=0.1, attention_dropout=0.1),
 }
 
 HF_SHAPES = {
@@ -617,6 +629,18 @@ HF_SHAPES = {
         num_hidden_layers=24, num_attention_heads=32, num_key_value_heads=32, vocab_size=49152,
         max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0, rope_theta=130000.0)),
+    # --- sixteenth final batch ("final16") ---
+    # Qwen2.5 1.5B at its full 28 layers: GQA 12/2, head 128, QKV biases, SwiGLU 8960, 152k vocabulary, tied
+    "hf-qwen2-h1536-l28": dict(like="Qwen2.5 1.5B (28 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=1536, intermediate_size=8960,
+        num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0)),
+    # GPT-2 medium at its full 24 layers: MHA 16 heads of 64, GeLU, learned positions, dropout 0.1, tied
+    "hf-gpt2-h1024-l24": dict(like="GPT-2 medium (24 layers)", seq_length=1024, config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1024, n_layer=24, n_head=16, vocab_size=50257,
+        n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
+        tie_word_embeddings=True)),
 }
 
 
@@ -1001,6 +1025,18 @@ GROUPS = {
         _hf("hf-llama-h3072-l28", 2, "sdpa", ckpt=True), _hf("hf-llama-h3072-l28", 3, "sdpa"),
         _hf("hf-smollm2-h2048-l24", 1, "sdpa", mbs=2), _hf("hf-smollm2-h2048-l24", 2, "eager", mbs=2),
         _hf("hf-smollm2-h2048-l24", 2, "sdpa", mbs=2, ckpt=True, lora=16), _hf("hf-smollm2-h2048-l24", 3, "sdpa", mbs=2),
+    ],
+    # sixteenth final batch (one GPU), declared in accuracy_split.json "final16" before measuring; its records are to
+    # be kept sealed in benchmarks/corpus/sealed/ until the models are next changed
+    "final16": [
+        _ds("mc-h3072-llama32-l28", 1), _ds("mc-h3072-llama32-l28", 2, mbs=2), _ddp("mc-h3072-llama32-l28", True),
+        _ds("mc-h3072-llama32-l28", 3),
+        _ds("mc-h1600-gelu-l48", 0, mbs=2), _ds("mc-h1600-gelu-l48", 2, mbs=2), _ddp("mc-h1600-gelu-l48", True, mbs=2),
+        _ds("mc-h1600-gelu-l48", 3, mbs=2),
+        _hf("hf-qwen2-h1536-l28", 1, "sdpa"), _hf("hf-qwen2-h1536-l28", 2, "eager"),
+        _hf("hf-qwen2-h1536-l28", 2, "sdpa", ckpt=True), _hf("hf-qwen2-h1536-l28", 3, "sdpa"),
+        _hf("hf-gpt2-h1024-l24", 1, "eager", mbs=4), _hf("hf-gpt2-h1024-l24", 2, "sdpa", mbs=4),
+        _hf("hf-gpt2-h1024-l24", 2, "sdpa", mbs=4, ckpt=True), _hf("hf-gpt2-h1024-l24", 3, "sdpa", mbs=4),
     ],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
