@@ -17,7 +17,9 @@ recompute; its recompute repeats the forward's share s of the layer's host, ``la
 benchmarks/gpu_hf_layer_host.py and held here, and the checkpoint machinery adds ``recompute_layer_overhead_s``),
 plus DeepSpeed ZeRO-2's gradient hooks in every micro-batch but the last. The terms are additive in the step, so
 every run is priced once with the three constants and ``moe_block_host_s`` at 0 and the grid reads
-``step(0) + max(0, host − gpu) + (m − 1)·max(0, host + hooks − gpu)``.
+``step(0) + wait(host) + (m − 1)·wait(host + hooks)``, ``wait`` being :func:`workbench.timing.host_wait`
+(``max(0, host − gpu, s·host − gpu_forward)``: the forward's share ``s`` of the layers' host against the layers'
+forward kernels).
 
 Runs the constants can move: Hugging Face runs (corpus stack ``hf-ds``) with ZeRO 0-2 and no CPU offload (its own CPU
 Adam terms), of the fit split's shapes only. ZeRO-3 runs are left out: their per-module hooks have their own host term
@@ -84,7 +86,8 @@ def host_rows(runs: list) -> list[dict]:
                          ops=dispatched_ops(r["model"])[0],
                          layers=float(layers), f=f, lora=float(x["lora_modules_per_layer"]),
                          gpu=float(gpu), hooks=float(hooks), moe=moe,
-                         share=float(x["hf_layer_forward_host_share"])))
+                         gpu_forward=float(layers * terms["layer_forward_seconds"]),
+                         share=float(x["forward_host_share"])))
     return rows
 
 
@@ -93,15 +96,17 @@ def predicted(rows: list, base, op, lora, recompute) -> np.ndarray:
     :func:`workbench.timing.compute_terms` prices them."""
     base, op, lora, recompute = (np.atleast_1d(np.asarray(v, dtype=float))[None, :]
                                  for v in (base, op, lora, recompute))
-    step0, m, layers, f, n, gpu, hooks, moe, share, ops = (
+    from workbench.timing import host_wait
+
+    step0, m, layers, f, n, gpu, hooks, moe, share, ops, gpu_fwd = (
         np.array([r.get(k, 0.0) for r in rows], dtype=float)[:, None]
-        for k in ("step0", "m", "layers", "f", "lora", "gpu", "hooks", "moe", "share", "ops"))
+        for k in ("step0", "m", "layers", "f", "lora", "gpu", "hooks", "moe", "share", "ops", "gpu_forward"))
     layer = base + op * ops
     floor = layers * (layer + moe + (1 + f) * n * lora)
     other = floor + np.where(layer > 0, hooks, 0.0)  # the model prices the hooks only where it prices the host
     checkpoint = layers * f * (recompute + share * (layer + moe))
-    return (step0 + np.maximum(0.0, floor + checkpoint - gpu)
-            + (m - 1) * np.maximum(0.0, other + checkpoint - gpu))
+    wait = lambda host: host_wait(host, gpu, share * floor, gpu_fwd)  # noqa: E731
+    return step0 + wait(floor + checkpoint) + (m - 1) * wait(other + checkpoint)
 
 
 def fit(rows: list, recompute_s=None) -> tuple:

@@ -5,7 +5,8 @@ A micro-step of megatron-core layers takes max(host, GPU) under either engine: t
 backward launches, ``c`` per layer, plus at DeepSpeed ZeRO-2 its per-parameter gradient hooks on every
 micro-batch but the last (:func:`workbench.timing.microstep_host`), against the micro-batch's GPU time. The term is
 additive in the step, so every run is priced once with the constant at 0 and the grid reads
-``step(0) + max(0, L·c − gpu) + (m − 1)·max(0, L·c + hooks − gpu)``, with ``c = base + op_host_s · operators``
+``step(0) + wait(L·c) + (m − 1)·wait(L·c + hooks)`` (``wait``: :func:`workbench.timing.host_wait`, the
+forward's share of the host, ``megatron_core.layer_forward_host_share``, against the layers' forward kernels), with ``c = base + op_host_s · operators``
 (:func:`workbench.layerops.layer_host_seconds`: the ATen operators one layer of the run's design dispatches, counted
 by benchmarks/count_layer_ops_cpu.py, at catalog ``layer_ops.op_host_s``, fitted on the transformers runs by
 benchmarks/fit_hf_host.py and held here); ``base`` is fitted: the Python of megatron-core's module structure.
@@ -60,6 +61,8 @@ def host_rows(runs: list) -> list[dict]:
         rows.append(dict(run_id=r["run_id"], shape_id=r["shape_id"], measured=float(r["measured"]["step"]),
                          step0=float(terms["step_seconds"]), m=float(x["num_microbatches"]),
                          layers=float(terms["stage_layers"]), gpu=float(gpu), hooks=float(hooks),
+                         gpu_forward=float(terms["stage_layers"] * terms["layer_forward_seconds"]),
+                         forward_share=float(x["forward_host_share"]),
                          per_op=op_s * dispatched_ops(model)[0]))
     return rows
 
@@ -67,12 +70,16 @@ def host_rows(runs: list) -> list[dict]:
 def predicted(rows: list, c, with_ops: bool = True) -> np.ndarray:
     """Step seconds of each row (axis 0) for each base constant in ``c`` (axis 1), with the layer's operators
     priced (``with_ops``) or not (the step without any host term: ``c`` 0 and ``with_ops`` False)."""
+    from workbench.timing import host_wait
+
     c = np.atleast_1d(np.asarray(c, dtype=float))
-    step0, m, layers, gpu, hooks, per_op = (np.array([r[k] for r in rows], dtype=float)[:, None]
-                                            for k in ("step0", "m", "layers", "gpu", "hooks", "per_op"))
+    step0, m, layers, gpu, hooks, per_op, gpu_fwd, share = (
+        np.array([r.get(k, 0.0) for r in rows], dtype=float)[:, None]
+        for k in ("step0", "m", "layers", "gpu", "hooks", "per_op", "gpu_forward", "forward_share"))
     host = layers * (c[None, :] + (per_op if with_ops else 0.0))
     other = np.where(host > 0, host + hooks, 0.0)  # the model prices the hooks only where it prices the host
-    return step0 + np.maximum(0.0, host - gpu) + (m - 1) * np.maximum(0.0, other - gpu)
+    wait = lambda h: host_wait(h, gpu, share * host, gpu_fwd)  # noqa: E731
+    return step0 + wait(host) + (m - 1) * wait(other)
 
 
 def fit(rows: list) -> float:

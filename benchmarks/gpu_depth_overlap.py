@@ -10,6 +10,11 @@ profiled step, the sum of the CUDA kernels' durations (the GPU's busy time). ``w
 waited; its growth per layer is the host time per layer that the kernels did not hide.
 
     python benchmarks/gpu_depth_overlap.py --out depth.jsonl
+    python benchmarks/gpu_depth_overlap.py --forward-share --out share.jsonl
+
+``--forward-share`` times instead, for each megatron-core layer design of the fit split, the host ms of one layer's
+forward + loss + backward and of its forward alone at 64 tokens (2 and 8 layers): the forward's share of the
+layer's host, catalog ``megatron_core.layer_forward_host_share`` (:func:`workbench.timing.host_wait`).
 """
 from __future__ import annotations
 
@@ -71,6 +76,54 @@ def megatron_core(layers: int) -> dict:
     return out
 
 
+SHARE_SHAPES = ("mc-h768-gelu", "mc-h1024-gelu", "mc-h3072-gqa", "mc-h2560-gqa-fit")
+"""The fit split's megatron-core layer designs (GPT-style with and without dropout 0.1 at two widths, Llama-style
+GQA at two widths) for ``--forward-share``."""
+SHARE_TOKENS, SHARE_DEPTHS = 64, (2, 8)
+
+
+def megatron_forward_share(shape: str) -> dict:
+    """Host ms per megatron-core layer of ``shape`` (:data:`SHARE_SHAPES`), forward + loss + backward and forward
+    alone (synchronised before the backward), from the median wall times at :data:`SHARE_DEPTHS` layers with
+    :data:`SHARE_TOKENS` tokens, where the GPU finishes each kernel before the host queues the next: the share of
+    a layer's host time spent in its forward (catalog ``megatron_core.layer_forward_host_share``)."""
+    import torch
+    from measure import build_mcore
+    from megatron.core.transformer.module import Float16Module
+    from runs import MCORE_SHAPES
+
+    plain, fwd = {}, {}
+    for layers in SHARE_DEPTHS:
+        dims = dict(MCORE_SHAPES[shape], num_layers=layers, seq_length=SHARE_TOKENS)
+        model, _ = build_mcore(dims, {"recompute": "none"})
+        model = Float16Module(model.config, model).cuda().train()  # bf16 throughout, as the corpus runs train
+        seq, vocab = SHARE_TOKENS, dims["vocab_size"]
+        mask = torch.triu(torch.ones(seq, seq, device="cuda", dtype=torch.bool), diagonal=1)[None, None]
+        pos = torch.arange(seq, device="cuda")[None]
+        tokens = torch.randint(0, vocab, (1, seq + 1), device="cuda")
+        walls, forwards = [], []
+        for i in range(WARMUP + 4 * TIMED):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss = model(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
+            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            loss.backward()
+            torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            model.zero_grad(set_to_none=True)
+            if i >= WARMUP:
+                walls.append(t2 - t0)
+                forwards.append(t1 - t0)
+        plain[layers], fwd[layers] = statistics.median(walls), statistics.median(forwards)
+        del model
+        torch.cuda.empty_cache()
+    lo, hi = SHARE_DEPTHS
+    per = lambda t: (t[hi] - t[lo]) / (hi - lo) * 1e3  # noqa: E731
+    return dict(shape=shape, tokens=SHARE_TOKENS, plain_ms=per(plain), forward_ms=per(fwd),
+                forward_share=per(fwd) / per(plain))
+
+
 def transformers_model(layers: int) -> dict:
     import torch
     from measure import build_hf
@@ -94,6 +147,8 @@ def transformers_model(layers: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--forward-share", action="store_true",
+                    help="time the forward's share of a megatron-core layer's host time on the fit split's designs")
     args = ap.parse_args(argv)
     import torch.distributed as dist
     from gpu_provenance import append_record, gpu_provenance
@@ -105,6 +160,16 @@ def main(argv=None) -> int:
     parallel_state.initialize_model_parallel(1, 1)
     tensor_parallel.model_parallel_cuda_manual_seed(1234)
     prov = gpu_provenance()
+    if args.forward_share:
+        shares = []
+        for shape in SHARE_SHAPES:
+            rec = dict(stack="megatron-core", kind="forward_share", **megatron_forward_share(shape), provenance=prov)
+            append_record(args.out, rec)
+            shares.append(rec["forward_share"])
+            print(f"{shape:18s} host per layer {rec['plain_ms']:6.3f} ms, forward {rec['forward_ms']:6.3f} ms, "
+                  f"share {rec['forward_share']:.2f}", flush=True)
+        print(f"median forward share {statistics.median(shares):.2f}")
+        return 0
     rows = []
     for stack, run in (("megatron-core", megatron_core), ("transformers", transformers_model)):
         for layers in DEPTHS:

@@ -38,10 +38,11 @@ def test_catalog_constants_are_positive_where_measured_and_megatron_core_gets_no
     hf = time_inputs(_hf(), H200, _plan(lora_rank=8))
     # a LayerNorm transformers model is GPT-2-like: c_attn wraps q, k and v as one module; not gated: no gate
     assert hf["hf_layer_host_s"] == layer_host_seconds(_hf()) > 0 and hf["lora_modules_per_layer"] == 4
-    assert hf["hf_layer_forward_host_share"] == cal["layer_forward_host_share"]
+    assert hf["forward_host_share"] == cal["layer_forward_host_share"]
     mc = time_inputs(model("gpt3-125m"), H200, _plan(lora_rank=8))
-    assert (mc["hf_layer_host_s"] == mc["hf_recompute_layer_s"] == mc["hf_lora_module_host_s"]
-            == mc["hf_layer_forward_host_share"] == 0.0)
+    assert mc["hf_layer_host_s"] == mc["hf_recompute_layer_s"] == mc["hf_lora_module_host_s"] == 0.0
+    # megatron-core layers have their own measured forward share (the forward phase of timing.host_wait)
+    assert mc["forward_host_share"] == timing.calibration()["megatron_core"]["layer_forward_host_share"]
 
 
 def test_host_grows_with_layers_and_lora_targets():
@@ -88,13 +89,13 @@ def test_exposed_host_is_the_excess_over_the_microbatch_gpu_time_once_per_microb
 def test_a_checkpointed_layer_adds_its_forward_share_and_the_machinery_and_the_terms_meet_the_gpu_once():
     m = _hf()
     plan = _plan(recompute="full", recompute_layers=6)  # half of the 12 layers checkpointed
-    zero = dict(hf_layer_host_s=0.0, hf_recompute_layer_s=0.0, hf_layer_forward_host_share=0.0)
+    zero = dict(hf_layer_host_s=0.0, hf_recompute_layer_s=0.0, forward_host_share=0.0)
     x, none = _terms(m, plan, **zero)
     gpu = _gpu(none)
     share, layer, machinery = 0.4, 0.7 * gpu / 12, 0.05 * gpu / 6
     # what the 6 checkpointed layers add: the recompute's forward share of their host, and the machinery
     added = timing.hf_checkpoint_host(StepInputs(**{**x, "hf_layer_host_s": layer, "hf_recompute_layer_s": machinery,
-                                                    "hf_layer_forward_host_share": share}), 12.0)
+                                                    "forward_host_share": share}), 12.0)
     assert added == pytest.approx(6 * (share * layer + machinery))
     # the floor (every layer, 0.7 of the GPU time) and the checkpoint term (0.8 of it) each hide behind the GPU's
     # work, but not together: the micro-step waits for their sum
@@ -103,14 +104,18 @@ def test_a_checkpointed_layer_adds_its_forward_share_and_the_machinery_and_the_t
     assert floor_only["step_seconds"] == pytest.approx(none["step_seconds"])
     assert ckpt_only["step_seconds"] == pytest.approx(none["step_seconds"])
     share = 0.9
-    _, both = _terms(m, plan, hf_layer_host_s=layer, hf_recompute_layer_s=machinery, hf_layer_forward_host_share=share)
-    extra = x["num_microbatches"] * (12 * layer + 6 * (share * layer + machinery) - gpu)
-    assert extra > 0
+    _, both = _terms(m, plan, hf_layer_host_s=layer, hf_recompute_layer_s=machinery, forward_host_share=share)
+    # the wait (timing.host_wait): the sum against the micro-batch's kernels, or the layers' forward host (the
+    # share of the floor) against their forward kernels
+    gpu_forward = 12 * none["layer_forward_seconds"]
+    wait = lambda host: timing.host_wait(host, gpu, share * 12 * layer, gpu_forward)  # noqa: E731
+    extra = x["num_microbatches"] * wait(12 * layer + 6 * (share * layer + machinery))
+    assert extra > 0 and 12 * layer + 6 * (share * layer + machinery) > gpu
     assert both["step_seconds"] - none["step_seconds"] == pytest.approx(extra)
-    # the floor alone hides, so the whole wait is the checkpointed layers': the recompute's
-    assert both["recompute"] - none["recompute"] == pytest.approx(extra)
+    # what the floor's own wait leaves is the checkpointed layers': the recompute's
+    assert both["recompute"] - none["recompute"] == pytest.approx(extra - x["num_microbatches"] * wait(12 * layer))
     # a checkpointed MoE layer's recompute runs its experts block's forward again (ZeRO 0-2, where that term is priced)
-    moe = dict(x, hf_layer_host_s=layer, hf_layer_forward_host_share=share, moe_block_host_s=0.002)
+    moe = dict(x, hf_layer_host_s=layer, forward_host_share=share, moe_block_host_s=0.002)
     assert timing.hf_checkpoint_host(StepInputs(**moe), 12.0) - timing.hf_checkpoint_host(
         StepInputs(**{**moe, "moe_block_host_s": 0.0}), 12.0) == pytest.approx(6 * share * 0.002)
     assert timing.hf_checkpoint_host(StepInputs(**{**moe, "zero_stage": 3}), 12.0) == pytest.approx(
@@ -171,7 +176,7 @@ def test_fit_script_recovers_known_constants():
     true = (0.0005, 12e-6, 0.0002, 0.0012)  # layer base, per operator, LoRA projection, checkpoint machinery
     ops = {"a": 150.0, "b": 208.0, "c": 300.0, "d": 250.0}  # operators per layer of each shape's design
     rows = [dict(shape_id=s, step0=0.04, m=m, layers=8.0, f=f, lora=n, gpu=g, hooks=h, moe=e, share=0.5,
-                 ops=ops[s], measured=0.0)
+                 gpu_forward=g / 3, ops=ops[s], measured=0.0)
             for s, m, f, n, g, h, e in (("a", 1, 0.0, 0.0, 0.010, 0.0, 0.0), ("a", 2, 0.0, 0.0, 0.012, 0.004, 0.0),
                                         ("b", 1, 1.0, 0.0, 0.030, 0.0, 0.0), ("b", 1, 1.0, 4.0, 0.030, 0.0, 0.0),
                                         ("c", 1, 0.0, 7.0, 0.008, 0.0, 0.0), ("c", 1, 0.0, 0.0, 0.100, 0.0, 0.0),
@@ -184,5 +189,8 @@ def test_fit_script_recovers_known_constants():
     assert rows[6]["measured"] - rows[2]["measured"] == pytest.approx(
         8 * 1.5 * (0.002 + 12e-6 * (250 - 208)), rel=1e-9)
     assert F.fit(rows, recompute_s=0.0012) == pytest.approx(true, abs=1e-6)
+    # a forward whose host outlasts its kernels waits even when the micro-step's host hides (timing.host_wait)
+    phase = dict(rows[5], gpu=0.100, gpu_forward=0.010)
+    assert F.predicted([phase], *true)[0, 0] - phase["step0"] == pytest.approx(0.5 * 8 * (0.0005 + 12e-6 * 300) - 0.010)
     # a GPU-bound run says nothing: no host time is the answer
     assert F.fit([rows[5]], recompute_s=0.0) == (0.0, 0.0, 0.0, 0.0)

@@ -1,4 +1,5 @@
 """Host-bound micro-steps: a micro-step of megatron-core layers lasts max(host, GPU)."""
+import numpy as np
 import pytest
 
 from workbench.layerops import layer_host_seconds
@@ -135,3 +136,40 @@ def test_fit_script_recovers_a_known_per_layer_host_time():
     assert F.predicted([r], true)[0, 0] == pytest.approx(r["step0"] + (0.036 - 0.020) + (0.041 - 0.020))
     # a GPU-bound run says nothing: no host time is the answer
     assert F.fit([dict(rows[2], per_op=0.0)]) == 0.0
+    # with the forward's share of the host (timing.host_wait): 0.5 x 36 ms of forward host against 10 ms of forward
+    # kernels waits 8 ms although the 36 ms of host hide behind the 80 ms of kernels
+    phase = dict(rows[2], gpu_forward=0.010, forward_share=0.5)
+    assert F.predicted([phase], true)[0, 0] == pytest.approx(phase["step0"] + 0.5 * 0.036 - 0.010)
+
+
+def test_host_wait_corners():
+    from workbench.timing import host_wait
+
+    # the host hides behind the kernels in both phases: no wait
+    assert host_wait(0.030, 0.100, 0.015, 0.040) == 0.0
+    # the whole host outlasts the kernels
+    assert host_wait(0.120, 0.100, 0.050, 0.040) == pytest.approx(0.020)
+    # only the forward is host-bound: its excess, once
+    assert host_wait(0.080, 0.100, 0.060, 0.030) == pytest.approx(0.030)
+    # arrays broadcast; a zero forward share is the plain max(host - GPU, 0)
+    assert list(host_wait(np.array([0.08, 0.12]), 0.100, 0.0, 0.030)) == pytest.approx([0.0, 0.02])
+
+
+def test_a_host_bound_forward_waits_in_the_step_even_when_the_micro_step_hides_its_host():
+    m = model("gpt3-350m")
+    plan = _plan(micro_batch_size=4)
+    x = time_inputs(m, H200, plan)
+    none = step_time_terms(**{**x, "layer_host_s": 0.0})
+    gpu = none["stage_forward_seconds"] + none["stage_backward_seconds"] + none["recompute_microbatch_seconds"]
+    layers, forward = none["stage_layers"], none["stage_layers"] * none["layer_forward_seconds"]
+    host = 0.8 * gpu / layers  # the micro-step's host hides (0.8 of its kernels) ...
+    plain = step_time_terms(**{**x, "layer_host_s": host, "forward_host_share": 0.0})
+    assert plain["step_seconds"] == pytest.approx(none["step_seconds"])
+    phased = step_time_terms(**{**x, "layer_host_s": host, "forward_host_share": 0.6})
+    assert 0.6 * 0.8 * gpu > forward  # ... but its forward's share outlasts the forward's kernels
+    m_ = x["num_microbatches"]
+    assert phased["step_seconds"] - none["step_seconds"] == pytest.approx(m_ * (0.6 * 0.8 * gpu - forward))
+    assert phased["host_exposed_seconds"] == pytest.approx(m_ * (0.6 * 0.8 * gpu - forward))
+    # the GPU waits in the forward: the pipeline schedule sees a longer forward, not a longer backward
+    assert phased["stage_forward_seconds"] - none["stage_forward_seconds"] == pytest.approx(0.6 * 0.8 * gpu - forward)
+    assert phased["stage_backward_seconds"] == pytest.approx(none["stage_backward_seconds"])

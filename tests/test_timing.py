@@ -4,7 +4,7 @@ import pytest
 
 from workbench import timing
 from workbench.catalog import gpu, model
-from workbench.specs import ClusterSpec, ParallelPlan
+from workbench.specs import AttentionImpl, ClusterSpec, ParallelPlan
 from workbench.timing import TERMS, collective_seconds, estimate_time, step_time_terms, time_inputs
 
 
@@ -284,7 +284,8 @@ def test_zero3_hooks_grow_with_recompute_and_deepspeed_step_costs_more():
 def test_microbatch_phase_seconds_reproduce_the_bubble_term(kind, pp, v, recompute):
     from workbench.schedule import pipeline_schedule
 
-    m, c = model("guide-13b"), _cluster()
+    # Transformer Engine layers (flash attention): GPU-bound phases, no layer host time in either
+    m, c = model("guide-13b").replace(attention=AttentionImpl.FLASH), _cluster()
     plan = _plan(c, tensor_parallel=4, pipeline_parallel=pp, virtual_pipeline=v, recompute=recompute,
                  global_batch_size=8 * c.world_size // (4 * pp))
     est = estimate_time(m, c, plan)
@@ -301,6 +302,16 @@ def test_microbatch_phase_seconds_reproduce_the_bubble_term(kind, pp, v, recompu
     # the per-layer figures are the ones the stage is made of
     layers = m.num_layers / pp
     assert layers * (est.layer_forward_seconds + est.layer_backward_seconds) < fwd + bwd
+    # megatron-core's local spec at t = 4: the layers' host outlasts their kernels, the forward's share in the
+    # forward; the phases still add up to the terms and the schedule still gives the bubble
+    local = estimate_time(model("guide-13b"), c, plan)
+    lf, lb = local.microbatch_forward_seconds, local.microbatch_backward_seconds
+    assert lf > fwd and lb >= bwd
+    assert plan.num_microbatches * (lf + lb) == pytest.approx(sum(local.breakdown[k] for k in (
+        "compute", "recompute", "tp_comm", "cp_comm")))
+    sched = pipeline_schedule(kind, pp, plan.num_microbatches, v, forward_seconds=lf, backward_seconds=lb)
+    assert sched.total_seconds - plan.num_microbatches * (lf + lb) == pytest.approx(local.breakdown["bubble"],
+                                                                                    rel=1e-6)
 
 def test_gradient_accumulation_bytes_per_engine():
     """Each micro-batch's gradients reach the reduce buffer through HBM: Megatron DDP's fp32 main_grad.add_ without

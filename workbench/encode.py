@@ -223,14 +223,13 @@ def trainable_fraction(model: ModelSpec, cols: dict, counts=None) -> float:
 
 def hf_host_inputs(model: ModelSpec, cols: dict, constants: dict) -> dict:
     """The host-time fields of :class:`workbench.timing.StepInputs` for transformers models (per layer
-    :func:`workbench.layerops.layer_host_seconds`; catalog ``transformers``: the forward's share of it that a
-    checkpointed layer's recompute repeats, the checkpoint machinery per checkpointed layer, per LoRA-adapted
-    projection; 0 for other stacks)."""
+    :func:`workbench.layerops.layer_host_seconds`; catalog ``transformers``: the checkpoint machinery per
+    checkpointed layer, per LoRA-adapted projection; 0 for other stacks; the forward's share of the layer's host is
+    ``forward_host_share``, set for both stacks)."""
     hf = model.implementation is Implementation.TRANSFORMERS
     lora = lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"])
     return dict(hf_recompute_layer_s=constants.get("recompute_layer_overhead_s", 0.0) if hf else 0.0,
                 hf_layer_host_s=layer_host_seconds(model) if hf else 0.0,
-                hf_layer_forward_host_share=constants.get("layer_forward_host_share", 0.0) if hf else 0.0,
                 hf_lora_module_host_s=constants.get("lora_module_host_s", 0.0) if hf else 0.0,
                 lora_modules_per_layer=lora)
 
@@ -474,6 +473,9 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         # measured on megatron-core's local layer spec only (no Transformer Engine): 0 for TE (flash) layers
         layer_host_s=layer_host_seconds(model) if model.implementation is Implementation.MEGATRON else 0.0,
+        forward_host_share=(cal.get("megatron_core", {}) if model.implementation is Implementation.MEGATRON
+                            else cal.get("transformers", {}) if model.implementation is Implementation.TRANSFORMERS
+                            else {}).get("layer_forward_host_share", 0.0),
         trainable_fraction=trainable_fraction(model, cols, counts),
         soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),

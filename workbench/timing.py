@@ -476,10 +476,15 @@ class StepInputs:
     forward and the launches of its autograd backward; :func:`microstep_host`;
     :func:`workbench.layerops.layer_host_seconds`: the stack's base plus a cost per ATen operator the layer's design
     dispatches; 0 for other stacks)."""
-    hf_layer_forward_host_share: object = 0.0
-    """Share of a transformers layer's host time (``hf_layer_host_s``, and an MoE layer's ``moe_block_host_s``)
-    spent in its forward: what a checkpointed layer's recompute runs again (:func:`hf_checkpoint_host`; catalog
-    ``transformers.layer_forward_host_share``, measured by benchmarks/gpu_hf_layer_host.py)."""
+    forward_host_share: object = 0.0
+    """Share of a layer's host time (``layer_host_s`` or ``hf_layer_host_s``, LoRA and an MoE layer's
+    ``moe_block_host_s`` included) spent in its forward. Two uses: a transformers layer checkpointed runs that share
+    again in its recompute (:func:`hf_checkpoint_host`); and the host runs ahead of the GPU across the whole
+    micro-step, but the backward's kernels cannot be queued before the forward's host work is done, so a forward
+    whose host outlasts its kernels leaves the GPU waiting even when the micro-step's total host time is hidden
+    (:func:`host_wait`). Catalog ``megatron_core.layer_forward_host_share`` (benchmarks/gpu_depth_overlap.py
+    --forward-share) and ``transformers.layer_forward_host_share`` (benchmarks/gpu_hf_layer_host.py), both measured;
+    0 leaves the plain ``max(host, GPU)``."""
     hf_lora_module_host_s: object = 0.0
     """transformers models with LoRA: host seconds per adapted projection per forward pass (peft's Python around
     ``lora_B(lora_A(dropout(x))) * scaling`` and its backward launches; a checkpointed layer runs it twice);
@@ -915,18 +920,23 @@ def compute_terms(x: StepInputs) -> dict:
     moe_host_mb = moe_block_host(x, layers)
     host_last_mb, host_other_mb = host_last_mb + moe_host_mb, host_other_mb + moe_host_mb
     gpu_mb = stage_fwd + stage_bwd + recompute_mb
-    host_exposed = (maximum(0.0, host_last_mb - gpu_mb)
-                    + maximum(m - 1, 0.0) * maximum(0.0, host_other_mb - gpu_mb))
+    # the forward's share of the layers' host work against the layers' forward kernels (:func:`host_wait`)
+    host_fwd, gpu_fwd = x.forward_host_share * host_last_mb, layers * layer_fwd
+    wait = lambda host: host_wait(host, gpu_mb, host_fwd, gpu_fwd)  # noqa: E731
+    host_exposed = wait(host_last_mb) + maximum(m - 1, 0.0) * wait(host_other_mb)
     # both host terms run on the one host thread of the micro-step: the GPU waits for max(0, their sum − GPU); what
     # the checkpointed layers add beyond the rest of the host's work is the recompute's share of that wait
-    hf_exposed = (maximum(0.0, host_last_mb + hf_host_mb - gpu_mb) - maximum(0.0, host_last_mb - gpu_mb)
-                  + maximum(m - 1, 0.0) * (maximum(0.0, host_other_mb + hf_host_mb - gpu_mb)
-                                           - maximum(0.0, host_other_mb - gpu_mb)))
+    hf_exposed = (wait(host_last_mb + hf_host_mb) - wait(host_last_mb)
+                  + maximum(m - 1, 0.0) * (wait(host_other_mb + hf_host_mb) - wait(host_other_mb)))
     hf_exposed_mb = hf_exposed / m
-    # the GPU waits for the host inside each micro-batch: counted in its backward (the pipeline view and the bubble
-    # see the longer micro-step), its average share per micro-batch and per layer
-    stage_bwd = stage_bwd + host_exposed / m
-    layer_bwd = layer_bwd + host_exposed / (m * maximum(layers, 1e-30))
+    # the GPU waits for the host inside each micro-batch: what the forward's host makes it wait in the forward, the
+    # rest in its backward (the pipeline view and the bubble see the longer phases), their average share per
+    # micro-batch and per layer
+    forward_wait = m * maximum(0.0, host_fwd - gpu_fwd)  # host_wait is never below it
+    per_layer = m * maximum(layers, 1e-30)
+    stage_fwd, layer_fwd = stage_fwd + forward_wait / m, layer_fwd + forward_wait / per_layer
+    stage_bwd = stage_bwd + (host_exposed - forward_wait) / m
+    layer_bwd = layer_bwd + (host_exposed - forward_wait) / per_layer
     recompute_mb = recompute_mb + hf_exposed_mb
     recompute_layer = recompute_layer + hf_exposed_mb / maximum(layers, 1e-30)
     # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
@@ -985,7 +995,7 @@ def hf_checkpoint_host(x: StepInputs, layers):
     """Host seconds per micro-batch that transformers' gradient checkpointing adds on a stage of ``layers`` layers,
     per checkpointed decoder layer (``recompute_fraction`` of them under full recompute; 0 for other stacks):
 
-        hf_recompute_layer_s + hf_layer_forward_host_share · (hf_layer_host_s + moe_block_host_s)
+        hf_recompute_layer_s + forward_host_share · (hf_layer_host_s + moe_block_host_s)
 
     The recompute runs the layer's forward again inside the backward (transformers ``GradientCheckpointingLayer``
     wraps ``forward`` in non-reentrant ``torch.utils.checkpoint``): its Python and kernel launches a second time,
@@ -1001,7 +1011,7 @@ def hf_checkpoint_host(x: StepInputs, layers):
     own kernels: a large vocabulary or wide layers hide it, thin layers with a small vocabulary expose it."""
     full = where(x.recompute == 2, 1.0, 0.0)
     moe = where(x.zero_stage < 3, x.moe_block_host_s, 0.0)
-    per_layer = x.hf_recompute_layer_s + x.hf_layer_forward_host_share * (x.hf_layer_host_s + moe)
+    per_layer = x.hf_recompute_layer_s + x.forward_host_share * (x.hf_layer_host_s + moe)
     return full * x.recompute_fraction * layers * per_layer
 
 
@@ -1079,6 +1089,20 @@ def microstep_host(x: StepInputs, layers) -> tuple:
     last = where(on, layers * per_layer, 0.0)
     hooks = where(on & (x.zero_stage == 2), zero2_hook_seconds(x, layers), 0.0)
     return last, last + hooks
+
+
+def host_wait(host, gpu, host_forward, gpu_forward):
+    """Seconds the GPU waits for the host in one micro-step: ``max(0, host − gpu, host_forward − gpu_forward)``.
+
+    The host issues the micro-step's kernels in order and runs ahead of the GPU, which starts each kernel once it is
+    issued and the one before it has finished. The micro-step ends at the latest of: the last kernel issued plus its
+    run (``host``, the GPU then has nothing left but a tail), all kernels run back to back (``gpu``), or, at the
+    point where the host turns from the forward to the backward, the forward's host work followed by every kernel
+    of the backward (``host_forward + gpu − gpu_forward``). With both phases linear in their kernels these are the
+    only corners of ``max_k(host issued up to k + GPU from k on)``: a forward that is host-bound while the whole
+    micro-step is not (a forward's Python and launches outweigh its kernels more than the backward's autograd
+    launches do theirs) costs its excess once."""
+    return maximum(0.0, maximum(host - gpu, host_forward - gpu_forward))
 
 
 def zero2_hook_seconds(x: StepInputs, layers):
