@@ -648,10 +648,12 @@ def step_time_terms(**inputs):
     """Seconds per optimizer step by term, for plain numbers or numpy arrays (broadcast together); the keyword
     arguments are the fields of :class:`StepInputs`.
 
-    Four concerns, each its own function: :func:`compute_terms` (layer forward/backward, logits and loss, the
-    recomputed forward), :func:`communication_terms` (tensor-, context-, pipeline- and data-parallel collectives on
-    the link each group uses), :func:`optimizer_terms` (GPU optimizer step, ZeRO-Offload) and :func:`pipeline_terms`
-    (forward/backward of one micro-batch on the slowest stage, the bubble).
+    Five concerns, each its own function: :func:`compute_terms` (layer forward/backward, logits and loss, the
+    recomputed forward), :func:`host_wait_terms` (the GPU waiting for the host's launches, against the kernels and
+    the tensor-parallel collectives of :func:`tensor_parallel_terms`), :func:`communication_terms` (tensor-,
+    context-, pipeline- and data-parallel collectives on the link each group uses), :func:`optimizer_terms` (GPU
+    optimizer step, ZeRO-Offload) and :func:`pipeline_terms` (forward/backward of one micro-batch on the slowest
+    stage, the bubble).
 
     Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at
     ``score_hbm_efficiency`` × HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer
@@ -672,7 +674,9 @@ def step_time_terms(**inputs):
     """
     x = StepInputs(**{k: _float64(v) for k, v in inputs.items() if v is not None})  # int arrays would overflow
     comp = compute_terms(x)
-    comm = communication_terms(x, comp)
+    tp = tensor_parallel_terms(x, comp)
+    comp = {**comp, **host_wait_terms(x, comp, tp)}
+    comm = communication_terms(x, comp, tp)
     opt = optimizer_terms(x)
     pipe = pipeline_terms(x, comp, comm)
     step = (comp["compute"] + comp["recompute"] + comm["tp_comm"] + comm["cp_comm"] + comm["ep_comm"]
@@ -915,30 +919,10 @@ def compute_terms(x: StepInputs) -> dict:
     # outlasts them is exposed (ZeRO-3's hooks then hide behind that exposed time too: the host is busy either way)
     hf_host_mb = hf_checkpoint_host(x, layers)
     # a micro-step takes at least its host time (:func:`microstep_host`): thin layers in small micro-batches
-    # (gradient accumulation at fixed tokens) leave the GPU waiting on the host
+    # (gradient accumulation at fixed tokens) leave the GPU waiting on the host (:func:`host_wait_terms` adds the wait)
     host_last_mb, host_other_mb = microstep_host(x, layers)
     moe_host_mb = moe_block_host(x, layers)
     host_last_mb, host_other_mb = host_last_mb + moe_host_mb, host_other_mb + moe_host_mb
-    gpu_mb = stage_fwd + stage_bwd + recompute_mb
-    # the forward's share of the layers' host work against the layers' forward kernels (:func:`host_wait`)
-    host_fwd, gpu_fwd = x.forward_host_share * host_last_mb, layers * layer_fwd
-    wait = lambda host: host_wait(host, gpu_mb, host_fwd, gpu_fwd)  # noqa: E731
-    host_exposed = wait(host_last_mb) + maximum(m - 1, 0.0) * wait(host_other_mb)
-    # both host terms run on the one host thread of the micro-step: the GPU waits for max(0, their sum − GPU); what
-    # the checkpointed layers add beyond the rest of the host's work is the recompute's share of that wait
-    hf_exposed = (wait(host_last_mb + hf_host_mb) - wait(host_last_mb)
-                  + maximum(m - 1, 0.0) * (wait(host_other_mb + hf_host_mb) - wait(host_other_mb)))
-    hf_exposed_mb = hf_exposed / m
-    # the GPU waits for the host inside each micro-batch: what the forward's host makes it wait in the forward, the
-    # rest in its backward (the pipeline view and the bubble see the longer phases), their average share per
-    # micro-batch and per layer
-    forward_wait = m * maximum(0.0, host_fwd - gpu_fwd)  # host_wait is never below it
-    per_layer = m * maximum(layers, 1e-30)
-    stage_fwd, layer_fwd = stage_fwd + forward_wait / m, layer_fwd + forward_wait / per_layer
-    stage_bwd = stage_bwd + (host_exposed - forward_wait) / m
-    layer_bwd = layer_bwd + (host_exposed - forward_wait) / per_layer
-    recompute_mb = recompute_mb + hf_exposed_mb
-    recompute_layer = recompute_layer + hf_exposed_mb / maximum(layers, 1e-30)
     # FP8 weight copies are rebuilt once per step (Transformer Engine caches them over the micro-batches)
     # (one layer's parameters on the rank: routed experts split over tp_e·e, the rest over t)
     expert_layer = x.expert_parameters / x.num_layers
@@ -952,7 +936,7 @@ def compute_terms(x: StepInputs) -> dict:
             "layer_forward_seconds": layer_fwd, "layer_backward_seconds": layer_bwd,
             "stage_forward_seconds": stage_fwd, "stage_backward_seconds": stage_bwd,
             "recompute_microbatch_seconds": recompute_mb, "hf_checkpoint_host_microbatch_seconds": hf_host_mb,
-            "host_microbatch_seconds": host_other_mb, "host_exposed_seconds": host_exposed,
+            "host_microbatch_seconds": host_other_mb, "host_last_microbatch_seconds": host_last_mb,
             "core_attention_seconds": t_core,
             # each TP linear's forward GEMM at the slowest stage's FP8 share (what --tp-comm-overlap hides behind)
             "qkv_gemm_seconds": mix(share, q8_qkv, t_qkv), "proj_gemm_seconds": mix(share, q8_proj, t_proj),
@@ -964,6 +948,41 @@ def compute_terms(x: StepInputs) -> dict:
             # what one layer saves running in FP8 instead of bf16 (0 without FP8): per-stage times in the pipeline view
             "fp8_layer_forward_gain_seconds": where(fp8_on, bf16_fwd - fp8_fwd, 0.0),
             "fp8_layer_backward_gain_seconds": where(fp8_on, bf16_bwd - fp8_bwd, 0.0)}
+
+
+def host_wait_terms(x: StepInputs, comp: dict, tp: dict) -> dict:
+    """The GPU's wait for the host in each micro-batch, and the :func:`compute_terms` entries it lengthens.
+
+    The host issues every kernel of the micro-step, the tensor-parallel collectives' included (``tp``: the
+    ``tp_forward_microbatch_seconds`` / ``tp_backward_microbatch_seconds`` of :func:`tensor_parallel_terms`), so the
+    GPU's busy time it competes with is the stage's forward, backward and recompute kernels plus those collectives:
+    :func:`host_wait` of the layers' host (:func:`microstep_host`, an MoE layer's :func:`moe_block_host`), with the
+    forward's share of it (``forward_host_share``) against the forward's kernels and collectives. What the forward
+    makes the GPU wait is counted in the forward, the rest in the backward (the pipeline view and the bubble see the
+    longer phases); what transformers' checkpointed layers add (:func:`hf_checkpoint_host`, run on the same host
+    thread) is the recompute's share of the wait."""
+    m, layers = x.num_microbatches, comp["stage_layers"]
+    host_last, host_other = comp["host_last_microbatch_seconds"], comp["host_microbatch_seconds"]
+    hf_host = comp["hf_checkpoint_host_microbatch_seconds"]
+    gpu_fwd = layers * comp["layer_forward_seconds"] + tp["tp_forward_microbatch_seconds"]
+    gpu = (comp["stage_forward_seconds"] + comp["stage_backward_seconds"] + comp["recompute_microbatch_seconds"]
+           + tp["tp_forward_microbatch_seconds"] + tp["tp_backward_microbatch_seconds"])
+    host_fwd = x.forward_host_share * host_last
+    wait = lambda host: host_wait(host, gpu, host_fwd, gpu_fwd)  # noqa: E731
+    others = maximum(m - 1, 0.0)
+    exposed = wait(host_last) + others * wait(host_other)
+    hf_exposed = (wait(host_last + hf_host) - wait(host_last)
+                  + others * (wait(host_other + hf_host) - wait(host_other)))
+    forward_wait = m * maximum(0.0, host_fwd - gpu_fwd)  # host_wait is never below it
+    per_layer = m * maximum(layers, 1e-30)
+    return {"host_exposed_seconds": exposed,
+            "compute": comp["compute"] + exposed, "recompute": comp["recompute"] + hf_exposed,
+            "stage_forward_seconds": comp["stage_forward_seconds"] + forward_wait / m,
+            "layer_forward_seconds": comp["layer_forward_seconds"] + forward_wait / per_layer,
+            "stage_backward_seconds": comp["stage_backward_seconds"] + (exposed - forward_wait) / m,
+            "layer_backward_seconds": comp["layer_backward_seconds"] + (exposed - forward_wait) / per_layer,
+            "recompute_microbatch_seconds": comp["recompute_microbatch_seconds"] + hf_exposed / m,
+            "recompute_layer_seconds": comp["recompute_layer_seconds"] + hf_exposed / per_layer}
 
 
 def hf_moe_block_bytes(*, copies, hidden_size, ffn_hidden_size, gated, value_bytes):
@@ -1281,11 +1300,13 @@ def stage_layers(x: StepInputs):
     return x.last_stage_layers, where(p > 1, other, 0.0)
 
 
-def communication_terms(x: StepInputs, comp: dict) -> dict:
-    """``tp_comm``, ``cp_comm``, ``pp_comm`` and ``dp_comm`` seconds per step (exposed), each group on the link
-    :func:`workbench.parallel.group_crosses_nodes` gives it, and ``zero3_hooks`` (ZeRO-3's per-module host hooks
-    and HBM copies, priced beside its gathers); ``comp`` is :func:`compute_terms` (what overlapped communication
-    hides behind)."""
+def tensor_parallel_terms(x: StepInputs, comp: dict) -> dict:
+    """Each process group's link (``<group>_crosses_nodes``, ``_gb_per_s``, ``_latency_s``: the one
+    :func:`workbench.parallel.group_crosses_nodes` gives it) and the tensor-parallel collectives: ``tp_comm`` per
+    step and ``tp_forward_microbatch_seconds`` / ``tp_backward_microbatch_seconds`` per micro-batch of the slowest
+    stage. Apart from :func:`communication_terms` because the host's wait (:func:`host_wait_terms`) needs them: they
+    run on the GPU between the layers' kernels. ``comp`` is :func:`compute_terms` (the GEMMs --tp-comm-overlap
+    hides behind; none of what it reads depends on the host's wait)."""
     g = _shape(x)
     t, p, v, c, d = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.context_parallel, x.data_parallel
     m, h, tokens, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["sp"]
@@ -1354,6 +1375,22 @@ def communication_terms(x: StepInputs, comp: dict) -> dict:
     out["tp_forward_microbatch_seconds"] = layers * layer_fwd_tp + x.fp8_amax_reductions / 2 * amax
     out["tp_backward_microbatch_seconds"] = layers * layer_bwd_tp + x.fp8_amax_reductions / 2 * amax
     out["tp_comm"] = m * (out["tp_forward_microbatch_seconds"] + out["tp_backward_microbatch_seconds"])
+    return out
+
+
+def communication_terms(x: StepInputs, comp: dict, tp: dict) -> dict:
+    """``tp_comm``, ``cp_comm``, ``pp_comm`` and ``dp_comm`` seconds per step (exposed), each group on its link,
+    and ``zero3_hooks`` (ZeRO-3's per-module host hooks and HBM copies, priced beside its gathers); ``comp`` is
+    :func:`compute_terms` with the host's wait (what overlapped communication hides behind), ``tp`` is
+    :func:`tensor_parallel_terms` (the links and the tensor-parallel collectives)."""
+    g = _shape(x)
+    t, p, v, c, d = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.context_parallel, x.data_parallel
+    m, h, tokens, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["sp"]
+    layers = comp["stage_layers"]  # the slowest stage's layers
+    full_rc = g["full"] * x.recompute_fraction
+    grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
+    act_bytes = tokens * h * x.bytes_per_value
+    out = dict(tp)
 
     # context parallel: the K/V exchange of the attention core (ring P2P, all-to-all, all-gather or hierarchical)
     cp = context_parallel_seconds(x, comp["core_attention_seconds"], tokens, out,
