@@ -29,7 +29,7 @@ from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.hf import soft_capped
-from workbench.layerops import layer_host_seconds
+from workbench.layerops import layer_host_seconds, stack_host_constants
 from workbench.npscalar import asarray, isin, maximum, minimum, ndim, where
 from workbench.params import (lora_modules_per_layer, lora_params_per_layer,
                               model_vocab_size, parameter_tensors)
@@ -473,9 +473,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         deepspeed_tensor_seconds=_where(megatron, 0.0, ds.get("tensor_seconds", 0.0)),
         # measured on megatron-core's local layer spec only (no Transformer Engine): 0 for TE (flash) layers
         layer_host_s=layer_host_seconds(model) if model.implementation is Implementation.MEGATRON else 0.0,
-        forward_host_share=(cal.get("megatron_core", {}) if model.implementation is Implementation.MEGATRON
-                            else cal.get("transformers", {}) if model.implementation is Implementation.TRANSFORMERS
-                            else {}).get("layer_forward_host_share", 0.0),
+        forward_host_share=stack_host_constants(model).get("layer_forward_host_share", 0.0),
         trainable_fraction=trainable_fraction(model, cols, counts),
         soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),

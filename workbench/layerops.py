@@ -73,20 +73,21 @@ def dispatched_ops(model: ModelSpec) -> tuple:
     return _match(tuple(layer_features(model)[f] for f in FEATURES))
 
 
+def stack_host_constants(model: ModelSpec) -> dict:
+    """The catalog's host constants of the model's stack: ``megatron_core`` or ``transformers``."""
+    from workbench.timing import calibration
+
+    return calibration()["megatron_core" if model.implementation is Implementation.MEGATRON else "transformers"]
+
+
 def layer_host_seconds(model: ModelSpec) -> float:
     """Host seconds of one decoder layer per micro-batch (Python forward and backward launches), checkpointed or
     not: ``base`` of the stack (catalog ``megatron_core.layer_base_host_s`` / ``transformers.layer_base_host_s``)
     plus ``layer_ops.op_host_s`` per dispatched operator (:func:`dispatched_ops`). 0 for megatron-core layers on
     Transformer Engine (``attention='flash'``: fused kernels, not measured)."""
-    from workbench.timing import calibration
-
-    cal = calibration()
-    if model.implementation is Implementation.MEGATRON:
-        if model.attention is AttentionImpl.FLASH:
-            return 0.0
-        base = cal["megatron_core"]["layer_base_host_s"]
-    else:
-        base = cal["transformers"]["layer_base_host_s"]
+    if model.implementation is Implementation.MEGATRON and model.attention is AttentionImpl.FLASH:
+        return 0.0
+    base = stack_host_constants(model)["layer_base_host_s"]
     ops, _ = dispatched_ops(model)
     return base + _constants()["op_host_s"] * ops
 
@@ -108,4 +109,5 @@ def host_note(model: ModelSpec, plan=None) -> str | None:
     counted = (f"counted for the nearest layer design, which differs in {', '.join(differ)}" if differ
                else "counted for this layer design")
     return (f"{host * 1e3:.2f} ms of host time per layer per micro-batch ({ops:.0f} ATen operators forward + backward, "
-            f"{counted}); exposed only where it outlasts the micro-batch's GPU work")
+            f"{counted}); the GPU waits only where it outlasts the micro-batch's kernels, or its forward's "
+            f"{stack_host_constants(model).get('layer_forward_host_share', 0.0):.0%} of it the forward's")
