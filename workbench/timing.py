@@ -1384,12 +1384,11 @@ def communication_terms(x: StepInputs, comp: dict, tp: dict) -> dict:
     :func:`compute_terms` with the host's wait (what overlapped communication hides behind), ``tp`` is
     :func:`tensor_parallel_terms` (the links and the tensor-parallel collectives)."""
     g = _shape(x)
-    t, p, v, c, d = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.context_parallel, x.data_parallel
-    m, h, tokens, sp = x.num_microbatches, x.hidden_size, g["tokens"], g["sp"]
-    layers = comp["stage_layers"]  # the slowest stage's layers
+    t, p, v, m = x.tensor_parallel, x.pipeline_parallel, x.virtual_pipeline, x.num_microbatches
+    tokens, sp, layers = g["tokens"], g["sp"], comp["stage_layers"]  # the slowest stage's layers
     full_rc = g["full"] * x.recompute_fraction
-    grad_group = d * c  # Megatron reduces gradients over the data-parallel × context-parallel group
-    act_bytes = tokens * h * x.bytes_per_value
+    grad_group = x.data_parallel * x.context_parallel  # Megatron reduces gradients over data × context parallel
+    act_bytes = tokens * x.hidden_size * x.bytes_per_value
     out = dict(tp)
 
     # context parallel: the K/V exchange of the attention core (ring P2P, all-to-all, all-gather or hierarchical)
