@@ -109,5 +109,5 @@ def host_note(model: ModelSpec, plan=None) -> str | None:
     counted = (f"counted for the nearest layer design, which differs in {', '.join(differ)}" if differ
                else "counted for this layer design")
     return (f"{host * 1e3:.2f} ms of host time per layer per micro-batch ({ops:.0f} ATen operators forward + backward, "
-            f"{counted}); the GPU waits only where it outlasts the micro-batch's kernels, or its forward's "
-            f"{stack_host_constants(model).get('layer_forward_host_share', 0.0):.0%} of it the forward's")
+            f"{counted}); the GPU waits only where this outlasts the micro-batch's kernels, or where the forward's "
+            f"{stack_host_constants(model).get('layer_forward_host_share', 0.0):.0%} of it outlasts the forward's")
