@@ -173,3 +173,21 @@ def test_a_host_bound_forward_waits_in_the_step_even_when_the_micro_step_hides_i
     # the GPU waits in the forward: the pipeline schedule sees a longer forward, not a longer backward
     assert phased["stage_forward_seconds"] - none["stage_forward_seconds"] == pytest.approx(0.6 * 0.8 * gpu - forward)
     assert phased["stage_backward_seconds"] == pytest.approx(none["stage_backward_seconds"])
+
+
+def test_advisor_says_when_only_the_forward_is_host_bound():
+    """A micro-step whose host hides behind its GPU work as a whole but whose forward's share does not: the finding
+    says so instead of claiming less GPU work than host time."""
+    from workbench import advisor
+    from workbench.estimate import estimate
+
+    m = model("gpt3-760m")
+    plan = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=0, micro_batch_size=2, global_batch_size=16)
+    rec = estimate(m, H200, plan)
+    terms = step_time_terms(**rec.time.inputs)
+    assert terms["host_microbatch_seconds"] < terms["host_gpu_microbatch_seconds"]
+    assert terms["host_exposed_seconds"] > 0
+    assert terms["host_forward_wait_seconds"] == pytest.approx(terms["host_exposed_seconds"])
+    f = advisor.microstep_host_bound(m, H200, plan, rec)
+    assert f is not None and "forward's host outlasts the forward's kernels" in f.message
+    assert "against less GPU work" not in f.message

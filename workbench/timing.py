@@ -975,7 +975,8 @@ def host_wait_terms(x: StepInputs, comp: dict, tp: dict) -> dict:
                   + others * (wait(host_other + hf_host) - wait(host_other)))
     forward_wait = m * maximum(0.0, host_fwd - gpu_fwd)  # host_wait is never below it
     per_layer = m * maximum(layers, 1e-30)
-    return {"host_exposed_seconds": exposed,
+    return {"host_exposed_seconds": exposed, "host_forward_wait_seconds": forward_wait,
+            "host_gpu_microbatch_seconds": gpu,  # what the host's launches competed with, per micro-batch
             "compute": comp["compute"] + exposed, "recompute": comp["recompute"] + hf_exposed,
             "stage_forward_seconds": comp["stage_forward_seconds"] + forward_wait / m,
             "layer_forward_seconds": comp["layer_forward_seconds"] + forward_wait / per_layer,
