@@ -1,8 +1,8 @@
 """Fit the micro-step host time of transformers models (catalog ``layer_ops.op_host_s``, ``transformers``:
 ``layer_base_host_s``, ``lora_module_host_s``, ``recompute_layer_overhead_s``) on the fit split.
 
-A micro-step lasts max(host, GPU): the host queues the micro-batch's kernels ahead of the GPU, so only the host time
-beyond the micro-batch's GPU time is exposed (:func:`workbench.timing.microstep_host`,
+A micro-step lasts max(host, GPU, forward host + backward GPU): the host queues the micro-batch's kernels ahead of
+the GPU, so only the host time beyond the micro-batch's GPU time, or the forward's beyond the forward's, is exposed (:func:`workbench.timing.microstep_host`,
 :func:`workbench.timing.hf_checkpoint_host`). Per micro-batch of a stage of L decoder layers, f of them checkpointed,
 n LoRA-adapted projections per layer and, for an MoE model, ``moe_block_host_s`` = e per layer, the host works
 

@@ -1,7 +1,7 @@
 """Fit the per-layer micro-step host time of megatron-core layers (catalog ``megatron_core.layer_base_host_s``) on
 the fit split.
 
-A micro-step of megatron-core layers takes max(host, GPU) under either engine: the host's Python forward and
+A micro-step of megatron-core layers takes max(host, GPU, forward host + backward GPU) under either engine: the host's Python forward and
 backward launches, ``c`` per layer, plus at DeepSpeed ZeRO-2 its per-parameter gradient hooks on every
 micro-batch but the last (:func:`workbench.timing.microstep_host`), against the micro-batch's GPU time. The term is
 additive in the step, so every run is priced once with the constant at 0 and the grid reads

@@ -1,4 +1,4 @@
-"""Host-bound micro-steps: a micro-step of megatron-core layers lasts max(host, GPU)."""
+"""Host-bound micro-steps: a micro-step of megatron-core layers lasts max(host, GPU, forward host + backward GPU)."""
 import numpy as np
 import pytest
 

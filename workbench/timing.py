@@ -1097,9 +1097,10 @@ def microstep_host(x: StepInputs, layers) -> tuple:
     counts one pass of them). 0 at ZeRO-3 (its hooks are priced by ``zero3_*``) and where the encoder gives 0
     (Transformer Engine layers: not measured).
 
-    The host queues a micro-batch's kernels ahead of the GPU, so a micro-step lasts max(host, GPU): only the host
-    time beyond the micro-batch's GPU time (forward, backward, recompute, logits and loss) is exposed, once per
-    micro-batch. Large micro-batches hide it; the same tokens cut into gradient-accumulation micro-batches of thin
+    The host queues a micro-batch's kernels ahead of the GPU, so a micro-step lasts max(host, GPU, forward host +
+    backward GPU): only the host time beyond the micro-batch's GPU time (forward, backward, recompute, logits and
+    loss, tensor-parallel collectives), or the forward's share of it beyond the forward's, is exposed, once per
+    micro-batch (:func:`host_wait`, applied by :func:`host_wait_terms`). Large micro-batches hide it; the same tokens cut into gradient-accumulation micro-batches of thin
     layers pay it each micro-step (GPT-2 small, 12 layers, one H200, megatron-core DDP: 8192 tokens as one
     micro-batch 73 ms, as two 113 ms, as four 187 ms)."""
     checkpointed = (x.recompute == 2) * x.recompute_fraction  # share of the stage's layers checkpointed
