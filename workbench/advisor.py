@@ -1663,7 +1663,8 @@ def microstep_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                f"against {ms(gpu)} of GPU work, but their forward's host outlasts the forward's kernels")
     message = (f"the micro-steps are host-bound: {m} micro-batch{'es' if m > 1 else ''} of {b} on "
                f"{int(terms['stage_layers'])} layers per GPU take about {ms(host)} of host time each (Python forward, "
-               f"backward launches{', ZeRO-2 gradient hooks' if zero2_accumulating else ''}) {against}; the GPU waits {ms(exposed)} per step ({share:.0%} of the {ms(step)} step). "
+               f"backward launches{', ZeRO-2 gradient hooks' if zero2_accumulating else ''}) {against}; "
+               f"the GPU waits {ms(exposed)} per step ({share:.0%} of the {ms(step)} step). "
                f"Measured ({r['gpu']}, {r['model']}, corpus groups {r['groups']}, {r['date']}): {r['tokens']} tokens "
                f"per step in 1, 2 and 4 micro-batches took {'/'.join(map(str, r['megatron_ms']))} ms under "
                f"megatron-core DDP and {'/'.join(map(str, r['zero2_ms']))} ms under ZeRO-2")

@@ -1100,9 +1100,9 @@ def microstep_host(x: StepInputs, layers) -> tuple:
     The host queues a micro-batch's kernels ahead of the GPU, so a micro-step lasts max(host, GPU, forward host +
     backward GPU): only the host time beyond the micro-batch's GPU time (forward, backward, recompute, logits and
     loss, tensor-parallel collectives), or the forward's share of it beyond the forward's, is exposed, once per
-    micro-batch (:func:`host_wait`, applied by :func:`host_wait_terms`). Large micro-batches hide it; the same tokens cut into gradient-accumulation micro-batches of thin
-    layers pay it each micro-step (GPT-2 small, 12 layers, one H200, megatron-core DDP: 8192 tokens as one
-    micro-batch 73 ms, as two 113 ms, as four 187 ms)."""
+    micro-batch (:func:`host_wait`, applied by :func:`host_wait_terms`). Large micro-batches hide it; the same
+    tokens cut into gradient-accumulation micro-batches of thin layers pay it each micro-step (GPT-2 small, 12
+    layers, one H200, megatron-core DDP: 8192 tokens as one micro-batch 73 ms, as two 113 ms, as four 187 ms)."""
     checkpointed = (x.recompute == 2) * x.recompute_fraction  # share of the stage's layers checkpointed
     per_layer = (x.layer_host_s + x.hf_layer_host_s
                  + (1 + checkpointed) * x.lora_modules_per_layer * x.hf_lora_module_host_s)
