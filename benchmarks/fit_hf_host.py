@@ -77,7 +77,7 @@ def host_rows(runs: list) -> list[dict]:
         moe = float(x["moe_block_host_s"])
         x.update({k: 0.0 for k in ZEROED})
         terms = T.step_time_terms(**x)
-        gpu = terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
+        gpu = terms["host_gpu_microbatch_seconds"]  # the kernels and TP collectives the host competes with
         layers = terms["stage_layers"]
         hooks = T.zero2_hook_seconds(T.StepInputs(**x), layers) if int(r["plan"].zero_stage) == 2 else 0.0
         f = float(x["recompute_fraction"]) if int(x["recompute"]) == 2 else 0.0
@@ -86,7 +86,7 @@ def host_rows(runs: list) -> list[dict]:
                          ops=dispatched_ops(r["model"])[0],
                          layers=float(layers), f=f, lora=float(x["lora_modules_per_layer"]),
                          gpu=float(gpu), hooks=float(hooks), moe=moe,
-                         gpu_forward=float(layers * terms["layer_forward_seconds"]),
+                         gpu_forward=float(terms["host_gpu_forward_seconds"]),
                          share=float(x["forward_host_share"])))
     return rows
 

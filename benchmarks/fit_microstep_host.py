@@ -56,12 +56,12 @@ def host_rows(runs: list) -> list[dict]:
         x = T.time_inputs(model, r["cluster"], plan)
         x["layer_host_s"] = 0.0
         terms = T.step_time_terms(**x)
-        gpu = terms["stage_forward_seconds"] + terms["stage_backward_seconds"] + terms["recompute_microbatch_seconds"]
+        gpu = terms["host_gpu_microbatch_seconds"]  # the kernels and TP collectives the host competes with
         hooks = x["parameter_tensors"] * x["deepspeed_tensor_seconds"] if int(plan.zero_stage) == 2 else 0.0
         rows.append(dict(run_id=r["run_id"], shape_id=r["shape_id"], measured=float(r["measured"]["step"]),
                          step0=float(terms["step_seconds"]), m=float(x["num_microbatches"]),
                          layers=float(terms["stage_layers"]), gpu=float(gpu), hooks=float(hooks),
-                         gpu_forward=float(terms["stage_layers"] * terms["layer_forward_seconds"]),
+                         gpu_forward=float(terms["host_gpu_forward_seconds"]),
                          forward_share=float(x["forward_host_share"]),
                          per_op=op_s * dispatched_ops(model)[0]))
     return rows

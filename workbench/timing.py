@@ -970,13 +970,14 @@ def host_wait_terms(x: StepInputs, comp: dict, tp: dict) -> dict:
     host_fwd = x.forward_host_share * host_last
     wait = lambda host: host_wait(host, gpu, host_fwd, gpu_fwd)  # noqa: E731
     others = maximum(m - 1, 0.0)
-    exposed = wait(host_last) + others * wait(host_other)
-    hf_exposed = (wait(host_last + hf_host) - wait(host_last)
-                  + others * (wait(host_other + hf_host) - wait(host_other)))
+    wait_last, wait_other = wait(host_last), wait(host_other)
+    exposed = wait_last + others * wait_other
+    hf_exposed = (wait(host_last + hf_host) - wait_last + others * (wait(host_other + hf_host) - wait_other))
     forward_wait = m * maximum(0.0, host_fwd - gpu_fwd)  # host_wait is never below it
     per_layer = m * maximum(layers, 1e-30)
     return {"host_exposed_seconds": exposed, "host_forward_wait_seconds": forward_wait,
-            "host_gpu_microbatch_seconds": gpu,  # what the host's launches competed with, per micro-batch
+            # what the host's launches competed with, per micro-batch: all its GPU work, and the forward's
+            "host_gpu_microbatch_seconds": gpu, "host_gpu_forward_seconds": gpu_fwd,
             "compute": comp["compute"] + exposed, "recompute": comp["recompute"] + hf_exposed,
             "stage_forward_seconds": comp["stage_forward_seconds"] + forward_wait / m,
             "layer_forward_seconds": comp["layer_forward_seconds"] + forward_wait / per_layer,
