@@ -57,14 +57,13 @@ def megatron_core(layers: int) -> dict:
     import torch
     from measure import build_mcore
     from runs import MCORE_SHAPES
+    from trace_activations_cpu import mcore_batch
 
     dims = dict(MCORE_SHAPES["mc-h1536-l16"], num_layers=layers)
     model, _ = build_mcore(dims, {"recompute": "none"})
     model = model.cuda()
     seq, vocab = dims["seq_length"], dims["vocab_size"]
-    mask = torch.triu(torch.ones(seq, seq, device="cuda", dtype=torch.bool), diagonal=1)[None, None]
-    pos = torch.arange(seq, device="cuda")[None]
-    tokens = torch.randint(0, vocab, (1, seq + 1), device="cuda")
+    tokens, pos, mask = mcore_batch(seq, vocab, device="cuda")
 
     def step():
         loss = model(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
@@ -91,16 +90,14 @@ def megatron_forward_share(shape: str) -> dict:
     from measure import build_mcore
     from megatron.core.transformer.module import Float16Module
     from runs import MCORE_SHAPES
+    from trace_activations_cpu import mcore_batch
 
     plain, fwd = {}, {}
     for layers in SHARE_DEPTHS:
         dims = dict(MCORE_SHAPES[shape], num_layers=layers, seq_length=SHARE_TOKENS)
         model, _ = build_mcore(dims, {"recompute": "none"})
         model = Float16Module(model.config, model).cuda().train()  # bf16 throughout, as the corpus runs train
-        seq, vocab = SHARE_TOKENS, dims["vocab_size"]
-        mask = torch.triu(torch.ones(seq, seq, device="cuda", dtype=torch.bool), diagonal=1)[None, None]
-        pos = torch.arange(seq, device="cuda")[None]
-        tokens = torch.randint(0, vocab, (1, seq + 1), device="cuda")
+        tokens, pos, mask = mcore_batch(SHARE_TOKENS, dims["vocab_size"], device="cuda")
         walls, forwards = [], []
         for i in range(WARMUP + 4 * TIMED):
             torch.cuda.synchronize()

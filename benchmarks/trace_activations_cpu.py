@@ -63,14 +63,14 @@ def cpu_mcore_model(dims: dict, recompute: str = "none"):
     return model.to(torch.bfloat16)
 
 
-def mcore_batch(seq: int, vocab: int, micro_batch: int = 1) -> tuple:
+def mcore_batch(seq: int, vocab: int, micro_batch: int = 1, device=None) -> tuple:
     """``(tokens, position_ids, causal_mask)`` for a ``GPTModel`` step: ``seq + 1`` random tokens per sample (inputs
-    and shifted labels)."""
+    and shifted labels), on ``device`` (the CPU by default)."""
     import torch
 
-    mask = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)[None, None]
-    pos = torch.arange(seq)[None].expand(micro_batch, seq)
-    return torch.randint(0, vocab, (micro_batch, seq + 1)), pos, mask
+    mask = torch.triu(torch.ones(seq, seq, device=device, dtype=torch.bool), diagonal=1)[None, None]
+    pos = torch.arange(seq, device=device)[None].expand(micro_batch, seq)
+    return torch.randint(0, vocab, (micro_batch, seq + 1), device=device), pos, mask
 
 
 def trace(dims: dict, recompute: str, micro_batch: int = 1) -> dict:
