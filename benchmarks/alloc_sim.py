@@ -3,15 +3,16 @@ trace of a run's training steps, the simulated reserve beside the measured one o
 
 The reserve is ``max_memory_reserved / max_memory_allocated − 1``. The allocator policy
 (:class:`~workbench.allocsim.CachingAllocator`, PyTorch's ``c10/cuda/CUDACachingAllocator.cpp``) and the meta-device
-trace of a transformers model's DeepSpeed ZeRO-0/1/2 steps (:func:`workbench.allocsim.trace_hf_deepspeed`) live in
-:mod:`workbench.allocsim`, where ``workbench estimate --simulate-allocator`` uses them in place of the constant; this
-script traces each corpus record's own config and DeepSpeed settings (:func:`trace_hf_deepspeed` here) and compares
-the simulated reserve with the measured one and with :data:`workbench.memory.RESERVE_FRACTION`, per run and per
-split of ``benchmarks/accuracy_split.json``; nothing is fitted. Scope: Hugging Face + DeepSpeed ZeRO-0/1/2 runs on
-one GPU, default allocator, no optimizer offload.
+traces of DeepSpeed ZeRO-0/1/2 steps — of a transformers model (:func:`workbench.allocsim.trace_hf_deepspeed`) and
+of a megatron-core ``GPTModel`` with the local layer spec (:func:`workbench.allocsim.trace_mcore_deepspeed`, run in a
+child process) — live in :mod:`workbench.allocsim`, where ``workbench estimate --simulate-allocator`` uses them in
+place of the constant; this script traces each corpus record's own model and DeepSpeed settings and compares the
+simulated reserve with the measured one and with :data:`workbench.memory.RESERVE_FRACTION`, per run, per stack and
+per split of ``benchmarks/accuracy_split.json``; nothing is fitted. Scope: Hugging Face and dense megatron-core
+models under DeepSpeed ZeRO-0/1/2 on one GPU, default allocator, no optimizer offload.
 
-Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run; about 5 minutes on two
-cores). Its output is kept in ``benchmarks/results/alloc_sim_h200.txt``.
+Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run; about 10 minutes on
+two cores). Its output is kept in ``benchmarks/results/alloc_sim_h200.txt``.
 """
 from __future__ import annotations
 
@@ -56,10 +57,12 @@ def trace_hf_deepspeed(rec: dict) -> list:
 # Simulated vs measured reserve on the corpus
 # ================================================================================================================
 def in_scope(rec: dict) -> bool:
-    """Corpus runs the trace models: Hugging Face + DeepSpeed ZeRO-0/1/2 on one GPU, finished, default allocator,
-    no optimizer offload."""
+    """Corpus runs the traces model: Hugging Face or megatron-core (dense, local layer spec) models under DeepSpeed
+    ZeRO-0/1/2 on one GPU, finished, default allocator, no optimizer offload."""
     zero = rec.get("ds_config", {}).get("zero_optimization", {})
-    return (rec.get("stack") == "hf-ds" and rec.get("status") == "ok" and rec.get("world_size", 1) == 1
+    stack_ok = rec.get("stack") == "hf-ds" or (rec.get("stack") == "mcore-ds"
+                                               and not (rec.get("model_dims") or {}).get("num_experts"))
+    return (stack_ok and rec.get("status") == "ok" and rec.get("world_size", 1) == 1
             and zero.get("stage", 0) <= 2 and not zero.get("offload_optimizer")
             and not rec.get("pytorch_cuda_alloc_conf") and not rec.get("allocator_cap_bytes")
             and bool(rec.get("peak_reserved_bytes")))
@@ -88,26 +91,52 @@ class Row:
         return (1 + self.constant_reserve) / (1 + self.measured_reserve) - 1
 
 
-def simulate(rec: dict, split: str) -> Row:
+def simulate(rec: dict, split: str, replayed: dict | None = None) -> Row:
     """One in-scope corpus record: the simulated reserve beside the measured one and the constant, and the
-    estimator's whole-device error with either."""
+    estimator's whole-device error with either. ``replayed``: the record's replay already made (a megatron-core
+    record's, from :func:`workbench.allocsim.mcore_replays`); else its transformers trace is replayed here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_accuracy import corpus_run, predict
     from workbench.memory import RESERVE_FRACTION
 
-    a = replay(trace_hf_deepspeed(rec))
+    if replayed is None:
+        a = replay(trace_hf_deepspeed(rec))
+        replayed = dict(reserve_fraction=a.reserve_fraction, peak_allocated_bytes=a.peak_allocated_bytes)
     constant = RESERVE_FRACTION["deepspeed"]
     device = device_sim = None
     run = corpus_run(rec)
     if run is not None and run["measured"].get("device"):
         p, measured = predict(run), run["measured"]["device"]
         device = p["device"] / measured - 1
-        device_sim = (p["device"] + (a.reserve_fraction - constant) * p["allocated"]) / measured - 1
+        device_sim = (p["device"] + (replayed["reserve_fraction"] - constant) * p["allocated"]) / measured - 1
     return Row(run_id=rec["run_id"], split=split,
                measured_reserve=rec["peak_reserved_bytes"] / rec["peak_allocated_bytes"] - 1,
-               simulated_reserve=a.reserve_fraction, constant_reserve=constant,
-               simulated_allocated_error=a.peak_allocated_bytes / rec["peak_allocated_bytes"] - 1,
+               simulated_reserve=replayed["reserve_fraction"], constant_reserve=constant,
+               simulated_allocated_error=replayed["peak_allocated_bytes"] / rec["peak_allocated_bytes"] - 1,
                device_error=device, device_error_simulated=device_sim)
+
+
+def mcore_replays(recs: list) -> list:
+    """The megatron-core records' replays, all in one child process (:func:`workbench.allocsim.mcore_replays`),
+    each traced from the record's own specs as ``benchmarks/bench_accuracy.py`` describes the run."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_accuracy import corpus_run
+
+    jobs = []
+    for rec in recs:
+        run = corpus_run(rec)
+        jobs.append((run["model"], run["cluster"], run["plan"]))
+    out = allocsim.mcore_replays(jobs, capacity_bytes=H200_BYTES - _outside_bytes())
+    failed = [(rec["run_id"], o["error"]) for rec, o in zip(recs, out) if "error" in o]
+    if failed:
+        raise SystemExit("megatron-core traces failed: " + "; ".join(f"{r}: {e}" for r, e in failed))
+    return out
+
+
+def _outside_bytes() -> int:
+    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
+
+    return OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
 
 
 def _stats(errs) -> str:
@@ -164,12 +193,16 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     split = json.loads(SPLIT.read_text())
     side = {s: "fit" for s in split["fit"]} | {s: "test" for s in split["test"]}
-    rows = []
+    recs = []
     for line in Path(args.corpus).read_text().splitlines():
         rec = json.loads(line)
-        if not in_scope(rec) or args.only not in rec["run_id"] or rec["shape_id"] not in side:
-            continue
-        row = simulate(rec, side[rec["shape_id"]])
+        if in_scope(rec) and args.only in rec["run_id"] and rec["shape_id"] in side:
+            recs.append(rec)
+    mcore = [r for r in recs if r["stack"] == "mcore-ds"]
+    done = dict(zip((r["run_id"] for r in mcore), mcore_replays(mcore)))
+    rows = []
+    for rec in recs:
+        row = simulate(rec, side[rec["shape_id"]], done.get(rec["run_id"]))
         rows.append(row)
         if args.runs:
             dev = ("" if row.device_error is None else
@@ -180,11 +213,12 @@ def main(argv=None) -> int:
                   flush=True)
     print("error = predicted / measured - 1; peak reserved from the measured allocated peak and the reserve; whole "
           "device: the estimator's, with its reserve term as is (constant) or the simulated fraction")
-    for name in ("fit", "test"):
-        part = [r for r in rows if r.split == name]
-        if part:
-            lines = summary(part)
-            print(f"{name:4s} {lines[0]}\n{'':4s} {lines[1]}")
+    for stack, label in (("", "all"), ("hf-ds/", "transformers"), ("mcore-ds/", "megatron-core")):
+        for name in ("fit", "test"):
+            part = [r for r in rows if r.split == name and r.run_id.startswith(stack)]
+            if part:
+                lines = summary(part)
+                print(f"{label:13s} {name:4s} {lines[0]}\n{'':18s} {lines[1]}")
     if args.write_band:
         if args.only:
             raise SystemExit("--write-band scores every in-scope test run: leave --only out")

@@ -174,7 +174,7 @@ def test_checkpointing_lowers_the_traced_peak():
     assert ckpt < plain
 
 
-def test_scope_is_one_gpu_hf_zero_0_to_2_without_offload_on_the_default_allocator():
+def test_scope_is_one_gpu_zero_0_to_2_without_offload_on_the_default_allocator():
     base = dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1,
                 ds_config=dict(zero_optimization=dict(stage=2)))
     assert A.in_scope(base)
@@ -182,7 +182,9 @@ def test_scope_is_one_gpu_hf_zero_0_to_2_without_offload_on_the_default_allocato
     assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2,
                                                                              offload_optimizer={"device": "cpu"}))))
     assert not A.in_scope(base | dict(world_size=2))
-    assert not A.in_scope(base | dict(stack="mcore-ds"))
+    assert A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_layers=2)))
+    assert not A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_experts=8)))  # the trace is dense
+    assert not A.in_scope(base | dict(stack="mcore-ddp"))
     assert not A.in_scope(base | dict(status="oom"))
     assert not A.in_scope(base | dict(pytorch_cuda_alloc_conf="expandable_segments:True"))
     assert not A.in_scope(base | dict(allocator_cap_bytes=2**30))
@@ -194,3 +196,88 @@ def test_row_errors_are_of_peak_reserved():
     assert row.simulated_error == pytest.approx(1.20 / 1.25 - 1)
     assert row.constant_error == pytest.approx(1.171 / 1.25 - 1)
     assert "under >5 %  0" in A.summary([row, row])[0]
+
+
+def _mlp_events(bucket_elements: int, marks: list):
+    """A 3-layer bf16 MLP on the meta device through ZeRO-2's steps (:func:`workbench.allocsim.deepspeed_steps`),
+    and a ``("mark", "last gradient", 0)`` event where the first layer's gradient (the last of backward) arrives."""
+    import torch
+
+    from workbench.allocsim import DeepSpeedSetup, _recorder, deepspeed_steps
+
+    events: list = []
+    with _recorder(events):
+        with torch.device("meta"):
+            net = torch.nn.Sequential(*(torch.nn.Linear(256, 256, bias=False) for _ in range(3))).bfloat16()
+        # fires before DeepSpeed's hook on the same parameter (hooks run in the order they were registered)
+        net[0].weight.register_post_accumulate_grad_hook(lambda p: events.append(("mark", "last gradient", 0)))
+
+        def micro_step():
+            return net(torch.zeros(64, 256, dtype=torch.bfloat16, device="meta")).float().sum()
+
+        deepspeed_steps(net, micro_step, DeepSpeedSetup(zero_stage=2, micro_batch=1, grad_accum=1, seq_length=64,
+                                                        reduce_bucket_elements=bucket_elements, steps=1), events)
+    marks.append(events.index(("mark", "last gradient", 0)))
+    return events
+
+
+def test_zero2_reduces_a_full_bucket_into_the_gradient_partition_during_backward():
+    """DeepSpeed ZeRO-2 reduces the ipg bucket when the next gradient would overflow it: ``grads_in_partition``
+    (all parameters, bf16) then exists before backward ends; with a bucket that holds every gradient it is made at
+    the end of backward."""
+    n = 3 * 256 * 256
+    for bucket, during in ((256 * 256 + 1, True), (4 * n, False)):
+        marks: list = []
+        events = _mlp_events(bucket, marks)
+        # bf16 buffers of all parameters: the flat parameters, the master's bf16 clone, grads_in_partition, then
+        # the step's flattened gradients
+        flats = [i for i, (kind, _key, size) in enumerate(events) if kind == "malloc" and size == 2 * n]
+        assert len(flats) == 4, f"{len(flats)} bf16 buffers of every parameter with a {bucket}-element bucket"
+        assert (flats[2] < marks[0]) is during, bucket
+
+
+def test_oversized_gradient_bypasses_the_bucket_until_the_next_reduction():
+    """A gradient larger than the bucket is not copied into it (``extra_large_param_to_reduce``): it stays alive
+    until the next reduction copies it into the gradient partition."""
+    marks: list = []
+    events = _mlp_events(1000, marks)  # every 256x256 gradient is larger than the bucket
+    grads = [(i, key) for i, (kind, key, size) in enumerate(events) if kind == "malloc" and size == 2 * 256 * 256]
+    freed = {key: i for i, (kind, key, _size) in enumerate(events) if kind == "free"}
+    # the first two gradients of backward live until a later one's arrival triggers the reduction
+    assert len(grads) >= 3
+    for i, key in grads[:2]:
+        assert freed[key] > grads[2][0], (i, key)
+
+
+def test_cuda_softmax_backward_temporary_is_traced():
+    """``_softmax_backward_data`` on CUDA allocates ``grad * output`` before its kernel and frees it after: the
+    recorder adds it after the gradient, in the promoted dtype (4 bytes a score for fp32 probabilities)."""
+    import torch
+
+    from workbench.allocsim import _recorder
+
+    events: list = []
+    with _recorder(events):
+        x = torch.zeros(2, 4, 128, 128, device="meta", dtype=torch.float32, requires_grad=True)
+        torch.softmax(x, dim=-1).sum().backward()
+    temps = [(k, key, size) for k, key, size in events if isinstance(key, tuple) and key[0] == "softmax_backward_tmp"]
+    assert [k for k, _key, _size in temps] == ["malloc", "free"]
+    assert temps[0][2] == 2 * 4 * 128 * 128 * 4
+
+
+def test_dropout_keeps_a_one_byte_mask_as_on_cuda():
+    """CUDA's fused dropout keeps a boolean mask for backward; the trace's dropout does too (CPU and meta would build
+    a mask of the input's dtype)."""
+    import torch
+    import torch.nn.functional as F
+
+    from workbench.allocsim import _cuda_dropout, _recorder
+
+    real, dropout = _cuda_dropout()
+    events: list = []
+    x = torch.zeros(1024, 1024, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    with _recorder(events):
+        y = dropout(x, 0.1, True)
+    sizes = sorted(size for kind, _key, size in events if kind == "malloc")
+    assert sizes == [1024 * 1024, 2 * 1024 * 1024]  # the mask (bool) and the output (bf16)
+    assert F.dropout is real and y.shape == x.shape

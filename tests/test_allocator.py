@@ -183,8 +183,9 @@ def test_advisor_names_expandable_segments_near_capacity():
 
 
 def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies():
-    """A transformers model under ZeRO-2 on one GPU near capacity: the advice also names `--simulate-allocator` with
-    the study's held-out numbers; a megatron-core model (outside the replay's scope) does not get it."""
+    """A transformers model, or a megatron-core model with unfused attention, under ZeRO-2 on one GPU near capacity:
+    the advice also names `--simulate-allocator` with the study's held-out numbers; a megatron-core model with flash
+    attention (outside the replay's scope) does not get it."""
     import dataclasses
 
     from workbench import advisor, allocsim
@@ -192,8 +193,10 @@ def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies()
 
     c = ClusterSpec(gpu="H200", gpus_per_node=1)
     plan = ParallelPlan(world_size=1, zero_stage=2)
-    for implementation, named in ((Implementation.TRANSFORMERS, True), (Implementation.MEGATRON, False)):
-        m = ModelSpec(**SMALL).replace(implementation=implementation)
+    for implementation, attention, named in ((Implementation.TRANSFORMERS, "flash", True),
+                                             (Implementation.MEGATRON, "unfused", True),
+                                             (Implementation.MEGATRON, "flash", False)):
+        m = ModelSpec(**SMALL).replace(implementation=implementation, attention=attention)
         peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
         tight = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.02 / 2**30))
         found = advisor.expandable_segments_advice(m, tight, plan, estimate(m, tight, plan).memory)

@@ -1,5 +1,5 @@
 """The caching allocator's reserve replayed: PyTorch's CUDA caching-allocator policy run over the allocation trace
-of a Hugging Face model's DeepSpeed ZeRO-0/1/2 training steps, built on the meta device, as the reserve fraction
+of a model's DeepSpeed ZeRO-0/1/2 training steps, built on the meta device, as the reserve fraction
 ``max_memory_reserved / max_memory_allocated − 1`` the estimator's overhead term can take in place of the constant
 :data:`workbench.memory.RESERVE_FRACTION` (``estimate(..., simulate_allocator=...)``, ``workbench estimate
 --simulate-allocator``).
@@ -20,16 +20,21 @@ of a Hugging Face model's DeepSpeed ZeRO-0/1/2 training steps, built on the meta
 - when a new segment would pass the device's capacity, every wholly free segment is released and the request
   retried (``release_cached_blocks``), as before an out-of-memory error.
 
-The trace (:func:`trace_hf_deepspeed`) comes from the steps of a transformers model built from its config on the
-meta device (no memory, the real tensor sizes): a ``TorchDispatchMode`` records each new storage of an operator's
-output, a weak-reference finalizer its release, in program order. Attention runs as on CUDA (FlashAttention-2 with
-its backward workspaces for sdpa; softmax straight to fp32 for eager), and DeepSpeed ZeRO-0/1/2's own buffers are
-meta tensors allocated and dropped where its source does (see the function). Nothing is fitted; how the replayed
-reserve compares with the measured one on the H200 corpus is ``benchmarks/alloc_sim.py``'s study
-(``benchmarks/results/alloc_sim_h200.txt``). Scope (:func:`check_scope`): Hugging Face models imported from a
-config, DeepSpeed ZeRO-0/1/2 on one GPU, bf16, default allocator, no offload.
+The traces come from the steps of a model built on the meta device (no memory, the real tensor sizes): a
+``TorchDispatchMode`` records each new storage of an operator's output, a weak-reference finalizer its release, in
+program order, and the temporaries CUDA kernels take that the meta device does not make (:func:`_cuda_temporaries`).
+Two models: a transformers model built from its config (:func:`trace_hf_deepspeed`; attention as on CUDA:
+FlashAttention-2 with its backward workspaces for sdpa, softmax straight to fp32 for eager), and a megatron-core
+``GPTModel`` with the local layer spec as the workbench's launcher builds it (:func:`trace_mcore_deepspeed`, run in a
+child process by :func:`mcore_replays`). Dropout runs as CUDA's fused kernel does (a 1-byte mask). DeepSpeed
+ZeRO-0/1/2's own buffers are meta tensors allocated and dropped where its source does (:func:`deepspeed_steps`).
+Nothing is fitted; how the replayed reserve compares with the measured one on the H200 corpus is
+``benchmarks/alloc_sim.py``'s study (``benchmarks/results/alloc_sim_h200.txt``). Scope (:func:`check_scope`):
+DeepSpeed ZeRO-0/1/2 on one GPU, bf16, default allocator, no offload; Hugging Face models imported from a config,
+dense megatron-core models with unfused attention.
 
-torch, transformers and peft are imported inside the functions that trace: ``workbench`` imports without them.
+torch, transformers, peft and megatron-core are imported inside the functions that trace: ``workbench`` imports
+without them.
 """
 from __future__ import annotations
 
@@ -186,13 +191,38 @@ class CachingAllocator:
 def _recorder(events: list):
     """A ``TorchDispatchMode`` (:func:`workbench.storagetrace.live_storage`, meta tensors only) appending
     ``("malloc", key, bytes)`` for each new storage an operator returns and ``("free", key, bytes)`` when the
-    storage is released. ``Tensor.item()`` (data-dependent, not on meta) answers True / 1: the unpacked-sequence
-    branch of transformers' mask code."""
+    storage is released, with the temporaries CUDA kernels take from the caching allocator that the meta device does
+    not make (:func:`_cuda_temporaries`). ``Tensor.item()`` (data-dependent, not on meta) answers True / 1: the
+    unpacked-sequence branch of transformers' mask code."""
     from workbench.storagetrace import live_storage
 
     return live_storage(device="meta", fake_scalars=True,
                         on_alloc=lambda key, nbytes, func, tensor: events.append(("malloc", key, nbytes)),
-                        on_free=lambda key, nbytes: events.append(("free", key, nbytes)))
+                        on_free=lambda key, nbytes: events.append(("free", key, nbytes)),
+                        after_call=_cuda_temporaries(events))
+
+
+def _cuda_temporaries(events: list):
+    """``after_call`` for :func:`_recorder`: after ``aten._softmax_backward_data`` (its ``grad_input`` already
+    allocated), the product ``grad * output`` that PyTorch's CUDA kernel allocates before it runs and frees after
+    (``softmax_backward_cuda_out`` in aten/src/ATen/native/cuda/SoftMax.cu: ``Tensor tmp = grad * output``), in the
+    promoted dtype of the two — the 4 bytes per score of
+    :data:`workbench.memory.UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE` that a CPU or meta trace does not see."""
+    import torch
+
+    softmax_backward = torch.ops.aten._softmax_backward_data.default
+    count = [0]
+
+    def after_call(func, args, kwargs, out):
+        if func is not softmax_backward:
+            return
+        grad, output = args[0], args[1]
+        nbytes = grad.numel() * torch.promote_types(grad.dtype, output.dtype).itemsize
+        count[0] += 1
+        key = ("softmax_backward_tmp", count[0])
+        events.extend((("malloc", key, nbytes), ("free", key, nbytes)))
+
+    return after_call
 
 
 def _flash_sdpa():
@@ -253,6 +283,23 @@ def _cuda_softmax():
     return real, softmax
 
 
+def _cuda_dropout():
+    """``(real, dropout)``: ``F.dropout`` as CUDA runs it in training, ``torch.native_dropout`` (the output and a
+    1-byte boolean mask kept for backward: ``at::dropout`` takes the fused kernel on CUDA), where CPU and meta build
+    the mask as a tensor of the input's dtype (``_dropout_impl``: ``empty_like(input).bernoulli_()``)."""
+    import torch
+
+    real = torch.nn.functional.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if training and 0.0 < p < 1.0 and input.numel() > 0:
+            out = torch.native_dropout(input, p, True)[0]
+            return input.copy_(out) if inplace else out
+        return real(input, p, training, inplace)
+
+    return real, dropout
+
+
 @dataclass(frozen=True)
 class DeepSpeedSetup:
     """What of a DeepSpeed run the trace needs."""
@@ -262,6 +309,98 @@ class DeepSpeedSetup:
     seq_length: int
     reduce_bucket_elements: int = 500_000_000
     steps: int = 6
+
+
+def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:
+    """DeepSpeed ZeRO-``setup.zero_stage`` (0-2, one GPU, bf16, no offload) around a model already built on the meta
+    device under the recorder: its flat buffers, master copy, gradient buckets and Adam states as meta tensors with
+    the lifetimes :func:`trace_hf_deepspeed` lists, and ``setup.steps`` optimizer steps of ``setup.grad_accum``
+    micro-batches each; ``micro_step()`` runs one forward and returns the loss (its backward runs here).
+    ``("empty_cache", 0, 0)`` marks where DeepSpeed empties the cache, ``("end", 0, 0)`` the end of the last step."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = sum(p.numel() for p in params)
+    if setup.zero_stage == 0:  # FP16_Optimizer: flatten clones of the parameters
+        clones = [p.detach().clone() for p in params]
+        flat = torch.cat([c.reshape(-1) for c in clones])
+        del clones
+    else:  # DeepSpeedZeroOptimizer: empty_cache(), then flatten the parameters themselves
+        events.append(("empty_cache", 0, 0))
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+    offset = 0
+    for p in params:  # the parameters become views of the flat buffer; their own storage is freed
+        p.data = flat[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    master = flat.clone().float()  # the fp32 master copy, through a bf16 clone
+    # a zero fp32 gradient for the master (both optimizers' initialize_optimizer_states); FP16_Optimizer
+    # runs Adam on it once, creating its states
+    master_grad = torch.zeros_like(master)
+    adam = [torch.zeros_like(master), torch.zeros_like(master)] if setup.zero_stage == 0 else None
+    del master_grad
+    bucket = {}
+    ipg = dict(elements=0, large=[], partition=None)
+
+    def reduce_bucket():  # reduce_ipg_grads: the bucket's gradients copied into grads_in_partition (made at the first)
+        if ipg["partition"] is None:
+            ipg["partition"] = torch.empty(n, dtype=torch.bfloat16, device="meta")
+        for q in ipg["large"]:  # an oversized gradient reduced from its own tensor, then copied and freed
+            q.grad = None
+        ipg.update(elements=0, large=[])
+
+    def grad_ready(q):  # DeepSpeed's grad hook: process_gradients -> setup_buckets, then (ZeRO-2) the copy
+        if "ipg" not in bucket:
+            bucket["ipg"] = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
+        if setup.zero_stage >= 2:  # reduce_independent_p_g_buckets_and_remove_grads
+            if ipg["elements"] + q.numel() > setup.reduce_bucket_elements:
+                reduce_bucket()
+            if q.numel() > setup.reduce_bucket_elements:  # extra_large_param_to_reduce: bypasses the bucket
+                ipg["large"].append(q)
+            else:
+                q.grad = None
+            ipg["elements"] += q.numel()
+
+    if setup.zero_stage >= 1:
+        for p in params:
+            p.register_post_accumulate_grad_hook(grad_ready)
+    for _ in range(setup.steps):
+        for _ in range(setup.grad_accum):
+            loss = micro_step()
+            loss.backward()
+            if setup.zero_stage >= 2:  # reduce_ipg_grads in the epilogue
+                reduce_bucket()
+            bucket.clear()  # _release_ipg_buffers
+        grads_in_partition = ipg["partition"]
+        if setup.zero_stage == 0:  # fp32 copies of each gradient, flattened, then the bf16 ones freed
+            copies = [p.grad.float() for p in params]
+            fp32_grad = torch.cat([c.reshape(-1) for c in copies])
+            del copies
+        else:
+            # scaled_global_norm -> get_grad_norm_direct: each gradient cast to fp64 (get_norm_dtype) for
+            # its norm, one at a time; the 0-d norms are kept until they are stacked
+            norms = []
+            for p in params:
+                wide = torch.empty(p.numel(), dtype=torch.float64, device="meta")
+                norms.append(torch.linalg.vector_norm(wide))
+                del wide
+            total_norm = torch.stack(norms).pow(2).sum()
+            del norms, total_norm
+            # the bf16 gradients flattened (self.flatten: a new buffer, of the views into
+            # grads_in_partition at ZeRO-2), cast to the fp32 partition, the bf16 ones freed
+            if grads_in_partition is not None:
+                flat_grad = grads_in_partition.clone()
+            else:
+                flat_grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                                       for p in params])
+            fp32_grad = flat_grad.float()
+            del flat_grad
+        grads_in_partition = ipg["partition"] = None
+        for p in params:
+            p.grad = None
+        if adam is None:  # Adam's states at the first step
+            adam = [torch.zeros_like(master), torch.zeros_like(master)]
+        del fp32_grad
+    events.append(("end", 0, 0))  # what is freed after this (the teardown) is not the run's
 
 
 def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_length: int, grad_accum: int = 1,
@@ -281,8 +420,10 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
       creating its two fp32 states, ZeRO-1/2 create them at the first step;
     - ZeRO-1/2, each micro-batch's backward: the first parameter gradient's hook (``process_gradients``) calls
       ``setup_buckets``, which allocates the ``ipg`` bucket (``reduce_bucket_size`` bf16 elements); ZeRO-2 copies
-      each gradient into it as autograd makes it and frees it (``reduce_independent_p_g_buckets_and_remove_grads``);
-      at the end the bucket goes to ``grads_in_partition`` (bf16, all parameters) and the bucket is freed
+      each gradient into it as autograd makes it and frees it (``reduce_independent_p_g_buckets_and_remove_grads``;
+      a gradient larger than the bucket bypasses it and is kept until the next reduction); a gradient that would
+      overflow the bucket, and the end of backward, reduce it (``reduce_ipg_grads``) into ``grads_in_partition``
+      (bf16, all parameters, allocated at the first reduction), and at the end the bucket is freed
       (``_release_ipg_buffers``);
     - ZeRO-0/1: the gradients stay in ``param.grad`` until the step;
     - step, ZeRO-1/2: the gradient norm for clipping casts each gradient to fp64, one at a time
@@ -308,6 +449,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     real_sdpa = F.scaled_dot_product_attention
     F.scaled_dot_product_attention = _flash_sdpa()
     real_softmax, F.softmax = _cuda_softmax()
+    real_dropout, F.dropout = _cuda_dropout()
     try:
         with _recorder(events):
             with torch.device("meta"):
@@ -321,81 +463,97 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                 if gradient_checkpointing:
                     model.enable_input_require_grads()
                 model = get_peft_model(model, LoraConfig(**lora))
-            params = [p for p in model.parameters() if p.requires_grad]
-            n = sum(p.numel() for p in params)
-            if setup.zero_stage == 0:  # FP16_Optimizer: flatten clones of the parameters
-                clones = [p.detach().clone() for p in params]
-                flat = torch.cat([c.reshape(-1) for c in clones])
-                del clones
-            else:  # DeepSpeedZeroOptimizer: empty_cache(), then flatten the parameters themselves
-                events.append(("empty_cache", 0, 0))
-                flat = torch.cat([p.detach().reshape(-1) for p in params])
-            offset = 0
-            for p in params:  # the parameters become views of the flat buffer; their own storage is freed
-                p.data = flat[offset:offset + p.numel()].view_as(p)
-                offset += p.numel()
-            master = flat.clone().float()  # the fp32 master copy, through a bf16 clone
-            # a zero fp32 gradient for the master (both optimizers' initialize_optimizer_states); FP16_Optimizer
-            # runs Adam on it once, creating its states
-            master_grad = torch.zeros_like(master)
-            adam = [torch.zeros_like(master), torch.zeros_like(master)] if setup.zero_stage == 0 else None
-            del master_grad
-            bucket = {}
 
-            def grad_ready(q):  # DeepSpeed's grad hook: process_gradients -> setup_buckets, then (ZeRO-2) the copy
-                if "ipg" not in bucket:
-                    bucket["ipg"] = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
-                if setup.zero_stage >= 2:
-                    q.grad = None
+            def micro_step():
+                x = torch.zeros(setup.micro_batch, setup.seq_length + 1, dtype=torch.long, device="meta")
+                inputs = x[:, :-1]
+                loss = model(input_ids=inputs, labels=inputs).loss
+                del x, inputs
+                return loss
 
-            if setup.zero_stage >= 1:
-                for p in params:
-                    p.register_post_accumulate_grad_hook(grad_ready)
-            loss = None
-            for _ in range(setup.steps):
-                grads_in_partition = None
-                for _ in range(setup.grad_accum):
-                    x = torch.zeros(setup.micro_batch, setup.seq_length + 1, dtype=torch.long, device="meta")
-                    inputs = x[:, :-1]
-                    loss = model(input_ids=inputs, labels=inputs).loss
-                    del x, inputs
-                    loss.backward()
-                    if setup.zero_stage >= 2 and grads_in_partition is None:  # reduce_ipg_grads in the epilogue
-                        grads_in_partition = torch.empty(n, dtype=torch.bfloat16, device="meta")
-                    bucket.clear()  # _release_ipg_buffers
-                if setup.zero_stage == 0:  # fp32 copies of each gradient, flattened, then the bf16 ones freed
-                    copies = [p.grad.float() for p in params]
-                    fp32_grad = torch.cat([c.reshape(-1) for c in copies])
-                    del copies
-                else:
-                    # scaled_global_norm -> get_grad_norm_direct: each gradient cast to fp64 (get_norm_dtype) for
-                    # its norm, one at a time; the 0-d norms are kept until they are stacked
-                    norms = []
-                    for p in params:
-                        wide = torch.empty(p.numel(), dtype=torch.float64, device="meta")
-                        norms.append(torch.linalg.vector_norm(wide))
-                        del wide
-                    total_norm = torch.stack(norms).pow(2).sum()
-                    del norms, total_norm
-                    # the bf16 gradients flattened (self.flatten: a new buffer, of the views into
-                    # grads_in_partition at ZeRO-2), cast to the fp32 partition, the bf16 ones freed
-                    if grads_in_partition is not None:
-                        flat_grad = grads_in_partition.clone()
-                    else:
-                        flat_grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                                               for p in params])
-                    fp32_grad = flat_grad.float()
-                    del flat_grad
-                grads_in_partition = None
-                for p in params:
-                    p.grad = None
-                if adam is None:  # Adam's states at the first step
-                    adam = [torch.zeros_like(master), torch.zeros_like(master)]
-                del fp32_grad
-            events.append(("end", 0, 0))  # what the teardown below frees is not the run's
+            deepspeed_steps(model, micro_step, setup, events)
     finally:
-        F.scaled_dot_product_attention, F.softmax = real_sdpa, real_softmax
-    del model, params, flat, master, adam, loss
+        F.scaled_dot_product_attention, F.softmax, F.dropout = real_sdpa, real_softmax, real_dropout
+    del model
+    return events
+
+
+def _megatron_world(plan) -> None:
+    """One gloo rank of megatron-core in this process, with the CPU adapter (:func:`workbench.runs.train.megatron_setup`;
+    the process must not see CUDA, as :func:`traced_reserves` arranges). Does nothing the second time."""
+    import os
+    import socket
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        dist.init_process_group("gloo")
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        from workbench.runs.train import megatron_setup
+
+        megatron_setup(plan, seed=1234)
+
+
+def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
+    """The allocation events of a megatron-core ``GPTModel`` (local layer spec, as the workbench's launcher builds it:
+    :func:`workbench.runs.model.build_gpt`) trained under DeepSpeed ZeRO-0/1/2 on one GPU in bf16, from building
+    the model to the last of ``steps`` steps (:func:`deepspeed_steps`), in the order ``benchmarks/corpus/measure.py``
+    and the launcher run it: the model built (its parameters on the device; the norms' weights in fp32), DeepSpeed's
+    engine casting the parameters to bf16 (``_cast_module_mixed_precision``: parameters only), DeepSpeed's optimizer
+    state, then the causal mask and positions, and each micro-batch's ``seq + 1`` tokens, forward with the labels,
+    the per-token loss's mean. megatron-core's own workspaces (the scores' global buffer, the rotary frequencies)
+    go to the meta device through :func:`workbench.runs.cpu_adapter.meta_device`; the cross-entropy's all-reduces
+    over its one-rank group do nothing. Needs megatron-core and a process that does not see CUDA."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from workbench.runs import cpu_adapter
+    from workbench.runs.model import build_gpt, causal_mask
+
+    setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
+                           grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps)
+    _megatron_world(plan)
+    from megatron.core import parallel_state
+
+    # megatron-core's attention workspace is process-wide: a fresh one, so that this trace allocates its own
+    parallel_state.destroy_global_memory_buffer()
+    parallel_state._set_global_memory_buffer()
+    events: list = []
+    real_all_reduce = dist.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):  # one rank: the reduction is the tensor itself
+        return None if tensor.device.type == "meta" else real_all_reduce(tensor, *args, **kwargs)
+
+    dist.all_reduce = all_reduce
+    real_dropout, F.dropout = _cuda_dropout()
+    try:
+        with cpu_adapter.meta_device(), _recorder(events):
+            with torch.device("meta"):
+                net = build_gpt(model, plan)
+            for p in net.parameters():  # DeepSpeed's engine: parameters to bf16, buffers kept
+                if p.dtype != torch.bfloat16:
+                    p.data = p.data.to(torch.bfloat16)
+            s, b = model.seq_length, plan.micro_batch_size
+            fixed = {}
+
+            def micro_step():
+                if not fixed:  # made after deepspeed.initialize
+                    fixed.update(mask=causal_mask(s, device="meta"),
+                                 pos=torch.arange(s, device="meta")[None].expand(b, s))
+                tokens = torch.zeros(b, s + 1, dtype=torch.long, device="meta")
+                return net(tokens[:, :-1], fixed["pos"], fixed["mask"], labels=tokens[:, 1:]).float().mean()
+
+            deepspeed_steps(net, micro_step, setup, events)
+    finally:
+        dist.all_reduce, F.dropout = real_all_reduce, real_dropout
+    del net
     return events
 
 
@@ -430,18 +588,29 @@ REPLAY_STUDY = dict(test_runs=84, replayed=(0.035, -0.144), constant=(0.051, -0.
 the test split, with the replayed reserve and with the constant one (``benchmarks/alloc_sim.py``,
 ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-01): what the advisor quotes when it names the replay."""
 
-SCOPE = "--simulate-allocator covers Hugging Face models under DeepSpeed ZeRO 0-2 without offload"
+SCOPE = ("--simulate-allocator covers DeepSpeed ZeRO 0-2 on one GPU without offload, for Hugging Face models and "
+         "megatron-core models with unfused attention (the local layer spec the launcher trains)")
 """The opening of every refusal of :func:`check_scope`."""
 
 
+def is_megatron(model) -> bool:
+    """Whether the replay traces ``model`` as a megatron-core ``GPTModel`` (:func:`trace_mcore_deepspeed`) rather
+    than a transformers model built from its config (:func:`trace_hf_deepspeed`)."""
+    return str(model.implementation) == "megatron"
+
+
 def check_scope(model, plan) -> None:
-    """``ValueError`` naming why a plan is outside what the replay models: a transformers model
-    (``implementation='transformers'``) under DeepSpeed ZeRO-0/1/2 on one GPU, bf16, no optimizer or parameter
-    offload, the default allocator (no ``expandable_segments``) — the runs the study compared with measurements."""
+    """``ValueError`` naming why a plan is outside what the replay models: DeepSpeed ZeRO-0/1/2 on one GPU, bf16, no
+    optimizer or parameter offload, the default allocator (no ``expandable_segments``), of a transformers model
+    (``implementation='transformers'``) or a dense megatron-core model with unfused attention (the local layer spec
+    the workbench's launcher trains) — the runs the study compared with measurements."""
     why = []
-    if str(model.implementation) != "transformers":
-        why.append(f"a {model.implementation} model ({model.name}), not one imported from a Hugging Face config "
-                   f"(--model hf:PATH)")
+    if is_megatron(model):
+        if str(model.attention) != "unfused":
+            why.append(f"attention={model.attention} on a megatron-core model (the trace builds the local layer "
+                       f"spec, whose attention is unfused)")
+        if model.is_moe:
+            why.append(f"num_experts={model.num_experts} (the megatron-core trace builds dense models)")
     if str(plan.engine) != "deepspeed":
         why.append(f"engine={plan.engine}")
     if int(plan.zero_stage) > 2:
@@ -502,16 +671,108 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
     return alloc.reserve_fraction
 
 
-def plan_reserve_fraction(model, cluster, plan, config: dict) -> float:
-    """:func:`replayed_reserve_fraction` for a plan (checked by :func:`check_scope`) of the model imported from
-    ``config``: its sequence, micro-batch, accumulation, attention, ZeRO stage, LoRA and gradient checkpointing
-    (``recompute='full'``); the allocator may reserve the GPU less DeepSpeed's memory outside it."""
+def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None) -> float:
+    """The replayed reserve fraction of a plan (checked by :func:`check_scope`); the allocator may reserve the GPU
+    less DeepSpeed's memory outside it. A transformers model is rebuilt from ``config`` (its Hugging Face
+    ``config.json`` dict; :func:`replayed_reserve_fraction` with the plan's sequence, micro-batch, accumulation,
+    attention, ZeRO stage, LoRA and gradient checkpointing, ``recompute='full'``); a megatron-core model from its
+    specs, in a child process (:func:`mcore_replays`)."""
     from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
 
     check_scope(model, plan)
+    capacity = cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+    if is_megatron(model):
+        (out,) = mcore_replays([(model, cluster, plan)], capacity_bytes=capacity)
+        if "error" in out:
+            raise RuntimeError(f"the megatron-core allocation trace of {model.name} failed: {out['error']}")
+        return out["reserve_fraction"]
+    if config is None:
+        raise ValueError(f"model {model.name} is a transformers model: give its Hugging Face config (an HFModel from "
+                         f"workbench.hf.import_hf, the config.json dict or its path) to trace")
     return replayed_reserve_fraction(
         config, seq_length=model.seq_length, micro_batch=plan.micro_batch_size, zero_stage=int(plan.zero_stage),
         grad_accum=plan.gradient_accumulation_steps, attn_implementation=trace_attn_implementation(model.attention),
         gradient_checkpointing=str(plan.recompute) == "full", lora_rank=plan.lora_rank,
-        lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout,
-        capacity_bytes=cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"])
+        lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity)
+
+
+# ================================================================================================================
+# megatron-core traces in a child process
+# ================================================================================================================
+MCORE_TRACE_TIMEOUT_S = 1800
+"""Longest a child process of :func:`mcore_replays` may run (about 1-6 s a plan on two CPU cores)."""
+
+
+def mcore_replays(jobs: list, *, capacity_bytes: Optional[int] = None, steps: int = 6) -> list:
+    """Each job ``(model, cluster, plan)`` (megatron-core models, :func:`check_scope`'s scope) traced
+    (:func:`trace_mcore_deepspeed`) and replayed (:func:`replay`) in one child Python process that does not see
+    CUDA, so that megatron-core's process-wide state (its gloo group, parallel state, the CPU adapter) stays out of
+    the caller. Returns per job ``{reserve_fraction, peak_allocated_bytes, peak_reserved_bytes}``, or ``{error}``
+    when that job's trace failed. ``capacity_bytes``: what the allocator may reserve (default each job's GPU less
+    DeepSpeed's memory outside the allocator); a trace that would pass it is replayed without the limit."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
+    from workbench.runs.specio import specs_to_dict
+
+    payload = []
+    for model, cluster, plan in jobs:
+        check_scope(model, plan)
+        if not is_megatron(model):
+            raise ValueError(f"model {model.name} is a {model.implementation} model; mcore_replays traces "
+                             f"megatron-core models")
+        cap = capacity_bytes if capacity_bytes is not None else \
+            cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+        payload.append(dict(specs=specs_to_dict(model, cluster, plan), capacity_bytes=int(cap), steps=int(steps)))
+    if not payload:
+        return []
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    with tempfile.TemporaryDirectory() as tmp:
+        given, result = Path(tmp) / "jobs.json", Path(tmp) / "replays.json"
+        given.write_text(json.dumps(payload))
+        proc = subprocess.run([sys.executable, "-m", "workbench.allocsim", str(given), str(result)], env=env,
+                              capture_output=True, text=True, timeout=MCORE_TRACE_TIMEOUT_S)
+        if proc.returncode != 0 or not result.exists():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"the megatron-core allocation trace stopped (exit code {proc.returncode}): {last}")
+        return json.loads(result.read_text())
+
+
+def _replay_jobs(given: str, result: str) -> int:
+    """The child process of :func:`mcore_replays`: the jobs in the JSON file ``given``, their replays written to
+    ``result``."""
+    import json
+    import traceback
+
+    from workbench.runs.specio import specs_from_dict
+
+    out = []
+    for job in json.loads(open(given).read()):
+        try:
+            model, _cluster, plan = specs_from_dict(job["specs"])
+            events = trace_mcore_deepspeed(model, plan, steps=job["steps"])
+            try:
+                alloc = replay(events, job["capacity_bytes"])
+            except MemoryError:
+                alloc = replay(events, capacity_bytes=1 << 62)
+            out.append(dict(reserve_fraction=alloc.reserve_fraction, peak_allocated_bytes=alloc.peak_allocated_bytes,
+                            peak_reserved_bytes=alloc.peak_reserved_bytes))
+        except Exception as exc:  # one plan's failure is reported in its place, the others still run
+            out.append(dict(error=f"{type(exc).__name__}: {exc}",
+                            traceback=traceback.format_exc(limit=-3)))
+    with open(result, "w") as fh:
+        json.dump(out, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(_replay_jobs(*sys.argv[1:3]))

@@ -203,11 +203,13 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     :class:`workbench.calibrate.HardwareProfile`, or its name or path, whose measurements replace datasheet numbers;
     without one the estimate says so. ``overlap_comm`` overrides :attr:`ParallelPlan.overlap_comm` (kept for callers
     that pass it; ``None``: the plan's). ``checks=False`` leaves the advisor out (what a sweep over many plans
-    wants). ``simulate_allocator``: the model's Hugging Face config (a :class:`workbench.hf.HFModel`, a
-    ``config.json`` dict, or the path of the file or its directory) to replay PyTorch's caching allocator over the
-    plan's traced training steps (:func:`workbench.allocsim.plan_reserve_fraction`; needs torch and transformers)
-    and use its reserve in the overhead term; ``None``/``False``: the constant reserve. Only transformers models
-    under DeepSpeed ZeRO-0/1/2 on one GPU without offload (:func:`workbench.allocsim.check_scope`)."""
+    wants). ``simulate_allocator``: replay PyTorch's caching allocator over the plan's traced training steps
+    (:func:`workbench.allocsim.plan_reserve_fraction`) and use its reserve in the overhead term — for a
+    transformers model its Hugging Face config (a :class:`workbench.hf.HFModel`, a ``config.json`` dict, or the path
+    of the file or its directory; needs torch and transformers), for a megatron-core model ``True`` (traced from
+    the specs; needs torch and megatron-core); ``None``/``False``: the constant reserve. Only DeepSpeed ZeRO-0/1/2
+    on one GPU without offload, megatron-core models with unfused attention
+    (:func:`workbench.allocsim.check_scope`)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
 
     if overlap_comm is not None:
@@ -244,6 +246,8 @@ def _replayed_reserve(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
     from workbench.hf import HFModel, read_config
 
     allocsim.check_scope(model, plan)
+    if allocsim.is_megatron(model):  # traced from the specs themselves
+        return allocsim.plan_reserve_fraction(model, cluster, plan)
     if isinstance(simulate_allocator, HFModel):
         config = simulate_allocator.config
     elif simulate_allocator is True:

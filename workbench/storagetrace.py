@@ -15,7 +15,8 @@ from __future__ import annotations
 import weakref
 
 
-def live_storage(*, skip=(), device=None, on_alloc=None, on_free=None, after_op=None, fake_scalars=False):
+def live_storage(*, skip=(), device=None, on_alloc=None, on_free=None, after_op=None, after_call=None,
+                 fake_scalars=False):
     """A ``TorchDispatchMode`` (use it as a context manager) with ``live`` (storage key → bytes) and ``current``
     (their sum) kept up to date through every ATen operator run inside it.
 
@@ -23,7 +24,8 @@ def live_storage(*, skip=(), device=None, on_alloc=None, on_free=None, after_op=
     storages and the keys in ``skip`` (e.g. the model's parameters and buffers) are left out. ``device``: only
     tensors of that device type (``"meta"``, ``"cpu"``); ``None``: any. Callbacks: ``on_alloc(key, nbytes, func,
     tensor)`` for a new storage, ``on_free(key, nbytes)`` at its release, ``after_op(mode, func)`` after each
-    operator (the live set then includes its outputs). ``fake_scalars``: answer ``Tensor.item()`` (data-dependent,
+    operator (the live set then includes its outputs), ``after_call(func, args, kwargs, out)`` after each operator
+    with what it was called with and returned. ``fake_scalars``: answer ``Tensor.item()`` (data-dependent,
     impossible on meta tensors) with True / 1 instead of failing."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -60,6 +62,8 @@ def live_storage(*, skip=(), device=None, on_alloc=None, on_free=None, after_op=
                 weakref.finalize(st, self._freed, key)
             if after_op is not None:
                 after_op(self, func)
+            if after_call is not None:
+                after_call(func, args, kwargs or {}, out)
             return out
 
     return LiveStorage()

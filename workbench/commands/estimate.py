@@ -23,9 +23,10 @@ def add_parser(sub) -> None:
     add_spec_arguments(parser)
     parser.add_argument("--simulate-allocator", action="store_true",
                         help="replay PyTorch's caching allocator over the plan's traced training steps and use its "
-                             "reserve in the overhead term instead of the constant (Hugging Face models from "
-                             "--model hf:PATH, DeepSpeed ZeRO 0-2 on one GPU, no offload; needs torch and "
-                             "transformers)")
+                             "reserve in the overhead term instead of the constant (DeepSpeed ZeRO 0-2 on one GPU, "
+                             "no offload; Hugging Face models from --model hf:PATH, needs torch and transformers; "
+                             "megatron-core models with --attention unfused, the launcher's local layer spec, "
+                             "needs torch and megatron-core)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -149,13 +150,16 @@ def run(args) -> int:
     model, cluster, plan = specs_from_args(args)
     simulate = None
     if args.simulate_allocator:
-        from workbench.allocsim import SCOPE, check_scope
+        from workbench.allocsim import SCOPE, check_scope, is_megatron
 
         check_scope(model, plan)
-        if not str(args.model or "").startswith("hf:"):
-            raise ValueError(f"{SCOPE}; this plan's model {model.name} is not imported from a config "
+        if is_megatron(model):
+            simulate = True  # traced from the specs
+        elif str(args.model or "").startswith("hf:"):
+            simulate = args.model[3:]
+        else:
+            raise ValueError(f"{SCOPE}; this plan's transformers model {model.name} is not imported from a config "
                              f"(--model hf:PATH)")
-        simulate = args.model[3:]
     est = estimate(model, cluster, plan, profile=profile_from_args(args), simulate_allocator=simulate)
     if args.json:
         print_json(est.to_dict())

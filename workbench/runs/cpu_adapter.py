@@ -8,6 +8,7 @@ megatron-core allocates a few tensors on ``"cuda"`` unconditionally (no configur
 * ``torch.zeros(..., device="cuda")`` in the pipeline schedules and ``torch.cuda.current_device()`` /
   ``torch.cuda.synchronize()`` in p2p communication
 * buffers of the DDP grad buffer, the optimizer wrappers and the tensor-parallel mappings
+* ``inv_freq.to(device=torch.cuda.current_device())`` at the rotary embedding's first forward
 * ``weight.data.cuda()`` on the tied embedding with pipeline parallel > 1 (``setup_embeddings_and_output_layer``)
 * ``clip_grad_by_total_norm_fp32`` asserts ``param.grad.type() == 'torch.cuda.FloatTensor'``
 * the mixed-precision and distributed optimizers dispatch on ``param.type()`` strings ``'torch.cuda.*Tensor'``
@@ -46,6 +47,7 @@ PATCHED_MODULES = (
     "megatron.core.pipeline_parallel.schedules",
     "megatron.core.pipeline_parallel.p2p_communication",
     "megatron.core.models.common.language_module.language_module",
+    "megatron.core.models.common.embeddings.rotary_pos_embedding",
     "megatron.core.transformer.attention",
     "megatron.core.transformer.dot_product_attention",
     "megatron.core.transformer.module",
@@ -59,15 +61,29 @@ PATCHED_MODULES = (
 """Modules whose global ``torch`` is rebound to the CPU view."""
 
 _applied = False
+_target = ["cpu"]
+"""Where CUDA-device requests go: ``"cpu"``, or ``"meta"`` inside :func:`meta_device` (an allocation trace)."""
 
 
 def _to_cpu_device(device):
     if device is None:
         return None
     if isinstance(device, int):
-        return "cpu"
+        return _target[0]
     text = str(device)
-    return "cpu" if text.startswith("cuda") else device
+    return _target[0] if text.startswith("cuda") else device
+
+
+@contextlib.contextmanager
+def meta_device():
+    """Inside it, the patched modules' CUDA-device requests (factories and ``torch.cuda.current_device()``) go to
+    the ``meta`` device instead of the CPU: megatron-core's own workspaces (the attention scores' global buffer, the
+    rotary frequencies) then live beside a model built on the meta device (:mod:`workbench.allocsim`)."""
+    _target[0] = "meta"
+    try:
+        yield
+    finally:
+        _target[0] = "cpu"
 
 
 class _CpuCuda:
@@ -85,7 +101,7 @@ class _CpuCuda:
 
     @staticmethod
     def current_device():
-        return "cpu"
+        return _target[0]
 
     @staticmethod
     def device_count():
