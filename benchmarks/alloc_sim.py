@@ -38,7 +38,8 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                           grad_accum=ds.get("gradient_accumulation_steps", 1), seq_length=rec["seq_length"],
                           reduce_bucket_elements=int(rec.get("zero_config_resolved", {}).get("reduce_bucket_size",
                                                                                             500_000_000)),
-                          steps=rec.get("steps", 6))
+                          steps=rec.get("steps", 6),
+                          offload_optimizer=bool(ds.get("zero_optimization", {}).get("offload_optimizer")))
 
 
 def trace_hf_deepspeed(rec: dict) -> list:
@@ -50,7 +51,7 @@ def trace_hf_deepspeed(rec: dict) -> list:
         rec["hf_config"], zero_stage=s.zero_stage, micro_batch=s.micro_batch, seq_length=s.seq_length,
         grad_accum=s.grad_accum, attn_implementation=rec.get("attn_implementation") or rec["options"].get("attn", "sdpa"),
         gradient_checkpointing=bool(rec.get("gradient_checkpointing")), lora=rec.get("lora") or None,
-        reduce_bucket_elements=s.reduce_bucket_elements, steps=s.steps)
+        reduce_bucket_elements=s.reduce_bucket_elements, steps=s.steps, offload_optimizer=s.offload_optimizer)
 
 
 # ================================================================================================================
@@ -58,12 +59,16 @@ def trace_hf_deepspeed(rec: dict) -> list:
 # ================================================================================================================
 def in_scope(rec: dict) -> bool:
     """Corpus runs the traces model: Hugging Face or megatron-core (dense, local layer spec) models under DeepSpeed
-    ZeRO-0/1/2 on one GPU, finished, default allocator, no optimizer offload."""
+    ZeRO-0/1/2 on one GPU, finished, default allocator, no optimizer offload but ZeRO-2's to the CPU without
+    gradient accumulation."""
     zero = rec.get("ds_config", {}).get("zero_optimization", {})
+    offload = (zero.get("offload_optimizer") or {}).get("device", "none")
+    offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) == 2
+                                       and rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) == 1)
     stack_ok = rec.get("stack") == "hf-ds" or (rec.get("stack") == "mcore-ds"
                                                and not (rec.get("model_dims") or {}).get("num_experts"))
     return (stack_ok and rec.get("status") == "ok" and rec.get("world_size", 1) == 1
-            and zero.get("stage", 0) <= 2 and not zero.get("offload_optimizer")
+            and zero.get("stage", 0) <= 2 and offload_ok
             and not rec.get("pytorch_cuda_alloc_conf") and not rec.get("allocator_cap_bytes")
             and bool(rec.get("peak_reserved_bytes")))
 

@@ -174,13 +174,16 @@ def test_checkpointing_lowers_the_traced_peak():
     assert ckpt < plain
 
 
-def test_scope_is_one_gpu_zero_0_to_2_without_offload_on_the_default_allocator():
+def test_scope_is_one_gpu_zero_0_to_2_on_the_default_allocator_offload_only_at_zero2():
     base = dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1,
                 ds_config=dict(zero_optimization=dict(stage=2)))
+    cpu = {"device": "cpu"}
     assert A.in_scope(base)
     assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3))))
-    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2,
-                                                                             offload_optimizer={"device": "cpu"}))))
+    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu))))
+    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=1, offload_optimizer=cpu))))
+    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu),
+                                                     gradient_accumulation_steps=2)))
     assert not A.in_scope(base | dict(world_size=2))
     assert A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_layers=2)))
     assert not A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_experts=8)))  # the trace is dense
@@ -281,3 +284,44 @@ def test_dropout_keeps_a_one_byte_mask_as_on_cuda():
     sizes = sorted(size for kind, _key, size in events if kind == "malloc")
     assert sizes == [1024 * 1024, 2 * 1024 * 1024]  # the mask (bool) and the output (bf16)
     assert F.dropout is real and y.shape == x.shape
+
+
+def test_zero2_cpu_offload_keeps_only_the_bf16_parameters_on_the_gpu():
+    """ZeRO-2 with the optimizer on the CPU: after the steps the GPU holds the flat bf16 parameters (2 bytes a
+    parameter) and no fp32 master or Adam state; each reduced gradient passes through an fp64 copy (its norm) and an
+    fp32 copy (the asynchronous copy to the host), both freed, so the traced peak holds one of them at least."""
+    rec = _record(zero=2)
+    rec["ds_config"]["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    assert A.in_scope(rec | dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1))
+    events = A.trace_hf_deepspeed(rec)
+    live = {}
+    for kind, key, size in events[:events.index(("end", 0, 0))]:
+        if kind == "malloc":
+            live[key] = size
+        elif kind == "free":
+            live.pop(key, None)
+    n = _params(rec)
+    assert 2 * n <= sum(live.values()) <= 2 * n + 1024
+    largest = 1024 * 256  # the embedding and the output layer
+    sizes = [size for kind, _key, size in events if kind == "malloc"]
+    assert 8 * largest in sizes and 4 * largest in sizes
+    assert A.replay(events).peak_allocated_bytes < A.replay(_trace(zero=2)).peak_allocated_bytes
+
+
+def test_offload_outside_zero2_without_accumulation_is_refused():
+    from workbench.allocsim import DeepSpeedSetup, check_scope, deepspeed_steps
+    from workbench.specs import ModelSpec, ParallelPlan
+
+    with pytest.raises(ValueError, match="zero_stage=1, grad_accum=1"):
+        deepspeed_steps(None, None, DeepSpeedSetup(zero_stage=1, micro_batch=1, grad_accum=1, seq_length=8,
+                                                   offload_optimizer=True), [])
+    m = ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=128)
+    check_scope(m, ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu"))
+    for plan, why in ((ParallelPlan(world_size=1, zero_stage=3, offload_optimizer="cpu"), "zero_stage=3"),
+                      (ParallelPlan(world_size=1, zero_stage=1, offload_optimizer="cpu"),
+                       "offload_optimizer=cpu with zero_stage=1"),
+                      (ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", micro_batch_size=1,
+                                    global_batch_size=2), "gradient_accumulation_steps=2"),
+                      (ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="nvme"), "offload_optimizer=nvme")):
+        with pytest.raises(ValueError, match=why):
+            check_scope(m, plan)

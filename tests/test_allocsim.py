@@ -97,7 +97,8 @@ def test_cli_json_carries_the_replayed_reserve(capsys):
 
 
 @pytest.mark.parametrize("extra,why", [(["--zero", "3"], "this plan has zero_stage=3"),
-                                        (["--zero", "2", "--offload-optimizer", "cpu"], "offload_optimizer=cpu")])
+                                        (["--zero", "1", "--offload-optimizer", "cpu"],
+                                         "offload_optimizer=cpu with zero_stage=1")])
 def test_cli_refuses_plans_outside_the_study(capsys, extra, why):
     code, out, err = _estimate(capsys, "--simulate-allocator", *extra)
     assert code == 2 and out == ""

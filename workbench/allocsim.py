@@ -30,7 +30,8 @@ child process by :func:`mcore_replays`). Dropout runs as CUDA's fused kernel doe
 ZeRO-0/1/2's own buffers are meta tensors allocated and dropped where its source does (:func:`deepspeed_steps`).
 Nothing is fitted; how the replayed reserve compares with the measured one on the H200 corpus is
 ``benchmarks/alloc_sim.py``'s study (``benchmarks/results/alloc_sim_h200.txt``). Scope (:func:`check_scope`):
-DeepSpeed ZeRO-0/1/2 on one GPU, bf16, default allocator, no offload; Hugging Face models imported from a config,
+DeepSpeed ZeRO-0/1/2 on one GPU, bf16, default allocator, no offload but ZeRO-2's optimizer offload to the CPU;
+Hugging Face models imported from a config,
 dense megatron-core models with unfused attention.
 
 torch, transformers, peft and megatron-core are imported inside the functions that trace: ``workbench`` imports
@@ -309,16 +310,32 @@ class DeepSpeedSetup:
     seq_length: int
     reduce_bucket_elements: int = 500_000_000
     steps: int = 6
+    offload_optimizer: bool = False
+    """ZeRO-2 with ``offload_optimizer`` on the CPU: the fp32 master, its gradient and Adam's states live on the
+    host; what stays on the GPU is traced as :func:`deepspeed_steps` says."""
 
 
 def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:
-    """DeepSpeed ZeRO-``setup.zero_stage`` (0-2, one GPU, bf16, no offload) around a model already built on the meta
-    device under the recorder: its flat buffers, master copy, gradient buckets and Adam states as meta tensors with
-    the lifetimes :func:`trace_hf_deepspeed` lists, and ``setup.steps`` optimizer steps of ``setup.grad_accum``
-    micro-batches each; ``micro_step()`` runs one forward and returns the loss (its backward runs here).
-    ``("empty_cache", 0, 0)`` marks where DeepSpeed empties the cache, ``("end", 0, 0)`` the end of the last step."""
+    """DeepSpeed ZeRO-``setup.zero_stage`` (0-2, one GPU, bf16) around a model already built on the meta device under
+    the recorder: its flat buffers, master copy, gradient buckets and Adam states as meta tensors with the lifetimes
+    :func:`trace_hf_deepspeed` lists, and ``setup.steps`` optimizer steps of ``setup.grad_accum`` micro-batches each;
+    ``micro_step()`` runs one forward and returns the loss (its backward runs here). ``("empty_cache", 0, 0)`` marks
+    where DeepSpeed empties the cache, ``("end", 0, 0)`` the end of the last step.
+
+    ZeRO-2 with the optimizer offloaded to the CPU (``setup.offload_optimizer``; ``stage_1_and_2.py`` with
+    ``cpu_offload``) keeps on the GPU only the flat bf16 parameters and the ``ipg`` bucket: the fp32 master is cloned
+    from the flat buffer on the GPU and moved to the host (``.detach().clone().to(device, fp32)``: a transient bf16
+    copy), its gradient and Adam's states are host tensors. Each reduction of the bucket hands every gradient in it to
+    the host (``copy_grads_in_partition``'s offload branch, at the accumulation boundary): its norm through an fp64 copy
+    (``set_norm_for_param_grad_in_gpu``), then an fp32 copy for the asynchronous copy into the host gradient
+    (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``), both freed after use; no ``grads_in_partition``. The step
+    runs on the host and copies the new weights into the bf16 buffer (a blocking copy: converted on the host)."""
     import torch
 
+    offload = bool(setup.offload_optimizer)
+    if offload and (setup.zero_stage != 2 or setup.grad_accum != 1):
+        raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}, grad_accum={setup.grad_accum}: the "
+                         f"trace models DeepSpeed's CPU offload at ZeRO-2 without gradient accumulation")
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
     if setup.zero_stage == 0:  # FP16_Optimizer: flatten clones of the parameters
@@ -332,21 +349,34 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     for p in params:  # the parameters become views of the flat buffer; their own storage is freed
         p.data = flat[offset:offset + p.numel()].view_as(p)
         offset += p.numel()
-    master = flat.clone().float()  # the fp32 master copy, through a bf16 clone
-    # a zero fp32 gradient for the master (both optimizers' initialize_optimizer_states); FP16_Optimizer
-    # runs Adam on it once, creating its states
-    master_grad = torch.zeros_like(master)
-    adam = [torch.zeros_like(master), torch.zeros_like(master)] if setup.zero_stage == 0 else None
-    del master_grad
+    if offload:  # the master's bf16 clone on the GPU, then to the host in fp32: nothing of it stays
+        master = adam = None
+        transient = flat.clone()
+        del transient
+    else:
+        master = flat.clone().float()  # the fp32 master copy, through a bf16 clone
+        # a zero fp32 gradient for the master (both optimizers' initialize_optimizer_states); FP16_Optimizer
+        # runs Adam on it once, creating its states
+        master_grad = torch.zeros_like(master)
+        adam = [torch.zeros_like(master), torch.zeros_like(master)] if setup.zero_stage == 0 else None
+        del master_grad
     bucket = {}
-    ipg = dict(elements=0, large=[], partition=None)
+    ipg = dict(elements=0, large=[], params=[], partition=None, norms=[])
 
     def reduce_bucket():  # reduce_ipg_grads: the bucket's gradients copied into grads_in_partition (made at the first)
-        if ipg["partition"] is None:
+        if offload:  # each gradient to the host: its norm through fp64, then an fp32 copy for the async copy
+            for q in ipg["params"]:
+                wide = torch.empty(q.numel(), dtype=torch.float64, device="meta")
+                ipg["norms"].append(torch.linalg.vector_norm(wide))  # kept until the step
+                del wide
+                staged = torch.empty(q.numel(), dtype=torch.float32, device="meta")
+                del staged
+                q.grad = None
+        elif ipg["partition"] is None:
             ipg["partition"] = torch.empty(n, dtype=torch.bfloat16, device="meta")
         for q in ipg["large"]:  # an oversized gradient reduced from its own tensor, then copied and freed
             q.grad = None
-        ipg.update(elements=0, large=[])
+        ipg.update(elements=0, large=[], params=[])
 
     def grad_ready(q):  # DeepSpeed's grad hook: process_gradients -> setup_buckets, then (ZeRO-2) the copy
         if "ipg" not in bucket:
@@ -359,6 +389,7 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
             else:
                 q.grad = None
             ipg["elements"] += q.numel()
+            ipg["params"].append(q)
 
     if setup.zero_stage >= 1:
         for p in params:
@@ -371,6 +402,9 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
                 reduce_bucket()
             bucket.clear()  # _release_ipg_buffers
         grads_in_partition = ipg["partition"]
+        if offload:  # the step runs on the host (complete_grad_norm_calculation_for_cpu_offload reads the norms)
+            ipg["norms"].clear()
+            continue
         if setup.zero_stage == 0:  # fp32 copies of each gradient, flattened, then the bf16 ones freed
             copies = [p.grad.float() for p in params]
             fp32_grad = torch.cat([c.reshape(-1) for c in copies])
@@ -406,8 +440,9 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
 def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_length: int, grad_accum: int = 1,
                        attn_implementation: str = "sdpa", gradient_checkpointing: bool = False,
                        lora: Optional[dict] = None, reduce_bucket_elements: int = 500_000_000,
-                       steps: int = 6) -> list:
-    """The allocation events of a Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16, no offload) of the model
+                       steps: int = 6, offload_optimizer: bool = False) -> list:
+    """The allocation events of a Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16; ZeRO-2 also with
+    ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
     ``("end", 0, 0)`` marker. ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
     fine-tune. ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``. DeepSpeed's state is made of meta tensors with the lifetimes of
@@ -439,7 +474,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     if zero_stage not in (0, 1, 2):
         raise ValueError(f"zero_stage={zero_stage}: the trace models DeepSpeed ZeRO-0/1/2")
     setup = DeepSpeedSetup(zero_stage=zero_stage, micro_batch=micro_batch, grad_accum=grad_accum,
-                           seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps)
+                           seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps,
+                           offload_optimizer=bool(offload_optimizer))
     cfg = dict(config)
     model_type = cfg.pop("model_type")
     cfg.pop("architectures", None)
@@ -479,8 +515,9 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
 
 
 def _megatron_world(plan) -> None:
-    """One gloo rank of megatron-core in this process, with the CPU adapter (:func:`workbench.runs.train.megatron_setup`;
-    the process must not see CUDA, as :func:`traced_reserves` arranges). Does nothing the second time."""
+    """One gloo rank of megatron-core in this process, with the CPU adapter
+    (:func:`workbench.runs.train.megatron_setup`; the process must not see CUDA, as :func:`mcore_replays` arranges).
+    Does nothing the second time."""
     import os
     import socket
 
@@ -518,7 +555,8 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     from workbench.runs.model import build_gpt, causal_mask
 
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
-                           grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps)
+                           grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
+                           offload_optimizer=str(plan.offload_optimizer) == "cpu")
     _megatron_world(plan)
     from megatron.core import parallel_state
 
@@ -588,8 +626,9 @@ REPLAY_STUDY = dict(test_runs=84, replayed=(0.035, -0.144), constant=(0.051, -0.
 the test split, with the replayed reserve and with the constant one (``benchmarks/alloc_sim.py``,
 ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-01): what the advisor quotes when it names the replay."""
 
-SCOPE = ("--simulate-allocator covers DeepSpeed ZeRO 0-2 on one GPU without offload, for Hugging Face models and "
-         "megatron-core models with unfused attention (the local layer spec the launcher trains)")
+SCOPE = ("--simulate-allocator covers DeepSpeed ZeRO 0-2 on one GPU (ZeRO-2 also with the optimizer offloaded to the "
+         "CPU, without gradient accumulation), for Hugging Face models and megatron-core models with unfused attention "
+         "(the local layer spec the launcher trains)")
 """The opening of every refusal of :func:`check_scope`."""
 
 
@@ -601,9 +640,10 @@ def is_megatron(model) -> bool:
 
 def check_scope(model, plan) -> None:
     """``ValueError`` naming why a plan is outside what the replay models: DeepSpeed ZeRO-0/1/2 on one GPU, bf16, no
-    optimizer or parameter offload, the default allocator (no ``expandable_segments``), of a transformers model
-    (``implementation='transformers'``) or a dense megatron-core model with unfused attention (the local layer spec
-    the workbench's launcher trains) — the runs the study compared with measurements."""
+    parameter offload, no optimizer offload but ZeRO-2's to the CPU without gradient accumulation, the default
+    allocator (no ``expandable_segments``), of a transformers model (``implementation='transformers'``) or a dense
+    megatron-core model with unfused attention (the local layer spec the workbench's launcher trains) — the runs the
+    study compared with measurements."""
     why = []
     if is_megatron(model):
         if str(model.attention) != "unfused":
@@ -615,8 +655,12 @@ def check_scope(model, plan) -> None:
         why.append(f"engine={plan.engine}")
     if int(plan.zero_stage) > 2:
         why.append(f"zero_stage={int(plan.zero_stage)}")
-    if str(plan.offload_optimizer) != "none":
-        why.append(f"offload_optimizer={plan.offload_optimizer}")
+    offload = str(plan.offload_optimizer)
+    if offload not in ("none", "cpu"):
+        why.append(f"offload_optimizer={offload}")
+    elif offload == "cpu" and (int(plan.zero_stage) != 2 or plan.gradient_accumulation_steps != 1):
+        why.append(f"offload_optimizer=cpu with zero_stage={int(plan.zero_stage)}, gradient_accumulation_steps="
+                   f"{plan.gradient_accumulation_steps} (the trace offloads at ZeRO-2 without accumulation)")
     if str(plan.offload_params) != "none":
         why.append(f"offload_params={plan.offload_params}")
     if plan.world_size != 1:
@@ -640,7 +684,7 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
                               grad_accum: int = 1, attn_implementation: str = "sdpa",
                               gradient_checkpointing: bool = False, lora_rank: int = 0, lora_targets=(),
                               lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
-                              steps: int = 6) -> float:
+                              steps: int = 6, offload_optimizer: bool = False) -> float:
     """The caching allocator's reserve (``peak reserved / peak allocated − 1``) replayed over the trace of
     ``steps`` training steps of the model ``config`` (a Hugging Face ``config.json`` dict) under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
@@ -663,7 +707,8 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
     events = trace_hf_deepspeed(config, zero_stage=int(zero_stage), micro_batch=int(micro_batch),
                                 seq_length=int(seq_length), grad_accum=int(grad_accum),
                                 attn_implementation=attn_implementation,
-                                gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps))
+                                gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps),
+                                offload_optimizer=bool(offload_optimizer))
     try:
         alloc = replay(events, capacity_bytes)
     except MemoryError:
@@ -693,7 +738,8 @@ def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None) -
         config, seq_length=model.seq_length, micro_batch=plan.micro_batch_size, zero_stage=int(plan.zero_stage),
         grad_accum=plan.gradient_accumulation_steps, attn_implementation=trace_attn_implementation(model.attention),
         gradient_checkpointing=str(plan.recompute) == "full", lora_rank=plan.lora_rank,
-        lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity)
+        lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
+        offload_optimizer=str(plan.offload_optimizer) == "cpu")
 
 
 # ================================================================================================================

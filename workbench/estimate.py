@@ -208,7 +208,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     transformers model its Hugging Face config (a :class:`workbench.hf.HFModel`, a ``config.json`` dict, or the path
     of the file or its directory; needs torch and transformers), for a megatron-core model ``True`` (traced from
     the specs; needs torch and megatron-core); ``None``/``False``: the constant reserve. Only DeepSpeed ZeRO-0/1/2
-    on one GPU without offload, megatron-core models with unfused attention
+    on one GPU (ZeRO-2 also with the optimizer offloaded to the CPU), megatron-core models with unfused attention
     (:func:`workbench.allocsim.check_scope`)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
 

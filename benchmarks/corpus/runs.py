@@ -312,6 +312,14 @@ MCORE_SHAPES = {
                               activation="swiglu", normalization="layernorm", add_bias_linear=False,
                               tied_embeddings=True, position_embedding="rotary", hidden_dropout=0.1,
                               attention_dropout=0.1),
+    # --- eighteenth final batch ("final18"): whole models; declared before measuring ---
+    # StarCoder2 3B at its full 30 layers: GQA 24/2 of head 128, GeLU 12288 with biases, LayerNorm, 49k vocabulary,
+    # tied, 2k tokens
+    "mc-h3072-starcoder2-l30": dict(like="StarCoder2 3B (30 layers)", num_layers=30, hidden_size=3072,
+                                    num_attention_heads=24, num_query_groups=2, ffn_hidden_size=12288,
+                                    vocab_size=49152, seq_length=2048, activation="gelu", normalization="layernorm",
+                                    add_bias_linear=True, tied_embeddings=True, position_embedding="rotary",
+                                    hidden_dropout=0.0, attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -669,6 +677,21 @@ HF_SHAPES = {
         num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
         max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0, rope_theta=500000.0)),
+    # --- eighteenth final batch ("final18") ---
+    # Gemma 2 2B at its full 26 layers: GQA 8/4 of head 256, GeGLU 9216, soft-capped logits (eager attention: transformers
+    # gives Gemma 2 no sdpa), 256k vocabulary, tied
+    "hf-gemma2-h2304-l26": dict(like="Gemma 2 2B (26 layers)", seq_length=2048, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=2304, intermediate_size=9216,
+        num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # Mistral 7B at 16 of its 32 layers: GQA 32/8, SwiGLU 14336, 32k vocabulary, untied
+    "hf-mistral-h4096-l16": dict(like="Mistral 7B (32 -> 16 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None)),
 }
 
 
@@ -1078,6 +1101,18 @@ GROUPS = {
         _hf("hf-qwen25-h2048-l36", 2, "sdpa", mbs=4, ckpt=True), _hf("hf-qwen25-h2048-l36", 2, "sdpa", mbs=2, lora=16),
         _hf("hf-llama32-h2048-l16", 0, "sdpa", mbs=2), _hf("hf-llama32-h2048-l16", 2, "sdpa", mbs=2),
         _hf("hf-llama32-h2048-l16", 2, "eager", mbs=2, ckpt=True), _hf("hf-llama32-h2048-l16", 3, "sdpa", mbs=2),
+    ],
+    # eighteenth final batch (one GPU), declared in accuracy_split.json "final18" before measuring: a blind test of the
+    # allocator replay with ZeRO-2's CPU offload (both stacks) beside the default models
+    "final18": [
+        _ds("mc-h3072-starcoder2-l30", 2, mbs=2, **OFF), _ds("mc-h3072-starcoder2-l30", 1),
+        _ds("mc-h3072-starcoder2-l30", 2), _ds("mc-h3072-starcoder2-l30", 2, mbs=2, recompute="selective"),
+        _ds("mc-h3072-starcoder2-l30", 2, mbs=4, recompute="full", **OFF),
+        _hf("hf-gemma2-h2304-l26", 2, "eager", mbs=2, **OFF), _hf("hf-gemma2-h2304-l26", 2, "eager"),
+        _hf("hf-gemma2-h2304-l26", 1, "eager", mbs=2), _hf("hf-gemma2-h2304-l26", 2, "eager", mbs=4, ckpt=True),
+        _hf("hf-mistral-h4096-l16", 2, "sdpa", **OFF), _hf("hf-mistral-h4096-l16", 2, "sdpa", mbs=4, ckpt=True, **OFF),
+        _hf("hf-mistral-h4096-l16", 2, "sdpa"), _hf("hf-mistral-h4096-l16", 1, "eager", ckpt=True),
+        _hf("hf-mistral-h4096-l16", 2, "sdpa", mbs=2, lora=16),
     ],
     # test-split repeats (one GPU) of the largest step-time under-estimates among Hugging Face ZeRO-1/2 runs, each in a
     # fresh process: is a -20 to -36 % miss the model's or the process's? (scored as test runs, never fitted on)

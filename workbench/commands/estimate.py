@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--simulate-allocator", action="store_true",
                         help="replay PyTorch's caching allocator over the plan's traced training steps and use its "
                              "reserve in the overhead term instead of the constant (DeepSpeed ZeRO 0-2 on one GPU, "
-                             "no offload; Hugging Face models from --model hf:PATH, needs torch and transformers; "
+                             "ZeRO-2 also with --offload-optimizer cpu; Hugging Face models from --model hf:PATH, "
+                             "needs torch and transformers; "
                              "megatron-core models with --attention unfused, the launcher's local layer spec, "
                              "needs torch and megatron-core)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
