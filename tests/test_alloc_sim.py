@@ -138,6 +138,17 @@ def _params(rec):
     return 2 * v * h + h + layers * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h)
 
 
+def _live_at_end(events) -> dict:
+    """Storage key -> bytes of what a trace holds at its ``end`` marker."""
+    live = {}
+    for kind, key, size in events[:events.index(("end", 0, 0))]:
+        if kind == "malloc":
+            live[key] = size
+        elif kind == "free":
+            live.pop(key, None)
+    return live
+
+
 @pytest.mark.parametrize("zero", [0, 1, 2])
 def test_trace_leaves_deepspeed_state_after_the_steps(zero):
     """After the steps only the bf16 parameters, the fp32 master and Adam's two fp32 states (2 + 3·4 bytes a
@@ -145,12 +156,7 @@ def test_trace_leaves_deepspeed_state_after_the_steps(zero):
     (a rest of at most 1 MiB), so it may count a little more than the live tensors."""
     rec = _record(zero=zero)
     events = _trace(zero=zero)
-    live = {}
-    for kind, key, size in events[:events.index(("end", 0, 0))]:
-        if kind == "malloc":
-            live[key] = size
-        elif kind == "free":
-            live.pop(key, None)
+    live = _live_at_end(events)
     n = _params(rec)
     assert 14 * n <= sum(live.values()) <= 14 * n + 1024
     a = A.replay(events)
@@ -294,12 +300,7 @@ def test_zero2_cpu_offload_keeps_only_the_bf16_parameters_on_the_gpu():
     rec["ds_config"]["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     assert A.in_scope(rec | dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1))
     events = A.trace_hf_deepspeed(rec)
-    live = {}
-    for kind, key, size in events[:events.index(("end", 0, 0))]:
-        if kind == "malloc":
-            live[key] = size
-        elif kind == "free":
-            live.pop(key, None)
+    live = _live_at_end(events)
     n = _params(rec)
     assert 2 * n <= sum(live.values()) <= 2 * n + 1024
     largest = 1024 * 256  # the embedding and the output layer
