@@ -1243,22 +1243,23 @@ shape-level model does not see, and the error band carries its 4-60 % spread.
 The order of allocations does set it: ``benchmarks/alloc_sim.py`` replays the caching allocator's policy (512 B
 rounding; 2 MiB small-pool segments; 20 MiB segments for 1-10 MiB requests, larger ones rounded to 2 MiB; best fit
 among cached blocks; a split when more than 1 MiB is left; freed blocks cached) over the allocation trace of the run
-itself — the transformers model built from the record's config on the meta device, its forward and backward as
-FlashAttention-2 or eager attention run them on CUDA, and DeepSpeed ZeRO-0/1/2's own allocations in the order of
-its source (the flat bf16 buffer after ``empty_cache()``, the fp32 master through a bf16 clone, the ``ipg`` bucket
-at the first gradient hook, each gradient cast to fp64 for the clipping norm, the fp32 gradient partition, Adam's
-states at the first step), six steps. Nothing in it is fitted. On the corpus's one-GPU Hugging Face ZeRO-0/1/2
-runs without offload (``benchmarks/results/alloc_sim_h200.txt``), peak reserved from the measured allocated peak:
-fit split 33 runs, median error 0.8 %, worst −19.3 %, 5 more than 5 % under (this constant: 6.2 %, −21.7 %, 10);
-test split 84 runs, 0.9 %, −17.6 %, 15 (this constant: 4.2 %, −29.8 %, 23). With the simulated fraction in the
-overhead term, the estimate's whole-device error on those runs would be: fit median 5.8 %, worst +14.4 % (with this
-constant 8.0 %, +17.1 %); test 3.5 %, worst −14.4 % (5.1 %, −26.2 %); the 23 test runs measured after the replay was
-written (batches final10-12) 2.9 %, −12.6 % (6.8 %, −21.5 %). The largest misses are under-estimates, runs whose extra reserve
-the trace does not produce (Qwen2 h896/h1536 with sdpa, SmolLM2 h960 checkpointed at micro-batch 8); the largest
-over-estimate is Gemma 2 h2304 eager, +10.3 %. It needs the model's transformers config, a CPU torch and 1-7 s a
-plan, so it is a per-configuration check, not a term the planner evaluates over thousands of plans; this constant
-stays the shape-level estimate, and ``estimate --simulate-allocator`` (:mod:`workbench.allocsim`, where the policy
-and the trace live) puts the replayed fraction in its place for one plan on request."""
+itself — the model built on the meta device (a transformers model from the record's config, or megatron-core's
+``GPTModel`` with the local layer spec as the launcher builds it), its forward and backward as CUDA runs them
+(FlashAttention-2's or eager attention's tensors, softmax backward's temporary, dropout's 1-byte mask), and DeepSpeed
+ZeRO-0/1/2's own allocations in the order of its source (the flat bf16 buffer after ``empty_cache()``, the fp32
+master through a bf16 clone, the ``ipg`` bucket and its reductions into the gradient partition during backward, each
+gradient cast to fp64 for the clipping norm, the fp32 gradient partition, Adam's states at the first step; with the
+optimizer on the CPU each gradient's fp64 and fp32 copies on its way to the host), six steps. Nothing in it is
+fitted. On the corpus's in-scope one-GPU runs (``benchmarks/results/alloc_sim_h200.txt``), peak reserved from the
+measured allocated peak: test split 250 runs, median error 0.9 %, worst −18.5 %, 42 more than 5 % under (this
+constant: 4.5 %, −30.8 %, 72); the estimate's whole device with the replayed fraction: test 2.6 %, worst −18.3 %, 34
+more than 5 % under (this constant: 4.5 %, −31.6 %, 58); fit split (87 runs) 4.2 %, −16.0 % (8.0 %, −18.7 %). Two
+batches declared before they ran and scored blind: final17 (15 in-scope runs) 1.7 %, −9.4 % (1.6 %, −14.5 %),
+final18 (14, five with CPU offload) 1.1 %, −14.6 % (6.7 %, −31.6 %). It needs torch and the model's library
+(transformers, or megatron-core in a child process) and 1-6 s a plan, so it is a per-configuration check, not a term
+the planner evaluates over thousands of plans; this constant stays the shape-level estimate, and ``estimate
+--simulate-allocator`` (:mod:`workbench.allocsim`, where the policy and the traces live) puts the replayed fraction
+in its place for one plan on request."""
 
 
 RESERVE_FRACTION_EXPANDABLE = {"deepspeed": 0.1174, "megatron": 0.0946}
