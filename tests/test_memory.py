@@ -336,3 +336,28 @@ def test_zero3_step_with_torch_adam_holds_its_temporary_beside_the_fp32_gradient
     torch_adam = model_state_bytes(2e9, fused_kernels=0, **kw)[4]
     assert fused == pytest.approx(6 * DS_SUB_GROUP_ELEMENTS)
     assert torch_adam == pytest.approx(8 * DS_SUB_GROUP_ELEMENTS)
+
+
+def test_deepspeed_initialization_flatten_is_named_where_it_passes_the_training_peak():
+    """ZeRO-1/2 flattens the 16-bit parameters on the GPU at initialization (two copies while it copies): with the
+    optimizer on the CPU and checkpointed layers that is above the training peak, and the Memory notes say so with
+    both figures (H200 corpus: Mistral 7B at 16 layers measured 15.03 GB = 2 x its 7.52 GB of bf16 weights); a plan
+    whose training needs more, LoRA and ZeRO-3 get no such note."""
+    from workbench.memory import deepspeed_flatten_bytes, memory_notes
+
+    m = ModelSpec(num_layers=16, hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336,
+                  vocab_size=32768, seq_length=2048, activation="swiglu", normalization="rmsnorm",
+                  tied_embeddings=False, position_embedding="rotary", attention="flash", hidden_dropout=0.0,
+                  attention_dropout=0.0, add_bias_linear=False)
+    c = ClusterSpec(gpu="H200", gpus_per_node=1)
+    offload = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full", micro_batch_size=4,
+                           global_batch_size=4)
+    memory = estimate(m, c, offload, checks=False).memory
+    init = deepspeed_flatten_bytes(offload, memory)
+    assert init == 2 * memory.peak_stage.terms.weights
+    assert [n for n in memory_notes(m, offload, memory) if n.startswith("at initialization ZeRO-2")]
+    for plan in (offload.replace(offload_optimizer="none"), offload.replace(zero_stage=3),
+                 offload.replace(lora_rank=16)):
+        est = estimate(m, c, plan, checks=False).memory
+        assert deepspeed_flatten_bytes(plan, est) == 0
+        assert not [n for n in memory_notes(m, plan, est) if n.startswith("at initialization")]

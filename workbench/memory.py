@@ -1826,6 +1826,21 @@ def fp8_memory_terms(model: ModelSpec, plan: ParallelPlan) -> dict:
             "activations": float(delta * (stored * in_flight + 1))}
 
 
+def deepspeed_flatten_bytes(plan: ParallelPlan, memory) -> int:
+    """Bytes DeepSpeed ZeRO-1/2 holds on a GPU while it flattens the 16-bit parameters at initialization — the
+    parameters and the flat buffer, two copies (``stage_1_and_2.py``: ``flatten_dense_tensors_aligned`` on the
+    accelerator when the free memory allows, the parameters becoming views of it afterwards) — where that is more than
+    the estimate's training peak (the peak stage's allocated terms); 0 otherwise, for other engines and stages, for
+    LoRA (only the adapters are flattened) and without a ``memory`` estimate. Not a requirement: without the room
+    DeepSpeed flattens on the CPU."""
+    if memory is None or plan.engine is Engine.MEGATRON or int(plan.zero_stage) not in (1, 2) or plan.lora_rank:
+        return 0
+    t = memory.peak_stage.terms
+    init = 2 * t.weights
+    steps = t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+    return int(init) if init > steps else 0
+
+
 def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
     """Where the estimate rises although a saver was switched on — each is what DeepSpeed really allocates
     (read in ``deepspeed/runtime/zero/stage_1_and_2.py`` and ``stage3.py``, measured on H200,
@@ -1853,6 +1868,16 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
                      f"{' with overlap_comm' if buckets > 1 else ''}) whatever the model size (setup_buckets), so "
                      f"for a small model ZeRO-1 can need more than ZeRO-0 (H200, 1.3B model, 1 GPU: 46.1 GiB "
                      f"ZeRO-0, 47.0 GiB ZeRO-1); lower reduce_bucket_size for small models")
+    init = deepspeed_flatten_bytes(plan, memory)
+    if init:
+        t = memory.peak_stage.terms
+        steps = t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+        notes.append(f"at initialization ZeRO-{stage} flattens the 16-bit parameters into one buffer while they still "
+                     f"hold their own storage (stage_1_and_2.py): {init / GiB:.1f} GiB, above this plan's "
+                     f"{steps / GiB:.1f} GiB of training, when that much is free (else it flattens on the CPU, a "
+                     f"slower start), so max_memory_allocated can read {init / GiB:.1f} GiB; the estimate prices "
+                     f"training (H200, Mistral 7B at 16 layers, ZeRO-2 with CPU offload, checkpointed: 15.03 GB at "
+                     f"initialization, 12.2 GB predicted and measured for its steps)")
     # ZeRO shards over data x context parallel (DeepSpeed-Ulysses' sequence-data-parallel group), as stage_terms does
     if stage == 3 and plan.data_parallel * plan.context_parallel <= 2:
         notes.append("ZeRO-3 keeps the fp32 gradient partition through backward plus the gathered and prefetched "
