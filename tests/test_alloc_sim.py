@@ -317,12 +317,12 @@ def test_offload_outside_zero2_without_accumulation_is_refused():
         deepspeed_steps(None, None, DeepSpeedSetup(zero_stage=1, micro_batch=1, grad_accum=1, seq_length=8,
                                                    offload_optimizer=True), [])
     m = ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=128)
-    check_scope(m, ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu"))
-    for plan, why in ((ParallelPlan(world_size=1, zero_stage=3, offload_optimizer="cpu"), "zero_stage=3"),
-                      (ParallelPlan(world_size=1, zero_stage=1, offload_optimizer="cpu"),
-                       "offload_optimizer=cpu with zero_stage=1"),
-                      (ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", micro_batch_size=1,
-                                    global_batch_size=2), "gradient_accumulation_steps=2"),
-                      (ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="nvme"), "offload_optimizer=nvme")):
+    base = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", overlap_comm=False)
+    check_scope(m, base)
+    for plan, why in ((base.replace(zero_stage=3), "zero_stage=3"),
+                      (base.replace(zero_stage=1), "offload_optimizer=cpu with zero_stage=1"),
+                      (base.replace(micro_batch_size=1, global_batch_size=2), "gradient_accumulation_steps=2"),
+                      (base.replace(offload_optimizer="nvme"), "offload_optimizer=nvme"),
+                      (base.replace(overlap_comm=True), "overlap_comm=True at ZeRO-2")):
         with pytest.raises(ValueError, match=why):
             check_scope(m, plan)

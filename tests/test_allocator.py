@@ -192,7 +192,7 @@ def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies()
     from workbench.specs import Implementation
 
     c = ClusterSpec(gpu="H200", gpus_per_node=1)
-    plan = ParallelPlan(world_size=1, zero_stage=2)
+    plan = ParallelPlan(world_size=1, zero_stage=2, overlap_comm=False)
     for implementation, attention, named in ((Implementation.TRANSFORMERS, "flash", True),
                                              (Implementation.MEGATRON, "unfused", True),
                                              (Implementation.MEGATRON, "flash", False)):

@@ -47,7 +47,7 @@ def test_bad_arguments_are_named():
 
 def _estimate(capsys, *extra):
     argv = ["estimate", "--model", f"hf:{HF / 'tiny-llama'}", "--gpu", "H200", "--gpus-per-node", "1",
-            "--seq", "128", "--mbs", "2", *extra]
+            "--seq", "128", "--mbs", "2", *([] if "--overlap-comm" in extra else ["--no-overlap-comm"]), *extra]
     code = main(argv)
     out, err = capsys.readouterr()
     return code, out, err
@@ -78,7 +78,8 @@ def _specs():
 
     model = import_hf(HF / "tiny-llama", seq_length=128).spec
     cluster = ClusterSpec(gpu=catalog.gpu("H200"), gpus_per_node=1, num_nodes=1)
-    return model, cluster, ParallelPlan(world_size=1, engine="deepspeed", micro_batch_size=2, global_batch_size=2)
+    return model, cluster, ParallelPlan(world_size=1, engine="deepspeed", micro_batch_size=2, global_batch_size=2,
+                                        overlap_comm=False)
 
 
 def test_cli_json_carries_the_replayed_reserve(capsys):
@@ -97,6 +98,7 @@ def test_cli_json_carries_the_replayed_reserve(capsys):
 
 
 @pytest.mark.parametrize("extra,why", [(["--zero", "3"], "this plan has zero_stage=3"),
+                                        (["--zero", "2", "--overlap-comm"], "overlap_comm=True at ZeRO-2"),
                                         (["--zero", "1", "--offload-optimizer", "cpu"],
                                          "offload_optimizer=cpu with zero_stage=1")])
 def test_cli_refuses_plans_outside_the_study(capsys, extra, why):
@@ -107,14 +109,15 @@ def test_cli_refuses_plans_outside_the_study(capsys, extra, why):
 
 
 def test_cli_refuses_a_megatron_core_model_without_unfused_attention(capsys):
-    code, out, err = main(["estimate", "--model", "llama3-8b", "--gpus-per-node", "1", "--simulate-allocator"]), \
+    code, out, err = main(["estimate", "--model", "llama3-8b", "--gpus-per-node", "1", "--no-overlap-comm",
+                           "--simulate-allocator"]), \
         *capsys.readouterr()
     assert code == 2 and out == ""
     assert allocsim.SCOPE in err and "attention=flash on a megatron-core model" in err and "\n" not in err.strip()
 
 
 TINY_MCORE = ["--layers", "2", "--hidden", "128", "--heads", "4", "--vocab", "512", "--seq", "256", "--gpu", "H200",
-              "--gpus-per-node", "1", "--mbs", "2", "--attention", "unfused"]
+              "--gpus-per-node", "1", "--mbs", "2", "--attention", "unfused", "--no-overlap-comm"]
 
 
 def test_megatron_core_model_is_traced_in_a_child_process(capsys):

@@ -627,9 +627,9 @@ REPLAY_STUDY = dict(test_runs=250, replayed=(0.026, -0.183), constant=(0.045, -0
 constant one (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-02): what the
 advisor quotes when it names the replay."""
 
-SCOPE = ("--simulate-allocator covers DeepSpeed ZeRO 0-2 on one GPU (ZeRO-2 also with the optimizer offloaded to the "
-         "CPU, without gradient accumulation), for Hugging Face models and megatron-core models with unfused attention "
-         "(the local layer spec the launcher trains)")
+SCOPE = ("--simulate-allocator covers DeepSpeed ZeRO 0-2 on one GPU without overlap_comm (ZeRO-2 also with the "
+         "optimizer offloaded to the CPU, without gradient accumulation), for Hugging Face models and megatron-core "
+         "models with unfused attention (the local layer spec the launcher trains)")
 """The opening of every refusal of :func:`check_scope`."""
 
 
@@ -641,8 +641,9 @@ def is_megatron(model) -> bool:
 
 def check_scope(model, plan) -> None:
     """``ValueError`` naming why a plan is outside what the replay models: DeepSpeed ZeRO-0/1/2 on one GPU, bf16, no
-    parameter offload, no optimizer offload but ZeRO-2's to the CPU without gradient accumulation, the default
-    allocator (no ``expandable_segments``), of a transformers model (``implementation='transformers'``) or a dense
+    parameter offload, no optimizer offload but ZeRO-2's to the CPU without gradient accumulation, ZeRO-1/2 without
+    ``overlap_comm`` (DeepSpeed's own default; the workbench's export turns it on), the default allocator (no
+    ``expandable_segments``), of a transformers model (``implementation='transformers'``) or a dense
     megatron-core model with unfused attention (the local layer spec the workbench's launcher trains) — the runs the
     study compared with measurements."""
     why = []
@@ -666,6 +667,10 @@ def check_scope(model, plan) -> None:
         why.append(f"offload_params={plan.offload_params}")
     if plan.world_size != 1:
         why.append(f"world_size={plan.world_size} (the replay traces one GPU)")
+    if plan.overlaps_comm and int(plan.zero_stage) in (1, 2):
+        why.append(f"overlap_comm=True at ZeRO-{int(plan.zero_stage)} (a second bucket and a reduction stream the "
+                   f"trace does not model; the study's runs use DeepSpeed's default for ZeRO-1/2, off: "
+                   f"--no-overlap-comm, ParallelPlan(overlap_comm=False))")
     if plan.expandable_segments:
         why.append("expandable_segments=True (the replay is the default allocator's)")
     if str(plan.precision) != "bf16":

@@ -23,8 +23,9 @@ def add_parser(sub) -> None:
     add_spec_arguments(parser)
     parser.add_argument("--simulate-allocator", action="store_true",
                         help="replay PyTorch's caching allocator over the plan's traced training steps and use its "
-                             "reserve in the overhead term instead of the constant (DeepSpeed ZeRO 0-2 on one GPU, "
-                             "ZeRO-2 also with --offload-optimizer cpu; Hugging Face models from --model hf:PATH, "
+                             "reserve in the overhead term instead of the constant (DeepSpeed ZeRO 0-2 on one GPU "
+                             "with --no-overlap-comm, ZeRO-2 also with --offload-optimizer cpu; Hugging Face models "
+                             "from --model hf:PATH, "
                              "needs torch and transformers; "
                              "megatron-core models with --attention unfused, the launcher's local layer spec, "
                              "needs torch and megatron-core)")
