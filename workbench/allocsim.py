@@ -30,9 +30,8 @@ child process by :func:`mcore_replays`). Dropout runs as CUDA's fused kernel doe
 ZeRO-0/1/2's own buffers are meta tensors allocated and dropped where its source does (:func:`deepspeed_steps`).
 Nothing is fitted; how the replayed reserve compares with the measured one on the H200 corpus is
 ``benchmarks/alloc_sim.py``'s study (``benchmarks/results/alloc_sim_h200.txt``). Scope (:func:`check_scope`):
-DeepSpeed ZeRO-0/1/2 on one GPU, bf16, default allocator, no offload but ZeRO-2's optimizer offload to the CPU;
-Hugging Face models imported from a config,
-dense megatron-core models with unfused attention.
+DeepSpeed ZeRO-0/1/2 on one GPU, bf16, default allocator, ``overlap_comm`` off, no offload but ZeRO-2's optimizer
+offload to the CPU; Hugging Face models imported from a config, dense megatron-core models with unfused attention.
 
 torch, transformers, peft and megatron-core are imported inside the functions that trace: ``workbench`` imports
 without them.
@@ -539,8 +538,9 @@ def _megatron_world(plan) -> None:
 
 def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     """The allocation events of a megatron-core ``GPTModel`` (local layer spec, as the workbench's launcher builds it:
-    :func:`workbench.runs.model.build_gpt`) trained under DeepSpeed ZeRO-0/1/2 on one GPU in bf16, from building
-    the model to the last of ``steps`` steps (:func:`deepspeed_steps`), in the order ``benchmarks/corpus/measure.py``
+    :func:`workbench.runs.model.build_gpt`) trained under DeepSpeed ZeRO-0/1/2 on one GPU in bf16 (ZeRO-2 also with
+    the plan's CPU optimizer offload), from building the model to the last of ``steps`` steps
+    (:func:`deepspeed_steps`), in the order ``benchmarks/corpus/measure.py``
     and the launcher run it: the model built (its parameters on the device; the norms' weights in fp32), DeepSpeed's
     engine casting the parameters to bf16 (``_cast_module_mixed_precision``: parameters only), DeepSpeed's optimizer
     state, then the causal mask and positions, and each micro-batch's ``seq + 1`` tokens, forward with the labels,
