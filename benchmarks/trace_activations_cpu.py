@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 from pathlib import Path
 
@@ -26,36 +25,28 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
 
 def cpu_megatron_world() -> None:
     """One rank of megatron-core on the CPU over gloo (TP = PP = 1), as ``measure.py``'s dry runs build it: one
-    torch thread, CUDA device queries answered with the CPU (rotary embeddings and the MoE router ask), the
-    workbench's CPU adapter applied. Does nothing the second time."""
+    torch thread, CUDA device queries answered with the CPU (the MoE router asks), the workbench's CPU adapter applied
+    (:func:`workbench.runs.train.single_rank_megatron`). Does nothing the second time."""
     import torch
+
+    from workbench.runs.train import single_rank_megatron
+    from workbench.specs import ParallelPlan
 
     torch.set_num_threads(1)
     torch.cuda.current_device = lambda: "cpu"
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), RANK="0",
-                      WORLD_SIZE="1", LOCAL_RANK="0")
-    from workbench.runs import cpu_adapter
-
-    cpu_adapter.apply()
-    import torch.distributed as dist
-    from megatron.core import parallel_state, tensor_parallel
-
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
-        parallel_state.initialize_model_parallel(1, 1)
-        tensor_parallel.model_parallel_cuda_manual_seed(1234)
+    single_rank_megatron(ParallelPlan(world_size=1))
 
 
 def cpu_mcore_model(dims: dict, recompute: str = "none"):
     """megatron-core's ``GPTModel`` (local layer spec) of ``dims`` as ``measure.py`` builds it, in bf16 on the CPU
-    (:func:`cpu_megatron_world`), with dropout run as ``torch.native_dropout`` (a 1-byte mask, as on a GPU)."""
+    (:func:`cpu_megatron_world`), with dropout run as CUDA runs it (:func:`workbench.allocsim.cuda_dropout`: a 1-byte
+    mask)."""
     import torch
     import torch.nn.functional as F
 
-    def dropout_as_on_gpu(input, p=0.5, training=True, inplace=False):
-        return torch.native_dropout(input, p, True)[0] if training and p > 0 else input
+    from workbench.allocsim import cuda_dropout
 
-    F.dropout = dropout_as_on_gpu
+    _, F.dropout = cuda_dropout()
     cpu_megatron_world()
     import measure
 

@@ -280,9 +280,9 @@ def test_dropout_keeps_a_one_byte_mask_as_on_cuda():
     import torch
     import torch.nn.functional as F
 
-    from workbench.allocsim import _cuda_dropout, _recorder
+    from workbench.allocsim import _recorder, cuda_dropout
 
-    real, dropout = _cuda_dropout()
+    real, dropout = cuda_dropout()
     events: list = []
     x = torch.zeros(1024, 1024, device="meta", dtype=torch.bfloat16, requires_grad=True)
     with _recorder(events):

@@ -283,7 +283,7 @@ def _cuda_softmax():
     return real, softmax
 
 
-def _cuda_dropout():
+def cuda_dropout():
     """``(real, dropout)``: ``F.dropout`` as CUDA runs it in training, ``torch.native_dropout`` (the output and a
     1-byte boolean mask kept for backward: ``at::dropout`` takes the fused kernel on CUDA), where CPU and meta build
     the mask as a tensor of the input's dtype (``_dropout_impl``: ``empty_like(input).bernoulli_()``)."""
@@ -362,12 +362,14 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     bucket = {}
     ipg = dict(elements=0, large=[], params=[], partition=None, norms=[])
 
+    def fp64_norm(q):  # get_norm_dtype: a gradient's norm through an fp64 copy of it, freed after; the 0-d norm kept
+        wide = torch.empty(q.numel(), dtype=torch.float64, device="meta")
+        return torch.linalg.vector_norm(wide)
+
     def reduce_bucket():  # reduce_ipg_grads: the bucket's gradients copied into grads_in_partition (made at the first)
         if offload:  # each gradient to the host: its norm through fp64, then an fp32 copy for the async copy
             for q in ipg["params"]:
-                wide = torch.empty(q.numel(), dtype=torch.float64, device="meta")
-                ipg["norms"].append(torch.linalg.vector_norm(wide))  # kept until the step
-                del wide
+                ipg["norms"].append(fp64_norm(q))  # kept until the step
                 staged = torch.empty(q.numel(), dtype=torch.float32, device="meta")
                 del staged
                 q.grad = None
@@ -411,11 +413,7 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         else:
             # scaled_global_norm -> get_grad_norm_direct: each gradient cast to fp64 (get_norm_dtype) for
             # its norm, one at a time; the 0-d norms are kept until they are stacked
-            norms = []
-            for p in params:
-                wide = torch.empty(p.numel(), dtype=torch.float64, device="meta")
-                norms.append(torch.linalg.vector_norm(wide))
-                del wide
+            norms = [fp64_norm(p) for p in params]
             total_norm = torch.stack(norms).pow(2).sum()
             del norms, total_norm
             # the bf16 gradients flattened (self.flatten: a new buffer, of the views into
@@ -484,7 +482,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     real_sdpa = F.scaled_dot_product_attention
     F.scaled_dot_product_attention = _flash_sdpa()
     real_softmax, F.softmax = _cuda_softmax()
-    real_dropout, F.dropout = _cuda_dropout()
+    real_dropout, F.dropout = cuda_dropout()
     try:
         with _recorder(events):
             with torch.device("meta"):
@@ -513,29 +511,6 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     return events
 
 
-def _megatron_world(plan) -> None:
-    """One gloo rank of megatron-core in this process, with the CPU adapter
-    (:func:`workbench.runs.train.megatron_setup`; the process must not see CUDA, as :func:`mcore_replays` arranges).
-    Does nothing the second time."""
-    import os
-    import socket
-
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-        dist.init_process_group("gloo")
-    from megatron.core import parallel_state
-
-    if not parallel_state.model_parallel_is_initialized():
-        from workbench.runs.train import megatron_setup
-
-        megatron_setup(plan, seed=1234)
-
-
 def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     """The allocation events of a megatron-core ``GPTModel`` (local layer spec, as the workbench's launcher builds it:
     :func:`workbench.runs.model.build_gpt`) trained under DeepSpeed ZeRO-0/1/2 on one GPU in bf16 (ZeRO-2 also with
@@ -557,7 +532,9 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
                            grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
                            offload_optimizer=str(plan.offload_optimizer) == "cpu")
-    _megatron_world(plan)
+    from workbench.runs.train import single_rank_megatron
+
+    single_rank_megatron(plan)  # in a process that does not see CUDA (mcore_replays): the CPU adapter applies
     from megatron.core import parallel_state
 
     # megatron-core's attention workspace is process-wide: a fresh one, so that this trace allocates its own
@@ -570,7 +547,7 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
         return None if tensor.device.type == "meta" else real_all_reduce(tensor, *args, **kwargs)
 
     dist.all_reduce = all_reduce
-    real_dropout, F.dropout = _cuda_dropout()
+    real_dropout, F.dropout = cuda_dropout()
     try:
         with cpu_adapter.meta_device(), _recorder(events):
             with torch.device("meta"):

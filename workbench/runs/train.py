@@ -140,6 +140,26 @@ def megatron_setup(plan, seed: int) -> None:
     model_parallel_cuda_manual_seed(seed)
 
 
+def single_rank_megatron(plan, seed: int = 1234) -> None:
+    """One gloo rank of megatron-core in this process on a free local port (:func:`megatron_setup`: the CPU adapter
+    when CUDA is absent, the parallel state of ``plan``, the RNG tracker), for work that builds megatron-core models
+    outside a launched run (the allocation trace, the CPU counting scripts). Does nothing the second time."""
+    import socket
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        dist.init_process_group("gloo")
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        megatron_setup(plan, seed)
+
+
 class MegatronMpu:
     """DeepSpeed's model-parallel-unit interface over megatron-core's ``parallel_state``. Its model-parallel group is
     megatron's tensor x pipeline group (DeepSpeed sums gradient-norm squares over it), its tensor-parallel rank
