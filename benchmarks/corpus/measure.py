@@ -45,6 +45,11 @@ from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER
 
 from step_stats import step_protocol, steady_seconds, timed_summary  # noqa: E402
 
+from host_probe import cpu_model, host_probe  # noqa: E402
+
+PROCESS_STARTED = time.time()
+"""When this process started (its imports of torch, DeepSpeed, megatron-core and transformers follow)."""
+
 RUN_TIMEOUT_SECONDS = 150  # a per-process run that takes longer is killed (and recorded as crashed)
 ENV_KEYS = ("OMP_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS",
             "NCCL_NVLS_ENABLE", "TORCH_EXTENSIONS_DIR", "CUDA_VISIBLE_DEVICES")
@@ -63,7 +68,8 @@ def versions() -> dict:
 
 
 def provenance() -> dict:
-    return gpu_provenance(platform=platform.platform(), **versions(), env={k: os.environ.get(k) for k in ENV_KEYS})
+    return gpu_provenance(platform=platform.platform(), cpu_model=cpu_model(), **versions(),
+                          env={k: os.environ.get(k) for k in ENV_KEYS})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -332,10 +338,15 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         rec["init_seconds"] = time.perf_counter() - t_start
         times, losses = [], []
         # steps and timed steps per step_stats.step_protocol (ZeRO-3 warms up longer), recorded in the record
-        steps, timed = step_protocol(cfg.get("zero", 0) if cfg["stack"] != "mcore-ddp" else 0)
+        # (a configuration may set its own ``protocol``: [steps, timed], e.g. the step-noise study's longer runs)
+        steps, timed = cfg.get("protocol") or step_protocol(cfg.get("zero", 0) if cfg["stack"] != "mcore-ddp" else 0)
         if dry:
             steps, timed = 2, 1
-        for _ in range(steps):
+        if not dry:
+            rec["host_probe_before"] = host_probe(torch)
+        for i in range(steps):
+            if i == steps - timed:
+                rec["timed_started_epoch"] = time.time()
             sync()
             if world > 1:  # start every rank's clock together
                 dist.barrier()
@@ -345,6 +356,9 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
             sync()
             times.append(time.perf_counter() - t0)
             losses.append(loss)
+        rec["timed_ended_epoch"] = time.time()
+        if not dry:
+            rec["host_probe_after"] = host_probe(torch)
         rec.update(mem_now())
         rec.update(status="ok", steps=len(times), warmup_steps=len(times) - timed, timed_steps=timed,
                    step_seconds=times, losses=losses, step_seconds_median=steady_seconds(times, timed),
@@ -449,9 +463,12 @@ def worker(group: str, skip: set, out: Path, dry: bool, deadline: float, go_file
     import deepspeed
     from megatron.core import parallel_state, tensor_parallel
 
+    imports_done = time.time()
     if go_file is not None:  # one run per process: imports are done; touch no GPU before it is ours
         while not go_file.exists():
             time.sleep(0.05)
+    process_times = dict(process_started_epoch=PROCESS_STARTED, imports_done_epoch=imports_done, go_epoch=time.time(),
+                         processes_started_ahead=int(os.environ.get("CORPUS_AHEAD", "-1")))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     elif dry:  # megatron-core's DDP and optimizers allocate on "cuda" unconditionally: the CPU dry run adapts them
@@ -486,6 +503,7 @@ def worker(group: str, skip: set, out: Path, dry: bool, deadline: float, go_file
             with open(out.with_suffix(".started"), "a") as fh:
                 fh.write(cfg["run_id"] + "\n")
         rec = one_run(cfg, dry, i)
+        rec.update(process_times if i == 0 else {})
         rec["provenance"] = dict(prov, omp_num_threads_at_run=rec.get("omp_num_threads"))
         with open(target, "a") as fh:
             fh.write(json.dumps(rec, default=str) + "\n")
@@ -595,7 +613,11 @@ def kill_group(proc) -> None:
 def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, ahead: int = 3) -> None:
     """Every run in a fresh process (clean allocator, context and DeepSpeed state). To hide the ~15 s of imports
     per process, ``ahead`` next processes are started early and wait, imports done and CUDA untouched, for a go
-    file; only one process at a time touches the GPU."""
+    file; only one process at a time touches the GPU. With ``ahead`` 0 the next process starts only after the
+    run before it ended, so no import runs beside a measured run (slower; the step-noise study compares both). Every
+    record says which (``processes_started_ahead``) and when its process started, finished its imports and got the
+    GPU, so a run's timed steps can be set beside other processes' imports."""
+    slots = max(ahead, 1)
     deadline = time.time() + budget
     gate = Path(os.environ.get("TMPDIR", "/tmp")) / f"corpus_gates_{os.getpid()}"
     gate.mkdir(parents=True, exist_ok=True)
@@ -607,7 +629,7 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
         cmd = [sys.executable, __file__, "--worker", rid, "--out", str(out), "--deadline", str(deadline),
                "--go-file", str(go)] + (["--dry-run"] if dry else [])
         cfg = next(c for c in all_runs() if c["run_id"] == rid)
-        env = dict(os.environ)
+        env = dict(os.environ, CORPUS_AHEAD=str(ahead))
         if cfg.get("omp_threads"):  # the OpenMP runtime (CPU Adam's threads) reads it when it loads
             env["OMP_NUM_THREADS"] = str(cfg["omp_threads"])  # torchrun keeps a value that is set
         if cfg.get("expandable_segments"):  # read by the CUDA caching allocator when it starts
@@ -617,7 +639,7 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
                    f"--nproc_per_node={cfg['world']}"] + cmd[1:]
         return rid, go, subprocess.Popen(cmd, env=env, start_new_session=True)  # killable as a process group
 
-    pending = [spawn(rid, i) for i, rid in enumerate(todo[:ahead])]
+    pending = [spawn(rid, i) for i, rid in enumerate(todo[:slots])]
     nxt = len(pending)
     try:
         while pending:
@@ -626,7 +648,7 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
                 kill_group(proc)
                 continue
             # start the next process's imports now, unless this run's timing depends on the host CPUs (CPU Adam)
-            early = "/off-" not in rid
+            early = "/off-" not in rid and ahead > 0
             if early and nxt < len(todo) and time.time() < deadline:
                 pending.append(spawn(todo[nxt], nxt))
                 nxt += 1
@@ -651,7 +673,7 @@ def driver_one_per_process(run_ids: list, out: Path, dry: bool, budget: float, a
                                          "stack": cfg["stack"], "status": "crashed",
                                          "error": f"process exit code {rc}"}) + "\n")
                 print(f"[{rid}] crashed (exit {rc})", flush=True)
-            while nxt < len(todo) and time.time() < deadline and len(pending) < ahead:
+            while nxt < len(todo) and time.time() < deadline and len(pending) < slots:
                 pending.append(spawn(todo[nxt], nxt))
                 nxt += 1
     finally:  # also when this driver fails: no waiting process is left behind
@@ -734,6 +756,9 @@ def main(argv=None) -> int:
     ap.add_argument("--go-file", type=Path)
     ap.add_argument("--per-process", action="store_true", help="every run in its own process (the default way)")
     ap.add_argument("--only", default="", help="comma-separated substrings of run ids to keep")
+    ap.add_argument("--ahead", type=int, default=3,
+                    help="with --per-process: processes started early to hide their imports (0: none, each run alone "
+                         "on the host)")
     args = ap.parse_args(argv)
     if args.list:
         runs = all_runs()
@@ -755,7 +780,7 @@ def main(argv=None) -> int:
     if args.per_process:
         ids = [r["run_id"] for g in groups for r in all_runs() if r["group"] == g
                and (not args.only or any(o in r["run_id"] for o in args.only.split(",")))]
-        driver_one_per_process(ids, args.out, args.dry_run, args.budget_seconds)
+        driver_one_per_process(ids, args.out, args.dry_run, args.budget_seconds, args.ahead)
     else:
         driver(groups, args.out, args.dry_run, args.budget_seconds)
     return 0

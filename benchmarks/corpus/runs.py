@@ -1122,6 +1122,15 @@ GROUPS = {
         dict(_hf("hf-gpt2-h1024-l24", 2, "sdpa", mbs=4, ckpt=True), repeat=1),
         dict(_hf("hf-llama-h3072-l28", 2, "sdpa", ckpt=True), repeat=1),
     ],
+    # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
+    # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
+    # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
+    # steps; reps 11-14 with the next processes importing beside them (measure.py --ahead 3, as the corpus was
+    # measured), reps 15-18 alone on the host (--ahead 0)
+    "noise": [dict(cfg, repeat=k, protocol=[20, 10] if cfg.get("zero") == 3 else [16, 10])
+              for k in range(11, 19) for cfg in (
+                  _hf("hf-qwen2-h1536-l16", 1, "sdpa"), _hf("hf-qwen2-h1536-l16", 2, "sdpa", ckpt=True),
+                  _ds("mc-h1024-gelu", 3, mbs=4))],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
     "gasfit": [

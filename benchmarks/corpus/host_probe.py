@@ -1,0 +1,89 @@
+"""What the host and the GPU were doing around a measured run's timed steps.
+
+Host-bound training steps (thin models, small micro-batches, ZeRO-3's hooks, Hugging Face's Python) run at the
+speed of one CPU core issuing kernels. Two processes running the same configuration on the same machine minutes
+apart were measured up to 40 % apart (``bench_accuracy.py``'s REPEATABILITY table), with each process's own
+steps within 1-2 %. :func:`host_probe` records, just before and after a run's timed steps, how fast the host was
+at that moment by two fixed workloads — a pure-Python loop and a burst of tiny CUDA launches (the per-op dispatch
+cost a host-bound step pays thousands of times) — beside the load average, the cores' clock and the GPU's clocks,
+so a slow run can be told from a slow host.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+PYTHON_LOOP = 1_000_000
+"""Iterations of the pure-Python loop (about 30-60 ms on a current server core)."""
+LAUNCHES = 2000
+"""Tiny in-place CUDA adds timed back to back (each is a few microseconds of host dispatch, ~2 µs on the GPU)."""
+
+
+def python_loop_seconds(n: int = PYTHON_LOOP) -> float:
+    """Seconds for ``n`` iterations of a Python ``for`` loop adding integers (the interpreter's speed right now)."""
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(n):
+        s += i
+    return time.perf_counter() - t0
+
+
+def launch_microseconds(torch, n: int = LAUNCHES) -> float | None:
+    """Host microseconds per tiny CUDA kernel launch (``x.add_(1)`` on one element, ``n`` in a row, one
+    synchronize), or ``None`` without CUDA. The GPU finishes each add faster than the host issues the next, so this
+    is the dispatch cost of PyTorch's eager mode on this host now."""
+    if not torch.cuda.is_available():
+        return None
+    x = torch.zeros(1, device="cuda")
+    for _ in range(100):
+        x.add_(1)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add_(1)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def cpu_mhz() -> list[float]:
+    """Each core's current clock from ``/proc/cpuinfo`` (empty where the kernel does not report it)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return [float(line.split(":")[1]) for line in fh if line.startswith("cpu MHz")]
+    except OSError:
+        return []
+
+
+def cpu_model() -> str | None:
+    """The host CPU's model name from ``/proc/cpuinfo``."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
+def gpu_state() -> dict:
+    """GPU 0's SM and memory clocks (MHz), temperature (C), power draw (W) and utilization (%) from NVML, or
+    ``{"nvml": "<why not>"}``."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(int(os.environ.get("LOCAL_RANK", "0")))
+        util = pynvml.nvmlDeviceGetUtilizationRates(h)
+        return dict(gpu_sm_mhz=pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                    gpu_mem_mhz=pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                    gpu_temp_c=pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                    gpu_power_w=pynvml.nvmlDeviceGetPowerUsage(h) / 1000, gpu_util_pct=util.gpu)
+    except Exception as exc:  # recorded, not fatal
+        return {"nvml": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+def host_probe(torch) -> dict:
+    """One snapshot: ``python_loop_s``, ``launch_us``, ``loadavg`` (1, 5, 15 min), ``cpu_mhz_mean`` /
+    ``cpu_mhz_max``, the :func:`gpu_state` fields, and ``epoch`` (``time.time()`` when it was taken)."""
+    mhz = cpu_mhz()
+    return dict(epoch=time.time(), python_loop_s=python_loop_seconds(), launch_us=launch_microseconds(torch),
+                loadavg=list(os.getloadavg()), cpu_mhz_mean=sum(mhz) / len(mhz) if mhz else None,
+                cpu_mhz_max=max(mhz) if mhz else None, **gpu_state())
