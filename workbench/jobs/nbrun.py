@@ -196,8 +196,8 @@ def run_notebook(notebook, parameters: dict | None = None, *, out_dir=None, run_
     spec_path, result_path = folder / ".spec.json", folder / ".result.json"
     spec_path.write_text(json.dumps({
         "input": str(nb_path), "output": str(executed), "parameters": typed, "kernel_name": kernel_name,
-        "execution_timeout": timeout_seconds, "cwd": str(nb_path.parent), "result": str(result_path),
-        "parent_pid": os.getpid()}))
+        "execution_timeout": timeout_seconds, "cwd": str(nb_path.parent), "log": str(folder / "worker.log"),
+        "result": str(result_path), "parent_pid": os.getpid()}))
     t0 = time.monotonic()
     killed = None
     with open(folder / "worker.log", "wb") as log:
