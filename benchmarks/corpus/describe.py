@@ -62,7 +62,7 @@ def description(r: dict) -> dict:
         lora = r.get("lora") or {}
         if lora:  # peft's module names -> the plan's projection names
             names = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "c_attn": ["q", "k", "v"],
-                     "c_proj": "o"}
+                     "qkv_proj": ["q", "k", "v"], "c_proj": "o"}
             targets = []
             for t in lora["target_modules"]:
                 v = names[t]
