@@ -96,10 +96,12 @@ class Row:
         return (1 + self.constant_reserve) / (1 + self.measured_reserve) - 1
 
 
-def simulate(rec: dict, split: str, replayed: dict | None = None) -> Row:
+def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | None = None) -> Row:
     """One in-scope corpus record: the simulated reserve beside the measured one and the constant, and the
     estimator's whole-device error with either. ``replayed``: the record's replay already made (a megatron-core
-    record's, from :func:`workbench.allocsim.mcore_replays`); else its transformers trace is replayed here."""
+    record's, from :func:`workbench.allocsim.mcore_replays`); else its transformers trace is replayed here.
+    ``run``: the record's run already described (:func:`corpus_runs`, a megatron-core record's, whose specs its
+    replay was traced from), so that its specs are built once; else described here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_accuracy import corpus_run, predict
     from workbench.memory import RESERVE_FRACTION
@@ -109,7 +111,7 @@ def simulate(rec: dict, split: str, replayed: dict | None = None) -> Row:
         replayed = dict(reserve_fraction=a.reserve_fraction, peak_allocated_bytes=a.peak_allocated_bytes)
     constant = RESERVE_FRACTION["deepspeed"]
     device = device_sim = None
-    run = corpus_run(rec)
+    run = corpus_run(rec) if run is None else run
     if run is not None and run["measured"].get("device"):
         p, measured = predict(run), run["measured"]["device"]
         device = p["device"] / measured - 1
@@ -121,18 +123,22 @@ def simulate(rec: dict, split: str, replayed: dict | None = None) -> Row:
                device_error=device, device_error_simulated=device_sim)
 
 
-def mcore_replays(recs: list) -> list:
-    """The megatron-core records' replays, all in one child process (:func:`workbench.allocsim.mcore_replays`),
-    each traced from the record's own specs as ``benchmarks/bench_accuracy.py`` describes the run."""
+def corpus_runs(recs: list) -> list:
+    """The records' runs as ``benchmarks/bench_accuracy.py`` describes them (``corpus_run``: the model, cluster and
+    plan specs, the measured peaks), built once so that a megatron-core record's replay and its estimate read the
+    same specs."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_accuracy import corpus_run
 
-    jobs = []
-    for rec in recs:
-        run = corpus_run(rec)
-        jobs.append((run["model"], run["cluster"], run["plan"]))
+    return [corpus_run(rec) for rec in recs]
+
+
+def mcore_replays(runs: list) -> list:
+    """The megatron-core records' replays, all in one child process (:func:`workbench.allocsim.mcore_replays`),
+    each traced from the specs of the record's run (:func:`corpus_runs`)."""
+    jobs = [(run["model"], run["cluster"], run["plan"]) for run in runs]
     out = allocsim.mcore_replays(jobs, capacity_bytes=H200_BYTES - _outside_bytes())
-    failed = [(rec["run_id"], o["error"]) for rec, o in zip(recs, out) if "error" in o]
+    failed = [(run["run_id"], o["error"]) for run, o in zip(runs, out) if "error" in o]
     if failed:
         raise SystemExit("megatron-core traces failed: " + "; ".join(f"{r}: {e}" for r, e in failed))
     return out
@@ -204,10 +210,12 @@ def main(argv=None) -> int:
         if in_scope(rec) and args.only in rec["run_id"] and rec["shape_id"] in side:
             recs.append(rec)
     mcore = [r for r in recs if r["stack"] == "mcore-ds"]
-    done = dict(zip((r["run_id"] for r in mcore), mcore_replays(mcore)))
+    runs = corpus_runs(mcore)  # their specs, built once: traced from, then estimated
+    done = dict(zip((r["run_id"] for r in mcore), zip(runs, mcore_replays(runs))))
     rows = []
     for rec in recs:
-        row = simulate(rec, side[rec["shape_id"]], done.get(rec["run_id"]))
+        run, replayed = done.get(rec["run_id"], (None, None))
+        row = simulate(rec, side[rec["shape_id"]], replayed, run)
         rows.append(row)
         if args.runs:
             dev = ("" if row.device_error is None else

@@ -167,6 +167,83 @@ def test_estimate_keyword_takes_the_hf_model():
         estimate(model, cluster, plan.replace(zero_stage=3), simulate_allocator=hf)
 
 
+def _tiny_mcore_specs():
+    from workbench.cli import build_parser
+    from workbench.commands.common import specs_from_args
+
+    return specs_from_args(build_parser().parse_args(["estimate", *TINY_MCORE]))
+
+
+def test_simulate_allocator_is_read_alike_for_both_kinds_of_model(monkeypatch):
+    """``estimate(..., simulate_allocator=...)`` hands the replay what the caller gave by one rule for transformers
+    and megatron-core models: a megatron-core model is traced from its specs (``True``); a config given for it is
+    refused, as ``True`` is for a transformers model, instead of being dropped. The replay itself is stubbed."""
+    from workbench.estimate import estimate
+
+    hf = import_hf(HF / "tiny-llama", seq_length=128)
+    mcore = _tiny_mcore_specs()
+    with pytest.raises(ValueError, match="megatron-core model, traced from its specs"):
+        allocsim.plan_reserve_fraction(*mcore, hf.config)  # refused before anything is traced
+    given = []
+
+    def replay(model, cluster, plan, config=None, **kwargs):
+        given.append((model, config))
+        return 0.01
+
+    monkeypatch.setattr(allocsim, "plan_reserve_fraction", replay)
+    assert estimate(*mcore, checks=False, simulate_allocator=True).reserve_fraction == 0.01
+    assert given == [(mcore[0], None)]
+    for config in (hf, hf.config, str(HF / "tiny-llama")):
+        with pytest.raises(ValueError, match="is traced from its specs, not from a config: pass "
+                                             "simulate_allocator=True"):
+            estimate(*mcore, checks=False, simulate_allocator=config)
+    assert len(given) == 1  # nothing was replayed without the caller's value
+    model, cluster, plan = _specs()
+    for config in (hf, hf.config, str(HF / "tiny-llama")):
+        assert estimate(model, cluster, plan, checks=False, simulate_allocator=config).reserve_fraction == 0.01
+        assert given[-1] == (model, hf.config)
+
+
+def test_one_scope_check_per_cli_estimate(monkeypatch, capsys):
+    """``workbench estimate --simulate-allocator`` checks the plan's scope once (in the estimate) before it replays,
+    for both kinds of model; the replays are stubbed and count the checks made before them."""
+    real = allocsim.check_scope
+    checks, seen = [], []
+
+    def check_scope(model, plan):
+        checks.append(model.name)
+        return real(model, plan)
+
+    monkeypatch.setattr(allocsim, "check_scope", check_scope)
+    monkeypatch.setattr(allocsim, "replayed_reserve_fraction", lambda *a, **k: seen.append(len(checks)) or 0.01)
+    monkeypatch.setattr(allocsim, "_run_mcore_jobs",
+                        lambda payload: seen.append(len(checks)) or [dict(reserve_fraction=0.01)] * len(payload))
+    code, _, _ = _estimate(capsys, "--simulate-allocator", "--json")
+    assert code == 0 and seen == [1]
+    checks.clear()
+    assert main(["estimate", *TINY_MCORE, "--simulate-allocator", "--json"]) == 0
+    capsys.readouterr()
+    assert seen == [1, 1]
+
+
+def test_cli_refuses_a_transformers_model_without_its_config_after_the_scope_check():
+    """A transformers model not imported from a config (no ``--model hf:PATH``) is refused by the CLI with the scope
+    sentence; a plan outside the scope is named first."""
+    from argparse import Namespace
+
+    from workbench.commands.estimate import _replay_given
+
+    model, _, plan = _specs()
+    with pytest.raises(ValueError, match="zero_stage=3"):
+        _replay_given(Namespace(model=None), model, plan.replace(zero_stage=3))
+    with pytest.raises(ValueError) as refused:
+        _replay_given(Namespace(model=None), model, plan)
+    assert str(refused.value) == (f"{allocsim.SCOPE}; this plan's transformers model {model.name} is not imported "
+                                  f"from a config (--model hf:PATH)")
+    assert _replay_given(Namespace(model=f"hf:{HF / 'tiny-llama'}"), model, plan) == str(HF / "tiny-llama")
+    assert _replay_given(Namespace(model=None), _tiny_mcore_specs()[0], plan) is True
+
+
 def test_workbench_imports_without_torch():
     code = ("import sys, workbench, workbench.allocsim, workbench.estimate, workbench.commands.estimate; "
             "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")

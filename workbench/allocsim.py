@@ -699,18 +699,24 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
     return alloc.reserve_fraction
 
 
-def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None) -> float:
+def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *, scope_checked: bool = False) -> float:
     """The replayed reserve fraction of a plan (checked by :func:`check_scope`); the allocator may reserve the GPU
     less DeepSpeed's memory outside it. A transformers model is rebuilt from ``config`` (its Hugging Face
     ``config.json`` dict; :func:`replayed_reserve_fraction` with the plan's sequence, micro-batch, accumulation,
     attention, ZeRO stage, LoRA and gradient checkpointing, ``recompute='full'``); a megatron-core model from its
-    specs, in a child process (:func:`mcore_replays`)."""
+    specs, in a child process (:func:`mcore_replays`), and a ``config`` given for it is refused rather than ignored.
+    ``scope_checked``: the caller has already run :func:`check_scope` on this very model and plan (``estimate``,
+    which checks before it reads what to trace from), so that one estimate checks its plan once."""
     from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
 
-    check_scope(model, plan)
+    if not scope_checked:
+        check_scope(model, plan)
     capacity = cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
     if is_megatron(model):
-        (out,) = mcore_replays([(model, cluster, plan)], capacity_bytes=capacity)
+        if config is not None:
+            raise ValueError(f"model {model.name} is a megatron-core model, traced from its specs: it takes no "
+                             f"Hugging Face config")
+        (out,) = _run_mcore_jobs([_mcore_job(model, cluster, plan, capacity_bytes=capacity, steps=6)])
         if "error" in out:
             raise RuntimeError(f"the megatron-core allocation trace of {model.name} failed: {out['error']}")
         return out["reserve_fraction"]
@@ -739,6 +745,31 @@ def mcore_replays(jobs: list, *, capacity_bytes: Optional[int] = None, steps: in
     the caller. Returns per job ``{reserve_fraction, peak_allocated_bytes, peak_reserved_bytes}``, or ``{error}``
     when that job's trace failed. ``capacity_bytes``: what the allocator may reserve (default each job's GPU less
     DeepSpeed's memory outside the allocator); a trace that would pass it is replayed without the limit."""
+    payload = []
+    for model, cluster, plan in jobs:
+        check_scope(model, plan)
+        if not is_megatron(model):
+            raise ValueError(f"model {model.name} is a {model.implementation} model; mcore_replays traces "
+                             f"megatron-core models")
+        payload.append(_mcore_job(model, cluster, plan, capacity_bytes=capacity_bytes, steps=steps))
+    return _run_mcore_jobs(payload)
+
+
+def _mcore_job(model, cluster, plan, *, capacity_bytes: Optional[int], steps: int) -> dict:
+    """One job of the child process of :func:`mcore_replays` as JSON-ready data, for a megatron-core model and a plan
+    already checked: the specs, what the allocator may reserve (``None``: the job's GPU less DeepSpeed's memory
+    outside the allocator) and the number of steps."""
+    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
+    from workbench.runs.specio import specs_to_dict
+
+    cap = capacity_bytes if capacity_bytes is not None else \
+        cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+    return dict(specs=specs_to_dict(model, cluster, plan), capacity_bytes=int(cap), steps=int(steps))
+
+
+def _run_mcore_jobs(payload: list) -> list:
+    """The jobs of :func:`_mcore_job` traced and replayed in one child process (:func:`_replay_jobs`), without
+    checking them again: :func:`mcore_replays` and :func:`plan_reserve_fraction` have checked their scope."""
     import json
     import os
     import subprocess
@@ -746,18 +777,6 @@ def mcore_replays(jobs: list, *, capacity_bytes: Optional[int] = None, steps: in
     import tempfile
     from pathlib import Path
 
-    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
-    from workbench.runs.specio import specs_to_dict
-
-    payload = []
-    for model, cluster, plan in jobs:
-        check_scope(model, plan)
-        if not is_megatron(model):
-            raise ValueError(f"model {model.name} is a {model.implementation} model; mcore_replays traces "
-                             f"megatron-core models")
-        cap = capacity_bytes if capacity_bytes is not None else \
-            cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
-        payload.append(dict(specs=specs_to_dict(model, cluster, plan), capacity_bytes=int(cap), steps=int(steps)))
     if not payload:
         return []
     root = str(Path(__file__).resolve().parents[1])

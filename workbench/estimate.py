@@ -66,7 +66,8 @@ class EvaluatedPlan:
         model shapes for this engine (:func:`workbench.memory.error_band`); zeros and a note without a band."""
         from workbench.memory import error_band
 
-        band = (error_band(self.plan.engine, "step", self.plan.recompute, zero_stage=self.plan.zero_stage)
+        band = (error_band(self.plan.engine, "step", self.plan.recompute, zero_stage=self.plan.zero_stage,
+                           host_share=self.time.host_share)
                 if self.time is not None else None)
         if band is None:
             return 0.0, 0.0, f"no held-out step-time measurements for engine {self.plan.engine}"
@@ -207,9 +208,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     (:func:`workbench.allocsim.plan_reserve_fraction`) and use its reserve in the overhead term — for a
     transformers model its Hugging Face config (a :class:`workbench.hf.HFModel`, a ``config.json`` dict, or the path
     of the file or its directory; needs torch and transformers), for a megatron-core model ``True`` (traced from
-    the specs; needs torch and megatron-core); ``None``/``False``: the constant reserve. Only DeepSpeed ZeRO-0/1/2
-    on one GPU (ZeRO-2 also with the optimizer offloaded to the CPU), megatron-core models with unfused attention
-    (:func:`workbench.allocsim.check_scope`)."""
+    the specs; needs torch and megatron-core; anything else is refused); ``None``/``False``: the constant reserve.
+    Only DeepSpeed ZeRO-0/1/2 on one GPU (ZeRO-2 also with the optimizer offloaded to the CPU), megatron-core models
+    with unfused attention (:func:`workbench.allocsim.check_scope`)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
 
     if overlap_comm is not None:
@@ -239,23 +240,38 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
 
 
 def _replayed_reserve(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, simulate_allocator):
-    """The replayed reserve fraction for ``estimate(..., simulate_allocator=...)``, or ``None`` when it is off."""
+    """The replayed reserve fraction for ``estimate(..., simulate_allocator=...)``, or ``None`` when it is off. The
+    plan's scope is checked here, once, before what to trace from is read (an out-of-scope plan is named first), and
+    the replay is told so."""
     if simulate_allocator is None or simulate_allocator is False:
         return None
     from workbench import allocsim
-    from workbench.hf import HFModel, read_config
 
     allocsim.check_scope(model, plan)
-    if allocsim.is_megatron(model):  # traced from the specs themselves
-        return allocsim.plan_reserve_fraction(model, cluster, plan)
-    if isinstance(simulate_allocator, HFModel):
-        config = simulate_allocator.config
-    elif simulate_allocator is True:
+    config = _replay_config(model, simulate_allocator)
+    return allocsim.plan_reserve_fraction(model, cluster, plan, config, scope_checked=True)
+
+
+def _replay_config(model: ModelSpec, given) -> Optional[dict]:
+    """What ``simulate_allocator=given`` (neither ``None`` nor ``False``) has the replay trace ``model`` from, by
+    one rule for both kinds of model so that neither path drops what the caller gave: a megatron-core model is
+    traced from its specs (``None``; ``given`` must be ``True``, a config given for it is refused rather than
+    ignored), a transformers model from its Hugging Face ``config.json`` dict (``given`` an HFModel, the dict or its
+    path; ``True`` is refused, naming what to give)."""
+    from workbench import allocsim
+    from workbench.hf import HFModel, read_config
+
+    if allocsim.is_megatron(model):
+        if given is not True:
+            raise ValueError(f"simulate_allocator is a {type(given).__name__}, but megatron-core model {model.name} "
+                             f"is traced from its specs, not from a config: pass simulate_allocator=True")
+        return None
+    if isinstance(given, HFModel):
+        return given.config
+    if given is True:
         raise ValueError(f"simulate_allocator=True: give the Hugging Face config of model {model.name} (its "
                          f"HFModel from workbench.hf.import_hf, the config.json dict or its path) to trace")
-    else:
-        config = read_config(simulate_allocator)
-    return allocsim.plan_reserve_fraction(model, cluster, plan, config)
+    return read_config(given)
 
 
 def _layout_of(out: EvaluatedPlan):

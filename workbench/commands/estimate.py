@@ -145,23 +145,29 @@ def render(est) -> str:
     return "\n".join(lines)
 
 
+def _replay_given(args, model, plan):
+    """What ``--simulate-allocator`` has :func:`workbench.estimate.estimate` replay the allocator from
+    (``simulate_allocator=``): ``True`` for a megatron-core model (traced from its specs), the ``--model hf:PATH``
+    config of a transformers model. The estimate checks the plan's scope (:func:`workbench.allocsim.check_scope`)
+    before it reads either, so it is not checked here too; a transformers model not imported from a config is
+    refused here, after that same check, so that an out-of-scope plan is still named first."""
+    from workbench.allocsim import SCOPE, check_scope, is_megatron
+
+    if is_megatron(model):
+        return True
+    if str(args.model or "").startswith("hf:"):
+        return args.model[3:]
+    check_scope(model, plan)
+    raise ValueError(f"{SCOPE}; this plan's transformers model {model.name} is not imported from a config "
+                     f"(--model hf:PATH)")
+
+
 def run(args) -> int:
     from workbench.cli import print_json
     from workbench.estimate import estimate
 
     model, cluster, plan = specs_from_args(args)
-    simulate = None
-    if args.simulate_allocator:
-        from workbench.allocsim import SCOPE, check_scope, is_megatron
-
-        check_scope(model, plan)
-        if is_megatron(model):
-            simulate = True  # traced from the specs
-        elif str(args.model or "").startswith("hf:"):
-            simulate = args.model[3:]
-        else:
-            raise ValueError(f"{SCOPE}; this plan's transformers model {model.name} is not imported from a config "
-                             f"(--model hf:PATH)")
+    simulate = _replay_given(args, model, plan) if args.simulate_allocator else None
     est = estimate(model, cluster, plan, profile=profile_from_args(args), simulate_allocator=simulate)
     if args.json:
         print_json(est.to_dict())
