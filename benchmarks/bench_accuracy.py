@@ -269,7 +269,8 @@ def predict(run) -> dict:
     est = estimate(run["model"], run["cluster"], run["plan"])
     mem = est.memory.to_dict()
     return dict(allocated=mem["allocated_bytes"], device=mem["per_gpu_peak_bytes"],
-                step=est.time.step_seconds if est.time is not None else None)
+                step=est.time.step_seconds if est.time is not None else None,
+                host_share=est.time.host_share if est.time is not None else None)
 
 
 def errors(run, predicted) -> dict:
@@ -328,6 +329,26 @@ def regime_lines(rows: list, title: str) -> list[str]:
     return lines
 
 
+HOST_SHARE_BINS = ((0.0, 0.1), (0.1, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 1.01))
+"""Bins of the predicted host share (:func:`workbench.timing.host_share`) for :func:`host_share_lines`."""
+
+
+def host_share_lines(rows: list, title: str) -> list[str]:
+    """Step time by the predicted host share of the step, ZeRO-3 apart (its own band): how the error grows with
+    the part of the step the host's speed decides."""
+    from workbench.memory import HOST_BOUND_SHARE
+
+    lines = [title]
+    for label, z3 in (("ZeRO-0/1/2 and megatron-core", False), ("ZeRO-3", True)):
+        for lo, hi in HOST_SHARE_BINS:
+            sel = [e["step"] for r, e in rows if (int(r["plan"].zero_stage) >= 3) == z3
+                   and r["predicted"].get("host_share") is not None and lo <= r["predicted"]["host_share"] < hi]
+            if sel:
+                mark = "host-bound" if lo >= HOST_BOUND_SHARE else "GPU-bound"
+                lines.append(f"  {label:<29} share {lo:.1f}-{min(hi, 1.0):.1f} {mark:<10}{fmt(summary(sel))}")
+    return lines
+
+
 def band_entry(sel: list, q: str):
     """The band entry of runs ``sel`` for quantity ``q`` (``None`` without a measured and predicted value)."""
     import numpy as np
@@ -363,8 +384,10 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
     (:func:`repeatability` of every run, fit and test alike: it measures the measurement, not the model) adds the
     step entry
     ``deepspeed/zero3``: the held-out ZeRO-3 runs' band, each side at least their configurations' process-to-process
-    :func:`noise_band`."""
-    from workbench.memory import EXPANDABLE_BAND_SUFFIX, ZERO3_BAND_SUFFIX
+    :func:`noise_band`. Below ZeRO-3 each engine's runs also get a step entry by their predicted host share
+    (``ENGINE/host-bound``, ``ENGINE/gpu-bound``: :func:`workbench.memory.step_regime_suffix`)."""
+    from workbench.memory import (EXPANDABLE_BAND_SUFFIX, GPU_BOUND_SUFFIX, HOST_BOUND_SUFFIX, ZERO3_BAND_SUFFIX,
+                                  step_regime_suffix)
 
     out = {}
     keys = {engine_of(r) for r, _ in rows} | {f"{engine_of(r)}/{r['plan'].recompute}" for r, _ in rows}
@@ -389,6 +412,13 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
                      low_fraction=max(entry["low_fraction"], floor["low_fraction"]),
                      high_fraction=max(entry["high_fraction"], floor["high_fraction"]))
         out["step"][f"deepspeed/{ZERO3_BAND_SUFFIX}"] = entry
+    for engine in sorted({engine_of(r) for r, _ in rows}):  # below ZeRO-3: host-bound and GPU-bound steps apart
+        for suffix in (HOST_BOUND_SUFFIX, GPU_BOUND_SUFFIX):
+            sel = [r for r, _ in rows if engine_of(r) == engine
+                   and step_regime_suffix(r["predicted"].get("host_share"), r["plan"].zero_stage) == suffix]
+            entry = band_entry(sel, "step")
+            if entry:
+                out["step"][f"{engine}/{suffix}"] = entry
     return out
 
 
@@ -900,6 +930,9 @@ def main(argv=None) -> int:
             out += [""] + table(rows, f"{key.upper()} held-out shapes (declared before they were run; their data was "
                                       f"kept out of sight until the models were frozen: {', '.join(sorted(final))})")
     out += [""] + table(scored["fit"], "fit split (in-sample: constants were fitted on these shapes)")
+    out += [""] + host_share_lines(scored["test"], "TEST split step time by the predicted host share of the step "
+                                                   "(workbench.timing.host_share): n, median, worst |error|, "
+                                                   "under-estimates")
     if args.regimes:
         out += [""] + regime_lines(scored["test"], "TEST split step time per regime: n, median, worst |error|, "
                                                    "under-estimates")
@@ -987,7 +1020,9 @@ def main(argv=None) -> int:
                         "each side at least the spread of one ZeRO-3 configuration measured in separate processes "
                         "(noise_*, from every repeated configuration; model_*: the runs' own band). device "
                         "deepspeed/replayed-allocator: the one-GPU transformers ZeRO-0/1/2 runs scored with the "
-                        "caching allocator replayed (benchmarks/alloc_sim.py --write-band).", "gpu": "H200",
+                        "caching allocator replayed (benchmarks/alloc_sim.py --write-band). step ENGINE/host-bound "
+                        "and ENGINE/gpu-bound: the engine's runs below ZeRO-3 whose predicted step is at least / "
+                        "less than half host work (workbench.timing.host_share).", "gpu": "H200",
                **band(scored["test"], expandable["test"], noise)}
         from workbench.memory import REPLAYED_BAND_SUFFIX
 

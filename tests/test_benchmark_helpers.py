@@ -23,11 +23,23 @@ def test_corpus_and_fp8_records_keep_their_provenance_keys(monkeypatch):
     # the library versions are their own function (importing DeepSpeed and Megatron takes seconds)
     monkeypatch.setattr(measure, "versions", lambda: {"deepspeed": "0.0", "megatron_core": "0.0"})
     corpus = measure.provenance()
-    assert set(corpus) == common | {"platform", "deepspeed", "megatron_core", "env"}
+    assert set(corpus) == common | {"platform", "cpu_model", "deepspeed", "megatron_core", "env"}
     assert set(corpus["env"]) == set(measure.ENV_KEYS)
     gemm = fp8.provenance()
     assert set(gemm) == common | {"script", "transformer_engine"}
     assert gemm["script"] == "benchmarks/gpu_fp8_gemm.py"
+
+
+def test_host_probe_times_the_host_and_says_why_a_part_is_missing(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    hp = _load("corpus_host_probe_under_test", BENCH / "corpus" / "host_probe.py")
+    snap = hp.host_probe(torch)
+    assert 0 < snap["python_loop_s"] < 10 and len(snap["loadavg"]) == 3
+    assert snap["launch_us"] is None or snap["launch_us"] > 0  # None without CUDA
+    assert "gpu_sm_mhz" in snap or snap["nvml"]  # NVML's clocks, or why not
+    assert hp.python_loop_seconds(10) < hp.python_loop_seconds(10**6)
 
 
 def test_time_calibration_writes_and_applies_constants_at_the_same_places(monkeypatch, tmp_path):

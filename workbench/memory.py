@@ -1642,8 +1642,28 @@ between processes far more than other stacks' (``bench_accuracy.py``'s REPEATABI
 at least as wide as that process-to-process noise."""
 
 
+HOST_BOUND_SUFFIX = "host-bound"
+"""Step-time band key suffix of the held-out runs below ZeRO-3 whose predicted step is at least
+:data:`HOST_BOUND_SHARE` host work (:func:`workbench.timing.host_share`): their error follows the host's speed."""
+
+GPU_BOUND_SUFFIX = "gpu-bound"
+"""Step-time band key suffix of the held-out runs below ZeRO-3 whose predicted step is less than
+:data:`HOST_BOUND_SHARE` host work."""
+
+HOST_BOUND_SHARE = 0.5
+"""A step is host-bound when at least half of it follows the host's speed (:func:`workbench.timing.host_share`)."""
+
+
+def step_regime_suffix(host_share, zero_stage=None):
+    """The step-time band regime of a plan below ZeRO-3 by its host share (:data:`HOST_BOUND_SUFFIX` or
+    :data:`GPU_BOUND_SUFFIX`); ``None`` at ZeRO-3 (its own band) or without a share."""
+    if host_share is None or (zero_stage is not None and int(zero_stage) >= 3):
+        return None
+    return HOST_BOUND_SUFFIX if float(host_share) >= HOST_BOUND_SHARE else GPU_BOUND_SUFFIX
+
+
 def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False,
-               zero_stage=None, replayed: bool = False):
+               zero_stage=None, replayed: bool = False, host_share=None):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
@@ -1653,7 +1673,10 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     else as without. With ``zero_stage`` 3 the ``ENGINE/zero3`` entry (step time only) when it has at least
     :data:`MIN_BAND_RUNS` runs, before the recompute mode's. With ``replayed`` (the estimate's reserve came from the
     allocator replay) the ``ENGINE/replayed-allocator`` entry (whole device only) when it has at least
-    :data:`MIN_BAND_RUNS` runs. The hybrid uses its own runs, else DeepSpeed's."""
+    :data:`MIN_BAND_RUNS` runs. With ``host_share`` (:func:`workbench.timing.host_share`; step time below ZeRO-3) the
+    ``ENGINE/host-bound`` or ``ENGINE/gpu-bound`` entry (:func:`step_regime_suffix`) when it has at least
+    :data:`MIN_BAND_RUNS` runs: a host-bound step's error is the host's speed as much as the model's. The hybrid
+    uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
@@ -1670,7 +1693,12 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
                (expandable_segments, EXPANDABLE_BAND_SUFFIX, lambda e: f"{runs(e)} with expandable segments on {gpu}"),
                (zero_stage is not None and int(zero_stage) >= 3, ZERO3_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'ZeRO-3 runs')} on {gpu}, at least as wide as the spread of one ZeRO-3 "
-                          f"configuration measured in separate processes"))
+                          f"configuration measured in separate processes"),
+               (step_regime_suffix(host_share, zero_stage) == HOST_BOUND_SUFFIX, HOST_BOUND_SUFFIX,
+                lambda e: f"{runs(e, 'host-bound runs')} on {gpu}: half the step or more is host CPU work, whose "
+                          f"speed varies from moment to moment"),
+               (step_regime_suffix(host_share, zero_stage) == GPU_BOUND_SUFFIX, GPU_BOUND_SUFFIX,
+                lambda e: f"{runs(e, 'GPU-bound runs')} on {gpu}"))
     for applies, suffix, note in regimes:
         own = bands.get(f"{key}/{suffix}") if applies else None
         if own and own.get("n", 0) >= MIN_BAND_RUNS:

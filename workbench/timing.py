@@ -1799,6 +1799,35 @@ def zero3_hooked_modules_per_layer(model: ModelSpec) -> int:
     return 12 + norms + (6 if model.shared_expert_ffn_hidden_size is not None else 0)
 
 
+HOST_SECONDS_INPUTS = ("layer_host_s", "hf_layer_host_s", "hf_recompute_layer_s", "hf_lora_module_host_s",
+                       "moe_block_host_s", "moe_expert_host_s", "deepspeed_tensor_seconds", "zero3_fetch_latency_s",
+                       "zero3_reduce_latency_s", "zero3_collective_call_s")
+"""The :class:`StepInputs` that are seconds of one host CPU core's work (Python, kernel launches, DeepSpeed's and
+ZeRO-3's hooks), all measured on the H200 machine's host: what a slower or faster host stretches or shrinks. The CPU
+Adam step of offloaded optimizers is not among them (many threads, bound by host memory bandwidth)."""
+
+HOST_SHARE_PROBE = 0.2
+"""Relative change of every :data:`HOST_SECONDS_INPUTS` with which :func:`host_share` probes the step."""
+
+
+def host_share(inputs: dict, step_seconds: float) -> float:
+    """How much of a step follows the host's single-core speed: the step's elasticity to the host's seconds,
+    ``ln(step(host × 1.2) / step) / ln 1.2`` with every :data:`HOST_SECONDS_INPUTS` stretched by
+    :data:`HOST_SHARE_PROBE` — 0 when the GPU's work hides all host work, 1 when the step is host work alone.
+
+    Why it matters: the host's speed is not steady. On the H200 machine the corpus was measured on, a fixed
+    pure-Python loop took 31-68 ms and a tiny CUDA launch 6.3-11.4 µs from one moment to the next with nothing else
+    running, and three host-bound configurations measured in 7-8 fresh processes each spread 25-59 % in step time
+    (benchmarks/step_noise.py, results/step_noise_h200.txt); the held-out step-time error grows with this share
+    (bench_accuracy.py's table by host share), so the step-time band is chosen by it
+    (:func:`workbench.memory.error_band`)."""
+    if not step_seconds or step_seconds <= 0:
+        return 0.0
+    slower = {k: (v * (1 + HOST_SHARE_PROBE) if k in HOST_SECONDS_INPUTS else v) for k, v in inputs.items()}
+    ratio = float(step_time_terms(**slower)["step_seconds"]) / float(step_seconds)
+    return float(min(1.0, max(0.0, math.log(max(ratio, 1.0)) / math.log1p(HOST_SHARE_PROBE))))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TimeEstimate:
     """The time model's answer for one (model, cluster, plan). Seconds per optimizer step unless named."""
@@ -1845,6 +1874,8 @@ class TimeEstimate:
     inputs: dict = field(default_factory=dict, repr=False, compare=False)
     """The :func:`step_time_terms` keyword arguments this estimate was priced with (to price a variant, change one
     and call it again)."""
+    host_share: float = 0.0
+    """:func:`host_share`: 0 (the GPU's work hides the host's) to 1 (the step is host work alone)."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -1901,6 +1932,7 @@ class TimeEstimate:
             "stage_microbatch_seconds": [list(pair) for pair in self.stage_microbatch_seconds],
             "links": {k: dict(v) for k, v in self.links.items()},
             "fp8_cast_seconds": self.fp8_cast_seconds, "fp8_amax_seconds": self.fp8_amax_seconds,
+            "host_share": self.host_share,
         }
 
 
@@ -1952,7 +1984,7 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
                                                           _fp8_layers_per_stage(model, plan)),
         fp8_cast_seconds=float(terms["fp8_cast_seconds"]),
         fp8_amax_seconds=float(plan.num_microbatches * terms["fp8_amax_microbatch_seconds"]),
-        links=links, inputs=dict(inputs),
+        links=links, inputs=dict(inputs), host_share=host_share(inputs, float(terms["step_seconds"])),
     )
 
 

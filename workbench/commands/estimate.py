@@ -123,12 +123,14 @@ def render(est) -> str:
                      f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB" + ("" if mem.fits_host else ": DOES NOT FIT"))
     if est.time is not None:
         t = est.time
-        low, high, _ = est.step_band_seconds
+        low, high, step_note = est.step_band_seconds
         step_band = f" (+{high:.3f} / -{low:.3f})" if low or high else ""
         lines += ["", f"time    {t.step_seconds:.3f}{step_band} s/step, {t.tokens_per_second:,.0f} tokens/s, "
                       f"{t.model_tflops_per_gpu:.0f} model TFLOP/s per GPU, MFU {t.mfu:.1%}"]
         parts = ", ".join(f"{k} {v:.3f}s" for k, v in t.breakdown.items() if v > 0)
         lines.append(f"        {parts}")
+        lines.append(f"        host share {t.host_share:.0%} (how much of the step follows the host CPU's speed); "
+                     f"error band: {step_note}")
         from workbench.layerops import host_note
 
         note = host_note(m, p)
