@@ -8,6 +8,8 @@ as JSON (``--out``) with provenance; ``--summary FILE`` prints it by kernel clas
 
     python benchmarks/gpu_layer_kernels.py --out OUT.json [--cases fit|diagnosis]   # on the GPU machine
     python benchmarks/gpu_layer_kernels.py --summary OUT.json      # anywhere
+    python benchmarks/gpu_layer_kernels.py --compare results/layer_kernels_h200_fit.json \
+        results/layer_kernels_h200_final19.json                    # beside the time model (results/layer_kernels_h200.txt)
 """
 from __future__ import annotations
 
@@ -223,15 +225,84 @@ def summary(path: Path) -> list[str]:
     return lines
 
 
+def _spec(stack: str, shape_id: str, attn, layers: int):
+    """The workbench's ModelSpec of a corpus shape at ``layers`` layers (as benchmarks/corpus/describe.py builds it)."""
+    from measure import HF_SHAPES, MCORE_SHAPES
+
+    from workbench.hf import import_hf
+    from workbench.specs import ModelSpec
+
+    hf = stack == "hf-ds"
+    shape = _with_layers((HF_SHAPES if hf else MCORE_SHAPES)[shape_id], hf, layers)
+    if hf:
+        return import_hf(dict(shape["config"]), seq_length=shape["seq_length"], attn_implementation=attn,
+                         name=shape_id).spec
+    return ModelSpec(name=shape_id, attention="unfused", **{k: v for k, v in shape.items() if k != "like"})
+
+
+def model_comparison(path: Path) -> list[str]:
+    """Per case: one layer's measured kernel time per step by part — GEMMs, the attention kernel, and the
+    memory-bound rest (element-wise, copies and casts, reductions) — beside what the time model prices for the same
+    layer (weight GEMMs 3 x the forward's, attention core forward + backward, the rest of the layer's forward +
+    backward), and the slope of the step over depth, measured and priced."""
+    import statistics
+    import warnings
+
+    from workbench import catalog, timing
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    doc = json.loads(path.read_text())
+    cluster = ClusterSpec(gpu=catalog.gpu("H200"), gpus_per_node=1, num_nodes=1)
+    runs = [r for r in doc["runs"] if "error" not in r]
+    lines = [f"{path.name}: {doc['provenance'].get('gpu')} {doc['provenance'].get('date_utc')}; per layer per step, "
+             f"ms: measured / priced"]
+    for key in sorted({(r["stack"], r["shape_id"], r["mbs"], r["ckpt"], r["attn"] or "") for r in runs}):
+        pair = sorted((r for r in runs if (r["stack"], r["shape_id"], r["mbs"], r["ckpt"], r["attn"] or "") == key),
+                      key=lambda r: -r["layers"])
+        if len(pair) != 2:
+            continue
+        deep, half = pair
+        n = deep["layers"] - half["layers"]
+        parts = {}
+        for r, sign in ((deep, 1), (half, -1)):
+            for name, (us, _) in r["kernels"].items():
+                c = kernel_class(name)
+                part = c if c in ("gemm", "attention", "optimizer", "other") else "memory-bound"
+                parts[part] = parts.get(part, 0.0) + sign * us / n / 1e3
+        stack, shape_id, mbs, ckpt, attn = key
+        plan = ParallelPlan(engine="deepspeed", zero_stage=deep["zero"], world_size=1, micro_batch_size=mbs,
+                            global_batch_size=mbs, recompute="full" if ckpt else "none", adam="fused")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t_deep = estimate(_spec(stack, shape_id, attn or None, deep["layers"]), cluster, plan, checks=False).time
+            t_half = estimate(_spec(stack, shape_id, attn or None, half["layers"]), cluster, plan, checks=False).time
+        terms = timing.step_time_terms(**t_deep.inputs)
+        gemm = 3 * float(terms["layer_weight_gemm_seconds"]) * 1e3
+        att = (float(terms["core_attention_seconds"]) + float(terms["core_attention_backward_seconds"])) * 1e3
+        rest = (t_deep.layer_forward_seconds + t_deep.layer_backward_seconds) * 1e3 - gemm - att
+        wall = lambda r: statistics.median(r["step_seconds"][WARMUP:]) * 1e3  # noqa: E731
+        lines.append(f"  {stack:<8} {shape_id:<22} {attn or 'unfused':<7} mbs {mbs}: step slope {(wall(deep) - wall(half)) / n:6.2f} / "
+                     f"{(t_deep.step_seconds - t_half.step_seconds) / n * 1e3:6.2f}; GEMMs {parts.get('gemm', 0):5.2f} / "
+                     f"{gemm:5.2f}; attention kernel {parts.get('attention', 0):5.2f} / {att:5.2f}; memory-bound "
+                     f"{parts.get('memory-bound', 0):5.2f} / {rest:5.2f} (x{parts.get('memory-bound', 0) / rest:.1f})")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--summary", type=Path)
+    ap.add_argument("--compare", type=Path, nargs="+", help="records to set beside the time model, per layer")
     ap.add_argument("--cases", choices=sorted(CASES), default="fit")
     ap.add_argument("--case", type=int, help="run only this case of --cases, in this process")
     args = ap.parse_args(argv)
     if args.summary:
         print("\n".join(summary(args.summary)))
+        return 0
+    if args.compare:
+        for path in args.compare:
+            print("\n".join(model_comparison(path)))
         return 0
     if not args.out:
         ap.error("--out or --summary")
