@@ -289,16 +289,68 @@ def model_comparison(path: Path) -> list[str]:
     return lines
 
 
+def memory_bound_ms(deep: dict, half: dict) -> float:
+    """One layer's memory-bound kernel time per step (ms) from a pair of depths: element-wise, copy/cast and
+    reduction kernels, without DeepSpeed's device-to-device copies of gradients into its reduce bucket (``Memcpy``:
+    priced by the time model's gradient-accumulation bytes)."""
+    n = deep["layers"] - half["layers"]
+    total = 0.0
+    for r, sign in ((deep, 1), (half, -1)):
+        for name, (us, _) in r["kernels"].items():
+            if kernel_class(name) in ("elementwise", "copy/cast", "reduction") and not name.startswith("Memcpy"):
+                total += sign * us / n / 1e3
+    return total
+
+
+def memory_efficiency_rows(path: Path, census: Path) -> list[dict]:
+    """Per transformers case of ``path`` (sdpa, no checkpointing: eager's score kernels are priced apart): the bytes
+    one layer's memory-bound kernels move per step as ``benchmarks/count_layer_bytes_cpu.py`` counted them
+    (``census``: its records) × tokens, their measured time (:func:`memory_bound_ms`) and the fraction of the
+    datasheet HBM bandwidth that makes."""
+    from count_layer_bytes_cpu import bytes_per_token
+    from measure import HF_SHAPES
+
+    from workbench import catalog
+
+    counted = {(r["shape_id"], r["attn"]): r for r in map(json.loads, census.read_text().splitlines())}
+    hbm = catalog.gpu("H200").hbm_gb_per_s * 1e9
+    runs = [r for r in json.loads(path.read_text())["runs"] if "error" not in r]
+    out = []
+    for key in sorted({(r["shape_id"], r["mbs"], r["attn"]) for r in runs if r["stack"] == "hf-ds"
+                       and r["attn"] == "sdpa" and not r["ckpt"]}):
+        deep, half = sorted((r for r in runs if (r["shape_id"], r["mbs"], r["attn"]) == key and r["stack"] == "hf-ds"
+                             and not r["ckpt"]), key=lambda r: -r["layers"])
+        rec = counted.get((key[0], key[2])) or counted.get((key[0].rsplit("-l", 1)[0], key[2]))
+        if rec is None:
+            continue
+        shape = HF_SHAPES[key[0]]
+        total = sum(bytes_per_token(rec, shape["config"])) * key[1] * shape["seq_length"]
+        ms = memory_bound_ms(deep, half)
+        out.append(dict(shape_id=key[0], mbs=key[1], counted_gb=total / 1e9, measured_ms=ms,
+                        efficiency=total / (ms / 1e3) / hbm))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--summary", type=Path)
     ap.add_argument("--compare", type=Path, nargs="+", help="records to set beside the time model, per layer")
+    ap.add_argument("--memory", type=Path, nargs="+", help="records: counted bytes (--census) against measured time "
+                                                           "per layer")
+    ap.add_argument("--census", type=Path, default=ROOT / "benchmarks" / "results" / "layer_bytes_cpu.jsonl",
+                    help="benchmarks/count_layer_bytes_cpu.py's records")
     ap.add_argument("--cases", choices=sorted(CASES), default="fit")
     ap.add_argument("--case", type=int, help="run only this case of --cases, in this process")
     args = ap.parse_args(argv)
     if args.summary:
         print("\n".join(summary(args.summary)))
+        return 0
+    if args.memory:
+        for path in args.memory:
+            for r in memory_efficiency_rows(path, args.census):
+                print(f"{path.name}: {r['shape_id']:<22} mbs {r['mbs']}: counted {r['counted_gb']:6.2f} GB per layer "
+                      f"per step, measured {r['measured_ms']:6.2f} ms -> {r['efficiency']:.3f} of the HBM datasheet")
         return 0
     if args.compare:
         for path in args.compare:

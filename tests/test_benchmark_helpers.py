@@ -229,3 +229,32 @@ def test_outside_the_allocator_less_what_other_processes_held_at_the_start(monke
     assert (ds["n"], ds["beside"]) == (3, 2) and ds["others_max_gib"] == pytest.approx(1.02)
     assert ds["outside_gib"] == pytest.approx(2.17) and ds["own_outside_gib"] == pytest.approx(1.66)
     assert out["stacks"]["hf-ds"]["beside"] == 0
+
+
+def test_layer_byte_census_is_linear_in_the_widths_and_skips_gemms_and_scores(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    census = _load("count_layer_bytes_under_test", BENCH / "count_layer_bytes_cpu.py")
+    config = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=64, intermediate_size=160,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                  max_position_embeddings=256, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False)
+    one = census.layer_bytes(config, "sdpa")
+    assert one["forward"] > 0 and one["backward"] > one["forward"]  # the backward moves more
+    wider = census.layer_bytes(dict(config, intermediate_size=320), "sdpa")
+    # the SwiGLU gate product and activation scale with the MLP width: about 18 bytes per unit of it, forward
+    assert 10 < (wider["forward"] - one["forward"]) / 160 < 30
+    coef = census.coefficients(config, "sdpa")
+    assert coef["residual"] < 0.03  # on the plane (0.03 % at the corpus widths; reductions' outputs at tiny ones)
+    assert census.bytes_per_token(coef, config)[0] == pytest.approx(one["forward"], rel=0.03)
+    # attention scores (4-D, SEQ x SEQ) and GEMMs are not counted; an element-wise op over activations is, in and out
+    import torch
+
+    scores, x, w = (torch.zeros(1, 2, census.SEQ, census.SEQ, device="meta"), torch.zeros(census.SEQ, 8, device="meta"),
+                    torch.zeros(8, 8, device="meta"))
+    act = torch.zeros(census.SEQ, 8, device="meta", dtype=torch.bfloat16)
+    mode, totals = census.census_mode()
+    with mode:
+        torch.softmax(scores, -1)
+        x @ w
+        assert totals["forward"] == 0
+        act.mul(2.0)
+    assert totals["forward"] == 2 * census.SEQ * 8 * 2
