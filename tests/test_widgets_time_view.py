@@ -44,6 +44,10 @@ def test_band_text_and_the_estimates_band(guide):
     assert data["step_text"] in text and html_escaped(note) in text
     assert f"{guide.estimate.time.tokens_per_second:,.0f} tokens/s" in text
     assert f"MFU {guide.estimate.time.mfu:.1%}" in text
+    share = guide.estimate.time.host_share
+    assert data["host_share"] == share and f"Host share: {share:.0%} of the step" in text
+    bound = "host-bound" if share >= 0.5 else "GPU-bound"
+    assert f"({bound}" in text
 
 
 def html_escaped(text: str) -> str:

@@ -15,6 +15,7 @@ import ipywidgets as ipw
 
 from widgets.common import View, error_html, error_message, new_figure, redraw
 from workbench.layerops import host_note
+from workbench.memory import HOST_BOUND_SHARE
 from workbench.timing import TERM_WORDS, TERMS
 
 COLORS = {"compute": "#332288", "recompute": "#88ccee", "tp_comm": "#44aa99", "cp_comm": "#117733",
@@ -70,7 +71,7 @@ def time_traces(time_estimate, band=None, host_note=None) -> dict:
     ``band``: ``(low_seconds, high_seconds, note)`` as ``EvaluatedPlan.step_band_seconds`` gives it, or ``None``;
     ``host_note``: the layer's host time in words (:func:`workbench.layerops.host_note`), or ``None``.
     Returns ``{"y", "step_seconds", "terms", "dropped", "band", "step_text", "tokens_per_second", "mfu", "hfu",
-    "gemm_efficiency", "pipeline", "host_note"}``: ``terms`` maps each non-zero term, in :data:`TERMS` order, to its seconds,
+    "gemm_efficiency", "pipeline", "host_note", "host_share"}``: ``terms`` maps each non-zero term, in :data:`TERMS` order, to its seconds,
     share of the step, words and colour; ``dropped`` lists the zero terms (left out of the bar and the legend);
     ``pipeline`` is ``None`` for one stage, else the micro-batch count, the slowest stage's forward and backward of
     one micro-batch and each stage's ``(forward, backward)``. ``ValueError`` naming the field for an estimate that
@@ -107,6 +108,8 @@ def time_traces(time_estimate, band=None, host_note=None) -> dict:
     out["band"] = {"low_seconds": low, "high_seconds": high, "note": str(note)}
     out["step_text"] = band_text(step, low, high)
     out["host_note"] = str(host_note) if host_note else None
+    share = getattr(time_estimate, "host_share", None)
+    out["host_share"] = None if share is None else _finite(share, "host_share")
     out["tokens_per_second"] = time_estimate.tokens_per_second
     out["mfu"], out["hfu"] = time_estimate.mfu, time_estimate.hfu
     out["gemm_efficiency"] = float(getattr(time_estimate, "gemm_efficiency", 0.0) or 0.0)
@@ -158,6 +161,11 @@ def summary_html(data: dict) -> str:
         text += "</span>"
     if data.get("host_note"):
         text += f'<br><span class="wb-time-host" style="color:#555">Host: {html.escape(data["host_note"])}</span>'
+    if data.get("host_share") is not None:
+        bound = "host-bound: its time follows the host CPU's speed" if data["host_share"] >= HOST_BOUND_SHARE \
+            else "GPU-bound"
+        text += (f'<br><span class="wb-time-share" style="color:#555">Host share: {data["host_share"]:.0%} of the step '
+                 f"({bound})</span>")
     if data["dropped"]:
         text += (f'<br><span class="wb-time-zero" style="color:#555">Zero for this plan (not drawn): '
                  f"{html.escape(', '.join(data['dropped']))}</span>")
