@@ -203,8 +203,7 @@ def designs(path: Path) -> list:
 
 
 def main(argv=None) -> int:
-    import runs
-    from count_layer_ops_cpu import versions
+    from count_layer_ops_cpu import hf_dense_configs, versions
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
@@ -221,20 +220,18 @@ def main(argv=None) -> int:
     wanted = [s for s in args.shapes.split(",") if s]
     ver = versions()
     with args.out.open("w") as fh:
-        for sid, shape in runs.HF_SHAPES.items():
-            cfg = shape["config"]
-            if wanted and sid not in wanted or any(k in cfg for k in ("num_local_experts", "num_experts")):
+        for sid, attn, cfg in hf_dense_configs():
+            if wanted and sid not in wanted:
                 continue
-            for attn in (("eager",) if cfg["model_type"] == "gemma2" else ("sdpa", "eager")):
-                try:
-                    rec = dict(shape_id=sid, attn=attn, **coefficients(cfg, attn), versions=ver)
-                except Exception as exc:  # a config this library version cannot build on meta: say so, go on
-                    print(f"{sid} ({attn}): {exc!r}", file=sys.stderr)
-                    continue
-                fh.write(json.dumps(rec) + "\n")
-                fh.flush()
-                print(f"{sid:26s} {attn:6s} fwd {rec['forward']} bwd {rec['backward']} residual {rec['residual']:.1e}",
-                      flush=True)
+            try:
+                rec = dict(shape_id=sid, attn=attn, **coefficients(cfg, attn), versions=ver)
+            except Exception as exc:  # a config this library version cannot build on meta: say so, go on
+                print(f"{sid} ({attn}): {exc!r}", file=sys.stderr)
+                continue
+            fh.write(json.dumps(rec) + "\n")
+            fh.flush()
+            print(f"{sid:26s} {attn:6s} fwd {rec['forward']} bwd {rec['backward']} residual {rec['residual']:.1e}",
+                  flush=True)
     return 0
 
 

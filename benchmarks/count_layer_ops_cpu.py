@@ -118,6 +118,21 @@ def count_hf(config: dict, layers: int, attn: str) -> dict:
     return counts
 
 
+def hf_dense_configs() -> list:
+    """``(shape_id, attn, config)`` for every dense transformers corpus config (``runs.HF_SHAPES``, MoE left out)
+    with each attention implementation transformers gives its family (Gemma 2: eager only)."""
+    import runs
+
+    out = []
+    for sid, shape in runs.HF_SHAPES.items():
+        cfg = shape["config"]
+        if any(k in cfg for k in ("num_local_experts", "num_experts")):
+            continue
+        for attn in ("eager",) if cfg["model_type"] == "gemma2" else ("sdpa", "eager"):
+            out.append((sid, attn, cfg))
+    return out
+
+
 def versions() -> dict:
     import torch
 
@@ -194,13 +209,8 @@ def main(argv=None) -> int:
     for sid, dims in runs.MCORE_SHAPES.items():
         if not dims.get("num_moe_experts"):
             jobs.append((sid, "megatron-core", None, dims))
-    for sid, shape in runs.HF_SHAPES.items():
-        cfg = shape["config"]
-        if any(k in cfg for k in ("num_local_experts", "num_experts")):
-            continue  # MoE layers: their host time has terms of its own (experts hit)
-        attns = ("eager",) if cfg["model_type"] == "gemma2" else ("sdpa", "eager")
-        for attn in attns:
-            jobs.append((sid, "transformers", attn, cfg))
+    # MoE layers: their host time has terms of its own (experts hit)
+    jobs += [(sid, "transformers", attn, cfg) for sid, attn, cfg in hf_dense_configs()]
     if wanted:
         jobs = [j for j in jobs if j[0] in wanted]
     ver = versions()

@@ -188,38 +188,56 @@ def kernel_class(name: str) -> str:
     return "other"
 
 
-def summary(path: Path) -> list[str]:
-    import statistics
-
-    doc = json.loads(path.read_text())
-    runs = [r for r in doc["runs"] if "error" not in r]
-    lines = [f"{doc['provenance'].get('gpu')} {doc['provenance'].get('date_utc')} torch {doc['provenance'].get('torch')}"]
-    keys = sorted({(r["stack"], r["shape_id"], r["mbs"], r["ckpt"], r["attn"] or "") for r in runs})
-    for key in keys:
+def depth_pairs(path: Path) -> list:
+    """``(key, deep, half)`` for every case of the records ``path`` measured at both depths; ``key`` is
+    ``(stack, shape_id, mbs, ckpt, attn)``."""
+    runs = [r for r in json.loads(path.read_text())["runs"] if "error" not in r]
+    out = []
+    for key in sorted({(r["stack"], r["shape_id"], r["mbs"], r["ckpt"], r["attn"] or "") for r in runs}):
         pair = sorted((r for r in runs if (r["stack"], r["shape_id"], r["mbs"], r["ckpt"], r["attn"] or "") == key),
                       key=lambda r: -r["layers"])
-        if len(pair) != 2:
-            continue
-        deep, half = pair
+        if len(pair) == 2:
+            out.append((key, *pair))
+    return out
+
+
+def per_layer(deep: dict, half: dict, group=kernel_class) -> dict:
+    """One layer's kernel time per step from a pair of depths: ``{group(kernel name): [ms, launches]}`` (the deep
+    run's kernels less the shallow one's, over the layers between them); ``group`` returning ``None`` leaves a
+    kernel out."""
+    n = deep["layers"] - half["layers"]
+    out = {}
+    for r, sign in ((deep, 1), (half, -1)):
+        for name, (us, count) in r["kernels"].items():
+            g = group(name)
+            if g is not None:
+                t = out.setdefault(g, [0.0, 0.0])
+                t[0] += sign * us / n / 1e3
+                t[1] += sign * count / n
+    return out
+
+
+def _wall_ms(rec: dict) -> float:
+    import statistics
+
+    return statistics.median(rec["step_seconds"][WARMUP:]) * 1e3
+
+
+def summary(path: Path) -> list[str]:
+    doc = json.loads(path.read_text())
+    lines = [f"{doc['provenance'].get('gpu')} {doc['provenance'].get('date_utc')} torch {doc['provenance'].get('torch')}"]
+    for key, deep, half in depth_pairs(path):
         n = deep["layers"] - half["layers"]
-        classes = {}
-        for r, sign in ((deep, 1), (half, -1)):
-            for name, (us, _) in r["kernels"].items():
-                classes[kernel_class(name)] = classes.get(kernel_class(name), 0.0) + sign * us / n / 1e3
-        busy = {r["layers"]: sum(us for us, _ in r["kernels"].values()) / 1e3 for r in pair}
-        wall = {r["layers"]: statistics.median(r["step_seconds"][WARMUP:]) * 1e3 for r in pair}
+        classes = {c: v[0] for c, v in per_layer(deep, half).items()}
+        busy = {r["layers"]: sum(us for us, _ in r["kernels"].values()) / 1e3 for r in (deep, half)}
+        wall = {r["layers"]: _wall_ms(r) for r in (deep, half)}
         lines.append(f"{key[0]} {key[1]} {key[4]} mbs {key[2]}{' ckpt' if key[3] else ''}: step {wall[deep['layers']]:.1f} ms "
                      f"({deep['layers']} layers) / {wall[half['layers']]:.1f} ms ({half['layers']}); GPU busy "
                      f"{busy[deep['layers']]:.1f} / {busy[half['layers']]:.1f} ms; per layer: wall "
                      f"{(wall[deep['layers']] - wall[half['layers']]) / n:.2f} ms, kernels "
                      f"{(busy[deep['layers']] - busy[half['layers']]) / n:.2f} ms = "
                      + ", ".join(f"{c} {v:.2f}" for c, v in sorted(classes.items(), key=lambda x: -x[1])))
-        top = {}
-        for r, sign in ((deep, 1), (half, -1)):
-            for name, (us, cnt) in r["kernels"].items():
-                t = top.setdefault(name, [0.0, 0.0])
-                t[0] += sign * us / n / 1e3
-                t[1] += sign * cnt / n
+        top = per_layer(deep, half, group=lambda name: name)
         for name, (ms, cnt) in sorted(top.items(), key=lambda x: -x[1][0])[:12]:
             lines.append(f"    {ms:7.3f} ms {cnt:6.1f}x  {kernel_class(name):<11} {name[:110]}")
     return lines
@@ -245,7 +263,6 @@ def model_comparison(path: Path) -> list[str]:
     memory-bound rest (element-wise, copies and casts, reductions) — beside what the time model prices for the same
     layer (weight GEMMs 3 x the forward's, attention core forward + backward, the rest of the layer's forward +
     backward), and the slope of the step over depth, measured and priced."""
-    import statistics
     import warnings
 
     from workbench import catalog, timing
@@ -254,22 +271,13 @@ def model_comparison(path: Path) -> list[str]:
 
     doc = json.loads(path.read_text())
     cluster = ClusterSpec(gpu=catalog.gpu("H200"), gpus_per_node=1, num_nodes=1)
-    runs = [r for r in doc["runs"] if "error" not in r]
     lines = [f"{path.name}: {doc['provenance'].get('gpu')} {doc['provenance'].get('date_utc')}; per layer per step, "
              f"ms: measured / priced"]
-    for key in sorted({(r["stack"], r["shape_id"], r["mbs"], r["ckpt"], r["attn"] or "") for r in runs}):
-        pair = sorted((r for r in runs if (r["stack"], r["shape_id"], r["mbs"], r["ckpt"], r["attn"] or "") == key),
-                      key=lambda r: -r["layers"])
-        if len(pair) != 2:
-            continue
-        deep, half = pair
+    for key, deep, half in depth_pairs(path):
         n = deep["layers"] - half["layers"]
-        parts = {}
-        for r, sign in ((deep, 1), (half, -1)):
-            for name, (us, _) in r["kernels"].items():
-                c = kernel_class(name)
-                part = c if c in ("gemm", "attention", "optimizer", "other") else "memory-bound"
-                parts[part] = parts.get(part, 0.0) + sign * us / n / 1e3
+        parts = {k: v[0] for k, v in per_layer(deep, half, group=lambda name: (
+            kernel_class(name) if kernel_class(name) in ("gemm", "attention", "optimizer", "other")
+            else "memory-bound")).items()}
         stack, shape_id, mbs, ckpt, attn = key
         plan = ParallelPlan(engine="deepspeed", zero_stage=deep["zero"], world_size=1, micro_batch_size=mbs,
                             global_batch_size=mbs, recompute="full" if ckpt else "none", adam="fused")
@@ -281,8 +289,8 @@ def model_comparison(path: Path) -> list[str]:
         gemm = 3 * float(terms["layer_weight_gemm_seconds"]) * 1e3
         att = (float(terms["core_attention_seconds"]) + float(terms["core_attention_backward_seconds"])) * 1e3
         rest = (t_deep.layer_forward_seconds + t_deep.layer_backward_seconds) * 1e3 - gemm - att
-        wall = lambda r: statistics.median(r["step_seconds"][WARMUP:]) * 1e3  # noqa: E731
-        lines.append(f"  {stack:<8} {shape_id:<22} {attn or 'unfused':<7} mbs {mbs}: step slope {(wall(deep) - wall(half)) / n:6.2f} / "
+        lines.append(f"  {stack:<8} {shape_id:<22} {attn or 'unfused':<7} mbs {mbs}: step slope "
+                     f"{(_wall_ms(deep) - _wall_ms(half)) / n:6.2f} / "
                      f"{(t_deep.step_seconds - t_half.step_seconds) / n * 1e3:6.2f}; GEMMs {parts.get('gemm', 0):5.2f} / "
                      f"{gemm:5.2f}; attention kernel {parts.get('attention', 0):5.2f} / {att:5.2f}; memory-bound "
                      f"{parts.get('memory-bound', 0):5.2f} / {rest:5.2f} (x{parts.get('memory-bound', 0) / rest:.1f})")
@@ -293,13 +301,11 @@ def memory_bound_ms(deep: dict, half: dict) -> float:
     """One layer's memory-bound kernel time per step (ms) from a pair of depths: element-wise, copy/cast and
     reduction kernels, without DeepSpeed's device-to-device copies of gradients into its reduce bucket (``Memcpy``:
     priced by the time model's gradient-accumulation bytes)."""
-    n = deep["layers"] - half["layers"]
-    total = 0.0
-    for r, sign in ((deep, 1), (half, -1)):
-        for name, (us, _) in r["kernels"].items():
-            if kernel_class(name) in ("elementwise", "copy/cast", "reduction") and not name.startswith("Memcpy"):
-                total += sign * us / n / 1e3
-    return total
+    def group(name):
+        memory = kernel_class(name) in ("elementwise", "copy/cast", "reduction") and not name.startswith("Memcpy")
+        return "memory-bound" if memory else None
+
+    return per_layer(deep, half, group=group).get("memory-bound", [0.0])[0]
 
 
 def memory_efficiency_rows(path: Path, census: Path) -> list[dict]:
@@ -314,12 +320,11 @@ def memory_efficiency_rows(path: Path, census: Path) -> list[dict]:
 
     counted = {(r["shape_id"], r["attn"]): r for r in map(json.loads, census.read_text().splitlines())}
     hbm = catalog.gpu("H200").hbm_gb_per_s * 1e9
-    runs = [r for r in json.loads(path.read_text())["runs"] if "error" not in r]
     out = []
-    for key in sorted({(r["shape_id"], r["mbs"], r["attn"]) for r in runs if r["stack"] == "hf-ds"
-                       and r["attn"] == "sdpa" and not r["ckpt"]}):
-        deep, half = sorted((r for r in runs if (r["shape_id"], r["mbs"], r["attn"]) == key and r["stack"] == "hf-ds"
-                             and not r["ckpt"]), key=lambda r: -r["layers"])
+    for (stack, shape_id, mbs, ckpt, attn), deep, half in depth_pairs(path):
+        if stack != "hf-ds" or attn != "sdpa" or ckpt:
+            continue
+        key = (shape_id, mbs, attn)
         rec = counted.get((key[0], key[2])) or counted.get((key[0].rsplit("-l", 1)[0], key[2]))
         if rec is None:
             continue
