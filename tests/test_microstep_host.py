@@ -106,6 +106,9 @@ def test_advisor_flags_host_bound_microsteps_and_prices_a_larger_micro_batch_and
     assert options["micro_batch"]["fits"] and options["micro_batch"]["step_seconds"] < f.numbers["step_seconds"]
     assert 0 < options["zero1"]["speedup"]  # no ZeRO-2 hooks in the accumulated micro-steps
     assert any(x.id == "microstep_host_bound" for x in advisor.advise(m, H200, plan).findings)
+    # the host's own speed: the share of the step it decides, and what was measured of it
+    assert f.numbers["host_share"] >= 0.5 and f"{f.numbers['host_share']:.0%} of this step does" in f.message
+    assert "31-68 ms" in f.message and "step_noise.py" in f.message
 
 
 def test_advisor_quiet_where_the_gpu_hides_the_host():

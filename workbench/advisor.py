@@ -1637,6 +1637,13 @@ MICROSTEP_HOST_MEASURED = dict(gpu="H200", model="GPT-2 small width (h768, 12 la
 1, 2 and 4 micro-batches, megatron-core DDP with the distributed optimizer and DeepSpeed ZeRO-2."""
 
 
+HOST_SPEED_MEASURED = dict(gpu="H200", loop_ms=(31, 68), launch_us=(6.3, 11.4), spread=(0.14, 0.59),
+                           date="2026-12-02", source="benchmarks/step_noise.py")
+"""The step-noise study (``benchmarks/corpus/noise_h200.jsonl``): on the H200 machine with nothing else running, a fixed
+Python loop took 31-68 ms and a tiny CUDA launch 6.3-11.4 µs from one moment to the next, and three host-bound
+configurations measured in fresh processes spread by 14-59 % in step time, following the launch cost."""
+
+
 def microstep_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record, *,
                          headroom: float = 0.0, profile=None) -> Optional[Finding]:
     """Micro-steps whose host time (each layer's Python forward and backward launches; ZeRO-2's gradient hooks in
@@ -1669,7 +1676,12 @@ def microstep_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                f"the GPU waits {ms(exposed)} per step ({share:.0%} of the {ms(step)} step). "
                f"Measured ({r['gpu']}, {r['model']}, corpus groups {r['groups']}, {r['date']}): {r['tokens']} tokens "
                f"per step in 1, 2 and 4 micro-batches took {'/'.join(map(str, r['megatron_ms']))} ms under "
-               f"megatron-core DDP and {'/'.join(map(str, r['zero2_ms']))} ms under ZeRO-2")
+               f"megatron-core DDP and {'/'.join(map(str, r['zero2_ms']))} ms under ZeRO-2. A host-bound step also "
+               f"follows the host CPU's speed ({t.host_share:.0%} of this step does), which moves from moment to "
+               f"moment: on the {HOST_SPEED_MEASURED['gpu']} machine a fixed Python loop took "
+               f"{HOST_SPEED_MEASURED['loop_ms'][0]}-{HOST_SPEED_MEASURED['loop_ms'][1]} ms and one configuration's "
+               f"step {HOST_SPEED_MEASURED['spread'][0]:.0%}-{HOST_SPEED_MEASURED['spread'][1]:.0%} apart in fresh "
+               f"processes ({HOST_SPEED_MEASURED['source']}), so its step-time band is wider")
     alternatives, options_text = [], []
 
     def priced(kind, p, rec):
@@ -1699,7 +1711,8 @@ def microstep_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
             options_text.append(f"ZeRO-1 is not a valid plan here ({exc})")
     numbers = dict(host_microbatch_seconds=host, exposed_seconds=exposed, share=share,
                    threshold=MICROSTEP_HOST_SHARE_WARN, step_seconds=step, microbatches=m,
-                   alternatives=alternatives, measured=dict(r))
+                   alternatives=alternatives, measured=dict(r), host_share=t.host_share,
+                   host_speed_measured=dict(HOST_SPEED_MEASURED))
     return Finding(id="microstep_host_bound", status="warn", message=message,
                    suggestion="; ".join(f"({i}) {x}" for i, x in enumerate(options_text, 1)), numbers=numbers)
 
