@@ -17,12 +17,13 @@ config (hidden, intermediate, query heads, key/value heads) give, by least squar
 
 h the hidden size, f the MLP width, q and kv the query and key/value projection widths; the variants lie on that
 plane to within 0.3 % (``residual`` in the records). ``--designs`` prints the median coefficients per layer design
-(:func:`workbench.layerops.layer_features`). ``benchmarks/gpu_layer_kernels.py --memory`` sets these bytes beside
-the measured kernel time (fit shapes: 0.63-0.69 of the H200's HBM datasheet bandwidth). The time model does not use
-them yet: on their own they make the test split's step time worse (see README, "Step time of transformers layers").
+(:func:`workbench.layerops.layer_features`) and ``--catalog`` stores them in ``workbench/catalog/efficiency.json``
+``transformers.layer_memory_bytes``, where :func:`workbench.layerops.layer_memory_bytes` reads them.
+``benchmarks/gpu_layer_kernels.py --memory`` sets these bytes beside the measured kernel time (fit shapes: 0.63-0.69
+of the H200's HBM datasheet bandwidth).
 
     python benchmarks/count_layer_bytes_cpu.py --out benchmarks/results/layer_bytes_cpu.jsonl
-    python benchmarks/count_layer_bytes_cpu.py --designs benchmarks/results/layer_bytes_cpu.jsonl
+    python benchmarks/count_layer_bytes_cpu.py --catalog benchmarks/results/layer_bytes_cpu.jsonl
 """
 from __future__ import annotations
 
@@ -202,21 +203,34 @@ def designs(path: Path) -> list:
     return entries
 
 
+def write_catalog(path: Path) -> list:
+    """:func:`designs` of the records in ``path`` into the catalog's ``transformers.layer_memory_bytes`` (with the
+    library versions they were counted with); returns the entries."""
+    entries = designs(path)
+    cat = ROOT / "workbench" / "catalog" / "efficiency.json"
+    cal = json.loads(cat.read_text())
+    cal["transformers"]["layer_memory_bytes"] = entries
+    cal["transformers"]["layer_memory_bytes_versions"] = json.loads(path.read_text().splitlines()[0])["versions"]
+    cat.write_text(json.dumps(cal, indent=2, ensure_ascii=False) + "\n")
+    return entries
+
+
 def main(argv=None) -> int:
     from count_layer_ops_cpu import hf_dense_configs, versions
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--designs", type=Path, help="print the median coefficients per layer design of these records")
+    ap.add_argument("--catalog", type=Path, help="store them in the catalog (transformers.layer_memory_bytes)")
     ap.add_argument("--shapes", default="")
     args = ap.parse_args(argv)
-    if args.designs:
-        for e in designs(args.designs):
+    if args.designs or args.catalog:
+        for e in (write_catalog(args.catalog) if args.catalog else designs(args.designs)):
             print(f"{e['activation']:7s} {e['normalization']:9s} {e['attention']:8s} qk_norm {e['qk_norm']!s:5s} "
                   f"fused {e['fused_projections']!s:5s} fwd {e['forward']} bwd {e['backward']}")
         return 0
     if not args.out:
-        ap.error("--out or --designs")
+        ap.error("--out, --designs or --catalog")
     wanted = [s for s in args.shapes.split(",") if s]
     ver = versions()
     with args.out.open("w") as fh:

@@ -336,6 +336,62 @@ def memory_efficiency_rows(path: Path, census: Path) -> list[dict]:
     return out
 
 
+def gemm_scale_rows(path: Path) -> list[dict]:
+    """Per transformers case of ``path`` (sdpa, no checkpointing): one layer's measured GEMM kernel time per step
+    against the weight GEMMs the curve prices for it (3 x the forward's, at a time scale of 1)."""
+    import warnings
+
+    from workbench import catalog, timing
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    cluster = ClusterSpec(gpu=catalog.gpu("H200"), gpus_per_node=1, num_nodes=1)
+    out = []
+    for (stack, shape_id, mbs, ckpt, attn), deep, half in depth_pairs(path):
+        if stack != "hf-ds" or attn != "sdpa" or ckpt:
+            continue
+        plan = ParallelPlan(engine="deepspeed", zero_stage=deep["zero"], world_size=1, micro_batch_size=mbs,
+                            global_batch_size=mbs, adam="fused")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t = estimate(_spec(stack, shape_id, attn, deep["layers"]), cluster, plan, checks=False).time
+        terms = timing.step_time_terms(**dict(t.inputs, weight_gemm_time_scale=1.0))
+        priced = 3 * float(terms["layer_weight_gemm_seconds"]) * 1e3
+        measured = per_layer(deep, half).get("gemm", [0.0])[0]
+        out.append(dict(shape_id=shape_id, mbs=mbs, measured_ms=measured, priced_ms=priced, scale=measured / priced))
+    return out
+
+
+def write_calibration(path: Path, census: Path) -> dict:
+    """From fit-split records ``path``: the median fraction of the HBM datasheet at which a transformers layer's
+    counted memory-bound bytes move (:func:`memory_efficiency_rows`) and the median measured / priced time of its
+    weight GEMMs (:func:`gemm_scale_rows`), into catalog ``transformers.layer_memory_hbm_efficiency`` and
+    ``transformers.weight_gemm_time_scale`` with their source; returns both."""
+    import statistics
+
+    mem, gemm = memory_efficiency_rows(path, census), gemm_scale_rows(path)
+    out = dict(layer_memory_hbm_efficiency=round(statistics.median(r["efficiency"] for r in mem), 3),
+               weight_gemm_time_scale=round(statistics.median(r["scale"] for r in gemm), 3))
+    cat = ROOT / "workbench" / "catalog" / "efficiency.json"
+    cal = json.loads(cat.read_text())
+    cal["transformers"].update(out)
+    cal["transformers"]["layer_kernels_source"] = (
+        "transformers layers' GPU time per kernel class, measured by benchmarks/gpu_layer_kernels.py on fit-split "
+        f"shapes ({path.name}: torch.profiler kernel time at two depths, one H200, DeepSpeed ZeRO-2, sdpa, 16 k tokens "
+        "per micro-batch). layer_memory_hbm_efficiency: the median fraction of the 4800 GB/s datasheet at which the "
+        "bytes benchmarks/count_layer_bytes_cpu.py counts for a layer's memory-bound kernels (norms with their fp32 "
+        "upcast, rotary embedding, activation and gate product, residual adds, casts, their backwards; "
+        "layer_memory_bytes, per design) move in the measured time of those kernels: "
+        + ", ".join(f"{r['shape_id']} {r['efficiency']:.3f}" for r in mem)
+        + "; they replace the per-layer activation count x memory_passes for transformers layers, which priced "
+        "1.8-3.7x less. weight_gemm_time_scale: the median measured / priced time of a layer's weight GEMMs (the "
+        "isolated-GEMM curve of h200_measured gives less than the profiler sees in these layers): "
+        + ", ".join(f"{r['shape_id']} {r['scale']:.3f}" for r in gemm)
+        + "; applied to the weight and logits GEMMs of transformers models. Not fitted on the corpus.")
+    cat.write_text(json.dumps(cal, indent=2, ensure_ascii=False) + "\n")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
@@ -345,11 +401,16 @@ def main(argv=None) -> int:
                                                            "per layer")
     ap.add_argument("--census", type=Path, default=ROOT / "benchmarks" / "results" / "layer_bytes_cpu.jsonl",
                     help="benchmarks/count_layer_bytes_cpu.py's records")
+    ap.add_argument("--write-calibration", type=Path, help="fit-split records: store the transformers layers' "
+                                                           "memory-bound bandwidth and weight-GEMM time scale")
     ap.add_argument("--cases", choices=sorted(CASES), default="fit")
     ap.add_argument("--case", type=int, help="run only this case of --cases, in this process")
     args = ap.parse_args(argv)
     if args.summary:
         print("\n".join(summary(args.summary)))
+        return 0
+    if args.write_calibration:
+        print(write_calibration(args.write_calibration, args.census))
         return 0
     if args.memory:
         for path in args.memory:

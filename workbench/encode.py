@@ -29,7 +29,7 @@ from workbench import defaults
 from workbench.flops import RECOMPUTE_CODES
 from workbench.timing import CP_COMM_CODES
 from workbench.hf import soft_capped
-from workbench.layerops import layer_host_seconds, stack_host_constants
+from workbench.layerops import layer_host_seconds, layer_memory_bytes, stack_host_constants
 from workbench.npscalar import asarray, isin, maximum, minimum, ndim, where
 from workbench.params import (lora_modules_per_layer, lora_params_per_layer,
                               model_vocab_size, parameter_tensors)
@@ -232,6 +232,17 @@ def hf_host_inputs(model: ModelSpec, cols: dict, constants: dict) -> dict:
                 hf_layer_host_s=layer_host_seconds(model) if hf else 0.0,
                 hf_lora_module_host_s=constants.get("lora_module_host_s", 0.0) if hf else 0.0,
                 lora_modules_per_layer=lora)
+
+
+def layer_memory_inputs(model: ModelSpec, precision: Precision, constants: dict) -> dict:
+    """transformers models: the counted memory-bound bytes per token of a layer (:func:`workbench.layerops.
+    layer_memory_bytes`, counted in bf16: 16-bit training only), the bandwidth they move at and the weight GEMMs'
+    measured time scale (catalog ``transformers``); other stacks keep the per-layer activation count and the curve."""
+    hf = model.implementation is Implementation.TRANSFORMERS
+    fwd, bwd = layer_memory_bytes(model) if hf and precision.bytes_per_value == 2 else (0.0, 0.0)
+    return dict(layer_memory_bytes_forward=fwd, layer_memory_bytes_backward=bwd,
+                layer_memory_hbm_efficiency=constants.get("layer_memory_hbm_efficiency", 1.0),
+                weight_gemm_time_scale=constants.get("weight_gemm_time_scale", 1.0) if hf else 1.0)
 
 
 def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
@@ -478,6 +489,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),
         **hf_host_inputs(model, cols, cal.get("transformers", {})),
+        **layer_memory_inputs(model, precision, cal.get("transformers", {})),
         expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),

@@ -46,23 +46,53 @@ def _constants() -> dict:
     return calibration()["layer_ops"]
 
 
-@functools.cache
-def _match(key: tuple) -> tuple:
-    """``(operators, entry)`` of the catalog's layer design nearest to ``key`` (the values of :data:`FEATURES`):
-    the same design, else the one of the same stack with the fewest differing features (the most measured shapes
-    on ties); ``(0.0, None)`` when the stack has none."""
-    feats = dict(zip(FEATURES, key))
+def _nearest(entries, feats: dict):
+    """The entry of ``entries`` of the same stack nearest to the layer design ``feats`` (fewest differing
+    :data:`FEATURES`, the most counted shapes on ties), or ``None``."""
     best = None
-    for entry in _constants()["layers"]:
+    for entry in entries:
         if entry["implementation"] != feats["implementation"]:
             continue
         differ = sum(entry[f] != feats[f] for f in FEATURES)
         rank = (differ, -len(entry.get("shapes", ())))
         if best is None or rank < best[0]:
             best = (rank, entry)
-    if best is None:
+    return None if best is None else best[1]
+
+
+@functools.cache
+def _memory_match(key: tuple):
+    from workbench.timing import calibration
+
+    return _nearest(calibration()["transformers"].get("layer_memory_bytes", ()), dict(zip(FEATURES, key)))
+
+
+def layer_memory_bytes(model: ModelSpec) -> tuple:
+    """``(forward, backward)`` HBM bytes per token that one transformers decoder layer's memory-bound kernels move
+    in 16-bit training — norms with their fp32 upcast, rotary embedding, activation and gate product, residual adds,
+    casts, and their backwards; not the GEMMs, the attention kernel or eager attention's scores — counted on the meta
+    device from the real modules by ``benchmarks/count_layer_bytes_cpu.py`` and stored per layer design as bytes
+    per unit of width, ``a_h·h + a_f·f + a_q·q + a_kv·kv`` (catalog ``transformers.layer_memory_bytes``; the nearest
+    counted design where this one was not counted). ``(0, 0)`` for other stacks and for MoE models."""
+    if model.implementation is not Implementation.TRANSFORMERS or model.is_moe:
+        return 0.0, 0.0
+    entry = _memory_match(tuple(layer_features(model)[f] for f in FEATURES))
+    if entry is None:
+        return 0.0, 0.0
+    groups = model.num_query_groups or model.num_attention_heads
+    widths = dict(h=model.hidden_size, f=model.ffn_hidden_size, q=model.num_attention_heads * model.head_dim,
+                  kv=groups * model.head_dim)
+    return tuple(float(sum(entry[phase][w] * widths[w] for w in widths)) for phase in ("forward", "backward"))
+
+
+@functools.cache
+def _match(key: tuple) -> tuple:
+    """``(operators, entry)`` of the catalog's layer design nearest to ``key`` (the values of :data:`FEATURES`):
+    the same design, else the one of the same stack with the fewest differing features (the most measured shapes
+    on ties); ``(0.0, None)`` when the stack has none."""
+    entry = _nearest(_constants()["layers"], dict(zip(FEATURES, key)))
+    if entry is None:
         return 0.0, None
-    entry = best[1]
     return float(entry["ops"] + entry["views"]), entry
 
 

@@ -626,6 +626,19 @@ class StepInputs:
     positions; :func:`rope_bytes`)."""
     rope_backward_bytes: object = 0.0
     """... and of its backward."""
+    layer_memory_bytes_forward: object = 0.0
+    """transformers models: HBM bytes per token of one layer's memory-bound kernels in the forward, counted from the
+    real modules (:func:`workbench.layerops.layer_memory_bytes`, rotary embedding included); 0 prices them by
+    :func:`elementwise_bytes_per_layer` × ``memory_passes`` and :func:`rope_bytes` instead."""
+    layer_memory_bytes_backward: object = 0.0
+    """... and in the backward (counted too, not taken as twice the forward's)."""
+    layer_memory_hbm_efficiency: object = 1.0
+    """Fraction of the datasheet HBM bandwidth at which those counted bytes move (catalog
+    ``transformers.layer_memory_hbm_efficiency``, measured by ``benchmarks/gpu_layer_kernels.py`` on fit shapes)."""
+    weight_gemm_time_scale: object = 1.0
+    """Measured over priced time of a layer's weight GEMMs and the logits GEMM for the stack (catalog
+    ``transformers.weight_gemm_time_scale``, ``benchmarks/gpu_layer_kernels.py`` on fit shapes: transformers' plain
+    ``nn.Linear`` GEMMs run faster than the isolated-GEMM curve gives; 1 elsewhere)."""
     zero3_hook_overlap: object = 1.0
     """ZeRO-3: fraction of the stage's forward/backward GPU time the host-side hook work can run behind (1: the
     host runs ahead of the GPU until its hooks take longer than the kernels they launch)."""
@@ -725,6 +738,8 @@ def compute_terms(x: StepInputs) -> dict:
     q, kv, f, c = x.query_projection_size, x.kv_projection_size, x.ffn_hidden_size, x.context_parallel
     tokens, layers, fc1_width = g["tokens"], g["layers"], g["fc1_width"]
     gemm = dict(peak_flops=x.peak_flops, efficiency_max=x.gemm_efficiency_max, half_dim=x.gemm_half_dim)
+    # the weight and logits GEMMs at the stack's measured time scale (1: the curve as it is)
+    gemm_w = dict(gemm, peak_flops=x.peak_flops / x.weight_gemm_time_scale)
 
     # one layer's forward on one GPU
     # MLP / experts: X = tokens/t · k · tp_e · token_factor copies on the rank's E/e local experts, each GEMM
@@ -732,10 +747,10 @@ def compute_terms(x: StepInputs) -> dict:
     etp = _expert_tp(x)
     copies = tokens / t * x.experts_per_token * etp * x.moe_token_factor
     expert_tokens = copies * x.expert_parallel / x.num_experts  # rows of each expert GEMM
-    t_qkv = gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm)
-    t_proj = gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm)
-    t_fc1 = gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm)
-    t_fc2 = gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm)
+    t_qkv = gemm_seconds(2 * tokens * h * (q + 2 * kv) / t, tokens, (q + 2 * kv) / t, h, **gemm_w)
+    t_proj = gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm_w)
+    t_fc1 = gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm_w)
+    t_fc2 = gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm_w)
     core_flops = tokens * attention_core_flops_per_token(seq_length=s, query_projection_size=q,
                                                          causal=x.causal_attention) / t
     t_core = gemm_seconds(core_flops, s / c, s / c, x.head_dim, **gemm)
@@ -759,6 +774,13 @@ def compute_terms(x: StepInputs) -> dict:
     rope_elements = tokens * (q + kv) / t
     t_rope_fwd, t_rope_bwd = (rope_elements * x.rope_forward_bytes / hbm,
                               rope_elements * x.rope_backward_bytes / hbm)
+    # transformers layers: their memory-bound kernels' bytes counted from the real modules (rotary included), at the
+    # bandwidth those kernels reach; the backward's counted too
+    counted = asarray(x.layer_memory_bytes_forward) > 0
+    counted_hbm = x.hbm_gb_per_s * 1e9 * x.layer_memory_hbm_efficiency
+    t_mem = where(counted, tokens * x.layer_memory_bytes_forward / counted_hbm, t_mem)
+    t_mem_bwd_counted = tokens * x.layer_memory_bytes_backward / counted_hbm
+    t_rope_fwd, t_rope_bwd = where(counted, 0.0, t_rope_fwd), where(counted, 0.0, t_rope_bwd)
     # MoE token permutation: permute (read the tokens, write the copies) and unpermute (read the copies, write the
     # tokens) in the forward, 4·v·X·h bytes; the backward moves the same. transformers' grouped_mm experts instead:
     # every non-GEMM kernel of the block (gather, activation on strided halves, weighting, un-permute, their
@@ -842,9 +864,10 @@ def compute_terms(x: StepInputs) -> dict:
     # backward: 2× the forward GEMMs (data- and weight-gradient), element-wise work touches twice as much; frozen
     # weights (LoRA: trainable_fraction = adapters / all parameters) skip their weight-gradient GEMMs
     tf = x.trainable_fraction
-    layer_bwd = ((1 + tf) * t_weights_fwd + t_core_bwd + 2 * t_mem + t_score_bwd + t_cast_bwd + t_rope_bwd
+    t_mem_bwd = where(counted, t_mem_bwd_counted, 2 * t_mem)
+    layer_bwd = ((1 + tf) * t_weights_fwd + t_core_bwd + t_mem_bwd + t_score_bwd + t_cast_bwd + t_rope_bwd
                  + x.layer_pass_overhead_s)
-    t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm)
+    t_logits = gemm_seconds(2 * tokens * h * x.vocab_size / t, tokens, x.vocab_size / t, h, **gemm_w)
     ce_fwd_b, ce_bwd_b = cross_entropy_bytes(bytes_per_value=x.bytes_per_value,
                                              cross_entropy_fusion=x.cross_entropy_fusion)
     logits_per_gpu = tokens * x.vocab_size / t
@@ -870,7 +893,7 @@ def compute_terms(x: StepInputs) -> dict:
                        + g["selective"] * (t_core + t_score_fwd) + t_moe_rc_fp8)
     # the layer at FP8 share 1 (above) and at share 0 (bf16): a stage with share a takes (1−a)·bf16 + a·FP8
     bf16_fwd = t_weights_bf16 + t_core + t_mem + t_score_fwd + t_rope_fwd + x.layer_pass_overhead_s
-    bf16_bwd = ((1 + tf) * t_weights_bf16 + t_core_bwd + 2 * t_mem + t_score_bwd + t_rope_bwd
+    bf16_bwd = ((1 + tf) * t_weights_bf16 + t_core_bwd + t_mem_bwd + t_score_bwd + t_rope_bwd
                 + x.layer_pass_overhead_s)
     bf16_rc = (g["full"] * x.recompute_fraction * bf16_fwd
                + g["selective"] * (t_core + t_score_fwd) + t_moe_rc_bf16)
