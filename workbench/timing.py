@@ -1897,8 +1897,12 @@ class TimeEstimate:
     inputs: dict = field(default_factory=dict, repr=False, compare=False)
     """The :func:`step_time_terms` keyword arguments this estimate was priced with (to price a variant, change one
     and call it again)."""
-    host_share: float = 0.0
-    """:func:`host_share`: 0 (the GPU's work hides the host's) to 1 (the step is host work alone)."""
+
+    @property
+    def host_share(self) -> float:
+        """:func:`host_share` of this step: 0 (the GPU's work hides the host's) to 1 (the step is host work alone).
+        Priced when read (one more evaluation of the time model), not with every estimate."""
+        return host_share(self.inputs, self.step_seconds) if self.inputs else 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -2007,7 +2011,7 @@ def time_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
                                                           _fp8_layers_per_stage(model, plan)),
         fp8_cast_seconds=float(terms["fp8_cast_seconds"]),
         fp8_amax_seconds=float(plan.num_microbatches * terms["fp8_amax_microbatch_seconds"]),
-        links=links, inputs=dict(inputs), host_share=host_share(inputs, float(terms["step_seconds"])),
+        links=links, inputs=dict(inputs),
     )
 
 
