@@ -1689,15 +1689,16 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     # a regime's own held-out runs first, where the regime applies and has at least MIN_BAND_RUNS of them: the
     # replay's residuals for a replayed reserve; the expandable-segments runs (the allocator's reserve is most of the
     # device error); ZeRO-3's runs, widened by its process-to-process noise
+    step_regime = step_regime_suffix(host_share, zero_stage)
     regimes = ((replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
                (expandable_segments, EXPANDABLE_BAND_SUFFIX, lambda e: f"{runs(e)} with expandable segments on {gpu}"),
                (zero_stage is not None and int(zero_stage) >= 3, ZERO3_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'ZeRO-3 runs')} on {gpu}, at least as wide as the spread of one ZeRO-3 "
                           f"configuration measured in separate processes"),
-               (step_regime_suffix(host_share, zero_stage) == HOST_BOUND_SUFFIX, HOST_BOUND_SUFFIX,
+               (step_regime == HOST_BOUND_SUFFIX, HOST_BOUND_SUFFIX,
                 lambda e: f"{runs(e, 'host-bound runs')} on {gpu}: half the step or more is host CPU work, whose "
                           f"speed varies from moment to moment"),
-               (step_regime_suffix(host_share, zero_stage) == GPU_BOUND_SUFFIX, GPU_BOUND_SUFFIX,
+               (step_regime == GPU_BOUND_SUFFIX, GPU_BOUND_SUFFIX,
                 lambda e: f"{runs(e, 'GPU-bound runs')} on {gpu}"))
     for applies, suffix, note in regimes:
         own = bands.get(f"{key}/{suffix}") if applies else None
@@ -1863,10 +1864,14 @@ def deepspeed_flatten_bytes(plan: ParallelPlan, memory) -> int:
     DeepSpeed flattens on the CPU."""
     if memory is None or plan.engine is Engine.MEGATRON or int(plan.zero_stage) not in (1, 2) or plan.lora_rank:
         return 0
+    init = 2 * memory.peak_stage.terms.weights
+    return int(init) if init > _training_allocated_bytes(memory) else 0
+
+
+def _training_allocated_bytes(memory) -> float:
+    """The peak stage's allocated terms of training (weights, gradients, optimizer states, activations, buffers)."""
     t = memory.peak_stage.terms
-    init = 2 * t.weights
-    steps = t.weights + t.gradients + t.optimizer + t.activations + t.buffers
-    return int(init) if init > steps else 0
+    return t.weights + t.gradients + t.optimizer + t.activations + t.buffers
 
 
 def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
@@ -1898,8 +1903,7 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
                      f"ZeRO-0, 47.0 GiB ZeRO-1); lower reduce_bucket_size for small models")
     init = deepspeed_flatten_bytes(plan, memory)
     if init:
-        t = memory.peak_stage.terms
-        steps = t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+        steps = _training_allocated_bytes(memory)
         notes.append(f"at initialization ZeRO-{stage} flattens the 16-bit parameters into one buffer while they still "
                      f"hold their own storage (stage_1_and_2.py): {init / GiB:.1f} GiB, above this plan's "
                      f"{steps / GiB:.1f} GiB of training, when that much is free (else it flattens on the CPU, a "
