@@ -243,19 +243,12 @@ def summary(path: Path) -> list[str]:
     return lines
 
 
-def _spec(stack: str, shape_id: str, attn, layers: int):
-    """The workbench's ModelSpec of a corpus shape at ``layers`` layers (as benchmarks/corpus/describe.py builds it)."""
-    from measure import HF_SHAPES, MCORE_SHAPES
+def _spec(shape_id: str, attn, layers: int):
+    """The workbench's ModelSpec of a corpus shape (as the accuracy benchmark describes it,
+    ``count_layer_ops_cpu.shape_model``) at ``layers`` layers."""
+    from count_layer_ops_cpu import shape_model
 
-    from workbench.hf import import_hf
-    from workbench.specs import ModelSpec
-
-    hf = stack == "hf-ds"
-    shape = _with_layers((HF_SHAPES if hf else MCORE_SHAPES)[shape_id], hf, layers)
-    if hf:
-        return import_hf(dict(shape["config"]), seq_length=shape["seq_length"], attn_implementation=attn,
-                         name=shape_id).spec
-    return ModelSpec(name=shape_id, attention="unfused", **{k: v for k, v in shape.items() if k != "like"})
+    return shape_model(shape_id, attn).replace(num_layers=layers)
 
 
 def model_comparison(path: Path) -> list[str]:
@@ -283,8 +276,8 @@ def model_comparison(path: Path) -> list[str]:
                             global_batch_size=mbs, recompute="full" if ckpt else "none", adam="fused")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t_deep = estimate(_spec(stack, shape_id, attn or None, deep["layers"]), cluster, plan, checks=False).time
-            t_half = estimate(_spec(stack, shape_id, attn or None, half["layers"]), cluster, plan, checks=False).time
+            t_deep = estimate(_spec(shape_id, attn or None, deep["layers"]), cluster, plan, checks=False).time
+            t_half = estimate(_spec(shape_id, attn or None, half["layers"]), cluster, plan, checks=False).time
         terms = timing.step_time_terms(**t_deep.inputs)
         gemm = 3 * float(terms["layer_weight_gemm_seconds"]) * 1e3
         att = (float(terms["core_attention_seconds"]) + float(terms["core_attention_backward_seconds"])) * 1e3
@@ -354,7 +347,7 @@ def gemm_scale_rows(path: Path) -> list[dict]:
                             global_batch_size=mbs, adam="fused")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t = estimate(_spec(stack, shape_id, attn, deep["layers"]), cluster, plan, checks=False).time
+            t = estimate(_spec(shape_id, attn, deep["layers"]), cluster, plan, checks=False).time
         terms = timing.step_time_terms(**dict(t.inputs, weight_gemm_time_scale=1.0))
         priced = 3 * float(terms["layer_weight_gemm_seconds"]) * 1e3
         measured = per_layer(deep, half).get("gemm", [0.0])[0]

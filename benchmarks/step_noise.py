@@ -23,10 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 RECORDS = ROOT / "benchmarks" / "corpus" / "noise_h200.jsonl"
 
-
-def spread(values) -> float:
-    """slowest / fastest − 1."""
-    return max(values) / min(values) - 1
+from corpus.step_stats import spread  # noqa: E402  (slowest / fastest - 1, as the accuracy benchmark reads it)
 
 
 def correlation(x, y) -> float:
