@@ -44,7 +44,14 @@ FIT_CASES = [
 """Fit-split shapes (``benchmarks/accuracy_split.json``) at GPU-bound micro-batches: what the transformers stack's
 per-layer memory-bound kernel time is calibrated on; and one megatron-core fit shape for comparison."""
 
-CASES = {"diagnosis": DIAGNOSIS_CASES, "fit": FIT_CASES}
+ZERO3_CASES = [
+    ("hf-ds", "hf-llama-h2048-l22", 3, "sdpa", 8, False),
+    ("hf-ds", "hf-qwen3-h1024-l28", 3, "sdpa", 8, False),
+]
+"""Two of :data:`FIT_CASES` under ZeRO-3 (same micro-batch, sdpa): what ZeRO-3 adds to a GPU-bound layer's kernels
+and step, set beside their ZeRO-2 records (fit shapes)."""
+
+CASES = {"diagnosis": DIAGNOSIS_CASES, "fit": FIT_CASES, "zero3": ZERO3_CASES}
 
 WARMUP, PROFILED = 3, 2
 

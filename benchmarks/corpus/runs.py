@@ -1204,6 +1204,15 @@ GROUPS = {
         dict(_hf("hf-gpt2-h1024-l24", 2, "sdpa", mbs=4, ckpt=True), repeat=1),
         dict(_hf("hf-llama-h3072-l28", 2, "sdpa", ckpt=True), repeat=1),
     ],
+    # test-split repeats (one GPU) of final20's Qwen2.5 0.5B runs (24 layers), each in a fresh process, two of each but
+    # the CPU-offload one: were its -14 to -33 % step-time misses the model's or the moment's? (test runs, never fitted)
+    "repeat-final20": [
+        dict(_hf("hf-qwen25-h896-l24", 2, "sdpa"), repeat=r) for r in (1, 2)] + [
+        dict(_hf("hf-qwen25-h896-l24", 1, "sdpa", mbs=8), repeat=r) for r in (1, 2)] + [
+        dict(_hf("hf-qwen25-h896-l24", 2, "eager", mbs=4, ckpt=True), repeat=r) for r in (1, 2)] + [
+        dict(_hf("hf-qwen25-h896-l24", 3, "sdpa", mbs=2), repeat=r) for r in (1, 2)] + [
+        dict(_hf("hf-qwen25-h896-l24", 2, "sdpa", mbs=4, **OFF), repeat=1),
+    ],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
