@@ -142,6 +142,37 @@ def mem_now() -> dict:
             "outside_allocator_bytes": total - free - reserved}
 
 
+MEMORY_HISTORY = os.environ.get("CORPUS_MEMORY_HISTORY")
+"""A folder: with it set, every run records the caching allocator's event history
+(``torch.cuda.memory._record_memory_history``, no stack traces) from its start to the end of its steps and writes
+it there as ``<run id>.json.gz`` (``benchmarks/alloc_history.py`` reads it). The run's record is unchanged."""
+
+
+def start_memory_history(torch) -> bool:
+    if not (MEMORY_HISTORY and torch.cuda.is_available()):
+        return False
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=8_000_000)
+    return True
+
+
+def write_memory_history(torch, rec: dict) -> None:
+    """The recorded events of the current device as ``{"run_id", "events": [[action, addr, size, stream], ...],
+    "segments": [[address, total_size, stream, segment_type], ...]}``, gzipped; recording stops."""
+    import gzip
+
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    trace = snap["device_traces"][torch.cuda.current_device()]
+    doc = {"run_id": rec["run_id"], "peak_allocated_bytes": rec.get("peak_allocated_bytes"),
+           "peak_reserved_bytes": rec.get("peak_reserved_bytes"),
+           "events": [[e["action"], e["addr"], e["size"], e["stream"]] for e in trace],
+           "segments": [[g["address"], g["total_size"], g["stream"], g.get("segment_type")] for g in snap["segments"]]}
+    folder = Path(MEMORY_HISTORY)
+    folder.mkdir(parents=True, exist_ok=True)
+    with gzip.open(folder / (rec["run_id"].replace("/", "_") + ".json.gz"), "wt") as fh:
+        json.dump(doc, fh)
+
+
 def build_mcore(dims: dict, cfg: dict):
     import torch
     import torch.nn.functional as F
@@ -274,6 +305,7 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         rec["allocated_at_start_bytes"] = torch.cuda.memory_allocated()
         free, total = torch.cuda.mem_get_info()
         rec["device_used_at_start_bytes"] = total - free
+    recording = start_memory_history(torch)
         if cfg.get("cap_bytes"):  # the caching allocator may reserve at most this: under it, it frees cache and retries
             torch.cuda.set_per_process_memory_fraction(min(1.0, cfg["cap_bytes"] / total))
             rec["allocator_cap_bytes"] = cfg["cap_bytes"]
@@ -360,6 +392,8 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         if not dry:
             rec["host_probe_after"] = host_probe(torch)
         rec.update(mem_now())
+        if recording:
+            write_memory_history(torch, rec)
         rec.update(status="ok", steps=len(times), warmup_steps=len(times) - timed, timed_steps=timed,
                    step_seconds=times, losses=losses, step_seconds_median=steady_seconds(times, timed),
                    **timed_summary(times, timed),

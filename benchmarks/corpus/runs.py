@@ -1213,6 +1213,13 @@ GROUPS = {
         dict(_hf("hf-qwen25-h896-l24", 3, "sdpa", mbs=2), repeat=r) for r in (1, 2)] + [
         dict(_hf("hf-qwen25-h896-l24", 2, "sdpa", mbs=4, **OFF), repeat=1),
     ],
+    # allocator event histories (CORPUS_MEMORY_HISTORY; benchmarks/alloc_history.py) of fit-split configurations whose
+    # replayed reserve (benchmarks/alloc_sim.py) missed the measured one most, and one it matched; their records are
+    # re-measurements, not corpus runs
+    "alloc-history": [
+        _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 0), _hf("hf-llama-h2048", 2, "sdpa"),
+        _hf("hf-llama-h2048", 2, "sdpa", **OFF), _ds("mc-h1024-gelu", 2, mbs=4),
+    ],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
