@@ -305,10 +305,10 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         rec["allocated_at_start_bytes"] = torch.cuda.memory_allocated()
         free, total = torch.cuda.mem_get_info()
         rec["device_used_at_start_bytes"] = total - free
-    recording = start_memory_history(torch)
         if cfg.get("cap_bytes"):  # the caching allocator may reserve at most this: under it, it frees cache and retries
             torch.cuda.set_per_process_memory_fraction(min(1.0, cfg["cap_bytes"] / total))
             rec["allocator_cap_bytes"] = cfg["cap_bytes"]
+    recording = start_memory_history(torch)
     mbs, gas = cfg.get("mbs", 1), cfg.get("gas", 1)
     engine = model = optimizer = None
     t_start = time.perf_counter()

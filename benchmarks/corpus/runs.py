@@ -1216,10 +1216,9 @@ GROUPS = {
     # allocator event histories (CORPUS_MEMORY_HISTORY; benchmarks/alloc_history.py) of fit-split configurations whose
     # replayed reserve (benchmarks/alloc_sim.py) missed the measured one most, and one it matched; their records are
     # re-measurements, not corpus runs
-    "alloc-history": [
+    "alloc-history": [dict(cfg, history=True) for cfg in (
         _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 0), _hf("hf-llama-h2048", 2, "sdpa"),
-        _hf("hf-llama-h2048", 2, "sdpa", **OFF), _ds("mc-h1024-gelu", 2, mbs=4),
-    ],
+        _hf("hf-llama-h2048", 2, "sdpa", **OFF), _ds("mc-h1024-gelu", 2, mbs=4))],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
@@ -1306,6 +1305,8 @@ def run_id(cfg: dict) -> str:
         parts.append("expseg")
     if cfg.get("repeat"):
         parts.append(f"rep{cfg['repeat']}")
+    if cfg.get("history"):
+        parts.append("hist")
     if cfg.get("cap_over_allocated") is not None:
         parts.append(f"cap{round(cfg['cap_over_allocated'] * 100)}")
     parts.append(f"mbs{cfg.get('mbs', 1)}")
