@@ -1,0 +1,160 @@
+"""Which half of the allocator replay a reserve error comes from: the allocator policy or the allocation trace.
+
+``benchmarks/corpus/measure.py`` with ``CORPUS_MEMORY_HISTORY=DIR`` records the caching allocator's real event history
+of a run on the GPU (``torch.cuda.memory._record_memory_history``: every block allocated and freed, every segment
+cut, no stack traces). This script
+
+1. replays that real history through the workbench's allocator policy (:class:`workbench.allocsim.CachingAllocator`)
+   and sets its peak reserved beside the one the GPU measured: equal means the policy is PyTorch's for this run, and
+   any error of the replay comes from the trace it is given;
+2. sets the replay's own trace of the same configuration (:func:`workbench.allocsim.trace_hf_deepspeed`, or
+   :func:`workbench.allocsim.trace_mcore_deepspeed` in a child process without CUDA) beside the real history: the
+   reserve each gives, and the request sizes of at least 4 MiB whose counts differ (what the trace misses or adds).
+
+    CORPUS_MEMORY_HISTORY=OUT/hist python benchmarks/corpus/measure.py --per-process --groups alloc-history \\
+        --out OUT/x.jsonl                                          # on the GPU machine
+    python benchmarks/alloc_history.py benchmarks/results/alloc_history/*.json.gz   # anywhere (torch, transformers,
+                                                                                     # megatron-core for the traces)
+
+The histories of the corpus group ``alloc-history`` (fit-split configurations, one H200, 2026-12-02) are kept in
+``benchmarks/results/alloc_history/``; the printout in ``benchmarks/results/alloc_history_h200.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "benchmarks"))
+
+CORPUS = ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl"
+MiB, GiB = 2 ** 20, 2 ** 30
+SIZE_FLOOR = 4 * MiB
+"""Request sizes below this are left out of the size comparison (the small pool's 2 MiB segments)."""
+
+
+def load_history(path: Path) -> dict:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+def real_requests(history: dict) -> list:
+    """The history as the replay's events: ``("malloc", address, bytes)`` for each block allocated and ``("free",
+    address, bytes)`` when the allocator got it back (``free_completed``: a block freed while another stream still
+    used it returns later)."""
+    out = []
+    for action, addr, size, _stream in history["events"]:
+        if action == "alloc":
+            out.append(("malloc", addr, size))
+        elif action == "free_completed":
+            out.append(("free", addr, size))
+    return out
+
+
+def streams(history: dict) -> collections.Counter:
+    return collections.Counter(stream for action, _a, _s, stream in history["events"] if action == "alloc")
+
+
+def source_record(run_id: str) -> dict:
+    """The corpus record of the configuration a history re-measured (its id without ``/hist``)."""
+    want = run_id.replace("/hist", "")
+    for line in CORPUS.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("run_id") == want and rec.get("status") == "ok":
+            return rec
+    raise KeyError(f"{want}: no completed corpus record to trace")
+
+
+def replay_trace(rec: dict) -> list:
+    """The replay's own allocation events of a corpus record: its transformers trace here, or its megatron-core
+    trace in a child process that does not see CUDA (as :func:`workbench.allocsim.mcore_replays` runs it)."""
+    if rec["stack"] == "hf-ds":
+        import alloc_sim
+
+        return alloc_sim.trace_hf_deepspeed(rec)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "events.json"
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES="",
+                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+        proc = subprocess.run([sys.executable, __file__, "--mcore-trace", rec["run_id"], str(out)], env=env,
+                              capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{rec['run_id']}: megatron-core trace failed: "
+                               f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+        return [tuple(e) for e in json.loads(out.read_text())]
+
+
+def _mcore_trace_child(run_id: str, out: str) -> int:
+    from bench_accuracy import corpus_run
+    from workbench.allocsim import trace_mcore_deepspeed
+
+    rec = source_record(run_id)
+    run = corpus_run(rec)
+    events = trace_mcore_deepspeed(run["model"], run["plan"], steps=int(rec.get("steps") or 6))
+    Path(out).write_text(json.dumps([[kind, str(key), int(size)] for kind, key, size in events]))
+    return 0
+
+
+def request_sizes(events: list) -> collections.Counter:
+    """How many requests of each rounded size (bytes) the events make, from :data:`SIZE_FLOOR` up."""
+    from workbench.allocsim import round_size
+
+    return collections.Counter(round_size(size) for kind, _key, size in events
+                               if kind == "malloc" and round_size(size) >= SIZE_FLOOR)
+
+
+def compare(path: Path, with_trace: bool = True) -> list[str]:
+    from workbench.allocsim import replay
+
+    hist = load_history(path)
+    measured_alloc, measured_res = hist["peak_allocated_bytes"], hist["peak_reserved_bytes"]
+    real = real_requests(hist)
+    policy = replay(real, capacity_bytes=1 << 62)
+    lines = [f"{hist['run_id']}: measured peak allocated {measured_alloc / GiB:.2f} GiB, reserved "
+             f"{measured_res / GiB:.2f} GiB (reserve {measured_res / measured_alloc - 1:.1%}); "
+             f"{sum(1 for e in real if e[0] == 'malloc')} requests on {len(streams(hist))} stream(s)",
+             f"  policy replayed over the real history: allocated {policy.peak_allocated_bytes / GiB:.2f} GiB, "
+             f"reserved {policy.peak_reserved_bytes / GiB:.2f} GiB (reserve {policy.reserve_fraction:.1%}, "
+             f"{policy.peak_reserved_bytes / measured_res - 1:+.2%} against the GPU)"]
+    if not with_trace:
+        return lines
+    rec = source_record(hist["run_id"])
+    events = replay_trace(rec)
+    own = replay(events, capacity_bytes=1 << 62)
+    lines.append(f"  the replay's own trace: allocated {own.peak_allocated_bytes / GiB:.2f} GiB, reserved "
+                 f"{own.peak_reserved_bytes / GiB:.2f} GiB (reserve {own.reserve_fraction:.1%}); "
+                 f"{sum(1 for e in events if e[0] == 'malloc')} requests")
+    ra, sa = request_sizes(real), request_sizes(events)
+    diff = [(s, ra[s], sa[s]) for s in sorted(set(ra) | set(sa), reverse=True) if ra[s] != sa[s]]
+    lines.append("  request sizes (MiB) whose counts differ, real / traced: "
+                 + (", ".join(f"{s / MiB:g} {r}/{t}" for s, r, t in diff[:16]) or "none")
+                 + (f" (+{len(diff) - 16} more)" if len(diff) > 16 else ""))
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("histories", nargs="*", type=Path)
+    ap.add_argument("--policy-only", action="store_true", help="skip the replay's own traces")
+    ap.add_argument("--mcore-trace", nargs=2, metavar=("RUN_ID", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.mcore_trace:
+        return _mcore_trace_child(*args.mcore_trace)
+    if not args.histories:
+        ap.error("give the history files (benchmarks/results/alloc_history/*.json.gz)")
+    for path in args.histories:
+        for line in compare(path, with_trace=not args.policy_only):
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
