@@ -226,13 +226,16 @@ def _cuda_temporaries(events: list):
 
 
 def _flash_sdpa():
-    """``F.scaled_dot_product_attention`` as the FlashAttention-2 kernel runs it on an H200 (what PyTorch picks for
-    bf16 causal attention without a mask, grouped-query attention included): forward saves q, k, v, the output and
-    the fp32 log-sum-exp; backward allocates FA2's workspaces (``mha_bwd`` in
+    """``F.scaled_dot_product_attention`` as the FlashAttention-2 kernel runs it: forward saves q, k, v, the output
+    and the fp32 log-sum-exp; backward allocates FA2's workspaces (``mha_bwd`` in
     aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp: ``dq_accum`` fp32 of q's shape, ``softmax_d``
     fp32 per row, and for fewer K/V heads than query heads ``dk_expanded``/``dv_expanded`` at the query's head
     count) and returns dq, dk, dv. On the meta device PyTorch would take the math path and materialize the
-    scores."""
+    scores. On an H200 with torch 2.11 PyTorch runs cuDNN's attention for these calls instead (the recorded
+    allocator history of a TinyLlama-width run, ``benchmarks/results/alloc_history_h200.txt``): the same forward
+    blocks, but a backward that returns dK and dV at the key heads' count and takes one fp32 workspace of twice the
+    query's shape plus a row statistic — one of the differences between this trace and the GPU's that set a
+    replayed reserve's error."""
     import torch
 
     class Flash(torch.autograd.Function):
