@@ -334,6 +334,20 @@ MCORE_SHAPES = {
                                    vocab_size=100352, seq_length=2048, activation="swiglu", normalization="rmsnorm",
                                    add_bias_linear=False, tied_embeddings=False, position_embedding="rotary",
                                    hidden_dropout=0.0, attention_dropout=0.0),
+    # --- twenty-first final batch ("final21"): declared before measuring ---
+    # Llama 3 8B width at 8 of its 32 layers: GQA 32/8 of head 128, SwiGLU 14336, 128k vocabulary, untied, 2k tokens
+    "mc-h4096-gqa-l8": dict(like="Llama 3 8B width (32 -> 8 layers)", num_layers=8, hidden_size=4096,
+                            num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336, vocab_size=128256,
+                            seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                            tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                            attention_dropout=0.0),
+    # a GPT-style 2.5k-wide model at 16 layers: MHA 20 heads of 128, GeLU 10240 with biases, LayerNorm, 50k
+    # vocabulary, tied, learned positions, 2k tokens
+    "mc-h2560-gelu-l16": dict(like="GPT-style 2.5k width, 16 layers", num_layers=16, hidden_size=2560,
+                              num_attention_heads=20, ffn_hidden_size=10240, vocab_size=50257, seq_length=2048,
+                              activation="gelu", normalization="layernorm", add_bias_linear=True,
+                              tied_embeddings=True, position_embedding="learned", hidden_dropout=0.0,
+                              attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -746,6 +760,19 @@ HF_SHAPES = {
         num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
         max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- twenty-first final batch ("final21") ---
+    # Qwen3 1.7B at its full 28 layers: GQA 16/8 of head 128, QK norm, SwiGLU 6144, 152k vocabulary, tied
+    "hf-qwen3-h2048-l28": dict(like="Qwen3 1.7B (28 layers)", seq_length=2048, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Llama 2 7B width at 6 of its 32 layers: MHA 32 heads of 128, SwiGLU 11008, 32k vocabulary, untied
+    "hf-llama2-h4096-l6": dict(like="Llama 2 7B (32 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
 }
 
 
@@ -1203,6 +1230,18 @@ GROUPS = {
         dict(_hf("hf-qwen2-h1536-l16", 2, "sdpa", ckpt=True), repeat=1), dict(_hf("hf-qwen2-h1536-l28", 1, "sdpa"), repeat=1),
         dict(_hf("hf-gpt2-h1024-l24", 2, "sdpa", mbs=4, ckpt=True), repeat=1),
         dict(_hf("hf-llama-h3072-l28", 2, "sdpa", ckpt=True), repeat=1),
+    ],
+    # twenty-first final batch (one GPU), declared in accuracy_split.json "final21" before measuring: a blind test of
+    # the allocator replay with its traces made as the GPU's recorded histories showed (cuBLAS workspaces,
+    # megatron-core's fused RMSNorm, parameters initialised in place), inside its scope (ZeRO-0/1/2, ZeRO-2 offload)
+    "final21": [
+        _ds("mc-h4096-gqa-l8", 1), _ds("mc-h4096-gqa-l8", 2, mbs=2), _ds("mc-h4096-gqa-l8", 2, mbs=2, recompute="selective"),
+        _ds("mc-h4096-gqa-l8", 0),
+        _ds("mc-h2560-gelu-l16", 2, mbs=2), _ds("mc-h2560-gelu-l16", 1, mbs=4), _ds("mc-h2560-gelu-l16", 2, mbs=4, recompute="full"),
+        _hf("hf-qwen3-h2048-l28", 2, "sdpa", mbs=2), _hf("hf-qwen3-h2048-l28", 1, "eager"),
+        _hf("hf-qwen3-h2048-l28", 2, "sdpa", mbs=4, ckpt=True),
+        _hf("hf-llama2-h4096-l6", 2, "sdpa", mbs=2), _hf("hf-llama2-h4096-l6", 2, "eager", mbs=2, ckpt=True),
+        _hf("hf-llama2-h4096-l6", 1, "sdpa"), _hf("hf-llama2-h4096-l6", 2, "sdpa", **OFF),
     ],
     # test-split repeats (one GPU) of final20's Qwen2.5 0.5B runs (24 layers), each in a fresh process, two of each but
     # the CPU-offload one: were its -14 to -33 % step-time misses the model's or the moment's? (test runs, never fitted)
