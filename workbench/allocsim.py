@@ -570,7 +570,10 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     and the launcher run it: the model built (its parameters on the device; the norms' weights in fp32), DeepSpeed's
     engine casting the parameters to bf16 (``_cast_module_mixed_precision``: parameters only), DeepSpeed's optimizer
     state, then the causal mask and positions, and each micro-batch's ``seq + 1`` tokens, forward with the labels,
-    the per-token loss's mean. megatron-core's own workspaces (the scores' global buffer, the rotary frequencies)
+    the per-token loss's mean. The parameters are allocated in their dtype and not initialised (on a GPU
+    megatron-core initialises them in place; the CPU initialisation a process without CUDA takes makes fp32 master
+    weights the GPU never has), and torch's RMSNorm runs as its fused CUDA kernel (:func:`cuda_rms_norm`), as the
+    recorded allocator histories show (``benchmarks/alloc_history.py``). megatron-core's own workspaces (the scores' global buffer, the rotary frequencies)
     go to the meta device through :func:`workbench.runs.cpu_adapter.meta_device`; the cross-entropy's all-reduces
     over its one-rank group do nothing. Needs megatron-core and a process that does not see CUDA."""
     import torch
