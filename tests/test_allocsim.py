@@ -296,3 +296,33 @@ def test_cpu_adapter_sends_cuda_requests_to_meta_only_inside_its_context():
             assert cpu_adapter._to_cpu_device("cpu") == "cpu"
             raise RuntimeError("inside")
     assert cpu_adapter._to_cpu_device("cuda") == "cpu" == cpu_adapter._CpuCuda.current_device()
+
+
+def test_trace_takes_cublas_workspaces_once_per_pass_and_keeps_them():
+    cfg = read_config(HF / "tiny-llama")
+    events = allocsim.trace_hf_deepspeed(cfg, zero_stage=2, micro_batch=2, seq_length=128, steps=2)
+    workspaces = [e for e in events if isinstance(e[1], tuple) and e[1][0] == "cublas_workspace"]
+    # one for the forward's GEMMs, one for autograd's, each allocated once in the whole run and never freed
+    assert [(kind, key[1], size) for kind, key, size in workspaces] == [
+        ("malloc", "forward", allocsim.CUBLAS_WORKSPACE_BYTES), ("malloc", "backward", allocsim.CUBLAS_WORKSPACE_BYTES)]
+    assert allocsim.CUBLAS_WORKSPACE_BYTES == 32 * 2**20
+
+
+def test_fused_rms_norm_keeps_the_output_and_a_row_statistic_only():
+    import torch
+
+    real, fused = allocsim.cuda_rms_norm()
+    events = []
+    x = torch.empty(4, 16, 64, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(64, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with allocsim._recorder(events):
+        out = fused(x, (64,), w, 1e-6)
+        out.sum().backward()
+    sizes = sorted(size for kind, _key, size in events if kind == "malloc")
+    # forward: the bf16 output (4·16·64·2) and an fp32 statistic per row (4·16·4); no fp32 copy of the input
+    assert 4 * 16 * 64 * 4 not in sizes
+    assert 4 * 16 * 64 * 2 in sizes and 4 * 16 * 4 in sizes
+    assert out.dtype == torch.bfloat16 and x.grad.shape == x.shape and w.grad.shape == w.shape
+    # other inputs keep torch's own rms_norm
+    y = torch.ones(2, 8)
+    assert torch.equal(fused(y, (8,), None, 1e-6), real(y, (8,), None, 1e-6))
