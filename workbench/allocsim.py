@@ -573,8 +573,8 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     the per-token loss's mean. The parameters are allocated in their dtype and not initialised (on a GPU
     megatron-core initialises them in place; the CPU initialisation a process without CUDA takes makes fp32 master
     weights the GPU never has), and torch's RMSNorm runs as its fused CUDA kernel (:func:`cuda_rms_norm`), as the
-    recorded allocator histories show (``benchmarks/alloc_history.py``). megatron-core's own workspaces (the scores' global buffer, the rotary frequencies)
-    go to the meta device through :func:`workbench.runs.cpu_adapter.meta_device`; the cross-entropy's all-reduces
+    recorded allocator histories show (``benchmarks/alloc_history.py``). megatron-core's own workspaces (the
+    scores' global buffer, the rotary frequencies) go to the meta device through :func:`workbench.runs.cpu_adapter.meta_device`; the cross-entropy's all-reduces
     over its one-rank group do nothing. Needs megatron-core and a process that does not see CUDA."""
     import torch
     import torch.distributed as dist
@@ -600,12 +600,12 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     def all_reduce(tensor, *args, **kwargs):  # one rank: the reduction is the tensor itself
         return None if tensor.device.type == "meta" else real_all_reduce(tensor, *args, **kwargs)
 
-    dist.all_reduce = all_reduce
-    real_dropout, F.dropout = cuda_dropout()
-    real_rms_norm, F.rms_norm = cuda_rms_norm()
     # built as on a GPU: each parameter allocated in its dtype and initialised in place (megatron-core's CPU
     # initialisation, which a process without CUDA would take, makes fp32 master weights the GPU never has)
     config_kwargs = dict(transformer_config_kwargs(model, plan), perform_initialization=False)
+    dist.all_reduce = all_reduce
+    real_dropout, F.dropout = cuda_dropout()
+    real_rms_norm, F.rms_norm = cuda_rms_norm()
     try:
         with cpu_adapter.meta_device(), _recorder(events):
             with torch.device("meta"):
