@@ -25,10 +25,7 @@ import argparse
 import collections
 import gzip
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,32 +72,19 @@ def source_record(run_id: str) -> dict:
 
 def replay_trace(rec: dict) -> list:
     """The replay's own allocation events of a corpus record: its transformers trace here, or its megatron-core
-    trace in a child process that does not see CUDA (as :func:`workbench.allocsim.mcore_replays` runs it)."""
+    trace in a child process that does not see CUDA (:func:`workbench.allocsim.mcore_traces`)."""
     if rec["stack"] == "hf-ds":
         import alloc_sim
 
         return alloc_sim.trace_hf_deepspeed(rec)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "events.json"
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="",
-                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-        proc = subprocess.run([sys.executable, __file__, "--mcore-trace", rec["run_id"], str(out)], env=env,
-                              capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{rec['run_id']}: megatron-core trace failed: "
-                               f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
-        return [tuple(e) for e in json.loads(out.read_text())]
-
-
-def _mcore_trace_child(run_id: str, out: str) -> int:
     from bench_accuracy import corpus_run
-    from workbench.allocsim import trace_mcore_deepspeed
+    from workbench.allocsim import mcore_traces
 
-    rec = source_record(run_id)
     run = corpus_run(rec)
-    events = trace_mcore_deepspeed(run["model"], run["plan"], steps=int(rec.get("steps") or 6))
-    Path(out).write_text(json.dumps([[kind, str(key), int(size)] for kind, key, size in events]))
-    return 0
+    (events,) = mcore_traces([(run["model"], run["cluster"], run["plan"])], steps=int(rec.get("steps") or 6))
+    if isinstance(events, dict):
+        raise RuntimeError(f"{rec['run_id']}: megatron-core trace failed: {events['error']}")
+    return events
 
 
 def request_sizes(events: list) -> collections.Counter:
@@ -144,10 +128,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("histories", nargs="*", type=Path)
     ap.add_argument("--policy-only", action="store_true", help="skip the replay's own traces")
-    ap.add_argument("--mcore-trace", nargs=2, metavar=("RUN_ID", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.mcore_trace:
-        return _mcore_trace_child(*args.mcore_trace)
     if not args.histories:
         ap.error("give the history files (benchmarks/results/alloc_history/*.json.gz)")
     for path in args.histories:

@@ -144,6 +144,21 @@ def test_megatron_core_model_is_traced_in_a_child_process(capsys):
     assert est.reserve_fraction == pytest.approx(zero1["reserve_fraction"])
 
 
+def test_megatron_core_trace_comes_back_as_events():
+    """``mcore_traces``: the same child process returns the trace itself; replayed here it gives the reserve that
+    ``mcore_replays`` gives (no capacity reached by this tiny model)."""
+    from workbench.commands.common import specs_from_args
+    from workbench.cli import build_parser
+
+    model, cluster, plan = specs_from_args(build_parser().parse_args(["estimate", *TINY_MCORE]))
+    job = (model, cluster, plan.replace(zero_stage=2))
+    (events,), (replayed,) = allocsim.mcore_traces([job], steps=2), allocsim.mcore_replays([job], steps=2)
+    assert ("end", "0", 0) in events and any(kind == "malloc" for kind, _key, _size in events)
+    assert allocsim.replay(events).reserve_fraction == pytest.approx(replayed["reserve_fraction"])
+    with pytest.raises(ValueError, match="mcore_traces traces megatron-core models"):
+        allocsim.mcore_traces([(model.replace(implementation="transformers"), cluster, plan)])
+
+
 def test_estimate_keyword_takes_the_hf_model():
     from workbench.estimate import estimate
 

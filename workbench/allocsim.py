@@ -803,26 +803,41 @@ def mcore_replays(jobs: list, *, capacity_bytes: Optional[int] = None, steps: in
     the caller. Returns per job ``{reserve_fraction, peak_allocated_bytes, peak_reserved_bytes}``, or ``{error}``
     when that job's trace failed. ``capacity_bytes``: what the allocator may reserve (default each job's GPU less
     DeepSpeed's memory outside the allocator); a trace that would pass it is replayed without the limit."""
+    return _run_mcore_jobs(_checked_mcore_jobs(jobs, "mcore_replays", capacity_bytes=capacity_bytes, steps=steps))
+
+
+def mcore_traces(jobs: list, *, steps: int = 6) -> list:
+    """Each job ``(model, cluster, plan)`` (as :func:`mcore_replays` takes them) traced
+    (:func:`trace_mcore_deepspeed`) in the same kind of child process, not replayed: per job its events as
+    ``(kind, key, bytes)`` with the storage keys as strings, or ``{error}`` when that job's trace failed."""
+    out = _run_mcore_jobs(_checked_mcore_jobs(jobs, "mcore_traces", capacity_bytes=None, steps=steps, events=True))
+    return [[tuple(e) for e in o["events"]] if "events" in o else o for o in out]
+
+
+def _checked_mcore_jobs(jobs: list, caller: str, **job) -> list:
+    """:func:`_mcore_job` of each ``(model, cluster, plan)`` after :func:`check_scope`; a model that is not
+    megatron-core's is refused naming ``caller``."""
     payload = []
     for model, cluster, plan in jobs:
         check_scope(model, plan)
         if not is_megatron(model):
-            raise ValueError(f"model {model.name} is a {model.implementation} model; mcore_replays traces "
+            raise ValueError(f"model {model.name} is a {model.implementation} model; {caller} traces "
                              f"megatron-core models")
-        payload.append(_mcore_job(model, cluster, plan, capacity_bytes=capacity_bytes, steps=steps))
-    return _run_mcore_jobs(payload)
+        payload.append(_mcore_job(model, cluster, plan, **job))
+    return payload
 
 
-def _mcore_job(model, cluster, plan, *, capacity_bytes: Optional[int], steps: int) -> dict:
+def _mcore_job(model, cluster, plan, *, capacity_bytes: Optional[int], steps: int, events: bool = False) -> dict:
     """One job of the child process of :func:`mcore_replays` as JSON-ready data, for a megatron-core model and a plan
     already checked: the specs, what the allocator may reserve (``None``: the job's GPU less DeepSpeed's memory
-    outside the allocator) and the number of steps."""
+    outside the allocator), the number of steps, and whether the trace's events come back instead of its replay."""
     from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
     from workbench.runs.specio import specs_to_dict
 
     cap = capacity_bytes if capacity_bytes is not None else \
         cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
-    return dict(specs=specs_to_dict(model, cluster, plan), capacity_bytes=int(cap), steps=int(steps))
+    return dict(specs=specs_to_dict(model, cluster, plan), capacity_bytes=int(cap), steps=int(steps),
+                events=bool(events))
 
 
 def _run_mcore_jobs(payload: list) -> list:
@@ -852,8 +867,8 @@ def _run_mcore_jobs(payload: list) -> list:
 
 
 def _replay_jobs(given: str, result: str) -> int:
-    """The child process of :func:`mcore_replays`: the jobs in the JSON file ``given``, their replays written to
-    ``result``."""
+    """The child process of :func:`mcore_replays` and :func:`mcore_traces`: the jobs in the JSON file ``given``,
+    their replays (or their events, for a job that asks for them) written to ``result``."""
     import json
     import traceback
 
@@ -864,6 +879,9 @@ def _replay_jobs(given: str, result: str) -> int:
         try:
             model, _cluster, plan = specs_from_dict(job["specs"])
             events = trace_mcore_deepspeed(model, plan, steps=job["steps"])
+            if job.get("events"):
+                out.append(dict(events=[[kind, str(key), int(size)] for kind, key, size in events]))
+                continue
             try:
                 alloc = replay(events, job["capacity_bytes"])
             except MemoryError:
