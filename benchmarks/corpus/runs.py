@@ -348,6 +348,20 @@ MCORE_SHAPES = {
                               activation="gelu", normalization="layernorm", add_bias_linear=True,
                               tied_embeddings=True, position_embedding="learned", hidden_dropout=0.0,
                               attention_dropout=0.0),
+    # --- twenty-second final batch ("final22"): declared before measuring ---
+    # Llama 2 13B-like width at 8 layers with GQA 40/8 of head 128, SwiGLU 13824, 32k vocabulary, untied, 4k tokens
+    "mc-h5120-gqa-l8-s4k": dict(like="Llama 2 13B width with GQA 40/8, 4k tokens (40 -> 8 layers)", num_layers=8,
+                                hidden_size=5120, num_attention_heads=40, num_query_groups=8, ffn_hidden_size=13824,
+                                vocab_size=32000, seq_length=4096, activation="swiglu", normalization="rmsnorm",
+                                add_bias_linear=False, tied_embeddings=False, position_embedding="rotary",
+                                hidden_dropout=0.0, attention_dropout=0.0),
+    # a GPT-style 3k-wide MHA model at 12 layers: 24 heads of 128, GeLU 12288 with biases, LayerNorm, 50k vocabulary,
+    # tied, learned positions, dropout 0.1, 2k tokens
+    "mc-h3072-gelu-l12-d01": dict(like="GPT-style 3k width, 12 layers, dropout 0.1", num_layers=12, hidden_size=3072,
+                                  num_attention_heads=24, ffn_hidden_size=12288, vocab_size=50257, seq_length=2048,
+                                  activation="gelu", normalization="layernorm", add_bias_linear=True,
+                                  tied_embeddings=True, position_embedding="learned", hidden_dropout=0.1,
+                                  attention_dropout=0.1),
 }
 
 HF_SHAPES = {
@@ -772,6 +786,33 @@ HF_SHAPES = {
         model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=11008,
         num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
         max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
+    # --- twenty-second final batch ("final22") ---
+    # Llama 2 13B at 6 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, 32k vocabulary, untied
+    "hf-llama2-h5120-l6": dict(like="Llama 2 13B (40 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=5120, intermediate_size=13824,
+        num_hidden_layers=6, num_attention_heads=40, num_key_value_heads=40, vocab_size=32000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
+    # Pythia 6.9B at 4 of its 32 layers: GPT-NeoX MHA 32 heads of 128, parallel residual, rotary on a quarter of
+    # each head, 50k vocabulary, untied
+    "hf-neox-h4096-l4": dict(like="Pythia 6.9B (32 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=4096, intermediate_size=16384,
+        num_hidden_layers=4, num_attention_heads=32, vocab_size=50432, max_position_embeddings=2048,
+        hidden_act="gelu", use_parallel_residual=True, rotary_pct=0.25, tie_word_embeddings=False,
+        attention_dropout=0.0, hidden_dropout=0.0)),
+    # Qwen3 32B at 4 of its 64 layers: GQA 64/8 of head 128 (queries 8192 wide over a 5120 hidden), QK norm, SwiGLU
+    # 25600, 152k vocabulary, untied
+    "hf-qwen3-h5120-l4": dict(like="Qwen3 32B (64 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=5120, intermediate_size=25600,
+        num_hidden_layers=4, num_attention_heads=64, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # SmolLM2 135M at its full 30 layers: GQA 9/3 of head 64, SwiGLU 1536, 49k vocabulary, tied
+    "hf-smollm2-h576-l30": dict(like="SmolLM2 135M (30 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=576, intermediate_size=1536,
+        num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0)),
 }
 
@@ -1243,6 +1284,23 @@ GROUPS = {
         _hf("hf-llama2-h4096-l6", 2, "sdpa", mbs=2), _hf("hf-llama2-h4096-l6", 2, "eager", mbs=2, ckpt=True),
         _hf("hf-llama2-h4096-l6", 1, "sdpa"), _hf("hf-llama2-h4096-l6", 2, "sdpa", **OFF),
     ],
+    # twenty-second final batch (one GPU), declared in accuracy_split.json "final22" before measuring: the default
+    # models and the allocator replay (with cuDNN's attention blocks once traced) on new widths: MHA and wide-query GQA
+    # under transformers sdpa, a small full-depth model, megatron-core GQA at 4k tokens and MHA with dropout 0.1
+    "final22": [
+        _hf("hf-llama2-h5120-l6", 2, "sdpa", mbs=2), _hf("hf-llama2-h5120-l6", 1, "sdpa"),
+        _hf("hf-llama2-h5120-l6", 2, "sdpa", mbs=4, ckpt=True), _hf("hf-llama2-h5120-l6", 2, "sdpa", **OFF),
+        _hf("hf-llama2-h5120-l6", 3, "sdpa", mbs=2), _hf("hf-llama2-h5120-l6", 2, "eager"),
+        _hf("hf-neox-h4096-l4", 2, "sdpa", mbs=4), _hf("hf-neox-h4096-l4", 0, "sdpa", mbs=2),
+        _hf("hf-neox-h4096-l4", 2, "eager", mbs=2, ckpt=True),
+        _hf("hf-qwen3-h5120-l4", 2, "sdpa", mbs=2), _hf("hf-qwen3-h5120-l4", 1, "sdpa"),
+        _hf("hf-qwen3-h5120-l4", 2, "sdpa", mbs=4, ckpt=True, lora=16),
+        _hf("hf-smollm2-h576-l30", 2, "sdpa", mbs=8), _hf("hf-smollm2-h576-l30", 3, "sdpa", mbs=8),
+        _ds("mc-h5120-gqa-l8-s4k", 2), _ds("mc-h5120-gqa-l8-s4k", 1, recompute="selective"),
+        _ddp("mc-h5120-gqa-l8-s4k", True),
+        _ds("mc-h3072-gelu-l12-d01", 2, mbs=4), _ds("mc-h3072-gelu-l12-d01", 0, mbs=2),
+        _ds("mc-h3072-gelu-l12-d01", 3, mbs=4),
+    ],
     # test-split repeats (one GPU) of final20's Qwen2.5 0.5B runs (24 layers), each in a fresh process, two of each but
     # the CPU-offload one: were its -14 to -33 % step-time misses the model's or the moment's? (test runs, never fitted)
     "repeat-final20": [
@@ -1258,6 +1316,13 @@ GROUPS = {
     "alloc-history": [dict(cfg, history=True) for cfg in (
         _ds("mc-h3072-gqa", 2), _ds("mc-h3072-gqa", 0), _hf("hf-llama-h2048", 2, "sdpa"),
         _hf("hf-llama-h2048", 2, "sdpa", **OFF), _ds("mc-h1024-gelu", 2, mbs=4))],
+    # more histories of fit-split transformers runs, for cuDNN's attention blocks (benchmarks/gpu_sdpa_memory.py):
+    # MHA at head 64 (GPT-NeoX; GPT-2 with dropout 0.1), GQA at head 128 (Qwen3) and 15/5 heads (SmolLM2),
+    # checkpointed layers, and eager attention
+    "alloc-history2": [dict(cfg, history=True) for cfg in (
+        _hf("hf-neox-h1024", 2, "sdpa", mbs=4), _hf("hf-gpt2-h640", 2, "sdpa", mbs=8),
+        _hf("hf-qwen3-h1024", 2, "sdpa", mbs=4), _hf("hf-smollm2-h960", 2, "sdpa", mbs=4),
+        _hf("hf-llama-h2048", 2, "sdpa", ckpt=True), _hf("hf-qwen3-h1024", 2, "eager", mbs=4))],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
