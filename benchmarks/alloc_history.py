@@ -70,13 +70,13 @@ def source_record(run_id: str) -> dict:
     raise KeyError(f"{want}: no completed corpus record to trace")
 
 
-def replay_trace(rec: dict) -> list:
+def replay_trace(rec: dict, sdpa_kernel: str = "cudnn") -> list:
     """The replay's own allocation events of a corpus record: its transformers trace here, or its megatron-core
     trace in a child process that does not see CUDA (:func:`workbench.allocsim.mcore_traces`)."""
     if rec["stack"] == "hf-ds":
         import alloc_sim
 
-        return alloc_sim.trace_hf_deepspeed(rec)
+        return alloc_sim.trace_hf_deepspeed(rec, sdpa_kernel)
     from bench_accuracy import corpus_run
     from workbench.allocsim import mcore_traces
 
@@ -95,7 +95,7 @@ def request_sizes(events: list) -> collections.Counter:
                                if kind == "malloc" and round_size(size) >= SIZE_FLOOR)
 
 
-def compare(path: Path, with_trace: bool = True) -> list[str]:
+def compare(path: Path, with_trace: bool = True, sdpa_kernel: str = "cudnn") -> list[str]:
     from workbench.allocsim import replay
 
     hist = load_history(path)
@@ -111,7 +111,7 @@ def compare(path: Path, with_trace: bool = True) -> list[str]:
     if not with_trace:
         return lines
     rec = source_record(hist["run_id"])
-    events = replay_trace(rec)
+    events = replay_trace(rec, sdpa_kernel)
     own = replay(events, capacity_bytes=1 << 62)
     lines.append(f"  the replay's own trace: allocated {own.peak_allocated_bytes / GiB:.2f} GiB, reserved "
                  f"{own.peak_reserved_bytes / GiB:.2f} GiB (reserve {own.reserve_fraction:.1%}); "
@@ -128,11 +128,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("histories", nargs="*", type=Path)
     ap.add_argument("--policy-only", action="store_true", help="skip the replay's own traces")
+    ap.add_argument("--sdpa-kernel", default="cudnn", choices=("cudnn", "flash"),
+                    help="the kernel the transformers traces put behind sdpa (workbench.allocsim.SDPA_KERNELS)")
     args = ap.parse_args(argv)
     if not args.histories:
         ap.error("give the history files (benchmarks/results/alloc_history/*.json.gz)")
     for path in args.histories:
-        for line in compare(path, with_trace=not args.policy_only):
+        for line in compare(path, with_trace=not args.policy_only, sdpa_kernel=args.sdpa_kernel):
             print(line, flush=True)
     return 0
 

@@ -42,16 +42,17 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                           offload_optimizer=bool(ds.get("zero_optimization", {}).get("offload_optimizer")))
 
 
-def trace_hf_deepspeed(rec: dict) -> list:
+def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
     """The allocation events of a corpus Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16, no offload; LoRA
     through peft as ``benchmarks/corpus/measure.py`` adds it): :func:`workbench.allocsim.trace_hf_deepspeed` on the
-    record's config and DeepSpeed settings."""
+    record's config and DeepSpeed settings, sdpa traced as ``sdpa_kernel``."""
     s = _ds_setup(rec)
     return allocsim.trace_hf_deepspeed(
         rec["hf_config"], zero_stage=s.zero_stage, micro_batch=s.micro_batch, seq_length=s.seq_length,
         grad_accum=s.grad_accum, attn_implementation=rec.get("attn_implementation") or rec["options"].get("attn", "sdpa"),
         gradient_checkpointing=bool(rec.get("gradient_checkpointing")), lora=rec.get("lora") or None,
-        reduce_bucket_elements=s.reduce_bucket_elements, steps=s.steps, offload_optimizer=s.offload_optimizer)
+        reduce_bucket_elements=s.reduce_bucket_elements, steps=s.steps, offload_optimizer=s.offload_optimizer,
+        sdpa_kernel=sdpa_kernel)
 
 
 # ================================================================================================================

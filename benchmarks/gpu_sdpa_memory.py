@@ -136,7 +136,7 @@ def check(path: Path) -> int:
                                       rec["head_dim"], rec["dropout"])
         for phase in ("forward1", "backward1"):
             real = [[a, n] for a, _, n in rec[phase]]
-            mine = [[a, n] for a, _, n in traced[phase[:-1]]]
+            mine = traced[phase[:-1]]
             ok = real == mine
             bad += not ok
             print(f"{rec['backend']:6} b{rec['batch']} h{rec['heads']}/{rec['kv_heads']} s{rec['seq']} d{rec['head_dim']}"

@@ -24,7 +24,7 @@ The traces come from the steps of a model built on the meta device (no memory, t
 ``TorchDispatchMode`` records each new storage of an operator's output, a weak-reference finalizer its release, in
 program order, and the temporaries CUDA kernels take that the meta device does not make (:func:`_cuda_temporaries`).
 Two models: a transformers model built from its config (:func:`trace_hf_deepspeed`; attention as on CUDA:
-FlashAttention-2 with its backward workspaces for sdpa, softmax straight to fp32 for eager), and a megatron-core
+cuDNN's attention blocks for sdpa as an H200 allocates them, softmax straight to fp32 for eager), and a megatron-core
 ``GPTModel`` with the local layer spec as the workbench's launcher builds it (:func:`trace_mcore_deepspeed`, run in a
 child process by :func:`mcore_replays`). Dropout runs as CUDA's fused kernel does (a 1-byte mask). DeepSpeed
 ZeRO-0/1/2's own buffers are meta tensors allocated and dropped where its source does (:func:`deepspeed_steps`).
@@ -242,17 +242,20 @@ def _cuda_temporaries(events: list):
     return after_call
 
 
+SDPA_KERNELS = ("cudnn", "flash")
+"""The fused kernels the trace can put behind ``F.scaled_dot_product_attention``: ``cudnn`` is what PyTorch 2.11
+runs for transformers' bf16 causal sdpa calls on Hopper (H100/H200: every case of
+``benchmarks/results/sdpa_memory_h200.json``, MHA and GQA, head 64-256, dropout 0 and 0.1), ``flash`` its
+FlashAttention-2 kernel (the choice before Hopper)."""
+
+
 def _flash_sdpa():
     """``F.scaled_dot_product_attention`` as the FlashAttention-2 kernel runs it: forward saves q, k, v, the output
     and the fp32 log-sum-exp; backward allocates FA2's workspaces (``mha_bwd`` in
     aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp: ``dq_accum`` fp32 of q's shape, ``softmax_d``
     fp32 per row, and for fewer K/V heads than query heads ``dk_expanded``/``dv_expanded`` at the query's head
     count) and returns dq, dk, dv. On the meta device PyTorch would take the math path and materialize the
-    scores. On an H200 with torch 2.11 PyTorch runs cuDNN's attention for these calls instead (the recorded
-    allocator history of a TinyLlama-width run, ``benchmarks/results/alloc_history_h200.txt``): the same forward
-    blocks, but a backward that returns dK and dV at the key heads' count and takes one fp32 workspace of twice the
-    query's shape plus a row statistic — one of the differences between this trace and the GPU's that set a
-    replayed reserve's error."""
+    scores."""
     import torch
 
     class Flash(torch.autograd.Function):
@@ -279,12 +282,109 @@ def _flash_sdpa():
             del work
             return dq, dk, dv, None
 
+    return _sdpa_over(Flash)
+
+
+CUDNN_FORWARD_WORKSPACE_BYTES = 256
+"""The workspace cuDNN's attention forward takes from the caching allocator and gives back at once (every case of
+``benchmarks/results/sdpa_memory_h200.json``); its backward's is :func:`cudnn_backward_workspace_bytes`."""
+
+
+def cudnn_backward_workspace_bytes(batch: int, heads: int, kv_heads: int, seq: int, head_dim: int) -> int:
+    """The workspace cuDNN's attention backward (PyTorch 2.11, cuDNN 9 on an H200) takes from the caching allocator
+    and frees before it returns: an fp32 array of the query's shape (the dQ accumulator), a second one when there
+    are fewer key/value heads than query heads (grouped-query attention), an fp32 statistic per query row, and 256
+    bytes — exact in all fifteen recorded cases (``benchmarks/results/sdpa_memory_h200.json``: MHA and GQA, head
+    64-256, batch 1-4, sequence 1-8 k, dropout 0 and 0.1)."""
+    rows = batch * heads * seq
+    copies = 1 if kv_heads == heads else 2
+    return copies * rows * head_dim * 4 + rows * 4 + 256
+
+
+def _cudnn_sdpa():
+    """``F.scaled_dot_product_attention`` as PyTorch 2.11 runs cuDNN's attention on an H200, block for block as the
+    allocator saw it (``benchmarks/gpu_sdpa_memory.py``): the forward allocates the philox seed and offset (8 bytes
+    each, with or without dropout), the output in the query's layout and an fp32 statistic per query row, and takes
+    and frees :data:`CUDNN_FORWARD_WORKSPACE_BYTES`; the backward allocates dQ, dK and dV at their own head counts
+    (key/value heads not expanded, each like its input), then takes and frees :func:`cudnn_backward_workspace_bytes`.
+    The node keeps q, k, v, the output, the statistic, seed and offset for the backward."""
+    import torch
+
+    class CuDNN(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, scale):
+            seed = q.new_empty((1,), dtype=torch.int64)
+            offset = q.new_empty((1,), dtype=torch.int64)
+            out = torch.empty_like(q)
+            b, h, s, _ = q.shape
+            stats = q.new_empty((b, h, s, 1), dtype=torch.float32)
+            work = q.new_empty((CUDNN_FORWARD_WORKSPACE_BYTES,), dtype=torch.uint8)
+            del work
+            ctx.save_for_backward(q, k, v, out, stats, seed, offset)
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, out, stats, seed, offset = ctx.saved_tensors
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            work = dout.new_empty((cudnn_backward_workspace_bytes(*q.shape[:2], k.shape[1], *q.shape[2:]),),
+                                  dtype=torch.uint8)
+            del work
+            return dq, dk, dv, None
+
+    return _sdpa_over(CuDNN)
+
+
+def _sdpa_over(kernel):
+    """``F.scaled_dot_product_attention``'s signature over one of the kernels above (no mask, causal)."""
+
     def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if k.shape[1] != q.shape[1] and not enable_gqa:
             raise ValueError(f"key heads {k.shape[1]} != query heads {q.shape[1]} without enable_gqa")
-        return Flash.apply(q, k, v, scale if scale is not None else q.shape[-1] ** -0.5)
+        return kernel.apply(q, k, v, scale if scale is not None else q.shape[-1] ** -0.5)
 
     return sdpa
+
+
+def sdpa_kernel_function(kernel: str):
+    """The stand-in for ``F.scaled_dot_product_attention`` that traces ``kernel`` (one of :data:`SDPA_KERNELS`)."""
+    if kernel not in SDPA_KERNELS:
+        raise ValueError(f"sdpa_kernel={kernel!r}: one of {', '.join(SDPA_KERNELS)}")
+    return _cudnn_sdpa() if kernel == "cudnn" else _flash_sdpa()
+
+
+def sdpa_events(kernel: str, batch: int, heads: int, kv_heads: int, seq: int, head_dim: int,
+                dropout: float = 0.0) -> dict:
+    """The allocation events of one attention call through transformers' ``sdpa_attention_forward`` with the
+    stand-in for ``kernel``, as ``{"forward": [[action, bytes], ...], "backward": [...]}`` (``alloc``/``free``):
+    what ``benchmarks/gpu_sdpa_memory.py`` records on the GPU, for comparison with it."""
+    import torch
+    import torch.nn.functional as F
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    class Module(torch.nn.Module):
+        is_causal = True
+        num_key_value_groups = heads // kv_heads
+
+    def view(n):
+        return torch.empty(batch, seq, n, head_dim, device="meta", dtype=torch.bfloat16).transpose(1, 2)
+
+    events: list = []
+    real = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = sdpa_kernel_function(kernel)
+    try:
+        with _recorder(events):  # inputs made under the recorder too, so that it knows their storage
+            q, k, v = view(heads).requires_grad_(), view(kv_heads).requires_grad_(), view(kv_heads).requires_grad_()
+            grad = torch.empty(batch, seq, heads, head_dim, device="meta", dtype=torch.bfloat16)
+            start = len(events)
+            out, _ = sdpa_attention_forward(Module().train(), q, k, v, None, dropout=dropout,
+                                            scaling=head_dim ** -0.5, is_causal=True)
+            mid = len(events)
+            out.backward(grad)
+    finally:
+        F.scaled_dot_product_attention = real
+    named = [["alloc" if kind == "malloc" else "free", nbytes] for kind, _key, nbytes in events]
+    return {"forward": named[start:mid], "backward": named[mid:]}
 
 
 def _cuda_softmax():
@@ -373,7 +473,8 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     where DeepSpeed empties the cache, ``("end", 0, 0)`` the end of the last step.
 
     ZeRO-2 with the optimizer offloaded to the CPU (``setup.offload_optimizer``; ``stage_1_and_2.py`` with
-    ``cpu_offload``) keeps on the GPU only the flat bf16 parameters and the ``ipg`` bucket: the fp32 master is cloned
+    ``cpu_offload``) keeps on the GPU only the flat bf16 parameters, the ``ipg`` bucket and a bf16 staging buffer the
+    size of the largest parameter (``temp_grad_buffer_for_gpu_offload``, made in ``__init__``): the fp32 master is cloned
     from the flat buffer on the GPU and moved to the host (``.detach().clone().to(device, fp32)``: a transient bf16
     copy), its gradient and Adam's states are host tensors. Each reduction of the bucket hands every gradient in it to
     the host (``copy_grads_in_partition``'s offload branch, at the accumulation boundary): its norm through an fp64 copy
@@ -403,6 +504,8 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         master = adam = None
         transient = flat.clone()
         del transient
+        # temp_grad_buffer_for_gpu_offload: a bf16 staging buffer of the largest parameter's size, kept on the GPU
+        staging = torch.zeros(max(p.numel() for p in params), dtype=torch.bfloat16, device="meta")
     else:
         master = flat.clone().float()  # the fp32 master copy, through a bf16 clone
         # a zero fp32 gradient for the master (both optimizers' initialize_optimizer_states); FP16_Optimizer
@@ -488,11 +591,12 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
 def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_length: int, grad_accum: int = 1,
                        attn_implementation: str = "sdpa", gradient_checkpointing: bool = False,
                        lora: Optional[dict] = None, reduce_bucket_elements: int = 500_000_000,
-                       steps: int = 6, offload_optimizer: bool = False) -> list:
+                       steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn") -> list:
     """The allocation events of a Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16; ZeRO-2 also with
     ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
-    ``("end", 0, 0)`` marker. ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
+    ``("end", 0, 0)`` marker. ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
+    (:data:`SDPA_KERNELS`; cuDNN's, as on an H200). ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
     fine-tune. ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``. DeepSpeed's state is made of meta tensors with the lifetimes of
     ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
 
@@ -531,7 +635,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     attn = attn_implementation
     events: list = []
     real_sdpa = F.scaled_dot_product_attention
-    F.scaled_dot_product_attention = _flash_sdpa()
+    F.scaled_dot_product_attention = sdpa_kernel_function(sdpa_kernel)
     real_softmax, F.softmax = _cuda_softmax()
     real_dropout, F.dropout = cuda_dropout()
     try:
@@ -716,8 +820,8 @@ def check_scope(model, plan) -> None:
 
 def trace_attn_implementation(attention) -> str:
     """The ``attn_implementation`` the trace builds for a :class:`workbench.specs.AttentionImpl`: ``eager`` for
-    ``unfused``, else ``sdpa`` (traced as FlashAttention-2's kernel, :func:`_flash_sdpa`, which is what sdpa runs
-    for bf16 causal attention on an H200)."""
+    ``unfused``, else ``sdpa`` (traced as cuDNN's attention kernel, :func:`_cudnn_sdpa`, which is what sdpa runs for
+    bf16 causal attention on an H200)."""
     return "eager" if str(attention) == "unfused" else "sdpa"
 
 
@@ -725,7 +829,8 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
                               grad_accum: int = 1, attn_implementation: str = "sdpa",
                               gradient_checkpointing: bool = False, lora_rank: int = 0, lora_targets=(),
                               lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
-                              steps: int = 6, offload_optimizer: bool = False) -> float:
+                              steps: int = 6, offload_optimizer: bool = False,
+                              sdpa_kernel: str = "cudnn") -> float:
     """The caching allocator's reserve (``peak reserved / peak allocated − 1``) replayed over the trace of
     ``steps`` training steps of the model ``config`` (a Hugging Face ``config.json`` dict) under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
@@ -749,7 +854,7 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
                                 seq_length=int(seq_length), grad_accum=int(grad_accum),
                                 attn_implementation=attn_implementation,
                                 gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps),
-                                offload_optimizer=bool(offload_optimizer))
+                                offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel)
     try:
         alloc = replay(events, capacity_bytes)
     except MemoryError:
