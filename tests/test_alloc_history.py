@@ -36,3 +36,30 @@ def test_policy_line_sets_the_replay_beside_the_measured_peak(tmp_path):
     lines = alloc_history.compare(path, with_trace=False)
     assert "reserved 0.11 GiB" in lines[1] and "+0.00% against the GPU" in lines[1]
     assert "3 requests on 1 stream(s)" in lines[0]
+
+
+def test_a_run_of_segment_frees_is_one_empty_cache(tmp_path):
+    """``torch.cuda.empty_cache()`` shows in a history as one ``segment_free`` per released segment: the replay
+    empties its cache once there, and a 30 MiB block freed before it no longer holds its segment."""
+    events = [["alloc", 1, 30 * MiB, 0], ["free_completed", 1, 30 * MiB, 0], ["segment_free", 1, 30 * MiB, 0],
+              ["segment_free", 2, 20 * MiB, 0], ["alloc", 3, 50 * MiB, 0]]
+    hist = alloc_history.load_history(_history(tmp_path, events, 50 * MiB, 50 * MiB))
+    reqs = alloc_history.real_requests(hist)
+    assert reqs == [("malloc", 1, 30 * MiB), ("free", 1, 30 * MiB), ("empty_cache", 0, 0), ("malloc", 3, 50 * MiB)]
+    from workbench.allocsim import replay
+
+    assert replay(reqs).peak_reserved_bytes == 50 * MiB  # without the empty_cache: 30 + 50
+
+
+def test_every_recorded_history_replays_to_its_measured_reserve_to_the_byte():
+    """The allocator policy of workbench.allocsim over each real history recorded on the H200
+    (``benchmarks/results/alloc_history``, one stream each): the measured peaks, to the byte."""
+    from workbench.allocsim import replay
+
+    paths = sorted((ROOT / "benchmarks" / "results" / "alloc_history").glob("*.json.gz"))
+    assert len(paths) >= 11
+    for path in paths:
+        hist = alloc_history.load_history(path)
+        a = replay(alloc_history.real_requests(hist), capacity_bytes=1 << 62)
+        assert (a.peak_allocated_bytes, a.peak_reserved_bytes) == (hist["peak_allocated_bytes"],
+                                                                   hist["peak_reserved_bytes"]), path.name
