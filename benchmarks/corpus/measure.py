@@ -146,13 +146,27 @@ MEMORY_HISTORY = os.environ.get("CORPUS_MEMORY_HISTORY")
 """A folder: with it set, every run records the caching allocator's event history
 (``torch.cuda.memory._record_memory_history``, no stack traces) from its start to the end of its steps and writes
 it there as ``<run id>.json.gz`` (``benchmarks/alloc_history.py`` reads it). The run's record is unchanged."""
+MEMORY_HISTORY_FRAMES = int(os.environ.get("CORPUS_MEMORY_HISTORY_FRAMES") or 0)
+"""With ``CORPUS_MEMORY_HISTORY``: keep the innermost this many Python frames of each allocation (``"frames"``: one
+index list per event into ``"frame_table"``), to tell which code asked for a block; slows the steps."""
 
 
 def start_memory_history(torch) -> bool:
     if not (MEMORY_HISTORY and torch.cuda.is_available()):
         return False
-    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=8_000_000)
+    torch.cuda.memory._record_memory_history(enabled="all", context="alloc" if MEMORY_HISTORY_FRAMES else None,
+                                             stacks="python", max_entries=8_000_000)
     return True
+
+
+def _frames(event: dict, table: dict) -> list:
+    """The innermost :data:`MEMORY_HISTORY_FRAMES` Python frames of a recorded event, as indices into ``table``
+    (``"<last two path parts>:<line> <function>"`` -> index)."""
+    out = []
+    for f in (event.get("frames") or [])[:MEMORY_HISTORY_FRAMES]:
+        key = f"{'/'.join(str(f.get('filename', '?')).split('/')[-2:])}:{f.get('line')} {f.get('name')}"
+        out.append(table.setdefault(key, len(table)))
+    return out
 
 
 def write_memory_history(torch, rec: dict) -> None:
@@ -167,6 +181,10 @@ def write_memory_history(torch, rec: dict) -> None:
            "peak_reserved_bytes": rec.get("peak_reserved_bytes"),
            "events": [[e["action"], e["addr"], e["size"], e["stream"]] for e in trace],
            "segments": [[g["address"], g["total_size"], g["stream"], g.get("segment_type")] for g in snap["segments"]]}
+    if MEMORY_HISTORY_FRAMES:
+        table: dict = {}
+        doc["frames"] = [_frames(e, table) for e in trace]
+        doc["frame_table"] = sorted(table, key=table.get)
     folder = Path(MEMORY_HISTORY)
     folder.mkdir(parents=True, exist_ok=True)
     with gzip.open(folder / (rec["run_id"].replace("/", "_") + ".json.gz"), "wt") as fh:

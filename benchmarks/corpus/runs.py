@@ -1323,6 +1323,13 @@ GROUPS = {
         _hf("hf-neox-h1024", 2, "sdpa", mbs=4), _hf("hf-gpt2-h640", 2, "sdpa", mbs=8),
         _hf("hf-qwen3-h1024", 2, "sdpa", mbs=4), _hf("hf-smollm2-h960", 2, "sdpa", mbs=4),
         _hf("hf-llama-h2048", 2, "sdpa", ckpt=True), _hf("hf-qwen3-h1024", 2, "eager", mbs=4))],
+    # histories of fit-split megatron-core DDP runs (distributed optimizer on and off, recompute, accumulation), for a
+    # trace of megatron-core's own DDP and optimizer, and one eager transformers run; measured with
+    # CORPUS_MEMORY_HISTORY_FRAMES (Python frames kept)
+    "alloc-history3": [dict(cfg, history=True) for cfg in (
+        _ddp("mc-h1024-gelu", True, mbs=4), _ddp("mc-h1024-gelu", False, mbs=4, recompute="selective"),
+        _ddp("mc-h3072-gqa", False), _ddp("mc-h3072-gqa", True, recompute="full"), _ddp("mc-h2560-gqa-fit", True),
+        _ddp("mc-h768-gelu", True, mbs=4, gas=2), _hf("hf-smollm2-h960", 2, "eager", mbs=4))],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
