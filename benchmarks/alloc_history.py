@@ -8,7 +8,8 @@ cut, no stack traces). This script
    and sets its peak reserved beside the one the GPU measured: equal means the policy is PyTorch's for this run, and
    any error of the replay comes from the trace it is given;
 2. sets the replay's own trace of the same configuration (:func:`workbench.allocsim.trace_hf_deepspeed`, or
-   :func:`workbench.allocsim.trace_mcore_deepspeed` in a child process without CUDA) beside the real history: the
+   :func:`workbench.allocsim.trace_mcore_deepspeed` / :func:`workbench.allocsim.trace_mcore_ddp` in a child process
+   without CUDA) beside the real history: the
    reserve each gives, and the request sizes of at least 4 MiB whose counts differ (what the trace misses or adds).
 
     CORPUS_MEMORY_HISTORY=OUT/hist python benchmarks/corpus/measure.py --per-process --groups alloc-history \\
@@ -75,11 +76,14 @@ def source_record(run_id: str) -> dict:
 
 def replay_trace(rec: dict, sdpa_kernel: str = "cudnn") -> list:
     """The replay's own allocation events of a corpus record: its transformers trace here, or its megatron-core
-    trace in a child process that does not see CUDA (:func:`workbench.allocsim.mcore_traces`)."""
+    trace (under DeepSpeed, ``mcore-ds``, or megatron-core's own DDP, ``mcore-ddp``) in a child process that does not
+    see CUDA (:func:`workbench.allocsim.mcore_traces`)."""
     if rec["stack"] == "hf-ds":
         import alloc_sim
 
         return alloc_sim.trace_hf_deepspeed(rec, sdpa_kernel)
+    if rec["stack"] not in ("mcore-ds", "mcore-ddp"):
+        raise ValueError(f"{rec['run_id']}: stack {rec['stack']!r} has no trace (hf-ds, mcore-ds, mcore-ddp)")
     from bench_accuracy import corpus_run
     from workbench.allocsim import mcore_traces
 

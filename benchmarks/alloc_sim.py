@@ -5,11 +5,14 @@ The reserve is ``max_memory_reserved / max_memory_allocated − 1``. The allocat
 (:class:`~workbench.allocsim.CachingAllocator`, PyTorch's ``c10/cuda/CUDACachingAllocator.cpp``) and the meta-device
 traces of DeepSpeed ZeRO-0/1/2 steps — of a transformers model (:func:`workbench.allocsim.trace_hf_deepspeed`) and
 of a megatron-core ``GPTModel`` with the local layer spec (:func:`workbench.allocsim.trace_mcore_deepspeed`, run in a
-child process) — live in :mod:`workbench.allocsim`, where ``workbench estimate --simulate-allocator`` uses them in
-place of the constant; this script traces each corpus record's own model and DeepSpeed settings and compares the
-simulated reserve with the measured one and with :data:`workbench.memory.RESERVE_FRACTION`, per run, per stack and
-per split of ``benchmarks/accuracy_split.json``; nothing is fitted. Scope: Hugging Face and dense megatron-core
-models under DeepSpeed ZeRO-0/1/2 on one GPU, default allocator, no optimizer offload.
+child process) — and of that ``GPTModel`` under megatron-core's own DDP and optimizer
+(:func:`workbench.allocsim.trace_mcore_ddp`) live in :mod:`workbench.allocsim`, where ``workbench estimate
+--simulate-allocator`` uses them in place of the constant; this script traces each corpus record's own model and
+engine settings and compares the simulated reserve with the measured one and with its engine's
+:data:`workbench.memory.RESERVE_FRACTION`, per run, per stack and per split of ``benchmarks/accuracy_split.json``;
+nothing is fitted. Scope: on one GPU with the default allocator, Hugging Face and dense megatron-core models under
+DeepSpeed ZeRO-0/1/2 (no optimizer offload but ZeRO-2's to the CPU), dense megatron-core models under megatron-core's
+DDP (``mcore-ddp``: plain or distributed optimizer).
 
 Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run; about 10 minutes on
 two cores). Its output is kept in ``benchmarks/results/alloc_sim_h200.txt``.
@@ -58,15 +61,25 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
 # ================================================================================================================
 # Simulated vs measured reserve on the corpus
 # ================================================================================================================
+MCORE_STACKS = ("mcore-ds", "mcore-ddp")
+"""The corpus stacks of megatron-core models, traced in a child process (:func:`workbench.allocsim.mcore_replays`)."""
+
+
+def engine_of(rec: dict) -> str:
+    """The key of :data:`workbench.memory.RESERVE_FRACTION` / ``OUTSIDE_ALLOCATOR_BYTES`` of a record's engine:
+    ``megatron`` for megatron-core's own DDP (``mcore-ddp``), else ``deepspeed``."""
+    return "megatron" if rec.get("stack") == "mcore-ddp" else "deepspeed"
+
+
 def in_scope(rec: dict) -> bool:
-    """Corpus runs the traces model: Hugging Face or megatron-core (dense, local layer spec) models under DeepSpeed
-    ZeRO-0/1/2 on one GPU, finished, default allocator, no optimizer offload but ZeRO-2's to the CPU without
-    gradient accumulation."""
+    """Corpus runs the traces model, on one GPU, finished, with the default allocator: Hugging Face or megatron-core
+    (dense, local layer spec) models under DeepSpeed ZeRO-0/1/2 (no optimizer offload but ZeRO-2's to the CPU
+    without gradient accumulation), and dense megatron-core models under megatron-core's DDP (``mcore-ddp``)."""
     zero = rec.get("ds_config", {}).get("zero_optimization", {})
     offload = (zero.get("offload_optimizer") or {}).get("device", "none")
     offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) == 2
                                        and rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) == 1)
-    stack_ok = rec.get("stack") == "hf-ds" or (rec.get("stack") == "mcore-ds"
+    stack_ok = rec.get("stack") == "hf-ds" or (rec.get("stack") in MCORE_STACKS
                                                and not (rec.get("model_dims") or {}).get("num_experts"))
     return (stack_ok and rec.get("status") == "ok" and rec.get("world_size", 1) == 1
             and zero.get("stage", 0) <= 2 and offload_ok
@@ -110,7 +123,7 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     if replayed is None:
         a = replay(trace_hf_deepspeed(rec))
         replayed = dict(reserve_fraction=a.reserve_fraction, peak_allocated_bytes=a.peak_allocated_bytes)
-    constant = RESERVE_FRACTION["deepspeed"]
+    constant = RESERVE_FRACTION[engine_of(rec)]
     device = device_sim = None
     run = corpus_run(rec) if run is None else run
     if run is not None and run["measured"].get("device"):
@@ -134,21 +147,26 @@ def corpus_runs(recs: list) -> list:
     return [corpus_run(rec) for rec in recs]
 
 
-def mcore_replays(runs: list) -> list:
-    """The megatron-core records' replays, all in one child process (:func:`workbench.allocsim.mcore_replays`),
-    each traced from the specs of the record's run (:func:`corpus_runs`)."""
-    jobs = [(run["model"], run["cluster"], run["plan"]) for run in runs]
-    out = allocsim.mcore_replays(jobs, capacity_bytes=H200_BYTES - _outside_bytes())
+def mcore_replays(recs: list, runs: list) -> list:
+    """The megatron-core records' replays, one child process per engine (:func:`workbench.allocsim.mcore_replays`:
+    the allocator may reserve the H200 less that engine's memory outside it), each traced from the specs of the
+    record's run (:func:`corpus_runs`)."""
+    out = [None] * len(runs)
+    for engine in sorted({engine_of(rec) for rec in recs}):
+        idx = [i for i, rec in enumerate(recs) if engine_of(rec) == engine]
+        jobs = [(runs[i]["model"], runs[i]["cluster"], runs[i]["plan"]) for i in idx]
+        for i, o in zip(idx, allocsim.mcore_replays(jobs, capacity_bytes=H200_BYTES - _outside_bytes(engine))):
+            out[i] = o
     failed = [(run["run_id"], o["error"]) for run, o in zip(runs, out) if "error" in o]
     if failed:
         raise SystemExit("megatron-core traces failed: " + "; ".join(f"{r}: {e}" for r, e in failed))
     return out
 
 
-def _outside_bytes() -> int:
+def _outside_bytes(engine: str = "deepspeed") -> int:
     from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
 
-    return OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+    return OUTSIDE_ALLOCATOR_BYTES[engine]
 
 
 def _stats(errs) -> str:
@@ -164,18 +182,20 @@ def _stats(errs) -> str:
 
 def summary(rows: list) -> list:
     """Two lines: peak reserved (from the measured allocated peak) and the estimator's whole device, each with
-    the simulated reserve and with the constant."""
+    the simulated reserve and with the constant (each run's engine's: "per engine" where the rows mix them)."""
+    constants = {r.constant_reserve for r in rows}
+    constant = f"{constants.pop():.1%}" if len(constants) == 1 else "per engine"
     return [f"n {len(rows):3d}  peak reserved   simulated: {_stats([r.simulated_error for r in rows])}   "
-            f"constant {rows[0].constant_reserve:.1%}: {_stats([r.constant_error for r in rows])}",
+            f"constant {constant}: {_stats([r.constant_error for r in rows])}",
             f"       whole device    simulated: {_stats([r.device_error_simulated for r in rows])}   "
-            f"constant {rows[0].constant_reserve:.1%}: {_stats([r.device_error for r in rows])}"]
+            f"constant {constant}: {_stats([r.device_error for r in rows])}"]
 
 
-def write_band(rows: list) -> dict:
-    """Write the whole-device band of ``rows`` (the test split's), scored with the replayed reserve, into
-    ``workbench/catalog/error_band.json`` as ``device`` / ``deepspeed/replayed-allocator`` (what
-    :func:`workbench.memory.error_band` gives an estimate whose reserve was replayed), leaving the rest of the file as
-    ``benchmarks/bench_accuracy.py --write-band`` wrote it; returns the entry."""
+def write_band(rows: list, engine: str = "deepspeed") -> dict:
+    """Write the whole-device band of ``rows`` (the test split's runs of ``engine``), scored with the replayed
+    reserve, into ``workbench/catalog/error_band.json`` as ``device`` / ``ENGINE/replayed-allocator`` (what
+    :func:`workbench.memory.error_band` gives an estimate of that engine whose reserve was replayed), leaving the
+    rest of the file as ``benchmarks/bench_accuracy.py --write-band`` wrote it; returns the entry."""
     import numpy as np
 
     from bench_accuracy import BAND_QUANTILE
@@ -188,7 +208,7 @@ def write_band(rows: list) -> dict:
                  worst_low_fraction=round(max(0.0, 1 - min(ratios)), 4),
                  worst_high_fraction=round(max(0.0, max(ratios) - 1), 4))
     doc = json.loads(ERROR_BAND_FILE.read_text())
-    doc["device"][f"deepspeed/{REPLAYED_BAND_SUFFIX}"] = entry
+    doc["device"][f"{engine}/{REPLAYED_BAND_SUFFIX}"] = entry
     ERROR_BAND_FILE.write_text(json.dumps(doc, indent=2) + "\n")
     return entry
 
@@ -199,8 +219,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", action="store_true", help="print every run")
     ap.add_argument("--only", default="", help="only run ids containing this")
     ap.add_argument("--write-band", action="store_true",
-                    help="write the test split's whole-device band with the replayed reserve to "
-                         "workbench/catalog/error_band.json (device, deepspeed/replayed-allocator)")
+                    help="write the test split's whole-device bands with the replayed reserve, one per engine, to "
+                         "workbench/catalog/error_band.json (device, ENGINE/replayed-allocator)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     split = json.loads(SPLIT.read_text())
@@ -210,9 +230,9 @@ def main(argv=None) -> int:
         rec = json.loads(line)
         if in_scope(rec) and args.only in rec["run_id"] and rec["shape_id"] in side:
             recs.append(rec)
-    mcore = [r for r in recs if r["stack"] == "mcore-ds"]
+    mcore = [r for r in recs if r["stack"] in MCORE_STACKS]
     runs = corpus_runs(mcore)  # their specs, built once: traced from, then estimated
-    done = dict(zip((r["run_id"] for r in mcore), zip(runs, mcore_replays(runs))))
+    done = dict(zip((r["run_id"] for r in mcore), zip(runs, mcore_replays(mcore, runs))))
     rows = []
     for rec in recs:
         run, replayed = done.get(rec["run_id"], (None, None))
@@ -227,7 +247,8 @@ def main(argv=None) -> int:
                   flush=True)
     print("error = predicted / measured - 1; peak reserved from the measured allocated peak and the reserve; whole "
           "device: the estimator's, with its reserve term as is (constant) or the simulated fraction")
-    for stack, label in (("", "all"), ("hf-ds/", "transformers"), ("mcore-ds/", "megatron-core")):
+    for stack, label in (("", "all"), ("hf-ds/", "transformers"), ("mcore-ds/", "megatron-core"),
+                         ("mcore-ddp/", "mcore DDP")):
         for name in ("fit", "test"):
             part = [r for r in rows if r.split == name and r.run_id.startswith(stack)]
             if part:
@@ -236,9 +257,13 @@ def main(argv=None) -> int:
     if args.write_band:
         if args.only:
             raise SystemExit("--write-band scores every in-scope test run: leave --only out")
-        entry = write_band([r for r in rows if r.split == "test"])
-        print(f"wrote the replayed whole-device band: {entry['n']} test runs, -{entry['low_fraction']:.1%} / "
-              f"+{entry['high_fraction']:.1%}")
+        for engine in ("deepspeed", "megatron"):
+            test = [r for r in rows if r.split == "test" and engine_of({"stack": r.run_id.split("/")[0]}) == engine]
+            if not test:
+                continue
+            entry = write_band(test, engine)
+            print(f"wrote the replayed whole-device band of {engine}: {entry['n']} test runs, "
+                  f"-{entry['low_fraction']:.1%} / +{entry['high_fraction']:.1%}")
     return 0
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import pytest  # noqa: E402
+
 import alloc_history  # noqa: E402
 
 MiB = 2**20
@@ -63,3 +65,8 @@ def test_every_recorded_history_replays_to_its_measured_reserve_to_the_byte():
         a = replay(alloc_history.real_requests(hist), capacity_bytes=1 << 62)
         assert (a.peak_allocated_bytes, a.peak_reserved_bytes) == (hist["peak_allocated_bytes"],
                                                                    hist["peak_reserved_bytes"]), path.name
+
+
+def test_a_stack_without_a_trace_is_named():
+    with pytest.raises(ValueError, match="stack 'mlm' has no trace"):
+        alloc_history.replay_trace({"run_id": "mlm/x", "stack": "mlm"})

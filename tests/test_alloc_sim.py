@@ -226,7 +226,13 @@ def test_scope_is_one_gpu_zero_0_to_2_on_the_default_allocator_offload_only_at_z
     assert not A.in_scope(base | dict(world_size=2))
     assert A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_layers=2)))
     assert not A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_experts=8)))  # the trace is dense
-    assert not A.in_scope(base | dict(stack="mcore-ddp"))
+    ddp = base | dict(stack="mcore-ddp", model_dims=dict(num_layers=2))
+    del ddp["ds_config"]
+    assert A.in_scope(ddp)  # megatron-core's own DDP on one GPU
+    assert not A.in_scope(ddp | dict(model_dims=dict(num_experts=8)))
+    assert not A.in_scope(ddp | dict(world_size=2))
+    assert not A.in_scope(base | dict(stack="mcore-ddp", pytorch_cuda_alloc_conf="expandable_segments:True"))
+    assert not A.in_scope(base | dict(stack="mlm"))
     assert not A.in_scope(base | dict(status="oom"))
     assert not A.in_scope(base | dict(pytorch_cuda_alloc_conf="expandable_segments:True"))
     assert not A.in_scope(base | dict(allocator_cap_bytes=2**30))
@@ -238,6 +244,21 @@ def test_row_errors_are_of_peak_reserved():
     assert row.simulated_error == pytest.approx(1.20 / 1.25 - 1)
     assert row.constant_error == pytest.approx(1.171 / 1.25 - 1)
     assert "under >5 %  0" in A.summary([row, row])[0]
+
+
+def test_megatron_core_ddp_records_take_megatron_cores_constants():
+    """A ``mcore-ddp`` record is compared with megatron-core's constant reserve and replayed under megatron-core's
+    memory outside the allocator; a summary mixing engines names no single constant."""
+    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES, RESERVE_FRACTION
+
+    assert A.engine_of({"stack": "mcore-ddp"}) == "megatron"
+    assert A.engine_of({"stack": "mcore-ds"}) == A.engine_of({"stack": "hf-ds"}) == "deepspeed"
+    assert A._outside_bytes("megatron") == OUTSIDE_ALLOCATOR_BYTES["megatron"]
+    rows = [A.Row(run_id=f"{stack}/x", split="test", measured_reserve=0.1, simulated_reserve=0.1,
+                  constant_reserve=RESERVE_FRACTION[A.engine_of({"stack": stack})], simulated_allocated_error=0.0)
+            for stack in ("mcore-ds", "mcore-ddp")]
+    assert f"constant {RESERVE_FRACTION['megatron']:.1%}" in A.summary(rows[1:])[0]
+    assert "constant per engine" in A.summary(rows)[0]
 
 
 def _mlp_events(bucket_elements: int, marks: list):

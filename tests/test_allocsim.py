@@ -341,3 +341,75 @@ def test_fused_rms_norm_keeps_the_output_and_a_row_statistic_only():
     # other inputs keep torch's own rms_norm
     y = torch.ones(2, 8)
     assert torch.equal(fused(y, (8,), None, 1e-6), real(y, (8,), None, 1e-6))
+
+
+def _tiny_mcore_ddp_specs():
+    """The tiny megatron-core model under megatron-core's own DDP and torch's AdamW on one GPU."""
+    from workbench.cli import build_parser
+    from workbench.commands.common import specs_from_args
+
+    return specs_from_args(build_parser().parse_args(["estimate", *TINY_MCORE, "--engine", "megatron", "--adam",
+                                                      "torch"]))
+
+
+def _live_bytes(events) -> int:
+    live = {}
+    for kind, key, size in events:
+        if kind == "end":
+            break
+        if kind == "malloc":
+            live[key] = size
+        elif kind == "free":
+            live.pop(key, None)
+    return sum(live.values())
+
+
+def test_megatron_core_ddp_trace_keeps_the_training_state():
+    """After the steps of megatron-core's DDP (``trace_mcore_ddp``, one child process for both plans) what stays is
+    the training state — bf16 parameters, the fp32 gradient buffer, fp32 main parameters and Adam's two fp32 states,
+    18 bytes a parameter with the plain optimizer and the distributed one alike on one GPU — with cuBLAS's two
+    workspaces, megatron-core's attention-score workspace, the causal mask and the positions; during each step
+    torch's multi-tensor Adam takes the square roots of the second moments as temporaries."""
+    model, cluster, plan = _tiny_mcore_ddp_specs()
+    assert str(plan.engine) == "megatron" and str(plan.adam) == "torch"
+    allocsim.check_scope(model, plan)
+    n, b, s = model.parameter_counts().total, plan.micro_batch_size, model.seq_length
+    plans = [plan.replace(distributed_optimizer=False), plan.replace(distributed_optimizer=True)]
+    traces = allocsim.mcore_traces([(model, cluster, p) for p in plans], steps=2)
+    scores, mask, positions = b * model.num_attention_heads * s * s * 2, s * s, s * 8
+    for events in traces:
+        assert not isinstance(events, dict), events
+        assert _live_bytes(events) == 18 * n + 2 * allocsim.CUBLAS_WORKSPACE_BYTES + scores + mask + positions
+        embedding = model.vocab_size * model.hidden_size * 4  # the fp32 word embedding: main parameter, states
+        assert sum(1 for kind, _k, size in events if kind == "malloc" and size == embedding) >= 3 + 2
+
+
+def test_megatron_core_ddp_scope_names_fields_and_values():
+    """``check_scope`` takes megatron-core's DDP on one GPU for a dense megatron-core model with unfused attention
+    and names each field outside it; ``plan_reserve_fraction`` leaves megatron-core's memory outside the allocator
+    (not DeepSpeed's) to the replay."""
+    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
+
+    model, cluster, plan = _tiny_mcore_ddp_specs()
+    allocsim.check_scope(model, plan)
+    allocsim.check_scope(model, plan.replace(distributed_optimizer=True, recompute="full"))
+    for change, why in ((dict(adam="fused"), "adam=fused with engine=megatron"),
+                        (dict(tensor_parallel=2, world_size=2), "tensor_parallel=2 (the megatron-core trace runs one "
+                                                                "rank"),
+                        (dict(world_size=2), "world_size=2 (the replay traces one GPU)"),
+                        (dict(offload_optimizer="cpu"), "offload_optimizer=cpu with engine=megatron"),
+                        (dict(grad_reduce_fp32=False), "grad_reduce_fp32=False"),
+                        (dict(expandable_segments=True), "expandable_segments=True")):
+        try:
+            changed = plan.replace(**change)
+        except ValueError:  # a combination the plan itself refuses
+            continue
+        with pytest.raises(ValueError) as refused:
+            allocsim.check_scope(model, changed)
+        assert str(refused.value).startswith(allocsim.SCOPE) and why in str(refused.value)
+    with pytest.raises(ValueError, match="engine=megatron with implementation=transformers"):
+        allocsim.check_scope(model.replace(implementation="transformers"), plan)
+    assert allocsim.outside_allocator_engine(plan) == "megatron"
+    assert allocsim.outside_allocator_engine(plan.replace(engine="deepspeed")) == "deepspeed"
+    job = allocsim._mcore_job(model, cluster, plan, capacity_bytes=None, steps=1)
+    assert job["capacity_bytes"] == cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["megatron"]

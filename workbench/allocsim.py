@@ -1,5 +1,5 @@
 """The caching allocator's reserve replayed: PyTorch's CUDA caching-allocator policy run over the allocation trace
-of a model's DeepSpeed ZeRO-0/1/2 training steps, built on the meta device, as the reserve fraction
+of a model's DeepSpeed ZeRO-0/1/2 or megatron-core DDP training steps, built on the meta device, as the reserve fraction
 ``max_memory_reserved / max_memory_allocated − 1`` the estimator's overhead term can take in place of the constant
 :data:`workbench.memory.RESERVE_FRACTION` (``estimate(..., simulate_allocator=...)``, ``workbench estimate
 --simulate-allocator``).
@@ -25,13 +25,17 @@ The traces come from the steps of a model built on the meta device (no memory, t
 program order, and the temporaries CUDA kernels take that the meta device does not make (:func:`_cuda_temporaries`).
 Two models: a transformers model built from its config (:func:`trace_hf_deepspeed`; attention as on CUDA:
 cuDNN's attention blocks for sdpa as an H200 allocates them, softmax straight to fp32 for eager), and a megatron-core
-``GPTModel`` with the local layer spec as the workbench's launcher builds it (:func:`trace_mcore_deepspeed`, run in a
-child process by :func:`mcore_replays`). Dropout runs as CUDA's fused kernel does (a 1-byte mask). DeepSpeed
-ZeRO-0/1/2's own buffers are meta tensors allocated and dropped where its source does (:func:`deepspeed_steps`).
+``GPTModel`` with the local layer spec as the workbench's launcher builds it, under DeepSpeed
+(:func:`trace_mcore_deepspeed`) or megatron-core's own ``DistributedDataParallel`` and optimizer
+(:func:`trace_mcore_ddp`: its real DDP, optimizer and schedule run on the meta device), in a child process
+(:func:`mcore_replays`). Dropout runs as CUDA's fused kernel does (a 1-byte mask). DeepSpeed ZeRO-0/1/2's own buffers
+are meta tensors allocated and dropped where its source does (:func:`deepspeed_steps`).
 Nothing is fitted; how the replayed reserve compares with the measured one on the H200 corpus is
 ``benchmarks/alloc_sim.py``'s study (``benchmarks/results/alloc_sim_h200.txt``). Scope (:func:`check_scope`):
-DeepSpeed ZeRO-0/1/2 on one GPU, bf16, default allocator, ``overlap_comm`` off, no offload but ZeRO-2's optimizer
-offload to the CPU; Hugging Face models imported from a config, dense megatron-core models with unfused attention.
+one GPU, bf16, default allocator: DeepSpeed ZeRO-0/1/2 with ``overlap_comm`` off, no offload but ZeRO-2's optimizer
+offload to the CPU, of Hugging Face models imported from a config and dense megatron-core models with unfused
+attention; megatron-core's DDP with the plain or distributed optimizer (no model parallelism) of those megatron-core
+models.
 
 torch, transformers, peft and megatron-core are imported inside the functions that trace: ``workbench`` imports
 without them.
@@ -39,6 +43,7 @@ without them.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -666,6 +671,70 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     return events
 
 
+@contextlib.contextmanager
+def _mcore_meta(model, plan, events: list):
+    """What the megatron-core traces share: one gloo rank of megatron-core (:func:`workbench.runs.train.single_rank_megatron`,
+    in a process that does not see CUDA: the CPU adapter applies), a fresh attention workspace, all-reduces over the
+    one-rank groups that do nothing on meta tensors, dropout and RMSNorm as CUDA runs them (:func:`cuda_dropout`,
+    :func:`cuda_rms_norm`), megatron-core's CUDA-device requests on the meta device
+    (:func:`workbench.runs.cpu_adapter.meta_device`) and the recorder on. Yields the ``TransformerConfig`` arguments:
+    each parameter allocated in its dtype and not initialised (on a GPU megatron-core initialises them in place; the
+    CPU initialisation a process without CUDA takes makes fp32 master weights the GPU never has)."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from workbench.runs import cpu_adapter
+    from workbench.runs.model import transformer_config_kwargs
+    from workbench.runs.train import single_rank_megatron
+
+    single_rank_megatron(plan)
+    from megatron.core import parallel_state
+
+    # megatron-core's attention workspace is process-wide: a fresh one, so that this trace allocates its own
+    parallel_state.destroy_global_memory_buffer()
+    parallel_state._set_global_memory_buffer()
+    real_all_reduce = dist.all_reduce
+
+    def all_reduce(tensor, *args, **kwargs):  # one rank: the reduction is the tensor itself
+        return None if tensor.device.type == "meta" else real_all_reduce(tensor, *args, **kwargs)
+
+    real_gather_object = dist.all_gather_object
+
+    def all_gather_object(object_list, obj, group=None):  # one rank (the optimizer's parameter-group keys); its
+        object_list[0] = obj  # pickled bytes through a meta tensor cannot be read back
+
+    config_kwargs = dict(transformer_config_kwargs(model, plan), perform_initialization=False)
+    dist.all_reduce, dist.all_gather_object = all_reduce, all_gather_object
+    real_dropout, F.dropout = cuda_dropout()
+    real_rms_norm, F.rms_norm = cuda_rms_norm()
+    try:
+        with cpu_adapter.meta_device(), _recorder(events):
+            yield config_kwargs
+    finally:
+        dist.all_reduce, dist.all_gather_object = real_all_reduce, real_gather_object
+        F.dropout, F.rms_norm = real_dropout, real_rms_norm
+
+
+def _mcore_batch(net, seq_length: int, micro_batch: int):
+    """``(mask, positions, tokens)``: what ``benchmarks/corpus/measure.py`` and the launcher hand megatron-core's
+    ``GPTModel``, on the meta device, as a function making each micro-batch's ``seq + 1`` tokens (the mask and
+    positions made once, at the first call)."""
+    import torch
+
+    from workbench.runs.model import causal_mask
+
+    fixed = {}
+
+    def batch():
+        if not fixed:
+            fixed.update(mask=causal_mask(seq_length, device="meta"),
+                         pos=torch.arange(seq_length, device="meta")[None].expand(micro_batch, seq_length))
+        tokens = torch.zeros(micro_batch, seq_length + 1, dtype=torch.long, device="meta")
+        return tokens, fixed["pos"], fixed["mask"]
+
+    return batch
+
+
 def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     """The allocation events of a megatron-core ``GPTModel`` (local layer spec, as the workbench's launcher builds it:
     :func:`workbench.runs.model.build_gpt`) trained under DeepSpeed ZeRO-0/1/2 on one GPU in bf16 (ZeRO-2 also with
@@ -674,64 +743,185 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
     and the launcher run it: the model built (its parameters on the device; the norms' weights in fp32), DeepSpeed's
     engine casting the parameters to bf16 (``_cast_module_mixed_precision``: parameters only), DeepSpeed's optimizer
     state, then the causal mask and positions, and each micro-batch's ``seq + 1`` tokens, forward with the labels,
-    the per-token loss's mean. The parameters are allocated in their dtype and not initialised (on a GPU
-    megatron-core initialises them in place; the CPU initialisation a process without CUDA takes makes fp32 master
-    weights the GPU never has), and torch's RMSNorm runs as its fused CUDA kernel (:func:`cuda_rms_norm`), as the
-    recorded allocator histories show (``benchmarks/alloc_history.py``). megatron-core's own workspaces (the
-    scores' global buffer, the rotary frequencies) go to the meta device through :func:`workbench.runs.cpu_adapter.meta_device`; the cross-entropy's all-reduces
-    over its one-rank group do nothing. Needs megatron-core and a process that does not see CUDA."""
+    the per-token loss's mean. The parameters are allocated in their dtype and not initialised, and torch's RMSNorm
+    runs as its fused CUDA kernel (:func:`_mcore_meta`), as the recorded allocator histories show
+    (``benchmarks/alloc_history.py``). megatron-core's own workspaces (the scores' global buffer, the rotary
+    frequencies) go to the meta device; the cross-entropy's all-reduces over its one-rank group do nothing. Needs
+    megatron-core and a process that does not see CUDA."""
     import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
 
-    from workbench.runs import cpu_adapter
-    from workbench.runs.model import build_gpt, causal_mask, transformer_config_kwargs
+    from workbench.runs.model import build_gpt
 
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
                            grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
                            offload_optimizer=str(plan.offload_optimizer) == "cpu")
-    from workbench.runs.train import single_rank_megatron
-
-    single_rank_megatron(plan)  # in a process that does not see CUDA (mcore_replays): the CPU adapter applies
-    from megatron.core import parallel_state
-
-    # megatron-core's attention workspace is process-wide: a fresh one, so that this trace allocates its own
-    parallel_state.destroy_global_memory_buffer()
-    parallel_state._set_global_memory_buffer()
     events: list = []
-    real_all_reduce = dist.all_reduce
+    with _mcore_meta(model, plan, events) as config_kwargs:
+        with torch.device("meta"):
+            net = build_gpt(model, plan, config_kwargs=config_kwargs)
+        for p in net.parameters():  # DeepSpeed's engine: parameters to bf16, buffers kept
+            if p.dtype != torch.bfloat16:
+                p.data = p.data.to(torch.bfloat16)
+        batch = _mcore_batch(net, model.seq_length, plan.micro_batch_size)  # made after deepspeed.initialize
 
-    def all_reduce(tensor, *args, **kwargs):  # one rank: the reduction is the tensor itself
-        return None if tensor.device.type == "meta" else real_all_reduce(tensor, *args, **kwargs)
+        def micro_step():
+            tokens, pos, mask = batch()
+            return net(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
 
-    # built as on a GPU: each parameter allocated in its dtype and initialised in place (megatron-core's CPU
-    # initialisation, which a process without CUDA would take, makes fp32 master weights the GPU never has)
-    config_kwargs = dict(transformer_config_kwargs(model, plan), perform_initialization=False)
-    dist.all_reduce = all_reduce
-    real_dropout, F.dropout = cuda_dropout()
-    real_rms_norm, F.rms_norm = cuda_rms_norm()
-    try:
-        with cpu_adapter.meta_device(), _recorder(events):
-            with torch.device("meta"):
-                net = build_gpt(model, plan, config_kwargs=config_kwargs)
-            for p in net.parameters():  # DeepSpeed's engine: parameters to bf16, buffers kept
-                if p.dtype != torch.bfloat16:
-                    p.data = p.data.to(torch.bfloat16)
-            s, b = model.seq_length, plan.micro_batch_size
-            fixed = {}
-
-            def micro_step():
-                if not fixed:  # made after deepspeed.initialize
-                    fixed.update(mask=causal_mask(s, device="meta"),
-                                 pos=torch.arange(s, device="meta")[None].expand(b, s))
-                tokens = torch.zeros(b, s + 1, dtype=torch.long, device="meta")
-                return net(tokens[:, :-1], fixed["pos"], fixed["mask"], labels=tokens[:, 1:]).float().mean()
-
-            deepspeed_steps(net, micro_step, setup, events)
-    finally:
-        dist.all_reduce, F.dropout, F.rms_norm = real_all_reduce, real_dropout, real_rms_norm
+        deepspeed_steps(net, micro_step, setup, events)
     del net
     return events
+
+
+def _apply_order(module):
+    """The parameters of ``module`` in the order ``Module._apply`` (``.to``, ``.bfloat16``) visits them: each child's
+    first, then the module's own."""
+    for child in module.children():
+        yield from _apply_order(child)
+    yield from module._parameters.values()
+
+
+def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
+    """The allocation events of a megatron-core ``GPTModel`` (local layer spec, :func:`workbench.runs.model.build_gpt`)
+    trained by megatron-core itself on one GPU in bf16 — ``DistributedDataParallel`` (``grad_reduce_in_fp32``, no
+    overlapped reduction), ``get_megatron_optimizer`` (Adam, ``clip_grad`` 1.0, the distributed optimizer as the plan
+    says) and the no-pipelining schedule, as ``benchmarks/corpus/measure.py`` (``mcore_ddp``) runs them — from
+    building the model to the last of ``steps`` steps, then ``("end", 0, 0)``. megatron-core's own DDP, optimizer and
+    schedule run on the meta device (:func:`_mcore_meta`); what differs from CUDA is set as CUDA runs it:
+
+    - build: megatron-core's layers allocate their bf16 parameters on the device; the torch modules among them (the
+      norms, the learned position embedding) are made on the host in fp32, moved to the device by ``model.to``
+      (``measure.py``'s ``model = model.to(dev)``) and cast to bf16 by ``Float16Module`` (``module.bfloat16()``): their
+      allocations are moved from the build to after it;
+    - DDP: the contiguous bf16 parameter buffer and fp32 gradient buffer (``param_and_grad_buffer.py``), the
+      parameters copied in and their own storage freed; the optimizer: fp32 main parameters (the distributed
+      optimizer's shards through a bf16 clone, ``_build_model_and_main_param_groups``; the plain one's
+      ``param.detach().clone().float()``), Adam's two fp32 states at the first step;
+    - Adam is torch's ``AdamW`` (megatron-core's fallback without Apex or Transformer Engine) with ``foreach`` unset,
+      which CUDA resolves to the multi-tensor implementation (``_multi_tensor_adam``: the square roots of the second
+      moments as temporaries) and the meta device to the single-tensor one: the trace sets ``foreach=True``;
+    - the gradient clipping scales each gradient through a temporary (``local_multi_tensor_scale``:
+      ``dst.copy_(src * scale)``, megatron-core's fallback without Apex), where the CPU adapter scales in place; the
+      norm is a fake scalar of 1, so the clipping always runs, as it does at the corpus's steps;
+    - each step: ``zero_grad_buffer``, the micro-batches' forward and backward through megatron-core's schedule
+      (``forward_step_calc_loss`` divides the loss by the micro-batch count), the gradients' all-reduce over one rank
+      (nothing), the clipping, Adam, and the copy back into the bf16 parameters (in place).
+
+    Needs megatron-core (0.16.1 here; the corpus's GPU ran 0.19.2, whose DDP and optimizer allocate the same blocks
+    for these runs) and a process that does not see CUDA."""
+    import torch
+
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed import param_and_grad_buffer as buffers
+    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer import clip_grads
+    from megatron.core.optimizer import optimizer as mcore_optimizer
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.module import Float16Module
+
+    from workbench.runs.model import build_gpt
+    from workbench.storagetrace import storage_keys
+
+    if str(plan.precision) != "bf16":
+        raise ValueError(f"precision={plan.precision}: the trace models megatron-core's bf16 training")
+    distopt = bool(plan.distributed_optimizer)
+    s, b, gas = model.seq_length, plan.micro_batch_size, plan.gradient_accumulation_steps
+    events: list = []
+
+    def clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, use_decoupled_grad=False):
+        # megatron/core/optimizer/clip_grads.py clip_grad_by_total_norm_fp32 without Apex: local_multi_tensor_scale
+        # (megatron/core/utils.py), dst.copy_(src * scale) per gradient
+        attr = "decoupled_grad" if use_decoupled_grad else "grad"
+        grads = [getattr(p, attr) for p in parameters if getattr(p, attr, None) is not None]
+        if max_norm / (total_norm + 1.0e-6) < 1.0:
+            for g in grads:
+                g.copy_(g * (max_norm / (total_norm + 1.0e-6)))
+
+    # one rank: the buffers' reduce-scatter / all-gather (and their coalescing) are the data itself; the c10d ops
+    # have no meta kernels
+    collectives = dict(_coalescing_manager=lambda *a, **k: contextlib.nullcontext(),
+                       dist_reduce_scatter_func=lambda *a, **k: None, dist_all_gather_func=lambda *a, **k: None)
+    def l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
+        # megatron/core/utils.py local_multi_tensor_l2_norm: a 0-d norm per tensor on the device, their norm on the
+        # host (torch.tensor(l2): not a meta operation), the total back on the device
+        l2 = [torch.norm(t) for tensor_list in tensor_lists for t in tensor_list]
+        total = torch.ones(1, dtype=torch.float, device="meta")
+        del l2
+        return total, None
+
+    with _mcore_meta(model, plan, events) as config_kwargs:
+        real_clip = mcore_optimizer.clip_grad_by_total_norm_fp32
+        real_l2_norm = clip_grads.l2_norm_impl
+        clip_grads.l2_norm_impl = l2_norm
+        real_collectives = {name: getattr(buffers, name) for name in collectives}
+        mcore_optimizer.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
+        for name, fn in collectives.items():
+            setattr(buffers, name, fn)
+        try:
+            built = len(events)
+            with torch.device("meta"):
+                net = build_gpt(model, plan, config_kwargs=config_kwargs)
+            # the torch modules' fp32 parameters are made on the host: on the device from model.to(dev)
+            host = [p for p in _apply_order(net) if p is not None and p.dtype != torch.bfloat16]
+            keys = storage_keys(host)
+            moved = [e for e in events[built:] if e[0] == "malloc" and e[1] in keys]
+            events[built:] = [e for e in events[built:] if not (e[0] == "malloc" and e[1] in keys)]
+            order = {k: i for i, k in enumerate(storage_keys([p]).pop() for p in host)}
+            events.extend(sorted(moved, key=lambda e: order[e[1]]))
+            config = net.config
+            net = Float16Module(config, net)  # module.bfloat16(): the fp32 parameters cast, their storage freed
+            ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                                       use_distributed_optimizer=distopt)
+            ddp = DistributedDataParallel(config=config, ddp_config=ddp_config, module=net)
+            optimizer = get_megatron_optimizer(OptimizerConfig(
+                optimizer="adam", lr=1e-4, weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8,
+                clip_grad=1.0, bf16=True, params_dtype=torch.bfloat16, use_distributed_optimizer=distopt), [ddp])
+            for part in getattr(optimizer, "chained_optimizers", None) or [optimizer]:
+                for group in part.optimizer.param_groups:  # what CUDA resolves foreach=None to
+                    group["foreach"] = True
+            config.finalize_model_grads_func = finalize_model_grads
+            forward_backward = get_forward_backward_func()
+            batch = _mcore_batch(net, s, b)
+            batch()  # measure.py makes the mask and positions after the optimizer
+
+            def batches():
+                for _ in range(gas):
+                    yield batch()[0]
+
+            def forward_step(it, m):
+                tokens = next(it)
+                _, pos, mask = batch()
+                out = m(tokens[:, :-1], pos, mask, labels=tokens[:, 1:])
+
+                def loss_func(output):
+                    loss = output.float().mean()
+                    return loss, {"lm loss": loss.detach().clone()}
+
+                return out, loss_func
+
+            for _ in range(steps):
+                ddp.zero_grad_buffer()
+                optimizer.zero_grad()
+                reduced = forward_backward(forward_step_func=forward_step, data_iterator=batches(), model=ddp,
+                                           num_microbatches=gas, seq_length=s, micro_batch_size=b,
+                                           decoder_seq_length=s, forward_only=False)
+                optimizer.step()
+                del reduced
+            events.append(("end", 0, 0))
+        finally:
+            mcore_optimizer.clip_grad_by_total_norm_fp32, clip_grads.l2_norm_impl = real_clip, real_l2_norm
+            for name, fn in real_collectives.items():
+                setattr(buffers, name, fn)
+    del net, ddp, optimizer
+    return events
+
+
+def trace_mcore(model, plan, *, steps: int = 6) -> list:
+    """The megatron-core trace of a plan: megatron-core's own DDP and optimizer for ``engine='megatron'``
+    (:func:`trace_mcore_ddp`), else DeepSpeed's (:func:`trace_mcore_deepspeed`)."""
+    trace = trace_mcore_ddp if str(plan.engine) == "megatron" else trace_mcore_deepspeed
+    return trace(model, plan, steps=steps)
 
 
 def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocator:
@@ -768,48 +958,78 @@ advisor quotes when it names the replay."""
 
 SCOPE = ("--simulate-allocator covers DeepSpeed ZeRO 0-2 on one GPU without overlap_comm (ZeRO-2 also with the "
          "optimizer offloaded to the CPU, without gradient accumulation), for Hugging Face models and megatron-core "
-         "models with unfused attention (the local layer spec the launcher trains)")
+         "models with unfused attention (the local layer spec the launcher trains), and megatron-core's own DDP and "
+         "optimizer (plain or distributed) on one GPU for those megatron-core models")
 """The opening of every refusal of :func:`check_scope`."""
 
 
 def is_megatron(model) -> bool:
-    """Whether the replay traces ``model`` as a megatron-core ``GPTModel`` (:func:`trace_mcore_deepspeed`) rather
-    than a transformers model built from its config (:func:`trace_hf_deepspeed`)."""
+    """Whether the replay traces ``model`` as a megatron-core ``GPTModel`` (:func:`trace_mcore_deepspeed`,
+    :func:`trace_mcore_ddp`) rather than a transformers model built from its config (:func:`trace_hf_deepspeed`)."""
     return str(model.implementation) == "megatron"
 
 
+def outside_allocator_engine(plan) -> str:
+    """The key of :data:`workbench.memory.OUTSIDE_ALLOCATOR_BYTES` of the engine that runs ``plan``: ``megatron`` for
+    megatron-core's own DDP (:func:`trace_mcore_ddp`), ``deepspeed`` for the DeepSpeed traces."""
+    return "megatron" if str(plan.engine) == "megatron" else "deepspeed"
+
+
 def check_scope(model, plan) -> None:
-    """``ValueError`` naming why a plan is outside what the replay models: DeepSpeed ZeRO-0/1/2 on one GPU, bf16, no
-    parameter offload, no optimizer offload but ZeRO-2's to the CPU without gradient accumulation, ZeRO-1/2 without
-    ``overlap_comm`` (DeepSpeed's own default; the workbench's export turns it on), the default allocator (no
-    ``expandable_segments``), of a transformers model (``implementation='transformers'``) or a dense
-    megatron-core model with unfused attention (the local layer spec the workbench's launcher trains) — the runs the
-    study compared with measurements."""
+    """``ValueError`` naming why a plan is outside what the replay models: on one GPU, in bf16, with the default
+    allocator (no ``expandable_segments``) and no parameter offload, either DeepSpeed ZeRO-0/1/2 (no optimizer
+    offload but ZeRO-2's to the CPU without gradient accumulation; ZeRO-1/2 without ``overlap_comm``, DeepSpeed's own
+    default, which the workbench's export turns on) of a transformers model (``implementation='transformers'``) or a
+    dense megatron-core model with unfused attention (the local layer spec the workbench's launcher trains), or
+    megatron-core's own DDP and optimizer (``engine='megatron'``, plain or distributed optimizer, torch's Adam, main
+    gradients in fp32, no model parallelism, no optimizer offload, no LoRA) of such a megatron-core model — the runs
+    the study compared with measurements."""
     why = []
+    engine = str(plan.engine)
     if is_megatron(model):
         if str(model.attention) != "unfused":
             why.append(f"attention={model.attention} on a megatron-core model (the trace builds the local layer "
                        f"spec, whose attention is unfused)")
         if model.is_moe:
             why.append(f"num_experts={model.num_experts} (the megatron-core trace builds dense models)")
-    if str(plan.engine) != "deepspeed":
-        why.append(f"engine={plan.engine}")
-    if int(plan.zero_stage) > 2:
-        why.append(f"zero_stage={int(plan.zero_stage)}")
     offload = str(plan.offload_optimizer)
-    if offload not in ("none", "cpu"):
-        why.append(f"offload_optimizer={offload}")
-    elif offload == "cpu" and (int(plan.zero_stage) != 2 or plan.gradient_accumulation_steps != 1):
-        why.append(f"offload_optimizer=cpu with zero_stage={int(plan.zero_stage)}, gradient_accumulation_steps="
-                   f"{plan.gradient_accumulation_steps} (the trace offloads at ZeRO-2 without accumulation)")
+    if engine == "megatron":
+        if not is_megatron(model):
+            why.append(f"engine=megatron with implementation={model.implementation} (megatron-core's DDP is traced "
+                       f"for megatron-core models)")
+        for name in ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel",
+                     "expert_parallel"):
+            if getattr(plan, name) != 1:
+                why.append(f"{name}={getattr(plan, name)} (the megatron-core trace runs one rank, no model "
+                           f"parallelism)")
+        if offload != "none":
+            why.append(f"offload_optimizer={offload} with engine=megatron")
+        if plan.lora_rank:
+            why.append(f"lora_rank={plan.lora_rank} with engine=megatron (the trace trains every parameter)")
+        if plan.grad_reduce_fp32 is False:
+            why.append("grad_reduce_fp32=False (the trace keeps fp32 main gradients, as the launcher runs "
+                       "megatron-core's DDP)")
+        if str(plan.adam) != "torch":
+            why.append(f"adam={plan.adam} with engine=megatron (the trace runs torch's AdamW, megatron-core's "
+                       f"optimizer without Apex or Transformer Engine: --adam torch, ParallelPlan(adam='torch'))")
+    elif engine != "deepspeed":
+        why.append(f"engine={plan.engine}")
+    else:
+        if int(plan.zero_stage) > 2:
+            why.append(f"zero_stage={int(plan.zero_stage)}")
+        if offload not in ("none", "cpu"):
+            why.append(f"offload_optimizer={offload}")
+        elif offload == "cpu" and (int(plan.zero_stage) != 2 or plan.gradient_accumulation_steps != 1):
+            why.append(f"offload_optimizer=cpu with zero_stage={int(plan.zero_stage)}, gradient_accumulation_steps="
+                       f"{plan.gradient_accumulation_steps} (the trace offloads at ZeRO-2 without accumulation)")
+        if plan.overlaps_comm and int(plan.zero_stage) in (1, 2):
+            why.append(f"overlap_comm=True at ZeRO-{int(plan.zero_stage)} (a second bucket and a reduction stream "
+                       f"the trace does not model; the study's runs use DeepSpeed's default for ZeRO-1/2, off: "
+                       f"--no-overlap-comm, ParallelPlan(overlap_comm=False))")
     if str(plan.offload_params) != "none":
         why.append(f"offload_params={plan.offload_params}")
     if plan.world_size != 1:
         why.append(f"world_size={plan.world_size} (the replay traces one GPU)")
-    if plan.overlaps_comm and int(plan.zero_stage) in (1, 2):
-        why.append(f"overlap_comm=True at ZeRO-{int(plan.zero_stage)} (a second bucket and a reduction stream the "
-                   f"trace does not model; the study's runs use DeepSpeed's default for ZeRO-1/2, off: "
-                   f"--no-overlap-comm, ParallelPlan(overlap_comm=False))")
     if plan.expandable_segments:
         why.append("expandable_segments=True (the replay is the default allocator's)")
     if str(plan.precision) != "bf16":
@@ -864,7 +1084,7 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
 
 def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *, scope_checked: bool = False) -> float:
     """The replayed reserve fraction of a plan (checked by :func:`check_scope`); the allocator may reserve the GPU
-    less DeepSpeed's memory outside it. A transformers model is rebuilt from ``config`` (its Hugging Face
+    less the engine's memory outside it (:func:`outside_allocator_engine`). A transformers model is rebuilt from ``config`` (its Hugging Face
     ``config.json`` dict; :func:`replayed_reserve_fraction` with the plan's sequence, micro-batch, accumulation,
     attention, ZeRO stage, LoRA and gradient checkpointing, ``recompute='full'``); a megatron-core model from its
     specs, in a child process (:func:`mcore_replays`), and a ``config`` given for it is refused rather than ignored.
@@ -874,7 +1094,7 @@ def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *
 
     if not scope_checked:
         check_scope(model, plan)
-    capacity = cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+    capacity = cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES[outside_allocator_engine(plan)]
     if is_megatron(model):
         if config is not None:
             raise ValueError(f"model {model.name} is a megatron-core model, traced from its specs: it takes no "
@@ -903,17 +1123,18 @@ MCORE_TRACE_TIMEOUT_S = 1800
 
 def mcore_replays(jobs: list, *, capacity_bytes: Optional[int] = None, steps: int = 6) -> list:
     """Each job ``(model, cluster, plan)`` (megatron-core models, :func:`check_scope`'s scope) traced
-    (:func:`trace_mcore_deepspeed`) and replayed (:func:`replay`) in one child Python process that does not see
+    (:func:`trace_mcore`) and replayed (:func:`replay`) in one child Python process that does not see
     CUDA, so that megatron-core's process-wide state (its gloo group, parallel state, the CPU adapter) stays out of
     the caller. Returns per job ``{reserve_fraction, peak_allocated_bytes, peak_reserved_bytes}``, or ``{error}``
     when that job's trace failed. ``capacity_bytes``: what the allocator may reserve (default each job's GPU less
-    DeepSpeed's memory outside the allocator); a trace that would pass it is replayed without the limit."""
+    the engine's memory outside the allocator, :func:`outside_allocator_engine`); a trace that would pass it is
+    replayed without the limit."""
     return _run_mcore_jobs(_checked_mcore_jobs(jobs, "mcore_replays", capacity_bytes=capacity_bytes, steps=steps))
 
 
 def mcore_traces(jobs: list, *, steps: int = 6) -> list:
     """Each job ``(model, cluster, plan)`` (as :func:`mcore_replays` takes them) traced
-    (:func:`trace_mcore_deepspeed`) in the same kind of child process, not replayed: per job its events as
+    (:func:`trace_mcore`) in the same kind of child process, not replayed: per job its events as
     ``(kind, key, bytes)`` with the storage keys as strings, or ``{error}`` when that job's trace failed."""
     out = _run_mcore_jobs(_checked_mcore_jobs(jobs, "mcore_traces", capacity_bytes=None, steps=steps, events=True))
     return [[tuple(e) for e in o["events"]] if "events" in o else o for o in out]
@@ -934,13 +1155,13 @@ def _checked_mcore_jobs(jobs: list, caller: str, **job) -> list:
 
 def _mcore_job(model, cluster, plan, *, capacity_bytes: Optional[int], steps: int, events: bool = False) -> dict:
     """One job of the child process of :func:`mcore_replays` as JSON-ready data, for a megatron-core model and a plan
-    already checked: the specs, what the allocator may reserve (``None``: the job's GPU less DeepSpeed's memory
+    already checked: the specs, what the allocator may reserve (``None``: the job's GPU less the engine's memory
     outside the allocator), the number of steps, and whether the trace's events come back instead of its replay."""
     from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
     from workbench.runs.specio import specs_to_dict
 
     cap = capacity_bytes if capacity_bytes is not None else \
-        cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+        cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES[outside_allocator_engine(plan)]
     return dict(specs=specs_to_dict(model, cluster, plan), capacity_bytes=int(cap), steps=int(steps),
                 events=bool(events))
 
@@ -983,7 +1204,7 @@ def _replay_jobs(given: str, result: str) -> int:
     for job in json.loads(open(given).read()):
         try:
             model, _cluster, plan = specs_from_dict(job["specs"])
-            events = trace_mcore_deepspeed(model, plan, steps=job["steps"])
+            events = trace_mcore(model, plan, steps=job["steps"])
             if job.get("events"):
                 out.append(dict(events=[[kind, str(key), int(size)] for kind, key, size in events]))
                 continue

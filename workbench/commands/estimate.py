@@ -28,6 +28,8 @@ def add_parser(sub) -> None:
                              "from --model hf:PATH, "
                              "needs torch and transformers; "
                              "megatron-core models with --attention unfused, the launcher's local layer spec, "
+                             "under those DeepSpeed stages or under megatron-core's own DDP on one GPU (--engine "
+                             "megatron --adam torch, plain or distributed optimizer), "
                              "needs torch and megatron-core)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)

@@ -22,7 +22,8 @@ What the adapter changes (and nothing else):
 3. ``LanguageModule.setup_embeddings_and_output_layer`` runs with ``Tensor.cuda`` as the identity.
 4. ``clip_grad_by_total_norm_fp32`` (as imported by ``optimizer.optimizer``) is replaced by a CPU version.
 5. Constructors of ``Float16OptimizerWithFloat16Params`` and ``DistributedOptimizer`` run with ``Tensor.type()``
-   reporting CPU tensors by their CUDA type names, so their dtype dispatch takes the same branches as on a GPU.
+   reporting CPU tensors (and meta tensors, for an allocation trace) by their CUDA type names, so their dtype
+   dispatch takes the same branches as on a GPU.
 
 Checked against megatron-core 0.16.1 (run) and 0.19.2 (sources read): every patched attribute exists in both.
 Other versions raise ``RuntimeError`` naming the version, unless ``WORKBENCH_CPU_ADAPTER_ANY_VERSION=1``.
@@ -183,13 +184,14 @@ def _clip_grad_by_total_norm_cpu(parameters, max_norm, total_norm, use_decoupled
         torch._foreach_mul_(grads, clip_coeff)
 
 
-_CUDA_TYPE_NAMES = {"torch.FloatTensor": "torch.cuda.FloatTensor", "torch.HalfTensor": "torch.cuda.HalfTensor",
-                    "torch.BFloat16Tensor": "torch.cuda.BFloat16Tensor"}
+_CUDA_TYPE_NAMES = {f"torch{device}.{name}": f"torch.cuda.{name}" for device in ("", ".meta")
+                    for name in ("FloatTensor", "HalfTensor", "BFloat16Tensor")}
+"""CPU tensors' and meta tensors' (an allocation trace, :func:`meta_device`) type names -> their CUDA names."""
 
 
 @contextlib.contextmanager
 def _cuda_type_names():
-    """``Tensor.type()`` (no arguments) reports CPU float tensors under their CUDA names."""
+    """``Tensor.type()`` (no arguments) reports CPU and meta float tensors under their CUDA names."""
     import torch
 
     real_type = torch.Tensor.type
