@@ -802,7 +802,9 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
       moments as temporaries) and the meta device to the single-tensor one: the trace sets ``foreach=True``;
     - the gradient clipping scales each gradient through a temporary (``local_multi_tensor_scale``:
       ``dst.copy_(src * scale)``, megatron-core's fallback without Apex), where the CPU adapter scales in place; the
-      norm is a fake scalar of 1, so the clipping always runs, as it does at the corpus's steps;
+      norm (``local_multi_tensor_l2_norm``: a 0-d norm per gradient) is data the meta device does not have, a fake
+      scalar of 1, so the trace clips at every step, where the recorded runs clip while the norm is above 1 (the
+      first two to six of their six steps): transient blocks that moved none of their peaks;
     - each step: ``zero_grad_buffer``, the micro-batches' forward and backward through megatron-core's schedule
       (``forward_step_calc_loss`` divides the loss by the micro-batch count), the gradients' all-reduce over one rank
       (nothing), the clipping, Adam, and the copy back into the bf16 parameters (in place).
