@@ -809,8 +809,11 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
       (``forward_step_calc_loss`` divides the loss by the micro-batch count), the gradients' all-reduce over one rank
       (nothing), the clipping, Adam, and the copy back into the bf16 parameters (in place).
 
-    Needs megatron-core (0.16.1 here; the corpus's GPU ran 0.19.2, whose DDP and optimizer allocate the same blocks
-    for these runs) and a process that does not see CUDA."""
+    Left out, all small-pool blocks: the pickled parameter-group keys ``get_megatron_optimizer`` all-gathers (one
+    rank: the key itself here) and the CUDA reduction workspaces (up to a few KiB) of the per-gradient norms.
+    Needs megatron-core (0.16.1 here; the corpus's GPU ran 0.19.2, whose DDP, optimizer and schedule allocate the
+    same large blocks in the same order: the six recorded histories, ``benchmarks/alloc_history.py``, replay to
+    their measured peaks within 0.04 %) and a process that does not see CUDA."""
     import torch
 
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
