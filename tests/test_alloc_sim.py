@@ -389,3 +389,45 @@ def test_cublas_constant_matches_the_trace_module():
     from workbench.allocsim import CUBLAS_WORKSPACE_BYTES
 
     assert CUBLAS == CUBLAS_WORKSPACE_BYTES
+
+
+def test_a_tie_between_equal_free_blocks_goes_to_the_newest_segment():
+    """cudaMalloc hands out falling addresses, and the allocator takes the lowest-addressed of equal free blocks:
+    the block of the segment made last (the recorded smollm2 eager history replays exactly only so)."""
+    a = A.CachingAllocator()
+    first, second = a.malloc(30 * MiB), a.malloc(30 * MiB)
+    seg = lambda h: a._blocks[a._live[h]].segment  # noqa: E731
+    old, new = seg(first), seg(second)
+    a.free(first)
+    a.free(second)
+    assert seg(a.malloc(30 * MiB)) == new and new != old
+
+
+def test_embedding_backward_partial_sums_as_the_h200_allocated_them():
+    """8 192 tokens of a 1 024-wide bf16 embedding: 35.1992 MiB, the block the recorded histories show once per
+    backward ((8 192 + 819) rows x 1 024 x fp32)."""
+    assert A.allocsim.embedding_backward_partials_bytes(8192, 1024, 2) == 36_909_056
+    events = _trace("sdpa")
+    sizes = [size for kind, key, size in events if kind == "malloc" and isinstance(key, tuple)
+             and key[0] == "embedding_backward_partials"]
+    assert sizes and set(sizes) == {A.allocsim.embedding_backward_partials_bytes(2 * 512, 256, 2)}
+
+
+def test_bf16_eager_softmax_casts_before_it_normalises():
+    """transformers' eager ``softmax(scores, dtype=float32)`` of bf16 scores: on CUDA a cast then the softmax (two
+    fp32 score-sized blocks; only fp16 takes the one-output path), as the recorded eager histories show."""
+    import torch
+
+    real, softmax = A.allocsim._cuda_softmax()
+    events = []
+    with A.allocsim._recorder(events):
+        x = torch.empty(2, 4, 8, 8, device="meta", dtype=torch.bfloat16)
+        start = len(events)
+        softmax(x, dim=-1, dtype=torch.float32)
+    fp32 = 2 * 4 * 8 * 8 * 4
+    assert [size for kind, _k, size in events[start:] if kind == "malloc"].count(fp32) == 2
+    with A.allocsim._recorder(events):
+        h = torch.empty(2, 4, 8, 8, device="meta", dtype=torch.float16)
+        start = len(events)
+        softmax(h, dim=-1, dtype=torch.float32)
+    assert [size for kind, _k, size in events[start:] if kind == "malloc"].count(fp32) == 1

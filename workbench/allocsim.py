@@ -12,7 +12,9 @@ of a model's DeepSpeed ZeRO-0/1/2 or megatron-core DDP training steps, built on 
   the large pool: below 10 MiB (``kMinLargeAlloc``) a new segment is 20 MiB (``kLargeBuffer``), above it the request
   rounded up to 2 MiB (``kRoundLarge``) — ``get_allocation_size``;
 - a request takes the smallest cached free block of its pool that fits (``get_free_block``: ``pool.lower_bound``
-  over blocks ordered by size, then address), else a new segment (``alloc_block``);
+  over blocks ordered by size, then address; new segments get lower addresses than earlier ones, as the recorded
+  histories' ``cudaMalloc`` addresses show, so the newest segment's block wins a tie), else a new segment
+  (``alloc_block``);
 - a found block is split when the rest is at least 512 B (small pool) or more than 1 MiB (large pool)
   (``should_split``), the request keeping the lower addresses; unsplit, the whole block counts as allocated;
 - a freed block merges with free neighbours of its segment and is cached, not returned (``empty_cache`` releases
@@ -97,7 +99,9 @@ class CachingAllocator:
     _next_id: int = 0
 
     def _key(self, b: _Block):
-        return (b.size, b.segment, b.offset, id(b))
+        # a free block is found by size, then address; a new segment lies below the earlier ones (the recorded
+        # histories' cudaMalloc addresses fall as segments are added), so among equal sizes the newest comes first
+        return (b.size, -b.segment, b.offset, id(b))
 
     def _cache(self, b: _Block):
         b.free = True
@@ -218,12 +222,14 @@ def _cuda_temporaries(events: list):
     allocated), the product ``grad * output`` that PyTorch's CUDA kernel allocates before it runs and frees after
     (``softmax_backward_cuda_out`` in aten/src/ATen/native/cuda/SoftMax.cu: ``Tensor tmp = grad * output``), in the
     promoted dtype of the two — the 4 bytes per score of
-    :data:`workbench.memory.UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE` that a CPU or meta trace does not see; and at
-    the first GEMM of the forward and of the backward, cuBLAS's workspace (:data:`CUBLAS_WORKSPACE_BYTES`), never
-    freed."""
+    :data:`workbench.memory.UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE` that a CPU or meta trace does not see; after
+    ``aten.embedding_dense_backward`` (its weight gradient allocated), the per-segment partial sums CUDA's kernel
+    takes and frees (:func:`embedding_backward_partials_bytes`); and at the first GEMM of the forward and of the
+    backward, cuBLAS's workspace (:data:`CUBLAS_WORKSPACE_BYTES`), never freed."""
     import torch
 
     softmax_backward = torch.ops.aten._softmax_backward_data.default
+    embedding_backward = torch.ops.aten.embedding_dense_backward.default
     gemms = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
              torch.ops.aten.baddbmm.default}
     count = [0]
@@ -236,15 +242,35 @@ def _cuda_temporaries(events: list):
                 workspaces.add(phase)
                 events.append(("malloc", ("cublas_workspace", phase), CUBLAS_WORKSPACE_BYTES))
             return
-        if func is not softmax_backward:
+        if func is embedding_backward:
+            grad, indices = args[0], args[1]
+            nbytes = embedding_backward_partials_bytes(indices.numel(), grad.shape[-1], grad.dtype.itemsize)
+            name = "embedding_backward_partials"
+        elif func is softmax_backward:
+            grad, output = args[0], args[1]
+            nbytes = grad.numel() * torch.promote_types(grad.dtype, output.dtype).itemsize
+            name = "softmax_backward_tmp"
+        else:
             return
-        grad, output = args[0], args[1]
-        nbytes = grad.numel() * torch.promote_types(grad.dtype, output.dtype).itemsize
         count[0] += 1
-        key = ("softmax_backward_tmp", count[0])
+        key = (name, count[0])
         events.extend((("malloc", key, nbytes), ("free", key, nbytes)))
 
     return after_call
+
+
+EMBEDDING_BACKWARD_ROWS_PER_THREAD = 10
+"""``NROWS_PER_THREAD`` of aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu: how many index rows one partial sum
+covers."""
+
+
+def embedding_backward_partials_bytes(num_indices: int, embedding_dim: int, grad_itemsize: int) -> int:
+    """The partial sums CUDA's embedding backward (``embedding_backward_cuda_kernel``) allocates without knowing how
+    many segments the indices make: ``num_indices + num_indices // 10`` rows of the embedding width, in fp32 for a
+    16-bit gradient (``grad_weight_per_segment``). The recorded histories show it once per backward: 35.2 MiB for 8 192
+    tokens of a 1 024-wide embedding."""
+    rows = num_indices + num_indices // EMBEDDING_BACKWARD_ROWS_PER_THREAD
+    return rows * embedding_dim * max(4, grad_itemsize)
 
 
 SDPA_KERNELS = ("cudnn", "flash")
@@ -393,15 +419,16 @@ def sdpa_events(kernel: str, batch: int, heads: int, kv_heads: int, seq: int, he
 
 
 def _cuda_softmax():
-    """``F.softmax(x, dtype=torch.float32)`` of a bf16/fp16 ``x`` as CUDA runs it: one fp32 output
+    """``F.softmax(x, dtype=torch.float32)`` as CUDA runs it: of an fp16 ``x``, one fp32 output
     (``_softmax(x, dim, half_to_float=True)``, aten/src/ATen/native/SoftMax.cpp ``softmax``), where CPU and meta
-    cast ``x`` to fp32 first (a second score-sized tensor)."""
+    cast ``x`` to fp32 first (a second score-sized tensor); of a bf16 ``x`` CUDA casts first too (the fused path is
+    fp16's alone: the recorded histories show two fp32 blocks at transformers' eager softmax), so it is left as is."""
     import torch
 
     real = torch.nn.functional.softmax
 
     def softmax(x, dim=None, _stacklevel=3, dtype=None):
-        if dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16) and dim is not None:
+        if dtype == torch.float32 and x.dtype == torch.float16 and dim is not None:
             return torch._softmax(x, dim, True)
         return real(x, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
