@@ -1019,8 +1019,9 @@ def main(argv=None) -> int:
                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. step deepspeed/zero3: the ZeRO-3 runs, "
                         "each side at least the spread of one ZeRO-3 configuration measured in separate processes "
                         "(noise_*, from every repeated configuration; model_*: the runs' own band). device "
-                        "deepspeed/replayed-allocator: the one-GPU transformers ZeRO-0/1/2 runs scored with the "
-                        "caching allocator replayed (benchmarks/alloc_sim.py --write-band). step ENGINE/host-bound "
+                        "ENGINE/replayed-allocator: the engine's one-GPU runs in the replay's scope (DeepSpeed "
+                        "ZeRO-0/1/2 of transformers and megatron-core models; megatron-core's own DDP) scored with "
+                        "the caching allocator replayed (benchmarks/alloc_sim.py --write-band). step ENGINE/host-bound "
                         "and ENGINE/gpu-bound: the engine's runs below ZeRO-3 whose predicted step is at least / "
                         "less than half host work (workbench.timing.host_share).", "gpu": "H200",
                **band(scored["test"], expandable["test"], noise)}
