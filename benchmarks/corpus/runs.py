@@ -362,6 +362,20 @@ MCORE_SHAPES = {
                                   activation="gelu", normalization="layernorm", add_bias_linear=True,
                                   tied_embeddings=True, position_embedding="learned", hidden_dropout=0.1,
                                   attention_dropout=0.1),
+    # --- twenty-third final batch ("final23"): declared before measuring ---
+    # Qwen2.5 7B-like width at 8 layers: GQA 28/4 of head 128, SwiGLU 18944, 152k vocabulary, untied, 2k tokens
+    "mc-h3584-gqa-l8": dict(like="Qwen2.5 7B width without QKV biases (28 -> 8 layers)", num_layers=8, hidden_size=3584,
+                            num_attention_heads=28, num_query_groups=4, ffn_hidden_size=18944, vocab_size=152064,
+                            seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                            tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                            attention_dropout=0.0),
+    # a GPT-style 2k-wide MHA model at 12 layers: 16 heads of 128, GeLU 8192 with biases, LayerNorm, 50k vocabulary,
+    # tied, learned positions, dropout 0.1, 2k tokens
+    "mc-h2048-gelu-l12-d01": dict(like="GPT-style 2k width, 12 layers, dropout 0.1", num_layers=12, hidden_size=2048,
+                                  num_attention_heads=16, ffn_hidden_size=8192, vocab_size=50257, seq_length=2048,
+                                  activation="gelu", normalization="layernorm", add_bias_linear=True,
+                                  tied_embeddings=True, position_embedding="learned", hidden_dropout=0.1,
+                                  attention_dropout=0.1),
 }
 
 HF_SHAPES = {
@@ -814,6 +828,27 @@ HF_SHAPES = {
         num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
         max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0)),
+    # --- twenty-third final batch ("final23") ---
+    # Gemma 2 27B at 4 of its 46 layers: GQA 32/16 of head 128, GeGLU 36864, soft-capping, 256k vocabulary, tied
+    "hf-gemma2-h4608-l4": dict(like="Gemma 2 27B (46 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=4608, intermediate_size=36864,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=16, head_dim=128, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=144, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # Llama 3 70B at 2 of its 80 layers: GQA 64/8 of head 128, SwiGLU 28672, 128k vocabulary, untied
+    "hf-llama3-h8192-l2": dict(like="Llama 3 70B (80 -> 2 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=8192, intermediate_size=28672,
+        num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # Pythia 12B at 4 of its 36 layers: GPT-NeoX MHA 40 heads of 128, parallel residual, rotary on a quarter, 50k
+    # vocabulary, untied
+    "hf-neox-h5120-l4": dict(like="Pythia 12B (36 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=5120, intermediate_size=20480,
+        num_hidden_layers=4, num_attention_heads=40, vocab_size=50688, max_position_embeddings=2048,
+        hidden_act="gelu", use_parallel_residual=True, rotary_pct=0.25, tie_word_embeddings=False,
+        attention_dropout=0.0, hidden_dropout=0.0)),
 }
 
 
@@ -1300,6 +1335,22 @@ GROUPS = {
         _ddp("mc-h5120-gqa-l8-s4k", True),
         _ds("mc-h3072-gelu-l12-d01", 2, mbs=4), _ds("mc-h3072-gelu-l12-d01", 0, mbs=2),
         _ds("mc-h3072-gelu-l12-d01", 3, mbs=4),
+    ],
+    # twenty-third final batch (one GPU), declared in accuracy_split.json "final23" before measuring: the allocator
+    # replay as it now stands (megatron-core's own DDP, eager softmax, embedding backward, ties to the newest segment)
+    # and the default models on new widths, inside the replay's scope
+    "final23": [
+        _hf("hf-gemma2-h4608-l4", 2, "eager"), _hf("hf-gemma2-h4608-l4", 1, "eager", mbs=2, ckpt=True),
+        _hf("hf-gemma2-h4608-l4", 2, "eager", mbs=2, ckpt=True, lora=16), _hf("hf-gemma2-h4608-l4", 2, "eager", **OFF),
+        _hf("hf-llama3-h8192-l2", 2, "sdpa"), _hf("hf-llama3-h8192-l2", 1, "sdpa", mbs=2, ckpt=True),
+        _hf("hf-llama3-h8192-l2", 2, "eager", ckpt=True),
+        _hf("hf-neox-h5120-l4", 2, "sdpa", mbs=2), _hf("hf-neox-h5120-l4", 0, "eager"),
+        _hf("hf-neox-h5120-l4", 2, "sdpa", **OFF),
+        _ddp("mc-h3584-gqa-l8", True), _ddp("mc-h3584-gqa-l8", False, recompute="selective"),
+        _ds("mc-h3584-gqa-l8", 2), _ds("mc-h3584-gqa-l8", 1, mbs=2, recompute="full"),
+        _ddp("mc-h2048-gelu-l12-d01", True, mbs=4), _ddp("mc-h2048-gelu-l12-d01", False, mbs=4, recompute="full"),
+        _ddp("mc-h2048-gelu-l12-d01", True, mbs=2, gas=2), _ds("mc-h2048-gelu-l12-d01", 2, mbs=4),
+        _ds("mc-h2048-gelu-l12-d01", 0, mbs=2),
     ],
     # test-split repeats (one GPU) of final20's Qwen2.5 0.5B runs (24 layers), each in a fresh process, two of each but
     # the CPU-offload one: were its -14 to -33 % step-time misses the model's or the moment's? (test runs, never fitted)
