@@ -136,7 +136,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("histories", nargs="*", type=Path)
     ap.add_argument("--policy-only", action="store_true", help="skip the replay's own traces")
-    ap.add_argument("--sdpa-kernel", default="cudnn", choices=("cudnn", "flash"),
+    from workbench.allocsim import SDPA_KERNELS
+
+    ap.add_argument("--sdpa-kernel", default="cudnn", choices=SDPA_KERNELS,
                     help="the kernel the transformers traces put behind sdpa (workbench.allocsim.SDPA_KERNELS)")
     args = ap.parse_args(argv)
     if not args.histories:
