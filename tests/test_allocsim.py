@@ -422,3 +422,101 @@ def test_megatron_core_ddp_scope_names_fields_and_values():
     assert allocsim.outside_allocator_engine(plan.replace(engine="deepspeed")) == "deepspeed"
     job = allocsim._mcore_job(model, cluster, plan, capacity_bytes=None, steps=1)
     assert job["capacity_bytes"] == cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["megatron"]
+
+
+def _backward_sums_on_cpu(build):
+    """How many gradient sums PyTorch's engine makes in place (``aten::add_``) and out of place (``aten::add``) in
+    the backward of ``build()``'s loss on real CPU tensors: the ground truth the trace's sums are checked against."""
+    from torch.profiler import ProfilerActivity, profile
+
+    loss = build("cpu")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss.backward()
+    names = [e.name for e in prof.events()]
+    return names.count("aten::add_"), names.count("aten::add")
+
+
+def _backward_sums_in_trace(build):
+    """The same counts in the trace: a sum the recorder turned into an in-place one takes no block, an out-of-place
+    one takes a block the size of its operands."""
+    import torch
+
+    events, sums = [], []
+    real_after = allocsim._GradientAccumulation.after_call
+
+    def counting(self, func, args, kwargs, out):
+        if func is torch.ops.aten.add.Tensor and torch._C._current_graph_task_id() != -1:
+            sums.append(self.blocks.get(out.untyped_storage()._cdata))
+        real_after(self, func, args, kwargs, out)
+
+    allocsim._GradientAccumulation.after_call = counting
+    try:
+        with allocsim._recorder(events):
+            build("meta").backward()
+    finally:
+        allocsim._GradientAccumulation.after_call = real_after
+    made = {key for kind, key, _size in events if kind == "malloc"}
+    out_of_place = sum(1 for block in sums if block in made)
+    return len(sums) - out_of_place, out_of_place
+
+
+def test_gradient_sums_are_in_place_where_autograd_makes_them_in_place():
+    """A GeLU-tanh MLP with a residual and a tied output weight through ``F.linear``: autograd sums the activation's
+    three gradients in place (it holds the last reference), the residual's two out of place (the first is still the
+    other branch's input when the second arrives), and the tied weight's two out of place (``F.linear``'s weight
+    gradient is a view). The trace's sums match the CPU engine's one for one."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    def build(device):
+        torch.manual_seed(0)
+        w = torch.randn(50, 16, device=device, requires_grad=True)
+        fc = torch.randn(16, 64, device=device, requires_grad=True)
+        ids = torch.zeros(2, 8, dtype=torch.long, device=device)
+        h = F.embedding(ids, w)
+        u = h @ fc
+        act = 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * torch.pow(u, 3.0))))
+        h = h + torch.tanh(act @ fc.t())
+        return F.linear(h, w).float().sum()
+
+    on_cpu = _backward_sums_on_cpu(build)
+    assert on_cpu[0] >= 2 and on_cpu[1] >= 2  # both kinds occur in this model
+    assert _backward_sums_in_trace(build) == on_cpu
+
+
+def test_zero0_reduces_gradients_in_flattened_buckets_at_each_boundary(monkeypatch):
+    """DeepSpeed ZeRO-0 reduces the gradients through ``buffered_allreduce_fallback`` at every accumulation
+    boundary, one GPU included: parameters in module order are flattened into a bucket until it holds more than
+    ``MEMORY_OPT_ALLREDUCE_SIZE`` elements, each bucket freed after it is copied back. With the bucket shrunk the
+    trace's flat buffers are those partial sums, once per step and not per micro-batch."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = read_config(HF / "tiny-llama")
+    fields = {k: v for k, v in cfg.items() if k not in ("model_type", "architectures")}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(cfg["model_type"], **fields))
+    sizes = [p.numel() for p in model.parameters() if p.requires_grad]
+    limit = sum(sizes) // 3
+    monkeypatch.setattr(allocsim, "ALLREDUCE_FALLBACK_ELEMENTS", limit)
+    buckets, numel = [], 0
+    for i, n in enumerate(sizes):
+        numel += n
+        if numel > limit or i == len(sizes) - 1:
+            buckets.append(numel * 2)  # bf16
+            numel = 0
+    assert len(buckets) >= 3
+    steps, accum = 2, 2
+    events = allocsim.trace_hf_deepspeed(cfg, zero_stage=0, micro_batch=1, seq_length=32, steps=steps,
+                                         grad_accum=accum)
+    # each flat bucket is allocated and freed at once; find the runs of such pairs of exactly the bucket sizes
+    pairs = [events[i][2] for i in range(len(events) - 1)
+             if events[i][0] == "malloc" and events[i + 1][:2] == ("free", events[i][1])]
+    runs = [pairs[i:i + len(buckets)] for i in range(len(pairs)) if pairs[i:i + len(buckets)] == buckets]
+    assert len(runs) == steps
+    stage2 = allocsim.trace_hf_deepspeed(cfg, zero_stage=2, micro_batch=1, seq_length=32, steps=steps)
+    pairs2 = [stage2[i][2] for i in range(len(stage2) - 1)
+              if stage2[i][0] == "malloc" and stage2[i + 1][:2] == ("free", stage2[i][1])]
+    assert not any(pairs2[i:i + len(buckets)] == buckets for i in range(len(pairs2)))

@@ -205,10 +205,70 @@ def _recorder(events: list):
     unpacked-sequence branch of transformers' mask code."""
     from workbench.storagetrace import live_storage
 
-    return live_storage(device="meta", fake_scalars=True,
-                        on_alloc=lambda key, nbytes, func, tensor: events.append(("malloc", key, nbytes)),
-                        on_free=lambda key, nbytes: events.append(("free", key, nbytes)),
-                        after_call=_cuda_temporaries(events))
+    accumulation = _GradientAccumulation(events)
+    temporaries = _cuda_temporaries(events)
+
+    def after_call(func, args, kwargs, out):
+        accumulation.after_call(func, args, kwargs, out)
+        temporaries(func, args, kwargs, out)
+
+    return live_storage(device="meta", fake_scalars=True, on_alloc=accumulation.on_alloc,
+                        on_free=accumulation.on_free, after_call=after_call)
+
+
+class _GradientAccumulation:
+    """Autograd's gradient accumulation as CUDA runs it, for :func:`_recorder`.
+
+    When two gradients meet at one input of a node (a residual branch, a tied embedding, q/k/v projections of one
+    input) the engine sums them in its ``InputBuffer`` (torch/csrc/autograd/input_buffer.cpp, ``accumulate``): with
+    grad mode off, as in a plain backward, it adds the second into the first in place when the engine holds the
+    first's last reference (``can_accumulate_inplace``), else out of place. Under any ``TorchDispatchMode`` the first
+    counts as a tensor subclass, so the meta trace always sums out of place: one more block the size of the gradient,
+    taken before the first is freed. This turns such a sum back into the in-place one: an ``aten.add`` in a backward
+    with grad mode off whose first operand is not a view and owns its whole storage, and whose storage is released
+    before any other operator runs (the engine held its last reference), takes no new block; the sum lives in the
+    first operand's block and frees it when it dies. Block numbers stand for storage keys in the events, since a
+    freed storage's key can be reused while the sum still lives in its block."""
+
+    def __init__(self, events: list):
+        self.events = events
+        self.blocks: dict = {}  # a live storage's key -> the number of the block it lives in (keys are reused)
+        self.count = 0
+        self.pending = None  # (sum's key, first operand's key) of the last out-of-place sum, until the next operator
+
+    def on_alloc(self, key, nbytes, func, tensor):
+        self.pending = None
+        self.count += 1
+        self.blocks[key] = self.count
+        self.events.append(("malloc", self.count, nbytes))
+
+    def after_call(self, func, args, kwargs, out):
+        import torch
+
+        self.pending = None
+        if (func is not torch.ops.aten.add.Tensor or kwargs.get("alpha", 1) != 1 or torch.is_grad_enabled()
+                or torch._C._current_graph_task_id() == -1):
+            return
+        first, second = args[0], args[1]
+        # a candidate owns its whole storage: a view (``nn.Linear``'s weight gradient is ``mm(...).t().t()``) shares
+        # it with its base, which the view keeps alive, so the storage's use count is not one
+        whole = (not first._is_view() and first.storage_offset() == 0
+                 and first.untyped_storage().nbytes() == first.numel() * first.element_size())
+        if not (isinstance(second, torch.Tensor) and first.shape == second.shape == out.shape
+                and first.dtype == out.dtype and whole):
+            return
+        key = out.untyped_storage()._cdata
+        if self.events and self.events[-1][:2] == ("malloc", self.blocks.get(key)):
+            self.pending = (key, first.untyped_storage()._cdata)
+
+    def on_free(self, key, nbytes):
+        pending, self.pending = self.pending, None
+        block = self.blocks.pop(key, None)
+        if pending is not None and key == pending[1]:  # the engine dropped the first operand: it was summed in place
+            self.events.pop()  # the sum's own block
+            self.blocks[pending[0]] = block
+            return
+        self.events.append(("free", block, nbytes))
 
 
 CUBLAS_WORKSPACE_BYTES = 32 * 2**20
@@ -483,6 +543,11 @@ def cuda_dropout():
     return real, dropout
 
 
+ALLREDUCE_FALLBACK_ELEMENTS = 500_000_000
+"""``MEMORY_OPT_ALLREDUCE_SIZE`` of deepspeed/runtime/engine.py: the bucket of ``buffered_allreduce_fallback``, with
+which a run without gradient partitioning (ZeRO-0) reduces its gradients at each accumulation boundary."""
+
+
 @dataclass(frozen=True)
 class DeepSpeedSetup:
     """What of a DeepSpeed run the trace needs."""
@@ -578,6 +643,21 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
             ipg["elements"] += q.numel()
             ipg["params"].append(q)
 
+    def allreduce_fallback():  # buffered_allreduce_fallback, also on one GPU: flattened buckets, copied back, freed
+        grads = {}
+        for q in params:  # _get_gradients_for_reduction: a parameter without a gradient gets a zero one
+            if q.grad is None:
+                q.grad = torch.zeros_like(q)
+            grads.setdefault(q.grad.dtype, []).append(q.grad)
+        for same_dtype in grads.values():  # allreduce_no_retain: a bucket is flushed once it exceeds the size
+            numel = 0
+            for i, g in enumerate(same_dtype):
+                numel += g.numel()
+                if numel > ALLREDUCE_FALLBACK_ELEMENTS or i == len(same_dtype) - 1:
+                    flat = torch.empty(numel, dtype=g.dtype, device="meta")
+                    del flat
+                    numel = 0
+
     if setup.zero_stage >= 1:
         for p in params:
             p.register_post_accumulate_grad_hook(grad_ready)
@@ -588,6 +668,8 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
             if setup.zero_stage >= 2:  # reduce_ipg_grads in the epilogue
                 reduce_bucket()
             bucket.clear()  # _release_ipg_buffers
+        if setup.zero_stage == 0:  # the engine's allreduce_gradients at the accumulation boundary
+            allreduce_fallback()
         grads_in_partition = ipg["partition"]
         if offload:  # the step runs on the host (complete_grad_norm_calculation_for_cpu_offload reads the norms)
             ipg["norms"].clear()
