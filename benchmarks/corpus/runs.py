@@ -376,6 +376,20 @@ MCORE_SHAPES = {
                                   activation="gelu", normalization="layernorm", add_bias_linear=True,
                                   tied_embeddings=True, position_embedding="learned", hidden_dropout=0.1,
                                   attention_dropout=0.1),
+    # --- twenty-fourth final batch ("final24"): declared before measuring ---
+    # a GPT-style 1.8k-wide MHA model at 12 layers: 14 heads of 128, GeLU 7168 with biases, LayerNorm, 50k vocabulary,
+    # tied, learned positions, dropout 0, 2k tokens
+    "mc-h1792-gelu-l12": dict(like="GPT-style 1.8k width, 12 layers", num_layers=12, hidden_size=1792,
+                              num_attention_heads=14, ffn_hidden_size=7168, vocab_size=50257, seq_length=2048,
+                              activation="gelu", normalization="layernorm", add_bias_linear=True,
+                              tied_embeddings=True, position_embedding="learned", hidden_dropout=0.0,
+                              attention_dropout=0.0),
+    # a Llama-style 4k-wide GQA model at 6 layers: 32/8 heads of 128, SwiGLU 14336, a 64k vocabulary, untied, 4k tokens
+    "mc-h4096-gqa-l6-v64k-s4k": dict(like="Llama-style 4k width, 64k vocabulary, 4k tokens (6 layers)", num_layers=6,
+                                     hidden_size=4096, num_attention_heads=32, num_query_groups=8,
+                                     ffn_hidden_size=14336, vocab_size=65536, seq_length=4096, activation="swiglu",
+                                     normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
+                                     position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -847,6 +861,21 @@ HF_SHAPES = {
     "hf-neox-h5120-l4": dict(like="Pythia 12B (36 -> 4 layers)", seq_length=2048, config=dict(
         model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=5120, intermediate_size=20480,
         num_hidden_layers=4, num_attention_heads=40, vocab_size=50688, max_position_embeddings=2048,
+        hidden_act="gelu", use_parallel_residual=True, rotary_pct=0.25, tie_word_embeddings=False,
+        attention_dropout=0.0, hidden_dropout=0.0)),
+    # --- twenty-fourth final batch ("final24") ---
+    # Gemma 3 27B at 3 of its 62 layers: GQA 32/16 of head 128 (queries 4096 wide over a 5376 hidden), GeGLU 21504,
+    # QK norm, 262k vocabulary, tied
+    "hf-gemma3-h5376-l3": dict(like="Gemma 3 27B (62 -> 3 layers)", seq_length=2048, config=dict(
+        model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], hidden_size=5376, intermediate_size=21504,
+        num_hidden_layers=3, num_attention_heads=32, num_key_value_heads=16, head_dim=128, vocab_size=262208,
+        max_position_embeddings=131072, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        attention_dropout=0.0, query_pre_attn_scalar=168, sliding_window=1024)),
+    # GPT-NeoX 20B at 3 of its 44 layers: MHA 64 heads of 96, parallel residual, rotary on a quarter of each head,
+    # GeLU 24576 with biases, 50k vocabulary, untied
+    "hf-neox-h6144-l3": dict(like="GPT-NeoX 20B (44 -> 3 layers)", seq_length=2048, config=dict(
+        model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=6144, intermediate_size=24576,
+        num_hidden_layers=3, num_attention_heads=64, vocab_size=50432, max_position_embeddings=2048,
         hidden_act="gelu", use_parallel_residual=True, rotary_pct=0.25, tie_word_embeddings=False,
         attention_dropout=0.0, hidden_dropout=0.0)),
 }
@@ -1351,6 +1380,19 @@ GROUPS = {
         _ddp("mc-h2048-gelu-l12-d01", True, mbs=4), _ddp("mc-h2048-gelu-l12-d01", False, mbs=4, recompute="full"),
         _ddp("mc-h2048-gelu-l12-d01", True, mbs=2, gas=2), _ds("mc-h2048-gelu-l12-d01", 2, mbs=4),
         _ds("mc-h2048-gelu-l12-d01", 0, mbs=2),
+    ],
+    # twenty-fourth final batch (one GPU), declared in accuracy_split.json "final24" before measuring: the allocator
+    # replay with autograd's in-place gradient sums and ZeRO-0's reduction buckets, and the default models, on new
+    # widths inside the replay's scope (a 262k vocabulary at ZeRO-0, head 96, biases in megatron-core's GeLU MLP)
+    "final24": [
+        _hf("hf-gemma3-h5376-l3", 2, "sdpa"), _hf("hf-gemma3-h5376-l3", 0, "eager"),
+        _hf("hf-gemma3-h5376-l3", 2, "sdpa", mbs=2, ckpt=True, lora=16), _hf("hf-gemma3-h5376-l3", 2, "sdpa", **OFF),
+        _hf("hf-neox-h6144-l3", 2, "sdpa", mbs=2), _hf("hf-neox-h6144-l3", 0, "sdpa"),
+        _hf("hf-neox-h6144-l3", 1, "eager", mbs=2, ckpt=True), _hf("hf-neox-h6144-l3", 2, "sdpa", **OFF),
+        _ds("mc-h1792-gelu-l12", 2, mbs=4), _ds("mc-h1792-gelu-l12", 0, mbs=4),
+        _ddp("mc-h1792-gelu-l12", True, mbs=4), _ddp("mc-h1792-gelu-l12", False, mbs=2, gas=2, recompute="selective"),
+        _ds("mc-h4096-gqa-l6-v64k-s4k", 1), _ds("mc-h4096-gqa-l6-v64k-s4k", 0),
+        _ds("mc-h4096-gqa-l6-v64k-s4k", 2, mbs=2), _ddp("mc-h4096-gqa-l6-v64k-s4k", True, recompute="full"),
     ],
     # test-split repeats (one GPU) of final20's Qwen2.5 0.5B runs (24 layers), each in a fresh process, two of each but
     # the CPU-offload one: were its -14 to -33 % step-time misses the model's or the moment's? (test runs, never fitted)
