@@ -1,12 +1,14 @@
 """benchmarks/alloc_sim.py: the caching-allocator policy on hand-worked cases, and the meta-device trace of a
 small transformers model."""
 import functools
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import alloc_sim as A  # noqa: E402
 
 MiB = 2**20
@@ -407,6 +409,8 @@ def test_embedding_backward_partial_sums_as_the_h200_allocated_them():
     """8 192 tokens of a 1 024-wide bf16 embedding: 35.1992 MiB, the block the recorded histories show once per
     backward ((8 192 + 819) rows x 1 024 x fp32)."""
     assert A.allocsim.embedding_backward_partials_bytes(8192, 1024, 2) == 36_909_056
+    # the 2 048-row position embedding of the same megatron-core run: at most one segment per row (11.1992 MiB)
+    assert A.allocsim.embedding_backward_partials_bytes(8192, 1024, 2, num_weights=2048) == 11_743_232
     events = _trace("sdpa")
     sizes = [size for kind, key, size in events if kind == "malloc" and isinstance(key, tuple)
              and key[0] == "embedding_backward_partials"]
@@ -431,3 +435,32 @@ def test_bf16_eager_softmax_casts_before_it_normalises():
         start = len(events)
         softmax(h, dim=-1, dtype=torch.float32)
     assert [size for kind, _k, size in events[start:] if kind == "malloc"].count(fp32) == 1
+
+
+def test_reduction_staging_buffer_as_the_h200_allocated_it():
+    """A bias gradient's sum over the tokens on the H200 (``benchmarks/gpu_bias_grad_memory.py``): the staging
+    buffer of PyTorch's split reduction, ten widths and token counts in bf16 and fp32, each to the byte; inside a
+    traced ``nn.Linear`` backward, the same block right after the bias gradient."""
+    import torch
+    import torch.nn.functional as F
+
+    rec = json.loads((ROOT / "benchmarks" / "results" / "bias_grad_memory_h200.json").read_text())
+    sums = [r for r in rec["rows"] if r["case"] == "sum0"]
+    assert len(sums) == 20
+    for r in sums:
+        measured = [e["bytes"] for e in r["events"] if e["action"] == "alloc" and e["bytes"] >= 2**20]
+        assert measured == [A.allocsim.reduction_staging_bytes((r["rows"], r["width"]), [0])], r
+    # reductions along the fast dimension, or small ones, stay inside one block
+    assert A.allocsim.reduction_staging_bytes((8192, 4096), [1]) == 0
+    assert A.allocsim.reduction_staging_bytes((64, 64), [0]) == 0
+    assert A.allocsim.reduction_staging_bytes((2048, 4, 4096), [0, 1]) == 138_412_032
+    events = []
+    x = torch.empty(8192, 1024, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(4096, 1024, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    b = torch.empty(4096, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with A.allocsim._recorder(events):
+        y = F.linear(x, w, b)
+        y.backward(torch.ones_like(y))
+    staging = [size for kind, key, size in events if kind == "malloc" and isinstance(key, tuple)
+               and key[0] == "reduction_staging"]
+    assert staging == [138_412_032]

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -284,12 +285,15 @@ def _cuda_temporaries(events: list):
     promoted dtype of the two — the 4 bytes per score of
     :data:`workbench.memory.UNFUSED_SOFTMAX_BACKWARD_BYTES_PER_SCORE` that a CPU or meta trace does not see; after
     ``aten.embedding_dense_backward`` (its weight gradient allocated), the per-segment partial sums CUDA's kernel
-    takes and frees (:func:`embedding_backward_partials_bytes`); and at the first GEMM of the forward and of the
+    takes and frees (:func:`embedding_backward_partials_bytes`); after a sum or mean (a bias gradient's sum over the
+    tokens above all), the staging buffer of :func:`reduction_staging_bytes` when the reduction splits across
+    blocks (its semaphores, 4 bytes a block column, are left out); and at the first GEMM of the forward and of the
     backward, cuBLAS's workspace (:data:`CUBLAS_WORKSPACE_BYTES`), never freed."""
     import torch
 
     softmax_backward = torch.ops.aten._softmax_backward_data.default
     embedding_backward = torch.ops.aten.embedding_dense_backward.default
+    reductions = {torch.ops.aten.sum.dim_IntList, torch.ops.aten.mean.dim, torch.ops.aten.sum.default}
     gemms = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
              torch.ops.aten.baddbmm.default}
     count = [0]
@@ -302,9 +306,18 @@ def _cuda_temporaries(events: list):
                 workspaces.add(phase)
                 events.append(("malloc", ("cublas_workspace", phase), CUBLAS_WORKSPACE_BYTES))
             return
-        if func is embedding_backward:
+        if func in reductions:  # the reduction's staging buffer when it splits the inputs across blocks
+            data = args[0]
+            if not data.is_floating_point() or not data.is_contiguous():
+                return
+            dims = args[1] if len(args) > 1 else None
+            nbytes = reduction_staging_bytes(data.shape, dims, 8 if data.dtype == torch.float64 else 4)
+            if not nbytes:
+                return
+            name = "reduction_staging"
+        elif func is embedding_backward:
             grad, indices = args[0], args[1]
-            nbytes = embedding_backward_partials_bytes(indices.numel(), grad.shape[-1], grad.dtype.itemsize)
+            nbytes = embedding_backward_partials_bytes(indices.numel(), grad.shape[-1], grad.dtype.itemsize, args[2])
             name = "embedding_backward_partials"
         elif func is softmax_backward:
             grad, output = args[0], args[1]
@@ -319,17 +332,90 @@ def _cuda_temporaries(events: list):
     return after_call
 
 
+REDUCE_MAX_THREADS = 512
+"""Threads of one block of PyTorch's CUDA reduction kernel (``ReduceConfig``'s limit in
+aten/src/ATen/native/cuda/Reduce.cuh; 256 for complex double only)."""
+H200_SMS, H200_THREADS_PER_SM = 132, 2048
+"""The H200's streaming multiprocessors and resident threads per multiprocessor: the grid the reduction fills."""
+
+
+def _last_pow2(n: int) -> int:
+    return max(1, 1 << (max(int(n), 1).bit_length() - 1))
+
+
+def reduction_staging_bytes(shape, dims, acc_itemsize: int = 4, *, sms: int = H200_SMS,
+                            threads_per_sm: int = H200_THREADS_PER_SM) -> int:
+    """The staging buffer PyTorch's CUDA reduction (``gpu_reduce_kernel``) takes from the caching allocator when it
+    splits each output's inputs across thread blocks (``ReduceConfig::global_memory_size``), for a sum or mean of a
+    contiguous tensor of ``shape`` over ``dims`` (``None``: all) accumulated in ``acc_itemsize``-byte values (fp32
+    for 16- and 32-bit inputs): 0 when no block split is chosen. This follows ``setReduceConfig`` of
+    aten/src/ATen/native/cuda/Reduce.cuh: block width and height from the output and reduction sizes (vectorized
+    four-wide along the output when the reduced dimensions are the slow ones, along the input when they are the
+    fast ones), then as many blocks per output as fill ``sms`` x ``threads_per_sm`` threads while each thread keeps
+    16-256 values. A bias gradient — autograd's sum over the tokens of an ``[tokens, width]`` gradient — is the large
+    case: 132 MiB for 8 192 x 4 096 (``benchmarks/gpu_bias_grad_memory.py`` measured ten widths and token counts on
+    an H200, all exact). Reductions over interleaved dimensions are not modelled (0)."""
+    shape = [int(n) for n in shape]
+    ndim = len(shape)
+    reduced = set(range(ndim)) if dims is None or len(dims) == 0 else {int(d) % ndim for d in dims}
+    pattern = [i in reduced for i in range(ndim) if shape[i] != 1]
+    n_in = math.prod(shape[i] for i in range(ndim) if i in reduced)
+    n_out = math.prod(shape[i] for i in range(ndim) if i not in reduced)
+    if n_in <= 1 or n_out == 0:
+        return 0
+    if all(pattern) or pattern == sorted(pattern):  # the kept dimensions first: the reduction runs along the fast ones
+        fastest = True
+    elif pattern == sorted(pattern, reverse=True):  # the reduced dimensions are the slow ones (a bias gradient)
+        fastest = False
+    else:
+        return 0
+    out_vec = 1
+    if fastest:
+        dim0, dim1 = n_in, n_out
+        if dim0 > 128:  # vectorized along the input
+            dim0 //= 4
+    else:
+        out_vec = 4 if n_out % 4 == 0 else 2 if n_out % 2 == 0 else 1
+        dim0, dim1 = n_out // out_vec, n_in
+    max_threads = REDUCE_MAX_THREADS // out_vec
+    p0 = max_threads if dim0 >= max_threads else _last_pow2(dim0)
+    p1 = max_threads if dim1 >= max_threads else _last_pow2(dim1)
+    width = min(p0, 32)
+    height = min(p1, max_threads // width)
+    width = min(p0, max_threads // height)
+    step_in = width if fastest else 1
+    step_out = 1 if fastest else width
+    split_warps = -(-n_in // step_in) >= min(height * 16, 256)
+    if split_warps:
+        step_in *= height
+    else:
+        step_out *= height
+    target = sms * (threads_per_sm // (width * height))
+    grid_x = -(-(n_out // out_vec) // step_out)
+    per_thread = -(-n_in // step_in)
+    if not (split_warps and per_thread >= 256 and grid_x <= target):
+        return 0
+    ctas = max(min(-(-target // grid_x), -(-per_thread // 16)), -(-per_thread // 256))
+    if ctas <= 1:
+        return 0
+    return acc_itemsize * n_out * ctas * (1 if fastest else width * out_vec)
+
+
 EMBEDDING_BACKWARD_ROWS_PER_THREAD = 10
 """``NROWS_PER_THREAD`` of aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu: how many index rows one partial sum
 covers."""
 
 
-def embedding_backward_partials_bytes(num_indices: int, embedding_dim: int, grad_itemsize: int) -> int:
-    """The partial sums CUDA's embedding backward (``embedding_backward_cuda_kernel``) allocates without knowing how
-    many segments the indices make: ``num_indices + num_indices // 10`` rows of the embedding width, in fp32 for a
-    16-bit gradient (``grad_weight_per_segment``). The recorded histories show it once per backward: 35.2 MiB for 8 192
-    tokens of a 1 024-wide embedding."""
-    rows = num_indices + num_indices // EMBEDDING_BACKWARD_ROWS_PER_THREAD
+def embedding_backward_partials_bytes(num_indices: int, embedding_dim: int, grad_itemsize: int,
+                                     num_weights: Optional[int] = None) -> int:
+    """The partial sums CUDA's embedding backward (``embedding_backward_cuda_kernel``) allocates before it knows how
+    many segments the indices make: ``min(num_indices, num_weights) + num_indices // 10`` rows of the embedding
+    width (``max_partial_segment``: at most one segment per distinct row, plus one per 10 indices), in fp32 for a
+    16-bit gradient (``grad_weight_per_segment``). The recorded histories show it once per backward and embedding:
+    35.2 MiB for 8 192 tokens of a 1 024-wide word embedding, 11.2 MiB for the 2 048-row position embedding of the
+    same run. ``num_weights`` ``None``: more rows than indices."""
+    rows = num_indices if num_weights is None else min(int(num_indices), int(num_weights))
+    rows += num_indices // EMBEDDING_BACKWARD_ROWS_PER_THREAD
     return rows * embedding_dim * max(4, grad_itemsize)
 
 
