@@ -308,16 +308,18 @@ def _cuda_temporaries(events: list):
             return
         if func in reductions:  # the reduction's staging buffer when it splits the inputs across blocks
             data = args[0]
-            if not data.is_floating_point() or not data.is_contiguous():
+            if not data.is_floating_point():
                 return
             dims = args[1] if len(args) > 1 else None
-            nbytes = reduction_staging_bytes(data.shape, dims, 8 if data.dtype == torch.float64 else 4)
+            nbytes = reduction_staging_bytes(data.shape, dims, 8 if data.dtype == torch.float64 else 4, data.stride())
             if not nbytes:
                 return
             name = "reduction_staging"
         elif func is embedding_backward:
             grad, indices = args[0], args[1]
             nbytes = embedding_backward_partials_bytes(indices.numel(), grad.shape[-1], grad.dtype.itemsize, args[2])
+            if not nbytes:
+                return
             name = "embedding_backward_partials"
         elif func is softmax_backward:
             grad, output = args[0], args[1]
@@ -343,7 +345,7 @@ def _last_pow2(n: int) -> int:
     return max(1, 1 << (max(int(n), 1).bit_length() - 1))
 
 
-def reduction_staging_bytes(shape, dims, acc_itemsize: int = 4, *, sms: int = H200_SMS,
+def reduction_staging_bytes(shape, dims, acc_itemsize: int = 4, strides=None, *, sms: int = H200_SMS,
                             threads_per_sm: int = H200_THREADS_PER_SM) -> int:
     """The staging buffer PyTorch's CUDA reduction (``gpu_reduce_kernel``) takes from the caching allocator when it
     splits each output's inputs across thread blocks (``ReduceConfig::global_memory_size``), for a sum or mean of a
@@ -354,11 +356,21 @@ def reduction_staging_bytes(shape, dims, acc_itemsize: int = 4, *, sms: int = H2
     fast ones), then as many blocks per output as fill ``sms`` x ``threads_per_sm`` threads while each thread keeps
     16-256 values. A bias gradient — autograd's sum over the tokens of an ``[tokens, width]`` gradient — is the large
     case: 132 MiB for 8 192 x 4 096 (``benchmarks/gpu_bias_grad_memory.py`` measured ten widths and token counts on
-    an H200, all exact). Reductions over interleaved dimensions are not modelled (0)."""
+    an H200, all exact). ``strides`` (elements; ``None``: contiguous): a dense tensor in another layout (a transposed
+    gradient) is read in its memory order, as ``TensorIterator`` orders it; one with gaps or overlaps, and reductions
+    over dimensions interleaved with kept ones, are not modelled (0)."""
     shape = [int(n) for n in shape]
     ndim = len(shape)
     reduced = set(range(ndim)) if dims is None or len(dims) == 0 else {int(d) % ndim for d in dims}
-    pattern = [i in reduced for i in range(ndim) if shape[i] != 1]
+    order = list(range(ndim))
+    if strides is not None:  # memory order, slowest first; dense layouts only
+        order = sorted((i for i in range(ndim) if shape[i] != 1), key=lambda i: -int(strides[i]))
+        expect = 1
+        for i in reversed(order):
+            if int(strides[i]) != expect:
+                return 0
+            expect *= shape[i]
+    pattern = [i in reduced for i in order if shape[i] != 1]
     n_in = math.prod(shape[i] for i in range(ndim) if i in reduced)
     n_out = math.prod(shape[i] for i in range(ndim) if i not in reduced)
     if n_in <= 1 or n_out == 0:
@@ -401,6 +413,9 @@ def reduction_staging_bytes(shape, dims, acc_itemsize: int = 4, *, sms: int = H2
     return acc_itemsize * n_out * ctas * (1 if fastest else width * out_vec)
 
 
+EMBEDDING_BACKWARD_DIRECT_MAX_INDICES = 3072
+"""aten/src/ATen/native/cuda/Embedding.cu: up to this many indices the embedding backward runs one direct kernel
+(no sort, no partial sums)."""
 EMBEDDING_BACKWARD_ROWS_PER_THREAD = 10
 """``NROWS_PER_THREAD`` of aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu: how many index rows one partial sum
 covers."""
@@ -413,7 +428,12 @@ def embedding_backward_partials_bytes(num_indices: int, embedding_dim: int, grad
     width (``max_partial_segment``: at most one segment per distinct row, plus one per 10 indices), in fp32 for a
     16-bit gradient (``grad_weight_per_segment``). The recorded histories show it once per backward and embedding:
     35.2 MiB for 8 192 tokens of a 1 024-wide word embedding, 11.2 MiB for the 2 048-row position embedding of the
-    same run. ``num_weights`` ``None``: more rows than indices."""
+    same run. ``num_weights`` ``None``: more rows than indices. Up to :data:`EMBEDDING_BACKWARD_DIRECT_MAX_INDICES`
+    indices (``embedding_dense_backward_cuda``; ``scale_grad_by_freq``, which always sorts, is not modelled) a direct
+    kernel sums into the zeroed gradient and allocates none (0): 2 048 tokens of TinyLlama's width show no such
+    block."""
+    if num_indices <= EMBEDDING_BACKWARD_DIRECT_MAX_INDICES:
+        return 0
     rows = num_indices if num_weights is None else min(int(num_indices), int(num_weights))
     rows += num_indices // EMBEDDING_BACKWARD_ROWS_PER_THREAD
     return rows * embedding_dim * max(4, grad_itemsize)
