@@ -121,9 +121,12 @@ TINY_MCORE = ["--layers", "2", "--hidden", "128", "--heads", "4", "--vocab", "51
 
 
 def test_megatron_core_model_is_traced_in_a_child_process(capsys):
-    """A megatron-core model with unfused attention (the launcher's local layer spec) is traced from its specs: the
-    CLI's overhead line and ``estimate(..., simulate_allocator=True)`` carry the replayed reserve; the child process
-    reports each plan's own failure."""
+    """A megatron-core model with unfused attention (the launcher's local layer spec) is traced from its specs in a
+    child process: the CLI's overhead line and ``estimate(..., simulate_allocator=True)`` carry the replayed reserve;
+    ``mcore_traces`` returns the traces themselves (two plans in one child), which replayed here give the reserve of
+    ``mcore_replays`` and of the estimate; a model of another implementation is refused by name."""
+    from workbench.cli import build_parser
+    from workbench.commands.common import specs_from_args
     from workbench.estimate import estimate
 
     code = main(["estimate", *TINY_MCORE, "--simulate-allocator", "--json"])
@@ -134,27 +137,16 @@ def test_megatron_core_model_is_traced_in_a_child_process(capsys):
     main(["estimate", *TINY_MCORE, "--json"])
     plain = json.loads(capsys.readouterr()[0])["memory"]
     assert plain["allocated_bytes"] == memory["allocated_bytes"] and "reserve_source" not in plain
-    from workbench.commands.common import specs_from_args
-    from workbench.cli import build_parser
 
     model, cluster, plan = specs_from_args(build_parser().parse_args(["estimate", *TINY_MCORE]))
-    (zero1,) = allocsim.mcore_replays([(model, cluster, plan.replace(zero_stage=1))])
-    assert zero1["peak_reserved_bytes"] >= zero1["peak_allocated_bytes"] > 14 * model.parameter_counts().total
-    est = estimate(model, cluster, plan.replace(zero_stage=1), checks=False, simulate_allocator=True)
-    assert est.reserve_fraction == pytest.approx(zero1["reserve_fraction"])
-
-
-def test_megatron_core_trace_comes_back_as_events():
-    """``mcore_traces``: the same child process returns the trace itself; replayed here it gives the reserve that
-    ``mcore_replays`` gives (no capacity reached by this tiny model)."""
-    from workbench.commands.common import specs_from_args
-    from workbench.cli import build_parser
-
-    model, cluster, plan = specs_from_args(build_parser().parse_args(["estimate", *TINY_MCORE]))
-    job = (model, cluster, plan.replace(zero_stage=2))
-    (events,), (replayed,) = allocsim.mcore_traces([job], steps=2), allocsim.mcore_replays([job], steps=2)
-    assert ("end", "0", 0) in events and any(kind == "malloc" for kind, _key, _size in events)
-    assert allocsim.replay(events).reserve_fraction == pytest.approx(replayed["reserve_fraction"])
+    jobs = [(model, cluster, plan.replace(zero_stage=z)) for z in (1, 2)]
+    traces = allocsim.mcore_traces(jobs)
+    for events in traces:
+        assert ("end", "0", 0) in events and any(kind == "malloc" for kind, _key, _size in events)
+    zero1 = allocsim.replay(traces[0])
+    assert zero1.peak_reserved_bytes >= zero1.peak_allocated_bytes > 14 * model.parameter_counts().total
+    est = estimate(model, cluster, jobs[0][2], checks=False, simulate_allocator=True)  # mcore_replays' child
+    assert est.reserve_fraction == pytest.approx(zero1.reserve_fraction)
     with pytest.raises(ValueError, match="mcore_traces traces megatron-core models"):
         allocsim.mcore_traces([(model.replace(implementation="transformers"), cluster, plan)])
 
