@@ -24,7 +24,10 @@ of a model's DeepSpeed ZeRO-0/1/2 or megatron-core DDP training steps, built on 
 
 The traces come from the steps of a model built on the meta device (no memory, the real tensor sizes): a
 ``TorchDispatchMode`` records each new storage of an operator's output, a weak-reference finalizer its release, in
-program order, and the temporaries CUDA kernels take that the meta device does not make (:func:`_cuda_temporaries`).
+program order, and the temporaries CUDA kernels take that the meta device does not make (:func:`_cuda_temporaries`:
+cuBLAS's workspaces, the softmax backward's product, the embedding backward's partial sums, the split reductions'
+staging buffer of a bias gradient); autograd's gradient sums are kept in place where its engine makes them in place
+(:class:`_GradientAccumulation`: the dispatch mode alone would make every sum a new block).
 Two models: a transformers model built from its config (:func:`trace_hf_deepspeed`; attention as on CUDA:
 cuDNN's attention blocks for sdpa as an H200 allocates them, softmax straight to fp32 for eager), and a megatron-core
 ``GPTModel`` with the local layer spec as the workbench's launcher builds it, under DeepSpeed
