@@ -65,10 +65,16 @@ MCORE_STACKS = ("mcore-ds", "mcore-ddp")
 """The corpus stacks of megatron-core models, traced in a child process (:func:`workbench.allocsim.mcore_replays`)."""
 
 
+def engine_of_stack(stack: str) -> str:
+    """The key of :data:`workbench.memory.RESERVE_FRACTION` / ``OUTSIDE_ALLOCATOR_BYTES`` of a corpus stack's
+    engine: ``megatron`` for megatron-core's own DDP (``mcore-ddp``), else ``deepspeed`` (a plan's own engine is
+    :func:`workbench.allocsim.outside_allocator_engine`)."""
+    return "megatron" if stack == "mcore-ddp" else "deepspeed"
+
+
 def engine_of(rec: dict) -> str:
-    """The key of :data:`workbench.memory.RESERVE_FRACTION` / ``OUTSIDE_ALLOCATOR_BYTES`` of a record's engine:
-    ``megatron`` for megatron-core's own DDP (``mcore-ddp``), else ``deepspeed``."""
-    return "megatron" if rec.get("stack") == "mcore-ddp" else "deepspeed"
+    """:func:`engine_of_stack` of a corpus record."""
+    return engine_of_stack(rec.get("stack", ""))
 
 
 def in_scope(rec: dict) -> bool:
@@ -266,7 +272,7 @@ def main(argv=None) -> int:
         if args.only:
             raise SystemExit("--write-band scores every in-scope test run: leave --only out")
         for engine in ("deepspeed", "megatron"):
-            test = [r for r in rows if r.split == "test" and engine_of({"stack": r.run_id.split("/")[0]}) == engine]
+            test = [r for r in rows if r.split == "test" and engine_of_stack(r.run_id.split("/")[0]) == engine]
             if not test:
                 continue
             entry = write_band(test, engine)
