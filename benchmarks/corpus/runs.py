@@ -1423,6 +1423,11 @@ GROUPS = {
         _ddp("mc-h1024-gelu", True, mbs=4), _ddp("mc-h1024-gelu", False, mbs=4, recompute="selective"),
         _ddp("mc-h3072-gqa", False), _ddp("mc-h3072-gqa", True, recompute="full"), _ddp("mc-h2560-gqa-fit", True),
         _ddp("mc-h768-gelu", True, mbs=4, gas=2), _hf("hf-smollm2-h960", 2, "eager", mbs=4))],
+    # histories with frames of fit-split configurations at ZeRO-1 (whose replayed reserve misses by 2-12 % where the
+    # ZeRO-2 twins' are exact) and of LoRA with checkpointing
+    "alloc-history4": [dict(cfg, history=True) for cfg in (
+        _hf("hf-llama-h2048", 1, "sdpa"), _hf("hf-llama-h2048-v128k", 1, "sdpa"),
+        _hf("hf-llama-h2048", 2, "sdpa", ckpt=True, lora=16), _ds("mc-h1024-gelu-v152k", 1))],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
