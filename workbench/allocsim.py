@@ -693,6 +693,9 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     if offload and (setup.zero_stage != 2 or setup.grad_accum != 1):
         raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}, grad_accum={setup.grad_accum}: the "
                          f"trace models DeepSpeed's CPU offload at ZeRO-2 without gradient accumulation")
+    for p in model.parameters():  # the engine's _configure_distributed_model: every parameter in bf16 (peft's fp32
+        if p.is_floating_point() and p.dtype != torch.bfloat16:  # adapters included), buffers as they are
+            p.data = p.data.to(torch.bfloat16)
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
     if setup.zero_stage == 0:  # FP16_Optimizer: flatten clones of the parameters
@@ -739,18 +742,21 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
             q.grad = None
         ipg.update(elements=0, large=[], params=[])
 
+    def to_bucket(q):  # reduce_independent_p_g_buckets_and_remove_grads: the gradient copied into the bucket
+        if ipg["elements"] + q.numel() > setup.reduce_bucket_elements:
+            reduce_bucket()
+        if q.numel() > setup.reduce_bucket_elements:  # extra_large_param_to_reduce: bypasses the bucket
+            ipg["large"].append(q)
+        else:
+            q.grad = None
+        ipg["elements"] += q.numel()
+        ipg["params"].append(q)
+
     def grad_ready(q):  # DeepSpeed's grad hook: process_gradients -> setup_buckets, then (ZeRO-2) the copy
         if "ipg" not in bucket:
             bucket["ipg"] = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
-        if setup.zero_stage >= 2:  # reduce_independent_p_g_buckets_and_remove_grads
-            if ipg["elements"] + q.numel() > setup.reduce_bucket_elements:
-                reduce_bucket()
-            if q.numel() > setup.reduce_bucket_elements:  # extra_large_param_to_reduce: bypasses the bucket
-                ipg["large"].append(q)
-            else:
-                q.grad = None
-            ipg["elements"] += q.numel()
-            ipg["params"].append(q)
+        if setup.zero_stage >= 2:
+            to_bucket(q)
 
     def allreduce_fallback():  # buffered_allreduce_fallback, also on one GPU: flattened buckets, copied back, freed
         grads = {}
@@ -771,12 +777,18 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         for p in params:
             p.register_post_accumulate_grad_hook(grad_ready)
     for _ in range(setup.steps):
-        for _ in range(setup.grad_accum):
+        for micro in range(setup.grad_accum):
             loss = micro_step()
             loss.backward()
-            if setup.zero_stage >= 2:  # reduce_ipg_grads in the epilogue
+            boundary = micro == setup.grad_accum - 1
+            if setup.zero_stage == 1 and boundary:  # the engine's reduce_gradients: each gradient, in group order,
+                for q in params:  # through the bucket as ZeRO-2 does during backward
+                    if q.grad is not None:
+                        to_bucket(q)
+            if setup.zero_stage >= 2 or (setup.zero_stage == 1 and boundary):  # reduce_ipg_grads in the epilogue
                 reduce_bucket()
-            bucket.clear()  # _release_ipg_buffers
+            if setup.zero_stage != 1 or boundary:
+                bucket.clear()  # _release_ipg_buffers
         if setup.zero_stage == 0:  # the engine's allreduce_gradients at the accumulation boundary
             allreduce_fallback()
         grads_in_partition = ipg["partition"]
