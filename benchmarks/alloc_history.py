@@ -17,8 +17,9 @@ cut, no stack traces). This script
     python benchmarks/alloc_history.py benchmarks/results/alloc_history/*.json.gz   # anywhere (torch, transformers,
                                                                                      # megatron-core for the traces)
 
-The histories of the corpus groups ``alloc-history`` to ``alloc-history3`` (fit-split configurations, one H200,
-2026-12-02; the ``mcore-ddp`` ones with each allocation's innermost Python frames) are kept in
+The twenty-two histories of the corpus groups ``alloc-history`` to ``alloc-history4`` (fit-split configurations, one
+H200, 2026-12-02; those of ``alloc-history3`` and ``alloc-history4`` with each allocation's innermost Python frames)
+are kept in
 ``benchmarks/results/alloc_history/``; the printout in ``benchmarks/results/alloc_history_h200.txt``.
 """
 from __future__ import annotations
