@@ -41,7 +41,7 @@ dashboard: venv
 		--port=$(or $(PORT),8866)
 
 test: venv
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 # also the 8-process layout test of the guide's 13B (about a minute more on 2 cores)
 test-long: venv
