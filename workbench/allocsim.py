@@ -847,7 +847,12 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
       overflow the bucket, and the end of backward, reduce it (``reduce_ipg_grads``) into ``grads_in_partition``
       (bf16, all parameters, allocated at the first reduction), and at the end the bucket is freed
       (``_release_ipg_buffers``);
-    - ZeRO-0/1: the gradients stay in ``param.grad`` until the step;
+    - ZeRO-1: the gradients stay in ``param.grad`` until the accumulation boundary, where the engine's
+      ``reduce_gradients`` sends each, in group order, through the bucket into ``grads_in_partition`` as ZeRO-2 does
+      during backward (the bucket is kept over the boundary's micro-batches);
+    - ZeRO-0: the gradients stay in ``param.grad`` until the step, and are reduced at each accumulation boundary, one
+      GPU included (the engine's ``allreduce_gradients`` -> ``buffered_allreduce_fallback``): in module order,
+      flattened into buckets of just over :data:`ALLREDUCE_FALLBACK_ELEMENTS` elements, each copied back and freed;
     - step, ZeRO-1/2: the gradient norm for clipping casts each gradient to fp64, one at a time
       (``get_grad_norm_direct``: ``g.data.to(get_norm_dtype())``, fp64 where the device has it); then the
       gradients are flattened (bf16) and cast to an fp32 partition
