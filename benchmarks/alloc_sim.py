@@ -138,9 +138,9 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     run = corpus_run(rec) if run is None else run
     if run is not None and run["measured"].get("device"):
         p, measured = predict(run), run["measured"]["device"]
+        outside = p["device"] - (1 + constant) * p["allocated"]  # the estimate's memory outside the allocator
         device = p["device"] / measured - 1
-        device_sim = (p["device"] + (replayed["reserve_fraction"] - constant) * p["allocated"]) / measured - 1
-        outside = p["device"] - (1 + constant) * p["allocated"]
+        device_sim = (outside + (1 + replayed["reserve_fraction"]) * p["allocated"]) / measured - 1
         device_peak = (outside + replayed["peak_reserved_bytes"]) / measured - 1
     return Row(run_id=rec["run_id"], split=split,
                measured_reserve=rec["peak_reserved_bytes"] / rec["peak_allocated_bytes"] - 1,

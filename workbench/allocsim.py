@@ -235,6 +235,10 @@ class _GradientAccumulation:
     freed storage's key can be reused while the sum still lives in its block."""
 
     def __init__(self, events: list):
+        import torch
+
+        self.torch = torch
+        self.add = torch.ops.aten.add.Tensor
         self.events = events
         self.blocks: dict = {}  # a live storage's key -> the number of the block it lives in (keys are reused)
         self.count = 0
@@ -246,11 +250,10 @@ class _GradientAccumulation:
         self.blocks[key] = self.count
         self.events.append(("malloc", self.count, nbytes))
 
-    def after_call(self, func, args, kwargs, out):
-        import torch
-
+    def after_call(self, func, args, kwargs, out):  # runs after every operator: torch resolved once, in __init__
+        torch = self.torch
         self.pending = None
-        if (func is not torch.ops.aten.add.Tensor or kwargs.get("alpha", 1) != 1 or torch.is_grad_enabled()
+        if (func is not self.add or kwargs.get("alpha", 1) != 1 or torch.is_grad_enabled()
                 or torch._C._current_graph_task_id() == -1):
             return
         first, second = args[0], args[1]

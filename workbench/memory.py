@@ -1251,17 +1251,18 @@ master through a bf16 clone, the ``ipg`` bucket and its reductions into the grad
 gradient cast to fp64 for the clipping norm, the fp32 gradient partition, Adam's states at the first step; with the
 optimizer on the CPU each gradient's fp64 and fp32 copies on its way to the host), six steps. Nothing in it is
 fitted. On the corpus's in-scope one-GPU runs (``benchmarks/results/alloc_sim_h200.txt``), peak reserved from the
-measured allocated peak: test split 360 runs (megatron-core's own DDP among them), median error 0.0 %, worst
-+15.4 %, 15 more than 5 % under (the engines' constants: 4.1 %, −30.8 %, 96); the estimate's whole device with the
-replayed fraction: test 1.3 %, worst −14.6 %, 14 more than 5 % under (the constants: 4.0 %, −31.6 %, 75); fit split
-(103 runs) 2.8 %, +14.7 % (7.8 %, −18.7 %). Four
+measured allocated peak: test split 379 runs (megatron-core's own DDP among them), median error 0.0 %, worst
+−12.2 %, 1 more than 5 % under (the engines' constants: 4.2 %, −30.8 %, 100); the estimate's whole device with the
+replayed fraction: test 1.2 %, worst −14.6 %, 3 more than 5 % under (the constants: 4.1 %, −31.6 %, 79); fit split
+(103 runs) 2.7 %, +16.1 % (7.8 %, −18.7 %). Four
 batches declared before they ran scored the replay as it stood before its traces took cuBLAS's workspaces,
 megatron-core's fused RMSNorm and in-place initialisation, blind: final17 (15 in-scope runs) 1.7 %, −9.4 % (1.6 %, −14.5 %),
 final18 (14, five with CPU offload) 1.1 %, −14.6 % (6.7 %, −31.6 %), final19 (12) 2.5 %, −12.9 % (2.5 %, +9.6 %),
 final20 (14) 2.9 %, −12.6 % (2.5 %, −9.7 %). The policy itself is PyTorch's: replayed over the allocator's real
-event history of eighteen fit-split runs (``benchmarks/alloc_history.py``) it gives their measured peaks to the byte;
-the replay's errors are its traces' (cuDNN attention, fused RMSNorm, cuBLAS workspaces, initialisation, DeepSpeed's
-offload staging buffer: each now traced as the histories show). It needs torch and the model's library
+event history of twenty-two fit-split runs (``benchmarks/alloc_history.py``) it gives their measured peaks to the
+byte; the replay's errors are its traces' (cuDNN attention, fused RMSNorm, cuBLAS workspaces, initialisation,
+DeepSpeed's offload staging buffer, autograd's in-place gradient sums, ZeRO-0/1's reduction buckets, CUDA's
+reduction staging buffers: each now traced as the histories show). It needs torch and the model's library
 (transformers, or megatron-core in a child process) and 1-6 s a plan, so it is a per-configuration check, not a term
 the planner evaluates over thousands of plans; this constant stays the shape-level estimate, and ``estimate
 --simulate-allocator`` (:mod:`workbench.allocsim`, where the policy and the traces live) puts the replayed fraction
