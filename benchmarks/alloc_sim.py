@@ -193,29 +193,32 @@ def _stats(errs) -> str:
 
 
 def summary(rows: list) -> list:
-    """Two lines: peak reserved (from the measured allocated peak) and the estimator's whole device, each with
-    the simulated reserve and with the constant (each run's engine's: "per engine" where the rows mix them)."""
+    """Three lines: peak reserved (from the measured allocated peak) and the estimator's whole device, each with
+    the simulated reserve and with the constant (each run's engine's: "per engine" where the rows mix them), and the
+    whole device as the estimate with the allocator replayed gives it (the replay's own peak reserved)."""
     constants = {r.constant_reserve for r in rows}
     constant = f"{constants.pop():.1%}" if len(constants) == 1 else "per engine"
     return [f"n {len(rows):3d}  peak reserved   simulated: {_stats([r.simulated_error for r in rows])}   "
             f"constant {constant}: {_stats([r.constant_error for r in rows])}",
             f"       whole device    simulated: {_stats([r.device_error_simulated for r in rows])}   "
             f"constant {constant}: {_stats([r.device_error for r in rows])}",
-            f"       whole device    the replay's own peak reserved: "
+            f"       whole device    the replay's own peak reserved (the estimate's): "
             f"{_stats([r.device_error_replay_peak for r in rows])}"]
 
 
 def write_band(rows: list, engine: str = "deepspeed") -> dict:
-    """Write the whole-device band of ``rows`` (the test split's runs of ``engine``), scored with the replayed
-    reserve, into ``workbench/catalog/error_band.json`` as ``device`` / ``ENGINE/replayed-allocator`` (what
-    :func:`workbench.memory.error_band` gives an estimate of that engine whose reserve was replayed), leaving the
-    rest of the file as ``benchmarks/bench_accuracy.py --write-band`` wrote it; returns the entry."""
+    """Write the whole-device band of ``rows`` (the test split's runs of ``engine``), scored as the estimate with
+    the allocator replayed predicts the device (its memory outside the allocator + the replay's own peak reserved,
+    :attr:`Row.device_error_replay_peak`), into ``workbench/catalog/error_band.json`` as ``device`` /
+    ``ENGINE/replayed-allocator`` (what :func:`workbench.memory.error_band` gives an estimate of that engine whose
+    allocator was replayed), leaving the rest of the file as ``benchmarks/bench_accuracy.py --write-band`` wrote
+    it; returns the entry."""
     import numpy as np
 
     from bench_accuracy import BAND_QUANTILE
     from workbench.memory import ERROR_BAND_FILE, REPLAYED_BAND_SUFFIX
 
-    ratios = [1 / (1 + r.device_error_simulated) for r in rows if r.device_error_simulated is not None]
+    ratios = [1 / (1 + r.device_error_replay_peak) for r in rows if r.device_error_replay_peak is not None]
     lo, hi = np.quantile(ratios, [1 - BAND_QUANTILE, BAND_QUANTILE])
     entry = dict(n=len(ratios), shapes=len({r.run_id.split("/")[1] for r in rows}),
                  low_fraction=round(max(0.0, 1 - float(lo)), 4), high_fraction=round(max(0.0, float(hi) - 1), 4),
@@ -233,7 +236,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", action="store_true", help="print every run")
     ap.add_argument("--only", default="", help="only run ids containing this")
     ap.add_argument("--write-band", action="store_true",
-                    help="write the test split's whole-device bands with the replayed reserve, one per engine, to "
+                    help="write the test split's whole-device bands with the replay's own peak reserved, one per engine, to "
                          "workbench/catalog/error_band.json (device, ENGINE/replayed-allocator)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -254,7 +257,8 @@ def main(argv=None) -> int:
         rows.append(row)
         if args.runs:
             dev = ("" if row.device_error is None else
-                   f"  device {row.device_error_simulated:+6.1%} (constant {row.device_error:+6.1%})")
+                   f"  device {row.device_error_simulated:+6.1%} (constant {row.device_error:+6.1%}, own peak "
+                   f"{row.device_error_replay_peak:+6.1%})")
             print(f"{row.split:4s} {row.run_id:52s} reserve measured {row.measured_reserve:6.1%} simulated "
                   f"{row.simulated_reserve:6.1%} (reserved {row.simulated_error:+6.1%}, constant "
                   f"{row.constant_error:+6.1%}){dev}  traced allocated {row.simulated_allocated_error:+5.1%}",
