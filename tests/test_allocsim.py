@@ -10,6 +10,7 @@ import pytest
 from workbench import allocsim
 from workbench.cli import main
 from workbench.hf import import_hf, read_config
+from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
 
 HF = Path(__file__).resolve().parent / "data" / "hf"
 TINY = dict(seq_length=128, micro_batch=2, steps=2)
@@ -57,13 +58,18 @@ def test_cli_flag_changes_only_the_overhead_line(capsys):
     _, plain, _ = _estimate(capsys)
     code, replayed, _ = _estimate(capsys, "--simulate-allocator")
     assert code == 0
-    fraction = allocsim.plan_reserve_fraction(
-        *_specs(), read_config(HF / "tiny-llama"))
+    from workbench.estimate import estimate
+
+    est = estimate(*_specs(), checks=False, simulate_allocator=read_config(HF / "tiny-llama"))
+    reserved = est.replayed_peaks.peak_reserved_bytes
     changed = [(a, b) for a, b in zip(plain.splitlines(), replayed.splitlines()) if a != b]
     assert len(plain.splitlines()) == len(replayed.splitlines())
     overhead = [(a, b) for a, b in changed if a.lstrip().startswith("overhead")]
     assert len(overhead) == 1
-    assert overhead[0][1].endswith(f"(allocator reserve {100 * fraction:.1f} % (replayed))")
+    assert overhead[0][1].endswith(f"(allocator reserve {100 * est.reserve_fraction:.1f} % (replayed): the replay's "
+                                   f"peak reserved {reserved / 2**30:.2f} GiB, "
+                                   f"{reserved * est.reserve_fraction / (1 + est.reserve_fraction) / 2**30:+.2f} GiB "
+                                   f"above the allocated terms)")
     # the rest that may move is what the overhead term feeds: total, peak, headroom and the checks quoting them,
     # and the error band, now the replay's own
     for a, b in changed:
@@ -88,8 +94,12 @@ def test_cli_json_carries_the_replayed_reserve(capsys):
     assert code == 0
     a, b = json.loads(plain)["memory"], json.loads(replayed)["memory"]  # stdout is the payload only
     assert "reserve_source" not in a and b["reserve_source"] == "replayed"
-    assert 0.0 <= b["reserve_fraction"] < 1.0
-    assert "(replayed)" in b["formulas"]["overhead"]
+    assert b["replayed_peak_reserved_bytes"] >= b["replayed_peak_allocated_bytes"] > 0
+    assert "replayed_peak_reserved_bytes" not in a
+    # the device is the memory outside the allocator + the replay's own peak reserved, taken whole
+    assert b["per_gpu_peak_bytes"] == pytest.approx(OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+                                                    + b["replayed_peak_reserved_bytes"], abs=8)
+    assert "(replayed)" in b["formulas"]["overhead"] and "taken whole" in b["formulas"]["overhead"]
     allocated = b["allocated_bytes"]
     assert allocated == a["allocated_bytes"]  # the allocated terms are untouched
     assert b["breakdown"]["overhead"] - a["breakdown"]["overhead"] == pytest.approx(
@@ -133,7 +143,9 @@ def test_megatron_core_model_is_traced_in_a_child_process(capsys):
     out, _ = capsys.readouterr()
     assert code == 0
     memory = json.loads(out)["memory"]  # stdout is the payload only: megatron-core's warnings go elsewhere
-    assert memory["reserve_source"] == "replayed" and 0.0 <= memory["reserve_fraction"] < 1.0
+    assert memory["reserve_source"] == "replayed"
+    assert memory["per_gpu_peak_bytes"] == pytest.approx(
+        OUTSIDE_ALLOCATOR_BYTES["deepspeed"] + memory["replayed_peak_reserved_bytes"], abs=8)  # under DeepSpeed
     main(["estimate", *TINY_MCORE, "--json"])
     plain = json.loads(capsys.readouterr()[0])["memory"]
     assert plain["allocated_bytes"] == memory["allocated_bytes"] and "reserve_source" not in plain
@@ -146,7 +158,7 @@ def test_megatron_core_model_is_traced_in_a_child_process(capsys):
     zero1 = allocsim.replay(traces[0])
     assert zero1.peak_reserved_bytes >= zero1.peak_allocated_bytes > 14 * model.parameter_counts().total
     est = estimate(model, cluster, jobs[0][2], checks=False, simulate_allocator=True)  # mcore_replays' child
-    assert est.reserve_fraction == pytest.approx(zero1.reserve_fraction)
+    assert est.replayed_peaks == allocsim.ReplayedPeaks.of(zero1)
     with pytest.raises(ValueError, match="mcore_traces traces megatron-core models"):
         allocsim.mcore_traces([(model.replace(implementation="transformers"), cluster, plan)])
 
@@ -159,7 +171,7 @@ def test_estimate_keyword_takes_the_hf_model():
     plain = estimate(model, cluster, plan, checks=False)
     replayed = estimate(model, cluster, plan, checks=False, simulate_allocator=hf)
     assert plain.reserve_fraction is None and "reserve_source" not in plain.to_dict()["memory"]
-    assert replayed.reserve_fraction == allocsim.plan_reserve_fraction(model, cluster, plan, hf.config)
+    assert replayed.replayed_peaks == allocsim.plan_replayed_peaks(model, cluster, plan, hf.config)
     assert replayed.memory.peak_stage.terms.activations == plain.memory.peak_stage.terms.activations
     # "fits" is judged on the replay's own held-out band (benchmarks/alloc_sim.py --write-band)
     from workbench.memory import REPLAYED_BAND_SUFFIX, _error_bands
@@ -192,13 +204,14 @@ def test_simulate_allocator_is_read_alike_for_both_kinds_of_model(monkeypatch):
     with pytest.raises(ValueError, match="megatron-core model, traced from its specs"):
         allocsim.plan_reserve_fraction(*mcore, hf.config)  # refused before anything is traced
     given = []
+    peaks = allocsim.ReplayedPeaks(peak_allocated_bytes=2**30, peak_reserved_bytes=2**31)
 
     def replay(model, cluster, plan, config=None, **kwargs):
         given.append((model, config))
-        return 0.01
+        return peaks
 
-    monkeypatch.setattr(allocsim, "plan_reserve_fraction", replay)
-    assert estimate(*mcore, checks=False, simulate_allocator=True).reserve_fraction == 0.01
+    monkeypatch.setattr(allocsim, "plan_replayed_peaks", replay)
+    assert estimate(*mcore, checks=False, simulate_allocator=True).replayed_peaks == peaks
     assert given == [(mcore[0], None)]
     for config in (hf, hf.config, str(HF / "tiny-llama")):
         with pytest.raises(ValueError, match="is traced from its specs, not from a config: pass "
@@ -207,7 +220,7 @@ def test_simulate_allocator_is_read_alike_for_both_kinds_of_model(monkeypatch):
     assert len(given) == 1  # nothing was replayed without the caller's value
     model, cluster, plan = _specs()
     for config in (hf, hf.config, str(HF / "tiny-llama")):
-        assert estimate(model, cluster, plan, checks=False, simulate_allocator=config).reserve_fraction == 0.01
+        assert estimate(model, cluster, plan, checks=False, simulate_allocator=config).replayed_peaks == peaks
         assert given[-1] == (model, hf.config)
 
 
@@ -222,9 +235,11 @@ def test_one_scope_check_per_cli_estimate(monkeypatch, capsys):
         return real(model, plan)
 
     monkeypatch.setattr(allocsim, "check_scope", check_scope)
-    monkeypatch.setattr(allocsim, "replayed_reserve_fraction", lambda *a, **k: seen.append(len(checks)) or 0.01)
+    peaks = allocsim.ReplayedPeaks(peak_allocated_bytes=2**30, peak_reserved_bytes=2**31)
+    monkeypatch.setattr(allocsim, "replayed_peaks", lambda *a, **k: seen.append(len(checks)) or peaks)
     monkeypatch.setattr(allocsim, "_run_mcore_jobs",
-                        lambda payload: seen.append(len(checks)) or [dict(reserve_fraction=0.01)] * len(payload))
+                        lambda payload: seen.append(len(checks)) or [dict(peak_allocated_bytes=2**30,
+                                                                          peak_reserved_bytes=2**31)] * len(payload))
     code, _, _ = _estimate(capsys, "--simulate-allocator", "--json")
     assert code == 0 and seen == [1]
     checks.clear()
@@ -273,9 +288,11 @@ def test_replayed_reserve_replaces_a_bare_process_profiles_floor():
 
     model, cluster, plan = _specs()
     codes = encode.memory_inputs(model, encode.plan_columns(plan, model), plan.precision)
-    mem = memory_estimate_from(model, cluster, plan, codes, profile=Profile(), reserve_fraction=0.01)
+    plain = memory_estimate_from(model, cluster, plan, codes)
+    allocated = plain.per_gpu_peak_bytes - plain.peak_stage.terms.overhead  # one stage
+    peaks = allocsim.ReplayedPeaks(peak_allocated_bytes=allocated, peak_reserved_bytes=round(1.01 * allocated))
+    mem = memory_estimate_from(model, cluster, plan, codes, profile=Profile(), replayed_peaks=peaks)
     terms = mem.peak_stage.terms
-    allocated = mem.per_gpu_peak_bytes - terms.overhead  # one stage
     assert terms.overhead == pytest.approx(OUTSIDE_ALLOCATOR_BYTES["deepspeed"] + 0.01 * allocated, abs=2)
     assert "allocator reserve 1.0% (replayed)" in mem.formulas["overhead"]
 

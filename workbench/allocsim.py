@@ -1,8 +1,9 @@
-"""The caching allocator's reserve replayed: PyTorch's CUDA caching-allocator policy run over the allocation trace
-of a model's DeepSpeed ZeRO-0/1/2 or megatron-core DDP training steps, built on the meta device, as the reserve fraction
-``max_memory_reserved / max_memory_allocated − 1`` the estimator's overhead term can take in place of the constant
-:data:`workbench.memory.RESERVE_FRACTION` (``estimate(..., simulate_allocator=...)``, ``workbench estimate
---simulate-allocator``).
+"""The caching allocator replayed: PyTorch's CUDA caching-allocator policy run over the allocation trace of a
+model's DeepSpeed ZeRO-0/1/2 or megatron-core DDP run, from building it on the meta device through its training
+steps, as the peaks ``max_memory_allocated`` and ``max_memory_reserved`` would read (:class:`ReplayedPeaks`); the
+estimate takes the peak reserved whole in place of the constant reserve
+:data:`workbench.memory.RESERVE_FRACTION` on its allocated terms (``estimate(..., simulate_allocator=...)``,
+``workbench estimate --simulate-allocator``).
 
 :class:`CachingAllocator` replays the policy of ``c10/cuda/CUDACachingAllocator.cpp`` (torch 2.11, default
 ``PYTORCH_CUDA_ALLOC_CONF``, one stream):
@@ -1192,12 +1193,32 @@ def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocat
 
 
 # ================================================================================================================
-# The estimator's entry: a plan's replayed reserve
+# The estimator's entry: a plan's replayed peaks
 # ================================================================================================================
-REPLAY_STUDY = dict(test_runs=379, replayed=(0.012, -0.146), constant=(0.041, -0.316))
+@dataclass(frozen=True)
+class ReplayedPeaks:
+    """What ``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` read over one replayed trace
+    (:func:`replay`): from building the model through its last traced step, DeepSpeed's initialization (the flat
+    16-bit buffer beside the parameters it is made from) included."""
+
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+
+    @property
+    def reserve_fraction(self) -> float:
+        """The reserve above the replay's own allocated peak, ``peak reserved / peak allocated − 1``."""
+        return self.peak_reserved_bytes / self.peak_allocated_bytes - 1.0
+
+    @classmethod
+    def of(cls, alloc: "CachingAllocator") -> "ReplayedPeaks":
+        return cls(peak_allocated_bytes=int(alloc.peak_allocated_bytes), peak_reserved_bytes=int(alloc.peak_reserved_bytes))
+
+
+REPLAY_STUDY = dict(test_runs=379, replayed=(0.014, 0.136), constant=(0.041, -0.316))
 """The estimate's whole-device error (median |error|, worst) on the corpus's in-scope one-GPU runs of the test split
 (transformers and megatron-core models under DeepSpeed ZeRO-0/1/2, ZeRO-2 with CPU offload, megatron-core's own DDP),
-with the replayed reserve and with the engine's constant one (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-02): what the
+with the allocator replayed (its memory outside the allocator + the replay's own peak reserved) and with the engine's
+constant reserve (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-02): what the
 advisor quotes when it names the replay."""
 
 SCOPE = ("--simulate-allocator covers DeepSpeed ZeRO 0-2 on one GPU without overlap_comm (ZeRO-2 also with the "
@@ -1289,14 +1310,20 @@ def trace_attn_implementation(attention) -> str:
     return "eager" if str(attention) == "unfused" else "sdpa"
 
 
-def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int, zero_stage: int,
-                              grad_accum: int = 1, attn_implementation: str = "sdpa",
-                              gradient_checkpointing: bool = False, lora_rank: int = 0, lora_targets=(),
-                              lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
-                              steps: int = 6, offload_optimizer: bool = False,
-                              sdpa_kernel: str = "cudnn") -> float:
-    """The caching allocator's reserve (``peak reserved / peak allocated − 1``) replayed over the trace of
-    ``steps`` training steps of the model ``config`` (a Hugging Face ``config.json`` dict) under DeepSpeed
+def replayed_reserve_fraction(config: dict, **kwargs) -> float:
+    """The caching allocator's reserve (``peak reserved / peak allocated − 1``) of :func:`replayed_peaks` (the same
+    arguments)."""
+    return replayed_peaks(config, **kwargs).reserve_fraction
+
+
+def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stage: int,
+                   grad_accum: int = 1, attn_implementation: str = "sdpa",
+                   gradient_checkpointing: bool = False, lora_rank: int = 0, lora_targets=(),
+                   lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
+                   steps: int = 6, offload_optimizer: bool = False,
+                   sdpa_kernel: str = "cudnn") -> ReplayedPeaks:
+    """The caching allocator's peaks (:class:`ReplayedPeaks`) replayed over the trace of building the model
+    ``config`` (a Hugging Face ``config.json`` dict) and ``steps`` training steps under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
     ``lora_rank`` on the workbench projection names ``lora_targets`` (peft names from
     :func:`workbench.hf.lora_target_modules`), alpha 2r as the corpus ran them (alpha changes no size).
@@ -1319,17 +1346,28 @@ def replayed_reserve_fraction(config: dict, *, seq_length: int, micro_batch: int
                                 attn_implementation=attn_implementation,
                                 gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps),
                                 offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel)
+    return ReplayedPeaks.of(_replay_within(events, capacity_bytes))
+
+
+def _replay_within(events: list, capacity_bytes: Optional[int]) -> "CachingAllocator":
+    """:func:`replay` of ``events`` on ``capacity_bytes``; a trace that would pass it is replayed without the limit
+    (the estimate then says the plan does not fit)."""
     try:
-        alloc = replay(events, capacity_bytes)
+        return replay(events, capacity_bytes)
     except MemoryError:
-        alloc = replay(events, capacity_bytes=1 << 62)
-    return alloc.reserve_fraction
+        return replay(events, capacity_bytes=1 << 62)
 
 
 def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *, scope_checked: bool = False) -> float:
-    """The replayed reserve fraction of a plan (checked by :func:`check_scope`); the allocator may reserve the GPU
+    """The reserve above the replay's own allocated peak of :func:`plan_replayed_peaks` (the same arguments)."""
+    return plan_replayed_peaks(model, cluster, plan, config, scope_checked=scope_checked).reserve_fraction
+
+
+def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
+                        scope_checked: bool = False) -> ReplayedPeaks:
+    """The replayed peaks of a plan (checked by :func:`check_scope`); the allocator may reserve the GPU
     less the engine's memory outside it (:func:`outside_allocator_engine`). A transformers model is rebuilt from ``config`` (its Hugging Face
-    ``config.json`` dict; :func:`replayed_reserve_fraction` with the plan's sequence, micro-batch, accumulation,
+    ``config.json`` dict; :func:`replayed_peaks` with the plan's sequence, micro-batch, accumulation,
     attention, ZeRO stage, LoRA and gradient checkpointing, ``recompute='full'``); a megatron-core model from its
     specs, in a child process (:func:`mcore_replays`), and a ``config`` given for it is refused rather than ignored.
     ``scope_checked``: the caller has already run :func:`check_scope` on this very model and plan (``estimate``,
@@ -1346,11 +1384,12 @@ def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *
         (out,) = _run_mcore_jobs([_mcore_job(model, cluster, plan, capacity_bytes=capacity, steps=6)])
         if "error" in out:
             raise RuntimeError(f"the megatron-core allocation trace of {model.name} failed: {out['error']}")
-        return out["reserve_fraction"]
+        return ReplayedPeaks(peak_allocated_bytes=int(out["peak_allocated_bytes"]),
+                             peak_reserved_bytes=int(out["peak_reserved_bytes"]))
     if config is None:
         raise ValueError(f"model {model.name} is a transformers model: give its Hugging Face config (an HFModel from "
                          f"workbench.hf.import_hf, the config.json dict or its path) to trace")
-    return replayed_reserve_fraction(
+    return replayed_peaks(
         config, seq_length=model.seq_length, micro_batch=plan.micro_batch_size, zero_stage=int(plan.zero_stage),
         grad_accum=plan.gradient_accumulation_steps, attn_implementation=trace_attn_implementation(model.attention),
         gradient_checkpointing=str(plan.recompute) == "full", lora_rank=plan.lora_rank,
@@ -1452,10 +1491,7 @@ def _replay_jobs(given: str, result: str) -> int:
             if job.get("events"):
                 out.append(dict(events=[[kind, str(key), int(size)] for kind, key, size in events]))
                 continue
-            try:
-                alloc = replay(events, job["capacity_bytes"])
-            except MemoryError:
-                alloc = replay(events, capacity_bytes=1 << 62)
+            alloc = _replay_within(events, job["capacity_bytes"])
             out.append(dict(reserve_fraction=alloc.reserve_fraction, peak_allocated_bytes=alloc.peak_allocated_bytes,
                             peak_reserved_bytes=alloc.peak_reserved_bytes))
         except Exception as exc:  # one plan's failure is reported in its place, the others still run

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from workbench import encode
-from workbench.memory import memory_estimate_from
+from workbench.memory import memory_estimate_from, replayed_reserve_over_allocated
 from workbench.memory_types import MemoryEstimate
 from workbench.parallel import ParallelFacts, parallel_facts
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, ParameterCounts, check_bool, validate
@@ -53,8 +53,12 @@ class EvaluatedPlan:
     """Derived parallel facts (:func:`workbench.parallel.parallel_facts`)."""
     reserve_fraction: Optional[float] = None
     """The caching allocator's reserve the overhead term used when it was replayed for this plan
-    (``estimate(..., simulate_allocator=...)``, :mod:`workbench.allocsim`); ``None``: the constant's (or a
-    profile's)."""
+    (``estimate(..., simulate_allocator=...)``, :mod:`workbench.allocsim`): what the replay's peak reserved holds
+    above the estimate's allocated peak (:func:`workbench.memory.replayed_reserve_over_allocated`); ``None``: the
+    constant's (or a profile's)."""
+    replayed_peaks: Optional[Any] = None
+    """The replay's own peaks (:class:`workbench.allocsim.ReplayedPeaks`: what ``max_memory_allocated`` and
+    ``max_memory_reserved`` would read, DeepSpeed's initialization included) when the allocator was replayed."""
 
     @property
     def parameter_counts(self) -> ParameterCounts:
@@ -138,6 +142,9 @@ class EvaluatedPlan:
         }
         if self.reserve_fraction is not None:
             out["memory"].update(reserve_fraction=self.reserve_fraction, reserve_source="replayed")
+        if self.replayed_peaks is not None:
+            out["memory"].update(replayed_peak_allocated_bytes=self.replayed_peaks.peak_allocated_bytes,
+                                 replayed_peak_reserved_bytes=self.replayed_peaks.peak_reserved_bytes)
         if self.time is not None:
             out["time"] = self.time.to_dict()
             low, high, note = self.step_band_seconds
@@ -204,8 +211,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     :class:`workbench.calibrate.HardwareProfile`, or its name or path, whose measurements replace datasheet numbers;
     without one the estimate says so. ``overlap_comm`` overrides :attr:`ParallelPlan.overlap_comm` (kept for callers
     that pass it; ``None``: the plan's). ``checks=False`` leaves the advisor out (what a sweep over many plans
-    wants). ``simulate_allocator``: replay PyTorch's caching allocator over the plan's traced training steps
-    (:func:`workbench.allocsim.plan_reserve_fraction`) and use its reserve in the overhead term — for a
+    wants). ``simulate_allocator``: replay PyTorch's caching allocator over building the model and the plan's
+    traced training steps (:func:`workbench.allocsim.plan_replayed_peaks`) and take its peak reserved whole
+    (DeepSpeed's initialization included) as the device's, beside the memory outside the allocator — for a
     transformers model its Hugging Face config (a :class:`workbench.hf.HFModel`, a ``config.json`` dict, or the path
     of the file or its directory; needs torch and transformers), for a megatron-core model ``True`` (traced from
     the specs; needs torch and megatron-core; anything else is refused); ``None``/``False``: the constant reserve.
@@ -218,15 +226,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     validate(model, cluster, plan)  # the only validation of this estimate
     if overlap_comm is not None and overlap_comm != plan.overlap_comm:
         plan = plan.replace(overlap_comm=overlap_comm)
-    reserve = _replayed_reserve(model, cluster, plan, simulate_allocator)
+    peaks = _replayed_peaks(model, cluster, plan, simulate_allocator)
     profile = resolve_profile(profile)
     record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
     counts = model.parameter_counts()
     cols = encode.plan_columns(plan, model)
     try:
-        memory = memory_estimate_from(model, cluster, plan, encode.memory_inputs(model, cols, plan.precision,
-                                                                                 profile=profile), profile=profile,
-                                      reserve_fraction=reserve)
+        codes = encode.memory_inputs(model, cols, plan.precision, profile=profile)
+        memory = memory_estimate_from(model, cluster, plan, codes, profile=profile, replayed_peaks=peaks)
+        reserve = None if peaks is None else replayed_reserve_over_allocated(model, codes, peaks)
         inputs = encode.time_inputs(model, cluster, cols, plan.precision, profile=profile, counts=counts)
         time = time_estimate_from(model, cluster, plan, inputs, profile=profile)
     except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
@@ -236,11 +244,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     # the layout, parallel facts and advisor findings are computed on first read (:class:`_DeferredSlot`)
     return EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time, profile=record,
                          counts=counts, layout=_Deferred(_layout_of), facts=_Deferred(_facts_of),
-                         checks=_Deferred(_checks_of) if checks else (), reserve_fraction=reserve)
+                         checks=_Deferred(_checks_of) if checks else (), replayed_peaks=peaks,
+                         reserve_fraction=reserve)
 
 
-def _replayed_reserve(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, simulate_allocator):
-    """The replayed reserve fraction for ``estimate(..., simulate_allocator=...)``, or ``None`` when it is off. The
+def _replayed_peaks(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, simulate_allocator):
+    """The replayed peaks for ``estimate(..., simulate_allocator=...)``, or ``None`` when it is off. The
     plan's scope is checked here, once, before what to trace from is read (an out-of-scope plan is named first), and
     the replay is told so."""
     if simulate_allocator is None or simulate_allocator is False:
@@ -249,7 +258,7 @@ def _replayed_reserve(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan
 
     allocsim.check_scope(model, plan)
     config = _replay_config(model, simulate_allocator)
-    return allocsim.plan_reserve_fraction(model, cluster, plan, config, scope_checked=True)
+    return allocsim.plan_replayed_peaks(model, cluster, plan, config, scope_checked=True)
 
 
 def _replay_config(model: ModelSpec, given) -> Optional[dict]:

@@ -571,15 +571,38 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     extra_large = output_elems > reduce_bucket_elements
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
                & ~asarray(lora) & (pipeline_parallel == 1)
-               & (done < layers) & (value_bytes < 4) & (~offload | extra_large))
+               & (done < layers) & (value_bytes < 4) & (~offload | (output_elems > 0)))
     partition = where(offload, 0.0, value_bytes * trainable / data_parallel)
-    # the output layer's 16-bit gradient while it is reduced; with offload its fp64 copy for the norm, then its fp32
-    # cast for the copy to the host (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.to(fp32)``),
-    # one after the other, exist beside it
+    # the output layer's 16-bit gradient while it is reduced (only when it bypasses the bucket); with offload its
+    # fp64 copy for the norm, then its fp32 cast for the copy to the host
+    # (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.to(fp32)``), one after the other, exist
+    # beside it, also when it went through the bucket (the norm is taken of its slice of the bucket when the bucket
+    # is reduced, after ``done`` layers)
     offload_copy = max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0)
-    momentary = where(extra_large, (value_bytes + where(offload, offload_copy, 0.0)) * output_elems, 0.0)
+    momentary = (where(extra_large, value_bytes, 0.0) + where(offload, offload_copy, 0.0)) * output_elems
     acts = held - done * kept_per_layer + maximum(layer_transient, momentary)
     return where(applies, partition, 0.0), where(applies, acts, 0.0)
+
+
+def offload_tied_gradient_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
+                                tensor_parallel, value_bytes, lora,
+                                reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
+    """Bytes DeepSpeed ZeRO-1/2 with the optimizer on the CPU adds at the end of backward for tied embeddings on one
+    stage: the shared weight's gradient hook fires last, once the embedding's backward has added to it, when no
+    activation is left; its gradient's L2 norm is taken in fp64 (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE` per value,
+    ``set_norm_for_param_grad_in_gpu``) beside the buckets, and when the weight is larger than
+    ``reduce_bucket_size`` its 16-bit gradient bypasses the bucket and is still alive (ZeRO-2; ZeRO-1 counts its
+    gradients already). Replayed on Gemma 3 27B's width (262 k tied vocabulary, 3 layers, H200): 10.5 GiB of fp64
+    beside the 2.6 GiB gradient, the run's peak, 21.68 GiB allocated as measured. 0 for other engines and stages,
+    without offload, for untied or LoRA models (their output layer is reduced early in backward:
+    :func:`zero12_early_partition_bytes`)."""
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    elems = vocab * m.hidden_size / tensor_parallel
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
+               & (offload_optimizer > 0) & (pipeline_parallel == 1) & ~asarray(lora) & (value_bytes < 4)
+               & bool(m.tied_embeddings))
+    bypass = where((zero_stage == 2) & (elems > reduce_bucket_elements), value_bytes, 0.0)
+    return where(applies, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems, 0.0)
 
 
 def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_parallel, last, engine, zero_stage,
@@ -1265,8 +1288,9 @@ DeepSpeed's offload staging buffer, autograd's in-place gradient sums, ZeRO-0/1'
 reduction staging buffers: each now traced as the histories show). It needs torch and the model's library
 (transformers, or megatron-core in a child process) and 1-6 s a plan, so it is a per-configuration check, not a term
 the planner evaluates over thousands of plans; this constant stays the shape-level estimate, and ``estimate
---simulate-allocator`` (:mod:`workbench.allocsim`, where the policy and the traces live) puts the replayed fraction
-in its place for one plan on request."""
+--simulate-allocator`` (:mod:`workbench.allocsim`, where the policy and the traces live) takes the replay's own
+peak reserved whole in its place for one plan on request (DeepSpeed's initialization flatten included,
+:func:`replayed_reserve_over_allocated`)."""
 
 
 RESERVE_FRACTION_EXPANDABLE = {"deepspeed": 0.1174, "megatron": 0.0946}
@@ -1572,6 +1596,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_bwd = where(early, grads_bwd + early_grads, grads_bwd)
     activations = where(early, early_acts, activations)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
+    # ZeRO-1/2 with the optimizer on the CPU and tied embeddings: the shared weight's norm copy at the end of backward
+    tied_end = offload_tied_gradient_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
+                                           pipeline_parallel=pipeline_parallel, tensor_parallel=tensor_parallel,
+                                           value_bytes=value_bytes, lora=lora)
+    end_peak = weights + grads + optimizer + buffers + tied_end
+    end = (tied_end > 0) & (end_peak > backward_peak)
+    activations = where(end, 0.0, activations)
+    grads_bwd = where(end, grads, grads_bwd)
+    buffers_bwd = where(end, buffers + tied_end, buffers_bwd)
+    backward_peak = maximum(backward_peak, where(end, end_peak, 0.0))
     step_total = weights + grads + step + optimizer + buffers - buckets - zero3_grad_at_peak
     step_peak = step_total > backward_peak
     buffers = where(step_peak, buffers - buckets - zero3_grad_at_peak, buffers_bwd)
@@ -1743,13 +1777,16 @@ _SCALAR_STAGES = 2
 
 
 def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, codes: dict, *,
-                         profile=None, reserve_fraction=None) -> MemoryEstimate:
+                         profile=None, replayed_peaks=None) -> MemoryEstimate:
     """The :class:`MemoryEstimate` of every pipeline stage from the encoded ``codes``
     (:func:`workbench.encode.memory_inputs`), all stages priced in one call of :func:`stage_terms`.
-    ``reserve_fraction``: the caching allocator's reserve replayed for this plan
-    (:func:`workbench.allocsim.plan_reserve_fraction`) in place of :data:`RESERVE_FRACTION` or a profile's."""
+    ``replayed_peaks``: the caching allocator replayed for this one-GPU plan
+    (:func:`workbench.allocsim.plan_replayed_peaks`); its peak reserved is taken whole, DeepSpeed's initialization
+    included: the overhead term's reserve becomes what it holds above the estimate's allocated peak
+    (:func:`replayed_reserve_over_allocated`), in place of :data:`RESERVE_FRACTION` or a profile's."""
     codes = dict(codes)
     formulas = dict(FORMULAS)
+    reserve_fraction = None if replayed_peaks is None else replayed_reserve_over_allocated(model, codes, replayed_peaks)
     if profile is not None and "overheads" not in codes:
         codes["overheads"], _ = profile.memory_overheads()
     if reserve_fraction is not None:  # the replayed reserve replaces the constant's (or the profile's)
@@ -1774,10 +1811,15 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                 f"{'; expandable segments' if expandable else ''})")
     elif reserve_fraction is not None:
         engine = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
+        reserved = replayed_peaks.peak_reserved_bytes
         formulas["overhead"] = (f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES[engine] / GiB:.2f} GiB per process "
-                                f"+ allocator reserve {float(reserve_fraction):.1%} (replayed) of allocated: "
-                                "PyTorch's caching allocator replayed over the plan's traced training steps "
-                                "(workbench.allocsim)")
+                                f"+ what the caching allocator reserves above the allocated terms "
+                                f"({reserved * reserve_fraction / (1 + reserve_fraction) / GiB:+.2f} GiB, "
+                                f"{float(reserve_fraction):.1%} (replayed) of allocated): PyTorch's caching allocator "
+                                f"replayed over building the model and the plan's traced training steps "
+                                f"(workbench.allocsim) reserves {reserved / GiB:.2f} GiB at its peak (its allocated "
+                                f"peak {replayed_peaks.peak_allocated_bytes / GiB:.2f} GiB, DeepSpeed's "
+                                f"initialization included), taken whole")
     elif plan.expandable_segments:
         engine = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
         formulas["overhead"] = (f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES[engine] / GiB:.2f} GiB per process "
@@ -1879,6 +1921,18 @@ def _training_allocated_bytes(memory) -> float:
     """The peak stage's allocated terms of training (weights, gradients, optimizer states, activations, buffers)."""
     t = memory.peak_stage.terms
     return t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+
+
+def replayed_reserve_over_allocated(model: ModelSpec, codes: dict, replayed_peaks) -> float:
+    """The reserve fraction that puts a one-GPU plan's device peak at its memory outside the allocator + the
+    replayed peak reserved (:class:`workbench.allocsim.ReplayedPeaks`): ``peak reserved / A − 1``, ``A`` the
+    estimate's allocated peak (weights, gradients, optimizer states, activations and buffers of
+    :func:`stage_terms`), so that the overhead term holds what the replay reserved above it — its own reserve and
+    whatever it allocated beyond the training peak the terms price (DeepSpeed's initialization flatten).
+    ``benchmarks/alloc_sim.py`` scores exactly this whole-device figure (``device_error_replay_peak``)."""
+    t = stage_terms(model, stage=0, **codes)
+    allocated = sum(float(t[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
+    return replayed_peaks.peak_reserved_bytes / allocated - 1.0
 
 
 def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:

@@ -105,7 +105,10 @@ def render(est) -> str:
     for term in ("weights", "gradients", "optimizer", "activations", "buffers", "overhead"):
         lines.append(f"  {term:<12}" + "".join(_gib(getattr(s.terms, term)) for s in stages))
     if est.reserve_fraction is not None:
-        lines[-1] += f"  (allocator reserve {100 * est.reserve_fraction:.1f} % (replayed))"
+        reserved = est.replayed_peaks.peak_reserved_bytes
+        above = reserved * est.reserve_fraction / (1 + est.reserve_fraction)
+        lines[-1] += (f"  (allocator reserve {100 * est.reserve_fraction:.1f} % (replayed): the replay's peak reserved "
+                      f"{reserved / GiB:.2f} GiB, {above / GiB:+.2f} GiB above the allocated terms)")
     lines.append("  " + "-" * (12 + 12 * len(stages)))
     lines.append(f"  {'total':<12}" + "".join(_gib(s.total_bytes) for s in stages))
     verdict = "fits" if mem.fits_gpu else "DOES NOT FIT"
