@@ -404,6 +404,13 @@ MCORE_SHAPES = {
                                    vocab_size=152064, seq_length=2048, activation="swiglu", normalization="rmsnorm",
                                    add_bias_linear=False, tied_embeddings=False, position_embedding="rotary",
                                    hidden_dropout=0.0, attention_dropout=0.0),
+    # --- twenty-sixth final batch ("final26"): declared before measuring ---
+    # Llama 3.2 3B's width at 8 of its 28 layers: GQA 24/8 of head 128, SwiGLU 8192, a 128k vocabulary, tied, 2k tokens
+    "mc-h3072-gqa-tied-l8": dict(like="Llama 3.2 3B width (28 -> 8 layers), 2k tokens", num_layers=8,
+                                 hidden_size=3072, num_attention_heads=24, num_query_groups=8, ffn_hidden_size=8192,
+                                 vocab_size=128256, seq_length=2048, activation="swiglu", normalization="rmsnorm",
+                                 add_bias_linear=False, tied_embeddings=True, position_embedding="rotary",
+                                 hidden_dropout=0.0, attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -913,6 +920,26 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=56, num_key_value_heads=8, vocab_size=64000,
         max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=5000000.0)),
+    # --- twenty-sixth final batch ("final26") ---
+    # Gemma 2 9B at 8 of its 42 layers: GQA 16/8 of head 256, GeGLU 14336, soft-capping, 256k vocabulary, tied
+    "hf-gemma2-h3584-l8": dict(like="Gemma 2 9B (42 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=3584, intermediate_size=14336,
+        num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # Qwen2.5 3B at 12 of its 36 layers: GQA 16/2 of head 128, SwiGLU 11008, 152k vocabulary, tied
+    "hf-qwen25-h2048-l12": dict(like="Qwen2.5 3B (36 -> 12 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=2048, intermediate_size=11008,
+        num_hidden_layers=12, num_attention_heads=16, num_key_value_heads=2, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Gemma 3 4B at 12 of its 34 layers: GQA 8/4 of head 256, GeGLU 10240, QK norm, 262k vocabulary, tied
+    "hf-gemma3-h2560-l12": dict(like="Gemma 3 4B (34 -> 12 layers)", seq_length=2048, config=dict(
+        model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], hidden_size=2560, intermediate_size=10240,
+        num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=262208,
+        max_position_embeddings=131072, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=1024)),
 }
 
 
@@ -1446,6 +1473,16 @@ GROUPS = {
         _ddp("mc-h1536-gelu-hd64-l24-d01", True, mbs=4), _ddp("mc-h1536-gelu-hd64-l24-d01", False, mbs=2, gas=2),
         _ds("mc-h5120-gqa-i27648-l4", 0), _ds("mc-h5120-gqa-i27648-l4", 2, **OFF),
         _ddp("mc-h5120-gqa-i27648-l4", True, recompute="full"),
+    ],
+    # twenty-sixth final batch (one GPU), declared in accuracy_split.json "final26" before measuring: tied embeddings
+    # with the optimizer on the CPU (the shared weight's fp64 norm copy at the end of backward, beside its 16-bit
+    # gradient when that is larger than the bucket), with a run without offload of each width
+    "final26": [
+        _hf("hf-gemma2-h3584-l8", 2, "eager", **OFF), _hf("hf-gemma2-h3584-l8", 2, "eager", mbs=2, ckpt=True, **OFF),
+        _hf("hf-gemma2-h3584-l8", 2, "eager"),
+        _hf("hf-qwen25-h2048-l12", 2, "sdpa", mbs=2, **OFF), _hf("hf-qwen25-h2048-l12", 1, "sdpa", **OFF),
+        _hf("hf-gemma3-h2560-l12", 2, "sdpa", **OFF), _hf("hf-gemma3-h2560-l12", 2, "sdpa", mbs=2),
+        _ds("mc-h3072-gqa-tied-l8", 2, **OFF), _ds("mc-h3072-gqa-tied-l8", 1),
     ],
     # test-split repeats (one GPU) of final20's Qwen2.5 0.5B runs (24 layers), each in a fresh process, two of each but
     # the CPU-offload one: were its -14 to -33 % step-time misses the model's or the moment's? (test runs, never fitted)
