@@ -1591,10 +1591,13 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         data_parallel=data_parallel * context_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
         trainable=trainable, lora=lora, overlap_comm=overlap)
-    early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers_bwd
+    # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
+    # backward's peak
+    early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers
     early = (early_acts > 0) & (early_peak > backward_peak)
     grads_bwd = where(early, grads_bwd + early_grads, grads_bwd)
     activations = where(early, early_acts, activations)
+    buffers_bwd = where(early, buffers, buffers_bwd)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
     # ZeRO-1/2 with the optimizer on the CPU and tied embeddings: the shared weight's norm copy at the end of backward
     tied_end = offload_tied_gradient_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
