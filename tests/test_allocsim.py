@@ -529,3 +529,32 @@ def test_zero0_reduces_gradients_in_flattened_buckets_at_each_boundary(monkeypat
     pairs2 = [stage2[i][2] for i in range(len(stage2) - 1)
               if stage2[i][0] == "malloc" and stage2[i + 1][:2] == ("free", stage2[i][1])]
     assert not any(pairs2[i:i + len(buckets)] == buckets for i in range(len(pairs2)))
+
+
+def test_deepspeed_flattens_on_the_cpu_where_the_gpu_lacks_room():
+    """ZeRO-1/2 check the GPU's free memory before they flatten the 16-bit parameters (``flatten_on_accelerator``):
+    with room the flat buffer is made beside the parameters on the GPU, without it on the host and then moved, so
+    the two copies never meet on the GPU. The replay takes the engine's branch from its own reserve at that check."""
+    cfg = read_config(HF / "tiny-llama")
+
+    def trace(on_device):
+        return allocsim.trace_hf_deepspeed(cfg, zero_stage=2, micro_batch=2, seq_length=128, steps=1,
+                                           flatten_on_device=on_device)
+
+    roomy = allocsim.replay(trace(True), capacity_bytes=1 << 62)
+    ((reserved, flat),) = roomy.flatten_checks
+    n = sum(size for kind, _key, size in trace(True) if kind == "flatten") // 2
+    assert flat == 2 * n > 0
+    on_cpu = allocsim.replay(trace(False), capacity_bytes=1 << 62)
+    assert on_cpu.flatten_checks == roomy.flatten_checks
+    assert allocsim.flattens_on_device(roomy, reserved + flat) and not allocsim.flattens_on_device(roomy,
+                                                                                                  reserved + flat - 1)
+    # the engine's branch follows the room: on the GPU with it, on the CPU one byte short
+    tight = allocsim.replay_deepspeed(trace, reserved + flat - 1)
+    assert (tight.peak_allocated_bytes, tight.peak_reserved_bytes) == (on_cpu.peak_allocated_bytes,
+                                                                        on_cpu.peak_reserved_bytes)
+    wide = allocsim.replay_deepspeed(trace, reserved + flat)
+    assert (wide.peak_allocated_bytes, wide.peak_reserved_bytes) == (roomy.peak_allocated_bytes,
+                                                                      roomy.peak_reserved_bytes)
+    # on the CPU the parameters' own storage is gone before the flat buffer arrives: never more allocated at init
+    assert on_cpu.peak_allocated_bytes <= roomy.peak_allocated_bytes

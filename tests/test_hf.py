@@ -463,8 +463,10 @@ def test_hf_full_fine_tune_buckets_after_the_loss():
     megatron-core model alike."""
     spec = import_hf(HF / "llama3-8b", seq_length=8192).spec
     cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1)
-    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full")
-    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2)
+    # two sequences a micro-batch: the steps' peak passes initialization's (the flat buffer and its clone, 30 GiB)
+    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full", micro_batch_size=2,
+                        global_batch_size=2)
+    kw = dict(micro_batch=2, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2)
     hf = estimate(spec, cluster, plan).memory.stages[0]
     mg_spec = spec.replace(implementation="megatron")
     mg = estimate(mg_spec, cluster, plan).memory.stages[0]

@@ -338,11 +338,13 @@ def test_zero3_step_with_torch_adam_holds_its_temporary_beside_the_fp32_gradient
     assert torch_adam == pytest.approx(8 * DS_SUB_GROUP_ELEMENTS)
 
 
-def test_deepspeed_initialization_flatten_is_named_where_it_passes_the_training_peak():
-    """ZeRO-1/2 flattens the 16-bit parameters on the GPU at initialization (two copies while it copies): with the
-    optimizer on the CPU and checkpointed layers that is above the training peak, and the Memory notes say so with
-    both figures (H200 corpus: Mistral 7B at 16 layers measured 15.03 GB = 2 x its 7.52 GB of bf16 weights); a plan
-    whose training needs more, LoRA and ZeRO-3 get no such note."""
+def test_deepspeed_initialization_with_the_optimizer_on_the_cpu_is_priced():
+    """ZeRO-1/2 with the optimizer on the CPU make the fp32 master from a GPU clone of the rank's 16-bit partition
+    beside the flat buffer, before training (no fallback): on one GPU with checkpointed layers that is the peak (H200
+    corpus: Mistral 7B at 16 layers measured 14.00 GiB = 2 x its 7.00 GiB of bf16 weights, where the steps need 11.4),
+    and the Memory notes say so. The flatten (parameters + flat buffer) happens on the GPU only when there is room, so
+    it is named, not priced, where it passes that peak (two GPUs: the clone is of half the parameters); LoRA, ZeRO-3 and
+    plans without offload get neither."""
     from workbench.memory import deepspeed_flatten_bytes, memory_notes
 
     m = ModelSpec(num_layers=16, hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336,
@@ -353,14 +355,24 @@ def test_deepspeed_initialization_flatten_is_named_where_it_passes_the_training_
     offload = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full", micro_batch_size=4,
                            global_batch_size=4)
     memory = estimate(m, c, offload, checks=False).memory
-    init = deepspeed_flatten_bytes(offload, memory)
-    assert init == 2 * memory.peak_stage.terms.weights
-    assert [n for n in memory_notes(m, offload, memory) if n.startswith("at initialization ZeRO-2")]
+    stage = memory.peak_stage
+    assert stage.peak_phase == "initialization"
+    assert stage.terms.buffers == stage.terms.weights and stage.terms.activations == 0
+    assert (stage.terms.weights + stage.terms.buffers) / 2**30 == pytest.approx(14.00, rel=0.01)
+    assert deepspeed_flatten_bytes(offload, memory) == 0  # as large as the clone on one GPU
+    assert [n for n in memory_notes(m, offload, memory) if n.startswith("this plan peaks at initialization")]
+    two = estimate(m, c.replace(gpus_per_node=2), offload.replace(world_size=2, global_batch_size=8),
+                   checks=False).memory
+    assert two.peak_stage.peak_phase == "backward"  # the clone is half as large: training's peak is higher
+    on_two = offload.replace(world_size=2, global_batch_size=8)
+    assert deepspeed_flatten_bytes(on_two, two) == 2 * two.peak_stage.terms.weights
+    assert [n for n in memory_notes(m, on_two, two) if n.startswith("at initialization ZeRO-2")]
     for plan in (offload.replace(offload_optimizer="none"), offload.replace(zero_stage=3),
                  offload.replace(lora_rank=16)):
         est = estimate(m, c, plan, checks=False).memory
+        assert est.peak_stage.peak_phase != "initialization"
         assert deepspeed_flatten_bytes(plan, est) == 0
-        assert not [n for n in memory_notes(m, plan, est) if n.startswith("at initialization")]
+        assert not [n for n in memory_notes(m, plan, est) if n.startswith(("at initialization", "this plan peaks"))]
 
 
 def _hf_spec(config: dict, seq_length: int = 2048):
@@ -422,3 +434,14 @@ def test_offload_tied_gradient_bytes_follow_deepspeed():
                    dict(lora=True), dict(pipeline_parallel=2)):
         assert offload_tied_gradient_bytes(tied, **{**kw, **change}) == 0, change
     assert offload_tied_gradient_bytes(_hf_spec(NEOX_20B_L3), **kw) == 0  # untied: reduced early in backward
+
+
+def test_deepspeed_init_bytes_is_the_flat_buffer_and_the_partition_clone():
+    from workbench.memory import deepspeed_init_bytes
+
+    kw = dict(weights=14e9, trainable=7e9, value_bytes=2, engine=DS, zero_stage=2, offload_optimizer=1)
+    assert deepspeed_init_bytes(data_parallel=1, **kw) == pytest.approx(28e9)
+    assert deepspeed_init_bytes(data_parallel=4, **kw) == pytest.approx(14e9 + 3.5e9)
+    assert deepspeed_init_bytes(data_parallel=1, **{**kw, "zero_stage": 1}) == pytest.approx(28e9)
+    for change in (dict(offload_optimizer=0), dict(zero_stage=3), dict(zero_stage=0), dict(engine=MG)):
+        assert deepspeed_init_bytes(data_parallel=1, **{**kw, **change}) == 0, change

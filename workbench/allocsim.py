@@ -102,6 +102,9 @@ class CachingAllocator:
     _live: dict = field(default_factory=dict)  # handle -> block id
     _segments: dict = field(default_factory=dict)  # segment -> (size, first block id)
     _next_id: int = 0
+    flatten_checks: list = field(default_factory=list)
+    """``(reserved_bytes, flat_bytes)`` at each of DeepSpeed's free-memory checks before it flattens a parameter
+    group (the trace's ``("flatten", 0, flat_bytes)`` events, :func:`flattens_on_device`)."""
 
     def _key(self, b: _Block):
         # a free block is found by size, then address; a new segment lies below the earlier ones (the recorded
@@ -673,6 +676,10 @@ class DeepSpeedSetup:
     offload_optimizer: bool = False
     """ZeRO-2 with ``offload_optimizer`` on the CPU: the fp32 master, its gradient and Adam's states live on the
     host; what stays on the GPU is traced as :func:`deepspeed_steps` says."""
+    flatten_on_device: bool = True
+    """ZeRO-1/2 flatten the 16-bit parameters on the GPU when its free memory holds the flat buffer, else on the
+    CPU (``stage_1_and_2.py``: ``flatten_on_accelerator``); :func:`replay_deepspeed` decides which from the
+    replay."""
 
 
 def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:
@@ -701,6 +708,7 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         if p.is_floating_point() and p.dtype != torch.bfloat16:  # adapters included), buffers as they are
             p.data = p.data.to(torch.bfloat16)
     params = [p for p in model.parameters() if p.requires_grad]
+    shapes = [p.shape for p in params]
     n = sum(p.numel() for p in params)
     if setup.zero_stage == 0:  # FP16_Optimizer: flatten clones of the parameters
         clones = [p.detach().clone() for p in params]
@@ -708,11 +716,19 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         del clones
     else:  # DeepSpeedZeroOptimizer: empty_cache(), then flatten the parameters themselves
         events.append(("empty_cache", 0, 0))
-        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        events.append(("flatten", 0, 2 * n))  # the free-memory check (flatten_on_accelerator)
+        if setup.flatten_on_device:
+            flat = torch.cat([p.detach().reshape(-1) for p in params])
+        else:  # the parameters to the host (their GPU storage freed, empty_cache), the flat buffer made there and
+            for p in params:  # moved to the GPU
+                p.data = torch.empty(1, dtype=p.dtype, device="meta")
+            events.append(("empty_cache", 0, 0))
+            flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
     offset = 0
-    for p in params:  # the parameters become views of the flat buffer; their own storage is freed
-        p.data = flat[offset:offset + p.numel()].view_as(p)
-        offset += p.numel()
+    for p, shape in zip(params, shapes):  # the parameters become views of the flat buffer; their own storage is freed
+        numel = math.prod(shape)
+        p.data = flat[offset:offset + numel].view(shape)
+        offset += numel
     if offload:  # the master's bf16 clone on the GPU, then to the host in fp32: nothing of it stays
         master = adam = None
         transient = flat.clone()
@@ -830,7 +846,8 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
 def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_length: int, grad_accum: int = 1,
                        attn_implementation: str = "sdpa", gradient_checkpointing: bool = False,
                        lora: Optional[dict] = None, reduce_bucket_elements: int = 500_000_000,
-                       steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn") -> list:
+                       steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
+                       flatten_on_device: bool = True) -> list:
     """The allocation events of a Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16; ZeRO-2 also with
     ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
@@ -840,8 +857,9 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
 
     - build: each parameter is allocated on the device by ``from_config``; ZeRO-1/2 calls ``empty_cache()`` and
-      flattens them into one bf16 buffer, ZeRO-0 flattens clones of them; the parameters become views of it and
-      their own storage is freed; the fp32 master is ``flat.clone().float()``; ``initialize_optimizer_states``
+      flattens them into one bf16 buffer (``flatten_on_device=False``: DeepSpeed's free-memory check failed, so the
+      parameters go to the host, their GPU storage is freed and the buffer made there arrives whole), ZeRO-0 flattens
+      clones of them; the parameters become views of it and their own storage is freed; the fp32 master is ``flat.clone().float()``; ``initialize_optimizer_states``
       gives it a zero fp32 gradient and drops it again; ZeRO-0's ``FP16_Optimizer`` runs Adam once there,
       creating its two fp32 states, ZeRO-1/2 create them at the first step;
     - ZeRO-1/2, each micro-batch's backward: the first parameter gradient's hook (``process_gradients``) calls
@@ -871,7 +889,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
         raise ValueError(f"zero_stage={zero_stage}: the trace models DeepSpeed ZeRO-0/1/2")
     setup = DeepSpeedSetup(zero_stage=zero_stage, micro_batch=micro_batch, grad_accum=grad_accum,
                            seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps,
-                           offload_optimizer=bool(offload_optimizer))
+                           offload_optimizer=bool(offload_optimizer), flatten_on_device=bool(flatten_on_device))
     cfg = dict(config)
     model_type = cfg.pop("model_type")
     cfg.pop("architectures", None)
@@ -974,7 +992,7 @@ def _mcore_batch(net, seq_length: int, micro_batch: int):
     return batch
 
 
-def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
+def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: bool = True) -> list:
     """The allocation events of a megatron-core ``GPTModel`` (local layer spec, as the workbench's launcher builds it:
     :func:`workbench.runs.model.build_gpt`) trained under DeepSpeed ZeRO-0/1/2 on one GPU in bf16 (ZeRO-2 also with
     the plan's CPU optimizer offload), from building the model to the last of ``steps`` steps
@@ -993,7 +1011,8 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6) -> list:
 
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
                            grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
-                           offload_optimizer=str(plan.offload_optimizer) == "cpu")
+                           offload_optimizer=str(plan.offload_optimizer) == "cpu",
+                           flatten_on_device=flatten_on_device)
     events: list = []
     with _mcore_meta(model, plan, events) as config_kwargs:
         with torch.device("meta"):
@@ -1162,11 +1181,13 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
     return events
 
 
-def trace_mcore(model, plan, *, steps: int = 6) -> list:
+def trace_mcore(model, plan, *, steps: int = 6, flatten_on_device: bool = True) -> list:
     """The megatron-core trace of a plan: megatron-core's own DDP and optimizer for ``engine='megatron'``
-    (:func:`trace_mcore_ddp`), else DeepSpeed's (:func:`trace_mcore_deepspeed`)."""
-    trace = trace_mcore_ddp if str(plan.engine) == "megatron" else trace_mcore_deepspeed
-    return trace(model, plan, steps=steps)
+    (:func:`trace_mcore_ddp`), else DeepSpeed's (:func:`trace_mcore_deepspeed`, its parameters flattened on the GPU
+    or, ``flatten_on_device=False``, on the CPU)."""
+    if str(plan.engine) == "megatron":
+        return trace_mcore_ddp(model, plan, steps=steps)
+    return trace_mcore_deepspeed(model, plan, steps=steps, flatten_on_device=flatten_on_device)
 
 
 def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocator:
@@ -1185,6 +1206,8 @@ def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocat
             break
         if kind == "empty_cache":
             alloc.empty_cache()
+        elif kind == "flatten":
+            alloc.flatten_checks.append((alloc.reserved_bytes, size))
         elif kind == "malloc":
             handles[key] = alloc.malloc(size)
         elif key in handles:
@@ -1341,12 +1364,15 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
     if lora_rank:
         lora = dict(r=int(lora_rank), lora_alpha=2 * int(lora_rank), lora_dropout=float(lora_dropout),
                     target_modules=lora_target_modules(config["model_type"], lora_targets), task_type="CAUSAL_LM")
-    events = trace_hf_deepspeed(config, zero_stage=int(zero_stage), micro_batch=int(micro_batch),
-                                seq_length=int(seq_length), grad_accum=int(grad_accum),
-                                attn_implementation=attn_implementation,
-                                gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps),
-                                offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel)
-    return ReplayedPeaks.of(_replay_within(events, capacity_bytes))
+    def trace(flatten_on_device):
+        return trace_hf_deepspeed(config, zero_stage=int(zero_stage), micro_batch=int(micro_batch),
+                                  seq_length=int(seq_length), grad_accum=int(grad_accum),
+                                  attn_implementation=attn_implementation,
+                                  gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps),
+                                  offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel,
+                                  flatten_on_device=flatten_on_device)
+
+    return ReplayedPeaks.of(replay_deepspeed(trace, capacity_bytes))
 
 
 def _replay_within(events: list, capacity_bytes: Optional[int]) -> "CachingAllocator":
@@ -1356,6 +1382,28 @@ def _replay_within(events: list, capacity_bytes: Optional[int]) -> "CachingAlloc
         return replay(events, capacity_bytes)
     except MemoryError:
         return replay(events, capacity_bytes=1 << 62)
+
+
+def flattens_on_device(alloc: "CachingAllocator", capacity_bytes: int) -> bool:
+    """Whether DeepSpeed ZeRO-1/2 found room for every flat buffer on the GPU at its checks (``available_memory()``,
+    NVML's free memory: the device less the memory outside the allocator and what is reserved then, after
+    ``empty_cache()``) — ``capacity_bytes`` being the device less the memory outside the allocator."""
+    return all(capacity_bytes - reserved >= flat for reserved, flat in alloc.flatten_checks)
+
+
+def replay_deepspeed(trace, capacity_bytes: Optional[int]) -> "CachingAllocator":
+    """A DeepSpeed run replayed as its engine would run it on a device whose allocator may reserve
+    ``capacity_bytes`` (``None``: an H200's): ``trace(flatten_on_device)`` gives its events; traced with the flat
+    buffer made on the GPU first, and again with it made on the CPU where the replay shows DeepSpeed's free-memory
+    check would not pass (a smaller GPU: the initialization's two copies of the parameters then never meet on it)."""
+    if capacity_bytes is None:
+        from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
+
+        capacity_bytes = H200_BYTES - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
+    alloc = _replay_within(trace(True), capacity_bytes)
+    if flattens_on_device(alloc, capacity_bytes):
+        return alloc
+    return _replay_within(trace(False), capacity_bytes)
 
 
 def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *, scope_checked: bool = False) -> float:
@@ -1487,11 +1535,13 @@ def _replay_jobs(given: str, result: str) -> int:
     for job in json.loads(open(given).read()):
         try:
             model, _cluster, plan = specs_from_dict(job["specs"])
-            events = trace_mcore(model, plan, steps=job["steps"])
             if job.get("events"):
+                events = trace_mcore(model, plan, steps=job["steps"])
                 out.append(dict(events=[[kind, str(key), int(size)] for kind, key, size in events]))
                 continue
-            alloc = _replay_within(events, job["capacity_bytes"])
+            alloc = replay_deepspeed(lambda on_device: trace_mcore(model, plan, steps=job["steps"],
+                                                                   flatten_on_device=on_device),
+                                     job["capacity_bytes"])
             out.append(dict(reserve_fraction=alloc.reserve_fraction, peak_allocated_bytes=alloc.peak_allocated_bytes,
                             peak_reserved_bytes=alloc.peak_reserved_bytes))
         except Exception as exc:  # one plan's failure is reported in its place, the others still run

@@ -584,6 +584,23 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     return where(applies, partition, 0.0), where(applies, acts, 0.0)
 
 
+def deepspeed_init_bytes(*, weights, trainable, data_parallel, value_bytes, engine, zero_stage, offload_optimizer):
+    """Bytes DeepSpeed ZeRO-1/2 with the optimizer on the CPU allocate at initialization, whatever the room: the flat
+    16-bit buffer (``weights``) and a GPU clone of the rank's 16-bit partition, from which the fp32 master is made on
+    the host (``stage_1_and_2.py``: ``parallel_partitioned_bit16_groups[i][partition_id].detach().clone().to(
+    device=self.device, dtype=...)``, the clone on the GPU, then its copy to the host), before any gradient, bucket or
+    activation. A requirement: with too little free memory the engine moves the flatten to the CPU
+    (:func:`deepspeed_flatten_bytes`), not the clone. With the optimizer on the CPU the training steps need little
+    more than the weights, so on one GPU (the partition is all trainable weights) this is the run's peak when the
+    steps need less than twice the weights (H200, Mistral 7B at 16 layers, checkpointed: 14.00 GiB measured, twice
+    its 7.00 GiB of bf16 weights, where the steps needed 11.4). The allocator cuts fresh segments for both: no
+    reserve above them. 0 for other engines and stages and without optimizer offload (the fp32 master is then kept
+    on the GPU, which the training terms count)."""
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
+               & (offload_optimizer > 0))
+    return where(applies, weights + value_bytes * trainable / data_parallel, 0.0)
+
+
 def offload_tied_gradient_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
                                 tensor_parallel, value_bytes, lora,
                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
@@ -1389,8 +1406,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
-                tp_comm_overlap=0, cross_entropy_fusion=0):
+                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
+    ``init_phase``: price DeepSpeed's initialization where it can be the peak (:func:`deepspeed_init_bytes`; 0 where
+    a replayed allocation trace already holds it).
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
     ``fp8`` (Transformer Engine FP8 training): ``fp8_layer_fraction`` of the stage's layers that are not among
     Megatron's bf16 first/last layers (``fp8_bf16_first`` / ``fp8_bf16_last``, placed by :func:`bf16_layers_on_stage`:
@@ -1619,6 +1638,17 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # overheads: a profile's
     overhead = overhead_bytes(allocated, world, engine=engine, zero_stage=zero_stage,
                               expandable_segments=expandable_segments, **(overheads or {}))
+    # ZeRO-1/2 with the optimizer on the CPU can peak before training: deepspeed_init_bytes, no reserve above it
+    init = deepspeed_init_bytes(weights=weights, trainable=trainable, data_parallel=data_parallel * context_parallel,
+                                value_bytes=value_bytes, engine=engine, zero_stage=zero_stage,
+                                offload_optimizer=offload_optimizer) * (asarray(init_phase) > 0)
+    outside = overhead_bytes(0.0, world, engine=engine, zero_stage=zero_stage,
+                             expandable_segments=expandable_segments, **(overheads or {}))
+    init_peak = (init > 0) & (init + outside > allocated + overhead)
+    grads_at_peak = where(init_peak, 0.0, grads_at_peak)
+    acts_at_peak = where(init_peak, 0.0, acts_at_peak)
+    buffers = where(init_peak, init - weights, buffers)
+    overhead = where(init_peak, outside, overhead)
     # Transformer Engine's TP userbuffers (--tp-comm-overlap): outside the allocator, no reserve above them
     overhead = overhead + userbuffer_bytes(seq_length=m.seq_length, micro_batch=micro_batch,
                                            hidden_size=m.hidden_size, context_parallel=context_parallel,
@@ -1626,7 +1656,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                            tp_comm_overlap=tp_comm_overlap)
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
-                backward_activations=activations)
+                init_peak=init_peak, backward_activations=activations)
 
 
 def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
@@ -1790,6 +1820,8 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     codes = dict(codes)
     formulas = dict(FORMULAS)
     reserve_fraction = None if replayed_peaks is None else replayed_reserve_over_allocated(model, codes, replayed_peaks)
+    if replayed_peaks is not None:  # the replay's peak already holds DeepSpeed's initialization
+        codes["init_phase"] = 0
     if profile is not None and "overheads" not in codes:
         codes["overheads"], _ = profile.memory_overheads()
     if reserve_fraction is not None:  # the replayed reserve replaces the constant's (or the profile's)
@@ -1853,7 +1885,8 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         stages.append(StageMemory(stage=stage, num_layers=stage_layers[stage],
                                   has_embedding=stage == 0, has_output=stage == plan.pipeline_parallel - 1,
                                   terms=terms, in_flight_microbatches=float(t["in_flight"]),
-                                  peak_phase="optimizer step" if bool(t["step_peak"]) else "backward",
+                                  peak_phase=("initialization" if bool(t["init_peak"]) else
+                                              "optimizer step" if bool(t["step_peak"]) else "backward"),
                                   backward_activation_bytes=int(round(float(t["backward_activations"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
     nvme_per_gpu = 0
@@ -1911,7 +1944,8 @@ def deepspeed_flatten_bytes(plan: ParallelPlan, memory) -> int:
     """Bytes DeepSpeed ZeRO-1/2 holds on a GPU while it flattens the 16-bit parameters at initialization — the
     parameters and the flat buffer, two copies (``stage_1_and_2.py``: ``flatten_dense_tensors_aligned`` on the
     accelerator when the free memory allows, the parameters becoming views of it afterwards) — where that is more than
-    the estimate's training peak (the peak stage's allocated terms); 0 otherwise, for other engines and stages, for
+    the estimate's peak (the peak stage's allocated terms: training's, or the offload clone's of
+    :func:`deepspeed_init_bytes`, which on one GPU is as large); 0 otherwise, for other engines and stages, for
     LoRA (only the adapters are flattened) and without a ``memory`` estimate. Not a requirement: without the room
     DeepSpeed flattens on the CPU."""
     if memory is None or plan.engine is Engine.MEGATRON or int(plan.zero_stage) not in (1, 2) or plan.lora_rank:
@@ -1933,7 +1967,7 @@ def replayed_reserve_over_allocated(model: ModelSpec, codes: dict, replayed_peak
     :func:`stage_terms`), so that the overhead term holds what the replay reserved above it — its own reserve and
     whatever it allocated beyond the training peak the terms price (DeepSpeed's initialization flatten).
     ``benchmarks/alloc_sim.py`` scores exactly this whole-device figure (``device_error_replay_peak``)."""
-    t = stage_terms(model, stage=0, **codes)
+    t = stage_terms(model, stage=0, **{**codes, "init_phase": 0})  # the training terms: the replay holds the rest
     allocated = sum(float(t[k]) for k in ("weights", "gradients", "optimizer", "activations", "buffers"))
     return replayed_peaks.peak_reserved_bytes / allocated - 1.0
 
@@ -1957,7 +1991,16 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
     if plan.engine is Engine.MEGATRON:
         return notes
     stage = int(plan.zero_stage)
-    if stage in (1, 2) and (memory is None or memory.peak_stage.terms.buffers > 0):
+    at_init = memory is not None and memory.peak_stage.peak_phase == "initialization"
+    if at_init:
+        t = memory.peak_stage.terms
+        notes.append(f"this plan peaks at initialization: ZeRO-{stage} with the optimizer on the CPU makes the fp32 "
+                     f"master on the host from a GPU clone of the 16-bit partition ({t.buffers / GiB:.1f} GiB) "
+                     f"beside the flat 16-bit buffer ({t.weights / GiB:.1f} GiB), before any gradient or activation "
+                     f"(stage_1_and_2.py); DeepSpeed has no fallback for it, so it must fit; more GPUs shrink the "
+                     f"partition (H200, Mistral 7B at 16 layers, checkpointed: 14.00 GiB measured, twice its bf16 "
+                     f"weights)")
+    if stage in (1, 2) and not at_init and (memory is None or memory.peak_stage.terms.buffers > 0):
         buckets = 2 if plan.overlaps_comm else 1
         bucket_gib = buckets * DS_REDUCE_BUCKET_ELEMENTS * plan.precision.bytes_per_value / GiB
         notes.append(f"ZeRO-{stage} allocates its gradient reduce bucket{'s' if buckets > 1 else ''} at "
@@ -1970,10 +2013,10 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
         steps = _training_allocated_bytes(memory)
         notes.append(f"at initialization ZeRO-{stage} flattens the 16-bit parameters into one buffer while they still "
                      f"hold their own storage (stage_1_and_2.py): {init / GiB:.1f} GiB, above this plan's "
-                     f"{steps / GiB:.1f} GiB of training, when that much is free (else it flattens on the CPU, a "
-                     f"slower start), so max_memory_allocated can read {init / GiB:.1f} GiB; the estimate prices "
-                     f"training (H200, Mistral 7B at 16 layers, ZeRO-2 with CPU offload, checkpointed: 15.03 GB at "
-                     f"initialization, 12.2 GB predicted and measured for its steps)")
+                     f"{steps / GiB:.1f} GiB allocated peak, when that much is free (else it flattens on the CPU, a "
+                     f"slower start), so max_memory_allocated can read {init / GiB:.1f} GiB; the estimate prices what "
+                     f"must fit (on one GPU with the optimizer on the CPU the fp32 master's GPU clone at "
+                     f"initialization is as large, and priced)")
     # ZeRO shards over data x context parallel (DeepSpeed-Ulysses' sequence-data-parallel group), as stage_terms does
     if stage == 3 and plan.data_parallel * plan.context_parallel <= 2:
         notes.append("ZeRO-3 keeps the fp32 gradient partition through backward plus the gathered and prefetched "
