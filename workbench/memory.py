@@ -1291,10 +1291,11 @@ master through a bf16 clone, the ``ipg`` bucket and its reductions into the grad
 gradient cast to fp64 for the clipping norm, the fp32 gradient partition, Adam's states at the first step; with the
 optimizer on the CPU each gradient's fp64 and fp32 copies on its way to the host), six steps. Nothing in it is
 fitted. On the corpus's in-scope one-GPU runs (``benchmarks/results/alloc_sim_h200.txt``), peak reserved from the
-measured allocated peak: test split 379 runs (megatron-core's own DDP among them), median error 0.0 %, worst
-−12.2 %, 1 more than 5 % under (the engines' constants: 4.2 %, −30.8 %, 100); the estimate's whole device with the
-replayed fraction: test 1.2 %, worst −14.6 %, 3 more than 5 % under (the constants: 4.1 %, −31.6 %, 79); fit split
-(103 runs) 2.7 %, +16.1 % (7.8 %, −18.7 %). Four
+measured allocated peak: test split 395 runs (megatron-core's own DDP among them), median error 0.0 %, worst
+−12.2 %, 1 more than 5 % under (the engines' constants: 4.1 %, −30.8 %, 105); the estimate's whole device with the
+replay's own peak reserved taken whole: test 1.4 %, worst +13.6 %, 1 more than 5 % under (the constants: 4.1 %,
+−31.6 %, 80); fit split (103 runs) 3.3 %, +18.3 % (7.8 %, −18.7 %); blind, final25 and final26 (25 in-scope runs)
+1.2 %, every run within −4.0 / +4.9 %. Four
 batches declared before they ran scored the replay as it stood before its traces took cuBLAS's workspaces,
 megatron-core's fused RMSNorm and in-place initialisation, blind: final17 (15 in-scope runs) 1.7 %, −9.4 % (1.6 %, −14.5 %),
 final18 (14, five with CPU offload) 1.1 %, −14.6 % (6.7 %, −31.6 %), final19 (12) 2.5 %, −12.9 % (2.5 %, +9.6 %),
