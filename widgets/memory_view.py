@@ -48,7 +48,8 @@ def summary_html(memory, plan=None, model=None) -> str:
     if memory.band_high_bytes or memory.band_low_bytes:
         band = f" (+{gib(memory.band_high_bytes):.1f} / −{gib(memory.band_low_bytes):.1f} GiB)"
     text = (f'<span class="wb-peak" data-bytes="{int(peak)}">Peak per GPU: <b>{gib(peak):.2f} GiB</b>{band}</span> '
-            f"of {gib(memory.capacity_bytes):.2f} GiB on stage {memory.peak_stage.stage} — {verdict} "
+            f"of {gib(memory.capacity_bytes):.2f} GiB on stage {memory.peak_stage.stage} "
+            f"({html.escape(memory.peak_stage.peak_phase)}) — {verdict} "
             f"({'+' if head >= 0 else '−'}{abs(gib(head)):.2f} GiB headroom)"
             f'<br><span class="wb-band" style="color:#555">Error band: {html.escape(memory.band_note)}'
             f"{'; fits is judged on the upper side' if band else ''}</span>")

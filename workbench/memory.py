@@ -1896,6 +1896,10 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         nvme_per_gpu = host_per_gpu
         host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
     peak = max(st.total_bytes for st in stages)
+    if any(st.peak_phase == "initialization" for st in stages):
+        formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "
+                               "the rank's 16-bit partition DeepSpeed makes the fp32 master from on the host, beside "
+                               "the flat 16-bit buffer (weights; stage_1_and_2.py, deepspeed_init_bytes)")
     band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments,
                       replayed=reserve_fraction is not None)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
