@@ -394,3 +394,23 @@ def test_fused_cross_entropy_when_the_peak_is_elsewhere_or_the_plan_does_not_fit
     # the cheap checks estimate() carries do not re-estimate it
     checks = {x.id for x in estimate(*_xent(tensor_parallel=1, recompute="full")[:3]).checks}
     assert "fits_memory" in checks and "cross_entropy_fusion" not in checks
+
+
+def test_a_plan_that_peaks_at_deepspeed_initialization_is_told_why():
+    """ZeRO-2 with the optimizer on the CPU on a 24 GB card: the fp32 master's GPU clone beside the flat buffer is the
+    peak; the failing check says so and what shrinks it, and expandable segments (no reserve above that peak) are not
+    offered."""
+    from pathlib import Path
+
+    from workbench.estimate import estimate
+    from workbench.hf import import_hf
+
+    model = import_hf(Path(__file__).parent / "data" / "hf" / "mistral-7b", seq_length=2048).spec
+    cluster = ClusterSpec(gpu="RTX-4090", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full")
+    est = estimate(model, cluster, plan)
+    assert est.memory.peak_stage.peak_phase == "initialization"
+    found = {f.id: f for f in est.checks}
+    assert found["fits_memory"].status == "fail"
+    assert "initialization" in found["fits_memory"].suggestion and "clone" in found["fits_memory"].suggestion
+    assert "expandable_segments" not in found

@@ -327,10 +327,19 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
     if memory.host_bytes_per_node:
         msg += (f"; host memory {_gb(memory.host_bytes_per_node)} per node of "
                 f"{_gb(memory.host_capacity_bytes_per_node)}")
+    if not ok_gpu and memory.peak_stage.peak_phase == "initialization":
+        clone = memory.peak_stage.terms.buffers
+        suggestion = (f"the peak is DeepSpeed's initialization, not training: ZeRO-{int(plan.zero_stage)} with the "
+                      f"optimizer on the CPU makes the fp32 master from a {_gb(clone)} GPU clone of the rank's 16-bit "
+                      f"partition beside the flat buffer (stage_1_and_2.py); more data-parallel GPUs shrink the "
+                      f"clone (1/N of the parameters each), ZeRO-3 with offload_param partitions the parameters "
+                      f"themselves")
+    elif not ok_gpu:
+        suggestion = "follow the OOM ladder (`workbench advise` lists each step's memory and cost)"
+    else:
+        suggestion = "" if ok_host else "more host memory per node, NVMe offload, or fewer offloaded states"
     return Finding(id="fits_memory", status="pass" if ok_gpu and ok_host else "fail", message=msg,
-                   suggestion="" if ok_gpu and ok_host else
-                   ("follow the OOM ladder (`workbench advise` lists each step's memory and cost)" if not ok_gpu
-                    else "more host memory per node, NVMe offload, or fewer offloaded states"))
+                   suggestion=suggestion)
 
 
 NEAR_CAPACITY_FRACTION = 0.90
@@ -352,7 +361,8 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     (:data:`NEAR_CAPACITY_FRACTION`): advise expandable segments with the measured numbers
     (:data:`EXPANDABLE_SEGMENTS_MEASURED`) and what it saves for this plan: the peak stage's allocated bytes times
     the engine's default reserve less :data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE` (the memory model's
-    constants), and the expandable mode's error band. ``None`` when the plan is far from capacity."""
+    constants), and the expandable mode's error band. ``None`` when the plan is far from capacity or peaks at
+    DeepSpeed's initialization (no reserve above it)."""
     from workbench.memory import ENGINE_CODES, RESERVE_FRACTION_EXPANDABLE, engine_overheads, error_band
 
     cap = memory.capacity_bytes
@@ -363,6 +373,8 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
                                f"{RESERVE_FRACTION_EXPANDABLE[key]:.0%} of allocated priced (fit split, H200)")
     upper = memory.per_gpu_peak_bytes + memory.band_high_bytes
     if not cap or upper < NEAR_CAPACITY_FRACTION * cap:
+        return None
+    if memory.peak_stage.peak_phase == "initialization":  # fresh segments of exact sizes: no reserve to cut
         return None
     # the reserve is a fraction of the allocated peak: the saving needs no second estimate (checks stay cheap)
     terms = memory.peak_stage.terms
