@@ -584,6 +584,14 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     return where(applies, partition, 0.0), where(applies, acts, 0.0)
 
 
+def deepspeed_offload12(engine, zero_stage, offload_optimizer):
+    """Whether a plan runs DeepSpeed ZeRO-1/2 with the optimizer on the CPU (``stage_1_and_2.py``'s ``cpu_offload``
+    path; arrays allowed): the plans the offload staging buffer, the initialization clone and the tied embeddings'
+    end-of-backward norm copy apply to."""
+    return ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
+            & (offload_optimizer > 0))
+
+
 def deepspeed_init_bytes(*, weights, trainable, data_parallel, value_bytes, engine, zero_stage, offload_optimizer):
     """Bytes DeepSpeed ZeRO-1/2 with the optimizer on the CPU allocate at initialization, whatever the room: the flat
     16-bit buffer (``weights``) and a GPU clone of the rank's 16-bit partition, from which the fp32 master is made on
@@ -596,9 +604,8 @@ def deepspeed_init_bytes(*, weights, trainable, data_parallel, value_bytes, engi
     its 7.00 GiB of bf16 weights, where the steps needed 11.4). The allocator cuts fresh segments for both: no
     reserve above them. 0 for other engines and stages and without optimizer offload (the fp32 master is then kept
     on the GPU, which the training terms count)."""
-    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
-               & (offload_optimizer > 0))
-    return where(applies, weights + value_bytes * trainable / data_parallel, 0.0)
+    return where(deepspeed_offload12(engine, zero_stage, offload_optimizer),
+                 weights + value_bytes * trainable / data_parallel, 0.0)
 
 
 def offload_tied_gradient_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
@@ -615,9 +622,8 @@ def offload_tied_gradient_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     :func:`zero12_early_partition_bytes`)."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     elems = vocab * m.hidden_size / tensor_parallel
-    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
-               & (offload_optimizer > 0) & (pipeline_parallel == 1) & ~asarray(lora) & (value_bytes < 4)
-               & bool(m.tied_embeddings))
+    applies = (deepspeed_offload12(engine, zero_stage, offload_optimizer) & (pipeline_parallel == 1)
+               & ~asarray(lora) & (value_bytes < 4) & bool(m.tied_embeddings))
     bypass = where((zero_stage == 2) & (elems > reduce_bucket_elements), value_bytes, 0.0)
     return where(applies, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems, 0.0)
 
@@ -1561,9 +1567,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     buffers = buffers + fp8_scaling_state_bytes(m, fp8_layers=fp8_layers, recipe=fp8_recipe)
     # DeepSpeed ZeRO-1/2 with optimizer offload: a GPU staging buffer of the largest parameter's size in the model
     # dtype, allocated at init (stage_1_and_2.py ``temp_grad_buffer_for_gpu_offload``)
-    ds_offload12 = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 1) & (zero_stage <= 2)
-                    & (offload_optimizer > 0))
-    buffers = buffers + where(ds_offload12, value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
+    buffers = buffers + where(deepspeed_offload12(engine, zero_stage, offload_optimizer),
+                              value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
     if m.is_moe:
         buffers = buffers + moe_dispatch_buffer_bytes(m, micro_batch=micro_batch,
                                                       context_parallel=context_parallel,
