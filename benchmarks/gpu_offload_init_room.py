@@ -70,16 +70,15 @@ def predicted(run_id: str, free_bytes: int) -> dict:
     """The estimate of the configuration on a GPU of ``free_bytes`` (its peak, phase and verdict)."""
     import dataclasses
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    sys.path.insert(0, str(ROOT))
+    for path in (ROOT, ROOT / "benchmarks", ROOT / "benchmarks" / "corpus"):
+        sys.path.insert(0, str(path))
     from bench_accuracy import corpus_run
-    from runs import all_runs  # noqa: F401  (benchmarks/corpus on the path: group_of)
+    from runs import HF_SHAPES, MCORE_SHAPES, all_runs
     from workbench.estimate import estimate
 
     cfg = next(r for r in all_runs() if r["run_id"] == run_id)
     rec = {"run_id": run_id, "shape_id": cfg["shape_id"], "stack": cfg["stack"], "options": cfg, "status": "ok",
            "peak_allocated_bytes": 1, "peak_reserved_bytes": 1, "outside_allocator_bytes": 1}
-    from runs import HF_SHAPES, MCORE_SHAPES
 
     if cfg["shape_id"] in HF_SHAPES:
         rec.update(hf_config=HF_SHAPES[cfg["shape_id"]]["config"], seq_length=HF_SHAPES[cfg["shape_id"]]["seq_length"],
