@@ -1518,6 +1518,13 @@ GROUPS = {
     "alloc-history4": [dict(cfg, history=True) for cfg in (
         _hf("hf-llama-h2048", 1, "sdpa"), _hf("hf-llama-h2048-v128k", 1, "sdpa"),
         _hf("hf-llama-h2048", 2, "sdpa", ckpt=True, lora=16), _ds("mc-h1024-gelu-v152k", 1))],
+    # histories with frames of fit-split ZeRO-3 configurations (transformers and megatron-core models, checkpointed,
+    # selective and full recompute, the optimizer on the CPU), for a trace of DeepSpeed's ZeRO-3 in the replay
+    "alloc-history5": [dict(cfg, history=True) for cfg in (
+        _hf("hf-llama-h2048", 3, "sdpa"), _hf("hf-llama-h2048", 3, "eager", ckpt=True),
+        _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-smollm2-h960", 3, "sdpa", mbs=4),
+        _hf("hf-llama-h2048", 3, "sdpa", **OFF), _ds("mc-h1024-gelu", 3, mbs=4), _ds("mc-h3072-gqa", 3),
+        _ds("mc-h768-gelu", 3, mbs=8, recompute="full"))],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
