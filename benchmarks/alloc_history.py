@@ -47,14 +47,14 @@ def load_history(path: Path) -> dict:
 
 
 def real_requests(history: dict) -> list:
-    """The history as the replay's events: ``("malloc", address, bytes)`` for each block allocated, ``("free",
+    """The history as the replay's events: ``("malloc", address, bytes, stream)`` for each block allocated, ``("free",
     address, bytes)`` when the allocator got it back (``free_completed``: a block freed while another stream still
     used it returns later), and ``("empty_cache", 0, 0)`` where the program emptied the cache (a run of
     ``segment_free`` events: ``torch.cuda.empty_cache()`` releasing the wholly free segments)."""
-    out = []
-    for action, addr, size, _stream in history["events"]:
-        if action == "alloc":
-            out.append(("malloc", addr, size))
+    out, ids = [], {}
+    for action, addr, size, stream in history["events"]:
+        if action == "alloc":  # streams numbered as they first ask (0: the default stream, which asks first)
+            out.append(("malloc", addr, size, ids.setdefault(stream, len(ids))))
         elif action == "free_completed":
             out.append(("free", addr, size))
         elif action == "segment_free" and (not out or out[-1][0] != "empty_cache"):

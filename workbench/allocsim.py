@@ -84,6 +84,7 @@ class _Block:
     size: int
     small: bool
     free: bool = True
+    stream: int = 0
     prev: "_Block | None" = None
     next: "_Block | None" = None
 
@@ -97,7 +98,7 @@ class CachingAllocator:
     reserved_bytes: int = 0
     peak_allocated_bytes: int = 0
     peak_reserved_bytes: int = 0
-    _pools: dict = field(default_factory=lambda: {True: [], False: []})  # small? -> sorted [(size, seg, off, id)]
+    _pools: dict = field(default_factory=dict)  # (stream, small?) -> sorted [(size, seg, off, id)]
     _blocks: dict = field(default_factory=dict)  # id -> _Block
     _live: dict = field(default_factory=dict)  # handle -> block id
     _segments: dict = field(default_factory=dict)  # segment -> (size, first block id)
@@ -111,16 +112,21 @@ class CachingAllocator:
         # histories' cudaMalloc addresses fall as segments are added), so among equal sizes the newest comes first
         return (b.size, -b.segment, b.offset, id(b))
 
+    def _pool(self, stream: int, small: bool) -> list:
+        # a cached block serves only requests on the stream its segment was cut for (BlockPool's comparator orders
+        # by stream first): a side stream's freed blocks are not the main stream's
+        return self._pools.setdefault((stream, small), [])
+
     def _cache(self, b: _Block):
         b.free = True
-        bisect.insort(self._pools[b.small], self._key(b))
+        bisect.insort(self._pool(b.stream, b.small), self._key(b))
         self._blocks[id(b)] = b
 
     def _uncache(self, b: _Block):
-        pool = self._pools[b.small]
+        pool = self._pool(b.stream, b.small)
         pool.pop(bisect.bisect_left(pool, self._key(b)))
 
-    def _new_segment(self, size_bytes: int, small: bool) -> _Block:
+    def _new_segment(self, size_bytes: int, small: bool, stream: int = 0) -> _Block:
         seg = segment_bytes(size_bytes)
         if self.reserved_bytes + seg > self.capacity_bytes:
             self._release_free_segments()
@@ -128,14 +134,14 @@ class CachingAllocator:
                 raise MemoryError(f"simulated out of memory: {size_bytes} B requested with "
                                   f"{self.reserved_bytes} B reserved of {self.capacity_bytes} B")
         self._next_id += 1
-        b = _Block(segment=self._next_id, offset=0, size=seg, small=small)
+        b = _Block(segment=self._next_id, offset=0, size=seg, small=small, stream=stream)
         self._segments[self._next_id] = seg
         self.reserved_bytes += seg
         self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
         return b
 
     def _release_free_segments(self):
-        for small, pool in self._pools.items():
+        for which, pool in self._pools.items():
             keep = []
             for key in pool:
                 b = self._blocks[key[3]]
@@ -144,21 +150,23 @@ class CachingAllocator:
                     del self._blocks[key[3]]
                 else:
                     keep.append(key)
-            self._pools[small] = keep
+            self._pools[which] = keep
 
-    def malloc(self, size_bytes: int) -> int:
+    def malloc(self, size_bytes: int, stream: int = 0) -> int:
+        """A block for ``size_bytes`` on ``stream`` (the recorded histories' stream; 0 the default stream)."""
         size = round_size(int(size_bytes))
         small = size <= SMALL_SIZE_BYTES
-        pool = self._pools[small]
+        pool = self._pool(stream, small)
         i = bisect.bisect_left(pool, (size,))
         if i < len(pool):
             b = self._blocks[pool[i][3]]
             self._uncache(b)
         else:
-            b = self._new_segment(size, small)
+            b = self._new_segment(size, small, stream)
         rest = b.size - size
         if (rest >= MIN_BLOCK_BYTES) if small else (rest > SMALL_SIZE_BYTES):
-            r = _Block(segment=b.segment, offset=b.offset + size, size=rest, small=small, prev=b, next=b.next)
+            r = _Block(segment=b.segment, offset=b.offset + size, size=rest, small=small, stream=stream, prev=b,
+                       next=b.next)
             if b.next is not None:
                 b.next.prev = r
             b.next, b.size = r, size
@@ -1201,7 +1209,7 @@ def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocat
         capacity_bytes = H200_BYTES - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
     alloc = CachingAllocator(capacity_bytes=int(capacity_bytes))
     handles = {}
-    for kind, key, size in events:
+    for kind, key, size, *stream in events:  # a fourth field: the request's stream
         if kind == "end":
             break
         if kind == "empty_cache":
@@ -1209,7 +1217,7 @@ def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocat
         elif kind == "flatten":
             alloc.flatten_checks.append((alloc.reserved_bytes, size))
         elif kind == "malloc":
-            handles[key] = alloc.malloc(size)
+            handles[key] = alloc.malloc(size, *stream)
         elif key in handles:
             alloc.free(handles.pop(key))
     return alloc
