@@ -100,7 +100,7 @@ def request_sizes(events: list) -> collections.Counter:
     """How many requests of each rounded size (bytes) the events make, from :data:`SIZE_FLOOR` up."""
     from workbench.allocsim import round_size
 
-    return collections.Counter(round_size(size) for kind, _key, size in events
+    return collections.Counter(round_size(size) for kind, _key, size, *_stream in events
                                if kind == "malloc" and round_size(size) >= SIZE_FLOOR)
 
 

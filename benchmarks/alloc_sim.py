@@ -83,12 +83,13 @@ def in_scope(rec: dict) -> bool:
     without gradient accumulation), and dense megatron-core models under megatron-core's DDP (``mcore-ddp``)."""
     zero = rec.get("ds_config", {}).get("zero_optimization", {})
     offload = (zero.get("offload_optimizer") or {}).get("device", "none")
-    offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) == 2
+    offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) >= 2
                                        and rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) == 1)
+    lora_ok = not (zero.get("stage", 0) == 3 and (rec.get("options") or {}).get("lora"))
     stack_ok = rec.get("stack") == "hf-ds" or (rec.get("stack") in MCORE_STACKS
                                                and not (rec.get("model_dims") or {}).get("num_experts"))
     return (stack_ok and rec.get("status") == "ok" and rec.get("world_size", 1) == 1
-            and zero.get("stage", 0) <= 2 and offload_ok
+            and offload_ok and lora_ok
             and not rec.get("pytorch_cuda_alloc_conf") and not rec.get("allocator_cap_bytes")
             and bool(rec.get("peak_reserved_bytes")))
 

@@ -708,6 +708,8 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     runs on the host and copies the new weights into the bf16 buffer (a blocking copy: converted on the host)."""
     import torch
 
+    if setup.zero_stage == 3:
+        return deepspeed_zero3_steps(model, micro_step, setup, events)
     offload = bool(setup.offload_optimizer)
     if offload and (setup.zero_stage != 2 or setup.grad_accum != 1):
         raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}, grad_accum={setup.grad_accum}: the "
@@ -851,6 +853,170 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     events.append(("end", 0, 0))  # what is freed after this (the teardown) is not the run's
 
 
+SUB_GROUP_ELEMENTS = 1_000_000_000
+"""``sub_group_size`` of DeepSpeed's ZeRO-3 (``zero/config.py`` default): the optimizer steps its flat partition in
+sub-groups of parameters that each reach at least this many elements, one sub-group's fp32 gradient at a time."""
+SIDE_STREAM = 1
+"""The stream number the traces give ZeRO-3's ``reduce_and_partition_stream`` (``overlap_comm``): its requests are
+served from that stream's own cached blocks (:meth:`CachingAllocator.malloc`)."""
+
+
+def _on_stream(events: list, since: int, stream: int) -> None:
+    """Tag the requests appended to ``events`` after index ``since`` as made on ``stream``."""
+    for i in range(since, len(events)):
+        if events[i][0] == "malloc":
+            events[i] = (*events[i][:3], stream)
+
+
+def zero3_sub_groups(numels: list, sub_group_elements: int = SUB_GROUP_ELEMENTS) -> list:
+    """The element counts of DeepSpeed ZeRO-3's optimizer sub-groups for parameters of ``numels`` (in group order):
+    ``_create_fp16_sub_groups`` closes a sub-group once it reaches ``sub_group_elements`` or at the last
+    parameter; one sub-group when the whole group is no larger."""
+    if sum(numels) <= sub_group_elements:
+        return [sum(numels)] if numels else []
+    out, run = [], 0
+    for i, n in enumerate(numels):
+        run += n
+        if run >= sub_group_elements or i == len(numels) - 1:
+            out.append(run)
+            run = 0
+    return out
+
+
+def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:
+    """DeepSpeed ZeRO-3 (one GPU, bf16, ``overlap_comm`` and ``contiguous_gradients`` on, its defaults) around a
+    model built on the meta device under the recorder, in the order of ``deepspeed/runtime/zero/stage3.py`` and
+    ``partition_parameters.py`` (0.19) as the recorded histories show them (``benchmarks/alloc_history.py``):
+
+    - initialization: every parameter is partitioned (``_partition_param``: a new tensor of its partition, all of
+      it on one rank, then the parameter's own storage freed), the partitions are moved into one flat bf16 buffer
+      through the host (``defragment``: freed, ``empty_cache()``, the flat buffer made); the fp32 master of each
+      optimizer sub-group (:func:`zero3_sub_groups`) is ``flat.to(fp32).clone()``; ``initialize_optimizer_states``
+      gives the masters a zero fp32 gradient of the largest sub-group and drops it; the ``ipg`` bucket
+      (``reduce_bucket_size`` bf16 elements) and the gradient partitions' flat buffer (bf16, every trainable
+      element) are made and kept; registering the gradient hooks gathers each trainable parameter once (a block of
+      its size, freed at once). With the optimizer on the CPU the master, its gradient, Adam's states and the
+      gradient partitions live on the host;
+    - forward and backward: on one GPU the gathers are views of the flat buffer (no block); each gradient is copied
+      into the bucket as autograd makes it and its own block freed (``__add_grad_to_ipg_bucket``; one larger than
+      the bucket keeps its block); a full bucket and the end of backward reduce it on the side stream
+      (:data:`SIDE_STREAM`): ``reduce_scatter_coalesced`` concatenates the bucket's gradients into a new block
+      (none for a single gradient), whose partitions are copied (first micro-batch) or added into the gradient
+      partitions, then freed. With the optimizer on the CPU each gradient partition goes to the host through a GPU
+      copy of its host buffer, and at the accumulation boundary its norm through an fp64 copy and an fp32 copy for the
+      host, all on the side stream;
+    - step: the gradient norm for clipping casts each gradient partition to fp64 in turn (``get_grad_norm_direct``);
+      each sub-group's gradients are flattened (bf16) and cast to its fp32 gradient, the bf16 one freed; Adam's
+      two fp32 states are made at the first step; the fp32 gradient is freed before the next sub-group. With the
+      optimizer on the CPU the step runs on the host."""
+    import torch
+
+    offload = bool(setup.offload_optimizer)
+    for p in model.parameters():  # the engine's _configure_distributed_model: every parameter in bf16
+        if p.is_floating_point() and p.dtype != torch.bfloat16:
+            p.data = p.data.to(torch.bfloat16)
+    everything = list(model.parameters())
+    params = [p for p in everything if p.requires_grad]
+    shapes = {id(p): p.shape for p in everything}
+    n = sum(p.numel() for p in params)
+    # _convert_to_zero_parameters -> partition(): each parameter's partition made, then its own storage freed
+    partitions = {}
+    for p in everything:
+        partitions[id(p)] = p.detach().reshape(-1).clone()
+        p.data = torch.empty(0, dtype=p.dtype, device="meta")
+    # _create_fp16_partitions_with_defragmentation -> defragment: the trainable partitions to the host, freed,
+    # empty_cache(), one flat buffer back on the device
+    for p in params:
+        del partitions[id(p)]
+    events.append(("empty_cache", 0, 0))
+    flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
+    groups = zero3_sub_groups([math.prod(shapes[id(p)]) for p in params])
+    masters, adam = [], None
+    if not offload:  # _create_fp32_partitions: converted = flat.to(fp32), its clone kept
+        for numel in groups:
+            converted = torch.empty(numel, dtype=torch.float32, device="meta")
+            masters.append(converted.clone())
+            del converted
+        # initialize_optimizer_states: a zero fp32 gradient of the largest sub-group, dropped after
+        scratch = torch.zeros(max(groups), dtype=torch.float32, device="meta")
+        del scratch
+    bucket = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
+    grad_partitions = None if offload else torch.zeros(n, dtype=torch.bfloat16, device="meta")
+    for p in params:  # create_reduce_and_remove_grad_hooks: param.all_gather(), partitioned again
+        gathered = torch.empty(math.prod(shapes[id(p)]), dtype=torch.bfloat16, device="meta")
+        del gathered
+    offset = 0
+    for p in everything:  # the gathered parameters are views of the flat buffer (frozen ones of their partition)
+        numel = math.prod(shapes[id(p)])
+        if p.requires_grad:
+            p.data = flat[offset:offset + numel].view(shapes[id(p)])
+            offset += numel
+        else:
+            p.data = partitions[id(p)].view(shapes[id(p)])
+    ipg = dict(elements=0, params=[], large=[])
+    state = dict(micro=0, boundary=False)
+
+    def reduce_bucket():  # __reduce_and_partition_ipg_grads on the side stream
+        if not ipg["params"]:
+            return
+        since = len(events)
+        grads = [q.grad for q in ipg["params"]]
+        if len(grads) > 1:  # reduce_scatter_coalesced's interleaved flat buffer
+            flat_grads = torch.empty(sum(g.numel() for g in grads), dtype=torch.bfloat16, device="meta")
+        else:
+            flat_grads = None
+        for q in ipg["params"]:  # partition_grads
+            if offload:  # the host buffer's GPU copy, the norm (fp64) and fp32 copy at the boundary
+                staged = torch.empty(q.numel(), dtype=torch.bfloat16, device="meta")
+                if state["boundary"]:
+                    wide = torch.empty(q.numel(), dtype=torch.float64, device="meta")
+                    del wide
+                    single = torch.empty(q.numel(), dtype=torch.float32, device="meta")
+                    del single
+                del staged
+            q.grad = None
+        del flat_grads
+        _on_stream(events, since, SIDE_STREAM)
+        ipg.update(elements=0, params=[], large=[])
+
+    def grad_ready(q):  # reduce_independent_p_g_buckets_and_remove_grads
+        if ipg["elements"] + q.numel() > setup.reduce_bucket_elements and ipg["elements"] > 0:
+            reduce_bucket()
+        if ipg["elements"] + q.numel() <= setup.reduce_bucket_elements:
+            # the gradient moves into the bucket (param.grad.data = a view of it): its own block is freed
+            q.grad.data = bucket[ipg["elements"]:ipg["elements"] + q.numel()].view(q.shape)
+        ipg["elements"] += q.numel()
+        ipg["params"].append(q)
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(grad_ready)
+    for _ in range(setup.steps):
+        for micro in range(setup.grad_accum):
+            state.update(micro=micro, boundary=micro == setup.grad_accum - 1)
+            loss = micro_step()
+            loss.backward()
+            reduce_bucket()  # the epilogue: what is left in the bucket
+        if offload:  # the step runs on the host
+            continue
+        norms = []
+        for p in params:  # get_grad_norm_direct: each gradient partition through fp64
+            wide = torch.empty(p.numel(), dtype=torch.float64, device="meta")
+            norms.append(torch.linalg.vector_norm(wide))
+            del wide
+        total = torch.stack(norms).pow(2).sum()
+        del norms, total
+        first = adam is None
+        adam = [] if first else adam
+        for g, numel in enumerate(groups):  # one sub-group at a time
+            flat_grad = torch.empty(numel, dtype=torch.bfloat16, device="meta")
+            fp32_grad = flat_grad.float()
+            del flat_grad
+            if first:  # Adam's states at the first step
+                adam.append([torch.zeros_like(masters[g]), torch.zeros_like(masters[g])])
+            del fp32_grad
+    events.append(("end", 0, 0))
+
+
 def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_length: int, grad_accum: int = 1,
                        attn_implementation: str = "sdpa", gradient_checkpointing: bool = False,
                        lora: Optional[dict] = None, reduce_bucket_elements: int = 500_000_000,
@@ -893,8 +1059,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     import torch.nn.functional as F
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if zero_stage not in (0, 1, 2):
-        raise ValueError(f"zero_stage={zero_stage}: the trace models DeepSpeed ZeRO-0/1/2")
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage={zero_stage}: the trace models DeepSpeed ZeRO-0 to 3")
     setup = DeepSpeedSetup(zero_stage=zero_stage, micro_batch=micro_batch, grad_accum=grad_accum,
                            seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps,
                            offload_optimizer=bool(offload_optimizer), flatten_on_device=bool(flatten_on_device))
@@ -1252,8 +1418,9 @@ with the allocator replayed (its memory outside the allocator + the replay's own
 constant reserve (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-02): what the
 advisor quotes when it names the replay."""
 
-SCOPE = ("--simulate-allocator covers DeepSpeed ZeRO 0-2 on one GPU without overlap_comm (ZeRO-2 also with the "
-         "optimizer offloaded to the CPU, without gradient accumulation), for Hugging Face models and megatron-core "
+SCOPE = ("--simulate-allocator covers DeepSpeed on one GPU, ZeRO 0-2 without overlap_comm and ZeRO-3 with it (ZeRO-2 "
+         "and 3 also with the optimizer offloaded to the CPU, without gradient accumulation; ZeRO-3 without LoRA), "
+         "for Hugging Face models and megatron-core "
          "models with unfused attention (the local layer spec the launcher trains), and megatron-core's own DDP and "
          "optimizer (plain or distributed) on one GPU for those megatron-core models")
 """The opening of every refusal of :func:`check_scope`."""
@@ -1311,13 +1478,18 @@ def check_scope(model, plan) -> None:
     elif engine != "deepspeed":
         why.append(f"engine={plan.engine}")
     else:
-        if int(plan.zero_stage) > 2:
-            why.append(f"zero_stage={int(plan.zero_stage)}")
+        zero = int(plan.zero_stage)
         if offload not in ("none", "cpu"):
             why.append(f"offload_optimizer={offload}")
-        elif offload == "cpu" and (int(plan.zero_stage) != 2 or plan.gradient_accumulation_steps != 1):
-            why.append(f"offload_optimizer=cpu with zero_stage={int(plan.zero_stage)}, gradient_accumulation_steps="
-                       f"{plan.gradient_accumulation_steps} (the trace offloads at ZeRO-2 without accumulation)")
+        elif offload == "cpu" and (zero < 2 or plan.gradient_accumulation_steps != 1):
+            why.append(f"offload_optimizer=cpu with zero_stage={zero}, gradient_accumulation_steps="
+                       f"{plan.gradient_accumulation_steps} (the trace offloads at ZeRO-2 and 3 without accumulation)")
+        if zero == 3 and not plan.overlaps_comm:
+            why.append("overlap_comm=False at ZeRO-3 (the trace reduces on ZeRO-3's side stream, DeepSpeed's default: "
+                       "--overlap-comm, ParallelPlan(overlap_comm=True))")
+        if zero == 3 and plan.lora_rank:
+            why.append(f"lora_rank={plan.lora_rank} at ZeRO-3 (frozen partitions beside the flat buffer, not compared "
+                       f"with a measured run)")
         if plan.overlaps_comm and int(plan.zero_stage) in (1, 2):
             why.append(f"overlap_comm=True at ZeRO-{int(plan.zero_stage)} (a second bucket and a reduction stream "
                        f"the trace does not model; the study's runs use DeepSpeed's default for ZeRO-1/2, off: "
@@ -1545,7 +1717,7 @@ def _replay_jobs(given: str, result: str) -> int:
             model, _cluster, plan = specs_from_dict(job["specs"])
             if job.get("events"):
                 events = trace_mcore(model, plan, steps=job["steps"])
-                out.append(dict(events=[[kind, str(key), int(size)] for kind, key, size in events]))
+                out.append(dict(events=[[kind, str(key), int(size), *stream] for kind, key, size, *stream in events]))
                 continue
             alloc = replay_deepspeed(lambda on_device: trace_mcore(model, plan, steps=job["steps"],
                                                                    flatten_on_device=on_device),
