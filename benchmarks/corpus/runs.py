@@ -411,6 +411,20 @@ MCORE_SHAPES = {
                                  vocab_size=128256, seq_length=2048, activation="swiglu", normalization="rmsnorm",
                                  add_bias_linear=False, tied_embeddings=True, position_embedding="rotary",
                                  hidden_dropout=0.0, attention_dropout=0.0),
+    # --- twenty-seventh final batch ("final27"): declared before measuring ---
+    # Llama 3's width at 8 layers: GQA 32/8 of head 128, SwiGLU 14336, a 128k vocabulary, untied, 2k tokens
+    "mc-h4096-gqa-l8-v128k": dict(like="Llama 3 8B width (32 -> 8 layers), 2k tokens", num_layers=8,
+                                  hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336,
+                                  vocab_size=128256, seq_length=2048, activation="swiglu", normalization="rmsnorm",
+                                  add_bias_linear=False, tied_embeddings=False, position_embedding="rotary",
+                                  hidden_dropout=0.0, attention_dropout=0.0),
+    # a GPT-style 2k-wide MHA model at 16 layers: 16 heads of 128, GeLU 8192 with biases, LayerNorm, 50k vocabulary,
+    # tied, learned positions, dropout 0.1, 2k tokens
+    "mc-h2048-gelu-l16-d01": dict(like="GPT-3 1.3B width, 16 layers, dropout 0.1", num_layers=16, hidden_size=2048,
+                                  num_attention_heads=16, ffn_hidden_size=8192, vocab_size=50257, seq_length=2048,
+                                  activation="gelu", normalization="layernorm", add_bias_linear=True,
+                                  tied_embeddings=True, position_embedding="learned", hidden_dropout=0.1,
+                                  attention_dropout=0.1),
 }
 
 HF_SHAPES = {
@@ -940,6 +954,32 @@ HF_SHAPES = {
         num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=262208,
         max_position_embeddings=131072, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
         attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=1024)),
+    # --- twenty-seventh final batch ("final27") ---
+    # Llama 3.1 8B at 10 of its 32 layers: GQA 32/8 of head 128, SwiGLU 14336, 128k vocabulary, untied (3.2 B
+    # parameters: four of ZeRO-3's optimizer sub-groups, and the reduce bucket fills during backward)
+    "hf-llama31-h4096-l10": dict(like="Llama 3.1 8B (32 -> 10 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=10, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # Qwen2 7B at 6 of its 28 layers: GQA 28/4 of head 128, QKV biases, SwiGLU 18944, 152k vocabulary, untied
+    "hf-qwen2-h3584-l6": dict(like="Qwen2 7B (28 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=6, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Gemma 2 2B at 8 of its 26 layers: GQA 8/4 of head 256, GeGLU 9216, soft-capping, 256k vocabulary, tied
+    "hf-gemma2-h2304-l8": dict(like="Gemma 2 2B (26 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=2304, intermediate_size=9216,
+        num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # GPT-2 large at 24 of its 36 layers: 20 heads of 64, GeLU, learned positions, dropout 0.1, tied, 1k tokens
+    "hf-gpt2-h1280-l24": dict(like="GPT-2 large (36 -> 24 layers)", seq_length=1024, config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
+        n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
+        tie_word_embeddings=True)),
 }
 
 
@@ -1483,6 +1523,18 @@ GROUPS = {
         _hf("hf-qwen25-h2048-l12", 2, "sdpa", mbs=2, **OFF), _hf("hf-qwen25-h2048-l12", 1, "sdpa", **OFF),
         _hf("hf-gemma3-h2560-l12", 2, "sdpa", **OFF), _hf("hf-gemma3-h2560-l12", 2, "sdpa", mbs=2),
         _ds("mc-h3072-gqa-tied-l8", 2, **OFF), _ds("mc-h3072-gqa-tied-l8", 1),
+    ],
+    # twenty-seventh final batch (one GPU), declared in accuracy_split.json "final27" before measuring: DeepSpeed
+    # ZeRO-3 on new widths, a blind test of the allocator replay's ZeRO-3 trace (and of the default models)
+    "final27": [
+        _hf("hf-llama31-h4096-l10", 3, "sdpa"), _hf("hf-llama31-h4096-l10", 3, "sdpa", mbs=2, ckpt=True),
+        _hf("hf-llama31-h4096-l10", 3, "sdpa", **OFF),
+        _hf("hf-qwen2-h3584-l6", 3, "sdpa", mbs=2), _hf("hf-qwen2-h3584-l6", 3, "eager", ckpt=True),
+        _hf("hf-qwen2-h3584-l6", 3, "sdpa", **OFF),
+        _hf("hf-gemma2-h2304-l8", 3, "eager", mbs=2), _hf("hf-gpt2-h1280-l24", 3, "sdpa", mbs=4),
+        _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
+        _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
+        _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
     ],
     # test-split repeats (one GPU) of final20's Qwen2.5 0.5B runs (24 layers), each in a fresh process, two of each but
     # the CPU-offload one: were its -14 to -33 % step-time misses the model's or the moment's? (test runs, never fitted)
