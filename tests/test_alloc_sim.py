@@ -215,12 +215,14 @@ def test_checkpointing_lowers_the_traced_peak():
     assert ckpt < plain
 
 
-def test_scope_is_one_gpu_zero_0_to_2_on_the_default_allocator_offload_only_at_zero2():
+def test_scope_is_one_gpu_on_the_default_allocator_offload_at_zero2_and_3():
     base = dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1,
                 ds_config=dict(zero_optimization=dict(stage=2)))
     cpu = {"device": "cpu"}
     assert A.in_scope(base)
-    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3))))
+    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3))))
+    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3, offload_optimizer=cpu))))
+    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3)), options=dict(lora=16)))
     assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu))))
     assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=1, offload_optimizer=cpu))))
     assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu),
@@ -368,7 +370,7 @@ def test_zero2_cpu_offload_keeps_only_the_bf16_parameters_on_the_gpu():
     assert A.replay(events).peak_allocated_bytes < A.replay(_trace(zero=2)).peak_allocated_bytes
 
 
-def test_offload_outside_zero2_without_accumulation_is_refused():
+def test_offload_outside_zero2_and_3_without_accumulation_is_refused():
     from workbench.allocsim import DeepSpeedSetup, check_scope, deepspeed_steps
     from workbench.specs import ModelSpec, ParallelPlan
 
@@ -378,7 +380,8 @@ def test_offload_outside_zero2_without_accumulation_is_refused():
     m = ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=128)
     base = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", overlap_comm=False)
     check_scope(m, base)
-    for plan, why in ((base.replace(zero_stage=3), "zero_stage=3"),
+    check_scope(m, base.replace(zero_stage=3, overlap_comm=True))
+    for plan, why in ((base.replace(zero_stage=3), "overlap_comm=False at ZeRO-3"),
                       (base.replace(zero_stage=1), "offload_optimizer=cpu with zero_stage=1"),
                       (base.replace(micro_batch_size=1, global_batch_size=2), "gradient_accumulation_steps=2"),
                       (base.replace(offload_optimizer="nvme"), "offload_optimizer=nvme"),

@@ -40,8 +40,8 @@ def test_bad_arguments_are_named():
     cfg = read_config(HF / "tiny-llama")
     with pytest.raises(ValueError, match="micro_batch=0"):
         allocsim.replayed_reserve_fraction(cfg, seq_length=128, micro_batch=0, zero_stage=2)
-    with pytest.raises(ValueError, match="zero_stage=3"):
-        allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=128)
+    with pytest.raises(ValueError, match="zero_stage=4"):
+        allocsim.trace_hf_deepspeed(cfg, zero_stage=4, micro_batch=1, seq_length=128)
     with pytest.raises(ValueError, match="model_type"):
         allocsim.replayed_reserve_fraction({"hidden_size": 8}, seq_length=128, micro_batch=1, zero_stage=2)
 
@@ -107,7 +107,9 @@ def test_cli_json_carries_the_replayed_reserve(capsys):
     assert "allocator replayed" in b["band_bytes"]["note"] and "replayed" not in a["band_bytes"]["note"]
 
 
-@pytest.mark.parametrize("extra,why", [(["--zero", "3"], "this plan has zero_stage=3"),
+@pytest.mark.parametrize("extra,why", [(["--zero", "3"], "overlap_comm=False at ZeRO-3"),
+                                        (["--zero", "3", "--overlap-comm", "--lora-rank", "8"],
+                                         "lora_rank=8 at ZeRO-3"),
                                         (["--zero", "2", "--overlap-comm"], "overlap_comm=True at ZeRO-2"),
                                         (["--zero", "1", "--offload-optimizer", "cpu"],
                                          "offload_optimizer=cpu with zero_stage=1")])
@@ -182,8 +184,8 @@ def test_estimate_keyword_takes_the_hf_model():
     assert "allocator replayed" in replayed.memory.band_note and "replayed" not in plain.memory.band_note
     with pytest.raises(ValueError, match="give the Hugging Face config"):
         estimate(model, cluster, plan, simulate_allocator=True)
-    with pytest.raises(ValueError, match="zero_stage=3"):
-        estimate(model, cluster, plan.replace(zero_stage=3), simulate_allocator=hf)
+    with pytest.raises(ValueError, match="offload_optimizer=cpu with zero_stage=1"):
+        estimate(model, cluster, plan.replace(zero_stage=1, offload_optimizer="cpu"), simulate_allocator=hf)
 
 
 def _tiny_mcore_specs():
@@ -256,8 +258,8 @@ def test_cli_refuses_a_transformers_model_without_its_config_after_the_scope_che
     from workbench.commands.estimate import _replay_given
 
     model, _, plan = _specs()
-    with pytest.raises(ValueError, match="zero_stage=3"):
-        _replay_given(Namespace(model=None), model, plan.replace(zero_stage=3))
+    with pytest.raises(ValueError, match="offload_optimizer=cpu with zero_stage=1"):
+        _replay_given(Namespace(model=None), model, plan.replace(zero_stage=1, offload_optimizer="cpu"))
     with pytest.raises(ValueError) as refused:
         _replay_given(Namespace(model=None), model, plan)
     assert str(refused.value) == (f"{allocsim.SCOPE}; this plan's transformers model {model.name} is not imported "
@@ -558,3 +560,60 @@ def test_deepspeed_flattens_on_the_cpu_where_the_gpu_lacks_room():
                                                                       roomy.peak_reserved_bytes)
     # on the CPU the parameters' own storage is gone before the flat buffer arrives: never more allocated at init
     assert on_cpu.peak_allocated_bytes <= roomy.peak_allocated_bytes
+
+
+def test_zero3_sub_groups_close_at_the_size_or_the_last_parameter():
+    """DeepSpeed's _create_fp16_sub_groups: one group when everything fits, else a group closes once it reaches the
+    size (the parameter that crosses it included) and at the last parameter."""
+    assert allocsim.zero3_sub_groups([3, 4], 10) == [7]
+    assert allocsim.zero3_sub_groups([6, 6, 6, 1], 10) == [12, 7]
+    assert allocsim.zero3_sub_groups([10, 1, 2], 10) == [10, 3]
+    assert allocsim.zero3_sub_groups([]) == []
+
+
+def test_a_side_stream_block_is_not_reused_by_the_default_stream():
+    """PyTorch's caching allocator keeps each stream's freed blocks for that stream: a block freed on the side
+    stream does not serve the default stream's request of the same size, which cuts a segment of its own."""
+    alloc = allocsim.CachingAllocator(capacity_bytes=1 << 40)
+    side = alloc.malloc(64 << 20, 1)
+    alloc.free(side)
+    alloc.malloc(64 << 20, 0)
+    assert alloc.reserved_bytes == 2 * (64 << 20)
+    again = allocsim.CachingAllocator(capacity_bytes=1 << 40)
+    again.free(again.malloc(64 << 20, 0))
+    again.malloc(64 << 20, 0)
+    assert again.reserved_bytes == 64 << 20
+
+
+def test_zero3_trace_holds_deepspeeds_buffers_and_reduces_on_the_side_stream():
+    """ZeRO-3 on one GPU: the flat bf16 partition, the fp32 master, the bf16 gradient partitions and the bucket are
+    held through the steps; a bucket smaller than the model is reduced more than once in backward, each time into
+    a block on the side stream; with the optimizer on the CPU the master and gradient partitions leave the GPU."""
+    cfg = read_config(HF / "tiny-llama")
+    events = allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=64, steps=2,
+                                         reduce_bucket_elements=40_000)
+    side = [e for e in events if e[0] == "malloc" and e[3:] == (allocsim.SIDE_STREAM,)]
+    assert len(side) >= 4  # at least two reductions a step over two steps
+    peaks = allocsim.replay(events, capacity_bytes=1 << 40)
+    from transformers import AutoConfig, AutoModelForCausalLM
+    import torch
+
+    c = dict(cfg)
+    with torch.device("meta"):
+        n = sum(p.numel() for p in AutoModelForCausalLM.from_config(
+            AutoConfig.for_model(c.pop("model_type"), **{k: v for k, v in c.items() if k != "architectures"}))
+            .parameters())
+    held = n * (2 + 4 + 2 + 8) + 40_000 * 2  # flat bf16, fp32 master, bf16 gradient partitions, Adam, bucket
+    slack = 2 * allocsim.CUBLAS_WORKSPACE_BYTES + (8 << 20)  # cuBLAS's two workspaces and the tiny activations
+    assert held < peaks.peak_allocated_bytes < held + slack
+    offloaded = allocsim.replay(allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=64,
+                                                            steps=2, offload_optimizer=True),
+                                capacity_bytes=1 << 40)
+    # the flat bf16 partition and DeepSpeed's default 500M-element bucket stay; no master, gradients or Adam
+    assert 500_000_000 * 2 < offloaded.peak_allocated_bytes < n * 2 + 500_000_000 * 2 + slack
+    assert offloaded.peak_allocated_bytes < peaks.peak_allocated_bytes - 40_000 * 2 + 500_000_000 * 2
+
+
+def test_zero3_plan_is_replayed_with_overlap_comm(capsys):
+    code, out, _ = _estimate(capsys, "--zero", "3", "--overlap-comm", "--simulate-allocator")
+    assert code == 0 and "(replayed)" in out
