@@ -2,8 +2,8 @@
 trace of a run's training steps, the simulated reserve beside the measured one of the H200 corpus.
 
 The reserve is ``max_memory_reserved / max_memory_allocated − 1``. The allocator policy
-(:class:`~workbench.allocsim.CachingAllocator`, PyTorch's ``c10/cuda/CUDACachingAllocator.cpp``) and the meta-device
-traces of DeepSpeed ZeRO-0/1/2 steps — of a transformers model (:func:`workbench.allocsim.trace_hf_deepspeed`) and
+(:class:`~workbench.allocsim.CachingAllocator`, PyTorch's ``c10/cuda/CUDACachingAllocator.cpp``, each stream's
+cached blocks its own) and the meta-device traces of DeepSpeed ZeRO-0 to 3 steps — of a transformers model (:func:`workbench.allocsim.trace_hf_deepspeed`) and
 of a megatron-core ``GPTModel`` with the local layer spec (:func:`workbench.allocsim.trace_mcore_deepspeed`, run in a
 child process) — and of that ``GPTModel`` under megatron-core's own DDP and optimizer
 (:func:`workbench.allocsim.trace_mcore_ddp`) live in :mod:`workbench.allocsim`, where ``workbench estimate
@@ -11,8 +11,8 @@ child process) — and of that ``GPTModel`` under megatron-core's own DDP and op
 engine settings and compares the simulated reserve with the measured one and with its engine's
 :data:`workbench.memory.RESERVE_FRACTION`, per run, per stack and per split of ``benchmarks/accuracy_split.json``;
 nothing is fitted. Scope: on one GPU with the default allocator, Hugging Face and dense megatron-core models under
-DeepSpeed ZeRO-0/1/2 (no optimizer offload but ZeRO-2's to the CPU), dense megatron-core models under megatron-core's
-DDP (``mcore-ddp``: plain or distributed optimizer).
+DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-2's and ZeRO-3's to the CPU without accumulation; no LoRA at
+ZeRO-3), dense megatron-core models under megatron-core's DDP (``mcore-ddp``: plain or distributed optimizer).
 
 Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run; about 10 minutes on
 two cores). Its output is kept in ``benchmarks/results/alloc_sim_h200.txt``.
@@ -46,7 +46,7 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
 
 
 def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
-    """The allocation events of a corpus Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16, no offload; LoRA
+    """The allocation events of a corpus Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; LoRA
     through peft as ``benchmarks/corpus/measure.py`` adds it): :func:`workbench.allocsim.trace_hf_deepspeed` on the
     record's config and DeepSpeed settings, sdpa traced as ``sdpa_kernel``."""
     s = _ds_setup(rec)
@@ -79,8 +79,9 @@ def engine_of(rec: dict) -> str:
 
 def in_scope(rec: dict) -> bool:
     """Corpus runs the traces model, on one GPU, finished, with the default allocator: Hugging Face or megatron-core
-    (dense, local layer spec) models under DeepSpeed ZeRO-0/1/2 (no optimizer offload but ZeRO-2's to the CPU
-    without gradient accumulation), and dense megatron-core models under megatron-core's DDP (``mcore-ddp``)."""
+    (dense, local layer spec) models under DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-2's and ZeRO-3's to
+    the CPU without gradient accumulation; no LoRA at ZeRO-3), and dense megatron-core models under megatron-core's
+    DDP (``mcore-ddp``)."""
     zero = rec.get("ds_config", {}).get("zero_optimization", {})
     offload = (zero.get("offload_optimizer") or {}).get("device", "none")
     offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) >= 2

@@ -691,7 +691,8 @@ class DeepSpeedSetup:
 
 
 def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:
-    """DeepSpeed ZeRO-``setup.zero_stage`` (0-2, one GPU, bf16) around a model already built on the meta device under
+    """DeepSpeed ZeRO-``setup.zero_stage`` (0-2, one GPU, bf16; ZeRO-3 is :func:`deepspeed_zero3_steps`) around a
+    model already built on the meta device under
     the recorder: its flat buffers, master copy, gradient buckets and Adam states as meta tensors with the lifetimes
     :func:`trace_hf_deepspeed` lists, and ``setup.steps`` optimizer steps of ``setup.grad_accum`` micro-batches each;
     ``micro_step()`` runs one forward and returns the loss (its backward runs here). ``("empty_cache", 0, 0)`` marks
@@ -1022,8 +1023,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                        lora: Optional[dict] = None, reduce_bucket_elements: int = 500_000_000,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True) -> list:
-    """The allocation events of a Hugging Face + DeepSpeed ZeRO-0/1/2 run (one GPU, bf16; ZeRO-2 also with
-    ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`) of the model
+    """The allocation events of a Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; ZeRO-2 and 3 also with
+    ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`; ZeRO-3 as :func:`deepspeed_zero3_steps` traces it) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
     ``("end", 0, 0)`` marker. ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
     (:data:`SDPA_KERNELS`; cuDNN's, as on an H200). ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
@@ -1168,8 +1169,8 @@ def _mcore_batch(net, seq_length: int, micro_batch: int):
 
 def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: bool = True) -> list:
     """The allocation events of a megatron-core ``GPTModel`` (local layer spec, as the workbench's launcher builds it:
-    :func:`workbench.runs.model.build_gpt`) trained under DeepSpeed ZeRO-0/1/2 on one GPU in bf16 (ZeRO-2 also with
-    the plan's CPU optimizer offload), from building the model to the last of ``steps`` steps
+    :func:`workbench.runs.model.build_gpt`) trained under DeepSpeed ZeRO-0 to 3 on one GPU in bf16 (ZeRO-2 and 3
+    also with the plan's CPU optimizer offload), from building the model to the last of ``steps`` steps
     (:func:`deepspeed_steps`), in the order ``benchmarks/corpus/measure.py``
     and the launcher run it: the model built (its parameters on the device; the norms' weights in fp32), DeepSpeed's
     engine casting the parameters to bf16 (``_cast_module_mixed_precision``: parameters only), DeepSpeed's optimizer
@@ -1411,9 +1412,10 @@ class ReplayedPeaks:
         return cls(peak_allocated_bytes=int(alloc.peak_allocated_bytes), peak_reserved_bytes=int(alloc.peak_reserved_bytes))
 
 
-REPLAY_STUDY = dict(test_runs=395, replayed=(0.014, 0.136), constant=(0.041, -0.316))
+REPLAY_STUDY = dict(test_runs=522, replayed=(0.017, 0.178), constant=(0.047, -0.285))
 """The estimate's whole-device error (median |error|, worst) on the corpus's in-scope one-GPU runs of the test split
-(transformers and megatron-core models under DeepSpeed ZeRO-0/1/2, ZeRO-2 with CPU offload, megatron-core's own DDP),
+(transformers and megatron-core models under DeepSpeed ZeRO-0 to 3, ZeRO-2 and 3 with CPU offload, megatron-core's
+own DDP),
 with the allocator replayed (its memory outside the allocator + the replay's own peak reserved) and with the engine's
 constant reserve (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-02): what the
 advisor quotes when it names the replay."""
@@ -1440,9 +1442,9 @@ def outside_allocator_engine(plan) -> str:
 
 def check_scope(model, plan) -> None:
     """``ValueError`` naming why a plan is outside what the replay models: on one GPU, in bf16, with the default
-    allocator (no ``expandable_segments``) and no parameter offload, either DeepSpeed ZeRO-0/1/2 (no optimizer
-    offload but ZeRO-2's to the CPU without gradient accumulation; ZeRO-1/2 without ``overlap_comm``, DeepSpeed's own
-    default, which the workbench's export turns on) of a transformers model (``implementation='transformers'``) or a
+    allocator (no ``expandable_segments``) and no parameter offload, either DeepSpeed ZeRO-0 to 3 (no optimizer
+    offload but ZeRO-2's and ZeRO-3's to the CPU without gradient accumulation; ZeRO-1/2 without ``overlap_comm``,
+    DeepSpeed's own default, which the workbench's export turns on; ZeRO-3 with it, its default, and without LoRA) of a transformers model (``implementation='transformers'``) or a
     dense megatron-core model with unfused attention (the local layer spec the workbench's launcher trains), or
     megatron-core's own DDP and optimizer (``engine='megatron'``, plain or distributed optimizer, torch's Adam, main
     gradients in fp32, no model parallelism, no optimizer offload, no LoRA) of such a megatron-core model — the runs
