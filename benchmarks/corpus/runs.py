@@ -425,6 +425,21 @@ MCORE_SHAPES = {
                                   activation="gelu", normalization="layernorm", add_bias_linear=True,
                                   tied_embeddings=True, position_embedding="learned", hidden_dropout=0.1,
                                   attention_dropout=0.1),
+    # --- twenty-eighth final batch ("final28"): declared before measuring ---
+    # Mistral NeMo 12B's width at 4 layers through megatron-core: GQA 32/8 of head 128 (queries 4096 wide over a 5120
+    # hidden), SwiGLU 14336, a 131k vocabulary, untied (the output layer, 671 M elements, exceeds DeepSpeed's bucket)
+    "mc-h5120-gqa-l4-v131k": dict(like="Mistral NeMo 12B width (40 -> 4 layers), 2k tokens", num_layers=4,
+                                  hidden_size=5120, num_attention_heads=32, num_query_groups=8, head_dim=128,
+                                  ffn_hidden_size=14336, vocab_size=131072, seq_length=2048, activation="swiglu",
+                                  normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
+                                  position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # Llama 3.2 3B's width at 12 layers, untied: GQA 24/8 of head 128, SwiGLU 8192, a 128k vocabulary (the output
+    # layer, 394 M elements, fits the bucket)
+    "mc-h3072-gqa-l12-v128k": dict(like="Llama 3.2 3B width, untied (28 -> 12 layers), 2k tokens", num_layers=12,
+                                   hidden_size=3072, num_attention_heads=24, num_query_groups=8,
+                                   ffn_hidden_size=8192, vocab_size=128256, seq_length=2048, activation="swiglu",
+                                   normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
+                                   position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
 }
 
 HF_SHAPES = {
@@ -980,6 +995,20 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- twenty-eighth final batch ("final28") ---
+    # Qwen3 8B at 6 of its 36 layers: GQA 32/8 of head 128, QK norm, SwiGLU 12288, 152k vocabulary, untied (the output
+    # layer, 622 M elements, exceeds DeepSpeed's bucket)
+    "hf-qwen3-h4096-l6": dict(like="Qwen3 8B (36 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=4096, intermediate_size=12288,
+        num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Qwen2.5 7B at 4 of its 28 layers: GQA 28/4 of head 128, QKV biases, SwiGLU 18944, 152k vocabulary, untied
+    "hf-qwen25-h3584-l4": dict(like="Qwen2.5 7B (28 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=4, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
 }
 
 
@@ -1535,6 +1564,16 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # twenty-eighth final batch (one GPU), declared in accuracy_split.json "final28" before measuring: DeepSpeed
+    # ZeRO-3 with the optimizer on the CPU where the untied output layer exceeds the bucket (the default model's
+    # reduction moment, written after final27's reveal) and where it fits, ZeRO-2's twin, and the replay's ZeRO-3
+    "final28": [
+        _hf("hf-qwen3-h4096-l6", 3, "sdpa", **OFF), _hf("hf-qwen3-h4096-l6", 3, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen3-h4096-l6", 3, "sdpa"),
+        _hf("hf-qwen25-h3584-l4", 3, "sdpa", **OFF), _hf("hf-qwen25-h3584-l4", 2, "sdpa", **OFF),
+        _ds("mc-h5120-gqa-l4-v131k", 3, **OFF), _ds("mc-h5120-gqa-l4-v131k", 3),
+        _ds("mc-h3072-gqa-l12-v128k", 3, **OFF),
     ],
     # test-split repeats (one GPU) of final20's Qwen2.5 0.5B runs (24 layers), each in a fresh process, two of each but
     # the CPU-offload one: were its -14 to -33 % step-time misses the model's or the moment's? (test runs, never fitted)
