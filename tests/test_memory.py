@@ -269,6 +269,28 @@ def test_zero12_offload_takes_the_oversized_output_gradient_norm_in_fp64():
     assert grads == pytest.approx(2 * 2e9) and acts == pytest.approx(10.0 + 2 * out)
 
 
+def test_zero3_offload_hands_the_oversized_output_gradient_to_the_host_beside_the_activations():
+    """ZeRO-3 with CPU offload reduces an untied output layer larger than the bucket alone at the next hook, beside
+    every layer's activations: its 16-bit gradient, the 16-bit GPU copy of its host buffer, then fp64 norm pieces of
+    at most 250 M elements and the fp32 cast, one after the other (the larger counts); the rank's slice is what is
+    copied. Without offload ZeRO-3's gradient partitions exist from the start: no early moment."""
+    from workbench.memory import DS_ZERO3_NORM_CHUNK_ELEMENTS, zero12_early_partition_bytes
+    from workbench.params import model_vocab_size
+
+    m = ModelSpec(num_layers=6, hidden_size=4096, num_attention_heads=32, vocab_size=151936, seq_length=2048,
+                  tied_embeddings=False)
+    out = model_vocab_size(m, 1) * m.hidden_size
+    assert out > DS_ZERO3_NORM_CHUNK_ELEMENTS * 2
+    kw = dict(held=10.0, kept_per_layer=1.0, layer_transient=1.0, layers=6, last=True, tensor_parallel=1,
+              engine=DS, zero_stage=3, value_bytes=2, num_microbatches=1, pipeline_parallel=1, trainable=3e9,
+              lora=False, overlap_comm=1)
+    grads, acts = zero12_early_partition_bytes(m, offload_optimizer=1, data_parallel=1, **kw)
+    assert grads == 0.0 and acts == pytest.approx(10.0 + 2 * out + 2 * out + 4 * out)  # fp32 cast > fp64 piece
+    grads, acts = zero12_early_partition_bytes(m, offload_optimizer=1, data_parallel=4, **kw)
+    assert acts == pytest.approx(10.0 + 2 * out + 2 * out / 4 + 8 * out / 4)  # a quarter: the fp64 copy is larger
+    assert zero12_early_partition_bytes(m, offload_optimizer=0, data_parallel=1, **kw) == (0.0, 0.0)
+
+
 def test_unreduced_gradients_grow_through_a_recomputed_backward():
     """ZeRO-0 and ZeRO-1 without overlap_comm reduce nothing during backward: with full recompute (a layer keeps
     only its input) the first layer's backward runs beside the other layers' 16-bit gradients; without recompute

@@ -862,6 +862,11 @@ SIDE_STREAM = 1
 served from that stream's own cached blocks (:meth:`CachingAllocator.malloc`)."""
 
 
+NORM_CHUNK_ELEMENTS = 250_000_000
+"""``buffer_size`` of ZeRO-3's ``_constant_buffered_norm2`` (stage3.py), which takes an offloaded gradient's norm in
+pieces of this many elements, each through its own fp64 copy."""
+
+
 def _on_stream(events: list, since: int, stream: int) -> None:
     """Tag the requests appended to ``events`` after index ``since`` as made on ``stream``."""
     for i in range(since, len(events)):
@@ -904,8 +909,8 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
       (:data:`SIDE_STREAM`): ``reduce_scatter_coalesced`` concatenates the bucket's gradients into a new block
       (none for a single gradient), whose partitions are copied (first micro-batch) or added into the gradient
       partitions, then freed. With the optimizer on the CPU each gradient partition goes to the host through a GPU
-      copy of its host buffer, and at the accumulation boundary its norm through an fp64 copy and an fp32 copy for the
-      host, all on the side stream;
+      copy of its host buffer, and at the accumulation boundary its norm through fp64 copies of at most
+      :data:`NORM_CHUNK_ELEMENTS` elements and an fp32 copy for the host, all on the side stream;
     - step: the gradient norm for clipping casts each gradient partition to fp64 in turn (``get_grad_norm_direct``);
       each sub-group's gradients are flattened (bf16) and cast to its fp32 gradient, the bf16 one freed; Adam's
       two fp32 states are made at the first step; the fp32 gradient is freed before the next sub-group. With the
@@ -970,8 +975,10 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             if offload:  # the host buffer's GPU copy, the norm (fp64) and fp32 copy at the boundary
                 staged = torch.empty(q.numel(), dtype=torch.bfloat16, device="meta")
                 if state["boundary"]:
-                    wide = torch.empty(q.numel(), dtype=torch.float64, device="meta")
-                    del wide
+                    for start in range(0, q.numel(), NORM_CHUNK_ELEMENTS):  # _constant_buffered_norm2's pieces
+                        wide = torch.empty(min(NORM_CHUNK_ELEMENTS, q.numel() - start), dtype=torch.float64,
+                                           device="meta")
+                        del wide
                     single = torch.empty(q.numel(), dtype=torch.float32, device="meta")
                     del single
                 del staged

@@ -29,6 +29,9 @@ from workbench.schedule import in_flight_microbatches
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
 
+DS_ZERO3_NORM_CHUNK_ELEMENTS = 250_000_000
+"""ZeRO-3 with optimizer offload takes an offloaded gradient's norm in pieces of this many elements, each through
+its own fp64 copy (``stage3.py`` ``_constant_buffered_norm2``, ``buffer_size`` default)."""
 DS_OFFLOAD_NORM_BYTES_PER_VALUE = 8
 """DeepSpeed ZeRO-1/2 with optimizer offload take each reduced gradient's L2 norm on the GPU before copying it to
 the host, in fp64 where the accelerator supports it (``stage_1_and_2.py`` ``set_norm_for_param_grad_in_gpu``:
@@ -559,15 +562,21 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     With optimizer offload there is no partition on the GPU (each gradient's fp64 norm is taken, then it is cast to
     fp32 and copied to the host); when the output layer exceeds the bucket, its 16-bit gradient and that fp64 copy
     (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE`) are the moment's extra, beside every layer's activations: the
-    reduction runs at the next gradient hook (the final norm's), before any transformer layer is back-propagated."""
+    reduction runs at the next gradient hook (the final norm's), before any transformer layer is back-propagated.
+    ZeRO-3 with optimizer offload reduces the same way (``stage3.py`` ``reduce_independent_p_g_buckets_and_remove_grads``:
+    a gradient that does not fit the bucket is reduced alone at the next hook) and hands the rank's slice of each
+    reduced gradient to the host through a 16-bit GPU copy of its host buffer (``partition_grads``:
+    ``grad_buffer.to(device)``), beside which it takes the norm through fp64 pieces of at most
+    :data:`DS_ZERO3_NORM_CHUNK_ELEMENTS` elements, then the fp32 cast for the host."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
     output_elems = where(last & untied_output & ~asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
     per_layer = maximum(layer_params_per_rank(m, tensor_parallel), 1.0)
     done = where(output_elems > reduce_bucket_elements, 0.0,
                     np.floor((reduce_bucket_elements - output_elems) / per_layer))
-    reduces_in_backward = (zero_stage == 2) | ((zero_stage == 1) & (overlap_comm > 0))
     offload = offload_optimizer > 0
+    zero3_offload = (zero_stage == 3) & offload
+    reduces_in_backward = (zero_stage == 2) | ((zero_stage == 1) & (overlap_comm > 0)) | zero3_offload
     extra_large = output_elems > reduce_bucket_elements
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
                & ~asarray(lora) & (pipeline_parallel == 1)
@@ -578,8 +587,13 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     # (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.to(fp32)``), one after the other, exist
     # beside it, also when it went through the bucket (the norm is taken of its slice of the bucket when the bucket
     # is reduced, after ``done`` layers)
-    offload_copy = max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0)
-    momentary = (where(extra_large, value_bytes, 0.0) + where(offload, offload_copy, 0.0)) * output_elems
+    offload_copy = max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0) * output_elems
+    # ZeRO-3: the rank's slice, its 16-bit GPU copy beside the fp64 pieces, then the fp32 cast
+    rank_slice = output_elems / data_parallel
+    zero3_copy = value_bytes * rank_slice + maximum(
+        DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(rank_slice, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * rank_slice)
+    momentary = (where(extra_large, value_bytes * output_elems, 0.0)
+                 + where(offload, where(zero3_offload, zero3_copy, offload_copy), 0.0))
     acts = held - done * kept_per_layer + maximum(layer_transient, momentary)
     return where(applies, partition, 0.0), where(applies, acts, 0.0)
 
