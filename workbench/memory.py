@@ -1319,7 +1319,10 @@ replay's own peak reserved taken whole: test 1.4 %, worst +13.6 %, 1 more than 5
 batches declared before they ran scored the replay as it stood before its traces took cuBLAS's workspaces,
 megatron-core's fused RMSNorm and in-place initialisation, blind: final17 (15 in-scope runs) 1.7 %, −9.4 % (1.6 %, −14.5 %),
 final18 (14, five with CPU offload) 1.1 %, −14.6 % (6.7 %, −31.6 %), final19 (12) 2.5 %, −12.9 % (2.5 %, +9.6 %),
-final20 (14) 2.9 %, −12.6 % (2.5 %, −9.7 %). The policy itself is PyTorch's: replayed over the allocator's real
+final20 (14) 2.9 %, −12.6 % (2.5 %, −9.7 %). DeepSpeed ZeRO-3 (its partitions, per-sub-group fp32 master and
+gradient, bucket and gradient partitions, reductions on ``overlap_comm``'s side stream, whose freed blocks the policy
+keeps for that stream) joined from eight fit-split histories: its 102 test runs 3.3 %, +17.8 %, 4 under (the ZeRO-3
+constant: 6.2 %, −26.2 %, 41); blind, final27 (13 runs) 3.4 %, every run within −1.4 / +4.4 %. The policy itself is PyTorch's: replayed over the allocator's real
 event history of twenty-two fit-split runs (``benchmarks/alloc_history.py``) it gives their measured peaks to the
 byte; the replay's errors are its traces' (cuDNN attention, fused RMSNorm, cuBLAS workspaces, initialisation,
 DeepSpeed's offload staging buffer, autograd's in-place gradient sums, ZeRO-0/1's reduction buckets, CUDA's
