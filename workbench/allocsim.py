@@ -959,8 +959,8 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             offset += numel
         else:
             p.data = partitions[id(p)].view(shapes[id(p)])
-    ipg = dict(elements=0, params=[], large=[])
-    state = dict(micro=0, boundary=False)
+    ipg = dict(elements=0, params=[])
+    state = dict(boundary=False)
 
     def reduce_bucket():  # __reduce_and_partition_ipg_grads on the side stream
         if not ipg["params"]:
@@ -985,7 +985,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             q.grad = None
         del flat_grads
         _on_stream(events, since, SIDE_STREAM)
-        ipg.update(elements=0, params=[], large=[])
+        ipg.update(elements=0, params=[])
 
     def grad_ready(q):  # reduce_independent_p_g_buckets_and_remove_grads
         if ipg["elements"] + q.numel() > setup.reduce_bucket_elements and ipg["elements"] > 0:
@@ -1000,7 +1000,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         p.register_post_accumulate_grad_hook(grad_ready)
     for _ in range(setup.steps):
         for micro in range(setup.grad_accum):
-            state.update(micro=micro, boundary=micro == setup.grad_accum - 1)
+            state.update(boundary=micro == setup.grad_accum - 1)
             loss = micro_step()
             loss.backward()
             reduce_bucket()  # the epilogue: what is left in the bucket
