@@ -49,12 +49,17 @@ def load_history(path: Path) -> dict:
 def real_requests(history: dict) -> list:
     """The history as the replay's events: ``("malloc", address, bytes, stream)`` for each block allocated, ``("free",
     address, bytes)`` when the allocator got it back (``free_completed``: a block freed while another stream still
-    used it returns later), and ``("empty_cache", 0, 0)`` where the program emptied the cache (a run of
+    used it returns later, and ``("release", address, bytes)`` marks the program's free before that, when PyTorch
+    already counts it out of the allocated bytes), and ``("empty_cache", 0, 0)`` where the program emptied the cache (a run of
     ``segment_free`` events: ``torch.cuda.empty_cache()`` releasing the wholly free segments)."""
     out, ids = [], {}
-    for action, addr, size, stream in history["events"]:
+    events = history["events"]
+    for i, (action, addr, size, stream) in enumerate(events):
         if action == "alloc":  # streams numbered as they first ask (0: the default stream, which asks first)
             out.append(("malloc", addr, size, ids.setdefault(stream, len(ids))))
+        elif action == "free_requested" and not (i + 1 < len(events) and events[i + 1][0] == "free_completed"
+                                                 and events[i + 1][1] == addr):
+            out.append(("release", addr, size))  # still used on another stream: uncounted now, returned later
         elif action == "free_completed":
             out.append(("free", addr, size))
         elif action == "segment_free" and (not out or out[-1][0] != "empty_cache"):

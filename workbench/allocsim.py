@@ -103,6 +103,7 @@ class CachingAllocator:
     _live: dict = field(default_factory=dict)  # handle -> block id
     _segments: dict = field(default_factory=dict)  # segment -> (size, first block id)
     _next_id: int = 0
+    _released: set = field(default_factory=set)  # handles freed by the program, their blocks not yet returned
     flatten_checks: list = field(default_factory=list)
     """``(reserved_bytes, flat_bytes)`` at each of DeepSpeed's free-memory checks before it flattens a parameter
     group (the trace's ``("flatten", 0, flat_bytes)`` events, :func:`flattens_on_device`)."""
@@ -179,9 +180,19 @@ class CachingAllocator:
         self._live[self._next_id] = id(b)
         return self._next_id
 
+    def release(self, handle: int) -> None:
+        """The program freed ``handle`` while another stream still uses it (``record_stream``): the allocated
+        count drops now, as PyTorch's ``free`` counts it; the block returns to the pool at :meth:`free`."""
+        if handle not in self._released:
+            self._released.add(handle)
+            self.allocated_bytes -= self._blocks[self._live[handle]].size
+
     def free(self, handle: int) -> None:
         b = self._blocks[self._live.pop(handle)]
-        self.allocated_bytes -= b.size
+        if handle in self._released:
+            self._released.discard(handle)
+        else:
+            self.allocated_bytes -= b.size
         for nb in (b.prev, b.next):
             if nb is not None and nb.free:
                 self._uncache(nb)
@@ -1392,6 +1403,9 @@ def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocat
             alloc.flatten_checks.append((alloc.reserved_bytes, size))
         elif kind == "malloc":
             handles[key] = alloc.malloc(size, *stream)
+        elif kind == "release":  # freed by the program, still in use on another stream
+            if key in handles:
+                alloc.release(handles[key])
         elif key in handles:
             alloc.free(handles.pop(key))
     return alloc
