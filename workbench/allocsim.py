@@ -54,6 +54,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from workbench.defaults import (DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_SUB_GROUP_ELEMENTS,
+                                DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS)
+
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
 SMALL_SIZE_BYTES = 1 << 20  # kSmallSize: requests up to this go to the small pool
 SMALL_BUFFER_BYTES = 2 << 20  # kSmallBuffer: a small-pool segment
@@ -690,7 +693,7 @@ class DeepSpeedSetup:
     micro_batch: int
     grad_accum: int
     seq_length: int
-    reduce_bucket_elements: int = 500_000_000
+    reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
     steps: int = 6
     offload_optimizer: bool = False
     """ZeRO-2 with ``offload_optimizer`` on the CPU: the fp32 master, its gradient and Adam's states live on the
@@ -699,6 +702,15 @@ class DeepSpeedSetup:
     """ZeRO-1/2 flatten the 16-bit parameters on the GPU when its free memory holds the flat buffer, else on the
     CPU (``stage_1_and_2.py``: ``flatten_on_accelerator``); :func:`replay_deepspeed` decides which from the
     replay."""
+
+
+def _fp64_norm(numel: int):
+    """DeepSpeed's ``get_norm_dtype`` norm of a gradient of ``numel`` elements: an fp64 copy of it, freed after its
+    0-d norm (returned, kept by the caller) is taken."""
+    import torch
+
+    wide = torch.empty(numel, dtype=torch.float64, device="meta")
+    return torch.linalg.vector_norm(wide)
 
 
 def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:
@@ -720,15 +732,15 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     runs on the host and copies the new weights into the bf16 buffer (a blocking copy: converted on the host)."""
     import torch
 
-    if setup.zero_stage == 3:
-        return deepspeed_zero3_steps(model, micro_step, setup, events)
     offload = bool(setup.offload_optimizer)
-    if offload and (setup.zero_stage != 2 or setup.grad_accum != 1):
+    if offload and setup.zero_stage != 3 and (setup.zero_stage != 2 or setup.grad_accum != 1):
         raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}, grad_accum={setup.grad_accum}: the "
                          f"trace models DeepSpeed's CPU offload at ZeRO-2 without gradient accumulation")
     for p in model.parameters():  # the engine's _configure_distributed_model: every parameter in bf16 (peft's fp32
         if p.is_floating_point() and p.dtype != torch.bfloat16:  # adapters included), buffers as they are
             p.data = p.data.to(torch.bfloat16)
+    if setup.zero_stage == 3:
+        return deepspeed_zero3_steps(model, micro_step, setup, events)
     params = [p for p in model.parameters() if p.requires_grad]
     shapes = [p.shape for p in params]
     n = sum(p.numel() for p in params)
@@ -767,14 +779,10 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     bucket = {}
     ipg = dict(elements=0, large=[], params=[], partition=None, norms=[])
 
-    def fp64_norm(q):  # get_norm_dtype: a gradient's norm through an fp64 copy of it, freed after; the 0-d norm kept
-        wide = torch.empty(q.numel(), dtype=torch.float64, device="meta")
-        return torch.linalg.vector_norm(wide)
-
     def reduce_bucket():  # reduce_ipg_grads: the bucket's gradients copied into grads_in_partition (made at the first)
         if offload:  # each gradient to the host: its norm through fp64, then an fp32 copy for the async copy
             for q in ipg["params"]:
-                ipg["norms"].append(fp64_norm(q))  # kept until the step
+                ipg["norms"].append(_fp64_norm(q.numel()))  # kept until the step
                 staged = torch.empty(q.numel(), dtype=torch.float32, device="meta")
                 del staged
                 q.grad = None
@@ -844,7 +852,7 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         else:
             # scaled_global_norm -> get_grad_norm_direct: each gradient cast to fp64 (get_norm_dtype) for
             # its norm, one at a time; the 0-d norms are kept until they are stacked
-            norms = [fp64_norm(p) for p in params]
+            norms = [_fp64_norm(p.numel()) for p in params]
             total_norm = torch.stack(norms).pow(2).sum()
             del norms, total_norm
             # the bf16 gradients flattened (self.flatten: a new buffer, of the views into
@@ -865,17 +873,9 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     events.append(("end", 0, 0))  # what is freed after this (the teardown) is not the run's
 
 
-SUB_GROUP_ELEMENTS = 1_000_000_000
-"""``sub_group_size`` of DeepSpeed's ZeRO-3 (``zero/config.py`` default): the optimizer steps its flat partition in
-sub-groups of parameters that each reach at least this many elements, one sub-group's fp32 gradient at a time."""
 SIDE_STREAM = 1
 """The stream number the traces give ZeRO-3's ``reduce_and_partition_stream`` (``overlap_comm``): its requests are
 served from that stream's own cached blocks (:meth:`CachingAllocator.malloc`)."""
-
-
-NORM_CHUNK_ELEMENTS = 250_000_000
-"""``buffer_size`` of ZeRO-3's ``_constant_buffered_norm2`` (stage3.py), which takes an offloaded gradient's norm in
-pieces of this many elements, each through its own fp64 copy."""
 
 
 def _on_stream(events: list, since: int, stream: int) -> None:
@@ -885,7 +885,7 @@ def _on_stream(events: list, since: int, stream: int) -> None:
             events[i] = (*events[i][:3], stream)
 
 
-def zero3_sub_groups(numels: list, sub_group_elements: int = SUB_GROUP_ELEMENTS) -> list:
+def zero3_sub_groups(numels: list, sub_group_elements: int = DEEPSPEED_SUB_GROUP_ELEMENTS) -> list:
     """The element counts of DeepSpeed ZeRO-3's optimizer sub-groups for parameters of ``numels`` (in group order):
     ``_create_fp16_sub_groups`` closes a sub-group once it reaches ``sub_group_elements`` or at the last
     parameter; one sub-group when the whole group is no larger."""
@@ -921,7 +921,8 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
       (none for a single gradient), whose partitions are copied (first micro-batch) or added into the gradient
       partitions, then freed. With the optimizer on the CPU each gradient partition goes to the host through a GPU
       copy of its host buffer, and at the accumulation boundary its norm through fp64 copies of at most
-      :data:`NORM_CHUNK_ELEMENTS` elements and an fp32 copy for the host, all on the side stream;
+      :data:`~workbench.defaults.DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS` elements and an fp32 copy for the host, all
+      on the side stream;
     - step: the gradient norm for clipping casts each gradient partition to fp64 in turn (``get_grad_norm_direct``);
       each sub-group's gradients are flattened (bf16) and cast to its fp32 gradient, the bf16 one freed; Adam's
       two fp32 states are made at the first step; the fp32 gradient is freed before the next sub-group. With the
@@ -929,10 +930,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     import torch
 
     offload = bool(setup.offload_optimizer)
-    for p in model.parameters():  # the engine's _configure_distributed_model: every parameter in bf16
-        if p.is_floating_point() and p.dtype != torch.bfloat16:
-            p.data = p.data.to(torch.bfloat16)
-    everything = list(model.parameters())
+    everything = list(model.parameters())  # in bf16 already (deepspeed_steps casts them, as the engine does)
     params = [p for p in everything if p.requires_grad]
     shapes = {id(p): p.shape for p in everything}
     n = sum(p.numel() for p in params)
@@ -986,9 +984,9 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             if offload:  # the host buffer's GPU copy, the norm (fp64) and fp32 copy at the boundary
                 staged = torch.empty(q.numel(), dtype=torch.bfloat16, device="meta")
                 if state["boundary"]:
-                    for start in range(0, q.numel(), NORM_CHUNK_ELEMENTS):  # _constant_buffered_norm2's pieces
-                        wide = torch.empty(min(NORM_CHUNK_ELEMENTS, q.numel() - start), dtype=torch.float64,
-                                           device="meta")
+                    chunk = DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS  # _constant_buffered_norm2's pieces
+                    for start in range(0, q.numel(), chunk):
+                        wide = torch.empty(min(chunk, q.numel() - start), dtype=torch.float64, device="meta")
                         del wide
                     single = torch.empty(q.numel(), dtype=torch.float32, device="meta")
                     del single
@@ -1017,11 +1015,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             reduce_bucket()  # the epilogue: what is left in the bucket
         if offload:  # the step runs on the host
             continue
-        norms = []
-        for p in params:  # get_grad_norm_direct: each gradient partition through fp64
-            wide = torch.empty(p.numel(), dtype=torch.float64, device="meta")
-            norms.append(torch.linalg.vector_norm(wide))
-            del wide
+        norms = [_fp64_norm(p.numel()) for p in params]  # get_grad_norm_direct: each gradient partition
         total = torch.stack(norms).pow(2).sum()
         del norms, total
         first = adam is None
@@ -1038,7 +1032,8 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
 
 def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_length: int, grad_accum: int = 1,
                        attn_implementation: str = "sdpa", gradient_checkpointing: bool = False,
-                       lora: Optional[dict] = None, reduce_bucket_elements: int = 500_000_000,
+                       lora: Optional[dict] = None,
+                       reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True) -> list:
     """The allocation events of a Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; ZeRO-2 and 3 also with

@@ -15,6 +15,12 @@ DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ZeRO ``reduce_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e8)."""
 DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ZeRO-1/2 ``allgather_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e8)."""
+DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
+"""DeepSpeed ZeRO-3 ``sub_group_size`` default, elements (deepspeed/runtime/zero/config.py: 1e9): the optimizer steps
+the partition one sub-group at a time; ``_create_fp16_sub_groups`` closes a sub-group once it reaches this size."""
+DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS = 250_000_000
+"""ZeRO-3 with optimizer offload takes an offloaded gradient's norm in pieces of this many elements, each through its
+own fp64 copy (deepspeed/runtime/zero/stage3.py ``_constant_buffered_norm2``, ``buffer_size`` default)."""
 MEGATRON_BUCKET_ELEMENTS = 40_000_000
 """megatron-core DDP ``bucket_size`` default max(40,000,000, 1,000,000·dp) elements
 (megatron/core/distributed/distributed_data_parallel_config.py); the time model uses the 40 M floor."""
@@ -32,6 +38,7 @@ def grad_bucket_elements(engine: Engine) -> int:
 # :attr:`workbench.specs.ParallelPlan.overlaps_comm` is the one answer for a plan that the time and memory models,
 # the config exports and the advisor read.
 __all__ = ["GiB", "GB", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS", "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
+           "DEEPSPEED_SUB_GROUP_ELEMENTS", "DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS",
            "MEGATRON_BUCKET_ELEMENTS", "grad_bucket_elements", "default_overlap_comm", "megatron_recompute",
            "megatron_recompute_flags"]
 

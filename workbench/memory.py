@@ -20,6 +20,8 @@ import numpy as np
 from workbench import dsmoe
 from workbench import params as P
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
+from workbench.defaults import DEEPSPEED_SUB_GROUP_ELEMENTS as DS_SUB_GROUP_ELEMENTS
+from workbench.defaults import DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS as DS_ZERO3_NORM_CHUNK_ELEMENTS
 from workbench.defaults import GiB
 # the codes' home is the encoder
 from workbench.encode import ENGINE_CODES, FP8_RECIPE_CODES, RECOMPUTE_CODES  # noqa: F401
@@ -29,9 +31,6 @@ from workbench.schedule import in_flight_microbatches
 from workbench.specs import (AdamImpl, AttentionImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, validate)
 
-DS_ZERO3_NORM_CHUNK_ELEMENTS = 250_000_000
-"""ZeRO-3 with optimizer offload takes an offloaded gradient's norm in pieces of this many elements, each through
-its own fp64 copy (``stage3.py`` ``_constant_buffered_norm2``, ``buffer_size`` default)."""
 DS_OFFLOAD_NORM_BYTES_PER_VALUE = 8
 """DeepSpeed ZeRO-1/2 with optimizer offload take each reduced gradient's L2 norm on the GPU before copying it to
 the host, in fp64 where the accelerator supports it (``stage_1_and_2.py`` ``set_norm_for_param_grad_in_gpu``:
@@ -46,9 +45,6 @@ log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
 DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
 """``stage3_prefetch_bucket_size`` default (elements)."""
-DS_SUB_GROUP_ELEMENTS = int(1e9)
-"""``zero_optimization.sub_group_size`` default (elements): ZeRO-3 runs its optimizer one sub-group of the partition
-at a time."""
 DS_NVME_BUFFER_COUNT = 4
 DS_NVME_BUFFER_ELEMENTS = int(1e8)
 """``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
