@@ -425,6 +425,32 @@ MCORE_SHAPES = {
                                   activation="gelu", normalization="layernorm", add_bias_linear=True,
                                   tied_embeddings=True, position_embedding="learned", hidden_dropout=0.1,
                                   attention_dropout=0.1),
+    # --- eighth fit batch ("fit8", fit side): allocator histories of wide and long megatron-core models at ZeRO-3 ---
+    # a 2k-wide GQA model at 8k tokens: 16/4 heads of 128, SwiGLU 5632, 32k vocabulary, untied, 4 layers
+    "mc-h2048-s8k-fit": dict(like="2B-class GQA width at 8k tokens (-> 4 layers)", num_layers=4, hidden_size=2048,
+                             num_attention_heads=16, num_query_groups=4, ffn_hidden_size=5632, vocab_size=32000,
+                             seq_length=8192, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                             tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                             attention_dropout=0.0),
+    # a 6k-wide GQA model: 48/8 heads of 128, SwiGLU 16384, 128k vocabulary, untied, 4k tokens, 2 layers
+    "mc-h6144-gqa-v128k-fit": dict(like="6k-wide GQA class (-> 2 layers), 128k vocabulary, 4k tokens", num_layers=2,
+                                   hidden_size=6144, num_attention_heads=48, num_query_groups=8,
+                                   ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
+                                   normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
+                                   position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- twenty-ninth final batch ("final29"): declared before measuring ---
+    # Yi 34B's width at 3 layers: GQA 56/8 of head 128, SwiGLU 20480, 64k vocabulary, untied, 4k tokens
+    "mc-h7168-yi-l3": dict(like="Yi 34B width (60 -> 3 layers), 4k tokens", num_layers=3, hidden_size=7168,
+                           num_attention_heads=56, num_query_groups=8, ffn_hidden_size=20480, vocab_size=64000,
+                           seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                           tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                           attention_dropout=0.0),
+    # Qwen2 7B's width at 8k tokens, 3 layers: GQA 28/4 of head 128, SwiGLU 18944, 152k vocabulary, untied
+    "mc-h3584-s8k-l3": dict(like="Qwen2 7B width at 8k tokens (28 -> 3 layers)", num_layers=3, hidden_size=3584,
+                            num_attention_heads=28, num_query_groups=4, ffn_hidden_size=18944, vocab_size=152064,
+                            seq_length=8192, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                            tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                            attention_dropout=0.0),
     # --- twenty-eighth final batch ("final28"): declared before measuring ---
     # Mistral NeMo 12B's width at 4 layers through megatron-core: GQA 32/8 of head 128 (queries 4096 wide over a 5120
     # hidden), SwiGLU 14336, a 131k vocabulary, untied (the output layer, 671 M elements, exceeds DeepSpeed's bucket)
@@ -995,6 +1021,22 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- twenty-ninth final batch ("final29") ---
+    # Qwen1.5-MoE-A2.7B at 3 of its 24 layers: 60 experts top-4 of width 1408 plus a shared expert 5632, MHA 16
+    # heads, 152k vocabulary, untied, 4k tokens
+    "hf-qwen2moe-h2048-l3": dict(like="Qwen1.5-MoE-A2.7B (24 -> 3 layers)", seq_length=4096, config=dict(
+        model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"], hidden_size=2048, intermediate_size=5632,
+        moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4,
+        decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=False, num_hidden_layers=3, num_attention_heads=16,
+        num_key_value_heads=16, vocab_size=151936, max_position_embeddings=8192, rms_norm_eps=1e-6,
+        hidden_act="silu", tie_word_embeddings=False, attention_dropout=0.0, router_aux_loss_coef=0.001,
+        output_router_logits=False)),
+    # Yi 9B at 6 of its 48 layers (Llama architecture): GQA 32/4 of head 128, SwiGLU 11008, 64k vocabulary, untied
+    "hf-yi-h4096-l6": dict(like="Yi 9B (48 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=4, vocab_size=64000,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000.0)),
     # --- twenty-eighth final batch ("final28") ---
     # Qwen3 8B at 6 of its 36 layers: GQA 32/8 of head 128, QK norm, SwiGLU 12288, 152k vocabulary, untied (the output
     # layer, 622 M elements, exceeds DeepSpeed's bucket)
@@ -1565,6 +1607,15 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
     ],
+    # twenty-ninth final batch (one GPU), declared in accuracy_split.json "final29" before measuring: wide and long
+    # megatron-core models at ZeRO-3 (the replay's misses), a transformers MoE at ZeRO-3 (its optimizer step's
+    # sub-groups), eager checkpointed ZeRO-3 and ZeRO-2 at micro-batch 4
+    "final29": [
+        _ds("mc-h7168-yi-l3", 3), _ds("mc-h7168-yi-l3", 3, **OFF), _ds("mc-h7168-yi-l3", 2),
+        _ds("mc-h3584-s8k-l3", 3),
+        _hf("hf-qwen2moe-h2048-l3", 3, "sdpa", ckpt=True), _hf("hf-qwen2moe-h2048-l3", 3, "sdpa"),
+        _hf("hf-yi-h4096-l6", 3, "eager", ckpt=True), _hf("hf-yi-h4096-l6", 2, "sdpa", mbs=4),
+    ],
     # twenty-eighth final batch (one GPU), declared in accuracy_split.json "final28" before measuring: DeepSpeed
     # ZeRO-3 with the optimizer on the CPU where the untied output layer exceeds the bucket (the default model's
     # reduction moment, written after final27's reveal) and where it fits, ZeRO-2's twin, and the replay's ZeRO-3
@@ -1616,6 +1667,12 @@ GROUPS = {
         _hf("hf-qwen3-h1024", 3, "sdpa", mbs=4, ckpt=True), _hf("hf-smollm2-h960", 3, "sdpa", mbs=4),
         _hf("hf-llama-h2048", 3, "sdpa", **OFF), _ds("mc-h1024-gelu", 3, mbs=4), _ds("mc-h3072-gqa", 3),
         _ds("mc-h768-gelu", 3, mbs=8, recompute="full"))],
+    # histories with frames of fit-split megatron-core ZeRO-3 runs at 8k tokens and at a 6k width with a 128k
+    # vocabulary (the replay's peak reserved was 8-10 % under on test runs of that kind), one with the optimizer on the
+    # CPU, and the 6k width at ZeRO-2
+    "alloc-history6": [dict(cfg, history=True) for cfg in (
+        _ds("mc-h2048-s8k-fit", 3), _ds("mc-h6144-gqa-v128k-fit", 3), _ds("mc-h6144-gqa-v128k-fit", 3, **OFF),
+        _ds("mc-h6144-gqa-v128k-fit", 2))],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
