@@ -17,10 +17,10 @@ cut, no stack traces). This script
     python benchmarks/alloc_history.py benchmarks/results/alloc_history/*.json.gz   # anywhere (torch, transformers,
                                                                                      # megatron-core for the traces)
 
-The twenty-two histories of the corpus groups ``alloc-history`` to ``alloc-history4`` (fit-split configurations, one
-H200, 2026-12-02; those of ``alloc-history3`` and ``alloc-history4`` with each allocation's innermost Python frames)
-are kept in
-``benchmarks/results/alloc_history/``; the printout in ``benchmarks/results/alloc_history_h200.txt``.
+The histories of the corpus groups ``alloc-history`` to ``alloc-history6`` (fit-split configurations, one H200,
+2026-12-02 and 12-03; from ``alloc-history3`` on with each allocation's innermost Python frames) are kept in
+``benchmarks/results/alloc_history/``, with the records of the fit shapes measured only with their history
+(``alloc-history6``: ``alloc_history6_records.jsonl``); the printout in ``benchmarks/results/alloc_history_h200.txt``.
 """
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "benchmarks"))
 
 CORPUS = ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl"
+HISTORY_RECORDS = ROOT / "benchmarks" / "results" / "alloc_history"
+"""Where the histories and the records of runs measured only with their history (``*.jsonl``) are kept."""
 MiB, GiB = 2 ** 20, 2 ** 30
 SIZE_FLOOR = 4 * MiB
 """Request sizes below this are left out of the size comparison (the small pool's 2 MiB segments)."""
@@ -72,12 +74,19 @@ def streams(history: dict) -> collections.Counter:
 
 
 def source_record(run_id: str) -> dict:
-    """The corpus record of the configuration a history re-measured (its id without ``/hist``)."""
+    """The corpus record of the configuration a history re-measured (its id without ``/hist``), or, for a shape
+    measured only with its history (``alloc-history6``), the history run's own record kept beside the histories
+    (:data:`HISTORY_RECORDS`)."""
     want = run_id.replace("/hist", "")
     for line in CORPUS.read_text().splitlines():
         rec = json.loads(line)
         if rec.get("run_id") == want and rec.get("status") == "ok":
             return rec
+    for path in sorted(HISTORY_RECORDS.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("run_id") == run_id and rec.get("status") == "ok":
+                return rec
     raise KeyError(f"{want}: no completed corpus record to trace")
 
 
