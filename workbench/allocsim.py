@@ -242,8 +242,11 @@ def _recorder(events: list):
         accumulation.after_call(func, args, kwargs, out)
         temporaries(func, args, kwargs, out)
 
-    return live_storage(device="meta", fake_scalars=True, on_alloc=accumulation.on_alloc,
+    mode = live_storage(device="meta", fake_scalars=True, on_alloc=accumulation.on_alloc,
                         on_free=accumulation.on_free, after_call=after_call)
+    # the number the events give a live meta tensor's block (None: not made under this recorder)
+    mode.block_of = lambda tensor: accumulation.blocks.get(tensor.untyped_storage()._cdata)
+    return mode
 
 
 class _GradientAccumulation:
@@ -702,6 +705,13 @@ class DeepSpeedSetup:
     """ZeRO-1/2 flatten the 16-bit parameters on the GPU when its free memory holds the flat buffer, else on the
     CPU (``stage_1_and_2.py``: ``flatten_on_accelerator``); :func:`replay_deepspeed` decides which from the
     replay."""
+    side_stream_lags: bool = False
+    """ZeRO-3 (``overlap_comm``): each gradient handed to the reduce stream (copied into the bucket, or reduced from
+    its own block) is freed with ``record_stream``, so its block returns to the pool only once the GPU has run that
+    stream's work. ``False``: at once, as when the host is the bottleneck and the GPU keeps up with it; ``True``: at
+    the host's next wait for the stream — the oldest of more than ``max_param_reduce_events`` (2) outstanding
+    reductions, or the end of backward (``independent_gradient_partition_epilogue``) — as when the GPU lags behind
+    the host (a GPU-bound run)."""
 
 
 def _fp64_norm(numel: int):
@@ -908,7 +918,9 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     - initialization: every parameter is partitioned (``_partition_param``: a new tensor of its partition, all of
       it on one rank, then the parameter's own storage freed), the partitions are moved into one flat bf16 buffer
       through the host (``defragment``: freed, ``empty_cache()``, the flat buffer made); the fp32 master of each
-      optimizer sub-group (:func:`zero3_sub_groups`) is ``flat.to(fp32).clone()``; ``initialize_optimizer_states``
+      optimizer sub-group (:func:`zero3_sub_groups`) is ``flat.to(fp32).clone()``, the loop variable holding each
+      sub-group's converted copy until the next sub-group's is made (with several sub-groups two converted copies
+      meet: a 6k-wide model's 2.1 GiB more reserved); ``initialize_optimizer_states``
       gives the masters a zero fp32 gradient of the largest sub-group and drops it; the ``ipg`` bucket
       (``reduce_bucket_size`` bf16 elements) and the gradient partitions' flat buffer (bf16, every trainable
       element) are made and kept; registering the gradient hooks gathers each trainable parameter once (a block of
@@ -948,10 +960,11 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     groups = zero3_sub_groups([math.prod(shapes[id(p)]) for p in params])
     masters, adam = [], None
     if not offload:  # _create_fp32_partitions: converted = flat.to(fp32), its clone kept
-        for numel in groups:
+        converted = None
+        for numel in groups:  # the loop's name keeps each sub-group's converted copy until the next one is made
             converted = torch.empty(numel, dtype=torch.float32, device="meta")
             masters.append(converted.clone())
-            del converted
+        del converted
         # initialize_optimizer_states: a zero fp32 gradient of the largest sub-group, dropped after
         scratch = torch.zeros(max(groups), dtype=torch.float32, device="meta")
         del scratch
@@ -970,10 +983,27 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             p.data = partitions[id(p)].view(shapes[id(p)])
     ipg = dict(elements=0, params=[])
     state = dict(boundary=False)
+    released, reductions = [], []  # blocks freed with record_stream and not yet back; per reduction, how many then
+
+    def record_stream_frees(since: int) -> None:  # the frees after ``since`` wait for the reduce stream
+        if not setup.side_stream_lags:
+            return
+        for i in range(since, len(events)):
+            if events[i][0] == "free":
+                events[i] = ("release", *events[i][1:])
+                released.append(events[i])
+
+    def stream_done(upto: int) -> None:  # the host waited for the reduce stream: what it held returns
+        for _, key, size in released[:upto]:
+            events.append(("free", key, size))
+        del released[:upto]
+        reductions[:] = [max(0, n - upto) for n in reductions]
 
     def reduce_bucket():  # __reduce_and_partition_ipg_grads on the side stream
         if not ipg["params"]:
             return
+        if len(reductions) > 2:  # max_param_reduce_events: the host synchronizes on the oldest reduction
+            stream_done(reductions.pop(0))
         since = len(events)
         grads = [q.grad for q in ipg["params"]]
         if len(grads) > 1:  # reduce_scatter_coalesced's interleaved flat buffer
@@ -991,17 +1021,23 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
                     single = torch.empty(q.numel(), dtype=torch.float32, device="meta")
                     del single
                 del staged
-            q.grad = None
+            freed = len(events)
+            q.grad = None  # partition_grads: record_stream, then dropped
+            record_stream_frees(freed)
         del flat_grads
         _on_stream(events, since, SIDE_STREAM)
+        reductions.append(len(released))
         ipg.update(elements=0, params=[])
 
     def grad_ready(q):  # reduce_independent_p_g_buckets_and_remove_grads
         if ipg["elements"] + q.numel() > setup.reduce_bucket_elements and ipg["elements"] > 0:
             reduce_bucket()
         if ipg["elements"] + q.numel() <= setup.reduce_bucket_elements:
-            # the gradient moves into the bucket (param.grad.data = a view of it): its own block is freed
+            # the gradient moves into the bucket (param.grad.data = a view of it): its own block is freed, once the
+            # reduce stream has copied it (record_stream)
+            since = len(events)
             q.grad.data = bucket[ipg["elements"]:ipg["elements"] + q.numel()].view(q.shape)
+            record_stream_frees(since)
         ipg["elements"] += q.numel()
         ipg["params"].append(q)
 
@@ -1012,7 +1048,9 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             state.update(boundary=micro == setup.grad_accum - 1)
             loss = micro_step()
             loss.backward()
-            reduce_bucket()  # the epilogue: what is left in the bucket
+            reduce_bucket()  # the epilogue: what is left in the bucket, then the reduce stream synchronized
+            stream_done(len(released))
+            reductions.clear()
         if offload:  # the step runs on the host
             continue
         norms = [_fp64_norm(p.numel()) for p in params]  # get_grad_norm_direct: each gradient partition
@@ -1153,8 +1191,8 @@ def _mcore_meta(model, plan, events: list):
     real_dropout, F.dropout = cuda_dropout()
     real_rms_norm, F.rms_norm = cuda_rms_norm()
     try:
-        with cpu_adapter.meta_device(), _recorder(events):
-            yield config_kwargs
+        with cpu_adapter.meta_device(), _recorder(events) as recorder:
+            yield config_kwargs, recorder.block_of
     finally:
         dist.all_reduce, dist.all_gather_object = real_all_reduce, real_gather_object
         F.dropout, F.rms_norm = real_dropout, real_rms_norm
@@ -1202,9 +1240,8 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
                            offload_optimizer=str(plan.offload_optimizer) == "cpu",
                            flatten_on_device=flatten_on_device)
     events: list = []
-    with _mcore_meta(model, plan, events) as config_kwargs:
-        with torch.device("meta"):
-            net = build_gpt(model, plan, config_kwargs=config_kwargs)
+    with _mcore_meta(model, plan, events) as (config_kwargs, block_of):
+        net = _built_then_moved(lambda: build_gpt(model, plan, config_kwargs=config_kwargs), events, block_of)
         for p in net.parameters():  # DeepSpeed's engine: parameters to bf16, buffers kept
             if p.dtype != torch.bfloat16:
                 p.data = p.data.to(torch.bfloat16)
@@ -1217,6 +1254,29 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
         deepspeed_steps(net, micro_step, setup, events)
     del net
     return events
+
+
+def _built_then_moved(build, events: list, block_of):
+    """The megatron-core model of ``build()`` (built on the meta device) with its allocation events in the order
+    ``benchmarks/corpus/measure.py`` and the launcher make them: the layers megatron-core places themselves (its
+    tensor-parallel weights, on ``torch.cuda.current_device()``, in bf16) allocated as they are built; the plain torch
+    modules' fp32 parameters (a learned position embedding, the norms) made on the host and moved by
+    ``model.to(device)`` after the whole model is built, in ``Module._apply``'s order (:func:`_apply_order`): a
+    recorded history shows an 8k-token model's 48 MiB position table allocated after every layer, not beside the word
+    embedding."""
+    import torch
+
+    built = len(events)
+    with torch.device("meta"):
+        net = build()
+    # ``block_of``: the events' number of a parameter's block (:func:`_recorder`)
+    order = {block_of(p): i for i, p in enumerate(p for p in _apply_order(net)
+                                                  if p is not None and p.dtype != torch.bfloat16)}
+    order.pop(None, None)
+    moved = [e for e in events[built:] if e[0] == "malloc" and e[1] in order]
+    events[built:] = [e for e in events[built:] if not (e[0] == "malloc" and e[1] in order)]
+    events.extend(sorted(moved, key=lambda e: order[e[1]]))
+    return net
 
 
 def _apply_order(module):
@@ -1272,7 +1332,6 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
     from megatron.core.transformer.module import Float16Module
 
     from workbench.runs.model import build_gpt
-    from workbench.storagetrace import storage_keys
 
     if str(plan.precision) != "bf16":
         raise ValueError(f"precision={plan.precision}: the trace models megatron-core's bf16 training")
@@ -1302,7 +1361,7 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
         del l2
         return total, None
 
-    with _mcore_meta(model, plan, events) as config_kwargs:
+    with _mcore_meta(model, plan, events) as (config_kwargs, block_of):
         real_clip = mcore_optimizer.clip_grad_by_total_norm_fp32
         real_l2_norm = clip_grads.l2_norm_impl
         clip_grads.l2_norm_impl = l2_norm
@@ -1311,16 +1370,8 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
         for name, fn in collectives.items():
             setattr(buffers, name, fn)
         try:
-            built = len(events)
-            with torch.device("meta"):
-                net = build_gpt(model, plan, config_kwargs=config_kwargs)
             # the torch modules' fp32 parameters are made on the host: on the device from model.to(dev)
-            host = [p for p in _apply_order(net) if p is not None and p.dtype != torch.bfloat16]
-            keys = storage_keys(host)
-            moved = [e for e in events[built:] if e[0] == "malloc" and e[1] in keys]
-            events[built:] = [e for e in events[built:] if not (e[0] == "malloc" and e[1] in keys)]
-            order = {k: i for i, k in enumerate(storage_keys([p]).pop() for p in host)}
-            events.extend(sorted(moved, key=lambda e: order[e[1]]))
+            net = _built_then_moved(lambda: build_gpt(model, plan, config_kwargs=config_kwargs), events, block_of)
             config = net.config
             net = Float16Module(config, net)  # module.bfloat16(): the fp32 parameters cast, their storage freed
             ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
