@@ -455,7 +455,21 @@ def test_offload_tied_gradient_bytes_follow_deepspeed():
     for change in (dict(offload_optimizer=0), dict(zero_stage=3), dict(zero_stage=0), dict(engine=MG),
                    dict(lora=True), dict(pipeline_parallel=2)):
         assert offload_tied_gradient_bytes(tied, **{**kw, **change}) == 0, change
-    assert offload_tied_gradient_bytes(_hf_spec(NEOX_20B_L3), **kw) == 0  # untied: reduced early in backward
+    # untied: the input embedding's gradient overflows the bucket at the end of backward; the bucket's largest
+    # gradient (a layer's: the output layer went in an earlier reduction) is taken to fp64 beside it, then the
+    # embedding's own fp64 copy: the larger of the two
+    untied = _hf_spec(NEOX_20B_L3)
+    emb, layer = 50432 * 6144, 6144 * 24576
+    assert offload_tied_gradient_bytes(untied, **kw) == pytest.approx(max(2 * emb + 8 * layer, 8 * emb))
+    # everything within one bucket: the output layer is still in it when the embedding's gradient arrives
+    big = 4 * (emb + 3 * 12 * 6144 ** 2)
+    assert offload_tied_gradient_bytes(untied, **kw, reduce_bucket_elements=big) == pytest.approx(8 * emb)
+    # ZeRO-3 with offload: the concatenated bucket, the slice's 16-bit copy beside its fp64 pieces
+    z3 = offload_tied_gradient_bytes(untied, **{**kw, "zero_stage": 3})
+    assert z3 == pytest.approx(max(2 * emb + 2 * 5e8 + 2 * layer + 8 * layer, 8 * emb))
+    for change in (dict(offload_optimizer=0), dict(zero_stage=0), dict(engine=MG), dict(lora=True),
+                   dict(pipeline_parallel=2)):
+        assert offload_tied_gradient_bytes(untied, **{**kw, **change}) == 0, change
 
 
 def test_deepspeed_init_bytes_is_the_flat_buffer_and_the_partition_clone():

@@ -288,23 +288,40 @@ def expert_params_per_rank(m: ModelSpec, expert_parallel=1, expert_tensor_parall
     return local * (split / expert_tensor_parallel + (h if m.add_bias_linear else 0))
 
 
+def hf_fused_experts_tensor(m: ModelSpec) -> int:
+    """Elements of a transformers MoE layer's largest expert weight: transformers 5 keeps all routed experts of a
+    layer as 3-D parameters (``gate_up_proj``: experts × 2f × h for a gated MLP, ``down_proj``: experts × h × f;
+    ``Qwen2MoeExperts``, ``MixtralExperts``), so one gradient, one staging copy and one fp64 norm copy span every
+    expert (a Mixtral 8x7B layer's ``gate_up_proj``: 940 M elements, above DeepSpeed's 500 M bucket). 0 for
+    megatron-core models (one linear per expert) and dense models."""
+    if not m.is_moe or m.implementation is not Implementation.TRANSFORMERS:
+        return 0
+    return m.num_experts * (2 if m.is_gated else 1) * m.moe_ffn_hidden_size * m.hidden_size
+
+
 @_memoised_on_numbers
 def largest_module_params(m: ModelSpec, tensor_parallel=1):
-    """The largest single module one rank gathers under ZeRO-3: the (vocab-parallel) embedding or an MLP linear."""
+    """The largest single module one rank gathers under ZeRO-3: the (vocab-parallel) embedding or an MLP linear
+    (a transformers MoE layer's experts module: both fused expert weights, :func:`hf_fused_experts_tensor`)."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     fc1 = m.hidden_size * (2 if m.is_gated else 1) * f
     qkv = m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size)
-    return maximum(maximum(vocab * m.hidden_size, fc1), qkv) / tensor_parallel
+    experts = hf_fused_experts_tensor(m)
+    experts = experts + experts // (2 if m.is_gated else 1)
+    return maximum(maximum(maximum(vocab * m.hidden_size, fc1), qkv), experts) / tensor_parallel
 
 
 @_memoised_on_numbers
 def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of a transformer layer's biggest weight on one rank — megatron-core fuses QKV and the gated MLP's
-    fc1 into one tensor each; transformers models keep q/k/v and gate/up apart."""
+    fc1 into one tensor each; transformers models keep q/k/v and gate/up apart, but fuse a MoE layer's experts
+    (:func:`hf_fused_experts_tensor`)."""
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     if m.implementation is Implementation.TRANSFORMERS:
-        layer = max(m.hidden_size * f, m.hidden_size * m.query_projection_size)
+        layer = max(m.hidden_size * f, m.hidden_size * m.query_projection_size, hf_fused_experts_tensor(m))
+        if m.is_moe and m.shared_expert_ffn_hidden_size:
+            layer = max(layer, m.hidden_size * m.shared_expert_ffn_hidden_size)
     else:
         layer = max(m.hidden_size * (2 if m.is_gated else 1) * f,
                     m.hidden_size * (m.query_projection_size + 2 * m.kv_projection_size))
@@ -574,9 +591,9 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     zero3_offload = (zero_stage == 3) & offload
     reduces_in_backward = (zero_stage == 2) | ((zero_stage == 1) & (overlap_comm > 0)) | zero3_offload
     extra_large = output_elems > reduce_bucket_elements
-    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
-               & ~asarray(lora) & (pipeline_parallel == 1)
-               & (done < layers) & (value_bytes < 4) & (~offload | (output_elems > 0)))
+    applies_base = ((engine != ENGINE_CODES[Engine.MEGATRON]) & reduces_in_backward
+                    & ~asarray(lora) & (pipeline_parallel == 1) & (value_bytes < 4))
+    applies = applies_base & (done < layers) & (~offload | (output_elems > 0))
     partition = where(offload, 0.0, value_bytes * trainable / data_parallel)
     # the output layer's 16-bit gradient while it is reduced (only when it bypasses the bucket); with offload its
     # fp64 copy for the norm, then its fp32 cast for the copy to the host
@@ -584,14 +601,34 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     # beside it, also when it went through the bucket (the norm is taken of its slice of the bucket when the bucket
     # is reduced, after ``done`` layers)
     offload_copy = max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0) * output_elems
-    # ZeRO-3: the rank's slice, its 16-bit GPU copy beside the fp64 pieces, then the fp32 cast
+    # ZeRO-3: the rank's slice, its 16-bit GPU copy beside the fp64 pieces, then the fp32 cast; a bucket of several
+    # gradients is first concatenated into one new 16-bit block (``reduce_scatter_coalesced``), alive through them
+    # (traced on one H200: Pythia 6.9B's width at 4 layers, 0.89 GiB beside the output layer's copies)
     rank_slice = output_elems / data_parallel
+    coalesced = value_bytes * reduce_bucket_elements
     zero3_copy = value_bytes * rank_slice + maximum(
         DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(rank_slice, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * rank_slice)
+    zero3_copy = zero3_copy + where(extra_large, 0.0, coalesced)
     momentary = (where(extra_large, value_bytes * output_elems, 0.0)
                  + where(offload, where(zero3_offload, zero3_copy, offload_copy), 0.0))
     acts = held - done * kept_per_layer + maximum(layer_transient, momentary)
-    return where(applies, partition, 0.0), where(applies, acts, 0.0)
+    # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
+    # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
+    # 8x7B's 940 M-element gate_up_proj, its fp64 copy 7 GiB beside every layer's activations), else at the first
+    # reduction of layers, after ``done`` layers (or as many as fill the bucket when the output layer went alone)
+    big = largest_layer_param_tensor(m, tensor_parallel)
+    big_extra = big > reduce_bucket_elements
+    big_slice = big / data_parallel
+    big_copy = where(zero3_offload, value_bytes * big_slice + maximum(
+        DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(big_slice, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * big_slice)
+        + where(big_extra, 0.0, coalesced), max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0) * big)
+    done_big = where(big_extra, 0.0, where(extra_large, np.floor(reduce_bucket_elements / per_layer), done))
+    acts_big = (held - minimum(done_big, layers) * kept_per_layer
+                + maximum(layer_transient, where(big_extra, value_bytes * big, 0.0) + big_copy))
+    applies_big = applies_base & offload & (big_extra | (done_big < layers))
+    acts = where(applies, acts, 0.0)
+    acts = where(applies_big, maximum(acts, acts_big), acts)
+    return where(applies | applies_big, partition, 0.0), acts
 
 
 def deepspeed_offload12(engine, zero_stage, offload_optimizer):
@@ -621,21 +658,43 @@ def deepspeed_init_bytes(*, weights, trainable, data_parallel, value_bytes, engi
 def offload_tied_gradient_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
                                 tensor_parallel, value_bytes, lora,
                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
-    """Bytes DeepSpeed ZeRO-1/2 with the optimizer on the CPU adds at the end of backward for tied embeddings on one
-    stage: the shared weight's gradient hook fires last, once the embedding's backward has added to it, when no
-    activation is left; its gradient's L2 norm is taken in fp64 (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE` per value,
-    ``set_norm_for_param_grad_in_gpu``) beside the buckets, and when the weight is larger than
+    """Bytes DeepSpeed ZeRO-1/2 with the optimizer on the CPU adds at the end of backward on one stage, when no
+    activation is left. Tied embeddings: the shared weight's gradient hook fires last, once the embedding's
+    backward has added to it; its gradient's L2 norm is taken in fp64 (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE` per
+    value, ``set_norm_for_param_grad_in_gpu``) beside the buckets, and when the weight is larger than
     ``reduce_bucket_size`` its 16-bit gradient bypasses the bucket and is still alive (ZeRO-2; ZeRO-1 counts its
     gradients already). Replayed on Gemma 3 27B's width (262 k tied vocabulary, 3 layers, H200): 10.5 GiB of fp64
-    beside the 2.6 GiB gradient, the run's peak, 21.68 GiB allocated as measured. 0 for other engines and stages,
-    without offload, for untied or LoRA models (their output layer is reduced early in backward:
-    :func:`zero12_early_partition_bytes`)."""
+    beside the 2.6 GiB gradient, the run's peak, 21.68 GiB allocated as measured. Untied embeddings: the last
+    reductions, below. 0 for other engines and stages, without offload, for LoRA models and for pipeline stages."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     elems = vocab * m.hidden_size / tensor_parallel
-    applies = (deepspeed_offload12(engine, zero_stage, offload_optimizer) & (pipeline_parallel == 1)
-               & ~asarray(lora) & (value_bytes < 4) & bool(m.tied_embeddings))
-    bypass = where((zero_stage == 2) & (elems > reduce_bucket_elements), value_bytes, 0.0)
-    return where(applies, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems, 0.0)
+    zero3_offload = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 3) & (offload_optimizer > 0)
+    applies = ((deepspeed_offload12(engine, zero_stage, offload_optimizer) | zero3_offload)
+               & (pipeline_parallel == 1) & ~asarray(lora) & (value_bytes < 4))
+    if m.tied_embeddings:
+        bypass = where((zero_stage == 2) & (elems > reduce_bucket_elements), value_bytes, 0.0)
+        return where(applies & ~zero3_offload, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems, 0.0)
+    # untied: the input embedding's gradient comes last. When it overflows the bucket, the bucket is reduced while
+    # that gradient still has its own block; each gradient in the bucket is taken to fp64 in turn — the output
+    # layer's when no reduction ran before (output and every layer within one bucket), else a layer's largest
+    # weight. Then the embedding's own reduction at the end of backward (its fp64 copy; its own block too when it
+    # is larger than the bucket). (Traced on one H200: Pythia 2.8B's width at 4 layers, 3.50 GiB at that moment,
+    # where the backward's layers peak at 3.1.)
+    layer = largest_layer_param_tensor(m, tensor_parallel)
+    layers_total = m.num_layers * layer_params_per_rank(m, tensor_parallel)
+    output_in_last = elems + layers_total <= reduce_bucket_elements
+    overflow = elems + layers_total + elems > reduce_bucket_elements
+    reduced = where(output_in_last, elems, layer)
+    # ZeRO-3 (one rank's slices): the bucket's gradients concatenated into one new block, the slice's 16-bit copy
+    # beside its fp64 pieces, then its fp32 cast (:func:`zero12_early_partition_bytes`)
+    coalesced = value_bytes * minimum(reduce_bucket_elements, elems + layers_total)
+    zero3_copy = value_bytes * reduced + maximum(
+        DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(reduced, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * reduced)
+    trigger = (where(overflow, value_bytes * elems, 0.0)
+               + where(zero3_offload, coalesced + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
+    own = where(elems > reduce_bucket_elements, value_bytes, 0.0)
+    last = (DS_OFFLOAD_NORM_BYTES_PER_VALUE + own) * elems
+    return where(applies, maximum(trigger, last), 0.0)
 
 
 def untied_output_gradient_bytes(m: ModelSpec, *, tensor_parallel, pipeline_parallel, last, engine, zero_stage,
@@ -1637,7 +1696,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     activations = where(early, early_acts, activations)
     buffers_bwd = where(early, buffers, buffers_bwd)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
-    # ZeRO-1/2 with the optimizer on the CPU and tied embeddings: the shared weight's norm copy at the end of backward
+    # ZeRO-1/2 with the optimizer on the CPU: the embeddings' norm copies at the end of backward
     tied_end = offload_tied_gradient_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                                            pipeline_parallel=pipeline_parallel, tensor_parallel=tensor_parallel,
                                            value_bytes=value_bytes, lora=lora)
