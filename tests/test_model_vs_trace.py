@@ -44,3 +44,32 @@ def test_transformers_moe_largest_tensor_is_the_fused_experts():
     spec = import_hf(MIXTRAL_L1, seq_length=1024).spec
     assert hf_fused_experts_tensor(spec) == 8 * 2 * 14336 * 4096
     assert largest_layer_param_tensor(spec) == 8 * 2 * 14336 * 4096
+
+
+LLAMA3_70B_L2 = dict(model_type="llama", hidden_size=8192, intermediate_size=28672, num_hidden_layers=2,
+                     num_attention_heads=64, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
+                     rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False, attention_dropout=0.0)
+QWEN2MOE_L2 = dict(model_type="qwen2_moe", hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+                   shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4, decoder_sparse_step=1,
+                   mlp_only_layers=[], num_hidden_layers=2, num_attention_heads=16, num_key_value_heads=16,
+                   vocab_size=151936, max_position_embeddings=8192, hidden_act="silu", tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize("config", [LLAMA3_70B_L2, QWEN2MOE_L2, NEOX_H4096_L2, MIXTRAL_L1])
+@pytest.mark.parametrize("dp", [1, 2])
+def test_zero3_sub_groups_follow_the_model_weights(config, dp):
+    """The memory model's largest ZeRO-3 sub-group (from the spec's weights in registration order) against the
+    sub-groups of the real transformers model's parameters (built on the meta device), which DeepSpeed walks."""
+    import math
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from workbench.memory import zero3_largest_sub_group, zero3_sub_groups
+
+    c = dict(config)
+    with torch.device("meta"):
+        net = AutoModelForCausalLM.from_config(AutoConfig.for_model(c.pop("model_type"), **c))
+    real = max(zero3_sub_groups([math.ceil(p.numel() / dp) for p in net.parameters()]))
+    spec = import_hf(config, seq_length=1024).spec
+    assert zero3_largest_sub_group(spec, 1, dp) == pytest.approx(real, rel=0.01)

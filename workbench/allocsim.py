@@ -54,8 +54,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from workbench.defaults import (DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_SUB_GROUP_ELEMENTS,
-                                DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS)
+from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS
+from workbench.memory import zero3_sub_groups  # noqa: F401  (DeepSpeed's sub-groups, as the memory model has them)
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
 SMALL_SIZE_BYTES = 1 << 20  # kSmallSize: requests up to this go to the small pool
@@ -893,21 +893,6 @@ def _on_stream(events: list, since: int, stream: int) -> None:
     for i in range(since, len(events)):
         if events[i][0] == "malloc":
             events[i] = (*events[i][:3], stream)
-
-
-def zero3_sub_groups(numels: list, sub_group_elements: int = DEEPSPEED_SUB_GROUP_ELEMENTS) -> list:
-    """The element counts of DeepSpeed ZeRO-3's optimizer sub-groups for parameters of ``numels`` (in group order):
-    ``_create_fp16_sub_groups`` closes a sub-group once it reaches ``sub_group_elements`` or at the last
-    parameter; one sub-group when the whole group is no larger."""
-    if sum(numels) <= sub_group_elements:
-        return [sum(numels)] if numels else []
-    out, run = [], 0
-    for i, n in enumerate(numels):
-        run += n
-        if run >= sub_group_elements or i == len(numels) - 1:
-            out.append(run)
-            run = 0
-    return out
 
 
 def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:

@@ -406,9 +406,37 @@ def stage_params_per_rank(m: ModelSpec, tensor_parallel, pipeline_parallel, stag
 # ================================================================================================================
 # Model states: weights, gradients, optimizer (bytes per parameter)
 # ================================================================================================================
+def zero3_sub_groups(numels: list, sub_group_elements: int = DS_SUB_GROUP_ELEMENTS) -> list:
+    """The element counts of DeepSpeed ZeRO-3's optimizer sub-groups for parameters of ``numels`` (in group order):
+    ``_create_fp16_sub_groups`` closes a sub-group once it reaches ``sub_group_elements`` or at the last
+    parameter; one sub-group when the whole group is no larger."""
+    if sum(numels) <= sub_group_elements:
+        return [sum(numels)] if numels else []
+    out, run = [], 0
+    for i, n in enumerate(numels):
+        run += n
+        if run >= sub_group_elements or i == len(numels) - 1:
+            out.append(run)
+            run = 0
+    return out
+
+
+@_memoised_on_numbers
+def zero3_largest_sub_group(m: ModelSpec, tensor_parallel=1, data_parallel=1):
+    """Elements of DeepSpeed ZeRO-3's largest optimizer sub-group on one rank (:func:`zero3_sub_groups` over the
+    rank's partition of each weight, :func:`workbench.params.weight_tensor_sizes`): what its optimizer step
+    flattens and casts at once. A sub-group closes at the first weight that takes it to ``sub_group_size`` or
+    beyond, so it can pass the size by most of a weight (Llama 3 70B's width at 2 layers: the second layer's rest
+    with the output layer, 1.9 G elements)."""
+    def one(t, d):
+        return max(zero3_sub_groups([e / d for e in P.weight_tensor_sizes(m, int(t))]), default=0.0)
+
+    return np.vectorize(one, otypes=[float])(tensor_parallel, data_parallel)[()]
+
+
 def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
                       offload_params=0, distributed_optimizer=0, fp32_grad_partition=1, fused_kernels=1,
-                      main_grad_fp32=None):
+                      main_grad_fp32=None, sub_group_elements=DS_SUB_GROUP_ELEMENTS):
     """(weights, gradients, optimizer, host, step) bytes for ``n_params`` parameters on one rank; ``step`` is what
     exists only during the optimizer step (when activations are already freed).
 
@@ -475,7 +503,7 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     # flat copy is freed: the larger of the two moments
     zero3_adam = where(mixed & (fp32_grad_partition > 0) & (fused_kernels <= 0),
                        4.0 + TORCH_ADAM_STEP_BYTES_PER_PARAM, 0.0)
-    zero3_step = maximum(flat_and_fp32, zero3_adam) * minimum(n / dp, DS_SUB_GROUP_ELEMENTS)
+    zero3_step = maximum(flat_and_fp32, zero3_adam) * minimum(n / dp, sub_group_elements)
     ds_step = where(off_opt, 0.0,
                        where(zero3_fp32, zero3_step,
                                 # ZeRO-1 first frees the 16-bit gradients of parameters outside its partition
@@ -1541,6 +1569,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         expert = model_state_bytes(n_experts, data_parallel=edp, **states)
         weights, grads, optimizer, host, step = (a + b for a, b in
                                                  zip((weights, grads, optimizer, host, step), expert))
+    # DeepSpeed ZeRO-3 steps one optimizer sub-group at a time (stage3.py ``_create_fp16_sub_groups``), the largest
+    # of which can pass ``sub_group_size`` (:func:`zero3_largest_sub_group`); a MoE model's experts share the
+    # sub-groups of the rest: one transient, not one per kind of parameter
+    zero3_ds = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3)
+    if any_true(zero3_ds):
+        dp_states = data_parallel * context_parallel
+        one_sub_group = model_state_bytes(
+            trainable + n_experts, data_parallel=dp_states, **states,
+            sub_group_elements=zero3_largest_sub_group(m, tensor_parallel, dp_states))[4]
+        step = where(zero3_ds, one_sub_group, step)
     frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
                                          param_bytes=value_bytes)
     weights = weights + where(offload_params > 0, 0.0, frozen_weights)

@@ -97,6 +97,46 @@ def layer_linear_tensors(m: ModelSpec) -> int:
     return attention + 1 + 2 * (2 if bias else 1) + shared
 
 
+def weight_tensor_sizes(m: ModelSpec, tensor_parallel: int = 1) -> list:
+    """Element counts of the model's weight tensors on one tensor-parallel rank, in the order its modules register
+    them (what DeepSpeed's flat groups and ZeRO-3's sub-groups walk): the word (and learned position) embedding,
+    each layer's projections as :func:`layer_linear_tensors` lists them (norms and biases, small, left out), the
+    untied output layer. MoE: megatron-core's per-expert linears, transformers' router and fused 3-D expert
+    weights (and Qwen2-MoE's shared expert)."""
+    from workbench.specs import Positions
+
+    h, t = m.hidden_size, tensor_parallel
+    q, kv = m.query_projection_size, m.kv_projection_size
+    vocab = model_vocab_size(m, t)
+    gated = 2 if m.is_gated else 1
+    hf = m.implementation is Implementation.TRANSFORMERS and m.normalization is not Normalization.LAYERNORM
+    layer = []
+    if hf and not m.fused_projections:
+        layer += [h * q / t, h * kv / t, h * kv / t, q * h / t]
+    else:
+        layer += [h * (q + 2 * kv) / t, q * h / t]
+    if m.is_moe:
+        f = m.moe_ffn_hidden_size
+        if m.implementation is Implementation.TRANSFORMERS:
+            layer += [h * m.num_experts, m.num_experts * gated * f * h / t, m.num_experts * h * f / t]
+        else:
+            layer += [h * m.num_experts] + [gated * f * h / t, f * h / t] * m.num_experts
+        if m.shared_expert_ffn_hidden_size:
+            sf = m.shared_expert_ffn_hidden_size
+            layer += ([h * sf / t] * gated + [sf * h / t, h]) if hf else [gated * h * sf / t, sf * h / t, h]
+    elif hf and m.is_gated and not m.fused_projections:
+        layer += [h * m.ffn_hidden_size / t] * 2 + [m.ffn_hidden_size * h / t]
+    else:
+        layer += [gated * h * m.ffn_hidden_size / t, m.ffn_hidden_size * h / t]
+    out = [vocab * h / t]
+    if m.position_embedding is Positions.LEARNED:
+        out.append(m.position_table_size * h)
+    out += layer * m.num_layers
+    if not m.tied_embeddings:
+        out.append(vocab * h / t)
+    return out
+
+
 def embedding_params(m: ModelSpec, vocab_size: int | None = None) -> int:
     """Word embedding V·h plus the learned absolute position table (max_position_embeddings, else s, rows of h)."""
     vocab = m.vocab_size if vocab_size is None else vocab_size
