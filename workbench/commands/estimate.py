@@ -23,8 +23,9 @@ def add_parser(sub) -> None:
     add_spec_arguments(parser)
     parser.add_argument("--simulate-allocator", action="store_true",
                         help="replay PyTorch's caching allocator over the plan's traced training steps and use its "
-                             "reserve in the overhead term instead of the constant (DeepSpeed ZeRO 0-2 on one GPU "
-                             "with --no-overlap-comm, ZeRO-2 also with --offload-optimizer cpu; Hugging Face models "
+                             "reserve in the overhead term instead of the constant (DeepSpeed on one GPU: ZeRO 0-2 "
+                             "with --no-overlap-comm and ZeRO-3 with --overlap-comm, ZeRO-2 and 3 also with "
+                             "--offload-optimizer cpu without accumulation, ZeRO-3 without LoRA; Hugging Face models "
                              "from --model hf:PATH, "
                              "needs torch and transformers; "
                              "megatron-core models with --attention unfused, the launcher's local layer spec, "
