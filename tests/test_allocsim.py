@@ -614,6 +614,49 @@ def test_zero3_trace_holds_deepspeeds_buffers_and_reduces_on_the_side_stream():
     assert offloaded.peak_allocated_bytes < peaks.peak_allocated_bytes - 40_000 * 2 + 500_000_000 * 2
 
 
+def test_zero3_gradients_wait_for_the_reduce_stream():
+    """ZeRO-3 frees each gradient it hands to the reduce stream with record_stream: with ``side_stream_lags`` (the
+    default) the program's free only drops the allocated count ("release") and the block returns at the host's next
+    wait for that stream, so the allocated peak is the same and the reserved one no lower; without it, at once."""
+    cfg = read_config(HF / "tiny-llama")
+    kw = dict(zero_stage=3, micro_batch=1, seq_length=64, steps=2, reduce_bucket_elements=40_000)
+    lagging = allocsim.trace_hf_deepspeed(cfg, **kw)
+    prompt = allocsim.trace_hf_deepspeed(cfg, **kw, side_stream_lags=False)
+    released = [e for e in lagging if e[0] == "release"]
+    assert released and not [e for e in prompt if e[0] == "release"]
+    # every released block comes back, after its release
+    back = {e[1]: i for i, e in enumerate(lagging) if e[0] == "free"}
+    assert all(back.get(e[1], -1) > lagging.index(e) for e in released)
+    a, b = (allocsim.replay(ev, capacity_bytes=1 << 40) for ev in (lagging, prompt))
+    assert a.peak_allocated_bytes == b.peak_allocated_bytes
+    assert a.peak_reserved_bytes >= b.peak_reserved_bytes
+
+
+def test_zero3_converted_copies_meet_across_sub_groups(monkeypatch):
+    """DeepSpeed's _create_fp32_partitions keeps each sub-group's fp32 converted copy in its loop variable until
+    the next one is made: with two sub-groups, the first converted copy is freed only after the second is made."""
+    from workbench import memory
+
+    cfg = read_config(HF / "tiny-llama")
+    sizes = []
+
+    def two_groups(numels):
+        groups = memory.zero3_sub_groups(numels, sum(numels) // 2)
+        sizes.extend(groups)
+        return groups
+
+    monkeypatch.setattr(allocsim, "zero3_sub_groups", two_groups)
+    events = allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=64, steps=1)
+    assert len(sizes) == 2
+    first, second = (4 * g for g in sizes)
+    made = [i for i, e in enumerate(events) if e[0] == "malloc" and e[2] in (first, second)][:4]
+    keys = [events[i][1] for i in made]
+    # converted 1, its clone, converted 2, its clone; converted 1 freed after converted 2 was made
+    assert [events[i][2] for i in made] == [first, first, second, second]
+    freed_first = next(i for i, e in enumerate(events) if e[0] == "free" and e[1] == keys[0])
+    assert made[2] < freed_first
+
+
 def test_zero3_plan_is_replayed_with_overlap_comm(capsys):
     code, out, _ = _estimate(capsys, "--zero", "3", "--overlap-comm", "--simulate-allocator")
     assert code == 0 and "(replayed)" in out
