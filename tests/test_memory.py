@@ -441,35 +441,35 @@ def test_offload_fp64_norm_copy_of_the_embedding_gradient_is_the_peak(config, mb
     assert without.peak_stage.terms.optimizer > 0  # the states on the GPU: a different peak, no fp64 norm copies
 
 
-def test_offload_tied_gradient_bytes_follow_deepspeed():
-    from workbench.memory import DS_OFFLOAD_NORM_BYTES_PER_VALUE, offload_tied_gradient_bytes
+def test_offload_end_reduction_bytes_follow_deepspeed():
+    from workbench.memory import DS_OFFLOAD_NORM_BYTES_PER_VALUE, offload_end_reduction_bytes
 
     tied = _hf_spec(GEMMA3_27B_L3)
     elems = 262208 * 5376
     kw = dict(engine=DS, zero_stage=2, offload_optimizer=1, pipeline_parallel=1, tensor_parallel=1, value_bytes=2,
               lora=False)
     # larger than the 5e8-element bucket: the 16-bit gradient bypasses it and lives beside its fp64 copy
-    assert offload_tied_gradient_bytes(tied, **kw) == pytest.approx((DS_OFFLOAD_NORM_BYTES_PER_VALUE + 2) * elems)
-    assert offload_tied_gradient_bytes(tied, **{**kw, "zero_stage": 1}) == pytest.approx(8 * elems)
-    assert offload_tied_gradient_bytes(tied, **kw, reduce_bucket_elements=2 * elems) == pytest.approx(8 * elems)
+    assert offload_end_reduction_bytes(tied, **kw) == pytest.approx((DS_OFFLOAD_NORM_BYTES_PER_VALUE + 2) * elems)
+    assert offload_end_reduction_bytes(tied, **{**kw, "zero_stage": 1}) == pytest.approx(8 * elems)
+    assert offload_end_reduction_bytes(tied, **kw, reduce_bucket_elements=2 * elems) == pytest.approx(8 * elems)
     for change in (dict(offload_optimizer=0), dict(zero_stage=3), dict(zero_stage=0), dict(engine=MG),
                    dict(lora=True), dict(pipeline_parallel=2)):
-        assert offload_tied_gradient_bytes(tied, **{**kw, **change}) == 0, change
+        assert offload_end_reduction_bytes(tied, **{**kw, **change}) == 0, change
     # untied: the input embedding's gradient overflows the bucket at the end of backward; the bucket's largest
     # gradient (a layer's: the output layer went in an earlier reduction) is taken to fp64 beside it, then the
     # embedding's own fp64 copy: the larger of the two
     untied = _hf_spec(NEOX_20B_L3)
     emb, layer = 50432 * 6144, 6144 * 24576
-    assert offload_tied_gradient_bytes(untied, **kw) == pytest.approx(max(2 * emb + 8 * layer, 8 * emb))
+    assert offload_end_reduction_bytes(untied, **kw) == pytest.approx(max(2 * emb + 8 * layer, 8 * emb))
     # everything within one bucket: the output layer is still in it when the embedding's gradient arrives
     big = 4 * (emb + 3 * 12 * 6144 ** 2)
-    assert offload_tied_gradient_bytes(untied, **kw, reduce_bucket_elements=big) == pytest.approx(8 * emb)
+    assert offload_end_reduction_bytes(untied, **kw, reduce_bucket_elements=big) == pytest.approx(8 * emb)
     # ZeRO-3 with offload: the concatenated bucket, the slice's 16-bit copy beside its fp64 pieces
-    z3 = offload_tied_gradient_bytes(untied, **{**kw, "zero_stage": 3})
+    z3 = offload_end_reduction_bytes(untied, **{**kw, "zero_stage": 3})
     assert z3 == pytest.approx(max(2 * emb + 2 * 5e8 + 2 * layer + 8 * layer, 8 * emb))
     for change in (dict(offload_optimizer=0), dict(zero_stage=0), dict(engine=MG), dict(lora=True),
                    dict(pipeline_parallel=2)):
-        assert offload_tied_gradient_bytes(untied, **{**kw, **change}) == 0, change
+        assert offload_end_reduction_bytes(untied, **{**kw, **change}) == 0, change
 
 
 def test_deepspeed_init_bytes_is_the_flat_buffer_and_the_partition_clone():

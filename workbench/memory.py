@@ -428,10 +428,11 @@ def zero3_largest_sub_group(m: ModelSpec, tensor_parallel=1, data_parallel=1):
     flattens and casts at once. A sub-group closes at the first weight that takes it to ``sub_group_size`` or
     beyond, so it can pass the size by most of a weight (Llama 3 70B's width at 2 layers: the second layer's rest
     with the output layer, 1.9 G elements)."""
-    def one(t, d):
-        return max(zero3_sub_groups([e / d for e in P.weight_tensor_sizes(m, int(t))]), default=0.0)
-
-    return np.vectorize(one, otypes=[float])(tensor_parallel, data_parallel)[()]
+    if ndim(tensor_parallel) or ndim(data_parallel):  # a sweep: each distinct (t, d) once, remembered
+        return np.vectorize(lambda t, d: zero3_largest_sub_group(m, int(t), int(d)),
+                            otypes=[float])(tensor_parallel, data_parallel)[()]
+    return float(max(zero3_sub_groups([e / data_parallel for e in P.weight_tensor_sizes(m, int(tensor_parallel))]),
+                     default=0.0))
 
 
 def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
@@ -683,11 +684,11 @@ def deepspeed_init_bytes(*, weights, trainable, data_parallel, value_bytes, engi
                  weights + value_bytes * trainable / data_parallel, 0.0)
 
 
-def offload_tied_gradient_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
+def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
                                 tensor_parallel, value_bytes, lora,
                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
-    """Bytes DeepSpeed ZeRO-1/2 with the optimizer on the CPU adds at the end of backward on one stage, when no
-    activation is left. Tied embeddings: the shared weight's gradient hook fires last, once the embedding's
+    """Bytes DeepSpeed with the optimizer on the CPU adds at the end of backward on one stage, when no activation is
+    left (ZeRO-1/2; ZeRO-3 for untied embeddings). Tied embeddings: the shared weight's gradient hook fires last, once the embedding's
     backward has added to it; its gradient's L2 norm is taken in fp64 (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE` per
     value, ``set_norm_for_param_grad_in_gpu``) beside the buckets, and when the weight is larger than
     ``reduce_bucket_size`` its 16-bit gradient bypasses the bucket and is still alive (ZeRO-2; ZeRO-1 counts its
@@ -1735,7 +1736,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     buffers_bwd = where(early, buffers, buffers_bwd)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
     # ZeRO-1/2 with the optimizer on the CPU: the embeddings' norm copies at the end of backward
-    tied_end = offload_tied_gradient_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
+    tied_end = offload_end_reduction_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                                            pipeline_parallel=pipeline_parallel, tensor_parallel=tensor_parallel,
                                            value_bytes=value_bytes, lora=lora)
     end_peak = weights + grads + optimizer + buffers + tied_end
