@@ -1469,12 +1469,12 @@ class ReplayedPeaks:
         return cls(peak_allocated_bytes=int(alloc.peak_allocated_bytes), peak_reserved_bytes=int(alloc.peak_reserved_bytes))
 
 
-REPLAY_STUDY = dict(test_runs=522, replayed=(0.017, 0.178), constant=(0.047, -0.285))
+REPLAY_STUDY = dict(test_runs=543, replayed=(0.019, 0.153), constant=(0.047, -0.285))
 """The estimate's whole-device error (median |error|, worst) on the corpus's in-scope one-GPU runs of the test split
 (transformers and megatron-core models under DeepSpeed ZeRO-0 to 3, ZeRO-2 and 3 with CPU offload, megatron-core's
 own DDP),
 with the allocator replayed (its memory outside the allocator + the replay's own peak reserved) and with the engine's
-constant reserve (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-02): what the
+constant reserve (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-03): what the
 advisor quotes when it names the replay."""
 
 SCOPE = ("--simulate-allocator covers DeepSpeed on one GPU, ZeRO 0-2 without overlap_comm and ZeRO-3 with it (ZeRO-2 "
