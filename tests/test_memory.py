@@ -452,9 +452,12 @@ def test_offload_end_reduction_bytes_follow_deepspeed():
     assert offload_end_reduction_bytes(tied, **kw) == pytest.approx((DS_OFFLOAD_NORM_BYTES_PER_VALUE + 2) * elems)
     assert offload_end_reduction_bytes(tied, **{**kw, "zero_stage": 1}) == pytest.approx(8 * elems)
     assert offload_end_reduction_bytes(tied, **kw, reduce_bucket_elements=2 * elems) == pytest.approx(8 * elems)
-    for change in (dict(offload_optimizer=0), dict(zero_stage=3), dict(zero_stage=0), dict(engine=MG),
-                   dict(lora=True), dict(pipeline_parallel=2)):
+    for change in (dict(offload_optimizer=0), dict(zero_stage=0), dict(engine=MG), dict(lora=True),
+                   dict(pipeline_parallel=2)):
         assert offload_end_reduction_bytes(tied, **{**kw, **change}) == 0, change
+    # ZeRO-3: the gradient's own block (larger than the bucket), its slice's 16-bit copy, then the fp32 cast (larger
+    # than the 250 M-element fp64 pieces)
+    assert offload_end_reduction_bytes(tied, **{**kw, "zero_stage": 3}) == pytest.approx((2 + 2 + 4) * elems)
     # untied: the input embedding's gradient overflows the bucket at the end of backward; the bucket's largest
     # gradient (a layer's: the output layer went in an earlier reduction) is taken to fp64 beside it, then the
     # embedding's own fp64 copy: the larger of the two

@@ -688,7 +688,7 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
                                 tensor_parallel, value_bytes, lora,
                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
     """Bytes DeepSpeed with the optimizer on the CPU adds at the end of backward on one stage, when no activation is
-    left (ZeRO-1/2; ZeRO-3 for untied embeddings). Tied embeddings: the shared weight's gradient hook fires last, once the embedding's
+    left (ZeRO-1/2/3). Tied embeddings: the shared weight's gradient hook fires last, once the embedding's
     backward has added to it; its gradient's L2 norm is taken in fp64 (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE` per
     value, ``set_norm_for_param_grad_in_gpu``) beside the buckets, and when the weight is larger than
     ``reduce_bucket_size`` its 16-bit gradient bypasses the bucket and is still alive (ZeRO-2; ZeRO-1 counts its
@@ -702,7 +702,16 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
                & (pipeline_parallel == 1) & ~asarray(lora) & (value_bytes < 4))
     if m.tied_embeddings:
         bypass = where((zero_stage == 2) & (elems > reduce_bucket_elements), value_bytes, 0.0)
-        return where(applies & ~zero3_offload, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems, 0.0)
+        # ZeRO-3: the shared weight's gradient (its own block when larger than the bucket, else the concatenated
+        # bucket), the 16-bit copy of its slice, then the fp64 pieces or the fp32 cast, the larger (traced on one
+        # H200: Gemma 3 27B's width at 3 layers, 10.5 GiB beside the flat weights and the bucket, the run's peak)
+        layers_total = m.num_layers * layer_params_per_rank(m, tensor_parallel)
+        held = where(elems > reduce_bucket_elements, value_bytes * elems,
+                     value_bytes * minimum(reduce_bucket_elements, elems + layers_total))
+        zero3_tied = held + value_bytes * elems + maximum(
+            DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(elems, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * elems)
+        return where(applies, where(zero3_offload, zero3_tied, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems),
+                     0.0)
     # untied: the input embedding's gradient comes last. When it overflows the bucket, the bucket is reduced while
     # that gradient still has its own block; each gradient in the bucket is taken to fp64 in turn — the output
     # layer's when no reduction ran before (output and every layer within one bucket), else a layer's largest
