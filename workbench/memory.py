@@ -579,6 +579,16 @@ def lora_late_buckets(held, output, layer_transient, buffers, *, last, engine, z
     return acts, where(loss_wins, early, buffers), late
 
 
+def zero3_offload_copy_bytes(elements, value_bytes):
+    """Bytes DeepSpeed ZeRO-3 with the optimizer on the CPU holds while it hands one reduced gradient slice of
+    ``elements`` values to the host (``stage3.py`` ``partition_grads``): the 16-bit GPU copy of the slice's host
+    buffer (``grad_buffer.to(device)``), beside the larger of its L2 norm's fp64 pieces (at most
+    :data:`DS_ZERO3_NORM_CHUNK_ELEMENTS` elements at a time, :data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE` per value) and
+    the fp32 cast for the copy to the host, which come one after the other (arrays allowed)."""
+    return value_bytes * elements + maximum(
+        DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(elements, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * elements)
+
+
 def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_transient, layers, last,
                                  tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
                                  offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
@@ -635,8 +645,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     # (traced on one H200: Pythia 6.9B's width at 4 layers, 0.89 GiB beside the output layer's copies)
     rank_slice = output_elems / data_parallel
     coalesced = value_bytes * reduce_bucket_elements
-    zero3_copy = value_bytes * rank_slice + maximum(
-        DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(rank_slice, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * rank_slice)
+    zero3_copy = zero3_offload_copy_bytes(rank_slice, value_bytes)
     zero3_copy = zero3_copy + where(extra_large, 0.0, coalesced)
     momentary = (where(extra_large, value_bytes * output_elems, 0.0)
                  + where(offload, where(zero3_offload, zero3_copy, offload_copy), 0.0))
@@ -648,9 +657,8 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     big = largest_layer_param_tensor(m, tensor_parallel)
     big_extra = big > reduce_bucket_elements
     big_slice = big / data_parallel
-    big_copy = where(zero3_offload, value_bytes * big_slice + maximum(
-        DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(big_slice, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * big_slice)
-        + where(big_extra, 0.0, coalesced), max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0) * big)
+    big_copy = where(zero3_offload, zero3_offload_copy_bytes(big_slice, value_bytes)
+                     + where(big_extra, 0.0, coalesced), max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0) * big)
     done_big = where(big_extra, 0.0, where(extra_large, np.floor(reduce_bucket_elements / per_layer), done))
     acts_big = (held - minimum(done_big, layers) * kept_per_layer
                 + maximum(layer_transient, where(big_extra, value_bytes * big, 0.0) + big_copy))
@@ -708,8 +716,7 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
         layers_total = m.num_layers * layer_params_per_rank(m, tensor_parallel)
         held = where(elems > reduce_bucket_elements, value_bytes * elems,
                      value_bytes * minimum(reduce_bucket_elements, elems + layers_total))
-        zero3_tied = held + value_bytes * elems + maximum(
-            DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(elems, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * elems)
+        zero3_tied = held + zero3_offload_copy_bytes(elems, value_bytes)
         return where(applies, where(zero3_offload, zero3_tied, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems),
                      0.0)
     # untied: the input embedding's gradient comes last. When it overflows the bucket, the bucket is reduced while
@@ -726,8 +733,7 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     # ZeRO-3 (one rank's slices): the bucket's gradients concatenated into one new block, the slice's 16-bit copy
     # beside its fp64 pieces, then its fp32 cast (:func:`zero12_early_partition_bytes`)
     coalesced = value_bytes * minimum(reduce_bucket_elements, elems + layers_total)
-    zero3_copy = value_bytes * reduced + maximum(
-        DS_OFFLOAD_NORM_BYTES_PER_VALUE * minimum(reduced, DS_ZERO3_NORM_CHUNK_ELEMENTS), 4.0 * reduced)
+    zero3_copy = zero3_offload_copy_bytes(reduced, value_bytes)
     trigger = (where(overflow, value_bytes * elems, 0.0)
                + where(zero3_offload, coalesced + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
     own = where(elems > reduce_bucket_elements, value_bytes, 0.0)
