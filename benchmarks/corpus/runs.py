@@ -438,6 +438,14 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- thirtieth final batch ("final30"): declared before measuring ---
+    # DeepSeek LLM 67B's width at 2 layers: 64 heads of 128 (MHA), SwiGLU 22016, 102k vocabulary, untied (the output
+    # layer, 839 M elements, exceeds DeepSpeed's bucket), 4k tokens
+    "mc-h8192-ds67b-l2": dict(like="DeepSeek LLM 67B width (95 -> 2 layers), 4k tokens", num_layers=2, hidden_size=8192,
+                              num_attention_heads=64, num_query_groups=64, ffn_hidden_size=22016, vocab_size=102400,
+                              seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                              tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                              attention_dropout=0.0),
     # --- twenty-ninth final batch ("final29"): declared before measuring ---
     # Yi 34B's width at 3 layers: GQA 56/8 of head 128, SwiGLU 20480, 64k vocabulary, untied, 4k tokens
     "mc-h7168-yi-l3": dict(like="Yi 34B width (60 -> 3 layers), 4k tokens", num_layers=3, hidden_size=7168,
@@ -1021,6 +1029,24 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirtieth final batch ("final30") ---
+    # Mixtral 8x22B's width at 1 of its 56 layers: 8 experts top-2 of width 16384 (the fused gate_up_proj, 1.61 G
+    # elements, three times DeepSpeed's bucket), GQA 48/8 of head 128, 32k vocabulary, untied, 2k tokens
+    "hf-mixtral-h6144-l1": dict(like="Mixtral 8x22B width (56 -> 1 layer)", seq_length=2048, config=dict(
+        model_type="mixtral", architectures=["MixtralForCausalLM"], hidden_size=6144, intermediate_size=16384,
+        num_hidden_layers=1, num_attention_heads=48, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+        vocab_size=32768, max_position_embeddings=65536, rms_norm_eps=1e-5, hidden_act="silu",
+        tie_word_embeddings=False, attention_dropout=0.0, sliding_window=None, router_aux_loss_coef=0.001,
+        output_router_logits=False, rope_theta=1000000.0)),
+    # Phi-4-mini at 8 of its 32 layers (Phi-3 architecture): GQA 24/8 of head 128, partial rotary 0.75, SwiGLU 8192,
+    # a 200k vocabulary, tied (the shared weight, 615 M elements, exceeds DeepSpeed's bucket), 4k tokens (its long-rope
+    # scaling left out)
+    "hf-phi4mini-h3072-l8": dict(like="Phi-4-mini (32 -> 8 layers)", seq_length=4096, config=dict(
+        model_type="phi3", architectures=["Phi3ForCausalLM"], hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=8, num_attention_heads=24, num_key_value_heads=8, vocab_size=200064,
+        max_position_embeddings=131072, original_max_position_embeddings=4096, partial_rotary_factor=0.75,
+        rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True, attention_dropout=0.0, resid_pdrop=0.0,
+        embd_pdrop=0.0, rope_theta=10000.0, sliding_window=262144, pad_token_id=None)),
     # --- twenty-ninth final batch ("final29") ---
     # Qwen1.5-MoE-A2.7B at 3 of its 24 layers: 60 experts top-4 of width 1408 plus a shared expert 5632, MHA 16
     # heads, 152k vocabulary, untied, 4k tokens
@@ -1606,6 +1632,17 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirtieth final batch (one GPU), declared in accuracy_split.json "final30" before measuring: DeepSpeed with the
+    # optimizer on the CPU where a MoE layer's fused experts, a tied embedding or an untied output layer exceed the
+    # bucket (the default model's offload reduction moments, written 2026-12-03), ZeRO-1 to 3, and a MoE's ZeRO-3
+    # optimizer step
+    "final30": [
+        _hf("hf-mixtral-h6144-l1", 2, "sdpa", **OFF), _hf("hf-mixtral-h6144-l1", 3, "sdpa", **OFF),
+        _hf("hf-mixtral-h6144-l1", 3, "sdpa"),
+        _hf("hf-phi4mini-h3072-l8", 2, "sdpa", mbs=2, ckpt=True, **OFF), _hf("hf-phi4mini-h3072-l8", 3, "sdpa", **OFF),
+        _hf("hf-phi4mini-h3072-l8", 1, "sdpa", **OFF),
+        _ds("mc-h8192-ds67b-l2", 2, **OFF), _ds("mc-h8192-ds67b-l2", 3, **OFF),
     ],
     # twenty-ninth final batch (one GPU), declared in accuracy_split.json "final29" before measuring: wide and long
     # megatron-core models at ZeRO-3 (the replay's misses), a transformers MoE at ZeRO-3 (its optimizer step's
