@@ -1717,6 +1717,12 @@ GROUPS = {
     "replay-miss-history": [dict(cfg, history=True) for cfg in (
         _hf("hf-gemma3-h2560", 2, "sdpa"), _ds("mc-h1536-s8k", 3), _ds("mc-h4096-mha", 3, **OFF),
         _ds("mc-h8192-gqa", 3), _ds("mc-h3072-hd256", 3))],
+    # allocator histories of the three final30 runs (test split, revealed) that the replay or the default model missed
+    # by more than 5 %: Mixtral 8x22B's width at ZeRO-3 and ZeRO-2 with the optimizer on the CPU, DeepSeek LLM 67B's
+    # width at ZeRO-3 with it (diagnostic: records kept beside the histories, not in the corpus)
+    "final30-history": [dict(cfg, history=True) for cfg in (
+        _hf("hf-mixtral-h6144-l1", 3, "sdpa", **OFF), _hf("hf-mixtral-h6144-l1", 2, "sdpa", **OFF),
+        _ds("mc-h8192-ds67b-l2", 3, **OFF))],
     # step-noise study (benchmarks/step_noise.py; records in benchmarks/corpus/noise_h200.jsonl, not the accuracy
     # corpus): three host-bound configurations whose step time was measured 38-43 % apart in separate processes, each
     # eight times in fresh processes with a longer protocol (10 timed steps) and the host probe around the timed
