@@ -441,6 +441,29 @@ def test_offload_fp64_norm_copy_of_the_embedding_gradient_is_the_peak(config, mb
     assert without.peak_stage.terms.optimizer > 0  # the states on the GPU: a different peak, no fp64 norm copies
 
 
+MIXTRAL_8X22B_L1 = dict(model_type="mixtral", hidden_size=6144, intermediate_size=16384, num_hidden_layers=1,
+                        num_attention_heads=48, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+                        vocab_size=32768, max_position_embeddings=65536, rms_norm_eps=1e-5, hidden_act="silu",
+                        tie_word_embeddings=False, attention_dropout=0.0, router_aux_loss_coef=0.001,
+                        output_router_logits=False, rope_theta=1000000.0)
+
+
+def test_zero3_offload_fused_experts_reduction_counts_each_gradient_once():
+    """ZeRO-3 with the optimizer on the CPU on Mixtral 8x22B's width at 1 layer (fused experts: ``gate_up_proj`` 1.61 G
+    elements, ``down_proj`` 0.81 G, both above the 500 M bucket). The H200 measured 20.18 GiB allocated (final30,
+    2026-12-03), and its allocator history (group final30-history) shows the peak: the flat weights, the bucket,
+    ``gate_up_proj``'s gradient, its slice's 16-bit copy and 6 GiB fp32 cast, with ``down_proj``'s 1.5 GiB gradient
+    still waiting (DeepSpeed reduced ``gate_up_proj`` first). The estimate counted ``gate_up_proj``'s gradient twice
+    (with its module's backward and again at the reduction) and left ``down_proj``'s out: +9.9 %."""
+    model = _hf_spec(MIXTRAL_8X22B_L1)
+    plan = ParallelPlan(world_size=1, zero_stage=3, offload_optimizer="cpu", micro_batch_size=1, global_batch_size=1,
+                        overlap_comm=True)
+    memory = estimate(model, ClusterSpec(gpu="H200", gpus_per_node=1), plan, checks=False).memory
+    t = memory.peak_stage.terms
+    allocated = t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+    assert allocated / 2**30 == pytest.approx(20.18, rel=0.04)
+
+
 def test_offload_end_reduction_bytes_follow_deepspeed():
     from workbench.memory import DS_OFFLOAD_NORM_BYTES_PER_VALUE, offload_end_reduction_bytes
 

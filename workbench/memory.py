@@ -660,8 +660,16 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     big_copy = where(zero3_offload, zero3_offload_copy_bytes(big_slice, value_bytes)
                      + where(big_extra, 0.0, coalesced), max(DS_OFFLOAD_NORM_BYTES_PER_VALUE, 4.0) * big)
     done_big = where(big_extra, 0.0, where(extra_large, np.floor(reduce_bucket_elements / per_layer), done))
-    acts_big = (held - minimum(done_big, layers) * kept_per_layer
-                + maximum(layer_transient, where(big_extra, value_bytes * big, 0.0) + big_copy))
+    # the weight's own 16-bit gradient beside its copies when it bypasses the bucket: ZeRO-1/2 here; ZeRO-3 counts
+    # it with its module's backward already (the buffers' largest layer weight, :func:`stage_terms`). ZeRO-3 with
+    # transformers' fused experts: autograd makes both expert gradients before either hook fires and DeepSpeed
+    # reduces ``gate_up_proj`` first, so the ``down_proj`` gradient waits beside that reduction (an H200 history of
+    # Mixtral 8x22B's width at ZeRO-3 with the optimizer on the CPU, corpus group final30-history: its 1.5 GiB
+    # ``down_proj`` gradient alive at the 6 GiB fp32 cast of ``gate_up_proj``'s, the run's peak)
+    fused = hf_fused_experts_tensor(m) / tensor_parallel
+    fused_rest = where((big == fused) & (fused > 0), fused / (2 if m.is_gated else 1), 0.0)
+    big_grad = where(big_extra, where(zero3_offload, value_bytes * fused_rest, value_bytes * big), 0.0)
+    acts_big = (held - minimum(done_big, layers) * kept_per_layer + maximum(layer_transient, big_grad + big_copy))
     applies_big = applies_base & offload & (big_extra | (done_big < layers))
     acts = where(applies, acts, 0.0)
     acts = where(applies_big, maximum(acts, acts_big), acts)
