@@ -224,7 +224,7 @@ def test_scope_is_one_gpu_on_the_default_allocator_offload_at_zero2_and_3():
     assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3, offload_optimizer=cpu))))
     assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3)), options=dict(lora=16)))
     assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu))))
-    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=1, offload_optimizer=cpu))))
+    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=1, offload_optimizer=cpu))))
     assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu),
                                                      gradient_accumulation_steps=2)))
     assert not A.in_scope(base | dict(world_size=2))
@@ -370,19 +370,19 @@ def test_zero2_cpu_offload_keeps_only_the_bf16_parameters_on_the_gpu():
     assert A.replay(events).peak_allocated_bytes < A.replay(_trace(zero=2)).peak_allocated_bytes
 
 
-def test_offload_outside_zero2_and_3_without_accumulation_is_refused():
+def test_offload_outside_zero1_to_3_without_accumulation_is_refused():
     from workbench.allocsim import DeepSpeedSetup, check_scope, deepspeed_steps
     from workbench.specs import ModelSpec, ParallelPlan
 
-    with pytest.raises(ValueError, match="zero_stage=1, grad_accum=1"):
-        deepspeed_steps(None, None, DeepSpeedSetup(zero_stage=1, micro_batch=1, grad_accum=1, seq_length=8,
+    with pytest.raises(ValueError, match="zero_stage=2, grad_accum=2"):
+        deepspeed_steps(None, None, DeepSpeedSetup(zero_stage=2, micro_batch=1, grad_accum=2, seq_length=8,
                                                    offload_optimizer=True), [])
     m = ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=128)
     base = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", overlap_comm=False)
     check_scope(m, base)
     check_scope(m, base.replace(zero_stage=3, overlap_comm=True))
+    check_scope(m, base.replace(zero_stage=1))  # ZeRO-1's offload: the ZeRO-1/2 trace, its reductions at the end
     for plan, why in ((base.replace(zero_stage=3), "overlap_comm=False at ZeRO-3"),
-                      (base.replace(zero_stage=1), "offload_optimizer=cpu with zero_stage=1"),
                       (base.replace(micro_batch_size=1, global_batch_size=2), "gradient_accumulation_steps=2"),
                       (base.replace(offload_optimizer="nvme"), "offload_optimizer=nvme"),
                       (base.replace(overlap_comm=True), "overlap_comm=True at ZeRO-2")):

@@ -735,8 +735,8 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     ``micro_step()`` runs one forward and returns the loss (its backward runs here). ``("empty_cache", 0, 0)`` marks
     where DeepSpeed empties the cache, ``("end", 0, 0)`` the end of the last step.
 
-    ZeRO-2 with the optimizer offloaded to the CPU (``setup.offload_optimizer``; ``stage_1_and_2.py`` with
-    ``cpu_offload``) keeps on the GPU only the flat bf16 parameters, the ``ipg`` bucket and a bf16 staging buffer the
+    ZeRO-1/2 with the optimizer offloaded to the CPU (``setup.offload_optimizer``; ``stage_1_and_2.py`` with
+    ``cpu_offload``; ZeRO-1 sends its gradients through the bucket at the end of backward, as without offload) keeps on the GPU only the flat bf16 parameters, the ``ipg`` bucket and a bf16 staging buffer the
     size of the largest parameter (``temp_grad_buffer_for_gpu_offload``, made in ``__init__``): the fp32 master is cloned
     from the flat buffer on the GPU and moved to the host (``.detach().clone().to(device, fp32)``: a transient bf16
     copy), its gradient and Adam's states are host tensors. Each reduction of the bucket hands every gradient in it to
@@ -747,9 +747,9 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     import torch
 
     offload = bool(setup.offload_optimizer)
-    if offload and setup.zero_stage != 3 and (setup.zero_stage != 2 or setup.grad_accum != 1):
+    if offload and setup.zero_stage != 3 and (setup.zero_stage not in (1, 2) or setup.grad_accum != 1):
         raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}, grad_accum={setup.grad_accum}: the "
-                         f"trace models DeepSpeed's CPU offload at ZeRO-2 without gradient accumulation")
+                         f"trace models DeepSpeed's CPU offload at ZeRO-1 to 3 without gradient accumulation")
     for p in model.parameters():  # the engine's _configure_distributed_model: every parameter in bf16 (peft's fp32
         if p.is_floating_point() and p.dtype != torch.bfloat16:  # adapters included), buffers as they are
             p.data = p.data.to(torch.bfloat16)
@@ -1063,7 +1063,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                        reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True, side_stream_lags: bool = True) -> list:
-    """The allocation events of a Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; ZeRO-2 and 3 also with
+    """The allocation events of a Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; ZeRO-1 to 3 also with
     ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`; ZeRO-3 as :func:`deepspeed_zero3_steps` traces it) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
     ``("end", 0, 0)`` marker. ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
@@ -1471,8 +1471,8 @@ class ReplayedPeaks:
 
 REPLAY_STUDY = dict(test_runs=543, replayed=(0.019, 0.153), constant=(0.047, -0.285))
 """The estimate's whole-device error (median |error|, worst) on the corpus's in-scope one-GPU runs of the test split
-(transformers and megatron-core models under DeepSpeed ZeRO-0 to 3, ZeRO-2 and 3 with CPU offload, megatron-core's
-own DDP),
+(transformers and megatron-core models under DeepSpeed ZeRO-0 to 3, ZeRO-2 and 3 with CPU offload (ZeRO-1's since
+the study), megatron-core's own DDP),
 with the allocator replayed (its memory outside the allocator + the replay's own peak reserved) and with the engine's
 constant reserve (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-03): what the
 advisor quotes when it names the replay."""
@@ -1500,7 +1500,7 @@ def outside_allocator_engine(plan) -> str:
 def check_scope(model, plan) -> None:
     """``ValueError`` naming why a plan is outside what the replay models: on one GPU, in bf16, with the default
     allocator (no ``expandable_segments``) and no parameter offload, either DeepSpeed ZeRO-0 to 3 (no optimizer
-    offload but ZeRO-2's and ZeRO-3's to the CPU without gradient accumulation; ZeRO-1/2 without ``overlap_comm``,
+    offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without gradient accumulation; ZeRO-1/2 without ``overlap_comm``,
     DeepSpeed's own default, which the workbench's export turns on; ZeRO-3 with it, its default, and without LoRA) of a transformers model (``implementation='transformers'``) or a
     dense megatron-core model with unfused attention (the local layer spec the workbench's launcher trains), or
     megatron-core's own DDP and optimizer (``engine='megatron'``, plain or distributed optimizer, torch's Adam, main
@@ -1540,9 +1540,9 @@ def check_scope(model, plan) -> None:
         zero = int(plan.zero_stage)
         if offload not in ("none", "cpu"):
             why.append(f"offload_optimizer={offload}")
-        elif offload == "cpu" and (zero < 2 or plan.gradient_accumulation_steps != 1):
+        elif offload == "cpu" and (zero < 1 or plan.gradient_accumulation_steps != 1):
             why.append(f"offload_optimizer=cpu with zero_stage={zero}, gradient_accumulation_steps="
-                       f"{plan.gradient_accumulation_steps} (the trace offloads at ZeRO-2 and 3 without accumulation)")
+                       f"{plan.gradient_accumulation_steps} (the trace offloads at ZeRO-1 to 3 without accumulation)")
         if zero == 3 and not plan.overlaps_comm:
             why.append("overlap_comm=False at ZeRO-3 (the trace reduces on ZeRO-3's side stream, DeepSpeed's default: "
                        "--overlap-comm, ParallelPlan(overlap_comm=True))")
