@@ -736,8 +736,9 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     where DeepSpeed empties the cache, ``("end", 0, 0)`` the end of the last step.
 
     ZeRO-1/2 with the optimizer offloaded to the CPU (``setup.offload_optimizer``; ``stage_1_and_2.py`` with
-    ``cpu_offload``; ZeRO-1 sends its gradients through the bucket at the end of backward, as without offload) keeps on the GPU only the flat bf16 parameters, the ``ipg`` bucket and a bf16 staging buffer the
-    size of the largest parameter (``temp_grad_buffer_for_gpu_offload``, made in ``__init__``): the fp32 master is cloned
+    ``cpu_offload``; ZeRO-1 sends its gradients through the bucket at the end of backward, as without offload) keeps
+    on the GPU only the flat bf16 parameters, the ``ipg`` bucket and a bf16 staging buffer the size of the largest
+    parameter (``temp_grad_buffer_for_gpu_offload``, made in ``__init__``): the fp32 master is cloned
     from the flat buffer on the GPU and moved to the host (``.detach().clone().to(device, fp32)``: a transient bf16
     copy), its gradient and Adam's states are host tensors. Each reduction of the bucket hands every gradient in it to
     the host (``copy_grads_in_partition``'s offload branch, at the accumulation boundary): its norm through an fp64 copy
