@@ -202,6 +202,22 @@ def test_zero1_offload_keeps_every_gradient_until_the_end_of_backward():
     assert peaks[1].peak_reserved_bytes >= peaks[1].peak_allocated_bytes
 
 
+def test_zero3_offload_hands_a_buckets_gradients_to_the_host_in_model_order():
+    """DeepSpeed's ZeRO-3 reduces a bucket through ``__avg_scatter_grads`` (``reduce_scatter``, on by default), which
+    sorts the bucket's parameters by ``ds_id`` first, so ``partition_grads`` copies them to the host in the model's
+    parameter order, not the hooks' (backward) order. With a 20 k-element bucket on tiny-llama one bucket holds the
+    layer's k, v and o projections, its MLP gate and its second norm (arriving as gate, norm, o, v, k): their staged
+    16-bit copies come as k, v, o, gate, norm. (Replayed on a Llama 2 7B-width megatron-core model's ZeRO-3 offload
+    history, this order took the trace's peak reserved from -2.4 % to the byte.)"""
+    cfg = read_config(HF / "tiny-llama")
+    events = allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=16, steps=1,
+                                         offload_optimizer=True, reduce_bucket_elements=20_000)
+    side = [size for kind, _key, size, *stream in events if kind == "malloc" and stream == [allocsim.SIDE_STREAM]]
+    k, v, o, gate, norm = 2048, 2048, 4096, 11264, 64  # elements
+    start = side.index(2 * (k + v + o + gate + norm)) + 1  # reduce_scatter_coalesced's flat buffer, then the copies
+    assert side[start:start + 15:3] == [2 * n for n in (k, v, o, gate, norm)]
+
+
 def _tiny_mcore_specs():
     from workbench.cli import build_parser
     from workbench.commands.common import specs_from_args

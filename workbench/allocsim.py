@@ -972,6 +972,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         else:
             p.data = partitions[id(p)].view(shapes[id(p)])
     ipg = dict(elements=0, params=[])
+    order = {id(p): i for i, p in enumerate(params)}  # ds_id: the parameters as the engine converts them
     state = dict(boundary=False)
     released, reductions = [], []  # blocks freed with record_stream and not yet back; per reduction, how many then
 
@@ -995,6 +996,9 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         if len(reductions) > 2:  # max_param_reduce_events: the host synchronizes on the oldest reduction
             stream_done(reductions.pop(0))
         since = len(events)
+        # reduce_scatter (DeepSpeed's default) takes __avg_scatter_grads, which first sorts the bucket's parameters
+        # by ds_id (their order in the model): partition_grads then walks them in that order, not the hooks'
+        ipg["params"].sort(key=lambda q: order[id(q)])
         grads = [q.grad for q in ipg["params"]]
         if len(grads) > 1:  # reduce_scatter_coalesced's interleaved flat buffer
             flat_grads = torch.empty(sum(g.numel() for g in grads), dtype=torch.bfloat16, device="meta")
