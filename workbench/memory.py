@@ -716,14 +716,16 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     zero3_offload = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 3) & (offload_optimizer > 0)
     applies = ((deepspeed_offload12(engine, zero_stage, offload_optimizer) | zero3_offload)
                & (pipeline_parallel == 1) & ~asarray(lora) & (value_bytes < 4))
+    layers_total = m.num_layers * layer_params_per_rank(m, tensor_parallel)
+    # ZeRO-3 (one rank's slices): the last bucket's gradients concatenated into one new block
+    # (``reduce_scatter_coalesced``, :func:`zero12_early_partition_bytes`)
+    coalesced = value_bytes * minimum(reduce_bucket_elements, elems + layers_total)
     if m.tied_embeddings:
         bypass = where((zero_stage == 2) & (elems > reduce_bucket_elements), value_bytes, 0.0)
         # ZeRO-3: the shared weight's gradient (its own block when larger than the bucket, else the concatenated
         # bucket), the 16-bit copy of its slice, then the fp64 pieces or the fp32 cast, the larger (traced on one
         # H200: Gemma 3 27B's width at 3 layers, 10.5 GiB beside the flat weights and the bucket, the run's peak)
-        layers_total = m.num_layers * layer_params_per_rank(m, tensor_parallel)
-        held = where(elems > reduce_bucket_elements, value_bytes * elems,
-                     value_bytes * minimum(reduce_bucket_elements, elems + layers_total))
+        held = where(elems > reduce_bucket_elements, value_bytes * elems, coalesced)
         zero3_tied = held + zero3_offload_copy_bytes(elems, value_bytes)
         return where(applies, where(zero3_offload, zero3_tied, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems),
                      0.0)
@@ -734,13 +736,10 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     # is larger than the bucket). (Traced on one H200: Pythia 2.8B's width at 4 layers, 3.50 GiB at that moment,
     # where the backward's layers peak at 3.1.)
     layer = largest_layer_param_tensor(m, tensor_parallel)
-    layers_total = m.num_layers * layer_params_per_rank(m, tensor_parallel)
     output_in_last = elems + layers_total <= reduce_bucket_elements
     overflow = elems + layers_total + elems > reduce_bucket_elements
     reduced = where(output_in_last, elems, layer)
-    # ZeRO-3 (one rank's slices): the bucket's gradients concatenated into one new block, the slice's 16-bit copy
-    # beside its fp64 pieces, then its fp32 cast (:func:`zero12_early_partition_bytes`)
-    coalesced = value_bytes * minimum(reduce_bucket_elements, elems + layers_total)
+    # ZeRO-3: beside the concatenated bucket, the slice's 16-bit copy, its fp64 pieces, then its fp32 cast
     zero3_copy = zero3_offload_copy_bytes(reduced, value_bytes)
     trigger = (where(overflow, value_bytes * elems, 0.0)
                + where(zero3_offload, coalesced + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
