@@ -438,6 +438,14 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- thirty-first final batch ("final31"): declared before measuring ---
+    # Mistral Small 3 24B's width at 4 of its 40 layers: GQA 32/8 of head 128 (queries 4096 wide over a 5120 hidden),
+    # SwiGLU 32768, a 131k vocabulary, untied, 2k tokens
+    "mc-h5120-mistralsmall-l4": dict(like="Mistral Small 3 24B width (40 -> 4 layers), 2k tokens", num_layers=4,
+                                     hidden_size=5120, num_attention_heads=32, num_query_groups=8, head_dim=128,
+                                     ffn_hidden_size=32768, vocab_size=131072, seq_length=2048, activation="swiglu",
+                                     normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
+                                     position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
     # --- thirtieth final batch ("final30"): declared before measuring ---
     # DeepSeek LLM 67B's width at 2 layers: 64 heads of 128 (MHA), SwiGLU 22016, 102k vocabulary, untied (the output
     # layer, 839 M elements, exceeds DeepSpeed's bucket), 4k tokens
@@ -1029,6 +1037,21 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-first final batch ("final31") ---
+    # Mistral Small 3 24B at 4 of its 40 layers: GQA 32/8 of head 128 (queries 4096 wide over a 5120 hidden), SwiGLU
+    # 32768, a 131k vocabulary, untied (embedding and output layer, 671 M elements each, exceed DeepSpeed's bucket)
+    "hf-mistralsmall-h5120-l4": dict(like="Mistral Small 3 24B (40 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=5120, intermediate_size=32768,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None, rope_theta=100000000.0)),
+    # Qwen2.5 72B at 2 of its 80 layers: GQA 64/8 of head 128, QKV biases, SwiGLU 29568, a 152k vocabulary, untied
+    # (embedding and output layer, 1.25 G elements each, two and a half times DeepSpeed's bucket), 4.3 B parameters
+    "hf-qwen25-h8192-l2": dict(like="Qwen2.5 72B (80 -> 2 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=8192, intermediate_size=29568,
+        num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- thirtieth final batch ("final30") ---
     # Mixtral 8x22B's width at 1 of its 56 layers: 8 experts top-2 of width 16384 (the fused gate_up_proj, 1.61 G
     # elements, three times DeepSpeed's bucket), GQA 48/8 of head 128, 32k vocabulary, untied, 2k tokens
@@ -1632,6 +1655,17 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirty-first final batch (one GPU), declared in accuracy_split.json "final31" before measuring: the allocator
+    # replay's ZeRO-1 with the optimizer on the CPU and ZeRO-3's model-order offload (written 2026-12-03), and the
+    # default models, on two new widths whose embedding and output layer exceed the bucket, through transformers and
+    # megatron-core
+    "final31": [
+        _hf("hf-mistralsmall-h5120-l4", 1, "sdpa", **OFF), _hf("hf-mistralsmall-h5120-l4", 3, "sdpa", **OFF),
+        _hf("hf-mistralsmall-h5120-l4", 2, "sdpa", mbs=2), _hf("hf-mistralsmall-h5120-l4", 3, "eager", ckpt=True),
+        _hf("hf-qwen25-h8192-l2", 1, "sdpa", **OFF), _hf("hf-qwen25-h8192-l2", 2, "sdpa", **OFF),
+        _hf("hf-qwen25-h8192-l2", 3, "sdpa", **OFF),
+        _ds("mc-h5120-mistralsmall-l4", 1, **OFF), _ddp("mc-h5120-mistralsmall-l4", True),
     ],
     # thirtieth final batch (one GPU), declared in accuracy_split.json "final30" before measuring: DeepSpeed with the
     # optimizer on the CPU where a MoE layer's fused experts, a tied embedding or an untied output layer exceed the
