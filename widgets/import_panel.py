@@ -141,5 +141,5 @@ class ImportPanel(Panel):
         notes += [html.escape(changed)] if changed else []
         notes += [f"note: {html.escape(n)}" for n in imported.notes]
         self.report.value = "<br>".join(notes)
-        self.send(LoadSpecs(model=spec, cluster=state.cluster, plan=plan, options=None))
+        self.send(LoadSpecs(model=spec, cluster=state.cluster, plan=plan, options=None, hf_model=imported))
         return True

@@ -1,5 +1,6 @@
 """MemoryView: per-GPU memory by term (stacked bars) for each pipeline stage, the GPU capacity line, and a bar for
-the host memory that offload needs. Hovering a bar shows its bytes and the core's formula for that term."""
+the host memory that offload needs. Hovering a bar shows its bytes and the core's formula for that term. Under the
+summary, for a one-GPU plan in its scope, a button replays the caching allocator (:mod:`widgets.allocator_replay`)."""
 from __future__ import annotations
 
 import html
@@ -7,6 +8,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
+from widgets.allocator_replay import AllocatorReplay
 from widgets.common import GIB, View, gib, new_figure, redraw
 from workbench.memory_types import TERMS
 
@@ -86,13 +88,17 @@ class MemoryView(View):
                                title="Memory per GPU by pipeline stage")
         self.summary = ipw.HTML()
         self.summary.add_class("wb-memory-summary")
-        self.widget = ipw.VBox([self.summary, self.fig])
+        self.replay = AllocatorReplay()
+        self.widget = ipw.VBox([self.summary, self.replay.widget, self.fig])
         self._shown = None
 
     def show(self, state) -> None:
         est = state.estimate
         memory = getattr(est, "memory", None)
-        if memory is None or memory is self._shown:
+        if memory is None:
+            return
+        self.replay.show(state)
+        if memory is self._shown:
             return
         self._shown = memory
         data = memory_traces(memory)

@@ -87,6 +87,9 @@ class LoadSpecs:
     plan: Optional[ParallelPlan] = None
     options: Any = None
     """Training options (``workbench.configs.DeepSpeedOptions``) the exports use; ``None`` keeps the current ones."""
+    hf_model: Any = None
+    """The :class:`workbench.hf.HFModel` the model was imported from (its config.json is what the allocator replay
+    builds a transformers model from); with a ``model`` and no ``hf_model`` the state's is dropped."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,6 +127,9 @@ class AppState:
     """Training options for the exported configs (``workbench.configs.DeepSpeedOptions``; ``None``: defaults)."""
     profile: Any = None
     """The measured :class:`workbench.calibrate.HardwareProfile` estimates use (``None``: datasheet numbers)."""
+    hf_model: Any = None
+    """The :class:`workbench.hf.HFModel` the model was imported from (``None`` for catalog and typed models): the
+    config.json the allocator replay builds a transformers model from. A new preset or loaded model drops it."""
     error: str = ""
     """The core's message for the current inputs ('' when they are valid)."""
     error_source: str = ""
@@ -278,7 +284,8 @@ def reduce(state: AppState, action, estimator: Estimator = _default_estimator) -
             inputs = model_inputs_of(action.name)
         except ValueError as exc:
             return dataclasses.replace(state, error=str(exc), error_source="model", revision=state.revision + 1)
-        new = dataclasses.replace(state, model_inputs=_frozen(inputs), preset=catalog.model(action.name).name)
+        new = dataclasses.replace(state, model_inputs=_frozen(inputs), preset=catalog.model(action.name).name,
+                                  hf_model=None)
     elif isinstance(action, SetCluster):
         _check_keys(action.changes, CLUSTER_FIELDS, "cluster")
         changes = dict(action.changes)
@@ -293,7 +300,7 @@ def reduce(state: AppState, action, estimator: Estimator = _default_estimator) -
         new = state
         if action.model is not None:
             new = dataclasses.replace(new, model_inputs=_frozen(model_inputs_from_spec(action.model)),
-                                      preset=action.model.name)
+                                      preset=action.model.name, hf_model=action.hf_model)
         if action.cluster is not None:
             new = dataclasses.replace(new, cluster_inputs=_frozen(cluster_inputs_from_spec(action.cluster)))
         if action.plan is not None:

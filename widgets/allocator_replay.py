@@ -1,0 +1,140 @@
+"""AllocatorReplay: under the Memory view, a button that replays PyTorch's caching allocator over the current plan's
+traced training steps (:mod:`workbench.allocsim`, what ``workbench estimate --simulate-allocator`` does) and shows the
+whole-device peak it gives beside the constant-reserve estimate. Only plans in the replay's scope (one GPU, the stacks
+the study compared with measured runs) can replay; for the others it says why, in the core's words.
+
+The logic is in pure functions over the app state (:func:`replay_source`, :func:`scope_text`,
+:func:`replayed_summary_html`) so tests need no browser."""
+from __future__ import annotations
+
+import dataclasses
+import html
+import time
+from typing import Optional
+
+import ipywidgets as ipw
+
+from widgets.common import error_html, error_message, gib
+
+NOT_COMPARED = ("name", "seq_length", "attention")
+"""ModelSpec fields that may differ from the imported config's spec: the replay takes the sequence and the attention
+kernel from the current model, the rest from the config."""
+
+
+def replay_source(state):
+    """What :func:`workbench.estimate.estimate`'s ``simulate_allocator=`` needs for ``state``'s model: ``True`` for a
+    megatron-core model (traced from its specs), the imported :class:`workbench.hf.HFModel` for a transformers model.
+    ``ValueError`` when the plan is outside the replay's scope (:func:`workbench.allocsim.check_scope`), when a
+    transformers model was not imported from a config.json, or when its fields were changed since the import."""
+    from workbench.allocsim import check_scope, is_megatron
+
+    model = state.model
+    check_scope(model, state.plan)
+    if is_megatron(model):
+        return True
+    hf = getattr(state, "hf_model", None)
+    if hf is None:
+        raise ValueError(f"transformers model {model.name} was not imported from a config.json: the replay builds "
+                         f"the model from its Hugging Face config (paste it in the Import panel)")
+    changed = [f.name for f in dataclasses.fields(model) if f.name not in NOT_COMPARED
+               and getattr(model, f.name) != getattr(hf.spec, f.name)]
+    if changed:
+        shown = ", ".join(f"{n}={getattr(model, n)} (config: {getattr(hf.spec, n)})" for n in changed[:4])
+        raise ValueError(f"the model was changed since its config.json was imported ({shown}): the replay builds "
+                         f"the model from that config; import the changed config.json to replay this one")
+    return hf
+
+
+def scope_text(state) -> tuple:
+    """``(ok, text)``: whether ``state``'s plan can be replayed and one line saying so or why not (the part of the
+    core's refusal that names this plan)."""
+    try:
+        replay_source(state)
+    except ValueError as exc:
+        message = error_message(exc)
+        _, sep, why = message.partition("; this plan has ")
+        return False, (f"not for this plan: {why}" if sep else message)
+    return True, ("this one-GPU plan is in the replay's scope: replay PyTorch's caching allocator over its traced "
+                  "training steps for the whole-device peak (a few seconds; megatron-core models trace in a child "
+                  "process)")
+
+
+def replayed_summary_html(constant, replayed, seconds: Optional[float] = None) -> str:
+    """One paragraph comparing the constant-reserve estimate's memory (``constant``, a ``MemoryEstimate``) with the
+    replayed one's (``replayed``, an estimate made with ``simulate_allocator``)."""
+    mem = replayed.memory
+    peak, cap = mem.per_gpu_peak_bytes, mem.capacity_bytes
+    band = ""
+    if mem.band_high_bytes or mem.band_low_bytes:
+        band = f" (+{gib(mem.band_high_bytes):.1f} / −{gib(mem.band_low_bytes):.1f} GiB)"
+    verdict = "fits" if mem.fits_gpu else "<b style='color:#b00020'>does not fit</b>"
+    peaks = replayed.replayed_peaks
+    delta = peak - constant.per_gpu_peak_bytes
+    took = f"; replayed in {seconds:.1f} s" if seconds is not None else ""
+    return (f'<span class="wb-replayed-peak" data-bytes="{int(peak)}">Replayed allocator: peak per GPU '
+            f"<b>{gib(peak):.2f} GiB</b>{band} of {gib(cap):.2f} GiB — {verdict}</span>"
+            f" ({'+' if delta >= 0 else '−'}{abs(gib(delta)):.2f} GiB against the constant reserve's "
+            f"{gib(constant.per_gpu_peak_bytes):.2f} GiB)"
+            f'<br><span style="color:#555">The caching allocator reserves {gib(peaks.peak_reserved_bytes):.2f} GiB '
+            f"at its peak for {gib(peaks.peak_allocated_bytes):.2f} GiB allocated "
+            f"(reserve {float(replayed.reserve_fraction):.1%} above the estimate's allocated terms){took}. "
+            f"Error band: {html.escape(mem.band_note)}</span>")
+
+
+class AllocatorReplay:
+    """The button, its scope line and the replayed result; :meth:`show` follows the app state (a new plan clears the
+    result), :meth:`replay` runs on the button's click."""
+
+    def __init__(self) -> None:
+        self.button = ipw.Button(description="Replay the allocator", icon="play",
+                                 tooltip="Replay PyTorch's caching allocator over this plan's traced training steps "
+                                         "(one GPU; workbench estimate --simulate-allocator)",
+                                 layout=ipw.Layout(width="190px"))
+        self.button.add_class("wb-replay-button")
+        self.status = ipw.HTML()
+        self.status.add_class("wb-replay-status")
+        self.result = ipw.HTML()
+        self.result.add_class("wb-replay-result")
+        self.widget = ipw.VBox([ipw.HBox([self.button, self.status]), self.result])
+        self.button.on_click(lambda _b: self.replay())
+        self._state = None
+        self._key = None
+
+    @staticmethod
+    def _key_of(state):
+        return (state.model, state.cluster, state.plan, getattr(state, "hf_model", None), state.profile)
+
+    def show(self, state) -> None:
+        key = self._key_of(state)
+        if key == self._key:
+            return
+        self._state, self._key = state, key
+        ok, text = scope_text(state)
+        self.button.disabled = not ok
+        self.status.value = f'<span style="color:#555">Allocator replay: {html.escape(text)}</span>'
+        self.result.value = ""
+
+    def replay(self) -> None:
+        """Replay the current plan; a refusal or a failure is shown inline, never raised out of the click."""
+        from workbench.estimate import estimate
+
+        state = self._state
+        if state is None or getattr(state, "estimate", None) is None:
+            return
+        self.button.disabled = True
+        self.result.value = '<span style="color:#555">replaying the caching allocator…</span>'
+        start = time.perf_counter()
+        try:
+            source = replay_source(state)
+            replayed = estimate(state.model, state.cluster, state.plan, profile=state.profile, checks=False,
+                                simulate_allocator=source)
+        except Exception as exc:  # noqa: BLE001 - shown inline in red: a refusal, a missing library, a failed trace
+            self.result.value = error_html(error_message(exc), max_width="640px")
+        else:
+            self.result.value = replayed_summary_html(state.estimate.memory, replayed,
+                                                      time.perf_counter() - start)
+        finally:
+            self.button.disabled = not scope_text(state)[0]
+
+    def close(self) -> None:
+        self.widget.close()
