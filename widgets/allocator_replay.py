@@ -86,10 +86,10 @@ class AllocatorReplay:
     result), :meth:`replay` runs on the button's click."""
 
     def __init__(self) -> None:
-        self.button = ipw.Button(description="Replay the allocator", icon="play",
+        self.button = ipw.Button(description="Replay allocator", icon="play",
                                  tooltip="Replay PyTorch's caching allocator over this plan's traced training steps "
                                          "(one GPU; workbench estimate --simulate-allocator)",
-                                 layout=ipw.Layout(width="190px"))
+                                 layout=ipw.Layout(width="175px", min_width="175px"))
         self.button.add_class("wb-replay-button")
         self.status = ipw.HTML()
         self.status.add_class("wb-replay-status")
