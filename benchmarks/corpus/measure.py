@@ -78,6 +78,8 @@ def ds_config(cfg: dict) -> dict:
     zero = {"stage": cfg["zero"]}
     if cfg.get("offload"):
         zero["offload_optimizer"] = {"device": cfg["offload"], "pin_memory": True}
+    if cfg.get("overlap"):  # overlap_comm on at ZeRO-1/2 (DeepSpeed's default there is off), as HF's ZeRO-2 examples
+        zero["overlap_comm"] = True
     return {
         "train_micro_batch_size_per_gpu": cfg.get("mbs", 1),
         "gradient_accumulation_steps": cfg.get("gas", 1),

@@ -1659,14 +1659,22 @@ GROUPS = {
     # thirty-first final batch (one GPU), declared in accuracy_split.json "final31" before measuring: the allocator
     # replay's ZeRO-1 with the optimizer on the CPU and ZeRO-3's model-order offload (written 2026-12-03), and the
     # default models, on two new widths whose embedding and output layer exceed the bucket, through transformers and
-    # megatron-core
+    # megatron-core; and ZeRO-1/2 with overlap_comm on, out of the replay's scope when declared
     "final31": [
         _hf("hf-mistralsmall-h5120-l4", 1, "sdpa", **OFF), _hf("hf-mistralsmall-h5120-l4", 3, "sdpa", **OFF),
         _hf("hf-mistralsmall-h5120-l4", 2, "sdpa", mbs=2), _hf("hf-mistralsmall-h5120-l4", 3, "eager", ckpt=True),
         _hf("hf-qwen25-h8192-l2", 1, "sdpa", **OFF), _hf("hf-qwen25-h8192-l2", 2, "sdpa", **OFF),
         _hf("hf-qwen25-h8192-l2", 3, "sdpa", **OFF),
         _ds("mc-h5120-mistralsmall-l4", 1, **OFF), _ddp("mc-h5120-mistralsmall-l4", True),
+        # ZeRO-1/2 with overlap_comm on (the workbench's export and HF's ZeRO-2 examples turn it on)
+        _hf("hf-mistralsmall-h5120-l4", 2, "sdpa", overlap=True), _hf("hf-qwen25-h8192-l2", 2, "sdpa", overlap=True),
+        _ds("mc-h5120-mistralsmall-l4", 1, overlap=True),
     ],
+    # allocator histories of fit-split configurations at ZeRO-1/2 with overlap_comm on (a second bucket and the
+    # reduction stream), for the replay's trace of that path (records kept beside the histories, not in the corpus)
+    "overlap-history": [dict(cfg, history=True, overlap=True) for cfg in (
+        _hf("hf-llama-h2048", 2, "sdpa"), _hf("hf-llama-h2048", 1, "sdpa"), _hf("hf-qwen3-h1024", 2, "sdpa", mbs=4),
+        _ds("mc-h3072-gqa", 2), _ds("mc-h1024-gelu", 1, mbs=4), _hf("hf-llama-h2048", 2, "sdpa", ckpt=True))],
     # thirtieth final batch (one GPU), declared in accuracy_split.json "final30" before measuring: DeepSpeed with the
     # optimizer on the CPU where a MoE layer's fused experts, a tied embedding or an untied output layer exceed the
     # bucket (the default model's offload reduction moments, written 2026-12-03), ZeRO-1 to 3, and a MoE's ZeRO-3
@@ -1839,6 +1847,8 @@ def run_id(cfg: dict) -> str:
         parts.append(f"lora{cfg['lora']}")
     if cfg.get("offload"):
         parts.append(f"off-{cfg['offload']}-omp{cfg['omp_threads']}")
+    if cfg.get("overlap"):
+        parts.append("ovl")
     if cfg.get("expandable_segments"):
         parts.append("expseg")
     if cfg.get("repeat"):
