@@ -82,7 +82,7 @@ def source_record(run_id: str) -> dict:
         rec = json.loads(line)
         if rec.get("run_id") == want and rec.get("status") == "ok":
             return rec
-    for path in sorted(HISTORY_RECORDS.glob("*.jsonl")):
+    for path in sorted(HISTORY_RECORDS.rglob("*.jsonl")):
         for line in path.read_text().splitlines():
             rec = json.loads(line)
             if rec.get("run_id") == run_id and rec.get("status") == "ok":

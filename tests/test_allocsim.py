@@ -110,7 +110,8 @@ def test_cli_json_carries_the_replayed_reserve(capsys):
 @pytest.mark.parametrize("extra,why", [(["--zero", "3"], "overlap_comm=False at ZeRO-3"),
                                         (["--zero", "3", "--overlap-comm", "--lora-rank", "8"],
                                          "lora_rank=8 at ZeRO-3"),
-                                        (["--zero", "2", "--overlap-comm"], "overlap_comm=True at ZeRO-2"),
+                                        (["--zero", "2", "--overlap-comm", "--offload-optimizer", "cpu"],
+                                         "overlap_comm=True with offload_optimizer=cpu at ZeRO-2"),
                                         (["--zero", "2", "--offload-optimizer", "cpu", "--gbs", "4"],
                                          "offload_optimizer=cpu with zero_stage=2, gradient_accumulation_steps=2")])
 def test_cli_refuses_plans_outside_the_study(capsys, extra, why):
@@ -691,3 +692,30 @@ def test_zero3_converted_copies_meet_across_sub_groups(monkeypatch):
 def test_zero3_plan_is_replayed_with_overlap_comm(capsys):
     code, out, _ = _estimate(capsys, "--zero", "3", "--overlap-comm", "--simulate-allocator")
     assert code == 0 and "(replayed)" in out
+
+
+def test_overlap_comm_at_zero_1_and_2_is_traced():
+    """overlap_comm at ZeRO-1/2 (the allocator histories of benchmarks/results/alloc_history/overlap/): a second
+    bucket beside the first, the gradient partition made on the reduction stream (its only request there), and
+    ZeRO-1 reducing from its hooks during backward as ZeRO-2 does."""
+    cfg = read_config(HF / "tiny-llama")
+    bucket = 1 << 20  # elements: larger than the tiny model, so each buffer is one request of its own size
+    kw = dict(micro_batch=2, seq_length=128, steps=1, reduce_bucket_elements=bucket)
+
+    def on_side(events):
+        return [e for e in events if e[0] == "malloc" and len(e) > 3 and e[3] == allocsim.SIDE_STREAM]
+
+    for zero in (1, 2):
+        plain = allocsim.trace_hf_deepspeed(cfg, zero_stage=zero, **kw)
+        overlap = allocsim.trace_hf_deepspeed(cfg, zero_stage=zero, overlap_comm=True, **kw)
+        buckets = [sum(1 for e in ev if e[0] == "malloc" and e[2] == 2 * bucket) for ev in (plain, overlap)]
+        assert buckets == [1, 2]
+        assert len(on_side(overlap)) == 1 and not on_side(plain)  # grads_in_partition, under the reduction stream
+    # ZeRO-1 with overlap_comm hands each gradient to the bucket during backward (as ZeRO-2): a different peak from
+    # ZeRO-1 without it, whose gradients all wait for the end of backward
+    z1 = allocsim.replay(allocsim.trace_hf_deepspeed(cfg, zero_stage=1, **kw)).peak_allocated_bytes
+    z1_overlap = allocsim.replay(allocsim.trace_hf_deepspeed(cfg, zero_stage=1, overlap_comm=True,
+                                                             **kw)).peak_allocated_bytes
+    assert z1_overlap != z1
+    with pytest.raises(ValueError, match="overlap_comm with offload_optimizer"):
+        allocsim.trace_hf_deepspeed(cfg, zero_stage=2, overlap_comm=True, offload_optimizer=True, **kw)

@@ -701,6 +701,10 @@ class DeepSpeedSetup:
     offload_optimizer: bool = False
     """ZeRO-2 with ``offload_optimizer`` on the CPU: the fp32 master, its gradient and Adam's states live on the
     host; what stays on the GPU is traced as :func:`deepspeed_steps` says."""
+    overlap_comm: bool = False
+    """ZeRO-1/2 with ``overlap_comm`` (DeepSpeed's default there is off; ZeRO-3 always traces its side stream):
+    :func:`deepspeed_steps` traces the second bucket, ZeRO-1's reductions during backward and the gradient partition
+    made on the reduction stream."""
     flatten_on_device: bool = True
     """ZeRO-1/2 flatten the 16-bit parameters on the GPU when its free memory holds the flat buffer, else on the
     CPU (``stage_1_and_2.py``: ``flatten_on_accelerator``); :func:`replay_deepspeed` decides which from the
@@ -744,10 +748,23 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     the host (``copy_grads_in_partition``'s offload branch, at the accumulation boundary): its norm through an fp64 copy
     (``set_norm_for_param_grad_in_gpu``), then an fp32 copy for the asynchronous copy into the host gradient
     (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``), both freed after use; no ``grads_in_partition``. The step
-    runs on the host and copies the new weights into the bf16 buffer (a blocking copy: converted on the host)."""
+    runs on the host and copies the new weights into the bf16 buffer (a blocking copy: converted on the host).
+
+    ZeRO-1/2 with ``overlap_comm`` (``setup.overlap_comm``; no offload): ``setup_buckets`` allocates a second bucket
+    beside the first (double buffering: the one being filled and the one being reduced), ZeRO-1 sends each gradient
+    through the bucket from its hook at the accumulation boundary as ZeRO-2 does (``process_gradients``:
+    ``partition_gradients or overlap_comm``; the engine's ``reduce_gradients`` then reduces nothing more), and
+    ``reduce_ipg_grads`` copies into ``grads_in_partition`` under the reduction stream, so that buffer is made on it
+    (:data:`SIDE_STREAM`): its freed block serves only that stream's later requests. Found on the allocator
+    histories of six fit-split runs (``benchmarks/results/alloc_history/overlap/``: two 953.7 MiB buckets, the
+    partition the only request on the second stream)."""
     import torch
 
     offload = bool(setup.offload_optimizer)
+    overlap = bool(setup.overlap_comm) and setup.zero_stage in (1, 2)
+    if overlap and offload:
+        raise ValueError(f"overlap_comm with offload_optimizer at zero_stage={setup.zero_stage}: the trace models "
+                         f"overlap_comm at ZeRO-1/2 without optimizer offload")
     if offload and setup.zero_stage != 3 and (setup.zero_stage not in (1, 2) or setup.grad_accum != 1):
         raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}, grad_accum={setup.grad_accum}: the "
                          f"trace models DeepSpeed's CPU offload at ZeRO-1 to 3 without gradient accumulation")
@@ -801,8 +818,11 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
                 staged = torch.empty(q.numel(), dtype=torch.float32, device="meta")
                 del staged
                 q.grad = None
-        elif ipg["partition"] is None:
+        elif ipg["partition"] is None:  # copy_grads_in_partition, under the reduction stream with overlap_comm
+            since = len(events)
             ipg["partition"] = torch.empty(n, dtype=torch.bfloat16, device="meta")
+            if overlap:
+                _on_stream(events, since, SIDE_STREAM)
         for q in ipg["large"]:  # an oversized gradient reduced from its own tensor, then copied and freed
             q.grad = None
         ipg.update(elements=0, large=[], params=[])
@@ -817,10 +837,14 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         ipg["elements"] += q.numel()
         ipg["params"].append(q)
 
+    state = dict(boundary=True)  # is_gradient_accumulation_boundary() of the micro-batch in backward
+
     def grad_ready(q):  # DeepSpeed's grad hook: process_gradients -> setup_buckets, then (ZeRO-2) the copy
         if "ipg" not in bucket:
             bucket["ipg"] = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
-        if setup.zero_stage >= 2:
+            if overlap:  # the second buffer of the double-buffered bucket
+                bucket["ipg2"] = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
+        if setup.zero_stage >= 2 or (overlap and state["boundary"]):
             to_bucket(q)
 
     def allreduce_fallback():  # buffered_allreduce_fallback, also on one GPU: flattened buckets, copied back, freed
@@ -843,11 +867,11 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
             p.register_post_accumulate_grad_hook(grad_ready)
     for _ in range(setup.steps):
         for micro in range(setup.grad_accum):
+            boundary = state["boundary"] = micro == setup.grad_accum - 1
             loss = micro_step()
             loss.backward()
-            boundary = micro == setup.grad_accum - 1
-            if setup.zero_stage == 1 and boundary:  # the engine's reduce_gradients: each gradient, in group order,
-                for q in params:  # through the bucket as ZeRO-2 does during backward
+            if setup.zero_stage == 1 and boundary and not overlap:  # the engine's reduce_gradients: each
+                for q in params:  # gradient, in group order, through the bucket as ZeRO-2 does during backward
                     if q.grad is not None:
                         to_bucket(q)
             if setup.zero_stage >= 2 or (setup.zero_stage == 1 and boundary):  # reduce_ipg_grads in the epilogue
@@ -1067,7 +1091,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                        lora: Optional[dict] = None,
                        reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
-                       flatten_on_device: bool = True, side_stream_lags: bool = True) -> list:
+                       flatten_on_device: bool = True, side_stream_lags: bool = True,
+                       overlap_comm: bool = False) -> list:
     """The allocation events of a Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; ZeRO-1 to 3 also with
     ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`; ZeRO-3 as :func:`deepspeed_zero3_steps` traces it) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
@@ -1110,7 +1135,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     setup = DeepSpeedSetup(zero_stage=zero_stage, micro_batch=micro_batch, grad_accum=grad_accum,
                            seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps,
                            offload_optimizer=bool(offload_optimizer), flatten_on_device=bool(flatten_on_device),
-                           side_stream_lags=bool(side_stream_lags))
+                           side_stream_lags=bool(side_stream_lags), overlap_comm=bool(overlap_comm))
     cfg = dict(config)
     model_type = cfg.pop("model_type")
     cfg.pop("architectures", None)
@@ -1233,6 +1258,7 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
                            grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
                            offload_optimizer=str(plan.offload_optimizer) == "cpu",
+                           overlap_comm=bool(plan.overlaps_comm) and int(plan.zero_stage) in (1, 2),
                            flatten_on_device=flatten_on_device)
     events: list = []
     with _mcore_meta(model, plan, events) as (config_kwargs, block_of):
@@ -1482,8 +1508,9 @@ with the allocator replayed (its memory outside the allocator + the replay's own
 constant reserve (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h200.txt``, H200, 2026-12-03): what the
 advisor quotes when it names the replay."""
 
-SCOPE = ("--simulate-allocator covers DeepSpeed on one GPU, ZeRO 0-2 without overlap_comm and ZeRO-3 with it (ZeRO-2 "
-         "and 3 also with the optimizer offloaded to the CPU, without gradient accumulation; ZeRO-3 without LoRA), "
+SCOPE = ("--simulate-allocator covers DeepSpeed on one GPU, ZeRO 0-2 with or without overlap_comm and ZeRO-3 with it "
+         "(ZeRO-1 to 3 also with the optimizer offloaded to the CPU, without gradient accumulation, ZeRO-1/2 then "
+         "without overlap_comm; ZeRO-3 without LoRA), "
          "for Hugging Face models and megatron-core "
          "models with unfused attention (the local layer spec the launcher trains), and megatron-core's own DDP and "
          "optimizer (plain or distributed) on one GPU for those megatron-core models")
@@ -1505,8 +1532,9 @@ def outside_allocator_engine(plan) -> str:
 def check_scope(model, plan) -> None:
     """``ValueError`` naming why a plan is outside what the replay models: on one GPU, in bf16, with the default
     allocator (no ``expandable_segments``) and no parameter offload, either DeepSpeed ZeRO-0 to 3 (no optimizer
-    offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without gradient accumulation; ZeRO-1/2 without ``overlap_comm``,
-    DeepSpeed's own default, which the workbench's export turns on; ZeRO-3 with it, its default, and without LoRA) of a transformers model (``implementation='transformers'``) or a
+    offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without gradient accumulation; ZeRO-1/2 with or without
+    ``overlap_comm`` (off is DeepSpeed's own default, on the workbench export's), but not with both it and the offload;
+    ZeRO-3 with it, its default, and without LoRA) of a transformers model (``implementation='transformers'``) or a
     dense megatron-core model with unfused attention (the local layer spec the workbench's launcher trains), or
     megatron-core's own DDP and optimizer (``engine='megatron'``, plain or distributed optimizer, torch's Adam, main
     gradients in fp32, no model parallelism, no optimizer offload, no LoRA) of such a megatron-core model — the runs
@@ -1554,10 +1582,10 @@ def check_scope(model, plan) -> None:
         if zero == 3 and plan.lora_rank:
             why.append(f"lora_rank={plan.lora_rank} at ZeRO-3 (frozen partitions beside the flat buffer, not compared "
                        f"with a measured run)")
-        if plan.overlaps_comm and int(plan.zero_stage) in (1, 2):
-            why.append(f"overlap_comm=True at ZeRO-{int(plan.zero_stage)} (a second bucket and a reduction stream "
-                       f"the trace does not model; the study's runs use DeepSpeed's default for ZeRO-1/2, off: "
-                       f"--no-overlap-comm, ParallelPlan(overlap_comm=False))")
+        if plan.overlaps_comm and zero in (1, 2) and offload == "cpu":
+            why.append(f"overlap_comm=True with offload_optimizer=cpu at ZeRO-{zero} (the offloaded gradients' "
+                       f"copies on the reduction stream are not traced: --no-overlap-comm, "
+                       f"ParallelPlan(overlap_comm=False))")
     if str(plan.offload_params) != "none":
         why.append(f"offload_params={plan.offload_params}")
     if plan.world_size != 1:
@@ -1588,7 +1616,7 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                    gradient_checkpointing: bool = False, lora_rank: int = 0, lora_targets=(),
                    lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
                    steps: int = 6, offload_optimizer: bool = False,
-                   sdpa_kernel: str = "cudnn") -> ReplayedPeaks:
+                   sdpa_kernel: str = "cudnn", overlap_comm: bool = False) -> ReplayedPeaks:
     """The caching allocator's peaks (:class:`ReplayedPeaks`) replayed over the trace of building the model
     ``config`` (a Hugging Face ``config.json`` dict) and ``steps`` training steps under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
@@ -1614,7 +1642,7 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                                   attn_implementation=attn_implementation,
                                   gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps),
                                   offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel,
-                                  flatten_on_device=flatten_on_device)
+                                  flatten_on_device=flatten_on_device, overlap_comm=bool(overlap_comm))
 
     return ReplayedPeaks.of(replay_deepspeed(trace, capacity_bytes))
 
@@ -1686,7 +1714,8 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         grad_accum=plan.gradient_accumulation_steps, attn_implementation=trace_attn_implementation(model.attention),
         gradient_checkpointing=str(plan.recompute) == "full", lora_rank=plan.lora_rank,
         lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
-        offload_optimizer=str(plan.offload_optimizer) == "cpu")
+        offload_optimizer=str(plan.offload_optimizer) == "cpu",
+        overlap_comm=bool(plan.overlaps_comm) and int(plan.zero_stage) in (1, 2))
 
 
 # ================================================================================================================
