@@ -464,6 +464,36 @@ def test_zero3_offload_fused_experts_reduction_counts_each_gradient_once():
     assert allocated / 2**30 == pytest.approx(20.18, rel=0.04)
 
 
+QWEN25_72B_L2 = dict(model_type="qwen2", hidden_size=8192, intermediate_size=29568, num_hidden_layers=2,
+                     num_attention_heads=64, num_key_value_heads=8, vocab_size=152064, max_position_embeddings=32768,
+                     rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False, attention_dropout=0.0,
+                     rope_theta=1000000.0)
+
+
+def test_zero1_offload_untied_embedding_is_not_counted_twice():
+    """ZeRO-1 with the optimizer on the CPU on Qwen2.5 72B's width at 2 layers (untied 1.25 G-element embedding and
+    output layer, above the 500 M bucket). ZeRO-1 keeps every 16-bit gradient until the end of backward, and its
+    reduction takes the embedding's gradient (first in group order) to fp64 beside all of them. The H200 measured
+    28.42 GiB allocated (final31, 2026-12-03, blind: +7.9 %, the embedding's gradient counted a second time);
+    ZeRO-2 still adds that block (its gradients are reduced during backward, the embedding's bypasses the bucket)."""
+    model = _hf_spec(QWEN25_72B_L2)
+    plan = ParallelPlan(world_size=1, zero_stage=1, offload_optimizer="cpu", micro_batch_size=1, global_batch_size=1,
+                        overlap_comm=False)
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    memory = estimate(model, cluster, plan, checks=False).memory
+    t = memory.peak_stage.terms
+    assert (t.weights + t.gradients + t.optimizer + t.activations + t.buffers) / 2**30 == pytest.approx(28.42,
+                                                                                                        rel=0.02)
+    from workbench.memory import offload_end_reduction_bytes
+
+    kw = dict(engine=ENGINE_CODES[Engine.DEEPSPEED], offload_optimizer=1, pipeline_parallel=1, tensor_parallel=1,
+              value_bytes=2, lora=False)
+    elems = 152064 * 8192
+    z1 = float(offload_end_reduction_bytes(model, zero_stage=1, **kw))
+    z2 = float(offload_end_reduction_bytes(model, zero_stage=2, **kw))
+    assert z1 == pytest.approx(8 * elems) and z2 == pytest.approx(10 * elems)
+
+
 def test_offload_end_reduction_bytes_follow_deepspeed():
     from workbench.memory import DS_OFFLOAD_NORM_BYTES_PER_VALUE, offload_end_reduction_bytes
 

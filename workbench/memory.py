@@ -735,15 +735,19 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     # weight. Then the embedding's own reduction at the end of backward (its fp64 copy; its own block too when it
     # is larger than the bucket). (Traced on one H200: Pythia 2.8B's width at 4 layers, 3.50 GiB at that moment,
     # where the backward's layers peak at 3.1.)
+    # ZeRO-1 keeps every 16-bit gradient until the end of backward and counts them already (its gradient term):
+    # the embedding's own block is not added again (replayed on Qwen2.5 72B's width at 2 layers: the fp64 copy of
+    # the 1.25 G-element embedding gradient beside all the gradients, 28.42 GiB allocated as measured)
+    not_counted = zero_stage != 1
     layer = largest_layer_param_tensor(m, tensor_parallel)
     output_in_last = elems + layers_total <= reduce_bucket_elements
-    overflow = elems + layers_total + elems > reduce_bucket_elements
+    overflow = (elems + layers_total + elems > reduce_bucket_elements) & not_counted
     reduced = where(output_in_last, elems, layer)
     # ZeRO-3: beside the concatenated bucket, the slice's 16-bit copy, its fp64 pieces, then its fp32 cast
     zero3_copy = zero3_offload_copy_bytes(reduced, value_bytes)
     trigger = (where(overflow, value_bytes * elems, 0.0)
                + where(zero3_offload, coalesced + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
-    own = where(elems > reduce_bucket_elements, value_bytes, 0.0)
+    own = where((elems > reduce_bucket_elements) & not_counted, value_bytes, 0.0)
     last = (DS_OFFLOAD_NORM_BYTES_PER_VALUE + own) * elems
     return where(applies, maximum(trigger, last), 0.0)
 
