@@ -438,6 +438,13 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- thirty-second final batch ("final32"): declared before measuring ---
+    # Llama 2 7B's width at 8 of its 32 layers: 32 heads of 128 (MHA), SwiGLU 11008, 32k vocabulary, untied, 4k tokens
+    "mc-h4096-llama2-l8": dict(like="Llama 2 7B width (32 -> 8 layers), 4k tokens", num_layers=8, hidden_size=4096,
+                               num_attention_heads=32, num_query_groups=32, ffn_hidden_size=11008, vocab_size=32000,
+                               seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                               tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                               attention_dropout=0.0),
     # --- thirty-first final batch ("final31"): declared before measuring ---
     # Mistral Small 3 24B's width at 4 of its 40 layers: GQA 32/8 of head 128 (queries 4096 wide over a 5120 hidden),
     # SwiGLU 32768, a 131k vocabulary, untied, 2k tokens
@@ -1037,6 +1044,27 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-second final batch ("final32") ---
+    # Gemma 2 2B at 12 of its 26 layers: GQA 8/4 of head 256, GeGLU 9216, soft-capping, 256k vocabulary, tied
+    "hf-gemma2-h2304-l12": dict(like="Gemma 2 2B (26 -> 12 layers)", seq_length=2048, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=2304, intermediate_size=9216,
+        num_hidden_layers=12, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # Mistral 7B (v0.3) at 8 of its 32 layers: GQA 32/8 of head 128, SwiGLU 14336, 32k vocabulary, untied, 4k tokens
+    "hf-mistral-h4096-l8": dict(like="Mistral 7B (32 -> 8 layers)", seq_length=4096, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None)),
+    # Qwen2.5 7B at 8 of its 28 layers: GQA 28/4 of head 128, QKV biases, SwiGLU 18944, a 152k vocabulary, untied
+    # (embedding and output layer, 545 M elements each, above DeepSpeed's bucket)
+    "hf-qwen25-h3584-l8": dict(like="Qwen2.5 7B (28 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=8, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- thirty-first final batch ("final31") ---
     # Mistral Small 3 24B at 4 of its 40 layers: GQA 32/8 of head 128 (queries 4096 wide over a 5120 hidden), SwiGLU
     # 32768, a 131k vocabulary, untied (embedding and output layer, 671 M elements each, exceed DeepSpeed's bucket)
@@ -1655,6 +1683,16 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirty-second final batch (one GPU), declared in accuracy_split.json "final32" before measuring: the allocator
+    # replay's overlap_comm at ZeRO-1/2 and the default model's ZeRO-1 offload reduction of an untied embedding larger
+    # than the bucket (both written 2026-12-03 after final31 ran), on four new shapes
+    "final32": [
+        _hf("hf-gemma2-h2304-l12", 2, "eager", overlap=True), _hf("hf-gemma2-h2304-l12", 1, "eager", mbs=2, overlap=True),
+        _hf("hf-mistral-h4096-l8", 2, "sdpa", mbs=2, overlap=True),
+        _hf("hf-mistral-h4096-l8", 1, "sdpa", ckpt=True, overlap=True),
+        _hf("hf-qwen25-h3584-l8", 1, "sdpa", **OFF), _hf("hf-qwen25-h3584-l8", 2, "sdpa", overlap=True),
+        _ds("mc-h4096-llama2-l8", 2, overlap=True), _ds("mc-h4096-llama2-l8", 1, mbs=2, overlap=True),
     ],
     # thirty-first final batch (one GPU), declared in accuracy_split.json "final31" before measuring: the allocator
     # replay's ZeRO-1 with the optimizer on the CPU and ZeRO-3's model-order offload (written 2026-12-03), and the
