@@ -217,8 +217,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     transformers model its Hugging Face config (a :class:`workbench.hf.HFModel`, a ``config.json`` dict, or the path
     of the file or its directory; needs torch and transformers), for a megatron-core model ``True`` (traced from
     the specs; needs torch and megatron-core; anything else is refused); ``None``/``False``: the constant reserve.
-    Only DeepSpeed ZeRO-0/1/2 on one GPU (ZeRO-2 also with the optimizer offloaded to the CPU), megatron-core models
-    with unfused attention (:func:`workbench.allocsim.check_scope`)."""
+    Only one-GPU plans in the replay's scope (:func:`workbench.allocsim.check_scope`: DeepSpeed ZeRO-0 to 3, with or
+    without ``overlap_comm`` at ZeRO-1/2, the optimizer on the CPU at ZeRO-1 to 3; megatron-core's DDP; megatron-core
+    models with unfused attention)."""
     from workbench.calibrate.profile import no_profile_record, resolve_profile
 
     if overlap_comm is not None:

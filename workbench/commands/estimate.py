@@ -24,8 +24,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--simulate-allocator", action="store_true",
                         help="replay PyTorch's caching allocator over the plan's traced training steps and use its "
                              "reserve in the overhead term instead of the constant (DeepSpeed on one GPU: ZeRO 0-2 "
-                             "with --no-overlap-comm and ZeRO-3 with --overlap-comm, ZeRO-1 to 3 also with "
-                             "--offload-optimizer cpu without accumulation, ZeRO-3 without LoRA; Hugging Face models "
+                             "with or without --overlap-comm and ZeRO-3 with it, ZeRO-1 to 3 also with "
+                             "--offload-optimizer cpu without accumulation (ZeRO-1/2 then with --no-overlap-comm), "
+                             "ZeRO-3 without LoRA; Hugging Face models "
                              "from --model hf:PATH, "
                              "needs torch and transformers; "
                              "megatron-core models with --attention unfused, the launcher's local layer spec, "
