@@ -104,3 +104,21 @@ def test_standalone_control_before_any_state():
     control.replay()  # nothing shown yet: a click does nothing
     assert control.result.value == ""
     control.close()
+
+
+def test_memory_view_of_a_bare_estimate_takes_its_specs():
+    """Notebooks show one estimate in the Memory view (``MemoryView().show(SimpleNamespace(estimate=est))``): the
+    replay line reads the evaluated plan's own specs."""
+    from types import SimpleNamespace
+
+    from widgets.memory_view import MemoryView
+    from workbench import catalog
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    est = estimate(catalog.model("gpt3-125m"), ClusterSpec(gpu="H200", gpus_per_node=8),
+                   ParallelPlan(world_size=8, zero_stage=2))
+    view = MemoryView()
+    view.show(SimpleNamespace(estimate=est))
+    assert view.replay.button.disabled and "world_size=8" in view.replay.status.value
+    view.show(SimpleNamespace(estimate=None))  # nothing to show: no error
+    view.close()

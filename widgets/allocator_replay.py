@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import time
+from types import SimpleNamespace
 from typing import Optional
 
 import ipywidgets as ipw
@@ -81,6 +82,18 @@ def replayed_summary_html(constant, replayed, seconds: Optional[float] = None) -
             f"Error band: {html.escape(mem.band_note)}</span>")
 
 
+def replay_state(state):
+    """What the replay needs of ``state``: the app's :class:`widgets.state.AppState`, or any object with an
+    ``estimate`` (a notebook showing one estimate in the Memory view), whose evaluated plan then gives the specs.
+    ``None`` when neither says which plan."""
+    est = getattr(state, "estimate", None)
+    specs = {name: getattr(state, name, None) or getattr(est, name, None) for name in ("model", "cluster", "plan")}
+    if est is None or any(v is None for v in specs.values()):
+        return None
+    return SimpleNamespace(estimate=est, hf_model=getattr(state, "hf_model", None),
+                           profile=getattr(state, "profile", None), **specs)
+
+
 class AllocatorReplay:
     """The button, its scope line and the replayed result; :meth:`show` follows the app state (a new plan clears the
     result), :meth:`replay` runs on the button's click."""
@@ -105,6 +118,12 @@ class AllocatorReplay:
         return (state.model, state.cluster, state.plan, getattr(state, "hf_model", None), state.profile)
 
     def show(self, state) -> None:
+        state = replay_state(state)
+        if state is None:  # nothing to replay: no plan shown
+            self._state = self._key = None
+            self.button.disabled = True
+            self.status.value = self.result.value = ""
+            return
         key = self._key_of(state)
         if key == self._key:
             return
