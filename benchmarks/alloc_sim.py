@@ -43,8 +43,7 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                                                                                             500_000_000)),
                           steps=rec.get("steps", 6),
                           offload_optimizer=bool(ds.get("zero_optimization", {}).get("offload_optimizer")),
-                          overlap_comm=bool(rec.get("zero_config_resolved", {}).get("overlap_comm"))
-                          and zero in (1, 2))
+                          overlap_comm=bool(rec.get("zero_config_resolved", {}).get("overlap_comm")))
 
 
 def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:

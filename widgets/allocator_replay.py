@@ -112,15 +112,17 @@ class AllocatorReplay:
         self.button.on_click(lambda _b: self.replay())
         self._state = None
         self._key = None
+        self._in_scope = False
 
     @staticmethod
     def _key_of(state):
-        return (state.model, state.cluster, state.plan, getattr(state, "hf_model", None), state.profile)
+        return (state.model, state.cluster, state.plan, state.hf_model, state.profile)
 
     def show(self, state) -> None:
         state = replay_state(state)
         if state is None:  # nothing to replay: no plan shown
             self._state = self._key = None
+            self._in_scope = False
             self.button.disabled = True
             self.status.value = self.result.value = ""
             return
@@ -128,8 +130,8 @@ class AllocatorReplay:
         if key == self._key:
             return
         self._state, self._key = state, key
-        ok, text = scope_text(state)
-        self.button.disabled = not ok
+        self._in_scope, text = scope_text(state)
+        self.button.disabled = not self._in_scope
         self.status.value = f'<span style="color:#555">Allocator replay: {html.escape(text)}</span>'
         self.result.value = ""
 
@@ -138,7 +140,7 @@ class AllocatorReplay:
         from workbench.estimate import estimate
 
         state = self._state
-        if state is None or getattr(state, "estimate", None) is None:
+        if state is None:
             return
         self.button.disabled = True
         self.result.value = '<span style="color:#555">replaying the caching allocator…</span>'
@@ -153,7 +155,7 @@ class AllocatorReplay:
             self.result.value = replayed_summary_html(state.estimate.memory, replayed,
                                                       time.perf_counter() - start)
         finally:
-            self.button.disabled = not scope_text(state)[0]
+            self.button.disabled = not self._in_scope
 
     def close(self) -> None:
         self.widget.close()

@@ -702,9 +702,9 @@ class DeepSpeedSetup:
     """ZeRO-2 with ``offload_optimizer`` on the CPU: the fp32 master, its gradient and Adam's states live on the
     host; what stays on the GPU is traced as :func:`deepspeed_steps` says."""
     overlap_comm: bool = False
-    """ZeRO-1/2 with ``overlap_comm`` (DeepSpeed's default there is off; ZeRO-3 always traces its side stream):
-    :func:`deepspeed_steps` traces the second bucket, ZeRO-1's reductions during backward and the gradient partition
-    made on the reduction stream."""
+    """DeepSpeed's ``overlap_comm`` as the run has it; :func:`deepspeed_steps` reads it at ZeRO-1/2 only (the second
+    bucket, ZeRO-1's reductions during backward, the gradient partition made on the reduction stream; DeepSpeed's
+    default there is off) — ZeRO-3's trace always reduces on its side stream."""
     flatten_on_device: bool = True
     """ZeRO-1/2 flatten the 16-bit parameters on the GPU when its free memory holds the flat buffer, else on the
     CPU (``stage_1_and_2.py``: ``flatten_on_accelerator``); :func:`replay_deepspeed` decides which from the
@@ -1258,8 +1258,7 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
                            grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
                            offload_optimizer=str(plan.offload_optimizer) == "cpu",
-                           overlap_comm=bool(plan.overlaps_comm) and int(plan.zero_stage) in (1, 2),
-                           flatten_on_device=flatten_on_device)
+                           overlap_comm=bool(plan.overlaps_comm), flatten_on_device=flatten_on_device)
     events: list = []
     with _mcore_meta(model, plan, events) as (config_kwargs, block_of):
         net = _built_then_moved(lambda: build_gpt(model, plan, config_kwargs=config_kwargs), events, block_of)
@@ -1714,8 +1713,7 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         grad_accum=plan.gradient_accumulation_steps, attn_implementation=trace_attn_implementation(model.attention),
         gradient_checkpointing=str(plan.recompute) == "full", lora_rank=plan.lora_rank,
         lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
-        offload_optimizer=str(plan.offload_optimizer) == "cpu",
-        overlap_comm=bool(plan.overlaps_comm) and int(plan.zero_stage) in (1, 2))
+        offload_optimizer=str(plan.offload_optimizer) == "cpu", overlap_comm=bool(plan.overlaps_comm))
 
 
 # ================================================================================================================
