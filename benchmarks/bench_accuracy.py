@@ -149,6 +149,7 @@ def corpus_run(rec: dict):
     gas = int(rec.get("gradient_accumulation_steps") or o.get("gas") or 1)
     stack = rec.get("stack") or ("launcher" if rec.get("catalog_model") else "?")
     offload = o.get("offload") or "none"
+    offload_params = o.get("offload_params") or "none"
     tp, pp, ep = int(o.get("tp", 1)), int(o.get("pp", 1)), int(o.get("ep", 1))  # torchrun runs of measure.py
     common = dict(world_size=world, micro_batch_size=mbs, global_batch_size=mbs * gas * (world // (tp * pp)),
                   precision="bf16", expandable_segments=expandable)
@@ -161,7 +162,7 @@ def corpus_run(rec: dict):
             resolved = rec.get("zero_config_resolved") or {}
             overlap = resolved.get("overlap_comm", zero >= 3)
             plan = ParallelPlan(engine="deepspeed", zero_stage=zero, offload_optimizer=offload,
-                                recompute=o.get("recompute", "none"),
+                                offload_params=offload_params, recompute=o.get("recompute", "none"),
                                 adam=_adam_from_class(rec.get("optimizer_class")), overlap_comm=bool(overlap),
                                 **common)
         else:
@@ -185,7 +186,7 @@ def corpus_run(rec: dict):
                                                             lora_cfg["target_modules"]),
                           lora_dropout=float(lora_cfg.get("lora_dropout") or 0.0))
         plan = ParallelPlan(engine="deepspeed", zero_stage=zero, offload_optimizer=offload,
-                            recompute="full" if o.get("ckpt") else "none",
+                            offload_params=offload_params, recompute="full" if o.get("ckpt") else "none",
                             adam=_adam_from_class(rec.get("optimizer_class")),
                             overlap_comm=bool(resolved.get("overlap_comm", zero >= 3)), lora_rank=int(lora),
                             **common)

@@ -69,7 +69,7 @@ def description(r: dict) -> dict:
                 targets += v if isinstance(v, list) else [v]
             common.update(lora_rank=lora["r"], lora_targets=targets, lora_dropout=lora["lora_dropout"])
         plan = ParallelPlan(engine="deepspeed", zero_stage=o["zero"], offload_optimizer=o.get("offload") or "none",
-                            recompute=rc, adam="fused", **common)
+                            offload_params=o.get("offload_params") or "none", recompute=rc, adam="fused", **common)
     return specs_to_dict(model, cluster, plan)
 
 

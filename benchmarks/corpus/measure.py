@@ -80,6 +80,8 @@ def ds_config(cfg: dict) -> dict:
         zero["offload_optimizer"] = {"device": cfg["offload"], "pin_memory": True}
     if cfg.get("overlap"):  # overlap_comm on at ZeRO-1/2 (DeepSpeed's default there is off), as HF's ZeRO-2 examples
         zero["overlap_comm"] = True
+    if cfg.get("offload_params"):  # ZeRO-3 parameter offload, as HF's ZeRO-3 offload example writes it
+        zero["offload_param"] = {"device": cfg["offload_params"], "pin_memory": True}
     return {
         "train_micro_batch_size_per_gpu": cfg.get("mbs", 1),
         "gradient_accumulation_steps": cfg.get("gas", 1),
@@ -292,7 +294,7 @@ def zero_resolved(engine) -> dict:
         keep = ("stage", "overlap_comm", "contiguous_gradients", "reduce_bucket_size", "allgather_bucket_size",
                 "reduce_scatter", "allgather_partitions", "stage3_prefetch_bucket_size",
                 "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
-                "round_robin_gradients", "offload_optimizer")
+                "round_robin_gradients", "offload_optimizer", "offload_param")
         return {k: d.get(k) for k in keep if k in d}
     except Exception as exc:
         return {"unavailable": repr(exc)}

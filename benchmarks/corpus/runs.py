@@ -438,6 +438,13 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- thirty-third final batch ("final33"): declared before measuring ---
+    # Llama 2 13B's width at 8 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, 32k vocabulary, untied, 2k tokens
+    "mc-h5120-llama2-l8": dict(like="Llama 2 13B width (40 -> 8 layers)", num_layers=8, hidden_size=5120,
+                               num_attention_heads=40, num_query_groups=40, ffn_hidden_size=13824, vocab_size=32000,
+                               seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                               tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                               attention_dropout=0.0),
     # --- thirty-second final batch ("final32"): declared before measuring ---
     # Llama 2 7B's width at 8 of its 32 layers: 32 heads of 128 (MHA), SwiGLU 11008, 32k vocabulary, untied, 4k tokens
     "mc-h4096-llama2-l8": dict(like="Llama 2 7B width (32 -> 8 layers), 4k tokens", num_layers=8, hidden_size=4096,
@@ -1044,6 +1051,27 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-third final batch ("final33") ---
+    # Qwen3 8B at 12 of its 36 layers: GQA 32/8 of head 128, QK norm, SwiGLU 12288, 152k vocabulary, untied
+    "hf-qwen3-h4096-l12": dict(like="Qwen3 8B (36 -> 12 layers)", seq_length=2048, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=4096, intermediate_size=12288,
+        num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Llama 2 13B at 10 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, 32k vocabulary, untied
+    "hf-llama2-h5120-l10": dict(like="Llama 2 13B (40 -> 10 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=5120, intermediate_size=13824,
+        num_hidden_layers=10, num_attention_heads=40, num_key_value_heads=40, vocab_size=32000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
+    # Phi-3 mini at 24 of its 32 layers: MHA 32 heads of 96, fused QKV and gate-up projections, SwiGLU 8192, 32k
+    # vocabulary, untied
+    "hf-phi3-h3072-l24": dict(like="Phi-3 mini (32 -> 24 layers)", seq_length=2048, config=dict(
+        model_type="phi3", architectures=["Phi3ForCausalLM"], hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=24, num_attention_heads=32, num_key_value_heads=32, vocab_size=32064,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0, pad_token_id=None, bos_token_id=None,
+        eos_token_id=None)),
     # --- thirty-second final batch ("final32") ---
     # Gemma 2 2B at 12 of its 26 layers: GQA 8/4 of head 256, GeGLU 9216, soft-capping, 256k vocabulary, tied
     "hf-gemma2-h2304-l12": dict(like="Gemma 2 2B (26 -> 12 layers)", seq_length=2048, config=dict(
@@ -1144,6 +1172,7 @@ def _hf(shape, zero, attn, **kw):
 
 
 OFF = dict(offload="cpu", omp_threads=16)
+POFF = dict(offload_params="cpu")  # ZeRO-3 parameter offload (with OFF: ZeRO-Infinity's CPU configuration)
 
 
 def _measured_allocated(rid: str) -> int:
@@ -1684,6 +1713,17 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
     ],
+    # thirty-third final batch (one GPU), declared in accuracy_split.json "final33" before measuring: DeepSpeed ZeRO-3
+    # with its parameters on the CPU (offload_param, as Hugging Face's ZeRO-3 offload example writes it), never
+    # measured before: with the optimizer on the CPU too (ZeRO-Infinity's CPU configuration) and without, through
+    # transformers and megatron-core, with and without checkpointing, on four new shapes
+    "final33": [
+        _hf("hf-qwen3-h4096-l12", 3, "sdpa", **OFF, **POFF), _hf("hf-qwen3-h4096-l12", 3, "sdpa", mbs=2, ckpt=True, **POFF),
+        _hf("hf-llama2-h5120-l10", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-llama2-h5120-l10", 3, "eager", **OFF, **POFF),
+        _hf("hf-phi3-h3072-l24", 3, "sdpa", **OFF, **POFF), _hf("hf-phi3-h3072-l24", 3, "sdpa", mbs=2, **POFF),
+        _ds("mc-h5120-llama2-l8", 3, **OFF, **POFF), _ds("mc-h5120-llama2-l8", 3, mbs=2, recompute="full", **POFF),
+    ],
     # thirty-second final batch (one GPU), declared in accuracy_split.json "final32" before measuring: the allocator
     # replay's overlap_comm at ZeRO-1/2 and the default model's ZeRO-1 offload reduction of an untied embedding larger
     # than the bucket (both written 2026-12-03 after final31 ran), on four new shapes
@@ -1885,6 +1925,8 @@ def run_id(cfg: dict) -> str:
         parts.append(f"lora{cfg['lora']}")
     if cfg.get("offload"):
         parts.append(f"off-{cfg['offload']}-omp{cfg['omp_threads']}")
+    if cfg.get("offload_params"):
+        parts.append(f"poff-{cfg['offload_params']}")
     if cfg.get("overlap"):
         parts.append("ovl")
     if cfg.get("expandable_segments"):
