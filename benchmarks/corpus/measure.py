@@ -50,7 +50,8 @@ from host_probe import cpu_model, host_probe  # noqa: E402
 PROCESS_STARTED = time.time()
 """When this process started (its imports of torch, DeepSpeed, megatron-core and transformers follow)."""
 
-RUN_TIMEOUT_SECONDS = 150  # a per-process run that takes longer is killed (and recorded as crashed)
+RUN_TIMEOUT_SECONDS = int(os.environ.get("CORPUS_RUN_TIMEOUT", 150))  # a per-process run that takes longer is killed
+# (and recorded as crashed)
 ENV_KEYS = ("OMP_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS",
             "NCCL_NVLS_ENABLE", "TORCH_EXTENSIONS_DIR", "CUDA_VISIBLE_DEVICES")
 
@@ -410,6 +411,10 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
             sync()
             times.append(time.perf_counter() - t0)
             losses.append(loss)
+            if os.environ.get("CORPUS_PROGRESS_DIR"):  # each step as it ends: what a run killed midway had done
+                with open(Path(os.environ["CORPUS_PROGRESS_DIR"]) / (cfg["run_id"].replace("/", "_") + ".txt"),
+                          "a") as fh:
+                    fh.write(f"step {i} {times[-1]:.3f} s, {time.perf_counter() - t_start:.1f} s since start\n")
         rec["timed_ended_epoch"] = time.time()
         if not dry:
             rec["host_probe_after"] = host_probe(torch)
