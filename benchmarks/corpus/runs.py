@@ -1748,6 +1748,10 @@ GROUPS = {
         _hf("hf-mistralsmall-h5120-l4", 2, "sdpa", overlap=True), _hf("hf-qwen25-h8192-l2", 2, "sdpa", overlap=True),
         _ds("mc-h5120-mistralsmall-l4", 1, overlap=True),
     ],
+    # allocator histories of a fit-split shape under ZeRO-3 with its parameters on the CPU (with and without the
+    # optimizer there), for what the GPU holds at the peak with offload_param (records kept beside the histories)
+    "poff-history": [dict(cfg, history=True) for cfg in (
+        _hf("hf-llama-h2048-l22", 3, "sdpa", **OFF, **POFF), _hf("hf-llama-h2048-l22", 3, "sdpa", **POFF))],
     # allocator histories of fit-split configurations at ZeRO-1/2 with overlap_comm on (a second bucket and the
     # reduction stream), for the replay's trace of that path (records kept beside the histories, not in the corpus)
     "overlap-history": [dict(cfg, history=True, overlap=True) for cfg in (
