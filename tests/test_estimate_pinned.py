@@ -15,8 +15,10 @@ PINNED = [
      58852561868, 0, 9.125713160234525,
      {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13970313731234413}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
-     32459944419, 15161435136, 4.10534267811551,  # ZeRO-3 offload host factor refitted 0.666 -> 0.809 (2026-12-01)
-     {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 1.152390006273387, 'optimizer': 0.0307465}),
+     # 2026-12-03: ZeRO-3 keeps parameters gathered through the forward (the coordinator walk, +2.0 GiB) and the
+     # parameter-offload host factor (0.254, not optimizer offload's 0.809; no upload of the updated parameters)
+     34616332831, 15161435136, 3.6359099602787466,
+     {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 0.6829572884366238, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
      224220420964, 0, 27.805203105444363,
      {'compute': 24.278990578545315, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.6267310935590822}),
@@ -30,7 +32,7 @@ PINNED = [
      100876933627, 0, 12.571843430420426,
      {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.5519136684864272}),
     ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
-     66056823376, 0, 1.5195346964888092,
+     68056448614, 0, 1.5195346964888092,  # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB
      {'compute': 1.2598402372838835, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.19952566685939999, 'optimizer': 0.05669442878997015}),
     ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
      63264984184, 0, 3.749353979066072,

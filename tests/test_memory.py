@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from workbench import catalog, ClusterSpec, ModelSpec, ParallelPlan
+from workbench import params as P
+from workbench.defaults import GiB
 from workbench.estimate import estimate
 from workbench.memory import (ENGINE_CODES, Engine, layer_activation_bytes, model_state_bytes, stage_terms,
                               plan_codes)
@@ -238,13 +240,15 @@ def test_zero3_gathers_nothing_with_one_rank_and_has_its_own_reserve():
     """With one rank in the partition group ZeRO-3's parameter is its own partition (no gathered or prefetched
     copy) unless parameters are offloaded; the allocator reserve of ZeRO-3 is its own fit-split median."""
     from workbench.memory import (DS_PREFETCH_BUCKET_ELEMENTS, RESERVE_FRACTION, buffer_bytes, engine_overheads,
-                                  largest_module_params)
+                                  largest_module_params, zero3_gathered_elements)
 
     m = ModelSpec(num_layers=2, hidden_size=2048, num_attention_heads=16, seq_length=1024, attention="flash")
     kw = dict(engine=DS, zero_stage=3, tensor_parallel=1, micro_batch=1, context_parallel=1, value_bytes=2)
     largest = float(largest_module_params(m, 1))
     one, two = buffer_bytes(m, data_parallel=1, **kw), buffer_bytes(m, data_parallel=2, **kw)
-    assert two - one == pytest.approx(2 * (largest + min(DS_PREFETCH_BUCKET_ELEMENTS, largest)))
+    kept = zero3_gathered_elements(m, 1, 0)
+    assert kept > largest + min(DS_PREFETCH_BUCKET_ELEMENTS, largest)  # a small model stays gathered whole
+    assert two - one == pytest.approx(2 * kept)
     assert buffer_bytes(m, data_parallel=1, offload_params=1, **kw) == pytest.approx(two)
     reserve = engine_overheads(np.array([DS, DS, MG]), np.array([2, 3, 3]))["reserve_fraction"]
     assert reserve.tolist() == [RESERVE_FRACTION["deepspeed"], RESERVE_FRACTION["deepspeed-zero3"],
@@ -537,3 +541,46 @@ def test_deepspeed_init_bytes_is_the_flat_buffer_and_the_partition_clone():
     assert deepspeed_init_bytes(data_parallel=1, **{**kw, "zero_stage": 1}) == pytest.approx(28e9)
     for change in (dict(offload_optimizer=0), dict(zero_stage=3), dict(zero_stage=0), dict(engine=MG)):
         assert deepspeed_init_bytes(data_parallel=1, **{**kw, **change}) == 0, change
+
+
+TINYLLAMA_22 = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=5632,
+                    num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
+                    max_position_embeddings=2048, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False)
+
+
+def test_zero3_coordinator_walk_gives_the_gathered_peak_deepspeed_had():
+    """DeepSpeed 0.19.8's ZeRO-3 coordinator keeps parameters used again in backward gathered through the forward:
+    TinyLlama at 22 layers with offload_param on H200 held at most 1.927 GiB of gathered 16-bit copies (allocator
+    history, benchmarks/results/alloc_history/poff/: the largest sum of live ``_no_gather_coalesced`` blocks in a
+    step after the first); the walk over the model's module trace gives the same, and at the start of backward a
+    little less (the first layers were released). Full recompute re-fetches a layer before its backward, which
+    keeps its parameters longer, never shorter."""
+    from workbench.hf import import_hf
+    from workbench.memory import zero3_gathered_elements, zero3_gathered_walk, zero3_module_trace
+
+    m = import_hf(dict(TINYLLAMA_22), seq_length=2048, attn_implementation="sdpa", name="tinyllama").spec
+    walk = zero3_gathered_walk(*zero3_module_trace(m, 1, False))
+    assert 2 * walk["peak"] / GiB == pytest.approx(1.927, rel=2e-3)
+    assert walk["at_backward"] < walk["peak"] < sum(P.weight_tensor_sizes(m, 1))
+    assert zero3_gathered_elements(m, 1, 0) == walk["at_backward"]
+    assert zero3_gathered_elements(m, 1, 1) >= walk["at_backward"]
+    # tensor parallelism gathers each rank's shards only
+    assert zero3_gathered_elements(m, 2, 0) < walk["at_backward"]
+
+
+def test_zero3_gathered_parameters_are_gone_at_the_optimizer_step():
+    """With parameters on the host and the optimizer on the GPU the step can be the peak; the coordinator has released
+    every gathered parameter by then, so the buffers at that peak hold none of them."""
+    from workbench.estimate import estimate
+    from workbench.hf import import_hf
+    from workbench.memory import zero3_gathered_bytes
+
+    m = import_hf(dict(TINYLLAMA_22), seq_length=128, attn_implementation="sdpa", name="tinyllama").spec
+    plan = ParallelPlan(engine="deepspeed", zero_stage=3, offload_params="cpu", world_size=1, micro_batch_size=1,
+                        global_batch_size=1, precision="bf16")
+    est = estimate(m, ClusterSpec(gpu="H200", gpus_per_node=1), plan)
+    stage = est.memory.stages[0]
+    gathered = float(zero3_gathered_bytes(m, tensor_parallel=1, value_bytes=2, data_parallel=1, offload_params=1))
+    assert gathered > 1.5 * GiB
+    assert stage.peak_phase == "optimizer step" and stage.terms.activations == 0
+    assert stage.terms.buffers < gathered

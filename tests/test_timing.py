@@ -351,3 +351,29 @@ def test_rotary_embedding_bytes():
     per_layer = tokens * (llama.query_projection_size + llama.kv_projection_size)  # TP 1
     hbm = est.inputs["hbm_gb_per_s"] * 1e9 * est.inputs["hbm_efficiency"]
     assert est.layer_forward_seconds - float(none["layer_forward_seconds"]) == pytest.approx(per_layer * 24 / hbm)
+
+
+def test_parameter_offload_prices_the_copy_back_where_it_happens():
+    """ZeRO-3 with its parameters on the host: with the optimizer on the CPU too, CPU Adam's update is cast into the
+    host's 16-bit partition (no upload of the updated parameters, a smaller host factor than the blocking host-cast
+    upload of optimizer offload alone); with the optimizer on the GPU each step casts the updated fp32 partition
+    back into host memory (``param_offload_copy_back_seconds_per_parameter`` per parameter), which costs more than
+    the GPU's Adam itself."""
+    from workbench import params as P
+    from workbench.estimate import estimate
+    from workbench.timing import calibration
+
+    m = model("llama2-7b")
+    c = ClusterSpec(gpu="H200", gpus_per_node=1, host_cpu_cores_per_node=16, cpu_adam_threads=16)
+    base = dict(engine="deepspeed", zero_stage=3, world_size=1, micro_batch_size=1, global_batch_size=1,
+                precision="bf16")
+    both = estimate(m, c, ParallelPlan(offload_optimizer="cpu", offload_params="cpu", **base)).time.breakdown
+    opt_only = estimate(m, c, ParallelPlan(offload_optimizer="cpu", **base)).time.breakdown
+    par_only = estimate(m, c, ParallelPlan(offload_params="cpu", **base)).time.breakdown
+    on_gpu = estimate(m, c, ParallelPlan(**base)).time.breakdown
+    assert both["offload"] < opt_only["offload"]
+    n = sum(P.weight_tensor_sizes(m, 1))
+    copy_back = calibration()["cpu_adam"]["param_offload_copy_back_seconds_per_parameter"]
+    assert par_only["offload"] == pytest.approx(n * copy_back + n * 2 / (gpu("H200").host_link_gb_per_s * 1e9), rel=0.02)
+    assert par_only["offload"] > on_gpu["optimizer"]
+    assert par_only["optimizer"] == pytest.approx(on_gpu["optimizer"])

@@ -467,6 +467,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         cpu_adam_params_per_second_per_thread=cal["cpu_adam"].get("params_per_second_per_thread", np.inf),
         cpu_adam_threads=cluster.cpu_adam_threads_per_rank,
         offload_zero3_host_factor=cal["cpu_adam"].get("zero3_host_factor", 0.0),
+        offload_param_host_factor=cal["cpu_adam"].get("zero3_param_offload_host_factor", 0.0),
+        param_offload_copy_back_s=cal["cpu_adam"].get("param_offload_copy_back_seconds_per_parameter", 0.0),
         cpu_adam_serial_seconds_per_parameter=cal["cpu_adam"].get("serial_seconds_per_parameter", 0.0),
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),

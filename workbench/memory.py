@@ -312,6 +312,118 @@ def largest_module_params(m: ModelSpec, tensor_parallel=1):
     return maximum(maximum(maximum(vocab * m.hidden_size, fc1), qkv), experts) / tensor_parallel
 
 
+DS_MAX_LIVE_PARAMETERS = int(1e9)
+"""``stage3_max_live_parameters`` default (elements): the ZeRO-3 prefetcher fetches ahead only while fewer are
+gathered (deepspeed/runtime/zero/config.py)."""
+DS_MAX_REUSE_DISTANCE = int(1e9)
+"""``stage3_max_reuse_distance`` default (elements): a module's parameters stay gathered when the trace uses them
+again within this many parameter elements (deepspeed/runtime/zero/config.py)."""
+DS_PERSISTENCE_THRESHOLD = 100_000
+"""``stage3_param_persistence_threshold`` default: parameters of at most this many elements are never released."""
+
+
+def zero3_module_trace(m: ModelSpec, tensor_parallel=1, full_recompute=False) -> tuple:
+    """``(order, numel)`` of the modules ZeRO-3 fetches in one training step, as its trace records them: each
+    weight of :func:`workbench.params.weight_tensor_sizes` is one module's parameter (a linear, an embedding; norms
+    and biases are persistent), the forward in registration order (embeddings, each layer, the output layer, which
+    is the embedding itself when tied), then the backward in reverse, each layer re-run forward first when it is
+    fully recomputed (gradient checkpointing). ``order`` is a list of ``("F"|"B", parameter id)``."""
+    from workbench.specs import Positions
+
+    sizes = P.weight_tensor_sizes(m, int(tensor_parallel))
+    head = 2 if m.position_embedding is Positions.LEARNED else 1
+    tail = 0 if m.tied_embeddings else 1
+    per = (len(sizes) - head - tail) // max(m.num_layers, 1)
+    numel = {f"e{i}": sizes[i] for i in range(head)}
+    layers = []
+    for layer in range(m.num_layers):
+        ids = []
+        for k in range(per):
+            n = sizes[head + layer * per + k]
+            if n > DS_PERSISTENCE_THRESHOLD:
+                numel[f"{layer}.{k}"] = n
+                ids.append(f"{layer}.{k}")
+        layers.append(ids)
+    out = "e0"
+    if tail:
+        numel["out"] = sizes[-1]
+        out = "out"
+    heads = [f"e{i}" for i in range(head) if numel[f"e{i}"] > DS_PERSISTENCE_THRESHOLD]
+    order = [("F", i) for i in heads + [x for ids in layers for x in ids] + [out]]
+    order.append(("B", out))
+    for ids in reversed(layers):
+        order += [("B", x) for x in (ids if full_recompute else [])] + [("B", x) for x in reversed(ids)]
+    order += [("B", i) for i in reversed(heads)]
+    return order, numel
+
+
+def zero3_gathered_walk(order: list, numel: dict, *, max_live=DS_MAX_LIVE_PARAMETERS,
+                        prefetch=DS_PREFETCH_BUCKET_ELEMENTS, max_reuse=DS_MAX_REUSE_DISTANCE) -> dict:
+    """Elements of gathered parameters on one rank over a training step once ZeRO-3 has recorded its trace (every
+    step after the first): ``at_backward``, when backward starts (the output layer fetched for its backward), and
+    ``peak``, the most at any module. Follows DeepSpeed's ``PartitionedParameterCoordinator``
+    (deepspeed/runtime/zero/partitioned_param_coordinator.py): fetching a module pops its parameters' entries off
+    the trace's queue and prefetches the next not-yet-gathered ones up to ``prefetch`` elements (and ``max_live``
+    gathered); every popped entry marks its parameter as fetched for that entry's step, and a module's parameters
+    are released after it runs only if no popped entry marks them for a later step and the trace does not use them
+    again within ``max_reuse`` elements. Parameters used again in backward are therefore mostly kept through the
+    forward. TinyLlama's 1.1 B parameters at 22 layers (2.05 GiB in bf16) under DeepSpeed 0.19.8 with offload_param
+    on H200: the allocator history's gathered copies peak at 1.927 GiB, as this walk's ``peak`` (1.927 GiB;
+    benchmarks/results/alloc_history/poff/)."""
+    import collections
+
+    entries = collections.deque((pid, step) for step, (_, pid) in enumerate(order))
+    marked = collections.defaultdict(lambda: -1)
+    gathered, live, peak, at_backward = set(), 0.0, 0.0, None
+    for step, (phase, pid) in enumerate(order):
+        if pid not in gathered:
+            gathered.add(pid)
+            live += numel[pid]
+        if marked[pid] < step and entries:  # its own entry, unless a prefetch already popped it
+            marked[pid] = entries.popleft()[1]
+        budget, fetched, queued = min(max_live - live, prefetch), 0.0, set()
+        while entries and fetched < budget:
+            qid, qstep = entries.popleft()
+            marked[qid] = max(marked[qid], qstep)
+            if qid not in gathered and qid not in queued:
+                queued.add(qid)
+                fetched += numel[qid]
+        for qid in queued:
+            gathered.add(qid)
+            live += numel[qid]
+        peak = max(peak, live)
+        if phase == "B" and at_backward is None:
+            at_backward = live
+        # released after the module ran (the coordinator's step counter already points at the next module)
+        if marked[pid] > step + 1:
+            continue
+        seen, reused = 0.0, False
+        for _, qid in order[step + 1:]:
+            if seen >= max_reuse:
+                break
+            if qid == pid:
+                reused = True
+                break
+            seen += numel[qid]
+        if not reused:
+            gathered.discard(pid)
+            live -= numel[pid]
+    return {"at_backward": at_backward or 0.0, "peak": peak}
+
+
+@_memoised_on_numbers
+def zero3_gathered_elements(m: ModelSpec, tensor_parallel=1, full_recompute=0):
+    """Elements of gathered 16-bit parameters one ZeRO-3 rank holds when backward starts, where it gathers at all
+    (more than one rank in the partition, or parameters offloaded): :func:`zero3_gathered_walk` over
+    :func:`zero3_module_trace`. A sweep of ``tensor_parallel`` or ``full_recompute`` takes each distinct value
+    once."""
+    if ndim(tensor_parallel) or ndim(full_recompute):
+        return np.vectorize(lambda t, r: zero3_gathered_elements(m, int(t), int(r)),
+                            otypes=[float])(tensor_parallel, full_recompute)[()]
+    walk = zero3_gathered_walk(*zero3_module_trace(m, int(tensor_parallel), bool(full_recompute)))
+    return float(walk["at_backward"])
+
+
 @_memoised_on_numbers
 def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of a transformer layer's biggest weight on one rank — megatron-core fuses QKV and the gated MLP's
@@ -1316,20 +1428,35 @@ def reduce_bucket_bytes(*, zero_stage, value_bytes, overlap_comm=1, reduce_bucke
     return buckets
 
 
+def zero3_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_parallel=None, offload_params=0,
+                         recompute=0, prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
+    """16-bit parameters a ZeRO-3 rank holds gathered when backward starts: what its coordinator keeps through the
+    forward (:func:`zero3_gathered_elements`, full recompute re-running each layer in backward), and at least the
+    largest module with a prefetch bucket (the live set inside a layer's backward). With one rank in the partition
+    group nothing is gathered (``all_gather_coalesced`` takes ``_no_gather_coalesced`` and the parameter is its own
+    partition, ``partition_parameters.py`` ``NoGatherHandle``: ``ds_tensor.data.to(device)``, no copy on the GPU)
+    unless parameters are offloaded, when that copy is the gathered one. Released by the end of backward: not alive
+    at the optimizer step."""
+    largest = largest_module_params(m, tensor_parallel)
+    live = maximum(zero3_gathered_elements(m, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL]),
+                   largest + minimum(prefetch_bucket_elements, largest))
+    gathers = True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
+    return where(gathers, value_bytes * live, 0.0)
+
+
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=1,
-                 prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS, data_parallel=None, offload_params=0):
+                 prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS, data_parallel=None, offload_params=0,
+                 recompute=0):
     """Communication buckets and scratch buffers.
 
     * DeepSpeed ZeRO-1/2 (``stage_1_and_2.py`` ``setup_buckets``): with contiguous gradients, one reduce bucket of
       ``reduce_bucket_size`` 16-bit elements, two when ``overlap_comm`` (``overlap_comm=1``, the default, is what
       the workbench's DeepSpeed config export writes; ``None`` gives DeepSpeed's own default, on for ZeRO-3 only).
-    * DeepSpeed ZeRO-3 (``stage3.py``): the contiguous-gradient bucket (reduce_bucket_size) plus live gathered
-      parameters — the largest module and the prefetch bucket — and that module's full gradient before it is
-      reduce-scattered (DeepSpeed's estimator counts 4 bytes × largest layer). With one rank in the partition
-      group (``data_parallel`` 1) nothing is gathered: ``all_gather_coalesced`` takes ``_no_gather_coalesced`` and
-      the parameter is its own partition (``partition_parameters.py`` ``NoGatherHandle``: ``ds_tensor.data.to(
-      device)``, no copy on the GPU), so the gathered and prefetched copies are 0 unless parameters are offloaded.
+    * DeepSpeed ZeRO-3 (``stage3.py``): the contiguous-gradient bucket (reduce_bucket_size) plus the gathered
+      parameters when backward starts (:func:`zero3_gathered_bytes`; ``recompute`` as :data:`RECOMPUTE_CODES`) and
+      the largest module's full gradient before it is reduce-scattered (DeepSpeed's estimator counts 4 bytes ×
+      largest layer).
     * unfused attention: megatron-core's global memory buffer holding one layer's scores, v·a·s²·b/t
       (transformers' eager attention has no such buffer).
     """
@@ -1338,9 +1465,10 @@ def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_bat
     ds12 = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap,
                                reduce_bucket_elements=reduce_bucket_elements)
     largest = largest_module_params(m, tensor_parallel)
-    gathers = True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
     ds3 = (reduce_bucket_elements * value_bytes
-           + where(gathers, value_bytes * (largest + minimum(prefetch_bucket_elements, largest)), 0.0)
+           + zero3_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
+                                  data_parallel=data_parallel, offload_params=offload_params, recompute=recompute,
+                                  prefetch_bucket_elements=prefetch_bucket_elements)
            + value_bytes * largest)
     zero_buffers = where(is_ds, where(zero_stage >= 3, ds3, ds12), 0)
     if m.attention.materialises_scores and m.implementation is not Implementation.TRANSFORMERS:
@@ -1697,7 +1825,13 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
                            micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes,
-                           overlap_comm=overlap_comm, data_parallel=data_parallel, offload_params=offload_params)
+                           overlap_comm=overlap_comm, data_parallel=data_parallel, offload_params=offload_params,
+                           recompute=recompute)
+    # ZeRO-3's gathered parameters are all released by the end of backward: not there at the optimizer step
+    zero3_gathered = where((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3),
+                           zero3_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
+                                                data_parallel=data_parallel, offload_params=offload_params,
+                                                recompute=recompute), 0.0)
     buffers = buffers + context_parallel_buffer_bytes(m, micro_batch=micro_batch, tensor_parallel=tensor_parallel,
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
@@ -1771,9 +1905,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_bwd = where(end, grads, grads_bwd)
     buffers_bwd = where(end, buffers + tied_end, buffers_bwd)
     backward_peak = maximum(backward_peak, where(end, end_peak, 0.0))
-    step_total = weights + grads + step + optimizer + buffers - buckets - zero3_grad_at_peak
+    step_total = weights + grads + step + optimizer + buffers - buckets - zero3_grad_at_peak - zero3_gathered
     step_peak = step_total > backward_peak
-    buffers = where(step_peak, buffers - buckets - zero3_grad_at_peak, buffers_bwd)
+    buffers = where(step_peak, buffers - buckets - zero3_grad_at_peak - zero3_gathered, buffers_bwd)
     world = tensor_parallel * pipeline_parallel * context_parallel * data_parallel
     grads_at_peak = where(step_peak, grads + step, grads_bwd)
     acts_at_peak = where(step_peak, 0.0, activations)

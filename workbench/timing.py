@@ -608,6 +608,15 @@ class StepInputs:
     offload_zero3_host_factor: object = 0.0
     """ZeRO-3 with optimizer offload: host work per parameter beyond ZeRO-2's, as a fraction of the CPU Adam step
     (stage3.py runs the gradient norm, the unscale/clip pass and the fp32 → 16-bit copy-back over the host copies)."""
+    offload_param_host_factor: object = 0.0
+    """The same fraction with the parameters on the host too (``offload_param``): the 16-bit copy-back is a host to
+    host cast into the pinned partition instead of a blocking host-cast upload (stage3.py
+    ``_reassign_or_swap_out_partitioned_parameters``)."""
+    param_offload_copy_back_s: object = 0.0
+    """Host seconds per parameter of ZeRO-3's copy-back with the parameters on the host and the optimizer on the GPU:
+    ``fp16_partitioned_groups_flat[i].data.copy_(fp32_partitioned_groups_flat[i].data)`` copies GPU fp32 into the
+    host's 16-bit partition, a blocking copy with a dtype change, which torch runs through a fresh pageable fp32
+    host buffer and a cast on the host (aten/src/ATen/native/cuda/Copy.cu ``copy_kernel_cuda``)."""
     parameter_tensors: object = 0.0
     """Parameter tensors one rank of the largest stage holds (:func:`workbench.params.parameter_tensors` ÷ p)."""
     deepspeed_tensor_seconds: object = 0.0
@@ -1650,12 +1659,17 @@ def optimizer_terms(x: StepInputs) -> dict:
     cpu_seconds_per_param = maximum(1 / (x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread)
                                        + x.cpu_adam_serial_seconds_per_parameter,
                                        ranks_per_node / x.cpu_adam_params_per_second_per_node)
-    host_passes = 1 + (x.zero_stage == 3) * x.offload_zero3_host_factor
+    host_passes = 1 + (x.zero_stage == 3) * where(off_par, x.offload_param_host_factor, x.offload_zero3_host_factor)
     # the gradients go down in fp32 (DeepSpeed's non-blocking copy_ into its fp32 host buffer converts on the GPU)
-    # and the updated parameters come up in 16 bits (its blocking copy_ back converts on the host): 4 + v bytes
-    offload_opt_s = where(off_opt, shard * (4.0 + x.bytes_per_value) / host_bps
+    # and the updated parameters come up in 16 bits (its blocking copy_ back converts on the host): 4 + v bytes;
+    # with the parameters on the host they stay there (4 bytes)
+    offload_opt_s = where(off_opt, shard * (4.0 + where(off_par, 0.0, x.bytes_per_value)) / host_bps
                              + shard * host_passes * cpu_seconds_per_param, 0.0)
-    offload_par_s = where(off_par, m * 3 * local_params / (d * c) * x.bytes_per_value / host_bps, 0.0)
+    # parameters on the host: each micro-batch's forward copies them in (ZeRO-3's coordinator keeps most of them
+    # gathered until their backward: :func:`workbench.memory.zero3_gathered_walk`), and with the optimizer on
+    # the GPU each step casts the updated fp32 partition back into the host's 16-bit copy
+    offload_par_s = where(off_par, m * local_params / (d * c) * x.bytes_per_value / host_bps
+                          + where(off_opt, 0.0, shard * x.param_offload_copy_back_s), 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
     hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency
