@@ -387,8 +387,8 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
     ``deepspeed/zero3``: the held-out ZeRO-3 runs' band, each side at least their configurations' process-to-process
     :func:`noise_band`. Below ZeRO-3 each engine's runs also get a step entry by their predicted host share
     (``ENGINE/host-bound``, ``ENGINE/gpu-bound``: :func:`workbench.memory.step_regime_suffix`)."""
-    from workbench.memory import (EXPANDABLE_BAND_SUFFIX, GPU_BOUND_SUFFIX, HOST_BOUND_SUFFIX, ZERO3_BAND_SUFFIX,
-                                  step_regime_suffix)
+    from workbench.memory import (EXPANDABLE_BAND_SUFFIX, GPU_BOUND_SUFFIX, HOST_BOUND_SUFFIX,
+                                  PARAM_OFFLOAD_BAND_SUFFIX, ZERO3_BAND_SUFFIX, step_regime_suffix)
 
     out = {}
     keys = {engine_of(r) for r, _ in rows} | {f"{engine_of(r)}/{r['plan'].recompute}" for r, _ in rows}
@@ -413,6 +413,10 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
                      low_fraction=max(entry["low_fraction"], floor["low_fraction"]),
                      high_fraction=max(entry["high_fraction"], floor["high_fraction"]))
         out["step"][f"deepspeed/{ZERO3_BAND_SUFFIX}"] = entry
+    for q in QUANTITIES:  # ZeRO-3 with the parameters on the host: its own band for every quantity
+        entry = band_entry([r for r, _ in rows if r["plan"].offload_params != "none"], q)
+        if entry:
+            out[q][f"deepspeed/{PARAM_OFFLOAD_BAND_SUFFIX}"] = entry
     for engine in sorted({engine_of(r) for r, _ in rows}):  # below ZeRO-3: host-bound and GPU-bound steps apart
         for suffix in (HOST_BOUND_SUFFIX, GPU_BOUND_SUFFIX):
             sel = [r for r, _ in rows if engine_of(r) == engine
@@ -1024,7 +1028,8 @@ def main(argv=None) -> int:
                         "ZeRO-0/1/2 of transformers and megatron-core models; megatron-core's own DDP) scored with "
                         "the caching allocator replayed (benchmarks/alloc_sim.py --write-band). step ENGINE/host-bound "
                         "and ENGINE/gpu-bound: the engine's runs below ZeRO-3 whose predicted step is at least / "
-                        "less than half host work (workbench.timing.host_share).", "gpu": "H200",
+                        "less than half host work (workbench.timing.host_share). deepspeed/param-offload (every "
+                        "quantity): the ZeRO-3 runs with the parameters on the host (offload_param).", "gpu": "H200",
                **band(scored["test"], expandable["test"], noise)}
         from workbench.memory import REPLAYED_BAND_SUFFIX
 

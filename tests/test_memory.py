@@ -584,3 +584,19 @@ def test_zero3_gathered_parameters_are_gone_at_the_optimizer_step():
     assert gathered > 1.5 * GiB
     assert stage.peak_phase == "optimizer step" and stage.terms.activations == 0
     assert stage.terms.buffers < gathered
+
+
+def test_parameter_offload_plans_take_their_own_band():
+    """ZeRO-3 with the parameters on the host has its own held-out band (its allocator reserves far more than other
+    runs'): the estimate's whole-device band and the planner's risk mark use it."""
+    from workbench.memory import error_band
+
+    band = error_band("deepspeed", "device", offload_params="cpu")
+    assert band is not None and "parameters on the host" in band[2]
+    assert band != error_band("deepspeed", "device")
+    m = catalog.model("llama2-7b")
+    plan = ParallelPlan(engine="deepspeed", zero_stage=3, offload_params="cpu", offload_optimizer="cpu", world_size=1,
+                        micro_batch_size=1, global_batch_size=1, precision="bf16")
+    mem = estimate(m, ClusterSpec(gpu="H200", gpus_per_node=1), plan).memory
+    peak = max(st.total_bytes for st in mem.stages)
+    assert mem.band_high_bytes == round(peak * band[1])

@@ -1993,6 +1993,12 @@ between processes far more than other stacks' (``bench_accuracy.py``'s REPEATABI
 at least as wide as that process-to-process noise."""
 
 
+PARAM_OFFLOAD_BAND_SUFFIX = "param-offload"
+"""Band key suffix (every quantity) of DeepSpeed ZeRO-3's held-out runs with the parameters on the host
+(``offload_param``): their caching allocator reserves far more above what is allocated (34-121 % on H200) than
+other runs, and the time of their host copies differs, so a plan with parameter offload takes their band."""
+
+
 HOST_BOUND_SUFFIX = "host-bound"
 """Step-time band key suffix of the held-out runs below ZeRO-3 whose predicted step is at least
 :data:`HOST_BOUND_SHARE` host work (:func:`workbench.timing.host_share`): their error follows the host's speed."""
@@ -2014,7 +2020,7 @@ def step_regime_suffix(host_share, zero_stage=None):
 
 
 def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False,
-               zero_stage=None, replayed: bool = False, host_share=None):
+               zero_stage=None, replayed: bool = False, host_share=None, offload_params=False):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
@@ -2026,8 +2032,10 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     allocator replay) the ``ENGINE/replayed-allocator`` entry (whole device only) when it has at least
     :data:`MIN_BAND_RUNS` runs. With ``host_share`` (:func:`workbench.timing.host_share`; step time below ZeRO-3) the
     ``ENGINE/host-bound`` or ``ENGINE/gpu-bound`` entry (:func:`step_regime_suffix`) when it has at least
-    :data:`MIN_BAND_RUNS` runs: a host-bound step's error is the host's speed as much as the model's. The hybrid
-    uses its own runs, else DeepSpeed's."""
+    :data:`MIN_BAND_RUNS` runs: a host-bound step's error is the host's speed as much as the model's. With
+    ``offload_params`` (DeepSpeed ZeRO-3 with the parameters on the host) the ``ENGINE/param-offload`` entry of any
+    quantity, before all others, when it has at least :data:`MIN_BAND_RUNS` runs. The hybrid uses its own runs,
+    else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
@@ -2041,7 +2049,11 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     # replay's residuals for a replayed reserve; the expandable-segments runs (the allocator's reserve is most of the
     # device error); ZeRO-3's runs, widened by its process-to-process noise
     step_regime = step_regime_suffix(host_share, zero_stage)
-    regimes = ((replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
+    param_offload = (offload_params if isinstance(offload_params, bool) else
+                     offload_params is not None and Offload.parse(offload_params, "offload_params") is not Offload.NONE)
+    regimes = ((param_offload, PARAM_OFFLOAD_BAND_SUFFIX,
+                lambda e: f"{runs(e, 'runs with the parameters on the host')} on {gpu}"),
+               (replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
                (expandable_segments, EXPANDABLE_BAND_SUFFIX, lambda e: f"{runs(e)} with expandable segments on {gpu}"),
                (zero_stage is not None and int(zero_stage) >= 3, ZERO3_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'ZeRO-3 runs')} on {gpu}, at least as wide as the spread of one ZeRO-3 "
@@ -2177,7 +2189,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                "the rank's 16-bit partition DeepSpeed makes the fp32 master from on the host, beside "
                                "the flat 16-bit buffer (weights; stage_1_and_2.py, deepspeed_init_bytes)")
     band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments,
-                      replayed=reserve_fraction is not None)
+                      replayed=reserve_fraction is not None, offload_params=plan.offload_params)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
     return MemoryEstimate(
         band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,

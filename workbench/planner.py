@@ -858,8 +858,9 @@ def risk_note(result: PlanResult, headroom: float) -> str:
 
 
 def _band_high(table: dict) -> np.ndarray:
-    """Per row, the upper side of the held-out memory error band of its engine and recompute mode, as a fraction of
-    the peak (:func:`workbench.memory.error_band`; 0 where no held-out run of that engine exists)."""
+    """Per row, the upper side of the held-out memory error band of its engine and recompute mode (rows with the
+    parameters on the host: that regime's band), as a fraction of the peak (:func:`workbench.memory.error_band`; 0
+    where no held-out run of that engine exists)."""
     band_high = np.zeros(len(table["engine"]))
     expseg = np.asarray(table.get("expseg", 0)) > 0  # the allocator mode the rows run with
     for engine, code in ENGINE_CODES.items():
@@ -869,6 +870,11 @@ def _band_high(table: dict) -> np.ndarray:
                 if band is not None:
                     band_high = np.where((table["engine"] == code) & (table["recompute"] == rc)
                                          & (expseg == expandable), band[1], band_high)
+    # ZeRO-3 with the parameters on the host: their own band, whatever the recompute mode (error_band's first regime)
+    off_par = np.asarray(table.get("off_par", 0)) > 0
+    band = M.error_band(Engine.DEEPSPEED, "device", offload_params=True)
+    if band is not None and off_par.any():
+        band_high = np.where(off_par, band[1], band_high)
     return band_high
 
 
