@@ -1954,8 +1954,8 @@ FORMULAS = {
     "activations": "Korthikanti et al. 2022 Table 2, per layer × in-flight micro-batches (1F1B p−stage, interleaved "
                    "(2(p−i−1)+(v−1)p+1)/v) + embedding mask + the larger of the logits (v+4)·sbV/t and the first "
                    "back-propagated layer's attention core (unfused: 16 bytes per score)",
-    "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3 live/prefetched parameters (none with one "
-               "rank), "
+    "buffers": "DeepSpeed reduce buckets (×2 with overlap_comm), ZeRO-3's gathered parameters as its coordinator keeps "
+               "them through the forward (none with one rank unless offloaded), "
                "megatron-core's attention-score buffer v·as²b/t (unfused), context-parallel K/V exchange buffers",
     "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
                 f"{OUTSIDE_ALLOCATOR_BYTES['megatron'] / GiB:.2f} GiB (megatron-core) per process (+ NCCL "
