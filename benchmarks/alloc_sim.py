@@ -43,6 +43,7 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                                                                                             500_000_000)),
                           steps=rec.get("steps", 6),
                           offload_optimizer=bool(ds.get("zero_optimization", {}).get("offload_optimizer")),
+                          offload_params=bool(ds.get("zero_optimization", {}).get("offload_param")),
                           overlap_comm=bool(rec.get("zero_config_resolved", {}).get("overlap_comm")))
 
 
@@ -56,7 +57,7 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
         grad_accum=s.grad_accum, attn_implementation=rec.get("attn_implementation") or rec["options"].get("attn", "sdpa"),
         gradient_checkpointing=bool(rec.get("gradient_checkpointing")), lora=rec.get("lora") or None,
         reduce_bucket_elements=s.reduce_bucket_elements, steps=s.steps, offload_optimizer=s.offload_optimizer,
-        sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm)
+        sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm, offload_params=s.offload_params)
 
 
 # ================================================================================================================

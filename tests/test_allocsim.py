@@ -719,3 +719,38 @@ def test_overlap_comm_at_zero_1_and_2_is_traced():
     assert z1_overlap != z1
     with pytest.raises(ValueError, match="overlap_comm with offload_optimizer"):
         allocsim.trace_hf_deepspeed(cfg, zero_stage=2, overlap_comm=True, offload_optimizer=True, **kw)
+
+
+def test_zero3_parameter_offload_copies_parameters_in_on_the_allgather_stream():
+    """ZeRO-3 with offload_param: no flat 16-bit partition on the GPU; each module fetch copies its parameters in on
+    the allgather stream, one block each, and the coordinator frees them after use (the first step) or keeps what
+    backward uses again (later steps); the GPU optimizer's master, gradient partitions and Adam stay on the GPU,
+    and with the optimizer on the CPU too they leave it."""
+    # wide enough that the projections pass ZeRO-3's persistence threshold (100 k elements), so they are fetched
+    cfg = dict(read_config(HF / "tiny-llama"), hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=1024)
+    kw = dict(zero_stage=3, micro_batch=1, seq_length=64, steps=3)
+    plain = allocsim.trace_hf_deepspeed(cfg, **kw)
+    on_host = allocsim.trace_hf_deepspeed(cfg, **kw, offload_params=True)
+    both = allocsim.trace_hf_deepspeed(cfg, **kw, offload_params=True, offload_optimizer=True)
+    gathered = [e for e in on_host if e[0] == "malloc" and e[3:] == (allocsim.ALLGATHER_STREAM,)]
+    assert gathered and not [e for e in plain if e[0] == "malloc" and e[3:] == (allocsim.ALLGATHER_STREAM,)]
+    keys = {e[1] for e in gathered}
+    assert {e[1] for e in on_host if e[0] == "free"} >= keys  # every copy is freed again
+    a, b, c = (allocsim.replay(ev, capacity_bytes=1 << 40) for ev in (plain, on_host, both))
+    assert b.peak_allocated_bytes <= a.peak_allocated_bytes  # the flat partition is gone, copies come and go
+    assert c.peak_allocated_bytes < b.peak_allocated_bytes  # no master, gradient partitions or Adam
+    with pytest.raises(ValueError, match="ZeRO-3 only"):
+        allocsim.trace_hf_deepspeed(cfg, zero_stage=2, micro_batch=1, seq_length=64, steps=1, offload_params=True)
+
+
+def test_zero3_parameter_offload_is_in_the_replays_scope_at_zero3_to_the_cpu_only():
+    """The replay takes ZeRO-3 with its parameters offloaded to the CPU, and names NVMe offload as outside it."""
+    from workbench.specs import ParallelPlan
+
+    ok = ParallelPlan(engine="deepspeed", zero_stage=3, offload_params="cpu", offload_optimizer="cpu", world_size=1,
+                      micro_batch_size=1, global_batch_size=1, precision="bf16", overlap_comm=True)
+    hf = import_hf(read_config(HF / "tiny-llama"), seq_length=64).spec
+    allocsim.check_scope(hf, ok)
+    with pytest.raises(ValueError, match="offload_params=nvme"):
+        allocsim.check_scope(hf, ok.replace(offload_params="nvme", offload_optimizer="nvme"))

@@ -701,6 +701,9 @@ class DeepSpeedSetup:
     offload_optimizer: bool = False
     """ZeRO-2 with ``offload_optimizer`` on the CPU: the fp32 master, its gradient and Adam's states live on the
     host; what stays on the GPU is traced as :func:`deepspeed_steps` says."""
+    offload_params: bool = False
+    """ZeRO-3 with ``offload_param`` on the CPU: the 16-bit partitions live on the host and each module fetch copies
+    its parameters in, as :class:`_Zero3ParamFetcher` traces it."""
     overlap_comm: bool = False
     """DeepSpeed's ``overlap_comm`` as the run has it; :func:`deepspeed_steps` reads it at ZeRO-1/2 only (the second
     bucket, ZeRO-1's reductions during backward, the gradient partition made on the reduction stream; DeepSpeed's
@@ -915,6 +918,10 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
 SIDE_STREAM = 1
 """The stream number the traces give ZeRO-3's ``reduce_and_partition_stream`` (``overlap_comm``): its requests are
 served from that stream's own cached blocks (:meth:`CachingAllocator.malloc`)."""
+ALLGATHER_STREAM = 2
+"""The stream number the traces give ZeRO-3's ``allgather_stream``: the coordinator gathers (with ``offload_param``
+copies in) parameters there (partitioned_param_coordinator.py ``__all_gather_params_``), so their blocks come from
+that stream's cached blocks."""
 
 
 def _on_stream(events: list, since: int, stream: int) -> None:
@@ -922,6 +929,193 @@ def _on_stream(events: list, since: int, stream: int) -> None:
     for i in range(since, len(events)):
         if events[i][0] == "malloc":
             events[i] = (*events[i][:3], stream)
+
+
+def _zero3_linear():
+    """DeepSpeed's ``zero3_linear_wrap`` (deepspeed/runtime/zero/linear.py ``LinearFunctionForZeroStage3``), which
+    ZeRO-3 puts in place of ``F.linear``: ``input.matmul(weight.t())`` (``addmm`` for a 2-D input with a bias), saving
+    the input and the parameter itself for backward, so a parameter released after its module keeps no block alive
+    (aten's ``linear`` saves a transposed view of the weight, which would). Returns the function and the one it
+    replaces."""
+    import torch
+    import torch.nn.functional as F
+
+    class Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input, weight, bias=None):
+            ctx.save_for_backward(input, weight, bias)
+            if input.dim() == 2 and bias is not None:
+                return torch.addmm(bias, input, weight.t())
+            output = input.matmul(weight.t())
+            if bias is not None:
+                output += bias
+            return output
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            input, weight, bias = ctx.saved_tensors
+            grad_input = grad_weight = grad_bias = None
+            dim = grad_output.dim()
+            if ctx.needs_input_grad[0]:
+                grad_input = grad_output.matmul(weight)
+            if ctx.needs_input_grad[1]:
+                if dim > 2:
+                    grad_weight = grad_output.reshape(-1, grad_output.shape[-1]).t().matmul(
+                        input.reshape(-1, input.shape[-1]))
+                else:
+                    grad_weight = grad_output.t().matmul(input)
+            if bias is not None and ctx.needs_input_grad[2]:
+                grad_bias = grad_output.sum(list(range(dim - 1))) if dim > 2 else grad_output.sum(0)
+            return grad_input, grad_weight, grad_bias
+
+    return (lambda input, weight, bias=None: Linear.apply(input, weight, bias)), F.linear
+
+
+def _each_tensor(values, wrap):
+    """``values`` with ``wrap`` applied to every tensor in it, as DeepSpeed's ``apply_to_tensors_only`` walks a
+    module's inputs and outputs: through tuples and lists (rebuilt), dicts and model outputs (in place)."""
+    import torch
+
+    if isinstance(values, (tuple, list)):
+        items = [_each_tensor(v, wrap) for v in values]
+        if isinstance(values, tuple) and hasattr(values, "_fields"):  # a namedtuple
+            return values.__class__(*items)
+        return values.__class__(items)
+    if isinstance(values, dict):
+        for key in list(values.keys()):
+            values[key] = _each_tensor(values[key], wrap)
+        return values
+    if isinstance(values, torch.Tensor):
+        return wrap(values)
+    return values
+
+
+def _on_backward(values, callback, *, once: bool):
+    """``values`` with each tensor passed through an identity autograd function whose backward calls ``callback``
+    (DeepSpeed's ``PreBackwardFunctionForModule`` on a module's outputs: every output tensor's gradient fetches
+    again, ``once=False``; ``PostBackwardFunctionModule`` on its inputs: the gradients of all inputs that need one
+    release once, when the last arrives, ``once=True``). Tensors that need no gradient pass unchanged."""
+    import torch
+
+    remaining = [0]
+
+    class Hook(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.detach()
+
+        @staticmethod
+        def backward(ctx, grad):
+            remaining[0] -= 1
+            if not once or remaining[0] == 0:
+                callback()
+            return grad
+
+    def wrap(t):
+        if not t.requires_grad:
+            return t
+        remaining[0] += 1
+        return Hook.apply(t)
+
+    return _each_tensor(values, wrap)
+
+
+class _Zero3ParamFetcher:
+    """ZeRO-3's module hooks with the parameters on the host (``offload_param``, one GPU): before a module runs
+    (forward, or its backward) its parameters are copied in, one block each (``NoGatherHandle``:
+    ``param.ds_tensor.data.to(device)``), and after it they are freed. The first forward and backward record the
+    trace and free each module's parameters at once; later ones follow DeepSpeed's coordinator
+    (:class:`workbench.memory.Zero3Coordinator`: prefetching and keeping parameters used again). Parameters of at
+    most :data:`workbench.memory.DS_PERSISTENCE_THRESHOLD` elements are persistent: copied in once, never freed."""
+
+    def __init__(self, model, shapes: dict, events: list):
+        from workbench.memory import DS_PERSISTENCE_THRESHOLD
+
+        self.events = events
+
+        # parameters by their ds_id (the order the engine converts them), as the coordinator sorts them
+        ds_id = {id(p): i for i, p in enumerate(model.parameters())}
+        self.shapes = {ds_id[k]: shape for k, shape in shapes.items() if k in ds_id}
+        self.by_id, self.params_of, self.numel = {}, {}, {}
+        self.persistent = []
+        for module in model.modules():  # every module: a container's fetch gathers nothing but prefetches
+            own = list(module.parameters(recurse=False))
+            key = id(module)
+            large = []
+            for p in own:
+                pid = ds_id[id(p)]
+                numel = math.prod(self.shapes[pid])
+                self.by_id[pid] = p
+                if numel > DS_PERSISTENCE_THRESHOLD:
+                    large.append(pid)
+                    self.numel[pid] = numel
+                elif pid not in self.persistent:
+                    self.persistent.append(pid)
+            self.params_of[key] = tuple(large)
+            module.register_forward_pre_hook(self._pre_forward)
+            module.register_forward_hook(self._post_forward)
+        self.trace, self.coordinator, self.recording = [], None, True
+
+    # DeepSpeed's hooks (parameter_offload.py): before a module's forward its parameters are fetched and its inputs
+    # wrapped so that their gradient releases the parameters again (PostBackwardFunction); after it they are released
+    # and its outputs wrapped so that their gradient fetches the parameters for the module's backward
+    # (PreBackwardFunction). A module whose inputs need no gradient (the embedding) is released at the end.
+    def _pre_forward(self, module, args):
+        self._fetch(id(module))
+        return _on_backward(args, lambda: self._release(id(module)), once=True)
+
+    def _post_forward(self, module, args, out):
+        self._release(id(module))
+        return _on_backward(out, lambda: self._fetch(id(module)), once=False)
+
+    def _copy_in(self, pid) -> None:
+        import torch
+
+        p = self.by_id[pid]
+        if p.numel() == 0:
+            p.data = torch.empty(self.shapes[pid], dtype=torch.bfloat16, device="meta")
+
+    def _free(self, pid) -> None:
+        import torch
+
+        p = self.by_id[pid]
+        if p.numel():
+            p.data = torch.empty(0, dtype=torch.bfloat16, device="meta")
+
+    def start(self) -> None:
+        """A micro-batch's forward begins: the persistent parameters are in place; after a recorded trace the
+        coordinator starts over it."""
+        for pid in self.persistent:
+            self._copy_in(pid)
+        if not self.recording:
+            from workbench.memory import Zero3Coordinator
+
+            self.coordinator = Zero3Coordinator(self.trace, self.params_of, self.numel)
+
+    def _fetch(self, key) -> None:
+        since = len(self.events)
+        if self.recording:
+            self.trace.append(key)
+            gathered = sorted(self.params_of[key])
+        else:
+            gathered = self.coordinator.fetch(key)
+        for pid in gathered:
+            self._copy_in(pid)
+        _on_stream(self.events, since, ALLGATHER_STREAM)
+
+    def _release(self, key) -> None:
+        if self.recording:
+            for pid in sorted(self.params_of[key]):
+                self._free(pid)
+            return
+        for pid in self.coordinator.release(key):
+            self._free(pid)
+
+    def finish(self) -> None:
+        """The end of a micro-batch's backward: whatever is still gathered is released, the trace complete."""
+        for pid in sorted(self.numel):
+            self._free(pid)
+        self.recording = False
 
 
 def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:
@@ -956,21 +1150,26 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     import torch
 
     offload = bool(setup.offload_optimizer)
+    on_host = bool(setup.offload_params)
     everything = list(model.parameters())  # in bf16 already (deepspeed_steps casts them, as the engine does)
     params = [p for p in everything if p.requires_grad]
     shapes = {id(p): p.shape for p in everything}
-    n = sum(p.numel() for p in params)
-    # _convert_to_zero_parameters -> partition(): each parameter's partition made, then its own storage freed
+    size = lambda q: math.prod(shapes[id(q)])  # noqa: E731  (a parameter's elements, gathered or not)
+    n = sum(size(p) for p in params)
+    # _convert_to_zero_parameters -> partition(): each parameter's partition made (on the host with offload_param),
+    # then its own storage freed
     partitions = {}
     for p in everything:
-        partitions[id(p)] = p.detach().reshape(-1).clone()
+        if not on_host:
+            partitions[id(p)] = p.detach().reshape(-1).clone()
         p.data = torch.empty(0, dtype=p.dtype, device="meta")
-    # _create_fp16_partitions_with_defragmentation -> defragment: the trainable partitions to the host, freed,
-    # empty_cache(), one flat buffer back on the device
-    for p in params:
-        del partitions[id(p)]
-    events.append(("empty_cache", 0, 0))
-    flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
+    if not on_host:
+        # _create_fp16_partitions_with_defragmentation -> defragment: the trainable partitions to the host, freed,
+        # empty_cache(), one flat buffer back on the device (with offload_param the flat buffers are the host's)
+        for p in params:
+            del partitions[id(p)]
+        events.append(("empty_cache", 0, 0))
+        flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
     groups = zero3_sub_groups([math.prod(shapes[id(p)]) for p in params])
     masters, adam = [], None
     if not offload:  # _create_fp32_partitions: converted = flat.to(fp32), its clone kept
@@ -986,10 +1185,16 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     grad_partitions = None if offload else torch.zeros(n, dtype=torch.bfloat16, device="meta")
     for p in params:  # create_reduce_and_remove_grad_hooks: param.all_gather(), partitioned again
         gathered = torch.empty(math.prod(shapes[id(p)]), dtype=torch.bfloat16, device="meta")
+        if on_host:  # _allgather_params_sequential: the host partition's GPU copy beside the gathered tensor
+            copied = torch.empty(math.prod(shapes[id(p)]), dtype=torch.bfloat16, device="meta")
+            del copied
         del gathered
+    fetcher = None
+    if on_host:  # each module fetch copies its parameters in, each release frees them (no flat buffer here)
+        fetcher = _Zero3ParamFetcher(model, shapes, events)
     offset = 0
-    for p in everything:  # the gathered parameters are views of the flat buffer (frozen ones of their partition)
-        numel = math.prod(shapes[id(p)])
+    for p in everything if not on_host else ():  # the gathered parameters are views of the flat buffer (frozen
+        numel = math.prod(shapes[id(p)])         # ones of their partition)
         if p.requires_grad:
             p.data = flat[offset:offset + numel].view(shapes[id(p)])
             offset += numel
@@ -1030,13 +1235,13 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             flat_grads = None
         for q in ipg["params"]:  # partition_grads
             if offload:  # the host buffer's GPU copy, the norm (fp64) and fp32 copy at the boundary
-                staged = torch.empty(q.numel(), dtype=torch.bfloat16, device="meta")
+                staged = torch.empty(size(q), dtype=torch.bfloat16, device="meta")
                 if state["boundary"]:
                     chunk = DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS  # _constant_buffered_norm2's pieces
-                    for start in range(0, q.numel(), chunk):
-                        wide = torch.empty(min(chunk, q.numel() - start), dtype=torch.float64, device="meta")
+                    for start in range(0, size(q), chunk):
+                        wide = torch.empty(min(chunk, size(q) - start), dtype=torch.float64, device="meta")
                         del wide
-                    single = torch.empty(q.numel(), dtype=torch.float32, device="meta")
+                    single = torch.empty(size(q), dtype=torch.float32, device="meta")
                     del single
                 del staged
             freed = len(events)
@@ -1048,15 +1253,15 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         ipg.update(elements=0, params=[])
 
     def grad_ready(q):  # reduce_independent_p_g_buckets_and_remove_grads
-        if ipg["elements"] + q.numel() > setup.reduce_bucket_elements and ipg["elements"] > 0:
+        if ipg["elements"] + size(q) > setup.reduce_bucket_elements and ipg["elements"] > 0:
             reduce_bucket()
-        if ipg["elements"] + q.numel() <= setup.reduce_bucket_elements:
+        if ipg["elements"] + size(q) <= setup.reduce_bucket_elements:
             # the gradient moves into the bucket (param.grad.data = a view of it): its own block is freed, once the
             # reduce stream has copied it (record_stream)
             since = len(events)
-            q.grad.data = bucket[ipg["elements"]:ipg["elements"] + q.numel()].view(q.shape)
+            q.grad.data = bucket[ipg["elements"]:ipg["elements"] + size(q)].view(q.shape)
             record_stream_frees(since)
-        ipg["elements"] += q.numel()
+        ipg["elements"] += size(q)
         ipg["params"].append(q)
 
     for p in params:
@@ -1064,14 +1269,18 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     for _ in range(setup.steps):
         for micro in range(setup.grad_accum):
             state.update(boundary=micro == setup.grad_accum - 1)
+            if fetcher is not None:
+                fetcher.start()
             loss = micro_step()
             loss.backward()
             reduce_bucket()  # the epilogue: what is left in the bucket, then the reduce stream synchronized
             stream_done(len(released))
             reductions.clear()
+            if fetcher is not None:
+                fetcher.finish()
         if offload:  # the step runs on the host
             continue
-        norms = [_fp64_norm(p.numel()) for p in params]  # get_grad_norm_direct: each gradient partition
+        norms = [_fp64_norm(size(p)) for p in params]  # get_grad_norm_direct: each gradient partition
         total = torch.stack(norms).pow(2).sum()
         del norms, total
         first = adam is None
@@ -1092,7 +1301,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                        reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True, side_stream_lags: bool = True,
-                       overlap_comm: bool = False) -> list:
+                       overlap_comm: bool = False, offload_params: bool = False) -> list:
     """The allocation events of a Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; ZeRO-1 to 3 also with
     ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`; ZeRO-3 as :func:`deepspeed_zero3_steps` traces it) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
@@ -1135,7 +1344,10 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     setup = DeepSpeedSetup(zero_stage=zero_stage, micro_batch=micro_batch, grad_accum=grad_accum,
                            seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps,
                            offload_optimizer=bool(offload_optimizer), flatten_on_device=bool(flatten_on_device),
-                           side_stream_lags=bool(side_stream_lags), overlap_comm=bool(overlap_comm))
+                           side_stream_lags=bool(side_stream_lags), overlap_comm=bool(overlap_comm),
+                           offload_params=bool(offload_params))
+    if setup.offload_params and zero_stage != 3:
+        raise ValueError(f"offload_params with zero_stage={zero_stage}: DeepSpeed offloads parameters at ZeRO-3 only")
     cfg = dict(config)
     model_type = cfg.pop("model_type")
     cfg.pop("architectures", None)
@@ -1146,6 +1358,9 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     F.scaled_dot_product_attention = sdpa_kernel_function(sdpa_kernel)
     real_softmax, F.softmax = _cuda_softmax()
     real_dropout, F.dropout = cuda_dropout()
+    real_linear = F.linear
+    if setup.offload_params:  # ZeRO-3's own linear, which saves the parameter rather than a view of its block
+        F.linear, _ = _zero3_linear()
     try:
         with _recorder(events):
             with torch.device("meta"):
@@ -1170,6 +1385,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
             deepspeed_steps(model, micro_step, setup, events)
     finally:
         F.scaled_dot_product_attention, F.softmax, F.dropout = real_sdpa, real_softmax, real_dropout
+        F.linear = real_linear
     del model
     return events
 
@@ -1258,6 +1474,7 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
                            grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
                            offload_optimizer=str(plan.offload_optimizer) == "cpu",
+                           offload_params=str(plan.offload_params) == "cpu",
                            overlap_comm=bool(plan.overlaps_comm), flatten_on_device=flatten_on_device)
     events: list = []
     with _mcore_meta(model, plan, events) as (config_kwargs, block_of):
@@ -1509,7 +1726,7 @@ advisor quotes when it names the replay."""
 
 SCOPE = ("--simulate-allocator covers DeepSpeed on one GPU, ZeRO 0-2 with or without overlap_comm and ZeRO-3 with it "
          "(ZeRO-1 to 3 also with the optimizer offloaded to the CPU, without gradient accumulation, ZeRO-1/2 then "
-         "without overlap_comm; ZeRO-3 without LoRA), "
+         "without overlap_comm; ZeRO-3 without LoRA, also with its parameters offloaded to the CPU), "
          "for Hugging Face models and megatron-core "
          "models with unfused attention (the local layer spec the launcher trains), and megatron-core's own DDP and "
          "optimizer (plain or distributed) on one GPU for those megatron-core models")
@@ -1530,7 +1747,8 @@ def outside_allocator_engine(plan) -> str:
 
 def check_scope(model, plan) -> None:
     """``ValueError`` naming why a plan is outside what the replay models: on one GPU, in bf16, with the default
-    allocator (no ``expandable_segments``) and no parameter offload, either DeepSpeed ZeRO-0 to 3 (no optimizer
+    allocator (no ``expandable_segments``) and no parameter offload but ZeRO-3's to the CPU, either DeepSpeed ZeRO-0
+    to 3 (no optimizer
     offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without gradient accumulation; ZeRO-1/2 with or without
     ``overlap_comm`` (off is DeepSpeed's own default, on the workbench export's), but not with both it and the offload;
     ZeRO-3 with it, its default, and without LoRA) of a transformers model (``implementation='transformers'``) or a
@@ -1585,8 +1803,10 @@ def check_scope(model, plan) -> None:
             why.append(f"overlap_comm=True with offload_optimizer=cpu at ZeRO-{zero} (the offloaded gradients' "
                        f"copies on the reduction stream are not traced: --no-overlap-comm, "
                        f"ParallelPlan(overlap_comm=False))")
-    if str(plan.offload_params) != "none":
-        why.append(f"offload_params={plan.offload_params}")
+    if str(plan.offload_params) != "none" and not (engine == "deepspeed" and str(plan.offload_params) == "cpu"
+                                                   and int(plan.zero_stage) == 3):
+        why.append(f"offload_params={plan.offload_params} at zero_stage={plan.zero_stage} (the trace offloads "
+                   f"parameters to the CPU at ZeRO-3)")
     if plan.world_size != 1:
         why.append(f"world_size={plan.world_size} (the replay traces one GPU)")
     if plan.expandable_segments:
@@ -1615,7 +1835,8 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                    gradient_checkpointing: bool = False, lora_rank: int = 0, lora_targets=(),
                    lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
                    steps: int = 6, offload_optimizer: bool = False,
-                   sdpa_kernel: str = "cudnn", overlap_comm: bool = False) -> ReplayedPeaks:
+                   sdpa_kernel: str = "cudnn", overlap_comm: bool = False,
+                   offload_params: bool = False) -> ReplayedPeaks:
     """The caching allocator's peaks (:class:`ReplayedPeaks`) replayed over the trace of building the model
     ``config`` (a Hugging Face ``config.json`` dict) and ``steps`` training steps under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
@@ -1641,7 +1862,8 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                                   attn_implementation=attn_implementation,
                                   gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps),
                                   offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel,
-                                  flatten_on_device=flatten_on_device, overlap_comm=bool(overlap_comm))
+                                  flatten_on_device=flatten_on_device, overlap_comm=bool(overlap_comm),
+                                  offload_params=bool(offload_params))
 
     return ReplayedPeaks.of(replay_deepspeed(trace, capacity_bytes))
 
@@ -1713,7 +1935,8 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         grad_accum=plan.gradient_accumulation_steps, attn_implementation=trace_attn_implementation(model.attention),
         gradient_checkpointing=str(plan.recompute) == "full", lora_rank=plan.lora_rank,
         lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
-        offload_optimizer=str(plan.offload_optimizer) == "cpu", overlap_comm=bool(plan.overlaps_comm))
+        offload_optimizer=str(plan.offload_optimizer) == "cpu", overlap_comm=bool(plan.overlaps_comm),
+        offload_params=str(plan.offload_params) == "cpu")
 
 
 # ================================================================================================================

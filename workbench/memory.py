@@ -357,57 +357,87 @@ def zero3_module_trace(m: ModelSpec, tensor_parallel=1, full_recompute=False) ->
     return order, numel
 
 
-def zero3_gathered_walk(order: list, numel: dict, *, max_live=DS_MAX_LIVE_PARAMETERS,
-                        prefetch=DS_PREFETCH_BUCKET_ELEMENTS, max_reuse=DS_MAX_REUSE_DISTANCE) -> dict:
-    """Elements of gathered parameters on one rank over a training step once ZeRO-3 has recorded its trace (every
-    step after the first): ``at_backward``, when backward starts (the output layer fetched for its backward), and
-    ``peak``, the most at any module. Follows DeepSpeed's ``PartitionedParameterCoordinator``
-    (deepspeed/runtime/zero/partitioned_param_coordinator.py): fetching a module pops its parameters' entries off
-    the trace's queue and prefetches the next not-yet-gathered ones up to ``prefetch`` elements (and ``max_live``
-    gathered); every popped entry marks its parameter as fetched for that entry's step, and a module's parameters
-    are released after it runs only if no popped entry marks them for a later step and the trace does not use them
-    again within ``max_reuse`` elements. Parameters used again in backward are therefore mostly kept through the
-    forward. TinyLlama's 1.1 B parameters at 22 layers (2.05 GiB in bf16) under DeepSpeed 0.19.8 with offload_param
-    on H200: the allocator history's gathered copies peak at 1.927 GiB, as this walk's ``peak`` (1.927 GiB;
-    benchmarks/results/alloc_history/poff/)."""
-    import collections
+class Zero3Coordinator:
+    """DeepSpeed ZeRO-3's ``PartitionedParameterCoordinator`` (deepspeed/runtime/zero/partitioned_param_coordinator.py,
+    0.19) once its trace is recorded (every step after the first): which parameters each module fetch gathers and
+    each module release frees. ``trace``: the module keys in the order their fetches happened over one forward and
+    backward; ``params_of[key]``: the ids of that module's own parameters that are not persistent (above
+    ``stage3_param_persistence_threshold``); ``numel[id]``: their elements.
 
-    entries = collections.deque((pid, step) for step, (_, pid) in enumerate(order))
-    marked = collections.defaultdict(lambda: -1)
-    gathered, live, peak, at_backward = set(), 0.0, 0.0, None
-    for step, (phase, pid) in enumerate(order):
-        if pid not in gathered:
-            gathered.add(pid)
-            live += numel[pid]
-        if marked[pid] < step and entries:  # its own entry, unless a prefetch already popped it
-            marked[pid] = entries.popleft()[1]
-        budget, fetched, queued = min(max_live - live, prefetch), 0.0, set()
-        while entries and fetched < budget:
-            qid, qstep = entries.popleft()
-            marked[qid] = max(marked[qid], qstep)
-            if qid not in gathered and qid not in queued:
-                queued.add(qid)
-                fetched += numel[qid]
-        for qid in queued:
-            gathered.add(qid)
-            live += numel[qid]
-        peak = max(peak, live)
+    Fetching a module gathers its parameters, pops their entries off the trace's parameter queue (each popped entry
+    marks its parameter as fetched for that entry's step) and prefetches the next not-yet-gathered ones up to
+    ``prefetch`` elements while fewer than ``max_live`` are gathered (popping and marking every entry it passes). A
+    module's parameters are released after it runs unless an entry marks them for a later step or the trace uses
+    them again within ``max_reuse`` elements: parameters that backward uses again are therefore mostly kept
+    through the forward."""
+
+    def __init__(self, trace: list, params_of: dict, numel: dict, *, max_live=DS_MAX_LIVE_PARAMETERS,
+                 prefetch=DS_PREFETCH_BUCKET_ELEMENTS, max_reuse=DS_MAX_REUSE_DISTANCE):
+        import collections
+
+        self.trace, self.params_of, self.numel = list(trace), params_of, numel
+        self.max_live, self.prefetch, self.max_reuse = max_live, prefetch, max_reuse
+        self._entries = collections.deque((pid, step) for step, key in enumerate(self.trace)
+                                          for pid in sorted(params_of[key]))
+        self._marked = collections.defaultdict(lambda: -1)
+        self.gathered, self.live, self.step = set(), 0.0, 0
+
+    def fetch(self, key) -> list:
+        """The ids gathered by this fetch of module ``key`` (its own not yet gathered, then the prefetched)."""
+        own = sorted(self.params_of[key])
+        new = [pid for pid in own if pid not in self.gathered]
+        waiting = [pid for pid in own if self._marked[pid] < self.step]
+        for _ in waiting:  # their own entries, unless a prefetch already popped them
+            if self._entries:
+                pid, at = self._entries.popleft()
+                self._marked[pid] = at
+        budget, fetched, queued = min(self.max_live - (self.live + sum(self.numel[p] for p in new)), self.prefetch), \
+            0.0, []
+        while self._entries and fetched < budget:
+            pid, at = self._entries.popleft()
+            self._marked[pid] = max(self._marked[pid], at)
+            if pid not in self.gathered and pid not in new and pid not in queued:
+                queued.append(pid)
+                fetched += self.numel[pid]
+        for pid in new + queued:
+            self.gathered.add(pid)
+            self.live += self.numel[pid]
+        self.step += 1
+        return new + queued
+
+    def release(self, key) -> list:
+        """The ids freed after module ``key`` ran."""
+        candidates = [pid for pid in sorted(self.params_of[key]) if self._marked[pid] <= self.step]
+        reused, seen = set(), 0.0
+        for later in self.trace[self.step:]:
+            if seen >= self.max_reuse:
+                break
+            for pid in self.params_of[later]:
+                reused.add(pid)
+                seen += self.numel[pid]
+        freed = [pid for pid in candidates if pid not in reused and pid in self.gathered]
+        for pid in freed:
+            self.gathered.discard(pid)
+            self.live -= self.numel[pid]
+        return freed
+
+
+def zero3_gathered_walk(order: list, numel: dict, **limits) -> dict:
+    """Elements of gathered parameters on one rank over a training step once ZeRO-3 has recorded its trace
+    (:class:`Zero3Coordinator` over ``order``, a list of ``("F"|"B", parameter id)`` module fetches of one
+    parameter each, :func:`zero3_module_trace`): ``at_backward``, when backward starts (the output layer fetched
+    for its backward), and ``peak``, the most at any module. TinyLlama's 1.1 B parameters at 22 layers (2.05 GiB in
+    bf16) under DeepSpeed 0.19.8 with offload_param on H200: the allocator history's gathered copies peak at 1.927
+    GiB, as this walk's ``peak`` (1.927 GiB; benchmarks/results/alloc_history/poff/)."""
+    keys = [pid for _, pid in order]
+    coordinator = Zero3Coordinator(keys, {pid: (pid,) for pid in keys}, numel, **limits)
+    peak, at_backward = 0.0, None
+    for phase, pid in order:
+        coordinator.fetch(pid)
+        peak = max(peak, coordinator.live)
         if phase == "B" and at_backward is None:
-            at_backward = live
-        # released after the module ran (the coordinator's step counter already points at the next module)
-        if marked[pid] > step + 1:
-            continue
-        seen, reused = 0.0, False
-        for _, qid in order[step + 1:]:
-            if seen >= max_reuse:
-                break
-            if qid == pid:
-                reused = True
-                break
-            seen += numel[qid]
-        if not reused:
-            gathered.discard(pid)
-            live -= numel[pid]
+            at_backward = coordinator.live
+        coordinator.release(pid)
     return {"at_backward": at_backward or 0.0, "peak": peak}
 
 
@@ -2034,8 +2064,8 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     ``ENGINE/host-bound`` or ``ENGINE/gpu-bound`` entry (:func:`step_regime_suffix`) when it has at least
     :data:`MIN_BAND_RUNS` runs: a host-bound step's error is the host's speed as much as the model's. With
     ``offload_params`` (DeepSpeed ZeRO-3 with the parameters on the host) the ``ENGINE/param-offload`` entry of any
-    quantity, before all others, when it has at least :data:`MIN_BAND_RUNS` runs. The hybrid uses its own runs,
-    else DeepSpeed's."""
+    quantity, before all others but a replayed reserve's, when it has at least :data:`MIN_BAND_RUNS` runs. The
+    hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
@@ -2051,9 +2081,9 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     step_regime = step_regime_suffix(host_share, zero_stage)
     param_offload = (offload_params if isinstance(offload_params, bool) else
                      offload_params is not None and Offload.parse(offload_params, "offload_params") is not Offload.NONE)
-    regimes = ((param_offload, PARAM_OFFLOAD_BAND_SUFFIX,
+    regimes = ((replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
+               (param_offload, PARAM_OFFLOAD_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'runs with the parameters on the host')} on {gpu}"),
-               (replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
                (expandable_segments, EXPANDABLE_BAND_SUFFIX, lambda e: f"{runs(e)} with expandable segments on {gpu}"),
                (zero_stage is not None and int(zero_stage) >= 3, ZERO3_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'ZeRO-3 runs')} on {gpu}, at least as wide as the spread of one ZeRO-3 "

@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
                              "reserve in the overhead term instead of the constant (DeepSpeed on one GPU: ZeRO 0-2 "
                              "with or without --overlap-comm and ZeRO-3 with it, ZeRO-1 to 3 also with "
                              "--offload-optimizer cpu without accumulation (ZeRO-1/2 then with --no-overlap-comm), "
-                             "ZeRO-3 without LoRA; Hugging Face models "
+                             "ZeRO-3 without LoRA, also with --offload-params cpu; Hugging Face models "
                              "from --model hf:PATH, "
                              "needs torch and transformers; "
                              "megatron-core models with --attention unfused, the launcher's local layer spec, "
