@@ -935,8 +935,7 @@ def _zero3_linear():
     """DeepSpeed's ``zero3_linear_wrap`` (deepspeed/runtime/zero/linear.py ``LinearFunctionForZeroStage3``), which
     ZeRO-3 puts in place of ``F.linear``: ``input.matmul(weight.t())`` (``addmm`` for a 2-D input with a bias), saving
     the input and the parameter itself for backward, so a parameter released after its module keeps no block alive
-    (aten's ``linear`` saves a transposed view of the weight, which would). Returns the function and the one it
-    replaces."""
+    (aten's ``linear`` saves a transposed view of the weight, which would)."""
     import torch
     import torch.nn.functional as F
 
@@ -968,7 +967,7 @@ def _zero3_linear():
                 grad_bias = grad_output.sum(list(range(dim - 1))) if dim > 2 else grad_output.sum(0)
             return grad_input, grad_weight, grad_bias
 
-    return (lambda input, weight, bias=None: Linear.apply(input, weight, bias)), F.linear
+    return lambda input, weight, bias=None: Linear.apply(input, weight, bias)
 
 
 def _each_tensor(values, wrap):
@@ -1170,7 +1169,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             del partitions[id(p)]
         events.append(("empty_cache", 0, 0))
         flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
-    groups = zero3_sub_groups([math.prod(shapes[id(p)]) for p in params])
+    groups = zero3_sub_groups([size(p) for p in params])
     masters, adam = [], None
     if not offload:  # _create_fp32_partitions: converted = flat.to(fp32), its clone kept
         converted = None
@@ -1184,22 +1183,22 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     bucket = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
     grad_partitions = None if offload else torch.zeros(n, dtype=torch.bfloat16, device="meta")
     for p in params:  # create_reduce_and_remove_grad_hooks: param.all_gather(), partitioned again
-        gathered = torch.empty(math.prod(shapes[id(p)]), dtype=torch.bfloat16, device="meta")
+        gathered = torch.empty(size(p), dtype=torch.bfloat16, device="meta")
         if on_host:  # _allgather_params_sequential: the host partition's GPU copy beside the gathered tensor
-            copied = torch.empty(math.prod(shapes[id(p)]), dtype=torch.bfloat16, device="meta")
+            copied = torch.empty(size(p), dtype=torch.bfloat16, device="meta")
             del copied
         del gathered
     fetcher = None
     if on_host:  # each module fetch copies its parameters in, each release frees them (no flat buffer here)
         fetcher = _Zero3ParamFetcher(model, shapes, events)
-    offset = 0
-    for p in everything if not on_host else ():  # the gathered parameters are views of the flat buffer (frozen
-        numel = math.prod(shapes[id(p)])         # ones of their partition)
-        if p.requires_grad:
-            p.data = flat[offset:offset + numel].view(shapes[id(p)])
-            offset += numel
-        else:
-            p.data = partitions[id(p)].view(shapes[id(p)])
+    else:  # the gathered parameters are views of the flat buffer (frozen ones of their partition)
+        offset = 0
+        for p in everything:
+            if p.requires_grad:
+                p.data = flat[offset:offset + size(p)].view(shapes[id(p)])
+                offset += size(p)
+            else:
+                p.data = partitions[id(p)].view(shapes[id(p)])
     ipg = dict(elements=0, params=[])
     order = {id(p): i for i, p in enumerate(params)}  # ds_id: the parameters as the engine converts them
     state = dict(boundary=False)
@@ -1259,7 +1258,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             # the gradient moves into the bucket (param.grad.data = a view of it): its own block is freed, once the
             # reduce stream has copied it (record_stream)
             since = len(events)
-            q.grad.data = bucket[ipg["elements"]:ipg["elements"] + size(q)].view(q.shape)
+            q.grad.data = bucket[ipg["elements"]:ipg["elements"] + size(q)].view(shapes[id(q)])
             record_stream_frees(since)
         ipg["elements"] += size(q)
         ipg["params"].append(q)
@@ -1360,7 +1359,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     real_dropout, F.dropout = cuda_dropout()
     real_linear = F.linear
     if setup.offload_params:  # ZeRO-3's own linear, which saves the parameter rather than a view of its block
-        F.linear, _ = _zero3_linear()
+        F.linear = _zero3_linear()
     try:
         with _recorder(events):
             with torch.device("meta"):

@@ -408,6 +408,8 @@ class Zero3Coordinator:
     def release(self, key) -> list:
         """The ids freed after module ``key`` ran."""
         candidates = [pid for pid in sorted(self.params_of[key]) if self._marked[pid] <= self.step]
+        if not candidates:  # a container, or every parameter marked for a later step: nothing to look ahead for
+            return []
         reused, seen = set(), 0.0
         for later in self.trace[self.step:]:
             if seen >= self.max_reuse:

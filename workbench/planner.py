@@ -870,7 +870,8 @@ def _band_high(table: dict) -> np.ndarray:
                 if band is not None:
                     band_high = np.where((table["engine"] == code) & (table["recompute"] == rc)
                                          & (expseg == expandable), band[1], band_high)
-    # ZeRO-3 with the parameters on the host: their own band, whatever the recompute mode (error_band's first regime)
+    # ZeRO-3 with the parameters on the host: their own band, whatever the recompute mode (error_band takes it before
+    # the recompute mode's)
     off_par = np.asarray(table.get("off_par", 0)) > 0
     band = M.error_band(Engine.DEEPSPEED, "device", offload_params=True)
     if band is not None and off_par.any():
