@@ -438,6 +438,13 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- thirty-fourth final batch ("final34"): declared before measuring ---
+    # Phi-3 mini's width at 12 of its 32 layers: MHA 32 heads of 96, SwiGLU 8192, 32k vocabulary, untied, 2k tokens
+    "mc-h3072-phi3-l12": dict(like="Phi-3 mini width (32 -> 12 layers)", num_layers=12, hidden_size=3072,
+                              num_attention_heads=32, num_query_groups=32, ffn_hidden_size=8192, vocab_size=32064,
+                              seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                              tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                              attention_dropout=0.0),
     # --- thirty-third final batch ("final33"): declared before measuring ---
     # Llama 2 13B's width at 8 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, 32k vocabulary, untied, 2k tokens
     "mc-h5120-llama2-l8": dict(like="Llama 2 13B width (40 -> 8 layers)", num_layers=8, hidden_size=5120,
@@ -1051,6 +1058,32 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-fourth final batch ("final34") ---
+    # Gemma 2 9B at 10 of its 42 layers: GQA 16/8 of head 256, GeGLU 14336, soft-capping, 256k vocabulary, tied
+    "hf-gemma2-h3584-l10": dict(like="Gemma 2 9B (42 -> 10 layers)", seq_length=2048, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=3584, intermediate_size=14336,
+        num_hidden_layers=10, num_attention_heads=16, num_key_value_heads=8, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # Llama 3.1 8B at 16 of its 32 layers: GQA 32/8 of head 128, SwiGLU 14336, 128k vocabulary, untied
+    "hf-llama31-h4096-l16": dict(like="Llama 3.1 8B (32 -> 16 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # Qwen3 1.7B at 20 of its 28 layers: GQA 16/8 of head 128, QK norm, SwiGLU 6144, 152k vocabulary, tied
+    "hf-qwen3-h2048-l20": dict(like="Qwen3 1.7B (28 -> 20 layers)", seq_length=2048, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=20, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Mistral 7B (v0.3) at 4 of its 32 layers: GQA 32/8 of head 128, SwiGLU 14336, 32k vocabulary, untied
+    "hf-mistral-h4096-l4": dict(like="Mistral 7B (32 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=None)),
     # --- thirty-third final batch ("final33") ---
     # Qwen3 8B at 12 of its 36 layers: GQA 32/8 of head 128, QK norm, SwiGLU 12288, 152k vocabulary, untied
     "hf-qwen3-h4096-l12": dict(like="Qwen3 8B (36 -> 12 layers)", seq_length=2048, config=dict(
@@ -1712,6 +1745,17 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirty-fourth final batch (one GPU), declared in accuracy_split.json "final34" before measuring: ZeRO-3 with its
+    # parameters on the CPU again, on five new shapes, a blind test of the parameter-offload terms written after
+    # final33 (the coordinator's gathered parameters, the host-side time constants, the replay's offload trace): both
+    # offloads (one checkpointed at micro-batch 2, a tied embedding larger than the bucket) and parameter offload alone
+    "final34": [
+        _hf("hf-gemma2-h3584-l10", 3, "eager", **OFF, **POFF),
+        _hf("hf-llama31-h4096-l16", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-qwen3-h2048-l20", 3, "sdpa", mbs=2, **OFF, **POFF), _ds("mc-h3072-phi3-l12", 3, **OFF, **POFF),
+        _hf("hf-mistral-h4096-l4", 3, "sdpa", **POFF), _hf("hf-qwen3-h2048-l20", 3, "sdpa", mbs=2, ckpt=True, **POFF),
+        _ds("mc-h3072-phi3-l12", 3, mbs=2, recompute="full", **POFF),
     ],
     # thirty-third final batch (one GPU), declared in accuracy_split.json "final33" before measuring: DeepSpeed ZeRO-3
     # with its parameters on the CPU (offload_param, as Hugging Face's ZeRO-3 offload example writes it), never
