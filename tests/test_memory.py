@@ -267,9 +267,9 @@ def test_zero12_offload_takes_the_oversized_output_gradient_norm_in_fp64():
     kw = dict(held=10.0, kept_per_layer=1.0, layer_transient=1.0, layers=3, last=True, tensor_parallel=1,
               data_parallel=1, engine=DS, zero_stage=2, value_bytes=2, num_microbatches=1, pipeline_parallel=1,
               trainable=2e9, lora=False, overlap_comm=0)
-    grads, acts = zero12_early_partition_bytes(m, offload_optimizer=1, **kw)
+    grads, acts, _ = zero12_early_partition_bytes(m, offload_optimizer=1, **kw)
     assert grads == 0.0 and acts == pytest.approx(10.0 + (2 + 8) * out)  # 16-bit gradient + its fp64 copy
-    grads, acts = zero12_early_partition_bytes(m, offload_optimizer=0, **kw)
+    grads, acts, _ = zero12_early_partition_bytes(m, offload_optimizer=0, **kw)
     assert grads == pytest.approx(2 * 2e9) and acts == pytest.approx(10.0 + 2 * out)
 
 
@@ -288,11 +288,11 @@ def test_zero3_offload_hands_the_oversized_output_gradient_to_the_host_beside_th
     kw = dict(held=10.0, kept_per_layer=1.0, layer_transient=1.0, layers=6, last=True, tensor_parallel=1,
               engine=DS, zero_stage=3, value_bytes=2, num_microbatches=1, pipeline_parallel=1, trainable=3e9,
               lora=False, overlap_comm=1)
-    grads, acts = zero12_early_partition_bytes(m, offload_optimizer=1, data_parallel=1, **kw)
+    grads, acts, _ = zero12_early_partition_bytes(m, offload_optimizer=1, data_parallel=1, **kw)
     assert grads == 0.0 and acts == pytest.approx(10.0 + 2 * out + 2 * out + 4 * out)  # fp32 cast > fp64 piece
-    grads, acts = zero12_early_partition_bytes(m, offload_optimizer=1, data_parallel=4, **kw)
+    grads, acts, _ = zero12_early_partition_bytes(m, offload_optimizer=1, data_parallel=4, **kw)
     assert acts == pytest.approx(10.0 + 2 * out + 2 * out / 4 + 8 * out / 4)  # a quarter: the fp64 copy is larger
-    assert zero12_early_partition_bytes(m, offload_optimizer=0, data_parallel=1, **kw) == (0.0, 0.0)
+    assert zero12_early_partition_bytes(m, offload_optimizer=0, data_parallel=1, **kw) == (0.0, 0.0, 0.0)
 
 
 def test_unreduced_gradients_grow_through_a_recomputed_backward():
@@ -324,8 +324,8 @@ def test_zero2_accumulation_allocates_a_second_gradient_partition_during_backwar
     kw = dict(held=1.0, kept_per_layer=0.25, layer_transient=16.0, layers=4, last=True, tensor_parallel=1,
               data_parallel=1, engine=DS, zero_stage=2, value_bytes=2, pipeline_parallel=1, trainable=1e9,
               lora=False, overlap_comm=0, offload_optimizer=0)
-    one = zero12_early_partition_bytes(m, num_microbatches=1, **kw)
-    two = zero12_early_partition_bytes(m, num_microbatches=2, **kw)
+    one = zero12_early_partition_bytes(m, num_microbatches=1, **kw)[:2]
+    two = zero12_early_partition_bytes(m, num_microbatches=2, **kw)[:2]
     assert two[0] == pytest.approx(2e9) and two == one
 
 
@@ -566,6 +566,52 @@ def test_zero3_coordinator_walk_gives_the_gathered_peak_deepspeed_had():
     assert zero3_gathered_elements(m, 1, 1) >= walk["at_backward"]
     # tensor parallelism gathers each rank's shards only
     assert zero3_gathered_elements(m, 2, 0) < walk["at_backward"]
+
+
+def test_zero3_layer_backward_gathered_follows_the_walk_past_the_output_layer():
+    """When a layer's backward starts the output layer (released after its own backward) is no longer gathered: a
+    Qwen3 8B width with its 622 M-element output layer holds far less at the last layer's backward than when backward
+    starts; one entry per layer; one rank without offloaded parameters gathers nothing."""
+    from workbench.memory import (largest_layer_param_tensor, zero3_gathered_elements, zero3_layer_backward_gathered,
+                                  zero3_layer_backward_gathered_bytes)
+
+    m = ModelSpec(num_layers=12, hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=12288,
+                  vocab_size=151936, seq_length=2048, tied_embeddings=False, activation="swiglu")
+    out = P.model_vocab_size(m, 1) * m.hidden_size
+    seq = zero3_layer_backward_gathered(m, 1, 0)
+    assert len(seq) == m.num_layers
+    assert seq[0] < zero3_gathered_elements(m, 1, 0) - 0.9 * out
+    kw = dict(tensor_parallel=1, value_bytes=2, layers_done=0)
+    big = largest_layer_param_tensor(m, 1)
+    assert zero3_layer_backward_gathered_bytes(m, offload_params=1, data_parallel=1, **kw) == \
+        pytest.approx(2 * max(seq[0], 2 * big))
+    assert zero3_layer_backward_gathered_bytes(m, offload_params=0, data_parallel=1, **kw) == 0.0
+    # arrays of layers done (the early reduction moment of a sweep), clipped to the last layer
+    many = zero3_layer_backward_gathered_bytes(m, offload_params=1, data_parallel=1, tensor_parallel=1, value_bytes=2,
+                                               layers_done=np.array([0, 3, 40]))
+    assert many[1] == pytest.approx(2 * max(seq[3], 2 * big)) and many[2] == pytest.approx(2 * max(seq[-1], 2 * big))
+
+
+def test_zero3_offload_reduction_at_a_recomputed_layers_start_runs_beside_its_activations():
+    """ZeRO-3 with the optimizer on the CPU: when the first bucket (the output layer and ``done`` layers) overflows at
+    the next layer's first back-propagated weight and that layer is recomputed, its recomputed activations are alive
+    beside the output layer's copies (sum); without recompute, or when the bucket overflows later in the layer, the
+    larger of the two as before."""
+    from workbench.memory import zero12_early_partition_bytes
+
+    m = ModelSpec(num_layers=10, hidden_size=5120, num_attention_heads=40, ffn_hidden_size=13824, vocab_size=32000,
+                  seq_length=2048, tied_embeddings=False, activation="swiglu")
+    kw = dict(held=10.0, kept_per_layer=1.0, layer_transient=5e9, layers=10, last=True, tensor_parallel=1,
+              data_parallel=1, engine=DS, zero_stage=3, value_bytes=2, num_microbatches=1, pipeline_parallel=1,
+              trainable=3e9, lora=False, overlap_comm=1, offload_optimizer=1)
+    _, plain, _ = zero12_early_partition_bytes(m, full_recompute=0, **kw)
+    _, recomputed, _ = zero12_early_partition_bytes(m, full_recompute=1, **kw)
+    assert plain == pytest.approx(10.0 - 1.0 + 5e9)  # the transient is the larger
+    assert recomputed > plain + 2e9  # the output layer's 16-bit copy, its fp64 copy and the coalesced bucket too
+    # the moment's own gathered parameters where given
+    _, acts, gathered = zero12_early_partition_bytes(m, full_recompute=1, gathered_at=lambda done: 7.0 + 0 * done,
+                                                     **kw)
+    assert acts == pytest.approx(recomputed) and gathered == pytest.approx(7.0)
 
 
 def test_zero3_gathered_parameters_are_gone_at_the_optimizer_step():

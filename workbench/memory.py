@@ -457,6 +457,52 @@ def zero3_gathered_elements(m: ModelSpec, tensor_parallel=1, full_recompute=0):
 
 
 @_memoised_on_numbers
+def zero3_layer_backward_gathered(m: ModelSpec, tensor_parallel=1, full_recompute=0) -> tuple:
+    """Elements of gathered parameters when each layer's backward starts, last layer first: the coordinator's walk
+    (:class:`Zero3Coordinator` over :func:`zero3_module_trace`) just after it fetches the layer's first
+    back-propagated module (its last forward one; under full recompute that module's second fetch in backward,
+    after the layer's recompute), the output layer's and the later layers' parameters released by then. A
+    reduction that fires in a layer's first gradient hook runs beside these, not beside the larger set of
+    :func:`zero3_gathered_elements` (the output layer still gathered): on Qwen3 8B's width at 12 layers with
+    offload_param, 0.81 GiB against the allocator replay's 0.91 when the 1.16 GiB output layer's gradient is handed
+    to the host, where the backward's start holds 1.88."""
+    order, numel = zero3_module_trace(m, int(tensor_parallel), bool(full_recompute))
+    keys = [pid for _, pid in order]
+    coordinator = Zero3Coordinator(keys, {pid: (pid,) for pid in keys}, numel)
+    after_backward_fetch = {}
+    for phase, pid in order:
+        coordinator.fetch(pid)
+        if phase == "B":
+            after_backward_fetch[pid] = coordinator.live  # the last backward fetch of each module is kept
+        coordinator.release(pid)
+    last_module = {}
+    for pid in numel:
+        if "." in pid:
+            layer, k = (int(x) for x in pid.split("."))
+            last_module[layer] = max(last_module.get(layer, k), k)
+    return tuple(after_backward_fetch[f"{layer}.{k}"] for layer, k in sorted(last_module.items(), reverse=True))
+
+
+def zero3_layer_backward_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, layers_done, data_parallel=None,
+                                        offload_params=0, recompute=0,
+                                        prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
+    """16-bit bytes a ZeRO-3 rank holds gathered when the layer ``layers_done`` layers before the last starts its
+    backward (:func:`zero3_layer_backward_gathered`), at least one layer's largest weight with a prefetch bucket;
+    0 where nothing is gathered (one rank without offloaded parameters, as :func:`zero3_gathered_bytes`). Arrays
+    allowed."""
+    def at(t, r, d):
+        seq = zero3_layer_backward_gathered(m, int(t), int(r))
+        return seq[min(max(int(d), 0), len(seq) - 1)] if seq else 0.0
+
+    full = asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL]
+    walk = np.vectorize(at, otypes=[float])(tensor_parallel, full, layers_done)[()]
+    big = largest_layer_param_tensor(m, tensor_parallel)
+    live = maximum(walk, big + minimum(prefetch_bucket_elements, big))
+    gathers = True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
+    return where(gathers, value_bytes * live, 0.0)
+
+
+@_memoised_on_numbers
 def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of a transformer layer's biggest weight on one rank — megatron-core fuses QKV and the gated MLP's
     fc1 into one tensor each; transformers models keep q/k/v and gate/up apart, but fuse a MoE layer's experts
@@ -736,9 +782,12 @@ def zero3_offload_copy_bytes(elements, value_bytes):
 def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_transient, layers, last,
                                  tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
                                  offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
-                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
-    """``(gradient_bytes, activation_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient partition is
-    allocated, or ``(0, 0)`` where that moment is not during the layers' backward.
+                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, gathered_at=None,
+                                 full_recompute=0):
+    """``(gradient_bytes, activation_bytes, gathered_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient
+    partition is allocated, or zeros where that moment is not during the layers' backward. ``gathered_at(
+    layers_done)``: ZeRO-3's gathered parameters at that moment (:func:`zero3_layer_backward_gathered_bytes`; the
+    caller counts them in that moment's buffers in place of the backward's own gathered set); 0 if not given.
 
     With ``contiguous_gradients`` (the default) ZeRO-1/2 copy each reduced gradient of the rank's partition into
     one flat buffer of the whole partition, ``grads_in_partition`` (v·ψ/N bytes), allocated at the first bucket
@@ -793,7 +842,18 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     zero3_copy = zero3_copy + where(extra_large, 0.0, coalesced)
     momentary = (where(extra_large, value_bytes * output_elems, 0.0)
                  + where(offload, where(zero3_offload, zero3_copy, offload_copy), 0.0))
-    acts = held - done * kept_per_layer + maximum(layer_transient, momentary)
+    # the reduction fires in the hook of the first weight that does not fit the bucket. When that is the next layer's
+    # first back-propagated weight (its MLP output projection) and the layer is recomputed (``full_recompute``), its
+    # backward has just begun and the recomputed activations are all alive beside the copies (an H200 history
+    # replayed: Llama 2 13B at 10 layers, checkpointed, micro-batch 2, both offloads, the 1.25 GiB fp64 copy of the
+    # output layer's gradient beside layer 9's recomputed MLP); without recompute those activations are already in
+    # ``held`` and the transient comes later in the layer; a later weight finds part of it freed: the larger of two
+    f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
+    first_weight = 0.0 if m.is_moe else f * m.hidden_size / tensor_parallel
+    room = reduce_bucket_elements - output_elems - done * per_layer
+    at_layer_start = zero3_offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
+    acts = held - done * kept_per_layer + where(at_layer_start, layer_transient + momentary,
+                                                maximum(layer_transient, momentary))
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
     # 8x7B's 940 M-element gate_up_proj, its fp64 copy 7 GiB beside every layer's activations), else at the first
@@ -815,9 +875,13 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     big_grad = where(big_extra, where(zero3_offload, value_bytes * fused_rest, value_bytes * big), 0.0)
     acts_big = (held - minimum(done_big, layers) * kept_per_layer + maximum(layer_transient, big_grad + big_copy))
     applies_big = applies_base & offload & (big_extra | (done_big < layers))
+    gathered, gathered_big = ((gathered_at(done), gathered_at(minimum(done_big, maximum(layers - 1, 0))))
+                              if gathered_at is not None else (0.0, 0.0))
     acts = where(applies, acts, 0.0)
-    acts = where(applies_big, maximum(acts, acts_big), acts)
-    return where(applies | applies_big, partition, 0.0), acts
+    gathered = where(applies, gathered, 0.0)
+    big_wins = applies_big & (acts_big + gathered_big > acts + gathered)
+    acts, gathered = where(big_wins, acts_big, acts), where(big_wins, gathered_big, gathered)
+    return where(applies | applies_big, partition, 0.0), acts, gathered
 
 
 def deepspeed_offload12(engine, zero_stage, offload_optimizer):
@@ -1912,20 +1976,27 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
-    early_grads, early_acts = zero12_early_partition_bytes(
+    early_grads, early_acts, early_gathered = zero12_early_partition_bytes(
         m, held=held, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
         layer_transient=layer_transient, layers=layers, last=last, tensor_parallel=tensor_parallel,
         # DeepSpeed partitions ZeRO over the sequence-data-parallel group (Ulysses: dp × c), as for the states above
         data_parallel=data_parallel * context_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
-        trainable=trainable, lora=lora, overlap_comm=overlap)
+        trainable=trainable, lora=lora, overlap_comm=overlap,
+        gathered_at=lambda done: where(
+            (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3),
+            zero3_layer_backward_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
+                                                layers_done=done, data_parallel=data_parallel,
+                                                offload_params=offload_params, recompute=recompute), 0.0),
+        full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL])
     # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
-    # backward's peak
-    early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + buffers
+    # backward's peak; ZeRO-3's gathered parameters are the moment's own
+    early_buffers = buffers - zero3_gathered + early_gathered
+    early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + early_buffers
     early = (early_acts > 0) & (early_peak > backward_peak)
     grads_bwd = where(early, grads_bwd + early_grads, grads_bwd)
     activations = where(early, early_acts, activations)
-    buffers_bwd = where(early, buffers, buffers_bwd)
+    buffers_bwd = where(early, early_buffers, buffers_bwd)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
     # ZeRO-1/2 with the optimizer on the CPU: the embeddings' norm copies at the end of backward
     tied_end = offload_end_reduction_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
