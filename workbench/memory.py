@@ -490,12 +490,14 @@ def zero3_layer_backward_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_
     backward (:func:`zero3_layer_backward_gathered`), at least one layer's largest weight with a prefetch bucket;
     0 where nothing is gathered (one rank without offloaded parameters, as :func:`zero3_gathered_bytes`). Arrays
     allowed."""
-    def at(t, r, d):
-        seq = zero3_layer_backward_gathered(m, int(t), int(r))
-        return seq[min(max(int(d), 0), len(seq) - 1)] if seq else 0.0
-
-    full = asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL]
-    walk = np.vectorize(at, otypes=[float])(tensor_parallel, full, layers_done)[()]
+    t, full, done = np.broadcast_arrays(asarray(tensor_parallel), asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
+                                        asarray(layers_done))
+    walk = np.zeros(t.shape)
+    for tp, rc in {(int(a), bool(b)) for a, b in zip(t.ravel(), full.ravel())}:  # one walk per distinct pair
+        seq = np.asarray(zero3_layer_backward_gathered(m, tp, rc) or (0.0,))
+        sel = (t == tp) & (full == rc)
+        walk[sel] = seq[np.clip(done[sel].astype(int), 0, len(seq) - 1)]
+    walk = walk[()]
     big = largest_layer_param_tensor(m, tensor_parallel)
     live = maximum(walk, big + minimum(prefetch_bucket_elements, big))
     gathers = True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
@@ -1976,6 +1978,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
+    zero3_ds = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3)
     early_grads, early_acts, early_gathered = zero12_early_partition_bytes(
         m, held=held, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
         layer_transient=layer_transient, layers=layers, last=last, tensor_parallel=tensor_parallel,
@@ -1983,11 +1986,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         data_parallel=data_parallel * context_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
         trainable=trainable, lora=lora, overlap_comm=overlap,
-        gathered_at=lambda done: where(
-            (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3),
-            zero3_layer_backward_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
-                                                layers_done=done, data_parallel=data_parallel,
-                                                offload_params=offload_params, recompute=recompute), 0.0),
+        gathered_at=(lambda done: where(
+            zero3_ds, zero3_layer_backward_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
+                                                          layers_done=done, data_parallel=data_parallel,
+                                                          offload_params=offload_params, recompute=recompute), 0.0))
+        if any_true(zero3_ds & (asarray(offload_optimizer) > 0)) else None,
         full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL])
     # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
     # backward's peak; ZeRO-3's gathered parameters are the moment's own
