@@ -438,6 +438,13 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- thirty-fifth final batch ("final35"): declared before measuring ---
+    # Llama 2 13B's width at 6 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, 32k vocabulary, untied, 2k tokens
+    "mc-h5120-llama2-l6": dict(like="Llama 2 13B width (40 -> 6 layers)", num_layers=6, hidden_size=5120,
+                               num_attention_heads=40, num_query_groups=40, ffn_hidden_size=13824, vocab_size=32000,
+                               seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                               tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                               attention_dropout=0.0),
     # --- thirty-fourth final batch ("final34"): declared before measuring ---
     # Phi-3 mini's width at 12 of its 32 layers: MHA 32 heads of 96, SwiGLU 8192, 32k vocabulary, untied, 2k tokens
     "mc-h3072-phi3-l12": dict(like="Phi-3 mini width (32 -> 12 layers)", num_layers=12, hidden_size=3072,
@@ -1058,6 +1065,14 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-fifth final batch ("final35") ---
+    # Yi 34B at 4 of its 60 layers: GQA 56/8 of head 128, SwiGLU 20480, 64k vocabulary, untied (the output layer, 459 M
+    # elements, just inside DeepSpeed's bucket)
+    "hf-yi-h7168-l4": dict(like="Yi 34B (60 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=7168, intermediate_size=20480,
+        num_hidden_layers=4, num_attention_heads=56, num_key_value_heads=8, vocab_size=64000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=5000000.0)),
     # --- thirty-fourth final batch ("final34") ---
     # Gemma 2 9B at 10 of its 42 layers: GQA 16/8 of head 256, GeGLU 14336, soft-capping, 256k vocabulary, tied
     "hf-gemma2-h3584-l10": dict(like="Gemma 2 9B (42 -> 10 layers)", seq_length=2048, config=dict(
@@ -1745,6 +1760,17 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirty-fifth final batch (one GPU), declared in accuracy_split.json "final35" before measuring: ZeRO-3 with the
+    # optimizer on the CPU where the first bucket (an untied output layer and the layers after it) overflows at a
+    # recomputed layer's first back-propagated weight, the moment the default model re-priced after final33 (da10c5c),
+    # with and without the parameters on the CPU, and one run without recompute beside them
+    "final35": [
+        _hf("hf-yi-h7168-l4", 3, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-yi-h7168-l4", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-yi-h7168-l4", 3, "eager", ckpt=True, **OFF),
+        _ds("mc-h5120-llama2-l6", 3, mbs=2, recompute="full", **OFF),
+        _ds("mc-h5120-llama2-l6", 3, mbs=2, recompute="full", **OFF, **POFF), _ds("mc-h5120-llama2-l6", 3, **OFF),
     ],
     # thirty-fourth final batch (one GPU), declared in accuracy_split.json "final34" before measuring: ZeRO-3 with its
     # parameters on the CPU again, on five new shapes, a blind test of the parameter-offload terms written after
