@@ -595,8 +595,8 @@ def test_zero3_layer_backward_gathered_follows_the_walk_past_the_output_layer():
 def test_zero3_offload_reduction_at_a_recomputed_layers_start_runs_beside_its_activations():
     """ZeRO-3 with the optimizer on the CPU: when the first bucket (the output layer and ``done`` layers) overflows at
     the next layer's first back-propagated weight and that layer is recomputed, its recomputed activations are alive
-    beside the output layer's copies (sum); without recompute, or when the bucket overflows later in the layer, the
-    larger of the two as before."""
+    beside the output layer's copies; the layer's own backward transient (an attention core's, later) only when it
+    is the larger. Without recompute the larger of the transient and the copies, as before."""
     from workbench.memory import zero12_early_partition_bytes
 
     m = ModelSpec(num_layers=10, hidden_size=5120, num_attention_heads=40, ffn_hidden_size=13824, vocab_size=32000,
@@ -604,13 +604,17 @@ def test_zero3_offload_reduction_at_a_recomputed_layers_start_runs_beside_its_ac
     kw = dict(held=10.0, kept_per_layer=1.0, layer_transient=5e9, layers=10, last=True, tensor_parallel=1,
               data_parallel=1, engine=DS, zero_stage=3, value_bytes=2, num_microbatches=1, pipeline_parallel=1,
               trainable=3e9, lora=False, overlap_comm=1, offload_optimizer=1)
-    _, plain, _ = zero12_early_partition_bytes(m, full_recompute=0, **kw)
-    _, recomputed, _ = zero12_early_partition_bytes(m, full_recompute=1, **kw)
-    assert plain == pytest.approx(10.0 - 1.0 + 5e9)  # the transient is the larger
-    assert recomputed > plain + 2e9  # the output layer's 16-bit copy, its fp64 copy and the coalesced bucket too
+    _, plain, _ = zero12_early_partition_bytes(m, full_recompute=0, recomputed_layer=4e9, **kw)
+    assert plain == pytest.approx(10.0 - 1.0 + 5e9)  # the transient is larger than the copies alone
+    _, recomputed, _ = zero12_early_partition_bytes(m, full_recompute=1, recomputed_layer=4e9, **kw)
+    copies = recomputed - (10.0 - 1.0 + 4e9)
+    assert copies > 2e9  # the output layer's 16-bit copy, its fp64 copy and the coalesced bucket
+    # a small recomputed layer beside the copies stays under a large attention-core transient: the transient counts
+    _, small, _ = zero12_early_partition_bytes(m, full_recompute=1, recomputed_layer=1.0, **kw)
+    assert small == pytest.approx(plain)
     # the moment's own gathered parameters where given
-    _, acts, gathered = zero12_early_partition_bytes(m, full_recompute=1, gathered_at=lambda done: 7.0 + 0 * done,
-                                                     **kw)
+    _, acts, gathered = zero12_early_partition_bytes(m, full_recompute=1, recomputed_layer=4e9,
+                                                     gathered_at=lambda done: 7.0 + 0 * done, **kw)
     assert acts == pytest.approx(recomputed) and gathered == pytest.approx(7.0)
 
 

@@ -785,7 +785,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                                  tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
                                  offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
                                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, gathered_at=None,
-                                 full_recompute=0):
+                                 full_recompute=0, recomputed_layer=0.0):
     """``(gradient_bytes, activation_bytes, gathered_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient
     partition is allocated, or zeros where that moment is not during the layers' backward. ``gathered_at(
     layers_done)``: ZeRO-3's gathered parameters at that moment (:func:`zero3_layer_backward_gathered_bytes`; the
@@ -846,15 +846,19 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                  + where(offload, where(zero3_offload, zero3_copy, offload_copy), 0.0))
     # the reduction fires in the hook of the first weight that does not fit the bucket. When that is the next layer's
     # first back-propagated weight (its MLP output projection) and the layer is recomputed (``full_recompute``), its
-    # backward has just begun and the recomputed activations are all alive beside the copies (an H200 history
-    # replayed: Llama 2 13B at 10 layers, checkpointed, micro-batch 2, both offloads, the 1.25 GiB fp64 copy of the
-    # output layer's gradient beside layer 9's recomputed MLP); without recompute those activations are already in
-    # ``held`` and the transient comes later in the layer; a later weight finds part of it freed: the larger of two
+    # backward has just begun and its recomputed activations (``recomputed_layer``) are all alive beside the copies
+    # (an H200 history replayed: Llama 2 13B at 10 layers, checkpointed, micro-batch 2, both offloads, the 1.25 GiB
+    # fp64 copy of the output layer's gradient beside layer 9's recomputed MLP); the layer's own backward transient
+    # (an s x s attention core's, later in the layer) comes after them: the larger of the two. Without recompute
+    # those activations are already in ``held``; a later weight finds part of the layer freed: the larger of the
+    # transient and the copies. (final35, blind: Yi 34B at 4 layers through transformers, checkpointed, -12 to -20 %
+    # without this moment; with the transient in place of the recomputed activations, eager +12.6 % and
+    # megatron-core's unfused attention +22 to +27 %)
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     first_weight = 0.0 if m.is_moe else f * m.hidden_size / tensor_parallel
     room = reduce_bucket_elements - output_elems - done * per_layer
     at_layer_start = zero3_offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
-    acts = held - done * kept_per_layer + where(at_layer_start, layer_transient + momentary,
+    acts = held - done * kept_per_layer + where(at_layer_start, maximum(layer_transient, recomputed_layer + momentary),
                                                 maximum(layer_transient, momentary))
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
@@ -1991,7 +1995,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                           layers_done=done, data_parallel=data_parallel,
                                                           offload_params=offload_params, recompute=recompute), 0.0))
         if any_true(zero3_ds & (asarray(offload_optimizer) > 0)) else None,
-        full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL])
+        full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL], recomputed_layer=full_layer)
     # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
     # backward's peak; ZeRO-3's gathered parameters are the moment's own
     early_buffers = buffers - zero3_gathered + early_gathered
