@@ -1818,6 +1818,12 @@ GROUPS = {
         _hf("hf-mistralsmall-h5120-l4", 2, "sdpa", overlap=True), _hf("hf-qwen25-h8192-l2", 2, "sdpa", overlap=True),
         _ds("mc-h5120-mistralsmall-l4", 1, overlap=True),
     ],
+    # ZeRO-3 with its parameters on the CPU on three more fit-split shapes (with and without the optimizer there), so
+    # that the parameter-offload time constants rest on more than TinyLlama's two runs (fit split only)
+    "poff-fit": [
+        _hf("hf-qwen3-h1024-l28", 3, "sdpa", mbs=2, **OFF, **POFF), _hf("hf-qwen3-h1024-l28", 3, "sdpa", mbs=2, **POFF),
+        _ds("mc-h3072-gqa-l16", 3, **OFF, **POFF), _hf("hf-smollm2-h960-l32", 3, "sdpa", mbs=4, **POFF),
+    ],
     # allocator histories of a fit-split shape under ZeRO-3 with its parameters on the CPU (with and without the
     # optimizer there), for what the GPU holds at the peak with offload_param (records kept beside the histories)
     "poff-history": [dict(cfg, history=True) for cfg in (
