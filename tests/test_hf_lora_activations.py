@@ -104,3 +104,18 @@ def test_plan_codes_carry_the_lora_terms():
     assert attention_only["lora_free_down"] == 1
     full = M.plan_codes(plan.replace(lora_rank=0), g)
     assert full["lora_bytes_per_token"] == 0.0 and full["lora_free_down"] == 0
+
+
+def test_phi3_sdpa_keeps_the_fused_qkv_storage():
+    """Phi-3's fused qkv_proj under SDPA: the kernel keeps v, a view of the fused output, so its q and k parts stay
+    alive too (v·(q + kv) bytes per token more than separate projections); eager attention's matmuls copy v."""
+    import dataclasses
+
+    cfg = B.config("phi3", seq=SEQ)
+    for attn, more in (("sdpa", True), ("eager", False)):
+        fused = import_hf(cfg, seq_length=SEQ, attn_implementation=attn).spec
+        assert fused.fused_projections
+        plain = dataclasses.replace(fused, fused_projections=False)
+        diff = (M.hf_layer_extra_bytes_per_token(fused, value_bytes=V)
+                - M.hf_layer_extra_bytes_per_token(plain, value_bytes=V))
+        assert diff == (V * (fused.query_projection_size + fused.kv_projection_size) if more else 0.0)

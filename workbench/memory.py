@@ -1056,10 +1056,14 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
       by ``benchmarks/hf_lora_saved_tensors_cpu.py``).
     * Gemma 2's eager attention soft-caps the scores (``tanh(scores / cap) · cap``): tanh keeps its output, v per
       score (a·s per token).
+    * Phi-3's fused ``qkv_proj`` (``fused_projections``) under SDPA: the kernel keeps v, a view of the fused output,
+      so the q and k parts of that storage stay alive beside the rotated copies it keeps too: v·(q + kv) more (eager
+      attention's matmuls copy v and keep no view). On H200 the Phi-3 sdpa runs of the corpus were 2.9-6.5 % under
+      without it (24 MiB per layer at 2k tokens for Phi-3 mini, the gap the allocator replay shows per layer).
 
     Checked on the CPU by counting every tensor alive after one layer's forward (2 layers less 1) for toy configs
-    of Llama, Qwen3, Gemma 2, GPT-2, GPT-NeoX and Phi-3 with and without LoRA: per layer within 0.5 % (Phi-3's fused
-    qkv_proj keeps 4 % more: its v is a view of the fused output). MoE layers: only the norms."""
+    of Llama, Qwen3, Gemma 2, GPT-2, GPT-NeoX and Phi-3 with and without LoRA, eager attention: per layer within
+    0.5 %. MoE layers: only the norms."""
     from workbench.specs import Normalization, Positions
 
     v, h = value_bytes, m.hidden_size
@@ -1085,6 +1089,8 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
 
     if soft_capped(m) and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capped scores
         extra = extra + v * m.num_attention_heads * m.seq_length
+    if m.fused_projections and not m.attention.materialises_scores:  # Phi-3's qkv storage, held by SDPA's v view
+        extra = extra + v * (m.query_projection_size + m.kv_projection_size)
     return extra
 
 
