@@ -428,19 +428,29 @@ def zero3_gathered_walk(order: list, numel: dict, **limits) -> dict:
     """Elements of gathered parameters on one rank over a training step once ZeRO-3 has recorded its trace
     (:class:`Zero3Coordinator` over ``order``, a list of ``("F"|"B", parameter id)`` module fetches of one
     parameter each, :func:`zero3_module_trace`): ``at_backward``, when backward starts (the output layer fetched
-    for its backward), and ``peak``, the most at any module. TinyLlama's 1.1 B parameters at 22 layers (2.05 GiB in
+    for its backward), ``peak``, the most at any module, and ``after_backward_fetch``, each module's elements just
+    after its last backward fetch. TinyLlama's 1.1 B parameters at 22 layers (2.05 GiB in
     bf16) under DeepSpeed 0.19.8 with offload_param on H200: the allocator history's gathered copies peak at 1.927
     GiB, as this walk's ``peak`` (1.927 GiB; benchmarks/results/alloc_history/poff/)."""
     keys = [pid for _, pid in order]
     coordinator = Zero3Coordinator(keys, {pid: (pid,) for pid in keys}, numel, **limits)
     peak, at_backward = 0.0, None
+    after_backward_fetch = {}
     for phase, pid in order:
         coordinator.fetch(pid)
         peak = max(peak, coordinator.live)
-        if phase == "B" and at_backward is None:
-            at_backward = coordinator.live
+        if phase == "B":
+            if at_backward is None:
+                at_backward = coordinator.live
+            after_backward_fetch[pid] = coordinator.live  # each module's last backward fetch is kept
         coordinator.release(pid)
-    return {"at_backward": at_backward or 0.0, "peak": peak}
+    return {"at_backward": at_backward or 0.0, "peak": peak, "after_backward_fetch": after_backward_fetch}
+
+
+@_memoised_on_numbers
+def _zero3_model_walk(m: ModelSpec, tensor_parallel: int, full_recompute: bool) -> dict:
+    """:func:`zero3_gathered_walk` over the model's :func:`zero3_module_trace`, once per model and arguments."""
+    return zero3_gathered_walk(*zero3_module_trace(m, tensor_parallel, full_recompute))
 
 
 @_memoised_on_numbers
@@ -452,8 +462,7 @@ def zero3_gathered_elements(m: ModelSpec, tensor_parallel=1, full_recompute=0):
     if ndim(tensor_parallel) or ndim(full_recompute):
         return np.vectorize(lambda t, r: zero3_gathered_elements(m, int(t), int(r)),
                             otypes=[float])(tensor_parallel, full_recompute)[()]
-    walk = zero3_gathered_walk(*zero3_module_trace(m, int(tensor_parallel), bool(full_recompute)))
-    return float(walk["at_backward"])
+    return float(_zero3_model_walk(m, int(tensor_parallel), bool(full_recompute))["at_backward"])
 
 
 @_memoised_on_numbers
@@ -466,17 +475,9 @@ def zero3_layer_backward_gathered(m: ModelSpec, tensor_parallel=1, full_recomput
     :func:`zero3_gathered_elements` (the output layer still gathered): on Qwen3 8B's width at 12 layers with
     offload_param, 0.81 GiB against the allocator replay's 0.91 when the 1.16 GiB output layer's gradient is handed
     to the host, where the backward's start holds 1.88."""
-    order, numel = zero3_module_trace(m, int(tensor_parallel), bool(full_recompute))
-    keys = [pid for _, pid in order]
-    coordinator = Zero3Coordinator(keys, {pid: (pid,) for pid in keys}, numel)
-    after_backward_fetch = {}
-    for phase, pid in order:
-        coordinator.fetch(pid)
-        if phase == "B":
-            after_backward_fetch[pid] = coordinator.live  # the last backward fetch of each module is kept
-        coordinator.release(pid)
+    after_backward_fetch = _zero3_model_walk(m, int(tensor_parallel), bool(full_recompute))["after_backward_fetch"]
     last_module = {}
-    for pid in numel:
+    for pid in after_backward_fetch:
         if "." in pid:
             layer, k = (int(x) for x in pid.split("."))
             last_module[layer] = max(last_module.get(layer, k), k)
@@ -500,8 +501,7 @@ def zero3_layer_backward_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_
     walk = walk[()]
     big = largest_layer_param_tensor(m, tensor_parallel)
     live = maximum(walk, big + minimum(prefetch_bucket_elements, big))
-    gathers = True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
-    return where(gathers, value_bytes * live, 0.0)
+    return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
 
 
 @_memoised_on_numbers
@@ -1536,6 +1536,12 @@ def reduce_bucket_bytes(*, zero_stage, value_bytes, overlap_comm=1, reduce_bucke
     return buckets
 
 
+def _zero3_gathers(data_parallel, offload_params):
+    """Whether a ZeRO-3 rank gathers parameters: more than one rank in the partition, or parameters offloaded
+    (``data_parallel=None``: taken as gathering)."""
+    return True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
+
+
 def zero3_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_parallel=None, offload_params=0,
                          recompute=0, prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
     """16-bit parameters a ZeRO-3 rank holds gathered when backward starts: what its coordinator keeps through the
@@ -1548,8 +1554,7 @@ def zero3_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_par
     largest = largest_module_params(m, tensor_parallel)
     live = maximum(zero3_gathered_elements(m, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL]),
                    largest + minimum(prefetch_bucket_elements, largest))
-    gathers = True if data_parallel is None else (data_parallel > 1) | (offload_params > 0)
-    return where(gathers, value_bytes * live, 0.0)
+    return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
 
 
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
