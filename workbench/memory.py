@@ -507,10 +507,11 @@ def zero3_layer_backward_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_
 @_memoised_on_numbers
 def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of a transformer layer's biggest weight on one rank — megatron-core fuses QKV and the gated MLP's
-    fc1 into one tensor each; transformers models keep q/k/v and gate/up apart, but fuse a MoE layer's experts
+    fc1 into one tensor each; transformers models keep q/k/v and gate/up apart (Phi-3 fuses them as megatron-core
+    does, ``fused_projections``: ``qkv_proj``, ``gate_up_proj``), but fuse a MoE layer's experts
     (:func:`hf_fused_experts_tensor`)."""
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
-    if m.implementation is Implementation.TRANSFORMERS:
+    if m.implementation is Implementation.TRANSFORMERS and not m.fused_projections:
         layer = max(m.hidden_size * f, m.hidden_size * m.query_projection_size, hf_fused_experts_tensor(m))
         if m.is_moe and m.shared_expert_ffn_hidden_size:
             layer = max(layer, m.hidden_size * m.shared_expert_ffn_hidden_size)
@@ -785,7 +786,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                                  tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
                                  offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
                                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, gathered_at=None,
-                                 full_recompute=0, recomputed_layer=0.0):
+                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0):
     """``(gradient_bytes, activation_bytes, gathered_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient
     partition is allocated, or zeros where that moment is not during the layers' backward. ``gathered_at(
     layers_done)``: ZeRO-3's gathered parameters at that moment (:func:`zero3_layer_backward_gathered_bytes`; the
@@ -814,7 +815,16 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     a gradient that does not fit the bucket is reduced alone at the next hook) and hands the rank's slice of each
     reduced gradient to the host through a 16-bit GPU copy of its host buffer (``partition_grads``:
     ``grad_buffer.to(device)``), beside which it takes the norm through fp64 pieces of at most
-    :data:`DS_ZERO3_NORM_CHUNK_ELEMENTS` elements, then the fp32 cast for the host."""
+    :data:`DS_ZERO3_NORM_CHUNK_ELEMENTS` elements, then the fp32 cast for the host.
+
+    Where in its layer the reduction fires matters: a layer's weights get their gradients MLP first (fc2, then fc1
+    or gate and up), then attention (the output projection, then QKV), and a gradient that would overflow the bucket
+    reduces it first (``reduce_independent_p_g_buckets_and_remove_grads``). When the bucket's room at the layer's
+    start holds all its MLP weights, the trigger is an attention weight, and the layer's MLP block has been
+    back-propagated and its kept activations freed (``mlp_block``, :func:`mlp_block_activation_bytes`; layers not
+    recomputed). (Phi-3 medium's width at 2 layers, ZeRO-2 with the optimizer on the CPU, replayed: the bucket
+    reduced at the last layer's ``qkv_proj`` hook, its MLP's 0.5 GiB gone beside ``gate_up_proj``'s 1.37 GiB fp64
+    copy; counted alive, +8.9 % allocated.)"""
     vocab = P.model_vocab_size(m, tensor_parallel)
     untied_output = (not m.tied_embeddings) | (pipeline_parallel > 1)
     output_elems = where(last & untied_output & ~asarray(lora), vocab * m.hidden_size / tensor_parallel, 0.0)
@@ -856,10 +866,12 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     # megatron-core's unfused attention +22 to +27 %)
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     first_weight = 0.0 if m.is_moe else f * m.hidden_size / tensor_parallel
+    mlp_weights = 0.0 if m.is_moe else (3 if m.is_gated else 2) * f * m.hidden_size / tensor_parallel
     room = reduce_bucket_elements - output_elems - done * per_layer
     at_layer_start = zero3_offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
-    acts = held - done * kept_per_layer + where(at_layer_start, maximum(layer_transient, recomputed_layer + momentary),
-                                                maximum(layer_transient, momentary))
+    mlp_freed = where(~extra_large & (room >= mlp_weights), mlp_block, 0.0)
+    acts = held - done * kept_per_layer - mlp_freed + where(
+        at_layer_start, maximum(layer_transient, recomputed_layer + momentary), maximum(layer_transient, momentary))
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
     # 8x7B's 940 M-element gate_up_proj, its fp64 copy 7 GiB beside every layer's activations), else at the first
@@ -879,7 +891,10 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     fused = hf_fused_experts_tensor(m) / tensor_parallel
     fused_rest = where((big == fused) & (fused > 0), fused / (2 if m.is_gated else 1), 0.0)
     big_grad = where(big_extra, where(zero3_offload, value_bytes * fused_rest, value_bytes * big), 0.0)
-    acts_big = (held - minimum(done_big, layers) * kept_per_layer + maximum(layer_transient, big_grad + big_copy))
+    room_big = where(extra_large, reduce_bucket_elements - done_big * per_layer, room)
+    mlp_freed_big = where(~big_extra & (room_big >= mlp_weights), mlp_block, 0.0)
+    acts_big = (held - minimum(done_big, layers) * kept_per_layer - mlp_freed_big
+                + maximum(layer_transient, big_grad + big_copy))
     applies_big = applies_base & offload & (big_extra | (done_big < layers))
     gathered, gathered_big = ((gathered_at(done), gathered_at(minimum(done_big, maximum(layers - 1, 0))))
                               if gathered_at is not None else (0.0, 0.0))
@@ -1033,6 +1048,31 @@ def hf_softmax_in_model_dtype(m: ModelSpec) -> bool:
     return m.implementation is Implementation.TRANSFORMERS and m.position_embedding == "learned"
 
 
+def _hf_norm_extra_bytes_per_element(m: ModelSpec, *, value_bytes, frozen_norms=0.0):
+    """What a transformers RMSNorm keeps per element beyond its 16-bit input (:func:`hf_layer_extra_bytes_per_token`:
+    the fp32 input, the weight product's operand w unless frozen, less the v counted generically); 0 for LayerNorm."""
+    from workbench.specs import Normalization
+
+    if m.normalization is not Normalization.RMSNORM:
+        return 0.0
+    w = 4.0 if m.sandwich_norm else value_bytes  # Gemma 2 and 3: the weight product in fp32
+    return 4 + w * (1.0 - np.asarray(frozen_norms, dtype=float)) - value_bytes
+
+
+def _hf_mlp_extra_bytes_per_token(m: ModelSpec, *, value_bytes):
+    """What a transformers dense MLP keeps per token beyond the generic count (:func:`hf_layer_extra_bytes_per_token`):
+    a gated MLP one v·f more, GPT-2's op-by-op ``gelu_new`` three; 0 for MoE layers."""
+    from workbench.specs import Positions
+
+    if m.is_moe:
+        return 0.0
+    if m.is_gated:
+        return value_bytes * m.ffn_hidden_size
+    if m.position_embedding is Positions.LEARNED:  # GPT-2
+        return 3 * value_bytes * m.ffn_hidden_size
+    return 0.0
+
+
 def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.0):
     """Bytes per token one transformers decoder layer keeps for backward beyond :func:`layer_activation_bytes`'
     generic count (which is the fused-kernel count: a norm keeps its 16-bit input, the linears their 16-bit inputs,
@@ -1064,27 +1104,19 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
     Checked on the CPU by counting every tensor alive after one layer's forward (2 layers less 1) for toy configs
     of Llama, Qwen3, Gemma 2, GPT-2, GPT-NeoX and Phi-3 with and without LoRA, eager attention: per layer within
     0.5 %. MoE layers: only the norms."""
-    from workbench.specs import Normalization, Positions
+    from workbench.specs import Positions
 
-    v, h = value_bytes, m.hidden_size
-    trained = 1.0 - np.asarray(frozen_norms, dtype=float)
-    extra = 0.0
-    if m.normalization is Normalization.RMSNORM:
-        gemma_style = m.sandwich_norm  # Gemma 2 and 3: the weight product in fp32
-        w = 4.0 if gemma_style else v
-        extra = extra + 2 * h * (4 + w * trained - v)  # the two norms that feed linears
-        if m.sandwich_norm:
-            extra = extra + 2 * h * (4 + w * trained - v)
-        if m.qk_norm:
-            extra = extra + (m.query_projection_size + m.kv_projection_size) * (4 + w * trained - v)
-    if not m.is_moe:
-        f = m.ffn_hidden_size
-        if m.is_gated:
-            extra = extra + v * f
-        elif m.position_embedding is Positions.LEARNED:  # GPT-2
-            extra = extra + 3 * v * f
-            if not m.attention.materialises_scores:
-                extra = extra + 2 * v * m.query_projection_size
+    v = value_bytes
+    per_norm = _hf_norm_extra_bytes_per_element(m, value_bytes=v, frozen_norms=frozen_norms)
+    extra = 2 * m.hidden_size * per_norm  # the two norms that feed linears
+    if m.sandwich_norm:
+        extra = extra + 2 * m.hidden_size * per_norm
+    if m.qk_norm:
+        extra = extra + (m.query_projection_size + m.kv_projection_size) * per_norm
+    extra = extra + _hf_mlp_extra_bytes_per_token(m, value_bytes=v)
+    if (not m.is_moe and not m.is_gated and m.position_embedding is Positions.LEARNED
+            and not m.attention.materialises_scores):  # GPT-2 under SDPA: q and k made contiguous
+        extra = extra + 2 * v * m.query_projection_size
     from workbench.hf import soft_capped
 
     if soft_capped(m) and m.attention is AttentionImpl.UNFUSED:  # Gemma 2's soft-capped scores
@@ -1092,6 +1124,39 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
     if m.fused_projections and not m.attention.materialises_scores:  # Phi-3's qkv storage, held by SDPA's v view
         extra = extra + v * (m.query_projection_size + m.kv_projection_size)
     return extra
+
+
+def dense_mlp_bytes_per_token(m: ModelSpec, *, value_bytes):
+    """Bytes per token a dense MLP's intermediates keep for backward (before tensor parallel; the generic count of
+    :func:`layer_activation_bytes`): GeLU v·f (fc1 out) + v·f (fc2 in), SwiGLU v·2f + v·f."""
+    v, f = value_bytes, m.ffn_hidden_size
+    mlp = v * (2 if m.is_gated else 1) * f + v * f
+    if m.is_gated and m.attention is AttentionImpl.UNFUSED and m.implementation is not Implementation.TRANSFORMERS:
+        # megatron-core's local layer spec without fused kernels (bias_activation_fusion off, the unfused
+        # stack): its glu computes silu(x_glu) * (x_linear + glu_linear_offset); the sum is a new tensor the
+        # product keeps beside the activation's output, and the product is fc2's input (transformer/mlp.py,
+        # 0.16 and 0.19). The fused bias-SwiGLU kernel and Transformer Engine keep only fc1's output and fc2's
+        # input.
+        mlp = mlp + 2 * v * f
+    return mlp
+
+
+def mlp_block_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
+                               value_bytes):
+    """The part of a dense layer's :func:`layer_activation_bytes` (no recompute) that its MLP block keeps: the
+    pre-MLP norm's input and fc1's input (2·v·sbh, ÷t with sequence parallel), the intermediates
+    (:func:`dense_mlp_bytes_per_token`) and, for a transformers model, what its unfused norm and MLP ops keep
+    beyond them (:func:`hf_layer_extra_bytes_per_token`'s share of one norm and the MLP). Backward frees it before
+    the attention block's weights get their gradients. 0 for MoE models."""
+    if m.is_moe:
+        return 0.0
+    s, b, t, v, h = m.seq_length / context_parallel, micro_batch, tensor_parallel, value_bytes, m.hidden_size
+    rep = where(sequence_parallel, 1.0 / t, 1.0)
+    per_token = dense_mlp_bytes_per_token(m, value_bytes=v) / t + 2 * v * h * rep
+    if m.implementation is Implementation.TRANSFORMERS:
+        per_token = per_token + (_hf_norm_extra_bytes_per_element(m, value_bytes=v) * h
+                                 + _hf_mlp_extra_bytes_per_token(m, value_bytes=v)) / t
+    return per_token * s * b
 
 
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
@@ -1151,16 +1216,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
             mlp = mlp + where(asarray(moe_deepspeed) > 0,
                                  dsmoe.extra_activation_bytes(m, tokens=s * b, value_bytes=v), 0.0)
     else:
-        f = m.ffn_hidden_size
-        mlp = (v * (2 if m.is_gated else 1) * s * b * f + v * s * b * f) / t
-        if (m.is_gated and m.attention is AttentionImpl.UNFUSED
-                and m.implementation is not Implementation.TRANSFORMERS):
-            # megatron-core's local layer spec without fused kernels (bias_activation_fusion off, the unfused
-            # stack): its glu computes silu(x_glu) * (x_linear + glu_linear_offset); the sum is a new tensor the
-            # product keeps beside the activation's output, and the product is fc2's input (transformer/mlp.py,
-            # 0.16 and 0.19). The fused bias-SwiGLU kernel and Transformer Engine keep only fc1's output and fc2's
-            # input.
-            mlp = mlp + 2 * v * s * b * f / t
+        mlp = dense_mlp_bytes_per_token(m, value_bytes=v) * s * b / t
     if m.attention.materialises_scores:
         # the softmax output kept for its backward: fp32 unfused (softmax_bytes), 16-bit fused-softmax; then what
         # probs x V keeps: the dropout mask + its 16-bit output, or, without dropout, the 16-bit probabilities
@@ -2006,7 +2062,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                           layers_done=done, data_parallel=data_parallel,
                                                           offload_params=offload_params, recompute=recompute), 0.0))
         if any_true(zero3_ds & (asarray(offload_optimizer) > 0)) else None,
-        full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL], recomputed_layer=full_layer)
+        full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL], recomputed_layer=full_layer,
+        mlp_block=where(recompute >= RECOMPUTE_CODES[Recompute.FULL], 0.0, mlp_block_activation_bytes(
+            m, value_bytes=value_bytes, **kw)))
     # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
     # backward's peak; ZeRO-3's gathered parameters are the moment's own
     early_buffers = buffers - zero3_gathered + early_gathered

@@ -1065,6 +1065,26 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-sixth final batch ("final36") ---
+    # Phi-3 medium at 3 of its 40 layers: fused qkv_proj and gate_up_proj (a 183 M-element weight), GQA 40/10, 32k
+    # vocabulary, untied, 4k tokens
+    "hf-phi3-h5120-l3": dict(like="Phi-3 medium (40 -> 3 layers)", seq_length=4096, config=dict(
+        model_type="phi3", architectures=["Phi3ForCausalLM"], hidden_size=5120, intermediate_size=17920,
+        num_hidden_layers=3, num_attention_heads=40, num_key_value_heads=10, vocab_size=32064,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0, pad_token_id=None)),
+    # Pythia 12B at 2 of its 36 layers: parallel residual, GeLU 20480, MHA 40 of head 128, 50k vocabulary, untied
+    "hf-neox-h5120-l2": dict(like="Pythia 12B (36 -> 2 layers)", seq_length=2048, config=dict(
+        model_type="gpt_neox", architectures=["GPTNeoXForCausalLM"], hidden_size=5120, intermediate_size=20480,
+        num_hidden_layers=2, num_attention_heads=40, vocab_size=50688, max_position_embeddings=2048,
+        hidden_act="gelu", use_parallel_residual=True, rotary_pct=0.25, tie_word_embeddings=False,
+        attention_dropout=0.0, hidden_dropout=0.0)),
+    # Llama 2 7B at 5 of its 32 layers: MHA 32 of head 128, SwiGLU 11008, 32k vocabulary, untied, 4k tokens
+    "hf-llama2-h4096-l5": dict(like="Llama 2 7B (32 -> 5 layers)", seq_length=4096, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=5, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0)),
     # --- thirty-fifth final batch ("final35") ---
     # Yi 34B at 4 of its 60 layers: GQA 56/8 of head 128, SwiGLU 20480, 64k vocabulary, untied (the output layer, 459 M
     # elements, just inside DeepSpeed's bucket)
@@ -1760,6 +1780,17 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirty-sixth final batch (one GPU), declared in accuracy_split.json "final36" before measuring: the reduce bucket's
+    # first reduction fired by an attention weight, after the layer's MLP block was back-propagated (the moment the
+    # default model re-priced after final35: the MLP's kept activations freed by then), at ZeRO-1/2 with and without
+    # the optimizer on the CPU and at ZeRO-3 with it, on three new shapes
+    "final36": [
+        _hf("hf-phi3-h5120-l3", 3, "sdpa", **OFF), _hf("hf-phi3-h5120-l3", 2, "sdpa", mbs=2),
+        _hf("hf-phi3-h5120-l3", 2, "sdpa", **OFF),
+        _hf("hf-neox-h5120-l2", 2, "sdpa", mbs=2, **OFF), _hf("hf-neox-h5120-l2", 3, "sdpa", mbs=2, **OFF),
+        _hf("hf-llama2-h4096-l5", 2, "sdpa", mbs=2, overlap=True),
+        _hf("hf-llama2-h4096-l5", 1, "sdpa", mbs=2, overlap=True),
     ],
     # thirty-fifth final batch (one GPU), declared in accuracy_split.json "final35" before measuring: ZeRO-3 with the
     # optimizer on the CPU where the first bucket (an untied output layer and the layers after it) overflows at a
