@@ -754,3 +754,41 @@ def test_zero3_parameter_offload_is_in_the_replays_scope_at_zero3_to_the_cpu_onl
     allocsim.check_scope(hf, ok)
     with pytest.raises(ValueError, match="offload_params=nvme"):
         allocsim.check_scope(hf, ok.replace(offload_params="nvme", offload_optimizer="nvme"))
+
+
+def test_zero3_parameter_offload_gathers_a_weight_read_outside_its_module_as_an_external_parameter():
+    """A weight another module takes as an argument (megatron-core's tied output layer reads the word embedding's
+    weight in ``GPTModel``'s forward) is not gathered by its own module's fetch there: as DeepSpeed's
+    ``ZeROOrderedDict`` does, reading it registers it with the module on top of the forward stack and gathers it, and
+    it stays gathered while that module runs (forward and backward), released at the end of the step."""
+    import torch
+
+    class Out(torch.nn.Module):
+        def forward(self, x, weight):
+            return x @ weight.t()
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.proj, self.out = torch.nn.Embedding(1024, 512), torch.nn.Linear(512, 512), Out()
+
+        def forward(self, tokens):
+            return self.out(self.proj(self.embed(tokens)), self.embed.weight).float().mean()
+
+    with torch.device("meta"):
+        net = Tied().to(torch.bfloat16)
+    shapes = {id(p): p.shape for p in net.parameters()}
+    for p in net.parameters():
+        p.data = torch.empty(0, dtype=p.dtype, device="meta")
+    events = []
+    with allocsim._recorder(events):
+        fetcher = allocsim._Zero3ParamFetcher(net, shapes, events)
+        for _ in range(3):  # the recorded step, then two with the coordinator
+            fetcher.start()
+            net(torch.zeros(2, 8, dtype=torch.long, device="meta")).backward()
+            fetcher.finish()
+    embed = 0  # the embedding's weight: the first parameter
+    assert embed in fetcher.params_of[id(net)]  # registered with the top module
+    assert net.embed.weight.numel() == 0 and net.proj.weight.numel() == 0  # all released at the end of the step
+    copies = [e for e in events if e[0] == "malloc" and e[2] == 1024 * 512 * 2]
+    assert len(copies) >= 3  # gathered in every step

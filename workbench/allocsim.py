@@ -1019,13 +1019,35 @@ def _on_backward(values, callback, *, once: bool):
     return _each_tensor(values, wrap)
 
 
+def _external_aware(fetcher, module):
+    """``module._parameters`` as DeepSpeed's ``ZeROOrderedDict`` (``parameter_offload.py``) makes it during the
+    engine's forward: reading a parameter that is not gathered registers it as an external parameter of the module
+    on top of the forward stack and gathers it (:meth:`_Zero3ParamFetcher.external`)."""
+    class Params(dict):
+        def __getitem__(self, key):
+            param = super().__getitem__(key)
+            if param is not None:
+                fetcher.external(param)
+            return param
+
+    return Params(module._parameters)
+
+
 class _Zero3ParamFetcher:
     """ZeRO-3's module hooks with the parameters on the host (``offload_param``, one GPU): before a module runs
     (forward, or its backward) its parameters are copied in, one block each (``NoGatherHandle``:
     ``param.ds_tensor.data.to(device)``), and after it they are freed. The first forward and backward record the
     trace and free each module's parameters at once; later ones follow DeepSpeed's coordinator
     (:class:`workbench.memory.Zero3Coordinator`: prefetching and keeping parameters used again). Parameters of at
-    most :data:`workbench.memory.DS_PERSISTENCE_THRESHOLD` elements are persistent: copied in once, never freed."""
+    most :data:`workbench.memory.DS_PERSISTENCE_THRESHOLD` elements are persistent: copied in once, never freed.
+
+    A parameter read in the forward of a module that does not own it (megatron-core's tied output layer takes the
+    word embedding's weight as an argument: ``shared_embedding_or_output_weight()`` in ``GPTModel``'s forward) is
+    registered as an external parameter of the module on top of the forward stack and gathered at once (DeepSpeed's
+    ``ZeROOrderedDict.__getitem__`` → ``register_external_parameter``, ``param.all_gather()``); that module fetches
+    it from then on, and a parameter is freed only when no module that fetched it is still active
+    (``__release_param``: ``ds_active_sub_modules``): the top module's external embedding stays gathered through its
+    forward and its backward."""
 
     def __init__(self, model, shapes: dict, events: list):
         from workbench.memory import DS_PERSISTENCE_THRESHOLD
@@ -1053,17 +1075,35 @@ class _Zero3ParamFetcher:
             self.params_of[key] = tuple(large)
             module.register_forward_pre_hook(self._pre_forward)
             module.register_forward_hook(self._post_forward)
+        self.pid_of = {id(p): pid for pid, p in self.by_id.items()}
+        for module in model.modules():
+            module._parameters = _external_aware(self, module)
         self.trace, self.coordinator, self.recording = [], None, True
+        self.stack, self.active = [], {}
+
+    def external(self, param) -> None:
+        """A parameter read during the forward (:func:`_external_aware`): when it is not gathered, registered with
+        the module on top of the forward stack and gathered."""
+        pid = self.pid_of.get(id(param))
+        if pid is None or param.numel() or not self.stack or pid not in self.numel:
+            return
+        key = self.stack[-1]
+        if pid not in self.params_of[key]:
+            self.params_of[key] = tuple(sorted(self.params_of[key] + (pid,)))
+        self.active.setdefault(pid, set()).add(key)
+        self._copy_in(pid)
 
     # DeepSpeed's hooks (parameter_offload.py): before a module's forward its parameters are fetched and its inputs
     # wrapped so that their gradient releases the parameters again (PostBackwardFunction); after it they are released
     # and its outputs wrapped so that their gradient fetches the parameters for the module's backward
     # (PreBackwardFunction). A module whose inputs need no gradient (the embedding) is released at the end.
     def _pre_forward(self, module, args):
+        self.stack.append(id(module))
         self._fetch(id(module))
         return _on_backward(args, lambda: self._release(id(module)), once=True)
 
     def _post_forward(self, module, args, out):
+        self.stack.pop()
         self._release(id(module))
         return _on_backward(out, lambda: self._fetch(id(module)), once=False)
 
@@ -1093,6 +1133,8 @@ class _Zero3ParamFetcher:
 
     def _fetch(self, key) -> None:
         since = len(self.events)
+        for pid in self.params_of[key]:
+            self.active.setdefault(pid, set()).add(key)
         if self.recording:
             self.trace.append(key)
             gathered = sorted(self.params_of[key])
@@ -1103,17 +1145,18 @@ class _Zero3ParamFetcher:
         _on_stream(self.events, since, ALLGATHER_STREAM)
 
     def _release(self, key) -> None:
-        if self.recording:
-            for pid in sorted(self.params_of[key]):
+        for pid in self.params_of[key]:
+            self.active.get(pid, set()).discard(key)
+        freed = sorted(self.params_of[key]) if self.recording else self.coordinator.release(key)
+        for pid in freed:
+            if not self.active.get(pid):  # no module that fetched it still running
                 self._free(pid)
-            return
-        for pid in self.coordinator.release(key):
-            self._free(pid)
 
     def finish(self) -> None:
         """The end of a micro-batch's backward: whatever is still gathered is released, the trace complete."""
         for pid in sorted(self.numel):
             self._free(pid)
+        self.active.clear()
         self.recording = False
 
 
