@@ -388,7 +388,8 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
     :func:`noise_band`. Below ZeRO-3 each engine's runs also get a step entry by their predicted host share
     (``ENGINE/host-bound``, ``ENGINE/gpu-bound``: :func:`workbench.memory.step_regime_suffix`)."""
     from workbench.memory import (EXPANDABLE_BAND_SUFFIX, GPU_BOUND_SUFFIX, HOST_BOUND_SUFFIX,
-                                  PARAM_OFFLOAD_BAND_SUFFIX, ZERO3_BAND_SUFFIX, step_regime_suffix)
+                                  OPTIMIZER_OFFLOAD_BAND_SUFFIX, PARAM_OFFLOAD_BAND_SUFFIX, ZERO3_BAND_SUFFIX,
+                                  step_regime_suffix)
 
     out = {}
     keys = {engine_of(r) for r, _ in rows} | {f"{engine_of(r)}/{r['plan'].recompute}" for r, _ in rows}
@@ -417,6 +418,11 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
         entry = band_entry([r for r, _ in rows if r["plan"].offload_params != "none"], q)
         if entry:
             out[q][f"deepspeed/{PARAM_OFFLOAD_BAND_SUFFIX}"] = entry
+    # DeepSpeed with the optimizer on the host and the parameters on the GPU: their own whole-device band
+    entry = band_entry([r for r, _ in rows if engine_of(r) != "megatron" and r["plan"].offload_optimizer != "none"
+                        and r["plan"].offload_params == "none"], "device")
+    if entry:
+        out["device"][f"deepspeed/{OPTIMIZER_OFFLOAD_BAND_SUFFIX}"] = entry
     for engine in sorted({engine_of(r) for r, _ in rows}):  # below ZeRO-3: host-bound and GPU-bound steps apart
         for suffix in (HOST_BOUND_SUFFIX, GPU_BOUND_SUFFIX):
             sel = [r for r, _ in rows if engine_of(r) == engine
@@ -1029,7 +1035,9 @@ def main(argv=None) -> int:
                         "the caching allocator replayed (benchmarks/alloc_sim.py --write-band). step ENGINE/host-bound "
                         "and ENGINE/gpu-bound: the engine's runs below ZeRO-3 whose predicted step is at least / "
                         "less than half host work (workbench.timing.host_share). deepspeed/param-offload (every "
-                        "quantity): the ZeRO-3 runs with the parameters on the host (offload_param).", "gpu": "H200",
+                        "quantity): the ZeRO-3 runs with the parameters on the host (offload_param). device "
+                        "deepspeed/optimizer-offload: the DeepSpeed runs with the optimizer on the host and the "
+                        "parameters on the GPU.", "gpu": "H200",
                **band(scored["test"], expandable["test"], noise)}
         from workbench.memory import REPLAYED_BAND_SUFFIX
 

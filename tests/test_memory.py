@@ -650,3 +650,29 @@ def test_parameter_offload_plans_take_their_own_band():
     mem = estimate(m, ClusterSpec(gpu="H200", gpus_per_node=1), plan).memory
     peak = max(st.total_bytes for st in mem.stages)
     assert mem.band_high_bytes == round(peak * band[1])
+
+
+def test_optimizer_offload_plans_take_their_own_whole_device_band():
+    """DeepSpeed with the optimizer on the host (parameters on the GPU) has its own held-out whole-device band, wider
+    above than the engine's (its allocator reserves more above a small allocated peak); parameter offload keeps its
+    own; allocated and step time keep the usual bands; the planner marks such plans risky on it."""
+    from workbench.memory import error_band
+    from workbench.planner import _band_high
+
+    band = error_band("deepspeed", "device", offload_optimizer="cpu")
+    assert band is not None and "optimizer on the host" in band[2]
+    assert band[1] > error_band("deepspeed", "device", "none")[1]
+    assert error_band("deepspeed", "device", offload_optimizer="cpu", offload_params="cpu") == \
+        error_band("deepspeed", "device", offload_params="cpu")
+    assert error_band("deepspeed", "allocated", offload_optimizer="cpu") == error_band("deepspeed", "allocated")
+    assert error_band("megatron", "device", "none", offload_optimizer="cpu") == error_band("megatron", "device", "none")
+    m = catalog.model("llama2-7b")
+    plan = ParallelPlan(engine="deepspeed", zero_stage=2, offload_optimizer="cpu", world_size=1, micro_batch_size=1,
+                        global_batch_size=1, precision="bf16")
+    mem = estimate(m, ClusterSpec(gpu="H200", gpus_per_node=1), plan).memory
+    peak = max(st.total_bytes for st in mem.stages)
+    assert mem.band_high_bytes == round(peak * band[1]) and "optimizer on the host" in mem.band_note
+    table = {"engine": np.array([0, 0]), "recompute": np.array([0, 0]), "off_opt": np.array([1, 0]),
+             "off_par": np.array([0, 0])}
+    high = _band_high(table)
+    assert high[0] == band[1] and high[1] == error_band("deepspeed", "device", "none")[1]

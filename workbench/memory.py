@@ -2177,6 +2177,13 @@ PARAM_OFFLOAD_BAND_SUFFIX = "param-offload"
 (``offload_param``): their caching allocator reserves far more above what is allocated (34-121 % on H200) than
 other runs, and the time of their host copies differs, so a plan with parameter offload takes their band."""
 
+OPTIMIZER_OFFLOAD_BAND_SUFFIX = "optimizer-offload"
+"""Whole-device band key suffix of DeepSpeed's held-out runs with the optimizer on the host and the parameters on the
+GPU: with the optimizer states gone the allocated peak is small beside the transient copies the offload makes (fp64
+norm pieces, fp32 casts, staging buffers), so the caching allocator reserves more above it than in other runs (on
+H200 a median 29 % at ZeRO-1/2 and 40 % at ZeRO-3 of the test split, against 17-21 % without offload), which the
+engine's constant reserve does not follow: a plan with optimizer offload takes their band."""
+
 
 HOST_BOUND_SUFFIX = "host-bound"
 """Step-time band key suffix of the held-out runs below ZeRO-3 whose predicted step is at least
@@ -2199,7 +2206,8 @@ def step_regime_suffix(host_share, zero_stage=None):
 
 
 def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False,
-               zero_stage=None, replayed: bool = False, host_share=None, offload_params=False):
+               zero_stage=None, replayed: bool = False, host_share=None, offload_params=False,
+               offload_optimizer=False):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
@@ -2213,8 +2221,9 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     ``ENGINE/host-bound`` or ``ENGINE/gpu-bound`` entry (:func:`step_regime_suffix`) when it has at least
     :data:`MIN_BAND_RUNS` runs: a host-bound step's error is the host's speed as much as the model's. With
     ``offload_params`` (DeepSpeed ZeRO-3 with the parameters on the host) the ``ENGINE/param-offload`` entry of any
-    quantity, before all others but a replayed reserve's, when it has at least :data:`MIN_BAND_RUNS` runs. The
-    hybrid uses its own runs, else DeepSpeed's."""
+    quantity, before all others but a replayed reserve's, when it has at least :data:`MIN_BAND_RUNS` runs; with
+    ``offload_optimizer`` (and the parameters on the GPU) the ``ENGINE/optimizer-offload`` entry (whole device only:
+    :data:`OPTIMIZER_OFFLOAD_BAND_SUFFIX`) next. The hybrid uses its own runs, else DeepSpeed's."""
     bands = _error_bands().get(quantity) or {}
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
@@ -2228,11 +2237,17 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     # replay's residuals for a replayed reserve; the expandable-segments runs (the allocator's reserve is most of the
     # device error); ZeRO-3's runs, widened by its process-to-process noise
     step_regime = step_regime_suffix(host_share, zero_stage)
-    param_offload = (offload_params if isinstance(offload_params, bool) else
-                     offload_params is not None and Offload.parse(offload_params, "offload_params") is not Offload.NONE)
+    def offloaded(value, field):
+        return (value if isinstance(value, bool) else
+                value is not None and Offload.parse(value, field) is not Offload.NONE)
+
+    param_offload = offloaded(offload_params, "offload_params")
+    optimizer_offload = offloaded(offload_optimizer, "offload_optimizer") and not param_offload
     regimes = ((replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
                (param_offload, PARAM_OFFLOAD_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'runs with the parameters on the host')} on {gpu}"),
+               (optimizer_offload, OPTIMIZER_OFFLOAD_BAND_SUFFIX,
+                lambda e: f"{runs(e, 'runs with the optimizer on the host')} on {gpu}"),
                (expandable_segments, EXPANDABLE_BAND_SUFFIX, lambda e: f"{runs(e)} with expandable segments on {gpu}"),
                (zero_stage is not None and int(zero_stage) >= 3, ZERO3_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'ZeRO-3 runs')} on {gpu}, at least as wide as the spread of one ZeRO-3 "
@@ -2368,7 +2383,8 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                "the rank's 16-bit partition DeepSpeed makes the fp32 master from on the host, beside "
                                "the flat 16-bit buffer (weights; stage_1_and_2.py, deepspeed_init_bytes)")
     band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments,
-                      replayed=reserve_fraction is not None, offload_params=plan.offload_params)
+                      replayed=reserve_fraction is not None, offload_params=plan.offload_params,
+                      offload_optimizer=plan.offload_optimizer)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
     return MemoryEstimate(
         band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,

@@ -859,7 +859,7 @@ def risk_note(result: PlanResult, headroom: float) -> str:
 
 def _band_high(table: dict) -> np.ndarray:
     """Per row, the upper side of the held-out memory error band of its engine and recompute mode (rows with the
-    parameters on the host: that regime's band), as a fraction of the peak (:func:`workbench.memory.error_band`; 0
+    parameters on the host, or DeepSpeed's optimizer alone: that regime's band), as a fraction of the peak (:func:`workbench.memory.error_band`; 0
     where no held-out run of that engine exists)."""
     band_high = np.zeros(len(table["engine"]))
     expseg = np.asarray(table.get("expseg", 0)) > 0  # the allocator mode the rows run with
@@ -876,6 +876,11 @@ def _band_high(table: dict) -> np.ndarray:
     band = M.error_band(Engine.DEEPSPEED, "device", offload_params=True)
     if band is not None and off_par.any():
         band_high = np.where(off_par, band[1], band_high)
+    # DeepSpeed with the optimizer on the host (parameters on the GPU): that regime's whole-device band
+    off_opt = (np.asarray(table.get("off_opt", 0)) > 0) & ~off_par & (table["engine"] != ENGINE_CODES[Engine.MEGATRON])
+    band = M.error_band(Engine.DEEPSPEED, "device", offload_optimizer=True)
+    if band is not None and off_opt.any():
+        band_high = np.where(off_opt, band[1], band_high)
     return band_high
 
 
