@@ -35,7 +35,8 @@ PINNED = [
      68056448614, 0, 1.5195346964888092,  # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB
      {'compute': 1.2598402372838835, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.19952566685939999, 'optimizer': 0.05669442878997015}),
     ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
-     63264984184, 0, 3.749353979066072,
+     # 2026-12-03: ZeRO-2's first bucket reduction fires at an attention weight, the layer's MLP block freed by then
+     62869606020, 0, 3.749353979066072,
      {'compute': 3.3328498433202145, 'cp_comm': 0.16364557653333336, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05669442878997015}),
 ]
 
