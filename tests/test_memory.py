@@ -676,3 +676,31 @@ def test_optimizer_offload_plans_take_their_own_whole_device_band():
              "off_par": np.array([0, 0])}
     high = _band_high(table)
     assert high[0] == band[1] and high[1] == error_band("deepspeed", "device", "none")[1]
+
+
+def test_deepspeed_initialization_leaves_the_parameters_blocks_cached():
+    """ZeRO-1/2 with the optimizer on the CPU flatten on the GPU: the parameters' own blocks are freed into the cache
+    beside the flat buffer and the partition's clone, so on one GPU the device holds 3 x the 16-bit weights
+    (H200: 3.00-3.01 x for Mistral 7B at 16 layers and four more shapes) wherever training reserves less; the
+    clone is cut from a cached parameter block when one is as large; nothing with expandable segments."""
+    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES, deepspeed_init_cached_bytes
+
+    m = ModelSpec(num_layers=16, hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336,
+                  vocab_size=32768, seq_length=2048, activation="swiglu", normalization="rmsnorm",
+                  tied_embeddings=False, position_embedding="rotary", attention="flash", hidden_dropout=0.0,
+                  attention_dropout=0.0, add_bias_linear=False)
+    c = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full", micro_batch_size=4,
+                        global_batch_size=4)
+    memory = estimate(m, c, plan, checks=False).memory
+    weights = memory.peak_stage.terms.weights
+    assert memory.per_gpu_peak_bytes == pytest.approx(3 * weights + OUTSIDE_ALLOCATOR_BYTES["deepspeed"], rel=1e-3)
+    assert "parameters' own blocks" in memory.formulas["overhead"]
+    kw = dict(weights=14e9, trainable=7e9, value_bytes=2)
+    assert deepspeed_init_cached_bytes(m, init=28e9, data_parallel=1, **kw) == pytest.approx(14e9)
+    assert deepspeed_init_cached_bytes(m, init=28e9, data_parallel=1, expandable_segments=1, **kw) == 0
+    assert deepspeed_init_cached_bytes(m, init=0.0, data_parallel=1, **kw) == 0
+    # a clone smaller than the output layer (2 x 134 M elements = 268 MB) is cut from its cached block
+    assert deepspeed_init_cached_bytes(m, init=14e9 + 2e8, data_parallel=64, **kw) == pytest.approx(14e9 - 2e8)
+    without = estimate(m, c, plan.replace(offload_optimizer="none"), checks=False).memory
+    assert "parameters' own blocks" not in without.formulas["overhead"]
