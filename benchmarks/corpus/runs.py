@@ -1065,6 +1065,20 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-seventh final batch ("final37") ---
+    # Qwen2.5 14B at 8 of its 48 layers: GQA 40/8, SwiGLU 13824, QKV biases, 152k vocabulary, untied (a 778 M-element
+    # output layer, above DeepSpeed's bucket)
+    "hf-qwen25-h5120-l8": dict(like="Qwen2.5 14B (48 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=5120, intermediate_size=13824,
+        num_hidden_layers=8, num_attention_heads=40, num_key_value_heads=8, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Llama 3.1 8B at 14 of its 32 layers: GQA 32/8 of head 128, SwiGLU 14336, 128k vocabulary, untied
+    "hf-llama31-h4096-l14": dict(like="Llama 3.1 8B (32 -> 14 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=14, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
     # --- thirty-sixth final batch ("final36") ---
     # Phi-3 medium at 3 of its 40 layers: fused qkv_proj and gate_up_proj (a 183 M-element weight), GQA 40/10, 32k
     # vocabulary, untied, 4k tokens
@@ -1780,6 +1794,15 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirty-seventh final batch (one GPU), declared in accuracy_split.json "final37" before measuring: ZeRO-1/2 with the
+    # optimizer on the CPU where what DeepSpeed's initialization leaves reserved (the flat buffer, the partition's clone
+    # and the parameters' own cached blocks: 3x the 16-bit weights) sets the whole device, priced after final36
+    # (deepspeed_init_cached_bytes), and one run where training's own reserve is predicted larger, on two new shapes
+    "final37": [
+        _hf("hf-qwen25-h5120-l8", 2, "sdpa", ckpt=True, **OFF), _hf("hf-qwen25-h5120-l8", 2, "sdpa", **OFF),
+        _hf("hf-llama31-h4096-l14", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-llama31-h4096-l14", 2, "eager", ckpt=True, **OFF),
     ],
     # thirty-sixth final batch (one GPU), declared in accuracy_split.json "final36" before measuring: the reduce bucket's
     # first reduction fired by an attention weight, after the layer's MLP block was back-propagated (the moment the
