@@ -364,6 +364,14 @@ def test_zero3_step_with_torch_adam_holds_its_temporary_beside_the_fp32_gradient
     assert torch_adam == pytest.approx(8 * DS_SUB_GROUP_ELEMENTS)
 
 
+def _mistral_7b_16_layers() -> ModelSpec:
+    """Mistral 7B at 16 of its 32 layers (the corpus's shape whose initialization was its peak on one H200)."""
+    return ModelSpec(num_layers=16, hidden_size=4096, num_attention_heads=32, num_query_groups=8,
+                     ffn_hidden_size=14336, vocab_size=32768, seq_length=2048, activation="swiglu",
+                     normalization="rmsnorm", tied_embeddings=False, position_embedding="rotary", attention="flash",
+                     hidden_dropout=0.0, attention_dropout=0.0, add_bias_linear=False)
+
+
 def test_deepspeed_initialization_with_the_optimizer_on_the_cpu_is_priced():
     """ZeRO-1/2 with the optimizer on the CPU make the fp32 master from a GPU clone of the rank's 16-bit partition
     beside the flat buffer, before training (no fallback): on one GPU with checkpointed layers that is the peak (H200
@@ -373,11 +381,7 @@ def test_deepspeed_initialization_with_the_optimizer_on_the_cpu_is_priced():
     plans without offload get neither."""
     from workbench.memory import deepspeed_flatten_bytes, memory_notes
 
-    m = ModelSpec(num_layers=16, hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336,
-                  vocab_size=32768, seq_length=2048, activation="swiglu", normalization="rmsnorm",
-                  tied_embeddings=False, position_embedding="rotary", attention="flash", hidden_dropout=0.0,
-                  attention_dropout=0.0, add_bias_linear=False)
-    c = ClusterSpec(gpu="H200", gpus_per_node=1)
+    m, c = _mistral_7b_16_layers(), ClusterSpec(gpu="H200", gpus_per_node=1)
     offload = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full", micro_batch_size=4,
                            global_batch_size=4)
     memory = estimate(m, c, offload, checks=False).memory
@@ -685,11 +689,7 @@ def test_deepspeed_initialization_leaves_the_parameters_blocks_cached():
     clone is cut from a cached parameter block when one is as large; nothing with expandable segments."""
     from workbench.memory import OUTSIDE_ALLOCATOR_BYTES, deepspeed_init_cached_bytes
 
-    m = ModelSpec(num_layers=16, hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336,
-                  vocab_size=32768, seq_length=2048, activation="swiglu", normalization="rmsnorm",
-                  tied_embeddings=False, position_embedding="rotary", attention="flash", hidden_dropout=0.0,
-                  attention_dropout=0.0, add_bias_linear=False)
-    c = ClusterSpec(gpu="H200", gpus_per_node=1)
+    m, c = _mistral_7b_16_layers(), ClusterSpec(gpu="H200", gpus_per_node=1)
     plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full", micro_batch_size=4,
                         global_batch_size=4)
     memory = estimate(m, c, plan, checks=False).memory
