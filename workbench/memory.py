@@ -2263,6 +2263,7 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     # replay's residuals for a replayed reserve; the expandable-segments runs (the allocator's reserve is most of the
     # device error); ZeRO-3's runs, widened by its process-to-process noise
     step_regime = step_regime_suffix(host_share, zero_stage)
+
     def offloaded(value, field):
         return (value if isinstance(value, bool) else
                 value is not None and Offload.parse(value, field) is not Offload.NONE)
