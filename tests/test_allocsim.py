@@ -792,3 +792,22 @@ def test_zero3_parameter_offload_gathers_a_weight_read_outside_its_module_as_an_
     assert net.embed.weight.numel() == 0 and net.proj.weight.numel() == 0  # all released at the end of the step
     copies = [e for e in events if e[0] == "malloc" and e[2] == 1024 * 512 * 2]
     assert len(copies) >= 3  # gathered in every step
+
+
+def test_zero12_offload_clones_a_gradient_larger_than_the_bucket():
+    """With the optimizer on the CPU, DeepSpeed 0.19 clones a gradient that bypasses the bucket (its offload gradient
+    safety) before reducing it: the trace allocates that gradient's size once more per step, only with offload and
+    only for a gradient larger than the bucket (the allocator history of final37's Qwen2.5 14B run matched by it)."""
+    cfg = dict(read_config(HF / "tiny-llama"), vocab_size=4096)
+    embedding = 4096 * cfg["hidden_size"]  # the embedding and the untied output layer, the largest weights
+    kw = dict(zero_stage=2, micro_batch=1, seq_length=32, steps=2)
+
+    def count(events):
+        return sum(1 for e in events if e[0] == "malloc" and e[2] == 2 * embedding)
+
+    small_bucket = embedding - 1
+    with_offload = allocsim.trace_hf_deepspeed(cfg, offload_optimizer=True, reduce_bucket_elements=small_bucket, **kw)
+    in_bucket = allocsim.trace_hf_deepspeed(cfg, offload_optimizer=True, **kw)
+    no_offload = allocsim.trace_hf_deepspeed(cfg, reduce_bucket_elements=small_bucket, **kw)
+    assert count(with_offload) == count(in_bucket) + 2 * 2  # both weights' gradients cloned, in each of two steps
+    assert count(no_offload) <= count(in_bucket)

@@ -750,8 +750,13 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     copy), its gradient and Adam's states are host tensors. Each reduction of the bucket hands every gradient in it to
     the host (``copy_grads_in_partition``'s offload branch, at the accumulation boundary): its norm through an fp64 copy
     (``set_norm_for_param_grad_in_gpu``), then an fp32 copy for the asynchronous copy into the host gradient
-    (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``), both freed after use; no ``grads_in_partition``. The step
-    runs on the host and copies the new weights into the bf16 buffer (a blocking copy: converted on the host).
+    (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``), both freed after use; no ``grads_in_partition``. A
+    gradient larger than the bucket bypasses it and, with the optimizer on the CPU, is first cloned, its original
+    storage freed (DeepSpeed 0.19's offload gradient safety, ``_offload_gradient_safety_enabled``:
+    ``grad_reduc.data = grad_reduc.detach().clone()``; an allocator history of Qwen2.5 14B at 8 layers, final37,
+    showed the clone's second block splitting the master clone's cached segment, so the fp64 norm copy that follows
+    needed a segment of its own: ``benchmarks/results/alloc_history/final37_miss/``). The step runs on the host and
+    copies the new weights into the bf16 buffer (a blocking copy: converted on the host).
 
     ZeRO-1/2 with ``overlap_comm`` (``setup.overlap_comm``; no offload): ``setup_buckets`` allocates a second bucket
     beside the first (double buffering: the one being filled and the one being reduced), ZeRO-1 sends each gradient
@@ -834,6 +839,8 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         if ipg["elements"] + q.numel() > setup.reduce_bucket_elements:
             reduce_bucket()
         if q.numel() > setup.reduce_bucket_elements:  # extra_large_param_to_reduce: bypasses the bucket
+            if offload:  # the offload's gradient safety: an independent copy replaces its storage, the original freed
+                q.grad = q.grad.detach().clone()
             ipg["large"].append(q)
         else:
             q.grad = None
