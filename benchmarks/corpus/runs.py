@@ -1065,6 +1065,28 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-eighth final batch ("final38") ---
+    # Mistral NeMo 12B at 4 of its 40 layers: GQA 32/8 of head 128 over a 5120 hidden, SwiGLU 14336, 131k vocabulary,
+    # untied (a 671 M-element output layer, above DeepSpeed's bucket)
+    "hf-mistral-nemo-h5120-l4": dict(like="Mistral NeMo 12B (40 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=5120, intermediate_size=14336,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0, sliding_window=None)),
+    # Gemma 2 27B at 3 of its 46 layers: GQA 32/16 of head 128, GeGLU 36864, soft-capping, 256k vocabulary, tied (a
+    # 1.18 B-element embedding)
+    "hf-gemma2-h4608-l3": dict(like="Gemma 2 27B (46 -> 3 layers)", seq_length=2048, config=dict(
+        model_type="gemma2", architectures=["Gemma2ForCausalLM"], hidden_size=4608, intermediate_size=36864,
+        num_hidden_layers=3, num_attention_heads=32, num_key_value_heads=16, head_dim=128, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0, query_pre_attn_scalar=144, sliding_window=4096,
+        final_logit_softcapping=30.0, attn_logit_softcapping=50.0)),
+    # Qwen2.5 7B at 6 of its 28 layers: GQA 28/4, SwiGLU 18944, QKV biases, 152k vocabulary, untied (545 M elements)
+    "hf-qwen25-h3584-l6": dict(like="Qwen2.5 7B (28 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=6, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- thirty-seventh final batch ("final37") ---
     # Qwen2.5 14B at 8 of its 48 layers: GQA 40/8, SwiGLU 13824, QKV biases, 152k vocabulary, untied (a 778 M-element
     # output layer, above DeepSpeed's bucket)
@@ -1794,6 +1816,15 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirty-eighth final batch (one GPU), declared in accuracy_split.json "final38" before measuring: ZeRO-1/2 with the
+    # optimizer on the CPU where a weight larger than the bucket (an untied output layer, a tied embedding) has its
+    # gradient cloned before the reduction, which the allocator replay traces since final37's history (7b2d3af), on
+    # three new shapes
+    "final38": [
+        _hf("hf-mistral-nemo-h5120-l4", 2, "sdpa", **OFF), _hf("hf-mistral-nemo-h5120-l4", 1, "sdpa", ckpt=True, **OFF),
+        _hf("hf-gemma2-h4608-l3", 2, "eager", ckpt=True, **OFF),
+        _hf("hf-qwen25-h3584-l6", 2, "sdpa", mbs=2, ckpt=True, **OFF),
     ],
     # thirty-seventh final batch (one GPU), declared in accuracy_split.json "final37" before measuring: ZeRO-1/2 with the
     # optimizer on the CPU where what DeepSpeed's initialization leaves reserved (the flat buffer, the partition's clone
