@@ -940,8 +940,12 @@ def deepspeed_init_cached_bytes(m: ModelSpec, *, init, weights, trainable, data_
     reserved peak of such runs was 3.00-3.01 × the 16-bit weights wherever training needed less (Llama 2 7B and 13B
     widths at 6 layers, Mistral 7B at 16, Pythia 12B at 4, GPT-NeoX 20B's width at 3; ``peak_reserved_bytes`` of the
     corpus): the flat buffer, the clone and the parameters' cached blocks. Training allocates from those cached
-    segments first, so they set the reserved peak only where it is larger than training's own. 0 with PyTorch's
-    expandable segments (freed pages are unmapped) and where there is no initialization peak to price."""
+    segments first, so they set the reserved peak only where it is larger than training's own. Each of those blocks
+    is a whole free segment, which the caching allocator releases when a request does not fit
+    (``release_cached_blocks``, then it retries): what a GPU with room shows, not what must fit
+    (:attr:`workbench.memory_types.MemoryEstimate.releasable_cached_bytes`). 0 with PyTorch's
+    expandable segments (the parameters' freed blocks are one contiguous range there, which the clone reuses) and
+    where there is no initialization peak to price."""
     clone = init - weights
     params = value_bytes * trainable  # the parameters' own blocks: every ZeRO-1/2 rank flattens all its 16-bit weights
     fits = value_bytes * largest_param_tensor(m, tensor_parallel) >= clone
@@ -2122,15 +2126,17 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     init_reserved = init + deepspeed_init_cached_bytes(
         m, init=init, weights=weights, trainable=trainable, data_parallel=data_parallel * context_parallel,
         value_bytes=value_bytes, tensor_parallel=tensor_parallel, expandable_segments=expandable_segments)
-    # the initialization is the allocated peak (and the device's); or training allocates more, but the segments the
-    # initialization left cached hold more than training's allocated peak and its reserve
-    init_peak = (init > 0) & (init >= allocated) & (init_reserved + outside > allocated + overhead)
-    init_segments = (init > 0) & ~init_peak & (init_reserved + outside > allocated + overhead)
+    # the initialization is the allocated peak; the device needs the larger of it (no reserve above its fresh
+    # segments) and training's allocated peak with its reserve
+    init_peak = (init > 0) & (init >= allocated)
+    required = maximum(where(init > 0, init + outside, 0.0), allocated + overhead)
+    # what a GPU with room shows beyond that requirement: the parameters' blocks the flatten left cached are whole
+    # free segments, which the allocator releases and retries with when a request does not fit
+    releasable = maximum(maximum(allocated + overhead, init_reserved + outside) - required, 0.0)
     grads_at_peak = where(init_peak, 0.0, grads_at_peak)
     acts_at_peak = where(init_peak, 0.0, acts_at_peak)
     buffers = where(init_peak, init - weights, buffers)
-    overhead = where(init_peak, outside + init_reserved - init,
-                     where(init_segments, init_reserved + outside - allocated, overhead))
+    overhead = where(init_peak, required - init, overhead)
     # Transformer Engine's TP userbuffers (--tp-comm-overlap): outside the allocator, no reserve above them
     overhead = overhead + userbuffer_bytes(seq_length=m.seq_length, micro_batch=micro_batch,
                                            hidden_size=m.hidden_size, context_parallel=context_parallel,
@@ -2138,7 +2144,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                            tp_comm_overlap=tp_comm_overlap)
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
                 buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
-                init_peak=init_peak, init_segments=init_peak | init_segments, backward_activations=activations)
+                init_peak=init_peak, releasable=releasable, backward_activations=activations)
 
 
 def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
@@ -2379,7 +2385,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                     tp_comm_overlap=1))
         formulas["overhead"] += (f"; + Transformer Engine TP userbuffers {ub / GiB:.2f} GiB outside the allocator "
                                  f"(--tp-comm-overlap: 12 buffers of s·b/c × h, TE initialize_ub)")
-    stages = []
+    stages, releasable = [], []
     host_per_gpu = 0
     p = plan.pipeline_parallel
     stage_layers = plan.stage_layers(model.num_layers)
@@ -2399,6 +2405,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                               "optimizer step" if bool(t["step_peak"]) else "backward"),
                                   backward_activation_bytes=int(round(float(t["backward_activations"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
+        releasable.append(int(round(float(t["releasable"]))))
     nvme_per_gpu = 0
     if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
         # states go to NVMe; the host keeps pinned swap buffers
@@ -2409,18 +2416,15 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "
                                "the rank's 16-bit partition DeepSpeed makes the fp32 master from on the host, beside "
                                "the flat 16-bit buffer (weights; stage_1_and_2.py, deepspeed_init_bytes)")
-    if any(bool(t["init_segments"]) for t in per_stage):
-        formulas["overhead"] = (formulas.get("overhead", "") + "; here at least what DeepSpeed's initialization leaves "
-                                "reserved: the flat 16-bit buffer, the partition's GPU clone and the parameters' own "
-                                "blocks, freed into the cache by the flatten (deepspeed_init_cached_bytes), more than "
-                                "the training steps' allocated peak and its reserve")
+
     band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments,
                       replayed=reserve_fraction is not None, offload_params=plan.offload_params,
                       offload_optimizer=plan.offload_optimizer)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
+    peak_index = max(range(len(stages)), key=lambda i: stages[i].total_bytes)
     return MemoryEstimate(
         band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,
-        stages=tuple(stages),
+        stages=tuple(stages), releasable_cached_bytes=releasable[peak_index],
         capacity_bytes=cluster.gpu.memory_bytes,
         host_bytes_per_gpu=host_per_gpu,
         host_bytes_per_node=host_per_gpu * cluster.gpus_per_node,
@@ -2520,6 +2524,13 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
                      f"(stage_1_and_2.py); DeepSpeed has no fallback for it, so it must fit; more GPUs shrink the "
                      f"partition (H200, Mistral 7B at 16 layers, checkpointed: 14.00 GiB measured, twice its bf16 "
                      f"weights)")
+    if memory is not None and memory.releasable_cached_bytes > 0:
+        notes.append(f"on a GPU with room the device will show {memory.observed_peak_bytes / GiB:.1f} GiB, "
+                     f"{memory.releasable_cached_bytes / GiB:.1f} GiB more than this plan needs: ZeRO-{stage} with the "
+                     f"optimizer on the CPU flattens the 16-bit parameters on the GPU, so their own blocks stay cached "
+                     f"beside the flat buffer and the partition's GPU clone (stage_1_and_2.py; H200: 3.00-3.01x the "
+                     f"16-bit weights on one GPU); they are whole free segments, which PyTorch's allocator releases "
+                     f"when a request does not fit, so they are not needed to fit")
     if stage in (1, 2) and not at_init and (memory is None or memory.peak_stage.terms.buffers > 0):
         buckets = 2 if plan.overlaps_comm else 1
         bucket_gib = buckets * DS_REDUCE_BUCKET_ELEMENTS * plan.precision.bytes_per_value / GiB

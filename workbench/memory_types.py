@@ -81,6 +81,10 @@ class MemoryEstimate:
     shapes for this engine. ``fits_gpu`` requires the peak plus this to fit."""
     band_note: str = ""
     """Where the band comes from (or why there is none)."""
+    releasable_cached_bytes: int = 0
+    """Bytes the caching allocator keeps reserved on a GPU with room beyond ``per_gpu_peak_bytes`` that it would
+    release, not fail, when short (whole free segments: DeepSpeed ZeRO-1/2's parameter blocks left cached by the
+    flatten with the optimizer on the CPU, :func:`workbench.memory.deepspeed_init_cached_bytes`); not needed to fit."""
 
     @property
     def peak_stage(self) -> StageMemory:
@@ -89,6 +93,12 @@ class MemoryEstimate:
     @property
     def per_gpu_peak_bytes(self) -> int:
         return self.peak_stage.total_bytes
+
+    @property
+    def observed_peak_bytes(self) -> int:
+        """What the device shows at its peak on a GPU with room (``max_memory_reserved`` + memory outside the
+        allocator): ``per_gpu_peak_bytes`` + ``releasable_cached_bytes``."""
+        return self.per_gpu_peak_bytes + self.releasable_cached_bytes
 
     @property
     def breakdown(self) -> MemoryTerms:
@@ -115,6 +125,8 @@ class MemoryEstimate:
     def to_dict(self) -> dict:
         return {
             "per_gpu_peak_bytes": int(self.per_gpu_peak_bytes),
+            "observed_peak_bytes": int(self.observed_peak_bytes),
+            "releasable_cached_bytes": int(self.releasable_cached_bytes),
             "peak_stage": self.peak_stage.stage,
             "peak_phase": self.peak_stage.peak_phase,
             "allocated_bytes": int(self.per_gpu_peak_bytes - self.breakdown.overhead),
