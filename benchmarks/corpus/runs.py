@@ -2128,6 +2128,16 @@ GROUPS["pressure"] = [
     for r in (0.02, 0.10)
 ]
 
+# the releasable-segments check (diagnostic, records kept out of the accuracy corpus as capped runs are): two ZeRO-2 runs
+# with the optimizer on the CPU whose reserved peak was 3x their 16-bit weights (the flatten's cached parameter blocks
+# beside the flat buffer and the clone), capped 10 % and 20 % above their allocated peak, far below that reserve: if
+# those blocks are whole free segments, the allocator releases them and the runs complete
+GROUPS["releasable"] = [
+    dict(cfg, cap_over_allocated=r, cap_bytes=int(_measured_allocated(run_id(cfg)) * (1 + r)))
+    for r in (0.10, 0.20)
+    for cfg in (_hf("hf-mistral-h4096-l16", 2, "sdpa", mbs=4, ckpt=True, **OFF), _hf("hf-llama2-h5120-l6", 2, "sdpa", **OFF))
+]
+
 
 def all_runs() -> list[dict]:
     out = []
