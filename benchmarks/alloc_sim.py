@@ -131,23 +131,24 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     replay was traced from), so that its specs are built once; else described here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_accuracy import corpus_run, predict
-    from workbench.memory import ENGINE_CODES, RESERVE_FRACTION, engine_overheads, overhead_bytes
+    from workbench.memory import ENGINE_CODES, RESERVE_FRACTION, engine_overheads
 
     if replayed is None:
         a = replay(trace_hf_deepspeed(rec))
         replayed = dict(reserve_fraction=a.reserve_fraction, peak_allocated_bytes=a.peak_allocated_bytes,
                         peak_reserved_bytes=a.peak_reserved_bytes)
     run = corpus_run(rec) if run is None else run
-    # the estimate's own constant reserve (DeepSpeed's ZeRO-3 has its own)
-    constant = (RESERVE_FRACTION[engine_of(rec)] if run is None else
-                float(engine_overheads(ENGINE_CODES[run["plan"].engine], int(run["plan"].zero_stage))["reserve_fraction"]))
+    # the estimate's own constants for the run: its reserve (DeepSpeed's ZeRO-3 has its own) and its memory outside
+    # the allocator (one process)
+    own = (engine_overheads(ENGINE_CODES[run["plan"].engine], int(run["plan"].zero_stage)) if run is not None
+           else {"reserve_fraction": RESERVE_FRACTION[engine_of(rec)]})
+    constant = float(own["reserve_fraction"])
     device = device_sim = device_peak = None
     if run is not None and run["measured"].get("device"):
         p, measured = predict(run), run["measured"]["device"]
-        # the estimate's memory outside the allocator (one process); its device figure may hold more than the
-        # constant reserve above the allocated peak (DeepSpeed's initialization segments), which the replay replaces
-        outside = float(overhead_bytes(0.0, 1, engine=ENGINE_CODES[run["plan"].engine],
-                                       zero_stage=int(run["plan"].zero_stage)))
+        # taken from the constants, not backed out of the estimate's device figure, which may hold more than the
+        # reserve above the allocated peak (DeepSpeed's initialization segments); the replay replaces that reserve
+        outside = float(own["context_bytes"])
         device = p["device"] / measured - 1
         device_sim = (outside + (1 + replayed["reserve_fraction"]) * p["allocated"]) / measured - 1
         device_peak = (outside + replayed["peak_reserved_bytes"]) / measured - 1

@@ -703,10 +703,10 @@ def test_deepspeed_initialization_leaves_the_parameters_blocks_cached():
     assert memory.releasable_cached_bytes == pytest.approx(weights, rel=1e-3)
     assert [n for n in memory_notes(m, plan, memory) if n.startswith("on a GPU with room the device will show")]
     kw = dict(weights=14e9, trainable=7e9, value_bytes=2)
-    assert deepspeed_init_cached_bytes(m, init=28e9, data_parallel=1, **kw) == pytest.approx(14e9)
-    assert deepspeed_init_cached_bytes(m, init=28e9, data_parallel=1, expandable_segments=1, **kw) == 0
-    assert deepspeed_init_cached_bytes(m, init=0.0, data_parallel=1, **kw) == 0
+    assert deepspeed_init_cached_bytes(m, init=28e9, **kw) == pytest.approx(14e9)
+    assert deepspeed_init_cached_bytes(m, init=28e9, expandable_segments=1, **kw) == 0
+    assert deepspeed_init_cached_bytes(m, init=0.0, **kw) == 0
     # a clone smaller than the output layer (2 x 134 M elements = 268 MB) is cut from its cached block
-    assert deepspeed_init_cached_bytes(m, init=14e9 + 2e8, data_parallel=64, **kw) == pytest.approx(14e9 - 2e8)
+    assert deepspeed_init_cached_bytes(m, init=14e9 + 2e8, **kw) == pytest.approx(14e9 - 2e8)
     without = estimate(m, c, plan.replace(offload_optimizer="none"), checks=False).memory
     assert without.releasable_cached_bytes == 0 and without.observed_peak_bytes == without.per_gpu_peak_bytes

@@ -866,11 +866,15 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     # megatron-core's unfused attention +22 to +27 %)
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     first_weight = 0.0 if m.is_moe else f * m.hidden_size / tensor_parallel
-    mlp_weights = 0.0 if m.is_moe else (3 if m.is_gated else 2) * f * m.hidden_size / tensor_parallel
+    mlp_weights = (0.0 if m.is_moe else
+                   P.mlp_expert_params(m.hidden_size, f, m.is_gated, m.add_bias_linear) / tensor_parallel)
+
+    def mlp_freed(bypassed, room_left):  # the reduction fires at an attention weight: the MLP block already freed
+        return where(~bypassed & (room_left >= mlp_weights), mlp_block, 0.0)
+
     room = reduce_bucket_elements - output_elems - done * per_layer
     at_layer_start = zero3_offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
-    mlp_freed = where(~extra_large & (room >= mlp_weights), mlp_block, 0.0)
-    acts = held - done * kept_per_layer - mlp_freed + where(
+    acts = held - done * kept_per_layer - mlp_freed(extra_large, room) + where(
         at_layer_start, maximum(layer_transient, recomputed_layer + momentary), maximum(layer_transient, momentary))
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
@@ -892,8 +896,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     fused_rest = where((big == fused) & (fused > 0), fused / (2 if m.is_gated else 1), 0.0)
     big_grad = where(big_extra, where(zero3_offload, value_bytes * fused_rest, value_bytes * big), 0.0)
     room_big = where(extra_large, reduce_bucket_elements - done_big * per_layer, room)
-    mlp_freed_big = where(~big_extra & (room_big >= mlp_weights), mlp_block, 0.0)
-    acts_big = (held - minimum(done_big, layers) * kept_per_layer - mlp_freed_big
+    acts_big = (held - minimum(done_big, layers) * kept_per_layer - mlp_freed(big_extra, room_big)
                 + maximum(layer_transient, big_grad + big_copy))
     applies_big = applies_base & offload & (big_extra | (done_big < layers))
     gathered, gathered_big = ((gathered_at(done), gathered_at(minimum(done_big, maximum(layers - 1, 0))))
@@ -929,8 +932,8 @@ def deepspeed_init_bytes(*, weights, trainable, data_parallel, value_bytes, engi
                  weights + value_bytes * trainable / data_parallel, 0.0)
 
 
-def deepspeed_init_cached_bytes(m: ModelSpec, *, init, weights, trainable, data_parallel, value_bytes,
-                                tensor_parallel=1, expandable_segments=0):
+def deepspeed_init_cached_bytes(m: ModelSpec, *, init, weights, trainable, value_bytes, tensor_parallel=1,
+                                expandable_segments=0):
     """Bytes the caching allocator keeps reserved, beyond what is allocated, after DeepSpeed ZeRO-1/2 with the
     optimizer on the CPU initialised (where :func:`deepspeed_init_bytes` is not 0): flattening on the GPU makes the
     flat 16-bit buffer while the parameters still hold their own blocks, then turns the parameters into views of it
@@ -2124,8 +2127,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     outside = overhead_bytes(0.0, world, engine=engine, zero_stage=zero_stage,
                              expandable_segments=expandable_segments, **(overheads or {}))
     init_reserved = init + deepspeed_init_cached_bytes(
-        m, init=init, weights=weights, trainable=trainable, data_parallel=data_parallel * context_parallel,
-        value_bytes=value_bytes, tensor_parallel=tensor_parallel, expandable_segments=expandable_segments)
+        m, init=init, weights=weights, trainable=trainable, value_bytes=value_bytes, tensor_parallel=tensor_parallel,
+        expandable_segments=expandable_segments)
     # the initialization is the allocated peak; the device needs the larger of it (no reserve above its fresh
     # segments) and training's allocated peak with its reserve
     init_peak = (init > 0) & (init >= allocated)
@@ -2385,7 +2388,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                     tp_comm_overlap=1))
         formulas["overhead"] += (f"; + Transformer Engine TP userbuffers {ub / GiB:.2f} GiB outside the allocator "
                                  f"(--tp-comm-overlap: 12 buffers of s·b/c × h, TE initialize_ub)")
-    stages, releasable = [], []
+    stages = []
     host_per_gpu = 0
     p = plan.pipeline_parallel
     stage_layers = plan.stage_layers(model.num_layers)
@@ -2403,9 +2406,9 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                   terms=terms, in_flight_microbatches=float(t["in_flight"]),
                                   peak_phase=("initialization" if bool(t["init_peak"]) else
                                               "optimizer step" if bool(t["step_peak"]) else "backward"),
-                                  backward_activation_bytes=int(round(float(t["backward_activations"])))))
+                                  backward_activation_bytes=int(round(float(t["backward_activations"]))),
+                                  releasable_cached_bytes=int(round(float(t["releasable"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
-        releasable.append(int(round(float(t["releasable"]))))
     nvme_per_gpu = 0
     if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
         # states go to NVMe; the host keeps pinned swap buffers
@@ -2416,15 +2419,13 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "
                                "the rank's 16-bit partition DeepSpeed makes the fp32 master from on the host, beside "
                                "the flat 16-bit buffer (weights; stage_1_and_2.py, deepspeed_init_bytes)")
-
     band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments,
                       replayed=reserve_fraction is not None, offload_params=plan.offload_params,
                       offload_optimizer=plan.offload_optimizer)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
-    peak_index = max(range(len(stages)), key=lambda i: stages[i].total_bytes)
     return MemoryEstimate(
         band_low_bytes=int(round(peak * low)), band_high_bytes=int(round(peak * high)), band_note=note,
-        stages=tuple(stages), releasable_cached_bytes=releasable[peak_index],
+        stages=tuple(stages),
         capacity_bytes=cluster.gpu.memory_bytes,
         host_bytes_per_gpu=host_per_gpu,
         host_bytes_per_node=host_per_gpu * cluster.gpus_per_node,

@@ -50,6 +50,10 @@ class StageMemory:
     """When the peak happens: ``backward`` (activations alive) or ``optimizer step`` (fp32 gradient temporaries)."""
     backward_activation_bytes: int = 0
     """Activations alive at the backward-phase peak (equals ``terms.activations`` when the peak is in backward)."""
+    releasable_cached_bytes: int = 0
+    """Bytes the caching allocator keeps reserved on a GPU with room beyond ``total_bytes`` that it would release,
+    not fail, when short (whole free segments: DeepSpeed ZeRO-1/2's parameter blocks left cached by the flatten with
+    the optimizer on the CPU, :func:`workbench.memory.deepspeed_init_cached_bytes`); not needed to fit."""
 
     @property
     def total_bytes(self) -> int:
@@ -81,10 +85,6 @@ class MemoryEstimate:
     shapes for this engine. ``fits_gpu`` requires the peak plus this to fit."""
     band_note: str = ""
     """Where the band comes from (or why there is none)."""
-    releasable_cached_bytes: int = 0
-    """Bytes the caching allocator keeps reserved on a GPU with room beyond ``per_gpu_peak_bytes`` that it would
-    release, not fail, when short (whole free segments: DeepSpeed ZeRO-1/2's parameter blocks left cached by the
-    flatten with the optimizer on the CPU, :func:`workbench.memory.deepspeed_init_cached_bytes`); not needed to fit."""
 
     @property
     def peak_stage(self) -> StageMemory:
@@ -93,6 +93,11 @@ class MemoryEstimate:
     @property
     def per_gpu_peak_bytes(self) -> int:
         return self.peak_stage.total_bytes
+
+    @property
+    def releasable_cached_bytes(self) -> int:
+        """The peak stage's :attr:`StageMemory.releasable_cached_bytes`."""
+        return self.peak_stage.releasable_cached_bytes
 
     @property
     def observed_peak_bytes(self) -> int:

@@ -859,8 +859,8 @@ def risk_note(result: PlanResult, headroom: float) -> str:
 
 def _band_high(table: dict) -> np.ndarray:
     """Per row, the upper side of the held-out memory error band of its engine and recompute mode (rows with the
-    parameters on the host, or DeepSpeed's optimizer alone: that regime's band), as a fraction of the peak (:func:`workbench.memory.error_band`; 0
-    where no held-out run of that engine exists)."""
+    parameters on the host, or DeepSpeed's optimizer alone: that regime's band), as a fraction of the peak
+    (:func:`workbench.memory.error_band`; 0 where no held-out run of that engine exists)."""
     band_high = np.zeros(len(table["engine"]))
     expseg = np.asarray(table.get("expseg", 0)) > 0  # the allocator mode the rows run with
     for engine, code in ENGINE_CODES.items():
