@@ -238,6 +238,17 @@ def test_nonzero_exit_after_all_ranks_done_is_completed_with_warning():
                                       reports=RankReports(started={0: 10, 1: 11}, done={0: {}}),
                                       log_text="exitcode  : -9 (pid: 11)")
     assert status == "killed" and reason.startswith("rank 1 (pid 11) killed by SIGKILL")
+    # torchrun SIGTERMs the survivor, which may end before it writes its "terminated" record: the SIGKILLed rank
+    # is still the cause, whatever the order of the failure report
+    log = ("[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 11)\n"
+           "[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : -15 (pid: 10)\n")
+    for text in (log, "\n".join(reversed(log.splitlines()))):
+        status, reason, _ = classify_exit(returncode=1, world_size=2,
+                                          reports=RankReports(started={0: 10, 1: 11}), log_text=text)
+        assert status == "killed" and reason.startswith("rank 1 (pid 11) killed by SIGKILL"), reason
+    status, reason, _ = classify_exit(returncode=1, world_size=2, reports=RankReports(started={0: 10, 1: 11}),
+                                      log_text="exitcode  : -15 (pid: 10)\nexitcode  : -15 (pid: 11)")
+    assert reason.startswith("rank 0 (pid 10) killed by SIGTERM"), reason
     status, reason, _ = classify_exit(returncode=1, world_size=1, reports=RankReports(),
                                       log_text="ModuleNotFoundError: No module named 'x'")
     assert status == "failed" and "before any rank started: ModuleNotFoundError" in reason

@@ -78,13 +78,13 @@ class MetricsTail:
 
 
 def _signal_in_log(log_text: str, pid=None) -> Optional[int]:
-    """The signal that ended a rank, from torchrun's / the deepspeed launcher's failure report (that rank's pid
-    first, any rank second)."""
-    patterns = []
+    """The signal that ended a rank, from torchrun's / the deepspeed launcher's failure report: that rank's pid when
+    ``pid`` is given, else any rank's (SIGTERM, which launchers send the survivors, last)."""
     if pid:
-        patterns += [rf"exitcode\s*:\s*(-\d+)\)?\s*local_rank: \d+ \(pid: {pid}\)",
-                     rf"exitcode\s*:\s*(-\d+) \(pid: {pid}\)", rf"Signal (\d+) \(SIG\w+\) received by PID {pid}\b"]
-    patterns += [r"exitcode\s*:\s*(-(?!15\b)\d+)", r"return code = (-\d+)"]
+        patterns = [rf"exitcode\s*:\s*(-\d+)\)?\s*local_rank: \d+ \(pid: {pid}\)",
+                    rf"exitcode\s*:\s*(-\d+) \(pid: {pid}\)", rf"Signal (\d+) \(SIG\w+\) received by PID {pid}\b"]
+    else:
+        patterns = [r"exitcode\s*:\s*(-(?!15\b)\d+)", r"return code = (-\d+)"]
     for pattern in patterns:
         m = re.search(pattern, log_text)
         if m:
@@ -127,11 +127,16 @@ def classify_exit(*, returncode: Optional[int], world_size: int, reports: RankRe
     if returncode is not None and returncode < 0:
         return "killed", f"launcher killed by {_signal_name(-returncode)}; process group killed ({progress})", ""
     # a rank that vanished without a record, killed by a signal, is the cause; its peers' errors
-    # ("Connection reset by peer") follow from it
+    # ("Connection reset by peer") follow from it. When one rank dies, torchrun SIGTERMs the others, and a survivor
+    # may end before it writes its "terminated" record: a rank ended by another signal comes first
     silent = sorted(r for r in reports.started if r not in reports.done and r not in reports.errors)
-    sig = _signal_in_log(log_text, reports.started[silent[0]]) if silent else None
+    signals = {r: _signal_in_log(log_text, reports.started[r]) for r in silent}
+    by_pid = sorted((r for r in silent if signals[r]), key=lambda r: (signals[r] == signal.SIGTERM, r))
+    if by_pid:
+        rank, sig = by_pid[0], signals[by_pid[0]]
+    else:
+        rank, sig = (silent[0], _signal_in_log(log_text)) if silent else (None, None)
     if silent and sig:
-        rank = silent[0]
         hint = " (if nobody killed it, the kernel's out-of-memory killer did)" if sig == 9 else ""
         return "killed", (f"rank {rank} (pid {reports.started[rank]}) killed by {_signal_name(sig)}{hint}; "
                           f"{progress}"), ""
