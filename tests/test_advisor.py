@@ -167,8 +167,51 @@ def test_oom_ladder_reaches_zero3_offload():
     c = _cluster()
     p = _plan(c, engine="megatron", tensor_parallel=8, global_batch_size=8)
     ladder = advisor.oom_ladder(m, c, p)
-    assert ladder[-1].step == 3 and ladder[-1].plan.zero_stage == 3
+    assert ladder[-1].step == 4 and ladder[-1].plan.zero_stage == 3
     assert "offload" in ladder[-1].action and ladder[-1].slowdown > 0
+    # TP 8 leaves data parallel 1: no distributed-optimizer rung; ZeRO-3 through Megatron-DeepSpeed with nothing
+    # offloaded comes before the offloads and does not fit
+    assert not [s for s in ladder if s.step == 3]
+    first = next(s for s in ladder if s.step == 4)
+    assert "nothing offloaded" in first.action and not first.fits
+    assert str(first.plan.offload_optimizer) == "none" and first.peak_bytes > ladder[-1].peak_bytes
+
+
+def test_oom_ladder_shards_states_on_the_gpu_before_offloading_them():
+    # 7B under DeepSpeed ZeRO-0 on 8 x A100-40GB: the guide's ladder would go from checkpointing to ZeRO-3 with the
+    # optimizer on the CPU; ZeRO-3 with nothing offloaded fits and costs far less step time
+    m, c = model("llama2-7b"), _cluster("A100-40GB")
+    p = _plan(c, engine="deepspeed", zero_stage=0, global_batch_size=8)
+    ladder = advisor.oom_ladder(m, c, p)
+    last = ladder[-1]
+    assert last.step == 3 and last.fits and last.plan.zero_stage == 3
+    assert str(last.plan.offload_optimizer) == "none" and str(last.plan.offload_params) == "none"
+    assert last.settings == {"zero_optimization": {"stage": 3}} and "ZeRO-0 → ZeRO-3" in last.action
+    offload = p.replace(zero_stage=3, offload_optimizer="cpu", expandable_segments=True,
+                        recompute=last.plan.recompute)
+    assert last.step_seconds < estimate(m, c, offload, checks=False).time.step_seconds
+    # Megatron: the distributed optimizer is the shard rung, then ZeRO-3 with nothing offloaded, then the offloads
+    mg = advisor.oom_ladder(model("gpt3-2.7b"), _cluster("A100-40GB", gpus_per_node=2),
+                            ParallelPlan(world_size=2, engine="megatron", micro_batch_size=1, global_batch_size=32,
+                                         precision="fp16", recompute="full", expandable_segments=True))
+    mg = [s for s in mg if s.plan is not None]  # micro batch 1 and full recompute: steps 1-2 skipped
+    assert [s.step for s in mg] == [3, 4, 4] and mg[0].plan.distributed_optimizer and mg[0].plan.engine == "megatron"
+    assert "nothing offloaded" in mg[1].action and str(mg[2].plan.offload_optimizer) == "cpu" and mg[2].fits
+
+
+def test_ladder_judges_fit_as_the_fits_memory_check_does():
+    # a plan whose point estimate fits but whose band's upper side does not: the check fails and the ladder starts
+    m, c = model("llama2-13b"), _cluster("A100-80GB")
+    p = _plan(c, engine="deepspeed", zero_stage=3)
+    mem = M.estimate_memory(m, c, p)
+    assert mem.per_gpu_peak_bytes <= mem.capacity_bytes < mem.per_gpu_peak_bytes + mem.band_high_bytes
+    assert not mem.fits_gpu
+    assert advisor.fits_memory(p, mem).status == "fail"
+    ladder = advisor.oom_ladder(m, c, p)
+    assert ladder and ladder[-1].fits and not any(s.fits for s in ladder[:-1])
+    for s in ladder:
+        if s.plan is not None:
+            assert s.fits == M.estimate_memory(m, c, s.plan).fits
 
 
 def test_throughput_suggestions_ranked_by_exposed_time():

@@ -187,7 +187,9 @@ def test_oom_ladder_raises_deepspeed_moe_ep_size_before_zero3():
 
     c = _cluster(4)
     ladder = oom_ladder(MIXTRAL, c, _plan(32, recompute="full", zero_stage=1, global_batch_size=32))
-    assert ladder[-1].fits and ladder[-1].step == 3 and ladder[-1].plan.expert_parallel > 1
+    assert ladder[-1].fits and ladder[-1].step == 4 and ladder[-1].plan.expert_parallel > 1
+    # ZeRO-1 -> ZeRO-2 came first (step 3) and did not fit; ZeRO-3 waits for the ep_size rung
+    assert [(s.step, s.plan.zero_stage) for s in ladder if s.step == 3] == [(3, 2)] and not ladder[-2].fits
     assert ladder[-1].plan.deepspeed_moe and "DeepSpeed-MoE ep_size 1 →" in ladder[-1].action
 
 

@@ -10,7 +10,8 @@ The guide (``guide_deepspeed_vs_megatron_zh``, "DeepSpeed与Megatron-LM实战指
 - §5.1 low throughput: what is exposed (ranked by the time model) and the commands to look closer (NCCL_DEBUG=INFO,
   ``nsys profile``);
 - §5.2 out of memory, in the guide's order: smaller micro batch with more accumulation, activation checkpointing,
-  ZeRO-3 CPU offload (:func:`oom_ladder`);
+  (the states sharded on the GPU: a higher ZeRO stage or the distributed optimizer, before) ZeRO-3 CPU offload
+  (:func:`oom_ladder`);
 - long context (≥ 16k tokens): materialised attention's s² scores, and context vs tensor parallelism priced both
   ways (:func:`long_context_attention`, :func:`context_parallel_choice`);
 - Megatron's loss kernels: Transformer Engine's fused cross entropy where it saves memory or step time on this
@@ -1068,7 +1069,8 @@ def _evaluated(model, cluster, plan, profile=None):
 def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=None):
     record = record or _evaluated(model, cluster, plan, profile)
     mem, t = record.memory, record.time
-    fits_gpu = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes
+    # judged as the fits_memory check and `workbench estimate` judge it: the peak at the error band's upper side
+    fits_gpu = mem.per_gpu_peak_bytes + mem.band_high_bytes <= (1 - headroom) * mem.capacity_bytes
     fits = fits_gpu and mem.fits_host
     return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
                 fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1,
@@ -1079,9 +1081,11 @@ def _limit_text(mem, fits_gpu: bool, headroom: float) -> str:
     """What a plan that does not fit runs out of: the GPU (over its capacity less the headroom) or, with offload, the
     node's host memory; '' when it fits."""
     if not fits_gpu:
-        return (f"GPU memory: {_gb(mem.per_gpu_peak_bytes)} per GPU over the {_gb((1 - headroom) * mem.capacity_bytes)}"
-                f" that {headroom:.0%} headroom leaves" if headroom else
-                f"GPU memory: {_gb(mem.per_gpu_peak_bytes)} per GPU of {_gb(mem.capacity_bytes)}")
+        upper = (f" ({_gb(mem.per_gpu_peak_bytes + mem.band_high_bytes)} at the error band's upper side)"
+                 if mem.band_high_bytes else "")
+        return (f"GPU memory: {_gb(mem.per_gpu_peak_bytes)}{upper} per GPU over the "
+                f"{_gb((1 - headroom) * mem.capacity_bytes)} that {headroom:.0%} headroom leaves" if headroom else
+                f"GPU memory: {_gb(mem.per_gpu_peak_bytes)}{upper} per GPU of {_gb(mem.capacity_bytes)}")
     if not mem.fits_host:
         return (f"host memory: {_gb(mem.host_bytes_per_node)} per node of "
                 f"{_gb(mem.host_capacity_bytes_per_node)} for the offloaded states")
@@ -1098,10 +1102,14 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     1. smaller micro batch, more accumulation, same global batch (tries each divisor of the micro batch, largest
        first); 2. activation checkpointing: selective, then full recompute (DeepSpeed ``activation_checkpointing``
        with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
-       ``--recompute-granularity``); 3. ZeRO-3 with CPU offload of the optimizer, then of the parameters too
-       (DeepSpeed engines; pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no PP);
-    for an MoE model under Megatron a rung before it (3, ZeRO-3 becoming 4) raises expert parallelism, each larger EP
-    the experts and GPUs allow, smallest first;
+       ``--recompute-granularity``); 3. the model states sharded over data parallel with nothing offloaded: a higher
+       ZeRO stage, Megatron's distributed optimizer (:func:`_shard_rungs`; the guide's ladder goes from checkpointing
+       to offload, but sharding on the GPU costs far less step time, so it comes first); 4. ZeRO-3 under DeepSpeed
+       (from Megatron through Megatron-DeepSpeed, with nothing offloaded first), with CPU offload of the optimizer,
+       then of the parameters too (pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no
+       PP);
+    for an MoE model a rung before it (4, ZeRO-3 becoming 5) raises expert parallelism (Megatron's, or DeepSpeed-MoE's
+    ep_size), each larger EP the experts and GPUs allow, smallest first;
     :func:`lora_option` prices the fine-tuning alternative (LoRA) next to it.
     """
     if record is None:
@@ -1157,44 +1165,49 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
             return tuple(steps)
-    # 3 (MoE under Megatron) — more expert parallelism: fewer experts per GPU, their states sharded further
-    zero_step = 3
+    # 3 — shard the model states over data parallel, still on the GPU: a higher ZeRO stage (DeepSpeed), the
+    # distributed optimizer (Megatron); far cheaper in step time than offloading them to the CPU
+    current = _shard_rungs(model, cluster, current, base_s, headroom, profile, steps)
+    if steps and steps[-1].fits:
+        return tuple(steps)
+    # 4 (MoE under Megatron) — more expert parallelism: fewer experts per GPU, their states sharded further
+    ep_step, zero_step = 4, 4
     if model.is_moe and current.engine is Engine.MEGATRON:
-        zero_step = 4
+        zero_step = 5
         e, te = current.expert_parallel, current.expert_tensor_parallel_size
         larger = [k for k in range(e + 1, model.num_experts + 1) if model.num_experts % k == 0
                   and current.world_size % (te * k * current.pipeline_parallel) == 0]
         if not larger:
-            steps.append(LadderStep(step=3, action=f"expert parallel is already the largest the experts and GPUs "
+            steps.append(LadderStep(step=ep_step, action=f"expert parallel is already the largest the experts and GPUs "
                                                    f"allow (EP={e}, {model.num_experts} experts)", plan=None))
         for k in larger:
             p = current.replace(expert_parallel=k, sequence_parallel=current.sequence_parallel
                                 or current.tensor_parallel > 1)
-            if rung(3, f"expert parallel {e} → {k} ({model.num_experts // k} experts per GPU, expert data parallel "
+            if rung(ep_step, f"expert parallel {e} → {k} ({model.num_experts // k} experts per GPU, expert data parallel "
                        f"{current.expert_data_parallel} → {p.expert_data_parallel})", p,
                     {"--expert-model-parallel-size": k}):
                 return tuple(steps)
             if k != larger[-1]:
                 steps.pop()  # report only the rung that fits or the largest tried
-    # 3 (MoE under DeepSpeed, TP 1, ZeRO-1/2) — DeepSpeed-MoE's ep_size: experts split over ep consecutive ranks,
+    # 4 (MoE under DeepSpeed, TP 1, ZeRO-1/2) — DeepSpeed-MoE's ep_size: experts split over ep consecutive ranks,
     # their states partitioned over world / (pp · ep)
     if (model.is_moe and current.engine is not Engine.MEGATRON and current.tensor_parallel == 1
             and current.zero_stage < ZeroStage.PARAMETERS):
-        zero_step = 4
+        zero_step = 5
         e, stride = current.expert_parallel, current.world_size // current.pipeline_parallel
         larger = [k for k in range(e + 1, model.num_experts + 1) if model.num_experts % k == 0 and stride % k == 0]
         if not larger:
-            steps.append(LadderStep(step=3, action=f"DeepSpeed-MoE ep_size is already the largest the experts and "
+            steps.append(LadderStep(step=ep_step, action=f"DeepSpeed-MoE ep_size is already the largest the experts and "
                                                    f"GPUs allow (EP={e}, {model.num_experts} experts)", plan=None))
         for k in larger:
             p = current.replace(expert_parallel=k)
-            if rung(3, f"DeepSpeed-MoE ep_size {e} → {k} ({model.num_experts // k} experts per GPU, expert data "
+            if rung(ep_step, f"DeepSpeed-MoE ep_size {e} → {k} ({model.num_experts // k} experts per GPU, expert data "
                        f"parallel {current.expert_data_parallel} → {p.expert_data_parallel}; capacity factor "
                        f"{p.moe_capacity_factor or 1.0:g})", p, {"MoE(ep_size=...)": k}):
                 return tuple(steps)
             if k != larger[-1]:
                 steps.pop()
-    # 3 — ZeRO-3 + CPU offload (under DeepSpeed, which keeps every expert on every rank: DeepSpeed-MoE refuses
+    # 4 (5 after an MoE rung) — ZeRO-3 (+ CPU offload) under DeepSpeed (which keeps every expert on every rank: DeepSpeed-MoE refuses
     # ZeRO-3, so the model's own MoE block)
     engine = Engine.MEGATRON_DEEPSPEED if current.engine is Engine.MEGATRON else current.engine
     if current.engine is Engine.DEEPSPEED and current.tensor_parallel > 1:
@@ -1211,20 +1224,68 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
                                                f"which does not divide global_batch_size={current.global_batch_size} "
                                                f"× micro batch {current.micro_batch_size}", plan=None))
         return tuple(steps)
-    for params in (False, True):
+    # from Megatron, ZeRO-3 with nothing offloaded first (a DeepSpeed plan tried it at step 3)
+    offloads = ("optimizer", "optimizer and parameters")
+    if not (current.engine is engine and current.zero_stage == ZeroStage.PARAMETERS):
+        offloads = ("nothing",) + offloads
+    for what in offloads:
         p = current.replace(engine=engine, pipeline_parallel=1, virtual_pipeline=1, zero_stage=3,
-                            distributed_optimizer=False, offload_optimizer=Offload.CPU,
-                            offload_params=Offload.CPU if params else Offload.NONE,
+                            distributed_optimizer=False,
+                            offload_optimizer=Offload.NONE if what == "nothing" else Offload.CPU,
+                            offload_params=Offload.CPU if what == "optimizer and parameters" else Offload.NONE,
                             recompute_layers=None, expert_parallel=1, expert_tensor_parallel=None,
                             moe_overlap_alltoall=False, moe_capacity_factor=None, moe_pad_to_capacity=False)
-        what = "optimizer and parameters" if params else "optimizer"
-        settings = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+        settings = {"zero_optimization": {"stage": 3, **({"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+                                                         if what != "nothing" else {}),
                                           **({"offload_param": {"device": "cpu", "pin_memory": True}}
-                                             if params else {})}}
+                                             if what == "optimizer and parameters" else {})}}
         pp_note = f", pipeline {current.pipeline_parallel} → 1" if current.pipeline_parallel > 1 else ""
-        if rung(zero_step, f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})", p, settings):
+        action = (f"ZeRO-3 with nothing offloaded (engine {engine}{pp_note})" if what == "nothing" else
+                  f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})")
+        if rung(zero_step, action, p, settings):
             return tuple(steps)
     return tuple(steps)
+
+
+def _shard_rungs(model, cluster, current, base_s, headroom, profile, steps) -> ParallelPlan:
+    """The ladder's step 3, appended to ``steps``: the model states sharded over data parallel with nothing
+    offloaded — each higher ZeRO stage DeepSpeed allows for the layout (ZeRO-2 and 3 not with DeepSpeed's pipeline
+    engine; ZeRO-3 with pipeline parallel folded into data parallel when the global batch allows it, as the offload
+    rung does; not past ZeRO-2 for an MoE model at TP 1, whose DeepSpeed-MoE rung comes first), or Megatron's
+    distributed optimizer. Only the rung that fits, or the last one tried, is kept. Returns the plan the next rungs
+    start from (the last one tried)."""
+    candidates = []
+    if current.engine is Engine.MEGATRON:
+        if not current.distributed_optimizer and current.data_parallel > 1:
+            candidates.append((current.replace(distributed_optimizer=True),
+                               f"distributed optimizer (optimizer states sharded over data parallel "
+                               f"{current.data_parallel})", {"--use-distributed-optimizer": True}))
+    else:
+        # an MoE model under DeepSpeed at TP 1 raises DeepSpeed-MoE's ep_size (step 4, ZeRO-1/2 only) before ZeRO-3
+        top = 2 if model.is_moe and current.tensor_parallel == 1 else 3
+        for stage in range(int(current.zero_stage) + 1, top + 1):
+            fold = stage == 3 and current.pipeline_parallel > 1
+            try:
+                p = current.replace(zero_stage=stage, **(dict(pipeline_parallel=1, virtual_pipeline=1,
+                                                              recompute_layers=None) if fold else {}))
+                validate(model, cluster, p)
+            except ValueError:
+                continue
+            what = {1: "optimizer states", 2: "optimizer states and gradients",
+                    3: "optimizer states, gradients and parameters"}[stage]
+            fold_note = f", pipeline {current.pipeline_parallel} → 1" if fold else ""
+            candidates.append((p, f"ZeRO-{int(current.zero_stage)} → ZeRO-{stage}: {what} sharded over data parallel "
+                                  f"{p.data_parallel}, nothing offloaded{fold_note}",
+                               {"zero_optimization": {"stage": stage}}))
+    for i, (p, action, settings) in enumerate(candidates):
+        r = _price(model, cluster, p, base_s, headroom, profile=profile)
+        steps.append(LadderStep(step=3, action=action, settings=settings, **r))
+        current = p
+        if r["fits"]:
+            break
+        if i < len(candidates) - 1:
+            steps.pop()  # report only the rung that fits or the last tried
+    return current
 
 
 LORA_LADDER_RANK = 16
