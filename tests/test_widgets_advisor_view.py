@@ -1,5 +1,6 @@
 """AdvisorView in-process: checks as rows, the OOM ladder as a waterfall against capacity, throughput suggestions,
 diagnostic commands, and a pasted log read by the log reader."""
+import html
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,9 @@ def test_oom_ladder_waterfall(too_big):
     assert view.fig.layout.shapes[0].y0 == pytest.approx(s.estimate.memory.capacity_bytes / GIB)
     assert "fits" in w.text[-1] and "step time +" in w.text[-1]
     assert all(r.action.split(":")[0][:20] in view.ladder_note.value for r in ladder)
+    # each rung with the ladder's own step number, and why a rung that does not fit falls short
+    assert all(f"<b>{r.step}.</b> " in view.ladder_note.value for r in ladder)
+    assert all(html.escape(r.limit) in view.ladder_note.value for r in ladder if r.plan is not None and not r.fits)
     view.close()
 
 

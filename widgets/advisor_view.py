@@ -195,15 +195,16 @@ class AdvisorView(View):
             self.fig.layout.title = ("memory after each step of the ladder vs GPU capacity" if a.oom_ladder
                                      else "the plan fits: no out-of-memory step needed")
         if a.oom_ladder:
+            # the ladder's own step numbers (two rungs may share one: selective and full recompute), as the
+            # waterfall's labels and the CLI print them
             rungs = "".join(
-                f"<li>{html.escape(r.action)}: "
+                f"<li><b>{r.step}.</b> {html.escape(r.action)}: "
                 + ("—" if r.plan is None else f"{r.peak_bytes / GIB:.1f} GiB per GPU, {r.step_seconds:.3f} s/step "
                                               f"({r.slowdown:+.1%})" + (" — <b>fits</b>" if r.fits else
-                                                                          f" — does not fit: {html.escape(r.limit)}"
-                                                                          if r.limit.startswith("host") else ""))
+                                                                          f" — does not fit: {html.escape(r.limit)}"))
                 + (f"<br><code>{html.escape(str(r.settings))}</code>" if r.settings else "") + "</li>"
                 for r in a.oom_ladder)
-            self.ladder_note.value = f"<ol style='font-size:13px;max-width:980px'>{rungs}</ol>"
+            self.ladder_note.value = f"<ul style='font-size:13px;max-width:980px;list-style:none'>{rungs}</ul>"
         else:
             self.ladder_note.value = (f"Peak {mem.per_gpu_peak_bytes / GIB:.1f} GiB of {capacity:.1f} GiB: the plan "
                                       f"fits, no step of the ladder is needed.")
