@@ -291,6 +291,35 @@ def test_error_band_marks_plans_risky_without_excluding_them(monkeypatch):
     assert "Memory margin" in r.explanation and r.to_dict()["risky"]
 
 
+def test_fit_on_band_ranks_only_plans_that_fit_at_the_bands_upper_side(monkeypatch, capsys):
+    """fit_on='band' (--fit-on band, the Planner's checkbox) judges every plan as estimate and advise judge one: the
+    point estimate's feasible plans less the risky ones, none marked; when the band excludes them all, the refusal
+    says how many fit on the point estimate and which plan came closest."""
+    from workbench import cli
+
+    m, c = model("gpt3-1.3b"), _cluster(nodes=1)
+    point = planner.search(m, c, global_batch_size=16, top=5000)
+    band = planner.search(m, c, global_batch_size=16, top=5000, fit_on="band")
+    assert band.fit_on == "band" and band.to_dict()["fit_on"] == "band" and band.risky == 0
+    assert point.risky > 0 and band.feasible == point.feasible - point.risky > 0
+    assert {r.plan for r in band.ranked} == {r.plan for r in point.ranked if not r.risky}
+    for r in band.ranked[:20]:
+        mem = M.estimate_memory(m, c, r.plan)
+        assert mem.per_gpu_peak_bytes + mem.band_high_bytes <= 0.95 * mem.capacity_bytes + 8
+    wide = {"device": {e: {"n": 5, "shapes": 2, "low_fraction": 0.0, "high_fraction": 10.0}
+                       for e in ("deepspeed", "megatron", "megatron-deepspeed")}}
+    monkeypatch.setattr(M, "_error_bands", lambda: wide)
+    with pytest.raises(ValueError, match=r"no plan fits at the error band's upper side: [\d,]+ fit on the point "
+                                         r"estimate of memory; the closest \("):
+        planner.search(m, c, global_batch_size=16, fit_on="band")
+    with pytest.raises(ValueError, match="fit_on='upper' must be one of point, band"):
+        planner.search(m, c, global_batch_size=16, fit_on="upper")
+    monkeypatch.undo()
+    assert cli.main(["plan", "--model", "gpt3-1.3b", "--gpus", "8", "--gbs", "16", "--fit-on", "band"]) == 0
+    out = capsys.readouterr().out
+    assert "fit with 5% headroom at the error band's upper side" in out and "!: fits on the point" not in out
+
+
 def test_megatron_main_gradient_dtype_option(capsys):
     """grad_reduce_fp32=False (Megatron-LM --grad-reduce-in-bf16, megatron-core grad_reduce_in_fp32=False, NVIDIA's
     performance recipes): 2 bytes of gradient per parameter instead of 4, the distributed optimizer's fp32 copy of

@@ -119,3 +119,19 @@ def test_risky_plans_are_marked_in_amber_with_their_numbers(monkeypatch):
     rows = [x for x in text.split("<tr class='wb-planner-row'")[1:]]
     assert r.ranked[0].risky and len(rows) == len(r.ranked) and all("color:#8a5300" in x.split(">")[0] for x in rows)
     assert " !</td>" in text and "wb-planner-risky" in text and "fits on the point estimate only" in text
+
+
+def test_fit_at_the_bands_upper_side_checkbox(app):
+    """The Planner's checkbox searches with fit_on='band': no amber plan, the status says how fit was judged."""
+    view = planner(app)
+    open_tab(app, view)
+    view.fit_on_band.value = False
+    view.search_button.click()
+    point = view.result
+    view.fit_on_band.value = True
+    view.search_button.click()
+    band = view.result
+    assert band.fit_on == "band" and band.risky == 0 and band.feasible == point.feasible - point.risky
+    assert "fit at the error band's upper side" in view.status.value
+    assert "wb-planner-risky" not in view.table.value
+    view.fit_on_band.value = False

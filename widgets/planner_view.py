@@ -93,6 +93,11 @@ class PlannerView(View):
                                              tooltip="GPU memory kept free (fragmentation, allocator spikes)")
         self.offload = ipw.Checkbox(value=True, description="allow CPU offload", indent=False,
                                     layout=ipw.Layout(width="150px"))
+        self.fit_on_band = ipw.Checkbox(value=False, description="fit at the error band's upper side", indent=False,
+                                        layout=ipw.Layout(width="250px"),
+                                        tooltip="judge fit as the Memory view does, at the held-out error band's "
+                                                "upper side (no amber plans); off: on the point estimate")
+        self.fit_on_band.add_class("wb-planner-fit-on-band")
         self.search_button = ipw.Button(description="Search", icon="search", button_style="primary")
         self.search_button.add_class("wb-planner-search")
         self.search_button.on_click(lambda _: self.run_search())
@@ -112,7 +117,8 @@ class PlannerView(View):
         self.figure_box = ipw.Box()
         self.explanation = ipw.HTML()
         self.explanation.add_class("wb-planner-explanation")
-        self.widget = ipw.VBox([ipw.HBox([self.global_batch, self.headroom, self.offload, self.search_button]),
+        self.widget = ipw.VBox([ipw.HBox([self.global_batch, self.headroom, self.offload, self.fit_on_band,
+                                          self.search_button]),
                                 self.status, self.error, self.table, ipw.HBox([self.choice, self.use_button]),
                                 self.figure_box, self.explanation])
         self.widget.add_class("wb-planner")
@@ -160,6 +166,7 @@ class PlannerView(View):
             text = ""
         else:
             text = (f"{r.evaluated:,} plans evaluated, {r.feasible:,} fit"
+                    + (" at the error band's upper side" if r.fit_on == "band" else "")
                     + (f" ({r.risky:,} only on the point estimate of memory)" if r.risky else "")
                     + f", in {r.elapsed_seconds * 1e3:.0f} ms "
                     f"(global batch {r.global_batch_size}, {r.headroom:.0%} headroom on "
@@ -181,7 +188,8 @@ class PlannerView(View):
                             headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
                             precision=s.plan.precision, top=SCATTER_PLANS, adam=s.plan.adam,
                             overlap_comm=s.plan.overlap_comm, fp8_recipe=s.plan.fp8_recipe,
-                            expandable_segments=s.plan.expandable_segments)
+                            expandable_segments=s.plan.expandable_segments,
+                            fit_on="band" if self.fit_on_band.value else "point")
         except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
             self.result = None
             self.error.value = error_html(error_message(exc), max_width="900px")

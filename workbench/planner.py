@@ -171,13 +171,17 @@ class PlanSearch:
     evaluated: int
     """Candidate plans evaluated."""
     feasible: int
-    """Of those, plans that fit GPU (with headroom, on the point estimate of memory) and host memory."""
+    """Of those, plans that fit GPU (with headroom, on the point estimate of memory or at the band's upper side:
+    ``fit_on``) and host memory."""
     elapsed_seconds: float
     profile: Optional[dict] = None
     """The hardware profile every plan was priced with (the record ``estimate`` keeps), or the no-profile record."""
     risky: int = 0
     """Of the feasible plans, those that fit only on the point estimate, not at the error band's upper side
     (:attr:`PlanResult.risky`)."""
+    fit_on: str = "point"
+    """What feasibility was judged on: the point estimate of the peak or the error band's upper side
+    (:func:`search`'s ``fit_on``)."""
 
     @property
     def best(self) -> PlanResult:
@@ -192,7 +196,8 @@ class PlanSearch:
             "model": self.model.name, "gpu": self.cluster.gpu.name, "gpus_per_node": self.cluster.gpus_per_node,
             "num_nodes": self.cluster.num_nodes, "world_size": self.cluster.world_size,
             "global_batch_size": self.global_batch_size, "seq_length": self.model.seq_length,
-            "headroom": self.headroom, "evaluated": self.evaluated, "feasible": self.feasible, "risky": self.risky,
+            "headroom": self.headroom, "fit_on": self.fit_on, "evaluated": self.evaluated,
+            "feasible": self.feasible, "risky": self.risky,
             "elapsed_seconds": self.elapsed_seconds, "plans_per_second": self.plans_per_second,
             "ranked": [r.to_dict() for r in self.ranked], "pareto": [r.to_dict() for r in self.pareto],
             "explanation": self.explanation, "profile": dict(self.profile) if self.profile else None,
@@ -634,7 +639,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False,
            grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False,
            moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None,
-           cross_entropy_fusion="none") -> PlanSearch:
+           cross_entropy_fusion="none", fit_on: str = "point") -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -660,9 +665,15 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     ``cross_entropy_fusion``: Megatron's loss kernels on every Megatron row (:attr:`ParallelPlan.
     cross_entropy_fusion`; other engines compute their own loss).
 
+    ``fit_on``: what must pass the headroom for a plan to be feasible — ``"point"`` (the point estimate of the
+    peak; plans that pass only there are marked risky, :func:`_fits` says why this is the default) or ``"band"``
+    (the peak at the held-out error band's upper side, as ``estimate`` and the advisor judge one plan: no risky
+    plan is ranked).
+
     Raises ``ValueError`` naming the constraint that bites when nothing is valid or nothing fits.
     """
     start = _time.perf_counter()
+    fit_on = check_fit_on(fit_on)
     check_spec_types(model=model, cluster=cluster)
     global_batch_size = check_int("global_batch_size", global_batch_size)
     headroom = check_float("headroom", headroom, strict=False, below=1.0)
@@ -739,16 +750,16 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
                   **eval_stack)
-    fits_gpu, fits_host = _fits(table, ev, cluster, headroom)
+    fits_gpu, fits_host = _fits(table, ev, cluster, headroom, fit_on)
     feasible = np.flatnonzero(fits_gpu & fits_host)
     if not len(feasible):
         message = _nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
-                                        fits_gpu, engines, offload)
+                                        fits_gpu, engines, offload, fit_on)
         if not lora[0]:
             message += _lora_alternative(model, cluster, global_batch_size=global_batch_size, headroom=headroom,
                                          engines=engines, zero_stages=zero_stages, offload=offload,
                                          recompute=recompute, precision=precision, profile=profile,
-                                         expandable_segments=expandable_segments)
+                                         expandable_segments=expandable_segments, fit_on=fit_on)
         raise ValueError(message)
     step = ev["step_seconds"][feasible]
     peak = ev["peak_bytes"][feasible]
@@ -781,7 +792,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
                       pareto=pareto, explanation=explanation, evaluated=count, feasible=int(len(feasible)),
                       elapsed_seconds=_time.perf_counter() - start, profile=profile_record,
-                      risky=int(np.count_nonzero(ev["risky"][feasible])))
+                      risky=int(np.count_nonzero(ev["risky"][feasible])), fit_on=fit_on)
 
 
 def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile=None) -> str:
@@ -884,18 +895,35 @@ def _band_high(table: dict) -> np.ndarray:
     return band_high
 
 
-def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float) -> tuple:
-    """``(fits_gpu, fits_host)`` boolean arrays: the point estimate of the peak within (1 − headroom) × GPU memory,
-    and the offloaded bytes within the node's host memory. Also writes ``ev["band_high"]`` (the band's upper side,
-    a fraction of the peak) and ``ev["risky"]`` (fits on the point estimate, not at the band's upper side).
+FIT_ON = ("point", "band")
+"""What the planner judges a plan's fit on (:func:`search`'s ``fit_on``)."""
 
-    Why the point estimate decides and the band only marks: the band is the largest under-estimate over held-out
-    1-GPU shapes (one outlier sets it for every plan of that engine), so excluding on it drops plans that published
-    runs train with; the headroom is the user's margin, and a risky plan says how much more it could need."""
+
+def check_fit_on(value) -> str:
+    """``value`` as one of :data:`FIT_ON`, or ``ValueError`` naming the field and the choices."""
+    if value not in FIT_ON:
+        raise ValueError(f"fit_on={value!r} must be one of {', '.join(FIT_ON)} (the point estimate of the peak, or "
+                         f"the peak at the held-out error band's upper side)")
+    return value
+
+
+def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float, fit_on: str = "point") -> tuple:
+    """``(fits_gpu, fits_host)`` boolean arrays: the peak within (1 − headroom) × GPU memory — its point estimate
+    with ``fit_on`` ``"point"``, the error band's upper side with ``"band"`` — and the offloaded bytes within the
+    node's host memory. Also writes ``ev["band_high"]`` (the band's upper side, a fraction of the peak) and
+    ``ev["risky"]`` (fits on the point estimate, not at the band's upper side; none with ``"band"``).
+
+    Why the point estimate decides by default and the band only marks: the band is the largest under-estimate over
+    held-out 1-GPU shapes (one outlier sets it for every plan of that engine), so excluding on it drops plans that
+    published runs train with; the headroom is the user's margin, and a risky plan says how much more it could
+    need. ``"band"`` is for the user who would rather lose those plans than meet an OOM."""
     limit = (1.0 - headroom) * cluster.gpu.memory_bytes
     ev["band_high"] = _band_high(table)
     fits_gpu = ev["peak_bytes"] <= limit
     ev["risky"] = fits_gpu & (ev["peak_bytes"] * (1.0 + ev["band_high"]) > limit)
+    if fit_on == "band":
+        fits_gpu = fits_gpu & ~ev["risky"]
+        ev["risky"] = np.zeros_like(ev["risky"])
     fits_host = ev["host_bytes_per_node"] <= cluster.host_memory_gib_per_node * GiB
     return fits_gpu, fits_host
 
@@ -941,9 +969,19 @@ def _lora_alternative(model, cluster, **kwargs) -> str:
             f"{best.step_seconds:.2f} s/step; --lora-rank {LORA_SUGGESTED_RANK})")
 
 
-def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, fits_gpu, engines, offload) -> str:
+def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, fits_gpu, engines, offload,
+                          fit_on="point") -> str:
     gpu = cluster.gpu
     cap = gpu.memory_bytes
+    point = ev["peak_bytes"] <= (1.0 - headroom) * cap
+    if fit_on == "band" and point.any():  # the band's upper side excludes what the point estimate keeps
+        i = int(np.flatnonzero(point)[np.argmin((ev["peak_bytes"] * (1.0 + ev["band_high"]))[point])])
+        plan = _plan_at(table, i, cluster, gbs, precision)
+        return (f"no plan fits at the error band's upper side: {int(np.count_nonzero(point)):,} fit on the point "
+                f"estimate of memory; the closest ({describe_plan(plan)}) peaks at {ev['peak_bytes'][i] / GiB:.1f} "
+                f"GiB, up to {ev['peak_bytes'][i] * (1.0 + ev['band_high'][i]) / GiB:.1f} GiB at the band's upper "
+                f"side, over the {(1 - headroom) * cap / GiB:.1f} GiB that {headroom:.0%} headroom leaves; judge on "
+                f"the point estimate (fit_on='point', --fit-on point) with margin, or add GPUs")
     if fits_gpu.any():  # the GPU is not the problem: host memory for offload is
         i = int(np.flatnonzero(fits_gpu)[np.argmin(ev["host_bytes_per_node"][fits_gpu])])
         plan = _plan_at(table, i, cluster, gbs, precision)

@@ -17,6 +17,10 @@ def add_parser(sub) -> None:
                    help="engines to search (repeatable; default all three; 'hybrid' is another name for "
                         "megatron-deepspeed)")
     s.add_argument("--headroom", type=float, default=0.05, help="fraction of GPU memory kept free (default 0.05)")
+    s.add_argument("--fit-on", choices=["point", "band"], default="point",
+                   help="judge a plan's fit on the point estimate of its peak (default; plans that pass only there "
+                        "are marked !) or at the held-out error band's upper side, as `estimate` and `advise` judge "
+                        "one plan (no ! plan is ranked)")
     s.add_argument("--precision", choices=["bf16", "fp16", "fp32", "fp8"], default="bf16",
                    help="fp8: Transformer Engine FP8 under Megatron-LM (engine megatron only)")
     s.add_argument("--fp8-recipe", choices=["delayed", "tensorwise", "blockwise", "mxfp8"], default=None,
@@ -116,7 +120,8 @@ def render(result) -> str:
     c, m = result.cluster, result.model
     lines = [f"{m.name} (seq {m.seq_length}, {m.attention} attention) on {c.num_nodes} x {c.gpus_per_node} x {c.gpu.name} "
              f"({c.gpu.memory_gib:.1f} GiB), global batch {result.global_batch_size}: {result.evaluated:,} plans "
-             f"evaluated, {result.feasible:,} fit with {result.headroom:.0%} headroom "
+             f"evaluated, {result.feasible:,} fit with {result.headroom:.0%} headroom"
+             f"{' at the error band' + chr(39) + 's upper side' if result.fit_on == 'band' else ''} "
              f"({result.elapsed_seconds:.2f} s, {result.plans_per_second:,.0f} plans/s)"]
     if result.profile and result.profile.get("name"):
         lines.append(result.profile["note"])
@@ -162,7 +167,7 @@ def run(args) -> int:
                         fp8_recipe=args.fp8_recipe or "delayed", fp8_param_gather=args.fp8_param_gather,
                         grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments,
                         moe_load_imbalance=args.moe_load_imbalance, tp_comm_overlap=args.tp_comm_overlap,
-                        cross_entropy_fusion=args.cross_entropy_fusion)
+                        cross_entropy_fusion=args.cross_entropy_fusion, fit_on=args.fit_on)
     if args.json:
         print_json(result.to_dict())
     else:
