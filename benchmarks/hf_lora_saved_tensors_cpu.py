@@ -71,16 +71,15 @@ def build(cfg: dict, *, lora: int, attn: str = "eager", checkpointing: bool = Fa
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(conf, attn_implementation=attn, dtype=torch.bfloat16)
     model.config.use_cache = False
-    if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if lora:
-        from peft import LoraConfig, get_peft_model
+    from workbench.hf import enable_layer_checkpointing, with_lora
 
+    if checkpointing:
+        enable_layer_checkpointing(model)
+    if lora:
         if checkpointing:
             model.enable_input_require_grads()
-        model = get_peft_model(model, LoraConfig(r=lora, lora_alpha=2 * lora, lora_dropout=LORA_DROPOUT,
-                                                 target_modules=peft_targets(cfg["model_type"]),
-                                                 task_type="CAUSAL_LM"))
+        model = with_lora(model, r=lora, lora_alpha=2 * lora, lora_dropout=LORA_DROPOUT,
+                          target_modules=peft_targets(cfg["model_type"]), task_type="CAUSAL_LM")
         # DeepSpeed's bf16 engine casts every parameter to bf16, the adapters' fp32 too (engine.py
         # ``_configure_distributed_model``); peft initialises B to zero, any values will do for counting
         model = model.to(torch.bfloat16)

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS
+from workbench.hf import enable_layer_checkpointing, with_lora
 from workbench.memory import zero3_sub_groups  # noqa: F401  (DeepSpeed's sub-groups, as the memory model has them)
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
@@ -1416,13 +1417,11 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                 model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=attn, dtype=torch.bfloat16)
             model.config.use_cache = False
             if gradient_checkpointing:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                enable_layer_checkpointing(model)
             if lora:  # peft adapters; only they train
-                from peft import LoraConfig, get_peft_model
-
                 if gradient_checkpointing:
                     model.enable_input_require_grads()
-                model = get_peft_model(model, LoraConfig(**lora))
+                model = with_lora(model, **lora)
 
             def micro_step():
                 x = torch.zeros(setup.micro_batch, setup.seq_length + 1, dtype=torch.long, device="meta")

@@ -536,3 +536,26 @@ def soft_capped(spec: ModelSpec) -> bool:
     from workbench.specs import Implementation
 
     return spec.implementation is Implementation.TRANSFORMERS and spec.sandwich_norm and not spec.qk_norm
+
+
+def enable_layer_checkpointing(model) -> None:
+    """transformers' activation checkpointing of every decoder layer, non-reentrant, on a built ``model``: through
+    ``activation_checkpointing_enable`` where transformers has it (5.24 renamed it; the old name warns there) and
+    ``gradient_checkpointing_enable`` before."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def with_lora(model, **lora_config):
+    """``peft.get_peft_model(model, LoraConfig(**lora_config))``, without the FutureWarning that peft's own read of
+    transformers' renamed ``is_gradient_checkpointing`` raises (peft's code, nothing the caller can change)."""
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, LoraConfig(**lora_config))

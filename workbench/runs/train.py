@@ -465,12 +465,12 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
         net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, **kwargs)
     else:
         net = AutoModelForCausalLM.from_config(cfg, **kwargs)
-    if hf["gradient_checkpointing"] and checkpointing:
-        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if hf["lora"]:
-        from peft import LoraConfig, get_peft_model
+    from workbench.hf import enable_layer_checkpointing, with_lora
 
-        net = get_peft_model(net, LoraConfig(bias="none", **hf["lora"]))
+    if hf["gradient_checkpointing"] and checkpointing:
+        enable_layer_checkpointing(net)
+    if hf["lora"]:
+        net = with_lora(net, bias="none", **hf["lora"])
     return net, keep_alive
 
 
