@@ -1,5 +1,7 @@
-"""transformers checkpoints whole decoder layers (``gradient_checkpointing_enable``): a Hugging Face model has no
-selective recompute and no partial layer count, and neither the validation, the planner nor the advisor offers one."""
+"""transformers checkpoints whole decoder layers (``activation_checkpointing_enable``): a Hugging Face model has no
+selective recompute, and a partial layer count only as transformers' ``every_n_layers`` (5.24) reaches it: layers 0, k,
+2k, ... — the validation, the estimate, the replay, the export and the launcher agree on which."""
+import json
 from pathlib import Path
 
 import pytest
@@ -21,9 +23,11 @@ def test_validation_names_the_field_and_the_alternative(llama):
     cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
     with pytest.raises(ValueError, match=r"recompute='selective' is megatron-core's .* recompute='full' or 'none'"):
         validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="selective"))
-    with pytest.raises(ValueError, match=r"recompute_layers=4 of num_layers=32"):
-        validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="full", recompute_layers=4))
+    with pytest.raises(ValueError, match=r"recompute_layers=20 of num_layers=32: transformers checkpoints every "
+                                         r"k-th decoder layer .* which gives 32, 16, 11, 8, 7, 6, 5, 4, 3, 2, 1 layers"):
+        validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="full", recompute_layers=20))
     validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="full"))  # whole layers: fine
+    validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="full", recompute_layers=4))  # k=8
 
 
 def test_planner_searches_full_and_none_only(llama):
@@ -52,3 +56,61 @@ def test_oom_ladder_and_throughput_advice_skip_selective(llama):
     advice = advisor.throughput_suggestions(llama, cluster, full, estimate(llama, cluster, full).time)
     text = " ".join(" ".join(a.settings) for a in advice if a.term == "recompute")
     assert "selective" not in text and "gradient checkpointing off" in text
+
+
+@pytest.mark.parametrize("layers", [6, 7])
+def test_every_n_layers_checkpoints_the_layers_the_workbench_counts(layers):
+    """transformers marks decoder layers 0, k, 2k, ... (its _set_gradient_checkpointing): ⌈L/k⌉ of them, the count
+    hf_checkpoint_every maps back to a k that marks as many."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from workbench.hf import enable_layer_checkpointing
+    from workbench.specs import hf_checkpoint_every
+
+    data = json.loads((HF / "tiny-llama" / "config.json").read_text())
+    data.pop("architectures")
+    config = AutoConfig.for_model(data.pop("model_type"), **{**data, "num_hidden_layers": layers})
+    for k in range(1, layers + 1):
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        enable_layer_checkpointing(model, k)
+        decoder = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+        marked = [i for i, m in enumerate(decoder) if m.gradient_checkpointing]
+        assert len(decoder) == layers and marked == list(range(0, layers, k))
+        back = hf_checkpoint_every(layers, len(marked))
+        assert back <= k and len(range(0, layers, back)) == len(marked)
+
+
+def test_partial_checkpointing_through_estimate_replay_export_and_launch():
+    """recompute_layers of an HF model = the layers every_n_layers checkpoints: the estimate's activations and step
+    time fall between none and every layer, the replayed allocator's traced peak too, the Trainer's arguments carry
+    every_n_layers and the launcher's options the same k."""
+    from workbench.allocsim import plan_replayed_peaks
+    from workbench.configs.deepspeed import hf_training_arguments
+    from workbench.estimate import estimate
+    from workbench.hf import run_options
+
+    tiny = import_hf(HF / "tiny-llama", seq_length=128).spec
+    spec = tiny.replace(num_layers=2)
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    base = ParallelPlan(world_size=1, zero_stage=2, micro_batch_size=2, global_batch_size=2)
+    none, every, half = (base, base.replace(recompute="full"), base.replace(recompute="full", recompute_layers=1))
+    est = {name: estimate(spec, cluster, p, checks=False) for name, p in
+           (("none", none), ("every", every), ("half", half))}
+    act = {k: e.memory.breakdown.activations for k, e in est.items()}
+    assert act["every"] < act["half"] < act["none"]
+    assert est["none"].time.step_seconds < est["half"].time.step_seconds < est["every"].time.step_seconds
+    config = json.loads((HF / "tiny-llama" / "config.json").read_text())
+    peaks = {k: plan_replayed_peaks(spec, cluster, p, config).peak_allocated_bytes
+             for k, p in (("none", none), ("every", every), ("half", half))}
+    assert peaks["every"] < peaks["half"] < peaks["none"]
+    args = hf_training_arguments(spec, cluster, half)
+    assert args["activation_checkpointing"] and args["activation_checkpointing_kwargs"] == {
+        "use_reentrant": False, "every_n_layers": 2}
+    assert "every_n_layers" not in hf_training_arguments(spec, cluster, every)["activation_checkpointing_kwargs"]
+    tiny_spec = import_hf(HF / "tiny-llama", seq_length=128).spec
+    options = run_options(tiny_spec, half)
+    assert options["gradient_checkpointing"] and options["checkpoint_every"] == 2
+    assert run_options(tiny_spec, every)["checkpoint_every"] == 1

@@ -34,11 +34,13 @@ def test_gpt2_zero2_hf_trainer_with_gradient_checkpointing(tmp_path):
     the config the DeepSpeed engine ran with, equal to the workbench's own resolution of the same file."""
     from workbench.configs.deepspeed import HF_TRAINER_AUTO_PATHS, _get_path, resolve_hf_auto
 
+    # one of the two layers checkpointed: the Trainer passes every_n_layers=2 to activation_checkpointing_enable
     model, r, counted = _run(tmp_path, "tiny-gpt2", trainer="hf", zero_stage=2, recompute="full",
-                             precision="bf16")
+                             recompute_layers=1, precision="bf16")
     run = json.loads((r.run_dir / "run.json").read_text())
     hf = run["options"]["hf"]
     assert hf["trainer"] == "hf" and hf["training_args"]["activation_checkpointing"]
+    assert hf["training_args"]["activation_checkpointing_kwargs"]["every_n_layers"] == hf["checkpoint_every"] == 2
     assert hf["attn_implementation"] == "sdpa"
     assert counted["parameters"] == counted["trainable"] == model.num_parameters
     assert run["predicted"] and (r.run_dir / "hf_config.json").is_file()

@@ -137,6 +137,27 @@ def test_import_hugging_face_config(app):
     assert "gemma2" in imp.error.value and "eager" in imp.error.value
 
 
+def test_import_hugging_face_config_keeps_a_layer_count_every_n_layers_reaches(app):
+    """transformers checkpoints every k-th decoder layer: a recompute layer count it reaches for the imported model
+    (Qwen3 0.6B, 28 layers: 14 with k=2) stays, another is set back to all layers, with the reason."""
+    from pathlib import Path
+
+    from widgets.state import LoadPreset, SetPlan
+
+    imp = panel_of(app, ImportPanel)
+    config = (Path(__file__).parent / "data" / "hf" / "qwen3-0_6b" / "config.json").read_text()
+    for layers, kept in ((14, 14), (20, None)):
+        app.dispatch(LoadPreset(name="guide-13b"))  # 40 layers: any count is a valid plan before the import
+        app.dispatch(SetPlan(changes={"engine": "deepspeed", "zero_stage": 3, "tensor_parallel": 1,
+                                      "pipeline_parallel": 1, "recompute": "full", "recompute_layers": layers}))
+        imp.text.value = config
+        assert imp.load(), imp.error.value
+        assert app.state.valid and str(app.state.plan.recompute) == "full"
+        assert app.state.plan.recompute_layers == kept
+        if kept is None:
+            assert "recompute layers set to all 28" in imp.report.value and "20 is not a count" in imp.report.value
+
+
 def test_bad_paste_is_shown_not_raised(app):
     imp = panel_of(app, ImportPanel)
     before = app.state

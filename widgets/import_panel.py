@@ -106,7 +106,7 @@ class ImportPanel(Panel):
         """A Hugging Face model replaces the model; the hardware stays, and so does the plan when it is a DeepSpeed
         data-parallel plan (otherwise it becomes ZeRO-3 over every GPU: an HF model trains under DeepSpeed)."""
         from widgets.common import error_html
-        from workbench.specs import Engine, validate
+        from workbench.specs import Engine, hf_checkpoint_every, validate
 
         state = self._state
         plan, changed = state.plan, ""
@@ -119,11 +119,19 @@ class ImportPanel(Panel):
                                 global_batch_size=gbs if gbs % (mbs * plan.world_size) == 0 else None)
             changed = (f"plan changed to DeepSpeed ZeRO-3 over {plan.world_size} GPUs (an HF model trains under "
                        f"DeepSpeed ZeRO data parallel)")
-        if str(plan.recompute) == "selective" or plan.recompute_layers is not None:
-            # transformers checkpoints whole decoder layers (gradient_checkpointing_enable), every one of them
+        if str(plan.recompute) == "selective":
+            # transformers checkpoints whole decoder layers (activation_checkpointing_enable)
             plan = plan.replace(recompute="full", recompute_layers=None)
             changed = "; ".join(filter(None, (changed, "recompute set to full (an HF model checkpoints whole decoder "
                                                       "layers; no selective recompute)")))
+        elif plan.recompute_layers is not None:
+            try:  # a count transformers' every_n_layers reaches for this model's layers stays
+                hf_checkpoint_every(imported.spec.num_layers, plan.recompute_layers, name=imported.spec.name)
+            except ValueError:
+                changed = "; ".join(filter(None, (changed, f"recompute layers set to all {imported.spec.num_layers} "
+                                                          f"(transformers checkpoints every k-th decoder layer: "
+                                                          f"{plan.recompute_layers} is not a count it reaches)")))
+                plan = plan.replace(recompute_layers=None)
         try:
             validate(imported.spec, state.cluster, plan)
         except ValueError as exc:

@@ -56,6 +56,7 @@ from typing import Optional
 
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS
 from workbench.hf import enable_layer_checkpointing, with_lora
+from workbench.specs import hf_checkpoint_every
 from workbench.memory import zero3_sub_groups  # noqa: F401  (DeepSpeed's sub-groups, as the memory model has them)
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
@@ -1347,7 +1348,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
 
 def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_length: int, grad_accum: int = 1,
                        attn_implementation: str = "sdpa", gradient_checkpointing: bool = False,
-                       lora: Optional[dict] = None,
+                       checkpoint_every: int = 1, lora: Optional[dict] = None,
                        reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True, side_stream_lags: bool = True,
@@ -1357,7 +1358,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
     ``("end", 0, 0)`` marker. ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
     (:data:`SDPA_KERNELS`; cuDNN's, as on an H200). ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
-    fine-tune. ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``. DeepSpeed's state is made of meta tensors with the lifetimes of
+    fine-tune. ``checkpoint_every``: with ``gradient_checkpointing``, transformers' ``every_n_layers`` (layers 0, k,
+    2k, ... checkpointed). ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``. DeepSpeed's state is made of meta tensors with the lifetimes of
     ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
 
     - build: each parameter is allocated on the device by ``from_config``; ZeRO-1/2 calls ``empty_cache()`` and
@@ -1417,7 +1419,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                 model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=attn, dtype=torch.bfloat16)
             model.config.use_cache = False
             if gradient_checkpointing:
-                enable_layer_checkpointing(model)
+                enable_layer_checkpointing(model, checkpoint_every)
             if lora:  # peft adapters; only they train
                 if gradient_checkpointing:
                     model.enable_input_require_grads()
@@ -1880,7 +1882,8 @@ def replayed_reserve_fraction(config: dict, **kwargs) -> float:
 
 def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stage: int,
                    grad_accum: int = 1, attn_implementation: str = "sdpa",
-                   gradient_checkpointing: bool = False, lora_rank: int = 0, lora_targets=(),
+                   gradient_checkpointing: bool = False, checkpoint_every: int = 1, lora_rank: int = 0,
+                   lora_targets=(),
                    lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
                    steps: int = 6, offload_optimizer: bool = False,
                    sdpa_kernel: str = "cudnn", overlap_comm: bool = False,
@@ -1908,7 +1911,8 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
         return trace_hf_deepspeed(config, zero_stage=int(zero_stage), micro_batch=int(micro_batch),
                                   seq_length=int(seq_length), grad_accum=int(grad_accum),
                                   attn_implementation=attn_implementation,
-                                  gradient_checkpointing=bool(gradient_checkpointing), lora=lora, steps=int(steps),
+                                  gradient_checkpointing=bool(gradient_checkpointing),
+                                  checkpoint_every=int(checkpoint_every), lora=lora, steps=int(steps),
                                   offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel,
                                   flatten_on_device=flatten_on_device, overlap_comm=bool(overlap_comm),
                                   offload_params=bool(offload_params))
@@ -1981,7 +1985,9 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
     return replayed_peaks(
         config, seq_length=model.seq_length, micro_batch=plan.micro_batch_size, zero_stage=int(plan.zero_stage),
         grad_accum=plan.gradient_accumulation_steps, attn_implementation=trace_attn_implementation(model.attention),
-        gradient_checkpointing=str(plan.recompute) == "full", lora_rank=plan.lora_rank,
+        gradient_checkpointing=str(plan.recompute) == "full",
+        checkpoint_every=hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name),
+        lora_rank=plan.lora_rank,
         lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
         offload_optimizer=str(plan.offload_optimizer) == "cpu", overlap_comm=bool(plan.overlaps_comm),
         offload_params=str(plan.offload_params) == "cpu")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-from workbench.specs import AttentionImpl, ModelSpec
+from workbench.specs import AttentionImpl, ModelSpec, hf_checkpoint_every
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt2",
                          "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe")
@@ -513,9 +513,10 @@ def run_options(spec: ModelSpec, plan) -> dict:
         raise ValueError(f"{spec.name}: the model fields were changed from its config.json "
                          f"({spec.num_parameters:,} vs {imported.spec.num_parameters:,} parameters); the run trains "
                          f"the config as written")
-    if plan.recompute is Recompute.SELECTIVE or plan.recompute_layers is not None:
-        raise ValueError(f"recompute='{plan.recompute}' with a Hugging Face model: gradient_checkpointing_enable() "
-                         f"checkpoints every decoder layer; use recompute 'none' or 'full' (all layers)")
+    if plan.recompute is Recompute.SELECTIVE:
+        raise ValueError(f"recompute='{plan.recompute}' with a Hugging Face model: activation_checkpointing_enable() "
+                         f"checkpoints whole decoder layers; use recompute 'none' or 'full'")
+    every = hf_checkpoint_every(spec.num_layers, plan.recompute_layers, name=spec.name)
     lora = None
     if plan.lora_rank:
         lora = {"r": plan.lora_rank, "lora_alpha": 2 * plan.lora_rank, "lora_dropout": plan.lora_dropout,
@@ -526,7 +527,7 @@ def run_options(spec: ModelSpec, plan) -> dict:
             # transformers' from_config/from_pretrained(experts_implementation=...) for the MoE families
             "experts_implementation": (str(spec.experts_implementation) if spec.experts_implementation is not None
                                        else None),
-            "gradient_checkpointing": plan.recompute is Recompute.FULL, "lora": lora}
+            "gradient_checkpointing": plan.recompute is Recompute.FULL, "checkpoint_every": every, "lora": lora}
 
 
 def soft_capped(spec: ModelSpec) -> bool:
@@ -538,13 +539,19 @@ def soft_capped(spec: ModelSpec) -> bool:
     return spec.implementation is Implementation.TRANSFORMERS and spec.sandwich_norm and not spec.qk_norm
 
 
-def enable_layer_checkpointing(model) -> None:
-    """transformers' activation checkpointing of every decoder layer, non-reentrant, on a built ``model``: through
-    ``activation_checkpointing_enable`` where transformers has it (5.24 renamed it; the old name warns there) and
-    ``gradient_checkpointing_enable`` before."""
+def enable_layer_checkpointing(model, every_n_layers: int = 1) -> None:
+    """transformers' activation checkpointing of decoder layers, non-reentrant, on a built ``model``: every layer, or
+    with ``every_n_layers`` k layers 0, k, 2k, ... (:func:`workbench.specs.hf_checkpoint_every`). Through
+    ``activation_checkpointing_enable`` where transformers has it (5.24 renamed it and added ``every_n_layers``; the
+    old name warns there), ``gradient_checkpointing_enable`` before, which checkpoints every layer only."""
     enable = getattr(model, "activation_checkpointing_enable", None)
     if enable is not None:
-        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        enable(activation_checkpointing_kwargs={"use_reentrant": False}, every_n_layers=int(every_n_layers))
+    elif every_n_layers != 1:
+        import transformers
+
+        raise ValueError(f"every_n_layers={every_n_layers}: checkpointing every k-th decoder layer needs transformers "
+                         f">= 5.24 (activation_checkpointing_enable); this is {transformers.__version__}")
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 

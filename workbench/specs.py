@@ -1441,6 +1441,22 @@ def tp_comm_overlap_possible(model: ModelSpec) -> bool:
     return model.attention is AttentionImpl.FLASH and model.implementation is Implementation.MEGATRON
 
 
+def hf_checkpoint_every(num_layers: int, recompute_layers: Optional[int], *, name: str = "model") -> int:
+    """transformers' ``activation_checkpointing_enable(every_n_layers=k)`` (5.24) checkpoints decoder layers 0, k,
+    2k, ... — ⌈L/k⌉ of the L — and leaves the others keeping their activations (``_set_gradient_checkpointing``,
+    modeling_utils.py). The ``k`` that checkpoints ``recompute_layers`` of ``num_layers`` layers (the smallest when
+    several do; ``None`` or L: 1, every layer); ``ValueError`` naming the counts k can give otherwise."""
+    if recompute_layers is None or recompute_layers >= num_layers:
+        return 1
+    for k in range(1, num_layers + 1):
+        if -(-num_layers // k) == recompute_layers:
+            return k
+    reachable = sorted({-(-num_layers // k) for k in range(1, num_layers + 1)}, reverse=True)
+    raise ValueError(f"{name}: recompute_layers={recompute_layers} of num_layers={num_layers}: transformers "
+                     f"checkpoints every k-th decoder layer (activation_checkpointing_enable(every_n_layers=k), "
+                     f"⌈{num_layers}/k⌉ layers), which gives {', '.join(map(str, reachable))} layers")
+
+
 def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
     """Raise ``ValueError`` (fields and numbers named) when the three specs do not fit together."""
     check_spec_types(model=model, cluster=cluster, plan=plan)
@@ -1457,9 +1473,7 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
                          f"recompute='full' or 'none'")
     if (model.implementation is Implementation.TRANSFORMERS and plan.recompute_layers is not None
             and plan.recompute_layers < model.num_layers):
-        raise ValueError(f"{model.name}: recompute_layers={plan.recompute_layers} of num_layers={model.num_layers}: "
-                         f"transformers' gradient_checkpointing_enable() checkpoints every decoder layer; leave "
-                         f"recompute_layers unset")
+        hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name)  # raises when unreachable
     if model.implementation is Implementation.TRANSFORMERS and (plan.engine is not Engine.DEEPSPEED or p > 1):
         raise ValueError(f"{model.name}: a Hugging Face model trains under DeepSpeed ZeRO data parallel (engine="
                          f"'deepspeed', pipeline_parallel=1); got engine='{plan.engine}', pipeline_parallel={p}")

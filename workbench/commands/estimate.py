@@ -94,7 +94,7 @@ def render(est) -> str:
            if p.precision.is_fp8 else ""),
         *([f"        transformers: {m.attention} attention "
            f"({'eager' if str(m.attention) == 'unfused' else 'sdpa / flash_attention_2'}), logits up-cast to fp32 "
-           f"for the loss, gradient checkpointing {'on' if str(p.recompute) == 'full' else 'off'}"
+           f"for the loss, gradient checkpointing {_hf_checkpointing_text(m, p)}"
            + (f", {m.experts_implementation} experts" if m.experts_implementation is not None else "")]
           if str(m.implementation) == "transformers" else []),
         "",
@@ -183,3 +183,16 @@ def run(args) -> int:
     else:
         print(render(est))
     return 0
+
+
+def _hf_checkpointing_text(model, plan) -> str:
+    """'off', 'on' (every decoder layer) or which layers transformers' every_n_layers checkpoints."""
+    from workbench.specs import hf_checkpoint_every
+
+    if str(plan.recompute) != "full":
+        return "off"
+    every = hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name)
+    if every == 1:
+        return "on"
+    return (f"on for decoder layers 0, {every}, {2 * every}, ... ({-(-model.num_layers // every)} of "
+            f"{model.num_layers}; activation_checkpointing_enable(every_n_layers={every}), transformers >= 5.24)")

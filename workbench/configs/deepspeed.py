@@ -20,7 +20,7 @@ from typing import Optional
 
 from workbench.defaults import DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from workbench.specs import (AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan,
-                             Precision, Recompute, ZeroStage, validate)
+                             Precision, Recompute, ZeroStage, hf_checkpoint_every, validate)
 
 #: Models at or above this many parameters get the tighter clipping default (the DeepSpeed-vs-Megatron
 #: practitioner's guide §5.3: "for models of 13B parameters and up (13B以上), max_norm between 0.5 and 1.0 gives
@@ -365,6 +365,9 @@ def hf_training_arguments(model: ModelSpec, cluster: ClusterSpec, plan: Parallel
             "activation_checkpointing": plan.recompute is Recompute.FULL, "seed": o.seed}
     if plan.recompute is Recompute.FULL:
         args["activation_checkpointing_kwargs"] = {"use_reentrant": False}
+        every = hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name)
+        if every > 1:  # the Trainer passes it to activation_checkpointing_enable (transformers >= 5.24)
+            args["activation_checkpointing_kwargs"]["every_n_layers"] = every
     return args
 
 

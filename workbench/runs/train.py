@@ -468,7 +468,7 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
     from workbench.hf import enable_layer_checkpointing, with_lora
 
     if hf["gradient_checkpointing"] and checkpointing:
-        enable_layer_checkpointing(net)
+        enable_layer_checkpointing(net, hf.get("checkpoint_every", 1))
     if hf["lora"]:
         net = with_lora(net, bias="none", **hf["lora"])
     return net, keep_alive
