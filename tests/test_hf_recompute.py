@@ -114,3 +114,28 @@ def test_partial_checkpointing_through_estimate_replay_export_and_launch():
     options = run_options(tiny_spec, half)
     assert options["gradient_checkpointing"] and options["checkpoint_every"] == 2
     assert run_options(tiny_spec, every)["checkpoint_every"] == 1
+
+
+def test_oom_ladder_checkpoints_the_fewest_layers_that_fit():
+    """For a transformers model the ladder's checkpointing step tries every_n_layers from the fewest checkpointed
+    layers up (each recomputes only those layers), and keeps the first that fits: cheaper than every layer."""
+    import dataclasses
+
+    from workbench.estimate import estimate
+
+    llama = import_hf(HF / "llama3-8b", seq_length=8192).spec
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2, lora_rank=16, micro_batch_size=1, global_batch_size=1)
+    peak = estimate(llama, cluster, plan).memory.per_gpu_peak_bytes
+    tight = cluster.replace(gpu=dataclasses.replace(cluster.gpu, memory_gib=peak * 0.8 / 2**30))
+    ladder = [s for s in advisor.oom_ladder(llama, tight, plan) if s.plan is not None]
+    last = ladder[-1]
+    assert last.fits and last.step == 2 and str(last.plan.recompute) == "full"
+    n = last.plan.recompute_layers
+    assert n is not None and n < llama.num_layers and "every 2nd decoder layer (16 of 32" in last.action
+    assert last.settings["activation_checkpointing_kwargs"] == {"use_reentrant": False, "every_n_layers": 2}
+    every = estimate(llama, tight, last.plan.replace(recompute_layers=None), checks=False)
+    assert last.step_seconds < every.time.step_seconds  # fewer layers recomputed
+    fewer = last.plan.replace(recompute_layers=11)  # every 3rd layer: does not fit
+    mem = estimate(llama, tight, fewer, checks=False).memory
+    assert not mem.fits_gpu

@@ -39,7 +39,7 @@ from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
 from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, ClusterSpec, CrossEntropyFusion, Engine, Implementation,
                              ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute, ZeroStage,
-                             ulysses_head_limit, validate)
+                             hf_checkpoint_every, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -1154,14 +1154,17 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
                                             "contiguous_memory_optimization": True}}
     hf = model.implementation is Implementation.TRANSFORMERS  # checkpoints whole layers: no selective recompute
     levels = [r for r in (Recompute.SELECTIVE, Recompute.FULL)
-              if r.rank > current.recompute.rank and not (hf and r is Recompute.SELECTIVE)]
-    if not levels:
+              if r.rank > current.recompute.rank and not hf]
+    if hf:
+        current = _hf_checkpoint_rungs(model, current, rung, steps)
+        if steps and steps[-1].fits:
+            return tuple(steps)
+    elif not levels:
         steps.append(LadderStep(step=2, action="full activation recompute is already on", plan=None))
     for r in levels:
         p = current.replace(recompute=r, recompute_layers=None)
         mg = megatron_recompute_flags(p)  # the flags the Megatron export writes for this plan
-        flags = ({"activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": False}}
-                 if hf else {**dict(zip(mg[::2], mg[1::2])), **(ds_ckpt if r is Recompute.FULL else {})})
+        flags = {**dict(zip(mg[::2], mg[1::2])), **(ds_ckpt if r is Recompute.FULL else {})}
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
             return tuple(steps)
@@ -1245,6 +1248,38 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         if rung(zero_step, action, p, settings):
             return tuple(steps)
     return tuple(steps)
+
+
+def _ordinal(n: int) -> str:
+    """2nd, 3rd, 4th, 11th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _hf_checkpoint_rungs(model, current, rung, steps) -> ParallelPlan:
+    """The ladder's step 2 for a transformers model: decoder layers checkpointed as ``every_n_layers`` allows
+    (:func:`workbench.specs.hf_checkpoint_every`), fewest first — every k-th layer recomputes only ⌈L/k⌉ layers, so
+    the first count that fits costs the least step time — up to every layer. ``rung`` prices and appends one; only
+    the rung that fits, or the last tried (every layer), is kept. Returns the plan the next rungs start from."""
+    layers = model.num_layers
+    now = (current.recompute_layers or layers) if current.recompute is Recompute.FULL else 0
+    counts = sorted(n for n in {-(-layers // k) for k in range(1, layers + 1)} if n > now)
+    if not counts:
+        steps.append(LadderStep(step=2, action="every decoder layer is already checkpointed", plan=None))
+        return current
+    for n in counts:
+        every = hf_checkpoint_every(layers, n, name=model.name)
+        p = current.replace(recompute=Recompute.FULL, recompute_layers=None if n == layers else n)
+        kwargs = {"use_reentrant": False, **({"every_n_layers": every} if every > 1 else {})}
+        action = ("activation checkpointing: recompute full (every decoder layer)" if every == 1 else
+                  f"activation checkpointing of every {_ordinal(every)} decoder layer ({n} of {layers}; "
+                  f"activation_checkpointing_enable(every_n_layers={every}), transformers >= 5.24)")
+        current = p
+        if rung(2, action, p, {"activation_checkpointing": True, "activation_checkpointing_kwargs": kwargs}):
+            return current
+        if n != counts[-1]:
+            steps.pop()  # report only the rung that fits or every layer
+    return current
 
 
 def _shard_rungs(model, cluster, current, base_s, headroom, profile, steps) -> ParallelPlan:
