@@ -35,6 +35,23 @@ def test_planner_searches_full_and_none_only(llama):
                    lora_rank=16)
     modes = {str(r.plan.recompute) for r in found.ranked}
     assert modes and "selective" not in modes and modes <= {"none", "full"}
+
+
+def test_planner_searches_the_layer_counts_every_n_layers_reaches(llama):
+    """Each full-recompute row also as every ⌈L/k⌉ count, priced as estimate prices the plan, ranked by rank_plan."""
+    from workbench.estimate import estimate
+    from workbench.planner import rank_plan
+
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=8)
+    found = search(llama, cluster, global_batch_size=32, top=5000)
+    counts = {r.plan.recompute_layers for r in found.ranked if str(r.plan.recompute) == "full"}
+    assert counts == {None, 16, 11, 8, 7, 6, 5, 4, 3, 2, 1}
+    partial = [(i, r) for i, r in enumerate(found.ranked) if r.plan.recompute_layers is not None][:3]
+    for i, r in partial:
+        est = estimate(llama, cluster, r.plan, checks=False)
+        assert r.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
+        assert r.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
+        assert rank_plan(llama, cluster, r.plan).rank == i + 1
     with pytest.raises(ValueError, match="recompute lists only 'selective'"):
         search(llama, ClusterSpec(gpu="H200", gpus_per_node=8), global_batch_size=32, recompute=("selective",))
 

@@ -457,8 +457,25 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
     if not chunks:
         return {k: np.zeros(0, np.int64) for k in _COLUMNS}
     table = {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
+    if model.implementation is Implementation.TRANSFORMERS:
+        table = with_hf_checkpoint_counts(table, L)
     # Transformer Engine's layers only (flash attention, megatron-core model): no overlapped rows otherwise
     return with_tp_comm_overlap(table, tp_comm_overlap if tp_comm_overlap_possible(model) else False)
+
+
+def with_hf_checkpoint_counts(table: dict, num_layers: int) -> dict:
+    """The candidate table of a transformers model with a ``recompute_layers`` column: each full-recompute row
+    (every decoder layer checkpointed) also as every count transformers' ``every_n_layers`` reaches
+    (:func:`workbench.specs.hf_checkpoint_every`: ⌈L/k⌉ for k = 2 .. L), each recomputing only those layers."""
+    full = table["recompute"] == M.RECOMPUTE_CODES[Recompute.FULL]
+    out = dict(table)
+    out["recompute_layers"] = np.full(len(table["tp"]), num_layers, np.int64)
+    counts = sorted({-(-num_layers // k) for k in range(2, num_layers + 1)})
+    if not full.any() or not counts:
+        return out
+    extra = {k: np.repeat(v[full], len(counts)) for k, v in out.items()}
+    extra["recompute_layers"] = np.tile(np.array(counts, np.int64), int(full.sum()))
+    return {k: np.concatenate([out[k], extra[k]]) for k in out}
 
 
 def with_tp_comm_overlap(table: dict, tp_comm_overlap: Optional[bool] = None) -> dict:
@@ -589,6 +606,7 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         offload_optimizer="cpu" if table["off_opt"][i] else "none",
         offload_params="cpu" if table["off_par"][i] else "none",
         distributed_optimizer=bool(table["dist_opt"][i]), recompute=_RECOMPUTE_BY_CODE[int(table["recompute"][i])],
+        recompute_layers=_hf_recompute_layers_at(table, i),
         micro_batch_size=int(table["mbs"][i]), global_batch_size=global_batch_size, precision=precision,
         lora_rank=lora[0], lora_targets=lora[1], first_stage_layers=_split_at(table, "first_layers", i),
         last_stage_layers=_split_at(table, "last_layers", i),
@@ -605,6 +623,15 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         tp_comm_overlap=bool(table["tp_ov"][i]) if "tp_ov" in table else False,
         cross_entropy_fusion=(_XENT_BY_CODE[int(table["xent"][i])] if "xent" in table else CrossEntropyFusion.NONE),
         **(stack or {}))
+
+
+def _hf_recompute_layers_at(table: dict, i: int):
+    """Row ``i``'s checkpointed layer count from :func:`with_hf_checkpoint_counts` (``None``: every layer, or a
+    table without the column)."""
+    if "recompute_layers" not in table or int(table["recompute"][i]) != M.RECOMPUTE_CODES[Recompute.FULL]:
+        return None
+    n = int(table["recompute_layers"][i])
+    return None if n >= int(np.max(table["recompute_layers"])) else n
 
 
 def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGETS), stack=None) -> PlanResult:
@@ -1218,8 +1245,13 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     engines = ENGINES if engines is None else tuple(Engine.parse(e, "engines") for e in engines)
     if plan.precision.is_fp8:
         engines = (Engine.MEGATRON,)
+    if model.implementation is Implementation.TRANSFORMERS:  # as search(): DeepSpeed ZeRO data parallel only
+        engines = tuple(e for e in engines if e is Engine.DEEPSPEED)
+    if recompute is None:  # what search() offers: transformers checkpoints whole layers, no selective recompute
+        recompute = (("none", "full") if model.implementation is Implementation.TRANSFORMERS
+                     else ("none", "selective", "full"))
     table = enumerate_candidates(model, cluster, plan.global_batch_size, engines=engines,
-                                 recompute=("none", "selective", "full") if recompute is None else tuple(recompute),
+                                 recompute=tuple(recompute),
                                  allow_cross_node_tp=allow_cross_node_tp, max_context_parallel=max_context_parallel,
                                  # the plan's stack on every row, as adam and overlap_comm below: TP communication
                                  # overlap on every row that can have it when the plan has it, off otherwise
@@ -1252,7 +1284,7 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     ok = fits_gpu & fits_host
     cols = E.plan_columns(plan, model)
     match = np.ones(len(table["tp"]), bool)
-    for key in _COLUMNS:
+    for key in _COLUMNS + (("recompute_layers",) if "recompute_layers" in table else ()):
         match &= table[key] == int(cols[key])
     rows = np.flatnonzero(match)
     gbs, precision = plan.global_batch_size, plan.precision
