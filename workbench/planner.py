@@ -234,7 +234,8 @@ def describe_plan(p: ParallelPlan) -> str:
     if p.offload_params is not Offload.NONE:
         parts.append(f"offload-params={p.offload_params}")
     parts.append(f"mbs{p.micro_batch_size}×{p.gradient_accumulation_steps}")
-    parts.append(f"recompute={p.recompute}")
+    parts.append(f"recompute={p.recompute}" + (f"({p.recompute_layers} layers)" if p.recompute_layers is not None
+                                               else ""))
     if p.cross_entropy_fusion is not CrossEntropyFusion.NONE:  # Megatron's fused loss kernels
         parts.append(f"CE-fusion={p.cross_entropy_fusion}")
     if p.lora_rank:
@@ -1100,6 +1101,8 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
     if term == "recompute":
         if a.recompute != b.recompute:
             return f"recompute={a.recompute} vs {b.recompute}"
+        if a.recompute_layers != b.recompute_layers:
+            return (f"{a.recompute_layers or 'all'} vs {b.recompute_layers or 'all'} layers recomputed")
         if a.micro_batch_size != b.micro_batch_size:
             return f"micro batch {a.micro_batch_size} vs {b.micro_batch_size} (GEMM shapes)"
         return ""
@@ -1151,7 +1154,9 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         ("ZeRO", "zero_stage", lambda x: str(int(x))),
         ("distributed optimizer", "distributed_optimizer", lambda x: "on" if x else "off"),
         ("offload optimizer", "offload_optimizer", str), ("offload params", "offload_params", str),
-        ("recompute", "recompute", str), ("micro batch", "micro_batch_size", str))
+        ("recompute", "recompute", str),
+        ("recomputed layers", "recompute_layers", lambda x: "all" if x is None else str(x)),
+        ("micro batch", "micro_batch_size", str))
         if getattr(w.plan, attr) != getattr(r.plan, attr)
         # Ulysses N is stored as CP N with the all-to-all exchange: its own entry says it once
         and not (attr in ("context_parallel", "cp_comm_type") and (w.plan.is_ulysses or r.plan.is_ulysses))]

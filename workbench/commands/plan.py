@@ -94,7 +94,7 @@ def _row(i, r, moe: bool = False) -> str:
             f"{('y+' if p.tp_comm_overlap else 'y') if p.sequence_parallel else '-':>2} "
             f"{(('do' if p.distributed_optimizer else '-') if p.engine.value == 'megatron' else int(p.zero_stage)):>4} "
             f"{_offload(p):>6} "
-            f"{str(p.recompute):<9} {p.micro_batch_size:>4} {p.gradient_accumulation_steps:>5} "
+            f"{_recompute_text(p):<9} {p.micro_batch_size:>4} {p.gradient_accumulation_steps:>5} "
             f"{r.peak_bytes / GiB:>7.1f} {r.step_seconds:>9.3f} {r.tokens_per_second:>12,.0f} {r.mfu:>6.1%}")
 
 
@@ -173,3 +173,9 @@ def run(args) -> int:
     else:
         print(render(result))
     return 0
+
+
+def _recompute_text(p) -> str:
+    """The recompute column: the mode, and ``/N`` when only N layers per stage are recomputed (a transformers
+    model's every_n_layers, Megatron's --recompute-num-layers)."""
+    return str(p.recompute) + (f"/{p.recompute_layers}" if p.recompute_layers is not None else "")
