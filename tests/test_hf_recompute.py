@@ -157,3 +157,25 @@ def test_oom_ladder_checkpoints_the_fewest_layers_that_fit():
     fewer = last.plan.replace(recompute_layers=11)  # every 3rd layer: does not fit
     mem = estimate(llama, tight, fewer, checks=False).memory
     assert not mem.fits_gpu
+
+
+def test_throughput_advice_checkpoints_fewer_layers_when_none_does_not_fit():
+    """Checkpointing every layer costs a forward; where turning it off does not fit, the advice prices the fewest
+    layers every_n_layers checkpoints that still fit."""
+    import dataclasses
+
+    from workbench.estimate import estimate
+
+    llama = import_hf(HF / "llama3-8b", seq_length=8192).spec
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2, lora_rank=16, micro_batch_size=1, global_batch_size=1,
+                        recompute="full")
+    peak = estimate(llama, cluster, plan.replace(recompute="none")).memory.per_gpu_peak_bytes
+    tight = cluster.replace(gpu=dataclasses.replace(cluster.gpu, memory_gib=peak * 0.9 / 2**30))
+    full = estimate(llama, tight, plan)
+    advice = next(a for a in advisor.throughput_suggestions(llama, tight, plan, full.time) if a.term == "recompute")
+    assert "every 2nd decoder layer only (16 of 32)" in " ".join(advice.settings)
+    assert "'every_n_layers': 2" in " ".join(advice.settings) and "(fits)" in advice.message
+    half = estimate(llama, tight, plan.replace(recompute_layers=16))
+    assert half.memory.fits and advice.predicted_step_seconds == pytest.approx(half.time.step_seconds)
+    assert not estimate(llama, tight, plan.replace(recompute_layers=11)).memory.fits  # every 3rd: too much

@@ -1616,6 +1616,22 @@ def _try(model, cluster, plan, profile=None, **changes):
     return p, (r.time, r.memory)
 
 
+def _fewer_checkpointed_layers(model, cluster, plan, profile=None):
+    """For a transformers plan with checkpointing that cannot be turned off (it would not fit): the fewest
+    checkpointed decoder layers that still fit, as every_n_layers reaches them (:func:`workbench.specs.
+    hf_checkpoint_every`) — ``((plan, (time, memory)), settings)``, or ``None`` when no fewer count fits."""
+    layers = model.num_layers
+    now = plan.recompute_layers or layers
+    for n in sorted(n for n in {-(-layers // k) for k in range(2, layers + 1)} if n < now):
+        p, priced = _try(model, cluster, plan, profile, recompute_layers=n)
+        if priced is not None and priced[1].fits:
+            every = hf_checkpoint_every(layers, n, name=model.name)
+            return (p, priced), [f"checkpoint every {_ordinal(every)} decoder layer only ({n} of {layers}): "
+                                 f"TrainingArguments activation_checkpointing_kwargs={{'every_n_layers': {every}}} "
+                                 f"(transformers >= 5.24)"]
+    return None
+
+
 def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, time,
                            options: Optional[DeepSpeedOptions] = None, *, min_fraction: float = 0.01,
                            profile=None) -> tuple:
@@ -1687,10 +1703,14 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             if plan.recompute is Recompute.FULL and model.implementation is not Implementation.TRANSFORMERS:
                 alt = _try(model, cluster, plan, profile, recompute=Recompute.SELECTIVE, recompute_layers=None)
                 settings = ["--recompute-granularity selective instead of full"]
-            elif plan.recompute is Recompute.FULL:  # transformers: gradient checkpointing is all or nothing
+            elif plan.recompute is Recompute.FULL:  # transformers: whole layers, every k-th of them or all
                 alt = _try(model, cluster, plan, profile, recompute=Recompute.NONE, recompute_layers=None)
                 settings = ["gradient checkpointing off (TrainingArguments activation_checkpointing=False), "
                             "if it fits"]
+                if alt[1] is not None and not alt[1][1].fits:
+                    fewer = _fewer_checkpointed_layers(model, cluster, plan, profile)
+                    if fewer is not None:
+                        alt, settings = fewer
             else:
                 alt = _try(model, cluster, plan, profile, recompute=Recompute.NONE)
                 settings = ["no recompute (if it fits)"]
