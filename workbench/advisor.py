@@ -1102,7 +1102,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     1. smaller micro batch, more accumulation, same global batch (tries each divisor of the micro batch, largest
        first); 2. activation checkpointing: selective, then full recompute (DeepSpeed ``activation_checkpointing``
        with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
-       ``--recompute-granularity``); 3. the model states sharded over data parallel with nothing offloaded: a higher
+       ``--recompute-granularity``; a transformers model: every k-th decoder layer, fewest layers first, then every
+       layer, :func:`_hf_checkpoint_rungs`); 3. the model states sharded over data parallel with nothing offloaded: a higher
        ZeRO stage, Megatron's distributed optimizer (:func:`_shard_rungs`; the guide's ladder goes from checkpointing
        to offload, but sharding on the GPU costs far less step time, so it comes first); 4. ZeRO-3 under DeepSpeed
        (from Megatron through Megatron-DeepSpeed, with nothing offloaded first), with CPU offload of the optimizer,
