@@ -128,6 +128,15 @@ def test_partial_checkpointing_through_estimate_replay_export_and_launch():
     assert args["activation_checkpointing"] and args["activation_checkpointing_kwargs"] == {
         "use_reentrant": False, "every_n_layers": 2}
     assert "every_n_layers" not in hf_training_arguments(spec, cluster, every)["activation_checkpointing_kwargs"]
+    # the non-Trainer export: no DeepSpeed activation_checkpointing section (an HF model checkpoints through
+    # torch.utils.checkpoint), the model's call in the launch script instead
+    from workbench.configs.deepspeed import build_ds_config, hf_checkpointing_line
+
+    assert "activation_checkpointing" not in build_ds_config(spec, cluster, half)
+    assert hf_checkpointing_line(spec, half).startswith(
+        "model.activation_checkpointing_enable(activation_checkpointing_kwargs={'use_reentrant': False}, "
+        "every_n_layers=2)")
+    assert "every_n_layers" not in hf_checkpointing_line(spec, every) and hf_checkpointing_line(spec, none) == ""
     tiny_spec = import_hf(HF / "tiny-llama", seq_length=128).spec
     options = run_options(tiny_spec, half)
     assert options["gradient_checkpointing"] and options["checkpoint_every"] == 2

@@ -230,7 +230,9 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
         # DeepSpeed-Ulysses: the groups come from the model code's mpu (ulysses_snippet); DeepSpeedConfig reads the
         # key on its no-mpu path (zero.Init before deepspeed.initialize) to count data-parallel ranks
         cfg["sequence_parallel_size"] = plan.ulysses
-    if plan.recompute is not Recompute.NONE:
+    # a transformers model checkpoints through torch.utils.checkpoint (activation_checkpointing_enable, set on the
+    # model: hf_checkpointing_line), never through DeepSpeed's activation checkpointing API that this section drives
+    if plan.recompute is not Recompute.NONE and model.implementation is not Implementation.TRANSFORMERS:
         layers_per_stage = model.num_layers // plan.pipeline_parallel
         cfg["activation_checkpointing"] = {
             # Splitting the checkpoints over the TP group only helps with tensor parallelism.
@@ -347,6 +349,18 @@ def _get_path(cfg: dict, path: str):
             return None
         node = node[key]
     return node
+
+
+def hf_checkpointing_line(model: ModelSpec, plan: ParallelPlan) -> str:
+    """The call a training script makes on a transformers model for the plan's checkpointing ('' without it):
+    ``activation_checkpointing_enable`` with every_n_layers where fewer than every layer are checkpointed."""
+    if model.implementation is not Implementation.TRANSFORMERS or plan.recompute is not Recompute.FULL:
+        return ""
+    every = hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name)
+    return ("model.activation_checkpointing_enable(activation_checkpointing_kwargs={'use_reentrant': False}"
+            + (f", every_n_layers={every})  # transformers >= 5.24: decoder layers 0, {every}, {2 * every}, ..."
+               if every > 1 else ")  # gradient_checkpointing_enable(gradient_checkpointing_kwargs=...) before "
+                                  "transformers 5.24"))
 
 
 def hf_training_arguments(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *,
