@@ -24,7 +24,8 @@ def test_validation_names_the_field_and_the_alternative(llama):
     with pytest.raises(ValueError, match=r"recompute='selective' is megatron-core's .* recompute='full' or 'none'"):
         validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="selective"))
     with pytest.raises(ValueError, match=r"recompute_layers=20 of num_layers=32: transformers checkpoints every "
-                                         r"k-th decoder layer .* which gives 32, 16, 11, 8, 7, 6, 5, 4, 3, 2, 1 layers"):
+                                         r"k-th decoder layer .* which gives 32, 16, 11, 8, 7, 6, 5, 4, 3, 2, 1 "
+                                         r"layers"):
         validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="full", recompute_layers=20))
     validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="full"))  # whole layers: fine
     validate(llama, cluster, ParallelPlan(world_size=1, zero_stage=2, recompute="full", recompute_layers=4))  # k=8
@@ -38,7 +39,8 @@ def test_planner_searches_full_and_none_only(llama):
 
 
 def test_planner_searches_the_layer_counts_every_n_layers_reaches(llama):
-    """Each full-recompute row also as every ⌈L/k⌉ count, priced as estimate prices the plan, ranked by rank_plan."""
+    """Each full-recompute row also as every ⌈L/k⌉ count, priced as estimate prices the plan, ranked as
+    rank_plan ranks it."""
     from workbench.estimate import estimate
     from workbench.planner import rank_plan
 

@@ -1103,12 +1103,12 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
        first); 2. activation checkpointing: selective, then full recompute (DeepSpeed ``activation_checkpointing``
        with ``partition_activations`` over TP and ``contiguous_memory_optimization``; Megatron
        ``--recompute-granularity``; a transformers model: every k-th decoder layer, fewest layers first, then every
-       layer, :func:`_hf_checkpoint_rungs`); 3. the model states sharded over data parallel with nothing offloaded: a higher
-       ZeRO stage, Megatron's distributed optimizer (:func:`_shard_rungs`; the guide's ladder goes from checkpointing
-       to offload, but sharding on the GPU costs far less step time, so it comes first); 4. ZeRO-3 under DeepSpeed
-       (from Megatron through Megatron-DeepSpeed, with nothing offloaded first), with CPU offload of the optimizer,
-       then of the parameters too (pipeline parallel folded into data parallel since DeepSpeed pairs ZeRO-3 with no
-       PP);
+       layer, :func:`_hf_checkpoint_rungs`); 3. the model states sharded over data parallel with nothing offloaded:
+       a higher ZeRO stage, Megatron's distributed optimizer (:func:`_shard_rungs`; the guide's ladder goes from
+       checkpointing to offload, but sharding on the GPU costs far less step time, so it comes first); 4. ZeRO-3
+       under DeepSpeed (from Megatron through Megatron-DeepSpeed, with nothing offloaded first), with CPU offload of
+       the optimizer, then of the parameters too (pipeline parallel folded into data parallel since DeepSpeed pairs
+       ZeRO-3 with no PP);
     for an MoE model a rung before it (4, ZeRO-3 becoming 5) raises expert parallelism (Megatron's, or DeepSpeed-MoE's
     ep_size), each larger EP the experts and GPUs allow, smallest first;
     :func:`lora_option` prices the fine-tuning alternative (LoRA) next to it.
@@ -1182,13 +1182,14 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         larger = [k for k in range(e + 1, model.num_experts + 1) if model.num_experts % k == 0
                   and current.world_size % (te * k * current.pipeline_parallel) == 0]
         if not larger:
-            steps.append(LadderStep(step=ep_step, action=f"expert parallel is already the largest the experts and GPUs "
-                                                   f"allow (EP={e}, {model.num_experts} experts)", plan=None))
+            steps.append(LadderStep(step=ep_step, action=f"expert parallel is already the largest the experts and "
+                                                         f"GPUs allow (EP={e}, {model.num_experts} experts)",
+                                    plan=None))
         for k in larger:
             p = current.replace(expert_parallel=k, sequence_parallel=current.sequence_parallel
                                 or current.tensor_parallel > 1)
-            if rung(ep_step, f"expert parallel {e} → {k} ({model.num_experts // k} experts per GPU, expert data parallel "
-                       f"{current.expert_data_parallel} → {p.expert_data_parallel})", p,
+            if rung(ep_step, f"expert parallel {e} → {k} ({model.num_experts // k} experts per GPU, expert data "
+                             f"parallel {current.expert_data_parallel} → {p.expert_data_parallel})", p,
                     {"--expert-model-parallel-size": k}):
                 return tuple(steps)
             if k != larger[-1]:
@@ -1201,18 +1202,19 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         e, stride = current.expert_parallel, current.world_size // current.pipeline_parallel
         larger = [k for k in range(e + 1, model.num_experts + 1) if model.num_experts % k == 0 and stride % k == 0]
         if not larger:
-            steps.append(LadderStep(step=ep_step, action=f"DeepSpeed-MoE ep_size is already the largest the experts and "
-                                                   f"GPUs allow (EP={e}, {model.num_experts} experts)", plan=None))
+            steps.append(LadderStep(step=ep_step, action=f"DeepSpeed-MoE ep_size is already the largest the experts "
+                                                         f"and GPUs allow (EP={e}, {model.num_experts} experts)",
+                                    plan=None))
         for k in larger:
             p = current.replace(expert_parallel=k)
-            if rung(ep_step, f"DeepSpeed-MoE ep_size {e} → {k} ({model.num_experts // k} experts per GPU, expert data "
-                       f"parallel {current.expert_data_parallel} → {p.expert_data_parallel}; capacity factor "
-                       f"{p.moe_capacity_factor or 1.0:g})", p, {"MoE(ep_size=...)": k}):
+            if rung(ep_step, f"DeepSpeed-MoE ep_size {e} → {k} ({model.num_experts // k} experts per GPU, expert "
+                             f"data parallel {current.expert_data_parallel} → {p.expert_data_parallel}; capacity "
+                             f"factor {p.moe_capacity_factor or 1.0:g})", p, {"MoE(ep_size=...)": k}):
                 return tuple(steps)
             if k != larger[-1]:
                 steps.pop()
-    # 4 (5 after an MoE rung) — ZeRO-3 (+ CPU offload) under DeepSpeed (which keeps every expert on every rank: DeepSpeed-MoE refuses
-    # ZeRO-3, so the model's own MoE block)
+    # 4 (5 after an MoE rung) — ZeRO-3 (+ CPU offload) under DeepSpeed (which keeps every expert on every rank:
+    # DeepSpeed-MoE refuses ZeRO-3, so the model's own MoE block)
     engine = Engine.MEGATRON_DEEPSPEED if current.engine is Engine.MEGATRON else current.engine
     if current.engine is Engine.DEEPSPEED and current.tensor_parallel > 1:
         engine = Engine.MEGATRON_DEEPSPEED
@@ -1259,8 +1261,8 @@ def _ordinal(n: int) -> str:
 
 def _hf_checkpoint_rungs(model, current, rung, steps) -> ParallelPlan:
     """The ladder's step 2 for a transformers model: decoder layers checkpointed as ``every_n_layers`` allows
-    (:func:`workbench.specs.hf_checkpoint_every`), fewest first — every k-th layer recomputes only ⌈L/k⌉ layers, so
-    the first count that fits costs the least step time — up to every layer. ``rung`` prices and appends one; only
+    (:func:`workbench.specs.hf_checkpoint_every`), fewest first — every k-th layer recomputes only ⌈L/k⌉ layers,
+    so the first count that fits costs the least step time — up to every layer. ``rung`` prices and appends one; only
     the rung that fits, or the last tried (every layer), is kept. Returns the plan the next rungs start from."""
     layers = model.num_layers
     now = (current.recompute_layers or layers) if current.recompute is Recompute.FULL else 0

@@ -1359,7 +1359,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     ``("end", 0, 0)`` marker. ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
     (:data:`SDPA_KERNELS`; cuDNN's, as on an H200). ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
     fine-tune. ``checkpoint_every``: with ``gradient_checkpointing``, transformers' ``every_n_layers`` (layers 0, k,
-    2k, ... checkpointed). ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``. DeepSpeed's state is made of meta tensors with the lifetimes of
+    2k, ... checkpointed). ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``. DeepSpeed's state is made
+    of meta tensors with the lifetimes of
     ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
 
     - build: each parameter is allocated on the device by ``from_config``; ZeRO-1/2 calls ``empty_cache()`` and
