@@ -199,6 +199,21 @@ def test_oom_ladder_shards_states_on_the_gpu_before_offloading_them():
     assert "nothing offloaded" in mg[1].action and str(mg[2].plan.offload_optimizer) == "cpu" and mg[2].fits
 
 
+def test_oom_ladder_recomputes_the_fewest_layers_that_fit_with_megatrons_block_method():
+    # Llama 2 13B, TP1 PP4 on 8 x A100-80GB: selective recompute does not fit; full recompute of every layer does,
+    # and so does the block method on the first 3 of each stage's 10 layers, at a fraction of the recompute time
+    m, c = model("llama2-13b"), _cluster("A100-80GB")
+    p = _plan(c, engine="megatron", pipeline_parallel=4, distributed_optimizer=True, global_batch_size=8)
+    ladder = advisor.oom_ladder(m, c, p)
+    last = ladder[-1]
+    assert last.fits and last.step == 2 and last.plan.recompute_layers == 3 and "first 3 of 10 layers" in last.action
+    assert last.settings == {"--recompute-granularity": "full", "--recompute-method": "block",
+                             "--recompute-num-layers": "3"}
+    every = estimate(m, c, last.plan.replace(recompute_layers=None), checks=False)
+    assert every.memory.fits and last.step_seconds < every.time.step_seconds
+    assert not estimate(m, c, last.plan.replace(recompute_layers=2), checks=False).memory.fits
+
+
 def test_ladder_judges_fit_as_the_fits_memory_check_does():
     # a plan whose point estimate fits but whose band's upper side does not: the check fails and the ladder starts
     m, c = model("llama2-13b"), _cluster("A100-80GB")

@@ -1168,6 +1168,11 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         flags = {**dict(zip(mg[::2], mg[1::2])), **(ds_ckpt if r is Recompute.FULL else {})}
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
+            if r is Recompute.FULL:  # fewer layers may do: Megatron's block method
+                fewer = _block_recompute_rung(model, cluster, p, base_s, headroom, profile)
+                if fewer is not None:
+                    steps[-1] = fewer
+                    current = fewer.plan
             return tuple(steps)
     # 3 — shard the model states over data parallel, still on the GPU: a higher ZeRO stage (DeepSpeed), the
     # distributed optimizer (Megatron); far cheaper in step time than offloading them to the CPU
@@ -1257,6 +1262,37 @@ def _ordinal(n: int) -> str:
     """2nd, 3rd, 4th, 11th, 21st."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def _block_recompute_rung(model, cluster, full, base_s, headroom, profile):
+    """For a Megatron plan (Megatron or Megatron-DeepSpeed, no virtual pipeline) whose full recompute of every
+    layer fits: the fewest layers per stage that Megatron's block method (``--recompute-method block
+    --recompute-num-layers N``: the first N layers of each stage recomputed, the others keeping their activations)
+    recomputes and still fits, found by bisection (memory falls and step time rises with N), as a
+    :class:`LadderStep`; ``None`` when only every layer fits or the plan is not such a plan."""
+    if full.engine is Engine.DEEPSPEED or full.virtual_pipeline > 1:
+        return None
+    stage = max(full.stage_layers(model.num_layers))
+    lo, hi, found = 1, stage - 1, None
+    while lo <= hi:
+        n = (lo + hi) // 2
+        try:
+            p = full.replace(recompute_layers=n)
+            validate(model, cluster, p)
+        except ValueError:
+            return found
+        r = _price(model, cluster, p, base_s, headroom, profile=profile)
+        if r["fits"]:
+            found, hi = (n, r), n - 1
+        else:
+            lo = n + 1
+    if found is None:
+        return None
+    n, r = found
+    mg = megatron_recompute_flags(r["plan"])
+    return LadderStep(step=2, action=f"activation checkpointing: recompute full, block method, the first {n} of "
+                                     f"{stage} layers of each stage (the rest keep their activations)",
+                      settings=dict(zip(mg[::2], mg[1::2])), **r)
 
 
 def _hf_checkpoint_rungs(model, current, rung, steps) -> ParallelPlan:
