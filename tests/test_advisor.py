@@ -212,6 +212,12 @@ def test_oom_ladder_recomputes_the_fewest_layers_that_fit_with_megatrons_block_m
     every = estimate(m, c, last.plan.replace(recompute_layers=None), checks=False)
     assert every.memory.fits and last.step_seconds < every.time.step_seconds
     assert not estimate(m, c, last.plan.replace(recompute_layers=2), checks=False).memory.fits
+    # the throughput advice on that plan with every layer recomputed: selective does not fit, the block method does
+    full = last.plan.replace(recompute_layers=None)
+    advice = next(a for a in advisor.throughput_suggestions(m, c, full, estimate(m, c, full).time)
+                  if a.term == "recompute")
+    assert "--recompute-method block --recompute-num-layers 3" in advice.settings[0] and "(fits)" in advice.message
+    assert advice.predicted_step_seconds == pytest.approx(last.step_seconds)
 
 
 def test_ladder_judges_fit_as_the_fits_memory_check_does():

@@ -1742,6 +1742,12 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             if plan.recompute is Recompute.FULL and model.implementation is not Implementation.TRANSFORMERS:
                 alt = _try(model, cluster, plan, profile, recompute=Recompute.SELECTIVE, recompute_layers=None)
                 settings = ["--recompute-granularity selective instead of full"]
+                if alt[1] is not None and not alt[1][1].fits and plan.recompute_layers is None:
+                    block = _block_recompute_rung(model, cluster, plan, time.step_seconds, 0.0, profile)
+                    if block is not None:  # fewer layers recomputed with Megatron's block method
+                        alt = _try(model, cluster, plan, profile, recompute_layers=block.plan.recompute_layers)
+                        settings = [" ".join(f"{k} {v}" for k, v in block.settings.items())
+                                    + f" (the first {block.plan.recompute_layers} layers of each stage)"]
             elif plan.recompute is Recompute.FULL:  # transformers: whole layers, every k-th of them or all
                 alt = _try(model, cluster, plan, profile, recompute=Recompute.NONE, recompute_layers=None)
                 settings = ["gradient checkpointing off (TrainingArguments activation_checkpointing=False), "
