@@ -220,6 +220,26 @@ def test_oom_ladder_recomputes_the_fewest_layers_that_fit_with_megatrons_block_m
     assert advice.predicted_step_seconds == pytest.approx(last.step_seconds)
 
 
+def test_advice_names_the_planners_faster_plan_beside_the_ladder():
+    # GPT-3 6.7B, Megatron TP2 on 8 x A100-40GB does not fit: the ladder keeps TP2 and ends on ZeRO-3 with full
+    # recompute; the planner's fastest plan that fits, judged the same way, takes far less time per step
+    from workbench.planner import describe_plan, search
+
+    m, c = model("gpt3-6.7b"), _cluster("A100-40GB")
+    p = _plan(c, engine="megatron", tensor_parallel=2, sequence_parallel=True)
+    advice = advisor.advise(m, c, p)
+    end = advice.oom_ladder[-1]
+    best = search(m, c, global_batch_size=64, top=1, headroom=0.0, expandable_segments=True, fit_on="band").best
+    assert end.fits and best.step_seconds < (1 - advisor.PLANNER_GAP) * end.step_seconds
+    f = {x.id: x for x in advice.findings}["planner_alternative"]
+    assert f.status == "warn" and describe_plan(best.plan) in f.message and f"{best.step_seconds:.3f} s/step" in f.message
+    assert f"{1 - best.step_seconds / end.step_seconds:.0%} less time per step" in f.message
+    assert "--fit-on band" in f.suggestion
+    # a plan that fits has no ladder and no such finding
+    fits = advisor.advise(m, c, best.plan)
+    assert not fits.oom_ladder and "planner_alternative" not in {x.id for x in fits.findings}
+
+
 def test_ladder_judges_fit_as_the_fits_memory_check_does():
     # a plan whose point estimate fits but whose band's upper side does not: the check fails and the ladder starts
     m, c = model("llama2-13b"), _cluster("A100-80GB")

@@ -1362,6 +1362,44 @@ def _shard_rungs(model, cluster, current, base_s, headroom, profile, steps) -> P
     return current
 
 
+PLANNER_GAP = 0.10
+"""The planner's fastest fitting plan is named beside the OOM ladder when it is at least this much faster than the
+plan the ladder ends on (the ladder keeps the user's layout; the planner may change it)."""
+
+
+def planner_alternative(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, ladder, *,
+                        headroom: float = 0.0, profile=None) -> Optional[Finding]:
+    """For a plan that does not fit (``ladder`` non-empty): the planner's fastest plan for the same model, GPUs,
+    global batch, precision, stack and LoRA, judged as the ladder judges fit (at the error band's upper side, with
+    the expandable-segments allocator the ladder starts with), when it is :data:`PLANNER_GAP` faster than the
+    ladder's answer or the ladder finds none; ``None`` otherwise."""
+    from workbench.planner import describe_plan, search
+
+    if not ladder:
+        return None
+    end = ladder[-1] if ladder[-1].fits else None
+    try:
+        best = search(model, cluster, global_batch_size=plan.global_batch_size, top=1, headroom=headroom,
+                      precision=plan.precision, lora_rank=plan.lora_rank, lora_targets=plan.lora_targets,
+                      adam=plan.adam, overlap_comm=plan.overlap_comm, expandable_segments=True, profile=profile,
+                      **({"fp8_recipe": plan.fp8_recipe} if plan.precision.is_fp8 else {}),
+                      fit_on="band").best
+    except ValueError:  # nothing fits at the band's upper side either
+        return None
+    if end is not None and best.step_seconds > (1 - PLANNER_GAP) * end.step_seconds:
+        return None
+    what = (f"the OOM ladder keeps this layout and ends at {end.step_seconds:.3f} s/step "
+            f"({describe_plan(end.plan)}); the planner's fastest plan that fits takes "
+            f"{1 - best.step_seconds / end.step_seconds:.0%} less time per step" if end is not None else
+            "the OOM ladder keeps this layout and finds no plan that fits; the planner's fastest plan that fits")
+    return Finding(id="planner_alternative", status="warn",
+                   message=f"{what}: {describe_plan(best.plan)}, {best.step_seconds:.3f} s/step, "
+                           f"{_gb(best.peak_bytes)} per GPU",
+                   suggestion=f"`workbench plan --gbs {plan.global_batch_size} --fit-on band` with this model and "
+                              f"cluster lists it and its runners-up (the Planner tab: 'fit at the error band's upper "
+                              f"side')")
+
+
 LORA_LADDER_RANK = 16
 """Rank of the LoRA alternative the advisor prices (a common choice; Hu et al. 2021 find small ranks enough)."""
 
@@ -1950,6 +1988,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
                              suggestion=("more host memory per node, more nodes (the offloaded states shard over "
                                          "them), or NVMe offload" if last.limit.startswith("host") else
                                          "more GPUs (more TP/PP), a shorter sequence, or larger GPUs")),)
+    other = planner_alternative(model, cluster, plan, ladder, headroom=headroom, profile=profile)
+    if other is not None:
+        findings += (other,)
     lora = lora_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if lora is not None:
         findings += (lora,)
