@@ -54,7 +54,9 @@ def test_planner_searches_the_layer_counts_every_n_layers_reaches(llama):
         assert r.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
         assert r.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
         assert rank_plan(llama, cluster, r.plan).rank == i + 1
-        assert f"recompute=full({r.plan.recompute_layers} layers)" in r.describe()
+        n = r.plan.recompute_layers
+        assert f"recompute=full({n} layer{'s' if n != 1 else ''})" in r.describe()
+        assert r.to_dict()["recompute_layers"] == n
     with pytest.raises(ValueError, match="recompute lists only 'selective'"):
         search(llama, ClusterSpec(gpu="H200", gpus_per_node=8), global_batch_size=32, recompute=("selective",))
 

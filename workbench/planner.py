@@ -138,8 +138,8 @@ class PlanResult:
             "data_parallel": p.data_parallel, "sequence_parallel": p.sequence_parallel,
             "zero_stage": int(p.zero_stage), "offload_optimizer": str(p.offload_optimizer),
             "offload_params": str(p.offload_params), "distributed_optimizer": p.distributed_optimizer,
-            "recompute": str(p.recompute), "micro_batch_size": p.micro_batch_size,
-            "gradient_accumulation_steps": p.gradient_accumulation_steps, "global_batch_size": p.global_batch_size,
+            "recompute": str(p.recompute), "recompute_layers": p.recompute_layers,
+            "micro_batch_size": p.micro_batch_size, "gradient_accumulation_steps": p.gradient_accumulation_steps, "global_batch_size": p.global_batch_size,
             "precision": str(p.precision), "expert_parallel": p.expert_parallel,
             "expert_tensor_parallel": p.expert_tensor_parallel_size, "expandable_segments": p.expandable_segments,
             "cross_entropy_fusion": str(p.cross_entropy_fusion),
@@ -234,7 +234,8 @@ def describe_plan(p: ParallelPlan) -> str:
     if p.offload_params is not Offload.NONE:
         parts.append(f"offload-params={p.offload_params}")
     parts.append(f"mbs{p.micro_batch_size}×{p.gradient_accumulation_steps}")
-    parts.append(f"recompute={p.recompute}" + (f"({p.recompute_layers} layers)" if p.recompute_layers is not None
+    layers = p.recompute_layers
+    parts.append(f"recompute={p.recompute}" + (f"({layers} layer{'s' if layers != 1 else ''})" if layers is not None
                                                else ""))
     if p.cross_entropy_fusion is not CrossEntropyFusion.NONE:  # Megatron's fused loss kernels
         parts.append(f"CE-fusion={p.cross_entropy_fusion}")
