@@ -39,7 +39,7 @@ from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
 from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, ClusterSpec, CrossEntropyFusion, Engine, Implementation,
                              ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute, ZeroStage,
-                             hf_checkpoint_every, ulysses_head_limit, validate)
+                             hf_checkpoint_counts, hf_checkpoint_every, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -1302,7 +1302,7 @@ def _hf_checkpoint_rungs(model, current, rung, steps) -> ParallelPlan:
     the rung that fits, or the last tried (every layer), is kept. Returns the plan the next rungs start from."""
     layers = model.num_layers
     now = (current.recompute_layers or layers) if current.recompute is Recompute.FULL else 0
-    counts = sorted(n for n in {-(-layers // k) for k in range(1, layers + 1)} if n > now)
+    counts = [n for n in hf_checkpoint_counts(layers) if n > now]
     if not counts:
         steps.append(LadderStep(step=2, action="every decoder layer is already checkpointed", plan=None))
         return current
@@ -1699,7 +1699,7 @@ def _fewer_checkpointed_layers(model, cluster, plan, profile=None):
     hf_checkpoint_every`) — ``((plan, (time, memory)), settings)``, or ``None`` when no fewer count fits."""
     layers = model.num_layers
     now = plan.recompute_layers or layers
-    for n in sorted(n for n in {-(-layers // k) for k in range(2, layers + 1)} if n < now):
+    for n in (n for n in hf_checkpoint_counts(layers) if n < now):
         p, priced = _try(model, cluster, plan, profile, recompute_layers=n)
         if priced is not None and priced[1].fits:
             every = hf_checkpoint_every(layers, n, name=model.name)

@@ -1994,15 +1994,14 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                   if m.implementation is Implementation.TRANSFORMERS else 0.0)
     recomputed_transient = (maximum(output, full_layer + hf_working) if m.implementation is Implementation.TRANSFORMERS
                             else full_layer + output)
+    plain_transient = maximum(logits_phase, full_layer + output_grad)  # a layer back-propagated without recompute
     if m.implementation is Implementation.TRANSFORMERS:
         # every_n_layers > 1 (:func:`workbench.specs.hf_checkpoint_every`): the layers left out back-propagate as
         # without checkpointing, after the loss as the last layer may be one of them
-        recomputed_transient = where(recomputed < layers, maximum(recomputed_transient,
-                                                                  maximum(logits_phase, full_layer + output_grad)),
+        recomputed_transient = where(recomputed < layers, maximum(recomputed_transient, plain_transient),
                                      recomputed_transient)
     transient = where(recompute >= 2, recomputed_transient,
-                         where(recompute == 1, maximum(output, full_layer + output_grad) + core,
-                                  maximum(logits_phase, full_layer + output_grad)))
+                         where(recompute == 1, maximum(output, full_layer + output_grad) + core, plain_transient))
     if m.attention.materialises_scores:
         # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
         # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set

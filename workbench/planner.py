@@ -53,7 +53,7 @@ from workbench.parallel import group_crosses_nodes
 from workbench.specs import (LORA_TARGETS, ulysses_head_limit, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
                              tp_comm_overlap_possible, CROSS_ENTROPY_FUSION_CODES, CrossEntropyFusion,
-                             check_spec_types)
+                             check_spec_types, hf_checkpoint_counts)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -468,11 +468,11 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
 def with_hf_checkpoint_counts(table: dict, num_layers: int) -> dict:
     """The candidate table of a transformers model with a ``recompute_layers`` column: each full-recompute row
     (every decoder layer checkpointed) also as every count transformers' ``every_n_layers`` reaches
-    (:func:`workbench.specs.hf_checkpoint_every`: ⌈L/k⌉ for k = 2 .. L), each recomputing only those layers."""
+    (:func:`workbench.specs.hf_checkpoint_counts`: ⌈L/k⌉ for k = 2 .. L), each recomputing only those layers."""
     full = table["recompute"] == M.RECOMPUTE_CODES[Recompute.FULL]
     out = dict(table)
     out["recompute_layers"] = np.full(len(table["tp"]), num_layers, np.int64)
-    counts = sorted({-(-num_layers // k) for k in range(2, num_layers + 1)})
+    counts = [n for n in hf_checkpoint_counts(num_layers) if n < num_layers]
     if not full.any() or not counts:
         return out
     extra = {k: np.repeat(v[full], len(counts)) for k, v in out.items()}

@@ -1441,6 +1441,11 @@ def tp_comm_overlap_possible(model: ModelSpec) -> bool:
     return model.attention is AttentionImpl.FLASH and model.implementation is Implementation.MEGATRON
 
 
+def hf_checkpoint_counts(num_layers: int) -> tuple:
+    """The decoder-layer counts transformers' ``every_n_layers=k`` checkpoints (⌈L/k⌉ for k = 1 .. L), fewest first."""
+    return tuple(sorted({-(-num_layers // k) for k in range(1, num_layers + 1)}))
+
+
 def hf_checkpoint_every(num_layers: int, recompute_layers: Optional[int], *, name: str = "model") -> int:
     """transformers' ``activation_checkpointing_enable(every_n_layers=k)`` (5.24) checkpoints decoder layers 0, k,
     2k, ... — ⌈L/k⌉ of the L — and leaves the others keeping their activations (``_set_gradient_checkpointing``,
@@ -1451,7 +1456,7 @@ def hf_checkpoint_every(num_layers: int, recompute_layers: Optional[int], *, nam
     for k in range(1, num_layers + 1):
         if -(-num_layers // k) == recompute_layers:
             return k
-    reachable = sorted({-(-num_layers // k) for k in range(1, num_layers + 1)}, reverse=True)
+    reachable = reversed(hf_checkpoint_counts(num_layers))
     raise ValueError(f"{name}: recompute_layers={recompute_layers} of num_layers={num_layers}: transformers "
                      f"checkpoints every k-th decoder layer (activation_checkpointing_enable(every_n_layers=k), "
                      f"⌈{num_layers}/k⌉ layers), which gives {', '.join(map(str, reachable))} layers")

@@ -90,8 +90,9 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         ok = _validate_ds(cfg, plan)
         preamble = ['TRAIN_SCRIPT="${TRAIN_SCRIPT:-train.py}"  # FILL IN: your DeepSpeed training script '
                     '(calls deepspeed.initialize)']
-        if ds.hf_checkpointing_line(model, plan):  # the model's own checkpointing, not a ds_config section
-            preamble.append(f"# in $TRAIN_SCRIPT, before deepspeed.initialize: {ds.hf_checkpointing_line(model, plan)}")
+        checkpointing = ds.hf_checkpointing_line(model, plan)  # the model's own checkpointing, not a ds_config
+        if checkpointing:
+            preamble.append(f"# in $TRAIN_SCRIPT, before deepspeed.initialize: {checkpointing}")
         command = ["$TRAIN_SCRIPT", "--deepspeed", "--deepspeed_config", "ds_config.json"]
         _moe_snippet(files, model, plan)
         _ulysses_snippet(files, model, plan)
