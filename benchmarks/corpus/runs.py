@@ -438,6 +438,14 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- thirty-ninth final batch ("final39"): declared before measuring ---
+    # StarCoder2 15B's width at 3 of its 40 layers: GQA 48/4 of head 128, GeLU 24576, LayerNorm, biases, 49k
+    # vocabulary, untied, 4k tokens
+    "mc-h6144-starcoder2-l3": dict(like="StarCoder2 15B width (40 -> 3 layers), 4k tokens", num_layers=3,
+                                   hidden_size=6144, num_attention_heads=48, num_query_groups=4,
+                                   ffn_hidden_size=24576, vocab_size=49152, seq_length=4096, activation="gelu",
+                                   normalization="layernorm", add_bias_linear=True, tied_embeddings=False,
+                                   position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
     # --- thirty-fifth final batch ("final35"): declared before measuring ---
     # Llama 2 13B's width at 6 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, 32k vocabulary, untied, 2k tokens
     "mc-h5120-llama2-l6": dict(like="Llama 2 13B width (40 -> 6 layers)", num_layers=6, hidden_size=5120,
@@ -1065,6 +1073,26 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- thirty-ninth final batch ("final39") ---
+    # DeepSeek LLM 7B at 8 of its 30 layers: MHA 32 heads of 128, SwiGLU 11008, 102k vocabulary, untied
+    "hf-deepseek-h4096-l8": dict(like="DeepSeek LLM 7B (30 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=32, vocab_size=102400,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000.0)),
+    # Phi-4 (14B) at 6 of its 40 layers: fused qkv_proj and gate_up_proj, GQA 40/10 of head 128, SwiGLU 17920, 100k
+    # vocabulary, untied
+    "hf-phi4-h5120-l6": dict(like="Phi-4 14B (40 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="phi3", architectures=["Phi3ForCausalLM"], hidden_size=5120, intermediate_size=17920,
+        num_hidden_layers=6, num_attention_heads=40, num_key_value_heads=10, vocab_size=100352,
+        max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0, rope_theta=250000.0, pad_token_id=None)),
+    # Qwen3 14B at 8 of its 40 layers: GQA 40/8 of head 128, q/k norms, SwiGLU 17408, 152k vocabulary, untied
+    "hf-qwen3-h5120-l8": dict(like="Qwen3 14B (40 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=5120, intermediate_size=17408,
+        num_hidden_layers=8, num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- thirty-eighth final batch ("final38") ---
     # Mistral NeMo 12B at 4 of its 40 layers: GQA 32/8 of head 128 over a 5120 hidden, SwiGLU 14336, 131k vocabulary,
     # untied (a 671 M-element output layer, above DeepSpeed's bucket)
@@ -1816,6 +1844,25 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # thirty-ninth final batch (one GPU), declared in accuracy_split.json "final39" before measuring: what a user
+    # fine-tuning a 7-15B model on one GPU runs (ZeRO-3 with the parameters and the optimizer on the CPU, ZeRO-2/3 with
+    # the optimizer there, LoRA at ZeRO-2), on four new shapes: a blind test of the allocator replay that `workbench
+    # estimate` takes by default for such plans, and of the shape-level default models
+    "final39": [
+        _hf("hf-deepseek-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-qwen3-h5120-l8", 3, "sdpa", mbs=4, ckpt=True, **OFF, **POFF),
+        _hf("hf-phi4-h5120-l6", 3, "sdpa", **OFF, **POFF),
+        _ds("mc-h6144-starcoder2-l3", 3, **OFF, **POFF),
+        _hf("hf-deepseek-h4096-l8", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen3-h5120-l8", 3, "sdpa", ckpt=True, **OFF),
+        _hf("hf-phi4-h5120-l6", 3, "eager", mbs=2, ckpt=True, **POFF),
+        _ds("mc-h6144-starcoder2-l3", 3, mbs=2, recompute="full", **OFF),
+        _hf("hf-deepseek-h4096-l8", 2, "sdpa", mbs=4, ckpt=True, lora=16),
+        _hf("hf-qwen3-h5120-l8", 1, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-phi4-h5120-l6", 2, "sdpa", **OFF),
+        _ds("mc-h6144-starcoder2-l3", 2, **OFF),
+        _hf("hf-deepseek-h4096-l8", 3, "eager", **OFF),
     ],
     # thirty-eighth final batch (one GPU), declared in accuracy_split.json "final38" before measuring: ZeRO-1/2 with the
     # optimizer on the CPU where a weight larger than the bucket (an untied output layer, a tied embedding) has its
