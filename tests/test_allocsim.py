@@ -55,7 +55,7 @@ def _estimate(capsys, *extra):
 
 
 def test_cli_flag_changes_only_the_overhead_line(capsys):
-    _, plain, _ = _estimate(capsys)
+    _, plain, _ = _estimate(capsys, "--no-simulate-allocator")
     code, replayed, _ = _estimate(capsys, "--simulate-allocator")
     assert code == 0
     from workbench.estimate import estimate
@@ -72,10 +72,60 @@ def test_cli_flag_changes_only_the_overhead_line(capsys):
                                    f"above the allocated terms)")
     # the rest that may move is what the overhead term feeds: total, peak, headroom and the checks quoting them,
     # and the error band, now the replay's own
+    # and the line saying where the reserve came from
     for a, b in changed:
-        assert a.lstrip().startswith(("overhead", "total", "peak", "check", "error band")), (a, b)
+        assert a.lstrip().startswith(("overhead", "total", "peak", "check", "error band", "allocator:")), (a, b)
     band = [b for a, b in changed if a.lstrip().startswith("error band")]
     assert len(band) == 1 and band[0].endswith("with the caching allocator replayed")
+    source = [(a.strip(), b.strip()) for a, b in changed if a.lstrip().startswith("allocator:")]
+    assert source == [("allocator: constant reserve by engine (not replayed: --no-simulate-allocator)",
+                       "allocator: replayed over the traced steps (asked for)")]
+
+
+def test_cli_replays_by_default_where_it_can(capsys, monkeypatch):
+    """Without either flag a one-GPU plan in the replay's scope is replayed (the same figures as
+    --simulate-allocator, stderr saying so); out of scope, with a spec changed from its config, without the trace's
+    libraries or when the trace itself fails, the estimate keeps the constant reserve and says why, stdout still the
+    payload only."""
+    code, auto, err = _estimate(capsys, "--json")
+    _, asked, _ = _estimate(capsys, "--json", "--simulate-allocator")
+    assert code == 0 and "replaying the caching allocator" in err
+    auto, asked = json.loads(auto), json.loads(asked)
+    assert auto["memory"] == asked["memory"] and auto["memory"]["reserve_source"] == "replayed"
+    assert auto["allocator_replay"] == {"mode": "auto", "replayed": True, "skipped": None}
+    assert asked["allocator_replay"] == {"mode": "on", "replayed": True, "skipped": None}
+    _, text, _ = _estimate(capsys)
+    assert "  allocator: replayed over the traced steps (automatic for this one-GPU plan; " in text
+
+    def skipped(*extra):
+        code, out, err = _estimate(capsys, "--json", *extra)
+        record = json.loads(out)
+        assert code == 0 and "reserve_source" not in record["memory"]
+        assert record["allocator_replay"]["mode"] == "auto" and record["allocator_replay"]["replayed"] is False
+        return record["allocator_replay"]["skipped"], err
+
+    why, err = skipped("--zero", "3")
+    assert why == ("outside the replay's scope: overlap_comm=False at ZeRO-3 (the trace reduces on ZeRO-3's side "
+                   "stream, DeepSpeed's default: --overlap-comm, ParallelPlan(overlap_comm=True))")
+    assert "replaying" not in err and "warning" not in err
+    why, _ = skipped("--layers", "1")
+    assert why.startswith("the model was changed since its config.json was imported (num_layers=1 (config: ")
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else object())
+    why, _ = skipped()
+    assert why == "the trace needs transformers, not importable here"
+    monkeypatch.undo()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("trace broke\nsecond line")
+
+    monkeypatch.setattr(allocsim, "plan_replayed_peaks", broken)
+    why, err = skipped()
+    assert why == "the replay failed (RuntimeError: trace broke)"
+    assert "warning: the replay failed (RuntimeError: trace broke); the constant reserve is used" in err
+    code, out, err = _estimate(capsys, "--simulate-allocator")  # asked for: a failure is an error, not a fallback
+    assert code != 0 and out == "" and "trace broke" in err and "Traceback" not in err
 
 
 def _specs():
@@ -89,7 +139,7 @@ def _specs():
 
 
 def test_cli_json_carries_the_replayed_reserve(capsys):
-    _, plain, _ = _estimate(capsys, "--json")
+    _, plain, _ = _estimate(capsys, "--json", "--no-simulate-allocator")
     code, replayed, _ = _estimate(capsys, "--json", "--simulate-allocator")
     assert code == 0
     a, b = json.loads(plain)["memory"], json.loads(replayed)["memory"]  # stdout is the payload only
@@ -149,7 +199,7 @@ def test_megatron_core_model_is_traced_in_a_child_process(capsys):
     assert memory["reserve_source"] == "replayed"
     assert memory["per_gpu_peak_bytes"] == pytest.approx(
         OUTSIDE_ALLOCATOR_BYTES["deepspeed"] + memory["replayed_peak_reserved_bytes"], abs=8)  # under DeepSpeed
-    main(["estimate", *TINY_MCORE, "--json"])
+    main(["estimate", *TINY_MCORE, "--json", "--no-simulate-allocator"])
     plain = json.loads(capsys.readouterr()[0])["memory"]
     assert plain["allocated_bytes"] == memory["allocated_bytes"] and "reserve_source" not in plain
 

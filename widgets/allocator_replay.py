@@ -7,7 +7,6 @@ The logic is in pure functions over the app state (:func:`replay_source`, :func:
 :func:`replayed_summary_html`) so tests need no browser."""
 from __future__ import annotations
 
-import dataclasses
 import html
 import time
 from types import SimpleNamespace
@@ -17,17 +16,12 @@ import ipywidgets as ipw
 
 from widgets.common import error_html, error_message, gib
 
-NOT_COMPARED = ("name", "seq_length", "attention")
-"""ModelSpec fields that may differ from the imported config's spec: the replay takes the sequence and the attention
-kernel from the current model, the rest from the config."""
-
-
 def replay_source(state):
     """What :func:`workbench.estimate.estimate`'s ``simulate_allocator=`` needs for ``state``'s model: ``True`` for a
     megatron-core model (traced from its specs), the imported :class:`workbench.hf.HFModel` for a transformers model.
     ``ValueError`` when the plan is outside the replay's scope (:func:`workbench.allocsim.check_scope`), when a
     transformers model was not imported from a config.json, or when its fields were changed since the import."""
-    from workbench.allocsim import check_scope, is_megatron
+    from workbench.allocsim import check_config_model, check_scope, is_megatron
 
     model = state.model
     check_scope(model, state.plan)
@@ -37,12 +31,7 @@ def replay_source(state):
     if hf is None:
         raise ValueError(f"transformers model {model.name} was not imported from a config.json: the replay builds "
                          f"the model from its Hugging Face config (paste it in the Import panel)")
-    changed = [f.name for f in dataclasses.fields(model) if f.name not in NOT_COMPARED
-               and getattr(model, f.name) != getattr(hf.spec, f.name)]
-    if changed:
-        shown = ", ".join(f"{n}={getattr(model, n)} (config: {getattr(hf.spec, n)})" for n in changed[:4])
-        raise ValueError(f"the model was changed since its config.json was imported ({shown}): the replay builds "
-                         f"the model from that config; import the changed config.json to replay this one")
+    check_config_model(model, hf.spec)
     return hf
 
 

@@ -1797,13 +1797,20 @@ def outside_allocator_engine(plan) -> str:
 
 
 def check_scope(model, plan) -> None:
-    """``ValueError`` naming why a plan is outside what the replay models: on one GPU, in bf16, with the default
-    allocator (no ``expandable_segments``) and no parameter offload but ZeRO-3's to the CPU, either DeepSpeed ZeRO-0
-    to 3 (no optimizer
-    offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without gradient accumulation; ZeRO-1/2 with or without
-    ``overlap_comm`` (off is DeepSpeed's own default, on the workbench export's), but not with both it and the offload;
-    ZeRO-3 with it, its default, and without LoRA) of a transformers model (``implementation='transformers'``) or a
-    dense megatron-core model with unfused attention (the local layer spec the workbench's launcher trains), or
+    """``ValueError`` naming why a plan is outside what the replay models (:func:`scope_problems`), opening with
+    :data:`SCOPE`."""
+    why = scope_problems(model, plan)
+    if why:
+        raise ValueError(f"{SCOPE}; this plan has {', '.join(why)}")
+
+
+def scope_problems(model, plan) -> list:
+    """What puts a plan outside what the replay models, one phrase each (empty: in scope): on one GPU, in bf16, with
+    the default allocator (no ``expandable_segments``) and no parameter offload but ZeRO-3's to the CPU, either
+    DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without gradient
+    accumulation; ZeRO-1/2 with or without ``overlap_comm`` (off is DeepSpeed's own default, on the workbench
+    export's), but not with both it and the offload; ZeRO-3 with it, its default, and without LoRA) of a
+    transformers model (``implementation='transformers'``) or a dense megatron-core model with unfused attention (the local layer spec the workbench's launcher trains), or
     megatron-core's own DDP and optimizer (``engine='megatron'``, plain or distributed optimizer, torch's Adam, main
     gradients in fp32, no model parallelism, no optimizer offload, no LoRA) of such a megatron-core model — the runs
     the study compared with measurements."""
@@ -1864,8 +1871,61 @@ def check_scope(model, plan) -> None:
         why.append("expandable_segments=True (the replay is the default allocator's)")
     if str(plan.precision) != "bf16":
         why.append(f"precision={plan.precision} (the trace is bf16)")
+    return why
+
+
+NOT_TRACED_FIELDS = ("name", "seq_length", "attention")
+"""ModelSpec fields a transformers model may change from its imported config's spec and still be replayed: the trace
+takes the sequence and the attention kernel from the model, everything else from the config."""
+
+
+def check_config_model(model, config_spec) -> None:
+    """``ValueError`` when ``model`` differs from ``config_spec`` (the spec :func:`workbench.hf.import_hf` makes of
+    the config the replay would build) outside :data:`NOT_TRACED_FIELDS`, naming the fields as
+    ``name=value (config: value)``: the replay builds the config's model, so a spec changed in any of them is not what
+    it would trace."""
+    from dataclasses import fields
+
+    changed = [f"{f.name}={getattr(model, f.name)} (config: {getattr(config_spec, f.name)})" for f in fields(model)
+               if f.name not in NOT_TRACED_FIELDS and getattr(model, f.name) != getattr(config_spec, f.name)]
+    if changed:
+        raise ValueError(f"the model was changed since its config.json was imported ({', '.join(changed[:4])}): the "
+                         f"replay builds the model from that config; import the changed config.json to replay this one")
+
+
+def missing_libraries(model, plan) -> list:
+    """The Python packages a replay of ``plan`` for ``model`` imports that this environment lacks: torch, and
+    megatron-core for a megatron-core model or transformers (and peft for LoRA) for a transformers model."""
+    from importlib.util import find_spec
+
+    wanted = ["torch"] + (["megatron.core"] if is_megatron(model) else
+                          ["transformers"] + (["peft"] if plan.lora_rank else []))
+    missing = []
+    for name in wanted:
+        try:
+            found = find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package missing or broken
+            found = False
+        if not found:
+            missing.append("megatron-core" if name == "megatron.core" else name)
+    return missing
+
+
+def auto_replay_skipped(model, plan, has_config: bool) -> Optional[str]:
+    """Why ``workbench estimate`` does not replay the allocator for this plan on its own (``None``: it does): outside
+    the scope (:func:`scope_problems`), a transformers model without the config.json to build it from
+    (``has_config``), or a library the trace imports missing (:func:`missing_libraries`). The library's
+    :func:`workbench.estimate.estimate` replays only when asked (``simulate_allocator=``)."""
+    why = scope_problems(model, plan)
     if why:
-        raise ValueError(f"{SCOPE}; this plan has {', '.join(why)}")
+        return "outside the replay's scope: " + ", ".join(why)
+    if not is_megatron(model) and not has_config:
+        return (f"transformers model {model.name} was not imported from a config.json (--model hf:PATH), which the "
+                f"replay builds")
+    missing = missing_libraries(model, plan)
+    if missing:
+        return f"the trace needs {', '.join(missing)}, not importable here"
+    return None
 
 
 def trace_attn_implementation(attention) -> str:

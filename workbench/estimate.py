@@ -269,19 +269,19 @@ def _replay_config(model: ModelSpec, given) -> Optional[dict]:
     ignored), a transformers model from its Hugging Face ``config.json`` dict (``given`` an HFModel, the dict or its
     path; ``True`` is refused, naming what to give)."""
     from workbench import allocsim
-    from workbench.hf import HFModel, read_config
+    from workbench.hf import HFModel, import_hf, read_config
 
     if allocsim.is_megatron(model):
         if given is not True:
             raise ValueError(f"simulate_allocator is a {type(given).__name__}, but megatron-core model {model.name} "
                              f"is traced from its specs, not from a config: pass simulate_allocator=True")
         return None
-    if isinstance(given, HFModel):
-        return given.config
     if given is True:
         raise ValueError(f"simulate_allocator=True: give the Hugging Face config of model {model.name} (its "
                          f"HFModel from workbench.hf.import_hf, the config.json dict or its path) to trace")
-    return read_config(given)
+    imported = given if isinstance(given, HFModel) else import_hf(read_config(given), seq_length=model.seq_length)
+    allocsim.check_config_model(model, imported.spec)
+    return imported.config
 
 
 def _layout_of(out: EvaluatedPlan):

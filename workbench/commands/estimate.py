@@ -1,6 +1,10 @@
 """workbench estimate: memory (per term, per stage), time and layout for one model / cluster / plan."""
 from __future__ import annotations
 
+import argparse
+import sys
+from typing import Optional
+
 from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
 from workbench.defaults import GiB
 
@@ -21,9 +25,9 @@ def _sharding(p) -> str:
 def add_parser(sub) -> None:
     parser = sub.add_parser("estimate", help="memory and time for one plan", description=__doc__)
     add_spec_arguments(parser)
-    parser.add_argument("--simulate-allocator", action="store_true",
-                        help="replay PyTorch's caching allocator over the plan's traced training steps and use its "
-                             "reserve in the overhead term instead of the constant (DeepSpeed on one GPU: ZeRO 0-2 "
+    parser.add_argument("--simulate-allocator", action=argparse.BooleanOptionalAction, default=None,
+                        help="replay PyTorch's caching allocator over the plan's traced training steps and take its "
+                             "peak reserved in place of the constant reserve (DeepSpeed on one GPU: ZeRO 0-2 "
                              "with or without --overlap-comm and ZeRO-3 with it, ZeRO-1 to 3 also with "
                              "--offload-optimizer cpu without accumulation (ZeRO-1/2 then with --no-overlap-comm), "
                              "ZeRO-3 without LoRA, also with --offload-params cpu; Hugging Face models "
@@ -32,7 +36,10 @@ def add_parser(sub) -> None:
                              "megatron-core models with --attention unfused, the launcher's local layer spec, "
                              "under those DeepSpeed stages or under megatron-core's own DDP on one GPU (--engine "
                              "megatron --adam torch, plain or distributed optimizer), "
-                             "needs torch and megatron-core)")
+                             "needs torch and megatron-core). Default: replayed wherever the plan is in that scope "
+                             "and the libraries import (a few seconds), else the constant, saying why; "
+                             "--simulate-allocator: replay or refuse, naming why; --no-simulate-allocator: the "
+                             "constant reserve always")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -48,8 +55,9 @@ def _stage_split(mem) -> str:
     return f"{layers[0]}{middle} / {layers[-1]}"
 
 
-def render(est) -> str:
-    """The readable table (``--json`` prints ``Estimate.to_dict()`` instead)."""
+def render(est, replay: Optional[dict] = None) -> str:
+    """The readable table (``--json`` prints ``Estimate.to_dict()`` instead); ``replay``: the record of the
+    allocator replay (:func:`replay_line`), when the caller decided on it."""
     from workbench.encode import moe_token_factor
 
     m, c, p, mem = est.model, est.cluster, est.plan, est.memory
@@ -122,6 +130,8 @@ def render(est) -> str:
     lines.append(f"  peak {mem.per_gpu_peak_bytes / GiB:.2f} GiB{band} of {mem.capacity_bytes / GiB:.1f} GiB: {verdict}"
                  f" ({mem.headroom_bytes / GiB:+.2f} GiB headroom{judged}; peak in {mem.peak_stage.peak_phase})")
     lines.append(f"  error band: {mem.band_note}")
+    if replay is not None:
+        lines.append(replay_line(replay))
     from workbench.memory import memory_notes
 
     lines += [f"  why: {note}" for note in memory_notes(m, p, mem)]
@@ -171,17 +181,72 @@ def _replay_given(args, model, plan):
                      f"(--model hf:PATH)")
 
 
-def run(args) -> int:
-    from workbench.cli import print_json
+def _auto_replay(args, model, plan):
+    """``(simulate_allocator, skipped)`` when ``--simulate-allocator`` is not given: what
+    :func:`_replay_given` would pass where :func:`workbench.allocsim.auto_replay_skipped` finds nothing against the
+    replay, else ``None`` and why not (one phrase)."""
+    from workbench.allocsim import auto_replay_skipped, check_config_model, is_megatron
+
+    hf_path = str(args.model or "").startswith("hf:")
+    skipped = auto_replay_skipped(model, plan, has_config=hf_path)
+    if skipped is None and hf_path and not is_megatron(model):
+        from workbench.hf import import_hf
+
+        try:  # a spec changed by flags (--layers, ...) is not the config's model the trace builds
+            check_config_model(model, import_hf(args.model[3:], seq_length=model.seq_length).spec)
+        except ValueError as exc:
+            skipped = str(exc).split(": the replay builds")[0]
+    if skipped is not None:
+        return None, skipped
+    return _replay_given(args, model, plan), None
+
+
+def _estimate_replayed_or_not(args, model, cluster, plan):
+    """The estimate and a record of the allocator replay (``allocator_replay`` in ``--json``): asked for
+    (``--simulate-allocator``: refused with the reason when it cannot run), turned off, or automatic — replayed where
+    it can run, and where the replay itself fails, the constant-reserve estimate with the failure on stderr (the
+    plan is not the problem: the estimate without the replay is made the same way)."""
     from workbench.estimate import estimate
 
+    profile = profile_from_args(args)
+    if args.simulate_allocator is not None:
+        simulate = _replay_given(args, model, plan) if args.simulate_allocator else None
+        est = estimate(model, cluster, plan, profile=profile, simulate_allocator=simulate)
+        return est, {"mode": "on" if args.simulate_allocator else "off", "replayed": simulate is not None,
+                     "skipped": None if simulate is not None else "--no-simulate-allocator"}
+    simulate, skipped = _auto_replay(args, model, plan)
+    if simulate is not None:
+        print("replaying the caching allocator over the plan's traced steps (--no-simulate-allocator skips it)",
+              file=sys.stderr)
+        try:
+            est = estimate(model, cluster, plan, profile=profile, simulate_allocator=simulate)
+            return est, {"mode": "auto", "replayed": True, "skipped": None}
+        except Exception as exc:  # noqa: BLE001 - the trace runs third-party code; the plan is judged below
+            skipped = f"the replay failed ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    est = estimate(model, cluster, plan, profile=profile)
+    if simulate is not None:
+        print(f"warning: {skipped}; the constant reserve is used", file=sys.stderr)
+    return est, {"mode": "auto", "replayed": False, "skipped": skipped}
+
+
+def replay_line(record: dict) -> str:
+    """The table's line saying where the allocator reserve came from and, when not replayed, why."""
+    if record["replayed"]:
+        how = ("asked for" if record["mode"] == "on" else
+               "automatic for this one-GPU plan; --no-simulate-allocator: the constant reserve")
+        return f"  allocator: replayed over the traced steps ({how})"
+    return f"  allocator: constant reserve by engine (not replayed: {record['skipped']})"
+
+
+def run(args) -> int:
+    from workbench.cli import print_json
+
     model, cluster, plan = specs_from_args(args)
-    simulate = _replay_given(args, model, plan) if args.simulate_allocator else None
-    est = estimate(model, cluster, plan, profile=profile_from_args(args), simulate_allocator=simulate)
+    est, replay = _estimate_replayed_or_not(args, model, cluster, plan)
     if args.json:
-        print_json(est.to_dict())
+        print_json({**est.to_dict(), "allocator_replay": replay})
     else:
-        print(render(est))
+        print(render(est, replay))
     return 0
 
 
