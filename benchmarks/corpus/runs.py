@@ -438,6 +438,14 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- fortieth final batch ("final40"): declared before measuring ---
+    # Granite 3.0 8B's width at 6 of its 40 layers: GQA 32/8 of head 128, SwiGLU 12800, its 49155-token vocabulary
+    # (odd, unpadded), tied, 4k tokens
+    "mc-h4096-granite-l6": dict(like="Granite 3.0 8B width (40 -> 6 layers), 4k tokens", num_layers=6,
+                                hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=12800,
+                                vocab_size=49155, seq_length=4096, activation="swiglu", normalization="rmsnorm",
+                                add_bias_linear=False, tied_embeddings=True, position_embedding="rotary",
+                                hidden_dropout=0.0, attention_dropout=0.0),
     # --- thirty-ninth final batch ("final39"): declared before measuring ---
     # StarCoder2 15B's width at 3 of its 40 layers: GQA 48/4 of head 128, GeLU 24576, LayerNorm, biases, 49k
     # vocabulary, untied, 4k tokens
@@ -1073,6 +1081,20 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- fortieth final batch ("final40") ---
+    # Codestral 22B (Mistral) at 3 of its 56 layers: GQA 48/8 of head 128, SwiGLU 16384, 32k vocabulary, untied,
+    # 4k tokens
+    "hf-codestral-h6144-l3": dict(like="Codestral 22B (56 -> 3 layers), 4k tokens", seq_length=4096, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=6144, intermediate_size=16384,
+        num_hidden_layers=3, num_attention_heads=48, num_key_value_heads=8, head_dim=128, vocab_size=32768,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0, sliding_window=None)),
+    # DeepSeek LLM 67B at 2 of its 95 layers: GQA 64/8 of head 128, SwiGLU 22016, 102k vocabulary, untied
+    "hf-deepseek-h8192-l2": dict(like="DeepSeek LLM 67B (95 -> 2 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=8192, intermediate_size=22016,
+        num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=102400,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000.0)),
     # --- thirty-ninth final batch ("final39") ---
     # DeepSeek LLM 7B at 8 of its 30 layers: MHA 32 heads of 128, SwiGLU 11008, 102k vocabulary, untied
     "hf-deepseek-h4096-l8": dict(like="DeepSeek LLM 7B (30 -> 8 layers)", seq_length=2048, config=dict(
@@ -1844,6 +1866,19 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # fortieth final batch (one GPU), declared in accuracy_split.json "final40" before measuring: plans that `workbench
+    # estimate` now replays by default (ZeRO-3 with the parameters and optimizer on the CPU, ZeRO-1/2 with and without
+    # the optimizer there, LoRA, megatron-core's DDP) on three new shapes, blind for the replay and the default models
+    "final40": [
+        _hf("hf-codestral-h6144-l3", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-deepseek-h8192-l2", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _ds("mc-h4096-granite-l6", 3, **OFF, **POFF),
+        _hf("hf-codestral-h6144-l3", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-codestral-h6144-l3", 1, "sdpa"),
+        _hf("hf-deepseek-h8192-l2", 2, "sdpa", mbs=2, ckpt=True, lora=16),
+        _ddp("mc-h4096-granite-l6", True, mbs=2, recompute="selective"),
+        _ds("mc-h4096-granite-l6", 2, mbs=2, recompute="full"),
     ],
     # thirty-ninth final batch (one GPU), declared in accuracy_split.json "final39" before measuring: what a user
     # fine-tuning a 7-15B model on one GPU runs (ZeRO-3 with the parameters and the optimizer on the CPU, ZeRO-2/3 with
