@@ -184,8 +184,8 @@ def test_advisor_names_expandable_segments_near_capacity():
 
 def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies():
     """A transformers model, or a megatron-core model with unfused attention, under ZeRO-2 on one GPU near capacity:
-    the advice also names `--simulate-allocator` with the study's held-out numbers; a megatron-core model with flash
-    attention (outside the replay's scope) does not get it."""
+    the advice also names the replay `workbench estimate` runs by default with the study's held-out numbers; a
+    megatron-core model with flash attention (outside the replay's scope) does not get it."""
     import dataclasses
 
     from workbench import advisor, allocsim
@@ -202,12 +202,12 @@ def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies()
         found = advisor.expandable_segments_advice(m, tight, plan, estimate(m, tight, plan).memory)
         study = allocsim.REPLAY_STUDY
         assert found.status == "warn"
-        assert ("--simulate-allocator" in found.suggestion) is named
+        assert ("replays it by default" in found.suggestion) is named
         assert (f"on {study['test_runs']} held-out H200 runs" in found.suggestion) is named
         # far over capacity the reserve decides nothing: no replay named
         over = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 0.5 / 2**30))
         far = advisor.expandable_segments_advice(m, over, plan, estimate(m, over, plan).memory)
-        assert far.status == "warn" and "--simulate-allocator" not in far.suggestion
+        assert far.status == "warn" and "replays it by default" not in far.suggestion
     assert study["replayed"][0] < study["constant"][0] and abs(study["replayed"][1]) < abs(study["constant"][1])
 
 

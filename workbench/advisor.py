@@ -416,8 +416,8 @@ def _replay_hint(model: ModelSpec, plan: ParallelPlan) -> str:
         return ""
     study = allocsim.REPLAY_STUDY
     (rm, rw), (cm, cw) = study["replayed"], study["constant"]
-    command = ("`workbench estimate` with this plan's flags and `--simulate-allocator`" if allocsim.is_megatron(model)
-               else "`workbench estimate --model hf:PATH --simulate-allocator`")
+    command = ("`workbench estimate` with this plan's flags, which replays it by default" if allocsim.is_megatron(model)
+               else "`workbench estimate --model hf:PATH` with this plan's flags, which replays it by default")
     return (f"; or replay the caching allocator on this very plan ({command}): on {study['test_runs']} held-out "
             f"H200 runs the whole-device error went from {cm:.1%} median, {cw:+.1%} worst with the constant reserve "
             f"to {rm:.1%}, {rw:+.1%}")
