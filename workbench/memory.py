@@ -786,7 +786,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                                  tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
                                  offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
                                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, gathered_at=None,
-                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0):
+                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0, recomputed_mlp_block=0.0):
     """``(gradient_bytes, activation_bytes, gathered_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient
     partition is allocated, or zeros where that moment is not during the layers' backward. ``gathered_at(
     layers_done)``: ZeRO-3's gathered parameters at that moment (:func:`zero3_layer_backward_gathered_bytes`; the
@@ -874,8 +874,16 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
 
     room = reduce_bucket_elements - output_elems - done * per_layer
     at_layer_start = zero3_offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
+    # a later weight of the recomputed layer's MLP (its first fits the bucket, not all of them): the recomputed layer
+    # is alive but for its MLP block (``recomputed_mlp_block``), back-propagated by then (final40's Codestral 22B at 3
+    # layers, both offloads, checkpointed, replayed: the bucket reduced at the last layer's third MLP weight beside
+    # eleven hidden-state tensors and none of the MLP's intermediates; -15.2 % allocated, blind, without it)
+    in_recomputed_mlp = (zero3_offload & ~extra_large & (first_weight <= room) & (room < mlp_weights)
+                         & (asarray(full_recompute) > 0))
     acts = held - done * kept_per_layer - mlp_freed(extra_large, room) + where(
-        at_layer_start, maximum(layer_transient, recomputed_layer + momentary), maximum(layer_transient, momentary))
+        at_layer_start, maximum(layer_transient, recomputed_layer + momentary),
+        where(in_recomputed_mlp, maximum(layer_transient, recomputed_layer - recomputed_mlp_block + momentary),
+              maximum(layer_transient, momentary)))
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
     # 8x7B's 940 M-element gate_up_proj, its fp64 copy 7 GiB beside every layer's activations), else at the first
@@ -1003,7 +1011,14 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     trigger = (where(overflow, value_bytes * elems, 0.0)
                + where(zero3_offload, coalesced + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
     own = where((elems > reduce_bucket_elements) & not_counted, value_bytes, 0.0)
-    last = (DS_OFFLOAD_NORM_BYTES_PER_VALUE + own) * elems
+    # ZeRO-3 hands the embedding's slice to the host as every other (:func:`zero3_offload_copy_bytes`: its fp64 norm
+    # in pieces of at most DS_ZERO3_NORM_CHUNK_ELEMENTS), beside its own block or the concatenated bucket, as for a
+    # tied weight above (DeepSeek LLM 67B's width at 2 layers, both offloads, replayed: 1.56 GiB gradient, its 1.56
+    # GiB copy and 3.13 GiB fp32 cast at the end of backward, 8.81 GiB allocated as measured; the whole-tensor fp64
+    # copy of ZeRO-1/2 priced it 1.6 GiB higher)
+    zero3_last = (where(elems > reduce_bucket_elements, value_bytes * elems, coalesced)
+                  + zero3_offload_copy_bytes(elems, value_bytes))
+    last = where(zero3_offload, zero3_last, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + own) * elems)
     return where(applies, maximum(trigger, last), 0.0)
 
 
@@ -2095,7 +2110,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         if any_true(zero3_ds & (asarray(offload_optimizer) > 0)) else None,
         full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL], recomputed_layer=full_layer,
         mlp_block=where(recompute >= RECOMPUTE_CODES[Recompute.FULL], 0.0, mlp_block_activation_bytes(
-            m, value_bytes=value_bytes, **kw)))
+            m, value_bytes=value_bytes, **kw)),
+        recomputed_mlp_block=mlp_block_activation_bytes(m, value_bytes=value_bytes, **kw))
     # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
     # backward's peak; ZeRO-3's gathered parameters are the moment's own
     early_buffers = buffers - zero3_gathered + early_gathered
