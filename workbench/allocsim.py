@@ -1810,7 +1810,8 @@ def scope_problems(model, plan) -> list:
     DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without gradient
     accumulation; ZeRO-1/2 with or without ``overlap_comm`` (off is DeepSpeed's own default, on the workbench
     export's), but not with both it and the offload; ZeRO-3 with it, its default, and without LoRA) of a
-    transformers model (``implementation='transformers'``) or a dense megatron-core model with unfused attention (the local layer spec the workbench's launcher trains), or
+    transformers model (``implementation='transformers'``) or a dense megatron-core model with unfused attention
+    (the local layer spec the workbench's launcher trains), or
     megatron-core's own DDP and optimizer (``engine='megatron'``, plain or distributed optimizer, torch's Adam, main
     gradients in fp32, no model parallelism, no optimizer offload, no LoRA) of such a megatron-core model — the runs
     the study compared with measurements."""

@@ -786,7 +786,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                                  tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
                                  offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
                                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, gathered_at=None,
-                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0, recomputed_mlp_block=0.0):
+                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0):
     """``(gradient_bytes, activation_bytes, gathered_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient
     partition is allocated, or zeros where that moment is not during the layers' backward. ``gathered_at(
     layers_done)``: ZeRO-3's gathered parameters at that moment (:func:`zero3_layer_backward_gathered_bytes`; the
@@ -821,8 +821,8 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     or gate and up), then attention (the output projection, then QKV), and a gradient that would overflow the bucket
     reduces it first (``reduce_independent_p_g_buckets_and_remove_grads``). When the bucket's room at the layer's
     start holds all its MLP weights, the trigger is an attention weight, and the layer's MLP block has been
-    back-propagated and its kept activations freed (``mlp_block``, :func:`mlp_block_activation_bytes`; layers not
-    recomputed). (Phi-3 medium's width at 2 layers, ZeRO-2 with the optimizer on the CPU, replayed: the bucket
+    back-propagated and its kept activations freed (``mlp_block``, :func:`mlp_block_activation_bytes`, freed so for
+    layers not recomputed; a recomputed layer's block comes off its recomputed activations). (Phi-3 medium's width at 2 layers, ZeRO-2 with the optimizer on the CPU, replayed: the bucket
     reduced at the last layer's ``qkv_proj`` hook, its MLP's 0.5 GiB gone beside ``gate_up_proj``'s 1.37 GiB fp64
     copy; counted alive, +8.9 % allocated.)"""
     vocab = P.model_vocab_size(m, tensor_parallel)
@@ -870,19 +870,20 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                    P.mlp_expert_params(m.hidden_size, f, m.is_gated, m.add_bias_linear) / tensor_parallel)
 
     def mlp_freed(bypassed, room_left):  # the reduction fires at an attention weight: the MLP block already freed
-        return where(~bypassed & (room_left >= mlp_weights), mlp_block, 0.0)
+        # (a recomputed layer's kept activations are its input alone: nothing of the block to free)
+        return where(~bypassed & (room_left >= mlp_weights) & ~(asarray(full_recompute) > 0), mlp_block, 0.0)
 
     room = reduce_bucket_elements - output_elems - done * per_layer
     at_layer_start = zero3_offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
     # a later weight of the recomputed layer's MLP (its first fits the bucket, not all of them): the recomputed layer
-    # is alive but for its MLP block (``recomputed_mlp_block``), back-propagated by then (final40's Codestral 22B at 3
+    # is alive but for its MLP block (``mlp_block``), back-propagated by then (final40's Codestral 22B at 3
     # layers, both offloads, checkpointed, replayed: the bucket reduced at the last layer's third MLP weight beside
     # eleven hidden-state tensors and none of the MLP's intermediates; -15.2 % allocated, blind, without it)
     in_recomputed_mlp = (zero3_offload & ~extra_large & (first_weight <= room) & (room < mlp_weights)
                          & (asarray(full_recompute) > 0))
     acts = held - done * kept_per_layer - mlp_freed(extra_large, room) + where(
         at_layer_start, maximum(layer_transient, recomputed_layer + momentary),
-        where(in_recomputed_mlp, maximum(layer_transient, recomputed_layer - recomputed_mlp_block + momentary),
+        where(in_recomputed_mlp, maximum(layer_transient, recomputed_layer - mlp_block + momentary),
               maximum(layer_transient, momentary)))
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
@@ -983,15 +984,16 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     # ZeRO-3 (one rank's slices): the last bucket's gradients concatenated into one new block
     # (``reduce_scatter_coalesced``, :func:`zero12_early_partition_bytes`)
     coalesced = value_bytes * minimum(reduce_bucket_elements, elems + layers_total)
+    # ZeRO-3: the embedding's gradient (its own block when larger than the bucket, else the concatenated bucket), the
+    # 16-bit copy of its slice, then the fp64 pieces or the fp32 cast, the larger (:func:`zero3_offload_copy_bytes`)
+    zero3_embedding = (where(elems > reduce_bucket_elements, value_bytes * elems, coalesced)
+                       + zero3_offload_copy_bytes(elems, value_bytes))
     if m.tied_embeddings:
         bypass = where((zero_stage == 2) & (elems > reduce_bucket_elements), value_bytes, 0.0)
-        # ZeRO-3: the shared weight's gradient (its own block when larger than the bucket, else the concatenated
-        # bucket), the 16-bit copy of its slice, then the fp64 pieces or the fp32 cast, the larger (traced on one
-        # H200: Gemma 3 27B's width at 3 layers, 10.5 GiB beside the flat weights and the bucket, the run's peak)
-        held = where(elems > reduce_bucket_elements, value_bytes * elems, coalesced)
-        zero3_tied = held + zero3_offload_copy_bytes(elems, value_bytes)
-        return where(applies, where(zero3_offload, zero3_tied, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems),
-                     0.0)
+        # ZeRO-3: the shared weight's hand-off (traced on one H200: Gemma 3 27B's width at 3 layers, 10.5 GiB beside
+        # the flat weights and the bucket, the run's peak)
+        return where(applies, where(zero3_offload, zero3_embedding,
+                                    (DS_OFFLOAD_NORM_BYTES_PER_VALUE + bypass) * elems), 0.0)
     # untied: the input embedding's gradient comes last. When it overflows the bucket, the bucket is reduced while
     # that gradient still has its own block; each gradient in the bucket is taken to fp64 in turn — the output
     # layer's when no reduction ran before (output and every layer within one bucket), else a layer's largest
@@ -1011,14 +1013,11 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     trigger = (where(overflow, value_bytes * elems, 0.0)
                + where(zero3_offload, coalesced + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
     own = where((elems > reduce_bucket_elements) & not_counted, value_bytes, 0.0)
-    # ZeRO-3 hands the embedding's slice to the host as every other (:func:`zero3_offload_copy_bytes`: its fp64 norm
-    # in pieces of at most DS_ZERO3_NORM_CHUNK_ELEMENTS), beside its own block or the concatenated bucket, as for a
-    # tied weight above (DeepSeek LLM 67B's width at 2 layers, both offloads, replayed: 1.56 GiB gradient, its 1.56
-    # GiB copy and 3.13 GiB fp32 cast at the end of backward, 8.81 GiB allocated as measured; the whole-tensor fp64
-    # copy of ZeRO-1/2 priced it 1.6 GiB higher)
-    zero3_last = (where(elems > reduce_bucket_elements, value_bytes * elems, coalesced)
-                  + zero3_offload_copy_bytes(elems, value_bytes))
-    last = where(zero3_offload, zero3_last, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + own) * elems)
+    # ZeRO-3 hands the untied embedding's slice over as the tied one's (fp64 in pieces of at most
+    # DS_ZERO3_NORM_CHUNK_ELEMENTS), not as ZeRO-1/2's whole fp64 copy (DeepSeek LLM 67B's width at 2 layers, both
+    # offloads, replayed: 1.56 GiB gradient, its 1.56 GiB copy and 3.13 GiB fp32 cast at the end of backward, 8.81 GiB
+    # allocated as measured; the whole-tensor copy priced it 1.6 GiB higher)
+    last = where(zero3_offload, zero3_embedding, (DS_OFFLOAD_NORM_BYTES_PER_VALUE + own) * elems)
     return where(applies, maximum(trigger, last), 0.0)
 
 
@@ -2109,9 +2108,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                           offload_params=offload_params, recompute=recompute), 0.0))
         if any_true(zero3_ds & (asarray(offload_optimizer) > 0)) else None,
         full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL], recomputed_layer=full_layer,
-        mlp_block=where(recompute >= RECOMPUTE_CODES[Recompute.FULL], 0.0, mlp_block_activation_bytes(
-            m, value_bytes=value_bytes, **kw)),
-        recomputed_mlp_block=mlp_block_activation_bytes(m, value_bytes=value_bytes, **kw))
+        mlp_block=mlp_block_activation_bytes(m, value_bytes=value_bytes, **kw))
     # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
     # backward's peak; ZeRO-3's gathered parameters are the moment's own
     early_buffers = buffers - zero3_gathered + early_gathered

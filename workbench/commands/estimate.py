@@ -182,23 +182,26 @@ def _replay_given(args, model, plan):
 
 
 def _auto_replay(args, model, plan):
-    """``(simulate_allocator, skipped)`` when ``--simulate-allocator`` is not given: what
-    :func:`_replay_given` would pass where :func:`workbench.allocsim.auto_replay_skipped` finds nothing against the
-    replay, else ``None`` and why not (one phrase)."""
+    """``(simulate_allocator, skipped)`` when ``--simulate-allocator`` is not given: where
+    :func:`workbench.allocsim.auto_replay_skipped` finds nothing against the replay, ``True`` for a megatron-core
+    model or the ``--model hf:PATH`` config imported once (an HFModel, which the estimate traces from without
+    reading the file again); else ``None`` and why not (one phrase)."""
     from workbench.allocsim import auto_replay_skipped, check_config_model, is_megatron
 
     hf_path = str(args.model or "").startswith("hf:")
     skipped = auto_replay_skipped(model, plan, has_config=hf_path)
-    if skipped is None and hf_path and not is_megatron(model):
-        from workbench.hf import import_hf
-
-        try:  # a spec changed by flags (--layers, ...) is not the config's model the trace builds
-            check_config_model(model, import_hf(args.model[3:], seq_length=model.seq_length).spec)
-        except ValueError as exc:
-            skipped = str(exc).split(": the replay builds")[0]
     if skipped is not None:
         return None, skipped
-    return _replay_given(args, model, plan), None
+    if is_megatron(model):
+        return True, None
+    from workbench.hf import import_hf
+
+    imported = import_hf(args.model[3:], seq_length=model.seq_length)
+    try:  # a spec changed by flags (--layers, ...) is not the config's model the trace builds
+        check_config_model(model, imported.spec)
+    except ValueError as exc:
+        return None, str(exc).split(": the replay builds")[0]
+    return imported, None
 
 
 def _estimate_replayed_or_not(args, model, cluster, plan):
