@@ -4,7 +4,8 @@ This is deliberately not ``workbench/runs/train.py``: it trains the way people w
 
 * ``hf-ds``: a Hugging Face ``transformers`` model built from a config dict (``AutoModelForCausalLM.from_config``,
   ``attn_implementation`` eager or sdpa, optional ``gradient_checkpointing_enable`` and a peft LoRA adapter) under
-  ``deepspeed.initialize`` with a hand-written ds_config (bf16, ``AdamW`` -> DeepSpeed's FusedAdam, or
+  ``deepspeed.initialize`` (on the GPU, or with ``zero_init`` at ZeRO-3 inside ``deepspeed.zero.Init`` as the HF
+  Trainer builds it) with a hand-written ds_config (bf16, ``AdamW`` -> DeepSpeed's FusedAdam, or
   DeepSpeedCPUAdam with ``offload_optimizer``), loss from the model's own ``labels`` path;
 * ``mcore-ds``: megatron-core ``GPTModel`` (local layer spec) under DeepSpeed the same way;
 * ``mcore-ddp``: the same GPTModel under megatron-core's ``DistributedDataParallel`` + ``get_megatron_optimizer``
@@ -256,6 +257,15 @@ def build_mcore(dims: dict, cfg: dict):
     return model, recorded
 
 
+_ZERO_INIT: list = []  # the live HfDeepSpeedConfig of a zero_init run (transformers holds only a weak reference)
+
+
+def drop_zero_init() -> None:
+    """End a zero_init run's HfDeepSpeedConfig, so that the next run in the process builds its model plainly."""
+    _ZERO_INIT.clear()
+    gc.collect()
+
+
 def build_hf(shape: dict, cfg: dict):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -265,8 +275,20 @@ def build_hf(shape: dict, cfg: dict):
     c.pop("architectures", None)
     hf_cfg = AutoConfig.for_model(model_type, **c)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.device(dev):
+    if cfg.get("zero_init"):
+        # the Trainer's ZeRO-3 path: while an HfDeepSpeedConfig of the run's ds_config is alive, from_config builds
+        # the model inside deepspeed.zero.Init (each module's parameters partitioned as it is made, never the whole
+        # model on the GPU); kept alive through deepspeed.initialize, dropped by drop_zero_init()
+        from transformers.integrations import HfDeepSpeedConfig
+
+        if int(cfg.get("zero", 0)) != 3:
+            raise ValueError(f"{cfg.get('run_id')}: zero_init needs ZeRO-3, not zero={cfg.get('zero')}")
+        _ZERO_INIT.append(HfDeepSpeedConfig(ds_config(cfg)))
         model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=cfg["attn"], dtype=torch.bfloat16)
+    else:
+        with torch.device(dev):
+            model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=cfg["attn"],
+                                                     dtype=torch.bfloat16)
     model.config.use_cache = False
     if cfg.get("ckpt"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -346,7 +368,10 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
             model, hf_dict, lora = build_hf(shape, cfg)
             vocab = shape["config"]["vocab_size"]
             rec.update(hf_config=shape["config"], hf_config_resolved=hf_dict, seq_length=seq, lora=lora,
-                       attn_implementation=cfg["attn"], gradient_checkpointing=bool(cfg.get("ckpt")))
+                       attn_implementation=cfg["attn"], gradient_checkpointing=bool(cfg.get("ckpt")),
+                       # built inside deepspeed.zero.Init: every parameter already a ZeRO-3 parameter
+                       built_in_zero_init=all(hasattr(p, "ds_id") for p in model.parameters()),
+                       allocated_after_build_bytes=torch.cuda.memory_allocated() if cuda else None)
         else:
             model, mc_cfg = build_mcore(shape, cfg)
             vocab = shape["vocab_size"]
@@ -355,8 +380,9 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
             if cuda:
                 model = model.to(dev)
         rec["like"] = shape.get("like")
-        rec["parameters"] = sum(p.numel() for p in model.parameters())
-        rec["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        numel = lambda p: getattr(p, "ds_numel", None) or p.numel()  # noqa: E731  (zero.Init's partitioned ones)
+        rec["parameters"] = sum(numel(p) for p in model.parameters())
+        rec["trainable_parameters"] = sum(numel(p) for p in model.parameters() if p.requires_grad)
         gen = torch.Generator(device=dev).manual_seed(0)
         if cfg["stack"] in ("hf-ds", "mcore-ds"):
             import deepspeed
@@ -433,7 +459,7 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
                    traceback=traceback.format_exc()[-2000:])
     finally:
         engine = model = optimizer = step = None  # noqa: F841
-        gc.collect()
+        drop_zero_init()
         if cuda:
             torch.cuda.empty_cache()
     rec["wall_seconds"] = time.perf_counter() - t_start

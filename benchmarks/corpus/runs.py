@@ -1081,6 +1081,25 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- forty-second final batch ("final42") ---
+    # Mistral Small 3 (24B) at 6 of its 40 layers: GQA 32/8 of head 128, SwiGLU 32768, 131k vocabulary, untied
+    "hf-mistralsmall3-h5120-l6": dict(like="Mistral Small 3 24B (40 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=5120, intermediate_size=32768,
+        num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=100000000.0, sliding_window=None)),
+    # Llama 3.1 8B at 20 of its 32 layers: GQA 32/8 of head 128, SwiGLU 14336, 128k vocabulary, untied
+    "hf-llama31-h4096-l20": dict(like="Llama 3.1 8B (32 -> 20 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=20, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # Qwen2.5 7B at 12 of its 28 layers: GQA 28/4 of head 128, QKV biases, SwiGLU 18944, 152k vocabulary, untied
+    "hf-qwen25-h3584-l12": dict(like="Qwen2.5 7B (28 -> 12 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=12, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- forty-first final batch ("final41") ---
     # Mistral Large 2 (123B) at 1 of its 88 layers: GQA 96/8 of head 128, SwiGLU 28672, 32k vocabulary, untied
     "hf-mistrallarge-h12288-l1": dict(like="Mistral Large 2 123B (88 -> 1 layer)", seq_length=2048, config=dict(
@@ -1887,6 +1906,20 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
     ],
+    # forty-second final batch (one GPU), declared in accuracy_split.json "final42" before measuring: ZeRO-3 as the
+    # Hugging Face Trainer builds the model (inside deepspeed.zero.Init, zero_init), with the parameters and optimizer
+    # on the CPU, the optimizer alone there and nothing offloaded, beside two of the same plans built on the GPU
+    # first, on three new shapes: blind for both models
+    "final42": [
+        _hf("hf-mistralsmall3-h5120-l6", 3, "sdpa", mbs=2, ckpt=True, zero_init=True, **OFF, **POFF),
+        _hf("hf-llama31-h4096-l20", 3, "sdpa", mbs=2, ckpt=True, zero_init=True, **OFF, **POFF),
+        _hf("hf-qwen25-h3584-l12", 3, "sdpa", mbs=2, zero_init=True, **OFF, **POFF),
+        _hf("hf-llama31-h4096-l20", 3, "sdpa", zero_init=True, **OFF),
+        _hf("hf-llama31-h4096-l20", 3, "sdpa", zero_init=True),
+        _hf("hf-qwen25-h3584-l12", 3, "eager", ckpt=True, zero_init=True),
+        _hf("hf-mistralsmall3-h5120-l6", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-qwen25-h3584-l12", 3, "sdpa", mbs=2, **OFF, **POFF),
+    ],
     # forty-first final batch (one GPU), declared in accuracy_split.json "final41" before measuring: ZeRO-3 with the
     # optimizer on the CPU where the bucket reduces inside a recomputed layer or an untied embedding larger than the
     # bucket comes last (the default model's moments re-priced after final40, e425e4b), with and without the
@@ -2213,6 +2246,8 @@ def run_id(cfg: dict) -> str:
         parts.append(f"off-{cfg['offload']}-omp{cfg['omp_threads']}")
     if cfg.get("offload_params"):
         parts.append(f"poff-{cfg['offload_params']}")
+    if cfg.get("zero_init"):
+        parts.append("zinit")
     if cfg.get("overlap"):
         parts.append("ovl")
     if cfg.get("expandable_segments"):
