@@ -44,7 +44,9 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                           steps=rec.get("steps", 6),
                           offload_optimizer=bool(ds.get("zero_optimization", {}).get("offload_optimizer")),
                           offload_params=bool(ds.get("zero_optimization", {}).get("offload_param")),
-                          overlap_comm=bool(rec.get("zero_config_resolved", {}).get("overlap_comm")))
+                          overlap_comm=bool(rec.get("zero_config_resolved", {}).get("overlap_comm")),
+                          # built inside deepspeed.zero.Init (measure.py's zero_init), else whole on the GPU
+                          zero_init=bool((rec.get("options") or {}).get("zero_init")))
 
 
 def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
@@ -57,7 +59,8 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
         grad_accum=s.grad_accum, attn_implementation=rec.get("attn_implementation") or rec["options"].get("attn", "sdpa"),
         gradient_checkpointing=bool(rec.get("gradient_checkpointing")), lora=rec.get("lora") or None,
         reduce_bucket_elements=s.reduce_bucket_elements, steps=s.steps, offload_optimizer=s.offload_optimizer,
-        sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm, offload_params=s.offload_params)
+        sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm, offload_params=s.offload_params,
+        zero_init=s.zero_init)
 
 
 # ================================================================================================================

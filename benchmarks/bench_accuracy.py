@@ -189,7 +189,8 @@ def corpus_run(rec: dict):
                             offload_params=offload_params, recompute="full" if o.get("ckpt") else "none",
                             adam=_adam_from_class(rec.get("optimizer_class")),
                             overlap_comm=bool(resolved.get("overlap_comm", zero >= 3)), lora_rank=int(lora),
-                            **common)
+                            # ZeRO-3: built inside deepspeed.zero.Init (zero_init runs) or whole on the GPU first
+                            zero_init=bool(o.get("zero_init")) if zero == 3 else None, **common)
     elif stack == "launcher" and rec.get("workbench") and not rec.get("catalog_model"):
         # a launcher run of a corpus shape: the record's own workbench description (specs_to_dict)
         from workbench.runs.specio import specs_from_dict

@@ -10,6 +10,7 @@ import pytest
 from workbench import allocsim
 from workbench.cli import main
 from workbench.hf import import_hf, read_config
+from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
 from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
 
 HF = Path(__file__).resolve().parent / "data" / "hf"
@@ -792,6 +793,62 @@ def test_zero3_parameter_offload_copies_parameters_in_on_the_allgather_stream():
     assert c.peak_allocated_bytes < b.peak_allocated_bytes  # no master, gradient partitions or Adam
     with pytest.raises(ValueError, match="ZeRO-3 only"):
         allocsim.trace_hf_deepspeed(cfg, zero_stage=2, micro_batch=1, seq_length=64, steps=1, offload_params=True)
+
+
+def test_zero3_built_inside_zero_init_never_holds_the_whole_model_on_the_gpu():
+    """With zero_init the model is built inside deepspeed.zero.Init: with the parameters on the host each module's
+    parameters are partitioned as they are made, so the build never holds the whole 16-bit model (built on the GPU
+    first, it does); transformers' initialize_weights_zero3 then gathers each module's parameters once. The replay
+    caches less with it, never more."""
+    cfg = dict(read_config(HF / "tiny-llama"), hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=1024, num_hidden_layers=4)
+    kw = dict(zero_stage=3, micro_batch=1, seq_length=64, steps=2, offload_params=True, offload_optimizer=True)
+    whole = allocsim.trace_hf_deepspeed(cfg, **kw)
+    inside = allocsim.trace_hf_deepspeed(cfg, **kw, zero_init=True)
+    model_bytes = 2 * import_hf(cfg, seq_length=64).spec.num_parameters
+    largest = 2 * max(cfg["vocab_size"] * cfg["hidden_size"], cfg["hidden_size"] * cfg["intermediate_size"])
+
+    bucket = 2 * DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+
+    def build_peak(events):  # live bytes while the model is built, up to ZeRO-3's reduce bucket
+        live, peak = {}, 0
+        for kind, key, size, *_ in events:
+            if kind == "malloc":
+                if size == bucket:
+                    return peak
+                live[key] = size
+                peak = max(peak, sum(live.values()))
+            elif kind in ("free", "release"):
+                live.pop(key, None)
+        return peak
+
+    assert build_peak(whole) >= model_bytes
+    # at most the MLP's three weights gathered together by initialize_weights_zero3, and the rotary buffers
+    assert build_peak(inside) <= 3 * largest + 64 * 1024 < model_bytes
+    a, b = (allocsim.replay(ev, capacity_bytes=1 << 40) for ev in (whole, inside))
+    assert b.peak_reserved_bytes <= a.peak_reserved_bytes
+    assert b.peak_allocated_bytes <= a.peak_allocated_bytes
+    with pytest.raises(ValueError, match="ZeRO-3 only"):
+        allocsim.trace_hf_deepspeed(cfg, zero_stage=2, micro_batch=1, seq_length=64, steps=1, zero_init=True)
+
+
+def test_zero_init_defaults_on_for_transformers_models_at_zero3_and_is_refused_elsewhere():
+    """ParallelPlan.zero_init: None resolves to deepspeed.zero.Init for a transformers model at ZeRO-3 (the
+    Trainer's and workbench run's path), to a model built on the GPU for megatron-core models; True is refused off
+    ZeRO-3 and by the megatron-core trace, which builds on the GPU."""
+    from workbench import catalog
+    from workbench.specs import ParallelPlan, builds_in_zero_init
+
+    z3 = ParallelPlan(engine="deepspeed", zero_stage=3, world_size=1, micro_batch_size=1, global_batch_size=1)
+    hf = import_hf(read_config(HF / "tiny-llama"), seq_length=64).spec
+    mc = catalog.model("gpt3-1_3b", attention="unfused")
+    assert builds_in_zero_init(hf, z3) and not builds_in_zero_init(mc, z3)
+    assert not builds_in_zero_init(hf, z3.replace(zero_init=False))
+    assert not builds_in_zero_init(hf, z3.replace(zero_stage=2))
+    with pytest.raises(ValueError, match=r"zero_init=True needs engine 'deepspeed' with zero_stage=3.*zero_stage=2"):
+        z3.replace(zero_stage=2, zero_init=True)
+    assert any("zero_init=True on a megatron-core model" in why
+               for why in allocsim.scope_problems(mc, z3.replace(zero_init=True)))
 
 
 def test_zero3_parameter_offload_is_in_the_replays_scope_at_zero3_to_the_cpu_only():

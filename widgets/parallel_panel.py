@@ -32,7 +32,7 @@ GROUPS = (
     ("MoE", ("expert_parallel", "expert_tensor_parallel", "moe_token_dispatcher", "moe_capacity_factor",
              "moe_load_imbalance", "moe_recompute", "moe_pad_to_capacity", "moe_overlap_alltoall")),
     ("Memory & recompute", ("recompute", "recompute_layers", "distributed_optimizer", "offload_optimizer",
-                            "offload_params", "expandable_segments", "lora_rank")),
+                            "offload_params", "zero_init", "expandable_segments", "lora_rank")),
     ("Precision & kernels", ("precision", "fp8_recipe", "fp8_param_gather", "fp8_bf16_first_layers",
                              "fp8_bf16_last_layers", "grad_reduce_fp32", "cross_entropy_fusion", "adam",
                              "overlap_comm")),
@@ -147,6 +147,12 @@ class ParallelPanel(Panel):
                                          tooltip="Megatron's main-gradient dtype: fp32 (--accumulate-allreduce-"
                                                  "grads-in-fp32, Megatron-LM's default with bf16) or 16-bit "
                                                  "(--grad-reduce-in-bf16, what NVIDIA's performance recipes set)")
+        c["zero_init"] = dropdown("ZeRO-3 build", [("default", _ENGINE_DEFAULT), ("inside zero.Init", True),
+                                                   ("on the GPU first", False)],
+                                  tooltip="DeepSpeed ZeRO-3: the model built inside deepspeed.zero.Init (the HF "
+                                          "Trainer, from_pretrained with a ZeRO-3 config, workbench run) or whole "
+                                          "on the GPU, then partitioned; default: zero.Init for transformers "
+                                          "models")
         c["expandable_segments"] = checkbox("expandable segments",
                                             tooltip="the training runs with PYTORCH_CUDA_ALLOC_CONF="
                                                     "expandable_segments:True (less reserved above the allocated "
@@ -201,7 +207,7 @@ class ParallelPanel(Panel):
                     value = value or 0
                 elif name == "zero_stage":
                     value = int(value)
-                elif name in ("overlap_comm", "grad_reduce_fp32") and value is None:
+                elif name in ("overlap_comm", "grad_reduce_fp32", "zero_init") and value is None:
                     value = _ENGINE_DEFAULT
                 else:
                     value = value.value if hasattr(value, "value") else value

@@ -56,7 +56,7 @@ from typing import Optional
 
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS
 from workbench.hf import enable_layer_checkpointing, with_lora
-from workbench.specs import hf_checkpoint_every
+from workbench.specs import builds_in_zero_init, hf_checkpoint_every
 from workbench.memory import zero3_sub_groups  # noqa: F401  (DeepSpeed's sub-groups, as the memory model has them)
 
 MIN_BLOCK_BYTES = 512  # kMinBlockSize
@@ -706,6 +706,10 @@ class DeepSpeedSetup:
     offload_params: bool = False
     """ZeRO-3 with ``offload_param`` on the CPU: the 16-bit partitions live on the host and each module fetch copies
     its parameters in, as :class:`_Zero3ParamFetcher` traces it."""
+    zero_init: bool = False
+    """ZeRO-3 with the model built inside ``deepspeed.zero.Init`` (transformers' ``from_config`` while a ZeRO-3
+    ``HfDeepSpeedConfig`` is alive, as the Trainer does): :func:`zero_init_build` in place of partitioning a model
+    built whole on the GPU."""
     overlap_comm: bool = False
     """DeepSpeed's ``overlap_comm`` as the run has it; :func:`deepspeed_steps` reads it at ZeRO-1/2 only (the second
     bucket, ZeRO-1's reductions during backward, the gradient partition made on the reduction stream; DeepSpeed's
@@ -1169,6 +1173,78 @@ class _Zero3ParamFetcher:
         self.recording = False
 
 
+def _post_order(module):
+    """``module``'s modules in the order their ``__init__`` returns (children first, in registration order)."""
+    for child in module.children():
+        yield from _post_order(child)
+    yield module
+
+
+def zero_init_build(model, shapes: dict, partitions: dict, *, on_host: bool) -> list:
+    """The allocations of building ``model`` (made on the meta device outside the recorder, its parameters of
+    ``shapes``) inside ``deepspeed.zero.Init`` on one GPU, then of transformers' ``initialize_weights_zero3``
+    (``partition_parameters.py`` and ``transformers/integrations/deepspeed.py``, DeepSpeed 0.19, transformers 5):
+
+    - each module's ``__init__`` makes its parameters on the GPU, in bf16; as it returns (``_post_init_method``)
+      each is partitioned (``_partition_param``: its partition made, on the host with ``offload_param``, the whole
+      tensor copied in, then freed) and its buffers stay on the GPU; a weight that ``tie_weights`` later replaces
+      (a tied output layer's own) is partitioned the same way and its partition dropped when the model is tied;
+    - ``initialize_weights_zero3`` walks the modules children first and gathers each one's own parameters with its
+      direct children's (``GatheredParameters``): one parameter through ``_allgather_params_sequential`` (a block of
+      its size, and with the partition on the host a GPU copy of it freed after), several through
+      ``_no_gather_coalesced`` (views of their GPU partitions, or a GPU copy each from the host); all freed as the
+      context exits (``free_param``).
+
+    Fills ``partitions`` (parameter id -> its GPU partition, none with ``on_host``) and empties each parameter as
+    ZeRO-3 leaves it; returns the buffers' blocks, which live as long as the model."""
+    import torch
+
+    size = lambda p: math.prod(shapes[id(p)])  # noqa: E731
+    buffers, seen, dropped = [], set(), []
+    for module in _post_order(model):
+        for name, p in module.named_parameters(recurse=False):
+            full = torch.empty(size(p), dtype=torch.bfloat16, device="meta")
+            part = None if on_host else full.clone()
+            del full
+            if id(p) in seen:  # tied to an earlier parameter: this module's own weight is replaced later
+                if part is not None:
+                    dropped.append(part)
+                continue
+            seen.add(id(p))
+            if part is not None:
+                partitions[id(p)] = part
+            p.data = torch.empty(0, dtype=p.dtype, device="meta")
+        buffers.extend(torch.empty_like(b) for b in module.buffers(recurse=False))
+    dropped.clear()  # tie_weights: the replaced weights' partitions go
+
+    from transformers import PreTrainedModel
+
+    def gather(params: list) -> None:
+        params = list({id(p): p for p in params}.values())
+        held = []
+        if len(params) == 1:
+            held.append(torch.empty(size(params[0]), dtype=torch.bfloat16, device="meta"))
+            if on_host:  # param.ds_tensor.to(device): the host partition's GPU copy, dropped after the gather
+                copied = torch.empty(size(params[0]), dtype=torch.bfloat16, device="meta")
+                del copied
+        elif on_host:  # NoGatherCoalescedHandle: a GPU copy of each host partition
+            held.extend(torch.empty(size(p), dtype=torch.bfloat16, device="meta") for p in params)
+        del held  # GatheredParameters.__exit__: partitioned again, the gathered tensors freed
+
+    def walk(module) -> None:  # initialize_weights_zero3's _apply_zero3
+        for child in module.children():
+            walk(child)
+        params = list(module.parameters(recurse=False))
+        for child in module.children():
+            if not isinstance(child, PreTrainedModel):
+                params.extend(child.parameters(recurse=False))
+        if params:
+            gather(params)
+
+    walk(model)
+    return buffers
+
+
 def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> None:
     """DeepSpeed ZeRO-3 (one GPU, bf16, ``overlap_comm`` and ``contiguous_gradients`` on, its defaults) around a
     model built on the meta device under the recorder, in the order of ``deepspeed/runtime/zero/stage3.py`` and
@@ -1207,13 +1283,16 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     shapes = {id(p): p.shape for p in everything}
     size = lambda q: math.prod(shapes[id(q)])  # noqa: E731  (a parameter's elements, gathered or not)
     n = sum(size(p) for p in params)
-    # _convert_to_zero_parameters -> partition(): each parameter's partition made (on the host with offload_param),
-    # then its own storage freed
     partitions = {}
-    for p in everything:
-        if not on_host:
-            partitions[id(p)] = p.detach().reshape(-1).clone()
-        p.data = torch.empty(0, dtype=p.dtype, device="meta")
+    if setup.zero_init:  # built and partitioned module by module; the buffers it made stay to the end
+        buffers = zero_init_build(model, shapes, partitions, on_host=on_host)  # noqa: F841
+    else:
+        # _convert_to_zero_parameters -> partition(): each parameter's partition made (on the host with
+        # offload_param), then its own storage freed
+        for p in everything:
+            if not on_host:
+                partitions[id(p)] = p.detach().reshape(-1).clone()
+            p.data = torch.empty(0, dtype=p.dtype, device="meta")
     if not on_host:
         # _create_fp16_partitions_with_defragmentation -> defragment: the trainable partitions to the host, freed,
         # empty_cache(), one flat buffer back on the device (with offload_param the flat buffers are the host's)
@@ -1352,11 +1431,13 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                        reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True, side_stream_lags: bool = True,
-                       overlap_comm: bool = False, offload_params: bool = False) -> list:
+                       overlap_comm: bool = False, offload_params: bool = False, zero_init: bool = False) -> list:
     """The allocation events of a Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; ZeRO-1 to 3 also with
     ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`; ZeRO-3 as :func:`deepspeed_zero3_steps` traces it) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
-    ``("end", 0, 0)`` marker. ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
+    ``("end", 0, 0)`` marker. ``zero_init`` (ZeRO-3): the model is built inside ``deepspeed.zero.Init``
+    (:func:`zero_init_build`) rather than whole on the GPU.
+    ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
     (:data:`SDPA_KERNELS`; cuDNN's, as on an H200). ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
     fine-tune. ``checkpoint_every``: with ``gradient_checkpointing``, transformers' ``every_n_layers`` (layers 0, k,
     2k, ... checkpointed). ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``. DeepSpeed's state is made
@@ -1398,7 +1479,9 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                            seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps,
                            offload_optimizer=bool(offload_optimizer), flatten_on_device=bool(flatten_on_device),
                            side_stream_lags=bool(side_stream_lags), overlap_comm=bool(overlap_comm),
-                           offload_params=bool(offload_params))
+                           offload_params=bool(offload_params), zero_init=bool(zero_init))
+    if setup.zero_init and zero_stage != 3:
+        raise ValueError(f"zero_init with zero_stage={zero_stage}: deepspeed.zero.Init partitions for ZeRO-3 only")
     if setup.offload_params and zero_stage != 3:
         raise ValueError(f"offload_params with zero_stage={zero_stage}: DeepSpeed offloads parameters at ZeRO-3 only")
     cfg = dict(config)
@@ -1415,9 +1498,15 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     if setup.offload_params:  # ZeRO-3's own linear, which saves the parameter rather than a view of its block
         F.linear = _zero3_linear()
     try:
-        with _recorder(events):
+        model = None
+        if setup.zero_init:  # made outside the recorder: zero_init_build records what zero.Init allocates
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=attn, dtype=torch.bfloat16)
+        with _recorder(events):
+            if model is None:
+                with torch.device("meta"):
+                    model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=attn,
+                                                             dtype=torch.bfloat16)
             model.config.use_cache = False
             if gradient_checkpointing:
                 enable_layer_checkpointing(model, checkpoint_every)
@@ -1823,6 +1912,9 @@ def scope_problems(model, plan) -> list:
                        f"spec, whose attention is unfused)")
         if model.is_moe:
             why.append(f"num_experts={model.num_experts} (the megatron-core trace builds dense models)")
+        if plan.zero_init:
+            why.append("zero_init=True on a megatron-core model (its trace builds the model on the GPU, as the "
+                       "workbench's launcher does)")
     offload = str(plan.offload_optimizer)
     if engine == "megatron":
         if not is_megatron(model):
@@ -1949,7 +2041,7 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                    lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
                    steps: int = 6, offload_optimizer: bool = False,
                    sdpa_kernel: str = "cudnn", overlap_comm: bool = False,
-                   offload_params: bool = False) -> ReplayedPeaks:
+                   offload_params: bool = False, zero_init: bool = False) -> ReplayedPeaks:
     """The caching allocator's peaks (:class:`ReplayedPeaks`) replayed over the trace of building the model
     ``config`` (a Hugging Face ``config.json`` dict) and ``steps`` training steps under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
@@ -1977,7 +2069,7 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                                   checkpoint_every=int(checkpoint_every), lora=lora, steps=int(steps),
                                   offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel,
                                   flatten_on_device=flatten_on_device, overlap_comm=bool(overlap_comm),
-                                  offload_params=bool(offload_params))
+                                  offload_params=bool(offload_params), zero_init=bool(zero_init))
 
     return ReplayedPeaks.of(replay_deepspeed(trace, capacity_bytes))
 
@@ -2052,7 +2144,7 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         lora_rank=plan.lora_rank,
         lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
         offload_optimizer=str(plan.offload_optimizer) == "cpu", overlap_comm=bool(plan.overlaps_comm),
-        offload_params=str(plan.offload_params) == "cpu")
+        offload_params=str(plan.offload_params) == "cpu", zero_init=builds_in_zero_init(model, plan))
 
 
 # ================================================================================================================

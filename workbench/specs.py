@@ -822,6 +822,14 @@ class ParallelPlan:
     ``--overlap-grad-reduce`` (megatron-core ``DistributedDataParallelConfig.overlap_grad_reduce``). ``None``: the
     engine's default as the workbench configures it, :func:`default_overlap_comm` (on for DeepSpeed, off for
     Megatron)."""
+    zero_init: Optional[bool] = None
+    """DeepSpeed ZeRO-3: the model is built inside ``deepspeed.zero.Init``, each module's parameters partitioned as
+    it is made (what transformers does in ``from_pretrained``/``from_config`` while a ZeRO-3 ``HfDeepSpeedConfig`` or
+    the Trainer's ``TrainingArguments(deepspeed=...)`` is alive, and what ``workbench run`` does for a transformers
+    model); ``False``: the whole model is built on the GPU first and partitioned by ``deepspeed.initialize`` (a plain
+    script's ``from_config`` on the device). ``None``: :func:`builds_in_zero_init` (on for transformers models at
+    ZeRO-3, off otherwise). It changes what the allocator has cached when training starts, so the whole-device peak
+    the allocator replay finds."""
     expandable_segments: bool = False
     """The training processes run with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``: PyTorch's caching
     allocator grows one segment per stream by mapping more physical pages instead of cutting new fixed-size segments,
@@ -924,6 +932,8 @@ class ParallelPlan:
             _set(self, name, check_bool(name, getattr(self, name)))
         if self.overlap_comm is not None:
             _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))
+        if self.zero_init is not None:
+            _set(self, "zero_init", check_bool("zero_init", self.zero_init))
         for name, enum_cls in (("engine", Engine), ("recompute", Recompute), ("precision", Precision),
                                ("offload_optimizer", Offload), ("offload_params", Offload), ("adam", AdamImpl),
                                ("cp_comm_type", CPCommType), ("fp8_recipe", Fp8Recipe),
@@ -1280,6 +1290,10 @@ class ParallelPlan:
                              f"(got zero_stage={int(self.zero_stage)})")
         if self.offload_optimizer is not Offload.NONE and self.zero_stage == ZeroStage.NONE:
             raise ValueError(f"offload_optimizer='{self.offload_optimizer}' needs zero_stage >= 1 (got 0)")
+        if self.zero_init and (e is not Engine.DEEPSPEED or self.zero_stage != ZeroStage.PARAMETERS):
+            raise ValueError(f"zero_init=True needs engine 'deepspeed' with zero_stage=3 (deepspeed.zero.Init "
+                             f"partitions parameters for ZeRO-3 only; got engine '{e}', zero_stage="
+                             f"{int(self.zero_stage)})")
 
     # -- derived ------------------------------------------------------------------------------------------------
     @property
@@ -1421,6 +1435,18 @@ def _uneven_hint(L: int, p: int, v: int) -> str:
                          f"{' --account-for-loss-in-pipeline-split' if l_ else ''})")
             break
     return "; for an uneven split set " + " or ".join(hints) if hints else ""
+
+
+def builds_in_zero_init(model: ModelSpec, plan: "ParallelPlan") -> bool:
+    """Whether the plan's model is built inside ``deepspeed.zero.Init`` (:attr:`ParallelPlan.zero_init`); unless
+    told, yes for a transformers model under DeepSpeed ZeRO-3 (the Trainer and ``from_pretrained`` with a ZeRO-3
+    config alive, and ``workbench run``, build it so) and no otherwise (megatron-core models are built on the GPU and
+    handed to ``deepspeed.initialize``, as the workbench's launcher does)."""
+    if plan.engine is not Engine.DEEPSPEED or plan.zero_stage != ZeroStage.PARAMETERS:
+        return False
+    if plan.zero_init is not None:
+        return plan.zero_init
+    return model.implementation is Implementation.TRANSFORMERS
 
 
 def default_overlap_comm(engine: Engine) -> bool:

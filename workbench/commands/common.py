@@ -49,7 +49,7 @@ _PLAN_FLAGS = {
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
-    "expandable_segments": "expandable_segments",
+    "expandable_segments": "expandable_segments", "zero_init": "zero_init",
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
     "ep": "expert_parallel", "etp": "expert_tensor_parallel", "moe_capacity_factor": "moe_capacity_factor",
     "moe_load_imbalance": "moe_load_imbalance", "moe_recompute": "moe_recompute",
@@ -234,6 +234,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                  "overlap the gradient reduce with backward (DeepSpeed overlap_comm, Megatron --overlap-grad-reduce); "
                  "default: the engine's (DeepSpeed on as exported, Megatron off)"),
                 ("--no-overlap-comm", False, "reduce gradients after backward, not overlapped"))
+    _add_either(p, "zero_init",
+                ("--zero-init", True,
+                 "DeepSpeed ZeRO-3: the model is built inside deepspeed.zero.Init, partitioned as it is made (the HF "
+                 "Trainer / from_pretrained with a ZeRO-3 config, workbench run); default: on for transformers "
+                 "models (--model hf:PATH) at ZeRO-3, off otherwise"),
+                ("--no-zero-init", False,
+                 "DeepSpeed ZeRO-3: the whole model is built on the GPU, then partitioned by deepspeed.initialize "
+                 "(a plain script's from_config on the device)"))
     p.add_argument("--expandable-segments", dest="expandable_segments", action="store_true", default=None,
                    help="the training runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's caching "
                         "allocator grows its segments in place: less reserved above the allocated peak); default: "

@@ -59,6 +59,7 @@ def render(est, replay: Optional[dict] = None) -> str:
     """The readable table (``--json`` prints ``Estimate.to_dict()`` instead); ``replay``: the record of the
     allocator replay (:func:`replay_line`), when the caller decided on it."""
     from workbench.encode import moe_token_factor
+    from workbench.specs import builds_in_zero_init
 
     m, c, p, mem = est.model, est.cluster, est.plan, est.memory
     lines = [
@@ -93,6 +94,9 @@ def render(est, replay: Optional[dict] = None) -> str:
         + f", gradient reduce {'overlapped' if p.overlaps_comm else 'not overlapped'}"
         + (" (engine default)" if p.overlap_comm is None else "")
         + (", expandable-segments allocator" if p.expandable_segments else "")
+        + ((", model built inside deepspeed.zero.Init" if builds_in_zero_init(m, p) else
+            ", model built on the GPU, then partitioned") + (" (default)" if p.zero_init is None else "")
+           if str(p.engine) == "deepspeed" and int(p.zero_stage) == 3 else "")
         + (", TP communication overlapped with the GEMMs (Transformer Engine userbuffers)" if p.tp_comm_overlap
            else "")
         + (f", Transformer Engine FP8 ({p.fp8_recipe} recipe"
