@@ -1081,6 +1081,25 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- forty-third final batch ("final43") ---
+    # Llama 3.1 8B at 8 of its 32 layers
+    "hf-llama31-h4096-l8": dict(like="Llama 3.1 8B (32 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # Mistral Small 3 (24B) at 3 of its 40 layers
+    "hf-mistralsmall3-h5120-l3": dict(like="Mistral Small 3 24B (40 -> 3 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=5120, intermediate_size=32768,
+        num_hidden_layers=3, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=100000000.0, sliding_window=None)),
+    # Qwen2.5 7B at 10 of its 28 layers
+    "hf-qwen25-h3584-l10": dict(like="Qwen2.5 7B (28 -> 10 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=10, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- forty-second final batch ("final42") ---
     # Mistral Small 3 (24B) at 6 of its 40 layers: GQA 32/8 of head 128, SwiGLU 32768, 131k vocabulary, untied
     "hf-mistralsmall3-h5120-l6": dict(like="Mistral Small 3 24B (40 -> 6 layers)", seq_length=2048, config=dict(
@@ -1905,6 +1924,17 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # forty-third final batch (one GPU), declared in accuracy_split.json "final43" before measuring: final42's
+    # parameter-offload plans lost to the host's memory (both the optimizer and the 16-bit parameters of 4.7-5.4 B
+    # parameters on a 128 GiB host), again on three new shapes of at most 3.4 B parameters: ZeRO-3 built inside
+    # deepspeed.zero.Init with the parameters on the CPU, one twin built on the GPU first
+    "final43": [
+        _hf("hf-llama31-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, zero_init=True, **OFF, **POFF),
+        _hf("hf-llama31-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-mistralsmall3-h5120-l3", 3, "sdpa", mbs=2, ckpt=True, zero_init=True, **OFF, **POFF),
+        _hf("hf-mistralsmall3-h5120-l3", 3, "sdpa", zero_init=True, **POFF),
+        _hf("hf-qwen25-h3584-l10", 3, "eager", ckpt=True, zero_init=True, **OFF, **POFF),
     ],
     # forty-second final batch (one GPU), declared in accuracy_split.json "final42" before measuring: ZeRO-3 as the
     # Hugging Face Trainer builds the model (inside deepspeed.zero.Init, zero_init), with the parameters and optimizer
