@@ -517,3 +517,25 @@ def test_parameter_offload_with_the_optimizer_on_the_gpu_is_flagged_with_both_pl
     assert f.numbers["both_peak_bytes"] < f.numbers["peak_bytes"] / 2
     for plan in (ParallelPlan(offload_params="cpu", offload_optimizer="cpu", **base), ParallelPlan(**base)):
         assert "param_offload_optimizer" not in {x.id for x in advise(m, c, plan).findings}
+
+
+def test_host_memory_margin_warns_past_the_measured_share_of_the_hosts_memory():
+    """With states on the CPU the advisor warns once the host estimate passes 60 % of the node's memory (a 128 GiB
+    host killed ZeRO-3 runs estimated at 61-71 % of it); below it passes, and without offload it says nothing."""
+    m = model("llama3-8b")
+    p = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=3, offload_optimizer="cpu", offload_params="cpu",
+                     micro_batch_size=1, global_batch_size=1, recompute="full")
+    need = estimate(m, ClusterSpec(gpu="H200", gpus_per_node=1), p).memory.host_bytes_per_node / GiB
+    host = {}
+    for share in (0.5, 0.65):
+        c = ClusterSpec(gpu="H200", gpus_per_node=1, host_memory_gib_per_node=need / share)
+        mem = estimate(m, c, p).memory
+        host[share] = (mem.host_bytes_per_node / mem.host_capacity_bytes_per_node, advisor.host_memory_margin(p, mem))
+    share, found = host[0.5]
+    assert share <= advisor.HOST_MEMORY_WARN_FRACTION and found.status == "pass"
+    share, found = host[0.65]
+    assert share > advisor.HOST_MEMORY_WARN_FRACTION and found.status == "warn"
+    assert f"({share:.0%})" in found.message and "killed by the kernel" in found.message and found.suggestion
+    c = ClusterSpec(gpu="H200", gpus_per_node=1)
+    p = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=2, micro_batch_size=1, global_batch_size=1)
+    assert advisor.host_memory_margin(p, estimate(m, c, p).memory) is None

@@ -61,6 +61,18 @@ def test_llama_zero3_lora(tmp_path):
     assert counted["parameters"] == model.num_parameters + adapters
 
 
+def test_llama_zero3_builds_as_the_plan_says_through_the_trainer_and_the_engine(tmp_path):
+    """ZeRO-3 builds a transformers model inside deepspeed.zero.Init unless the plan says zero_init=False; then the
+    whole model is made on the device first, before the Trainer's arguments exist, and DeepSpeed partitions it. The
+    model record says which happened."""
+    _, _, inside = _run(tmp_path / "a", "tiny-llama", trainer="hf", zero_stage=3)
+    _, _, whole = _run(tmp_path / "b", "tiny-llama", trainer="hf", zero_stage=3, zero_init=False)
+    _, _, engine = _run(tmp_path / "c", "tiny-llama", zero_stage=3, zero_init=False)
+    assert inside["built_in_zero_init"] is True
+    assert whole["built_in_zero_init"] is False and engine["built_in_zero_init"] is False
+    assert inside["parameters"] == whole["parameters"] == engine["parameters"]
+
+
 def test_qwen3_moe_eager_experts_zero2(tmp_path):
     """--experts-implementation eager reaches transformers: the run builds the eager experts loop and says so."""
     from workbench.hf import model_from_hf

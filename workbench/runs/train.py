@@ -440,10 +440,12 @@ def train_hybrid_pipeline(run, model_spec, plan, writer: MetricsWriter) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # Hugging Face transformers model under DeepSpeed
 # ----------------------------------------------------------------------------------------------------------------
-def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
+def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True, zero_init: bool = True):
     """The transformers causal LM of the run: the weights in the model directory when there are some, else a
     random initialisation from its config.json; under ZeRO-3 built inside ``deepspeed.zero.Init`` (transformers
-    does so while an ``HfDeepSpeedConfig`` is alive, so no rank materialises the whole model). Then gradient
+    does so while an ``HfDeepSpeedConfig`` is alive, so no rank materialises the whole model), or with
+    ``zero_init=False`` (the plan's ``zero_init``) whole on the device first, as a plain script builds it, for
+    ``deepspeed.initialize`` to partition. Then gradient
     checkpointing (unless ``checkpointing=False``: the Trainer enables it itself) and LoRA adapters (peft) as the run
     options say. ``ds_config=None``: a ``TrainingArguments`` with the config is alive already. Returns
     ``(model, keep_alive)``."""
@@ -454,7 +456,7 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
 
     hf = run["options"]["hf"]
     zero3 = ds_config is not None and int((ds_config.get("zero_optimization") or {}).get("stage", 0)) == 3
-    keep_alive = HfDeepSpeedConfig(ds_config) if zero3 else None
+    keep_alive = HfDeepSpeedConfig(ds_config) if zero3 and zero_init else None
     data = json.loads((Path(run["run_dir"]) / "hf_config.json").read_text())
     cfg = _config_object(data, "hf_config.json")
     cfg.use_cache = False
@@ -465,6 +467,8 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
         net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, **kwargs)
     else:
         net = AutoModelForCausalLM.from_config(cfg, **kwargs)
+    if zero3 and not zero_init:  # the whole model on the device before DeepSpeed partitions it
+        net = net.to(device())
     from workbench.hf import enable_layer_checkpointing, with_lora
 
     if hf["gradient_checkpointing"] and checkpointing:
@@ -472,6 +476,12 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True):
     if hf["lora"]:
         net = with_lora(net, bias="none", **hf["lora"])
     return net, keep_alive
+
+
+def _partitioned(net) -> bool:
+    """Whether the freshly built ``net``'s parameters are ZeRO-3 parameters already (built inside
+    ``deepspeed.zero.Init``; LoRA adapters added after it are not, so any one of them says it)."""
+    return any(hasattr(p, "ds_id") for p in net.parameters())
 
 
 def _experts_used(net, model_spec) -> dict:
@@ -491,6 +501,7 @@ def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
     import torch.distributed as dist
 
     from workbench.runs.data import TokenSamples, parse_source
+    from workbench.specs import builds_in_zero_init
 
     opts = run["options"]
     dev = device()
@@ -499,11 +510,12 @@ def train_hf(run, model_spec, plan, writer: MetricsWriter) -> None:
         limit_memory(opts["memory_limit_bytes"])
     torch.manual_seed(opts["seed"])
     ds_config = json.loads((Path(run["run_dir"]) / "ds_config.json").read_text())
-    net, _keep_alive = build_hf_model(run, ds_config)
+    net, _keep_alive = build_hf_model(run, ds_config, zero_init=builds_in_zero_init(model_spec, plan))
     trainable = [p for p in net.parameters() if p.requires_grad]
     numel = lambda p: int(getattr(p, "ds_numel", p.numel()))  # noqa: E731 - ZeRO-3 partitions hold ds_numel
     writer.write("model", parameters=sum(numel(p) for p in net.parameters()),
-                 trainable=sum(numel(p) for p in trainable), **_experts_used(net, model_spec))
+                 trainable=sum(numel(p) for p in trainable), built_in_zero_init=_partitioned(net),
+                 **_experts_used(net, model_spec))
     engine, _, _, _ = deepspeed.initialize(model=net, model_parameters=trainable, config=ds_config)
     net.train()
     dp, dp_rank = dist.get_world_size(), dist.get_rank()
@@ -555,7 +567,8 @@ def train_hf_trainer(run, model_spec, plan, writer: MetricsWriter) -> None:
     the run's ds_config holds ``"auto"`` values, which the Trainer fills from the arguments in ``run.json``
     (``options.hf.training_args``) exactly as for any user of it. The arguments exist before the model, so under
     ZeRO-3 transformers builds it inside ``deepspeed.zero.Init``; the Trainer enables gradient checkpointing and
-    hands the trainable parameters (LoRA: the adapters) to DeepSpeed's optimizer.
+    hands the trainable parameters (LoRA: the adapters) to DeepSpeed's optimizer. A plan with ``zero_init=False``
+    has its model built before the arguments, whole on the device.
 
     A callback writes what the engine path writes: the ``model`` record, a ``ds_config`` record (rank 0: the config
     the DeepSpeed engine was initialised with, the Trainer's resolution of every ``"auto"``; also
@@ -566,6 +579,7 @@ def train_hf_trainer(run, model_spec, plan, writer: MetricsWriter) -> None:
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     from workbench.runs.data import TokenSamples, parse_source
+    from workbench.specs import builds_in_zero_init
 
     opts = run["options"]
     hf = opts["hf"]
@@ -575,10 +589,20 @@ def train_hf_trainer(run, model_spec, plan, writer: MetricsWriter) -> None:
     torch.manual_seed(opts["seed"])
     ds_config = json.loads((run_dir / "ds_config.json").read_text())
     on_cpu = not torch.cuda.is_available()
+    # the process group before ZeRO-3's zero.Init reads the world size from it (TrainingArguments sets it up on GPUs
+    # only; on the CPU zero.Init would see one rank and refuse the batch sizes)
+    import deepspeed
+
+    deepspeed.init_distributed()
+    net = None
+    if plan.zero_stage == 3 and not builds_in_zero_init(model_spec, plan):  # built before the arguments exist: no
+        net, _ = build_hf_model(run, ds_config, checkpointing=False, zero_init=False)  # zero.Init, whole on the device
     args = TrainingArguments(output_dir=str(run_dir / "trainer"), deepspeed=ds_config, report_to="none",
                              save_strategy="no", logging_steps=1, disable_tqdm=True, remove_unused_columns=False,
                              dataloader_num_workers=0, use_cpu=on_cpu, **hf["training_args"])
-    net, _ = build_hf_model(run, None, checkpointing=False)  # TrainingArguments keeps the ZeRO-3 context alive
+    if net is None:  # TrainingArguments keeps the ZeRO-3 context alive: built inside deepspeed.zero.Init
+        net, _ = build_hf_model(run, None, checkpointing=False)
+    built_in_zero_init = _partitioned(net)
     samples = TokenSamples(parse_source(opts["data"]), vocab_size=model_spec.vocab_size,
                            seq_length=model_spec.seq_length, seed=opts["seed"])
     dataset = HfTokens(samples, opts["steps"] * plan.global_batch_size, model_spec.seq_length)
@@ -592,7 +616,7 @@ def train_hf_trainer(run, model_spec, plan, writer: MetricsWriter) -> None:
             engine = trainer.model_wrapped
             writer.write("model", parameters=sum(numel(p) for p in trainer.model.parameters()),
                          trainable=sum(numel(p) for p in trainer.model.parameters() if p.requires_grad),
-                         **_experts_used(trainer.model, model_spec))
+                         built_in_zero_init=built_in_zero_init, **_experts_used(trainer.model, model_spec))
             if writer.rank == 0:
                 resolved = getattr(engine, "config", None)
                 if not isinstance(resolved, dict):
