@@ -129,6 +129,26 @@ def test_cli_replays_by_default_where_it_can(capsys, monkeypatch):
     assert code != 0 and out == "" and "trace broke" in err and "Traceback" not in err
 
 
+def test_cli_advise_judges_the_plan_as_estimate_does(capsys):
+    """`workbench advise` prices the plan as `workbench estimate` does: replayed by default where it can run (the
+    same peak in its fits check, allocator_replay in its JSON), the constant with --no-simulate-allocator."""
+    def run(command, *extra):
+        argv = [command, "--model", f"hf:{HF / 'tiny-llama'}", "--gpu", "H200", "--gpus-per-node", "1", "--seq", "128",
+                "--mbs", "2", "--no-overlap-comm", "--json", *extra]
+        assert main(argv) == 0
+        return json.loads(capsys.readouterr().out)
+
+    est, adv = run("estimate"), run("advise")
+    assert adv["allocator_replay"] == est["allocator_replay"] == {"mode": "auto", "replayed": True, "skipped": None}
+    fits = next(f for f in adv["findings"] if f["id"] == "fits_memory")
+    assert f"peak {est['memory']['per_gpu_peak_bytes'] / 2**30:.1f} GiB per GPU" in fits["message"]
+    plain_est, plain_adv = run("estimate", "--no-simulate-allocator"), run("advise", "--no-simulate-allocator")
+    assert plain_adv["allocator_replay"]["replayed"] is False
+    plain_fits = next(f for f in plain_adv["findings"] if f["id"] == "fits_memory")
+    assert f"peak {plain_est['memory']['per_gpu_peak_bytes'] / 2**30:.1f} GiB per GPU" in plain_fits["message"]
+    assert plain_est["memory"]["per_gpu_peak_bytes"] != est["memory"]["per_gpu_peak_bytes"]
+
+
 def _specs():
     from workbench.specs import ClusterSpec, ParallelPlan
     from workbench import catalog

@@ -2,7 +2,8 @@
 training log shows (``--log FILE``)."""
 from __future__ import annotations
 
-from workbench.commands.common import add_spec_arguments, specs_from_args
+from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
+from workbench.commands.estimate import add_simulate_allocator_argument
 from workbench.defaults import GiB
 
 _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
@@ -11,6 +12,7 @@ _MARK = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL"}
 def add_parser(sub) -> None:
     parser = sub.add_parser("advise", help="checks, OOM ladder and tuning advice for one plan", description=__doc__)
     add_spec_arguments(parser)
+    add_simulate_allocator_argument(parser)
     parser.add_argument("--log", metavar="FILE", help="DeepSpeed or Megatron training log to read")
     parser.add_argument("--headroom", type=float, default=0.0,
                         help="fraction of GPU memory the OOM ladder keeps free (default 0)")
@@ -27,8 +29,14 @@ def _finding_lines(findings) -> list[str]:
     return out
 
 
-def render(advice, log=None) -> str:
+def render(advice, log=None, replay=None) -> str:
+    """The readable advice; ``replay``: the allocator replay's record of the plan's own estimate
+    (:func:`workbench.commands.estimate.replay_line`)."""
+    from workbench.commands.estimate import replay_line
+
     lines = ["checks"] + _finding_lines(advice.findings)
+    if replay is not None:
+        lines.append(replay_line(replay).strip() + " — this plan's checks; the ladder's steps take the constant")
     if advice.oom_ladder:
         lines += ["", "out of memory: the guide's ladder (stops at the first step that fits)"]
         for s in advice.oom_ladder:
@@ -55,6 +63,7 @@ def render(advice, log=None) -> str:
 def run(args) -> int:
     from workbench.advisor import advise
     from workbench.cli import print_json
+    from workbench.commands.estimate import _estimate_replayed_or_not
     from workbench.logreader import read_log
 
     if not 0 <= args.headroom < 1:
@@ -64,12 +73,17 @@ def run(args) -> int:
         log = read_log(args.log) if args.log else None
     except OSError as exc:
         raise ValueError(f"--log {args.log}: cannot read it ({exc.strerror or exc})") from None
-    advice = advise(model, cluster, plan, headroom=args.headroom, log=log)
+    # the plan priced as `workbench estimate` prices it (the allocator replayed where it can run), so both commands
+    # judge its memory alike; the ladder's other plans keep the constant reserve
+    record, replay = _estimate_replayed_or_not(args, model, cluster, plan)
+    advice = advise(model, cluster, plan, headroom=args.headroom, log=log, record=record,
+                    profile=profile_from_args(args))
     if args.json:
         out = advice.to_dict()
+        out["allocator_replay"] = replay
         if log is not None:
             out["log"] = log.to_dict()
         print_json(out)
     else:
-        print(render(advice, log))
+        print(render(advice, log, replay))
     return 0

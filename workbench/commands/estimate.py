@@ -25,6 +25,13 @@ def _sharding(p) -> str:
 def add_parser(sub) -> None:
     parser = sub.add_parser("estimate", help="memory and time for one plan", description=__doc__)
     add_spec_arguments(parser)
+    add_simulate_allocator_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def add_simulate_allocator_argument(parser) -> None:
+    """``--simulate-allocator/--no-simulate-allocator`` (``estimate`` and ``advise``)."""
     parser.add_argument("--simulate-allocator", action=argparse.BooleanOptionalAction, default=None,
                         help="replay PyTorch's caching allocator over the plan's traced training steps and take its "
                              "peak reserved in place of the constant reserve (DeepSpeed on one GPU: ZeRO 0-2 "
@@ -40,8 +47,6 @@ def add_parser(sub) -> None:
                              "and the libraries import (a few seconds), else the constant, saying why; "
                              "--simulate-allocator: replay or refuse, naming why; --no-simulate-allocator: the "
                              "constant reserve always")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(func=run)
 
 
 def _gib(n) -> str:
