@@ -149,6 +149,36 @@ def test_cli_advise_judges_the_plan_as_estimate_does(capsys):
     assert plain_est["memory"]["per_gpu_peak_bytes"] != est["memory"]["per_gpu_peak_bytes"]
 
 
+def test_plan_simulate_allocator_re_prices_the_ranked_plans(capsys):
+    """`workbench plan --simulate-allocator` re-prices each listed plan with the replay, as `estimate` prices one
+    (the same peak), judges it against the search's headroom, and says why where it cannot replay; without a config
+    a transformers model's plans are skipped, saying so."""
+    from workbench import catalog
+    from workbench.estimate import estimate
+    from workbench.planner import replay_ranked, search
+    from workbench.specs import ClusterSpec
+
+    argv = ["plan", "--model", f"hf:{HF / 'tiny-llama'}", "--gpu", "H200", "--gpus-per-node", "1", "--seq", "128",
+            "--gbs", "2", "--top", "2", "--simulate-allocator"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["allocator_replay"]
+    assert [r["rank"] for r in rows] == [1, 2] and all(r["replayed"] and r["skipped"] is None for r in rows)
+    assert all(r["fits"] is True and r["peak_bytes"] > 0 for r in rows)
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "allocator replayed over the ranked plans' traced steps (--simulate-allocator)" in text
+    assert "  #1   peak " in text and "(constant reserve: " in text
+
+    hf = import_hf(HF / "tiny-llama", seq_length=128)
+    result = search(hf.spec, ClusterSpec(gpu=catalog.gpu("H200"), gpus_per_node=1), global_batch_size=2, top=2)
+    (first,) = replay_ranked(result, hf, has_config=True, limit=1)
+    alone = estimate(hf.spec, result.cluster, result.ranked[0].plan, simulate_allocator=hf).memory
+    assert first.peak_bytes == int(alone.per_gpu_peak_bytes) and first.constant_peak_bytes == result.ranked[0].peak_bytes
+    (blind,) = replay_ranked(result, None, has_config=False, limit=1)
+    assert blind.peak_bytes is None and blind.fits is None and "config" in blind.skipped
+
+
 def _specs():
     from workbench.specs import ClusterSpec, ParallelPlan
     from workbench import catalog

@@ -1227,6 +1227,58 @@ class PlanRank:
                 "result": self.result.to_dict() if self.result else None, "explanation": self.explanation}
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReplayedRank:
+    """One ranked plan re-priced with the caching allocator replayed (:func:`replay_ranked`)."""
+
+    rank: int
+    """Its place in :attr:`PlanSearch.ranked` (1 = fastest)."""
+    skipped: Optional[str]
+    """Why it was not replayed (one phrase, :func:`workbench.allocsim.auto_replay_skipped`); None when it was."""
+    constant_peak_bytes: int
+    """The planner's peak, with the engine's constant reserve."""
+    peak_bytes: Optional[int] = None
+    """The peak with the replay's own peak reserved taken whole; None when not replayed."""
+    band_high_bytes: int = 0
+    """The upper side of the replayed estimate's error band."""
+    fits: Optional[bool] = None
+    """The replayed peak within the search's headroom; None when not replayed."""
+    risky: bool = False
+    """Fits on the replayed peak but not at its band's upper side."""
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "replayed": self.skipped is None, "skipped": self.skipped,
+                "constant_peak_bytes": self.constant_peak_bytes, "peak_bytes": self.peak_bytes,
+                "band_high_bytes": self.band_high_bytes, "fits": self.fits, "risky": self.risky}
+
+
+def replay_ranked(result: PlanSearch, simulate_allocator, *, has_config: bool, limit: Optional[int] = None,
+                  profile=None) -> tuple:
+    """The first ``limit`` ranked plans of ``result`` (all of them by default) re-priced with PyTorch's caching
+    allocator replayed over each plan's traced steps (:func:`workbench.estimate.estimate` with
+    ``simulate_allocator``: a megatron-core model's ``True``, a transformers model's config) where the replay can run,
+    and judged against the search's headroom as the search judged them (:class:`ReplayedRank`). The search itself
+    keeps the constant reserve (the replay takes seconds a plan); this settles the few plans a user would pick.
+    ``has_config``: a transformers model's Hugging Face config is given (else its plans are skipped, saying so)."""
+    from workbench.allocsim import auto_replay_skipped
+    from workbench.estimate import estimate
+
+    limit_bytes = (1.0 - result.headroom) * result.cluster.gpu.memory_bytes
+    out = []
+    for i, row in enumerate(result.ranked[:limit]):
+        skipped = auto_replay_skipped(result.model, row.plan, has_config)
+        if skipped is not None:
+            out.append(ReplayedRank(rank=i + 1, skipped=skipped, constant_peak_bytes=int(row.peak_bytes)))
+            continue
+        mem = estimate(result.model, result.cluster, row.plan, profile, checks=False,
+                       simulate_allocator=simulate_allocator).memory
+        peak, high = int(mem.per_gpu_peak_bytes), int(mem.band_high_bytes)
+        out.append(ReplayedRank(rank=i + 1, skipped=None, constant_peak_bytes=int(row.peak_bytes), peak_bytes=peak,
+                                band_high_bytes=high, fits=peak <= limit_bytes,
+                                risky=peak <= limit_bytes < peak + high))
+    return tuple(out)
+
+
 def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = DEFAULT_HEADROOM,
               max_context_parallel: Optional[int] = None, allow_cross_node_tp: bool = False,
               profile=None, engines: Optional[Sequence] = None, recompute: Optional[Sequence] = None,

@@ -62,8 +62,46 @@ def add_parser(sub) -> None:
     s.add_argument("--lora-rank", type=int, default=0, metavar="R",
                    help="search LoRA fine-tunes of rank R (base weights frozen; DeepSpeed engines)")
     s.add_argument("--lora-targets", metavar="LIST", help="projections with adapters (default q,k,v,o,gate,up,down)")
+    s.add_argument("--simulate-allocator", action="store_true",
+                   help="re-price the ranked plans (--top) that the allocator replay can run (one GPU; --model "
+                        "hf:PATH or a megatron-core model with --attention unfused) with PyTorch's caching allocator "
+                        "replayed over their traced steps, as `workbench estimate` does by default: seconds a plan; "
+                        "the search itself keeps the constant reserve")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
+
+
+def replayed_ranks(args, result, profile) -> tuple:
+    """``--simulate-allocator``: :func:`workbench.planner.replay_ranked` over the listed plans, the model's
+    ``--model hf:PATH`` config imported once (refused when flags changed the model from it)."""
+    from workbench.allocsim import check_config_model, is_megatron
+    from workbench.planner import replay_ranked
+
+    model = result.model
+    hf_path = str(args.model or "").startswith("hf:")
+    given = True
+    if not is_megatron(model) and hf_path:
+        from workbench.hf import import_hf
+
+        given = import_hf(args.model[3:], seq_length=model.seq_length)
+        check_config_model(model, given.spec)
+    return replay_ranked(result, given, has_config=hf_path, limit=args.top, profile=profile)
+
+
+def replay_lines(rows: tuple) -> list:
+    """The table's section for ``--simulate-allocator``: each listed plan's replayed peak and verdict."""
+    lines = ["", "allocator replayed over the ranked plans' traced steps (--simulate-allocator)"]
+    for r in rows:
+        constant = f"constant reserve: {r.constant_peak_bytes / GiB:.1f} GiB"
+        if r.skipped is not None:
+            lines.append(f"  #{r.rank:<3} not replayed ({r.skipped}); {constant}")
+            continue
+        verdict = ("fits" if r.fits and not r.risky else
+                   "fits on the replayed peak, not at its band's upper side (+"
+                   f"{r.band_high_bytes / GiB:.1f} GiB): keep margin" if r.fits else
+                   "DOES NOT FIT within the headroom")
+        lines.append(f"  #{r.rank:<3} peak {r.peak_bytes / GiB:.1f} GiB ({constant}): {verdict}")
+    return lines
 
 
 def _offload(p) -> str:
@@ -157,21 +195,26 @@ def run(args) -> int:
     check_flag_dependencies(args)
     model = model_from_args(args)
     cluster = cluster_from_args(args)
+    profile = profile_from_args(args)
     with working(f"plan: searching plans for {cluster.world_size:,} GPUs"):  # stderr, only if it takes > 1 s
         result = search(model, cluster, global_batch_size=args.gbs, top=args.top, headroom=args.headroom,
                         engines=tuple(args.engine) if args.engine else ENGINES, precision=args.precision,
                         offload=not args.no_offload, allow_cross_node_tp=args.cross_node_tp,
                         max_context_parallel=args.max_cp, lora_rank=args.lora_rank,
                         **({"lora_targets": args.lora_targets} if args.lora_targets else {}), adam=args.adam,
-                        overlap_comm=args.overlap_comm, profile=profile_from_args(args),
+                        overlap_comm=args.overlap_comm, profile=profile,
                         fp8_recipe=args.fp8_recipe or "delayed", fp8_param_gather=args.fp8_param_gather,
                         grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments,
                         moe_load_imbalance=args.moe_load_imbalance, tp_comm_overlap=args.tp_comm_overlap,
                         cross_entropy_fusion=args.cross_entropy_fusion, fit_on=args.fit_on)
+    replayed = replayed_ranks(args, result, profile) if args.simulate_allocator else None
     if args.json:
-        print_json(result.to_dict())
+        out = result.to_dict()
+        if replayed is not None:
+            out["allocator_replay"] = [r.to_dict() for r in replayed]
+        print_json(out)
     else:
-        print(render(result))
+        print(render(result) + ("\n" + "\n".join(replay_lines(replayed)) if replayed is not None else ""))
     return 0
 
 
