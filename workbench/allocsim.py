@@ -1173,6 +1173,19 @@ class _Zero3ParamFetcher:
         self.recording = False
 
 
+def _allgather_sequential(numel: int, *, on_host: bool):
+    """One parameter of ``numel`` elements gathered on one GPU (``_allgather_params_sequential``): a block of its
+    size, and with its partition on the host that partition's GPU copy (``param.ds_tensor.to(device)``) beside it,
+    dropped at once. Returns the gathered block (freed when the caller drops it)."""
+    import torch
+
+    gathered = torch.empty(numel, dtype=torch.bfloat16, device="meta")
+    if on_host:
+        copied = torch.empty(numel, dtype=torch.bfloat16, device="meta")
+        del copied
+    return gathered
+
+
 def _post_order(module):
     """``module``'s modules in the order their ``__init__`` returns (children first, in registration order)."""
     for child in module.children():
@@ -1202,7 +1215,7 @@ def zero_init_build(model, shapes: dict, partitions: dict, *, on_host: bool) -> 
     size = lambda p: math.prod(shapes[id(p)])  # noqa: E731
     buffers, seen, dropped = [], set(), []
     for module in _post_order(model):
-        for name, p in module.named_parameters(recurse=False):
+        for p in module.parameters(recurse=False):
             full = torch.empty(size(p), dtype=torch.bfloat16, device="meta")
             part = None if on_host else full.clone()
             del full
@@ -1219,29 +1232,17 @@ def zero_init_build(model, shapes: dict, partitions: dict, *, on_host: bool) -> 
 
     from transformers import PreTrainedModel
 
-    def gather(params: list) -> None:
-        params = list({id(p): p for p in params}.values())
-        held = []
-        if len(params) == 1:
-            held.append(torch.empty(size(params[0]), dtype=torch.bfloat16, device="meta"))
-            if on_host:  # param.ds_tensor.to(device): the host partition's GPU copy, dropped after the gather
-                copied = torch.empty(size(params[0]), dtype=torch.bfloat16, device="meta")
-                del copied
-        elif on_host:  # NoGatherCoalescedHandle: a GPU copy of each host partition
-            held.extend(torch.empty(size(p), dtype=torch.bfloat16, device="meta") for p in params)
-        del held  # GatheredParameters.__exit__: partitioned again, the gathered tensors freed
-
-    def walk(module) -> None:  # initialize_weights_zero3's _apply_zero3
-        for child in module.children():
-            walk(child)
+    for module in _post_order(model):  # initialize_weights_zero3's _apply_zero3: children first
         params = list(module.parameters(recurse=False))
         for child in module.children():
             if not isinstance(child, PreTrainedModel):
                 params.extend(child.parameters(recurse=False))
-        if params:
-            gather(params)
-
-    walk(model)
+        params = list({id(p): p for p in params}.values())
+        if len(params) == 1:
+            held = [_allgather_sequential(size(params[0]), on_host=on_host)]
+        else:  # NoGatherCoalescedHandle: a GPU copy of each host partition (views of GPU partitions: no block)
+            held = [torch.empty(size(p), dtype=torch.bfloat16, device="meta") for p in params] if on_host else []
+        del held  # GatheredParameters.__exit__: partitioned again, the gathered tensors freed
     return buffers
 
 
@@ -1313,12 +1314,8 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         del scratch
     bucket = torch.empty(setup.reduce_bucket_elements, dtype=torch.bfloat16, device="meta")
     grad_partitions = None if offload else torch.zeros(n, dtype=torch.bfloat16, device="meta")
-    for p in params:  # create_reduce_and_remove_grad_hooks: param.all_gather(), partitioned again
-        gathered = torch.empty(size(p), dtype=torch.bfloat16, device="meta")
-        if on_host:  # _allgather_params_sequential: the host partition's GPU copy beside the gathered tensor
-            copied = torch.empty(size(p), dtype=torch.bfloat16, device="meta")
-            del copied
-        del gathered
+    for p in params:  # create_reduce_and_remove_grad_hooks: param.all_gather(), partitioned again at once
+        _allgather_sequential(size(p), on_host=on_host)
     fetcher = None
     if on_host:  # each module fetch copies its parameters in, each release frees them (no flat buffer here)
         fetcher = _Zero3ParamFetcher(model, shapes, events)

@@ -63,7 +63,7 @@ def render(advice, log=None, replay=None) -> str:
 def run(args) -> int:
     from workbench.advisor import advise
     from workbench.cli import print_json
-    from workbench.commands.estimate import _estimate_replayed_or_not
+    from workbench.commands.estimate import estimate_replayed_or_not
     from workbench.logreader import read_log
 
     if not 0 <= args.headroom < 1:
@@ -75,9 +75,9 @@ def run(args) -> int:
         raise ValueError(f"--log {args.log}: cannot read it ({exc.strerror or exc})") from None
     # the plan priced as `workbench estimate` prices it (the allocator replayed where it can run), so both commands
     # judge its memory alike; the ladder's other plans keep the constant reserve
-    record, replay = _estimate_replayed_or_not(args, model, cluster, plan)
-    advice = advise(model, cluster, plan, headroom=args.headroom, log=log, record=record,
-                    profile=profile_from_args(args))
+    profile = profile_from_args(args)
+    record, replay = estimate_replayed_or_not(args, model, cluster, plan, profile)
+    advice = advise(model, cluster, plan, headroom=args.headroom, log=log, record=record, profile=profile)
     if args.json:
         out = advice.to_dict()
         out["allocator_replay"] = replay

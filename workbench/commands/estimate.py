@@ -213,14 +213,14 @@ def _auto_replay(args, model, plan):
     return imported, None
 
 
-def _estimate_replayed_or_not(args, model, cluster, plan):
+def estimate_replayed_or_not(args, model, cluster, plan, profile=None):
     """The estimate and a record of the allocator replay (``allocator_replay`` in ``--json``): asked for
     (``--simulate-allocator``: refused with the reason when it cannot run), turned off, or automatic — replayed where
     it can run, and where the replay itself fails, the constant-reserve estimate with the failure on stderr (the
-    plan is not the problem: the estimate without the replay is made the same way)."""
+    plan is not the problem: the estimate without the replay is made the same way). ``profile``: the hardware
+    profile ``--profile`` names, resolved once by the caller (``advise`` prices its other plans with it too)."""
     from workbench.estimate import estimate
 
-    profile = profile_from_args(args)
     if args.simulate_allocator is not None:
         simulate = _replay_given(args, model, plan) if args.simulate_allocator else None
         est = estimate(model, cluster, plan, profile=profile, simulate_allocator=simulate)
@@ -254,7 +254,7 @@ def run(args) -> int:
     from workbench.cli import print_json
 
     model, cluster, plan = specs_from_args(args)
-    est, replay = _estimate_replayed_or_not(args, model, cluster, plan)
+    est, replay = estimate_replayed_or_not(args, model, cluster, plan, profile_from_args(args))
     if args.json:
         print_json({**est.to_dict(), "allocator_replay": replay})
     else:
