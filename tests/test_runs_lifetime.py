@@ -17,8 +17,19 @@ TESTS = Path(__file__).resolve().parent
 
 
 def _sleeper(env_extra=None):
+    """A sleeping child with ``env_extra`` in its environment, returned once it has exec'd (before that its
+    /proc/PID/environ is still the parent's, and a scan for its token would miss it)."""
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if b"time.sleep(120)" in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+                break
+        except OSError:
+            pass
+        time.sleep(0.01)
+    return p
 
 
 def _dead_record(store, run_id, **kw):
