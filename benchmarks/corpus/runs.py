@@ -1081,6 +1081,44 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1280, n_layer=24, n_head=20, vocab_size=50257,
         n_positions=1024, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, activation_function="gelu_new",
         tie_word_embeddings=True)),
+    # --- ninth fit batch ("fit9", fit side): CPU-offload plans on widths the fit split lacked ---
+    # Qwen1.5 4B at 20 of its 40 layers: MHA 20 heads of 128, QKV biases, untied 152k vocabulary
+    "hf-qwen15-h2560-l20": dict(like="Qwen1.5 4B (40 -> 20 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=2560, intermediate_size=6912,
+        num_hidden_layers=20, num_attention_heads=20, num_key_value_heads=20, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=5000000.0)),
+    # SOLAR 10.7B at 10 of its 48 layers: GQA 32/8 of head 128, SwiGLU 14336, untied 32k vocabulary
+    "hf-solar-h4096-l10": dict(like="SOLAR 10.7B (48 -> 10 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=10, num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000.0)),
+    # Code Llama 34B at 2 of its 48 layers: GQA 64/8 of head 128, SwiGLU 22016, untied 32k vocabulary
+    "hf-codellama-h8192-l2": dict(like="Code Llama 34B (48 -> 2 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=8192, intermediate_size=22016,
+        num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
+        max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- forty-fourth final batch ("final44") ---
+    # Qwen1.5 14B at 4 of its 40 layers: MHA 40 heads of 128, QKV biases, SwiGLU 13696, untied 152k vocabulary
+    "hf-qwen15-h5120-l4": dict(like="Qwen1.5 14B (40 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=5120, intermediate_size=13696,
+        num_hidden_layers=4, num_attention_heads=40, num_key_value_heads=40, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Llama 2 70B at 2 of its 80 layers: GQA 64/8 of head 128, SwiGLU 28672, untied 32k vocabulary
+    "hf-llama2-h8192-l2": dict(like="Llama 2 70B (80 -> 2 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=8192, intermediate_size=28672,
+        num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000.0)),
+    # Ministral 8B at 8 of its 36 layers: GQA 32/8 of head 128, SwiGLU 12288, untied 131k vocabulary
+    "hf-ministral-h4096-l8": dict(like="Ministral 8B (36 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=12288,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=100000000.0, sliding_window=None)),
     # --- forty-third final batch ("final43") ---
     # Llama 3.1 8B at 8 of its 32 layers
     "hf-llama31-h4096-l8": dict(like="Llama 3.1 8B (32 -> 8 layers)", seq_length=2048, config=dict(
@@ -1924,6 +1962,33 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3), _ds("mc-h4096-gqa-l8-v128k", 3, mbs=2, recompute="selective"),
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
+    ],
+    # ninth fit batch (one GPU), fit side, declared in accuracy_split.json "fit9_about" together with final44: the
+    # CPU-offload plans (ZeRO-2 and ZeRO-3 with the optimizer on the CPU, ZeRO-3 with the parameters there too) on
+    # three widths of 1.9-2.9 B parameters, for the offload reserve and host-time constants
+    "fit9": [
+        _hf("hf-qwen15-h2560-l20", 2, "sdpa", **OFF),
+        _hf("hf-qwen15-h2560-l20", 3, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h2560-l20", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-solar-h4096-l10", 2, "sdpa", ckpt=True, **OFF),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", **OFF),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-codellama-h8192-l2", 2, "sdpa", **OFF),
+        _hf("hf-codellama-h8192-l2", 3, "eager", ckpt=True, **OFF),
+        _hf("hf-codellama-h8192-l2", 3, "sdpa", **OFF, **POFF),
+    ],
+    # forty-fourth final batch (one GPU), declared in accuracy_split.json "final44" before measuring: the same
+    # CPU-offload plans on three new widths, blind for the offload constants fitted on fit9 and for the replay
+    "final44": [
+        _hf("hf-qwen15-h5120-l4", 2, "sdpa", **OFF),
+        _hf("hf-qwen15-h5120-l4", 3, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h5120-l4", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-llama2-h8192-l2", 2, "sdpa", ckpt=True, **OFF),
+        _hf("hf-llama2-h8192-l2", 3, "sdpa", **OFF),
+        _hf("hf-llama2-h8192-l2", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-ministral-h4096-l8", 2, "sdpa", **OFF),
+        _hf("hf-ministral-h4096-l8", 3, "eager", ckpt=True, **OFF),
+        _hf("hf-ministral-h4096-l8", 3, "sdpa", **OFF, **POFF),
     ],
     # forty-third final batch (one GPU), declared in accuracy_split.json "final43" before measuring: final42's
     # parameter-offload plans lost to the host's memory (both the optimizer and the 16-bit parameters of 4.7-5.4 B
