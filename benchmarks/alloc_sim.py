@@ -134,7 +134,7 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     replay was traced from), so that its specs are built once; else described here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_accuracy import corpus_run, predict
-    from workbench.memory import ENGINE_CODES, RESERVE_FRACTION, engine_overheads
+    from workbench.memory import RESERVE_FRACTION, plan_overheads
 
     if replayed is None:
         a = replay(trace_hf_deepspeed(rec))
@@ -143,7 +143,7 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     run = corpus_run(rec) if run is None else run
     # the estimate's own constants for the run: its reserve (DeepSpeed's ZeRO-3 has its own) and its memory outside
     # the allocator (one process)
-    own = (engine_overheads(ENGINE_CODES[run["plan"].engine], int(run["plan"].zero_stage)) if run is not None
+    own = (plan_overheads(run["plan"], 0) if run is not None
            else {"reserve_fraction": RESERVE_FRACTION[engine_of(rec)]})
     constant = float(own["reserve_fraction"])
     device = device_sim = device_peak = None

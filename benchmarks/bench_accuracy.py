@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import statistics
 import sys
@@ -454,14 +455,28 @@ def overhead_fit(rows: list) -> dict:
                  and r["measured"].get("outside") is not None and r["cluster"].world_size > 1]
         if multi:  # NCCL's communicators: what a multi-rank process holds outside the allocator beyond one rank's
             out[engine].update(nccl_n=len(multi), nccl_gib=statistics.median(multi) / GiB - out[engine]["outside_gib"])
-        if engine != "megatron":  # the reserve of ZeRO-0/1/2 and of ZeRO-3 apart (workbench.memory.RESERVE_FRACTION)
-            for name, z3 in (("zero0-2", False), ("zero3", True)):
+        if engine != "megatron":  # DeepSpeed's reserve per regime (workbench.memory.RESERVE_FRACTION's keys)
+            for name in RESERVE_REGIMES:
                 part = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel
-                              if (int(r["plan"].zero_stage) >= 3) == z3)
+                              if reserve_key(r["plan"]) == name)
                 if part:
                     out[engine][f"reserve_{name}"] = dict(n=len(part), median=statistics.median(part),
                                                           p90=part[min(len(part) - 1, int(0.9 * len(part)))])
     return out
+
+
+RESERVE_REGIMES = ("deepspeed", "deepspeed-offload", "deepspeed-zero3", "deepspeed-zero3-offload",
+                   "deepspeed-zero3-param-offload")
+"""DeepSpeed's keys of :data:`workbench.memory.RESERVE_FRACTION` (:func:`workbench.memory.reserve_regime`)."""
+
+
+def reserve_key(plan) -> str:
+    """The :data:`RESERVE_REGIMES` key of a DeepSpeed plan: ZeRO-0/1/2 or ZeRO-3, the optimizer on the host or not,
+    ZeRO-3 with the parameters on the host."""
+    z3 = int(plan.zero_stage) >= 3
+    if z3 and plan.offload_params != "none":
+        return "deepspeed-zero3-param-offload"
+    return ("deepspeed-zero3" if z3 else "deepspeed") + ("-offload" if plan.offload_optimizer != "none" else "")
 
 
 def outside_beside_other_processes(runs: list) -> dict:
@@ -786,6 +801,123 @@ def zero3_refit_lines(runs: list, fit: set) -> list[str]:
     return lines
 
 
+OFFLOAD_HOST_CONSTANTS = {
+    "zero3_param_offload_host_factor": ("ZeRO-3, the optimizer and the parameters on the CPU", 1.0,
+                                        lambda p: p.offload_optimizer != "none" and p.offload_params != "none"),
+    "param_offload_copy_back_seconds_per_parameter": ("ZeRO-3, the parameters on the CPU, the optimizer on the GPU",
+                                                      1e-9, lambda p: p.offload_optimizer == "none"
+                                                      and p.offload_params != "none"),
+}
+"""The host-time constants of ZeRO-3's parameter-offload regimes (``efficiency.json`` ``cpu_adam``, read by
+:func:`workbench.timing.optimizer_terms`): what each prices, the unit it is fitted in, and which DeepSpeed ZeRO-3
+plans it applies to. The step time is linear in each, so :func:`offload_host_refit` fits them in closed form.
+(ZeRO-3's host factor with the optimizer alone on the CPU, ``zero3_host_factor``, is fitted with the other time
+constants: ``--refit-time --refit-only offload_zero3 --with-hf-zero3``.)"""
+
+MIN_REFIT_SHAPES = 3
+"""``--refit-offload --write`` stores a constant refitted on at least this many fit-split shapes."""
+
+
+def _offload_host_rows(runs: list, key: str) -> list[dict]:
+    """For every measured one-rank DeepSpeed ZeRO-3 run of ``key``'s regime: the model's step with the constant at 0
+    (``a``) and what one unit of it adds (``d``): the step is ``a + value / unit · d``."""
+    from workbench import timing
+    from workbench.estimate import estimate
+
+    _, unit, applies = OFFLOAD_HOST_CONSTANTS[key]
+    cal = timing.calibration()["cpu_adam"]
+    saved = cal.get(key)
+    out = []
+    try:
+        for r in runs:
+            plan = r["plan"]
+            if (plan.engine != "deepspeed" or int(plan.zero_stage) != 3 or not applies(plan)
+                    or not r["measured"].get("step")):
+                continue
+            steps = []
+            for value in (0.0, unit):
+                cal[key] = value
+                steps.append(estimate(r["model"], r["cluster"], plan).time.step_seconds)
+            out.append(dict(run=r, a=steps[0], d=steps[1] - steps[0], m=r["measured"]["step"]))
+    finally:
+        if saved is None:
+            cal.pop(key, None)
+        else:
+            cal[key] = saved
+    return out
+
+
+def offload_host_refit(rows: list) -> float:
+    """The value (in the constant's unit) that minimises the mean squared relative step error over ``rows``
+    (:func:`_offload_host_rows`), each model shape weighted alike: closed form, the step being linear in it."""
+    count = {}
+    for x in rows:
+        count[x["run"]["shape_id"]] = count.get(x["run"]["shape_id"], 0) + 1
+    num = sum((x["d"] / x["m"]) * (1 - x["a"] / x["m"]) / count[x["run"]["shape_id"]] for x in rows)
+    den = sum((x["d"] / x["m"]) ** 2 / count[x["run"]["shape_id"]] for x in rows)
+    return max(num / den, 0.0) if den > 0 else 0.0
+
+
+def offload_host_lines(runs: list, fit: set, write: bool = False) -> list[str]:
+    """Refit each of :data:`OFFLOAD_HOST_CONSTANTS` on the fit split's runs of its regime only; print the catalog
+    and refitted values, the fit split's leave-one-shape-out errors and the test split's errors with either value.
+    With ``write`` the refitted values of constants fitted on at least :data:`MIN_REFIT_SHAPES` shapes go to
+    ``efficiency.json``; the others keep their catalog values."""
+    from workbench import timing
+
+    cal = timing.calibration()["cpu_adam"]
+    lines = ["ZeRO-3 offload host constants refitted on the fit split only (the test split is never used), "
+             "n / median / worst |step error|"]
+    written = {}
+
+    def err(x, value, unit):
+        return abs((x["a"] + value / unit * x["d"]) / x["m"] - 1)
+
+    def stats(errs):
+        return (f"{len(errs):>3} {statistics.median(errs):>6.1%} {max(errs):>6.1%}" if errs else f"{'-':>17}")
+
+    for key, (what, unit, _) in OFFLOAD_HOST_CONSTANTS.items():
+        rows = _offload_host_rows(runs, key)
+        fit_rows = [x for x in rows if x["run"]["shape_id"] in fit]
+        test_rows = [x for x in rows if x["run"]["shape_id"] not in fit]
+        shapes = sorted({x["run"]["shape_id"] for x in fit_rows})
+        now = float(cal.get(key, 0.0))
+        if len(shapes) < 2:
+            lines.append(f"  {key} ({what}): {len(shapes)} fit shape(s), not refitted (catalog {now:.4g})")
+            continue
+        new = offload_host_refit(fit_rows) * unit
+        loso = []
+        for sh in shapes:
+            value = offload_host_refit([x for x in fit_rows if x["run"]["shape_id"] != sh]) * unit
+            loso += [err(x, value, unit) for x in fit_rows if x["run"]["shape_id"] == sh]
+        lines += [f"  {key} ({what}): catalog {now:.4g}, refitted {new:.4g} on {len(fit_rows)} fit runs "
+                  f"({len(shapes)} shapes)",
+                  f"    fit, one shape out    {stats(loso)}",
+                  f"    fit, catalog          {stats([err(x, now, unit) for x in fit_rows])}",
+                  f"    fit, refitted         {stats([err(x, new, unit) for x in fit_rows])}",
+                  f"    test, catalog         {stats([err(x, now, unit) for x in test_rows])}",
+                  f"    test, refitted        {stats([err(x, new, unit) for x in test_rows])}"]
+        if len(shapes) >= MIN_REFIT_SHAPES:
+            written[key] = (now, float(f"{new:.4g}"), len(fit_rows), len(shapes))
+        else:
+            lines.append(f"    kept: fewer than {MIN_REFIT_SHAPES} fit shapes")
+    if write and written:
+        path = ROOT / "workbench" / "catalog" / "efficiency.json"
+        data = json.loads(path.read_text())
+        for key, (_, new, _, _) in written.items():
+            data["cpu_adam"][key] = new
+        data["cpu_adam"]["source"] += (
+            " Refitted " + datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+            + " by benchmarks/bench_accuracy.py --refit-offload on the fit split's ZeRO-3 offload runs only "
+            "(closed-form least squares on relative step error, shapes weighted alike): "
+            + "; ".join(f"{k} {old:.4g} -> {new:.4g} ({n} runs, {sh} shapes)"
+                        for k, (old, new, n, sh) in written.items()) + ".")
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        timing.calibration.cache_clear()
+        lines.append(f"wrote {', '.join(written)} to {path.relative_to(ROOT)}")
+    return lines
+
+
 def configuration_medians(runs: list) -> list[dict]:
     """One row per configuration (:func:`configuration_key`): a configuration measured in several processes (the
     ZeRO-3 repeats, up to 1.8x apart) becomes its first run with the median of the runs' step times, so a fit
@@ -872,7 +1004,8 @@ def main(argv=None) -> int:
     ap.add_argument("--refit-time", action="store_true",
                     help="refit the H200 time constants on the fit split only (calibrate_h200_time's fit), "
                          "print leave-one-shape-out errors, and evaluate with them")
-    ap.add_argument("--write", action="store_true", help="with --refit-time: store the constants in the catalog")
+    ap.add_argument("--write", action="store_true",
+                    help="with --refit-time or --refit-offload: store the constants in the catalog")
     ap.add_argument("--refit-only", default="",
                     help="with --refit-time: comma-separated prefixes of the constants to fit (e.g. zero3_,"
                          "deepspeed_); the others keep their catalog values")
@@ -883,6 +1016,9 @@ def main(argv=None) -> int:
                     help="refit the ZeRO-3 host constants on the fit split's ZeRO-3 runs, with and without a spread "
                          "of host speed between processes; print leave-one-shape-out and test-split ZeRO-3 errors "
                          "(nothing is written)")
+    ap.add_argument("--refit-offload", action="store_true",
+                    help="refit ZeRO-3's offload host-time constants on the fit split's runs of each regime; print "
+                         "leave-one-shape-out and test-split errors (with --write: store them in the catalog)")
     ap.add_argument("--overheads", action="store_true",
                     help="print the fit split's memory outside the allocator and allocator reserve per engine")
     ap.add_argument("--with-hf-zero3", action="store_true",
@@ -995,6 +1131,10 @@ def main(argv=None) -> int:
     if args.refit_zero3:
         print()
         print("\n".join(zero3_refit_lines([r for _, rows in scored.items() for r, _ in rows], fit)))
+    if args.refit_offload:
+        print()
+        print("\n".join(offload_host_lines([r for _, rows in scored.items() for r, _ in rows], fit,
+                                           write=args.write)))
     if args.overheads:
         print("\nfit split, one process per GPU: outside the allocator and allocator reserve")
         for engine, f in overhead_fit(scored["fit"]).items():
@@ -1002,10 +1142,10 @@ def main(argv=None) -> int:
                   f"{f['outside_max_gib']:.2f})  reserve median {f['reserve_median']:.1%} p90 {f['reserve_p90']:.1%} "
                   f"max {f['reserve_max']:.1%}"
                   + (f"  NCCL (multi-rank runs, n {f['nccl_n']}) +{f['nccl_gib']:.2f} GiB" if "nccl_n" in f else ""))
-            for name in ("zero0-2", "zero3"):
+            for name in RESERVE_REGIMES:
                 if f"reserve_{name}" in f:
                     g = f[f"reserve_{name}"]
-                    print(f"  {'':<20} {name:<8} n {g['n']:>3}  reserve median {g['median']:.1%} p90 {g['p90']:.1%}")
+                    print(f"  {'':<20} {name:<30} n {g['n']:>3}  reserve median {g['median']:.1%} p90 {g['p90']:.1%}")
         beside = outside_beside_other_processes([r for _, rows in scored.items() for r, _ in rows])
         if beside:
             print(f"all splits, one process per GPU: memory other processes held on the GPU at a run's start "

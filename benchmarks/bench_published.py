@@ -32,9 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workbench import catalog  # noqa: E402
 from workbench.defaults import GiB  # noqa: E402
-from workbench.encode import ENGINE_CODES  # noqa: E402
 from workbench.estimate import estimate  # noqa: E402
-from workbench.memory import engine_overheads  # noqa: E402
+from workbench.memory import plan_overheads  # noqa: E402
 from workbench.planner import DEFAULT_HEADROOM  # noqa: E402
 from workbench.flops import flops_per_second_per_gpu, step_flops  # noqa: E402
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, Precision  # noqa: E402
@@ -179,7 +178,7 @@ def memory_attribution(plan: ParallelPlan, cluster: ClusterSpec, mem) -> dict:
     fraction of it: the median of the H200 fit runs, :data:`workbench.memory.RESERVE_FRACTION`) and ``limit`` (what
     the planner's default headroom leaves of the GPU)."""
     over = mem.breakdown.overhead
-    own = engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage), int(plan.expandable_segments))
+    own = plan_overheads(plan)
     outside = float(own["context_bytes"]) + (float(own["nccl_bytes"]) if cluster.world_size > 1 else 0.0)
     return {"allocated": float(mem.per_gpu_peak_bytes - over), "outside": outside, "reserve": float(over) - outside,
             "reserve_fraction": float(own["reserve_fraction"]), "peak": float(mem.per_gpu_peak_bytes),

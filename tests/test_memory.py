@@ -255,6 +255,25 @@ def test_zero3_gathers_nothing_with_one_rank_and_has_its_own_reserve():
                                 RESERVE_FRACTION["megatron"]]
 
 
+def test_reserve_follows_the_offload_regime():
+    """DeepSpeed's constant reserve is its regime's fit-split median: ZeRO-0/1/2 and ZeRO-3, each with and without
+    the optimizer on the host, ZeRO-3 with the parameters there (which decides over the optimizer's place); parameter
+    offload below ZeRO-3 and any offload under Megatron's DDP change nothing; a plan's own regime is read from it."""
+    from workbench.memory import RESERVE_FRACTION, engine_overheads, plan_overheads
+    from workbench.specs import ParallelPlan
+
+    engine, zero = np.array([DS, DS, DS, DS, DS, DS, MG]), np.array([2, 2, 3, 3, 3, 2, 0])
+    off_opt, off_par = np.array([0, 1, 0, 1, 1, 0, 1]), np.array([0, 0, 0, 0, 1, 1, 0])
+    reserve = engine_overheads(engine, zero, 0, off_opt, off_par)["reserve_fraction"]
+    assert reserve.tolist() == [RESERVE_FRACTION[k] for k in (
+        "deepspeed", "deepspeed-offload", "deepspeed-zero3", "deepspeed-zero3-offload", "deepspeed-zero3-param-offload",
+        "deepspeed", "megatron")]
+    plan = ParallelPlan(world_size=1, micro_batch_size=1, global_batch_size=1, zero_stage=3, offload_optimizer="cpu",
+                        offload_params="cpu")
+    assert plan_overheads(plan)["reserve_fraction"] == RESERVE_FRACTION["deepspeed-zero3-param-offload"]
+    assert plan_overheads(plan, 1)["reserve_fraction"] != plan_overheads(plan)["reserve_fraction"]  # expandable
+
+
 def test_zero12_offload_takes_the_oversized_output_gradient_norm_in_fp64():
     """With CPU offload ZeRO-2 takes each reduced gradient's norm in fp64 on the GPU before the fp32 cast for the
     host: the untied output layer's 16-bit gradient and its 8-byte copy exist beside every layer's activations."""

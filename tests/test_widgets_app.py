@@ -99,13 +99,18 @@ def test_zero_stage_lowers_memory_in_deepspeed():
     par.controls["engine"].value = "deepspeed"
     par.controls["global_batch_size"].value = 64
     assert app.state.valid, app.state.error
-    peaks = []
+    peaks, allocated = [], []
     for stage in range(4):
         par.controls["zero_stage"].value = stage
         assert app.state.valid, app.state.error
-        peaks.append(app.state.estimate.memory.per_gpu_peak_bytes)
+        mem = app.state.estimate.memory
+        peaks.append(mem.per_gpu_peak_bytes)
+        allocated.append(mem.per_gpu_peak_bytes - mem.peak_stage.terms.overhead)
         assert memory_figure_total_gib(app, 0) == pytest.approx(peaks[-1] / GIB)
-    assert peaks[0] > peaks[1] > peaks[2] > peaks[3]
+    # each stage partitions more of what is allocated; ZeRO-3's allocator keeps a larger reserve above it (its
+    # fit-split median), so on the whole device it is below ZeRO-1, not necessarily below ZeRO-2
+    assert allocated[0] > allocated[1] > allocated[2] > allocated[3]
+    assert peaks[0] > peaks[1] > peaks[2] and peaks[3] < peaks[1]
     # offload puts a host bar on the chart
     par.controls["zero_stage"].value = 3
     par.controls["offload_optimizer"].value = "cpu"

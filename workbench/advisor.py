@@ -394,7 +394,7 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     the engine's default reserve less :data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE` (the memory model's
     constants), and the expandable mode's error band. ``None`` when the plan is far from capacity or peaks at
     DeepSpeed's initialization (no reserve above it)."""
-    from workbench.memory import ENGINE_CODES, RESERVE_FRACTION_EXPANDABLE, engine_overheads, error_band
+    from workbench.memory import RESERVE_FRACTION_EXPANDABLE, error_band, plan_overheads
 
     cap = memory.capacity_bytes
     if plan.expandable_segments:
@@ -410,8 +410,7 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     # the reserve is a fraction of the allocated peak: the saving needs no second estimate (checks stay cheap)
     terms = memory.peak_stage.terms
     allocated = memory.per_gpu_peak_bytes - terms.overhead
-    reserve = {on: float(engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage), on)["reserve_fraction"])
-               for on in (0, 1)}
+    reserve = {on: plan_overheads(plan, on)["reserve_fraction"] for on in (0, 1)}
     saves = allocated * (reserve[0] - reserve[1])
     if saves <= 0:
         return None

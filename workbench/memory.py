@@ -1732,10 +1732,17 @@ loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory
 median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 51 runs,
 2.04 GiB, range up to 3.06; megatron-core DDP 9 runs, 2.93 GiB, up to 3.44), printed by
 ``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
-RESERVE_FRACTION = {"deepspeed": 0.171, "deepspeed-zero3": 0.205, "megatron": 0.109}
+RESERVE_FRACTION = {"deepspeed": 0.166, "deepspeed-offload": 0.251, "deepspeed-zero3": 0.249,
+                    "deepspeed-zero3-offload": 0.283, "deepspeed-zero3-param-offload": 0.352, "megatron": 0.109}
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
-over the same fit-split runs: DeepSpeed ZeRO-0/1/2 17.1 % (38 runs, 90th percentile 36.0 %), ZeRO-3 20.5 % (13 runs,
-36.3 %), megatron-core 10.9 % (9 runs, 26.4 %). ZeRO-3 frees and re-allocates module-sized gradient and partition
+over the same fit-split runs, DeepSpeed's per regime (:func:`reserve_regime`; ``benchmarks/bench_accuracy.py
+--overheads``, 2026-12-04, after the fit9 batch added CPU-offload runs on three 1.9-2.9 B widths): ZeRO-0/1/2 16.6 %
+(85 runs, 90th percentile 37.2 %), with the optimizer on the host 25.1 % (11 runs, 31.3 %); ZeRO-3 24.9 % (45 runs,
+39.1 %), with the optimizer on the host 28.3 % (8 runs, 59.7 %), with the parameters there too 35.2 % (7 runs,
+110.7 %); megatron-core 10.9 % (9 runs, 26.4 %, an earlier fit split's). With the optimizer or the parameters on the
+host the allocated peak loses the states that stay put, while the transient copies the offload makes (fp64 norm
+pieces, fp32 casts, staging buffers, gathered parameters) stay, so more of what is reserved is cached free blocks.
+ZeRO-3 frees and re-allocates module-sized gradient and partition
 tensors all through backward between the activations' frees, so more of what it freed is left in blocks the next
 request does not fit. The reserve is what PyTorch's caching allocator (``c10/cuda/CUDACachingAllocator.cpp``) keeps
 of segments it cut for earlier requests: large blocks rounded to 2 MiB, a request that no cached free block fits
@@ -1796,18 +1803,45 @@ MIN_FIT_RUNS = 5
 of every engine's runs is used."""
 
 
-def engine_overheads(engine=None, zero_stage=None, expandable_segments=0) -> dict:
+def reserve_regime(engine=None, zero_stage=None, offload_optimizer=0, offload_params=0) -> dict:
+    """Which of :data:`RESERVE_FRACTION`'s DeepSpeed regimes a plan is in, as 0/1 masks (arrays allowed):
+    ``zero3`` (ZeRO-3), ``offload`` (the optimizer on the host, the parameters on the GPU) and ``param_offload``
+    (ZeRO-3 with the parameters on the host). Megatron's DDP is in none of them."""
+    deepspeed = ~(asarray(engine) == ENGINE_CODES[Engine.MEGATRON]) if engine is not None else True
+    zero3 = deepspeed & (asarray(zero_stage) >= 3) if zero_stage is not None else False
+    param_offload = zero3 & (asarray(offload_params) > 0)
+    offload = deepspeed & (asarray(offload_optimizer) > 0) & ~param_offload
+    return dict(zero3=zero3, offload=offload, param_offload=param_offload)
+
+
+def engine_overheads(engine=None, zero_stage=None, expandable_segments=0, offload_optimizer=0,
+                     offload_params=0) -> dict:
     """The training-run constants of ``engine`` (an engine code, arrays allowed; the hybrid counts as DeepSpeed):
     ``{context_bytes, nccl_bytes, reserve_fraction}`` from :data:`OUTSIDE_ALLOCATOR_BYTES`,
-    :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION` (DeepSpeed's ZeRO-3 reserve with ``zero_stage`` 3);
+    :data:`NCCL_BYTES_BY_ENGINE` and :data:`RESERVE_FRACTION` (DeepSpeed's by its regime, :func:`reserve_regime`:
+    ZeRO-0/1/2 or ZeRO-3, each with or without the optimizer on the host, ZeRO-3 with the parameters there);
     with ``expandable_segments`` (0/1, arrays allowed) the reserve is :data:`RESERVE_FRACTION_EXPANDABLE`."""
     megatron = asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
     pick = lambda table: where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
-    zero3 = ~asarray(megatron) & (asarray(zero_stage) >= 3) if zero_stage is not None else False
-    default_reserve = where(zero3, RESERVE_FRACTION["deepspeed-zero3"], pick(RESERVE_FRACTION))
+    regime = reserve_regime(engine, zero_stage, offload_optimizer, offload_params)
+    default_reserve = where(regime["param_offload"], RESERVE_FRACTION["deepspeed-zero3-param-offload"],
+                            where(regime["zero3"],
+                                  where(regime["offload"], RESERVE_FRACTION["deepspeed-zero3-offload"],
+                                        RESERVE_FRACTION["deepspeed-zero3"]),
+                                  where(regime["offload"], RESERVE_FRACTION["deepspeed-offload"],
+                                        pick(RESERVE_FRACTION))))
     return dict(context_bytes=pick(OUTSIDE_ALLOCATOR_BYTES), nccl_bytes=pick(NCCL_BYTES_BY_ENGINE),
                 reserve_fraction=where(asarray(expandable_segments) > 0, pick(RESERVE_FRACTION_EXPANDABLE),
                                           default_reserve))
+
+
+def plan_overheads(plan, expandable_segments=None) -> dict:
+    """:func:`engine_overheads` of a :class:`~workbench.specs.ParallelPlan` (its engine, ZeRO stage and offloads;
+    ``expandable_segments`` as given, else the plan's)."""
+    expandable = plan.expandable_segments if expandable_segments is None else expandable_segments
+    return {k: float(v) for k, v in engine_overheads(
+        ENGINE_CODES[plan.engine], int(plan.zero_stage), int(expandable),
+        int(plan.offload_optimizer is not Offload.NONE), int(plan.offload_params is not Offload.NONE)).items()}
 
 
 TE_UB_ALL_GATHER_BUFFERS = 8
@@ -1846,7 +1880,8 @@ def userbuffer_bytes(*, seq_length, micro_batch, hidden_size, context_parallel, 
 
 
 def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=None,
-                   reserve_fraction=None, floor=False, zero_stage=None, expandable_segments=0):
+                   reserve_fraction=None, floor=False, zero_stage=None, expandable_segments=0, offload_optimizer=0,
+                   offload_params=0):
     """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; its NCCL buffers when
     there is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`,
     or :data:`RESERVE_FRACTION_EXPANDABLE` with ``expandable_segments``) — :func:`engine_overheads`. ``engine`` is
@@ -1855,7 +1890,7 @@ def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=
     profile measured in a bare process) each is only a lower bound and the engine's constant is used where it is
     larger. A profile's reserve was measured with the default allocator, so with ``expandable_segments`` the
     expandable reserve is used in its place."""
-    own = engine_overheads(engine, zero_stage, expandable_segments)
+    own = engine_overheads(engine, zero_stage, expandable_segments, offload_optimizer, offload_params)
     if reserve_fraction is not None and any_true(asarray(expandable_segments) > 0):
         reserve_fraction = where(asarray(expandable_segments) > 0, own["reserve_fraction"], reserve_fraction)
     given = dict(context_bytes=context_bytes, nccl_bytes=nccl_bytes, reserve_fraction=reserve_fraction)
@@ -2137,7 +2172,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     allocated = maximum(step_total, backward_peak)
     # overheads: a profile's
     overhead = overhead_bytes(allocated, world, engine=engine, zero_stage=zero_stage,
-                              expandable_segments=expandable_segments, **(overheads or {}))
+                              expandable_segments=expandable_segments, offload_optimizer=offload_optimizer,
+                              offload_params=offload_params, **(overheads or {}))
     # ZeRO-1/2 with the optimizer on the CPU can peak before training: deepspeed_init_bytes, no reserve above it
     init = deepspeed_init_bytes(weights=weights, trainable=trainable, data_parallel=data_parallel * context_parallel,
                                 value_bytes=value_bytes, engine=engine, zero_stage=zero_stage,
@@ -2192,7 +2228,9 @@ FORMULAS = {
     "overhead": f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES['deepspeed'] / GiB:.2f} GiB (DeepSpeed) / "
                 f"{OUTSIDE_ALLOCATOR_BYTES['megatron'] / GiB:.2f} GiB (megatron-core) per process (+ NCCL "
                 f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} "
-                f"(DeepSpeed ZeRO-0/1/2) / {RESERVE_FRACTION['deepspeed-zero3']:.0%} (ZeRO-3) / "
+                f"(DeepSpeed ZeRO-0/1/2; {RESERVE_FRACTION['deepspeed-offload']:.0%} with the optimizer on the host) / "
+                f"{RESERVE_FRACTION['deepspeed-zero3']:.0%} (ZeRO-3; {RESERVE_FRACTION['deepspeed-zero3-offload']:.0%} "
+                f"optimizer, {RESERVE_FRACTION['deepspeed-zero3-param-offload']:.0%} parameters on the host) / "
                 f"{RESERVE_FRACTION['megatron']:.0%} (megatron-core) of allocated (H200, fit split)",
 }
 
@@ -2365,14 +2403,12 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         o = dict(codes.get("overheads") or {})
         if o.get("floor"):  # a bare-process profile's figures are lower bounds: keep its own, measured ones only
             o = {k: v for k, v in o.items() if k in ("context_bytes", "nccl_bytes") and v is not None}
-            o = {k: max(float(v), float(engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage))[k]))
-                 for k, v in o.items()}
+            o = {k: max(float(v), plan_overheads(plan)[k]) for k, v in o.items()}
         codes["overheads"] = {**o, "reserve_fraction": float(reserve_fraction)}
     if profile is not None:
         o = codes["overheads"]
         expandable = int(plan.expandable_segments)
-        own = {k: float(v) for k, v in engine_overheads(ENGINE_CODES[plan.engine], int(plan.zero_stage),
-                                                        expandable).items()}
+        own = plan_overheads(plan)
         used = {k: own[k] if o.get(k) is None or (expandable and k == "reserve_fraction")
                 else (max(float(o[k]), own[k]) if o.get("floor") else float(o[k])) for k in own}
         formulas["overhead"] = (f"context {used['context_bytes'] / 2**20:.0f} MiB (+ NCCL "
