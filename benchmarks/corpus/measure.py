@@ -148,6 +148,28 @@ def mem_now() -> dict:
             "outside_allocator_bytes": total - free - reserved}
 
 
+def host_now() -> dict:
+    """The run's host memory (Linux ``/proc``): the process's resident set now and at its peak (``VmRSS``,
+    ``VmHWM``: pinned buffers count, memory the kernel only reserved does not), and the node's total and available
+    memory, for the host-memory estimate of offloaded plans."""
+    out = {}
+    try:
+        status = Path("/proc/self/status").read_text().splitlines()
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return out
+    fields = {"VmRSS": "host_rss_at_end_bytes", "VmHWM": "host_peak_rss_bytes"}
+    for line in status:
+        key, _, value = line.partition(":")
+        if key in fields:
+            out[fields[key]] = int(value.split()[0]) * 1024
+    for line in meminfo:
+        key, _, value = line.partition(":")
+        if key in ("MemTotal", "MemAvailable"):
+            out[f"host_{key[3:].lower()}_at_end_bytes"] = int(value.split()[0]) * 1024
+    return out
+
+
 MEMORY_HISTORY = os.environ.get("CORPUS_MEMORY_HISTORY")
 """A folder: with it set, every run records the caching allocator's event history
 (``torch.cuda.memory._record_memory_history``, no stack traces) from its start to the end of its steps and writes
@@ -445,6 +467,7 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         if not dry:
             rec["host_probe_after"] = host_probe(torch)
         rec.update(mem_now())
+        rec.update(host_now())
         if recording:
             write_memory_history(torch, rec)
         rec.update(status="ok", steps=len(times), warmup_steps=len(times) - timed, timed_steps=timed,
@@ -453,6 +476,7 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
                    tokens_per_step=mbs * gas * seq, micro_batch_size=mbs, gradient_accumulation_steps=gas)
     except torch.OutOfMemoryError as exc:
         rec.update(mem_now())
+        rec.update(host_now())
         rec.update(status="oom", error=str(exc).splitlines()[0][:400])
     except Exception as exc:
         rec.update(status="error", error=f"{type(exc).__name__}: {exc}"[:600],

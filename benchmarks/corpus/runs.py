@@ -1963,6 +1963,16 @@ GROUPS = {
         _ds("mc-h4096-gqa-l8-v128k", 3, **OFF),
         _ds("mc-h2048-gelu-l16-d01", 3, mbs=4), _ds("mc-h2048-gelu-l16-d01", 3, mbs=8, recompute="full"),
     ],
+    # host memory (one GPU): CPU-offload plans measured earlier, again in fresh processes, now with the process's
+    # resident set (measure.py host_now: peak and at the end of the steps) beside the host-memory estimate, and the
+    # step time of a configuration measured twice; shapes of either split (the host estimate has no fitted constant)
+    "host1": [
+        _hf("hf-qwen15-h5120-l4", 3, "sdpa", mbs=2, ckpt=True, repeat=1, **OFF, **POFF),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", repeat=1, **OFF),
+        _hf("hf-ministral-h4096-l8", 2, "sdpa", repeat=1, **OFF),
+        _hf("hf-llama31-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, zero_init=True, repeat=1, **OFF, **POFF),
+        _hf("hf-qwen25-h3584-l12", 3, "sdpa", mbs=2, repeat=1, **OFF, **POFF),
+    ],
     # ninth fit batch (one GPU), fit side, declared in accuracy_split.json "fit9_about" together with final44: the
     # CPU-offload plans (ZeRO-2 and ZeRO-3 with the optimizer on the CPU, ZeRO-3 with the parameters there too) on
     # three widths of 1.9-2.9 B parameters, for the offload reserve and host-time constants
