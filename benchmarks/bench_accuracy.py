@@ -230,7 +230,9 @@ def corpus_run(rec: dict):
                 timed_steps=int(rec.get("timed_steps") or 0),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
                               step=steady_step_seconds(rec), reserved=reserved, outside=outside,
-                              used_at_start=rec.get("device_used_at_start_bytes")))
+                              used_at_start=rec.get("device_used_at_start_bytes"),
+                              host_rss=rec.get("host_rss_at_end_bytes"), host_peak_rss=rec.get("host_peak_rss_bytes"),
+                              host_total=rec.get("host_total_at_end_bytes")))
 
 
 def corpus_runs(path: Path) -> list[dict]:
@@ -918,6 +920,31 @@ def offload_host_lines(runs: list, fit: set, write: bool = False) -> list[str]:
     return lines
 
 
+def host_memory_lines(runs: list) -> list[str]:
+    """Runs whose record has the process's resident set (``measure.py`` ``host_now``): the estimate's host memory
+    per GPU (the offloaded states, :attr:`workbench.memory_types.MemoryEstimate.host_bytes_per_gpu`) beside the
+    measured resident set at the end of the steps and at its peak, and what the process holds beyond the estimate
+    (the interpreter, torch's and DeepSpeed's libraries, the CUDA context's host side, pinned staging buffers)."""
+    from workbench.estimate import estimate
+
+    rows = [r for r in runs if r["measured"].get("host_rss")]
+    if not rows:
+        return []
+    lines = ["HOST memory: the estimate's offloaded states per GPU beside the process's resident set (GiB; one rank)",
+             f"  {'run':<66}{'estimate':>9}{'at end':>8}{'peak':>8}{'beyond':>8}{'node':>7}"]
+    beyond = []
+    for r in sorted(rows, key=lambda r: r["run_id"]):
+        est = estimate(r["model"], r["cluster"], r["plan"]).memory.host_bytes_per_gpu
+        m = r["measured"]
+        beyond.append(m["host_peak_rss"] - est)
+        lines.append(f"  {r['run_id'][:65]:<66}{est / GiB:>9.1f}{m['host_rss'] / GiB:>8.1f}"
+                     f"{m['host_peak_rss'] / GiB:>8.1f}{(m['host_peak_rss'] - est) / GiB:>8.1f}"
+                     f"{(m.get('host_total') or 0) / GiB:>7.0f}")
+    lines.append(f"  peak resident set beyond the estimate: median {statistics.median(beyond) / GiB:.1f} GiB, range "
+                 f"{min(beyond) / GiB:.1f}-{max(beyond) / GiB:.1f} GiB over {len(rows)} runs")
+    return lines
+
+
 def configuration_medians(runs: list) -> list[dict]:
     """One row per configuration (:func:`configuration_key`): a configuration measured in several processes (the
     ZeRO-3 repeats, up to 1.8x apart) becomes its first run with the median of the runs' step times, so a fit
@@ -1019,6 +1046,8 @@ def main(argv=None) -> int:
     ap.add_argument("--refit-offload", action="store_true",
                     help="refit ZeRO-3's offload host-time constants on the fit split's runs of each regime; print "
                          "leave-one-shape-out and test-split errors (with --write: store them in the catalog)")
+    ap.add_argument("--host", action="store_true",
+                    help="print the host-memory estimate beside the measured resident set of the runs that have it")
     ap.add_argument("--overheads", action="store_true",
                     help="print the fit split's memory outside the allocator and allocator reserve per engine")
     ap.add_argument("--with-hf-zero3", action="store_true",
@@ -1131,6 +1160,10 @@ def main(argv=None) -> int:
     if args.refit_zero3:
         print()
         print("\n".join(zero3_refit_lines([r for _, rows in scored.items() for r, _ in rows], fit)))
+    if args.host:
+        print()
+        print("\n".join(host_memory_lines([r for _, rows in scored.items() for r, _ in rows]) or
+                        ["HOST memory: no run of the corpus records its resident set"]))
     if args.refit_offload:
         print()
         print("\n".join(offload_host_lines([r for _, rows in scored.items() for r, _ in rows], fit,

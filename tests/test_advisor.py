@@ -536,6 +536,10 @@ def test_host_memory_margin_warns_past_the_measured_share_of_the_hosts_memory():
     share, found = host[0.65]
     assert share > advisor.HOST_MEMORY_WARN_FRACTION and found.status == "warn"
     assert f"({share:.0%})" in found.message and "killed by the kernel" in found.message and found.suggestion
+    # the measured resident set beside the states: 1.35-1.60x them, said as GiB and as a share of the node
+    r = advisor.HOST_RESIDENT_MEASURED
+    assert f"{share * r['ratio_low']:.0%}-{share * r['ratio_high']:.0%})" in found.message
+    assert f"{need * r['ratio_high']:.1f} GiB resident" in found.message
     c = ClusterSpec(gpu="H200", gpus_per_node=1)
     p = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=2, micro_batch_size=1, global_batch_size=1)
     assert advisor.host_memory_margin(p, estimate(m, c, p).memory) is None
