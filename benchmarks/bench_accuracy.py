@@ -441,6 +441,8 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
 def overhead_fit(rows: list) -> dict:
     """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
     the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile)."""
+    from workbench.memory import plan_reserve_key
+
     out = {}
     for engine in sorted({engine_of(r) for r, _ in rows}):
         sel = [r for r, _ in rows if engine_of(r) == engine and r["measured"].get("outside") is not None
@@ -460,7 +462,7 @@ def overhead_fit(rows: list) -> dict:
         if engine != "megatron":  # DeepSpeed's reserve per regime (workbench.memory.RESERVE_FRACTION's keys)
             for name in RESERVE_REGIMES:
                 part = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel
-                              if reserve_key(r["plan"]) == name)
+                              if plan_reserve_key(r["plan"]) == name)
                 if part:
                     out[engine][f"reserve_{name}"] = dict(n=len(part), median=statistics.median(part),
                                                           p90=part[min(len(part) - 1, int(0.9 * len(part)))])
@@ -469,16 +471,7 @@ def overhead_fit(rows: list) -> dict:
 
 RESERVE_REGIMES = ("deepspeed", "deepspeed-offload", "deepspeed-zero3", "deepspeed-zero3-offload",
                    "deepspeed-zero3-param-offload")
-"""DeepSpeed's keys of :data:`workbench.memory.RESERVE_FRACTION` (:func:`workbench.memory.reserve_regime`)."""
-
-
-def reserve_key(plan) -> str:
-    """The :data:`RESERVE_REGIMES` key of a DeepSpeed plan: ZeRO-0/1/2 or ZeRO-3, the optimizer on the host or not,
-    ZeRO-3 with the parameters on the host."""
-    z3 = int(plan.zero_stage) >= 3
-    if z3 and plan.offload_params != "none":
-        return "deepspeed-zero3-param-offload"
-    return ("deepspeed-zero3" if z3 else "deepspeed") + ("-offload" if plan.offload_optimizer != "none" else "")
+"""DeepSpeed's keys of :data:`workbench.memory.RESERVE_FRACTION` (:func:`workbench.memory.plan_reserve_key`)."""
 
 
 def outside_beside_other_processes(runs: list) -> dict:

@@ -259,7 +259,7 @@ def test_reserve_follows_the_offload_regime():
     """DeepSpeed's constant reserve is its regime's fit-split median: ZeRO-0/1/2 and ZeRO-3, each with and without
     the optimizer on the host, ZeRO-3 with the parameters there (which decides over the optimizer's place); parameter
     offload below ZeRO-3 and any offload under Megatron's DDP change nothing; a plan's own regime is read from it."""
-    from workbench.memory import RESERVE_FRACTION, engine_overheads, plan_overheads
+    from workbench.memory import RESERVE_FRACTION, engine_overheads, plan_overheads, plan_reserve_key
     from workbench.specs import ParallelPlan
 
     engine, zero = np.array([DS, DS, DS, DS, DS, DS, MG]), np.array([2, 2, 3, 3, 3, 2, 0])
@@ -271,6 +271,11 @@ def test_reserve_follows_the_offload_regime():
     plan = ParallelPlan(world_size=1, micro_batch_size=1, global_batch_size=1, zero_stage=3, offload_optimizer="cpu",
                         offload_params="cpu")
     assert plan_overheads(plan)["reserve_fraction"] == RESERVE_FRACTION["deepspeed-zero3-param-offload"]
+    keys = {plan_reserve_key(plan.replace(**kw)) for kw in (
+        dict(), dict(offload_params="none"), dict(offload_optimizer="none", offload_params="none"),
+        dict(zero_stage=2, offload_params="none"), dict(zero_stage=2, offload_optimizer="none", offload_params="none"),
+        dict(engine="megatron", zero_stage=0, offload_optimizer="none", offload_params="none"))}
+    assert keys == set(RESERVE_FRACTION)  # every regime has its key and every key a regime
     assert plan_overheads(plan, 1)["reserve_fraction"] != plan_overheads(plan)["reserve_fraction"]  # expandable
 
 

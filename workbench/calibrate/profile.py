@@ -320,7 +320,8 @@ class HardwareProfile:
         figures are lower bounds (``floor``): each overhead is the larger of the profile's and the training-run
         constant of the plan's engine (:func:`workbench.memory.engine_overheads`); so is the allocator reserve,
         which calibrate measures on a small synthetic allocation pattern (5.5% on H200, against 4-60% in the
-        training runs; medians 17.1% DeepSpeed ZeRO-0/1/2, 20.5% ZeRO-3, 10.9% megatron-core). On a CPU profile the
+        training runs; medians 16.6% DeepSpeed ZeRO-0/1/2, 24.9% ZeRO-3, 25-35% with offload, 10.9% megatron-core:
+        :data:`workbench.memory.RESERVE_FRACTION`). On a CPU profile the
         measured figures are used as they are."""
         from workbench import memory as M
 
