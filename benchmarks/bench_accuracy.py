@@ -385,7 +385,10 @@ def noise_band(configurations: list):
 
 def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> dict:
     """Per engine and quantity, how far the measured value went below and above the prediction, as fractions of
-    the prediction (what :func:`workbench.memory.error_band` reads). ``expandable_rows`` (runs with PyTorch's
+    the prediction (what :func:`workbench.memory.error_band` reads); the engine's and its recompute modes' entries
+    leave out the runs whose offload regime has its own entry for that quantity (the parameters on the host: every
+    quantity; the optimizer there: the whole device), which plans of that regime read first. ``expandable_rows``
+    (runs with PyTorch's
     expandable-segments allocator) add ``ENGINE/expandable-segments`` device entries. ``noise``
     (:func:`repeatability` of every run, fit and test alike: it measures the measurement, not the model) adds the
     step entry
@@ -398,11 +401,15 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
 
     out = {}
     keys = {engine_of(r) for r, _ in rows} | {f"{engine_of(r)}/{r['plan'].recompute}" for r, _ in rows}
+
+    def own_regime(r, q):  # a run whose offload regime has a band of its own for q (error_band reads that first)
+        return r["plan"].offload_params != "none" or (q == "device" and r["plan"].offload_optimizer != "none")
+
     for q in QUANTITIES:
         out[q] = {}
         for key in sorted(keys):  # per engine, and per engine and recompute mode (the terms that differ most)
-            entry = band_entry([r for r, _ in rows if key in (engine_of(r), f"{engine_of(r)}/{r['plan'].recompute}")],
-                               q)
+            entry = band_entry([r for r, _ in rows if key in (engine_of(r), f"{engine_of(r)}/{r['plan'].recompute}")
+                                and not own_regime(r, q)], q)
             if entry:
                 out[q][key] = entry
     for engine in sorted({engine_of(r) for r, _ in expandable_rows}):  # the allocator's reserve is the device's
@@ -1205,7 +1212,8 @@ def main(argv=None) -> int:
                         "less than half host work (workbench.timing.host_share). deepspeed/param-offload (every "
                         "quantity): the ZeRO-3 runs with the parameters on the host (offload_param). device "
                         "deepspeed/optimizer-offload: the DeepSpeed runs with the optimizer on the host and the "
-                        "parameters on the GPU.", "gpu": "H200",
+                        "parameters on the GPU. Those two regimes' runs are left out of the engine's and its "
+                        "recompute modes' entries for the quantities they have their own entry for.", "gpu": "H200",
                **band(scored["test"], expandable["test"], noise)}
         from workbench.memory import REPLAYED_BAND_SUFFIX
 

@@ -16,9 +16,11 @@ PINNED = [
      {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13970313731234413}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
      # 2026-12-03: ZeRO-3 keeps parameters gathered through the forward (the coordinator walk, +2.0 GiB) and the
-     # parameter-offload host factor (0.254, not optimizer offload's 0.809; no upload of the updated parameters)
-     34616332831, 15161435136, 3.6359099602787466,
-     {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 0.6829572884366238, 'optimizer': 0.0307465}),
+     # parameter-offload host factor (0.254, not optimizer offload's 0.809; no upload of the updated parameters).
+     # 2026-12-04: the allocator reserve of ZeRO-3 with the parameters on the host (35.2 %, its fit-split median, was
+     # ZeRO-3's 20.5 %) and that host factor refitted on five fit shapes (0.254 -> 0.070)
+     37742872021, 15161435136, 3.5589438762563983,
+     {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 0.6059912044142757, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
      224220420964, 0, 27.805203105444363,
      {'compute': 24.278990578545315, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.6267310935590822}),
@@ -26,7 +28,7 @@ PINNED = [
      73951761035, 0, 2.6208670892836246,
      {'compute': 2.3448231640437416, 'tp_comm': 0.2123276344888889, 'dp_comm': 0.04296042882860639, 'optimizer': 0.020755861922388062}),
     ('--model llama2-7b --engine deepspeed --zero 2 --lora-rank 16 --gbs 16',
-     48186922882, 0, 0.5138992679270735,
+     48019545838, 0, 0.5138992679270735,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
      {'compute': 0.48231149349072194, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030900441129552238}),
     ('--model llama2-70b --engine megatron --tp 8 --pp 4 --first-stage-layers 14 --last-stage-layers 12 --gbs 64 --nodes 4',
      100876933627, 0, 12.571843430420426,
@@ -35,8 +37,9 @@ PINNED = [
      68056448614, 0, 1.5195346964888092,  # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB
      {'compute': 1.2598402372838835, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.19952566685939999, 'optimizer': 0.05669442878997015}),
     ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
-     # 2026-12-03: ZeRO-2's first bucket reduction fires at an attention weight, the layer's MLP block freed by then
-     62869606020, 0, 3.749353979066072,
+     # 2026-12-03: ZeRO-2's first bucket reduction fires at an attention weight, the layer's MLP block freed by then;
+     # 2026-12-04: ZeRO-0/1/2's reserve refreshed to the fit split's median, 17.1 -> 16.6 %
+     62639536050, 0, 3.749353979066072,
      {'compute': 3.3328498433202145, 'cp_comm': 0.16364557653333336, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05669442878997015}),
 ]
 
@@ -87,7 +90,7 @@ BEFORE_ZERO3_SPLIT = [
     ('--model llama2-7b --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 0 --recompute full --mbs 2 --gbs 64',
      2.0940990448416943, 0.19100809667491953),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --gbs 16 --nodes 1 --gpus-per-node 1',
-     12.906950773474097, 3.7920948740698015),  # ZeRO-3 offload host factor 0.666 -> 0.809 (2026-12-01)
+     13.07021707889598, 3.7920948740698015),  # ZeRO-3 offload host factor 0.666 -> 0.809 (2026-12-01) -> 0.899
     ('--model gpt3-1.3b --engine megatron --tp 2 --pp 2 --gbs 32',
      0.792101045887894, 0.0039984448),
     ('--model llama2-7b --engine deepspeed --zero 3 --lora-rank 16 --gbs 16',
