@@ -786,7 +786,7 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                                  tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
                                  offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
                                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, gathered_at=None,
-                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0):
+                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0, mlp_second_pending=0.0):
     """``(gradient_bytes, activation_bytes, gathered_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient
     partition is allocated, or zeros where that moment is not during the layers' backward. ``gathered_at(
     layers_done)``: ZeRO-3's gathered parameters at that moment (:func:`zero3_layer_backward_gathered_bytes`; the
@@ -881,9 +881,15 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     # eleven hidden-state tensors and none of the MLP's intermediates; -15.2 % allocated, blind, without it)
     in_recomputed_mlp = (zero3_offload & ~extra_large & (first_weight <= room) & (room < mlp_weights)
                          & (asarray(full_recompute) > 0))
+    # ... and when only that first weight fits, the trigger is the MLP's second weight, whose hook comes before the
+    # gate's branch is back-propagated: two f-sized tensors of a gated block still alive (``mlp_second_pending``;
+    # Llama 2 70B's width at 2 layers through transformers, both offloads, checkpointed, replayed: the bucket of the
+    # output layer and down_proj reduced at up_proj's hook beside two 224 MiB MLP tensors; -9.0 % allocated, blind
+    # on final44, without them)
+    pending = where(in_recomputed_mlp & (room < 2 * first_weight), mlp_second_pending, 0.0)
     acts = held - done * kept_per_layer - mlp_freed(extra_large, room) + where(
         at_layer_start, maximum(layer_transient, recomputed_layer + momentary),
-        where(in_recomputed_mlp, maximum(layer_transient, recomputed_layer - mlp_block + momentary),
+        where(in_recomputed_mlp, maximum(layer_transient, recomputed_layer - mlp_block + pending + momentary),
               maximum(layer_transient, momentary)))
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
@@ -1197,6 +1203,19 @@ def mlp_block_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
         per_token = per_token + (_hf_norm_extra_bytes_per_element(m, value_bytes=v) * h
                                  + _hf_mlp_extra_bytes_per_token(m, value_bytes=v)) / t
     return per_token * s * b
+
+
+def mlp_second_weight_pending_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel,
+                                    context_parallel, value_bytes):
+    """Bytes of a gated MLP block still alive when its second weight gets its gradient: backward runs the output
+    projection, then the product, then the up projection's branch (created last in the forward, so run first by
+    autograd) before the gate's; at the up projection's gradient hook the gate projection's output (saved for the
+    activation's backward) and the gradient flowing into the activation, two f-sized tensors per token, are alive.
+    0 for a non-gated or an MoE block (its second weight, fc1, needs only the block's input)."""
+    if m.is_moe or not m.is_gated:
+        return 0.0
+    s, b, t = m.seq_length / context_parallel, micro_batch, tensor_parallel
+    return 2.0 * value_bytes * m.ffn_hidden_size / t * s * b
 
 
 def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
@@ -2154,7 +2173,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                                           offload_params=offload_params, recompute=recompute), 0.0))
         if any_true(zero3_ds & (asarray(offload_optimizer) > 0)) else None,
         full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL], recomputed_layer=full_layer,
-        mlp_block=mlp_block_activation_bytes(m, value_bytes=value_bytes, **kw))
+        mlp_block=mlp_block_activation_bytes(m, value_bytes=value_bytes, **kw),
+        mlp_second_pending=mlp_second_weight_pending_bytes(m, value_bytes=value_bytes, **kw))
     # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
     # backward's peak; ZeRO-3's gathered parameters are the moment's own
     early_buffers = buffers - zero3_gathered + early_gathered
