@@ -274,7 +274,7 @@ def predict(run) -> dict:
     est = estimate(run["model"], run["cluster"], run["plan"])
     mem = est.memory.to_dict()
     # the device as measured on the H200, whose room leaves releasable cached segments reserved
-    return dict(allocated=mem["allocated_bytes"], device=mem["observed_peak_bytes"],
+    return dict(allocated=mem["allocated_bytes"], device=mem["observed_peak_bytes"], host=mem["host_bytes_per_gpu"],
                 step=est.time.step_seconds if est.time is not None else None,
                 host_share=est.time.host_share if est.time is not None else None)
 
@@ -448,8 +448,9 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
 def overhead_fit(rows: list) -> dict:
     """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
     the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile)."""
-    from workbench.memory import plan_reserve_key
+    from workbench.memory import RESERVE_FRACTION, plan_reserve_key
 
+    deepspeed_regimes = [k for k in RESERVE_FRACTION if k != "megatron"]  # plan_reserve_key's DeepSpeed keys
     out = {}
     for engine in sorted({engine_of(r) for r, _ in rows}):
         sel = [r for r, _ in rows if engine_of(r) == engine and r["measured"].get("outside") is not None
@@ -467,18 +468,13 @@ def overhead_fit(rows: list) -> dict:
         if multi:  # NCCL's communicators: what a multi-rank process holds outside the allocator beyond one rank's
             out[engine].update(nccl_n=len(multi), nccl_gib=statistics.median(multi) / GiB - out[engine]["outside_gib"])
         if engine != "megatron":  # DeepSpeed's reserve per regime (workbench.memory.RESERVE_FRACTION's keys)
-            for name in RESERVE_REGIMES:
+            for name in deepspeed_regimes:
                 part = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel
                               if plan_reserve_key(r["plan"]) == name)
                 if part:
-                    out[engine][f"reserve_{name}"] = dict(n=len(part), median=statistics.median(part),
-                                                          p90=part[min(len(part) - 1, int(0.9 * len(part)))])
+                    out[engine].setdefault("reserve_regimes", {})[name] = dict(
+                        n=len(part), median=statistics.median(part), p90=part[min(len(part) - 1, int(0.9 * len(part)))])
     return out
-
-
-RESERVE_REGIMES = ("deepspeed", "deepspeed-offload", "deepspeed-zero3", "deepspeed-zero3-offload",
-                   "deepspeed-zero3-param-offload")
-"""DeepSpeed's keys of :data:`workbench.memory.RESERVE_FRACTION` (:func:`workbench.memory.plan_reserve_key`)."""
 
 
 def outside_beside_other_processes(runs: list) -> dict:
@@ -620,23 +616,26 @@ ZERO3_HOST_CONSTANTS = ("zero3_fetch_latency_s", "zero3_reduce_latency_s", "zero
 
 
 @contextlib.contextmanager
-def _deepspeed_constants_zeroed(keys):
-    """The DeepSpeed time constants ``keys`` at 0 inside the block (the catalog's calibration dict), restored after
-    it, a key the catalog did not have removed again."""
+def _calibration_section(section: str):
+    """The catalog's calibration dict ``section`` (``deepspeed``, ``cpu_adam``) to change inside the block: every
+    key is restored after it, a key the catalog did not have removed again."""
     from workbench import timing
 
-    cal = timing.calibration()["deepspeed"]
-    saved = {k: cal.get(k) for k in keys}
+    cal = timing.calibration()[section]
+    saved = dict(cal)
     try:
-        for k in keys:
-            cal[k] = 0.0
-        yield
+        yield cal
     finally:
-        for k, v in saved.items():
-            if v is None:
-                cal.pop(k, None)
-            else:
-                cal[k] = v
+        cal.clear()
+        cal.update(saved)
+
+
+@contextlib.contextmanager
+def _deepspeed_constants_zeroed(keys):
+    """The DeepSpeed time constants ``keys`` at 0 inside the block (:func:`_calibration_section`)."""
+    with _calibration_section("deepspeed") as cal:
+        cal.update(dict.fromkeys(keys, 0.0))
+        yield
 
 
 def _zero3_step_parts(r: dict) -> dict:
@@ -823,14 +822,11 @@ MIN_REFIT_SHAPES = 3
 def _offload_host_rows(runs: list, key: str) -> list[dict]:
     """For every measured one-rank DeepSpeed ZeRO-3 run of ``key``'s regime: the model's step with the constant at 0
     (``a``) and what one unit of it adds (``d``): the step is ``a + value / unit · d``."""
-    from workbench import timing
     from workbench.estimate import estimate
 
     _, unit, applies = OFFLOAD_HOST_CONSTANTS[key]
-    cal = timing.calibration()["cpu_adam"]
-    saved = cal.get(key)
     out = []
-    try:
+    with _calibration_section("cpu_adam") as cal:
         for r in runs:
             plan = r["plan"]
             if (plan.engine != "deepspeed" or int(plan.zero_stage) != 3 or not applies(plan)
@@ -841,11 +837,6 @@ def _offload_host_rows(runs: list, key: str) -> list[dict]:
                 cal[key] = value
                 steps.append(estimate(r["model"], r["cluster"], plan).time.step_seconds)
             out.append(dict(run=r, a=steps[0], d=steps[1] - steps[0], m=r["measured"]["step"]))
-    finally:
-        if saved is None:
-            cal.pop(key, None)
-        else:
-            cal[key] = saved
     return out
 
 
@@ -925,8 +916,6 @@ def host_memory_lines(runs: list) -> list[str]:
     per GPU (the offloaded states, :attr:`workbench.memory_types.MemoryEstimate.host_bytes_per_gpu`) beside the
     measured resident set at the end of the steps and at its peak, and what the process holds beyond the estimate
     (the interpreter, torch's and DeepSpeed's libraries, the CUDA context's host side, pinned staging buffers)."""
-    from workbench.estimate import estimate
-
     rows = [r for r in runs if r["measured"].get("host_rss")]
     if not rows:
         return []
@@ -934,7 +923,7 @@ def host_memory_lines(runs: list) -> list[str]:
              f"  {'run':<66}{'estimate':>9}{'at end':>8}{'peak':>8}{'beyond':>8}{'node':>7}"]
     beyond = []
     for r in sorted(rows, key=lambda r: r["run_id"]):
-        est = estimate(r["model"], r["cluster"], r["plan"]).memory.host_bytes_per_gpu
+        est = r["predicted"]["host"]
         m = r["measured"]
         beyond.append(m["host_peak_rss"] - est)
         lines.append(f"  {r['run_id'][:65]:<66}{est / GiB:>9.1f}{m['host_rss'] / GiB:>8.1f}"
@@ -1175,10 +1164,8 @@ def main(argv=None) -> int:
                   f"{f['outside_max_gib']:.2f})  reserve median {f['reserve_median']:.1%} p90 {f['reserve_p90']:.1%} "
                   f"max {f['reserve_max']:.1%}"
                   + (f"  NCCL (multi-rank runs, n {f['nccl_n']}) +{f['nccl_gib']:.2f} GiB" if "nccl_n" in f else ""))
-            for name in RESERVE_REGIMES:
-                if f"reserve_{name}" in f:
-                    g = f[f"reserve_{name}"]
-                    print(f"  {'':<20} {name:<30} n {g['n']:>3}  reserve median {g['median']:.1%} p90 {g['p90']:.1%}")
+            for name, g in f.get("reserve_regimes", {}).items():
+                print(f"  {'':<20} {name:<30} n {g['n']:>3}  reserve median {g['median']:.1%} p90 {g['p90']:.1%}")
         beside = outside_beside_other_processes([r for _, rows in scored.items() for r, _ in rows])
         if beside:
             print(f"all splits, one process per GPU: memory other processes held on the GPU at a run's start "

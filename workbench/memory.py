@@ -1823,14 +1823,16 @@ of every engine's runs is used."""
 
 
 def reserve_regime(engine=None, zero_stage=None, offload_optimizer=0, offload_params=0) -> dict:
-    """Which of :data:`RESERVE_FRACTION`'s DeepSpeed regimes a plan is in, as 0/1 masks (arrays allowed):
-    ``zero3`` (ZeRO-3), ``offload`` (the optimizer on the host, the parameters on the GPU) and ``param_offload``
-    (ZeRO-3 with the parameters on the host). Megatron's DDP is in none of them."""
-    deepspeed = ~(asarray(engine) == ENGINE_CODES[Engine.MEGATRON]) if engine is not None else True
-    zero3 = deepspeed & (asarray(zero_stage) >= 3) if zero_stage is not None else False
+    """DeepSpeed's regimes with a :data:`RESERVE_FRACTION` of their own beyond the engine's ("deepspeed", ZeRO-0/1/2
+    with nothing offloaded), as ``{key: 0/1 mask}`` (arrays allowed), at most one mask true per plan: the optimizer
+    on the host below ZeRO-3, ZeRO-3, ZeRO-3 with the optimizer on the host, ZeRO-3 with the parameters there (the
+    optimizer wherever it is). Megatron's DDP is in none of them."""
+    deepspeed = ~(asarray(engine) == ENGINE_CODES[Engine.MEGATRON]) if engine is not None else asarray(True)
+    zero3 = deepspeed & (asarray(zero_stage) >= 3) if zero_stage is not None else asarray(False)
     param_offload = zero3 & (asarray(offload_params) > 0)
     offload = deepspeed & (asarray(offload_optimizer) > 0) & ~param_offload
-    return dict(zero3=zero3, offload=offload, param_offload=param_offload)
+    return {"deepspeed-offload": offload & ~zero3, "deepspeed-zero3": zero3 & ~offload & ~param_offload,
+            "deepspeed-zero3-offload": zero3 & offload, "deepspeed-zero3-param-offload": param_offload}
 
 
 def engine_overheads(engine=None, zero_stage=None, expandable_segments=0, offload_optimizer=0,
@@ -1842,36 +1844,34 @@ def engine_overheads(engine=None, zero_stage=None, expandable_segments=0, offloa
     with ``expandable_segments`` (0/1, arrays allowed) the reserve is :data:`RESERVE_FRACTION_EXPANDABLE`."""
     megatron = asarray(engine) == ENGINE_CODES[Engine.MEGATRON] if engine is not None else False
     pick = lambda table: where(megatron, table["megatron"], table["deepspeed"])  # noqa: E731
-    regime = reserve_regime(engine, zero_stage, offload_optimizer, offload_params)
-    default_reserve = where(regime["param_offload"], RESERVE_FRACTION["deepspeed-zero3-param-offload"],
-                            where(regime["zero3"],
-                                  where(regime["offload"], RESERVE_FRACTION["deepspeed-zero3-offload"],
-                                        RESERVE_FRACTION["deepspeed-zero3"]),
-                                  where(regime["offload"], RESERVE_FRACTION["deepspeed-offload"],
-                                        pick(RESERVE_FRACTION))))
+    default_reserve = pick(RESERVE_FRACTION)
+    for key, mask in reserve_regime(engine, zero_stage, offload_optimizer, offload_params).items():
+        default_reserve = where(mask, RESERVE_FRACTION[key], default_reserve)
     return dict(context_bytes=pick(OUTSIDE_ALLOCATOR_BYTES), nccl_bytes=pick(NCCL_BYTES_BY_ENGINE),
                 reserve_fraction=where(asarray(expandable_segments) > 0, pick(RESERVE_FRACTION_EXPANDABLE),
                                           default_reserve))
+
+
+def _plan_codes(plan) -> tuple:
+    """``(engine, zero_stage, offload_optimizer, offload_params)`` of a plan as :func:`engine_overheads` takes them."""
+    return (ENGINE_CODES[plan.engine], int(plan.zero_stage), int(plan.offload_optimizer is not Offload.NONE),
+            int(plan.offload_params is not Offload.NONE))
 
 
 def plan_reserve_key(plan) -> str:
     """The :data:`RESERVE_FRACTION` key of a plan's regime (:func:`reserve_regime`; default allocator)."""
     if plan.engine is Engine.MEGATRON:
         return "megatron"
-    r = reserve_regime(ENGINE_CODES[plan.engine], int(plan.zero_stage), int(plan.offload_optimizer is not Offload.NONE),
-                       int(plan.offload_params is not Offload.NONE))
-    if r["param_offload"]:
-        return "deepspeed-zero3-param-offload"
-    return ("deepspeed-zero3" if r["zero3"] else "deepspeed") + ("-offload" if r["offload"] else "")
+    return next((key for key, on in reserve_regime(*_plan_codes(plan)).items() if on), "deepspeed")
 
 
 def plan_overheads(plan, expandable_segments=None) -> dict:
     """:func:`engine_overheads` of a :class:`~workbench.specs.ParallelPlan` (its engine, ZeRO stage and offloads;
     ``expandable_segments`` as given, else the plan's)."""
     expandable = plan.expandable_segments if expandable_segments is None else expandable_segments
-    return {k: float(v) for k, v in engine_overheads(
-        ENGINE_CODES[plan.engine], int(plan.zero_stage), int(expandable),
-        int(plan.offload_optimizer is not Offload.NONE), int(plan.offload_params is not Offload.NONE)).items()}
+    engine, zero_stage, offload_optimizer, offload_params = _plan_codes(plan)
+    return {k: float(v) for k, v in engine_overheads(engine, zero_stage, int(expandable), offload_optimizer,
+                                                     offload_params).items()}
 
 
 TE_UB_ALL_GATHER_BUFFERS = 8
