@@ -11,6 +11,7 @@ Constants below were measured on H200 GPUs (``benchmarks/gpu_memory_calibration.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from pathlib import Path
@@ -327,7 +328,8 @@ def zero3_module_trace(m: ModelSpec, tensor_parallel=1, full_recompute=False) ->
     weight of :func:`workbench.params.weight_tensor_sizes` is one module's parameter (a linear, an embedding; norms
     and biases are persistent), the forward in registration order (embeddings, each layer, the output layer, which
     is the embedding itself when tied), then the backward in reverse, each layer re-run forward first when it is
-    fully recomputed (gradient checkpointing). ``order`` is a list of ``("F"|"B", parameter id)``."""
+    fully recomputed (gradient checkpointing). ``order`` is a list of ``("F"|"R"|"B", parameter id)``: forward,
+    a layer's recomputed forward inside backward, backward."""
     from workbench.specs import Positions
 
     sizes = P.weight_tensor_sizes(m, int(tensor_parallel))
@@ -352,7 +354,7 @@ def zero3_module_trace(m: ModelSpec, tensor_parallel=1, full_recompute=False) ->
     order = [("F", i) for i in heads + [x for ids in layers for x in ids] + [out]]
     order.append(("B", out))
     for ids in reversed(layers):
-        order += [("B", x) for x in (ids if full_recompute else [])] + [("B", x) for x in reversed(ids)]
+        order += [("R", x) for x in (ids if full_recompute else [])] + [("B", x) for x in reversed(ids)]
     order += [("B", i) for i in reversed(heads)]
     return order, numel
 
@@ -426,16 +428,24 @@ class Zero3Coordinator:
 
 def zero3_gathered_walk(order: list, numel: dict, **limits) -> dict:
     """Elements of gathered parameters on one rank over a training step once ZeRO-3 has recorded its trace
-    (:class:`Zero3Coordinator` over ``order``, a list of ``("F"|"B", parameter id)`` module fetches of one
+    (:class:`Zero3Coordinator` over ``order``, a list of ``("F"|"R"|"B", parameter id)`` module fetches of one
     parameter each, :func:`zero3_module_trace`): ``at_backward``, when backward starts (the output layer fetched
     for its backward), ``peak``, the most at any module, and ``after_backward_fetch``, each module's elements just
     after its last backward fetch. TinyLlama's 1.1 B parameters at 22 layers (2.05 GiB in
     bf16) under DeepSpeed 0.19.8 with offload_param on H200: the allocator history's gathered copies peak at 1.927
-    GiB, as this walk's ``peak`` (1.927 GiB; benchmarks/results/alloc_history/poff/)."""
+    GiB, as this walk's ``peak`` (1.927 GiB; benchmarks/results/alloc_history/poff/).
+
+    ``after_first_backward``: once the first back-propagated module (the output layer) is released and the next
+    two fetches (the model's container, the final norm) have prefetched, before any layer's backward. ``aliased_after_backward_fetch``: at the moments of ``after_backward_fetch``, the elements of
+    released parameters whose blocks a
+    layer's recomputed forward (``"R"``) still holds for their backward (where the checkpointing keeps them:
+    :func:`recompute_keeps_released_weights`)."""
     keys = [pid for _, pid in order]
     coordinator = Zero3Coordinator(keys, {pid: (pid,) for pid in keys}, numel, **limits)
     peak, at_backward = 0.0, None
-    after_backward_fetch = {}
+    after_backward_fetch, aliased_after = {}, {}
+    aliased = {}  # parameter id -> elements of the block its recompute's saved alias keeps
+    after_first_backward = None
     for phase, pid in order:
         coordinator.fetch(pid)
         peak = max(peak, coordinator.live)
@@ -443,8 +453,22 @@ def zero3_gathered_walk(order: list, numel: dict, **limits) -> dict:
             if at_backward is None:
                 at_backward = coordinator.live
             after_backward_fetch[pid] = coordinator.live  # each module's last backward fetch is kept
-        coordinator.release(pid)
-    return {"at_backward": at_backward or 0.0, "peak": peak, "after_backward_fetch": after_backward_fetch}
+            aliased_after[pid] = sum(aliased.values())
+        freed = coordinator.release(pid)
+        if phase == "B" and after_first_backward is None:
+            # the modules fetched next are the model's container and its final norm (parameters persistent): two
+            # fetches that gather nothing of their own and each prefetch ahead, before the norm's gradient hook
+            ahead = copy.deepcopy(coordinator)
+            ahead.params_of = dict(coordinator.params_of, **{"": ()})
+            for _ in range(2):
+                ahead.fetch("")
+            after_first_backward = ahead.live
+        if phase == "R":
+            aliased.update((q, numel[q]) for q in freed)
+        elif phase == "B":
+            aliased.pop(pid, None)  # its backward has run: the saved alias is dropped
+    return {"at_backward": at_backward or 0.0, "peak": peak, "after_backward_fetch": after_backward_fetch,
+            "aliased_after_backward_fetch": aliased_after, "after_first_backward": after_first_backward or 0.0}
 
 
 @_memoised_on_numbers
@@ -465,8 +489,23 @@ def zero3_gathered_elements(m: ModelSpec, tensor_parallel=1, full_recompute=0):
     return float(_zero3_model_walk(m, int(tensor_parallel), bool(full_recompute))["at_backward"])
 
 
+def recompute_keeps_released_weights(m: ModelSpec) -> bool:
+    """Whether a fully recomputed layer keeps, until their backward, the blocks of the ZeRO-3 parameters that its
+    recomputed forward used and the coordinator then released. transformers' gradient checkpointing as the
+    workbench and its corpus run it (``gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant":
+    False})``) recomputes under ``torch.utils.checkpoint``'s saved-tensor hooks, which store each saved tensor as
+    ``x.detach()``: a second tensor on the gathered block, so DeepSpeed's ``free_param`` (``param.data =
+    torch.empty(0)``) leaves the block alive until the weight's backward unpacks it, and a parameter the coordinator
+    gathers again meanwhile has two blocks. megatron-core's ``tensor_parallel.checkpoint`` recomputes with autograd
+    saving the parameter itself, whose block the release frees. (Mistral Large 2's width at 1 layer, both offloads,
+    checkpointed, micro-batch 2, replayed: q/k/v/o_proj and a second gate_proj block, 1.27 GiB, alive beside the
+    coordinator's three MLP weights when down_proj's gradient is handed to the host; the run measured 10.27 GiB
+    allocated, the estimate without them 9.02.)"""
+    return m.implementation is Implementation.TRANSFORMERS
+
+
 @_memoised_on_numbers
-def zero3_layer_backward_gathered(m: ModelSpec, tensor_parallel=1, full_recompute=0) -> tuple:
+def zero3_layer_backward_gathered(m: ModelSpec, tensor_parallel=1, full_recompute=0, aliases=1) -> tuple:
     """Elements of gathered parameters when each layer's backward starts, last layer first: the coordinator's walk
     (:class:`Zero3Coordinator` over :func:`zero3_module_trace`) just after it fetches the layer's first
     back-propagated module (its last forward one; under full recompute that module's second fetch in backward,
@@ -474,30 +513,40 @@ def zero3_layer_backward_gathered(m: ModelSpec, tensor_parallel=1, full_recomput
     reduction that fires in a layer's first gradient hook runs beside these, not beside the larger set of
     :func:`zero3_gathered_elements` (the output layer still gathered): on Qwen3 8B's width at 12 layers with
     offload_param, 0.81 GiB against the allocator replay's 0.91 when the 1.16 GiB output layer's gradient is handed
-    to the host, where the backward's start holds 1.88."""
-    after_backward_fetch = _zero3_model_walk(m, int(tensor_parallel), bool(full_recompute))["after_backward_fetch"]
+    to the host, where the backward's start holds 1.88. Under full recompute of a model whose checkpointing keeps
+    released weights (:func:`recompute_keeps_released_weights`) the blocks the layer's recompute still holds are
+    counted too (``aliases=0``: not, for a moment before the layer's recompute)."""
+    walk = _zero3_model_walk(m, int(tensor_parallel), bool(full_recompute))
+    after_backward_fetch = walk["after_backward_fetch"]
+    keeps = aliases and full_recompute and recompute_keeps_released_weights(m)
+    aliased = walk["aliased_after_backward_fetch"] if keeps else {}
     last_module = {}
     for pid in after_backward_fetch:
         if "." in pid:
             layer, k = (int(x) for x in pid.split("."))
             last_module[layer] = max(last_module.get(layer, k), k)
-    return tuple(after_backward_fetch[f"{layer}.{k}"] for layer, k in sorted(last_module.items(), reverse=True))
+    return tuple(after_backward_fetch[f"{layer}.{k}"] + aliased.get(f"{layer}.{k}", 0.0)
+                 for layer, k in sorted(last_module.items(), reverse=True))
 
 
 def zero3_layer_backward_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, layers_done, data_parallel=None,
-                                        offload_params=0, recompute=0,
+                                        offload_params=0, recompute=0, aliases=1,
                                         prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
     """16-bit bytes a ZeRO-3 rank holds gathered when the layer ``layers_done`` layers before the last starts its
-    backward (:func:`zero3_layer_backward_gathered`), at least one layer's largest weight with a prefetch bucket;
-    0 where nothing is gathered (one rank without offloaded parameters, as :func:`zero3_gathered_bytes`). Arrays
+    backward (:func:`zero3_layer_backward_gathered`; ``aliases`` 0 leaves out the released blocks a recomputed
+    layer still holds; ``layers_done`` −1: once the output layer's backward has released it, before any layer's,
+    the walk's ``after_first_backward``), at least one layer's largest weight with a prefetch bucket; 0 where
+    nothing is gathered (one rank without offloaded parameters, as :func:`zero3_gathered_bytes`). Arrays
     allowed."""
-    t, full, done = np.broadcast_arrays(asarray(tensor_parallel), asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
-                                        asarray(layers_done))
+    t, full, done, keep = np.broadcast_arrays(asarray(tensor_parallel),
+                                              asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
+                                              asarray(layers_done), asarray(aliases) > 0)
     walk = np.zeros(t.shape)
-    for tp, rc in {(int(a), bool(b)) for a, b in zip(t.ravel(), full.ravel())}:  # one walk per distinct pair
-        seq = np.asarray(zero3_layer_backward_gathered(m, tp, rc) or (0.0,))
-        sel = (t == tp) & (full == rc)
-        walk[sel] = seq[np.clip(done[sel].astype(int), 0, len(seq) - 1)]
+    for tp, rc, al in {(int(a), bool(b), bool(c)) for a, b, c in zip(t.ravel(), full.ravel(), keep.ravel())}:
+        seq = np.asarray(zero3_layer_backward_gathered(m, tp, rc, int(al)) or (0.0,))  # one walk per distinct triple
+        sel = (t == tp) & (full == rc) & (keep == al)
+        before = _zero3_model_walk(m, tp, rc)["after_first_backward"]
+        walk[sel] = np.where(done[sel] < 0, before, seq[np.clip(done[sel].astype(int), 0, len(seq) - 1)])
     walk = walk[()]
     big = largest_layer_param_tensor(m, tensor_parallel)
     live = maximum(walk, big + minimum(prefetch_bucket_elements, big))
@@ -786,11 +835,13 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
                                  tensor_parallel, data_parallel, engine, zero_stage, value_bytes, num_microbatches,
                                  offload_optimizer, pipeline_parallel, trainable, lora, overlap_comm,
                                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, gathered_at=None,
-                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0, mlp_second_pending=0.0):
+                                 full_recompute=0, recomputed_layer=0.0, mlp_block=0.0, mlp_second_pending=0.0,
+                                 mlp_norm=0.0, mlp_fc1_input=0.0):
     """``(gradient_bytes, activation_bytes, gathered_bytes)`` of DeepSpeed ZeRO-1/2 at the moment its 16-bit gradient
     partition is allocated, or zeros where that moment is not during the layers' backward. ``gathered_at(
-    layers_done)``: ZeRO-3's gathered parameters at that moment (:func:`zero3_layer_backward_gathered_bytes`; the
-    caller counts them in that moment's buffers in place of the backward's own gathered set); 0 if not given.
+    layers_done, aliases)``: ZeRO-3's gathered parameters at that moment (:func:`zero3_layer_backward_gathered_bytes`; the
+    caller counts them in that moment's buffers in place of the backward's own gathered set; ``aliases``: 0 for a
+    moment before the layer is recomputed); 0 if not given.
 
     With ``contiguous_gradients`` (the default) ZeRO-1/2 copy each reduced gradient of the rank's partition into
     one flat buffer of the whole partition, ``grads_in_partition`` (v·ψ/N bytes), allocated at the first bucket
@@ -886,10 +937,21 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     # Llama 2 70B's width at 2 layers through transformers, both offloads, checkpointed, replayed: the bucket of the
     # output layer and down_proj reduced at up_proj's hook beside two 224 MiB MLP tensors; -9.0 % allocated, blind
     # on final44, without them)
-    pending = where(in_recomputed_mlp & (room < 2 * first_weight), mlp_second_pending, 0.0)
+    # The pre-MLP norm is back-propagated after the whole MLP block, so its kept tensors (``mlp_norm``: its input
+    # and a transformers RMSNorm's fp32 copy) are alive at any MLP weight's hook, and fc1's input (``mlp_fc1_input``,
+    # the norm's output) until the last weight that reads it (a gated block's gate_proj) has run: at the second
+    # weight of a gated block it is alive too. (Codestral 22B's width at 3 layers and Llama 2 70B's at 2 through
+    # transformers, both offloads, checkpointed, replayed: the post-attention norm's 96 + 192 MiB alive at gate_proj's
+    # hook, its 64 + 128 + 64 MiB at up_proj's.)
+    second = in_recomputed_mlp & (room < 2 * first_weight)
+    pending = where(second, mlp_second_pending, 0.0)
+    mlp_kept = mlp_norm + where(second & (mlp_second_pending > 0), mlp_fc1_input, 0.0)
+    # the hook's own weight: its 16-bit gradient waits beside the reduction it triggers (an MLP weight here)
+    trigger_grad = where(at_layer_start | in_recomputed_mlp, value_bytes * first_weight, 0.0)
     acts = held - done * kept_per_layer - mlp_freed(extra_large, room) + where(
         at_layer_start, maximum(layer_transient, recomputed_layer + momentary),
-        where(in_recomputed_mlp, maximum(layer_transient, recomputed_layer - mlp_block + pending + momentary),
+        where(in_recomputed_mlp, maximum(layer_transient,
+                                         recomputed_layer - mlp_block + mlp_kept + pending + momentary),
               maximum(layer_transient, momentary)))
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
@@ -914,13 +976,18 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     acts_big = (held - minimum(done_big, layers) * kept_per_layer - mlp_freed(big_extra, room_big)
                 + maximum(layer_transient, big_grad + big_copy))
     applies_big = applies_base & offload & (big_extra | (done_big < layers))
-    gathered, gathered_big = ((gathered_at(done), gathered_at(minimum(done_big, maximum(layers - 1, 0))))
+    # the output layer reduced alone (``extra_large``) is handed over at the final norm's hook, once the output
+    # layer's backward has released it and before any layer is recomputed: the walk's state then, none of a
+    # recomputed layer's released blocks (:func:`recompute_keeps_released_weights`) yet
+    gathered, gathered_big = ((gathered_at(where(extra_large, -1, done), where(extra_large, 0, 1)),
+                               gathered_at(minimum(done_big, maximum(layers - 1, 0)), 1))
                               if gathered_at is not None else (0.0, 0.0))
     acts = where(applies, acts, 0.0)
     gathered = where(applies, gathered, 0.0)
     big_wins = applies_big & (acts_big + gathered_big > acts + gathered)
     acts, gathered = where(big_wins, acts_big, acts), where(big_wins, gathered_big, gathered)
-    return where(applies | applies_big, partition, 0.0), acts, gathered
+    grads = where(applies | applies_big, partition, 0.0) + where(applies & ~big_wins, trigger_grad, 0.0)
+    return grads, acts, gathered
 
 
 def deepspeed_offload12(engine, zero_stage, offload_optimizer):
@@ -1203,6 +1270,21 @@ def mlp_block_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, se
         per_token = per_token + (_hf_norm_extra_bytes_per_element(m, value_bytes=v) * h
                                  + _hf_mlp_extra_bytes_per_token(m, value_bytes=v)) / t
     return per_token * s * b
+
+
+def mlp_block_norm_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel, context_parallel,
+                         value_bytes) -> dict:
+    """The parts of :func:`mlp_block_activation_bytes` that are not the MLP's own intermediates:
+    ``{"mlp_norm": the pre-MLP norm's 16-bit input and what a transformers RMSNorm keeps beyond it,
+    "mlp_fc1_input": fc1's input}`` (÷t with sequence parallel, as there). 0 for MoE models."""
+    if m.is_moe:
+        return dict(mlp_norm=0.0, mlp_fc1_input=0.0)
+    s, b, t, v, h = m.seq_length / context_parallel, micro_batch, tensor_parallel, value_bytes, m.hidden_size
+    rep = where(sequence_parallel, 1.0 / t, 1.0)
+    norm = v * h * rep
+    if m.implementation is Implementation.TRANSFORMERS:
+        norm = norm + _hf_norm_extra_bytes_per_element(m, value_bytes=v) * h / t
+    return dict(mlp_norm=norm * s * b, mlp_fc1_input=v * h * rep * s * b)
 
 
 def mlp_second_weight_pending_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequence_parallel,
@@ -2167,17 +2249,22 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         data_parallel=data_parallel * context_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
         trainable=trainable, lora=lora, overlap_comm=overlap,
-        gathered_at=(lambda done: where(
+        gathered_at=(lambda done, aliases: where(
             zero3_ds, zero3_layer_backward_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
                                                           layers_done=done, data_parallel=data_parallel,
-                                                          offload_params=offload_params, recompute=recompute), 0.0))
+                                                          offload_params=offload_params, recompute=recompute,
+                                                          aliases=aliases), 0.0))
         if any_true(zero3_ds & (asarray(offload_optimizer) > 0)) else None,
         full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL], recomputed_layer=full_layer,
         mlp_block=mlp_block_activation_bytes(m, value_bytes=value_bytes, **kw),
-        mlp_second_pending=mlp_second_weight_pending_bytes(m, value_bytes=value_bytes, **kw))
+        mlp_second_pending=mlp_second_weight_pending_bytes(m, value_bytes=value_bytes, **kw),
+        **mlp_block_norm_bytes(m, value_bytes=value_bytes, **kw))
     # that moment is a bucket's reduction: the buckets are alive, also where the loss phase (before them) is the
     # backward's peak; ZeRO-3's gathered parameters are the moment's own
-    early_buffers = buffers - zero3_gathered + early_gathered
+    # (ZeRO-3 with the optimizer on the CPU: the moment's gradient is its trigger weight's, in place of the one the
+    # backward's own peak counts)
+    early_buffers = buffers - zero3_gathered + early_gathered - where(zero3_ds & (early_grads > 0),
+                                                                        zero3_grad_at_peak, 0.0)
     early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + early_buffers
     early = (early_acts > 0) & (early_peak > backward_peak)
     grads_bwd = where(early, grads_bwd + early_grads, grads_bwd)
