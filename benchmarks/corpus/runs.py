@@ -1100,6 +1100,33 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- forty-fifth final batch ("final45") ---
+    # Mistral Large 2 (123B) at 2 of its 88 layers: GQA 96/8 of head 128, SwiGLU 28672, untied 32k vocabulary;
+    # a layer of 1.38 B parameters, more than ZeRO-3's reuse distance
+    "hf-mistrallarge-h12288-l2": dict(like="Mistral Large 2 (88 -> 2 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=12288, intermediate_size=28672,
+        num_hidden_layers=2, num_attention_heads=96, num_key_value_heads=8, head_dim=128, vocab_size=32768,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0, sliding_window=None)),
+    # DeepSeek-Coder 33B at 3 of its 62 layers: GQA 56/8 of head 128, SwiGLU 19200, untied 32k vocabulary
+    "hf-dscoder-h7168-l3": dict(like="DeepSeek-Coder 33B (62 -> 3 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=7168, intermediate_size=19200,
+        num_hidden_layers=3, num_attention_heads=56, num_key_value_heads=8, vocab_size=32256,
+        max_position_embeddings=16384, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=100000.0)),
+    # AquilaChat2 34B at 3 of its 60 layers: GQA 48/8 of head 128, SwiGLU 24576, untied 100k vocabulary (an output
+    # layer larger than DeepSpeed's reduce bucket)
+    "hf-aquila2-h6144-l3": dict(like="AquilaChat2 34B (60 -> 3 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=6144, intermediate_size=24576,
+        num_hidden_layers=3, num_attention_heads=48, num_key_value_heads=8, vocab_size=100008,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # CodeQwen1.5 7B at 8 of its 32 layers: GQA 32/4 of head 128, QKV biases, SwiGLU 13440, untied 92k vocabulary
+    "hf-codeqwen15-h4096-l8": dict(like="CodeQwen1.5 7B (32 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=4096, intermediate_size=13440,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=4, vocab_size=92416,
+        max_position_embeddings=65536, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- forty-fourth final batch ("final44") ---
     # Qwen1.5 14B at 4 of its 40 layers: MHA 40 heads of 128, QKV biases, SwiGLU 13696, untied 152k vocabulary
     "hf-qwen15-h5120-l4": dict(like="Qwen1.5 14B (40 -> 4 layers)", seq_length=2048, config=dict(
@@ -1986,6 +2013,22 @@ GROUPS = {
         _hf("hf-codellama-h8192-l2", 2, "sdpa", **OFF),
         _hf("hf-codellama-h8192-l2", 3, "eager", ckpt=True, **OFF),
         _hf("hf-codellama-h8192-l2", 3, "sdpa", **OFF, **POFF),
+    ],
+    # forty-fifth final batch (one GPU), declared in accuracy_split.json "final45" before measuring: ZeRO-3 with
+    # the optimizer (and the parameters) on the CPU on three new widths and a deeper Mistral Large 2, blind for the
+    # moments of 89be4fe (a recomputed layer's released weights, the pre-MLP norm and the hook's gradient, the
+    # output layer handed over before any layer)
+    "final45": [
+        _hf("hf-mistrallarge-h12288-l2", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-mistrallarge-h12288-l2", 3, "sdpa", ckpt=True, **OFF),
+        _hf("hf-dscoder-h7168-l3", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-dscoder-h7168-l3", 3, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-dscoder-h7168-l3", 3, "eager", **OFF, **POFF),
+        _hf("hf-aquila2-h6144-l3", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-aquila2-h6144-l3", 3, "sdpa", **OFF),
+        _hf("hf-aquila2-h6144-l3", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-codeqwen15-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-codeqwen15-h4096-l8", 3, "eager", ckpt=True, **OFF),
     ],
     # forty-fourth final batch (one GPU), declared in accuracy_split.json "final44" before measuring: the same
     # CPU-offload plans on three new widths, blind for the offload constants fitted on fit9 and for the replay
