@@ -2014,6 +2014,15 @@ GROUPS = {
         _hf("hf-codellama-h8192-l2", 3, "eager", ckpt=True, **OFF),
         _hf("hf-codellama-h8192-l2", 3, "sdpa", **OFF, **POFF),
     ],
+    # tenth fit batch (one GPU), fit side, declared in accuracy_split.json "fit10_about" beside final45: ZeRO-3 with
+    # the parameters on the CPU and the optimizer on the GPU, on three fit widths that lack it, for the copy-back
+    # constant (two fit shapes had it)
+    "fit10": [
+        _hf("hf-qwen15-h2560-l20", 3, "sdpa", mbs=2, ckpt=True, **POFF),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", **POFF),
+        _hf("hf-codellama-h8192-l2", 3, "sdpa", ckpt=True, **POFF),
+        _hf("hf-codellama-h8192-l2", 3, "eager", mbs=2, ckpt=True, **POFF),
+    ],
     # forty-fifth final batch (one GPU), declared in accuracy_split.json "final45" before measuring: ZeRO-3 with
     # the optimizer (and the parameters) on the CPU on three new widths and a deeper Mistral Large 2, blind for the
     # moments of 89be4fe (a recomputed layer's released weights, the pre-MLP norm and the hook's gradient, the
