@@ -445,9 +445,21 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
     return out
 
 
+def reserve_base(run) -> float:
+    """What a run's regime takes its allocator reserve on, for its measured allocated peak: the allocated peak, or
+    with the parameters on the host the streams' caches together (:func:`workbench.memory.param_offload_reserve_base`)."""
+    from workbench.memory import plan_param_offload_reserve_base, plan_reserve_key
+
+    allocated = run["measured"]["allocated"] or 1
+    if plan_reserve_key(run["plan"]) == "deepspeed-zero3-param-offload" and not run["plan"].expandable_segments:
+        return plan_param_offload_reserve_base(run["model"], run["plan"], allocated)
+    return allocated
+
+
 def overhead_fit(rows: list) -> dict:
     """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
-    the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile)."""
+    the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile; DeepSpeed's
+    per regime, the parameter-offload regime's above :func:`reserve_base`)."""
     from workbench.memory import RESERVE_FRACTION, plan_reserve_key
 
     deepspeed_regimes = [k for k in RESERVE_FRACTION if k != "megatron"]  # plan_reserve_key's DeepSpeed keys
@@ -469,7 +481,7 @@ def overhead_fit(rows: list) -> dict:
             out[engine].update(nccl_n=len(multi), nccl_gib=statistics.median(multi) / GiB - out[engine]["outside_gib"])
         if engine != "megatron":  # DeepSpeed's reserve per regime (workbench.memory.RESERVE_FRACTION's keys)
             for name in deepspeed_regimes:
-                part = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel
+                part = sorted(r["measured"]["reserved"] / reserve_base(r) - 1 for r in sel
                               if plan_reserve_key(r["plan"]) == name)
                 if part:
                     out[engine].setdefault("reserve_regimes", {})[name] = dict(

@@ -35,7 +35,7 @@ from workbench.params import (lora_modules_per_layer, lora_params_per_layer,
                               model_vocab_size, parameter_tensors)
 from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, ExpertsImpl, Fp8Recipe, Implementation,
                              ModelSpec, MoEDispatcher, Offload, ParallelPlan, Precision, Recompute,
-                             default_overlap_comm)
+                             builds_in_zero_init, default_overlap_comm)
 
 FP8_RECIPE_CODES = {"delayed": 0, "tensorwise": 1, "blockwise": 2, "mxfp8": 3}
 """Column codes of :class:`~workbench.specs.Fp8Recipe` (the memory and time models index their per-recipe
@@ -45,6 +45,16 @@ ENGINE_CODES = {Engine.DEEPSPEED: 0, Engine.MEGATRON: 1, Engine.MEGATRON_DEEPSPE
 ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
 RECOMPUTE_BY_CODE = {v: k for k, v in RECOMPUTE_CODES.items()}
 MEGATRON = ENGINE_CODES[Engine.MEGATRON]
+
+
+def default_zero_init_column(model: ModelSpec, cols: dict):
+    """Whether plans given as columns without ``zinit`` (the planner's tables) build the model inside
+    ``deepspeed.zero.Init``: :func:`workbench.specs.builds_in_zero_init`'s default, a transformers model under
+    DeepSpeed ZeRO-3 (0/1, arrays allowed)."""
+    if model.implementation is not Implementation.TRANSFORMERS:
+        return 0
+    return ((np.asarray(cols["engine"]) == ENGINE_CODES[Engine.DEEPSPEED])
+            & (np.asarray(cols["zero"]) >= 3)).astype(int)[()]
 
 
 def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
@@ -70,7 +80,8 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 moe_ov=int(plan.moe_overlap_alltoall), moe_rc=MOE_RECOMPUTE_CODES[plan.moe_recompute],
                 grad_fp32=int(plan.reduces_grads_in_fp32),
                 expseg=int(plan.expandable_segments), tp_ov=int(plan.tp_comm_overlap),
-                xent=CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion])
+                xent=CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion],
+                zinit=int(builds_in_zero_init(model, plan)))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -326,7 +337,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision),
                moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0),
                moe_recompute=cols.get("moe_rc", 0), tp_comm_overlap=cols.get("tp_ov", 0),
-               cross_entropy_fusion=cols.get("xent", 0))
+               cross_entropy_fusion=cols.get("xent", 0),
+               zero_init=cols["zinit"] if "zinit" in cols else default_zero_init_column(model, cols))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out

@@ -1834,13 +1834,18 @@ median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.jso
 2.04 GiB, range up to 3.06; megatron-core DDP 9 runs, 2.93 GiB, up to 3.44), printed by
 ``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
 RESERVE_FRACTION = {"deepspeed": 0.166, "deepspeed-offload": 0.251, "deepspeed-zero3": 0.249,
-                    "deepspeed-zero3-offload": 0.332, "deepspeed-zero3-param-offload": 0.352, "megatron": 0.109}
+                    "deepspeed-zero3-offload": 0.332, "deepspeed-zero3-param-offload": 0.104, "megatron": 0.109}
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
 over the same fit-split runs, DeepSpeed's per regime (:func:`reserve_regime`; ``benchmarks/bench_accuracy.py
 --overheads``, 2026-12-04, after the fit9 batch added CPU-offload runs on three 1.9-2.9 B widths and host1 repeated
 one of them): ZeRO-0/1/2 16.6 % (85 runs, 90th percentile 37.2 %), with the optimizer on the host 25.1 % (11 runs,
 31.3 %); ZeRO-3 24.9 % (45 runs, 39.1 %), with the optimizer on the host 33.2 % (9 runs, 59.7 %; 28.3 % on the 8
-before the repeat, the value final44 was judged with), with the parameters there too 35.2 % (7 runs, 110.7 %); megatron-core 10.9 % (9 runs, 26.4 %, an earlier fit split's). With the optimizer or the parameters on the
+before the repeat, the value final44 was judged with), with the parameters there too 35.2 % (7 runs, 110.7 %); megatron-core 10.9 % (9 runs, 26.4 %, an earlier fit split's).
+With the parameters on the host the fraction is taken on :func:`param_offload_reserve_base` instead of the
+allocated peak — the default stream's larger of the model built whole and the allocated peak, plus the all-gather
+and reduction streams' caches, which PyTorch keeps per stream — 10.4 % (the same 7 runs, 90th percentile 26.8 %;
+2026-12-04, after final44's reveal: the test split's 40 such runs went from 23.7 % median / 44.2 % worst whole-device
+error to 6.9 % / 28.5 %, not blind). With the optimizer or the parameters on the
 host the allocated peak loses the states that stay put, while the transient copies the offload makes (fp64 norm
 pieces, fp32 casts, staging buffers, gathered parameters) stay, so more of what is reserved is cached free blocks.
 ZeRO-3 frees and re-allocates module-sized gradient and partition
@@ -1956,6 +1961,58 @@ def plan_overheads(plan, expandable_segments=None) -> dict:
                                                      offload_params).items()}
 
 
+def zero3_param_offload_stream_bytes(m: ModelSpec, *, tensor_parallel, data_parallel, value_bytes, recompute,
+                                     offload_optimizer, zero_init, weights_whole,
+                                     reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS) -> dict:
+    """What DeepSpeed ZeRO-3 with the parameters on the host leaves cached on each CUDA stream, beside the default
+    stream's allocated peak. PyTorch's caching allocator keeps a freed block for the stream it was cut for
+    (``CUDACachingAllocator.cpp``: a block pool per stream), so each stream's cache grows to its own peak and the
+    reserve is their sum, not the peak of their sum:
+
+    * ``init``: the default stream's blocks of the model built whole on the GPU before ``deepspeed.initialize``
+      partitions it to the host (``weights_whole``, the rank's 16-bit weights; 0 when it is built inside
+      ``deepspeed.zero.Init``, ``zero_init``), cached free afterwards;
+    * ``gathered``: the parameter copies the coordinator gathers on its all-gather stream, at their most
+      (:func:`zero3_gathered_walk`'s ``peak``);
+    * ``reduction``: the reduction stream's blocks — the bucket's coalesced copy, and with the optimizer on the host
+      the 16-bit copy, fp64 norm pieces and fp32 cast of the largest slice it hands over
+      (:func:`zero3_offload_copy_bytes`; the output layer's when it goes alone).
+
+    Replayed on H200 traces (Llama 3.1 8B's width at 16 layers, both offloads, checkpointed: 15.4 + 4.8 + 4.0 GiB
+    cached on the three streams, whose own allocated peaks are 8.5, 2.9 and 2.8 GiB). Arrays allowed."""
+    full = asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL]
+    t = asarray(tensor_parallel)
+    peak = np.vectorize(lambda tp, rc: _zero3_model_walk(m, int(tp), bool(rc))["peak"], otypes=[float])(t, full)[()]
+    vocab = P.model_vocab_size(m, tensor_parallel)
+    output = 0.0 if m.tied_embeddings else vocab * m.hidden_size / tensor_parallel
+    slice_elems = maximum(output, largest_layer_param_tensor(m, tensor_parallel)) / data_parallel
+    coalesced = where(output > reduce_bucket_elements, 0.0, value_bytes * reduce_bucket_elements)
+    copies = where(asarray(offload_optimizer) > 0, zero3_offload_copy_bytes(slice_elems, value_bytes), 0.0)
+    return dict(init=where(asarray(zero_init) > 0, 0.0, weights_whole), gathered=value_bytes * peak,
+                reduction=coalesced + copies)
+
+
+def param_offload_reserve_base(allocated, streams: dict):
+    """The bytes the parameter-offload regime's reserve fraction (:data:`RESERVE_FRACTION`'s
+    ``deepspeed-zero3-param-offload``) multiplies: the default stream's larger of the model built whole and the
+    allocated peak, plus the all-gather and reduction streams' caches (:func:`zero3_param_offload_stream_bytes`)."""
+    return maximum(streams["init"], allocated) + streams["gathered"] + streams["reduction"]
+
+
+def plan_param_offload_reserve_base(model: ModelSpec, plan, allocated) -> float:
+    """:func:`param_offload_reserve_base` of a one-stage plan (pipeline stage 0) for an ``allocated`` peak: what the
+    fit of the parameter-offload reserve (``benchmarks/bench_accuracy.py --overheads``) divides measured reserves
+    by."""
+    c = plan_codes(plan, model)
+    n = stage_params_per_rank(model, c["tensor_parallel"], c["pipeline_parallel"], 0, c["first_stage_layers"],
+                              c["expert_parallel"], c["expert_tensor_parallel"])
+    streams = zero3_param_offload_stream_bytes(
+        model, tensor_parallel=c["tensor_parallel"], data_parallel=c["data_parallel"] * c["context_parallel"],
+        value_bytes=c["value_bytes"], recompute=c["recompute"], offload_optimizer=c["offload_optimizer"],
+        zero_init=c["zero_init"], weights_whole=c["value_bytes"] * n)
+    return float(param_offload_reserve_base(allocated, streams))
+
+
 TE_UB_ALL_GATHER_BUFFERS = 8
 """Userbuffers ``initialize_ub`` registers on the all-gather side of the TP GEMMs (``qkv_fprop``, ``qkv_dgrad``,
 ``proj_dgrad``, ``proj_wgrad``, ``fc1_fprop``, ``fc1_dgrad``, ``fc2_dgrad``, ``fc2_wgrad``: its
@@ -2024,7 +2081,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
-                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1):
+                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``init_phase``: price DeepSpeed's initialization where it can be the peak (:func:`deepspeed_init_bytes`; 0 where
     a replayed allocation trace already holds it).
@@ -2289,9 +2346,22 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     acts_at_peak = where(step_peak, 0.0, activations)
     allocated = maximum(step_total, backward_peak)
     # overheads: a profile's
-    overhead = overhead_bytes(allocated, world, engine=engine, zero_stage=zero_stage,
+    # ZeRO-3 with the parameters on the host: the engine's reserve is taken on the streams' caches together
+    # (:func:`param_offload_reserve_base`), each stream keeping its own freed blocks; a replayed or profiled reserve
+    # (``overheads``' reserve_fraction) is a fraction of the allocated peak itself
+    param_offload = (reserve_regime(engine, zero_stage, offload_optimizer, offload_params)
+                     ["deepspeed-zero3-param-offload"] & ~(asarray(expandable_segments) > 0))
+    if any_true(param_offload) and (overheads or {}).get("reserve_fraction") is None:
+        streams = zero3_param_offload_stream_bytes(
+            m, tensor_parallel=tensor_parallel, data_parallel=data_parallel * context_parallel,
+            value_bytes=value_bytes, recompute=recompute, offload_optimizer=offload_optimizer, zero_init=zero_init,
+            weights_whole=value_bytes * n)
+        reserve_base = where(param_offload, param_offload_reserve_base(allocated, streams), allocated)
+    else:
+        reserve_base = allocated
+    overhead = overhead_bytes(reserve_base, world, engine=engine, zero_stage=zero_stage,
                               expandable_segments=expandable_segments, offload_optimizer=offload_optimizer,
-                              offload_params=offload_params, **(overheads or {}))
+                              offload_params=offload_params, **(overheads or {})) + (reserve_base - allocated)
     # ZeRO-1/2 with the optimizer on the CPU can peak before training: deepspeed_init_bytes, no reserve above it
     init = deepspeed_init_bytes(weights=weights, trainable=trainable, data_parallel=data_parallel * context_parallel,
                                 value_bytes=value_bytes, engine=engine, zero_stage=zero_stage,
@@ -2348,7 +2418,8 @@ FORMULAS = {
                 f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} "
                 f"(DeepSpeed ZeRO-0/1/2; {RESERVE_FRACTION['deepspeed-offload']:.0%} with the optimizer on the host) / "
                 f"{RESERVE_FRACTION['deepspeed-zero3']:.0%} (ZeRO-3; {RESERVE_FRACTION['deepspeed-zero3-offload']:.0%} "
-                f"optimizer, {RESERVE_FRACTION['deepspeed-zero3-param-offload']:.0%} parameters on the host) / "
+                f"optimizer; parameters on the host: {RESERVE_FRACTION['deepspeed-zero3-param-offload']:.0%} of the "
+                f"streams' caches together) / "
                 f"{RESERVE_FRACTION['megatron']:.0%} (megatron-core) of allocated (H200, fit split)",
 }
 
