@@ -133,7 +133,7 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     ``run``: the record's run already described (:func:`corpus_runs`, a megatron-core record's, whose specs its
     replay was traced from), so that its specs are built once; else described here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_accuracy import corpus_run, predict
+    from bench_accuracy import corpus_run, predict, reserve_base
     from workbench.memory import RESERVE_FRACTION, plan_overheads
 
     if replayed is None:
@@ -146,6 +146,8 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     own = (plan_overheads(run["plan"], 0) if run is not None
            else {"reserve_fraction": RESERVE_FRACTION[engine_of(rec)]})
     constant = float(own["reserve_fraction"])
+    if run is not None and run["measured"].get("allocated"):  # parameter offload: taken on the streams' caches
+        constant = (1 + constant) * reserve_base(run) / run["measured"]["allocated"] - 1
     device = device_sim = device_peak = None
     if run is not None and run["measured"].get("device"):
         p, measured = predict(run), run["measured"]["device"]
