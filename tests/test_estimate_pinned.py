@@ -19,8 +19,9 @@ PINNED = [
      # parameter-offload host factor (0.254, not optimizer offload's 0.809; no upload of the updated parameters).
      # 2026-12-04: the allocator reserve of ZeRO-3 with the parameters on the host (35.2 %, its fit-split median, was
      # ZeRO-3's 20.5 %) and that host factor refitted on five fit shapes (0.254 -> 0.070); then that reserve taken on
-     # the streams' caches together (the model built whole, the gathered peak, the reduction copies: 10.4 %)
-     36177118640, 15161435136, 3.5589438762563983,
+     # the streams' caches together (the model built whole, the gathered peak, the reduction copies: 10.4 %, 19.9 %
+     # once fit10 added runs with the parameters alone on the host)
+     38516829202, 15161435136, 3.5589438762563983,
      {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 0.6059912044142757, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
      224220420964, 0, 27.805203105444363,

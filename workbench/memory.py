@@ -1834,7 +1834,7 @@ median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.jso
 2.04 GiB, range up to 3.06; megatron-core DDP 9 runs, 2.93 GiB, up to 3.44), printed by
 ``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
 RESERVE_FRACTION = {"deepspeed": 0.166, "deepspeed-offload": 0.251, "deepspeed-zero3": 0.249,
-                    "deepspeed-zero3-offload": 0.332, "deepspeed-zero3-param-offload": 0.104, "megatron": 0.109}
+                    "deepspeed-zero3-offload": 0.332, "deepspeed-zero3-param-offload": 0.199, "megatron": 0.109}
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
 over the same fit-split runs, DeepSpeed's per regime (:func:`reserve_regime`; ``benchmarks/bench_accuracy.py
 --overheads``, 2026-12-04, after the fit9 batch added CPU-offload runs on three 1.9-2.9 B widths and host1 repeated
@@ -1843,9 +1843,10 @@ one of them): ZeRO-0/1/2 16.6 % (85 runs, 90th percentile 37.2 %), with the opti
 before the repeat, the value final44 was judged with), with the parameters there too 35.2 % (7 runs, 110.7 %); megatron-core 10.9 % (9 runs, 26.4 %, an earlier fit split's).
 With the parameters on the host the fraction is taken on :func:`param_offload_reserve_base` instead of the
 allocated peak — the default stream's larger of the model built whole and the allocated peak, plus the all-gather
-and reduction streams' caches, which PyTorch keeps per stream — 10.4 % (the same 7 runs, 90th percentile 26.8 %;
-2026-12-04, after final44's reveal: the test split's 40 such runs went from 23.7 % median / 44.2 % worst whole-device
-error to 6.9 % / 28.5 %, not blind). With the optimizer or the parameters on the
+and reduction streams' caches, which PyTorch keeps per stream: 10.4 % on the same 7 runs (2026-12-04, after final44's
+reveal: the test split's 40 such runs went from 23.7 % median / 44.2 % worst whole-device error to 6.9 % / 28.5 %, not
+blind; final45's five, blind: +5.5, +0.8, -2.7, -23.5, -10.2 %, where 35.2 % of allocated gave -15.0 to -46.2 %), then
+19.9 % once the fit10 batch added four runs with the parameters alone on the host (11 runs, 90th percentile 31.3 %). With the optimizer or the parameters on the
 host the allocated peak loses the states that stay put, while the transient copies the offload makes (fp64 norm
 pieces, fp32 casts, staging buffers, gathered parameters) stay, so more of what is reserved is cached free blocks.
 ZeRO-3 frees and re-allocates module-sized gradient and partition
