@@ -447,19 +447,19 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
 
 def reserve_base(run) -> float:
     """What a run's regime takes its allocator reserve on, for its measured allocated peak: the allocated peak, or
-    with the parameters on the host the streams' caches together (:func:`workbench.memory.param_offload_reserve_base`)."""
-    from workbench.memory import plan_param_offload_reserve_base, plan_reserve_key
+    under ZeRO-3 with offload the streams' caches together (:func:`workbench.memory.zero3_offload_reserve_base`)."""
+    from workbench.memory import ZERO3_STREAM_RESERVE_REGIMES, plan_reserve_key, plan_zero3_offload_reserve_base
 
     allocated = run["measured"]["allocated"] or 1
-    if plan_reserve_key(run["plan"]) == "deepspeed-zero3-param-offload" and not run["plan"].expandable_segments:
-        return plan_param_offload_reserve_base(run["model"], run["plan"], allocated)
+    if plan_reserve_key(run["plan"]) in ZERO3_STREAM_RESERVE_REGIMES and not run["plan"].expandable_segments:
+        return plan_zero3_offload_reserve_base(run["model"], run["plan"], allocated)
     return allocated
 
 
 def overhead_fit(rows: list) -> dict:
     """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
     the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile; DeepSpeed's
-    per regime, the parameter-offload regime's above :func:`reserve_base`)."""
+    per regime, ZeRO-3 offload's above :func:`reserve_base`)."""
     from workbench.memory import RESERVE_FRACTION, plan_reserve_key
 
     deepspeed_regimes = [k for k in RESERVE_FRACTION if k != "megatron"]  # plan_reserve_key's DeepSpeed keys

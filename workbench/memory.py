@@ -1834,19 +1834,23 @@ median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.jso
 2.04 GiB, range up to 3.06; megatron-core DDP 9 runs, 2.93 GiB, up to 3.44), printed by
 ``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
 RESERVE_FRACTION = {"deepspeed": 0.166, "deepspeed-offload": 0.251, "deepspeed-zero3": 0.249,
-                    "deepspeed-zero3-offload": 0.332, "deepspeed-zero3-param-offload": 0.199, "megatron": 0.109}
+                    "deepspeed-zero3-offload": 0.150, "deepspeed-zero3-param-offload": 0.199, "megatron": 0.109}
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
 over the same fit-split runs, DeepSpeed's per regime (:func:`reserve_regime`; ``benchmarks/bench_accuracy.py
 --overheads``, 2026-12-04, after the fit9 batch added CPU-offload runs on three 1.9-2.9 B widths and host1 repeated
 one of them): ZeRO-0/1/2 16.6 % (85 runs, 90th percentile 37.2 %), with the optimizer on the host 25.1 % (11 runs,
 31.3 %); ZeRO-3 24.9 % (45 runs, 39.1 %), with the optimizer on the host 33.2 % (9 runs, 59.7 %; 28.3 % on the 8
 before the repeat, the value final44 was judged with), with the parameters there too 35.2 % (7 runs, 110.7 %); megatron-core 10.9 % (9 runs, 26.4 %, an earlier fit split's).
-With the parameters on the host the fraction is taken on :func:`param_offload_reserve_base` instead of the
+With the parameters on the host the fraction is taken on :func:`zero3_offload_reserve_base` instead of the
 allocated peak — the default stream's larger of the model built whole and the allocated peak, plus the all-gather
 and reduction streams' caches, which PyTorch keeps per stream: 10.4 % on the same 7 runs (2026-12-04, after final44's
 reveal: the test split's 40 such runs went from 23.7 % median / 44.2 % worst whole-device error to 6.9 % / 28.5 %, not
 blind; final45's five, blind: +5.5, +0.8, -2.7, -23.5, -10.2 %, where 35.2 % of allocated gave -15.0 to -46.2 %), then
-19.9 % once the fit10 batch added four runs with the parameters alone on the host (11 runs, 90th percentile 31.3 %). With the optimizer or the parameters on the
+19.9 % once the fit10 batch added four runs with the parameters alone on the host (11 runs, 90th percentile 31.3 %).
+ZeRO-3 with the optimizer alone on the host takes its fraction on the same base (:data:`ZERO3_STREAM_RESERVE_REGIMES`;
+no model built whole beyond its allocated weights, nothing gathered on one GPU): 15.0 % over the same 9 fit runs
+(90th percentile 21.0 %), 33.2 % of allocated before; its 46 test-split runs 8.7 % / 24.6 % (23 more than 5 % under)
+-> 6.7 % / 35.1 % (16), not blind. With the optimizer or the parameters on the
 host the allocated peak loses the states that stay put, while the transient copies the offload makes (fp64 norm
 pieces, fp32 casts, staging buffers, gathered parameters) stay, so more of what is reserved is cached free blocks.
 ZeRO-3 frees and re-allocates module-sized gradient and partition
@@ -1962,19 +1966,26 @@ def plan_overheads(plan, expandable_segments=None) -> dict:
                                                      offload_params).items()}
 
 
-def zero3_param_offload_stream_bytes(m: ModelSpec, *, tensor_parallel, data_parallel, value_bytes, recompute,
-                                     offload_optimizer, zero_init, weights_whole,
-                                     reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS) -> dict:
-    """What DeepSpeed ZeRO-3 with the parameters on the host leaves cached on each CUDA stream, beside the default
-    stream's allocated peak. PyTorch's caching allocator keeps a freed block for the stream it was cut for
-    (``CUDACachingAllocator.cpp``: a block pool per stream), so each stream's cache grows to its own peak and the
-    reserve is their sum, not the peak of their sum:
+ZERO3_STREAM_RESERVE_REGIMES = ("deepspeed-zero3-offload", "deepspeed-zero3-param-offload")
+"""The :data:`RESERVE_FRACTION` regimes whose reserve is taken on the CUDA streams' caches together
+(:func:`zero3_offload_reserve_base`) rather than on the allocated peak: ZeRO-3 with the optimizer on the host, and
+with the parameters there too."""
 
-    * ``init``: the default stream's blocks of the model built whole on the GPU before ``deepspeed.initialize``
-      partitions it to the host (``weights_whole``, the rank's 16-bit weights; 0 when it is built inside
-      ``deepspeed.zero.Init``, ``zero_init``), cached free afterwards;
+
+def zero3_offload_stream_bytes(m: ModelSpec, *, tensor_parallel, data_parallel, value_bytes, recompute,
+                               offload_optimizer, offload_params, zero_init, weights_whole,
+                               reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS) -> dict:
+    """What DeepSpeed ZeRO-3 with offload leaves cached on each CUDA stream, beside the default stream's allocated
+    peak. PyTorch's caching allocator keeps a freed block for the stream it was cut for (``CUDACachingAllocator.cpp``:
+    a block pool per stream), so each stream's cache grows to its own peak and the reserve is their sum, not the
+    peak of their sum:
+
+    * ``init``: with the parameters on the host, the default stream's blocks of the model built whole on the GPU
+      before ``deepspeed.initialize`` partitions it there (``weights_whole``, the rank's 16-bit weights; 0 when it
+      is built inside ``deepspeed.zero.Init``, ``zero_init``), cached free afterwards; 0 with the parameters on the
+      GPU (its weights are in the allocated peak);
     * ``gathered``: the parameter copies the coordinator gathers on its all-gather stream, at their most
-      (:func:`zero3_gathered_walk`'s ``peak``);
+      (:func:`zero3_gathered_walk`'s ``peak``), where it gathers (parameters on the host, or more than one rank);
     * ``reduction``: the reduction stream's blocks — the bucket's coalesced copy, and with the optimizer on the host
       the 16-bit copy, fp64 norm pieces and fp32 cast of the largest slice it hands over
       (:func:`zero3_offload_copy_bytes`; the output layer's when it goes alone).
@@ -1989,29 +2000,30 @@ def zero3_param_offload_stream_bytes(m: ModelSpec, *, tensor_parallel, data_para
     slice_elems = maximum(output, largest_layer_param_tensor(m, tensor_parallel)) / data_parallel
     coalesced = where(output > reduce_bucket_elements, 0.0, value_bytes * reduce_bucket_elements)
     copies = where(asarray(offload_optimizer) > 0, zero3_offload_copy_bytes(slice_elems, value_bytes), 0.0)
-    return dict(init=where(asarray(zero_init) > 0, 0.0, weights_whole), gathered=value_bytes * peak,
+    on_host = asarray(offload_params) > 0
+    return dict(init=where(on_host & ~(asarray(zero_init) > 0), weights_whole, 0.0),
+                gathered=where(_zero3_gathers(data_parallel, offload_params), value_bytes * peak, 0.0),
                 reduction=coalesced + copies)
 
 
-def param_offload_reserve_base(allocated, streams: dict):
-    """The bytes the parameter-offload regime's reserve fraction (:data:`RESERVE_FRACTION`'s
-    ``deepspeed-zero3-param-offload``) multiplies: the default stream's larger of the model built whole and the
-    allocated peak, plus the all-gather and reduction streams' caches (:func:`zero3_param_offload_stream_bytes`)."""
+def zero3_offload_reserve_base(allocated, streams: dict):
+    """The bytes the ZeRO-3 offload regimes' reserve fractions (:data:`ZERO3_STREAM_RESERVE_REGIMES`) multiply: the
+    default stream's larger of the model built whole and the allocated peak, plus the all-gather and reduction
+    streams' caches (:func:`zero3_offload_stream_bytes`)."""
     return maximum(streams["init"], allocated) + streams["gathered"] + streams["reduction"]
 
 
-def plan_param_offload_reserve_base(model: ModelSpec, plan, allocated) -> float:
-    """:func:`param_offload_reserve_base` of a one-stage plan (pipeline stage 0) for an ``allocated`` peak: what the
-    fit of the parameter-offload reserve (``benchmarks/bench_accuracy.py --overheads``) divides measured reserves
-    by."""
+def plan_zero3_offload_reserve_base(model: ModelSpec, plan, allocated) -> float:
+    """:func:`zero3_offload_reserve_base` of a one-stage plan (pipeline stage 0) for an ``allocated`` peak: what the
+    fit of those regimes' reserves (``benchmarks/bench_accuracy.py --overheads``) divides measured reserves by."""
     c = plan_codes(plan, model)
     n = stage_params_per_rank(model, c["tensor_parallel"], c["pipeline_parallel"], 0, c["first_stage_layers"],
                               c["expert_parallel"], c["expert_tensor_parallel"])
-    streams = zero3_param_offload_stream_bytes(
+    streams = zero3_offload_stream_bytes(
         model, tensor_parallel=c["tensor_parallel"], data_parallel=c["data_parallel"] * c["context_parallel"],
         value_bytes=c["value_bytes"], recompute=c["recompute"], offload_optimizer=c["offload_optimizer"],
-        zero_init=c["zero_init"], weights_whole=c["value_bytes"] * n)
-    return float(param_offload_reserve_base(allocated, streams))
+        offload_params=c["offload_params"], zero_init=c["zero_init"], weights_whole=c["value_bytes"] * n)
+    return float(zero3_offload_reserve_base(allocated, streams))
 
 
 TE_UB_ALL_GATHER_BUFFERS = 8
@@ -2347,17 +2359,18 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     acts_at_peak = where(step_peak, 0.0, activations)
     allocated = maximum(step_total, backward_peak)
     # overheads: a profile's
-    # ZeRO-3 with the parameters on the host: the engine's reserve is taken on the streams' caches together
-    # (:func:`param_offload_reserve_base`), each stream keeping its own freed blocks; a replayed or profiled reserve
+    # ZeRO-3 with offload: the engine's reserve is taken on the streams' caches together
+    # (:func:`zero3_offload_reserve_base`), each stream keeping its own freed blocks; a replayed or profiled reserve
     # (``overheads``' reserve_fraction) is a fraction of the allocated peak itself
-    param_offload = (reserve_regime(engine, zero_stage, offload_optimizer, offload_params)
-                     ["deepspeed-zero3-param-offload"] & ~(asarray(expandable_segments) > 0))
-    if any_true(param_offload) and (overheads or {}).get("reserve_fraction") is None:
-        streams = zero3_param_offload_stream_bytes(
+    regimes = reserve_regime(engine, zero_stage, offload_optimizer, offload_params)
+    by_streams = ((regimes["deepspeed-zero3-offload"] | regimes["deepspeed-zero3-param-offload"])
+                  & ~(asarray(expandable_segments) > 0))
+    if any_true(by_streams) and (overheads or {}).get("reserve_fraction") is None:
+        streams = zero3_offload_stream_bytes(
             m, tensor_parallel=tensor_parallel, data_parallel=data_parallel * context_parallel,
-            value_bytes=value_bytes, recompute=recompute, offload_optimizer=offload_optimizer, zero_init=zero_init,
-            weights_whole=value_bytes * n)
-        reserve_base = where(param_offload, param_offload_reserve_base(allocated, streams), allocated)
+            value_bytes=value_bytes, recompute=recompute, offload_optimizer=offload_optimizer,
+            offload_params=offload_params, zero_init=zero_init, weights_whole=value_bytes * n)
+        reserve_base = where(by_streams, zero3_offload_reserve_base(allocated, streams), allocated)
     else:
         reserve_base = allocated
     overhead = overhead_bytes(reserve_base, world, engine=engine, zero_stage=zero_stage,
