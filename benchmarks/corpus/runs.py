@@ -1100,6 +1100,25 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- forty-sixth final batch ("final46") ---
+    # Qwen1.5 32B at 3 of its 64 layers: GQA 40/8 of head 128, QKV biases, SwiGLU 27392, untied 152k vocabulary
+    "hf-qwen15-h5120-i27392-l3": dict(like="Qwen1.5 32B (64 -> 3 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=5120, intermediate_size=27392,
+        num_hidden_layers=3, num_attention_heads=40, num_key_value_heads=8, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Mistral-NeMo-Minitron 8B at 8 of its 40 layers: GQA 32/8 of head 128, SwiGLU 11520, untied 131k vocabulary
+    "hf-minitron-h4096-l8": dict(like="Mistral-NeMo-Minitron 8B (40 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=11520,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0, sliding_window=None)),
+    # Qwen1.5 7B at 8 of its 32 layers: MHA 32 heads of 128, QKV biases, SwiGLU 11008, untied 152k vocabulary
+    "hf-qwen15-h4096-l8": dict(like="Qwen1.5 7B (32 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=32, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- forty-fifth final batch ("final45") ---
     # Mistral Large 2 (123B) at 2 of its 88 layers: GQA 96/8 of head 128, SwiGLU 28672, untied 32k vocabulary;
     # a layer of 1.38 B parameters, more than ZeRO-3's reuse distance
@@ -2013,6 +2032,17 @@ GROUPS = {
         _hf("hf-codellama-h8192-l2", 2, "sdpa", **OFF),
         _hf("hf-codellama-h8192-l2", 3, "eager", ckpt=True, **OFF),
         _hf("hf-codellama-h8192-l2", 3, "sdpa", **OFF, **POFF),
+    ],
+    # forty-sixth final batch (one GPU), declared in accuracy_split.json "final46" before measuring: ZeRO-3 with the
+    # optimizer on the CPU (two runs with the parameters there too) on three new widths, blind for the ZeRO-3
+    # offload reserve taken on the CUDA streams' caches (26873ae)
+    "final46": [
+        _hf("hf-qwen15-h5120-i27392-l3", 3, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h5120-i27392-l3", 3, "sdpa", **OFF, **POFF),
+        _hf("hf-minitron-h4096-l8", 3, "sdpa", **OFF),
+        _hf("hf-minitron-h4096-l8", 3, "eager", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
     ],
     # tenth fit batch (one GPU), fit side, declared in accuracy_split.json "fit10_about" beside final45: ZeRO-3 with
     # the parameters on the CPU and the optimizer on the GPU, on three fit widths that lack it, for the copy-back
