@@ -478,6 +478,15 @@ LLAMA2_70B_L2 = dict(model_type="llama", hidden_size=8192, intermediate_size=286
                      rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False, attention_dropout=0.0)
 
 
+def _both_offloads_checkpointed_allocated(model) -> float:
+    """The estimate's allocated peak of ``model`` under ZeRO-3 on one H200 with the optimizer and the parameters on
+    the CPU, checkpointed, micro-batch 2 (the corpus's shallow, wide offload plans)."""
+    plan = ParallelPlan(world_size=1, zero_stage=3, offload_optimizer="cpu", offload_params="cpu",
+                        recompute="full", micro_batch_size=2, global_batch_size=2)
+    t = estimate(model, ClusterSpec(gpu="H200", gpus_per_node=1), plan, checks=False).memory.peak_stage.terms
+    return t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+
+
 MISTRAL_LARGE_L1 = dict(model_type="mistral", hidden_size=12288, intermediate_size=28672, num_hidden_layers=1,
                         num_attention_heads=96, num_key_value_heads=8, head_dim=128, vocab_size=32768,
                         max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu",
@@ -507,10 +516,7 @@ def test_zero3_offload_reduction_in_a_recomputed_transformers_layer_keeps_its_re
     from workbench.memory import recompute_keeps_released_weights, zero3_layer_backward_gathered
 
     model = _hf_spec(MISTRAL_LARGE_L1)
-    plan = ParallelPlan(world_size=1, zero_stage=3, offload_optimizer="cpu", offload_params="cpu",
-                        recompute="full", micro_batch_size=2, global_batch_size=2)
-    t = estimate(model, ClusterSpec(gpu="H200", gpus_per_node=1), plan, checks=False).memory.peak_stage.terms
-    allocated = t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+    allocated = _both_offloads_checkpointed_allocated(model)
     assert allocated / 2**30 == pytest.approx(10.266, rel=0.03)
     kept, = zero3_layer_backward_gathered(model, 1, 1, 1)
     without, = zero3_layer_backward_gathered(model, 1, 1, 0)
@@ -534,10 +540,7 @@ def test_zero3_offload_reduction_at_the_last_mlp_weight_keeps_the_norm_and_the_h
     from workbench.memory import mlp_block_norm_bytes
 
     model = _hf_spec(CODESTRAL_L3, seq_length=4096)
-    plan = ParallelPlan(world_size=1, zero_stage=3, offload_optimizer="cpu", offload_params="cpu",
-                        recompute="full", micro_batch_size=2, global_batch_size=2)
-    t = estimate(model, ClusterSpec(gpu="H200", gpus_per_node=1), plan, checks=False).memory.peak_stage.terms
-    allocated = t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+    allocated = _both_offloads_checkpointed_allocated(model)
     assert allocated / 2**30 == pytest.approx(7.4275, rel=0.05)
     parts = mlp_block_norm_bytes(model, micro_batch=2, tensor_parallel=1, sequence_parallel=0, context_parallel=1,
                                  value_bytes=2)
@@ -568,10 +571,7 @@ def test_zero3_offload_reduction_at_the_second_mlp_weight_keeps_the_gate_branch(
     from workbench.memory import mlp_second_weight_pending_bytes
 
     model = _hf_spec(LLAMA2_70B_L2)
-    plan = ParallelPlan(world_size=1, zero_stage=3, offload_optimizer="cpu", offload_params="cpu",
-                        recompute="full", micro_batch_size=2, global_batch_size=2)
-    t = estimate(model, ClusterSpec(gpu="H200", gpus_per_node=1), plan, checks=False).memory.peak_stage.terms
-    allocated = t.weights + t.gradients + t.optimizer + t.activations + t.buffers
+    allocated = _both_offloads_checkpointed_allocated(model)
     assert allocated / 2**30 == pytest.approx(7.758, rel=0.04)
     kw = dict(micro_batch=2, tensor_parallel=1, sequence_parallel=0, context_parallel=1, value_bytes=2)
     assert mlp_second_weight_pending_bytes(model, **kw) == 2 * 2 * 28672 * 2048 * 2
