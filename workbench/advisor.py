@@ -407,7 +407,8 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     the engine's default reserve less :data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE` (the memory model's
     constants), and the expandable mode's error band. ``None`` when the plan is far from capacity or peaks at
     DeepSpeed's initialization (no reserve above it)."""
-    from workbench.memory import RESERVE_FRACTION_EXPANDABLE, error_band, plan_overheads
+    from workbench.memory import (RESERVE_FRACTION_EXPANDABLE, ZERO3_STREAM_RESERVE_REGIMES, error_band,
+                                  plan_overheads, plan_reserve_key)
 
     cap = memory.capacity_bytes
     if plan.expandable_segments:
@@ -420,11 +421,16 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
         return None
     if memory.peak_stage.peak_phase == "initialization":  # fresh segments of exact sizes: no reserve to cut
         return None
-    # the reserve is a fraction of the allocated peak: the saving needs no second estimate (checks stay cheap)
+    # the reserve is a fraction of the allocated peak (under ZeRO-3 with offload, of the CUDA streams' caches: what
+    # the overhead holds beyond the memory outside the allocator): the saving needs no second estimate
     terms = memory.peak_stage.terms
     allocated = memory.per_gpu_peak_bytes - terms.overhead
-    reserve = {on: plan_overheads(plan, on)["reserve_fraction"] for on in (0, 1)}
-    saves = allocated * (reserve[0] - reserve[1])
+    own = {on: plan_overheads(plan, on) for on in (0, 1)}
+    default_reserve = allocated * own[0]["reserve_fraction"]
+    if plan_reserve_key(plan) in ZERO3_STREAM_RESERVE_REGIMES:
+        outside = own[0]["context_bytes"] + (own[0]["nccl_bytes"] if plan.world_size > 1 else 0.0)
+        default_reserve = max(terms.overhead - outside, 0.0)
+    saves = default_reserve - allocated * own[1]["reserve_fraction"]
     if saves <= 0:
         return None
     peak = memory.per_gpu_peak_bytes - saves
@@ -444,7 +450,7 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
                    f"to {_gb(peak)} ({_gb(new_upper)} at the band's upper side, {new_upper / cap:.0%})"
                    + ("; then it fits at the upper side" if new_upper <= cap < upper else "")
                    # the reserve decides it when the peak without it fits: then this plan's own reserve is worth having
-                   + (_replay_hint(model, plan) if memory.per_gpu_peak_bytes - allocated * reserve[0] <= cap else ""))
+                   + (_replay_hint(model, plan) if memory.per_gpu_peak_bytes - default_reserve <= cap else ""))
 
 
 def _replay_hint(model: ModelSpec, plan: ParallelPlan) -> str:
