@@ -297,7 +297,9 @@ def test_fit_on_band_ranks_only_plans_that_fit_at_the_bands_upper_side(monkeypat
     says how many fit on the point estimate and which plan came closest."""
     from workbench import cli
 
-    m, c = model("gpt3-1.3b"), _cluster(nodes=1)
+    # A100-40GB: some plans fit on the point estimate and not at the band's upper side (on an H100 none since the
+    # ZeRO-3 offload reserve went onto the streams' caches and the bands were rewritten)
+    m, c = model("gpt3-1.3b"), _cluster("A100-40GB", nodes=1)
     point = planner.search(m, c, global_batch_size=16, top=5000)
     band = planner.search(m, c, global_batch_size=16, top=5000, fit_on="band")
     assert band.fit_on == "band" and band.to_dict()["fit_on"] == "band" and band.risky == 0
@@ -315,7 +317,8 @@ def test_fit_on_band_ranks_only_plans_that_fit_at_the_bands_upper_side(monkeypat
     with pytest.raises(ValueError, match="fit_on='upper' must be one of point, band"):
         planner.search(m, c, global_batch_size=16, fit_on="upper")
     monkeypatch.undo()
-    assert cli.main(["plan", "--model", "gpt3-1.3b", "--gpus", "8", "--gbs", "16", "--fit-on", "band"]) == 0
+    assert cli.main(["plan", "--model", "gpt3-1.3b", "--gpu", "A100-40GB", "--gpus", "8", "--gbs", "16",
+                     "--fit-on", "band"]) == 0
     out = capsys.readouterr().out
     assert "fit with 5% headroom at the error band's upper side" in out and "!: fits on the point" not in out
 
