@@ -249,6 +249,16 @@ def _memoised_on_numbers(fn):
     return call
 
 
+def _per_distinct(fn, *arrays):
+    """``fn(*values)`` over broadcast ``arrays``, called once per distinct tuple of values (plain Python numbers)
+    rather than once per element: a planner's sweep holds few distinct TP sizes, recompute modes or data-parallel
+    sizes among tens of thousands of plans."""
+    cols = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in arrays))
+    keys = list(zip(*(c.ravel().tolist() for c in cols)))
+    values = {key: float(fn(*key)) for key in set(keys)}
+    return np.fromiter((values[key] for key in keys), float, len(keys)).reshape(cols[0].shape)[()]
+
+
 @_memoised_on_numbers
 def layer_params_per_rank(m: ModelSpec, tensor_parallel, expert_parallel=1, expert_tensor_parallel=None):
     """Parameters of one transformer layer on one tensor-parallel rank.
@@ -484,8 +494,8 @@ def zero3_gathered_elements(m: ModelSpec, tensor_parallel=1, full_recompute=0):
     :func:`zero3_module_trace`. A sweep of ``tensor_parallel`` or ``full_recompute`` takes each distinct value
     once."""
     if ndim(tensor_parallel) or ndim(full_recompute):
-        return np.vectorize(lambda t, r: zero3_gathered_elements(m, int(t), int(r)),
-                            otypes=[float])(tensor_parallel, full_recompute)[()]
+        return _per_distinct(lambda t, r: zero3_gathered_elements(m, int(t), int(r)), tensor_parallel,
+                             full_recompute)
     return float(_zero3_model_walk(m, int(tensor_parallel), bool(full_recompute))["at_backward"])
 
 
@@ -671,8 +681,8 @@ def zero3_largest_sub_group(m: ModelSpec, tensor_parallel=1, data_parallel=1):
     beyond, so it can pass the size by most of a weight (Llama 3 70B's width at 2 layers: the second layer's rest
     with the output layer, 1.9 G elements)."""
     if ndim(tensor_parallel) or ndim(data_parallel):  # a sweep: each distinct (t, d) once, remembered
-        return np.vectorize(lambda t, d: zero3_largest_sub_group(m, int(t), int(d)),
-                            otypes=[float])(tensor_parallel, data_parallel)[()]
+        return _per_distinct(lambda t, d: zero3_largest_sub_group(m, int(t), int(d)), tensor_parallel,
+                             data_parallel)
     return float(max(zero3_sub_groups([e / data_parallel for e in P.weight_tensor_sizes(m, int(tensor_parallel))]),
                      default=0.0))
 
@@ -1994,7 +2004,7 @@ def zero3_offload_stream_bytes(m: ModelSpec, *, tensor_parallel, data_parallel, 
     cached on the three streams, whose own allocated peaks are 8.5, 2.9 and 2.8 GiB). Arrays allowed."""
     full = asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL]
     t = asarray(tensor_parallel)
-    peak = np.vectorize(lambda tp, rc: _zero3_model_walk(m, int(tp), bool(rc))["peak"], otypes=[float])(t, full)[()]
+    peak = _per_distinct(lambda tp, rc: _zero3_model_walk(m, int(tp), bool(rc))["peak"], t, full)
     vocab = P.model_vocab_size(m, tensor_parallel)
     output = 0.0 if m.tied_embeddings else vocab * m.hidden_size / tensor_parallel
     slice_elems = maximum(output, largest_layer_param_tensor(m, tensor_parallel)) / data_parallel
