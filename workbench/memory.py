@@ -2441,10 +2441,12 @@ FORMULAS = {
                 f"{OUTSIDE_ALLOCATOR_BYTES['megatron'] / GiB:.2f} GiB (megatron-core) per process (+ NCCL "
                 f"{NCCL_BYTES / GiB:.1f} GiB with >1 rank) + allocator reserve {RESERVE_FRACTION['deepspeed']:.0%} "
                 f"(DeepSpeed ZeRO-0/1/2; {RESERVE_FRACTION['deepspeed-offload']:.0%} with the optimizer on the host) / "
-                f"{RESERVE_FRACTION['deepspeed-zero3']:.0%} (ZeRO-3; {RESERVE_FRACTION['deepspeed-zero3-offload']:.0%} "
-                f"optimizer; parameters on the host: {RESERVE_FRACTION['deepspeed-zero3-param-offload']:.0%} of the "
-                f"streams' caches together) / "
-                f"{RESERVE_FRACTION['megatron']:.0%} (megatron-core) of allocated (H200, fit split)",
+                f"{RESERVE_FRACTION['deepspeed-zero3']:.0%} (ZeRO-3) / {RESERVE_FRACTION['megatron']:.0%} "
+                f"(megatron-core) of allocated; ZeRO-3 with the optimizer on the host "
+                f"{RESERVE_FRACTION['deepspeed-zero3-offload']:.0%}, with the parameters there too "
+                f"{RESERVE_FRACTION['deepspeed-zero3-param-offload']:.0%}, of the CUDA streams' caches together "
+                f"(the model built whole or the allocated peak, the gathered peak, the offload's copies) (H200, fit "
+                f"split)",
 }
 
 
