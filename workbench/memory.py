@@ -548,16 +548,14 @@ def zero3_layer_backward_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_
     the walk's ``after_first_backward``), at least one layer's largest weight with a prefetch bucket; 0 where
     nothing is gathered (one rank without offloaded parameters, as :func:`zero3_gathered_bytes`). Arrays
     allowed."""
-    t, full, done, keep = np.broadcast_arrays(asarray(tensor_parallel),
-                                              asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
-                                              asarray(layers_done), asarray(aliases) > 0)
-    walk = np.zeros(t.shape)
-    for tp, rc, al in {(int(a), bool(b), bool(c)) for a, b, c in zip(t.ravel(), full.ravel(), keep.ravel())}:
-        seq = np.asarray(zero3_layer_backward_gathered(m, tp, rc, int(al)) or (0.0,))  # one walk per distinct triple
-        sel = (t == tp) & (full == rc) & (keep == al)
-        before = _zero3_model_walk(m, tp, rc)["after_first_backward"]
-        walk[sel] = np.where(done[sel] < 0, before, seq[np.clip(done[sel].astype(int), 0, len(seq) - 1)])
-    walk = walk[()]
+    def at(tp, full, done, keep):  # one walk per distinct (TP, recompute), remembered
+        if done < 0:
+            return _zero3_model_walk(m, int(tp), bool(full))["after_first_backward"]
+        seq = zero3_layer_backward_gathered(m, int(tp), bool(full), int(keep)) or (0.0,)
+        return seq[min(max(int(done), 0), len(seq) - 1)]
+
+    walk = _per_distinct(at, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL], layers_done,
+                         asarray(aliases) > 0)
     big = largest_layer_param_tensor(m, tensor_parallel)
     live = maximum(walk, big + minimum(prefetch_bucket_elements, big))
     return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
@@ -2373,7 +2371,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # (:func:`zero3_offload_reserve_base`), each stream keeping its own freed blocks; a replayed or profiled reserve
     # (``overheads``' reserve_fraction) is a fraction of the allocated peak itself
     regimes = reserve_regime(engine, zero_stage, offload_optimizer, offload_params)
-    by_streams = ((regimes["deepspeed-zero3-offload"] | regimes["deepspeed-zero3-param-offload"])
+    by_streams = (np.logical_or.reduce([regimes[k] for k in ZERO3_STREAM_RESERVE_REGIMES])
                   & ~(asarray(expandable_segments) > 0))
     if any_true(by_streams) and (overheads or {}).get("reserve_fraction") is None:
         streams = zero3_offload_stream_bytes(
