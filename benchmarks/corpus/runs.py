@@ -438,6 +438,20 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- forty-seventh final batch ("final47"): declared before measuring ---
+    # Yi-1.5 9B's width at 6 of its 48 layers: GQA 32/4 of head 128, SwiGLU 11008, 64k vocabulary, untied, 4k tokens
+    "mc-h4096-yi15-l6": dict(like="Yi-1.5 9B width (48 -> 6 layers), 4k tokens", num_layers=6, hidden_size=4096,
+                             num_attention_heads=32, num_query_groups=4, ffn_hidden_size=11008, vocab_size=64000,
+                             seq_length=4096, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                             tied_embeddings=False, position_embedding="rotary", hidden_dropout=0.0,
+                             attention_dropout=0.0),
+    # Qwen1.5 1.8B's width at 12 of its 24 layers: MHA 16 heads of 128, QKV biases, SwiGLU 5504, 152k vocabulary,
+    # untied
+    "mc-h2048-qwen15-l12": dict(like="Qwen1.5 1.8B width (24 -> 12 layers), 2k tokens", num_layers=12,
+                                hidden_size=2048, num_attention_heads=16, ffn_hidden_size=5504, vocab_size=151936,
+                                seq_length=2048, activation="swiglu", normalization="rmsnorm", add_bias_linear=False,
+                                qkv_bias=True, tied_embeddings=False, position_embedding="rotary",
+                                hidden_dropout=0.0, attention_dropout=0.0),
     # --- fortieth final batch ("final40"): declared before measuring ---
     # Granite 3.0 8B's width at 6 of its 40 layers: GQA 32/8 of head 128, SwiGLU 12800, its 49155-token vocabulary
     # (odd, unpadded), tied, 4k tokens
@@ -1099,6 +1113,19 @@ HF_SHAPES = {
         model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=8192, intermediate_size=22016,
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- forty-seventh final batch ("final47") ---
+    # Yi-1.5 9B at 8 of its 48 layers: GQA 32/4 of head 128, SwiGLU 11008, untied 64k vocabulary
+    "hf-yi15-h4096-l8": dict(like="Yi-1.5 9B (48 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=4, vocab_size=64000,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=5000000.0)),
+    # Qwen1.5 1.8B at its 24 layers: MHA 16 heads of 128, QKV biases, SwiGLU 5504, untied 152k vocabulary
+    "hf-qwen15-h2048-l24": dict(like="Qwen1.5 1.8B (24 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=2048, intermediate_size=5504,
+        num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
     # --- forty-sixth final batch ("final46") ---
     # Qwen1.5 32B at 3 of its 64 layers: GQA 40/8 of head 128, QKV biases, SwiGLU 27392, untied 152k vocabulary
@@ -2033,16 +2060,48 @@ GROUPS = {
         _hf("hf-codellama-h8192-l2", 3, "eager", ckpt=True, **OFF),
         _hf("hf-codellama-h8192-l2", 3, "sdpa", **OFF, **POFF),
     ],
+    # eleventh fit batch (one GPU), fit side, declared in accuracy_split.json "fit11_about" beside final47: the
+    # allocator reserve with recompute, where the fit split has few runs: megatron-core's DDP with selective and full
+    # recompute, DeepSpeed ZeRO-1/2 with the optimizer on the CPU and checkpointing, on fit widths
+    "fit11": [
+        _ddp("mc-h3072-gqa-l16", False, recompute="full"),
+        _ddp("mc-h1024-gelu-l24", True, mbs=4, recompute="selective"),
+        _ddp("mc-h2048-s8k-fit", True, recompute="selective"),
+        _ddp("mc-h2048-s8k-fit", False, recompute="full"),
+        _ddp("mc-h6144-gqa-v128k-fit", True, recompute="full"),
+        _ddp("mc-h1024-gelu-v152k", False, mbs=2, recompute="selective"),
+        _hf("hf-llama-h2048", 2, "sdpa", ckpt=True, **OFF),
+        _hf("hf-qwen3-h1024-l28", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-solar-h4096-l10", 2, "eager", ckpt=True, **OFF),
+        _hf("hf-codellama-h8192-l2", 2, "eager", ckpt=True, **OFF),
+        _hf("hf-qwen15-h2560-l20", 1, "sdpa", mbs=2, ckpt=True, **OFF),
+        _ds("mc-h3072-gqa", 2, recompute="full", **OFF),
+    ],
+    # forty-seventh final batch (one GPU), declared in accuracy_split.json "final47" before measuring: the three plans
+    # of final46 that never ran, then DeepSpeed ZeRO-1/2 with the optimizer on the CPU (checkpointed and not) and
+    # megatron-core's DDP with and without recompute on four new widths: blind for the allocator reserves refitted
+    # on fit11
+    "final47": [
+        _hf("hf-minitron-h4096-l8", 3, "eager", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-yi15-h4096-l8", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-yi15-h4096-l8", 2, "eager", ckpt=True, **OFF),
+        _hf("hf-qwen15-h2048-l24", 1, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h2048-l24", 2, "sdpa", mbs=2, **OFF),
+        _ddp("mc-h4096-yi15-l6", True, recompute="full"),
+        _ddp("mc-h4096-yi15-l6", False, recompute="selective"),
+        _ddp("mc-h2048-qwen15-l12", True, mbs=2, recompute="full"),
+        _ddp("mc-h2048-qwen15-l12", False, mbs=2),
+    ],
     # forty-sixth final batch (one GPU), declared in accuracy_split.json "final46" before measuring: ZeRO-3 with the
     # optimizer on the CPU (two runs with the parameters there too) on three new widths, blind for the ZeRO-3
     # offload reserve taken on the CUDA streams' caches (26873ae)
+    # (its other three plans never ran: they are final47's first three)
     "final46": [
         _hf("hf-qwen15-h5120-i27392-l3", 3, "sdpa", mbs=2, ckpt=True, **OFF),
         _hf("hf-qwen15-h5120-i27392-l3", 3, "sdpa", **OFF, **POFF),
         _hf("hf-minitron-h4096-l8", 3, "sdpa", **OFF),
-        _hf("hf-minitron-h4096-l8", 3, "eager", mbs=2, ckpt=True, **OFF),
-        _hf("hf-qwen15-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF),
-        _hf("hf-qwen15-h4096-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
     ],
     # tenth fit batch (one GPU), fit side, declared in accuracy_split.json "fit10_about" beside final45: ZeRO-3 with
     # the parameters on the CPU and the optimizer on the GPU, on three fit widths that lack it, for the copy-back
