@@ -458,11 +458,10 @@ def reserve_base(run) -> float:
 
 def overhead_fit(rows: list) -> dict:
     """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
-    the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile; DeepSpeed's
-    per regime, ZeRO-3 offload's above :func:`reserve_base`)."""
+    the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile; and per
+    regime, :func:`workbench.memory.plan_reserve_key`, ZeRO-3 offload's above :func:`reserve_base`)."""
     from workbench.memory import RESERVE_FRACTION, plan_reserve_key
 
-    deepspeed_regimes = [k for k in RESERVE_FRACTION if k != "megatron"]  # plan_reserve_key's DeepSpeed keys
     out = {}
     for engine in sorted({engine_of(r) for r, _ in rows}):
         sel = [r for r, _ in rows if engine_of(r) == engine and r["measured"].get("outside") is not None
@@ -479,13 +478,12 @@ def overhead_fit(rows: list) -> dict:
                  and r["measured"].get("outside") is not None and r["cluster"].world_size > 1]
         if multi:  # NCCL's communicators: what a multi-rank process holds outside the allocator beyond one rank's
             out[engine].update(nccl_n=len(multi), nccl_gib=statistics.median(multi) / GiB - out[engine]["outside_gib"])
-        if engine != "megatron":  # DeepSpeed's reserve per regime (workbench.memory.RESERVE_FRACTION's keys)
-            for name in deepspeed_regimes:
-                part = sorted(r["measured"]["reserved"] / reserve_base(r) - 1 for r in sel
-                              if plan_reserve_key(r["plan"]) == name)
-                if part:
-                    out[engine].setdefault("reserve_regimes", {})[name] = dict(
-                        n=len(part), median=statistics.median(part), p90=part[min(len(part) - 1, int(0.9 * len(part)))])
+        for name in RESERVE_FRACTION:  # the reserve per regime (plan_reserve_key's keys)
+            part = sorted(r["measured"]["reserved"] / reserve_base(r) - 1 for r in sel
+                          if plan_reserve_key(r["plan"]) == name)
+            if part:
+                out[engine].setdefault("reserve_regimes", {})[name] = dict(
+                    n=len(part), median=statistics.median(part), p90=part[min(len(part) - 1, int(0.9 * len(part)))])
     return out
 
 

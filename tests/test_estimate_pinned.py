@@ -12,7 +12,8 @@ from workbench import cli, npscalar
 # (estimate arguments, per-GPU peak bytes, host bytes per GPU, step seconds, non-zero step-time terms)
 PINNED = [
     ('--model guide-13b --gpu A100-80GB --gpus-per-node 8 --engine megatron --tp 4 --pp 2 --gbs 64',
-     58852561868, 0, 9.125713160234525,
+     # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
+     58538354380, 0, 9.125713160234525,
      {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13970313731234413}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
      # 2026-12-03: ZeRO-3 keeps parameters gathered through the forward (the coordinator walk, +2.0 GiB) and the
@@ -24,16 +25,19 @@ PINNED = [
      38516829202, 15161435136, 3.5589438762563983,
      {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 0.6059912044142757, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
-     224220420964, 0, 27.805203105444363,
+     # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
+     222862412742, 0, 27.805203105444363,
      {'compute': 24.278990578545315, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.6267310935590822}),
     ('--model llama3-8b --engine megatron --tp 2 --gbs 32 --precision fp8 --attention flash --distributed-optimizer --fp8-param-gather',
-     73951761035, 0, 2.6208670892836246,
+     # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
+     73542247511, 0, 2.6208670892836246,
      {'compute': 2.3448231640437416, 'tp_comm': 0.2123276344888889, 'dp_comm': 0.04296042882860639, 'optimizer': 0.020755861922388062}),
     ('--model llama2-7b --engine deepspeed --zero 2 --lora-rank 16 --gbs 16',
      48019545838, 0, 0.5138992679270735,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
      {'compute': 0.48231149349072194, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030900441129552238}),
     ('--model llama2-70b --engine megatron --tp 8 --pp 4 --first-stage-layers 14 --last-stage-layers 12 --gbs 64 --nodes 4',
-     100876933627, 0, 12.571843430420426,
+     # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
+     100297468608, 0, 12.571843430420426,
      {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.5519136684864272}),
     ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
      68056448614, 0, 1.5195346964888092,  # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB

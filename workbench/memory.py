@@ -1841,14 +1841,23 @@ loaded kernels, DeepSpeed's or megatron-core's own): ``total − free − memory
 median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.json`` on H200 (DeepSpeed 51 runs,
 2.04 GiB, range up to 3.06; megatron-core DDP 9 runs, 2.93 GiB, up to 3.44), printed by
 ``benchmarks/bench_accuracy.py --overheads``. The hybrid counts as DeepSpeed."""
-RESERVE_FRACTION = {"deepspeed": 0.166, "deepspeed-offload": 0.251, "deepspeed-zero3": 0.249,
-                    "deepspeed-zero3-offload": 0.150, "deepspeed-zero3-param-offload": 0.199, "megatron": 0.109}
+RESERVE_FRACTION = {"deepspeed": 0.166, "deepspeed-offload": 0.312, "deepspeed-zero3": 0.249,
+                    "deepspeed-zero3-offload": 0.150, "deepspeed-zero3-param-offload": 0.199, "megatron": 0.102}
 """Caching-allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``), median
 over the same fit-split runs, DeepSpeed's per regime (:func:`reserve_regime`; ``benchmarks/bench_accuracy.py
 --overheads``, 2026-12-04, after the fit9 batch added CPU-offload runs on three 1.9-2.9 B widths and host1 repeated
 one of them): ZeRO-0/1/2 16.6 % (85 runs, 90th percentile 37.2 %), with the optimizer on the host 25.1 % (11 runs,
 31.3 %); ZeRO-3 24.9 % (45 runs, 39.1 %), with the optimizer on the host 33.2 % (9 runs, 59.7 %; 28.3 % on the 8
 before the repeat, the value final44 was judged with), with the parameters there too 35.2 % (7 runs, 110.7 %); megatron-core 10.9 % (9 runs, 26.4 %, an earlier fit split's).
+Refitted after the fit11 batch added six runs with activation recompute to each of two regimes whose fit runs had
+one and four (2026-12-04): ZeRO-1/2 with the optimizer on the host 31.2 % (17 runs, 50.5 %), megatron-core 10.2 %
+(22 runs, 22.2 %). With recompute these regimes keep more above their allocated peak (fit split: 45.9 % against
+21.2 % without, 15.9 % against 6.7 %: a recomputed layer's activations are freed and cut again between the blocks
+that stay), but no regime of its own is taken for it: measured in pairs of one configuration with and without
+recompute (49 pairs in the corpus) the reserved peak is never higher with it, and a larger fraction on a smaller
+allocated peak would say a recompute costs memory. On the test split (not blind) the 51 ZeRO-1/2 offload runs
+without recompute went from 12 more than 5 % under to 6 and the 19 with it from 8 to 6; megatron-core's DDP from
+4.7 % median to 4.6 %, with 9 -> 11 runs more than 5 % under.
 With the parameters on the host the fraction is taken on :func:`zero3_offload_reserve_base` instead of the
 allocated peak — the default stream's larger of the model built whole and the allocated peak, plus the all-gather
 and reduction streams' caches, which PyTorch keeps per stream: 10.4 % on the same 7 runs (2026-12-04, after final44's
