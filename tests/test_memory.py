@@ -826,9 +826,9 @@ def test_deepspeed_initialization_leaves_the_parameters_blocks_cached():
     from workbench.memory import OUTSIDE_ALLOCATOR_BYTES, deepspeed_init_cached_bytes, memory_notes
 
     m, c = _mistral_7b_16_layers(), ClusterSpec(gpu="H200", gpus_per_node=1)
-    # (micro-batch 2: at 4, checkpointed training's reserve of the ZeRO-1/2 offload regime passes 2 x weights)
-    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full", micro_batch_size=2,
-                        global_batch_size=2)
+    # (micro-batch 1: from 2 on, checkpointed training with its reserve passes 2 x weights)
+    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", recompute="full", micro_batch_size=1,
+                        global_batch_size=1)
     memory = estimate(m, c, plan, checks=False).memory
     weights = memory.peak_stage.terms.weights
     outside = OUTSIDE_ALLOCATOR_BYTES["deepspeed"]

@@ -933,12 +933,17 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
         return where(~bypassed & (room_left >= mlp_weights) & ~(asarray(full_recompute) > 0), mlp_block, 0.0)
 
     room = reduce_bucket_elements - output_elems - done * per_layer
-    at_layer_start = zero3_offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
+    # (ZeRO-2 with the optimizer on the CPU fires its reductions at the same hooks, stage_1_and_2.py
+    # ``reduce_independent_p_g_buckets_and_remove_grads``, so these moments hold there too: final47's Yi-1.5 9B at 8
+    # layers through transformers, eager, checkpointed, replayed: the bucket of the output layer and one layer reduced
+    # at the next layer's up_proj hook, beside that recomputed layer's attention tensors (768 MiB) and the output
+    # layer's 2000 MiB fp64 copy; -13.3 % allocated, blind, when they were ZeRO-3's alone)
+    at_layer_start = offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
     # a later weight of the recomputed layer's MLP (its first fits the bucket, not all of them): the recomputed layer
     # is alive but for its MLP block (``mlp_block``), back-propagated by then (final40's Codestral 22B at 3
     # layers, both offloads, checkpointed, replayed: the bucket reduced at the last layer's third MLP weight beside
     # eleven hidden-state tensors and none of the MLP's intermediates; -15.2 % allocated, blind, without it)
-    in_recomputed_mlp = (zero3_offload & ~extra_large & (first_weight <= room) & (room < mlp_weights)
+    in_recomputed_mlp = (offload & ~extra_large & (first_weight <= room) & (room < mlp_weights)
                          & (asarray(full_recompute) > 0))
     # ... and when only that first weight fits, the trigger is the MLP's second weight, whose hook comes before the
     # gate's branch is back-propagated: two f-sized tensors of a gated block still alive (``mlp_second_pending``;
@@ -2321,11 +2326,17 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # (transformers: the per-layer count of hf_layer_extra_bytes_per_token and this ordering belong together; either
     # alone moved the Hugging Face runs' allocated error the wrong way)
     activations, buffers_bwd = where(late, late_acts, activations), where(late, late_buffers, buffers)
-    # gradients that nothing reduces during backward (ZeRO-0, ZeRO-1 without overlap_comm) grow as layers finish
-    grads_bwd = grads_bwd + unreduced_gradient_growth_bytes(
+    # gradients that nothing reduces during backward (ZeRO-0, ZeRO-1 without overlap_comm) grow as layers finish;
+    # they peak at the last layer's backward, beside that layer's transient, not the loss's: where the logits phase
+    # outweighs the layer's transient, the growth first has to make up the difference (final47's Qwen1.5 1.8B,
+    # ZeRO-1, checkpointed, replayed: the peak is the loss's three fp32 logits blocks beside the output layer's
+    # gradient alone; +14.9 % allocated, blind, with the growth added to them)
+    growth = unreduced_gradient_growth_bytes(
         m, layers=layers, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
         tensor_parallel=tensor_parallel, engine=engine, zero_stage=zero_stage, overlap_comm=overlap,
         num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
+    layer_moment = layer_transient + where(recompute >= 2, hf_working, 0.0)
+    grads_bwd = grads_bwd + maximum(0.0, growth - maximum(0.0, transient - layer_moment))
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
     zero3_ds = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3)
