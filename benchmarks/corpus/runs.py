@@ -1114,6 +1114,25 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- forty-eighth final batch ("final48") ---
+    # DeepSeek-Coder 6.7B at 8 of its 32 layers: MHA 32 heads of 128, SwiGLU 11008, untied 32k vocabulary
+    "hf-dscoder-h4096-l8": dict(like="DeepSeek-Coder 6.7B (32 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=32, vocab_size=32256,
+        max_position_embeddings=16384, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=100000.0)),
+    # Gemma 2B at its 18 layers: MQA 8 heads of 256 over one KV head, GeGLU 16384, tied 256k vocabulary
+    "hf-gemma-h2048-l18": dict(like="Gemma 2B (18 layers)", seq_length=2048, config=dict(
+        model_type="gemma", architectures=["GemmaForCausalLM"], hidden_size=2048, intermediate_size=16384,
+        num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1, head_dim=256, vocab_size=256000,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+        tie_word_embeddings=True, attention_dropout=0.0)),
+    # Qwen1.5 0.5B at its 24 layers: MHA 16 heads of 64, QKV biases, SwiGLU 2816, tied 152k vocabulary
+    "hf-qwen15-h1024-l24": dict(like="Qwen1.5 0.5B (24 layers)", seq_length=2048, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=1024, intermediate_size=2816,
+        num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16, vocab_size=151936,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=1000000.0)),
     # --- forty-seventh final batch ("final47") ---
     # Yi-1.5 9B at 8 of its 48 layers: GQA 32/4 of head 128, SwiGLU 11008, untied 64k vocabulary
     "hf-yi15-h4096-l8": dict(like="Yi-1.5 9B (48 -> 8 layers)", seq_length=2048, config=dict(
@@ -2076,6 +2095,19 @@ GROUPS = {
         _hf("hf-codellama-h8192-l2", 2, "eager", ckpt=True, **OFF),
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", mbs=2, ckpt=True, **OFF),
         _ds("mc-h3072-gqa", 2, recompute="full", **OFF),
+    ],
+    # forty-eighth final batch (one GPU), declared in accuracy_split.json "final48" before measuring: checkpointed
+    # transformers models under ZeRO-0/1/2, with and without the optimizer on the CPU, on three new widths: blind for
+    # 2547958 (ZeRO-2 offload's reductions at a recomputed layer's hooks, ZeRO-0/1's gradient growth beside the
+    # last layer rather than the logits)
+    "final48": [
+        _hf("hf-dscoder-h4096-l8", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-dscoder-h4096-l8", 2, "eager", ckpt=True, **OFF),
+        _hf("hf-gemma-h2048-l18", 1, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-gemma-h2048-l18", 0, "sdpa", ckpt=True),
+        _hf("hf-gemma-h2048-l18", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-qwen15-h1024-l24", 1, "sdpa", mbs=4, ckpt=True),
+        _hf("hf-qwen15-h1024-l24", 2, "eager", mbs=2, ckpt=True, **OFF),
     ],
     # forty-seventh final batch (one GPU), declared in accuracy_split.json "final47" before measuring: the three plans
     # of final46 that never ran, then DeepSpeed ZeRO-1/2 with the optimizer on the CPU (checkpointed and not) and
