@@ -88,11 +88,6 @@ Apex/Transformer Engine, DeepSpeed's ``torch_adam``) allocates ``exp_avg_sq.sqrt
 at once (``torch/optim/adam.py`` ``_multi_tensor_adam``): 4 bytes per fp32 master parameter during the step.
 Fused Adam kernels (Apex, Transformer Engine, DeepSpeed ``FusedAdam``) work in place: 0."""
 
-ALLOCATOR_RESERVE_FRACTION = 0.109
-"""The smallest per-engine caching-allocator reserve (:data:`RESERVE_FRACTION`, megatron-core's); a hardware
-profile's own reserve below it is a lower bound."""
-
-
 def _where(cond, a, b):
     return where_item(cond, a, b)
 
