@@ -2096,15 +2096,6 @@ GROUPS = {
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", mbs=2, ckpt=True, **OFF),
         _ds("mc-h3072-gqa", 2, recompute="full", **OFF),
     ],
-    # twelfth fit batch (one GPU), fit side, declared in accuracy_split.json "fit12_about": ZeRO-3 with the optimizer
-    # alone on the CPU, the regime whose reserve rests on the fewest fit runs (9, most of them small widths), on four
-    # fit widths
-    "fit12": [
-        _hf("hf-codellama-h8192-l2", 3, "sdpa", **OFF),
-        _hf("hf-solar-h4096-l10", 3, "sdpa", ckpt=True, **OFF),
-        _hf("hf-qwen15-h2560-l20", 3, "sdpa", **OFF),
-        _hf("hf-llama-h2048-l22", 3, "sdpa", ckpt=True, **OFF),
-    ],
     # forty-eighth final batch (one GPU), declared in accuracy_split.json "final48" before measuring: checkpointed
     # transformers models under ZeRO-0/1/2, with and without the optimizer on the CPU, on three new widths: blind for
     # 2547958 (ZeRO-2 offload's reductions at a recomputed layer's hooks, ZeRO-0/1's gradient growth beside the
