@@ -408,7 +408,7 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     constants), and the expandable mode's error band. ``None`` when the plan is far from capacity or peaks at
     DeepSpeed's initialization (no reserve above it)."""
     from workbench.memory import (RESERVE_FRACTION_EXPANDABLE, ZERO3_STREAM_RESERVE_REGIMES, error_band,
-                                  plan_overheads, plan_reserve_key)
+                                  overhead_bytes, plan_overheads, plan_reserve_key)
 
     cap = memory.capacity_bytes
     if plan.expandable_segments:
@@ -428,7 +428,7 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     own = {on: plan_overheads(plan, on) for on in (0, 1)}
     default_reserve = allocated * own[0]["reserve_fraction"]
     if plan_reserve_key(plan) in ZERO3_STREAM_RESERVE_REGIMES:
-        outside = own[0]["context_bytes"] + (own[0]["nccl_bytes"] if plan.world_size > 1 else 0.0)
+        outside = float(overhead_bytes(0.0, plan.world_size, **own[0]))  # the memory model's own formula for it
         default_reserve = max(terms.overhead - outside, 0.0)
     saves = default_reserve - allocated * own[1]["reserve_fraction"]
     if saves <= 0:

@@ -2330,7 +2330,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         m, layers=layers, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
         tensor_parallel=tensor_parallel, engine=engine, zero_stage=zero_stage, overlap_comm=overlap,
         num_microbatches=num_microbatches, value_bytes=value_bytes, lora=lora)
-    layer_moment = layer_transient + where(recompute >= 2, hf_working, 0.0)
+    layer_moment = layer_transient + hf_working  # (hf_working: 0 unless a transformers layer is recomputed)
     grads_bwd = grads_bwd + maximum(0.0, growth - maximum(0.0, transient - layer_moment))
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
