@@ -1114,6 +1114,26 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- forty-ninth final batch ("final49") ---
+    # OpenLLaMA 3B v2 at its 26 layers: MHA 32 heads of 100, SwiGLU 8640, untied 32k vocabulary
+    "hf-openllama-h3200-l26": dict(like="OpenLLaMA 3B v2 (26 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=3200, intermediate_size=8640,
+        num_hidden_layers=26, num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+        max_position_embeddings=2048, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000.0)),
+    # EuroLLM 9B at 8 of its 42 layers: GQA 32/8 of head 128, SwiGLU 12288, untied 128k vocabulary (the embedding
+    # and the output layer each larger than DeepSpeed's 500M-element bucket)
+    "hf-eurollm-h4096-l8": dict(like="EuroLLM 9B (42 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=12288,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8, vocab_size=128000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000.0)),
+    # DeepSeek-Coder 1.3B at its 24 layers: MHA 16 heads of 128, SwiGLU 5504, untied 32k vocabulary
+    "hf-dscoder-h2048-l24": dict(like="DeepSeek-Coder 1.3B (24 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=5504,
+        num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16, vocab_size=32256,
+        max_position_embeddings=16384, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=100000.0)),
     # --- forty-eighth final batch ("final48") ---
     # DeepSeek-Coder 6.7B at 8 of its 32 layers: MHA 32 heads of 128, SwiGLU 11008, untied 32k vocabulary
     "hf-dscoder-h4096-l8": dict(like="DeepSeek-Coder 6.7B (32 -> 8 layers)", seq_length=2048, config=dict(
@@ -2095,6 +2115,37 @@ GROUPS = {
         _hf("hf-codellama-h8192-l2", 2, "eager", ckpt=True, **OFF),
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", mbs=2, ckpt=True, **OFF),
         _ds("mc-h3072-gqa", 2, recompute="full", **OFF),
+    ],
+    # twelfth fit batch (one GPU), fit side, declared in accuracy_split.json "fit12_about": ZeRO-3 with the optimizer
+    # alone on the CPU, the regime whose reserve rests on the fewest fit runs (9, most of them small widths), on four
+    # fit widths; and ZeRO-1/2 with the optimizer on the CPU and overlap_comm on (what the workbench's ds_config export
+    # writes), which the corpus has never measured, on three fit widths
+    "fit12": [
+        _hf("hf-codellama-h8192-l2", 3, "sdpa", **OFF),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", ckpt=True, **OFF),
+        _hf("hf-qwen15-h2560-l20", 3, "sdpa", **OFF),
+        _hf("hf-llama-h2048-l22", 3, "sdpa", ckpt=True, **OFF),
+        _hf("hf-llama-h2048", 2, "sdpa", overlap=True, **OFF),
+        _hf("hf-qwen15-h2560-l20", 1, "sdpa", overlap=True, **OFF),
+        _hf("hf-solar-h4096-l10", 2, "sdpa", ckpt=True, overlap=True, **OFF),
+    ],
+    # allocator histories of two of fit12's overlap_comm-with-offload plans, to check the replay's trace of that path
+    # (records kept beside the histories, not in the corpus)
+    "overlap-offload-history": [dict(cfg, history=True, overlap=True) for cfg in (
+        _hf("hf-llama-h2048", 2, "sdpa", **OFF), _hf("hf-qwen15-h2560-l20", 1, "sdpa", **OFF))],
+    # forty-ninth final batch (one GPU), declared in accuracy_split.json "final49" before measuring: ZeRO-1/2 with the
+    # optimizer on the CPU and overlap_comm on (the workbench export's default, never measured before), through
+    # transformers on three new shapes, with and without checkpointing, and one plan without overlap_comm beside its
+    # twin: blind for the estimate's models and for the replay's trace of that path, both written before any such run
+    "final49": [
+        _hf("hf-openllama-h3200-l26", 2, "sdpa", overlap=True, **OFF),
+        _hf("hf-openllama-h3200-l26", 1, "sdpa", mbs=2, overlap=True, **OFF),
+        _hf("hf-openllama-h3200-l26", 2, "eager", ckpt=True, overlap=True, **OFF),
+        _hf("hf-eurollm-h4096-l8", 2, "sdpa", overlap=True, **OFF),
+        _hf("hf-eurollm-h4096-l8", 2, "sdpa", **OFF),
+        _hf("hf-eurollm-h4096-l8", 1, "sdpa", ckpt=True, overlap=True, **OFF),
+        _hf("hf-dscoder-h2048-l24", 2, "sdpa", mbs=2, ckpt=True, overlap=True, **OFF),
+        _hf("hf-dscoder-h2048-l24", 1, "sdpa", overlap=True, **OFF),
     ],
     # forty-eighth final batch (one GPU), declared in accuracy_split.json "final48" before measuring: checkpointed
     # transformers models under ZeRO-0/1/2, with and without the optimizer on the CPU, on three new widths: blind for
