@@ -153,7 +153,8 @@ def main(argv=None) -> int:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     debug = os.environ.get("WORKBENCH_DEBUG", "").strip() not in ("", "0")
-    machine = args.command == "export" or "--json" in argv
+    # --json as parsed too: argparse also takes an abbreviation (--js), which must keep stdout the payload as well
+    machine = args.command == "export" or "--json" in argv or getattr(args, "json", False) is True
     try:
         with (payload_only() if machine else logs_to_stderr()):
             return int(args.func(args) or 0)

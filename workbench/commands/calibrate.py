@@ -6,6 +6,8 @@ across the nodes and rank 0 writes the profile.
 """
 from __future__ import annotations
 
+import math
+import os
 import sys
 from pathlib import Path
 
@@ -40,6 +42,36 @@ def output_path(out: str) -> Path:
     if out.endswith(".json") or "/" in out or "\\" in out:
         return Path(out).expanduser()
     return user_profiles_dir() / f"{out}.json"
+
+
+MAX_MESSAGE_MIB = 2.0**20
+"""Largest ``--max-message-mib`` accepted (1 TiB)."""
+
+
+def check_output_path(path: Path, out: str) -> None:
+    """``ValueError`` naming ``--out`` when the profile could not be saved at ``path``, checked before the
+    measurements (minutes) rather than after them."""
+    if path.is_dir():
+        raise ValueError(f"--out {out} is a folder; give a profile name or a .json file path")
+    for parent in path.parents:
+        if not parent.exists():
+            continue
+        if not parent.is_dir():
+            raise ValueError(f"--out {out}: {parent} is a file, not a folder")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise ValueError(f"--out {out}: cannot write into the folder {parent}")
+        return
+
+
+def check_max_message_mib(value) -> None:
+    """``ValueError`` for a ``--max-message-mib`` that is not a finite size of at least one byte, up to 1 TiB."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value * 2**20 < 1:
+        raise ValueError(f"--max-message-mib {value:g} must be a finite size > 0 MiB (at least one byte)")
+    if value > MAX_MESSAGE_MIB:
+        raise ValueError(f"--max-message-mib {value:g} is larger than the largest supported value "
+                         f"{MAX_MESSAGE_MIB:,.0f} MiB (1 TiB)")
 
 
 def _int_list(text: str, flag: str) -> tuple:
@@ -87,6 +119,14 @@ def run(args) -> int:
         raise ValueError(f"--skip {','.join(sorted(unknown))}: not a measurement (known: {','.join(parts)})")
     if args.nproc is not None and args.nproc < 1:
         raise ValueError(f"--nproc {args.nproc} must be >= 1")
+    check_max_message_mib(args.max_message_mib)
+    check_output_path(path, args.out)
+    from workbench import catalog
+
+    if args.model is not None:  # named before the measurements start, not after the first of them
+        catalog.model(args.model)
+    if args.gpu is not None:  # a CPU run ignores it, but a name the catalog lacks is still a mistake
+        catalog.gpu(args.gpu)
     settings = CalibrationSettings(
         name=name, quick=args.quick, model=args.model, tensor_parallel=_int_list(args.tp, "--tp"),
         nproc=args.nproc, gpu=args.gpu, cpu_adam=args.cpu_adam,
@@ -103,7 +143,11 @@ def run(args) -> int:
         profile = calibrate(settings, progress=say)
     if profile is None:  # a rank other than 0 of a launched job
         return 0
-    profile.save(path)
+    try:
+        profile.save(path)
+    except OSError as exc:
+        raise ValueError(f"--out {args.out}: cannot save the profile at {path} "
+                         f"({exc.strerror or exc})") from None
     if args.json:
         from workbench.cli import print_json
 

@@ -19,6 +19,10 @@ KINDS = ("deepspeed", "megatron", "hybrid", "launch")
 _KIND_ALIASES = {"megatron-deepspeed": "hybrid"}  # the engine's name also names its export
 _DEFAULT_ENGINE = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "megatron-deepspeed",
                    "launch": "deepspeed"}
+_KIND_ENGINES = {"deepspeed": ("deepspeed", "megatron-deepspeed"), "megatron": ("megatron",),
+                 "hybrid": ("megatron-deepspeed",)}
+"""The engines each kind writes files for (``launch``: every engine)."""
+_ENGINE_KIND = {"deepspeed": "deepspeed", "megatron": "megatron", "megatron-deepspeed": "hybrid"}
 
 
 def add_parser(sub) -> None:
@@ -166,10 +170,35 @@ def _validate_ds(cfg: dict, plan) -> bool:
     return True
 
 
+def check_kind_flags(args) -> None:
+    """``ValueError`` for flags the export ``kind`` would ignore silently (``--launcher``/``--hosts`` outside
+    ``launch``, ``--hosts`` without the DeepSpeed launcher) and for an ``--engine`` it writes no files for, naming
+    the export that does."""
+    if args.kind == "launch":
+        engine = args.engine or _DEFAULT_ENGINE["launch"]
+        launcher = args.launcher or ("deepspeed" if engine == "deepspeed" else "torchrun")  # as _files picks it
+        if args.hosts is not None and launcher != "deepspeed":
+            raise ValueError(f"--hosts {args.hosts} names the DeepSpeed launcher's hostfile; launcher={launcher} "
+                             f"takes no host list (torchrun: MASTER_ADDR and NODE_RANK on each node; slurm: the "
+                             f"allocation)")
+    else:
+        given = [f"--{name} {value}" for name, value in (("launcher", args.launcher), ("hosts", args.hosts))
+                 if value is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)}: only 'export launch' writes a launch script, not "
+                             f"'{args.kind}'")
+        engine = args.engine or _DEFAULT_ENGINE[args.kind]
+        if engine not in _KIND_ENGINES[args.kind]:
+            allowed = " or ".join(f"'{e}'" for e in _KIND_ENGINES[args.kind])
+            raise ValueError(f"engine='{engine}' is not what 'export {args.kind}' writes (engine {allowed}); use "
+                             f"`workbench export {_ENGINE_KIND[engine]}` (or `export launch`) for it")
+
+
 def run(args) -> int:
     from workbench.cli import payload_stream
 
     args.kind = _KIND_ALIASES.get(args.kind, args.kind)
+    check_kind_flags(args)
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a file; export writes its files into a folder")
     model, cluster, plan = specs_from_args(args, default_engine=_DEFAULT_ENGINE[args.kind])

@@ -79,6 +79,31 @@ def _is_hf_source(source: str) -> bool:
     return False
 
 
+def _check_json_file(source: str) -> None:
+    """``ValueError`` for a ``.json`` file that cannot be a ds_config (empty, or JSON other than one object), which
+    the importer would otherwise read as a Megatron command line and report as one without flags."""
+    import json
+
+    from workbench.configs.importer import looks_like_text
+
+    p = Path(source)
+    if looks_like_text(source) or p.suffix.lower() != ".json" or not p.is_file():
+        return
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return  # the importer names these
+    if not text.strip():
+        raise ValueError(f"{source} is empty; a ds_config.json holds one JSON object")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return  # not plain JSON: the importer reads it (hjson) or says where it breaks
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+        raise ValueError(f"{source}: a ds_config.json holds one JSON object, got {kind} ({text.strip():.40})")
+
+
 def _run_hf(source: str, args) -> int:
     from workbench.hf import import_hf
 
@@ -129,6 +154,7 @@ def run(args) -> int:
     if len(tokens) == 1 and _is_hf_source(tokens[0]):
         return _run_hf(tokens[0], args)
     if len(tokens) == 1:  # a file, JSON text, or a whole command line in one quoted argument
+        _check_json_file(tokens[0])
         imp = import_any(tokens[0], world_size=args.world_size)
     else:
         imp = import_megatron_args(tokens)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, check_flag_dependencies,
                                       cluster_from_args, engine_name, model_from_args, profile_from_args, working)
 from workbench.defaults import GiB
+from workbench.specs import check_float
 
 
 def add_parser(sub) -> None:
@@ -194,6 +195,10 @@ def run(args) -> int:
         raise ValueError(f"--top {args.top} must be >= 1")
     check_flag_dependencies(args)
     model = model_from_args(args)
+    check_float("moe_load_imbalance", args.moe_load_imbalance, minimum=1.0, strict=False)
+    if not model.is_moe and args.moe_load_imbalance != 1.0:  # as `estimate` refuses it: nothing would price it
+        raise ValueError(f"moe_load_imbalance={args.moe_load_imbalance:g} needs a mixture-of-experts model "
+                         f"({model.name} has num_experts={model.num_experts})")
     cluster = cluster_from_args(args)
     profile = profile_from_args(args)
     with working(f"plan: searching plans for {cluster.world_size:,} GPUs"):  # stderr, only if it takes > 1 s

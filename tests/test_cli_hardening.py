@@ -1,0 +1,106 @@
+"""Bad input to the command line: one line naming the field and the numbers, exit status 2, before any slow work;
+``--json`` keeps stdout the payload."""
+import json
+
+import pytest
+
+from workbench.cli import main
+
+
+def _error(capsys, argv) -> str:
+    """Run ``argv``; assert exit status 2, nothing on stdout and one error line on stderr; return that line."""
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("workbench: error: "), err
+    assert "unexpected" not in lines[0] and "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def no_measuring(monkeypatch, tmp_path):
+    """``calibrate`` must refuse bad flags before it measures anything (minutes on a GPU node)."""
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+
+    def measured(*args, **kwargs):
+        raise AssertionError("calibrate started measuring before refusing the flags")
+
+    monkeypatch.setattr("workbench.calibrate.calibrate", measured)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--gpu", "nosuch"], "unknown gpu='nosuch'"),
+    (["--model", "nosuch"], "unknown model='nosuch'"),
+    (["--max-message-mib", "-1"], "--max-message-mib -1 must be a finite size > 0 MiB"),
+    (["--max-message-mib", "0"], "--max-message-mib 0 must be a finite size > 0 MiB"),
+    (["--max-message-mib", "nan"], "--max-message-mib nan must be a finite size > 0 MiB"),
+    (["--max-message-mib", "1e300"], "--max-message-mib 1e+300 is larger than the largest supported value"),
+])
+def test_calibrate_refuses_bad_flags_before_measuring(capsys, no_measuring, argv, needle):
+    assert needle in _error(capsys, ["calibrate", "--json", *argv])
+
+
+def test_calibrate_refuses_an_unusable_out_path_before_measuring(capsys, no_measuring, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    line = _error(capsys, ["calibrate", "--out", str(a_file / "sub" / "p.json")])
+    assert f"--out {a_file / 'sub' / 'p.json'}: {a_file} is a file, not a folder" in line
+    line = _error(capsys, ["calibrate", "--out", str(tmp_path)])
+    assert f"--out {tmp_path} is a folder" in line
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("nan", "moe_load_imbalance=nan must be a finite number"),
+    ("0.5", "moe_load_imbalance=0.5 must be >= 1"),
+    ("2", "moe_load_imbalance=2 needs a mixture-of-experts model (guide-13b has num_experts=None)"),
+])
+def test_plan_refuses_a_moe_load_imbalance_nothing_prices(capsys, value, needle):
+    assert needle in _error(capsys, ["plan", "--model", "guide-13b", "--gbs", "64", "--moe-load-imbalance", value])
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["export", "deepspeed", "--launcher", "slurm"], "--launcher slurm: only 'export launch' writes a launch script"),
+    (["export", "megatron", "--hosts", "a,b"], "--hosts a,b: only 'export launch' writes a launch script"),
+    (["export", "launch", "--launcher", "torchrun", "--hosts", "a"], "launcher=torchrun takes no host list"),
+    (["export", "launch", "--engine", "megatron", "--hosts", "a"], "launcher=torchrun takes no host list"),
+    (["export", "deepspeed", "--engine", "megatron"],
+     "engine='megatron' is not what 'export deepspeed' writes (engine 'deepspeed' or 'megatron-deepspeed'); use "
+     "`workbench export megatron`"),
+    (["export", "megatron", "--engine", "hybrid", "--tp", "2"],
+     "engine='megatron-deepspeed' is not what 'export megatron' writes (engine 'megatron'); use "
+     "`workbench export hybrid`"),
+    (["export", "hybrid", "--engine", "deepspeed"],
+     "engine='deepspeed' is not what 'export hybrid' writes (engine 'megatron-deepspeed'); use "
+     "`workbench export deepspeed`"),
+])
+def test_export_refuses_flags_its_kind_ignores_and_names_the_export_for_the_engine(capsys, argv, needle):
+    assert needle in _error(capsys, argv + ["--model", "guide-13b"])
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[1, 2, 3]", "a ds_config.json holds one JSON object, got an array"),
+    ("null", "a ds_config.json holds one JSON object, got null"),
+    ("", "is empty; a ds_config.json holds one JSON object"),
+])
+def test_import_of_a_json_file_that_is_no_object_says_so(capsys, tmp_path, text, needle):
+    path = tmp_path / "ds_config.json"
+    path.write_text(text)
+    line = _error(capsys, ["import", "--json", str(path)])
+    assert str(path) in line and needle in line and "pretrain_gpt.py" not in line
+
+
+def test_abbreviated_json_flag_keeps_stdout_the_payload(capsys, monkeypatch):
+    from workbench.cli import print_json
+    from workbench.commands import runs
+
+    def chatty(args):
+        print("library chatter")  # what a library prints while the command runs
+        print_json({"json": args.json})
+        return 0
+
+    monkeypatch.setattr(runs, "run", chatty)
+    assert main(["runs", "list", "--js"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"json": True}
+    assert "library chatter" in err
