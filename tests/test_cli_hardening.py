@@ -104,3 +104,68 @@ def test_abbreviated_json_flag_keeps_stdout_the_payload(capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert json.loads(out) == {"json": True}
     assert "library chatter" in err
+
+
+def test_import_refuses_fp16_with_bf16_and_an_oversized_seq_length(capsys):
+    base = "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+    line = _error(capsys, ["import", "--json", base + "--fp16 --bf16"])
+    assert "--fp16" in line and "--bf16" in line
+    line = _error(capsys, ["import", "--json", base + "--seq-length 1e9"])
+    assert "--seq-length 1e9" in line and "67,108,864" in line
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("config.json", '{"model_type": "llama", "hidden_size": ', "not valid JSON (Expecting value at line 1"),
+    ("llama.json", '{"model_type": "llama", "hidden_size": ', "not valid JSON (Expecting value at line 1"),
+    ("llama.json", '{"architectures": ["LlamaForCausalLM"], "hidden_size": ', "not valid JSON"),
+    ("config.json", '{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}', "no hidden_size"),
+    ("llama.json", '{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}', "no 'model_type' field"),
+])
+def test_import_of_a_broken_hf_config_file_names_it_as_one(capsys, tmp_path, name, text, needle):
+    path = tmp_path / name
+    path.write_text(text)
+    for source in (path, tmp_path):  # the file, and (named config.json) its folder: the same message
+        if source == tmp_path and name != "config.json":
+            continue
+        line = _error(capsys, ["import", "--json", str(source)])
+        assert str(path) in line and needle in line and "ds_config" not in line
+
+
+def test_import_still_reads_an_hjson_ds_config_named_config_json(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{\n  // DeepSpeed reads hjson\n  "train_batch_size": 8,\n  "zero_optimization": {"stage": 2}\n}')
+    assert main(["import", "--json", str(path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["kind"] == "deepspeed" and data["plan"]["zero_stage"] == 2
+
+
+def test_import_names_flags_it_keeps_but_does_not_model(capsys):
+    command = "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --bogus-flag 7 --data-path x"
+    assert main(["import", "--json", command]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["options"]["other_flags"] == ["bogus-flag", "data-path"]  # stdout: the payload only
+    notes = [line for line in err.splitlines() if "--bogus-flag" in line]
+    assert len(notes) == 1 and "--data-path" in notes[0] and "not modelled" in notes[0]
+    assert main(["import", command]) == 0
+    out, err = capsys.readouterr()
+    assert "other_flags = ['bogus-flag', 'data-path']" in out
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"not json\n", "is not valid JSON (Expecting value at line 1 column 1)"),
+    (b"", "is empty"),
+    (b"\xff\xfe", "is not UTF-8 text"),
+    (b"[1, 2]", "holds a JSON array, not a notebook object"),
+    (b"{}", "is not a Jupyter notebook nbformat can read"),
+    (b'{"cells": 3, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}', "is not a Jupyter notebook"),
+])
+@pytest.mark.parametrize("action", ["run", "sweep"])
+def test_nb_of_a_file_that_is_no_notebook_names_the_file(capsys, monkeypatch, tmp_path, content, needle, action):
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+    path = tmp_path / "bad.ipynb"
+    path.write_bytes(content)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("x: [1, 2]\n")
+    line = _error(capsys, ["nb", "run", str(path)] if action == "run" else
+                  ["nb", "sweep", str(path), "--grid", str(grid)])
+    assert f"notebook {path} " in line and needle in line

@@ -253,3 +253,36 @@ def test_property_mutated_command_lines(values, switches, nproc):
     base.update(dict(values))
     command = nproc + "pretrain_gpt.py " + " ".join(f"{k} {v}" for k, v in base.items()) + " " + " ".join(switches)
     _check_import(lambda: import_megatron_args(command))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command lines Megatron refuses, and sizes past what the specs accept
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("launcher", ["", "--deepspeed --zero-stage 1 "])
+def test_fp16_with_bf16_is_refused_as_megatron_refuses_it(launcher):
+    msg = _error(import_megatron_args, "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+                 + launcher + "--fp16 --bf16")
+    assert "--fp16" in msg and "--bf16" in msg and "Megatron" in msg and len(msg.splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ("--seq-length 1e9", "--seq-length 1e9: seq_length=1000000000 is larger than the largest supported value "
+                         "67,108,864"),
+    ("--seq-length 67108865", "--seq-length 67108865: seq_length=67108865 is larger than the largest supported"),
+    ("--max-position-embeddings 1e9", "--max-position-embeddings 1e9: seq_length=1000000000 is larger"),
+    ("--num-layers 20000", "--num-layers 20000: num_layers=20000 is larger than the largest supported value 10,000"),
+    ("--num-query-groups 1e6", "--num-query-groups 1e6: num_query_groups=1000000 is larger"),
+    ("--tensor-model-parallel-size 1e6", "--tensor-model-parallel-size 1e6: tensor_parallel=1000000 is larger"),
+    ("--micro-batch-size 1e6", "--micro-batch-size 1e6: micro_batch_size=1000000 is larger"),
+])
+def test_command_line_sizes_get_the_limits_estimate_applies(flags, expected):
+    command = "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 " + flags
+    assert expected in _error(import_megatron_args, command)
+
+
+def test_command_line_sizes_at_the_limit_are_read():
+    from workbench.specs import MAX_COUNT
+
+    imp = import_megatron_args(f"pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+                               f"--seq-length {MAX_COUNT['seq_length']} --position-embedding-type rope")
+    assert imp.model_fields["seq_length"] == MAX_COUNT["seq_length"]

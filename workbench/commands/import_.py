@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
+import sys
 from pathlib import Path
 
 from workbench.cli import print_json
@@ -58,8 +60,17 @@ def _split_trailing_options(tokens: list, args) -> list:
     return tokens[:1]
 
 
+_HF_KEYS = re.compile(r'"(model_type|architectures)"\s*:')
+_DS_KEY_NAMES = frozenset({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                           "zero_optimization", "fp16", "bf16", "optimizer", "scheduler"})
+_DS_KEYS = re.compile(r'"?\b(' + "|".join(sorted(_DS_KEY_NAMES)) + r')\b"?\s*:')
+
+
 def _is_hf_source(source: str) -> bool:
-    """A model directory with a config.json, or a JSON file whose object names a ``model_type``."""
+    """A model directory with a config.json, or a JSON file whose object names a ``model_type`` or
+    ``architectures``. A ``.json`` file that does not parse is a (broken) Hugging Face config when it is named
+    config.json or has either key, and no ds_config key (DeepSpeed also reads hjson, so a ds_config with comments
+    goes to the ds_config reader): the HF reader then says where it breaks, rather than the ds_config one."""
     import json
 
     from workbench.hf import is_hf_config
@@ -73,9 +84,15 @@ def _is_hf_source(source: str) -> bool:
         return (p / "config.json").is_file()
     if p.is_file() and p.suffix == ".json":
         try:
-            return is_hf_config(json.loads(p.read_text()))
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return False  # the importer names these
+        try:
+            data = json.loads(text)
         except ValueError:
-            return False
+            return (p.name == "config.json" or bool(_HF_KEYS.search(text))) and not _DS_KEYS.search(text)
+        return is_hf_config(data) or (isinstance(data, dict) and "architectures" in data
+                                      and not _DS_KEY_NAMES.intersection(data))
     return False
 
 
@@ -161,6 +178,11 @@ def run(args) -> int:
     data = imported_as_dict(imp)
     status = lint_status(imp.lint)
     if args.json:
+        other = imp.options.get("other_flags")
+        if other:  # the readable output lists them under options; --json keeps stdout the payload
+            more = f" (and {len(other) - 12} more)" if len(other) > 12 else ""
+            print(f"note: kept in options.other_flags but not modelled: {' '.join('--' + f for f in other[:12])}"
+                  f"{more}", file=sys.stderr)
         print_json(data)
         return status
     print(f"kind: {imp.kind}")

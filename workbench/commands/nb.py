@@ -53,7 +53,50 @@ def describe(run: NotebookRun) -> list[str]:
     return lines
 
 
+def check_notebook(notebook: str) -> None:
+    """``ValueError`` naming ``notebook`` when it exists but is not a notebook nbformat can read (not UTF-8, empty,
+    not JSON, JSON other than a notebook object), before anything starts; nbformat's own messages do not name the
+    file. A missing file is left to the run's own message."""
+    import json
+
+    path = Path(notebook)
+    if not path.is_file():
+        return
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"notebook {notebook} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                         f"{exc.start}); a .ipynb file is the notebook's JSON") from None
+    except OSError as exc:
+        raise ValueError(f"notebook {notebook} cannot be read: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise ValueError(f"notebook {notebook} is empty; a .ipynb file is the notebook's JSON")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"notebook {notebook} is nested too deeply to be a notebook") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"notebook {notebook} is not valid JSON ({exc.msg} at line {exc.lineno} column "
+                         f"{exc.colno}); a .ipynb file is the notebook's JSON") from None
+    if not isinstance(data, dict):
+        kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(data), "number")
+        raise ValueError(f"notebook {notebook} holds a JSON {kind}, not a notebook object (with "
+                         f"'cells', 'metadata' and 'nbformat')")
+    import warnings
+
+    import nbformat
+
+    try:
+        with warnings.catch_warnings():  # validation notes (cells without ids) are papermill's to give, not ours
+            warnings.simplefilter("ignore")
+            nbformat.reads(text, as_version=4)
+    except Exception as exc:  # noqa: BLE001 - nbformat raises ValidationError, NBFormatError, TypeError, ...
+        reason = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        raise ValueError(f"notebook {notebook} is not a Jupyter notebook nbformat can read: {reason:.200}") from None
+
+
 def run_one(args) -> int:
+    check_notebook(args.notebook)
     params = {}
     for name, value in args.parameter:
         if name in params:
@@ -75,6 +118,7 @@ def run_one(args) -> int:
 def run_many(args) -> int:
     from workbench.commands.common import progress_bar
 
+    check_notebook(args.notebook)
     combos = load_grid(args.grid)
     if args.workers < 1:  # checked before the progress bar appears (run_sweep checks again)
         raise ValueError(f"workers={args.workers} must be >= 1")

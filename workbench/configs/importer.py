@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from workbench.configs.deepspeed import DeepSpeedOptions
-from workbench.specs import ClusterSpec, Engine, ModelSpec, ParallelPlan
+from workbench.specs import ClusterSpec, Engine, ModelSpec, ParallelPlan, check_int
 
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 _PLAN_FIELDS = {f.name for f in dataclasses.fields(ParallelPlan)}
@@ -165,6 +165,20 @@ def _int(value, path: str, minimum: Optional[int] = None) -> int:
 
 def _positive(value, path: str) -> int:
     return _int(value, path, minimum=1)
+
+
+def _sized(field_name: str):
+    """A converter for a flag that sets the spec field ``field_name``: a whole number >= 1 that the spec accepts
+    (:func:`workbench.specs.check_int` with its :data:`~workbench.specs.MAX_COUNT` bound, as ``workbench estimate``
+    applies it), so ``--seq-length 1e9`` is refused at import rather than later."""
+    def convert(value, path: str) -> int:
+        x = _positive(value, path)
+        try:
+            return check_int(field_name, x)
+        except ValueError as exc:
+            raise ValueError(f"{_named(path, value)}: {exc}") from None
+
+    return convert
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -687,9 +701,9 @@ def _read_moe(one, has, num, kind: str, model: dict, plan: dict, warnings: list)
             warnings.append(f"{', '.join('--' + f for f in present)} without --num-experts: a dense model, ignored")
         return
     if has("expert-model-parallel-size"):
-        plan["expert_parallel"] = num("expert-model-parallel-size", _positive)
+        plan["expert_parallel"] = num("expert-model-parallel-size", _sized("expert_parallel"))
     if has("expert-tensor-parallel-size"):
-        plan["expert_tensor_parallel"] = num("expert-tensor-parallel-size", _positive)
+        plan["expert_tensor_parallel"] = num("expert-tensor-parallel-size", _sized("expert_tensor_parallel"))
     dispatcher = one("moe-token-dispatcher-type") or "allgather"  # Megatron-LM's default
     if dispatcher == "flex":
         warnings.append("--moe-token-dispatcher-type flex (DeepEP / HybridEP): priced as alltoall, the same tokens "
@@ -722,7 +736,7 @@ def _read_deepspeed_moe(has, num, model: dict, plan: dict, warnings: list, prese
     if "num_experts" not in model:
         return
     if has("moe-expert-parallel-size"):
-        plan["expert_parallel"] = num("moe-expert-parallel-size", _positive)
+        plan["expert_parallel"] = num("moe-expert-parallel-size", _sized("expert_parallel"))
     if has("moe-train-capacity-factor"):
         plan["moe_capacity_factor"] = float(num("moe-train-capacity-factor"))
     if has("moe-min-capacity") and int(num("moe-min-capacity")) != dsmoe.MIN_CAPACITY:
@@ -885,21 +899,21 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
                       ("ffn-hidden-size", "ffn_hidden_size"), ("num-attention-heads", "num_attention_heads"),
                       ("kv-channels", "head_dim"), ("seq-length", "seq_length"), ("vocab-size", "vocab_size"),
                       ("moe-ffn-hidden-size", "moe_ffn_hidden_size")):
-        value = num(flag, _positive)
+        value = num(flag, _sized(key))
         if value is not None:
             m[key] = value
     for flag, key in (("hidden-dropout", "hidden_dropout"), ("attention-dropout", "attention_dropout")):
         value = num(flag)
         m[key] = 0.1 if value is None else float(value)  # Megatron's default when the flag is absent
     if "seq_length" not in m and has("max-position-embeddings"):
-        m["seq_length"] = num("max-position-embeddings", _positive)
+        m["seq_length"] = num("max-position-embeddings", _sized("seq_length"))
         warnings.append("no --seq-length: took --max-position-embeddings as the sequence length")
     if has("num-query-groups"):
-        m["num_query_groups"] = num("num-query-groups", _positive)
+        m["num_query_groups"] = num("num-query-groups", _sized("num_query_groups"))
         if not has("group-query-attention"):
             warnings.append("--num-query-groups without --group-query-attention: Megatron ignores it; read anyway")
     if has("num-key-value-heads"):
-        m["num_query_groups"] = num("num-key-value-heads", _positive)
+        m["num_query_groups"] = num("num-key-value-heads", _sized("num_query_groups"))
     pos = one("position-embedding-type")
     if has("use-rotary-position-embeddings") or pos in ("rope", "yarn", "mrope"):
         m["position_embedding"] = "rotary"
@@ -931,12 +945,14 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     if has("num-experts"):
         experts = num("num-experts", _int)
         if experts and experts > 1:
-            m["num_experts"] = experts
-            topk = num("moe-router-topk", _positive) if has("moe-router-topk") else num("topk", _positive)
+            m["num_experts"] = num("num-experts", _sized("num_experts"))
+            topk = (num("moe-router-topk", _sized("moe_top_k")) if has("moe-router-topk")
+                    else num("topk", _sized("moe_top_k")))
             if topk is not None:
                 m["moe_top_k"] = topk
             if has("moe-shared-expert-intermediate-size"):
-                m["shared_expert_ffn_hidden_size"] = num("moe-shared-expert-intermediate-size", _positive)
+                m["shared_expert_ffn_hidden_size"] = num("moe-shared-expert-intermediate-size",
+                                                         _sized("shared_expert_ffn_hidden_size"))
                 if not has("moe-shared-expert-gate"):
                     warnings.append("--moe-shared-expert-intermediate-size without --moe-shared-expert-gate: the "
                                     "workbench counts the shared expert's h-wide gate (Qwen2-MoE's); h parameters "
@@ -951,19 +967,19 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
                                 " the workbench models experts in every layer")
 
     # parallel layout
-    tp = num("tensor-model-parallel-size", _positive)
+    tp = num("tensor-model-parallel-size", _sized("tensor_parallel"))
     if has("model-parallel-size"):
-        old = num("model-parallel-size", _positive)
+        old = num("model-parallel-size", _sized("tensor_parallel"))
         warnings.append(f"--model-parallel-size {old} is deprecated (Megatron: use --tensor-model-parallel-size); "
                         f"read as tensor parallel {old}")
         tp = tp or old
     if tp is not None:
         plan["tensor_parallel"] = tp
-    pp = num("pipeline-model-parallel-size", _positive)
+    pp = num("pipeline-model-parallel-size", _sized("pipeline_parallel"))
     if pp is not None:
         plan["pipeline_parallel"] = pp
     if has("num-virtual-stages-per-pipeline-rank"):
-        plan["virtual_pipeline"] = num("num-virtual-stages-per-pipeline-rank", _positive)
+        plan["virtual_pipeline"] = num("num-virtual-stages-per-pipeline-rank", _sized("virtual_pipeline"))
     elif has("num-layers-per-virtual-pipeline-stage"):
         per = num("num-layers-per-virtual-pipeline-stage", _positive)
         layers, p = m.get("num_layers"), plan.get("pipeline_parallel", 1)
@@ -980,7 +996,7 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
                         ("account-for-loss-in-pipeline-split", "loss_in_pipeline_split")):
         if has(flag):
             plan[field] = True
-    cp = num("context-parallel-size", _positive)
+    cp = num("context-parallel-size", _sized("context_parallel"))
     if cp is not None:
         plan["context_parallel"] = cp
     if has("cp-comm-type"):
@@ -1073,15 +1089,15 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         plan.setdefault("recompute", "full")
 
     # batch
-    mbs = num("micro-batch-size", _positive)
-    gbs = num("global-batch-size", _positive)
+    mbs = num("micro-batch-size", _sized("micro_batch_size"))
+    gbs = num("global-batch-size", _sized("global_batch_size"))
     if mbs is not None:
         plan["micro_batch_size"] = mbs
     if has("batch-size"):
         # Megatron-LM before the micro/global split (2020) and the Megatron-DeepSpeed examples built on it: the
         # batch one model replica runs per forward/backward, i.e. today's micro batch (Megatron now refuses the flag:
         # "use --micro-batch-size instead"); the global batch came from the ds_config or was batch x data parallel.
-        old = num("batch-size", _positive)
+        old = num("batch-size", _sized("micro_batch_size"))
         if mbs is None:
             plan["micro_batch_size"] = old
             warnings.append(f"--batch-size {old} is the old per-replica batch (Megatron now refuses it: use "
@@ -1093,6 +1109,10 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         plan["global_batch_size"] = gbs
 
     # precision and training options
+    if has("bf16") and has("fp16"):
+        # Megatron-LM and Megatron-DeepSpeed validate_args: `if args.fp16: assert not args.bf16`
+        raise ValueError("--fp16 and --bf16 are both given; Megatron refuses them together (its validate_args "
+                         "asserts not both): keep one")
     if has("bf16"):
         plan["precision"] = "bf16"
     elif has("fp16"):
