@@ -134,7 +134,7 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     replay was traced from), so that its specs are built once; else described here."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_accuracy import corpus_run, predict, reserve_base
-    from workbench.memory import RESERVE_FRACTION, plan_overheads
+    from workbench.memory import RESERVE_FRACTION, plan_overheads, stack_outside_bytes
 
     if replayed is None:
         a = replay(trace_hf_deepspeed(rec))
@@ -152,8 +152,9 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     if run is not None and run["measured"].get("device"):
         p, measured = predict(run), run["measured"]["device"]
         # taken from the constants, not backed out of the estimate's device figure, which may hold more than the
-        # reserve above the allocated peak (DeepSpeed's initialization segments); the replay replaces that reserve
-        outside = float(own["context_bytes"])
+        # reserve above the allocated peak (DeepSpeed's initialization segments); the replay replaces that reserve,
+        # and the estimate that replays it takes its stack's own memory outside the allocator
+        outside = float(stack_outside_bytes(run["model"], run["plan"]))
         device = p["device"] / measured - 1
         device_sim = (outside + (1 + replayed["reserve_fraction"]) * p["allocated"]) / measured - 1
         device_peak = (outside + replayed["peak_reserved_bytes"]) / measured - 1

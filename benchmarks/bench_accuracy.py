@@ -509,6 +509,29 @@ def outside_beside_other_processes(runs: list) -> dict:
     return dict(lone_context_gib=lone / GiB, stacks=out)
 
 
+def outside_by_stack(rows: list, lone: float) -> dict:
+    """Per :func:`workbench.memory.stack_outside_key` (the model's implementation and the engine's regime): the
+    memory outside the allocator of the one-GPU runs, less what other processes held at the start (``used_at_start``
+    beyond ``lone``, a lone process's context): ``{key: dict(n, median_gib, p10_gib, p90_gib, beside)}``, what
+    :data:`workbench.memory.STACK_OUTSIDE_ALLOCATOR_BYTES` holds for the fit split's rows."""
+    from workbench.memory import stack_outside_key
+
+    groups = {}
+    for r, _ in rows:
+        m = r["measured"]
+        if r["cluster"].world_size != 1 or m.get("outside") is None or m.get("used_at_start") is None:
+            continue
+        others = max(0.0, m["used_at_start"] - lone)
+        groups.setdefault(stack_outside_key(r["model"], r["plan"]), []).append((m["outside"] - others, others))
+    out = {}
+    for key, vals in sorted(groups.items()):
+        own = sorted(v for v, _ in vals)
+        out[key] = dict(n=len(own), median_gib=statistics.median(own) / GiB, p10_gib=own[len(own) // 10] / GiB,
+                        p90_gib=own[min(len(own) - 1, int(0.9 * len(own)))] / GiB,
+                        beside=sum(o > 0.25 * GiB for _, o in vals))
+    return out
+
+
 def expandable_reserve_fit(rows: list) -> dict:
     """The allocator reserve above the allocated peak (``max_memory_reserved / max_memory_allocated − 1``) of the
     runs with expandable segments, per engine and over all of them (``"all"``): n, median, 90th percentile, range,
@@ -1185,6 +1208,12 @@ def main(argv=None) -> int:
                 print(f"  {stack:<20} n {f['n']:>3}  beside other processes {f['beside']:>3} (up to "
                       f"{f['others_max_gib']:.2f} GiB)  outside median {f['outside_gib']:.2f} GiB, less theirs "
                       f"{f['own_outside_gib']:.2f} GiB")
+        if beside:
+            print("fit split, one process per GPU: outside the allocator by stack, less other processes' memory "
+                  "(workbench.memory.STACK_OUTSIDE_ALLOCATOR_BYTES)")
+            for key, f in outside_by_stack(scored["fit"], beside["lone_context_gib"] * GiB).items():
+                print(f"  {'/'.join(key):<38} n {f['n']:>3}  median {f['median_gib']:.2f} GiB  p10 {f['p10_gib']:.2f} "
+                      f"p90 {f['p90_gib']:.2f}  beside other processes {f['beside']}")
         fitted = expandable_reserve_fit(expandable["fit"])
         if fitted:
             print("fit split, expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): allocator reserve")
