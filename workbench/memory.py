@@ -1845,7 +1845,7 @@ median over the one-GPU runs of the fit split of ``benchmarks/accuracy_split.jso
 the estimate with the constant reserve keeps these figures all the same: with the per-stack medians in their place
 the test split's whole-device error went from 5.22 % to 4.86 % in the median but from 152 to 194 of 720 runs more
 than 5 % under (2026-12-04, not blind), since the reserve's median fraction under-estimates half the runs and the
-0.4-0.7 GiB these figures hold above a stack's own covers part of that. The estimate whose allocator is replayed,
+up to 0.74 GiB these figures hold above a stack's own covers part of that. The estimate whose allocator is replayed,
 whose reserve is the plan's own, takes the per-stack figure."""
 STACK_OUTSIDE_ALLOCATOR_BYTES = {
     ("transformers", "deepspeed"): int(1.30 * GiB), ("transformers", "deepspeed-offload"): int(1.33 * GiB),
