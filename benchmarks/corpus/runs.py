@@ -2133,6 +2133,13 @@ GROUPS = {
     # (records kept beside the histories, not in the corpus)
     "overlap-offload-history": [dict(cfg, history=True, overlap=True) for cfg in (
         _hf("hf-llama-h2048", 2, "sdpa", **OFF), _hf("hf-qwen15-h2560-l20", 1, "sdpa", **OFF))],
+    # allocator histories of the two fit-split plans whose replay falls shortest under ZeRO-3 with the optimizer and
+    # the parameters on the CPU (peak reserved -3.9 and -4.0 %; transformers test runs of 4-7 k widths -5.6 to
+    # -7.9 %, where TinyLlama's two histories matched to 0.6 %), for the trace of that path on wide models (records
+    # kept beside the histories, not in the corpus)
+    "z3-offload-wide-history": [dict(cfg, history=True) for cfg in (
+        _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
+        _hf("hf-qwen15-h2560-l20", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF))],
     # forty-ninth final batch (one GPU), declared in accuracy_split.json "final49" before measuring: ZeRO-1/2 with the
     # optimizer on the CPU and overlap_comm on (the workbench export's default, never measured before), through
     # transformers on three new shapes, with and without checkpointing, and one plan without overlap_comm beside its
