@@ -35,7 +35,7 @@ from workbench.params import (lora_modules_per_layer, lora_params_per_layer,
                               model_vocab_size, parameter_tensors)
 from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, LORA_TARGETS, MOE_RECOMPUTE_CODES, AdamImpl, AttentionImpl, ClusterSpec, Engine, ExpertsImpl, Fp8Recipe, Implementation,
                              ModelSpec, MoEDispatcher, Offload, ParallelPlan, Precision, Recompute,
-                             builds_in_zero_init, default_overlap_comm)
+                             builds_in_zero_init, builds_in_zero_init_by_default, default_overlap_comm)
 
 FP8_RECIPE_CODES = {"delayed": 0, "tensorwise": 1, "blockwise": 2, "mxfp8": 3}
 """Column codes of :class:`~workbench.specs.Fp8Recipe` (the memory and time models index their per-recipe
@@ -51,7 +51,7 @@ def default_zero_init_column(model: ModelSpec, cols: dict):
     """Whether plans given as columns without ``zinit`` (the planner's tables) build the model inside
     ``deepspeed.zero.Init``: :func:`workbench.specs.builds_in_zero_init`'s default, a transformers model under
     DeepSpeed ZeRO-3 (0/1, arrays allowed)."""
-    if model.implementation is not Implementation.TRANSFORMERS:
+    if not builds_in_zero_init_by_default(model):
         return 0
     return ((np.asarray(cols["engine"]) == ENGINE_CODES[Engine.DEEPSPEED])
             & (np.asarray(cols["zero"]) >= 3)).astype(int)[()]

@@ -1446,6 +1446,13 @@ def builds_in_zero_init(model: ModelSpec, plan: "ParallelPlan") -> bool:
         return False
     if plan.zero_init is not None:
         return plan.zero_init
+    return builds_in_zero_init_by_default(model)
+
+
+def builds_in_zero_init_by_default(model: ModelSpec) -> bool:
+    """Whether a ZeRO-3 plan that does not say (``zero_init=None``) builds ``model`` inside ``deepspeed.zero.Init``:
+    a transformers model, as the Trainer builds it (:func:`builds_in_zero_init`, and the planner's columns through
+    :func:`workbench.encode.default_zero_init_column`)."""
     return model.implementation is Implementation.TRANSFORMERS
 
 
