@@ -70,7 +70,8 @@ def test_cli_flag_changes_only_the_overhead_line(capsys):
     assert overhead[0][1].endswith(f"(allocator reserve {100 * est.reserve_fraction:.1f} % (replayed): the replay's "
                                    f"peak reserved {reserved / 2**30:.2f} GiB, "
                                    f"{reserved * est.reserve_fraction / (1 + est.reserve_fraction) / 2**30:+.2f} GiB "
-                                   f"above the allocated terms)")
+                                   f"above the allocated terms; outside the allocator "
+                                   f"{STACK_OUTSIDE_ALLOCATOR_BYTES[('transformers', 'deepspeed')] / 2**30:.2f} GiB)")
     # the rest that may move is what the overhead term feeds: total, peak, headroom and the checks quoting them,
     # and the error band, now the replay's own
     # and the line saying where the reserve came from

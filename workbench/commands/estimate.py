@@ -126,8 +126,10 @@ def render(est, replay: Optional[dict] = None) -> str:
     if est.reserve_fraction is not None:
         reserved = est.replayed_peaks.peak_reserved_bytes
         above = reserved * est.reserve_fraction / (1 + est.reserve_fraction)
+        outside = mem.peak_stage.terms.overhead - above  # the rest of the term: the stack's memory outside it
         lines[-1] += (f"  (allocator reserve {100 * est.reserve_fraction:.1f} % (replayed): the replay's peak reserved "
-                      f"{reserved / GiB:.2f} GiB, {above / GiB:+.2f} GiB above the allocated terms)")
+                      f"{reserved / GiB:.2f} GiB, {above / GiB:+.2f} GiB above the allocated terms; outside the "
+                      f"allocator {outside / GiB:.2f} GiB)")
     lines.append("  " + "-" * (12 + 12 * len(stages)))
     lines.append(f"  {'total':<12}" + "".join(_gib(s.total_bytes) for s in stages))
     verdict = "fits" if mem.fits_gpu else "DOES NOT FIT"
