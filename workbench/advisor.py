@@ -408,11 +408,11 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     constants), and the expandable mode's error band. ``None`` when the plan is far from capacity or peaks at
     DeepSpeed's initialization (no reserve above it)."""
     from workbench.memory import (RESERVE_FRACTION_EXPANDABLE, ZERO3_STREAM_RESERVE_REGIMES, error_band,
-                                  overhead_bytes, plan_overheads, plan_reserve_key)
+                                  overhead_bytes, plan_engine_key, plan_overheads, plan_reserve_key)
 
     cap = memory.capacity_bytes
     if plan.expandable_segments:
-        key = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
+        key = plan_engine_key(plan)
         return Finding(id="expandable_segments", status="pass",
                        message=f"PyTorch's expandable-segments allocator: reserve "
                                f"{RESERVE_FRACTION_EXPANDABLE[key]:.0%} of allocated priced (fit split, H200)")

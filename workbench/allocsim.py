@@ -1883,8 +1883,11 @@ def is_megatron(model) -> bool:
 
 def outside_allocator_engine(plan) -> str:
     """The key of :data:`workbench.memory.OUTSIDE_ALLOCATOR_BYTES` of the engine that runs ``plan``: ``megatron`` for
-    megatron-core's own DDP (:func:`trace_mcore_ddp`), ``deepspeed`` for the DeepSpeed traces."""
-    return "megatron" if str(plan.engine) == "megatron" else "deepspeed"
+    megatron-core's own DDP (:func:`trace_mcore_ddp`), ``deepspeed`` for the DeepSpeed traces
+    (:func:`workbench.memory.plan_engine_key`)."""
+    from workbench.memory import plan_engine_key
+
+    return plan_engine_key(plan)
 
 
 def check_scope(model, plan) -> None:

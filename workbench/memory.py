@@ -1866,6 +1866,13 @@ whose allocator is replayed (:func:`memory_estimate_from`): there the reserve is
 left of the device. The constant-reserve estimate keeps :data:`OUTSIDE_ALLOCATOR_BYTES` (see there)."""
 
 
+def plan_engine_key(plan) -> str:
+    """The key of the per-engine tables (:data:`OUTSIDE_ALLOCATOR_BYTES`, :data:`NCCL_BYTES_BY_ENGINE`,
+    :data:`RESERVE_FRACTION_EXPANDABLE`) for the engine that runs ``plan``: ``megatron`` for megatron-core's own
+    DDP, ``deepspeed`` for DeepSpeed and the hybrid."""
+    return "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
+
+
 def stack_outside_key(model: ModelSpec, plan) -> tuple:
     """The :data:`STACK_OUTSIDE_ALLOCATOR_BYTES` key of a plan: ``(implementation, regime)``, the regime being
     :func:`plan_reserve_key`'s with ZeRO-3's offloads together (parameters or optimizer)."""
@@ -1878,8 +1885,8 @@ def stack_outside_bytes(model: ModelSpec, plan) -> int:
     """One process's memory outside the allocator for ``plan``'s stack (:data:`STACK_OUTSIDE_ALLOCATOR_BYTES`);
     a combination the table lacks (a transformers model under megatron-core's DDP) takes its engine's
     :data:`OUTSIDE_ALLOCATOR_BYTES`."""
-    engine = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
-    return STACK_OUTSIDE_ALLOCATOR_BYTES.get(stack_outside_key(model, plan), OUTSIDE_ALLOCATOR_BYTES[engine])
+    return STACK_OUTSIDE_ALLOCATOR_BYTES.get(stack_outside_key(model, plan),
+                                            OUTSIDE_ALLOCATOR_BYTES[plan_engine_key(plan)])
 
 
 RESERVE_FRACTION = {"deepspeed": 0.166, "deepspeed-offload": 0.312, "deepspeed-zero3": 0.249,
@@ -2700,7 +2707,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                 f"peak {replayed_peaks.peak_allocated_bytes / GiB:.2f} GiB, DeepSpeed's "
                                 f"initialization included), taken whole")
     elif plan.expandable_segments:
-        engine = "megatron" if plan.engine is Engine.MEGATRON else "deepspeed"
+        engine = plan_engine_key(plan)
         formulas["overhead"] = (f"outside the allocator {OUTSIDE_ALLOCATOR_BYTES[engine] / GiB:.2f} GiB per process "
                                 f"(+ NCCL {NCCL_BYTES_BY_ENGINE[engine] / GiB:.1f} GiB with >1 rank) + allocator "
                                 f"reserve {RESERVE_FRACTION_EXPANDABLE[engine]:.1%} of allocated with "
