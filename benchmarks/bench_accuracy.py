@@ -456,6 +456,16 @@ def reserve_base(run) -> float:
     return allocated
 
 
+def p90(sorted_values: list):
+    """The 90th percentile the overhead fits quote: the value at index ``int(0.9 n)`` of the sorted values."""
+    return sorted_values[min(len(sorted_values) - 1, int(0.9 * len(sorted_values)))]
+
+
+BESIDE_BYTES = 0.25 * GiB
+"""Device memory beyond a lone process's context at a run's start that counts it as started beside other
+processes (:func:`outside_beside_other_processes`, :func:`outside_by_stack`)."""
+
+
 def overhead_fit(rows: list) -> dict:
     """Per engine: memory outside the allocator of one process (median over runs) and the allocator reserve above
     the allocated peak (``max_memory_reserved / max_memory_allocated − 1``: median and 90th percentile; and per
@@ -472,7 +482,7 @@ def overhead_fit(rows: list) -> dict:
         reserve = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel)
         out[engine] = dict(n=len(sel), outside_gib=statistics.median(outside) / GiB,
                            outside_max_gib=max(outside) / GiB, reserve_median=statistics.median(reserve),
-                           reserve_p90=reserve[min(len(reserve) - 1, int(0.9 * len(reserve)))],
+                           reserve_p90=p90(reserve),
                            reserve_max=reserve[-1])
         multi = [r["measured"]["outside"] for r, _ in rows if engine_of(r) == engine
                  and r["measured"].get("outside") is not None and r["cluster"].world_size > 1]
@@ -483,7 +493,7 @@ def overhead_fit(rows: list) -> dict:
                           if plan_reserve_key(r["plan"]) == name)
             if part:
                 out[engine].setdefault("reserve_regimes", {})[name] = dict(
-                    n=len(part), median=statistics.median(part), p90=part[min(len(part) - 1, int(0.9 * len(part)))])
+                    n=len(part), median=statistics.median(part), p90=p90(part))
     return out
 
 
@@ -503,7 +513,7 @@ def outside_beside_other_processes(runs: list) -> dict:
         sel = [r for r in one if r["stack"] == stack]
         others = [r["measured"]["used_at_start"] - lone for r in sel]
         outside = [r["measured"]["outside"] for r in sel]
-        out[stack] = dict(n=len(sel), beside=sum(o > 0.25 * GiB for o in others), others_max_gib=max(others) / GiB,
+        out[stack] = dict(n=len(sel), beside=sum(o > BESIDE_BYTES for o in others), others_max_gib=max(others) / GiB,
                           outside_gib=statistics.median(outside) / GiB,
                           own_outside_gib=statistics.median(o - x for o, x in zip(outside, others)) / GiB)
     return dict(lone_context_gib=lone / GiB, stacks=out)
@@ -527,8 +537,8 @@ def outside_by_stack(rows: list, lone: float) -> dict:
     for key, vals in sorted(groups.items()):
         own = sorted(v for v, _ in vals)
         out[key] = dict(n=len(own), median_gib=statistics.median(own) / GiB, p10_gib=own[len(own) // 10] / GiB,
-                        p90_gib=own[min(len(own) - 1, int(0.9 * len(own)))] / GiB,
-                        beside=sum(o > 0.25 * GiB for _, o in vals))
+                        p90_gib=p90(own) / GiB,
+                        beside=sum(o > BESIDE_BYTES for _, o in vals))
     return out
 
 
@@ -541,7 +551,7 @@ def expandable_reserve_fit(rows: list) -> dict:
 
     def stats(sel):
         vals = sorted(r["measured"]["reserved"] / (r["measured"]["allocated"] or 1) - 1 for r in sel)
-        return dict(n=len(vals), median=statistics.median(vals), p90=vals[min(len(vals) - 1, int(0.9 * len(vals)))],
+        return dict(n=len(vals), median=statistics.median(vals), p90=p90(vals),
                     min=vals[0], max=vals[-1])
 
     sel = [r for r, _ in rows if r["measured"].get("reserved") and r["measured"].get("allocated")]
