@@ -86,7 +86,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         return files, "hybrid.sh", ok
 
     # launch
-    launcher = args.launcher or ("deepspeed" if plan.engine is Engine.DEEPSPEED else "torchrun")
+    launcher = args.launcher or default_launcher(plan.engine)
     preamble: list = []
     if plan.engine is Engine.DEEPSPEED:
         cfg = ds.build_ds_config(model, cluster, plan)
@@ -170,13 +170,21 @@ def _validate_ds(cfg: dict, plan) -> bool:
     return True
 
 
+def default_launcher(engine) -> str:
+    """The launcher ``export launch`` writes when ``--launcher`` is not given: DeepSpeed's for engine deepspeed,
+    else torchrun (``engine``: an :class:`~workbench.specs.Engine` or its name)."""
+    from workbench.specs import Engine
+
+    return "deepspeed" if str(engine) == str(Engine.DEEPSPEED) else "torchrun"
+
+
 def check_kind_flags(args) -> None:
     """``ValueError`` for flags the export ``kind`` would ignore silently (``--launcher``/``--hosts`` outside
     ``launch``, ``--hosts`` without the DeepSpeed launcher) and for an ``--engine`` it writes no files for, naming
     the export that does."""
     if args.kind == "launch":
         engine = args.engine or _DEFAULT_ENGINE["launch"]
-        launcher = args.launcher or ("deepspeed" if engine == "deepspeed" else "torchrun")  # as _files picks it
+        launcher = args.launcher or default_launcher(engine)
         if args.hosts is not None and launcher != "deepspeed":
             raise ValueError(f"--hosts {args.hosts} names the DeepSpeed launcher's hostfile; launcher={launcher} "
                              f"takes no host list (torchrun: MASTER_ADDR and NODE_RANK on each node; slurm: the "
