@@ -136,11 +136,11 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     from bench_accuracy import corpus_run, predict, reserve_base
     from workbench.memory import RESERVE_FRACTION, plan_overheads, stack_outside_bytes
 
-    if replayed is None:
-        a = replay(trace_hf_deepspeed(rec))
+    run = corpus_run(rec) if run is None else run
+    if replayed is None:  # the allocator may reserve the H200 less the stack's memory outside it, as the estimate's
+        a = replay(trace_hf_deepspeed(rec), capacity_bytes=None if run is None else _capacity_bytes(run))
         replayed = dict(reserve_fraction=a.reserve_fraction, peak_allocated_bytes=a.peak_allocated_bytes,
                         peak_reserved_bytes=a.peak_reserved_bytes)
-    run = corpus_run(rec) if run is None else run
     # the estimate's own constants for the run: its reserve (DeepSpeed's ZeRO-3 has its own) and its memory outside
     # the allocator (one process)
     own = (plan_overheads(run["plan"], 0) if run is not None
@@ -176,14 +176,15 @@ def corpus_runs(recs: list) -> list:
 
 
 def mcore_replays(recs: list, runs: list) -> list:
-    """The megatron-core records' replays, one child process per engine (:func:`workbench.allocsim.mcore_replays`:
-    the allocator may reserve the H200 less that engine's memory outside it), each traced from the specs of the
-    record's run (:func:`corpus_runs`)."""
+    """The megatron-core records' replays, in one child process per memory outside the allocator
+    (:func:`workbench.allocsim.mcore_replays`: the allocator may reserve the H200 less the stack's memory outside
+    it, :func:`_capacity_bytes`), each traced from the specs of the record's run (:func:`corpus_runs`)."""
     out = [None] * len(runs)
-    for engine in sorted({engine_of(rec) for rec in recs}):
-        idx = [i for i, rec in enumerate(recs) if engine_of(rec) == engine]
+    capacity = [_capacity_bytes(run) for run in runs]
+    for cap in sorted(set(capacity)):
+        idx = [i for i in range(len(runs)) if capacity[i] == cap]
         jobs = [(runs[i]["model"], runs[i]["cluster"], runs[i]["plan"]) for i in idx]
-        for i, o in zip(idx, allocsim.mcore_replays(jobs, capacity_bytes=H200_BYTES - _outside_bytes(engine))):
+        for i, o in zip(idx, allocsim.mcore_replays(jobs, capacity_bytes=cap)):
             out[i] = o
     failed = [(run["run_id"], o["error"]) for run, o in zip(runs, out) if "error" in o]
     if failed:
@@ -191,10 +192,13 @@ def mcore_replays(recs: list, runs: list) -> list:
     return out
 
 
-def _outside_bytes(engine: str = "deepspeed") -> int:
-    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
+def _capacity_bytes(run: dict) -> int:
+    """What the allocator may reserve in a corpus run's replay: the H200's memory (``torch.cuda.mem_get_info``'s
+    total) less the run's stack's memory outside the allocator (:func:`workbench.memory.stack_outside_bytes`), as
+    :func:`workbench.allocsim.replay_capacity_bytes` gives a plan's on its GPU."""
+    from workbench.memory import stack_outside_bytes
 
-    return OUTSIDE_ALLOCATOR_BYTES[engine]
+    return int(H200_BYTES - stack_outside_bytes(run["model"], run["plan"]))
 
 
 def _stats(errs) -> str:

@@ -544,9 +544,7 @@ def test_megatron_core_ddp_trace_keeps_the_training_state():
 def test_megatron_core_ddp_scope_names_fields_and_values():
     """``check_scope`` takes megatron-core's DDP on one GPU for a dense megatron-core model with unfused attention
     and names each field outside it; ``plan_reserve_fraction`` leaves megatron-core's memory outside the allocator
-    (not DeepSpeed's) to the replay."""
-    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
-
+    (not DeepSpeed's) to the replay: the allocator may reserve the GPU less the stack's memory outside it."""
     model, cluster, plan = _tiny_mcore_ddp_specs()
     allocsim.check_scope(model, plan)
     allocsim.check_scope(model, plan.replace(distributed_optimizer=True, recompute="full"))
@@ -566,10 +564,11 @@ def test_megatron_core_ddp_scope_names_fields_and_values():
         assert str(refused.value).startswith(allocsim.SCOPE) and why in str(refused.value)
     with pytest.raises(ValueError, match="engine=megatron with implementation=transformers"):
         allocsim.check_scope(model.replace(implementation="transformers"), plan)
-    assert allocsim.outside_allocator_engine(plan) == "megatron"
-    assert allocsim.outside_allocator_engine(plan.replace(engine="deepspeed")) == "deepspeed"
     job = allocsim._mcore_job(model, cluster, plan, capacity_bytes=None, steps=1)
-    assert job["capacity_bytes"] == cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES["megatron"]
+    assert job["capacity_bytes"] == cluster.gpu.memory_bytes - STACK_OUTSIDE_ALLOCATOR_BYTES[("megatron", "megatron")]
+    under_deepspeed = plan.replace(engine="deepspeed")
+    assert (allocsim.replay_capacity_bytes(model, cluster, under_deepspeed)
+            == cluster.gpu.memory_bytes - STACK_OUTSIDE_ALLOCATOR_BYTES[("megatron", "deepspeed")])
 
 
 def _backward_sums_on_cpu(build):

@@ -1881,13 +1881,14 @@ def is_megatron(model) -> bool:
     return str(model.implementation) == "megatron"
 
 
-def outside_allocator_engine(plan) -> str:
-    """The key of :data:`workbench.memory.OUTSIDE_ALLOCATOR_BYTES` of the engine that runs ``plan``: ``megatron`` for
-    megatron-core's own DDP (:func:`trace_mcore_ddp`), ``deepspeed`` for the DeepSpeed traces
-    (:func:`workbench.memory.plan_engine_key`)."""
-    from workbench.memory import plan_engine_key
+def replay_capacity_bytes(model, cluster, plan) -> int:
+    """What the caching allocator may reserve in a replay of ``plan``: the GPU's memory less the memory its stack
+    holds outside the allocator (:func:`workbench.memory.stack_outside_bytes`, the figure the replayed estimate adds
+    to the replay's peak reserved), so that the replay's out-of-memory point and DeepSpeed's free-memory check at
+    its flatten see the device the estimate's whole-device figure is measured against."""
+    from workbench.memory import stack_outside_bytes
 
-    return plan_engine_key(plan)
+    return int(cluster.gpu.memory_bytes - stack_outside_bytes(model, plan))
 
 
 def check_scope(model, plan) -> None:
@@ -2118,17 +2119,15 @@ def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *
 def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
                         scope_checked: bool = False) -> ReplayedPeaks:
     """The replayed peaks of a plan (checked by :func:`check_scope`); the allocator may reserve the GPU
-    less the engine's memory outside it (:func:`outside_allocator_engine`). A transformers model is rebuilt from ``config`` (its Hugging Face
-    ``config.json`` dict; :func:`replayed_peaks` with the plan's sequence, micro-batch, accumulation,
+    less its stack's memory outside it (:func:`replay_capacity_bytes`). A transformers model is rebuilt from
+    ``config`` (its Hugging Face ``config.json`` dict; :func:`replayed_peaks` with the plan's sequence, micro-batch, accumulation,
     attention, ZeRO stage, LoRA and gradient checkpointing, ``recompute='full'``); a megatron-core model from its
     specs, in a child process (:func:`mcore_replays`), and a ``config`` given for it is refused rather than ignored.
     ``scope_checked``: the caller has already run :func:`check_scope` on this very model and plan (``estimate``,
     which checks before it reads what to trace from), so that one estimate checks its plan once."""
-    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
-
     if not scope_checked:
         check_scope(model, plan)
-    capacity = cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES[outside_allocator_engine(plan)]
+    capacity = replay_capacity_bytes(model, cluster, plan)
     if is_megatron(model):
         if config is not None:
             raise ValueError(f"model {model.name} is a megatron-core model, traced from its specs: it takes no "
@@ -2165,7 +2164,7 @@ def mcore_replays(jobs: list, *, capacity_bytes: Optional[int] = None, steps: in
     CUDA, so that megatron-core's process-wide state (its gloo group, parallel state, the CPU adapter) stays out of
     the caller. Returns per job ``{reserve_fraction, peak_allocated_bytes, peak_reserved_bytes}``, or ``{error}``
     when that job's trace failed. ``capacity_bytes``: what the allocator may reserve (default each job's GPU less
-    the engine's memory outside the allocator, :func:`outside_allocator_engine`); a trace that would pass it is
+    its stack's memory outside the allocator, :func:`replay_capacity_bytes`); a trace that would pass it is
     replayed without the limit."""
     return _run_mcore_jobs(_checked_mcore_jobs(jobs, "mcore_replays", capacity_bytes=capacity_bytes, steps=steps))
 
@@ -2193,13 +2192,11 @@ def _checked_mcore_jobs(jobs: list, caller: str, **job) -> list:
 
 def _mcore_job(model, cluster, plan, *, capacity_bytes: Optional[int], steps: int, events: bool = False) -> dict:
     """One job of the child process of :func:`mcore_replays` as JSON-ready data, for a megatron-core model and a plan
-    already checked: the specs, what the allocator may reserve (``None``: the job's GPU less the engine's memory
-    outside the allocator), the number of steps, and whether the trace's events come back instead of its replay."""
-    from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
+    already checked: the specs, what the allocator may reserve (``None``: :func:`replay_capacity_bytes`, the job's GPU
+    less its stack's memory outside the allocator), the number of steps, and whether the trace's events come back instead of its replay."""
     from workbench.runs.specio import specs_to_dict
 
-    cap = capacity_bytes if capacity_bytes is not None else \
-        cluster.gpu.memory_bytes - OUTSIDE_ALLOCATOR_BYTES[outside_allocator_engine(plan)]
+    cap = capacity_bytes if capacity_bytes is not None else replay_capacity_bytes(model, cluster, plan)
     return dict(specs=specs_to_dict(model, cluster, plan), capacity_bytes=int(cap), steps=int(steps),
                 events=bool(events))
 
