@@ -169,3 +169,39 @@ def test_nb_of_a_file_that_is_no_notebook_names_the_file(capsys, monkeypatch, tm
     line = _error(capsys, ["nb", "run", str(path)] if action == "run" else
                   ["nb", "sweep", str(path), "--grid", str(grid)])
     assert f"notebook {path} " in line and needle in line
+
+
+@pytest.mark.parametrize("cfg,extra,needle", [
+    ({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1}, [],
+     "train_batch_size=30 is not a multiple of train_micro_batch_size_per_gpu(4) * gradient_accumulation_steps(1) = 4"),
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2},
+     ["--world-size", "4"], "train_batch_size=32 != train_micro_batch_size_per_gpu(2) * gradient_accumulation_steps(2)"
+                            " * world_size(4) = 16"),
+    ({"train_micro_batch_size_per_gpu": 100000}, [],
+     "train_micro_batch_size_per_gpu=100000: micro_batch_size=100000 is larger than the largest supported value"),
+    ({"gradient_accumulation_steps": False}, [], "gradient_accumulation_steps=False is not a number"),
+])
+def test_import_refuses_ds_config_batch_fields_estimate_would_refuse(capsys, tmp_path, cfg, extra, needle):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(cfg))
+    assert needle in _error(capsys, ["import", "--json", *extra, str(path)])
+
+
+def test_import_reads_a_json_file_once(capsys, monkeypatch, tmp_path):
+    from pathlib import Path
+
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto",
+                                "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 2}}))
+    reads = []
+    read_text = Path.read_text
+
+    def counted(self, *args, **kwargs):
+        reads.append(Path(self))
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    assert main(["import", "--json", "--world-size", "8", str(path)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["plan"]["micro_batch_size"] == 4 and data["plan"]["zero_stage"] == 2
+    assert reads.count(path) == 1, reads

@@ -286,3 +286,60 @@ def test_command_line_sizes_at_the_limit_are_read():
     imp = import_megatron_args(f"pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
                                f"--seq-length {MAX_COUNT['seq_length']} --position-embedding-type rope")
     assert imp.model_fields["seq_length"] == MAX_COUNT["seq_length"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ds_config batch fields: the limits estimate applies, and DeepSpeed's batch identity
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cfg, world_size, expected", [
+    ({"train_micro_batch_size_per_gpu": 1e6},
+     None, "train_micro_batch_size_per_gpu=1000000.0: micro_batch_size=1000000 is larger than the largest supported "
+           "value 65,536"),
+    ({"train_batch_size": 2**41},
+     None, "train_batch_size=2199023255552: global_batch_size=2199023255552 is larger than the largest supported "
+           "value 1,099,511,627,776"),
+    ({"gradient_accumulation_steps": 2**41},
+     None, "gradient_accumulation_steps=2199023255552 is larger than the largest supported value 1,099,511,627,776"),
+    ({"gradient_accumulation_steps": -2}, None, "gradient_accumulation_steps=-2 must be >= 1"),
+    ({"gradient_accumulation_steps": 0}, None, "gradient_accumulation_steps=0 must be >= 1"),
+    ({"train_micro_batch_size_per_gpu": 2.5}, None, "train_micro_batch_size_per_gpu=2.5 must be a whole number"),
+    ({"train_batch_size": True}, None, "train_batch_size=True is not a number"),
+    ({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
+     None, "train_batch_size=30 is not a multiple of train_micro_batch_size_per_gpu(4) * "
+           "gradient_accumulation_steps(1) = 4"),
+    ({"train_batch_size": 30, "gradient_accumulation_steps": 4},
+     None, "train_batch_size=30 is not a multiple of gradient_accumulation_steps(4) = 4"),
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2},
+     4, "train_batch_size=32 != train_micro_batch_size_per_gpu(2) * gradient_accumulation_steps(2) * world_size(4) "
+        "= 16"),
+    ({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+      "sequence_parallel_size": 2},
+     32, "* data_parallel(16 = world_size 32 / sequence_parallel_size 2) = 128"),
+    ({"train_batch_size": 2**20},
+     1, "train_micro_batch_size_per_gpu = train_batch_size(1048576) / world_size(1) = 1,048,576: "
+        "micro_batch_size=1048576 is larger than the largest supported value 65,536"),
+    ({"train_micro_batch_size_per_gpu": 2**16, "gradient_accumulation_steps": 2**30},
+     1024, "train_batch_size = train_micro_batch_size_per_gpu(65536) * gradient_accumulation_steps(1073741824) * "
+           "world_size(1024) = 72,057,594,037,927,936: global_batch_size=72057594037927936 is larger"),
+])
+def test_ds_config_batch_fields_get_the_limits_estimate_applies(cfg, world_size, expected):
+    msg = _error(import_ds_config, cfg, world_size=world_size)
+    assert expected in msg and len(msg.splitlines()) == 1
+
+
+def test_ds_config_batch_fields_at_the_limit_and_auto_are_read():
+    from workbench.specs import MAX_COUNT
+
+    imp = import_ds_config({"train_batch_size": MAX_COUNT["global_batch_size"],
+                            "train_micro_batch_size_per_gpu": MAX_COUNT["micro_batch_size"],
+                            "gradient_accumulation_steps": 1})
+    assert imp.options["data_parallel"] == MAX_COUNT["global_batch_size"] // MAX_COUNT["micro_batch_size"]
+    imp = import_ds_config({"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto",
+                            "gradient_accumulation_steps": "auto"}, world_size=8)
+    assert imp.plan_fields["micro_batch_size"] == 8 and imp.options["gradient_accumulation_steps"] == 1
+    assert {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps"} <= set(imp.options["auto"])
+    imp = import_ds_config({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                            "gradient_accumulation_steps": "auto"})
+    assert "micro_batch_size" not in imp.plan_fields and "data_parallel" not in imp.options
+    model, plan = imp.to_specs(model=catalog.model("gpt3-1.3b"), cluster=ClusterSpec(gpu="H100-SXM"))
+    assert plan.micro_batch_size == 1 and plan.world_size == 8

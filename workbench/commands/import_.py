@@ -66,11 +66,12 @@ _DS_KEY_NAMES = frozenset({"train_batch_size", "train_micro_batch_size_per_gpu",
 _DS_KEYS = re.compile(r'"?\b(' + "|".join(sorted(_DS_KEY_NAMES)) + r')\b"?\s*:')
 
 
-def _is_hf_source(source: str) -> bool:
+def _is_hf_source(source: str, text=None) -> bool:
     """A model directory with a config.json, or a JSON file whose object names a ``model_type`` or
     ``architectures``. A ``.json`` file that does not parse is a (broken) Hugging Face config when it is named
     config.json or has either key, and no ds_config key (DeepSpeed also reads hjson, so a ds_config with comments
-    goes to the ds_config reader): the HF reader then says where it breaks, rather than the ds_config one."""
+    goes to the ds_config reader): the HF reader then says where it breaks, rather than the ds_config one.
+    ``text``: the file's text as :func:`json_file_text` read it (``None``: unreadable or not a ``.json`` file)."""
     import json
 
     from workbench.hf import is_hf_config
@@ -82,11 +83,7 @@ def _is_hf_source(source: str) -> bool:
     p = Path(source)
     if p.is_dir():
         return (p / "config.json").is_file()
-    if p.is_file() and p.suffix == ".json":
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return False  # the importer names these
+    if text is not None and p.suffix == ".json":
         try:
             data = json.loads(text)
         except ValueError:
@@ -96,20 +93,28 @@ def _is_hf_source(source: str) -> bool:
     return False
 
 
-def _check_json_file(source: str) -> None:
-    """``ValueError`` for a ``.json`` file that cannot be a ds_config (empty, or JSON other than one object), which
-    the importer would otherwise read as a Megatron command line and report as one without flags."""
-    import json
-
+def json_file_text(source: str):
+    """The text of ``source`` when it names a ``.json`` file, read once for every check and the import; ``None``
+    for other sources and for a file that cannot be read as UTF-8 text (the importer names those)."""
     from workbench.configs.importer import looks_like_text
 
     p = Path(source)
     if looks_like_text(source) or p.suffix.lower() != ".json" or not p.is_file():
-        return
+        return None
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return  # the importer names these
+        return None
+
+
+def _check_json_file(source: str, text) -> None:
+    """``ValueError`` for a ``.json`` file that cannot be a ds_config (empty, or JSON other than one object), which
+    the importer would otherwise read as a Megatron command line and report as one without flags. ``text``: the
+    file's text as :func:`json_file_text` read it (``None``: nothing to check)."""
+    import json
+
+    if text is None:
+        return
     if not text.strip():
         raise ValueError(f"{source} is empty; a ds_config.json holds one JSON object")
     try:
@@ -163,16 +168,20 @@ def lint_status(findings) -> int:
 
 
 def run(args) -> int:
-    from workbench.configs.importer import import_any, import_megatron_args
+    from workbench.configs.importer import MAX_SOURCE_BYTES, import_any, import_megatron_args, import_text
 
     tokens = _split_trailing_options(list(args.source), args)
     if not tokens:
         raise ValueError("give a ds_config.json, a script, or a command line to import")
-    if len(tokens) == 1 and _is_hf_source(tokens[0]):
+    text = json_file_text(tokens[0]) if len(tokens) == 1 else None  # a .json file is read once
+    if len(tokens) == 1 and _is_hf_source(tokens[0], text):
         return _run_hf(tokens[0], args)
     if len(tokens) == 1:  # a file, JSON text, or a whole command line in one quoted argument
-        _check_json_file(tokens[0])
-        imp = import_any(tokens[0], world_size=args.world_size)
+        _check_json_file(tokens[0], text)
+        if text is not None and Path(tokens[0]).stat().st_size <= MAX_SOURCE_BYTES:
+            imp = import_text(text, world_size=args.world_size)
+        else:  # not a .json file, or one the importer refuses: it reads it (or names why it cannot)
+            imp = import_any(tokens[0], world_size=args.world_size)
     else:
         imp = import_megatron_args(tokens)
     data = imported_as_dict(imp)

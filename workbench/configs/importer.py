@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from workbench.configs.deepspeed import DeepSpeedOptions
-from workbench.specs import ClusterSpec, Engine, ModelSpec, ParallelPlan, check_int
+from workbench.specs import MAX_COUNT, ClusterSpec, Engine, ModelSpec, ParallelPlan, check_int
 
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 _PLAN_FIELDS = {f.name for f in dataclasses.fields(ParallelPlan)}
@@ -326,6 +326,49 @@ def _refuse_other_formats(text: str) -> None:
                      f"the importer does not read it. Enter its numbers as flags instead: {hint}")
 
 
+def _accumulation(value, path: str) -> int:
+    """``gradient_accumulation_steps``: a whole number >= 1, at most the largest global batch the specs accept
+    (:func:`workbench.specs.check_int` with :data:`~workbench.specs.MAX_COUNT`'s ``global_batch_size`` bound: the
+    global batch is micro x accumulation x data parallel, so no larger accumulation can be estimated)."""
+    x = _positive(value, path)
+    try:
+        return check_int(path, x, maximum=MAX_COUNT["global_batch_size"])
+    except ValueError as exc:
+        raise ValueError(f"{exc} (the largest global batch)") from None
+
+
+def batch_data_parallel(tbs: Optional[int], mbs: Optional[int], gas: Optional[int]) -> Optional[int]:
+    """The data-parallel size DeepSpeed's identity ``train_batch_size = train_micro_batch_size_per_gpu *
+    gradient_accumulation_steps * data parallel`` gives for the fields a ds_config sets (``None`` for one not
+    given or ``"auto"``): ``None`` unless all three are given; ``ValueError`` naming the fields and numbers when
+    ``train_batch_size`` is no multiple of those given beside it (no data-parallel size makes them agree)."""
+    if tbs is None:
+        return None
+    given = [(name, v) for name, v in (("train_micro_batch_size_per_gpu", mbs), ("gradient_accumulation_steps", gas))
+             if v is not None]
+    per_rank = math.prod(v for _, v in given)
+    if tbs % per_rank:
+        factors = " * ".join(f"{name}({v})" for name, v in given)
+        raise ValueError(f"train_batch_size={tbs} is not a multiple of {factors} = {per_rank} (DeepSpeed requires "
+                         f"train_batch_size = micro * accumulation * data-parallel size)")
+    return tbs // per_rank if len(given) == 2 else None
+
+
+def _dp_label(dp: int, world: Optional[int], sp: Optional[int]) -> str:
+    """How a message names the data-parallel size: the world size, or its share under DeepSpeed-Ulysses."""
+    if world is None or world == dp:
+        return f"world_size({dp})"
+    return f"data_parallel({dp} = world_size {world} / sequence_parallel_size {sp})"
+
+
+def _derived(name: str, spec_field: str, value: int, how: str) -> int:
+    """A batch field the importer works out from the others, held to the limit the specs apply to it."""
+    try:
+        return check_int(spec_field, value)
+    except ValueError as exc:
+        raise ValueError(f"{name} = {how} = {value:,}: {exc}") from None
+
+
 def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int] = None) -> Imported:
     """Read a DeepSpeed config. ``world_size`` is the data-parallel size the job runs with (needed to resolve a
     missing batch field); ``"auto"`` values stay unresolved with a warning and are filled from defaults."""
@@ -359,36 +402,40 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
             if world_size % sp:
                 raise ValueError(f"sequence_parallel_size={sp} does not divide world_size={world_size}")
             world_size //= sp
-    tbs = get(cfg, "train_batch_size", "train_batch_size", _positive)
-    mbs = get(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", _positive)
-    gas = get(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps", _positive)
+    tbs = get(cfg, "train_batch_size", "train_batch_size", _sized("global_batch_size"))
+    mbs = get(cfg, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu", _sized("micro_batch_size"))
+    gas = get(cfg, "gradient_accumulation_steps", "gradient_accumulation_steps", _accumulation)
     # DeepSpeed's _set_batch_related_parameters, with world size = data-parallel size.
-    if tbs is not None and mbs is not None and gas is not None:
-        if tbs % (mbs * gas):
-            warnings.append(f"train_batch_size={tbs} is not a multiple of micro({mbs}) * accumulation({gas})")
-        else:
-            opts["data_parallel"] = tbs // (mbs * gas)
-            if world_size is not None and opts["data_parallel"] != world_size:
-                warnings.append(f"train_batch_size={tbs} != micro({mbs}) * accumulation({gas}) * "
-                                f"world_size({world_size}) = {mbs * gas * world_size}; DeepSpeed will refuse it")
+    implied = batch_data_parallel(tbs, mbs, gas)
+    if implied is not None:
+        opts["data_parallel"] = implied
+        if world_size is not None and implied != world_size:
+            raise ValueError(f"train_batch_size={tbs} != train_micro_batch_size_per_gpu({mbs}) * "
+                             f"gradient_accumulation_steps({gas}) * {_dp_label(world_size, full_world, sp)} = "
+                             f"{mbs * gas * world_size} (DeepSpeed refuses it)")
     elif world_size is not None:
+        dp = _dp_label(world_size, full_world, sp)
         if tbs is not None and mbs is not None:
             if tbs % (mbs * world_size):
                 raise ValueError(f"train_batch_size={tbs} is not divisible by train_micro_batch_size_per_gpu({mbs})"
-                                 f" * world_size({world_size}) = {mbs * world_size}")
+                                 f" * {dp} = {mbs * world_size}")
             gas = tbs // (mbs * world_size)
         elif tbs is not None and gas is not None:
             if tbs % (gas * world_size):
                 raise ValueError(f"train_batch_size={tbs} is not divisible by gradient_accumulation_steps({gas})"
-                                 f" * world_size({world_size}) = {gas * world_size}")
-            mbs = tbs // (gas * world_size)
+                                 f" * {dp} = {gas * world_size}")
+            mbs = _derived("train_micro_batch_size_per_gpu", "micro_batch_size", tbs // (gas * world_size),
+                           f"train_batch_size({tbs}) / (gradient_accumulation_steps({gas}) * {dp})")
         elif mbs is not None:
             gas = gas or 1
-            tbs = mbs * gas * world_size
+            tbs = _derived("train_batch_size", "global_batch_size", mbs * gas * world_size,
+                           f"train_micro_batch_size_per_gpu({mbs}) * gradient_accumulation_steps({gas}) * {dp}")
         elif tbs is not None:
             if tbs % world_size:
                 raise ValueError(f"train_batch_size={tbs} is not divisible by world_size={world_size}")
-            gas, mbs = 1, tbs // world_size
+            gas = 1
+            mbs = _derived("train_micro_batch_size_per_gpu", "micro_batch_size", tbs // world_size,
+                           f"train_batch_size({tbs}) / {dp}")
         if mbs is not None and gas is not None:
             opts["data_parallel"] = world_size
     if mbs is not None:
