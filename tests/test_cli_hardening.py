@@ -50,6 +50,40 @@ def test_calibrate_refuses_an_unusable_out_path_before_measuring(capsys, no_meas
     assert f"--out {tmp_path} is a folder" in line
 
 
+@pytest.mark.parametrize("out,needle", [
+    ("/proc/x.json", "--out /proc/x.json is in /proc, the kernel's process file system; a profile cannot be saved"),
+    ("/proc/self/comm", "is in /proc, the kernel's process file system"),
+    ("/sys/x.json", "--out /sys/x.json is in /sys, the kernel's sysfs file system"),
+    ("/sys/kernel/nosuch/p.json", "--out /sys/kernel/nosuch/p.json is in /sys"),
+    ("/dev/null", "--out /dev/null is in /dev, the kernel's device file system"),
+    ("", "--out '' is empty; give a profile name or a .json file path"),
+    ("  ", "--out '  ' is empty"),
+])
+def test_calibrate_refuses_kernel_file_systems_and_empty_out_before_measuring(capsys, no_measuring, out, needle):
+    assert needle in _error(capsys, ["calibrate", "--out", out])
+
+
+def test_calibrate_refuses_an_out_path_through_a_link_into_proc_or_a_fifo(capsys, no_measuring, tmp_path):
+    import os
+
+    (tmp_path / "link").symlink_to("/proc")
+    line = _error(capsys, ["calibrate", "--out", str(tmp_path / "link" / "p.json")])
+    assert f"--out {tmp_path / 'link' / 'p.json'} (/proc/p.json) is in /proc" in line
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    line = _error(capsys, ["calibrate", "--out", str(fifo)])
+    assert f"--out {fifo} is not a regular file (a device, pipe or socket)" in line
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+                    reason="root writes into any folder")
+def test_calibrate_refuses_a_folder_it_cannot_write(capsys, no_measuring, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    line = _error(capsys, ["calibrate", "--out", str(locked / "p.json")])
+    assert f"cannot write into the folder {locked}" in line
+
+
 @pytest.mark.parametrize("value,needle", [
     ("nan", "moe_load_imbalance=nan must be a finite number"),
     ("0.5", "moe_load_imbalance=0.5 must be >= 1"),

@@ -48,11 +48,40 @@ MAX_MESSAGE_MIB = 2.0**20
 """Largest ``--max-message-mib`` accepted (1 TiB)."""
 
 
+KERNEL_FILE_SYSTEMS = {"/proc": "process", "/sys": "sysfs", "/dev": "device"}
+"""Folders of the kernel's pseudo file systems, where no profile can be kept (``os.access`` says yes to root)."""
+
+
+def kernel_file_system(path: Path):
+    """``(folder, kind)`` of the kernel pseudo file system an absolute, resolved ``path`` lies in, else ``None``."""
+    for root, kind in KERNEL_FILE_SYSTEMS.items():
+        if path == Path(root) or Path(root) in path.parents:
+            return root, kind
+    return None
+
+
 def check_output_path(path: Path, out: str) -> None:
     """``ValueError`` naming ``--out`` when the profile could not be saved at ``path``, checked before the
-    measurements (minutes) rather than after them."""
+    measurements (minutes) rather than after them: an empty name, a folder, a device, pipe or other file that is
+    not a regular one, a path in /proc, /sys or /dev (through links too), a file or folder it cannot write."""
+    if not out.strip():
+        raise ValueError(f"--out {out!r} is empty; give a profile name or a .json file path")
     if path.is_dir():
         raise ValueError(f"--out {out} is a folder; give a profile name or a .json file path")
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop of links
+        raise ValueError(f"--out {out}: cannot resolve the path ({getattr(exc, 'strerror', None) or exc})") from None
+    kernel = kernel_file_system(resolved)
+    if kernel is not None:
+        shown = f" ({resolved})" if str(resolved) != str(path) else ""
+        raise ValueError(f"--out {out}{shown} is in {kernel[0]}, the kernel's {kernel[1]} file system; a profile "
+                         f"cannot be saved there")
+    if path.exists():
+        if not path.is_file():
+            raise ValueError(f"--out {out} is not a regular file (a device, pipe or socket); give a .json file path")
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"--out {out}: cannot write the file")
     for parent in path.parents:
         if not parent.exists():
             continue
