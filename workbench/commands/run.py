@@ -100,15 +100,18 @@ def print_summary(s: dict, out=None) -> None:
 def run(args) -> int:
     from workbench.cli import print_json
     from workbench.runs import launch
+    from workbench.runs.prepare import run_launcher
 
     from workbench.commands.common import progress_bar
 
     model, cluster, plan, nproc = resolve_specs(args)
+    launcher = run_launcher(plan)  # the one `workbench export launch` writes for this plan
     handle = launch(model, cluster, plan, steps=args.steps, nproc=nproc, data=args.data, lr=args.lr,
-                    timeout_seconds=args.timeout, trainer=args.trainer)
+                    timeout_seconds=args.timeout, trainer=args.trainer, launcher=launcher)
     # the run id first, then per-step progress, both on stderr (stdout stays the record)
-    print(f"run {handle.run_id}: started — {plan.engine}, {nproc} process{'es' if nproc != 1 else ''} on "
-          f"{cluster.gpu.name}, {args.steps} steps; log {handle.log_path}", file=sys.stderr, flush=True)
+    processes = f"{nproc} process{'es' if nproc != 1 else ''}"
+    print(f"run {handle.run_id}: started — {plan.engine} under {launcher}, {processes} on {cluster.gpu.name}, "
+          f"{args.steps} steps; log {handle.log_path}", file=sys.stderr, flush=True)
     try:
         with progress_bar(total=args.steps, desc=f"run {handle.run_id}", unit="step") as bar:
             while True:

@@ -20,8 +20,8 @@ from typing import Optional
 
 from workbench.runs.prepare import (CHECKOUT_ROOT, CPU_MEMORY_NOT_COMPARABLE, LAUNCHER_PROGRAMS,  # noqa: F401
                                     LAUNCHERS, TRAIN_SCRIPT, TRAINERS, PreparedRun, check_ds_config,
-                                    check_launchable, cuda_available, default_runs_dir, new_run_id, predicted_numbers, prepare,
-                                    run_stack)
+                                    check_launchable, cuda_available, default_runs_dir, new_run_id, predicted_numbers,
+                                    prepare, run_launcher, run_stack)
 from workbench.runs.processes import group_members, spawn  # noqa: F401
 from workbench.runs.specio import specs_to_dict
 from workbench.runs.store import RunStore
@@ -43,7 +43,9 @@ def launch(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps:
     ``lr``, ``train_iters=steps``, one warm-up step, ``clip=clip_grad``; ``torch_adam`` selects torch's Adam (no op
     build; not with optimizer offload, which needs DeepSpeedCPUAdam); ``ds_config`` replaces the built config entirely
     (e.g. an imported one). Dropout comes from the model spec (``hidden_dropout``, ``attention_dropout``).
-    ``launcher`` defaults to ``deepspeed`` for the DeepSpeed engines and ``torchrun`` for megatron. ``hosts``
+    ``launcher`` defaults to the one ``workbench export launch`` writes for the plan
+    (:func:`workbench.runs.prepare.run_launcher`: ``deepspeed`` for engine deepspeed, ``torchrun`` for megatron and
+    the hybrid megatron-deepspeed). ``hosts``
     (``["node1 slots=8", ...]`` or names, one per node) runs multi-node through the scripts the export writes
     (:func:`workbench.runs.prepare.launch_files`): the deepspeed launcher's hostfile, or torchrun's c10d
     rendezvous (then ``launch.sh`` must also be started on the other hosts). ``memory_limit_bytes`` caps each

@@ -36,6 +36,7 @@ from workbench.specs import (AttentionImpl, ClusterSpec, Engine, Implementation,
 CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = Path(__file__).resolve().parent / "train.py"
 LAUNCHERS = ("deepspeed", "torchrun")
+"""The launchers a run starts itself (``export launch --launcher slurm`` writes an sbatch script, submitted by hand)."""
 LAUNCHER_PROGRAMS = {"deepspeed": [sys.executable, "-m", "deepspeed.launcher.runner"],
                      "torchrun": [sys.executable, "-m", "torch.distributed.run"]}
 """The launchers as this interpreter's modules (the ``deepspeed`` / ``torchrun`` programs of its environment)."""
@@ -233,6 +234,22 @@ def host_names(hosts, *, nproc: int) -> list[str]:
     return names
 
 
+def run_launcher(plan: ParallelPlan, launcher: Optional[str] = None) -> str:
+    """The launcher a run starts: ``launcher`` when given, else the export's rule
+    (:func:`workbench.commands.export.default_launcher`: DeepSpeed's for engine deepspeed, torchrun for megatron and
+    the hybrid megatron-deepspeed), so that ``launch.sh`` of a run and ``export launch`` for the same plan start the
+    same launcher. ``ValueError`` for a launcher a run cannot start (``slurm``: an sbatch script to submit)."""
+    from workbench.commands.export import default_launcher
+
+    if launcher is None:
+        return default_launcher(plan.engine)
+    if launcher not in LAUNCHERS:
+        hint = ("; `workbench export launch --launcher slurm` writes the sbatch script to submit"
+                if launcher == "slurm" else "")
+        raise ValueError(f"launcher={launcher!r} is not one a run starts (one of: {', '.join(LAUNCHERS)}){hint}")
+    return launcher
+
+
 def launch_files(*, launcher: str, cluster: ClusterSpec, hosts, nproc: int, run_dir: Path, master_port: int,
                  env: dict, run_id: str) -> tuple[dict, list[str], dict]:
     """``(files, argv, env)`` of a run: ``files`` maps ``launch.sh`` (and, for a multi-node DeepSpeed run,
@@ -331,7 +348,9 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
     anything; :func:`workbench.runs.launch` takes the same arguments and starts ``launch.sh``.
 
     Single node: ``launch.sh`` execs ``deepspeed`` (``--num_gpus``) or ``torchrun`` (``--nproc_per_node``) on
-    127.0.0.1. Several nodes (``hosts``, one per node: ``"name"`` or ``"name slots=N"``): see :func:`launch_files`.
+    127.0.0.1; ``launcher`` defaults to the one ``workbench export launch`` writes for the plan
+    (:func:`run_launcher`). Several nodes (``hosts``, one per node: ``"name"`` or ``"name slots=N"``): see
+    :func:`launch_files`.
 
     ``trainer``: ``"engine"`` drives ``deepspeed.initialize`` directly; ``"hf"`` (a transformers model, engine
     ``deepspeed``) trains through transformers' ``Trainer`` with ``TrainingArguments(deepspeed=ds_config)``: the
@@ -345,9 +364,7 @@ def prepare(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, steps
     run_id = run_id or new_run_id()
     run_dir = Path(run_dir) if run_dir is not None else default_runs_dir() / run_id
     specs = specs_to_dict(model, cluster, plan)
-    launcher = launcher or ("torchrun" if plan.engine is Engine.MEGATRON else "deepspeed")
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"launcher={launcher!r} is not one of: {', '.join(LAUNCHERS)}")
+    launcher = run_launcher(plan, launcher)
     if cluster.num_nodes > 1 and not hosts:
         raise ValueError(f"num_nodes={cluster.num_nodes}: pass hosts=[...] (one per node) for a multi-node run")
     if hosts and len(hosts) != cluster.num_nodes:
