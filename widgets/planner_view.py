@@ -25,6 +25,18 @@ COLUMNS = ("#", "engine", "TP", "PP", "v", "CP", "DP", "ZeRO", "offload", "recom
            "tokens/s", "MFU", "Pareto")
 
 
+def search_settings(state) -> dict:
+    """The keyword arguments of :func:`workbench.planner.search` that carry the current plan's settings the planner
+    does not vary (precision, the stack, LoRA, the MoE load assumption) and the hardware profile, so every ranked row
+    is priced as the other views price the current plan and "Use this plan" keeps them."""
+    p = state.plan
+    return dict(precision=p.precision, adam=p.adam, overlap_comm=p.overlap_comm, fp8_recipe=p.fp8_recipe,
+                fp8_param_gather=p.fp8_param_gather, grad_reduce_fp32=p.grad_reduce_fp32,
+                expandable_segments=p.expandable_segments, lora_rank=p.lora_rank, lora_targets=p.lora_targets,
+                moe_load_imbalance=p.moe_load_imbalance, cross_entropy_fusion=p.cross_entropy_fusion,
+                profile=state.profile)
+
+
 def offload_text(plan) -> str:
     parts = []
     if plan.offload_optimizer is not Offload.NONE:
@@ -156,9 +168,7 @@ class PlannerView(View):
             self.run_search()
             return
         self._show_current()
-        stale = self._searched_for != (state.model, state.cluster, state.plan.precision, state.plan.fp8_recipe,
-                                         state.plan.expandable_segments)
-        self._set_status(stale)
+        self._set_status(self._searched_for != self._search_key(state))
 
     def _set_status(self, stale: bool = False) -> None:
         r = self.result
@@ -172,7 +182,7 @@ class PlannerView(View):
                     f"(global batch {r.global_batch_size}, {r.headroom:.0%} headroom on "
                     f"{r.cluster.world_size}× {html.escape(r.cluster.gpu.name)}).")
         if stale:
-            text += " <b>The model or hardware changed: press Search.</b>"
+            text += " <b>The model, hardware or plan settings changed: press Search.</b>"
         if self.status.value != text:
             self.status.value = text
 
@@ -182,14 +192,12 @@ class PlannerView(View):
         s = self._state
         if s is None:
             return None
-        self._searched_for = (s.model, s.cluster, s.plan.precision, s.plan.fp8_recipe, s.plan.expandable_segments)
+        self._searched_for = self._search_key(s)
         try:
             result = search(s.model, s.cluster, global_batch_size=int(self.global_batch.value),
                             headroom=float(self.headroom.value) / 100.0, offload=bool(self.offload.value),
-                            precision=s.plan.precision, top=SCATTER_PLANS, adam=s.plan.adam,
-                            overlap_comm=s.plan.overlap_comm, fp8_recipe=s.plan.fp8_recipe,
-                            expandable_segments=s.plan.expandable_segments,
-                            fit_on="band" if self.fit_on_band.value else "point")
+                            top=SCATTER_PLANS, fit_on="band" if self.fit_on_band.value else "point",
+                            **search_settings(s))
         except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
             self.result = None
             self.error.value = error_html(error_message(exc), max_width="900px")
@@ -223,6 +231,13 @@ class PlannerView(View):
         self._show_current()
         self._set_status()
         return result
+
+    @staticmethod
+    def _search_key(state) -> tuple:
+        """What a search depends on besides the view's own boxes: a change marks the shown result stale."""
+        settings = search_settings(state)
+        profile = settings.pop("profile")
+        return (state.model, state.cluster, tuple(settings.items()), id(profile) if profile is not None else None)
 
     def use_plan(self, index=None) -> None:
         """Load ranked plan ``index`` (default: the one chosen in the dropdown) into the app, through the reducer."""

@@ -1,0 +1,56 @@
+"""The Planner prices every row with the current plan's settings it does not search over (LoRA, the hardware profile,
+the stack), as the other views and `workbench plan` do, and "Use this plan" keeps them."""
+import pytest
+
+from widgets.app import Workbench
+from widgets.planner_view import PlannerView
+from widgets.state import SetProfile
+from workbench.estimate import estimate
+
+
+def planner(app) -> PlannerView:
+    view = next(v for v in app.views if isinstance(v, PlannerView))
+    app.view_tabs.selected_index = app.views.index(view)
+    return view
+
+
+def parallel(app):
+    return next(p for p in app.panels if p.title == "Parallelism")
+
+
+def test_lora_fine_tune_is_searched_and_kept_by_use_this_plan():
+    app = Workbench()
+    app.panels[0].preset.value = "llama2-7b"
+    par = parallel(app)
+    for name, value in dict(engine="deepspeed", tensor_parallel=1, pipeline_parallel=1, zero_stage=2,
+                            precision="bf16", lora_rank=16).items():
+        par.controls[name].value = value
+    assert app.state.valid and app.state.plan.lora_rank == 16
+    view = planner(app)
+    assert view.result is not None and view.result.ranked
+    assert all(r.plan.lora_rank == 16 for r in view.result.ranked)
+    view.use_plan(0)
+    assert app.state.valid and app.state.plan.lora_rank == 16
+    assert par.controls["lora_rank"].value == 16
+    assert app.state.estimate.time.tokens_per_second == pytest.approx(view.result.ranked[0].tokens_per_second)
+    # a changed LoRA rank marks the shown search stale
+    par.controls["lora_rank"].value = 8
+    assert "press Search" in view.status.value
+    app.close()
+
+
+def test_rows_are_priced_with_the_apps_hardware_profile():
+    app = Workbench()
+    app.panels[1].controls["gpu"].value = "H200"
+    app.dispatch(SetProfile(profile="h200"))
+    assert app.state.valid and app.state.profile is not None
+    view = planner(app)
+    best = view.result.ranked[0]
+    s = app.state
+    expected = estimate(s.model, s.cluster, best.plan, profile=s.profile)
+    assert best.step_seconds == pytest.approx(expected.time.step_seconds, rel=1e-9)
+    view.use_plan(0)
+    assert app.state.estimate.time.step_seconds == pytest.approx(best.step_seconds, rel=1e-9)
+    app.dispatch(SetProfile(profile=None))
+    assert "press Search" in view.status.value
+    app.close()
