@@ -112,6 +112,19 @@ def test_export_refuses_flags_its_kind_ignores_and_names_the_export_for_the_engi
     assert needle in _error(capsys, argv + ["--model", "guide-13b"])
 
 
+@pytest.mark.parametrize("hosts,needle", [
+    ("", "--hosts '' is empty; give the host names, one per node, separated by commas"),
+    ("  ", "--hosts '  ' is empty"),
+    (",", "--hosts ',' is empty"),
+    ("a,,b", "--hosts 'a,,b': entry 2 of 3 is empty"),
+    ("a, ,b,", "--hosts 'a, ,b,': entries 2, 4 of 4 are empty"),
+    ("a,b,c", "--hosts a,b,c: hosts has 3 names but num_nodes=2"),
+    ("a,a", "--hosts a,a: hosts repeats a name"),
+])
+def test_export_launch_refuses_empty_hosts_before_writing_anything(capsys, hosts, needle):
+    assert needle in _error(capsys, ["export", "launch", "--model", "guide-13b", "--nodes", "2", "--hosts", hosts])
+
+
 @pytest.mark.parametrize("text,needle", [
     ("[1, 2, 3]", "a ds_config.json holds one JSON object, got an array"),
     ("null", "a ds_config.json holds one JSON object, got null"),

@@ -119,7 +119,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         command = [f"${name}/pretrain_gpt.py", *hybrid.hybrid_args(model, cluster, plan)]
     preamble += launch.allocator_lines(plan)
     if launcher == "deepspeed":
-        hosts = [h.strip() for h in args.hosts.split(",")] if args.hosts else None
+        hosts = parse_hosts(args.hosts) if args.hosts is not None else None
         files["hostfile"] = launch.hostfile(cluster, hosts)
         if plan.expandable_segments and cluster.num_nodes > 1:
             # DeepSpeed's multi-node launcher passes only its own variables and those in .deepspeed_env over ssh
@@ -178,6 +178,22 @@ def default_launcher(engine) -> str:
     return "deepspeed" if str(engine) == str(Engine.DEEPSPEED) else "torchrun"
 
 
+def parse_hosts(text: str) -> list:
+    """``--hosts a,b,c`` as host names; ``ValueError`` naming ``--hosts`` when it is empty or blank, or when an
+    entry between the commas is (``a,,b``, ``a,b,``)."""
+    names = [h.strip() for h in text.split(",")]
+    if not any(names):
+        raise ValueError(f"--hosts {text!r} is empty; give the host names, one per node, separated by commas "
+                         f"(e.g. --hosts node1,node2)")
+    blank = [i + 1 for i, h in enumerate(names) if not h]
+    if blank:
+        which = ", ".join(str(i) for i in blank)
+        raise ValueError(f"--hosts {text!r}: entr{'ies' if len(blank) > 1 else 'y'} {which} of {len(names)} "
+                         f"{'are' if len(blank) > 1 else 'is'} empty; give one host name per node, separated by "
+                         f"commas")
+    return names
+
+
 def check_kind_flags(args) -> None:
     """``ValueError`` for flags the export ``kind`` would ignore silently (``--launcher``/``--hosts`` outside
     ``launch``, ``--hosts`` without the DeepSpeed launcher) and for an ``--engine`` it writes no files for, naming
@@ -189,6 +205,8 @@ def check_kind_flags(args) -> None:
             raise ValueError(f"--hosts {args.hosts} names the DeepSpeed launcher's hostfile; launcher={launcher} "
                              f"takes no host list (torchrun: MASTER_ADDR and NODE_RANK on each node; slurm: the "
                              f"allocation)")
+        if args.hosts is not None:
+            parse_hosts(args.hosts)
     else:
         given = [f"--{name} {value}" for name, value in (("launcher", args.launcher), ("hosts", args.hosts))
                  if value is not None]
@@ -202,6 +220,17 @@ def check_kind_flags(args) -> None:
                              f"`workbench export {_ENGINE_KIND[engine]}` (or `export launch`) for it")
 
 
+def check_hosts_for_cluster(text: str, cluster) -> None:
+    """``ValueError`` naming ``--hosts`` when its names do not fit the cluster's nodes (count, repeats, spaces),
+    as the hostfile would refuse them."""
+    from workbench.configs.launch import checked_hosts
+
+    try:
+        checked_hosts(cluster, parse_hosts(text))
+    except ValueError as exc:
+        raise ValueError(f"--hosts {text}: {exc}") from None
+
+
 def run(args) -> int:
     from workbench.cli import payload_stream
 
@@ -210,6 +239,8 @@ def run(args) -> int:
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a file; export writes its files into a folder")
     model, cluster, plan = specs_from_args(args, default_engine=_DEFAULT_ENGINE[args.kind])
+    if args.hosts is not None:  # one name per node, before the configs are written and validated
+        check_hosts_for_cluster(args.hosts, cluster)
     files, main, ok = _files(args.kind, args, model, cluster, plan)
     if args.out:
         out = Path(args.out)
