@@ -124,3 +124,120 @@ def test_non_finite_rates_are_not_measurements():
     assert s.median_step_seconds == 0.6 and s.median_tflops_per_gpu == 120.0
     only_nan = parse_log(line.format(i=1, ms="nan", tf="inf") + "\n" + line.format(i=2, ms="nan", tf="inf"))
     assert only_nan.median_step_seconds is None and only_nan.median_tflops_per_gpu is None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# PyTorch's out-of-memory message, read whole (c10/cuda/CUDACachingAllocator.cpp's two forms)
+# ----------------------------------------------------------------------------------------------------------------
+from workbench.logreader import OomReport, oom_diagnosis, parse_oom_message  # noqa: E402
+
+MiB = 2**20
+FRAGMENTED = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total capacity of "
+              "79.11 GiB of which 1.21 GiB is free. Including non-PyTorch memory, this process has 77.89 GiB memory in "
+              "use. Of the allocated memory 71.20 GiB is allocated by PyTorch, and 5.95 GiB is reserved by PyTorch but "
+              "unallocated. If reserved but unallocated memory is large try setting "
+              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+
+
+def test_oom_message_gives_the_device_at_the_failure():
+    r = parse_oom_message(FRAGMENTED)
+    assert r.request_bytes == round(1.95 * GiB) and r.device == 0 and r.total_bytes == round(79.11 * GiB)
+    assert r.allocated_bytes == round(71.20 * GiB) and r.cached_free_bytes == round(5.95 * GiB)
+    assert r.own_bytes == round(77.89 * GiB)
+    assert r.outside_allocator_bytes == pytest.approx(0.74 * GiB, abs=0.01 * GiB)
+    assert r.others_bytes == pytest.approx(0.01 * GiB, abs=0.01 * GiB)  # total - free - this process
+
+
+def test_other_processes_and_private_pools_are_read():
+    text = ("CUDA out of memory. Tried to allocate 25.96 GiB. GPU 4 has a total capacity of 79.18 GiB of which "
+            "23.04 GiB is free. Process 7478 has 4.08 GiB memory in use. Including non-PyTorch memory, this process "
+            "has 52.02 GiB memory in use. Of the allocated memory 45.89 GiB is allocated by PyTorch, with 1.38 MiB "
+            "allocated in private pools (e.g., CUDA Graphs), and 3.01 GiB is reserved by PyTorch but unallocated.")
+    r = parse_oom_message(text)
+    assert r.device == 4 and r.other_processes == ((7478, round(4.08 * GiB)),)
+    assert r.others_bytes == round(4.08 * GiB) and r.cached_free_bytes == round(3.01 * GiB)
+    message, why = oom_diagnosis(r)
+    assert "other processes 4.08 GiB (PID 7478 4.08 GiB)" in message
+    assert why.startswith("other processes held 4.08 GiB") and "LOCAL_RANK" in why
+
+
+def test_a_container_lists_its_own_process_by_pid():
+    """Inside a PID namespace NVML's PIDs are the host's: the process is listed as "Process N", not "this
+    process"; the one whose memory covers what the allocator reserved is taken as this one."""
+    text = ("CUDA out of memory. Tried to allocate 1.25 GiB. GPU 1 has a total capacity of 93.02 GiB of which 1.18 "
+            "GiB is free. Process 2752205 has 91.82 GiB memory in use. Of the allocated memory 90.63 GiB is "
+            "allocated by PyTorch, and 120.54 MiB is reserved by PyTorch but unallocated.")
+    r = parse_oom_message(text)
+    assert r.own_bytes == round(91.82 * GiB) and r.other_processes == () and r.others_bytes == 0
+    message, why = oom_diagnosis(r)
+    assert "other processes 0.00 GiB" in message and why.startswith("the live tensors: 90.63 GiB held")
+
+
+def test_wrapped_rank_prefixed_and_repeated_messages_count_once():
+    wrapped = ("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+               "[rank3]: GPU 3 has a total capacity of 79.15 GiB of which 1.91 GiB is free.\n"
+               "[rank3]: Including non-PyTorch memory, this process has 77.23 GiB memory in use.\n"
+               "[rank3]: Of the allocated memory 51.75 GiB is allocated by PyTorch, and 6.05 GiB is reserved\n"
+               "[rank3]: by PyTorch but unallocated.\n")
+    s = parse_log("step 1\n" + wrapped + "Traceback (most recent call last):\n" + wrapped)
+    assert len(s.oom_reports) == 1
+    r = s.oom_reports[0]
+    assert r.device == 3 and r.reserved_bytes == round(51.75 * GiB) + round(6.05 * GiB)
+    assert r.others_bytes == pytest.approx(0.01 * GiB, abs=0.01 * GiB)
+    assert s.to_dict()["oom_reports"][0]["cached_free_bytes"] == round(6.05 * GiB)
+
+
+def test_the_message_before_pytorch_2_1_is_read():
+    text = ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.56 GiB "
+            "already allocated; 3.06 MiB free; 14.71 GiB reserved in total by PyTorch) If reserved memory is >> "
+            "allocated memory try setting max_split_size_mb to avoid fragmentation.")
+    r = parse_oom_message(text)
+    assert r == OomReport(request_bytes=20 * MiB, device=0, total_bytes=round(15.78 * GiB),
+                          free_bytes=round(3.06 * MiB), allocated_bytes=round(14.56 * GiB),
+                          reserved_bytes=round(14.71 * GiB))
+    assert r.cached_free_bytes == round(14.71 * GiB) - round(14.56 * GiB)
+    assert r.own_bytes is None and r.others_bytes is None  # no process information in that form
+    assert "expandable_segments" in oom_diagnosis(r)[1]  # 150 MiB cached but free > the 20 MiB asked
+
+
+def test_diagnosis_names_the_cause_in_order():
+    """Larger than the GPU, then other processes, then fragmentation, then the live tensors."""
+    huge = OomReport(request_bytes=100 * GiB, total_bytes=80 * GiB, free_bytes=70 * GiB, allocated_bytes=GiB,
+                     reserved_bytes=2 * GiB, this_process_bytes=3 * GiB)
+    assert oom_diagnosis(huge)[1].startswith("one tensor of 100.00 GiB is larger than the whole GPU")
+    fragmented = parse_oom_message(FRAGMENTED)
+    assert oom_diagnosis(fragmented)[1].startswith("fragmentation: the allocator held 5.95 GiB cached but free")
+    tight = OomReport(request_bytes=4 * GiB, total_bytes=80 * GiB, free_bytes=2 * GiB, allocated_bytes=70 * GiB,
+                      reserved_bytes=72 * GiB, this_process_bytes=78 * GiB)
+    why = oom_diagnosis(tight)[1]
+    assert why.startswith("the live tensors: 70.00 GiB held + 4.00 GiB requested")
+    assert "sat cached but free" not in why  # 2 GiB, 3 % of reserved: below OOM_CACHED_SHARE, not called out
+    loose = OomReport(request_bytes=12 * GiB, total_bytes=80 * GiB, free_bytes=2 * GiB, allocated_bytes=62 * GiB,
+                      reserved_bytes=72 * GiB, this_process_bytes=78 * GiB)
+    assert "10.00 GiB (14% of reserved) sat cached but free" in oom_diagnosis(loose)[1]
+
+
+def test_oom_diagnosis_compares_with_the_plans_estimate():
+    ctx = _ctx(dict(engine="deepspeed", zero_stage=2, micro_batch_size=1, global_batch_size=16), nodes=1,
+               name="llama2-7b")
+    mem = ctx["memory"]
+    allocated = mem.per_gpu_peak_bytes - mem.breakdown.overhead
+    held = int(1.5 * allocated) + GiB
+    far_more = OomReport(request_bytes=GiB, total_bytes=mem.capacity_bytes, free_bytes=mem.capacity_bytes - held,
+                         allocated_bytes=int(1.5 * allocated), reserved_bytes=int(1.5 * allocated) + GiB // 2,
+                         this_process_bytes=held)
+    why = oom_diagnosis(far_more, mem)[1]
+    assert "allocated peak the memory model gives the plan" in why and "check that the flags match the run" in why
+    other_gpu = OomReport(request_bytes=GiB, total_bytes=40 * GiB, allocated_bytes=30 * GiB, reserved_bytes=31 * GiB)
+    assert "give --gpu the run's" in oom_diagnosis(other_gpu, mem)[1]
+
+
+def test_match_advice_adds_the_device_finding_after_the_ladder():
+    ctx = _ctx(dict(engine="deepspeed", zero_stage=2, micro_batch_size=4, global_batch_size=64), nodes=1,
+               name="llama2-7b")
+    f = match_advice(parse_log(FRAGMENTED), **ctx)
+    ids = [x.id for x in f]
+    assert ids[ids.index("log_oom") + 1] == "log_oom_device"
+    device = f[ids.index("log_oom_device")]
+    assert device.status == "fail" and "cached but free 5.95 GiB" in device.message
+    assert "expandable_segments:True" in device.suggestion

@@ -18,7 +18,18 @@ Line formats recognised (from the sources that print them):
   RunningAvgSamplesPerSec=…, CurrSamplesPerSec=…, MemAllocated=…GB, MaxMemAllocated=…GB``; ``MA 1.2 GB  Max_MA 3.4 GB
   CA 3.5 GB  Max_CA 4 GB``.
 - PyTorch ``CUDA out of memory. Tried to allocate 2.00 GiB …``; NCCL failures (``NCCL error``, ``NCCL WARN``,
-  watchdog collective timeouts).
+  watchdog collective timeouts). The rest of PyTorch's out-of-memory message is read as the device stood at the
+  failure (:class:`OomReport`), in both of its forms (``c10/cuda/CUDACachingAllocator.cpp``, sizes by its
+  ``format_size``: bytes, KiB, MiB, GiB)::
+
+     Tried to allocate 1.95 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.21 GiB is free. Process 4711
+     has 3.00 GiB memory in use. Including non-PyTorch memory, this process has 74.89 GiB memory in use. Of the
+     allocated memory 71.20 GiB is allocated by PyTorch, and 2.95 GiB is reserved by PyTorch but unallocated.
+
+  (PyTorch 2.1 and later; "Process N" per other process on the GPU, from NVML, and "this process" for its own) and
+  ``Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.56 GiB already allocated; 3.06 MiB free;
+  14.71 GiB reserved in total by PyTorch)`` (earlier releases). A message wrapped over lines, or prefixed per line
+  with ``[rankN]:``, is read whole.
 """
 from __future__ import annotations
 
@@ -49,11 +60,240 @@ _DS_THROUGHPUT = re.compile(r"global_step=(\d+), RunningAvgSamplesPerSec=(" + _N
                             _NUM + r"), MemAllocated=(" + _NUM + r")GB, MaxMemAllocated=(" + _NUM + r")GB")
 _DS_MEM = re.compile(r"MA (" + _NUM + r") GB\s+Max_MA (" + _NUM + r") GB\s+CA (" + _NUM + r") GB\s+Max_CA (" +
                      _NUM + r") GB")
-_OOM = re.compile(r"CUDA out of memory\.?(?: Tried to allocate (" + _NUM + r") (GiB|MiB|KiB|B))?")
+_SIZE = r"(" + _NUM + r")\s*(GiB|MiB|KiB|bytes|B)\b"
+_SIZE_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 1024, "bytes": 1, "B": 1}
+_OOM = re.compile(r"CUDA out of memory\.?(?: Tried to allocate " + _SIZE + r")?")
+_OOM_AT = re.compile(r"CUDA out of memory", re.IGNORECASE)
+_OOM_REQUEST = re.compile(r"Tried to allocate " + _SIZE)
+_OOM_DEVICE = re.compile(r"GPU (\d+) has a total capacity of " + _SIZE + r" of which " + _SIZE + r" is free")
+_OOM_OTHER = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+_OOM_THIS = re.compile(r"this process has " + _SIZE + r" memory in use")
+_OOM_ALLOWED = re.compile(_SIZE + r" allowed;")
+_OOM_SPLIT = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch,(?: with " + _SIZE +
+                        r" allocated in private pools \([^)]*\),)? and " + _SIZE +
+                        r" is reserved by PyTorch but unallocated")
+_OOM_BEFORE_2_1 = re.compile(r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " +
+                             _SIZE + r" free; (?:" + _SIZE + r" allowed; )?" + _SIZE + r" reserved in total by PyTorch")
+_OOM_MESSAGE_CHARS = 2000
+"""How far past "CUDA out of memory" one message is read (the longest real ones, with several processes listed,
+are under 1,000 characters)."""
+_RANK_PREFIX = re.compile(r"\s*\n\s*(?:\[(?:rank|Rank |RANK )?\d+\]:?\s*)?")
 _NCCL = re.compile(r"(NCCL error|NCCL WARN|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|"
                    r"ncclRemoteError|Watchdog caught collective operation timeout|NCCL communicator was aborted)")
 
 MiB = 2**20
+
+OOM_OTHER_PROCESSES_BYTES = GiB
+"""Other processes' memory on the failing GPU from which :func:`oom_diagnosis` names them as the cause (also at
+least 5 % of the GPU): below it, a monitoring agent's or a stray context's few hundred MiB."""
+OOM_CACHED_SHARE = 0.10
+"""Cached-but-free memory, as a share of what PyTorch reserved, from which :func:`oom_diagnosis` speaks of
+fragmentation even when the failed request was larger than it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OomReport:
+    """One PyTorch CUDA out-of-memory message: the failed request and the device as it stood at the failure. Bytes;
+    ``None`` where the message did not say."""
+
+    request_bytes: int
+    device: Optional[int] = None
+    """The GPU index the message names (its process's numbering, after ``CUDA_VISIBLE_DEVICES``)."""
+    total_bytes: Optional[int] = None
+    """The GPU's total capacity as CUDA reports it."""
+    free_bytes: Optional[int] = None
+    """Free on the whole GPU (every process) at the failure."""
+    allocated_bytes: Optional[int] = None
+    """Held by live tensors of this process (``memory_allocated``)."""
+    reserved_bytes: Optional[int] = None
+    """Held by this process's caching allocator (``memory_reserved``): allocated plus cached but free."""
+    this_process_bytes: Optional[int] = None
+    """All this process holds on the GPU, by NVML ("Including non-PyTorch memory, this process has …")."""
+    processes: tuple = ()
+    """``(pid, bytes)`` of the other processes NVML listed ("Process N has …"). Inside a container whose PID
+    namespace hides the host's PIDs a process's own entry is listed this way too (:attr:`own_bytes`)."""
+    allowed_bytes: Optional[int] = None
+    """A per-process cap (``torch.cuda.set_per_process_memory_fraction``), when set."""
+
+    @property
+    def cached_free_bytes(self) -> Optional[int]:
+        """Reserved by the allocator but not allocated: cached blocks that the allocator, having already freed
+        every wholly unused segment before it raised, could not hand out — pieces of split segments."""
+        if self.reserved_bytes is None or self.allocated_bytes is None:
+            return None
+        return max(0, self.reserved_bytes - self.allocated_bytes)
+
+    def _own_listed(self) -> Optional[tuple]:
+        """The listed process that is this one when the message has no "this process" entry: the one whose memory
+        covers what this process's allocator reserved, the least such (a PID namespace renumbers the process)."""
+        if self.this_process_bytes is not None or self.reserved_bytes is None:
+            return None
+        covering = [p for p in self.processes if p[1] >= self.reserved_bytes]
+        return min(covering, key=lambda p: p[1]) if covering else None
+
+    @property
+    def own_bytes(self) -> Optional[int]:
+        """This process's memory on the GPU: NVML's "this process", else :meth:`_own_listed`'s."""
+        if self.this_process_bytes is not None:
+            return self.this_process_bytes
+        own = self._own_listed()
+        return own[1] if own else None
+
+    @property
+    def other_processes(self) -> tuple:
+        """``(pid, bytes)`` of the processes on the GPU that are not this one."""
+        own = self._own_listed()
+        return tuple(p for p in self.processes if p != own)
+
+    @property
+    def others_bytes(self) -> Optional[int]:
+        """Other processes' memory on the GPU: NVML's list less this process, or, where only this process's own
+        total is given, the GPU's used memory less it; ``None`` without process information."""
+        if self.processes:
+            return sum(b for _, b in self.other_processes)
+        if self.this_process_bytes is not None and self.total_bytes is not None and self.free_bytes is not None:
+            return max(0, self.total_bytes - self.free_bytes - self.this_process_bytes)
+        return None
+
+    @property
+    def outside_allocator_bytes(self) -> Optional[int]:
+        """This process's memory outside its caching allocator (CUDA context, kernels, NCCL's buffers, cuBLAS'
+        handles): its NVML total less what the allocator reserved."""
+        own = self.own_bytes
+        if own is None or self.reserved_bytes is None:
+            return None
+        return max(0, own - self.reserved_bytes)
+
+    def to_dict(self) -> dict:
+        return {"request_bytes": self.request_bytes, "device": self.device, "total_bytes": self.total_bytes,
+                "free_bytes": self.free_bytes, "allocated_bytes": self.allocated_bytes,
+                "reserved_bytes": self.reserved_bytes, "cached_free_bytes": self.cached_free_bytes,
+                "own_bytes": self.own_bytes, "outside_allocator_bytes": self.outside_allocator_bytes,
+                "other_processes": [{"pid": pid, "bytes": b} for pid, b in self.other_processes],
+                "others_bytes": self.others_bytes, "allowed_bytes": self.allowed_bytes}
+
+
+def _size(number: str, unit: str) -> int:
+    return int(round(float(number) * _SIZE_UNITS[unit]))
+
+
+def parse_oom_message(text: str) -> Optional[OomReport]:
+    """The :class:`OomReport` of one PyTorch out-of-memory message (from "CUDA out of memory" on; lines joined, a
+    ``[rankN]:`` prefix per line dropped); ``None`` when it names no request size."""
+    text = " ".join(_RANK_PREFIX.sub(" ", text).split())
+    req = _OOM_REQUEST.search(text)
+    if req is None:
+        return None
+    fields = dict(request_bytes=_size(*req.groups()))
+    old = _OOM_BEFORE_2_1.search(text)
+    if old:
+        g = old.groups()
+        fields.update(device=int(g[0]), total_bytes=_size(g[1], g[2]), allocated_bytes=_size(g[3], g[4]),
+                      free_bytes=_size(g[5], g[6]), reserved_bytes=_size(g[9], g[10]))
+        if g[7] is not None:
+            fields["allowed_bytes"] = _size(g[7], g[8])
+        return OomReport(**fields)
+    dev = _OOM_DEVICE.search(text)
+    if dev:
+        g = dev.groups()
+        fields.update(device=int(g[0]), total_bytes=_size(g[1], g[2]), free_bytes=_size(g[3], g[4]))
+    split = _OOM_SPLIT.search(text)
+    if split:
+        g = split.groups()
+        allocated = _size(g[0], g[1])
+        fields.update(allocated_bytes=allocated, reserved_bytes=allocated + _size(g[4], g[5]))
+    this = _OOM_THIS.search(text)
+    if this:
+        fields["this_process_bytes"] = _size(*this.groups())
+    fields["processes"] = tuple((int(pid), _size(n, u)) for pid, n, u in _OOM_OTHER.findall(text))
+    allowed = _OOM_ALLOWED.search(text)
+    if allowed:
+        fields["allowed_bytes"] = _size(*allowed.groups())
+    return OomReport(**fields)
+
+
+def oom_reports(text: str) -> tuple:
+    """Every distinct :class:`OomReport` in a log, in order of appearance (the same message printed again — by the
+    traceback and a logger, or by the exception's re-raise — counts once)."""
+    starts = [m.start() for m in _OOM_AT.finditer(text)]
+    out = []
+    for i, start in enumerate(starts):
+        end = min(starts[i + 1] if i + 1 < len(starts) else len(text), start + _OOM_MESSAGE_CHARS)
+        report = parse_oom_message(text[start:end])
+        if report is not None and report not in out:
+            out.append(report)
+    return tuple(out)
+
+
+def _gib(nbytes) -> str:
+    return f"{nbytes / GiB:.2f} GiB"
+
+
+def oom_diagnosis(report: OomReport, memory=None) -> tuple:
+    """``(message, suggestion)`` for one out-of-memory message: where the GPU's memory stood at the failure (the
+    request, what live tensors held, what the allocator held cached but free, this process's memory outside the
+    allocator, other processes') and which of them made the request fail — a single tensor larger than the GPU,
+    other processes on it, fragmentation (more cached but free than requested, in no block that fits), or the live
+    tensors themselves, compared with ``memory`` (a :class:`~workbench.memory_types.MemoryEstimate` of the plan the
+    run is said to be) when given."""
+    r = report
+    gpu = f"GPU {r.device}" if r.device is not None else "the GPU"
+    parts = [f"{gpu} at the failure: request {_gib(r.request_bytes)}"]
+    if r.total_bytes is not None:
+        parts.append(f"total {_gib(r.total_bytes)}" + (f", free {_gib(r.free_bytes)}" if r.free_bytes is not None
+                                                       else ""))
+    if r.allocated_bytes is not None:
+        parts.append(f"live tensors {_gib(r.allocated_bytes)}")
+    cached = r.cached_free_bytes
+    if cached is not None:
+        parts.append(f"cached but free {_gib(cached)} ({cached / max(1, r.reserved_bytes):.0%} of the "
+                     f"{_gib(r.reserved_bytes)} the allocator reserved)")
+    outside = r.outside_allocator_bytes
+    if outside is not None:
+        parts.append(f"this process outside the allocator {_gib(outside)}")
+    others = r.others_bytes
+    if others is not None:
+        pids = ", ".join(f"PID {pid} {_gib(b)}" for pid, b in r.other_processes)
+        parts.append(f"other processes {_gib(others)}" + (f" ({pids})" if pids else ""))
+    if r.allowed_bytes is not None:
+        parts.append(f"capped at {_gib(r.allowed_bytes)} by set_per_process_memory_fraction")
+    message = "; ".join(parts)
+
+    notes = []
+    if memory is not None and r.total_bytes is not None:
+        if abs(memory.capacity_bytes - r.total_bytes) > 0.03 * r.total_bytes:
+            notes.append(f"the plan was estimated for a {_gib(memory.capacity_bytes)} GPU and the log's has "
+                         f"{_gib(r.total_bytes)}: give --gpu the run's")
+    if r.total_bytes is not None and r.request_bytes > r.total_bytes:
+        why = (f"one tensor of {_gib(r.request_bytes)} is larger than the whole GPU ({_gib(r.total_bytes)}): no "
+               f"allocator setting or freed memory helps; shrink that tensor (micro batch, sequence, the logits of "
+               f"a large vocabulary: chunked loss, tensor parallel)")
+    elif others is not None and others >= max(OOM_OTHER_PROCESSES_BYTES, 0.05 * (r.total_bytes or 0)):
+        why = (f"other processes held {_gib(others)} of this GPU: another job or a notebook kernel still holding a "
+               f"model (free it: del the model, gc.collect(), torch.cuda.empty_cache(), or restart that kernel), "
+               f"or two ranks on one GPU (check LOCAL_RANK and CUDA_VISIBLE_DEVICES); every estimate here assumes "
+               f"a rank has its GPU to itself")
+    elif cached is not None and cached >= r.request_bytes:
+        why = (f"fragmentation: the allocator held {_gib(cached)} cached but free, more than the "
+               f"{_gib(r.request_bytes)} requested, in pieces of segments none of which fits it; run with "
+               f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (--expandable-segments, "
+               f"ParallelPlan(expandable_segments=True)), which lets a segment grow instead of cutting new ones")
+    else:
+        needed = (r.allocated_bytes or 0) + r.request_bytes
+        why = f"the live tensors: {_gib(r.allocated_bytes or 0)} held + {_gib(r.request_bytes)} requested"
+        if memory is not None:
+            predicted = memory.per_gpu_peak_bytes - memory.breakdown.overhead
+            why += (f" = {_gib(needed)}, {needed / predicted:.0%} of the {_gib(predicted)} allocated peak the "
+                    f"memory model gives the plan")
+            if needed > 1.05 * predicted:
+                why += (" — more than the plan given holds at its peak: check that the flags match the run (micro "
+                        "batch, sequence, recompute, ZeRO stage, offload)")
+            else:
+                why += "; the plan does not leave room for it: follow the out-of-memory ladder"
+        if cached is not None and r.reserved_bytes and cached >= OOM_CACHED_SHARE * r.reserved_bytes:
+            why += (f"; {_gib(cached)} ({cached / r.reserved_bytes:.0%} of reserved) sat cached but free: "
+                    f"expandable_segments would give part of it back")
+    return message, "; ".join([why] + notes)
 
 
 def _steady_median(values) -> Optional[float]:
@@ -106,6 +346,8 @@ class LogSummary:
     """Largest 'Tried to allocate' of those, bytes."""
     nccl_errors: tuple = ()
     """NCCL error / warning / timeout lines."""
+    oom_reports: tuple = ()
+    """:class:`OomReport` of each distinct out-of-memory message (:func:`oom_reports`)."""
 
     @property
     def median_step_seconds(self) -> Optional[float]:
@@ -136,6 +378,7 @@ class LogSummary:
             "max_allocated_bytes": self.max_allocated_bytes, "max_reserved_bytes": self.max_reserved_bytes,
             "oom_errors": list(self.oom_errors), "oom_request_bytes": self.oom_request_bytes,
             "nccl_errors": list(self.nccl_errors),
+            "oom_reports": [r.to_dict() for r in self.oom_reports],
         }
 
 
@@ -228,8 +471,7 @@ def parse_log(text: str, *, spike_factor: float = GRAD_NORM_SPIKE_FACTOR, window
         if m:
             ooms.append(line.strip())
             if m.group(1):
-                unit = {"GiB": GiB, "MiB": MiB, "KiB": 1024, "B": 1}[m.group(2)]
-                oom_req = max(oom_req, float(m.group(1)) * unit)
+                oom_req = max(oom_req, _size(m.group(1), m.group(2)))
             continue
         if _NCCL.search(line):
             nccl.append(line.strip())
@@ -241,7 +483,7 @@ def parse_log(text: str, *, spike_factor: float = GRAD_NORM_SPIKE_FACTOR, window
         grad_norm_spikes=_spikes(norm_iters, norms, spike_factor, window), step_seconds=tuple(step_s),
         samples_per_second=tuple(sps), tflops_per_gpu=tuple(tflops), max_allocated_bytes=int(max_alloc),
         max_reserved_bytes=int(max_res), oom_errors=tuple(ooms), oom_request_bytes=int(oom_req),
-        nccl_errors=tuple(nccl))
+        nccl_errors=tuple(nccl), oom_reports=oom_reports(text) if ooms else ())
 
 
 def read_log(path, **kwargs) -> LogSummary:
@@ -361,6 +603,13 @@ def match_advice(summary: LogSummary, *, model, cluster, plan, memory, time, opt
                            message=f"{len(summary.oom_errors)} CUDA out-of-memory errors{req}; the model predicts "
                                    f"{memory.per_gpu_peak_bytes / GiB:.1f} GiB of {memory.capacity_bytes / GiB:.1f}",
                            suggestion=sugg))
+        for report in summary.oom_reports[:1]:  # the first failure; the others are usually the ranks' copies
+            message, why = oom_diagnosis(report, memory)
+            more = len(summary.oom_reports) - 1
+            out.append(Finding(id="log_oom_device", status="fail",
+                               message=message + (f" (and {more} other out-of-memory message"
+                                                  f"{'s' if more > 1 else ''} with other numbers)" if more else ""),
+                               suggestion=why))
     # -- NCCL ------------------------------------------------------------------------------------------------
     if summary.nccl_errors:
         out.append(Finding(id="log_nccl", status="fail",
