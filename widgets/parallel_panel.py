@@ -46,6 +46,14 @@ _ZERO_IS_NONE = ("recompute_layers", "first_stage_layers", "last_stage_layers", 
 _ENGINE_DEFAULT = "default"  # the overlap_comm choice that leaves it to the engine (None in the plan)
 
 
+def _hierarchical_sizes(a2a_group, context_parallel):
+    """``(a2a, p2p)`` for Megatron's ``--hierarchical-context-parallel-sizes`` from the typed all-to-all group and CP
+    size (``None`` when the group is 0: not hierarchical)."""
+    if not a2a_group:
+        return None
+    return int(a2a_group), max(int(context_parallel or 1) // int(a2a_group), 1)
+
+
 class ParallelPanel(Panel):
     """Plan inputs; shows the derived data-parallel size and gradient accumulation of the valid plan."""
 
@@ -179,9 +187,13 @@ class ParallelPanel(Panel):
 
     def _on_field(self, name: str, value) -> None:
         if name == "cp_a2a_group":  # (a2a, p2p) sizes from the a2a group and the plan's CP
-            cp = self.controls["context_parallel"].value or 1
-            sizes = (int(value), max(cp // int(value), 1)) if value else None
+            sizes = _hierarchical_sizes(value, self.controls["context_parallel"].value)
             self.send(SetPlan(changes={"hierarchical_context_parallel_sizes": sizes}))
+            return
+        if name == "context_parallel" and self.controls["cp_a2a_group"].value:
+            # the typed a2a group stays; its p2p size follows the new CP
+            sizes = _hierarchical_sizes(self.controls["cp_a2a_group"].value, value)
+            self.send(SetPlan(changes={"context_parallel": value, "hierarchical_context_parallel_sizes": sizes}))
             return
         if name == "ulysses":  # Ulysses is the plan's CP split with the all-to-all: set (or clear) both
             n = int(value or 1)
