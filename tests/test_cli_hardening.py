@@ -94,6 +94,42 @@ def test_plan_refuses_a_moe_load_imbalance_nothing_prices(capsys, value, needle)
 
 
 @pytest.mark.parametrize("argv,needle", [
+    (["--engine", "deepspeed", "--tp-comm-overlap"],
+     "--tp-comm-overlap applies to engine megatron only; the engines searched are deepspeed: add --engine megatron "
+     "or drop --tp-comm-overlap"),
+    (["--engine", "deepspeed", "--engine", "hybrid", "--no-tp-comm-overlap"],
+     "--no-tp-comm-overlap applies to engine megatron only; the engines searched are deepspeed, megatron-deepspeed"),
+    (["--engine", "deepspeed", "--grad-reduce-in-bf16"], "--grad-reduce-in-bf16 applies to engine megatron only"),
+    (["--engine", "hybrid", "--cross-entropy-fusion", "te"],
+     "--cross-entropy-fusion te applies to engine megatron only; the engines searched are megatron-deepspeed"),
+    (["--engine", "deepspeed", "--cross-node-tp"],
+     "--cross-node-tp applies to engine megatron or megatron-deepspeed only; the engines searched are deepspeed"),
+    (["--engine", "hybrid", "--max-cp", "4"], "--max-cp 4 applies to engine megatron or deepspeed only"),
+    (["--lora-rank", "8", "--grad-reduce-in-bf16"],
+     "the engines searched are deepspeed, megatron-deepspeed (--lora-rank 8 searches DeepSpeed engines only): "
+     "drop --grad-reduce-in-bf16"),
+    (["--engine", "deepspeed", "--tp", "2"],
+     "--tp 2: plan searches every tensor-parallel size itself and takes no fixed one; price one plan with "
+     "`workbench estimate --tp 2 ...`"),
+    (["--pp=4"], "--pp 4: plan searches every pipeline-parallel size itself"),
+    (["--engine", "megatron", "--vp", "2"], "--vp 2: plan searches every virtual-pipeline size itself"),
+    (["--cp", "2"], "--cp 2: plan searches every context-parallel size itself"),
+    (["--ep", "2"], "--ep 2: plan searches every expert-parallel size itself"),
+])
+def test_plan_refuses_flags_no_searched_engine_reads(capsys, argv, needle):
+    assert needle in _error(capsys, ["plan", "--model", "guide-13b", "--gbs", "64", *argv])
+
+
+def test_plan_refuses_megatron_flags_for_a_hugging_face_model(capsys):
+    from pathlib import Path
+
+    config = Path(__file__).parent / "data" / "hf" / "llama3-8b"
+    line = _error(capsys, ["plan", "--model", f"hf:{config}", "--gbs", "64", "--grad-reduce-in-bf16"])
+    assert "--grad-reduce-in-bf16 applies to engine megatron only; the engines searched are deepspeed (" in line
+    assert "is a Hugging Face model, trained under engine deepspeed only)" in line
+
+
+@pytest.mark.parametrize("argv,needle", [
     (["export", "deepspeed", "--launcher", "slurm"], "--launcher slurm: only 'export launch' writes a launch script"),
     (["export", "megatron", "--hosts", "a,b"], "--hosts a,b: only 'export launch' writes a launch script"),
     (["export", "launch", "--launcher", "torchrun", "--hosts", "a"], "launcher=torchrun takes no host list"),

@@ -1,10 +1,18 @@
 """workbench plan: search every valid parallel plan, rank the ones that fit by step time, explain the winner."""
 from __future__ import annotations
 
+import argparse
+
 from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, check_flag_dependencies,
                                       cluster_from_args, engine_name, model_from_args, profile_from_args, working)
 from workbench.defaults import GiB
-from workbench.specs import check_float
+from workbench.specs import Implementation, check_float
+
+FIXED_SIZE_FLAGS = {"tp": "tensor-parallel size", "pp": "pipeline-parallel size", "vp": "virtual-pipeline size",
+                    "cp": "context-parallel size", "ep": "expert-parallel size", "mbs": "micro batch size",
+                    "zero": "ZeRO stage"}
+"""``estimate``'s one-plan flags that ``plan`` does not take: it searches each of these itself. Parsed (hidden) so
+they are refused by name rather than read as an abbreviation (``--tp`` of ``--tp-comm-overlap``)."""
 
 
 def add_parser(sub) -> None:
@@ -69,7 +77,66 @@ def add_parser(sub) -> None:
                         "replayed over their traced steps, as `workbench estimate` does by default: seconds a plan; "
                         "the search itself keeps the constant reserve")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    for dest in FIXED_SIZE_FLAGS:
+        parser.add_argument(f"--{dest}", dest=f"fixed_{dest}", default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
+
+
+def check_fixed_sizes(args) -> None:
+    """``ValueError`` for a one-plan flag of ``estimate`` (``--tp 2``): ``plan`` searches that size itself."""
+    for dest, what in FIXED_SIZE_FLAGS.items():
+        value = getattr(args, f"fixed_{dest}", None)
+        if value is not None:
+            raise ValueError(f"--{dest} {value}: plan searches every {what} itself and takes no fixed one; price "
+                             f"one plan with `workbench estimate --{dest} {value} ...`, or narrow the search with "
+                             f"--engine")
+
+
+def engine_specific_flags(args) -> list:
+    """``(flag as given, engines whose plans it changes)`` for each search flag given that only some engines
+    read: Megatron's main-gradient dtype, loss kernels and TP overlap, tensor parallel across nodes (the DeepSpeed
+    engine has no tensor parallel), the largest context-parallel size (Megatron's CP, DeepSpeed-Ulysses)."""
+    out = []
+    if getattr(args, "grad_reduce_fp32", None) is not None:
+        out.append(("--grad-reduce-in-bf16", ("megatron",)))
+    if getattr(args, "cross_entropy_fusion", "none") != "none":
+        out.append((f"--cross-entropy-fusion {args.cross_entropy_fusion}", ("megatron",)))
+    if getattr(args, "tp_comm_overlap", None) is not None:
+        out.append(("--tp-comm-overlap" if args.tp_comm_overlap else "--no-tp-comm-overlap", ("megatron",)))
+    if getattr(args, "cross_node_tp", False):
+        out.append(("--cross-node-tp", ("megatron", "megatron-deepspeed")))
+    if getattr(args, "max_cp", None) is not None:
+        out.append((f"--max-cp {args.max_cp}", ("megatron", "deepspeed")))
+    return out
+
+
+def searched_engines(requested, model, lora_rank: int) -> tuple:
+    """``(engines the search keeps, why some asked for are left out)``: ``--engine`` (default all three), less
+    what the planner leaves out for a Hugging Face model (engine deepspeed only) and a LoRA search (no megatron)."""
+    engines = tuple(requested) if requested else ENGINES
+    why = []
+    if model.implementation is Implementation.TRANSFORMERS and set(engines) - {"deepspeed"}:
+        engines = tuple(e for e in engines if e == "deepspeed")
+        why.append(f"{model.name} is a Hugging Face model, trained under engine deepspeed only")
+    if lora_rank and lora_rank > 0 and "megatron" in engines:
+        engines = tuple(e for e in engines if e != "megatron")
+        why.append(f"--lora-rank {lora_rank} searches DeepSpeed engines only")
+    return engines, "; ".join(why)
+
+
+def check_engine_flags(args, model) -> None:
+    """``ValueError`` naming a search flag that no engine searched reads (it would be ignored silently), the engines
+    it applies to and the engines searched."""
+    engines, why = searched_engines(getattr(args, "engine", None), model, getattr(args, "lora_rank", 0) or 0)
+    if not engines:
+        return  # the search names why nothing is left
+    left_out = set(getattr(args, "engine", None) or ENGINES) - set(engines)
+    for flag, applies in engine_specific_flags(args):
+        if not set(applies) & set(engines):
+            name = flag.split()[0]
+            todo = f"drop {name}" if set(applies) & left_out else f"add --engine {applies[0]} or drop {name}"
+            raise ValueError(f"{flag} applies to engine {' or '.join(applies)} only; the engines searched are "
+                             f"{', '.join(engines)}{' (' + why + ')' if why else ''}: {todo}")
 
 
 def replayed_ranks(args, result, profile) -> tuple:
@@ -193,8 +260,10 @@ def run(args) -> int:
 
     if args.top < 1:
         raise ValueError(f"--top {args.top} must be >= 1")
+    check_fixed_sizes(args)
     check_flag_dependencies(args)
     model = model_from_args(args)
+    check_engine_flags(args, model)
     check_float("moe_load_imbalance", args.moe_load_imbalance, minimum=1.0, strict=False)
     if not model.is_moe and args.moe_load_imbalance != 1.0:  # as `estimate` refuses it: nothing would price it
         raise ValueError(f"moe_load_imbalance={args.moe_load_imbalance:g} needs a mixture-of-experts model "
