@@ -8,7 +8,7 @@ import pytest
 
 from runs_support import TINY, cpu_cluster, plan
 from workbench import cli
-from workbench.commands.export import default_launcher
+from workbench.configs.launch import default_launcher
 from workbench.runs import RunStore, launch, prepare
 from workbench.runs.launcher import LAUNCHER_PROGRAMS, LAUNCHERS, TRAIN_SCRIPT, run_launcher
 from workbench.specs import Engine

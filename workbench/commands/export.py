@@ -86,7 +86,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         return files, "hybrid.sh", ok
 
     # launch
-    launcher = args.launcher or default_launcher(plan.engine)
+    launcher = args.launcher or launch.default_launcher(plan.engine)
     preamble: list = []
     if plan.engine is Engine.DEEPSPEED:
         cfg = ds.build_ds_config(model, cluster, plan)
@@ -170,14 +170,6 @@ def _validate_ds(cfg: dict, plan) -> bool:
     return True
 
 
-def default_launcher(engine) -> str:
-    """The launcher ``export launch`` writes when ``--launcher`` is not given: DeepSpeed's for engine deepspeed,
-    else torchrun (``engine``: an :class:`~workbench.specs.Engine` or its name)."""
-    from workbench.specs import Engine
-
-    return "deepspeed" if str(engine) == str(Engine.DEEPSPEED) else "torchrun"
-
-
 def parse_hosts(text: str) -> list:
     """``--hosts a,b,c`` as host names; ``ValueError`` naming ``--hosts`` when it is empty or blank, or when an
     entry between the commas is (``a,,b``, ``a,b,``)."""
@@ -200,6 +192,8 @@ def check_kind_flags(args) -> None:
     the export that does."""
     if args.kind == "launch":
         engine = args.engine or _DEFAULT_ENGINE["launch"]
+        from workbench.configs.launch import default_launcher
+
         launcher = args.launcher or default_launcher(engine)
         if args.hosts is not None and launcher != "deepspeed":
             raise ValueError(f"--hosts {args.hosts} names the DeepSpeed launcher's hostfile; launcher={launcher} "

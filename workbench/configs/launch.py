@@ -55,6 +55,15 @@ def allocator_lines(plan) -> list[str]:
             "less reserved above the allocated peak"]
 
 
+def default_launcher(engine) -> str:
+    """The launcher a plan starts under unless told otherwise (``export launch`` without ``--launcher``,
+    ``workbench run`` and ``launch()`` without ``launcher=``): DeepSpeed's for engine deepspeed, else torchrun
+    (``engine``: an :class:`~workbench.specs.Engine` or its name)."""
+    from workbench.specs import Engine
+
+    return "deepspeed" if str(engine) == str(Engine.DEEPSPEED) else "torchrun"
+
+
 def default_hosts(cluster: ClusterSpec) -> list[str]:
     return [f"node{i}" for i in range(cluster.num_nodes)]
 

@@ -236,10 +236,10 @@ def host_names(hosts, *, nproc: int) -> list[str]:
 
 def run_launcher(plan: ParallelPlan, launcher: Optional[str] = None) -> str:
     """The launcher a run starts: ``launcher`` when given, else the export's rule
-    (:func:`workbench.commands.export.default_launcher`: DeepSpeed's for engine deepspeed, torchrun for megatron and
+    (:func:`workbench.configs.launch.default_launcher`: DeepSpeed's for engine deepspeed, torchrun for megatron and
     the hybrid megatron-deepspeed), so that ``launch.sh`` of a run and ``export launch`` for the same plan start the
     same launcher. ``ValueError`` for a launcher a run cannot start (``slurm``: an sbatch script to submit)."""
-    from workbench.commands.export import default_launcher
+    from workbench.configs.launch import default_launcher
 
     if launcher is None:
         return default_launcher(plan.engine)
