@@ -12,7 +12,7 @@ import json
 import ipywidgets as ipw
 
 from widgets.common import Panel, error_message
-from widgets.state import LoadSpecs
+from widgets.state import LoadSpecs, build_cluster, build_model, check_dashboard_size
 from workbench.configs.importer import import_ds_config, import_text
 from workbench.hf import HFModel, import_hf, is_hf_config
 
@@ -35,14 +35,29 @@ def parse_pasted(text: str):
     return import_text(text)  # never taken for a file name
 
 
+def shown_specs(state):
+    """``(model, cluster)`` as the Model and Hardware panels show them: built from the typed inputs where those are
+    valid on their own (they stay unapplied while another panel's value is refused), else the last valid specs."""
+    try:
+        model = build_model(state.model_inputs)
+    except (ValueError, TypeError, KeyError):
+        model = state.model
+    try:
+        cluster = build_cluster(state.cluster_inputs)
+        check_dashboard_size(cluster)
+    except (ValueError, TypeError, KeyError):
+        cluster = state.cluster
+    return model, cluster
+
+
 def specs_from_import(imported, state):
-    """``(model, cluster, plan, options)`` from an import, filling gaps from the current state."""
-    cluster = state.cluster
+    """``(model, cluster, plan, options)`` from an import, filling gaps from what the panels show."""
+    model, cluster = shown_specs(state)
     per_node, nodes = imported.options.get("gpus_per_node"), imported.options.get("num_nodes")
     if per_node or nodes:
         cluster = cluster.replace(gpus_per_node=int(per_node or cluster.gpus_per_node),
                                   num_nodes=int(nodes or cluster.num_nodes))
-    model, plan = imported.to_specs(model=state.model, cluster=cluster)
+    model, plan = imported.to_specs(model=model, cluster=cluster)
     if plan.world_size != cluster.world_size:
         # the source fixes the world size (e.g. through its batch arithmetic): keep the GPUs per node
         if plan.world_size % cluster.gpus_per_node == 0:
@@ -90,7 +105,9 @@ class ImportPanel(Panel):
                      f"PP{plan.pipeline_parallel} DP{plan.data_parallel} ZeRO-{int(plan.zero_stage)}"]
             notes += [f"⚠ {html.escape(str(w))}" for w in imported.warnings]
             notes += [f"lint {html.escape(str(f))}" for f in imported.lint]
-            self.send(LoadSpecs(model=model, cluster=cluster, plan=plan, options=options))
+            # a source without model fields (a ds_config) keeps the model, and the config.json it was imported from
+            hf_model = None if imported.model_fields else self._state.hf_model
+            self.send(LoadSpecs(model=model, cluster=cluster, plan=plan, options=options, hf_model=hf_model))
         except Exception as exc:  # noqa: BLE001 - a click handler shows every failure in red, never raises
             self.error.value = error_html(_message(exc))
             self.report.value = ""
@@ -109,16 +126,21 @@ class ImportPanel(Panel):
         from workbench.specs import Engine, hf_checkpoint_every, validate
 
         state = self._state
+        _, cluster = shown_specs(state)  # the GPUs typed in the Hardware panel, also while the old plan refuses them
+        world = cluster.world_size
         plan, changed = state.plan, ""
+        gbs = plan.global_batch_size
+        mbs = plan.micro_batch_size if gbs % (plan.micro_batch_size * world) == 0 else 1
+        batch = dict(world_size=world, micro_batch_size=mbs,
+                     global_batch_size=gbs if gbs % (mbs * world) == 0 else None)
         if plan.engine is not Engine.DEEPSPEED or plan.pipeline_parallel > 1:
-            gbs = plan.global_batch_size
-            mbs = plan.micro_batch_size if gbs % (plan.micro_batch_size * plan.world_size) == 0 else 1
             plan = plan.replace(engine="deepspeed", tensor_parallel=1, pipeline_parallel=1, virtual_pipeline=1,
                                 context_parallel=1, sequence_parallel=False, distributed_optimizer=False,
-                                zero_stage=3, micro_batch_size=mbs, recompute_layers=None,
-                                global_batch_size=gbs if gbs % (mbs * plan.world_size) == 0 else None)
+                                zero_stage=3, recompute_layers=None, **batch)
             changed = (f"plan changed to DeepSpeed ZeRO-3 over {plan.world_size} GPUs (an HF model trains under "
                        f"DeepSpeed ZeRO data parallel)")
+        elif plan.world_size != world:
+            plan = plan.replace(**batch)
         if str(plan.recompute) == "selective":
             # transformers checkpoints whole decoder layers (activation_checkpointing_enable)
             plan = plan.replace(recompute="full", recompute_layers=None)
@@ -133,7 +155,7 @@ class ImportPanel(Panel):
                                                           f"{plan.recompute_layers} is not a count it reaches)")))
                 plan = plan.replace(recompute_layers=None)
         try:
-            validate(imported.spec, state.cluster, plan)
+            validate(imported.spec, cluster, plan)
         except ValueError as exc:
             self.error.value = error_html(str(exc))
             self.report.value = ""
@@ -149,5 +171,5 @@ class ImportPanel(Panel):
         notes += [html.escape(changed)] if changed else []
         notes += [f"note: {html.escape(n)}" for n in imported.notes]
         self.report.value = "<br>".join(notes)
-        self.send(LoadSpecs(model=spec, cluster=state.cluster, plan=plan, options=None, hf_model=imported))
+        self.send(LoadSpecs(model=spec, cluster=cluster, plan=plan, options=None, hf_model=imported))
         return True
