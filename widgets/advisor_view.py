@@ -152,7 +152,17 @@ class AdvisorView(View):
             self.advice = advise(s.model, s.cluster, s.plan, options=s.options, log=self.log_summary,
                                  record=s.estimate, profile=s.profile)
         except Exception as exc:  # noqa: BLE001 - shown in red
+            # the previous plan's advice must not stay on screen as if it were this plan's
+            self.advice = None
             self.error.value = error_html(error_message(exc), max_width="900px")
+            self.checks.value = self.ladder_note.value = self.throughput.value = self.commands.value = ""
+            self.log_result.value = ""
+            if self.fig is not None:
+                if self.fig.data:
+                    self.fig.data = ()
+                with redraw(self.fig):
+                    self.fig.layout.annotations = []
+                    self.fig.layout.title = "no advice for this plan (the message above says why)"
             return
         self.error.value = ""
         a = self.advice
