@@ -256,6 +256,9 @@ def test_troubleshooting(tmp_path, monkeypatch):
     assert rec["log"]["spikes"] == [70]
     assert rec["log"]["median_step_seconds"] == pytest.approx(1.1 * rec["working_step_seconds"], rel=1e-3)
     assert rec["log_findings"]["log_grad_norm_spikes"] == "warn"
+    # the example out-of-memory message, read whole
+    oom = rec["oom_message"]
+    assert oom["request_bytes"] == round(1.95 * 2**30) and oom["cached_free_bytes"] == round(5.95 * 2**30)
 
 
 def test_fine_tuning(tmp_path, monkeypatch):
