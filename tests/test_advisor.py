@@ -543,3 +543,18 @@ def test_host_memory_margin_warns_past_the_measured_share_of_the_hosts_memory():
     c = ClusterSpec(gpu="H200", gpus_per_node=1)
     p = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=2, micro_batch_size=1, global_batch_size=1)
     assert advisor.host_memory_margin(p, estimate(m, c, p).memory) is None
+
+
+def test_ladder_folds_an_uneven_pipeline_onto_one_stage():
+    """A plan with uneven stages (Megatron --decoder-first/last-pipeline-num-layers) whose ladder reaches ZeRO-3
+    folds the pipeline whole: the uneven-stage settings go with it (they need more than one stage)."""
+    from workbench.specs import NO_PIPELINE
+
+    m = model("guide-13b")
+    c = ClusterSpec(gpu=gpu("A100-80GB"), gpus_per_node=8)
+    p = ParallelPlan(world_size=8, engine="megatron", tensor_parallel=2, pipeline_parallel=4, first_stage_layers=18,
+                     last_stage_layers=6, embedding_in_pipeline_split=False, global_batch_size=128, precision="fp16")
+    ladder = advisor.advise(m, c, p).oom_ladder
+    folded = [s for s in ladder if s.plan is not None and s.plan.zero_stage == 3]
+    assert folded and "pipeline 4 → 1" in folded[0].action
+    assert all(getattr(folded[0].plan, k) == v for k, v in NO_PIPELINE.items())

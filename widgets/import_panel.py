@@ -123,7 +123,7 @@ class ImportPanel(Panel):
         """A Hugging Face model replaces the model; the hardware stays, and so does the plan when it is a DeepSpeed
         data-parallel plan (otherwise it becomes ZeRO-3 over every GPU: an HF model trains under DeepSpeed)."""
         from widgets.common import error_html
-        from workbench.specs import Engine, hf_checkpoint_every, validate
+        from workbench.specs import NO_PIPELINE, Engine, hf_checkpoint_every, validate
 
         state = self._state
         _, cluster = shown_specs(state)  # the GPUs typed in the Hardware panel, also while the old plan refuses them
@@ -134,9 +134,9 @@ class ImportPanel(Panel):
         batch = dict(world_size=world, micro_batch_size=mbs,
                      global_batch_size=gbs if gbs % (mbs * world) == 0 else None)
         if plan.engine is not Engine.DEEPSPEED or plan.pipeline_parallel > 1:
-            plan = plan.replace(engine="deepspeed", tensor_parallel=1, pipeline_parallel=1, virtual_pipeline=1,
-                                context_parallel=1, sequence_parallel=False, distributed_optimizer=False,
-                                zero_stage=3, recompute_layers=None, **batch)
+            plan = plan.replace(engine="deepspeed", tensor_parallel=1, **NO_PIPELINE, context_parallel=1,
+                                sequence_parallel=False, distributed_optimizer=False, zero_stage=3,
+                                recompute_layers=None, **batch)
             changed = (f"plan changed to DeepSpeed ZeRO-3 over {plan.world_size} GPUs (an HF model trains under "
                        f"DeepSpeed ZeRO data parallel)")
         elif plan.world_size != world:

@@ -37,9 +37,9 @@ from workbench import timing as T
 from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
 from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
-from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, ClusterSpec, CrossEntropyFusion, Engine, Implementation,
-                             ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute, ZeroStage,
-                             hf_checkpoint_counts, hf_checkpoint_every, ulysses_head_limit, validate)
+from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, NO_PIPELINE, ClusterSpec, CrossEntropyFusion, Engine,
+                             Implementation, ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute,
+                             ZeroStage, hf_checkpoint_counts, hf_checkpoint_every, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -1289,7 +1289,7 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     if not (current.engine is engine and current.zero_stage == ZeroStage.PARAMETERS):
         offloads = ("nothing",) + offloads
     for what in offloads:
-        p = current.replace(engine=engine, pipeline_parallel=1, virtual_pipeline=1, zero_stage=3,
+        p = current.replace(engine=engine, **NO_PIPELINE, zero_stage=3,
                             distributed_optimizer=False,
                             offload_optimizer=Offload.NONE if what == "nothing" else Offload.CPU,
                             offload_params=Offload.CPU if what == "optimizer and parameters" else Offload.NONE,
@@ -1389,8 +1389,7 @@ def _shard_rungs(model, cluster, current, base_s, headroom, profile, steps) -> P
         for stage in range(int(current.zero_stage) + 1, top + 1):
             fold = stage == 3 and current.pipeline_parallel > 1
             try:
-                p = current.replace(zero_stage=stage, **(dict(pipeline_parallel=1, virtual_pipeline=1,
-                                                              recompute_layers=None) if fold else {}))
+                p = current.replace(zero_stage=stage, **(dict(NO_PIPELINE, recompute_layers=None) if fold else {}))
                 validate(model, cluster, p)
             except ValueError:
                 continue

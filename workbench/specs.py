@@ -750,6 +750,12 @@ class ClusterSpec:
 # ----------------------------------------------------------------------------------------------------------------
 # Parallel plan
 # ----------------------------------------------------------------------------------------------------------------
+
+NO_PIPELINE = dict(pipeline_parallel=1, virtual_pipeline=1, first_stage_layers=None, last_stage_layers=None,
+                   embedding_in_pipeline_split=False, loss_in_pipeline_split=False)
+"""The :class:`ParallelPlan` fields of a plan folded onto one pipeline stage (``plan.replace(**NO_PIPELINE)``):
+no pipeline, no interleaving, and none of the uneven-stage settings, which need more than one stage."""
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParallelPlan:
     """How the job is split over GPUs and which memory savers are on.
