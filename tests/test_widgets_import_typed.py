@@ -65,3 +65,22 @@ def test_ds_config_after_hf_import_keeps_the_hf_config_for_the_replay():
     assert s.valid and int(s.plan.zero_stage) == 2
     assert s.hf_model is hf and s.model == hf.spec
     app.close()
+
+
+def test_hf_import_of_a_bfloat16_model_trains_it_in_bf16():
+    """The guide's plan is fp16; a config stored in bfloat16 switches the plan to bf16 (where the GPU has it), so
+    that the allocator replay, which traces bf16, can run it; a float32 config keeps the plan's precision."""
+    app = Workbench()
+    assert str(app.state.plan.precision) == "fp16"
+    imp = importer(app)
+    config = json.loads((DATA / "hf" / "qwen2-0_5b" / "config.json").read_text())
+    imp.text.value = json.dumps(dict(config, torch_dtype="bfloat16"))
+    assert imp.load(), imp.error.value
+    assert str(app.state.plan.precision) == "bf16" and "precision set to bf16" in imp.report.value
+    app.close()
+    app = Workbench()
+    imp = importer(app)
+    imp.text.value = json.dumps(dict(config, torch_dtype="float32"))
+    assert imp.load(), imp.error.value
+    assert str(app.state.plan.precision) == "fp16" and "precision set" not in imp.report.value
+    app.close()

@@ -141,6 +141,11 @@ class ImportPanel(Panel):
                        f"DeepSpeed ZeRO data parallel)")
         elif plan.world_size != world:
             plan = plan.replace(**batch)
+        dtype = imported.config.get("dtype") or imported.config.get("torch_dtype")
+        if str(plan.precision) == "fp16" and dtype == "bfloat16" and cluster.gpu.peak_tflops.get("bf16"):
+            # a model stored in bfloat16 is trained in bf16 where the GPU has it (and the replay traces bf16)
+            plan = plan.replace(precision="bf16")
+            changed = "; ".join(filter(None, (changed, "precision set to bf16 (the config's dtype is bfloat16)")))
         if str(plan.recompute) == "selective":
             # transformers checkpoints whole decoder layers (activation_checkpointing_enable)
             plan = plan.replace(recompute="full", recompute_layers=None)
