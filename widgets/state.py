@@ -273,12 +273,27 @@ def _check_keys(changes: Mapping, allowed, what: str) -> None:
         raise KeyError(f"unknown {what} field(s): {', '.join(unknown)}")
 
 
+MOE_PLAN_FIELDS = ("expert_parallel", "expert_tensor_parallel", "moe_token_dispatcher", "moe_capacity_factor",
+                   "moe_load_imbalance", "moe_recompute", "moe_pad_to_capacity", "moe_overlap_alltoall")
+"""Plan fields only an MoE model reads: a model made dense (``num_experts`` 0 or ``None``) puts them back at
+:class:`~workbench.specs.ParallelPlan`'s defaults, which a dense model accepts."""
+
+
+def dense_plan_inputs(plan_inputs: Mapping) -> dict:
+    """``plan_inputs`` with :data:`MOE_PLAN_FIELDS` at ParallelPlan's defaults."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ParallelPlan) if f.name in MOE_PLAN_FIELDS}
+    return {**plan_inputs, **defaults}
+
+
 def reduce(state: AppState, action, estimator: Estimator = _default_estimator) -> AppState:
     """The one update function: ``(state, action) -> new state``. Pure apart from calling the estimator."""
     if isinstance(action, SetModel):
         _check_keys(action.changes, MODEL_FIELDS, "model")
+        plan_inputs = state.plan_inputs
+        if "num_experts" in action.changes and not action.changes["num_experts"]:
+            plan_inputs = _frozen(dense_plan_inputs(plan_inputs))
         new = dataclasses.replace(state, model_inputs=_frozen({**state.model_inputs, **action.changes}),
-                                  preset="custom" if action.changes else state.preset)
+                                  plan_inputs=plan_inputs, preset="custom" if action.changes else state.preset)
     elif isinstance(action, LoadPreset):
         try:
             inputs = model_inputs_of(action.name)
