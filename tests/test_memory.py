@@ -845,3 +845,32 @@ def test_deepspeed_initialization_leaves_the_parameters_blocks_cached():
     assert deepspeed_init_cached_bytes(m, init=14e9 + 2e8, **kw) == pytest.approx(14e9 - 2e8)
     without = estimate(m, c, plan.replace(offload_optimizer="none"), checks=False).memory
     assert without.releasable_cached_bytes == 0 and without.observed_peak_bytes == without.per_gpu_peak_bytes
+
+
+def test_nvme_offload_needs_the_nodes_nvme(capsys):
+    """What ZeRO-Infinity swaps to NVMe is checked against the node's NVMe (ClusterSpec.nvme_gib_per_node, --nvme-gib;
+    0: none), as host memory is against the host's: a plan that fits the GPU and host but not the NVMe does not fit."""
+    import json
+
+    from workbench import advisor, memory as M
+    from workbench.cli import main
+
+    m = catalog.model("llama2-7b")
+    plan = ParallelPlan(world_size=8, engine="deepspeed", zero_stage=3, offload_optimizer="nvme",
+                        offload_params="nvme", recompute="full", global_batch_size=64)
+    none = M.estimate_memory(m, ClusterSpec(gpu=catalog.gpu("A100-80GB"), gpus_per_node=8), plan)
+    assert none.fits_gpu and none.fits_host and none.nvme_bytes_per_gpu > 0
+    assert none.nvme_bytes_per_node == 8 * none.nvme_bytes_per_gpu
+    assert not none.fits_nvme and not none.fits
+    roomy = M.estimate_memory(m, ClusterSpec(gpu=catalog.gpu("A100-80GB"), gpus_per_node=8, nvme_gib_per_node=4096),
+                              plan)
+    assert roomy.fits_nvme and roomy.fits and roomy.to_dict()["nvme_capacity_bytes_per_node"] == 4096 * 2**30
+    finding = advisor.fits_memory(plan, none)
+    assert finding.status == "fail" and "NVMe" in finding.message and "--nvme-gib" in finding.suggestion
+    cpu = M.estimate_memory(m, ClusterSpec(gpu=catalog.gpu("A100-80GB"), gpus_per_node=8),
+                            plan.replace(offload_optimizer="cpu", offload_params="cpu"))
+    assert cpu.fits_nvme and cpu.nvme_bytes_per_node == 0
+    assert main(["estimate", "--model", "llama2-7b", "--gpu", "A100-80GB", "--zero", "3", "--offload-optimizer",
+                 "nvme", "--offload-params", "nvme", "--recompute", "full", "--gbs", "64", "--nvme-gib", "4096",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["fits_nvme"] is True

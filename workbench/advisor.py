@@ -322,12 +322,17 @@ def overlap_comm(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, tim
 
 def fits_memory(plan: ParallelPlan, memory) -> Finding:
     peak, cap = memory.per_gpu_peak_bytes, memory.capacity_bytes
-    ok_gpu, ok_host = memory.fits_gpu, memory.fits_host
+    ok_gpu, ok_host, ok_nvme = memory.fits_gpu, memory.fits_host, memory.fits_nvme
     msg = (f"peak {_gb(peak)} per GPU on pipeline stage {memory.peak_stage.stage} ({memory.peak_stage.peak_phase}) "
            f"of {_gb(cap)}: {peak / cap:.0%} used")
     if memory.host_bytes_per_node:
         msg += (f"; host memory {_gb(memory.host_bytes_per_node)} per node of "
                 f"{_gb(memory.host_capacity_bytes_per_node)}")
+    if memory.nvme_bytes_per_gpu:
+        msg += (f"; NVMe {_gb(memory.nvme_bytes_per_node)} per node of "
+                f"{_gb(memory.nvme_capacity_bytes_per_node)}"
+                + (" (none given: --nvme-gib, ClusterSpec(nvme_gib_per_node=...))"
+                   if not memory.nvme_capacity_bytes_per_node else ""))
     if not ok_gpu and memory.peak_stage.peak_phase == "initialization":
         clone = memory.peak_stage.terms.buffers
         suggestion = (f"the peak is DeepSpeed's initialization, not training: ZeRO-{int(plan.zero_stage)} with the "
@@ -337,9 +342,12 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
                       f"themselves")
     elif not ok_gpu:
         suggestion = "follow the OOM ladder (`workbench advise` lists each step's memory and cost)"
+    elif not ok_host:
+        suggestion = "more host memory per node, NVMe offload, or fewer offloaded states"
     else:
-        suggestion = "" if ok_host else "more host memory per node, NVMe offload, or fewer offloaded states"
-    return Finding(id="fits_memory", status="pass" if ok_gpu and ok_host else "fail", message=msg,
+        suggestion = ("" if ok_nvme else "give the node's local NVMe (--nvme-gib) or offload to the CPU; DeepSpeed "
+                                         "swaps the offloaded states to the nvme_path it is given")
+    return Finding(id="fits_memory", status="pass" if ok_gpu and ok_host and ok_nvme else "fail", message=msg,
                    suggestion=suggestion)
 
 

@@ -2763,6 +2763,8 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         host_bytes_per_node=host_per_gpu * cluster.gpus_per_node,
         host_capacity_bytes_per_node=int(cluster.host_memory_gib_per_node * GiB),
         nvme_bytes_per_gpu=nvme_per_gpu,
+        nvme_bytes_per_node=nvme_per_gpu * cluster.gpus_per_node,
+        nvme_capacity_bytes_per_node=int(cluster.nvme_gib_per_node * GiB),
         formulas=formulas,
     )
 

@@ -75,6 +75,10 @@ class MemoryEstimate:
     host_capacity_bytes_per_node: int
     nvme_bytes_per_gpu: int
     """NVMe bytes per rank for ZeRO-Infinity offload (0 unless offloading to nvme)."""
+    nvme_bytes_per_node: int = 0
+    """NVMe bytes a node needs: nvme_bytes_per_gpu × GPUs per node."""
+    nvme_capacity_bytes_per_node: int = 0
+    """Local NVMe per node (:attr:`workbench.specs.ClusterSpec.nvme_gib_per_node`; 0: none)."""
     formulas: dict = field(default_factory=dict)
     """term → short formula text with its source, for tooltips and docs."""
     band_low_bytes: int = 0
@@ -124,8 +128,13 @@ class MemoryEstimate:
         return self.host_bytes_per_node <= self.host_capacity_bytes_per_node
 
     @property
+    def fits_nvme(self) -> bool:
+        """What the ranks of a node offload to NVMe fits the node's NVMe (True when nothing goes there)."""
+        return self.nvme_bytes_per_gpu == 0 or self.nvme_bytes_per_node <= self.nvme_capacity_bytes_per_node
+
+    @property
     def fits(self) -> bool:
-        return self.fits_gpu and self.fits_host
+        return self.fits_gpu and self.fits_host and self.fits_nvme
 
     def to_dict(self) -> dict:
         return {
@@ -146,6 +155,9 @@ class MemoryEstimate:
             "host_bytes_per_gpu": int(self.host_bytes_per_gpu),
             "host_capacity_bytes_per_node": int(self.host_capacity_bytes_per_node),
             "nvme_bytes_per_gpu": int(self.nvme_bytes_per_gpu),
+            "nvme_bytes_per_node": int(self.nvme_bytes_per_node),
+            "nvme_capacity_bytes_per_node": int(self.nvme_capacity_bytes_per_node),
+            "fits_nvme": bool(self.fits_nvme),
             "band_bytes": {"low": int(self.band_low_bytes), "high": int(self.band_high_bytes),
                            "note": self.band_note},
             "fits": bool(self.fits),

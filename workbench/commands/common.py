@@ -128,6 +128,9 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = Tr
     c.add_argument("--intra-gbps", type=float, help="per-GPU intra-node bandwidth, GB/s (default: catalog)")
     c.add_argument("--inter-gbps", type=float, help="per-GPU inter-node bandwidth, GB/s (default: catalog)")
     c.add_argument("--host-mem-gib", type=float, help="host memory per node, GiB")
+    c.add_argument("--nvme-gib", type=float,
+                   help="local NVMe per node for --offload-optimizer/--offload-params nvme (ZeRO-Infinity), GiB "
+                        "(default 0: none, so NVMe offload does not fit)")
     c.add_argument("--host-cores", type=int, help="CPU cores per node (default 112); CPU Adam shares them")
     c.add_argument("--cpu-adam-threads", type=int,
                    help="OMP_NUM_THREADS of each rank, the threads of DeepSpeed's CPU Adam with optimizer offload "
@@ -309,6 +312,8 @@ def cluster_from_args(args) -> ClusterSpec:
         kwargs["inter_node_gb_per_s"] = args.inter_gbps
     if args.host_mem_gib is not None:
         kwargs["host_memory_gib_per_node"] = args.host_mem_gib
+    if getattr(args, "nvme_gib", None) is not None:
+        kwargs["nvme_gib_per_node"] = args.nvme_gib
     if getattr(args, "host_cores", None) is not None:
         kwargs["host_cpu_cores_per_node"] = args.host_cores
     if getattr(args, "cpu_adam_threads", None) is not None:
