@@ -84,3 +84,16 @@ def test_hf_import_of_a_bfloat16_model_trains_it_in_bf16():
     assert imp.load(), imp.error.value
     assert str(app.state.plan.precision) == "fp16" and "precision set" not in imp.report.value
     app.close()
+
+
+def test_a_megatron_command_larger_than_the_cluster_says_to_set_the_hardware_first():
+    app = Workbench()
+    panel(app, "Hardware").controls["gpus_per_node"].value = 1
+    imp = importer(app)
+    imp.text.value = (DATA / "guide_megatron_tp4pp2.sh").read_text()
+    assert not imp.load()
+    assert "needs TP × PP × CP = 8 GPUs" in imp.error.value and "Hardware panel" in imp.error.value
+    panel(app, "Hardware").controls["gpus_per_node"].value = 8
+    assert imp.load(), imp.error.value
+    assert app.state.plan.tensor_parallel == 4 and app.state.plan.pipeline_parallel == 2
+    app.close()

@@ -57,6 +57,14 @@ def specs_from_import(imported, state):
     if per_node or nodes:
         cluster = cluster.replace(gpus_per_node=int(per_node or cluster.gpus_per_node),
                                   num_nodes=int(nodes or cluster.num_nodes))
+    needed = 1
+    for name in ("tensor_parallel", "pipeline_parallel", "context_parallel"):
+        needed *= int(imported.plan_fields.get(name) or 1)
+    if cluster.world_size % needed:
+        raise ValueError(f"the pasted {imported.kind} source needs TP × PP × CP = {needed} GPUs for one model "
+                         f"replica and the Hardware panel has {cluster.world_size} ({cluster.num_nodes} node(s) × "
+                         f"{cluster.gpus_per_node}), which {needed} does not divide: set GPUs per node and nodes in "
+                         f"the Hardware panel first, then load it again")
     model, plan = imported.to_specs(model=model, cluster=cluster)
     if plan.world_size != cluster.world_size:
         # the source fixes the world size (e.g. through its batch arithmetic): keep the GPUs per node
