@@ -1,0 +1,115 @@
+"""Granite through the Hugging Face import.
+
+Fixture (tests/data/hf/, the published sizes): granite-3-2b is ibm-granite/granite-3.0-2b-base. Its parameter count
+against transformers' own model is checked by tests/test_hf.py::test_parameter_count_equals_transformers (every
+fixture folder)."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from workbench import memory as M  # noqa: E402
+from workbench.hf import build_model, import_hf, lora_target_modules, targets_from_modules  # noqa: E402
+from workbench.specs import AttentionImpl  # noqa: E402
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def test_granite_sizes_and_structure():
+    granite = import_hf(HF / "granite-3-2b")
+    g = granite.spec
+    assert g.num_parameters == 2_533_531_648 and len(granite.notes) == 1
+    assert granite.notes[0].startswith("residual_multiplier=0.22: two scalar products per layer, keeping nothing")
+    assert str(g.normalization) == "rmsnorm" and g.is_gated and not g.add_bias_linear and not g.qkv_bias
+    assert g.tied_embeddings and g.num_query_groups == 8 and g.head_dim == 64 and not g.qk_norm
+    assert g.attention_dropout == 0.1 and g.hidden_dropout == 0.0 and g.seq_length == 4096
+
+
+def test_granite_multipliers_change_no_parameter_or_memory():
+    """embedding_multiplier, residual_multiplier, attention_multiplier and logits_scaling are scalars: a Granite
+    config equals the same Llama config in parameters and in every memory term."""
+    data = json.loads((HF / "granite-3-2b" / "config.json").read_text())
+    llama = {k: v for k, v in data.items() if k not in ("embedding_multiplier", "residual_multiplier",
+                                                        "attention_multiplier", "logits_scaling", "architectures")}
+    g, ll = import_hf(data).spec, import_hf(dict(llama, model_type="llama")).spec
+    assert g.replace(name=ll.name) == ll
+
+
+def test_llama_style_lora_module_names():
+    assert lora_target_modules("granite", ("q", "gate")) == ["q_proj", "gate_proj"]
+
+
+def _kept_after_forward_bytes(config: dict, layers: int, seq: int, attn=None) -> int:
+    """Bytes of every tensor alive after a training forward on the CPU (bf16), parameters excluded (as
+    tests/test_hf.py counts them)."""
+    import torch
+
+    from workbench.storagetrace import live_storage, storage_keys
+
+    torch.manual_seed(0)
+    model = build_model(dict(config, num_hidden_layers=layers), device="cpu", attn_implementation=attn)
+    model = model.to(torch.bfloat16).train()
+    skip = storage_keys([*model.parameters(), *model.buffers()])
+    ids = torch.randint(0, config["vocab_size"], (1, seq))
+    with live_storage(skip=skip) as live:
+        loss = model(input_ids=ids, labels=ids).loss
+        kept = live.current
+    del loss
+    return kept
+
+
+_TINY = dict(hidden_size=64, intermediate_size=176, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+             max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+_GRANITE = dict(_TINY, model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22,
+                attention_multiplier=0.015625, logits_scaling=8.0)
+_KW = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2, recompute=0)
+
+
+@pytest.mark.parametrize("name, config, two, one", [
+    ("granite", _GRANITE, {}, {}),
+])
+def test_layer_keeps_what_the_memory_model_counts(name, config, two, one):
+    """One decoder layer's kept bytes (2 layers less 1, sdpa, as tests/test_hf.py counts Llama's) equal the memory
+    model's within 1 %: Granite's scalar multipliers keep nothing (a Llama layer's bytes exactly), StarCoder2's
+    LayerNorm and GeLU MLP keep what GPT-NeoX's do."""
+    seq = 128
+    measured = _kept_after_forward_bytes({**config, **two}, 2, seq) - _kept_after_forward_bytes({**config, **one}, 1,
+                                                                                                 seq)
+    spec = import_hf(dict(config, num_hidden_layers=2, **two), seq_length=seq).spec
+    assert spec.attention is AttentionImpl.FLASH
+    _, modelled = M.layer_activation_bytes(spec, **_KW)
+    assert abs(modelled - measured) <= 0.01 * measured, (name, modelled, measured)
+    if name == "granite":
+        llama = dict(config, model_type="llama")
+        for key in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+            llama.pop(key)
+        assert measured == _kept_after_forward_bytes(llama, 2, seq) - _kept_after_forward_bytes(llama, 1, seq)
+
+
+@pytest.mark.parametrize("name, config", [
+    ("granite", dict(_GRANITE, num_key_value_heads=4, attention_dropout=0.1)),
+])
+def test_eager_layer_with_dropout_keeps_what_the_memory_model_counts(name, config):
+    """Eager attention (the fp32 softmax, the 16-bit probabilities, the dropout mask and output) and StarCoder2's
+    residual dropout. On the CPU ``F.dropout`` keeps its mask as a 16-bit tensor (``input * mask``), where the GPU's
+    fused dropout keeps a 1-byte one, as the memory model counts: the CPU count adds the byte per masked element."""
+    seq = 128
+    measured = _kept_after_forward_bytes(config, 2, seq, "eager") - _kept_after_forward_bytes(config, 1, seq, "eager")
+    spec = import_hf(dict(config, num_hidden_layers=2), seq_length=seq, attn_implementation="eager").spec
+    _, modelled = M.layer_activation_bytes(spec, **_KW)
+    cpu_masks = ((spec.num_attention_heads * seq * seq if spec.attention_dropout else 0)
+                 + (2 * seq * spec.hidden_size if spec.hidden_dropout else 0))
+    assert abs(modelled + cpu_masks - measured) <= 0.01 * measured, (name, modelled, cpu_masks, measured)
+
+
+@pytest.mark.parametrize("family, change, message", [
+    ("granite-3-2b", {"attention_bias": True}, "attention_bias=True with mlp_bias=False"),
+])
+def test_refusals_name_the_field(family, change, message, tmp_path):
+    data = json.loads((HF / family / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**data, **change}))
+    with pytest.raises(ValueError, match=message):
+        import_hf(tmp_path)
