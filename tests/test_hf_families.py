@@ -1,8 +1,8 @@
-"""Granite through the Hugging Face import.
+"""Granite and StarCoder2 through the Hugging Face import.
 
-Fixture (tests/data/hf/, the published sizes): granite-3-2b is ibm-granite/granite-3.0-2b-base. Its parameter count
-against transformers' own model is checked by tests/test_hf.py::test_parameter_count_equals_transformers (every
-fixture folder)."""
+Fixtures (tests/data/hf/, the published sizes): granite-3-2b is ibm-granite/granite-3.0-2b-base, starcoder2-3b is
+bigcode/starcoder2-3b. Their parameter counts against transformers' own models are checked by
+tests/test_hf.py::test_parameter_count_equals_transformers (every fixture folder)."""
 import json
 import os
 from pathlib import Path
@@ -28,6 +28,17 @@ def test_granite_sizes_and_structure():
     assert g.attention_dropout == 0.1 and g.hidden_dropout == 0.0 and g.seq_length == 4096
 
 
+def test_starcoder2_sizes_and_structure():
+    starcoder = import_hf(HF / "starcoder2-3b")
+    s = starcoder.spec
+    assert s.num_parameters == 3_030_371_328
+    assert str(s.normalization) == "layernorm" and str(s.activation) == "gelu" and not s.is_gated
+    assert s.add_bias_linear and s.qkv_bias and s.tied_embeddings and str(s.position_embedding) == "rotary"
+    assert s.num_query_groups == 2 and s.head_dim == 128 and s.ffn_hidden_size == 12288
+    assert s.hidden_dropout == s.attention_dropout == 0.1
+    assert any("sliding-window attention (4096 tokens)" in n for n in starcoder.notes)
+
+
 def test_granite_multipliers_change_no_parameter_or_memory():
     """embedding_multiplier, residual_multiplier, attention_multiplier and logits_scaling are scalars: a Granite
     config equals the same Llama config in parameters and in every memory term."""
@@ -36,6 +47,23 @@ def test_granite_multipliers_change_no_parameter_or_memory():
                                                         "attention_multiplier", "logits_scaling", "architectures")}
     g, ll = import_hf(data).spec, import_hf(dict(llama, model_type="llama")).spec
     assert g.replace(name=ll.name) == ll
+
+
+def test_starcoder2_lora_modules_equal_peft():
+    from peft import LoraConfig, get_peft_model
+
+    from workbench.params import lora_params_per_layer
+
+    config = dict(model_type="starcoder2", hidden_size=64, intermediate_size=256, num_attention_heads=4,
+                  num_key_value_heads=2, num_hidden_layers=2, vocab_size=256, bos_token_id=0, eos_token_id=0)
+    spec = import_hf(config).spec
+    everything = ("q", "k", "v", "o", "gate", "up", "down")
+    modules = lora_target_modules("starcoder2", everything)
+    assert modules == ["q_proj", "k_proj", "v_proj", "o_proj", "c_fc", "c_proj"]
+    assert targets_from_modules("starcoder2", modules) == ("q", "k", "v", "o", "up", "down")
+    net = get_peft_model(build_model(config, device="meta"), LoraConfig(r=8, target_modules=modules))
+    trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    assert trainable == 2 * lora_params_per_layer(spec, 8, everything)
 
 
 def test_llama_style_lora_module_names():
@@ -65,11 +93,14 @@ _TINY = dict(hidden_size=64, intermediate_size=176, num_attention_heads=4, num_k
              max_position_embeddings=512, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, pad_token_id=0)
 _GRANITE = dict(_TINY, model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22,
                 attention_multiplier=0.015625, logits_scaling=8.0)
+_STARCODER2 = dict(_TINY, model_type="starcoder2", intermediate_size=256, use_bias=True)
 _KW = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2, recompute=0)
 
 
 @pytest.mark.parametrize("name, config, two, one", [
     ("granite", _GRANITE, {}, {}),
+    ("starcoder2", _STARCODER2, {}, {}),
+    ("starcoder2 without biases", dict(_STARCODER2, use_bias=False), {}, {}),
 ])
 def test_layer_keeps_what_the_memory_model_counts(name, config, two, one):
     """One decoder layer's kept bytes (2 layers less 1, sdpa, as tests/test_hf.py counts Llama's) equal the memory
@@ -91,6 +122,8 @@ def test_layer_keeps_what_the_memory_model_counts(name, config, two, one):
 
 @pytest.mark.parametrize("name, config", [
     ("granite", dict(_GRANITE, num_key_value_heads=4, attention_dropout=0.1)),
+    ("starcoder2", dict(_STARCODER2, num_key_value_heads=4, residual_dropout=0.1, embedding_dropout=0.1,
+                        attention_dropout=0.1)),
 ])
 def test_eager_layer_with_dropout_keeps_what_the_memory_model_counts(name, config):
     """Eager attention (the fp32 softmax, the 16-bit probabilities, the dropout mask and output) and StarCoder2's
@@ -107,9 +140,32 @@ def test_eager_layer_with_dropout_keeps_what_the_memory_model_counts(name, confi
 
 @pytest.mark.parametrize("family, change, message", [
     ("granite-3-2b", {"attention_bias": True}, "attention_bias=True with mlp_bias=False"),
+    ("starcoder2-3b", {"hidden_act": "silu"}, "activation 'silu' is not modelled"),
+    ("starcoder2-3b", {"frobnicate": 1}, "field 'frobnicate' is not a Starcoder2Config field"),
 ])
 def test_refusals_name_the_field(family, change, message, tmp_path):
     data = json.loads((HF / family / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**data, **change}))
     with pytest.raises(ValueError, match=message):
         import_hf(tmp_path)
+
+
+def test_starcoder2_release_keys_and_dropout_note():
+    """The BigCode release files' mlp_type / norm_type / activation_function / layer_norm_epsilon are read by
+    nothing in transformers: accepted, the model unchanged; an embedding dropout without residual dropout is
+    noted. ``workbench import`` prints nothing on stderr (Starcoder2Config's own defaults warn about their token
+    ids when built bare)."""
+    import subprocess
+    import sys
+
+    data = json.loads((HF / "starcoder2-3b" / "config.json").read_text())
+    plain = import_hf(data).spec
+    released = import_hf(dict(data, mlp_type="default", norm_type="layer_norm", activation_function="gelu",
+                              layer_norm_epsilon=1e-5)).spec
+    assert released == plain
+    noted = import_hf(dict(data, residual_dropout=0.0))
+    assert noted.spec.hidden_dropout == 0.0
+    assert [n for n in noted.notes if n.startswith("embedding_dropout=0.1 counted as residual_dropout=0.0")]
+    run = subprocess.run([sys.executable, "-m", "workbench", "import", str(HF / "starcoder2-3b"), "--json"],
+                         capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), check=True)
+    assert run.stderr == "" and json.loads(run.stdout)["parameters"] == 3_030_371_328

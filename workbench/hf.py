@@ -6,7 +6,7 @@ parameter count equals what ``AutoModelForCausalLM.from_config`` builds from the
 on the command line and ``catalog.model("hf:PATH")`` go through :func:`model_from_hf`.
 
 Supported ``model_type`` values (decoder-only causal LMs): llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text,
-gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe, granite. Anything else, a key the
+gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe, granite, starcoder2. Anything else, a key the
 configuration class does not know, or a value the ModelSpec cannot express (dense and MoE layers mixed, quantised
 weights, remote code) is refused with one line naming it. Everything runs offline: the file is local and nothing is
 downloaded.
@@ -26,7 +26,7 @@ from typing import Optional, Union
 from workbench.specs import AttentionImpl, ModelSpec, hf_checkpoint_every
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt2",
-                         "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite")
+                         "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "starcoder2")
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
 
@@ -51,7 +51,11 @@ _MODELLING_KEYS = {"qwen3_moe": frozenset({"head_dim"}), "mixtral": frozenset({"
                    "qwen2_moe": frozenset({"head_dim"}),
                    # Gemma's files repeat the activation as hidden_act; the model uses hidden_activation
                    "gemma": frozenset({"hidden_act"}), "gemma2": frozenset({"hidden_act"}),
-                   "gemma3_text": frozenset({"hidden_act"})}
+                   "gemma3_text": frozenset({"hidden_act"}),
+                   # StarCoder2's release files name the MLP and norm kinds and repeat the activation and epsilon
+                   # under older names; Starcoder2Config declares none of them and the model reads none (it always
+                   # builds LayerNorm and the c_fc/c_proj MLP with hidden_act and norm_epsilon)
+                   "starcoder2": frozenset({"mlp_type", "norm_type", "activation_function", "layer_norm_epsilon"})}
 
 # the fields that size a model, per family (a config.json without them would silently take the configuration
 # class's defaults: transformers' LlamaConfig() is Llama-2 7B); each entry lists the names accepted for it
@@ -160,6 +164,20 @@ def is_hf_config(data: dict) -> bool:
         and "zero_optimization" not in data
 
 
+def _default_config(cls):
+    """``cls()``, without the warning transformers' own defaults raise for some families (Starcoder2Config's
+    bos/eos token 50256 lies outside its default 49152-token vocabulary): only its field names are read."""
+    import logging
+
+    log = logging.getLogger("transformers.configuration_utils")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return cls()
+    finally:
+        log.setLevel(level)
+
+
 def _config_object(data: dict, where: str):
     """The transformers configuration object for ``data`` (offline; refuses unknown types and keys)."""
     model_type = data.get("model_type")
@@ -183,7 +201,7 @@ def _config_object(data: dict, where: str):
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
-    known = set(cls().to_dict()) | set(getattr(cls, "attribute_map", {}))  # attribute_map: aliases it accepts
+    known = set(_default_config(cls).to_dict()) | set(getattr(cls, "attribute_map", {}))  # + the aliases it accepts
     extra = _MODELLING_KEYS.get(model_type, frozenset())
     unknown = sorted(k for k in data if k not in known and k not in _LEGACY_KEYS and k not in extra)
     if unknown:
@@ -292,6 +310,22 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                     add_bias_linear=True, activation=_activation(cfg.hidden_act, False, where, notes),
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(g("hidden_dropout", 0.0)),
                     attention_dropout=float(g("attention_dropout", 0.0)))
+    if model_type == "starcoder2":  # transformers/models/starcoder2: LayerNorm, c_fc/c_proj GeLU MLP, GQA, rotary
+        if g("sliding_window"):
+            notes.append(f"sliding-window attention ({cfg.sliding_window} tokens) counted as full causal attention")
+        residual, embedding = float(g("residual_dropout", 0.0) or 0.0), float(g("embedding_dropout", 0.0) or 0.0)
+        if (embedding > 0) != (residual > 0):  # the ModelSpec keeps the embedding's mask with the hidden dropout
+            notes.append(f"embedding_dropout={embedding} counted as residual_dropout={residual}: the embedding's "
+                         f"dropout mask (1 byte per token and hidden unit) only "
+                         f"{'without' if residual > 0 else 'with'} it")
+        return dict(num_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size,
+                    num_attention_heads=cfg.num_attention_heads,
+                    num_query_groups=g("num_key_value_heads") or cfg.num_attention_heads,
+                    ffn_hidden_size=cfg.intermediate_size, vocab_size=cfg.vocab_size, position_embedding="rotary",
+                    normalization="layernorm", add_bias_linear=bool(cfg.use_bias),
+                    activation=_activation(cfg.hidden_act, False, where, notes),
+                    tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=residual,
+                    attention_dropout=float(g("attention_dropout", 0.0) or 0.0))
     # the Llama-style families: RMSNorm, rotary, gated MLP, optional GQA
     if model_type in ("llama", "granite") and bool(g("attention_bias")) != bool(g("mlp_bias")):
         raise ValueError(f"{where}: attention_bias={cfg.attention_bias} with mlp_bias={cfg.mlp_bias} is not "
@@ -430,15 +464,21 @@ _NAMED = {
 }
 _LLAMA_STYLE = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
                 "down": "down_proj"}
+# Llama's attention names around a GeLU MLP (Starcoder2MLP: c_fc, c_proj)
+_SEPARATE_QKV_GELU = {"starcoder2": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "up": "c_fc",
+                                     "down": "c_proj"}}
 
 
 def lora_target_modules(model_type: str, targets) -> list:
     """peft ``target_modules`` for the workbench's projection names in one family. Fused projections take all
     their parts or none (GPT-2 ``c_attn``, GPT-NeoX ``query_key_value``, Phi-3 ``qkv_proj`` hold q, k and v; Phi-3's
     ``gate_up_proj`` holds gate and up); MoE experts are fused 3-D weights in transformers, so MLP targets are
-    refused for MoE families."""
+    refused for MoE families. A GeLU MLP has no gate: ``gate`` targets nothing there."""
     targets = set(targets)
     out = []
+    if model_type in _SEPARATE_QKV_GELU:
+        names = _SEPARATE_QKV_GELU[model_type]
+        return [names[t] for t in ("q", "k", "v", "o", "up", "down") if t in targets]
     if model_type in _FUSED_QKV:
         qkv = targets & {"q", "k", "v"}
         if qkv and qkv != {"q", "k", "v"}:
@@ -467,7 +507,7 @@ def lora_target_modules(model_type: str, targets) -> list:
 def targets_from_modules(model_type: str, modules) -> tuple:
     """The workbench's projection names for peft ``target_modules`` (the inverse of :func:`lora_target_modules`;
     a bare GPT-2 ``c_proj`` matches both the attention output and the MLP's down projection, as in peft)."""
-    names = {v: k for k, v in _LLAMA_STYLE.items()}
+    names = {v: k for k, v in _SEPARATE_QKV_GELU.get(model_type, _LLAMA_STYLE).items()}
     if model_type in _FUSED_QKV:
         names = {_FUSED_QKV[model_type]: ("q", "k", "v"), "gate_up_proj": ("gate", "up")}
         names.update({v: (k,) for k, v in _NAMED[model_type].items()})
