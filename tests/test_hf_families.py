@@ -1,8 +1,8 @@
-"""Granite and StarCoder2 through the Hugging Face import.
+"""Granite, StarCoder2 and SmolLM3 through the Hugging Face import.
 
 Fixtures (tests/data/hf/, the published sizes): granite-3-2b is ibm-granite/granite-3.0-2b-base, starcoder2-3b is
-bigcode/starcoder2-3b. Their parameter counts against transformers' own models are checked by
-tests/test_hf.py::test_parameter_count_equals_transformers (every fixture folder)."""
+bigcode/starcoder2-3b, smollm3-3b is HuggingFaceTB/SmolLM3-3B. Their parameter counts against transformers' own
+models are checked by tests/test_hf.py::test_parameter_count_equals_transformers (every fixture folder)."""
 import json
 import os
 from pathlib import Path
@@ -39,6 +39,15 @@ def test_starcoder2_sizes_and_structure():
     assert any("sliding-window attention (4096 tokens)" in n for n in starcoder.notes)
 
 
+def test_smollm3_sizes_and_structure():
+    smol = import_hf(HF / "smollm3-3b")
+    m = smol.spec
+    assert m.num_parameters == 3_075_098_624 and m.is_gated and m.tied_embeddings and not m.add_bias_linear
+    assert m.num_query_groups == 4 and m.head_dim == 128 and m.seq_length == 4096
+    assert smol.max_position_embeddings == 65536
+    assert [n for n in smol.notes if "9 of 36 layers without rotary (no_rope_layers, NoPE)" in n]
+
+
 def test_granite_multipliers_change_no_parameter_or_memory():
     """embedding_multiplier, residual_multiplier, attention_multiplier and logits_scaling are scalars: a Granite
     config equals the same Llama config in parameters and in every memory term."""
@@ -68,6 +77,7 @@ def test_starcoder2_lora_modules_equal_peft():
 
 def test_llama_style_lora_module_names():
     assert lora_target_modules("granite", ("q", "gate")) == ["q_proj", "gate_proj"]
+    assert lora_target_modules("smollm3", ("q", "gate")) == ["q_proj", "gate_proj"]
 
 
 def _kept_after_forward_bytes(config: dict, layers: int, seq: int, attn=None) -> int:
@@ -94,6 +104,7 @@ _TINY = dict(hidden_size=64, intermediate_size=176, num_attention_heads=4, num_k
 _GRANITE = dict(_TINY, model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22,
                 attention_multiplier=0.015625, logits_scaling=8.0)
 _STARCODER2 = dict(_TINY, model_type="starcoder2", intermediate_size=256, use_bias=True)
+_SMOLLM3 = dict(_TINY, model_type="smollm3")
 _KW = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2, recompute=0)
 
 
@@ -101,11 +112,14 @@ _KW = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_pa
     ("granite", _GRANITE, {}, {}),
     ("starcoder2", _STARCODER2, {}, {}),
     ("starcoder2 without biases", dict(_STARCODER2, use_bias=False), {}, {}),
+    ("smollm3 rotary layer", _SMOLLM3, dict(no_rope_layers=[1, 1]), dict(no_rope_layers=[1])),
+    ("smollm3 NoPE layer", _SMOLLM3, dict(no_rope_layers=[1, 0]), dict(no_rope_layers=[1])),
 ])
 def test_layer_keeps_what_the_memory_model_counts(name, config, two, one):
     """One decoder layer's kept bytes (2 layers less 1, sdpa, as tests/test_hf.py counts Llama's) equal the memory
     model's within 1 %: Granite's scalar multipliers keep nothing (a Llama layer's bytes exactly), StarCoder2's
-    LayerNorm and GeLU MLP keep what GPT-NeoX's do."""
+    LayerNorm and GeLU MLP keep what GPT-NeoX's do, and a SmolLM3 NoPE layer keeps what a rotary one does (its q and
+    k unrotated views instead of the rotated copies)."""
     seq = 128
     measured = _kept_after_forward_bytes({**config, **two}, 2, seq) - _kept_after_forward_bytes({**config, **one}, 1,
                                                                                                  seq)
@@ -124,6 +138,7 @@ def test_layer_keeps_what_the_memory_model_counts(name, config, two, one):
     ("granite", dict(_GRANITE, num_key_value_heads=4, attention_dropout=0.1)),
     ("starcoder2", dict(_STARCODER2, num_key_value_heads=4, residual_dropout=0.1, embedding_dropout=0.1,
                         attention_dropout=0.1)),
+    ("smollm3", dict(_SMOLLM3, num_key_value_heads=4)),
 ])
 def test_eager_layer_with_dropout_keeps_what_the_memory_model_counts(name, config):
     """Eager attention (the fp32 softmax, the 16-bit probabilities, the dropout mask and output) and StarCoder2's
@@ -140,6 +155,7 @@ def test_eager_layer_with_dropout_keeps_what_the_memory_model_counts(name, confi
 
 @pytest.mark.parametrize("family, change, message", [
     ("granite-3-2b", {"attention_bias": True}, "attention_bias=True with mlp_bias=False"),
+    ("smollm3-3b", {"mlp_bias": True}, "attention_bias=False with mlp_bias=True"),
     ("starcoder2-3b", {"hidden_act": "silu"}, "activation 'silu' is not modelled"),
     ("starcoder2-3b", {"frobnicate": 1}, "field 'frobnicate' is not a Starcoder2Config field"),
 ])

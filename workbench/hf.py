@@ -6,7 +6,7 @@ parameter count equals what ``AutoModelForCausalLM.from_config`` builds from the
 on the command line and ``catalog.model("hf:PATH")`` go through :func:`model_from_hf`.
 
 Supported ``model_type`` values (decoder-only causal LMs): llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text,
-gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe, granite, starcoder2. Anything else, a key the
+gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe, granite, starcoder2, smollm3. Anything else, a key the
 configuration class does not know, or a value the ModelSpec cannot express (dense and MoE layers mixed, quantised
 weights, remote code) is refused with one line naming it. Everything runs offline: the file is local and nothing is
 downloaded.
@@ -26,7 +26,7 @@ from typing import Optional, Union
 from workbench.specs import AttentionImpl, ModelSpec, hf_checkpoint_every
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt2",
-                         "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "starcoder2")
+                         "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "starcoder2", "smollm3")
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
 
@@ -327,7 +327,7 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=residual,
                     attention_dropout=float(g("attention_dropout", 0.0) or 0.0))
     # the Llama-style families: RMSNorm, rotary, gated MLP, optional GQA
-    if model_type in ("llama", "granite") and bool(g("attention_bias")) != bool(g("mlp_bias")):
+    if model_type in ("llama", "granite", "smollm3") and bool(g("attention_bias")) != bool(g("mlp_bias")):
         raise ValueError(f"{where}: attention_bias={cfg.attention_bias} with mlp_bias={cfg.mlp_bias} is not "
                          f"modelled (biases on all linear layers or on none)")
     bias = bool(g("attention_bias", False))
@@ -362,12 +362,19 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                       moe_ffn_hidden_size=cfg.moe_intermediate_size)
         if model_type == "qwen2_moe" and g("shared_expert_intermediate_size"):
             fields["shared_expert_ffn_hidden_size"] = cfg.shared_expert_intermediate_size
-    if g("sliding_window") and model_type in ("mistral", "mixtral", "gemma2", "gemma3_text"):
+    if g("sliding_window") and (model_type in ("mistral", "mixtral", "gemma2", "gemma3_text") or (
+            model_type == "smollm3" and g("use_sliding_window") and "sliding_attention" in (g("layer_types") or ()))):
         notes.append(f"sliding-window attention ({cfg.sliding_window} tokens) counted as full causal attention")
     if model_type == "granite" and g("residual_multiplier", 1.0) != 1.0:  # GraniteDecoderLayer.forward
         notes.append(f"residual_multiplier={cfg.residual_multiplier}: two scalar products per layer, keeping nothing "
                      f"for backward (as the embedding/attention/logits multipliers); their passes over the hidden "
                      f"states are timed as a Llama layer's, which has none")
+    if model_type == "smollm3":  # SmolLM3Attention.use_rope = config.no_rope_layers[layer_idx]
+        nope = sum(1 for r in (g("no_rope_layers") or ())[:cfg.num_hidden_layers] if not r)
+        if nope:
+            notes.append(f"{nope} of {cfg.num_hidden_layers} layers without rotary (no_rope_layers, NoPE): the same "
+                         f"parameters and kept activations (rotary keeps only the shared cos/sin tables); their "
+                         f"host time and memory traffic priced as a rotary layer's")
     return fields
 
 
