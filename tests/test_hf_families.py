@@ -1,4 +1,4 @@
-"""Granite, StarCoder2 and SmolLM3 through the Hugging Face import.
+"""Granite, StarCoder2 and SmolLM3 through the Hugging Face import; OLMo 2 refused.
 
 Fixtures (tests/data/hf/, the published sizes): granite-3-2b is ibm-granite/granite-3.0-2b-base, starcoder2-3b is
 bigcode/starcoder2-3b, smollm3-3b is HuggingFaceTB/SmolLM3-3B. Their parameter counts against transformers' own
@@ -151,6 +151,14 @@ def test_eager_layer_with_dropout_keeps_what_the_memory_model_counts(name, confi
     cpu_masks = ((spec.num_attention_heads * seq * seq if spec.attention_dropout else 0)
                  + (2 * seq * spec.hidden_size if spec.hidden_dropout else 0))
     assert abs(modelled + cpu_masks - measured) <= 0.01 * measured, (name, modelled, cpu_masks, measured)
+
+
+def test_olmo2_is_refused_naming_what_the_spec_cannot_express():
+    data = dict(model_type="olmo2", hidden_size=2048, num_hidden_layers=16, num_attention_heads=16,
+                num_key_value_heads=16, intermediate_size=8192, vocab_size=100352)
+    with pytest.raises(ValueError, match=r"model_type 'olmo2' is not modelled: its q_norm/k_norm normalise the "
+                                         r"whole q and k projections .* post_feedforward_layernorm"):
+        import_hf(data)
 
 
 @pytest.mark.parametrize("family, change, message", [

@@ -7,9 +7,9 @@ on the command line and ``catalog.model("hf:PATH")`` go through :func:`model_fro
 
 Supported ``model_type`` values (decoder-only causal LMs): llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text,
 gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe, granite, starcoder2, smollm3. Anything else, a key the
-configuration class does not know, or a value the ModelSpec cannot express (dense and MoE layers mixed, quantised
-weights, remote code) is refused with one line naming it. Everything runs offline: the file is local and nothing is
-downloaded.
+configuration class does not know, or a value the ModelSpec cannot express (dense and MoE layers mixed, OLMo 2's
+whole-projection q/k norms and post-sublayer norms, quantised weights, remote code) is refused with one line naming
+it. Everything runs offline: the file is local and nothing is downloaded.
 
 The attention implementation (``attn_implementation``: ``eager``, ``sdpa``, ``flash_attention_2``) is a choice of
 the training stack: :func:`attention_for` maps it onto the ModelSpec's attention kernel. So is the MoE families'
@@ -186,6 +186,11 @@ def _config_object(data: dict, where: str):
     if model_type == "gemma3":
         raise ValueError(f"{where}: model_type 'gemma3' is the multimodal Gemma 3 (with a vision tower); the "
                          f"workbench models its language model: use a config with model_type 'gemma3_text'")
+    if model_type == "olmo2":
+        raise ValueError(f"{where}: model_type 'olmo2' is not modelled: its q_norm/k_norm normalise the whole q and "
+                         f"k projections ((heads + kv heads)·head_dim weights, where the ModelSpec's qk_norm is one "
+                         f"head_dim norm each) and its only layer norms follow attention and MLP "
+                         f"(post_attention_layernorm, post_feedforward_layernorm), which no ModelSpec field expresses")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"{where}: model_type {model_type!r} is not supported (supported: "
                          f"{', '.join(SUPPORTED_MODEL_TYPES)})")
