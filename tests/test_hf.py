@@ -267,14 +267,15 @@ def test_transformers_loss_and_eager_attention_memory():
     _, eager_layer = M.layer_activation_bytes(eager, recompute=0, **kw)
     _, mg_layer = M.layer_activation_bytes(eager.replace(implementation="megatron"), recompute=0, **kw)
     # without dropout both keep the fp32 softmax and the 16-bit probabilities the P @ V matmul saves (6 bytes/score);
-    # megatron-core's layer keeps its glu's (x_linear + offset) copy and the product (2·v·s·f), and K and V repeated
-    # to all 32 heads for its two matmuls (v·s·(3q − q − 2kv)); transformers' unfused ops keep, per RMSNorm, the fp32
-    # input and the 16-bit down-cast beside the output (4 + v more per element, two norms: 8·s·h), and SiLU × up
-    # one f-wide tensor more than a fused SwiGLU (v·s·f)
-    s, h, f, q, kv = 2048, 4096, 14336, 4096, 1024
-    assert mg_layer - eager_layer == 2 * 2 * s * f + 2 * s * (3 * q - q - 2 * kv) - (8 * s * h + 2 * s * f)
+    # megatron-core's layer keeps its glu's (x_linear + offset) copy and the product (2·v·s·f); both keep K and V
+    # repeated to all 32 heads for their two matmuls (transformers' repeat_kv, megatron-core's expand); transformers'
+    # unfused ops keep, per RMSNorm, the fp32 input and the 16-bit down-cast beside the output (4 + v more per
+    # element, two norms: 8·s·h), and SiLU × up one f-wide tensor more than a fused SwiGLU (v·s·f)
+    s, h, f = 2048, 4096, 14336
+    assert mg_layer - eager_layer == 2 * 2 * s * f - (8 * s * h + 2 * s * f)
     _, flash_layer = M.layer_activation_bytes(eager.replace(attention="flash"), recompute=0, **kw)
-    assert eager_layer - flash_layer == 6 * 32 * 2048 * 2048 - 4 * 32 * 2048
+    # (and eager keeps K and V repeated to the 32 query heads: 2·v·s·(q − kv))
+    assert eager_layer - flash_layer == 6 * 32 * 2048 * 2048 - 4 * 32 * 2048 + 2 * 2 * 2048 * (4096 - 1024)
     # GPT-2's eager softmax stays in bf16: softmax output 2 + dropout mask 1 + dropped probabilities 2 per score, and
     # no megatron-core scores buffer; eager's matmuls keep the q, k, v copies the generic count has, SDPA keeps
     # contiguous copies of q and k besides (2·v·s·h)
@@ -446,8 +447,9 @@ def test_transformers_layer_keeps_what_its_unfused_ops_save():
     assert M.hf_layer_extra_bytes_per_token(spec, value_bytes=2, frozen_norms=1.0) == 2 * h * 2 + 176 * 2
     gemma2 = import_hf(HF / "gemma2-2b", seq_length=1024).spec  # fp32 weight products, 4 norms, soft-capped scores
     g = gemma2.hidden_size
-    assert M.hf_layer_extra_bytes_per_token(gemma2, value_bytes=2) == (4 * g * 6 + 2 * gemma2.ffn_hidden_size
-                                                                       + 2 * gemma2.num_attention_heads * 1024)
+    assert M.hf_layer_extra_bytes_per_token(gemma2, value_bytes=2) == (
+        4 * g * 6 + 2 * gemma2.ffn_hidden_size + 2 * gemma2.num_attention_heads * 1024
+        + 2 * 2 * (gemma2.query_projection_size - gemma2.kv_projection_size))  # eager's K, V repeated to 8 heads
     mg = spec.replace(implementation="megatron")
     assert M.layer_activation_bytes(mg, **kw)[1] < modelled
     # Gemma 2's final logit soft-capping: tanh keeps its 16-bit output beside the loss's 12 bytes per logit
@@ -498,3 +500,21 @@ def test_gemma2_soft_capping_time():
         inputs["hbm_gb_per_s"] * 1e9 * inputs["score_hbm_efficiency"])
     logits = 1024 * spec.vocab_size * 26 / (inputs["hbm_gb_per_s"] * 1e9 * inputs["hbm_efficiency"])
     assert capped["compute"] - plain["compute"] == pytest.approx(scores + logits, rel=1e-9)
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_eager_attention_keeps_the_expanded_grouped_keys_and_values(kv_heads):
+    """transformers' eager attention repeats K and V to every query head (``repeat_kv``) before its matmuls, which
+    keep those copies: with 2 kv heads for 4 query heads the layer keeps 2·v·(q − kv) per token more than SDPA's
+    grouped kernel would; with one kv head the expansion is a view and keeps nothing new."""
+    config = dict(model_type="llama", hidden_size=64, intermediate_size=176, num_attention_heads=4,
+                  num_key_value_heads=kv_heads, vocab_size=256, max_position_embeddings=512,
+                  tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+                  attn_implementation="eager", attention_dropout=0.0)
+    seq = 128
+    measured = _kept_after_forward_bytes(config, 2, seq) - _kept_after_forward_bytes(config, 1, seq)
+    spec = import_hf(dict(config, num_hidden_layers=2), seq_length=seq).spec
+    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2,
+              recompute=0)
+    _, modelled = M.layer_activation_bytes(spec, **kw)
+    assert abs(modelled - measured) <= 0.005 * measured, (modelled, measured)

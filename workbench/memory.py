@@ -1217,6 +1217,9 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
       by ``benchmarks/hf_lora_saved_tensors_cpu.py``).
     * Gemma 2's eager attention soft-caps the scores (``tanh(scores / cap) · cap``): tanh keeps its output, v per
       score (a·s per token).
+    * eager attention with grouped-query heads (1 < kv heads < heads): ``repeat_kv`` expands K and V to every query
+      head (``expand`` then ``reshape``, a copy unless one kv head makes it a view) and the two matmuls keep those
+      copies, not the kv-sized ones: 2·v·(q − kv) more. SDPA takes the grouped heads as they are (``enable_gqa``).
     * Phi-3's fused ``qkv_proj`` (``fused_projections``) under SDPA: the kernel keeps v, a view of the fused output,
       so the q and k parts of that storage stay alive beside the rotated copies it keeps too: v·(q + kv) more (eager
       attention's matmuls copy v and keep no view). On H200 the Phi-3 sdpa runs of the corpus were 2.9-6.5 % under
@@ -1244,6 +1247,10 @@ def hf_layer_extra_bytes_per_token(m: ModelSpec, *, value_bytes, frozen_norms=0.
         extra = extra + v * m.num_attention_heads * m.seq_length
     if m.fused_projections and not m.attention.materialises_scores:  # Phi-3's qkv storage, held by SDPA's v view
         extra = extra + v * (m.query_projection_size + m.kv_projection_size)
+    groups = m.num_query_groups or m.num_attention_heads
+    if m.attention is AttentionImpl.UNFUSED and 1 < groups < m.num_attention_heads:
+        # eager attention's repeat_kv: K and V expanded to every query head are copies its matmuls keep
+        extra = extra + 2 * v * (m.query_projection_size - m.kv_projection_size)
     return extra
 
 
