@@ -134,3 +134,19 @@ def test_host_bound_zero3_row():
     assert len(row) == 1 and "wb-check-warn" in row[0]
     assert "host-bound" in row[0] and "stage3_param_persistence_threshold" in row[0]
     view.close()
+
+
+def test_a_pasted_out_of_memory_message_is_read_whole(too_big):
+    """The log box reads a CUDA out-of-memory message as the device stood at the failure and names its cause."""
+    view = AdvisorView()
+    view.show(too_big)
+    view.log_text.value = ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has "
+                           "a total capacity of 79.11 GiB of which 1.21 GiB is free. Process 4711 has 6.00 GiB memory "
+                           "in use. Including non-PyTorch memory, this process has 71.89 GiB memory in use. Of the "
+                           "allocated memory 69.20 GiB is allocated by PyTorch, and 1.95 GiB is reserved by PyTorch "
+                           "but unallocated.")
+    view.read_log()
+    text = html.unescape(view.log_result.value)
+    assert "log_oom_device" in text and "other processes 6.00 GiB (PID 4711 6.00 GiB)" in text
+    assert "other processes held 6.00 GiB of this GPU" in text
+    view.close()
