@@ -410,15 +410,17 @@ def test_lora_dropout_keeps_a_copy_of_each_adapter_input():
     assert dropped - plain == pytest.approx(expected, rel=0.02)
 
 
-def _kept_after_forward_bytes(config: dict, layers: int, seq: int) -> int:
+def _kept_after_forward_bytes(config: dict, layers: int, seq: int, attn=None) -> int:
     """Bytes of every tensor alive after a training forward of a transformers model on the CPU (bf16), parameters
-    excluded: what autograd keeps for backward, counted storage by storage."""
+    excluded: what autograd keeps for backward, counted storage by storage (``attn``: the attn_implementation to
+    build with, else the config's)."""
     import torch
 
     from workbench.storagetrace import live_storage, storage_keys
 
     torch.manual_seed(0)
-    model = build_model(dict(config, num_hidden_layers=layers), device="cpu").to(torch.bfloat16).train()
+    model = build_model(dict(config, num_hidden_layers=layers), device="cpu", attn_implementation=attn)
+    model = model.to(torch.bfloat16).train()
     skip = storage_keys([*model.parameters(), *model.buffers()])
     ids = torch.randint(0, config["vocab_size"], (1, seq))
     with live_storage(skip=skip) as live:
@@ -426,6 +428,16 @@ def _kept_after_forward_bytes(config: dict, layers: int, seq: int) -> int:
         kept = live.current
     del loss
     return kept
+
+
+def _one_layer_kept_and_modelled(config: dict, seq: int) -> tuple:
+    """``(measured, modelled)``: one decoder layer's kept bytes (2 layers less 1, :func:`_kept_after_forward_bytes`)
+    and :func:`workbench.memory.layer_activation_bytes` of the imported spec, micro batch 1, bf16."""
+    measured = _kept_after_forward_bytes(config, 2, seq) - _kept_after_forward_bytes(config, 1, seq)
+    spec = import_hf(dict(config, num_hidden_layers=2), seq_length=seq).spec
+    _, modelled = M.layer_activation_bytes(spec, micro_batch=1, tensor_parallel=1, sequence_parallel=False,
+                                           context_parallel=1, value_bytes=2, recompute=0)
+    return measured, modelled
 
 
 def test_transformers_layer_keeps_what_its_unfused_ops_save():
@@ -511,10 +523,5 @@ def test_eager_attention_keeps_the_expanded_grouped_keys_and_values(kv_heads):
                   num_key_value_heads=kv_heads, vocab_size=256, max_position_embeddings=512,
                   tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, pad_token_id=0,
                   attn_implementation="eager", attention_dropout=0.0)
-    seq = 128
-    measured = _kept_after_forward_bytes(config, 2, seq) - _kept_after_forward_bytes(config, 1, seq)
-    spec = import_hf(dict(config, num_hidden_layers=2), seq_length=seq).spec
-    kw = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2,
-              recompute=0)
-    _, modelled = M.layer_activation_bytes(spec, **kw)
+    measured, modelled = _one_layer_kept_and_modelled(config, 128)
     assert abs(modelled - measured) <= 0.005 * measured, (modelled, measured)

@@ -14,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from workbench import memory as M  # noqa: E402
 from workbench.hf import build_model, import_hf, lora_target_modules, targets_from_modules  # noqa: E402
 from workbench.specs import AttentionImpl  # noqa: E402
+from test_hf import _kept_after_forward_bytes  # noqa: E402  (one counting of kept bytes for every family)
 
 HF = Path(__file__).parent / "data" / "hf"
 
@@ -78,25 +79,6 @@ def test_starcoder2_lora_modules_equal_peft():
 def test_llama_style_lora_module_names():
     assert lora_target_modules("granite", ("q", "gate")) == ["q_proj", "gate_proj"]
     assert lora_target_modules("smollm3", ("q", "gate")) == ["q_proj", "gate_proj"]
-
-
-def _kept_after_forward_bytes(config: dict, layers: int, seq: int, attn=None) -> int:
-    """Bytes of every tensor alive after a training forward on the CPU (bf16), parameters excluded (as
-    tests/test_hf.py counts them)."""
-    import torch
-
-    from workbench.storagetrace import live_storage, storage_keys
-
-    torch.manual_seed(0)
-    model = build_model(dict(config, num_hidden_layers=layers), device="cpu", attn_implementation=attn)
-    model = model.to(torch.bfloat16).train()
-    skip = storage_keys([*model.parameters(), *model.buffers()])
-    ids = torch.randint(0, config["vocab_size"], (1, seq))
-    with live_storage(skip=skip) as live:
-        loss = model(input_ids=ids, labels=ids).loss
-        kept = live.current
-    del loss
-    return kept
 
 
 _TINY = dict(hidden_size=64, intermediate_size=176, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
