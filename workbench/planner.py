@@ -659,6 +659,18 @@ def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGE
 # ================================================================================================================
 # Search
 # ================================================================================================================
+
+def hf_engines(engines) -> list:
+    """The engines of ``engines`` a Hugging Face (transformers) model is searched under: DeepSpeed's ZeRO data
+    parallel only."""
+    return [e for e in engines if Engine.parse(e, "engines") is Engine.DEEPSPEED]
+
+
+def lora_engines(engines) -> list:
+    """The engines of ``engines`` a LoRA search keeps: the DeepSpeed ones (megatron-core's own DDP trains every
+    parameter)."""
+    return [e for e in engines if Engine.parse(e, "engines") is not Engine.MEGATRON]
+
 def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, seq_length: Optional[int] = None,
            top: int = 10, headroom: float = DEFAULT_HEADROOM, engines: Sequence = ENGINES,
            zero_stages: Sequence[int] = (0, 1, 2, 3), offload: bool = True,
@@ -735,7 +747,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     probe = ParallelPlan(world_size=cluster.world_size, lora_rank=lora_rank, lora_targets=lora_targets)
     lora = (probe.lora_rank, probe.lora_targets)
     if model.implementation is Implementation.TRANSFORMERS:  # DeepSpeed ZeRO data parallel only
-        engines = [e for e in engines if Engine.parse(e, "engines") is Engine.DEEPSPEED]
+        engines = hf_engines(engines)
         if not engines:
             raise ValueError(f"{model.name} is a Hugging Face model: it trains under engine 'deepspeed' (ZeRO data "
                              f"parallel); engines lists none")
@@ -745,7 +757,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
             raise ValueError(f"{model.name} is a Hugging Face model: it checkpoints whole decoder layers "
                              f"(recompute 'full') or none; recompute lists only 'selective'")
     if lora[0]:
-        engines = [e for e in engines if Engine.parse(e, "engines") is not Engine.MEGATRON]
+        engines = lora_engines(engines)
         if not engines:
             raise ValueError(f"lora_rank={lora[0]} needs a DeepSpeed engine; engines lists only megatron")
     table = enumerate_candidates(model, cluster, global_batch_size, engines=engines, zero_stages=zero_stages,

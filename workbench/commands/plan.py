@@ -113,13 +113,15 @@ def engine_specific_flags(args) -> list:
 def searched_engines(requested, model, lora_rank: int) -> tuple:
     """``(engines the search keeps, why some asked for are left out)``: ``--engine`` (default all three), less
     what the planner leaves out for a Hugging Face model (engine deepspeed only) and a LoRA search (no megatron)."""
+    from workbench.planner import hf_engines, lora_engines
+
     engines = tuple(requested) if requested else ENGINES
     why = []
-    if model.implementation is Implementation.TRANSFORMERS and set(engines) - {"deepspeed"}:
-        engines = tuple(e for e in engines if e == "deepspeed")
+    if model.implementation is Implementation.TRANSFORMERS and tuple(hf_engines(engines)) != engines:
+        engines = tuple(hf_engines(engines))
         why.append(f"{model.name} is a Hugging Face model, trained under engine deepspeed only")
-    if lora_rank and lora_rank > 0 and "megatron" in engines:
-        engines = tuple(e for e in engines if e != "megatron")
+    if lora_rank and lora_rank > 0 and tuple(lora_engines(engines)) != engines:
+        engines = tuple(lora_engines(engines))
         why.append(f"--lora-rank {lora_rank} searches DeepSpeed engines only")
     return engines, "; ".join(why)
 
