@@ -60,7 +60,10 @@ def summary_html(memory, plan=None, model=None) -> str:
         text += (f"<br>Host memory for offload: {gib(memory.host_bytes_per_node):.1f} GiB per node of "
                  f"{gib(memory.host_capacity_bytes_per_node):.0f} GiB — {host_ok}")
     if memory.nvme_bytes_per_gpu:
-        text += f"<br>NVMe per GPU: {gib(memory.nvme_bytes_per_gpu):.1f} GiB"
+        nvme_ok = ("fits" if memory.fits_nvme else "<b style='color:#b00020'>exceeds the node's NVMe</b> (set NVMe "
+                   "GiB / node in the Hardware panel)")
+        text += (f"<br>NVMe for offload: {gib(memory.nvme_bytes_per_node):.1f} GiB per node of "
+                 f"{gib(memory.nvme_capacity_bytes_per_node):.0f} GiB — {nvme_ok}")
     if plan is not None and model is not None:
         from workbench.memory import memory_notes
 
