@@ -1,4 +1,6 @@
 """The Memory view's summary line: what offload keeps on the host and on the node's NVMe, and whether it fits."""
+
+
 def test_summary_says_whether_nvme_offload_fits_the_nodes_nvme():
     from widgets.memory_view import summary_html
     from workbench import memory as M
