@@ -241,3 +241,18 @@ def test_match_advice_adds_the_device_finding_after_the_ladder():
     device = f[ids.index("log_oom_device")]
     assert device.status == "fail" and "cached but free 5.95 GiB" in device.message
     assert "expandable_segments:True" in device.suggestion
+
+
+def test_advise_reads_a_log_from_standard_input(monkeypatch, capsys):
+    """``advise --log -``: a message piped in (``... 2>&1 | tail | workbench advise ... --log -``) is read as a file."""
+    import io
+
+    from workbench.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(FRAGMENTED + "\n"))
+    assert main(["advise", "--model", "llama2-7b", "--gpu", "A100-80GB", "--zero", "2", "--gbs", "64", "--log", "-",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    found = {f["id"]: f for f in out["log_findings"]}
+    assert "fragmentation" in found["log_oom_device"]["suggestion"]
+    assert out["log"]["oom_reports"][0]["cached_free_bytes"] == round(5.95 * GiB)

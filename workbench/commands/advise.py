@@ -2,6 +2,8 @@
 training log shows (``--log FILE``)."""
 from __future__ import annotations
 
+import sys
+
 from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
 from workbench.commands.estimate import add_simulate_allocator_argument
 from workbench.defaults import GiB
@@ -13,7 +15,9 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("advise", help="checks, OOM ladder and tuning advice for one plan", description=__doc__)
     add_spec_arguments(parser)
     add_simulate_allocator_argument(parser)
-    parser.add_argument("--log", metavar="FILE", help="DeepSpeed or Megatron training log to read")
+    parser.add_argument("--log", metavar="FILE",
+                        help="DeepSpeed or Megatron training log to read ('-': standard input, e.g. a pasted CUDA "
+                             "out-of-memory message)")
     parser.add_argument("--headroom", type=float, default=0.0,
                         help="fraction of GPU memory the OOM ladder keeps free (default 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -64,13 +68,13 @@ def run(args) -> int:
     from workbench.advisor import advise
     from workbench.cli import print_json
     from workbench.commands.estimate import estimate_replayed_or_not
-    from workbench.logreader import read_log
+    from workbench.logreader import parse_log, read_log
 
     if not 0 <= args.headroom < 1:
         raise ValueError(f"--headroom {args.headroom} must be in [0, 1)")
     model, cluster, plan = specs_from_args(args)
     try:
-        log = read_log(args.log) if args.log else None
+        log = (None if not args.log else parse_log(sys.stdin.read()) if args.log == "-" else read_log(args.log))
     except OSError as exc:
         raise ValueError(f"--log {args.log}: cannot read it ({exc.strerror or exc})") from None
     # the plan priced as `workbench estimate` prices it (the allocator replayed where it can run), so both commands
