@@ -95,6 +95,11 @@ def test_workbench_run_launches_the_hybrid_under_torchrun_and_says_so(on_cpu, mo
     assert prepared.script.read_text().splitlines()[1].startswith("# torchrun: 1 node(s) x 2 cpu")
     first = capsys.readouterr().err.strip().splitlines()[0]
     assert "started — megatron-deepspeed under torchrun, 2 processes on cpu" in first
+    # --launcher picks the other one, as launch(launcher=...) does
+    assert cli.main(["run", "--tiny", "--nproc", "2", "--steps", "3", "--precision", "fp32", "--gbs", "4",
+                     "--json", "--launcher", "deepspeed", *HYBRID_FLAGS]) == 0
+    assert started[-1].command.startswith(" ".join(LAUNCHER_PROGRAMS["deepspeed"]))
+    assert "under deepspeed" in capsys.readouterr().err.strip().splitlines()[0]
 
 
 def test_a_launcher_a_run_cannot_start_is_refused_and_recorded(on_cpu, tmp_path):

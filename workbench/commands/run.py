@@ -24,6 +24,9 @@ def add_parser(sub):
     p.add_argument("--trainer", choices=["engine", "hf"], default="engine",
                    help="hf: train a --model hf:PATH through transformers' Trainer with the Trainer's \"auto\" "
                         "ds_config (default: the DeepSpeed engine directly)")
+    p.add_argument("--launcher", choices=["deepspeed", "torchrun"], default=None,
+                   help="the launcher that starts the ranks (default: the one `workbench export launch` writes for "
+                        "the plan: DeepSpeed's for engine deepspeed, torchrun for megatron and the hybrid)")
     p.add_argument("--json", action="store_true", help="print the run record as JSON")
     p.set_defaults(func=run)
     return p
@@ -105,7 +108,7 @@ def run(args) -> int:
     from workbench.commands.common import progress_bar
 
     model, cluster, plan, nproc = resolve_specs(args)
-    launcher = run_launcher(plan)  # the one `workbench export launch` writes for this plan
+    launcher = run_launcher(plan, getattr(args, "launcher", None))  # default: what `export launch` writes
     handle = launch(model, cluster, plan, steps=args.steps, nproc=nproc, data=args.data, lr=args.lr,
                     timeout_seconds=args.timeout, trainer=args.trainer, launcher=launcher)
     # the run id first, then per-step progress, both on stderr (stdout stays the record)
