@@ -1,10 +1,11 @@
 """The context-parallel all-to-all group: the (a2a, p2p) sizes follow the CP size the user types after the group, so
 a group that divides the new CP stays valid instead of keeping the p2p size of the old CP."""
+from test_widgets_app import panel
 from widgets.app import Workbench
 
 
 def parallel(app):
-    return next(p for p in app.panels if p.title == "Parallelism")
+    return panel(app, "Parallelism")
 
 
 def test_changing_cp_recomputes_the_hierarchical_sizes_from_the_a2a_group():

@@ -1,10 +1,7 @@
 """A model made dense in the Model panel takes the plan's MoE settings back to their defaults in the same update,
 so that an expert-parallel size typed for the MoE model does not leave the dense one refused."""
+from test_widgets_app import panel
 from widgets.app import Workbench
-
-
-def panel(app, title):
-    return next(p for p in app.panels if p.title == title)
 
 
 def test_experts_set_to_zero_reset_the_expert_parallel_settings():

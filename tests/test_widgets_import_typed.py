@@ -4,16 +4,13 @@ typed, also while another panel's value is refused — and keeps the imported Hu
 import json
 from pathlib import Path
 
+from test_widgets_app import panel
 from widgets.app import Workbench
 from widgets.import_panel import ImportPanel
 
 DATA = Path(__file__).parent / "data"
 DS_CONFIG = json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
                         "zero_optimization": {"stage": 2}})
-
-
-def panel(app, title):
-    return next(p for p in app.panels if p.title == title)
 
 
 def importer(app) -> ImportPanel:

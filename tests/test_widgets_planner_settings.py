@@ -2,6 +2,7 @@
 the stack), as the other views and `workbench plan` do, and "Use this plan" keeps them."""
 import pytest
 
+from test_widgets_app import panel
 from widgets.app import Workbench
 from widgets.planner_view import PlannerView
 from widgets.state import SetProfile
@@ -15,7 +16,7 @@ def planner(app) -> PlannerView:
 
 
 def parallel(app):
-    return next(p for p in app.panels if p.title == "Parallelism")
+    return panel(app, "Parallelism")
 
 
 def test_lora_fine_tune_is_searched_and_kept_by_use_this_plan():
