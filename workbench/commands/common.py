@@ -24,6 +24,13 @@ ENGINE_HELP = ("training framework: deepspeed, megatron, or megatron-deepspeed (
                "over data parallel; 'hybrid' is accepted as another name for it)")
 
 
+def json_kind(value) -> str:
+    """The JSON type of a parsed JSON value, for a message naming what a file held instead of an object:
+    ``array``, ``string``, ``boolean``, ``null`` or ``number`` (``object`` for a dict)."""
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value),
+                                                                                                   "number")
+
+
 def engine_name(value: str) -> str:
     """``--engine`` value to the core's engine name; ``hybrid`` is an alias of ``megatron-deepspeed``."""
     key = str(value).strip().lower().replace("_", "-")

@@ -22,7 +22,8 @@ _DEFAULT_ENGINE = {"deepspeed": "deepspeed", "megatron": "megatron", "hybrid": "
 _KIND_ENGINES = {"deepspeed": ("deepspeed", "megatron-deepspeed"), "megatron": ("megatron",),
                  "hybrid": ("megatron-deepspeed",)}
 """The engines each kind writes files for (``launch``: every engine)."""
-_ENGINE_KIND = {"deepspeed": "deepspeed", "megatron": "megatron", "megatron-deepspeed": "hybrid"}
+_ENGINE_KIND = {engine: kind for kind, engine in _DEFAULT_ENGINE.items() if kind != "launch"}
+"""The export that writes files for each engine (the kind whose default it is)."""
 
 
 def add_parser(sub) -> None:

@@ -122,7 +122,10 @@ def _check_json_file(source: str, text) -> None:
     except ValueError:
         return  # not plain JSON: the importer reads it (hjson) or says where it breaks
     if not isinstance(data, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+        from workbench.commands.common import json_kind
+
+        kind = json_kind(data)
+        kind = kind if kind == "null" else ("an " if kind == "array" else "a ") + kind
         raise ValueError(f"{source}: a ds_config.json holds one JSON object, got {kind} ({text.strip():.40})")
 
 

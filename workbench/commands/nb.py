@@ -79,7 +79,9 @@ def check_notebook(notebook: str) -> None:
         raise ValueError(f"notebook {notebook} is not valid JSON ({exc.msg} at line {exc.lineno} column "
                          f"{exc.colno}); a .ipynb file is the notebook's JSON") from None
     if not isinstance(data, dict):
-        kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(data), "number")
+        from workbench.commands.common import json_kind
+
+        kind = json_kind(data)
         raise ValueError(f"notebook {notebook} holds a JSON {kind}, not a notebook object (with "
                          f"'cells', 'metadata' and 'nbformat')")
     import warnings
