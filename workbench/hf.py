@@ -294,6 +294,17 @@ def context_warning(seq_length: int, max_position_embeddings: Optional[int]) -> 
     return None
 
 
+def _note_sliding_window(cfg, model_type: str, notes: list) -> None:
+    """Note a sliding window the family's attention uses (Mistral, Mixtral, Gemma 2/3, StarCoder2; SmolLM3 only
+    with ``use_sliding_window`` and sliding layers in ``layer_types``): the ModelSpec counts full causal
+    attention."""
+    g = lambda name, default=None: getattr(cfg, name, default)  # noqa: E731
+    windowed = model_type in ("mistral", "mixtral", "gemma2", "gemma3_text", "starcoder2") or (
+        model_type == "smollm3" and g("use_sliding_window") and "sliding_attention" in (g("layer_types") or ()))
+    if g("sliding_window") and windowed:
+        notes.append(f"sliding-window attention ({cfg.sliding_window} tokens) counted as full causal attention")
+
+
 def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
     g = lambda name, default=None: getattr(cfg, name, default)  # noqa: E731
     if model_type == "gpt2":
@@ -316,8 +327,7 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(g("hidden_dropout", 0.0)),
                     attention_dropout=float(g("attention_dropout", 0.0)))
     if model_type == "starcoder2":  # transformers/models/starcoder2: LayerNorm, c_fc/c_proj GeLU MLP, GQA, rotary
-        if g("sliding_window"):
-            notes.append(f"sliding-window attention ({cfg.sliding_window} tokens) counted as full causal attention")
+        _note_sliding_window(cfg, model_type, notes)
         residual, embedding = float(g("residual_dropout", 0.0) or 0.0), float(g("embedding_dropout", 0.0) or 0.0)
         if (embedding > 0) != (residual > 0):  # the ModelSpec keeps the embedding's mask with the hidden dropout
             notes.append(f"embedding_dropout={embedding} counted as residual_dropout={residual}: the embedding's "
@@ -367,9 +377,7 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                       moe_ffn_hidden_size=cfg.moe_intermediate_size)
         if model_type == "qwen2_moe" and g("shared_expert_intermediate_size"):
             fields["shared_expert_ffn_hidden_size"] = cfg.shared_expert_intermediate_size
-    if g("sliding_window") and (model_type in ("mistral", "mixtral", "gemma2", "gemma3_text") or (
-            model_type == "smollm3" and g("use_sliding_window") and "sliding_attention" in (g("layer_types") or ()))):
-        notes.append(f"sliding-window attention ({cfg.sliding_window} tokens) counted as full causal attention")
+    _note_sliding_window(cfg, model_type, notes)
     if model_type == "granite" and g("residual_multiplier", 1.0) != 1.0:  # GraniteDecoderLayer.forward
         notes.append(f"residual_multiplier={cfg.residual_multiplier}: two scalar products per layer, keeping nothing "
                      f"for backward (as the embedding/attention/logits multipliers); their passes over the hidden "
