@@ -2118,9 +2118,9 @@ def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *
 
 def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
                         scope_checked: bool = False) -> ReplayedPeaks:
-    """The replayed peaks of a plan (checked by :func:`check_scope`); the allocator may reserve the GPU
-    less its stack's memory outside it (:func:`replay_capacity_bytes`). A transformers model is rebuilt from
-    ``config`` (its Hugging Face ``config.json`` dict; :func:`replayed_peaks` with the plan's sequence, micro-batch, accumulation,
+    """The replayed peaks of a plan (checked by :func:`check_scope`); the allocator may reserve the GPU less its
+    stack's memory outside it (:func:`replay_capacity_bytes`). A transformers model is rebuilt from ``config`` (its
+    Hugging Face ``config.json`` dict; :func:`replayed_peaks` with the plan's sequence, micro-batch, accumulation,
     attention, ZeRO stage, LoRA and gradient checkpointing, ``recompute='full'``); a megatron-core model from its
     specs, in a child process (:func:`mcore_replays`), and a ``config`` given for it is refused rather than ignored.
     ``scope_checked``: the caller has already run :func:`check_scope` on this very model and plan (``estimate``,
@@ -2193,7 +2193,8 @@ def _checked_mcore_jobs(jobs: list, caller: str, **job) -> list:
 def _mcore_job(model, cluster, plan, *, capacity_bytes: Optional[int], steps: int, events: bool = False) -> dict:
     """One job of the child process of :func:`mcore_replays` as JSON-ready data, for a megatron-core model and a plan
     already checked: the specs, what the allocator may reserve (``None``: :func:`replay_capacity_bytes`, the job's GPU
-    less its stack's memory outside the allocator), the number of steps, and whether the trace's events come back instead of its replay."""
+    less its stack's memory outside the allocator), the number of steps, and whether the trace's events come back
+    instead of its replay."""
     from workbench.runs.specio import specs_to_dict
 
     cap = capacity_bytes if capacity_bytes is not None else replay_capacity_bytes(model, cluster, plan)

@@ -659,7 +659,6 @@ def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGE
 # ================================================================================================================
 # Search
 # ================================================================================================================
-
 def hf_engines(engines) -> list:
     """The engines of ``engines`` a Hugging Face (transformers) model is searched under: DeepSpeed's ZeRO data
     parallel only."""
@@ -670,6 +669,7 @@ def lora_engines(engines) -> list:
     """The engines of ``engines`` a LoRA search keeps: the DeepSpeed ones (megatron-core's own DDP trains every
     parameter)."""
     return [e for e in engines if Engine.parse(e, "engines") is not Engine.MEGATRON]
+
 
 def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, seq_length: Optional[int] = None,
            top: int = 10, headroom: float = DEFAULT_HEADROOM, engines: Sequence = ENGINES,
