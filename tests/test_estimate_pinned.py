@@ -12,9 +12,10 @@ from workbench import cli, npscalar
 # (estimate arguments, per-GPU peak bytes, host bytes per GPU, step seconds, non-zero step-time terms)
 PINNED = [
     ('--model guide-13b --gpu A100-80GB --gpus-per-node 8 --engine megatron --tp 4 --pp 2 --gbs 64',
+     # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     58538354380, 0, 9.125713160234525,
-     {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13970313731234413}),
+     58538354380, 0, 9.121341222989644,
+     {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13533120006746202}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
      # 2026-12-03: ZeRO-3 keeps parameters gathered through the forward (the coordinator walk, +2.0 GiB) and the
      # parameter-offload host factor (0.254, not optimizer offload's 0.809; no upload of the updated parameters).
@@ -25,9 +26,10 @@ PINNED = [
      38516829202, 15161435136, 3.5589438762563983,
      {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 0.6059912044142757, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
+     # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     222862412742, 0, 27.805203105444363,
-     {'compute': 24.278990578545315, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.6267310935590822}),
+     222862412742, 0, 27.775576163776233,
+     {'compute': 24.278990578545315, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.597104151890953}),
     ('--model llama3-8b --engine megatron --tp 2 --gbs 32 --precision fp8 --attention flash --distributed-optimizer --fp8-param-gather',
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
      73542247511, 0, 2.6208670892836246,
@@ -36,9 +38,10 @@ PINNED = [
      48019545838, 0, 0.5138992679270735,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
      {'compute': 0.48231149349072194, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030900441129552238}),
     ('--model llama2-70b --engine megatron --tp 8 --pp 4 --first-stage-layers 14 --last-stage-layers 12 --gbs 64 --nodes 4',
+     # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     100297468608, 0, 12.571843430420426,
-     {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.5519136684864272}),
+     100297468608, 0, 12.314709102781247,
+     {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.2947793408472492}),
     ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
      68056448614, 0, 1.5195346964888092,  # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB
      {'compute': 1.2598402372838835, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.19952566685939999, 'optimizer': 0.05669442878997015}),
@@ -98,7 +101,7 @@ BEFORE_ZERO3_SPLIT = [
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --gbs 16 --nodes 1 --gpus-per-node 1',
      13.07021707889598, 3.7920948740698015),  # ZeRO-3 offload host factor 0.666 -> 0.809 (2026-12-01) -> 0.899
     ('--model gpt3-1.3b --engine megatron --tp 2 --pp 2 --gbs 32',
-     0.792101045887894, 0.0039984448),
+     0.789935520585817, 0.0039984448),  # 2026-12-05: the bubble of the stages as they are (last: output layer)
     ('--model llama2-7b --engine deepspeed --zero 3 --lora-rank 16 --gbs 16',
      1.4215207982665337, 0.9083088636462597),
     ('--model llama2-7b --engine deepspeed --zero 3 --no-overlap-comm --gbs 32 --nodes 2',

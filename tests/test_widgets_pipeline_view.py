@@ -61,14 +61,19 @@ def test_seconds_from_the_time_model_and_relative_fallback():
     b = state.estimate.time.breakdown
     m = state.plan.num_microbatches
     drawn = READABLE_MICROBATCHES  # the chart draws the first 16 of the plan's m micro-batches
+    t = state.estimate.time  # the forward and backward the time model computed, not a 1:2 split of the total
+    # each stage drawn with its own micro-batch seconds: the last carries the output layer and the loss
+    (f0, b0), (f1, b1) = t.stage_microbatch_seconds
+    assert (f1, b1) == pytest.approx((t.microbatch_forward_seconds, t.microbatch_backward_seconds))
+    assert f0 < f1 and b0 < b1
     fwd = sum(view.fig.data[0].x)  # every drawn forward on both stages
     bwd = sum(view.fig.data[1].x)
-    t = state.estimate.time  # the forward and backward the time model computed, not a 1:2 split of the total
-    assert fwd == pytest.approx(2 * drawn * t.microbatch_forward_seconds)
-    assert bwd == pytest.approx(2 * drawn * t.microbatch_backward_seconds)
-    assert (fwd + bwd) * m / drawn == pytest.approx(2 * (b["compute"] + b["tp_comm"] + b["cp_comm"] + b["recompute"]))
-    # the drawn idle time of a stage is the time model's bubble term
-    assert sum(view.fig.data[2].x) / 2 == pytest.approx(b["bubble"], rel=1e-6)
+    assert fwd == pytest.approx(drawn * (f0 + f1))
+    assert bwd == pytest.approx(drawn * (b0 + b1))
+    assert m * (f1 + b1) == pytest.approx(b["compute"] + b["tp_comm"] + b["cp_comm"] + b["recompute"])
+    # the drawn idle time of the slowest stage is the time model's bubble term
+    idle = [x for y, x in zip(view.fig.data[2].y, view.fig.data[2].x) if y == "stage 1"]
+    assert sum(idle) == pytest.approx(b["bubble"], rel=1e-6)
     assert "time model's bubble term" in view.notes.value
     view.units.value = "relative"
     assert view.fig.layout.xaxis.title.text.startswith("time (forward of one micro-batch")

@@ -36,17 +36,19 @@ def phase_durations(state, units: str = "seconds") -> tuple:
 
 
 def stage_durations(state, p: int, units: str = "seconds"):
-    """``(forward, backward)`` per stage where the plan's stages are unequal (an uneven layer split), from the time
-    model's per-stage micro-batch seconds (``TimeEstimate.stage_microbatch_seconds``), or in relative units scaled
-    by each stage's layers; ``None`` when every stage is alike."""
+    """``(forward, backward)`` per stage where the plan's stages are unequal: in seconds the time model's per-stage
+    micro-batch seconds (``TimeEstimate.stage_microbatch_seconds``: an uneven layer split, and the output layer and
+    loss on the last stage), the stages the time model's bubble is priced on; in relative units scaled by each
+    stage's layers; ``None`` when every stage is alike."""
     est = state.estimate
+    t = getattr(est, "time", None)
+    if units == "seconds" and t is not None and len(t.stage_microbatch_seconds) == p:
+        stages = t.stage_microbatch_seconds
+        return stages if len(set(stages)) > 1 else None
     memory = getattr(est, "memory", None)
     layers = [st.num_layers for st in memory.stages] if memory is not None else []
     if len(layers) != p or len(set(layers)) == 1:
         return None
-    t = getattr(est, "time", None)
-    if units == "seconds" and t is not None and len(t.stage_microbatch_seconds) == p:
-        return t.stage_microbatch_seconds
     top = max(layers)
     return [(FORWARD_UNITS * n / top, BACKWARD_UNITS * n / top) for n in layers]
 

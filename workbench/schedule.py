@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.npscalar import minimum, where
+from workbench.npscalar import maximum, minimum, where
 
 KINDS = ("gpipe", "1f1b", "interleaved")
 
@@ -29,6 +29,74 @@ def bubble_fraction(pipeline_parallel, num_microbatches, virtual_pipeline=1):
     """Pipeline bubble time over ideal time: (p−1)/(v·m) (Narayanan et al. 2021 §2.2.1–2.2.2; v=1 for 1F1B/GPipe).
     Works on scalars and numpy arrays."""
     return (pipeline_parallel - 1) / (virtual_pipeline * num_microbatches)
+
+
+def one_f_one_b_seconds(pipeline_parallel, num_microbatches, first, middle, last):
+    """Seconds of a 1F1B pipeline (no interleaving, no p2p time) over m = ``num_microbatches`` micro-batches whose
+    stages take ``first`` = (f, b), the forward and backward of one micro-batch on stage 0, ``middle`` on each of
+    stages 1 to p−2 and ``last`` on stage p−1 (an uneven split, or the output layer and loss on the last stage).
+    Scalars and numpy arrays alike, so the planner prices every plan at once.
+
+    The longest of a family of paths through the schedule's dependencies: the first k_l = min(p − l, m) forwards
+    flow through stages 0..l, whose k_l-th ends at F_{<l} + f_l + (k_l − 1)·max_{t≤l} f_t (a flow shop of equal
+    jobs); stage l's first backward follows, and its gradient goes back to a stage j ≤ l; stage j then runs the rest
+    of its m·(f_j + b_j) without a gap, and its last gradient goes back to stage 0 (B_{<j}). Over the middle stages
+    each path is piecewise linear in j and l, so the stages 0, 1, p−2, p−1 and the bend p − m are the only
+    candidates. With equal stages it is the textbook (m + p − 1)·(f + b) (Narayanan et al. 2021 §2.2.1). Against the
+    event simulation (:func:`pipeline_schedule`) of first/middle/last splits it is never longer and at most a few
+    per cent shorter (``tests/test_schedule_uneven.py``); the closed form (m + p − 1) × the slowest stage was up to
+    2.2× too long."""
+    p, m = pipeline_parallel, num_microbatches
+    (f0, b0), (fm, bm), (fl, bl) = first, middle, last
+
+    def stage(j, x0, xm, xl):
+        return where(j == 0, x0, where(j == p - 1, xl, xm))
+
+    def before(j, x0, xm, xl):  # the sum over stages 0 .. j-1 (j may be p: all of them)
+        return where(j == 0, 0.0, x0 + (minimum(maximum(j, 1), p - 1) - 1) * xm + where(j >= p, xl, 0.0))
+
+    upto_middle = where(p > 2, maximum(f0, fm), f0)
+    all_forward, all_backward = before(p, f0, fm, fl), before(p, b0, bm, bl)
+    inner = maximum(p - 2, 1)
+    candidates = [minimum(c, p - 1) for c in (0, 1, minimum(maximum(p - m, 1), inner), inner, p - 1)]
+    # per candidate stage: where its first backward's path arrives from (as the l of a path), and what stage j adds
+    # from its first backward on (as the j of a path: the rest of its work without a gap, or its last micro-batch's
+    # round trip after its last forward), both less the gradients' way back down to it
+    arrives, adds, drains = [], [], []
+    for c in candidates:
+        k = minimum(p - c, m)
+        f, b = stage(c, f0, fm, fl), stage(c, b0, bm, bl)
+        slowest_forward = where(c == 0, f0, where(c >= p - 1, maximum(upto_middle, fl), upto_middle))
+        back_below = before(c + 1, b0, bm, bl)  # the backwards of stages 0 .. c
+        home = back_below - b  # stage c's last gradient back to stage 0
+        trip = all_forward + all_backward - before(c + 1, f0, fm, fl) - back_below
+        steady = m * (f + b) - k * f + home
+        cooldown = where(k < m, (m - k) * (f + b) + trip + b + home, steady)
+        arrives.append(before(c, f0, fm, fl) + f + (k - 1) * slowest_forward + back_below)
+        adds.append(maximum(steady, cooldown) - back_below)
+        drains.append(before(c, f0, fm, fl) + f + (m - 1) * slowest_forward + trip + b + home)
+    best = m * (fl + bl)
+    for i, (l, arrive) in enumerate(zip(candidates, arrives)):
+        best = maximum(best, drains[i])
+        for j, add in zip(candidates, adds):
+            best = maximum(best, where(j <= l, arrive + add, 0.0))
+    return where(p == 1, m * (fl + bl), best)
+
+
+def bubble_seconds(pipeline_parallel, num_microbatches, virtual_pipeline, first, middle, last):
+    """Idle seconds of the slowest stage over one step of Megatron's 1F1B schedule with ``virtual_pipeline`` model
+    chunks per rank, for stages of ``first`` / ``middle`` / ``last`` = (forward, backward) of one micro-batch:
+    :func:`one_f_one_b_seconds` less m × the slowest stage, divided by v (interleaving divides the idle time by v,
+    Narayanan et al. 2021 §2.2.2). Equal stages give the textbook (p−1)/(v·m) of the ideal time
+    (:func:`bubble_fraction`). Against the event simulation of first/middle/last splits: 1F1B never longer and at
+    most a few per cent shorter; interleaved within −2 / +8 % (``tests/test_schedule_uneven.py``), where (p−1)/v ×
+    the slowest stage was up to 24 % long. Scalars and numpy arrays alike."""
+    m = num_microbatches
+    slowest = maximum(maximum(first[0] + first[1], last[0] + last[1]),
+                      where(pipeline_parallel > 2, middle[0] + middle[1], 0.0))
+    slowest = where(pipeline_parallel == 1, last[0] + last[1], slowest)
+    idle = one_f_one_b_seconds(pipeline_parallel, m, first, middle, last) - m * slowest
+    return maximum(idle, 0.0) / virtual_pipeline
 
 
 def warmup_forwards(pipeline_parallel, stage, num_microbatches, virtual_pipeline=1):

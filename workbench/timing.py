@@ -24,7 +24,8 @@ Terms (seconds per step on the slowest pipeline stage; each function's docstring
                 host time beyond the kernels and their HBM copies (none of it crosses a link; 0 below ZeRO-3);
 - ``offload``   ZeRO-Offload PCIe traffic and the CPU Adam step;
 - ``optimizer`` the GPU optimizer step (memory bound);
-- ``bubble``    pipeline idle time (p−1)/(v·m) of the ideal time.
+- ``bubble``    pipeline idle time of the slowest stage: (p−1)/(v·m) of the ideal time with equal stages, less
+                where the stages differ (:func:`workbench.schedule.bubble_seconds`).
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_pe
                              flops_per_second_per_gpu, model_flops_per_step, recompute_flops_per_step)
 from workbench.npscalar import any_true, asarray, maximum, minimum, ndim, where
 from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
-from workbench.schedule import bubble_fraction
+from workbench.schedule import bubble_seconds
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
 TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "zero3_hooks", "offload",
@@ -1683,9 +1684,9 @@ def optimizer_terms(x: StepInputs) -> dict:
 
 def pipeline_terms(x: StepInputs, comp: dict, comm: dict) -> dict:
     """Forward and backward seconds of one micro-batch on the slowest stage (compute, the recomputed forward inside
-    the backward, and the tensor/context-parallel communication of each pass) and the ``bubble``: (p−1)/(v·m) of
-    the ideal time, i.e. bubble_fraction × m × (forward + backward). A 1F1B schedule simulated with these two
-    durations idles exactly ``bubble`` per stage."""
+    the backward, and the tensor/context-parallel communication of each pass) and the ``bubble``: the slowest
+    stage's idle time in a schedule of the stages as they are (:func:`workbench.schedule.bubble_seconds`; with
+    equal stages (p−1)/(v·m) of the ideal time, bubble_fraction × m × (forward + backward))."""
     fwd = (comp["stage_forward_seconds"] + comm["tp_forward_microbatch_seconds"]
            + comm["cp_forward_microbatch_seconds"] + comm["ep_forward_microbatch_seconds"])
     bwd = (comp["stage_backward_seconds"] + comp["recompute_microbatch_seconds"]
@@ -1701,9 +1702,29 @@ def pipeline_terms(x: StepInputs, comp: dict, comm: dict) -> dict:
     per_layer_bwd = (comp["layer_backward_seconds"] + comp["recompute_layer_seconds"]
                      + (comm["tp_backward_microbatch_seconds"] + comm["cp_backward_microbatch_seconds"]
                         + comm["ep_backward_microbatch_seconds"]) / n)
+    # the schedule over the stages as they are: an uneven split, or the output layer and loss on the last stage,
+    # idles less than (p−1) × the slowest stage (:func:`workbench.schedule.bubble_seconds`)
+    first, middle, last = _stage_pairs(x, comp, per_layer_fwd, per_layer_bwd)
     return {"microbatch_forward_seconds": fwd, "microbatch_backward_seconds": bwd,
             "layer_microbatch_forward_seconds": per_layer_fwd, "layer_microbatch_backward_seconds": per_layer_bwd,
-            "bubble": bubble_fraction(x.pipeline_parallel, m, x.virtual_pipeline) * m * (fwd + bwd)}
+            "bubble": bubble_seconds(x.pipeline_parallel, m, x.virtual_pipeline, first, middle, last)}
+
+
+def _stage_pairs(x: StepInputs, comp: dict, per_layer_fwd, per_layer_bwd) -> tuple:
+    """``(first, middle, last)`` (forward, backward) of one micro-batch on stage 0, a middle stage and the last, as
+    :func:`stage_microbatch_seconds` prices each stage for the pipeline view: its layers × the slowest stage's layer
+    (communication and recompute included), less the FP8 gain of the layers it runs in bf16 beyond that stage's
+    share, and the output layer and loss on the last."""
+    p, L = x.pipeline_parallel, x.num_layers
+    counts = [L / p if n is None else n for n in (x.first_stage_layers, x.middle_stage_layers, x.last_stage_layers)]
+    share = comp["fp8_stage_share"]
+    gain_f, gain_b = comp["fp8_layer_forward_gain_seconds"], comp["fp8_layer_backward_gain_seconds"]
+    pairs = []
+    for n, own, out in zip(counts, fp8_stage_shares(x), (False, False, True)):
+        more = where(asarray(share) > 0, n * (share - own), 0.0)  # layers in bf16 beyond the slowest stage's
+        pairs.append((n * per_layer_fwd + more * gain_f + (comp["output_forward_seconds"] if out else 0.0),
+                      n * per_layer_bwd + more * gain_b + (comp["output_backward_seconds"] if out else 0.0)))
+    return tuple(pairs)
 
 
 def _flops(x: StepInputs, comp: dict) -> dict:
@@ -1895,7 +1916,7 @@ class TimeEstimate:
     tensor/context-parallel communication of the forward."""
     microbatch_backward_seconds: float = 0.0
     """Backward of one micro-batch through that stage, recomputed forward and backward communication included;
-    ``bubble`` = bubble fraction × m × (forward + backward)."""
+    with equal stages ``bubble`` = bubble fraction × m × (forward + backward)."""
     stage_microbatch_seconds: tuple = ()
     """``(forward, backward)`` of one micro-batch on each pipeline stage, from its own layer count (an uneven split
     gives unequal stages; the last adds the output layer and loss); the slowest is ``microbatch_*_seconds``."""
