@@ -138,6 +138,12 @@ def test_tensor_pipeline(tmp_path, monkeypatch):
     assert rec["analytic_bubble"] == pytest.approx(rec["bubble_fraction"])
     # 1F1B keeps p micro-batches alive on the first stage, GPipe all m
     assert rec["peak_in_flight_stage0"]["1f1b"] == 2 and rec["peak_in_flight_stage0"]["gpipe"] == 4
+    # unequal stages 2/4/4/2 at m = 4 (a layer's forward 1, backward 2): the schedule takes 68, the closed form the
+    # same, the textbook (m + p - 1) x the slowest stage 7 x 12 = 84
+    steps = rec["uneven_step"]
+    assert steps["workbench (stages as they are)"] == pytest.approx(steps["event simulation"])
+    assert steps["event simulation"] == pytest.approx(68.0)
+    assert steps["textbook (m + p − 1) × slowest stage"] == pytest.approx(84.0)
     # long context: CP=c keeps 1/c of the activations; TP with SP splits them as much but also splits the weights
     act, peak = rec["cp_activations_gib"], rec["cp_peak_gib"]
     assert act["32768/TP1 CP4"] == pytest.approx(act["32768/TP1"] / 4, rel=0.02)
