@@ -59,6 +59,27 @@ def test_refusals_name_the_numbers(kwargs, match):
         pipeline_stage_layers(n, p, **kwargs)
 
 
+def test_interleaved_split_without_a_middle_stage_is_refused():
+    """megatron-core's interleaved layer offset divides by the middle stages: with both ends set at p = 2 its last
+    stage cannot be built (ZeroDivisionError), so the workbench refuses the split; one end alone builds."""
+    with pytest.raises(ValueError, match="no middle stage.*set only one of the two"):
+        pipeline_stage_layers(8, 2, 2, first=6, last=2)
+    assert pipeline_stage_layers(8, 2, 2, first=6) == (6, 2)
+    assert pipeline_stage_layers(12, 3, 2, first=2, last=2) == (2, 8, 2)
+    offset = pytest.importorskip("megatron.core.transformer.transformer_layer").get_transformer_layer_offset
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    def config(**kw):
+        return TransformerConfig(num_layers=8, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=2,
+                                 virtual_pipeline_model_parallel_size=2, pipeline_dtype=torch.bfloat16, **kw)
+
+    with pytest.raises(ZeroDivisionError):
+        offset(config(num_layers_in_first_pipeline_stage=6, num_layers_in_last_pipeline_stage=2), vp_stage=0,
+               pp_rank=1)
+    assert offset(config(num_layers_in_first_pipeline_stage=6), vp_stage=0, pp_rank=1) == 3
+
+
 def test_plan_field_rules():
     with pytest.raises(ValueError, match="need pipeline_parallel > 1"):
         ParallelPlan(world_size=8, engine="megatron", first_stage_layers=3)

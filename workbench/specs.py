@@ -1385,6 +1385,12 @@ def pipeline_stage_layers(num_layers: int, pipeline_parallel: int, virtual_pipel
         if rest < 0 or bool(rest) != bool(middle):
             raise ValueError(f"num_layers={L} minus first_stage_layers={first} and last_stage_layers={last} leaves "
                              f"{rest} layers for {middle} middle pipeline stages")
+        if v > 1 and not middle:
+            raise ValueError(f"first_stage_layers={first} and last_stage_layers={last} with virtual_pipeline({v}) "
+                             f"at pipeline_parallel={p} leave no middle stage, and megatron-core cannot build that "
+                             f"model: its layer offset for the interleaved schedule divides by the middle stages "
+                             f"(transformer_layer.get_transformer_layer_offset raises ZeroDivisionError on the last "
+                             f"stage, megatron-core 0.16.1 and 0.19.2); set only one of the two")
         per = rest // middle if middle else 0
         if middle and rest % middle:
             raise ValueError(f"num_layers={L} minus first_stage_layers={first} and last_stage_layers={last} leaves "
