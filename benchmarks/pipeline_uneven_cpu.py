@@ -12,6 +12,10 @@ through the textbook (m + p − 1)·(f + b):
 * ``simulated``: the event simulation of the same schedule (:func:`workbench.schedule.pipeline_schedule`);
 * ``closed form``: (m + p − 1) × the slowest stage, the bubble the time model used before.
 
+With ``--vp 2`` the same through Megatron's interleaved schedule (two model chunks per stage; the splits whose
+counts divide by 2), the even split's layer taken through m·(f + b) + (p − 1)/v·(f + b) and the closed form
+m + (p − 1)/v times the slowest stage.
+
 The backward is taken as twice the forward. The stages' own speeds are not fitted: a split's prediction is its layer
 counts times the even split's layer. Run from the repository root (about 8 minutes on 2 cores; keep the machine
 otherwise idle)::
@@ -30,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.schedule import one_f_one_b_seconds, pipeline_schedule  # noqa: E402
+from workbench.schedule import bubble_seconds, pipeline_schedule  # noqa: E402
 
 LAYERS = 8
 SPLITS = ((4, 4), (6, 2), (2, 6), (7, 1), (1, 7))
@@ -40,12 +44,14 @@ MODEL = ["--layers", str(LAYERS), "--hidden", "512", "--heads", "8", "--ffn", "2
          "--seq", "256"]
 
 
-def measure(first: int, last: int, m: int, steps: int) -> float:
+def measure(first: int, last: int, m: int, steps: int, v: int = 1) -> float:
     """Median step seconds of one real run (``workbench run --json``)."""
-    cmd = [sys.executable, "-m", "workbench", "run", "--engine", "megatron", *MODEL, "--pp", "2", "--nproc", "2",
-           "--mbs", "1", "--gbs", str(m), "--steps", str(steps), "--precision", "fp32", "--json"]
+    cmd = [sys.executable, "-m", "workbench", "run", "--engine", "megatron", *MODEL, "--pp", "2", "--vp", str(v),
+           "--nproc", "2", "--mbs", "1", "--gbs", str(m), "--steps", str(steps), "--precision", "fp32", "--json"]
     if (first, last) != (LAYERS // 2, LAYERS // 2):
-        cmd += ["--decoder-first-pipeline-num-layers", str(first), "--decoder-last-pipeline-num-layers", str(last)]
+        cmd += ["--decoder-first-pipeline-num-layers", str(first)]
+        if v == 1:  # interleaved: the first alone (both ends and no middle stage is a split megatron-core can't build)
+            cmd += ["--decoder-last-pipeline-num-layers", str(last)]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     record = json.loads(out)
     if record["status"] != "completed":
@@ -53,33 +59,39 @@ def measure(first: int, last: int, m: int, steps: int) -> float:
     return float(record["measured"]["median_step_seconds"])
 
 
-def predictions(first: int, last: int, m: int, layer_seconds: float) -> dict:
+def predictions(first: int, last: int, m: int, layer_seconds: float, v: int = 1) -> dict:
     f = layer_seconds / (1 + BACKWARD_OVER_FORWARD)
     b = layer_seconds - f
     stages = [(first * f, first * b), (last * f, last * b)]
     slowest = max(first, last) * layer_seconds
-    simulated = pipeline_schedule("1f1b", 2, m, forward_seconds=max(s[0] for s in stages),
+    kind = "interleaved" if v > 1 else "1f1b"
+    simulated = pipeline_schedule(kind, 2, m, v, forward_seconds=max(s[0] for s in stages),
                                   backward_seconds=max(s[1] for s in stages), stage_seconds=stages).total_seconds
-    return {"schedule": float(one_f_one_b_seconds(2, m, stages[0], stages[0], stages[1])),
-            "simulated": simulated, "closed form": (m + 1) * slowest}
+    return {"schedule": m * slowest + float(bubble_seconds(2, m, v, stages[0], stages[0], stages[1])),
+            "simulated": simulated, "closed form": (m + 1 / v) * slowest}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--vp", type=int, default=1, help="model chunks per stage (2: Megatron's interleaved 1F1B; the "
+                    "splits then take 4/4, 6/2 and 2/6, whose counts divide by 2)")
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = ap.parse_args()
-    lines = [f"{LAYERS}-layer model, hidden 512, 256 tokens, fp32, PP 2 on 2 CPU processes (gloo, one thread each); "
-             f"median step of {args.steps} steps less the first two",
+    v = args.vp
+    splits = [s for s in SPLITS if s[0] % v == 0 and s[1] % v == 0]
+    lines = [f"{LAYERS}-layer model, hidden 512, 256 tokens, fp32, PP 2" + (f" VP {v}" if v > 1 else "")
+             + f" on 2 CPU processes (gloo, one thread each); median step of {args.steps} steps less the first two",
              f"{'split':>6} {'m':>3} {'measured s':>11} {'schedule':>9} {'error':>7} {'simulated':>10} {'error':>7} "
              f"{'closed form':>12} {'error':>7}"]
     errors = {"schedule": [], "simulated": [], "closed form": []}
     for m in MICROBATCHES:
-        even = measure(LAYERS // 2, LAYERS // 2, m, args.steps)
-        layer = even / ((m + 1) * (LAYERS // 2))  # (m + p - 1) (f + b) for equal stages
-        for first, last in SPLITS:
-            measured = even if (first, last) == (LAYERS // 2, LAYERS // 2) else measure(first, last, m, args.steps)
-            pred = predictions(first, last, m, layer)
+        even = measure(LAYERS // 2, LAYERS // 2, m, args.steps, v)
+        layer = even / ((m + 1 / v) * (LAYERS // 2))  # m (f + b) + (p - 1)/v (f + b) for equal stages
+        for first, last in splits:
+            measured = (even if (first, last) == (LAYERS // 2, LAYERS // 2)
+                        else measure(first, last, m, args.steps, v))
+            pred = predictions(first, last, m, layer, v)
             row = f"{first:>3}/{last:<2} {m:>3} {measured:>11.3f}"
             for name, width in (("schedule", 9), ("simulated", 10), ("closed form", 12)):
                 err = pred[name] / measured - 1
