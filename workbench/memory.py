@@ -2284,6 +2284,13 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # optimizer step runs without them. (At the loss, before the first gradient hook, they should not exist yet
     # either, but the transformers runs of the fit split hold as much at that moment: not subtracted.)
     overlap = where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
+    # ZeRO-1 with overlap_comm reduces each gradient from its hook as ZeRO-2 does (stage_1_and_2.py
+    # ``process_gradients``: ``partition_gradients or overlap_comm``), and with the optimizer on the CPU hands it to
+    # the host there: no 16-bit gradient stays for the end of backward, as for ZeRO-2 (the allocator replay's trace,
+    # exact on final49's EuroLLM run that the kept gradients put 28 % high)
+    zero1_hands_off = deepspeed_offload12(engine, zero_stage, offload_optimizer) & (zero_stage == 1) & (overlap > 0)
+    grads = where(zero1_hands_off, 0.0, grads)
+    grads_bwd = where(zero1_hands_off, 0.0, grads_bwd)
     buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
     logits_phase = output
     output_grad = untied_output_gradient_bytes(m, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
@@ -2420,7 +2427,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     buffers_bwd = where(early, early_buffers, buffers_bwd)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
     # ZeRO-1/2 with the optimizer on the CPU: the embeddings' norm copies at the end of backward
-    tied_end = offload_end_reduction_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
+    tied_end = offload_end_reduction_bytes(m, engine=engine, zero_stage=where(zero1_hands_off, 2, zero_stage),
+                                           offload_optimizer=offload_optimizer,
                                            pipeline_parallel=pipeline_parallel, tensor_parallel=tensor_parallel,
                                            value_bytes=value_bytes, lora=lora)
     end_peak = weights + grads + optimizer + buffers + tied_end
