@@ -682,7 +682,7 @@ def zero3_largest_sub_group(m: ModelSpec, tensor_parallel=1, data_parallel=1):
 
 def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
                       offload_params=0, distributed_optimizer=0, fp32_grad_partition=1, fused_kernels=1,
-                      main_grad_fp32=None, sub_group_elements=DS_SUB_GROUP_ELEMENTS):
+                      main_grad_fp32=None, sub_group_elements=DS_SUB_GROUP_ELEMENTS, overlap_comm=0):
     """(weights, gradients, optimizer, host, step) bytes for ``n_params`` parameters on one rank; ``step`` is what
     exists only during the optimizer step (when activations are already freed).
 
@@ -733,8 +733,12 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     ds_opt = opt_full / o_div
     ds_host = where(off_opt, ds_opt + ds_grads_fp32, 0) + where(off_par, ds_weights, 0)
     ds_opt_gpu = where(off_opt, 0, ds_opt)
-    # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced
-    ds_grads_gpu = where(off_opt, where(zero_stage >= 2, 0, ds_grads_lp),
+    # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced, and so does
+    # ZeRO-1 with overlap_comm, which reduces from the gradient hooks as ZeRO-2 does (stage_1_and_2.py
+    # ``process_gradients``: ``partition_gradients or overlap_comm``; final49's EuroLLM run, 28 % high when its
+    # gradients were kept for the end of backward)
+    hands_off = (zero_stage >= 2) | ((zero_stage == 1) & (asarray(overlap_comm) > 0))
+    ds_grads_gpu = where(off_opt, where(hands_off, 0, ds_grads_lp),
                             ds_grads_lp + where(zero3_fp32, zero3_partition, 0))
     ds_weights_gpu = where(off_par, 0, ds_weights)
     # optimizer-step temporaries. ZeRO-1/2 (stage_1_and_2.py ``step``): the 16-bit gradients of the partition are
@@ -1046,19 +1050,20 @@ def deepspeed_init_cached_bytes(m: ModelSpec, *, init, weights, trainable, value
 
 
 def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
-                                tensor_parallel, value_bytes, lora,
+                                tensor_parallel, value_bytes, lora, overlap_comm=0,
                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
     """Bytes DeepSpeed with the optimizer on the CPU adds at the end of backward on one stage, when no activation is
     left (ZeRO-1/2/3). Tied embeddings: the shared weight's gradient hook fires last, once the embedding's
     backward has added to it; its gradient's L2 norm is taken in fp64 (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE` per
     value, ``set_norm_for_param_grad_in_gpu``) beside the buckets, and when the weight is larger than
-    ``reduce_bucket_size`` its 16-bit gradient bypasses the bucket and is still alive (ZeRO-2; ZeRO-1 counts its
-    gradients already). Replayed on Gemma 3 27B's width (262 k tied vocabulary, 3 layers, H200): 10.5 GiB of fp64
+    ``reduce_bucket_size`` its 16-bit gradient bypasses the bucket and is still alive (ZeRO-2, and ZeRO-1 with
+    ``overlap_comm``, which reduces from the hooks as ZeRO-2 does; ZeRO-1 without it counts its gradients already). Replayed on Gemma 3 27B's width (262 k tied vocabulary, 3 layers, H200): 10.5 GiB of fp64
     beside the 2.6 GiB gradient, the run's peak, 21.68 GiB allocated as measured. Untied embeddings: the last
     reductions, below. 0 for other engines and stages, without offload, for LoRA models and for pipeline stages."""
     vocab = P.model_vocab_size(m, tensor_parallel)
     elems = vocab * m.hidden_size / tensor_parallel
     zero3_offload = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 3) & (offload_optimizer > 0)
+    hooks_reduce = (zero_stage == 2) | ((zero_stage == 1) & (asarray(overlap_comm) > 0))  # else ZeRO-1 keeps them
     applies = ((deepspeed_offload12(engine, zero_stage, offload_optimizer) | zero3_offload)
                & (pipeline_parallel == 1) & ~asarray(lora) & (value_bytes < 4))
     layers_total = m.num_layers * layer_params_per_rank(m, tensor_parallel)
@@ -1070,7 +1075,7 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     zero3_embedding = (where(elems > reduce_bucket_elements, value_bytes * elems, coalesced)
                        + zero3_offload_copy_bytes(elems, value_bytes))
     if m.tied_embeddings:
-        bypass = where((zero_stage == 2) & (elems > reduce_bucket_elements), value_bytes, 0.0)
+        bypass = where(hooks_reduce & (elems > reduce_bucket_elements), value_bytes, 0.0)
         # ZeRO-3: the shared weight's hand-off (traced on one H200: Gemma 3 27B's width at 3 layers, 10.5 GiB beside
         # the flat weights and the bucket, the run's peak)
         return where(applies, where(zero3_offload, zero3_embedding,
@@ -1081,10 +1086,10 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     # weight. Then the embedding's own reduction at the end of backward (its fp64 copy; its own block too when it
     # is larger than the bucket). (Traced on one H200: Pythia 2.8B's width at 4 layers, 3.50 GiB at that moment,
     # where the backward's layers peak at 3.1.)
-    # ZeRO-1 keeps every 16-bit gradient until the end of backward and counts them already (its gradient term):
+    # ZeRO-1 without overlap_comm keeps every 16-bit gradient until the end of backward and counts them (its term):
     # the embedding's own block is not added again (replayed on Qwen2.5 72B's width at 2 layers: the fp64 copy of
     # the 1.25 G-element embedding gradient beside all the gradients, 28.42 GiB allocated as measured)
-    not_counted = zero_stage != 1
+    not_counted = (zero_stage != 1) | hooks_reduce
     layer = largest_layer_param_tensor(m, tensor_parallel)
     output_in_last = elems + layers_total <= reduce_bucket_elements
     overflow = (elems + layers_total + elems > reduce_bucket_elements) & not_counted
@@ -2213,9 +2218,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # ``get_data_parallel_group(with_context_parallel=True)``): CP ranks hold the same weights, so they share the
     # shards as data-parallel ranks do; DeepSpeed-Ulysses (engine deepspeed, c = N) likewise partitions ZeRO over its
     # sequence-data-parallel group (deepspeed/runtime/engine.py: dp_process_group=self.seq_data_parallel_group)
+    overlap = where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
     states = dict(engine=engine, zero_stage=zero_stage, param_bytes=value_bytes, fp16=fp16,
                   offload_optimizer=offload_optimizer, offload_params=offload_params,
-                  distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels, main_grad_fp32=main_grad_fp32)
+                  distributed_optimizer=distributed_optimizer, fused_kernels=fused_kernels, main_grad_fp32=main_grad_fp32,
+                  overlap_comm=overlap)
     weights, grads, optimizer, host, step = model_state_bytes(trainable, data_parallel=data_parallel
                                                               * context_parallel, **states)
     if m.is_moe:
@@ -2283,14 +2290,6 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # DeepSpeed ZeRO-1/2's reduce buckets (in ``buffers``) are released at the end of each backward, so the
     # optimizer step runs without them. (At the loss, before the first gradient hook, they should not exist yet
     # either, but the transformers runs of the fit split hold as much at that moment: not subtracted.)
-    overlap = where(zero_stage >= 3, 1, 0) if overlap_comm is None else overlap_comm
-    # ZeRO-1 with overlap_comm reduces each gradient from its hook as ZeRO-2 does (stage_1_and_2.py
-    # ``process_gradients``: ``partition_gradients or overlap_comm``), and with the optimizer on the CPU hands it to
-    # the host there: no 16-bit gradient stays for the end of backward, as for ZeRO-2 (the allocator replay's trace,
-    # exact on final49's EuroLLM run that the kept gradients put 28 % high)
-    zero1_hands_off = deepspeed_offload12(engine, zero_stage, offload_optimizer) & (zero_stage == 1) & (overlap > 0)
-    grads = where(zero1_hands_off, 0.0, grads)
-    grads_bwd = where(zero1_hands_off, 0.0, grads_bwd)
     buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
     logits_phase = output
     output_grad = untied_output_gradient_bytes(m, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
@@ -2427,10 +2426,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     buffers_bwd = where(early, early_buffers, buffers_bwd)
     backward_peak = maximum(backward_peak, where(early_acts > 0, early_peak, 0.0))
     # ZeRO-1/2 with the optimizer on the CPU: the embeddings' norm copies at the end of backward
-    tied_end = offload_end_reduction_bytes(m, engine=engine, zero_stage=where(zero1_hands_off, 2, zero_stage),
-                                           offload_optimizer=offload_optimizer,
+    tied_end = offload_end_reduction_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                                            pipeline_parallel=pipeline_parallel, tensor_parallel=tensor_parallel,
-                                           value_bytes=value_bytes, lora=lora)
+                                           value_bytes=value_bytes, lora=lora, overlap_comm=overlap)
     end_peak = weights + grads + optimizer + buffers + tied_end
     end = (tied_end > 0) & (end_peak > backward_peak)
     activations = where(end, 0.0, activations)
