@@ -187,6 +187,35 @@ def test_embedding_and_loss_account_round_trip_with_interleaving():
     assert back.embedding_in_pipeline_split and back.loss_in_pipeline_split and back.virtual_pipeline == 3
 
 
+def test_planner_names_the_stages_when_the_bubble_differs_by_the_split():
+    """The planner's "where the time goes" gives an uneven split's stages, not the textbook fraction of equal
+    stages, which is the same for both plans here."""
+    from workbench import planner
+
+    m = model("guide-13b")  # 40 layers
+    base = dict(world_size=8, engine="megatron", tensor_parallel=2, pipeline_parallel=4, global_batch_size=32)
+    even, heavy = ParallelPlan(**base), ParallelPlan(**base, first_stage_layers=16, last_stage_layers=8)
+    cluster = ClusterSpec(gpu="A100-80GB", gpus_per_node=8, num_nodes=1)
+    assert planner._term_reason("bubble", heavy, even, cluster, m.num_layers) == (
+        "PP=4, v=1, m=32, stages of 16/8/8/8 layers vs PP=4, v=1, m=32: (p−1)/(v·m)=9.4%")
+    assert planner._term_reason("bubble", even.replace(global_batch_size=16), even, cluster) == (
+        "PP=4, v=1, m=16: (p−1)/(v·m)=18.8% vs 9.4%")
+    # the advisor's throughput suggestion says the same
+    from workbench.advisor import advise
+
+    bubble = next(s for s in advise(m, cluster, heavy.replace(global_batch_size=8)).throughput if s.term == "bubble")
+    assert bubble.message.startswith("pipeline bubble of stages with 16/8/8/8 layers at m=8, v=1")
+    # in the explanation: a 10-layer model on 8 GPUs, whose PP 4 plans the planner splits unevenly
+    m = model("gpt3-350m", num_layers=10, seq_length=1024)
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, num_nodes=1)
+    ranked = planner.search(m, cluster, global_batch_size=16, engines=["megatron"], offload=False, top=100000,
+                            max_context_parallel=1).ranked
+    uneven = next(r for r in ranked if r.plan.uneven_stages)
+    even = next(r for r in ranked if r.plan.pipeline_parallel == 2 and not r.plan.uneven_stages)
+    layers = "/".join(map(str, uneven.plan.stage_layers(10)))
+    assert f"stages of {layers} layers vs PP=2" in planner.explain(even, uneven, model=m, cluster=cluster)
+
+
 def test_planner_splits_where_pp_does_not_divide_the_layers():
     from workbench import planner
 

@@ -1811,6 +1811,10 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
         elif term == "bubble":
             msg = (f"pipeline bubble (p−1)/(v·m) = ({plan.pipeline_parallel}−1)/({plan.virtual_pipeline}·"
                    f"{plan.num_microbatches}): more micro-batches or interleaving shrink it")
+            if plan.uneven_stages:  # the stages' own idle time (schedule.bubble_seconds), not the textbook fraction
+                msg = (f"pipeline bubble of stages with {'/'.join(map(str, plan.stage_layers(model.num_layers)))} "
+                       f"layers at m={plan.num_microbatches}, v={plan.virtual_pipeline} (the textbook (p−1)/(v·m) is "
+                       f"for equal stages): more micro-batches, interleaving or a more even split shrink it")
             doubled = plan.virtual_pipeline * 2
             if plan.engine is Engine.MEGATRON and plan.uneven_stages \
                     and all(n % doubled == 0 for n in plan.stage_layers(model.num_layers)) \

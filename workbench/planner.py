@@ -1073,8 +1073,21 @@ def _megatron_cp(plan: ParallelPlan) -> int:
     return 1 if plan.is_ulysses else plan.context_parallel
 
 
-def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSpec) -> str:
-    """Why ``term`` differs between plan ``a`` (the slower) and ``b``, from the plans' settings."""
+def _pipeline_words(plan: ParallelPlan, num_layers: Optional[int]) -> str:
+    """A plan's pipeline for the bubble's reason: p, v, m and the textbook (p−1)/(v·m) of equal stages, with the
+    layers on each stage when the split is uneven (the bubble is then the stages' own idle time,
+    :func:`workbench.schedule.bubble_seconds`, not that fraction)."""
+    p, v, m = plan.pipeline_parallel, plan.virtual_pipeline, plan.num_microbatches
+    text = f"PP={p}, v={v}, m={m}"
+    if plan.uneven_stages and num_layers is not None:
+        return text + f", stages of {'/'.join(map(str, plan.stage_layers(num_layers)))} layers"
+    return text + f": (p−1)/(v·m)={(p - 1) / (v * m):.1%}"
+
+
+def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSpec,
+                 num_layers: Optional[int] = None) -> str:
+    """Why ``term`` differs between plan ``a`` (the slower) and ``b``, from the plans' settings (``num_layers``: the
+    model's, to name an uneven pipeline split)."""
     n = cluster.gpus_per_node
     if term == "tp_comm":
         if group_crosses_nodes(1, a.tensor_parallel, n):
@@ -1089,10 +1102,10 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
         if a.micro_batch_size != b.micro_batch_size:
             return f"micro batch {a.micro_batch_size} vs {b.micro_batch_size}"
     if term == "bubble":
-        fa = (a.pipeline_parallel - 1) / (a.virtual_pipeline * a.num_microbatches)
+        if a.uneven_stages or b.uneven_stages:
+            return f"{_pipeline_words(a, num_layers)} vs {_pipeline_words(b, num_layers)}"
         fb = (b.pipeline_parallel - 1) / (b.virtual_pipeline * b.num_microbatches)
-        return (f"PP={a.pipeline_parallel}, v={a.virtual_pipeline}, m={a.num_microbatches}: (p−1)/(v·m)={fa:.1%} "
-                f"vs {fb:.1%}")
+        return f"{_pipeline_words(a, num_layers)} vs {fb:.1%}"
     if term == "dp_comm":
         bits = []
         if a.zero_stage != b.zero_stage:
@@ -1186,7 +1199,7 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         slow, fast = (r, w) if delta > 0 else (w, r)
         base = fast.time_breakdown[k]
         rel = f" ({abs(delta) / base:+.0%})" if base > 1e-9 else ""
-        why = _term_reason(k, slow.plan, fast.plan, cluster)
+        why = _term_reason(k, slow.plan, fast.plan, cluster, model.num_layers)
         who = label.lower() if delta > 0 else "winner"
         words = ("DeepSpeed-Ulysses all-to-all" if k == "cp_comm" and slow.plan.is_ulysses else T.TERM_WORDS[k])
         reasons.append(f"{why + ': ' if why else ''}{who} +{abs(delta):.3f} s {words}{rel}")
