@@ -37,10 +37,11 @@ cuDNN's attention blocks for sdpa as an H200 allocates them, softmax straight to
 (:func:`mcore_replays`). Dropout runs as CUDA's fused kernel does (a 1-byte mask). DeepSpeed ZeRO-0/1/2's own buffers
 are meta tensors allocated and dropped where its source does (:func:`deepspeed_steps`).
 Nothing is fitted; how the replayed reserve compares with the measured one on the H200 corpus is
-``benchmarks/alloc_sim.py``'s study (``benchmarks/results/alloc_sim_h200.txt``). Scope (:func:`check_scope`):
-one GPU, bf16, default allocator: DeepSpeed ZeRO-0/1/2 with ``overlap_comm`` off, no offload but ZeRO-2's optimizer
-offload to the CPU, of Hugging Face models imported from a config and dense megatron-core models with unfused
-attention; megatron-core's DDP with the plain or distributed optimizer (no model parallelism) of those megatron-core
+``benchmarks/alloc_sim.py``'s study (``benchmarks/results/alloc_sim_h200.txt``). Scope (:func:`check_scope`, which
+lists it in full): one GPU, bf16, default allocator: DeepSpeed ZeRO-0 to 3 of Hugging Face models imported from a
+config and of dense megatron-core models with unfused attention — ZeRO-1/2 with ``overlap_comm`` on or off and with
+or without the optimizer on the CPU, ZeRO-3 with its side-stream reductions, the optimizer and the parameters on the
+CPU — and megatron-core's DDP with the plain or distributed optimizer (no model parallelism) of those megatron-core
 models.
 
 torch, transformers, peft and megatron-core are imported inside the functions that trace: ``workbench`` imports
