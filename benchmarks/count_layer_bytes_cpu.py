@@ -93,12 +93,12 @@ def layer_bytes(config: dict, attn: str) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from runs import hf_config_with_layers
+
     def run(layers):
-        c = dict(config)
+        c = hf_config_with_layers(config, layers)
         model_type = c.pop("model_type")
         c.pop("architectures", None)
-        key = "num_hidden_layers" if "num_hidden_layers" in c else "n_layer"
-        c[key] = layers
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **c), attn_implementation=attn,
                                                      dtype=torch.bfloat16)

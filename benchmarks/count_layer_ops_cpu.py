@@ -78,9 +78,9 @@ def shrink_hf(config: dict, layers: int) -> dict:
     for key in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size"):
         if key in c:
             c[key] = 2 * width
-    for key in ("num_hidden_layers", "n_layer"):
-        if key in c:
-            c[key] = layers
+    from runs import hf_config_with_layers
+
+    c = hf_config_with_layers(c, layers)
     if "query_pre_attn_scalar" in c:
         c["query_pre_attn_scalar"] = HEAD
     c["vocab_size"] = VOCAB

@@ -67,7 +67,9 @@ def _layers_key(shape: dict, hf: bool) -> tuple:
 def _with_layers(shape: dict, hf: bool, layers: int) -> dict:
     key, _ = _layers_key(shape, hf)
     if hf:
-        return dict(shape, config=dict(shape["config"], **{key: layers}))
+        from runs import hf_config_with_layers
+
+        return dict(shape, config=hf_config_with_layers(shape["config"], layers))
     return dict(shape, **{key: layers})
 
 

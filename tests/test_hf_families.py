@@ -1,8 +1,9 @@
-"""Granite, StarCoder2 and SmolLM3 through the Hugging Face import; OLMo 2 refused.
+"""Granite, StarCoder2, SmolLM3, OLMo 2 and OLMo 3 through the Hugging Face import.
 
 Fixtures (tests/data/hf/, the published sizes): granite-3-2b is ibm-granite/granite-3.0-2b-base, starcoder2-3b is
-bigcode/starcoder2-3b, smollm3-3b is HuggingFaceTB/SmolLM3-3B. Their parameter counts against transformers' own
-models are checked by tests/test_hf.py::test_parameter_count_equals_transformers (every fixture folder)."""
+bigcode/starcoder2-3b, smollm3-3b is HuggingFaceTB/SmolLM3-3B, olmo2-1b is allenai/OLMo-2-0425-1B, olmo3-7b is
+allenai/Olmo-3-1025-7B. Their parameter counts against transformers' own models are checked by
+tests/test_hf.py::test_parameter_count_equals_transformers (every fixture folder)."""
 import json
 import os
 from pathlib import Path
@@ -87,6 +88,8 @@ _GRANITE = dict(_TINY, model_type="granite", embedding_multiplier=12.0, residual
                 attention_multiplier=0.015625, logits_scaling=8.0)
 _STARCODER2 = dict(_TINY, model_type="starcoder2", intermediate_size=256, use_bias=True)
 _SMOLLM3 = dict(_TINY, model_type="smollm3")
+_OLMO2 = dict(_TINY, model_type="olmo2")
+_OLMO3 = dict(_TINY, model_type="olmo3", sliding_window=4096)
 _KW = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_parallel=1, value_bytes=2, recompute=0)
 
 
@@ -96,12 +99,17 @@ _KW = dict(micro_batch=1, tensor_parallel=1, sequence_parallel=False, context_pa
     ("starcoder2 without biases", dict(_STARCODER2, use_bias=False), {}, {}),
     ("smollm3 rotary layer", _SMOLLM3, dict(no_rope_layers=[1, 1]), dict(no_rope_layers=[1])),
     ("smollm3 NoPE layer", _SMOLLM3, dict(no_rope_layers=[1, 0]), dict(no_rope_layers=[1])),
+    ("olmo2", _OLMO2, {}, {}),
+    ("olmo3 sliding layer", _OLMO3, dict(layer_types=["sliding_attention"] * 2),
+     dict(layer_types=["sliding_attention"])),
+    ("olmo3 full layer", _OLMO3, dict(layer_types=["full_attention"] * 2), dict(layer_types=["full_attention"])),
 ])
 def test_layer_keeps_what_the_memory_model_counts(name, config, two, one):
     """One decoder layer's kept bytes (2 layers less 1, sdpa, as tests/test_hf.py counts Llama's) equal the memory
     model's within 1 %: Granite's scalar multipliers keep nothing (a Llama layer's bytes exactly), StarCoder2's
-    LayerNorm and GeLU MLP keep what GPT-NeoX's do, and a SmolLM3 NoPE layer keeps what a rotary one does (its q and
-    k unrotated views instead of the rotated copies)."""
+    LayerNorm and GeLU MLP keep what GPT-NeoX's do, a SmolLM3 NoPE layer keeps what a rotary one does (its q and
+    k unrotated views instead of the rotated copies), and an OLMo 2/3 layer, whose norms follow attention and MLP and
+    whose q/k norms span the projections, keeps what a Qwen3 layer keeps with its norms' products in fp32."""
     seq = 128
     measured = _kept_after_forward_bytes({**config, **two}, 2, seq) - _kept_after_forward_bytes({**config, **one}, 1,
                                                                                                  seq)
@@ -121,6 +129,7 @@ def test_layer_keeps_what_the_memory_model_counts(name, config, two, one):
     ("starcoder2", dict(_STARCODER2, num_key_value_heads=4, residual_dropout=0.1, embedding_dropout=0.1,
                         attention_dropout=0.1)),
     ("smollm3", dict(_SMOLLM3, num_key_value_heads=4)),
+    ("olmo2", dict(_OLMO2, attention_dropout=0.1)),
 ])
 def test_eager_layer_with_dropout_keeps_what_the_memory_model_counts(name, config):
     """Eager attention (the fp32 softmax, the 16-bit probabilities, the dropout mask and output) and StarCoder2's
@@ -135,12 +144,36 @@ def test_eager_layer_with_dropout_keeps_what_the_memory_model_counts(name, confi
     assert abs(modelled + cpu_masks - measured) <= 0.01 * measured, (name, modelled, cpu_masks, measured)
 
 
-def test_olmo2_is_refused_naming_what_the_spec_cannot_express():
-    data = dict(model_type="olmo2", hidden_size=2048, num_hidden_layers=16, num_attention_heads=16,
-                num_key_value_heads=16, intermediate_size=8192, vocab_size=100352)
-    with pytest.raises(ValueError, match=r"model_type 'olmo2' is not modelled: its q_norm/k_norm normalise the "
-                                         r"whole q and k projections .* post_feedforward_layernorm"):
-        import_hf(data)
+def test_olmo_sizes_and_structure():
+    """OLMo 2 and 3: RMSNorm after attention and MLP only, q/k norms over the whole projections (a·d and g·d
+    weights where Qwen3's are d each), untied embeddings; OLMo 3's sliding layers are noted."""
+    from workbench import params as P
+
+    olmo2 = import_hf(HF / "olmo2-1b")
+    o = olmo2.spec
+    assert o.num_parameters == 1_484_916_736 and olmo2.notes == ()
+    assert o.post_norm and o.qk_norm and o.qk_norm_projection and not o.sandwich_norm and not o.tied_embeddings
+    assert P.qk_norm_widths(o) == (2048, 2048) and P.qk_norm_params(o) == 4096
+    assert P.qk_norm_widths(o.replace(qk_norm_projection=False)) == (128, 128)
+    olmo3 = import_hf(HF / "olmo3-7b")
+    assert olmo3.spec.num_parameters == 7_298_011_136 and olmo3.spec.post_norm and olmo3.spec.seq_length == 4096
+    assert olmo3.notes == ("sliding-window attention (4096 tokens) counted as full causal attention",)
+    # every layer full: nothing to note
+    data = json.loads((HF / "olmo3-7b" / "config.json").read_text())
+    assert import_hf(dict(data, layer_types=["full_attention"] * 32)).notes == ()
+
+
+def test_olmo_fields_are_checked():
+    from workbench.specs import ModelSpec
+
+    base = dict(name="m", num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=256, seq_length=128)
+    with pytest.raises(ValueError, match=r"qk_norm_projection=True sizes the query/key norms; it needs qk_norm=True"):
+        ModelSpec(**base, implementation="transformers", qk_norm_projection=True)
+    with pytest.raises(ValueError, match=r"post_norm=True and qk_norm_projection=True \(OLMo 2's layer\) needs "
+                                         r"implementation='transformers'"):
+        ModelSpec(**base, qk_norm=True, qk_norm_projection=True, post_norm=True)
+    with pytest.raises(ValueError, match=r"post_norm=True and sandwich_norm=True"):
+        ModelSpec(**base, implementation="transformers", post_norm=True, sandwich_norm=True)
 
 
 @pytest.mark.parametrize("family, change, message", [
@@ -148,6 +181,7 @@ def test_olmo2_is_refused_naming_what_the_spec_cannot_express():
     ("smollm3-3b", {"mlp_bias": True}, "attention_bias=False with mlp_bias=True"),
     ("starcoder2-3b", {"hidden_act": "silu"}, "activation 'silu' is not modelled"),
     ("starcoder2-3b", {"frobnicate": 1}, "field 'frobnicate' is not a Starcoder2Config field"),
+    ("olmo2-1b", {"attention_bias": True}, "attention_bias=True puts a bias on the output projection"),
 ])
 def test_refusals_name_the_field(family, change, message, tmp_path):
     data = json.loads((HF / family / "config.json").read_text())

@@ -78,3 +78,25 @@ def test_estimate_names_the_layer_host_time_and_where_its_count_comes_from(capsy
     assert cli.main(["estimate", "--model", "hf:" + str(HF / "qwen3-0_6b"), "--gpu", "H200", "--gpus", "1",
                      "--zero", "3"]) == 0
     assert "host:" not in capsys.readouterr().out
+
+
+def test_olmo3_design_is_counted_at_fewer_layers():
+    """OLMo 3's per-layer ``layer_types`` follows the layer count when a counting script shrinks the model
+    (transformers refuses a list of another length), and its design has catalog entries of its own: its norms
+    after attention and MLP, in fp32 products, move more bytes than Qwen3's design."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "corpus"))
+    import count_layer_ops_cpu as C
+    import runs
+
+    cfg = runs.HF_SHAPES["hf-olmo3-h4096-l8"]["config"]
+    assert runs.hf_config_with_layers(cfg, 2)["layer_types"] == ["sliding_attention"] * 2
+    assert runs.hf_config_with_layers(cfg, 10)["layer_types"][8:] == ["sliding_attention"] * 2
+    assert runs.hf_config_with_layers(runs.HF_SHAPES["hf-gpt2-h768"]["config"], 3)["n_layer"] == 3
+    one, two = C.count_hf(cfg, 1, "sdpa"), C.count_hf(cfg, 2, "sdpa")
+    spec = C.shape_model("hf-olmo3-h4096-l8", "sdpa")
+    ops, entry = layerops.dispatched_ops(spec)
+    assert entry["post_norm"] and layerops.layer_features(spec) == {k: entry[k] for k in layerops.FEATURES}
+    assert (two["ops"] - one["ops"], two["views"] - one["views"]) == (entry["ops"], entry["views"])
+    qwen3 = spec.replace(post_norm=False, qk_norm_projection=False)
+    assert layerops.layer_memory_bytes(spec)[1] > 1.1 * layerops.layer_memory_bytes(qwen3)[1]

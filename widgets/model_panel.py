@@ -31,6 +31,8 @@ _BOOLS = (
     ("qkv_bias", "QKV biases"),
     ("qk_norm", "Q/K norms"),
     ("sandwich_norm", "sandwich norms"),
+    ("post_norm", "norms after attn/MLP"),
+    ("qk_norm_projection", "Q/K norms per projection"),
 )
 _FLOATS = (
     ("hidden_dropout", "hidden dropout"),
@@ -80,7 +82,7 @@ class ModelPanel(Panel):
             self.preset,
             *[self.controls[n] for n, _, _ in _INTS],
             *[self.controls[n] for n, _, _ in _CHOICES],
-            ipw.HBox([self.controls[n] for n, _ in _BOOLS]),
+            ipw.HBox([self.controls[n] for n, _ in _BOOLS], layout=ipw.Layout(flex_flow="row wrap")),
             *[self.controls[n] for n, _ in _FLOATS],
             ipw.Accordion(children=[moe], titles=("mixture of experts",), selected_index=None),
             self.parameters,

@@ -6,10 +6,9 @@ parameter count equals what ``AutoModelForCausalLM.from_config`` builds from the
 on the command line and ``catalog.model("hf:PATH")`` go through :func:`model_from_hf`.
 
 Supported ``model_type`` values (decoder-only causal LMs): llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text,
-gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe, granite, starcoder2, smollm3. Anything else, a key the
-configuration class does not know, or a value the ModelSpec cannot express (dense and MoE layers mixed, OLMo 2's
-whole-projection q/k norms and post-sublayer norms, quantised weights, remote code) is refused with one line naming
-it. Everything runs offline: the file is local and nothing is downloaded.
+gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe, granite, starcoder2, smollm3, olmo2, olmo3. Anything else, a key
+the configuration class does not know, or a value the ModelSpec cannot express (dense and MoE layers mixed, quantised
+weights, remote code) is refused with one line naming it. Everything runs offline: the file is local and nothing is downloaded.
 
 The attention implementation (``attn_implementation``: ``eager``, ``sdpa``, ``flash_attention_2``) is a choice of
 the training stack: :func:`attention_for` maps it onto the ModelSpec's attention kernel. So is the MoE families'
@@ -26,7 +25,8 @@ from typing import Optional, Union
 from workbench.specs import AttentionImpl, ModelSpec, hf_checkpoint_every
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt2",
-                         "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "starcoder2", "smollm3")
+                         "gpt_neox", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "granite", "starcoder2", "smollm3",
+                         "olmo2", "olmo3")
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
 
@@ -186,11 +186,6 @@ def _config_object(data: dict, where: str):
     if model_type == "gemma3":
         raise ValueError(f"{where}: model_type 'gemma3' is the multimodal Gemma 3 (with a vision tower); the "
                          f"workbench models its language model: use a config with model_type 'gemma3_text'")
-    if model_type == "olmo2":
-        raise ValueError(f"{where}: model_type 'olmo2' is not modelled: its q_norm/k_norm normalise the whole q and "
-                         f"k projections ((heads + kv heads)·head_dim weights, where the ModelSpec's qk_norm is one "
-                         f"head_dim norm each) and its only layer norms follow attention and MLP "
-                         f"(post_attention_layernorm, post_feedforward_layernorm), which no ModelSpec field expresses")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"{where}: model_type {model_type!r} is not supported (supported: "
                          f"{', '.join(SUPPORTED_MODEL_TYPES)})")
@@ -296,11 +291,12 @@ def context_warning(seq_length: int, max_position_embeddings: Optional[int]) -> 
 
 def _note_sliding_window(cfg, model_type: str, notes: list) -> None:
     """Note a sliding window the family's attention uses (Mistral, Mixtral, Gemma 2/3, StarCoder2; SmolLM3 only
-    with ``use_sliding_window`` and sliding layers in ``layer_types``): the ModelSpec counts full causal
-    attention."""
+    with ``use_sliding_window`` and sliding layers in ``layer_types``; OLMo 3 with sliding layers in
+    ``layer_types``): the ModelSpec counts full causal attention."""
     g = lambda name, default=None: getattr(cfg, name, default)  # noqa: E731
     windowed = model_type in ("mistral", "mixtral", "gemma2", "gemma3_text", "starcoder2") or (
-        model_type == "smollm3" and g("use_sliding_window") and "sliding_attention" in (g("layer_types") or ()))
+        model_type == "smollm3" and g("use_sliding_window") and "sliding_attention" in (g("layer_types") or ())) or (
+        model_type == "olmo3" and "sliding_attention" in (g("layer_types") or ()))
     if g("sliding_window") and windowed:
         notes.append(f"sliding-window attention ({cfg.sliding_window} tokens) counted as full causal attention")
 
@@ -347,7 +343,7 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                          f"modelled (biases on all linear layers or on none)")
     bias = bool(g("attention_bias", False))
     qkv_bias = {"qwen2": True, "qwen2_moe": bool(g("qkv_bias", True))}.get(model_type, bias)
-    if model_type in ("qwen3", "gemma", "gemma2", "gemma3_text", "qwen3_moe") and bias:
+    if model_type in ("qwen3", "gemma", "gemma2", "gemma3_text", "qwen3_moe", "olmo2", "olmo3") and bias:
         raise ValueError(f"{where}: attention_bias=True puts a bias on the output projection but none on the MLP; "
                          f"not modelled")
     act = g("hidden_activation") or g("hidden_act")
@@ -359,8 +355,10 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                   normalization="rmsnorm", add_bias_linear=bias, qkv_bias=qkv_bias,
                   activation=_activation(act, True, where, notes), tied_embeddings=bool(cfg.tie_word_embeddings),
                   hidden_dropout=0.0, attention_dropout=float(g("attention_dropout", 0.0) or 0.0),
-                  qk_norm=model_type in ("qwen3", "gemma3_text", "qwen3_moe"),
+                  qk_norm=model_type in ("qwen3", "gemma3_text", "qwen3_moe", "olmo2", "olmo3"),
                   sandwich_norm=model_type in ("gemma2", "gemma3_text"))
+    if model_type in ("olmo2", "olmo3"):  # Olmo2Attention's q_norm/k_norm over a·d and g·d, Olmo2DecoderLayer's norms
+        fields.update(qk_norm_projection=True, post_norm=True)  # on the attention and MLP outputs only
     if model_type == "phi3":  # Phi3Attention.qkv_proj and Phi3MLP.gate_up_proj (transformers/models/phi3)
         fields["hidden_dropout"] = float(g("resid_pdrop", 0.0) or 0.0)
         fields["fused_projections"] = True

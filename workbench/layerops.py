@@ -22,19 +22,20 @@ import functools
 from workbench.specs import AttentionImpl, Implementation, ModelSpec
 
 FEATURES = ("implementation", "activation", "normalization", "position_embedding", "add_bias_linear", "qkv_bias",
-            "qk_norm", "sandwich_norm", "fused_projections", "attention", "dropout", "gqa")
+            "qk_norm", "sandwich_norm", "post_norm", "fused_projections", "attention", "dropout", "gqa")
 """What decides a layer's operator count, as :func:`layer_features` reads it from a :class:`ModelSpec`."""
 
 
 def layer_features(model: ModelSpec) -> dict:
     """The layer design of ``model`` as plain values (keys :data:`FEATURES`): stack, MLP activation, norm, position
-    embedding, biases, q/k norms, Gemma's sandwich norms, fused projections, attention kernel, dropout on or off,
-    grouped-query attention."""
+    embedding, biases, q/k norms, Gemma's sandwich norms, OLMo's norms after attention and MLP, fused projections,
+    attention kernel, dropout on or off, grouped-query attention."""
     groups = model.num_query_groups or model.num_attention_heads
     return dict(implementation=str(model.implementation), activation=str(model.activation),
                 normalization=str(model.normalization), position_embedding=str(model.position_embedding),
                 add_bias_linear=bool(model.add_bias_linear), qkv_bias=bool(model.qkv_bias),
                 qk_norm=bool(model.qk_norm), sandwich_norm=bool(model.sandwich_norm),
+                post_norm=bool(model.post_norm),
                 fused_projections=bool(model.fused_projections), attention=str(model.attention),
                 dropout=bool(model.hidden_dropout > 0 or model.attention_dropout > 0),
                 gqa=bool(groups < model.num_attention_heads))

@@ -267,7 +267,7 @@ def layer_params_per_rank(m: ModelSpec, tensor_parallel, expert_parallel=1, expe
     norm = P.norm_params(h, m.normalization) * (2 if m.sandwich_norm else 1)
     qkv_out = m.query_projection_size + 2 * m.kv_projection_size
     attn_split = h * qkv_out + m.query_projection_size * h + (qkv_out if m.qkv_bias else 0)
-    head_norms = 2 * P.norm_params(m.head_dim, m.normalization) if m.qk_norm else 0
+    head_norms = P.qk_norm_params(m)
     if m.is_moe:
         router, dense_mlp = h * m.num_experts, 0
     else:
@@ -1181,7 +1181,7 @@ def _hf_norm_extra_bytes_per_element(m: ModelSpec, *, value_bytes, frozen_norms=
 
     if m.normalization is not Normalization.RMSNORM:
         return 0.0
-    w = 4.0 if m.sandwich_norm else value_bytes  # Gemma 2 and 3: the weight product in fp32
+    w = 4.0 if m.sandwich_norm or m.post_norm else value_bytes  # Gemma 2/3, OLMo 2/3: the weight product in fp32
     return 4 + w * (1.0 - np.asarray(frozen_norms, dtype=float)) - value_bytes
 
 

@@ -18,15 +18,29 @@ def norm_params(hidden_size, normalization: Normalization):
     return (2 if normalization is Normalization.LAYERNORM else 1) * hidden_size
 
 
+def qk_norm_widths(m: ModelSpec) -> tuple:
+    """Widths of the query and key norms, ``(q, k)``: one head's d each (``qk_norm``: Qwen3, Gemma 3), the whole
+    projections a·d and g·d (``qk_norm_projection``: OLMo 2 and 3), ``(0, 0)`` without them."""
+    if not m.qk_norm:
+        return 0, 0
+    if m.qk_norm_projection:
+        return m.query_projection_size, m.kv_projection_size
+    return m.head_dim, m.head_dim
+
+
+def qk_norm_params(m: ModelSpec) -> int:
+    """Parameters of the query and key norms (:func:`qk_norm_widths`)."""
+    return sum(norm_params(w, m.normalization) for w in qk_norm_widths(m))
+
+
 def attention_params(m: ModelSpec) -> int:
-    """Norm + QKV projection (h·(a·d + 2·g·d)) + output projection (a·d·h), with biases when present; the per-head
-    query/key norms (2·d, ``qk_norm``) and the norm on the attention output (``sandwich_norm``) when present."""
+    """Norm + QKV projection (h·(a·d + 2·g·d)) + output projection (a·d·h), with biases when present; the query/key
+    norms (:func:`qk_norm_params`) and the norm on the attention output (``sandwich_norm``) when present."""
     qkv_out = m.query_projection_size + 2 * m.kv_projection_size
     weights = m.hidden_size * qkv_out + m.query_projection_size * m.hidden_size
     biases = (qkv_out if m.qkv_bias else 0) + (m.hidden_size if m.add_bias_linear else 0)
     norms = (2 if m.sandwich_norm else 1) * norm_params(m.hidden_size, m.normalization)
-    head_norms = 2 * norm_params(m.head_dim, m.normalization) if m.qk_norm else 0
-    return norms + weights + biases + head_norms
+    return norms + weights + biases + qk_norm_params(m)
 
 
 def mlp_expert_params(hidden_size, ffn_hidden_size, gated: bool, bias: bool):

@@ -441,6 +441,13 @@ class ModelSpec:
     """A norm over each query and key head (head_dim weights each; Qwen3, Gemma 3)."""
     sandwich_norm: bool = False
     """Extra norms on the attention and MLP outputs, four per layer (Gemma 2 and 3)."""
+    post_norm: bool = False
+    """The layer's two norms follow the attention and the MLP, on their outputs before each residual sum, and none
+    precede them (OLMo 2 and 3: ``post_attention_layernorm``, ``post_feedforward_layernorm``); transformers models
+    only."""
+    qk_norm_projection: bool = False
+    """With ``qk_norm``: each of the two norms spans the whole query or key projection (a·d and g·d weights, OLMo 2
+    and 3) rather than one head (d weights, Qwen3, Gemma 3); transformers models only."""
     max_position_embeddings: Optional[int] = None
     """Rows of the learned position table (GPT-2's ``n_positions``); ``None`` means seq_length. Only used with
     learned positions, where seq_length may not exceed it."""
@@ -467,8 +474,14 @@ class ModelSpec:
         _positive_int(self, "num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length")
         for name in ("hidden_dropout", "attention_dropout"):
             _set(self, name, check_float(name, getattr(self, name), strict=False, below=1.0))
-        for name in ("add_bias_linear", "tied_embeddings", "qk_norm", "sandwich_norm"):
+        for name in ("add_bias_linear", "tied_embeddings", "qk_norm", "sandwich_norm", "post_norm",
+                     "qk_norm_projection"):
             _set(self, name, check_bool(name, getattr(self, name)))
+        if self.qk_norm_projection and not self.qk_norm:
+            raise ValueError("qk_norm_projection=True sizes the query/key norms; it needs qk_norm=True")
+        if self.post_norm and self.sandwich_norm:
+            raise ValueError("post_norm=True and sandwich_norm=True: a layer has its norms after attention and MLP "
+                             "only (OLMo 2) or before and after them (Gemma 2/3), not both")
         if self.num_query_groups is None:
             _set(self, "num_query_groups", self.num_attention_heads)
         _positive_int(self, "num_query_groups")
@@ -527,6 +540,11 @@ class ModelSpec:
                                  f"(config._experts_implementation); {self.name} is {what}: it needs "
                                  f"implementation='transformers' and num_experts")
             _set(self, "experts_implementation", impl)
+        olmo = [f"{name}=True" for name in ("post_norm", "qk_norm_projection") if getattr(self, name)]
+        if olmo and self.implementation is not Implementation.TRANSFORMERS:
+            raise ValueError(f"{' and '.join(olmo)} (OLMo 2's layer) needs implementation='transformers'; "
+                             f"megatron-core's layer puts its norms before attention and MLP and norms q and k "
+                             f"per head (--qk-layernorm)")
         if self.fused_projections and (self.implementation is not Implementation.TRANSFORMERS
                                        or self.num_experts is not None or self.activation is not Activation.SWIGLU
                                        or self.normalization is not Normalization.RMSNORM):

@@ -43,6 +43,7 @@ from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_pe
                              flops_per_second_per_gpu, model_flops_per_step, recompute_flops_per_step)
 from workbench.npscalar import any_true, asarray, maximum, minimum, ndim, where
 from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
+from workbench.params import qk_norm_widths
 from workbench.schedule import bubble_seconds
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
@@ -1813,7 +1814,7 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
     if model.fused_projections:  # Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj
         f = model.ffn_hidden_size
         return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + _fetched(2 * f * h) + _fetched(f * h)
-    attention = 2 * _fetched(h * q) + 2 * _fetched(h * kv) + 2 * _fetched(model.head_dim) * model.qk_norm
+    attention = 2 * _fetched(h * q) + 2 * _fetched(h * kv) + sum(_fetched(w) for w in qk_norm_widths(model))
     if not model.is_moe:
         return attention + (2 + model.is_gated) * _fetched(h * model.ffn_hidden_size)
     e, f = model.num_experts, model.moe_ffn_hidden_size

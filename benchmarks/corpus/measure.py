@@ -42,7 +42,7 @@ sys.path.insert(1, str(HERE.parent))
 from gpu_provenance import gpu_provenance  # noqa: E402
 
 from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER_SHAPE_2GPU, MCORE_SHAPES,  # noqa: E402
-                  all_runs)  # noqa: E402
+                  all_runs, hf_config_with_layers)  # noqa: E402
 
 from step_stats import step_protocol, steady_seconds, timed_summary  # noqa: E402
 
@@ -107,9 +107,7 @@ def tiny(cfg_shape: dict, hf: bool) -> dict:
         for k in ("intermediate_size",):
             if k in c:
                 c[k] = 128
-        for k in ("num_hidden_layers", "n_layer"):
-            if k in c:
-                c[k] = 2
+        c = hf_config_with_layers(c, 2)
         heads_key = "num_attention_heads" if "num_attention_heads" in c else "n_head"
         c[heads_key] = 4
         if "num_key_value_heads" in c:

@@ -1114,6 +1114,24 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- fiftieth final batch ("final50") ---
+    # OLMo 2 1B at its 16 layers: MHA 16 heads of 128, SwiGLU 8192, untied 100k vocabulary; RMSNorm after attention and
+    # MLP only, q/k norms over the whole projections (allenai/OLMo-2-0425-1B)
+    "hf-olmo2-h2048-l16": dict(like="OLMo 2 1B (16 layers)", seq_length=4096, config=dict(
+        model_type="olmo2", architectures=["Olmo2ForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16, vocab_size=100352,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # OLMo 3 7B at 8 of its 32 layers (three sliding-window layers to one full, window 4096 = the sequence): MHA 32
+    # heads of 128, SwiGLU 11008, untied 100k vocabulary (allenai/Olmo-3-1025-7B)
+    "hf-olmo3-h4096-l8": dict(like="OLMo 3 7B (32 -> 8 layers)", seq_length=4096, config=dict(
+        model_type="olmo3", architectures=["Olmo3ForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=32, vocab_size=100278,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=4096,
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 2,
+        rope_parameters=dict(rope_type="yarn", rope_theta=500000.0, factor=8.0, original_max_position_embeddings=8192,
+                             attention_factor=1.2079441541679836, beta_fast=32, beta_slow=1))),
     # --- forty-ninth final batch ("final49") ---
     # OpenLLaMA 3B v2 at its 26 layers: MHA 32 heads of 100, SwiGLU 8640, untied 32k vocabulary
     "hf-openllama-h3200-l26": dict(like="OpenLLaMA 3B v2 (26 layers)", seq_length=2048, config=dict(
@@ -1527,6 +1545,23 @@ def _ds(shape, zero, **kw):
 
 def _ddp(shape, dist, **kw):
     return dict(stack="mcore-ddp", shape_id=shape, distributed_optimizer=dist, **kw)
+
+
+PER_LAYER_KEYS = ("layer_types", "no_rope_layers")
+"""transformers config keys that list one entry per decoder layer (OLMo 3's and SmolLM3's ``layer_types``, SmolLM3's
+``no_rope_layers``): a config built at fewer layers keeps their first entries, as its configuration class requires."""
+
+
+def hf_config_with_layers(config: dict, layers: int) -> dict:
+    """A transformers corpus config at ``layers`` decoder layers (``num_hidden_layers`` or GPT-2's ``n_layer``), its
+    per-layer lists (:data:`PER_LAYER_KEYS`) cut or repeated cyclically to that many entries."""
+    c = dict(config)
+    c["num_hidden_layers" if "num_hidden_layers" in c or "n_layer" not in c else "n_layer"] = layers
+    for key in PER_LAYER_KEYS:
+        if c.get(key):
+            pattern = list(c[key])
+            c[key] = [pattern[i % len(pattern)] for i in range(layers)]
+    return c
 
 
 def _hf(shape, zero, attn, **kw):
@@ -2140,6 +2175,20 @@ GROUPS = {
     "z3-offload-wide-history": [dict(cfg, history=True) for cfg in (
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
         _hf("hf-qwen15-h2560-l20", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF))],
+    # fiftieth final batch (one GPU), declared in accuracy_split.json "final50" before measuring: OLMo 2 and OLMo 3
+    # through transformers (norms after attention and MLP only, q/k norms over the whole projections), ZeRO-0 to 3,
+    # sdpa and eager, checkpointing, LoRA and CPU offload: blind for the estimate and the allocator replay of a layer
+    # design the corpus has never run
+    "final50": [
+        _hf("hf-olmo2-h2048-l16", 2, "sdpa", mbs=2),
+        _hf("hf-olmo2-h2048-l16", 3, "sdpa", mbs=2, ckpt=True),
+        _hf("hf-olmo2-h2048-l16", 1, "eager"),
+        _hf("hf-olmo2-h2048-l16", 2, "sdpa", mbs=4, ckpt=True, lora=16),
+        _hf("hf-olmo3-h4096-l8", 2, "sdpa"),
+        _hf("hf-olmo3-h4096-l8", 3, "sdpa", ckpt=True),
+        _hf("hf-olmo3-h4096-l8", 2, "sdpa", mbs=2, ckpt=True, **OFF),
+        _hf("hf-olmo3-h4096-l8", 0, "eager"),
+    ],
     # forty-ninth final batch (one GPU), declared in accuracy_split.json "final49" before measuring: ZeRO-1/2 with the
     # optimizer on the CPU and overlap_comm on (the workbench export's default, never measured before), through
     # transformers on three new shapes, with and without checkpointing, and one plan without overlap_comm beside its
