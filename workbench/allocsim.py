@@ -2009,6 +2009,13 @@ def missing_libraries(model, plan) -> list:
     return missing
 
 
+def replay_failure(exc: BaseException) -> str:
+    """Why a replay that raised was skipped, in one phrase (the trace runs transformers' or megatron-core's own code,
+    which may refuse a model the specs accept): ``the replay failed (TypeName: first line)``."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"the replay failed ({exc.__class__.__name__}: {text})"
+
+
 def auto_replay_skipped(model, plan, has_config: bool) -> Optional[str]:
     """Why ``workbench estimate`` does not replay the allocator for this plan on its own (``None``: it does): outside
     the scope (:func:`scope_problems`), a transformers model without the config.json to build it from

@@ -70,6 +70,13 @@ _DENSE_SIZE_FIELDS = (("hidden_size",), ("num_hidden_layers",), ("num_attention_
                       ("intermediate_size",))
 
 
+_COUNT_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                 "intermediate_size", "vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "num_local_experts",
+                 "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+                 "max_position_embeddings", "n_positions")
+"""Size fields that count something: an integer below 1 is refused by name (``null`` keeps its meaning: not set)."""
+
+
 def missing_size_fields(data: dict) -> list:
     """The size fields of ``data``'s family that ``data`` does not give (by their first accepted name).
 
@@ -197,6 +204,10 @@ def _config_object(data: dict, where: str):
     if missing:
         raise ValueError(f"{where}: no {', '.join(missing)} (model_type {model_type!r}); a config.json must give "
                          f"the model's sizes, else transformers' defaults for the family would be priced")
+    for key in _COUNT_FIELDS:  # before transformers divides by them, and before a 0 reads as "not given"
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"{where}: {key}={value} must be >= 1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import CONFIG_MAPPING
 
@@ -403,8 +414,11 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
     model_type = data["model_type"]
     notes: list = []
     heads = getattr(cfg, "num_attention_heads", None)
-    if isinstance(heads, int) and not isinstance(heads, bool) and heads < 1:  # the head width divides by it
-        raise ValueError(f"{where}: num_attention_heads={heads} must be >= 1")
+    kv = getattr(cfg, "num_key_value_heads", None)
+    if "num_key_value_heads" not in data and isinstance(heads, int) and isinstance(kv, int) and kv > 0 \
+            and heads % kv:
+        raise ValueError(f"{where}: no num_key_value_heads, and {type(cfg).__name__}'s default {kv} does not divide "
+                         f"num_attention_heads={heads}; give num_key_value_heads")
     fields = _spec_fields(cfg, model_type, where, notes)
     context = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     if seq_length is None:

@@ -1029,10 +1029,17 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
         return (f"no plan fits host memory: the plans that fit on the GPU need at least "
                 f"{ev['host_bytes_per_node'][i] / GiB:.1f} GiB of host memory per node ({describe_plan(plan)}); "
                 f"the nodes have {cluster.host_memory_gib_per_node:.0f} GiB; add host memory or GPUs")
-    i = int(np.argmin(ev["peak_bytes"]))
+    # ties (a peak set by something no option changes, as building the model whole): the least host memory, then
+    # full recompute, the plan that needs least once that is solved
+    least = np.flatnonzero(ev["peak_bytes"] <= ev["peak_bytes"].min() * (1 + 1e-9))
+    full = table["recompute"][least] == M.RECOMPUTE_CODES[Recompute.FULL]
+    i = int(least[np.lexsort((~full, ev["host_bytes_per_node"][least]))[0]])
     plan = _plan_at(table, i, cluster, gbs, precision)
     engines = {Engine.parse(e, "engine") for e in engines}
     tries = []
+    host = float(ev["host_bytes_per_node"][i])
+    host_note = (f"; it also needs {host / GiB:.1f} GiB of host memory per node, of "
+                 f"{cluster.host_memory_gib_per_node:.0f} GiB" if host > cluster.host_memory_gib_per_node * GiB else "")
     if not (offload and engines & {Engine.DEEPSPEED, Engine.MEGATRON_DEEPSPEED}):
         tries.append("allow a DeepSpeed engine with ZeRO-3 and CPU offload")
     elif not (plan.zero_stage == ZeroStage.PARAMETERS and plan.offload_params is not Offload.NONE):
@@ -1043,10 +1050,29 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
         tries.insert(0, f"attention='flash' (its {model.attention} attention keeps "
                         f"{score_matrix_bytes(model, plan) / GiB:.1f} GiB of s×s scores per layer here; flash "
                         f"attention keeps none and is what context parallelism needs)")
+    built = _zero_init_peak(model, cluster, plan)
+    if built is not None and built < 0.9 * ev["peak_bytes"][i]:
+        tries.insert(0, f"building the model inside deepspeed.zero.Init (zero_init=True, --zero-init: "
+                        f"{built / GiB:.1f} GiB for this plan, where building it whole on each GPU first sets the "
+                        f"peak)")
     tries += ["more GPUs", "a shorter sequence" if model.seq_length > 512 else "a smaller model"]
     return (f"no plan fits: the smallest plan needs {ev['peak_bytes'][i] / GiB:.1f} GiB per GPU "
-            f"({describe_plan(plan)}); the {gpu.name} has {cap / GiB:.1f} GiB ({(1 - headroom) * cap / GiB:.1f} GiB "
-            f"after the {headroom:.0%} headroom); try {', '.join(tries[:-1])} or {tries[-1]}")
+            f"({describe_plan(plan)}){host_note}; the {gpu.name} has {cap / GiB:.1f} GiB "
+            f"({(1 - headroom) * cap / GiB:.1f} GiB after the {headroom:.0%} headroom); try {', '.join(tries[:-1])} "
+            f"or {tries[-1]}")
+
+
+def _zero_init_peak(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> Optional[float]:
+    """The per-GPU peak of a ZeRO-3 ``plan`` built inside ``deepspeed.zero.Init``, when the plan builds the model
+    whole on each GPU first (``None`` otherwise, or when the specs refuse it)."""
+    if plan.engine is not Engine.DEEPSPEED or plan.zero_stage != ZeroStage.PARAMETERS or plan.zero_init:
+        return None
+    from workbench.estimate import estimate
+
+    try:
+        return float(estimate(model, cluster, plan.replace(zero_init=True), checks=False).memory.per_gpu_peak_bytes)
+    except ValueError:
+        return None
 
 
 # ================================================================================================================
@@ -1285,18 +1311,22 @@ def replay_ranked(result: PlanSearch, simulate_allocator, *, has_config: bool, l
     and judged against the search's headroom as the search judged them (:class:`ReplayedRank`). The search itself
     keeps the constant reserve (the replay takes seconds a plan); this settles the few plans a user would pick.
     ``has_config``: a transformers model's Hugging Face config is given (else its plans are skipped, saying so)."""
-    from workbench.allocsim import auto_replay_skipped
+    from workbench.allocsim import auto_replay_skipped, replay_failure
     from workbench.estimate import estimate
 
     limit_bytes = (1.0 - result.headroom) * result.cluster.gpu.memory_bytes
     out = []
     for i, row in enumerate(result.ranked[:limit]):
         skipped = auto_replay_skipped(result.model, row.plan, has_config)
+        if skipped is None:
+            try:
+                mem = estimate(result.model, result.cluster, row.plan, profile, checks=False,
+                               simulate_allocator=simulate_allocator).memory
+            except Exception as exc:  # noqa: BLE001 - the trace runs third-party code; the plan keeps its rank
+                skipped = replay_failure(exc)
         if skipped is not None:
             out.append(ReplayedRank(rank=i + 1, skipped=skipped, constant_peak_bytes=int(row.peak_bytes)))
             continue
-        mem = estimate(result.model, result.cluster, row.plan, profile, checks=False,
-                       simulate_allocator=simulate_allocator).memory
         peak, high = int(mem.per_gpu_peak_bytes), int(mem.band_high_bytes)
         out.append(ReplayedRank(rank=i + 1, skipped=None, constant_peak_bytes=int(row.peak_bytes), peak_bytes=peak,
                                 band_high_bytes=high, fits=peak <= limit_bytes,

@@ -309,7 +309,8 @@ MAX_COUNT = {
     "max_position_embeddings": 2**26, "lora_rank": 2**16,
     "gpus_per_node": 1024, "num_nodes": 2**24,
     "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
-    "context_parallel": 2**16, "expert_parallel": 2**14, "expert_tensor_parallel": 2**16, "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
+    "context_parallel": 2**16, "expert_parallel": 2**14, "expert_tensor_parallel": 2**16, "micro_batch_size": 2**16,
+    "global_batch_size": 2**40, "recompute_layers": 10_000,
 }
 """Largest value accepted for each integer field."""
 
@@ -319,6 +320,13 @@ MAX_FLOAT = {
     "peak_tflops": 1e9,
 }
 """Largest value accepted for each real-valued field (GiB, GB/s, TFLOP/s)."""
+
+MIN_FLOAT = {
+    "memory_gib": 2.0**-10, "hbm_gb_per_s": 1e-3, "intra_node_gb_per_s": 1e-3, "inter_node_gb_per_s": 1e-3,
+    "host_link_gb_per_s": 1e-3, "peak_tflops": 1e-3,
+}
+"""Smallest positive value accepted for a GPU's memory, a link's bandwidth or a peak rate (1 MiB, 1 MB/s, 1 GFLOP/s):
+below these the step times and capacities run to hundreds of digits and mean nothing."""
 
 
 def check_int(name: str, value, *, minimum: int = 1, maximum: Optional[int] = None) -> int:
@@ -349,6 +357,8 @@ def check_float(name: str, value, *, minimum: float = 0.0, strict: bool = True,
         raise ValueError(f"{name}={value:g} must be > {minimum:g}")
     if not strict and value < minimum:
         raise ValueError(f"{name}={value:g} must be >= {minimum:g}")
+    if value < MIN_FLOAT.get(name, -math.inf) and not (value == 0 and not strict):
+        raise ValueError(f"{name}={value:g} is smaller than the smallest supported value {MIN_FLOAT[name]:g}")
     if maximum is None:
         maximum = MAX_FLOAT.get(name)
     if maximum is not None and value > maximum:
@@ -1301,6 +1311,10 @@ class ParallelPlan:
                 raise ValueError(f"tensor_parallel={self.tensor_parallel}, context_parallel={self.context_parallel}"
                                  f", sequence_parallel={self.sequence_parallel} need engine 'megatron' or "
                                  f"'megatron-deepspeed' (engine='deepspeed' is data + pipeline parallel only)")
+        if e is Engine.DEEPSPEED and self.virtual_pipeline > 1:
+            raise ValueError(f"virtual_pipeline={self.virtual_pipeline} needs engine 'megatron' or "
+                             f"'megatron-deepspeed': DeepSpeed's PipelineEngine runs one model chunk per stage (no "
+                             f"interleaved schedule)")
         if e is Engine.MEGATRON_DEEPSPEED and self.context_parallel > 1:
             raise ValueError(f"context_parallel={self.context_parallel} needs engine 'megatron': Megatron-DeepSpeed has "
                              f"no Megatron context parallelism (DeepSpeed-Ulysses is modelled on engine 'deepspeed': "
@@ -1545,6 +1559,11 @@ def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None
     if model.implementation is Implementation.TRANSFORMERS and (plan.engine is not Engine.DEEPSPEED or p > 1):
         raise ValueError(f"{model.name}: a Hugging Face model trains under DeepSpeed ZeRO data parallel (engine="
                          f"'deepspeed', pipeline_parallel=1); got engine='{plan.engine}', pipeline_parallel={p}")
+    if plan.lora_rank and not model.is_gated and set(plan.lora_targets) <= {"gate"}:
+        # peft refuses target modules none of which the model has ("Target modules ... not found")
+        raise ValueError(f"lora_targets={list(plan.lora_targets)}: {model.name} has no gate projection (activation="
+                         f"'{model.activation}', not gated), so no adapter would train; target q, k, v, o, up or "
+                         f"down")
     if model.num_attention_heads % t:
         raise ValueError(f"tensor_parallel={t} does not divide num_attention_heads={model.num_attention_heads}")
     if model.num_query_groups % t:

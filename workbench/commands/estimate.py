@@ -236,7 +236,9 @@ def estimate_replayed_or_not(args, model, cluster, plan, profile=None):
             est = estimate(model, cluster, plan, profile=profile, simulate_allocator=simulate)
             return est, {"mode": "auto", "replayed": True, "skipped": None}
         except Exception as exc:  # noqa: BLE001 - the trace runs third-party code; the plan is judged below
-            skipped = f"the replay failed ({exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            from workbench.allocsim import replay_failure
+
+            skipped = replay_failure(exc)
     est = estimate(model, cluster, plan, profile=profile)
     if simulate is not None:
         print(f"warning: {skipped}; the constant reserve is used", file=sys.stderr)

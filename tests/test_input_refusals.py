@@ -1,0 +1,84 @@
+"""Inputs that were accepted and priced as something else, or crashed: each now gets one line naming the field and
+the numbers (or, for a replay that fails inside transformers, the plan keeps its constant-reserve rank)."""
+import json
+
+import pytest
+
+from workbench.catalog import model
+from workbench.cli import main
+from workbench.specs import ClusterSpec, ParallelPlan, validate
+
+
+def _config(tmp_path, **fields):
+    data = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=100,
+                intermediate_size=128)
+    data.update(fields)
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    return tmp_path
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(num_key_value_heads=0), "num_key_value_heads=0 must be >= 1"),
+    (dict(num_attention_heads=0), "num_attention_heads=0 must be >= 1"),
+    (dict(model_type="qwen3", head_dim=0), "head_dim=0 must be >= 1"),
+    (dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2),
+     "no num_key_value_heads, and MixtralConfig's default 8 does not divide num_attention_heads=4; give "
+     "num_key_value_heads"),
+])
+def test_hf_config_counts_below_one_are_refused_by_name(tmp_path, capsys, fields, message):
+    """A 0 read as "not given" took the attention heads' count (num_key_value_heads) or hidden / heads (head_dim):
+    a model transformers cannot build was priced as another one."""
+    assert main(["import", str(_config(tmp_path, **fields) / "config.json")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_lora_on_targets_the_model_lacks_is_refused():
+    m, cluster = model("gpt3-125m"), ClusterSpec(gpu="H100-SXM", gpus_per_node=1)
+    with pytest.raises(ValueError, match=r"lora_targets=\['gate'\]: gpt3-125m has no gate projection \(activation="
+                                         r"'gelu', not gated\), so no adapter would train"):
+        validate(m, cluster, ParallelPlan(world_size=1, lora_rank=8, lora_targets=("gate",)))
+    validate(m, cluster, ParallelPlan(world_size=1, lora_rank=8, lora_targets=("gate", "up")))  # up trains
+
+
+def test_deepspeed_pipeline_has_no_interleaving():
+    with pytest.raises(ValueError, match=r"virtual_pipeline=2 needs engine 'megatron' or 'megatron-deepspeed'"):
+        ParallelPlan(world_size=2, engine="deepspeed", pipeline_parallel=2, virtual_pipeline=2, global_batch_size=16)
+    ParallelPlan(world_size=2, engine="megatron-deepspeed", pipeline_parallel=2, virtual_pipeline=2,
+                 global_batch_size=16)
+
+
+def test_bandwidths_below_one_megabyte_per_second_are_refused(capsys):
+    assert main(["estimate", "--model", "gpt3-125m", "--intra-gbps", "1e-300", "--no-simulate-allocator"]) == 2
+    assert "intra_node_gb_per_s=1e-300 is smaller than the smallest supported value 0.001" in capsys.readouterr().err
+    ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=0.0)  # a size may still be 0
+
+
+def test_nothing_fits_names_zero_init_and_host_memory(capsys):
+    """405B on one GPU: every ZeRO-3 plan ties at the whole-model build on the GPU; the message names the build,
+    the plan that needs least once it is solved (full recompute) and the host memory it would need."""
+    assert main(["plan", "--model", "llama3-405b", "--gpus-per-node", "1", "--gbs", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "recompute=full); it also needs" in err and "GiB of host memory per node, of 1024 GiB" in err
+    assert "try building the model inside deepspeed.zero.Init (zero_init=True, --zero-init: " in err
+
+
+def test_plan_keeps_its_rank_when_the_replay_fails(monkeypatch, capsys, tmp_path):
+    """The replay runs transformers' own model code; where that raises, ``plan --simulate-allocator`` says so per
+    plan, as ``estimate`` does, instead of failing the command."""
+    from workbench import estimate as E
+
+    real = E.estimate
+
+    def failing(*args, simulate_allocator=None, **kwargs):
+        if simulate_allocator is not None:
+            raise ZeroDivisionError("integer division or modulo by zero")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(E, "estimate", failing)
+    path = _config(tmp_path)
+    assert main(["plan", "--model", f"hf:{path}", "--gpus-per-node", "1", "--seq", "64", "--gbs", "2",
+                 "--simulate-allocator", "--top", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["allocator_replay"]
+    assert row["replayed"] is False
+    assert row["skipped"] == "the replay failed (ZeroDivisionError: integer division or modulo by zero)"
