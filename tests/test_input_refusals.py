@@ -82,3 +82,15 @@ def test_plan_keeps_its_rank_when_the_replay_fails(monkeypatch, capsys, tmp_path
     (row,) = out["allocator_replay"]
     assert row["replayed"] is False
     assert row["skipped"] == "the replay failed (ZeroDivisionError: integer division or modulo by zero)"
+
+
+def test_messages_name_what_was_given(tmp_path, capsys):
+    from workbench.runs.data import parse_source
+
+    assert main(["estimate", "--model", "gpt3-125m", "--engine", "megatron", "--gpus-per-node", "8", "--cp", "8",
+                 "--cp-comm-type", "a2a+p2p", "--hierarchical-cp", "3", "3", "--no-simulate-allocator"]) == 2
+    assert "whose product is context_parallel=8 (a2a size, p2p size); got 3 × 3 = 9" in capsys.readouterr().err
+    assert main(["estimate", "--model", "gpt3-125m", "--profile", str(tmp_path), "--no-simulate-allocator"]) == 2
+    assert f"profile file {tmp_path} is a directory, not a profile's JSON file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"text file '.*' is a directory, not a text file"):
+        parse_source(f"text:{tmp_path}")

@@ -57,8 +57,10 @@ def test_expert_parallel_must_divide_the_experts():
 
 def test_expert_fields_need_an_moe_model():
     dense = model("llama3-8b")
-    with pytest.raises(ValueError, match="need a mixture-of-experts model"):
-        validate(dense, _cluster(), _plan(expert_parallel=2))
+    with pytest.raises(ValueError, match=r"^expert_parallel=2 needs a mixture-of-experts model \(llama3-8b has "):
+        validate(dense, _cluster(), _plan(expert_parallel=2))  # only what was set is named
+    with pytest.raises(ValueError, match=r"^expert_parallel=2, moe_capacity_factor=1.25 need a mixture-of-experts"):
+        validate(dense, _cluster(), _plan(expert_parallel=2, moe_capacity_factor=1.25))
 
 
 def test_expert_weights_shard_over_ep_and_etp():

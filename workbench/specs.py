@@ -1222,8 +1222,10 @@ class ParallelPlan:
                 raise ValueError(f"hierarchical_context_parallel_sizes={list(sizes)} needs cp_comm_type='a2a+p2p' "
                                  f"(got cp_comm_type='{kind}')")
             if len(sizes) != 2 or math.prod(sizes) != c:
+                got = (f"{len(sizes)} sizes" if len(sizes) != 2 else
+                       f"{sizes[0]} × {sizes[1]} = {math.prod(sizes)}")
                 raise ValueError(f"hierarchical_context_parallel_sizes={list(sizes)}: two sizes whose product is "
-                                 f"context_parallel={c} (a2a size, p2p size)")
+                                 f"context_parallel={c} (a2a size, p2p size); got {got}")
         elif kind is CPCommType.A2A_P2P:
             raise ValueError(f"cp_comm_type='a2a+p2p' needs hierarchical_context_parallel_sizes=(a2a, p2p) with "
                              f"a2a * p2p = context_parallel={c}")
@@ -1642,10 +1644,14 @@ def _validate_experts(model: ModelSpec, plan: ParallelPlan) -> None:
                   or plan.moe_recompute is not MoERecompute.NONE)
     if not model.is_moe:
         if moe_fields:
-            raise ValueError(f"expert_parallel={e}, expert_tensor_parallel={plan.expert_tensor_parallel}, "
-                             f"moe_capacity_factor={plan.moe_capacity_factor}, moe_load_imbalance="
-                             f"{plan.moe_load_imbalance:g}, moe_recompute='{plan.moe_recompute}' need a "
-                             f"mixture-of-experts model "
+            given = [text for text, on in (
+                (f"expert_parallel={e}", e > 1),
+                (f"expert_tensor_parallel={plan.expert_tensor_parallel}", plan.expert_tensor_parallel is not None),
+                (f"moe_capacity_factor={plan.moe_capacity_factor}", plan.moe_capacity_factor is not None),
+                ("moe_pad_to_capacity=True", plan.moe_pad_to_capacity),
+                (f"moe_load_imbalance={plan.moe_load_imbalance:g}", plan.moe_load_imbalance != 1.0),
+                (f"moe_recompute='{plan.moe_recompute}'", plan.moe_recompute is not MoERecompute.NONE)) if on]
+            raise ValueError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} a mixture-of-experts model "
                              f"({model.name} has num_experts=None)")
         return
     if model.num_experts % e:

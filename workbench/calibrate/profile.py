@@ -416,7 +416,8 @@ def load_profile(name_or_path) -> HardwareProfile:
     path = Path(text).expanduser()
     if path.suffix == ".json" or path.exists():
         if not path.is_file():
-            raise ValueError(f"profile file {text} does not exist")
+            raise ValueError(f"profile file {text} " + ("is a directory, not a profile's JSON file" if path.is_dir()
+                                                        else "does not exist"))
         return _read_profile(path)
     user = user_profiles_dir() / f"{text}.json"
     if user.is_file():

@@ -43,7 +43,8 @@ def parse_source(data) -> DataSource:
         raise ValueError(f"data={data!r} is not one of: synthetic, learnable, text:PATH, indexed:PREFIX")
     if source.kind == "text":
         if not source.path or not os.path.isfile(source.path):
-            raise ValueError(f"data={data!r}: text file {source.path!r} does not exist")
+            what = "is a directory, not a text file" if source.path and os.path.isdir(source.path) else "does not exist"
+            raise ValueError(f"data={data!r}: text file {source.path!r} {what}")
     if source.kind == "indexed":
         for ext in (".bin", ".idx"):
             if not os.path.isfile(source.path + ext):
