@@ -94,3 +94,13 @@ def test_messages_name_what_was_given(tmp_path, capsys):
     assert f"profile file {tmp_path} is a directory, not a profile's JSON file" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"text file '.*' is a directory, not a text file"):
         parse_source(f"text:{tmp_path}")
+
+
+def test_export_warns_when_the_plan_does_not_fit(capsys):
+    """The files stay valid (and alone on stdout); stderr says the run would not fit."""
+    assert main(["export", "deepspeed", "--model", "llama3-70b", "--gpus-per-node", "1"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert "warning: the estimate says this plan does not fit: " in err and "GiB per GPU (up to " in err
+    assert main(["export", "deepspeed", "--model", "gpt3-125m", "--gpus-per-node", "1"]) == 0
+    assert "does not fit" not in capsys.readouterr().err

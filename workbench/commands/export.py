@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from workbench.commands.common import add_spec_arguments, specs_from_args
+from workbench.defaults import GiB
 
 KINDS = ("deepspeed", "megatron", "hybrid", "launch")
 _KIND_ALIASES = {"megatron-deepspeed": "hybrid"}  # the engine's name also names its export
@@ -226,6 +227,29 @@ def check_hosts_for_cluster(text: str, cluster) -> None:
         raise ValueError(f"--hosts {text}: {exc}") from None
 
 
+def _note_fit(model, cluster, plan) -> None:
+    """A warning on stderr when the estimate (constant reserve, no replay) says the exported plan does not fit the
+    GPU, the host memory or the NVMe: the files are valid, the run would fail."""
+    from workbench.estimate import estimate
+
+    mem = estimate(model, cluster, plan, checks=False).memory
+    if mem.fits:
+        return
+    where = []
+    if not mem.fits_gpu:
+        where.append(f"{mem.per_gpu_peak_bytes / GiB:.1f} GiB per GPU (up to "
+                     f"{(mem.per_gpu_peak_bytes + mem.band_high_bytes) / GiB:.1f} GiB at the error band's upper side) "
+                     f"of {mem.capacity_bytes / GiB:.1f} GiB")
+    if not mem.fits_host:
+        where.append(f"{mem.host_bytes_per_node / GiB:.1f} GiB of host memory per node of "
+                     f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB")
+    if not mem.fits_nvme:
+        where.append(f"{mem.nvme_bytes_per_node / GiB:.1f} GiB of NVMe per node of "
+                     f"{mem.nvme_capacity_bytes_per_node / GiB:.0f} GiB")
+    _note(f"warning: the estimate says this plan does not fit: {'; '.join(where)} (`workbench advise` with the same "
+          f"flags lists what to change)")
+
+
 def run(args) -> int:
     from workbench.cli import payload_stream
 
@@ -237,6 +261,7 @@ def run(args) -> int:
     if args.hosts is not None:  # one name per node, before the configs are written and validated
         check_hosts_for_cluster(args.hosts, cluster)
     files, main, ok = _files(args.kind, args, model, cluster, plan)
+    _note_fit(model, cluster, plan)
     if args.out:
         out = Path(args.out)
         try:
