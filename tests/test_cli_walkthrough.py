@@ -242,7 +242,7 @@ def test_jobs_file_with_a_wrong_type_is_one_named_error(field, value, message, t
 @pytest.mark.parametrize("field, value, message", [
     ("architectures", 5, "architectures=5 must be a list of class names"),
     ("torch_dtype", "x", "LlamaConfig rejects it"),
-    ("num_attention_heads", 0, "LlamaConfig rejects it"),
+    ("num_attention_heads", 0, "num_attention_heads=0 must be >= 1"),
     ("num_attention_heads", -4, "num_attention_heads=-4 must be >= 1"),
 ])
 def test_hf_config_with_a_value_transformers_trips_on_is_one_named_error(field, value, message, tmp_path, capsys):

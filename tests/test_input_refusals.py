@@ -104,3 +104,11 @@ def test_export_warns_when_the_plan_does_not_fit(capsys):
     assert "warning: the estimate says this plan does not fit: " in err and "GiB per GPU (up to " in err
     assert main(["export", "deepspeed", "--model", "gpt3-125m", "--gpus-per-node", "1"]) == 0
     assert "does not fit" not in capsys.readouterr().err
+
+
+def test_a_cron_that_never_fires_is_refused():
+    from workbench.jobs.schedule import cron_trigger
+
+    with pytest.raises(ValueError, match=r"cron '0 0 31 2 \*' never fires \(day 31 of month 2"):
+        cron_trigger("0 0 31 2 *")
+    cron_trigger("0 0 29 2 *")  # leap years have it

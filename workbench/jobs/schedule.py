@@ -83,10 +83,13 @@ def cron_trigger(expr: str, tz: str = "UTC"):
     second = fields[0] if len(fields) == 6 else "0"
     minute, hour, day, month = fields[-5:-1]
     try:
-        return CronTrigger(second=second, minute=minute, hour=hour, day=day, month=month, day_of_week=dow,
-                           timezone=tz)
+        trigger = CronTrigger(second=second, minute=minute, hour=hour, day=day, month=month, day_of_week=dow,
+                              timezone=tz)
     except (ValueError, KeyError) as exc:
         raise ValueError(f"cron {expr!r}: {exc}") from None
+    if next_fire_time(trigger, utc_now()) is None:  # a date no month has (day 31 of February), or no weekday
+        raise ValueError(f"cron {expr!r} never fires (day {day} of month {month}, day-of-week {dow}: no such date)")
+    return trigger
 
 
 def next_fire_time(trigger, after: datetime) -> datetime | None:
