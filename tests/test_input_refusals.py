@@ -112,3 +112,24 @@ def test_a_cron_that_never_fires_is_refused():
     with pytest.raises(ValueError, match=r"cron '0 0 31 2 \*' never fires \(day 31 of month 2"):
         cron_trigger("0 0 31 2 *")
     cron_trigger("0 0 29 2 *")  # leap years have it
+
+
+def test_indexed_data_header_is_checked_before_launch(tmp_path):
+    """megatron-core's own writer makes an index the check accepts; a garbage .idx is refused before any rank
+    starts (rank 0 asserted 'bad header' half a minute into the launch)."""
+    import numpy as np
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    from workbench.runs.data import parse_source
+
+    prefix = str(tmp_path / "good")
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.int32)
+    builder.add_item(torch.arange(16, dtype=torch.int32))
+    builder.end_document()
+    builder.finalize(prefix + ".idx")
+    assert parse_source(f"indexed:{prefix}").path == prefix
+    (tmp_path / "bad.bin").write_bytes(b"\0" * 64)
+    (tmp_path / "bad.idx").write_bytes(b"not an index")
+    with pytest.raises(ValueError, match=r"bad.idx' is not a megatron-core indexed dataset index \(its header is "):
+        parse_source(f"indexed:{tmp_path / 'bad'}")

@@ -31,6 +31,11 @@ class DataSource:
     """File (text) or path prefix (indexed)."""
 
 
+INDEX_HEADER = b"MMIDIDX\x00\x00"
+"""The first bytes of a megatron-core indexed dataset's ``.idx`` file (``megatron/core/datasets/indexed_dataset.py``
+``_INDEX_HEADER``)."""
+
+
 def parse_source(data) -> DataSource:
     """``"synthetic"``, ``"learnable"``, ``"text:PATH"``, ``"indexed:PREFIX"`` (or a DataSource) → DataSource."""
     if isinstance(data, DataSource):
@@ -49,6 +54,12 @@ def parse_source(data) -> DataSource:
         for ext in (".bin", ".idx"):
             if not os.path.isfile(source.path + ext):
                 raise ValueError(f"data={data!r}: indexed dataset file {source.path + ext!r} does not exist")
+        with open(source.path + ".idx", "rb") as fh:  # what megatron-core's IndexedDataset asserts at rank 0
+            head = fh.read(len(INDEX_HEADER))
+        if head != INDEX_HEADER:
+            raise ValueError(f"data={data!r}: {source.path + '.idx'!r} is not a megatron-core indexed dataset index "
+                             f"(its header is {head[:9]!r}, not {INDEX_HEADER!r}; write it with Megatron's "
+                             f"tools/preprocess_data.py)")
     return source
 
 
