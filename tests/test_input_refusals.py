@@ -133,3 +133,9 @@ def test_indexed_data_header_is_checked_before_launch(tmp_path):
     (tmp_path / "bad.idx").write_bytes(b"not an index")
     with pytest.raises(ValueError, match=r"bad.idx' is not a megatron-core indexed dataset index \(its header is "):
         parse_source(f"indexed:{tmp_path / 'bad'}")
+
+
+def test_tiny_and_the_hf_trainer_are_named_together(capsys):
+    assert main(["run", "--tiny", "--trainer", "hf"]) == 2
+    assert "--tiny trains the package's megatron-core teaching model; --trainer hf trains a Hugging Face model" in \
+        capsys.readouterr().err

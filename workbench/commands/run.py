@@ -43,6 +43,9 @@ def resolve_specs(args):
         args.gpus_per_node = args.nproc
     if not cuda_available():  # the CPU: one node of nproc "cpu" devices, gloo
         args.gpu, args.nodes = "cpu", 1
+    if args.tiny and getattr(args, "trainer", "engine") == "hf":
+        raise ValueError("--tiny trains the package's megatron-core teaching model; --trainer hf trains a Hugging "
+                         "Face model: give --model hf:PATH (a config.json or model directory) instead of --tiny")
     if args.tiny:
         for flag, value in (("layers", 2), ("hidden", 64), ("heads", 4), ("vocab", 512), ("seq", 32)):
             if getattr(args, flag, None) is None:
