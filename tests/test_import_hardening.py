@@ -343,3 +343,302 @@ def test_ds_config_batch_fields_at_the_limit_and_auto_are_read():
     assert "micro_batch_size" not in imp.plan_fields and "data_parallel" not in imp.options
     model, plan = imp.to_specs(model=catalog.model("gpt3-1.3b"), cluster=ClusterSpec(gpu="H100-SXM"))
     assert plan.micro_batch_size == 1 and plan.world_size == 8
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ds_config values DeepSpeed coerces or refuses
+# ---------------------------------------------------------------------------------------------------------------
+def _zero(stage: int, **fields) -> dict:
+    return {"train_batch_size": 8, "zero_optimization": {"stage": stage, **fields}}
+
+
+@pytest.mark.parametrize("stage, value, expected", [
+    (1, "true", True), (1, "True", True), (1, 1, True), (3, "false", False), (3, 0, False), (3, "off", False),
+    (2, True, True), (3, None, True), (1, None, False),
+])
+def test_overlap_comm_words_and_numbers_are_read_as_deepspeed_reads_them(stage, value, expected):
+    fields = {} if value is None else {"overlap_comm": value}
+    assert import_ds_config(_zero(stage, **fields)).plan_fields["overlap_comm"] is expected
+
+
+@pytest.mark.parametrize("value", ["maybe", 2, 0.5, [True]])
+def test_overlap_comm_other_values_are_refused(value):
+    msg = _error(import_ds_config, _zero(3, overlap_comm=value))
+    assert msg.startswith(f"zero_optimization.overlap_comm={value!r}") and "must be true or false" in msg
+
+
+def test_overlap_comm_auto_is_left_to_the_stage_default():
+    imp = import_ds_config(_zero(3, overlap_comm="auto"))
+    assert imp.plan_fields["overlap_comm"] is True and "zero_optimization.overlap_comm" in imp.options["auto"]
+
+
+@pytest.mark.parametrize("cfg, expected", [
+    (_zero(2, reduce_bucket_size=-5), "zero_optimization.reduce_bucket_size=-5 must be >= 1 (DeepSpeed's config"),
+    (_zero(2, reduce_bucket_size=0), "zero_optimization.reduce_bucket_size=0 must be >= 1"),
+    (_zero(2, reduce_bucket_size=5.5), "zero_optimization.reduce_bucket_size=5.5 must be a whole number"),
+    (_zero(2, allgather_bucket_size=-1), "zero_optimization.allgather_bucket_size=-1 must be >= 0"),
+    (_zero(3, stage3_max_live_parameters=-1), "zero_optimization.stage3_max_live_parameters=-1 must be >= 0"),
+    (_zero(3, stage3_prefetch_bucket_size=-3), "zero_optimization.stage3_prefetch_bucket_size=-3 must be >= 0"),
+    (_zero(3, stage3_param_persistence_threshold=-1),
+     "zero_optimization.stage3_param_persistence_threshold=-1 must be >= 0"),
+    (_zero(3, sub_group_size=0), "zero_optimization.sub_group_size=0: DeepSpeed accepts 0 here, but the workbench "
+                                 "models this setting only from 1"),
+    ({"train_batch_size": 8, "gradient_clipping": -1}, "gradient_clipping=-1 must be >= 0 (DeepSpeed clips only "
+                                                       "when it is > 0"),
+    ({"train_batch_size": 8, "fp16": {"enabled": True, "initial_scale_power": 1000}},
+     "fp16.initial_scale_power=1000 must be at most 63: the first loss scale 2**1000"),
+    ({"train_batch_size": 8, "fp16": {"enabled": True, "initial_scale_power": -1}},
+     "fp16.initial_scale_power=-1 must be >= 0"),
+    ({"train_batch_size": 8, "fp16": {"enabled": True, "loss_scale": -2}},
+     "fp16.loss_scale=-2 must be >= 0 (0 is dynamic loss scaling; DeepSpeed refuses negative values)"),
+    (_zero(3, offload_optimizer={"device": "gpu"}),
+     "zero_optimization.offload_optimizer.device='gpu' must be one of 'none', 'cpu', 'nvme'"),
+    (_zero(3, offload_param={"device": "CPU"}),
+     "zero_optimization.offload_param.device='CPU' must be one of 'none', 'cpu', 'nvme'"),
+    (_zero(3, offload_optimizer="cpu"),
+     'zero_optimization.offload_optimizer=\'cpu\' must be an object like {"device": "cpu"}'),
+    (_zero(3, offload_param=["cpu"]), "zero_optimization.offload_param=['cpu'] must be an object"),
+    (_zero(3, offload_optimizer={"device": "cpu", "ratio": 5}),
+     "zero_optimization.offload_optimizer.ratio=5 must be in [0, 1]"),
+    (_zero(3, offload_optimizer={"device": "cpu", "ratio": -0.1}),
+     "zero_optimization.offload_optimizer.ratio=-0.1 must be in [0, 1]"),
+    (_zero(2, offload_optimizer={"device": "cpu", "ratio": 0.3}),
+     "zero_optimization.offload_optimizer.ratio=0.3 needs zero_optimization.stage 3 (got 2"),
+    (_zero(3, offload_optimizer={"device": "cpu", "pin_memory": "sometimes"}),
+     "zero_optimization.offload_optimizer.pin_memory='sometimes' must be true or false"),
+])
+def test_ds_config_values_deepspeed_refuses_are_named(cfg, expected):
+    msg = _error(import_ds_config, cfg)
+    assert expected in msg and len(msg.splitlines()) == 1
+
+
+def test_ds_config_values_at_deepspeeds_limits_are_read():
+    imp = import_ds_config({"train_batch_size": 8, "gradient_clipping": 0,
+                            "fp16": {"enabled": True, "initial_scale_power": 63, "loss_scale": 0},
+                            "zero_optimization": {"stage": 3, "reduce_bucket_size": "5e8",
+                                                  "stage3_param_persistence_threshold": 0,
+                                                  "offload_optimizer": {"device": "cpu", "ratio": 1,
+                                                                        "pin_memory": "false"}}})
+    assert imp.options["clip"] == 0.0 and imp.options["initial_scale_power"] == 63
+    assert imp.options["reduce_bucket_size"] == 500_000_000 and imp.options["stage3_param_persistence_threshold"] == 0
+    assert imp.plan_fields["offload_optimizer"] == "cpu" and imp.options["pin_memory"] is False
+    assert not imp.warnings
+
+
+def test_partial_optimizer_offload_is_read_with_a_warning():
+    imp = import_ds_config(_zero(3, offload_optimizer={"device": "cpu", "ratio": 0.3}))
+    assert imp.plan_fields["offload_optimizer"] == "cpu"
+    assert any("offload_optimizer.ratio=0.3" in w and "not modelled" in w for w in imp.warnings)
+
+
+@pytest.mark.parametrize("power, severity, fragment", [
+    (16, None, None), (32, None, None),
+    (40, "warning", "initial_scale_power=40: the dynamic loss scale starts at 2**40, far above fp16's range "
+                    "(65504, about 2**16); about 24 steps overflow"),
+])
+def test_initial_scale_power_far_above_fp16_is_a_lint_warning(power, severity, fragment):
+    imp = import_ds_config({"train_batch_size": 8, "fp16": {"enabled": True, "initial_scale_power": power}})
+    assert imp.options["initial_scale_power"] == power
+    found = [f for f in imp.lint if f.path == "fp16.initial_scale_power"]
+    if severity is None:
+        assert not found
+    else:
+        assert len(found) == 1 and found[0].severity == severity and fragment in found[0].message
+
+
+@pytest.mark.parametrize("cfg, path, fragment", [
+    ({"fp16": {"enabled": True, "initial_scale_power": 1000}}, "fp16.initial_scale_power",
+     "the first loss scale 2**1000 does not fit the 64-bit int"),
+    ({"fp16": {"enabled": True, "loss_scale": -2}}, "fp16.loss_scale", "loss_scale=-2 is negative; DeepSpeed "
+                                                                       "refuses it"),
+    ({"gradient_clipping": -1}, "gradient_clipping", "gradient_clipping=-1 is negative: DeepSpeed clips only when "
+                                                     "it is > 0"),
+])
+def test_lint_names_values_deepspeed_refuses_or_ignores(cfg, path, fragment):
+    from workbench.configs.lint import lint_ds_config
+
+    found = [f for f in lint_ds_config({"train_batch_size": 8, **cfg}) if f.path == path]
+    assert len(found) == 1 and found[0].severity == "error" and fragment in found[0].message
+
+
+def test_cli_ds_config_overlap_word_and_bad_offload(capsys, tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(_zero(3, overlap_comm="false")))
+    assert cli.main(["import", "--json", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["overlap_comm"] is False
+    path.write_text(json.dumps(_zero(3, offload_optimizer={"device": "gpu"})))
+    assert cli.main(["import", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "workbench: error: zero_optimization.offload_optimizer.device='gpu' must be one of" in err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Megatron command lines checked as workbench estimate checks them
+# ---------------------------------------------------------------------------------------------------------------
+_BASE = ("python pretrain_gpt.py --num-layers 40 --hidden-size 5120 --num-attention-heads 40 --seq-length 2048 "
+         "--max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 64")
+
+
+def _cli(capsys, argv) -> tuple:
+    rc = cli.main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("command, expected", [
+    (_BASE + " --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 50",
+     "error: plan: num_layers=40 minus first_stage_layers=50"),
+    (_BASE.replace("--seq-length 2048", "--seq-length 4096"),
+     "error: model: seq_length=4096 exceeds max_position_embeddings=2048 (the learned position table)"),
+    (_BASE + " --context-parallel-size 3", "error: plan: tensor_parallel(1) * pipeline_parallel(1) * "
+                                           "context_parallel(3) = 3 does not divide world_size=8"),
+    (_BASE + " --num-experts 8 --expert-model-parallel-size 16", "error: plan: expert_tensor_parallel(1) * "
+                                                                 "expert_parallel(16) * pipeline_parallel(1) = 16 "
+                                                                 "does not divide world_size=8"),
+    (_BASE.replace("--global-batch-size 64", "--global-batch-size 63"),
+     "error: plan: global_batch_size=63 is not divisible by micro_batch_size(1) * data_parallel(8) = 8"),
+    (_BASE + " --group-query-attention --num-query-groups 7",
+     "error: model: num_query_groups=7 does not divide num_attention_heads=40"),
+    (_BASE + " --num-query-groups 7", "error: model: num_query_groups=7 does not divide num_attention_heads=40"),
+])
+def test_cli_megatron_import_refuses_what_estimate_refuses(capsys, command, expected):
+    rc, out, _ = _cli(capsys, ["import", "--world-size", "8", "--", *command.split()])
+    assert rc == 1 and expected in out and "lint: 1 error (exit status 1)" in out
+
+
+def test_cli_megatron_launcher_shape_is_the_world_size(capsys):
+    command = "torchrun --nproc_per_node 8 --nnodes 1 " + _BASE.removeprefix("python ") + \
+        " --tensor-model-parallel-size 4 --pipeline-model-parallel-size 4"
+    rc, out, _ = _cli(capsys, ["import", "--world-size", "8", "--", *command.split()])
+    assert rc == 1 and ("error: plan: tensor_parallel(4) * pipeline_parallel(4) * context_parallel(1) = 16 does not "
+                        "divide world_size=8") in out
+    rc, out, _ = _cli(capsys, ["import", "--json", command])  # the quoted command: the launcher alone
+    data = json.loads(out)
+    assert rc == 1 and [f["path"] for f in data["lint"]] == ["plan"] and "world_size=8" in data["lint"][0]["message"]
+
+
+def test_cli_megatron_world_size_must_agree_with_the_launcher(capsys):
+    command = "torchrun --nproc_per_node 8 --nnodes 2 " + _BASE.removeprefix("python ")
+    rc, out, err = _cli(capsys, ["import", "--world-size", "8", "--", *command.split()])
+    assert rc == 2 and out == ""
+    assert "workbench: error: world_size=8 != the launcher's gpus_per_node(8) * num_nodes(2) = 16 ranks" in err
+
+
+def test_cli_megatron_import_without_findings_says_so(capsys):
+    rc, out, _ = _cli(capsys, ["import", "--world-size", "8", "--", *_BASE.split()])
+    assert rc == 0 and "lint: no findings" in out and "world_size = 8" in out and "no world size" not in out
+    rc, out, _ = _cli(capsys, ["import", "--", *_BASE.split()])
+    assert rc == 0 and "lint: no findings" in out and "no world size (the launcher gives no" in out
+
+
+def test_megatron_world_size_argument_and_its_checks():
+    imp = import_megatron_args(_BASE, world_size=8)
+    assert imp.plan_fields["world_size"] == 8 and imp.lint == []
+    model, plan = imp.to_specs()
+    assert plan.world_size == 8 and plan.data_parallel == 8
+    imp = import_any(_BASE + " --global-batch-size 12", world_size=8)
+    assert [str(f) for f in imp.lint] == ["error: plan: global_batch_size=12 is not divisible by micro_batch_size(1) "
+                                          "* data_parallel(8) = 8"]
+    # Megatron's own size rules come first and are not repeated by the estimate check
+    imp = import_megatron_args(_BASE + " --tensor-model-parallel-size 3", world_size=6)
+    assert [f.path for f in imp.lint] == ["--tensor-model-parallel-size"]
+    assert "world_size=0 must be >= 1" in _error(import_megatron_args, _BASE, world_size=0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch scripts: shell variables holding flag groups, and bash arrays
+# ---------------------------------------------------------------------------------------------------------------
+_STRING_SCRIPT = """#!/bin/bash
+TP=4
+PP=2
+GPT_ARGS="--num-layers 40 --hidden-size 5120 --num-attention-heads 40 --seq-length 2048"
+torchrun --nproc_per_node 8 pretrain_gpt.py \\
+    $GPT_ARGS \\
+    --tensor-model-parallel-size $TP \\
+    --pipeline-model-parallel-size ${PP} \\
+    --micro-batch-size 1 --global-batch-size 64 --bf16
+"""
+
+# after the shape of Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh
+_ARRAY_SCRIPT = """#!/bin/bash
+GPUS_PER_NODE=8
+NUM_NODES=1
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+CHECKPOINT_PATH=$1 #<Specify path>
+
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NUM_NODES
+)
+GPT_MODEL_ARGS=(
+    --num-layers 40
+    --hidden-size 5120
+    --num-attention-heads 40
+    --seq-length 2048 --max-position-embeddings 2048
+    --attention-backend auto # Can use (flash/fused/unfused/local)
+)
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size 64
+    --bf16
+)
+MODEL_PARALLEL_ARGS=(
+\t--tensor-model-parallel-size 4
+\t--pipeline-model-parallel-size 2
+)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \\
+    "${GPT_MODEL_ARGS[@]}" \\
+    ${TRAINING_ARGS[@]} \\
+    ${MODEL_PARALLEL_ARGS[@]} \\
+    --save $CHECKPOINT_PATH
+"""
+
+
+def test_script_flag_group_in_a_string_variable_is_word_split(tmp_path):
+    path = tmp_path / "train.sh"
+    path.write_text(_STRING_SCRIPT)
+    imp = import_any(path)
+    assert (imp.model_fields["num_layers"], imp.model_fields["hidden_size"], imp.model_fields["seq_length"]) == \
+        (40, 5120, 2048)
+    assert (imp.plan_fields["tensor_parallel"], imp.plan_fields["pipeline_parallel"]) == (4, 2)
+    assert "other_flags" not in imp.options and not [w for w in imp.warnings if "ignored tokens" in w]
+
+
+def test_script_bash_arrays_are_expanded_element_by_element():
+    imp = import_any(_ARRAY_SCRIPT)
+    assert (imp.model_fields["num_layers"], imp.model_fields["num_attention_heads"]) == (40, 40)
+    assert (imp.plan_fields["tensor_parallel"], imp.plan_fields["pipeline_parallel"]) == (4, 2)
+    assert (imp.options["gpus_per_node"], imp.options["num_nodes"]) == (8, 1)
+    assert imp.plan_fields["precision"] == "bf16" and imp.options["other_flags"] == ["save"]
+    assert not imp.warnings and imp.lint == []
+    # the launcher's 8 GPUs are the world size the plan is checked against
+    imp = import_any(_ARRAY_SCRIPT.replace("--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size 4"))
+    assert [str(f) for f in imp.lint] == ["error: plan: tensor_parallel(4) * pipeline_parallel(4) * "
+                                          "context_parallel(1) = 16 does not divide world_size=8"]
+
+
+@pytest.mark.parametrize("script, expected", [
+    ('A="--num-layers 2 --hidden-size 64"\nB=$A\npython p.py $B', ["--num-layers", "2", "--hidden-size", "64"]),
+    ('A="--x 1 --y 2"\npython p.py "$A"', ["--x 1 --y 2"]),  # quoted: one word, as bash passes it
+    ("A='--x $B'\nB=3\npython p.py $A --z $B", ["--x", "$B", "--z", "3"]),  # no expansion in single quotes
+    ('TP=${TP:-4}\npython p.py --t $TP --u ${UNSET:-7}', ["--t", "4", "--u", "7"]),
+    ('A=(--x 1 "two words")\nA+=(--z 3)\npython p.py "${A[@]}" --s "${A[*]}" --f $A',
+     ["--x", "1", "two words", "--z", "3", "--s", "--x 1 two words --z 3", "--f", "--x"]),
+    ("E=()\npython p.py \"${E[@]}\" --a 1", ["--a", "1"]),
+    ('export X="--x 1"\ndeclare -a ARR=(\n  --l 1 # note (x)\n  $X\n)\npython p.py ${ARR[@]}',
+     ["--l", "1", "--x", "1"]),
+])
+def test_shell_expansion_follows_bash(script, expected):
+    from workbench.configs.importer import _shell_tokens
+
+    assert _shell_tokens(script)[0] == expected
+
+
+def test_unset_shell_variables_are_named():
+    imp = import_megatron_args("python pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+                               "$GPT_ARGS ${MORE[@]}")
+    assert any(w.startswith("shell variables not set in the script: $GPT_ARGS ${MORE[@]}") for w in imp.warnings)
+    assert not [w for w in imp.warnings if "ignored tokens" in w]
+    msg = _error(import_megatron_args, "python pretrain_gpt.py --num-layers 4 --tensor-model-parallel-size $TP")
+    assert msg == ("--tensor-model-parallel-size $TP: the shell variable is not set in the script (set it before "
+                   "the command, or give the number)")

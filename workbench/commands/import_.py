@@ -2,7 +2,8 @@
 model's config.json (or model directory) into specs.
 
 Prints the model, plan and option fields found, the warnings, and the lint findings (``--json`` for one JSON
-object). Exit status: 0 when the lint finds no errors (warnings allowed), 1 when it finds at least one error (so the
+object); a Megatron command's model and plan are checked as ``workbench estimate`` checks them (the plan when the
+world size is known: the launcher's ``--nproc_per_node`` × ``--nnodes``, or ``--world-size``). Exit status: 0 when the lint finds no errors (warnings allowed), 1 when it finds at least one error (so the
 command can gate CI), 2 when the input cannot be read. Options go before the file or command: ``workbench import --json ds_config.json`` or
 ``workbench import --world-size 16 -- python pretrain_gpt.py --num-layers 40 ...``.
 """
@@ -22,7 +23,8 @@ def add_parser(sub) -> None:
                             " (exit 1 when the lint finds errors)",
                             description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--world-size", type=int, help="data-parallel world size for a ds_config's batch fields")
+    parser.add_argument("--world-size", type=int, help="a ds_config's data-parallel size (for its batch fields); a "
+                        "Megatron command's number of GPUs when its launcher does not say (checks the layout)")
     parser.add_argument("source", nargs=argparse.REMAINDER, metavar="FILE_OR_COMMAND",
                         help="a ds_config.json, a launch script, or a command line (quoted, or after --)")
     parser.set_defaults(func=run)
@@ -186,7 +188,7 @@ def run(args) -> int:
         else:  # not a .json file, or one the importer refuses: it reads it (or names why it cannot)
             imp = import_any(tokens[0], world_size=args.world_size)
     else:
-        imp = import_megatron_args(tokens)
+        imp = import_megatron_args(tokens, world_size=args.world_size)
     data = imported_as_dict(imp)
     status = lint_status(imp.lint)
     if args.json:
@@ -210,7 +212,7 @@ def run(args) -> int:
         print("lint:")
         for f in imp.lint:
             print(f"  - {f}")
-    elif imp.kind == "deepspeed":
+    else:
         print("lint: no findings")
     if status:
         errors = sum(1 for f in imp.lint if f.severity == "error")

@@ -2,7 +2,8 @@
 
 ``import_ds_config`` reads ``ds_config.json`` (a dict, JSON text, or a path; hjson as DeepSpeed itself accepts),
 ``import_megatron_args`` reads a ``pretrain_gpt.py`` command line or launch script (Megatron-LM or Megatron-DeepSpeed
-flags, ``--foo-bar`` or ``--foo_bar``, deprecated names with a warning), and ``import_any`` tells them apart.
+flags, ``--foo-bar`` or ``--foo_bar``, deprecated names with a warning; a script's shell variables and bash arrays
+expanded as bash does), and ``import_any`` tells them apart.
 The result, :class:`Imported`, holds what the source says; :meth:`Imported.to_specs` fills the rest from defaults.
 """
 from __future__ import annotations
@@ -39,7 +40,8 @@ class Imported:
     warnings: list = field(default_factory=list)
     """Things the reader should know: deprecated flags, unresolved ``auto`` values, guesses."""
     lint: list = field(default_factory=list)
-    """:class:`~workbench.configs.lint.LintFinding` list (DeepSpeed configs; a command line's sizes Megatron refuses)."""
+    """:class:`~workbench.configs.lint.LintFinding` list (DeepSpeed configs; for a command line, the sizes Megatron
+    refuses and what ``workbench estimate`` refuses in its model and plan)."""
 
     def merge(self, other: "Imported") -> "Imported":
         """Combine a command line with its ds_config (or any two imports); ``other`` fills what ``self`` lacks.
@@ -369,6 +371,83 @@ def _derived(name: str, spec_field: str, value: int, how: str) -> int:
         raise ValueError(f"{name} = {how} = {value:,}: {exc}") from None
 
 
+_ZERO_MINIMUM = {"reduce_bucket_size": 1}
+"""Smallest value DeepSpeed's ``DeepSpeedZeroConfig`` accepts for a ZeRO count (``Field(gt=0)``); the others are
+``Field(ge=0)``."""
+
+_ZERO_ZERO_OK = frozenset({"stage3_param_persistence_threshold"})
+"""ZeRO counts the workbench also models at 0; for the other buckets and limits its options need at least 1."""
+
+
+def _zero_count(key: str):
+    """A converter for the ZeRO count ``key`` (bucket sizes, stage-3 limits, ``sub_group_size``): a whole number at
+    least DeepSpeed's minimum (``DeepSpeedZeroConfig``: ``reduce_bucket_size`` > 0, the others >= 0), and at least 1
+    where :class:`~workbench.configs.deepspeed.DeepSpeedOptions` needs it."""
+    def convert(value, path: str) -> int:
+        x = _int(value, path)
+        least = _ZERO_MINIMUM.get(key, 0)
+        if x < least:
+            raise ValueError(f"{_named(path, value)} must be >= {least} (DeepSpeed's config refuses it)")
+        if x == 0 and key not in _ZERO_ZERO_OK:
+            raise ValueError(f"{_named(path, value)}: DeepSpeed accepts 0 here, but the workbench models this "
+                             f"setting only from 1 (give a size >= 1)")
+        return x
+
+    return convert
+
+
+_OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+"""DeepSpeed's ``OffloadDeviceEnum`` (``runtime/zero/offload_config.py``)."""
+
+
+def _offload_section(section, path: str) -> Optional[dict]:
+    """A ``zero_optimization.offload_optimizer`` / ``offload_param`` block as DeepSpeed's pydantic model reads it:
+    ``None`` when absent or null; ``ValueError`` naming the path when it is not an object or its ``device`` is not
+    one of :data:`_OFFLOAD_DEVICES` (``"auto"`` passes, for the Hugging Face Trainer to fill)."""
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise ValueError(f'{path}={section!r:.60} must be an object like {{"device": "cpu"}}')
+    device = section.get("device", "none")
+    if device is not None and device != "auto" and device not in _OFFLOAD_DEVICES:
+        raise ValueError(f"{path}.device={device!r:.60} must be one of {', '.join(map(repr, _OFFLOAD_DEVICES))} "
+                         f"(DeepSpeed's offload devices)")
+    return section
+
+
+def _offload_ratio(value, path: str) -> float:
+    """``offload_optimizer.ratio``: the share of the optimizer offloaded, in [0, 1] (DeepSpeed's ``Field(ge=0.0,
+    le=1.0)``)."""
+    x = to_number(value, path)
+    if not 0 <= x <= 1:
+        raise ValueError(f"{_named(path, value)} must be in [0, 1] (the share of the optimizer offloaded)")
+    return float(x)
+
+
+MAX_SCALE_POWER = 63
+"""Largest ``fp16.initial_scale_power``: DeepSpeed's first loss scale is the Python int ``2**power``, and torch
+cannot multiply the loss by an int of 64 bits or more (``OverflowError`` at the first backward)."""
+
+
+def _scale_power(value, path: str) -> int:
+    """``fp16.initial_scale_power``: a whole number in [0, :data:`MAX_SCALE_POWER`] (the lint warns above 32)."""
+    x = _int(value, path, minimum=0)
+    if x > MAX_SCALE_POWER:
+        raise ValueError(f"{_named(path, value)} must be at most {MAX_SCALE_POWER}: the first loss scale 2**{x} "
+                         f"does not fit the 64-bit int torch multiplies the loss by (the first backward fails)")
+    return x
+
+
+def _loss_scale(value, path: str):
+    """``fp16.loss_scale``: 0 (dynamic) or a positive static scale; DeepSpeed's ``DeepSpeedFP16Config`` refuses
+    negative ones."""
+    x = to_number(value, path)
+    if x < 0:
+        raise ValueError(f"{_named(path, value)} must be >= 0 (0 is dynamic loss scaling; DeepSpeed refuses "
+                         f"negative values)")
+    return x
+
+
 def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int] = None) -> Imported:
     """Read a DeepSpeed config. ``world_size`` is the data-parallel size the job runs with (needed to resolve a
     missing batch field); ``"auto"`` values stay unresolved with a warning and are filled from defaults."""
@@ -470,10 +549,14 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
     elif fp16_on in (None, False) and bf16_on in (None, False):
         plan["precision"] = "fp32"
     for key, name in (("loss_scale_window", "loss_scale_window"), ("hysteresis", "hysteresis"),
-                      ("min_loss_scale", "min_loss_scale"), ("initial_scale_power", "initial_scale_power")):
+                      ("min_loss_scale", "min_loss_scale")):
         value = get(fp16, key, f"fp16.{key}")
         if value is not None:
             opts[name] = value
+    power = get(fp16, "initial_scale_power", "fp16.initial_scale_power", _scale_power)
+    if power is not None:
+        opts["initial_scale_power"] = power
+    get(fp16, "loss_scale", "fp16.loss_scale", _loss_scale)
 
     # ZeRO
     zero = cfg.get("zero_optimization") if isinstance(cfg.get("zero_optimization"), dict) else {}
@@ -482,19 +565,28 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         raise ValueError(f"zero_optimization.stage={stage} must be 0, 1, 2 or 3")
     plan["zero_stage"] = stage if stage is not None else 0
     for key in ("offload_optimizer", "offload_param"):
-        section = zero.get(key)
-        if isinstance(section, dict):
+        section = _offload_section(zero.get(key), f"zero_optimization.{key}")
+        if section is not None:
             device = section.get("device", "none")
             if device == "auto":
                 autos.append(f"zero_optimization.{key}.device")
                 continue
-            if device is not None and not isinstance(device, str):
-                raise ValueError(f"zero_optimization.{key}.device={device!r:.60} must be 'none', 'cpu' or 'nvme'")
             plan["offload_optimizer" if key == "offload_optimizer" else "offload_params"] = str(device or "none")
             if section.get("nvme_path"):
                 opts["nvme_path"] = str(section["nvme_path"])
-            if "pin_memory" in section and isinstance(section["pin_memory"], bool):
-                opts["pin_memory"] = section["pin_memory"]
+            pin = _enabled(section.get("pin_memory"), f"zero_optimization.{key}.pin_memory")
+            if isinstance(pin, bool):
+                opts["pin_memory"] = pin
+            ratio = get(section, "ratio", f"zero_optimization.{key}.ratio", _offload_ratio) \
+                if key == "offload_optimizer" else None
+            if ratio is not None and ratio < 1 and plan["zero_stage"] != 3:
+                raise ValueError(f"zero_optimization.{key}.ratio={ratio:g} needs zero_optimization.stage 3 (got "
+                                 f"{plan['zero_stage']}; DeepSpeed: 'Partial offloading only supported for ZeRO "
+                                 f"Stage 3')")
+            if ratio is not None and ratio < 1 and device not in (None, "none"):
+                warnings.append(f"zero_optimization.{key}.ratio={ratio:g}: partial offload (DeepSpeed keeps "
+                                f"{1 - ratio:.0%} of the optimizer on the GPU) is not modelled; priced as offloading "
+                                f"all of it")
     # legacy boolean forms (DeepSpeed still accepts them, deprecated)
     if zero.get("cpu_offload") is True and "offload_optimizer" not in plan:
         plan["offload_optimizer"] = "cpu"
@@ -509,14 +601,18 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
                       ("stage3_max_live_parameters", "stage3_max_live_parameters"),
                       ("stage3_max_reuse_distance", "stage3_max_reuse_distance"),
                       ("sub_group_size", "sub_group_size")):
-        value = get(zero, key, f"zero_optimization.{key}")
+        value = get(zero, key, f"zero_optimization.{key}", _zero_count(key))
         if value is not None:
-            opts[name] = int(value)
-    if isinstance(zero.get("contiguous_gradients"), bool):
-        opts["contiguous_gradients"] = zero["contiguous_gradients"]
+            opts[name] = value
+    contiguous = _enabled(zero.get("contiguous_gradients"), "zero_optimization.contiguous_gradients")
+    if isinstance(contiguous, bool):
+        opts["contiguous_gradients"] = contiguous
     stage_read = plan.get("zero_stage")
-    if isinstance(zero.get("overlap_comm"), bool):
-        plan["overlap_comm"] = zero["overlap_comm"]
+    overlap = _enabled(zero.get("overlap_comm"), "zero_optimization.overlap_comm")
+    if overlap == "auto":
+        autos.append("zero_optimization.overlap_comm")
+    if isinstance(overlap, bool):
+        plan["overlap_comm"] = overlap
     elif stage_read is not None and int(stage_read) >= 1:
         plan["overlap_comm"] = int(stage_read) >= 3  # DeepSpeed's own default: on for ZeRO-3 only
 
@@ -555,6 +651,9 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
     if max_lr is not None and "lr" not in opts:
         opts["lr"] = float(max_lr)
     clip = get(cfg, "gradient_clipping", "gradient_clipping")
+    if clip is not None and clip < 0:
+        raise ValueError(f"gradient_clipping={cfg['gradient_clipping']!r} must be >= 0 (DeepSpeed clips only when it "
+                         f"is > 0, so a negative value turns clipping off silently; write 0 for no clipping)")
     if clip is not None:
         opts["clip"] = float(clip)
     for key in ("steps_per_print",):
@@ -590,41 +689,181 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
 _LAUNCHERS = {"torchrun", "python", "python3", "deepspeed", "srun", "mpirun", "accelerate", "env"}
 
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*\+?=")
+_WORD = re.compile(r"\S*")
+_PLAIN = re.compile(r"[^\s'\"\\$]*")
+_DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly"})
+_EXPANSION = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_]\w*)(?P<index>\[[@*]\])?(?::?-(?P<default>[^}]*))?\}"
+                        r"|(?P<plain>[A-Za-z_]\w*))")
+_ARRAY_START = re.compile(r"^\s*(?:(?:export|declare|typeset|local|readonly)\s+(?:-\w+\s+)*)?"
+                          r"(?P<name>[A-Za-z_]\w*)(?P<append>\+?)=\(")
+
+
+def _expansion(m: re.Match, env: dict, quote: Optional[str], assigning: bool) -> Optional[str]:
+    """The shell text that stands for ``$NAME`` / ``${NAME}`` / ``${NAME:-default}`` / ``${NAME[@]}`` (``None``
+    when the variable is not set and has no default), quoted so that :func:`shlex.split` gives the words bash does:
+    an unquoted scalar splits at blanks, an array with ``[@]`` gives one word per element (unquoted: each split
+    again), a double-quoted scalar or an assignment's value stays one word."""
+    name = m.group("braced") or m.group("plain")
+    value = env.get(name)
+    if value is None or value == "":
+        default = m.group("default")
+        if default is None:
+            return None if value is None else ""
+        value = re.sub(_EXPANSION, lambda d: _plain_value(env.get(d.group("braced") or d.group("plain")),
+                                                          d.group(0)), default)
+    if isinstance(value, list) and not m.group("index"):
+        value = value[0] if value else ""  # $NAME of an array is its first element
+    if isinstance(value, list) and (assigning or m.group("index") == "[*]"):
+        value = " ".join(value)
+    if isinstance(value, list):
+        if quote == '"':
+            return '"' + " ".join(shlex.quote(v) for v in value) + '"'
+        return " ".join(shlex.quote(w) for v in value for w in v.split())
+    if quote == '"':
+        return value.replace("\\", "\\\\").replace('"', '\\"')
+    if assigning:
+        return shlex.quote(value)
+    return " ".join(shlex.quote(w) for w in value.split())
+
+
+def _plain_value(value, raw: str) -> str:
+    if value is None:
+        return raw
+    return " ".join(value) if isinstance(value, list) else value
+
+
+def _expand(text: str, env: dict, *, assignments: bool = True) -> str:
+    """``text`` (one command, or an array's body) with the shell variables ``env`` knows expanded as bash would
+    (word splitting of unquoted values, arrays element by element; no expansion inside single quotes); unknown
+    variables stay as written. ``assignments``: leading ``NAME=value`` words keep their value as one word."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    quote: Optional[str] = None
+    word_start, leading, assigning, declared = True, assignments, False, False
+    while i < n:
+        c = text[i]
+        if quote == "'":  # literal to the closing quote
+            end = text.find("'", i)
+            end, quote = (n, quote) if end < 0 else (end + 1, None)
+            out.append(text[i:end])
+            i = end
+            continue
+        if c == "\\" and i + 1 < n:
+            out.append(text[i:i + 2])
+            i += 2
+            continue
+        if quote is None and c in " \t\r\n":
+            word_start = True
+            out.append(c)
+            i += 1
+            continue
+        if quote is None and word_start:
+            word_start = False
+            if c == "#":  # a comment, to the end of the line
+                end = text.find("\n", i)
+                out.append(text[i:] if end < 0 else text[i:end])
+                i = n if end < 0 else end
+                continue
+            word = _WORD.match(text, i).group(0)
+            assigning = leading and bool(_ASSIGNMENT.match(word))
+            leading = leading and (assigning or word in _DECLARERS or (declared and word.startswith("-")))
+            declared = declared or word in _DECLARERS
+        if c in "'\"":
+            quote = None if quote == c else (c if quote is None else quote)
+            out.append(c)
+            i += 1
+            continue
+        m = _EXPANSION.match(text, i) if c == "$" else None
+        if m:
+            value = _expansion(m, env, quote, assigning)
+            out.append(m.group(0) if value is None else value)
+            i = m.end()
+            continue
+        run = _PLAIN.match(text, i + 1)  # the ordinary characters after c, in one step
+        out.append(text[i:run.end()])
+        i = run.end()
+    return "".join(out)
+
+
+def _array_end(text: str, start: int) -> int:
+    """The index of the ``)`` that closes a bash array opened just before ``start`` (quotes and comments skipped),
+    or -1."""
+    i, quote = start, None
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = None
+            elif c == "\\" and quote == '"':
+                i += 1
+        elif c == "\\":
+            i += 1
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == start or text[i - 1].isspace()):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        elif c == ")":
+            return i
+        i += 1
+    return -1
+
+
+def _split(line: str) -> list[str]:
+    try:
+        return shlex.split(line, comments=True)
+    except ValueError as exc:
+        raise ValueError(f"cannot split the command line: {exc}") from None
+
+
 def _shell_tokens(text: str) -> tuple[list[str], list[str]]:
     """(command tokens, launcher tokens) from a command or a small bash script.
 
-    Joins ``\\`` continuations, drops comments, reads ``NAME=value`` / ``NAME=${NAME:-value}`` assignments and
-    substitutes ``$NAME`` / ``${NAME}`` where known; picks the line that runs a ``.py`` script.
+    Joins ``\\`` continuations, drops comments, reads ``NAME=value`` assignments and bash arrays
+    ``NAME=( ... )`` (over several lines too) in order, and expands ``$NAME`` / ``${NAME}`` /
+    ``${NAME:-default}`` / ``"${NAME[@]}"`` as bash does (an unquoted value holding several words gives those
+    words); unknown variables stay as written. Picks the line that runs a ``.py`` script.
     """
     text = re.sub(r"\\\r?\n", " ", text)
     env: dict = {}
     chosen: Optional[list[str]] = None
-    for line in text.splitlines():
-        try:
-            toks = shlex.split(line, comments=True)
-        except ValueError as exc:
-            raise ValueError(f"cannot split the command line: {exc}") from None
-        if not toks:
-            continue
-        if toks[0] == "export":
-            toks = toks[1:]
-        if toks and all(re.match(r"^[A-Za-z_]\w*=", t) for t in toks):
+    pos, arrays = 0, True
+    while pos < len(text):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end + 1
+        line, start = text[pos:end], pos
+        pos = end
+        array = _ARRAY_START.match(line) if arrays else None
+        if array:
+            close = _array_end(text, start + array.end())
+            arrays = close >= 0  # one array left open: the rest is read line by line
+            if close >= 0:
+                items = _split(_expand(text[start + array.end():close], env, assignments=False))
+                name = array.group("name")
+                old = env.get(name) if array.group("append") else None
+                env[name] = ([] if old is None else [old] if isinstance(old, str) else old) + items
+                end = text.find("\n", close)
+                pos = len(text) if end < 0 else end + 1
+                continue
+        toks = _split(_expand(line, env))
+        if toks and toks[0] in _DECLARERS:
+            toks = [t for t in toks[1:] if not t.startswith("-")]
+        if toks and all(_ASSIGNMENT.match(t) for t in toks):
             for t in toks:
                 name, value = t.split("=", 1)
-                m = re.match(r"^\$\{\w+:-(.*)\}$", value)
-                env[name] = m.group(1) if m else value
+                if name.endswith("+"):
+                    name, old = name[:-1], env.get(name[:-1], "")
+                    value = old + [value] if isinstance(old, list) else old + value
+                env[name] = value
             continue
         if any(t.endswith(".py") for t in toks) or any(t.startswith("--") for t in toks):
             if chosen is None or any(t.endswith(".py") for t in toks):
                 chosen = toks
     if chosen is None:
         raise ValueError("no command found: expected pretrain_gpt.py flags such as --num-layers")
-
-    def subst(tok: str) -> str:
-        return re.sub(r"\$\{(\w+)\}|\$(\w+)",
-                      lambda m: env.get(m.group(1) or m.group(2), m.group(0)), tok)
-
-    chosen = [subst(t) for t in chosen]
+    chosen = [t for t in chosen if t]  # "${EMPTY[@]}" is no word in bash
     script_at = next((i for i, t in enumerate(chosen) if t.endswith(".py")), None)
     if script_at is None:
         return chosen, []
@@ -885,9 +1124,13 @@ def _expandable_in_script(text: str) -> bool:
     return False
 
 
-def import_megatron_args(command: Union[str, list]) -> Imported:
+def import_megatron_args(command: Union[str, list], *, world_size: Optional[int] = None) -> Imported:
     """Read a Megatron-LM or Megatron-DeepSpeed ``pretrain_gpt.py`` command line (or a launch script; one that
-    exports ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` gives ``expandable_segments``)."""
+    exports ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` gives ``expandable_segments``).
+
+    ``world_size``: the number of GPUs (ranks) the command runs on, for a command without a launcher that says it
+    (``torchrun --nproc_per_node N --nnodes M``); one that disagrees with the launcher is refused. With a world size
+    the plan is checked as ``workbench estimate`` checks it (:func:`lint_megatron_specs`)."""
     if isinstance(command, (list, tuple)):
         text = " ".join(shlex.quote(str(t)) for t in command)
     else:
@@ -900,6 +1143,12 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
         plan["expandable_segments"] = True
     opts: dict = _launcher_shape(launcher)
     warnings: list[str] = []
+    launched = _launched_world(opts)
+    if world_size is not None:
+        world_size = _positive(world_size, "world_size")
+        if launched is not None and launched != world_size:
+            raise ValueError(f"world_size={world_size} != the launcher's gpus_per_node({opts['gpus_per_node']}) * "
+                             f"num_nodes({opts['num_nodes']}) = {launched} ranks")
 
     def one(name: str):
         values = flags.get(name)
@@ -911,6 +1160,9 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
 
     def num(name: str, kind=to_number):
         value = one(name)
+        if isinstance(value, str) and value.startswith("$"):
+            raise ValueError(f"--{name} {value}: the shell variable is not set in the script (set it before the "
+                             f"command, or give the number)")
         return None if value is None else kind(value, f"--{name}")
 
     def has(name: str) -> bool:
@@ -1199,10 +1451,86 @@ def import_megatron_args(command: Union[str, list]) -> Imported:
     other = sorted(f for f in flags if f not in _KNOWN)
     if other:
         opts["other_flags"] = other
+    unset = list(dict.fromkeys(t for t in tokens if _UNSET_VARIABLE.match(t)))
+    if unset:
+        warnings.append(f"shell variables not set in the script: {' '.join(unset[:6])} (flags they hold are not "
+                        f"read; a value stays as written)")
+    stray = [t for t in stray if not _UNSET_VARIABLE.match(t)]
     if stray:
         warnings.append(f"ignored tokens that are not flags: {' '.join(stray[:6])}")
-    return Imported(kind=kind, model_fields=m, plan_fields=plan, options=opts, warnings=warnings,
-                    lint=lint_megatron_fields(m, plan))
+    if world_size is not None and launched is None:
+        plan["world_size"] = world_size
+    imported = Imported(kind=kind, model_fields=m, plan_fields=plan, options=opts, warnings=warnings)
+    lint = lint_megatron_fields(m, plan)
+    if not any(f.severity == "error" for f in lint):
+        positions = num("max-position-embeddings", _sized("max_position_embeddings"))
+        lint += lint_megatron_specs(imported, max_position_embeddings=positions)
+    if _has_model(m) and _world(imported) is None:
+        warnings.append("no world size (the launcher gives no --nproc_per_node with --nnodes, and none was "
+                        "passed): the parallel layout is not checked; pass --world-size N (world_size=N)")
+    return dataclasses.replace(imported, lint=lint)
+
+
+_UNSET_VARIABLE = re.compile(r"^\$(\{[A-Za-z_]\w*(\[[@*]\])?\}|[A-Za-z_]\w*)$")
+"""A whole word that is a shell variable :func:`_shell_tokens` could not expand (not set in the script)."""
+
+_MODEL_SIZES = ("num_layers", "hidden_size", "num_attention_heads")
+
+
+def _has_model(model: dict) -> bool:
+    """Whether imported model fields give the sizes a :class:`~workbench.specs.ModelSpec` needs."""
+    return all(k in model for k in _MODEL_SIZES)
+
+
+def _launched_world(opts: dict) -> Optional[int]:
+    """The ranks a launcher starts (``--nproc_per_node`` × ``--nnodes``), ``None`` unless it gives both."""
+    if opts.get("gpus_per_node") and opts.get("num_nodes"):
+        return opts["gpus_per_node"] * opts["num_nodes"]
+    return None
+
+
+def _world(imported: Imported) -> Optional[int]:
+    """The world size an imported command runs on: the plan's (``world_size``), else the launcher's."""
+    return imported.plan_fields.get("world_size") or _launched_world(imported.options)
+
+
+def _cluster_for(world: int, gpus_per_node: Optional[int]) -> ClusterSpec:
+    """A cluster of ``world`` GPUs of ``workbench estimate``'s default kind, in nodes of the launcher's
+    ``gpus_per_node`` when it divides the world, else of 8, 4, 2 or 1."""
+    from workbench import catalog
+    from workbench.commands.common import DEFAULT_GPU
+
+    per_node = next(g for g in (gpus_per_node or 1, 8, 4, 2, 1) if world % g == 0 and g <= MAX_COUNT["gpus_per_node"])
+    return ClusterSpec(gpu=catalog.gpu(DEFAULT_GPU), gpus_per_node=per_node, num_nodes=world // per_node)
+
+
+def lint_megatron_specs(imported: Imported, *, max_position_embeddings: Optional[int] = None) -> list:
+    """What ``workbench estimate`` refuses in an imported command, as :class:`~workbench.configs.lint.LintFinding`
+    errors: the model as :class:`~workbench.specs.ModelSpec` builds it (with ``--max-position-embeddings``, whose
+    learned position table must hold the sequence), then, when the world size is known (:func:`_world`), the plan as
+    :meth:`Imported.to_specs` builds it and :func:`workbench.specs.validate` checks it on estimate's default GPU.
+    The first refusal of each (path ``model`` or ``plan``); nothing when the command does not give the model's
+    sizes."""
+    from workbench.configs.lint import LintFinding
+    from workbench.specs import validate
+
+    if not _has_model(imported.model_fields):
+        return []
+    extra = {"max_position_embeddings": max_position_embeddings} if max_position_embeddings else {}
+    try:
+        ModelSpec(**imported.model_fields, **extra)
+    except ValueError as exc:
+        return [LintFinding(path="model", severity="error", message=str(exc))]
+    world = _world(imported)
+    if world is None:
+        return []
+    try:
+        cluster = _cluster_for(world, imported.options.get("gpus_per_node"))
+        model, plan = imported.to_specs(cluster=cluster)
+        validate(model, cluster, plan)
+    except ValueError as exc:
+        return [LintFinding(path="plan", severity="error", message=str(exc))]
+    return []
 
 
 def lint_megatron_fields(model: dict, plan: dict) -> list:
@@ -1252,11 +1580,12 @@ def import_any(text_or_path: Union[str, Path, dict], *, world_size: Optional[int
 
     A string is a file name only when it looks like one (see :func:`looks_like_text`; nothing is opened to decide),
     so a long quoted command line is read as a command. ``world_size`` goes to :func:`import_ds_config` for a
-    ds_config. Bad input of any shape raises ``ValueError``."""
+    ds_config (its data-parallel size) and to :func:`import_megatron_args` for a command (its number of GPUs). Bad
+    input of any shape raises ``ValueError``."""
     if isinstance(text_or_path, dict):
         return import_ds_config(text_or_path, world_size=world_size)
     if isinstance(text_or_path, (list, tuple)):
-        return import_megatron_args(list(text_or_path))
+        return import_megatron_args(list(text_or_path), world_size=world_size)
     if not isinstance(text_or_path, (str, Path)):
         raise ValueError(f"source={text_or_path!r:.80} must be a dict, a path or text (got "
                          f"{type(text_or_path).__name__})")
@@ -1274,6 +1603,6 @@ def import_text(text: str, *, world_size: Optional[int] = None) -> Imported:
         body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
         if body.lstrip().startswith("{"):
             return import_ds_config(text, world_size=world_size)
-        return import_megatron_args(text)
+        return import_megatron_args(text, world_size=world_size)
     except RecursionError:
         raise ValueError(f"the source is nested too deeply to read (more than {MAX_NESTING} levels)") from None

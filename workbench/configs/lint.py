@@ -331,6 +331,31 @@ def _enabled(section) -> bool:
     return isinstance(section, dict) and section.get("enabled") is True
 
 
+SCALE_POWER_WARNING = 32
+"""``fp16.initial_scale_power`` above this draws a warning: the dynamic loss scale starts at ``2**power`` and fp16's
+largest value is 65504 (about 2**16, DeepSpeed's default power), so the first steps overflow and are skipped while
+the scaler halves it, about one step per power above 16."""
+
+
+def _scale_power_findings(power) -> list:
+    """Findings for ``fp16.initial_scale_power`` under dynamic loss scaling: an error from 64 on (torch cannot
+    multiply the loss by the int ``2**power``: the first backward fails), a warning above
+    :data:`SCALE_POWER_WARNING`."""
+    n = _number(power)
+    if n is None or n <= SCALE_POWER_WARNING:
+        return []
+    if n >= 64:
+        return [LintFinding(path="fp16.initial_scale_power", severity="error",
+                            message=f"initial_scale_power={power!r}: the first loss scale 2**{n:g} does not fit the "
+                                    f"64-bit int torch multiplies the loss by; the first backward fails",
+                            suggestion="use 16 (DeepSpeed's default)")]
+    return [LintFinding(path="fp16.initial_scale_power", severity="warning",
+                        message=f"initial_scale_power={power!r}: the dynamic loss scale starts at 2**{n:g}, far "
+                                f"above fp16's range (65504, about 2**16); about {n - 16:g} steps overflow and are "
+                                f"skipped while DeepSpeed halves it",
+                        suggestion="use 16 (DeepSpeed's default)")]
+
+
 def lint_ds_config(config: dict, *, world_size: Optional[int] = None) -> list[LintFinding]:
     """Findings for a DeepSpeed config, errors first.
 
@@ -429,10 +454,24 @@ def lint_ds_config(config: dict, *, world_size: Optional[int] = None) -> list[Li
                                message="fp16 and bf16 are both enabled; DeepSpeed refuses this",
                                suggestion="enable one of them"))
     fp16 = config.get("fp16")
-    if _enabled(fp16) and _number(fp16.get("loss_scale", 0)) not in (None, 0.0):
+    loss_scale = _number(fp16.get("loss_scale", 0)) if isinstance(fp16, dict) else None
+    if loss_scale is not None and loss_scale < 0:
+        out.append(LintFinding(path="fp16.loss_scale", severity="error",
+                               message=f"loss_scale={fp16['loss_scale']!r} is negative; DeepSpeed refuses it "
+                                       f"(0 means dynamic loss scaling)",
+                               suggestion="use 0 (dynamic) or a positive static scale"))
+    elif _enabled(fp16) and loss_scale not in (None, 0.0):
         out.append(LintFinding(path="fp16.loss_scale", severity="warning",
                                message=f"static loss scale {fp16['loss_scale']} (0 means dynamic)",
                                suggestion="use loss_scale 0 with loss_scale_window unless you know the range"))
+    elif _enabled(fp16):
+        out.extend(_scale_power_findings(fp16.get("initial_scale_power")))
+    clip = _number(config.get("gradient_clipping"))
+    if clip is not None and clip < 0:
+        out.append(LintFinding(path="gradient_clipping", severity="error",
+                               message=f"gradient_clipping={config['gradient_clipping']!r} is negative: DeepSpeed "
+                                       f"clips only when it is > 0, so clipping is silently off",
+                               suggestion="write 0 for no clipping, or the max gradient norm (e.g. 1.0)"))
 
     # ZeRO stage-dependent settings
     stage = _number(zero.get("stage", 0)) if zero else 0.0
