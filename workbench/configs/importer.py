@@ -1451,7 +1451,9 @@ def import_megatron_args(command: Union[str, list], *, world_size: Optional[int]
     other = sorted(f for f in flags if f not in _KNOWN)
     if other:
         opts["other_flags"] = other
-    unset = list(dict.fromkeys(t for t in tokens if _UNSET_VARIABLE.match(t)))
+    # an argument list is what a shell has already expanded: a "$NAME" left in it is a literal value
+    unset = [] if isinstance(command, (list, tuple)) else list(dict.fromkeys(t for t in tokens
+                                                                           if _UNSET_VARIABLE.match(t)))
     if unset:
         warnings.append(f"shell variables not set in the script: {' '.join(unset[:6])} (flags they hold are not "
                         f"read; a value stays as written)")
