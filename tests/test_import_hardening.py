@@ -642,3 +642,19 @@ def test_unset_shell_variables_are_named():
     msg = _error(import_megatron_args, "python pretrain_gpt.py --num-layers 4 --tensor-model-parallel-size $TP")
     assert msg == ("--tensor-model-parallel-size $TP: the shell variable is not set in the script (set it before "
                    "the command, or give the number)")
+
+
+def test_learned_position_table_round_trips_through_the_megatron_command():
+    """A learned position table larger than the sequence is exported as --max-position-embeddings and read back:
+    the parameter count survives the round trip (the export wrote the sequence length before)."""
+    from workbench.catalog import model
+    from workbench.configs.megatron import megatron_args
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    m = model("gpt3-125m").replace(max_position_embeddings=4096, seq_length=1024)
+    args = megatron_args(m, ClusterSpec(gpu="H100-SXM", gpus_per_node=8),
+                         ParallelPlan(world_size=8, engine="megatron", global_batch_size=8))
+    assert args[args.index("--max-position-embeddings") + 1] == "4096"
+    imported = import_megatron_args(args, world_size=8)
+    assert imported.model_fields["max_position_embeddings"] == 4096 and not imported.warnings
+    assert imported.to_specs()[0].num_parameters == m.num_parameters

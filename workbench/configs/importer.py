@@ -1464,8 +1464,10 @@ def import_megatron_args(command: Union[str, list], *, world_size: Optional[int]
         plan["world_size"] = world_size
     imported = Imported(kind=kind, model_fields=m, plan_fields=plan, options=opts, warnings=warnings)
     lint = lint_megatron_fields(m, plan)
+    positions = num("max-position-embeddings", _sized("max_position_embeddings"))
+    if positions is not None and positions != m.get("seq_length"):  # a learned table larger than the sequence
+        m["max_position_embeddings"] = positions
     if not any(f.severity == "error" for f in lint):
-        positions = num("max-position-embeddings", _sized("max_position_embeddings"))
         lint += lint_megatron_specs(imported, max_position_embeddings=positions)
     if _has_model(m) and _world(imported) is None:
         warnings.append("no world size (the launcher gives no --nproc_per_node with --nnodes, and none was "
@@ -1520,7 +1522,7 @@ def lint_megatron_specs(imported: Imported, *, max_position_embeddings: Optional
         return []
     extra = {"max_position_embeddings": max_position_embeddings} if max_position_embeddings else {}
     try:
-        ModelSpec(**imported.model_fields, **extra)
+        ModelSpec(**{**imported.model_fields, **extra})
     except ValueError as exc:
         return [LintFinding(path="model", severity="error", message=str(exc))]
     world = _world(imported)

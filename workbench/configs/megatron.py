@@ -72,7 +72,8 @@ def model_flags(model: ModelSpec, *, dialect: str = "megatron") -> list[str]:
             a += ["--group-query-attention", "--num-query-groups", _fmt(model.num_query_groups)]
     if model.head_dim * model.num_attention_heads != model.hidden_size:
         a += ["--kv-channels", _fmt(model.head_dim)]
-    a += ["--seq-length", _fmt(model.seq_length), "--max-position-embeddings", _fmt(model.seq_length)]
+    positions = max(model.seq_length, model.max_position_embeddings or model.seq_length)  # the position table's rows
+    a += ["--seq-length", _fmt(model.seq_length), "--max-position-embeddings", _fmt(positions)]
     if model.position_embedding is Positions.ROTARY:
         a += ["--use-rotary-position-embeddings"] if mds else ["--position-embedding-type", "rope"]
     elif not mds:
