@@ -139,3 +139,35 @@ def test_tiny_and_the_hf_trainer_are_named_together(capsys):
     assert main(["run", "--tiny", "--trainer", "hf"]) == 2
     assert "--tiny trains the package's megatron-core teaching model; --trainer hf trains a Hugging Face model" in \
         capsys.readouterr().err
+
+
+def test_log_numbers_too_large_are_one_error_in_the_cli_and_the_advisor_view(tmp_path, capsys):
+    from workbench.logreader import parse_log
+
+    with pytest.raises(ValueError, match=r"^the log holds a number too large to read \(cannot convert float "):
+        parse_log("CUDA out of memory. Tried to allocate 1e400 GiB.")
+    with pytest.raises(ValueError, match=r"^the log holds a number too large to read"):
+        parse_log(" iteration " + "9" * 5000 + "/ 100 | lm loss: 1.0 |")
+    from widgets.app import Workbench
+
+    app = Workbench()
+    view = next(v for v in app.views if v.title == "Advisor")
+    app.view_tabs.selected_index = app.views.index(view)
+    view.read_log("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.35 GiB of which "
+                  "1.00 GiB is free.")
+    assert view.log_result.value and not view.error.value
+    assert view.read_log("CUDA out of memory. Tried to allocate 1e400 GiB.") is None
+    assert "the log holds a number too large to read" in view.error.value and view.log_result.value == ""
+
+
+def test_a_loss_gone_nan_fails_the_log_check_though_the_framework_counted_none():
+    from workbench.advisor import advise
+    from workbench.logreader import parse_log
+
+    lines = [f" iteration {i}/ 100 | consumed samples: {8 * i} | elapsed time per iteration (ms): 1000.0 | "
+             f"lm loss: {'1.0E+01' if i < 6 else 'nan'} | grad norm: 1.0 | number of skipped iterations: 0 | "
+             f"number of nan iterations: 0 |" for i in range(1, 11)]
+    advice = advise(model("gpt3-125m"), ClusterSpec(gpu="H100-SXM", gpus_per_node=8),
+                    ParallelPlan(world_size=8, engine="megatron", global_batch_size=8), log=parse_log("\n".join(lines)))
+    (nan,) = [f for f in advice.log_findings if f.id == "log_nan"]
+    assert nan.status == "fail" and nan.message == "the loss is nan on 5 of 10 progress lines (first at iteration 6)"

@@ -139,7 +139,14 @@ class AdvisorView(View):
         if text is not None:
             self.log_text.value = text
         body = self.log_text.value
-        self.log_summary = parse_log(body) if body.strip() else None
+        try:
+            self.log_summary = parse_log(body) if body.strip() else None
+        except ValueError as exc:  # shown in red; the previous log's findings must not stay as if they were this one's
+            self.log_summary = None
+            self._redraw()
+            self.log_result.value = ""
+            self.error.value = error_html(error_message(exc), max_width="900px")
+            return None
         self._redraw()
         return self.log_summary
 

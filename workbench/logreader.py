@@ -395,9 +395,18 @@ def _spikes(iterations, norms, factor, window) -> tuple:
 
 
 def parse_log(text: str, *, spike_factor: float = GRAD_NORM_SPIKE_FACTOR, window: int = GRAD_NORM_WINDOW) -> LogSummary:
-    """Parse a DeepSpeed / Megatron / Megatron-DeepSpeed training log."""
+    """Parse a DeepSpeed / Megatron / Megatron-DeepSpeed training log; ``ValueError`` in one line when it holds a
+    number no training writes (a size beyond a float, an iteration of thousands of digits)."""
     if spike_factor <= 1:
         raise ValueError(f"spike_factor={spike_factor} must be > 1")
+    try:
+        return _parse_log(text, spike_factor=spike_factor, window=window)
+    except (OverflowError, ValueError) as exc:  # float("1e400") is inf, int() of it overflows; int("9" * 5000)
+        raise ValueError(f"the log holds a number too large to read ({str(exc).splitlines()[0][:80]}); "
+                         f"paste the log as the run wrote it") from None
+
+
+def _parse_log(text: str, *, spike_factor: float, window: int) -> LogSummary:
     iters, losses, norms, norm_iters, scales, step_s, sps, tflops = [], [], [], [], [], [], [], []
     overflow = ds_skipped = meg_skipped = nan_iters = 0
     max_alloc = max_res = 0.0
@@ -529,8 +538,19 @@ def match_advice(summary: LogSummary, *, model, cluster, plan, memory, time, opt
     elif summary.loss_scales and plan.precision is Precision.FP16:
         out.append(Finding(id="log_skipped_steps", status="pass",
                            message=f"no skipped steps; loss scale {summary.loss_scales[-1]:g} at the end"))
-    if summary.nan_iterations:
-        out.append(Finding(id="log_nan", status="fail", message=f"{summary.nan_iterations} NaN iterations",
+    # the loss and gradient norm printed as nan/inf, whether or not the framework counted the iteration as NaN
+    bad = [i for i, x in enumerate(summary.losses) if not math.isfinite(x)]
+    bad_norms = sum(1 for x in summary.grad_norms if not math.isfinite(x))
+    if summary.nan_iterations or bad or bad_norms:
+        parts = [f"{summary.nan_iterations} NaN iterations counted by the framework"] if summary.nan_iterations else []
+        if bad:
+            at = (f" (first at iteration {summary.iterations[bad[0]]})"
+                  if len(summary.iterations) == len(summary.losses) else "")
+            parts.append(f"the loss is {summary.losses[bad[0]]} on {len(bad)} of {len(summary.losses)} progress "
+                         f"lines{at}")
+        if bad_norms:
+            parts.append(f"{bad_norms} non-finite gradient norms")
+        out.append(Finding(id="log_nan", status="fail", message="; ".join(parts),
                            suggestion="lower the learning rate, check the data, clip gradients"))
     # -- gradient-norm spikes -> clipping advice ------------------------------------------------------------
     if summary.grad_norm_spikes:
