@@ -171,3 +171,19 @@ def test_a_loss_gone_nan_fails_the_log_check_though_the_framework_counted_none()
                     ParallelPlan(world_size=8, engine="megatron", global_batch_size=8), log=parse_log("\n".join(lines)))
     (nan,) = [f for f in advice.log_findings if f.id == "log_nan"]
     assert nan.status == "fail" and nan.message == "the loss is nan on 5 of 10 progress lines (first at iteration 6)"
+
+
+def test_megatron_import_over_a_preset_is_named_and_sized_as_the_launcher_says():
+    """A command line that gives another model's sizes is not labelled with the preset it was read over; torchrun
+    without --nnodes runs one node (its default), and a process count below 1 is refused."""
+    from workbench.configs.importer import import_megatron_args
+
+    flags = ["pretrain_gpt.py", "--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
+             "--ffn-hidden-size", "14336", "--micro-batch-size", "1", "--global-batch-size", "8"]
+    imported = import_megatron_args(["torchrun", "--nproc_per_node", "8", *flags])
+    m, plan = imported.to_specs(model("guide-13b"), ClusterSpec(gpu="A100-80GB", gpus_per_node=8, num_nodes=2))
+    assert m.name == "imported" and m.num_layers == 32 and plan.world_size == 8
+    same = import_megatron_args(["torchrun", "--nproc_per_node", "8", "pretrain_gpt.py", "--seq-length", "1024"])
+    assert same.to_specs(model("guide-13b"))[0].name == "guide-13b"  # only the sequence: still that model
+    with pytest.raises(ValueError, match=r"launcher --nproc-per-node 0: must be >= 1"):
+        import_megatron_args(["torchrun", "--nproc_per_node", "0", *flags])

@@ -24,6 +24,14 @@ _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 _PLAN_FIELDS = {f.name for f in dataclasses.fields(ParallelPlan)}
 
 
+IMPORTED_MODEL_NAME = "imported"
+"""The name of a model whose sizes an import changed from the model it was read over (not that model's name)."""
+
+_SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
+                 "vocab_size", "num_experts")
+"""The fields that make a model another model (the sequence length and dropouts do not)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Imported:
     """What an imported config or command says about the model, the plan and the training options."""
@@ -84,6 +92,9 @@ class Imported:
                     # hidden/heads (gpt3-13b: 5140/40); the imported fields are explicit, so apply them directly.
                     values = {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.init}
                     spec = ModelSpec(**{**values, **self.model_fields})
+                if "name" not in self.model_fields and any(
+                        getattr(spec, k) != getattr(model, k) for k in _SHAPE_FIELDS):
+                    spec = spec.replace(name=IMPORTED_MODEL_NAME)  # not the preset it was read over
         else:
             missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if k not in self.model_fields]
             if missing:
@@ -911,6 +922,9 @@ def _flag_dict(tokens: list[str]) -> tuple[dict, list[str]]:
 
 
 def _launcher_shape(tokens: list[str]) -> dict:
+    """``gpus_per_node`` and ``num_nodes`` from a ``torchrun`` / ``deepspeed`` launcher's flags. ``--nproc_per_node``
+    words (``gpu``, ``auto``) leave the count to the machine; a count below 1 is refused. With processes per node and
+    no node count, one node: torchrun's ``--nnodes`` default, and the DeepSpeed launcher's without a hostfile."""
     out: dict = {}
     flags, _ = _flag_dict(tokens)
     for names, key in ((("nproc-per-node", "num-gpus"), "gpus_per_node"), (("nnodes", "num-nodes"), "num_nodes")):
@@ -920,9 +934,14 @@ def _launcher_shape(tokens: list[str]) -> dict:
                 if ":" in value:  # elastic min:max
                     value = value.split(":")[-1]
                 try:
-                    out[key] = _int(value, f"--{n}")
+                    count = _int(value, f"--{n}")
                 except ValueError:
-                    pass
+                    continue  # a word torchrun resolves on the machine (gpu, cpu, auto)
+                if count < 1:
+                    raise ValueError(f"launcher --{n} {value}: must be >= 1")
+                out[key] = count
+    if "gpus_per_node" in out and "num_nodes" not in out and not flags.get("hostfile"):
+        out["num_nodes"] = 1
     return out
 
 
