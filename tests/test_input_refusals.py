@@ -187,3 +187,17 @@ def test_megatron_import_over_a_preset_is_named_and_sized_as_the_launcher_says()
     assert same.to_specs(model("guide-13b"))[0].name == "guide-13b"  # only the sequence: still that model
     with pytest.raises(ValueError, match=r"launcher --nproc-per-node 0: must be >= 1"):
         import_megatron_args(["torchrun", "--nproc_per_node", "0", *flags])
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"train_batch_size": 8, "train_batch_size": 16}',
+     "ds_config gives key 'train_batch_size' twice (8 and 16); DeepSpeed refuses a config with duplicate keys"),
+    ("{train_batch_size: 8, zero_optimization: {stage: 2, stage: 3}}", "ds_config gives key 'stage' twice"),
+    ("[1, 2, 3]", "the source is a JSON array, not a config: a ds_config is a JSON object"),
+    ("null", "the source is a JSON null, not a config"),
+])
+def test_pasted_json_that_deepspeed_would_refuse_is_named(text, message):
+    from workbench.configs.importer import import_text
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        import_text(text)

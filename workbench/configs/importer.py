@@ -263,6 +263,22 @@ def _depth(obj) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 # DeepSpeed configs
 # ----------------------------------------------------------------------------------------------------------------
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object's pairs as a dict; ``ValueError`` naming a key given twice, as DeepSpeed's own loader
+    (``dict_raise_error_on_duplicate_keys``) refuses the file rather than keep the last value."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"ds_config gives key {key!r} twice ({out[key]!r:.40} and {value!r:.40}); DeepSpeed "
+                                f"refuses a config with duplicate keys")
+        out[key] = value
+    return out
+
+
+class _DuplicateKey(ValueError):
+    """A key given twice in one JSON object (not a syntax error: the hjson fallback must not take it)."""
+
+
 def _load_json(source) -> dict:
     if isinstance(source, dict):
         data = source
@@ -276,16 +292,20 @@ def _load_json(source) -> dict:
                              f"(got {type(source).__name__})")
         _refuse_other_formats(text)
         try:
-            data = json.loads(text, parse_constant=_refuse_constant)
+            data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
         except RecursionError:
             raise ValueError(f"ds_config is nested too deeply (more than {MAX_NESTING} levels)") from None
+        except _DuplicateKey as exc:
+            raise ValueError(str(exc)) from None
         except json.JSONDecodeError as exc:
             try:  # DeepSpeed reads its config files with hjson (comments, unquoted keys)
                 import hjson
 
-                data = hjson.loads(text)
+                data = hjson.loads(text, object_pairs_hook=_unique_keys)
             except RecursionError:
                 raise ValueError(f"ds_config is nested too deeply (more than {MAX_NESTING} levels)") from None
+            except _DuplicateKey as dup:
+                raise ValueError(str(dup)) from None
             except Exception:
                 raise ValueError(f"ds_config is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -1617,6 +1637,14 @@ def import_any(text_or_path: Union[str, Path, dict], *, world_size: Optional[int
     return import_text(text_or_path, world_size=world_size)
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def import_text(text: str, *, world_size: Optional[int] = None) -> Imported:
     """Import config text: a ds_config (JSON/hjson object) or a Megatron command line / launch script."""
     if not isinstance(text, str):
@@ -1626,6 +1654,17 @@ def import_text(text: str, *, world_size: Optional[int] = None) -> Imported:
         body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
         if body.lstrip().startswith("{"):
             return import_ds_config(text, world_size=world_size)
+        head = body.strip()
+        if head[:1] in ('[', '"') or head in ("null", "true", "false") or _is_number(head):
+            try:
+                value = json.loads(head)
+            except ValueError:
+                value = None
+            else:
+                kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number",
+                        type(None): "null"}[type(value)]
+                raise ValueError(f"the source is a JSON {kind}, not a config: a ds_config is a JSON object ({{...}}), "
+                                 f"a Hugging Face config.json too; a Megatron source is a command line")
         return import_megatron_args(text, world_size=world_size)
     except RecursionError:
         raise ValueError(f"the source is nested too deeply to read (more than {MAX_NESTING} levels)") from None
