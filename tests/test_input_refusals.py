@@ -201,3 +201,20 @@ def test_pasted_json_that_deepspeed_would_refuse_is_named(text, message):
 
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         import_text(text)
+
+
+def test_nothing_fits_says_which_switch_to_turn(capsys):
+    assert main(["plan", "--model", "llama3-405b", "--gpus-per-node", "1", "--gbs", "8", "--no-offload"]) == 2
+    assert "try allowing CPU offload (`workbench plan` without --no-offload" in capsys.readouterr().err
+    assert main(["plan", "--model", "llama3-405b", "--gpus-per-node", "1", "--gbs", "8"]) == 2
+    assert "GiB for this plan, still over the 75.7 GiB limit" in capsys.readouterr().err
+
+
+def test_uneven_split_messages_count_what_is_there():
+    from workbench.specs import pipeline_stage_layers
+
+    with pytest.raises(ValueError, match=r"first_stage_layers=50 and last_stage_layers=None place 50 layers, more "
+                                         r"than num_layers=40"):
+        pipeline_stage_layers(40, 2, first=50)
+    with pytest.raises(ValueError, match=r"leaves 20 layers for no other stage"):
+        pipeline_stage_layers(40, 2, first=10, last=10)

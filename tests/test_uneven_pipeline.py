@@ -47,7 +47,7 @@ def test_split_matches_megatron_core(case):
 @pytest.mark.parametrize("kwargs, match", [
     (dict(num_layers=126, pipeline_parallel=16), "decoder-first-pipeline-num-layers 7"),
     (dict(num_layers=126, pipeline_parallel=16, first=7, last=8), "111 layers, not divisible by the 14 middle"),
-    (dict(num_layers=9, pipeline_parallel=2, first=5, last=5), "leaves -1 layers"),
+    (dict(num_layers=9, pipeline_parallel=2, first=5, last=5), "place 10 layers, more than num_layers=9"),
     (dict(num_layers=28, pipeline_parallel=4, virtual_pipeline=2, first=7, last=7),
      r"first_stage_layers=7 is not divisible by virtual_pipeline\(2\)"),
     (dict(num_layers=30, pipeline_parallel=4, embedding=True), r"31 is not divisible by pipeline_parallel\(4\)"),
@@ -312,7 +312,7 @@ def test_parallel_panel_sets_an_uneven_split():
         par.controls["first_stage_layers"].value = 21  # the last stage takes the other 19
         assert app.state.valid and [s.num_layers for s in app.state.estimate.memory.stages] == [21, 19]
         par.controls["last_stage_layers"].value = 20
-        assert not app.state.valid and "leaves -1 layers" in par.error.value
+        assert not app.state.valid and "place 41 layers, more than num_layers=40" in par.error.value
         par.controls["last_stage_layers"].value = 19
         assert app.state.valid and (app.state.plan.first_stage_layers, app.state.plan.last_stage_layers) == (21, 19)
         assert "(layers 21 / 19)" in par.derived.value

@@ -1040,8 +1040,11 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
     host = float(ev["host_bytes_per_node"][i])
     host_note = (f"; it also needs {host / GiB:.1f} GiB of host memory per node, of "
                  f"{cluster.host_memory_gib_per_node:.0f} GiB" if host > cluster.host_memory_gib_per_node * GiB else "")
-    if not (offload and engines & {Engine.DEEPSPEED, Engine.MEGATRON_DEEPSPEED}):
-        tries.append("allow a DeepSpeed engine with ZeRO-3 and CPU offload")
+    if not engines & {Engine.DEEPSPEED, Engine.MEGATRON_DEEPSPEED}:
+        tries.append("allow a DeepSpeed engine (ZeRO-3 with CPU offload)")
+    elif not offload:
+        tries.append("allowing CPU offload (`workbench plan` without --no-offload; the Planner tab's 'allow CPU "
+                     "offload')")
     elif not (plan.zero_stage == ZeroStage.PARAMETERS and plan.offload_params is not Offload.NONE):
         tries.append("ZeRO-3 with CPU offload")
     if model.attention.materialises_scores and model.seq_length >= 16384:
@@ -1052,9 +1055,11 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
                         f"attention keeps none and is what context parallelism needs)")
     built = _zero_init_peak(model, cluster, plan)
     if built is not None and built < 0.9 * ev["peak_bytes"][i]:
+        verdict = ("within" if built <= (1 - headroom) * cap else "still over") + \
+            f" the {(1 - headroom) * cap / GiB:.1f} GiB limit"
         tries.insert(0, f"building the model inside deepspeed.zero.Init (zero_init=True, --zero-init: "
-                        f"{built / GiB:.1f} GiB for this plan, where building it whole on each GPU first sets the "
-                        f"peak)")
+                        f"{built / GiB:.1f} GiB for this plan, {verdict}, where building it whole on each GPU "
+                        f"first sets the peak)")
     tries += ["more GPUs", "a shorter sequence" if model.seq_length > 512 else "a smaller model"]
     return (f"no plan fits: the smallest plan needs {ev['peak_bytes'][i] / GiB:.1f} GiB per GPU "
             f"({describe_plan(plan)}){host_note}; the {gpu.name} has {cap / GiB:.1f} GiB "

@@ -308,7 +308,7 @@ MAX_COUNT = {
     "seq_length": 2**26, "num_experts": 2**14, "moe_top_k": 2**14, "shared_expert_ffn_hidden_size": 2**22,
     "max_position_embeddings": 2**26, "lora_rank": 2**16,
     "gpus_per_node": 1024, "num_nodes": 2**24,
-    "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
+    "host_cpu_cores_per_node": 2**16, "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
     "context_parallel": 2**16, "expert_parallel": 2**14, "expert_tensor_parallel": 2**16, "micro_batch_size": 2**16,
     "global_batch_size": 2**40, "recompute_layers": 10_000,
 }
@@ -1416,9 +1416,13 @@ def pipeline_stage_layers(num_layers: int, pipeline_parallel: int, virtual_pipel
                                  f"the stage gets the same number of layers)")
             rest -= count
             middle -= 1
-        if rest < 0 or bool(rest) != bool(middle):
+        if rest < 0:
+            raise ValueError(f"first_stage_layers={first} and last_stage_layers={last} place {L - rest} layers, more "
+                             f"than num_layers={L}")
+        if bool(rest) != bool(middle):
+            stages = f"{middle} other pipeline stage{'s' if middle != 1 else ''}" if middle else "no other stage"
             raise ValueError(f"num_layers={L} minus first_stage_layers={first} and last_stage_layers={last} leaves "
-                             f"{rest} layers for {middle} middle pipeline stages")
+                             f"{rest} layers for {stages}")
         if v > 1 and not middle:
             raise ValueError(f"first_stage_layers={first} and last_stage_layers={last} with virtual_pipeline({v}) "
                              f"at pipeline_parallel={p} leave no middle stage, and megatron-core cannot build that "
