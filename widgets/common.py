@@ -24,14 +24,21 @@ def style() -> dict:
     return {"description_width": LABEL_WIDTH}
 
 
+BOX_MAX = 2**40
+"""The largest value a number box holds: every spec field's own limit (``workbench.specs.MAX_COUNT`` and
+``MAX_FLOAT``, at most 2**40: a global batch, an NVMe size) fits below it, so a value too large is refused in red
+by the spec, naming it, rather than clamped by the box without a word (an imported 10**12 global batch was shown as
+10**9)."""
+
+
 def int_text(description: str, tooltip: str = "", minimum: int = 0) -> ipw.BoundedIntText:
     """An integer box that reports its value on Enter or blur (``continuous_update=False``)."""
-    return ipw.BoundedIntText(description=description, min=minimum, max=10**9, continuous_update=False,
+    return ipw.BoundedIntText(description=description, min=minimum, max=BOX_MAX, continuous_update=False,
                               layout=control_layout(), style=style(), tooltip=tooltip or description)
 
 
 def float_text(description: str, tooltip: str = "") -> ipw.BoundedFloatText:
-    return ipw.BoundedFloatText(description=description, min=0.0, max=1e9, continuous_update=False,
+    return ipw.BoundedFloatText(description=description, min=0.0, max=float(BOX_MAX), continuous_update=False,
                                 layout=control_layout(), style=style(), tooltip=tooltip or description)
 
 

@@ -12,7 +12,7 @@ import html
 import ipywidgets as ipw
 import plotly.graph_objects as go
 
-from widgets.common import GIB, View, error_html, error_message, new_figure, redraw
+from widgets.common import BOX_MAX, GIB, View, error_html, error_message, new_figure, redraw
 from widgets.state import LoadSpecs
 from workbench.planner import DEFAULT_HEADROOM, risk_note, search
 from workbench.specs import Engine, Offload
@@ -97,7 +97,7 @@ class PlannerView(View):
 
     def __init__(self, app=None) -> None:
         self.app = app
-        self.global_batch = ipw.BoundedIntText(description="global batch", min=1, max=10**7, value=1,
+        self.global_batch = ipw.BoundedIntText(description="global batch", min=1, max=BOX_MAX, value=1,
                                                style={"description_width": "90px"}, layout=ipw.Layout(width="190px"))
         self.headroom = ipw.BoundedFloatText(description="headroom %", min=0.0, max=99.0, step=1.0,
                                              value=100 * DEFAULT_HEADROOM, style={"description_width": "90px"},
