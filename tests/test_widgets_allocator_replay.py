@@ -122,3 +122,16 @@ def test_memory_view_of_a_bare_estimate_takes_its_specs():
     assert view.replay.button.disabled and "world_size=8" in view.replay.status.value
     view.show(SimpleNamespace(estimate=None))  # nothing to show: no error
     view.close()
+
+
+def test_no_replay_while_an_input_is_refused(app):
+    """With a refused input the charts keep the last valid plan; the replay does not run that plan as if it were
+    the one the boxes say, and comes back once the field is fixed."""
+    _one_gpu_hf(app)
+    replay = app.memory.replay
+    assert not replay.button.disabled
+    app.dispatch(SetPlan(changes={"micro_batch_size": 4096}))
+    assert not app.state.valid
+    assert replay.button.disabled and "not while an input is refused" in replay.status.value
+    app.dispatch(SetPlan(changes={"micro_batch_size": 2}))
+    assert app.state.valid and not replay.button.disabled

@@ -108,12 +108,16 @@ class AllocatorReplay:
         return (state.model, state.cluster, state.plan, state.hf_model, state.profile)
 
     def show(self, state) -> None:
-        state = replay_state(state)
-        if state is None:  # nothing to replay: no plan shown
+        invalid = getattr(state, "valid", True) is False  # the app's inputs are refused: the charts show the last
+        state = replay_state(state)                         # valid plan, which is not what the boxes say
+        if state is None or invalid:  # nothing to replay: no plan shown, or not the plan the inputs say
             self._state = self._key = None
             self._in_scope = False
             self.button.disabled = True
-            self.status.value = self.result.value = ""
+            self.status.value = ('<span style="color:#555">Allocator replay: not while an input is refused (the '
+                                 'charts show the last valid plan); fix the field in red to replay</span>'
+                                 if invalid and state is not None else "")
+            self.result.value = ""
             return
         key = self._key_of(state)
         if key == self._key:
