@@ -239,3 +239,16 @@ def test_import_panel_shows_unexpected_failures_too(app, monkeypatch):
     panel.text.value = "anything"
     panel.button.click()
     assert "ZeroDivisionError: division by zero" in panel.error.value
+
+
+def test_a_pasted_source_the_estimate_refuses_is_refused_in_the_import_panel(app):
+    """An uneven split past the model's layers: refused in red where it was pasted, and every other panel keeps
+    the user's inputs (it used to report success and leave the error in the Parallelism panel)."""
+    imp = next(p for p in app.panels if isinstance(p, ImportPanel))
+    before = app.state
+    imp.text.value = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 40 --hidden-size 5120 "
+                      "--num-attention-heads 40 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers "
+                      "30 --decoder-last-pipeline-num-layers 30 --micro-batch-size 1 --global-batch-size 8")
+    assert imp.load() is False
+    assert "place 60 layers, more than num_layers=40" in imp.error.value and imp.report.value == ""
+    assert app.state.valid and app.state.plan == before.plan and app.state.model == before.model

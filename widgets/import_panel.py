@@ -102,12 +102,15 @@ class ImportPanel(Panel):
     def load(self) -> bool:
         """Parse the pasted text and load it; ``False`` (with the message shown) when it cannot be imported."""
         from widgets.common import error_html
+        from workbench.specs import validate
 
         try:
             imported = parse_pasted(self.text.value)
             if isinstance(imported, HFModel):
                 return self._load_hf(imported)
             model, cluster, plan, options = specs_from_import(imported, self._state)
+            # refused here, in this panel, before anything is replaced: the other panels keep the user's inputs
+            validate(model, cluster, plan)
             notes = [f"imported a <b>{html.escape(imported.kind)}</b> source: {html.escape(model.name)}, "
                      f"{plan.world_size} GPUs, {html.escape(str(plan.engine))} TP{plan.tensor_parallel} "
                      f"PP{plan.pipeline_parallel} DP{plan.data_parallel} ZeRO-{int(plan.zero_stage)}"]
