@@ -252,3 +252,15 @@ def test_a_pasted_source_the_estimate_refuses_is_refused_in_the_import_panel(app
     assert imp.load() is False
     assert "place 60 layers, more than num_layers=40" in imp.error.value and imp.report.value == ""
     assert app.state.valid and app.state.plan == before.plan and app.state.model == before.model
+
+
+def test_configs_tab_says_when_its_files_are_not_for_the_plan_typed_or_would_not_fit(app):
+    from widgets.state import SetPlan
+
+    view = next(v for v in app.views if isinstance(v, ConfigView))
+    app.view_tabs.selected_index = app.views.index(view)
+    assert view.note.value == ""
+    app.dispatch(SetPlan(changes={"tensor_parallel": 3}))
+    assert "These files are for the last valid plan: an input is refused (tensor_parallel(3)" in view.note.value
+    app.dispatch(SetPlan(changes={"tensor_parallel": 1, "pipeline_parallel": 1}))  # 13B whole on each A100
+    assert app.state.valid and "does not fit the GPU (Memory tab)" in view.note.value

@@ -78,6 +78,21 @@ def download_link(name: str, text: str) -> str:
             f'border-radius:3px;text-decoration:none">⬇ {html.escape(name)}</a>')
 
 
+def config_note(state) -> str:
+    """What the files shown are for, in amber, when it is not simply the plan the inputs say: the last valid plan
+    while an input is refused, or a plan the estimate says does not fit (the files are valid; the run would fail)."""
+    if getattr(state, "valid", True) is False:
+        return ('<span style="color:#8a5300">These files are for the last valid plan: an input is refused '
+                f'({html.escape(str(getattr(state, "error", "") or ""))[:200]}).</span>')
+    est = getattr(state, "estimate", None)
+    mem = getattr(est, "memory", None)
+    if mem is not None and not mem.fits:
+        where = "the GPU" if not mem.fits_gpu else "host memory" if not mem.fits_host else "the NVMe"
+        return ('<span style="color:#8a5300">The estimate says this plan does not fit '
+                f'{where} (Memory tab): the files are valid, the run would fail.</span>')
+    return ""
+
+
 class ConfigView(View):
     """Generated configs for the current plan; only the selected section is computed."""
 
@@ -94,7 +109,9 @@ class ConfigView(View):
         self.text = ipw.HTML()
         self.text.add_class("wb-config-text")
         self.error = ipw.HTML()
-        children = [self.section, self.launcher, self.error, self.downloads, self.text]
+        self.note = ipw.HTML()
+        self.note.add_class("wb-config-note")
+        children = [self.section, self.launcher, self.error, self.note, self.downloads, self.text]
         self.write_folder = self.write_button = self.write_status = None
         if app is not None and app.allow_write:
             self.write_folder = ipw.Text(value="workbench-export", description="folder",
@@ -108,6 +125,7 @@ class ConfigView(View):
         self.files: dict = {}
 
     def show(self, state) -> None:
+        self.note.value = config_note(state)
         if self._state is not None and state.estimate is self._state.estimate and state.options is self._state.options:
             return
         engine_changed = self._state is None or self._state.plan.engine is not state.plan.engine
