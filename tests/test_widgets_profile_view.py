@@ -62,3 +62,17 @@ def test_calibration_panel_only_with_launch_allowed():
     assert view.calibrate is not None and view.use_measured is not None
     assert view.calibrate.widget in view.widget.children
     app.close()
+
+
+def test_a_profile_file_that_is_no_profile_is_refused_in_the_tab():
+    """A saved file that is not a profile's JSON: the Profile tab says so and the choice goes back to what the
+    estimate uses; no other panel shows an error for it."""
+    user_profiles_dir().mkdir(parents=True, exist_ok=True)
+    (user_profiles_dir() / "broken.json").write_text("[1, 2]")
+    app = Workbench()
+    view = profile_view(app)
+    app.view_tabs.selected_index = app.views.index(view)
+    view.refresh_names()
+    view.choice.value = "broken"
+    assert "holds a JSON list, not a profile's object" in view.error.value
+    assert view.choice.value == "" and app.state.valid and app.state.profile is None

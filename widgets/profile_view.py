@@ -12,7 +12,7 @@ import html
 
 import ipywidgets as ipw
 
-from widgets.common import View
+from widgets.common import View, error_html, error_message
 from widgets.state import SetProfile
 from workbench.calibrate.profile import profile_names
 
@@ -32,7 +32,9 @@ class ProfileView(View):
         self.refresh_button.on_click(lambda _: self.refresh_names())
         self.used = ipw.HTML()
         self.used.add_class("wb-profile-used")
-        children = [ipw.HBox([self.choice, self.refresh_button]), self.used]
+        self.error = ipw.HTML()
+        self.error.add_class("wb-profile-error")
+        children = [ipw.HBox([self.choice, self.refresh_button]), self.error, self.used]
         self.calibrate = None
         self.use_measured = None
         if app is not None and app.allow_launch:
@@ -69,7 +71,22 @@ class ProfileView(View):
     def _on_choice(self, change) -> None:
         if self._syncing or self.app is None:
             return
-        self.app.dispatch(SetProfile(profile=change["new"] or None))
+        name = change["new"] or None
+        if name is not None:  # a file that is no profile is refused here, and the choice goes back to what is used
+            from workbench.calibrate.profile import load_profile
+
+            try:
+                load_profile(name)
+            except ValueError as exc:
+                self._syncing = True
+                try:
+                    self.choice.value = change["old"] if change["old"] in [v for _, v in self.choice.options] else ""
+                finally:
+                    self._syncing = False
+                self.error.value = error_html(error_message(exc), max_width="900px")
+                return
+        self.error.value = ""
+        self.app.dispatch(SetProfile(profile=name))
 
     def use_profile(self, profile) -> None:
         """Estimate with ``profile`` (a HardwareProfile, a name, or ``None`` for datasheet numbers)."""
