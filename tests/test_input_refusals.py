@@ -218,3 +218,15 @@ def test_uneven_split_messages_count_what_is_there():
         pipeline_stage_layers(40, 2, first=50)
     with pytest.raises(ValueError, match=r"leaves 20 layers for no other stage"):
         pipeline_stage_layers(40, 2, first=10, last=10)
+
+
+def test_launch_button_without_permission_refuses_inline():
+    from widgets.app import Workbench
+    from widgets.launch_view import LaunchView
+
+    app = Workbench()
+    view = LaunchView(app=app)
+    view.show(app.state)
+    view.button.click()  # no exception out of the click
+    assert "launch is disabled in this app; create it with allow_launch=True" in view.error.value
+    assert view.run is None

@@ -32,7 +32,7 @@ class LaunchView(View):
                                           style={"description_width": "90px"}, layout=ipw.Layout(width="200px"))
         self.button = ipw.Button(description="Launch", icon="play", button_style="warning")
         self.button.add_class("wb-launch-button")
-        self.button.on_click(lambda _: self.launch())
+        self.button.on_click(lambda _: self._on_click())
         self.summary = ipw.HTML()
         self.error = ipw.HTML()
         self.monitor_box = ipw.VBox()
@@ -64,6 +64,13 @@ class LaunchView(View):
             raise ValueError(f"model {state.model.name} has {state.model.num_parameters / 1e6:,.0f} M parameters; "
                              f"on the CPU this tab runs models up to {CPU_MAX_PARAMETERS / 1e6:,.0f} M (choose a "
                              f"smaller preset or dimensions)")
+
+    def _on_click(self) -> None:
+        """The Launch button: a refusal (an app without ``allow_launch``) is shown in red, never raised."""
+        try:
+            self.launch()
+        except PermissionError as exc:
+            self.error.value = error_html(str(exc), max_width="900px")
 
     def launch(self, **kwargs):
         """Start the run for the app's current specs; returns the :class:`workbench.runs.Run` (``None`` on an error,
