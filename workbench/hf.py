@@ -8,7 +8,8 @@ on the command line and ``catalog.model("hf:PATH")`` go through :func:`model_fro
 Supported ``model_type`` values (decoder-only causal LMs): llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text,
 gpt2, gpt_neox, phi3, mixtral, qwen2_moe, qwen3_moe, granite, starcoder2, smollm3, olmo2, olmo3. Anything else, a key
 the configuration class does not know, or a value the ModelSpec cannot express (dense and MoE layers mixed, quantised
-weights, remote code) is refused with one line naming it. Everything runs offline: the file is local and nothing is downloaded.
+weights, remote code) is refused with one line naming it. Everything runs offline: the file is local and nothing is
+downloaded.
 
 The attention implementation (``attn_implementation``: ``eager``, ``sdpa``, ``flash_attention_2``) is a choice of
 the training stack: :func:`attention_for` maps it onto the ModelSpec's attention kernel. So is the MoE families'

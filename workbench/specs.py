@@ -308,9 +308,9 @@ MAX_COUNT = {
     "seq_length": 2**26, "num_experts": 2**14, "moe_top_k": 2**14, "shared_expert_ffn_hidden_size": 2**22,
     "max_position_embeddings": 2**26, "lora_rank": 2**16,
     "gpus_per_node": 1024, "num_nodes": 2**24,
-    "host_cpu_cores_per_node": 2**16, "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14, "virtual_pipeline": 2**14,
-    "context_parallel": 2**16, "expert_parallel": 2**14, "expert_tensor_parallel": 2**16, "micro_batch_size": 2**16,
-    "global_batch_size": 2**40, "recompute_layers": 10_000,
+    "host_cpu_cores_per_node": 2**16, "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14,
+    "virtual_pipeline": 2**14, "context_parallel": 2**16, "expert_parallel": 2**14, "expert_tensor_parallel": 2**16,
+    "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
 }
 """Largest value accepted for each integer field."""
 

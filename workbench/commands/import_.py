@@ -3,8 +3,9 @@ model's config.json (or model directory) into specs.
 
 Prints the model, plan and option fields found, the warnings, and the lint findings (``--json`` for one JSON
 object); a Megatron command's model and plan are checked as ``workbench estimate`` checks them (the plan when the
-world size is known: the launcher's ``--nproc_per_node`` × ``--nnodes``, or ``--world-size``). Exit status: 0 when the lint finds no errors (warnings allowed), 1 when it finds at least one error (so the
-command can gate CI), 2 when the input cannot be read. Options go before the file or command: ``workbench import --json ds_config.json`` or
+world size is known: the launcher's ``--nproc_per_node`` × ``--nnodes``, or ``--world-size``). Exit status: 0 when
+the lint finds no errors (warnings allowed), 1 when it finds at least one error (so the command can gate CI), 2 when
+the input cannot be read. Options go before the file or command: ``workbench import --json ds_config.json`` or
 ``workbench import --world-size 16 -- python pretrain_gpt.py --num-layers 40 ...``.
 """
 from __future__ import annotations
