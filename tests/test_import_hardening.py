@@ -487,7 +487,7 @@ def _cli(capsys, argv) -> tuple:
 
 @pytest.mark.parametrize("command, expected", [
     (_BASE + " --pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 50",
-     "error: plan: num_layers=40 minus first_stage_layers=50"),
+     "error: plan: first_stage_layers=50 and last_stage_layers=None place 50 layers, more than num_layers=40"),
     (_BASE.replace("--seq-length 2048", "--seq-length 4096"),
      "error: model: seq_length=4096 exceeds max_position_embeddings=2048 (the learned position table)"),
     (_BASE + " --context-parallel-size 3", "error: plan: tensor_parallel(1) * pipeline_parallel(1) * "
