@@ -105,8 +105,8 @@ class Imported:
         if "world_size" not in fields_:
             mp = (fields_.get("tensor_parallel", 1) * fields_.get("pipeline_parallel", 1)
                   * fields_.get("context_parallel", 1))
-            if self.options.get("gpus_per_node") and self.options.get("num_nodes"):
-                fields_["world_size"] = self.options["gpus_per_node"] * self.options["num_nodes"]
+            if _launched_world(self.options) is not None:
+                fields_["world_size"] = _launched_world(self.options)
             elif cluster is not None:
                 fields_["world_size"] = cluster.world_size
             elif self.options.get("data_parallel"):
@@ -295,8 +295,6 @@ def _load_json(source) -> dict:
             data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
         except RecursionError:
             raise ValueError(f"ds_config is nested too deeply (more than {MAX_NESTING} levels)") from None
-        except _DuplicateKey as exc:
-            raise ValueError(str(exc)) from None
         except json.JSONDecodeError as exc:
             try:  # DeepSpeed reads its config files with hjson (comments, unquoted keys)
                 import hjson
@@ -304,8 +302,8 @@ def _load_json(source) -> dict:
                 data = hjson.loads(text, object_pairs_hook=_unique_keys)
             except RecursionError:
                 raise ValueError(f"ds_config is nested too deeply (more than {MAX_NESTING} levels)") from None
-            except _DuplicateKey as dup:
-                raise ValueError(str(dup)) from None
+            except _DuplicateKey:
+                raise
             except Exception:
                 raise ValueError(f"ds_config is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -455,13 +453,11 @@ def _offload_ratio(value, path: str) -> float:
     return float(x)
 
 
-MAX_SCALE_POWER = 63
-"""Largest ``fp16.initial_scale_power``: DeepSpeed's first loss scale is the Python int ``2**power``, and torch
-cannot multiply the loss by an int of 64 bits or more (``OverflowError`` at the first backward)."""
-
-
 def _scale_power(value, path: str) -> int:
-    """``fp16.initial_scale_power``: a whole number in [0, :data:`MAX_SCALE_POWER`] (the lint warns above 32)."""
+    """``fp16.initial_scale_power``: a whole number in [0, :data:`workbench.configs.lint.MAX_SCALE_POWER`] (the lint
+    warns above 32)."""
+    from workbench.configs.lint import MAX_SCALE_POWER
+
     x = _int(value, path, minimum=0)
     if x > MAX_SCALE_POWER:
         raise ValueError(f"{_named(path, value)} must be at most {MAX_SCALE_POWER}: the first loss scale 2**{x} "
@@ -1501,13 +1497,13 @@ def import_megatron_args(command: Union[str, list], *, world_size: Optional[int]
         warnings.append(f"ignored tokens that are not flags: {' '.join(stray[:6])}")
     if world_size is not None and launched is None:
         plan["world_size"] = world_size
+    positions = num("max-position-embeddings", _sized("max_position_embeddings"))
+    if positions is not None and positions != m.get("seq_length"):  # a position table other than the sequence
+        m["max_position_embeddings"] = positions
     imported = Imported(kind=kind, model_fields=m, plan_fields=plan, options=opts, warnings=warnings)
     lint = lint_megatron_fields(m, plan)
-    positions = num("max-position-embeddings", _sized("max_position_embeddings"))
-    if positions is not None and positions != m.get("seq_length"):  # a learned table larger than the sequence
-        m["max_position_embeddings"] = positions
     if not any(f.severity == "error" for f in lint):
-        lint += lint_megatron_specs(imported, max_position_embeddings=positions)
+        lint += lint_megatron_specs(imported)
     if _has_model(m) and _world(imported) is None:
         warnings.append("no world size (the launcher gives no --nproc_per_node with --nnodes, and none was "
                         "passed): the parallel layout is not checked; pass --world-size N (world_size=N)")
@@ -1547,10 +1543,10 @@ def _cluster_for(world: int, gpus_per_node: Optional[int]) -> ClusterSpec:
     return ClusterSpec(gpu=catalog.gpu(DEFAULT_GPU), gpus_per_node=per_node, num_nodes=world // per_node)
 
 
-def lint_megatron_specs(imported: Imported, *, max_position_embeddings: Optional[int] = None) -> list:
+def lint_megatron_specs(imported: Imported) -> list:
     """What ``workbench estimate`` refuses in an imported command, as :class:`~workbench.configs.lint.LintFinding`
-    errors: the model as :class:`~workbench.specs.ModelSpec` builds it (with ``--max-position-embeddings``, whose
-    learned position table must hold the sequence), then, when the world size is known (:func:`_world`), the plan as
+    errors: the model as :class:`~workbench.specs.ModelSpec` builds it (with ``--max-position-embeddings`` where it
+    differs from the sequence, whose learned position table must hold it), then, when the world size is known (:func:`_world`), the plan as
     :meth:`Imported.to_specs` builds it and :func:`workbench.specs.validate` checks it on estimate's default GPU.
     The first refusal of each (path ``model`` or ``plan``); nothing when the command does not give the model's
     sizes."""
@@ -1559,9 +1555,8 @@ def lint_megatron_specs(imported: Imported, *, max_position_embeddings: Optional
 
     if not _has_model(imported.model_fields):
         return []
-    extra = {"max_position_embeddings": max_position_embeddings} if max_position_embeddings else {}
     try:
-        ModelSpec(**{**imported.model_fields, **extra})
+        ModelSpec(**imported.model_fields)
     except ValueError as exc:
         return [LintFinding(path="model", severity="error", message=str(exc))]
     world = _world(imported)
@@ -1637,14 +1632,6 @@ def import_any(text_or_path: Union[str, Path, dict], *, world_size: Optional[int
     return import_text(text_or_path, world_size=world_size)
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def import_text(text: str, *, world_size: Optional[int] = None) -> Imported:
     """Import config text: a ds_config (JSON/hjson object) or a Megatron command line / launch script."""
     if not isinstance(text, str):
@@ -1654,17 +1641,14 @@ def import_text(text: str, *, world_size: Optional[int] = None) -> Imported:
         body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
         if body.lstrip().startswith("{"):
             return import_ds_config(text, world_size=world_size)
-        head = body.strip()
-        if head[:1] in ('[', '"') or head in ("null", "true", "false") or _is_number(head):
-            try:
-                value = json.loads(head)
-            except ValueError:
-                value = None
-            else:
-                kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number",
-                        type(None): "null"}[type(value)]
-                raise ValueError(f"the source is a JSON {kind}, not a config: a ds_config is a JSON object ({{...}}), "
-                                 f"a Hugging Face config.json too; a Megatron source is a command line")
-        return import_megatron_args(text, world_size=world_size)
+        try:
+            kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number",
+                    type(None): "null"}[type(json.loads(body))]
+        except ValueError:  # not JSON: a command line or a script
+            kind = None
+        if kind is None:
+            return import_megatron_args(text, world_size=world_size)
+        raise ValueError(f"the source is a JSON {kind}, not a config: a ds_config is a JSON object ({{...}}), a "
+                         f"Hugging Face config.json too; a Megatron source is a command line")
     except RecursionError:
         raise ValueError(f"the source is nested too deeply to read (more than {MAX_NESTING} levels)") from None

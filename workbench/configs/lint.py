@@ -331,6 +331,10 @@ def _enabled(section) -> bool:
     return isinstance(section, dict) and section.get("enabled") is True
 
 
+MAX_SCALE_POWER = 63
+"""Largest ``fp16.initial_scale_power``: DeepSpeed's first loss scale is the Python int ``2**power``, and torch
+cannot multiply the loss by an int of 64 bits or more (``OverflowError`` at the first backward)."""
+
 SCALE_POWER_WARNING = 32
 """``fp16.initial_scale_power`` above this draws a warning: the dynamic loss scale starts at ``2**power`` and fp16's
 largest value is 65504 (about 2**16, DeepSpeed's default power), so the first steps overflow and are skipped while
@@ -338,13 +342,13 @@ the scaler halves it, about one step per power above 16."""
 
 
 def _scale_power_findings(power) -> list:
-    """Findings for ``fp16.initial_scale_power`` under dynamic loss scaling: an error from 64 on (torch cannot
-    multiply the loss by the int ``2**power``: the first backward fails), a warning above
+    """Findings for ``fp16.initial_scale_power`` under dynamic loss scaling: an error above :data:`MAX_SCALE_POWER`
+    (torch cannot multiply the loss by the int ``2**power``: the first backward fails), a warning above
     :data:`SCALE_POWER_WARNING`."""
     n = _number(power)
     if n is None or n <= SCALE_POWER_WARNING:
         return []
-    if n >= 64:
+    if n >= MAX_SCALE_POWER + 1:
         return [LintFinding(path="fp16.initial_scale_power", severity="error",
                             message=f"initial_scale_power={power!r}: the first loss scale 2**{n:g} does not fit the "
                                     f"64-bit int torch multiplies the loss by; the first backward fails",
