@@ -733,12 +733,8 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     ds_opt = opt_full / o_div
     ds_host = where(off_opt, ds_opt + ds_grads_fp32, 0) + where(off_par, ds_weights, 0)
     ds_opt_gpu = where(off_opt, 0, ds_opt)
-    # with optimizer offload ZeRO-2/3 stream the 16-bit gradient partition to host as it is reduced, and so does
-    # ZeRO-1 with overlap_comm, which reduces from the gradient hooks as ZeRO-2 does (stage_1_and_2.py
-    # ``process_gradients``: ``partition_gradients or overlap_comm``; final49's EuroLLM run, 28 % high when its
-    # gradients were kept for the end of backward)
-    hands_off = (zero_stage >= 2) | ((zero_stage == 1) & (asarray(overlap_comm) > 0))
-    ds_grads_gpu = where(off_opt, where(hands_off, 0, ds_grads_lp),
+    # with optimizer offload, each 16-bit gradient reduced from its hook streams to the host as it is reduced
+    ds_grads_gpu = where(off_opt, where(reduces_from_hooks(zero_stage, overlap_comm), 0, ds_grads_lp),
                             ds_grads_lp + where(zero3_fp32, zero3_partition, 0))
     ds_weights_gpu = where(off_par, 0, ds_weights)
     # optimizer-step temporaries. ZeRO-1/2 (stage_1_and_2.py ``step``): the 16-bit gradients of the partition are
@@ -1002,6 +998,14 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     return grads, acts, gathered
 
 
+def reduces_from_hooks(zero_stage, overlap_comm):
+    """Whether DeepSpeed reduces each gradient from its backward hook (arrays allowed): ZeRO-2 and 3, and ZeRO-1 with
+    ``overlap_comm`` (``stage_1_and_2.py`` ``process_gradients``: ``partition_gradients or overlap_comm``); ZeRO-1
+    without it keeps every 16-bit gradient until the end of backward (final49's EuroLLM run, 28 % high when its
+    gradients were kept so with ``overlap_comm`` on)."""
+    return (zero_stage >= 2) | ((zero_stage == 1) & (asarray(overlap_comm) > 0))
+
+
 def deepspeed_offload12(engine, zero_stage, offload_optimizer):
     """Whether a plan runs DeepSpeed ZeRO-1/2 with the optimizer on the CPU (``stage_1_and_2.py``'s ``cpu_offload``
     path; arrays allowed): the plans the offload staging buffer, the initialization clone and the tied embeddings'
@@ -1063,7 +1067,7 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     vocab = P.model_vocab_size(m, tensor_parallel)
     elems = vocab * m.hidden_size / tensor_parallel
     zero3_offload = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 3) & (offload_optimizer > 0)
-    hooks_reduce = (zero_stage == 2) | ((zero_stage == 1) & (asarray(overlap_comm) > 0))  # else ZeRO-1 keeps them
+    hooks_reduce = reduces_from_hooks(zero_stage, overlap_comm)  # ZeRO-3 takes its own branch below
     applies = ((deepspeed_offload12(engine, zero_stage, offload_optimizer) | zero3_offload)
                & (pipeline_parallel == 1) & ~asarray(lora) & (value_bytes < 4))
     layers_total = m.num_layers * layer_params_per_rank(m, tensor_parallel)
