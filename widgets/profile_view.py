@@ -71,12 +71,12 @@ class ProfileView(View):
     def _on_choice(self, change) -> None:
         if self._syncing or self.app is None:
             return
-        name = change["new"] or None
-        if name is not None:  # a file that is no profile is refused here, and the choice goes back to what is used
+        profile = change["new"] or None
+        if profile is not None:  # a file that is no profile is refused here, and the choice goes back to what is used
             from workbench.calibrate.profile import load_profile
 
             try:
-                load_profile(name)
+                profile = load_profile(profile)  # read once: the reducer takes the profile itself
             except ValueError as exc:
                 self._syncing = True
                 try:
@@ -86,7 +86,7 @@ class ProfileView(View):
                 self.error.value = error_html(error_message(exc), max_width="900px")
                 return
         self.error.value = ""
-        self.app.dispatch(SetProfile(profile=name))
+        self.app.dispatch(SetProfile(profile=profile))
 
     def use_profile(self, profile) -> None:
         """Estimate with ``profile`` (a HardwareProfile, a name, or ``None`` for datasheet numbers)."""

@@ -1061,7 +1061,8 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     backward has added to it; its gradient's L2 norm is taken in fp64 (:data:`DS_OFFLOAD_NORM_BYTES_PER_VALUE` per
     value, ``set_norm_for_param_grad_in_gpu``) beside the buckets, and when the weight is larger than
     ``reduce_bucket_size`` its 16-bit gradient bypasses the bucket and is still alive (ZeRO-2, and ZeRO-1 with
-    ``overlap_comm``, which reduces from the hooks as ZeRO-2 does; ZeRO-1 without it counts its gradients already). Replayed on Gemma 3 27B's width (262 k tied vocabulary, 3 layers, H200): 10.5 GiB of fp64
+    ``overlap_comm``, which reduces from the hooks as ZeRO-2 does; ZeRO-1 without it counts its gradients already).
+    Replayed on Gemma 3 27B's width (262 k tied vocabulary, 3 layers, H200): 10.5 GiB of fp64
     beside the 2.6 GiB gradient, the run's peak, 21.68 GiB allocated as measured. Untied embeddings: the last
     reductions, below. 0 for other engines and stages, without offload, for LoRA models and for pipeline stages."""
     vocab = P.model_vocab_size(m, tensor_parallel)
