@@ -732,6 +732,87 @@ class DeepSpeedSetup:
     (``benchmarks/alloc_sim.py --only /z3/``)."""
 
 
+REPEAT_SETTLED_STEPS = True
+"""Whether the traces stop tracing once the training steps have settled (:func:`traced_steps`); ``False`` traces
+every step (the tests compare both)."""
+
+_KEYED = ("malloc", "free", "release")
+
+
+def _allocated_keys(events: list, start: int, end: int) -> dict:
+    """The keys ``events[start:end]`` allocate, each mapped to its place among them (0, 1, ...)."""
+    keys = (e[1] for e in events[start:end] if e[0] == "malloc")
+    return {key: i for i, key in enumerate(keys)}
+
+
+def _late_names(events: list, start: int, end: int) -> dict:
+    """The keys ``events[start:end]`` allocate, each named ``(bytes, -j)``: the j-th last allocation of its size
+    there. What a step frees of the step before is made late in it, and the first step makes more than the others
+    (cuBLAS's workspaces, Adam's states), so this names such a block alike in each step."""
+    allocated = [(e[1], e[2]) for e in events[start:end] if e[0] == "malloc"]
+    seen: dict = {}
+    names = {}
+    for key, size in reversed(allocated):
+        seen[size] = seen.get(size, 0) + 1
+        names[key] = (size, -seen[size])
+    return names
+
+
+def _step_pattern(events: list, start: int, end: int, before: int) -> list:
+    """``events[start:end]`` (one step, the step before it from ``before``) with each block named by where it was
+    allocated — ``("own", i)``: the step's i-th allocation, ``("prev", name)``: the step before's, by
+    :func:`_late_names`, ``("old", key)``: an earlier one — so that a step repeating the one before it gives the same
+    list."""
+    own, prev = _allocated_keys(events, start, end), _late_names(events, before, start)
+
+    def name(key):
+        return ("own", own[key]) if key in own else ("prev", prev[key]) if key in prev else ("old", key)
+
+    return [(e[0], name(e[1]), *e[2:]) if e[0] in _KEYED else e for e in events[start:end]]
+
+
+def _repeat_step(events: list, start: int, before: int, steps: int) -> None:
+    """Append ``steps`` copies of the settled step ``events[start:]`` (the step before it from ``before``): each
+    copy's allocations get new keys, and what the step freed of the step before's allocations, the copy frees of
+    the step before it (the block of the same :func:`_late_names` name)."""
+    step = events[start:]
+    own = _allocated_keys(events, start, len(events))
+    prev = _late_names(events, before, start)
+    place = {name: own[key] for key, name in _late_names(events, start, len(events)).items()}
+    last = list(own)  # the keys of the latest step's allocations, by place
+    fresh = max((e[1] for e in events if e[0] == "malloc" and isinstance(e[1], int)), default=0)
+    for _ in range(steps):
+        keys = list(range(fresh + 1, fresh + 1 + len(own)))
+        fresh += len(own)
+
+        def name(key, keys=keys, last=last):
+            return keys[own[key]] if key in own else last[place[prev[key]]] if key in prev else key
+
+        events.extend((e[0], name(e[1]), *e[2:]) if e[0] in _KEYED else e for e in step)
+        last = keys
+
+
+def traced_steps(events: list, steps: int):
+    """The step numbers ``0 .. steps-1`` for a trace's training loop (``for _ in traced_steps(events, steps)``),
+    stopping early once the trace has settled: when a step's events repeat the step before's exactly — the same
+    requests, sizes, streams and frees, each block named by the step that allocated it (:func:`_step_pattern`) —
+    every later step is the same program on the same state, so the remaining steps' events are that step's, copied
+    with new keys (:func:`_repeat_step`), not traced again: the replay's peaks are those of the full trace
+    (:data:`REPEAT_SETTLED_STEPS` turns this off). Checked from the third step on: the first creates the optimizer's
+    states. A trace whose steps never repeat (a block living longer than one step) is traced whole."""
+    starts = []  # the index of each step's first event
+    for step in range(steps):
+        starts.append(len(events))
+        yield step
+        if not REPEAT_SETTLED_STEPS or len(starts) < 3 or step == steps - 1:
+            continue
+        end = len(events)
+        if _step_pattern(events, starts[-1], end, starts[-2]) == _step_pattern(events, starts[-2], starts[-1],
+                                                                                 starts[-3]):
+            _repeat_step(events, starts[-1], starts[-2], steps - 1 - step)
+            return
+
+
 def _fp64_norm(numel: int):
     """DeepSpeed's ``get_norm_dtype`` norm of a gradient of ``numel`` elements: an fp64 copy of it, freed after its
     0-d norm (returned, kept by the caller) is taken."""
@@ -888,7 +969,7 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     if setup.zero_stage >= 1:
         for p in params:
             p.register_post_accumulate_grad_hook(grad_ready)
-    for _ in range(setup.steps):
+    for _ in traced_steps(events, setup.steps):
         for micro in range(setup.grad_accum):
             boundary = state["boundary"] = micro == setup.grad_accum - 1
             loss = micro_step()
@@ -1400,7 +1481,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
 
     for p in params:
         p.register_post_accumulate_grad_hook(grad_ready)
-    for _ in range(setup.steps):
+    for _ in traced_steps(events, setup.steps):
         for micro in range(setup.grad_accum):
             state.update(boundary=micro == setup.grad_accum - 1)
             if fetcher is not None:
@@ -1784,7 +1865,7 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
 
                 return out, loss_func
 
-            for _ in range(steps):
+            for _ in traced_steps(events, steps):
                 ddp.zero_grad_buffer()
                 optimizer.zero_grad()
                 reduced = forward_backward(forward_step_func=forward_step, data_iterator=batches(), model=ddp,
@@ -2205,7 +2286,7 @@ def _mcore_job(model, cluster, plan, *, capacity_bytes: Optional[int], steps: in
 
     cap = capacity_bytes if capacity_bytes is not None else replay_capacity_bytes(model, cluster, plan)
     return dict(specs=specs_to_dict(model, cluster, plan), capacity_bytes=int(cap), steps=int(steps),
-                events=bool(events))
+                events=bool(events), repeat_settled_steps=bool(REPEAT_SETTLED_STEPS))
 
 
 def _run_mcore_jobs(payload: list) -> list:
@@ -2242,8 +2323,10 @@ def _replay_jobs(given: str, result: str) -> int:
 
     from workbench.runs.specio import specs_from_dict
 
+    global REPEAT_SETTLED_STEPS
     out = []
     for job in json.loads(open(given).read()):
+        REPEAT_SETTLED_STEPS = bool(job.get("repeat_settled_steps", True))  # the parent's setting
         try:
             model, _cluster, plan = specs_from_dict(job["specs"])
             if job.get("events"):

@@ -1,0 +1,86 @@
+"""workbench.allocsim.traced_steps: a trace stops tracing once its steps repeat, and the events it copies in their
+place are those a trace of every step records (the replay's peaks then are the same by construction)."""
+from pathlib import Path
+
+import pytest
+
+from workbench import allocsim
+from workbench.hf import read_config
+
+HF = Path(__file__).resolve().parent / "data" / "hf"
+
+
+def _canonical(events: list) -> list:
+    """The events up to ``end`` with each block named by the order of its allocation (the keys themselves differ)."""
+    names, out = {}, []
+    for e in events[:events.index(("end", 0, 0)) + 1]:
+        if e[0] in ("malloc", "free", "release"):
+            if e[0] == "malloc":
+                names[e[1]] = len(names)
+            e = (e[0], names.get(e[1], ("unallocated", e[1])), *e[2:])
+        out.append(e)
+    return out
+
+
+def _both(monkeypatch, trace):
+    """``trace()`` with every step traced, then with the settled steps copied; and how many steps were copied."""
+    copied = []
+    real = allocsim._repeat_step
+    monkeypatch.setattr(allocsim, "_repeat_step", lambda events, start, before, steps: (
+        copied.append(steps), real(events, start, before, steps)))
+    monkeypatch.setattr(allocsim, "REPEAT_SETTLED_STEPS", False)
+    whole = trace()
+    assert copied == []
+    monkeypatch.setattr(allocsim, "REPEAT_SETTLED_STEPS", True)
+    return whole, trace(), copied
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(zero_stage=0, grad_accum=2),
+    dict(zero_stage=1, grad_accum=2, attn_implementation="eager"),
+    dict(zero_stage=2, overlap_comm=True, gradient_checkpointing=True),
+    dict(zero_stage=2, offload_optimizer=True),
+    dict(zero_stage=2, lora=dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")),
+    dict(zero_stage=3, grad_accum=2),
+    dict(zero_stage=3, offload_optimizer=True, offload_params=True, zero_init=True),
+])
+def test_copied_steps_are_the_traced_ones(monkeypatch, kwargs):
+    cfg = read_config(HF / "tiny-llama")
+    whole, short, copied = _both(monkeypatch, lambda: allocsim.trace_hf_deepspeed(
+        cfg, micro_batch=2, seq_length=128, steps=6, **kwargs))
+    assert copied == [3]  # steps 1-3 traced (the third repeats the second), 4-6 copied
+    assert _canonical(short) == _canonical(whole)
+    assert allocsim.ReplayedPeaks.of(allocsim.replay(short)) == allocsim.ReplayedPeaks.of(allocsim.replay(whole))
+
+
+def _loop(events: list, steps: int, lifetime: int) -> None:
+    """A training loop whose step allocates a block kept ``lifetime`` steps, and a temporary."""
+    held = []
+    count = iter(range(1, 10**6))
+    for step in allocsim.traced_steps(events, steps):
+        key = next(count)
+        events.append(("malloc", key, 1024))
+        held.append(key)
+        if len(held) > lifetime:
+            events.append(("free", held.pop(0), 1024))
+        tmp = next(count)
+        events.extend([("malloc", tmp, 512), ("free", tmp, 512)])
+        if step == 0:  # the first step makes the optimizer's state
+            events.append(("malloc", next(count), 8192))
+    events.append(("end", 0, 0))
+
+
+@pytest.mark.parametrize("lifetime,copies", [(1, [2]), (2, [])])
+def test_a_block_living_longer_than_a_step_is_traced_whole(monkeypatch, lifetime, copies):
+    """A block freed by the step after its own settles after three steps; one kept two steps never repeats the step
+    before's pattern (it frees a block two steps old), so every step is traced."""
+    whole, short, copied = _both(monkeypatch, lambda: [] if _loop(ev := [], 5, lifetime) else ev)
+    assert copied == copies
+    assert _canonical(short) == _canonical(whole)
+    # the optimizer's state, the blocks alive at once (the new one before the oldest is freed)
+    assert allocsim.replay(short).peak_allocated_bytes == 8192 + 1024 * (lifetime + 1)
+
+
+def test_fewer_than_four_steps_are_all_traced(monkeypatch):
+    whole, short, copied = _both(monkeypatch, lambda: [] if _loop(ev := [], 3, 1) else ev)
+    assert copied == [] and short == whole
