@@ -412,16 +412,27 @@ class Zero3Coordinator:
         self.step += 1
         return new + queued
 
+    def copy(self) -> "Zero3Coordinator":
+        """A coordinator that goes on from this one's state without changing it (the trace, the modules' parameters
+        and their sizes, which no step changes, are shared)."""
+        import collections
+
+        other = copy.copy(self)
+        other._entries = collections.deque(self._entries)
+        other._marked = collections.defaultdict(lambda: -1, self._marked)
+        other.gathered = set(self.gathered)
+        return other
+
     def release(self, key) -> list:
         """The ids freed after module ``key`` ran."""
         candidates = [pid for pid in sorted(self.params_of[key]) if self._marked[pid] <= self.step]
         if not candidates:  # a container, or every parameter marked for a later step: nothing to look ahead for
             return []
         reused, seen = set(), 0.0
-        for later in self.trace[self.step:]:
+        for at in range(self.step, len(self.trace)):  # not a slice: a copy of the rest at every release
             if seen >= self.max_reuse:
                 break
-            for pid in self.params_of[later]:
+            for pid in self.params_of[self.trace[at]]:
                 reused.add(pid)
                 seen += self.numel[pid]
         freed = [pid for pid in candidates if pid not in reused and pid in self.gathered]
@@ -463,7 +474,7 @@ def zero3_gathered_walk(order: list, numel: dict, **limits) -> dict:
         if phase == "B" and after_first_backward is None:
             # the modules fetched next are the model's container and its final norm (parameters persistent): two
             # fetches that gather nothing of their own and each prefetch ahead, before the norm's gradient hook
-            ahead = copy.deepcopy(coordinator)
+            ahead = coordinator.copy()
             ahead.params_of = dict(coordinator.params_of, **{"": ()})
             for _ in range(2):
                 ahead.fetch("")
