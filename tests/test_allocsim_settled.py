@@ -10,10 +10,10 @@ from workbench.hf import read_config
 HF = Path(__file__).resolve().parent / "data" / "hf"
 
 
-def _canonical(events: list) -> list:
+def _canonical(events: list, end=("end", 0, 0)) -> list:
     """The events up to ``end`` with each block named by the order of its allocation (the keys themselves differ)."""
     names, out = {}, []
-    for e in events[:events.index(("end", 0, 0)) + 1]:
+    for e in events[:events.index(end) + 1]:
         if e[0] in ("malloc", "free", "release"):
             if e[0] == "malloc":
                 names[e[1]] = len(names)
@@ -84,3 +84,22 @@ def test_a_block_living_longer_than_a_step_is_traced_whole(monkeypatch, lifetime
 def test_fewer_than_four_steps_are_all_traced(monkeypatch):
     whole, short, copied = _both(monkeypatch, lambda: [] if _loop(ev := [], 3, 1) else ev)
     assert copied == [] and short == whole
+
+
+def test_megatron_core_traces_copy_settled_steps_too(monkeypatch):
+    """megatron-core under DeepSpeed ZeRO-2 and under its own DDP, traced in one child process with every step
+    traced and with the settled steps copied (the child takes the parent's setting per job): the same events."""
+    from workbench.cli import build_parser
+    from workbench.commands.common import specs_from_args
+
+    argv = ["estimate", "--layers", "2", "--hidden", "128", "--heads", "4", "--vocab", "512", "--seq", "256",
+            "--gpu", "H200", "--gpus-per-node", "1", "--mbs", "2", "--gbs", "4", "--attention", "unfused"]
+    jobs = [specs_from_args(build_parser().parse_args(argv + extra))
+            for extra in (["--zero", "2", "--no-overlap-comm"], ["--engine", "megatron", "--adam", "torch"])]
+    payload = []
+    for repeat in (False, True):
+        monkeypatch.setattr(allocsim, "REPEAT_SETTLED_STEPS", repeat)
+        payload += allocsim._checked_mcore_jobs(jobs, "test", capacity_bytes=None, steps=6, events=True)
+    out = [[tuple(e) for e in o["events"]] for o in allocsim._run_mcore_jobs(payload)]
+    for whole, short in zip(out[:2], out[2:]):
+        assert _canonical(short, end=("end", "0", 0)) == _canonical(whole, end=("end", "0", 0))
