@@ -10,11 +10,14 @@ import pytest
 from workbench import cli, npscalar
 
 # (estimate arguments, per-GPU peak bytes, host bytes per GPU, step seconds, non-zero step-time terms)
+# 2026-12-05: host bytes are the process's resident set (workbench.memory.host_resident_bytes: the process itself,
+# 2.0 GiB, and DeepSpeed's offload buffers as the host holds them, page-locked ones rounded up to a power of two),
+# where they were the offloaded states alone
 PINNED = [
     ('--model guide-13b --gpu A100-80GB --gpus-per-node 8 --engine megatron --tp 4 --pp 2 --gbs 64',
      # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     58538354380, 0, 9.121341222989644,
+     58538354380, 2143649792, 9.121341222989644,
      {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13533120006746202}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
      # 2026-12-03: ZeRO-3 keeps parameters gathered through the forward (the coordinator walk, +2.0 GiB) and the
@@ -23,32 +26,32 @@ PINNED = [
      # ZeRO-3's 20.5 %) and that host factor refitted on five fit shapes (0.254 -> 0.070); then that reserve taken on
      # the streams' caches together (the model built whole, the gathered peak, the reduction copies: 10.4 %, 19.9 %
      # once fit10 added runs with the parameters alone on the host)
-     38516829202, 15161435136, 3.5589438762563983,
+     38516829202, 23190018048, 3.5589438762563983,
      {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 0.6059912044142757, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
      # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     222862412742, 0, 27.775576163776233,
+     222862412742, 2143649792, 27.775576163776233,
      {'compute': 24.278990578545315, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.597104151890953}),
     ('--model llama3-8b --engine megatron --tp 2 --gbs 32 --precision fp8 --attention flash --distributed-optimizer --fp8-param-gather',
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     73542247511, 0, 2.6208670892836246,
+     73542247511, 2143649792, 2.6208670892836246,
      {'compute': 2.3448231640437416, 'tp_comm': 0.2123276344888889, 'dp_comm': 0.04296042882860639, 'optimizer': 0.020755861922388062}),
     ('--model llama2-7b --engine deepspeed --zero 2 --lora-rank 16 --gbs 16',
-     48019545838, 0, 0.5138992679270735,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
+     48019545838, 2143649792, 0.5138992679270735,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
      {'compute': 0.48231149349072194, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030900441129552238}),
     ('--model llama2-70b --engine megatron --tp 8 --pp 4 --first-stage-layers 14 --last-stage-layers 12 --gbs 64 --nodes 4',
      # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     100297468608, 0, 12.314709102781247,
+     100297468608, 2143649792, 12.314709102781247,
      {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.2947793408472492}),
     ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
-     68056448614, 0, 1.5195346964888092,  # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB
+     68056448614, 2143649792, 1.5195346964888092,  # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB
      {'compute': 1.2598402372838835, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.19952566685939999, 'optimizer': 0.05669442878997015}),
     ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
      # 2026-12-03: ZeRO-2's first bucket reduction fires at an attention weight, the layer's MLP block freed by then;
      # 2026-12-04: ZeRO-0/1/2's reserve refreshed to the fit split's median, 17.1 -> 16.6 %
-     62639536050, 0, 3.749353979066072,
+     62639536050, 2143649792, 3.749353979066072,
      {'compute': 3.3328498433202145, 'cp_comm': 0.16364557653333336, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05669442878997015}),
 ]
 

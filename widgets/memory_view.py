@@ -55,9 +55,10 @@ def summary_html(memory, plan=None, model=None) -> str:
             f"({'+' if head >= 0 else '−'}{abs(gib(head)):.2f} GiB headroom)"
             f'<br><span class="wb-band" style="color:#555">Error band: {html.escape(memory.band_note)}'
             f"{'; fits is judged on the upper side' if band else ''}</span>")
-    if memory.host_bytes_per_node:
+    if memory.offloaded_bytes_per_gpu or not memory.fits_host:
         host_ok = "fits" if memory.fits_host else "<b style='color:#b00020'>exceeds host memory</b>"
-        text += (f"<br>Host memory for offload: {gib(memory.host_bytes_per_node):.1f} GiB per node of "
+        text += (f"<br>Host memory (the ranks' processes with what they offload): "
+                 f"{gib(memory.host_bytes_per_node):.1f} GiB per node of "
                  f"{gib(memory.host_capacity_bytes_per_node):.0f} GiB — {host_ok}")
     if memory.nvme_bytes_per_gpu:
         nvme_ok = ("fits" if memory.fits_nvme else "<b style='color:#b00020'>exceeds the node's NVMe</b> (set NVMe "
@@ -106,7 +107,7 @@ class MemoryView(View):
         self._shown = memory
         data = memory_traces(memory)
         n = len(data["x"])
-        host = memory.host_bytes_per_gpu
+        host = memory.host_bytes_per_gpu if memory.offloaded_bytes_per_gpu else 0
         with redraw(self.fig):
             for i, term in enumerate(TERMS):
                 t = data["terms"][term]

@@ -249,9 +249,14 @@ def _per_distinct(fn, *arrays):
     rather than once per element: a planner's sweep holds few distinct TP sizes, recompute modes or data-parallel
     sizes among tens of thousands of plans."""
     cols = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in arrays))
-    keys = list(zip(*(c.ravel().tolist() for c in cols)))
-    values = {key: float(fn(*key)) for key in set(keys)}
-    return np.fromiter((values[key] for key in keys), float, len(keys)).reshape(cols[0].shape)[()]
+    flat = [c.ravel() for c in cols]
+    combined = np.zeros(cols[0].size, dtype=np.int64)  # each element's tuple as one code, kept below its size
+    for c in flat:
+        values, codes = np.unique(c, return_inverse=True)
+        combined = np.unique(combined * len(values) + codes.ravel(), return_inverse=True)[1].ravel()
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    out = np.array([float(fn(*(float(c[i]) for c in flat))) for i in first.tolist()], dtype=float)
+    return out[inverse.ravel()].reshape(cols[0].shape)[()]
 
 
 @_memoised_on_numbers
@@ -794,6 +799,106 @@ def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_byte
     mg_step = (torch_adam + where(bf16_half_grads, 4.0, 0.0)) * n / where(distributed_optimizer > 0, dp, 1)
     step = where(is_megatron, mg_step, ds_step)
     return weights, grads, optimizer, host, step
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Host memory: what one rank's process holds resident
+# ---------------------------------------------------------------------------------------------------------------
+HOST_PROCESS_BYTES = 2_143_649_792
+"""Host memory (resident set) one training process holds before any offloaded state: Python, torch with its CUDA
+libraries and context, DeepSpeed or megatron-core, transformers. The peak resident set (``VmHWM``) of the corpus's
+fit-split runs without offload, median of six (1.98-2.00 GiB; H200, torch 2.11 + CUDA 13.0, one process per GPU,
+``benchmarks/bench_accuracy.py --host``)."""
+
+
+def pinned_bytes(nbytes):
+    """Host memory a page-locked buffer of ``nbytes`` takes: PyTorch's pinned-memory allocator rounds each request up
+    to a power of two and keeps a freed block cached rather than returning it
+    (``aten/src/ATen/core/CachingHostAllocator.h``: ``PowerOf2Ceil``); 0 stays 0. Arrays allowed."""
+    x = np.asarray(nbytes, dtype=float)
+    return np.where(x > 0, np.exp2(np.ceil(np.log2(np.maximum(x, 1.0)))), 0.0)[()]
+
+
+_HOST_TENSOR_SUMS = ("bf16_partitions", "fp32_sub_groups", "largest_sub_group", "largest_tensor")
+
+
+@_memoised_on_numbers
+def _host_tensor_sums(m: ModelSpec, tensor_parallel: int, data_parallel: int) -> tuple:
+    """:data:`_HOST_TENSOR_SUMS` over the model's weight tensors on one rank
+    (:func:`workbench.params.weight_tensor_sizes`, each partitioned over ``data_parallel``): the pinned bytes of each
+    tensor's 16-bit partition, summed; the pinned bytes of each ZeRO-3 optimizer sub-group's fp32 gradient
+    (:func:`zero3_sub_groups`), summed; the largest sub-group's elements; the largest tensor's elements (whole)."""
+    sizes = np.asarray(P.weight_tensor_sizes(m, int(tensor_parallel)), dtype=float)
+    if not sizes.size:
+        return 0.0, 0.0, 0.0, 0.0
+    parts = sizes / data_parallel
+    groups = np.asarray(zero3_sub_groups(parts.tolist()), dtype=float)
+    return (float(pinned_bytes(2.0 * parts).sum()), float(pinned_bytes(4.0 * groups).sum()), float(groups.max()),
+            float(sizes.max()))
+
+
+def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str):
+    """One of :func:`_host_tensor_sums` by name; ``tensor_parallel`` and ``data_parallel`` may be arrays (each
+    distinct pair computed once)."""
+    kind = _HOST_TENSOR_SUMS.index(name)
+    if ndim(tensor_parallel) or ndim(data_parallel):
+        return _per_distinct(lambda t, d: _host_tensor_sums(m, int(t), int(d))[kind], tensor_parallel, data_parallel)
+    return _host_tensor_sums(m, int(tensor_parallel), int(data_parallel))[kind]
+
+
+def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_optimizer, offload_params,
+                        tensor_parallel, data_parallel, trainable, params, lora, value_bytes, num_microbatches,
+                        stage_share=1.0):
+    """Host memory one rank's process holds at its peak: :data:`HOST_PROCESS_BYTES` plus, under DeepSpeed's CPU
+    offload with 16-bit training, the buffers DeepSpeed 0.19.8 makes on the host, page-locked ones taken as
+    :func:`pinned_bytes` takes them (``pin_memory``, which the workbench's ds_config sets). ``offloaded``: the
+    offloaded states of :func:`model_state_bytes`, kept for what this does not cover (fp32 training). ``trainable``
+    and ``params``: the rank's trainable and all parameters before ZeRO's partitioning over ``data_parallel``;
+    ``stage_share``: the pipeline stage's share of the model's tensors.
+
+    - ZeRO-1/2 with the optimizer offloaded (``stage_1_and_2.py``), P = trainable / data_parallel: the fp32 master
+      partition and the fp32 gradient partition pinned, a pinned 16-bit copy of the partition
+      (``param_buffer_of_bit16_for_cpu_offload_groups``) and of the largest parameter
+      (``temp_grad_buffer_for_cpu_offload``), and CPU Adam's two fp32 moments (pageable): pinned(4P) × 2 +
+      pinned(2P) + pinned(2 × largest) + 8P; with gradient accumulation each parameter's pinned 16-bit accumulation
+      buffer too (``accumulated_grads_in_cpu``).
+    - ZeRO-3 (``stage3.py``): with the optimizer offloaded, the fp32 master and Adam's moments (pageable, 12P), the
+      pinned 16-bit gradient partition (``grad_partitions_flat_buffer``) and a pinned fp32 gradient per optimizer
+      sub-group; with the parameters offloaded, each parameter's pinned 16-bit partition (made at partitioning,
+      freed into the allocator's cache when the flat buffer takes them) and the pinned flat buffer
+      (``param_groups_fp16_flat_cpu_memory``). A copy between host and GPU that changes the dtype converts on the
+      host first (``aten/src/ATen/native/cuda/Copy.cu``), a transient the size of the largest sub-group: 16-bit
+      when the step copies the fp32 master back to the GPU's partition (optimizer offloaded alone), fp32 when the
+      GPU's master is made from the host's partition (parameters offloaded alone).
+
+    Against the peak resident set of the corpus's 60 runs that record it (H200; ``benchmarks/bench_accuracy.py
+    --host``) this is within 0.4 % on every ZeRO-1/2 and ZeRO-3 offload run; the form was read off the sources above
+    and checked on all 60 runs, fit and test split alike (not blind). LoRA and pipeline stages take approximations
+    (one adapter tensor, the stage's share of the tensor sums) no run has checked."""
+    ds = engine != ENGINE_CODES[Engine.MEGATRON]
+    mixed = value_bytes < 4
+    off_opt, off_par = offload_optimizer > 0, offload_params > 0
+    if not any_true(ds & mixed & (off_opt | off_par)):  # nothing offloaded that this models (most of a sweep)
+        return HOST_PROCESS_BYTES + offloaded
+    lora = asarray(lora) > 0
+    p_opt = trainable / data_parallel
+    p_all = params / data_parallel
+
+    def tensors(name):
+        return host_tensor_sum(m, tensor_parallel, data_parallel, name) * stage_share
+
+    largest = where(lora, 0.0, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_tensor"))
+    accumulate = where(lora, pinned_bytes(2.0 * p_opt), tensors("bf16_partitions"))
+    zero12 = (2 * pinned_bytes(4.0 * p_opt) + pinned_bytes(2.0 * p_opt) + pinned_bytes(2.0 * largest) + 8.0 * p_opt
+              + where(num_microbatches > 1, accumulate, 0.0))
+    sub_groups = where(lora, pinned_bytes(4.0 * p_opt), tensors("fp32_sub_groups"))
+    largest_group = where(lora, p_opt, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_sub_group"))
+    zero3 = (where(off_opt, 12.0 * p_opt + pinned_bytes(2.0 * p_opt) + sub_groups, 0.0)
+             + where(off_par, pinned_bytes(2.0 * p_all) + tensors("bf16_partitions"), 0.0)
+             + where(off_opt & ~off_par, 2.0 * largest_group, where(off_par & ~off_opt, 4.0 * largest_group, 0.0)))
+    modelled = where(ds & mixed & (zero_stage >= 3) & (off_opt | off_par), zero3,
+                     where(ds & mixed & (zero_stage >= 1) & (zero_stage <= 2) & off_opt, zero12, offloaded))
+    return HOST_PROCESS_BYTES + modelled
 
 
 def lora_split(stage_params, adapter_params, lora):
@@ -2259,6 +2364,13 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                          param_bytes=value_bytes)
     weights = weights + where(offload_params > 0, 0.0, frozen_weights)
     host = host + where(offload_params > 0, frozen_weights, 0.0)
+    whole = stage_params_per_rank(m, tensor_parallel, 1, 0, m.num_layers, expert_parallel, etp)
+    offloaded = host  # the offloaded states themselves: what goes to NVMe when offloading there
+    host = host_resident_bytes(m, host, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
+                               offload_params=offload_params, tensor_parallel=tensor_parallel,
+                               data_parallel=data_parallel * context_parallel, trainable=trainable + n_experts,
+                               params=n, lora=lora, value_bytes=value_bytes, num_microbatches=num_microbatches,
+                               stage_share=n / whole)
     bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
                                      fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
     fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / maximum(layers, 1))  # this stage's FP8 share
@@ -2502,7 +2614,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                            value_bytes=value_bytes, fp8=fp8, fp8_bf16=fp8_bf16_first + fp8_bf16_last,
                                            tp_comm_overlap=tp_comm_overlap)
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
-                buffers=buffers, overhead=overhead, host=host, in_flight=in_flight, step_peak=step_peak,
+                buffers=buffers, overhead=overhead, host=host, offloaded=offloaded, in_flight=in_flight,
+                step_peak=step_peak,
                 init_peak=init_peak, releasable=releasable, backward_activations=activations)
 
 
@@ -2750,7 +2863,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         formulas["overhead"] += (f"; + Transformer Engine TP userbuffers {ub / GiB:.2f} GiB outside the allocator "
                                  f"(--tp-comm-overlap: 12 buffers of s·b/c × h, TE initialize_ub)")
     stages = []
-    host_per_gpu = 0
+    host_per_gpu = offloaded_per_gpu = 0
     p = plan.pipeline_parallel
     stage_layers = plan.stage_layers(model.num_layers)
     if p <= _SCALAR_STAGES:  # one scalar call per stage: cheaper than numpy on arrays of one or two elements
@@ -2770,11 +2883,12 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                   backward_activation_bytes=int(round(float(t["backward_activations"]))),
                                   releasable_cached_bytes=int(round(float(t["releasable"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
+        offloaded_per_gpu = max(offloaded_per_gpu, int(round(float(t["offloaded"]))))
     nvme_per_gpu = 0
     if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
-        # states go to NVMe; the host keeps pinned swap buffers
-        nvme_per_gpu = host_per_gpu
-        host_per_gpu = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+        # states go to NVMe; the host keeps pinned swap buffers beside the process itself
+        nvme_per_gpu = offloaded_per_gpu
+        host_per_gpu = HOST_PROCESS_BYTES + DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
     peak = max(st.total_bytes for st in stages)
     if any(st.peak_phase == "initialization" for st in stages):
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "
@@ -2794,6 +2908,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         nvme_bytes_per_gpu=nvme_per_gpu,
         nvme_bytes_per_node=nvme_per_gpu * cluster.gpus_per_node,
         nvme_capacity_bytes_per_node=int(cluster.nvme_gib_per_node * GiB),
+        offloaded_bytes_per_gpu=offloaded_per_gpu,
         formulas=formulas,
     )
 

@@ -69,7 +69,9 @@ class MemoryEstimate:
     capacity_bytes: int
     """GPU memory the framework can allocate."""
     host_bytes_per_gpu: int
-    """Host (CPU) memory one rank needs for offloaded tensors and pinned buffers."""
+    """Host (CPU) memory one rank's process holds at its peak (its resident set): the process itself and, with
+    offload, the offloaded states and DeepSpeed's host buffers as they are held (:func:`workbench.memory.
+    host_resident_bytes`)."""
     host_bytes_per_node: int
     """Host memory a node needs: host_bytes_per_gpu × GPUs per node."""
     host_capacity_bytes_per_node: int
@@ -78,6 +80,9 @@ class MemoryEstimate:
     nvme_bytes_per_node: int = 0
     """NVMe bytes a node needs: nvme_bytes_per_gpu × GPUs per node."""
     nvme_capacity_bytes_per_node: int = 0
+    offloaded_bytes_per_gpu: int = 0
+    """The states one rank offloads (optimizer states, fp32 gradients, parameters: to the host or NVMe); 0 without
+    offload, where the host holds only the process itself."""
     """Local NVMe per node (:attr:`workbench.specs.ClusterSpec.nvme_gib_per_node`; 0: none)."""
     formulas: dict = field(default_factory=dict)
     """term → short formula text with its source, for tooltips and docs."""
@@ -153,6 +158,7 @@ class MemoryEstimate:
             "headroom_bytes": int(self.headroom_bytes),
             "host_bytes": int(self.host_bytes_per_node),
             "host_bytes_per_gpu": int(self.host_bytes_per_gpu),
+            "offloaded_bytes_per_gpu": int(self.offloaded_bytes_per_gpu),
             "host_capacity_bytes_per_node": int(self.host_capacity_bytes_per_node),
             "nvme_bytes_per_gpu": int(self.nvme_bytes_per_gpu),
             "nvme_bytes_per_node": int(self.nvme_bytes_per_node),

@@ -146,9 +146,13 @@ def render(est, replay: Optional[dict] = None) -> str:
     from workbench.memory import memory_notes
 
     lines += [f"  why: {note}" for note in memory_notes(m, p, mem)]
-    if mem.host_bytes_per_node:
+    if mem.offloaded_bytes_per_gpu or not mem.fits_host:
         lines.append(f"  host memory per node {mem.host_bytes_per_node / GiB:.1f} GiB of "
-                     f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB" + ("" if mem.fits_host else ": DOES NOT FIT"))
+                     f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB" + ("" if mem.fits_host else ": DOES NOT FIT")
+                     + f" (each rank's process {mem.host_bytes_per_gpu / GiB:.1f} GiB resident: "
+                     + (f"{mem.offloaded_bytes_per_gpu / GiB:.1f} GiB of offloaded states, DeepSpeed's host buffers "
+                        f"(page-locked ones rounded up to a power of two) and " if mem.offloaded_bytes_per_gpu else "")
+                     + "the process itself)")
     if est.time is not None:
         t = est.time
         low, high, step_note = est.step_band_seconds

@@ -1,0 +1,105 @@
+"""workbench.memory.host_resident_bytes: the host memory a rank's process holds, DeepSpeed's offload buffers as the
+host holds them (page-locked ones rounded up to a power of two), against hand arithmetic and measured resident sets."""
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench import catalog, cli
+from workbench.estimate import estimate
+from workbench.memory import (DS_NVME_BUFFER_COUNT, DS_NVME_BUFFER_ELEMENTS, HOST_PROCESS_BYTES, host_tensor_sum,
+                              pinned_bytes)
+from workbench.specs import ClusterSpec, ParallelPlan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_pinned_buffers_take_the_next_power_of_two():
+    assert [pinned_bytes(x) for x in (0, 1, 3, 4, 2**30, 2**30 + 1)] == [0, 1, 4, 4, 2**30, 2**31]
+    assert np.array_equal(pinned_bytes(np.array([5.0, 1000.0])), [8.0, 1024.0])
+
+
+def _host(plan_kwargs, gpus=1, **cluster):
+    m = catalog.model("llama2-7b")
+    c = ClusterSpec(gpu="H200", gpus_per_node=gpus, **cluster)
+    p = ParallelPlan(world_size=gpus, engine="deepspeed", micro_batch_size=1, global_batch_size=gpus, **plan_kwargs)
+    return m, estimate(m, c, p).memory
+
+
+def test_zero2_offload_by_hand():
+    """Llama 2 7B (6,738,415,616 parameters; its largest tensor the 32000 x 4096 embedding) under ZeRO-2 with the
+    optimizer on the CPU, one rank: fp32 master and fp32 gradient 27.0 GB each, pinned as 2^35; the 16-bit copy 13.5 GB
+    as 2^34; the largest parameter's 16-bit staging 262 MB as 2^28; CPU Adam's moments 8 bytes a parameter, pageable;
+    and the process itself."""
+    m, mem = _host(dict(zero_stage=2, offload_optimizer="cpu"))
+    n = m.parameter_counts().total
+    assert n == 6_738_415_616
+    assert mem.host_bytes_per_gpu == HOST_PROCESS_BYTES + 2 * 2**35 + 2**34 + 2**28 + 8 * n
+    assert mem.offloaded_bytes_per_gpu == 16 * n  # master, moments, fp32 gradient: what the states are
+    # sharded over 8 ranks each rank's partitions shrink, the largest parameter's staging does not
+    _, eight = _host(dict(zero_stage=2, offload_optimizer="cpu"), gpus=8)
+    part = n / 8
+    assert eight.host_bytes_per_gpu == pytest.approx(
+        HOST_PROCESS_BYTES + 2 * pinned_bytes(4 * part) + pinned_bytes(2 * part) + 2**28 + 8 * part, rel=1e-9)
+    assert eight.host_bytes_per_node == 8 * eight.host_bytes_per_gpu
+
+
+def test_without_offload_the_host_holds_the_process_and_nvme_takes_the_states():
+    _, plain = _host(dict(zero_stage=3))
+    assert plain.host_bytes_per_gpu == HOST_PROCESS_BYTES and plain.offloaded_bytes_per_gpu == 0
+    _, nvme = _host(dict(zero_stage=3, offload_optimizer="nvme"), nvme_gib_per_node=4096)
+    assert nvme.nvme_bytes_per_gpu == nvme.offloaded_bytes_per_gpu > 0
+    # the host keeps DeepSpeed's swap buffers beside the process
+    assert nvme.host_bytes_per_gpu == HOST_PROCESS_BYTES + DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+
+
+def test_zero3_transient_follows_which_side_holds_the_master():
+    """ZeRO-3 with the optimizer alone on the CPU casts each updated fp32 sub-group to 16 bits on the host before
+    the copy to the GPU; with the parameters alone there the GPU's fp32 master is made from a host-side fp32 cast;
+    with both on the host no copy crosses with a cast. Each adds its cast of the largest sub-group at the peak."""
+    _, opt = _host(dict(zero_stage=3, offload_optimizer="cpu"))
+    _, par = _host(dict(zero_stage=3, offload_params="cpu"))
+    _, both = _host(dict(zero_stage=3, offload_optimizer="cpu", offload_params="cpu"))
+    # both hold the optimizer's buffers and the parameters' without a cast: what the two alone hold beyond it (less
+    # the process, counted once) are the casts, 16-bit and fp32 of the largest sub-group
+    casts = opt.host_bytes_per_gpu + par.host_bytes_per_gpu - both.host_bytes_per_gpu - HOST_PROCESS_BYTES
+    largest = host_tensor_sum(catalog.model("llama2-7b"), 1, 1, "largest_sub_group")
+    assert largest > 1e9 and casts == pytest.approx((2 + 4) * largest)
+
+
+def _bench_accuracy():
+    spec = importlib.util.spec_from_file_location("bench_accuracy_host", ROOT / "benchmarks" / "bench_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("run_id", [
+    "hf-ds/hf-eurollm-h4096-l8/z2/sdpa/off-cpu-omp16/mbs1",
+    "hf-ds/hf-qwen25-h3584-l12/z3/sdpa/off-cpu-omp16/poff-cpu/rep1/mbs2",
+    "hf-ds/hf-solar-h4096-l10/z3/sdpa/poff-cpu/mbs1",
+    "hf-ds/hf-minitron-h4096-l8/z3/sdpa/off-cpu-omp16/mbs1",
+])
+def test_measured_resident_sets(run_id):
+    """Four corpus runs (H200 host, DeepSpeed 0.19.8): ZeRO-2 with the optimizer on the CPU, ZeRO-3 with both, with
+    the parameters alone, with the optimizer alone. Their peak resident set (VmHWM) within 1 %."""
+    B = _bench_accuracy()
+    with open(ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl") as f:
+        rec = next(json.loads(line) for line in f if json.loads(line)["run_id"] == run_id)
+    run = B.corpus_run(rec)
+    host = estimate(run["model"], run["cluster"], run["plan"], checks=False).memory.host_bytes_per_gpu
+    assert host == pytest.approx(rec["host_peak_rss_bytes"], rel=0.01)
+
+
+def test_cli_names_what_the_host_holds_only_with_offload(capsys):
+    base = ["estimate", "--model", "llama2-7b", "--gpu", "H200", "--gpus-per-node", "1", "--zero", "2"]
+    assert cli.main(base) == 0
+    assert "host memory per node" not in capsys.readouterr().out
+    assert cli.main(base + ["--offload-optimizer", "cpu"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "host memory per node" in x)
+    assert "resident" in line and "offloaded states" in line and "power of two" in line
+    assert cli.main(base + ["--offload-optimizer", "cpu", "--host-mem-gib", "64"]) == 0
+    assert "DOES NOT FIT" in capsys.readouterr().out  # 104 GiB resident on a 64 GiB host
