@@ -379,8 +379,8 @@ def host_memory_margin(plan: ParallelPlan, memory) -> Optional[Finding]:
     msg = (f"host memory {_gb(used)} per node of {_gb(cap)} ({used / cap:.0%}): each rank's process with "
            f"{_gb(memory.offloaded_bytes_per_gpu)} of offloaded states, DeepSpeed's host buffers (page-locked ones "
            f"rounded up to a power of two) and itself, within {r['worst']:.1%} of the peak resident set of "
-           f"{r['offload_runs']} measured one-rank offload runs; beyond {HOST_MEMORY_WARN_FRACTION:.0%} the node's other "
-           f"processes decide whether it runs")
+           f"{r['offload_runs']} measured one-rank offload runs; beyond {HOST_MEMORY_WARN_FRACTION:.0%} the node's "
+           f"other processes decide whether it runs")
     if used / cap <= HOST_MEMORY_WARN_FRACTION:
         return Finding(id="host-memory-margin", status="pass", message=msg)
     return Finding(id="host-memory-margin", status="warn",
