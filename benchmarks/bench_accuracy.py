@@ -958,7 +958,8 @@ def host_memory_lines(runs: list, fit: set) -> list[str]:
     """Runs whose record has the process's resident set (``measure.py`` ``host_now``): the estimate's host memory
     per GPU (:attr:`workbench.memory_types.MemoryEstimate.host_bytes_per_gpu`,
     :func:`workbench.memory.host_resident_bytes`) beside the measured resident set at the end of the steps and at its
-    peak (``VmHWM``), and the error on the peak, per split (``fit``: the fit split's shapes, where :data:`workbench.memory.HOST_PROCESS_BYTES` was taken)."""
+    peak (``VmHWM``), and the error on the peak, per split (``fit``: the fit split's shapes, where
+    :data:`workbench.memory.HOST_PROCESS_BYTES` was taken)."""
     rows = [r for r in runs if r["measured"].get("host_rss")]
     if not rows:
         return []
