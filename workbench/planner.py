@@ -101,7 +101,8 @@ class PlanResult:
     capacity_bytes: int
     """GPU memory."""
     host_bytes_per_node: int
-    """Host memory a node needs for offloaded states."""
+    """Host memory a node's ranks hold: their processes, with what they offload (:func:`workbench.memory.
+    host_resident_bytes`)."""
     step_seconds: float
     tokens_per_second: float
     model_tflops_per_gpu: float
@@ -1430,7 +1431,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
                f"{(result.peak_bytes - limit) / GiB:.1f} GiB over the {limit / GiB:.1f} GiB that {headroom:.0%} "
                f"headroom leaves of {cluster.gpu.memory_bytes / GiB:.1f} GiB (stage {result.peak_stage}: "
                + ", ".join(f"{k} {v / GiB:.1f}" for k, v in terms) + " GiB)" if not fits_gpu[i]
-               else "its offloaded states do not fit host memory")
+               else f"its ranks' host memory ({result.host_bytes_per_node / GiB:.1f} GiB per node, the processes "
+                    f"with what they offload) does not fit the node's {cluster.host_memory_gib_per_node:.0f} GiB")
         return PlanRank(rank=None, in_search_space=True, fits=False, result=result, explanation=why, **common)
     rank = int(np.flatnonzero(order == i)[0]) + 1
     text = ("it is the planner's fastest plan" if rank == 1 else
