@@ -103,3 +103,25 @@ def test_cli_names_what_the_host_holds_only_with_offload(capsys):
     assert "resident" in line and "offloaded states" in line and "power of two" in line
     assert cli.main(base + ["--offload-optimizer", "cpu", "--host-mem-gib", "64"]) == 0
     assert "DOES NOT FIT" in capsys.readouterr().out  # 104 GiB resident on a 64 GiB host
+
+
+def test_advisor_prices_pin_memory_where_the_host_is_tight():
+    """Llama 2 7B, ZeRO-2 with the optimizer on the CPU, one rank: the page-locked buffers hold, beyond their
+    contents, the rounding of the two fp32 partitions (2^35 each for 27.0 GB), of the 16-bit copy (2^34 for 13.5 GB)
+    and of the largest parameter's staging (2^28 for 262 MB). On a 150 GiB host (88 % used) the advisor says so and
+    what pin_memory false leaves; with room to spare, or without offload, it says nothing."""
+    from workbench import advisor
+
+    m, mem = _host(dict(zero_stage=2, offload_optimizer="cpu"), host_memory_gib_per_node=150)
+    n, largest = m.parameter_counts().total, 32000 * 4096
+    extra = 2 * (2**35 - 4 * n) + (2**34 - 2 * n) + (2**28 - 2 * largest)
+    p = ParallelPlan(world_size=1, engine="deepspeed", micro_batch_size=1, global_batch_size=1, zero_stage=2,
+                     offload_optimizer="cpu")
+    found = advisor.pinned_host_buffers(m, p, mem)
+    assert found.status == "warn" and f"hold {extra / 2**30:.1f} GiB per rank" in found.message
+    assert '"pin_memory": false in zero_optimization.offload_optimizer' in found.suggestion
+    assert f"{(mem.host_bytes_per_node - extra) / 2**30:.1f} GiB per node" in found.suggestion
+    _, roomy = _host(dict(zero_stage=2, offload_optimizer="cpu"))
+    assert advisor.pinned_host_buffers(m, p, roomy) is None
+    plain = p.replace(offload_optimizer="none")
+    assert advisor.pinned_host_buffers(m, plain, _host(dict(zero_stage=2), host_memory_gib_per_node=2)[1]) is None

@@ -390,6 +390,37 @@ def host_memory_margin(plan: ParallelPlan, memory) -> Optional[Finding]:
                               "parameters on the GPU (offload_param off) or NVMe offload")
 
 
+def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
+    """With DeepSpeed's CPU offload and the node's host memory past :data:`HOST_MEMORY_WARN_FRACTION` (or over it),
+    what its page-locked buffers cost beyond their contents: PyTorch's pinned-memory allocator rounds each request up
+    to a power of two (:func:`workbench.memory.pinned_bytes`), so a 9.7 GiB fp32 partition holds 16 GiB. ``"pin_memory":
+    false`` keeps them pageable at their own sizes (:func:`workbench.memory.host_resident_bytes` with ``pinned=False``);
+    None when that saves less than 1 GiB per rank or the host is not tight."""
+    if plan.engine is Engine.MEGATRON or Offload.CPU not in (plan.offload_optimizer, plan.offload_params):
+        return None
+    used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
+    if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
+        return None
+    codes = M.plan_codes(plan, model)
+    pageable = max(float(M.stage_terms(model, stage=s, **codes, pinned_host=False)["host"])
+                   for s in range(plan.pipeline_parallel))
+    saved = memory.host_bytes_per_gpu - pageable
+    if saved < GiB:
+        return None
+    per_node = saved * used / memory.host_bytes_per_gpu
+    then = used - per_node
+    sections = " and ".join(f"offload_{kind}" for kind, where in (("optimizer", plan.offload_optimizer),
+                                                                    ("param", plan.offload_params))
+                            if where is Offload.CPU)
+    return Finding(id="pinned_host_buffers", status="warn",
+                   message=f"DeepSpeed's page-locked offload buffers hold {_gb(saved)} per rank beyond their contents "
+                           f"({_gb(per_node)} per node): PyTorch's pinned-memory allocator rounds each up to a power "
+                           f"of two",
+                   suggestion=f'"pin_memory": false in zero_optimization.{sections}: {_gb(then)} per node of '
+                              f"{_gb(cap)} ({then / cap:.0%}; the workbench's export writes true); copies between host "
+                              f"and GPU then go through pageable memory, slower (not measured here)")
+
+
 NEAR_CAPACITY_FRACTION = 0.90
 """A plan whose whole-device peak at the error band's upper side reaches this share of the GPU's memory is near
 capacity: the allocator's reserve decides whether it runs."""
@@ -700,7 +731,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     ``counts``: the model's parameter counts (computed here when not given)."""
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
-    found = [fits_memory(plan, memory), host_memory_margin(plan, memory),
+    found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
              expandable_segments_advice(model, cluster, plan, memory),
              strategy_tier(model, cluster, plan, memory),
              zero3_layer_room(model, plan, memory), card_size(model, cluster, n),

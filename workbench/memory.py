@@ -848,7 +848,7 @@ def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str):
 
 def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_optimizer, offload_params,
                         tensor_parallel, data_parallel, trainable, params, lora, value_bytes, num_microbatches,
-                        stage_share=1.0):
+                        stage_share=1.0, pinned: bool = True):
     """Host memory one rank's process holds at its peak: :data:`HOST_PROCESS_BYTES` plus, under DeepSpeed's CPU
     offload with 16-bit training, the buffers DeepSpeed 0.19.8 makes on the host, page-locked ones taken as
     :func:`pinned_bytes` takes them (``pin_memory``, which the workbench's ds_config sets). ``offloaded``: the
@@ -874,7 +874,8 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     Against the peak resident set of the corpus's 60 runs that record it (H200; ``benchmarks/bench_accuracy.py
     --host``) this is within 0.4 % on every ZeRO-1/2 and ZeRO-3 offload run; the form was read off the sources above
     and checked on all 60 runs, fit and test split alike (not blind). LoRA and pipeline stages take approximations
-    (one adapter tensor, the stage's share of the tensor sums) no run has checked."""
+    (one adapter tensor, the stage's share of the tensor sums) no run has checked. ``pinned=False``: DeepSpeed's
+    ``pin_memory`` off, every buffer pageable at its own size (what the advisor prices against the pinned figure)."""
     ds = engine != ENGINE_CODES[Engine.MEGATRON]
     mixed = value_bytes < 4
     off_opt, off_par = offload_optimizer > 0, offload_params > 0
@@ -883,18 +884,23 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     lora = asarray(lora) > 0
     p_opt = trainable / data_parallel
     p_all = params / data_parallel
+    held = pinned_bytes if pinned else (lambda nbytes: nbytes)  # pageable buffers take their own sizes
 
     def tensors(name):
+        if not pinned and name == "bf16_partitions":
+            return 2.0 * p_all
+        if not pinned and name == "fp32_sub_groups":
+            return 4.0 * p_opt
         return host_tensor_sum(m, tensor_parallel, data_parallel, name) * stage_share
 
     largest = where(lora, 0.0, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_tensor"))
-    accumulate = where(lora, pinned_bytes(2.0 * p_opt), tensors("bf16_partitions"))
-    zero12 = (2 * pinned_bytes(4.0 * p_opt) + pinned_bytes(2.0 * p_opt) + pinned_bytes(2.0 * largest) + 8.0 * p_opt
+    accumulate = where(lora, held(2.0 * p_opt), tensors("bf16_partitions"))
+    zero12 = (2 * held(4.0 * p_opt) + held(2.0 * p_opt) + held(2.0 * largest) + 8.0 * p_opt
               + where(num_microbatches > 1, accumulate, 0.0))
-    sub_groups = where(lora, pinned_bytes(4.0 * p_opt), tensors("fp32_sub_groups"))
+    sub_groups = where(lora, held(4.0 * p_opt), tensors("fp32_sub_groups"))
     largest_group = where(lora, p_opt, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_sub_group"))
-    zero3 = (where(off_opt, 12.0 * p_opt + pinned_bytes(2.0 * p_opt) + sub_groups, 0.0)
-             + where(off_par, pinned_bytes(2.0 * p_all) + tensors("bf16_partitions"), 0.0)
+    zero3 = (where(off_opt, 12.0 * p_opt + held(2.0 * p_opt) + sub_groups, 0.0)
+             + where(off_par, held(2.0 * p_all) + tensors("bf16_partitions"), 0.0)
              + where(off_opt & ~off_par, 2.0 * largest_group, where(off_par & ~off_opt, 4.0 * largest_group, 0.0)))
     modelled = where(ds & mixed & (zero_stage >= 3) & (off_opt | off_par), zero3,
                      where(ds & mixed & (zero_stage >= 1) & (zero_stage <= 2) & off_opt, zero12, offloaded))
@@ -2292,8 +2298,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
-                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0):
+                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0, pinned_host: bool = True):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
+    ``pinned_host``: DeepSpeed's offload buffers page-locked (``pin_memory``, :func:`host_resident_bytes`).
     ``init_phase``: price DeepSpeed's initialization where it can be the peak (:func:`deepspeed_init_bytes`; 0 where
     a replayed allocation trace already holds it).
     ``first/middle/last_stage_layers``: an uneven pipeline split (:func:`layers_on_stage`; default even).
@@ -2370,7 +2377,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                offload_params=offload_params, tensor_parallel=tensor_parallel,
                                data_parallel=data_parallel * context_parallel, trainable=trainable + n_experts,
                                params=n, lora=lora, value_bytes=value_bytes, num_microbatches=num_microbatches,
-                               stage_share=n / whole)
+                               stage_share=n / whole, pinned=pinned_host)
     bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
                                      fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
     fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / maximum(layers, 1))  # this stage's FP8 share
