@@ -465,7 +465,14 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True, zero_ini
         kwargs["experts_implementation"] = hf["experts_implementation"]
     if hf["weights"]:
         net = AutoModelForCausalLM.from_pretrained(hf["path"], config=cfg, **kwargs)
-    else:
+    elif ds_config is not None and keep_alive is None:
+        # on the device in the engine's dtype, as the memory model and the allocator replay build it: no copy of the
+        # whole model in host memory (fp32 from_config on the host holds 4 bytes a parameter per rank there)
+        import torch
+
+        with torch.device(device()):
+            net = AutoModelForCausalLM.from_config(cfg, dtype=_ds_dtype(ds_config), **kwargs)
+    else:  # inside deepspeed.zero.Init (it places each module's partitions), or the Trainer's own build
         net = AutoModelForCausalLM.from_config(cfg, **kwargs)
     if zero3 and not zero_init:  # the whole model on the device before DeepSpeed partitions it
         net = net.to(device())
@@ -476,6 +483,20 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True, zero_ini
     if hf["lora"]:
         net = with_lora(net, bias="none", **hf["lora"])
     return net, keep_alive
+
+
+def _ds_dtype(ds_config: dict):
+    """The torch dtype a ds_config trains the model's parameters in: bf16 or fp16 where enabled, else fp32; None where
+    a section says ``"auto"`` (the Trainer's to resolve: transformers' own default then)."""
+    import torch
+
+    enabled = {key: (ds_config.get(key) or {}).get("enabled") for key in ("bf16", "fp16")}
+    if "auto" in enabled.values():
+        return None
+    for key, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        if enabled[key] in (True, "true", "True", 1):
+            return dtype
+    return torch.float32
 
 
 def _partitioned(net) -> bool:
