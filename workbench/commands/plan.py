@@ -252,6 +252,12 @@ def render(result) -> str:
                       "h (a2a+p2p), u (DeepSpeed-Ulysses, --ulysses)"]
     if any(r.plan.tp_comm_overlap for r in (*result.ranked, *result.pareto)):
         lines += ["", "SP y+: sequence parallel with Transformer Engine's TP communication overlap (--tp-comm-overlap)"]
+    offloading = ([(f"#{i + 1}", r) for i, r in enumerate(result.ranked) if _offload(r.plan) != "-"]
+                  + [(f"Pareto #{i + 1}", result.pareto[i]) for i in shown if _offload(result.pareto[i].plan) != "-"])
+    if offloading:
+        lines += ["", f"host memory per node of the offloading rows (the ranks' processes with what they offload, "
+                      f"of {c.host_memory_gib_per_node:.0f} GiB): "
+                      + ", ".join(f"{label} {r.host_bytes_per_node / GiB:.1f} GiB" for label, r in offloading)]
     lines += ["", result.explanation]
     return "\n".join(lines)
 
