@@ -866,14 +866,14 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
       pinned 16-bit gradient partition (``grad_partitions_flat_buffer``) and a pinned fp32 gradient per optimizer
       sub-group; with the parameters offloaded, each parameter's pinned 16-bit partition (made at partitioning,
       freed into the allocator's cache when the flat buffer takes them) and the pinned flat buffer
-      (``param_groups_fp16_flat_cpu_memory``). A copy between host and GPU that changes the dtype converts on the
-      host first (``aten/src/ATen/native/cuda/Copy.cu``), a transient the size of the largest sub-group: 16-bit
+      (``param_groups_fp16_flat_cpu_memory``). A blocking copy between host and GPU that changes the dtype converts
+      on the host (``aten/src/ATen/native/cuda/Copy.cu``), a transient the size of the largest sub-group: 16-bit
       when the step copies the fp32 master back to the GPU's partition (optimizer offloaded alone), fp32 when the
       GPU's master is made from the host's partition (parameters offloaded alone).
 
-    Against the peak resident set of the corpus's 60 runs that record it (H200; ``benchmarks/bench_accuracy.py
-    --host``) this is within 0.4 % on every ZeRO-1/2 and ZeRO-3 offload run; the form was read off the sources above
-    and checked on all 60 runs, fit and test split alike (not blind). LoRA and pipeline stages take approximations
+    Against the peak resident set of the corpus's runs that record it (H200; ``benchmarks/bench_accuracy.py --host``)
+    this is within -0.6 / +0.1 % on all 48 ZeRO-1/2 and ZeRO-3 offload runs; the form was read off the sources above
+    and checked on those runs, fit and test split alike (not blind). LoRA and pipeline stages take approximations
     (one adapter tensor, the stage's share of the tensor sums) no run has checked. ``pinned=False``: DeepSpeed's
     ``pin_memory`` off, every buffer pageable at its own size (what the advisor prices against the pinned figure)."""
     ds = engine != ENGINE_CODES[Engine.MEGATRON]
