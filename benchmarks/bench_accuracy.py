@@ -222,7 +222,10 @@ def corpus_run(rec: dict):
         return dict(source="corpus", stack=stack, run_id=rec.get("run_id"), shape_id=rec.get("shape_id"),
                     model=model, cluster=ClusterSpec(gpu="H200", gpus_per_node=world, **host), plan=plan, oom=True,
                     measured={})
-    return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
+    zero_cfg = (rec.get("ds_config") or {}).get("zero_optimization") or {}
+    pinned = all((zero_cfg.get(key) or {}).get("pin_memory", True) is not False  # the offload buffers page-locked
+                 for key in ("offload_optimizer", "offload_param"))
+    return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"), host_pinned=pinned,
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
                 date=(rec.get("provenance") or {}).get("date_utc"),
                 cluster=ClusterSpec(gpu="H200", gpus_per_node=plan.world_size, **host), plan=plan,
@@ -969,6 +972,12 @@ def host_memory_lines(runs: list, fit: set) -> list[str]:
     errors = {"fit": [], "test": []}
     for r in sorted(rows, key=lambda r: r["run_id"]):
         est = r["predicted"]["host"]
+        if not r.get("host_pinned", True):  # pin_memory false: every offload buffer pageable at its own size
+            from workbench.memory import plan_codes, stage_terms
+
+            codes = plan_codes(r["plan"], r["model"])
+            est = max(float(stage_terms(r["model"], stage=s, **codes, pinned_host=False)["host"])
+                      for s in range(r["plan"].pipeline_parallel))
         m = r["measured"]
         side = "fit" if r["shape_id"] in fit else "test"
         err = (est - m["host_peak_rss"]) / m["host_peak_rss"]

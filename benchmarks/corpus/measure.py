@@ -78,12 +78,13 @@ def provenance() -> dict:
 def ds_config(cfg: dict) -> dict:
     """The hand-written ds_config of one run (what a user puts in ds_config.json)."""
     zero = {"stage": cfg["zero"]}
+    pin = bool(cfg.get("pin", True))  # page-locked offload buffers (False: DeepSpeed's own default, pageable)
     if cfg.get("offload"):
-        zero["offload_optimizer"] = {"device": cfg["offload"], "pin_memory": True}
+        zero["offload_optimizer"] = {"device": cfg["offload"], "pin_memory": pin}
     if cfg.get("overlap"):  # overlap_comm on at ZeRO-1/2 (DeepSpeed's default there is off), as HF's ZeRO-2 examples
         zero["overlap_comm"] = True
     if cfg.get("offload_params"):  # ZeRO-3 parameter offload, as HF's ZeRO-3 offload example writes it
-        zero["offload_param"] = {"device": cfg["offload_params"], "pin_memory": True}
+        zero["offload_param"] = {"device": cfg["offload_params"], "pin_memory": pin}
     return {
         "train_micro_batch_size_per_gpu": cfg.get("mbs", 1),
         "gradient_accumulation_steps": cfg.get("gas", 1),

@@ -1114,6 +1114,23 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- fifty-first final batch ("final51") ---
+    # Granite 3.0 8B at 10 of its 40 layers: GQA 32/8 of head 128, SwiGLU 12800, tied 49k vocabulary, Granite's
+    # embedding/attention/residual/logits multipliers, attention dropout 0.1 (ibm-granite/granite-3.0-8b-base)
+    "hf-granite3-h4096-l10": dict(like="Granite 3.0 8B (40 -> 10 layers)", seq_length=2048, config=dict(
+        model_type="granite", architectures=["GraniteForCausalLM"], hidden_size=4096, intermediate_size=12800,
+        num_hidden_layers=10, num_attention_heads=32, num_key_value_heads=8, vocab_size=49155,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.1, rope_theta=10000.0, attention_bias=False, mlp_bias=False, embedding_multiplier=12.0,
+        attention_multiplier=0.0078125, residual_multiplier=0.22, logits_scaling=16.0)),
+    # SmolLM3 3B at its 36 layers: GQA 16/4 of head 128, SwiGLU 11008, tied 128k vocabulary, every fourth layer
+    # without rotary (HuggingFaceTB/SmolLM3-3B)
+    "hf-smollm3-h2048-l36": dict(like="SmolLM3 3B (36 layers)", seq_length=2048, config=dict(
+        model_type="smollm3", architectures=["SmolLM3ForCausalLM"], hidden_size=2048, intermediate_size=11008,
+        num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=4, vocab_size=128256,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=5000000.0, attention_bias=False, mlp_bias=False,
+        no_rope_layers=[1, 1, 1, 0] * 9, no_rope_layer_interval=4, pad_token_id=None)),
     # --- fiftieth final batch ("final50") ---
     # OLMo 2 1B at its 16 layers: MHA 16 heads of 128, SwiGLU 8192, untied 100k vocabulary; RMSNorm after attention and
     # MLP only, q/k norms over the whole projections (allenai/OLMo-2-0425-1B)
@@ -2175,6 +2192,21 @@ GROUPS = {
     "z3-offload-wide-history": [dict(cfg, history=True) for cfg in (
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
         _hf("hf-qwen15-h2560-l20", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF))],
+    # fifty-first final batch (one GPU), declared in accuracy_split.json "final51" before measuring: host memory (the
+    # process's peak resident set against memory.host_resident_bytes) where no run has checked it — ZeRO-1/2 with the
+    # optimizer on the CPU and gradient accumulation (a pinned 16-bit accumulation buffer per parameter), LoRA with the
+    # optimizer on the CPU, pin_memory false (every offload buffer pageable at its own size), ZeRO-3 with the optimizer
+    # on the CPU and accumulation — on two widths the corpus has never run
+    "final51": [
+        _hf("hf-granite3-h4096-l10", 2, "sdpa", gas=2, **OFF),
+        _hf("hf-granite3-h4096-l10", 2, "sdpa", ckpt=True, lora=16, **OFF),
+        _hf("hf-granite3-h4096-l10", 2, "sdpa", pin=False, **OFF),
+        _hf("hf-granite3-h4096-l10", 3, "sdpa", ckpt=True, pin=False, **OFF, **POFF),
+        _hf("hf-smollm3-h2048-l36", 1, "sdpa", mbs=2, gas=2, **OFF),
+        _hf("hf-smollm3-h2048-l36", 3, "sdpa", ckpt=True, gas=2, **OFF),
+        _hf("hf-smollm3-h2048-l36", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-smollm3-h2048-l36", 2, "eager", ckpt=True, pin=False, **OFF),
+    ],
     # fiftieth final batch (one GPU), declared in accuracy_split.json "final50" before measuring: OLMo 2 and OLMo 3
     # through transformers (norms after attention and MLP only, q/k norms over the whole projections), ZeRO-0 to 3,
     # sdpa and eager, checkpointing, LoRA and CPU offload: blind for the estimate and the allocator replay of a layer
@@ -2631,6 +2663,8 @@ def run_id(cfg: dict) -> str:
         parts.append(f"off-{cfg['offload']}-omp{cfg['omp_threads']}")
     if cfg.get("offload_params"):
         parts.append(f"poff-{cfg['offload_params']}")
+    if cfg.get("pin") is False:
+        parts.append("nopin")
     if cfg.get("zero_init"):
         parts.append("zinit")
     if cfg.get("overlap"):
