@@ -848,13 +848,14 @@ def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str):
 
 def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_optimizer, offload_params,
                         tensor_parallel, data_parallel, trainable, params, lora, value_bytes, num_microbatches,
-                        stage_share=1.0, pinned: bool = True):
+                        expert_parallel=1, expert_tensor_parallel=None, pinned: bool = True):
     """Host memory one rank's process holds at its peak: :data:`HOST_PROCESS_BYTES` plus, under DeepSpeed's CPU
     offload with 16-bit training, the buffers DeepSpeed 0.19.8 makes on the host, page-locked ones taken as
     :func:`pinned_bytes` takes them (``pin_memory``, which the workbench's ds_config sets). ``offloaded``: the
     offloaded states of :func:`model_state_bytes`, kept for what this does not cover (fp32 training). ``trainable``
-    and ``params``: the rank's trainable and all parameters before ZeRO's partitioning over ``data_parallel``;
-    ``stage_share``: the pipeline stage's share of the model's tensors.
+    and ``params``: the rank's trainable and all parameters (of its pipeline stage) before ZeRO's partitioning over
+    ``data_parallel``; the per-tensor sums are taken at the stage's share of the model's parameters
+    (``expert_parallel`` and ``expert_tensor_parallel`` split an MoE model's experts, :func:`stage_params_per_rank`).
 
     - ZeRO-1/2 with the optimizer offloaded (``stage_1_and_2.py``), P = trainable / data_parallel: the fp32 master
       partition and the fp32 gradient partition pinned, a pinned 16-bit copy of the partition
@@ -884,6 +885,8 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     lora = asarray(lora) > 0
     p_opt = trainable / data_parallel
     p_all = params / data_parallel
+    stage_share = params / stage_params_per_rank(m, tensor_parallel, 1, 0, m.num_layers, expert_parallel,
+                                                 expert_tensor_parallel)
     held = pinned_bytes if pinned else (lambda nbytes: nbytes)  # pageable buffers take their own sizes
 
     def tensors(name):
@@ -2371,13 +2374,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                          param_bytes=value_bytes)
     weights = weights + where(offload_params > 0, 0.0, frozen_weights)
     host = host + where(offload_params > 0, frozen_weights, 0.0)
-    whole = stage_params_per_rank(m, tensor_parallel, 1, 0, m.num_layers, expert_parallel, etp)
     offloaded = host  # the offloaded states themselves: what goes to NVMe when offloading there
     host = host_resident_bytes(m, host, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                                offload_params=offload_params, tensor_parallel=tensor_parallel,
                                data_parallel=data_parallel * context_parallel, trainable=trainable + n_experts,
                                params=n, lora=lora, value_bytes=value_bytes, num_microbatches=num_microbatches,
-                               stage_share=n / whole, pinned=pinned_host)
+                               expert_parallel=expert_parallel, expert_tensor_parallel=etp, pinned=pinned_host)
     bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
                                      fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
     fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / maximum(layers, 1))  # this stage's FP8 share

@@ -80,10 +80,10 @@ class MemoryEstimate:
     nvme_bytes_per_node: int = 0
     """NVMe bytes a node needs: nvme_bytes_per_gpu × GPUs per node."""
     nvme_capacity_bytes_per_node: int = 0
+    """Local NVMe per node (:attr:`workbench.specs.ClusterSpec.nvme_gib_per_node`; 0: none)."""
     offloaded_bytes_per_gpu: int = 0
     """The states one rank offloads (optimizer states, fp32 gradients, parameters: to the host or NVMe); 0 without
     offload, where the host holds only the process itself."""
-    """Local NVMe per node (:attr:`workbench.specs.ClusterSpec.nvme_gib_per_node`; 0: none)."""
     formulas: dict = field(default_factory=dict)
     """term → short formula text with its source, for tooltips and docs."""
     band_low_bytes: int = 0
