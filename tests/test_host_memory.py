@@ -125,3 +125,19 @@ def test_advisor_prices_pin_memory_where_the_host_is_tight():
     assert advisor.pinned_host_buffers(m, p, roomy) is None
     plain = p.replace(offload_optimizer="none")
     assert advisor.pinned_host_buffers(m, plain, _host(dict(zero_stage=2), host_memory_gib_per_node=2)[1]) is None
+
+
+def test_launched_model_dtype_reads_the_ds_config_as_deepspeed_does():
+    """The launcher builds a transformers model in the dtype its ds_config trains in, reading the ``enabled`` flags
+    as DeepSpeed's pydantic models do (the importer's reader): words and 0/1 count, the deprecated ``bfloat16``
+    section too, and ``"auto"`` leaves the dtype to transformers."""
+    import torch
+
+    from workbench.runs.train import _ds_dtype
+
+    assert _ds_dtype({"bf16": {"enabled": "yes"}}) is torch.bfloat16
+    assert _ds_dtype({"bfloat16": {"enabled": True}}) is torch.bfloat16
+    assert _ds_dtype({"fp16": {"enabled": 1}, "bf16": {"enabled": "off"}}) is torch.float16
+    assert _ds_dtype({}) is torch.float32 and _ds_dtype({"bf16": {"enabled": "auto"}}) is None
+    with pytest.raises(ValueError, match="bf16.enabled"):
+        _ds_dtype({"bf16": {"enabled": "maybe"}})

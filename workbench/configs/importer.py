@@ -564,7 +564,8 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
     if "bfloat16" in cfg and "bf16" not in cfg:
         warnings.append("'bfloat16' is the deprecated name of the 'bf16' section (DeepSpeed still reads it); "
                         "read as bf16")
-    fp16_on, bf16_on = _enabled(fp16.get("enabled"), "fp16.enabled"), _enabled(bf16.get("enabled"), "bf16.enabled")
+    fp16_on = read_ds_bool(fp16.get("enabled"), "fp16.enabled")
+    bf16_on = read_ds_bool(bf16.get("enabled"), "bf16.enabled")
     if fp16_on == "auto" or bf16_on == "auto":
         autos += [p for p, v in (("fp16.enabled", fp16_on), ("bf16.enabled", bf16_on)) if v == "auto"]
     if fp16_on is True and bf16_on is True:
@@ -601,7 +602,7 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
             plan["offload_optimizer" if key == "offload_optimizer" else "offload_params"] = str(device or "none")
             if section.get("nvme_path"):
                 opts["nvme_path"] = str(section["nvme_path"])
-            pin = _enabled(section.get("pin_memory"), f"zero_optimization.{key}.pin_memory")
+            pin = read_ds_bool(section.get("pin_memory"), f"zero_optimization.{key}.pin_memory")
             if isinstance(pin, bool):
                 opts["pin_memory"] = pin
             ratio = get(section, "ratio", f"zero_optimization.{key}.ratio", _offload_ratio) \
@@ -631,11 +632,11 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         value = get(zero, key, f"zero_optimization.{key}", _zero_count(key))
         if value is not None:
             opts[name] = value
-    contiguous = _enabled(zero.get("contiguous_gradients"), "zero_optimization.contiguous_gradients")
+    contiguous = read_ds_bool(zero.get("contiguous_gradients"), "zero_optimization.contiguous_gradients")
     if isinstance(contiguous, bool):
         opts["contiguous_gradients"] = contiguous
     stage_read = plan.get("zero_stage")
-    overlap = _enabled(zero.get("overlap_comm"), "zero_optimization.overlap_comm")
+    overlap = read_ds_bool(zero.get("overlap_comm"), "zero_optimization.overlap_comm")
     if overlap == "auto":
         autos.append("zero_optimization.overlap_comm")
     if isinstance(overlap, bool):
@@ -901,7 +902,7 @@ _TRUE_WORDS = frozenset({"true", "yes", "on", "t", "y", "1"})
 _FALSE_WORDS = frozenset({"false", "no", "off", "f", "n", "0"})
 
 
-def _enabled(value, where: str):
+def read_ds_bool(value, where: str):
     """A section's ``enabled`` as DeepSpeed reads it: its config models are pydantic, whose booleans also accept
     0/1 and the words true/false, yes/no, on/off, t/f, y/n (any case); ``None`` (absent) and ``"auto"`` (filled in
     by the HF Trainer) stay as they are. Anything else DeepSpeed refuses, and so does this."""

@@ -486,15 +486,19 @@ def build_hf_model(run, ds_config: dict, *, checkpointing: bool = True, zero_ini
 
 
 def _ds_dtype(ds_config: dict):
-    """The torch dtype a ds_config trains the model's parameters in: bf16 or fp16 where enabled, else fp32; None where
-    a section says ``"auto"`` (the Trainer's to resolve: transformers' own default then)."""
+    """The torch dtype a ds_config trains the model's parameters in: bf16 or fp16 where enabled (read as DeepSpeed
+    reads its booleans), else fp32; None where a section says ``"auto"`` (the Trainer's to resolve: transformers' own
+    default then)."""
     import torch
 
-    enabled = {key: (ds_config.get(key) or {}).get("enabled") for key in ("bf16", "fp16")}
+    from workbench.configs.importer import read_ds_bool
+
+    sections = {"bf16": ds_config.get("bf16", ds_config.get("bfloat16")), "fp16": ds_config.get("fp16")}
+    enabled = {key: read_ds_bool((section or {}).get("enabled"), f"{key}.enabled") for key, section in sections.items()}
     if "auto" in enabled.values():
         return None
     for key, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-        if enabled[key] in (True, "true", "True", 1):
+        if enabled[key]:
             return dtype
     return torch.float32
 
