@@ -973,11 +973,9 @@ def host_memory_lines(runs: list, fit: set) -> list[str]:
     for r in sorted(rows, key=lambda r: r["run_id"]):
         est = r["predicted"]["host"]
         if not r.get("host_pinned", True):  # pin_memory false: every offload buffer pageable at its own size
-            from workbench.memory import plan_codes, stage_terms
+            from workbench.memory import pageable_host_bytes
 
-            codes = plan_codes(r["plan"], r["model"])
-            est = max(float(stage_terms(r["model"], stage=s, **codes, pinned_host=False)["host"])
-                      for s in range(r["plan"].pipeline_parallel))
+            est = pageable_host_bytes(r["model"], r["plan"])
         m = r["measured"]
         side = "fit" if r["shape_id"] in fit else "test"
         err = (est - m["host_peak_rss"]) / m["host_peak_rss"]

@@ -401,10 +401,7 @@ def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optiona
     used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
     if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
         return None
-    codes = M.plan_codes(plan, model)
-    pageable = max(float(M.stage_terms(model, stage=s, **codes, pinned_host=False)["host"])
-                   for s in range(plan.pipeline_parallel))
-    saved = memory.host_bytes_per_gpu - pageable
+    saved = memory.host_bytes_per_gpu - M.pageable_host_bytes(model, plan)
     if saved < GiB:
         return None
     per_node = saved * used / memory.host_bytes_per_gpu

@@ -2628,6 +2628,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 init_peak=init_peak, releasable=releasable, backward_activations=activations)
 
 
+def pageable_host_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Host memory one rank holds at its peak with DeepSpeed's ``pin_memory`` off (every offload buffer pageable at
+    its own size, :func:`host_resident_bytes` with ``pinned=False``): the largest over the plan's pipeline stages, as
+    :attr:`MemoryEstimate.host_bytes_per_gpu` is for the page-locked buffers the workbench's ds_config asks for."""
+    codes = plan_codes(plan, model)
+    return max(float(stage_terms(model, stage=s, **codes, pinned_host=False)["host"])
+               for s in range(plan.pipeline_parallel))
+
+
 def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
     """The numeric arguments :func:`stage_terms` takes, read off a plan (the one encoder,
     :func:`workbench.encode.memory_inputs`)."""
