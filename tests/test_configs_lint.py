@@ -59,6 +59,19 @@ def test_semantic_checks():
                                                              "gradient_accumulation_steps": 1}))
 
 
+def test_enabled_read_as_deepspeed_reads_it():
+    """DeepSpeed's config models are pydantic: "yes"/"on"/1 enable a section, anything but a boolean word is refused."""
+    for on in (True, "yes", "On", 1, "true"):
+        both = errors({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": on}, "bf16": {"enabled": True}})
+        assert [f.message for f in both] == ["fp16 and bf16 are both enabled; DeepSpeed refuses this"], on
+    for off in (False, "no", 0, "off"):
+        assert not errors({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": off}, "bf16": {"enabled": True}})
+    bad = errors({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": "bogus"}})
+    assert [(f.path, f.message) for f in bad] == [
+        ("bf16.enabled", "bf16.enabled='bogus' must be true or false (DeepSpeed refuses other values)")]
+    assert [f.path for f in errors({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": 2}})] == ["fp16.enabled"]
+
+
 def test_stage3_options_under_stage2_and_param_offload():
     cfg = {"train_batch_size": 8,
            "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e9, "offload_param": {"device": "cpu"}}}

@@ -21,6 +21,8 @@ import typing
 from dataclasses import dataclass
 from typing import Optional
 
+from workbench.configs.importer import read_ds_bool
+
 _PROBE = "__workbench_probe__"
 
 
@@ -328,7 +330,14 @@ def _number(value) -> Optional[float]:
 
 
 def _enabled(section) -> bool:
-    return isinstance(section, dict) and section.get("enabled") is True
+    """A section's ``enabled`` is on as DeepSpeed reads it (:func:`~workbench.configs.importer.read_ds_bool`: true,
+    1, "yes", "on" ...); "auto" and a value DeepSpeed refuses count as off here (the importer names the latter)."""
+    if not isinstance(section, dict):
+        return False
+    try:
+        return read_ds_bool(section.get("enabled"), "enabled") is True
+    except ValueError:
+        return False
 
 
 MAX_SCALE_POWER = 63
@@ -453,6 +462,14 @@ def lint_ds_config(config: dict, *, world_size: Optional[int] = None) -> list[Li
 
     # precision
     bf16 = config.get("bf16", config.get("bfloat16"))
+    for key in ("fp16", "bf16", "bfloat16"):
+        section = config.get(key)
+        if isinstance(section, dict):
+            try:
+                read_ds_bool(section.get("enabled"), f"{key}.enabled")
+            except ValueError as exc:
+                out.append(LintFinding(path=f"{key}.enabled", severity="error", message=str(exc),
+                                       suggestion="write true or false"))
     if _enabled(config.get("fp16")) and _enabled(bf16):
         out.append(LintFinding(path="fp16.enabled", severity="error",
                                message="fp16 and bf16 are both enabled; DeepSpeed refuses this",
