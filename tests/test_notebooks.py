@@ -62,6 +62,8 @@ def test_notebooks_are_committed_without_outputs():
         for cell in nb["cells"]:
             if cell["cell_type"] == "code":
                 assert not cell.get("outputs") and cell.get("execution_count") is None, f"{path.name} has outputs"
+        ids = [c.get("id") for c in nb["cells"]]  # nbformat 4.5 requires a unique id on every cell
+        assert None not in ids and len(set(ids)) == len(ids), f"{path.name}: a cell without an id, or a repeated id"
         tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
         if path.name != "dashboard.ipynb":
             assert len(tagged) == 1, f"{path.name} needs exactly one cell tagged 'parameters'"
