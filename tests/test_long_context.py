@@ -248,6 +248,26 @@ def test_planner_searches_every_cp_exchange_and_says_why_one_wins():
     assert len(note) == 1 and "all_gather" in note[0] and "p2p" in note[0] and " wins: " in note[0]
 
 
+def test_cp_exchange_note_compares_one_plan_only():
+    """A transformers model's table also searches how many layers are checkpointed (``recompute_layers``): the note
+    compares the winner with its exchanges alone, not with the same exchange at other checkpoint counts; a
+    DeepSpeed-Ulysses winner has no other exchange, so no note."""
+    from pathlib import Path
+
+    hf = model(f"hf:{Path(__file__).parent / 'data' / 'hf' / 'llama3-8b'}", seq_length=4096)
+    c = ClusterSpec(gpu="A100-40GB", gpus_per_node=8)
+    res = planner.search(hf, c, global_batch_size=64, top=3)
+    assert res.ranked[0].plan.is_ulysses, "the fixture's winner changed: pick a case whose winner uses Ulysses"
+    assert not [ln for ln in res.explanation.splitlines() if ln.startswith("CP exchange")]
+    table = planner.with_hf_checkpoint_counts({"tp": np.array([1, 1, 1]), "cp": np.array([2, 2, 4]),
+                                               "cp_comm": np.array([0, 2, 0]), "cp_a2a": np.array([1, 1, 1]),
+                                               "recompute": np.full(3, M.RECOMPUTE_CODES["full"])}, 4)
+    n = len(table["tp"])
+    ev = {"step_seconds": np.arange(n, dtype=float) + 1, "peak_bytes": np.full(n, 1e9), "terms": {"cp_comm": 0.0}}
+    note = planner.cp_exchange_note(table, ev, 0, range(n))
+    assert note.count(" s (exchange exposed") == 2 and "p2p 1.000 s" in note and "all_gather 2.000 s" in note
+
+
 def test_one_sequence_split_three_ways_on_the_same_gpus():
     from workbench.longcontext import sequence_split_comparison
 
