@@ -312,6 +312,27 @@ def test_advise_command(capsys, tmp_path):
     assert capsys.readouterr().err.startswith("workbench: error:")
 
 
+def test_a_rung_that_fits_only_on_the_point_estimate_says_so(capsys):
+    """The ladder judges a rung at the error band's upper side: one whose point estimate fits but whose upper side
+    does not is named that way in the CLI and the JSON, not a bare 'does not fit' beside a peak under the card."""
+    from pathlib import Path
+
+    from workbench.cli import main
+
+    args = ["advise", "--model", f"hf:{Path(__file__).parent / 'data' / 'hf' / 'llama3-8b'}", "--gpu", "A100-40GB",
+            "--gpus-per-node", "8", "--zero", "2", "--mbs", "4", "--gbs", "64", "--seq", "4096",
+            "--no-simulate-allocator"]
+    assert main(args + ["--json"]) == 0
+    rungs = json.loads(capsys.readouterr().out)["oom_ladder"]
+    between = [r for r in rungs if r["fits_point_estimate"] and not r["fits"]]
+    assert between, "the fixture no longer has a rung between the point estimate and the band's upper side"
+    assert all(r["peak_gib"] <= 39.6 and "at the error band's upper side" in r["limit"] for r in between)
+    assert all(not r["fits_point_estimate"] for r in rungs if r["peak_gib"] > 39.6)
+    assert main(args) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "fits on the point estimate only (GPU memory: " in ln]
+    assert len(lines) == len(between) and f"peak {between[0]['peak_gib']:.1f} GiB" in lines[0]
+
+
 @pytest.fixture(scope="module")
 def thin_zero3():
     """GPT-3 125M (hidden 768) under ZeRO-3 on one H200, eight micro-batches of one: the hooks dominate."""

@@ -93,6 +93,9 @@ class LadderStep:
     peak_bytes: int = 0
     host_bytes_per_node: int = 0
     fits: bool = False
+    fits_point_estimate: bool = False
+    """Whether the point estimate of the peak fits (GPU and host): a rung that fits there but not at the error band's
+    upper side, which ``fits`` judges, is one the planner would rank and mark as risky."""
     step_seconds: float = 0.0
     slowdown: float = 0.0
     """Step time relative to the original plan minus 1 (0.25 = 25 % slower)."""
@@ -105,7 +108,8 @@ class LadderStep:
         return {"step": self.step, "action": self.action,
                 "plan": None if self.plan is None else _plan_text(self.plan), "peak_bytes": self.peak_bytes,
                 "peak_gib": self.peak_bytes / GiB, "host_bytes_per_node": self.host_bytes_per_node,
-                "fits": self.fits, "limit": self.limit, "step_seconds": self.step_seconds,
+                "fits": self.fits, "fits_point_estimate": self.fits_point_estimate, "limit": self.limit,
+                "step_seconds": self.step_seconds,
                 "slowdown": self.slowdown, "settings": dict(self.settings)}
 
 
@@ -479,7 +483,7 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
                    f"reserve above allocated fell from a median {m['reserve_default']:.0%} to "
                    f"{m['reserve_expandable']:.0%} with the same allocated memory and the step time unchanged within "
                    f"noise (median ratio {m['step_ratio']:.2f}); for this plan the estimate drops by {_gb(saves)} "
-                   f"to {_gb(peak)} ({_gb(new_upper)} at the band's upper side, {new_upper / cap:.0%})"
+                   f"to {_gb(peak)} ({_gb(new_upper)} at the band's upper side, {new_upper / cap:.0%} of {_gb(cap)})"
                    + ("; then it fits at the upper side" if new_upper <= cap < upper else "")
                    # the reserve decides it when the peak without it fits: then this plan's own reserve is worth having
                    + (_replay_hint(model, plan) if memory.per_gpu_peak_bytes - default_reserve <= cap else ""))
@@ -1153,8 +1157,10 @@ def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=No
     # judged as the fits_memory check and `workbench estimate` judge it: the peak at the error band's upper side
     fits_gpu = mem.per_gpu_peak_bytes + mem.band_high_bytes <= (1 - headroom) * mem.capacity_bytes
     fits = fits_gpu and mem.fits_host
+    point = mem.per_gpu_peak_bytes <= (1 - headroom) * mem.capacity_bytes and mem.fits_host
     return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
-                fits=bool(fits), step_seconds=t.step_seconds, slowdown=t.step_seconds / base_seconds - 1,
+                fits=bool(fits), fits_point_estimate=bool(point), step_seconds=t.step_seconds,
+                slowdown=t.step_seconds / base_seconds - 1,
                 limit=_limit_text(mem, fits_gpu, headroom))
 
 

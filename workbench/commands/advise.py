@@ -47,9 +47,10 @@ def render(advice, log=None, replay=None) -> str:
             if s.plan is None:
                 lines.append(f"  {s.step}. {s.action} (skipped)")
                 continue
-            lines.append(f"  {s.step}. {s.action}: peak {s.peak_bytes / GiB:.1f} GiB, "
-                         f"{'fits' if s.fits else 'does not fit'}"
-                         f"{f' ({s.limit})' if not s.fits and s.limit.startswith('host') else ''}, "
+            verdict = ("fits" if s.fits else f"fits on the point estimate only ({s.limit})"
+                       if s.fits_point_estimate else
+                       f"does not fit ({s.limit})" if s.limit.startswith("host") else "does not fit")
+            lines.append(f"  {s.step}. {s.action}: peak {s.peak_bytes / GiB:.1f} GiB, {verdict}, "
                          f"{s.step_seconds:.3f} s/step "
                          f"({s.slowdown:+.1%} vs now)")
     if advice.throughput:
