@@ -61,6 +61,23 @@ def test_planner_searches_the_layer_counts_every_n_layers_reaches(llama):
         search(llama, ClusterSpec(gpu="H200", gpus_per_node=8), global_batch_size=32, recompute=("selective",))
 
 
+def test_explanation_names_recomputed_layers_only_between_recomputing_plans(llama):
+    """A plan without recompute recomputes no layer: against a partial one the explanation says 'recompute none vs
+    full', not 'recomputed layers all vs 1'; between two recomputing plans it names both counts."""
+    from workbench.planner import explain
+
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    found = search(llama, cluster, global_batch_size=8, top=5000)
+    key = lambda r: (r.plan.zero_stage, str(r.plan.offload_optimizer), r.plan.micro_batch_size)  # noqa: E731
+    none = next(r for r in found.ranked if str(r.plan.recompute) == "none")
+    one = next(r for r in found.ranked if r.plan.recompute_layers == 1 and key(r) == key(none))
+    every = next(r for r in found.ranked if str(r.plan.recompute) == "full" and r.plan.recompute_layers is None
+                 and key(r) == key(none))
+    text = explain(none, one, model=llama, cluster=cluster)
+    assert "differs in recompute none vs full." in text and "recomputed layers" not in text
+    assert "recomputed layers all vs 1" in explain(every, one, model=llama, cluster=cluster)
+
+
 def test_oom_ladder_and_throughput_advice_skip_selective(llama):
     import dataclasses
 

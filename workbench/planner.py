@@ -1217,7 +1217,9 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
         ("micro batch", "micro_batch_size", str))
         if getattr(w.plan, attr) != getattr(r.plan, attr)
         # Ulysses N is stored as CP N with the all-to-all exchange: its own entry says it once
-        and not (attr in ("context_parallel", "cp_comm_type") and (w.plan.is_ulysses or r.plan.is_ulysses))]
+        and not (attr in ("context_parallel", "cp_comm_type") and (w.plan.is_ulysses or r.plan.is_ulysses))
+        # a plan without recompute recomputes no layer: the recompute entry says so ("all" would be wrong)
+        and not (attr == "recompute_layers" and "none" in (str(w.plan.recompute), str(r.plan.recompute)))]
     if (w.plan.is_ulysses or r.plan.is_ulysses) and _megatron_cp(w.plan) != _megatron_cp(r.plan):
         at = next((i + 1 for i, d in enumerate(diffs) if d.startswith("Ulysses ")), len(diffs))
         diffs.insert(at, f"CP {_megatron_cp(w.plan)} vs {_megatron_cp(r.plan)}")
