@@ -855,8 +855,9 @@ def _long_context_note(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPla
 
 def cp_exchange_note(table: dict, ev: dict, winner: int, feasible) -> str:
     """Why the winner's context-parallel exchange beat the others: the same plan (every column of ``table`` but
-    ``cp_comm`` and ``cp_a2a``) under each searched ``--cp-comm-type``, with its step, the exposed exchange (``cp_comm`` term) and its
-    peak memory, fastest first; '' when the winner has no CP or no other kind was searched for it."""
+    ``cp_comm`` and ``cp_a2a``) under each searched ``--cp-comm-type``, with its step, the exposed exchange
+    (``cp_comm`` term) and its peak memory, fastest first; '' when the winner has no CP or no other kind was
+    searched for it."""
     if int(table["cp"][winner]) == 1 or "cp_comm" not in table:
         return ""
     same = np.ones(len(table["tp"]), bool)
