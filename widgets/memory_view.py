@@ -55,7 +55,7 @@ def summary_html(memory, plan=None, model=None) -> str:
             f"({'+' if head >= 0 else '−'}{abs(gib(head)):.2f} GiB headroom)"
             f'<br><span class="wb-band" style="color:#555">Error band: {html.escape(memory.band_note)}'
             f"{'; fits is judged on the upper side' if band else ''}</span>")
-    if memory.offloaded_bytes_per_gpu or not memory.fits_host:
+    if memory.shows_host:
         host_ok = "fits" if memory.fits_host else "<b style='color:#b00020'>exceeds host memory</b>"
         text += (f"<br>Host memory (the ranks' processes with what they offload): "
                  f"{gib(memory.host_bytes_per_node):.1f} GiB per node of "

@@ -329,7 +329,7 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
     ok_gpu, ok_host, ok_nvme = memory.fits_gpu, memory.fits_host, memory.fits_nvme
     msg = (f"peak {_gb(peak)} per GPU on pipeline stage {memory.peak_stage.stage} ({memory.peak_stage.peak_phase}) "
            f"of {_gb(cap)}: {peak / cap:.0%} used")
-    if memory.offloaded_bytes_per_gpu or not ok_host:
+    if memory.shows_host:
         msg += (f"; host memory {_gb(memory.host_bytes_per_node)} per node of "
                 f"{_gb(memory.host_capacity_bytes_per_node)}")
     if memory.nvme_bytes_per_gpu:

@@ -133,6 +133,12 @@ class MemoryEstimate:
         return self.host_bytes_per_node <= self.host_capacity_bytes_per_node
 
     @property
+    def shows_host(self) -> bool:
+        """Whether the host figure is worth showing beside the GPU's: something is offloaded, or the ranks'
+        processes alone pass the node's memory (otherwise it is only the processes themselves)."""
+        return bool(self.offloaded_bytes_per_gpu) or not self.fits_host
+
+    @property
     def fits_nvme(self) -> bool:
         """What the ranks of a node offload to NVMe fits the node's NVMe (True when nothing goes there)."""
         return self.nvme_bytes_per_gpu == 0 or self.nvme_bytes_per_node <= self.nvme_capacity_bytes_per_node

@@ -146,7 +146,7 @@ def render(est, replay: Optional[dict] = None) -> str:
     from workbench.memory import memory_notes
 
     lines += [f"  why: {note}" for note in memory_notes(m, p, mem)]
-    if mem.offloaded_bytes_per_gpu or not mem.fits_host:
+    if mem.shows_host:
         lines.append(f"  host memory per node {mem.host_bytes_per_node / GiB:.1f} GiB of "
                      f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB" + ("" if mem.fits_host else ": DOES NOT FIT")
                      + f" (each rank's process {mem.host_bytes_per_gpu / GiB:.1f} GiB resident: "
