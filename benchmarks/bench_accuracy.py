@@ -222,9 +222,13 @@ def corpus_run(rec: dict):
         return dict(source="corpus", stack=stack, run_id=rec.get("run_id"), shape_id=rec.get("shape_id"),
                     model=model, cluster=ClusterSpec(gpu="H200", gpus_per_node=world, **host), plan=plan, oom=True,
                     measured={})
+    from workbench.configs.importer import read_ds_bool
+
     zero_cfg = (rec.get("ds_config") or {}).get("zero_optimization") or {}
-    pinned = all((zero_cfg.get(key) or {}).get("pin_memory", True) is not False  # the offload buffers page-locked
-                 for key in ("offload_optimizer", "offload_param"))
+    # the offload buffers page-locked: pin_memory read as DeepSpeed reads it, whose default is off (pageable)
+    pinned = all(read_ds_bool(zero_cfg[key].get("pin_memory"), f"zero_optimization.{key}.pin_memory") is True
+                 for key in ("offload_optimizer", "offload_param")
+                 if isinstance(zero_cfg.get(key), dict) and zero_cfg[key].get("device") not in (None, "none"))
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"), host_pinned=pinned,
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
                 date=(rec.get("provenance") or {}).get("date_utc"),
