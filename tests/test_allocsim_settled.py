@@ -26,8 +26,9 @@ def _both(monkeypatch, trace):
     """``trace()`` with every step traced, then with the settled steps copied; and how many steps were copied."""
     copied = []
     real = allocsim._repeat_step
-    monkeypatch.setattr(allocsim, "_repeat_step", lambda events, start, before, steps: (
-        copied.append(steps), real(events, start, before, steps)))
+    monkeypatch.setattr(allocsim, "_repeat_step", lambda events, start, before, steps, keep_keys=False: (
+        copied.append((steps, keep_keys)) if keep_keys else copied.append(steps),
+        real(events, start, before, steps, keep_keys=keep_keys)))
     monkeypatch.setattr(allocsim, "REPEAT_SETTLED_STEPS", False)
     whole = trace()
     assert copied == []
@@ -103,3 +104,47 @@ def test_megatron_core_traces_copy_settled_steps_too(monkeypatch):
     out = [[tuple(e) for e in o["events"]] for o in allocsim._run_mcore_jobs(payload)]
     for whole, short in zip(out[:2], out[2:]):
         assert _canonical(short, end=("end", "0", 0)) == _canonical(whole, end=("end", "0", 0))
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(zero_stage=0),
+    dict(zero_stage=1),
+    dict(zero_stage=1, overlap_comm=True, gradient_checkpointing=True),
+    dict(zero_stage=2, overlap_comm=True),
+    dict(zero_stage=3),
+])
+def test_copied_micro_batches_are_the_traced_ones(monkeypatch, kwargs):
+    """Accumulating over 7 micro-batches: each step traces micro-batches 1-3 and the boundary, copies 4-6 (the last
+    copy keeps the keys the boundary's frees name), and the events are those of tracing every micro-batch."""
+    cfg = read_config(HF / "tiny-llama")
+    whole, short, copied = _both(monkeypatch, lambda: allocsim.trace_hf_deepspeed(
+        cfg, micro_batch=1, seq_length=64, steps=4, grad_accum=7, **kwargs))
+    assert copied == [(3, True)] * 3 + [1]  # three steps traced, the third repeats the second, the fourth copied
+    assert _canonical(short) == _canonical(whole)
+    assert allocsim.ReplayedPeaks.of(allocsim.replay(short)) == allocsim.ReplayedPeaks.of(allocsim.replay(whole))
+
+
+def _accumulating(events: list, count: int, keep_to_step_end: bool) -> None:
+    """One step of ``count`` micro-batches, each making a block the next frees, or one kept to the step's end."""
+    kept, held = [], None  # the program's references: the blocks it keeps, the block the last micro-batch left
+    keys = iter(range(100, 200))
+    for _ in allocsim.traced_micro_batches(events, count):
+        key = next(keys)
+        events.append(("malloc", key, 1024))
+        if keep_to_step_end:
+            kept.append(key)
+        elif held is not None:
+            events.append(("free", held, 1024))
+        held = key
+    events.extend(("free", key, 1024) for key in kept or [held])
+    events.append(("end", 0, 0))
+
+
+@pytest.mark.parametrize("keep,copies,peak", [(False, [(4, True)], 2048), (True, [], 8 * 1024)])
+def test_micro_batches_copied_only_when_each_frees_the_one_before(monkeypatch, keep, copies, peak):
+    """Blocks handed from one micro-batch to the next are copied; blocks kept to the step's end are traced whole
+    (copies would leave every copy's block but the last one's alive)."""
+    whole, short, copied = _both(monkeypatch, lambda: [] if _accumulating(ev := [], 8, keep) else ev)
+    assert copied == copies
+    assert _canonical(short) == _canonical(whole)
+    assert allocsim.replay(short).peak_allocated_bytes == peak

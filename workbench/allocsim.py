@@ -771,25 +771,41 @@ def _step_pattern(events: list, start: int, end: int, before: int) -> list:
     return [(e[0], name(e[1]), *e[2:]) if e[0] in _KEYED else e for e in events[start:end]]
 
 
-def _repeat_step(events: list, start: int, before: int, steps: int) -> None:
+def _repeat_step(events: list, start: int, before: int, steps: int, *, keep_keys: bool = False) -> None:
     """Append ``steps`` copies of the settled step ``events[start:]`` (the step before it from ``before``): each
     copy's allocations get new keys, and what the step freed of the step before's allocations, the copy frees of
-    the step before it (the block of the same :func:`_late_names` name)."""
+    the step before it (the block of the same :func:`_late_names` name). ``keep_keys``: the last copy's allocations
+    take the keys of the traced step's (given new ones), so that the events traced after the copies, which free
+    blocks the traced step made and its live tensors still name by those keys, free the last copy's."""
     step = events[start:]
     own = _allocated_keys(events, start, len(events))
     prev = _late_names(events, before, start)
     place = {name: own[key] for key, name in _late_names(events, start, len(events)).items()}
     last = list(own)  # the keys of the latest step's allocations, by place
+    if keep_keys and steps:  # new keys ("repeat", event index): no trace or other copy makes such a key
+        renamed = {key: ("repeat", start + i) for i, key in enumerate(own)}
+        events[start:] = [(e[0], renamed.get(e[1], e[1]), *e[2:]) if e[0] in _KEYED else e for e in step]
+        last = [renamed[key] for key in own]
     fresh = max((e[1] for e in events if e[0] == "malloc" and isinstance(e[1], int)), default=0)
-    for _ in range(steps):
-        keys = list(range(fresh + 1, fresh + 1 + len(own)))
-        fresh += len(own)
+    for copy in range(steps):
+        if keep_keys:
+            keys = list(own) if copy == steps - 1 else [("repeat", len(events) + i) for i in range(len(own))]
+        else:
+            keys = list(range(fresh + 1, fresh + 1 + len(own)))
+            fresh += len(own)
 
         def name(key, keys=keys, last=last):
             return keys[own[key]] if key in own else last[place[prev[key]]] if key in prev else key
 
         events.extend((e[0], name(e[1]), *e[2:]) if e[0] in _KEYED else e for e in step)
         last = keys
+
+
+def _repeats(events: list, starts: list) -> bool:
+    """Whether the latest of the spans beginning at ``starts`` (the last one ends at the events' end) repeats the
+    one before it, each block named by the span that allocated it (:func:`_step_pattern`)."""
+    return (_step_pattern(events, starts[-1], len(events), starts[-2])
+            == _step_pattern(events, starts[-2], starts[-1], starts[-3]))
 
 
 def traced_steps(events: list, steps: int):
@@ -806,11 +822,38 @@ def traced_steps(events: list, steps: int):
         yield step
         if not REPEAT_SETTLED_STEPS or len(starts) < 3 or step == steps - 1:
             continue
-        end = len(events)
-        if _step_pattern(events, starts[-1], end, starts[-2]) == _step_pattern(events, starts[-2], starts[-1],
-                                                                                 starts[-3]):
+        if _repeats(events, starts):
             _repeat_step(events, starts[-1], starts[-2], steps - 1 - step)
             return
+
+
+def _hands_on(events: list, start: int, end: int) -> bool:
+    """Whether every block ``events[start:end]`` allocates and leaves alive is freed by the events after ``end``:
+    then what one micro-batch leaves, the next frees, and copies of it free one another's. A block kept longer (a
+    list of them freed at the step's end) would be left alive by every copy but the last."""
+    made = {e[1] for e in events[start:end] if e[0] == "malloc"}
+    alive = made - {e[1] for e in events[start:end] if e[0] == "free"}
+    return alive <= {e[1] for e in events[end:] if e[0] == "free"}
+
+
+def traced_micro_batches(events: list, count: int):
+    """The micro-batch numbers ``0 .. count-1`` of one optimizer step (``for micro in traced_micro_batches(events,
+    count)``), skipping the middle ones once they repeat: when the third micro-batch's events repeat the second's
+    (:func:`_repeats`) and free what the second left (:func:`_hands_on`), the micro-batches up to the last but one
+    are the same program on the same state, so their events are the third's, copied (:func:`_repeat_step`, the last
+    copy keeping the traced keys), and the loop goes on with the last micro-batch, the accumulation boundary, traced
+    as it runs. With gradient accumulation over 16 micro-batches a step traces four; the events are the same as
+    tracing all of them (:data:`REPEAT_SETTLED_STEPS` turns this off too)."""
+    starts = []  # the index of each traced micro-batch's first event
+    micro = 0
+    while micro < count:
+        starts.append(len(events))
+        yield micro
+        micro += 1
+        if (REPEAT_SETTLED_STEPS and len(starts) == 3 and micro < count - 1 and _repeats(events, starts)
+                and _hands_on(events, starts[-2], starts[-1])):
+            _repeat_step(events, starts[-1], starts[-2], count - 1 - micro, keep_keys=True)
+            micro = count - 1
 
 
 def _fp64_norm(numel: int):
@@ -970,7 +1013,7 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         for p in params:
             p.register_post_accumulate_grad_hook(grad_ready)
     for _ in traced_steps(events, setup.steps):
-        for micro in range(setup.grad_accum):
+        for micro in traced_micro_batches(events, setup.grad_accum):
             boundary = state["boundary"] = micro == setup.grad_accum - 1
             loss = micro_step()
             loss.backward()
@@ -1482,7 +1525,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     for p in params:
         p.register_post_accumulate_grad_hook(grad_ready)
     for _ in traced_steps(events, setup.steps):
-        for micro in range(setup.grad_accum):
+        for micro in traced_micro_batches(events, setup.grad_accum):
             state.update(boundary=micro == setup.grad_accum - 1)
             if fetcher is not None:
                 fetcher.start()
