@@ -393,3 +393,34 @@ def test_planner_books_zero3_hooks_apart_and_explains_them():
     assert f"ZeRO-3 vs ZeRO-2 (only ZeRO-3 fetches each module): runner-up +" in text
     assert f"runner-up +{z3.time_breakdown['zero3_hooks']:.3f} s {T.TERM_WORDS['zero3_hooks']}" in text
     assert not re.search(r"runner-up \+[0-9.]+ s " + T.TERM_WORDS["dp_comm"], text)  # one GPU: no such traffic
+
+
+def test_moe_switches_of_a_plan_are_ranked_and_searched_with_it():
+    """megatron-core's all-to-all overlap and token drop: rank_plan prices the given layout with its own switches
+    (the rank's result equals estimate()), and search() applies them to every Megatron row that can take them."""
+    m, c = model("mixtral-8x7b").replace(seq_length=4096), _cluster(nodes=2)
+    plan = ParallelPlan(world_size=16, engine="megatron", tensor_parallel=1, pipeline_parallel=4, virtual_pipeline=2,
+                        expert_parallel=4, distributed_optimizer=True, global_batch_size=64,
+                        moe_overlap_alltoall=True, moe_capacity_factor=1.0, moe_pad_to_capacity=True)
+    r = planner.rank_plan(m, c, plan)
+    assert r.in_search_space and r.result.plan.moe_overlap_alltoall and r.result.plan.moe_pad_to_capacity
+    est = estimate(m, c, plan, checks=False)
+    assert r.result.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
+    assert r.result.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
+    plain = planner.rank_plan(m, c, plan.replace(moe_overlap_alltoall=False, moe_capacity_factor=None,
+                                                 moe_pad_to_capacity=False))
+    assert plain.result.step_seconds != pytest.approx(r.result.step_seconds, rel=1e-6)
+    res = planner.search(m, c, global_batch_size=64, engines=("megatron",), top=200, moe_overlap_alltoall=True,
+                         moe_capacity_factor=1.25)
+    overlapped = [x for x in res.ranked if x.plan.moe_overlap_alltoall]
+    assert overlapped and all(x.plan.moe_capacity_factor == 1.25 for x in res.ranked)
+    for x in res.ranked:  # on exactly the rows megatron-core accepts it for
+        p = x.plan
+        assert p.moe_overlap_alltoall == (p.expert_parallel > 1 and str(p.recompute) != "full"
+                                          and (p.pipeline_parallel == 1 or p.virtual_pipeline > 1))
+    x = overlapped[0]
+    assert x.step_seconds == pytest.approx(estimate(m, c, x.plan, checks=False).time.step_seconds, rel=1e-9)
+    with pytest.raises(ValueError, match=r"moe_overlap_alltoall=True needs a mixture-of-experts model"):
+        planner.search(model("llama3-8b"), c, global_batch_size=64, moe_overlap_alltoall=True)
+    with pytest.raises(ValueError, match=r"moe_pad_to_capacity=True needs moe_capacity_factor"):
+        planner.search(m, c, global_batch_size=64, moe_pad_to_capacity=True)

@@ -131,6 +131,10 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
         out.setdefault("moe_ds", ds_moe.astype(np.int64))
         load = moe_rank_load(out.get("moe_imb", 1.0), expert_parallel=out["ep"], num_experts=model.num_experts,
                              top_k=model.moe_top_k)
+        if "moe_cf" in out:  # a capacity factor (0: dropless) caps the load, or pads every expert to it
+            cf = np.asarray(out["moe_cf"], dtype=float)
+            pad = (np.asarray(out.get("moe_pad", 0)) > 0) & (cf > 0)
+            load = where(pad, cf, where(cf > 0, np.minimum(load, np.maximum(cf, 1.0)), load))
         out.setdefault("moe_tf", where(ds_moe, dsmoe.token_factor_of(model, micro_batch=out["mbs"],
                                                                         context_parallel=out["cp"]), load))
     out.setdefault("moe_tf", 1.0)

@@ -143,7 +143,8 @@ class PlanResult:
             "micro_batch_size": p.micro_batch_size, "gradient_accumulation_steps": p.gradient_accumulation_steps, "global_batch_size": p.global_batch_size,
             "precision": str(p.precision), "expert_parallel": p.expert_parallel,
             "expert_tensor_parallel": p.expert_tensor_parallel_size, "expandable_segments": p.expandable_segments,
-            "cross_entropy_fusion": str(p.cross_entropy_fusion),
+            "cross_entropy_fusion": str(p.cross_entropy_fusion), "moe_overlap_alltoall": p.moe_overlap_alltoall,
+            "moe_capacity_factor": p.moe_capacity_factor, "moe_pad_to_capacity": p.moe_pad_to_capacity,
             "peak_bytes": self.peak_bytes, "peak_gib": self.peak_bytes / GiB, "peak_stage": self.peak_stage,
             "capacity_bytes": self.capacity_bytes, "headroom_fraction": self.headroom_fraction,
             "host_bytes_per_node": self.host_bytes_per_node,
@@ -220,9 +221,11 @@ def describe_plan(p: ParallelPlan) -> str:
     elif p.context_parallel > 1:
         parts.append(f"CP{p.context_parallel}" + ("" if str(p.cp_comm_type) == "p2p" else f"-{p.cp_comm_type}"))
     if p.expert_parallel > 1 or p.expert_tensor_parallel is not None:
-        parts.append(f"EP{p.expert_parallel}" + (f" ETP{p.expert_tensor_parallel_size}"
-                                                 if p.expert_tensor_parallel_size != p.tensor_parallel else "")
-                     + ("-overlap" if p.moe_overlap_alltoall else ""))
+        parts.append(f"EP{p.expert_parallel}" + ("-overlap" if p.moe_overlap_alltoall else "")
+                     + (f" ETP{p.expert_tensor_parallel_size}"
+                        if p.expert_tensor_parallel_size != p.tensor_parallel else ""))
+    if p.moe_capacity_factor is not None and not p.deepspeed_moe:  # megatron-core's token drop
+        parts.append(f"capacity{p.moe_capacity_factor:g}" + ("-padded" if p.moe_pad_to_capacity else ""))
     parts.append(f"DP{p.data_parallel}")
     if p.sequence_parallel:
         parts.append("SP+TP-overlap" if p.tp_comm_overlap else "SP")
@@ -481,6 +484,28 @@ def with_hf_checkpoint_counts(table: dict, num_layers: int) -> dict:
     return {k: np.concatenate([out[k], extra[k]]) for k in out}
 
 
+def with_moe_stack(table: dict, model: ModelSpec, *, moe_overlap_alltoall: bool = False,
+                   moe_capacity_factor: Optional[float] = None, moe_pad_to_capacity: bool = False) -> dict:
+    """The candidate table of a mixture-of-experts model with megatron-core's MoE switches a plan sets on every
+    Megatron row that can take them: ``moe_ov`` (``--overlap-moe-expert-parallel-comm``, on the rows
+    :class:`~workbench.specs.ParallelPlan` accepts it for: expert parallel > 1, recompute other than full, and
+    interleaving where there is a pipeline), ``moe_cf`` and ``moe_pad`` (``--moe-expert-capacity-factor`` and
+    ``--moe-pad-expert-input-to-capacity``; 0: dropless). DeepSpeed rows keep DeepSpeed-MoE's own capacity. A dense
+    model's table is returned as it is."""
+    if not model.is_moe:
+        return table
+    out = dict(table)
+    megatron = np.asarray(table["engine"]) == ENGINE_CODES[Engine.MEGATRON]
+    overlap_ok = (megatron & (np.asarray(table["ep"]) > 1)
+                  & (np.asarray(table["recompute"]) != M.RECOMPUTE_CODES[Recompute.FULL])
+                  & ((np.asarray(table["pp"]) == 1) | (np.asarray(table["vp"]) > 1)))
+    out["moe_ov"] = (overlap_ok & check_bool("moe_overlap_alltoall", moe_overlap_alltoall)).astype(np.int64)
+    if moe_capacity_factor is not None:
+        out["moe_cf"] = np.where(megatron, float(moe_capacity_factor), 0.0)
+        out["moe_pad"] = (megatron & bool(moe_pad_to_capacity)).astype(np.int64)
+    return out
+
+
 def with_tp_comm_overlap(table: dict, tp_comm_overlap: Optional[bool] = None) -> dict:
     """The candidate table with its ``tp_ov`` column (Transformer Engine ``--tp-comm-overlap``), which only Megatron
     rows with tensor parallel > 1 and sequence parallel may set: ``None`` adds an overlapped copy of each such row
@@ -624,6 +649,9 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         expandable_segments=bool(table["expseg"][i]) if "expseg" in table else False,
         moe_load_imbalance=float(table["moe_imb"][i]) if "moe_imb" in table else 1.0,
         tp_comm_overlap=bool(table["tp_ov"][i]) if "tp_ov" in table else False,
+        moe_overlap_alltoall=bool(table["moe_ov"][i]) if "moe_ov" in table else False,
+        moe_capacity_factor=float(table["moe_cf"][i]) if "moe_cf" in table and table["moe_cf"][i] > 0 else None,
+        moe_pad_to_capacity=bool(table["moe_pad"][i]) if "moe_pad" in table else False,
         cross_entropy_fusion=(_XENT_BY_CODE[int(table["xent"][i])] if "xent" in table else CrossEntropyFusion.NONE),
         **(stack or {}))
 
@@ -681,7 +709,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            overlap_comm=None, profile=None, fp8_recipe="delayed", fp8_param_gather: bool = False,
            grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False,
            moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None,
-           cross_entropy_fusion="none", fit_on: str = "point") -> PlanSearch:
+           cross_entropy_fusion="none", fit_on: str = "point", moe_overlap_alltoall: bool = False,
+           moe_capacity_factor: Optional[float] = None, moe_pad_to_capacity: bool = False) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -706,6 +735,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 
     ``cross_entropy_fusion``: Megatron's loss kernels on every Megatron row (:attr:`ParallelPlan.
     cross_entropy_fusion`; other engines compute their own loss).
+
+    ``moe_overlap_alltoall``, ``moe_capacity_factor`` and ``moe_pad_to_capacity`` (a mixture-of-experts model):
+    megatron-core's all-to-all overlap and token drop on every Megatron row that can take them
+    (:func:`with_moe_stack`; off and dropless by default, as in megatron-core).
 
     ``fit_on``: what must pass the headroom for a plan to be feasible — ``"point"`` (the point estimate of the
     peak; plans that pass only there are marked risky, :func:`_fits` says why this is the default) or ``"band"``
@@ -789,6 +822,18 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     if model.is_moe:  # the routing imbalance every MoE row is priced with (encode.moe_rank_load)
         table["moe_imb"] = np.full(count, check_float("moe_load_imbalance", moe_load_imbalance, minimum=1.0,
                                                       strict=False))
+    if moe_capacity_factor is not None:
+        moe_capacity_factor = check_float("moe_capacity_factor", moe_capacity_factor)
+    if moe_pad_to_capacity and moe_capacity_factor is None:
+        raise ValueError("moe_pad_to_capacity=True needs moe_capacity_factor (megatron-core pads each expert's "
+                         "input to its capacity)")
+    given = [f"moe_overlap_alltoall={bool(moe_overlap_alltoall)}"] if moe_overlap_alltoall else []
+    given += [f"moe_capacity_factor={moe_capacity_factor:g}"] if moe_capacity_factor is not None else []
+    if not model.is_moe and given:
+        raise ValueError(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} a mixture-of-experts model "
+                         f"({model.name} has num_experts={model.num_experts})")
+    table = with_moe_stack(table, model, moe_overlap_alltoall=moe_overlap_alltoall,
+                           moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=bool(moe_pad_to_capacity))
     eval_stack = {k: v for k, v in stack.items() if k != "fp8_recipe"}
     ev = evaluate(table, model, cluster, precision=precision, all_stages=all_stages, lora=lora, profile=profile,
                   **eval_stack)
@@ -1398,6 +1443,10 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
                                  CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion], 0)
     if model.is_moe:
         table["moe_imb"] = np.full(len(table["tp"]), plan.moe_load_imbalance)  # the plan's routing imbalance
+        # the plan's MoE switches (all-to-all overlap, capacity factor) on every Megatron row that can take them
+        table = with_moe_stack(table, model, moe_overlap_alltoall=plan.moe_overlap_alltoall,
+                               moe_capacity_factor=None if plan.deepspeed_moe else plan.moe_capacity_factor,
+                               moe_pad_to_capacity=plan.moe_pad_to_capacity)
     from workbench.calibrate.profile import resolve_profile
 
     profile = resolve_profile(profile)

@@ -68,6 +68,16 @@ def add_parser(sub) -> None:
                         "reserve above the allocated peak); default: PyTorch's default allocator")
     s.add_argument("--moe-load-imbalance", type=float, default=1.0, metavar="F",
                    help="MoE routing load imbalance F: the busiest expert-parallel rank's routed tokens over the mean (default 1.0, balanced); prices that rank's expert activations, expert GEMMs and all-to-all at F x the balanced share. Megatron has no such flag: it is an assumption about the router, not exported")
+    s.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",
+                   action="store_true",
+                   help="Megatron plans with expert parallel > 1 overlap the MoE all-to-alls with another "
+                        "micro-batch's compute (combined 1F1B), where megatron-core allows it (recompute other than "
+                        "full, interleaving with a pipeline); default: off, as in megatron-core")
+    s.add_argument("--moe-capacity-factor", "--moe-expert-capacity-factor", dest="moe_capacity_factor", type=float,
+                   metavar="F", help="Megatron plans drop tokens beyond F x the average per expert (default "
+                                     "dropless; DeepSpeed-MoE plans keep DeepSpeed's own capacity)")
+    s.add_argument("--moe-pad-to-capacity", "--moe-pad-expert-input-to-capacity", dest="moe_pad_to_capacity",
+                   action="store_true", help="with --moe-capacity-factor: pad every expert's input to its capacity")
     s.add_argument("--lora-rank", type=int, default=0, metavar="R",
                    help="search LoRA fine-tunes of rank R (base weights frozen; DeepSpeed engines)")
     s.add_argument("--lora-targets", metavar="LIST", help="projections with adapters (default q,k,v,o,gate,up,down)")
@@ -190,9 +200,11 @@ def _cp(p) -> str:
 
 
 def _ep(p) -> str:
-    """Expert parallel, with the expert TP after a slash where it differs from TP (``8/1``)."""
+    """Expert parallel, with the expert TP after a slash where it differs from TP (``8/1``) and ``+`` where the
+    all-to-alls overlap compute (``8+``)."""
     te = p.expert_tensor_parallel_size
-    return f"{p.expert_parallel}" + (f"/{te}" if te != p.tensor_parallel else "")
+    return (f"{p.expert_parallel}" + (f"/{te}" if te != p.tensor_parallel else "")
+            + ("+" if p.moe_overlap_alltoall else ""))
 
 
 def _row(i, r, moe: bool = False) -> str:
@@ -250,6 +262,9 @@ def render(result) -> str:
     if any(_cp(r.plan)[-1].isalpha() for r in (*result.ranked, *result.pareto)):
         lines += ["", "CP: the ring (p2p) unless marked a (all-to-all, --cp-comm-type a2a), g (all_gather), "
                       "h (a2a+p2p), u (DeepSpeed-Ulysses, --ulysses)"]
+    if any(r.plan.moe_overlap_alltoall for r in (*result.ranked, *result.pareto)):
+        lines += ["", "EP 8+: the MoE all-to-alls overlapped with another micro-batch's compute "
+                      "(--overlap-moe-expert-parallel-comm)"]
     if any(r.plan.tp_comm_overlap for r in (*result.ranked, *result.pareto)):
         lines += ["", "SP y+: sequence parallel with Transformer Engine's TP communication overlap (--tp-comm-overlap)"]
     offloading = ([(f"#{i + 1}", r) for i, r in enumerate(result.ranked) if _offload(r.plan) != "-"]
@@ -288,7 +303,9 @@ def run(args) -> int:
                         fp8_recipe=args.fp8_recipe or "delayed", fp8_param_gather=args.fp8_param_gather,
                         grad_reduce_fp32=args.grad_reduce_fp32, expandable_segments=args.expandable_segments,
                         moe_load_imbalance=args.moe_load_imbalance, tp_comm_overlap=args.tp_comm_overlap,
-                        cross_entropy_fusion=args.cross_entropy_fusion, fit_on=args.fit_on)
+                        cross_entropy_fusion=args.cross_entropy_fusion, fit_on=args.fit_on,
+                        moe_overlap_alltoall=args.moe_overlap_alltoall, moe_capacity_factor=args.moe_capacity_factor,
+                        moe_pad_to_capacity=args.moe_pad_to_capacity)
     replayed = replayed_ranks(args, result, profile) if args.simulate_allocator else None
     if args.json:
         out = result.to_dict()
