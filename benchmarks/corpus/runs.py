@@ -1147,8 +1147,12 @@ HF_SHAPES = {
         max_position_embeddings=65536, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, sliding_window=4096,
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 2,
-        rope_parameters=dict(rope_type="yarn", rope_theta=500000.0, factor=8.0, original_max_position_embeddings=8192,
-                             attention_factor=1.2079441541679836, beta_fast=32, beta_slow=1))),
+        # per layer type, as transformers 5.17's Olmo3Config takes them (YaRN on the full-attention layers)
+        rope_parameters=dict(
+            full_attention=dict(rope_type="yarn", rope_theta=500000.0, factor=8.0,
+                                original_max_position_embeddings=8192, attention_factor=1.2079441541679836,
+                                beta_fast=32, beta_slow=1),
+            sliding_attention=dict(rope_type="default", rope_theta=500000.0)))),
     # --- forty-ninth final batch ("final49") ---
     # OpenLLaMA 3B v2 at its 26 layers: MHA 32 heads of 100, SwiGLU 8640, untied 32k vocabulary
     "hf-openllama-h3200-l26": dict(like="OpenLLaMA 3B v2 (26 layers)", seq_length=2048, config=dict(
