@@ -141,3 +141,18 @@ def test_launched_model_dtype_reads_the_ds_config_as_deepspeed_does():
     assert _ds_dtype({}) is torch.float32 and _ds_dtype({"bf16": {"enabled": "auto"}}) is None
     with pytest.raises(ValueError, match="bf16.enabled"):
         _ds_dtype({"bf16": {"enabled": "maybe"}})
+
+
+def test_only_zero2_keeps_a_host_accumulation_buffer():
+    """With the optimizer on the CPU and gradient accumulation, ZeRO-2 adds each parameter's pinned 16-bit
+    accumulation buffer (accumulated_grads_in_cpu: each parameter's 16-bit partition, pinned on its own);
+    ZeRO-1 holds the same host memory as without accumulation (its one copy per step comes at the boundary, at
+    micro_step_id 0)."""
+    def host(stage, gbs):
+        m = catalog.model("llama2-7b")
+        p = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=stage, offload_optimizer="cpu",
+                         micro_batch_size=1, global_batch_size=gbs)
+        return estimate(m, ClusterSpec(gpu="H200", gpus_per_node=1), p).memory.host_bytes_per_gpu
+
+    assert host(1, 2) == host(1, 1)
+    assert host(2, 2) - host(2, 1) == host_tensor_sum(catalog.model("llama2-7b"), 1, 1, "bf16_partitions") > 0

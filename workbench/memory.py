@@ -861,8 +861,12 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
       partition and the fp32 gradient partition pinned, a pinned 16-bit copy of the partition
       (``param_buffer_of_bit16_for_cpu_offload_groups``) and of the largest parameter
       (``temp_grad_buffer_for_cpu_offload``), and CPU Adam's two fp32 moments (pageable): pinned(4P) × 2 +
-      pinned(2P) + pinned(2 × largest) + 8P; with gradient accumulation each parameter's pinned 16-bit accumulation
-      buffer too (``accumulated_grads_in_cpu``).
+      pinned(2P) + pinned(2 × largest) + 8P; ZeRO-2 with gradient accumulation each parameter's pinned 16-bit
+      accumulation buffer too (``accumulated_grads_in_cpu``, made by ``copy_grads_in_partition`` when
+      ``micro_step_id > 0`` or before the boundary). ZeRO-1 makes none: it releases its buckets only at the boundary,
+      so ``setup_buckets`` counts one micro-step per optimizer step and its one copy, at the boundary, sees
+      ``micro_step_id`` 0 (H200, the corpus's SmolLM3 ZeRO-1 run with accumulation, final51: +12.1 % with the
+      buffer, blind; -0.1 % without it, not blind).
     - ZeRO-3 (``stage3.py``): with the optimizer offloaded, the fp32 master and Adam's moments (pageable, 12P), the
       pinned 16-bit gradient partition (``grad_partitions_flat_buffer``) and a pinned fp32 gradient per optimizer
       sub-group; with the parameters offloaded, each parameter's pinned 16-bit partition (made at partitioning,
@@ -873,9 +877,10 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
       GPU's master is made from the host's partition (parameters offloaded alone).
 
     Against the peak resident set of the corpus's runs that record it (H200; ``benchmarks/bench_accuracy.py --host``)
-    this is within -0.6 / +0.1 % on all 48 ZeRO-1/2 and ZeRO-3 offload runs; the form was read off the sources above
-    and checked on those runs, fit and test split alike (not blind). LoRA and pipeline stages take approximations
-    (one adapter tensor, the stage's share of the tensor sums) no run has checked. ``pinned=False``: DeepSpeed's
+    this is within -1.8 / +0.1 % on all 56 ZeRO-1/2 and ZeRO-3 offload runs; the form was read off the sources above
+    and checked on those runs, fit and test split alike (not blind; final51's 8 were blind, -1.8 / +12.1 % before
+    ZeRO-1 lost the accumulation buffer). LoRA takes one adapter tensor for the largest (final51's Granite LoRA run:
+    -1.8 %), pipeline stages the stage's share of the tensor sums (no run has checked). ``pinned=False``: DeepSpeed's
     ``pin_memory`` off, every buffer pageable at its own size (what the advisor prices against the pinned figure)."""
     ds = engine != ENGINE_CODES[Engine.MEGATRON]
     mixed = value_bytes < 4
@@ -899,7 +904,7 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     largest = where(lora, 0.0, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_tensor"))
     accumulate = where(lora, held(2.0 * p_opt), tensors("bf16_partitions"))
     zero12 = (2 * held(4.0 * p_opt) + held(2.0 * p_opt) + held(2.0 * largest) + 8.0 * p_opt
-              + where(num_microbatches > 1, accumulate, 0.0))
+              + where((num_microbatches > 1) & (zero_stage >= 2), accumulate, 0.0))
     sub_groups = where(lora, held(4.0 * p_opt), tensors("fp32_sub_groups"))
     largest_group = where(lora, p_opt, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_sub_group"))
     zero3 = (where(off_opt, 12.0 * p_opt + held(2.0 * p_opt) + sub_groups, 0.0)
