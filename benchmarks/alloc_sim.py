@@ -14,9 +14,11 @@ nothing is fitted. Scope: on one GPU with the default allocator, Hugging Face an
 DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without accumulation; no
 LoRA at ZeRO-3), dense megatron-core models under megatron-core's DDP (``mcore-ddp``: plain or distributed optimizer).
 
-Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run; 26 minutes on two
-busy cores for the 887 in-scope runs through final49, where tracing every step took 53: the traces copy settled
-steps, :func:`workbench.allocsim.traced_steps`). Its output is kept in ``benchmarks/results/alloc_sim_h200.txt``.
+Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run; 21 minutes on two
+busy cores for the 887 in-scope runs through final49, where tracing every step took 53 and copying settled steps 26:
+the traces copy settled steps, :func:`workbench.allocsim.traced_steps`, and a step's repeating micro-batches,
+:func:`workbench.allocsim.traced_micro_batches`, with the same output). Its output is kept in
+``benchmarks/results/alloc_sim_h200.txt``.
 """
 from __future__ import annotations
 
