@@ -55,3 +55,25 @@ def test_rows_are_priced_with_the_apps_hardware_profile():
     app.dispatch(SetProfile(profile=None))
     assert "press Search" in view.status.value
     app.close()
+
+
+def test_moe_switches_of_the_current_plan_are_searched_and_kept():
+    """The Parallelism panel's all-to-all overlap and capacity factor go into the search, as `workbench plan
+    --overlap-moe-expert-parallel-comm --moe-capacity-factor` puts them on every Megatron row that can take them."""
+    app = Workbench()
+    panel(app, "Model").preset.value = "mixtral-8x7b"
+    panel(app, "Model").controls["seq_length"].value = 4096
+    hw = panel(app, "Hardware")
+    hw.controls["gpu"].value, hw.controls["num_nodes"].value = "H100-SXM", 2  # FP8: Megatron plans only
+    par = parallel(app)
+    for name, value in dict(engine="megatron", tensor_parallel=1, pipeline_parallel=1, expert_parallel=4,
+                            precision="fp8", moe_overlap_alltoall=True, moe_capacity_factor=1.5).items():
+        par.controls[name].value = value
+    assert app.state.valid, app.state.error
+    assert app.state.plan.moe_overlap_alltoall and app.state.plan.moe_capacity_factor == 1.5
+    view = planner(app)
+    assert view.result is not None and view.result.ranked
+    mg = [r.plan for r in view.result.ranked if str(r.plan.engine) == "megatron"]
+    assert mg and all(p.moe_capacity_factor == 1.5 for p in mg)
+    assert any(p.moe_overlap_alltoall for p in mg)
+    app.close()

@@ -27,14 +27,17 @@ COLUMNS = ("#", "engine", "TP", "PP", "v", "CP", "DP", "ZeRO", "offload", "recom
 
 def search_settings(state) -> dict:
     """The keyword arguments of :func:`workbench.planner.search` that carry the current plan's settings the planner
-    does not vary (precision, the stack, LoRA, the MoE load assumption) and the hardware profile, so every ranked row
-    is priced as the other views price the current plan and "Use this plan" keeps them."""
+    does not vary (precision, the stack, LoRA, the MoE load assumption and megatron-core's MoE switches) and the
+    hardware profile, so every ranked row is priced as the other views price the current plan and "Use this plan"
+    keeps them."""
     p = state.plan
     return dict(precision=p.precision, adam=p.adam, overlap_comm=p.overlap_comm, fp8_recipe=p.fp8_recipe,
                 fp8_param_gather=p.fp8_param_gather, grad_reduce_fp32=p.grad_reduce_fp32,
                 expandable_segments=p.expandable_segments, lora_rank=p.lora_rank, lora_targets=p.lora_targets,
                 moe_load_imbalance=p.moe_load_imbalance, cross_entropy_fusion=p.cross_entropy_fusion,
-                profile=state.profile)
+                moe_overlap_alltoall=p.moe_overlap_alltoall,
+                moe_capacity_factor=None if p.deepspeed_moe else p.moe_capacity_factor,
+                moe_pad_to_capacity=p.moe_pad_to_capacity and not p.deepspeed_moe, profile=state.profile)
 
 
 def offload_text(plan) -> str:
