@@ -46,8 +46,9 @@ PINNED = [
      100297468608, 2143649792, 12.314709102781247,
      {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.2947793408472492}),
     ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
-     # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB
-     68056448614, 2143649792, 1.5195346964888092,
+     # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB; 2026-12-05: the host holds each
+     # rank's 16-bit partition once at init (DeepSpeed's defragment), +1.68 GB
+     68056448614, 3828253696, 1.5195346964888092,
      {'compute': 1.2598402372838835, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.19952566685939999, 'optimizer': 0.05669442878997015}),
     ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
      # 2026-12-03: ZeRO-2's first bucket reduction fires at an attention weight, the layer's MLP block freed by then;

@@ -47,7 +47,7 @@ def test_zero2_offload_by_hand():
 
 
 def test_without_offload_the_host_holds_the_process_and_nvme_takes_the_states():
-    _, plain = _host(dict(zero_stage=3))
+    _, plain = _host(dict(zero_stage=2))
     assert plain.host_bytes_per_gpu == HOST_PROCESS_BYTES and plain.offloaded_bytes_per_gpu == 0
     _, nvme = _host(dict(zero_stage=3, offload_optimizer="nvme"), nvme_gib_per_node=4096)
     assert nvme.nvme_bytes_per_gpu == nvme.offloaded_bytes_per_gpu > 0
@@ -156,3 +156,19 @@ def test_only_zero2_keeps_a_host_accumulation_buffer():
 
     assert host(1, 2) == host(1, 1)
     assert host(2, 2) - host(2, 1) == host_tensor_sum(catalog.model("llama2-7b"), 1, 1, "bf16_partitions") > 0
+
+
+def test_zero3_on_the_gpu_defragments_its_partition_through_the_host():
+    """ZeRO-3 keeping its parameters on the GPU copies each rank's 16-bit partition through one CPU buffer at init
+    (DeepSpeed's defragment): with nothing offloaded the host peak is the process and that buffer; ZeRO-2 keeps
+    none; with the optimizer on the CPU the steady buffers are the larger and stand; 8 ranks hold an eighth each."""
+    m = catalog.model("llama2-7b")
+    n = m.parameter_counts().total
+    _, z3 = _host(dict(zero_stage=3))
+    _, z2 = _host(dict(zero_stage=2))
+    assert z3.host_bytes_per_gpu == HOST_PROCESS_BYTES + 2 * n
+    assert z2.host_bytes_per_gpu == HOST_PROCESS_BYTES
+    _, eight = _host(dict(zero_stage=3), gpus=8)
+    assert eight.host_bytes_per_gpu == pytest.approx(HOST_PROCESS_BYTES + 2 * n / 8, rel=1e-9)
+    _, opt = _host(dict(zero_stage=3, offload_optimizer="cpu"))
+    assert opt.host_bytes_per_gpu > HOST_PROCESS_BYTES + 12 * n  # fp32 master and moments: the steady state wins

@@ -7,6 +7,7 @@ from typing import Optional
 
 from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
 from workbench.defaults import GiB
+from workbench.specs import Engine, Offload
 
 
 def _sharding(p) -> str:
@@ -152,6 +153,9 @@ def render(est, replay: Optional[dict] = None) -> str:
                      + f" (each rank's process {mem.host_bytes_per_gpu / GiB:.1f} GiB resident: "
                      + (f"{mem.offloaded_bytes_per_gpu / GiB:.1f} GiB of offloaded states, DeepSpeed's host buffers "
                         f"(page-locked ones rounded up to a power of two) and " if mem.offloaded_bytes_per_gpu else "")
+                     + ("at initialization the rank's parameter partition, which ZeRO-3 defragments through one host "
+                        "buffer, and " if p.engine is not Engine.MEGATRON and int(p.zero_stage) == 3
+                        and p.offload_params is Offload.NONE and not mem.offloaded_bytes_per_gpu else "")
                      + "the process itself)")
     if est.time is not None:
         t = est.time
