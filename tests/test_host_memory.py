@@ -172,3 +172,15 @@ def test_zero3_on_the_gpu_defragments_its_partition_through_the_host():
     assert eight.host_bytes_per_gpu == pytest.approx(HOST_PROCESS_BYTES + 2 * n / 8, rel=1e-9)
     _, opt = _host(dict(zero_stage=3, offload_optimizer="cpu"))
     assert opt.host_bytes_per_gpu > HOST_PROCESS_BYTES + 12 * n  # fp32 master and moments: the steady state wins
+
+
+def test_advisor_names_zero3_init_when_the_host_does_not_fit_without_offload():
+    from workbench.advisor import fits_memory
+
+    m = catalog.model("llama2-70b")
+    c = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, num_nodes=4, host_memory_gib_per_node=48)
+    p = ParallelPlan(world_size=32, engine="deepspeed", zero_stage=3, recompute="full", global_batch_size=64)
+    mem = estimate(m, c, p, checks=False).memory
+    assert not mem.fits_host and mem.fits_gpu
+    finding = fits_memory(p, mem)
+    assert finding.status == "fail" and "defragment" in finding.suggestion
