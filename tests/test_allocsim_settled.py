@@ -26,9 +26,11 @@ def _both(monkeypatch, trace):
     """``trace()`` with every step traced, then with the settled steps copied; and how many steps were copied."""
     copied = []
     real = allocsim._repeat_step
-    monkeypatch.setattr(allocsim, "_repeat_step", lambda events, start, before, steps, keep_keys=False: (
-        copied.append((steps, keep_keys)) if keep_keys else copied.append(steps),
-        real(events, start, before, steps, keep_keys=keep_keys)))
+    def counted(events, start, before, steps, keep_keys=False):
+        copied.append((steps, keep_keys) if keep_keys else steps)
+        return real(events, start, before, steps, keep_keys=keep_keys)
+
+    monkeypatch.setattr(allocsim, "_repeat_step", counted)
     monkeypatch.setattr(allocsim, "REPEAT_SETTLED_STEPS", False)
     whole = trace()
     assert copied == []
@@ -125,26 +127,70 @@ def test_copied_micro_batches_are_the_traced_ones(monkeypatch, kwargs):
 
 
 def _accumulating(events: list, count: int, keep_to_step_end: bool) -> None:
-    """One step of ``count`` micro-batches, each making a block the next frees, or one kept to the step's end."""
-    kept, held = [], None  # the program's references: the blocks it keeps, the block the last micro-batch left
-    keys = iter(range(100, 200))
-    for _ in allocsim.traced_micro_batches(events, count):
-        key = next(keys)
-        events.append(("malloc", key, 1024))
-        if keep_to_step_end:
-            kept.append(key)
-        elif held is not None:
-            events.append(("free", held, 1024))
-        held = key
-    events.extend(("free", key, 1024) for key in kept or [held])
+    """Two steps of ``count`` micro-batches, each making a block the next frees, or one kept to the step's end."""
+    keys = iter(range(100, 1000))
+    for _ in allocsim.traced_steps(events, 2):
+        kept, held = [], None  # the program's references: the blocks it keeps, the block the last micro-batch left
+        for _ in allocsim.traced_micro_batches(events, count):
+            key = next(keys)
+            events.append(("malloc", key, 1024))
+            if keep_to_step_end:
+                kept.append(key)
+            elif held is not None:
+                events.append(("free", held, 1024))
+            held = key
+        events.extend(("free", key, 1024) for key in reversed(kept or [held]))  # a list frees from its end
     events.append(("end", 0, 0))
 
 
-@pytest.mark.parametrize("keep,copies,peak", [(False, [(4, True)], 2048), (True, [], 8 * 1024)])
-def test_micro_batches_copied_only_when_each_frees_the_one_before(monkeypatch, keep, copies, peak):
-    """Blocks handed from one micro-batch to the next are copied; blocks kept to the step's end are traced whole
-    (copies would leave every copy's block but the last one's alive)."""
+@pytest.mark.parametrize("keep,peak", [(False, 2048), (True, 8 * 1024)])
+def test_copied_micro_batches_free_what_they_keep_as_the_traced_ones(monkeypatch, keep, peak):
+    """Blocks handed from one micro-batch to the next, and blocks each micro-batch keeps to the step's end (a list of
+    losses): the copies free them as tracing every micro-batch does, the kept ones beside the traced one's free."""
     whole, short, copied = _both(monkeypatch, lambda: [] if _accumulating(ev := [], 8, keep) else ev)
-    assert copied == copies
+    assert copied == [(4, True)] * 2
     assert _canonical(short) == _canonical(whole)
     assert allocsim.replay(short).peak_allocated_bytes == peak
+
+
+_MCORE_MICRO_BATCHES = r"""
+import json, sys
+from workbench import allocsim
+from workbench.cli import build_parser
+from workbench.commands.common import specs_from_args
+
+model, _, plan = specs_from_args(build_parser().parse_args(sys.argv[1:]))
+copied = []
+real = allocsim._copied_middle
+allocsim._copied_middle = lambda events, starts, copies: copied.append(real(events, starts, copies)) or copied[-1]
+out = {}
+for repeat in (False, True):
+    allocsim.REPEAT_SETTLED_STEPS = repeat
+    out[str(repeat)] = [[e[0], str(e[1]), int(e[2]), *e[3:]] for e in allocsim.trace_mcore(model, plan, steps=5)]
+print(json.dumps(dict(copied=copied, **out)))
+"""
+
+
+def test_megatron_core_schedule_runs_four_micro_batches_and_copies_the_middle_ones():
+    """megatron-core's own DDP accumulating over 7 micro-batches: with the copies its schedule runs four a step
+    (three traced, the boundary traced, 3 copied in between; each micro-batch's loss, which the schedule keeps to the
+    step's end, freed with the traced ones) and the events are those of running all seven."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    argv = ["estimate", "--layers", "2", "--hidden", "128", "--heads", "4", "--vocab", "512", "--seq", "128",
+            "--gpu", "H200", "--gpus-per-node", "1", "--mbs", "1", "--gbs", "7", "--attention", "unfused",
+            "--engine", "megatron", "--adam", "torch"]
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, "-c", _MCORE_MICRO_BATCHES, *argv], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["copied"] and all(out["copied"])  # every traced step copied its micro-batches 4-6
+    whole, short = ([tuple(e) for e in out[k]] for k in ("False", "True"))
+    assert _canonical(short, end=("end", "0", 0)) == _canonical(whole, end=("end", "0", 0))
+    assert allocsim.ReplayedPeaks.of(allocsim.replay(short)) == allocsim.ReplayedPeaks.of(allocsim.replay(whole))

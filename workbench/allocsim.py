@@ -771,12 +771,13 @@ def _step_pattern(events: list, start: int, end: int, before: int) -> list:
     return [(e[0], name(e[1]), *e[2:]) if e[0] in _KEYED else e for e in events[start:end]]
 
 
-def _repeat_step(events: list, start: int, before: int, steps: int, *, keep_keys: bool = False) -> None:
+def _repeat_step(events: list, start: int, before: int, steps: int, *, keep_keys: bool = False) -> list:
     """Append ``steps`` copies of the settled step ``events[start:]`` (the step before it from ``before``): each
     copy's allocations get new keys, and what the step freed of the step before's allocations, the copy frees of
     the step before it (the block of the same :func:`_late_names` name). ``keep_keys``: the last copy's allocations
     take the keys of the traced step's (given new ones), so that the events traced after the copies, which free
-    blocks the traced step made and its live tensors still name by those keys, free the last copy's."""
+    blocks the traced step made and its live tensors still name by those keys, free the last copy's. Returns the
+    keys of the traced step's allocations and of each copy's, by place (the traced step's as renamed)."""
     step = events[start:]
     own = _allocated_keys(events, start, len(events))
     prev = _late_names(events, before, start)
@@ -786,6 +787,7 @@ def _repeat_step(events: list, start: int, before: int, steps: int, *, keep_keys
         renamed = {key: ("repeat", start + i) for i, key in enumerate(own)}
         events[start:] = [(e[0], renamed.get(e[1], e[1]), *e[2:]) if e[0] in _KEYED else e for e in step]
         last = [renamed[key] for key in own]
+    made = [last]
     fresh = max((e[1] for e in events if e[0] == "malloc" and isinstance(e[1], int)), default=0)
     for copy in range(steps):
         if keep_keys:
@@ -798,7 +800,9 @@ def _repeat_step(events: list, start: int, before: int, steps: int, *, keep_keys
             return keys[own[key]] if key in own else last[place[prev[key]]] if key in prev else key
 
         events.extend((e[0], name(e[1]), *e[2:]) if e[0] in _KEYED else e for e in step)
+        made.append(keys)
         last = keys
+    return made
 
 
 def _repeats(events: list, starts: list) -> bool:
@@ -817,43 +821,93 @@ def traced_steps(events: list, steps: int):
     (:data:`REPEAT_SETTLED_STEPS` turns this off). Checked from the third step on: the first creates the optimizer's
     states. A trace whose steps never repeat (a block living longer than one step) is traced whole."""
     starts = []  # the index of each step's first event
-    for step in range(steps):
-        starts.append(len(events))
-        yield step
-        if not REPEAT_SETTLED_STEPS or len(starts) < 3 or step == steps - 1:
-            continue
-        if _repeats(events, starts):
-            _repeat_step(events, starts[-1], starts[-2], steps - 1 - step)
-            return
+    try:
+        for step in range(steps):
+            starts.append(len(events))
+            yield step
+            _free_kept_copies(events, starts[-1])
+            if not REPEAT_SETTLED_STEPS or len(starts) < 3 or step == steps - 1:
+                continue
+            if _repeats(events, starts):
+                _repeat_step(events, starts[-1], starts[-2], steps - 1 - step)
+                return
+    finally:
+        _KEPT.pop(id(events), None)
 
 
-def _hands_on(events: list, start: int, end: int) -> bool:
-    """Whether every block ``events[start:end]`` allocates and leaves alive is freed by the events after ``end``:
-    then what one micro-batch leaves, the next frees, and copies of it free one another's. A block kept longer (a
-    list of them freed at the step's end) would be left alive by every copy but the last."""
-    made = {e[1] for e in events[start:end] if e[0] == "malloc"}
-    alive = made - {e[1] for e in events[start:end] if e[0] == "free"}
-    return alive <= {e[1] for e in events[end:] if e[0] == "free"}
+_KEPT: dict = {}
+"""Per trace (``id`` of its events), the blocks that copied micro-batches keep beyond the next one
+(:func:`_copied_middle`): the traced key whose free is awaited -> ``(index, [(key, bytes), ...])``, the first event
+after the copies and the same block in each copy, freed with it (:func:`_free_kept_copies`)."""
+
+
+def _free_kept_copies(events: list, since: int) -> None:
+    """Where ``events[since:]``, after the copies, frees (or releases) a block that copied micro-batches kept
+    (:data:`_KEPT`), the same block of each copy is freed right after it, the latest copy's first: as CPython frees a
+    list of per-micro-batch blocks, from its end (megatron-core's schedule keeps each micro-batch's loss in a list
+    until the step's end)."""
+    kept = _KEPT.get(id(events))
+    if not kept:
+        return
+    tail = []
+    for i, e in enumerate(events[since:], start=since):
+        tail.append(e)
+        entry = kept.get(e[1]) if e[0] in ("free", "release") else None
+        if entry is not None and i >= entry[0]:
+            tail.extend((e[0], key, size, *e[3:]) for key, size in reversed(entry[1]))
+            if e[0] == "free":
+                del kept[e[1]]
+    events[since:] = tail
 
 
 def traced_micro_batches(events: list, count: int):
     """The micro-batch numbers ``0 .. count-1`` of one optimizer step (``for micro in traced_micro_batches(events,
     count)``), skipping the middle ones once they repeat: when the third micro-batch's events repeat the second's
-    (:func:`_repeats`) and free what the second left (:func:`_hands_on`), the micro-batches up to the last but one
-    are the same program on the same state, so their events are the third's, copied (:func:`_repeat_step`, the last
-    copy keeping the traced keys), and the loop goes on with the last micro-batch, the accumulation boundary, traced
-    as it runs. With gradient accumulation over 16 micro-batches a step traces four; the events are the same as
-    tracing all of them (:data:`REPEAT_SETTLED_STEPS` turns this off too)."""
+    (:func:`_repeats`), the micro-batches up to the last but one are the same program on the same state, so their
+    events are the third's, copied (:func:`_copied_middle`, the last copy keeping the traced keys), and the loop goes
+    on with the last micro-batch, the accumulation boundary, traced as it runs. With gradient accumulation over 16
+    micro-batches a step traces four; the events are the same as tracing all of them (:data:`REPEAT_SETTLED_STEPS`
+    turns this off too)."""
     starts = []  # the index of each traced micro-batch's first event
     micro = 0
     while micro < count:
         starts.append(len(events))
         yield micro
         micro += 1
-        if (REPEAT_SETTLED_STEPS and len(starts) == 3 and micro < count - 1 and _repeats(events, starts)
-                and _hands_on(events, starts[-2], starts[-1])):
-            _repeat_step(events, starts[-1], starts[-2], count - 1 - micro, keep_keys=True)
+        if REPEAT_SETTLED_STEPS and len(starts) == 3 and micro < count - 1 and _copied_middle(events, starts,
+                                                                                           count - 1 - micro):
             micro = count - 1
+
+
+SCHEDULED_MICRO_BATCHES = 4
+"""The micro-batches megatron-core's schedule runs in a trace of a step of more (:func:`trace_mcore_ddp`): three
+traced, the middle ones copied from the third, and the last (the accumulation boundary) traced."""
+
+
+class _MicroBatchesDiffer(Exception):
+    """A step's middle micro-batches of a megatron-core trace did not repeat: it is traced again, every one run."""
+
+
+def _copied_middle(events: list, starts: list, copies: int) -> bool:
+    """Whether the latest micro-batch (from ``starts[-1]`` to the events' end) repeats the one before it
+    (:func:`_repeats`); if so its events are copied ``copies`` times after it, the last copy keeping the traced keys
+    (:func:`_repeat_step`). A block the micro-batch before left alive and this one did not free outlives the next
+    micro-batch (a list of them freed at the step's end): each copy's is freed with the traced one
+    (:func:`_free_kept_copies`, at the step's end)."""
+    if not _repeats(events, starts):
+        return False
+    before, start = starts[-2], starts[-1]
+    previous = list(_allocated_keys(events, before, start))
+    freed = {e[1] for e in events[before:] if e[0] == "free"}
+    kept = [place for place, key in enumerate(previous) if key not in freed]
+    own = list(_allocated_keys(events, start, len(events)))
+    sizes = {e[1]: e[2] for e in events[start:] if e[0] == "malloc"}
+    made = _repeat_step(events, start, before, copies, keep_keys=True)
+    if copies:
+        pending = _KEPT.setdefault(id(events), {})
+        for place in kept:  # the traced (renamed) block and every copy's but the last, which has the traced key
+            pending[own[place]] = (len(events), [(keys[place], sizes[own[place]]) for keys in made[:-1]])
+    return True
 
 
 def _fp64_norm(numel: int):
@@ -1793,6 +1847,17 @@ def _apply_order(module):
 
 
 def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
+    """:func:`_trace_mcore_ddp` with a step's repeating middle micro-batches copied (megatron-core's schedule then
+    runs :data:`SCHEDULED_MICRO_BATCHES` of them, the loss divided by that count: a scalar), or, where they do not
+    repeat, with every micro-batch run; the same events either way (:data:`REPEAT_SETTLED_STEPS` off: every one
+    run)."""
+    try:
+        return _trace_mcore_ddp(model, plan, steps=steps, copy_micro_batches=REPEAT_SETTLED_STEPS)
+    except _MicroBatchesDiffer:
+        return _trace_mcore_ddp(model, plan, steps=steps, copy_micro_batches=False)
+
+
+def _trace_mcore_ddp(model, plan, *, steps: int = 6, copy_micro_batches: bool = True) -> list:
     """The allocation events of a megatron-core ``GPTModel`` (local layer spec, :func:`workbench.runs.model.build_gpt`)
     trained by megatron-core itself on one GPU in bf16 — ``DistributedDataParallel`` (``grad_reduce_in_fp32``, no
     overlapped reduction), ``get_megatron_optimizer`` (Adam, ``clip_grad`` 1.0, the distributed optimizer as the plan
@@ -1893,8 +1958,17 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
             batch = _mcore_batch(net, s, b)
             batch()  # measure.py makes the mask and positions after the optimizer
 
+            # the schedule's micro-batches: all of them, or three and the boundary with the middle ones copied from
+            # the third where they repeat (raising _MicroBatchesDiffer where they do not)
+            scheduled = SCHEDULED_MICRO_BATCHES if copy_micro_batches and gas > SCHEDULED_MICRO_BATCHES else gas
+
             def batches():
-                for _ in range(gas):
+                starts = []  # each micro-batch's first event: megatron-core asks for its data first
+                for i in range(scheduled):
+                    if i == SCHEDULED_MICRO_BATCHES - 1 and scheduled < gas and not _copied_middle(
+                            events, starts, gas - SCHEDULED_MICRO_BATCHES):
+                        raise _MicroBatchesDiffer(f"{model.name}: micro-batch 3 of {gas} differs from micro-batch 2")
+                    starts.append(len(events))
                     yield batch()[0]
 
             def forward_step(it, m):
@@ -1912,7 +1986,7 @@ def trace_mcore_ddp(model, plan, *, steps: int = 6) -> list:
                 ddp.zero_grad_buffer()
                 optimizer.zero_grad()
                 reduced = forward_backward(forward_step_func=forward_step, data_iterator=batches(), model=ddp,
-                                           num_microbatches=gas, seq_length=s, micro_batch_size=b,
+                                           num_microbatches=scheduled, seq_length=s, micro_batch_size=b,
                                            decoder_seq_length=s, forward_only=False)
                 optimizer.step()
                 del reduced
