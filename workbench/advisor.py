@@ -346,8 +346,7 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
                       f"themselves")
     elif not ok_gpu:
         suggestion = "follow the OOM ladder (`workbench advise` lists each step's memory and cost)"
-    elif not ok_host and not memory.offloaded_bytes_per_gpu and plan.engine is not Engine.MEGATRON \
-            and plan.zero_stage == ZeroStage.PARAMETERS:
+    elif not ok_host and not memory.offloaded_bytes_per_gpu and M.defragments_through_host(plan):
         suggestion = ("ZeRO-3 keeping its parameters on the GPU passes each rank's 16-bit partition through one host "
                       "buffer at initialization (DeepSpeed's defragment): more host memory per node, fewer ranks per "
                       "node or more data-parallel ranks to shard the parameters over")

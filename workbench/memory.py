@@ -925,6 +925,13 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     return HOST_PROCESS_BYTES + maximum(modelled, defrag)
 
 
+def defragments_through_host(plan) -> bool:
+    """Whether a plan's ranks pass their 16-bit parameter partition through one host buffer at initialization:
+    DeepSpeed ZeRO-3 keeping its parameters on the GPU (the ``defrag`` term of :func:`host_resident_bytes`)."""
+    return (plan.engine is not Engine.MEGATRON and int(plan.zero_stage) >= 3
+            and plan.offload_params is Offload.NONE)
+
+
 def lora_split(stage_params, adapter_params, lora):
     """(trainable, frozen) parameters of a rank: with LoRA the adapters train and every base weight is frozen;
     without, everything trains."""

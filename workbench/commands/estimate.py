@@ -7,7 +7,6 @@ from typing import Optional
 
 from workbench.commands.common import add_spec_arguments, profile_from_args, specs_from_args
 from workbench.defaults import GiB
-from workbench.specs import Engine, Offload
 
 
 def _sharding(p) -> str:
@@ -144,7 +143,7 @@ def render(est, replay: Optional[dict] = None) -> str:
     lines.append(f"  error band: {mem.band_note}")
     if replay is not None:
         lines.append(replay_line(replay))
-    from workbench.memory import memory_notes
+    from workbench.memory import defragments_through_host, memory_notes
 
     lines += [f"  why: {note}" for note in memory_notes(m, p, mem)]
     if mem.shows_host:
@@ -154,8 +153,7 @@ def render(est, replay: Optional[dict] = None) -> str:
                      + (f"{mem.offloaded_bytes_per_gpu / GiB:.1f} GiB of offloaded states, DeepSpeed's host buffers "
                         f"(page-locked ones rounded up to a power of two) and " if mem.offloaded_bytes_per_gpu else "")
                      + ("at initialization the rank's parameter partition, which ZeRO-3 defragments through one host "
-                        "buffer, and " if p.engine is not Engine.MEGATRON and int(p.zero_stage) == 3
-                        and p.offload_params is Offload.NONE and not mem.offloaded_bytes_per_gpu else "")
+                        "buffer, and " if defragments_through_host(p) and not mem.offloaded_bytes_per_gpu else "")
                      + "the process itself)")
     if est.time is not None:
         t = est.time
