@@ -58,12 +58,6 @@ def ladder_bars(peak_bytes: int, ladder) -> dict:
     return {"x": x, "measure": measure, "y": y, "text": text}
 
 
-def _unfit_words(rung) -> str:
-    """How a ladder rung that does not fit is named: on the point estimate it may fit, and only the held-out error
-    band's upper side, which the ladder judges by, passes the limit (the planner ranks such a plan and marks it)."""
-    return "fits on the point estimate only" if rung.fits_point_estimate else "does not fit"
-
-
 def suggestions_html(suggestions) -> str:
     if not suggestions:
         return "<i>No exposed time term above 1 % of the step.</i>"
@@ -224,7 +218,7 @@ class AdvisorView(View):
                 f"<li><b>{r.step}.</b> {html.escape(r.action)}: "
                 + ("—" if r.plan is None else f"{r.peak_bytes / GIB:.1f} GiB per GPU, {r.step_seconds:.3f} s/step "
                                               f"({r.slowdown:+.1%})" + (" — <b>fits</b>" if r.fits else
-                                                                          f" — {_unfit_words(r)}: "
+                                                                          f" — {r.verdict}: "
                                                                           f"{html.escape(r.limit)}"))
                 + (f"<br><code>{html.escape(str(r.settings))}</code>" if r.settings else "") + "</li>"
                 for r in a.oom_ladder)

@@ -104,6 +104,14 @@ class LadderStep:
     settings: dict = field(default_factory=dict)
     """The config keys / flags that make this change."""
 
+    @property
+    def verdict(self) -> str:
+        """The rung in words: fits, fits on the point estimate only (the error band's upper side, which the ladder
+        judges by, passes the limit; the planner ranks such a plan and marks it), or does not fit."""
+        if self.fits:
+            return "fits"
+        return "fits on the point estimate only" if self.fits_point_estimate else "does not fit"
+
     def to_dict(self) -> dict:
         return {"step": self.step, "action": self.action,
                 "plan": None if self.plan is None else _plan_text(self.plan), "peak_bytes": self.peak_bytes,

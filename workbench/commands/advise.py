@@ -47,9 +47,8 @@ def render(advice, log=None, replay=None) -> str:
             if s.plan is None:
                 lines.append(f"  {s.step}. {s.action} (skipped)")
                 continue
-            verdict = ("fits" if s.fits else f"fits on the point estimate only ({s.limit})"
-                       if s.fits_point_estimate else
-                       f"does not fit ({s.limit})" if s.limit.startswith("host") else "does not fit")
+            shows_limit = not s.fits and (s.fits_point_estimate or s.limit.startswith("host"))
+            verdict = s.verdict + (f" ({s.limit})" if shows_limit else "")
             lines.append(f"  {s.step}. {s.action}: peak {s.peak_bytes / GiB:.1f} GiB, {verdict}, "
                          f"{s.step_seconds:.3f} s/step "
                          f"({s.slowdown:+.1%} vs now)")
