@@ -21,6 +21,8 @@ The histories of the corpus groups ``alloc-history`` to ``alloc-history6`` (fit-
 2026-12-02 and 12-03; from ``alloc-history3`` on with each allocation's innermost Python frames) are kept in
 ``benchmarks/results/alloc_history/``, with the records of the fit shapes measured only with their history
 (``alloc-history6``: ``alloc_history6_records.jsonl``); the printout in ``benchmarks/results/alloc_history_h200.txt``.
+Those of ``overlap-offload-history`` and ``z3-offload-wide-history`` (one H100, 2026-12-05) are in ``offload_h100/``
+with their records, the printout in ``benchmarks/results/alloc_history_offload_h100.txt``.
 """
 from __future__ import annotations
 

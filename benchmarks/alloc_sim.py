@@ -196,12 +196,13 @@ def mcore_replays(recs: list, runs: list) -> list:
 
 
 def _capacity_bytes(run: dict) -> int:
-    """What the allocator may reserve in a corpus run's replay: the H200's memory (``torch.cuda.mem_get_info``'s
-    total) less the run's stack's memory outside the allocator (:func:`workbench.memory.stack_outside_bytes`), as
+    """What the allocator may reserve in a corpus run's replay: its GPU's memory (``torch.cuda.mem_get_info``'s
+    total, as the record kept it; an H200's for the records from before it was kept) less the run's stack's memory
+    outside the allocator (:func:`workbench.memory.stack_outside_bytes`), as
     :func:`workbench.allocsim.replay_capacity_bytes` gives a plan's on its GPU."""
     from workbench.memory import stack_outside_bytes
 
-    return int(H200_BYTES - stack_outside_bytes(run["model"], run["plan"]))
+    return int((run.get("gpu_total_bytes") or H200_BYTES) - stack_outside_bytes(run["model"], run["plan"]))
 
 
 def _stats(errs) -> str:

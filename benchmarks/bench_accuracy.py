@@ -132,6 +132,7 @@ def steady_step_seconds(rec: dict):
 
 def corpus_run(rec: dict):
     """One corpus record as a run dict, or ``None`` when it did not complete or cannot be described."""
+    from corpus.describe import record_gpu
     from workbench import catalog
     from workbench.specs import ClusterSpec, ParallelPlan
 
@@ -215,12 +216,13 @@ def corpus_run(rec: dict):
     # the host the run had: its cores and the threads its CPU Adam ran on (OMP_NUM_THREADS as recorded)
     host = dict(host_cpu_cores_per_node=int((rec.get("provenance") or {}).get("host_cpu_cores") or 112),
                 cpu_adam_threads=int(rec.get("omp_num_threads") or o.get("omp_threads") or 0))
+    gpu = record_gpu(rec)
     start = rec.get("allocated_at_start_bytes") or 0
     reserved, outside = rec.get("peak_reserved_bytes"), rec.get("outside_allocator_bytes")
     device = reserved + outside if reserved is not None and outside is not None else None
     if oom:
         return dict(source="corpus", stack=stack, run_id=rec.get("run_id"), shape_id=rec.get("shape_id"),
-                    model=model, cluster=ClusterSpec(gpu="H200", gpus_per_node=world, **host), plan=plan, oom=True,
+                    model=model, cluster=ClusterSpec(gpu=gpu, gpus_per_node=world, **host), plan=plan, oom=True,
                     measured={})
     from workbench.configs.importer import read_ds_bool
 
@@ -232,7 +234,8 @@ def corpus_run(rec: dict):
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"), host_pinned=pinned,
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
                 date=(rec.get("provenance") or {}).get("date_utc"),
-                cluster=ClusterSpec(gpu="H200", gpus_per_node=plan.world_size, **host), plan=plan,
+                gpu_total_bytes=(rec.get("provenance") or {}).get("gpu_total_bytes"),
+                cluster=ClusterSpec(gpu=gpu, gpus_per_node=plan.world_size, **host), plan=plan,
                 omp_threads=rec.get("omp_num_threads"), step_traces=step_traces(rec),
                 timed_steps=int(rec.get("timed_steps") or 0),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,

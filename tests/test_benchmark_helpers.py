@@ -258,3 +258,31 @@ def test_layer_byte_census_is_linear_in_the_widths_and_skips_gemms_and_scores(mo
         assert totals["forward"] == 0
         act.mul(2.0)
     assert totals["forward"] == 2 * census.SEQ * 8 * 2
+
+
+def test_corpus_runs_are_estimated_for_the_gpu_their_provenance_names(monkeypatch):
+    """A record names its GPU in provenance.gpu (torch's device name); the accuracy bench, the replay study and
+    describe.py estimate it for that catalog GPU and replay it under that GPU's memory; older records say nothing
+    and ran on an H200."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    B = _load("bench_accuracy_gpu_under_test", BENCH / "bench_accuracy.py")
+    spec = importlib.util.spec_from_file_location("alloc_sim_gpu_under_test", BENCH / "alloc_sim.py")
+    S = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, S)  # its dataclasses look their module up while being made
+    spec.loader.exec_module(S)
+    D = _load("corpus_describe_gpu_under_test", BENCH / "corpus" / "describe.py")
+    dims = dict(num_layers=2, hidden_size=256, num_attention_heads=4, ffn_hidden_size=1024, vocab_size=1000,
+                seq_length=128)
+    rec = dict(run_id="mcore-ds/x/z2/mbs1", shape_id="x", stack="mcore-ds", status="ok", world_size=1,
+               options={"zero": 2, "mbs": 1}, model_dims=dims, optimizer_class="FusedAdam",
+               peak_allocated_bytes=10 * 2**30, peak_reserved_bytes=11 * 2**30, outside_allocator_bytes=2**30,
+               step_seconds_median=0.1)
+    h100 = {**rec, "provenance": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_total_bytes": 85_017_493_504}}
+    assert D.record_gpu(rec) == "H200" and D.record_gpu(h100) == "H100-SXM"
+    old, new = B.corpus_run(rec), B.corpus_run(h100)
+    assert old["cluster"].gpu.name == "H200" and new["cluster"].gpu.name == "H100-SXM"
+    assert D.description(h100)["cluster"]["gpu"]["name"] == "H100-SXM"
+    # the replay may reserve the GPU the run had, less the same memory outside the allocator
+    assert S._capacity_bytes(old) - S._capacity_bytes(new) == S.H200_BYTES - 85_017_493_504
+    # the H100's lower bandwidth and same peak: never a faster step than the H200's for one plan
+    assert B.predict(new)["step"] > B.predict(old)["step"]

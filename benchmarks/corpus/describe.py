@@ -22,6 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
+def record_gpu(r: dict) -> str:
+    """The catalog GPU a record ran on, from its provenance's CUDA device name (``NVIDIA H100 80GB HBM3`` ->
+    ``H100-SXM``); ``H200`` for the records measured before the name was kept, all of which ran on an H200."""
+    from workbench.calibrate.runner import catalog_gpu_for
+
+    name = (r.get("provenance") or {}).get("gpu")
+    return (catalog_gpu_for(name) if name else "") or "H200"
+
+
 def description(r: dict) -> dict:
     from workbench.catalog import model as catalog_model
     from workbench.configs.launch import expandable_in_conf
@@ -30,7 +39,7 @@ def description(r: dict) -> dict:
     from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
     n = r.get("gpus") or r.get("world_size") or 1
-    cluster = ClusterSpec(gpu="H200", gpus_per_node=n)
+    cluster = ClusterSpec(gpu=record_gpu(r), gpus_per_node=n)
     # the allocator the run had: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (group expseg)
     expandable = bool((r.get("options") or {}).get("expandable_segments")
                       or expandable_in_conf(r.get("pytorch_cuda_alloc_conf")))
