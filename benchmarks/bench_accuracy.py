@@ -227,8 +227,8 @@ def corpus_run(rec: dict):
     from workbench.configs.importer import read_ds_bool
 
     zero_cfg = (rec.get("ds_config") or {}).get("zero_optimization") or {}
-    # the offload buffers page-locked: pin_memory read as DeepSpeed reads it, whose default is off (pageable)
-    pinned = all(read_ds_bool(zero_cfg[key].get("pin_memory"), f"zero_optimization.{key}.pin_memory") is True
+    # the offload buffers page-locked: pin_memory read as DeepSpeed 0.19 reads it, whose default is on
+    pinned = all(read_ds_bool(zero_cfg[key].get("pin_memory"), f"zero_optimization.{key}.pin_memory") is not False
                  for key in ("offload_optimizer", "offload_param")
                  if isinstance(zero_cfg.get(key), dict) and zero_cfg[key].get("device") not in (None, "none"))
     return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"), host_pinned=pinned,

@@ -184,3 +184,36 @@ def test_advisor_names_zero3_init_when_the_host_does_not_fit_without_offload():
     assert not mem.fits_host and mem.fits_gpu
     finding = fits_memory(p, mem)
     assert finding.status == "fail" and "defragment" in finding.suggestion
+
+
+def test_pageable_offload_buffers_are_flagged_with_what_they_cost_measured():
+    """pin_memory false with CPU offload: the advisor (an imported ds_config's options) and the import lint both say
+    the time model prices page-locked copies and how much longer final51's pageable runs took; pinned, without
+    offload, or under Megatron's own optimizer, nothing."""
+    from workbench import advisor
+    from workbench.configs.deepspeed import PAGEABLE_OFFLOAD_MEASURED, DeepSpeedOptions
+    from workbench.configs.lint import lint_ds_config
+
+    p = ParallelPlan(world_size=1, engine="deepspeed", micro_batch_size=1, global_batch_size=1, zero_stage=2,
+                     offload_optimizer="cpu")
+    pageable = DeepSpeedOptions(pin_memory=False)
+    found = advisor.pageable_offload(p, pageable)
+    lo, hi = min(PAGEABLE_OFFLOAD_MEASURED["runs"]["H200"]), max(PAGEABLE_OFFLOAD_MEASURED["runs"]["H200"])
+    assert found.status == "warn" and f"{lo:.1f}-{hi:.1f}x on one H200 (3 runs)" in found.message
+    assert '"pin_memory": true' in found.suggestion
+    assert advisor.pageable_offload(p, DeepSpeedOptions()) is None
+    assert advisor.pageable_offload(p.replace(offload_optimizer="none"), pageable) is None
+    m, mem = _host(dict(zero_stage=2, offload_optimizer="cpu"))
+    assert "pageable_offload" in {f.id for f in advisor.check_plan(m, ClusterSpec(gpu="H200", gpus_per_node=1), p,
+                                                                    memory=mem, options=pageable)}
+
+    def warned(section):
+        cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, **section}}
+        return [f.path for f in lint_ds_config(cfg) if "pin_memory" in f.path]
+
+    assert warned({"offload_param": {"device": "cpu", "pin_memory": False}}) == [
+        "zero_optimization.offload_param.pin_memory"]
+    assert warned({"offload_optimizer": {"device": "cpu", "pin_memory": "false"}}) == [
+        "zero_optimization.offload_optimizer.pin_memory"]
+    assert warned({"offload_optimizer": {"device": "cpu"}}) == []  # DeepSpeed's default pins
+    assert warned({"offload_optimizer": {"device": "cpu", "pin_memory": True}}) == []

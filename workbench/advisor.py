@@ -36,7 +36,8 @@ from workbench import memory as M
 from workbench import timing as T
 from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
 from workbench.parallel import group_crosses_nodes
-from workbench.configs.deepspeed import LARGE_MODEL_PARAMETERS, DeepSpeedOptions
+from workbench.configs.deepspeed import (LARGE_MODEL_PARAMETERS, PAGEABLE_OFFLOAD_MEASURED, DeepSpeedOptions,
+                                         pageable_offload_cost)
 from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, NO_PIPELINE, ClusterSpec, CrossEntropyFusion, Engine,
                              Implementation, ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute,
                              ZeroStage, hf_checkpoint_counts, hf_checkpoint_every, ulysses_head_limit, validate)
@@ -432,7 +433,26 @@ def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optiona
                            f"of two",
                    suggestion=f'"pin_memory": false in zero_optimization.{sections}: {_gb(then)} per node of '
                               f"{_gb(cap)} ({then / cap:.0%}; the workbench's export writes true); copies between host "
-                              f"and GPU then go through pageable memory, slower (not measured here)")
+                              f"and GPU then go through pageable memory: {pageable_offload_cost()}")
+
+
+def pageable_offload(plan: ParallelPlan, options: DeepSpeedOptions) -> Optional[Finding]:
+    """DeepSpeed CPU offload with ``"pin_memory": false`` (an imported ds_config's, or the options the export is
+    given): the host buffers are pageable, so every copy between host and GPU is staged by the driver and the
+    transfers DeepSpeed issues as non-blocking wait for the host. The time model prices page-locked buffers; this
+    says how far measured runs fell from it
+    (:data:`workbench.configs.deepspeed.PAGEABLE_OFFLOAD_MEASURED`). None without CPU offload or with
+    ``pin_memory`` on."""
+    if plan.engine is Engine.MEGATRON or Offload.CPU not in (plan.offload_optimizer, plan.offload_params):
+        return None
+    if options.pin_memory:
+        return None
+    return Finding(id="pageable_offload", status="warn",
+                   message=f'"pin_memory": false with CPU offload: the step-time estimate assumes page-locked '
+                           f"offload buffers; with pageable ones {pageable_offload_cost()} "
+                           f"(corpus batch final51, {PAGEABLE_OFFLOAD_MEASURED['date']})",
+                   suggestion='"pin_memory": true in the offload sections when the host has room for the '
+                              "page-locked buffers (the host-memory check prices them both ways)")
 
 
 NEAR_CAPACITY_FRACTION = 0.90
@@ -746,6 +766,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
+             pageable_offload(plan, o),
              expandable_segments_advice(model, cluster, plan, memory),
              strategy_tier(model, cluster, plan, memory),
              zero3_layer_room(model, plan, memory), card_size(model, cluster, n),

@@ -74,7 +74,9 @@ class DeepSpeedOptions:
     nvme_path: str = "/local_nvme"
     """ZeRO-Infinity swap folder on a local NVMe drive (used only with offload to nvme; set it to your mount)."""
     pin_memory: bool = True
-    """Page-locked host buffers for offload (faster PCIe copies, costs host memory)."""
+    """Page-locked host buffers for offload (faster PCIe copies, costs host memory; DeepSpeed's default too). Off,
+    measured steps were longer than the time model's, which prices page-locked copies
+    (:data:`PAGEABLE_OFFLOAD_MEASURED`)."""
     loss_scale_window: int = 1000
     """fp16 dynamic loss scaling: steps without overflow before the scale doubles (guide §3: ``1000``)."""
     initial_scale_power: int = 16
@@ -145,6 +147,23 @@ class DeepSpeedOptions:
     @classmethod
     def field_names(cls) -> tuple:
         return tuple(f.name for f in fields(cls))
+
+
+PAGEABLE_OFFLOAD_MEASURED = dict(
+    runs={"H200": (1.47, 1.64, 1.78), "H100": (1.98, 2.33)}, date="2026-12-05", commit="9c64809",
+    source="benchmarks/results/final51_blind_h200.txt, benchmarks/results/h100_transfer.txt")
+"""Measured step over estimated step of DeepSpeed CPU-offload runs with ``"pin_memory": false`` (corpus batch final51,
+through transformers: Granite 3.0 8B's width at 10 layers under ZeRO-2 and ZeRO-3 with both offloads, SmolLM3 3B
+under ZeRO-2 checkpointed), against the estimate of the commit named, which prices the offload copies as DeepSpeed
+runs them with page-locked buffers; the batch's four runs with pinned buffers came within -11 / +7 % of it on the
+H200. Keyed by the GPU the runs had (the H100 ran two of the three plans)."""
+
+
+def pageable_offload_cost() -> str:
+    """What ``"pin_memory": false`` cost measured runs, in words (:data:`PAGEABLE_OFFLOAD_MEASURED`)."""
+    parts = [f"{min(v):.1f}-{max(v):.1f}x on one {gpu} ({len(v)} runs)"
+             for gpu, v in PAGEABLE_OFFLOAD_MEASURED["runs"].items()]
+    return "measured steps took " + ", ".join(parts) + " of the time model's step with page-locked buffers"
 
 
 def _ds_engine_check(plan: ParallelPlan) -> None:

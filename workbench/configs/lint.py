@@ -509,6 +509,15 @@ def lint_ds_config(config: dict, *, world_size: Optional[int] = None) -> list[Li
                 message=f"{key} to '{device}' needs ZeRO stage >= {need} (stage is {stage:g}); DeepSpeed does "
                         f"not offload here",
                 suggestion=f"set zero_optimization.stage to {max(need, 2) if need == 1 else 3} or remove {key}"))
+        if device == "cpu" and read_ds_bool(section.get("pin_memory"), f"zero_optimization.{key}.pin_memory") \
+                is False:
+            from workbench.configs.deepspeed import pageable_offload_cost
+
+            out.append(LintFinding(path=f"zero_optimization.{key}.pin_memory", severity="warning",
+                                   message=f"pageable offload buffers: every copy between host and GPU is staged "
+                                           f"by the driver; {pageable_offload_cost()}",
+                                   suggestion="set it to true (DeepSpeed's default) when the host has room for "
+                                              "page-locked buffers"))
         if device == "nvme" and not section.get("nvme_path"):
             out.append(LintFinding(path=f"zero_optimization.{key}.nvme_path", severity="error",
                                    message="offload to nvme needs nvme_path", suggestion="set it to a local NVMe "
