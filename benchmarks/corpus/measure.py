@@ -78,7 +78,7 @@ def provenance() -> dict:
 def ds_config(cfg: dict) -> dict:
     """The hand-written ds_config of one run (what a user puts in ds_config.json)."""
     zero = {"stage": cfg["zero"]}
-    pin = bool(cfg.get("pin", True))  # page-locked offload buffers (False: DeepSpeed's own default, pageable)
+    pin = bool(cfg.get("pin", True))  # page-locked offload buffers (DeepSpeed 0.19's default); False: pageable
     if cfg.get("offload"):
         zero["offload_optimizer"] = {"device": cfg["offload"], "pin_memory": pin}
     if cfg.get("overlap"):  # overlap_comm on at ZeRO-1/2 (DeepSpeed's default there is off), as HF's ZeRO-2 examples

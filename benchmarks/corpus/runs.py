@@ -1114,6 +1114,23 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- fifty-second final batch ("final52") ---
+    # StarCoder2 3B at its 30 layers through transformers: GQA 24/2 of head 128, GeLU (tanh) 12288 with biases,
+    # LayerNorm, tied 49k vocabulary, attention, embedding and residual dropout 0.1 (bigcode/starcoder2-3b's
+    # config.json, as tests/data/hf/starcoder2-3b keeps it)
+    "hf-starcoder2-h3072-l30": dict(like="StarCoder2 3B (30 layers)", seq_length=2048, config=dict(
+        model_type="starcoder2", architectures=["Starcoder2ForCausalLM"], hidden_size=3072, intermediate_size=12288,
+        num_hidden_layers=30, num_attention_heads=24, num_key_value_heads=2, vocab_size=49152,
+        max_position_embeddings=16384, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh", use_bias=True,
+        tie_word_embeddings=True, attention_dropout=0.1, embedding_dropout=0.1, residual_dropout=0.1,
+        sliding_window=4096, rope_theta=999999.4420358813)),
+    # a Llama-style width of 2048 at 24 layers: MHA 16 heads of 128, SwiGLU 5504, untied 64k vocabulary (the
+    # dimensions of 01-ai's Yi-Coder 1.5B)
+    "hf-yicoder-h2048-l24": dict(like="Yi-Coder 1.5B-like (24 layers)", seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=5504,
+        num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16, vocab_size=64000,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000000.0)),
     # --- fifty-first final batch ("final51") ---
     # Granite 3.0 8B at 10 of its 40 layers: GQA 32/8 of head 128, SwiGLU 12800, tied 49k vocabulary, Granite's
     # embedding/attention/residual/logits multipliers, attention dropout 0.1 (ibm-granite/granite-3.0-8b-base)
@@ -2196,6 +2213,34 @@ GROUPS = {
     "z3-offload-wide-history": [dict(cfg, history=True) for cfg in (
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),
         _hf("hf-qwen15-h2560-l20", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF))],
+    # thirteenth fit batch (one GPU), fit side, declared in accuracy_split.json "fit13_about": DeepSpeed's CPU offload
+    # with "pin_memory": false beside the same plans pinned (two pinned twins measured again in the batch, "rep13": the
+    # host's speed moves between days and machines), on four fit widths: what pageable offload buffers cost in step
+    # time, to fit before final52 is read
+    "fit13": [
+        _hf("hf-llama-h2048", 2, "sdpa", repeat=13, **OFF),
+        _hf("hf-llama-h2048", 2, "sdpa", pin=False, **OFF),
+        _hf("hf-qwen15-h2560-l20", 3, "sdpa", pin=False, **OFF),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", ckpt=True, pin=False, **OFF),
+        _hf("hf-codellama-h8192-l2", 3, "sdpa", pin=False, **OFF),
+        _hf("hf-qwen15-h2560-l20", 1, "sdpa", overlap=True, pin=False, **OFF),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
+    ],
+    # fifty-second final batch (one GPU), declared in accuracy_split.json "final52" before measuring: pinned and
+    # pageable ("pin_memory": false) CPU offload side by side on two widths the corpus has never run, StarCoder2 3B
+    # through transformers (its first run there, dropout 0.1) and a Yi-Coder 1.5B-like Llama width; blind for any
+    # pageable-offload time term fitted on fit13, and for the estimate and the replay of that family
+    "final52": [
+        _hf("hf-starcoder2-h3072-l30", 2, "sdpa"),
+        _hf("hf-starcoder2-h3072-l30", 2, "sdpa", **OFF),
+        _hf("hf-starcoder2-h3072-l30", 2, "sdpa", pin=False, **OFF),
+        _hf("hf-starcoder2-h3072-l30", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-starcoder2-h3072-l30", 3, "sdpa", ckpt=True, pin=False, **OFF, **POFF),
+        _hf("hf-yicoder-h2048-l24", 1, "sdpa", mbs=2, **OFF),
+        _hf("hf-yicoder-h2048-l24", 1, "sdpa", mbs=2, pin=False, **OFF),
+        _hf("hf-yicoder-h2048-l24", 3, "eager", ckpt=True, pin=False, **OFF),
+    ],
     # fifty-first final batch (one GPU), declared in accuracy_split.json "final51" before measuring: host memory (the
     # process's peak resident set against memory.host_resident_bytes) where no run has checked it — ZeRO-1/2 with the
     # optimizer on the CPU and gradient accumulation (a pinned 16-bit accumulation buffer per parameter), LoRA with the
