@@ -77,6 +77,34 @@ def test_starcoder2_lora_modules_equal_peft():
     assert trainable == 2 * lora_params_per_layer(spec, 8, everything)
 
 
+def test_starcoder2_keeps_q_k_v_apart_where_gpt2_and_neox_fuse_them():
+    """StarCoder2 is a LayerNorm family like GPT-2 and GPT-NeoX but builds q_proj, k_proj, v_proj: peft wraps three
+    modules for q, k, v (one c_attn / query_key_value in GPT-2 / NeoX), ZeRO-3 fetches six per layer, and every
+    projection has its own weight and bias; the flag is refused off a dense LayerNorm transformers model."""
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import LoraLayer
+
+    from workbench import params, timing
+    from workbench.specs import ModelSpec
+
+    config = dict(model_type="starcoder2", hidden_size=64, intermediate_size=256, num_attention_heads=4,
+                  num_key_value_heads=2, num_hidden_layers=2, vocab_size=256, bos_token_id=0, eos_token_id=0)
+    spec = import_hf(config).spec
+    assert spec.separate_qkv and not params.hf_fused_qkv(spec)
+    net = get_peft_model(build_model(config, device="meta"),
+                         LoraConfig(r=4, target_modules=lora_target_modules("starcoder2", ("q", "k", "v"))))
+    wrapped = sum(isinstance(m, LoraLayer) for m in net.modules())
+    assert wrapped == 2 * params.lora_modules_per_layer(spec, 4, ("q", "k", "v")) == 6
+    assert timing.zero3_modules_per_layer(spec.replace(hidden_size=2048, num_attention_heads=16,
+                                                       num_query_groups=2, ffn_hidden_size=8192)) == 6
+    assert params.layer_linear_tensors(spec) == 12  # q, k, v, o, c_fc, c_proj: weight and bias each
+    gpt2 = import_hf(HF / "gpt2").spec
+    assert not gpt2.separate_qkv and params.hf_fused_qkv(gpt2)
+    with pytest.raises(ValueError, match="separate_qkv=True .* needs a dense LayerNorm transformers model; got "
+                                         "implementation='megatron'"):
+        ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, separate_qkv=True)
+
+
 def test_llama_style_lora_module_names():
     assert lora_target_modules("granite", ("q", "gate")) == ["q_proj", "gate_proj"]
     assert lora_target_modules("smollm3", ("q", "gate")) == ["q_proj", "gate_proj"]

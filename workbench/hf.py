@@ -348,7 +348,7 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                     normalization="layernorm", add_bias_linear=bool(cfg.use_bias),
                     activation=_activation(cfg.hidden_act, False, where, notes),
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=residual,
-                    attention_dropout=float(g("attention_dropout", 0.0) or 0.0))
+                    attention_dropout=float(g("attention_dropout", 0.0) or 0.0), separate_qkv=True)
     # the Llama-style families: RMSNorm, rotary, gated MLP, optional GQA
     if model_type in ("llama", "granite", "smollm3") and bool(g("attention_bias")) != bool(g("mlp_bias")):
         raise ValueError(f"{where}: attention_bias={cfg.attention_bias} with mlp_bias={cfg.mlp_bias} is not "

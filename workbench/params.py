@@ -90,14 +90,15 @@ def layer_linear_tensors(m: ModelSpec) -> int:
     router), the QKV bias alone when ``qkv_bias``.
 
     transformers 5: GPT-2 and GPT-NeoX (LayerNorm) fuse Q, K, V into one projection: four linears with biases.
-    The RMSNorm families keep ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, ``gate_proj``, ``up_proj``,
+    StarCoder2 (LayerNorm, ``separate_qkv``) and the RMSNorm families keep ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, ``gate_proj``, ``up_proj``,
     ``down_proj`` apart; their MoE layers hold a router weight [E, h] and ONE experts module with two fused 3-D
     tensors, ``gate_up_proj`` [E, 2f, h] and ``down_proj`` [E, h, f] (``MixtralExperts``,
     transformers/models/mixtral/modeling_mixtral.py; Qwen2/3-MoE alike), plus Qwen2-MoE's shared expert (three
     linears) and its h→1 gate. Q/K/V biases with ``qkv_bias``; the others with ``add_bias_linear``. Phi-3
     (``fused_projections``) fuses them into ``qkv_proj`` and ``gate_up_proj``: four linears, without biases."""
     bias = m.add_bias_linear
-    if m.implementation is not Implementation.TRANSFORMERS or m.normalization is Normalization.LAYERNORM:
+    if m.implementation is not Implementation.TRANSFORMERS or (m.normalization is Normalization.LAYERNORM
+                                                               and not m.separate_qkv):
         linears = 2 + (1 + 2 * m.num_experts if m.is_moe else 2)
         return (linears * (2 if bias else 1) - (1 if m.is_moe and bias else 0)
                 + (1 if m.qkv_bias and not bias else 0))
@@ -123,7 +124,8 @@ def weight_tensor_sizes(m: ModelSpec, tensor_parallel: int = 1) -> list:
     q, kv = m.query_projection_size, m.kv_projection_size
     vocab = model_vocab_size(m, t)
     gated = 2 if m.is_gated else 1
-    hf = m.implementation is Implementation.TRANSFORMERS and m.normalization is not Normalization.LAYERNORM
+    hf = m.implementation is Implementation.TRANSFORMERS and (m.normalization is not Normalization.LAYERNORM
+                                                              or m.separate_qkv)
     layer = []
     if hf and not m.fused_projections:
         layer += [h * q / t, h * kv / t, h * kv / t, q * h / t]
@@ -188,10 +190,11 @@ def parameter_counts(m: ModelSpec) -> ParameterCounts:
 
 def hf_fused_qkv(m: ModelSpec) -> bool:
     """Whether a transformers model computes q, k and v in one projection that peft wraps as one LoRA module:
-    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm, and Phi-3
-    (``qkv_proj``: :attr:`~workbench.specs.ModelSpec.fused_projections`)."""
-    return m.implementation is Implementation.TRANSFORMERS and (m.normalization is Normalization.LAYERNORM
-                                                                or m.fused_projections)
+    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm but StarCoder2
+    (:attr:`~workbench.specs.ModelSpec.separate_qkv`), and Phi-3 (``qkv_proj``:
+    :attr:`~workbench.specs.ModelSpec.fused_projections`)."""
+    return m.implementation is Implementation.TRANSFORMERS and (
+        (m.normalization is Normalization.LAYERNORM and not m.separate_qkv) or m.fused_projections)
 
 
 def lora_modules_per_layer(m: ModelSpec, rank: int, targets) -> int:

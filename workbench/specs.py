@@ -474,6 +474,10 @@ class ModelSpec:
     and ``gate_up_proj`` [2f, h] beside ``o_proj`` and ``down_proj``) instead of Llama's seven; the same parameters,
     fewer modules and tensors (ZeRO-3 fetches, ZeRO-2 gradient hooks). Needs a dense, gated, RMSNorm transformers
     model."""
+    separate_qkv: bool = False
+    """transformers LayerNorm models that keep ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` apart (StarCoder2,
+    transformers/models/starcoder2) where GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``) fuse q, k and v into
+    one projection: the same parameters, more modules and tensors. Needs a dense LayerNorm transformers model."""
 
     def __post_init__(self) -> None:
         for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
@@ -535,8 +539,16 @@ class ModelSpec:
         self._check_transformers_stack()
 
     def _check_transformers_stack(self) -> None:
-        """``experts_implementation`` and ``fused_projections`` against the model (run after the sizes)."""
+        """``experts_implementation``, ``fused_projections`` and ``separate_qkv`` against the model (run after the
+        sizes)."""
         _set(self, "fused_projections", check_bool("fused_projections", self.fused_projections))
+        _set(self, "separate_qkv", check_bool("separate_qkv", self.separate_qkv))
+        if self.separate_qkv and (self.implementation is not Implementation.TRANSFORMERS
+                                  or self.num_experts is not None
+                                  or self.normalization is not Normalization.LAYERNORM):
+            raise ValueError(f"separate_qkv=True (StarCoder2's q_proj, k_proj, v_proj beside LayerNorm) needs a dense "
+                             f"LayerNorm transformers model; got implementation='{self.implementation}', "
+                             f"num_experts={self.num_experts}, normalization='{self.normalization}'")
         hf_moe = self.implementation is Implementation.TRANSFORMERS and self.num_experts is not None
         if self.experts_implementation is None:
             if hf_moe:

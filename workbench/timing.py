@@ -1795,8 +1795,9 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
 
     Hugging Face transformers 5 (the modules ``AutoModelForCausalLM.from_config`` builds; tests/test_hf_moe.py counts
     them on the meta device): GPT-2 (``c_attn``, ``c_proj``, ``c_fc``, ``c_proj``) and GPT-NeoX
-    (``query_key_value``, ``dense``, ``dense_h_to_4h``, ``dense_4h_to_h``) fuse Q, K and V — the LayerNorm
-    families, four modules; the RMSNorm families (Llama, Mistral, Qwen2/3, Gemma 1-3) have ``q_proj``, ``k_proj``,
+    (``query_key_value``, ``dense``, ``dense_h_to_4h``, ``dense_4h_to_h``) fuse Q, K and V — four modules;
+    StarCoder2 (``separate_qkv``: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, ``c_fc``, ``c_proj``) six; the
+    RMSNorm families (Llama, Mistral, Qwen2/3, Gemma 1-3) have ``q_proj``, ``k_proj``,
     ``v_proj``, ``o_proj``, ``gate_proj``, ``up_proj``, ``down_proj``, seven. Their MoE layers (Mixtral, Qwen2-MoE,
     Qwen3-MoE) keep all experts in ONE module with fused 3-D weights ``gate_up_proj`` [E, 2f, h] and ``down_proj``
     [E, h, f] (``MixtralExperts``; transformers/models/mixtral/modeling_mixtral.py), one fetch whatever E is; the
@@ -1809,7 +1810,7 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
     if model.implementation is not Implementation.TRANSFORMERS:
         mlp = 1 + 2 * model.num_experts if model.is_moe else 2
         return 2 + mlp
-    if model.normalization is Normalization.LAYERNORM:  # GPT-2, GPT-NeoX: fused QKV, two-matrix MLP
+    if model.normalization is Normalization.LAYERNORM and not model.separate_qkv:  # GPT-2, NeoX: fused QKV
         return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + 2 * _fetched(h * model.ffn_hidden_size)
     if model.fused_projections:  # Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj
         f = model.ffn_hidden_size
