@@ -264,3 +264,20 @@ def test_configs_tab_says_when_its_files_are_not_for_the_plan_typed_or_would_not
     assert "These files are for the last valid plan: an input is refused (tensor_parallel(3)" in view.note.value
     app.dispatch(SetPlan(changes={"tensor_parallel": 1, "pipeline_parallel": 1}))  # 13B whole on each A100
     assert app.state.valid and "does not fit the GPU (Memory tab)" in view.note.value
+
+
+def test_imported_pageable_offload_reaches_the_advisor_view(app):
+    """A pasted ds_config with pin_memory false: the import report lints it, and the Advisor view, which reads the
+    imported options, lists the pageable_offload finding with its measured cost."""
+    from widgets.advisor_view import AdvisorView
+
+    imp = panel_of(app, ImportPanel)
+    imp.text.value = GUIDE_ZERO3.replace('"pin_memory": true', '"pin_memory": false')
+    assert imp.load(), imp.error.value
+    assert app.state.options.pin_memory is False
+    assert "pin_memory" in imp.report.value and "pageable" in imp.report.value
+    view = view_of(app, AdvisorView)
+    open_tab(app, view)
+    found = {f.id: f for f in view.advice.findings}
+    assert found["pageable_offload"].status == "warn" and "on one H200" in found["pageable_offload"].message
+    assert "pageable" in html.unescape(view.checks.value)
