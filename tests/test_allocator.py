@@ -211,6 +211,29 @@ def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies()
     assert study["replayed"][0] < study["constant"][0] and abs(study["replayed"][1]) < abs(study["constant"][1])
 
 
+def test_near_capacity_advice_takes_the_replayed_reserve_when_the_plan_was_replayed():
+    """With the reserve the allocator replay gave this very plan, the saving of expandable segments is counted from
+    it (not the engine's constant) and the advice no longer suggests replaying: a replayed reserve of 30 % saves
+    allocated x (30 % - the expandable reserve); one below the expandable reserve saves nothing, no finding."""
+    import dataclasses
+
+    from workbench import advisor
+    from workbench.memory import RESERVE_FRACTION_EXPANDABLE, plan_engine_key
+
+    m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2)
+    peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
+    tight = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.02 / 2**30))
+    mem = estimate(m, tight, plan).memory
+    allocated = mem.per_gpu_peak_bytes - mem.peak_stage.terms.overhead
+    found = advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=0.30)
+    saved = allocated * (0.30 - RESERVE_FRACTION_EXPANDABLE[plan_engine_key(plan)])
+    assert found.status == "warn" and f"drops by {advisor._gb(saved)}" in found.suggestion
+    assert "replays it by default" not in found.suggestion
+    assert "replays it by default" in advisor.expandable_segments_advice(m, tight, plan, mem).suggestion
+    low = RESERVE_FRACTION_EXPANDABLE[plan_engine_key(plan)] / 2
+    assert advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=low) is None
+
 def test_plan_panel_checkbox_sets_the_allocator_and_the_estimate_follows():
     from widgets.app import Workbench
     from widgets.parallel_panel import ParallelPanel

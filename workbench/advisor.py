@@ -469,13 +469,14 @@ between processes with either allocator)."""
 
 
 def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
-                               memory) -> Optional[Finding]:
+                               memory, *, reserve_fraction: Optional[float] = None) -> Optional[Finding]:
     """With PyTorch's default allocator and a whole-device peak near the GPU's capacity at the band's upper side
     (:data:`NEAR_CAPACITY_FRACTION`): advise expandable segments with the measured numbers
     (:data:`EXPANDABLE_SEGMENTS_MEASURED`) and what it saves for this plan: the peak stage's allocated bytes times
     the engine's default reserve less :data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE` (the memory model's
-    constants), and the expandable mode's error band. ``None`` when the plan is far from capacity or peaks at
-    DeepSpeed's initialization (no reserve above it)."""
+    constants; with ``reserve_fraction``, the reserve the allocator replay gave this plan's memory, in place of the
+    default allocator's constant, and no hint to replay it), and the expandable mode's error band. ``None`` when the
+    plan is far from capacity or peaks at DeepSpeed's initialization (no reserve above it)."""
     from workbench.memory import (RESERVE_FRACTION_EXPANDABLE, ZERO3_STREAM_RESERVE_REGIMES, error_band,
                                   overhead_bytes, plan_engine_key, plan_overheads, plan_reserve_key)
 
@@ -496,7 +497,9 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     allocated = memory.per_gpu_peak_bytes - terms.overhead
     own = {on: plan_overheads(plan, on) for on in (0, 1)}
     default_reserve = allocated * own[0]["reserve_fraction"]
-    if plan_reserve_key(plan) in ZERO3_STREAM_RESERVE_REGIMES:
+    if reserve_fraction is not None:  # the replayed reserve is the default allocator's, for this very plan
+        default_reserve = allocated * reserve_fraction
+    elif plan_reserve_key(plan) in ZERO3_STREAM_RESERVE_REGIMES:
         outside = float(overhead_bytes(0.0, plan.world_size, **own[0]))  # the memory model's own formula for it
         default_reserve = max(terms.overhead - outside, 0.0)
     saves = default_reserve - allocated * own[1]["reserve_fraction"]
@@ -519,7 +522,8 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
                    f"to {_gb(peak)} ({_gb(new_upper)} at the band's upper side, {new_upper / cap:.0%} of {_gb(cap)})"
                    + ("; then it fits at the upper side" if new_upper <= cap < upper else "")
                    # the reserve decides it when the peak without it fits: then this plan's own reserve is worth having
-                   + (_replay_hint(model, plan) if memory.per_gpu_peak_bytes - default_reserve <= cap else ""))
+                   + (_replay_hint(model, plan) if reserve_fraction is None
+                      and memory.per_gpu_peak_bytes - default_reserve <= cap else ""))
 
 
 def _replay_hint(model: ModelSpec, plan: ParallelPlan) -> str:
@@ -757,17 +761,19 @@ def _default_options() -> DeepSpeedOptions:
 
 
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, memory, time=None,
-               options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None, counts=None) -> tuple:
+               options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None, counts=None,
+               reserve_fraction: Optional[float] = None) -> tuple:
     """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
     per-layer seconds and overlap the models used; nothing is priced again unless ``detailed`` (which prices the
     step once more with overlap flipped), except the FP8 check, which prices the step's inputs once more in the other
     precision (:func:`fp8_payoff`). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
-    ``counts``: the model's parameter counts (computed here when not given)."""
+    ``counts``: the model's parameter counts (computed here when not given); ``reserve_fraction``: the allocator
+    reserve over allocated the allocator replay gave this plan's memory (``None``: the constant reserve)."""
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
              pageable_offload(plan, o),
-             expandable_segments_advice(model, cluster, plan, memory),
+             expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction),
              strategy_tier(model, cluster, plan, memory),
              zero3_layer_room(model, plan, memory), card_size(model, cluster, n),
              long_context_attention(model, plan, memory)]
@@ -2101,7 +2107,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
         record = _evaluated(model, cluster, plan, profile)  # validates once
     mem, t = record.memory, record.time
     findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True, facts=record.facts,
-                          counts=record.counts)
+                          counts=record.counts, reserve_fraction=record.reserve_fraction)
     ladder = oom_ladder(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if ladder and not ladder[-1].fits:
         last = ladder[-1]

@@ -298,7 +298,7 @@ def _checks_of(out: EvaluatedPlan) -> tuple:
     from workbench.advisor import check_plan
 
     return check_plan(out.model, out.cluster, out.plan, memory=out.memory, time=out.time, facts=out.facts,
-                      counts=out.counts)
+                      counts=out.counts, reserve_fraction=out.reserve_fraction)
 
 
 def _size_summary(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> str:
