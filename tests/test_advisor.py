@@ -44,6 +44,11 @@ def test_strategy_tiers():
     assert f["strategy_tier"].status == "warn" and "32+ GPUs" in f["strategy_tier"].message
     f, *_ = _checks(m, c64, _plan(c64, engine="megatron", tensor_parallel=8, pipeline_parallel=2))
     assert f["strategy_tier"].status == "pass"
+    # one GPU: ZeRO has no data-parallel ranks to split over; the tier's ZeRO-2/3 advice would change nothing
+    c1 = _cluster(gpus_per_node=1)
+    f, *_ = _checks(m, c1, _plan(c1, engine="deepspeed", zero_stage=0))
+    assert f["strategy_tier"].status == "pass" and "on one GPU ZeRO splits nothing" in f["strategy_tier"].message
+    assert f["strategy_tier"].suggestion == ""
 
 
 def test_zero3_layer_room_uses_layer_bytes():

@@ -177,11 +177,17 @@ def _gb(nbytes) -> str:
 
 def strategy_tier(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, memory) -> Finding:
     """Guide §2.2 tiers by GPU count: ≤ 8 ZeRO-2/3; 9-32 the DeepSpeed+Megatron hybrid; > 32 Megatron model
-    parallel (TP/PP) as the base."""
+    parallel (TP/PP) as the base. ZeRO partitions over the data-parallel ranks: a one-GPU plan passes, the finding
+    saying what cuts memory there instead."""
     W, e = plan.world_size, plan.engine
     mp = plan.tensor_parallel * plan.pipeline_parallel
     fit = f"this plan peaks at {_gb(memory.per_gpu_peak_bytes)} of {_gb(memory.capacity_bytes)}"
-    if W <= 8:
+    if W == 1:  # ZeRO partitions over data-parallel ranks: on one GPU it splits nothing
+        ok = True
+        tier, want = "1-8 GPUs", ("DeepSpeed ZeRO-2 or ZeRO-3 first, but on one GPU ZeRO splits "
+                                  "nothing: CPU/NVMe offload, recompute or LoRA are what cut memory")
+        fix = ""
+    elif W <= 8:
         ok = e is not Engine.MEGATRON and plan.zero_stage >= ZeroStage.GRADIENTS
         tier, want = "1-8 GPUs", "DeepSpeed ZeRO-2 or ZeRO-3 first"
         fix = "try engine=deepspeed with zero_stage=2 (or 3 when it does not fit)"
