@@ -414,13 +414,19 @@ def host_memory_margin(plan: ParallelPlan, memory) -> Optional[Finding]:
                               "parameters on the GPU (offload_param off) or NVMe offload")
 
 
+def _deepspeed_cpu_offload(plan: ParallelPlan) -> bool:
+    """Whether DeepSpeed offloads the optimizer or the parameters to CPU memory (its page-locked or pageable host
+    buffers: what :func:`pinned_host_buffers` and :func:`pageable_offload` are about)."""
+    return plan.engine is not Engine.MEGATRON and Offload.CPU in (plan.offload_optimizer, plan.offload_params)
+
+
 def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
     """With DeepSpeed's CPU offload and the node's host memory past :data:`HOST_MEMORY_WARN_FRACTION` (or over it),
     what its page-locked buffers cost beyond their contents: PyTorch's pinned-memory allocator rounds each request up
     to a power of two (:func:`workbench.memory.pinned_bytes`), so a 9.7 GiB fp32 partition holds 16 GiB. ``"pin_memory":
     false`` keeps them pageable at their own sizes (:func:`workbench.memory.host_resident_bytes` with ``pinned=False``);
     None when that saves less than 1 GiB per rank or the host is not tight."""
-    if plan.engine is Engine.MEGATRON or Offload.CPU not in (plan.offload_optimizer, plan.offload_params):
+    if not _deepspeed_cpu_offload(plan):
         return None
     used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
     if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
@@ -449,7 +455,7 @@ def pageable_offload(plan: ParallelPlan, options: DeepSpeedOptions) -> Optional[
     says how far measured runs fell from it
     (:data:`workbench.configs.deepspeed.PAGEABLE_OFFLOAD_MEASURED`). None without CPU offload or with
     ``pin_memory`` on."""
-    if plan.engine is Engine.MEGATRON or Offload.CPU not in (plan.offload_optimizer, plan.offload_params):
+    if not _deepspeed_cpu_offload(plan):
         return None
     if options.pin_memory:
         return None
