@@ -1,4 +1,4 @@
-"""Held-out accuracy of the memory and time models on measured H200 runs.
+"""Held-out accuracy of the memory and time models on measured runs (the H200 corpus unless --corpus names another).
 
 Reads every measured run — the measurement corpus (``benchmarks/corpus/h200_runs.jsonl``: a plain user-style
 training script and the launcher, megatron-core under DeepSpeed and under its own DDP, Hugging Face models under
@@ -27,6 +27,7 @@ much memory other processes held on the GPU when each one-GPU run started (count
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import datetime
 import json
@@ -1145,8 +1146,10 @@ def main(argv=None) -> int:
                 group[side] = [(r, errors(r, r.update(predicted=predict(r)) or r["predicted"]))
                                for r, _ in group[side]]
     n_shapes = {k: len({r['shape_id'] for r, _ in v}) for k, v in scored.items()}
-    print(f"{len(runs)} runs: fit split {len(scored['fit'])} runs over {n_shapes['fit']} shapes, test split "
-          f"{len(scored['test'])} runs over {n_shapes['test']} shapes (corpus: {args.corpus})")
+    gpus = {k: collections.Counter(r["cluster"].gpu.name for r, _ in v) for k, v in scored.items()}
+    on = {k: ", ".join(f"{n} on {g}" for g, n in sorted(c.items())) for k, c in gpus.items()}
+    print(f"{len(runs)} runs: fit split {len(scored['fit'])} runs over {n_shapes['fit']} shapes ({on['fit']}), test "
+          f"split {len(scored['test'])} runs over {n_shapes['test']} shapes ({on['test']}) (corpus: {args.corpus})")
     out = []
     out += table(scored["test"], "TEST split (shapes never fitted on) — error = (predicted - measured) / measured")
     fresh = fresh_shapes(runs, test)
