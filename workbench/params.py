@@ -90,8 +90,9 @@ def layer_linear_tensors(m: ModelSpec) -> int:
     router), the QKV bias alone when ``qkv_bias``.
 
     transformers 5: GPT-2 and GPT-NeoX (LayerNorm) fuse Q, K, V into one projection: four linears with biases.
-    StarCoder2 (LayerNorm, ``separate_qkv``) and the RMSNorm families keep ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, ``gate_proj``, ``up_proj``,
-    ``down_proj`` apart; their MoE layers hold a router weight [E, h] and ONE experts module with two fused 3-D
+    StarCoder2 (LayerNorm, ``separate_qkv``) and the RMSNorm families keep ``q_proj``, ``k_proj``, ``v_proj``,
+    ``o_proj`` and the MLP's ``gate_proj``, ``up_proj``, ``down_proj`` (StarCoder2: ``c_fc``, ``c_proj``) apart;
+    their MoE layers hold a router weight [E, h] and ONE experts module with two fused 3-D
     tensors, ``gate_up_proj`` [E, 2f, h] and ``down_proj`` [E, h, f] (``MixtralExperts``,
     transformers/models/mixtral/modeling_mixtral.py; Qwen2/3-MoE alike), plus Qwen2-MoE's shared expert (three
     linears) and its h→1 gate. Q/K/V biases with ``qkv_bias``; the others with ``add_bias_linear``. Phi-3
