@@ -1486,8 +1486,10 @@ def _shard_rungs(model, cluster, current, base_s, headroom, profile, steps) -> P
             what = {1: "optimizer states", 2: "optimizer states and gradients",
                     3: "optimizer states, gradients and parameters"}[stage]
             fold_note = f", pipeline {current.pipeline_parallel} → 1" if fold else ""
-            candidates.append((p, f"ZeRO-{int(current.zero_stage)} → ZeRO-{stage}: {what} sharded over data parallel "
-                                  f"{p.data_parallel}, nothing offloaded{fold_note}",
+            where = (f"sharded over data parallel {p.data_parallel}" if p.data_parallel > 1 else
+                     "on one data-parallel rank, nothing to shard (DeepSpeed's ZeRO stages keep different buffers)")
+            candidates.append((p, f"ZeRO-{int(current.zero_stage)} → ZeRO-{stage}: {what} {where}, nothing "
+                                  f"offloaded{fold_note}",
                                {"zero_optimization": {"stage": stage}}))
     for i, (p, action, settings) in enumerate(candidates):
         r = _price(model, cluster, p, base_s, headroom, profile=profile)
