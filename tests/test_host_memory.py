@@ -49,10 +49,18 @@ def test_zero2_offload_by_hand():
 def test_without_offload_the_host_holds_the_process_and_nvme_takes_the_states():
     _, plain = _host(dict(zero_stage=2))
     assert plain.host_bytes_per_gpu == HOST_PROCESS_BYTES and plain.offloaded_bytes_per_gpu == 0
-    _, nvme = _host(dict(zero_stage=3, offload_optimizer="nvme"), nvme_gib_per_node=4096)
+    m, nvme = _host(dict(zero_stage=2, offload_optimizer="nvme"), nvme_gib_per_node=4096)
     assert nvme.nvme_bytes_per_gpu == nvme.offloaded_bytes_per_gpu > 0
     # the host keeps DeepSpeed's swap buffers beside the process
-    assert nvme.host_bytes_per_gpu == HOST_PROCESS_BYTES + DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+    swap = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+    assert nvme.host_bytes_per_gpu == HOST_PROCESS_BYTES + swap
+    # ZeRO-3 keeping its parameters on the GPU first passes their 16-bit partition through one host buffer at init
+    # (zero/utils.py defragment), larger here than the swap buffers; with the parameters on NVMe too it does not
+    _, z3 = _host(dict(zero_stage=3, offload_optimizer="nvme"), nvme_gib_per_node=4096)
+    n = m.parameter_counts().total
+    assert z3.host_bytes_per_gpu == pytest.approx(HOST_PROCESS_BYTES + max(swap, 2 * n), abs=2) and 2 * n > swap
+    _, both = _host(dict(zero_stage=3, offload_optimizer="nvme", offload_params="nvme"), nvme_gib_per_node=4096)
+    assert both.host_bytes_per_gpu == HOST_PROCESS_BYTES + swap
 
 
 def test_zero3_transient_follows_which_side_holds_the_master():
@@ -217,3 +225,16 @@ def test_pageable_offload_buffers_are_flagged_with_what_they_cost_measured():
         "zero_optimization.offload_optimizer.pin_memory"]
     assert warned({"offload_optimizer": {"device": "cpu"}}) == []  # DeepSpeed's default pins
     assert warned({"offload_optimizer": {"device": "cpu", "pin_memory": True}}) == []
+
+
+def test_cli_host_line_names_what_an_nvme_rank_holds(capsys):
+    """Under NVMe offload the host holds DeepSpeed's swap buffers, not the states (they are on the drive); ZeRO-3
+    keeping its parameters on the GPU holds the larger of those and its init defragment, which the line says."""
+    base = ["estimate", "--model", "llama2-7b", "--gpu", "H200", "--gpus-per-node", "1", "--nvme-gib", "2000"]
+    assert cli.main(base + ["--zero", "3", "--offload-optimizer", "nvme"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "host memory per node" in x)
+    assert "the larger of DeepSpeed's page-locked NVMe swap buffers" in line and "defragments" in line
+    assert "offloaded states, DeepSpeed's host buffers" not in line
+    assert cli.main(base + ["--zero", "3", "--offload-optimizer", "nvme", "--offload-params", "nvme"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "host memory per node" in x)
+    assert "NVMe swap buffers" in line and "defragments" not in line and "the larger of" not in line

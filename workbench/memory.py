@@ -892,10 +892,8 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     mixed = value_bytes < 4
     off_opt, off_par = offload_optimizer > 0, offload_params > 0
     p_opt = trainable / data_parallel
-    # ZeRO-3 with its parameters on the GPU defragments them through the host at init (zero/utils.py defragment:
-    # every trained parameter's partition copied into one CPU buffer, freed after the copy back), before any
-    # offloaded state exists: a peak of its own
-    defrag = where(ds & (zero_stage >= 3) & ~off_par, value_bytes * p_opt, 0.0)
+    defrag = zero3_defrag_host_bytes(engine=engine, zero_stage=zero_stage, offload_params=offload_params,
+                                     value_bytes=value_bytes, trainable=trainable, data_parallel=data_parallel)
     if not any_true(ds & mixed & (off_opt | off_par)):  # nothing offloaded that this models (most of a sweep)
         return HOST_PROCESS_BYTES + maximum(offloaded, defrag)
     lora = asarray(lora) > 0
@@ -923,6 +921,16 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     modelled = where(ds & mixed & (zero_stage >= 3) & (off_opt | off_par), zero3,
                      where(ds & mixed & (zero_stage >= 1) & (zero_stage <= 2) & off_opt, zero12, offloaded))
     return HOST_PROCESS_BYTES + maximum(modelled, defrag)
+
+
+def zero3_defrag_host_bytes(*, engine, zero_stage, offload_params, value_bytes, trainable, data_parallel):
+    """Host bytes one rank holds at DeepSpeed ZeRO-3's init when its parameters stay on the GPU (offloading nothing,
+    the optimizer alone, to CPU or NVMe): every trained parameter's partition copied into one pageable CPU buffer and
+    back to the GPU as one flat buffer (``_create_fp16_partitions_with_defragmentation`` -> ``zero/utils.py``
+    ``defragment``), value_bytes × trainable / data_parallel, before any offloaded state exists; 0 elsewhere
+    (:func:`defragments_through_host`)."""
+    ds = engine != ENGINE_CODES[Engine.MEGATRON]
+    return where(ds & (zero_stage >= 3) & ~(offload_params > 0), value_bytes * trainable / data_parallel, 0.0)
 
 
 def defragments_through_host(plan) -> bool:
@@ -2397,6 +2405,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     weights = weights + where(offload_params > 0, 0.0, frozen_weights)
     host = host + where(offload_params > 0, frozen_weights, 0.0)
     offloaded = host  # the offloaded states themselves: what goes to NVMe when offloading there
+    host_init = zero3_defrag_host_bytes(engine=engine, zero_stage=zero_stage, offload_params=offload_params,
+                                        value_bytes=value_bytes, trainable=trainable + n_experts,
+                                        data_parallel=data_parallel * context_parallel)
     host = host_resident_bytes(m, host, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                                offload_params=offload_params, tensor_parallel=tensor_parallel,
                                data_parallel=data_parallel * context_parallel, trainable=trainable + n_experts,
@@ -2645,7 +2656,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                            value_bytes=value_bytes, fp8=fp8, fp8_bf16=fp8_bf16_first + fp8_bf16_last,
                                            tp_comm_overlap=tp_comm_overlap)
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
-                buffers=buffers, overhead=overhead, host=host, offloaded=offloaded, in_flight=in_flight,
+                buffers=buffers, overhead=overhead, host=host, host_init=host_init, offloaded=offloaded,
+                in_flight=in_flight,
                 step_peak=step_peak,
                 init_peak=init_peak, releasable=releasable, backward_activations=activations)
 
@@ -2903,7 +2915,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         formulas["overhead"] += (f"; + Transformer Engine TP userbuffers {ub / GiB:.2f} GiB outside the allocator "
                                  f"(--tp-comm-overlap: 12 buffers of s·b/c × h, TE initialize_ub)")
     stages = []
-    host_per_gpu = offloaded_per_gpu = 0
+    host_per_gpu = host_init_per_gpu = offloaded_per_gpu = 0
     p = plan.pipeline_parallel
     stage_layers = plan.stage_layers(model.num_layers)
     if p <= _SCALAR_STAGES:  # one scalar call per stage: cheaper than numpy on arrays of one or two elements
@@ -2923,12 +2935,14 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                   backward_activation_bytes=int(round(float(t["backward_activations"]))),
                                   releasable_cached_bytes=int(round(float(t["releasable"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
+        host_init_per_gpu = max(host_init_per_gpu, int(round(float(t["host_init"]))))
         offloaded_per_gpu = max(offloaded_per_gpu, int(round(float(t["offloaded"]))))
     nvme_per_gpu = 0
     if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
-        # states go to NVMe; the host keeps pinned swap buffers beside the process itself
+        # states go to NVMe; the host keeps pinned swap buffers beside the process itself, or, earlier, ZeRO-3's
+        # defragment of the parameters it keeps on the GPU (zero3_defrag_host_bytes), whichever is larger
         nvme_per_gpu = offloaded_per_gpu
-        host_per_gpu = HOST_PROCESS_BYTES + DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+        host_per_gpu = HOST_PROCESS_BYTES + max(DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4, host_init_per_gpu)
     peak = max(st.total_bytes for st in stages)
     if any(st.peak_phase == "initialization" for st in stages):
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "
