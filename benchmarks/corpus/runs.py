@@ -2232,7 +2232,7 @@ GROUPS = {
     # through transformers (its first run there, dropout 0.1) and a Yi-Coder 1.5B-like Llama width; blind for any
     # pageable-offload time term fitted on fit13, and for the estimate and the replay of that family
     "final52": [
-        _hf("hf-starcoder2-h3072-l30", 2, "sdpa"),  # 74 GiB estimated (constant reserve): on an 80 GB card, near the top
+        _hf("hf-starcoder2-h3072-l30", 2, "sdpa"),  # 74 GiB estimated: near the top of an 80 GB card
         _hf("hf-starcoder2-h3072-l30", 2, "sdpa", **OFF),
         _hf("hf-starcoder2-h3072-l30", 2, "sdpa", pin=False, **OFF),
         _hf("hf-starcoder2-h3072-l30", 3, "sdpa", ckpt=True, **OFF, **POFF),
