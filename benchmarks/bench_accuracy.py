@@ -133,7 +133,7 @@ def steady_step_seconds(rec: dict):
 
 def corpus_run(rec: dict):
     """One corpus record as a run dict, or ``None`` when it did not complete or cannot be described."""
-    from corpus.describe import record_gpu
+    from corpus.describe import record_gpu, record_host
     from workbench import catalog
     from workbench.specs import ClusterSpec, ParallelPlan
 
@@ -214,9 +214,7 @@ def corpus_run(rec: dict):
                             overlap_comm=engine != "megatron", **fields)
     else:
         return None
-    # the host the run had: its cores and the threads its CPU Adam ran on (OMP_NUM_THREADS as recorded)
-    host = dict(host_cpu_cores_per_node=int((rec.get("provenance") or {}).get("host_cpu_cores") or 112),
-                cpu_adam_threads=int(rec.get("omp_num_threads") or o.get("omp_threads") or 0))
+    host = record_host(rec)  # the host the run had: its cores and its CPU Adam's threads
     gpu = record_gpu(rec)
     start = rec.get("allocated_at_start_bytes") or 0
     reserved, outside = rec.get("peak_reserved_bytes"), rec.get("outside_allocator_bytes")

@@ -277,11 +277,16 @@ def test_corpus_runs_are_estimated_for_the_gpu_their_provenance_names(monkeypatc
                options={"zero": 2, "mbs": 1}, model_dims=dims, optimizer_class="FusedAdam",
                peak_allocated_bytes=10 * 2**30, peak_reserved_bytes=11 * 2**30, outside_allocator_bytes=2**30,
                step_seconds_median=0.1)
-    h100 = {**rec, "provenance": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_total_bytes": 85_017_493_504}}
+    h100 = {**rec, "omp_num_threads": "16",
+            "provenance": {"gpu": "NVIDIA H100 80GB HBM3", "gpu_total_bytes": 85_017_493_504, "host_cpu_cores": 16}}
     assert D.record_gpu(rec) == "H200" and D.record_gpu(h100) == "H100-SXM"
     old, new = B.corpus_run(rec), B.corpus_run(h100)
     assert old["cluster"].gpu.name == "H200" and new["cluster"].gpu.name == "H100-SXM"
-    assert D.description(h100)["cluster"]["gpu"]["name"] == "H100-SXM"
+    described = D.description(h100)["cluster"]
+    assert described["gpu"]["name"] == "H100-SXM"
+    # the host as the accuracy bench scores it: the run's cores and its CPU Adam's threads
+    assert described["host_cpu_cores_per_node"] == new["cluster"].host_cpu_cores_per_node == 16
+    assert described["cpu_adam_threads"] == new["cluster"].cpu_adam_threads == 16
     # the replay may reserve the GPU the run had, less the same memory outside the allocator
     assert S._capacity_bytes(old) - S._capacity_bytes(new) == S.H200_BYTES - 85_017_493_504
     # the H100's lower bandwidth and same peak: never a faster step than the H200's for one plan

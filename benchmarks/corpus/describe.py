@@ -31,6 +31,15 @@ def record_gpu(r: dict) -> str:
     return (catalog_gpu_for(name) if name else "") or "H200"
 
 
+def record_host(r: dict) -> dict:
+    """The host a record's run had, as :class:`workbench.specs.ClusterSpec` fields: its cores (112 for the records
+    from before provenance kept them) and the threads its CPU Adam ran on (``OMP_NUM_THREADS`` as recorded; 0 when
+    unset, the cluster's default then)."""
+    o = r.get("options") or {}
+    return dict(host_cpu_cores_per_node=int((r.get("provenance") or {}).get("host_cpu_cores") or 112),
+                cpu_adam_threads=int(r.get("omp_num_threads") or o.get("omp_threads") or 0))
+
+
 def description(r: dict) -> dict:
     from workbench.catalog import model as catalog_model
     from workbench.configs.launch import expandable_in_conf
@@ -39,7 +48,7 @@ def description(r: dict) -> dict:
     from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
     n = r.get("gpus") or r.get("world_size") or 1
-    cluster = ClusterSpec(gpu=record_gpu(r), gpus_per_node=n)
+    cluster = ClusterSpec(gpu=record_gpu(r), gpus_per_node=n, **record_host(r))
     # the allocator the run had: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (group expseg)
     expandable = bool((r.get("options") or {}).get("expandable_segments")
                       or expandable_in_conf(r.get("pytorch_cuda_alloc_conf")))
