@@ -49,6 +49,8 @@ DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
 DS_NVME_BUFFER_COUNT = 4
 DS_NVME_BUFFER_ELEMENTS = int(1e8)
 """``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
+DS_NVME_SWAP_BYTES = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
+"""Host bytes of those swap buffers (fp32 elements), what a rank holds on the host under NVMe offload."""
 
 # -- measured constants ------------------------------------------------------------------------------------------
 CUDA_CONTEXT_BYTES = int(1.66 * GiB)
@@ -848,7 +850,7 @@ def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str):
 
 def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_optimizer, offload_params,
                         tensor_parallel, data_parallel, trainable, params, lora, value_bytes, num_microbatches,
-                        expert_parallel=1, expert_tensor_parallel=None, pinned: bool = True):
+                        defrag, expert_parallel=1, expert_tensor_parallel=None, pinned: bool = True):
     """Host memory one rank's process holds at its peak: :data:`HOST_PROCESS_BYTES` plus, under DeepSpeed's CPU
     offload with 16-bit training, the buffers DeepSpeed 0.19.8 makes on the host, page-locked ones taken as
     :func:`pinned_bytes` takes them (``pin_memory``, which the workbench's ds_config sets). ``offloaded``: the
@@ -878,7 +880,8 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     - ZeRO-3 with the parameters on the GPU (offloading nothing, or the optimizer alone): at init DeepSpeed moves
       every trained parameter's partition into one pageable CPU buffer and back to the GPU as one flat buffer
       (``_create_fp16_partitions_with_defragmentation`` -> ``zero/utils.py`` ``defragment``), a host peak of
-      value_bytes × P before any offloaded state exists; the larger of that and the steady state counts. The
+      value_bytes × P before any offloaded state exists (``defrag``, :func:`zero3_defrag_host_bytes`, as the caller
+      has it); the larger of that and the steady state counts. The
       corpus's OLMo 2 1B ZeRO-3 run without offload (final50): peak resident set 4.36 GiB, 2.10 GiB at the end;
       this gives 4.76 GiB (+9 %: the process holds less than :data:`HOST_PROCESS_BYTES` that early; not blind).
 
@@ -892,8 +895,6 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     mixed = value_bytes < 4
     off_opt, off_par = offload_optimizer > 0, offload_params > 0
     p_opt = trainable / data_parallel
-    defrag = zero3_defrag_host_bytes(engine=engine, zero_stage=zero_stage, offload_params=offload_params,
-                                     value_bytes=value_bytes, trainable=trainable, data_parallel=data_parallel)
     if not any_true(ds & mixed & (off_opt | off_par)):  # nothing offloaded that this models (most of a sweep)
         return HOST_PROCESS_BYTES + maximum(offloaded, defrag)
     lora = asarray(lora) > 0
@@ -2412,6 +2413,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                offload_params=offload_params, tensor_parallel=tensor_parallel,
                                data_parallel=data_parallel * context_parallel, trainable=trainable + n_experts,
                                params=n, lora=lora, value_bytes=value_bytes, num_microbatches=num_microbatches,
+                               defrag=host_init,
                                expert_parallel=expert_parallel, expert_tensor_parallel=etp, pinned=pinned_host)
     bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
                                      fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
@@ -2942,7 +2944,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         # states go to NVMe; the host keeps pinned swap buffers beside the process itself, or, earlier, ZeRO-3's
         # defragment of the parameters it keeps on the GPU (zero3_defrag_host_bytes), whichever is larger
         nvme_per_gpu = offloaded_per_gpu
-        host_per_gpu = HOST_PROCESS_BYTES + max(DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4, host_init_per_gpu)
+        host_per_gpu = HOST_PROCESS_BYTES + max(DS_NVME_SWAP_BYTES, host_init_per_gpu)
     peak = max(st.total_bytes for st in stages)
     if any(st.peak_phase == "initialization" for st in stages):
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "

@@ -150,7 +150,7 @@ def render(est, replay: Optional[dict] = None) -> str:
         lines.append(f"  host memory per node {mem.host_bytes_per_node / GiB:.1f} GiB of "
                      f"{mem.host_capacity_bytes_per_node / GiB:.0f} GiB" + ("" if mem.fits_host else ": DOES NOT FIT")
                      + f" (each rank's process {mem.host_bytes_per_gpu / GiB:.1f} GiB resident: "
-                     + "".join(f"{part} and " for part in _host_parts(p, mem)) + "the process itself)")
+                     + _host_part(p, mem) + "the process itself)")
     if est.time is not None:
         t = est.time
         low, high, step_note = est.step_band_seconds
@@ -247,24 +247,28 @@ def estimate_replayed_or_not(args, model, cluster, plan, profile=None):
     return est, {"mode": "auto", "replayed": False, "skipped": skipped}
 
 
-def _host_parts(plan, mem) -> list:
-    """What a rank's host memory holds beside the process itself, in words, for the estimate's host line: the offloaded
-    states and DeepSpeed's buffers (CPU offload) or its swap buffers (NVMe, the states on the drive), and ZeRO-3's
-    defragment of the parameters it keeps on the GPU where that, at init, is more than the rest."""
-    from workbench.memory import DS_NVME_BUFFER_COUNT, DS_NVME_BUFFER_ELEMENTS, defragments_through_host
+def _host_part(plan, mem) -> str:
+    """What a rank's host memory holds beside the process itself, in words ending in " and ", for the estimate's host
+    line (``""``: the process alone): the offloaded states and DeepSpeed's buffers (CPU offload) or its swap buffers
+    (NVMe, the states on the drive), and ZeRO-3's defragment of the parameters it keeps on the GPU where that, at
+    init, may be more than the rest."""
+    from workbench.memory import DS_NVME_SWAP_BYTES, defragments_through_host
     from workbench.specs import Offload
 
-    nvme = Offload.NVME in (plan.offload_optimizer, plan.offload_params)
-    swap = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
     defrag = "the rank's parameter partition, which ZeRO-3 defragments through one host buffer at initialization"
-    if nvme:
-        buffers = (f"DeepSpeed's page-locked NVMe swap buffers ({swap / GiB:.1f} GiB; "
-                   f"{mem.nvme_bytes_per_gpu / GiB:.1f} GiB of states on the drive)")
-        return [f"the larger of {buffers} and {defrag}" if defragments_through_host(plan) else buffers]
-    if mem.offloaded_bytes_per_gpu:
-        return [f"{mem.offloaded_bytes_per_gpu / GiB:.1f} GiB of offloaded states, DeepSpeed's host buffers "
-                f"(page-locked ones rounded up to a power of two)"]
-    return [defrag] if defragments_through_host(plan) else []
+    if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
+        held = (f"DeepSpeed's page-locked NVMe swap buffers ({DS_NVME_SWAP_BYTES / GiB:.1f} GiB; "
+                f"{mem.nvme_bytes_per_gpu / GiB:.1f} GiB of states on the drive)")
+        if defragments_through_host(plan):
+            held = f"the larger of {held} and {defrag}"
+    elif mem.offloaded_bytes_per_gpu:
+        held = (f"{mem.offloaded_bytes_per_gpu / GiB:.1f} GiB of offloaded states, DeepSpeed's host buffers "
+                f"(page-locked ones rounded up to a power of two)")
+    elif defragments_through_host(plan):
+        held = defrag
+    else:
+        return ""
+    return held + " and "
 
 
 def replay_line(record: dict) -> str:
