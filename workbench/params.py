@@ -98,8 +98,7 @@ def layer_linear_tensors(m: ModelSpec) -> int:
     linears) and its h→1 gate. Q/K/V biases with ``qkv_bias``; the others with ``add_bias_linear``. Phi-3
     (``fused_projections``) fuses them into ``qkv_proj`` and ``gate_up_proj``: four linears, without biases."""
     bias = m.add_bias_linear
-    if m.implementation is not Implementation.TRANSFORMERS or (m.normalization is Normalization.LAYERNORM
-                                                               and not m.separate_qkv):
+    if m.implementation is not Implementation.TRANSFORMERS or hf_gpt_layer(m):
         linears = 2 + (1 + 2 * m.num_experts if m.is_moe else 2)
         return (linears * (2 if bias else 1) - (1 if m.is_moe and bias else 0)
                 + (1 if m.qkv_bias and not bias else 0))
@@ -125,8 +124,7 @@ def weight_tensor_sizes(m: ModelSpec, tensor_parallel: int = 1) -> list:
     q, kv = m.query_projection_size, m.kv_projection_size
     vocab = model_vocab_size(m, t)
     gated = 2 if m.is_gated else 1
-    hf = m.implementation is Implementation.TRANSFORMERS and (m.normalization is not Normalization.LAYERNORM
-                                                              or m.separate_qkv)
+    hf = m.implementation is Implementation.TRANSFORMERS and not hf_gpt_layer(m)
     layer = []
     if hf and not m.fused_projections:
         layer += [h * q / t, h * kv / t, h * kv / t, q * h / t]
@@ -189,13 +187,20 @@ def parameter_counts(m: ModelSpec) -> ParameterCounts:
     )
 
 
+def hf_gpt_layer(m: ModelSpec) -> bool:
+    """Whether a transformers model's layer is laid out as GPT-2's (``c_attn``, ``c_proj``, ``c_fc``, ``c_proj``) and
+    GPT-NeoX's (``query_key_value``, ``dense``, ``dense_h_to_4h``, ``dense_4h_to_h``): LayerNorm, q, k and v in ONE
+    projection, a two-matrix MLP: the supported LayerNorm families but StarCoder2, which keeps ``q_proj``,
+    ``k_proj``, ``v_proj``, ``o_proj`` apart (:attr:`~workbench.specs.ModelSpec.separate_qkv`)."""
+    return (m.implementation is Implementation.TRANSFORMERS and m.normalization is Normalization.LAYERNORM
+            and not m.separate_qkv)
+
+
 def hf_fused_qkv(m: ModelSpec) -> bool:
     """Whether a transformers model computes q, k and v in one projection that peft wraps as one LoRA module:
-    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), the supported families with LayerNorm but StarCoder2
-    (:attr:`~workbench.specs.ModelSpec.separate_qkv`), and Phi-3 (``qkv_proj``:
+    GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``), :func:`hf_gpt_layer`, and Phi-3 (``qkv_proj``:
     :attr:`~workbench.specs.ModelSpec.fused_projections`)."""
-    return m.implementation is Implementation.TRANSFORMERS and (
-        (m.normalization is Normalization.LAYERNORM and not m.separate_qkv) or m.fused_projections)
+    return hf_gpt_layer(m) or (m.implementation is Implementation.TRANSFORMERS and m.fused_projections)
 
 
 def lora_modules_per_layer(m: ModelSpec, rank: int, targets) -> int:

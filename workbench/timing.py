@@ -43,7 +43,7 @@ from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_pe
                              flops_per_second_per_gpu, model_flops_per_step, recompute_flops_per_step)
 from workbench.npscalar import any_true, asarray, maximum, minimum, ndim, where
 from workbench.parallel import GROUP_SHAPES, group_crosses_nodes
-from workbench.params import qk_norm_widths
+from workbench.params import hf_gpt_layer, qk_norm_widths
 from workbench.schedule import bubble_seconds
 from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
 
@@ -1804,13 +1804,13 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
     router (``*TopKRouter``, [E, h]) is fetched only above the threshold; Qwen2-MoE's shared expert adds its three
     linears and its h→1 ``shared_expert_gate``. Phi-3 (``fused_projections``: ``qkv_proj``, ``o_proj``,
     ``gate_up_proj``, ``down_proj``) has four."""
-    from workbench.specs import Implementation, Normalization
+    from workbench.specs import Implementation
 
     h, q, kv = model.hidden_size, model.query_projection_size, model.kv_projection_size
     if model.implementation is not Implementation.TRANSFORMERS:
         mlp = 1 + 2 * model.num_experts if model.is_moe else 2
         return 2 + mlp
-    if model.normalization is Normalization.LAYERNORM and not model.separate_qkv:  # GPT-2, NeoX: fused QKV
+    if hf_gpt_layer(model):  # GPT-2, GPT-NeoX: fused QKV, two-matrix MLP
         return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + 2 * _fetched(h * model.ffn_hidden_size)
     if model.fused_projections:  # Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj
         f = model.ffn_hidden_size
