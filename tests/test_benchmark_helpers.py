@@ -40,6 +40,11 @@ def test_host_probe_times_the_host_and_says_why_a_part_is_missing(monkeypatch):
     assert snap["launch_us"] is None or snap["launch_us"] > 0  # None without CUDA
     assert "gpu_sm_mhz" in snap or snap["nvml"]  # NVML's clocks, or why not
     assert hp.python_loop_seconds(10) < hp.python_loop_seconds(10**6)
+    copies = hp.copy_probe(torch, mib=1, repeats=1)
+    if torch.cuda.is_available():
+        assert all(copies[f"{d}_{k}_gbps"] > 0 for d in ("h2d", "d2h") for k in ("pinned", "pageable"))
+    else:
+        assert copies == {"copy_probe": "no CUDA"}
 
 
 def test_time_calibration_writes_and_applies_constants_at_the_same_places(monkeypatch, tmp_path):

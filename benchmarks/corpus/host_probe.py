@@ -45,6 +45,44 @@ def launch_microseconds(torch, n: int = LAUNCHES) -> float | None:
     return (time.perf_counter() - t0) / n * 1e6
 
 
+COPY_MIB = 64
+"""Size of each host<->GPU copy :func:`copy_probe` times (small enough to find room beside a run near capacity)."""
+COPY_REPEATS = 5
+"""Copies timed per direction and kind of host memory (the median is kept)."""
+
+
+def copy_probe(torch, mib: int = COPY_MIB, repeats: int = COPY_REPEATS) -> dict:
+    """GB/s of one ``copy_`` of ``mib`` MiB between the GPU and host memory, each way, into and out of
+    page-locked memory (what DeepSpeed's offload buffers are with ``"pin_memory": true``) and pageable memory
+    (``false``: the driver stages every copy through its own page-locked buffer and the host waits for it):
+    ``h2d_pinned_gbps``, ``d2h_pinned_gbps``, ``h2d_pageable_gbps``, ``d2h_pageable_gbps`` (medians of
+    ``repeats``), or ``{"copy_probe": "<why not>"}`` without CUDA or room. Taken after a run's memory has been read,
+    so its buffers touch none of the peaks the record keeps."""
+    if not torch.cuda.is_available():
+        return {"copy_probe": "no CUDA"}
+    try:
+        n = mib * 2**20
+        gpu = torch.empty(n, dtype=torch.uint8, device="cuda")
+        out = {}
+        for kind, pin in (("pinned", True), ("pageable", False)):
+            host = torch.ones(n, dtype=torch.uint8, pin_memory=pin)  # written once: its pages are resident
+            for name, dst, src in (("h2d", gpu, host), ("d2h", host, gpu)):
+                dst.copy_(src, non_blocking=True)  # first copy: the driver's staging buffers are set up
+                torch.cuda.synchronize()
+                seconds = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    dst.copy_(src, non_blocking=True)
+                    torch.cuda.synchronize()
+                    seconds.append(time.perf_counter() - t0)
+                out[f"{name}_{kind}_gbps"] = n / sorted(seconds)[len(seconds) // 2] / 1e9
+            del host
+        del gpu
+        return out
+    except Exception as exc:  # recorded, not fatal: the run's own numbers are already taken
+        return {"copy_probe": f"{type(exc).__name__}: {exc}"[:200]}
+
+
 def cpu_mhz() -> list[float]:
     """Each core's current clock from ``/proc/cpuinfo`` (empty where the kernel does not report it)."""
     try:

@@ -46,7 +46,7 @@ from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER
 
 from step_stats import step_protocol, steady_seconds, timed_summary  # noqa: E402
 
-from host_probe import cpu_model, host_probe  # noqa: E402
+from host_probe import copy_probe, cpu_model, host_probe  # noqa: E402
 
 PROCESS_STARTED = time.time()
 """When this process started (its imports of torch, DeepSpeed, megatron-core and transformers follow)."""
@@ -469,6 +469,8 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         rec.update(host_now())
         if recording:
             write_memory_history(torch, rec)
+        if not dry:  # after every peak is read: its buffers move none of them
+            rec["copy_probe"] = copy_probe(torch)
         rec.update(status="ok", steps=len(times), warmup_steps=len(times) - timed, timed_steps=timed,
                    step_seconds=times, losses=losses, step_seconds_median=steady_seconds(times, timed),
                    **timed_summary(times, timed),
