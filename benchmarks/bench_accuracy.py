@@ -214,6 +214,14 @@ def corpus_run(rec: dict):
                             overlap_comm=engine != "megatron", **fields)
     else:
         return None
+    from workbench.configs.importer import read_ds_bool
+
+    zero_cfg = (rec.get("ds_config") or {}).get("zero_optimization") or {}
+    # the offload buffers page-locked: pin_memory read as DeepSpeed 0.19 reads it, whose default is on
+    pinned = all(read_ds_bool(zero_cfg[key].get("pin_memory"), f"zero_optimization.{key}.pin_memory") is not False
+                 for key in ("offload_optimizer", "offload_param")
+                 if isinstance(zero_cfg.get(key), dict) and zero_cfg[key].get("device") not in (None, "none"))
+    plan = plan.replace(pin_memory=pinned)
     host = record_host(rec)  # the host the run had: its cores and its CPU Adam's threads
     gpu = record_gpu(rec)
     start = rec.get("allocated_at_start_bytes") or 0
@@ -223,19 +231,12 @@ def corpus_run(rec: dict):
         return dict(source="corpus", stack=stack, run_id=rec.get("run_id"), shape_id=rec.get("shape_id"),
                     model=model, cluster=ClusterSpec(gpu=gpu, gpus_per_node=world, **host), plan=plan, oom=True,
                     measured={})
-    from workbench.configs.importer import read_ds_bool
-
-    zero_cfg = (rec.get("ds_config") or {}).get("zero_optimization") or {}
-    # the offload buffers page-locked: pin_memory read as DeepSpeed 0.19 reads it, whose default is on
-    pinned = all(read_ds_bool(zero_cfg[key].get("pin_memory"), f"zero_optimization.{key}.pin_memory") is not False
-                 for key in ("offload_optimizer", "offload_param")
-                 if isinstance(zero_cfg.get(key), dict) and zero_cfg[key].get("device") not in (None, "none"))
-    return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"), host_pinned=pinned,
+    return dict(source="corpus", stack=stack, run_id=rec.get("run_id") or rec.get("name"),
                 shape_id=rec.get("shape_id") or shape_id_of(model), model=model,
                 date=(rec.get("provenance") or {}).get("date_utc"),
                 gpu_total_bytes=(rec.get("provenance") or {}).get("gpu_total_bytes"),
                 cluster=ClusterSpec(gpu=gpu, gpus_per_node=plan.world_size, **host), plan=plan,
-                omp_threads=rec.get("omp_num_threads"), step_traces=step_traces(rec),
+                omp_threads=rec.get("omp_num_threads"), step_traces=step_traces(rec), copy_probe=rec.get("copy_probe"),
                 timed_steps=int(rec.get("timed_steps") or 0),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
                               step=steady_step_seconds(rec), reserved=reserved, outside=outside,
@@ -903,6 +904,95 @@ def offload_host_refit(rows: list) -> float:
     return max(num / den, 0.0) if den > 0 else 0.0
 
 
+PAGEABLE_KEY = "pageable_copy_gb_per_s"
+"""The host's rate for DeepSpeed's offload copies with ``pin_memory`` off (``efficiency.json`` ``cpu_adam``, read by
+:func:`workbench.timing.optimizer_terms`)."""
+
+
+def _pageable_rows(runs: list) -> list[dict]:
+    """For every measured DeepSpeed CPU-offload run with ``pin_memory`` off: the step is ``a + d / rate`` (``rate``
+    the pageable copy GB/s, below the host link's), ``a`` and ``d`` read off the model at two rates."""
+    from workbench.estimate import estimate
+
+    out = []
+    with _calibration_section("cpu_adam") as cal:
+        for r in runs:
+            plan = r["plan"]
+            if (plan.pin_memory or plan.engine == "megatron" or "cpu" not in (plan.offload_optimizer,
+                                                                               plan.offload_params)
+                    or not r["measured"].get("step")):
+                continue
+            steps = []
+            for rate in (4.0, 8.0):
+                cal[PAGEABLE_KEY] = rate
+                steps.append(estimate(r["model"], r["cluster"], plan).time.step_seconds)
+            d = (steps[0] - steps[1]) / (1 / 4.0 - 1 / 8.0)
+            out.append(dict(run=r, a=steps[1] - d / 8.0, d=d, m=r["measured"]["step"]))
+    return out
+
+
+def pageable_lines(runs: list, fit: set, write: bool = False) -> list[str]:
+    """Fit the pageable copy rate on the fit split's ``pin_memory``-off runs only (closed form in 1 / rate, shapes
+    weighted alike, :func:`offload_host_refit`); print the fit split's leave-one-shape-out errors, the test split's
+    with the catalog's and the refitted rate, and beside them the pageable copy rates the runs' hosts measured
+    (``copy_probe``). With ``write`` (at least :data:`MIN_REFIT_SHAPES` fit shapes) store the rate."""
+    from workbench import timing
+
+    now = float(timing.calibration()["cpu_adam"].get(PAGEABLE_KEY, float("inf")))
+    rows = _pageable_rows(runs)
+    fit_rows = [x for x in rows if x["run"]["shape_id"] in fit]
+    test_rows = [x for x in rows if x["run"]["shape_id"] not in fit]
+    shapes = sorted({x["run"]["shape_id"] for x in fit_rows})
+    lines = ["PAGEABLE offload copies (pin_memory false) fitted on the fit split only, n / median / worst |step error|"]
+    if len(shapes) < 2:
+        return lines + [f"  {len(shapes)} fit shape(s): not fitted (catalog {now:.4g} GB/s)"]
+
+    def err(x, rate):
+        return (x["a"] + x["d"] / rate) / x["m"] - 1
+
+    def stats(errs):
+        return (f"{len(errs):>3} {statistics.median(map(abs, errs)):>6.1%} {max(errs, key=abs):>+7.1%}"
+                if errs else f"{'-':>18}")
+
+    new = 1 / offload_host_refit(fit_rows)
+    loso = []
+    for sh in shapes:
+        rate = 1 / offload_host_refit([x for x in fit_rows if x["run"]["shape_id"] != sh])
+        loso += [err(x, rate) for x in fit_rows if x["run"]["shape_id"] == sh]
+    probes = [x["run"].get("copy_probe") or {} for x in rows]
+    h2d = [p["h2d_pageable_gbps"] for p in probes if "h2d_pageable_gbps" in p]
+    d2h = [p["d2h_pageable_gbps"] for p in probes if "d2h_pageable_gbps" in p]
+    lines += [f"  {PAGEABLE_KEY}: catalog {now:.4g}, refitted {new:.4g} GB/s on {len(fit_rows)} fit runs "
+              f"({len(shapes)} shapes)",
+              f"    fit, one shape out    {stats(loso)}",
+              f"    fit, refitted         {stats([err(x, new) for x in fit_rows])}",
+              f"    test, catalog         {stats([err(x, now) for x in test_rows])}",
+              f"    test, refitted        {stats([err(x, new) for x in test_rows])}"]
+    if h2d:
+        lines.append(f"    the hosts' own pageable copies of 64 MiB (copy_probe, {len(h2d)} runs): to the GPU "
+                     f"{statistics.median(h2d):.1f} GB/s, from it {statistics.median(d2h):.1f} GB/s (medians)")
+    for x in sorted(rows, key=lambda x: x["run"]["run_id"]):
+        side = "fit" if x["run"]["shape_id"] in fit else "test"
+        lines.append(f"    {x['run']['run_id'][:72]:<73}{x['run']['cluster'].gpu.name:>9} {side:>4}  measured "
+                     f"{x['m']:.3f} s  refitted {err(x, new):+.1%}  catalog {err(x, now):+.1%}")
+    if write and len(shapes) >= MIN_REFIT_SHAPES:
+        path = ROOT / "workbench" / "catalog" / "efficiency.json"
+        data = json.loads(path.read_text())
+        data["cpu_adam"][PAGEABLE_KEY] = float(f"{new:.3g}")
+        data["cpu_adam"]["source"] += (
+            f" {PAGEABLE_KEY} (DeepSpeed's offload copies with pin_memory false, staged by the driver through its "
+            "own page-locked memory) fitted " + datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+            + f" by benchmarks/bench_accuracy.py --refit-pageable on the fit split's pin_memory-false runs only "
+            f"({len(fit_rows)} runs, {len(shapes)} shapes; closed form in 1/rate, shapes weighted alike): "
+            f"{float(f'{new:.3g}')} GB/s.")
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        timing.calibration.cache_clear()
+        lines.append(f"wrote {PAGEABLE_KEY} to {path.relative_to(ROOT)}")
+    elif write:
+        lines.append(f"    kept: fewer than {MIN_REFIT_SHAPES} fit shapes")
+    return lines
+
+
 def offload_host_lines(runs: list, fit: set, write: bool = False) -> list[str]:
     """Refit each of :data:`OFFLOAD_HOST_CONSTANTS` on the fit split's runs of its regime only; print the catalog
     and refitted values, the fit split's leave-one-shape-out errors and the test split's errors with either value.
@@ -977,11 +1067,7 @@ def host_memory_lines(runs: list, fit: set) -> list[str]:
              f"  {'run':<66}{'split':>6}{'estimate':>9}{'at end':>8}{'peak':>8}{'error':>8}{'node':>7}"]
     errors = {"fit": [], "test": []}
     for r in sorted(rows, key=lambda r: r["run_id"]):
-        est = r["predicted"]["host"]
-        if not r.get("host_pinned", True):  # pin_memory false: every offload buffer pageable at its own size
-            from workbench.memory import pageable_host_bytes
-
-            est = pageable_host_bytes(r["model"], r["plan"])
+        est = r["predicted"]["host"]  # the plan's pin_memory: pageable buffers at their own sizes when off
         m = r["measured"]
         side = "fit" if r["shape_id"] in fit else "test"
         err = (est - m["host_peak_rss"]) / m["host_peak_rss"]
@@ -1076,7 +1162,8 @@ def refit_time(fit_rows: list, *, write: bool, only: tuple = (), hf_zero3: bool 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--corpus", type=Path, nargs="+", default=[CORPUS],
+                    help="corpus files (default the H200 corpus; e.g. also benchmarks/corpus/h100_runs.jsonl)")
     ap.add_argument("--runs", action="store_true", help="print every run's errors")
     ap.add_argument("--markdown", type=Path, help="also write the tables as Markdown")
     ap.add_argument("--write-band", action="store_true",
@@ -1085,7 +1172,7 @@ def main(argv=None) -> int:
                     help="refit the H200 time constants on the fit split only (calibrate_h200_time's fit), "
                          "print leave-one-shape-out errors, and evaluate with them")
     ap.add_argument("--write", action="store_true",
-                    help="with --refit-time or --refit-offload: store the constants in the catalog")
+                    help="with --refit-time, --refit-offload or --refit-pageable: store the constants in the catalog")
     ap.add_argument("--refit-only", default="",
                     help="with --refit-time: comma-separated prefixes of the constants to fit (e.g. zero3_,"
                          "deepspeed_); the others keep their catalog values")
@@ -1099,6 +1186,9 @@ def main(argv=None) -> int:
     ap.add_argument("--refit-offload", action="store_true",
                     help="refit ZeRO-3's offload host-time constants on the fit split's runs of each regime; print "
                          "leave-one-shape-out and test-split errors (with --write: store them in the catalog)")
+    ap.add_argument("--refit-pageable", action="store_true",
+                    help="fit the host's pageable copy rate (pin_memory false) on the fit split's runs; print "
+                         "leave-one-shape-out and test-split errors (with --write: store it in the catalog)")
     ap.add_argument("--host", action="store_true",
                     help="print the host-memory estimate beside the measured resident set of the runs that have it")
     ap.add_argument("--overheads", action="store_true",
@@ -1112,7 +1202,7 @@ def main(argv=None) -> int:
 
     split = json.loads(SPLIT.read_text())
     fit, test = set(split["fit"]), set(split["test"])
-    runs = old_runs() + corpus_runs(args.corpus)
+    runs = old_runs() + [r for path in args.corpus for r in corpus_runs(path)]
     unknown = sorted({r["shape_id"] for r in runs} - fit - test)
     if unknown:
         print(f"shapes in neither split (left out; add them to {SPLIT.name}): {', '.join(unknown)}")
@@ -1147,7 +1237,7 @@ def main(argv=None) -> int:
     gpus = {k: collections.Counter(r["cluster"].gpu.name for r, _ in v) for k, v in scored.items()}
     on = {k: ", ".join(f"{n} on {g}" for g, n in sorted(c.items())) for k, c in gpus.items()}
     print(f"{len(runs)} runs: fit split {len(scored['fit'])} runs over {n_shapes['fit']} shapes ({on['fit']}), test "
-          f"split {len(scored['test'])} runs over {n_shapes['test']} shapes ({on['test']}) (corpus: {args.corpus})")
+          f"split {len(scored['test'])} runs over {n_shapes['test']} shapes ({on['test']}) (corpus: {', '.join(map(str, args.corpus))})")
     out = []
     out += table(scored["test"], "TEST split (shapes never fitted on) — error = (predicted - measured) / measured")
     fresh = fresh_shapes(runs, test)
@@ -1223,6 +1313,9 @@ def main(argv=None) -> int:
         print()
         print("\n".join(offload_host_lines([r for _, rows in scored.items() for r, _ in rows], fit,
                                            write=args.write)))
+    if args.refit_pageable:
+        print()
+        print("\n".join(pageable_lines([r for _, rows in scored.items() for r, _ in rows], fit, write=args.write)))
     if args.overheads:
         print("\nfit split, one process per GPU: outside the allocator and allocator reserve")
         for engine, f in overhead_fit(scored["fit"]).items():

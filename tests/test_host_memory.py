@@ -194,26 +194,40 @@ def test_advisor_names_zero3_init_when_the_host_does_not_fit_without_offload():
     assert finding.status == "fail" and "defragment" in finding.suggestion
 
 
-def test_pageable_offload_buffers_are_flagged_with_what_they_cost_measured():
-    """pin_memory false with CPU offload: the advisor (an imported ds_config's options) and the import lint both say
-    the time model prices page-locked copies and how much longer final51's pageable runs took; pinned, without
-    offload, or under Megatron's own optimizer, nothing."""
-    from workbench import advisor
-    from workbench.configs.deepspeed import PAGEABLE_OFFLOAD_MEASURED, DeepSpeedOptions
+def test_pageable_offload_buffers_are_priced_and_flagged():
+    """pin_memory false with CPU offload (ParallelPlan.pin_memory, what an imported ds_config sets): the step prices
+    the offload copies at the host's pageable rate (4 + 2 bytes per offloaded parameter each step at ZeRO-2, so the
+    step grows by those bytes over the pageable rate less over the link's), the host holds the pageable buffers at
+    their own sizes, and the advisor says what page-locked buffers would save; pinned, without offload, or under
+    Megatron's own optimizer, nothing. The import lint flags the explicit false."""
+    from workbench import advisor, timing
+    from workbench.configs.deepspeed import PAGEABLE_OFFLOAD_MEASURED
     from workbench.configs.lint import lint_ds_config
+    from workbench.estimate import estimate
 
+    m = catalog.model("llama2-7b")
+    c = ClusterSpec(gpu="H200", gpus_per_node=1)
     p = ParallelPlan(world_size=1, engine="deepspeed", micro_batch_size=1, global_batch_size=1, zero_stage=2,
                      offload_optimizer="cpu")
-    pageable = DeepSpeedOptions(pin_memory=False)
-    found = advisor.pageable_offload(p, pageable)
-    lo, hi = min(PAGEABLE_OFFLOAD_MEASURED["runs"]["H200"]), max(PAGEABLE_OFFLOAD_MEASURED["runs"]["H200"])
-    assert found.status == "warn" and f"{lo:.1f}-{hi:.1f}x on one H200 (3 runs)" in found.message
-    assert '"pin_memory": true' in found.suggestion
-    assert advisor.pageable_offload(p, DeepSpeedOptions()) is None
-    assert advisor.pageable_offload(p.replace(offload_optimizer="none"), pageable) is None
-    m, mem = _host(dict(zero_stage=2, offload_optimizer="cpu"))
-    assert "pageable_offload" in {f.id for f in advisor.check_plan(m, ClusterSpec(gpu="H200", gpus_per_node=1), p,
-                                                                    memory=mem, options=pageable)}
+    pinned, pageable = estimate(m, c, p), estimate(m, c, p.replace(pin_memory=False))
+    rate = timing.calibration()["cpu_adam"]["pageable_copy_gb_per_s"]
+    n, link = m.parameter_counts().total, c.gpu.host_link_gb_per_s
+    expected = 6 * n * (1 / rate - 1 / link) / 1e9
+    assert pageable.time.step_seconds - pinned.time.step_seconds == pytest.approx(expected, rel=1e-6)
+    assert pageable.memory.host_bytes_per_gpu < pinned.memory.host_bytes_per_gpu  # no power-of-two rounding
+    assert estimate(m, c, p.replace(offload_optimizer="none", pin_memory=False)).time.step_seconds == \
+        pytest.approx(estimate(m, c, p.replace(offload_optimizer="none")).time.step_seconds)
+    found = advisor.pageable_offload(p.replace(pin_memory=False), pageable.time)
+    assert found.status == "warn" and f"{pinned.time.step_seconds:.3f} s with page-locked" in found.message
+    assert f"{rate:g} GB/s" in found.message and '"pin_memory": true' in found.suggestion
+    ratios = sorted(off / on for on, off in PAGEABLE_OFFLOAD_MEASURED["twins"].values())
+    assert f"{ratios[0]:.1f}-{ratios[-1]:.1f}x" in found.message
+    assert advisor.pageable_offload(p, pinned.time) is None
+    assert advisor.pageable_offload(p.replace(offload_optimizer="none", pin_memory=False), pinned.time) is None
+    assert advisor.pageable_offload(p.replace(pin_memory=False)).status == "warn"  # no time estimate: the measured
+    ids = {f.id for f in advisor.check_plan(m, c, p.replace(pin_memory=False), memory=pageable.memory,
+                                            time=pageable.time)}
+    assert "pageable_offload" in ids and "pinned_host_buffers" not in ids
 
     def warned(section):
         cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, **section}}

@@ -421,7 +421,7 @@ def test_ds_config_values_at_deepspeeds_limits_are_read():
                                                                         "pin_memory": "false"}}})
     assert imp.options["clip"] == 0.0 and imp.options["initial_scale_power"] == 63
     assert imp.options["reduce_bucket_size"] == 500_000_000 and imp.options["stage3_param_persistence_threshold"] == 0
-    assert imp.plan_fields["offload_optimizer"] == "cpu" and imp.options["pin_memory"] is False
+    assert imp.plan_fields["offload_optimizer"] == "cpu" and imp.plan_fields["pin_memory"] is False
     assert not imp.warnings
 
 

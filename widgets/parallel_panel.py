@@ -32,7 +32,7 @@ GROUPS = (
     ("MoE", ("expert_parallel", "expert_tensor_parallel", "moe_token_dispatcher", "moe_capacity_factor",
              "moe_load_imbalance", "moe_recompute", "moe_pad_to_capacity", "moe_overlap_alltoall")),
     ("Memory & recompute", ("recompute", "recompute_layers", "distributed_optimizer", "offload_optimizer",
-                            "offload_params", "zero_init", "expandable_segments", "lora_rank")),
+                            "offload_params", "pin_memory", "zero_init", "expandable_segments", "lora_rank")),
     ("Precision & kernels", ("precision", "fp8_recipe", "fp8_param_gather", "fp8_bf16_first_layers",
                              "fp8_bf16_last_layers", "grad_reduce_fp32", "cross_entropy_fusion", "adam",
                              "overlap_comm")),
@@ -165,6 +165,10 @@ class ParallelPanel(Panel):
                                             tooltip="the training runs with PYTORCH_CUDA_ALLOC_CONF="
                                                     "expandable_segments:True (less reserved above the allocated "
                                                     "peak); off: PyTorch's default allocator")
+        c["pin_memory"] = checkbox("pin memory",
+                                   tooltip="DeepSpeed CPU offload: page-locked host buffers (\"pin_memory\": true, "
+                                           "DeepSpeed's default); off: pageable buffers, less host memory, copies "
+                                           "to and from the GPU at the host's pageable rate")
         c["lora_rank"] = int_text("LoRA rank", minimum=0, tooltip="LoRA adapter rank (0: full fine-tune)")
         c["lora_rank"].add_class("wb-lora-rank")
         self.controls = c

@@ -36,7 +36,7 @@ from workbench import memory as M
 from workbench import timing as T
 from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
 from workbench.parallel import group_crosses_nodes
-from workbench.configs.deepspeed import (LARGE_MODEL_PARAMETERS, PAGEABLE_OFFLOAD_MEASURED, DeepSpeedOptions,
+from workbench.configs.deepspeed import (LARGE_MODEL_PARAMETERS, DeepSpeedOptions,
                                          pageable_offload_cost)
 from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, NO_PIPELINE, ClusterSpec, CrossEntropyFusion, Engine,
                              Implementation, ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute,
@@ -424,9 +424,9 @@ def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optiona
     """With DeepSpeed's CPU offload and the node's host memory past :data:`HOST_MEMORY_WARN_FRACTION` (or over it),
     what its page-locked buffers cost beyond their contents: PyTorch's pinned-memory allocator rounds each request up
     to a power of two (:func:`workbench.memory.pinned_bytes`), so a 9.7 GiB fp32 partition holds 16 GiB. ``"pin_memory":
-    false`` keeps them pageable at their own sizes (:func:`workbench.memory.host_resident_bytes` with ``pinned=False``);
-    None when that saves less than 1 GiB per rank or the host is not tight."""
-    if not _deepspeed_cpu_offload(plan):
+    false`` keeps them pageable at their own sizes (:func:`workbench.memory.pageable_host_bytes`); None when the plan
+    has them pageable already, when that saves less than 1 GiB per rank or when the host is not tight."""
+    if not _deepspeed_cpu_offload(plan) or not plan.pin_memory:
         return None
     used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
     if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
@@ -443,28 +443,34 @@ def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optiona
                    message=f"DeepSpeed's page-locked offload buffers hold {_gb(saved)} per rank beyond their contents "
                            f"({_gb(per_node)} per node): PyTorch's pinned-memory allocator rounds each up to a power "
                            f"of two",
-                   suggestion=f'"pin_memory": false in zero_optimization.{sections}: {_gb(then)} per node of '
-                              f"{_gb(cap)} ({then / cap:.0%}; the workbench's export writes true); copies between host "
-                              f"and GPU then go through pageable memory: {pageable_offload_cost()}")
+                   suggestion=f'"pin_memory": false in zero_optimization.{sections} (--no-pin-memory): '
+                              f"{_gb(then)} per node of {_gb(cap)} ({then / cap:.0%}); copies between host and GPU "
+                              f"then go through pageable memory: {pageable_offload_cost()}")
 
 
-def pageable_offload(plan: ParallelPlan, options: DeepSpeedOptions) -> Optional[Finding]:
-    """DeepSpeed CPU offload with ``"pin_memory": false`` (an imported ds_config's, or the options the export is
-    given): the host buffers are pageable, so every copy between host and GPU is staged by the driver and the
-    transfers DeepSpeed issues as non-blocking wait for the host. The time model prices page-locked buffers; this
-    says how far measured runs fell from it
-    (:data:`workbench.configs.deepspeed.PAGEABLE_OFFLOAD_MEASURED`). None without CPU offload or with
-    ``pin_memory`` on."""
-    if not _deepspeed_cpu_offload(plan):
+def pageable_offload(plan: ParallelPlan, time=None) -> Optional[Finding]:
+    """DeepSpeed CPU offload with ``"pin_memory": false`` (:attr:`ParallelPlan.pin_memory` off, as an imported
+    ds_config can set it): every copy between host and GPU is staged by the driver through its own page-locked
+    memory, at the host's pageable rate, and the transfers DeepSpeed issues as non-blocking wait for the host. The
+    time model prices that rate (``pageable_copy_gb_per_s``); with the time estimate this prices the step once more
+    with page-locked buffers and says what they would save (a warning from 10 % of the step). None without CPU
+    offload or with ``pin_memory`` on."""
+    if not _deepspeed_cpu_offload(plan) or plan.pin_memory:
         return None
-    if options.pin_memory:
-        return None
-    return Finding(id="pageable_offload", status="warn",
-                   message=f'"pin_memory": false with CPU offload: the step-time estimate assumes page-locked '
-                           f"offload buffers; with pageable ones {pageable_offload_cost()} "
-                           f"(corpus batch final51, {PAGEABLE_OFFLOAD_MEASURED['date']})",
-                   suggestion='"pin_memory": true in the offload sections when the host has room for the '
-                              "page-locked buffers (the host-memory check prices them both ways)")
+    suggestion = ('"pin_memory": true in the offload sections (--pin-memory) when the host has room for the '
+                  "page-locked buffers (the host-memory check prices them both ways)")
+    if time is None or not time.inputs:
+        return Finding(id="pageable_offload", status="warn",
+                       message=f'"pin_memory": false with CPU offload: the copies between host and GPU go through '
+                               f"pageable memory; {pageable_offload_cost()}", suggestion=suggestion)
+    pinned = float(T.step_time_terms(**{**time.inputs, "pin_memory": 1})["step_seconds"])
+    extra = time.step_seconds - pinned
+    slow = extra > 0.1 * time.step_seconds
+    return Finding(id="pageable_offload", status="warn" if slow else "pass",
+                   message=f'"pin_memory": false with CPU offload: {time.step_seconds:.3f} s per step with the '
+                           f"copies between host and GPU through pageable memory, {pinned:.3f} s with page-locked "
+                           f"buffers ({extra:.3f} s more per step); {pageable_offload_cost()}",
+                   suggestion=suggestion if slow else "")
 
 
 NEAR_CAPACITY_FRACTION = 0.90
@@ -784,7 +790,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
-             pageable_offload(plan, o),
+             pageable_offload(plan, time),
              expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction),
              strategy_tier(model, cluster, plan, memory),
              zero3_layer_room(model, plan, memory), card_size(model, cluster, n),

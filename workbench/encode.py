@@ -7,7 +7,8 @@ FP8 parameter all-gather, bf16 first+last layers), the MoE columns ``ep, etp, ed
 tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity factor when padded, DeepSpeed-MoE's E·C/(k·S), else the busiest rank's
 routing load, 1 when balanced; the planner's float column ``moe_imb`` carries the plan's imbalance), ``moe_ds``
 (1: DeepSpeed-MoE layers) and
-``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the pipeline split ``first_layers, last_layers`` (0: an
+``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``pin`` (1: DeepSpeed's
+offload buffers page-locked, ``pin_memory``), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the pipeline split ``first_layers, last_layers`` (0: an
 even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -79,7 +80,7 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 moe_ag=int(plan.moe_token_dispatcher is MoEDispatcher.ALLGATHER),
                 moe_ov=int(plan.moe_overlap_alltoall), moe_rc=MOE_RECOMPUTE_CODES[plan.moe_recompute],
                 grad_fp32=int(plan.reduces_grads_in_fp32),
-                expseg=int(plan.expandable_segments), tp_ov=int(plan.tp_comm_overlap),
+                expseg=int(plan.expandable_segments), pin=int(plan.pin_memory), tp_ov=int(plan.tp_comm_overlap),
                 xent=CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion],
                 zinit=int(builds_in_zero_init(model, plan)))
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
@@ -99,6 +100,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("fp8_bf16_first", 0)
     out.setdefault("fp8_bf16_last", 0)
     out.setdefault("expseg", int(bool(expandable_segments)))  # the allocator every row runs with
+    out.setdefault("pin", 1)  # DeepSpeed's offload buffers page-locked (its default) unless the table says
     out.setdefault("tp_ov", 0)  # Transformer Engine TP communication overlap: off unless the table searches it
     out.setdefault("xent", 0)  # Megatron's loss kernels: the unfused cross entropy unless the table sets them
     out.setdefault("grad_fp32", -1)  # Megatron's main-gradient dtype: -1, Megatron-LM's default for the precision
@@ -341,7 +343,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                moe_allgather=cols.get("moe_ag", 0), main_grad_fp32=main_grad_fp32(cols, precision),
                moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0),
                moe_recompute=cols.get("moe_rc", 0), tp_comm_overlap=cols.get("tp_ov", 0),
-               cross_entropy_fusion=cols.get("xent", 0),
+               cross_entropy_fusion=cols.get("xent", 0), pinned_host=cols.get("pin", 1),
                zero_init=cols["zinit"] if "zinit" in cols else default_zero_init_column(model, cols))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
@@ -485,6 +487,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         offload_zero3_host_factor=cal["cpu_adam"].get("zero3_host_factor", 0.0),
         offload_param_host_factor=cal["cpu_adam"].get("zero3_param_offload_host_factor", 0.0),
         param_offload_copy_back_s=cal["cpu_adam"].get("param_offload_copy_back_seconds_per_parameter", 0.0),
+        pin_memory=cols.get("pin", 1),
+        pageable_copy_gb_per_s=cal["cpu_adam"].get("pageable_copy_gb_per_s", np.inf),
         cpu_adam_serial_seconds_per_parameter=cal["cpu_adam"].get("serial_seconds_per_parameter", 0.0),
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),

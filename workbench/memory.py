@@ -850,7 +850,7 @@ def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str):
 
 def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_optimizer, offload_params,
                         tensor_parallel, data_parallel, trainable, params, lora, value_bytes, num_microbatches,
-                        defrag, expert_parallel=1, expert_tensor_parallel=None, pinned: bool = True):
+                        defrag, expert_parallel=1, expert_tensor_parallel=None, pinned=1):
     """Host memory one rank's process holds at its peak: :data:`HOST_PROCESS_BYTES` plus, under DeepSpeed's CPU
     offload with 16-bit training, the buffers DeepSpeed 0.19.8 makes on the host, page-locked ones taken as
     :func:`pinned_bytes` takes them (``pin_memory``, which the workbench's ds_config sets). ``offloaded``: the
@@ -901,14 +901,18 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     p_all = params / data_parallel
     stage_share = params / stage_params_per_rank(m, tensor_parallel, 1, 0, m.num_layers, expert_parallel,
                                                  expert_tensor_parallel)
-    held = pinned_bytes if pinned else (lambda nbytes: nbytes)  # pageable buffers take their own sizes
+    pinned = asarray(pinned) > 0
+
+    def held(nbytes):  # pageable buffers take their own sizes
+        return where(pinned, pinned_bytes(nbytes), nbytes)
 
     def tensors(name):
-        if not pinned and name == "bf16_partitions":
-            return 2.0 * p_all
-        if not pinned and name == "fp32_sub_groups":
-            return 4.0 * p_opt
-        return host_tensor_sum(m, tensor_parallel, data_parallel, name) * stage_share
+        summed = host_tensor_sum(m, tensor_parallel, data_parallel, name) * stage_share
+        if name == "bf16_partitions":
+            return where(pinned, summed, 2.0 * p_all)
+        if name == "fp32_sub_groups":
+            return where(pinned, summed, 4.0 * p_opt)
+        return summed
 
     largest = where(lora, 0.0, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_tensor"))
     accumulate = where(lora, held(2.0 * p_opt), tensors("bf16_partitions"))
@@ -2332,7 +2336,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
-                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0, pinned_host: bool = True):
+                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0, pinned_host=1):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``pinned_host``: DeepSpeed's offload buffers page-locked (``pin_memory``, :func:`host_resident_bytes`).
     ``init_phase``: price DeepSpeed's initialization where it can be the peak (:func:`deepspeed_init_bytes`; 0 where
@@ -2668,8 +2672,8 @@ def pageable_host_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Host memory one rank holds at its peak with DeepSpeed's ``pin_memory`` off (every offload buffer pageable at
     its own size, :func:`host_resident_bytes` with ``pinned=False``): the largest over the plan's pipeline stages, as
     :attr:`MemoryEstimate.host_bytes_per_gpu` is for the page-locked buffers the workbench's ds_config asks for."""
-    codes = plan_codes(plan, model)
-    return max(float(stage_terms(model, stage=s, **codes, pinned_host=False)["host"])
+    codes = {**plan_codes(plan, model), "pinned_host": 0}
+    return max(float(stage_terms(model, stage=s, **codes)["host"])
                for s in range(plan.pipeline_parallel))
 
 

@@ -647,6 +647,7 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         grad_reduce_fp32=(bool(table["grad_fp32"][i]) if "grad_fp32" in table and int(table["grad_fp32"][i]) >= 0
                           else None),
         expandable_segments=bool(table["expseg"][i]) if "expseg" in table else False,
+        pin_memory=bool(table["pin"][i]) if "pin" in table else True,
         moe_load_imbalance=float(table["moe_imb"][i]) if "moe_imb" in table else 1.0,
         tp_comm_overlap=bool(table["tp_ov"][i]) if "tp_ov" in table else False,
         moe_overlap_alltoall=bool(table["moe_ov"][i]) if "moe_ov" in table else False,
@@ -710,7 +711,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            grad_reduce_fp32: Optional[bool] = None, expandable_segments: bool = False,
            moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None,
            cross_entropy_fusion="none", fit_on: str = "point", moe_overlap_alltoall: bool = False,
-           moe_capacity_factor: Optional[float] = None, moe_pad_to_capacity: bool = False) -> PlanSearch:
+           moe_capacity_factor: Optional[float] = None, moe_pad_to_capacity: bool = False,
+           pin_memory: bool = True) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -729,6 +731,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 
     ``expandable_segments``: every candidate runs with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``
     (:attr:`ParallelPlan.expandable_segments`: a smaller allocator reserve).
+
+    ``pin_memory``: DeepSpeed's offload buffers on every offloading row page-locked (its default) or pageable
+    (:attr:`ParallelPlan.pin_memory`: less host memory, slower copies).
 
     ``tp_comm_overlap``: Transformer Engine's TP communication overlap on the Megatron rows with TP > 1 and
     sequence parallel (:func:`with_tp_comm_overlap`; ``None``: both with and without it are searched).
@@ -819,6 +824,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     table["xent"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], CROSS_ENTROPY_FUSION_CODES[xent], 0)
     # the allocator every row runs with (encode.complete_columns keeps a given column)
     table["expseg"] = np.full(count, int(check_bool("expandable_segments", expandable_segments)), np.int64)
+    table["pin"] = np.full(count, int(check_bool("pin_memory", pin_memory)), np.int64)  # the offload buffers
     if model.is_moe:  # the routing imbalance every MoE row is priced with (encode.moe_rank_load)
         table["moe_imb"] = np.full(count, check_float("moe_load_imbalance", moe_load_imbalance, minimum=1.0,
                                                       strict=False))
@@ -846,7 +852,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
             message += _lora_alternative(model, cluster, global_batch_size=global_batch_size, headroom=headroom,
                                          engines=engines, zero_stages=zero_stages, offload=offload,
                                          recompute=recompute, precision=precision, profile=profile,
-                                         expandable_segments=expandable_segments, fit_on=fit_on)
+                                         expandable_segments=expandable_segments, fit_on=fit_on,
+                                         pin_memory=pin_memory)
         raise ValueError(message)
     step = ev["step_seconds"][feasible]
     peak = ev["peak_bytes"][feasible]
@@ -1438,6 +1445,7 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     if plan.grad_reduce_fp32 is not None:  # the plan's main-gradient dtype on every Megatron row
         table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], int(plan.grad_reduce_fp32), -1)
     table["expseg"] = np.full(len(table["tp"]), int(plan.expandable_segments), np.int64)  # the plan's allocator
+    table["pin"] = np.full(len(table["tp"]), int(plan.pin_memory), np.int64)  # the plan's offload buffers
     if plan.cross_entropy_fusion is not CrossEntropyFusion.NONE:  # the plan's loss kernels on every Megatron row
         table["xent"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
                                  CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion], 0)

@@ -881,6 +881,12 @@ class ParallelPlan:
     allocator grows one segment per stream by mapping more physical pages instead of cutting new fixed-size segments,
     so less memory stays reserved above the allocated peak (:data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE`).
     ``False``: PyTorch's default allocator. Allocated memory and step time are the same either way."""
+    pin_memory: bool = True
+    """DeepSpeed CPU offload: the host buffers page-locked (``"pin_memory"`` in ``zero_optimization.offload_optimizer``
+    / ``offload_param``; DeepSpeed's default). ``False``: pageable buffers at their own sizes (less host memory,
+    :func:`workbench.memory.host_resident_bytes`) whose copies to and from the GPU the driver stages through its own
+    page-locked memory, at the host's pageable copy rate (:func:`workbench.timing.optimizer_terms`). Nothing changes
+    without offload."""
     grad_reduce_fp32: Optional[bool] = None
     """Engine ``megatron``: accumulate and reduce the main gradients in fp32 (4 bytes per parameter) or in the
     16-bit model dtype. ``None``: Megatron-LM's default — fp32 with bf16 (``--bf16`` turns
@@ -974,7 +980,7 @@ class ParallelPlan:
             _set(self, "adam", AdamImpl.FUSED if fused else AdamImpl.TORCH)
             _set(self, "fused_kernels", None)
         for name in ("sequence_parallel", "distributed_optimizer", "embedding_in_pipeline_split",
-                     "loss_in_pipeline_split", "moe_pad_to_capacity", "expandable_segments"):
+                     "loss_in_pipeline_split", "moe_pad_to_capacity", "expandable_segments", "pin_memory"):
             _set(self, name, check_bool(name, getattr(self, name)))
         if self.overlap_comm is not None:
             _set(self, "overlap_comm", check_bool("overlap_comm", self.overlap_comm))

@@ -619,6 +619,12 @@ class StepInputs:
     ``fp16_partitioned_groups_flat[i].data.copy_(fp32_partitioned_groups_flat[i].data)`` copies GPU fp32 into the
     host's 16-bit partition, a blocking copy with a dtype change, which torch runs through a fresh pageable fp32
     host buffer and a cast on the host (aten/src/ATen/native/cuda/Copy.cu ``copy_kernel_cuda``)."""
+    pin_memory: object = 1
+    """DeepSpeed's offload buffers page-locked (1, :attr:`workbench.specs.ParallelPlan.pin_memory`) or pageable (0)."""
+    pageable_copy_gb_per_s: object = np.inf
+    """Host↔GPU GB/s of DeepSpeed's offload copies when its buffers are pageable: the driver stages each copy
+    through its own page-locked memory, so the host's memory copies, not the link, set the rate (capped by
+    ``host_link_gb_per_s``)."""
     parameter_tensors: object = 0.0
     """Parameter tensors one rank of the largest stage holds (:func:`workbench.params.parameter_tensors` ÷ p)."""
     deepspeed_tensor_seconds: object = 0.0
@@ -1653,7 +1659,9 @@ def optimizer_terms(x: StepInputs) -> dict:
              + expert_params / where(sharded, expert_group, 1)) * x.trainable_fraction
     off_opt = x.offload_optimizer > 0
     off_par = x.offload_params > 0
-    host_bps = x.host_link_gb_per_s * 1e9
+    # page-locked buffers cross at the link's rate; pageable ones (pin_memory off) at the host's staged-copy rate
+    host_bps = where(x.pin_memory > 0, x.host_link_gb_per_s,
+                     minimum(x.host_link_gb_per_s, x.pageable_copy_gb_per_s)) * 1e9
     # CPU Adam (DeepSpeedCPUAdam, OpenMP over the rank's OMP_NUM_THREADS): each thread updates
     # cpu_adam_params_per_second_per_thread, until the ranks of a node together reach what its memory bandwidth
     # allows (cpu_adam_params_per_second_per_node); ZeRO-3 adds host passes over the same partition

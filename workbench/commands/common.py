@@ -56,7 +56,7 @@ _PLAN_FLAGS = {
     "offload_params": "offload_params", "recompute": "recompute", "recompute_layers": "recompute_layers",
     "mbs": "micro_batch_size", "gbs": "global_batch_size", "precision": "precision", "lora_rank": "lora_rank",
     "lora_targets": "lora_targets", "lora_dropout": "lora_dropout", "adam": "adam", "overlap_comm": "overlap_comm",
-    "expandable_segments": "expandable_segments", "zero_init": "zero_init",
+    "expandable_segments": "expandable_segments", "zero_init": "zero_init", "pin_memory": "pin_memory",
     "first_stage_layers": "first_stage_layers", "last_stage_layers": "last_stage_layers",
     "ep": "expert_parallel", "etp": "expert_tensor_parallel", "moe_capacity_factor": "moe_capacity_factor",
     "moe_load_imbalance": "moe_load_imbalance", "moe_recompute": "moe_recompute",
@@ -252,6 +252,13 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                 ("--no-zero-init", False,
                  "DeepSpeed ZeRO-3: the whole model is built on the GPU, then partitioned by deepspeed.initialize "
                  "(a plain script's from_config on the device)"))
+    _add_either(p, "pin_memory",
+                ("--pin-memory", True,
+                 "DeepSpeed CPU offload with page-locked host buffers (\"pin_memory\": true, DeepSpeed's default and "
+                 "this one's)"),
+                ("--no-pin-memory", False,
+                 "DeepSpeed CPU offload with pageable host buffers (\"pin_memory\": false): less host memory, "
+                 "copies to and from the GPU at the host's pageable rate"))
     p.add_argument("--expandable-segments", dest="expandable_segments", action="store_true", default=None,
                    help="the training runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's caching "
                         "allocator grows its segments in place: less reserved above the allocated peak); default: "

@@ -66,6 +66,9 @@ def add_parser(sub) -> None:
     s.add_argument("--expandable-segments", action="store_true",
                    help="every plan runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a smaller allocator "
                         "reserve above the allocated peak); default: PyTorch's default allocator")
+    s.add_argument("--no-pin-memory", dest="pin_memory", action="store_false", default=True,
+                   help="every plan that offloads to the CPU keeps DeepSpeed's buffers pageable (\"pin_memory\": "
+                        "false: less host memory, copies at the host's pageable rate); default: page-locked")
     s.add_argument("--moe-load-imbalance", type=float, default=1.0, metavar="F",
                    help="MoE routing load imbalance F: the busiest expert-parallel rank's routed tokens over the mean (default 1.0, balanced); prices that rank's expert activations, expert GEMMs and all-to-all at F x the balanced share. Megatron has no such flag: it is an assumption about the router, not exported")
     s.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",
@@ -305,7 +308,7 @@ def run(args) -> int:
                         moe_load_imbalance=args.moe_load_imbalance, tp_comm_overlap=args.tp_comm_overlap,
                         cross_entropy_fusion=args.cross_entropy_fusion, fit_on=args.fit_on,
                         moe_overlap_alltoall=args.moe_overlap_alltoall, moe_capacity_factor=args.moe_capacity_factor,
-                        moe_pad_to_capacity=args.moe_pad_to_capacity)
+                        moe_pad_to_capacity=args.moe_pad_to_capacity, pin_memory=args.pin_memory)
     replayed = replayed_ranks(args, result, profile) if args.simulate_allocator else None
     if args.json:
         out = result.to_dict()

@@ -73,10 +73,6 @@ class DeepSpeedOptions:
     """ZeRO-3 optimizer step granularity, elements (DeepSpeed default 1e9)."""
     nvme_path: str = "/local_nvme"
     """ZeRO-Infinity swap folder on a local NVMe drive (used only with offload to nvme; set it to your mount)."""
-    pin_memory: bool = True
-    """Page-locked host buffers for offload (faster PCIe copies, costs host memory; DeepSpeed's default too). Off,
-    measured steps were longer than the time model's, which prices page-locked copies
-    (:data:`PAGEABLE_OFFLOAD_MEASURED`)."""
     loss_scale_window: int = 1000
     """fp16 dynamic loss scaling: steps without overflow before the scale doubles (guide §3: ``1000``)."""
     initial_scale_power: int = 16
@@ -119,7 +115,7 @@ class DeepSpeedOptions:
         put("initial_scale_power", check_int("initial_scale_power", self.initial_scale_power, minimum=0, maximum=127))
         if self.warmup_iters is not None:
             put("warmup_iters", check_int("warmup_iters", self.warmup_iters, maximum=2**62))
-        for name in ("contiguous_gradients", "pin_memory", "cpu_checkpointing", "wall_clock_breakdown"):
+        for name in ("contiguous_gradients", "cpu_checkpointing", "wall_clock_breakdown"):
             put(name, check_bool(name, getattr(self, name)))
         check_str("nvme_path", self.nvme_path)
         if self.warmup_iters is not None and not 0 < self.warmup_iters <= self.train_iters:
@@ -150,20 +146,23 @@ class DeepSpeedOptions:
 
 
 PAGEABLE_OFFLOAD_MEASURED = dict(
-    runs={"H200": (1.47, 1.64, 1.78), "H100": (1.98, 2.33)}, date="2026-12-05", commit="9c64809",
-    source="benchmarks/results/final51_blind_h200.txt, benchmarks/results/h100_transfer.txt")
-"""Measured step over estimated step of DeepSpeed CPU-offload runs with ``"pin_memory": false`` (corpus batch final51,
-through transformers: Granite 3.0 8B's width at 10 layers under ZeRO-2 and ZeRO-3 with both offloads, SmolLM3 3B
-under ZeRO-2 checkpointed), against the estimate of the commit named, which prices the offload copies as DeepSpeed
-runs them with page-locked buffers; the batch's four runs with pinned buffers came within -11 / +7 % of it on the
-H200. Keyed by the GPU the runs had (the H100 ran two of the three plans)."""
+    twins={"TinyLlama 1.1B ZeRO-2, optimizer on the CPU": (0.226, 0.539),
+           "SOLAR 10.7B at 10 layers ZeRO-3, optimizer and parameters on the CPU": (1.626, 3.426)},
+    gpu="H100", date="2026-12-05", source="benchmarks/corpus/h100_runs.jsonl (corpus batch fit13)")
+"""Steady step seconds (page-locked, pageable) of two DeepSpeed CPU-offload plans measured with ``"pin_memory"`` on
+and off, one after the other on one H100 80GB host, through transformers (corpus batch fit13). The time model
+prices the pageable copies at ``pageable_copy_gb_per_s`` (``efficiency.json``, fitted on that batch)."""
 
 
 def pageable_offload_cost() -> str:
     """What ``"pin_memory": false`` cost measured runs, in words (:data:`PAGEABLE_OFFLOAD_MEASURED`)."""
-    parts = [f"{min(v):.1f}-{max(v):.1f}x on one {gpu} ({len(v)} runs)"
-             for gpu, v in PAGEABLE_OFFLOAD_MEASURED["runs"].items()]
-    return "measured steps took " + ", ".join(parts) + " of the time model's step with page-locked buffers"
+    from workbench.timing import calibration
+
+    ratios = [off / on for on, off in PAGEABLE_OFFLOAD_MEASURED["twins"].values()]
+    rate = calibration()["cpu_adam"].get("pageable_copy_gb_per_s")
+    return (f"measured steps took {min(ratios):.1f}-{max(ratios):.1f}x those of the same plans with page-locked "
+            f"buffers (one {PAGEABLE_OFFLOAD_MEASURED['gpu']} host, {len(ratios)} plans)"
+            + (f"; the step-time estimate prices these copies at {rate:g} GB/s" if rate else ""))
 
 
 def _ds_engine_check(plan: ParallelPlan) -> None:
@@ -172,8 +171,8 @@ def _ds_engine_check(plan: ParallelPlan) -> None:
                          "engine='deepspeed' or 'megatron-deepspeed'")
 
 
-def _offload_section(device: Offload, options: DeepSpeedOptions) -> dict:
-    section = {"device": str(device), "pin_memory": options.pin_memory}
+def _offload_section(device: Offload, options: DeepSpeedOptions, pin_memory: bool) -> dict:
+    section = {"device": str(device), "pin_memory": pin_memory}
     if device is Offload.NVME:
         section["nvme_path"] = options.nvme_path
     return section
@@ -241,9 +240,9 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
                 "sub_group_size": int(o.sub_group_size),
             })
         if plan.offload_optimizer is not Offload.NONE:
-            zero["offload_optimizer"] = _offload_section(plan.offload_optimizer, o)
+            zero["offload_optimizer"] = _offload_section(plan.offload_optimizer, o, plan.pin_memory)
         if plan.offload_params is not Offload.NONE:
-            zero["offload_param"] = _offload_section(plan.offload_params, o)
+            zero["offload_param"] = _offload_section(plan.offload_params, o, plan.pin_memory)
     cfg["zero_optimization"] = zero
     if plan.is_ulysses:
         # DeepSpeed-Ulysses: the groups come from the model code's mpu (ulysses_snippet); DeepSpeedConfig reads the

@@ -603,8 +603,8 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
             if section.get("nvme_path"):
                 opts["nvme_path"] = str(section["nvme_path"])
             pin = read_ds_bool(section.get("pin_memory"), f"zero_optimization.{key}.pin_memory")
-            if isinstance(pin, bool):
-                opts["pin_memory"] = pin
+            if pin is False and device not in (None, "none"):  # pageable if either section says so (true: default)
+                plan["pin_memory"] = False
             ratio = get(section, "ratio", f"zero_optimization.{key}.ratio", _offload_ratio) \
                 if key == "offload_optimizer" else None
             if ratio is not None and ratio < 1 and plan["zero_stage"] != 3:
