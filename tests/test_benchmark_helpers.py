@@ -97,6 +97,41 @@ def test_zero3_host_rows_measure_beyond_the_model_without_its_host_term_and_rest
     assert row["exposed_per_fetch_seconds"] * row["fetches"] == pytest.approx(row["exposed_seconds"])
 
 
+def test_pageable_rate_is_fitted_back_from_steps_priced_at_a_known_rate(monkeypatch):
+    """bench_accuracy's pageable-offload fit: runs whose measured steps are the model's at 5.5 GB/s give 5.5 back
+    (leaving the catalog as it was), pinned runs and runs without offload are left out, and the lines say the rate
+    the hosts' own copy probes measured."""
+    from workbench import ModelSpec, ParallelPlan, timing
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    bench = _load("bench_accuracy_pageable_under_test", BENCH / "bench_accuracy.py")
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1)
+    plan = ParallelPlan(engine="deepspeed", zero_stage=2, world_size=1, micro_batch_size=1, global_batch_size=1,
+                        offload_optimizer="cpu", pin_memory=False)
+    cal = timing.calibration()["cpu_adam"]
+    before = dict(cal)
+    runs = []
+    for i, hidden in enumerate((1024, 2048, 3072)):
+        model = ModelSpec(name=f"p{i}", hidden_size=hidden, num_layers=8, num_attention_heads=16, seq_length=1024,
+                          vocab_size=32000)
+        cal[bench.PAGEABLE_KEY] = 5.5
+        step = estimate(model, cluster, plan).time.step_seconds
+        cal.clear()
+        cal.update(before)
+        runs += [dict(run_id=f"p{i}", shape_id=f"p{i}", model=model, cluster=cluster, plan=plan,
+                      measured=dict(step=step), copy_probe={"h2d_pageable_gbps": 8.0, "d2h_pageable_gbps": 12.0}),
+                 dict(run_id=f"p{i}-pinned", shape_id=f"p{i}", model=model, cluster=cluster,
+                      plan=plan.replace(pin_memory=True), measured=dict(step=step))]
+    rows = bench._pageable_rows(runs)
+    assert [r["run"]["run_id"] for r in rows] == ["p0", "p1", "p2"] and cal == before
+    assert 1 / bench.offload_host_refit(rows) == pytest.approx(5.5, rel=1e-6)
+    lines = bench.pageable_lines(runs, fit={"p0", "p1", "p2"})
+    assert "refitted 5.5 GB/s on 3 fit runs (3 shapes)" in lines[1]
+    assert "to the GPU 8.0 GB/s, from it 12.0 GB/s" in "\n".join(lines)
+
+
 def test_steady_step_and_repeatability_read_one_statistic_and_group_by_configuration(monkeypatch):
     from workbench import ModelSpec, ParallelPlan
     from workbench.specs import ClusterSpec
