@@ -1190,6 +1190,22 @@ def deepspeed_init_bytes(*, weights, trainable, data_parallel, value_bytes, engi
                  weights + value_bytes * trainable / data_parallel, 0.0)
 
 
+def zero3_build_bytes(m: ModelSpec, *, engine, zero_stage, offload_params, zero_init, weights_whole, value_bytes,
+                      tensor_parallel=1):
+    """Bytes DeepSpeed ZeRO-3 with the parameters on the host allocates at initialization when the model was built
+    whole on the GPU (not inside ``deepspeed.zero.Init``): the rank's 16-bit weights (``weights_whole``) while
+    ``deepspeed.initialize`` partitions them to the host one parameter at a time, beside one more parameter's
+    16-bit bytes (the largest tensor, the one in hand). Training then needs less than that on models whose
+    activations and buffers are small beside their weights: measured on StarCoder2 3B at its 30 layers (H100, both
+    offloads, checkpointed: 5.93 GiB, the 5.65 GiB built plus its 288 MiB tied embedding) and SmolLM3 3B (H200: 6.32
+    GiB, 5.83 plus its 501 MiB embedding); read off those two runs (``allocated_after_build_bytes`` of the corpus
+    records), not blind. 0 for other engines, stages and plans, and when the model is built inside ``zero.Init``.
+    Arrays allowed."""
+    built_whole = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3) & (asarray(offload_params) > 0)
+                   & ~(asarray(zero_init) > 0))
+    return where(built_whole, weights_whole + value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
+
+
 def deepspeed_init_cached_bytes(m: ModelSpec, *, init, weights, trainable, value_bytes, tensor_parallel=1,
                                 expandable_segments=0):
     """Bytes the caching allocator keeps reserved, beyond what is allocated, after DeepSpeed ZeRO-1/2 with the
@@ -2636,14 +2652,19 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     overhead = overhead_bytes(reserve_base, world, engine=engine, zero_stage=zero_stage,
                               expandable_segments=expandable_segments, offload_optimizer=offload_optimizer,
                               offload_params=offload_params, **(overheads or {})) + (reserve_base - allocated)
-    # ZeRO-1/2 with the optimizer on the CPU can peak before training: deepspeed_init_bytes, no reserve above it
-    init = deepspeed_init_bytes(weights=weights, trainable=trainable, data_parallel=data_parallel * context_parallel,
-                                value_bytes=value_bytes, engine=engine, zero_stage=zero_stage,
-                                offload_optimizer=offload_optimizer) * (asarray(init_phase) > 0)
+    # ZeRO-1/2 with the optimizer on the CPU can peak before training: deepspeed_init_bytes, no reserve above it;
+    # so can ZeRO-3 partitioning a model built whole on the GPU to the host (zero3_build_bytes)
+    init12 = deepspeed_init_bytes(weights=weights, trainable=trainable, data_parallel=data_parallel * context_parallel,
+                                  value_bytes=value_bytes, engine=engine, zero_stage=zero_stage,
+                                  offload_optimizer=offload_optimizer) * (asarray(init_phase) > 0)
+    init = maximum(init12, zero3_build_bytes(m, engine=engine, zero_stage=zero_stage, offload_params=offload_params,
+                                             zero_init=zero_init, weights_whole=value_bytes * n,
+                                             value_bytes=value_bytes, tensor_parallel=tensor_parallel)
+                   * (asarray(init_phase) > 0))
     outside = overhead_bytes(0.0, world, engine=engine, zero_stage=zero_stage,
                              expandable_segments=expandable_segments, **(overheads or {}))
     init_reserved = init + deepspeed_init_cached_bytes(
-        m, init=init, weights=weights, trainable=trainable, value_bytes=value_bytes, tensor_parallel=tensor_parallel,
+        m, init=init12, weights=weights, trainable=trainable, value_bytes=value_bytes, tensor_parallel=tensor_parallel,
         expandable_segments=expandable_segments)
     # the initialization is the allocated peak; the device needs the larger of it (no reserve above its fresh
     # segments) and training's allocated peak with its reserve
