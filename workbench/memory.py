@@ -934,15 +934,19 @@ def zero3_defrag_host_bytes(*, engine, zero_stage, offload_params, value_bytes, 
     back to the GPU as one flat buffer (``_create_fp16_partitions_with_defragmentation`` -> ``zero/utils.py``
     ``defragment``), value_bytes × trainable / data_parallel, before any offloaded state exists; 0 elsewhere
     (:func:`defragments_through_host`)."""
-    ds = engine != ENGINE_CODES[Engine.MEGATRON]
-    return where(ds & (zero_stage >= 3) & ~(offload_params > 0), value_bytes * trainable / data_parallel, 0.0)
+    return where(zero3_defragments(engine, zero_stage, offload_params), value_bytes * trainable / data_parallel, 0.0)
+
+
+def zero3_defragments(engine, zero_stage, offload_params):
+    """Whether the ranks pass their 16-bit parameter partition through one host buffer at initialization: DeepSpeed
+    ZeRO-3 keeping its parameters on the GPU (:func:`zero3_defrag_host_bytes`). Arrays allowed."""
+    return (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3) & ~(asarray(offload_params) > 0)
 
 
 def defragments_through_host(plan) -> bool:
-    """Whether a plan's ranks pass their 16-bit parameter partition through one host buffer at initialization:
-    DeepSpeed ZeRO-3 keeping its parameters on the GPU (the ``defrag`` term of :func:`host_resident_bytes`)."""
-    return (plan.engine is not Engine.MEGATRON and int(plan.zero_stage) >= 3
-            and plan.offload_params is Offload.NONE)
+    """:func:`zero3_defragments` of a plan (the ``defrag`` term of :func:`host_resident_bytes`)."""
+    engine, zero_stage, _, offload_params = _plan_codes(plan)
+    return bool(zero3_defragments(engine, zero_stage, offload_params))
 
 
 def lora_split(stage_params, adapter_params, lora):
