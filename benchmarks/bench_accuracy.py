@@ -1237,7 +1237,8 @@ def main(argv=None) -> int:
     gpus = {k: collections.Counter(r["cluster"].gpu.name for r, _ in v) for k, v in scored.items()}
     on = {k: ", ".join(f"{n} on {g}" for g, n in sorted(c.items())) for k, c in gpus.items()}
     print(f"{len(runs)} runs: fit split {len(scored['fit'])} runs over {n_shapes['fit']} shapes ({on['fit']}), test "
-          f"split {len(scored['test'])} runs over {n_shapes['test']} shapes ({on['test']}) (corpus: {', '.join(map(str, args.corpus))})")
+          f"split {len(scored['test'])} runs over {n_shapes['test']} shapes ({on['test']}) "
+          f"(corpus: {', '.join(map(str, args.corpus))})")
     out = []
     out += table(scored["test"], "TEST split (shapes never fitted on) — error = (predicted - measured) / measured")
     fresh = fresh_shapes(runs, test)

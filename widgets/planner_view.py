@@ -33,7 +33,8 @@ def search_settings(state) -> dict:
     p = state.plan
     return dict(precision=p.precision, adam=p.adam, overlap_comm=p.overlap_comm, fp8_recipe=p.fp8_recipe,
                 fp8_param_gather=p.fp8_param_gather, grad_reduce_fp32=p.grad_reduce_fp32,
-                expandable_segments=p.expandable_segments, pin_memory=p.pin_memory, lora_rank=p.lora_rank, lora_targets=p.lora_targets,
+                expandable_segments=p.expandable_segments, pin_memory=p.pin_memory, lora_rank=p.lora_rank,
+                lora_targets=p.lora_targets,
                 moe_load_imbalance=p.moe_load_imbalance, cross_entropy_fusion=p.cross_entropy_fusion,
                 moe_overlap_alltoall=p.moe_overlap_alltoall,
                 moe_capacity_factor=None if p.deepspeed_moe else p.moe_capacity_factor,

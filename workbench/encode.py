@@ -8,8 +8,9 @@ tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity f
 routing load, 1 when balanced; the planner's float column ``moe_imb`` carries the plan's imbalance), ``moe_ds``
 (1: DeepSpeed-MoE layers) and
 ``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``pin`` (1: DeepSpeed's
-offload buffers page-locked, ``pin_memory``), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the pipeline split ``first_layers, last_layers`` (0: an
-even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
+offload buffers page-locked, ``pin_memory``), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE
+selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the
+pipeline split ``first_layers, last_layers`` (0: an even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
 columns — scalar or array, with or without a measured hardware profile — into the keyword arguments of
@@ -100,7 +101,7 @@ def complete_columns(table: dict, model: ModelSpec, *, adam=AdamImpl.FUSED, over
     out.setdefault("fp8_bf16_first", 0)
     out.setdefault("fp8_bf16_last", 0)
     out.setdefault("expseg", int(bool(expandable_segments)))  # the allocator every row runs with
-    out.setdefault("pin", 1)  # DeepSpeed's offload buffers page-locked (its default) unless the table says
+    out.setdefault("pin", 1)  # DeepSpeed's offload buffers page-locked (its default) unless the table sets them
     out.setdefault("tp_ov", 0)  # Transformer Engine TP communication overlap: off unless the table searches it
     out.setdefault("xent", 0)  # Megatron's loss kernels: the unfused cross entropy unless the table sets them
     out.setdefault("grad_fp32", -1)  # Megatron's main-gradient dtype: -1, Megatron-LM's default for the precision
