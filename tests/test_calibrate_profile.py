@@ -119,6 +119,14 @@ def test_profile_applies_measured_links_and_overheads():
     assert inputs["intra_node_gb_per_s"] == pytest.approx(300, rel=1e-6)
     assert inputs["intra_node_latency_s"] == pytest.approx(8e-6, rel=1e-6)
     assert inputs["host_link_gb_per_s"] == pytest.approx(51.0)
+    assert inputs["pageable_copy_gb_per_s"] == 18.0  # the slower pageable direction (pin_memory off)
+    assert "pageable host copies measured" in notes
+    pageable = plan.replace(offload_optimizer="cpu", pin_memory=False)
+    pinned_only = prof.replace(host_link_gb_per_s={"h2d_pinned": 50.0, "d2h_pinned": 52.0})
+    catalog_rate = estimate(m, c, pageable, profile=pinned_only).time  # the catalog's 8.24 GB/s
+    measured = estimate(m, c, pageable, profile=prof).time
+    assert measured.step_seconds < catalog_rate.step_seconds
+    assert measured.breakdown["offload"] < catalog_rate.breakdown["offload"]
     assert inputs["cpu_adam_params_per_second_per_node"] == 1.5e9
     # a copy rate above the curve's kernel fraction bounds it from above only; a slower one lowers it
     assert inputs["hbm_efficiency"] == pytest.approx(min(4000 / 4800, efficiency_curve("H200")["hbm_efficiency"]))
