@@ -39,3 +39,28 @@ def test_starcoder2_built_on_the_gpu_peaks_at_its_partitioning():
     for engine, zero, off in ((ds, 3, 0), (ds, 2, 1), (mg, 3, 1)):
         assert float(M.zero3_build_bytes(m, engine=engine, zero_stage=zero, offload_params=off, zero_init=0,
                                          weights_whole=1.0, value_bytes=2)) == 0.0
+
+
+def test_advisor_says_to_build_inside_zero_init_and_the_ladder_does():
+    """Llama 3 70B under ZeRO-3 with both offloads, built on each GPU first (megatron-core's default, as the
+    workbench's launcher builds it): the 141 GB model does not fit an 80 GB GPU before DeepSpeed partitions it, which
+    fits_memory says with the fix; built inside zero.Init the same plan fits, and the OOM ladder's parameter-offload
+    rung is priced so. Megatron-DeepSpeed, which builds inside zero.Init at ZeRO-3, has no such moment."""
+    from workbench import catalog
+    from workbench.advisor import advise
+
+    m = catalog.model("llama3-70b")
+    c = ClusterSpec(gpu="A100-80GB", gpus_per_node=8, host_memory_gib_per_node=2048)
+    p = ParallelPlan(world_size=8, engine="deepspeed", zero_stage=3, offload_optimizer="cpu", offload_params="cpu",
+                     micro_batch_size=1, global_batch_size=8, recompute="full")
+    found = {f.id: f for f in advise(m, c, p).findings}["fits_memory"]
+    assert found.status == "fail" and "(initialization)" in found.message
+    assert "build it inside deepspeed.zero.Init (--zero-init" in found.suggestion
+    assert {f.id: f for f in advise(m, c, p.replace(zero_init=True)).findings}["fits_memory"].status == "pass"
+    assert estimate(m, c, p.replace(engine="megatron-deepspeed")).memory.peak_stage.peak_phase != "initialization"
+    # on two GPUs only the parameters' offload fits: the ladder gets there, built inside zero.Init
+    two = ClusterSpec(gpu="A100-80GB", gpus_per_node=2, host_memory_gib_per_node=4096)
+    start = p.replace(world_size=2, global_batch_size=2, zero_stage=2, offload_optimizer="none", offload_params="none")
+    rung = advise(m, two, start).oom_ladder[-1]
+    assert str(rung.plan.offload_params) == "cpu" and rung.fits
+    assert rung.plan.zero_init is True and "built inside deepspeed.zero.Init" in rung.action

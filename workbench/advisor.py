@@ -352,7 +352,13 @@ def fits_memory(plan: ParallelPlan, memory) -> Finding:
                 f"{_gb(memory.nvme_capacity_bytes_per_node)}"
                 + (" (none given: --nvme-gib, ClusterSpec(nvme_gib_per_node=...))"
                    if not memory.nvme_capacity_bytes_per_node else ""))
-    if not ok_gpu and memory.peak_stage.peak_phase == "initialization":
+    if not ok_gpu and memory.peak_stage.peak_phase == "initialization" and int(plan.zero_stage) == 3:
+        suggestion = (f"the peak is DeepSpeed's initialization, not training: the whole 16-bit model "
+                      f"({_gb(memory.peak_stage.terms.buffers)} with the parameter being partitioned) is built on "
+                      f"each GPU before ZeRO-3 partitions it to the host; build it inside deepspeed.zero.Init "
+                      f"(--zero-init, ParallelPlan(zero_init=True); what the HF Trainer does with a ZeRO-3 config), "
+                      f"which partitions each module as it is made")
+    elif not ok_gpu and memory.peak_stage.peak_phase == "initialization":
         clone = memory.peak_stage.terms.buffers
         suggestion = (f"the peak is DeepSpeed's initialization, not training: ZeRO-{int(plan.zero_stage)} with the "
                       f"optimizer on the CPU makes the fp32 master from a {_gb(clone)} GPU clone of the rank's 16-bit "
@@ -1385,7 +1391,10 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     if not (current.engine is engine and current.zero_stage == ZeroStage.PARAMETERS):
         offloads = ("nothing",) + offloads
     for what in offloads:
-        p = current.replace(engine=engine, **NO_PIPELINE, zero_stage=3,
+        # the parameters on the host: built inside deepspeed.zero.Init, never whole on a GPU (memory.zero3_build_bytes)
+        built = (dict(zero_init=True) if what == "optimizer and parameters" and engine is Engine.DEEPSPEED
+                 and current.zero_init is None else {})
+        p = current.replace(engine=engine, **NO_PIPELINE, zero_stage=3, **built,
                             distributed_optimizer=False,
                             offload_optimizer=Offload.NONE if what == "nothing" else Offload.CPU,
                             offload_params=Offload.CPU if what == "optimizer and parameters" else Offload.NONE,
@@ -1397,7 +1406,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
                                              if what == "optimizer and parameters" else {})}}
         pp_note = f", pipeline {current.pipeline_parallel} → 1" if current.pipeline_parallel > 1 else ""
         action = (f"ZeRO-3 with nothing offloaded (engine {engine}{pp_note})" if what == "nothing" else
-                  f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note})")
+                  f"ZeRO-3 with CPU offload of the {what} (engine {engine}{pp_note}"
+                  + (", the model built inside deepspeed.zero.Init" if built else "") + ")")
         if rung(zero_step, action, p, settings):
             return tuple(steps)
     return tuple(steps)
