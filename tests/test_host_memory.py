@@ -215,6 +215,7 @@ def test_pageable_offload_buffers_are_priced_and_flagged():
     expected = 6 * n * (1 / rate - 1 / link) / 1e9
     assert pageable.time.step_seconds - pinned.time.step_seconds == pytest.approx(expected, rel=1e-6)
     assert pageable.memory.host_bytes_per_gpu < pinned.memory.host_bytes_per_gpu  # no power-of-two rounding
+    assert pageable.to_dict()["plan"]["pin_memory"] is False and pinned.to_dict()["plan"]["pin_memory"] is True
     assert estimate(m, c, p.replace(offload_optimizer="none", pin_memory=False)).time.step_seconds == \
         pytest.approx(estimate(m, c, p.replace(offload_optimizer="none")).time.step_seconds)
     found = advisor.pageable_offload(p.replace(pin_memory=False), pageable.time)

@@ -125,7 +125,7 @@ class EvaluatedPlan:
                      "experts_implementation": (str(self.model.experts_implementation)
                                                 if self.model.experts_implementation is not None else None),
                      "adam": str(self.plan.adam), "overlap_comm": self.plan.overlaps_comm,
-                     "expandable_segments": self.plan.expandable_segments,
+                     "expandable_segments": self.plan.expandable_segments, "pin_memory": self.plan.pin_memory,
                      "expert_parallel": self.plan.expert_parallel,
                      "expert_tensor_parallel": self.plan.expert_tensor_parallel_size,
                      "expert_data_parallel": self.plan.expert_data_parallel,
