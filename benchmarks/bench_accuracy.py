@@ -918,9 +918,7 @@ def _pageable_rows(runs: list) -> list[dict]:
     with _calibration_section("cpu_adam") as cal:
         for r in runs:
             plan = r["plan"]
-            if (plan.pin_memory or plan.engine == "megatron" or "cpu" not in (plan.offload_optimizer,
-                                                                               plan.offload_params)
-                    or not r["measured"].get("step")):
+            if plan.pin_memory or not plan.offloads_to_cpu or not r["measured"].get("step"):
                 continue
             steps = []
             for rate in (4.0, 8.0):

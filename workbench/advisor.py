@@ -400,7 +400,7 @@ within -1.8 / +12.1 % before ZeRO-1's accumulation buffer was dropped)."""
 def host_memory_margin(plan: ParallelPlan, memory) -> Optional[Finding]:
     """How close a plan with CPU offload comes to the node's host memory (:data:`HOST_MEMORY_WARN_FRACTION`); None
     without CPU offload or when the host does not fit at all (:func:`fits_memory` fails then)."""
-    if Offload.CPU not in (plan.offload_optimizer, plan.offload_params) or not memory.fits_host:
+    if not plan.offloads_to_cpu or not memory.fits_host:
         return None
     used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
     if not cap:
@@ -420,19 +420,13 @@ def host_memory_margin(plan: ParallelPlan, memory) -> Optional[Finding]:
                               "parameters on the GPU (offload_param off) or NVMe offload")
 
 
-def _deepspeed_cpu_offload(plan: ParallelPlan) -> bool:
-    """Whether DeepSpeed offloads the optimizer or the parameters to CPU memory (its page-locked or pageable host
-    buffers: what :func:`pinned_host_buffers` and :func:`pageable_offload` are about)."""
-    return plan.engine is not Engine.MEGATRON and Offload.CPU in (plan.offload_optimizer, plan.offload_params)
-
-
 def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
     """With DeepSpeed's CPU offload and the node's host memory past :data:`HOST_MEMORY_WARN_FRACTION` (or over it),
     what its page-locked buffers cost beyond their contents: PyTorch's pinned-memory allocator rounds each request up
     to a power of two (:func:`workbench.memory.pinned_bytes`), so a 9.7 GiB fp32 partition holds 16 GiB. ``"pin_memory":
     false`` keeps them pageable at their own sizes (:func:`workbench.memory.pageable_host_bytes`); None when the plan
     has them pageable already, when that saves less than 1 GiB per rank or when the host is not tight."""
-    if not _deepspeed_cpu_offload(plan) or not plan.pin_memory:
+    if not plan.offloads_to_cpu or not plan.pin_memory:
         return None
     used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
     if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
@@ -461,7 +455,7 @@ def pageable_offload(plan: ParallelPlan, time=None) -> Optional[Finding]:
     time model prices that rate (``pageable_copy_gb_per_s``); with the time estimate this prices the step once more
     with page-locked buffers and says what they would save (a warning from 10 % of the step). None without CPU
     offload or with ``pin_memory`` on."""
-    if not _deepspeed_cpu_offload(plan) or plan.pin_memory:
+    if not plan.offloads_to_cpu or plan.pin_memory:
         return None
     suggestion = ('"pin_memory": true in the offload sections (--pin-memory) when the host has room for the '
                   "page-locked buffers (the host-memory check prices them both ways)")

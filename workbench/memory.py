@@ -2696,8 +2696,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
 
 def pageable_host_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Host memory one rank holds at its peak with DeepSpeed's ``pin_memory`` off (every offload buffer pageable at
-    its own size, :func:`host_resident_bytes` with ``pinned=False``): the largest over the plan's pipeline stages, as
-    :attr:`MemoryEstimate.host_bytes_per_gpu` is for the page-locked buffers the workbench's ds_config asks for."""
+    its own size, :func:`host_resident_bytes` with ``pinned`` 0), whatever the plan's :attr:`ParallelPlan.pin_memory`
+    says: the largest over the plan's pipeline stages, as :attr:`MemoryEstimate.host_bytes_per_gpu` is for the plan's
+    own buffers (what the advisor's ``pinned_host_buffers`` compares a page-locked plan with)."""
     codes = {**plan_codes(plan, model), "pinned_host": 0}
     return max(float(stage_terms(model, stage=s, **codes)["host"])
                for s in range(plan.pipeline_parallel))

@@ -1380,6 +1380,12 @@ class ParallelPlan:
         return self.engine is Engine.MEGATRON and self.precision.base is Precision.BF16
 
     @property
+    def offloads_to_cpu(self) -> bool:
+        """Whether DeepSpeed keeps the optimizer or the parameters in CPU memory: the host buffers
+        :attr:`pin_memory` makes page-locked or pageable."""
+        return self.engine is not Engine.MEGATRON and Offload.CPU in (self.offload_optimizer, self.offload_params)
+
+    @property
     def overlaps_comm(self) -> bool:
         """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`); DeepSpeed
         turns it off under its pipeline engine ("Pipeline parallelism does not support overlap_comm"), so a DeepSpeed

@@ -99,8 +99,7 @@ def render(est, replay: Optional[dict] = None) -> str:
         + f", gradient reduce {'overlapped' if p.overlaps_comm else 'not overlapped'}"
         + (" (engine default)" if p.overlap_comm is None else "")
         + (", expandable-segments allocator" if p.expandable_segments else "")
-        + (", pageable offload buffers (pin_memory false)" if not p.pin_memory and "cpu" in (
-            str(p.offload_optimizer), str(p.offload_params)) else "")
+        + (", pageable offload buffers (pin_memory false)" if p.offloads_to_cpu and not p.pin_memory else "")
         + ((", model built inside deepspeed.zero.Init" if builds_in_zero_init(m, p) else
             ", model built on the GPU, then partitioned") + (" (default)" if p.zero_init is None else "")
            if str(p.engine) == "deepspeed" and int(p.zero_stage) == 3 else "")
