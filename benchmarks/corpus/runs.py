@@ -1114,6 +1114,23 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- fifty-third final batch ("final53") ---
+    # StarCoder2 7B's width at 8 of its 32 layers: GQA 36/4 of head 128, GeLU (tanh) 18432 with biases, LayerNorm,
+    # untied 49k vocabulary, attention, embedding and residual dropout 0.1 (bigcode/starcoder2-7b's dimensions)
+    "hf-starcoder2-h4608-l8": dict(like="StarCoder2 7B-like width (32 -> 8 layers)", seq_length=2048, config=dict(
+        model_type="starcoder2", architectures=["Starcoder2ForCausalLM"], hidden_size=4608, intermediate_size=18432,
+        num_hidden_layers=8, num_attention_heads=36, num_key_value_heads=4, vocab_size=49152,
+        max_position_embeddings=16384, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh", use_bias=True,
+        tie_word_embeddings=False, attention_dropout=0.1, embedding_dropout=0.1, residual_dropout=0.1,
+        sliding_window=4096, rope_theta=1000000.0)),
+    # Granite 3 2B at its 40 layers: GQA 32/8 of head 64, SwiGLU 8192, tied 49k vocabulary, Granite's embedding,
+    # attention, residual and logits multipliers, attention dropout 0.1 (ibm-granite/granite-3.0-2b-base)
+    "hf-granite3-h2048-l40": dict(like="Granite 3 2B (40 layers)", seq_length=2048, config=dict(
+        model_type="granite", architectures=["GraniteForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=40, num_attention_heads=32, num_key_value_heads=8, vocab_size=49155,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.1, rope_theta=10000.0, attention_bias=False, mlp_bias=False, embedding_multiplier=12.0,
+        attention_multiplier=0.015625, residual_multiplier=0.22, logits_scaling=8.0)),
     # --- fifty-second final batch ("final52") ---
     # StarCoder2 3B at its 30 layers through transformers: GQA 24/2 of head 128, GeLU (tanh) 12288 with biases,
     # LayerNorm, tied 49k vocabulary, attention, embedding and residual dropout 0.1 (bigcode/starcoder2-3b's
@@ -2226,6 +2243,21 @@ GROUPS = {
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", overlap=True, pin=False, **OFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
+    ],
+    # fifty-third final batch (one GPU), declared in accuracy_split.json "final53" before measuring: pinned and
+    # pageable ("pin_memory": false) CPU offload side by side on a second host (the H200 machine; fit13 measured again
+    # there in the same call) and on two widths the corpus has never run, StarCoder2 7B's width and Granite 3 2B;
+    # blind for any change to the pageable-offload time term read off fit13's H200 runs, and for the estimate and
+    # the replay of those widths
+    "final53": [
+        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", **OFF),
+        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", pin=False, **OFF),
+        _hf("hf-starcoder2-h4608-l8", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-starcoder2-h4608-l8", 3, "sdpa", ckpt=True, pin=False, **OFF, **POFF),
+        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, **OFF),
+        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, pin=False, **OFF),
+        _hf("hf-granite3-h2048-l40", 3, "sdpa", ckpt=True, pin=False, **OFF),
+        _hf("hf-granite3-h2048-l40", 2, "sdpa", ckpt=True),
     ],
     # fifty-second final batch (one GPU), declared in accuracy_split.json "final52" before measuring: pinned and
     # pageable ("pin_memory": false) CPU offload side by side on two widths the corpus has never run, StarCoder2 3B
