@@ -64,3 +64,28 @@ def test_advisor_says_to_build_inside_zero_init_and_the_ladder_does():
     rung = advise(m, two, start).oom_ladder[-1]
     assert str(rung.plan.offload_params) == "cpu" and rung.fits
     assert rung.plan.zero_init is True and "built inside deepspeed.zero.Init" in rung.action
+
+
+def test_megatron_deepspeed_builds_inside_zero_init_at_zero3():
+    """Megatron-DeepSpeed's model_provider builds inside deepspeed.zero.Init whenever ZeRO-3 is on: the plan says so
+    (the planner's columns too), the stream reserve of ZeRO-3 with the parameters on the host keeps no whole-model
+    build for it (as for DeepSpeed's engine with zero_init), and zero_init=False is refused there by name."""
+    from workbench import catalog
+    from workbench.encode import default_zero_init_column, plan_columns
+    from workbench.specs import builds_in_zero_init
+
+    m = catalog.model("llama2-7b")
+    c = ClusterSpec(gpu="A100-80GB", gpus_per_node=1)
+    mds = _plan(engine="megatron-deepspeed", zero_init=None)
+    assert builds_in_zero_init(m, mds) and not builds_in_zero_init(m, mds.replace(zero_stage=2, offload_params="none"))
+    cols = plan_columns(mds, m)
+    assert cols["zinit"] == 1 and default_zero_init_column(m, {k: v for k, v in cols.items() if k != "zinit"}) == 1
+    assert default_zero_init_column(m, {**cols, "engine": ENGINE_CODES[Engine.DEEPSPEED]}) == 0
+    # the same plan on DeepSpeed's engine built inside zero.Init: the same memory, the engine's own terms aside
+    ds_inside = estimate(m, c, _plan(zero_init=True)).memory.to_dict()
+    ds_whole = estimate(m, c, _plan(zero_init=False)).memory.to_dict()
+    mine = estimate(m, c, mds).memory.to_dict()
+    assert mine["allocated_bytes"] == pytest.approx(ds_inside["allocated_bytes"])
+    assert mine["per_gpu_peak_bytes"] < ds_whole["per_gpu_peak_bytes"]
+    with pytest.raises(ValueError, match=r"zero_init=False with engine 'megatron-deepspeed' at zero_stage=3"):
+        _plan(engine="megatron-deepspeed", zero_init=False)

@@ -52,11 +52,12 @@ MEGATRON = ENGINE_CODES[Engine.MEGATRON]
 def default_zero_init_column(model: ModelSpec, cols: dict):
     """Whether plans given as columns without ``zinit`` (the planner's tables) build the model inside
     ``deepspeed.zero.Init``: :func:`workbench.specs.builds_in_zero_init`'s default, a transformers model under
-    DeepSpeed ZeRO-3 (0/1, arrays allowed)."""
-    if not builds_in_zero_init_by_default(model):
-        return 0
-    return ((np.asarray(cols["engine"]) == ENGINE_CODES[Engine.DEEPSPEED])
-            & (np.asarray(cols["zero"]) >= 3)).astype(int)[()]
+    DeepSpeed ZeRO-3 and any model under Megatron-DeepSpeed at ZeRO-3 (0/1, arrays allowed)."""
+    engine, zero3 = np.asarray(cols["engine"]), np.asarray(cols["zero"]) >= 3
+    inside = engine == ENGINE_CODES[Engine.MEGATRON_DEEPSPEED]
+    if builds_in_zero_init_by_default(model):
+        inside = inside | (engine == ENGINE_CODES[Engine.DEEPSPEED])
+    return (inside & zero3).astype(int)[()]
 
 
 def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:

@@ -1203,10 +1203,10 @@ def zero3_build_bytes(m: ModelSpec, *, engine, zero_stage, offload_params, zero_
     activations and buffers are small beside their weights: measured on StarCoder2 3B at its 30 layers (H100, both
     offloads, checkpointed: 5.93 GiB, the 5.65 GiB built plus its 288 MiB tied embedding) and SmolLM3 3B (H200: 6.32
     GiB, 5.83 plus its 501 MiB embedding); read off those two runs (``allocated_after_build_bytes`` of the corpus
-    records), not blind. 0 for other engines (Megatron-DeepSpeed builds inside ``zero.Init`` at ZeRO-3), stages and
-    plans, and when the model is built inside ``zero.Init``. Arrays allowed."""
-    # Megatron-DeepSpeed builds its model inside zero.Init at ZeRO-3 (pretrain_gpt.py model_provider)
-    built_whole = ((engine == ENGINE_CODES[Engine.DEEPSPEED]) & (zero_stage >= 3) & (asarray(offload_params) > 0)
+    records), not blind. 0 for megatron-core's own engine, other stages and plans, and when the model is built
+    inside ``zero.Init`` (``zero_init``: :func:`workbench.specs.builds_in_zero_init`, always so for
+    Megatron-DeepSpeed at ZeRO-3). Arrays allowed."""
+    built_whole = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3) & (asarray(offload_params) > 0)
                    & ~(asarray(zero_init) > 0))
     return where(built_whole, weights_whole + value_bytes * largest_param_tensor(m, tensor_parallel), 0.0)
 

@@ -1348,10 +1348,14 @@ class ParallelPlan:
                              f"(got zero_stage={int(self.zero_stage)})")
         if self.offload_optimizer is not Offload.NONE and self.zero_stage == ZeroStage.NONE:
             raise ValueError(f"offload_optimizer='{self.offload_optimizer}' needs zero_stage >= 1 (got 0)")
-        if self.zero_init and (e is not Engine.DEEPSPEED or self.zero_stage != ZeroStage.PARAMETERS):
+        if self.zero_init and (e is Engine.MEGATRON or self.zero_stage != ZeroStage.PARAMETERS):
             raise ValueError(f"zero_init=True needs engine 'deepspeed' with zero_stage=3 (deepspeed.zero.Init "
                              f"partitions parameters for ZeRO-3 only; got engine '{e}', zero_stage="
                              f"{int(self.zero_stage)})")
+        if self.zero_init is False and e is Engine.MEGATRON_DEEPSPEED and self.zero_stage == ZeroStage.PARAMETERS:
+            raise ValueError("zero_init=False with engine 'megatron-deepspeed' at zero_stage=3: Megatron-DeepSpeed "
+                             "always builds its model inside deepspeed.zero.Init at ZeRO-3 (pretrain_gpt.py "
+                             "model_provider, enabled=args.zero_stage == 3)")
 
     # -- derived ------------------------------------------------------------------------------------------------
     @property
@@ -1515,8 +1519,13 @@ def builds_in_zero_init(model: ModelSpec, plan: "ParallelPlan") -> bool:
     """Whether the plan's model is built inside ``deepspeed.zero.Init`` (:attr:`ParallelPlan.zero_init`); unless
     told, yes for a transformers model under DeepSpeed ZeRO-3 (the Trainer and ``from_pretrained`` with a ZeRO-3
     config alive, and ``workbench run``, build it so) and no otherwise (megatron-core models are built on the GPU and
-    handed to ``deepspeed.initialize``, as the workbench's launcher does)."""
-    if plan.engine is not Engine.DEEPSPEED or plan.zero_stage != ZeroStage.PARAMETERS:
+    handed to ``deepspeed.initialize``, as the workbench's launcher does). Megatron-DeepSpeed at ZeRO-3 always: its
+    ``model_provider`` builds inside ``deepspeed.zero.Init(enabled=args.zero_stage == 3)`` (pretrain_gpt.py)."""
+    if plan.zero_stage != ZeroStage.PARAMETERS:
+        return False
+    if plan.engine is Engine.MEGATRON_DEEPSPEED:
+        return True
+    if plan.engine is not Engine.DEEPSPEED:
         return False
     if plan.zero_init is not None:
         return plan.zero_init

@@ -248,7 +248,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                 ("--zero-init", True,
                  "DeepSpeed ZeRO-3: the model is built inside deepspeed.zero.Init, partitioned as it is made (the HF "
                  "Trainer / from_pretrained with a ZeRO-3 config, workbench run); default: on for transformers "
-                 "models (--model hf:PATH) at ZeRO-3, off otherwise"),
+                 "models (--model hf:PATH) at ZeRO-3 and always for megatron-deepspeed at ZeRO-3 (its model_provider "
+                 "builds there), off otherwise"),
                 ("--no-zero-init", False,
                  "DeepSpeed ZeRO-3: the whole model is built on the GPU, then partitioned by deepspeed.initialize "
                  "(a plain script's from_config on the device)"))

@@ -102,7 +102,7 @@ def render(est, replay: Optional[dict] = None) -> str:
         + (", pageable offload buffers (pin_memory false)" if p.offloads_to_cpu and not p.pin_memory else "")
         + ((", model built inside deepspeed.zero.Init" if builds_in_zero_init(m, p) else
             ", model built on the GPU, then partitioned") + (" (default)" if p.zero_init is None else "")
-           if str(p.engine) == "deepspeed" and int(p.zero_stage) == 3 else "")
+           if str(p.engine) in ("deepspeed", "megatron-deepspeed") and int(p.zero_stage) == 3 else "")
         + (", TP communication overlapped with the GEMMs (Transformer Engine userbuffers)" if p.tp_comm_overlap
            else "")
         + (f", Transformer Engine FP8 ({p.fp8_recipe} recipe"
