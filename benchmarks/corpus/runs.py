@@ -2245,8 +2245,9 @@ GROUPS = {
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
     ],
     # fifty-third final batch (one GPU), declared in accuracy_split.json "final53" before measuring: pinned and
-    # pageable ("pin_memory": false) CPU offload side by side on a second host (the H200 machine; fit13 measured again
-    # there in the same call) and on two widths the corpus has never run, StarCoder2 7B's width and Granite 3 2B;
+    # pageable ("pin_memory": false) CPU offload side by side, on the H200 machine where one is lent (fit13 measured
+    # again there first), else the H100, and on two widths the corpus has never run, StarCoder2 7B's width and
+    # Granite 3 2B;
     # blind for any change to the pageable-offload time term read off fit13's H200 runs, and for the estimate and
     # the replay of those widths
     "final53": [
