@@ -1145,8 +1145,21 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     fused_rest = where((big == fused) & (fused > 0), fused / (2 if m.is_gated else 1), 0.0)
     big_grad = where(big_extra, where(zero3_offload, value_bytes * fused_rest, value_bytes * big), 0.0)
     room_big = where(extra_large, reduce_bucket_elements - done_big * per_layer, room)
+    # where in the recomputed layer the reduction fires, as above: at its first weight all its recomputed
+    # activations are alive beside the copies, at a later MLP weight all but its MLP block (traced on one H200:
+    # Granite 3 2B at 40 layers, tied, ZeRO-3 with the optimizer on the CPU, checkpointed: the first bucket of eight
+    # layers reduced at the ninth's first weight, beside its recomputed layer)
+    big_start = offload & ~big_extra & (first_weight > room_big) & (asarray(full_recompute) > 0)
+    big_in_mlp = (offload & ~big_extra & (first_weight <= room_big) & (room_big < mlp_weights)
+                  & (asarray(full_recompute) > 0))
+    big_second = big_in_mlp & (room_big < 2 * first_weight)
+    big_kept = mlp_norm + where(big_second & (mlp_second_pending > 0), mlp_fc1_input, 0.0)
+    big_moment = big_grad + big_copy
     acts_big = (held - minimum(done_big, layers) * kept_per_layer - mlp_freed(big_extra, room_big)
-                + maximum(layer_transient, big_grad + big_copy))
+                + where(big_start, maximum(layer_transient, recomputed_layer + big_moment),
+                        where(big_in_mlp, maximum(layer_transient, recomputed_layer - mlp_block + big_kept
+                                                  + where(big_second, mlp_second_pending, 0.0) + big_moment),
+                              maximum(layer_transient, big_moment))))
     applies_big = applies_base & offload & (big_extra | (done_big < layers))
     # the output layer reduced alone (``extra_large``) is handed over at the final norm's hook, once the output
     # layer's backward has released it and before any layer is recomputed: the walk's state then, none of a
@@ -1234,6 +1247,40 @@ def deepspeed_init_cached_bytes(m: ModelSpec, *, init, weights, trainable, value
     return where((init > 0) & (asarray(expandable_segments) == 0), where(fits, params - clone, params), 0.0)
 
 
+@_memoised_on_numbers
+def _zero3_embedding_bucket_residue(m: ModelSpec, tensor_parallel: int, reduce_bucket_elements: float) -> float:
+    sizes = P.weight_tensor_sizes(m, tensor_parallel)
+    fill = 0.0
+    for size in reversed(sizes[1:]):  # the word embedding is first; its gradient comes last
+        if size > reduce_bucket_elements:  # reduced alone, its own block
+            fill = 0.0
+        elif fill + size > reduce_bucket_elements:  # reduces the bucket first
+            fill = size
+        else:
+            fill += size
+    return fill
+
+
+def zero3_embedding_bucket_residue(m: ModelSpec, tensor_parallel=1,
+                                   reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
+    """Elements of other gradients in ZeRO-3's bucket when the input embedding's gradient reaches it at the end of
+    backward (arrays of ``tensor_parallel`` allowed). The gradients reach the bucket in the reverse of their
+    registration order (:func:`workbench.params.weight_tensor_sizes`: the untied output layer first, at the loss,
+    then the layers from the last, MLP before attention), the embedding's last (a tied weight's hook fires once the
+    embedding's backward has added to it); a gradient that would overflow the bucket reduces it first, one larger
+    than the bucket is reduced alone (``stage3.py`` ``__add_grad_to_ipg_bucket``). Norms and biases, small, are
+    left out. Only a bucket of several gradients is concatenated into a new block for its reduction
+    (``reduce_scatter_coalesced``): the embedding's gradient is reduced in one with these when it fits beside them,
+    else they are reduced as it arrives and it goes alone. (Traced on one H200: Granite 3.0 8B's width at 10 layers,
+    tied 49 k vocabulary, both offloads: four buckets of 451-493 M elements, then the 201 M-element embedding with
+    the last 147 M of layer 0, a 664 MiB block beside its fp64 norm copy, where a full bucket's 954 MiB was
+    priced.)"""
+    if ndim(tensor_parallel):
+        return _per_distinct(lambda t: _zero3_embedding_bucket_residue(m, int(t), float(reduce_bucket_elements)),
+                             tensor_parallel)
+    return _zero3_embedding_bucket_residue(m, int(tensor_parallel), float(reduce_bucket_elements))
+
+
 def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
                                 tensor_parallel, value_bytes, lora, overlap_comm=0,
                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
@@ -1256,9 +1303,13 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     # ZeRO-3 (one rank's slices): the last bucket's gradients concatenated into one new block
     # (``reduce_scatter_coalesced``, :func:`zero12_early_partition_bytes`)
     coalesced = value_bytes * minimum(reduce_bucket_elements, elems + layers_total)
-    # ZeRO-3: the embedding's gradient (its own block when larger than the bucket, else the concatenated bucket), the
-    # 16-bit copy of its slice, then the fp64 pieces or the fp32 cast, the larger (:func:`zero3_offload_copy_bytes`)
-    zero3_embedding = (where(elems > reduce_bucket_elements, value_bytes * elems, coalesced)
+    # ZeRO-3: the embedding's gradient (its own block when larger than the bucket, else the concatenated bucket when
+    # it shares one with what is left of the layers: :func:`zero3_embedding_bucket_residue`), the 16-bit copy of its
+    # slice, then the fp64 pieces or the fp32 cast, the larger (:func:`zero3_offload_copy_bytes`)
+    residue = zero3_embedding_bucket_residue(m, tensor_parallel, reduce_bucket_elements)
+    shares = (residue > 0) & (residue + elems <= reduce_bucket_elements)
+    zero3_embedding = (where(elems > reduce_bucket_elements, value_bytes * elems,
+                             where(shares, value_bytes * (residue + elems), 0.0))
                        + zero3_offload_copy_bytes(elems, value_bytes))
     if m.tied_embeddings:
         bypass = where(hooks_reduce & (elems > reduce_bucket_elements), value_bytes, 0.0)
@@ -1280,10 +1331,12 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     output_in_last = elems + layers_total <= reduce_bucket_elements
     overflow = (elems + layers_total + elems > reduce_bucket_elements) & not_counted
     reduced = where(output_in_last, elems, layer)
-    # ZeRO-3: beside the concatenated bucket, the slice's 16-bit copy, its fp64 pieces, then its fp32 cast
+    # ZeRO-3: beside the concatenated bucket, the slice's 16-bit copy, its fp64 pieces, then its fp32 cast; the
+    # bucket the embedding's arrival reduces holds what is left of the layers (:func:`zero3_embedding_bucket_residue`)
     zero3_copy = zero3_offload_copy_bytes(reduced, value_bytes)
+    zero3_trigger = where((residue > 0) & ~shares, value_bytes * residue, coalesced)
     trigger = (where(overflow, value_bytes * elems, 0.0)
-               + where(zero3_offload, coalesced + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
+               + where(zero3_offload, zero3_trigger + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
     own = where((elems > reduce_bucket_elements) & not_counted, value_bytes, 0.0)
     # ZeRO-3 hands the untied embedding's slice over as the tied one's (fp64 in pieces of at most
     # DS_ZERO3_NORM_CHUNK_ELEMENTS), not as ZeRO-1/2's whole fp64 copy (DeepSeek LLM 67B's width at 2 layers, both
@@ -2563,6 +2616,17 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                               value_bytes * largest_module_params(m, tensor_parallel), 0.0)
     zero3_grad_at_peak = where((zero3_module_grad > 0) & (transient > logits_phase),
                                value_bytes * largest_layer_param_tensor(m, tensor_parallel), 0.0)
+    # ... but a tied weight's: the output layer's share of its 16-bit gradient is made at the loss and waits for the
+    # embedding's to be added to it, its hook firing only then (at the end of backward, where its reduction is
+    # ``offload_end_reduction_bytes``'s), so it is alive through every layer's backward. (Traced on one H200:
+    # Granite 3.0 8B's width at 10 layers, both offloads, 384 MiB beside the first bucket's reduction, the run's peak;
+    # Granite 3 2B's, 192 MiB.)
+    # (transformers models; megatron-core's measured tied runs hold no such gradient at their layers' peak)
+    hf_tied = bool(m.tied_embeddings) and m.implementation is Implementation.TRANSFORMERS
+    zero3_tied = where((zero3_module_grad > 0) & hf_tied & ~lora & (pipeline_parallel == 1),
+                       value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel, 0.0)
+    zero3_tied_at_peak = where(transient > logits_phase, zero3_tied, 0.0)
+    zero3_grad_at_peak = zero3_grad_at_peak + zero3_tied_at_peak
     buffers = buffers - zero3_module_grad + zero3_grad_at_peak
     # the last layer's backward after the first gradient hook: with an s×s attention core (eager attention) its
     # core's backward working set (``layer_transient``, :func:`attention_backward_bytes`) when that is larger
@@ -2614,8 +2678,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # backward's peak; ZeRO-3's gathered parameters are the moment's own
     # (ZeRO-3 with the optimizer on the CPU: the moment's gradient is its trigger weight's, in place of the one the
     # backward's own peak counts)
-    early_buffers = buffers - zero3_gathered + early_gathered - where(zero3_ds & (early_grads > 0),
-                                                                        zero3_grad_at_peak, 0.0)
+    early_buffers = (buffers - zero3_gathered + early_gathered
+                     - where(zero3_ds & (early_grads > 0), zero3_grad_at_peak - zero3_tied_at_peak, 0.0)
+                     + zero3_tied - zero3_tied_at_peak)
     early_peak = weights + grads_bwd + early_grads + optimizer + early_acts + early_buffers
     early = (early_acts > 0) & (early_peak > backward_peak)
     grads_bwd = where(early, grads_bwd + early_grads, grads_bwd)
@@ -2626,11 +2691,18 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     tied_end = offload_end_reduction_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                                            pipeline_parallel=pipeline_parallel, tensor_parallel=tensor_parallel,
                                            value_bytes=value_bytes, lora=lora, overlap_comm=overlap)
-    end_peak = weights + grads + optimizer + buffers + tied_end
+    # (a tied weight's gradient is in its reduction's bucket by then: ``tied_end`` counts it. When the embedding's
+    # gradient went into the bucket, ZeRO-3 reduces it after backward, every gathered module released, the
+    # embedding's too: traced on one H200, Granite 3.0 8B's width at 10 layers with both offloads, 1.35 GiB beside the
+    # reduction's blocks where 2.82 were priced. One larger than the bucket keeps the gathered set priced: DeepSeek
+    # LLM 67B's width at 2 layers, both offloads, measured, went from +2.5 to -6.2 % allocated with it dropped.)
+    in_bucket = P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel <= DS_REDUCE_BUCKET_ELEMENTS
+    end_buffers = buffers - zero3_tied_at_peak - where(in_bucket, zero3_gathered, 0.0) + tied_end
+    end_peak = weights + grads + optimizer + end_buffers
     end = (tied_end > 0) & (end_peak > backward_peak)
     activations = where(end, 0.0, activations)
     grads_bwd = where(end, grads, grads_bwd)
-    buffers_bwd = where(end, buffers + tied_end, buffers_bwd)
+    buffers_bwd = where(end, end_buffers, buffers_bwd)
     backward_peak = maximum(backward_peak, where(end, end_peak, 0.0))
     step_total = weights + grads + step + optimizer + buffers - buckets - zero3_grad_at_peak - zero3_gathered
     step_peak = step_total > backward_peak
