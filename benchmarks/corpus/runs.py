@@ -2244,6 +2244,18 @@ GROUPS = {
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
     ],
+    # a check of `workbench calibrate` (declared in accuracy_split.json "calib53_about"): six of final53's plans
+    # measured again right after the same machine's profile was taken, to compare the step time predicted with the
+    # catalog's constants and with that machine's own profile (host link, pageable copies, CPU Adam, GEMMs); final53's
+    # H100 ran every plan 25-55 % faster than the catalog priced
+    "calib53": [
+        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", **OFF),
+        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", pin=False, **OFF),
+        _hf("hf-starcoder2-h4608-l8", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, **OFF),
+        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, pin=False, **OFF),
+        _hf("hf-granite3-h2048-l40", 2, "sdpa", ckpt=True),
+    ],
     # fifty-third final batch (one GPU), declared in accuracy_split.json "final53" before measuring: pinned and
     # pageable ("pin_memory": false) CPU offload side by side, on the H200 machine where one is lent (fit13 measured
     # again there first), else the H100, and on two widths the corpus has never run, StarCoder2 7B's width and
