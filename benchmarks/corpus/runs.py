@@ -2249,12 +2249,12 @@ GROUPS = {
     # catalog's constants and with that machine's own profile (host link, pageable copies, CPU Adam, GEMMs); final53's
     # H100 ran every plan 25-55 % faster than the catalog priced
     "calib53": [
-        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", **OFF),
-        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", pin=False, **OFF),
-        _hf("hf-starcoder2-h4608-l8", 3, "sdpa", ckpt=True, **OFF, **POFF),
-        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, **OFF),
-        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, pin=False, **OFF),
-        _hf("hf-granite3-h2048-l40", 2, "sdpa", ckpt=True),
+        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", repeat=53, **OFF),
+        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", pin=False, repeat=53, **OFF),
+        _hf("hf-starcoder2-h4608-l8", 3, "sdpa", ckpt=True, **OFF, repeat=53, **POFF),
+        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, repeat=53, **OFF),
+        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, pin=False, repeat=53, **OFF),
+        _hf("hf-granite3-h2048-l40", 2, "sdpa", ckpt=True, repeat=53),
     ],
     # fifty-third final batch (one GPU), declared in accuracy_split.json "final53" before measuring: pinned and
     # pageable ("pin_memory": false) CPU offload side by side, on the H200 machine where one is lent (fit13 measured
