@@ -278,10 +278,15 @@ def fresh_shapes(runs: list, test: set) -> set:
     return {s for s, d in first.items() if s in test and d and d[:16] >= FRESH_AFTER}
 
 
+PROFILE = None
+"""The hardware profile every run is priced with (``--profile``: ``workbench calibrate``'s, of the machine the runs
+were measured on); None: the catalog's constants."""
+
+
 def predict(run) -> dict:
     from workbench.estimate import estimate
 
-    est = estimate(run["model"], run["cluster"], run["plan"])
+    est = estimate(run["model"], run["cluster"], run["plan"], PROFILE)
     mem = est.memory.to_dict()
     # the device as measured on the H200, whose room leaves releasable cached segments reserved
     return dict(allocated=mem["allocated_bytes"], device=mem["observed_peak_bytes"], host=mem["host_bytes_per_gpu"],
@@ -1195,8 +1200,19 @@ def main(argv=None) -> int:
                     help="with --refit-time: also fit on the Hugging Face stack's ZeRO-3 fit runs")
     ap.add_argument("--regimes", action="store_true",
                     help="also print step-time errors per regime (ZeRO stage, offload, ranks, Hugging Face stack)")
+    ap.add_argument("--profile", metavar="NAME_OR_PATH",
+                    help="price every run with this hardware profile (workbench calibrate's, taken on the machine "
+                         "the runs were measured on) instead of the catalog's constants")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", DeprecationWarning)
+    if args.profile:
+        from workbench.calibrate.profile import load_profile
+
+        global PROFILE
+        try:
+            PROFILE = load_profile(args.profile)
+        except (OSError, ValueError) as exc:
+            ap.error(f"--profile {args.profile}: {exc}")
 
     split = json.loads(SPLIT.read_text())
     fit, test = set(split["fit"]), set(split["test"])
