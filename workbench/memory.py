@@ -591,12 +591,17 @@ def largest_layer_param_tensor(m: ModelSpec, tensor_parallel=1):
     return layer / tensor_parallel
 
 
+def embedding_elements(m: ModelSpec, tensor_parallel=1):
+    """Elements of the (vocab-parallel, padded) word embedding on one tensor-parallel rank; an untied output layer
+    has as many (arrays allowed)."""
+    return P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel
+
+
 @_memoised_on_numbers
 def largest_param_tensor(m: ModelSpec, tensor_parallel=1):
     """Elements of the largest single parameter tensor on one rank: the (vocab-parallel) embedding or output
     weight, or a layer's biggest weight (:func:`largest_layer_param_tensor`)."""
-    vocab = P.model_vocab_size(m, tensor_parallel)
-    return maximum(vocab * m.hidden_size / tensor_parallel, largest_layer_param_tensor(m, tensor_parallel))
+    return maximum(embedding_elements(m, tensor_parallel), largest_layer_param_tensor(m, tensor_parallel))
 
 
 def layers_on_stage(m: ModelSpec, pipeline_parallel, stage, first_stage_layers=None, middle_stage_layers=None,
@@ -1293,8 +1298,7 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     Replayed on Gemma 3 27B's width (262 k tied vocabulary, 3 layers, H200): 10.5 GiB of fp64
     beside the 2.6 GiB gradient, the run's peak, 21.68 GiB allocated as measured. Untied embeddings: the last
     reductions, below. 0 for other engines and stages, without offload, for LoRA models and for pipeline stages."""
-    vocab = P.model_vocab_size(m, tensor_parallel)
-    elems = vocab * m.hidden_size / tensor_parallel
+    elems = embedding_elements(m, tensor_parallel)
     zero3_offload = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 3) & (offload_optimizer > 0)
     hooks_reduce = reduces_from_hooks(zero_stage, overlap_comm)  # ZeRO-3 takes its own branch below
     applies = ((deepspeed_offload12(engine, zero_stage, offload_optimizer) | zero3_offload)
@@ -2573,7 +2577,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         # of the shared weight until the embedding's backward adds to it (the weight's gradient hook fires once,
         # at the end), so it is alive through every layer's backward
         tied_grad = where(m.tied_embeddings & (pipeline_parallel == 1),
-                             value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel,
+                             value_bytes * embedding_elements(m, tensor_parallel),
                              0.0)
         layer_transient = pre_core + working - last_kept + tied_grad + output_grad
         transient = maximum(logits_phase, layer_transient)
@@ -2627,7 +2631,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # (transformers models; megatron-core's measured tied runs hold no such gradient at their layers' peak)
     hf_tied = bool(m.tied_embeddings) and m.implementation is Implementation.TRANSFORMERS
     zero3_tied = where((zero3_module_grad > 0) & hf_tied & ~lora & (pipeline_parallel == 1),
-                       value_bytes * P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel, 0.0)
+                       value_bytes * embedding_elements(m, tensor_parallel), 0.0)
     zero3_tied_at_peak = where(transient > logits_phase, zero3_tied, 0.0)
     zero3_grad_at_peak = zero3_grad_at_peak + zero3_tied_at_peak
     buffers = buffers - zero3_module_grad + zero3_grad_at_peak
@@ -2699,7 +2703,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # embedding's too: traced on one H200, Granite 3.0 8B's width at 10 layers with both offloads, 1.35 GiB beside the
     # reduction's blocks where 2.82 were priced. One larger than the bucket keeps the gathered set priced: DeepSeek
     # LLM 67B's width at 2 layers, both offloads, measured, went from +2.5 to -6.2 % allocated with it dropped.)
-    in_bucket = P.model_vocab_size(m, tensor_parallel) * m.hidden_size / tensor_parallel <= DS_REDUCE_BUCKET_ELEMENTS
+    in_bucket = embedding_elements(m, tensor_parallel) <= DS_REDUCE_BUCKET_ELEMENTS
     end_buffers = buffers - zero3_tied_at_peak - where(in_bucket, zero3_gathered, 0.0) + tied_end
     end_peak = weights + grads + optimizer + end_buffers
     end = (tied_end > 0) & (end_peak > backward_peak)
