@@ -2247,7 +2247,7 @@ GROUPS = {
     # a check of `workbench calibrate` (declared in accuracy_split.json "calib53_about"): six of final53's plans
     # measured again right after the same machine's profile was taken, to compare the step time predicted with the
     # catalog's constants and with that machine's own profile (host link, pageable copies, CPU Adam, GEMMs); final53's
-    # H100 ran every plan 25-55 % faster than the catalog priced
+    # H100 ran every plan 25-55 % faster than the catalog priced (not measured yet: no machine could be started)
     "calib53": [
         _hf("hf-starcoder2-h4608-l8", 2, "sdpa", repeat=53, **OFF),
         _hf("hf-starcoder2-h4608-l8", 2, "sdpa", pin=False, repeat=53, **OFF),
