@@ -127,7 +127,14 @@ def test_profile_applies_measured_links_and_overheads():
     measured = estimate(m, c, pageable, profile=prof).time
     assert measured.step_seconds < catalog_rate.step_seconds
     assert measured.breakdown["offload"] < catalog_rate.breakdown["offload"]
-    assert inputs["cpu_adam_params_per_second_per_node"] == 1.5e9
+    # the synthetic profile timed torch.optim.AdamW: not DeepSpeed's CPU Adam, which the time model prices
+    assert "cpu_adam_params_per_second_per_node" not in inputs
+    assert any("not DeepSpeedCPUAdam: not applied" in n for n in notes)
+    ds = prof.replace(cpu_adam={**prof.cpu_adam, "implementation": "deepspeed"})
+    ds_inputs, ds_notes = ds.time_overrides(c, plan.precision)
+    assert ds_inputs["cpu_adam_params_per_second_per_node"] == 1.5e9
+    assert ds_inputs["cpu_adam_params_per_second_per_thread"] == pytest.approx(1.5e9 / 16)
+    assert "CPU Adam measured (deepspeed)" in ds_notes
     # a copy rate above the curve's kernel fraction bounds it from above only; a slower one lowers it
     assert inputs["hbm_efficiency"] == pytest.approx(min(4000 / 4800, efficiency_curve("H200")["hbm_efficiency"]))
     slow = prof.replace(device_memory_gb_per_s=3000.0).time_overrides(c, plan.precision)[0]
