@@ -584,3 +584,32 @@ def test_ladder_folds_an_uneven_pipeline_onto_one_stage():
     folded = [s for s in ladder if s.plan is not None and s.plan.zero_stage == 3]
     assert folded and "pipeline 4 → 1" in folded[0].action
     assert all(getattr(folded[0].plan, k) == v for k, v in NO_PIPELINE.items())
+
+
+def test_host_dependent_step_asks_for_a_profile_of_the_machine():
+    """A CPU-offload step that is mostly the host's work follows the machine: without a profile the advice says so,
+    with the two H100 machines' measured spread, and asks for `workbench calibrate`; a profile that timed
+    DeepSpeedCPUAdam passes, one that timed torch's AdamW (not what DeepSpeed runs) still warns; a GPU-bound plan
+    gets no such finding."""
+    from workbench.calibrate.profile import load_profile
+
+    m = model("llama2-7b")
+    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", micro_batch_size=1, global_batch_size=1,
+                        recompute="full")
+    found = {f.id: f for f in advisor.advise(m, ClusterSpec(gpu="H100-SXM", gpus_per_node=1), plan).findings}
+    host = found["host_dependent_step"]
+    assert host.status == "warn" and "workbench calibrate" in host.suggestion
+    assert host.numbers["host_work_share"] >= advisor.HOST_WORK_SHARE_WARN
+    assert "25%-55% over" in host.message and "5.9 against 8-15 µs" in host.message
+    h200 = ClusterSpec(gpu="H200", gpus_per_node=1)
+    torch_timed = load_profile("h200")
+    assert torch_timed.cpu_adam["implementation"] == "torch"
+    found = {f.id: f for f in advisor.advise(m, h200, plan, profile=torch_timed).findings}
+    assert found["host_dependent_step"].status == "warn"
+    assert "--cpu-adam deepspeed" in found["host_dependent_step"].suggestion
+    ds_timed = torch_timed.replace(cpu_adam={**torch_timed.cpu_adam, "implementation": "deepspeed"})
+    found = {f.id: f for f in advisor.advise(m, h200, plan, profile=ds_timed).findings}
+    assert found["host_dependent_step"].status == "pass" and "CPU Adam" in found["host_dependent_step"].message
+    gpu_bound = ParallelPlan(world_size=8, zero_stage=1, micro_batch_size=4, global_batch_size=32)
+    found = {f.id for f in advisor.advise(m, ClusterSpec(gpu="H100-SXM", gpus_per_node=8), gpu_bound).findings}
+    assert "host_dependent_step" not in found

@@ -1162,6 +1162,72 @@ def cpu_adam_threads(plan: ParallelPlan, omp_num_threads: Optional[str] = None, 
                                             "(workbench run sets it)")
 
 
+HOST_MACHINES_MEASURED = dict(gpu="H100 80GB HBM3", date="2026-12-05", near=0.10, over=(0.25, 0.55),
+                              launch_us=(5.9, 8.0, 15.0), pageable_gb_per_s=((11.0, 15.0), (6.0, 9.0)),
+                              batches="final52 and fit13 on one machine, final53 on another")
+"""Two H100 machines of one type (the same CPU model string, cores and software; ``benchmarks/corpus/h100_runs.jsonl``):
+the estimate came within about 10 % of one machine's CPU-offload steps and over-estimated every one of the other's by
+25-55 % (blind, ``benchmarks/results/final53_blind_h100.txt``), whose host was faster: CUDA launches 5.9 against 8-15
+µs, pageable copies 11-15 against 6-9 GB/s to the GPU (the records' probes)."""
+
+HOST_WORK_SHARE_WARN = 0.5
+"""A plan whose step is at least this share host work (CPU Adam, the offload copies, the Python launches the GPU
+waits for) is told that its time follows the machine it runs on."""
+
+
+def host_work_share(time) -> float:
+    """The share of the priced step that is the host's work: the offload term (CPU Adam and the copies across the
+    host link, :func:`workbench.timing.optimizer_terms`) and the part that follows the host CPU's speed
+    (:attr:`~workbench.estimate.TimeEstimate.host_share`); 0 without a time estimate."""
+    if time is None or not time.step_seconds:
+        return 0.0
+    return min(1.0, float(time.breakdown.get("offload", 0.0)) / time.step_seconds + float(time.host_share or 0.0))
+
+
+def host_dependent_step(plan: ParallelPlan, time, profile_name: Optional[str] = None,
+                        cpu_adam_measured: bool = False) -> Optional[Finding]:
+    """A step that is mostly the host's work follows the machine, not the GPU: two machines of one type ran the same
+    CPU-offload plans 25-55 % apart from the estimate (:data:`HOST_MACHINES_MEASURED`). Plans that offload to the
+    CPU only (host-bound launches have their own findings, ``zero3_host_bound`` and ``microstep_host_bound``). Without a
+    hardware profile the estimate prices the fit hosts' constants, so the finding asks for ``workbench calibrate`` (CPU
+    Adam, host link, pageable copies measured on the user's node); with one (``profile_name``, the estimate's profile
+    record) it says the step was priced with it, and still warns when the profile timed no DeepSpeedCPUAdam
+    (``cpu_adam_measured``) while the plan offloads the optimizer. ``None`` below :data:`HOST_WORK_SHARE_WARN`."""
+    if not plan.offloads_to_cpu:  # host-bound launches alone: zero3_host_bound's and microstep_host_bound's
+        return None
+    share = host_work_share(time)
+    if share < HOST_WORK_SHARE_WARN:
+        return None
+    offload = float(time.breakdown.get("offload", 0.0))
+    what = (f"{share:.0%} of this {time.step_seconds:.3g} s step is host work (CPU Adam and the offload copies "
+            f"{offload:.3g} s, Python launches {float(time.host_share or 0.0):.0%} of the step)")
+    r = HOST_MACHINES_MEASURED
+    adam = plan.offload_optimizer is not Offload.NONE
+    if profile_name and (cpu_adam_measured or not adam):
+        return Finding(id="host_dependent_step", status="pass",
+                       message=f"{what}, priced with hardware profile {profile_name}'s measured host link"
+                               + (" and CPU Adam" if adam else ""),
+                       numbers=dict(host_work_share=round(share, 3)))
+    if profile_name:
+        return Finding(id="host_dependent_step", status="warn",
+                       message=f"{what}; hardware profile {profile_name} timed no DeepSpeedCPUAdam, so its CPU Adam "
+                               f"is the catalog's",
+                       suggestion="run `workbench calibrate --cpu-adam deepspeed` on a node of the cluster",
+                       numbers=dict(host_work_share=round(share, 3), offload_seconds=round(offload, 4)))
+    return Finding(
+        id="host_dependent_step", status="warn",
+        message=(f"{what}: it follows the machine's CPU and memory, not the GPU. On two {r['gpu']} machines of one "
+                 f"type the estimate came within {r['near']:.0%} of one's offload steps and {r['over'][0]:.0%}-"
+                 f"{r['over'][1]:.0%} over every one of the other's ({r['date']}; CUDA launches {r['launch_us'][0]} "
+                 f"against {r['launch_us'][1]:g}-{r['launch_us'][2]:g} µs, pageable copies "
+                 f"{r['pageable_gb_per_s'][0][0]:g}-{r['pageable_gb_per_s'][0][1]:g} against "
+                 f"{r['pageable_gb_per_s'][1][0]:g}-{r['pageable_gb_per_s'][1][1]:g} GB/s); without a profile this "
+                 f"estimate prices the fit hosts' constants"),
+        suggestion="run `workbench calibrate` on a node of the cluster (it measures CPU Adam, the host link and its "
+                   "pageable copies) and pass its profile (--profile)",
+        numbers=dict(host_work_share=round(share, 3), offload_seconds=round(offload, 4)))
+
+
 def param_offload_optimizer(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, record, *,
                             headroom: float = 0.0, profile=None) -> Optional[Finding]:
     """ZeRO-3 with the parameters on the host but the optimizer on the GPU: each optimizer step copies the updated
@@ -2166,6 +2232,11 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     offload = param_offload_optimizer(model, cluster, plan, record, headroom=headroom, profile=profile)
     if offload is not None:
         findings += (offload,)
+    host = host_dependent_step(plan, t, profile_name=(record.profile or {}).get("name"),
+                               cpu_adam_measured="CPU Adam measured (deepspeed)" in (record.profile or {}).get(
+                                   "note", ""))
+    if host is not None:
+        findings += (host,)
     log_findings = ()
     if log is not None:
         from workbench.logreader import match_advice
