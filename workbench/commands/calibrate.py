@@ -27,7 +27,8 @@ def add_parser(sub) -> None:
                                                                         "shapes (default 1,2,4,8)")
     parser.add_argument("--gpu", metavar="NAME", help="catalog GPU (default: matched from the device name)")
     parser.add_argument("--cpu-adam", choices=["torch", "deepspeed"], default="torch",
-                        help="CPU Adam to time: torch.optim.AdamW or DeepSpeedCPUAdam (compiles on first use)")
+                        help="CPU Adam to time: torch.optim.AdamW or DeepSpeedCPUAdam (compiles on first use; only "
+                             "its rate prices DeepSpeed's optimizer offload)")
     parser.add_argument("--max-message-mib", type=float, help="largest collective message, MiB")
     parser.add_argument("--skip", default="", metavar="LIST",
                         help="measurements to skip: gemm,memory_bandwidth,host_link,cpu_adam,memory,collectives")
