@@ -600,7 +600,8 @@ def test_host_dependent_step_asks_for_a_profile_of_the_machine():
     host = found["host_dependent_step"]
     assert host.status == "warn" and "workbench calibrate" in host.suggestion
     assert host.numbers["host_work_share"] >= advisor.HOST_WORK_SHARE_WARN
-    assert "25%-55% over" in host.message and "5.9 against 8-15 µs" in host.message
+    assert "-6.7% / +10.1%" in host.message and "25%-55% over" in host.message
+    assert "5.9 against 8-15 µs" in host.message
     h200 = ClusterSpec(gpu="H200", gpus_per_node=1)
     torch_timed = load_profile("h200")
     assert torch_timed.cpu_adam["implementation"] == "torch"
