@@ -219,3 +219,16 @@ def test_a_file_that_is_not_a_profile_is_named(tmp_path):
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError, match=f"^profile file {tmp_path / name}:? {message}"):
             load_profile(tmp_path / name)
+
+
+def test_cpu_profile_host_link_is_its_memory_copy_rate_beside_pageable_copies():
+    """A CPU profile without pinned copies takes half its memory copy rate as the host link, also when it measured
+    pageable copies (their rate is the pageable copies' own); a GPU profile's pinned copies set the link."""
+    m, c, plan = _specs()
+    cpu = h200_profile().replace(device_kind="cpu", device_memory_gb_per_s=100.0,
+                                 host_link_gb_per_s={"h2d_pageable": 5.0, "d2h_pageable": 6.0})
+    inputs, notes = cpu.time_overrides(c, plan.precision)
+    assert inputs["host_link_gb_per_s"] == pytest.approx(50.0)
+    assert inputs["pageable_copy_gb_per_s"] == 5.0 and "host link measured (pinned)" not in notes
+    gpu_inputs, _ = h200_profile().time_overrides(c, plan.precision)
+    assert gpu_inputs["host_link_gb_per_s"] == pytest.approx(51.0)

@@ -1191,8 +1191,9 @@ def host_dependent_step(plan: ParallelPlan, time, profile_name: Optional[str] = 
     CPU only (host-bound launches have their own findings, ``zero3_host_bound`` and ``microstep_host_bound``). Without a
     hardware profile the estimate prices the fit hosts' constants, so the finding asks for ``workbench calibrate`` (CPU
     Adam, host link, pageable copies measured on the user's node); with one (``profile_name``, the estimate's profile
-    record) it says the step was priced with it, and still warns when the profile timed no DeepSpeedCPUAdam
-    (``cpu_adam_measured``) while the plan offloads the optimizer. ``None`` below :data:`HOST_WORK_SHARE_WARN`."""
+    record) it says the step was priced with it, and still warns when the profile's CPU Adam is not applied
+    (``cpu_adam_measured``: :attr:`workbench.calibrate.profile.HardwareProfile.applies_cpu_adam`) while the plan
+    offloads the optimizer. ``None`` below :data:`HOST_WORK_SHARE_WARN`."""
     if not plan.offloads_to_cpu:  # host-bound launches alone: zero3_host_bound's and microstep_host_bound's
         return None
     share = host_work_share(time)
@@ -2233,9 +2234,11 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     offload = param_offload_optimizer(model, cluster, plan, record, headroom=headroom, profile=profile)
     if offload is not None:
         findings += (offload,)
+    from workbench.calibrate.profile import resolve_profile
+
+    measured = resolve_profile(profile)
     host = host_dependent_step(plan, t, profile_name=(record.profile or {}).get("name"),
-                               cpu_adam_measured="CPU Adam measured (deepspeed)" in (record.profile or {}).get(
-                                   "note", ""))
+                               cpu_adam_measured=measured is not None and measured.applies_cpu_adam)
     if host is not None:
         findings += (host,)
     log_findings = ()

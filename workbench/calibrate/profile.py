@@ -298,18 +298,14 @@ class HardwareProfile:
         if h.get("h2d_pinned") and h.get("d2h_pinned"):
             out["host_link_gb_per_s"] = (h["h2d_pinned"] + h["d2h_pinned"]) / 2
             notes.append("host link measured (pinned)")
+        elif self.device_kind == "cpu" and self.device_memory_gb_per_s:
+            out["host_link_gb_per_s"] = self.device_memory_gb_per_s / 2
         if h.get("h2d_pageable") and h.get("d2h_pageable"):
             # DeepSpeed's offload copies with pin_memory off: the slower direction's pageable rate (on the corpus
             # host the fitted pageable_copy_gb_per_s, 8.24 GB/s, was its pageable copy to the GPU, 8.2 GB/s)
             out["pageable_copy_gb_per_s"] = min(h["h2d_pageable"], h["d2h_pageable"])
             notes.append("pageable host copies measured")
-        elif self.device_kind == "cpu" and self.device_memory_gb_per_s:
-            out["host_link_gb_per_s"] = self.device_memory_gb_per_s / 2
-        # the time model prices DeepSpeed's offloaded optimizer, DeepSpeedCPUAdam: a rate of torch.optim.AdamW (the
-        # calibrate default where DeepSpeed does not build) is kept in the profile but not applied (on the H200
-        # machine torch's ran 0.83 G parameters/s on 32 threads, 3.3x slower than the catalog's DeepSpeedCPUAdam
-        # step priced the corpus's offload runs)
-        if self.cpu_adam.get("params_per_second") and self.cpu_adam.get("implementation") == "deepspeed":
+        if self.applies_cpu_adam:
             out["cpu_adam_params_per_second_per_node"] = self.cpu_adam["params_per_second"]
             if self.cpu_adam.get("threads"):  # measured on that many threads: the rate of one
                 out["cpu_adam_params_per_second_per_thread"] = (self.cpu_adam["params_per_second"]
@@ -360,6 +356,15 @@ class HardwareProfile:
         if gpu_like:
             out["floor"] = True
         return out, notes
+
+    @property
+    def applies_cpu_adam(self) -> bool:
+        """Whether the time model takes this profile's CPU Adam rate: only a DeepSpeedCPUAdam timing
+        (``workbench calibrate --cpu-adam deepspeed``), what DeepSpeed's offloaded optimizer runs. A rate of
+        ``torch.optim.AdamW`` (calibrate's default, which needs no compiled op) is kept but not applied: on the H200
+        machine torch's ran 0.83 G parameters/s on 32 threads, 3.3x slower than the catalog's DeepSpeedCPUAdam step
+        priced the corpus's offload runs."""
+        return bool(self.cpu_adam.get("params_per_second")) and self.cpu_adam.get("implementation") == "deepspeed"
 
     def applied(self, cluster, precision) -> dict:
         """What :func:`workbench.estimate.estimate` records under ``"profile"``."""
