@@ -1102,34 +1102,43 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     # layers through transformers, eager, checkpointed, replayed: the bucket of the output layer and one layer reduced
     # at the next layer's up_proj hook, beside that recomputed layer's attention tensors (768 MiB) and the output
     # layer's 2000 MiB fp64 copy; -13.3 % allocated, blind, when they were ZeRO-3's alone)
-    at_layer_start = offload & ~extra_large & (first_weight > room) & (asarray(full_recompute) > 0)
-    # a later weight of the recomputed layer's MLP (its first fits the bucket, not all of them): the recomputed layer
-    # is alive but for its MLP block (``mlp_block``), back-propagated by then (final40's Codestral 22B at 3
-    # layers, both offloads, checkpointed, replayed: the bucket reduced at the last layer's third MLP weight beside
-    # eleven hidden-state tensors and none of the MLP's intermediates; -15.2 % allocated, blind, without it)
-    in_recomputed_mlp = (offload & ~extra_large & (first_weight <= room) & (room < mlp_weights)
-                         & (asarray(full_recompute) > 0))
-    # ... and when only that first weight fits, the trigger is the MLP's second weight, whose hook comes before the
-    # gate's branch is back-propagated: two f-sized tensors of a gated block still alive (``mlp_second_pending``;
-    # Llama 2 70B's width at 2 layers through transformers, both offloads, checkpointed, replayed: the bucket of the
-    # output layer and down_proj reduced at up_proj's hook beside two 224 MiB MLP tensors; -9.0 % allocated, blind
-    # on final44, without them)
-    # The pre-MLP norm is back-propagated after the whole MLP block, so its kept tensors (``mlp_norm``: its input
-    # and a transformers RMSNorm's fp32 copy) are alive at any MLP weight's hook, and fc1's input (``mlp_fc1_input``,
-    # the norm's output) until the last weight that reads it (a gated block's gate_proj) has run: at the second
-    # weight of a gated block it is alive too. (Codestral 22B's width at 3 layers and Llama 2 70B's at 2 through
-    # transformers, both offloads, checkpointed, replayed: the post-attention norm's 96 + 192 MiB alive at gate_proj's
-    # hook, its 64 + 128 + 64 MiB at up_proj's.)
-    second = in_recomputed_mlp & (room < 2 * first_weight)
-    pending = where(second, mlp_second_pending, 0.0)
-    mlp_kept = mlp_norm + where(second & (mlp_second_pending > 0), mlp_fc1_input, 0.0)
+    def reduced_in_layer(bypassed, room_left, moment):
+        """``(activations beside the reduction, fired inside a recomputed layer)`` when the bucket reduction whose
+        copies are ``moment`` fires with ``room_left`` elements left in the bucket at the next layer's start; a
+        ``bypassed`` gradient (larger than the bucket) reduces at once instead."""
+        recomputed = offload & ~bypassed & (asarray(full_recompute) > 0)
+        # at the layer's first weight (its MLP output projection): all its recomputed activations are alive
+        at_layer_start = recomputed & (first_weight > room_left)
+        # a later weight of the recomputed layer's MLP (its first fits the bucket, not all of them): the recomputed
+        # layer is alive but for its MLP block (``mlp_block``), back-propagated by then (final40's Codestral 22B at 3
+        # layers, both offloads, checkpointed, replayed: the bucket reduced at the last layer's third MLP weight
+        # beside eleven hidden-state tensors and none of the MLP's intermediates; -15.2 % allocated, blind, without
+        # it)
+        in_recomputed_mlp = recomputed & (first_weight <= room_left) & (room_left < mlp_weights)
+        # ... and when only that first weight fits, the trigger is the MLP's second weight, whose hook comes before
+        # the gate's branch is back-propagated: two f-sized tensors of a gated block still alive
+        # (``mlp_second_pending``; Llama 2 70B's width at 2 layers through transformers, both offloads,
+        # checkpointed, replayed: the bucket of the output layer and down_proj reduced at up_proj's hook beside two
+        # 224 MiB MLP tensors; -9.0 % allocated, blind on final44, without them)
+        # The pre-MLP norm is back-propagated after the whole MLP block, so its kept tensors (``mlp_norm``: its
+        # input and a transformers RMSNorm's fp32 copy) are alive at any MLP weight's hook, and fc1's input
+        # (``mlp_fc1_input``, the norm's output) until the last weight that reads it (a gated block's gate_proj) has
+        # run: at the second weight of a gated block it is alive too. (Codestral 22B's width at 3 layers and Llama 2
+        # 70B's at 2 through transformers, both offloads, checkpointed, replayed: the post-attention norm's 96 + 192
+        # MiB alive at gate_proj's hook, its 64 + 128 + 64 MiB at up_proj's.)
+        second = in_recomputed_mlp & (room_left < 2 * first_weight)
+        pending = where(second, mlp_second_pending, 0.0)
+        mlp_kept = mlp_norm + where(second & (mlp_second_pending > 0), mlp_fc1_input, 0.0)
+        added = where(at_layer_start, maximum(layer_transient, recomputed_layer + moment),
+                      where(in_recomputed_mlp, maximum(layer_transient,
+                                                       recomputed_layer - mlp_block + mlp_kept + pending + moment),
+                            maximum(layer_transient, moment)))
+        return added, at_layer_start | in_recomputed_mlp
+
+    added, in_layer = reduced_in_layer(extra_large, room, momentary)
     # the hook's own weight: its 16-bit gradient waits beside the reduction it triggers (an MLP weight here)
-    trigger_grad = where(at_layer_start | in_recomputed_mlp, value_bytes * first_weight, 0.0)
-    acts = held - done * kept_per_layer - mlp_freed(extra_large, room) + where(
-        at_layer_start, maximum(layer_transient, recomputed_layer + momentary),
-        where(in_recomputed_mlp, maximum(layer_transient,
-                                         recomputed_layer - mlp_block + mlp_kept + pending + momentary),
-              maximum(layer_transient, momentary)))
+    trigger_grad = where(in_layer, value_bytes * first_weight, 0.0)
+    acts = held - done * kept_per_layer - mlp_freed(extra_large, room) + added
     # with offload, a layer's largest weight goes through the same copies when its bucket is reduced: at once when
     # it exceeds the bucket (a transformers MoE layer's fused experts, :func:`hf_fused_experts_tensor`: Mixtral
     # 8x7B's 940 M-element gate_up_proj, its fp64 copy 7 GiB beside every layer's activations), else at the first
@@ -1150,21 +1159,11 @@ def zero12_early_partition_bytes(m: ModelSpec, *, held, kept_per_layer, layer_tr
     fused_rest = where((big == fused) & (fused > 0), fused / (2 if m.is_gated else 1), 0.0)
     big_grad = where(big_extra, where(zero3_offload, value_bytes * fused_rest, value_bytes * big), 0.0)
     room_big = where(extra_large, reduce_bucket_elements - done_big * per_layer, room)
-    # where in the recomputed layer the reduction fires, as above: at its first weight all its recomputed
-    # activations are alive beside the copies, at a later MLP weight all but its MLP block (traced on one H200:
-    # Granite 3 2B at 40 layers, tied, ZeRO-3 with the optimizer on the CPU, checkpointed: the first bucket of eight
-    # layers reduced at the ninth's first weight, beside its recomputed layer)
-    big_start = offload & ~big_extra & (first_weight > room_big) & (asarray(full_recompute) > 0)
-    big_in_mlp = (offload & ~big_extra & (first_weight <= room_big) & (room_big < mlp_weights)
-                  & (asarray(full_recompute) > 0))
-    big_second = big_in_mlp & (room_big < 2 * first_weight)
-    big_kept = mlp_norm + where(big_second & (mlp_second_pending > 0), mlp_fc1_input, 0.0)
-    big_moment = big_grad + big_copy
-    acts_big = (held - minimum(done_big, layers) * kept_per_layer - mlp_freed(big_extra, room_big)
-                + where(big_start, maximum(layer_transient, recomputed_layer + big_moment),
-                        where(big_in_mlp, maximum(layer_transient, recomputed_layer - mlp_block + big_kept
-                                                  + where(big_second, mlp_second_pending, 0.0) + big_moment),
-                              maximum(layer_transient, big_moment))))
+    # where in the recomputed layer the reduction fires, as above (traced on one H200: Granite 3 2B at 40 layers,
+    # tied, ZeRO-3 with the optimizer on the CPU, checkpointed: the first bucket of eight layers reduced at the
+    # ninth's first weight, beside its recomputed layer)
+    added_big, _ = reduced_in_layer(big_extra, room_big, big_grad + big_copy)
+    acts_big = held - minimum(done_big, layers) * kept_per_layer - mlp_freed(big_extra, room_big) + added_big
     applies_big = applies_base & offload & (big_extra | (done_big < layers))
     # the output layer reduced alone (``extra_large``) is handed over at the final norm's hook, once the output
     # layer's backward has released it and before any layer is recomputed: the walk's state then, none of a
