@@ -237,12 +237,20 @@ def corpus_run(rec: dict):
                 gpu_total_bytes=(rec.get("provenance") or {}).get("gpu_total_bytes"),
                 cluster=ClusterSpec(gpu=gpu, gpus_per_node=plan.world_size, **host), plan=plan,
                 omp_threads=rec.get("omp_num_threads"), step_traces=step_traces(rec), copy_probe=rec.get("copy_probe"),
-                timed_steps=int(rec.get("timed_steps") or 0),
+                launch_us=probed_launch_us(rec), timed_steps=int(rec.get("timed_steps") or 0),
                 measured=dict(allocated=rec["peak_allocated_bytes"] - start, device=device,
                               step=steady_step_seconds(rec), reserved=reserved, outside=outside,
                               used_at_start=rec.get("device_used_at_start_bytes"),
                               host_rss=rec.get("host_rss_at_end_bytes"), host_peak_rss=rec.get("host_peak_rss_bytes"),
                               host_total=rec.get("host_total_at_end_bytes")))
+
+
+def probed_launch_us(rec: dict):
+    """The host's cost of one tiny CUDA launch around the run's timed steps (``host_probe.py``): the mean of the
+    probes before and after them, or None for records before 2026-12-02 04:00 UTC (no probes)."""
+    values = [p["launch_us"] for p in (rec.get("host_probe_before"), rec.get("host_probe_after"))
+              if isinstance(p, dict) and p.get("launch_us")]
+    return sum(values) / len(values) if values else None
 
 
 def corpus_runs(path: Path) -> list[dict]:
@@ -576,6 +584,48 @@ def expandable_reserve_fit(rows: list) -> dict:
     for engine in sorted({engine_of(r) for r in sel}):
         out[engine] = stats([r for r in sel if engine_of(r) == engine])
         out[engine]["used"] = out[engine]["median"] if out[engine]["n"] >= MIN_FIT_RUNS else out["all"]["median"]
+    return out
+
+
+def host_dispatch_profile(run):
+    """A hardware profile that measured nothing but the run's own host dispatch speed (what ``workbench calibrate``
+    records under ``host_dispatch``), for the GPU the run had."""
+    from workbench.calibrate.profile import HardwareProfile
+
+    gpu = run["cluster"].gpu.name
+    return HardwareProfile(name="run-host", machine="corpus", device=gpu, device_kind="cuda", gpu=gpu,
+                           host_dispatch={"launch_us": run["launch_us"], "probes": 2})
+
+
+def host_dispatch_lines(runs: list, fit: set) -> list[str]:
+    """Step time priced with the catalog host against priced with each run's own host probe (its launch cost scaling
+    the time model's host seconds, as a profile from ``workbench calibrate`` does), per GPU and split; and the fit
+    split's median launch cost, the reference :data:`workbench.timing.HOST_REFERENCE_LAUNCH_US` states."""
+    from workbench.estimate import estimate
+    from workbench.timing import HOST_REFERENCE_LAUNCH_US
+
+    probed = [r for r in runs if r.get("launch_us") and r["measured"].get("step") and r.get("predicted")
+              and r["predicted"].get("step")]
+    ref = [r["launch_us"] for r in probed if r["shape_id"] in fit and r["cluster"].gpu.name == "H200"]
+    out = [f"HOST DISPATCH: a tiny CUDA launch cost {statistics.median(ref):.2f} us in the median of the "
+           f"{len(ref)} fit-split H200 runs that carry host probes (workbench.timing.HOST_REFERENCE_LAUNCH_US "
+           f"{HOST_REFERENCE_LAUNCH_US}); step |error| with the catalog host, then with each run's own probe "
+           f"scaling the host seconds (n, median, p90, worst)"]
+    for gpu in sorted({r["cluster"].gpu.name for r in probed}):
+        for side in ("test", "fit"):
+            rows = [r for r in probed if r["cluster"].gpu.name == gpu and (r["shape_id"] in fit) == (side == "fit")]
+            if not rows:
+                continue
+            cols = []
+            for scaled in (False, True):
+                errs = []
+                for r in rows:
+                    step = (estimate(r["model"], r["cluster"], r["plan"], host_dispatch_profile(r)).time.step_seconds
+                            if scaled else r["predicted"]["step"])
+                    errs.append(abs(step - r["measured"]["step"]) / r["measured"]["step"])
+                errs.sort()
+                cols.append(f"{statistics.median(errs):6.1%} {p90(errs):6.1%} {errs[-1]:6.1%}")
+            out.append(f"  {gpu:10s} {side:4s} n={len(rows):4d}  catalog host {cols[0]}  | own probe {cols[1]}")
     return out
 
 
@@ -1194,6 +1244,9 @@ def main(argv=None) -> int:
                          "leave-one-shape-out and test-split errors (with --write: store it in the catalog)")
     ap.add_argument("--host", action="store_true",
                     help="print the host-memory estimate beside the measured resident set of the runs that have it")
+    ap.add_argument("--host-dispatch", action="store_true",
+                    help="print step-time errors with each run's own host probe scaling the host seconds (what a "
+                         "profile's host_dispatch does) beside the catalog host's")
     ap.add_argument("--overheads", action="store_true",
                     help="print the fit split's memory outside the allocator and allocator reserve per engine")
     ap.add_argument("--with-hf-zero3", action="store_true",
@@ -1286,6 +1339,8 @@ def main(argv=None) -> int:
     if expandable["fit"]:
         out += [""] + table(expandable["fit"], "expandable segments, fit shapes (in-sample: the expandable reserve "
                                                "was fitted on these runs)")
+    if args.host_dispatch:
+        out += [""] + host_dispatch_lines([r for rows in scored.values() for r, _ in rows], fit)
     noise = repeatability([r for group in (scored, expandable) for rows in group.values() for r, _ in rows])
     out += [""] + repeatability_lines(noise)
     zero3_band = band(scored["test"], noise=noise)["step"].get("deepspeed/zero3")

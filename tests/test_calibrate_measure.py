@@ -53,7 +53,8 @@ def test_gloo_collectives_with_two_processes():
 def test_tiny_calibration_without_collectives():
     s = CalibrationSettings(name="tiny", model="gpt3-125m", tensor_parallel=(4,), tokens=(16, 64), gemm_repeats=1,
                             precisions=("fp32",), copy_bytes=2**20, cpu_adam_params=10_000,
-                            parts=("gemm", "memory_bandwidth", "cpu_adam", "memory", "collectives"), nproc=1)
+                            parts=("gemm", "memory_bandwidth", "host_dispatch", "cpu_adam", "memory", "collectives"),
+                            nproc=1)
     lines = []
     prof = calibrate(s, progress=lines.append)
     assert prof.device_kind == "cpu" and prof.gpu == ""
@@ -65,3 +66,9 @@ def test_tiny_calibration_without_collectives():
     assert prof.memory["context_bytes"] > 0 and prof.memory["reserve_fraction"] == 0.0
     assert any("collectives skipped" in n for n in prof.notes)
     assert any(line.startswith("gemm fp32") for line in lines)
+    # a CPU host: the Python loop's speed, no CUDA launches, and the time model keeps the catalog host's seconds
+    h = prof.host_dispatch
+    assert h["probes"] >= 3 and 0 < h["python_loop_s"] < 5 and "launch_us" not in h
+    assert h["python_loop_s_range"][0] <= h["python_loop_s"] <= h["python_loop_s_range"][1]
+    assert prof.host_seconds_scale is None
+    assert any(line.startswith("host dispatch: Python loop") for line in lines)

@@ -232,3 +232,32 @@ def test_cpu_profile_host_link_is_its_memory_copy_rate_beside_pageable_copies():
     assert inputs["pageable_copy_gb_per_s"] == 5.0 and "host link measured (pinned)" not in notes
     gpu_inputs, _ = h200_profile().time_overrides(c, plan.precision)
     assert gpu_inputs["host_link_gb_per_s"] == pytest.approx(51.0)
+
+
+def test_measured_host_dispatch_scales_the_host_seconds():
+    """A profile that timed its host's CUDA launches scales every host-seconds input of the time model by the ratio
+    to the fit host's; without that measurement (older profiles, CPU profiles) the catalog host stands."""
+    from workbench import encode
+    from workbench.timing import HOST_REFERENCE_LAUNCH_US, HOST_SECONDS_INPUTS
+
+    m, c, plan = _specs(zero_stage=3)
+    prof = h200_profile()
+    assert prof.host_seconds_scale is None
+    assert "host dispatch: catalog host" in prof.time_overrides(c, plan.precision)[1]
+    fast = prof.replace(host_dispatch={"launch_us": HOST_REFERENCE_LAUNCH_US / 2, "python_loop_s": 0.03,
+                                       "probes": 7, "launch_us_range": [4.0, 4.4]})
+    assert fast.host_seconds_scale == pytest.approx(0.5)
+    assert any("host work x 0.50" in n for n in fast.time_overrides(c, plan.precision)[1])
+    cols = encode.plan_columns(plan, m)
+    base = encode.time_inputs(m, c, cols, plan.precision, profile=prof)
+    halved = encode.time_inputs(m, c, cols, plan.precision, profile=fast)
+    moved = [k for k in HOST_SECONDS_INPUTS if base[k]]
+    assert "zero3_fetch_latency_s" in moved
+    for key in moved:
+        assert halved[key] == pytest.approx(base[key] / 2)
+    assert estimate(m, c, plan, profile=fast).time.step_seconds < estimate(m, c, plan, profile=prof).time.step_seconds
+    assert fast.replace(device_kind="cpu").host_seconds_scale is None  # no CUDA launches on a CPU profile
+    back = HardwareProfile.from_dict(json.loads(json.dumps(fast.to_dict())))
+    assert back.host_dispatch == fast.host_dispatch
+    with pytest.raises(ValueError, match=r"host_dispatch\.launch_us"):
+        prof.replace(host_dispatch={"launch_us": "fast"})

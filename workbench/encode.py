@@ -420,7 +420,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     ``bucket_elements`` (default: the engine's, :func:`workbench.defaults.grad_bucket_elements`) is the gradient
     bucket; ``counts`` the model's :class:`~workbench.specs.ParameterCounts` when the caller has them already.
     A measured ``profile`` replaces the datasheet-derived inputs it measured (GEMM curve, memory bandwidth, links,
-    host link, CPU Adam rate)."""
+    host link, CPU Adam rate) and scales the host's seconds by its host's dispatch speed."""
     from workbench import timing as T
 
     precision = Precision.parse(precision, "precision")
@@ -531,6 +531,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         fp8_amax_bytes=0.0, param_gather_bytes_per_value=float(precision.bytes_per_value)))
     if profile is not None:
         inputs.update(profile.time_overrides(cluster, precision.base)[0])
+        host_scale = profile.host_seconds_scale
+        if host_scale is not None:  # the profile's host issues work faster or slower than the fit host
+            for key in T.HOST_SECONDS_INPUTS:
+                inputs[key] = inputs[key] * host_scale
         measured = profile.gemm.get("fp8") if precision.is_fp8 else None
         if measured:
             scale = measured["peak_tflops"] * 1e12 / gpu.peak_flops("fp8")

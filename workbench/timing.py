@@ -1876,6 +1876,13 @@ HOST_SECONDS_INPUTS = ("layer_host_s", "hf_layer_host_s", "hf_recompute_layer_s"
 ZeRO-3's hooks), all measured on the H200 machine's host: what a slower or faster host stretches or shrinks. The CPU
 Adam step of offloaded optimizers is not among them (many threads, bound by host memory bandwidth)."""
 
+HOST_REFERENCE_LAUNCH_US = 8.36
+"""Host microseconds per tiny CUDA launch (:func:`workbench.calibrate.measure.launch_microseconds`) on the host the
+:data:`HOST_SECONDS_INPUTS` were fitted on: the median over the 30 fit-split H200 corpus runs that carry host probes
+(each run's mean of its probes before and after its timed steps; ``benchmarks/bench_accuracy.py``'s HOST DISPATCH
+table). A hardware profile that measured its own host's launch cost scales those inputs by the ratio
+(:attr:`workbench.calibrate.profile.HardwareProfile.host_seconds_scale`)."""
+
 HOST_SHARE_PROBE = 0.2
 """Relative change of every :data:`HOST_SECONDS_INPUTS` with which :func:`host_share` probes the step."""
 

@@ -4,7 +4,7 @@ Host-bound training steps (thin models, small micro-batches, ZeRO-3's hooks, Hug
 speed of one CPU core issuing kernels. Two processes running the same configuration on the same machine minutes
 apart were measured up to 40 % apart (``bench_accuracy.py``'s REPEATABILITY table), with each process's own
 steps within 1-2 %. :func:`host_probe` records, just before and after a run's timed steps, how fast the host was
-at that moment by two fixed workloads — a pure-Python loop and a burst of tiny CUDA launches (the per-op dispatch
+at that moment by two fixed workloads (``workbench calibrate``'s, :mod:`workbench.calibrate.measure`) — a pure-Python loop and a burst of tiny CUDA launches (the per-op dispatch
 cost a host-bound step pays thousands of times) — beside the load average, the cores' clock and the GPU's clocks,
 so a slow run can be told from a slow host.
 """
@@ -13,37 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-PYTHON_LOOP = 1_000_000
-"""Iterations of the pure-Python loop (about 30-60 ms on a current server core)."""
-LAUNCHES = 2000
-"""Tiny in-place CUDA adds timed back to back (each is a few microseconds of host dispatch, ~2 µs on the GPU)."""
-
-
-def python_loop_seconds(n: int = PYTHON_LOOP) -> float:
-    """Seconds for ``n`` iterations of a Python ``for`` loop adding integers (the interpreter's speed right now)."""
-    t0 = time.perf_counter()
-    s = 0
-    for i in range(n):
-        s += i
-    return time.perf_counter() - t0
-
-
-def launch_microseconds(torch, n: int = LAUNCHES) -> float | None:
-    """Host microseconds per tiny CUDA kernel launch (``x.add_(1)`` on one element, ``n`` in a row, one
-    synchronize), or ``None`` without CUDA. The GPU finishes each add faster than the host issues the next, so this
-    is the dispatch cost of PyTorch's eager mode on this host now."""
-    if not torch.cuda.is_available():
-        return None
-    x = torch.zeros(1, device="cuda")
-    for _ in range(100):
-        x.add_(1)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        x.add_(1)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
-
+from workbench.calibrate.measure import launch_microseconds, python_loop_seconds
 
 COPY_MIB = 64
 """Size of each host<->GPU copy :func:`copy_probe` times (small enough to find room beside a run near capacity)."""

@@ -1,5 +1,6 @@
 """Measurements of the machine the workbench runs on: GEMM throughput, collective time vs message size,
-host↔device copies, device memory bandwidth, CPU Adam step rate, CUDA context size and allocator reserve.
+host↔device copies, device memory bandwidth, the host's dispatch speed, CPU Adam step rate, CUDA context size and
+allocator reserve.
 
 Every function measures one thing and returns plain numbers (dicts of floats); fitting and applying them lives in
 :mod:`workbench.calibrate.profile`. On a machine without CUDA the same functions measure the CPU equivalents
@@ -163,6 +164,64 @@ def measure_host_link(nbytes: int, *, repeats: int = 5) -> dict:
         out[f"d2h_{kind}"] = nbytes / time_call(lambda: host.copy_(dev, non_blocking=pin), device="cuda",
                                                 repeats=repeats, warmup=1) / 1e9
         del host
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Host dispatch: how fast one CPU core issues work
+# ---------------------------------------------------------------------------------------------------------------
+PYTHON_LOOP = 1_000_000
+"""Iterations of :func:`python_loop_seconds` (about 30-70 ms on a current server core)."""
+LAUNCHES = 2000
+"""Tiny in-place CUDA adds :func:`launch_microseconds` issues back to back."""
+HOST_PROBES = 7
+"""Probes :func:`measure_host_dispatch` takes (the median is kept: one host's speed moves from moment to moment)."""
+
+
+def python_loop_seconds(n: int = PYTHON_LOOP) -> float:
+    """Seconds for ``n`` iterations of a Python ``for`` loop adding integers (the interpreter's speed now)."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(n):
+        total += i
+    return time.perf_counter() - t0
+
+
+def launch_microseconds(torch, n: int = LAUNCHES):
+    """Host microseconds per tiny CUDA kernel launch (``x.add_(1)`` on one element, ``n`` in a row, one
+    synchronize), or ``None`` without CUDA. The GPU finishes each add before the host issues the next, so this is
+    the dispatch cost of PyTorch's eager mode on this host: what a host-bound training step pays per operator."""
+    if not torch.cuda.is_available():
+        return None
+    x = torch.zeros(1, device="cuda")
+    for _ in range(100):
+        x.add_(1)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        x.add_(1)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def measure_host_dispatch(probes: int = HOST_PROBES) -> dict:
+    """The host's single-core speed: ``{"launch_us", "python_loop_s"}``, medians of ``probes`` probes of
+    :func:`launch_microseconds` (CUDA only; absent on a CPU) and :func:`python_loop_seconds`, with their range
+    (``launch_us_range``, ``python_loop_s_range``) and ``probes``."""
+    import torch
+
+    launches, loops = [], []
+    for _ in range(probes):
+        loops.append(python_loop_seconds())
+        us = launch_microseconds(torch)
+        if us is not None:
+            launches.append(us)
+    out = {"probes": probes}
+    for key, values in (("python_loop_s", loops), ("launch_us", launches)):
+        if values:
+            values = sorted(values)
+            out[key] = values[len(values) // 2]
+            out[f"{key}_range"] = [values[0], values[-1]]
     return out
 
 

@@ -114,6 +114,9 @@ class HardwareProfile:
     """Large-copy bandwidth of device memory (HBM; DRAM memcpy on a CPU), read + write bytes per second / 1e9."""
     cpu_adam: dict = field(default_factory=dict)
     """``{"params_per_second", "implementation", "threads", "num_params"}`` for one node."""
+    host_dispatch: dict = field(default_factory=dict)
+    """``{"launch_us", "python_loop_s", "probes", ...}``: the host's single-core speed, medians of
+    :func:`workbench.calibrate.measure.measure_host_dispatch`'s probes (``launch_us`` on CUDA only)."""
     memory: dict = field(default_factory=dict)
     """``{"context_bytes", "nccl_bytes", "reserve_fraction", ...}``: overhead outside the allocator and the
     caching allocator's reserve."""
@@ -140,7 +143,7 @@ class HardwareProfile:
         for name in ("device_memory_gb_per_s", "host_memory_gib", "device_memory_gib"):
             if getattr(self, name) is not None:
                 check_float(name, getattr(self, name))
-        for name in ("gemm", "collectives", "host_link_gb_per_s", "cpu_adam", "memory"):
+        for name in ("gemm", "collectives", "host_link_gb_per_s", "cpu_adam", "memory", "host_dispatch"):
             section = getattr(self, name)
             if not isinstance(section, dict):
                 raise ValueError(f"{name}={section!r:.60} must be a JSON object (a {{...}} section)")
@@ -174,6 +177,7 @@ class HardwareProfile:
         numbers("host_link_gb_per_s", self.host_link_gb_per_s, optional=True)
         numbers("cpu_adam", self.cpu_adam, skip=("implementation",), optional=True)
         numbers("memory", self.memory, optional=True)
+        numbers("host_dispatch", self.host_dispatch, skip=("launch_us_range", "python_loop_s_range"), optional=True)
 
     # -- data file -----------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -305,6 +309,14 @@ class HardwareProfile:
             # host the fitted pageable_copy_gb_per_s, 8.24 GB/s, was its pageable copy to the GPU, 8.2 GB/s)
             out["pageable_copy_gb_per_s"] = min(h["h2d_pageable"], h["d2h_pageable"])
             notes.append("pageable host copies measured")
+        scale = self.host_seconds_scale
+        if scale is not None:
+            from workbench.timing import HOST_REFERENCE_LAUNCH_US
+
+            notes.append(f"host dispatch measured ({self.host_dispatch['launch_us']:.2f} us per CUDA launch against "
+                         f"the catalog host's {HOST_REFERENCE_LAUNCH_US:.2f}): host work x {scale:.2f}")
+        elif self.device_kind == "cuda":
+            notes.append("host dispatch: catalog host")
         if self.applies_cpu_adam:
             out["cpu_adam_params_per_second_per_node"] = self.cpu_adam["params_per_second"]
             if self.cpu_adam.get("threads"):  # measured on that many threads: the rate of one
@@ -356,6 +368,20 @@ class HardwareProfile:
         if gpu_like:
             out["floor"] = True
         return out, notes
+
+    @property
+    def host_seconds_scale(self) -> Optional[float]:
+        """Factor on the time model's host seconds (:data:`workbench.timing.HOST_SECONDS_INPUTS`: Python, kernel
+        launches, DeepSpeed's and ZeRO-3's hooks, all fitted on one host) for this profile's host: its measured cost
+        of one CUDA launch over the fit host's, :data:`workbench.timing.HOST_REFERENCE_LAUNCH_US`. ``None`` where
+        the profile did not measure it (a CPU profile, or one written before ``host_dispatch`` was measured): the
+        catalog host's seconds stand."""
+        from workbench.timing import HOST_REFERENCE_LAUNCH_US
+
+        launch = self.host_dispatch.get("launch_us")
+        if self.device_kind != "cuda" or not launch:
+            return None
+        return float(launch) / HOST_REFERENCE_LAUNCH_US
 
     @property
     def applies_cpu_adam(self) -> bool:

@@ -23,7 +23,7 @@ from workbench.calibrate import measure
 from workbench.calibrate.profile import HardwareProfile, check_profile_name, fit_collective, fit_gemm
 from workbench.defaults import GiB
 
-PARTS = ("gemm", "memory_bandwidth", "host_link", "cpu_adam", "memory", "collectives")
+PARTS = ("gemm", "memory_bandwidth", "host_link", "host_dispatch", "cpu_adam", "memory", "collectives")
 """The measurements, in the order they run (collectives last, or first under a launcher)."""
 
 
@@ -217,7 +217,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
     rank = int(os.environ.get("RANK", "0"))
     parts = set(settings.parts)
     result = dict(gemm={}, collectives={}, host_link_gb_per_s={}, device_memory_gb_per_s=None, cpu_adam={},
-                  memory={})
+                  memory={}, host_dispatch={})
 
     # -- collectives first when launched: every rank must take part ------------------------------------------
     if "collectives" in parts and world > 1:
@@ -259,6 +259,13 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
     if "host_link" in parts and kind == "cuda":
         result["host_link_gb_per_s"] = measure.measure_host_link(min(d["copy_bytes"], GiB))
         say("host link GB/s: " + ", ".join(f"{k} {v:.1f}" for k, v in result["host_link_gb_per_s"].items()))
+
+    # -- host dispatch (one core issuing work: what host-bound steps run at) ------------------------------------
+    if "host_dispatch" in parts:
+        result["host_dispatch"] = measure.measure_host_dispatch()
+        h = result["host_dispatch"]
+        say("host dispatch: " + (f"{h['launch_us']:.2f} us per CUDA launch, " if "launch_us" in h else "")
+            + f"Python loop {h['python_loop_s'] * 1e3:.1f} ms")
 
     # -- CPU Adam ---------------------------------------------------------------------------------------------
     if "cpu_adam" in parts:
@@ -311,6 +318,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
         nccl_version=info.get("nccl_version", ""), created=info["created"], gemm=result["gemm"],
         collectives=result["collectives"], host_link_gb_per_s=result["host_link_gb_per_s"],
         device_memory_gb_per_s=result["device_memory_gb_per_s"], cpu_adam=result["cpu_adam"],
+        host_dispatch=result["host_dispatch"],
         memory=result["memory"], host_memory_gib=info.get("host_memory_gib"),
         device_memory_gib=info.get("device_memory_gib"), notes=tuple(notes))
 

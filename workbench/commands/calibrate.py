@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
                              "its rate prices DeepSpeed's optimizer offload)")
     parser.add_argument("--max-message-mib", type=float, help="largest collective message, MiB")
     parser.add_argument("--skip", default="", metavar="LIST",
-                        help="measurements to skip: gemm,memory_bandwidth,host_link,cpu_adam,memory,collectives")
+                        help="measurements to skip: gemm,memory_bandwidth,host_link,host_dispatch,cpu_adam,memory,"
+                             "collectives")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON instead of the table")
     parser.set_defaults(func=run)
 
