@@ -2247,8 +2247,11 @@ GROUPS = {
     # a check of `workbench calibrate` (declared in accuracy_split.json "calib53_about"): six of final53's plans
     # measured again right after the same machine's profile was taken, to compare the step time predicted with the
     # catalog's constants and with that machine's own profile (host link, pageable copies, CPU Adam, GEMMs); final53's
-    # H100 ran every plan 25-55 % faster than the catalog priced (not measured yet: no machine could be started)
+    # H100 ran every plan 25-55 % faster than the catalog priced (no machine could be started on 2026-12-05); from
+    # 2026-12-06 00:50 UTC the profile also times the host's dispatch (commit 0619418), so the group is a blind test
+    # of that scaling, with one more host-bound plan (ZeRO-3 without offload)
     "calib53": [
+        _hf("hf-granite3-h2048-l40", 3, "sdpa", ckpt=True, repeat=53),
         _hf("hf-starcoder2-h4608-l8", 2, "sdpa", repeat=53, **OFF),
         _hf("hf-starcoder2-h4608-l8", 2, "sdpa", pin=False, repeat=53, **OFF),
         _hf("hf-starcoder2-h4608-l8", 3, "sdpa", ckpt=True, **OFF, repeat=53, **POFF),
