@@ -1226,7 +1226,7 @@ def host_dependent_step(plan: ParallelPlan, time, profile_name: Optional[str] = 
                  f"{r['pageable_gb_per_s'][1][0]:g}-{r['pageable_gb_per_s'][1][1]:g} GB/s); without a profile this "
                  f"estimate prices the fit hosts' constants"),
         suggestion="run `workbench calibrate --cpu-adam deepspeed` on a node of the cluster (it times DeepSpeedCPUAdam, "
-                   "the host link and its pageable copies) and pass its profile (--profile)",
+                   "the host link, its pageable copies and the host's CUDA launches) and pass its profile (--profile)",
         numbers=dict(host_work_share=round(share, 3), offload_seconds=round(offload, 4)))
 
 
