@@ -257,6 +257,8 @@ def test_measured_host_dispatch_scales_the_host_seconds():
         assert halved[key] == pytest.approx(base[key] / 2)
     assert estimate(m, c, plan, profile=fast).time.step_seconds < estimate(m, c, plan, profile=prof).time.step_seconds
     assert fast.replace(device_kind="cpu").host_seconds_scale is None  # no CUDA launches on a CPU profile
+    launch = [r for r in compare_with_datasheet(fast) if r["quantity"] == "host CUDA launch"]
+    assert launch and launch[0]["datasheet"] == HOST_REFERENCE_LAUNCH_US and launch[0]["ratio"] == pytest.approx(0.5)
     back = HardwareProfile.from_dict(json.loads(json.dumps(fast.to_dict())))
     assert back.host_dispatch == fast.host_dispatch
     with pytest.raises(ValueError, match=r"host_dispatch\.launch_us"):

@@ -530,6 +530,11 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
         row(f"CPU Adam ({threads} threads)", profile.cpu_adam["params_per_second"] / 1e9,
             cal["cpu_adam"]["params_per_second_per_thread"] * threads / 1e9
             if "params_per_second_per_thread" in cal["cpu_adam"] else None, "G params/s")
+    if profile.host_dispatch.get("launch_us"):
+        from workbench.timing import HOST_REFERENCE_LAUNCH_US
+
+        row("host CUDA launch", profile.host_dispatch["launch_us"],
+            HOST_REFERENCE_LAUNCH_US if profile.device_kind == "cuda" else None, "us")
     mem = profile.memory
     gpu_like = profile.device_kind == "cuda"
     if mem.get("context_bytes") is not None:
