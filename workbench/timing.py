@@ -1638,6 +1638,14 @@ def context_parallel_seconds(x: StepInputs, core_seconds, tokens, links: dict, c
     return {"cp_layer_forward_seconds": fwd, "cp_layer_backward_seconds": bwd, "cp_layer_transfer_seconds": transfer}
 
 
+def cpu_adam_seconds_per_parameter(threads, per_thread, serial, per_node, ranks_per_node=1):
+    """Host seconds of DeepSpeedCPUAdam per parameter for one rank: ``threads`` OpenMP threads each updating
+    ``per_thread`` parameters per second plus ``serial`` seconds per parameter that threads do not shorten, until
+    the ``ranks_per_node`` ranks of a node together reach the node's memory-bound ``per_node`` rate (the catalog's
+    ``cpu_adam`` constants, or a hardware profile's; scalars or arrays)."""
+    return maximum(1 / (threads * per_thread) + serial, ranks_per_node / per_node)
+
+
 def optimizer_terms(x: StepInputs) -> dict:
     """``offload`` (ZeRO-Offload PCIe traffic and the CPU Adam step) and ``optimizer`` (the GPU optimizer step)
     seconds per step, over the parameter shard one rank of the largest stage updates.
@@ -1668,9 +1676,9 @@ def optimizer_terms(x: StepInputs) -> dict:
     # cpu_adam_params_per_second_per_thread, until the ranks of a node together reach what its memory bandwidth
     # allows (cpu_adam_params_per_second_per_node); ZeRO-3 adds host passes over the same partition
     ranks_per_node = minimum(t * p * c * d, x.gpus_per_node)
-    cpu_seconds_per_param = maximum(1 / (x.cpu_adam_threads * x.cpu_adam_params_per_second_per_thread)
-                                       + x.cpu_adam_serial_seconds_per_parameter,
-                                       ranks_per_node / x.cpu_adam_params_per_second_per_node)
+    cpu_seconds_per_param = cpu_adam_seconds_per_parameter(
+        x.cpu_adam_threads, x.cpu_adam_params_per_second_per_thread, x.cpu_adam_serial_seconds_per_parameter,
+        x.cpu_adam_params_per_second_per_node, ranks_per_node)
     host_passes = 1 + (x.zero_stage == 3) * where(off_par, x.offload_param_host_factor, x.offload_zero3_host_factor)
     # the gradients go down in fp32 (DeepSpeed's non-blocking copy_ into its fp32 host buffer converts on the GPU)
     # and the updated parameters come up in 16 bits (its blocking copy_ back converts on the host): 4 + v bytes;

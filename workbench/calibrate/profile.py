@@ -528,8 +528,7 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
     if profile.cpu_adam.get("params_per_second"):
         threads = profile.cpu_adam.get("threads") or 1
         row(f"CPU Adam ({threads} threads)", profile.cpu_adam["params_per_second"] / 1e9,
-            cal["cpu_adam"]["params_per_second_per_thread"] * threads / 1e9
-            if "params_per_second_per_thread" in cal["cpu_adam"] else None, "G params/s")
+            _catalog_cpu_adam_rate(cal["cpu_adam"], threads) / 1e9, "G params/s")
     if profile.host_dispatch.get("launch_us"):
         from workbench.timing import HOST_REFERENCE_LAUNCH_US
 
@@ -556,6 +555,17 @@ def format_value(value, unit: str) -> str:
     if unit in ("of peak", "of allocated"):
         return f"{value:.1%}"
     return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def _catalog_cpu_adam_rate(constants: dict, threads: int) -> float:
+    """Parameters per second the time model prices DeepSpeedCPUAdam at for one rank on ``threads`` threads of a
+    host with as many cores (the catalog's fitted ``cpu_adam`` constants)."""
+    from workbench.timing import cpu_adam_seconds_per_parameter
+
+    per_node = (constants["params_per_second_per_core"] * threads if "params_per_second_per_core" in constants
+                else constants["params_per_second_per_node"])
+    return 1.0 / float(cpu_adam_seconds_per_parameter(threads, constants["params_per_second_per_thread"],
+                                                      constants.get("serial_seconds_per_parameter", 0.0), per_node))
 
 
 def _catalog_curve(gpu) -> dict:
