@@ -607,10 +607,11 @@ def host_dispatch_lines(runs: list, fit: set) -> list[str]:
     probed = [r for r in runs if r.get("launch_us") and r["measured"].get("step") and r.get("predicted")
               and r["predicted"].get("step")]
     ref = [r["launch_us"] for r in probed if r["shape_id"] in fit and r["cluster"].gpu.name == "H200"]
-    out = [f"HOST DISPATCH: a tiny CUDA launch cost {statistics.median(ref):.2f} us in the median of the "
-           f"{len(ref)} fit-split H200 runs that carry host probes (workbench.timing.HOST_REFERENCE_LAUNCH_US "
-           f"{HOST_REFERENCE_LAUNCH_US}); step |error| with the catalog host, then with each run's own probe "
-           f"scaling the host seconds (n, median, p90, worst)"]
+    where = (f"a tiny CUDA launch cost {statistics.median(ref):.2f} us in the median of the {len(ref)} fit-split "
+             f"H200 runs here that carry host probes" if ref else "no fit-split H200 run here carries host probes")
+    out = [f"HOST DISPATCH: {where} (workbench.timing.HOST_REFERENCE_LAUNCH_US {HOST_REFERENCE_LAUNCH_US}); step "
+           f"|error| with the catalog host, then with each run's own probe scaling the host seconds (n, median, p90, "
+           f"worst)"]
     for gpu in sorted({r["cluster"].gpu.name for r in probed}):
         for side in ("test", "fit"):
             rows = [r for r in probed if r["cluster"].gpu.name == gpu and (r["shape_id"] in fit) == (side == "fit")]
