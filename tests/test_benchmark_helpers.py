@@ -331,3 +331,31 @@ def test_corpus_runs_are_estimated_for_the_gpu_their_provenance_names(monkeypatc
     assert S._capacity_bytes(old) - S._capacity_bytes(new) == S.H200_BYTES - 85_017_493_504
     # the H100's lower bandwidth and same peak: never a faster step than the H200's for one plan
     assert B.predict(new)["step"] > B.predict(old)["step"]
+
+
+def test_host_dispatch_lines_price_each_run_with_its_own_probe(monkeypatch):
+    """bench_accuracy --host-dispatch: a run whose host launched at half the fit host's cost is priced with the
+    host seconds halved (a host-bound ZeRO-3 step comes out shorter), and a corpus without probed fit-split H200
+    runs says so instead of failing."""
+    from workbench import ModelSpec, ParallelPlan
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec
+    from workbench.timing import HOST_REFERENCE_LAUNCH_US
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    bench = _load("bench_accuracy_dispatch_under_test", BENCH / "bench_accuracy.py")
+    model = ModelSpec(name="d", hidden_size=1024, num_layers=8, num_attention_heads=16, seq_length=1024,
+                      vocab_size=32000)
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1)
+    plan = ParallelPlan(engine="deepspeed", zero_stage=3, world_size=1, micro_batch_size=1, global_batch_size=1)
+    step = estimate(model, cluster, plan).time.step_seconds
+    run = dict(run_id="d", shape_id="d", model=model, cluster=cluster, plan=plan, measured=dict(step=step),
+               predicted=dict(step=step), launch_us=HOST_REFERENCE_LAUNCH_US / 2)
+    faster = estimate(model, cluster, plan, bench.host_dispatch_profile(run)).time.step_seconds
+    assert faster < step
+    lines = bench.host_dispatch_lines([run], fit=set())
+    assert "no fit-split H200 run here carries host probes" in lines[0]
+    assert lines[1].startswith("  H100-SXM   test n=   1  catalog host   0.0%")
+    own = f"{abs(faster - step) / step:6.1%}"
+    assert lines[1].endswith(f"own probe {own} {own} {own}")  # one run: median, p90 and worst alike
+    assert own.strip() != "0.0%"  # the probe moved the estimate
