@@ -53,8 +53,7 @@ def predicted_with_host_scaled(rec: dict, factor: float) -> float:
     from workbench.estimate import estimate
 
     t = estimate(run["model"], run["cluster"], run["plan"], checks=False).time
-    inputs = {k: v * factor if k in timing.HOST_SECONDS_INPUTS else v for k, v in t.inputs.items()}
-    return float(timing.step_time_terms(**inputs)["step_seconds"])
+    return float(timing.step_time_terms(**timing.scale_host_seconds(t.inputs, factor))["step_seconds"])
 
 
 def report(recs: list) -> list[str]:

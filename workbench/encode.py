@@ -533,8 +533,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         inputs.update(profile.time_overrides(cluster, precision.base)[0])
         host_scale = profile.host_seconds_scale
         if host_scale is not None:  # the profile's host issues work faster or slower than the fit host
-            for key in T.HOST_SECONDS_INPUTS:
-                inputs[key] = inputs[key] * host_scale
+            inputs = T.scale_host_seconds(inputs, host_scale)
         measured = profile.gemm.get("fp8") if precision.is_fp8 else None
         if measured:
             scale = measured["peak_tflops"] * 1e12 / gpu.peak_flops("fp8")

@@ -1884,6 +1884,12 @@ HOST_SECONDS_INPUTS = ("layer_host_s", "hf_layer_host_s", "hf_recompute_layer_s"
 ZeRO-3's hooks), all measured on the H200 machine's host: what a slower or faster host stretches or shrinks. The CPU
 Adam step of offloaded optimizers is not among them (many threads, bound by host memory bandwidth)."""
 
+def scale_host_seconds(inputs: dict, factor) -> dict:
+    """``inputs`` (keyword arguments of :func:`step_time_terms`) with every :data:`HOST_SECONDS_INPUTS` multiplied by
+    ``factor``: the step of a host that issues work ``factor`` times as slowly as the fit host."""
+    return {k: (v * factor if k in HOST_SECONDS_INPUTS else v) for k, v in inputs.items()}
+
+
 HOST_REFERENCE_LAUNCH_US = 8.36
 """Host microseconds per tiny CUDA launch (:func:`workbench.calibrate.measure.launch_microseconds`) on the host the
 :data:`HOST_SECONDS_INPUTS` were fitted on: the median over the 30 fit-split H200 corpus runs that carry host probes
@@ -1908,7 +1914,7 @@ def host_share(inputs: dict, step_seconds: float) -> float:
     (:func:`workbench.memory.error_band`)."""
     if not step_seconds or step_seconds <= 0:
         return 0.0
-    slower = {k: (v * (1 + HOST_SHARE_PROBE) if k in HOST_SECONDS_INPUTS else v) for k, v in inputs.items()}
+    slower = scale_host_seconds(inputs, 1 + HOST_SHARE_PROBE)
     ratio = float(step_time_terms(**slower)["step_seconds"]) / float(step_seconds)
     return float(min(1.0, max(0.0, math.log(max(ratio, 1.0)) / math.log1p(HOST_SHARE_PROBE))))
 
