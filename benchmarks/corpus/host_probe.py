@@ -4,9 +4,9 @@ Host-bound training steps (thin models, small micro-batches, ZeRO-3's hooks, Hug
 speed of one CPU core issuing kernels. Two processes running the same configuration on the same machine minutes
 apart were measured up to 40 % apart (``bench_accuracy.py``'s REPEATABILITY table), with each process's own
 steps within 1-2 %. :func:`host_probe` records, just before and after a run's timed steps, how fast the host was
-at that moment by two fixed workloads (``workbench calibrate``'s, :mod:`workbench.calibrate.measure`) — a pure-Python loop and a burst of tiny CUDA launches (the per-op dispatch
-cost a host-bound step pays thousands of times) — beside the load average, the cores' clock and the GPU's clocks,
-so a slow run can be told from a slow host.
+at that moment by two fixed workloads (``workbench calibrate``'s, :mod:`workbench.calibrate.measure`) — a
+pure-Python loop and a burst of tiny CUDA launches (the per-op dispatch cost a host-bound step pays thousands of
+times) — beside the load average, the cores' clock and the GPU's clocks, so a slow run can be told from a slow host.
 """
 from __future__ import annotations
 
