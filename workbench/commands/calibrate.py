@@ -1,5 +1,6 @@
-"""workbench calibrate: measure this machine (GEMMs at a model's shapes, collectives, host link, CPU Adam, CUDA
-context and allocator reserve) and save a hardware profile that ``workbench estimate --profile`` uses.
+"""workbench calibrate: measure this machine (GEMMs at a model's shapes, collectives, host link, the host's dispatch
+speed, CPU Adam, CUDA context and allocator reserve) and save a hardware profile that ``workbench estimate
+--profile`` uses.
 
 Under a launcher (``torchrun --nnodes N ... -m workbench.cli calibrate``) every rank measures the collectives
 across the nodes and rank 0 writes the profile.
