@@ -2193,7 +2193,10 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     suggestions, diagnostic commands, and — with ``log`` (a :class:`workbench.logreader.LogSummary`) — the
     log's findings matched to this advice. ``record``: the plan's :class:`workbench.estimate.EvaluatedPlan` when
     the caller has it (the app's state does), so the plan is not priced again; ``profile``: the hardware profile
-    it and every alternative are priced with."""
+    it and every alternative are priced with (a name or path is read once, here)."""
+    from workbench.calibrate.profile import resolve_profile
+
+    profile = resolve_profile(profile)
     o = options or _default_options()
     if record is None or record.plan != plan or record.model != model or record.cluster != cluster:
         record = _evaluated(model, cluster, plan, profile)  # validates once
@@ -2234,11 +2237,8 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     offload = param_offload_optimizer(model, cluster, plan, record, headroom=headroom, profile=profile)
     if offload is not None:
         findings += (offload,)
-    from workbench.calibrate.profile import resolve_profile
-
-    measured = resolve_profile(profile)
     host = host_dependent_step(plan, t, profile_name=(record.profile or {}).get("name"),
-                               cpu_adam_measured=measured is not None and measured.applies_cpu_adam)
+                               cpu_adam_measured=profile is not None and profile.applies_cpu_adam)
     if host is not None:
         findings += (host,)
     log_findings = ()
