@@ -2244,6 +2244,19 @@ GROUPS = {
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
     ],
+    # the same check on the H200 the catalog's constants were fitted on (declared in accuracy_split.json
+    # "calib54_about"): `workbench calibrate` there gives the fit host's own micro-benchmark figures (the reference a
+    # profile's CPU Adam rate must be read against), and calib53's seven plans, never run on an H200, are a blind test
+    # of the estimate on those two widths
+    "calib54": [dict(cfg, repeat=54) for cfg in (
+        _hf("hf-granite3-h2048-l40", 3, "sdpa", ckpt=True),
+        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", **OFF),
+        _hf("hf-starcoder2-h4608-l8", 2, "sdpa", pin=False, **OFF),
+        _hf("hf-starcoder2-h4608-l8", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, **OFF),
+        _hf("hf-granite3-h2048-l40", 1, "sdpa", mbs=2, overlap=True, pin=False, **OFF),
+        _hf("hf-granite3-h2048-l40", 2, "sdpa", ckpt=True),
+    )],
     # a check of `workbench calibrate` (declared in accuracy_split.json "calib53_about"): six of final53's plans
     # measured again right after the same machine's profile was taken, to compare the step time predicted with the
     # catalog's constants and with that machine's own profile (host link, pageable copies, CPU Adam, GEMMs); final53's
