@@ -718,6 +718,28 @@ def test_zero3_tied_embedding_reduced_with_what_is_left_of_the_layers():
     assert mem.peak_stage.peak_phase == "backward"
 
 
+def test_zero3_tied_gradient_counted_once_at_an_eager_attention_core():
+    """A transformers model with tied embeddings and eager attention (an s x s core) at ZeRO-3 on one stage, whose
+    peak is the first back-propagated layer's attention core: the output layer's 16-bit share of the tied weight's
+    gradient is alive there once, priced with ZeRO-3's buffers, not also in the layer's transient (at ZeRO-2 the
+    transient carries it, ZeRO-3's buffers do not)."""
+    from workbench.hf import import_hf
+
+    cfg = dict(model_type="llama", hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
+               num_attention_heads=16, num_key_value_heads=16, vocab_size=8192, max_position_embeddings=16384,
+               rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True)
+    spec = import_hf(cfg, seq_length=16384, attn_implementation="eager").spec
+    stages = {}
+    for zero_stage in (2, 3):
+        plan = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=zero_stage, micro_batch_size=1,
+                            global_batch_size=1)
+        stages[zero_stage] = estimate(spec, ClusterSpec(gpu="H200", gpus_per_node=1), plan,
+                                      simulate_allocator=False).memory.peak_stage
+    assert {s.peak_phase for s in stages.values()} == {"backward"}
+    tied_grad = 2 * 8192 * 2048
+    assert stages[2].terms.activations - stages[3].terms.activations == tied_grad
+
+
 def test_zero12_offload_staging_buffer_is_the_largest_trainable_parameter():
     """ZeRO-1/2 with the optimizer on the CPU stages gradients through a GPU buffer of its largest parameter, among
     those that train: with LoRA an adapter's, not the 49 k x 4096 embedding's 384 MiB (Granite 3.0 8B's width at 10

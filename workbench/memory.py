@@ -2564,6 +2564,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                      recomputed_transient)
     transient = where(recompute >= 2, recomputed_transient,
                          where(recompute == 1, maximum(output, full_layer + output_grad) + core, plain_transient))
+    # ZeRO-3 on a transformers model with tied embeddings: the output layer's share of the tied weight's 16-bit
+    # gradient, alive through every layer's backward, is priced with the buffers (``zero3_tied`` below)
+    hf_tied = bool(m.tied_embeddings) and m.implementation is Implementation.TRANSFORMERS
+    zero3_tied = where((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3) & hf_tied & ~lora
+                       & (pipeline_parallel == 1), value_bytes * embedding_elements(m, tensor_parallel), 0.0)
     if m.attention.materialises_scores:
         # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
         # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
@@ -2575,13 +2580,17 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         # tied embeddings on one stage: the output layer's 16-bit weight gradient waits in autograd's input buffer
         # of the shared weight until the embedding's backward adds to it (the weight's gradient hook fires once,
         # at the end), so it is alive through every layer's backward
+        # (where ZeRO-3's buffers price it, ``zero3_tied``, it is left out here: counted once)
         tied_grad = where(m.tied_embeddings & (pipeline_parallel == 1),
                              value_bytes * embedding_elements(m, tensor_parallel),
-                             0.0)
+                             0.0) - zero3_tied
         layer_transient = pre_core + working - last_kept + tied_grad + output_grad
-        transient = maximum(logits_phase, layer_transient)
+        # the layer's moment against the logits' with that gradient counted (the logits come before it exists)
+        layer_peaks = layer_transient + zero3_tied > logits_phase
+        transient = where(layer_peaks, layer_transient, logits_phase)
     else:
         layer_transient = where(recompute == 1, full_layer + core, full_layer) + output_grad
+        layer_peaks = transient > logits_phase
     held = activations
     activations = activations + transient
 
@@ -2620,7 +2629,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # at the optimizer step none
     zero3_module_grad = where((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3),
                               value_bytes * largest_module_params(m, tensor_parallel), 0.0)
-    zero3_grad_at_peak = where((zero3_module_grad > 0) & (transient > logits_phase),
+    zero3_grad_at_peak = where((zero3_module_grad > 0) & layer_peaks,
                                value_bytes * largest_layer_param_tensor(m, tensor_parallel), 0.0)
     # ... but a tied weight's: the output layer's share of its 16-bit gradient is made at the loss and waits for the
     # embedding's to be added to it, its hook firing only then (at the end of backward, where its reduction is
@@ -2628,10 +2637,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # Granite 3.0 8B's width at 10 layers, both offloads, 384 MiB beside the first bucket's reduction, the run's peak;
     # Granite 3 2B's, 192 MiB.)
     # (transformers models; megatron-core's measured tied runs hold no such gradient at their layers' peak)
-    hf_tied = bool(m.tied_embeddings) and m.implementation is Implementation.TRANSFORMERS
-    zero3_tied = where((zero3_module_grad > 0) & hf_tied & ~lora & (pipeline_parallel == 1),
-                       value_bytes * embedding_elements(m, tensor_parallel), 0.0)
-    zero3_tied_at_peak = where(transient > logits_phase, zero3_tied, 0.0)
+    # (``zero3_tied``, computed above)
+    zero3_tied_at_peak = where(layer_peaks, zero3_tied, 0.0)
     zero3_grad_at_peak = zero3_grad_at_peak + zero3_tied_at_peak
     buffers = buffers - zero3_module_grad + zero3_grad_at_peak
     # the last layer's backward after the first gradient hook: with an s×s attention core (eager attention) its
