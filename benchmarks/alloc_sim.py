@@ -118,6 +118,9 @@ class Row:
     device_error_replay_peak: float | None = None
     """The same with the replay's own peak reserved in place of the estimate's allocated peak and its reserve: what
     an estimate that took the traced peaks whole (DeepSpeed's initialization flatten included) would say."""
+    offload: str = ""
+    """The run's offload regime as the error band names it (:func:`offload_regime`): ``param-offload``,
+    ``optimizer-offload`` or ``""``."""
 
     @property
     def simulated_error(self) -> float:
@@ -127,6 +130,20 @@ class Row:
     @property
     def constant_error(self) -> float:
         return (1 + self.constant_reserve) / (1 + self.measured_reserve) - 1
+
+
+def offload_regime(plan) -> str:
+    """The band-file regime suffix of a plan's offload (:data:`workbench.memory.PARAM_OFFLOAD_BAND_SUFFIX` with the
+    parameters on the host, :data:`workbench.memory.OPTIMIZER_OFFLOAD_BAND_SUFFIX` with only the optimizer there),
+    ``""`` without offload."""
+    from workbench.memory import OPTIMIZER_OFFLOAD_BAND_SUFFIX, PARAM_OFFLOAD_BAND_SUFFIX
+    from workbench.specs import Offload
+
+    if Offload.parse(plan.offload_params, "offload_params") is not Offload.NONE:
+        return PARAM_OFFLOAD_BAND_SUFFIX
+    if Offload.parse(plan.offload_optimizer, "offload_optimizer") is not Offload.NONE:
+        return OPTIMIZER_OFFLOAD_BAND_SUFFIX
+    return ""
 
 
 def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | None = None) -> Row:
@@ -165,7 +182,8 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
                measured_reserve=rec["peak_reserved_bytes"] / rec["peak_allocated_bytes"] - 1,
                simulated_reserve=replayed["reserve_fraction"], constant_reserve=constant,
                simulated_allocated_error=replayed["peak_allocated_bytes"] / rec["peak_allocated_bytes"] - 1,
-               device_error=device, device_error_simulated=device_sim, device_error_replay_peak=device_peak)
+               device_error=device, device_error_simulated=device_sim, device_error_replay_peak=device_peak,
+               offload=offload_regime(run["plan"]) if run is not None else "")
 
 
 def corpus_runs(recs: list) -> list:
@@ -230,28 +248,42 @@ def summary(rows: list) -> list:
             f"{_stats([r.device_error_replay_peak for r in rows])}"]
 
 
-def write_band(rows: list, engine: str = "deepspeed") -> dict:
-    """Write the whole-device band of ``rows`` (the test split's runs of ``engine``), scored as the estimate with
-    the allocator replayed predicts the device (its memory outside the allocator + the replay's own peak reserved,
-    :attr:`Row.device_error_replay_peak`), into ``workbench/catalog/error_band.json`` as ``device`` /
-    ``ENGINE/replayed-allocator`` (what :func:`workbench.memory.error_band` gives an estimate of that engine whose
-    allocator was replayed), leaving the rest of the file as ``benchmarks/bench_accuracy.py --write-band`` wrote
-    it; returns the entry."""
+def band_of(rows: list) -> dict:
+    """The whole-device band entry of ``rows`` scored as the estimate with the allocator replayed predicts the device
+    (its memory outside the allocator + the replay's own peak reserved, :attr:`Row.device_error_replay_peak`)."""
     import numpy as np
 
     from bench_accuracy import BAND_QUANTILE
-    from workbench.memory import ERROR_BAND_FILE, REPLAYED_BAND_SUFFIX
 
     ratios = [1 / (1 + r.device_error_replay_peak) for r in rows if r.device_error_replay_peak is not None]
     lo, hi = np.quantile(ratios, [1 - BAND_QUANTILE, BAND_QUANTILE])
-    entry = dict(n=len(ratios), shapes=len({r.run_id.split("/")[1] for r in rows}),
-                 low_fraction=round(max(0.0, 1 - float(lo)), 4), high_fraction=round(max(0.0, float(hi) - 1), 4),
-                 worst_low_fraction=round(max(0.0, 1 - min(ratios)), 4),
-                 worst_high_fraction=round(max(0.0, max(ratios) - 1), 4))
+    return dict(n=len(ratios), shapes=len({r.run_id.split("/")[1] for r in rows}),
+                low_fraction=round(max(0.0, 1 - float(lo)), 4), high_fraction=round(max(0.0, float(hi) - 1), 4),
+                worst_low_fraction=round(max(0.0, 1 - min(ratios)), 4),
+                worst_high_fraction=round(max(0.0, max(ratios) - 1), 4))
+
+
+def write_band(rows: list, engine: str = "deepspeed") -> dict:
+    """Write the whole-device band of ``rows`` (the test split's runs of ``engine``, :func:`band_of`) into
+    ``workbench/catalog/error_band.json`` as ``device`` / ``ENGINE/replayed-allocator`` (what
+    :func:`workbench.memory.error_band` gives an estimate of that engine whose allocator was replayed), and each
+    offload regime's own (``ENGINE/replayed-allocator/param-offload``, ``.../optimizer-offload``, where it has
+    :data:`workbench.memory.MIN_BAND_RUNS` runs: their reserves run further from the replay's), leaving the rest of
+    the file as ``benchmarks/bench_accuracy.py --write-band`` wrote it; returns ``{key: entry}``."""
+    from workbench.memory import ERROR_BAND_FILE, MIN_BAND_RUNS, REPLAYED_BAND_SUFFIX
+
     doc = json.loads(ERROR_BAND_FILE.read_text())
-    doc["device"][f"{engine}/{REPLAYED_BAND_SUFFIX}"] = entry
+    key = f"{engine}/{REPLAYED_BAND_SUFFIX}"
+    written = {key: band_of(rows)}
+    for regime in sorted({r.offload for r in rows if r.offload}):
+        part = [r for r in rows if r.offload == regime and r.device_error_replay_peak is not None]
+        if len(part) >= MIN_BAND_RUNS:
+            written[f"{key}/{regime}"] = band_of(part)
+    for k in [k for k in doc["device"] if k.startswith(key + "/")]:
+        del doc["device"][k]  # a regime entry is rewritten from this corpus, or goes
+    doc["device"].update(written)
     ERROR_BAND_FILE.write_text(json.dumps(doc, indent=2) + "\n")
-    return entry
+    return written
 
 
 def main(argv=None) -> int:
@@ -303,9 +335,9 @@ def main(argv=None) -> int:
             test = [r for r in rows if r.split == "test" and engine_of_stack(r.run_id.split("/")[0]) == engine]
             if not test:
                 continue
-            entry = write_band(test, engine)
-            print(f"wrote the replayed whole-device band of {engine}: {entry['n']} test runs, "
-                  f"-{entry['low_fraction']:.1%} / +{entry['high_fraction']:.1%}")
+            for key, entry in write_band(test, engine).items():
+                print(f"wrote the whole-device band {key}: {entry['n']} test runs, "
+                      f"-{entry['low_fraction']:.1%} / +{entry['high_fraction']:.1%}")
     return 0
 
 

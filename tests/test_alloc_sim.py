@@ -250,6 +250,37 @@ def test_row_errors_are_of_peak_reserved():
     assert "under >5 %  0" in A.summary([row, row])[0]
 
 
+def test_write_band_gives_each_offload_regime_its_own_replayed_band(tmp_path, monkeypatch):
+    """--write-band writes the engine's replayed whole-device band and, where a DeepSpeed offload regime has enough
+    held-out runs, that regime's own: measured 10 % above the estimate on the parameter-offload runs widens their
+    band's upper side to 10 %, while the engine's stays narrower; a regime with too few runs gets none."""
+    from workbench import memory
+    from workbench.specs import ParallelPlan
+
+    band_file = tmp_path / "error_band.json"
+    band_file.write_text(json.dumps({"device": {"deepspeed/replayed-allocator/stale": {"n": 9}}}))
+    monkeypatch.setattr(memory, "ERROR_BAND_FILE", band_file)
+
+    def row(i, offload, err):
+        return A.Row(run_id=f"hf-ds/shape{i}/z3", split="test", measured_reserve=0.2, simulated_reserve=0.2,
+                     constant_reserve=0.2, simulated_allocated_error=0.0, device_error_replay_peak=err,
+                     offload=offload)
+
+    rows = ([row(i, "", 0.0) for i in range(60)] + [row(i, "param-offload", 1 / 1.1 - 1) for i in range(6)]
+            + [row(i, "optimizer-offload", 0.0) for i in range(3)])
+    written = A.write_band(rows)
+    doc = json.loads(band_file.read_text())["device"]
+    assert set(written) == set(doc) == {"deepspeed/replayed-allocator", "deepspeed/replayed-allocator/param-offload"}
+    assert doc["deepspeed/replayed-allocator/param-offload"]["high_fraction"] == pytest.approx(0.1, abs=1e-4)
+    assert doc["deepspeed/replayed-allocator/param-offload"]["n"] == 6
+    assert doc["deepspeed/replayed-allocator"]["n"] == 69
+    assert doc["deepspeed/replayed-allocator"]["high_fraction"] < 0.1
+    both = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=3, offload_optimizer="cpu", offload_params="cpu")
+    assert A.offload_regime(both) == "param-offload"
+    assert A.offload_regime(both.replace(offload_params="none")) == "optimizer-offload"
+    assert A.offload_regime(both.replace(offload_params="none", offload_optimizer="none")) == ""
+
+
 def test_megatron_core_ddp_records_take_megatron_cores_constants():
     """A ``mcore-ddp`` record is compared with megatron-core's constant reserve; a summary mixing engines names no
     single constant."""

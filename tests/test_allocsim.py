@@ -462,6 +462,16 @@ def test_replayed_band_is_the_replays_own_and_falls_back_without_one(monkeypatch
         low, high, note = error_band(engine, "device", "none", replayed=True)
         assert (low, high) == (entry["low_fraction"], entry["high_fraction"]) and "replayed" in note
         assert "replayed" not in error_band(engine, "device", "none")[2]
+    # DeepSpeed's offload regimes have their own replayed band (the parameters' offload buffers leave the replay's
+    # reserve further from the measured one), taken before the engine's replayed band and the regime's constant one
+    for flags, regime, what in ((dict(offload_params="cpu", offload_optimizer="cpu"), "param-offload", "parameters"),
+                                (dict(offload_optimizer="cpu"), "optimizer-offload", "optimizer")):
+        entry = _error_bands()["device"][f"deepspeed/{REPLAYED_BAND_SUFFIX}/{regime}"]
+        assert entry["n"] >= 5
+        low, high, note = error_band("deepspeed", "device", "none", replayed=True, **flags)
+        assert (low, high) == (entry["low_fraction"], entry["high_fraction"])
+        assert "replayed" in note and f"with the {what} on the host" in note
+        assert error_band("deepspeed", "device", "none", **flags)[2] != note
     without = copy.deepcopy(_error_bands())
     del without["device"][f"megatron/{REPLAYED_BAND_SUFFIX}"]
     monkeypatch.setattr(memory, "_error_bands", lambda: without)

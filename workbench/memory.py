@@ -2896,7 +2896,8 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     else as without. With ``zero_stage`` 3 the ``ENGINE/zero3`` entry (step time only) when it has at least
     :data:`MIN_BAND_RUNS` runs, before the recompute mode's. With ``replayed`` (the estimate's reserve came from the
     allocator replay) the ``ENGINE/replayed-allocator`` entry (whole device only) when it has at least
-    :data:`MIN_BAND_RUNS` runs. With ``host_share`` (:func:`workbench.timing.host_share`; step time below ZeRO-3) the
+    :data:`MIN_BAND_RUNS` runs, that of the plan's offload regime before it (``ENGINE/replayed-allocator/
+    param-offload`` or ``.../optimizer-offload``, as below). With ``host_share`` (:func:`workbench.timing.host_share`; step time below ZeRO-3) the
     ``ENGINE/host-bound`` or ``ENGINE/gpu-bound`` entry (:func:`step_regime_suffix`) when it has at least
     :data:`MIN_BAND_RUNS` runs: a host-bound step's error is the host's speed as much as the model's. With
     ``offload_params`` (DeepSpeed ZeRO-3 with the parameters on the host) the ``ENGINE/param-offload`` entry of any
@@ -2923,11 +2924,17 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
 
     param_offload = offloaded(offload_params, "offload_params")
     optimizer_offload = offloaded(offload_optimizer, "offload_optimizer") and not param_offload
-    regimes = ((replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
-               (param_offload, PARAM_OFFLOAD_BAND_SUFFIX,
-                lambda e: f"{runs(e, 'runs with the parameters on the host')} on {gpu}"),
-               (optimizer_offload, OPTIMIZER_OFFLOAD_BAND_SUFFIX,
-                lambda e: f"{runs(e, 'runs with the optimizer on the host')} on {gpu}"),
+    # a replayed reserve: its offload regime's own replay residuals first (the parameters' or the optimizer's
+    # offload buffers leave the replay further from the measured reserve), then the engine's
+    offload_regime = (PARAM_OFFLOAD_BAND_SUFFIX if param_offload else
+                      OPTIMIZER_OFFLOAD_BAND_SUFFIX if optimizer_offload else None)
+    offload_what = {PARAM_OFFLOAD_BAND_SUFFIX: "runs with the parameters on the host",
+                    OPTIMIZER_OFFLOAD_BAND_SUFFIX: "runs with the optimizer on the host", None: "runs"}[offload_regime]
+    regimes = ((replayed and offload_regime is not None, f"{REPLAYED_BAND_SUFFIX}/{offload_regime}",
+                lambda e: f"{runs(e, offload_what)} on {gpu} with the caching allocator replayed"),
+               (replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
+               (param_offload, PARAM_OFFLOAD_BAND_SUFFIX, lambda e: f"{runs(e, offload_what)} on {gpu}"),
+               (optimizer_offload, OPTIMIZER_OFFLOAD_BAND_SUFFIX, lambda e: f"{runs(e, offload_what)} on {gpu}"),
                (expandable_segments, EXPANDABLE_BAND_SUFFIX, lambda e: f"{runs(e)} with expandable segments on {gpu}"),
                (zero_stage is not None and int(zero_stage) >= 3, ZERO3_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'ZeRO-3 runs')} on {gpu}, at least as wide as the spread of one ZeRO-3 "
