@@ -1114,6 +1114,22 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- fifty-fourth final batch ("final54") ---
+    # OLMo 2 13B's width at 4 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, q/k RMSNorm, post-norm blocks,
+    # untied 100k vocabulary, no dropout (allenai/OLMo-2-1124-13B's dimensions)
+    "hf-olmo2-h5120-l4": dict(like="OLMo 2 13B-like width (40 -> 4 layers)", seq_length=2048, config=dict(
+        model_type="olmo2", architectures=["Olmo2ForCausalLM"], hidden_size=5120, intermediate_size=13824,
+        num_hidden_layers=4, num_attention_heads=40, num_key_value_heads=40, vocab_size=100352,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, rope_theta=500000.0)),
+    # StarCoder2 15B's width at 3 of its 40 layers: GQA 48/4 of head 128, GeLU (tanh) 24576 with biases, LayerNorm,
+    # untied 49k vocabulary, attention, embedding and residual dropout 0.1 (bigcode/starcoder2-15b's dimensions)
+    "hf-starcoder2-h6144-l3": dict(like="StarCoder2 15B-like width (40 -> 3 layers)", seq_length=2048, config=dict(
+        model_type="starcoder2", architectures=["Starcoder2ForCausalLM"], hidden_size=6144, intermediate_size=24576,
+        num_hidden_layers=3, num_attention_heads=48, num_key_value_heads=4, vocab_size=49152,
+        max_position_embeddings=16384, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh", use_bias=True,
+        tie_word_embeddings=False, attention_dropout=0.1, embedding_dropout=0.1, residual_dropout=0.1,
+        sliding_window=4096, rope_theta=100000.0)),
     # --- fifty-third final batch ("final53") ---
     # StarCoder2 7B's width at 8 of its 32 layers: GQA 36/4 of head 128, GeLU (tanh) 18432 with biases, LayerNorm,
     # untied 49k vocabulary, attention, embedding and residual dropout 0.1 (bigcode/starcoder2-7b's dimensions)
@@ -2243,6 +2259,20 @@ GROUPS = {
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", overlap=True, pin=False, **OFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
+    ],
+    # fifty-fourth final batch (one GPU), declared in accuracy_split.json "final54" before measuring: DeepSpeed's
+    # offload regimes on two widths the corpus has never run, a blind test of the offload regimes' replayed
+    # whole-device bands (commit 3452d5b) and of the estimate and the replay there, on the H200 where one is lent,
+    # else on the H100
+    "final54": [
+        _hf("hf-olmo2-h5120-l4", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-olmo2-h5120-l4", 3, "sdpa", **OFF),
+        _hf("hf-olmo2-h5120-l4", 2, "sdpa", **OFF),
+        _hf("hf-olmo2-h5120-l4", 3, "sdpa", ckpt=True, mbs=2),
+        _hf("hf-starcoder2-h6144-l3", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-starcoder2-h6144-l3", 3, "sdpa", mbs=2, **OFF, **POFF),
+        _hf("hf-starcoder2-h6144-l3", 1, "sdpa", overlap=True, **OFF),
+        _hf("hf-starcoder2-h6144-l3", 2, "sdpa", ckpt=True, mbs=2),
     ],
     # the same check on the H200 the catalog's constants were fitted on (declared in accuracy_split.json
     # "calib54_about"): `workbench calibrate` there gives the fit host's own micro-benchmark figures (the reference a
