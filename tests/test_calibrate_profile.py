@@ -12,7 +12,7 @@ from workbench.calibrate import (NO_PROFILE_NOTE, HardwareProfile, fit_collectiv
 from workbench.calibrate.profile import compare_with_datasheet
 from workbench.catalog import gpu, model
 from workbench.estimate import estimate
-from workbench.timing import collective_seconds, efficiency_curve, gemm_efficiency, p2p_seconds
+from workbench.timing import calibration, collective_seconds, efficiency_curve, gemm_efficiency, p2p_seconds
 
 
 @pytest.fixture(autouse=True)
@@ -132,9 +132,26 @@ def test_profile_applies_measured_links_and_overheads():
     assert any("not DeepSpeedCPUAdam: not applied" in n for n in notes)
     ds = prof.replace(cpu_adam={**prof.cpu_adam, "implementation": "deepspeed"})
     ds_inputs, ds_notes = ds.time_overrides(c, plan.precision)
-    assert ds_inputs["cpu_adam_params_per_second_per_node"] == 1.5e9
-    assert ds_inputs["cpu_adam_params_per_second_per_thread"] == pytest.approx(1.5e9 / 16)
-    assert "CPU Adam measured (deepspeed)" in ds_notes
+    # DeepSpeedCPUAdam: the catalog's fitted decomposition scaled by the per-thread speed of the same
+    # micro-benchmark against the fit host's
+    cal = calibration()["cpu_adam"]
+    ref = cal["calibrate_reference"]
+    ratio = (1.5e9 / 16) / (ref["params_per_second"] / ref["threads"])
+    assert ds.cpu_adam_speed_ratio == pytest.approx(ratio) and prof.cpu_adam_speed_ratio is None
+    assert ds_inputs["cpu_adam_params_per_second_per_thread"] == pytest.approx(cal["params_per_second_per_thread"]
+                                                                              * ratio)
+    assert ds_inputs["cpu_adam_serial_seconds_per_parameter"] == pytest.approx(cal["serial_seconds_per_parameter"]
+                                                                              / ratio)
+    assert ds_inputs["cpu_adam_params_per_second_per_node"] == pytest.approx(
+        cal["params_per_second_per_core"] * c.host_cpu_cores_per_node * ratio)
+    assert any(n.startswith("CPU Adam measured (deepspeed, 1.50 G params/s on 16 threads") for n in ds_notes)
+    # the fit host's own timing leaves the catalog's rates as they are
+    same = prof.replace(cpu_adam={"params_per_second": ref["params_per_second"], "threads": ref["threads"],
+                                  "implementation": "deepspeed"})
+    assert same.cpu_adam_speed_ratio == pytest.approx(1.0)
+    off = plan.replace(offload_optimizer="cpu")
+    assert estimate(m, c, off, profile=same).time.breakdown["offload"] == pytest.approx(
+        estimate(m, c, off, profile=prof).time.breakdown["offload"])  # (prof's torch timing: not applied)
     # a copy rate above the curve's kernel fraction bounds it from above only; a slower one lowers it
     assert inputs["hbm_efficiency"] == pytest.approx(min(4000 / 4800, efficiency_curve("H200")["hbm_efficiency"]))
     slow = prof.replace(device_memory_gb_per_s=3000.0).time_overrides(c, plan.precision)[0]

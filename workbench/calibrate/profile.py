@@ -317,12 +317,21 @@ class HardwareProfile:
                          f"the catalog host's {HOST_REFERENCE_LAUNCH_US:.2f}): host work x {scale:.2f}")
         elif self.device_kind == "cuda":
             notes.append("host dispatch: catalog host")
-        if self.applies_cpu_adam:
-            out["cpu_adam_params_per_second_per_node"] = self.cpu_adam["params_per_second"]
-            if self.cpu_adam.get("threads"):  # measured on that many threads: the rate of one
-                out["cpu_adam_params_per_second_per_thread"] = (self.cpu_adam["params_per_second"]
-                                                                / self.cpu_adam["threads"])
-            notes.append("CPU Adam measured (deepspeed)")
+        ratio = self.cpu_adam_speed_ratio
+        if ratio is not None:
+            # the catalog's fitted decomposition (per-thread rate, serial part, node cap per core), scaled by how
+            # much faster this host runs the same micro-benchmark than the fit host
+            from workbench.timing import calibration
+
+            c = calibration()["cpu_adam"]
+            out["cpu_adam_params_per_second_per_thread"] = c["params_per_second_per_thread"] * ratio
+            out["cpu_adam_serial_seconds_per_parameter"] = c.get("serial_seconds_per_parameter", 0.0) / ratio
+            out["cpu_adam_params_per_second_per_node"] = (c["params_per_second_per_core"]
+                                                          * cluster.host_cpu_cores_per_node * ratio)
+            ref = c["calibrate_reference"]
+            notes.append(f"CPU Adam measured (deepspeed, {self.cpu_adam['params_per_second'] / 1e9:.2f} G params/s "
+                         f"on {self.cpu_adam.get('threads') or 1} threads against the fit host's "
+                         f"{ref['params_per_second'] / 1e9:.2f} on {ref['threads']}): CPU Adam x {ratio:.2f}")
         elif self.cpu_adam.get("params_per_second"):
             notes.append(f"CPU Adam measured with {self.cpu_adam.get('implementation', 'torch')}, not "
                          "DeepSpeedCPUAdam: not applied (workbench calibrate --cpu-adam deepspeed)")
@@ -382,6 +391,24 @@ class HardwareProfile:
         if self.device_kind != "cuda" or not launch:
             return None
         return float(launch) / HOST_REFERENCE_LAUNCH_US
+
+    @property
+    def cpu_adam_speed_ratio(self) -> Optional[float]:
+        """How much faster this profile's host runs DeepSpeedCPUAdam than the host the catalog's ``cpu_adam``
+        constants were fitted on, per thread: the profile's micro-benchmark rate (``workbench calibrate --cpu-adam
+        deepspeed``, one fp32 tensor, all the process's threads) over the same micro-benchmark on the fit host (the
+        catalog's ``cpu_adam.calibrate_reference``), each divided by its threads. The time model scales the catalog's
+        fitted per-thread rate, serial part and node cap by it: a raw micro-benchmark rate is not the rate a training
+        step's CPU Adam reaches (its gradients come off the host link, its threads share the host with the
+        engine's), which the fitted constants carry. ``None`` where the profile has no DeepSpeedCPUAdam timing
+        (:attr:`applies_cpu_adam`)."""
+        if not self.applies_cpu_adam:
+            return None
+        from workbench.timing import calibration
+
+        ref = calibration()["cpu_adam"]["calibrate_reference"]
+        mine = self.cpu_adam["params_per_second"] / (self.cpu_adam.get("threads") or 1)
+        return float(mine / (ref["params_per_second"] / ref["threads"]))
 
     @property
     def applies_cpu_adam(self) -> bool:
@@ -526,9 +553,14 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
     for key, value in profile.host_link_gb_per_s.items():  # CUDA only
         row(f"host link {key.replace('_', ' ')}", value, gpu.host_link_gb_per_s if gpu else None, "GB/s")
     if profile.cpu_adam.get("params_per_second"):
+        # against the same micro-benchmark on the fit host, per thread (for DeepSpeedCPUAdam the ratio is the factor
+        # the time model applies: HardwareProfile.cpu_adam_speed_ratio)
         threads = profile.cpu_adam.get("threads") or 1
-        row(f"CPU Adam ({threads} threads)", profile.cpu_adam["params_per_second"] / 1e9,
-            _catalog_cpu_adam_rate(cal["cpu_adam"], threads) / 1e9, "G params/s")
+        ref = cal["cpu_adam"]["calibrate_reference"]
+        fit_host = (ref["params_per_second"] / ref["threads"] * threads
+                    if profile.cpu_adam.get("implementation") == "deepspeed" else None)
+        row(f"CPU Adam ({profile.cpu_adam.get('implementation', 'torch')}, {threads} threads)",
+            profile.cpu_adam["params_per_second"] / 1e9, fit_host / 1e9 if fit_host else None, "G params/s")
     if profile.host_dispatch.get("launch_us"):
         from workbench.timing import HOST_REFERENCE_LAUNCH_US
 
@@ -555,17 +587,6 @@ def format_value(value, unit: str) -> str:
     if unit in ("of peak", "of allocated"):
         return f"{value:.1%}"
     return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
-
-
-def _catalog_cpu_adam_rate(constants: dict, threads: int) -> float:
-    """Parameters per second the time model prices DeepSpeedCPUAdam at for one rank on ``threads`` threads of a
-    host with as many cores (the catalog's fitted ``cpu_adam`` constants)."""
-    from workbench.timing import cpu_adam_seconds_per_parameter
-
-    per_node = (constants["params_per_second_per_core"] * threads if "params_per_second_per_core" in constants
-                else constants["params_per_second_per_node"])
-    return 1.0 / float(cpu_adam_seconds_per_parameter(threads, constants["params_per_second_per_thread"],
-                                                      constants.get("serial_seconds_per_parameter", 0.0), per_node))
 
 
 def _catalog_curve(gpu) -> dict:
