@@ -2897,7 +2897,8 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     :data:`MIN_BAND_RUNS` runs, before the recompute mode's. With ``replayed`` (the estimate's reserve came from the
     allocator replay) the ``ENGINE/replayed-allocator`` entry (whole device only) when it has at least
     :data:`MIN_BAND_RUNS` runs, that of the plan's offload regime before it (``ENGINE/replayed-allocator/
-    param-offload`` or ``.../optimizer-offload``, as below). With ``host_share`` (:func:`workbench.timing.host_share`; step time below ZeRO-3) the
+    param-offload`` or ``.../optimizer-offload``, as below). With ``host_share``
+    (:func:`workbench.timing.host_share`; step time below ZeRO-3) the
     ``ENGINE/host-bound`` or ``ENGINE/gpu-bound`` entry (:func:`step_regime_suffix`) when it has at least
     :data:`MIN_BAND_RUNS` runs: a host-bound step's error is the host's speed as much as the model's. With
     ``offload_params`` (DeepSpeed ZeRO-3 with the parameters on the host) the ``ENGINE/param-offload`` entry of any

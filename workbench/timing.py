@@ -1642,7 +1642,7 @@ def cpu_adam_seconds_per_parameter(threads, per_thread, serial, per_node, ranks_
     """Host seconds of DeepSpeedCPUAdam per parameter for one rank: ``threads`` OpenMP threads each updating
     ``per_thread`` parameters per second plus ``serial`` seconds per parameter that threads do not shorten, until
     the ``ranks_per_node`` ranks of a node together reach the node's memory-bound ``per_node`` rate (the catalog's
-    ``cpu_adam`` constants, or a hardware profile's; scalars or arrays)."""
+    ``cpu_adam`` constants, or those scaled by a hardware profile's DeepSpeedCPUAdam speed; scalars or arrays)."""
     return maximum(1 / (threads * per_thread) + serial, ranks_per_node / per_node)
 
 

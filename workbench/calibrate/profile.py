@@ -412,7 +412,8 @@ class HardwareProfile:
 
     @property
     def applies_cpu_adam(self) -> bool:
-        """Whether the time model takes this profile's CPU Adam rate: only a DeepSpeedCPUAdam timing
+        """Whether the time model takes this profile's CPU Adam rate (relative to the fit host's,
+        :attr:`cpu_adam_speed_ratio`): only a DeepSpeedCPUAdam timing
         (``workbench calibrate --cpu-adam deepspeed``), what DeepSpeed's offloaded optimizer runs. A rate of
         ``torch.optim.AdamW`` (calibrate's default, which needs no compiled op) is kept but not applied: on the H200
         machine torch's ran 0.83 G parameters/s on 32 threads, 3.3x slower than the catalog's DeepSpeedCPUAdam step
