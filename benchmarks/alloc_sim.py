@@ -133,16 +133,18 @@ class Row:
 
 
 def offload_regime(plan) -> str:
-    """The band-file regime suffix of a plan's offload (:data:`workbench.memory.PARAM_OFFLOAD_BAND_SUFFIX` with the
-    parameters on the host, :data:`workbench.memory.OPTIMIZER_OFFLOAD_BAND_SUFFIX` with only the optimizer there),
-    ``""`` without offload."""
-    from workbench.memory import OPTIMIZER_OFFLOAD_BAND_SUFFIX, PARAM_OFFLOAD_BAND_SUFFIX
+    """The replayed band's regime suffix of a plan's offload (:data:`workbench.memory.PARAM_OFFLOAD_BAND_SUFFIX` with
+    the parameters on the host; with only the optimizer there
+    :data:`workbench.memory.ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX` at ZeRO-3, else
+    :data:`workbench.memory.OPTIMIZER_OFFLOAD_BAND_SUFFIX`), ``""`` without offload."""
+    from workbench.memory import (OPTIMIZER_OFFLOAD_BAND_SUFFIX, PARAM_OFFLOAD_BAND_SUFFIX,
+                                  ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX)
     from workbench.specs import Offload
 
     if Offload.parse(plan.offload_params, "offload_params") is not Offload.NONE:
         return PARAM_OFFLOAD_BAND_SUFFIX
     if Offload.parse(plan.offload_optimizer, "offload_optimizer") is not Offload.NONE:
-        return OPTIMIZER_OFFLOAD_BAND_SUFFIX
+        return ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX if int(plan.zero_stage) >= 3 else OPTIMIZER_OFFLOAD_BAND_SUFFIX
     return ""
 
 
@@ -267,7 +269,8 @@ def write_band(rows: list, engine: str = "deepspeed") -> dict:
     """Write the whole-device band of ``rows`` (the test split's runs of ``engine``, :func:`band_of`) into
     ``workbench/catalog/error_band.json`` as ``device`` / ``ENGINE/replayed-allocator`` (what
     :func:`workbench.memory.error_band` gives an estimate of that engine whose allocator was replayed), and each
-    offload regime's own (``ENGINE/replayed-allocator/param-offload``, ``.../optimizer-offload``, where it has
+    offload regime's own (``ENGINE/replayed-allocator/param-offload``, ``.../zero3-optimizer-offload``,
+    ``.../optimizer-offload``, where it has
     :data:`workbench.memory.MIN_BAND_RUNS` runs: their reserves run further from the replay's), leaving the rest of
     the file as ``benchmarks/bench_accuracy.py --write-band`` wrote it; returns ``{key: entry}``."""
     from workbench.memory import ERROR_BAND_FILE, MIN_BAND_RUNS, REPLAYED_BAND_SUFFIX

@@ -277,7 +277,8 @@ def test_write_band_gives_each_offload_regime_its_own_replayed_band(tmp_path, mo
     assert doc["deepspeed/replayed-allocator"]["high_fraction"] < 0.1
     both = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=3, offload_optimizer="cpu", offload_params="cpu")
     assert A.offload_regime(both) == "param-offload"
-    assert A.offload_regime(both.replace(offload_params="none")) == "optimizer-offload"
+    assert A.offload_regime(both.replace(offload_params="none")) == "zero3-optimizer-offload"
+    assert A.offload_regime(both.replace(offload_params="none", zero_stage=2)) == "optimizer-offload"
     assert A.offload_regime(both.replace(offload_params="none", offload_optimizer="none")) == ""
 
 

@@ -465,7 +465,8 @@ def test_replayed_band_is_the_replays_own_and_falls_back_without_one(monkeypatch
     # DeepSpeed's offload regimes have their own replayed band (the parameters' offload buffers leave the replay's
     # reserve further from the measured one), taken before the engine's replayed band and the regime's constant one
     for flags, regime, what in ((dict(offload_params="cpu", offload_optimizer="cpu"), "param-offload", "parameters"),
-                                (dict(offload_optimizer="cpu"), "optimizer-offload", "optimizer")):
+                                (dict(offload_optimizer="cpu", zero_stage=2), "optimizer-offload", "optimizer"),
+                                (dict(offload_optimizer="cpu", zero_stage=3), "zero3-optimizer-offload", "optimizer")):
         entry = _error_bands()["device"][f"deepspeed/{REPLAYED_BAND_SUFFIX}/{regime}"]
         assert entry["n"] >= 5
         low, high, note = error_band("deepspeed", "device", "none", replayed=True, **flags)

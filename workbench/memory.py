@@ -2864,6 +2864,13 @@ H200 a median 29 % at ZeRO-1/2 and 40 % at ZeRO-3 of the test split, against 17-
 engine's constant reserve does not follow: a plan with optimizer offload takes their band."""
 
 
+ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX = "zero3-optimizer-offload"
+"""Replayed whole-device band key suffix (``ENGINE/replayed-allocator/zero3-optimizer-offload``) of DeepSpeed's
+held-out ZeRO-3 runs with the optimizer on the host and the parameters on the GPU: the replay falls further short of
+their reserve (up to 7.9 % of the device on H200) than of ZeRO-1/2's with the optimizer there, whose
+``.../optimizer-offload`` entry is theirs alone."""
+
+
 HOST_BOUND_SUFFIX = "host-bound"
 """Step-time band key suffix of the held-out runs below ZeRO-3 whose predicted step is at least
 :data:`HOST_BOUND_SHARE` host work (:func:`workbench.timing.host_share`): their error follows the host's speed."""
@@ -2897,7 +2904,8 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     :data:`MIN_BAND_RUNS` runs, before the recompute mode's. With ``replayed`` (the estimate's reserve came from the
     allocator replay) the ``ENGINE/replayed-allocator`` entry (whole device only) when it has at least
     :data:`MIN_BAND_RUNS` runs, that of the plan's offload regime before it (``ENGINE/replayed-allocator/
-    param-offload`` or ``.../optimizer-offload``, as below). With ``host_share``
+    param-offload``, ``.../optimizer-offload`` at ZeRO-1/2 or ``.../zero3-optimizer-offload`` with ``zero_stage`` 3,
+    as below). With ``host_share``
     (:func:`workbench.timing.host_share`; step time below ZeRO-3) the
     ``ENGINE/host-bound`` or ``ENGINE/gpu-bound`` entry (:func:`step_regime_suffix`) when it has at least
     :data:`MIN_BAND_RUNS` runs: a host-bound step's error is the host's speed as much as the model's. With
@@ -2931,7 +2939,12 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
                       OPTIMIZER_OFFLOAD_BAND_SUFFIX if optimizer_offload else None)
     offload_what = {PARAM_OFFLOAD_BAND_SUFFIX: "runs with the parameters on the host",
                     OPTIMIZER_OFFLOAD_BAND_SUFFIX: "runs with the optimizer on the host", None: "runs"}[offload_regime]
-    regimes = ((replayed and offload_regime is not None, f"{REPLAYED_BAND_SUFFIX}/{offload_regime}",
+    zero3_optimizer = optimizer_offload and zero_stage is not None and int(zero_stage) >= 3
+    regimes = ((replayed and zero3_optimizer, f"{REPLAYED_BAND_SUFFIX}/{ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX}",
+                lambda e: f"{runs(e, 'ZeRO-3 runs with the optimizer on the host')} on {gpu} with the caching "
+                          f"allocator replayed"),
+               (replayed and offload_regime is not None and not zero3_optimizer,
+                f"{REPLAYED_BAND_SUFFIX}/{offload_regime}",
                 lambda e: f"{runs(e, offload_what)} on {gpu} with the caching allocator replayed"),
                (replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
                (param_offload, PARAM_OFFLOAD_BAND_SUFFIX, lambda e: f"{runs(e, offload_what)} on {gpu}"),
@@ -3074,7 +3087,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "
                                "the rank's 16-bit partition DeepSpeed makes the fp32 master from on the host, beside "
                                "the flat 16-bit buffer (weights; stage_1_and_2.py, deepspeed_init_bytes)")
-    band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments,
+    band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments, zero_stage=plan.zero_stage,
                       replayed=reserve_fraction is not None, offload_params=plan.offload_params,
                       offload_optimizer=plan.offload_optimizer)
     low, high, note = (0.0, 0.0, f"no held-out measurements for engine {plan.engine}") if band is None else band
