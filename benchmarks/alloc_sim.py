@@ -120,7 +120,7 @@ class Row:
     an estimate that took the traced peaks whole (DeepSpeed's initialization flatten included) would say."""
     offload: str = ""
     """The run's offload regime as the error band names it (:func:`offload_regime`): ``param-offload``,
-    ``optimizer-offload`` or ``""``."""
+    ``zero3-optimizer-offload``, ``optimizer-offload`` or ``""``."""
 
     @property
     def simulated_error(self) -> float:
@@ -133,19 +133,11 @@ class Row:
 
 
 def offload_regime(plan) -> str:
-    """The replayed band's regime suffix of a plan's offload (:data:`workbench.memory.PARAM_OFFLOAD_BAND_SUFFIX` with
-    the parameters on the host; with only the optimizer there
-    :data:`workbench.memory.ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX` at ZeRO-3, else
-    :data:`workbench.memory.OPTIMIZER_OFFLOAD_BAND_SUFFIX`), ``""`` without offload."""
-    from workbench.memory import (OPTIMIZER_OFFLOAD_BAND_SUFFIX, PARAM_OFFLOAD_BAND_SUFFIX,
-                                  ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX)
-    from workbench.specs import Offload
+    """The offload regime of a plan's replayed band (:func:`workbench.memory.replayed_offload_regime`), ``""``
+    without offload."""
+    from workbench.memory import replayed_offload_regime
 
-    if Offload.parse(plan.offload_params, "offload_params") is not Offload.NONE:
-        return PARAM_OFFLOAD_BAND_SUFFIX
-    if Offload.parse(plan.offload_optimizer, "offload_optimizer") is not Offload.NONE:
-        return ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX if int(plan.zero_stage) >= 3 else OPTIMIZER_OFFLOAD_BAND_SUFFIX
-    return ""
+    return replayed_offload_regime(plan.offload_params, plan.offload_optimizer, plan.zero_stage) or ""
 
 
 def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | None = None) -> Row:

@@ -2567,8 +2567,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # ZeRO-3 on a transformers model with tied embeddings: the output layer's share of the tied weight's 16-bit
     # gradient, alive through every layer's backward, is priced with the buffers (``zero3_tied`` below)
     hf_tied = bool(m.tied_embeddings) and m.implementation is Implementation.TRANSFORMERS
-    zero3_tied = where((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3) & hf_tied & ~lora
-                       & (pipeline_parallel == 1), value_bytes * embedding_elements(m, tensor_parallel), 0.0)
+    zero3_tied = where(zero3_ds & hf_tied & ~lora & (pipeline_parallel == 1),
+                       value_bytes * embedding_elements(m, tensor_parallel), 0.0)
     if m.attention.materialises_scores:
         # megatron-core (or transformers' eager attention) with an s×s core: the peak is either the logits (on the
         # last stage) or the first back-propagated layer's attention core — its saved tensors before the core plus the core's working set
@@ -2599,7 +2599,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                            overlap_comm=overlap_comm, data_parallel=data_parallel, offload_params=offload_params,
                            recompute=recompute)
     # ZeRO-3's gathered parameters are all released by the end of backward: not there at the optimizer step
-    zero3_gathered = where((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3),
+    zero3_gathered = where(zero3_ds,
                            zero3_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
                                                 data_parallel=data_parallel, offload_params=offload_params,
                                                 recompute=recompute), 0.0)
@@ -2627,7 +2627,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # into the reduce bucket (buffer_bytes counts the largest module's): at a layer's backward that layer's largest
     # weight; at the logits' peak none yet (the output layer's gradient comes once the fp32 logits are freed);
     # at the optimizer step none
-    zero3_module_grad = where((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3),
+    zero3_module_grad = where(zero3_ds,
                               value_bytes * largest_module_params(m, tensor_parallel), 0.0)
     zero3_grad_at_peak = where((zero3_module_grad > 0) & layer_peaks,
                                value_bytes * largest_layer_param_tensor(m, tensor_parallel), 0.0)
@@ -2669,7 +2669,6 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_bwd = grads_bwd + maximum(0.0, growth - maximum(0.0, transient - layer_moment))
     backward_peak = weights + grads_bwd + optimizer + activations + buffers_bwd
     # ZeRO-1/2: the 16-bit gradient partition can appear while most activations are still alive
-    zero3_ds = (engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage >= 3)
     early_grads, early_acts, early_gathered = zero12_early_partition_bytes(
         m, held=held, kept_per_layer=where(recompute >= 2, kept, per_microbatch / maximum(layers, 1)),
         layer_transient=layer_transient, layers=layers, last=last, tensor_parallel=tensor_parallel,
@@ -2871,6 +2870,30 @@ their reserve (up to 7.9 % of the device on H200) than of ZeRO-1/2's with the op
 ``.../optimizer-offload`` entry is theirs alone."""
 
 
+OFFLOAD_BAND_RUNS = {PARAM_OFFLOAD_BAND_SUFFIX: "runs with the parameters on the host",
+                     OPTIMIZER_OFFLOAD_BAND_SUFFIX: "runs with the optimizer on the host",
+                     ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX: "ZeRO-3 runs with the optimizer on the host"}
+"""What each offload regime's band is drawn from, in words (the band's note)."""
+
+
+def _offloaded(value, field) -> bool:
+    """Whether ``value`` (a bool, an :class:`Offload` or its name, or ``None``) puts something on the host."""
+    return value if isinstance(value, bool) else value is not None and Offload.parse(value, field) is not Offload.NONE
+
+
+def replayed_offload_regime(offload_params, offload_optimizer, zero_stage=None) -> str | None:
+    """The offload regime whose replayed whole-device band (``ENGINE/replayed-allocator/REGIME``) a plan takes:
+    :data:`PARAM_OFFLOAD_BAND_SUFFIX` with the parameters on the host; with the optimizer alone there
+    :data:`ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX` at ZeRO-3, else :data:`OPTIMIZER_OFFLOAD_BAND_SUFFIX`; ``None``
+    without offload. ``benchmarks/alloc_sim.py --write-band`` sorts the held-out runs by the same rule."""
+    if _offloaded(offload_params, "offload_params"):
+        return PARAM_OFFLOAD_BAND_SUFFIX
+    if _offloaded(offload_optimizer, "offload_optimizer"):
+        return (ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX if zero_stage is not None and int(zero_stage) >= 3
+                else OPTIMIZER_OFFLOAD_BAND_SUFFIX)
+    return None
+
+
 HOST_BOUND_SUFFIX = "host-bound"
 """Step-time band key suffix of the held-out runs below ZeRO-3 whose predicted step is at least
 :data:`HOST_BOUND_SHARE` host work (:func:`workbench.timing.host_share`): their error follows the host's speed."""
@@ -2927,28 +2950,18 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     # device error); ZeRO-3's runs, widened by its process-to-process noise
     step_regime = step_regime_suffix(host_share, zero_stage)
 
-    def offloaded(value, field):
-        return (value if isinstance(value, bool) else
-                value is not None and Offload.parse(value, field) is not Offload.NONE)
-
-    param_offload = offloaded(offload_params, "offload_params")
-    optimizer_offload = offloaded(offload_optimizer, "offload_optimizer") and not param_offload
+    param_offload = _offloaded(offload_params, "offload_params")
+    optimizer_offload = _offloaded(offload_optimizer, "offload_optimizer") and not param_offload
     # a replayed reserve: its offload regime's own replay residuals first (the parameters' or the optimizer's
     # offload buffers leave the replay further from the measured reserve), then the engine's
-    offload_regime = (PARAM_OFFLOAD_BAND_SUFFIX if param_offload else
-                      OPTIMIZER_OFFLOAD_BAND_SUFFIX if optimizer_offload else None)
-    offload_what = {PARAM_OFFLOAD_BAND_SUFFIX: "runs with the parameters on the host",
-                    OPTIMIZER_OFFLOAD_BAND_SUFFIX: "runs with the optimizer on the host", None: "runs"}[offload_regime]
-    zero3_optimizer = optimizer_offload and zero_stage is not None and int(zero_stage) >= 3
-    regimes = ((replayed and zero3_optimizer, f"{REPLAYED_BAND_SUFFIX}/{ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX}",
-                lambda e: f"{runs(e, 'ZeRO-3 runs with the optimizer on the host')} on {gpu} with the caching "
-                          f"allocator replayed"),
-               (replayed and offload_regime is not None and not zero3_optimizer,
-                f"{REPLAYED_BAND_SUFFIX}/{offload_regime}",
-                lambda e: f"{runs(e, offload_what)} on {gpu} with the caching allocator replayed"),
+    regime = replayed_offload_regime(offload_params, offload_optimizer, zero_stage)
+    regimes = ((replayed and regime is not None, f"{REPLAYED_BAND_SUFFIX}/{regime}",
+                lambda e: f"{runs(e, OFFLOAD_BAND_RUNS[regime])} on {gpu} with the caching allocator replayed"),
                (replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
-               (param_offload, PARAM_OFFLOAD_BAND_SUFFIX, lambda e: f"{runs(e, offload_what)} on {gpu}"),
-               (optimizer_offload, OPTIMIZER_OFFLOAD_BAND_SUFFIX, lambda e: f"{runs(e, offload_what)} on {gpu}"),
+               (param_offload, PARAM_OFFLOAD_BAND_SUFFIX,
+                lambda e: f"{runs(e, OFFLOAD_BAND_RUNS[PARAM_OFFLOAD_BAND_SUFFIX])} on {gpu}"),
+               (optimizer_offload, OPTIMIZER_OFFLOAD_BAND_SUFFIX,
+                lambda e: f"{runs(e, OFFLOAD_BAND_RUNS[OPTIMIZER_OFFLOAD_BAND_SUFFIX])} on {gpu}"),
                (expandable_segments, EXPANDABLE_BAND_SUFFIX, lambda e: f"{runs(e)} with expandable segments on {gpu}"),
                (zero_stage is not None and int(zero_stage) >= 3, ZERO3_BAND_SUFFIX,
                 lambda e: f"{runs(e, 'ZeRO-3 runs')} on {gpu}, at least as wide as the spread of one ZeRO-3 "
