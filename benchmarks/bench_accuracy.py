@@ -468,6 +468,16 @@ def band(rows: list, expandable_rows: list = (), noise: dict | None = None) -> d
     return out
 
 
+def replayed_band_entries(device: dict) -> dict:
+    """The whole-device entries of ``device`` (an error_band.json's) that ``benchmarks/alloc_sim.py --write-band``
+    writes, ``ENGINE/replayed-allocator`` and its offload regimes' ``ENGINE/replayed-allocator/REGIME``: kept when
+    this script rewrites the file."""
+    from workbench.memory import REPLAYED_BAND_SUFFIX
+
+    return {key: entry for key, entry in device.items()
+            if key.endswith(f"/{REPLAYED_BAND_SUFFIX}") or f"/{REPLAYED_BAND_SUFFIX}/" in key}
+
+
 def reserve_base(run) -> float:
     """What a run's regime takes its allocator reserve on, for its measured allocated peak: the allocated peak, or
     under ZeRO-3 with offload the streams' caches together (:func:`workbench.memory.zero3_offload_reserve_base`)."""
@@ -1438,12 +1448,8 @@ def main(argv=None) -> int:
                         "parameters on the GPU. Those two regimes' runs are left out of the engine's and its "
                         "recompute modes' entries for the quantities they have their own entry for.", "gpu": "H200",
                **band(scored["test"], expandable["test"], noise)}
-        from workbench.memory import REPLAYED_BAND_SUFFIX
-
         old = json.loads(path.read_text()) if path.exists() else {}
-        for key, entry in (old.get("device") or {}).items():  # benchmarks/alloc_sim.py --write-band's, kept
-            if key.endswith(f"/{REPLAYED_BAND_SUFFIX}"):
-                doc["device"][key] = entry
+        doc["device"].update(replayed_band_entries(old.get("device") or {}))
         path.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nwrote {path.relative_to(ROOT)}")
     if args.markdown:

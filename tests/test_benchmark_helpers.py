@@ -359,3 +359,16 @@ def test_host_dispatch_lines_price_each_run_with_its_own_probe(monkeypatch):
     own = f"{abs(faster - step) / step:6.1%}"
     assert lines[1].endswith(f"own probe {own} {own} {own}")  # one run: median, p90 and worst alike
     assert own.strip() != "0.0%"  # the probe moved the estimate
+
+
+def test_bench_accuracy_band_rewrite_keeps_every_replayed_entry(monkeypatch):
+    """bench_accuracy --write-band rewrites error_band.json but keeps what alloc_sim.py --write-band wrote: the
+    engine's replayed band and each offload regime's under it; its own entries are rewritten."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    bench = _load("bench_accuracy_replayed_under_test", BENCH / "bench_accuracy.py")
+    device = {"deepspeed": 1, "deepspeed/full": 2, "deepspeed/replayed-allocator": 3,
+              "deepspeed/replayed-allocator/param-offload": 4, "megatron/replayed-allocator": 5,
+              "deepspeed/param-offload": 6}
+    assert bench.replayed_band_entries(device) == {
+        "deepspeed/replayed-allocator": 3, "deepspeed/replayed-allocator/param-offload": 4,
+        "megatron/replayed-allocator": 5}

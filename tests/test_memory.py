@@ -819,6 +819,37 @@ def test_zero3_layer_backward_gathered_follows_the_walk_past_the_output_layer():
     assert many[1] == pytest.approx(2 * max(seq[3], 2 * big)) and many[2] == pytest.approx(2 * max(seq[-1], 2 * big))
 
 
+OLMO2_13B_L4 = dict(model_type="olmo2", hidden_size=5120, intermediate_size=13824, num_hidden_layers=4,
+                    num_attention_heads=40, num_key_value_heads=40, vocab_size=100352, max_position_embeddings=4096,
+                    rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False, attention_dropout=0.0)
+
+
+def test_zero3_reduction_of_a_gradient_over_the_bucket_runs_beside_the_coordinators_set_then():
+    """ZeRO-3 with both offloads: an untied output layer and embedding larger than reduce_bucket_size are each
+    reduced alone, the output layer's at the loss once its own weight is released, the embedding's in its backward
+    with its weight gathered. Those moments hold the larger of the two gathered sets (OLMo 2 13B's width at 4 layers,
+    checkpointed: the allocator replay's 1.18 GiB of prefetched layer weights, 6.17 GiB allocated measured on one
+    H200), not the backward's start's, which still holds the 514 M-element output layer's weight (6.63 GiB priced);
+    a tied weight has no reduction at the loss; nothing is gathered on one rank without parameter offload."""
+    from workbench.memory import _zero3_model_walk, zero3_gathered_bytes, zero3_reduction_gathered_bytes
+
+    m = _hf_spec(dict(OLMO2_13B_L4))
+    kw = dict(tensor_parallel=1, value_bytes=2, data_parallel=1, offload_params=1, recompute=2)
+    walk = _zero3_model_walk(m, 1, True)
+    at = zero3_reduction_gathered_bytes(m, **kw)
+    assert at == pytest.approx(2 * walk["after_first_backward"]) and at / 2**20 == pytest.approx(1210)
+    assert (zero3_gathered_bytes(m, **kw) - at) / 2**20 == pytest.approx(710)  # the 980 MiB weight, less a prefetch
+    tied = _hf_spec(dict(OLMO2_13B_L4, tie_word_embeddings=True))
+    assert zero3_reduction_gathered_bytes(tied, **kw) == pytest.approx(
+        2 * _zero3_model_walk(tied, 1, True)["after_backward_fetch"]["e0"])
+    assert zero3_reduction_gathered_bytes(m, **dict(kw, offload_params=0)) == 0.0
+    plan = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=3, offload_optimizer="cpu", offload_params="cpu",
+                        micro_batch_size=1, global_batch_size=1, recompute="full")
+    allocated = estimate(m, ClusterSpec(gpu="H200", gpus_per_node=1), plan,
+                         simulate_allocator=False).memory.to_dict()["allocated_bytes"]
+    assert 5.9 * GiB < allocated < 6.17 * GiB
+
+
 def test_zero3_offload_reduction_at_a_recomputed_layers_start_runs_beside_its_activations():
     """ZeRO-3 with the optimizer on the CPU: when the first bucket (the output layer and ``done`` layers) overflows at
     the next layer's first back-propagated weight and that layer is recomputed, its recomputed activations are alive

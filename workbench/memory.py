@@ -2016,6 +2016,27 @@ def zero3_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_par
     return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
 
 
+def zero3_reduction_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_parallel=None,
+                                    offload_params=0, recompute=0):
+    """16-bit bytes a ZeRO-3 rank holds gathered while a gradient larger than ``reduce_bucket_size`` is reduced on
+    its own, outside any layer's backward: the input embedding's, in its module's backward at the end (the
+    coordinator's walk just after the embedding's backward fetch, :func:`zero3_gathered_walk`'s
+    ``after_backward_fetch`` of the first head, its weight among them), and an untied output layer's, at the loss,
+    once that layer's backward has released its weight and the next fetches have prefetched (the walk's
+    ``after_first_backward``), the larger. Both gradients are the same size untied, so one moment prices both.
+    (Replayed on one H200, OLMo 2 13B's width at 4 layers, both offloads, checkpointed: the 514 M-element output
+    layer's gradient reduced beside 1.18 GiB gathered, where the backward's start holds 1.88 with that layer's
+    weight; DeepSeek LLM 67B's width at 2 layers: the 839 M-element embedding's, its own 1.56 GiB weight the set.)
+    0 where nothing is gathered (:func:`zero3_gathered_bytes`). Arrays allowed."""
+    def at(tp, full):
+        walk = _zero3_model_walk(m, int(tp), bool(full))
+        head = walk["after_backward_fetch"].get("e0", 0.0)
+        return max(head, 0.0 if m.tied_embeddings else walk["after_first_backward"])
+
+    live = _per_distinct(at, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL])
+    return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
+
+
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=1,
                  prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS, data_parallel=None, offload_params=0,
@@ -2706,10 +2727,16 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # (a tied weight's gradient is in its reduction's bucket by then: ``tied_end`` counts it. When the embedding's
     # gradient went into the bucket, ZeRO-3 reduces it after backward, every gathered module released, the
     # embedding's too: traced on one H200, Granite 3.0 8B's width at 10 layers with both offloads, 1.35 GiB beside the
-    # reduction's blocks where 2.82 were priced. One larger than the bucket keeps the gathered set priced: DeepSeek
-    # LLM 67B's width at 2 layers, both offloads, measured, went from +2.5 to -6.2 % allocated with it dropped.)
+    # reduction's blocks where 2.82 were priced. One larger than the bucket is reduced alone beside what the
+    # coordinator holds then, :func:`zero3_reduction_gathered_bytes`, not the backward's start's set: DeepSeek LLM
+    # 67B's width at 2 layers, both offloads, measured, went from +2.5 to -6.2 % allocated with none; OLMo 2 13B's
+    # width at 4 layers, +7.6 % with the backward's start's set, its output layer's weight among it.)
     in_bucket = embedding_elements(m, tensor_parallel) <= DS_REDUCE_BUCKET_ELEMENTS
-    end_buffers = buffers - zero3_tied_at_peak - where(in_bucket, zero3_gathered, 0.0) + tied_end
+    end_gathered = where(zero3_ds & ~in_bucket,
+                         zero3_reduction_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
+                                                        data_parallel=data_parallel, offload_params=offload_params,
+                                                        recompute=recompute), 0.0)
+    end_buffers = buffers - zero3_tied_at_peak - zero3_gathered + end_gathered + tied_end
     end_peak = weights + grads + optimizer + end_buffers
     end = (tied_end > 0) & (end_peak > backward_peak)
     activations = where(end, 0.0, activations)
