@@ -1114,6 +1114,34 @@ HF_SHAPES = {
         num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
         max_position_embeddings=16384, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, rope_theta=1000000.0)),
+    # --- fifty-fifth final batch ("final55") ---
+    # InternLM2 20B's width at 2 of its 48 layers as a Llama-type model: GQA 48/8 of head 128, SwiGLU 16384, RMSNorm,
+    # untied 92.5k vocabulary (569 M-element embedding, above DeepSpeed's 500 M reduce bucket), no bias, no dropout
+    # (internlm/internlm2-20b's dimensions)
+    "hf-internlm2-h6144-l2": dict(like="InternLM2 20B-like width (48 -> 2 layers, Llama type)", seq_length=2048,
+                                  config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=6144, intermediate_size=16384,
+        num_hidden_layers=2, num_attention_heads=48, num_key_value_heads=8, vocab_size=92544,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=1000000.0)),
+    # GLM-4 9B's width at 4 of its 40 layers as a Llama-type model (its q/k/v bias left out): GQA 32/2 of head 128,
+    # SwiGLU 13696, RMSNorm, untied 151.5k vocabulary (621 M-element embedding), no dropout (THUDM/glm-4-9b's
+    # dimensions)
+    "hf-glm4-h4096-l4": dict(like="GLM-4 9B-like width (40 -> 4 layers, Llama type, no q/k/v bias)", seq_length=2048,
+                             config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=13696,
+        num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=2, vocab_size=151552,
+        max_position_embeddings=131072, rms_norm_eps=1.5625e-07, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
+    # Baichuan 2 13B's width at 3 of its 40 layers as a Llama-type model: MHA 40 of head 128, SwiGLU 13696, RMSNorm,
+    # untied 125.7k vocabulary (644 M-element embedding), rotary in place of its ALiBi, no dropout
+    # (baichuan-inc/Baichuan2-13B-Base's dimensions)
+    "hf-baichuan2-h5120-l3": dict(like="Baichuan 2 13B-like width (40 -> 3 layers, Llama type, rotary)",
+                                  seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=5120, intermediate_size=13696,
+        num_hidden_layers=3, num_attention_heads=40, num_key_value_heads=40, vocab_size=125696,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
     # --- fifty-fourth final batch ("final54") ---
     # OLMo 2 13B's width at 4 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, q/k RMSNorm, post-norm blocks,
     # untied 100k vocabulary, no dropout (allenai/OLMo-2-1124-13B's dimensions)
@@ -2259,6 +2287,20 @@ GROUPS = {
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", overlap=True, pin=False, **OFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
+    ],
+    # fifty-fifth final batch (one GPU), declared in accuracy_split.json "final55" before measuring: ZeRO-3 with the
+    # optimizer on the CPU, with and without the parameters there, on three widths the corpus has never run whose
+    # untied embedding and output layer are larger than the reduce bucket: a blind test of the reduction moment
+    # priced in 623e1ba (memory.zero3_reduction_gathered_bytes) and of the replay there
+    "final55": [
+        _hf("hf-internlm2-h6144-l2", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-internlm2-h6144-l2", 3, "sdpa", **OFF, **POFF),
+        _hf("hf-internlm2-h6144-l2", 3, "sdpa", **OFF),
+        _hf("hf-glm4-h4096-l4", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-glm4-h4096-l4", 3, "sdpa", mbs=2, **OFF, **POFF),
+        _hf("hf-glm4-h4096-l4", 3, "sdpa", ckpt=True, **OFF),
+        _hf("hf-baichuan2-h5120-l3", 3, "sdpa", ckpt=True, **OFF, **POFF),
+        _hf("hf-baichuan2-h5120-l3", 3, "sdpa", **OFF),
     ],
     # fifty-fourth final batch (one GPU), declared in accuracy_split.json "final54" before measuring: DeepSpeed's
     # offload regimes on two widths the corpus has never run, a blind test of the offload regimes' replayed
