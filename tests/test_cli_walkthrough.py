@@ -162,6 +162,9 @@ def test_zero3_small_group_note_counts_the_ulysses_ranks_zero_shards_over():
     assert not any("at data parallel <= 2" in n for n in memory_notes(model, ulysses))  # ZeRO-3 over 16 ranks
     two = ParallelPlan(world_size=2, engine="deepspeed", zero_stage=3, global_batch_size=2)
     assert any("at data parallel <= 2" in n for n in memory_notes(model, two))
+    # with the optimizer (and its fp32 gradient partition) on the host that comparison does not hold
+    for offload in (dict(offload_optimizer="cpu"), dict(offload_optimizer="cpu", offload_params="cpu")):
+        assert not any("at data parallel <= 2" in n for n in memory_notes(model, two.replace(**offload)))
 
 
 def test_reduce_bucket_note_only_where_the_peak_holds_the_buckets(capsys):

@@ -3261,7 +3261,9 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
                      f"must fit (on one GPU with the optimizer on the CPU the fp32 master's GPU clone at "
                      f"initialization is as large, and priced)")
     # ZeRO shards over data x context parallel (DeepSpeed-Ulysses' sequence-data-parallel group), as stage_terms does
-    if stage == 3 and plan.data_parallel * plan.context_parallel <= 2:
+    # (without offload: with the optimizer on the host the fp32 gradient partition is there too)
+    if (stage == 3 and plan.data_parallel * plan.context_parallel <= 2 and plan.offload_optimizer is Offload.NONE
+            and plan.offload_params is Offload.NONE):
         notes.append("ZeRO-3 keeps the fp32 gradient partition through backward plus the gathered and prefetched "
                      "layers; at data parallel <= 2 that outweighs sharding the weights (H200, 1.3B model: 47.0 -> "
                      "49.4 GiB at 1 GPU, 39.6 -> 41.5 GiB at 2 GPUs from ZeRO-2 to ZeRO-3)")
