@@ -76,14 +76,15 @@ def streams(history: dict) -> collections.Counter:
 
 
 def source_record(run_id: str) -> dict:
-    """The corpus record of the configuration a history re-measured (its id without ``/hist``), or, for a shape
+    """The corpus record (H200, else H100) of the configuration a history re-measured (its id without ``/hist``), or, for a shape
     measured only with its history (``alloc-history6``), the history run's own record kept beside the histories
     (:data:`HISTORY_RECORDS`)."""
     want = run_id.replace("/hist", "")
-    for line in CORPUS.read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("run_id") == want and rec.get("status") == "ok":
-            return rec
+    for corpus in (CORPUS, CORPUS.with_name("h100_runs.jsonl")):  # the H200 corpus first, then the H100 one
+        for line in corpus.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("run_id") == want and rec.get("status") == "ok":
+                return rec
     for path in sorted(HISTORY_RECORDS.rglob("*.jsonl")):
         for line in path.read_text().splitlines():
             rec = json.loads(line)
