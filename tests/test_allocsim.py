@@ -791,6 +791,23 @@ def test_zero3_gradients_wait_for_the_reduce_stream():
     assert a.peak_reserved_bytes >= b.peak_reserved_bytes
 
 
+def test_zero3_gradient_reduced_alone_waits_for_the_reduce_stream_too():
+    """A gradient larger than the bucket (tiny-llama's untied 512 x 64 output layer and embedding, over a 20 k-element
+    bucket) is reduced from its own block, which partition_grads frees with record_stream as it does the bucket's
+    gradients: released, back at the host's next wait for the reduce stream (the allocator histories of InternLM2
+    20B's and Baichuan 2 13B's widths under ZeRO-3 with the optimizer on the CPU, one H100: the output layer's
+    gradient came back only after the embedding's had been allocated, one more segment of its size)."""
+    cfg = read_config(HF / "tiny-llama")
+    big = 2 * cfg["vocab_size"] * cfg["hidden_size"]  # bf16 bytes of either
+    for offload in (False, True):
+        events = allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=64, steps=2,
+                                             reduce_bucket_elements=20_000, offload_optimizer=offload)
+        released = [e for e in events if e[0] == "release" and e[2] == big]
+        assert len(released) >= 2 * 2, offload  # both weights' gradients, in each of two steps
+        back = {e[1]: i for i, e in enumerate(events) if e[0] == "free"}
+        assert all(back.get(e[1], -1) > events.index(e) for e in released)
+
+
 def test_zero3_converted_copies_meet_across_sub_groups(monkeypatch):
     """DeepSpeed's _create_fp32_partitions keeps each sub-group's fp32 converted copy in its loop variable until
     the next one is made: with two sub-groups, the first converted copy is freed only after the second is made."""

@@ -1540,10 +1540,9 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         # reduce_scatter (DeepSpeed's default) takes __avg_scatter_grads, which first sorts the bucket's parameters
         # by ds_id (their order in the model): partition_grads then walks them in that order, not the hooks'
         ipg["params"].sort(key=lambda q: order[id(q)])
-        grads = [q.grad for q in ipg["params"]]
-        if len(grads) > 1:  # reduce_scatter_coalesced's interleaved flat buffer
-            flat_grads = torch.empty(sum(g.numel() for g in grads), dtype=torch.bfloat16, device="meta")
-        else:
+        if len(ipg["params"]) > 1:  # reduce_scatter_coalesced's interleaved flat buffer
+            flat_grads = torch.empty(sum(q.grad.numel() for q in ipg["params"]), dtype=torch.bfloat16, device="meta")
+        else:  # a gradient reduced alone (larger than the bucket) from its own block, freed below with record_stream
             flat_grads = None
         for q in ipg["params"]:  # partition_grads
             if offload:  # the host buffer's GPU copy, the norm (fp64) and fp32 copy at the boundary
