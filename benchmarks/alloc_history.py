@@ -76,9 +76,9 @@ def streams(history: dict) -> collections.Counter:
 
 
 def source_record(run_id: str) -> dict:
-    """The corpus record (H200, else H100) of the configuration a history re-measured (its id without ``/hist``), or, for a shape
-    measured only with its history (``alloc-history6``), the history run's own record kept beside the histories
-    (:data:`HISTORY_RECORDS`)."""
+    """The corpus record (H200, else H100) of the configuration a history re-measured (its id without ``/hist``),
+    or, for a shape measured only with its history (``alloc-history6``), the history run's own record kept beside the
+    histories (:data:`HISTORY_RECORDS`)."""
     want = run_id.replace("/hist", "")
     for corpus in (CORPUS, CORPUS.with_name("h100_runs.jsonl")):  # the H200 corpus first, then the H100 one
         for line in corpus.read_text().splitlines():
