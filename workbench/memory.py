@@ -2978,11 +2978,11 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     # device error); ZeRO-3's runs, widened by its process-to-process noise
     step_regime = step_regime_suffix(host_share, zero_stage)
 
-    param_offload = _offloaded(offload_params, "offload_params")
-    optimizer_offload = _offloaded(offload_optimizer, "offload_optimizer") and not param_offload
     # a replayed reserve: its offload regime's own replay residuals first (the parameters' or the optimizer's
     # offload buffers leave the replay further from the measured reserve), then the engine's
     regime = replayed_offload_regime(offload_params, offload_optimizer, zero_stage)
+    param_offload = regime == PARAM_OFFLOAD_BAND_SUFFIX
+    optimizer_offload = regime in (OPTIMIZER_OFFLOAD_BAND_SUFFIX, ZERO3_OPTIMIZER_OFFLOAD_BAND_SUFFIX)
     regimes = ((replayed and regime is not None, f"{REPLAYED_BAND_SUFFIX}/{regime}",
                 lambda e: f"{runs(e, OFFLOAD_BAND_RUNS[regime])} on {gpu} with the caching allocator replayed"),
                (replayed, REPLAYED_BAND_SUFFIX, lambda e: f"{runs(e)} on {gpu} with the caching allocator replayed"),
