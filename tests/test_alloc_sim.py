@@ -405,8 +405,8 @@ def test_offload_outside_zero1_to_3_without_accumulation_is_refused():
     from workbench.allocsim import DeepSpeedSetup, check_scope, deepspeed_steps
     from workbench.specs import ModelSpec, ParallelPlan
 
-    with pytest.raises(ValueError, match="zero_stage=2, grad_accum=2"):
-        deepspeed_steps(None, None, DeepSpeedSetup(zero_stage=2, micro_batch=1, grad_accum=2, seq_length=8,
+    with pytest.raises(ValueError, match="offload_optimizer with zero_stage=0"):
+        deepspeed_steps(None, None, DeepSpeedSetup(zero_stage=0, micro_batch=1, grad_accum=1, seq_length=8,
                                                    offload_optimizer=True), [])
     m = ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=128)
     base = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", overlap_comm=False)
@@ -508,3 +508,37 @@ def test_reduction_staging_buffer_as_the_h200_allocated_it():
     staging = [size for kind, key, size in events if kind == "malloc" and isinstance(key, tuple)
                and key[0] == "reduction_staging"]
     assert staging == [138_412_032]
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_offload_with_accumulation_hands_gradients_to_the_host_norms_only_at_the_boundary(zero, monkeypatch):
+    """ZeRO-1/2 with the optimizer on the CPU and gradient accumulation (stage_1_and_2.py copy_grads_in_partition,
+    DeepSpeed 0.19.8): before the boundary each gradient is added into its host accumulation buffer through the
+    preallocated bf16 staging buffer (async_accumulate_grad_in_cpu_via_gpu: no new GPU block); only the boundary's
+    micro-batch makes each gradient's fp64 norm copy and fp32 staging copy. So four micro-batches a step make as many
+    norm copies as one, and ZeRO-2's reserve stays that of one micro-batch."""
+    from workbench import allocsim
+    from workbench.hf import read_config
+
+    cfg = read_config(Path(__file__).resolve().parent / "data" / "hf" / "tiny-llama")
+    real, calls = allocsim._fp64_norm, []
+    monkeypatch.setattr(allocsim, "_fp64_norm", lambda numel: calls.append(numel) or real(numel))
+    monkeypatch.setattr(allocsim, "REPEAT_SETTLED_STEPS", False)  # every step traced, none copied
+
+    def trace(gas):
+        calls.clear()
+        events = allocsim.trace_hf_deepspeed(cfg, zero_stage=zero, micro_batch=1, seq_length=64, grad_accum=gas,
+                                             steps=3, offload_optimizer=True)
+        return events, sorted(calls)
+
+    (one, norms_one), (four, norms_four) = trace(1), trace(4)
+    assert norms_four == norms_one and len(norms_one) == 3 * sum(1 for _ in _param_numels(cfg))
+    if zero == 2:  # ZeRO-1 keeps four micro-batches' gradients no longer than one's, but its epilogue differs
+        assert allocsim.replay(four).peak_reserved_bytes == allocsim.replay(one).peak_reserved_bytes
+
+
+def _param_numels(cfg) -> list:
+    """The trainable parameters of a Llama config, one entry each."""
+    h, f, v, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    kv = h // cfg["num_attention_heads"] * cfg["num_key_value_heads"]
+    return [v * h, v * h, h] + layers * [h * h, h * kv, h * kv, h * h, h * f, h * f, h * f, h, h]

@@ -941,7 +941,11 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     ``grad_reduc.data = grad_reduc.detach().clone()``; an allocator history of Qwen2.5 14B at 8 layers, final37,
     showed the clone's second block splitting the master clone's cached segment, so the fp64 norm copy that follows
     needed a segment of its own: ``benchmarks/results/alloc_history/final37_miss/``). The step runs on the host and
-    copies the new weights into the bf16 buffer (a blocking copy: converted on the host).
+    copies the new weights into the bf16 buffer (a blocking copy: converted on the host). With gradient accumulation,
+    before the boundary each gradient is only added into its host accumulation buffer through the staging buffer
+    (``async_accumulate_grad_in_cpu_via_gpu``: an in-place add and two copies, no new block), so the norm and fp32
+    copies are the boundary's alone (DeepSpeed 0.19.8, read 2026-12-06; first compared with the four such runs of the
+    corpus, two shapes on the H200 and the H100, which no trace had been made of: allocated and reserved exact).
 
     ZeRO-1/2 with ``overlap_comm`` (``setup.overlap_comm``; no offload): ``setup_buckets`` allocates a second bucket
     beside the first (double buffering: the one being filled and the one being reduced), ZeRO-1 sends each gradient
@@ -961,9 +965,9 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
 
     offload = bool(setup.offload_optimizer)
     overlap = bool(setup.overlap_comm) and setup.zero_stage in (1, 2)
-    if offload and setup.zero_stage != 3 and (setup.zero_stage not in (1, 2) or setup.grad_accum != 1):
-        raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}, grad_accum={setup.grad_accum}: the "
-                         f"trace models DeepSpeed's CPU offload at ZeRO-1 to 3 without gradient accumulation")
+    if offload and setup.zero_stage not in (1, 2, 3):
+        raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}: the trace models DeepSpeed's CPU "
+                         f"offload at ZeRO-1 to 3")
     for p in model.parameters():  # the engine's _configure_distributed_model: every parameter in bf16 (peft's fp32
         if p.is_floating_point() and p.dtype != torch.bfloat16:  # adapters included), buffers as they are
             p.data = p.data.to(torch.bfloat16)
@@ -1011,9 +1015,10 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         if offload:  # each gradient to the host: its norm through fp64, then an fp32 copy for the async copy
             since = len(events)
             for q in ipg["params"]:
-                ipg["norms"].append(_fp64_norm(q.numel()))  # kept until the step
-                staged = torch.empty(q.numel(), dtype=torch.float32, device="meta")
-                del staged
+                if state["boundary"]:  # before it the gradient only goes to its host accumulation buffer
+                    ipg["norms"].append(_fp64_norm(q.numel()))  # kept until the step
+                    staged = torch.empty(q.numel(), dtype=torch.float32, device="meta")
+                    del staged
                 q.grad = None
             if overlap:  # copy_grads_in_partition under the reduction stream: the copies come from its blocks
                 _on_stream(events, since, SIDE_STREAM)

@@ -1142,6 +1142,31 @@ HF_SHAPES = {
         num_hidden_layers=3, num_attention_heads=40, num_key_value_heads=40, vocab_size=125696,
         max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
+    # --- fifty-sixth final batch ("final56") ---
+    # StableLM 2 1.6B's width at 12 of its 24 layers as a Llama-type model: MHA 32 heads of 64, SwiGLU 5632, untied
+    # 100k vocabulary, RMSNorm and full rotary in place of its LayerNorm and partial rotary (stabilityai/stablelm-2-1_6b)
+    "hf-stablelm2-h2048-l12": dict(like="StableLM 2 1.6B-like width (24 -> 12 layers, Llama type)", seq_length=2048,
+                                   config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=5632,
+        num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=32, vocab_size=100352,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
+    # EXAONE 3.5 7.8B's width at 6 of its 32 layers as a Llama-type model: GQA 32/8 of head 128, SwiGLU 14336, untied
+    # 102.4k vocabulary (LGAI-EXAONE/EXAONE-3.5-7.8B-Instruct's dimensions)
+    "hf-exaone-h4096-l6": dict(like="EXAONE 3.5 7.8B-like width (32 -> 6 layers, Llama type)", seq_length=2048,
+                               config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=8, vocab_size=102400,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=1000000.0)),
+    # InternLM2.5 1.8B's width at 12 of its 24 layers as a Llama-type model: GQA 16/8 of head 128, SwiGLU 8192, untied
+    # 92.5k vocabulary (internlm/internlm2_5-1_8b's dimensions)
+    "hf-internlm25-h2048-l12": dict(like="InternLM2.5 1.8B-like width (24 -> 12 layers, Llama type)", seq_length=2048,
+                                    config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=12, num_attention_heads=16, num_key_value_heads=8, vocab_size=92544,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=1000000.0)),
     # --- fifty-fourth final batch ("final54") ---
     # OLMo 2 13B's width at 4 of its 40 layers: MHA 40 heads of 128, SwiGLU 13824, q/k RMSNorm, post-norm blocks,
     # untied 100k vocabulary, no dropout (allenai/OLMo-2-1124-13B's dimensions)
@@ -2298,6 +2323,20 @@ GROUPS = {
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", overlap=True, pin=False, **OFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
+    ],
+    # fifty-sixth final batch (one GPU), declared in accuracy_split.json "final56" before measuring: gradient
+    # accumulation, the way fine-tuning users run, on three widths the corpus has never run: ZeRO-1/2 with the optimizer
+    # on the CPU (out of the replay's scope until now; the trace's accumulation path is the source's, 2026-12-06), ZeRO-2
+    # and ZeRO-3 without offload, ZeRO-3 with the optimizer on the CPU, and LoRA at ZeRO-3 (traced, never measured)
+    "final56": [
+        _hf("hf-stablelm2-h2048-l12", 2, "sdpa", gas=4, **OFF),
+        _hf("hf-stablelm2-h2048-l12", 1, "sdpa", mbs=2, gas=2, **OFF),
+        _hf("hf-exaone-h4096-l6", 2, "sdpa", ckpt=True, gas=2, **OFF),
+        _hf("hf-exaone-h4096-l6", 2, "sdpa", gas=2, overlap=True, **OFF),
+        _hf("hf-internlm25-h2048-l12", 2, "sdpa", mbs=2, gas=4),
+        _hf("hf-internlm25-h2048-l12", 3, "sdpa", gas=2),
+        _hf("hf-exaone-h4096-l6", 3, "sdpa", ckpt=True, lora=16),
+        _hf("hf-internlm25-h2048-l12", 3, "sdpa", gas=2, **OFF),
     ],
     # fifty-fifth final batch (one GPU), declared in accuracy_split.json "final55" before measuring: ZeRO-3 with the
     # optimizer on the CPU, with and without the parameters there, on three widths the corpus has never run whose
