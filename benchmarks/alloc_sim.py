@@ -11,8 +11,8 @@ child process) — and of that ``GPTModel`` under megatron-core's own DDP and op
 engine settings and compares the simulated reserve with the measured one and with its engine's
 :data:`workbench.memory.RESERVE_FRACTION`, per run, per stack and per split of ``benchmarks/accuracy_split.json``;
 nothing is fitted. Scope: on one GPU with the default allocator, Hugging Face and dense megatron-core models under
-DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without accumulation; no
-LoRA at ZeRO-3), dense megatron-core models under megatron-core's DDP (``mcore-ddp``: plain or distributed optimizer).
+DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU, ZeRO-3's without
+accumulation), dense megatron-core models under megatron-core's DDP (``mcore-ddp``: plain or distributed optimizer).
 
 Run: ``python benchmarks/alloc_sim.py`` (fit and test split apart; ``--runs`` prints every run; 21 minutes on two
 busy cores for the 887 in-scope runs through final49, where tracing every step took 53 and copying settled steps 26:
@@ -88,13 +88,14 @@ def engine_of(rec: dict) -> str:
 def in_scope(rec: dict) -> bool:
     """Corpus runs the traces model, on one GPU, finished, with the default allocator: Hugging Face or megatron-core
     (dense, local layer spec) models under DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's to ZeRO-3's to
-    the CPU without gradient accumulation; no LoRA at ZeRO-3), and dense megatron-core models under megatron-core's
-    DDP (``mcore-ddp``)."""
+    the CPU, ZeRO-3's without gradient accumulation), and dense megatron-core models under megatron-core's DDP
+    (``mcore-ddp``)."""
     zero = rec.get("ds_config", {}).get("zero_optimization", {})
     offload = (zero.get("offload_optimizer") or {}).get("device", "none")
     offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) >= 1
-                                       and rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) == 1)
-    lora_ok = not (zero.get("stage", 0) == 3 and (rec.get("options") or {}).get("lora"))
+                                       and not (zero.get("stage", 0) == 3
+                                                and rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) != 1))
+    lora_ok = rec.get("stack") == "hf-ds" or not (rec.get("options") or {}).get("lora")
     stack_ok = rec.get("stack") == "hf-ds" or (rec.get("stack") in MCORE_STACKS
                                                and not (rec.get("model_dims") or {}).get("num_experts"))
     return (stack_ok and rec.get("status") == "ok" and rec.get("world_size", 1) == 1

@@ -222,14 +222,17 @@ def test_scope_is_one_gpu_on_the_default_allocator_offload_at_zero2_and_3():
     assert A.in_scope(base)
     assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3))))
     assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3, offload_optimizer=cpu))))
-    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3)), options=dict(lora=16)))
+    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3)), options=dict(lora=16)))
     assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu))))
     assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=1, offload_optimizer=cpu))))
-    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu),
+    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu),
+                                                 gradient_accumulation_steps=2)))
+    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3, offload_optimizer=cpu),
                                                      gradient_accumulation_steps=2)))
     assert not A.in_scope(base | dict(world_size=2))
     assert A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_layers=2)))
     assert not A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_experts=8)))  # the trace is dense
+    assert not A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_layers=2), options=dict(lora=16)))
     ddp = base | dict(stack="mcore-ddp", model_dims=dict(num_layers=2))
     del ddp["ds_config"]
     assert A.in_scope(ddp)  # megatron-core's own DDP on one GPU
@@ -401,7 +404,7 @@ def test_zero2_cpu_offload_keeps_only_the_bf16_parameters_on_the_gpu():
     assert A.replay(events).peak_allocated_bytes < A.replay(_trace(zero=2)).peak_allocated_bytes
 
 
-def test_offload_outside_zero1_to_3_without_accumulation_is_refused():
+def test_offload_outside_zero1_to_3_and_zero3s_with_accumulation_are_refused():
     from workbench.allocsim import DeepSpeedSetup, check_scope, deepspeed_steps
     from workbench.specs import ModelSpec, ParallelPlan
 
@@ -413,11 +416,19 @@ def test_offload_outside_zero1_to_3_without_accumulation_is_refused():
     check_scope(m, base)
     check_scope(m, base.replace(zero_stage=3, overlap_comm=True))
     check_scope(m, base.replace(zero_stage=1))  # ZeRO-1's offload: the ZeRO-1/2 trace, its reductions at the end
+    accumulated = dict(global_batch_size=2 * base.global_batch_size)
+    check_scope(m, base.replace(**accumulated))  # ZeRO-1/2's offload with accumulation (final56, blind)
+    with pytest.raises(ValueError, match="zero_stage=3, gradient_accumulation_steps=2"):
+        check_scope(m, base.replace(zero_stage=3, overlap_comm=True, **accumulated))
+    megatron = m.replace(implementation="megatron", attention="unfused")
+    with pytest.raises(ValueError, match="lora_rank=8 on a megatron-core model"):
+        check_scope(megatron, base.replace(lora_rank=8))
     check_scope(m, base.replace(offload_optimizer="none", overlap_comm=True))  # overlap_comm traced without offload
     check_scope(m, base.replace(overlap_comm=True))  # and with it (the offload's copies on the reduction stream)
     check_scope(m, base.replace(zero_stage=1, overlap_comm=True))
     for plan, why in ((base.replace(zero_stage=3), "overlap_comm=False at ZeRO-3"),
-                      (base.replace(micro_batch_size=1, global_batch_size=2), "gradient_accumulation_steps=2"),
+                      (base.replace(zero_stage=3, overlap_comm=True, micro_batch_size=1, global_batch_size=2),
+                       "gradient_accumulation_steps=2"),
                       (base.replace(offload_optimizer="nvme"), "offload_optimizer=nvme")):
         with pytest.raises(ValueError, match=why):
             check_scope(m, plan)

@@ -226,10 +226,9 @@ def test_cli_replays_overlap_comm_with_the_offload(capsys):
 
 
 @pytest.mark.parametrize("extra,why", [(["--zero", "3"], "overlap_comm=False at ZeRO-3"),
-                                        (["--zero", "3", "--overlap-comm", "--lora-rank", "8"],
-                                         "lora_rank=8 at ZeRO-3"),
-                                        (["--zero", "2", "--offload-optimizer", "cpu", "--gbs", "4"],
-                                         "offload_optimizer=cpu with zero_stage=2, gradient_accumulation_steps=2")])
+                                        (["--zero", "3", "--overlap-comm", "--offload-optimizer", "cpu", "--gbs",
+                                          "4"], "offload_optimizer=cpu with zero_stage=3, "
+                                                "gradient_accumulation_steps=2")])
 def test_cli_refuses_plans_outside_the_study(capsys, extra, why):
     code, out, err = _estimate(capsys, "--simulate-allocator", *extra)
     assert code == 2 and out == ""
@@ -302,8 +301,9 @@ def test_estimate_keyword_takes_the_hf_model():
     assert "allocator replayed" in replayed.memory.band_note and "replayed" not in plain.memory.band_note
     with pytest.raises(ValueError, match="give the Hugging Face config"):
         estimate(model, cluster, plan, simulate_allocator=True)
-    accumulated = plan.replace(zero_stage=2, offload_optimizer="cpu", global_batch_size=2 * plan.global_batch_size)
-    with pytest.raises(ValueError, match="offload_optimizer=cpu with zero_stage=2, gradient_accumulation_steps=2"):
+    accumulated = plan.replace(zero_stage=3, overlap_comm=True, offload_optimizer="cpu",
+                               global_batch_size=2 * plan.global_batch_size)
+    with pytest.raises(ValueError, match="offload_optimizer=cpu with zero_stage=3, gradient_accumulation_steps=2"):
         estimate(model, cluster, accumulated, simulate_allocator=hf)
 
 
@@ -406,8 +406,9 @@ def test_cli_refuses_a_transformers_model_without_its_config_after_the_scope_che
     from workbench.commands.estimate import _replay_given
 
     model, _, plan = _specs()
-    with pytest.raises(ValueError, match="offload_optimizer=cpu with zero_stage=2, gradient_accumulation_steps=2"):
-        _replay_given(Namespace(model=None), model, plan.replace(zero_stage=2, offload_optimizer="cpu",
+    with pytest.raises(ValueError, match="offload_optimizer=cpu with zero_stage=3, gradient_accumulation_steps=2"):
+        _replay_given(Namespace(model=None), model, plan.replace(zero_stage=3, overlap_comm=True,
+                                                                 offload_optimizer="cpu",
                                                                  global_batch_size=2 * plan.global_batch_size))
     with pytest.raises(ValueError) as refused:
         _replay_given(Namespace(model=None), model, plan)

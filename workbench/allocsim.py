@@ -2072,8 +2072,8 @@ constant reserve (``benchmarks/alloc_sim.py``, ``benchmarks/results/alloc_sim_h2
 the corpus through final49): what the advisor quotes when it names the replay."""
 
 SCOPE = ("--simulate-allocator covers DeepSpeed on one GPU, ZeRO 0-2 with or without overlap_comm and ZeRO-3 with it "
-         "(ZeRO-1 to 3 also with the optimizer offloaded to the CPU, without gradient accumulation, ZeRO-1/2 then "
-         "without overlap_comm; ZeRO-3 without LoRA, also with its parameters offloaded to the CPU), "
+         "(ZeRO-1 to 3 also with the optimizer offloaded to the CPU, ZeRO-3 then without gradient accumulation; "
+         "ZeRO-3 also with its parameters offloaded to the CPU), "
          "for Hugging Face models and megatron-core "
          "models with unfused attention (the local layer spec the launcher trains), and megatron-core's own DDP and "
          "optimizer (plain or distributed) on one GPU for those megatron-core models")
@@ -2107,11 +2107,11 @@ def check_scope(model, plan) -> None:
 def scope_problems(model, plan) -> list:
     """What puts a plan outside what the replay models, one phrase each (empty: in scope): on one GPU, in bf16, with
     the default allocator (no ``expandable_segments``) and no parameter offload but ZeRO-3's to the CPU, either
-    DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU without gradient
-    accumulation; ZeRO-1/2 with or without ``overlap_comm`` (off is DeepSpeed's own default, on the workbench
-    export's), with or without the offload; ZeRO-3 with it, its default, and without LoRA) of a
-    transformers model (``implementation='transformers'``) or a dense megatron-core model with unfused attention
-    (the local layer spec the workbench's launcher trains), or
+    DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU, ZeRO-3's without
+    gradient accumulation; ZeRO-1/2 with or without ``overlap_comm`` (off is DeepSpeed's own default, on the
+    workbench export's), with or without the offload; ZeRO-3 with it, its default) of a transformers model
+    (``implementation='transformers'``, LoRA included) or a dense megatron-core model with unfused attention
+    (the local layer spec the workbench's launcher trains; no LoRA), or
     megatron-core's own DDP and optimizer (``engine='megatron'``, plain or distributed optimizer, torch's Adam, main
     gradients in fp32, no model parallelism, no optimizer offload, no LoRA) of such a megatron-core model — the runs
     the study compared with measurements."""
@@ -2126,6 +2126,8 @@ def scope_problems(model, plan) -> list:
         if plan.zero_init:
             why.append("zero_init=True on a megatron-core model (its trace builds the model on the GPU, as the "
                        "workbench's launcher does)")
+        if plan.lora_rank and engine != "megatron":  # (engine=megatron's own refusal below names it)
+            why.append(f"lora_rank={plan.lora_rank} on a megatron-core model (its trace trains every parameter)")
     offload = str(plan.offload_optimizer)
     if engine == "megatron":
         if not is_megatron(model):
@@ -2152,15 +2154,15 @@ def scope_problems(model, plan) -> list:
         zero = int(plan.zero_stage)
         if offload not in ("none", "cpu"):
             why.append(f"offload_optimizer={offload}")
-        elif offload == "cpu" and (zero < 1 or plan.gradient_accumulation_steps != 1):
-            why.append(f"offload_optimizer=cpu with zero_stage={zero}, gradient_accumulation_steps="
-                       f"{plan.gradient_accumulation_steps} (the trace offloads at ZeRO-1 to 3 without accumulation)")
+        elif offload == "cpu" and zero < 1:
+            why.append(f"offload_optimizer=cpu with zero_stage={zero} (the trace offloads at ZeRO-1 to 3)")
+        elif offload == "cpu" and zero == 3 and plan.gradient_accumulation_steps != 1:
+            why.append(f"offload_optimizer=cpu with zero_stage=3, gradient_accumulation_steps="
+                       f"{plan.gradient_accumulation_steps} (ZeRO-3's offload is traced without accumulation: a "
+                       f"checkpointed run with it traced 11 % over)")
         if zero == 3 and not plan.overlaps_comm:
             why.append("overlap_comm=False at ZeRO-3 (the trace reduces on ZeRO-3's side stream, DeepSpeed's default: "
                        "--overlap-comm, ParallelPlan(overlap_comm=True))")
-        if zero == 3 and plan.lora_rank:
-            why.append(f"lora_rank={plan.lora_rank} at ZeRO-3 (frozen partitions beside the flat buffer, not compared "
-                       f"with a measured run)")
     if str(plan.offload_params) != "none" and not (engine == "deepspeed" and str(plan.offload_params) == "cpu"
                                                    and int(plan.zero_stage) == 3):
         why.append(f"offload_params={plan.offload_params} at zero_stage={plan.zero_stage} (the trace offloads "
