@@ -197,3 +197,35 @@ def test_hf_zero3_fit_runs_stay_within_the_refit():
     assert max(abs(e) for e in errors.values()) < 0.70
     moe = {k: e for k, e in errors.items() if "moe" in k}
     assert len(moe) == 3 and all(abs(e) < 0.30 for e in moe.values())
+
+
+@pytest.mark.parametrize("family,targets", [("llama", ("q", "k", "v", "o")), ("llama", ("q", "v", "gate", "down")),
+                                            ("gpt2", ("q", "k", "v", "o")),
+                                            ("phi3", ("q", "k", "v", "gate", "up", "down"))])
+def test_zero3_lora_hooks_fire_on_the_modules_a_forward_calls(family, targets):
+    """With peft LoRA adapters ZeRO-3's hooks fire on the modules a layer's forward calls: the wrapper in the
+    projection's place, then its base layer, dropout, lora_A and lora_B (the ModuleDict and ParameterDict containers
+    are never called); the adapter matrices are fetched where they pass the persistence threshold. Counted by running
+    one forward of layer 0 on the meta device with a pre-forward hook on every module, with and without adapters."""
+    import torch
+
+    from workbench.hf import lora_target_modules, with_lora
+
+    config = CONFIGS[family]
+    spec = import_hf(config).spec
+    rank = 64  # above the threshold for these widths: r x h > 100,000 from h = 1,563
+
+    def called_in_layer_zero(model) -> int:
+        called = set()
+        for module in _layer_zero(model).modules():
+            module.register_forward_pre_hook(lambda m, args: called.add(id(m)))
+        with torch.device("meta"):
+            model(input_ids=torch.zeros(1, 8, dtype=torch.long))
+        return len(called)
+
+    adapted = with_lora(build_model(config), r=rank, lora_alpha=2 * rank, lora_dropout=0.1, task_type="CAUSAL_LM",
+                        target_modules=lora_target_modules(config["model_type"], targets))
+    fetched, hooked = timing.zero3_lora_modules_per_layer(spec, rank, targets)
+    assert hooked > 0 and timing.zero3_lora_modules_per_layer(spec, 0, targets) == (0, 0)
+    assert called_in_layer_zero(adapted) - called_in_layer_zero(build_model(config)) == hooked
+    assert timing.zero3_modules_per_layer(spec) + fetched == _fetched_modules(_layer_zero(adapted))

@@ -430,6 +430,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     net, ds = cal["network"], cal["deepspeed"]
     counts = counts or model.parameter_counts()
     engine, pp = cols["engine"], cols["pp"]
+    lora_zero3 = T.zero3_lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"])
     megatron = np.equal(engine, MEGATRON)
     fused_adam = np.greater(cols["fused_adam"], 0)
     recompute = cols["recompute"]
@@ -495,8 +496,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
-        zero3_modules_per_layer=T.zero3_modules_per_layer(model),
-        zero3_hooked_modules_per_layer=T.zero3_hooked_modules_per_layer(model),
+        zero3_modules_per_layer=T.zero3_modules_per_layer(model) + lora_zero3[0],
+        zero3_hooked_modules_per_layer=T.zero3_hooked_modules_per_layer(model) + lora_zero3[1],
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],
         zero3_hbm_bytes_per_parameter=ds.get("zero3_hbm_bytes_per_parameter", 0.0),
