@@ -1142,6 +1142,31 @@ HF_SHAPES = {
         num_hidden_layers=3, num_attention_heads=40, num_key_value_heads=40, vocab_size=125696,
         max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
+    # --- fifty-seventh final batch ("final57") ---
+    # OLMo 2 7B's width at 6 of its 32 layers: MHA 32 heads of 128, SwiGLU 11008, Q/K norms, untied 100k vocabulary
+    # (allenai/OLMo-2-1124-7B)
+    "hf-olmo2-h4096-l6": dict(like="OLMo 2 7B (32 -> 6 layers)", seq_length=2048, config=dict(
+        model_type="olmo2", architectures=["Olmo2ForCausalLM"], hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=6, num_attention_heads=32, num_key_value_heads=32, vocab_size=100352,
+        max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # Falcon 40B's attention width at 2 of its 60 layers as a Llama-type model: GQA 128 heads of 64 over 8, a SwiGLU
+    # of 22016 in place of its 4h GeLU MLP, untied 65k vocabulary (tiiuae/falcon-40b's widths); its LoRA matrices
+    # (r x 8192) pass DeepSpeed's persistence threshold
+    "hf-falcon40-h8192-l2": dict(like="Falcon 40B-like width (60 -> 2 layers, Llama type)", seq_length=2048,
+                                 config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=8192, intermediate_size=22016,
+        num_hidden_layers=2, num_attention_heads=128, num_key_value_heads=8, vocab_size=65024,
+        max_position_embeddings=2048, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
+    # MiniCPM 2B's width at 20 of its 40 layers as a Llama-type model: MHA 36 heads of 64, SwiGLU 5760, tied 122.8k
+    # vocabulary (openbmb/MiniCPM-2B-sft-bf16's dimensions, without its scaling multipliers)
+    "hf-minicpm-h2304-l20": dict(like="MiniCPM 2B-like width (40 -> 20 layers, Llama type, tied)", seq_length=2048,
+                                 config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2304, intermediate_size=5760,
+        num_hidden_layers=20, num_attention_heads=36, num_key_value_heads=36, vocab_size=122753,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
     # --- fifty-sixth final batch ("final56") ---
     # StableLM 2 1.6B's width at 12 of its 24 layers as a Llama-type model: MHA 32 heads of 64, SwiGLU 5632, untied
     # 100k vocabulary, RMSNorm and full rotary in place of its LayerNorm and partial rotary (stabilityai/stablelm-2-1_6b)
@@ -2323,6 +2348,19 @@ GROUPS = {
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", overlap=True, pin=False, **OFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
+    ],
+    # fifty-seventh final batch (one GPU), declared in accuracy_split.json "final57" before measuring: LoRA (r=16 on
+    # the attention projections) at ZeRO-3 on three widths the corpus has never run, a blind test of the ZeRO-3 hooks
+    # LoRA's modules add (timing.zero3_lora_modules_per_layer, 5669fc7) and of the replay and the estimate there
+    "final57": [
+        _hf("hf-olmo2-h4096-l6", 3, "sdpa", lora=16),
+        _hf("hf-olmo2-h4096-l6", 3, "sdpa", mbs=2, ckpt=True, lora=16),
+        _hf("hf-olmo2-h4096-l6", 3, "eager", ckpt=True, lora=16),
+        _hf("hf-falcon40-h8192-l2", 3, "sdpa", ckpt=True, lora=16),
+        _hf("hf-falcon40-h8192-l2", 3, "sdpa", lora=16, **OFF),
+        _hf("hf-minicpm-h2304-l20", 3, "sdpa", mbs=2, ckpt=True, lora=16),
+        _hf("hf-minicpm-h2304-l20", 3, "sdpa", gas=2, lora=16),
+        _hf("hf-minicpm-h2304-l20", 2, "sdpa", mbs=2, ckpt=True, lora=16),
     ],
     # fifty-sixth final batch (one GPU), declared in accuracy_split.json "final56" before measuring: gradient
     # accumulation, the way fine-tuning users run, on three widths the corpus has never run: ZeRO-1/2 with the optimizer
