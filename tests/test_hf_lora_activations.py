@@ -119,3 +119,31 @@ def test_phi3_sdpa_keeps_the_fused_qkv_storage():
         diff = (M.hf_layer_extra_bytes_per_token(fused, value_bytes=V)
                 - M.hf_layer_extra_bytes_per_token(plain, value_bytes=V))
         assert diff == (V * (fused.query_projection_size + fused.kv_projection_size) if more else 0.0)
+
+
+def test_zero3_linear_keeps_the_frozen_projections_inputs():
+    """DeepSpeed ZeRO-3 trains with its own linear in place of ``F.linear`` (``LinearFunctionForZeroStage3``, which
+    saves its input whether the weight trains or not): under LoRA a transformers layer then keeps the full
+    fine-tune's inputs of q/k/v, the MLP's first projections and down (SDPA keeps o's anyway) and adds only the
+    adapters' tensors: 2h + f values a layer more than aten's linear keeps (the allocator histories of final57's two
+    LoRA plans without checkpointing held exactly two h-wide and one f-wide input a layer more than the trace with
+    aten's linear). The estimate applies it to DeepSpeed ZeRO-3 plans only."""
+    from workbench.specs import ParallelPlan
+
+    ll = _llama("sdpa")
+    h, f = ll.hidden_size, ll.ffn_hidden_size
+    targets = ("q", "k", "v", "o")
+    per = lambda kept: M.lora_activation_bytes_per_token(  # noqa: E731
+        ll, rank=16, targets=targets, dropout=0.05, value_bytes=V, inputs_kept=kept)
+    assert per(True) - per(False) == V * (2 * h + f)
+    assert not M.lora_frees_down_input(ll, rank=16, targets=targets, inputs_kept=True)
+    plan = ParallelPlan(engine="deepspeed", world_size=1, micro_batch_size=2, global_batch_size=2, lora_rank=16,
+                        lora_targets=targets, lora_dropout=0.05)
+    from workbench.encode import memory_inputs, plan_columns
+
+    def lora_inputs(p):
+        got = memory_inputs(ll, plan_columns(p, ll), "bf16")
+        return got["lora_bytes_per_token"], got["lora_free_down"]
+
+    assert lora_inputs(plan.replace(zero_stage=3)) == (per(True), 0)
+    assert lora_inputs(plan.replace(zero_stage=2)) == (per(False), 1)

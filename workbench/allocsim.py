@@ -1681,7 +1681,15 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     real_softmax, F.softmax = _cuda_softmax()
     real_dropout, F.dropout = cuda_dropout()
     real_linear = F.linear
-    if setup.offload_params:  # ZeRO-3's own linear, which saves the parameter rather than a view of its block
+    # ZeRO-3's own linear, which saves the parameter rather than a view of its block, and its input whether or not
+    # the weight trains: deepspeed.zero.Init puts it in place of F.linear for the rest of the process
+    # (memory_efficient_linear, on by default: partition_parameters.py _enable_mem_efficient_linear, never undone), and
+    # the engine's ZeRO-3 calls Init(module=model) on a model built outside it (parameter_offload.py
+    # _convert_to_zero_parameters), so every ZeRO-3 run trains with it. A LoRA model's frozen projections then keep
+    # their inputs (allocator histories of final57's two LoRA plans without checkpointing,
+    # benchmarks/results/alloc_history/lora_z3_h100/: two hidden-size inputs and the down projection's input a layer
+    # more than aten's linear keeps)
+    if setup.zero_stage == 3:
         F.linear = _zero3_linear()
     try:
         model = None

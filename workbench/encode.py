@@ -323,6 +323,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
 
     precision = Precision.parse(precision, "precision")
     first, middle, last = stage_layer_columns(model.num_layers, cols)
+    zero3 = np.equal(cols["zero"], 3) & np.not_equal(cols["engine"], MEGATRON)
     out = dict(first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last, engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
                pipeline_parallel=cols["pp"], virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
                cp_comm_type=cols.get("cp_comm", 0), cp_a2a_size=cols.get("cp_a2a", 1),
@@ -333,10 +334,13 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                offload_optimizer=cols["off_opt"], offload_params=cols["off_par"],
                distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_adam"],
                overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
-               lora_bytes_per_token=lora_activation_bytes_per_token(
+               # DeepSpeed ZeRO-3's own linear keeps a frozen projection's input (memory.lora_activation_bytes_per_token)
+               lora_bytes_per_token=_where(zero3, *(lora_activation_bytes_per_token(
                    model, rank=cols["lora_rank"], targets=cols["lora_targets"], dropout=cols["lora_dropout"],
-                   value_bytes=precision.bytes_per_value),
-               lora_free_down=int(lora_frees_down_input(model, rank=cols["lora_rank"], targets=cols["lora_targets"])),
+                   value_bytes=precision.bytes_per_value, inputs_kept=kept) for kept in (True, False))),
+               lora_free_down=_where(zero3, *(int(lora_frees_down_input(
+                   model, rank=cols["lora_rank"], targets=cols["lora_targets"], inputs_kept=kept))
+                   for kept in (True, False))),
                fp8=int(precision.is_fp8), fp8_recipe=cols.get("fp8_recipe", 0),
                fp8_param_gather=cols.get("fp8_pg", 0), fp8_bf16_first=cols.get("fp8_bf16_first", 0),
                fp8_bf16_last=cols.get("fp8_bf16_last", 0),

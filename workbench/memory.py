@@ -1644,7 +1644,7 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
 
 
-def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, value_bytes):
+def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, value_bytes, inputs_kept=False):
     """Bytes per token that LoRA adds to (or, negative, takes from) one layer's :func:`layer_activation_bytes`
     (full fine-tune count, t = 1; ``frozen_norms`` is that function's own part).
 
@@ -1671,7 +1671,13 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
     difference with and without LoRA. A megatron-core layer keeps its linears' inputs whether their weights train
     or not (``LinearWithGradAccumulationAndAsyncCommunication`` saves them unconditionally), so other
     implementations add only the adapters' own tensors: the dropped copies and r values per target, all charged
-    v + 1 bytes."""
+    v + 1 bytes.
+
+    ``inputs_kept``: the frozen projections keep their inputs all the same, as under DeepSpeed ZeRO-3, whose own
+    linear (``LinearFunctionForZeroStage3``, which ``deepspeed.zero.Init`` and the engine's ``Init(module=model)``
+    put in place of ``F.linear``) saves its input whether the weight trains or not: a transformers layer then keeps
+    the full fine-tune's inputs and adds only the adapters' dropped copies, masks and r values (allocator histories
+    of two LoRA plans at ZeRO-3, ``benchmarks/results/alloc_history/lora_z3_h100/``)."""
     if not rank:
         return 0.0
     v = value_bytes
@@ -1685,12 +1691,13 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
         return (rank * len(live) + (sum(inputs[t] for t in live) if dropout > 0 else 0)) * (v + 1)
     qkv = len(targets & {"q", "k", "v"})
     # (input width, adapter modules, whether another op keeps that input anyway)
-    groups = [(h, min(qkv, 1) if P.hf_fused_qkv(m) else qkv, False),
-              (q, int("o" in targets), not m.attention.materialises_scores)]
+    kept = bool(inputs_kept)
+    groups = [(h, min(qkv, 1) if P.hf_fused_qkv(m) else qkv, kept),
+              (q, int("o" in targets), kept or not m.attention.materialises_scores)]
     if not m.is_moe:  # MoE experts are fused 3-D weights peft does not wrap; their inputs are moe_activation_bytes'
         fc1 = len(targets & ({"gate", "up"} if m.is_gated else {"up"}))
         fc1 = min(fc1, 1) if m.fused_projections else fc1  # Phi-3's gate_up_proj: one peft module
-        groups += [(h, fc1, False), (f, int("down" in targets), False)]
+        groups += [(h, fc1, kept), (f, int("down" in targets), kept)]
     total = 0.0
     for width, modules, shared in groups:
         if dropout > 0:
@@ -1701,11 +1708,12 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
     return total
 
 
-def lora_frees_down_input(m: ModelSpec, *, rank, targets) -> bool:
+def lora_frees_down_input(m: ModelSpec, *, rank, targets, inputs_kept=False) -> bool:
     """Whether a transformers model under LoRA keeps nothing of its dense MLP's down-projection input (the frozen
     projection keeps no input and no adapter sits on it: :func:`lora_activation_bytes_per_token`), so a recomputed
-    layer's backward frees nothing before its MLP's gradients (:func:`hf_recomputed_working_bytes_per_token`)."""
-    return (bool(rank) and m.implementation is Implementation.TRANSFORMERS and not m.is_moe
+    layer's backward frees nothing before its MLP's gradients (:func:`hf_recomputed_working_bytes_per_token`).
+    ``inputs_kept``: the frozen projections keep their inputs (DeepSpeed ZeRO-3's linear), so it never does."""
+    return (bool(rank) and not inputs_kept and m.implementation is Implementation.TRANSFORMERS and not m.is_moe
             and "down" not in set(targets))
 
 
