@@ -1142,6 +1142,23 @@ HF_SHAPES = {
         num_hidden_layers=3, num_attention_heads=40, num_key_value_heads=40, vocab_size=125696,
         max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
         attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
+    # --- fifty-eighth final batch ("final58") ---
+    # EXAONE 3.5 2.4B's width at 15 of its 30 layers as a Llama-type model: GQA 32/8 of head 80, SwiGLU 7168, tied
+    # 102.4k vocabulary (LGAI-EXAONE/EXAONE-3.5-2.4B-Instruct's dimensions)
+    "hf-exaone-h2560-l15": dict(like="EXAONE 3.5 2.4B-like width (30 -> 15 layers, Llama type, tied)", seq_length=2048,
+                                config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2560, intermediate_size=7168,
+        num_hidden_layers=15, num_attention_heads=32, num_key_value_heads=8, vocab_size=102400,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=1000000.0)),
+    # Falcon3 1B's width as a Llama-type model: GQA 8/4 of head 256, SwiGLU 8192, 18 layers, tied 131k vocabulary
+    # (tiiuae/Falcon3-1B-Base's dimensions)
+    "hf-falcon3-h2048-l18": dict(like="Falcon3 1B-like width (18 layers, Llama type, head 256)", seq_length=2048,
+                                 config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2048, intermediate_size=8192,
+        num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=131072,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=1000042.0)),
     # --- fifty-seventh final batch ("final57") ---
     # OLMo 2 7B's width at 6 of its 32 layers: MHA 32 heads of 128, SwiGLU 11008, Q/K norms, untied 100k vocabulary
     # (allenai/OLMo-2-1124-7B)
@@ -2353,6 +2370,17 @@ GROUPS = {
         _hf("hf-qwen15-h2560-l20", 1, "sdpa", overlap=True, pin=False, **OFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
+    ],
+    # fifty-eighth final batch (one GPU), declared in accuracy_split.json "final58" before measuring: LoRA at ZeRO-3,
+    # mostly without checkpointing, and one full fine-tune at ZeRO-3, on two widths the corpus has never run: a blind
+    # test of ZeRO-3's own linear keeping frozen inputs (a89346b) in the estimate and the replay
+    "final58": [
+        _hf("hf-exaone-h2560-l15", 3, "sdpa", mbs=2, lora=16),
+        _hf("hf-exaone-h2560-l15", 3, "eager", lora=16),
+        _hf("hf-exaone-h2560-l15", 3, "sdpa"),
+        _hf("hf-falcon3-h2048-l18", 3, "sdpa", gas=2, mbs=2, lora=16),
+        _hf("hf-falcon3-h2048-l18", 3, "sdpa", mbs=4, ckpt=True, lora=16),
+        _hf("hf-falcon3-h2048-l18", 3, "sdpa", lora=16, **OFF),
     ],
     # fifty-seventh final batch (one GPU), declared in accuracy_split.json "final57" before measuring: LoRA (r=16 on
     # the attention projections) at ZeRO-3 on three widths the corpus has never run, a blind test of the ZeRO-3 hooks
