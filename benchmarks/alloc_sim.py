@@ -92,9 +92,9 @@ def in_scope(rec: dict) -> bool:
     (``mcore-ddp``)."""
     zero = rec.get("ds_config", {}).get("zero_optimization", {})
     offload = (zero.get("offload_optimizer") or {}).get("device", "none")
+    accumulated = rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) != 1
     offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) >= 1
-                                       and not (zero.get("stage", 0) == 3
-                                                and rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) != 1))
+                                       and not (zero.get("stage", 0) == 3 and accumulated))
     lora_ok = rec.get("stack") == "hf-ds" or not (rec.get("options") or {}).get("lora")
     stack_ok = rec.get("stack") == "hf-ds" or (rec.get("stack") in MCORE_STACKS
                                                and not (rec.get("model_dims") or {}).get("num_experts"))

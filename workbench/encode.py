@@ -334,7 +334,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                offload_optimizer=cols["off_opt"], offload_params=cols["off_par"],
                distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_adam"],
                overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
-               # DeepSpeed ZeRO-3's own linear keeps a frozen projection's input (memory.lora_activation_bytes_per_token)
+               # DeepSpeed ZeRO-3's own linear keeps a frozen projection's input
+               # (memory.lora_activation_bytes_per_token)
                lora_bytes_per_token=_where(zero3, *(lora_activation_bytes_per_token(
                    model, rank=cols["lora_rank"], targets=cols["lora_targets"], dropout=cols["lora_dropout"],
                    value_bytes=precision.bytes_per_value, inputs_kept=kept) for kept in (True, False))),

@@ -1877,14 +1877,13 @@ def zero3_hooked_modules_per_layer(model: ModelSpec) -> int:
     return 12 + norms + (6 if model.shared_expert_ffn_hidden_size is not None else 0)
 
 
-
 LORA_CALLED_MODULES = 4
 """Modules a peft LoRA ``Linear`` calls in its forward beside itself (peft ``tuners/lora/layer.py``
 ``Linear.forward``): ``base_layer``, ``lora_dropout['default']`` (``Dropout``, ``Identity`` at dropout 0),
 ``lora_A['default']`` and ``lora_B['default']``. Its ``ModuleDict`` and ``ParameterDict`` containers (``lora_A``,
 ``lora_B``, ``lora_dropout``, ``lora_embedding_A/B``, ``lora_magnitude_vector``) are never called, so the hooks ZeRO-3
 registers on them never fire: a Llama layer with adapters on q, k, v and o has 53 modules (13 without; counted on
-the meta device, tests/test_timing.py) of which 29 run."""
+the meta device, tests/test_hf_moe.py) of which 29 run."""
 
 
 def zero3_lora_modules_per_layer(model: ModelSpec, rank: int, targets) -> tuple:
@@ -1905,8 +1904,8 @@ def zero3_lora_modules_per_layer(model: ModelSpec, rank: int, targets) -> tuple:
     if hf_gpt_layer(model) or model.fused_projections:  # fused q/k/v (and Phi-3's gate_up) wrapped whole
         dims = {"q": (h, q + 2 * kv), "k": (h, q + 2 * kv), "v": (h, q + 2 * kv), "o": (q, h),
                 "gate": (h, 2 * f), "up": (h, (1 + model.fused_projections) * f), "down": (f, h)}
-        chosen = {"qkv" if t in "qkv" else ("gate_up" if model.fused_projections and t in ("gate", "up") else t)
-                  for t in targets}
+        chosen = {"qkv" if t in ("q", "k", "v") else ("gate_up" if model.fused_projections and t in ("gate", "up")
+                                                       else t) for t in targets}
         dims.update(qkv=dims["q"], gate_up=dims["gate"])
     else:
         dims = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "gate": (h, f), "up": (h, f), "down": (f, h)}
@@ -1915,6 +1914,7 @@ def zero3_lora_modules_per_layer(model: ModelSpec, rank: int, targets) -> tuple:
     fetched = sum((experts if t in ("gate", "up", "down", "gate_up") else 1)
                   * (_fetched(rank * dims[t][0]) + _fetched(dims[t][1] * rank)) for t in chosen if t in dims)
     return fetched, LORA_CALLED_MODULES * wrapped
+
 
 HOST_SECONDS_INPUTS = ("layer_host_s", "hf_layer_host_s", "hf_recompute_layer_s", "hf_lora_module_host_s",
                        "moe_block_host_s", "moe_expert_host_s", "deepspeed_tensor_seconds", "zero3_fetch_latency_s",
