@@ -2371,6 +2371,19 @@ GROUPS = {
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=13, **OFF, **POFF),
         _hf("hf-solar-h4096-l10", 3, "sdpa", mbs=2, ckpt=True, pin=False, **OFF, **POFF),
     ],
+    # fourteenth fit batch (one GPU), fit side, declared in accuracy_split.json "fit14_about": LoRA at ZeRO-3 on fit
+    # widths, thin and wide, one full fine-tune twin and one repeat: what the hooks of LoRA's modules cost, to fit
+    # before the next LoRA batch is read (final57/58 put the count of 5669fc7 between -36 and +70 %)
+    "fit14": [
+        _hf("hf-llama-h2048-l22", 3, "sdpa", lora=16),
+        _hf("hf-llama-h2048-l22", 3, "sdpa", lora=16, repeat=14),
+        _hf("hf-llama-h2048-l22", 3, "sdpa", repeat=14),  # fit6's full fine-tune again, on this batch's host
+        _hf("hf-llama-h2048-l22", 3, "sdpa", mbs=4, ckpt=True, lora=16),
+        _hf("hf-qwen15-h2560-l20", 3, "sdpa", mbs=2, lora=16),
+        _hf("hf-solar-h4096-l10", 3, "sdpa", lora=16),
+        _hf("hf-codellama-h8192-l2", 3, "sdpa", lora=16),
+        _hf("hf-qwen3-h1024-l28", 3, "sdpa", mbs=4, lora=16),
+    ],
     # fifty-eighth final batch (one GPU), declared in accuracy_split.json "final58" before measuring: LoRA at ZeRO-3,
     # mostly without checkpointing, and one full fine-tune at ZeRO-3, on two widths the corpus has never run: a blind
     # test of ZeRO-3's own linear keeping frozen inputs (a89346b) in the estimate and the replay
