@@ -2167,7 +2167,7 @@ def scope_problems(model, plan) -> list:
         elif offload == "cpu" and zero == 3 and plan.gradient_accumulation_steps != 1:
             why.append(f"offload_optimizer=cpu with zero_stage=3, gradient_accumulation_steps="
                        f"{plan.gradient_accumulation_steps} (ZeRO-3's offload is traced without accumulation: a "
-                       f"checkpointed run with it traced 11 % over)")
+                       f"checkpointed run with it traced 8 % over)")
         if zero == 3 and not plan.overlaps_comm:
             why.append("overlap_comm=False at ZeRO-3 (the trace reduces on ZeRO-3's side stream, DeepSpeed's default: "
                        "--overlap-comm, ParallelPlan(overlap_comm=True))")
