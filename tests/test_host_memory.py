@@ -253,3 +253,26 @@ def test_cli_host_line_names_what_an_nvme_rank_holds(capsys):
     assert cli.main(base + ["--zero", "3", "--offload-optimizer", "nvme", "--offload-params", "nvme"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "host memory per node" in x)
     assert "NVMe swap buffers" in line and "defragments" not in line and "the larger of" not in line
+
+
+@pytest.mark.parametrize("zero,per_step", [(2, lambda m: 2 * m - 1), (1, lambda m: 2)])
+def test_offload_with_accumulation_moves_the_gradient_sums_over_the_host_link(zero, per_step):
+    """ZeRO-1/2 with the optimizer on the CPU and m micro-batches a step keep each gradient's running sum on the host
+    (DeepSpeed 0.19.8 async_accumulate_grad_in_cpu_via_gpu): ZeRO-2's hooks copy every micro-batch's 16-bit gradient
+    down and, after the first, the sum up again, (2m - 1) x 2 bytes a parameter; ZeRO-1 reduces at the boundary,
+    one copy each way. The offload term grows by exactly those bytes over the host link; one micro-batch moves
+    none of them, and ZeRO-3 (its own partitioned path) and plans without offload are untouched."""
+    m_model = catalog.model("llama2-7b")
+    c = ClusterSpec(gpu="H200", gpus_per_node=1)
+    p = ParallelPlan(world_size=1, engine="deepspeed", micro_batch_size=1, global_batch_size=1, zero_stage=zero,
+                     offload_optimizer="cpu")
+    n, link = m_model.parameter_counts().total, c.gpu.host_link_gb_per_s * 1e9
+    one = estimate(m_model, c, p).time.breakdown["offload"]
+    for m in (2, 4):
+        many = estimate(m_model, c, p.replace(global_batch_size=m)).time.breakdown["offload"]
+        assert many - one == pytest.approx(per_step(m) * 2 * n / link, rel=1e-9)
+    z3 = p.replace(zero_stage=3, overlap_comm=True)
+    assert estimate(m_model, c, z3.replace(global_batch_size=4)).time.breakdown["offload"] == pytest.approx(
+        estimate(m_model, c, z3).time.breakdown["offload"], rel=1e-12)
+    assert estimate(m_model, c, p.replace(offload_optimizer="none", global_batch_size=4)).time.breakdown[
+        "offload"] == 0.0

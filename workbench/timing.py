@@ -1659,7 +1659,8 @@ def optimizer_terms(x: StepInputs) -> dict:
     on the GPU when non-blocking, as DeepSpeed's gradient copy is, and on the host when blocking, as its parameter
     copy back is). These copies cross at ``host_link_gb_per_s`` from page-locked buffers and at
     ``pageable_copy_gb_per_s`` from pageable ones (``pin_memory`` off: the driver stages each copy through its own
-    page-locked memory, so the host's memory copies set the rate; fitted on the corpus's fit13 batch)."""
+    page-locked memory, so the host's memory copies set the rate; fitted on the corpus's fit13 batch). With
+    gradient accumulation ZeRO-1/2 also move each gradient's running sum across the link (below)."""
     t, p, c, d, m = x.tensor_parallel, x.pipeline_parallel, x.context_parallel, x.data_parallel, x.num_microbatches
     dense_params, expert_params, expert_group = local_parameters(x)
     local_params = dense_params + expert_params
@@ -1685,6 +1686,13 @@ def optimizer_terms(x: StepInputs) -> dict:
     # with the parameters on the host they stay there (4 bytes)
     offload_opt_s = where(off_opt, shard * (4.0 + where(off_par, 0.0, x.bytes_per_value)) / host_bps
                              + shard * host_passes * cpu_seconds_per_param, 0.0)
+    # ZeRO-1/2 with gradient accumulation keep each gradient's running sum on the host
+    # (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu, DeepSpeed 0.19.8): every micro-batch's hooks copy the
+    # 16-bit gradient down and, after the first, the sum so far up through the GPU staging buffer to add it there,
+    # (2m - 1) v bytes a parameter a step at ZeRO-2; ZeRO-1 reduces at the boundary alone, one copy each way (2v)
+    accumulated = off_opt & (m > 1) & (x.zero_stage >= 1) & (x.zero_stage <= 2)
+    offload_opt_s = offload_opt_s + where(
+        accumulated, shard * where(x.zero_stage == 2, 2 * m - 1, 2) * x.bytes_per_value / host_bps, 0.0)
     # parameters on the host: each micro-batch's forward copies them in (ZeRO-3's coordinator keeps most of them
     # gathered until their backward: :func:`workbench.memory.zero3_gathered_walk`), and with the optimizer on
     # the GPU each step casts the updated fp32 partition back into the host's 16-bit copy
