@@ -233,9 +233,16 @@ def lora_params_per_layer(m: ModelSpec, rank: int, targets) -> int:
     """
     if not rank:
         return 0
+    shapes = lora_target_shapes(m)
+    return rank * sum(copies * (fan_in + fan_out) for fan_in, fan_out, copies in (shapes[t] for t in targets))
+
+
+def lora_target_shapes(m: ModelSpec) -> dict:
+    """Each LoRA target's projection in one layer, kept apart: ``(in, out, copies)`` — q (h → a·d), k and v
+    (h → g·d), o (a·d → h), gate and up (h → f; gate only in gated MLPs, 0 copies otherwise), down (f → h); the MLP
+    targets once per expert. Its adapter is A (r × in) and B (out × r) per copy."""
     h, q, kv = m.hidden_size, m.query_projection_size, m.kv_projection_size
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     experts = m.num_experts if m.is_moe else 1
-    sizes = {"q": h + q, "k": h + kv, "v": h + kv, "o": q + h,
-             "gate": (h + f) * experts if m.is_gated else 0, "up": (h + f) * experts, "down": (f + h) * experts}
-    return rank * sum(sizes[t] for t in targets)
+    return {"q": (h, q, 1), "k": (h, kv, 1), "v": (h, kv, 1), "o": (q, h, 1),
+            "gate": (h, f, experts if m.is_gated else 0), "up": (h, f, experts), "down": (f, h, experts)}

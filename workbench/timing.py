@@ -1901,26 +1901,27 @@ def zero3_lora_modules_per_layer(model: ModelSpec, rank: int, targets) -> tuple:
     frozen weight that :func:`zero3_modules_per_layer` already fetches. Fetched: an adapter matrix (``lora_A``:
     r x in, ``lora_B``: out x r) above :data:`ZERO3_PERSISTENCE_THRESHOLD` elements is gathered like any other
     weight (a width above 6,250 at r=16); smaller ones stay persistent. (0, 0) without LoRA."""
-    from workbench.params import lora_modules_per_layer
+    from workbench.params import lora_modules_per_layer, lora_target_shapes
 
     wrapped = lora_modules_per_layer(model, rank, targets)
     if not wrapped:
         return 0, 0
-    h, q, kv, f = model.hidden_size, model.query_projection_size, model.kv_projection_size, model.ffn_hidden_size
-    if model.is_moe:
-        f = model.moe_ffn_hidden_size
-    if hf_gpt_layer(model) or model.fused_projections:  # fused q/k/v (and Phi-3's gate_up) wrapped whole
-        dims = {"q": (h, q + 2 * kv), "k": (h, q + 2 * kv), "v": (h, q + 2 * kv), "o": (q, h),
-                "gate": (h, 2 * f), "up": (h, (1 + model.fused_projections) * f), "down": (f, h)}
-        chosen = {"qkv" if t in ("q", "k", "v") else ("gate_up" if model.fused_projections and t in ("gate", "up")
-                                                       else t) for t in targets}
-        dims.update(qkv=dims["q"], gate_up=dims["gate"])
+    shapes = lora_target_shapes(model)
+    if hf_gpt_layer(model) or model.fused_projections:  # peft wraps a fused projection whole: one adapter for it
+        h, q, kv = model.hidden_size, model.query_projection_size, model.kv_projection_size
+        modules = {}
+        for t in targets:
+            if t in ("q", "k", "v"):  # GPT-2's c_attn, GPT-NeoX's query_key_value, Phi-3's qkv_proj
+                modules["qkv"] = (h, q + 2 * kv, 1)
+            elif model.fused_projections and t in ("gate", "up"):  # Phi-3's gate_up_proj
+                fan_in, fan_out, copies = shapes["up"]
+                modules["gate_up"] = (fan_in, 2 * fan_out, copies)
+            else:
+                modules[t] = shapes[t]
+        modules = list(modules.values())
     else:
-        dims = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "gate": (h, f), "up": (h, f), "down": (f, h)}
-        chosen = set(targets)
-    experts = model.num_experts if model.is_moe else 1
-    fetched = sum((experts if t in ("gate", "up", "down", "gate_up") else 1)
-                  * (_fetched(rank * dims[t][0]) + _fetched(dims[t][1] * rank)) for t in chosen if t in dims)
+        modules = [shapes[t] for t in set(targets)]
+    fetched = sum(copies * (_fetched(rank * fan_in) + _fetched(fan_out * rank)) for fan_in, fan_out, copies in modules)
     return fetched, LORA_CALLED_MODULES * wrapped
 
 
