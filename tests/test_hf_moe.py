@@ -229,3 +229,13 @@ def test_zero3_lora_hooks_fire_on_the_modules_a_forward_calls(family, targets):
     assert hooked > 0 and timing.zero3_lora_modules_per_layer(spec, 0, targets) == (0, 0)
     assert called_in_layer_zero(adapted) - called_in_layer_zero(build_model(config)) == hooked
     assert timing.zero3_modules_per_layer(spec) + fetched == _fetched_modules(_layer_zero(adapted))
+
+
+def test_zero3_lora_modules_ignore_a_gate_target_a_non_gated_mlp_does_not_have():
+    """GPT-2's MLP has no gate projection: a ``gate`` target (among the workbench's default targets) adds no adapter,
+    so neither a hooked module nor a fetched adapter matrix, even at a rank whose matrices pass the threshold."""
+    spec = import_hf(CONFIGS["gpt2"]).spec
+    assert not spec.is_gated
+    for rank in (16, 256):
+        assert (timing.zero3_lora_modules_per_layer(spec, rank, ("q", "k", "v", "gate"))
+                == timing.zero3_lora_modules_per_layer(spec, rank, ("q", "k", "v")))
