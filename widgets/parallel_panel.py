@@ -33,6 +33,7 @@ GROUPS = (
              "moe_load_imbalance", "moe_recompute", "moe_pad_to_capacity", "moe_overlap_alltoall")),
     ("Memory & recompute", ("recompute", "recompute_layers", "distributed_optimizer", "offload_optimizer",
                             "offload_params", "pin_memory", "zero_init", "expandable_segments", "lora_rank")),
+    ("DeepSpeed ZeRO sizes", ("reduce_bucket_size", "prefetch_bucket_size", "param_persistence_threshold")),
     ("Precision & kernels", ("precision", "fp8_recipe", "fp8_param_gather", "fp8_bf16_first_layers",
                              "fp8_bf16_last_layers", "grad_reduce_fp32", "cross_entropy_fusion", "adam",
                              "overlap_comm")),
@@ -41,7 +42,7 @@ GROUPS = (
 error stay below them, visible whichever section is open."""
 
 _ZERO_IS_NONE = ("recompute_layers", "first_stage_layers", "last_stage_layers", "expert_tensor_parallel",
-                 "moe_capacity_factor")
+                 "moe_capacity_factor", "reduce_bucket_size", "prefetch_bucket_size", "param_persistence_threshold")
 """Integer boxes where 0 stands for the plan's ``None``."""
 _ENGINE_DEFAULT = "default"  # the overlap_comm choice that leaves it to the engine (None in the plan)
 
@@ -171,6 +172,16 @@ class ParallelPanel(Panel):
                                            "to and from the GPU at the host's pageable rate")
         c["lora_rank"] = int_text("LoRA rank", minimum=0, tooltip="LoRA adapter rank (0: full fine-tune)")
         c["lora_rank"].add_class("wb-lora-rank")
+        for name, label, what in (
+                ("reduce_bucket_size", "reduce bucket", "zero_optimization.reduce_bucket_size: the ZeRO-1/2 "
+                 "gradient bucket (two with overlap_comm) and ZeRO-3's reduce bucket, allocated whole; 0: "
+                 "DeepSpeed's 5e8. The HF Trainer's 'auto' is hidden²"),
+                ("prefetch_bucket_size", "ZeRO-3 prefetch", "stage3_prefetch_bucket_size: parameters gathered "
+                 "ahead; 0: DeepSpeed's 5e7. The HF Trainer's 'auto' is 0.9 x hidden²"),
+                ("param_persistence_threshold", "ZeRO-3 persistence", "stage3_param_persistence_threshold: "
+                 "parameters of at most this many elements are never partitioned; 0: DeepSpeed's 1e5. The HF "
+                 "Trainer's 'auto' is 10 x hidden")):
+            c[name] = int_text(label + " (elements)", minimum=0, tooltip=what)
         self.controls = c
         for name, w in c.items():
             w.observe(lambda change, name=name: self._on_field(name, change["new"]), names="value")

@@ -280,7 +280,8 @@ def bucket_sizes(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, tim
         kinds = {"Megatron DDP bucket (--ddp-bucket-size)": "reduce_scatter" if plan.distributed_optimizer
                  else "all_reduce"}
     else:
-        named = {"reduce_bucket_size": options.reduce_bucket_size}
+        named = {"reduce_bucket_size": (options.reduce_bucket_size if plan.reduce_bucket_size is None
+                                        else plan.reduce_bucket_size)}
         kinds = {"reduce_bucket_size": "all_reduce" if plan.zero_stage == 0 else "reduce_scatter"}
         if ZeroStage.OPTIMIZER <= plan.zero_stage <= ZeroStage.GRADIENTS:
             named["allgather_bucket_size"] = options.allgather_bucket_size
@@ -1957,7 +1958,8 @@ def throughput_suggestions(model: ModelSpec, cluster: ClusterSpec, plan: Paralle
             msg = (f"data-parallel traffic is exposed (ZeRO-{int(plan.zero_stage)}, DP={plan.data_parallel}); "
                    "check NCCL bandwidth, bucket sizes and overlap")
             settings = ["NCCL_DEBUG=INFO", f"reduce_bucket_size / allgather_bucket_size (now "
-                        f"{o.reduce_bucket_size:.2g} / {o.allgather_bucket_size:.2g})", "overlap_comm: true"]
+                        f"{plan.reduce_bucket_size or o.reduce_bucket_size:.2g} / {o.allgather_bucket_size:.2g})",
+                        "overlap_comm: true"]
             if plan.zero_stage >= ZeroStage.GRADIENTS and plan.engine is not Engine.MEGATRON:
                 alt = _try(model, cluster, plan, profile, zero_stage=1, offload_params=Offload.NONE)
                 settings.append("zero_optimization.stage 1 (one reduce-scatter per step instead of per micro-batch"

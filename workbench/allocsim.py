@@ -55,7 +55,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS
+from workbench.defaults import (DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
+                                DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS)
 from workbench.hf import enable_layer_checkpointing, with_lora
 from workbench.specs import builds_in_zero_init, hf_checkpoint_every
 from workbench.memory import zero3_sub_groups  # noqa: F401  (DeepSpeed's sub-groups, as the memory model has them)
@@ -700,6 +701,10 @@ class DeepSpeedSetup:
     grad_accum: int
     seq_length: int
     reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+    prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
+    """ZeRO-3 ``stage3_prefetch_bucket_size``: what the coordinator gathers ahead (:class:`_Zero3ParamFetcher`)."""
+    persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD
+    """ZeRO-3 ``stage3_param_persistence_threshold``: parameters of at most this many elements are never released."""
     steps: int = 6
     offload_optimizer: bool = False
     """ZeRO-2 with ``offload_optimizer`` on the CPU: the fp32 master, its gradient and Adam's states live on the
@@ -1242,7 +1247,8 @@ class _Zero3ParamFetcher:
     ``param.ds_tensor.data.to(device)``), and after it they are freed. The first forward and backward record the
     trace and free each module's parameters at once; later ones follow DeepSpeed's coordinator
     (:class:`workbench.memory.Zero3Coordinator`: prefetching and keeping parameters used again). Parameters of at
-    most :data:`workbench.memory.DS_PERSISTENCE_THRESHOLD` elements are persistent: copied in once, never freed.
+    most ``persistence_threshold`` elements (``stage3_param_persistence_threshold``) are persistent: copied in once,
+    never freed; the coordinator prefetches up to ``prefetch`` elements (``stage3_prefetch_bucket_size``).
 
     A parameter read in the forward of a module that does not own it (megatron-core's tied output layer takes the
     word embedding's weight as an argument: ``shared_embedding_or_output_weight()`` in ``GPTModel``'s forward) is
@@ -1252,10 +1258,9 @@ class _Zero3ParamFetcher:
     (``__release_param``: ``ds_active_sub_modules``): the top module's external embedding stays gathered through its
     forward and its backward."""
 
-    def __init__(self, model, shapes: dict, events: list):
-        from workbench.memory import DS_PERSISTENCE_THRESHOLD
-
-        self.events = events
+    def __init__(self, model, shapes: dict, events: list, *, persistence_threshold=DEEPSPEED_PERSISTENCE_THRESHOLD,
+                 prefetch=DEEPSPEED_PREFETCH_BUCKET_ELEMENTS):
+        self.events, self.prefetch = events, prefetch
 
         # parameters by their ds_id (the order the engine converts them), as the coordinator sorts them
         ds_id = {id(p): i for i, p in enumerate(model.parameters())}
@@ -1270,7 +1275,7 @@ class _Zero3ParamFetcher:
                 pid = ds_id[id(p)]
                 numel = math.prod(self.shapes[pid])
                 self.by_id[pid] = p
-                if numel > DS_PERSISTENCE_THRESHOLD:
+                if numel > persistence_threshold:
                     large.append(pid)
                     self.numel[pid] = numel
                 elif pid not in self.persistent:
@@ -1332,7 +1337,7 @@ class _Zero3ParamFetcher:
         if not self.recording:
             from workbench.memory import Zero3Coordinator
 
-            self.coordinator = Zero3Coordinator(self.trace, self.params_of, self.numel)
+            self.coordinator = Zero3Coordinator(self.trace, self.params_of, self.numel, prefetch=self.prefetch)
 
     def _fetch(self, key) -> None:
         since = len(self.events)
@@ -1508,7 +1513,8 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         _allgather_sequential(size(p), on_host=on_host)
     fetcher = None
     if on_host:  # each module fetch copies its parameters in, each release frees them (no flat buffer here)
-        fetcher = _Zero3ParamFetcher(model, shapes, events)
+        fetcher = _Zero3ParamFetcher(model, shapes, events, persistence_threshold=setup.persistence_threshold,
+                                     prefetch=setup.prefetch_bucket_elements)
     else:  # the gathered parameters are views of the flat buffer (frozen ones of their partition)
         offset = 0
         for p in everything:
@@ -1615,6 +1621,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                        attn_implementation: str = "sdpa", gradient_checkpointing: bool = False,
                        checkpoint_every: int = 1, lora: Optional[dict] = None,
                        reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+                       prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
+                       persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True, side_stream_lags: bool = True,
                        overlap_comm: bool = False, offload_params: bool = False, zero_init: bool = False) -> list:
@@ -1663,6 +1671,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
         raise ValueError(f"zero_stage={zero_stage}: the trace models DeepSpeed ZeRO-0 to 3")
     setup = DeepSpeedSetup(zero_stage=zero_stage, micro_batch=micro_batch, grad_accum=grad_accum,
                            seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps,
+                           prefetch_bucket_elements=int(prefetch_bucket_elements),
+                           persistence_threshold=int(persistence_threshold),
                            offload_optimizer=bool(offload_optimizer), flatten_on_device=bool(flatten_on_device),
                            side_stream_lags=bool(side_stream_lags), overlap_comm=bool(overlap_comm),
                            offload_params=bool(offload_params), zero_init=bool(zero_init))
@@ -1807,6 +1817,9 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
 
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
                            grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
+                           reduce_bucket_elements=plan.reduce_bucket_elements,
+                           prefetch_bucket_elements=plan.prefetch_bucket_elements,
+                           persistence_threshold=plan.persistence_threshold,
                            offload_optimizer=str(plan.offload_optimizer) == "cpu",
                            offload_params=str(plan.offload_params) == "cpu",
                            overlap_comm=bool(plan.overlaps_comm), flatten_on_device=flatten_on_device)
@@ -2265,7 +2278,10 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                    lora_dropout: float = 0.0, capacity_bytes: Optional[int] = None,
                    steps: int = 6, offload_optimizer: bool = False,
                    sdpa_kernel: str = "cudnn", overlap_comm: bool = False,
-                   offload_params: bool = False, zero_init: bool = False) -> ReplayedPeaks:
+                   offload_params: bool = False, zero_init: bool = False,
+                   reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+                   prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
+                   persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD) -> ReplayedPeaks:
     """The caching allocator's peaks (:class:`ReplayedPeaks`) replayed over the trace of building the model
     ``config`` (a Hugging Face ``config.json`` dict) and ``steps`` training steps under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
@@ -2293,7 +2309,10 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                                   checkpoint_every=int(checkpoint_every), lora=lora, steps=int(steps),
                                   offload_optimizer=bool(offload_optimizer), sdpa_kernel=sdpa_kernel,
                                   flatten_on_device=flatten_on_device, overlap_comm=bool(overlap_comm),
-                                  offload_params=bool(offload_params), zero_init=bool(zero_init))
+                                  offload_params=bool(offload_params), zero_init=bool(zero_init),
+                                  reduce_bucket_elements=int(reduce_bucket_elements),
+                                  prefetch_bucket_elements=int(prefetch_bucket_elements),
+                                  persistence_threshold=int(persistence_threshold))
 
     return ReplayedPeaks.of(replay_deepspeed(trace, capacity_bytes))
 
@@ -2366,7 +2385,9 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         lora_rank=plan.lora_rank,
         lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
         offload_optimizer=str(plan.offload_optimizer) == "cpu", overlap_comm=bool(plan.overlaps_comm),
-        offload_params=str(plan.offload_params) == "cpu", zero_init=builds_in_zero_init(model, plan))
+        offload_params=str(plan.offload_params) == "cpu", zero_init=builds_in_zero_init(model, plan),
+        reduce_bucket_elements=plan.reduce_bucket_elements, prefetch_bucket_elements=plan.prefetch_bucket_elements,
+        persistence_threshold=plan.persistence_threshold)
 
 
 # ================================================================================================================

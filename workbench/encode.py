@@ -8,7 +8,9 @@ tensor parallel, expert data parallel), ``moe_tf`` (token factor: the capacity f
 routing load, 1 when balanced; the planner's float column ``moe_imb`` carries the plan's imbalance), ``moe_ds``
 (1: DeepSpeed-MoE layers) and
 ``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``pin`` (1: DeepSpeed's
-offload buffers page-locked, ``pin_memory``), ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE
+offload buffers page-locked, ``pin_memory``), DeepSpeed's ZeRO sizes in elements ``rbucket`` (``reduce_bucket_size``),
+``pbucket`` (``stage3_prefetch_bucket_size``) and ``persist`` (``stage3_param_persistence_threshold``), one number
+for every plan of a table, ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE
 selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the
 pipeline split ``first_layers, last_layers`` (0: an even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
@@ -84,7 +86,8 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 grad_fp32=int(plan.reduces_grads_in_fp32),
                 expseg=int(plan.expandable_segments), pin=int(plan.pin_memory), tp_ov=int(plan.tp_comm_overlap),
                 xent=CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion],
-                zinit=int(builds_in_zero_init(model, plan)))
+                zinit=int(builds_in_zero_init(model, plan)), rbucket=plan.reduce_bucket_elements,
+                pbucket=plan.prefetch_bucket_elements, persist=plan.persistence_threshold)
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -351,7 +354,9 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0),
                moe_recompute=cols.get("moe_rc", 0), tp_comm_overlap=cols.get("tp_ov", 0),
                cross_entropy_fusion=cols.get("xent", 0), pinned_host=cols.get("pin", 1),
-               zero_init=cols["zinit"] if "zinit" in cols else default_zero_init_column(model, cols))
+               zero_init=cols["zinit"] if "zinit" in cols else default_zero_init_column(model, cols),
+               reduce_bucket_elements=cols.get("rbucket", defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS),
+               prefetch_bucket_elements=cols.get("pbucket", defaults.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out
@@ -435,7 +440,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     net, ds = cal["network"], cal["deepspeed"]
     counts = counts or model.parameter_counts()
     engine, pp = cols["engine"], cols["pp"]
-    lora_zero3 = T.zero3_lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"])
+    persist = cols.get("persist", defaults.DEEPSPEED_PERSISTENCE_THRESHOLD)  # ZeRO-3's persistence threshold
+    lora_zero3 = T.zero3_lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"], persist)
     megatron = np.equal(engine, MEGATRON)
     fused_adam = np.greater(cols["fused_adam"], 0)
     recompute = cols["recompute"]
@@ -446,7 +452,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
                       minimum(np.divide(cols["recompute_layers"], largest), 1.0), 0.0)
     if bucket_elements is None:
         bucket_elements = _where(megatron, defaults.MEGATRON_BUCKET_ELEMENTS,
-                                 defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
+                                 cols.get("rbucket", defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS))
     inputs = dict(
         num_layers=model.num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
         head_dim=model.head_dim, query_projection_size=model.query_projection_size,
@@ -501,7 +507,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
-        zero3_modules_per_layer=T.zero3_modules_per_layer(model) + lora_zero3[0],
+        zero3_modules_per_layer=T.zero3_modules_per_layer(model, persist) + lora_zero3[0],
         zero3_hooked_modules_per_layer=T.zero3_hooked_modules_per_layer(model) + lora_zero3[1],
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],
         zero3_collective_call_s=ds["zero3_collective_call_s"],

@@ -137,6 +137,11 @@ class EvaluatedPlan:
                      "moe_token_dispatcher": str(self.plan.moe_token_dispatcher),
                      "moe_overlap_alltoall": self.plan.moe_overlap_alltoall,
                      "tp_comm_overlap": self.plan.tp_comm_overlap,
+                     # DeepSpeed's ZeRO sizes as priced (the plan's, else DeepSpeed's defaults); None for Megatron
+                     **{name: (None if str(self.plan.engine) == "megatron" else getattr(self.plan, resolved))
+                        for name, resolved in (("reduce_bucket_size", "reduce_bucket_elements"),
+                                               ("prefetch_bucket_size", "prefetch_bucket_elements"),
+                                               ("param_persistence_threshold", "persistence_threshold"))},
                      **self._deepspeed_moe_fields()},
             "memory": self.memory.to_dict(),
         }

@@ -20,6 +20,7 @@ import numpy as np
 
 from workbench import dsmoe
 from workbench import params as P
+from workbench.defaults import DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
 from workbench.defaults import DEEPSPEED_SUB_GROUP_ELEMENTS as DS_SUB_GROUP_ELEMENTS
 from workbench.defaults import DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS as DS_ZERO3_NORM_CHUNK_ELEMENTS
@@ -44,8 +45,8 @@ HF_LOSS_BYTES_PER_LOGIT = 12.0
 log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
-DS_PREFETCH_BUCKET_ELEMENTS = int(5e7)
-"""``stage3_prefetch_bucket_size`` default (elements)."""
+DS_PREFETCH_BUCKET_ELEMENTS = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
+"""``stage3_prefetch_bucket_size`` default (elements; :data:`workbench.defaults.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS`)."""
 DS_NVME_BUFFER_COUNT = 4
 DS_NVME_BUFFER_ELEMENTS = int(1e8)
 """``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
@@ -331,8 +332,9 @@ gathered (deepspeed/runtime/zero/config.py)."""
 DS_MAX_REUSE_DISTANCE = int(1e9)
 """``stage3_max_reuse_distance`` default (elements): a module's parameters stay gathered when the trace uses them
 again within this many parameter elements (deepspeed/runtime/zero/config.py)."""
-DS_PERSISTENCE_THRESHOLD = 100_000
-"""``stage3_param_persistence_threshold`` default: parameters of at most this many elements are never released."""
+DS_PERSISTENCE_THRESHOLD = DEEPSPEED_PERSISTENCE_THRESHOLD
+"""``stage3_param_persistence_threshold`` default: parameters of at most this many elements are never released
+(:data:`workbench.defaults.DEEPSPEED_PERSISTENCE_THRESHOLD`)."""
 
 
 def zero3_module_trace(m: ModelSpec, tensor_parallel=1, full_recompute=False) -> tuple:
@@ -495,21 +497,23 @@ def zero3_gathered_walk(order: list, numel: dict, **limits) -> dict:
 
 
 @_memoised_on_numbers
-def _zero3_model_walk(m: ModelSpec, tensor_parallel: int, full_recompute: bool) -> dict:
-    """:func:`zero3_gathered_walk` over the model's :func:`zero3_module_trace`, once per model and arguments."""
-    return zero3_gathered_walk(*zero3_module_trace(m, tensor_parallel, full_recompute))
+def _zero3_model_walk(m: ModelSpec, tensor_parallel: int, full_recompute: bool,
+                      prefetch: int = DS_PREFETCH_BUCKET_ELEMENTS) -> dict:
+    """:func:`zero3_gathered_walk` over the model's :func:`zero3_module_trace` with ``stage3_prefetch_bucket_size``
+    ``prefetch``, once per model and arguments."""
+    return zero3_gathered_walk(*zero3_module_trace(m, tensor_parallel, full_recompute), prefetch=prefetch)
 
 
 @_memoised_on_numbers
-def zero3_gathered_elements(m: ModelSpec, tensor_parallel=1, full_recompute=0):
+def zero3_gathered_elements(m: ModelSpec, tensor_parallel=1, full_recompute=0, prefetch=DS_PREFETCH_BUCKET_ELEMENTS):
     """Elements of gathered 16-bit parameters one ZeRO-3 rank holds when backward starts, where it gathers at all
     (more than one rank in the partition, or parameters offloaded): :func:`zero3_gathered_walk` over
     :func:`zero3_module_trace`. A sweep of ``tensor_parallel`` or ``full_recompute`` takes each distinct value
     once."""
-    if ndim(tensor_parallel) or ndim(full_recompute):
-        return _per_distinct(lambda t, r: zero3_gathered_elements(m, int(t), int(r)), tensor_parallel,
-                             full_recompute)
-    return float(_zero3_model_walk(m, int(tensor_parallel), bool(full_recompute))["at_backward"])
+    if ndim(tensor_parallel) or ndim(full_recompute) or ndim(prefetch):
+        return _per_distinct(lambda t, r, f: zero3_gathered_elements(m, int(t), int(r), int(f)), tensor_parallel,
+                             full_recompute, prefetch)
+    return float(_zero3_model_walk(m, int(tensor_parallel), bool(full_recompute), int(prefetch))["at_backward"])
 
 
 def recompute_keeps_released_weights(m: ModelSpec) -> bool:
@@ -528,7 +532,8 @@ def recompute_keeps_released_weights(m: ModelSpec) -> bool:
 
 
 @_memoised_on_numbers
-def zero3_layer_backward_gathered(m: ModelSpec, tensor_parallel=1, full_recompute=0, aliases=1) -> tuple:
+def zero3_layer_backward_gathered(m: ModelSpec, tensor_parallel=1, full_recompute=0, aliases=1,
+                                  prefetch=DS_PREFETCH_BUCKET_ELEMENTS) -> tuple:
     """Elements of gathered parameters when each layer's backward starts, last layer first: the coordinator's walk
     (:class:`Zero3Coordinator` over :func:`zero3_module_trace`) just after it fetches the layer's first
     back-propagated module (its last forward one; under full recompute that module's second fetch in backward,
@@ -539,7 +544,7 @@ def zero3_layer_backward_gathered(m: ModelSpec, tensor_parallel=1, full_recomput
     to the host, where the backward's start holds 1.88. Under full recompute of a model whose checkpointing keeps
     released weights (:func:`recompute_keeps_released_weights`) the blocks the layer's recompute still holds are
     counted too (``aliases=0``: not, for a moment before the layer's recompute)."""
-    walk = _zero3_model_walk(m, int(tensor_parallel), bool(full_recompute))
+    walk = _zero3_model_walk(m, int(tensor_parallel), bool(full_recompute), int(prefetch))
     after_backward_fetch = walk["after_backward_fetch"]
     keeps = aliases and full_recompute and recompute_keeps_released_weights(m)
     aliased = walk["aliased_after_backward_fetch"] if keeps else {}
@@ -561,14 +566,14 @@ def zero3_layer_backward_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_
     the walk's ``after_first_backward``), at least one layer's largest weight with a prefetch bucket; 0 where
     nothing is gathered (one rank without offloaded parameters, as :func:`zero3_gathered_bytes`). Arrays
     allowed."""
-    def at(tp, full, done, keep):  # one walk per distinct (TP, recompute), remembered
+    def at(tp, full, done, keep, pf):  # one walk per distinct (TP, recompute, prefetch), remembered
         if done < 0:
-            return _zero3_model_walk(m, int(tp), bool(full))["after_first_backward"]
-        seq = zero3_layer_backward_gathered(m, int(tp), bool(full), int(keep)) or (0.0,)
+            return _zero3_model_walk(m, int(tp), bool(full), int(pf))["after_first_backward"]
+        seq = zero3_layer_backward_gathered(m, int(tp), bool(full), int(keep), int(pf)) or (0.0,)
         return seq[min(max(int(done), 0), len(seq) - 1)]
 
     walk = _per_distinct(at, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL], layers_done,
-                         asarray(aliases) > 0)
+                         asarray(aliases) > 0, prefetch_bucket_elements)
     big = largest_layer_param_tensor(m, tensor_parallel)
     live = maximum(walk, big + minimum(prefetch_bucket_elements, big))
     return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
@@ -1279,9 +1284,9 @@ def zero3_embedding_bucket_residue(m: ModelSpec, tensor_parallel=1,
     tied 49 k vocabulary, both offloads: four buckets of 451-493 M elements, then the 201 M-element embedding with
     the last 147 M of layer 0, a 664 MiB block beside its fp64 norm copy, where a full bucket's 954 MiB was
     priced.)"""
-    if ndim(tensor_parallel):
-        return _per_distinct(lambda t: _zero3_embedding_bucket_residue(m, int(t), float(reduce_bucket_elements)),
-                             tensor_parallel)
+    if ndim(tensor_parallel) or ndim(reduce_bucket_elements):
+        return _per_distinct(lambda t, b: _zero3_embedding_bucket_residue(m, int(t), float(b)), tensor_parallel,
+                             reduce_bucket_elements)
     return _zero3_embedding_bucket_residue(m, int(tensor_parallel), float(reduce_bucket_elements))
 
 
@@ -2019,13 +2024,14 @@ def zero3_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_par
     unless parameters are offloaded, when that copy is the gathered one. Released by the end of backward: not alive
     at the optimizer step."""
     largest = largest_module_params(m, tensor_parallel)
-    live = maximum(zero3_gathered_elements(m, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL]),
+    live = maximum(zero3_gathered_elements(m, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
+                                           prefetch_bucket_elements),
                    largest + minimum(prefetch_bucket_elements, largest))
     return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
 
 
 def zero3_reduction_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_parallel=None,
-                                    offload_params=0, recompute=0):
+                                    offload_params=0, recompute=0, prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
     """16-bit bytes a ZeRO-3 rank holds gathered while a gradient larger than ``reduce_bucket_size`` is reduced on
     its own, outside any layer's backward: the input embedding's, in its module's backward at the end (the
     coordinator's walk just after the embedding's backward fetch, :func:`zero3_gathered_walk`'s
@@ -2037,12 +2043,13 @@ def zero3_reduction_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes
     weight, 6.17 GiB allocated as measured on one H200. On DeepSeek LLM 67B's width at 2 layers the walk's set at
     the 839 M-element embedding's reduction is its own 1.56 GiB weight: -0.7 % allocated against the measurement.)
     0 where nothing is gathered (:func:`zero3_gathered_bytes`). Arrays allowed."""
-    def at(tp, full):
-        walk = _zero3_model_walk(m, int(tp), bool(full))
+    def at(tp, full, pf):
+        walk = _zero3_model_walk(m, int(tp), bool(full), int(pf))
         head = walk["after_backward_fetch"].get("e0", 0.0)
         return max(head, 0.0 if m.tied_embeddings else walk["after_first_backward"])
 
-    live = _per_distinct(at, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL])
+    live = _per_distinct(at, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
+                         prefetch_bucket_elements)
     return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
 
 
@@ -2323,7 +2330,8 @@ with the parameters there too."""
 
 def zero3_offload_stream_bytes(m: ModelSpec, *, tensor_parallel, data_parallel, value_bytes, recompute,
                                offload_optimizer, offload_params, zero_init, weights_whole,
-                               reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS) -> dict:
+                               reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS,
+                               prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS) -> dict:
     """What DeepSpeed ZeRO-3 with offload leaves cached on each CUDA stream, beside the default stream's allocated
     peak. PyTorch's caching allocator keeps a freed block for the stream it was cut for (``CUDACachingAllocator.cpp``:
     a block pool per stream), so each stream's cache grows to its own peak and the reserve is their sum, not the
@@ -2343,7 +2351,8 @@ def zero3_offload_stream_bytes(m: ModelSpec, *, tensor_parallel, data_parallel, 
     cached on the three streams, whose own allocated peaks are 8.5, 2.9 and 2.8 GiB). Arrays allowed."""
     full = asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL]
     t = asarray(tensor_parallel)
-    peak = _per_distinct(lambda tp, rc: _zero3_model_walk(m, int(tp), bool(rc))["peak"], t, full)
+    peak = _per_distinct(lambda tp, rc, pf: _zero3_model_walk(m, int(tp), bool(rc), int(pf))["peak"], t, full,
+                         prefetch_bucket_elements)
     vocab = P.model_vocab_size(m, tensor_parallel)
     output = 0.0 if m.tied_embeddings else vocab * m.hidden_size / tensor_parallel
     slice_elems = maximum(output, largest_layer_param_tensor(m, tensor_parallel)) / data_parallel
@@ -2371,7 +2380,8 @@ def plan_zero3_offload_reserve_base(model: ModelSpec, plan, allocated) -> float:
     streams = zero3_offload_stream_bytes(
         model, tensor_parallel=c["tensor_parallel"], data_parallel=c["data_parallel"] * c["context_parallel"],
         value_bytes=c["value_bytes"], recompute=c["recompute"], offload_optimizer=c["offload_optimizer"],
-        offload_params=c["offload_params"], zero_init=c["zero_init"], weights_whole=c["value_bytes"] * n)
+        offload_params=c["offload_params"], zero_init=c["zero_init"], weights_whole=c["value_bytes"] * n,
+        reduce_bucket_elements=c["reduce_bucket_elements"], prefetch_bucket_elements=c["prefetch_bucket_elements"])
     return float(zero3_offload_reserve_base(allocated, streams))
 
 
@@ -2443,8 +2453,11 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 fp8_bf16_first=0, fp8_bf16_last=0,
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
-                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0, pinned_host=1):
+                tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0, pinned_host=1,
+                reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
+    ``reduce_bucket_elements`` and ``prefetch_bucket_elements``: DeepSpeed's ``reduce_bucket_size`` and
+    ``stage3_prefetch_bucket_size``.
     ``pinned_host``: DeepSpeed's offload buffers page-locked (``pin_memory``, :func:`host_resident_bytes`).
     ``init_phase``: price DeepSpeed's initialization where it can be the peak (:func:`deepspeed_init_bytes`; 0 where
     a replayed allocation trace already holds it).
@@ -2573,7 +2586,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # DeepSpeed ZeRO-1/2's reduce buckets (in ``buffers``) are released at the end of each backward, so the
     # optimizer step runs without them. (At the loss, before the first gradient hook, they should not exist yet
     # either, but the transformers runs of the fit split hold as much at that moment: not subtracted.)
-    buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine)
+    buckets = reduce_bucket_bytes(zero_stage=zero_stage, value_bytes=value_bytes, overlap_comm=overlap, engine=engine,
+                                  reduce_bucket_elements=reduce_bucket_elements)
     logits_phase = output
     output_grad = untied_output_gradient_bytes(m, tensor_parallel=tensor_parallel, pipeline_parallel=pipeline_parallel,
                                                last=last, engine=engine, zero_stage=zero_stage, overlap_comm=overlap,
@@ -2627,12 +2641,14 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     buffers = buffer_bytes(m, engine=engine, zero_stage=zero_stage, tensor_parallel=tensor_parallel,
                            micro_batch=micro_batch, context_parallel=context_parallel, value_bytes=value_bytes,
                            overlap_comm=overlap_comm, data_parallel=data_parallel, offload_params=offload_params,
-                           recompute=recompute)
+                           recompute=recompute, reduce_bucket_elements=reduce_bucket_elements,
+                           prefetch_bucket_elements=prefetch_bucket_elements)
     # ZeRO-3's gathered parameters are all released by the end of backward: not there at the optimizer step
     zero3_gathered = where(zero3_ds,
                            zero3_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
                                                 data_parallel=data_parallel, offload_params=offload_params,
-                                                recompute=recompute), 0.0)
+                                                recompute=recompute,
+                                                prefetch_bucket_elements=prefetch_bucket_elements), 0.0)
     buffers = buffers + context_parallel_buffer_bytes(m, micro_batch=micro_batch, tensor_parallel=tensor_parallel,
                                                       context_parallel=context_parallel, value_bytes=value_bytes,
                                                       cp_comm_type=cp_comm_type, cp_a2a_size=cp_a2a_size)
@@ -2705,12 +2721,13 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         # DeepSpeed partitions ZeRO over the sequence-data-parallel group (Ulysses: dp × c), as for the states above
         data_parallel=data_parallel * context_parallel, engine=engine, zero_stage=zero_stage, value_bytes=value_bytes,
         num_microbatches=num_microbatches, offload_optimizer=offload_optimizer, pipeline_parallel=pipeline_parallel,
-        trainable=trainable, lora=lora, overlap_comm=overlap,
+        trainable=trainable, lora=lora, overlap_comm=overlap, reduce_bucket_elements=reduce_bucket_elements,
         gathered_at=(lambda done, aliases: where(
             zero3_ds, zero3_layer_backward_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
                                                           layers_done=done, data_parallel=data_parallel,
                                                           offload_params=offload_params, recompute=recompute,
-                                                          aliases=aliases), 0.0))
+                                                          aliases=aliases,
+                                                          prefetch_bucket_elements=prefetch_bucket_elements), 0.0))
         if any_true(zero3_ds & (asarray(offload_optimizer) > 0)) else None,
         full_recompute=recompute >= RECOMPUTE_CODES[Recompute.FULL], recomputed_layer=full_layer,
         mlp_block=mlp_block_activation_bytes(m, value_bytes=value_bytes, **kw),
@@ -2732,7 +2749,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # ZeRO-1/2 with the optimizer on the CPU: the embeddings' norm copies at the end of backward
     tied_end = offload_end_reduction_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                                            pipeline_parallel=pipeline_parallel, tensor_parallel=tensor_parallel,
-                                           value_bytes=value_bytes, lora=lora, overlap_comm=overlap)
+                                           value_bytes=value_bytes, lora=lora, overlap_comm=overlap,
+                                           reduce_bucket_elements=reduce_bucket_elements)
     # (a tied weight's gradient is in its reduction's bucket by then: ``tied_end`` counts it. When the embedding's
     # gradient went into the bucket, ZeRO-3 reduces it after backward, every gathered module released, the
     # embedding's too: traced on one H200, Granite 3.0 8B's width at 10 layers with both offloads, 1.35 GiB beside the
@@ -2740,11 +2758,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # coordinator holds then, :func:`zero3_reduction_gathered_bytes`, not the backward's start's set: DeepSeek LLM
     # 67B's width at 2 layers, both offloads, measured, went from +2.5 to -6.2 % allocated with none; OLMo 2 13B's
     # width at 4 layers, +7.6 % with the backward's start's set, its output layer's weight among it.)
-    in_bucket = embedding_elements(m, tensor_parallel) <= DS_REDUCE_BUCKET_ELEMENTS
+    in_bucket = embedding_elements(m, tensor_parallel) <= reduce_bucket_elements
     end_gathered = where(zero3_ds & ~in_bucket,
                          zero3_reduction_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
                                                         data_parallel=data_parallel, offload_params=offload_params,
-                                                        recompute=recompute), 0.0)
+                                                        recompute=recompute,
+                                                        prefetch_bucket_elements=prefetch_bucket_elements), 0.0)
     end_buffers = buffers - zero3_tied_at_peak - zero3_gathered + end_gathered + tied_end
     end_peak = weights + grads + optimizer + end_buffers
     end = (tied_end > 0) & (end_peak > backward_peak)
@@ -2770,7 +2789,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         streams = zero3_offload_stream_bytes(
             m, tensor_parallel=tensor_parallel, data_parallel=data_parallel * context_parallel,
             value_bytes=value_bytes, recompute=recompute, offload_optimizer=offload_optimizer,
-            offload_params=offload_params, zero_init=zero_init, weights_whole=value_bytes * n)
+            offload_params=offload_params, zero_init=zero_init, weights_whole=value_bytes * n,
+            reduce_bucket_elements=reduce_bucket_elements, prefetch_bucket_elements=prefetch_bucket_elements)
         reserve_base = where(by_streams, zero3_offload_reserve_base(allocated, streams), allocated)
     else:
         reserve_base = allocated
@@ -3254,9 +3274,9 @@ def memory_notes(model: ModelSpec, plan: ParallelPlan, memory=None) -> list:
                      f"when a request does not fit, so they are not needed to fit")
     if stage in (1, 2) and not at_init and (memory is None or memory.peak_stage.terms.buffers > 0):
         buckets = 2 if plan.overlaps_comm else 1
-        bucket_gib = buckets * DS_REDUCE_BUCKET_ELEMENTS * plan.precision.bytes_per_value / GiB
+        bucket_gib = buckets * plan.reduce_bucket_elements * plan.precision.bytes_per_value / GiB
         notes.append(f"ZeRO-{stage} allocates its gradient reduce bucket{'s' if buckets > 1 else ''} at "
-                     f"reduce_bucket_size ({DS_REDUCE_BUCKET_ELEMENTS:.0e} elements: {bucket_gib:.2f} GiB"
+                     f"reduce_bucket_size ({plan.reduce_bucket_elements:.0e} elements: {bucket_gib:.2f} GiB"
                      f"{' with overlap_comm' if buckets > 1 else ''}) whatever the model size (setup_buckets), so "
                      f"for a small model ZeRO-1 can need more than ZeRO-0 (H200, 1.3B model, 1 GPU: 46.1 GiB "
                      f"ZeRO-0, 47.0 GiB ZeRO-1); lower reduce_bucket_size for small models")

@@ -310,7 +310,7 @@ MAX_COUNT = {
     "gpus_per_node": 1024, "num_nodes": 2**24,
     "host_cpu_cores_per_node": 2**16, "world_size": 2**34, "tensor_parallel": 2**16, "pipeline_parallel": 2**14,
     "virtual_pipeline": 2**14, "context_parallel": 2**16, "expert_parallel": 2**14, "expert_tensor_parallel": 2**16,
-    "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000,
+    "micro_batch_size": 2**16, "global_batch_size": 2**40, "recompute_layers": 10_000, "bucket_elements": 2**40,
 }
 """Largest value accepted for each integer field."""
 
@@ -887,6 +887,19 @@ class ParallelPlan:
     :func:`workbench.memory.host_resident_bytes`) whose copies to and from the GPU the driver stages through its own
     page-locked memory, at the host's pageable copy rate (:func:`workbench.timing.optimizer_terms`). Nothing changes
     without offload."""
+    reduce_bucket_size: Optional[int] = None
+    """DeepSpeed ``zero_optimization.reduce_bucket_size``, in elements: the contiguous bucket ZeRO-1/2 gather
+    gradients in before each reduction (two with ``overlap_comm``) and ZeRO-3's reduce bucket, allocated whole in the
+    model dtype. ``None``: DeepSpeed's default, 5e8 (:data:`workbench.defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS`).
+    The Hugging Face Trainer and accelerate resolve ``"auto"`` to hidden_size²
+    (:func:`workbench.configs.deepspeed.hf_auto_zero_sizes`)."""
+    prefetch_bucket_size: Optional[int] = None
+    """DeepSpeed ZeRO-3 ``stage3_prefetch_bucket_size``, in elements: how many parameters the coordinator gathers
+    ahead of the module that needs them. ``None``: DeepSpeed's default, 5e7; ``"auto"``: 0.9 x hidden_size²."""
+    param_persistence_threshold: Optional[int] = None
+    """DeepSpeed ZeRO-3 ``stage3_param_persistence_threshold``, in elements: a parameter of at most this many
+    elements is never partitioned (kept whole on every rank, fetched by no hook). ``None``: DeepSpeed's default,
+    1e5; ``"auto"``: 10 x hidden_size (LoRA adapters of rank r on a width h, r·h elements, then fetched from r = 11)."""
     grad_reduce_fp32: Optional[bool] = None
     """Engine ``megatron``: accumulate and reduce the main gradients in fp32 (4 bytes per parameter) or in the
     16-bit model dtype. ``None``: Megatron-LM's default — fp32 with bf16 (``--bf16`` turns
@@ -1030,9 +1043,51 @@ class ParallelPlan:
         self._check_context_parallel()
         self._check_lora()
         self._check_engine()
+        self._check_buckets()
         self._check_fp8()
         self._check_experts()
         self._check_tp_comm_overlap()
+
+    def _check_buckets(self) -> None:
+        """DeepSpeed's ZeRO sizes: whole numbers of elements (the persistence threshold may be 0), set only where
+        DeepSpeed reads them (a ZeRO stage on a DeepSpeed engine; the two stage-3 sizes at ZeRO-3)."""
+        for name, least in (("reduce_bucket_size", 1), ("prefetch_bucket_size", 0),
+                            ("param_persistence_threshold", 0)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, float) and value.is_integer():  # 5e8 as DeepSpeed configs write it
+                value = int(value)
+            _set(self, name, check_int(name, value, minimum=least, maximum=MAX_COUNT["bucket_elements"]))
+            if self.engine is Engine.MEGATRON:
+                raise ValueError(f"{name}={value} is DeepSpeed's zero_optimization setting; engine='megatron' "
+                                 f"buckets its gradients with --ddp-bucket-size (leave {name} None)")
+            stage = 3 if name != "reduce_bucket_size" else 1
+            if int(self.zero_stage) < stage:
+                raise ValueError(f"{name}={value} needs zero_stage >= {stage} (DeepSpeed reads it only there; got "
+                                 f"zero_stage={int(self.zero_stage)})")
+
+    @property
+    def reduce_bucket_elements(self) -> int:
+        """:attr:`reduce_bucket_size`, DeepSpeed's default where the plan leaves it."""
+        from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+
+        return DEEPSPEED_REDUCE_BUCKET_ELEMENTS if self.reduce_bucket_size is None else self.reduce_bucket_size
+
+    @property
+    def prefetch_bucket_elements(self) -> int:
+        """:attr:`prefetch_bucket_size`, DeepSpeed's default where the plan leaves it."""
+        from workbench.defaults import DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
+
+        return DEEPSPEED_PREFETCH_BUCKET_ELEMENTS if self.prefetch_bucket_size is None else self.prefetch_bucket_size
+
+    @property
+    def persistence_threshold(self) -> int:
+        """:attr:`param_persistence_threshold`, DeepSpeed's default where the plan leaves it."""
+        from workbench.defaults import DEEPSPEED_PERSISTENCE_THRESHOLD
+
+        return (DEEPSPEED_PERSISTENCE_THRESHOLD if self.param_persistence_threshold is None
+                else self.param_persistence_threshold)
 
     def _check_tp_comm_overlap(self) -> None:
         _set(self, "tp_comm_overlap", check_bool("tp_comm_overlap", self.tp_comm_overlap))

@@ -38,7 +38,7 @@ from importlib import resources
 
 import numpy as np
 
-from workbench import dsmoe
+from workbench import defaults, dsmoe
 from workbench.flops import (attention_core_flops_per_token, layer_gemm_flops_per_token, logits_flops_per_token,
                              flops_per_second_per_gpu, model_flops_per_step, recompute_flops_per_step)
 from workbench.npscalar import any_true, asarray, maximum, minimum, ndim, where
@@ -1799,19 +1799,20 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, o
                               bucket_elements=bucket_elements, counts=counts)
 
 
-ZERO3_PERSISTENCE_THRESHOLD = 100_000
+ZERO3_PERSISTENCE_THRESHOLD = defaults.DEEPSPEED_PERSISTENCE_THRESHOLD
 """DeepSpeed's default ``stage3_param_persistence_threshold``: a parameter of at most this many elements is marked
 persistent (``ds_persist``; deepspeed/runtime/zero/parameter_offload.py ``mark_persistent_parameters``:
-``param.ds_numel <= param_threshold``), stays gathered on every rank and is never fetched."""
+``param.ds_numel <= param_threshold``), stays gathered on every rank and is never fetched. A plan may set its own
+(:attr:`workbench.specs.ParallelPlan.param_persistence_threshold`)."""
 
 
-def _fetched(*numels) -> int:
+def _fetched(*numels, threshold=ZERO3_PERSISTENCE_THRESHOLD) -> int:
     """1 when a module whose direct parameters have these element counts is fetched by ZeRO-3 (one of them is above
-    :data:`ZERO3_PERSISTENCE_THRESHOLD`), else 0."""
-    return int(max(numels) > ZERO3_PERSISTENCE_THRESHOLD)
+    the persistence ``threshold``), else 0."""
+    return int(max(numels) > threshold)
 
 
-def zero3_modules_per_layer(model: ModelSpec) -> int:
+def zero3_modules_per_layer(model: ModelSpec, threshold=ZERO3_PERSISTENCE_THRESHOLD) -> int:
     """Submodules of one transformer layer whose parameters ZeRO-3 partitions and fetches separately (DeepSpeed's
     per-module pre-forward / pre-backward hooks fetch a module's own parameters; parameters of at most
     :data:`ZERO3_PERSISTENCE_THRESHOLD` elements stay persistent: norms, biases, Q/K norms, small routers).
@@ -1829,25 +1830,28 @@ def zero3_modules_per_layer(model: ModelSpec) -> int:
     [E, h, f] (``MixtralExperts``; transformers/models/mixtral/modeling_mixtral.py), one fetch whatever E is; the
     router (``*TopKRouter``, [E, h]) is fetched only above the threshold; Qwen2-MoE's shared expert adds its three
     linears and its h→1 ``shared_expert_gate``. Phi-3 (``fused_projections``: ``qkv_proj``, ``o_proj``,
-    ``gate_up_proj``, ``down_proj``) has four."""
+    ``gate_up_proj``, ``down_proj``) has four. ``threshold``: ``stage3_param_persistence_threshold``."""
     from workbench.specs import Implementation
+
+    def fetched(*numels):
+        return _fetched(*numels, threshold=threshold)
 
     h, q, kv = model.hidden_size, model.query_projection_size, model.kv_projection_size
     if model.implementation is not Implementation.TRANSFORMERS:
         mlp = 1 + 2 * model.num_experts if model.is_moe else 2
         return 2 + mlp
     if hf_gpt_layer(model):  # GPT-2, GPT-NeoX: fused QKV, two-matrix MLP
-        return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + 2 * _fetched(h * model.ffn_hidden_size)
+        return fetched(h * (q + 2 * kv)) + fetched(q * h) + 2 * fetched(h * model.ffn_hidden_size)
     if model.fused_projections:  # Phi-3: qkv_proj, o_proj, gate_up_proj, down_proj
         f = model.ffn_hidden_size
-        return _fetched(h * (q + 2 * kv)) + _fetched(q * h) + _fetched(2 * f * h) + _fetched(f * h)
-    attention = 2 * _fetched(h * q) + 2 * _fetched(h * kv) + sum(_fetched(w) for w in qk_norm_widths(model))
+        return fetched(h * (q + 2 * kv)) + fetched(q * h) + fetched(2 * f * h) + fetched(f * h)
+    attention = 2 * fetched(h * q) + 2 * fetched(h * kv) + sum(fetched(w) for w in qk_norm_widths(model))
     if not model.is_moe:
-        return attention + (2 + model.is_gated) * _fetched(h * model.ffn_hidden_size)
+        return attention + (2 + model.is_gated) * fetched(h * model.ffn_hidden_size)
     e, f = model.num_experts, model.moe_ffn_hidden_size
-    mlp = _fetched(e * h * (1 + model.is_gated) * f, e * h * f) + _fetched(e * h)
+    mlp = fetched(e * h * (1 + model.is_gated) * f, e * h * f) + fetched(e * h)
     if model.shared_expert_ffn_hidden_size is not None:
-        mlp += (2 + model.is_gated) * _fetched(h * model.shared_expert_ffn_hidden_size) + _fetched(h)
+        mlp += (2 + model.is_gated) * fetched(h * model.shared_expert_ffn_hidden_size) + fetched(h)
     return attention + mlp
 
 
@@ -1894,13 +1898,14 @@ registers on them never fire: a Llama layer with adapters on q, k, v and o has 5
 the meta device, tests/test_hf_moe.py) of which 29 run."""
 
 
-def zero3_lora_modules_per_layer(model: ModelSpec, rank: int, targets) -> tuple:
+def zero3_lora_modules_per_layer(model: ModelSpec, rank: int, targets, threshold=ZERO3_PERSISTENCE_THRESHOLD) -> tuple:
     """ZeRO-3's extra modules per layer with LoRA adapters: ``(fetched, hooked)``. Hooked: each adapted projection's
     :data:`LORA_CALLED_MODULES` (:func:`workbench.params.lora_modules_per_layer` counts the projections); the
     wrapper keeps the projection's own place in :func:`zero3_hooked_modules_per_layer`, its ``base_layer`` the
     frozen weight that :func:`zero3_modules_per_layer` already fetches. Fetched: an adapter matrix (``lora_A``:
-    r x in, ``lora_B``: out x r) above :data:`ZERO3_PERSISTENCE_THRESHOLD` elements is gathered like any other
-    weight (a width above 6,250 at r=16); smaller ones stay persistent. (0, 0) without LoRA."""
+    r x in, ``lora_B``: out x r) above the persistence ``threshold`` (DeepSpeed's default
+    :data:`ZERO3_PERSISTENCE_THRESHOLD`: a width above 6,250 at r=16) is gathered like any other weight; smaller ones
+    stay persistent. (0, 0) without LoRA."""
     from workbench.params import lora_modules_per_layer, lora_target_shapes
 
     wrapped = lora_modules_per_layer(model, rank, targets)
@@ -1921,7 +1926,8 @@ def zero3_lora_modules_per_layer(model: ModelSpec, rank: int, targets) -> tuple:
         modules = list(modules.values())
     else:
         modules = [shapes[t] for t in set(targets)]
-    fetched = sum(copies * (_fetched(rank * fan_in) + _fetched(fan_out * rank)) for fan_in, fan_out, copies in modules)
+    fetched = sum(copies * (_fetched(rank * fan_in, threshold=threshold) + _fetched(fan_out * rank, threshold=threshold))
+                  for fan_in, fan_out, copies in modules)
     return fetched, LORA_CALLED_MODULES * wrapped
 
 

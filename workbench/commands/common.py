@@ -260,6 +260,17 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                 ("--no-pin-memory", False,
                  "DeepSpeed CPU offload with pageable host buffers (\"pin_memory\": false): less host memory, "
                  "copies to and from the GPU at the host's pageable rate"))
+    for flag, dest, what in (("--reduce-bucket-size", "reduce_bucket_size",
+                              "DeepSpeed zero_optimization.reduce_bucket_size: the ZeRO-1/2 gradient bucket (two with "
+                              "overlap_comm) and ZeRO-3's reduce bucket, allocated whole; default DeepSpeed's 5e8"),
+                             ("--prefetch-bucket-size", "prefetch_bucket_size",
+                              "DeepSpeed ZeRO-3 stage3_prefetch_bucket_size: parameters gathered ahead; default 5e7"),
+                             ("--param-persistence-threshold", "param_persistence_threshold",
+                              "DeepSpeed ZeRO-3 stage3_param_persistence_threshold: parameters of at most N elements "
+                              "are never partitioned or fetched; default 1e5")):
+        p.add_argument(flag, dest=dest, metavar="N|auto", type=_elements(flag),
+                       help=f"{what}. 'auto': what the Hugging Face Trainer and accelerate fill in from the model's "
+                            f"hidden size h (h², 0.9·h², 10·h); N as an integer or 5e8")
     p.add_argument("--expandable-segments", dest="expandable_segments", action="store_true", default=None,
                    help="the training runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's caching "
                         "allocator grows its segments in place: less reserved above the allocated peak); default: "
@@ -352,10 +363,43 @@ def check_flag_dependencies(args) -> None:
         raise ValueError(f"--fp8-recipe {recipe} needs --precision fp8 (got precision={precision})")
 
 
-def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_ENGINE) -> ParallelPlan:
+def _elements(flag: str):
+    """An argparse type for a DeepSpeed size: ``auto``, or a whole number of elements written as an integer or in
+    DeepSpeed's float form (``5e8``); the error names the flag."""
+    def convert(text: str):
+        if text.strip().lower() == "auto":
+            return "auto"
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a whole number of elements (500000000 or 5e8) "
+                                             f"or 'auto'") from None
+        if not value.is_integer() or value < 0:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a whole number of elements >= 0")
+        return int(value)
+    return convert
+
+
+def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_ENGINE,
+                   model: Optional[ModelSpec] = None) -> ParallelPlan:
+    """The plan the flags describe; ``auto`` DeepSpeed sizes are filled from ``model``'s hidden size as the Hugging
+    Face Trainer fills them (:func:`workbench.configs.deepspeed.hf_auto_zero_sizes`)."""
+    from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, hf_auto_zero_sizes
+
     check_flag_dependencies(args)
     fields = {f: getattr(args, d) for d, f in _PLAN_FLAGS.items() if getattr(args, d, None) is not None}
     fields.setdefault("engine", default_engine)
+    autos = {name: path for path, (name, _) in HF_AUTO_ZERO_SIZES.items()}
+    for name, path in autos.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if value == "auto":
+            if model is None:
+                raise ValueError(f"--{name.replace('_', '-')} auto needs the model (its hidden size)")
+            # the size at any stage, so that the plan refuses a stage that does not read it, as for a number
+            value = hf_auto_zero_sizes(model.hidden_size, 3)[path]
+        fields[name] = value
     if getattr(args, "sp", None):
         fields["sequence_parallel"] = True
     if getattr(args, "distributed_optimizer", None):
@@ -372,7 +416,7 @@ def specs_from_args(args, *, default_engine: Optional[str] = None) -> tuple[Mode
     the fields and numbers when they do not fit. ``default_engine`` applies when ``--engine`` is not given."""
     model = model_from_args(args)
     cluster = cluster_from_args(args)
-    plan = plan_from_args(args, cluster, default_engine=default_engine or DEFAULT_ENGINE)
+    plan = plan_from_args(args, cluster, default_engine=default_engine or DEFAULT_ENGINE, model=model)
     validate(model, cluster, plan)
     return model, cluster, plan
 

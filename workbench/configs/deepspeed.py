@@ -18,7 +18,8 @@ import copy
 from dataclasses import dataclass, fields
 from typing import Optional
 
-from workbench.defaults import DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS
+from workbench.defaults import (DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_PERSISTENCE_THRESHOLD,
+                                DEEPSPEED_PREFETCH_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
 from workbench.specs import (AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan,
                              Precision, Recompute, ZeroStage, hf_checkpoint_every, validate)
 
@@ -55,16 +56,19 @@ class DeepSpeedOptions:
     warmup_iters: Optional[int] = None
     """Learning-rate warm-up steps; ``None`` means 1% of train_iters."""
     reduce_bucket_size: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-    """ZeRO gradient reduce bucket, elements (guide §3/§4: ``5e8``)."""
+    """ZeRO gradient reduce bucket, elements (guide §3/§4: ``5e8``) where the plan sets none
+    (:attr:`workbench.specs.ParallelPlan.reduce_bucket_size`, which the models price, wins)."""
     allgather_bucket_size: int = DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS
     """ZeRO-1/2 parameter all-gather bucket, elements (guide §3/§4: ``5e8``). Overlap of the gradient reduction is
     the plan's (:attr:`workbench.specs.ParallelPlan.overlap_comm`), so the model prices what the config runs."""
     contiguous_gradients: bool = True
     """Copy gradients into one contiguous buffer as they are produced (avoids fragmentation)."""
-    stage3_prefetch_bucket_size: int = 50_000_000
-    """ZeRO-3 parameter prefetch, elements (DeepSpeed default 5e7)."""
-    stage3_param_persistence_threshold: int = 100_000
-    """ZeRO-3: parameters smaller than this stay unpartitioned, elements (DeepSpeed default 1e5)."""
+    stage3_prefetch_bucket_size: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
+    """ZeRO-3 parameter prefetch, elements (DeepSpeed default 5e7) where the plan sets none
+    (:attr:`workbench.specs.ParallelPlan.prefetch_bucket_size` wins)."""
+    stage3_param_persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD
+    """ZeRO-3: parameters of at most this many elements stay unpartitioned (DeepSpeed default 1e5) where the plan sets
+    none (:attr:`workbench.specs.ParallelPlan.param_persistence_threshold` wins)."""
     stage3_max_live_parameters: int = 1_000_000_000
     """ZeRO-3: parameters kept gathered at once, elements (DeepSpeed default 1e9)."""
     stage3_max_reuse_distance: int = 1_000_000_000
@@ -226,14 +230,15 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
             "overlap_comm": plan.overlaps_comm and plan.pipeline_parallel == 1,
             "contiguous_gradients": o.contiguous_gradients,
             "reduce_scatter": True,
-            "reduce_bucket_size": int(o.reduce_bucket_size),
+            "reduce_bucket_size": int(_plan_or(plan.reduce_bucket_size, o.reduce_bucket_size)),
         })
         if stage < ZeroStage.PARAMETERS:
             zero.update({"allgather_partitions": True, "allgather_bucket_size": int(o.allgather_bucket_size)})
         else:
             zero.update({
-                "stage3_prefetch_bucket_size": int(o.stage3_prefetch_bucket_size),
-                "stage3_param_persistence_threshold": int(o.stage3_param_persistence_threshold),
+                "stage3_prefetch_bucket_size": int(_plan_or(plan.prefetch_bucket_size, o.stage3_prefetch_bucket_size)),
+                "stage3_param_persistence_threshold": int(_plan_or(plan.param_persistence_threshold,
+                                                                   o.stage3_param_persistence_threshold)),
                 "stage3_max_live_parameters": int(o.stage3_max_live_parameters),
                 "stage3_max_reuse_distance": int(o.stage3_max_reuse_distance),
                 "stage3_gather_16bit_weights_on_model_save": True,
@@ -416,6 +421,31 @@ def hf_trainer_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
     return cfg
 
 
+def _plan_or(planned, option):
+    """A DeepSpeed size the plan sets (the models price it), else the export option's."""
+    return option if planned is None else planned
+
+
+HF_AUTO_ZERO_SIZES = {"zero_optimization.reduce_bucket_size": ("reduce_bucket_size", 1),
+                      "zero_optimization.stage3_prefetch_bucket_size": ("prefetch_bucket_size", 3),
+                      "zero_optimization.stage3_param_persistence_threshold": ("param_persistence_threshold", 3)}
+"""The ds_config sizes the Hugging Face Trainer (and accelerate) fill from the model's hidden size when they are
+``"auto"``: path -> (the :class:`~workbench.specs.ParallelPlan` field, the least ZeRO stage that reads it)."""
+
+
+def hf_auto_zero_sizes(hidden_size: int, zero_stage: int) -> dict:
+    """What ``"auto"`` becomes at each :data:`HF_AUTO_ZERO_SIZES` path that ZeRO-``zero_stage`` reads, as
+    transformers' ``HfTrainerDeepSpeedConfig.trainer_config_finalize`` and accelerate's ``deepspeed_config_process``
+    fill them from ``model.config.hidden_size`` h (transformers 5.x ``integrations/deepspeed.py``): h² for
+    ``reduce_bucket_size``, int(0.9·h²) for ``stage3_prefetch_bucket_size``, 10·h for
+    ``stage3_param_persistence_threshold``."""
+    h = int(hidden_size)
+    values = {"zero_optimization.reduce_bucket_size": h * h,
+              "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * h * h),
+              "zero_optimization.stage3_param_persistence_threshold": 10 * h}
+    return {path: values[path] for path, (_, least) in HF_AUTO_ZERO_SIZES.items() if int(zero_stage) >= least}
+
+
 def resolve_hf_auto(config: dict, training_args: dict, *, world_size: int, hidden_size: int) -> dict:
     """The config as transformers' Trainer resolves it (``HfTrainerDeepSpeedConfig``, transformers 5.x
     ``integrations/deepspeed.py``): each ``"auto"`` takes its ``TrainingArguments`` value (``train_batch_size`` =
@@ -436,10 +466,8 @@ def resolve_hf_auto(config: dict, training_args: dict, *, world_size: int, hidde
               "scheduler.params.warmup_max_lr": lr, "fp16.enabled": bool(a.get("fp16")),
               "bf16.enabled": bool(a.get("bf16")), "scheduler.params.total_num_steps": a.get("max_steps"),
               "scheduler.params.warmup_num_steps": max(1, int(a.get("warmup_steps", 0) or 0))}
-    fill_only = {"scheduler.params.warmup_min_lr": 0, "zero_optimization.reduce_bucket_size": hidden_size ** 2}
-    if int(_get_path(config, "zero_optimization.stage") or 0) == 3:
-        fill_only.update({"zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden_size ** 2),
-                          "zero_optimization.stage3_param_persistence_threshold": 10 * hidden_size})
+    fill_only = {"scheduler.params.warmup_min_lr": 0,
+                 **hf_auto_zero_sizes(hidden_size, int(_get_path(config, "zero_optimization.stage") or 0))}
     out = copy.deepcopy(config)
     mismatches = []
     for path, value in {**values, **fill_only}.items():

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-from workbench.configs.deepspeed import DeepSpeedOptions
+from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, DeepSpeedOptions, hf_auto_zero_sizes
 from workbench.specs import MAX_COUNT, ClusterSpec, Engine, ModelSpec, ParallelPlan, check_int
 
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
@@ -102,6 +102,11 @@ class Imported:
                                  f"(e.g. --model NAME) to fill them")
             spec = ModelSpec(**self.model_fields)
         fields_ = dict(self.plan_fields)
+        # ZeRO sizes left "auto": the Hugging Face Trainer (or accelerate) fills them from the model's hidden size
+        autos = set(self.options.get("auto") or ())
+        for path, value in hf_auto_zero_sizes(spec.hidden_size, int(fields_.get("zero_stage") or 0)).items():
+            if path in autos:
+                fields_.setdefault(HF_AUTO_ZERO_SIZES[path][0], value)
         if "world_size" not in fields_:
             mp = (fields_.get("tensor_parallel", 1) * fields_.get("pipeline_parallel", 1)
                   * fields_.get("context_parallel", 1))
@@ -400,6 +405,11 @@ def _derived(name: str, spec_field: str, value: int, how: str) -> int:
         raise ValueError(f"{name} = {how} = {value:,}: {exc}") from None
 
 
+_RESOLVED_SIZE = {"reduce_bucket_size": "reduce_bucket_elements", "prefetch_bucket_size": "prefetch_bucket_elements",
+                  "param_persistence_threshold": "persistence_threshold"}
+"""Each DeepSpeed size's :class:`~workbench.specs.ParallelPlan` property giving the size a plan prices (DeepSpeed's
+default where the plan sets none)."""
+
 _ZERO_MINIMUM = {"reduce_bucket_size": 1}
 """Smallest value DeepSpeed's ``DeepSpeedZeroConfig`` accepts for a ZeRO count (``Field(gt=0)``); the others are
 ``Field(ge=0)``."""
@@ -632,6 +642,14 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         value = get(zero, key, f"zero_optimization.{key}", _zero_count(key))
         if value is not None:
             opts[name] = value
+    # the sizes the models price go on the plan too, where the stage reads them and they differ from DeepSpeed's
+    # default (HF_AUTO_ZERO_SIZES: path -> field, least stage); "auto" ones are filled from the model's hidden size
+    # by Imported.to_specs, as the Trainer does
+    for path, (plan_name, least) in HF_AUTO_ZERO_SIZES.items():
+        key = path.split(".", 1)[1]
+        if (int(plan.get("zero_stage") or 0) >= least and key in opts
+                and opts[key] != getattr(ParallelPlan(world_size=1, zero_stage=3), _RESOLVED_SIZE[plan_name])):
+            plan[plan_name] = opts[key]
     contiguous = read_ds_bool(zero.get("contiguous_gradients"), "zero_optimization.contiguous_gradients")
     if isinstance(contiguous, bool):
         opts["contiguous_gradients"] = contiguous
@@ -705,8 +723,16 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
 
     if autos:
         opts["auto"] = autos
-        warnings.append(f"unresolved 'auto' values (Hugging Face Trainer style) at {', '.join(autos)}: taken from "
-                        f"the defaults / your specs")
+        stage = int(plan.get("zero_stage") or 0)
+        sized = [p for p in autos if p in HF_AUTO_ZERO_SIZES and stage >= HF_AUTO_ZERO_SIZES[p][1]]
+        rest = [p for p in autos if p not in HF_AUTO_ZERO_SIZES]  # (a stage-3 size at a lower stage is unread)
+        if rest:
+            warnings.append(f"unresolved 'auto' values (Hugging Face Trainer style) at {', '.join(rest)}: taken from "
+                            f"the defaults / your specs")
+        if sized:
+            warnings.append(f"'auto' at {', '.join(sized)}: filled from the model's hidden size h as the Hugging Face "
+                            f"Trainer and accelerate fill them (reduce_bucket_size h², stage3_prefetch_bucket_size "
+                            f"0.9·h², stage3_param_persistence_threshold 10·h)")
     lint = lint_ds_config(cfg, world_size=world_size)
     return Imported(kind="deepspeed", plan_fields=plan, options=opts, warnings=warnings, lint=lint)
 
