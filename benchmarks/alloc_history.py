@@ -97,12 +97,15 @@ def replay_trace(rec: dict, sdpa_kernel: str = "cudnn") -> list:
     """The replay's own allocation events of a corpus record: its transformers trace here, or its megatron-core
     trace (under DeepSpeed, ``mcore-ds``, or megatron-core's own DDP, ``mcore-ddp``) in a child process that does not
     see CUDA (:func:`workbench.allocsim.mcore_traces`)."""
-    if rec["stack"] == "hf-ds":
+    from corpus.describe import HF_STACKS
+
+    if rec["stack"] in HF_STACKS:
         import alloc_sim
 
         return alloc_sim.trace_hf_deepspeed(rec, sdpa_kernel)
     if rec["stack"] not in ("mcore-ds", "mcore-ddp"):
-        raise ValueError(f"{rec['run_id']}: stack {rec['stack']!r} has no trace (hf-ds, mcore-ds, mcore-ddp)")
+        raise ValueError(f"{rec['run_id']}: stack {rec['stack']!r} has no trace ({', '.join(HF_STACKS)}, mcore-ds, "
+                         f"mcore-ddp)")
     from bench_accuracy import corpus_run
     from workbench.allocsim import mcore_traces
 

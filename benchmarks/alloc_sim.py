@@ -38,18 +38,25 @@ CORPUS = ROOT / "benchmarks" / "corpus" / "h200_runs.jsonl"
 SPLIT = ROOT / "benchmarks" / "accuracy_split.json"
 
 def _ds_setup(rec: dict) -> DeepSpeedSetup:
+    """The trace's DeepSpeed settings as the run had them: its ds_config (as resolved: a Trainer's ``"auto"`` filled)
+    and the ZeRO sizes DeepSpeed resolved, DeepSpeed's defaults where the record has none."""
     ds = rec["ds_config"]
     zero = ds.get("zero_optimization", {}).get("stage", 0)
+    resolved = rec.get("zero_config_resolved") or {}
+    sizes = {name: int(resolved[key]) for key, name in (("reduce_bucket_size", "reduce_bucket_elements"),
+                                                         ("stage3_prefetch_bucket_size", "prefetch_bucket_elements"),
+                                                         ("stage3_param_persistence_threshold",
+                                                          "persistence_threshold"))
+             if resolved.get(key) is not None}
     return DeepSpeedSetup(zero_stage=zero, micro_batch=ds["train_micro_batch_size_per_gpu"],
                           grad_accum=ds.get("gradient_accumulation_steps", 1), seq_length=rec["seq_length"],
-                          reduce_bucket_elements=int(rec.get("zero_config_resolved", {}).get("reduce_bucket_size",
-                                                                                            500_000_000)),
-                          steps=rec.get("steps", 6),
+                          **sizes, steps=rec.get("steps", 6),
                           offload_optimizer=bool(ds.get("zero_optimization", {}).get("offload_optimizer")),
                           offload_params=bool(ds.get("zero_optimization", {}).get("offload_param")),
                           overlap_comm=bool(rec.get("zero_config_resolved", {}).get("overlap_comm")),
-                          # built inside deepspeed.zero.Init (measure.py's zero_init), else whole on the GPU
-                          zero_init=bool((rec.get("options") or {}).get("zero_init")))
+                          # built inside deepspeed.zero.Init (measure.py's zero_init, the Trainer at ZeRO-3), else
+                          # whole on the GPU
+                          zero_init=bool((rec.get("options") or {}).get("zero_init") or rec.get("built_in_zero_init")))
 
 
 def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
@@ -61,7 +68,8 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
         rec["hf_config"], zero_stage=s.zero_stage, micro_batch=s.micro_batch, seq_length=s.seq_length,
         grad_accum=s.grad_accum, attn_implementation=rec.get("attn_implementation") or rec["options"].get("attn", "sdpa"),
         gradient_checkpointing=bool(rec.get("gradient_checkpointing")), lora=rec.get("lora") or None,
-        reduce_bucket_elements=s.reduce_bucket_elements, steps=s.steps, offload_optimizer=s.offload_optimizer,
+        reduce_bucket_elements=s.reduce_bucket_elements, prefetch_bucket_elements=s.prefetch_bucket_elements,
+        persistence_threshold=s.persistence_threshold, steps=s.steps, offload_optimizer=s.offload_optimizer,
         sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm, offload_params=s.offload_params,
         zero_init=s.zero_init)
 
@@ -71,6 +79,8 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
 # ================================================================================================================
 MCORE_STACKS = ("mcore-ds", "mcore-ddp")
 """The corpus stacks of megatron-core models, traced in a child process (:func:`workbench.allocsim.mcore_replays`)."""
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from corpus.describe import HF_STACKS  # noqa: E402  (the transformers stacks, traced here: trace_hf_deepspeed)
 
 
 def engine_of_stack(stack: str) -> str:
@@ -95,8 +105,8 @@ def in_scope(rec: dict) -> bool:
     accumulated = rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) != 1
     offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) >= 1
                                        and not (zero.get("stage", 0) == 3 and accumulated))
-    lora_ok = rec.get("stack") == "hf-ds" or not (rec.get("options") or {}).get("lora")
-    stack_ok = rec.get("stack") == "hf-ds" or (rec.get("stack") in MCORE_STACKS
+    lora_ok = rec.get("stack") in HF_STACKS or not (rec.get("options") or {}).get("lora")
+    stack_ok = rec.get("stack") in HF_STACKS or (rec.get("stack") in MCORE_STACKS
                                                and not (rec.get("model_dims") or {}).get("num_experts"))
     return (stack_ok and rec.get("status") == "ok" and rec.get("world_size", 1) == 1
             and offload_ok and lora_ok
@@ -317,7 +327,8 @@ def main(argv=None) -> int:
                   flush=True)
     print("error = predicted / measured - 1; peak reserved from the measured allocated peak and the reserve; whole "
           "device: the estimator's, with its reserve term as is (constant) or the simulated fraction")
-    for stack, label in (("", "all"), ("hf-ds/", "transformers"), ("mcore-ds/", "megatron-core"),
+    hf_ids = tuple(f"{s}/" for s in HF_STACKS)  # (run ids start with their stack)
+    for stack, label in (("", "all"), (hf_ids, "transformers"), ("mcore-ds/", "megatron-core"),
                          ("mcore-ddp/", "mcore DDP")):
         for name in ("fit", "test"):
             part = [r for r in rows if r.split == name and r.run_id.startswith(stack)]

@@ -133,7 +133,7 @@ def steady_step_seconds(rec: dict):
 
 def corpus_run(rec: dict):
     """One corpus record as a run dict, or ``None`` when it did not complete or cannot be described."""
-    from corpus.describe import record_gpu, record_host
+    from corpus.describe import HF_STACKS, record_gpu, record_host, zero_plan_fields
     from workbench import catalog
     from workbench.specs import ClusterSpec, ParallelPlan
 
@@ -172,7 +172,7 @@ def corpus_run(rec: dict):
             plan = ParallelPlan(engine="megatron", distributed_optimizer=bool(o.get("distributed_optimizer")),
                                 recompute=o.get("recompute", "none"), overlap_comm=False,
                                 adam=_adam_from_class(rec.get("inner_optimizer_class")), **common)
-    elif stack == "hf-ds":
+    elif stack in HF_STACKS:  # measure.py's own loop (hf-ds) or transformers.Trainer (hf-trainer)
         model = hf_shape_spec(rec["shape_id"], rec["hf_config"], rec["seq_length"],
                               rec.get("attn_implementation") or o.get("attn"))
         used = (rec.get("hf_config_resolved") or {}).get("experts_implementation_used")
@@ -188,12 +188,15 @@ def corpus_run(rec: dict):
             common.update(lora_targets=targets_from_modules(rec["hf_config"]["model_type"],
                                                             lora_cfg["target_modules"]),
                           lora_dropout=float(lora_cfg.get("lora_dropout") or 0.0))
+        zero_kw = dict(overlap_comm=bool(resolved.get("overlap_comm", zero >= 3)),
+                       # ZeRO-3: built inside deepspeed.zero.Init (zero_init runs) or whole on the GPU first
+                       zero_init=bool(o.get("zero_init")) if zero == 3 else None)
+        if stack == "hf-trainer":  # the ZeRO sizes the Trainer resolved ("auto"), zero.Init as the model was built
+            zero_kw.update(zero_plan_fields(rec))
         plan = ParallelPlan(engine="deepspeed", zero_stage=zero, offload_optimizer=offload,
                             offload_params=offload_params, recompute="full" if o.get("ckpt") else "none",
-                            adam=_adam_from_class(rec.get("optimizer_class")),
-                            overlap_comm=bool(resolved.get("overlap_comm", zero >= 3)), lora_rank=int(lora),
-                            # ZeRO-3: built inside deepspeed.zero.Init (zero_init runs) or whole on the GPU first
-                            zero_init=bool(o.get("zero_init")) if zero == 3 else None, **common)
+                            adam=_adam_from_class(rec.get("optimizer_class")), lora_rank=int(lora), **zero_kw,
+                            **common)
     elif stack == "launcher" and rec.get("workbench") and not rec.get("catalog_model"):
         # a launcher run of a corpus shape: the record's own workbench description (specs_to_dict)
         from workbench.runs.specio import specs_from_dict
@@ -340,12 +343,14 @@ def table(rows: list, title: str) -> list[str]:
 def step_regime_of(run) -> str:
     """The regime a run's step time is reported under by ``--regimes``: the engine, DeepSpeed's ZeRO stage with
     optimizer offload apart, one rank or more, and the stack for Hugging Face models."""
+    from corpus.describe import HF_STACKS
+
     plan = run["plan"]
     if plan.engine != "deepspeed":
         return str(plan.engine)
     ranks = "1 rank" if plan.world_size == 1 else f"{plan.world_size} ranks"
     offload = " offload" if plan.offload_optimizer != "none" else ""
-    hf = "hf " if run["stack"] == "hf-ds" else ""
+    hf = "hf " if run["stack"] in HF_STACKS else ""
     return f"deepspeed {hf}z{int(plan.zero_stage)}{offload} {ranks}"
 
 
@@ -769,7 +774,7 @@ def _zero3_step_parts(r: dict) -> dict:
     plan, model = r["plan"], r["model"]
     t = estimate(model, r["cluster"], plan).time
     m = plan.global_batch_size // (plan.micro_batch_size * plan.world_size)
-    modules = m * (model.num_layers * timing.zero3_modules_per_layer(model) + 1)
+    modules = m * (model.num_layers * timing.zero3_modules_per_layer(model, plan.persistence_threshold) + 1)
     passes = 2 + (plan.recompute == "full")
     hooks = m * (model.num_layers * timing.zero3_hooked_modules_per_layer(model) + 1) * passes
     return dict(base_seconds=t.step_seconds, modules=modules, fetches=modules * passes, hooks=hooks,
@@ -1177,9 +1182,10 @@ def refit_time(fit_rows: list, *, write: bool, only: tuple = (), hf_zero3: bool 
     import numpy as np
 
     import calibrate_h200_time as C
+    from corpus.describe import HF_STACKS
 
     rows = configuration_medians([r for r in fit_rows if r["measured"].get("step") and (
-        r["stack"] != "hf-ds" or (hf_zero3 and int(r["plan"].zero_stage) == 3))])
+        r["stack"] not in HF_STACKS or (hf_zero3 and int(r["plan"].zero_stage) == 3))])
     inputs, measured, shapes, names = C.prepare(rows)
     if only:
         unknown = [o for o in only if not any(n.startswith(o) for n in names)]

@@ -80,7 +80,9 @@ def main(argv=None) -> int:
                     help="refit without each fit shape in turn and print that shape's errors (implies --refit-time)")
     args = ap.parse_args(argv)
     split = json.loads(B.SPLIT.read_text())
-    runs = [r for r in B.corpus_runs(args.corpus) if r["stack"] == "hf-ds" and not r.get("oom")]
+    from corpus.describe import HF_STACKS
+
+    runs = [r for r in B.corpus_runs(args.corpus) if r["stack"] in HF_STACKS and not r.get("oom")]
     if args.leave_one_shape_out:
         leave_one_shape_out([r for r in runs if r["shape_id"] not in split["test"]])
     if args.refit_time or args.leave_one_shape_out:

@@ -56,8 +56,10 @@ ZEROED = ("hf_layer_host_s", "hf_lora_module_host_s", "hf_recompute_layer_s", "m
 def usable(run) -> bool:
     """A Hugging Face run the fit may use (ZeRO 0-2, no offload, a measured step; either allocator: it does not
     change the host's work)."""
+    from corpus.describe import HF_STACKS
+
     plan = run["plan"]
-    return (run["stack"] == "hf-ds" and not run.get("oom") and bool(run["measured"].get("step"))
+    return (run["stack"] in HF_STACKS and not run.get("oom") and bool(run["measured"].get("step"))
             and int(plan.zero_stage) <= 2 and str(plan.offload_optimizer) == "none")
 
 

@@ -6,8 +6,11 @@ run on it. Pure CPU; run after the GPU calls:
 
 Mapping: megatron-core dims are ModelSpec fields (attention ``unfused``: the local layer spec); a Hugging Face
 config goes through :func:`workbench.hf.import_hf` with the run's ``attn_implementation`` and sequence length;
-``gradient_checkpointing_enable`` is ``recompute="full"``; torchrun runs (``world_size`` > 1) carry their tensor,
-pipeline and expert parallel degrees (data parallel is what is left of the world size) (every decoder layer's input kept, the layer recomputed);
+``gradient_checkpointing_enable`` (or the Trainer's checkpointing argument) is ``recompute="full"`` (every decoder
+layer's input kept, the layer recomputed); an ``hf-trainer`` run (``transformers.Trainer``) is described as an
+``hf-ds`` one plus the ZeRO settings the Trainer resolved (:func:`zero_plan_fields`: overlap, bucket sizes, ZeRO-3
+persistence threshold and ``zero.Init``); torchrun runs (``world_size`` > 1) carry their tensor, pipeline and
+expert parallel degrees (data parallel is what is left of the world size);
 DeepSpeed runs use DeepSpeed's FusedAdam / CPUAdam (``adam="fused"``), megatron-core's own optimizer without
 Apex/Transformer Engine and the launcher runs use torch's Adam (``adam="torch"``). A LoRA run's plan carries
 ``lora_rank``, ``lora_targets`` and ``lora_dropout`` from the peft ``LoraConfig`` it trained with. A run with
@@ -20,6 +23,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+HF_STACKS = ("hf-ds", "hf-trainer")
+"""The corpus stacks of a transformers model under DeepSpeed: measure.py's own loop over ``deepspeed.initialize``
+(``hf-ds``) and ``transformers.Trainer`` with an ``"auto"`` ds_config (``hf-trainer``)."""
 
 
 def record_gpu(r: dict) -> str:
@@ -38,6 +45,32 @@ def record_host(r: dict) -> dict:
     o = r.get("options") or {}
     return dict(host_cpu_cores_per_node=int((r.get("provenance") or {}).get("host_cpu_cores") or 112),
                 cpu_adam_threads=int(r.get("omp_num_threads") or o.get("omp_threads") or 0))
+
+
+def zero_plan_fields(r: dict) -> dict:
+    """The :class:`workbench.specs.ParallelPlan` fields of an ``hf-trainer`` record's ZeRO settings as its run
+    resolved them (``zero_config_resolved``, else the engine's ``ds_config["zero_optimization"]``): ``overlap_comm``
+    (ZeRO-1 to 3; DeepSpeed all-reduces after the backward at ZeRO-0), ``reduce_bucket_size`` (ZeRO-1 to 3),
+    ``prefetch_bucket_size`` and ``param_persistence_threshold`` (ZeRO-3; the Trainer's ``"auto"``: hidden²,
+    0.9·hidden², 10·hidden), and at ZeRO-3 ``zero_init``: whether the model was built inside
+    ``deepspeed.zero.Init`` (``built_in_zero_init``). A field the installed ParallelPlan lacks is left out."""
+    from workbench.specs import ParallelPlan
+
+    zero = r.get("zero_config_resolved") or {}
+    if not zero or "unavailable" in zero:
+        zero = (r.get("ds_config") or {}).get("zero_optimization") or {}
+    stage = int(zero.get("stage", (r.get("options") or {}).get("zero", 0)))
+    have = ParallelPlan.__dataclass_fields__
+    out = {"overlap_comm": bool(zero.get("overlap_comm")) if stage >= 1 else False}
+    sizes = [("reduce_bucket_size", "reduce_bucket_size")] if stage >= 1 else []
+    if stage == 3:
+        sizes += [("prefetch_bucket_size", "stage3_prefetch_bucket_size"),
+                  ("param_persistence_threshold", "stage3_param_persistence_threshold")]
+        out["zero_init"] = bool(r.get("built_in_zero_init"))
+    for name, key in sizes:
+        if isinstance(zero.get(key), (int, float)) and not isinstance(zero.get(key), bool):
+            out[name] = int(zero[key])
+    return {k: v for k, v in out.items() if k in have}
 
 
 def description(r: dict) -> dict:
@@ -60,7 +93,7 @@ def description(r: dict) -> dict:
         return specs_to_dict(model, cluster, ParallelPlan(world_size=n, precision="bf16", adam="torch", **f))
     o = r["options"]
     mbs, gas = o.get("mbs", 1), o.get("gas", 1)
-    if r["stack"] == "hf-ds":
+    if r["stack"] in HF_STACKS:
         model = import_hf(dict(r["hf_config"]), seq_length=r["seq_length"], attn_implementation=o["attn"],
                           name=r["shape_id"]).spec
     else:
@@ -86,6 +119,8 @@ def description(r: dict) -> dict:
                 v = names[t]
                 targets += v if isinstance(v, list) else [v]
             common.update(lora_rank=lora["r"], lora_targets=targets, lora_dropout=lora["lora_dropout"])
+        if r["stack"] == "hf-trainer":  # the ZeRO sizes the Trainer resolved ("auto": from the hidden size)
+            common.update(zero_plan_fields(r))
         plan = ParallelPlan(engine="deepspeed", zero_stage=o["zero"], offload_optimizer=o.get("offload") or "none",
                             offload_params=o.get("offload_params") or "none", recompute=rc, adam="fused", **common)
     return specs_to_dict(model, cluster, plan)

@@ -7,6 +7,11 @@ This is deliberately not ``workbench/runs/train.py``: it trains the way people w
   ``deepspeed.initialize`` (on the GPU, or with ``zero_init`` at ZeRO-3 inside ``deepspeed.zero.Init`` as the HF
   Trainer builds it) with a hand-written ds_config (bf16, ``AdamW`` -> DeepSpeed's FusedAdam, or
   DeepSpeedCPUAdam with ``offload_optimizer``), loss from the model's own ``labels`` path;
+* ``hf-trainer``: the same model trained the way most fine-tuning users do it, through ``transformers.Trainer`` with
+  ``TrainingArguments(deepspeed=<ds_config>)`` and a ds_config after the Hugging Face docs' examples, its batch sizes,
+  clipping, precision, AdamW hyper-parameters and bucket sizes ``"auto"`` (the Trainer resolves them; the record
+  keeps both); the arguments made before the model, so at ZeRO-3 it is built inside ``deepspeed.zero.Init``;
+  gradient checkpointing by the Trainer; a callback times each optimizer step;
 * ``mcore-ds``: megatron-core ``GPTModel`` (local layer spec) under DeepSpeed the same way;
 * ``mcore-ddp``: the same GPTModel under megatron-core's ``DistributedDataParallel`` + ``get_megatron_optimizer``
   (plain or distributed optimizer) and its forward/backward schedule.
@@ -46,6 +51,8 @@ from runs import (GROUPS, HF_SHAPES, LAUNCHER_RUNS, LAUNCHER_RUNS_2GPU, LAUNCHER
 
 from step_stats import step_protocol, steady_seconds, timed_summary  # noqa: E402
 
+from describe import HF_STACKS  # noqa: E402
+
 from host_probe import copy_probe, cpu_model, host_probe  # noqa: E402
 
 PROCESS_STARTED = time.time()
@@ -60,7 +67,7 @@ ENV_KEYS = ("OMP_NUM_THREADS", "TORCH_CUDA_ARCH_LIST", "PYTORCH_CUDA_ALLOC_CONF"
 def versions() -> dict:
     """Versions of the training libraries beside Python, torch and CUDA (those come from ``gpu_provenance``)."""
     out = {}
-    for mod in ("deepspeed", "megatron.core", "transformers", "peft", "pydantic"):
+    for mod in ("deepspeed", "megatron.core", "transformers", "peft", "accelerate", "pydantic"):
         try:
             m = __import__(mod, fromlist=["__version__"])
             out[mod.replace(".", "_")] = getattr(m, "__version__", None)
@@ -75,16 +82,25 @@ def provenance() -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+def offload_section(cfg: dict, key: str) -> dict | None:
+    """The ``zero_optimization`` offload sub-dict a run asks for, as HF's ZeRO-2 / ZeRO-3 offload examples write
+    it: ``key`` ``"offload"`` -> ``offload_optimizer``, ``"offload_params"`` -> ``offload_param`` (ZeRO-3 parameter
+    offload); ``None`` when the run offloads nothing there. ``pin``: page-locked offload buffers (DeepSpeed 0.19's
+    default); False: pageable."""
+    if not cfg.get(key):
+        return None
+    return {"device": cfg[key], "pin_memory": bool(cfg.get("pin", True))}
+
+
 def ds_config(cfg: dict) -> dict:
     """The hand-written ds_config of one run (what a user puts in ds_config.json)."""
     zero = {"stage": cfg["zero"]}
-    pin = bool(cfg.get("pin", True))  # page-locked offload buffers (DeepSpeed 0.19's default); False: pageable
-    if cfg.get("offload"):
-        zero["offload_optimizer"] = {"device": cfg["offload"], "pin_memory": pin}
+    if offload_section(cfg, "offload"):
+        zero["offload_optimizer"] = offload_section(cfg, "offload")
     if cfg.get("overlap"):  # overlap_comm on at ZeRO-1/2 (DeepSpeed's default there is off), as HF's ZeRO-2 examples
         zero["overlap_comm"] = True
-    if cfg.get("offload_params"):  # ZeRO-3 parameter offload, as HF's ZeRO-3 offload example writes it
-        zero["offload_param"] = {"device": cfg["offload_params"], "pin_memory": pin}
+    if offload_section(cfg, "offload_params"):
+        zero["offload_param"] = offload_section(cfg, "offload_params")
     return {
         "train_micro_batch_size_per_gpu": cfg.get("mbs", 1),
         "gradient_accumulation_steps": cfg.get("gas", 1),
@@ -96,6 +112,39 @@ def ds_config(cfg: dict) -> dict:
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+
+
+def ds_config_trainer(cfg: dict) -> dict:
+    """The ds_config a ``transformers.Trainer`` user writes for the run, after the Hugging Face DeepSpeed docs'
+    ZeRO-2 / ZeRO-3 examples: ``"auto"`` wherever the Trainer fills a value in (batch sizes, clipping, bf16, AdamW's
+    hyper-parameters from ``TrainingArguments``; the reduce bucket hidden², ZeRO-3's prefetch bucket 0.9·hidden² and
+    persistence threshold 10·hidden from the model's config), ``overlap_comm`` and ``contiguous_gradients`` on, the
+    run's offload as :func:`ds_config` writes it. No ``scheduler``: the Trainer's own (``lr_scheduler_type``)."""
+    zero = {"stage": cfg["zero"], "overlap_comm": True, "contiguous_gradients": True, "reduce_bucket_size": "auto"}
+    if int(cfg["zero"]) == 3:
+        zero.update({"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                     "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9})
+    for key, section in (("offload", "offload_optimizer"), ("offload_params", "offload_param")):
+        if offload_section(cfg, key):
+            zero[section] = offload_section(cfg, key)
+    return {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                                  "weight_decay": "auto"}},
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+def plain_json(value):
+    """``value`` as strict JSON data: tuples as lists, other objects as their ``str``, non-finite floats (a DeepSpeed
+    engine's config may hold some) as strings."""
+    return json.loads(json.dumps(value, default=str), parse_constant=str)
 
 
 def tiny(cfg_shape: dict, hf: bool) -> dict:
@@ -287,7 +336,11 @@ def drop_zero_init() -> None:
     gc.collect()
 
 
-def build_hf(shape: dict, cfg: dict):
+def build_hf(shape: dict, cfg: dict, trainer: bool = False):
+    """The run's transformers model (bf16, on the device, or inside ``deepspeed.zero.Init``), its resolved config
+    dict and its peft LoRA keywords. ``trainer``: built for ``transformers.Trainer`` after the run's
+    ``TrainingArguments``: at ZeRO-3 their HfDeepSpeedConfig (none of this function's own) builds it inside
+    ``deepspeed.zero.Init``, and the Trainer, not this function, turns gradient checkpointing on."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -296,22 +349,27 @@ def build_hf(shape: dict, cfg: dict):
     c.pop("architectures", None)
     hf_cfg = AutoConfig.for_model(model_type, **c)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if cfg.get("zero_init"):
+    zero3 = int(cfg.get("zero", 0)) == 3
+    if cfg.get("zero_init") and not zero3:
+        raise ValueError(f"{cfg.get('run_id')}: zero_init needs ZeRO-3, not zero={cfg.get('zero')}")
+    if cfg.get("zero_init") or (trainer and zero3):
         # the Trainer's ZeRO-3 path: while an HfDeepSpeedConfig of the run's ds_config is alive, from_config builds
         # the model inside deepspeed.zero.Init (each module's parameters partitioned as it is made, never the whole
-        # model on the GPU); kept alive through deepspeed.initialize, dropped by drop_zero_init()
-        from transformers.integrations import HfDeepSpeedConfig
+        # model on the GPU); kept alive through deepspeed.initialize, dropped by drop_zero_init() (an hf-trainer
+        # run's lives in its TrainingArguments, dropped by drop_trainer())
+        from transformers.integrations import HfDeepSpeedConfig, is_deepspeed_zero3_enabled
 
-        if int(cfg.get("zero", 0)) != 3:
-            raise ValueError(f"{cfg.get('run_id')}: zero_init needs ZeRO-3, not zero={cfg.get('zero')}")
-        _ZERO_INIT.append(HfDeepSpeedConfig(ds_config(cfg)))
+        if not trainer:
+            _ZERO_INIT.append(HfDeepSpeedConfig(ds_config(cfg)))
+        elif not is_deepspeed_zero3_enabled():
+            raise RuntimeError(f"{cfg.get('run_id')}: no live ZeRO-3 TrainingArguments to build the model in")
         model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=cfg["attn"], dtype=torch.bfloat16)
     else:
         with torch.device(dev):
             model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=cfg["attn"],
                                                      dtype=torch.bfloat16)
     model.config.use_cache = False
-    if cfg.get("ckpt"):
+    if cfg.get("ckpt") and not trainer:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lora = None
     if cfg.get("lora"):
@@ -332,9 +390,16 @@ def build_hf(shape: dict, cfg: dict):
 
 
 def zero_resolved(engine) -> dict:
+    """The engine's ZeRO settings as DeepSpeed resolved them. The ZeRO-3 sizes under their ds_config names
+    (``stage3_prefetch_bucket_size``, ...: pydantic's aliases of DeepSpeed's field names), at ZeRO-3 only."""
     try:
         z = engine._config.zero_config
-        d = z.model_dump(mode="json") if hasattr(z, "model_dump") else dict(z)
+        if hasattr(z, "model_dump"):
+            d = z.model_dump(mode="json")
+            d.update({k: v for k, v in z.model_dump(mode="json", by_alias=True).items()
+                      if k.startswith("stage3_") and d.get("stage") == 3})
+        else:
+            d = dict(z)
         keep = ("stage", "overlap_comm", "contiguous_gradients", "reduce_bucket_size", "allgather_bucket_size",
                 "reduce_scatter", "allgather_partitions", "stage3_prefetch_bucket_size",
                 "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
@@ -342,6 +407,76 @@ def zero_resolved(engine) -> dict:
         return {k: d.get(k) for k in keep if k in d}
     except Exception as exc:
         return {"unavailable": repr(exc)}
+
+
+def record_engine(rec: dict, engine) -> None:
+    """What a DeepSpeed engine resolved: its optimizer classes and ZeRO settings."""
+    rec["optimizer_class"] = type(engine.basic_optimizer).__name__ if engine.basic_optimizer else None
+    rec["zero_optimizer_class"] = type(engine.optimizer).__name__
+    rec["zero_config_resolved"] = zero_resolved(engine)
+
+
+def record_hf_model(rec: dict, shape: dict, cfg: dict, model, hf_dict: dict, lora) -> None:
+    """A transformers run's model as built (before DeepSpeed takes it)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    rec.update(hf_config=shape["config"], hf_config_resolved=hf_dict, seq_length=shape["seq_length"], lora=lora,
+               attn_implementation=cfg["attn"], gradient_checkpointing=bool(cfg.get("ckpt")),
+               # built inside deepspeed.zero.Init: every parameter transformers made already a ZeRO-3 parameter
+               # (peft's LoRA adapters, added after the model was built, are plain until DeepSpeed takes them)
+               built_in_zero_init=all(hasattr(p, "ds_id") for n, p in model.named_parameters()
+                                      if not (lora and "lora_" in n)),
+               allocated_after_build_bytes=torch.cuda.memory_allocated() if cuda else None)
+
+
+def record_parameters(rec: dict, shape: dict, model) -> None:
+    rec["like"] = shape.get("like")
+    numel = lambda p: getattr(p, "ds_numel", None) or p.numel()  # noqa: E731  (zero.Init's partitioned ones)
+    rec["parameters"] = sum(numel(p) for p in model.parameters())
+    rec["trainable_parameters"] = sum(numel(p) for p in model.parameters() if p.requires_grad)
+
+
+def record_init(rec: dict, t_start: float, dry: bool) -> None:
+    """The run's memory and seconds when its engine is ready, before the first step, and the host probe then."""
+    import torch
+
+    rec["allocated_after_init_bytes"] = mem_now().get("allocated_at_end_bytes")
+    rec["init_seconds"] = time.perf_counter() - t_start
+    if not dry:
+        rec["host_probe_before"] = host_probe(torch)
+
+
+class StepClock:
+    """Per-step wall times of a run: :meth:`begin` and :meth:`end` around each optimizer step (CUDA synchronised;
+    with several ranks every rank's clock starts after a barrier), the epoch when the timed steps start and end, and
+    each step as it ends in ``CORPUS_PROGRESS_DIR`` (what a run killed midway had done); ``ended``: the epoch when
+    the last step ended."""
+
+    def __init__(self, rec: dict, cfg: dict, steps: int, timed: int, t_start: float):
+        self.rec, self.cfg, self.steps, self.timed, self.t_start = rec, cfg, steps, timed, t_start
+        self.times: list = []
+        self.t0 = self.ended = None
+
+    def begin(self, i: int) -> None:
+        import torch.distributed as dist
+
+        if i == self.steps - self.timed:
+            self.rec["timed_started_epoch"] = time.time()
+        sync()
+        if dist.get_world_size() > 1:  # start every rank's clock together
+            dist.barrier()
+            sync()
+        self.t0 = time.perf_counter()
+
+    def end(self, i: int) -> None:
+        sync()
+        self.times.append(time.perf_counter() - self.t0)
+        if os.environ.get("CORPUS_PROGRESS_DIR"):
+            with open(Path(os.environ["CORPUS_PROGRESS_DIR"]) / (self.cfg["run_id"].replace("/", "_") + ".txt"),
+                      "a") as fh:
+                fh.write(f"step {i} {self.times[-1]:.3f} s, {time.perf_counter() - self.t_start:.1f} s since start\n")
+        self.ended = time.time()
 
 
 def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
@@ -376,93 +511,33 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
             rec["allocator_cap_bytes"] = cfg["cap_bytes"]
     recording = start_memory_history(torch)
     mbs, gas = cfg.get("mbs", 1), cfg.get("gas", 1)
-    engine = model = optimizer = None
+    step = None  # the run's training step (it holds the engine, the model, the optimizer) until the run ends
     t_start = time.perf_counter()
     try:
-        hf = cfg["stack"] == "hf-ds"
+        hf = cfg["stack"] in HF_STACKS
         shape = (HF_SHAPES if hf else MCORE_SHAPES)[cfg["shape_id"]]
         if dry:
             shape = tiny(shape, hf)
         seq = shape["seq_length"]
-        dev = torch.device("cuda" if cuda else "cpu")
-        if hf:
-            model, hf_dict, lora = build_hf(shape, cfg)
-            vocab = shape["config"]["vocab_size"]
-            rec.update(hf_config=shape["config"], hf_config_resolved=hf_dict, seq_length=seq, lora=lora,
-                       attn_implementation=cfg["attn"], gradient_checkpointing=bool(cfg.get("ckpt")),
-                       # built inside deepspeed.zero.Init: every parameter already a ZeRO-3 parameter
-                       built_in_zero_init=all(hasattr(p, "ds_id") for p in model.parameters()),
-                       allocated_after_build_bytes=torch.cuda.memory_allocated() if cuda else None)
-        else:
-            model, mc_cfg = build_mcore(shape, cfg)
-            vocab = shape["vocab_size"]
-            rec.update(model_dims={k: v for k, v in shape.items() if k != "like"}, mcore_config=mc_cfg,
-                       seq_length=seq)
-            if cuda:
-                model = model.to(dev)
-        rec["like"] = shape.get("like")
-        numel = lambda p: getattr(p, "ds_numel", None) or p.numel()  # noqa: E731  (zero.Init's partitioned ones)
-        rec["parameters"] = sum(numel(p) for p in model.parameters())
-        rec["trainable_parameters"] = sum(numel(p) for p in model.parameters() if p.requires_grad)
-        gen = torch.Generator(device=dev).manual_seed(0)
-        if cfg["stack"] in ("hf-ds", "mcore-ds"):
-            import deepspeed
-
-            dsc = ds_config(cfg)
-            rec["ds_config"] = dsc
-            engine, optimizer, _, _ = deepspeed.initialize(
-                model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=dsc)
-            rec["optimizer_class"] = type(engine.basic_optimizer).__name__ if engine.basic_optimizer else None
-            rec["zero_optimizer_class"] = type(engine.optimizer).__name__
-            rec["zero_config_resolved"] = zero_resolved(engine)
-            if not hf:
-                mask = torch.triu(torch.ones(seq, seq, device=dev, dtype=torch.bool), diagonal=1)[None, None]
-                pos = torch.arange(seq, device=dev)[None].expand(mbs, seq)
-
-            def step():
-                losses = []
-                for _ in range(gas):
-                    tokens = torch.randint(0, vocab, (mbs, seq + 1), device=dev, generator=gen)
-                    if hf:
-                        x = tokens[:, :-1]
-                        loss = engine(input_ids=x, labels=x).loss
-                    else:
-                        loss = engine(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
-                    engine.backward(loss)
-                    engine.step()
-                    losses.append(float(loss))
-                return sum(losses) / len(losses)
-        else:
-            step, extra = mcore_ddp(model, cfg, seq, vocab, mbs, gas, dev, gen)
-            rec.update(extra)
-        after_init = mem_now()
-        rec["allocated_after_init_bytes"] = after_init.get("allocated_at_end_bytes")
-        rec["init_seconds"] = time.perf_counter() - t_start
-        times, losses = [], []
         # steps and timed steps per step_stats.step_protocol (ZeRO-3 warms up longer), recorded in the record
         # (a configuration may set its own ``protocol``: [steps, timed], e.g. the step-noise study's longer runs)
         steps, timed = cfg.get("protocol") or step_protocol(cfg.get("zero", 0) if cfg["stack"] != "mcore-ddp" else 0)
         if dry:
             steps, timed = 2, 1
-        if not dry:
-            rec["host_probe_before"] = host_probe(torch)
-        for i in range(steps):
-            if i == steps - timed:
-                rec["timed_started_epoch"] = time.time()
-            sync()
-            if world > 1:  # start every rank's clock together
-                dist.barrier()
-                sync()
-            t0 = time.perf_counter()
-            loss = step()
-            sync()
-            times.append(time.perf_counter() - t0)
-            losses.append(loss)
-            if os.environ.get("CORPUS_PROGRESS_DIR"):  # each step as it ends: what a run killed midway had done
-                with open(Path(os.environ["CORPUS_PROGRESS_DIR"]) / (cfg["run_id"].replace("/", "_") + ".txt"),
-                          "a") as fh:
-                    fh.write(f"step {i} {times[-1]:.3f} s, {time.perf_counter() - t_start:.1f} s since start\n")
-        rec["timed_ended_epoch"] = time.time()
+        clock = StepClock(rec, cfg, steps, timed, t_start)
+        if cfg["stack"] == "hf-trainer":
+            losses = trainer_steps(cfg, shape, rec, clock, dry)
+        else:
+            losses = []
+            step = own_loop_step(cfg, shape, rec, mbs, gas)
+            record_init(rec, t_start, dry)
+            for i in range(steps):
+                clock.begin(i)
+                loss = step()
+                clock.end(i)
+                losses.append(loss)
+        times = clock.times
+        rec["timed_ended_epoch"] = clock.ended
         if not dry:
             rec["host_probe_after"] = host_probe(torch)
         rec.update(mem_now())
@@ -483,12 +558,200 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         rec.update(status="error", error=f"{type(exc).__name__}: {exc}"[:600],
                    traceback=traceback.format_exc()[-2000:])
     finally:
-        engine = model = optimizer = step = None  # noqa: F841
+        step = None  # noqa: F841
+        drop_trainer()
         drop_zero_init()
         if cuda:
             torch.cuda.empty_cache()
     rec["wall_seconds"] = time.perf_counter() - t_start
     return rec
+
+
+def own_loop_step(cfg: dict, shape: dict, rec: dict, mbs: int, gas: int):
+    """The model of an ``hf-ds``, ``mcore-ds`` or ``mcore-ddp`` run under its engine, and the function that trains
+    one optimizer step of it (``gas`` micro-batches of random tokens) and returns the step's mean loss."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    hf = cfg["stack"] == "hf-ds"
+    seq = shape["seq_length"]
+    dev = torch.device("cuda" if cuda else "cpu")
+    if hf:
+        model, hf_dict, lora = build_hf(shape, cfg)
+        vocab = shape["config"]["vocab_size"]
+        record_hf_model(rec, shape, cfg, model, hf_dict, lora)
+    else:
+        model, mc_cfg = build_mcore(shape, cfg)
+        vocab = shape["vocab_size"]
+        rec.update(model_dims={k: v for k, v in shape.items() if k != "like"}, mcore_config=mc_cfg,
+                   seq_length=seq)
+        if cuda:
+            model = model.to(dev)
+    record_parameters(rec, shape, model)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    if cfg["stack"] == "mcore-ddp":
+        step, extra = mcore_ddp(model, cfg, seq, vocab, mbs, gas, dev, gen)
+        rec.update(extra)
+        return step
+    import deepspeed
+
+    dsc = ds_config(cfg)
+    rec["ds_config"] = dsc
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=dsc)
+    record_engine(rec, engine)
+    if not hf:
+        mask = torch.triu(torch.ones(seq, seq, device=dev, dtype=torch.bool), diagonal=1)[None, None]
+        pos = torch.arange(seq, device=dev)[None].expand(mbs, seq)
+
+    def step():
+        losses = []
+        for _ in range(gas):
+            tokens = torch.randint(0, vocab, (mbs, seq + 1), device=dev, generator=gen)
+            if hf:
+                x = tokens[:, :-1]
+                loss = engine(input_ids=x, labels=x).loss
+            else:
+                loss = engine(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
+            engine.backward(loss)
+            engine.step()
+            losses.append(float(loss))
+        return sum(losses) / len(losses)
+    return step
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# hf-trainer: the same transformers model through transformers.Trainer
+# ----------------------------------------------------------------------------------------------------------------
+_TRAINER: list = []
+"""The live objects of an hf-trainer run: its Trainer, its TrainingArguments (which hold the run's
+HfTrainerDeepSpeedConfig: at ZeRO-3, the one transformers builds models inside ``deepspeed.zero.Init`` by) and its
+output folder; :func:`drop_trainer` ends them."""
+
+
+def drop_trainer() -> None:
+    """End an hf-trainer run's Trainer, arguments and output folder, and accelerate's process-wide state of it (its
+    DeepSpeed plugin), so that the next run in the process starts afresh. Nothing to do after any other run."""
+    if not _TRAINER:
+        return
+    for obj in _TRAINER:
+        if hasattr(obj, "cleanup"):  # the output folder (tempfile.TemporaryDirectory)
+            obj.cleanup()
+    _TRAINER.clear()
+    from accelerate.state import AcceleratorState, GradientState
+    from transformers.integrations import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+    gc.collect()
+
+
+class RandomTokens:
+    """``n`` samples of ``seq`` token ids drawn below ``vocab`` by a fixed generator, as a map-style dataset for
+    ``transformers.Trainer``: item ``i`` is ``{"input_ids": ids, "labels": ids}`` (the model shifts the labels)."""
+
+    def __init__(self, n: int, seq: int, vocab: int, seed: int = 0):
+        import torch
+
+        self.ids = torch.randint(0, vocab, (n, seq), generator=torch.Generator().manual_seed(seed))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def trainer_arguments(cfg: dict, steps: int, output_dir: str) -> dict:
+    """The ``TrainingArguments`` keywords of an hf-trainer run (beside ``deepspeed=``): the hyper-parameters
+    :func:`ds_config` writes by hand (the Trainer fills :func:`ds_config_trainer`'s ``"auto"`` values from them), a
+    constant learning rate, a log line every step, nothing saved or reported. Gradient checkpointing (``ckpt``) by
+    the Trainer under the name the installed transformers has (``activation_checkpointing`` from 5.24, which keeps
+    ``gradient_checkpointing`` as a deprecated alias; ``gradient_checkpointing`` before, as in 5.17)."""
+    import dataclasses
+
+    import torch
+    from transformers import TrainingArguments
+
+    kw = dict(output_dir=output_dir, per_device_train_batch_size=cfg.get("mbs", 1),
+              gradient_accumulation_steps=cfg.get("gas", 1), max_steps=steps, learning_rate=1e-4, adam_beta1=0.9,
+              adam_beta2=0.95, adam_epsilon=1e-8, weight_decay=0.01, max_grad_norm=1.0, bf16=True,
+              lr_scheduler_type="constant", warmup_steps=0, logging_steps=1, save_strategy="no", report_to="none",
+              disable_tqdm=True, remove_unused_columns=False, dataloader_num_workers=0, seed=0)
+    if not torch.cuda.is_available():
+        kw["use_cpu"] = True
+    if cfg.get("ckpt"):
+        fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+        name = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+        kw.update({name: True, f"{name}_kwargs": {"use_reentrant": False}})
+    return kw
+
+
+def trainer_steps(cfg: dict, shape: dict, rec: dict, clock: StepClock, dry: bool) -> list:
+    """Train an hf-trainer run as most fine-tuning users do: ``TrainingArguments(deepspeed=<ds_config with
+    "auto">)`` first (at ZeRO-3 transformers then builds the model inside ``deepspeed.zero.Init``), the model,
+    ``Trainer(...).train()`` for ``clock.steps`` optimizer steps. A callback times each optimizer step on ``clock``
+    (``on_step_begin`` to ``on_step_end``: every micro-batch's forward and backward, clipping, the optimizer) and
+    keeps the Trainer's logged losses (returned) and gradient norms. The record gets the ds_config as written
+    (``ds_config_written``) and as the engine took it, every ``"auto"`` resolved (``ds_config``)."""
+    import copy
+    import tempfile
+
+    import torch.distributed as dist
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    mbs, gas, seq = cfg.get("mbs", 1), cfg.get("gas", 1), shape["seq_length"]
+    written = ds_config_trainer(cfg)
+    rec["ds_config_written"] = copy.deepcopy(written)
+    out = tempfile.TemporaryDirectory(prefix="corpus_trainer_")
+    _TRAINER.append(out)
+    kw = trainer_arguments(cfg, clock.steps, out.name)
+    rec["training_args"] = {k: v for k, v in kw.items() if k != "output_dir"}
+    args = TrainingArguments(deepspeed=written, **kw)
+    _TRAINER.append(args)
+    model, hf_dict, lora = build_hf(shape, cfg, trainer=True)
+    record_hf_model(rec, shape, cfg, model, hf_dict, lora)
+    record_parameters(rec, shape, model)
+    data = RandomTokens(clock.steps * mbs * gas * dist.get_world_size(), seq, shape["config"]["vocab_size"])
+    losses, grad_norms = [], []
+    rec["grad_norms"] = grad_norms
+
+    class Steps(TrainerCallback):
+        def on_train_begin(self, args_, state, control, **kw_):
+            engine = trainer.model_wrapped  # the DeepSpeed engine the Trainer (through accelerate) initialised
+            resolved = getattr(engine, "config", None)
+            if not isinstance(resolved, dict):
+                resolved = args_.hf_deepspeed_config.config
+            rec["ds_config"] = plain_json(resolved)
+            record_engine(rec, engine)
+            rec["engine_class"] = type(engine).__name__
+            # checkpointing as the Trainer turned it on (transformers 5.24 renamed the flag)
+            net = trainer.model
+            flag = "is_activation_checkpointing" if hasattr(net, "is_activation_checkpointing") else \
+                "is_gradient_checkpointing"
+            rec["trainer_checkpointing"] = getattr(net, flag, None)
+            record_init(rec, clock.t_start, dry)
+
+        def on_step_begin(self, args_, state, control, **kw_):
+            clock.begin(state.global_step)
+
+        def on_step_end(self, args_, state, control, **kw_):
+            clock.end(state.global_step - 1)
+
+        def on_log(self, args_, state, control, logs=None, **kw_):
+            if logs and "loss" in logs:  # (the summary at the end logs train_loss)
+                losses.append(float(logs["loss"]))
+                grad_norms.append(float(logs["grad_norm"]) if logs.get("grad_norm") is not None else None)
+
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[Steps()])
+    _TRAINER.append(trainer)
+    del model
+    trainer.train()
+    if len(clock.times) != clock.steps or len(losses) != clock.steps:
+        raise RuntimeError(f"{cfg['run_id']}: the Trainer ran {len(clock.times)} timed steps and logged "
+                           f"{len(losses)} losses, not {clock.steps}")
+    return losses
 
 
 def mcore_ddp(model, cfg, seq, vocab, mbs, gas, dev, gen):

@@ -4,8 +4,8 @@ Two kinds of model shape:
 
 * megatron-core shapes (``stack`` ``mcore-ds`` / ``mcore-ddp``): the dims are :class:`workbench.specs.ModelSpec`
   field names, so ``ModelSpec(**dims)`` describes them exactly;
-* Hugging Face shapes (``stack`` ``hf-ds``): a ``config.json`` dict that ``AutoConfig.for_model`` accepts, plus the
-  training sequence length.
+* Hugging Face shapes (``stack`` ``hf-ds``, or ``hf-trainer`` for the same model under ``transformers.Trainer``): a
+  ``config.json`` dict that ``AutoConfig.for_model`` accepts, plus the training sequence length.
 
 Layer counts are cut down so that 60+ runs fit a few GPU minutes; widths, head widths, vocabularies and sequence
 lengths are those of real models (named in ``like``). Runs are grouped: a group runs in one process, in order.
@@ -1159,6 +1159,30 @@ HF_SHAPES = {
         num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=131072,
         max_position_embeddings=8192, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
         attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=1000042.0)),
+    # --- fifty-ninth final batch ("final59"): three widths the corpus has never run, trained through the Trainer ---
+    # H2O Danube3 4B's width at 12 of its 24 layers: Llama type, GQA 32/8 of head 120, SwiGLU 10240, untied 32k
+    # vocabulary (h2oai/h2o-danube3-4b-base's dimensions)
+    "hf-danube3-h3840-l12": dict(like="H2O Danube3 4B-like width (24 -> 12 layers, head 120)", seq_length=2048,
+                                 config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=3840, intermediate_size=10240,
+        num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=8, head_dim=120, vocab_size=32000,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=100000.0)),
+    # Llama 3.1 Nemotron Nano 4B's width at 12 of its 32 layers: GQA 32/8 of head 128, SwiGLU 9216, untied 128k
+    # vocabulary (nvidia/Llama-3.1-Nemotron-Nano-4B-v1.1's dimensions; plain RoPE)
+    "hf-nemotronnano-h3072-l12": dict(like="Llama 3.1 Nemotron Nano 4B-like width (32 -> 12 layers)",
+                                      seq_length=2048, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=3072, intermediate_size=9216,
+        num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=128256,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=500000.0)),
+    # Cerebras-GPT 1.3B's width at 12 of its 24 layers: GPT-2 type, MHA 16 heads of 128, GeLU 8192, learned
+    # positions, tied 50k vocabulary (cerebras/Cerebras-GPT-1.3B's dimensions)
+    "hf-cerebras-h2048-l12": dict(like="Cerebras-GPT 1.3B-like width (24 -> 12 layers, GPT-2 type)", seq_length=2048,
+                                  config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=2048, n_layer=12, n_head=16, n_inner=8192,
+        vocab_size=50257, n_positions=2048, activation_function="gelu", tie_word_embeddings=True, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)),
     # --- fifty-seventh final batch ("final57") ---
     # OLMo 2 7B's width at 6 of its 32 layers: MHA 32 heads of 128, SwiGLU 11008, Q/K norms, untied 100k vocabulary
     # (allenai/OLMo-2-1124-7B)
@@ -1730,8 +1754,11 @@ def hf_config_with_layers(config: dict, layers: int) -> dict:
     return c
 
 
-def _hf(shape, zero, attn, **kw):
-    return dict(stack="hf-ds", shape_id=shape, zero=zero, attn=attn, **kw)
+def _hf(shape, zero, attn, *, trainer: bool = False, **kw):
+    """A Hugging Face run: under ``deepspeed.initialize`` and measure.py's own loop (``hf-ds``), or with
+    ``trainer=True`` through ``transformers.Trainer`` and an ``"auto"`` ds_config (``hf-trainer``, run ids
+    ``hf-trainer/...``)."""
+    return dict(stack="hf-trainer" if trainer else "hf-ds", shape_id=shape, zero=zero, attn=attn, **kw)
 
 
 OFF = dict(offload="cpu", omp_threads=16)
@@ -2387,6 +2414,21 @@ GROUPS = {
     # fifty-eighth final batch (one GPU), declared in accuracy_split.json "final58" before measuring: LoRA at ZeRO-3,
     # mostly without checkpointing, and one full fine-tune at ZeRO-3, on two widths the corpus has never run: a blind
     # test of ZeRO-3's own linear keeping frozen inputs (a89346b) in the estimate and the replay
+    # fifty-ninth final batch (one GPU), declared in accuracy_split.json "final59" before measuring: what most
+    # fine-tuning users run, transformers' Trainer with a ds_config of "auto" values as the Hugging Face docs write it
+    # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
+    # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
+    # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    "final59": [
+        _hf("hf-danube3-h3840-l12", 2, "sdpa", mbs=2, trainer=True),
+        _hf("hf-danube3-h3840-l12", 3, "sdpa", mbs=2, ckpt=True, lora=16, trainer=True),
+        _hf("hf-danube3-h3840-l12", 3, "sdpa", trainer=True),
+        _hf("hf-nemotronnano-h3072-l12", 2, "sdpa", ckpt=True, gas=2, trainer=True, **OFF),
+        _hf("hf-nemotronnano-h3072-l12", 3, "sdpa", mbs=2, lora=16, trainer=True),
+        _hf("hf-nemotronnano-h3072-l12", 3, "sdpa", ckpt=True, trainer=True, **OFF, **POFF),
+        _hf("hf-cerebras-h2048-l12", 2, "eager", mbs=2, ckpt=True, trainer=True),
+        _hf("hf-cerebras-h2048-l12", 3, "sdpa", mbs=4, lora=16, trainer=True),
+    ],
     "final58": [
         _hf("hf-exaone-h2560-l15", 3, "sdpa", mbs=2, lora=16),
         _hf("hf-exaone-h2560-l15", 3, "eager", lora=16),
