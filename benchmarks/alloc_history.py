@@ -22,7 +22,9 @@ The histories of the corpus groups ``alloc-history`` to ``alloc-history6`` (fit-
 ``benchmarks/results/alloc_history/``, with the records of the fit shapes measured only with their history
 (``alloc-history6``: ``alloc_history6_records.jsonl``); the printout in ``benchmarks/results/alloc_history_h200.txt``.
 Those of ``overlap-offload-history`` and ``z3-offload-wide-history`` (one H100, 2026-12-05) are in ``offload_h100/``
-with their records, the printout in ``benchmarks/results/alloc_history_offload_h100.txt``.
+with their records, the printout in ``benchmarks/results/alloc_history_offload_h100.txt``. Those of ``trainer-history``
+(final59's Trainer runs, one H100, 2026-12-06) are in ``trainer_h100/`` with their records, the printout in
+``benchmarks/results/alloc_history_trainer_h100.txt``.
 """
 from __future__ import annotations
 

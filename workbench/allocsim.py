@@ -973,9 +973,14 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
     if offload and setup.zero_stage not in (1, 2, 3):
         raise ValueError(f"offload_optimizer with zero_stage={setup.zero_stage}: the trace models DeepSpeed's CPU "
                          f"offload at ZeRO-1 to 3")
-    for p in model.parameters():  # the engine's _configure_distributed_model: every parameter in bf16 (peft's fp32
-        if p.is_floating_point() and p.dtype != torch.bfloat16:  # adapters included), buffers as they are
-            p.data = p.data.to(torch.bfloat16)
+    # the engine's _configure_distributed_model casts every parameter to bf16 (peft's fp32 adapters included), buffers
+    # as they are, except for a model built inside deepspeed.zero.Init: DeepSpeed 0.19.8's
+    # _cast_module_mixed_precision leaves every parameter of such a model as it is ("ZeRO-Init params are already at
+    # the configured dtype"), so adapters peft adds after the build stay fp32 and peft runs them in fp32
+    if not (setup.zero_init and setup.zero_stage == 3):
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != torch.bfloat16:
+                p.data = p.data.to(torch.bfloat16)
     if setup.zero_stage == 3:
         return deepspeed_zero3_steps(model, micro_step, setup, events)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -1014,7 +1019,7 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
         adam = [torch.zeros_like(master), torch.zeros_like(master)] if setup.zero_stage == 0 else None
         del master_grad
     bucket = {}
-    ipg = dict(elements=0, large=[], params=[], partition=None, norms=[])
+    ipg = dict(elements=0, large=[], params=[], partition=None, norms=[], held=[])
 
     def reduce_bucket():  # reduce_ipg_grads: the bucket's gradients copied into grads_in_partition (made at the first)
         if offload:  # each gradient to the host: its norm through fp64, then an fp32 copy for the async copy
@@ -1024,9 +1029,19 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
                     ipg["norms"].append(_fp64_norm(q.numel()))  # kept until the step
                     staged = torch.empty(q.numel(), dtype=torch.float32, device="meta")
                     del staged
-                q.grad = None
             if overlap:  # copy_grads_in_partition under the reduction stream: the copies come from its blocks
                 _on_stream(events, since, SIDE_STREAM)
+            # before the boundary an oversized gradient's own clone is not freed once it goes to its host
+            # accumulation buffer (async_accumulate_grad_in_cpu_via_gpu leaves the gradient attribute; at the boundary
+            # async_inplace_copy_grad_to_fp32_buffer_from_gpu clears it): it stays alive to the end of that backward.
+            # Read off the allocator history of a Trainer run whose reduce_bucket_size "auto" (hidden²) made every
+            # weight oversized: every MLP and attention weight's gradient alive at the end of the first micro-batch's
+            # backward, the run's peak, and all freed together before the next one
+            # (benchmarks/results/alloc_history/trainer_h100/); the release point is the history's, not found in
+            # the source
+            if not state["boundary"]:
+                ipg["held"].extend(ipg["large"])
+                ipg["large"] = []
         elif ipg["partition"] is None:  # copy_grads_in_partition, under the reduction stream with overlap_comm
             since = len(events)
             ipg["partition"] = torch.empty(n, dtype=torch.bfloat16, device="meta")
@@ -1087,6 +1102,9 @@ def deepspeed_steps(model, micro_step, setup: DeepSpeedSetup, events: list) -> N
                         to_bucket(q)
             if setup.zero_stage >= 2 or (setup.zero_stage == 1 and boundary):  # reduce_ipg_grads in the epilogue
                 reduce_bucket()
+            for q in ipg["held"]:  # (the oversized gradients of a micro-batch before the boundary, above)
+                q.grad = None
+            ipg["held"].clear()
             if setup.zero_stage != 1 or boundary:
                 bucket.clear()  # _release_ipg_buffers
         if setup.zero_stage == 0:  # the engine's allreduce_gradients at the accumulation boundary
@@ -1495,7 +1513,9 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         for p in params:
             del partitions[id(p)]
         events.append(("empty_cache", 0, 0))
-        flat = torch.empty(n, dtype=torch.bfloat16, device="meta")
+        # (in the trainable parameters' dtype: fp32 for the adapters peft adds to a model built inside zero.Init,
+        # which the engine leaves uncast, deepspeed_steps)
+        flat = torch.empty(n, dtype=params[0].dtype if params else torch.bfloat16, device="meta")
     groups = zero3_sub_groups([size(p) for p in params])
     masters, adam = [], None
     if not offload:  # _create_fp32_partitions: converted = flat.to(fp32), its clone kept

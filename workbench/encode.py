@@ -322,11 +322,22 @@ def grad_accumulate_bytes(megatron, zero, fused_adam, precision: Precision, main
 def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile=None) -> dict:
     """Keyword arguments of :func:`workbench.memory.stage_terms` (all but ``stage``) for columns ``cols``;
     a measured ``profile`` supplies the overhead constants."""
-    from workbench.memory import lora_activation_bytes_per_token, lora_frees_down_input
+    from workbench.memory import (lora_activation_bytes_per_token, lora_adapters_in_fp32, lora_frees_down_input,
+                                  zero3_linear_keeps_inputs)
 
     precision = Precision.parse(precision, "precision")
     first, middle, last = stage_layer_columns(model.num_layers, cols)
     zero3 = np.equal(cols["zero"], 3) & np.not_equal(cols["engine"], MEGATRON)
+    zinit = cols["zinit"] if "zinit" in cols else default_zero_init_column(model, cols)
+    # LoRA's saved tensors: at ZeRO-3 the frozen projections keep their inputs (DeepSpeed's own linear; not GPT-2's
+    # Conv1D), and built inside zero.Init the adapters run in fp32
+    keeps = zero3_linear_keeps_inputs(model)
+    fp32 = lora_adapters_in_fp32(model, zero_stage=cols["zero"], zero_init=zinit, engine=cols["engine"])
+
+    def lora_tokens(kept, adapter_bytes=None):
+        return lora_activation_bytes_per_token(model, rank=cols["lora_rank"], targets=cols["lora_targets"],
+                                               dropout=cols["lora_dropout"], value_bytes=precision.bytes_per_value,
+                                               inputs_kept=kept, adapter_bytes=adapter_bytes)
     out = dict(first_stage_layers=first, middle_stage_layers=middle, last_stage_layers=last, engine=cols["engine"], zero_stage=cols["zero"], tensor_parallel=cols["tp"],
                pipeline_parallel=cols["pp"], virtual_pipeline=cols["vp"], context_parallel=cols["cp"],
                cp_comm_type=cols.get("cp_comm", 0), cp_a2a_size=cols.get("cp_a2a", 1),
@@ -337,14 +348,11 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                offload_optimizer=cols["off_opt"], offload_params=cols["off_par"],
                distributed_optimizer=cols["dist_opt"], fused_kernels=cols["fused_adam"],
                overlap_comm=cols["overlap_comm"], lora_params_per_layer=lora_params(model, cols),
-               # DeepSpeed ZeRO-3's own linear keeps a frozen projection's input
-               # (memory.lora_activation_bytes_per_token)
-               lora_bytes_per_token=_where(zero3, *(lora_activation_bytes_per_token(
-                   model, rank=cols["lora_rank"], targets=cols["lora_targets"], dropout=cols["lora_dropout"],
-                   value_bytes=precision.bytes_per_value, inputs_kept=kept) for kept in (True, False))),
+               lora_bytes_per_token=_where(fp32, lora_tokens(keeps, 4),
+                                           _where(zero3, lora_tokens(keeps), lora_tokens(False))),
                lora_free_down=_where(zero3, *(int(lora_frees_down_input(
                    model, rank=cols["lora_rank"], targets=cols["lora_targets"], inputs_kept=kept))
-                   for kept in (True, False))),
+                   for kept in (keeps, False))),
                fp8=int(precision.is_fp8), fp8_recipe=cols.get("fp8_recipe", 0),
                fp8_param_gather=cols.get("fp8_pg", 0), fp8_bf16_first=cols.get("fp8_bf16_first", 0),
                fp8_bf16_last=cols.get("fp8_bf16_last", 0),
@@ -354,7 +362,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0),
                moe_recompute=cols.get("moe_rc", 0), tp_comm_overlap=cols.get("tp_ov", 0),
                cross_entropy_fusion=cols.get("xent", 0), pinned_host=cols.get("pin", 1),
-               zero_init=cols["zinit"] if "zinit" in cols else default_zero_init_column(model, cols),
+               zero_init=zinit,
                reduce_bucket_elements=cols.get("rbucket", defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS),
                prefetch_bucket_elements=cols.get("pbucket", defaults.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS))
     if profile is not None:

@@ -322,6 +322,9 @@ def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
                     max_position_embeddings=cfg.n_positions, position_embedding="learned",
                     normalization="layernorm", add_bias_linear=True,
                     activation=_activation(cfg.activation_function, False, where, notes),
+                    # transformers' NewGELUActivation / FastGELUActivation run op by op; gelu and
+                    # gelu_pytorch_tanh are one F.gelu (Cerebras-GPT sets gelu; GPT-2's default is gelu_new)
+                    gelu_unfused=cfg.activation_function in ("gelu_new", "gelu_fast"),
                     tied_embeddings=bool(cfg.tie_word_embeddings), hidden_dropout=float(cfg.resid_pdrop),
                     attention_dropout=float(cfg.attn_pdrop))
     if model_type == "gpt_neox":

@@ -1290,6 +1290,30 @@ def zero3_embedding_bucket_residue(m: ModelSpec, tensor_parallel=1,
     return _zero3_embedding_bucket_residue(m, int(tensor_parallel), float(reduce_bucket_elements))
 
 
+def offload_accumulation_held_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, num_microbatches,
+                                    tensor_parallel, value_bytes, lora, reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
+    """DeepSpeed ZeRO-2 with the optimizer on the CPU and gradient accumulation: the 16-bit gradients alive at the
+    end of a micro-batch's backward before the accumulation boundary. A gradient larger than ``reduce_bucket_size``
+    bypasses the bucket and is replaced by its own clone (the offload's gradient safety); before the boundary that
+    clone only goes to its host accumulation buffer and is not freed until the backward ends, so every oversized
+    weight's gradient is alive together then, with the last one's original beside its clone (the input
+    embedding's, back-propagated last). Read off the allocator history of a Trainer run whose ``reduce_bucket_size``
+    "auto" (hidden²) made every large weight oversized (Nemotron Nano 4B's width at 12 layers, accumulation 2: the
+    attention, MLP, embedding and output weights' gradients, 3.9 GiB, and one more embedding gradient at the peak,
+    benchmarks/results/alloc_history/trainer_h100/); with DeepSpeed's default 5e8 bucket only an embedding of more
+    than 500 M elements is oversized. 0 elsewhere, and under LoRA (its adapters are small). Arrays allowed but for
+    the model."""
+    sizes = np.asarray(P.weight_tensor_sizes(m, 1), dtype=float)  # (one tensor-parallel rank: DeepSpeed has no TP)
+    bucket = np.asarray(reduce_bucket_elements, dtype=float)
+    over = np.where(sizes[..., None] > np.ravel(bucket), sizes[..., None], 0.0).sum(axis=0)
+    over = over.reshape(np.shape(bucket)) if np.ndim(bucket) else float(over[0])
+    embedding = embedding_elements(m, 1)
+    held = value_bytes * (over + where(embedding > bucket, embedding, 0.0))
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 2) & (offload_optimizer > 0)
+               & (num_microbatches > 1) & ~asarray(lora) & (tensor_parallel == 1))
+    return where(applies, held, 0.0)
+
+
 def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
                                 tensor_parallel, value_bytes, lora, overlap_comm=0,
                                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
@@ -1435,13 +1459,11 @@ def _hf_norm_extra_bytes_per_element(m: ModelSpec, *, value_bytes, frozen_norms=
 def _hf_mlp_extra_bytes_per_token(m: ModelSpec, *, value_bytes):
     """What a transformers dense MLP keeps per token beyond the generic count (:func:`hf_layer_extra_bytes_per_token`):
     a gated MLP one v·f more, GPT-2's op-by-op ``gelu_new`` three; 0 for MoE layers."""
-    from workbench.specs import Positions
-
     if m.is_moe:
         return 0.0
     if m.is_gated:
         return value_bytes * m.ffn_hidden_size
-    if m.position_embedding is Positions.LEARNED:  # GPT-2
+    if m.gelu_unfused:  # GPT-2's gelu_new (ModelSpec.gelu_unfused)
         return 3 * value_bytes * m.ffn_hidden_size
     return 0.0
 
@@ -1649,7 +1671,33 @@ def layer_activation_bytes(m: ModelSpec, *, micro_batch, tensor_parallel, sequen
     return _where(recompute >= 2, checkpoint_only, _where(recompute == 1, selective, full_layer)), full_layer
 
 
-def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, value_bytes, inputs_kept=False):
+def zero3_linear_keeps_inputs(m: ModelSpec) -> bool:
+    """Whether DeepSpeed ZeRO-3's own linear (``LinearFunctionForZeroStage3``, in place of ``F.linear`` for every
+    ZeRO-3 run) makes a model's frozen projections keep their inputs (:func:`lora_activation_bytes_per_token`'s
+    ``inputs_kept``): for every transformers family but GPT-2, whose ``Conv1D`` projections call ``torch.addmm``,
+    which the replacement does not touch (autograd then keeps no input of a frozen weight). Found after the reveal
+    of final59: a GPT-2-type LoRA plan at ZeRO-3 priced +33.8 % allocated with them kept."""
+    from workbench.specs import Positions
+
+    return not (m.implementation is Implementation.TRANSFORMERS and m.position_embedding is Positions.LEARNED)
+
+
+def lora_adapters_in_fp32(m: ModelSpec, *, zero_stage, zero_init, engine=0):
+    """Whether LoRA's adapters train in fp32: a transformers model built inside ``deepspeed.zero.Init`` (ZeRO-3's
+    default for them, the Trainer's way) gets its adapters from peft after the build, in fp32 (peft's
+    ``autocast_adapter_dtype``), and DeepSpeed 0.19.8's engine leaves every parameter of such a model uncast
+    (``_cast_module_mixed_precision``: "ZeRO-Init params are already at the configured dtype"); peft then casts each
+    adapter's input to fp32 (``_cast_input_dtype``) and adds the fp32 adapter output. Elsewhere the engine casts the
+    adapters to the model's 16 bits. (Allocator histories of two Trainer LoRA plans at ZeRO-3, final59: fp32 copies
+    of every adapted input and output, 6-15 % of the peak; benchmarks/results/alloc_history/trainer_h100/.) Arrays
+    allowed."""
+    return ((np.asarray(zero_stage) >= 3) & (np.asarray(zero_init) > 0)
+            & (np.asarray(engine) != ENGINE_CODES[Engine.MEGATRON])
+            & (m.implementation is Implementation.TRANSFORMERS))[()]
+
+
+def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, value_bytes, inputs_kept=False,
+                                    adapter_bytes=None):
     """Bytes per token that LoRA adds to (or, negative, takes from) one layer's :func:`layer_activation_bytes`
     (full fine-tune count, t = 1; ``frozen_norms`` is that function's own part).
 
@@ -1682,10 +1730,15 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
     linear (``LinearFunctionForZeroStage3``, which ``deepspeed.zero.Init`` and the engine's ``Init(module=model)``
     put in place of ``F.linear``) saves its input whether the weight trains or not: a transformers layer then keeps
     the full fine-tune's inputs and adds only the adapters' dropped copies, masks and r values (allocator histories
-    of two LoRA plans at ZeRO-3, ``benchmarks/results/alloc_history/lora_z3_h100/``)."""
+    of two LoRA plans at ZeRO-3, ``benchmarks/results/alloc_history/lora_z3_h100/``).
+
+    ``adapter_bytes``: the adapters' own dtype where it differs from the model's (4: fp32 adapters,
+    :func:`lora_adapters_in_fp32`): peft casts each adapter's input to it, a copy per adapter module that A keeps
+    (dropped or not) in place of the shared 16-bit input, and A's r outputs are kept at that width."""
     if not rank:
         return 0.0
     v = value_bytes
+    a = v if adapter_bytes is None else adapter_bytes
     h, q = m.hidden_size, m.query_projection_size
     f = m.moe_ffn_hidden_size if m.is_moe else m.ffn_hidden_size
     targets = set(targets)
@@ -1706,10 +1759,12 @@ def lora_activation_bytes_per_token(m: ModelSpec, *, rank, targets, dropout, val
     total = 0.0
     for width, modules, shared in groups:
         if dropout > 0:
-            adapters = modules * (v + 1) * width
+            adapters = modules * (a + 1) * width
+        elif a != v:  # a cast copy per adapter module, kept by its A
+            adapters = modules * a * width
         else:
             adapters = v * width if modules and not shared else 0.0
-        total += adapters - (0.0 if shared else v * width) + modules * rank * v
+        total += adapters - (0.0 if shared else v * width) + modules * rank * a
     return total
 
 
@@ -2771,6 +2826,19 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     grads_bwd = where(end, grads, grads_bwd)
     buffers_bwd = where(end, end_buffers, buffers_bwd)
     backward_peak = maximum(backward_peak, where(end, end_peak, 0.0))
+    # ZeRO-2 with the optimizer on the CPU and accumulation: the oversized gradients held to the end of a backward
+    # before the boundary (:func:`offload_accumulation_held_bytes`), every activation freed by then
+    held = offload_accumulation_held_bytes(m, engine=engine, zero_stage=zero_stage, offload_optimizer=offload_optimizer,
+                                           num_microbatches=num_microbatches, tensor_parallel=tensor_parallel,
+                                           value_bytes=value_bytes, lora=lora,
+                                           reduce_bucket_elements=reduce_bucket_elements)
+    held_buffers = buffers - zero3_tied_at_peak - zero3_gathered
+    held_peak = weights + grads + held + optimizer + held_buffers
+    held_wins = (held > 0) & (held_peak > backward_peak)
+    activations = where(held_wins, 0.0, activations)
+    grads_bwd = where(held_wins, grads + held, grads_bwd)
+    buffers_bwd = where(held_wins, held_buffers, buffers_bwd)
+    backward_peak = maximum(backward_peak, where(held_wins, held_peak, 0.0))
     step_total = weights + grads + step + optimizer + buffers - buckets - zero3_grad_at_peak - zero3_gathered
     step_peak = step_total > backward_peak
     buffers = where(step_peak, buffers - buckets - zero3_grad_at_peak - zero3_gathered, buffers_bwd)

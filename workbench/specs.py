@@ -474,6 +474,12 @@ class ModelSpec:
     and ``gate_up_proj`` [2f, h] beside ``o_proj`` and ``down_proj``) instead of Llama's seven; the same parameters,
     fewer modules and tensors (ZeRO-3 fetches, ZeRO-2 gradient hooks). Needs a dense, gated, RMSNorm transformers
     model."""
+    gelu_unfused: Optional[bool] = None
+    """A transformers model's GELU runs op by op (transformers' ``gelu_new``/``gelu_fast``: ``NewGELUActivation``,
+    ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``), each op keeping its input: three f-wide tensors a layer more than
+    one fused ``F.gelu`` (``gelu``, ``gelu_pytorch_tanh``). ``None``: GPT-2's default, ``gelu_new``, for a
+    transformers model with learned positions, else fused; :func:`workbench.hf.import_hf` reads it from the
+    config's ``activation_function``."""
     separate_qkv: bool = False
     """transformers LayerNorm models that keep ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` apart (StarCoder2,
     transformers/models/starcoder2) where GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``) fuse q, k and v into
@@ -543,6 +549,13 @@ class ModelSpec:
         sizes)."""
         _set(self, "fused_projections", check_bool("fused_projections", self.fused_projections))
         _set(self, "separate_qkv", check_bool("separate_qkv", self.separate_qkv))
+        hf_gelu = self.implementation is Implementation.TRANSFORMERS and self.activation is Activation.GELU
+        if self.gelu_unfused is None:
+            _set(self, "gelu_unfused", hf_gelu and self.position_embedding is Positions.LEARNED)
+        elif check_bool("gelu_unfused", self.gelu_unfused) and not hf_gelu:
+            raise ValueError(f"gelu_unfused=True (transformers' op-by-op gelu_new) needs a transformers model with "
+                             f"activation='gelu'; got implementation='{self.implementation}', "
+                             f"activation='{self.activation}'")
         if self.separate_qkv and (self.implementation is not Implementation.TRANSFORMERS
                                   or self.num_experts is not None
                                   or self.normalization is not Normalization.LAYERNORM):
@@ -605,7 +618,7 @@ class ModelSpec:
         """A copy with some fields changed (re-validated); derived defaults are recomputed when their inputs change."""
         return _replace_with_defaults(self, changes, derived=("num_query_groups", "head_dim", "ffn_hidden_size",
                                                               "moe_ffn_hidden_size", "qkv_bias",
-                                                              "experts_implementation"))
+                                                              "experts_implementation", "gelu_unfused"))
 
     # -- parameter counts (megatron-core GPTModel, local layer spec) ---------------------------------------------
     def parameter_counts(self) -> "ParameterCounts":
