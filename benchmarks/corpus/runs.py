@@ -1183,6 +1183,27 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=2048, n_layer=12, n_head=16, n_inner=8192,
         vocab_size=50257, n_positions=2048, activation_function="gelu", tie_word_embeddings=True, resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)),
+    # --- sixtieth final batch ("final60"): the Trainer's fp32 adapters, GPT-2's Conv1D and GELU, held gradients ---
+    # Sheared-LLaMA 2.7B's width at 16 of its 32 layers: Llama type, MHA 20 heads of 128, SwiGLU 6912, untied 32k
+    # vocabulary (princeton-nlp/Sheared-LLaMA-2.7B's dimensions)
+    "hf-sheared-h2560-l16": dict(like="Sheared-LLaMA 2.7B-like width (32 -> 16 layers, MHA)", seq_length=2048,
+                                 config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=2560, intermediate_size=6912,
+        num_hidden_layers=16, num_attention_heads=20, num_key_value_heads=20, vocab_size=32000,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, attention_bias=False, mlp_bias=False, rope_theta=10000.0)),
+    # Cerebras-GPT 2.7B's width at 8 of its 32 layers: GPT-2 type, MHA 32 heads of 80, fused GeLU 10240, tied
+    # (cerebras/Cerebras-GPT-2.7B's dimensions)
+    "hf-cerebras-h2560-l8": dict(like="Cerebras-GPT 2.7B-like width (32 -> 8 layers, GPT-2 type)", seq_length=2048,
+                                 config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=2560, n_layer=8, n_head=32, n_inner=10240,
+        vocab_size=50257, n_positions=2048, activation_function="gelu", tie_word_embeddings=True, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)),
+    # GPT-2 XL at 16 of its 48 layers without dropout: gelu_new op by op, MHA 25 heads of 64, tied
+    "hf-gpt2-h1600-l16": dict(like="GPT-2 XL (48 -> 16 layers, dropout 0)", seq_length=1024, config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=1600, n_layer=16, n_head=25, vocab_size=50257,
+        n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new",
+        tie_word_embeddings=True)),
     # --- fifty-seventh final batch ("final57") ---
     # OLMo 2 7B's width at 6 of its 32 layers: MHA 32 heads of 128, SwiGLU 11008, Q/K norms, untied 100k vocabulary
     # (allenai/OLMo-2-1124-7B)
@@ -2426,6 +2447,20 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixtieth final batch (one GPU), declared in accuracy_split.json "final60" before measuring: the four things
+    # final59's allocator histories showed (6921640), on three widths the corpus has never run: LoRA at ZeRO-3 built
+    # inside zero.Init through the Trainer and through deepspeed.initialize (fp32 adapters), GPT-2 types with the fused
+    # gelu and with gelu_new (Conv1D at ZeRO-3), ZeRO-2 offload with accumulation under the Trainer's hidden² bucket
+    "final60": [
+        _hf("hf-sheared-h2560-l16", 3, "sdpa", mbs=2, lora=16, trainer=True),
+        _hf("hf-sheared-h2560-l16", 3, "sdpa", mbs=2, lora=16, zero_init=True),
+        _hf("hf-sheared-h2560-l16", 2, "sdpa", ckpt=True, gas=2, trainer=True, **OFF),
+        _hf("hf-sheared-h2560-l16", 3, "eager", ckpt=True, lora=16, trainer=True),
+        _hf("hf-cerebras-h2560-l8", 3, "sdpa", mbs=2, lora=16, trainer=True),
+        _hf("hf-cerebras-h2560-l8", 2, "sdpa", mbs=2, trainer=True),
+        _hf("hf-gpt2-h1600-l16", 3, "sdpa", mbs=4, lora=16, trainer=True),
+        _hf("hf-gpt2-h1600-l16", 2, "sdpa", mbs=2, gas=2, trainer=True, **OFF),
+    ],
     "final59": [
         _hf("hf-danube3-h3840-l12", 2, "sdpa", mbs=2, trainer=True),
         _hf("hf-danube3-h3840-l12", 3, "sdpa", mbs=2, ckpt=True, lora=16, trainer=True),
