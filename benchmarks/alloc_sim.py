@@ -96,22 +96,17 @@ def engine_of(rec: dict) -> str:
 
 
 def in_scope(rec: dict) -> bool:
-    """Corpus runs the traces model, on one GPU, finished, with the default allocator: Hugging Face or megatron-core
-    (dense, local layer spec) models under DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's to ZeRO-3's to
-    the CPU, ZeRO-3's without gradient accumulation), and dense megatron-core models under megatron-core's DDP
-    (``mcore-ddp``)."""
-    zero = rec.get("ds_config", {}).get("zero_optimization", {})
-    offload = (zero.get("offload_optimizer") or {}).get("device", "none")
-    accumulated = rec.get("ds_config", {}).get("gradient_accumulation_steps", 1) != 1
-    offload_ok = offload == "none" or (offload == "cpu" and zero.get("stage", 0) >= 1
-                                       and not (zero.get("stage", 0) == 3 and accumulated))
-    lora_ok = rec.get("stack") in HF_STACKS or not (rec.get("options") or {}).get("lora")
-    stack_ok = rec.get("stack") in HF_STACKS or (rec.get("stack") in MCORE_STACKS
-                                               and not (rec.get("model_dims") or {}).get("num_experts"))
-    return (stack_ok and rec.get("status") == "ok" and rec.get("world_size", 1) == 1
-            and offload_ok and lora_ok
-            and not rec.get("pytorch_cuda_alloc_conf") and not rec.get("allocator_cap_bytes")
-            and bool(rec.get("peak_reserved_bytes")))
+    """Corpus runs the replay can be compared with: finished with both peaks recorded, on the default allocator
+    without a cap, whose plan is in the replay's scope as ``workbench estimate`` judges it
+    (:func:`workbench.allocsim.scope_problems`, the one definition: one GPU, DeepSpeed ZeRO-0 to 3 or megatron-core's
+    DDP, the offload and LoRA regimes it traces)."""
+    if (rec.get("status") != "ok" or not rec.get("peak_reserved_bytes") or rec.get("allocator_cap_bytes")
+            or rec.get("pytorch_cuda_alloc_conf") or rec.get("stack") not in HF_STACKS + MCORE_STACKS):
+        return False
+    from bench_accuracy import corpus_run
+
+    run = corpus_run(rec)
+    return run is not None and not allocsim.scope_problems(run["model"], run["plan"])
 
 
 @dataclass(frozen=True)

@@ -215,34 +215,46 @@ def test_checkpointing_lowers_the_traced_peak():
     assert ckpt < plain
 
 
-def test_scope_is_one_gpu_on_the_default_allocator_offload_at_zero2_and_3():
-    base = dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1,
-                ds_config=dict(zero_optimization=dict(stage=2)))
-    cpu = {"device": "cpu"}
-    assert A.in_scope(base)
-    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3))))
-    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3, offload_optimizer=cpu))))
-    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3)), options=dict(lora=16)))
-    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu))))
-    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=1, offload_optimizer=cpu))))
-    assert A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=2, offload_optimizer=cpu),
-                                                 gradient_accumulation_steps=2)))
-    assert not A.in_scope(base | dict(ds_config=dict(zero_optimization=dict(stage=3, offload_optimizer=cpu),
-                                                     gradient_accumulation_steps=2)))
-    assert not A.in_scope(base | dict(world_size=2))
-    assert A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_layers=2)))
-    assert not A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_experts=8)))  # the trace is dense
-    assert not A.in_scope(base | dict(stack="mcore-ds", model_dims=dict(num_layers=2), options=dict(lora=16)))
-    ddp = base | dict(stack="mcore-ddp", model_dims=dict(num_layers=2))
-    del ddp["ds_config"]
-    assert A.in_scope(ddp)  # megatron-core's own DDP on one GPU
-    assert not A.in_scope(ddp | dict(model_dims=dict(num_experts=8)))
-    assert not A.in_scope(ddp | dict(world_size=2))
-    assert not A.in_scope(base | dict(stack="mcore-ddp", pytorch_cuda_alloc_conf="expandable_segments:True"))
-    assert not A.in_scope(base | dict(stack="mlm"))
-    assert not A.in_scope(base | dict(status="oom"))
-    assert not A.in_scope(base | dict(pytorch_cuda_alloc_conf="expandable_segments:True"))
-    assert not A.in_scope(base | dict(allocator_cap_bytes=2**30))
+def _scoped(stack="hf-ds", zero=2, offload=None, gas=1, **options):
+    """A finished one-GPU corpus record the benchmark's corpus reader can describe (``bench_accuracy.corpus_run``)."""
+    rec = _record(zero=zero) | dict(stack=stack, shape_id="t", status="ok", world_size=1, peak_reserved_bytes=1,
+                                    peak_allocated_bytes=1, optimizer_class="FusedAdam",
+                                    options=dict(zero=zero, attn="sdpa", mbs=2, gas=gas, **options))
+    rec["ds_config"]["gradient_accumulation_steps"] = gas
+    if offload:
+        rec["options"]["offload"] = offload
+        rec["ds_config"]["zero_optimization"]["offload_optimizer"] = {"device": offload}
+    if stack.startswith("mcore"):
+        rec["model_dims"] = dict(num_layers=2, hidden_size=256, num_attention_heads=4, vocab_size=1024,
+                                 seq_length=512, **rec["options"].pop("dims", {}))
+    if stack == "mcore-ddp":
+        del rec["ds_config"]
+        rec["inner_optimizer_class"] = "AdamW"
+    return rec
+
+
+def test_scope_is_the_estimates():
+    """The corpus runs the replay is scored on are the ones :func:`workbench.allocsim.scope_problems` admits (the
+    scope ``workbench estimate`` applies): one GPU on the default allocator, ZeRO-1 to 3 with the optimizer on the
+    CPU (ZeRO-3's without accumulation), LoRA on transformers models, dense megatron-core models under DeepSpeed or
+    their own DDP; finished runs with both peaks recorded."""
+    assert A.in_scope(_scoped())
+    assert A.in_scope(_scoped(zero=3))
+    assert A.in_scope(_scoped(zero=3, offload="cpu"))
+    assert A.in_scope(_scoped(zero=3, lora=16))
+    assert A.in_scope(_scoped(zero=2, offload="cpu"))
+    assert A.in_scope(_scoped(zero=1, offload="cpu"))
+    assert A.in_scope(_scoped(zero=2, offload="cpu", gas=2))
+    assert not A.in_scope(_scoped(zero=3, offload="cpu", gas=2))
+    assert not A.in_scope(_scoped() | dict(world_size=2))
+    assert not A.in_scope(_scoped() | dict(status="oom"))
+    assert not A.in_scope(_scoped() | dict(pytorch_cuda_alloc_conf="expandable_segments:True"))
+    assert not A.in_scope(_scoped() | dict(allocator_cap_bytes=1 << 30))
+    assert A.in_scope(_scoped("mcore-ds"))
+    assert not A.in_scope(_scoped("mcore-ds", dims=dict(num_experts=8)))  # the trace is dense
+    assert A.in_scope(_scoped("mcore-ddp", zero=0))  # megatron-core's own DDP on one GPU
+    assert not A.in_scope(_scoped("mcore-ddp", zero=0, dims=dict(num_experts=8)))
+    assert not A.in_scope(_scoped("mcore-ddp", zero=0) | dict(world_size=2))
 
 
 def test_row_errors_are_of_peak_reserved():
@@ -392,7 +404,7 @@ def test_zero2_cpu_offload_keeps_only_the_bf16_parameters_on_the_gpu():
     least."""
     rec = _record(zero=2)
     rec["ds_config"]["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    assert A.in_scope(rec | dict(stack="hf-ds", status="ok", world_size=1, peak_reserved_bytes=1))
+    assert A.in_scope(_scoped(zero=2, offload="cpu"))
     events = A.trace_hf_deepspeed(rec)
     live = _live_at_end(events)
     n = _params(rec)
