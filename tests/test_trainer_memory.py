@@ -83,3 +83,20 @@ def test_traces_follow_the_trainers_runs():
     fp32 = allocsim.replayed_peaks(cfg, zero_stage=3, zero_init=True, **lora).peak_allocated_bytes
     bf16 = allocsim.replayed_peaks(cfg, zero_stage=3, zero_init=False, **lora).peak_allocated_bytes
     assert fp32 > bf16
+
+
+def test_advisor_names_the_held_gradients_and_the_bucket_that_avoids_them():
+    from workbench.advisor import offload_held_gradients
+
+    hf = import_hf(HF / "llama2-7b", seq_length=512).spec
+    plan = ParallelPlan(world_size=1, zero_stage=2, offload_optimizer="cpu", global_batch_size=2,
+                        reduce_bucket_size=hf.hidden_size ** 2)
+    est = estimate(hf, ONE, plan, checks=False, simulate_allocator=False)
+    found = offload_held_gradients(hf, plan, est.memory)
+    assert found.status == "warn" and "reduce_bucket_size=1.68e+07" in found.message
+    assert found.numbers["largest_weight_elements"] == hf.vocab_size * hf.hidden_size
+    assert "GiB at once" in found.message and "Traceback" not in found.message
+    for quiet in (plan.replace(global_batch_size=1), plan.replace(reduce_bucket_size=None),
+                  plan.replace(offload_optimizer="none"), plan.replace(lora_rank=16)):
+        assert offload_held_gradients(hf, quiet, estimate(hf, ONE, quiet, checks=False,
+                                                          simulate_allocator=False).memory) is None

@@ -804,8 +804,41 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
         found.append(expert_alltoall(model, cluster, plan, time))
     found.append(moe_capacity(model, plan, cluster))
     found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o),
-              cpu_adam_threads(plan, cluster=cluster, time=time)]
+              cpu_adam_threads(plan, cluster=cluster, time=time), offload_held_gradients(model, plan, memory)]
     return tuple(f for f in found if f is not None)
+
+
+def offload_held_gradients(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
+    """ZeRO-2 with the optimizer on the CPU and gradient accumulation keeps each gradient larger than
+    ``reduce_bucket_size`` on the GPU to the end of every backward before the boundary
+    (:func:`workbench.memory.offload_accumulation_held_bytes`); the Hugging Face Trainer's ``"auto"`` bucket, hidden²,
+    makes nearly every weight that large, so the whole 16-bit gradient sits on the GPU beside the parameters
+    (measured: Nemotron Nano 4B's width, 4.6 GiB held, the run's peak). A bucket at least as large as the largest
+    weight keeps them in the bucket."""
+    from workbench import memory as M
+    from workbench.encode import ENGINE_CODES
+    from workbench.params import weight_tensor_sizes
+
+    if plan.engine is Engine.MEGATRON or plan.lora_rank:
+        return None
+    held = float(M.offload_accumulation_held_bytes(
+        model, engine=ENGINE_CODES[plan.engine], zero_stage=int(plan.zero_stage),
+        offload_optimizer=int(plan.offload_optimizer is not Offload.NONE), num_microbatches=plan.num_microbatches,
+        tensor_parallel=plan.tensor_parallel, value_bytes=plan.precision.bytes_per_value, lora=False,
+        reduce_bucket_elements=plan.reduce_bucket_elements))
+    if held <= 0:
+        return None
+    largest = int(max(weight_tensor_sizes(model)))
+    peak = memory.peak_stage.terms
+    return Finding(id="offload_held_gradients", status="warn",
+                   message=f"ZeRO-2 with the optimizer on the CPU and gradient accumulation "
+                           f"{plan.gradient_accumulation_steps}: every weight above reduce_bucket_size="
+                           f"{plan.reduce_bucket_elements:.3g} elements keeps its 16-bit gradient on the GPU to the "
+                           f"end of each backward before the boundary, {held / GiB:.2f} GiB at once (the estimate's "
+                           f"peak holds {peak.gradients / GiB:.2f} GiB of gradients)",
+                   suggestion=f"set zero_optimization.reduce_bucket_size to at least the largest weight, {largest:.3g} "
+                              f"elements (not \"auto\", which the Hugging Face Trainer fills with hidden²)",
+                   numbers={"held_bytes": int(held), "largest_weight_elements": largest})
 
 
 EP_COMM_WARN_FRACTION = 0.10
