@@ -2402,6 +2402,13 @@ GROUPS = {
     "lora-z3-history": [dict(cfg, history=True) for cfg in (
         _hf("hf-minicpm-h2304-l20", 3, "sdpa", gas=2, lora=16),
         _hf("hf-olmo2-h4096-l6", 3, "sdpa", lora=16))],
+    # the five H200 test records the replay puts 5-9 % under whose GPU also held other waiting processes' CUDA
+    # contexts (device used at their start 1.03-1.54 GiB, or an outside-the-allocator figure 1 GiB above its regime's),
+    # measured again alone in fresh processes: is the gap the other processes' memory? Diagnostic, not scored
+    "contexts-check": [dict(cfg, repeat=61) for cfg in (
+        _hf("hf-qwen2-h1536", 2, "sdpa", gas=2), _hf("hf-qwen2-h1536", 3, "sdpa", **OFF),
+        _hf("hf-gpt2-h1024", 2, "sdpa", mbs=4), _hf("hf-gpt2-h1024", 3, "sdpa", mbs=4, ckpt=True),
+        _ds("mc-h1536-s8k", 3))],
     # final59's Trainer runs whose peak allocated the estimate or the replay's trace put off by more than 5 % (GPT-2
     # type with LoRA at ZeRO-3, Nemotron Nano's width with LoRA at ZeRO-3 and ZeRO-2 offload with accumulation): what
     # the Trainer holds that the trace of measure.py's own loop does not; diagnostic, not scored
