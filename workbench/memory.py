@@ -1291,7 +1291,8 @@ def zero3_embedding_bucket_residue(m: ModelSpec, tensor_parallel=1,
 
 
 def offload_accumulation_held_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, num_microbatches,
-                                    tensor_parallel, value_bytes, lora, reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
+                                    tensor_parallel, value_bytes, lora,
+                                    reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS):
     """DeepSpeed ZeRO-2 with the optimizer on the CPU and gradient accumulation: the 16-bit gradients alive at the
     end of a micro-batch's backward before the accumulation boundary. A gradient larger than ``reduce_bucket_size``
     bypasses the bucket and is replaced by its own clone (the offload's gradient safety); before the boundary that
@@ -2086,7 +2087,8 @@ def zero3_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_par
 
 
 def zero3_reduction_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_parallel=None,
-                                    offload_params=0, recompute=0, prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
+                                    offload_params=0, recompute=0,
+                                    prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
     """16-bit bytes a ZeRO-3 rank holds gathered while a gradient larger than ``reduce_bucket_size`` is reduced on
     its own, outside any layer's backward: the input embedding's, in its module's backward at the end (the
     coordinator's walk just after the embedding's backward fetch, :func:`zero3_gathered_walk`'s

@@ -476,8 +476,8 @@ class ModelSpec:
     model."""
     gelu_unfused: Optional[bool] = None
     """A transformers model's GELU runs op by op (transformers' ``gelu_new``/``gelu_fast``: ``NewGELUActivation``,
-    ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``), each op keeping its input: three f-wide tensors a layer more than
-    one fused ``F.gelu`` (``gelu``, ``gelu_pytorch_tanh``). ``None``: GPT-2's default, ``gelu_new``, for a
+    ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``), each op keeping its input: three f-wide tensors a layer more
+    than one fused ``F.gelu`` (``gelu``, ``gelu_pytorch_tanh``). ``None``: GPT-2's default, ``gelu_new``, for a
     transformers model with learned positions, else fused; :func:`workbench.hf.import_hf` reads it from the
     config's ``activation_function``."""
     separate_qkv: bool = False
@@ -912,7 +912,8 @@ class ParallelPlan:
     param_persistence_threshold: Optional[int] = None
     """DeepSpeed ZeRO-3 ``stage3_param_persistence_threshold``, in elements: a parameter of at most this many
     elements is never partitioned (kept whole on every rank, fetched by no hook). ``None``: DeepSpeed's default,
-    1e5; ``"auto"``: 10 x hidden_size (LoRA adapters of rank r on a width h, r·h elements, then fetched from r = 11)."""
+    1e5; ``"auto"``: 10 x hidden_size (LoRA adapters of rank r on a width h, r·h elements, then fetched from
+    r = 11)."""
     grad_reduce_fp32: Optional[bool] = None
     """Engine ``megatron``: accumulate and reduce the main gradients in fp32 (4 bytes per parameter) or in the
     16-bit model dtype. ``None``: Megatron-LM's default — fp32 with bf16 (``--bf16`` turns

@@ -1926,8 +1926,8 @@ def zero3_lora_modules_per_layer(model: ModelSpec, rank: int, targets, threshold
         modules = list(modules.values())
     else:
         modules = [shapes[t] for t in set(targets)]
-    fetched = sum(copies * (_fetched(rank * fan_in, threshold=threshold) + _fetched(fan_out * rank, threshold=threshold))
-                  for fan_in, fan_out, copies in modules)
+    fetched = sum(copies * (_fetched(rank * fan_in, threshold=threshold)
+                            + _fetched(fan_out * rank, threshold=threshold)) for fan_in, fan_out, copies in modules)
     return fetched, LORA_CALLED_MODULES * wrapped
 
 
