@@ -135,3 +135,25 @@ def test_replay_traces_the_plans_reduce_bucket():
     small = allocsim.replayed_peaks(cfg, reduce_bucket_elements=1_000_000, **kw)
     assert small.peak_allocated_bytes == pytest.approx(big.peak_allocated_bytes - 2 * (500_000_000 - 1_000_000),
                                                        rel=0.02)
+
+
+def test_planner_prices_every_deepspeed_row_with_the_sizes_and_estimate_agrees(capsys):
+    from workbench.planner import search
+
+    hf = import_hf(DATA / "hf" / "llama2-7b", seq_length=2048).spec
+    sizes = dict(reduce_bucket_size=4096 ** 2, prefetch_bucket_size=int(0.9 * 4096 ** 2),
+                 param_persistence_threshold=40_960)
+    result = search(hf, CLUSTER, global_batch_size=64, lora_rank=16, zero_stages=(1, 3), **sizes)
+    stages = set()
+    for r in result.ranked[:6]:
+        p = r.plan
+        stages.add(int(p.zero_stage))
+        assert p.reduce_bucket_size == 4096 ** 2
+        assert p.param_persistence_threshold == (40_960 if int(p.zero_stage) == 3 else None)
+        e = estimate(hf, CLUSTER, p, checks=False, simulate_allocator=False)
+        assert (r.step_seconds, r.peak_bytes) == (e.time.step_seconds, e.memory.per_gpu_peak_bytes)
+    argv = ["plan", "--model", f"hf:{DATA / 'hf' / 'llama2-7b'}", "--seq", "2048", "--gpu", "H100-SXM",
+            "--gpus-per-node", "8", "--gbs", "64", "--lora-rank", "16", "--top", "2", "--json"]
+    assert main(argv + ["--reduce-bucket-size", "auto", "--param-persistence-threshold", "auto"]) == 0
+    ranked = json.loads(capsys.readouterr().out)["ranked"]
+    assert ranked and all(r["reduce_bucket_size"] == 4096 ** 2 for r in ranked)

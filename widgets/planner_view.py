@@ -27,7 +27,8 @@ COLUMNS = ("#", "engine", "TP", "PP", "v", "CP", "DP", "ZeRO", "offload", "recom
 
 def search_settings(state) -> dict:
     """The keyword arguments of :func:`workbench.planner.search` that carry the current plan's settings the planner
-    does not vary (precision, the stack, LoRA, the MoE load assumption and megatron-core's MoE switches) and the
+    does not vary (precision, the stack and DeepSpeed's ZeRO sizes, LoRA, the MoE load assumption and megatron-core's
+    MoE switches) and the
     hardware profile, so every ranked row is priced as the other views price the current plan and "Use this plan"
     keeps them."""
     p = state.plan
@@ -38,7 +39,9 @@ def search_settings(state) -> dict:
                 moe_load_imbalance=p.moe_load_imbalance, cross_entropy_fusion=p.cross_entropy_fusion,
                 moe_overlap_alltoall=p.moe_overlap_alltoall,
                 moe_capacity_factor=None if p.deepspeed_moe else p.moe_capacity_factor,
-                moe_pad_to_capacity=p.moe_pad_to_capacity and not p.deepspeed_moe, profile=state.profile)
+                moe_pad_to_capacity=p.moe_pad_to_capacity and not p.deepspeed_moe, profile=state.profile,
+                reduce_bucket_size=p.reduce_bucket_size, prefetch_bucket_size=p.prefetch_bucket_size,
+                param_persistence_threshold=p.param_persistence_threshold)
 
 
 def offload_text(plan) -> str:

@@ -448,7 +448,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     net, ds = cal["network"], cal["deepspeed"]
     counts = counts or model.parameter_counts()
     engine, pp = cols["engine"], cols["pp"]
-    persist = cols.get("persist", defaults.DEEPSPEED_PERSISTENCE_THRESHOLD)  # ZeRO-3's persistence threshold
+    # ZeRO-3's persistence threshold: one for every plan of a table (the planner's column holds one value)
+    persist = int(np.max(cols.get("persist", defaults.DEEPSPEED_PERSISTENCE_THRESHOLD)))
     lora_zero3 = T.zero3_lora_modules_per_layer(model, cols["lora_rank"], cols["lora_targets"], persist)
     megatron = np.equal(engine, MEGATRON)
     fused_adam = np.greater(cols["fused_adam"], 0)

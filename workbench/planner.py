@@ -145,6 +145,8 @@ class PlanResult:
             "expert_tensor_parallel": p.expert_tensor_parallel_size, "expandable_segments": p.expandable_segments,
             "cross_entropy_fusion": str(p.cross_entropy_fusion), "moe_overlap_alltoall": p.moe_overlap_alltoall,
             "moe_capacity_factor": p.moe_capacity_factor, "moe_pad_to_capacity": p.moe_pad_to_capacity,
+            "reduce_bucket_size": p.reduce_bucket_size, "prefetch_bucket_size": p.prefetch_bucket_size,
+            "param_persistence_threshold": p.param_persistence_threshold,
             "peak_bytes": self.peak_bytes, "peak_gib": self.peak_bytes / GiB, "peak_stage": self.peak_stage,
             "capacity_bytes": self.capacity_bytes, "headroom_fraction": self.headroom_fraction,
             "host_bytes_per_node": self.host_bytes_per_node,
@@ -654,7 +656,31 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         moe_capacity_factor=float(table["moe_cf"][i]) if "moe_cf" in table and table["moe_cf"][i] > 0 else None,
         moe_pad_to_capacity=bool(table["moe_pad"][i]) if "moe_pad" in table else False,
         cross_entropy_fusion=(_XENT_BY_CODE[int(table["xent"][i])] if "xent" in table else CrossEntropyFusion.NONE),
-        **(stack or {}))
+        **_zero_sizes_at(table, i), **(stack or {}))
+
+
+ZERO_SIZE_COLUMNS = {"reduce_bucket_size": ("rbucket", 1), "prefetch_bucket_size": ("pbucket", 3),
+                     "param_persistence_threshold": ("persist", 3)}
+"""DeepSpeed's ZeRO sizes a search prices every row with: plan field -> (table column, least ZeRO stage)."""
+
+
+def zero_size_columns(count: int, **sizes) -> dict:
+    """The table columns of the DeepSpeed ZeRO sizes given (``reduce_bucket_size``, ``prefetch_bucket_size``,
+    ``param_persistence_threshold``; ``None``: DeepSpeed's default, no column), one value for every row: a row's
+    plan carries each only where DeepSpeed reads it (:func:`_zero_sizes_at`)."""
+    out = {}
+    for name, value in sizes.items():
+        if value is not None:
+            ParallelPlan(world_size=1, zero_stage=3, **{name: value})  # checked as a plan checks it
+            out[ZERO_SIZE_COLUMNS[name][0]] = np.full(count, int(value), np.int64)
+    return out
+
+
+def _zero_sizes_at(table: dict, i: int) -> dict:
+    """Row ``i``'s DeepSpeed ZeRO sizes, on a DeepSpeed row at a stage that reads them."""
+    engine, zero = int(table["engine"][i]), int(table["zero"][i])
+    return {name: int(table[column][i]) for name, (column, least) in ZERO_SIZE_COLUMNS.items()
+            if column in table and engine != ENGINE_CODES[Engine.MEGATRON] and zero >= least}
 
 
 def _hf_recompute_layers_at(table: dict, i: int):
@@ -712,7 +738,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            moe_load_imbalance: float = 1.0, tp_comm_overlap: Optional[bool] = None,
            cross_entropy_fusion="none", fit_on: str = "point", moe_overlap_alltoall: bool = False,
            moe_capacity_factor: Optional[float] = None, moe_pad_to_capacity: bool = False,
-           pin_memory: bool = True) -> PlanSearch:
+           pin_memory: bool = True, reduce_bucket_size: Optional[int] = None,
+           prefetch_bucket_size: Optional[int] = None,
+           param_persistence_threshold: Optional[int] = None) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -734,6 +762,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 
     ``pin_memory``: DeepSpeed's offload buffers on every offloading row page-locked (its default) or pageable
     (:attr:`ParallelPlan.pin_memory`: less host memory, slower copies).
+
+    ``reduce_bucket_size``, ``prefetch_bucket_size``, ``param_persistence_threshold``: DeepSpeed's ZeRO sizes every
+    DeepSpeed row runs with (``None``: DeepSpeed's defaults; :class:`ParallelPlan`'s fields of those names).
 
     ``tp_comm_overlap``: Transformer Engine's TP communication overlap on the Megatron rows with TP > 1 and
     sequence parallel (:func:`with_tp_comm_overlap`; ``None``: both with and without it are searched).
@@ -825,6 +856,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     # the allocator every row runs with (encode.complete_columns keeps a given column)
     table["expseg"] = np.full(count, int(check_bool("expandable_segments", expandable_segments)), np.int64)
     table["pin"] = np.full(count, int(check_bool("pin_memory", pin_memory)), np.int64)  # the offload buffers
+    table.update(zero_size_columns(count, reduce_bucket_size=reduce_bucket_size,
+                                   prefetch_bucket_size=prefetch_bucket_size,
+                                   param_persistence_threshold=param_persistence_threshold))
     if model.is_moe:  # the routing imbalance every MoE row is priced with (encode.moe_rank_load)
         table["moe_imb"] = np.full(count, check_float("moe_load_imbalance", moe_load_imbalance, minimum=1.0,
                                                       strict=False))
@@ -1446,6 +1480,9 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
         table["grad_fp32"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON], int(plan.grad_reduce_fp32), -1)
     table["expseg"] = np.full(len(table["tp"]), int(plan.expandable_segments), np.int64)  # the plan's allocator
     table["pin"] = np.full(len(table["tp"]), int(plan.pin_memory), np.int64)  # the plan's offload buffers
+    table.update(zero_size_columns(len(table["tp"]), reduce_bucket_size=plan.reduce_bucket_size,
+                                   prefetch_bucket_size=plan.prefetch_bucket_size,
+                                   param_persistence_threshold=plan.param_persistence_threshold))
     if plan.cross_entropy_fusion is not CrossEntropyFusion.NONE:  # the plan's loss kernels on every Megatron row
         table["xent"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
                                  CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion], 0)

@@ -268,7 +268,7 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                              ("--param-persistence-threshold", "param_persistence_threshold",
                               "DeepSpeed ZeRO-3 stage3_param_persistence_threshold: parameters of at most N elements "
                               "are never partitioned or fetched; default 1e5")):
-        p.add_argument(flag, dest=dest, metavar="N|auto", type=_elements(flag),
+        p.add_argument(flag, dest=dest, metavar="N|auto", type=elements_type(flag),
                        help=f"{what}. 'auto': what the Hugging Face Trainer and accelerate fill in from the model's "
                             f"hidden size h (h², 0.9·h², 10·h); N as an integer or 5e8")
     p.add_argument("--expandable-segments", dest="expandable_segments", action="store_true", default=None,
@@ -363,7 +363,7 @@ def check_flag_dependencies(args) -> None:
         raise ValueError(f"--fp8-recipe {recipe} needs --precision fp8 (got precision={precision})")
 
 
-def _elements(flag: str):
+def elements_type(flag: str):
     """An argparse type for a DeepSpeed size: ``auto``, or a whole number of elements written as an integer or in
     DeepSpeed's float form (``5e8``); the error names the flag."""
     def convert(text: str):
@@ -380,17 +380,14 @@ def _elements(flag: str):
     return convert
 
 
-def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_ENGINE,
-                   model: Optional[ModelSpec] = None) -> ParallelPlan:
-    """The plan the flags describe; ``auto`` DeepSpeed sizes are filled from ``model``'s hidden size as the Hugging
-    Face Trainer fills them (:func:`workbench.configs.deepspeed.hf_auto_zero_sizes`)."""
+def zero_sizes_from_args(args, model: Optional[ModelSpec]) -> dict:
+    """DeepSpeed's ZeRO sizes the flags give (``--reduce-bucket-size``, ``--prefetch-bucket-size``,
+    ``--param-persistence-threshold``), as :class:`ParallelPlan` fields; ``auto`` filled from ``model``'s hidden size
+    as the Hugging Face Trainer fills it (:func:`workbench.configs.deepspeed.hf_auto_zero_sizes`)."""
     from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, hf_auto_zero_sizes
 
-    check_flag_dependencies(args)
-    fields = {f: getattr(args, d) for d, f in _PLAN_FLAGS.items() if getattr(args, d, None) is not None}
-    fields.setdefault("engine", default_engine)
-    autos = {name: path for path, (name, _) in HF_AUTO_ZERO_SIZES.items()}
-    for name, path in autos.items():
+    out = {}
+    for path, (name, _) in HF_AUTO_ZERO_SIZES.items():
         value = getattr(args, name, None)
         if value is None:
             continue
@@ -399,7 +396,18 @@ def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_
                 raise ValueError(f"--{name.replace('_', '-')} auto needs the model (its hidden size)")
             # the size at any stage, so that the plan refuses a stage that does not read it, as for a number
             value = hf_auto_zero_sizes(model.hidden_size, 3)[path]
-        fields[name] = value
+        out[name] = value
+    return out
+
+
+def plan_from_args(args, cluster: ClusterSpec, *, default_engine: str = DEFAULT_ENGINE,
+                   model: Optional[ModelSpec] = None) -> ParallelPlan:
+    """The plan the flags describe; ``auto`` DeepSpeed sizes are filled from ``model``'s hidden size as the Hugging
+    Face Trainer fills them (:func:`workbench.configs.deepspeed.hf_auto_zero_sizes`)."""
+    check_flag_dependencies(args)
+    fields = {f: getattr(args, d) for d, f in _PLAN_FLAGS.items() if getattr(args, d, None) is not None}
+    fields.setdefault("engine", default_engine)
+    fields.update(zero_sizes_from_args(args, model))
     if getattr(args, "sp", None):
         fields["sequence_parallel"] = True
     if getattr(args, "distributed_optimizer", None):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, check_flag_dependencies,
-                                      cluster_from_args, engine_name, model_from_args, profile_from_args, working)
+                                      cluster_from_args, elements_type, engine_name, model_from_args,
+                                      profile_from_args, working, zero_sizes_from_args)
 from workbench.defaults import GiB
 from workbench.specs import Implementation, check_float
 
@@ -69,6 +70,13 @@ def add_parser(sub) -> None:
     s.add_argument("--no-pin-memory", dest="pin_memory", action="store_false", default=True,
                    help="every plan that offloads to the CPU keeps DeepSpeed's buffers pageable (\"pin_memory\": "
                         "false: less host memory, copies at the host's pageable rate); default: page-locked")
+    for flag, dest, what in (("--reduce-bucket-size", "reduce_bucket_size", "reduce_bucket_size"),
+                             ("--prefetch-bucket-size", "prefetch_bucket_size", "ZeRO-3's stage3_prefetch_bucket_size"),
+                             ("--param-persistence-threshold", "param_persistence_threshold",
+                              "ZeRO-3's stage3_param_persistence_threshold")):
+        s.add_argument(flag, dest=dest, metavar="N|auto", type=elements_type(flag),
+                       help=f"every DeepSpeed plan runs with {what} N elements (5e8 accepted; 'auto': what the "
+                            f"Hugging Face Trainer fills in from the hidden size); default DeepSpeed's")
     s.add_argument("--moe-load-imbalance", type=float, default=1.0, metavar="F",
                    help="MoE routing load imbalance F: the busiest expert-parallel rank's routed tokens over the mean (default 1.0, balanced); prices that rank's expert activations, expert GEMMs and all-to-all at F x the balanced share. Megatron has no such flag: it is an assumption about the router, not exported")
     s.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",
@@ -308,7 +316,8 @@ def run(args) -> int:
                         moe_load_imbalance=args.moe_load_imbalance, tp_comm_overlap=args.tp_comm_overlap,
                         cross_entropy_fusion=args.cross_entropy_fusion, fit_on=args.fit_on,
                         moe_overlap_alltoall=args.moe_overlap_alltoall, moe_capacity_factor=args.moe_capacity_factor,
-                        moe_pad_to_capacity=args.moe_pad_to_capacity, pin_memory=args.pin_memory)
+                        moe_pad_to_capacity=args.moe_pad_to_capacity, pin_memory=args.pin_memory,
+                        **zero_sizes_from_args(args, model))
     replayed = replayed_ranks(args, result, profile) if args.simulate_allocator else None
     if args.json:
         out = result.to_dict()
