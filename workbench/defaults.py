@@ -18,6 +18,10 @@ DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 50_000_000
 DEEPSPEED_PERSISTENCE_THRESHOLD = 100_000
 """DeepSpeed ZeRO-3 ``stage3_param_persistence_threshold`` default, elements (deepspeed/runtime/zero/config.py: 1e5):
 parameters of at most this many elements are never partitioned."""
+DEEPSPEED_ZERO_SIZES = {"reduce_bucket_size": DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+                        "prefetch_bucket_size": DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
+                        "param_persistence_threshold": DEEPSPEED_PERSISTENCE_THRESHOLD}
+"""DeepSpeed's default of each ZeRO size a plan may set (:data:`workbench.specs.ZERO_SIZE_STAGES`), by plan field."""
 DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ZeRO-1/2 ``allgather_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e8)."""
 DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
@@ -43,7 +47,7 @@ def grad_bucket_elements(engine: Engine) -> int:
 # :attr:`workbench.specs.ParallelPlan.overlaps_comm` is the one answer for a plan that the time and memory models,
 # the config exports and the advisor read.
 __all__ = ["GiB", "GB", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS", "DEEPSPEED_PREFETCH_BUCKET_ELEMENTS",
-           "DEEPSPEED_PERSISTENCE_THRESHOLD", "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
+           "DEEPSPEED_PERSISTENCE_THRESHOLD", "DEEPSPEED_ZERO_SIZES", "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
            "DEEPSPEED_SUB_GROUP_ELEMENTS", "DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS",
            "MEGATRON_BUCKET_ELEMENTS", "grad_bucket_elements", "default_overlap_comm", "megatron_recompute",
            "megatron_recompute_flags"]

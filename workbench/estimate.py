@@ -24,7 +24,8 @@ from workbench import encode
 from workbench.memory import memory_estimate_from, replayed_reserve_over_allocated
 from workbench.memory_types import MemoryEstimate
 from workbench.parallel import ParallelFacts, parallel_facts
-from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, ParameterCounts, check_bool, validate
+from workbench.specs import (ZERO_SIZE_STAGES, ClusterSpec, ModelSpec, ParallelPlan, ParameterCounts, check_bool,
+                             validate)
 from workbench.timing import time_estimate_from
 
 
@@ -138,10 +139,8 @@ class EvaluatedPlan:
                      "moe_overlap_alltoall": self.plan.moe_overlap_alltoall,
                      "tp_comm_overlap": self.plan.tp_comm_overlap,
                      # DeepSpeed's ZeRO sizes as priced (the plan's, else DeepSpeed's defaults); None for Megatron
-                     **{name: (None if str(self.plan.engine) == "megatron" else getattr(self.plan, resolved))
-                        for name, resolved in (("reduce_bucket_size", "reduce_bucket_elements"),
-                                               ("prefetch_bucket_size", "prefetch_bucket_elements"),
-                                               ("param_persistence_threshold", "persistence_threshold"))},
+                     **{name: None if str(self.plan.engine) == "megatron" else self.plan.zero_size(name)
+                        for name in ZERO_SIZE_STAGES},
                      **self._deepspeed_moe_fields()},
             "memory": self.memory.to_dict(),
         }

@@ -1304,14 +1304,16 @@ def offload_accumulation_held_bytes(m: ModelSpec, *, engine, zero_stage, offload
     benchmarks/results/alloc_history/trainer_h100/); with DeepSpeed's default 5e8 bucket only an embedding of more
     than 500 M elements is oversized. 0 elsewhere, and under LoRA (its adapters are small). Arrays allowed but for
     the model."""
+    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 2) & (offload_optimizer > 0)
+               & (num_microbatches > 1) & ~asarray(lora) & (tensor_parallel == 1))
+    if not any_true(applies):  # (most plans: the model's weight list is not walked)
+        return where(applies, 0.0, 0.0)
     sizes = np.asarray(P.weight_tensor_sizes(m, 1), dtype=float)  # (one tensor-parallel rank: DeepSpeed has no TP)
     bucket = np.asarray(reduce_bucket_elements, dtype=float)
     over = np.where(sizes[..., None] > np.ravel(bucket), sizes[..., None], 0.0).sum(axis=0)
     over = over.reshape(np.shape(bucket)) if np.ndim(bucket) else float(over[0])
     embedding = embedding_elements(m, 1)
     held = value_bytes * (over + where(embedding > bucket, embedding, 0.0))
-    applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 2) & (offload_optimizer > 0)
-               & (num_microbatches > 1) & ~asarray(lora) & (tensor_parallel == 1))
     return where(applies, held, 0.0)
 
 

@@ -50,7 +50,7 @@ from workbench.defaults import GiB
 from workbench.flops import flops_per_second_per_gpu
 from workbench.encode import ENGINE_CODES
 from workbench.parallel import group_crosses_nodes
-from workbench.specs import (LORA_TARGETS, ulysses_head_limit, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
+from workbench.specs import (LORA_TARGETS, ZERO_SIZE_STAGES, ulysses_head_limit, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
                              tp_comm_overlap_possible, CROSS_ENTROPY_FUSION_CODES, CrossEntropyFusion,
                              check_spec_types, hf_checkpoint_counts)
@@ -659,9 +659,10 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         **_zero_sizes_at(table, i), **(stack or {}))
 
 
-ZERO_SIZE_COLUMNS = {"reduce_bucket_size": ("rbucket", 1), "prefetch_bucket_size": ("pbucket", 3),
-                     "param_persistence_threshold": ("persist", 3)}
-"""DeepSpeed's ZeRO sizes a search prices every row with: plan field -> (table column, least ZeRO stage)."""
+ZERO_SIZE_COLUMNS = {"reduce_bucket_size": "rbucket", "prefetch_bucket_size": "pbucket",
+                     "param_persistence_threshold": "persist"}
+"""DeepSpeed's ZeRO sizes a search prices every row with: plan field (:data:`workbench.specs.ZERO_SIZE_STAGES`)
+-> table column (:mod:`workbench.encode`'s)."""
 
 
 def zero_size_columns(count: int, **sizes) -> dict:
@@ -672,15 +673,15 @@ def zero_size_columns(count: int, **sizes) -> dict:
     for name, value in sizes.items():
         if value is not None:
             ParallelPlan(world_size=1, zero_stage=3, **{name: value})  # checked as a plan checks it
-            out[ZERO_SIZE_COLUMNS[name][0]] = np.full(count, int(value), np.int64)
+            out[ZERO_SIZE_COLUMNS[name]] = np.full(count, int(value), np.int64)
     return out
 
 
 def _zero_sizes_at(table: dict, i: int) -> dict:
     """Row ``i``'s DeepSpeed ZeRO sizes, on a DeepSpeed row at a stage that reads them."""
     engine, zero = int(table["engine"][i]), int(table["zero"][i])
-    return {name: int(table[column][i]) for name, (column, least) in ZERO_SIZE_COLUMNS.items()
-            if column in table and engine != ENGINE_CODES[Engine.MEGATRON] and zero >= least}
+    return {name: int(table[column][i]) for name, column in ZERO_SIZE_COLUMNS.items()
+            if column in table and engine != ENGINE_CODES[Engine.MEGATRON] and zero >= ZERO_SIZE_STAGES[name]}
 
 
 def _hf_recompute_layers_at(table: dict, i: int):

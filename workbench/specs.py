@@ -302,6 +302,10 @@ down (fc2) projections (peft's ``q_proj`` … ``down_proj``; ``gate`` exists onl
 
 # Upper bounds far beyond any real transformer or cluster. They keep every product the memory and time models
 # form inside 64-bit integers and finite floats, so absurd input gets a clear error instead of an overflow.
+ZERO_SIZE_STAGES = {"reduce_bucket_size": 1, "prefetch_bucket_size": 3, "param_persistence_threshold": 3}
+"""DeepSpeed's ZeRO sizes a :class:`ParallelPlan` may set (fields of those names, in elements), each with the least
+ZeRO stage that reads it; DeepSpeed's defaults are :data:`workbench.defaults.DEEPSPEED_ZERO_SIZES`."""
+
 MAX_COUNT = {
     "num_layers": 10_000, "hidden_size": 2**20, "num_attention_heads": 2**16, "num_query_groups": 2**16,
     "head_dim": 2**16, "ffn_hidden_size": 2**22, "moe_ffn_hidden_size": 2**22, "vocab_size": 2**24,
@@ -1065,43 +1069,43 @@ class ParallelPlan:
     def _check_buckets(self) -> None:
         """DeepSpeed's ZeRO sizes: whole numbers of elements (the persistence threshold may be 0), set only where
         DeepSpeed reads them (a ZeRO stage on a DeepSpeed engine; the two stage-3 sizes at ZeRO-3)."""
-        for name, least in (("reduce_bucket_size", 1), ("prefetch_bucket_size", 0),
-                            ("param_persistence_threshold", 0)):
+        for name, stage in ZERO_SIZE_STAGES.items():
             value = getattr(self, name)
             if value is None:
                 continue
             if isinstance(value, float) and value.is_integer():  # 5e8 as DeepSpeed configs write it
                 value = int(value)
+            least = 1 if name == "reduce_bucket_size" else 0  # (DeepSpeed: reduce_bucket_size > 0, the others >= 0)
             _set(self, name, check_int(name, value, minimum=least, maximum=MAX_COUNT["bucket_elements"]))
             if self.engine is Engine.MEGATRON:
                 raise ValueError(f"{name}={value} is DeepSpeed's zero_optimization setting; engine='megatron' "
                                  f"buckets its gradients with --ddp-bucket-size (leave {name} None)")
-            stage = 3 if name != "reduce_bucket_size" else 1
             if int(self.zero_stage) < stage:
                 raise ValueError(f"{name}={value} needs zero_stage >= {stage} (DeepSpeed reads it only there; got "
                                  f"zero_stage={int(self.zero_stage)})")
 
+    def zero_size(self, name: str) -> int:
+        """The ZeRO size ``name`` (one of :data:`ZERO_SIZE_STAGES`) the plan runs with: its own, else DeepSpeed's
+        default."""
+        from workbench.defaults import DEEPSPEED_ZERO_SIZES
+
+        value = getattr(self, name)
+        return DEEPSPEED_ZERO_SIZES[name] if value is None else value
+
     @property
     def reduce_bucket_elements(self) -> int:
         """:attr:`reduce_bucket_size`, DeepSpeed's default where the plan leaves it."""
-        from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS
-
-        return DEEPSPEED_REDUCE_BUCKET_ELEMENTS if self.reduce_bucket_size is None else self.reduce_bucket_size
+        return self.zero_size("reduce_bucket_size")
 
     @property
     def prefetch_bucket_elements(self) -> int:
         """:attr:`prefetch_bucket_size`, DeepSpeed's default where the plan leaves it."""
-        from workbench.defaults import DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
-
-        return DEEPSPEED_PREFETCH_BUCKET_ELEMENTS if self.prefetch_bucket_size is None else self.prefetch_bucket_size
+        return self.zero_size("prefetch_bucket_size")
 
     @property
     def persistence_threshold(self) -> int:
         """:attr:`param_persistence_threshold`, DeepSpeed's default where the plan leaves it."""
-        from workbench.defaults import DEEPSPEED_PERSISTENCE_THRESHOLD
-
-        return (DEEPSPEED_PERSISTENCE_THRESHOLD if self.param_persistence_threshold is None
-                else self.param_persistence_threshold)
+        return self.zero_size("param_persistence_threshold")
 
     def _check_tp_comm_overlap(self) -> None:
         _set(self, "tp_comm_overlap", check_bool("tp_comm_overlap", self.tp_comm_overlap))

@@ -54,7 +54,8 @@ def zero_plan_fields(r: dict) -> dict:
     ``prefetch_bucket_size`` and ``param_persistence_threshold`` (ZeRO-3; the Trainer's ``"auto"``: hidden²,
     0.9·hidden², 10·hidden), and at ZeRO-3 ``zero_init``: whether the model was built inside
     ``deepspeed.zero.Init`` (``built_in_zero_init``). A field the installed ParallelPlan lacks is left out."""
-    from workbench.specs import ParallelPlan
+    from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES
+    from workbench.specs import ZERO_SIZE_STAGES, ParallelPlan
 
     zero = r.get("zero_config_resolved") or {}
     if not zero or "unavailable" in zero:
@@ -62,14 +63,12 @@ def zero_plan_fields(r: dict) -> dict:
     stage = int(zero.get("stage", (r.get("options") or {}).get("zero", 0)))
     have = ParallelPlan.__dataclass_fields__
     out = {"overlap_comm": bool(zero.get("overlap_comm")) if stage >= 1 else False}
-    sizes = [("reduce_bucket_size", "reduce_bucket_size")] if stage >= 1 else []
     if stage == 3:
-        sizes += [("prefetch_bucket_size", "stage3_prefetch_bucket_size"),
-                  ("param_persistence_threshold", "stage3_param_persistence_threshold")]
         out["zero_init"] = bool(r.get("built_in_zero_init"))
-    for name, key in sizes:
-        if isinstance(zero.get(key), (int, float)) and not isinstance(zero.get(key), bool):
-            out[name] = int(zero[key])
+    for path, name in HF_AUTO_ZERO_SIZES.items():  # each size where the stage reads it, under its ds_config key
+        value = zero.get(path.split(".", 1)[1])
+        if stage >= ZERO_SIZE_STAGES[name] and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = int(value)
     return {k: v for k, v in out.items() if k in have}
 
 

@@ -387,7 +387,7 @@ def zero_sizes_from_args(args, model: Optional[ModelSpec]) -> dict:
     from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, hf_auto_zero_sizes
 
     out = {}
-    for path, (name, _) in HF_AUTO_ZERO_SIZES.items():
+    for path, name in HF_AUTO_ZERO_SIZES.items():
         value = getattr(args, name, None)
         if value is None:
             continue

@@ -21,7 +21,7 @@ from typing import Optional
 from workbench.defaults import (DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_PERSISTENCE_THRESHOLD,
                                 DEEPSPEED_PREFETCH_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
 from workbench.specs import (AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan,
-                             Precision, Recompute, ZeroStage, hf_checkpoint_every, validate)
+                             Precision, Recompute, ZERO_SIZE_STAGES, ZeroStage, hf_checkpoint_every, validate)
 
 #: Models at or above this many parameters get the tighter clipping default (the DeepSpeed-vs-Megatron
 #: practitioner's guide §5.3: "for models of 13B parameters and up (13B以上), max_norm between 0.5 and 1.0 gives
@@ -426,11 +426,12 @@ def _plan_or(planned, option):
     return option if planned is None else planned
 
 
-HF_AUTO_ZERO_SIZES = {"zero_optimization.reduce_bucket_size": ("reduce_bucket_size", 1),
-                      "zero_optimization.stage3_prefetch_bucket_size": ("prefetch_bucket_size", 3),
-                      "zero_optimization.stage3_param_persistence_threshold": ("param_persistence_threshold", 3)}
+HF_AUTO_ZERO_SIZES = {"zero_optimization.reduce_bucket_size": "reduce_bucket_size",
+                      "zero_optimization.stage3_prefetch_bucket_size": "prefetch_bucket_size",
+                      "zero_optimization.stage3_param_persistence_threshold": "param_persistence_threshold"}
 """The ds_config sizes the Hugging Face Trainer (and accelerate) fill from the model's hidden size when they are
-``"auto"``: path -> (the :class:`~workbench.specs.ParallelPlan` field, the least ZeRO stage that reads it)."""
+``"auto"``: path -> the :class:`~workbench.specs.ParallelPlan` field (:data:`workbench.specs.ZERO_SIZE_STAGES`: the
+least ZeRO stage that reads it)."""
 
 
 def hf_auto_zero_sizes(hidden_size: int, zero_stage: int) -> dict:
@@ -443,7 +444,8 @@ def hf_auto_zero_sizes(hidden_size: int, zero_stage: int) -> dict:
     values = {"zero_optimization.reduce_bucket_size": h * h,
               "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * h * h),
               "zero_optimization.stage3_param_persistence_threshold": 10 * h}
-    return {path: values[path] for path, (_, least) in HF_AUTO_ZERO_SIZES.items() if int(zero_stage) >= least}
+    return {path: values[path] for path, name in HF_AUTO_ZERO_SIZES.items()
+            if int(zero_stage) >= ZERO_SIZE_STAGES[name]}
 
 
 def resolve_hf_auto(config: dict, training_args: dict, *, world_size: int, hidden_size: int) -> dict:

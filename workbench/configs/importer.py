@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, DeepSpeedOptions, hf_auto_zero_sizes
-from workbench.specs import MAX_COUNT, ClusterSpec, Engine, ModelSpec, ParallelPlan, check_int
+from workbench.defaults import DEEPSPEED_ZERO_SIZES
+from workbench.specs import MAX_COUNT, ZERO_SIZE_STAGES, ClusterSpec, Engine, ModelSpec, ParallelPlan, check_int
 
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
 _PLAN_FIELDS = {f.name for f in dataclasses.fields(ParallelPlan)}
@@ -106,7 +107,7 @@ class Imported:
         autos = set(self.options.get("auto") or ())
         for path, value in hf_auto_zero_sizes(spec.hidden_size, int(fields_.get("zero_stage") or 0)).items():
             if path in autos:
-                fields_.setdefault(HF_AUTO_ZERO_SIZES[path][0], value)
+                fields_.setdefault(HF_AUTO_ZERO_SIZES[path], value)
         if "world_size" not in fields_:
             mp = (fields_.get("tensor_parallel", 1) * fields_.get("pipeline_parallel", 1)
                   * fields_.get("context_parallel", 1))
@@ -405,11 +406,6 @@ def _derived(name: str, spec_field: str, value: int, how: str) -> int:
         raise ValueError(f"{name} = {how} = {value:,}: {exc}") from None
 
 
-_RESOLVED_SIZE = {"reduce_bucket_size": "reduce_bucket_elements", "prefetch_bucket_size": "prefetch_bucket_elements",
-                  "param_persistence_threshold": "persistence_threshold"}
-"""Each DeepSpeed size's :class:`~workbench.specs.ParallelPlan` property giving the size a plan prices (DeepSpeed's
-default where the plan sets none)."""
-
 _ZERO_MINIMUM = {"reduce_bucket_size": 1}
 """Smallest value DeepSpeed's ``DeepSpeedZeroConfig`` accepts for a ZeRO count (``Field(gt=0)``); the others are
 ``Field(ge=0)``."""
@@ -643,12 +639,12 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         if value is not None:
             opts[name] = value
     # the sizes the models price go on the plan too, where the stage reads them and they differ from DeepSpeed's
-    # default (HF_AUTO_ZERO_SIZES: path -> field, least stage); "auto" ones are filled from the model's hidden size
-    # by Imported.to_specs, as the Trainer does
-    for path, (plan_name, least) in HF_AUTO_ZERO_SIZES.items():
+    # default (HF_AUTO_ZERO_SIZES: path -> field); "auto" ones are filled from the model's hidden size by
+    # Imported.to_specs, as the Trainer does
+    for path, plan_name in HF_AUTO_ZERO_SIZES.items():
         key = path.split(".", 1)[1]
-        if (int(plan.get("zero_stage") or 0) >= least and key in opts
-                and opts[key] != getattr(ParallelPlan(world_size=1, zero_stage=3), _RESOLVED_SIZE[plan_name])):
+        if (int(plan.get("zero_stage") or 0) >= ZERO_SIZE_STAGES[plan_name] and key in opts
+                and opts[key] != DEEPSPEED_ZERO_SIZES[plan_name]):
             plan[plan_name] = opts[key]
     contiguous = read_ds_bool(zero.get("contiguous_gradients"), "zero_optimization.contiguous_gradients")
     if isinstance(contiguous, bool):
@@ -724,7 +720,7 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
     if autos:
         opts["auto"] = autos
         stage = int(plan.get("zero_stage") or 0)
-        sized = [p for p in autos if p in HF_AUTO_ZERO_SIZES and stage >= HF_AUTO_ZERO_SIZES[p][1]]
+        sized = [p for p in autos if p in HF_AUTO_ZERO_SIZES and stage >= ZERO_SIZE_STAGES[HF_AUTO_ZERO_SIZES[p]]]
         rest = [p for p in autos if p not in HF_AUTO_ZERO_SIZES]  # (a stage-3 size at a lower stage is unread)
         if rest:
             warnings.append(f"unresolved 'auto' values (Hugging Face Trainer style) at {', '.join(rest)}: taken from "
