@@ -1183,6 +1183,34 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=2048, n_layer=12, n_head=16, n_inner=8192,
         vocab_size=50257, n_positions=2048, activation_function="gelu", tie_word_embeddings=True, resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)),
+    # --- sixty-first final batch ("final61"): the Trainer's stack on the H200, three widths never run ---
+    # StarCoder2 3B's width at 10 of its 30 layers: GQA 24/2 of head 128, GeLU (tanh) 12288 with biases, tied 49k
+    # vocabulary, dropout 0.1 as released (bigcode/starcoder2-3b's dimensions)
+    "hf-starcoder2-h3072-l10": dict(like="StarCoder2 3B-like width (30 -> 10 layers)", seq_length=2048, config=dict(
+        model_type="starcoder2", architectures=["Starcoder2ForCausalLM"], hidden_size=3072, intermediate_size=12288,
+        num_hidden_layers=10, num_attention_heads=24, num_key_value_heads=2, vocab_size=49152,
+        max_position_embeddings=16384, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh", use_bias=True,
+        tie_word_embeddings=True, attention_dropout=0.1, embedding_dropout=0.1, residual_dropout=0.1,
+        sliding_window=4096, rope_theta=999999.4420358813)),
+    # OLMo 3 32B's width at 4 of its 64 layers: GQA 40/8 of head 128, SwiGLU 27648, Q/K norms, three sliding-window
+    # layers then a full one, untied 100k vocabulary, at 4 k tokens (allenai/Olmo-3-1125-32B's dimensions)
+    "hf-olmo3-h5120-l4": dict(like="OLMo 3 32B-like width (64 -> 4 layers)", seq_length=4096, config=dict(
+        model_type="olmo3", architectures=["Olmo3ForCausalLM"], hidden_size=5120, intermediate_size=27648,
+        num_hidden_layers=4, num_attention_heads=40, num_key_value_heads=8, vocab_size=100278,
+        max_position_embeddings=65536, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, sliding_window=4096, layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        rope_parameters=dict(
+            full_attention=dict(rope_type="yarn", rope_theta=500000.0, factor=8.0,
+                                original_max_position_embeddings=8192, attention_factor=1.2079441541679836,
+                                beta_fast=32, beta_slow=1),
+            sliding_attention=dict(rope_type="default", rope_theta=500000.0)))),
+    # Cerebras-GPT 6.7B's width at 4 of its 32 layers: GPT-2 type, MHA 32 heads of 128, fused GeLU 16384, learned
+    # positions, tied 50k vocabulary (cerebras/Cerebras-GPT-6.7B's dimensions)
+    "hf-cerebras-h4096-l4": dict(like="Cerebras-GPT 6.7B-like width (32 -> 4 layers, GPT-2 type)", seq_length=2048,
+                                 config=dict(
+        model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=4096, n_layer=4, n_head=32, n_inner=16384,
+        vocab_size=50257, n_positions=2048, activation_function="gelu", tie_word_embeddings=True, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)),
     # --- sixtieth final batch ("final60"): the Trainer's fp32 adapters, GPT-2's Conv1D and GELU, held gradients ---
     # Sheared-LLaMA 2.7B's width at 16 of its 32 layers: Llama type, MHA 20 heads of 128, SwiGLU 6912, untied 32k
     # vocabulary (princeton-nlp/Sheared-LLaMA-2.7B's dimensions)
@@ -2454,6 +2482,21 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixty-first final batch (one GPU), declared in accuracy_split.json "final61" before measuring: the Trainer's
+    # stack with an "auto" ds_config on the H200 (its earlier Trainer runs were all on an H100), on three widths the
+    # corpus has never run: full fine-tunes at ZeRO-2 and ZeRO-3, LoRA at ZeRO-3 built inside zero.Init, ZeRO-2 with
+    # the optimizer on the CPU (with accumulation under the hidden² bucket), a GPT-2 type with the fused gelu, a
+    # released dropout of 0.1 and a 4 k sequence over sliding-window layers
+    "final61": [
+        _hf("hf-starcoder2-h3072-l10", 2, "sdpa", mbs=2, trainer=True),
+        _hf("hf-starcoder2-h3072-l10", 3, "sdpa", mbs=2, lora=16, trainer=True),
+        _hf("hf-starcoder2-h3072-l10", 2, "sdpa", ckpt=True, gas=2, trainer=True, **OFF),
+        _hf("hf-olmo3-h5120-l4", 3, "sdpa", ckpt=True, trainer=True),
+        _hf("hf-olmo3-h5120-l4", 3, "sdpa", lora=16, trainer=True),
+        _hf("hf-olmo3-h5120-l4", 2, "sdpa", ckpt=True, trainer=True, **OFF),
+        _hf("hf-cerebras-h4096-l4", 2, "sdpa", mbs=2, trainer=True),
+        _hf("hf-cerebras-h4096-l4", 3, "eager", mbs=2, ckpt=True, lora=16, trainer=True),
+    ],
     # sixtieth final batch (one GPU), declared in accuracy_split.json "final60" before measuring: the four things
     # final59's allocator histories showed (6921640), on three widths the corpus has never run: LoRA at ZeRO-3 built
     # inside zero.Init through the Trainer and through deepspeed.initialize (fp32 adapters), GPT-2 types with the fused
