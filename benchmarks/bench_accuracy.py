@@ -926,6 +926,64 @@ def zero3_refit_lines(runs: list, fit: set) -> list[str]:
     return lines
 
 
+LORA_HOOK_SHARES = (1.0, 0.75, 0.5, 0.25, 0.0)
+"""The shares of a ZeRO-3 hook call at which :func:`lora_zero3_lines` prices the hooks of LoRA's modules."""
+
+
+@contextlib.contextmanager
+def _lora_hook_share(share: float):
+    """Inside the block the hooks of LoRA's own modules (:func:`workbench.timing.zero3_lora_modules_per_layer`'s
+    second figure) count ``share`` of a ZeRO-3 hook call each."""
+    from workbench import timing
+
+    orig = timing.zero3_lora_modules_per_layer
+
+    def scaled(*args, **kwargs):
+        fetched, hooked = orig(*args, **kwargs)
+        return fetched, hooked * share
+
+    timing.zero3_lora_modules_per_layer = scaled
+    try:
+        yield
+    finally:
+        timing.zero3_lora_modules_per_layer = orig
+
+
+def lora_zero3_lines(runs: list, fit: set) -> list[str]:
+    """LoRA at ZeRO-3 without optimizer offload: the step-time error with the hooks of LoRA's modules (four per
+    adapted projection, :data:`workbench.timing.LORA_CALLED_MODULES`) priced at each of :data:`LORA_HOOK_SHARES` of
+    a ZeRO-3 hook call (1: the catalog's pricing), on the fit and the test split, priced with the catalog's host and
+    with each run's own host probe (:func:`host_dispatch_profile`, where the run carries one). Whether those small
+    modules' hooks cost less than a weight's, read on the fit split and checked on the test split; nothing is
+    written."""
+    from workbench.estimate import estimate
+
+    sel = [r for r in runs if int(r["plan"].zero_stage) == 3 and r["plan"].lora_rank
+           and r["plan"].offload_optimizer == "none" and r["measured"].get("step")]
+    if not sel:
+        return ["LoRA at ZeRO-3: no such run in this corpus"]
+    lines = [f"LoRA at ZeRO-3 (no optimizer offload, {len(sel)} runs): step error with the hooks of LoRA's modules at "
+             f"a share of a ZeRO-3 hook call; n, median error, median |error|, worst"]
+    for share in LORA_HOOK_SHARES:
+        cols = []
+        with _lora_hook_share(share):
+            for probe in (False, True):
+                for side in ("fit", "test"):
+                    errs = []
+                    for r in sel:
+                        if (r["shape_id"] in fit) != (side == "fit") or (probe and not r.get("launch_us")):
+                            continue
+                        step = estimate(r["model"], r["cluster"], r["plan"],
+                                        host_dispatch_profile(r) if probe else PROFILE).time.step_seconds
+                        errs.append(step / r["measured"]["step"] - 1)
+                    cols.append(f"{'probe' if probe else 'catalog'} {side:<4} " + (
+                        f"{len(errs):>3} {statistics.median(errs):+6.1%} "
+                        f"{statistics.median(abs(e) for e in errs):6.1%} {max(errs, key=abs):+6.1%}"
+                        if errs else f"{'-':>27}"))
+        lines.append(f"  share {share:4.2f}  " + "  |  ".join(cols))
+    return lines
+
+
 OFFLOAD_HOST_CONSTANTS = {
     "zero3_param_offload_host_factor": ("ZeRO-3, the optimizer and the parameters on the CPU", 1.0,
                                         lambda p: p.offload_optimizer != "none" and p.offload_params != "none"),
@@ -1249,6 +1307,10 @@ def main(argv=None) -> int:
     ap.add_argument("--zero3-host", action="store_true",
                     help="print each ZeRO-3 run's step time beyond the model's without its ZeRO-3 host term, per "
                          "module fetch, beside the GPU kernel time per fetch")
+    ap.add_argument("--lora-zero3", action="store_true",
+                    help="LoRA at ZeRO-3: the step error with the hooks of LoRA's modules priced at shares of a "
+                         "ZeRO-3 hook call, fit and test split, catalog host and each run's own probe (nothing is "
+                         "written)")
     ap.add_argument("--refit-zero3", action="store_true",
                     help="refit the ZeRO-3 host constants on the fit split's ZeRO-3 runs, with and without a spread "
                          "of host speed between processes; print leave-one-shape-out and test-split ZeRO-3 errors "
@@ -1389,6 +1451,9 @@ def main(argv=None) -> int:
         print()
         print("\n".join(zero3_host_lines([r for _, rows in (*scored.items(), *expandable.items())
                                             for r, _ in rows], fit)))
+    if args.lora_zero3:
+        print()
+        print("\n".join(lora_zero3_lines([r for _, rows in scored.items() for r, _ in rows], fit)))
     if args.refit_zero3:
         print()
         print("\n".join(zero3_refit_lines([r for _, rows in scored.items() for r, _ in rows], fit)))
