@@ -93,3 +93,14 @@ def test_removed_blocks_and_auto():
     found = lint_ds_config({"train_batch_size": "auto", "amp": {"enabled": True}})
     assert any(f.path == "amp" and f.severity == "error" for f in found)
     assert any(f.path == "train_batch_size" and f.severity == "warning" and "auto" in f.message for f in found)
+
+
+def test_finding_lines_group_the_same_finding_at_several_paths():
+    from workbench.configs.lint import finding_lines
+
+    found = lint_ds_config({"train_batch_size": "auto", "gradient_clipping": "auto", "amp": {"enabled": True}})
+    lines = finding_lines(found)
+    auto = [line for line in lines if "'auto'" in line]
+    assert len(auto) == 1 and "gradient_clipping, train_batch_size:" in auto[0]
+    assert len(lines) == len(found) - 1  # the two 'auto' findings share one line, the others keep theirs
+    assert all(any(f.path in line for line in lines) for f in found)

@@ -102,6 +102,7 @@ class ImportPanel(Panel):
     def load(self) -> bool:
         """Parse the pasted text and load it; ``False`` (with the message shown) when it cannot be imported."""
         from widgets.common import error_html
+        from workbench.configs.lint import finding_lines
         from workbench.specs import validate
 
         try:
@@ -115,7 +116,7 @@ class ImportPanel(Panel):
                      f"{plan.world_size} GPUs, {html.escape(str(plan.engine))} TP{plan.tensor_parallel} "
                      f"PP{plan.pipeline_parallel} DP{plan.data_parallel} ZeRO-{int(plan.zero_stage)}"]
             notes += [f"⚠ {html.escape(str(w))}" for w in imported.warnings]
-            notes += [f"lint {html.escape(str(f))}" for f in imported.lint]
+            notes += [f"lint {html.escape(line)}" for line in finding_lines(imported.lint)]
             # a source without model fields (a ds_config) keeps the model, and the config.json it was imported from
             hf_model = None if imported.model_fields else self._state.hf_model
             self.send(LoadSpecs(model=model, cluster=cluster, plan=plan, options=options, hf_model=hf_model))

@@ -210,9 +210,11 @@ def run(args) -> int:
         for w in imp.warnings:
             print(f"  - {w}")
     if imp.lint:
+        from workbench.configs.lint import finding_lines
+
         print("lint:")
-        for f in imp.lint:
-            print(f"  - {f}")
+        for line in finding_lines(imp.lint):
+            print(f"  - {line}")
     else:
         print("lint: no findings")
     if status:

@@ -44,6 +44,19 @@ class LintFinding:
         return f"{self.severity}: {self.path}: {self.message}{tail}"
 
 
+def finding_lines(findings) -> list[str]:
+    """The findings as lines to show, in order, those that say the same thing (severity, message and suggestion)
+    at several paths once with every path: a Trainer config's eight ``"auto"`` values make one line, not eight."""
+    groups: dict = {}
+    for f in findings:
+        groups.setdefault((f.severity, f.message, f.suggestion), []).append(f.path)
+    lines = []
+    for (severity, message, suggestion), paths in groups.items():
+        tail = f" — {suggestion}" if suggestion else ""
+        lines.append(f"{severity}: {', '.join(paths)}: {message}{tail}")
+    return lines
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Key sets from the installed DeepSpeed
 # ----------------------------------------------------------------------------------------------------------------
