@@ -209,6 +209,34 @@ def test_cudnn_backward_workspace_doubles_for_grouped_query_heads():
         A.allocsim.sdpa_kernel_function("math")
 
 
+def test_a_boolean_mask_becomes_a_bias_kept_for_the_backward():
+    """A sliding-window layer's boolean mask (what an H200's history showed for Gemma 3's width): the stand-in
+    allocates the mask as a bias in the query's dtype in the forward, before cuDNN's blocks, and frees it in the
+    backward; a float mask and no mask allocate nothing for it."""
+    import torch
+
+    from workbench.allocsim import _recorder, sdpa_kernel_function, sdpa_mask_bias
+
+    b, h, s, d = 1, 4, 256, 64
+    assert sdpa_mask_bias(None, torch.bfloat16) is None
+    fmask = torch.empty(b, 1, s, s, device="meta", dtype=torch.bfloat16)
+    assert sdpa_mask_bias(fmask, torch.bfloat16) is fmask
+    events: list = []
+    sdpa = sdpa_kernel_function("cudnn")
+    with _recorder(events):
+        q, k, v = (torch.empty(b, h, s, d, device="meta", dtype=torch.bfloat16).requires_grad_() for _ in range(3))
+        mask = torch.empty(b, 1, s, s, device="meta", dtype=torch.bool)
+        start = len(events)
+        out = sdpa(q, k, v, attn_mask=mask)
+        mid = len(events)
+        out.backward(torch.empty_like(out))
+    bias = s * s * 2
+    forward, backward = events[start:mid], events[mid:]
+    assert forward[0][0] == "malloc" and forward[0][2] == bias  # the bias first, then the kernel's seed and output
+    assert not any(kind == "free" and n == bias for kind, _key, n in forward)
+    assert any(kind == "free" and key == forward[0][1] for kind, key, _n in backward)
+
+
 def test_checkpointing_lowers_the_traced_peak():
     plain = A.replay(_trace()).peak_allocated_bytes
     ckpt = A.replay(_trace(ckpt=True)).peak_allocated_bytes

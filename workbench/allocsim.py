@@ -496,16 +496,16 @@ def _flash_sdpa():
 
     class Flash(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, scale):
+        def forward(ctx, q, k, v, scale, bias):
             out, lse, cq, ck, mq, mk, seed, off, _ = torch.ops.aten._scaled_dot_product_flash_attention(
                 q, k, v, 0.0, True, False, scale=scale)
-            ctx.save_for_backward(q, k, v, out, lse, seed, off)
+            ctx.save_for_backward(q, k, v, out, lse, seed, off, *(() if bias is None else (bias,)))
             ctx.rest = (cq, ck, mq, mk, scale)
             return out
 
         @staticmethod
         def backward(ctx, dout):
-            q, k, v, out, lse, seed, off = ctx.saved_tensors
+            q, k, v, out, lse, seed, off = ctx.saved_tensors[:7]
             cq, ck, mq, mk, scale = ctx.rest
             b, h, s, d = q.shape
             rows = -(-s // 128) * 128
@@ -516,7 +516,7 @@ def _flash_sdpa():
             dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
                 dout, q, k, v, out, lse, cq, ck, mq, mk, 0.0, True, seed, off, scale=scale)
             del work
-            return dq, dk, dv, None
+            return dq, dk, dv, None, None
 
     return _sdpa_over(Flash)
 
@@ -548,7 +548,7 @@ def _cudnn_sdpa():
 
     class CuDNN(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, scale):
+        def forward(ctx, q, k, v, scale, bias):
             seed = q.new_empty((1,), dtype=torch.int64)
             offset = q.new_empty((1,), dtype=torch.int64)
             out = torch.empty_like(q)
@@ -556,28 +556,46 @@ def _cudnn_sdpa():
             stats = q.new_empty((b, h, s, 1), dtype=torch.float32)
             work = q.new_empty((CUDNN_FORWARD_WORKSPACE_BYTES,), dtype=torch.uint8)
             del work
-            ctx.save_for_backward(q, k, v, out, stats, seed, offset)
+            ctx.save_for_backward(q, k, v, out, stats, seed, offset, *(() if bias is None else (bias,)))
             return out
 
         @staticmethod
         def backward(ctx, dout):
-            q, k, v, out, stats, seed, offset = ctx.saved_tensors
+            q, k, v, out, stats, seed, offset = ctx.saved_tensors[:7]
             dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             work = dout.new_empty((cudnn_backward_workspace_bytes(*q.shape[:2], k.shape[1], *q.shape[2:]),),
                                   dtype=torch.uint8)
             del work
-            return dq, dk, dv, None
+            return dq, dk, dv, None, None
 
     return _sdpa_over(CuDNN)
 
 
+def sdpa_mask_bias(attn_mask, dtype):
+    """The additive bias a fused attention kernel takes for ``attn_mask`` (``None`` without one): PyTorch converts a
+    boolean mask (transformers passes one for a sliding-window layer, or wherever it cannot leave the causal mask to
+    the kernel) into a new tensor of the mask's shape in the query's dtype (``convert_boolean_attn_mask``,
+    aten/src/ATen/native/transformers/attention.cpp), and the kernel keeps it for its backward; a float mask is used
+    as it is. Seen in an H200's allocator history (Gemma 3 4B's width, two sliding-window layers at 4 k tokens,
+    ``benchmarks/results/alloc_history/replay_miss/``): a 32 MiB bf16 block of 1 x 1 x 4096 x 4096 per layer,
+    allocated in the forward's ``scaled_dot_product_attention`` before cuDNN's own blocks and freed in that layer's
+    backward."""
+    import torch
+
+    if attn_mask is None or attn_mask.dtype != torch.bool:
+        return attn_mask
+    return torch.empty(attn_mask.shape, dtype=dtype, device=attn_mask.device)
+
+
 def _sdpa_over(kernel):
-    """``F.scaled_dot_product_attention``'s signature over one of the kernels above (no mask, causal)."""
+    """``F.scaled_dot_product_attention``'s signature over one of the kernels above (causal; a mask as the bias
+    :func:`sdpa_mask_bias` makes of it, kept for the backward)."""
 
     def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if k.shape[1] != q.shape[1] and not enable_gqa:
             raise ValueError(f"key heads {k.shape[1]} != query heads {q.shape[1]} without enable_gqa")
-        return kernel.apply(q, k, v, scale if scale is not None else q.shape[-1] ** -0.5)
+        return kernel.apply(q, k, v, scale if scale is not None else q.shape[-1] ** -0.5,
+                            sdpa_mask_bias(attn_mask, q.dtype))
 
     return sdpa
 

@@ -302,15 +302,24 @@ def context_warning(seq_length: int, max_position_embeddings: Optional[int]) -> 
 
 
 def _note_sliding_window(cfg, model_type: str, notes: list) -> None:
-    """Note a sliding window the family's attention uses (Mistral, Mixtral, Gemma 2/3, StarCoder2; SmolLM3 only
-    with ``use_sliding_window`` and sliding layers in ``layer_types``; OLMo 3 with sliding layers in
-    ``layer_types``): the ModelSpec counts full causal attention."""
-    g = lambda name, default=None: getattr(cfg, name, default)  # noqa: E731
-    windowed = model_type in ("mistral", "mixtral", "gemma2", "gemma3_text", "starcoder2") or (
-        model_type == "smollm3" and g("use_sliding_window") and "sliding_attention" in (g("layer_types") or ())) or (
-        model_type == "olmo3" and "sliding_attention" in (g("layer_types") or ()))
-    if g("sliding_window") and windowed:
+    """Note a sliding window the family's attention uses (Mistral, Mixtral, Gemma 2/3, StarCoder2, Phi-3 with a
+    ``sliding_window``; SmolLM3 only with ``use_sliding_window`` and sliding layers in ``layer_types``; OLMo 3 with
+    sliding layers in ``layer_types``): the ModelSpec counts full causal attention."""
+    if sliding_window_layers(cfg, model_type):
         notes.append(f"sliding-window attention ({cfg.sliding_window} tokens) counted as full causal attention")
+
+
+def sliding_window_layers(cfg, model_type: str) -> int:
+    """How many decoder layers transformers builds with a sliding window (0 for none): the ``sliding_attention``
+    entries of the config's ``layer_types`` where it has them (Gemma 2/3, OLMo 3, Qwen2 with
+    ``use_sliding_window``, SmolLM3), else every layer of a family whose model masks every layer with
+    ``create_sliding_window_causal_mask`` when ``sliding_window`` is set (Mistral, Mixtral, StarCoder2, Phi-3)."""
+    if not getattr(cfg, "sliding_window", None):
+        return 0
+    types = getattr(cfg, "layer_types", None)
+    if isinstance(types, (list, tuple)):
+        return sum(1 for t in types[:cfg.num_hidden_layers] if t == "sliding_attention")
+    return cfg.num_hidden_layers if model_type in ("mistral", "mixtral", "starcoder2", "phi3") else 0
 
 
 def _spec_fields(cfg, model_type: str, where: str, notes: list) -> dict:
@@ -435,6 +444,10 @@ def import_hf(source, *, seq_length: Optional[int] = None, attn_implementation: 
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     fields["implementation"] = "transformers"
+    # sdpa (and eager) take the window as a mask; FlashAttention applies it in the kernel (no mask, nothing kept)
+    windowed = sliding_window_layers(cfg, model_type)
+    if windowed and not str(impl or "").startswith("flash"):
+        fields.update(sliding_window=int(cfg.sliding_window), sliding_window_layers=windowed)
     # a dense family's config may name it too; transformers ignores it there, and so does the import (an explicit
     # ``experts_implementation`` for a dense model is refused by the ModelSpec)
     experts = experts_implementation or (data.get("experts_implementation") or data.get("_experts_implementation")

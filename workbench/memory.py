@@ -1685,6 +1685,22 @@ def zero3_linear_keeps_inputs(m: ModelSpec) -> bool:
     return not (m.implementation is Implementation.TRANSFORMERS and m.position_embedding is Positions.LEARNED)
 
 
+def sliding_window_bias_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> float:
+    """Bytes one sliding-window layer of a transformers model keeps from its forward to its backward under sdpa
+    (``ModelSpec.sliding_window``): once the sequence reaches the window, transformers passes the layer a boolean
+    mask of ``b x 1 x s x s`` (masking_utils ``_ignore_causal_mask_sdpa`` skips it only below the window), and
+    PyTorch's ``scaled_dot_product_attention`` converts it into an additive bias in the query's dtype
+    (``convert_boolean_attn_mask``) that the kernel saves for its backward: b·s²·v per layer. Read off an H200's
+    allocator history (Gemma 3 4B's width, two sliding layers at 4 k tokens: a 32 MiB block per layer from the
+    forward's attention to that layer's backward, ``benchmarks/results/alloc_history/replay_miss/``). 0 without a
+    window, below it, or with eager attention (whose additive mask transformers builds once for all layers)."""
+    from workbench.specs import AttentionImpl
+
+    if (m.sliding_window is None or m.attention is not AttentionImpl.FLASH or m.seq_length < m.sliding_window):
+        return 0.0
+    return micro_batch * float(m.seq_length) ** 2 * value_bytes
+
+
 def lora_adapters_in_fp32(m: ModelSpec, *, zero_stage, zero_init, engine=0):
     """Whether LoRA's adapters train in fp32: a transformers model built inside ``deepspeed.zero.Init`` (ZeRO-3's
     default for them, the Trainer's way) gets its adapters from peft after the build, in fp32 (peft's
@@ -2628,6 +2644,12 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     lora_act = lora_bytes_per_token * m.seq_length / context_parallel * micro_batch / tensor_parallel
     kept = kept + where(recompute >= 2, 0.0, lora_act)
     full_layer = full_layer + lora_act
+    # sliding-window layers under sdpa keep their mask's bias (:func:`sliding_window_bias_bytes`): the layers' share
+    # of it in each kept layer, the whole of it in a recomputed one
+    window_bias = sliding_window_bias_bytes(m, micro_batch=micro_batch, value_bytes=value_bytes)
+    if window_bias:
+        kept = kept + where(recompute >= 2, 0.0, window_bias * m.sliding_window_layers / m.num_layers)
+        full_layer = full_layer + window_bias
     recomputed = where(recompute >= 2, minimum(recompute_layers, layers), 0)
     per_microbatch = recomputed * kept + (layers - recomputed) * full_layer
     per_microbatch = where(recompute >= 2, per_microbatch, layers * kept)

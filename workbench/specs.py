@@ -488,6 +488,17 @@ class ModelSpec:
     """transformers LayerNorm models that keep ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` apart (StarCoder2,
     transformers/models/starcoder2) where GPT-2 (``c_attn``) and GPT-NeoX (``query_key_value``) fuse q, k and v into
     one projection: the same parameters, more modules and tensors. Needs a dense LayerNorm transformers model."""
+    sliding_window: Optional[int] = None
+    """transformers models whose layers (``sliding_window_layers`` of them) attend over a sliding window of this
+    many tokens, as sdpa runs them (``sliding_window`` and ``layer_types`` of the config: Mistral, Gemma 2/3,
+    StarCoder2, OLMo 3, ...). Attention FLOPs are still counted as full causal attention; what the window changes is
+    memory: once the sequence reaches the window transformers hands each such layer a boolean mask, which sdpa turns
+    into a bias kept for the backward (:func:`workbench.memory.sliding_window_bias_bytes`). ``None``: no window, or a
+    kernel that applies the window itself (``flash_attention_2/3``: :func:`workbench.hf.import_hf` leaves it
+    ``None``)."""
+    sliding_window_layers: Optional[int] = None
+    """How many of the ``num_layers`` layers use ``sliding_window`` (``None`` with a window: every layer, as
+    Mistral's; Gemma 3: five of every six). Changing ``num_layers`` with :meth:`replace` keeps the share."""
 
     def __post_init__(self) -> None:
         for name, enum_cls in (("activation", Activation), ("normalization", Normalization),
@@ -547,6 +558,7 @@ class ModelSpec:
                 _set(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
             _positive_int(self, "moe_ffn_hidden_size")
         self._check_transformers_stack()
+        self._check_sliding_window()
 
     def _check_transformers_stack(self) -> None:
         """``experts_implementation``, ``fused_projections`` and ``separate_qkv`` against the model (run after the
@@ -592,6 +604,25 @@ class ModelSpec:
                              f"{self.num_experts}, activation='{self.activation}', normalization="
                              f"'{self.normalization}'")
 
+    def _check_sliding_window(self) -> None:
+        """``sliding_window`` a positive token count on a transformers model, ``sliding_window_layers`` (default
+        every layer) between 1 and ``num_layers``, and no layer count without a window."""
+        if self.sliding_window is None:
+            if self.sliding_window_layers is not None:
+                raise ValueError(f"sliding_window_layers={self.sliding_window_layers} without a sliding_window "
+                                 f"(give the window in tokens)")
+            return
+        _positive_int(self, "sliding_window")
+        if self.implementation is not Implementation.TRANSFORMERS:
+            raise ValueError(f"sliding_window={self.sliding_window} is a transformers model's setting (its sdpa "
+                             f"mask); implementation='{self.implementation}' trains full causal attention")
+        if self.sliding_window_layers is None:
+            _set(self, "sliding_window_layers", self.num_layers)
+        _positive_int(self, "sliding_window_layers")
+        if self.sliding_window_layers > self.num_layers:
+            raise ValueError(f"sliding_window_layers={self.sliding_window_layers} exceeds num_layers="
+                             f"{self.num_layers}")
+
     # -- derived sizes -------------------------------------------------------------------------------------------
     @property
     def query_projection_size(self) -> int:
@@ -619,10 +650,20 @@ class ModelSpec:
         return self.activation is Activation.SWIGLU
 
     def replace(self, **changes) -> "ModelSpec":
-        """A copy with some fields changed (re-validated); derived defaults are recomputed when their inputs change."""
+        """A copy with some fields changed (re-validated); derived defaults are recomputed when their inputs change.
+        A new ``num_layers`` keeps the share of sliding-window layers (rounded, at least one); ``sliding_window=None``
+        drops their count too."""
+        if "sliding_window" in changes and changes["sliding_window"] is None:
+            changes = {"sliding_window_layers": None, **changes}
+        if ("num_layers" in changes and "sliding_window_layers" not in changes and self.sliding_window is not None
+                and changes.get("sliding_window", self.sliding_window) is not None
+                and self.sliding_window_layers != self.num_layers and isinstance(changes["num_layers"], int)):
+            share = self.sliding_window_layers / self.num_layers
+            changes = {**changes, "sliding_window_layers": max(1, round(share * changes["num_layers"]))}
         return _replace_with_defaults(self, changes, derived=("num_query_groups", "head_dim", "ffn_hidden_size",
                                                               "moe_ffn_hidden_size", "qkv_bias",
-                                                              "experts_implementation", "gelu_unfused"))
+                                                              "experts_implementation", "gelu_unfused",
+                                                              "sliding_window_layers"))
 
     # -- parameter counts (megatron-core GPTModel, local layer spec) ---------------------------------------------
     def parameter_counts(self) -> "ParameterCounts":

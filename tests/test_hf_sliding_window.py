@@ -1,0 +1,64 @@
+"""Sliding-window layers under sdpa: transformers hands each a boolean mask once the sequence reaches the window,
+and PyTorch's sdpa keeps it as a bias for the backward (an H200's allocator history, Gemma 3 4B's width)."""
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from workbench.estimate import estimate  # noqa: E402
+from workbench.hf import import_hf  # noqa: E402
+from workbench.memory import sliding_window_bias_bytes  # noqa: E402
+from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan  # noqa: E402
+
+HF = Path(__file__).parent / "data" / "hf"
+
+
+def test_import_reads_the_window_and_its_layers():
+    gemma3 = import_hf(HF / "gemma3-1b").spec  # 26 layers, every sixth global
+    assert (gemma3.sliding_window, gemma3.sliding_window_layers) == (512, 22)
+    olmo3 = import_hf(HF / "olmo3-7b").spec  # layer_types: three sliding, one full
+    assert (olmo3.sliding_window, olmo3.sliding_window_layers) == (4096, 24)
+    starcoder2 = import_hf(HF / "starcoder2-3b").spec  # every layer, no layer_types
+    assert (starcoder2.sliding_window, starcoder2.sliding_window_layers) == (4096, 30)
+    for family in ("mistral-7b", "qwen2-0_5b", "smollm3-3b", "llama3-8b"):  # no window, or not used
+        assert import_hf(HF / family).spec.sliding_window is None, family
+    # FlashAttention applies the window in its kernel: no mask, nothing kept
+    assert import_hf(HF / "gemma3-1b", attn_implementation="flash_attention_2").spec.sliding_window is None
+
+
+def test_the_bias_is_kept_per_sliding_layer_from_the_window_on():
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, micro_batch_size=2, global_batch_size=2, zero_stage=2)
+    base = import_hf(HF / "gemma3-1b", seq_length=4096).spec.replace(num_layers=6)  # 5 sliding, 1 global
+    assert base.sliding_window_layers == 5
+    flat = base.replace(sliding_window=None)
+
+    def allocated(m, p=plan):
+        return estimate(m, cluster, p).memory.to_dict()["allocated_bytes"]
+
+    bias = sliding_window_bias_bytes(base, micro_batch=2, value_bytes=2)
+    assert bias == 2 * 4096 ** 2 * 2
+    assert allocated(base) - allocated(flat) == pytest.approx(5 * bias, rel=1e-6)
+    below = base.replace(seq_length=500)  # shorter than the 512-token window: transformers passes no mask
+    assert allocated(below) == allocated(below.replace(sliding_window=None))
+    eager = base.replace(attention="unfused")
+    assert allocated(eager) == allocated(eager.replace(sliding_window=None))
+    ckpt = plan.replace(recompute="full")  # the checkpointed forward keeps none; a recomputed layer holds one
+    assert 0 <= allocated(base, ckpt) - allocated(flat, ckpt) <= bias
+
+
+def test_window_fields_are_checked_and_follow_the_layer_count():
+    common = dict(name="w", num_layers=12, hidden_size=1024, num_attention_heads=8, vocab_size=1000,
+                  seq_length=4096, implementation="transformers")
+    m = ModelSpec(**common, sliding_window=1024, sliding_window_layers=10)
+    assert m.replace(num_layers=6).sliding_window_layers == 5
+    assert ModelSpec(**common, sliding_window=1024).replace(num_layers=4).sliding_window_layers == 4
+    with pytest.raises(ValueError, match="sliding_window_layers=13 exceeds num_layers=12"):
+        ModelSpec(**common, sliding_window=1024, sliding_window_layers=13)
+    with pytest.raises(ValueError, match="sliding_window_layers=3 without a sliding_window"):
+        ModelSpec(**common, sliding_window_layers=3)
+    with pytest.raises(ValueError, match="sliding_window=0"):
+        ModelSpec(**common, sliding_window=0)
+    with pytest.raises(ValueError, match="implementation='megatron'"):
+        ModelSpec(**{**common, "implementation": "megatron"}, sliding_window=1024)
