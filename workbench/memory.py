@@ -1302,7 +1302,10 @@ def offload_accumulation_held_bytes(m: ModelSpec, *, engine, zero_stage, offload
     "auto" (hidden²) made every large weight oversized (Nemotron Nano 4B's width at 12 layers, accumulation 2: the
     attention, MLP, embedding and output weights' gradients, 3.9 GiB, and one more embedding gradient at the peak,
     benchmarks/results/alloc_history/trainer_h100/); with DeepSpeed's default 5e8 bucket only an embedding of more
-    than 500 M elements is oversized. 0 elsewhere, and under LoRA (its adapters are small). Arrays allowed but for
+    than 500 M elements is oversized. A tied embedding adds one more copy: autograd's input buffer keeps the output
+    layer's gradient until the embedding's own arrives and sums the two into a new tensor (four embedding-sized
+    blocks at the peak of the replayed trace of StarCoder2 3B's width, tied, through the Trainer: final61, whose
+    allocated was -7.4 % without it). 0 elsewhere, and under LoRA (its adapters are small). Arrays allowed but for
     the model."""
     applies = ((engine != ENGINE_CODES[Engine.MEGATRON]) & (zero_stage == 2) & (offload_optimizer > 0)
                & (num_microbatches > 1) & ~asarray(lora) & (tensor_parallel == 1))
@@ -1313,7 +1316,8 @@ def offload_accumulation_held_bytes(m: ModelSpec, *, engine, zero_stage, offload
     over = np.where(sizes[..., None] > np.ravel(bucket), sizes[..., None], 0.0).sum(axis=0)
     over = over.reshape(np.shape(bucket)) if np.ndim(bucket) else float(over[0])
     embedding = embedding_elements(m, 1)
-    held = value_bytes * (over + where(embedding > bucket, embedding, 0.0))
+    copies = 2.0 if m.tied_embeddings else 1.0  # (the tied weight is in ``sizes`` once)
+    held = value_bytes * (over + where(embedding > bucket, copies * embedding, 0.0))
     return where(applies, held, 0.0)
 
 
