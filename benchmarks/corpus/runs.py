@@ -1183,6 +1183,22 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=2048, n_layer=12, n_head=16, n_inner=8192,
         vocab_size=50257, n_positions=2048, activation_function="gelu", tie_word_embeddings=True, resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)),
+    # --- sixty-second final batch ("final62"): sliding-window masks under sdpa, tied held gradients ---
+    # Gemma 3 270M at its 18 layers and 8 k tokens: MQA 4/1 of head 256, GeGLU 2048, fifteen sliding-window layers of
+    # 512 tokens, tied 262k vocabulary (google/gemma-3-270m's dimensions)
+    "hf-gemma3-h640-l18": dict(like="Gemma 3 270M (18 layers) at 8 k tokens", seq_length=8192, config=dict(
+        model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], hidden_size=640, intermediate_size=2048,
+        num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=512)),
+    # Phi-3 mini 4k with its released 2047-token sliding window over every layer, 8 of its 32 layers, 4 k tokens
+    # (microsoft/Phi-3-mini-4k-instruct's dimensions)
+    "hf-phi3sw-h3072-l8": dict(like="Phi-3 mini 4k with its sliding window (32 -> 8 layers)", seq_length=4096,
+                               config=dict(
+        model_type="phi3", architectures=["Phi3ForCausalLM"], hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=32, vocab_size=32064,
+        max_position_embeddings=4096, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0, pad_token_id=None, sliding_window=2047)),
     # --- sixty-first final batch ("final61"): the Trainer's stack on the H200, three widths never run ---
     # StarCoder2 3B's width at 10 of its 30 layers: GQA 24/2 of head 128, GeLU (tanh) 12288 with biases, tied 49k
     # vocabulary, dropout 0.1 as released (bigcode/starcoder2-3b's dimensions)
@@ -2482,6 +2498,21 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixty-second final batch (one GPU), declared in accuracy_split.json "final62" before measuring: a blind test of
+    # this round's two memory changes on two widths never run: the bias sdpa keeps for a sliding-window layer's mask
+    # (c7c094b: Gemma 3 270M at 8 k tokens, fifteen windowed layers; Phi-3 mini with its released window over all
+    # layers), with and without checkpointing, and the tied embedding's extra held gradient under ZeRO-2 with the
+    # optimizer on the CPU and accumulation through the Trainer (8911620), beside an untied twin
+    "final62": [
+        _hf("hf-gemma3-h640-l18", 2, "sdpa"),
+        _hf("hf-gemma3-h640-l18", 2, "sdpa", gas=2, trainer=True, **OFF),
+        _hf("hf-gemma3-h640-l18", 3, "sdpa", mbs=2, ckpt=True, trainer=True),
+        _hf("hf-gemma3-h640-l18", 2, "sdpa", mbs=2, ckpt=True),
+        _hf("hf-phi3sw-h3072-l8", 2, "sdpa", mbs=2),
+        _hf("hf-phi3sw-h3072-l8", 3, "sdpa", mbs=2, lora=16, trainer=True),
+        _hf("hf-phi3sw-h3072-l8", 2, "sdpa", ckpt=True, gas=2, trainer=True, **OFF),
+        _hf("hf-phi3sw-h3072-l8", 1, "sdpa", overlap=True),
+    ],
     # sixty-first final batch (one GPU), declared in accuracy_split.json "final61" before measuring: the Trainer's
     # stack with an "auto" ds_config on the H200 (its earlier Trainer runs were all on an H100), on three widths the
     # corpus has never run: full fine-tunes at ZeRO-2 and ZeRO-3, LoRA at ZeRO-3 built inside zero.Init, ZeRO-2 with
