@@ -62,3 +62,15 @@ def test_window_fields_are_checked_and_follow_the_layer_count():
         ModelSpec(**common, sliding_window=0)
     with pytest.raises(ValueError, match="implementation='megatron'"):
         ModelSpec(**{**common, "implementation": "megatron"}, sliding_window=1024)
+
+
+def test_the_estimate_says_what_the_windowed_layers_keep(capsys):
+    from workbench import cli
+
+    args = ["estimate", "--model", f"hf:{HF / 'gemma3-1b'}", "--gpus-per-node", "1", "--no-simulate-allocator"]
+    assert cli.main([*args, "--seq", "8192"]) == 0
+    out = capsys.readouterr().out
+    assert ("sliding window 512 tokens on 22 of 26 layers (sdpa keeps each one's mask as a bias, 0.12 GiB: 2.75 GiB"
+            in out)
+    assert cli.main([*args, "--seq", "256"]) == 0
+    assert "(no mask below the window)" in capsys.readouterr().out

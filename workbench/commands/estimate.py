@@ -116,7 +116,8 @@ def render(est, replay: Optional[dict] = None) -> str:
         *([f"        transformers: {m.attention} attention "
            f"({'eager' if str(m.attention) == 'unfused' else 'sdpa / flash_attention_2'}), logits up-cast to fp32 "
            f"for the loss, gradient checkpointing {_hf_checkpointing_text(m, p)}"
-           + (f", {m.experts_implementation} experts" if m.experts_implementation is not None else "")]
+           + (f", {m.experts_implementation} experts" if m.experts_implementation is not None else "")
+           + _sliding_window_text(m, p)]
           if str(m.implementation) == "transformers" else []),
         "",
         "memory per GPU" + (" (first / last pipeline stage)" if len(mem.stages) > 1 else ""),
@@ -294,6 +295,22 @@ def run(args) -> int:
     else:
         print(render(est, replay))
     return 0
+
+
+def _sliding_window_text(m, p) -> str:
+    """The stack line's note on a model's sliding-window layers: how many, and what their sdpa masks keep
+    (:func:`workbench.memory.sliding_window_bias_bytes`), or that the sequence is below the window."""
+    from workbench.memory import sliding_window_bias_bytes
+
+    if m.sliding_window is None:
+        return ""
+    text = f", sliding window {m.sliding_window} tokens on {m.sliding_window_layers} of {m.num_layers} layers"
+    bias = sliding_window_bias_bytes(m, micro_batch=p.micro_batch_size, value_bytes=p.precision.bytes_per_value)
+    if not bias:
+        return text + (" (eager: one shared mask)" if str(m.attention) == "unfused" else " (no mask below the window)")
+    kept = ("one at a time, checkpointed" if str(p.recompute) == "full"
+            else f"{bias * m.sliding_window_layers / GiB:.2f} GiB in all")
+    return text + f" (sdpa keeps each one's mask as a bias, {bias / GiB:.2f} GiB: {kept})"
 
 
 def _hf_checkpointing_text(model, plan) -> str:
