@@ -69,6 +69,10 @@ def test_offload_accumulation_holds_the_oversized_gradients():
     assert M.offload_accumulation_held_bytes(hf, num_microbatches=2, reduce_bucket_elements=h2,
                                              **dict(kw, zero_stage=1)) == 0
     assert M.offload_accumulation_held_bytes(hf, num_microbatches=2, **kw) == 0  # nothing above DeepSpeed's 5e8
+    # while the last layer is back-propagated, its own oversized gradients and the embedding's are still to come
+    pending = M.offload_accumulation_pending_bytes(hf, value_bytes=2, reduce_bucket_elements=h2)
+    layer_over = sum(n for n in weight_tensor_sizes(hf) if h2 < n < hf.vocab_size * hf.hidden_size)
+    assert pending == 2 * (layer_over / hf.num_layers + hf.vocab_size * hf.hidden_size)
     tied = hf.replace(tied_embeddings=True)  # the input buffer's sum of the two contributions: one more copy
     tied_over = sum(n for n in weight_tensor_sizes(tied) if n > h2)
     assert M.offload_accumulation_held_bytes(tied, num_microbatches=2, reduce_bucket_elements=h2, **kw) == \
