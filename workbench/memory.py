@@ -1332,7 +1332,7 @@ def offload_accumulation_pending_bytes(m: ModelSpec, *, value_bytes, reduce_buck
     sizes = np.asarray(P.weight_tensor_sizes(m, 1), dtype=float)
     embedding = embedding_elements(m, 1)
     bucket = np.asarray(reduce_bucket_elements, dtype=float)
-    layer_sizes = sizes[sizes < embedding]  # the decoder layers' weights (the embedding and output are the largest)
+    layer_sizes = sizes[sizes != embedding]  # the decoder layers' weights (not the embedding, nor an untied output)
     over = np.where(layer_sizes[..., None] > np.ravel(bucket), layer_sizes[..., None], 0.0).sum(axis=0)
     over = over.reshape(np.shape(bucket)) if np.ndim(bucket) else float(over[0])
     copies = 2.0 if m.tied_embeddings else 1.0
@@ -2883,8 +2883,9 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     held_buffers = buffers - zero3_tied_at_peak - zero3_gathered
     # the end of that backward, every activation freed, or the last layer's backward before it, that layer's working
     # set beside all but its own and the embedding's held gradients (:func:`offload_accumulation_pending_bytes`)
-    pending = where(held > 0, offload_accumulation_pending_bytes(m, value_bytes=value_bytes,
-                                                                 reduce_bucket_elements=reduce_bucket_elements), 0.0)
+    pending = (where(held > 0, offload_accumulation_pending_bytes(m, value_bytes=value_bytes,
+                                                                  reduce_bucket_elements=reduce_bucket_elements), 0.0)
+               if any_true(held > 0) else 0.0)  # (most plans: the model's weight list is not walked)
     at_last_layer = (held > 0) & (held - pending + late_layer > held)
     held_acts = where(at_last_layer, late_layer, 0.0)
     held = where(at_last_layer, held - pending, held)
