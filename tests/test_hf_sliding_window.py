@@ -74,3 +74,21 @@ def test_the_estimate_says_what_the_windowed_layers_keep(capsys):
             in out)
     assert cli.main([*args, "--seq", "256"]) == 0
     assert "(no mask below the window)" in capsys.readouterr().out
+
+
+def test_the_advisor_names_the_kept_masks_and_the_kernel_that_keeps_none():
+    from workbench.advisor import sliding_window_masks
+
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, micro_batch_size=1, global_batch_size=1, zero_stage=2)
+    long = import_hf(HF / "gemma3-1b", seq_length=16384).spec
+    found = sliding_window_masks(long, plan, estimate(long, cluster, plan, checks=False,
+                                                      simulate_allocator=False).memory)
+    assert found is not None and found.status == "warn"
+    assert found.numbers["kept_bytes"] == 22 * 16384 ** 2 * 2 and "flash_attention_2" in found.suggestion
+    ckpt = plan.replace(recompute="full")
+    assert sliding_window_masks(long, ckpt, estimate(long, cluster, ckpt, checks=False,
+                                                     simulate_allocator=False).memory) is None
+    short = import_hf(HF / "gemma3-1b", seq_length=2048).spec  # 0.5 % of the peak: not reported
+    assert sliding_window_masks(short, plan, estimate(short, cluster, plan, checks=False,
+                                                      simulate_allocator=False).memory) is None

@@ -804,7 +804,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
         found.append(expert_alltoall(model, cluster, plan, time))
     found.append(moe_capacity(model, plan, cluster))
     found += [gradient_clipping(model, o, n), loss_scaling(plan, o), adam_betas(model, o),
-              cpu_adam_threads(plan, cluster=cluster, time=time), offload_held_gradients(model, plan, memory)]
+              cpu_adam_threads(plan, cluster=cluster, time=time), offload_held_gradients(model, plan, memory),
+              sliding_window_masks(model, plan, memory)]
     return tuple(f for f in found if f is not None)
 
 
@@ -839,6 +840,36 @@ def offload_held_gradients(model: ModelSpec, plan: ParallelPlan, memory) -> Opti
                    suggestion=f"set zero_optimization.reduce_bucket_size to at least the largest weight, {largest:.3g} "
                               f"elements (not \"auto\", which the Hugging Face Trainer fills with hidden²)",
                    numbers={"held_bytes": int(held), "largest_weight_elements": largest})
+
+
+SLIDING_WINDOW_MASK_WARN_FRACTION = 0.05
+"""The sliding-window layers' kept mask biases above this share of the peak are reported."""
+
+
+def sliding_window_masks(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
+    """A transformers model's sliding-window layers under sdpa keep their boolean mask as a b·s² bias each, from
+    the forward to that layer's backward (:func:`workbench.memory.sliding_window_bias_bytes`; an H200's allocator
+    history, and final62 blind). FlashAttention 2/3 apply the window inside the kernel and keep none; checkpointing
+    keeps one at a time. Reported when the kept biases pass :data:`SLIDING_WINDOW_MASK_WARN_FRACTION` of the peak."""
+    from workbench import memory as M
+
+    bias = M.sliding_window_bias_bytes(model, micro_batch=plan.micro_batch_size,
+                                       value_bytes=plan.precision.bytes_per_value)
+    if not bias or plan.recompute is Recompute.FULL:
+        return None
+    kept = bias * model.sliding_window_layers  # (transformers models run unpipelined: one micro-batch in flight)
+    peak = memory.per_gpu_peak_bytes
+    if kept < SLIDING_WINDOW_MASK_WARN_FRACTION * peak:
+        return None
+    return Finding(id="sliding_window_masks", status="warn",
+                   message=f"{model.sliding_window_layers} sliding-window layers ({model.sliding_window} tokens) at "
+                           f"{model.seq_length} tokens: sdpa keeps each one's mask as a {bias / GiB:.2f} GiB bias "
+                           f"until its backward, {kept / GiB:.2f} GiB in all ({kept / peak:.0%} of the "
+                           f"{peak / GiB:.1f} GiB peak)",
+                   suggestion="attn_implementation='flash_attention_2' applies the window in the kernel and keeps "
+                              "no mask (--attn-implementation flash_attention_2); gradient checkpointing keeps one "
+                              "at a time",
+                   numbers={"bias_bytes_per_layer": int(bias), "kept_bytes": int(kept)})
 
 
 EP_COMM_WARN_FRACTION = 0.10
