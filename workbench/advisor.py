@@ -853,11 +853,11 @@ def sliding_window_masks(model: ModelSpec, plan: ParallelPlan, memory) -> Option
     keeps one at a time. Reported when the kept biases pass :data:`SLIDING_WINDOW_MASK_WARN_FRACTION` of the peak."""
     from workbench import memory as M
 
-    bias = M.sliding_window_bias_bytes(model, micro_batch=plan.micro_batch_size,
-                                       value_bytes=plan.precision.bytes_per_value)
-    if not bias or plan.recompute is Recompute.FULL:
+    sizes = dict(micro_batch=plan.micro_batch_size, value_bytes=plan.precision.bytes_per_value)
+    kept = M.sliding_window_kept_bytes(model, **sizes)
+    if not kept or plan.recompute is Recompute.FULL:
         return None
-    kept = bias * model.sliding_window_layers  # (transformers models run unpipelined: one micro-batch in flight)
+    bias = M.sliding_window_bias_bytes(model, **sizes)
     peak = memory.per_gpu_peak_bytes
     if kept < SLIDING_WINDOW_MASK_WARN_FRACTION * peak:
         return None

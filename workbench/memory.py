@@ -1312,13 +1312,26 @@ def offload_accumulation_held_bytes(m: ModelSpec, *, engine, zero_stage, offload
     if not any_true(applies):  # (most plans: the model's weight list is not walked)
         return where(applies, 0.0, 0.0)
     sizes = np.asarray(P.weight_tensor_sizes(m, 1), dtype=float)  # (one tensor-parallel rank: DeepSpeed has no TP)
-    bucket = np.asarray(reduce_bucket_elements, dtype=float)
-    over = np.where(sizes[..., None] > np.ravel(bucket), sizes[..., None], 0.0).sum(axis=0)
-    over = over.reshape(np.shape(bucket)) if np.ndim(bucket) else float(over[0])
-    embedding = embedding_elements(m, 1)
-    copies = 2.0 if m.tied_embeddings else 1.0  # (the tied weight is in ``sizes`` once)
-    held = value_bytes * (over + where(embedding > bucket, copies * embedding, 0.0))
+    held = value_bytes * (_elements_above(sizes, reduce_bucket_elements)
+                          + _held_embedding_elements(m, reduce_bucket_elements))
     return where(applies, held, 0.0)
+
+
+def _elements_above(sizes, bucket):
+    """The elements of the tensors of ``sizes`` larger than ``bucket`` (a scalar or an array of buckets, each summed
+    on its own), in ``bucket``'s shape."""
+    bucket = np.asarray(bucket, dtype=float)
+    over = np.where(sizes[..., None] > np.ravel(bucket), sizes[..., None], 0.0).sum(axis=0)
+    return over.reshape(np.shape(bucket)) if np.ndim(bucket) else float(over[0])
+
+
+def _held_embedding_elements(m: ModelSpec, bucket):
+    """Embedding-sized gradients held beyond the embedding's own entry among the weights, under ZeRO-2 offload with
+    accumulation: the input embedding's original beside its clone, and with a tied weight also the input buffer's sum
+    of its two contributions (:func:`offload_accumulation_held_bytes`); none when the embedding fits the bucket."""
+    embedding = embedding_elements(m, 1)
+    copies = 2.0 if m.tied_embeddings else 1.0  # (the tied weight is among the weights once)
+    return where(embedding > np.asarray(bucket, dtype=float), copies * embedding, 0.0)
 
 
 def offload_accumulation_pending_bytes(m: ModelSpec, *, value_bytes, reduce_bucket_elements):
@@ -1330,13 +1343,9 @@ def offload_accumulation_pending_bytes(m: ModelSpec, *, value_bytes, reduce_buck
     7 of 8 layers' gradients held beside the recomputed layer (the replayed trace, exact against the GPU; the
     estimate at the end of backward was -7.8 %, blind). Arrays allowed but for the model."""
     sizes = np.asarray(P.weight_tensor_sizes(m, 1), dtype=float)
-    embedding = embedding_elements(m, 1)
-    bucket = np.asarray(reduce_bucket_elements, dtype=float)
-    layer_sizes = sizes[sizes != embedding]  # the decoder layers' weights (not the embedding, nor an untied output)
-    over = np.where(layer_sizes[..., None] > np.ravel(bucket), layer_sizes[..., None], 0.0).sum(axis=0)
-    over = over.reshape(np.shape(bucket)) if np.ndim(bucket) else float(over[0])
-    copies = 2.0 if m.tied_embeddings else 1.0
-    return value_bytes * (over / m.num_layers + where(embedding > bucket, copies * embedding, 0.0))
+    layer_sizes = sizes[sizes != embedding_elements(m, 1)]  # the decoder layers' (not the embedding, nor the output)
+    return value_bytes * (_elements_above(layer_sizes, reduce_bucket_elements) / m.num_layers
+                          + _held_embedding_elements(m, reduce_bucket_elements))
 
 
 def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_optimizer, pipeline_parallel,
@@ -1721,6 +1730,13 @@ def sliding_window_bias_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> floa
     if (m.sliding_window is None or m.attention is not AttentionImpl.FLASH or m.seq_length < m.sliding_window):
         return 0.0
     return micro_batch * float(m.seq_length) ** 2 * value_bytes
+
+
+def sliding_window_kept_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> float:
+    """What every sliding-window layer of a micro-batch keeps together without checkpointing:
+    :func:`sliding_window_bias_bytes` times ``sliding_window_layers`` (a transformers model runs unpipelined)."""
+    bias = sliding_window_bias_bytes(m, micro_batch=micro_batch, value_bytes=value_bytes)
+    return bias * m.sliding_window_layers if bias else 0.0
 
 
 def lora_adapters_in_fp32(m: ModelSpec, *, zero_stage, zero_init, engine=0):
@@ -2883,14 +2899,15 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     held_buffers = buffers - zero3_tied_at_peak - zero3_gathered
     # the end of that backward, every activation freed, or the last layer's backward before it, that layer's working
     # set beside all but its own and the embedding's held gradients (:func:`offload_accumulation_pending_bytes`)
-    pending = (where(held > 0, offload_accumulation_pending_bytes(m, value_bytes=value_bytes,
-                                                                  reduce_bucket_elements=reduce_bucket_elements), 0.0)
-               if any_true(held > 0) else 0.0)  # (most plans: the model's weight list is not walked)
-    at_last_layer = (held > 0) & (held - pending + late_layer > held)
+    holds = held > 0
+    pending = (where(holds, offload_accumulation_pending_bytes(m, value_bytes=value_bytes,
+                                                               reduce_bucket_elements=reduce_bucket_elements), 0.0)
+               if any_true(holds) else 0.0)  # (most plans: the model's weight list is not walked)
+    at_last_layer = holds & (late_layer > pending)
     held_acts = where(at_last_layer, late_layer, 0.0)
     held = where(at_last_layer, held - pending, held)
     held_peak = weights + grads + held + held_acts + optimizer + held_buffers
-    held_wins = (held > 0) & (held_peak > backward_peak)
+    held_wins = holds & (held_peak > backward_peak)
     activations = where(held_wins, held_acts, activations)
     grads_bwd = where(held_wins, grads + held, grads_bwd)
     buffers_bwd = where(held_wins, held_buffers, buffers_bwd)

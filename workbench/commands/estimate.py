@@ -300,16 +300,17 @@ def run(args) -> int:
 def _sliding_window_text(m, p) -> str:
     """The stack line's note on a model's sliding-window layers: how many, and what their sdpa masks keep
     (:func:`workbench.memory.sliding_window_bias_bytes`), or that the sequence is below the window."""
-    from workbench.memory import sliding_window_bias_bytes
+    from workbench.memory import sliding_window_bias_bytes, sliding_window_kept_bytes
 
     if m.sliding_window is None:
         return ""
     text = f", sliding window {m.sliding_window} tokens on {m.sliding_window_layers} of {m.num_layers} layers"
-    bias = sliding_window_bias_bytes(m, micro_batch=p.micro_batch_size, value_bytes=p.precision.bytes_per_value)
+    sizes = dict(micro_batch=p.micro_batch_size, value_bytes=p.precision.bytes_per_value)
+    bias = sliding_window_bias_bytes(m, **sizes)
     if not bias:
         return text + (" (eager: one shared mask)" if str(m.attention) == "unfused" else " (no mask below the window)")
     kept = ("one at a time, checkpointed" if str(p.recompute) == "full"
-            else f"{bias * m.sliding_window_layers / GiB:.2f} GiB in all")
+            else f"{sliding_window_kept_bytes(m, **sizes) / GiB:.2f} GiB in all")
     return text + f" (sdpa keeps each one's mask as a bias, {bias / GiB:.2f} GiB: {kept})"
 
 
