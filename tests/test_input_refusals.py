@@ -207,7 +207,7 @@ def test_nothing_fits_says_which_switch_to_turn(capsys):
     assert main(["plan", "--model", "llama3-405b", "--gpus-per-node", "1", "--gbs", "8", "--no-offload"]) == 2
     assert "try allowing CPU offload (`workbench plan` without --no-offload" in capsys.readouterr().err
     assert main(["plan", "--model", "llama3-405b", "--gpus-per-node", "1", "--gbs", "8"]) == 2
-    assert "GiB for this plan, still over the 75.7 GiB limit" in capsys.readouterr().err
+    assert "GiB for this plan, still over the 75.2 GiB limit" in capsys.readouterr().err
 
 
 def test_uneven_split_messages_count_what_is_there():

@@ -159,7 +159,7 @@ def test_fits_against_capacity():
     assert not tiny.fits and tiny.headroom_bytes < 0
     ok = estimate(catalog.model("gpt3-125m"), ClusterSpec(gpu="H100-SXM", gpus_per_node=1),
                   ParallelPlan(world_size=1)).memory
-    assert ok.fits and math.isclose(ok.capacity_bytes, 79.65 * 2**30, rel_tol=1e-3)
+    assert ok.fits and math.isclose(ok.capacity_bytes, 79.18 * 2**30, rel_tol=1e-3)
 
 
 # --- backward working set and DeepSpeed buffer timing (read from the code; measured on H200 by bench_accuracy) ----
