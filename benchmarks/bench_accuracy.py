@@ -1435,7 +1435,8 @@ def main(argv=None) -> int:
         from workbench.estimate import estimate
 
         said_fits = [r["run_id"] for r in ooms if estimate(r["model"], r["cluster"], r["plan"]).memory.fits_gpu]
-        print(f"\n{len(ooms)} runs ran out of memory on the H200; the estimate said 'fits' for {len(said_fits)}"
+        gpus = " and ".join(sorted({r["cluster"].gpu.name for r in ooms}))
+        print(f"\n{len(ooms)} runs ran out of memory on the {gpus}; the estimate said 'fits' for {len(said_fits)}"
               + (f": {', '.join(said_fits)}" if said_fits else ""))
     if args.runs:
         for side, rows in (("test", scored["test"]), ("fit", scored["fit"]),
