@@ -372,3 +372,19 @@ def test_bench_accuracy_band_rewrite_keeps_every_replayed_entry(monkeypatch):
     assert bench.replayed_band_entries(device) == {
         "deepspeed/replayed-allocator": 3, "deepspeed/replayed-allocator/param-offload": 4,
         "megatron/replayed-allocator": 5}
+
+
+def test_bench_fits_picks_the_runs_at_the_edge(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    fits = _load("bench_fits_under_test", BENCH / "bench_fits.py")
+    gib, total = 2**30, 85017493504  # an H100's total, as a record keeps it
+    ran = dict(status="ok", provenance={"gpu_total_bytes": total}, peak_reserved_bytes=int(70 * gib),
+               outside_allocator_bytes=int(1.3 * gib))
+    assert fits.device_bytes(ran) == int(70 * gib) + int(1.3 * gib) and fits.total_bytes(ran) == total
+    assert fits.at_edge(ran, 0.9) and not fits.at_edge(ran, 0.95)
+    assert not fits.at_edge(dict(ran, options={"cap_bytes": 1}), 0.5)  # a capped allocator is not a card's edge
+    nccl = dict(status="error", error="DistBackendError: NCCL error\nLast error:\nFailed to CUDA calloc async 24 bytes")
+    assert fits.failed_for_memory(nccl) and fits.failed_for_memory({"status": "oom"})
+    assert fits.failure_line(nccl) == "Failed to CUDA calloc async 24 bytes"
+    assert not fits.failed_for_memory({"status": "error", "error": "ValueError: bad config"})
+    assert not fits.at_edge({"status": "error", "error": "timeout"}, 0.9)

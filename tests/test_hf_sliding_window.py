@@ -92,3 +92,27 @@ def test_the_advisor_names_the_kept_masks_and_the_kernel_that_keeps_none():
     short = import_hf(HF / "gemma3-1b", seq_length=2048).spec  # 0.5 % of the peak: not reported
     assert sliding_window_masks(short, plan, estimate(short, cluster, plan, checks=False,
                                                       simulate_allocator=False).memory) is None
+
+
+def test_grouped_kv_heads_are_repeated_once_the_mask_is_passed():
+    """With a mask, transformers' sdpa path repeats K and V to every query head (no ``enable_gqa``) and the kernel
+    keeps the copies: StarCoder2 3B's 24 query over 2 kv heads of 128, every layer windowed at 4096 tokens."""
+    from workbench.memory import sliding_window_repeat_bytes
+
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, micro_batch_size=2, global_batch_size=2, zero_stage=2)
+    base = import_hf(HF / "starcoder2-3b", seq_length=4096).spec.replace(num_layers=4)
+    flat = base.replace(sliding_window=None)
+    sizes = dict(micro_batch=2, value_bytes=2)
+    repeat = sliding_window_repeat_bytes(base, **sizes)
+    assert repeat == 2 * 4096 * 2 * 2 * (24 - 2) * 128
+    bias = sliding_window_bias_bytes(base, **sizes)
+
+    def allocated(m):
+        return estimate(m, cluster, plan).memory.to_dict()["allocated_bytes"]
+
+    assert allocated(base) - allocated(flat) == pytest.approx(4 * (bias + repeat), rel=1e-6)
+    assert sliding_window_repeat_bytes(base.replace(seq_length=4095), **sizes) == 0  # no mask below the window
+    assert sliding_window_repeat_bytes(base.replace(attention="unfused"), **sizes) == 0  # eager: counted elsewhere
+    mqa = import_hf(HF / "gemma3-1b", seq_length=4096).spec  # one kv head: the repeat is a view
+    assert sliding_window_repeat_bytes(mqa, **sizes) == 0 and sliding_window_bias_bytes(mqa, **sizes) > 0

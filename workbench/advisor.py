@@ -849,7 +849,9 @@ SLIDING_WINDOW_MASK_WARN_FRACTION = 0.05
 def sliding_window_masks(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
     """A transformers model's sliding-window layers under sdpa keep their boolean mask as a b·s² bias each, from
     the forward to that layer's backward (:func:`workbench.memory.sliding_window_bias_bytes`; an H200's allocator
-    history, and final62 blind). FlashAttention 2/3 apply the window inside the kernel and keep none; checkpointing
+    history, and final62 blind), and with grouped K/V heads K and V repeated to every query head
+    (:func:`workbench.memory.sliding_window_repeat_bytes`). FlashAttention 2/3 apply the window inside the kernel
+    and take the grouped heads as they are, keeping neither; checkpointing
     keeps one at a time. Reported when the kept biases pass :data:`SLIDING_WINDOW_MASK_WARN_FRACTION` of the peak."""
     from workbench import memory as M
 
@@ -858,18 +860,22 @@ def sliding_window_masks(model: ModelSpec, plan: ParallelPlan, memory) -> Option
     if not kept or plan.recompute is Recompute.FULL:
         return None
     bias = M.sliding_window_bias_bytes(model, **sizes)
+    repeat = M.sliding_window_repeat_bytes(model, **sizes)
     peak = memory.per_gpu_peak_bytes
     if kept < SLIDING_WINDOW_MASK_WARN_FRACTION * peak:
         return None
+    repeated = (f" (and, its K/V heads grouped, K and V repeated to every query head: {repeat / GiB:.2f} GiB more "
+                f"a layer)" if repeat else "")
     return Finding(id="sliding_window_masks", status="warn",
                    message=f"{model.sliding_window_layers} sliding-window layers ({model.sliding_window} tokens) at "
                            f"{model.seq_length} tokens: sdpa keeps each one's mask as a {bias / GiB:.2f} GiB bias "
-                           f"until its backward, {kept / GiB:.2f} GiB in all ({kept / peak:.0%} of the "
+                           f"until its backward{repeated}, {kept / GiB:.2f} GiB in all ({kept / peak:.0%} of the "
                            f"{peak / GiB:.1f} GiB peak)",
                    suggestion="attn_implementation='flash_attention_2' applies the window in the kernel and keeps "
                               "no mask (--attn-implementation flash_attention_2); gradient checkpointing keeps one "
                               "at a time",
-                   numbers={"bias_bytes_per_layer": int(bias), "kept_bytes": int(kept)})
+                   numbers={"bias_bytes_per_layer": int(bias), "repeat_bytes_per_layer": int(repeat),
+                            "kept_bytes": int(kept)})
 
 
 EP_COMM_WARN_FRACTION = 0.10

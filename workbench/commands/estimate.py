@@ -299,8 +299,9 @@ def run(args) -> int:
 
 def _sliding_window_text(m, p) -> str:
     """The stack line's note on a model's sliding-window layers: how many, and what their sdpa masks keep
-    (:func:`workbench.memory.sliding_window_bias_bytes`), or that the sequence is below the window."""
-    from workbench.memory import sliding_window_bias_bytes, sliding_window_kept_bytes
+    (:func:`workbench.memory.sliding_window_bias_bytes`, with grouped K/V heads also the repeated K and V,
+    :func:`workbench.memory.sliding_window_repeat_bytes`), or that the sequence is below the window."""
+    from workbench.memory import sliding_window_bias_bytes, sliding_window_kept_bytes, sliding_window_repeat_bytes
 
     if m.sliding_window is None:
         return ""
@@ -311,7 +312,9 @@ def _sliding_window_text(m, p) -> str:
         return text + (" (eager: one shared mask)" if str(m.attention) == "unfused" else " (no mask below the window)")
     kept = ("one at a time, checkpointed" if str(p.recompute) == "full"
             else f"{sliding_window_kept_bytes(m, **sizes) / GiB:.2f} GiB in all")
-    return text + f" (sdpa keeps each one's mask as a bias, {bias / GiB:.2f} GiB: {kept})"
+    repeat = sliding_window_repeat_bytes(m, **sizes)
+    repeated = f", and K and V repeated to every query head, {repeat / GiB:.2f} GiB" if repeat else ""
+    return text + f" (sdpa keeps each one's mask as a bias, {bias / GiB:.2f} GiB{repeated}: {kept})"
 
 
 def _hf_checkpointing_text(model, plan) -> str:
