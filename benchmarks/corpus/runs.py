@@ -1183,6 +1183,36 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=2048, n_layer=12, n_head=16, n_inner=8192,
         vocab_size=50257, n_positions=2048, activation_function="gelu", tie_word_embeddings=True, resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)),
+    # --- sixty-fourth final batch ("final64"): grouped K/V heads repeated under a sliding-window mask ---
+    # Mistral 7B v0.1 at 8 of its 32 layers and 8 k tokens, its 4096-token window on every layer: GQA 32/8 of head 128
+    # (mistralai/Mistral-7B-v0.1's dimensions)
+    "hf-mistral01-h4096-l8-s8k": dict(like="Mistral 7B v0.1 with its window (32 -> 8 layers) at 8 k tokens",
+                                      seq_length=8192, config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=10000.0, sliding_window=4096)),
+    # Gemma 3 4B at half its layers (17 of 34) and 8 k tokens: GQA 8/4 of head 256, 1024-token windows on five layers
+    # of six (google/gemma-3-4b's text dimensions)
+    "hf-gemma3-h2560-l17-s8k": dict(like="Gemma 3 4B (34 -> 17 layers) at 8 k tokens", seq_length=8192, config=dict(
+        model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], hidden_size=2560, intermediate_size=10240,
+        num_hidden_layers=17, num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=262208,
+        max_position_embeddings=131072, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=1024)),
+    # Gemma 3 12B at 4 of its 48 layers and 8 k tokens: GQA 16/8 of head 256 (google/gemma-3-12b's text dimensions)
+    "hf-gemma3-h3840-l4-s8k": dict(like="Gemma 3 12B (48 -> 4 layers) at 8 k tokens", seq_length=8192, config=dict(
+        model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], hidden_size=3840, intermediate_size=15360,
+        num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=8, head_dim=256, vocab_size=262208,
+        max_position_embeddings=131072, rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        attention_dropout=0.0, query_pre_attn_scalar=256, sliding_window=1024)),
+    # StarCoder2 15B's width at 4 of its 40 layers and 4 k tokens, its window reached: GQA 48/4 of head 128
+    "hf-starcoder2-h6144-l4-s4k": dict(like="StarCoder2 15B-like width (40 -> 4 layers) at 4 k tokens", seq_length=4096,
+                                       config=dict(
+        model_type="starcoder2", architectures=["Starcoder2ForCausalLM"], hidden_size=6144, intermediate_size=24576,
+        num_hidden_layers=4, num_attention_heads=48, num_key_value_heads=4, vocab_size=49152,
+        max_position_embeddings=16384, norm_epsilon=1e-5, hidden_act="gelu_pytorch_tanh", use_bias=True,
+        tie_word_embeddings=False, attention_dropout=0.1, embedding_dropout=0.1, residual_dropout=0.1,
+        sliding_window=4096, rope_theta=100000.0)),
     # --- sixty-third final batch ("edge63"): whole models at the edge of an 80 GB card ---
     # OLMo 2 7B at its 32 layers and 4 k tokens (allenai/OLMo-2-1124-7B's dimensions; hf-olmo2-h4096-l6 whole)
     "hf-olmo2-h4096-l32-s4k": dict(like="OLMo 2 7B (32 layers) at 4 k tokens", seq_length=4096, config=dict(
@@ -2533,6 +2563,20 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixty-fourth final batch (one GPU), declared in accuracy_split.json "final64" before measuring: a blind test of
+    # the repeated K/V heads (151cd72: with a sliding-window mask transformers repeats grouped K and V to every query
+    # head before sdpa, which keeps the copies), on four shapes never run whose windowed layers get their mask (GQA
+    # 32/8, 8/4, 16/8, 48/4), with LoRA, ZeRO-3, the optimizer on the CPU and the Trainer
+    "final64": [
+        _hf("hf-mistral01-h4096-l8-s8k", 2, "sdpa"),
+        _hf("hf-mistral01-h4096-l8-s8k", 3, "sdpa", lora=16),
+        _hf("hf-gemma3-h2560-l17-s8k", 2, "sdpa", lora=16),
+        _hf("hf-gemma3-h2560-l17-s8k", 2, "sdpa", **OFF),
+        _hf("hf-gemma3-h3840-l4-s8k", 2, "sdpa", lora=16),
+        _hf("hf-starcoder2-h6144-l4-s4k", 2, "sdpa", mbs=2),
+        _hf("hf-starcoder2-h6144-l4-s4k", 3, "sdpa"),
+        _hf("hf-starcoder2-h6144-l4-s4k", 2, "sdpa", mbs=2, lora=16, trainer=True),
+    ],
     # sixty-third final batch (one GPU, an H100 80GB), declared in accuracy_split.json "edge63" before measuring: the
     # verdict users act on, "fits" or not, at the edge of an 80 GB card, on five whole models (every layer) at the
     # sequences they are fine-tuned at; each plan was picked by its replayed estimate on the H100: five within 0.5-3.2
