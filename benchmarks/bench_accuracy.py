@@ -1348,6 +1348,9 @@ def main(argv=None) -> int:
 
     split = json.loads(SPLIT.read_text())
     fit, test = set(split["fit"]), set(split["test"])
+    missing = [str(path) for path in args.corpus if not Path(path).is_file()]
+    if missing:  # a mistyped path would otherwise score the old runs alone and look like a result
+        ap.error(f"--corpus: no such file: {', '.join(missing)}")
     runs = old_runs() + [r for path in args.corpus for r in corpus_runs(path)]
     unknown = sorted({r["shape_id"] for r in runs} - fit - test)
     if unknown:
