@@ -116,3 +116,21 @@ def test_grouped_kv_heads_are_repeated_once_the_mask_is_passed():
     assert sliding_window_repeat_bytes(base.replace(attention="unfused"), **sizes) == 0  # eager: counted elsewhere
     mqa = import_hf(HF / "gemma3-1b", seq_length=4096).spec  # one kv head: the repeat is a view
     assert sliding_window_repeat_bytes(mqa, **sizes) == 0 and sliding_window_bias_bytes(mqa, **sizes) > 0
+
+
+def test_masked_layers_compute_the_whole_score_matrix():
+    """With a mask transformers calls sdpa with ``is_causal=False``: the windowed layers' kernels compute every block
+    of the scores, where a causal call skips the upper half; the model FLOPs (MFU's numerator) stay causal."""
+    from workbench.memory import sliding_window_masked_share
+
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, micro_batch_size=1, global_batch_size=1, zero_stage=2)
+    base = import_hf(HF / "gemma3-1b", seq_length=8192).spec  # 22 of 26 layers windowed (512 tokens)
+    flat = base.replace(sliding_window=None)
+    assert sliding_window_masked_share(base) == pytest.approx(22 / 26) and sliding_window_masked_share(flat) == 0
+    assert sliding_window_masked_share(base.replace(seq_length=500)) == 0  # below the window: no mask
+    assert sliding_window_masked_share(base.replace(attention="unfused")) == 0  # eager computes it all anyway
+    masked, causal = (estimate(m, cluster, plan, checks=False).time for m in (base, flat))
+    assert masked.breakdown["compute"] > causal.breakdown["compute"]
+    assert masked.model_flops_per_step == causal.model_flops_per_step
+    assert masked.hardware_flops_per_step > causal.hardware_flops_per_step

@@ -439,6 +439,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
     bucket; ``counts`` the model's :class:`~workbench.specs.ParameterCounts` when the caller has them already.
     A measured ``profile`` replaces the datasheet-derived inputs it measured (GEMM curve, memory bandwidth, links,
     host link, CPU Adam rate) and scales the host's seconds by its host's dispatch speed."""
+    from workbench import memory as M
     from workbench import timing as T
 
     precision = Precision.parse(precision, "precision")
@@ -471,6 +472,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         num_experts=model.num_experts if model.is_moe else 1, seq_length=model.seq_length,
         vocab_size=model_vocab_size(model, cols["tp"]),
         causal_attention=int(model.attention is AttentionImpl.FLASH),
+        masked_attention_share=M.sliding_window_masked_share(model),
         unfused_attention=int(model.attention.materialises_scores),
         # Megatron-LM's fused scale-mask-softmax kernel (--masked-softmax-fusion) is attention='fused-softmax'
         softmax_fusion=int(model.attention is AttentionImpl.FUSED_SOFTMAX),

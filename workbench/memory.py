@@ -1755,6 +1755,16 @@ def sliding_window_layer_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> flo
     return sliding_window_bias_bytes(m, **sizes) + sliding_window_repeat_bytes(m, **sizes)
 
 
+def sliding_window_masked_share(m: ModelSpec) -> float:
+    """The share of a transformers model's layers whose sdpa call gets an explicit mask (its sliding-window layers
+    once the sequence reaches the window, :func:`sliding_window_bias_bytes`' condition): transformers then calls
+    ``scaled_dot_product_attention`` with ``is_causal=False`` (sdpa_attention.py: causal only without a mask), so the
+    kernel computes every block of the s×s scores where a causal call skips the upper half. 0 otherwise."""
+    if not sliding_window_bias_bytes(m, micro_batch=1, value_bytes=1):
+        return 0.0
+    return m.sliding_window_layers / m.num_layers
+
+
 def sliding_window_kept_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> float:
     """What every sliding-window layer of a micro-batch keeps together without checkpointing:
     :func:`sliding_window_layer_bytes` times ``sliding_window_layers`` (a transformers model runs unpipelined)."""

@@ -465,6 +465,9 @@ class StepInputs:
     zero3_collective_call_s: object
     trainable_fraction: object = 1.0
     """Parameters with gradients over all parameters (LoRA: adapters / all; 1 for a full fine-tune)."""
+    masked_attention_share: object = 0.0
+    """The share of layers whose fused attention gets an explicit mask and so computes every block of the scores
+    (:func:`workbench.memory.sliding_window_masked_share`): their core is not halved by ``causal_attention``."""
     zero3_hooked_modules_per_layer: object = None
     """Submodules of one layer whose DeepSpeed ZeRO-3 hooks run each pass, parameters or not
     (:func:`zero3_hooked_modules_per_layer`); ``None``: ``zero3_modules_per_layer``."""
@@ -768,8 +771,10 @@ def compute_terms(x: StepInputs) -> dict:
     t_proj = gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm_w)
     t_fc1 = gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm_w)
     t_fc2 = gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm_w)
-    core_flops = tokens * attention_core_flops_per_token(seq_length=s, query_projection_size=q,
-                                                         causal=x.causal_attention) / t
+    # an explicit mask (a transformers sliding-window layer from its window on) turns the kernel's causal block
+    # skipping off: those layers compute the whole s×s
+    core_flops = tokens * attention_core_flops_per_token(
+        seq_length=s, query_projection_size=q, causal=x.causal_attention * (1 - x.masked_attention_share)) / t
     t_core = gemm_seconds(core_flops, s / c, s / c, x.head_dim, **gemm)
     t_core_bwd = 2 * t_core
     # fused (flash) attention with its own measured rate where the catalog has one (Transformer Engine on Hopper):
@@ -1762,13 +1767,16 @@ def _flops(x: StepInputs, comp: dict) -> dict:
                                             ffn_hidden_size=f, gated=x.gated, experts_per_token=x.experts_per_token)
     core = attention_core_flops_per_token(seq_length=s, query_projection_size=q, causal=x.causal_attention)
     step_tokens = x.micro_batch_size * x.num_microbatches * x.data_parallel * s
-    model_f = model_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
-                                   attention_core_per_token=core,
-                                   logits_per_token=logits_flops_per_token(hidden_size=h, vocab_size=x.vocab_size))
+    # what the kernels execute: an explicitly masked layer computes the whole s×s (model FLOPs stay causal)
+    core_run = attention_core_flops_per_token(seq_length=s, query_projection_size=q,
+                                              causal=x.causal_attention * (1 - x.masked_attention_share))
+    logits = logits_flops_per_token(hidden_size=h, vocab_size=x.vocab_size)
     # frozen weights (LoRA) need no weight-gradient GEMMs: 2 + trainable_fraction of the 3 weight passes remain
-    model_f = model_f * (2 + x.trainable_fraction) / 3
+    model_f, run_f = (model_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
+                                           attention_core_per_token=c, logits_per_token=logits)
+                      * (2 + x.trainable_fraction) / 3 for c in (core, core_run))
     extra_f = recompute_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
-                                       attention_core_per_token=core, recompute=x.recompute,
+                                       attention_core_per_token=core_run, recompute=x.recompute,
                                        recomputed_layers=L * x.recompute_fraction)
     tokens = x.micro_batch_size * s / x.context_parallel
     fc1_width = f * (1 + x.gated)
@@ -1777,7 +1785,7 @@ def _flops(x: StepInputs, comp: dict) -> dict:
     # relative to the peak the layer GEMMs run at (FP8 layers: the FP8 peak)
     fp8 = comp["fp8_stage_share"]
     gemm_peak = where(fp8 > 0, (1 - fp8) * x.peak_flops + fp8 * x.fp8_peak_flops, x.peak_flops)
-    return {"model_flops": model_f, "hardware_flops": model_f + extra_f,
+    return {"model_flops": model_f, "hardware_flops": run_f + extra_f,
             "gemm_efficiency": weight_flops / (t_weights_fwd * gemm_peak)}
 
 

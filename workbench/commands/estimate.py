@@ -314,7 +314,8 @@ def _sliding_window_text(m, p) -> str:
             else f"{sliding_window_kept_bytes(m, **sizes) / GiB:.2f} GiB in all")
     repeat = sliding_window_repeat_bytes(m, **sizes)
     repeated = f", and K and V repeated to every query head, {repeat / GiB:.2f} GiB" if repeat else ""
-    return text + f" (sdpa keeps each one's mask as a bias, {bias / GiB:.2f} GiB{repeated}: {kept})"
+    return text + (f" (sdpa keeps each one's mask as a bias, {bias / GiB:.2f} GiB{repeated}: {kept}; with a mask the "
+                   f"kernel computes the whole score matrix, not its causal half)")
 
 
 def _hf_checkpointing_text(model, plan) -> str:
