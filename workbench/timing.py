@@ -771,10 +771,8 @@ def compute_terms(x: StepInputs) -> dict:
     t_proj = gemm_seconds(2 * tokens * q * h / t, tokens, h, q / t, **gemm_w)
     t_fc1 = gemm_seconds(2 * copies * h * fc1_width / etp, expert_tokens, fc1_width / etp, h, **gemm_w)
     t_fc2 = gemm_seconds(2 * copies * f * h / etp, expert_tokens, h, f / etp, **gemm_w)
-    # an explicit mask (a transformers sliding-window layer from its window on) turns the kernel's causal block
-    # skipping off: those layers compute the whole s×s
-    core_flops = tokens * attention_core_flops_per_token(
-        seq_length=s, query_projection_size=q, causal=x.causal_attention * (1 - x.masked_attention_share)) / t
+    core_flops = tokens * attention_core_flops_per_token(seq_length=s, query_projection_size=q,
+                                                         causal=executed_causal_share(x)) / t
     t_core = gemm_seconds(core_flops, s / c, s / c, x.head_dim, **gemm)
     t_core_bwd = 2 * t_core
     # fused (flash) attention with its own measured rate where the catalog has one (Transformer Engine on Hopper):
@@ -1759,6 +1757,13 @@ def _stage_pairs(x: StepInputs, comp: dict, per_layer_fwd, per_layer_bwd) -> tup
     return tuple(pairs)
 
 
+def executed_causal_share(x: StepInputs):
+    """The share of layers whose attention kernel skips the masked upper half of the scores: the causal flash
+    layers (``causal_attention``) less those that get an explicit mask (``masked_attention_share``, a transformers
+    sliding-window layer from its window on: sdpa with ``is_causal=False`` computes the whole s×s)."""
+    return x.causal_attention * (1 - x.masked_attention_share)
+
+
 def _flops(x: StepInputs, comp: dict) -> dict:
     """Model and hardware FLOPs of the whole job per step, and the FLOP-weighted efficiency of the layer GEMMs."""
     h, q, kv, f, s = x.hidden_size, x.query_projection_size, x.kv_projection_size, x.ffn_hidden_size, x.seq_length
@@ -1767,9 +1772,8 @@ def _flops(x: StepInputs, comp: dict) -> dict:
                                             ffn_hidden_size=f, gated=x.gated, experts_per_token=x.experts_per_token)
     core = attention_core_flops_per_token(seq_length=s, query_projection_size=q, causal=x.causal_attention)
     step_tokens = x.micro_batch_size * x.num_microbatches * x.data_parallel * s
-    # what the kernels execute: an explicitly masked layer computes the whole s×s (model FLOPs stay causal)
-    core_run = attention_core_flops_per_token(seq_length=s, query_projection_size=q,
-                                              causal=x.causal_attention * (1 - x.masked_attention_share))
+    # what the kernels execute (model FLOPs stay causal)
+    core_run = attention_core_flops_per_token(seq_length=s, query_projection_size=q, causal=executed_causal_share(x))
     logits = logits_flops_per_token(hidden_size=h, vocab_size=x.vocab_size)
     # frozen weights (LoRA) need no weight-gradient GEMMs: 2 + trainable_fraction of the 3 weight passes remain
     model_f, run_f = (model_flops_per_step(tokens=step_tokens, num_layers=L, layer_gemm_per_token=layer_gemm,
