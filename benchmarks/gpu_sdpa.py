@@ -27,6 +27,9 @@ SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 # (head width, query heads, key/value heads)
 HEADS = ((64, 32, 8), (128, 32, 8), (128, 32, 32), (256, 8, 4))
 WARMUP, TIMED = 3, 10
+MASKED_SHAPES = ((128, 36, 4, 4096, 4096), (128, 32, 8, 8192, 4096), (256, 8, 4, 8192, 1024))
+"""(head width, query heads, key/value heads, sequence, window) of ``--masked``: StarCoder2 7B's attention at its
+window, Mistral 7B v0.1's at twice its window, Gemma 3 4B's at eight times its window."""
 BACKWARD_FLOPS_RATIO = 2.5
 
 
@@ -35,7 +38,21 @@ def forward_flops(seq: int, heads: int, head_dim: int, batch: int = 1) -> float:
     return batch * heads * 2 * 2 * seq * seq * head_dim / 2
 
 
-def one(seq: int, head_dim: int, heads: int, kv_heads: int) -> dict:
+def window_mask(seq: int, window: int):
+    """The boolean mask transformers hands a sliding-window layer (``True``: attend): key j for query i where
+    ``0 <= i - j < window``, shaped ``1 x 1 x s x s``."""
+    import torch
+
+    i = torch.arange(seq, device="cuda")
+    d = i[:, None] - i[None, :]
+    return ((d >= 0) & (d < window))[None, None]
+
+
+def one(seq: int, head_dim: int, heads: int, kv_heads: int, *, window: int | None = None,
+        dropout: float = 0.0) -> dict:
+    """One shape timed. ``window``: the call gets a sliding-window boolean mask as transformers passes it once the
+    sequence reaches the window (then ``is_causal=False`` and K/V repeated to every head, transformers' own path);
+    ``dropout``: the attention dropout probability."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -48,11 +65,12 @@ def one(seq: int, head_dim: int, heads: int, kv_heads: int) -> dict:
     k = torch.randn(1, kv_heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn(1, kv_heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     grad = torch.randn(1, seq, heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    mask = window_mask(seq, window) if window else None
     fwd, total = [], []
     for i in range(WARMUP + TIMED):
         start, mid, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         start.record()
-        out, _ = sdpa_attention_forward(module, q, k, v, None, dropout=0.0, scaling=head_dim ** -0.5,
+        out, _ = sdpa_attention_forward(module, q, k, v, mask, dropout=dropout, scaling=head_dim ** -0.5,
                                         is_causal=True)
         mid.record()
         out.backward(grad)
@@ -65,14 +83,16 @@ def one(seq: int, head_dim: int, heads: int, kv_heads: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:  # which kernels the sdpa call dispatched to
-        out, _ = sdpa_attention_forward(module, q, k, v, None, dropout=0.0, scaling=head_dim ** -0.5, is_causal=True)
+        out, _ = sdpa_attention_forward(module, q, k, v, mask, dropout=dropout, scaling=head_dim ** -0.5,
+                                        is_causal=True)
         out.backward(grad)
         torch.cuda.synchronize()
     kernels = sorted({e.name[:80] for e in prof.events() if e.device_type.name == "CUDA"
                       and any(w in e.name.lower() for w in ("flash", "fmha", "attn", "attention", "cudnn"))})
     f, t = statistics.median(fwd), statistics.median(total)
     flops = forward_flops(seq, heads, head_dim)
-    return dict(seq=seq, head_dim=head_dim, heads=heads, kv_heads=kv_heads, forward_s=f, backward_s=t - f,
+    return dict(seq=seq, head_dim=head_dim, heads=heads, kv_heads=kv_heads, window=window, dropout=dropout,
+                forward_s=f, backward_s=t - f,
                 kernels=kernels, forward_tflops=flops / f / 1e12, backward_tflops=BACKWARD_FLOPS_RATIO * flops / (t - f) / 1e12)
 
 
@@ -112,6 +132,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--fit", type=Path, help="print the fit of an existing records file and stop")
+    ap.add_argument("--masked", action="store_true",
+                    help="the sliding-window case instead: each shape of MASKED_SHAPES causal without a mask, then "
+                         "with the window's mask (is_causal=False, K/V repeated), each with dropout 0 and 0.1")
     args = ap.parse_args(argv)
     if args.fit:
         from gpu_provenance import read_records
@@ -123,6 +146,16 @@ def main(argv=None) -> int:
 
     prov = gpu_provenance(transformers=transformers.__version__)
     records = []
+    if args.masked:
+        for head_dim, heads, kv, seq, window in MASKED_SHAPES:
+            for win in (None, window):
+                for dropout in (0.0, 0.1):
+                    rec = dict(one(seq, head_dim, heads, kv, window=win, dropout=dropout), provenance=prov)
+                    print(f"d {head_dim:3d} q/kv {heads}/{kv} s {seq:6d} window {win} dropout {dropout}  fwd "
+                          f"{rec['forward_s'] * 1e3:8.3f} ms  bwd {rec['backward_s'] * 1e3:8.3f} ms  "
+                          f"{' | '.join(rec['kernels'])}", flush=True)
+                    append_record(args.out, rec)
+        return 0
     for head_dim, heads, kv in HEADS:
         for seq in SEQS:
             rec = dict(one(seq, head_dim, heads, kv), provenance=prov)
