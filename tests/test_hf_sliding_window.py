@@ -134,3 +134,23 @@ def test_masked_layers_compute_the_whole_score_matrix():
     assert masked.breakdown["compute"] > causal.breakdown["compute"]
     assert masked.model_flops_per_step == causal.model_flops_per_step
     assert masked.hardware_flops_per_step > causal.hardware_flops_per_step
+
+
+def test_the_masked_kernel_is_priced_at_its_measured_slowdown(monkeypatch):
+    """cuDNN's fused attention with a mask took 1.51-1.97x the causal call's time per FLOP on an H100
+    (benchmarks/results/sdpa_masked_h100.txt): the masked layers' core is priced at that rate."""
+    from workbench import timing
+
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, micro_batch_size=1, global_batch_size=1, zero_stage=2)
+    model = import_hf(HF / "gemma3-1b", seq_length=8192).spec
+
+    def compute():
+        return estimate(model, cluster, plan, checks=False).time.breakdown["compute"]
+
+    priced = compute()
+    monkeypatch.setattr(timing, "MASKED_SDPA_SLOWDOWN", 1.0)
+    assert compute() < priced
+    flat = estimate(model.replace(sliding_window=None), cluster, plan, checks=False).time.breakdown["compute"]
+    monkeypatch.setattr(timing, "MASKED_SDPA_SLOWDOWN", 3.0)
+    assert compute() > priced > flat

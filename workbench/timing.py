@@ -777,7 +777,11 @@ def compute_terms(x: StepInputs) -> dict:
     t_core_bwd = 2 * t_core
     # fused (flash) attention with its own measured rate where the catalog has one (Transformer Engine on Hopper):
     # the kernel never writes the s×s scores, so the GEMM curve's small head_dim is not what limits it
-    flash_fwd, flash_bwd = flash_attention_seconds(core_flops, s / c, peak_flops=x.peak_flops,
+    # an explicitly masked layer's kernel (its whole s×s, counted in core_flops) also runs slower than the causal one
+    masked_flops = tokens * x.masked_attention_share * attention_core_flops_per_token(
+        seq_length=s, query_projection_size=q, causal=0) / t
+    flash_fwd, flash_bwd = flash_attention_seconds(core_flops + (MASKED_SDPA_SLOWDOWN - 1) * masked_flops, s / c,
+                                                   peak_flops=x.peak_flops,
                                                    forward_efficiency_max=x.flash_forward_efficiency_max,
                                                    backward_efficiency_max=x.flash_backward_efficiency_max,
                                                    half_seq=x.flash_half_seq,
@@ -1755,6 +1759,14 @@ def _stage_pairs(x: StepInputs, comp: dict, per_layer_fwd, per_layer_bwd) -> tup
         pairs.append((n * per_layer_fwd + more * gain_f + (comp["output_forward_seconds"] if out else 0.0),
                       n * per_layer_bwd + more * gain_b + (comp["output_backward_seconds"] if out else 0.0)))
     return tuple(pairs)
+
+
+MASKED_SDPA_SLOWDOWN = 1.68
+"""How much longer cuDNN's fused attention takes per FLOP with an explicit mask than causal without one (sdpa with a
+b·1·s·s bias, ``is_causal=False``): the masked call over twice the causal call's time, forward plus backward, 1.51 /
+1.68 / 1.97 for StarCoder2 7B's (s 4 k), Mistral 7B's (8 k) and Gemma 3 4B's (8 k, head 256) attention on an H100,
+the median taken (``benchmarks/gpu_sdpa.py --masked``, ``results/sdpa_masked_h100.txt``; the kernel reads the bias
+besides its doubled work). Applied where the fused kernel's catalog rate prices attention."""
 
 
 def executed_causal_share(x: StepInputs):
