@@ -15,6 +15,7 @@ replayed); ``--corpus FILE ...`` for others. Nothing is fitted.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -99,11 +100,15 @@ def failure_line(rec: dict) -> str:
     return line.strip()[:70]
 
 
+@functools.lru_cache(maxsize=1)
+def fit_shapes() -> frozenset:
+    """The fit split's model shapes (``benchmarks/accuracy_split.json``), read once."""
+    return frozenset(json.loads((ROOT / "benchmarks" / "accuracy_split.json").read_text())["fit"])
+
+
 def split_of(rec: dict) -> str:
-    """``fit`` when the record's model shape is in the fit split of ``benchmarks/accuracy_split.json``, else
-    ``test``."""
-    fit = set(json.loads((ROOT / "benchmarks" / "accuracy_split.json").read_text())["fit"])
-    return "fit" if rec.get("shape_id") in fit else "test"
+    """``fit`` when the record's model shape is in the fit split, else ``test``."""
+    return "fit" if rec.get("shape_id") in fit_shapes() else "test"
 
 
 def lines(rows: list) -> list:

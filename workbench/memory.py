@@ -1725,11 +1725,19 @@ def sliding_window_bias_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> floa
     allocator history (Gemma 3 4B's width, two sliding layers at 4 k tokens: a 32 MiB block per layer from the
     forward's attention to that layer's backward, ``benchmarks/results/alloc_history/replay_miss/``). 0 without a
     window, below it, or with eager attention (whose additive mask transformers builds once for all layers)."""
-    from workbench.specs import AttentionImpl
-
-    if (m.sliding_window is None or m.attention is not AttentionImpl.FLASH or m.seq_length < m.sliding_window):
+    if not sliding_window_masked(m):
         return 0.0
     return micro_batch * float(m.seq_length) ** 2 * value_bytes
+
+
+def sliding_window_masked(m: ModelSpec) -> bool:
+    """Whether a transformers model's sliding-window layers get an explicit mask under sdpa: a window, sdpa (the
+    flash attention setting; eager builds one shared additive mask, FlashAttention 2/3 apply the window in the
+    kernel) and a sequence that reaches the window (masking_utils skips the mask below it)."""
+    from workbench.specs import AttentionImpl
+
+    return (m.sliding_window is not None and m.attention is AttentionImpl.FLASH
+            and m.seq_length >= m.sliding_window)
 
 
 def sliding_window_repeat_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> float:
@@ -1742,7 +1750,7 @@ def sliding_window_repeat_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> fl
     after its reveal (edge63: StarCoder2 7B, 36/4 heads, every layer windowed at 4 k tokens, its allocated peak
     6.5 % over the default model's, 128 MiB a layer at micro-batch 2); 0 where the bias is."""
     groups = m.num_query_groups or m.num_attention_heads
-    if not 1 < groups < m.num_attention_heads or not sliding_window_bias_bytes(m, micro_batch=1, value_bytes=1):
+    if not 1 < groups < m.num_attention_heads or not sliding_window_masked(m):
         return 0.0
     return micro_batch * float(m.seq_length) * 2 * value_bytes * (m.query_projection_size - m.kv_projection_size)
 
@@ -1760,16 +1768,14 @@ def sliding_window_masked_share(m: ModelSpec) -> float:
     once the sequence reaches the window, :func:`sliding_window_bias_bytes`' condition): transformers then calls
     ``scaled_dot_product_attention`` with ``is_causal=False`` (sdpa_attention.py: causal only without a mask), so the
     kernel computes every block of the s×s scores where a causal call skips the upper half. 0 otherwise."""
-    if not sliding_window_bias_bytes(m, micro_batch=1, value_bytes=1):
-        return 0.0
-    return m.sliding_window_layers / m.num_layers
+    return m.sliding_window_layers / m.num_layers if sliding_window_masked(m) else 0.0
 
 
 def sliding_window_kept_bytes(m: ModelSpec, *, micro_batch, value_bytes) -> float:
     """What every sliding-window layer of a micro-batch keeps together without checkpointing:
     :func:`sliding_window_layer_bytes` times ``sliding_window_layers`` (a transformers model runs unpipelined)."""
     layer = sliding_window_layer_bytes(m, micro_batch=micro_batch, value_bytes=value_bytes)
-    return layer * m.sliding_window_layers if layer else 0.0
+    return layer * m.sliding_window_layers if layer else 0.0  # (no window: sliding_window_layers is None)
 
 
 def lora_adapters_in_fp32(m: ModelSpec, *, zero_stage, zero_init, engine=0):
