@@ -1183,6 +1183,36 @@ HF_SHAPES = {
         model_type="gpt2", architectures=["GPT2LMHeadModel"], n_embd=2048, n_layer=12, n_head=16, n_inner=8192,
         vocab_size=50257, n_positions=2048, activation_function="gelu", tie_word_embeddings=True, resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5)),
+    # --- sixty-fifth final batch ("long65"): whole models fine-tuned at long context ---
+    # Llama 3.2 3B at its 28 layers and 32 k tokens: GQA 24/8 of head 128, tied 128k vocabulary
+    # (meta-llama/Llama-3.2-3B's dimensions)
+    "hf-llama32-h3072-l28-s32k": dict(like="Llama 3.2 3B (28 layers) at 32 k tokens", seq_length=32768, config=dict(
+        model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=3072, intermediate_size=8192,
+        num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=500000.0)),
+    # Qwen2.5 7B at its 28 layers and 16 k tokens: GQA 28/4 of head 128, q/k/v biases, untied 152k vocabulary
+    # (Qwen/Qwen2.5-7B's dimensions)
+    "hf-qwen25-h3584-l28-s16k": dict(like="Qwen2.5 7B (28 layers) at 16 k tokens", seq_length=16384, config=dict(
+        model_type="qwen2", architectures=["Qwen2ForCausalLM"], hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Qwen3 1.7B at its 28 layers and 32 k tokens: GQA 16/8 of head 128, q/k norms, tied 152k vocabulary
+    # (Qwen/Qwen3-1.7B's dimensions)
+    "hf-qwen3-h2048-l28-s32k": dict(like="Qwen3 1.7B (28 layers) at 32 k tokens", seq_length=32768, config=dict(
+        model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=2048, intermediate_size=6144,
+        num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+        max_position_embeddings=40960, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True,
+        attention_dropout=0.0, rope_theta=1000000.0)),
+    # Mistral NeMo 12B at its 40 layers and 16 k tokens: GQA 32/8 of head 128 under a 5120 width, untied 131k
+    # vocabulary (mistralai/Mistral-Nemo-Base-2407's dimensions)
+    "hf-mistralnemo-h5120-l40-s16k": dict(like="Mistral NeMo 12B (40 layers) at 16 k tokens", seq_length=16384,
+                                          config=dict(
+        model_type="mistral", architectures=["MistralForCausalLM"], hidden_size=5120, intermediate_size=14336,
+        num_hidden_layers=40, num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+        max_position_embeddings=131072, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False,
+        attention_dropout=0.0, rope_theta=1000000.0, sliding_window=None)),
     # --- sixty-fourth final batch ("final64"): grouped K/V heads repeated under a sliding-window mask ---
     # Mistral 7B v0.1 at 8 of its 32 layers and 8 k tokens, its 4096-token window on every layer: GQA 32/8 of head 128
     # (mistralai/Mistral-7B-v0.1's dimensions)
@@ -2563,6 +2593,21 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixty-fifth final batch (one GPU, an H100 80GB), declared in accuracy_split.json "long65" before measuring: what
+    # long-context fine-tuning users run, whole models (every layer) at 16 k and 32 k tokens with checkpointed layers,
+    # where the logits and the loss's fp32 copies outweigh the layers: Llama 3.2 3B and Qwen3 1.7B at 32 k, Qwen2.5 7B
+    # and Mistral NeMo 12B at 16 k, four shapes never run; LoRA r=16, ZeRO-2 and ZeRO-3, the optimizer on the CPU,
+    # one run through transformers' Trainer. Replayed estimates on the H100 (whole device; the batch's verdicts):
+    "long65": [
+        _hf("hf-llama32-h3072-l28-s32k", 2, "sdpa", ckpt=True, **OFF),  # 76.3 GiB: fits
+        _hf("hf-llama32-h3072-l28-s32k", 2, "sdpa", ckpt=True, lora=16),  # 71.4 GiB: fits
+        _hf("hf-qwen25-h3584-l28-s16k", 2, "sdpa", ckpt=True, lora=16),  # 53.8 GiB: fits
+        _hf("hf-qwen3-h2048-l28-s32k", 2, "sdpa", ckpt=True, **OFF),  # 77.8 GiB: fits
+        _hf("hf-qwen25-h3584-l28-s16k", 2, "sdpa", mbs=2, ckpt=True, lora=16),  # 91.8 GiB (76.6 allocated): no fit
+        _hf("hf-mistralnemo-h5120-l40-s16k", 2, "sdpa", ckpt=True, lora=16),  # 63.1 GiB: fits
+        _hf("hf-qwen25-h3584-l28-s16k", 3, "sdpa", ckpt=True, lora=16, trainer=True),  # the Trainer's stack: fits
+        _hf("hf-mistralnemo-h5120-l40-s16k", 3, "sdpa", ckpt=True, lora=16),  # 64.5 GiB: fits
+    ],
     # sixty-fourth final batch (one GPU), declared in accuracy_split.json "final64" before measuring: a blind test of
     # the repeated K/V heads (151cd72: with a sliding-window mask transformers repeats grouped K and V to every query
     # head before sdpa, which keeps the copies), on four shapes never run whose windowed layers get their mask (GQA
