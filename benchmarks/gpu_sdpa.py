@@ -30,6 +30,10 @@ WARMUP, TIMED = 3, 10
 MASKED_SHAPES = ((128, 36, 4, 4096, 4096), (128, 32, 8, 8192, 4096), (256, 8, 4, 8192, 1024))
 """(head width, query heads, key/value heads, sequence, window) of ``--masked``: StarCoder2 7B's attention at its
 window, Mistral 7B v0.1's at twice its window, Gemma 3 4B's at eight times its window."""
+LONG_SEQS = (8192, 16384, 32768, 65536, 131072)
+LONG_HEADS = ((128, 32, 32), (128, 32, 8), (64, 32, 8))
+"""``--long``: the kernel at long-context lengths, 8 k-128 k tokens in one call (what one context-parallel rank's
+chunks or an unsplit long sequence give it), MHA at head 128 (Llama 2 7B), GQA at 128 and 64."""
 BACKWARD_FLOPS_RATIO = 2.5
 
 
@@ -137,6 +141,8 @@ def main(argv=None) -> int:
     ap.add_argument("--masked", action="store_true",
                     help="the sliding-window case instead: each shape of MASKED_SHAPES causal without a mask, then "
                          "with the window's mask (is_causal=False, K/V repeated), each with dropout 0 and 0.1")
+    ap.add_argument("--long", action="store_true",
+                    help="the long-context lengths instead: LONG_SEQS (8k-128k tokens) for each of LONG_HEADS")
     args = ap.parse_args(argv)
     if args.fit:
         from gpu_provenance import read_records
@@ -158,8 +164,8 @@ def main(argv=None) -> int:
                           f"{' | '.join(rec['kernels'])}", flush=True)
                     append_record(args.out, rec)
         return 0
-    for head_dim, heads, kv in HEADS:
-        for seq in SEQS:
+    for head_dim, heads, kv in (LONG_HEADS if args.long else HEADS):
+        for seq in (LONG_SEQS if args.long else SEQS):
             rec = dict(one(seq, head_dim, heads, kv), provenance=prov)
             records.append(rec)
             print(f"d {head_dim:3d} q/kv {heads}/{kv} s {seq:6d}  fwd {rec['forward_s'] * 1e3:8.3f} ms "
