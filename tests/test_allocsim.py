@@ -577,8 +577,7 @@ def test_megatron_core_ddp_scope_names_fields_and_values():
                                                                 "rank"),
                         (dict(world_size=2), "world_size=2 (the replay traces one GPU)"),
                         (dict(offload_optimizer="cpu"), "offload_optimizer=cpu with engine=megatron"),
-                        (dict(grad_reduce_fp32=False), "grad_reduce_fp32=False"),
-                        (dict(expandable_segments=True), "expandable_segments=True")):
+                        (dict(grad_reduce_fp32=False), "grad_reduce_fp32=False")):
         try:
             changed = plan.replace(**change)
         except ValueError:  # a combination the plan itself refuses
@@ -1035,3 +1034,46 @@ def test_zero12_offload_clones_a_gradient_larger_than_the_bucket():
     no_offload = allocsim.trace_hf_deepspeed(cfg, reduce_bucket_elements=small_bucket, **kw)
     assert count(with_offload) == count(in_bucket) + 2 * 2  # both weights' gradients cloned, in each of two steps
     assert count(no_offload) <= count(in_bucket)
+
+
+def test_expandable_segments_map_pages_as_requests_need_them():
+    """With expandable segments a request no free block holds maps whole pages (20 MiB in the large pool, 2 MiB in
+    the small one) at the end of its stream's range; freed space is reused before more is mapped; a block followed by
+    unmapped space is taken only when nothing else fits; ``empty_cache`` unmaps the whole pages of free blocks."""
+    mib = 1 << 20
+    a = allocsim.ExpandableAllocator(capacity_bytes=1 << 40)
+    x = a.malloc(30 * mib)
+    assert a.reserved_bytes == 40 * mib and a.allocated_bytes == 30 * mib
+    y = a.malloc(8 * mib)  # the 10 MiB left mapped after x holds it: nothing more is mapped
+    assert a.reserved_bytes == 40 * mib
+    z = a.malloc(5 * mib)  # 2 MiB left is too small: 3 MiB more needed, one more page
+    assert a.reserved_bytes == 60 * mib
+    a.free(x)
+    w = a.malloc(25 * mib)  # x's 30 MiB hole takes it: no new page although the tail has 17 MiB mapped free
+    assert a.reserved_bytes == 60 * mib and a.peak_reserved_bytes == 60 * mib
+    s = a.malloc(1000)  # the small pool: its own range, 2 MiB pages
+    assert a.reserved_bytes == 62 * mib
+    o = a.malloc(4 * mib, stream=1)  # another stream: its own range
+    assert a.reserved_bytes == 82 * mib
+    for h in (w, y, z, s, o):
+        a.free(h)
+    a.empty_cache()
+    assert a.allocated_bytes == 0 and a.reserved_bytes == 0
+    # after empty_cache the unmapped pages are mapped again where a request needs them
+    a.malloc(50 * mib)
+    assert a.reserved_bytes == 60 * mib
+
+
+def test_expandable_segments_in_the_replay_scope():
+    """A one-GPU plan with expandable segments is replayed with them, not refused; the default allocator's replay
+    of the same plan differs."""
+    model, cluster, plan = _tiny_mcore_ddp_specs()
+    allocsim.check_scope(model, plan.replace(expandable_segments=True))
+    events = [("malloc", i, (30 + 7 * i) << 20) for i in range(6)] + [("free", i, 0) for i in (1, 3)] + [
+        ("malloc", 9, 33 << 20)]
+    default, expandable = allocsim.replay(events), allocsim.replay(events, expandable=True)
+    # the default allocator's segments of 10 MiB and more round to 2 MiB and keep a remainder of 1 MiB or less in
+    # the block (counted allocated); the expandable range cuts each request to its own size
+    assert default.peak_allocated_bytes == 288 << 20 and expandable.peak_allocated_bytes == 285 << 20
+    assert expandable.peak_reserved_bytes == 300 << 20  # 15 pages of 20 MiB
+    assert expandable.peak_reserved_bytes != default.peak_reserved_bytes

@@ -94,6 +94,7 @@ class _Block:
     stream: int = 0
     prev: "_Block | None" = None
     next: "_Block | None" = None
+    mapped: bool = True  # an expandable segment's address range without physical pages is an unmapped block
 
 
 @dataclass
@@ -201,7 +202,7 @@ class CachingAllocator:
         else:
             self.allocated_bytes -= b.size
         for nb in (b.prev, b.next):
-            if nb is not None and nb.free:
+            if nb is not None and nb.free and nb.mapped:
                 self._uncache(nb)
                 del self._blocks[id(nb)]
                 if nb is b.prev:
@@ -226,6 +227,193 @@ class CachingAllocator:
     @property
     def reserve_fraction(self) -> float:
         return self.peak_reserved_bytes / self.peak_allocated_bytes - 1.0
+
+
+EXPANDABLE_SEGMENT_BYTES = 1 << 40
+"""The address range an expandable segment reserves (PyTorch reserves the device's whole memory per segment; any
+size above the device's will do: pages are mapped only as requests need them)."""
+
+
+@dataclass
+class ExpandableAllocator(CachingAllocator):
+    """The caching allocator with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (PyTorch's
+    ``ExpandableSegment``): one address range per stream and pool, whose pages (:data:`LARGE_BUFFER_BYTES` in the
+    large pool, :data:`SMALL_BUFFER_BYTES` in the small one) are mapped as requests need them and stay mapped until
+    ``empty_cache``. A request takes the best-fitting free mapped block, preferring one that is not followed by
+    unmapped space (``get_free_block``); with none, the lowest address where free and unmapped space together hold
+    it, mapping what is missing, rounded up to whole pages (``find_expandable_block``,
+    ``try_allocate_expandable_block``). Reserved counts mapped pages, as ``torch.cuda.memory_reserved`` does."""
+    _unmapped: dict = field(default_factory=dict)  # (stream, small) -> sorted [(segment, offset, id)]
+
+    def _page(self, small: bool) -> int:
+        return SMALL_BUFFER_BYTES if small else LARGE_BUFFER_BYTES
+
+    def _unmapped_list(self, stream: int, small: bool) -> list:
+        return self._unmapped.setdefault((stream, small), [])
+
+    def _add_unmapped(self, b: _Block) -> None:
+        b.mapped, b.free = False, True
+        self._blocks[id(b)] = b
+        bisect.insort(self._unmapped_list(b.stream, b.small), (b.segment, b.offset, id(b)))
+
+    def _drop_unmapped(self, b: _Block) -> None:
+        lst = self._unmapped_list(b.stream, b.small)
+        lst.pop(bisect.bisect_left(lst, (b.segment, b.offset, id(b))))
+
+    @staticmethod
+    def _expandable_size(b: _Block) -> int:
+        return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
+
+    def _merge(self, b: _Block, nb: "_Block | None") -> None:
+        """``nb`` absorbed into its neighbour ``b`` when both are free and both mapped or both unmapped."""
+        if nb is None or not nb.free or nb.mapped != b.mapped:
+            return
+        if not b.mapped:
+            self._drop_unmapped(b)  # re-filed below under its new offset
+        (self._uncache if nb.mapped else self._drop_unmapped)(nb)
+        del self._blocks[id(nb)]
+        if nb is b.prev:
+            b.offset, b.prev = nb.offset, nb.prev
+            if nb.prev is not None:
+                nb.prev.next = b
+        else:
+            b.next = nb.next
+            if nb.next is not None:
+                nb.next.prev = b
+        b.size += nb.size
+        if not b.mapped:
+            self._add_unmapped(b)
+
+    def _map(self, b: _Block, size: int) -> _Block:
+        """Map the first ``size`` bytes of unmapped ``b``, rounded up to whole pages; the rest stays unmapped.
+        Returns the mapped block, merged with free mapped neighbours."""
+        size = min(b.size, -(-size // self._page(b.small)) * self._page(b.small))
+        if self.reserved_bytes + size > self.capacity_bytes:
+            raise MemoryError(f"simulated out of memory: {size} B to map with {self.reserved_bytes} B reserved of "
+                              f"{self.capacity_bytes} B")
+        self._drop_unmapped(b)
+        if size < b.size:
+            r = _Block(segment=b.segment, offset=b.offset + size, size=b.size - size, small=b.small,
+                       stream=b.stream, prev=b, next=b.next)
+            if b.next is not None:
+                b.next.prev = r
+            b.next, b.size = r, size
+            self._add_unmapped(r)
+        b.mapped, b.free = True, True
+        self.reserved_bytes += size
+        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+        self._merge(b, b.prev)
+        self._merge(b, b.next)
+        return b
+
+    def _expand(self, size: int, small: bool, stream: int) -> _Block:
+        """A free mapped block of at least ``size`` bytes from the stream's address range (a new range if none
+        has room), out of the pool."""
+        def start(u):
+            return u.prev if u.prev is not None and u.prev.free and u.prev.mapped else u
+
+        def room(c):
+            total = 0
+            while c is not None and c.free and total < size:
+                total, c = total + c.size, c.next
+            return total >= size
+
+        candidate = None
+        for _, _, key in self._unmapped_list(stream, small):
+            c = start(self._blocks[key])
+            if room(c):
+                candidate = c
+                break
+        if candidate is None:
+            self._next_id += 1
+            whole = _Block(segment=self._next_id, offset=0, size=EXPANDABLE_SEGMENT_BYTES, small=small,
+                           stream=stream)
+            self._segments[self._next_id] = 0
+            self._add_unmapped(whole)
+            candidate = whole
+        if not candidate.mapped:
+            candidate = self._map(candidate, min(candidate.size, size))
+        else:
+            self._uncache(candidate)
+        while candidate.size < size:
+            self._cache(candidate)  # _map merges the newly mapped pages into it (out of the pool again)
+            candidate = self._map(candidate.next, min(size - candidate.size, candidate.next.size))
+        return candidate
+
+    def malloc(self, size_bytes: int, stream: int = 0) -> int:
+        size = round_size(int(size_bytes))
+        small = size <= SMALL_SIZE_BYTES
+        pool = self._pool(stream, small)
+        i = bisect.bisect_left(pool, (size,))
+        if i < len(pool):
+            # best fit, but a block with unmapped space after it only when no other fits as tightly
+            while i + 1 < len(pool) and (self._expandable_size(self._blocks[pool[i + 1][3]])
+                                         < self._expandable_size(self._blocks[pool[i][3]])):
+                i += 1
+            b = self._blocks[pool[i][3]]
+            self._uncache(b)
+        else:
+            try:
+                b = self._expand(size, small, stream)
+            except MemoryError:
+                self._release_free_segments()
+                b = self._expand(size, small, stream)
+        rest = b.size - size
+        if (rest >= MIN_BLOCK_BYTES) if small else (rest > SMALL_SIZE_BYTES):
+            r = _Block(segment=b.segment, offset=b.offset + size, size=rest, small=small, stream=stream, prev=b,
+                       next=b.next)
+            if b.next is not None:
+                b.next.prev = r
+            b.next, b.size = r, size
+            self._cache(r)
+        b.free = False
+        self._blocks[id(b)] = b
+        self.allocated_bytes += b.size
+        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        self._next_id += 1
+        self._live[self._next_id] = id(b)
+        return self._next_id
+
+    def _release_free_segments(self):
+        """``empty_cache``: the whole pages inside every free mapped block are unmapped."""
+        for which in list(self._pools):
+            for key in list(self._pools[which]):
+                b = self._blocks[key[3]]
+                page = self._page(b.small)
+                lo = -(-b.offset // page) * page
+                hi = (b.offset + b.size) // page * page
+                if hi <= lo:
+                    continue
+                self._uncache(b)
+                pieces = []
+                if lo > b.offset:
+                    pieces.append((b.offset, lo - b.offset, True))
+                pieces.append((lo, hi - lo, False))
+                if b.offset + b.size > hi:
+                    pieces.append((hi, b.offset + b.size - hi, True))
+                prev, nxt = b.prev, b.next
+                del self._blocks[id(b)]
+                made = []
+                for off, size, mapped in pieces:
+                    nb = _Block(segment=b.segment, offset=off, size=size, small=b.small, stream=b.stream,
+                                prev=made[-1] if made else prev)
+                    if made:
+                        made[-1].next = nb
+                    made.append(nb)
+                made[0].prev, made[-1].next = prev, nxt
+                if prev is not None:
+                    prev.next = made[0]
+                if nxt is not None:
+                    nxt.prev = made[-1]
+                for nb, (_, _, mapped) in zip(made, pieces):
+                    if mapped:
+                        self._cache(nb)
+                    else:
+                        self._add_unmapped(nb)
+                        self.reserved_bytes -= nb.size
+                unmapped = next(nb for nb in made if not nb.mapped)
+                self._merge(unmapped, unmapped.prev)
+                self._merge(unmapped, unmapped.next)
 
 
 # ================================================================================================================
@@ -2071,16 +2259,17 @@ def trace_mcore(model, plan, *, steps: int = 6, flatten_on_device: bool = True) 
     return trace_mcore_deepspeed(model, plan, steps=steps, flatten_on_device=flatten_on_device)
 
 
-def replay(events: list, capacity_bytes: Optional[int] = None) -> CachingAllocator:
+def replay(events: list, capacity_bytes: Optional[int] = None, *, expandable: bool = False) -> CachingAllocator:
     """The caching allocator after ``events`` (``trace_*``'s ``(kind, key, bytes)``); its peaks count from the
     first event, as the corpus's counters count from the start of a run. ``capacity_bytes``: what the allocator may
     reserve (default an H200 less DeepSpeed's 2.04 GiB outside the allocator,
-    :data:`workbench.memory.OUTSIDE_ALLOCATOR_BYTES`)."""
+    :data:`workbench.memory.OUTSIDE_ALLOCATOR_BYTES`). ``expandable``: PyTorch's expandable segments
+    (:class:`ExpandableAllocator`)."""
     if capacity_bytes is None:
         from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
 
         capacity_bytes = H200_BYTES - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
-    alloc = CachingAllocator(capacity_bytes=int(capacity_bytes))
+    alloc = (ExpandableAllocator if expandable else CachingAllocator)(capacity_bytes=int(capacity_bytes))
     handles = {}
     for kind, key, size, *stream in events:  # a fourth field: the request's stream
         if kind == "end":
@@ -2165,7 +2354,7 @@ def check_scope(model, plan) -> None:
 
 def scope_problems(model, plan) -> list:
     """What puts a plan outside what the replay models, one phrase each (empty: in scope): on one GPU, in bf16, with
-    the default allocator (no ``expandable_segments``) and no parameter offload but ZeRO-3's to the CPU, either
+    the default allocator or expandable segments and no parameter offload but ZeRO-3's to the CPU, either
     DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU, ZeRO-3's without
     gradient accumulation; ZeRO-1/2 with or without ``overlap_comm`` (off is DeepSpeed's own default, on the
     workbench export's), with or without the offload; ZeRO-3 with it, its default) of a transformers model
@@ -2228,8 +2417,6 @@ def scope_problems(model, plan) -> list:
                    f"parameters to the CPU at ZeRO-3)")
     if plan.world_size != 1:
         why.append(f"world_size={plan.world_size} (the replay traces one GPU)")
-    if plan.expandable_segments:
-        why.append("expandable_segments=True (the replay is the default allocator's)")
     if str(plan.precision) != "bf16":
         why.append(f"precision={plan.precision} (the trace is bf16)")
     return why
@@ -2319,14 +2506,16 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                    offload_params: bool = False, zero_init: bool = False,
                    reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                    prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
-                   persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD) -> ReplayedPeaks:
+                   persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
+                   expandable_segments: bool = False) -> ReplayedPeaks:
     """The caching allocator's peaks (:class:`ReplayedPeaks`) replayed over the trace of building the model
     ``config`` (a Hugging Face ``config.json`` dict) and ``steps`` training steps under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
     ``lora_rank`` on the workbench projection names ``lora_targets`` (peft names from
     :func:`workbench.hf.lora_target_modules`), alpha 2r as the corpus ran them (alpha changes no size).
     ``capacity_bytes``: what the allocator may reserve (default an H200 less DeepSpeed's memory outside it); a
-    trace that would pass it is replayed without the limit (the estimate then says the plan does not fit)."""
+    trace that would pass it is replayed without the limit (the estimate then says the plan does not fit).
+    ``expandable_segments``: the allocator with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``."""
     from workbench.hf import lora_target_modules
 
     if not isinstance(config, dict) or "model_type" not in config:
@@ -2352,16 +2541,16 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                                   prefetch_bucket_elements=int(prefetch_bucket_elements),
                                   persistence_threshold=int(persistence_threshold))
 
-    return ReplayedPeaks.of(replay_deepspeed(trace, capacity_bytes))
+    return ReplayedPeaks.of(replay_deepspeed(trace, capacity_bytes, expandable=bool(expandable_segments)))
 
 
-def _replay_within(events: list, capacity_bytes: Optional[int]) -> "CachingAllocator":
+def _replay_within(events: list, capacity_bytes: Optional[int], expandable: bool = False) -> "CachingAllocator":
     """:func:`replay` of ``events`` on ``capacity_bytes``; a trace that would pass it is replayed without the limit
     (the estimate then says the plan does not fit)."""
     try:
-        return replay(events, capacity_bytes)
+        return replay(events, capacity_bytes, expandable=expandable)
     except MemoryError:
-        return replay(events, capacity_bytes=1 << 62)
+        return replay(events, capacity_bytes=1 << 62, expandable=expandable)
 
 
 def flattens_on_device(alloc: "CachingAllocator", capacity_bytes: int) -> bool:
@@ -2371,19 +2560,20 @@ def flattens_on_device(alloc: "CachingAllocator", capacity_bytes: int) -> bool:
     return all(capacity_bytes - reserved >= flat for reserved, flat in alloc.flatten_checks)
 
 
-def replay_deepspeed(trace, capacity_bytes: Optional[int]) -> "CachingAllocator":
+def replay_deepspeed(trace, capacity_bytes: Optional[int], *, expandable: bool = False) -> "CachingAllocator":
     """A DeepSpeed run replayed as its engine would run it on a device whose allocator may reserve
     ``capacity_bytes`` (``None``: an H200's): ``trace(flatten_on_device)`` gives its events; traced with the flat
     buffer made on the GPU first, and again with it made on the CPU where the replay shows DeepSpeed's free-memory
-    check would not pass (a smaller GPU: the initialization's two copies of the parameters then never meet on it)."""
+    check would not pass (a smaller GPU: the initialization's two copies of the parameters then never meet on it).
+    ``expandable``: replayed with PyTorch's expandable segments (:class:`ExpandableAllocator`)."""
     if capacity_bytes is None:
         from workbench.memory import OUTSIDE_ALLOCATOR_BYTES
 
         capacity_bytes = H200_BYTES - OUTSIDE_ALLOCATOR_BYTES["deepspeed"]
-    alloc = _replay_within(trace(True), capacity_bytes)
+    alloc = _replay_within(trace(True), capacity_bytes, expandable)
     if flattens_on_device(alloc, capacity_bytes):
         return alloc
-    return _replay_within(trace(False), capacity_bytes)
+    return _replay_within(trace(False), capacity_bytes, expandable)
 
 
 def plan_reserve_fraction(model, cluster, plan, config: Optional[dict] = None, *, scope_checked: bool = False) -> float:
@@ -2425,7 +2615,7 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         offload_optimizer=str(plan.offload_optimizer) == "cpu", overlap_comm=bool(plan.overlaps_comm),
         offload_params=str(plan.offload_params) == "cpu", zero_init=builds_in_zero_init(model, plan),
         reduce_bucket_elements=plan.reduce_bucket_elements, prefetch_bucket_elements=plan.prefetch_bucket_elements,
-        persistence_threshold=plan.persistence_threshold)
+        persistence_threshold=plan.persistence_threshold, expandable_segments=bool(plan.expandable_segments))
 
 
 # ================================================================================================================
@@ -2525,7 +2715,7 @@ def _replay_jobs(given: str, result: str) -> int:
                 continue
             alloc = replay_deepspeed(lambda on_device: trace_mcore(model, plan, steps=job["steps"],
                                                                    flatten_on_device=on_device),
-                                     job["capacity_bytes"])
+                                     job["capacity_bytes"], expandable=bool(plan.expandable_segments))
             out.append(dict(reserve_fraction=alloc.reserve_fraction, peak_allocated_bytes=alloc.peak_allocated_bytes,
                             peak_reserved_bytes=alloc.peak_reserved_bytes))
         except Exception as exc:  # one plan's failure is reported in its place, the others still run

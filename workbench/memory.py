@@ -2574,7 +2574,7 @@ def userbuffer_bytes(*, seq_length, micro_batch, hidden_size, context_parallel, 
 
 def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=None, nccl_bytes=None,
                    reserve_fraction=None, floor=False, zero_stage=None, expandable_segments=0, offload_optimizer=0,
-                   offload_params=0):
+                   offload_params=0, reserve_replayed=False):
     """Outside the allocator (one process: :data:`OUTSIDE_ALLOCATOR_BYTES` of its engine; its NCCL buffers when
     there is more than one rank) + the caching allocator's reserve above the allocated peak (:data:`RESERVE_FRACTION`,
     or :data:`RESERVE_FRACTION_EXPANDABLE` with ``expandable_segments``) — :func:`engine_overheads`. ``engine`` is
@@ -2582,9 +2582,10 @@ def overhead_bytes(allocated_bytes, world_size=1, *, engine=None, context_bytes=
     (:meth:`workbench.calibrate.HardwareProfile.memory_overheads`) supplies its own figures; with ``floor`` (a GPU
     profile measured in a bare process) each is only a lower bound and the engine's constant is used where it is
     larger. A profile's reserve was measured with the default allocator, so with ``expandable_segments`` the
-    expandable reserve is used in its place."""
+    expandable reserve is used in its place; ``reserve_replayed``: ``reserve_fraction`` is the allocator replay's for
+    this very plan (:class:`workbench.allocsim.ExpandableAllocator` with expandable segments) and is kept."""
     own = engine_overheads(engine, zero_stage, expandable_segments, offload_optimizer, offload_params)
-    if reserve_fraction is not None and any_true(asarray(expandable_segments) > 0):
+    if reserve_fraction is not None and not reserve_replayed and any_true(asarray(expandable_segments) > 0):
         reserve_fraction = where(asarray(expandable_segments) > 0, own["reserve_fraction"], reserve_fraction)
     given = dict(context_bytes=context_bytes, nccl_bytes=nccl_bytes, reserve_fraction=reserve_fraction)
     used = {k: own[k] if v is None else (maximum(v, own[k]) if floor else v) for k, v in given.items()}
@@ -3265,12 +3266,12 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
             o = {k: max(float(v), plan_overheads(plan)[k]) for k, v in o.items()}
         if profile is None:  # the stack's own memory outside the allocator: the replay leaves nothing to cover
             o["context_bytes"] = stack_outside_bytes(model, plan)
-        codes["overheads"] = {**o, "reserve_fraction": float(reserve_fraction)}
+        codes["overheads"] = {**o, "reserve_fraction": float(reserve_fraction), "reserve_replayed": True}
     if profile is not None:
         o = codes["overheads"]
         expandable = int(plan.expandable_segments)
         own = plan_overheads(plan)
-        used = {k: own[k] if o.get(k) is None or (expandable and k == "reserve_fraction")
+        used = {k: own[k] if o.get(k) is None or (expandable and k == "reserve_fraction" and reserve_fraction is None)
                 else (max(float(o[k]), own[k]) if o.get("floor") else float(o[k])) for k in own}
         formulas["overhead"] = (f"context {used['context_bytes'] / 2**20:.0f} MiB (+ NCCL "
                                 f"{used['nccl_bytes'] / 2**20:.0f} MiB with >1 rank) + allocator reserve "
