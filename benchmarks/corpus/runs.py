@@ -2593,6 +2593,20 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixty-sixth final batch (one GPU, an H100 80GB), declared in accuracy_split.json "expseg66" before measuring: a
+    # blind test of the allocator replay with PyTorch's expandable segments (2a1ad47), on long65's plans (shapes
+    # revealed, the allocator's setting never run on them) with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True:
+    # the Qwen2.5 7B plan that ran out of memory at 79.00 GiB with the default allocator, said to fit with 1.0 GiB to
+    # spare; plans said to need less (Llama 3.2 3B offload, Mistral NeMo ZeRO-3, Qwen3 offload) and more (the two
+    # LoRA plans) than with the default allocator. Replayed estimates on the H100 (whole device):
+    "expseg66": [dict(cfg, expandable_segments=True) for cfg in (
+        _hf("hf-qwen25-h3584-l28-s16k", 2, "sdpa", mbs=2, ckpt=True, lora=16),  # 78.18 GiB: fits (default: OOM)
+        _hf("hf-llama32-h3072-l28-s32k", 2, "sdpa", ckpt=True, **OFF),  # 72.17 GiB (default measured 76.18)
+        _hf("hf-llama32-h3072-l28-s32k", 2, "sdpa", ckpt=True, lora=16),  # 75.93 GiB
+        _hf("hf-qwen25-h3584-l28-s16k", 2, "sdpa", ckpt=True, lora=16),  # 56.20 GiB
+        _hf("hf-qwen3-h2048-l28-s32k", 2, "sdpa", ckpt=True, **OFF),  # 76.61 GiB (default measured 77.76)
+        _hf("hf-mistralnemo-h5120-l40-s16k", 3, "sdpa", ckpt=True, lora=16),  # 61.47 GiB
+    )],
     # sixty-fifth final batch (one GPU, an H100 80GB), declared in accuracy_split.json "long65" before measuring: what
     # long-context fine-tuning users run, whole models (every layer) at 16 k and 32 k tokens with checkpointed layers,
     # where the logits and the loss's fp32 copies outweigh the layers: Llama 3.2 3B and Qwen3 1.7B at 32 k, Qwen2.5 7B
