@@ -161,17 +161,22 @@ class CachingAllocator:
                     keep.append(key)
             self._pools[which] = keep
 
-    def malloc(self, size_bytes: int, stream: int = 0) -> int:
-        """A block for ``size_bytes`` on ``stream`` (the recorded histories' stream; 0 the default stream)."""
-        size = round_size(int(size_bytes))
-        small = size <= SMALL_SIZE_BYTES
+    def _find(self, size: int, small: bool, stream: int) -> _Block:
+        """The free block a rounded request of ``size`` bytes takes, out of the pool: the smallest cached one that
+        holds it, else a new segment."""
         pool = self._pool(stream, small)
         i = bisect.bisect_left(pool, (size,))
         if i < len(pool):
             b = self._blocks[pool[i][3]]
             self._uncache(b)
-        else:
-            b = self._new_segment(size, small, stream)
+            return b
+        return self._new_segment(size, small, stream)
+
+    def malloc(self, size_bytes: int, stream: int = 0) -> int:
+        """A block for ``size_bytes`` on ``stream`` (the recorded histories' stream; 0 the default stream)."""
+        size = round_size(int(size_bytes))
+        small = size <= SMALL_SIZE_BYTES
+        b = self._find(size, small, stream)
         rest = b.size - size
         if (rest >= MIN_BLOCK_BYTES) if small else (rest > SMALL_SIZE_BYTES):
             r = _Block(segment=b.segment, offset=b.offset + size, size=rest, small=small, stream=stream, prev=b,
@@ -201,20 +206,30 @@ class CachingAllocator:
             self._released.discard(handle)
         else:
             self.allocated_bytes -= b.size
-        for nb in (b.prev, b.next):
-            if nb is not None and nb.free and nb.mapped:
-                self._uncache(nb)
-                del self._blocks[id(nb)]
-                if nb is b.prev:
-                    b.offset, b.prev = nb.offset, nb.prev
-                    if nb.prev is not None:
-                        nb.prev.next = b
-                else:
-                    b.next = nb.next
-                    if nb.next is not None:
-                        nb.next.prev = b
-                b.size += nb.size
+        self._merge(b, b.prev)
+        self._merge(b, b.next)
         self._cache(b)
+
+    def _merge(self, b: _Block, nb: "_Block | None") -> None:
+        """``nb`` absorbed into its neighbour ``b`` when it is free and, like ``b``, mapped or unmapped (an
+        expandable segment's unmapped space merges only with unmapped space)."""
+        if nb is None or not nb.free or nb.mapped != b.mapped:
+            return
+        if not b.mapped:
+            self._drop_unmapped(b)  # re-filed below under its new offset
+        (self._uncache if nb.mapped else self._drop_unmapped)(nb)
+        del self._blocks[id(nb)]
+        if nb is b.prev:
+            b.offset, b.prev = nb.offset, nb.prev
+            if nb.prev is not None:
+                nb.prev.next = b
+        else:
+            b.next = nb.next
+            if nb.next is not None:
+                nb.next.prev = b
+        b.size += nb.size
+        if not b.mapped:
+            self._add_unmapped(b)
 
     def empty_cache(self) -> None:
         """``torch.cuda.empty_cache``: every wholly free segment is released."""
@@ -263,26 +278,6 @@ class ExpandableAllocator(CachingAllocator):
     @staticmethod
     def _expandable_size(b: _Block) -> int:
         return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
-
-    def _merge(self, b: _Block, nb: "_Block | None") -> None:
-        """``nb`` absorbed into its neighbour ``b`` when both are free and both mapped or both unmapped."""
-        if nb is None or not nb.free or nb.mapped != b.mapped:
-            return
-        if not b.mapped:
-            self._drop_unmapped(b)  # re-filed below under its new offset
-        (self._uncache if nb.mapped else self._drop_unmapped)(nb)
-        del self._blocks[id(nb)]
-        if nb is b.prev:
-            b.offset, b.prev = nb.offset, nb.prev
-            if nb.prev is not None:
-                nb.prev.next = b
-        else:
-            b.next = nb.next
-            if nb.next is not None:
-                nb.next.prev = b
-        b.size += nb.size
-        if not b.mapped:
-            self._add_unmapped(b)
 
     def _map(self, b: _Block, size: int) -> _Block:
         """Map the first ``size`` bytes of unmapped ``b``, rounded up to whole pages; the rest stays unmapped.
@@ -340,9 +335,7 @@ class ExpandableAllocator(CachingAllocator):
             candidate = self._map(candidate.next, min(size - candidate.size, candidate.next.size))
         return candidate
 
-    def malloc(self, size_bytes: int, stream: int = 0) -> int:
-        size = round_size(int(size_bytes))
-        small = size <= SMALL_SIZE_BYTES
+    def _find(self, size: int, small: bool, stream: int) -> _Block:
         pool = self._pool(stream, small)
         i = bisect.bisect_left(pool, (size,))
         if i < len(pool):
@@ -352,27 +345,12 @@ class ExpandableAllocator(CachingAllocator):
                 i += 1
             b = self._blocks[pool[i][3]]
             self._uncache(b)
-        else:
-            try:
-                b = self._expand(size, small, stream)
-            except MemoryError:
-                self._release_free_segments()
-                b = self._expand(size, small, stream)
-        rest = b.size - size
-        if (rest >= MIN_BLOCK_BYTES) if small else (rest > SMALL_SIZE_BYTES):
-            r = _Block(segment=b.segment, offset=b.offset + size, size=rest, small=small, stream=stream, prev=b,
-                       next=b.next)
-            if b.next is not None:
-                b.next.prev = r
-            b.next, b.size = r, size
-            self._cache(r)
-        b.free = False
-        self._blocks[id(b)] = b
-        self.allocated_bytes += b.size
-        self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
-        self._next_id += 1
-        self._live[self._next_id] = id(b)
-        return self._next_id
+            return b
+        try:
+            return self._expand(size, small, stream)
+        except MemoryError:
+            self._release_free_segments()
+            return self._expand(size, small, stream)
 
     def _release_free_segments(self):
         """``empty_cache``: the whole pages inside every free mapped block are unmapped."""
