@@ -234,6 +234,28 @@ def test_near_capacity_advice_takes_the_replayed_reserve_when_the_plan_was_repla
     low = RESERVE_FRACTION_EXPANDABLE[plan_engine_key(plan)] / 2
     assert advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=low) is None
 
+
+def test_near_capacity_advice_takes_the_expandable_replay_of_the_plan_when_given():
+    """With both allocators replayed for the plan (the estimate's ``expandable_twin``), the saving is their peaks
+    reserved apart, not the expandable constant; an expandable replay that reserves more gives no finding."""
+    import dataclasses
+
+    from workbench import advisor
+    from workbench.allocsim import ReplayedPeaks
+
+    m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2)
+    peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
+    tight = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.02 / 2**30))
+    mem = estimate(m, tight, plan).memory
+    allocated = mem.per_gpu_peak_bytes - mem.peak_stage.terms.overhead
+    reserved = int(allocated * 1.05)  # the expandable replay's peak reserved: 5 % above allocated
+    found = advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=0.30,
+                                               expandable_twin=lambda: ReplayedPeaks(int(allocated), reserved))
+    assert found.status == "warn" and f"drops by {advisor._gb(allocated * 1.30 - reserved)}" in found.suggestion
+    more = lambda: ReplayedPeaks(int(allocated), int(allocated * 1.40))  # noqa: E731
+    assert advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=0.30, expandable_twin=more) is None
+
 def test_plan_panel_checkbox_sets_the_allocator_and_the_estimate_follows():
     from widgets.app import Workbench
     from widgets.parallel_panel import ParallelPanel

@@ -488,14 +488,18 @@ between processes with either allocator)."""
 
 
 def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
-                               memory, *, reserve_fraction: Optional[float] = None) -> Optional[Finding]:
+                               memory, *, reserve_fraction: Optional[float] = None,
+                               expandable_twin=None) -> Optional[Finding]:
     """With PyTorch's default allocator and a whole-device peak near the GPU's capacity at the band's upper side
     (:data:`NEAR_CAPACITY_FRACTION`): advise expandable segments with the measured numbers
     (:data:`EXPANDABLE_SEGMENTS_MEASURED`) and what it saves for this plan: the peak stage's allocated bytes times
     the engine's default reserve less :data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE` (the memory model's
     constants; with ``reserve_fraction``, the reserve the allocator replay gave this plan's memory, in place of the
-    default allocator's constant, and no hint to replay it), and the expandable mode's error band. ``None`` when the
-    plan is far from capacity or peaks at DeepSpeed's initialization (no reserve above it)."""
+    default allocator's constant, and no hint to replay it), and the expandable mode's error band.
+    ``expandable_twin`` (with ``reserve_fraction``): a call replaying this plan with expandable segments
+    (:attr:`workbench.estimate.EvaluatedPlan.expandable_twin`); the saving is then the two replays' peak reserved
+    apart, judged on the replayed band. ``None`` when the plan is far from capacity, peaks at DeepSpeed's
+    initialization (no reserve above it) or, replayed, reserves no less with expandable segments."""
     from workbench.memory import (RESERVE_FRACTION_EXPANDABLE, ZERO3_STREAM_RESERVE_REGIMES, error_band,
                                   overhead_bytes, plan_engine_key, plan_overheads, plan_reserve_key)
 
@@ -521,11 +525,17 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     elif plan_reserve_key(plan) in ZERO3_STREAM_RESERVE_REGIMES:
         outside = float(overhead_bytes(0.0, plan.world_size, **own[0]))  # the memory model's own formula for it
         default_reserve = max(terms.overhead - outside, 0.0)
-    saves = default_reserve - allocated * own[1]["reserve_fraction"]
+    replayed_twin = reserve_fraction is not None and expandable_twin is not None
+    if replayed_twin:  # both allocators replayed for this very plan
+        saves = allocated * (1 + reserve_fraction) - expandable_twin().peak_reserved_bytes  # peak reserved apart
+    else:
+        saves = default_reserve - allocated * own[1]["reserve_fraction"]
     if saves <= 0:
         return None
     peak = memory.per_gpu_peak_bytes - saves
-    band = error_band(plan.engine, "device", plan.recompute, True)
+    band = error_band(plan.engine, "device", plan.recompute, True, replayed=replayed_twin,
+                      zero_stage=plan.zero_stage, offload_params=plan.offload_params,
+                      offload_optimizer=plan.offload_optimizer)
     new_upper = peak * (1 + (band[1] if band else 0.0))
     m = EXPANDABLE_SEGMENTS_MEASURED
     return Finding(
@@ -781,18 +791,20 @@ def _default_options() -> DeepSpeedOptions:
 
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, memory, time=None,
                options: Optional[DeepSpeedOptions] = None, detailed: bool = False, facts=None, counts=None,
-               reserve_fraction: Optional[float] = None) -> tuple:
+               reserve_fraction: Optional[float] = None, expandable_twin=None) -> tuple:
     """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
     per-layer seconds and overlap the models used; nothing is priced again unless ``detailed`` (which prices the
     step once more with overlap flipped), except the FP8 check, which prices the step's inputs once more in the other
     precision (:func:`fp8_payoff`). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
     ``counts``: the model's parameter counts (computed here when not given); ``reserve_fraction``: the allocator
-    reserve over allocated the allocator replay gave this plan's memory (``None``: the constant reserve)."""
+    reserve over allocated the allocator replay gave this plan's memory (``None``: the constant reserve);
+    ``expandable_twin``: a call replaying the plan with expandable segments (:func:`expandable_segments_advice`)."""
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
              pageable_offload(plan, time),
-             expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction),
+             expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction,
+                                        expandable_twin=expandable_twin),
              strategy_tier(model, cluster, plan, memory),
              zero3_layer_room(model, plan, memory), card_size(model, cluster, n),
              long_context_attention(model, plan, memory)]
@@ -2274,7 +2286,8 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
         record = _evaluated(model, cluster, plan, profile)  # validates once
     mem, t = record.memory, record.time
     findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True, facts=record.facts,
-                          counts=record.counts, reserve_fraction=record.reserve_fraction)
+                          counts=record.counts, reserve_fraction=record.reserve_fraction,
+                          expandable_twin=getattr(record, "expandable_twin", None))
     ladder = oom_ladder(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if ladder and not ladder[-1].fits:
         last = ladder[-1]

@@ -16,6 +16,7 @@ widgets, launcher) read it instead of pricing the plan again.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -60,6 +61,9 @@ class EvaluatedPlan:
     replayed_peaks: Optional[Any] = None
     """The replay's own peaks (:class:`workbench.allocsim.ReplayedPeaks`: what ``max_memory_allocated`` and
     ``max_memory_reserved`` would read, DeepSpeed's initialization included) when the allocator was replayed."""
+    expandable_twin: Optional[Any] = None
+    """When the default allocator was replayed for this plan: a call that replays the same plan with expandable
+    segments (its :class:`workbench.allocsim.ReplayedPeaks`), made only if the advisor asks (a plan near capacity)."""
 
     @property
     def parameter_counts(self) -> ParameterCounts:
@@ -250,7 +254,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
     return EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time, profile=record,
                          counts=counts, layout=_Deferred(_layout_of), facts=_Deferred(_facts_of),
                          checks=_Deferred(_checks_of) if checks else (), replayed_peaks=peaks,
-                         reserve_fraction=reserve)
+                         reserve_fraction=reserve, expandable_twin=_expandable_twin(model, cluster, plan, peaks,
+                                                                                    simulate_allocator))
+
+
+def _expandable_twin(model, cluster, plan, peaks, simulate_allocator):
+    """:attr:`EvaluatedPlan.expandable_twin` of a plan replayed with the default allocator, else ``None``."""
+    if peaks is None or plan.expandable_segments:
+        return None
+    return functools.partial(_replayed_peaks, model, cluster, plan.replace(expandable_segments=True),
+                             simulate_allocator)
 
 
 def _replayed_peaks(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, simulate_allocator):
@@ -302,7 +315,8 @@ def _checks_of(out: EvaluatedPlan) -> tuple:
     from workbench.advisor import check_plan
 
     return check_plan(out.model, out.cluster, out.plan, memory=out.memory, time=out.time, facts=out.facts,
-                      counts=out.counts, reserve_fraction=out.reserve_fraction)
+                      counts=out.counts, reserve_fraction=out.reserve_fraction,
+                      expandable_twin=out.expandable_twin)
 
 
 def _size_summary(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> str:
