@@ -211,21 +211,27 @@ def test_near_capacity_advice_names_the_allocator_replay_only_where_it_applies()
     assert study["replayed"][0] < study["constant"][0] and abs(study["replayed"][1]) < abs(study["constant"][1])
 
 
-def test_near_capacity_advice_takes_the_replayed_reserve_when_the_plan_was_replayed():
-    """With the reserve the allocator replay gave this very plan, the saving of expandable segments is counted from
-    it (not the engine's constant) and the advice no longer suggests replaying: a replayed reserve of 30 % saves
-    allocated x (30 % - the expandable reserve); one below the expandable reserve saves nothing, no finding."""
+def _small_plan_near_capacity():
+    """A small model's ZeRO-2 plan on one H200 shrunk to 1.02x the plan's peak: ``(model, cluster, plan, memory,
+    allocated bytes)``."""
     import dataclasses
-
-    from workbench import advisor
-    from workbench.memory import RESERVE_FRACTION_EXPANDABLE, plan_engine_key
 
     m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
     plan = ParallelPlan(world_size=1, zero_stage=2)
     peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
     tight = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.02 / 2**30))
     mem = estimate(m, tight, plan).memory
-    allocated = mem.per_gpu_peak_bytes - mem.peak_stage.terms.overhead
+    return m, tight, plan, mem, mem.per_gpu_peak_bytes - mem.peak_stage.terms.overhead
+
+
+def test_near_capacity_advice_takes_the_replayed_reserve_when_the_plan_was_replayed():
+    """With the reserve the allocator replay gave this very plan, the saving of expandable segments is counted from
+    it (not the engine's constant) and the advice no longer suggests replaying: a replayed reserve of 30 % saves
+    allocated x (30 % - the expandable reserve); one below the expandable reserve saves nothing, no finding."""
+    from workbench import advisor
+    from workbench.memory import RESERVE_FRACTION_EXPANDABLE, plan_engine_key
+
+    m, tight, plan, mem, allocated = _small_plan_near_capacity()
     found = advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=0.30)
     saved = allocated * (0.30 - RESERVE_FRACTION_EXPANDABLE[plan_engine_key(plan)])
     assert found.status == "warn" and f"drops by {advisor._gb(saved)}" in found.suggestion
@@ -238,17 +244,10 @@ def test_near_capacity_advice_takes_the_replayed_reserve_when_the_plan_was_repla
 def test_near_capacity_advice_takes_the_expandable_replay_of_the_plan_when_given():
     """With both allocators replayed for the plan (the estimate's ``expandable_twin``), the saving is their peaks
     reserved apart, not the expandable constant; an expandable replay that reserves more gives no finding."""
-    import dataclasses
-
     from workbench import advisor
     from workbench.allocsim import ReplayedPeaks
 
-    m, c = ModelSpec(**SMALL), ClusterSpec(gpu="H200", gpus_per_node=1)
-    plan = ParallelPlan(world_size=1, zero_stage=2)
-    peak = estimate(m, c, plan).memory.per_gpu_peak_bytes
-    tight = c.replace(gpu=dataclasses.replace(c.gpu, memory_gib=peak * 1.02 / 2**30))
-    mem = estimate(m, tight, plan).memory
-    allocated = mem.per_gpu_peak_bytes - mem.peak_stage.terms.overhead
+    m, tight, plan, mem, allocated = _small_plan_near_capacity()
     reserved = int(allocated * 1.05)  # the expandable replay's peak reserved: 5 % above allocated
     found = advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=0.30,
                                                expandable_twin=lambda: ReplayedPeaks(int(allocated), reserved))
