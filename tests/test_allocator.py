@@ -244,16 +244,21 @@ def test_near_capacity_advice_takes_the_replayed_reserve_when_the_plan_was_repla
 def test_near_capacity_advice_takes_the_expandable_replay_of_the_plan_when_given():
     """With both allocators replayed for the plan (the estimate's ``expandable_twin``), the saving is their peaks
     reserved apart, not the expandable constant; an expandable replay that reserves more gives no finding."""
+    from types import SimpleNamespace
+
     from workbench import advisor
     from workbench.allocsim import ReplayedPeaks
 
     m, tight, plan, mem, allocated = _small_plan_near_capacity()
     reserved = int(allocated * 1.05)  # the expandable replay's peak reserved: 5 % above allocated
+    def twin(reserved):  # the estimate's expandable twin: the plan with expandable segments, replayed
+        return lambda: SimpleNamespace(replayed_peaks=ReplayedPeaks(int(allocated), int(reserved)))
+
     found = advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=0.30,
-                                               expandable_twin=lambda: ReplayedPeaks(int(allocated), reserved))
+                                               expandable_twin=twin(reserved))
     assert found.status == "warn" and f"drops by {advisor._gb(allocated * 1.30 - reserved)}" in found.suggestion
-    more = lambda: ReplayedPeaks(int(allocated), int(allocated * 1.40))  # noqa: E731
-    assert advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=0.30, expandable_twin=more) is None
+    assert advisor.expandable_segments_advice(m, tight, plan, mem, reserve_fraction=0.30,
+                                              expandable_twin=twin(allocated * 1.40)) is None
 
 def test_plan_panel_checkbox_sets_the_allocator_and_the_estimate_follows():
     from widgets.app import Workbench
@@ -266,3 +271,26 @@ def test_plan_panel_checkbox_sets_the_allocator_and_the_estimate_follows():
     panel.controls["expandable_segments"].value = True
     assert app.state.plan.expandable_segments is True
     assert app.state.estimate.memory.per_gpu_peak_bytes < before
+
+
+def test_oom_ladder_prices_its_first_rung_with_the_expandable_twin():
+    """A plan replayed with the default allocator carries its expandable twin; the OOM ladder's rung 0 (expandable
+    segments) takes that record's memory and says both allocators were replayed."""
+    import dataclasses
+
+    from workbench import advisor
+
+    m, tight, plan, mem, allocated = _small_plan_near_capacity()
+    over = tight.replace(gpu=dataclasses.replace(tight.gpu, memory_gib=tight.gpu.memory_gib * 0.9))
+    base = estimate(m, over, plan, checks=False)
+    twin_record = estimate(m, over, plan.replace(expandable_segments=True), checks=False)
+    calls = []
+
+    def twin():
+        calls.append(1)
+        return twin_record
+    ladder = advisor.oom_ladder(m, over, plan, record=dataclasses.replace(base, expandable_twin=twin))
+    assert calls and ladder[0].step == 0 and "both allocators replayed" in ladder[0].action
+    assert ladder[0].peak_bytes == int(twin_record.memory.per_gpu_peak_bytes)
+    plain = advisor.oom_ladder(m, over, plan, record=base)
+    assert "both allocators replayed" not in plain[0].action

@@ -496,7 +496,7 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
     the engine's default reserve less :data:`workbench.memory.RESERVE_FRACTION_EXPANDABLE` (the memory model's
     constants; with ``reserve_fraction``, the reserve the allocator replay gave this plan's memory, in place of the
     default allocator's constant, and no hint to replay it), and the expandable mode's error band.
-    ``expandable_twin`` (with ``reserve_fraction``): a call replaying this plan with expandable segments
+    ``expandable_twin`` (with ``reserve_fraction``): a call giving this plan with expandable segments, replayed
     (:attr:`workbench.estimate.EvaluatedPlan.expandable_twin`); the saving is then the two replays' peak reserved
     apart, judged on the replayed band. ``None`` when the plan is far from capacity, peaks at DeepSpeed's
     initialization (no reserve above it) or, replayed, reserves no less with expandable segments."""
@@ -527,7 +527,7 @@ def expandable_segments_advice(model: ModelSpec, cluster: ClusterSpec, plan: Par
         default_reserve = max(terms.overhead - outside, 0.0)
     replayed_twin = reserve_fraction is not None and expandable_twin is not None
     if replayed_twin:  # both allocators replayed for this very plan
-        saves = allocated * (1 + reserve_fraction) - expandable_twin().peak_reserved_bytes  # peak reserved apart
+        saves = allocated * (1 + reserve_fraction) - expandable_twin().replayed_peaks.peak_reserved_bytes
     else:
         saves = default_reserve - allocated * own[1]["reserve_fraction"]
     if saves <= 0:
@@ -1423,12 +1423,19 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         steps.append(LadderStep(step=step, action=action, settings=settings, **r))
         return r["fits"]
 
-    # 0 — the allocator: PyTorch's expandable segments cost no step time (measured), so every later rung keeps it
+    # 0 — the allocator: PyTorch's expandable segments cost no step time (measured), so every later rung keeps it;
+    # replayed when the plan's own allocator was (the estimate's expandable twin)
     if not plan.expandable_segments:
         current = plan.replace(expandable_segments=True)
-        if rung(0, "expandable-segments allocator (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a smaller "
-                   "reserve above the allocated peak, the same allocated memory and step time", current, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-                                                                "--expandable-segments": True}):
+        twin = getattr(record, "expandable_twin", None)
+        r = _price(model, cluster, current, base_s, headroom, record=twin() if twin else None, profile=profile)
+        steps.append(LadderStep(step=0, action="expandable-segments allocator (PYTORCH_CUDA_ALLOC_CONF="
+                                               "expandable_segments:True): a smaller reserve above the allocated peak, "
+                                               "the same allocated memory and step time"
+                                               + (" (both allocators replayed for this plan)" if twin else ""),
+                                settings={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                                          "--expandable-segments": True}, **r))
+        if r["fits"]:
             return tuple(steps)
     # 1 — micro batch
     b = plan.micro_batch_size

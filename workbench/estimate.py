@@ -16,7 +16,6 @@ widgets, launcher) read it instead of pricing the plan again.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -62,8 +61,9 @@ class EvaluatedPlan:
     """The replay's own peaks (:class:`workbench.allocsim.ReplayedPeaks`: what ``max_memory_allocated`` and
     ``max_memory_reserved`` would read, DeepSpeed's initialization included) when the allocator was replayed."""
     expandable_twin: Optional[Any] = None
-    """When the default allocator was replayed for this plan: a call that replays the same plan with expandable
-    segments (its :class:`workbench.allocsim.ReplayedPeaks`), made only if the advisor asks (a plan near capacity)."""
+    """When the default allocator was replayed for this plan: a call giving the same plan with expandable segments
+    estimated with its allocator replayed (an :class:`EvaluatedPlan` without checks), made the first time the advisor
+    asks (a plan near capacity, the OOM ladder's first rung) and kept."""
 
     @property
     def parameter_counts(self) -> ParameterCounts:
@@ -255,15 +255,21 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
                          counts=counts, layout=_Deferred(_layout_of), facts=_Deferred(_facts_of),
                          checks=_Deferred(_checks_of) if checks else (), replayed_peaks=peaks,
                          reserve_fraction=reserve, expandable_twin=_expandable_twin(model, cluster, plan, peaks,
-                                                                                    simulate_allocator))
+                                                                                    profile, simulate_allocator))
 
 
-def _expandable_twin(model, cluster, plan, peaks, simulate_allocator):
+def _expandable_twin(model, cluster, plan, peaks, profile, simulate_allocator):
     """:attr:`EvaluatedPlan.expandable_twin` of a plan replayed with the default allocator, else ``None``."""
     if peaks is None or plan.expandable_segments:
         return None
-    return functools.partial(_replayed_peaks, model, cluster, plan.replace(expandable_segments=True),
-                             simulate_allocator)
+    made = []
+
+    def twin():
+        if not made:
+            made.append(estimate(model, cluster, plan.replace(expandable_segments=True), profile, checks=False,
+                                 simulate_allocator=simulate_allocator))
+        return made[0]
+    return twin
 
 
 def _replayed_peaks(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, simulate_allocator):

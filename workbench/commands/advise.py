@@ -40,7 +40,7 @@ def render(advice, log=None, replay=None) -> str:
 
     lines = ["checks"] + _finding_lines(advice.findings)
     if replay is not None:
-        lines.append(replay_line(replay).strip() + " — this plan's checks; the ladder's steps take the constant")
+        lines.append(replay_line(replay).strip() + " — this plan's checks and the ladder's first step; its later steps take the constant")
     if advice.oom_ladder:
         lines += ["", "out of memory: the guide's ladder (stops at the first step that fits)"]
         for s in advice.oom_ladder:
