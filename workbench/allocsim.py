@@ -179,12 +179,7 @@ class CachingAllocator:
         b = self._find(size, small, stream)
         rest = b.size - size
         if (rest >= MIN_BLOCK_BYTES) if small else (rest > SMALL_SIZE_BYTES):
-            r = _Block(segment=b.segment, offset=b.offset + size, size=rest, small=small, stream=stream, prev=b,
-                       next=b.next)
-            if b.next is not None:
-                b.next.prev = r
-            b.next, b.size = r, size
-            self._cache(r)
+            self._cache(self._split(b, size))
         b.free = False
         self._blocks[id(b)] = b
         self.allocated_bytes += b.size
@@ -192,6 +187,16 @@ class CachingAllocator:
         self._next_id += 1
         self._live[self._next_id] = id(b)
         return self._next_id
+
+    @staticmethod
+    def _split(b: _Block, size: int) -> _Block:
+        """Cut ``b`` after its first ``size`` bytes; returns the rest, linked after it (neither pooled)."""
+        r = _Block(segment=b.segment, offset=b.offset + size, size=b.size - size, small=b.small, stream=b.stream,
+                   prev=b, next=b.next)
+        if b.next is not None:
+            b.next.prev = r
+        b.next, b.size = r, size
+        return r
 
     def release(self, handle: int) -> None:
         """The program freed ``handle`` while another stream still uses it (``record_stream``): the allocated
@@ -288,12 +293,7 @@ class ExpandableAllocator(CachingAllocator):
                               f"{self.capacity_bytes} B")
         self._drop_unmapped(b)
         if size < b.size:
-            r = _Block(segment=b.segment, offset=b.offset + size, size=b.size - size, small=b.small,
-                       stream=b.stream, prev=b, next=b.next)
-            if b.next is not None:
-                b.next.prev = r
-            b.next, b.size = r, size
-            self._add_unmapped(r)
+            self._add_unmapped(self._split(b, size))
         b.mapped, b.free = True, True
         self.reserved_bytes += size
         self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
@@ -323,16 +323,15 @@ class ExpandableAllocator(CachingAllocator):
             self._next_id += 1
             whole = _Block(segment=self._next_id, offset=0, size=EXPANDABLE_SEGMENT_BYTES, small=small,
                            stream=stream)
-            self._segments[self._next_id] = 0
             self._add_unmapped(whole)
             candidate = whole
         if not candidate.mapped:
-            candidate = self._map(candidate, min(candidate.size, size))
+            candidate = self._map(candidate, size)
         else:
             self._uncache(candidate)
         while candidate.size < size:
             self._cache(candidate)  # _map merges the newly mapped pages into it (out of the pool again)
-            candidate = self._map(candidate.next, min(size - candidate.size, candidate.next.size))
+            candidate = self._map(candidate.next, size - candidate.size)
         return candidate
 
     def _find(self, size: int, small: bool, stream: int) -> _Block:
@@ -363,35 +362,15 @@ class ExpandableAllocator(CachingAllocator):
                 if hi <= lo:
                     continue
                 self._uncache(b)
-                pieces = []
-                if lo > b.offset:
-                    pieces.append((b.offset, lo - b.offset, True))
-                pieces.append((lo, hi - lo, False))
-                if b.offset + b.size > hi:
-                    pieces.append((hi, b.offset + b.size - hi, True))
-                prev, nxt = b.prev, b.next
-                del self._blocks[id(b)]
-                made = []
-                for off, size, mapped in pieces:
-                    nb = _Block(segment=b.segment, offset=off, size=size, small=b.small, stream=b.stream,
-                                prev=made[-1] if made else prev)
-                    if made:
-                        made[-1].next = nb
-                    made.append(nb)
-                made[0].prev, made[-1].next = prev, nxt
-                if prev is not None:
-                    prev.next = made[0]
-                if nxt is not None:
-                    nxt.prev = made[-1]
-                for nb, (_, _, mapped) in zip(made, pieces):
-                    if mapped:
-                        self._cache(nb)
-                    else:
-                        self._add_unmapped(nb)
-                        self.reserved_bytes -= nb.size
-                unmapped = next(nb for nb in made if not nb.mapped)
-                self._merge(unmapped, unmapped.prev)
-                self._merge(unmapped, unmapped.next)
+                if lo > b.offset:  # the part of a page before the whole pages stays mapped
+                    head, b = b, self._split(b, lo - b.offset)
+                    self._cache(head)
+                if b.offset + b.size > hi:  # and the part after them
+                    self._cache(self._split(b, hi - b.offset))
+                self._add_unmapped(b)
+                self.reserved_bytes -= b.size
+                self._merge(b, b.prev)
+                self._merge(b, b.next)
 
 
 # ================================================================================================================
