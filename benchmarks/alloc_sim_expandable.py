@@ -59,7 +59,7 @@ def replayed(recs: list) -> list:
         both = [allocsim.mcore_replays([(run["model"], run["cluster"], run["plan"].replace(expandable_segments=e))],
                                        capacity_bytes=_capacity_bytes(run))[0] for e in (True, False)]
         if any("error" in o for o in both):
-            raise SystemExit(f"{rec['run_id']}: the megatron-core trace failed: {both}")
+            raise SystemExit(f"{recs[i]['run_id']}: the megatron-core trace failed: {both}")
         out[i] = tuple(o["peak_reserved_bytes"] for o in both)
     return out
 

@@ -1418,8 +1418,8 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     steps: list[LadderStep] = []
     current = plan
 
-    def rung(step, action, p, settings):
-        r = _price(model, cluster, p, base_s, headroom, profile=profile)
+    def rung(step, action, p, settings, priced=None):  # priced: the plan's record when the caller has it
+        r = _price(model, cluster, p, base_s, headroom, record=priced, profile=profile)
         steps.append(LadderStep(step=step, action=action, settings=settings, **r))
         return r["fits"]
 
@@ -1427,15 +1427,12 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     # replayed when the plan's own allocator was (the estimate's expandable twin)
     if not plan.expandable_segments:
         current = plan.replace(expandable_segments=True)
-        twin = getattr(record, "expandable_twin", None)
-        r = _price(model, cluster, current, base_s, headroom, record=twin() if twin else None, profile=profile)
-        steps.append(LadderStep(step=0, action="expandable-segments allocator (PYTORCH_CUDA_ALLOC_CONF="
-                                               "expandable_segments:True): a smaller reserve above the allocated peak, "
-                                               "the same allocated memory and step time"
-                                               + (" (both allocators replayed for this plan)" if twin else ""),
-                                settings={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-                                          "--expandable-segments": True}, **r))
-        if r["fits"]:
+        twin = getattr(record, "expandable_twin", None)  # record: None or an EvaluatedPlan
+        if rung(0, "expandable-segments allocator (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a smaller "
+                   "reserve above the allocated peak, the same allocated memory and step time"
+                   + (" (both allocators replayed for this plan)" if twin else ""), current,
+                {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "--expandable-segments": True},
+                priced=twin() if twin else None):
             return tuple(steps)
     # 1 — micro batch
     b = plan.micro_batch_size
@@ -2294,7 +2291,7 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     mem, t = record.memory, record.time
     findings = check_plan(model, cluster, plan, memory=mem, time=t, options=o, detailed=True, facts=record.facts,
                           counts=record.counts, reserve_fraction=record.reserve_fraction,
-                          expandable_twin=getattr(record, "expandable_twin", None))
+                          expandable_twin=record.expandable_twin)
     ladder = oom_ladder(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if ladder and not ladder[-1].fits:
         last = ladder[-1]

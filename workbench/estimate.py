@@ -16,6 +16,7 @@ widgets, launcher) read it instead of pricing the plan again.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -262,14 +263,8 @@ def _expandable_twin(model, cluster, plan, peaks, profile, simulate_allocator):
     """:attr:`EvaluatedPlan.expandable_twin` of a plan replayed with the default allocator, else ``None``."""
     if peaks is None or plan.expandable_segments:
         return None
-    made = []
-
-    def twin():
-        if not made:
-            made.append(estimate(model, cluster, plan.replace(expandable_segments=True), profile, checks=False,
-                                 simulate_allocator=simulate_allocator))
-        return made[0]
-    return twin
+    return functools.cache(functools.partial(estimate, model, cluster, plan.replace(expandable_segments=True),
+                                             profile, checks=False, simulate_allocator=simulate_allocator))
 
 
 def _replayed_peaks(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, simulate_allocator):
