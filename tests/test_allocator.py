@@ -273,24 +273,25 @@ def test_plan_panel_checkbox_sets_the_allocator_and_the_estimate_follows():
     assert app.state.estimate.memory.per_gpu_peak_bytes < before
 
 
-def test_oom_ladder_prices_its_first_rung_with_the_expandable_twin():
-    """A plan replayed with the default allocator carries its expandable twin; the OOM ladder's rung 0 (expandable
-    segments) takes that record's memory and says both allocators were replayed."""
+def test_oom_ladder_prices_its_rungs_with_the_records_replay():
+    """A plan estimated with its allocator replayed carries ``replay_for``; the OOM ladder prices its rungs with it
+    (rung 0, expandable segments, first) and marks them replayed; a record estimated with the constant does not."""
     import dataclasses
 
     from workbench import advisor
+    from workbench.allocsim import ReplayedPeaks
 
     m, tight, plan, mem, allocated = _small_plan_near_capacity()
     over = tight.replace(gpu=dataclasses.replace(tight.gpu, memory_gib=tight.gpu.memory_gib * 0.9))
     base = estimate(m, over, plan, checks=False)
-    twin_record = estimate(m, over, plan.replace(expandable_segments=True), checks=False)
-    calls = []
+    asked = []
 
-    def twin():
-        calls.append(1)
-        return twin_record
-    ladder = advisor.oom_ladder(m, over, plan, record=dataclasses.replace(base, expandable_twin=twin))
-    assert calls and ladder[0].step == 0 and "both allocators replayed" in ladder[0].action
-    assert ladder[0].peak_bytes == int(twin_record.memory.per_gpu_peak_bytes)
+    def replay_for(p):  # the plans the ladder asks for, "replayed" (the constant's record, marked so)
+        asked.append(p)
+        return dataclasses.replace(estimate(m, over, p, checks=False), replayed_peaks=ReplayedPeaks(1, 1))
+    ladder = advisor.oom_ladder(m, over, plan, record=dataclasses.replace(base, replay_for=replay_for))
+    assert asked[0] == plan.replace(expandable_segments=True) and ladder[0].step == 0
+    assert [s.plan for s in ladder if s.replayed] == [s.plan for s in ladder if s.plan is not None]
+    assert ladder[0].replayed and ladder[0].to_dict()["replayed"] is True
     plain = advisor.oom_ladder(m, over, plan, record=base)
-    assert "both allocators replayed" not in plain[0].action
+    assert plain and not any(s.replayed for s in plain)

@@ -1077,3 +1077,29 @@ def test_expandable_segments_in_the_replay_scope():
     assert default.peak_allocated_bytes == 288 << 20 and expandable.peak_allocated_bytes == 285 << 20
     assert expandable.peak_reserved_bytes == 300 << 20  # 15 pages of 20 MiB
     assert expandable.peak_reserved_bytes != default.peak_reserved_bytes
+
+
+def test_oom_ladder_replays_each_rung_of_a_replayed_plan():
+    """tiny-llama at 1,024 tokens, micro batch 8, on a card of 1.43 GiB: replayed, micro batch 4 (1.44 GiB) does not
+    fit and micro batch 2 (1.40 GiB) does, so the ladder stops there; with the constant reserve (above 2 GiB)
+    neither does. Each replayed rung is what ``estimate(..., simulate_allocator=...)`` gives its plan."""
+    import dataclasses
+
+    from workbench import advisor, catalog
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    cfg = read_config(HF / "tiny-llama")
+    model = import_hf(HF / "tiny-llama", seq_length=1024).spec
+    h200 = catalog.gpu("H200")
+    cluster = ClusterSpec(gpu=dataclasses.replace(h200, memory_gib=1.43), gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, micro_batch_size=8, global_batch_size=8, overlap_comm=False)
+    record = estimate(model, cluster, plan, checks=False, simulate_allocator=cfg)
+    ladder = advisor.oom_ladder(model, cluster, plan, record=record)
+    assert [(s.step, s.plan.micro_batch_size, s.replayed, s.fits) for s in ladder] == [
+        (0, 8, True, False), (1, 2, True, True)]
+    again = estimate(model, cluster, ladder[-1].plan, checks=False, simulate_allocator=cfg)
+    assert ladder[-1].peak_bytes == int(again.memory.per_gpu_peak_bytes)
+    assert record.replay_for(ladder[-1].plan) is record.replay_for(ladder[-1].plan)  # made once, kept
+    constant = advisor.oom_ladder(model, cluster, plan, record=estimate(model, cluster, plan, checks=False))
+    assert not any(s.replayed for s in constant) and constant[-1].plan.micro_batch_size != 2

@@ -104,6 +104,8 @@ class LadderStep:
     """What the plan runs out of when it does not fit (GPU or host memory, with the numbers); '' when it fits."""
     settings: dict = field(default_factory=dict)
     """The config keys / flags that make this change."""
+    replayed: bool = False
+    """The rung's reserve above the allocated peak is the allocator replayed for its plan (else the constant)."""
 
     @property
     def verdict(self) -> str:
@@ -119,7 +121,7 @@ class LadderStep:
                 "peak_gib": self.peak_bytes / GiB, "host_bytes_per_node": self.host_bytes_per_node,
                 "fits": self.fits, "fits_point_estimate": self.fits_point_estimate, "limit": self.limit,
                 "step_seconds": self.step_seconds,
-                "slowdown": self.slowdown, "settings": dict(self.settings)}
+                "slowdown": self.slowdown, "settings": dict(self.settings), "replayed": self.replayed}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -1360,8 +1362,23 @@ def _evaluated(model, cluster, plan, profile=None):
     return estimate(model, cluster, plan, profile, checks=False)
 
 
-def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=None):
-    record = record or _evaluated(model, cluster, plan, profile)
+REPLAY_SKIP_MARGIN = 0.05
+"""The OOM ladder replays the allocator for a rung (:func:`_price`) unless the rung's allocated peak, this much
+lower, is already over the limit: no reserve could make it fit. 5 %: the allocated-memory model's worst error on
+held-out shapes (4.7 % on both the H200 and the H100 corpus's test split, ``benchmarks/bench_accuracy.py``)."""
+
+
+def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=None, replay=None):
+    """One plan priced for the ladder: ``record`` when given, else the models with the constant reserve, or —
+    with ``replay`` (:attr:`workbench.estimate.EvaluatedPlan.replay_for`) and the plan in the replay's scope —
+    the allocator replayed for it, unless its allocated peak rules it out anyway (:data:`REPLAY_SKIP_MARGIN`) or
+    it runs out of host memory."""
+    if record is None:
+        record = _evaluated(model, cluster, plan, profile)
+        allocated = record.memory.per_gpu_peak_bytes - record.memory.breakdown.overhead
+        if (replay is not None and record.memory.fits_host
+                and allocated * (1 - REPLAY_SKIP_MARGIN) <= (1 - headroom) * record.memory.capacity_bytes):
+            record = replay(plan) or record
     mem, t = record.memory, record.time
     # judged as the fits_memory check and `workbench estimate` judge it: the peak at the error band's upper side
     fits_gpu = mem.per_gpu_peak_bytes + mem.band_high_bytes <= (1 - headroom) * mem.capacity_bytes
@@ -1370,7 +1387,7 @@ def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=No
     return dict(plan=plan, peak_bytes=int(mem.per_gpu_peak_bytes), host_bytes_per_node=int(mem.host_bytes_per_node),
                 fits=bool(fits), fits_point_estimate=bool(point), step_seconds=t.step_seconds,
                 slowdown=t.step_seconds / base_seconds - 1,
-                limit=_limit_text(mem, fits_gpu, headroom))
+                limit=_limit_text(mem, fits_gpu, headroom), replayed=record.replayed_peaks is not None)
 
 
 def _limit_text(mem, fits_gpu: bool, headroom: float) -> str:
@@ -1408,6 +1425,10 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     for an MoE model a rung before it (4, ZeRO-3 becoming 5) raises expert parallelism (Megatron's, or DeepSpeed-MoE's
     ep_size), each larger EP the experts and GPUs allow, smallest first;
     :func:`lora_option` prices the fine-tuning alternative (LoRA) next to it.
+
+    When ``record`` was estimated with the allocator replayed, each rung in the replay's scope is replayed too
+    (:attr:`workbench.estimate.EvaluatedPlan.replay_for`; :attr:`LadderStep.replayed` says which), the others take
+    the constant reserve.
     """
     if record is None:
         validate(model, cluster, plan)
@@ -1418,21 +1439,19 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
     steps: list[LadderStep] = []
     current = plan
 
-    def rung(step, action, p, settings, priced=None):  # priced: the plan's record when the caller has it
-        r = _price(model, cluster, p, base_s, headroom, record=priced, profile=profile)
+    replay = getattr(record, "replay_for", None)  # record: None or an EvaluatedPlan; set when it was replayed
+
+    def rung(step, action, p, settings):
+        r = _price(model, cluster, p, base_s, headroom, profile=profile, replay=replay)
         steps.append(LadderStep(step=step, action=action, settings=settings, **r))
         return r["fits"]
 
-    # 0 — the allocator: PyTorch's expandable segments cost no step time (measured), so every later rung keeps it;
-    # replayed when the plan's own allocator was (the estimate's expandable twin)
+    # 0 — the allocator: PyTorch's expandable segments cost no step time (measured), so every later rung keeps it
     if not plan.expandable_segments:
         current = plan.replace(expandable_segments=True)
-        twin = getattr(record, "expandable_twin", None)  # record: None or an EvaluatedPlan
         if rung(0, "expandable-segments allocator (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a smaller "
-                   "reserve above the allocated peak, the same allocated memory and step time"
-                   + (" (both allocators replayed for this plan)" if twin else ""), current,
-                {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "--expandable-segments": True},
-                priced=twin() if twin else None):
+                   "reserve above the allocated peak, the same allocated memory and step time", current,
+                {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "--expandable-segments": True}):
             return tuple(steps)
     # 1 — micro batch
     b = plan.micro_batch_size
@@ -1469,14 +1488,14 @@ def oom_ladder(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, he
         current = p
         if rung(2, f"activation checkpointing: recompute {r}", p, flags):
             if r is Recompute.FULL:  # fewer layers may do: Megatron's block method
-                fewer = _block_recompute_rung(model, cluster, p, base_s, headroom, profile)
+                fewer = _block_recompute_rung(model, cluster, p, base_s, headroom, profile, replay)
                 if fewer is not None:
                     steps[-1] = fewer
                     current = fewer.plan
             return tuple(steps)
     # 3 — shard the model states over data parallel, still on the GPU: a higher ZeRO stage (DeepSpeed), the
     # distributed optimizer (Megatron); far cheaper in step time than offloading them to the CPU
-    current = _shard_rungs(model, cluster, current, base_s, headroom, profile, steps)
+    current = _shard_rungs(model, cluster, current, base_s, headroom, profile, steps, replay)
     if steps and steps[-1].fits:
         return tuple(steps)
     # 4 (MoE under Megatron) — more expert parallelism: fewer experts per GPU, their states sharded further
@@ -1568,7 +1587,7 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _block_recompute_rung(model, cluster, full, base_s, headroom, profile):
+def _block_recompute_rung(model, cluster, full, base_s, headroom, profile, replay=None):
     """For a Megatron plan (Megatron or Megatron-DeepSpeed, no virtual pipeline) whose full recompute of every
     layer fits: the fewest layers per stage that Megatron's block method (``--recompute-method block
     --recompute-num-layers N``: the first N layers of each stage recomputed, the others keeping their activations)
@@ -1585,7 +1604,7 @@ def _block_recompute_rung(model, cluster, full, base_s, headroom, profile):
             validate(model, cluster, p)
         except ValueError:
             return found
-        r = _price(model, cluster, p, base_s, headroom, profile=profile)
+        r = _price(model, cluster, p, base_s, headroom, profile=profile, replay=replay)
         if r["fits"]:
             found, hi = (n, r), n - 1
         else:
@@ -1625,7 +1644,7 @@ def _hf_checkpoint_rungs(model, current, rung, steps) -> ParallelPlan:
     return current
 
 
-def _shard_rungs(model, cluster, current, base_s, headroom, profile, steps) -> ParallelPlan:
+def _shard_rungs(model, cluster, current, base_s, headroom, profile, steps, replay=None) -> ParallelPlan:
     """The ladder's step 3, appended to ``steps``: the model states sharded over data parallel with nothing
     offloaded — each higher ZeRO stage DeepSpeed allows for the layout (ZeRO-2 and 3 not with DeepSpeed's pipeline
     engine; ZeRO-3 with pipeline parallel folded into data parallel when the global batch allows it, as the offload
@@ -1657,7 +1676,7 @@ def _shard_rungs(model, cluster, current, base_s, headroom, profile, steps) -> P
                                   f"offloaded{fold_note}",
                                {"zero_optimization": {"stage": stage}}))
     for i, (p, action, settings) in enumerate(candidates):
-        r = _price(model, cluster, p, base_s, headroom, profile=profile)
+        r = _price(model, cluster, p, base_s, headroom, profile=profile, replay=replay)
         steps.append(LadderStep(step=3, action=action, settings=settings, **r))
         current = p
         if r["fits"]:

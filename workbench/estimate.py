@@ -64,7 +64,12 @@ class EvaluatedPlan:
     expandable_twin: Optional[Any] = None
     """When the default allocator was replayed for this plan: a call giving the same plan with expandable segments
     estimated with its allocator replayed (an :class:`EvaluatedPlan` without checks), made the first time the advisor
-    asks (a plan near capacity, the OOM ladder's first rung) and kept."""
+    asks (a plan near capacity, the OOM ladder's first rung) and kept (``replay_for`` of that plan)."""
+    replay_for: Optional[Any] = None
+    """When the allocator was replayed for this plan: ``replay_for(other_plan)`` estimates another plan of the same
+    model and cluster with its allocator replayed the same way (an :class:`EvaluatedPlan` without checks, made the
+    first time it is asked for and kept), or gives ``None`` for a plan outside the replay's scope
+    (:func:`workbench.allocsim.scope_problems`): how the OOM ladder prices its rungs (:class:`PlanReplays`)."""
 
     @property
     def parameter_counts(self) -> ParameterCounts:
@@ -251,20 +256,33 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
         raise ValueError(f"the sizes are out of the models' range ({exc.__class__.__name__}: {exc}): "
                          f"{_size_summary(model, cluster, plan)}") from None
     _check_finite(memory, time, model, cluster, plan)
+    replays = None if peaks is None else PlanReplays(model, cluster, profile, simulate_allocator)
+    twin = (None if replays is None or plan.expandable_segments else
+            functools.partial(replays, plan.replace(expandable_segments=True)))
     # the layout, parallel facts and advisor findings are computed on first read (:class:`_DeferredSlot`)
     return EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time, profile=record,
                          counts=counts, layout=_Deferred(_layout_of), facts=_Deferred(_facts_of),
                          checks=_Deferred(_checks_of) if checks else (), replayed_peaks=peaks,
-                         reserve_fraction=reserve, expandable_twin=_expandable_twin(model, cluster, plan, peaks,
-                                                                                    profile, simulate_allocator))
+                         reserve_fraction=reserve, expandable_twin=twin, replay_for=replays)
 
 
-def _expandable_twin(model, cluster, plan, peaks, profile, simulate_allocator):
-    """:attr:`EvaluatedPlan.expandable_twin` of a plan replayed with the default allocator, else ``None``."""
-    if peaks is None or plan.expandable_segments:
-        return None
-    return functools.cache(functools.partial(estimate, model, cluster, plan.replace(expandable_segments=True),
-                                             profile, checks=False, simulate_allocator=simulate_allocator))
+class PlanReplays:
+    """:attr:`EvaluatedPlan.replay_for` of a replayed plan: other plans of its model and cluster estimated with the
+    allocator replayed as it was (same profile, same ``simulate_allocator``), each once and kept; ``None`` for a plan
+    outside the replay's scope."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, profile, simulate_allocator):
+        self.model, self.cluster, self.profile, self.simulate_allocator = model, cluster, profile, simulate_allocator
+        self.kept: dict = {}
+
+    def __call__(self, plan: ParallelPlan) -> Optional[EvaluatedPlan]:
+        from workbench.allocsim import scope_problems
+
+        if plan not in self.kept:
+            self.kept[plan] = (None if scope_problems(self.model, plan) else
+                               estimate(self.model, self.cluster, plan, self.profile, checks=False,
+                                        simulate_allocator=self.simulate_allocator))
+        return self.kept[plan]
 
 
 def _replayed_peaks(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, simulate_allocator):

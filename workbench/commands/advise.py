@@ -40,7 +40,8 @@ def render(advice, log=None, replay=None) -> str:
 
     lines = ["checks"] + _finding_lines(advice.findings)
     if replay is not None:
-        lines.append(replay_line(replay).strip() + " — this plan's checks and the ladder's first step; its later steps take the constant")
+        lines.append(replay_line(replay).strip() + " — this plan's checks and the ladder's steps marked 'replayed'; "
+                     "the others take the constant")
     if advice.oom_ladder:
         lines += ["", "out of memory: the guide's ladder (stops at the first step that fits)"]
         for s in advice.oom_ladder:
@@ -49,7 +50,8 @@ def render(advice, log=None, replay=None) -> str:
                 continue
             shows_limit = not s.fits and (s.fits_point_estimate or s.limit.startswith("host"))
             verdict = s.verdict + (f" ({s.limit})" if shows_limit else "")
-            lines.append(f"  {s.step}. {s.action}: peak {s.peak_bytes / GiB:.1f} GiB, {verdict}, "
+            lines.append(f"  {s.step}. {s.action}: peak {s.peak_bytes / GiB:.1f} GiB"
+                         f"{' (replayed)' if s.replayed else ''}, {verdict}, "
                          f"{s.step_seconds:.3f} s/step "
                          f"({s.slowdown:+.1%} vs now)")
     if advice.throughput:
