@@ -48,6 +48,7 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                                                          ("stage3_param_persistence_threshold",
                                                           "persistence_threshold"))
              if resolved.get(key) is not None}
+    offload = ds.get("zero_optimization", {}).get("offload_optimizer") or {}
     return DeepSpeedSetup(zero_stage=zero, micro_batch=ds["train_micro_batch_size_per_gpu"],
                           grad_accum=ds.get("gradient_accumulation_steps", 1), seq_length=rec["seq_length"],
                           **sizes, steps=rec.get("steps", 6),
@@ -56,7 +57,10 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                           overlap_comm=bool(rec.get("zero_config_resolved", {}).get("overlap_comm")),
                           # built inside deepspeed.zero.Init (measure.py's zero_init, the Trainer at ZeRO-3), else
                           # whole on the GPU
-                          zero_init=bool((rec.get("options") or {}).get("zero_init") or rec.get("built_in_zero_init")))
+                          zero_init=bool((rec.get("options") or {}).get("zero_init") or rec.get("built_in_zero_init")),
+                          # DeepSpeed's default pin_memory is false (pageable offload buffers)
+                          side_stream_lags=allocsim.side_stream_lags(zero, bool(offload),
+                                                                     bool(offload.get("pin_memory", False))))
 
 
 def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
@@ -71,7 +75,7 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
         reduce_bucket_elements=s.reduce_bucket_elements, prefetch_bucket_elements=s.prefetch_bucket_elements,
         persistence_threshold=s.persistence_threshold, steps=s.steps, offload_optimizer=s.offload_optimizer,
         sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm, offload_params=s.offload_params,
-        zero_init=s.zero_init)
+        zero_init=s.zero_init, side_stream_lags=s.side_stream_lags)
 
 
 # ================================================================================================================

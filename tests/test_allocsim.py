@@ -791,6 +791,27 @@ def test_zero3_gradients_wait_for_the_reduce_stream():
     assert a.peak_reserved_bytes >= b.peak_reserved_bytes
 
 
+def test_pageable_zero3_offload_gets_its_gradients_back_at_once():
+    """ZeRO-3 with the optimizer's buffers in pageable host memory: each gradient partition's copy to the host waits
+    for the reduce stream, so nothing lags (:func:`workbench.allocsim.side_stream_lags`); page-locked, or without
+    offload, the blocks come back late. A plan's replay follows its ``pin_memory``."""
+    from workbench.estimate import estimate
+    from workbench.specs import ParallelPlan
+
+    assert allocsim.side_stream_lags(3, True, True) and allocsim.side_stream_lags(3, False, False)
+    assert not allocsim.side_stream_lags(3, True, False) and allocsim.side_stream_lags(2, True, False)
+    cfg = read_config(HF / "tiny-llama")
+    model, cluster, _ = _specs()
+    plan = ParallelPlan(world_size=1, zero_stage=3, micro_batch_size=1, global_batch_size=1,
+                        offload_optimizer="cpu", pin_memory=False)
+    kw = dict(seq_length=model.seq_length, micro_batch=1, zero_stage=3, offload_optimizer=True)
+    pageable = estimate(model, cluster, plan, checks=False, simulate_allocator=cfg).replayed_peaks
+    assert pageable == allocsim.replayed_peaks(cfg, **kw, pin_memory=False)
+    pinned = estimate(model, cluster, plan.replace(pin_memory=True), checks=False, simulate_allocator=cfg)
+    assert pinned.replayed_peaks == allocsim.replayed_peaks(cfg, **kw)
+    assert pinned.replayed_peaks.peak_reserved_bytes >= pageable.peak_reserved_bytes
+
+
 def test_zero3_gradient_reduced_alone_waits_for_the_reduce_stream_too():
     """A gradient larger than the bucket (tiny-llama's untied 512 x 64 output layer and embedding, over a 20 k-element
     bucket) is reduced from its own block, which partition_grads frees with record_stream as it does the bucket's
