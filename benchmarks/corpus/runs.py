@@ -2593,6 +2593,17 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixty-seventh final batch (one GPU, an H100 80GB), declared in accuracy_split.json "nopin67" before measuring: a
+    # blind test of the replay's rule for ZeRO-3 with pageable offload buffers (allocsim.side_stream_lags: the blocks
+    # freed with record_stream come back at once), on four test widths never run with pageable ZeRO-3 offload, and
+    # one pinned twin. Replayed estimates on the H100 (whole device; pinned in brackets):
+    "nopin67": [
+        _hf("hf-internlm2-h6144-l2", 3, "sdpa", pin=False, **OFF),  # 16.07 GiB (17.13)
+        _hf("hf-baichuan2-h5120-l3", 3, "sdpa", pin=False, **OFF),  # 18.36 GiB (19.56)
+        _hf("hf-exaone-h4096-l6", 3, "sdpa", ckpt=True, pin=False, **OFF),  # 13.85 GiB (15.18)
+        _hf("hf-exaone-h4096-l6", 3, "sdpa", ckpt=True, **OFF),  # 15.18 GiB: the pinned side
+        _hf("hf-glm4-h4096-l4", 3, "sdpa", mbs=2, pin=False, **OFF),  # 23.20 GiB (23.20)
+    ],
     # sixty-sixth final batch (one GPU, an H100 80GB), declared in accuracy_split.json "expseg66" before measuring: a
     # blind test of the allocator replay with PyTorch's expandable segments (2a1ad47), on long65's plans (shapes
     # revealed, the allocator's setting never run on them) with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True:
