@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -130,7 +131,7 @@ def lines(rows: list) -> list:
     if ran:
         errs = sorted(r["estimate"] / r["measured"] - 1 for r in ran)
         out.append(f"whole device of the {len(ran)} that ran: median |error| "
-                   f"{sorted(abs(e) for e in errs)[len(errs) // 2]:.1%}, from {errs[0]:+.1%} to {errs[-1]:+.1%}")
+                   f"{statistics.median(abs(e) for e in errs):.1%}, from {errs[0]:+.1%} to {errs[-1]:+.1%}")
     return out
 
 
