@@ -80,9 +80,12 @@ def run(args) -> int:
     except OSError as exc:
         raise ValueError(f"--log {args.log}: cannot read it ({exc.strerror or exc})") from None
     # the plan priced as `workbench estimate` prices it (the allocator replayed where it can run), so both commands
-    # judge its memory alike; the ladder's other plans keep the constant reserve
+    # judge its memory alike; a replayed plan's ladder replays its steps too (advisor.oom_ladder)
     profile = profile_from_args(args)
     record, replay = estimate_replayed_or_not(args, model, cluster, plan, profile)
+    if record.replay_for is not None and not record.memory.fits:
+        print("the plan does not fit: replaying the allocator for the OOM ladder's steps too (--no-simulate-allocator "
+              "skips it)", file=sys.stderr, flush=True)
     advice = advise(model, cluster, plan, headroom=args.headroom, log=log, record=record, profile=profile)
     if args.json:
         out = advice.to_dict()
