@@ -295,3 +295,8 @@ def test_oom_ladder_prices_its_rungs_with_the_records_replay():
     assert ladder[0].replayed and ladder[0].to_dict()["replayed"] is True
     plain = advisor.oom_ladder(m, over, plan, record=base)
     assert plain and not any(s.replayed for s in plain)
+
+    def broken(p):
+        raise RuntimeError("the trace failed")
+    failed = advisor.oom_ladder(m, over, plan, record=dataclasses.replace(base, replay_for=broken))
+    assert [s.to_dict() for s in failed] == [s.to_dict() for s in plain]  # the constant's ladder, unmarked

@@ -1372,13 +1372,16 @@ def _price(model, cluster, plan, base_seconds, headroom, record=None, profile=No
     """One plan priced for the ladder: ``record`` when given, else the models with the constant reserve, or —
     with ``replay`` (:attr:`workbench.estimate.EvaluatedPlan.replay_for`) and the plan in the replay's scope —
     the allocator replayed for it, unless its allocated peak rules it out anyway (:data:`REPLAY_SKIP_MARGIN`) or
-    it runs out of host memory."""
+    it runs out of host memory; a replay that fails (its trace refused or broken) leaves the constant's price."""
     if record is None:
         record = _evaluated(model, cluster, plan, profile)
         allocated = record.memory.per_gpu_peak_bytes - record.memory.breakdown.overhead
         if (replay is not None and record.memory.fits_host
                 and allocated * (1 - REPLAY_SKIP_MARGIN) <= (1 - headroom) * record.memory.capacity_bytes):
-            record = replay(plan) or record
+            try:
+                record = replay(plan) or record
+            except (ValueError, RuntimeError):  # the rung stays priced with the constant, shown unmarked
+                pass
     mem, t = record.memory, record.time
     # judged as the fits_memory check and `workbench estimate` judge it: the peak at the error band's upper side
     fits_gpu = mem.per_gpu_peak_bytes + mem.band_high_bytes <= (1 - headroom) * mem.capacity_bytes
