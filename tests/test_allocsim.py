@@ -1124,3 +1124,26 @@ def test_oom_ladder_replays_each_rung_of_a_replayed_plan():
     assert record.replay_for(ladder[-1].plan) is record.replay_for(ladder[-1].plan)  # made once, kept
     constant = advisor.oom_ladder(model, cluster, plan, record=estimate(model, cluster, plan, checks=False))
     assert not any(s.replayed for s in constant) and constant[-1].plan.micro_batch_size != 2
+
+
+def test_lora_option_replays_its_plans_when_the_plan_was_replayed():
+    """tiny-llama at 1,024 tokens, ZeRO-2 full fine-tune at micro-batch 8 on a card of 2.40 GiB: replayed, it does
+    not fit and the fastest LoRA plan does (its price the replay's); with the constant reserve no LoRA plan fits."""
+    import dataclasses
+
+    from workbench import advisor, catalog
+    from workbench.estimate import estimate
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    cfg = read_config(HF / "tiny-llama")
+    model = import_hf(HF / "tiny-llama", seq_length=1024).spec
+    cluster = ClusterSpec(gpu=dataclasses.replace(catalog.gpu("H200"), memory_gib=2.40), gpus_per_node=1)
+    plan = ParallelPlan(world_size=1, zero_stage=2, micro_batch_size=8, global_batch_size=8, overlap_comm=False)
+    record = estimate(model, cluster, plan, checks=False, simulate_allocator=cfg)
+    assert not record.memory.fits
+    found = advisor.lora_option(model, cluster, plan, record=record)
+    assert "LoRA r=16 does, with ZeRO-2" in found.message and "(allocator replayed)" in found.message
+    lora = record.replay_for(plan.replace(lora_rank=advisor.LORA_LADDER_RANK))
+    assert f"{advisor._gb(lora.memory.per_gpu_peak_bytes)} per GPU (allocator replayed)" in found.message
+    constant = advisor.lora_option(model, cluster, plan, record=estimate(model, cluster, plan, checks=False))
+    assert "does not fit either" in constant.message

@@ -1735,7 +1735,9 @@ def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
                 profile=None):
     """For a full fine-tune that does not fit: the fastest LoRA r=16 plan that fits — ZeRO-2 or ZeRO-3 without
     offload, with the plan's micro batch and recompute or with micro batch 1 and full recompute — as a finding;
-    ``None`` when the plan fits, is already LoRA, or pipelines with Megatron."""
+    ``None`` when the plan fits, is already LoRA, or pipelines with Megatron. When ``record`` was estimated with the
+    allocator replayed (:attr:`workbench.estimate.EvaluatedPlan.replay_for`), the plans are replayed fastest first
+    (as the OOM ladder's rungs, :func:`_price`) until one fits; the slower ones are not priced then."""
     if plan.lora_rank or (plan.engine is not Engine.DEEPSPEED and plan.pipeline_parallel > 1):
         return None
     base = _price(model, cluster, plan, 1.0, headroom, record, profile)
@@ -1755,6 +1757,14 @@ def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
             tried.append(_price(model, cluster, p, base["step_seconds"], headroom, profile=profile))
     if not tried:
         return None
+    replay = getattr(record, "replay_for", None)
+    if replay is not None:  # fastest first, each replayed unless its allocated peak rules it out, to the first fit
+        ordered, tried = sorted(tried, key=lambda r: r["step_seconds"]), []
+        for r in ordered:
+            tried.append(_price(model, cluster, r["plan"], base["step_seconds"], headroom, profile=profile,
+                                replay=replay))
+            if tried[-1]["fits"]:
+                break
     fitting = [r for r in tried if r["fits"]]
     if not fitting:
         low = min(tried, key=lambda r: r["peak_bytes"])
@@ -1766,7 +1776,8 @@ def lora_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
     return Finding(id="lora_option", status="warn",
                    message=f"the full fine-tune does not fit on {cluster.world_size} x {cluster.gpu.name} "
                            f"({_gb(base['peak_bytes'])} per GPU); LoRA r={LORA_LADDER_RANK} does, with "
-                           f"ZeRO-{int(bp.zero_stage)}: {_gb(best['peak_bytes'])} per GPU, {best['step_seconds']:.3f} "
+                           f"ZeRO-{int(bp.zero_stage)}: {_gb(best['peak_bytes'])} per GPU"
+                           f"{' (allocator replayed)' if best['replayed'] else ''}, {best['step_seconds']:.3f} "
                            f"s/step ({_plan_text(bp)})",
                    suggestion=f"if a fine-tune is the goal: --lora-rank {LORA_LADDER_RANK} --zero {int(bp.zero_stage)} "
                               f"--mbs {bp.micro_batch_size} --recompute {bp.recompute} (peft "
