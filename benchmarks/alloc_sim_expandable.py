@@ -9,10 +9,11 @@ PyTorch's (pages of 20 MiB in the large pool and 2 MiB in the small one, mapped 
 range per stream). Prints per run the measured peak reserved and its reserve above the allocated peak, and the
 error of each replay's peak reserved.
 
-    python benchmarks/alloc_sim_expandable.py
+    python benchmarks/alloc_sim_expandable.py [--corpus FILE ...]   # default: both corpora
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -64,10 +65,14 @@ def replayed(recs: list) -> list:
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", type=Path, nargs="+", default=list(CORPORA),
+                    help="corpus files (JSON lines) to read; default: the H200 and H100 corpora")
+    args = ap.parse_args(argv)
     split = json.loads((ROOT / "benchmarks" / "accuracy_split.json").read_text())
     fit = set(split["fit"])
-    recs = expandable_records()
+    recs = expandable_records(args.corpus)
     rows = []
     print(f"{'split':<5} {'run':<66} {'measured GiB':>12} {'reserve':>8} {'expandable':>11} {'default':>8}")
     for rec, (exp, dflt) in zip(recs, replayed(recs)):
