@@ -40,6 +40,8 @@ SPLIT = ROOT / "benchmarks" / "accuracy_split.json"
 def _ds_setup(rec: dict) -> DeepSpeedSetup:
     """The trace's DeepSpeed settings as the run had them: its ds_config (as resolved: a Trainer's ``"auto"`` filled)
     and the ZeRO sizes DeepSpeed resolved, DeepSpeed's defaults where the record has none."""
+    from workbench.configs.importer import read_ds_bool
+
     ds = rec["ds_config"]
     zero = ds.get("zero_optimization", {}).get("stage", 0)
     resolved = rec.get("zero_config_resolved") or {}
@@ -58,9 +60,10 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                           # built inside deepspeed.zero.Init (measure.py's zero_init, the Trainer at ZeRO-3), else
                           # whole on the GPU
                           zero_init=bool((rec.get("options") or {}).get("zero_init") or rec.get("built_in_zero_init")),
-                          # DeepSpeed's default pin_memory is false (pageable offload buffers)
-                          side_stream_lags=allocsim.side_stream_lags(zero, bool(offload),
-                                                                     bool(offload.get("pin_memory", False))))
+                          # pin_memory read as DeepSpeed 0.19 reads it (default on), as bench_accuracy.corpus_run does
+                          side_stream_lags=allocsim.side_stream_lags(zero, bool(offload), read_ds_bool(
+                              offload.get("pin_memory"), "zero_optimization.offload_optimizer.pin_memory")
+                              is not False))
 
 
 def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:

@@ -902,7 +902,7 @@ class DeepSpeedSetup:
 
 def side_stream_lags(zero_stage: int, offload_optimizer: bool, pin_memory: bool) -> bool:
     """:attr:`DeepSpeedSetup.side_stream_lags` for a run: ``False`` at ZeRO-3 with the optimizer on the CPU in
-    pageable host memory (``offload_optimizer.pin_memory`` false, DeepSpeed's own default), else ``True``. There
+    pageable host memory (``offload_optimizer.pin_memory`` false; DeepSpeed's default is true), else ``True``. There
     ``partition_grads`` copies every gradient partition to the host's fp32 gradient with ``copy_(...,
     non_blocking=True)`` on the reduce stream (``_offload_grad_partition_at_boundary``; between boundaries the
     partition goes to the host too); a copy from device memory to pageable host memory returns only once it is done
@@ -2020,7 +2020,9 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
                            persistence_threshold=plan.persistence_threshold,
                            offload_optimizer=str(plan.offload_optimizer) == "cpu",
                            offload_params=str(plan.offload_params) == "cpu",
-                           overlap_comm=bool(plan.overlaps_comm), flatten_on_device=flatten_on_device)
+                           overlap_comm=bool(plan.overlaps_comm), flatten_on_device=flatten_on_device,
+                           side_stream_lags=side_stream_lags(plan.zero_stage, str(plan.offload_optimizer) == "cpu",
+                                                             plan.pin_memory))
     events: list = []
     with _mcore_meta(model, plan, events) as (config_kwargs, block_of):
         net = _built_then_moved(lambda: build_gpt(model, plan, config_kwargs=config_kwargs), events, block_of)
