@@ -61,15 +61,20 @@ class EvaluatedPlan:
     replayed_peaks: Optional[Any] = None
     """The replay's own peaks (:class:`workbench.allocsim.ReplayedPeaks`: what ``max_memory_allocated`` and
     ``max_memory_reserved`` would read, DeepSpeed's initialization included) when the allocator was replayed."""
-    expandable_twin: Optional[Any] = None
-    """When the default allocator was replayed for this plan: a call giving the same plan with expandable segments
-    estimated with its allocator replayed (an :class:`EvaluatedPlan` without checks), made the first time the advisor
-    asks (a plan near capacity, the OOM ladder's first rung) and kept (``replay_for`` of that plan)."""
     replay_for: Optional[Any] = None
     """When the allocator was replayed for this plan: ``replay_for(other_plan)`` estimates another plan of the same
     model and cluster with its allocator replayed the same way (an :class:`EvaluatedPlan` without checks, made the
     first time it is asked for and kept), or gives ``None`` for a plan outside the replay's scope
     (:func:`workbench.allocsim.scope_problems`): how the OOM ladder prices its rungs (:class:`PlanReplays`)."""
+
+    @property
+    def expandable_twin(self):
+        """When the default allocator was replayed for this plan: a call giving the same plan with expandable
+        segments estimated with its allocator replayed (``replay_for`` of it: made the first time the advisor asks,
+        for a plan near capacity, and kept); else ``None``."""
+        if self.replay_for is None or self.plan.expandable_segments:
+            return None
+        return functools.partial(self.replay_for, self.plan.replace(expandable_segments=True))
 
     @property
     def parameter_counts(self) -> ParameterCounts:
@@ -257,13 +262,11 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
                          f"{_size_summary(model, cluster, plan)}") from None
     _check_finite(memory, time, model, cluster, plan)
     replays = None if peaks is None else PlanReplays(model, cluster, profile, simulate_allocator)
-    twin = (None if replays is None or plan.expandable_segments else
-            functools.partial(replays, plan.replace(expandable_segments=True)))
     # the layout, parallel facts and advisor findings are computed on first read (:class:`_DeferredSlot`)
     return EvaluatedPlan(model=model, cluster=cluster, plan=plan, memory=memory, time=time, profile=record,
                          counts=counts, layout=_Deferred(_layout_of), facts=_Deferred(_facts_of),
                          checks=_Deferred(_checks_of) if checks else (), replayed_peaks=peaks,
-                         reserve_fraction=reserve, expandable_twin=twin, replay_for=replays)
+                         reserve_fraction=reserve, replay_for=replays)
 
 
 class PlanReplays:
