@@ -932,6 +932,29 @@ def test_zero3_parameter_offload_copies_parameters_in_on_the_allgather_stream():
         allocsim.trace_hf_deepspeed(cfg, zero_stage=2, micro_batch=1, seq_length=64, steps=1, offload_params=True)
 
 
+def test_zero3_parameter_offload_returns_the_output_layers_block_at_the_end_of_backward():
+    """With the parameters on the host, the output layer's weight copy, released after the first module backward of
+    each micro-batch (freed with record_stream behind its vocabulary-wide GEMMs), comes back only when the backward
+    ends: the later layers' copies are made while it is held, and the next micro-batch's are made after."""
+    cfg = dict(read_config(HF / "tiny-llama"), hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=4096, num_hidden_layers=3, tie_word_embeddings=False)
+    out_bytes = 2 * cfg["vocab_size"] * cfg["hidden_size"]
+    events = allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=64, steps=3, grad_accum=2,
+                                         offload_params=True, offload_optimizer=True)
+    copies = [i for i, e in enumerate(events) if e[0] == "malloc" and e[3:] == (allocsim.ALLGATHER_STREAM,)]
+    copied = {events[i][1] for i in copies}
+    late = [i for i, e in enumerate(events) if e[0] == "release" and e[1] in copied]
+    assert len(late) >= 2 and all(events[i][2] == out_bytes for i in late)  # one a micro-batch, the output weight's
+    backs = [next(j for j in range(i + 1, len(events)) if events[j][0] == "free" and events[j][1] == events[i][1])
+             for i in late]
+    # the recorded micro-batch copies every decoder layer's seven projections in again for its backward while the
+    # block is held (later ones keep this small model gathered: ZeRO-3's reuse distance)
+    assert len([j for j in copies if late[0] < j < backs[0]]) >= 7 * cfg["num_hidden_layers"]
+    # back within its micro-batch: before the next micro-batch's output weight is copied in
+    for back, following in zip(backs, late[1:]):
+        assert back < max(j for j in copies if j < following and events[j][2] == out_bytes)
+
+
 def test_zero3_built_inside_zero_init_never_holds_the_whole_model_on_the_gpu():
     """With zero_init the model is built inside deepspeed.zero.Init: with the parameters on the host each module's
     parameters are partitioned as they are made, so the build never holds the whole 16-bit model (built on the GPU

@@ -1452,7 +1452,17 @@ class _Zero3ParamFetcher:
     ``ZeROOrderedDict.__getitem__`` → ``register_external_parameter``, ``param.all_gather()``); that module fetches
     it from then on, and a parameter is freed only when no module that fetched it is still active
     (``__release_param``: ``ds_active_sub_modules``): the top module's external embedding stays gathered through its
-    forward and its backward."""
+    forward and its backward.
+
+    The blocks the first module backward of a micro-batch releases (the output layer's weight, after its
+    vocabulary-wide GEMMs; ``free_param`` frees it with ``record_stream``) come back only at the end of the backward,
+    when the host waits for the GPU: an allocator history of an H100 run (InternLM2's width, 2 layers) had that block
+    back seven fetches late, each step, where the other 227 of its 238 released blocks were back within one, and the
+    embedding's prefetch made a new segment beside it. Returned at once, the replay came out short by about one output
+    weight on the corpus's parameter-offload runs (test split: H200 52 runs 1.6 % median, six more than 5 % under, to
+    -7.5 %; H100 13 runs 2.9 %, three under, to -6.9 %); seven fetches late, it still was (eight and one under); at
+    the end of the backward, 1.5 % with one under (-5.3 %) and 0.9 % with none, worst over +11.3 % (``benchmarks/
+    alloc_sim.py``, peak reserved of the replay's own trace; the fit split's 13 runs: worst under -3.8 % -> -2.0 %)."""
 
     def __init__(self, model, shapes: dict, events: list, *, persistence_threshold=DEEPSPEED_PERSISTENCE_THRESHOLD,
                  prefetch=DEEPSPEED_PREFETCH_BUCKET_ELEMENTS):
@@ -1484,6 +1494,7 @@ class _Zero3ParamFetcher:
             module._parameters = _external_aware(self, module)
         self.trace, self.coordinator, self.recording = [], None, True
         self.stack, self.active = [], {}
+        self.backward_released, self.late = False, []
 
     def external(self, param) -> None:
         """A parameter read during the forward (:func:`_external_aware`): when it is not gathered, registered with
@@ -1504,7 +1515,7 @@ class _Zero3ParamFetcher:
     def _pre_forward(self, module, args):
         self.stack.append(id(module))
         self._fetch(id(module))
-        return _on_backward(args, lambda: self._release(id(module)), once=True)
+        return _on_backward(args, lambda: self._release(id(module), backward=True), once=True)
 
     def _post_forward(self, module, args, out):
         self.stack.pop()
@@ -1530,6 +1541,7 @@ class _Zero3ParamFetcher:
         coordinator starts over it."""
         for pid in self.persistent:
             self._copy_in(pid)
+        self.backward_released = False
         if not self.recording:
             from workbench.memory import Zero3Coordinator
 
@@ -1548,16 +1560,26 @@ class _Zero3ParamFetcher:
             self._copy_in(pid)
         _on_stream(self.events, since, ALLGATHER_STREAM)
 
-    def _release(self, key) -> None:
+    def _release(self, key, backward: bool = False) -> None:
         for pid in self.params_of[key]:
             self.active.get(pid, set()).discard(key)
         freed = sorted(self.params_of[key]) if self.recording else self.coordinator.release(key)
+        since = len(self.events)
         for pid in freed:
             if not self.active.get(pid):  # no module that fetched it still running
                 self._free(pid)
+        if backward and not self.backward_released:  # the micro-batch's first module backward: the output layer's
+            self.backward_released = True
+            for i in range(since, len(self.events)):
+                if self.events[i][0] == "free":  # back only when the host waits for the GPU (:meth:`finish`)
+                    self.events[i] = ("release", *self.events[i][1:])
+                    self.late.append(self.events[i])
 
     def finish(self) -> None:
-        """The end of a micro-batch's backward: whatever is still gathered is released, the trace complete."""
+        """The end of a micro-batch's backward: the blocks released late are back, whatever is still gathered is
+        released, the trace complete."""
+        self.events.extend(("free", *e[1:]) for e in self.late)
+        self.late = []
         for pid in sorted(self.numel):
             self._free(pid)
         self.active.clear()
