@@ -2593,6 +2593,20 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixty-eighth final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "poff68" before
+    # measuring: a blind test of the replay's rule for ZeRO-3 with the parameters on the host (the output layer's
+    # copy, released after the first module backward, back only at the end of the backward), on six test widths
+    # never run with parameter offload: four untied vocabularies of 131-152 k where the rule adds 0.9-2.8 GiB, one
+    # deep model and one 12-layer model where it adds nothing, Gemma 3's tied 262 k. The optimizer on the CPU too.
+    # Replayed estimates on the H100 (whole device; with the block back at once, as before, in brackets):
+    "poff68": [
+        _hf("hf-qwen25-h5120-l8", 3, "sdpa", **OFF, **POFF),  # 23.50 GiB (21.24)
+        _hf("hf-qwen25-h8192-l2", 3, "sdpa", **OFF, **POFF),  # 28.18 GiB (25.41)
+        _hf("hf-mistral-nemo-h5120-l6", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),  # 25.63 GiB (24.69)
+        _hf("hf-gemma3-h2560-l17-s8k", 3, "sdpa", ckpt=True, **OFF, **POFF),  # 48.48 GiB (46.46)
+        _hf("hf-llama31-h4096-l12", 3, "sdpa", mbs=2, **OFF, **POFF),  # 28.22 GiB (28.12)
+        _hf("hf-qwen15-h2048-l24", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF),  # 21.05 GiB (21.07)
+    ],
     # sixty-seventh final batch (one GPU, an H100 80GB), declared in accuracy_split.json "nopin67" before measuring: a
     # blind test of the replay's rule for ZeRO-3 with pageable offload buffers (allocsim.side_stream_lags: the blocks
     # freed with record_stream come back at once), on four test widths never run with pageable ZeRO-3 offload, and
