@@ -42,8 +42,18 @@ def expandable_records(paths=CORPORA) -> list:
     return out
 
 
+def _peak(events: list, capacity: int, expandable: bool):
+    """The replay's peak reserved bytes, or ``None`` when it runs out of the card (the run's capacity)."""
+    from workbench import allocsim
+
+    try:
+        return allocsim.replay(events, capacity, expandable=expandable).peak_reserved_bytes
+    except MemoryError:
+        return None
+
+
 def replayed(recs: list) -> list:
-    """Per record ``(expandable, default)``: each replay's peak reserved bytes."""
+    """Per record ``(expandable, default)``: each replay's peak reserved bytes (``None``: out of memory)."""
     from alloc_sim import HF_STACKS, _capacity_bytes, corpus_runs, trace_hf_deepspeed
 
     from workbench import allocsim
@@ -54,7 +64,7 @@ def replayed(recs: list) -> list:
     for i, rec in enumerate(recs):
         if i not in mcore:
             events, cap = trace_hf_deepspeed(rec), _capacity_bytes(runs[i])
-            out[i] = tuple(allocsim.replay(events, cap, expandable=e).peak_reserved_bytes for e in (True, False))
+            out[i] = tuple(_peak(events, cap, e) for e in (True, False))
     for i in mcore:
         run = runs[i]
         both = [allocsim.mcore_replays([(run["model"], run["cluster"], run["plan"].replace(expandable_segments=e))],
@@ -75,20 +85,29 @@ def main(argv=None) -> int:
     recs = expandable_records(args.corpus)
     rows = []
     print(f"{'split':<5} {'run':<66} {'measured GiB':>12} {'reserve':>8} {'expandable':>11} {'default':>8}")
+    def error(peak, m):
+        return None if peak is None else peak / m - 1
+
     for rec, (exp, dflt) in zip(recs, replayed(recs)):
         m, a = rec["peak_reserved_bytes"], rec["peak_allocated_bytes"]
         split_of = "fit" if rec["shape_id"] in fit else "test"
-        rows.append((split_of, exp / m - 1, dflt / m - 1))
-        print(f"{split_of:<5} {rec['run_id'][:66]:<66} {m / 2**30:12.2f} {m / a - 1:+8.1%} {exp / m - 1:+11.1%} "
-              f"{dflt / m - 1:+8.1%}")
+        rows.append((split_of, error(exp, m), error(dflt, m)))
+        shown = ["OOM" if e is None else f"{e:+.1%}" for e in rows[-1][1:]]
+        print(f"{split_of:<5} {rec['run_id'][:66]:<66} {m / 2**30:12.2f} {m / a - 1:+8.1%} {shown[0]:>11} "
+              f"{shown[1]:>8}")
     print()
     for which in ("fit", "test"):
         sel = [r for r in rows if r[0] == which]
         if sel:
             for col, name in ((1, "expandable replay"), (2, "default replay")):
-                errs = [abs(r[col]) for r in sel]
-                print(f"{which:<5} {len(sel):3d} runs  {name:<18} peak reserved: median |error| "
-                      f"{statistics.median(errs):5.1%}  worst {max(errs):5.1%}")
+                errs = [abs(r[col]) for r in sel if r[col] is not None]
+                oom = len(sel) - len(errs)
+                said = f"  {oom} out of memory on the card, which ran" if oom else ""
+                if errs:
+                    print(f"{which:<5} {len(sel):3d} runs  {name:<18} peak reserved: median |error| "
+                          f"{statistics.median(errs):5.1%}  worst {max(errs):5.1%}{said}")
+                else:
+                    print(f"{which:<5} {len(sel):3d} runs  {name:<18}{said}")
     return 0
 
 

@@ -388,3 +388,15 @@ def test_bench_fits_picks_the_runs_at_the_edge(monkeypatch):
     assert fits.failure_line(nccl) == "Failed to CUDA calloc async 24 bytes"
     assert not fits.failed_for_memory({"status": "error", "error": "ValueError: bad config"})
     assert not fits.at_edge({"status": "error", "error": "timeout"}, 0.9)
+
+
+def test_expandable_study_reports_a_replay_that_runs_out_of_the_card(monkeypatch):
+    """alloc_sim_expandable.py: a replay that runs out of the run's capacity (the default allocator on the plan that
+    ran out of memory with it) is reported as out of memory, not a crash; one that fits gives its peak reserved."""
+    monkeypatch.setattr(sys, "path", [str(BENCH)] + list(sys.path))
+    study = _load("alloc_sim_expandable_under_test", BENCH / "alloc_sim_expandable.py")
+    mib = 1 << 20
+    events = [("malloc", 1, 600 * mib), ("malloc", 2, 600 * mib), ("free", 1, 600 * mib), ("free", 2, 600 * mib)]
+    assert study._peak(events, 1000 * mib, expandable=False) is None
+    assert study._peak(events, 1000 * mib, expandable=True) is None
+    assert study._peak(events, 2000 * mib, expandable=False) == 1200 * mib
