@@ -52,6 +52,11 @@ def _peak(events: list, capacity: int, expandable: bool):
         return None
 
 
+def _error(peak, measured: int):
+    """``peak / measured - 1``; ``None`` for a replay that ran out of the card."""
+    return None if peak is None else peak / measured - 1
+
+
 def replayed(recs: list) -> list:
     """Per record ``(expandable, default)``: each replay's peak reserved bytes (``None``: out of memory)."""
     from alloc_sim import HF_STACKS, _capacity_bytes, corpus_runs, trace_hf_deepspeed
@@ -85,13 +90,10 @@ def main(argv=None) -> int:
     recs = expandable_records(args.corpus)
     rows = []
     print(f"{'split':<5} {'run':<66} {'measured GiB':>12} {'reserve':>8} {'expandable':>11} {'default':>8}")
-    def error(peak, m):
-        return None if peak is None else peak / m - 1
-
     for rec, (exp, dflt) in zip(recs, replayed(recs)):
         m, a = rec["peak_reserved_bytes"], rec["peak_allocated_bytes"]
         split_of = "fit" if rec["shape_id"] in fit else "test"
-        rows.append((split_of, error(exp, m), error(dflt, m)))
+        rows.append((split_of, _error(exp, m), _error(dflt, m)))
         shown = ["OOM" if e is None else f"{e:+.1%}" for e in rows[-1][1:]]
         print(f"{split_of:<5} {rec['run_id'][:66]:<66} {m / 2**30:12.2f} {m / a - 1:+8.1%} {shown[0]:>11} "
               f"{shown[1]:>8}")
