@@ -52,6 +52,16 @@ def _peak(events: list, capacity: int, expandable: bool):
         return None
 
 
+def _mcore_peak(result: dict, run_id: str):
+    """One :func:`workbench.allocsim.mcore_replays` result as :func:`_peak` gives it: the peak reserved bytes, or
+    ``None`` when the replay ran out of the card; any other failure of the megatron-core trace stops the study."""
+    if "error" not in result:
+        return result["peak_reserved_bytes"]
+    if result["error"].startswith("MemoryError"):
+        return None
+    raise SystemExit(f"{run_id}: the megatron-core trace failed: {result['error']}")
+
+
 def _error(peak, measured: int):
     """``peak / measured - 1``; ``None`` for a replay that ran out of the card."""
     return None if peak is None else peak / measured - 1
@@ -74,9 +84,7 @@ def replayed(recs: list) -> list:
         run = runs[i]
         both = [allocsim.mcore_replays([(run["model"], run["cluster"], run["plan"].replace(expandable_segments=e))],
                                        capacity_bytes=_capacity_bytes(run))[0] for e in (True, False)]
-        if any("error" in o for o in both):
-            raise SystemExit(f"{recs[i]['run_id']}: the megatron-core trace failed: {both}")
-        out[i] = tuple(o["peak_reserved_bytes"] for o in both)
+        out[i] = tuple(_mcore_peak(o, recs[i]["run_id"]) for o in both)
     return out
 
 

@@ -400,3 +400,8 @@ def test_expandable_study_reports_a_replay_that_runs_out_of_the_card(monkeypatch
     assert study._peak(events, 1000 * mib, expandable=False) is None
     assert study._peak(events, 1000 * mib, expandable=True) is None
     assert study._peak(events, 2000 * mib, expandable=False) == 1200 * mib
+    # a megatron-core model's replay comes back from its child process: out of memory there is reported the same way
+    assert study._mcore_peak({"peak_reserved_bytes": 5}, "r") == 5
+    assert study._mcore_peak({"error": "MemoryError: simulated out of memory: 1 B requested"}, "r") is None
+    with pytest.raises(SystemExit, match="r: the megatron-core trace failed: RuntimeError: broken"):
+        study._mcore_peak({"error": "RuntimeError: broken"}, "r")
