@@ -133,7 +133,7 @@ def steady_step_seconds(rec: dict):
 
 def corpus_run(rec: dict):
     """One corpus record as a run dict, or ``None`` when it did not complete or cannot be described."""
-    from corpus.describe import HF_STACKS, record_gpu, record_host, zero_plan_fields
+    from corpus.describe import HF_STACKS, checkpointed_layers, record_gpu, record_host, zero_plan_fields
     from workbench import catalog
     from workbench.specs import ClusterSpec, ParallelPlan
 
@@ -193,6 +193,7 @@ def corpus_run(rec: dict):
                        zero_init=bool(o.get("zero_init")) if zero == 3 else None)
         if stack == "hf-trainer":  # the ZeRO sizes the Trainer resolved ("auto"), zero.Init as the model was built
             zero_kw.update(zero_plan_fields(rec))
+        common.update(checkpointed_layers(o, model.num_layers))  # every k-th layer checkpointed (every_n_layers)
         plan = ParallelPlan(engine="deepspeed", zero_stage=zero, offload_optimizer=offload,
                             offload_params=offload_params, recompute="full" if o.get("ckpt") else "none",
                             adam=_adam_from_class(rec.get("optimizer_class")), lora_rank=int(lora), **zero_kw,

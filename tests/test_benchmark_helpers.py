@@ -405,3 +405,29 @@ def test_expandable_study_reports_a_replay_that_runs_out_of_the_card(monkeypatch
     assert study._mcore_peak({"error": "MemoryError: simulated out of memory: 1 B requested"}, "r") is None
     with pytest.raises(SystemExit, match="r: the megatron-core trace failed: RuntimeError: broken"):
         study._mcore_peak({"error": "RuntimeError: broken"}, "r")
+
+
+def test_a_run_checkpointing_every_kth_layer_is_described_and_scored_with_those_layers(monkeypatch):
+    """measure.py's ``ckpt_every`` k (transformers' every_n_layers): decoder layers 0, k, 2k, ... are checkpointed,
+    ⌈L/k⌉ of them; describe.py and the accuracy bench both give the plan that many recomputed layers, the run id says
+    k, and a run of every layer keeps its old id and plan."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    B = _load("bench_accuracy_ckpt_under_test", BENCH / "bench_accuracy.py")
+    D = _load("corpus_describe_ckpt_under_test", BENCH / "corpus" / "describe.py")
+    R = _load("corpus_runs_ckpt_under_test", BENCH / "corpus" / "runs.py")
+    config = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256, intermediate_size=512,
+                  num_hidden_layers=7, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                  max_position_embeddings=512, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False)
+    base = dict(shape_id="tiny", stack="hf-ds", status="ok", hf_config=config, seq_length=256,
+                attn_implementation="sdpa", optimizer_class="FusedAdam", peak_allocated_bytes=2**30,
+                peak_reserved_bytes=2**30, outside_allocator_bytes=2**29, step_seconds_median=0.1)
+    layers = {}
+    for every in (1, 2, 3, 7):
+        cfg = R._hf("tiny", 2, "sdpa", ckpt=True, ckpt_every=every)
+        rec = dict(base, run_id=R.run_id(cfg), options={k: v for k, v in cfg.items() if k not in ("shape_id", "stack")})
+        plan = D.description(rec)["plan"]
+        assert B.corpus_run(rec)["plan"].recompute_layers == plan.get("recompute_layers")
+        assert plan["recompute"] == "full"
+        layers[every] = (rec["run_id"].split("/")[4], plan.get("recompute_layers"))
+    assert layers == {1: ("ckpt", None), 2: ("ckpt-e2", 4), 3: ("ckpt-e3", 3), 7: ("ckpt-e7", 1)}
+    assert D.checkpointed_layers({"ckpt_every": 2}, 7) == {}  # no checkpointing at all: nothing recomputed

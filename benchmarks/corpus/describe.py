@@ -47,6 +47,14 @@ def record_host(r: dict) -> dict:
                 cpu_adam_threads=int(r.get("omp_num_threads") or o.get("omp_threads") or 0))
 
 
+def checkpointed_layers(options: dict, num_layers: int) -> dict:
+    """``{"recompute_layers": n}`` for a transformers run that checkpointed every k-th decoder layer (``ckpt_every``
+    k > 1: transformers' ``every_n_layers``, layers 0, k, 2k, ..., n = ⌈L/k⌉ of them); ``{}`` for every layer or
+    none."""
+    every = int(options.get("ckpt_every") or 1) if options.get("ckpt") else 1
+    return {"recompute_layers": -(-num_layers // every)} if every > 1 else {}
+
+
 def zero_plan_fields(r: dict) -> dict:
     """The :class:`workbench.specs.ParallelPlan` fields of an ``hf-trainer`` record's ZeRO settings as its run
     resolved them (``zero_config_resolved``, else the engine's ``ds_config["zero_optimization"]``): ``overlap_comm``
@@ -109,6 +117,7 @@ def description(r: dict) -> dict:
                             recompute=o.get("recompute", "none"), adam="torch", **common)
     else:
         rc = "full" if o.get("ckpt") else o.get("recompute", "none")
+        common.update(checkpointed_layers(o, model.num_layers))
         lora = r.get("lora") or {}
         if lora:  # peft's module names -> the plan's projection names
             names = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "c_attn": ["q", "k", "v"],

@@ -370,7 +370,12 @@ def build_hf(shape: dict, cfg: dict, trainer: bool = False):
                                                      dtype=torch.bfloat16)
     model.config.use_cache = False
     if cfg.get("ckpt") and not trainer:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.get("ckpt_every", 1) > 1:  # every k-th decoder layer (transformers >= 5.24), as the planner offers
+            from workbench.hf import enable_layer_checkpointing
+
+            enable_layer_checkpointing(model, cfg["ckpt_every"])
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lora = None
     if cfg.get("lora"):
         from peft import LoraConfig, get_peft_model
@@ -423,11 +428,23 @@ def record_hf_model(rec: dict, shape: dict, cfg: dict, model, hf_dict: dict, lor
     cuda = torch.cuda.is_available()
     rec.update(hf_config=shape["config"], hf_config_resolved=hf_dict, seq_length=shape["seq_length"], lora=lora,
                attn_implementation=cfg["attn"], gradient_checkpointing=bool(cfg.get("ckpt")),
+               checkpoint_every_n_layers=cfg.get("ckpt_every", 1) if cfg.get("ckpt") else None,
+               checkpointed_layers=checkpointed_layer_count(model),
                # built inside deepspeed.zero.Init: every parameter transformers made already a ZeRO-3 parameter
                # (peft's LoRA adapters, added after the model was built, are plain until DeepSpeed takes them)
                built_in_zero_init=all(hasattr(p, "ds_id") for n, p in model.named_parameters()
                                       if not (lora and "lora_" in n)),
                allocated_after_build_bytes=torch.cuda.memory_allocated() if cuda else None)
+
+
+def checkpointed_layer_count(model):
+    """How many of the model's decoder layers transformers set to recompute (``GradientCheckpointingLayer`` with
+    ``gradient_checkpointing`` on), or None where transformers has no such class."""
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:
+        return None
+    return sum(1 for m in model.modules() if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing)
 
 
 def record_parameters(rec: dict, shape: dict, model) -> None:
@@ -685,6 +702,8 @@ def trainer_arguments(cfg: dict, steps: int, output_dir: str) -> dict:
         fields = {f.name for f in dataclasses.fields(TrainingArguments)}
         name = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
         kw.update({name: True, f"{name}_kwargs": {"use_reentrant": False}})
+        if cfg.get("ckpt_every", 1) > 1:  # the Trainer pops it from the kwargs (transformers >= 5.24)
+            kw[f"{name}_kwargs"]["every_n_layers"] = cfg["ckpt_every"]
     return kw
 
 

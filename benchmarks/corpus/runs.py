@@ -2593,6 +2593,20 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # sixty-ninth final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "ckpt69" before
+    # measuring: transformers' every_n_layers=k (decoder layers 0, k, 2k, ... checkpointed, the others keeping their
+    # activations), which the planner offers for transformers models ("full/N" rows) and no run had measured: a blind
+    # test of the memory model's, the allocator replay's and the time model's partial recompute on five test widths.
+    # Estimates on the H100 as workbench estimate gives them (whole device, allocator replayed; constant reserve and
+    # step in brackets):
+    "ckpt69": [
+        _hf("hf-olmo2-h4096-l32-s4k", 2, "sdpa", lora=16, mbs=2, ckpt=True, ckpt_every=2),  # 53.94 (60.60, 1.060 s)
+        _hf("hf-olmo2-h4096-l32-s4k", 2, "sdpa", lora=16, mbs=2, ckpt=True, ckpt_every=4),  # 66.49 (75.23, 0.980 s)
+        _hf("hf-gemma3-h2560-l17-s8k", 2, "sdpa", ckpt=True, ckpt_every=2),  # 76.00 (81.60, 0.659 s)
+        _hf("hf-mistral-nemo-h5120-l6", 3, "sdpa", mbs=2, ckpt=True, ckpt_every=2),  # 64.99 (69.47, 0.249 s)
+        _hf("hf-qwen3-h2048-l28", 2, "sdpa", mbs=4, ckpt=True, ckpt_every=4),  # 60.23 (65.80, 0.446 s)
+        _hf("hf-llama31-h4096-l12", 3, "sdpa", mbs=4, ckpt=True, ckpt_every=2, **OFF),  # 38.33 (38.99, 3.787 s)
+    ],
     # sixty-eighth final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "poff68" before
     # measuring: a blind test of the replay's rule for ZeRO-3 with the parameters on the host (the output layer's
     # copy, released after the first module backward, back only at the end of the backward), on six test widths
@@ -3316,7 +3330,8 @@ def run_id(cfg: dict) -> str:
     if cfg.get("recompute", "none") != "none":
         parts.append(f"rc-{cfg['recompute']}")
     if cfg.get("ckpt"):
-        parts.append("ckpt")
+        # transformers' every_n_layers=k (decoder layers 0, k, 2k, ... checkpointed): "ckpt-e<k>"
+        parts.append(f"ckpt-e{cfg['ckpt_every']}" if cfg.get("ckpt_every", 1) > 1 else "ckpt")
     if cfg.get("lora"):
         parts.append(f"lora{cfg['lora']}")
     if cfg.get("offload"):
