@@ -75,6 +75,7 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
         rec["hf_config"], zero_stage=s.zero_stage, micro_batch=s.micro_batch, seq_length=s.seq_length,
         grad_accum=s.grad_accum, attn_implementation=rec.get("attn_implementation") or rec["options"].get("attn", "sdpa"),
         gradient_checkpointing=bool(rec.get("gradient_checkpointing")), lora=rec.get("lora") or None,
+        checkpoint_every=int(rec.get("checkpoint_every_n_layers") or 1),  # transformers' every_n_layers
         reduce_bucket_elements=s.reduce_bucket_elements, prefetch_bucket_elements=s.prefetch_bucket_elements,
         persistence_threshold=s.persistence_threshold, steps=s.steps, offload_optimizer=s.offload_optimizer,
         sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm, offload_params=s.offload_params,

@@ -593,3 +593,16 @@ def _param_numels(cfg) -> list:
     h, f, v, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     kv = h // cfg["num_attention_heads"] * cfg["num_key_value_heads"]
     return [v * h, v * h, h] + layers * [h * h, h * kv, h * kv, h * h, h * f, h * f, h * f, h, h]
+
+
+def test_a_record_checkpointing_every_kth_layer_is_traced_with_that_k(monkeypatch):
+    """A corpus record of transformers' every_n_layers=k (``checkpoint_every_n_layers``) is traced with k, so the
+    study replays the layers that run kept; records without the field trace every checkpointed layer (k=1)."""
+    seen = []
+    monkeypatch.setattr(A.allocsim, "trace_hf_deepspeed", lambda config, **kw: seen.append(kw) or [])
+    rec = dict(hf_config={"model_type": "llama"}, seq_length=128, options={"attn": "sdpa"},
+               gradient_checkpointing=True, ds_config={"train_micro_batch_size_per_gpu": 1,
+                                                       "zero_optimization": {"stage": 2}})
+    A.trace_hf_deepspeed(dict(rec, checkpoint_every_n_layers=4))
+    A.trace_hf_deepspeed(rec)
+    assert [(kw["gradient_checkpointing"], kw["checkpoint_every"]) for kw in seen] == [(True, 4), (True, 1)]
