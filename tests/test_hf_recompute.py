@@ -78,6 +78,22 @@ def test_explanation_names_recomputed_layers_only_between_recomputing_plans(llam
     assert "recomputed layers all vs 1" in explain(every, one, model=llama, cluster=cluster)
 
 
+def test_a_winner_checkpointing_some_layers_names_the_call_that_does_it(llama):
+    """When the fastest plan checkpoints only some decoder layers the explanation names transformers' call
+    (every_n_layers k, the layers it gives); a winner checkpointing every layer or none says nothing of it."""
+    from workbench.planner import explain
+
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=1)
+    found = search(llama, cluster, global_batch_size=8, top=5000)
+    partial = next(r for r in found.ranked if r.plan.recompute_layers == 8)
+    text = explain(partial, None, model=llama, cluster=cluster).splitlines()[0]
+    assert ("Its gradient checkpointing is on for decoder layers 0, 4, 8, ... (8 of 32; "
+            "activation_checkpointing_enable(every_n_layers=4), transformers >= 5.24)") in text
+    for r in (next(r for r in found.ranked if str(r.plan.recompute) == "none"),
+              next(r for r in found.ranked if str(r.plan.recompute) == "full" and r.plan.recompute_layers is None)):
+        assert "every_n_layers" not in explain(r, None, model=llama, cluster=cluster)
+
+
 def test_oom_ladder_and_throughput_advice_skip_selective(llama):
     import dataclasses
 

@@ -53,7 +53,7 @@ from workbench.parallel import group_crosses_nodes
 from workbench.specs import (LORA_TARGETS, ZERO_SIZE_STAGES, ulysses_head_limit, AdamImpl, AttentionImpl, ClusterSpec, Engine, Fp8Recipe, Implementation, ModelSpec, Offload,
                              ParallelPlan, Precision, Recompute, ZeroStage, check_bool, check_float, check_int,
                              tp_comm_overlap_possible, CROSS_ENTROPY_FUSION_CODES, CrossEntropyFusion,
-                             check_spec_types, hf_checkpoint_counts)
+                             check_spec_types, hf_checkpoint_counts, hf_checkpointing_words)
 
 ENGINES = (Engine.DEEPSPEED, Engine.MEGATRON, Engine.MEGATRON_DEEPSPEED)
 _ENGINE_BY_CODE = {v: k for k, v in ENGINE_CODES.items()}
@@ -1285,6 +1285,9 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
     top = (f"Fastest: {w.describe()} — {w.step_seconds:.3f} s/step, {w.tokens_per_second:,.0f} tokens/s, "
             f"MFU {w.mfu:.1%}, peak {w.peak_bytes / GiB:.1f} of {w.capacity_bytes / GiB:.1f} GiB "
             f"({w.headroom_fraction:.0%} free).")
+    if (model.implementation is Implementation.TRANSFORMERS and w.plan.recompute_layers is not None
+            and w.plan.recompute is Recompute.FULL):  # which layers, and the call that checkpoints them
+        top += f" Its gradient checkpointing is {hf_checkpointing_words(model, w.plan)}; `workbench export` writes it."
     if runner_up is None:
         return top + " It is the only plan that fits."
     r = runner_up

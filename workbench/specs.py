@@ -1692,6 +1692,18 @@ def hf_checkpoint_every(num_layers: int, recompute_layers: Optional[int], *, nam
                      f"⌈{num_layers}/k⌉ layers), which gives {', '.join(map(str, reachable))} layers")
 
 
+def hf_checkpointing_words(model: "ModelSpec", plan: "ParallelPlan") -> str:
+    """A transformers model's checkpointing under ``plan`` in words: 'off', 'on' (every decoder layer) or which
+    layers transformers' ``every_n_layers`` checkpoints and the call that does it (:func:`hf_checkpoint_every`)."""
+    if str(plan.recompute) != "full":
+        return "off"
+    every = hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name)
+    if every == 1:
+        return "on"
+    return (f"on for decoder layers 0, {every}, {2 * every}, ... ({-(-model.num_layers // every)} of "
+            f"{model.num_layers}; activation_checkpointing_enable(every_n_layers={every}), transformers >= 5.24)")
+
+
 def validate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan) -> None:
     """Raise ``ValueError`` (fields and numbers named) when the three specs do not fit together."""
     check_spec_types(model=model, cluster=cluster, plan=plan)

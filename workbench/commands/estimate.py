@@ -64,7 +64,7 @@ def render(est, replay: Optional[dict] = None) -> str:
     """The readable table (``--json`` prints ``Estimate.to_dict()`` instead); ``replay``: the record of the
     allocator replay (:func:`replay_line`), when the caller decided on it."""
     from workbench.encode import moe_token_factor
-    from workbench.specs import builds_in_zero_init
+    from workbench.specs import builds_in_zero_init, hf_checkpointing_words
 
     m, c, p, mem = est.model, est.cluster, est.plan, est.memory
     lines = [
@@ -115,7 +115,7 @@ def render(est, replay: Optional[dict] = None) -> str:
            if p.precision.is_fp8 else ""),
         *([f"        transformers: {m.attention} attention "
            f"({'eager' if str(m.attention) == 'unfused' else 'sdpa / flash_attention_2'}), logits up-cast to fp32 "
-           f"for the loss, gradient checkpointing {_hf_checkpointing_text(m, p)}"
+           f"for the loss, gradient checkpointing {hf_checkpointing_words(m, p)}"
            + (f", {m.experts_implementation} experts" if m.experts_implementation is not None else "")
            + _sliding_window_text(m, p)]
           if str(m.implementation) == "transformers" else []),
@@ -318,14 +318,3 @@ def _sliding_window_text(m, p) -> str:
                    f"kernel computes the whole score matrix, not its causal half)")
 
 
-def _hf_checkpointing_text(model, plan) -> str:
-    """'off', 'on' (every decoder layer) or which layers transformers' every_n_layers checkpoints."""
-    from workbench.specs import hf_checkpoint_every
-
-    if str(plan.recompute) != "full":
-        return "off"
-    every = hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name)
-    if every == 1:
-        return "on"
-    return (f"on for decoder layers 0, {every}, {2 * every}, ... ({-(-model.num_layers // every)} of "
-            f"{model.num_layers}; activation_checkpointing_enable(every_n_layers={every}), transformers >= 5.24)")
