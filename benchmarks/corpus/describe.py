@@ -4,10 +4,11 @@ run on it. Pure CPU; run after the GPU calls:
 
     python benchmarks/corpus/describe.py RAW.jsonl... > benchmarks/corpus/h200_runs.jsonl
 
-Mapping: megatron-core dims are ModelSpec fields (attention ``unfused``: the local layer spec); a Hugging Face
+Mapping (:func:`scored_specs`: the specs ``benchmarks/bench_accuracy.py`` scores the record with, read in one place;
+a workbench launcher run keeps the plan fields its launcher recorded): megatron-core dims are ModelSpec fields (attention ``unfused``: the local layer spec); a Hugging Face
 config goes through :func:`workbench.hf.import_hf` with the run's ``attn_implementation`` and sequence length;
 ``gradient_checkpointing_enable`` (or the Trainer's checkpointing argument) is ``recompute="full"`` (every decoder
-layer's input kept, the layer recomputed); an ``hf-trainer`` run (``transformers.Trainer``) is described as an
+layer's input kept, the layer recomputed; with ``every_n_layers`` k, ⌈L/k⌉ ``recompute_layers``); an ``hf-trainer`` run (``transformers.Trainer``) is described as an
 ``hf-ds`` one plus the ZeRO settings the Trainer resolved (:func:`zero_plan_fields`: overlap, bucket sizes, ZeRO-3
 persistence threshold and ``zero.Init``); torchrun runs (``world_size`` > 1) carry their tensor, pipeline and
 expert parallel degrees (data parallel is what is left of the world size);
@@ -81,10 +82,12 @@ def zero_plan_fields(r: dict) -> dict:
 
 
 def description(r: dict) -> dict:
+    from workbench.runs.specio import specs_to_dict
+
+    if r["stack"] != "launcher":
+        return specs_to_dict(*scored_specs(r))
     from workbench.catalog import model as catalog_model
     from workbench.configs.launch import expandable_in_conf
-    from workbench.hf import import_hf
-    from workbench.runs.specio import specs_to_dict
     from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan
 
     n = r.get("gpus") or r.get("world_size") or 1
@@ -92,46 +95,29 @@ def description(r: dict) -> dict:
     # the allocator the run had: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (group expseg)
     expandable = bool((r.get("options") or {}).get("expandable_segments")
                       or expandable_in_conf(r.get("pytorch_cuda_alloc_conf")))
-    if r["stack"] == "launcher":
-        f = dict(r["plan_fields"])
-        f.setdefault("expandable_segments", expandable)
-        model = (catalog_model(r["catalog_model"]) if r.get("catalog_model")
-                 else ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"]))
-        return specs_to_dict(model, cluster, ParallelPlan(world_size=n, precision="bf16", adam="torch", **f))
-    o = r["options"]
-    mbs, gas = o.get("mbs", 1), o.get("gas", 1)
-    if r["stack"] in HF_STACKS:
-        model = import_hf(dict(r["hf_config"]), seq_length=r["seq_length"], attn_implementation=o["attn"],
-                          name=r["shape_id"]).spec
-    else:
-        model = ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"])
-    tp, pp, ep = o.get("tp", 1), o.get("pp", 1), o.get("ep", 1)
-    common = dict(world_size=n, micro_batch_size=mbs, global_batch_size=mbs * gas * (n // (tp * pp)),
-                  precision="bf16", expandable_segments=expandable)
-    common.update({k: v for k, v in (("tensor_parallel", tp), ("pipeline_parallel", pp), ("expert_parallel", ep))
-                   if v > 1})
-    if model.num_experts:  # the token dispatcher the run used (measure.py: alltoall on a GPU)
-        common["moe_token_dispatcher"] = (r.get("mcore_config") or {}).get("moe_token_dispatcher_type", "alltoall")
-    if r["stack"] == "mcore-ddp":
-        plan = ParallelPlan(engine="megatron", distributed_optimizer=o["distributed_optimizer"],
-                            recompute=o.get("recompute", "none"), adam="torch", **common)
-    else:
-        rc = "full" if o.get("ckpt") else o.get("recompute", "none")
-        common.update(checkpointed_layers(o, model.num_layers))
-        lora = r.get("lora") or {}
-        if lora:  # peft's module names -> the plan's projection names
-            names = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "c_attn": ["q", "k", "v"],
-                     "qkv_proj": ["q", "k", "v"], "c_proj": "o"}
-            targets = []
-            for t in lora["target_modules"]:
-                v = names[t]
-                targets += v if isinstance(v, list) else [v]
-            common.update(lora_rank=lora["r"], lora_targets=targets, lora_dropout=lora["lora_dropout"])
-        if r["stack"] == "hf-trainer":  # the ZeRO sizes the Trainer resolved ("auto": from the hidden size)
-            common.update(zero_plan_fields(r))
-        plan = ParallelPlan(engine="deepspeed", zero_stage=o["zero"], offload_optimizer=o.get("offload") or "none",
-                            offload_params=o.get("offload_params") or "none", recompute=rc, adam="fused", **common)
-    return specs_to_dict(model, cluster, plan)
+    f = dict(r["plan_fields"])  # the workbench launcher's run: its plan fields as the launcher recorded them
+    f.setdefault("expandable_segments", expandable)
+    model = (catalog_model(r["catalog_model"]) if r.get("catalog_model")
+             else ModelSpec(name=r["shape_id"], attention="unfused", **r["model_dims"]))
+    return specs_to_dict(model, cluster, ParallelPlan(world_size=n, precision="bf16", adam="torch", **f))
+
+
+def scored_specs(r: dict) -> tuple:
+    """``(model, cluster, plan)`` of a measure.py record (not a launcher run) as ``benchmarks/bench_accuracy.py``
+    scores it (:func:`bench_accuracy.corpus_run`, the one reading of a record: the overlap, ``zero.Init``,
+    page-locked buffers, LoRA targets and ZeRO sizes the run resolved). A record of group ``pressure``, whose
+    allocator was capped, is described without the cap (the cap is no plan field)."""
+    bench = str(Path(__file__).resolve().parents[1])
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    from bench_accuracy import corpus_run
+
+    options = {k: v for k, v in (r.get("options") or {}).items() if k not in ("cap_bytes", "cap_over_allocated")}
+    # the plan needs no measurement: stand-ins where a record (or a record being built) has none
+    run = corpus_run(dict(r, options=options, status="ok", peak_allocated_bytes=r.get("peak_allocated_bytes") or 1))
+    if run is None:
+        raise ValueError(f"{r.get('run_id')}: stack={r.get('stack')!r} is not one describe.py knows")
+    return run["model"], run["cluster"], run["plan"]
 
 
 def main(paths) -> int:
