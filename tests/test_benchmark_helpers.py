@@ -431,3 +431,29 @@ def test_a_run_checkpointing_every_kth_layer_is_described_and_scored_with_those_
         layers[every] = (rec["run_id"].split("/")[4], plan.get("recompute_layers"))
     assert layers == {1: ("ckpt", None), 2: ("ckpt-e2", 4), 3: ("ckpt-e3", 3), 7: ("ckpt-e7", 1)}
     assert D.checkpointed_layers({"ckpt_every": 2}, 7) == {}  # no checkpointing at all: nothing recomputed
+
+
+def test_describe_writes_the_plan_the_accuracy_bench_scores(monkeypatch):
+    """describe.py's workbench block of a measure.py record is the plan bench_accuracy.corpus_run scores: the
+    pageable offload buffers the run's ds_config asked for and the overlap DeepSpeed resolved, not the defaults."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    B = _load("bench_accuracy_describe_under_test", BENCH / "bench_accuracy.py")
+    D = _load("corpus_describe_scored_under_test", BENCH / "corpus" / "describe.py")
+    from workbench.runs.specio import specs_from_dict
+
+    config = dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=256, intermediate_size=512,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                  max_position_embeddings=512, rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False)
+    rec = dict(run_id="hf-ds/tiny/z2/sdpa/off-cpu-omp16/nopin/ovl/mbs1", shape_id="tiny", stack="hf-ds",
+               status="ok", hf_config=config, seq_length=256, attn_implementation="sdpa",
+               options={"zero": 2, "attn": "sdpa", "offload": "cpu", "omp_threads": 16, "pin": False, "overlap": True},
+               ds_config={"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+                                                                                  "pin_memory": False}}},
+               zero_config_resolved={"stage": 2, "overlap_comm": True}, optimizer_class="DeepSpeedCPUAdam",
+               peak_allocated_bytes=2**30, peak_reserved_bytes=2**30, outside_allocator_bytes=2**29)
+    _, _, plan = specs_from_dict(D.description(rec))
+    assert plan == B.corpus_run(rec)["plan"]
+    assert plan.pin_memory is False and plan.overlap_comm is True and str(plan.offload_optimizer) == "cpu"
+    # a record without its measurements (a plan being declared) is described the same way
+    bare = {k: v for k, v in rec.items() if not k.endswith("_bytes")}
+    assert specs_from_dict(D.description(bare))[2] == plan
