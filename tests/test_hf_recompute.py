@@ -233,3 +233,29 @@ def test_throughput_advice_checkpoints_fewer_layers_when_none_does_not_fit():
     half = estimate(llama, tight, plan.replace(recompute_layers=16))
     assert half.memory.fits and advice.predicted_step_seconds == pytest.approx(half.time.step_seconds)
     assert not estimate(llama, tight, plan.replace(recompute_layers=11)).memory.fits  # every 3rd: too much
+
+
+def test_the_trainer_checkpoints_the_layers_the_exported_arguments_name(tmp_path):
+    """The exported TrainingArguments' checkpointing keys, given to transformers' Trainer as they are, checkpoint
+    decoder layers 0, k, 2k, ... and no others (the Trainer takes every_n_layers out of the kwargs)."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from workbench.configs.deepspeed import hf_training_arguments
+
+    spec = import_hf(HF / "tiny-llama", seq_length=16).spec.replace(num_layers=4)
+    plan = ParallelPlan(world_size=1, zero_stage=2, micro_batch_size=1, global_batch_size=1, recompute="full",
+                        recompute_layers=2)
+    exported = hf_training_arguments(spec, ClusterSpec(gpu="H200", gpus_per_node=1), plan)
+    keys = {k: exported[k] for k in ("activation_checkpointing", "activation_checkpointing_kwargs")}
+    config = AutoConfig.from_pretrained(HF / "tiny-llama")
+    config.num_hidden_layers = 4
+    model = AutoModelForCausalLM.from_config(config)
+    ids = torch.randint(0, config.vocab_size, (2, 16))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, max_steps=1, per_device_train_batch_size=1,
+                             report_to="none", save_strategy="no", disable_tqdm=True, **keys)
+    Trainer(model=model, args=args, train_dataset=data).train()
+    flags = [m.gradient_checkpointing for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    assert flags == [True, False, True, False]
