@@ -614,3 +614,27 @@ def test_host_dependent_step_asks_for_a_profile_of_the_machine():
     gpu_bound = ParallelPlan(world_size=8, zero_stage=1, micro_batch_size=4, global_batch_size=32)
     found = {f.id for f in advisor.advise(m, ClusterSpec(gpu="H100-SXM", gpus_per_node=8), gpu_bound).findings}
     assert "host_dependent_step" not in found
+
+
+def test_lora_dropout_memory_prices_the_dropped_copies_against_peft_default():
+    """lora_dropout > 0 keeps a dropped copy of each adapter's input: the finding gives the peak with and without it
+    (the difference the memory model's LoRA term makes), warns when it passes 5 % of the peak, and says nothing
+    for a full fine-tune or dropout 0; checkpointing every layer recomputes the copies."""
+    from pathlib import Path
+
+    from workbench.hf import import_hf
+
+    llama = import_hf(Path(__file__).parent / "data" / "hf" / "llama3-8b", seq_length=4096).spec.replace(num_layers=8)
+    c = ClusterSpec(gpu="H100-SXM", gpus_per_node=1)
+    p = ParallelPlan(world_size=1, zero_stage=2, micro_batch_size=2, global_batch_size=2, lora_rank=16,
+                     lora_targets=("q", "k", "v", "o"), lora_dropout=0.05)
+    f = advisor.lora_dropout_memory(llama, c, p)
+    peak, without = f.numbers["peak_bytes"], f.numbers["peak_without_dropout_bytes"]
+    assert peak == estimate(llama, c, p, checks=False).memory.per_gpu_peak_bytes
+    assert without == estimate(llama, c, p.replace(lora_dropout=0.0), checks=False).memory.per_gpu_peak_bytes
+    assert f.status == "warn" and peak - without > 0.05 * peak and "--lora-dropout 0" in f.suggestion
+    assert _checks(llama, c, p)[0]["lora_dropout_memory"].status == "warn"
+    assert advisor.lora_dropout_memory(llama, c, p.replace(lora_dropout=0.0)) is None
+    assert advisor.lora_dropout_memory(llama, c, p.replace(lora_rank=0)) is None
+    ckpt = advisor.lora_dropout_memory(llama, c, p.replace(recompute="full"))
+    assert (ckpt.numbers["peak_bytes"] - ckpt.numbers["peak_without_dropout_bytes"]) < peak - without
