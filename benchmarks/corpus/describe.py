@@ -5,12 +5,13 @@ run on it. Pure CPU; run after the GPU calls:
     python benchmarks/corpus/describe.py RAW.jsonl... > benchmarks/corpus/h200_runs.jsonl
 
 Mapping (:func:`scored_specs`: the specs ``benchmarks/bench_accuracy.py`` scores the record with, read in one place;
-a workbench launcher run keeps the plan fields its launcher recorded): megatron-core dims are ModelSpec fields (attention ``unfused``: the local layer spec); a Hugging Face
-config goes through :func:`workbench.hf.import_hf` with the run's ``attn_implementation`` and sequence length;
-``gradient_checkpointing_enable`` (or the Trainer's checkpointing argument) is ``recompute="full"`` (every decoder
-layer's input kept, the layer recomputed; with ``every_n_layers`` k, ⌈L/k⌉ ``recompute_layers``); an ``hf-trainer`` run (``transformers.Trainer``) is described as an
-``hf-ds`` one plus the ZeRO settings the Trainer resolved (:func:`zero_plan_fields`: overlap, bucket sizes, ZeRO-3
-persistence threshold and ``zero.Init``); torchrun runs (``world_size`` > 1) carry their tensor, pipeline and
+a workbench launcher run keeps the plan fields its launcher recorded): megatron-core dims are ModelSpec fields
+(attention ``unfused``: the local layer spec); a Hugging Face config goes through :func:`workbench.hf.import_hf`
+with the run's ``attn_implementation`` and sequence length; ``gradient_checkpointing_enable`` (or the Trainer's
+checkpointing argument) is ``recompute="full"`` (every decoder layer's input kept, the layer recomputed; with
+``every_n_layers`` k, ⌈L/k⌉ ``recompute_layers``); an ``hf-trainer`` run (``transformers.Trainer``) is described as
+an ``hf-ds`` one plus the ZeRO settings the Trainer resolved (:func:`zero_plan_fields`: overlap, bucket sizes,
+ZeRO-3 persistence threshold and ``zero.Init``); torchrun runs (``world_size`` > 1) carry their tensor, pipeline and
 expert parallel degrees (data parallel is what is left of the world size);
 DeepSpeed runs use DeepSpeed's FusedAdam / CPUAdam (``adam="fused"``), megatron-core's own optimizer without
 Apex/Transformer Engine and the launcher runs use torch's Adam (``adam="torch"``). A LoRA run's plan carries
