@@ -797,7 +797,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     """The guide's rules as :class:`Finding` s for one plan, read off its memory (and time) estimate — the links,
     per-layer seconds and overlap the models used; nothing is priced again unless ``detailed`` (which prices the
     step once more with overlap flipped), except the FP8 check, which prices the step's inputs once more in the other
-    precision (:func:`fp8_payoff`). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
+    precision (:func:`fp8_payoff`), and a LoRA plan with dropout, whose memory is priced with and without it
+    (:func:`lora_dropout_memory`). ``facts``: the plan's :class:`workbench.parallel.ParallelFacts`;
     ``counts``: the model's parameter counts (computed here when not given); ``reserve_fraction``: the allocator
     reserve over allocated the allocator replay gave this plan's memory (``None``: the constant reserve);
     ``expandable_twin``: a call replaying the plan with expandable segments (:func:`expandable_segments_advice`)."""
@@ -833,12 +834,10 @@ def lora_dropout_memory(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPl
     on the CPU, and the allocator replay of the corpus's LoRA runs, all with dropout 0.05, traced them exactly): what
     the plan's peak would be with peft's default, 0, priced both ways with the constant reserve. Layers that are
     checkpointed recompute their copies, so the cost falls with gradient checkpointing."""
-    from workbench.estimate import estimate
-
     if not plan.lora_rank or not plan.lora_dropout:
         return None
-    peak = estimate(model, cluster, plan, checks=False).memory.per_gpu_peak_bytes
-    without = estimate(model, cluster, plan.replace(lora_dropout=0.0), checks=False).memory.per_gpu_peak_bytes
+    peak = M.estimate_memory(model, cluster, plan).per_gpu_peak_bytes
+    without = M.estimate_memory(model, cluster, plan.replace(lora_dropout=0.0)).per_gpu_peak_bytes
     cost = peak - without
     words = (f"lora_dropout={plan.lora_dropout:g} keeps a dropped copy of each adapter's input and its mask until the "
              f"backward: priced with the constant allocator reserve, the peak is {peak / GiB:.1f} GiB with it, "

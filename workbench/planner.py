@@ -1285,8 +1285,8 @@ def explain(winner: PlanResult, runner_up: Optional[PlanResult], *, model: Model
     top = (f"Fastest: {w.describe()} — {w.step_seconds:.3f} s/step, {w.tokens_per_second:,.0f} tokens/s, "
             f"MFU {w.mfu:.1%}, peak {w.peak_bytes / GiB:.1f} of {w.capacity_bytes / GiB:.1f} GiB "
             f"({w.headroom_fraction:.0%} free).")
-    if (model.implementation is Implementation.TRANSFORMERS and w.plan.recompute_layers is not None
-            and w.plan.recompute is Recompute.FULL):  # which layers, and the call that checkpoints them
+    if model.implementation is Implementation.TRANSFORMERS and w.plan.recompute_layers is not None:
+        # some decoder layers checkpointed (validate allows recompute_layers with full recompute only): which ones
         top += f" Its gradient checkpointing is {hf_checkpointing_words(model, w.plan)}; `workbench export` writes it."
     if runner_up is None:
         return top + " It is the only plan that fits."

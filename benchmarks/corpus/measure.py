@@ -369,13 +369,10 @@ def build_hf(shape: dict, cfg: dict, trainer: bool = False):
             model = AutoModelForCausalLM.from_config(hf_cfg, attn_implementation=cfg["attn"],
                                                      dtype=torch.bfloat16)
     model.config.use_cache = False
-    if cfg.get("ckpt") and not trainer:
-        if cfg.get("ckpt_every", 1) > 1:  # every k-th decoder layer (transformers >= 5.24), as the planner offers
-            from workbench.hf import enable_layer_checkpointing
+    if cfg.get("ckpt") and not trainer:  # every decoder layer, or every k-th (transformers >= 5.24)
+        from workbench.hf import enable_layer_checkpointing
 
-            enable_layer_checkpointing(model, cfg["ckpt_every"])
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_layer_checkpointing(model, cfg.get("ckpt_every", 1))
     lora = None
     if cfg.get("lora"):
         from peft import LoraConfig, get_peft_model
