@@ -64,24 +64,13 @@ def at_edge(rec: dict, edge: float) -> bool:
     return failed_for_memory(rec) or device_bytes(rec) >= edge * total_bytes(rec)
 
 
-def described(rec: dict):
-    """The run dict of :func:`bench_accuracy.corpus_run` for any record, its outcome aside (a failed record is
-    described as if it had run: only its model, cluster and plan are used)."""
-    from bench_accuracy import corpus_run
-
-    stand_in = dict(rec, status="ok", peak_allocated_bytes=rec.get("peak_allocated_bytes") or 1,
-                    peak_reserved_bytes=rec.get("peak_reserved_bytes") or 1,
-                    outside_allocator_bytes=rec.get("outside_allocator_bytes") or 1)
-    return corpus_run(stand_in)
-
-
 def verdict(rec: dict) -> dict:
     """What ``workbench estimate`` says of the record's plan on its GPU, beside what the GPU did."""
+    from corpus.describe import scored_specs
     from workbench.allocsim import auto_replay_skipped, is_megatron
     from workbench.estimate import estimate
 
-    run = described(rec)
-    model, cluster, plan = run["model"], run["cluster"], run["plan"]
+    model, cluster, plan = scored_specs(rec)  # a failed record described as if it had run: its specs only
     config = rec.get("hf_config")
     skipped = auto_replay_skipped(model, plan, has_config=bool(config))
     simulate = None if skipped else (True if is_megatron(model) else config)

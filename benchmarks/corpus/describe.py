@@ -104,10 +104,11 @@ def description(r: dict) -> dict:
 
 
 def scored_specs(r: dict) -> tuple:
-    """``(model, cluster, plan)`` of a measure.py record (not a launcher run) as ``benchmarks/bench_accuracy.py``
-    scores it (:func:`bench_accuracy.corpus_run`, the one reading of a record: the overlap, ``zero.Init``,
-    page-locked buffers, LoRA targets and ZeRO sizes the run resolved). A record of group ``pressure``, whose
-    allocator was capped, is described without the cap (the cap is no plan field)."""
+    """``(model, cluster, plan)`` of a corpus record as ``benchmarks/bench_accuracy.py`` scores it
+    (:func:`bench_accuracy.corpus_run`, the one reading of a record: the overlap, ``zero.Init``, page-locked buffers,
+    LoRA targets and ZeRO sizes the run resolved), whatever its outcome (a failed or out-of-memory record is described
+    as if it had run; ``bench_fits.py`` judges those). A record of group ``pressure``, whose allocator was capped, is
+    described without the cap (the cap is no plan field)."""
     bench = str(Path(__file__).resolve().parents[1])
     if bench not in sys.path:
         sys.path.insert(0, bench)
