@@ -260,6 +260,15 @@ def _spec(shape_id: str, attn, layers: int):
     return shape_model(shape_id, attn).replace(num_layers=layers)
 
 
+def record_gpu(doc: dict):
+    """The catalog GPU a record file was measured on (its provenance's device name, ``NVIDIA H100 80GB HBM3`` ->
+    ``H100-SXM``); the H200 for a record without one."""
+    from workbench import catalog
+    from workbench.calibrate.runner import catalog_gpu_for
+
+    return catalog.gpu(catalog_gpu_for(doc.get("provenance", {}).get("gpu") or "") or "H200")
+
+
 def model_comparison(path: Path) -> list[str]:
     """Per case: one layer's measured kernel time per step by part — GEMMs, the attention kernel, and the
     memory-bound rest (element-wise, copies and casts, reductions) — beside what the time model prices for the same
@@ -267,12 +276,12 @@ def model_comparison(path: Path) -> list[str]:
     backward), and the slope of the step over depth, measured and priced."""
     import warnings
 
-    from workbench import catalog, timing
+    from workbench import timing
     from workbench.estimate import estimate
     from workbench.specs import ClusterSpec, ParallelPlan
 
     doc = json.loads(path.read_text())
-    cluster = ClusterSpec(gpu=catalog.gpu("H200"), gpus_per_node=1, num_nodes=1)
+    cluster = ClusterSpec(gpu=record_gpu(doc), gpus_per_node=1, num_nodes=1)
     lines = [f"{path.name}: {doc['provenance'].get('gpu')} {doc['provenance'].get('date_utc')}; per layer per step, "
              f"ms: measured / priced"]
     for key, deep, half in depth_pairs(path):
@@ -318,10 +327,8 @@ def memory_efficiency_rows(path: Path, census: Path) -> list[dict]:
     from count_layer_bytes_cpu import bytes_per_token
     from measure import HF_SHAPES
 
-    from workbench import catalog
-
     counted = {(r["shape_id"], r["attn"]): r for r in map(json.loads, census.read_text().splitlines())}
-    hbm = catalog.gpu("H200").hbm_gb_per_s * 1e9
+    hbm = record_gpu(json.loads(path.read_text())).hbm_gb_per_s * 1e9
     out = []
     for (stack, shape_id, mbs, ckpt, attn), deep, half in depth_pairs(path):
         if stack != "hf-ds" or attn != "sdpa" or ckpt:
@@ -343,11 +350,11 @@ def gemm_scale_rows(path: Path) -> list[dict]:
     against the weight GEMMs the curve prices for it (3 x the forward's, at a time scale of 1)."""
     import warnings
 
-    from workbench import catalog, timing
+    from workbench import timing
     from workbench.estimate import estimate
     from workbench.specs import ClusterSpec, ParallelPlan
 
-    cluster = ClusterSpec(gpu=catalog.gpu("H200"), gpus_per_node=1, num_nodes=1)
+    cluster = ClusterSpec(gpu=record_gpu(json.loads(path.read_text())), gpus_per_node=1, num_nodes=1)
     out = []
     for (stack, shape_id, mbs, ckpt, attn), deep, half in depth_pairs(path):
         if stack != "hf-ds" or attn != "sdpa" or ckpt:
