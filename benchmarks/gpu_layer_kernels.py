@@ -374,31 +374,50 @@ def gemm_scale_rows(path: Path) -> list[dict]:
 def write_calibration(path: Path, census: Path) -> dict:
     """From fit-split records ``path``: the median fraction of the HBM datasheet at which a transformers layer's
     counted memory-bound bytes move (:func:`memory_efficiency_rows`) and the median measured / priced time of its
-    weight GEMMs (:func:`gemm_scale_rows`), into catalog ``transformers.layer_memory_hbm_efficiency`` and
-    ``transformers.weight_gemm_time_scale`` with their source; returns both."""
+    weight GEMMs (:func:`gemm_scale_rows`), with their source. Records of the H200 go into catalog
+    ``transformers.layer_memory_hbm_efficiency`` and ``transformers.weight_gemm_time_scale`` (the constants every
+    GPU takes); records of another GPU into ``gpu_kernels.<its catalog name>``, that GPU's own
+    (:func:`workbench.timing.gpu_kernel_constants`). Returns both values."""
     import statistics
 
+    gpu = record_gpu(json.loads(path.read_text()))
     mem, gemm = memory_efficiency_rows(path, census), gemm_scale_rows(path)
     out = dict(layer_memory_hbm_efficiency=round(statistics.median(r["efficiency"] for r in mem), 3),
                weight_gemm_time_scale=round(statistics.median(r["scale"] for r in gemm), 3))
     cat = ROOT / "workbench" / "catalog" / "efficiency.json"
     cal = json.loads(cat.read_text())
-    cal["transformers"].update(out)
-    cal["transformers"]["layer_kernels_source"] = (
-        "transformers layers' GPU time per kernel class, measured by benchmarks/gpu_layer_kernels.py on fit-split "
-        f"shapes ({path.name}: torch.profiler kernel time at two depths, one H200, DeepSpeed ZeRO-2, sdpa, 16 k tokens "
-        "per micro-batch). layer_memory_hbm_efficiency: the median fraction of the 4800 GB/s datasheet at which the "
-        "bytes benchmarks/count_layer_bytes_cpu.py counts for a layer's memory-bound kernels (norms with their fp32 "
-        "upcast, rotary embedding, activation and gate product, residual adds, casts, their backwards; "
-        "layer_memory_bytes, per design) move in the measured time of those kernels: "
-        + ", ".join(f"{r['shape_id']} {r['efficiency']:.3f}" for r in mem)
-        + "; they replace the per-layer activation count x memory_passes for transformers layers, which priced "
-        "1.8-3.7x less. weight_gemm_time_scale: the median measured / priced time of a layer's weight GEMMs (the "
-        "isolated-GEMM curve of h200_measured gives less than the profiler sees in these layers): "
-        + ", ".join(f"{r['shape_id']} {r['scale']:.3f}" for r in gemm)
-        + "; applied to the weight and logits GEMMs of transformers models. Not fitted on the corpus.")
+    measured = (
+        f"transformers layers' GPU time per kernel class, measured by benchmarks/gpu_layer_kernels.py on fit-split "
+        f"shapes ({path.name}: torch.profiler kernel time at two depths, one {gpu.name}, DeepSpeed ZeRO-2, sdpa, 16 k "
+        f"tokens per micro-batch). layer_memory_hbm_efficiency: the median fraction of the {gpu.hbm_gb_per_s:.0f} "
+        "GB/s datasheet at which the bytes benchmarks/count_layer_bytes_cpu.py counts for a layer's memory-bound "
+        "kernels (norms with their fp32 upcast, rotary embedding, activation and gate product, residual adds, casts, "
+        "their backwards; layer_memory_bytes, per design) move in the measured time of those kernels: "
+        + ", ".join(f"{r['shape_id']} {r['efficiency']:.3f}" for r in mem))
+    gemms = ("weight_gemm_time_scale: the median measured / priced time of a layer's weight GEMMs (the isolated-GEMM "
+             "curve of h200_measured gives less than the profiler sees in these layers): "
+             + ", ".join(f"{r['shape_id']} {r['scale']:.3f}" for r in gemm))
+    if gpu.name == "H200":
+        cal["transformers"].update(out)
+        cal["transformers"]["layer_kernels_source"] = (
+            measured + "; they replace the per-layer activation count x memory_passes for transformers layers, which "
+            "priced 1.8-3.7x less. " + gemms + "; applied to the weight and logits GEMMs of transformers models. Not "
+            "fitted on the corpus.")
+    else:
+        section = cal.setdefault("gpu_kernels", {"about": GPU_KERNELS_ABOUT})
+        section[gpu.name] = dict(out, source=measured + ". " + gemms + ". Not fitted on the corpus.")
     cat.write_text(json.dumps(cal, indent=2, ensure_ascii=False) + "\n")
     return out
+
+
+GPU_KERNELS_ABOUT = (
+    "Layer-kernel constants measured on a GPU other than the H200 (benchmarks/gpu_layer_kernels.py --write-calibration "
+    "on its fit-case records): its transformers layers' weight_gemm_time_scale replaces the H200's, and its "
+    "layer_memory_hbm_efficiency over the H200's (transformers.layer_memory_hbm_efficiency) scales the bandwidth of "
+    "every memory-bound kernel of a layer and the loss, in every stack (workbench.timing.gpu_kernel_constants: "
+    "layer_hbm_scale); megatron-core layers take that scale unmeasured on their own (their fit case did not fit the "
+    "H100 at its depth). Other bandwidths (optimizer, gradient copies, ZeRO-3's) keep the curve's hbm_efficiency. A "
+    "GPU not listed takes the H200's constants at its own datasheet bandwidth.")
 
 
 def main(argv=None) -> int:

@@ -20,6 +20,8 @@ PINNED = [
      58538354380, 2143649792, 9.121341222989644,
      {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13533120006746202}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
+     # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
+     # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-03: ZeRO-3 keeps parameters gathered through the forward (the coordinator walk, +2.0 GiB) and the
      # parameter-offload host factor (0.254, not optimizer offload's 0.809; no upload of the updated parameters).
      # 2026-12-04: the allocator reserve of ZeRO-3 with the parameters on the host (35.2 %, its fit-split median, was
@@ -27,34 +29,46 @@ PINNED = [
      # the streams' caches together (the model built whole, the gathered peak, the reduction copies: 10.4 %, 19.9 %
      # once fit10 added runs with the parameters alone on the host)
      38516829202, 23190018048, 3.5589438762563983,
-     {'compute': 1.2869937958467284, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6317380124398386, 'offload': 0.6059912044142757, 'optimizer': 0.0307465}),
+     {'compute': 1.2549762044629196, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 1.6637556038236474, 'offload': 0.6059912044142757, 'optimizer': 0.0307465}),
     ('--model mixtral-8x7b --engine megatron --tp 2 --pp 2 --ep 4 --sp --gbs 64 --nodes 2 --distributed-optimizer',
+     # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
+     # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     222862412742, 2143649792, 27.775576163776233,
-     {'compute': 24.278990578545315, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.597104151890953}),
+     222862412742, 2143649792, 27.38430405193833,
+     {'compute': 23.90891219472659, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.5759104238717754}),
     ('--model llama3-8b --engine megatron --tp 2 --gbs 32 --precision fp8 --attention flash --distributed-optimizer --fp8-param-gather',
+     # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
+     # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     73542247511, 2143649792, 2.6208670892836246,
-     {'compute': 2.3448231640437416, 'tp_comm': 0.2123276344888889, 'dp_comm': 0.04296042882860639, 'optimizer': 0.020755861922388062}),
+     73542247511, 2143649792, 2.530416659214687,
+     {'compute': 2.254372733974804, 'tp_comm': 0.2123276344888889, 'dp_comm': 0.04296042882860639, 'optimizer': 0.020755861922388062}),
     ('--model llama2-7b --engine deepspeed --zero 2 --lora-rank 16 --gbs 16',
-     48019545838, 2143649792, 0.5138992679270735,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
-     {'compute': 0.48231149349072194, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030900441129552238}),
+     # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
+     # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
+     48019545838, 2143649792, 0.4978904722351692,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
+     {'compute': 0.4663026977988176, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030900441129552238}),
     ('--model llama2-70b --engine megatron --tp 8 --pp 4 --first-stage-layers 14 --last-stage-layers 12 --gbs 64 --nodes 4',
+     # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
+     # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     100297468608, 2143649792, 12.314709102781247,
-     {'compute': 9.104580430643782, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.2947793408472492}),
+     100297468608, 2143649792, 12.015105339316612,
+     {'compute': 8.812465910018181, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.28729009800821537}),
     ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
+     # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
+     # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB; 2026-12-05: the host holds each
      # rank's 16-bit partition once at init (DeepSpeed's defragment), +1.68 GB
      68056448614, 3828253696, 1.5195346964888092,
-     {'compute': 1.2598402372838835, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.19952566685939999, 'optimizer': 0.05669442878997015}),
+     {'compute': 1.2278226459000747, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.23154325824320876, 'optimizer': 0.05669442878997015}),
     ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
+     # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
+     # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-03: ZeRO-2's first bucket reduction fires at an attention weight, the layer's MLP block freed by then;
      # 2026-12-04: ZeRO-0/1/2's reserve refreshed to the fit split's median, 17.1 -> 16.6 %
-     62639536050, 2143649792, 3.749353979066072,
-     {'compute': 3.3328498433202145, 'cp_comm': 0.16364557653333336, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05669442878997015}),
+     62639536050, 2143649792, 3.6853187962984544,
+     {'compute': 3.268814660552597, 'cp_comm': 0.16364557653333336, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05669442878997015}),
 ]
 
 
@@ -77,40 +91,42 @@ def test_estimate_numbers_are_pinned(capsys, args, peak_bytes, host_bytes, step_
 # (timing.host_wait, forward share 0.53 measured) with megatron-core's base refitted 1.38 -> 1.22 ms and the
 # per-operator cost 18.25 -> 17.75 us (GPT-style layer 4.026 -> 3.79 ms) and the host's wait judged against the
 # kernels and the tensor-parallel collectives together (timing.host_wait_terms): rows 0, 1, 4 and 13 move by -9.5 to
-# +6.3 % (row 13, t = 2: its collectives now hide host time)
+# +6.3 % (row 13, t = 2: its collectives now hide host time); and when the H100 got its own layer-kernel constants
+# (efficiency.json gpu_kernels, 2026-12-07: rows on the default H100 move by -4.4 to +0.5 %, ZeRO-3's host-bound
+# steps not at all)
 BEFORE_ZERO3_SPLIT = [
     ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 0 --recompute none --mbs 1 --gbs 4',
      0.21140842778364177, 0.0),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 2 --recompute full --mbs 2 --gbs 4',
-     0.15239732354085522, 0.0007478348417910448),
+     0.1483630993544739, 0.0007478348417910448),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute none --mbs 1 --gbs 4',
-     0.8203646497299104, 0.718531963713759),
+     0.8203646497299104, 0.7266004120865217),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute full --mbs 2 --gbs 4',
-     0.6038015387567761, 0.48023002602672604),
+     0.6038015387567761, 0.49088653316138814),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 1 --recompute none --mbs 2 --gbs 32',
-     0.1259838752966942, 0.002025663108457711),
+     0.12050348568583097, 0.002025663108457711),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 32',
-     1.4833898490112636, 1.3625706202652714),
+     1.4833898490112636, 1.3732271273999335),
     ('--model gpt3-125m --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute none --mbs 2 --gbs 64',
-     0.542213114551403, 0.44450591598408057),
+     0.542213114551403, 0.45257436435684323),
     ('--model llama2-7b --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 4',
-     3.42491744468394, 1.485801310292884),
+     3.42491744468394, 1.528210665092547),
     ('--model llama2-7b --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 2 --recompute none --mbs 1 --gbs 32',
-     1.4593936611368645, 0.11570543650016585),
+     1.4273760697530558, 0.11570543650016585),
     ('--model llama2-7b --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute none --mbs 2 --gbs 32',
-     1.5195346964888092, 0.20300003041495554),
+     1.5195346964888092, 0.23501762179876431),
     ('--model llama2-7b --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 64',
-     6.298368528111812, 4.553861859645533),
+     6.328449948526128, 4.626352634859511),
     ('--model llama2-7b --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 0 --recompute full --mbs 2 --gbs 64',
-     2.0940990448416943, 0.19100809667491953),
+     2.0615345185412615, 0.20085292517414988),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --gbs 16 --nodes 1 --gpus-per-node 1',
-     13.07021707889598, 3.7920948740698015),  # ZeRO-3 offload host factor 0.666 -> 0.809 (2026-12-01) -> 0.899
+     13.07021707889598, 3.9201652396050366),  # ZeRO-3 offload host factor 0.666 -> 0.809 (2026-12-01) -> 0.899
     ('--model gpt3-1.3b --engine megatron --tp 2 --pp 2 --gbs 32',
-     0.789935520585817, 0.0039984448),  # 2026-12-05: the bubble of the stages as they are (last: output layer)
+     0.790126233426312, 0.0039984448),  # 2026-12-05: the bubble of the stages as they are (last: output layer)
     ('--model llama2-7b --engine deepspeed --zero 3 --lora-rank 16 --gbs 16',
-     3.2815015982665345, 2.76828966364626),  # 2026-12-06: the hooks of LoRA's modules (1.4215 s before; final57)
+     3.281501598266534, 2.784298459338164),  # 2026-12-06: the hooks of LoRA's modules (1.4215 s before; final57)
     ('--model llama2-7b --engine deepspeed --zero 3 --no-overlap-comm --gbs 32 --nodes 2',
-     3.188170272538269, 2.5009529102199193),
+     3.188170272538269, 2.516961705911824),
 ]
 
 

@@ -329,7 +329,7 @@ def test_hf_checkpointing_and_lora_bucket_timing(monkeypatch):
     monkeypatch.setattr(encode, "layer_host_seconds",
                         lambda m: 0.0 if m.implementation is Implementation.MEGATRON else layerops.layer_host_seconds(m))
     # ... and the transformers layers' GPU work priced as the twin's (counted bytes and the GEMM time scale apart)
-    monkeypatch.setattr(encode, "layer_memory_inputs", lambda m, precision, constants: dict(
+    monkeypatch.setattr(encode, "layer_memory_inputs", lambda m, precision, constants, gpu_name="": dict(
         layer_memory_bytes_forward=0.0, layer_memory_bytes_backward=0.0, layer_memory_hbm_efficiency=1.0,
         weight_gemm_time_scale=1.0))
     cluster, plan = ClusterSpec(gpu="H200", gpus_per_node=1), ParallelPlan(world_size=1, zero_stage=2,

@@ -243,7 +243,8 @@ def test_unfused_minus_flash_is_the_score_traffic():
     flash = step_time_terms(**{**kw, "unfused_attention": 0})
     layers, mb = m.num_layers, kw["num_microbatches"]
     elements = kw["micro_batch_size"] * m.seq_length * m.num_attention_heads * m.seq_length
-    bps = kw["hbm_gb_per_s"] * 1e9 * kw["score_hbm_efficiency"]  # the score kernels' own fraction of HBM bandwidth
+    # the score kernels' own fraction of HBM bandwidth, on this GPU (its layer kernels' measured scale)
+    bps = kw["hbm_gb_per_s"] * 1e9 * kw["score_hbm_efficiency"] * kw["layer_hbm_scale"]
     assert unfused["compute"] - flash["compute"] == pytest.approx(mb * layers * elements * (37 + 45) / bps)
     assert unfused["recompute"] - flash["recompute"] == pytest.approx(mb * layers * elements * 37 / bps)
     # the spec level: flash attention models get no score traffic at all
@@ -353,7 +354,7 @@ def test_rotary_embedding_bytes():
     none = step_time_terms(**{**est.inputs, "rope_forward_bytes": 0.0, "rope_backward_bytes": 0.0})
     tokens = 4096 * 1  # seq × micro-batch
     per_layer = tokens * (llama.query_projection_size + llama.kv_projection_size)  # TP 1
-    hbm = est.inputs["hbm_gb_per_s"] * 1e9 * est.inputs["hbm_efficiency"]
+    hbm = est.inputs["hbm_gb_per_s"] * 1e9 * est.inputs["hbm_efficiency"] * est.inputs["layer_hbm_scale"]
     assert est.layer_forward_seconds - float(none["layer_forward_seconds"]) == pytest.approx(per_layer * 24 / hbm)
 
 

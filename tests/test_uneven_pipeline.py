@@ -213,7 +213,8 @@ def test_planner_names_the_stages_when_the_bubble_differs_by_the_split():
     uneven = next(r for r in ranked if r.plan.uneven_stages)
     even = next(r for r in ranked if r.plan.pipeline_parallel == 2 and not r.plan.uneven_stages)
     layers = "/".join(map(str, uneven.plan.stage_layers(10)))
-    assert f"stages of {layers} layers vs PP=2" in planner.explain(even, uneven, model=m, cluster=cluster)
+    text = planner.explain(even, uneven, model=m, cluster=cluster)
+    assert f"stages of {layers} layers" in text and "PP=2, v=1" in text  # either plan may be the faster one
 
 
 def test_planner_splits_where_pp_does_not_divide_the_layers():

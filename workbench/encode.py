@@ -256,15 +256,21 @@ def hf_host_inputs(model: ModelSpec, cols: dict, constants: dict) -> dict:
                 lora_modules_per_layer=lora)
 
 
-def layer_memory_inputs(model: ModelSpec, precision: Precision, constants: dict) -> dict:
+def layer_memory_inputs(model: ModelSpec, precision: Precision, constants: dict, gpu_name: str = "") -> dict:
     """transformers models: the counted memory-bound bytes per token of a layer (:func:`workbench.layerops.
     layer_memory_bytes`, counted in bf16: 16-bit training only), the bandwidth they move at and the weight GEMMs'
-    measured time scale (catalog ``transformers``); other stacks keep the per-layer activation count and the curve."""
+    measured time scale (catalog ``transformers``); other stacks keep the per-layer activation count and the curve.
+    Every stack: the layer kernels' bandwidth scale of ``gpu_name`` where that GPU's layers were measured
+    (:func:`workbench.timing.gpu_kernel_constants`, which also gives its own GEMM time scale)."""
+    from workbench.timing import gpu_kernel_constants
+
     hf = model.implementation is Implementation.TRANSFORMERS
+    constants = {**constants, **gpu_kernel_constants(gpu_name)}
     fwd, bwd = layer_memory_bytes(model) if hf and precision.bytes_per_value == 2 else (0.0, 0.0)
     return dict(layer_memory_bytes_forward=fwd, layer_memory_bytes_backward=bwd,
                 layer_memory_hbm_efficiency=constants.get("layer_memory_hbm_efficiency", 1.0),
-                weight_gemm_time_scale=constants.get("weight_gemm_time_scale", 1.0) if hf else 1.0)
+                weight_gemm_time_scale=constants.get("weight_gemm_time_scale", 1.0) if hf else 1.0,
+                layer_hbm_scale=constants.get("layer_hbm_scale", 1.0))
 
 
 def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):
@@ -536,7 +542,7 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         soft_cap=float(soft_capped(model)),
         **flash_attention_inputs(model, gpu),
         **hf_host_inputs(model, cols, cal.get("transformers", {})),
-        **layer_memory_inputs(model, precision, cal.get("transformers", {})),
+        **layer_memory_inputs(model, precision, cal.get("transformers", {}), gpu.name),
         expert_parallel=cols.get("ep", 1), expert_tensor_parallel=cols.get("etp"),
         expert_data_parallel=cols.get("edp"), expert_parameters=expert_parameters(model),
         moe_token_factor=cols.get("moe_tf", 1.0), moe_allgather=cols.get("moe_ag", 0),

@@ -77,6 +77,20 @@ def gpu_generation(gpu_name: str) -> str:
     return table.get(gpu_name, table.get(gpu_name.upper(), "default"))
 
 
+def gpu_kernel_constants(gpu_name: str) -> dict:
+    """The layer-kernel constants measured on this GPU itself (catalog ``gpu_kernels``, written by
+    ``benchmarks/gpu_layer_kernels.py --write-calibration`` from a record of that GPU): its transformers layers'
+    ``layer_memory_hbm_efficiency`` and ``weight_gemm_time_scale``, and ``layer_hbm_scale``, how much more of its
+    datasheet bandwidth its memory-bound layer kernels reach than the H200's on the same fit shapes (its efficiency
+    over the catalog ``transformers`` one). ``{}`` for a GPU without a measurement of its own: it takes the H200's."""
+    entry = (calibration().get("gpu_kernels") or {}).get(gpu_name)
+    if not entry:
+        return {}
+    base = calibration()["transformers"]["layer_memory_hbm_efficiency"]
+    return dict(layer_memory_hbm_efficiency=base, weight_gemm_time_scale=entry["weight_gemm_time_scale"],
+                layer_hbm_scale=entry["layer_memory_hbm_efficiency"] / base)
+
+
 def _generation_curve(curves: dict, gen: str, gpu_name: str, *, fallback: str, fallback_name: str) -> dict:
     """A copy of the catalog curve of GPU generation ``gen``; for a generation without one, the ``fallback``
     generation's, its source saying so."""
@@ -655,6 +669,11 @@ class StepInputs:
     layer_memory_hbm_efficiency: object = 1.0
     """Fraction of the datasheet HBM bandwidth at which those counted bytes move (catalog
     ``transformers.layer_memory_hbm_efficiency``, measured by ``benchmarks/gpu_layer_kernels.py`` on fit shapes)."""
+    layer_hbm_scale: object = 1.0
+    """How much more of its datasheet HBM bandwidth this GPU's memory-bound layer kernels reach than the GPU the
+    layer constants were measured on (the H200): every bandwidth of :func:`compute_terms`' memory-bound kernels
+    (element-wise passes, rotary, counted transformers bytes, materialised scores, MoE permutations, the loss) is
+    multiplied by it. 1 where the GPU has no measurement of its own (:func:`gpu_kernel_constants`)."""
     weight_gemm_time_scale: object = 1.0
     """Measured over priced time of a layer's weight GEMMs and the logits GEMM for the stack (catalog
     ``transformers.weight_gemm_time_scale``, ``benchmarks/gpu_layer_kernels.py`` on fit shapes: transformers' plain
@@ -789,7 +808,7 @@ def compute_terms(x: StepInputs) -> dict:
     flash_kernel = (asarray(x.flash_forward_efficiency_max) > 0) & (asarray(x.unfused_attention) == 0)
     t_core = where(flash_kernel, flash_fwd, t_core)
     t_core_bwd = where(flash_kernel, flash_bwd, t_core_bwd)
-    hbm = g["hbm_bytes_per_s"]
+    hbm = g["hbm_bytes_per_s"] * x.layer_hbm_scale  # the layer's memory-bound kernels on this GPU
     elementwise = elementwise_bytes_per_layer(tokens=tokens, hidden_size=h, num_attention_heads=x.num_attention_heads,
                                               seq_length=s, tensor_parallel=t, sequence_parallel=g["sp"],
                                               unfused_attention=0, bytes_per_value=x.bytes_per_value)
@@ -801,7 +820,7 @@ def compute_terms(x: StepInputs) -> dict:
     # transformers layers: their memory-bound kernels' bytes counted from the real modules (rotary included), at the
     # bandwidth those kernels reach; the backward's counted too
     counted = asarray(x.layer_memory_bytes_forward) > 0
-    counted_hbm = x.hbm_gb_per_s * 1e9 * x.layer_memory_hbm_efficiency
+    counted_hbm = x.hbm_gb_per_s * 1e9 * x.layer_memory_hbm_efficiency * x.layer_hbm_scale
     t_mem = where(counted, tokens * x.layer_memory_bytes_forward / counted_hbm, t_mem)
     t_mem_bwd_counted = tokens * x.layer_memory_bytes_backward / counted_hbm
     t_rope_fwd, t_rope_bwd = where(counted, 0.0, t_rope_fwd), where(counted, 0.0, t_rope_bwd)
@@ -818,7 +837,8 @@ def compute_terms(x: StepInputs) -> dict:
         num_experts=x.num_experts, hidden_size=h, ffn_hidden_size=f, gated=x.gated, value_bytes=x.bytes_per_value,
         trainable_experts=where(asarray(x.lora_modules_per_layer) > 0, 0.0, 1.0)), 0.0) / 3
     t_perm = where(asarray(x.hf_moe_experts) > 0,
-                   hf_block / (x.hbm_gb_per_s * 1e9 * x.moe_block_hbm_efficiency) + eager_bytes / hbm,
+                   hf_block / (x.hbm_gb_per_s * 1e9 * x.moe_block_hbm_efficiency * x.layer_hbm_scale)
+                   + eager_bytes / hbm,
                    4 * copies * h * x.bytes_per_value / hbm)
     t_mem = t_mem + where(x.num_experts > 1, t_perm, 0.0)
     # DeepSpeed-MoE: its fp32 gate input and fp32 weighted combine (:func:`workbench.dsmoe.extra_hbm_bytes`)
@@ -829,7 +849,7 @@ def compute_terms(x: StepInputs) -> dict:
     score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,
                                                      softmax_fusion=x.softmax_fusion,
                                                      attention_dropout=x.attention_dropout)
-    score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency
+    score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency * x.layer_hbm_scale
     cap_fwd_b, cap_bwd_b = soft_cap_bytes(bytes_per_value=x.bytes_per_value)
     t_score_fwd = score_elements * (score_fwd_b + x.soft_cap * cap_fwd_b) / score_hbm
     t_score_bwd = score_elements * (score_bwd_b + x.soft_cap * cap_bwd_b) / score_hbm
