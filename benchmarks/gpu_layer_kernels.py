@@ -51,7 +51,14 @@ ZERO3_CASES = [
 """Two of :data:`FIT_CASES` under ZeRO-3 (same micro-batch, sdpa): what ZeRO-3 adds to a GPU-bound layer's kernels
 and step, set beside their ZeRO-2 records (fit shapes)."""
 
-CASES = {"diagnosis": DIAGNOSIS_CASES, "fit": FIT_CASES, "zero3": ZERO3_CASES}
+FIT_80GB_CASES = [
+    ("hf-ds", "hf-llama-h2048-l22", 2, "eager", 2, False),
+    ("mcore-ds", "mc-h3072-gqa", 2, None, 2, False),
+]
+"""The two :data:`FIT_CASES` that do not fit an 80 GB card at their micro-batch (eager attention's scores,
+megatron-core's unfused core), at half of it: what an H100's eager and megatron-core layers are checked on."""
+
+CASES = {"diagnosis": DIAGNOSIS_CASES, "fit": FIT_CASES, "fit-80gb": FIT_80GB_CASES, "zero3": ZERO3_CASES}
 
 WARMUP, PROFILED = 3, 2
 
