@@ -98,6 +98,10 @@ def _specs(n=2, **plan):
 def test_estimate_without_profile_carries_the_note():
     est = estimate(*_specs())
     assert est.to_dict()["profile"] == {"name": None, "note": NO_PROFILE_NOTE}
+    # a GPU whose layer kernels were measured on it says so (the H100: catalog gpu_kernels)
+    m, c, p = _specs()
+    note = estimate(m, c.replace(gpu=gpu("H100-SXM")), p).to_dict()["profile"]["note"]
+    assert note.startswith(NO_PROFILE_NOTE) and "H100-SXM's own layer kernels" in note
 
 
 def test_lower_gemm_efficiency_gives_a_longer_step():

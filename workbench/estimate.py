@@ -248,7 +248,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, profile
         plan = plan.replace(overlap_comm=overlap_comm)
     peaks = _replayed_peaks(model, cluster, plan, simulate_allocator)
     profile = resolve_profile(profile)
-    record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record()
+    record = profile.applied(cluster, plan.precision) if profile is not None else no_profile_record(cluster.gpu.name)
     counts = model.parameter_counts()
     cols = encode.plan_columns(plan, model)
     try:

@@ -841,7 +841,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
 
     profile = resolve_profile(profile)
     # applied() refuses a profile measured on another GPU, naming both
-    profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record()
+    profile_record = profile.applied(cluster, precision) if profile is not None else no_profile_record(cluster.gpu.name)
     if precision.is_fp8:  # every row with the recipe (encode.complete_columns keeps a given column)
         table["fp8_recipe"] = np.full(count, E.FP8_RECIPE_CODES[str(stack["fp8_recipe"])], np.int64)
         # --fp8-param-gather where Megatron allows it: the rows with the distributed optimizer
