@@ -268,12 +268,13 @@ def _spec(shape_id: str, attn, layers: int):
 
 
 def record_gpu(doc: dict):
-    """The catalog GPU a record file was measured on (its provenance's device name, ``NVIDIA H100 80GB HBM3`` ->
-    ``H100-SXM``); the H200 for a record without one."""
-    from workbench import catalog
-    from workbench.calibrate.runner import catalog_gpu_for
+    """The catalog GPU a record file was measured on: its provenance names the device as a corpus record's does
+    (``describe.record_gpu``; the H200 for a record without one)."""
+    from describe import record_gpu as catalog_name
 
-    return catalog.gpu(catalog_gpu_for(doc.get("provenance", {}).get("gpu") or "") or "H200")
+    from workbench import catalog
+
+    return catalog.gpu(catalog_name(doc))
 
 
 def model_comparison(path: Path) -> list[str]:

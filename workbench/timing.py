@@ -80,16 +80,15 @@ def gpu_generation(gpu_name: str) -> str:
 def gpu_kernel_constants(gpu_name: str) -> dict:
     """The layer-kernel constants measured on this GPU itself (catalog ``gpu_kernels``, written by
     ``benchmarks/gpu_layer_kernels.py --write-calibration`` from a record of that GPU), as :class:`StepInputs` fields:
-    its transformers layers' ``weight_gemm_time_scale``; ``layer_hbm_scale``, how much more of its datasheet
+    its transformers layers' ``weight_gemm_time_scale``, and ``layer_hbm_scale``, how much more of its datasheet
     bandwidth its memory-bound layer kernels reach than the H200's on the same fit shapes (its measured efficiency
-    over the catalog ``transformers`` one); and that catalog efficiency as ``layer_memory_hbm_efficiency``, so that
-    the counted transformers bytes move at the GPU's own measured fraction once the scale applies. ``{}`` for a GPU
-    without a measurement of its own: it takes the H200's constants."""
+    over the catalog ``transformers`` one, which the counted transformers bytes keep, so that they move at the GPU's
+    own measured fraction). ``{}`` for a GPU without a measurement of its own: it takes the H200's constants."""
     entry = (calibration().get("gpu_kernels") or {}).get(gpu_name)
     if not entry:
         return {}
     base = calibration()["transformers"]["layer_memory_hbm_efficiency"]
-    return dict(layer_memory_hbm_efficiency=base, weight_gemm_time_scale=entry["weight_gemm_time_scale"],
+    return dict(weight_gemm_time_scale=entry["weight_gemm_time_scale"],
                 layer_hbm_scale=entry["layer_memory_hbm_efficiency"] / base)
 
 
