@@ -277,16 +277,49 @@ def record_gpu(doc: dict):
     return catalog.gpu(catalog_name(doc))
 
 
+def measured_parts(deep: dict, half: dict) -> dict:
+    """One layer's measured kernel time per step (ms) by part: ``gemm``, ``attention`` (the fused attention kernel),
+    ``optimizer``, ``other`` and ``memory-bound`` (every element-wise, copy/cast and reduction kernel)."""
+    return {k: v[0] for k, v in per_layer(deep, half, group=lambda name: (
+        kernel_class(name) if kernel_class(name) in ("gemm", "attention", "optimizer", "other")
+        else "memory-bound")).items()}
+
+
+def _case_time(cluster, key: tuple, rec: dict):
+    """The time model's estimate for one record of a case ``key`` (``(stack, shape_id, mbs, ckpt, attn)``) at its
+    depth: one GPU, DeepSpeed at the record's ZeRO stage, fused Adam, as the case ran."""
+    import warnings
+
+    from workbench.estimate import estimate
+    from workbench.specs import ParallelPlan
+
+    stack, shape_id, mbs, ckpt, attn = key
+    plan = ParallelPlan(engine="deepspeed", zero_stage=rec["zero"], world_size=1, micro_batch_size=mbs,
+                        global_batch_size=mbs, recompute="full" if ckpt else "none", adam="fused")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return estimate(_spec(shape_id, attn or None, rec["layers"]), cluster, plan, checks=False).time
+
+
+def priced_parts(inputs: dict) -> tuple:
+    """What the time model prices for one layer per step (ms), from its step inputs: weight GEMMs (3 x the
+    forward's), the attention core (forward + backward), and the rest of the layer's forward + backward (its
+    memory-bound kernels)."""
+    from workbench import timing
+
+    terms = timing.step_time_terms(**inputs)
+    gemm = 3 * float(terms["layer_weight_gemm_seconds"]) * 1e3
+    att = (float(terms["core_attention_seconds"]) + float(terms["core_attention_backward_seconds"])) * 1e3
+    layer = (float(terms["layer_forward_seconds"]) + float(terms["layer_backward_seconds"])) * 1e3
+    return gemm, att, layer - gemm - att
+
+
 def model_comparison(path: Path) -> list[str]:
     """Per case: one layer's measured kernel time per step by part — GEMMs, the attention kernel, and the
     memory-bound rest (element-wise, copies and casts, reductions) — beside what the time model prices for the same
     layer (weight GEMMs 3 x the forward's, attention core forward + backward, the rest of the layer's forward +
     backward), and the slope of the step over depth, measured and priced."""
-    import warnings
-
-    from workbench import timing
-    from workbench.estimate import estimate
-    from workbench.specs import ClusterSpec, ParallelPlan
+    from workbench.specs import ClusterSpec
 
     doc = json.loads(path.read_text())
     cluster = ClusterSpec(gpu=record_gpu(doc), gpus_per_node=1, num_nodes=1)
@@ -294,20 +327,10 @@ def model_comparison(path: Path) -> list[str]:
              f"ms: measured / priced"]
     for key, deep, half in depth_pairs(path):
         n = deep["layers"] - half["layers"]
-        parts = {k: v[0] for k, v in per_layer(deep, half, group=lambda name: (
-            kernel_class(name) if kernel_class(name) in ("gemm", "attention", "optimizer", "other")
-            else "memory-bound")).items()}
+        parts = measured_parts(deep, half)
         stack, shape_id, mbs, ckpt, attn = key
-        plan = ParallelPlan(engine="deepspeed", zero_stage=deep["zero"], world_size=1, micro_batch_size=mbs,
-                            global_batch_size=mbs, recompute="full" if ckpt else "none", adam="fused")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t_deep = estimate(_spec(shape_id, attn or None, deep["layers"]), cluster, plan, checks=False).time
-            t_half = estimate(_spec(shape_id, attn or None, half["layers"]), cluster, plan, checks=False).time
-        terms = timing.step_time_terms(**t_deep.inputs)
-        gemm = 3 * float(terms["layer_weight_gemm_seconds"]) * 1e3
-        att = (float(terms["core_attention_seconds"]) + float(terms["core_attention_backward_seconds"])) * 1e3
-        rest = (t_deep.layer_forward_seconds + t_deep.layer_backward_seconds) * 1e3 - gemm - att
+        t_deep, t_half = (_case_time(cluster, key, r) for r in (deep, half))
+        gemm, att, rest = priced_parts(t_deep.inputs)
         lines.append(f"  {stack:<8} {shape_id:<22} {attn or 'unfused':<7} mbs {mbs}: step slope "
                      f"{(_wall_ms(deep) - _wall_ms(half)) / n:6.2f} / "
                      f"{(t_deep.step_seconds - t_half.step_seconds) / n * 1e3:6.2f}; GEMMs {parts.get('gemm', 0):5.2f} / "
@@ -379,24 +402,67 @@ def gemm_scale_rows(path: Path) -> list[dict]:
     return out
 
 
-def write_calibration(path: Path, census: Path) -> dict:
-    """From fit-split records ``path``: the median fraction of the HBM datasheet at which a transformers layer's
-    counted memory-bound bytes move (:func:`memory_efficiency_rows`) and the median measured / priced time of its
-    weight GEMMs (:func:`gemm_scale_rows`), with their source. Records of the H200 go into catalog
+def score_scale_rows(path: Path, reference: Path) -> list[dict]:
+    """Per unfused case of ``path`` (transformers eager, megatron-core's local attention) also in ``reference`` (the
+    H200's records of the same stack, shape and attention; any micro-batch): how much more of its datasheet
+    bandwidth this GPU's materialised-score kernels reach than the H200's. The layer's memory-bound kernel time per
+    sample, measured on each GPU, gives their ratio; the time model's memory-bound rest on this GPU is split into
+    the score kernels' and the others' by pricing it with the score kernels at the layer's scale and at none; the
+    score scale is the one at which the priced ratio to the H200's equals the measured ratio, the others keeping the
+    layer's measured scale."""
+    from workbench.specs import ClusterSpec
+
+    doc, ref = json.loads(path.read_text()), json.loads(reference.read_text())
+    cluster = ClusterSpec(gpu=record_gpu(doc), gpus_per_node=1, num_nodes=1)
+    ref_cluster = ClusterSpec(gpu=record_gpu(ref), gpus_per_node=1, num_nodes=1)
+    ref_pairs = {(k[0], k[1], k[3], k[4]): (k, deep, half) for k, deep, half in depth_pairs(reference)}
+    out = []
+    for key, deep, half in depth_pairs(path):
+        stack, shape_id, mbs, ckpt, attn = key
+        match = ref_pairs.get((stack, shape_id, ckpt, attn))
+        if attn not in ("eager", "") or match is None:
+            continue
+        ref_key, ref_deep, ref_half = match
+        measured = measured_parts(deep, half).get("memory-bound", 0.0) / mbs
+        ref_measured = measured_parts(ref_deep, ref_half).get("memory-bound", 0.0) / ref_key[2]
+        inputs = _case_time(cluster, key, deep).inputs
+        layer_scale = float(inputs["layer_hbm_scale"])
+        at_layer = priced_parts(dict(inputs, score_hbm_scale=layer_scale))[2]
+        unscaled = priced_parts(dict(inputs, score_hbm_scale=1.0))[2]
+        scores = (unscaled - at_layer) / (1 - 1 / layer_scale)  # the score kernels' ms at the H200's fraction
+        ref_priced = priced_parts(_case_time(ref_cluster, ref_key, ref_deep).inputs)[2] / ref_key[2]
+        target = measured / ref_measured * ref_priced * mbs  # this GPU's rest, priced in the measured ratio
+        out.append(dict(stack=stack, shape_id=shape_id, attn=attn or "unfused", mbs=mbs, reference_mbs=ref_key[2],
+                        measured_ratio=measured / ref_measured, scale=scores / (target - (unscaled - scores))))
+    return out
+
+
+def write_calibration(paths: list, census: Path, reference: Path = ROOT / "benchmarks" / "results"
+                      / "layer_kernels_h200_fit.json") -> dict:
+    """From fit-split records ``paths`` (one GPU): the median fraction of the HBM datasheet at which a transformers
+    layer's counted memory-bound bytes move (:func:`memory_efficiency_rows`) and the median measured / priced time of
+    its weight GEMMs (:func:`gemm_scale_rows`), with their source. Records of the H200 go into catalog
     ``transformers.layer_memory_hbm_efficiency`` and ``transformers.weight_gemm_time_scale`` (the constants every
     GPU takes); records of another GPU into ``gpu_kernels.<its catalog name>``, that GPU's own
-    (:func:`workbench.timing.gpu_kernel_constants`). Returns both values."""
+    (:func:`workbench.timing.gpu_kernel_constants`), with the median score-kernel scale of its unfused cases against
+    the H200's ``reference`` records (:func:`score_scale_rows`) where it has any. Returns the values."""
     import statistics
 
-    gpu = record_gpu(json.loads(path.read_text()))
-    mem, gemm = memory_efficiency_rows(path, census), gemm_scale_rows(path)
+    gpus = {record_gpu(json.loads(p.read_text())).name for p in paths}
+    if len(gpus) != 1:
+        raise SystemExit(f"--write-calibration: records of one GPU, got {sorted(gpus)}")
+    gpu = record_gpu(json.loads(paths[0].read_text()))
+    mem = [r for p in paths for r in memory_efficiency_rows(p, census)]
+    gemm = [r for p in paths for r in gemm_scale_rows(p)]
+    scores = [] if gpu.name == "H200" else [r for p in paths for r in score_scale_rows(p, reference)]
     out = dict(layer_memory_hbm_efficiency=round(statistics.median(r["efficiency"] for r in mem), 3),
                weight_gemm_time_scale=round(statistics.median(r["scale"] for r in gemm), 3))
     cat = ROOT / "workbench" / "catalog" / "efficiency.json"
     cal = json.loads(cat.read_text())
+    names = ", ".join(p.name for p in paths)
     measured = (
         f"transformers layers' GPU time per kernel class, measured by benchmarks/gpu_layer_kernels.py on fit-split "
-        f"shapes ({path.name}: torch.profiler kernel time at two depths, one {gpu.name}, DeepSpeed ZeRO-2, sdpa, 16 k "
+        f"shapes ({names}: torch.profiler kernel time at two depths, one {gpu.name}, DeepSpeed ZeRO-2, sdpa, 16 k "
         f"tokens per micro-batch). layer_memory_hbm_efficiency: the median fraction of the {gpu.hbm_gb_per_s:.0f} "
         "GB/s datasheet at which the bytes benchmarks/count_layer_bytes_cpu.py counts for a layer's memory-bound "
         "kernels (norms with their fp32 upcast, rotary embedding, activation and gate product, residual adds, casts, "
@@ -412,8 +478,20 @@ def write_calibration(path: Path, census: Path) -> dict:
             "priced 1.8-3.7x less. " + gemms + "; applied to the weight and logits GEMMs of transformers models. Not "
             "fitted on the corpus.")
     else:
+        source = measured + ". " + gemms + "."
+        if scores:
+            out["score_hbm_scale"] = round(statistics.median(r["scale"] for r in scores), 3)
+            source += (
+                " score_hbm_scale: how much more of the datasheet unfused attention's score kernels (softmax, mask, "
+                "dropout, casts over the scores) reach than the H200's, from the same shapes' unfused cases at a micro-"
+                f"batch that fits this GPU against {reference.name} (benchmarks/gpu_layer_kernels.py "
+                "score_scale_rows: the measured memory-bound time per sample on the two GPUs, the layer's other "
+                "memory-bound kernels at this GPU's layer scale), median of "
+                + ", ".join(f"{r['shape_id']} {r['attn']} {r['scale']:.3f} (measured x{r['measured_ratio']:.3f} "
+                            f"the H200's per sample)" for r in scores))
         section = cal.setdefault("gpu_kernels", {"about": GPU_KERNELS_ABOUT})
-        section[gpu.name] = dict(out, source=measured + ". " + gemms + ". Not fitted on the corpus.")
+        section["about"] = GPU_KERNELS_ABOUT
+        section[gpu.name] = dict(out, source=source + " Not fitted on the corpus.")
     cat.write_text(json.dumps(cal, indent=2, ensure_ascii=False) + "\n")
     return out
 
@@ -423,9 +501,10 @@ GPU_KERNELS_ABOUT = (
     "on its fit-case records): its transformers layers' weight_gemm_time_scale replaces the H200's, and its "
     "layer_memory_hbm_efficiency over the H200's (transformers.layer_memory_hbm_efficiency) scales the bandwidth of "
     "every memory-bound kernel of a layer and the loss, in every stack (workbench.timing.gpu_kernel_constants: "
-    "layer_hbm_scale); megatron-core layers take that scale unmeasured on their own (their fit case did not fit the "
-    "H100 at its depth). Other bandwidths (optimizer, gradient copies, ZeRO-3's) keep the curve's hbm_efficiency. A "
-    "GPU not listed takes the H200's constants at its own datasheet bandwidth.")
+    "layer_hbm_scale), but unfused attention's score kernels, which take its score_hbm_scale where it has one "
+    "(measured on the eager and megatron-core fit cases at a micro-batch that fits the GPU). Other bandwidths "
+    "(optimizer, gradient copies, ZeRO-3's) keep the curve's hbm_efficiency. A GPU not listed takes the H200's "
+    "constants at its own datasheet bandwidth.")
 
 
 def main(argv=None) -> int:
@@ -437,8 +516,11 @@ def main(argv=None) -> int:
                                                            "per layer")
     ap.add_argument("--census", type=Path, default=ROOT / "benchmarks" / "results" / "layer_bytes_cpu.jsonl",
                     help="benchmarks/count_layer_bytes_cpu.py's records")
-    ap.add_argument("--write-calibration", type=Path, help="fit-split records: store the transformers layers' "
-                                                           "memory-bound bandwidth and weight-GEMM time scale")
+    ap.add_argument("--write-calibration", type=Path, nargs="+",
+                    help="fit-split records of one GPU: store the transformers layers' memory-bound bandwidth and "
+                         "weight-GEMM time scale (and, for a GPU other than the H200, its score kernels' scale)")
+    ap.add_argument("--reference", type=Path, default=ROOT / "benchmarks" / "results" / "layer_kernels_h200_fit.json",
+                    help="the H200's fit records the score kernels' scale is measured against")
     ap.add_argument("--cases", choices=sorted(CASES), default="fit")
     ap.add_argument("--case", type=int, help="run only this case of --cases, in this process")
     args = ap.parse_args(argv)
@@ -446,7 +528,7 @@ def main(argv=None) -> int:
         print("\n".join(summary(args.summary)))
         return 0
     if args.write_calibration:
-        print(write_calibration(args.write_calibration, args.census))
+        print(write_calibration(args.write_calibration, args.census, args.reference))
         return 0
     if args.memory:
         for path in args.memory:

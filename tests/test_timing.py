@@ -243,8 +243,9 @@ def test_unfused_minus_flash_is_the_score_traffic():
     flash = step_time_terms(**{**kw, "unfused_attention": 0})
     layers, mb = m.num_layers, kw["num_microbatches"]
     elements = kw["micro_batch_size"] * m.seq_length * m.num_attention_heads * m.seq_length
-    # the score kernels' own fraction of HBM bandwidth, on this GPU (its layer kernels' measured scale)
-    bps = kw["hbm_gb_per_s"] * 1e9 * kw["score_hbm_efficiency"] * kw["layer_hbm_scale"]
+    # the score kernels' own fraction of HBM bandwidth, on this GPU (their own measured scale, not the layer's)
+    assert kw["score_hbm_scale"] != kw["layer_hbm_scale"]
+    bps = kw["hbm_gb_per_s"] * 1e9 * kw["score_hbm_efficiency"] * kw["score_hbm_scale"]
     assert unfused["compute"] - flash["compute"] == pytest.approx(mb * layers * elements * (37 + 45) / bps)
     assert unfused["recompute"] - flash["recompute"] == pytest.approx(mb * layers * elements * 37 / bps)
     # the spec level: flash attention models get no score traffic at all

@@ -83,13 +83,15 @@ def gpu_kernel_constants(gpu_name: str) -> dict:
     its transformers layers' ``weight_gemm_time_scale``, and ``layer_hbm_scale``, how much more of its datasheet
     bandwidth its memory-bound layer kernels reach than the H200's on the same fit shapes (its measured efficiency
     over the catalog ``transformers`` one, which the counted transformers bytes keep, so that they move at the GPU's
-    own measured fraction). ``{}`` for a GPU without a measurement of its own: it takes the H200's constants."""
+    own measured fraction), and ``score_hbm_scale``, the same for unfused attention's score kernels where they were
+    measured apart (else ``layer_hbm_scale``). ``{}`` for a GPU without a measurement of its own: it takes the
+    H200's constants."""
     entry = (calibration().get("gpu_kernels") or {}).get(gpu_name)
     if not entry:
         return {}
-    base = calibration()["transformers"]["layer_memory_hbm_efficiency"]
-    return dict(weight_gemm_time_scale=entry["weight_gemm_time_scale"],
-                layer_hbm_scale=entry["layer_memory_hbm_efficiency"] / base)
+    layer_scale = entry["layer_memory_hbm_efficiency"] / calibration()["transformers"]["layer_memory_hbm_efficiency"]
+    return dict(weight_gemm_time_scale=entry["weight_gemm_time_scale"], layer_hbm_scale=layer_scale,
+                score_hbm_scale=entry.get("score_hbm_scale", layer_scale))
 
 
 def _generation_curve(curves: dict, gen: str, gpu_name: str, *, fallback: str, fallback_name: str) -> dict:
@@ -673,8 +675,13 @@ class StepInputs:
     layer_hbm_scale: object = 1.0
     """How much more of its datasheet HBM bandwidth this GPU's memory-bound layer kernels reach than the GPU the
     layer constants were measured on (the H200): every bandwidth of :func:`compute_terms`' memory-bound kernels
-    (element-wise passes, rotary, counted transformers bytes, materialised scores, MoE permutations, the loss) is
-    multiplied by it. 1 where the GPU has no measurement of its own (:func:`gpu_kernel_constants`)."""
+    (element-wise passes, rotary, counted transformers bytes, MoE permutations, the loss) is multiplied by it, and
+    the materialised scores' by ``score_hbm_scale``. 1 where the GPU has no measurement of its own
+    (:func:`gpu_kernel_constants`)."""
+    score_hbm_scale: object = 1.0
+    """The same for the materialised-score kernels of unfused attention (softmax, mask, dropout and casts over the
+    b·a·s·s scores), measured apart: on the H100 they gain less over the H200 than a layer's other memory-bound
+    kernels (:func:`gpu_kernel_constants`)."""
     weight_gemm_time_scale: object = 1.0
     """Measured over priced time of a layer's weight GEMMs and the logits GEMM for the stack (catalog
     ``transformers.weight_gemm_time_scale``, ``benchmarks/gpu_layer_kernels.py`` on fit shapes: transformers' plain
@@ -850,7 +857,7 @@ def compute_terms(x: StepInputs) -> dict:
     score_fwd_b, score_bwd_b = attention_score_bytes(bytes_per_value=x.bytes_per_value,
                                                      softmax_fusion=x.softmax_fusion,
                                                      attention_dropout=x.attention_dropout)
-    score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency * x.layer_hbm_scale
+    score_hbm = x.hbm_gb_per_s * 1e9 * x.score_hbm_efficiency * x.score_hbm_scale
     cap_fwd_b, cap_bwd_b = soft_cap_bytes(bytes_per_value=x.bytes_per_value)
     t_score_fwd = score_elements * (score_fwd_b + x.soft_cap * cap_fwd_b) / score_hbm
     t_score_bwd = score_elements * (score_bwd_b + x.soft_cap * cap_bwd_b) / score_hbm
