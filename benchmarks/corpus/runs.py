@@ -2593,6 +2593,25 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # seventy-second final batch (one GPU, an H100), declared in accuracy_split.json "eager72" before measuring: a blind
+    # test of the H100's score-kernel scale (e1817c5) on transformers' eager attention, whose own fit case gave 1.059
+    # where the median of it and megatron-core's, 1.099, is priced: ten GPU-bound configurations of ten test shapes
+    # measured on the H200 and never on an H100, eager attention (Gemma 2 and 3 with their soft-capping and windows,
+    # Llama, Qwen3, GPT-NeoX, SmolLM2 at 8 k), ZeRO-0/1/2, checkpointed or not. Estimates of e1817c5 on the H100
+    # (whole device with the allocator replayed, step; with the score kernels at the layer's scale, and the H200's
+    # measured step, in brackets):
+    "eager72": [
+        _hf("hf-gemma3-h3840-l8", 2, "eager", repeat=72),  # 76.67 GiB, 0.217 s (0.216; 0.179)
+        _hf("hf-neox-h5120-l4", 0, "eager", repeat=72),  # 47.67 GiB, 0.122 s (0.120; 0.093)
+        _hf("hf-gemma3-h5376-l3", 0, "eager", repeat=72),  # 70.42 GiB, 0.173 s (0.172; 0.135)
+        _hf("hf-qwen3-h5120-q8192-l3", 2, "eager", ckpt=True, mbs=2, repeat=72),  # 74.41 GiB, 0.316 s (0.310; 0.263)
+        _hf("hf-llama2-h4096-l6", 2, "eager", ckpt=True, mbs=2, repeat=72),  # 38.07 GiB, 0.228 s (0.223; 0.191)
+        _hf("hf-neox-h4096-l4", 2, "eager", ckpt=True, mbs=2, repeat=72),  # 31.82 GiB, 0.158 s (0.154; 0.130)
+        _hf("hf-gemma2-h3584-l8", 2, "eager", repeat=72),  # 68.76 GiB, 0.203 s (0.201; 0.165)
+        _hf("hf-smollm2-h2048-s8k", 2, "eager", ckpt=True, repeat=72),  # 46.16 GiB, 0.485 s (0.455; 0.410)
+        _hf("hf-llama32-h2048-l16", 2, "eager", ckpt=True, mbs=2, repeat=72),  # 32.24 GiB, 0.369 s (0.354; 0.299)
+        _hf("hf-gemma2-h2304-l12", 1, "eager", mbs=2, overlap=True, repeat=72),  # 58.20 GiB, 0.227 s (0.224; 0.208)
+    ],
     # seventy-first final batch (one GPU, an H100), declared in accuracy_split.json "ddp71" before measuring: a blind
     # test of the time and memory models for megatron-core's own DDP and distributed optimizer (engine "megatron") on
     # the H100, whose test split has no such run: the H100's layer-kernel constants (ba5ce7d) moved its two fit-shape
