@@ -102,6 +102,7 @@ def test_estimate_without_profile_carries_the_note():
     m, c, p = _specs()
     note = estimate(m, c.replace(gpu=gpu("H100-SXM")), p).to_dict()["profile"]["note"]
     assert note.startswith(NO_PROFILE_NOTE) and "H100-SXM's own layer kernels" in note
+    assert "score kernels" in note  # measured apart on the H100 (gpu_kernels score_hbm_scale)
 
 
 def test_lower_gemm_efficiency_gives_a_longer_step():

@@ -431,12 +431,14 @@ class HardwareProfile:
 def no_profile_record(gpu_name: str = "") -> dict:
     """The ``"profile"`` entry of an estimate made without a profile, on ``gpu_name``: its note says when that GPU's
     layer kernels were measured on it (:func:`workbench.timing.gpu_kernel_constants`), not taken from the H200's."""
-    from workbench.timing import gpu_kernel_constants
+    from workbench.timing import calibration
 
     note = NO_PROFILE_NOTE
-    if gpu_kernel_constants(gpu_name):
-        note += (f"; the {gpu_name}'s own layer kernels (memory-bound bandwidth and weight-GEMM scale measured on it, "
-                 "catalog gpu_kernels)")
+    own = (calibration().get("gpu_kernels") or {}).get(gpu_name)
+    if own:
+        scores = ", unfused attention's score kernels" if "score_hbm_scale" in own else ""
+        note += (f"; the {gpu_name}'s own layer kernels (memory-bound bandwidth{scores} and weight-GEMM scale measured "
+                 "on it, catalog gpu_kernels)")
     return {"name": None, "note": note}
 
 
