@@ -6,10 +6,12 @@ difference between the two depths divided by the layers between them is one laye
 backward and any recompute), apart from the embedding, logits, loss and optimizer, which both depths share. Written
 as JSON (``--out``) with provenance; ``--summary FILE`` prints it by kernel class beside the time model's layer time.
 
-    python benchmarks/gpu_layer_kernels.py --out OUT.json [--cases fit|diagnosis]   # on the GPU machine
+    python benchmarks/gpu_layer_kernels.py --out OUT.json [--cases fit|fit-80gb|diagnosis]   # on the GPU machine
     python benchmarks/gpu_layer_kernels.py --summary OUT.json      # anywhere
     python benchmarks/gpu_layer_kernels.py --compare results/layer_kernels_h200_fit.json \
         results/layer_kernels_h200_final19.json                    # beside the time model (results/layer_kernels_h200.txt)
+    python benchmarks/gpu_layer_kernels.py --write-calibration results/layer_kernels_h100_fit.json \
+        results/layer_kernels_h100_fit80.json                      # a GPU's own constants (catalog gpu_kernels)
 """
 from __future__ import annotations
 
@@ -61,6 +63,9 @@ megatron-core's unfused core), at half of it: what an H100's eager and megatron-
 CASES = {"diagnosis": DIAGNOSIS_CASES, "fit": FIT_CASES, "fit-80gb": FIT_80GB_CASES, "zero3": ZERO3_CASES}
 
 WARMUP, PROFILED = 3, 2
+
+H200_FIT_RECORDS = ROOT / "benchmarks" / "results" / "layer_kernels_h200_fit.json"
+"""The H200's fit-case records: the catalog's layer constants, and what another GPU's score kernels are set against."""
 
 
 def _layers_key(shape: dict, hf: bool) -> tuple:
@@ -437,8 +442,7 @@ def score_scale_rows(path: Path, reference: Path) -> list[dict]:
     return out
 
 
-def write_calibration(paths: list, census: Path, reference: Path = ROOT / "benchmarks" / "results"
-                      / "layer_kernels_h200_fit.json") -> dict:
+def write_calibration(paths: list, census: Path, reference: Path = H200_FIT_RECORDS) -> dict:
     """From fit-split records ``paths`` (one GPU): the median fraction of the HBM datasheet at which a transformers
     layer's counted memory-bound bytes move (:func:`memory_efficiency_rows`) and the median measured / priced time of
     its weight GEMMs (:func:`gemm_scale_rows`), with their source. Records of the H200 go into catalog
@@ -519,7 +523,7 @@ def main(argv=None) -> int:
     ap.add_argument("--write-calibration", type=Path, nargs="+",
                     help="fit-split records of one GPU: store the transformers layers' memory-bound bandwidth and "
                          "weight-GEMM time scale (and, for a GPU other than the H200, its score kernels' scale)")
-    ap.add_argument("--reference", type=Path, default=ROOT / "benchmarks" / "results" / "layer_kernels_h200_fit.json",
+    ap.add_argument("--reference", type=Path, default=H200_FIT_RECORDS,
                     help="the H200's fit records the score kernels' scale is measured against")
     ap.add_argument("--cases", choices=sorted(CASES), default="fit")
     ap.add_argument("--case", type=int, help="run only this case of --cases, in this process")
