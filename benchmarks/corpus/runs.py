@@ -2593,6 +2593,25 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # seventy-third final batch (one GPU, an H100), declared in accuracy_split.json "moe73" before measuring: the first
+    # mixture-of-experts runs on an H100, whose MoE blocks take the H200's measured constants at the H100's layer scale
+    # unmeasured: ten configurations of four test shapes measured on the H200 and never on an H100, transformers'
+    # Qwen3-MoE and Qwen2-MoE (grouped_mm experts, shared expert) at ZeRO-2 and ZeRO-3, checkpointed, with the
+    # optimizer on the CPU, and megatron-core's MoE (8 experts) under its DDP and DeepSpeed ZeRO-1, which the estimate
+    # fits on its point estimate but turns down on its band. Estimates of 867815e on the H100 (whole device, allocator
+    # replayed where in scope, with the band's upper side; step; the H200's measured step in brackets):
+    "moe73": [
+        _hf("hf-qwen3moe-h2048", 2, "sdpa", repeat=73),  # 46.57 (+0.34) GiB, 0.114 s (0.092)
+        _hf("hf-qwen3moe-h2048", 3, "sdpa", repeat=73),  # 48.46 (+0.35) GiB, 0.118 s (0.104)
+        _hf("hf-qwen3moe-h2048", 2, "sdpa", ckpt=True, repeat=73),  # 46.57 (+0.34) GiB, 0.120 s (0.102)
+        _hf("hf-qwen3moe-h2048", 3, "sdpa", ckpt=True, repeat=73),  # 48.46 (+0.35) GiB, 0.124 s (0.129)
+        _hf("hf-qwen3moe-h2048", 2, "sdpa", mbs=2, **OFF, repeat=73),  # 25.70 (+0.06) GiB, 1.080 s (1.012)
+        _hf("hf-qwen2moe-h2048", 2, "sdpa", repeat=73),  # 44.03 (+0.32) GiB, 0.109 s (0.087)
+        _hf("hf-qwen2moe-h2048", 3, "sdpa", ckpt=True, repeat=73),  # 44.92 (+0.33) GiB, 0.132 s (0.125)
+        _hf("hf-qwen2moe-h2048-l3", 3, "sdpa", repeat=73),  # 56.48 (+0.41) GiB, 0.157 s (0.112)
+        _ddp("mc-moe-h4096-e8", False, repeat=73),  # 76.58 (+3.58) GiB: turned down by the band; 0.212 s (0.182)
+        _ds("mc-moe-h4096-e8", 1, repeat=73),  # 78.81 (+6.76) GiB: turned down by the band; 0.201 s (0.166)
+    ],
     # seventy-second final batch (one GPU, an H100), declared in accuracy_split.json "eager72" before measuring: a blind
     # test of the H100's score-kernel scale (e1817c5) on transformers' eager attention, whose own fit case gave 1.059
     # where the median of it and megatron-core's, 1.099, is priced: ten GPU-bound configurations of ten test shapes
