@@ -49,6 +49,11 @@ the GEMM curve prices at M = tokens·top-k/experts rows per expert (the curve is
 
     python benchmarks/gpu_hf_moe_host.py --gpu-time
     python benchmarks/gpu_hf_moe_host.py --fit
+    python benchmarks/gpu_hf_moe_host.py --fit results/moe_gpu_time_h100.txt H100-SXM   # another GPU's own
+
+On one H100 with transformers 5.24 (``results/moe_gpu_time_h100.txt``) the GEMMs took 1.03-1.06x the H200's time
+above and the other kernels 0.65-0.81x, 0.405 of the H100's 3350 GB/s: the H200's table was measured with
+transformers 5.17, so that gain mixes the GPU and the library's newer MoE code.
 """
 from __future__ import annotations
 
@@ -125,10 +130,27 @@ GPU_KERNEL_MS = {  # (h, f, experts, top-k, tokens): (GEMM kernels, other kernel
 }
 
 
-def block_efficiency() -> float:
-    """The fraction of the H200's HBM bandwidth (4800 GB/s) at which the block's non-GEMM kernels move the bytes
-    ``workbench.timing.hf_moe_block_bytes`` counts: geometric mean over :data:`GPU_KERNEL_MS` (catalog
-    ``transformers.moe_block_hbm_efficiency``)."""
+def gpu_time_table(path) -> dict:
+    """``--gpu-time``'s output as :data:`GPU_KERNEL_MS` holds it: ``{(h, f, experts, top-k, tokens): (GEMM ms,
+    other ms)}`` from its ``GPU ...`` lines."""
+    import re
+    from pathlib import Path
+
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        m = re.match(r"GPU h(\d+) e(\d+) k(\d+) f(\d+)\s+tokens\s+(\d+)\s+gemm\s+([\d.]+) ms\s+other\s+([\d.]+) ms",
+                     line)
+        if m:
+            h, experts, top_k, f, tokens = map(int, m.groups()[:5])
+            out[(h, f, experts, top_k, tokens)] = (float(m.group(6)), float(m.group(7)))
+    return out
+
+
+def block_efficiency(measured: dict = GPU_KERNEL_MS, hbm_gb_per_s: float = 4800.0) -> float:
+    """The fraction of a GPU's HBM bandwidth (the H200's 4800 GB/s by default) at which the block's non-GEMM kernels
+    move the bytes ``workbench.timing.hf_moe_block_bytes`` counts: geometric mean over ``measured`` (the H200's
+    :data:`GPU_KERNEL_MS`: catalog ``transformers.moe_block_hbm_efficiency``; another GPU's ``--gpu-time`` output,
+    :func:`gpu_time_table`: its ``gpu_kernels`` entry)."""
     import math
     import sys
     from pathlib import Path
@@ -137,8 +159,8 @@ def block_efficiency() -> float:
     from workbench.timing import hf_moe_block_bytes
 
     logs = [math.log(hf_moe_block_bytes(copies=tokens * top_k, hidden_size=h, ffn_hidden_size=f, gated=1,
-                                        value_bytes=2) / (4800e9 * other_ms * 1e-3))
-            for (h, f, _experts, top_k, tokens), (_gemm_ms, other_ms) in GPU_KERNEL_MS.items()]
+                                        value_bytes=2) / (hbm_gb_per_s * 1e9 * other_ms * 1e-3))
+            for (h, f, _experts, top_k, tokens), (_gemm_ms, other_ms) in measured.items()]
     return math.exp(sum(logs) / len(logs))
 
 
@@ -301,6 +323,15 @@ if __name__ == "__main__":
     elif "--gpu-time" in sys.argv:
         gpu_main()
     elif "--fit" in sys.argv:
-        print(f"moe_block_hbm_efficiency {block_efficiency():.4f}")
+        # --fit: the H200's table above; --fit FILE GPU: another GPU's --gpu-time output at its catalog bandwidth
+        rest = sys.argv[sys.argv.index("--fit") + 1:]
+        if rest:
+            sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+            from workbench import catalog
+
+            efficiency = block_efficiency(gpu_time_table(rest[0]), catalog.gpu(rest[1]).hbm_gb_per_s)
+            print(f"moe_block_hbm_efficiency {efficiency:.4f}")
+        else:
+            print(f"moe_block_hbm_efficiency {block_efficiency():.4f}")
     else:
         main()

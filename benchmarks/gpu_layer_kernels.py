@@ -495,7 +495,8 @@ def write_calibration(paths: list, census: Path, reference: Path = H200_FIT_RECO
                             f"the H200's per sample)" for r in scores))
         section = cal.setdefault("gpu_kernels", {"about": GPU_KERNELS_ABOUT})
         section["about"] = GPU_KERNELS_ABOUT
-        section[gpu.name] = dict(out, source=source + " Not fitted on the corpus.")
+        # what other benchmarks measured on this GPU (gpu_hf_moe_host.py's MoE block) stays
+        section[gpu.name] = {**section.get(gpu.name, {}), **out, "source": source + " Not fitted on the corpus."}
     cat.write_text(json.dumps(cal, indent=2, ensure_ascii=False) + "\n")
     return out
 

@@ -59,4 +59,17 @@ def test_each_case_priced_at_its_own_scale_reproduces_the_measured_ratio(lk, row
 def test_a_gpu_without_its_own_kernels_takes_the_h200s():
     assert timing.gpu_kernel_constants("A100-80GB") == {}
     h100 = timing.gpu_kernel_constants("H100-SXM")
-    assert set(h100) == {"weight_gemm_time_scale", "layer_hbm_scale", "score_hbm_scale"}
+    assert set(h100) == {"weight_gemm_time_scale", "layer_hbm_scale", "score_hbm_scale", "moe_block_hbm_scale"}
+
+
+def test_the_h100s_moe_block_efficiency_is_its_stored_micro_benchmarks():
+    spec = importlib.util.spec_from_file_location("gpu_hf_moe_host_under_test",
+                                                  ROOT / "benchmarks" / "gpu_hf_moe_host.py")
+    moe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(moe)
+    table = moe.gpu_time_table(RESULTS / "moe_gpu_time_h100.txt")
+    assert set(table) == set(moe.GPU_KERNEL_MS)  # the same twelve block shapes as the H200's
+    stored = timing.calibration()["gpu_kernels"]["H100-SXM"]["moe_block_hbm_efficiency"]
+    assert stored == round(moe.block_efficiency(table, 3350.0), 3)
+    assert round(moe.block_efficiency(), 3) == timing.calibration()["transformers"]["moe_block_hbm_efficiency"]
+    assert timing.gpu_kernel_constants("H100-SXM")["moe_block_hbm_scale"] == pytest.approx(stored / 0.198)

@@ -271,7 +271,8 @@ def layer_memory_inputs(model: ModelSpec, precision: Precision, constants: dict,
                 layer_memory_hbm_efficiency=constants.get("layer_memory_hbm_efficiency", 1.0),
                 weight_gemm_time_scale=constants.get("weight_gemm_time_scale", 1.0) if hf else 1.0,
                 layer_hbm_scale=constants.get("layer_hbm_scale", 1.0),
-                score_hbm_scale=constants.get("score_hbm_scale", 1.0))
+                score_hbm_scale=constants.get("score_hbm_scale", 1.0),
+                moe_block_hbm_scale=constants.get("moe_block_hbm_scale", 1.0))
 
 
 def largest_stage_parameters(model: ModelSpec, cols: dict, first, middle, last):

@@ -83,15 +83,19 @@ def gpu_kernel_constants(gpu_name: str) -> dict:
     its transformers layers' ``weight_gemm_time_scale``, and ``layer_hbm_scale``, how much more of its datasheet
     bandwidth its memory-bound layer kernels reach than the H200's on the same fit shapes (its measured efficiency
     over the catalog ``transformers`` one, which the counted transformers bytes keep, so that they move at the GPU's
-    own measured fraction), and ``score_hbm_scale``, the same for unfused attention's score kernels where they were
-    measured apart (else ``layer_hbm_scale``). ``{}`` for a GPU without a measurement of its own: it takes the
-    H200's constants."""
+    own measured fraction), ``score_hbm_scale``, the same for unfused attention's score kernels where they were
+    measured apart, and ``moe_block_hbm_scale`` for transformers' MoE blocks where their efficiency was measured on
+    it (each else ``layer_hbm_scale``). ``{}`` for a GPU without a measurement of its own: it takes the H200's
+    constants."""
     entry = (calibration().get("gpu_kernels") or {}).get(gpu_name)
     if not entry:
         return {}
-    layer_scale = entry["layer_memory_hbm_efficiency"] / calibration()["transformers"]["layer_memory_hbm_efficiency"]
+    hf = calibration()["transformers"]
+    layer_scale = entry["layer_memory_hbm_efficiency"] / hf["layer_memory_hbm_efficiency"]
+    moe = entry.get("moe_block_hbm_efficiency")
     return dict(weight_gemm_time_scale=entry["weight_gemm_time_scale"], layer_hbm_scale=layer_scale,
-                score_hbm_scale=entry.get("score_hbm_scale", layer_scale))
+                score_hbm_scale=entry.get("score_hbm_scale", layer_scale),
+                moe_block_hbm_scale=layer_scale if moe is None else moe / hf["moe_block_hbm_efficiency"])
 
 
 def _generation_curve(curves: dict, gen: str, gpu_name: str, *, fallback: str, fallback_name: str) -> dict:
@@ -675,13 +679,16 @@ class StepInputs:
     layer_hbm_scale: object = 1.0
     """How much more of its datasheet HBM bandwidth this GPU's memory-bound layer kernels reach than the GPU the
     layer constants were measured on (the H200): every bandwidth of :func:`compute_terms`' memory-bound kernels
-    (element-wise passes, rotary, counted transformers bytes, MoE permutations, the loss) is multiplied by it, and
-    the materialised scores' by ``score_hbm_scale``. 1 where the GPU has no measurement of its own
+    (element-wise passes, rotary, counted transformers bytes, MoE permutations, the loss) is multiplied by it, the
+    materialised scores' by ``score_hbm_scale`` and transformers' MoE blocks' by ``moe_block_hbm_scale``. 1 where the GPU has no measurement of its own
     (:func:`gpu_kernel_constants`)."""
     score_hbm_scale: object = 1.0
     """The same for the materialised-score kernels of unfused attention (softmax, mask, dropout and casts over the
     b·a·s·s scores), measured apart: on the H100 they gain less over the H200 than a layer's other memory-bound
     kernels (:func:`gpu_kernel_constants`)."""
+    moe_block_hbm_scale: object = 1.0
+    """The same for the non-GEMM kernels of transformers' grouped_mm MoE blocks (``moe_block_hbm_efficiency``), where
+    this GPU's were measured on it (:func:`gpu_kernel_constants`)."""
     weight_gemm_time_scale: object = 1.0
     """Measured over priced time of a layer's weight GEMMs and the logits GEMM for the stack (catalog
     ``transformers.weight_gemm_time_scale``, ``benchmarks/gpu_layer_kernels.py`` on fit shapes: transformers' plain
@@ -845,7 +852,7 @@ def compute_terms(x: StepInputs) -> dict:
         num_experts=x.num_experts, hidden_size=h, ffn_hidden_size=f, gated=x.gated, value_bytes=x.bytes_per_value,
         trainable_experts=where(asarray(x.lora_modules_per_layer) > 0, 0.0, 1.0)), 0.0) / 3
     t_perm = where(asarray(x.hf_moe_experts) > 0,
-                   hf_block / (x.hbm_gb_per_s * 1e9 * x.moe_block_hbm_efficiency * x.layer_hbm_scale)
+                   hf_block / (x.hbm_gb_per_s * 1e9 * x.moe_block_hbm_efficiency * x.moe_block_hbm_scale)
                    + eager_bytes / hbm,
                    4 * copies * h * x.bytes_per_value / hbm)
     t_mem = t_mem + where(x.num_experts > 1, t_perm, 0.0)
