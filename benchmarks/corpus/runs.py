@@ -2593,6 +2593,25 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # seventy-fourth final batch (one GPU, an H100), declared in accuracy_split.json "mixtral74" before measuring: a
+    # blind test of the H100's own MoE-block efficiency (71bc092, measured on micro-benchmarks after moe73 was read)
+    # on Mixtral, whose shapes never ran on an H100: ten configurations of three test shapes measured on the H200
+    # (8 experts top-2 at widths 1024, 4096 and 6144), ZeRO-2/3, checkpointed, with the optimizer (and ZeRO-3's
+    # parameters) on the CPU; Mixtral 8x7B's width at ZeRO-2 within a GiB of the card. Estimates of 71bc092 on the
+    # H100 (whole device with the allocator replayed, step; with the MoE block at the layer's scale, as before
+    # 71bc092, and the H200's measured step, in brackets):
+    "mixtral74": [
+        _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2, repeat=74),  # 13.03 GiB, 0.052 s (0.052; 0.052)
+        _hf("hf-mixtral-h1024", 3, "sdpa", mbs=2, repeat=74),  # 15.45 GiB, 0.079 s (0.079; 0.080)
+        _hf("hf-mixtral-h1024", 2, "sdpa", mbs=2, ckpt=True, repeat=74),  # 11.74 GiB, 0.066 s (0.066; 0.052)
+        _hf("hf-mixtral-h4096", 2, "sdpa", repeat=74),  # 77.96 (+0.57) GiB, 0.165 s (0.170; 0.139)
+        _hf("hf-mixtral-h4096", 2, "sdpa", ckpt=True, repeat=74),  # 77.95 (+0.57) GiB, 0.178 s (0.186; 0.155)
+        _hf("hf-mixtral-h4096", 3, "sdpa", repeat=74),  # 65.13 GiB, 0.172 s (0.177; 0.146)
+        _hf("hf-mixtral-h4096", 3, "sdpa", ckpt=True, repeat=74),  # 65.13 GiB, 0.185 s (0.193; 0.169)
+        _hf("hf-mixtral-h6144-l1", 2, "sdpa", **OFF, repeat=74),  # 38.58 GiB, 1.578 s (1.579; 1.217)
+        _hf("hf-mixtral-h6144-l1", 3, "sdpa", **OFF, repeat=74),  # 27.55 GiB, 2.721 s (2.722; 2.544)
+        _hf("hf-mixtral-h6144-l1", 3, "sdpa", repeat=74),  # 71.17 GiB, 0.137 s (0.139; 0.105)
+    ],
     # seventy-third final batch (one GPU, an H100), declared in accuracy_split.json "moe73" before measuring: the first
     # mixture-of-experts runs on an H100, whose MoE blocks take the H200's measured constants at the H100's layer scale
     # unmeasured: ten configurations of four test shapes measured on the H200 and never on an H100, transformers'
