@@ -146,9 +146,9 @@ def gpu_time_table(path) -> dict:
     return out
 
 
-def block_efficiency(measured: dict = GPU_KERNEL_MS, hbm_gb_per_s: float = 4800.0) -> float:
-    """The fraction of a GPU's HBM bandwidth (the H200's 4800 GB/s by default) at which the block's non-GEMM kernels
-    move the bytes ``workbench.timing.hf_moe_block_bytes`` counts: geometric mean over ``measured`` (the H200's
+def block_efficiency(measured: dict = GPU_KERNEL_MS, gpu_name: str = "H200") -> float:
+    """The fraction of the catalog HBM bandwidth of GPU ``gpu_name`` at which the block's non-GEMM kernels move the
+    bytes ``workbench.timing.hf_moe_block_bytes`` counts: geometric mean over ``measured`` (the H200's
     :data:`GPU_KERNEL_MS`: catalog ``transformers.moe_block_hbm_efficiency``; another GPU's ``--gpu-time`` output,
     :func:`gpu_time_table`: its ``gpu_kernels`` entry)."""
     import math
@@ -156,10 +156,12 @@ def block_efficiency(measured: dict = GPU_KERNEL_MS, hbm_gb_per_s: float = 4800.
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from workbench import catalog
     from workbench.timing import hf_moe_block_bytes
 
+    hbm = catalog.gpu(gpu_name).hbm_gb_per_s * 1e9
     logs = [math.log(hf_moe_block_bytes(copies=tokens * top_k, hidden_size=h, ffn_hidden_size=f, gated=1,
-                                        value_bytes=2) / (hbm_gb_per_s * 1e9 * other_ms * 1e-3))
+                                        value_bytes=2) / (hbm * other_ms * 1e-3))
             for (h, f, _experts, top_k, tokens), (_gemm_ms, other_ms) in measured.items()]
     return math.exp(sum(logs) / len(logs))
 
@@ -325,13 +327,7 @@ if __name__ == "__main__":
     elif "--fit" in sys.argv:
         # --fit: the H200's table above; --fit FILE GPU: another GPU's --gpu-time output at its catalog bandwidth
         rest = sys.argv[sys.argv.index("--fit") + 1:]
-        if rest:
-            sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-            from workbench import catalog
-
-            efficiency = block_efficiency(gpu_time_table(rest[0]), catalog.gpu(rest[1]).hbm_gb_per_s)
-            print(f"moe_block_hbm_efficiency {efficiency:.4f}")
-        else:
-            print(f"moe_block_hbm_efficiency {block_efficiency():.4f}")
+        efficiency = block_efficiency(gpu_time_table(rest[0]), rest[1]) if rest else block_efficiency()
+        print(f"moe_block_hbm_efficiency {efficiency:.4f}")
     else:
         main()

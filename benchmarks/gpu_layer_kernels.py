@@ -384,22 +384,16 @@ def memory_efficiency_rows(path: Path, census: Path) -> list[dict]:
 def gemm_scale_rows(path: Path) -> list[dict]:
     """Per transformers case of ``path`` (sdpa, no checkpointing): one layer's measured GEMM kernel time per step
     against the weight GEMMs the curve prices for it (3 x the forward's, at a time scale of 1)."""
-    import warnings
-
     from workbench import timing
-    from workbench.estimate import estimate
-    from workbench.specs import ClusterSpec, ParallelPlan
+    from workbench.specs import ClusterSpec
 
     cluster = ClusterSpec(gpu=record_gpu(json.loads(path.read_text())), gpus_per_node=1, num_nodes=1)
     out = []
-    for (stack, shape_id, mbs, ckpt, attn), deep, half in depth_pairs(path):
+    for key, deep, half in depth_pairs(path):
+        stack, shape_id, mbs, ckpt, attn = key
         if stack != "hf-ds" or attn != "sdpa" or ckpt:
             continue
-        plan = ParallelPlan(engine="deepspeed", zero_stage=deep["zero"], world_size=1, micro_batch_size=mbs,
-                            global_batch_size=mbs, adam="fused")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t = estimate(_spec(shape_id, attn, deep["layers"]), cluster, plan, checks=False).time
+        t = _case_time(cluster, key, deep)
         terms = timing.step_time_terms(**dict(t.inputs, weight_gemm_time_scale=1.0))
         priced = 3 * float(terms["layer_weight_gemm_seconds"]) * 1e3
         measured = per_layer(deep, half).get("gemm", [0.0])[0]

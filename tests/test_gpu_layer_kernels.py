@@ -70,6 +70,6 @@ def test_the_h100s_moe_block_efficiency_is_its_stored_micro_benchmarks():
     table = moe.gpu_time_table(RESULTS / "moe_gpu_time_h100.txt")
     assert set(table) == set(moe.GPU_KERNEL_MS)  # the same twelve block shapes as the H200's
     stored = timing.calibration()["gpu_kernels"]["H100-SXM"]["moe_block_hbm_efficiency"]
-    assert stored == round(moe.block_efficiency(table, 3350.0), 3)
+    assert stored == round(moe.block_efficiency(table, "H100-SXM"), 3)
     assert round(moe.block_efficiency(), 3) == timing.calibration()["transformers"]["moe_block_hbm_efficiency"]
     assert timing.gpu_kernel_constants("H100-SXM")["moe_block_hbm_scale"] == pytest.approx(stored / 0.198)

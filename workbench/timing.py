@@ -680,8 +680,8 @@ class StepInputs:
     """How much more of its datasheet HBM bandwidth this GPU's memory-bound layer kernels reach than the GPU the
     layer constants were measured on (the H200): every bandwidth of :func:`compute_terms`' memory-bound kernels
     (element-wise passes, rotary, counted transformers bytes, MoE permutations, the loss) is multiplied by it, the
-    materialised scores' by ``score_hbm_scale`` and transformers' MoE blocks' by ``moe_block_hbm_scale``. 1 where the GPU has no measurement of its own
-    (:func:`gpu_kernel_constants`)."""
+    materialised scores' by ``score_hbm_scale`` and transformers' MoE blocks' by ``moe_block_hbm_scale``. 1 where the
+    GPU has no measurement of its own (:func:`gpu_kernel_constants`)."""
     score_hbm_scale: object = 1.0
     """The same for the materialised-score kernels of unfused attention (softmax, mask, dropout and casts over the
     b·a·s·s scores), measured apart: on the H100 they gain less over the H200 than a layer's other memory-bound
