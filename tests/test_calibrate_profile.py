@@ -103,6 +103,7 @@ def test_estimate_without_profile_carries_the_note():
     note = estimate(m, c.replace(gpu=gpu("H100-SXM")), p).to_dict()["profile"]["note"]
     assert note.startswith(NO_PROFILE_NOTE) and "H100-SXM's own layer kernels" in note
     assert "score kernels" in note  # measured apart on the H100 (gpu_kernels score_hbm_scale)
+    assert "MoE blocks" in note  # measured on the H100 too (gpu_kernels moe_block_hbm_efficiency)
 
 
 def test_lower_gemm_efficiency_gives_a_longer_step():

@@ -436,9 +436,11 @@ def no_profile_record(gpu_name: str = "") -> dict:
     note = NO_PROFILE_NOTE
     own = (calibration().get("gpu_kernels") or {}).get(gpu_name)
     if own:
-        scores = ", unfused attention's score kernels" if "score_hbm_scale" in own else ""
-        note += (f"; the {gpu_name}'s own layer kernels (memory-bound bandwidth{scores} and weight-GEMM scale measured "
-                 "on it, catalog gpu_kernels)")
+        parts = ["memory-bound bandwidth"] + [name for key, name in (
+            ("score_hbm_scale", "unfused attention's score kernels"),
+            ("moe_block_hbm_efficiency", "transformers' MoE blocks")) if key in own]
+        note += (f"; the {gpu_name}'s own layer kernels ({', '.join(parts)} and weight-GEMM scale measured on it, "
+                 "catalog gpu_kernels)")
     return {"name": None, "note": note}
 
 
