@@ -13,12 +13,22 @@ warm-up steps, 10 steps of
 * ``step``: ``engine.step()`` (the fp32 gradient flatten and norm, clipping, FusedAdam over the fp32 master, the
   copy back to 16 bits and the per-tensor bookkeeping);
 
-each synchronised, and fits ``seconds = a + b·N + c·T`` per stage and phase by least squares. ``b`` times the HBM
+each synchronised, and fits ``seconds = a + b·N + c·T`` per stage and phase by least squares. Stage ``torch`` times
+the step megatron-core takes without Apex or Transformer Engine instead: fp32 main parameters and gradients,
+``clip_grad_norm_`` (foreach), ``torch.optim.AdamW(foreach=True)`` and the copy back into the bf16 weights. ``b`` times the HBM
 bandwidth is the bytes DeepSpeed moves per parameter in that phase; ``c`` the host seconds per tensor where the GPU
 does not hide them. Records (JSON lines, with provenance) go to ``--out``; the fit is printed.
 
     python benchmarks/gpu_deepspeed_step.py --out deepspeed_step.jsonl
     python benchmarks/gpu_deepspeed_step.py --fit deepspeed_step.jsonl   # the fit again, on any machine
+    python benchmarks/gpu_deepspeed_step.py --scale results/deepspeed_step_h200.jsonl H200 \
+        results/deepspeed_step_h100.jsonl H100-SXM   # how much more of its bandwidth one GPU's step reaches
+
+``--scale`` compares the per-parameter slope ``b`` of each stage's step on two GPUs at their catalog bandwidths:
+(b_ref × bandwidth_ref) / (b × bandwidth) is how much more of its datasheet bandwidth the second GPU's optimizer
+kernels reach (the catalog's ``gpu_kernels.<GPU>.optimizer_hbm_scale`` is the median over the DeepSpeed stages).
+For stage ``torch`` it prints the measured slope beside the one the catalog prices (``torch_foreach_bytes_per_parameter``
+at the Hopper curve's ``hbm_efficiency``).
 """
 from __future__ import annotations
 
@@ -56,7 +66,46 @@ def build(parameters: int, tensors: int):
     return Flat()
 
 
-def one(stage: int, parameters: int, tensors: int) -> dict:
+def one_torch(parameters: int, tensors: int) -> dict:
+    """The ``torch`` stage: megatron-core's optimizer step without fused kernels, apart from any model."""
+    import torch
+
+    model = build(parameters, tensors)
+    main = [p.detach().float().requires_grad_(True) for p in model.parameters()]
+    opt = torch.optim.AdamW(main, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, foreach=True)
+    x = torch.ones((), device="cuda")
+    times = {"backward": [], "step": []}
+    for i in range(WARMUP + TIMED):
+        loss = model(x)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss.backward()
+        for p, q in zip(model.parameters(), main):  # the fp32 main-gradient buffer
+            q.grad = p.grad.float() if q.grad is None else q.grad.copy_(p.grad)
+            p.grad = None
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(main, 1.0, foreach=True)
+        opt.step()
+        with torch.no_grad():
+            torch._foreach_copy_(list(model.parameters()), main)
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        if i >= WARMUP:
+            times["backward"].append(t1 - t0)
+            times["step"].append(t2 - t1)
+    out = dict(stage="torch", parameters=sum(p.numel() for p in model.parameters()), tensors=tensors,
+               optimizer_class="AdamW(foreach)", zero_optimizer_class=None,
+               backward_s=statistics.median(times["backward"]), step_s=statistics.median(times["step"]),
+               backward_all_s=times["backward"], step_all_s=times["step"])
+    del opt, main, model
+    torch.cuda.empty_cache()
+    return out
+
+
+def one(stage, parameters: int, tensors: int) -> dict:
+    if stage == "torch":
+        return one_torch(parameters, tensors)
     import deepspeed
     import torch
     from measure import ds_config
@@ -95,25 +144,98 @@ def fit(records: list) -> list[str]:
 
     lines = [f"{'stage':>5} {'phase':<9} {'a (ms)':>8} {'b (ns/param)':>13} {'B/param @4.8TB/s':>17} "
              f"{'c (us/tensor)':>14} {'worst resid':>12}"]
-    for stage in sorted({r["stage"] for r in records}):
+    for stage in sorted({r["stage"] for r in records}, key=str):
         sel = [r for r in records if r["stage"] == stage]
         A = np.array([[1.0, r["parameters"], r["tensors"]] for r in sel])
         for phase in ("backward", "step"):
             y = np.array([r[f"{phase}_s"] for r in sel])
             coef, *_ = np.linalg.lstsq(A, y, rcond=None)
             resid = (A @ coef - y) / y
-            lines.append(f"{stage:>5} {phase:<9} {coef[0] * 1e3:>8.2f} {coef[1] * 1e9:>13.4f} "
+            lines.append(f"{stage!s:>5} {phase:<9} {coef[0] * 1e3:>8.2f} {coef[1] * 1e9:>13.4f} "
                          f"{coef[1] * 4.8e12:>17.1f} {coef[2] * 1e6:>14.1f} {np.abs(resid).max():>11.1%}")
     return lines
+
+
+def slopes(records: list) -> dict:
+    """``b`` (seconds per parameter of the step phase) per stage, from the same least squares as :func:`fit`."""
+    import numpy as np
+
+    out = {}
+    for stage in {r["stage"] for r in records}:
+        sel = [r for r in records if r["stage"] == stage]
+        A = np.array([[1.0, r["parameters"], r["tensors"]] for r in sel])
+        coef, *_ = np.linalg.lstsq(A, np.array([r["step_s"] for r in sel]), rcond=None)
+        out[stage] = float(coef[1])
+    return out
+
+
+def scale_lines(ref: list, ref_gpu: str, records: list, gpu: str) -> tuple[list[str], float]:
+    """Per DeepSpeed stage, how much more of its datasheet bandwidth ``gpu``'s optimizer step reaches than
+    ``ref_gpu``'s, and their median; the ``torch`` stage's measured slope beside the catalog's price."""
+    from workbench import catalog
+    from workbench.timing import calibration
+
+    bw_ref, bw = catalog.gpu(ref_gpu).hbm_gb_per_s * 1e9, catalog.gpu(gpu).hbm_gb_per_s * 1e9
+    b_ref, b = slopes(ref), slopes(records)
+    lines, scales = [f"{'stage':>5} {ref_gpu + ' ns/param':>16} {gpu + ' ns/param':>18} {'bandwidth scale':>16}"], []
+    for stage in sorted(set(b_ref) & set(b) - {"torch"}, key=str):
+        scales.append(b_ref[stage] * bw_ref / (b[stage] * bw))
+        lines.append(f"{stage!s:>5} {b_ref[stage] * 1e9:>16.4f} {b[stage] * 1e9:>18.4f} {scales[-1]:>16.3f}")
+    median = statistics.median(scales)
+    lines.append(f"median over the DeepSpeed stages: {median:.3f}")
+    if "torch" in b:
+        cal = calibration()
+        priced = (cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]
+                  / (bw * cal["curves"]["hopper"]["hbm_efficiency"]))
+        lines.append(f"torch AdamW (foreach) on {gpu}: measured {b['torch'] * 1e9:.4f} ns/param, priced "
+                     f"{priced * 1e9:.4f} at the curve's bandwidth ({priced / b['torch'] - 1:+.1%})")
+    return lines, median
+
+
+def write_calibration(gpu: str, scale: float, lines: list, path: Path, ref: Path) -> None:
+    """Store ``scale`` as the catalog's ``gpu_kernels.<gpu>.optimizer_hbm_scale`` with its source (the other
+    constants of that GPU stay)."""
+    import json
+
+    from gpu_provenance import read_records
+
+    prov = read_records(path)[0]["provenance"]
+    cat = ROOT / "workbench" / "catalog" / "efficiency.json"
+    cal = json.loads(cat.read_text())
+    entry = cal.setdefault("gpu_kernels", {}).setdefault(gpu, {})
+    stages = "; ".join(" ".join(line.split()) for line in lines[1:-2] if not line.startswith("torch"))
+    entry["optimizer_hbm_scale"] = scale
+    entry["optimizer_source"] = (
+        f"DeepSpeed's optimizer step apart from any model (benchmarks/gpu_deepspeed_step.py: engine.step() of bf16 "
+        f"FusedAdam over 64 M-2 G parameters in 8-1024 tensors, ZeRO-0/1/2, one {prov['gpu']}, torch "
+        f"{prov['torch']}, DeepSpeed {prov['deepspeed']}, {prov['date_utc'][:10]}, {path.name}) against the same on "
+        f"the H200 ({ref.name}): the per-parameter slope of each stage at the two GPUs' catalog bandwidths "
+        f"(stage, H200 ns/param, this GPU's ns/param, scale: {stages}), median {scale}; it multiplies the bandwidth "
+        "of the fused optimizer step (fused Adam's and DeepSpeed's step bytes). " + lines[-1] + ": torch's foreach "
+        "AdamW keeps the curve's bandwidth. Not fitted on the corpus.")
+    cat.write_text(json.dumps(cal, indent=2, ensure_ascii=False) + "\n")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--fit", type=Path, help="print the fit of an existing records file and stop")
-    ap.add_argument("--stages", default="2,1,0")
+    ap.add_argument("--stages", default="2,1,0", help="DeepSpeed ZeRO stages, and 'torch' for torch's AdamW")
     ap.add_argument("--cases", help="N:T pairs, comma-separated (parameters in Mi); default: the script's CASES")
+    ap.add_argument("--scale", nargs=4, metavar=("REF_FILE", "REF_GPU", "FILE", "GPU"),
+                    help="compare two GPUs' step slopes at their catalog bandwidths and stop")
+    ap.add_argument("--write-calibration", action="store_true",
+                    help="with --scale: store the median as the catalog's gpu_kernels.<GPU>.optimizer_hbm_scale")
     args = ap.parse_args(argv)
+    if args.scale:
+        from gpu_provenance import read_records
+
+        ref, gpu = Path(args.scale[0]), args.scale[3]
+        lines, median = scale_lines(read_records(ref), args.scale[1], read_records(Path(args.scale[2])), gpu)
+        print("\n".join(lines))
+        if args.write_calibration:
+            write_calibration(gpu, round(median, 3), lines, Path(args.scale[2]), ref)
+        return 0
     if args.fit:
         from gpu_provenance import read_records
 
@@ -130,7 +252,7 @@ def main(argv=None) -> int:
     deepspeed.init_distributed(dist_backend="nccl")
     prov = gpu_provenance(deepspeed=deepspeed.__version__)
     records = []
-    for stage in (int(s) for s in args.stages.split(",")):
+    for stage in (s if s == "torch" else int(s) for s in args.stages.split(",")):
         cases = ([tuple(int(v) for v in c.split(":")) for c in args.cases.split(",")] if args.cases else
                  [(n // M, t) for n, t in CASES])
         for mi, tensors in cases:

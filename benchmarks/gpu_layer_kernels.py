@@ -501,9 +501,10 @@ GPU_KERNELS_ABOUT = (
     "layer_memory_hbm_efficiency over the H200's (transformers.layer_memory_hbm_efficiency) scales the bandwidth of "
     "every memory-bound kernel of a layer and the loss, in every stack (workbench.timing.gpu_kernel_constants: "
     "layer_hbm_scale), but unfused attention's score kernels, which take its score_hbm_scale where it has one "
-    "(measured on the eager and megatron-core fit cases at a micro-batch that fits the GPU). Other bandwidths "
-    "(optimizer, gradient copies, ZeRO-3's) keep the curve's hbm_efficiency. A GPU not listed takes the H200's "
-    "constants at its own datasheet bandwidth.")
+    "(measured on the eager and megatron-core fit cases at a micro-batch that fits the GPU). The fused optimizer "
+    "step takes its optimizer_hbm_scale where it has one (benchmarks/gpu_deepspeed_step.py --scale, "
+    "--write-calibration). Other bandwidths (torch's foreach AdamW, gradient copies, ZeRO-3's) keep the curve's "
+    "hbm_efficiency. A GPU not listed takes the H200's constants at its own datasheet bandwidth.")
 
 
 def main(argv=None) -> int:

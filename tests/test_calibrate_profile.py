@@ -104,6 +104,7 @@ def test_estimate_without_profile_carries_the_note():
     assert note.startswith(NO_PROFILE_NOTE) and "H100-SXM's own layer kernels" in note
     assert "score kernels" in note  # measured apart on the H100 (gpu_kernels score_hbm_scale)
     assert "MoE blocks" in note  # measured on the H100 too (gpu_kernels moe_block_hbm_efficiency)
+    assert "fused optimizer step" in note  # and its optimizer step (gpu_kernels optimizer_hbm_scale)
 
 
 def test_lower_gemm_efficiency_gives_a_longer_step():

@@ -10,6 +10,8 @@ import pytest
 from workbench import cli, npscalar
 
 # (estimate arguments, per-GPU peak bytes, host bytes per GPU, step seconds, non-zero step-time terms)
+# 2026-12-07: the H100's fused optimizer step at its own measured bandwidth (efficiency.json gpu_kernels
+# optimizer_hbm_scale 1.149, benchmarks/gpu_deepspeed_step.py --scale): steps on the default H100 move by -1.3 to 0 %
 # 2026-12-05: host bytes are the process's resident set (workbench.memory.host_resident_bytes: the process itself,
 # 2.0 GiB, and DeepSpeed's offload buffers as the host holds them, page-locked ones rounded up to a power of two),
 # where they were the offloaded states alone
@@ -17,8 +19,8 @@ PINNED = [
     ('--model guide-13b --gpu A100-80GB --gpus-per-node 8 --engine megatron --tp 4 --pp 2 --gbs 64',
      # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     58538354380, 2143649792, 9.121341222989644,
-     {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13533120006746202}),
+     58538354380, 2143649792, 9.121341222989642,
+     {'compute': 8.065112147990025, 'tp_comm': 0.87588864, 'pp_comm': 0.012659573333333334, 'optimizer': 0.03234966159882295, 'bubble': 0.13533120006746024}),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --offload-params cpu --gbs 32',
      # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
      # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
@@ -35,40 +37,40 @@ PINNED = [
      # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     222862412742, 2143649792, 27.38430405193833,
-     {'compute': 23.90891219472659, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.043623817695522385, 'bubble': 1.5759104238717754}),
+     222862412742, 2143649792, 27.37978427923456,
+     {'compute': 23.90891219472659, 'tp_comm': 0.3920148707555556, 'ep_comm': 1.3566920476444446, 'pp_comm': 0.10208895004444445, 'dp_comm': 0.0050617472, 'optimizer': 0.03910404499175142, 'bubble': 1.5759104238717754}),
     ('--model llama3-8b --engine megatron --tp 2 --gbs 32 --precision fp8 --attention flash --distributed-optimizer --fp8-param-gather',
      # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
      # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     73542247511, 2143649792, 2.530416659214687,
-     {'compute': 2.254372733974804, 'tp_comm': 0.2123276344888889, 'dp_comm': 0.04296042882860639, 'optimizer': 0.020755861922388062}),
+     73542247511, 2143649792, 2.52886235684181,
+     {'compute': 2.254372733974804, 'tp_comm': 0.2123276344888889, 'dp_comm': 0.04296042882860639, 'optimizer': 0.01920155954951093}),
     ('--model llama2-7b --engine deepspeed --zero 2 --lora-rank 16 --gbs 16',
      # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
      # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
-     48019545838, 2143649792, 0.4978904722351692,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
-     {'compute': 0.4663026977988176, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030900441129552238}),
+     48019545838, 2143649792, 0.49787050946031863,  # 2026-12-04: ZeRO-0/1/2's reserve refreshed, 17.1 -> 16.6 %
+     {'compute': 0.4663026977988176, 'dp_comm': 0.0006873333067993366, 'optimizer': 0.030880478354701688}),
     ('--model llama2-70b --engine megatron --tp 8 --pp 4 --first-stage-layers 14 --last-stage-layers 12 --gbs 64 --nodes 4',
      # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
      # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-05: the pipeline bubble of the stages as they are (schedule.bubble_seconds), not (p-1) x the slowest
      # 2026-12-04: megatron-core's reserve refitted after fit11 (10.9 -> 10.2 %)
-     100297468608, 2143649792, 12.015105339316612,
-     {'compute': 8.812465910018181, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.04325621697910448, 'bubble': 0.28729009800821537}),
+     100297468608, 2143649792, 12.010633236331506,
+     {'compute': 8.812465910018181, 'tp_comm': 2.6695778303999997, 'pp_comm': 0.20251528391111112, 'optimizer': 0.03878411399399867, 'bubble': 0.28729009800821537}),
     ('--model llama2-7b --engine deepspeed --zero 3 --gbs 32 --expandable-segments --mbs 2',
      # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
      # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-03: ZeRO-3's gathered parameters through the forward, +1.9 GB; 2026-12-05: the host holds each
      # rank's 16-bit partition once at init (DeepSpeed's defragment), +1.68 GB
-     68056448614, 3828253696, 1.5195346964888092,
-     {'compute': 1.2278226459000747, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.23154325824320876, 'optimizer': 0.05669442878997015}),
+     68056448614, 3828253696, 1.5161698214760106,
+     {'compute': 1.2278226459000747, 'dp_comm': 0.003474363555555556, 'zero3_hooks': 0.23154325824320876, 'optimizer': 0.05332955377717158}),
     ('--model llama2-7b --engine deepspeed --zero 2 --ulysses 4 --gbs 16 --seq 16384 --attention flash',
      # 2026-12-07: the H100's own layer-kernel constants (efficiency.json gpu_kernels: memory-bound layer kernels at
      # 0.797 of its datasheet where the H200's reach 0.661, transformers' GEMM scale 0.830)
      # 2026-12-03: ZeRO-2's first bucket reduction fires at an attention weight, the layer's MLP block freed by then;
      # 2026-12-04: ZeRO-0/1/2's reserve refreshed to the fit split's median, 17.1 -> 16.6 %
-     62639536050, 2143649792, 3.6853187962984544,
-     {'compute': 3.268814660552597, 'cp_comm': 0.16364557653333336, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05669442878997015}),
+     62639536050, 2143649792, 3.681953921285656,
+     {'compute': 3.268814660552597, 'cp_comm': 0.16364557653333336, 'dp_comm': 0.19616413042255393, 'optimizer': 0.05332955377717158}),
 ]
 
 
@@ -95,40 +97,41 @@ def test_estimate_numbers_are_pinned(capsys, args, peak_bytes, host_bytes, step_
 # (efficiency.json gpu_kernels, 2026-12-07: rows on the default H100 move by -4.4 to +0.5 %, ZeRO-3's host-bound
 # steps not at all), and when its unfused score kernels got their own scale (score_hbm_scale 1.099, not the layer's
 # 1.206: rows 1 and 4 move by +0.9 and +1.3 %; ZeRO-3's rows keep their host-bound steps, their communication and
-# hooks less hidden behind a longer backward by 0.4-0.8 %)
+# hooks less hidden behind a longer backward by 0.4-0.8 %), and when its fused optimizer step got its own measured
+# bandwidth scale (optimizer_hbm_scale 1.149: the rows move by -0.4 to -0.01 %)
 BEFORE_ZERO3_SPLIT = [
     ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 0 --recompute none --mbs 1 --gbs 4',
-     0.21140842778364177, 0.0),
+     0.2109080227882, 0.0),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 2 --recompute full --mbs 2 --gbs 4',
-     0.149676931346132, 0.0007478348417910448),
+     0.1491765263506902, 0.0007478348417910448),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute none --mbs 1 --gbs 4',
-     0.8203646497299104, 0.7239727481032056),
+     0.8198642447344686, 0.7239727481032056),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute full --mbs 2 --gbs 4',
-     0.6038015387567761, 0.48719138068484974),
+     0.6033011337613343, 0.48719138068484974),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 1 --recompute none --mbs 2 --gbs 32',
-     0.12206366117592496, 0.002025663108457711),
+     0.12200111055149473, 0.002025663108457711),
     ('--model gpt3-125m --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 32',
-     1.4833898490112636, 1.3695319749233952),
+     1.4833272983868333, 1.3695319749233952),
     ('--model gpt3-125m --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute none --mbs 2 --gbs 64',
-     0.542213114551403, 0.449946700373527),
+     0.542181839239188, 0.449946700373527),
     ('--model llama2-7b --nodes 1 --gpus-per-node 1 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 4',
-     3.42491744468394, 1.528210665092547),
+     3.397998444581552, 1.528210665092547),
     ('--model llama2-7b --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 2 --recompute none --mbs 1 --gbs 32',
-     1.4273760697530558, 0.11570543650016585),
+     1.4240111947402572, 0.11570543650016585),
     ('--model llama2-7b --nodes 1 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute none --mbs 2 --gbs 32',
-     1.5195346964888092, 0.23501762179876431),
+     1.5161698214760106, 0.23501762179876431),
     ('--model llama2-7b --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 3 --recompute full --mbs 1 --gbs 64',
-     6.328449948526128, 4.626352634859511),
+     6.326767511019728, 4.626352634859511),
     ('--model llama2-7b --nodes 2 --gpus-per-node 8 --engine deepspeed --zero 0 --recompute full --mbs 2 --gbs 64',
-     2.0615345185412615, 0.20085292517414988),
+     2.0346155184388732, 0.20085292517414988),
     ('--model llama2-7b --engine deepspeed --zero 3 --offload-optimizer cpu --gbs 16 --nodes 1 --gpus-per-node 1',
      13.07021707889598, 3.9201652396050366),  # ZeRO-3 offload host factor 0.666 -> 0.809 (2026-12-01) -> 0.899
     ('--model gpt3-1.3b --engine megatron --tp 2 --pp 2 --gbs 32',
-     0.790126233426312, 0.0039984448),  # 2026-12-05: the bubble of the stages as they are (last: output layer)
+     0.7895718154922954, 0.0039984448),  # 2026-12-05: the bubble of the stages as they are (last: output layer)
     ('--model llama2-7b --engine deepspeed --zero 3 --lora-rank 16 --gbs 16',
-     3.281501598266534, 2.784298459338164),  # 2026-12-06: the hooks of LoRA's modules (1.4215 s before; final57)
+     3.2814816354916836, 2.784298459338164),  # 2026-12-06: the hooks of LoRA's modules (1.4215 s before; final57)
     ('--model llama2-7b --engine deepspeed --zero 3 --no-overlap-comm --gbs 32 --nodes 2',
-     3.188170272538269, 2.516961705911824),
+     3.1864878350318695, 2.516961705911824),
 ]
 
 

@@ -59,7 +59,8 @@ def test_each_case_priced_at_its_own_scale_reproduces_the_measured_ratio(lk, row
 def test_a_gpu_without_its_own_kernels_takes_the_h200s():
     assert timing.gpu_kernel_constants("A100-80GB") == {}
     h100 = timing.gpu_kernel_constants("H100-SXM")
-    assert set(h100) == {"weight_gemm_time_scale", "layer_hbm_scale", "score_hbm_scale", "moe_block_hbm_scale"}
+    assert set(h100) == {"weight_gemm_time_scale", "layer_hbm_scale", "score_hbm_scale", "moe_block_hbm_scale",
+                         "optimizer_hbm_scale"}
 
 
 def test_the_h100s_moe_block_efficiency_is_its_stored_micro_benchmarks():
@@ -73,3 +74,53 @@ def test_the_h100s_moe_block_efficiency_is_its_stored_micro_benchmarks():
     assert stored == round(moe.block_efficiency(table, "H100-SXM"), 3)
     assert round(moe.block_efficiency(), 3) == timing.calibration()["transformers"]["moe_block_hbm_efficiency"]
     assert timing.gpu_kernel_constants("H100-SXM")["moe_block_hbm_scale"] == pytest.approx(stored / 0.198)
+
+
+def test_the_h100s_optimizer_scale_is_its_stored_step_records():
+    spec = importlib.util.spec_from_file_location("gpu_deepspeed_step_under_test",
+                                                  ROOT / "benchmarks" / "gpu_deepspeed_step.py")
+    ds = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    spec.loader.exec_module(ds)
+    from gpu_provenance import read_records
+
+    sys.path[:] = saved
+    h200 = read_records(RESULTS / "deepspeed_step_h200.jsonl")
+    h100 = read_records(RESULTS / "deepspeed_step_h100.jsonl")
+    lines, median = ds.scale_lines(h200, "H200", h100, "H100-SXM")
+    assert timing.gpu_kernel_constants("H100-SXM")["optimizer_hbm_scale"] == round(median, 3)
+    # each stage: the H100 took more time per parameter than the H200, less than the datasheets' 4800 / 3350 more
+    b100, b200 = ds.slopes(h100), ds.slopes(h200)
+    for stage in (0, 1, 2):
+        assert 1.0 < b100[stage] / b200[stage] < 4800 / 3350
+    # the H200's own step is what the catalog prices there (fused Adam's and DeepSpeed's bytes at the curve's 0.8)
+    cal = timing.calibration()
+    per_param = (cal["gpu_optimizer"]["bytes_per_parameter"] + cal["deepspeed"]["step_bytes_per_parameter"]) / (
+        4800e9 * cal["curves"]["hopper"]["hbm_efficiency"])
+    assert per_param == pytest.approx(statistics.median(b200[s] for s in (1, 2)), rel=0.03)
+    assert "torch AdamW" in lines[-1]
+
+
+def test_the_scale_prices_the_fused_step_and_leaves_torch_adam(capsys, monkeypatch):
+    import json
+
+    from workbench import cli
+
+    def optimizer(adam):
+        assert cli.main(["estimate", "--model", "gpt3-1.3b", "--gpu", "H100-SXM", "--nodes", "1", "--gpus-per-node",
+                         "1", "--engine", "deepspeed", "--zero", "2", "--gbs", "8", "--adam", adam, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["time"]["breakdown"]["optimizer"]
+
+    scale = timing.gpu_kernel_constants("H100-SXM")["optimizer_hbm_scale"]
+    fused, torch_adam = optimizer("fused"), optimizer("torch")
+    monkeypatch.delitem(timing.calibration()["gpu_kernels"]["H100-SXM"], "optimizer_hbm_scale")
+    assert "optimizer_hbm_scale" not in timing.calibration()["gpu_kernels"]["H100-SXM"]
+    assert timing.gpu_kernel_constants("H100-SXM")["optimizer_hbm_scale"] == 1.0
+    unscaled = optimizer("fused")
+    assert optimizer("torch") == torch_adam  # torch's foreach AdamW keeps the curve's bandwidth
+    # the step's bandwidth-bound part (the rest is fixed: step_overhead_s and per-tensor seconds) shrinks by the scale
+    cal = timing.calibration()
+    params = 1.3e9
+    per_param = (cal["gpu_optimizer"]["bytes_per_parameter"] + cal["deepspeed"]["step_bytes_per_parameter"]) / (
+        3350e9 * cal["curves"]["hopper"]["hbm_efficiency"])
+    assert unscaled - fused == pytest.approx(params * per_param * (1 - 1 / scale), rel=0.1)

@@ -526,6 +526,8 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
         deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
+        # the fused step's bandwidth where it was measured on this GPU; torch's foreach AdamW keeps the curve's
+        optimizer_hbm_scale=_where(fused_adam, T.gpu_kernel_constants(gpu.name).get("optimizer_hbm_scale", 1.0), 1.0),
         zero3_modules_per_layer=T.zero3_modules_per_layer(model, persist) + lora_zero3[0],
         zero3_hooked_modules_per_layer=T.zero3_hooked_modules_per_layer(model) + lora_zero3[1],
         zero3_fetch_latency_s=ds["zero3_fetch_latency_s"], zero3_reduce_latency_s=ds["zero3_reduce_latency_s"],

@@ -85,7 +85,9 @@ def gpu_kernel_constants(gpu_name: str) -> dict:
     over the catalog ``transformers`` one, which the counted transformers bytes keep, so that they move at the GPU's
     own measured fraction), ``score_hbm_scale``, the same for unfused attention's score kernels where they were
     measured apart, and ``moe_block_hbm_scale`` for transformers' MoE blocks where their efficiency was measured on
-    it (each else ``layer_hbm_scale``). ``{}`` for a GPU without a measurement of its own: it takes the H200's
+    it (each else ``layer_hbm_scale``), and ``optimizer_hbm_scale``, the same for the fused optimizer step (fused
+    Adam and DeepSpeed's passes around it), where ``benchmarks/gpu_deepspeed_step.py --scale`` measured it (else 1:
+    the optimizer is not a layer kernel). ``{}`` for a GPU without a measurement of its own: it takes the H200's
     constants."""
     entry = (calibration().get("gpu_kernels") or {}).get(gpu_name)
     if not entry:
@@ -95,7 +97,8 @@ def gpu_kernel_constants(gpu_name: str) -> dict:
     moe = entry.get("moe_block_hbm_efficiency")
     return dict(weight_gemm_time_scale=entry["weight_gemm_time_scale"], layer_hbm_scale=layer_scale,
                 score_hbm_scale=entry.get("score_hbm_scale", layer_scale),
-                moe_block_hbm_scale=layer_scale if moe is None else moe / hf["moe_block_hbm_efficiency"])
+                moe_block_hbm_scale=layer_scale if moe is None else moe / hf["moe_block_hbm_efficiency"],
+                optimizer_hbm_scale=entry.get("optimizer_hbm_scale", 1.0))
 
 
 def _generation_curve(curves: dict, gen: str, gpu_name: str, *, fallback: str, fallback_name: str) -> dict:
@@ -689,6 +692,10 @@ class StepInputs:
     moe_block_hbm_scale: object = 1.0
     """The same for the non-GEMM kernels of transformers' grouped_mm MoE blocks (``moe_block_hbm_efficiency``), where
     this GPU's were measured on it (:func:`gpu_kernel_constants`)."""
+    optimizer_hbm_scale: object = 1.0
+    """How much more of its datasheet HBM bandwidth this GPU's fused optimizer step (fused Adam and DeepSpeed's passes
+    around it) reaches than the H200's, where it was measured apart (:func:`gpu_kernel_constants`); 1 for torch's
+    foreach AdamW, whose H100 step the unscaled bandwidth prices within 3 %."""
     weight_gemm_time_scale: object = 1.0
     """Measured over priced time of a layer's weight GEMMs and the logits GEMM for the stack (catalog
     ``transformers.weight_gemm_time_scale``, ``benchmarks/gpu_layer_kernels.py`` on fit shapes: transformers' plain
@@ -1742,7 +1749,7 @@ def optimizer_terms(x: StepInputs) -> dict:
                           + where(off_opt, 0.0, shard * x.param_offload_copy_back_s), 0.0)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
-    hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency
+    hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency * x.optimizer_hbm_scale
     optimizer = where(off_opt, 0.0, shard * (x.optimizer_bytes_per_parameter
                                                 + x.deepspeed_step_bytes_per_parameter) / hbm)
     # + the step's fixed cost (kernel launches and bookkeeping that do not grow with the parameter count) and
