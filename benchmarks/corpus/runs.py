@@ -2593,6 +2593,27 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # seventy-fifth final batch (one GPU, an H100), declared in accuracy_split.json "optstep75" before measuring: a
+    # blind test of the H100's fused optimizer step at its own measured bandwidth (468590e: optimizer_hbm_scale 1.149,
+    # measured by benchmarks/gpu_deepspeed_step.py apart from any model) on twelve GPU-bound configurations of twelve
+    # test shapes measured on the H200 and never on an H100, chosen for the optimizer's share of their step (48-66 %
+    # by the estimate): DeepSpeed ZeRO-0/1/2/3 with fused Adam on the GPU, megatron-core's GPTModel and transformers
+    # models, one micro-batch of 1-2. Estimates of 468590e on the H100 (whole device with the allocator replayed,
+    # step; the step before 468590e and the H200's measured step in brackets):
+    "optstep75": [
+        _ds("mc-h5120-gqa", 0, repeat=75),  # 56.65 GiB, 0.111 s (0.119; 0.086)
+        _ds("mc-h5120-gqa", 3, repeat=75),  # 56.16 GiB, 0.122 s (0.130; 0.107)
+        _ds("mc-h6144-gelu", 1, repeat=75),  # 39.15 GiB, 0.100 s (0.106; 0.082)
+        _ds("mc-h4096-gelu-mha", 1, repeat=75),  # 18.37 GiB, 0.054 s (0.057; 0.040)
+        _ds("mc-h4608-gelu", 0, repeat=75),  # 23.04 GiB, 0.065 s (0.068; 0.047)
+        _hf("hf-qwen25-h3584-l8", 2, "sdpa", overlap=True, repeat=75),  # 67.41 GiB, 0.169 s (0.181; 0.152)
+        _hf("hf-gemma-h3072", 2, "sdpa", repeat=75),  # 34.63 GiB, 0.087 s (0.092; 0.073)
+        _hf("hf-neox-h2560", 2, "sdpa", mbs=2, repeat=75),  # 17.01 GiB, 0.056 s (0.058; 0.046)
+        _hf("hf-mistral-h5120", 2, "sdpa", repeat=75),  # 44.99 GiB, 0.124 s (0.132; 0.109)
+        _hf("hf-phi3-h3072", 2, "sdpa", repeat=75),  # 12.84 GiB, 0.044 s (0.046; 0.035)
+        _hf("hf-qwen2-h3584", 2, "sdpa", repeat=75),  # 37.27 GiB, 0.109 s (0.115; 0.093)
+        _hf("hf-llama2-h4096", 2, "sdpa", repeat=75),  # 18.71 GiB, 0.060 s (0.062; 0.051)
+    ],
     # seventy-fourth final batch (one GPU, an H100), declared in accuracy_split.json "mixtral74" before measuring: a
     # blind test of the H100's own MoE-block efficiency (71bc092, measured on micro-benchmarks after moe73 was read)
     # on Mixtral, whose shapes never ran on an H100: ten configurations of three test shapes measured on the H200
