@@ -457,3 +457,29 @@ def test_describe_writes_the_plan_the_accuracy_bench_scores(monkeypatch):
     # a record without its measurements (a plan being declared) is described the same way
     bare = {k: v for k, v in rec.items() if not k.endswith("_bytes")}
     assert specs_from_dict(D.description(bare))[2] == plan
+
+
+def test_band_coverage_places_each_measured_value_against_the_band_the_estimate_prints(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    C = _load("band_coverage_under_test", BENCH / "band_coverage.py")
+    q = dict(measured=110.0, estimate=100.0, low=5.0, high=10.0)
+    assert C.side(q) == "inside"  # on the upper edge: estimate + high
+    assert C.side(dict(q, measured=110.5)) == "above" and C.side(dict(q, measured=94.0)) == "below"
+    assert C.side(dict(q, low=0.0, high=0.0)) is None and C.side(dict(q, measured=None)) is None
+    # a real record, estimated as the CLI estimates it: a megatron-core plan under DeepSpeed on an H100
+    dims = dict(num_layers=2, hidden_size=256, num_attention_heads=4, ffn_hidden_size=1024, vocab_size=1000,
+                seq_length=128)
+    rec = dict(run_id="mcore-ds/x/z2/mbs1", shape_id="x", stack="mcore-ds", status="ok", world_size=1,
+               options={"zero": 2, "mbs": 1}, model_dims=dims, optimizer_class="FusedAdam",
+               peak_allocated_bytes=2**30, peak_reserved_bytes=2**31, outside_allocator_bytes=2**29,
+               step_seconds_median=0.1, omp_num_threads="16",
+               provenance={"gpu": "NVIDIA H100 80GB HBM3", "gpu_total_bytes": 85_017_493_504, "host_cpu_cores": 16})
+    row = C.coverage_row(rec)
+    assert row["gpu"] == "H100-SXM" and row["split"] == "test"
+    assert row["device"]["measured"] == 2**31 + 2**29 and row["step"]["measured"] == 0.1
+    assert row["device"]["high"] > 0 and row["step"]["high"] > 0  # the engine's held-out band, in absolute units
+    assert C.coverage_row(dict(rec, status="oom")) is None
+    rows = [dict(row, device=dict(row["device"], measured=row["device"]["estimate"] + row["device"]["high"] * 2))]
+    lines = C.summary_lines(rows, "t")
+    assert any(line.split()[:2] == ["device", "H100-SXM"] and line.split()[5] == "100.0%" for line in lines)
+    assert any("mcore-ds/x/z2/mbs1" in line for line in lines)  # the run past the device band's upper side, named
