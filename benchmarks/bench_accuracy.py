@@ -484,6 +484,30 @@ def replayed_band_entries(device: dict) -> dict:
             if key.endswith(f"/{REPLAYED_BAND_SUFFIX}") or f"/{REPLAYED_BAND_SUFFIX}/" in key}
 
 
+GPU_BAND_ABOUT = (
+    "Step-time bands of a GPU other than the H200, from its own test-split runs (benchmarks/bench_accuracy.py --corpus "
+    "FILE --write-gpu-band): the same entries as the step section above (engine, recompute mode, deepspeed/zero3 with "
+    "the process-to-process noise of the corpus given, host-bound and GPU-bound, param-offload), which "
+    "workbench.memory.error_band reads first for an estimate on that GPU; an entry it lacks falls back to the H200's. "
+    "Written because the H200's step band held only 64 % of the H100's test runs (benchmarks/band_coverage.py).")
+
+
+def write_gpu_band(rows: list, noise: dict) -> dict:
+    """The step entries of :func:`band` over each non-H200 GPU's own test runs of ``rows``, written into
+    ``error_band.json``'s ``gpus`` section (the rest of the file unchanged); returns ``{gpu: entries}``."""
+    from workbench.memory import ERROR_BAND_FILE
+
+    doc = json.loads(ERROR_BAND_FILE.read_text())
+    written = {}
+    for gpu in sorted({r["cluster"].gpu.name for r, _ in rows} - {doc.get("gpu", "H200")}):
+        entries = band([(r, e) for r, e in rows if r["cluster"].gpu.name == gpu], noise=noise)["step"]
+        if entries:
+            doc.setdefault("gpus", {})[gpu] = {"about": GPU_BAND_ABOUT, "step": entries}
+            written[gpu] = entries
+    ERROR_BAND_FILE.write_text(json.dumps(doc, indent=2) + "\n")
+    return written
+
+
 def reserve_base(run) -> float:
     """What a run's regime takes its allocator reserve on, for its measured allocated peak: the allocated peak, or
     under ZeRO-3 with offload the streams' caches together (:func:`workbench.memory.zero3_offload_reserve_base`)."""
@@ -1297,6 +1321,9 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", type=Path, help="also write the tables as Markdown")
     ap.add_argument("--write-band", action="store_true",
                     help="write the test split's per-engine error band to workbench/catalog/error_band.json")
+    ap.add_argument("--write-gpu-band", action="store_true",
+                    help="write the test split's step-time band of each GPU other than the H200 in the corpus (its "
+                         "own runs only) to error_band.json's gpus section, which estimates on that GPU read first")
     ap.add_argument("--refit-time", action="store_true",
                     help="refit the H200 time constants on the fit split only (calibrate_h200_time's fit), "
                          "print leave-one-shape-out errors, and evaluate with them")
@@ -1435,6 +1462,10 @@ def main(argv=None) -> int:
                    f"({zero3_band['noise_runs']} runs): written -{zero3_band['low_fraction']:.1%} / "
                    f"+{zero3_band['high_fraction']:.1%}")
     print("\n".join(out))
+    if args.write_gpu_band:
+        for gpu, entries in write_gpu_band(scored["test"], noise).items():
+            print(f"\nwrote the {gpu} step band: " + "; ".join(
+                f"{k} -{e['low_fraction']:.1%} / +{e['high_fraction']:.1%} ({e['n']} runs)" for k, e in entries.items()))
     if ooms:
         from workbench.estimate import estimate
 
@@ -1526,6 +1557,8 @@ def main(argv=None) -> int:
                **band(scored["test"], expandable["test"], noise)}
         old = json.loads(path.read_text()) if path.exists() else {}
         doc["device"].update(replayed_band_entries(old.get("device") or {}))
+        if old.get("gpus"):  # other GPUs' own bands (--write-gpu-band) stay
+            doc["gpus"] = old["gpus"]
         path.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nwrote {path.relative_to(ROOT)}")
     if args.markdown:

@@ -1,5 +1,6 @@
 """Memory model: golden numbers from public sources (shared/reference/public_numbers.md) and DeepSpeed's own
 estimators as an oracle."""
+import json
 import math
 
 import numpy as np
@@ -908,6 +909,32 @@ def test_parameter_offload_plans_take_their_own_band():
     mem = estimate(m, ClusterSpec(gpu="H200", gpus_per_node=1), plan).memory
     peak = max(st.total_bytes for st in mem.stages)
     assert mem.band_high_bytes == round(peak * band[1])
+
+
+def test_a_gpu_with_its_own_held_out_step_runs_takes_its_own_step_band(monkeypatch):
+    """error_band.json's gpus section (bench_accuracy.py --write-gpu-band) gives an estimate on that GPU its own step
+    band; an entry it lacks, another quantity and another GPU fall back to the H200's."""
+    from workbench import memory as M
+
+    doc = json.loads(M.ERROR_BAND_FILE.read_text())
+    own = {"deepspeed/gpu-bound": dict(n=9, shapes=7, low_fraction=0.2, high_fraction=0.3, worst_low_fraction=0.4,
+                                       worst_high_fraction=0.5)}
+    monkeypatch.setattr(M, "_error_bands", lambda: {**doc, "gpus": {"H100-SXM": {"step": own}}})
+    h200 = M.error_band("deepspeed", "step", zero_stage=2, host_share=0.01)
+    h100 = M.error_band("deepspeed", "step", zero_stage=2, host_share=0.01, gpu_name="H100-SXM")
+    assert h100[:2] == (0.2, 0.3) and "9 held-out GPU-bound runs" in h100[2] and "on H100-SXM" in h100[2]
+    assert h200[:2] != h100[:2] and h200[2].endswith("on H200")
+    assert M.error_band("deepspeed", "step", zero_stage=2, host_share=0.01, gpu_name="A100-80GB") == h200
+    assert M.error_band("deepspeed", "device", gpu_name="H100-SXM") == M.error_band("deepspeed", "device")
+    # no megatron entry of its own on this GPU: the H200's
+    assert M.error_band("megatron", "step", gpu_name="H100-SXM") == M.error_band("megatron", "step")
+    m = catalog.model("llama2-7b")
+    plan = ParallelPlan(engine="deepspeed", zero_stage=2, world_size=8, micro_batch_size=1, global_batch_size=8,
+                        precision="bf16")
+    est = estimate(m, ClusterSpec(gpu="H100-SXM", gpus_per_node=8), plan)
+    assert est.time.host_share < 0.5
+    low, high, note = est.step_band_seconds
+    assert (low, high) == pytest.approx((0.2 * est.time.step_seconds, 0.3 * est.time.step_seconds))
 
 
 def test_optimizer_offload_plans_take_their_own_whole_device_band():

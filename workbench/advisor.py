@@ -1956,7 +1956,7 @@ def zero3_host_bound(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan,
     modules = int(inputs["zero3_modules_per_layer"])
     passes = 2 + (plan.recompute is Recompute.FULL)
     fetches = m * passes * (model.num_layers * modules + 1)
-    band = M.error_band(plan.engine, "step", plan.recompute, zero_stage=3)
+    band = M.error_band(plan.engine, "step", plan.recompute, zero_stage=3, gpu_name=cluster.gpu.name)
     ms = lambda s: f"{s * 1e3:.0f} ms" if s < 10 else f"{s:.1f} s"  # noqa: E731
     r = ZERO3_REPEAT_MEASURED
     message = (f"ZeRO-3 is host-bound here: DeepSpeed's per-module hooks (about {fetches:,} module fetches per step: "

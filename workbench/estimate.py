@@ -87,7 +87,8 @@ class EvaluatedPlan:
         from workbench.memory import error_band
 
         band = (error_band(self.plan.engine, "step", self.plan.recompute, zero_stage=self.plan.zero_stage,
-                           host_share=self.time.host_share, offload_params=self.plan.offload_params)
+                           host_share=self.time.host_share, offload_params=self.plan.offload_params,
+                           gpu_name=self.cluster.gpu.name)
                 if self.time is not None else None)
         if band is None:
             return 0.0, 0.0, f"no held-out step-time measurements for engine {self.plan.engine}"

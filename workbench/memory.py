@@ -3154,7 +3154,7 @@ def step_regime_suffix(host_share, zero_stage=None):
 
 def error_band(engine, quantity: str = "device", recompute=None, expandable_segments: bool = False,
                zero_stage=None, replayed: bool = False, host_share=None, offload_params=False,
-               offload_optimizer=False):
+               offload_optimizer=False, gpu_name: str = ""):
     """``(low_fraction, high_fraction, note)``: how far below and above the point estimate the measured value went
     on the held-out (test-split) model shapes for ``engine`` — ``quantity`` ``allocated``, ``device`` or ``step``
     — as written by ``benchmarks/bench_accuracy.py --write-band`` into ``workbench/catalog/error_band.json``;
@@ -3173,12 +3173,26 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     ``offload_params`` (DeepSpeed ZeRO-3 with the parameters on the host) the ``ENGINE/param-offload`` entry of any
     quantity, before all others but a replayed reserve's, when it has at least :data:`MIN_BAND_RUNS` runs; with
     ``offload_optimizer`` (and the parameters on the GPU) the ``ENGINE/optimizer-offload`` entry (whole device only:
-    :data:`OPTIMIZER_OFFLOAD_BAND_SUFFIX`) next. The hybrid uses its own runs, else DeepSpeed's."""
-    bands = _error_bands().get(quantity) or {}
+    :data:`OPTIMIZER_OFFLOAD_BAND_SUFFIX`) next. The hybrid uses its own runs, else DeepSpeed's. With ``gpu_name``
+    a GPU whose own held-out runs wrote a band for ``quantity`` (the file's ``gpus`` section, ``benchmarks/
+    bench_accuracy.py --write-gpu-band``: the H100's step time) takes that GPU's entries, else the H200's."""
+    own_gpu = ((_error_bands().get("gpus") or {}).get(gpu_name) or {}).get(quantity)
+    if own_gpu:
+        found = _band_from(own_gpu, gpu_name, engine, quantity, recompute, expandable_segments, zero_stage, replayed,
+                           host_share, offload_params, offload_optimizer)
+        if found is not None:
+            return found
+    return _band_from(_error_bands().get(quantity) or {}, _error_bands().get("gpu", "H200"), engine, quantity,
+                      recompute, expandable_segments, zero_stage, replayed, host_share, offload_params,
+                      offload_optimizer)
+
+
+def _band_from(bands: dict, gpu: str, engine, quantity, recompute, expandable_segments, zero_stage, replayed,
+               host_share, offload_params, offload_optimizer):
+    """:func:`error_band` over one table of entries (``bands``: one quantity's, written from ``gpu``'s runs)."""
     key = str(Engine.parse(engine, "engine"))
     if key == str(Engine.MEGATRON_DEEPSPEED) and not any(k.startswith(key) for k in bands):
         key = str(Engine.DEEPSPEED)
-    gpu = _error_bands().get("gpu", "H200")
 
     def runs(e, what="runs"):
         return f"band from {e['n']} held-out {what} ({e['shapes']} model shapes never fitted on) of {key}"
@@ -3222,7 +3236,7 @@ def error_band(engine, quantity: str = "device", recompute=None, expandable_segm
     if not entry:
         return None
     note = (f"band from {entry['n']} held-out runs ({entry['shapes']} model shapes never fitted on) of "
-            f"{entry.get('engine', key)} on {_error_bands().get('gpu', 'H200')}")
+            f"{entry.get('engine', key)} on {gpu}")
     return float(entry["low_fraction"]), float(entry["high_fraction"]), note
 
 
