@@ -2593,6 +2593,27 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # seventy-sixth final batch (one GPU, an H100), declared in accuracy_split.json "band76" before measuring: a
+    # blind test of the error band an estimate on an H100 prints, the H100's own step band of 6cfbb9a (written from
+    # the H100 test split's runs after the H200's held 64 % of them) and the whole-device band: thirteen configurations
+    # of thirteen test shapes measured on the H200 and never on an H100, ZeRO-3 GPU- and host-bound, LoRA, the
+    # optimizer (and ZeRO-3's parameters) on the CPU, GPU-bound ZeRO-2. Estimates of 6cfbb9a on the H100 (whole device
+    # with the allocator replayed and its band; step with the H100's band, the H200's band in brackets):
+    "band76": [
+        _hf("hf-gemma2-h2304", 3, "eager", ckpt=True, repeat=76),  # 36.19 (-0.39 / +0.26) GiB, 0.155 (-0.036 / +0.032; -0.022 / +0.024) s
+        _hf("hf-llama3-h4096-s8k", 3, "sdpa", ckpt=True, repeat=76),  # 46.67 (-0.51 / +0.34) GiB, 0.174 (-0.040 / +0.036; -0.025 / +0.028) s
+        _hf("hf-gpt2-h1280", 3, "sdpa", mbs=4, repeat=76),  # 14.99 (-0.16 / +0.11) GiB, 0.190 (-0.044 / +0.040; -0.027 / +0.030) s
+        _hf("hf-llama-h3072", 3, "sdpa", ckpt=True, repeat=76),  # 29.28 (-0.32 / +0.21) GiB, 0.119 (-0.027 / +0.025; -0.017 / +0.019) s
+        _hf("hf-gemma3-h1152-l26", 3, "sdpa", mbs=2, ckpt=True, repeat=76),  # 33.96 (-0.37 / +0.25) GiB, 0.727 (-0.167 / +0.152; -0.104 / +0.115) s
+        _hf("hf-deepseek-h4096-l8", 2, "sdpa", mbs=4, ckpt=True, lora=16, repeat=76),  # 18.13 (-0.20 / +0.13) GiB, 0.246 (-0.051 / +0.020; -0.025 / +0.015) s
+        _hf("hf-gemma2-h4608-l4", 2, "eager", mbs=2, ckpt=True, lora=16, repeat=76),  # 27.71 (-0.30 / +0.20) GiB, 0.241 (-0.050 / +0.020; -0.025 / +0.014) s
+        _hf("hf-eurollm-h4096-l8", 2, "sdpa", **OFF, repeat=76),  # 19.76 (-0.08 / +0.05) GiB, 1.451 (-0.299 / +0.118; -0.148 / +0.087) s
+        _hf("hf-dscoder-h4096-l8", 2, "sdpa", mbs=2, ckpt=True, **OFF, repeat=76),  # 11.86 (-0.05 / +0.03) GiB, 1.141 (-0.235 / +0.093; -0.117 / +0.068) s
+        _hf("hf-llama2-h8192-l2", 3, "sdpa", **OFF, repeat=76),  # 17.62 (-0.75 / +0.04) GiB, 2.119 (-0.488 / +0.443; -0.302 / +0.335) s
+        _hf("hf-falcon3-h3072-l8", 3, "sdpa", mbs=2, ckpt=True, **OFF, **POFF, repeat=76),  # 22.47 (-0.94 / +0.36) GiB, 1.715 (-0.399 / +0.164; -0.136 / +0.181) s
+        _ds("mc-h6144-hd96-gelu", 2, recompute="selective", repeat=76),  # 39.62 (-0.43 / +0.29) GiB, 0.110 (-0.023 / +0.009; -0.011 / +0.007) s
+        _hf("hf-mistral-h4096", 2, "sdpa", repeat=76),  # 18.39 (-0.20 / +0.13) GiB, 0.062 (-0.013 / +0.005; -0.006 / +0.004) s
+    ],
     # seventy-fifth final batch (one GPU, an H100), declared in accuracy_split.json "optstep75" before measuring: a
     # blind test of the H100's fused optimizer step at its own measured bandwidth (468590e: optimizer_hbm_scale 1.149,
     # measured by benchmarks/gpu_deepspeed_step.py apart from any model) on twelve GPU-bound configurations of twelve
