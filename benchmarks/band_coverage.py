@@ -114,7 +114,8 @@ def main(argv=None) -> int:
     names = ", ".join(p.name for p in args.corpus)
     print("\n".join(summary_lines(rows, f"ERROR BAND coverage, {args.split} split of {names}: the measured value "
                                         "below, inside or above the band workbench estimate prints (the band: the "
-                                        "H200 test split's 10th / 90th percentile residuals per engine and regime)")))
+                                        "10th / 90th percentile residuals per engine and regime of the H200 test "
+                                        "split, or of the GPU's own where error_band.json has them)")))
     return 0
 
 
