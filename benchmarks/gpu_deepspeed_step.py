@@ -66,6 +66,29 @@ def build(parameters: int, tensors: int):
     return Flat()
 
 
+def timed_phases(forward, backward, step) -> dict:
+    """Seconds of ``backward(forward())`` and ``step()``, each synchronised, over :data:`TIMED` iterations after
+    :data:`WARMUP`: ``{"backward_s", "step_s"}`` (medians) and every iteration's (``backward_all_s``, ``step_all_s``)."""
+    import torch
+
+    times = {"backward": [], "step": []}
+    for i in range(WARMUP + TIMED):
+        loss = forward()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        backward(loss)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        if i >= WARMUP:
+            times["backward"].append(t1 - t0)
+            times["step"].append(t2 - t1)
+    return dict(backward_s=statistics.median(times["backward"]), step_s=statistics.median(times["step"]),
+                backward_all_s=times["backward"], step_all_s=times["step"])
+
+
 def one_torch(parameters: int, tensors: int) -> dict:
     """The ``torch`` stage: megatron-core's optimizer step without fused kernels, apart from any model."""
     import torch
@@ -74,30 +97,22 @@ def one_torch(parameters: int, tensors: int) -> dict:
     main = [p.detach().float().requires_grad_(True) for p in model.parameters()]
     opt = torch.optim.AdamW(main, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, foreach=True)
     x = torch.ones((), device="cuda")
-    times = {"backward": [], "step": []}
-    for i in range(WARMUP + TIMED):
-        loss = model(x)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+
+    def backward(loss):
         loss.backward()
         for p, q in zip(model.parameters(), main):  # the fp32 main-gradient buffer
             q.grad = p.grad.float() if q.grad is None else q.grad.copy_(p.grad)
             p.grad = None
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
+
+    def step():
         torch.nn.utils.clip_grad_norm_(main, 1.0, foreach=True)
         opt.step()
         with torch.no_grad():
             torch._foreach_copy_(list(model.parameters()), main)
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        if i >= WARMUP:
-            times["backward"].append(t1 - t0)
-            times["step"].append(t2 - t1)
+
+    times = timed_phases(lambda: model(x), backward, step)
     out = dict(stage="torch", parameters=sum(p.numel() for p in model.parameters()), tensors=tensors,
-               optimizer_class="AdamW(foreach)", zero_optimizer_class=None,
-               backward_s=statistics.median(times["backward"]), step_s=statistics.median(times["step"]),
-               backward_all_s=times["backward"], step_all_s=times["step"])
+               optimizer_class="AdamW(foreach)", zero_optimizer_class=None, **times)
     del opt, main, model
     torch.cuda.empty_cache()
     return out
@@ -114,25 +129,10 @@ def one(stage, parameters: int, tensors: int) -> dict:
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=list(model.parameters()),
                                            config=ds_config({"zero": stage}))
     x = torch.ones((), device="cuda")
-    times = {"backward": [], "step": []}
-    for i in range(WARMUP + TIMED):
-        loss = engine(x)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        engine.backward(loss)
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        engine.step()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        if i >= WARMUP:
-            times["backward"].append(t1 - t0)
-            times["step"].append(t2 - t1)
+    times = timed_phases(lambda: engine(x), engine.backward, engine.step)
     out = dict(stage=stage, parameters=sum(p.numel() for p in model.parameters()), tensors=tensors,
                optimizer_class=type(engine.basic_optimizer).__name__ if engine.basic_optimizer else None,
-               zero_optimizer_class=type(engine.optimizer).__name__,
-               backward_s=statistics.median(times["backward"]), step_s=statistics.median(times["step"]),
-               backward_all_s=times["backward"], step_all_s=times["step"])
+               zero_optimizer_class=type(engine.optimizer).__name__, **times)
     del engine, model
     torch.cuda.empty_cache()
     return out
