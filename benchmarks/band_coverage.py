@@ -91,7 +91,8 @@ def summary_lines(rows: list, title: str) -> list[str]:
         out.append("  device above its band's upper side (estimate + band high, measured, GiB):")
         for r in sorted(above, key=lambda r: r["run_id"]):
             d = r["device"]
-            out.append(f"    {r['run_id'][:70]:<71}{(d['estimate'] + d['high']) / 2**30:7.2f} {d['measured'] / 2**30:7.2f}"
+            upper = (d["estimate"] + d["high"]) / 2**30
+            out.append(f"    {r['run_id'][:70]:<71}{upper:7.2f} {d['measured'] / 2**30:7.2f}"
                        f"{' replayed' if r['replayed'] else ' constant reserve'}")
     return out
 

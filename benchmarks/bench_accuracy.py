@@ -1465,7 +1465,8 @@ def main(argv=None) -> int:
     if args.write_gpu_band:
         for gpu, entries in write_gpu_band(scored["test"], noise).items():
             print(f"\nwrote the {gpu} step band: " + "; ".join(
-                f"{k} -{e['low_fraction']:.1%} / +{e['high_fraction']:.1%} ({e['n']} runs)" for k, e in entries.items()))
+                f"{k} -{e['low_fraction']:.1%} / +{e['high_fraction']:.1%} ({e['n']} runs)"
+                for k, e in entries.items()))
     if ooms:
         from workbench.estimate import estimate
 

@@ -13,9 +13,10 @@ warm-up steps, 10 steps of
 * ``step``: ``engine.step()`` (the fp32 gradient flatten and norm, clipping, FusedAdam over the fp32 master, the
   copy back to 16 bits and the per-tensor bookkeeping);
 
-each synchronised, and fits ``seconds = a + b·N + c·T`` per stage and phase by least squares. Stage ``torch`` times
-the step megatron-core takes without Apex or Transformer Engine instead: fp32 main parameters and gradients,
-``clip_grad_norm_`` (foreach), ``torch.optim.AdamW(foreach=True)`` and the copy back into the bf16 weights. ``b`` times the HBM
+each synchronised, and fits ``seconds = a + b·N + c·T`` per stage and phase by least squares. Stage ``torch``
+times the step megatron-core takes without Apex or Transformer Engine instead: fp32 main parameters and
+gradients, ``clip_grad_norm_`` (foreach), ``torch.optim.AdamW(foreach=True)`` and the copy back into the bf16
+weights. ``b`` times the HBM
 bandwidth is the bytes DeepSpeed moves per parameter in that phase; ``c`` the host seconds per tensor where the GPU
 does not hide them. Records (JSON lines, with provenance) go to ``--out``; the fit is printed.
 
@@ -23,12 +24,13 @@ does not hide them. Records (JSON lines, with provenance) go to ``--out``; the f
     python benchmarks/gpu_deepspeed_step.py --fit deepspeed_step.jsonl   # the fit again, on any machine
     python benchmarks/gpu_deepspeed_step.py --scale results/deepspeed_step_h200.jsonl H200 \
         results/deepspeed_step_h100.jsonl H100-SXM   # how much more of its bandwidth one GPU's step reaches
+    python benchmarks/gpu_deepspeed_step.py --zero0-bytes results/deepspeed_step_h200.jsonl H200   # bytes per stage
 
 ``--scale`` compares the per-parameter slope ``b`` of each stage's step on two GPUs at their catalog bandwidths:
 (b_ref × bandwidth_ref) / (b × bandwidth) is how much more of its datasheet bandwidth the second GPU's optimizer
 kernels reach (the catalog's ``gpu_kernels.<GPU>.optimizer_hbm_scale`` is the median over the DeepSpeed stages).
-For stage ``torch`` it prints the measured slope beside the one the catalog prices (``torch_foreach_bytes_per_parameter``
-at the Hopper curve's ``hbm_efficiency``).
+For stage ``torch`` it prints the measured slope beside the one the catalog prices
+(``torch_foreach_bytes_per_parameter`` at the Hopper curve's ``hbm_efficiency``).
 """
 from __future__ import annotations
 
@@ -68,7 +70,8 @@ def build(parameters: int, tensors: int):
 
 def timed_phases(forward, backward, step) -> dict:
     """Seconds of ``backward(forward())`` and ``step()``, each synchronised, over :data:`TIMED` iterations after
-    :data:`WARMUP`: ``{"backward_s", "step_s"}`` (medians) and every iteration's (``backward_all_s``, ``step_all_s``)."""
+    :data:`WARMUP`: ``{"backward_s", "step_s"}`` (medians) and every iteration's (``backward_all_s``,
+    ``step_all_s``)."""
     import torch
 
     times = {"backward": [], "step": []}
@@ -192,6 +195,43 @@ def scale_lines(ref: list, ref_gpu: str, records: list, gpu: str) -> tuple[list[
     return lines, median
 
 
+def stage_bytes(records: list, gpu: str) -> dict:
+    """HBM bytes per parameter of each DeepSpeed stage's step on ``gpu``: the per-parameter slope (:func:`slopes`) at
+    the bandwidth the time model gives that GPU's fused optimizer step (its datasheet × the Hopper curve's
+    ``hbm_efficiency`` × its ``optimizer_hbm_scale``), what fused Adam's and DeepSpeed's step bytes must add up to."""
+    from workbench import catalog
+    from workbench.timing import calibration, gpu_kernel_constants
+
+    bw = (catalog.gpu(gpu).hbm_gb_per_s * 1e9 * calibration()["curves"]["hopper"]["hbm_efficiency"]
+          * gpu_kernel_constants(gpu).get("optimizer_hbm_scale", 1.0))
+    return {stage: b * bw for stage, b in slopes(records).items() if stage != "torch"}
+
+
+def write_zero0_bytes(records: list, gpu: str, path: Path) -> float:
+    """Store ZeRO-0's DeepSpeed step bytes (stage 0's :func:`stage_bytes` less fused Adam's) as the catalog's
+    ``deepspeed.zero0_step_bytes_per_parameter``, with its source; returns it."""
+    import json
+
+    cat = ROOT / "workbench" / "catalog" / "efficiency.json"
+    cal = json.loads(cat.read_text())
+    per_stage = stage_bytes(records, gpu)
+    fused = cal["gpu_optimizer"]["bytes_per_parameter"]
+    value = round(per_stage[0] - fused, 1)
+    prov = records[0]["provenance"]
+    cal["deepspeed"]["zero0_step_bytes_per_parameter"] = value
+    cal["deepspeed"]["zero0_step_source"] = (
+        "ZeRO-0's DeepSpeed step bytes per parameter beside fused Adam's: DeepSpeed's engine.step() apart from any "
+        f"model (benchmarks/gpu_deepspeed_step.py --zero0-bytes, {path.name}: bf16 FusedAdam over 64 M-2 G parameters, "
+        f"one {prov['gpu']}, DeepSpeed {prov['deepspeed']}, {prov['date_utc'][:10]}) moves "
+        + ", ".join(f"{b:.1f} B at ZeRO-{st}" for st, b in sorted(per_stage.items()))
+        + f" per parameter at the bandwidth the time model gives its optimizer: ZeRO-0's step (the bf16 engine's "
+        f"FP16_Optimizer, no flattened partition) {value} B beside fused Adam's {fused}, where ZeRO-1/2 take the "
+        "fitted step_bytes_per_parameter (which their micro-benchmark matches). The H100's records give the same "
+        "within 1 B at its own optimizer scale. Not fitted on the corpus.")
+    cat.write_text(json.dumps(cal, indent=2, ensure_ascii=False) + "\n")
+    return value
+
+
 def write_calibration(gpu: str, scale: float, lines: list, path: Path, ref: Path) -> None:
     """Store ``scale`` as the catalog's ``gpu_kernels.<gpu>.optimizer_hbm_scale`` with its source (the other
     constants of that GPU stay)."""
@@ -224,9 +264,23 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", help="N:T pairs, comma-separated (parameters in Mi); default: the script's CASES")
     ap.add_argument("--scale", nargs=4, metavar=("REF_FILE", "REF_GPU", "FILE", "GPU"),
                     help="compare two GPUs' step slopes at their catalog bandwidths and stop")
+    ap.add_argument("--zero0-bytes", nargs=2, metavar=("FILE", "GPU"),
+                    help="print each stage's step bytes per parameter at the bandwidth the time model gives GPU and "
+                         "stop")
     ap.add_argument("--write-calibration", action="store_true",
-                    help="with --scale: store the median as the catalog's gpu_kernels.<GPU>.optimizer_hbm_scale")
+                    help="with --scale: store the median as the catalog's gpu_kernels.<GPU>.optimizer_hbm_scale; "
+                         "with --zero0-bytes: store ZeRO-0's step bytes as deepspeed.zero0_step_bytes_per_parameter")
     args = ap.parse_args(argv)
+    if args.zero0_bytes:
+        from gpu_provenance import read_records
+
+        path, gpu = Path(args.zero0_bytes[0]), args.zero0_bytes[1]
+        records = read_records(path)
+        for stage, b in sorted(stage_bytes(records, gpu).items()):
+            print(f"ZeRO-{stage}: {b:.1f} B per parameter on {gpu}")
+        if args.write_calibration:
+            print(f"stored deepspeed.zero0_step_bytes_per_parameter {write_zero0_bytes(records, gpu, path)}")
+        return 0
     if args.scale:
         from gpu_provenance import read_records
 

@@ -99,6 +99,12 @@ def test_the_h100s_optimizer_scale_is_its_stored_step_records():
         4800e9 * cal["curves"]["hopper"]["hbm_efficiency"])
     assert per_param == pytest.approx(statistics.median(b200[s] for s in (1, 2)), rel=0.03)
     assert "torch AdamW" in lines[-1]
+    # ZeRO-0's step moves fewer bytes than ZeRO-1/2's on both GPUs, the same count on each at its own bandwidth
+    b200, b100 = ds.stage_bytes(h200, "H200"), ds.stage_bytes(h100, "H100-SXM")
+    assert cal["deepspeed"]["zero0_step_bytes_per_parameter"] == round(
+        b200[0] - cal["gpu_optimizer"]["bytes_per_parameter"], 1)
+    assert b200[0] == pytest.approx(b100[0], abs=1.0)
+    assert b200[0] < 0.9 * min(b200[1], b200[2]) and b100[0] < 0.9 * min(b100[1], b100[2])
 
 
 def test_the_scale_prices_the_fused_step_and_leaves_torch_adam(capsys, monkeypatch):
@@ -124,3 +130,20 @@ def test_the_scale_prices_the_fused_step_and_leaves_torch_adam(capsys, monkeypat
     per_param = (cal["gpu_optimizer"]["bytes_per_parameter"] + cal["deepspeed"]["step_bytes_per_parameter"]) / (
         3350e9 * cal["curves"]["hopper"]["hbm_efficiency"])
     assert unscaled - fused == pytest.approx(params * per_param * (1 - 1 / scale), rel=0.1)
+
+
+def test_zero0_prices_its_own_measured_step_bytes(capsys):
+    import json
+
+    from workbench import cli
+
+    def optimizer(zero):
+        assert cli.main(["estimate", "--model", "gpt3-1.3b", "--gpu", "H200", "--nodes", "1", "--gpus-per-node", "1",
+                         "--engine", "deepspeed", "--zero", str(zero), "--gbs", "8", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["time"]["breakdown"]["optimizer"]
+
+    ds = timing.calibration()["deepspeed"]
+    per_param = (ds["step_bytes_per_parameter"] - ds["zero0_step_bytes_per_parameter"]) / (
+        4800e9 * timing.calibration()["curves"]["hopper"]["hbm_efficiency"])
+    # one GPU: ZeRO-1 and ZeRO-0 hold the same shard; only the step's bytes differ
+    assert optimizer(1) - optimizer(0) == pytest.approx(1.3e9 * per_param, rel=0.1)

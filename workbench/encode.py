@@ -525,7 +525,10 @@ def time_inputs(model: ModelSpec, cluster: ClusterSpec, cols: dict, precision: P
         cpu_adam_serial_seconds_per_parameter=cal["cpu_adam"].get("serial_seconds_per_parameter", 0.0),
         optimizer_bytes_per_parameter=_where(fused_adam, cal["gpu_optimizer"]["bytes_per_parameter"],
                                              cal["gpu_optimizer"]["torch_foreach_bytes_per_parameter"]),
-        deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, ds["step_bytes_per_parameter"]),
+        # ZeRO-0's step (the bf16 engine's FP16_Optimizer, no flattened partition) moves fewer bytes: measured apart
+        deepspeed_step_bytes_per_parameter=_where(megatron, 0.0, _where(
+            np.equal(cols["zero"], 0), ds.get("zero0_step_bytes_per_parameter", ds["step_bytes_per_parameter"]),
+            ds["step_bytes_per_parameter"])),
         # the fused step's bandwidth where it was measured on this GPU; torch's foreach AdamW keeps the curve's
         optimizer_hbm_scale=_where(fused_adam, T.gpu_kernel_constants(gpu.name).get("optimizer_hbm_scale", 1.0), 1.0),
         zero3_modules_per_layer=T.zero3_modules_per_layer(model, persist) + lora_zero3[0],

@@ -731,8 +731,9 @@ def step_time_terms(**inputs):
 
     Materialised (unfused) attention adds :func:`attention_score_bytes` per score element at
     ``score_hbm_efficiency`` × HBM bandwidth, the loss adds :func:`cross_entropy_bytes` per logit; the optimizer
-    moves ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` per shard parameter of the
-    largest stage (``stage_parameters``), plus ``step_overhead_s`` and DeepSpeed's ``deepspeed_tensor_seconds`` per
+    moves ``optimizer_bytes_per_parameter`` + ``deepspeed_step_bytes_per_parameter`` (catalog ``deepspeed``; ZeRO-0
+    its own ``zero0_step_bytes_per_parameter``, measured apart by ``benchmarks/gpu_deepspeed_step.py``) per shard
+    parameter of the largest stage (``stage_parameters``), plus ``step_overhead_s`` and DeepSpeed's ``deepspeed_tensor_seconds`` per
     parameter tensor; every layer forward, backward and recomputed forward costs ``layer_pass_overhead_s`` on top of
     its kernels; ZeRO-3 adds its gathers and gradient copies in counted bytes and its per-module host hooks
     (``zero3_*``), exposed only where they outlast the kernels; optimizer offload prices CPU Adam by the rank's

@@ -439,8 +439,9 @@ def no_profile_record(gpu_name: str = "") -> dict:
         parts = ["memory-bound bandwidth"] + [name for key, name in (
             ("score_hbm_scale", "unfused attention's score kernels"),
             ("moe_block_hbm_efficiency", "transformers' MoE blocks")) if key in own]
+        optimizer = ", and its fused optimizer step" if "optimizer_hbm_scale" in own else ""
         note += (f"; the {gpu_name}'s own layer kernels ({', '.join(parts)} and weight-GEMM scale measured on it"
-                 + (", and its fused optimizer step" if "optimizer_hbm_scale" in own else "") + ", catalog gpu_kernels)")
+                 f"{optimizer}, catalog gpu_kernels)")
     return {"name": None, "note": note}
 
 
