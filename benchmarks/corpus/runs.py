@@ -2593,6 +2593,23 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # seventy-seventh final batch (one GPU, an H100), declared in accuracy_split.json "z0step77" before measuring: a
+    # blind test of ZeRO-0's DeepSpeed step at its own measured bytes (b78665d: zero0_step_bytes_per_parameter 38.9,
+    # from benchmarks/gpu_deepspeed_step.py's micro-benchmarks, after the ZeRO-0 test runs had been seen over by 4-5 %
+    # in the median): eight ZeRO-0 configurations of eight test shapes measured on the H200 and never on an H100, one
+    # transformers and seven megatron-core models, the optimizer 20-51 % of the estimated step. Estimates of b78665d on
+    # the H100 (whole device with the allocator replayed, step; the step before b78665d and the H200's measured step in
+    # brackets):
+    "z0step77": [
+        _hf("hf-llama-h3072-l8", 0, "sdpa", repeat=77),  # 32.61 GiB, 0.087 s (0.092; 0.091)
+        _ds("mc-h1792-gelu-l12", 0, mbs=4, repeat=77),  # 36.78 GiB, 0.197 s (0.199; 0.170)
+        _ds("mc-h2048-olmo-l16", 0, mbs=2, repeat=77),  # 46.36 GiB, 0.194 s (0.199; 0.178)
+        _ds("mc-h3072-gelu-gqa", 0, repeat=77),  # 28.39 GiB, 0.109 s (0.111; 0.093)
+        _ds("mc-h3072-hd256", 0, repeat=77),  # 47.75 GiB, 0.160 s (0.166; 0.141)
+        _ds("mc-h4096-gelu-l4", 0, repeat=77),  # 28.28 GiB, 0.080 s (0.084; 0.069)
+        _ds("mc-h2048-stablelm2-l24", 0, repeat=77),  # 55.44 GiB, 0.231 s (0.237; 0.200)
+        _ds("mc-h1536-qwen25-l28", 0, mbs=2, repeat=77),  # 63.17 GiB, 0.271 s (0.277; 0.271)
+    ],
     # seventy-sixth final batch (one GPU, an H100), declared in accuracy_split.json "band76" before measuring: a
     # blind test of the error band an estimate on an H100 prints, the H100's own step band of 6cfbb9a (written from
     # the H100 test split's runs after the H200's held 64 % of them) and the whole-device band: thirteen configurations
