@@ -4,7 +4,7 @@
 The band (catalog ``error_band.json``, written by ``bench_accuracy.py --write-band``) is the 10th and 90th percentile
 of the H200 test split's residuals per engine and regime, so on those runs it holds about 80 % by construction. On any
 other corpus (the H100's, whose runs never wrote it) it is a prediction like the estimate itself: this script says
-whether it holds there. Each run is estimated as the CLI estimates it (:func:`bench_fits.verdict`'s reading: the
+whether it holds there. Each run is estimated as the CLI estimates it (:func:`bench_fits.cli_estimate`: the
 caching allocator replayed where the plan is in the replay's scope, else the constant reserve). The device's upper side
 is the one ``fits`` is judged on: a run above it is an under-estimate larger than the band allowed.
 
@@ -34,22 +34,15 @@ def coverage_row(rec: dict) -> dict | None:
     and the band's low and high sides (absolute, as the estimate carries them); ``None`` for a run that did not
     complete or measured neither."""
     from bench_accuracy import steady_step_seconds
-    from bench_fits import device_bytes, split_of
-    from corpus.describe import scored_specs
-    from workbench.allocsim import auto_replay_skipped, is_megatron
-    from workbench.estimate import estimate
+    from bench_fits import cli_estimate, device_bytes, split_of
 
     if rec.get("status") != "ok":
         return None
-    model, cluster, plan = scored_specs(rec)
-    config = rec.get("hf_config")
-    simulate = None if auto_replay_skipped(model, plan, has_config=bool(config)) else (
-        True if is_megatron(model) else config)
-    est = estimate(model, cluster, plan, simulate_allocator=simulate)
+    est, replayed = cli_estimate(rec)
     mem = est.memory
     step = steady_step_seconds(rec)
     low, high, _ = est.step_band_seconds
-    return dict(run_id=rec["run_id"], split=split_of(rec), gpu=cluster.gpu.name, replayed=simulate is not None,
+    return dict(run_id=rec["run_id"], split=split_of(rec), gpu=est.cluster.gpu.name, replayed=replayed,
                 device=dict(measured=device_bytes(rec) or None, estimate=mem.per_gpu_peak_bytes,
                             low=mem.band_low_bytes, high=mem.band_high_bytes),
                 step=dict(measured=step or None, estimate=est.time.step_seconds if est.time else None, low=low,

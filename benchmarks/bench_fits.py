@@ -64,19 +64,27 @@ def at_edge(rec: dict, edge: float) -> bool:
     return failed_for_memory(rec) or device_bytes(rec) >= edge * total_bytes(rec)
 
 
-def verdict(rec: dict) -> dict:
-    """What ``workbench estimate`` says of the record's plan on its GPU, beside what the GPU did."""
+def cli_estimate(rec: dict) -> tuple:
+    """``(estimate, replayed)``: the record's plan on its GPU estimated as ``workbench estimate`` does, with the caching
+    allocator replayed where the plan is in the replay's scope (:func:`workbench.allocsim.auto_replay_skipped`), else
+    the constant reserve. A failed record is described as if it had run: its specs only."""
     from corpus.describe import scored_specs
     from workbench.allocsim import auto_replay_skipped, is_megatron
     from workbench.estimate import estimate
 
-    model, cluster, plan = scored_specs(rec)  # a failed record described as if it had run: its specs only
+    model, cluster, plan = scored_specs(rec)
     config = rec.get("hf_config")
     skipped = auto_replay_skipped(model, plan, has_config=bool(config))
     simulate = None if skipped else (True if is_megatron(model) else config)
-    memory = estimate(model, cluster, plan, simulate_allocator=simulate).memory
+    return estimate(model, cluster, plan, simulate_allocator=simulate), simulate is not None
+
+
+def verdict(rec: dict) -> dict:
+    """What ``workbench estimate`` says of the record's plan on its GPU, beside what the GPU did."""
+    est, replayed = cli_estimate(rec)
+    memory = est.memory
     failed = failed_for_memory(rec)
-    return dict(run_id=rec["run_id"], split=split_of(rec), gpu=cluster.gpu.name, replayed=simulate is not None,
+    return dict(run_id=rec["run_id"], split=split_of(rec), gpu=est.cluster.gpu.name, replayed=replayed,
                 estimate=memory.per_gpu_peak_bytes, band_high=memory.band_high_bytes,
                 capacity=memory.capacity_bytes, point_fits=memory.per_gpu_peak_bytes <= memory.capacity_bytes,
                 fits=bool(memory.fits_gpu), failed=failed, measured=device_bytes(rec),

@@ -141,35 +141,33 @@ def one(stage, parameters: int, tensors: int) -> dict:
     return out
 
 
-def fit(records: list) -> list[str]:
-    """Least squares of seconds = a + b·N + c·T per stage and phase; bytes per parameter at the H200's 4.8 TB/s."""
+def stage_fit(records: list, stage, phase: str) -> tuple:
+    """Least squares of ``{phase}_s = a + b·N + c·T`` over one stage's records: ``(a, b, c)`` and the worst relative
+    residual."""
     import numpy as np
 
+    sel = [r for r in records if r["stage"] == stage]
+    A = np.array([[1.0, r["parameters"], r["tensors"]] for r in sel])
+    y = np.array([r[f"{phase}_s"] for r in sel])
+    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+    return tuple(coef), float(np.abs((A @ coef - y) / y).max())
+
+
+def fit(records: list) -> list[str]:
+    """Least squares of seconds = a + b·N + c·T per stage and phase; bytes per parameter at the H200's 4.8 TB/s."""
     lines = [f"{'stage':>5} {'phase':<9} {'a (ms)':>8} {'b (ns/param)':>13} {'B/param @4.8TB/s':>17} "
              f"{'c (us/tensor)':>14} {'worst resid':>12}"]
     for stage in sorted({r["stage"] for r in records}, key=str):
-        sel = [r for r in records if r["stage"] == stage]
-        A = np.array([[1.0, r["parameters"], r["tensors"]] for r in sel])
         for phase in ("backward", "step"):
-            y = np.array([r[f"{phase}_s"] for r in sel])
-            coef, *_ = np.linalg.lstsq(A, y, rcond=None)
-            resid = (A @ coef - y) / y
-            lines.append(f"{stage!s:>5} {phase:<9} {coef[0] * 1e3:>8.2f} {coef[1] * 1e9:>13.4f} "
-                         f"{coef[1] * 4.8e12:>17.1f} {coef[2] * 1e6:>14.1f} {np.abs(resid).max():>11.1%}")
+            (a, b, c), worst = stage_fit(records, stage, phase)
+            lines.append(f"{stage!s:>5} {phase:<9} {a * 1e3:>8.2f} {b * 1e9:>13.4f} "
+                         f"{b * 4.8e12:>17.1f} {c * 1e6:>14.1f} {worst:>11.1%}")
     return lines
 
 
 def slopes(records: list) -> dict:
-    """``b`` (seconds per parameter of the step phase) per stage, from the same least squares as :func:`fit`."""
-    import numpy as np
-
-    out = {}
-    for stage in {r["stage"] for r in records}:
-        sel = [r for r in records if r["stage"] == stage]
-        A = np.array([[1.0, r["parameters"], r["tensors"]] for r in sel])
-        coef, *_ = np.linalg.lstsq(A, np.array([r["step_s"] for r in sel]), rcond=None)
-        out[stage] = float(coef[1])
-    return out
+    """``b`` (seconds per parameter of the step phase) per stage (:func:`stage_fit`)."""
+    return {stage: float(stage_fit(records, stage, "step")[0][1]) for stage in {r["stage"] for r in records}}
 
 
 def scale_lines(ref: list, ref_gpu: str, records: list, gpu: str) -> tuple[list[str], float]:
