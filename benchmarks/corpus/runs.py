@@ -438,6 +438,20 @@ MCORE_SHAPES = {
                                    ffn_hidden_size=16384, vocab_size=128256, seq_length=4096, activation="swiglu",
                                    normalization="rmsnorm", add_bias_linear=False, tied_embeddings=False,
                                    position_embedding="rotary", hidden_dropout=0.0, attention_dropout=0.0),
+    # --- ninth fit batch ("gelu-fit", fit side): GeLU GPT-style models with biases at one micro-batch, the kind the
+    # time model prices 10-20 % slow on some test shapes; their kernels are profiled by gpu_layer_kernels.py ---
+    # GeLU MHA width 4352: 34 heads of 128, GeLU 17408, learned positions, biases, 50k vocabulary, tied, dropout 0
+    "mc-h4352-gelu-fit": dict(like="GPT-style GeLU width 4352 (-> 2 layers)", num_layers=2, hidden_size=4352,
+                              num_attention_heads=34, ffn_hidden_size=17408, vocab_size=50304, seq_length=2048,
+                              activation="gelu", normalization="layernorm", add_bias_linear=True,
+                              tied_embeddings=True, position_embedding="learned", hidden_dropout=0.0,
+                              attention_dropout=0.0),
+    # GeLU MHA width 3840: 30 heads of 128, GeLU 15360, learned positions, biases, 64k vocabulary, untied, dropout 0.1
+    "mc-h3840-gelu-d01-fit": dict(like="GPT-style GeLU width 3840 (-> 2 layers), dropout 0.1", num_layers=2,
+                                  hidden_size=3840, num_attention_heads=30, ffn_hidden_size=15360, vocab_size=65024,
+                                  seq_length=2048, activation="gelu", normalization="layernorm", add_bias_linear=True,
+                                  tied_embeddings=False, position_embedding="learned", hidden_dropout=0.1,
+                                  attention_dropout=0.1),
     # --- forty-seventh final batch ("final47"): declared before measuring ---
     # Yi-1.5 9B's width at 6 of its 48 layers: GQA 32/4 of head 128, SwiGLU 11008, 64k vocabulary, untied, 4k tokens
     "mc-h4096-yi15-l6": dict(like="Yi-1.5 9B width (48 -> 6 layers), 4k tokens", num_layers=6, hidden_size=4096,
@@ -3423,6 +3437,12 @@ GROUPS = {
                   _ds("mc-h1024-gelu", 3, mbs=4))],
     # gradient accumulation on thin fit shapes: the same tokens per step in 1, 2 or 4 micro-batches, under DeepSpeed
     # ZeRO-0/1/2 and megatron-core DDP (is a small micro-step host-bound, and is it DeepSpeed's or the model's host time?)
+    # ninth fit batch: the two GeLU fit shapes at ZeRO-0/1/2 with one micro-batch and at ZeRO-1 with two
+    "gelu-fit": [
+        _ds("mc-h4352-gelu-fit", 0), _ds("mc-h4352-gelu-fit", 1), _ds("mc-h4352-gelu-fit", 2),
+        _ds("mc-h4352-gelu-fit", 1, mbs=2), _ds("mc-h3840-gelu-d01-fit", 0), _ds("mc-h3840-gelu-d01-fit", 1),
+        _ds("mc-h3840-gelu-d01-fit", 2), _ds("mc-h3840-gelu-d01-fit", 1, mbs=2),
+    ],
     "gasfit": [
         _ds("mc-h768-gelu", 2, mbs=4, gas=2), _ds("mc-h768-gelu", 2, mbs=2, gas=4), _ds("mc-h768-gelu", 1, mbs=8),
         _ds("mc-h768-gelu", 0, mbs=4, gas=2), _ddp("mc-h768-gelu", True, mbs=4, gas=2), _ddp("mc-h768-gelu", True, mbs=2, gas=4),
