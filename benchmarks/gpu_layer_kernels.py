@@ -354,6 +354,42 @@ def model_comparison(path: Path) -> list[str]:
     return lines
 
 
+def step_comparison(path: Path) -> list[str]:
+    """Per record (each depth of each case): the whole step's wall time, GPU busy time (the profiled kernels) and
+    idle time, its kernel time by class, beside the time model's step and its ``compute``, ``optimizer`` and
+    ``dp_comm`` terms; and per case the step extrapolated to no layers (the step less its depth times the slope):
+    what the embedding, logits, loss, optimizer and fixed per-step costs take, measured and priced."""
+    from workbench.specs import ClusterSpec
+
+    doc = json.loads(path.read_text())
+    cluster = ClusterSpec(gpu=record_gpu(doc), gpus_per_node=1, num_nodes=1)
+    lines = [f"{path.name}: {doc['provenance'].get('gpu')} {doc['provenance'].get('date_utc')}; whole step, ms"]
+    for key, deep, half in depth_pairs(path):
+        stack, shape_id, mbs, ckpt, attn = key
+        priced = {}
+        for rec in (deep, half):
+            t = _case_time(cluster, key, rec)
+            priced[rec["layers"]] = t.step_seconds * 1e3
+            classes = {}
+            for name, (us, _) in rec["kernels"].items():
+                classes[kernel_class(name)] = classes.get(kernel_class(name), 0.0) + us / 1e3
+            busy, wall = sum(classes.values()), _wall_ms(rec)
+            b = {k: v * 1e3 for k, v in t.breakdown.items()}
+            lines.append(f"  {shape_id:<22} ZeRO-{rec['zero']} mbs {mbs} {rec['layers']} layers: wall {wall:6.1f}, GPU "
+                         f"busy {busy:6.1f}, idle {wall - busy:4.1f}; priced {priced[rec['layers']]:6.1f} = compute "
+                         f"{b['compute']:5.1f} + optimizer {b['optimizer']:5.1f} + dp_comm {b['dp_comm']:4.1f} + other "
+                         f"{priced[rec['layers']] - b['compute'] - b['optimizer'] - b['dp_comm']:4.1f}")
+            lines.append("      kernels: " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(classes.items(),
+                                                                                          key=lambda x: -x[1])))
+        n = deep["layers"] - half["layers"]
+        slope_m = (_wall_ms(deep) - _wall_ms(half)) / n
+        slope_p = (priced[deep["layers"]] - priced[half["layers"]]) / n
+        at0_m, at0_p = _wall_ms(half) - half["layers"] * slope_m, priced[half["layers"]] - half["layers"] * slope_p
+        lines.append(f"  {shape_id:<22} per layer {slope_m:5.2f} / {slope_p:5.2f} priced; at no layers "
+                     f"{at0_m:5.1f} / {at0_p:5.1f} priced ({at0_p - at0_m:+.1f})")
+    return lines
+
+
 def memory_bound_ms(deep: dict, half: dict) -> float:
     """One layer's memory-bound kernel time per step (ms) from a pair of depths: element-wise, copy/cast and
     reduction kernels, without DeepSpeed's device-to-device copies of gradients into its reduce bucket (``Memcpy``:
@@ -522,6 +558,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--summary", type=Path)
     ap.add_argument("--compare", type=Path, nargs="+", help="records to set beside the time model, per layer")
+    ap.add_argument("--steps", type=Path, nargs="+", help="records: the whole step (wall, GPU busy, kernels by class) "
+                                                          "beside the time model's terms, and at no layers")
     ap.add_argument("--memory", type=Path, nargs="+", help="records: counted bytes (--census) against measured time "
                                                            "per layer")
     ap.add_argument("--census", type=Path, default=ROOT / "benchmarks" / "results" / "layer_bytes_cpu.jsonl",
@@ -545,6 +583,10 @@ def main(argv=None) -> int:
             for r in memory_efficiency_rows(path, args.census):
                 print(f"{path.name}: {r['shape_id']:<22} mbs {r['mbs']}: counted {r['counted_gb']:6.2f} GB per layer "
                       f"per step, measured {r['measured_ms']:6.2f} ms -> {r['efficiency']:.3f} of the HBM datasheet")
+        return 0
+    if args.steps:
+        for path in args.steps:
+            print("\n".join(step_comparison(path)))
         return 0
     if args.compare:
         for path in args.compare:

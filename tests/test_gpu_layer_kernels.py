@@ -147,3 +147,28 @@ def test_zero0_prices_its_own_measured_step_bytes(capsys):
         4800e9 * timing.calibration()["curves"]["hopper"]["hbm_efficiency"])
     # one GPU: ZeRO-1 and ZeRO-0 hold the same shard; only the step's bytes differ
     assert optimizer(1) - optimizer(0) == pytest.approx(1.3e9 * per_param, rel=0.1)
+
+
+def test_the_whole_step_set_beside_the_time_model_adds_up(lk):
+    """--steps: each record's wall time is its GPU busy time plus idle, its priced step the sum of the printed
+    terms, and the step at no layers the shallower depth less its layers times the slope."""
+    import re
+
+    lines = lk.step_comparison(RESULTS / "layer_kernels_h100_gelu_fit.json")
+    record = re.compile(r"wall +([\d.]+), GPU busy +([\d.]+), idle +([\d.-]+); priced +([\d.]+) = compute +([\d.]+) "
+                        r"\+ optimizer +([\d.]+) \+ dp_comm +([\d.]+) \+ other +([\d.-]+)")
+    rows = [tuple(map(float, m.groups())) for m in map(record.search, lines) if m]
+    assert len(rows) == 6  # three cases at two depths
+    for wall, busy, idle, priced, *terms in rows:
+        assert wall == pytest.approx(busy + idle, abs=0.11)
+        assert priced == pytest.approx(sum(terms), abs=0.25)
+        assert 0 < idle < 0.2 * wall  # these steps keep the GPU busy
+    at_zero = [re.search(r"per layer +([\d.]+) / +([\d.]+) priced; at no layers +([\d.]+) / +([\d.]+)", ln)
+               for ln in lines]
+    at_zero = [tuple(map(float, m.groups())) for m in at_zero if m]
+    assert len(at_zero) == 3
+    walls = [r[0] for r in rows]
+    for (slope_m, _, at0_m, _), deep, half, (deep_layers, half_layers) in zip(
+            at_zero, walls[0::2], walls[1::2], [(4, 2), (2, 1), (2, 1)]):  # mc-h3072-gqa, then the two GeLU shapes
+        assert slope_m == pytest.approx((deep - half) / (deep_layers - half_layers), abs=0.1)
+        assert at0_m == pytest.approx(half - half_layers * slope_m, abs=0.15)
