@@ -2565,6 +2565,10 @@ GROUPS = {
     # final59's Trainer runs whose peak allocated the estimate or the replay's trace put off by more than 5 % (GPT-2
     # type with LoRA at ZeRO-3, Nemotron Nano's width with LoRA at ZeRO-3 and ZeRO-2 offload with accumulation): what
     # the Trainer holds that the trace of measure.py's own loop does not; diagnostic, not scored
+    # gelu-fit's ZeRO-1 run of the dropout-0.1 shape held a 16.3 % allocator reserve where the replay gives 10.0 % (its
+    # ZeRO-0 and ZeRO-2 twins replay exactly): that run with its allocator history (frames kept), and two repeats
+    "gelu-fit-history": [dict(_ds("mc-h3840-gelu-d01-fit", 1), history=True)] + [
+        dict(_ds("mc-h3840-gelu-d01-fit", 1), repeat=r) for r in (1, 2)],
     "trainer-history": [dict(cfg, history=True) for cfg in (
         _hf("hf-cerebras-h2048-l12", 3, "sdpa", mbs=4, lora=16, trainer=True),
         _hf("hf-nemotronnano-h3072-l12", 3, "sdpa", mbs=2, lora=16, trainer=True),
