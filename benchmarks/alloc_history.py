@@ -24,7 +24,9 @@ The histories of the corpus groups ``alloc-history`` to ``alloc-history6`` (fit-
 Those of ``overlap-offload-history`` and ``z3-offload-wide-history`` (one H100, 2026-12-05) are in ``offload_h100/``
 with their records, the printout in ``benchmarks/results/alloc_history_offload_h100.txt``. Those of ``trainer-history``
 (final59's Trainer runs, one H100, 2026-12-06) are in ``trainer_h100/`` with their records, the printout in
-``benchmarks/results/alloc_history_trainer_h100.txt``.
+``benchmarks/results/alloc_history_trainer_h100.txt``. Those of ``gelu-fit-history`` (a megatron-core GeLU model with
+dropout 0.1, one H100, 2026-12-07) are in ``gelu_fit_h100/`` with their record, the printout in
+``benchmarks/results/alloc_history_gelu_fit_h100.txt``.
 """
 from __future__ import annotations
 

@@ -419,9 +419,33 @@ def test_dropout_keeps_a_one_byte_mask_as_on_cuda():
     x = torch.zeros(1024, 1024, device="meta", dtype=torch.bfloat16, requires_grad=True)
     with _recorder(events):
         y = dropout(x, 0.1, True)
-    sizes = sorted(size for kind, _key, size in events if kind == "malloc")
-    assert sizes == [1024 * 1024, 2 * 1024 * 1024]  # the mask (bool) and the output (bf16)
+    sizes = [size for kind, _key, size in events if kind == "malloc"]
+    assert sizes == [1024 * 1024, 2 * 1024 * 1024]  # the mask (bool) first, then the output (bf16), as CUDA asks
     assert F.dropout is real and y.shape == x.shape
+    grad, backward = torch.ones_like(y), []
+    with _recorder(backward):
+        y.backward(grad)
+    # the backward scales the gradient by the kept mask: one bf16 gradient, nothing of the input's size besides
+    assert [size for kind, _key, size in backward if kind == "malloc"] == [2 * 1024 * 1024]
+
+
+def test_the_traced_dropout_computes_dropout_off_the_meta_device():
+    """Off the meta device the trace's dropout is dropout: kept values scaled by 1 / (1 - p), dropped ones 0, and the
+    gradient through the same mask."""
+    import torch
+
+    from workbench.allocsim import cuda_dropout
+
+    torch.manual_seed(0)
+    _real, dropout = cuda_dropout()
+    x = torch.full((256, 256), 2.0, requires_grad=True)
+    y = dropout(x, 0.25, True)
+    kept = y != 0
+    assert 0.70 < kept.float().mean().item() < 0.80
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 2.0 / 0.75))
+    y.sum().backward()
+    assert torch.allclose(x.grad, kept.float() / 0.75)
+    assert torch.equal(dropout(x, 0.25, False), x)  # evaluation: unchanged
 
 
 def test_zero2_cpu_offload_keeps_only_the_bf16_parameters_on_the_gpu():

@@ -837,14 +837,35 @@ def cuda_rms_norm():
 def cuda_dropout():
     """``(real, dropout)``: ``F.dropout`` as CUDA runs it in training, ``torch.native_dropout`` (the output and a
     1-byte boolean mask kept for backward: ``at::dropout`` takes the fused kernel on CUDA), where CPU and meta build
-    the mask as a tensor of the input's dtype (``_dropout_impl``: ``empty_like(input).bernoulli_()``)."""
+    the mask as a tensor of the input's dtype (``_dropout_impl``: ``empty_like(input).bernoulli_()``). CUDA's kernel
+    (``dropout_cuda`` in aten/src/ATen/native/cuda/Dropout.cu) takes the mask from the allocator before the output;
+    meta's ``native_dropout`` the other way round, which leaves the cache cut differently (an allocator history of a
+    megatron-core model with dropout 0.1: benchmarks/results/alloc_history/gelu_fit_h100/), so the two are made here
+    in CUDA's order."""
     import torch
 
     real = torch.nn.functional.dropout
 
+    class _Dropout(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input, p):
+            mask = torch.empty_like(input, dtype=torch.bool)  # first, as dropout_cuda asks
+            out = torch.empty_like(input)
+            if not input.is_meta:
+                mask.bernoulli_(1.0 - p)
+                torch.mul(input, mask, out=out).mul_(1.0 / (1.0 - p))
+            ctx.save_for_backward(mask)
+            ctx.scale = 1.0 / (1.0 - p)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            (mask,) = ctx.saved_tensors
+            return torch.ops.aten.native_dropout_backward(grad, mask, ctx.scale), None
+
     def dropout(input, p=0.5, training=True, inplace=False):
         if training and 0.0 < p < 1.0 and input.numel() > 0:
-            out = torch.native_dropout(input, p, True)[0]
+            out = _Dropout.apply(input, p)
             return input.copy_(out) if inplace else out
         return real(input, p, training, inplace)
 
