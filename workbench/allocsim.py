@@ -851,11 +851,11 @@ def cuda_dropout():
         def forward(ctx, input, p):
             mask = torch.empty_like(input, dtype=torch.bool)  # first, as dropout_cuda asks
             out = torch.empty_like(input)
+            ctx.scale = 1.0 / (1.0 - p)
             if not input.is_meta:
                 mask.bernoulli_(1.0 - p)
-                torch.mul(input, mask, out=out).mul_(1.0 / (1.0 - p))
+                torch.mul(input, mask, out=out).mul_(ctx.scale)
             ctx.save_for_backward(mask)
-            ctx.scale = 1.0 / (1.0 - p)
             return out
 
         @staticmethod
