@@ -2611,6 +2611,26 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # seventy-eighth final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "drop78" before
+    # measuring: a blind test of the allocator replay's dropout (9c225fe: the 1-byte mask taken from the allocator
+    # before the output, as CUDA's dropout_cuda does), on ten configurations never measured on any GPU, of six
+    # megatron-core test shapes with dropout 0.1 (GeLU, biases, learned positions; 2 k and 4 k tokens), ZeRO-0/1/2,
+    # micro-batches 2 and 4: nine of them chosen because the replay with the mask first gives a whole device 1.6-7.1 %
+    # away from the replay before 9c225fe, one (the last) where the two agree within 0.4 %. Estimates of 2def9df
+    # (whole device with the allocator replayed and its band, step; on the H100, the H200 in brackets when it differs;
+    # the replay before 9c225fe after "was"):
+    "drop78": [
+        _ds("mc-h1280-gelu", 0, mbs=2, repeat=78),  # 12.64 (+0.09) GiB, 0.078 s (H200 0.077 s); was 12.25 GiB
+        _ds("mc-h1536-gelu-hd64-l24-d01", 0, mbs=2, repeat=78),  # 52.54 (+0.38) GiB, 0.282 s (0.241 s); was 56.12
+        _ds("mc-h1536-gelu-hd64-l24-d01", 1, mbs=2, repeat=78),  # 55.98 (+0.41) GiB, 0.287 s (0.245 s); was 57.40
+        _ds("mc-h2048-gelu-l12-d01", 1, mbs=4, repeat=78),  # 48.24 (+0.35) GiB, 0.244 s (0.213 s); was 47.24
+        _ds("mc-h2048-gelu-s4k", 0, mbs=4, repeat=78),  # 64.05 (+0.47) GiB, 0.256 s (0.219 s); was 60.05
+        _ds("mc-h2048-gelu-s4k", 1, mbs=4, repeat=78),  # 60.17 (+0.44) GiB, 0.259 s (0.221 s); was 56.17
+        _ds("mc-h2048-gelu-s4k", 2, mbs=4, repeat=78),  # 60.17 (+0.44) GiB, 0.259 s (0.221 s); was 56.17
+        _ds("mc-h2048-gelu-l16-d01", 1, mbs=4, repeat=78),  # 63.26 (+0.46) GiB, 0.316 s (0.275 s); was 62.26
+        _ds("mc-h2048-gelu-l16-d01", 2, mbs=4, repeat=78),  # 63.26 (+0.46) GiB, 0.316 s (0.275 s); was 62.26
+        _ds("mc-h1600-gelu-l48", 1, mbs=2, repeat=78),  # 51.53 (+0.38) GiB, 0.303 s (0.293 s); was 51.34
+    ],
     # seventy-seventh final batch (one GPU, an H100), declared in accuracy_split.json "z0step77" before measuring: a
     # blind test of ZeRO-0's DeepSpeed step at its own measured bytes (b78665d: zero0_step_bytes_per_parameter 38.9,
     # from benchmarks/gpu_deepspeed_step.py's micro-benchmarks, after the ZeRO-0 test runs had been seen over by 4-5 %
