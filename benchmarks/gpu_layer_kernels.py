@@ -12,6 +12,11 @@ as JSON (``--out``) with provenance; ``--summary FILE`` prints it by kernel clas
         results/layer_kernels_h200_final19.json                    # beside the time model (results/layer_kernels_h200.txt)
     python benchmarks/gpu_layer_kernels.py --write-calibration results/layer_kernels_h100_fit.json \
         results/layer_kernels_h100_fit80.json                      # a GPU's own constants (catalog gpu_kernels)
+    python benchmarks/gpu_layer_kernels.py --phases OUT.json       # forward / backward / engine.step() apart
+
+Records taken since the ``--phases`` reading was added also keep each kernel's part of the step
+(``kernels_by_phase``: the forward with the loss, the backward, ``engine.step()``; the profiled steps wait for the
+GPU at the end of each part so that its kernels fall in its window).
 """
 from __future__ import annotations
 
@@ -95,26 +100,69 @@ def _with_layers(shape: dict, hf: bool, layers: int) -> dict:
     return dict(shape, **{key: layers})
 
 
+PHASES = ("forward", "backward", "step")
+"""The parts of a training step a profiled record's kernels are told apart by (``kernels_by_phase``): the forward
+with the loss, the backward (DeepSpeed's gradient hooks included), and ``engine.step()`` (the optimizer and
+DeepSpeed's passes around it)."""
+
+
 def kernel_times(step, steps: int) -> dict:
     """``{kernel name: [microseconds per step, launches per step]}`` of the CUDA kernels ``steps`` calls of ``step``
     run, from ``torch.profiler``."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+    return phase_kernel_times(step, steps)["all"]
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+
+def phase_kernel_times(step, steps: int) -> dict:
+    """:func:`kernel_times` of ``steps`` calls of ``step``, whole (``"all"``) and by part of the step (each of
+    :data:`PHASES`, and ``"unplaced"`` for a kernel no part's window holds). ``step`` takes a ``phase`` callable:
+    ``with phase(name): ...`` marks one part; it waits for the GPU at the end of the part, so that a part's kernels
+    run inside its window on the profiler's clock (:func:`place_kernels`)."""
+    import contextlib
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    @contextlib.contextmanager
+    def phase(name):
+        with record_function(f"phase:{name}"):
+            yield
+            torch.cuda.synchronize()
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            step()
+            step(phase)
         torch.cuda.synchronize()
-    out = {}
+    windows, kernels = [], []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            t = out.setdefault(e.name, [0.0, 0])
-            t[0] += e.device_time / steps
+            kernels.append((e.name, e.time_range.start, e.device_time))
+        elif e.name.startswith("phase:"):
+            windows.append((e.name.split(":", 1)[1], e.time_range.start, e.time_range.end))
+    return place_kernels(kernels, windows, steps)
+
+
+def place_kernels(kernels: list, windows: list, steps: int) -> dict:
+    """``{"all" | phase | "unplaced": {kernel name: [microseconds per step, launches per step]}}`` from profiled
+    ``kernels`` (``(name, start µs, duration µs)``) and the parts' ``windows`` (``(phase, start µs, end µs)``): a
+    kernel belongs to the window its start falls in."""
+    import bisect
+
+    windows = sorted(windows, key=lambda w: w[1])
+    starts = [w[1] for w in windows]
+    out = {k: {} for k in ("all",) + PHASES + ("unplaced",)}
+    for name, start, duration in kernels:
+        i = bisect.bisect_right(starts, start) - 1
+        where = windows[i][0] if i >= 0 and start <= windows[i][2] else "unplaced"
+        for part in ("all", where):
+            t = out.setdefault(part, {}).setdefault(name, [0.0, 0])
+            t[0] += duration / steps
             t[1] += 1 / steps
     return out
 
 
 def one_case(stack, shape_id, zero, attn, mbs, ckpt, layers) -> dict:
+    import contextlib
+
     import deepspeed
     import torch
     from measure import HF_SHAPES, MCORE_SHAPES, build_hf, build_mcore, ds_config
@@ -137,14 +185,17 @@ def one_case(stack, shape_id, zero, attn, mbs, ckpt, layers) -> dict:
     mask = None if hf else torch.triu(torch.ones(seq, seq, device=dev, dtype=torch.bool), diagonal=1)[None, None]
     pos = None if hf else torch.arange(seq, device=dev)[None].expand(mbs, seq)
 
-    def step():
+    def step(phase=lambda name: contextlib.nullcontext()):
         tokens = torch.randint(0, vocab, (mbs, seq + 1), device=dev, generator=gen)
-        if hf:
-            loss = engine(input_ids=tokens[:, :-1], labels=tokens[:, :-1]).loss
-        else:
-            loss = engine(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
-        engine.backward(loss)
-        engine.step()
+        with phase("forward"):
+            if hf:
+                loss = engine(input_ids=tokens[:, :-1], labels=tokens[:, :-1]).loss
+            else:
+                loss = engine(tokens[:, :-1], pos, mask, labels=tokens[:, 1:]).float().mean()
+        with phase("backward"):
+            engine.backward(loss)
+        with phase("step"):
+            engine.step()
 
     walls = []
     for _ in range(WARMUP + 3):
@@ -153,9 +204,9 @@ def one_case(stack, shape_id, zero, attn, mbs, ckpt, layers) -> dict:
         step()
         torch.cuda.synchronize()
         walls.append(time.perf_counter() - t0)
-    kernels = kernel_times(step, PROFILED)
+    timed = phase_kernel_times(step, PROFILED)
     rec = dict(stack=stack, shape_id=shape_id, zero=zero, attn=attn, mbs=mbs, ckpt=ckpt, layers=layers,
-               step_seconds=walls, kernels=kernels)
+               step_seconds=walls, kernels=timed.pop("all"), kernels_by_phase=timed)
     del engine, model
     gc.collect()
     torch.cuda.empty_cache()
@@ -390,6 +441,63 @@ def step_comparison(path: Path) -> list[str]:
     return lines
 
 
+def phase_parts(deep: dict, half: dict) -> dict:
+    """Measured kernel time per step (ms) of each part of the step (:data:`PHASES`) from a pair of depths with
+    ``kernels_by_phase``: ``{phase: (per layer, at no layers)}``, the per-layer slope and the shallower depth less its
+    layers times that slope (the embedding, logits, loss and, in ``step``, what does not grow with depth)."""
+    n = deep["layers"] - half["layers"]
+    out = {}
+    for phase in PHASES:
+        busy = {r["layers"]: sum(us for us, _ in r["kernels_by_phase"].get(phase, {}).values()) / 1e3
+                for r in (deep, half)}
+        slope = (busy[deep["layers"]] - busy[half["layers"]]) / n
+        out[phase] = (slope, busy[half["layers"]] - half["layers"] * slope)
+    return out
+
+
+def priced_phases(t) -> dict:
+    """What the time model prices for each part of one step of a time estimate ``t`` (ms): ``forward`` and
+    ``backward`` of the micro-batches (their host waits and any recompute included), and ``step``: the optimizer term
+    with the data-parallel communication."""
+    from workbench import timing
+
+    terms = timing.step_time_terms(**t.inputs)
+    m = float(t.inputs["num_microbatches"])
+    fwd = float(terms["microbatch_forward_seconds"]) * m * 1e3
+    bwd = float(terms["microbatch_backward_seconds"]) * m * 1e3
+    step = (float(terms["optimizer"]) + float(terms["dp_comm"])) * 1e3
+    return {"forward": fwd, "backward": bwd, "step": step}
+
+
+def phase_comparison(path: Path) -> list[str]:
+    """Per case of records with ``kernels_by_phase``: each part of the step (forward, backward, ``engine.step()``)
+    per layer and at no layers, measured GPU kernel time beside what the time model prices for it, and the kernels
+    no part's window held (none expected)."""
+    from workbench.specs import ClusterSpec
+
+    doc = json.loads(path.read_text())
+    cluster = ClusterSpec(gpu=record_gpu(doc), gpus_per_node=1, num_nodes=1)
+    lines = [f"{path.name}: {doc['provenance'].get('gpu')} {doc['provenance'].get('date_utc')}; GPU kernel time by "
+             f"part of the step, ms: measured / priced"]
+    for key, deep, half in depth_pairs(path):
+        if "kernels_by_phase" not in deep or "kernels_by_phase" not in half:
+            continue
+        stack, shape_id, mbs, ckpt, attn = key
+        n = deep["layers"] - half["layers"]
+        measured = phase_parts(deep, half)
+        p_deep, p_half = (priced_phases(_case_time(cluster, key, r)) for r in (deep, half))
+        cells = []
+        for phase in PHASES:
+            slope = (p_deep[phase] - p_half[phase]) / n
+            at0 = p_half[phase] - half["layers"] * slope
+            m_slope, m_at0 = measured[phase]
+            cells.append(f"{phase} {m_slope:5.2f} / {slope:5.2f} a layer, {m_at0:5.2f} / {at0:5.2f} at none")
+        unplaced = sum(us for r in (deep, half) for us, _ in r["kernels_by_phase"].get("unplaced", {}).values()) / 1e3
+        lines.append(f"  {shape_id:<22} ZeRO-{deep['zero']} mbs {mbs}: " + "; ".join(cells)
+                     + f"; unplaced {unplaced:.2f}")
+    return lines
+
+
 def memory_bound_ms(deep: dict, half: dict) -> float:
     """One layer's memory-bound kernel time per step (ms) from a pair of depths: element-wise, copy/cast and
     reduction kernels, without DeepSpeed's device-to-device copies of gradients into its reduce bucket (``Memcpy``:
@@ -560,6 +668,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", type=Path, nargs="+", help="records to set beside the time model, per layer")
     ap.add_argument("--steps", type=Path, nargs="+", help="records: the whole step (wall, GPU busy, kernels by class) "
                                                           "beside the time model's terms, and at no layers")
+    ap.add_argument("--phases", type=Path, nargs="+", help="records: kernel time of the forward, the backward and "
+                                                           "engine.step() per layer and at no layers, beside the "
+                                                           "time model's")
     ap.add_argument("--memory", type=Path, nargs="+", help="records: counted bytes (--census) against measured time "
                                                            "per layer")
     ap.add_argument("--census", type=Path, default=ROOT / "benchmarks" / "results" / "layer_bytes_cpu.jsonl",
@@ -587,6 +698,10 @@ def main(argv=None) -> int:
     if args.steps:
         for path in args.steps:
             print("\n".join(step_comparison(path)))
+        return 0
+    if args.phases:
+        for path in args.phases:
+            print("\n".join(phase_comparison(path)))
         return 0
     if args.compare:
         for path in args.compare:

@@ -172,3 +172,49 @@ def test_the_whole_step_set_beside_the_time_model_adds_up(lk):
             at_zero, walls[0::2], walls[1::2], [(4, 2), (2, 1), (2, 1)]):  # mc-h3072-gqa, then the two GeLU shapes
         assert slope_m == pytest.approx((deep - half) / (deep_layers - half_layers), abs=0.1)
         assert at0_m == pytest.approx(half - half_layers * slope_m, abs=0.15)
+
+
+def test_kernels_fall_in_the_part_of_the_step_whose_window_holds_their_start(lk):
+    placed = lk.place_kernels([("gemm", 5.0, 2.0), ("adam", 30.0, 4.0), ("copy", 12.0, 3.0), ("early", 1.0, 1.0)],
+                              [("backward", 11.0, 20.0), ("forward", 4.0, 10.0), ("step", 25.0, 40.0)], steps=2)
+    assert placed["forward"] == {"gemm": [1.0, 0.5]}
+    assert placed["backward"] == {"copy": [1.5, 0.5]}
+    assert placed["step"] == {"adam": [2.0, 0.5]}
+    assert placed["unplaced"] == {"early": [0.5, 0.5]}  # launched before any part's window
+    assert sum(us for us, _ in placed["all"].values()) == pytest.approx(5.0)
+
+
+def test_the_parts_of_the_step_add_up_to_the_whole(lk, tmp_path):
+    """--phases: measured, the parts' per-layer kernel times add up to the whole step's kernel slope; priced, the
+    forward, backward and step add up to the time model's step, per layer and at no layers."""
+    import json
+    import re
+
+    doc = json.loads((RESULTS / "layer_kernels_h100_gelu_fit.json").read_text())
+    for rec in doc["runs"]:  # the stored records' kernels dealt to parts by class: the arithmetic is what is tested
+        parts = {p: {} for p in lk.PHASES}
+        for name, v in rec.get("kernels", {}).items():
+            cls = lk.kernel_class(name)
+            parts["step" if cls == "optimizer" else "forward" if cls == "gemm" else "backward"][name] = v
+        rec["kernels_by_phase"] = parts
+    path = tmp_path / "phased.json"
+    path.write_text(json.dumps(doc))
+    lines = lk.phase_comparison(path)
+    cell = re.compile(r"(forward|backward|step) +([\d.-]+) / +([\d.-]+) a layer, +([\d.-]+) / +([\d.-]+) at none")
+    cluster = ClusterSpec(gpu=lk.record_gpu(doc), gpus_per_node=1, num_nodes=1)
+    pairs = {key[1]: (key, deep, half) for key, deep, half in lk.depth_pairs(path)}
+    assert len(lines) == 4  # the header and three cases
+    for line in lines[1:]:
+        shape = line.split()[0]
+        cells = {m.group(1): tuple(map(float, m.groups()[1:])) for m in cell.finditer(line)}
+        assert set(cells) == set(lk.PHASES) and "unplaced 0.00" in line
+        key, deep, half = pairs[shape]
+        busy_slope = sum(lk.per_layer(deep, half, group=lk.kernel_class)[c][0]
+                         for c in lk.per_layer(deep, half, group=lk.kernel_class))
+        assert sum(c[0] for c in cells.values()) == pytest.approx(busy_slope, abs=0.03)
+        n = deep["layers"] - half["layers"]
+        t_deep, t_half = (lk._case_time(cluster, key, r) for r in (deep, half))
+        priced_slope = (t_deep.step_seconds - t_half.step_seconds) / n * 1e3
+        assert sum(c[1] for c in cells.values()) == pytest.approx(priced_slope, abs=0.03)
+        priced_at0 = t_half.step_seconds * 1e3 - half["layers"] * priced_slope
+        assert sum(c[3] for c in cells.values()) == pytest.approx(priced_at0, abs=0.05)
