@@ -132,13 +132,28 @@ def phase_kernel_times(step, steps: int) -> dict:
         for _ in range(steps):
             step(phase)
         torch.cuda.synchronize()
-    windows, kernels = [], []
+    windows, kernels, host_names = [], [], set()
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            kernels.append((e.name, e.time_range.start, e.device_time))
-        elif e.name.startswith("phase:"):
-            windows.append((e.name.split(":", 1)[1], e.time_range.start, e.time_range.end))
+            if not getattr(e, "is_user_annotation", False):
+                kernels.append((e.name, e.time_range.start, e.device_time))
+        else:
+            host_names.add(e.name)
+            if e.name.startswith("phase:"):
+                windows.append((e.name.split(":", 1)[1], e.time_range.start, e.time_range.end))
+    # a record_function range also shows on the GPU's timeline, spanning its kernels: not a kernel
+    kernels = [k for k in kernels if k[0] not in host_names and not is_annotation(k[0])]
     return place_kernels(kernels, windows, steps)
+
+
+ANNOTATIONS = ("phase:", "Optimizer.step#", "Optimizer.zero_grad#")
+"""Names of ``record_function`` ranges (this script's parts of the step, torch's optimizer hooks) that the profiler
+also puts on the GPU's timeline, spanning the kernels run inside them."""
+
+
+def is_annotation(name: str) -> bool:
+    """Whether a GPU-timeline event of this name is a range annotation (:data:`ANNOTATIONS`), not a kernel."""
+    return name.startswith(ANNOTATIONS)
 
 
 def place_kernels(kernels: list, windows: list, steps: int) -> dict:

@@ -218,3 +218,12 @@ def test_the_parts_of_the_step_add_up_to_the_whole(lk, tmp_path):
         assert sum(c[1] for c in cells.values()) == pytest.approx(priced_slope, abs=0.03)
         priced_at0 = t_half.step_seconds * 1e3 - half["layers"] * priced_slope
         assert sum(c[3] for c in cells.values()) == pytest.approx(priced_at0, abs=0.05)
+
+
+def test_range_annotations_on_the_gpu_timeline_are_not_kernels(lk):
+    import json
+
+    for name in ("phase:forward", "phase:step", "Optimizer.step#FusedAdam.step", "Optimizer.zero_grad#AdamW.zero_grad"):
+        assert lk.is_annotation(name)
+    stored = json.loads((RESULTS / "layer_kernels_h100_gelu_fit.json").read_text())["runs"]
+    assert not any(lk.is_annotation(name) for rec in stored for name in rec.get("kernels", {}))
