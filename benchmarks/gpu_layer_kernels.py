@@ -106,15 +106,10 @@ with the loss, the backward (DeepSpeed's gradient hooks included), and ``engine.
 DeepSpeed's passes around it)."""
 
 
-def kernel_times(step, steps: int) -> dict:
-    """``{kernel name: [microseconds per step, launches per step]}`` of the CUDA kernels ``steps`` calls of ``step``
-    run, from ``torch.profiler``."""
-    return phase_kernel_times(step, steps)["all"]
-
-
 def phase_kernel_times(step, steps: int) -> dict:
-    """:func:`kernel_times` of ``steps`` calls of ``step``, whole (``"all"``) and by part of the step (each of
-    :data:`PHASES`, and ``"unplaced"`` for a kernel no part's window holds). ``step`` takes a ``phase`` callable:
+    """``{kernel name: [microseconds per step, launches per step]}`` of the CUDA kernels ``steps`` calls of ``step``
+    run, from ``torch.profiler``, whole (``"all"``) and by part of the step (each of :data:`PHASES`, and
+    ``"unplaced"`` for a kernel no part's window holds). ``step`` takes a ``phase`` callable:
     ``with phase(name): ...`` marks one part; it waits for the GPU at the end of the part, so that a part's kernels
     run inside its window on the profiler's clock (:func:`place_kernels`)."""
     import contextlib
