@@ -442,41 +442,37 @@ def step_comparison(path: Path) -> list[str]:
                          f"{priced[rec['layers']] - b['compute'] - b['optimizer'] - b['dp_comm']:4.1f}")
             lines.append("      kernels: " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(classes.items(),
                                                                                           key=lambda x: -x[1])))
-        n = deep["layers"] - half["layers"]
-        slope_m = (_wall_ms(deep) - _wall_ms(half)) / n
-        slope_p = (priced[deep["layers"]] - priced[half["layers"]]) / n
-        at0_m, at0_p = _wall_ms(half) - half["layers"] * slope_m, priced[half["layers"]] - half["layers"] * slope_p
+        slope_m, at0_m = slope_and_at_none(_wall_ms(deep), _wall_ms(half), deep, half)
+        slope_p, at0_p = slope_and_at_none(priced[deep["layers"]], priced[half["layers"]], deep, half)
         lines.append(f"  {shape_id:<22} per layer {slope_m:5.2f} / {slope_p:5.2f} priced; at no layers "
                      f"{at0_m:5.1f} / {at0_p:5.1f} priced ({at0_p - at0_m:+.1f})")
     return lines
 
 
+def slope_and_at_none(deep_value: float, half_value: float, deep: dict, half: dict) -> tuple:
+    """``(per layer, at no layers)`` of a quantity taken at the depths of the records ``deep`` and ``half``: the slope
+    over the layers between them, and the shallower depth's value less its layers times that slope (the embedding,
+    logits, loss, optimizer over them and the fixed per-step costs: what does not grow with depth)."""
+    slope = (deep_value - half_value) / (deep["layers"] - half["layers"])
+    return slope, half_value - half["layers"] * slope
+
+
 def phase_parts(deep: dict, half: dict) -> dict:
     """Measured kernel time per step (ms) of each part of the step (:data:`PHASES`) from a pair of depths with
-    ``kernels_by_phase``: ``{phase: (per layer, at no layers)}``, the per-layer slope and the shallower depth less its
-    layers times that slope (the embedding, logits, loss and, in ``step``, what does not grow with depth)."""
-    n = deep["layers"] - half["layers"]
-    out = {}
-    for phase in PHASES:
-        busy = {r["layers"]: sum(us for us, _ in r["kernels_by_phase"].get(phase, {}).values()) / 1e3
-                for r in (deep, half)}
-        slope = (busy[deep["layers"]] - busy[half["layers"]]) / n
-        out[phase] = (slope, busy[half["layers"]] - half["layers"] * slope)
-    return out
+    ``kernels_by_phase``: ``{phase: (per layer, at no layers)}`` (:func:`slope_and_at_none`)."""
+    def busy(rec, phase):
+        return sum(us for us, _ in rec["kernels_by_phase"].get(phase, {}).values()) / 1e3
+
+    return {phase: slope_and_at_none(busy(deep, phase), busy(half, phase), deep, half) for phase in PHASES}
 
 
 def priced_phases(t) -> dict:
     """What the time model prices for each part of one step of a time estimate ``t`` (ms): ``forward`` and
     ``backward`` of the micro-batches (their host waits and any recompute included), and ``step``: the optimizer term
     with the data-parallel communication."""
-    from workbench import timing
-
-    terms = timing.step_time_terms(**t.inputs)
     m = float(t.inputs["num_microbatches"])
-    fwd = float(terms["microbatch_forward_seconds"]) * m * 1e3
-    bwd = float(terms["microbatch_backward_seconds"]) * m * 1e3
-    step = (float(terms["optimizer"]) + float(terms["dp_comm"])) * 1e3
-    return {"forward": fwd, "backward": bwd, "step": step}
+    return {"forward": t.microbatch_forward_seconds * m * 1e3, "backward": t.microbatch_backward_seconds * m * 1e3,
+            "step": (t.breakdown["optimizer"] + t.breakdown["dp_comm"]) * 1e3}
 
 
 def phase_comparison(path: Path) -> list[str]:
@@ -493,13 +489,11 @@ def phase_comparison(path: Path) -> list[str]:
         if "kernels_by_phase" not in deep or "kernels_by_phase" not in half:
             continue
         stack, shape_id, mbs, ckpt, attn = key
-        n = deep["layers"] - half["layers"]
         measured = phase_parts(deep, half)
         p_deep, p_half = (priced_phases(_case_time(cluster, key, r)) for r in (deep, half))
         cells = []
         for phase in PHASES:
-            slope = (p_deep[phase] - p_half[phase]) / n
-            at0 = p_half[phase] - half["layers"] * slope
+            slope, at0 = slope_and_at_none(p_deep[phase], p_half[phase], deep, half)
             m_slope, m_at0 = measured[phase]
             cells.append(f"{phase} {m_slope:5.2f} / {slope:5.2f} a layer, {m_at0:5.2f} / {at0:5.2f} at none")
         unplaced = sum(us for r in (deep, half) for us, _ in r["kernels_by_phase"].get("unplaced", {}).values()) / 1e3
