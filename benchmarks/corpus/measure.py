@@ -89,7 +89,10 @@ def offload_section(cfg: dict, key: str) -> dict | None:
     default); False: pageable."""
     if not cfg.get(key):
         return None
-    return {"device": cfg[key], "pin_memory": bool(cfg.get("pin", True))}
+    section = {"device": cfg[key], "pin_memory": bool(cfg.get("pin", True))}
+    if cfg[key] == "nvme":  # ZeRO-Infinity: the states swapped to files under nvme_path (DeepSpeed's aio defaults)
+        section["nvme_path"] = os.environ.get("CORPUS_NVME_PATH", "/tmp/corpus_nvme")
+    return section
 
 
 def ds_config(cfg: dict) -> dict:
@@ -1120,11 +1123,13 @@ def launcher_runs(out: Path, steps: int, work: Path, gpus: int = 1, only: str = 
               f"GiB step {rec['step_seconds_median']}", flush=True)
 
 
-def build_ops() -> None:
-    """Build DeepSpeed's FusedAdam and CPUAdam once (JIT) into TORCH_EXTENSIONS_DIR, both at once."""
+def build_ops(aio: bool = False) -> None:
+    """Build DeepSpeed's FusedAdam and CPUAdam once (JIT) into TORCH_EXTENSIONS_DIR, all at once; with ``aio`` also
+    its async_io op (NVMe offload; needs libaio's header and library where the compiler finds them, e.g. CPATH and
+    LIBRARY_PATH)."""
     code = "import sys; from deepspeed.ops.op_builder import {b}; {b}().load(); print('{b} ready', flush=True)"
-    procs = [subprocess.Popen([sys.executable, "-c", code.format(b=b)]) for b in ("FusedAdamBuilder",
-                                                                                 "CPUAdamBuilder")]
+    builders = ("FusedAdamBuilder", "CPUAdamBuilder") + (("AsyncIOBuilder",) if aio else ())
+    procs = [subprocess.Popen([sys.executable, "-c", code.format(b=b)]) for b in builders]
     for p in procs:
         p.wait()
 
@@ -1143,6 +1148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--launcher-work", type=Path, default=Path("/tmp/corpus_launcher"),
                     help="run directories and run store of the launcher runs")
     ap.add_argument("--build-ops", action="store_true")
+    ap.add_argument("--aio", action="store_true", help="with --build-ops: also DeepSpeed's async_io (NVMe offload)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--go-file", type=Path)
     ap.add_argument("--per-process", action="store_true", help="every run in its own process (the default way)")
@@ -1159,7 +1165,7 @@ def main(argv=None) -> int:
               f"{len({r['shape_id'] for r in runs})} shapes")
         return 0
     if args.build_ops:
-        build_ops()
+        build_ops(aio=args.aio)
         return 0
     if args.worker:
         worker(args.worker, done_ids(args.out), args.out, args.dry_run, args.deadline, args.go_file)

@@ -1937,6 +1937,8 @@ def _hf(shape, zero, attn, *, trainer: bool = False, **kw):
 
 OFF = dict(offload="cpu", omp_threads=16)
 POFF = dict(offload_params="cpu")  # ZeRO-3 parameter offload (with OFF: ZeRO-Infinity's CPU configuration)
+NVME = dict(offload="nvme", omp_threads=16)  # ZeRO-Infinity: the optimizer states swapped to NVMe (ZeRO-3 only)
+PNVME = dict(offload_params="nvme")  # and the parameters
 
 
 def _measured_allocated(rid: str) -> int:
@@ -2611,6 +2613,18 @@ GROUPS = {
     # (overlap_comm on, the ZeRO sizes "auto": hidden², 0.9·hidden², 10·hidden), ZeRO-2 and ZeRO-3, LoRA, CPU
     # offload, checkpointing through TrainingArguments, on three widths the corpus has never run: a blind test of the
     # Trainer's stack and of the ZeRO sizes on the plan (3ab8bc0) in the estimate and the replay
+    # fifteenth fit batch (one GPU), fit side, declared in accuracy_split.json "fit15_about": ZeRO-Infinity's NVMe
+    # offload (DeepSpeed's async_io swapping the optimizer states, and in one run the parameters, to files under
+    # CORPUS_NVME_PATH), on two small fit shapes, each beside its CPU-offload twin on the same machine: what the
+    # swaps cost in a step, read beside the disk's own rates (benchmarks/nvme_bandwidth.py), before the NVMe terms of
+    # the time model are tested on shapes it has never seen
+    "fit15": [
+        _ds("mc-h1024-gelu", 3, mbs=4, **NVME),
+        _ds("mc-h1024-gelu", 3, mbs=4, repeat=15, **OFF),
+        _hf("hf-llama-h2048", 3, "sdpa", **NVME),
+        _hf("hf-llama-h2048", 3, "sdpa", **NVME, **PNVME),
+        _hf("hf-llama-h2048", 3, "sdpa", repeat=15, **OFF),
+    ],
     # seventy-eighth final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "drop78" before
     # measuring: a blind test of the allocator replay's dropout (9c225fe: the 1-byte mask taken from the allocator
     # before the output, as CUDA's dropout_cuda does), on ten configurations never measured on any GPU, of six
