@@ -38,9 +38,10 @@ from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute
 from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import (LARGE_MODEL_PARAMETERS, DeepSpeedOptions,
                                          pageable_offload_cost)
-from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, NO_PIPELINE, ClusterSpec, CrossEntropyFusion, Engine,
-                             Implementation, ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute,
-                             ZeroStage, hf_checkpoint_counts, hf_checkpoint_every, ulysses_head_limit, validate)
+from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, NO_PIPELINE, NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S,
+                             ClusterSpec, CrossEntropyFusion, Engine, Implementation, ModelSpec, Normalization,
+                             Offload, ParallelPlan, Precision, Recompute, ZeroStage, hf_checkpoint_counts,
+                             hf_checkpoint_every, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -476,6 +477,30 @@ def pageable_offload(plan: ParallelPlan, time=None) -> Optional[Finding]:
                    suggestion=suggestion if slow else "")
 
 
+def nvme_swaps(cluster: ClusterSpec, plan: ParallelPlan, time=None) -> Optional[Finding]:
+    """ZeRO-Infinity's offload to NVMe: what DeepSpeed's swaps of the optimizer states (and of the parameters beyond
+    ``max_in_cpu``) add to the step at the node's NVMe rates (:func:`workbench.timing.nvme_swap_seconds`), priced
+    once more with the same states in host memory. A warning when the swaps are more than half the step. None
+    without NVMe offload or without the time estimate."""
+    if Offload.NVME not in (plan.offload_optimizer, plan.offload_params) or time is None or not time.inputs:
+        return None
+    in_host = float(T.step_time_terms(**{**time.inputs, "nvme_optimizer": 0, "nvme_params": 0})["step_seconds"])
+    swaps = time.step_seconds - in_host
+    ranks = min(cluster.world_size, cluster.gpus_per_node)
+    default = (cluster.nvme_read_gb_per_s, cluster.nvme_write_gb_per_s) == (NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S)
+    rates = (f"{cluster.nvme_read_gb_per_s:g} GB/s read, {cluster.nvme_write_gb_per_s:g} GB/s write per node, shared "
+             f"by its {ranks} rank{'s' if ranks > 1 else ''}"
+             + (" (the default rates: give your node's with --nvme-read-gbps / --nvme-write-gbps, "
+                "ClusterSpec(nvme_read_gb_per_s=..., nvme_write_gb_per_s=...))" if default else ""))
+    heavy = swaps > 0.5 * time.step_seconds
+    return Finding(id="nvme_swaps", status="warn" if heavy else "pass",
+                   message=f"NVMe offload: DeepSpeed's swaps take {swaps:.3f} s of the {time.step_seconds:.3f} s step "
+                           f"({in_host:.3f} s with the same states in host memory) at {rates}",
+                   suggestion=("CPU offload where the host memory holds the states (the host-memory check prices "
+                               "it), or more NVMe bandwidth per rank (more drives striped, fewer ranks per node)"
+                               if heavy else ""))
+
+
 NEAR_CAPACITY_FRACTION = 0.90
 """A plan whose whole-device peak at the error band's upper side reaches this share of the GPU's memory is near
 capacity: the allocator's reserve decides whether it runs."""
@@ -805,7 +830,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
-             pageable_offload(plan, time),
+             pageable_offload(plan, time), nvme_swaps(cluster, plan, time),
              expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction,
                                         expandable_twin=expandable_twin),
              strategy_tier(model, cluster, plan, memory),

@@ -321,16 +321,25 @@ MAX_COUNT = {
 MAX_FLOAT = {
     "memory_gib": 2.0**20, "hbm_gb_per_s": 1e7, "intra_node_gb_per_s": 1e7, "inter_node_gb_per_s": 1e7,
     "host_link_gb_per_s": 1e7, "host_memory_gib_per_node": 2.0**30, "nvme_gib_per_node": 2.0**40,
+    "nvme_read_gb_per_s": 1e5, "nvme_write_gb_per_s": 1e5,
     "peak_tflops": 1e9,
 }
 """Largest value accepted for each real-valued field (GiB, GB/s, TFLOP/s)."""
 
 MIN_FLOAT = {
     "memory_gib": 2.0**-10, "hbm_gb_per_s": 1e-3, "intra_node_gb_per_s": 1e-3, "inter_node_gb_per_s": 1e-3,
-    "host_link_gb_per_s": 1e-3, "peak_tflops": 1e-3,
+    "host_link_gb_per_s": 1e-3, "peak_tflops": 1e-3, "nvme_read_gb_per_s": 1e-3, "nvme_write_gb_per_s": 1e-3,
 }
 """Smallest positive value accepted for a GPU's memory, a link's bandwidth or a peak rate (1 MiB, 1 MB/s, 1 GFLOP/s):
 below these the step times and capacities run to hundreds of digits and mean nothing."""
+
+NVME_READ_GB_PER_S = 6.0
+NVME_WRITE_GB_PER_S = 3.0
+"""A node's NVMe read and write rates through DeepSpeed's async_io, GB/s, when none is given: an assumption for a node
+with one PCIe 4.0 NVMe drive, whose ×4 link carries at most 7.9 GB/s (16 GT/s per lane, 128b/130b encoding), with
+writes at about half the reads. Not a measurement of any node: give yours (``--nvme-read-gbps`` /
+``--nvme-write-gbps``, measured with ``benchmarks/nvme_bandwidth.py``); the advisor says when an NVMe plan is priced
+with these."""
 
 
 def check_int(name: str, value, *, minimum: int = 1, maximum: Optional[int] = None) -> int:
@@ -801,6 +810,11 @@ class ClusterSpec:
     """CPU memory per node, GiB (bounds ZeRO-Offload)."""
     nvme_gib_per_node: float = 0.0
     """Local NVMe capacity per node for ZeRO-Infinity, GiB (0: none)."""
+    nvme_read_gb_per_s: float = NVME_READ_GB_PER_S
+    """Read rate of a node's NVMe through DeepSpeed's async_io, GB/s, shared by the node's ranks (ZeRO-Infinity's
+    swaps; default :data:`NVME_READ_GB_PER_S`, measure yours with ``benchmarks/nvme_bandwidth.py``)."""
+    nvme_write_gb_per_s: float = NVME_WRITE_GB_PER_S
+    """Write rate of a node's NVMe, GB/s (default :data:`NVME_WRITE_GB_PER_S`)."""
     host_cpu_cores_per_node: int = 112
     """CPU cores per node (default: an 8-GPU DGX H100/H200 node's two 56-core Xeon 8480C, NVIDIA DGX H100 datasheet).
     With optimizer offload, each rank's CPU Adam shares them."""
@@ -827,6 +841,8 @@ class ClusterSpec:
         for name in ("intra_node_gb_per_s", "inter_node_gb_per_s", "host_memory_gib_per_node"):
             _set(self, name, check_float(name, getattr(self, name)))
         _set(self, "nvme_gib_per_node", check_float("nvme_gib_per_node", self.nvme_gib_per_node, strict=False))
+        for name in ("nvme_read_gb_per_s", "nvme_write_gb_per_s"):
+            _set(self, name, check_float(name, getattr(self, name)))
         if self.world_size > MAX_COUNT["world_size"]:
             raise ValueError(f"gpus_per_node({self.gpus_per_node}) * num_nodes({self.num_nodes}) = "
                              f"{self.world_size:,} GPUs is larger than the largest supported world size "

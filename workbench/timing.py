@@ -648,6 +648,16 @@ class StepInputs:
     host buffer and a cast on the host (aten/src/ATen/native/cuda/Copy.cu ``copy_kernel_cuda``)."""
     pin_memory: object = 1
     """DeepSpeed's offload buffers page-locked (1, :attr:`workbench.specs.ParallelPlan.pin_memory`) or pageable (0)."""
+    nvme_optimizer: object = 0
+    """The offloaded optimizer states on NVMe (1: ``offload_optimizer.device`` ``nvme``, ZeRO-Infinity) rather than in
+    host memory (0)."""
+    nvme_params: object = 0
+    """The offloaded ZeRO-3 parameters on NVMe (1: ``offload_param.device`` ``nvme``) rather than in host memory."""
+    nvme_read_gb_per_s: object = np.inf
+    """Read rate of a node's NVMe through DeepSpeed's async_io, GB/s, shared by the node's ranks
+    (:attr:`workbench.specs.ClusterSpec.nvme_read_gb_per_s`)."""
+    nvme_write_gb_per_s: object = np.inf
+    """Write rate of a node's NVMe, GB/s, shared likewise (:attr:`workbench.specs.ClusterSpec.nvme_write_gb_per_s`)."""
     pageable_copy_gb_per_s: object = np.inf
     """Host↔GPU GB/s of DeepSpeed's offload copies when its buffers are pageable: the driver stages each copy
     through its own page-locked memory, so the host's memory copies, not the link, set the rate (capped by
@@ -1748,6 +1758,7 @@ def optimizer_terms(x: StepInputs) -> dict:
     # the GPU each step casts the updated fp32 partition back into the host's 16-bit copy
     offload_par_s = where(off_par, m * local_params / (d * c) * x.bytes_per_value / host_bps
                           + where(off_opt, 0.0, shard * x.param_offload_copy_back_s), 0.0)
+    nvme_s = nvme_swap_seconds(x, shard, local_params / (d * c), ranks_per_node)
     # fused Adam on the shard, plus the engine's own passes over the gradients and parameters around it (DeepSpeed:
     # flatten / up-cast of gradients, norm, clipping, copy back to 16 bits; 0 for Megatron)
     hbm = x.hbm_gb_per_s * 1e9 * x.hbm_efficiency * x.optimizer_hbm_scale
@@ -1756,7 +1767,45 @@ def optimizer_terms(x: StepInputs) -> dict:
     # + the step's fixed cost (kernel launches and bookkeeping that do not grow with the parameter count) and
     # DeepSpeed's per-tensor work
     optimizer = optimizer + x.step_overhead_s + x.parameter_tensors * x.deepspeed_tensor_seconds
-    return {"offload": offload_opt_s + offload_par_s, "optimizer": optimizer}
+    return {"offload": offload_opt_s + offload_par_s + nvme_s, "optimizer": optimizer}
+
+
+NVME_OPTIMIZER_READ_BYTES = 16
+"""Bytes per optimizer-partition parameter DeepSpeed reads from NVMe each step with the optimizer states there: the
+fp32 master weight, Adam's two moments and the fp32 gradient (``PartitionedOptimizerSwapper.swap_in_optimizer_state``
+reads every tensor of the sub-group's swap info and its gradient; deepspeed/runtime/swap_tensor, 0.19.8)."""
+NVME_OPTIMIZER_WRITE_BYTES = 16
+"""Bytes per optimizer-partition parameter written to NVMe each step: the fp32 gradient at the accumulation boundary
+(stage3.py ``_swap_out_offload_fp32_gradients``) and, after CPU Adam, the master weight and the two moments
+(``swap_out_optimizer_state``)."""
+NVME_PARAMS_IN_CPU = int(1e9)
+"""``offload_param.max_in_cpu`` (DeepSpeed's default, elements): with the parameters offloaded to NVMe, ZeRO-3 moves
+the 16-bit partitions of its parameter groups into host memory for good up to this many elements per rank
+(stage3.py ``_create_param_groups_fp16_flat_cpu_memory`` and ``_move_to_flat_buffer`` "Swapping in ... permanently
+to CPU"); only what lies beyond stays on NVMe."""
+
+
+def nvme_swap_seconds(x: StepInputs, shard, partition, ranks_per_node):
+    """Seconds per step of ZeRO-Infinity's NVMe swaps on one rank, the node's NVMe rates shared by its ranks.
+
+    * Optimizer states on NVMe: each step reads :data:`NVME_OPTIMIZER_READ_BYTES` and writes
+      :data:`NVME_OPTIMIZER_WRITE_BYTES` per parameter of the rank's optimizer partition ``shard`` (the sub-groups
+      one after another: swap in, CPU Adam, swap out; DeepSpeed's default ``pipeline_read/pipeline_write`` off),
+      on top of the host link's copies and CPU Adam that CPU offload already costs.
+    * Parameters on NVMe: only the part of the rank's 16-bit partition ``partition`` beyond
+      :data:`NVME_PARAMS_IN_CPU` stays there; every fetch of it (forward and backward of each micro-batch, and the
+      recomputed forward with full recompute) reads its 16-bit values and each step writes them back once.
+
+    Counted whole, not hidden behind the kernels (DeepSpeed's prefetch of NVMe parameters overlaps some of the
+    reads)."""
+    read_bps = x.nvme_read_gb_per_s * 1e9 / ranks_per_node
+    write_bps = x.nvme_write_gb_per_s * 1e9 / ranks_per_node
+    opt = where(x.nvme_optimizer > 0, shard * (NVME_OPTIMIZER_READ_BYTES / read_bps
+                                               + NVME_OPTIMIZER_WRITE_BYTES / write_bps), 0.0)
+    on_nvme = maximum(partition - NVME_PARAMS_IN_CPU, 0.0) * x.bytes_per_value
+    fetches = x.num_microbatches * (2 + (x.recompute == 2))
+    par = where(x.nvme_params > 0, on_nvme * (fetches / read_bps + 1 / write_bps), 0.0)
+    return opt + par
 
 
 def pipeline_terms(x: StepInputs, comp: dict, comm: dict) -> dict:

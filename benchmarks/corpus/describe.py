@@ -43,10 +43,15 @@ def record_gpu(r: dict) -> str:
 def record_host(r: dict) -> dict:
     """The host a record's run had, as :class:`workbench.specs.ClusterSpec` fields: its cores (112 for the records
     from before provenance kept them) and the threads its CPU Adam ran on (``OMP_NUM_THREADS`` as recorded; 0 when
-    unset, the cluster's default then)."""
+    unset, the cluster's default then) and, for a run that offloaded to NVMe, the disk's read and write rates
+    measured beside it (``nvme_gb_per_s``, benchmarks/nvme_bandwidth.py)."""
     o = r.get("options") or {}
-    return dict(host_cpu_cores_per_node=int((r.get("provenance") or {}).get("host_cpu_cores") or 112),
-                cpu_adam_threads=int(r.get("omp_num_threads") or o.get("omp_threads") or 0))
+    out = dict(host_cpu_cores_per_node=int((r.get("provenance") or {}).get("host_cpu_cores") or 112),
+               cpu_adam_threads=int(r.get("omp_num_threads") or o.get("omp_threads") or 0))
+    rates = r.get("nvme_gb_per_s") or {}
+    if rates.get("read") and rates.get("write"):
+        out.update(nvme_read_gb_per_s=float(rates["read"]), nvme_write_gb_per_s=float(rates["write"]))
+    return out
 
 
 def checkpointed_layers(options: dict, num_layers: int) -> dict:

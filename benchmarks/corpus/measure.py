@@ -511,6 +511,10 @@ def one_run(cfg: dict, dry: bool, index_in_process: int) -> dict:
         torch.set_num_threads(cfg["omp_threads"])
         os.environ["OMP_NUM_THREADS"] = str(cfg["omp_threads"])
     rec["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    if "nvme" in (cfg.get("offload"), cfg.get("offload_params")) and os.environ.get("CORPUS_NVME_RATES"):
+        # the disk's read and write GB/s measured before the batch (benchmarks/nvme_bandwidth.py), "read,write"
+        read, write = (float(v) for v in os.environ["CORPUS_NVME_RATES"].split(","))
+        rec["nvme_gb_per_s"] = {"read": read, "write": write}
     rec["torch_num_threads"] = torch.get_num_threads()
     rec["pytorch_cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if cfg.get("expandable_segments") and "expandable_segments:True" not in (rec["pytorch_cuda_alloc_conf"] or ""):

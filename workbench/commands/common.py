@@ -138,6 +138,11 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = Tr
     c.add_argument("--nvme-gib", type=float,
                    help="local NVMe per node for --offload-optimizer/--offload-params nvme (ZeRO-Infinity), GiB "
                         "(default 0: none, so NVMe offload does not fit)")
+    c.add_argument("--nvme-read-gbps", type=float,
+                   help="read rate of a node's NVMe through DeepSpeed's async_io, GB/s, shared by its GPUs: what "
+                        "ZeRO-Infinity's swaps cost (default: see ClusterSpec.nvme_read_gb_per_s; measure yours "
+                        "with benchmarks/nvme_bandwidth.py DIR)")
+    c.add_argument("--nvme-write-gbps", type=float, help="write rate of a node's NVMe, GB/s (as --nvme-read-gbps)")
     c.add_argument("--host-cores", type=int, help="CPU cores per node (default 112); CPU Adam shares them")
     c.add_argument("--cpu-adam-threads", type=int,
                    help="OMP_NUM_THREADS of each rank, the threads of DeepSpeed's CPU Adam with optimizer offload "
@@ -340,6 +345,9 @@ def cluster_from_args(args) -> ClusterSpec:
         kwargs["host_memory_gib_per_node"] = args.host_mem_gib
     if getattr(args, "nvme_gib", None) is not None:
         kwargs["nvme_gib_per_node"] = args.nvme_gib
+    for flag, field in (("nvme_read_gbps", "nvme_read_gb_per_s"), ("nvme_write_gbps", "nvme_write_gb_per_s")):
+        if getattr(args, flag, None) is not None:
+            kwargs[field] = getattr(args, flag)
     if getattr(args, "host_cores", None) is not None:
         kwargs["host_cpu_cores_per_node"] = args.host_cores
     if getattr(args, "cpu_adam_threads", None) is not None:

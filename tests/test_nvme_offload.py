@@ -1,0 +1,92 @@
+"""ZeRO-Infinity's offload to NVMe: the swaps' time, the node's NVMe rates on the cluster, the advisor's finding."""
+import subprocess
+import sys
+
+import pytest
+
+from workbench import catalog, timing
+from workbench.advisor import nvme_swaps
+from workbench.estimate import estimate
+from workbench.specs import NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S, ClusterSpec, ParallelPlan
+
+
+def _plan(optimizer="nvme", params="none", **kw):
+    return ParallelPlan(engine="deepspeed", world_size=kw.pop("world_size", 1), micro_batch_size=1,
+                        global_batch_size=kw.pop("global_batch_size", 1), zero_stage=3, offload_optimizer=optimizer,
+                        offload_params=params, **kw)
+
+
+def _step(model, cluster, plan):
+    return estimate(model, cluster, plan, checks=False, simulate_allocator=False).time
+
+
+def test_optimizer_on_nvme_adds_its_reads_and_writes_at_the_node_rates():
+    model = catalog.model("llama2-7b")
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=1000, nvme_read_gb_per_s=8.0,
+                          nvme_write_gb_per_s=4.0)
+    cpu, nvme = _step(model, cluster, _plan("cpu")), _step(model, cluster, _plan("nvme"))
+    shard = float(nvme.inputs["stage_parameters"])  # one rank, ZeRO-3 over one: the whole model is its partition
+    expected = shard * (timing.NVME_OPTIMIZER_READ_BYTES / 8e9 + timing.NVME_OPTIMIZER_WRITE_BYTES / 4e9)
+    assert nvme.step_seconds - cpu.step_seconds == pytest.approx(expected, rel=1e-9)
+    # twice the rates, half the swaps
+    faster = _step(model, cluster.replace(nvme_read_gb_per_s=16.0, nvme_write_gb_per_s=8.0), _plan("nvme"))
+    assert faster.step_seconds - cpu.step_seconds == pytest.approx(expected / 2, rel=1e-9)
+
+
+def test_ranks_of_a_node_share_its_nvme():
+    model = catalog.model("llama2-7b")
+    one = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_read_gb_per_s=8.0, nvme_write_gb_per_s=4.0)
+    eight = one.replace(gpus_per_node=8)
+    t1 = _step(model, one, _plan("nvme")).inputs
+    t8 = _step(model, eight, _plan("nvme", world_size=8, global_batch_size=8)).inputs
+    s1 = timing.nvme_swap_seconds(timing.StepInputs(**t1), 1e9, 0.0, 1)
+    s8 = timing.nvme_swap_seconds(timing.StepInputs(**t8), 1e9, 0.0, 8)
+    assert float(s8) == pytest.approx(8 * float(s1))
+
+
+def test_parameters_under_max_in_cpu_stay_in_host_memory():
+    """ZeRO-3 keeps up to offload_param.max_in_cpu elements of a rank's 16-bit partition in host memory even with
+    the parameters offloaded to NVMe: a 0.76 B model on one rank swaps none of them, a 7 B one the rest."""
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=1000)
+    small = catalog.model("gpt3-760m")
+    model = catalog.model("llama2-7b")
+    cpu = _step(model, cluster, _plan("cpu", "cpu"))
+    nvme_params = _step(model, cluster, _plan("cpu", "nvme"))
+    partition = float(cpu.inputs["num_parameters"])
+    beyond = (partition - timing.NVME_PARAMS_IN_CPU) * 2
+    per_step = beyond * (2 / (NVME_READ_GB_PER_S * 1e9) + 1 / (NVME_WRITE_GB_PER_S * 1e9))
+    assert nvme_params.step_seconds - cpu.step_seconds == pytest.approx(per_step, rel=1e-6)
+    assert _step(small, cluster, _plan("cpu", "nvme")).step_seconds == pytest.approx(
+        _step(small, cluster, _plan("cpu", "cpu")).step_seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize("field", ["nvme_read_gb_per_s", "nvme_write_gb_per_s"])
+def test_bad_rates_are_refused_by_name(field):
+    for bad in (0, -1.0, float("nan"), "fast"):
+        with pytest.raises(ValueError, match=field):
+            ClusterSpec(gpu="H100-SXM", **{field: bad})
+
+
+def test_cli_takes_the_rates_and_refuses_bad_ones():
+    base = [sys.executable, "-m", "workbench", "estimate", "--model", "llama2-7b", "--gpus-per-node", "1",
+            "--zero", "3", "--offload-optimizer", "nvme", "--nvme-gib", "1000", "--mbs", "1", "--gbs", "1"]
+    bad = subprocess.run(base + ["--nvme-read-gbps", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "nvme_read_gb_per_s=0 must be > 0" in bad.stderr and "Traceback" not in bad.stderr
+    slow = subprocess.run(base + ["--nvme-read-gbps", "1", "--nvme-write-gbps", "1"], capture_output=True, text=True)
+    fast = subprocess.run(base + ["--nvme-read-gbps", "50", "--nvme-write-gbps", "50"], capture_output=True, text=True)
+    assert slow.returncode == 0 and fast.returncode == 0
+    assert "nvme_swaps" not in slow.stderr
+    assert "1 GB/s read, 1 GB/s write per node" in slow.stdout and "50 GB/s read" in fast.stdout
+
+
+def test_advisor_prices_the_swaps_and_says_when_the_rates_are_the_default():
+    model = catalog.model("llama2-7b")
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=1000)
+    plan = _plan("nvme")
+    t = _step(model, cluster, plan)
+    f = nvme_swaps(cluster, plan, t)
+    assert f.status == "warn" and "the default rates" in f.message
+    given = cluster.replace(nvme_read_gb_per_s=400.0, nvme_write_gb_per_s=400.0)
+    g = nvme_swaps(given, plan, _step(model, given, plan))
+    assert g.status == "pass" and "default" not in g.message
+    assert nvme_swaps(cluster, _plan("cpu"), _step(model, cluster, _plan("cpu"))) is None
