@@ -1,4 +1,4 @@
-"""HardwarePanel: the GPU from the catalog, GPUs per node, nodes, bandwidths, host memory and CPU cores."""
+"""HardwarePanel: the GPU from the catalog, GPUs per node, nodes, bandwidths, host memory, NVMe and CPU cores."""
 from __future__ import annotations
 
 import html
@@ -16,6 +16,8 @@ _FIELDS = (
     ("inter_node_gb_per_s", "inter-node GB/s per GPU", "float"),
     ("host_memory_gib_per_node", "host memory GiB / node", "float"),
     ("nvme_gib_per_node", "NVMe GiB / node", "float"),
+    ("nvme_read_gb_per_s", "NVMe read GB/s / node", "float"),
+    ("nvme_write_gb_per_s", "NVMe write GB/s / node", "float"),
     ("host_cpu_cores_per_node", "CPU cores / node", "int"),
     ("cpu_adam_threads", "CPU Adam threads", "threads"),
 )

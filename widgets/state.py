@@ -21,12 +21,14 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
 from workbench import catalog
-from workbench.specs import ClusterSpec, ModelSpec, ParallelPlan, validate
+from workbench.specs import (NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S, ClusterSpec, ModelSpec, ParallelPlan,
+                             validate)
 
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec))
 """Every ``ModelSpec`` field; all are editable in :class:`widgets.model_panel.ModelPanel`."""
 CLUSTER_FIELDS = ("gpu", "gpus_per_node", "num_nodes", "intra_node_gb_per_s", "inter_node_gb_per_s",
-                  "host_memory_gib_per_node", "nvme_gib_per_node", "host_cpu_cores_per_node", "cpu_adam_threads")
+                  "host_memory_gib_per_node", "nvme_gib_per_node", "nvme_read_gb_per_s", "nvme_write_gb_per_s",
+                  "host_cpu_cores_per_node", "cpu_adam_threads")
 """``ClusterSpec`` fields as inputs; ``gpu`` is a catalog name here."""
 PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(ParallelPlan) if f.name != "world_size")
 """``ParallelPlan`` fields as inputs; the world size always comes from the cluster."""
@@ -180,7 +182,8 @@ def cluster_inputs_from_spec(spec: ClusterSpec) -> dict:
     return {"gpu": spec.gpu.name, "gpus_per_node": spec.gpus_per_node, "num_nodes": spec.num_nodes,
             "intra_node_gb_per_s": spec.intra_node_gb_per_s, "inter_node_gb_per_s": spec.inter_node_gb_per_s,
             "host_memory_gib_per_node": spec.host_memory_gib_per_node,
-            "nvme_gib_per_node": spec.nvme_gib_per_node, "host_cpu_cores_per_node": spec.host_cpu_cores_per_node,
+            "nvme_gib_per_node": spec.nvme_gib_per_node, "nvme_read_gb_per_s": spec.nvme_read_gb_per_s,
+            "nvme_write_gb_per_s": spec.nvme_write_gb_per_s, "host_cpu_cores_per_node": spec.host_cpu_cores_per_node,
             "cpu_adam_threads": spec.cpu_adam_threads}
 
 
@@ -253,6 +256,7 @@ def initial_state(*, preset: str = GUIDE_EXAMPLE["preset"], cluster: Optional[Ma
     model_inputs = model_inputs_of(preset)
     cluster_inputs = {"gpu": "A100-80GB", "gpus_per_node": 8, "num_nodes": 1, "intra_node_gb_per_s": None,
                       "inter_node_gb_per_s": None, "host_memory_gib_per_node": 1024.0, "nvme_gib_per_node": 0.0,
+                      "nvme_read_gb_per_s": NVME_READ_GB_PER_S, "nvme_write_gb_per_s": NVME_WRITE_GB_PER_S,
                       "host_cpu_cores_per_node": 112, "cpu_adam_threads": 0}
     cluster_inputs.update(GUIDE_EXAMPLE["cluster"] if cluster is None else cluster)
     plan_defaults = plan_inputs_from_spec(ParallelPlan(world_size=1))
