@@ -9,7 +9,8 @@ import pytest
 
 from workbench import catalog, cli
 from workbench.estimate import estimate
-from workbench.memory import (DS_NVME_BUFFER_COUNT, DS_NVME_BUFFER_ELEMENTS, HOST_PROCESS_BYTES, host_tensor_sum,
+from workbench.memory import (DS_NVME_OPTIMIZER_BUFFERS, DS_NVME_PARAM_BUFFER_ELEMENTS, DS_NVME_PARAM_BUFFERS,
+                              DS_NVME_PARAMS_IN_CPU, HOST_PROCESS_BYTES, host_tensor_sum,
                               pinned_bytes)
 from workbench.specs import ClusterSpec, ParallelPlan
 
@@ -49,18 +50,31 @@ def test_zero2_offload_by_hand():
 def test_without_offload_the_host_holds_the_process_and_nvme_takes_the_states():
     _, plain = _host(dict(zero_stage=2))
     assert plain.host_bytes_per_gpu == HOST_PROCESS_BYTES and plain.offloaded_bytes_per_gpu == 0
-    m, nvme = _host(dict(zero_stage=2, offload_optimizer="nvme"), nvme_gib_per_node=4096)
-    assert nvme.nvme_bytes_per_gpu == nvme.offloaded_bytes_per_gpu > 0
-    # the host keeps DeepSpeed's swap buffers beside the process
-    swap = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
-    assert nvme.host_bytes_per_gpu == HOST_PROCESS_BYTES + swap
-    # ZeRO-3 keeping its parameters on the GPU first passes their 16-bit partition through one host buffer at init
-    # (zero/utils.py defragment), larger here than the swap buffers; with the parameters on NVMe too it does not
-    _, z3 = _host(dict(zero_stage=3, offload_optimizer="nvme"), nvme_gib_per_node=4096)
+    # ZeRO-1/2 take device "nvme" as the CPU: the states stay in host memory, nothing goes to the drive
+    _, z2 = _host(dict(zero_stage=2, offload_optimizer="nvme"), nvme_gib_per_node=4096)
+    _, z2_cpu = _host(dict(zero_stage=2, offload_optimizer="cpu"))
+    assert z2.nvme_bytes_per_gpu == 0 and z2.host_bytes_per_gpu == z2_cpu.host_bytes_per_gpu
+    # ZeRO-3 with the optimizer on NVMe: its fp32 states on the drive, the host holds the swapper's four fp32 buffers
+    # of the largest sub-group in their place (less than the states themselves beyond one sub-group)
+    m, z3 = _host(dict(zero_stage=3, offload_optimizer="nvme"), nvme_gib_per_node=4096)
+    _, z3_cpu = _host(dict(zero_stage=3, offload_optimizer="cpu"))
+    assert z3.nvme_bytes_per_gpu == z3.offloaded_bytes_per_gpu > 0
     n = m.parameter_counts().total
-    assert z3.host_bytes_per_gpu == pytest.approx(HOST_PROCESS_BYTES + max(swap, 2 * n), abs=2) and 2 * n > swap
+    largest = host_tensor_sum(m, 1, 1, "largest_sub_group")
+    assert largest <= n
+    swap = DS_NVME_OPTIMIZER_BUFFERS * 4 * largest
+    cpu_states = 12 * n + host_tensor_sum(m, 1, 1, "fp32_sub_groups")
+    assert z3.host_bytes_per_gpu - z3_cpu.host_bytes_per_gpu == pytest.approx(swap - cpu_states, rel=1e-9)
+    # with the parameters on NVMe too: up to max_in_cpu of them stay in a page-locked host buffer, beside the
+    # parameter swapper's page-locked buffers, and ZeRO-3 makes no per-parameter host partitions
     _, both = _host(dict(zero_stage=3, offload_optimizer="nvme", offload_params="nvme"), nvme_gib_per_node=4096)
-    assert both.host_bytes_per_gpu == HOST_PROCESS_BYTES + swap
+    _, both_cpu = _host(dict(zero_stage=3, offload_optimizer="cpu", offload_params="cpu"))
+    assert both.nvme_bytes_per_gpu > z3.nvme_bytes_per_gpu
+    kept = pinned_bytes(2 * min(n, DS_NVME_PARAMS_IN_CPU))
+    buffers = pinned_bytes(2 * DS_NVME_PARAM_BUFFERS * DS_NVME_PARAM_BUFFER_ELEMENTS)
+    cpu_params = pinned_bytes(2 * n) + host_tensor_sum(m, 1, 1, "bf16_partitions")
+    assert both.host_bytes_per_gpu - both_cpu.host_bytes_per_gpu == pytest.approx(
+        swap - cpu_states + kept + buffers - cpu_params, rel=1e-9)
 
 
 def test_zero3_transient_follows_which_side_holds_the_master():

@@ -71,7 +71,9 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 sp=int(plan.sequence_parallel), zero=int(plan.zero_stage),
                 off_opt=int(plan.offload_optimizer is not Offload.NONE),
                 off_par=int(plan.offload_params is not Offload.NONE), dist_opt=int(plan.distributed_optimizer),
-                nvme_opt=int(plan.offload_optimizer is Offload.NVME), nvme_par=int(plan.offload_params is Offload.NVME),
+                # DeepSpeed swaps to NVMe at ZeRO-3 only: ZeRO-1/2 take device "nvme" as the CPU (stage_1_and_2.py)
+                nvme_opt=int(plan.offload_optimizer is Offload.NVME and int(plan.zero_stage) == 3),
+                nvme_par=int(plan.offload_params is Offload.NVME and int(plan.zero_stage) == 3),
                 recompute=RECOMPUTE_CODES[plan.recompute],
                 first_layers=plan.first_stage_layers or 0, last_layers=plan.last_stage_layers or 0,
                 emb_split=int(plan.embedding_in_pipeline_split), loss_split=int(plan.loss_in_pipeline_split),
@@ -371,6 +373,7 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                moe_deepspeed=cols.get("moe_ds", 0), expandable_segments=cols.get("expseg", 0),
                moe_recompute=cols.get("moe_rc", 0), tp_comm_overlap=cols.get("tp_ov", 0),
                cross_entropy_fusion=cols.get("xent", 0), pinned_host=cols.get("pin", 1),
+               nvme_optimizer=cols.get("nvme_opt", 0), nvme_params=cols.get("nvme_par", 0),
                zero_init=zinit,
                reduce_bucket_elements=cols.get("rbucket", defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS),
                prefetch_bucket_elements=cols.get("pbucket", defaults.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS))

@@ -47,11 +47,19 @@ log-probabilities and of the logits (see :func:`output_activation_bytes`)."""
 # -- DeepSpeed defaults (deepspeed/runtime/zero/config.py, DeepSpeed 0.19) ---------------------------------------
 DS_PREFETCH_BUCKET_ELEMENTS = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
 """``stage3_prefetch_bucket_size`` default (elements; :data:`workbench.defaults.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS`)."""
-DS_NVME_BUFFER_COUNT = 4
-DS_NVME_BUFFER_ELEMENTS = int(1e8)
-"""``offload_optimizer/offload_param.buffer_count`` × ``buffer_size`` defaults: pinned host swap buffers for NVMe."""
-DS_NVME_SWAP_BYTES = DS_NVME_BUFFER_COUNT * DS_NVME_BUFFER_ELEMENTS * 4
-"""Host bytes of those swap buffers (fp32 elements), what a rank holds on the host under NVMe offload."""
+DS_NVME_OPTIMIZER_BUFFERS = 4
+"""``offload_optimizer.buffer_count`` default: with the optimizer states on NVMe, DeepSpeed's swapper keeps this many
+page-locked fp32 buffers, each the size of the largest optimizer sub-group (``OptimizerSwapper``'s
+``SwapBufferManager(num_elems=largest_numel, count=buffer_count)``, deepspeed/runtime/swap_tensor, 0.19.8): a
+sub-group's master weight, two moments and gradient are swapped in through them."""
+DS_NVME_PARAM_BUFFERS = 5
+DS_NVME_PARAM_BUFFER_ELEMENTS = int(1e8)
+"""``offload_param.buffer_count`` × ``buffer_size`` defaults: with the parameters on NVMe, the page-locked 16-bit
+buffers parameters are swapped in through (``AsyncPartitionedParameterSwapper``)."""
+DS_NVME_PARAMS_IN_CPU = int(1e9)
+"""``offload_param.max_in_cpu`` default, elements: ZeRO-3 keeps up to this many of a rank's 16-bit parameter partition
+elements in a page-locked host buffer even with the parameters offloaded to NVMe (stage3.py
+``_create_param_groups_fp16_flat_cpu_memory``); the rest stays on the drive."""
 
 # -- measured constants ------------------------------------------------------------------------------------------
 CUDA_CONTEXT_BYTES = int(1.66 * GiB)
@@ -860,7 +868,8 @@ def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str):
 
 def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_optimizer, offload_params,
                         tensor_parallel, data_parallel, trainable, params, lora, value_bytes, num_microbatches,
-                        defrag, expert_parallel=1, expert_tensor_parallel=None, pinned=1):
+                        defrag, expert_parallel=1, expert_tensor_parallel=None, pinned=1, nvme_optimizer=0,
+                        nvme_params=0):
     """Host memory one rank's process holds at its peak: :data:`HOST_PROCESS_BYTES` plus, under DeepSpeed's CPU
     offload with 16-bit training, the buffers DeepSpeed 0.19.8 makes on the host, page-locked ones taken as
     :func:`pinned_bytes` takes them (``pin_memory``, which the workbench's ds_config sets). ``offloaded``: the
@@ -887,6 +896,12 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
       on the host (``aten/src/ATen/native/cuda/Copy.cu``), a transient the size of the largest sub-group: 16-bit
       when the step copies the fp32 master back to the GPU's partition (optimizer offloaded alone), fp32 when the
       GPU's master is made from the host's partition (parameters offloaded alone).
+    - ZeRO-3 offloading to NVMe (``nvme_optimizer`` / ``nvme_params``, ZeRO-Infinity): the optimizer's fp32 states
+      live on the drive and the host holds :data:`DS_NVME_OPTIMIZER_BUFFERS` page-locked fp32 buffers of the
+      largest sub-group in their place; the parameters' 16-bit partition stays in a page-locked host buffer up to
+      :data:`DS_NVME_PARAMS_IN_CPU` elements, beside the parameter swapper's buffers
+      (:data:`DS_NVME_PARAM_BUFFERS` × :data:`DS_NVME_PARAM_BUFFER_ELEMENTS`), and no per-parameter partitions.
+      Read off DeepSpeed 0.19.8's swap_tensor and stage3.py sources.
     - ZeRO-3 with the parameters on the GPU (offloading nothing, or the optimizer alone): at init DeepSpeed moves
       every trained parameter's partition into one pageable CPU buffer and back to the GPU as one flat buffer
       (``_create_fp16_partitions_with_defragmentation`` -> ``zero/utils.py`` ``defragment``), a host peak of
@@ -930,8 +945,16 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
               + where((num_microbatches > 1) & (zero_stage >= 2), accumulate, 0.0))
     sub_groups = where(lora, held(4.0 * p_opt), tensors("fp32_sub_groups"))
     largest_group = where(lora, p_opt, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_sub_group"))
-    zero3 = (where(off_opt, 12.0 * p_opt + held(2.0 * p_opt) + sub_groups, 0.0)
-             + where(off_par, held(2.0 * p_all) + tensors("bf16_partitions"), 0.0)
+    # on NVMe (ZeRO-Infinity) the fp32 states live on the drive: the host holds the swapper's page-locked buffers
+    # instead (DS_NVME_OPTIMIZER_BUFFERS of the largest sub-group, page-locked by DeepSpeed's own allocator at their
+    # size), and of the parameters the page-locked flat buffer up to max_in_cpu and the parameter swap buffers
+    nvme_opt, nvme_par = asarray(nvme_optimizer) > 0, asarray(nvme_params) > 0
+    opt_states = where(nvme_opt, DS_NVME_OPTIMIZER_BUFFERS * 4.0 * largest_group, 12.0 * p_opt + sub_groups)
+    par_states = where(nvme_par, held(2.0 * minimum(p_all, DS_NVME_PARAMS_IN_CPU))
+                       + held(2.0 * DS_NVME_PARAM_BUFFERS * DS_NVME_PARAM_BUFFER_ELEMENTS),
+                       held(2.0 * p_all) + tensors("bf16_partitions"))
+    zero3 = (where(off_opt, opt_states + held(2.0 * p_opt), 0.0)
+             + where(off_par, par_states, 0.0)
              + where(off_opt & ~off_par, 2.0 * largest_group, where(off_par & ~off_opt, 4.0 * largest_group, 0.0)))
     modelled = where(ds & mixed & (zero_stage >= 3) & (off_opt | off_par), zero3,
                      where(ds & mixed & (zero_stage >= 1) & (zero_stage <= 2) & off_opt, zero12, offloaded))
@@ -2607,7 +2630,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 expert_parallel=1, expert_tensor_parallel=None, expert_data_parallel=None, moe_token_factor=1.0,
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
                 tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0, pinned_host=1,
-                reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
+                reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS,
+                nvme_optimizer=0, nvme_params=0):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
     ``reduce_bucket_elements`` and ``prefetch_bucket_elements``: DeepSpeed's ``reduce_bucket_size`` and
     ``stage3_prefetch_bucket_size``.
@@ -2691,7 +2715,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                data_parallel=data_parallel * context_parallel, trainable=trainable + n_experts,
                                params=n, lora=lora, value_bytes=value_bytes, num_microbatches=num_microbatches,
                                defrag=host_init,
-                               expert_parallel=expert_parallel, expert_tensor_parallel=etp, pinned=pinned_host)
+                               expert_parallel=expert_parallel, expert_tensor_parallel=etp, pinned=pinned_host,
+                               nvme_optimizer=nvme_optimizer, nvme_params=nvme_params)
     bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
                                      fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
     fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / maximum(layers, 1))  # this stage's FP8 share
@@ -3342,11 +3367,10 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         host_init_per_gpu = max(host_init_per_gpu, int(round(float(t["host_init"]))))
         offloaded_per_gpu = max(offloaded_per_gpu, int(round(float(t["offloaded"]))))
     nvme_per_gpu = 0
-    if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
-        # states go to NVMe; the host keeps pinned swap buffers beside the process itself, or, earlier, ZeRO-3's
-        # defragment of the parameters it keeps on the GPU (zero3_defrag_host_bytes), whichever is larger
+    if Offload.NVME in (plan.offload_optimizer, plan.offload_params) and int(plan.zero_stage) == 3:
+        # the offloaded states go to the drive (the host's swap buffers are host_resident_bytes'); ZeRO-1/2 keep
+        # them in host memory whatever the device says (DeepSpeed swaps at ZeRO-3 only)
         nvme_per_gpu = offloaded_per_gpu
-        host_per_gpu = HOST_PROCESS_BYTES + max(DS_NVME_SWAP_BYTES, host_init_per_gpu)
     peak = max(st.total_bytes for st in stages)
     if any(st.peak_phase == "initialization" for st in stages):
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "

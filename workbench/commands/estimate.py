@@ -257,13 +257,13 @@ def _host_part(plan, mem) -> str:
     line (``""``: the process alone): the offloaded states and DeepSpeed's buffers (CPU offload) or its swap buffers
     (NVMe, the states on the drive), and ZeRO-3's defragment of the parameters it keeps on the GPU where that, at
     init, may be more than the rest."""
-    from workbench.memory import DS_NVME_SWAP_BYTES, defragments_through_host
+    from workbench.memory import defragments_through_host
     from workbench.specs import Offload
 
     defrag = "the rank's parameter partition, which ZeRO-3 defragments through one host buffer at initialization"
-    if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
-        held = (f"DeepSpeed's page-locked NVMe swap buffers ({DS_NVME_SWAP_BYTES / GiB:.1f} GiB; "
-                f"{mem.nvme_bytes_per_gpu / GiB:.1f} GiB of states on the drive)")
+    if Offload.NVME in (plan.offload_optimizer, plan.offload_params) and mem.nvme_bytes_per_gpu:
+        held = ("DeepSpeed's page-locked NVMe swap buffers, the 16-bit gradient partition and the parameters kept "
+                f"in host memory up to max_in_cpu ({mem.nvme_bytes_per_gpu / GiB:.1f} GiB of states on the drive)")
         if defragments_through_host(plan):
             held = f"the larger of {held} and {defrag}"
     elif mem.offloaded_bytes_per_gpu:
