@@ -90,3 +90,17 @@ def test_advisor_prices_the_swaps_and_says_when_the_rates_are_the_default():
     g = nvme_swaps(given, plan, _step(model, given, plan))
     assert g.status == "pass" and "default" not in g.message
     assert nvme_swaps(cluster, _plan("cpu"), _step(model, cluster, _plan("cpu"))) is None
+
+
+def test_nvme_below_zero3_is_cpu_offload_and_the_advisor_says_so():
+    """DeepSpeed's ZeRO-1/2 take offload_optimizer.device "nvme" as the CPU: no swaps, the states in host memory."""
+    model = catalog.model("llama2-7b")
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=1000)
+    plans = {d: ParallelPlan(engine="deepspeed", world_size=1, micro_batch_size=1, global_batch_size=1, zero_stage=2,
+                             offload_optimizer=d) for d in ("cpu", "nvme")}
+    est = {d: estimate(model, cluster, p, checks=False, simulate_allocator=False) for d, p in plans.items()}
+    assert est["nvme"].time.step_seconds == est["cpu"].time.step_seconds
+    assert est["nvme"].memory.nvme_bytes_per_gpu == 0
+    assert est["nvme"].memory.host_bytes_per_gpu == est["cpu"].memory.host_bytes_per_gpu
+    f = nvme_swaps(cluster, plans["nvme"], est["nvme"].time)
+    assert f.status == "warn" and "ZeRO-2" in f.message and "as CPU offload" in f.message

@@ -480,9 +480,18 @@ def pageable_offload(plan: ParallelPlan, time=None) -> Optional[Finding]:
 def nvme_swaps(cluster: ClusterSpec, plan: ParallelPlan, time=None) -> Optional[Finding]:
     """ZeRO-Infinity's offload to NVMe: what DeepSpeed's swaps of the optimizer states (and of the parameters beyond
     ``max_in_cpu``) add to the step at the node's NVMe rates (:func:`workbench.timing.nvme_swap_seconds`), priced
-    once more with the same states in host memory. A warning when the swaps are more than half the step. None
-    without NVMe offload or without the time estimate."""
-    if Offload.NVME not in (plan.offload_optimizer, plan.offload_params) or time is None or not time.inputs:
+    once more with the same states in host memory. A warning when the swaps are more than half the step, and for
+    NVMe at ZeRO-1/2, which DeepSpeed runs as CPU offload. None without NVMe offload (or, at ZeRO-3, without the
+    time estimate)."""
+    if Offload.NVME not in (plan.offload_optimizer, plan.offload_params):
+        return None
+    if int(plan.zero_stage) < 3:
+        return Finding(id="nvme_swaps", status="warn",
+                       message=f"offload to NVMe at ZeRO-{int(plan.zero_stage)}: DeepSpeed's ZeRO-1/2 keep the "
+                               "offloaded states in host memory whatever the device says (stage_1_and_2.py; only "
+                               "ZeRO-3 swaps to NVMe), so this plan is priced, and runs, as CPU offload",
+                       suggestion='"device": "cpu" to say what runs, or ZeRO-3 to put the states on the NVMe')
+    if time is None or not time.inputs:
         return None
     in_host = float(T.step_time_terms(**{**time.inputs, "nvme_optimizer": 0, "nvme_params": 0})["step_seconds"])
     swaps = time.step_seconds - in_host
