@@ -898,7 +898,11 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
       GPU's master is made from the host's partition (parameters offloaded alone).
     - ZeRO-3 offloading to NVMe (``nvme_optimizer`` / ``nvme_params``, ZeRO-Infinity): the optimizer's fp32 states
       live on the drive and the host holds :data:`DS_NVME_OPTIMIZER_BUFFERS` page-locked fp32 buffers of the
-      largest sub-group in their place; the parameters' 16-bit partition stays in a page-locked host buffer up to
+      largest sub-group in their place, and at start-up, when ``initialize_optimizer_states`` first steps each
+      sub-group, Adam's two fp32 moments of it in pageable memory until their first swap-out (8 bytes a parameter
+      of the largest sub-group: what the first six NVMe runs' peak resident sets held beyond the rest, 7.5-7.9,
+      H200, 2026-12-07, ``results/nvme79_blind_h200.txt``, found on them: not blind); the parameters' 16-bit
+      partition stays in a page-locked host buffer up to
       :data:`DS_NVME_PARAMS_IN_CPU` elements, beside the parameter swapper's buffers
       (:data:`DS_NVME_PARAM_BUFFERS` × :data:`DS_NVME_PARAM_BUFFER_ELEMENTS`), and no per-parameter partitions.
       Read off DeepSpeed 0.19.8's swap_tensor and stage3.py sources.
@@ -949,7 +953,9 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     # instead (DS_NVME_OPTIMIZER_BUFFERS of the largest sub-group, page-locked by DeepSpeed's own allocator at their
     # size), and of the parameters the page-locked flat buffer up to max_in_cpu and the parameter swap buffers
     nvme_opt, nvme_par = asarray(nvme_optimizer) > 0, asarray(nvme_params) > 0
-    opt_states = where(nvme_opt, DS_NVME_OPTIMIZER_BUFFERS * 4.0 * largest_group, 12.0 * p_opt + sub_groups)
+    # (+ Adam's two fp32 moments, made in pageable memory for one sub-group at a time when stage3.py's
+    # initialize_optimizer_states first steps it and released after its first swap-out: a peak at start-up)
+    opt_states = where(nvme_opt, (DS_NVME_OPTIMIZER_BUFFERS * 4.0 + 8.0) * largest_group, 12.0 * p_opt + sub_groups)
     par_states = where(nvme_par, held(2.0 * minimum(p_all, DS_NVME_PARAMS_IN_CPU))
                        + held(2.0 * DS_NVME_PARAM_BUFFERS * DS_NVME_PARAM_BUFFER_ELEMENTS),
                        held(2.0 * p_all) + tensors("bf16_partitions"))
