@@ -120,7 +120,10 @@ class EvaluatedPlan:
                         "num_nodes": self.cluster.num_nodes, "world_size": self.cluster.world_size,
                         "host_cpu_cores_per_node": self.cluster.host_cpu_cores_per_node,
                         "cpu_adam_threads": self.cluster.cpu_adam_threads,
-                        "cpu_adam_threads_per_rank": self.cluster.cpu_adam_threads_per_rank},
+                        "cpu_adam_threads_per_rank": self.cluster.cpu_adam_threads_per_rank,
+                        # the node's NVMe rates the step was priced with (ZeRO-Infinity's swaps)
+                        "nvme_read_gb_per_s": self.cluster.nvme_read_gb_per_s,
+                        "nvme_write_gb_per_s": self.cluster.nvme_write_gb_per_s},
             "plan": {"engine": str(self.plan.engine), "tensor_parallel": self.plan.tensor_parallel,
                      "pipeline_parallel": self.plan.pipeline_parallel,
                      "virtual_pipeline": self.plan.virtual_pipeline,
