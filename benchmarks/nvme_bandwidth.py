@@ -1,7 +1,8 @@
 """The local disk's read and write rates as DeepSpeed's NVMe offload sees them: one process, DeepSpeed's ``async_io``
 handle at the ``aio`` settings a ds_config gets by default (1 MiB blocks, queue depth 8, one thread, overlapped
-events), page-locked host tensors written to and read back from files under a directory (O_DIRECT: the page cache
-is not in the way).
+events), a page-locked host tensor written to and read back from a file under a directory (O_DIRECT: the page cache
+is not in the way) by :func:`workbench.calibrate.measure.measure_nvme`, the measurement
+``workbench calibrate --nvme-dir`` stores in a profile.
 
 ZeRO-Infinity's swappers move every offloaded optimizer state and parameter through such a handle, so these are the
 rates the time model's NVMe terms take (``ClusterSpec.nvme_read_gb_per_s`` / ``nvme_write_gb_per_s``, per node).
@@ -17,16 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-AIO_DEFAULTS = dict(block_size=1048576, queue_depth=8, single_submit=False, overlap_events=True,
-                    intra_op_parallelism=1)
-"""DeepSpeed 0.19's ``aio`` defaults (deepspeed/runtime/swap_tensor/constants.py)."""
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 
 def mount_of(path: Path) -> dict:
@@ -43,33 +39,6 @@ def mount_of(path: Path) -> dict:
     return best
 
 
-def rates(handle, torch, directory: Path, gib: float, repeats: int) -> dict:
-    """Median write and read GB/s of ``gib`` GiB through ``handle``, and every repeat's."""
-    n = int(gib * 2**30)
-    buf = torch.empty(n, dtype=torch.uint8).pin_memory()
-    buf.random_(0, 255)
-    back = torch.empty(n, dtype=torch.uint8).pin_memory()
-    path = str(directory / f"nvme_bandwidth_{n}.bin")
-    writes, reads = [], []
-    try:
-        for _ in range(repeats):
-            t = time.perf_counter()
-            if handle.sync_pwrite(buf, path) < 0:
-                raise OSError(f"async_io could not write {path}")
-            os.sync()
-            writes.append(n / (time.perf_counter() - t) / 1e9)
-            t = time.perf_counter()
-            if handle.sync_pread(back, path) < 0:
-                raise OSError(f"async_io could not read {path}")
-            reads.append(n / (time.perf_counter() - t) / 1e9)
-        same = bool(torch.equal(buf[: 1 << 20], back[: 1 << 20]))
-    finally:
-        if os.path.exists(path):
-            os.remove(path)
-    return {"gib": gib, "write_gb_per_s": statistics.median(writes), "read_gb_per_s": statistics.median(reads),
-            "writes": writes, "reads": reads, "read_back_matches": same}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("directory", type=Path)
@@ -77,23 +46,20 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
-    import torch
-    from deepspeed.ops.op_builder import AsyncIOBuilder
-
     from gpu_provenance import append_record, gpu_provenance
+    from workbench.calibrate.measure import NVME_AIO_SETTINGS, measure_nvme
 
     args.directory.mkdir(parents=True, exist_ok=True)
-    handle = AsyncIOBuilder().load(verbose=False).aio_handle(**AIO_DEFAULTS)
     free = os.statvfs(args.directory)
-    rec = {"kind": "nvme_bandwidth", "directory": str(args.directory), "aio": AIO_DEFAULTS,
+    rec = {"kind": "nvme_bandwidth", "directory": str(args.directory), "aio": NVME_AIO_SETTINGS,
            "mount": mount_of(args.directory.resolve()), "free_bytes": free.f_bavail * free.f_frsize,
            "provenance": gpu_provenance(), "sizes": []}
     for gib in args.gib:
-        r = rates(handle, torch, args.directory, gib, args.repeats)
-        rec["sizes"].append(r)
-        print(f"{gib:g} GiB: write {r['write_gb_per_s']:.2f} GB/s, read {r['read_gb_per_s']:.2f} GB/s "
-              f"(writes {', '.join(f'{x:.2f}' for x in r['writes'])}; reads {', '.join(f'{x:.2f}' for x in r['reads'])})"
-              f"{'' if r['read_back_matches'] else '  READ BACK DIFFERS'}", flush=True)
+        r = measure_nvme(args.directory, int(gib * 2**30), repeats=args.repeats)
+        rec["sizes"].append({"gib": gib, "write_gb_per_s": r["write"], "read_gb_per_s": r["read"],
+                             "writes": r["writes"], "reads": r["reads"]})
+        each = "; ".join(f"{k} {', '.join(f'{x:.2f}' for x in r[k])}" for k in ("writes", "reads"))
+        print(f"{gib:g} GiB: write {r['write']:.2f} GB/s, read {r['read']:.2f} GB/s ({each})", flush=True)
     print(f"{rec['mount']}")
     append_record(args.out, rec)
     return 0

@@ -1,4 +1,6 @@
 """ZeRO-Infinity's offload to NVMe: the swaps' time, the node's NVMe rates on the cluster, the advisor's finding."""
+import argparse
+import json
 import subprocess
 import sys
 
@@ -104,3 +106,66 @@ def test_nvme_below_zero3_is_cpu_offload_and_the_advisor_says_so():
     assert est["nvme"].memory.host_bytes_per_gpu == est["cpu"].memory.host_bytes_per_gpu
     f = nvme_swaps(cluster, plans["nvme"], est["nvme"].time)
     assert f.status == "warn" and "ZeRO-2" in f.message and "as CPU offload" in f.message
+
+
+# ---- the node's NVMe measured by `workbench calibrate --nvme-dir` and taken from the profile -----------------------
+def _h200_profile(**nvme):
+    from test_calibrate_profile import h200_profile
+
+    return h200_profile().replace(**nvme)
+
+
+@pytest.fixture
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+
+
+def test_profile_nvme_rates_are_checked_by_name(_home):
+    ok = _h200_profile(nvme_gb_per_s={"read": 5.5, "write": 2.5})
+    again = type(ok).from_dict(json.loads(json.dumps(ok.to_dict())))
+    assert again.nvme_gb_per_s == {"read": 5.5, "write": 2.5}
+    with pytest.raises(ValueError, match=r"nvme_gb_per_s\.read"):
+        _h200_profile(nvme_gb_per_s={"read": -1.0, "write": 2.0})
+    with pytest.raises(ValueError, match="nvme_gb_per_s: unknown field speed"):
+        _h200_profile(nvme_gb_per_s={"speed": 3.0})
+
+
+def test_a_profile_gives_the_cluster_its_measured_nvme_rates_unless_flags_do(_home, tmp_path):
+    from workbench.commands.common import cluster_from_args
+
+    path = tmp_path / "p.json"
+    _h200_profile(nvme_gb_per_s={"read": 5.5, "write": 2.5}).save(path)
+    args = argparse.Namespace(profile=str(path), gpu=None, gpus_per_node=1, nodes=1, intra_gbps=None,
+                              inter_gbps=None, host_mem_gib=None, nvme_gib=100.0, host_cores=None,
+                              cpu_adam_threads=None, nvme_read_gbps=None, nvme_write_gbps=None)
+    c = cluster_from_args(args)
+    assert (c.nvme_read_gb_per_s, c.nvme_write_gb_per_s) == (5.5, 2.5)
+    c = cluster_from_args(argparse.Namespace(**{**vars(args), "nvme_write_gbps": 7.0}))
+    assert (c.nvme_read_gb_per_s, c.nvme_write_gb_per_s) == (5.5, 7.0)
+    c = cluster_from_args(argparse.Namespace(**{**vars(args), "profile": None}))
+    assert (c.nvme_read_gb_per_s, c.nvme_write_gb_per_s) == (NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S)
+
+
+def test_calibrate_measures_the_nvme_folder_and_keeps_going_without_async_io(_home, tmp_path, monkeypatch):
+    from workbench.calibrate import CalibrationSettings, calibrate
+    from workbench.calibrate import measure
+
+    calls = []
+
+    def fake(directory, nbytes=2**30, *, repeats=2):
+        calls.append(directory)
+        return {"read": 3.25, "write": 1.5, "reads": [3.25], "writes": [1.5], "bytes": nbytes,
+                "directory": str(directory)}
+
+    monkeypatch.setattr(measure, "measure_nvme", fake)
+    settings = CalibrationSettings(name="nvme-test", parts=(), nvme_dir=str(tmp_path / "nvme"))
+    profile = calibrate(settings)
+    assert calls == [str(tmp_path / "nvme")] and profile.nvme_gb_per_s == {"read": 3.25, "write": 1.5}
+
+    def missing(directory, nbytes=2**30, *, repeats=2):
+        raise RuntimeError("DeepSpeed's async_io op is not available (no libaio)")
+
+    monkeypatch.setattr(measure, "measure_nvme", missing)
+    profile = calibrate(settings)
+    assert profile.nvme_gb_per_s == {} and any("async_io op is not available" in n for n in profile.notes)
+    assert calibrate(CalibrationSettings(name="nvme-test", parts=())).nvme_gb_per_s == {}

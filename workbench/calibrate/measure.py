@@ -150,6 +150,57 @@ def measure_copy_gb_per_s(nbytes: int, *, device: str, repeats: int = 10) -> flo
     return 2 * src.numel() * 4 / seconds / 1e9
 
 
+NVME_AIO_SETTINGS = dict(block_size=1048576, queue_depth=8, single_submit=False, overlap_events=True,
+                         intra_op_parallelism=1)
+"""DeepSpeed 0.19's ``aio`` defaults (deepspeed/runtime/swap_tensor/constants.py): what a ds_config without an
+``aio`` section swaps with."""
+
+
+def measure_nvme(directory, nbytes: int = 2**30, *, repeats: int = 2) -> dict:
+    """Read and write GB/s (1e9 bytes) of the disk under ``directory`` as ZeRO-Infinity's swaps see it: DeepSpeed's
+    own async_io handle at its default ``aio`` settings (:data:`NVME_AIO_SETTINGS`; O_DIRECT files, so the page cache
+    is not in the way), a page-locked tensor of ``nbytes`` written and read back ``repeats`` times, the medians.
+    Raises ``RuntimeError`` naming what is missing when DeepSpeed's async_io op (libaio) cannot be built or loaded,
+    and ``OSError`` when the directory cannot take the file. The file is removed afterwards."""
+    import os
+    import statistics
+    import time
+    from pathlib import Path
+
+    import torch
+    try:
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+
+        handle = AsyncIOBuilder().load(verbose=False).aio_handle(**NVME_AIO_SETTINGS)
+    except Exception as exc:  # ImportError, a failed build: say what is missing
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RuntimeError(f"DeepSpeed's async_io op is not available ({why}): it needs DeepSpeed and libaio's "
+                           f"header and library") from exc
+    folder = Path(directory).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = torch.empty(int(nbytes), dtype=torch.uint8)
+    buf = buf.pin_memory() if torch.cuda.is_available() else buf
+    buf.random_(0, 255)
+    path = str(folder / f"workbench_nvme_probe_{os.getpid()}.bin")
+    writes, reads = [], []
+    try:
+        for _ in range(repeats):
+            t = time.perf_counter()
+            if handle.sync_pwrite(buf, path) < 0:
+                raise OSError(f"could not write {path} through async_io")
+            os.sync()
+            writes.append(nbytes / (time.perf_counter() - t) / 1e9)
+            t = time.perf_counter()
+            if handle.sync_pread(buf, path) < 0:
+                raise OSError(f"could not read {path} through async_io")
+            reads.append(nbytes / (time.perf_counter() - t) / 1e9)
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    return {"read": statistics.median(reads), "write": statistics.median(writes), "reads": reads, "writes": writes,
+            "bytes": int(nbytes), "directory": str(folder)}
+
+
 def measure_host_link(nbytes: int, *, repeats: int = 5) -> dict:
     """Host↔device copy bandwidth, GB/s: ``{h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable}`` (CUDA only)."""
     import torch

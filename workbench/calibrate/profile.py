@@ -120,6 +120,9 @@ class HardwareProfile:
     memory: dict = field(default_factory=dict)
     """``{"context_bytes", "nccl_bytes", "reserve_fraction", ...}``: overhead outside the allocator and the
     caching allocator's reserve."""
+    nvme_gb_per_s: dict = field(default_factory=dict)
+    """``{"read", "write"}``: the node's NVMe through DeepSpeed's async_io, GB/s (``workbench calibrate --nvme-dir``;
+    empty when not measured). Clusters built with this profile take them as their NVMe rates."""
     host_memory_gib: Optional[float] = None
     """Physical memory of the host, GiB."""
     device_memory_gib: Optional[float] = None
@@ -143,7 +146,8 @@ class HardwareProfile:
         for name in ("device_memory_gb_per_s", "host_memory_gib", "device_memory_gib"):
             if getattr(self, name) is not None:
                 check_float(name, getattr(self, name))
-        for name in ("gemm", "collectives", "host_link_gb_per_s", "cpu_adam", "memory", "host_dispatch"):
+        for name in ("gemm", "collectives", "host_link_gb_per_s", "cpu_adam", "memory", "host_dispatch",
+                     "nvme_gb_per_s"):
             section = getattr(self, name)
             if not isinstance(section, dict):
                 raise ValueError(f"{name}={section!r:.60} must be a JSON object (a {{...}} section)")
@@ -178,6 +182,12 @@ class HardwareProfile:
         numbers("cpu_adam", self.cpu_adam, skip=("implementation",), optional=True)
         numbers("memory", self.memory, optional=True)
         numbers("host_dispatch", self.host_dispatch, skip=("launch_us_range", "python_loop_s_range"), optional=True)
+        unknown = sorted(set(self.nvme_gb_per_s) - {"read", "write"})
+        if unknown:
+            raise ValueError(f"nvme_gb_per_s: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                             f"(read, write)")
+        for key, value in self.nvme_gb_per_s.items():
+            check_float(f"nvme_gb_per_s.{key}", value)
 
     # -- data file -----------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -563,6 +573,11 @@ def compare_with_datasheet(profile: HardwareProfile) -> list[dict]:
             row(f"{kind} {link.replace('_', '-')} bandwidth", fit["gb_per_s"], datasheet_bw, "GB/s")
             row(f"{kind} {link.replace('_', '-')} latency", fit["latency_s"] * 1e6,
                 net[f"{link}_latency_s"] * 1e6 if curve_known else None, "us")
+    from workbench.specs import NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S
+
+    for key, assumed in (("read", NVME_READ_GB_PER_S), ("write", NVME_WRITE_GB_PER_S)):
+        if key in profile.nvme_gb_per_s:
+            row(f"NVMe {key} (async_io)", profile.nvme_gb_per_s[key], assumed, "GB/s")
     for key, value in profile.host_link_gb_per_s.items():  # CUDA only
         row(f"host link {key.replace('_', ' ')}", value, gpu.host_link_gb_per_s if gpu else None, "GB/s")
     if profile.cpu_adam.get("params_per_second"):

@@ -61,6 +61,9 @@ class CalibrationSettings:
     """Catalog GPU name; default: matched from the device name."""
     parts: tuple = PARTS
     """Which measurements to run."""
+    nvme_dir: Optional[str] = None
+    """A folder on the node's NVMe: its read and write rates are measured through DeepSpeed's async_io (what
+    ZeRO-Infinity's swaps run at; ``None``: not measured)."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -217,7 +220,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
     rank = int(os.environ.get("RANK", "0"))
     parts = set(settings.parts)
     result = dict(gemm={}, collectives={}, host_link_gb_per_s={}, device_memory_gb_per_s=None, cpu_adam={},
-                  memory={}, host_dispatch={})
+                  memory={}, host_dispatch={}, nvme_gb_per_s={})
 
     # -- collectives first when launched: every rank must take part ------------------------------------------
     if "collectives" in parts and world > 1:
@@ -266,6 +269,17 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
         h = result["host_dispatch"]
         say("host dispatch: " + (f"{h['launch_us']:.2f} us per CUDA launch, " if "launch_us" in h else "")
             + f"Python loop {h['python_loop_s'] * 1e3:.1f} ms")
+
+    # -- the node's NVMe (ZeRO-Infinity's swaps), where a folder on it was given --------------------------------
+    if settings.nvme_dir:
+        try:
+            n = measure.measure_nvme(settings.nvme_dir)
+        except (RuntimeError, OSError) as exc:  # keep the other measurements
+            notes.append(f"nvme: {exc}")
+            say(notes[-1])
+        else:
+            result["nvme_gb_per_s"] = {"read": n["read"], "write": n["write"]}
+            say(f"NVMe under {n['directory']}: read {n['read']:.2f} GB/s, write {n['write']:.2f} GB/s")
 
     # -- CPU Adam ---------------------------------------------------------------------------------------------
     if "cpu_adam" in parts:
@@ -318,7 +332,7 @@ def calibrate(settings: CalibrationSettings = CalibrationSettings(), *,
         nccl_version=info.get("nccl_version", ""), created=info["created"], gemm=result["gemm"],
         collectives=result["collectives"], host_link_gb_per_s=result["host_link_gb_per_s"],
         device_memory_gb_per_s=result["device_memory_gb_per_s"], cpu_adam=result["cpu_adam"],
-        host_dispatch=result["host_dispatch"],
+        host_dispatch=result["host_dispatch"], nvme_gb_per_s=result["nvme_gb_per_s"],
         memory=result["memory"], host_memory_gib=info.get("host_memory_gib"),
         device_memory_gib=info.get("device_memory_gib"), notes=tuple(notes))
 

@@ -34,6 +34,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--skip", default="", metavar="LIST",
                         help="measurements to skip: gemm,memory_bandwidth,host_link,host_dispatch,cpu_adam,memory,"
                              "collectives")
+    parser.add_argument("--nvme-dir", metavar="DIR",
+                        help="a folder on the node's NVMe: measure its read and write rates through DeepSpeed's "
+                             "async_io (needs DeepSpeed and libaio), what ZeRO-Infinity's swaps run at; estimates "
+                             "with this profile take them as the cluster's NVMe rates")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON instead of the table")
     parser.set_defaults(func=run)
 
@@ -163,7 +167,7 @@ def run(args) -> int:
         name=name, quick=args.quick, model=args.model, tensor_parallel=_int_list(args.tp, "--tp"),
         nproc=args.nproc, gpu=args.gpu, cpu_adam=args.cpu_adam,
         max_message_bytes=int(args.max_message_mib * 2**20) if args.max_message_mib else None,
-        parts=tuple(p for p in parts if p not in skip))
+        parts=tuple(p for p in parts if p not in skip), nvme_dir=args.nvme_dir)
     from workbench.commands.common import progress_bar
 
     # progress on stderr: a counter of finished measurements, each measurement's line above it

@@ -345,9 +345,12 @@ def cluster_from_args(args) -> ClusterSpec:
         kwargs["host_memory_gib_per_node"] = args.host_mem_gib
     if getattr(args, "nvme_gib", None) is not None:
         kwargs["nvme_gib_per_node"] = args.nvme_gib
-    for flag, field in (("nvme_read_gbps", "nvme_read_gb_per_s"), ("nvme_write_gbps", "nvme_write_gb_per_s")):
+    for flag, field, key in (("nvme_read_gbps", "nvme_read_gb_per_s", "read"),
+                             ("nvme_write_gbps", "nvme_write_gb_per_s", "write")):
         if getattr(args, flag, None) is not None:
             kwargs[field] = getattr(args, flag)
+        elif profile is not None and profile.nvme_gb_per_s.get(key):  # measured by `workbench calibrate --nvme-dir`
+            kwargs[field] = profile.nvme_gb_per_s[key]
     if getattr(args, "host_cores", None) is not None:
         kwargs["host_cpu_cores_per_node"] = args.host_cores
     if getattr(args, "cpu_adam_threads", None) is not None:
