@@ -15,6 +15,11 @@ DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed ZeRO ``reduce_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e8)."""
 DEEPSPEED_PREFETCH_BUCKET_ELEMENTS = 50_000_000
 """DeepSpeed ZeRO-3 ``stage3_prefetch_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e7)."""
+DEEPSPEED_NVME_PARAMS_IN_CPU = int(1e9)
+"""DeepSpeed ZeRO-3 ``offload_param.max_in_cpu`` default, elements (deepspeed/runtime/zero/offload_config.py: 1e9):
+with the parameters offloaded to NVMe, ZeRO-3 moves up to this many of a rank's 16-bit partition elements into a
+page-locked host buffer for good (stage3.py ``_create_param_groups_fp16_flat_cpu_memory`` and
+``_move_to_flat_buffer``, "Swapping in ... permanently to CPU"); only what lies beyond stays on the drive."""
 DEEPSPEED_PERSISTENCE_THRESHOLD = 100_000
 """DeepSpeed ZeRO-3 ``stage3_param_persistence_threshold`` default, elements (deepspeed/runtime/zero/config.py: 1e5):
 parameters of at most this many elements are never partitioned."""
@@ -47,7 +52,7 @@ def grad_bucket_elements(engine: Engine) -> int:
 # :attr:`workbench.specs.ParallelPlan.overlaps_comm` is the one answer for a plan that the time and memory models,
 # the config exports and the advisor read.
 __all__ = ["GiB", "GB", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS", "DEEPSPEED_PREFETCH_BUCKET_ELEMENTS",
-           "DEEPSPEED_PERSISTENCE_THRESHOLD", "DEEPSPEED_ZERO_SIZES", "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
+           "DEEPSPEED_NVME_PARAMS_IN_CPU", "DEEPSPEED_PERSISTENCE_THRESHOLD", "DEEPSPEED_ZERO_SIZES", "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
            "DEEPSPEED_SUB_GROUP_ELEMENTS", "DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS",
            "MEGATRON_BUCKET_ELEMENTS", "grad_bucket_elements", "default_overlap_comm", "megatron_recompute",
            "megatron_recompute_flags"]

@@ -20,7 +20,8 @@ import numpy as np
 
 from workbench import dsmoe
 from workbench import params as P
-from workbench.defaults import DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET_ELEMENTS
+from workbench.defaults import (DEEPSPEED_NVME_PARAMS_IN_CPU, DEEPSPEED_PERSISTENCE_THRESHOLD,
+                               DEEPSPEED_PREFETCH_BUCKET_ELEMENTS)
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
 from workbench.defaults import DEEPSPEED_SUB_GROUP_ELEMENTS as DS_SUB_GROUP_ELEMENTS
 from workbench.defaults import DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS as DS_ZERO3_NORM_CHUNK_ELEMENTS
@@ -56,10 +57,8 @@ DS_NVME_PARAM_BUFFERS = 5
 DS_NVME_PARAM_BUFFER_ELEMENTS = int(1e8)
 """``offload_param.buffer_count`` × ``buffer_size`` defaults: with the parameters on NVMe, the page-locked 16-bit
 buffers parameters are swapped in through (``AsyncPartitionedParameterSwapper``)."""
-DS_NVME_PARAMS_IN_CPU = int(1e9)
-"""``offload_param.max_in_cpu`` default, elements: ZeRO-3 keeps up to this many of a rank's 16-bit parameter partition
-elements in a page-locked host buffer even with the parameters offloaded to NVMe (stage3.py
-``_create_param_groups_fp16_flat_cpu_memory``); the rest stays on the drive."""
+DS_NVME_PARAMS_IN_CPU = DEEPSPEED_NVME_PARAMS_IN_CPU
+"""``offload_param.max_in_cpu`` default (:data:`workbench.defaults.DEEPSPEED_NVME_PARAMS_IN_CPU`)."""
 
 # -- measured constants ------------------------------------------------------------------------------------------
 CUDA_CONTEXT_BYTES = int(1.66 * GiB)

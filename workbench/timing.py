@@ -1778,11 +1778,9 @@ NVME_OPTIMIZER_WRITE_BYTES = 16
 """Bytes per optimizer-partition parameter written to NVMe each step: the fp32 gradient at the accumulation boundary
 (stage3.py ``_swap_out_offload_fp32_gradients``) and, after CPU Adam, the master weight and the two moments
 (``swap_out_optimizer_state``)."""
-NVME_PARAMS_IN_CPU = int(1e9)
-"""``offload_param.max_in_cpu`` (DeepSpeed's default, elements): with the parameters offloaded to NVMe, ZeRO-3 moves
-the 16-bit partitions of its parameter groups into host memory for good up to this many elements per rank
-(stage3.py ``_create_param_groups_fp16_flat_cpu_memory`` and ``_move_to_flat_buffer`` "Swapping in ... permanently
-to CPU"); only what lies beyond stays on NVMe."""
+NVME_PARAMS_IN_CPU = defaults.DEEPSPEED_NVME_PARAMS_IN_CPU
+"""``offload_param.max_in_cpu`` (:data:`workbench.defaults.DEEPSPEED_NVME_PARAMS_IN_CPU`): the part of a rank's 16-bit
+partition ZeRO-3 keeps in host memory with the parameters offloaded to NVMe; only what lies beyond is swapped."""
 
 
 def nvme_swap_seconds(x: StepInputs, shard, partition, ranks_per_node):

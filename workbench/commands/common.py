@@ -140,8 +140,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, profile: bool = Tr
                         "(default 0: none, so NVMe offload does not fit)")
     c.add_argument("--nvme-read-gbps", type=float,
                    help="read rate of a node's NVMe through DeepSpeed's async_io, GB/s, shared by its GPUs: what "
-                        "ZeRO-Infinity's swaps cost (default: see ClusterSpec.nvme_read_gb_per_s; measure yours "
-                        "with benchmarks/nvme_bandwidth.py DIR)")
+                        "ZeRO-Infinity's swaps cost (default: a --profile's, measured by `workbench calibrate "
+                        "--nvme-dir DIR`, else an assumed single PCIe 4.0 drive, ClusterSpec.nvme_read_gb_per_s)")
     c.add_argument("--nvme-write-gbps", type=float, help="write rate of a node's NVMe, GB/s (as --nvme-read-gbps)")
     c.add_argument("--host-cores", type=int, help="CPU cores per node (default 112); CPU Adam shares them")
     c.add_argument("--cpu-adam-threads", type=int,
