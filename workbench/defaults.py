@@ -52,7 +52,8 @@ def grad_bucket_elements(engine: Engine) -> int:
 # :attr:`workbench.specs.ParallelPlan.overlaps_comm` is the one answer for a plan that the time and memory models,
 # the config exports and the advisor read.
 __all__ = ["GiB", "GB", "DEEPSPEED_REDUCE_BUCKET_ELEMENTS", "DEEPSPEED_PREFETCH_BUCKET_ELEMENTS",
-           "DEEPSPEED_NVME_PARAMS_IN_CPU", "DEEPSPEED_PERSISTENCE_THRESHOLD", "DEEPSPEED_ZERO_SIZES", "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
+           "DEEPSPEED_NVME_PARAMS_IN_CPU", "DEEPSPEED_PERSISTENCE_THRESHOLD", "DEEPSPEED_ZERO_SIZES",
+           "DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS",
            "DEEPSPEED_SUB_GROUP_ELEMENTS", "DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS",
            "MEGATRON_BUCKET_ELEMENTS", "grad_bucket_elements", "default_overlap_comm", "megatron_recompute",
            "megatron_recompute_flags"]
