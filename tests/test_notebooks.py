@@ -119,6 +119,12 @@ def test_zero_stages(tmp_path, monkeypatch):
     assert len(set(states["0"])) == 1
     expected = _estimate("gpt3-350m", "A100-40GB", 8, 2, engine="deepspeed", zero_stage=3, recompute="full")
     assert rec["peak_bytes_by_stage"]["3"][2] == expected.memory.per_gpu_peak_bytes
+    # offload at ZeRO-3 on one node: the same GPU peak to the CPU or the NVMe; the NVMe's swaps on top of the CPU's
+    # step, and states on the drive only then
+    step, peak, nvme = rec["offload_step_seconds"], rec["offload_peak_bytes"], rec["offload_nvme_bytes_per_node"]
+    assert peak["cpu"] == peak["nvme"]
+    assert step["none"] < step["cpu"] < step["nvme"]
+    assert nvme["nvme"] > 0 and nvme["cpu"] == nvme["none"] == 0
 
 
 @pytest.mark.slow
