@@ -104,3 +104,15 @@ def test_finding_lines_group_the_same_finding_at_several_paths():
     assert len(auto) == 1 and "gradient_clipping, train_batch_size:" in auto[0]
     assert len(lines) == len(found) - 1  # the two 'auto' findings share one line, the others keep theirs
     assert all(any(f.path in line for line in lines) for f in found)
+
+
+def test_nvme_below_stage3_runs_as_cpu_offload():
+    """DeepSpeed's ZeRO-1/2 never swap to NVMe: device 'nvme' there is CPU offload, which the lint says; at ZeRO-3
+    it is ZeRO-Infinity and nothing is said beyond the nvme_path it needs."""
+    cfg = {"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {
+        "device": "nvme", "nvme_path": "/local_nvme"}}}
+    found = [f for f in lint_ds_config(cfg) if f.path == "zero_optimization.offload_optimizer.device"]
+    assert len(found) == 1 and found[0].severity == "warning"
+    assert "ZeRO stage 2" in found[0].message and "CPU offload" in found[0].message
+    cfg["zero_optimization"]["stage"] = 3
+    assert not [f for f in lint_ds_config(cfg) if f.path.startswith("zero_optimization.offload_optimizer")]

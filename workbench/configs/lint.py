@@ -535,6 +535,13 @@ def lint_ds_config(config: dict, *, world_size: Optional[int] = None) -> list[Li
             out.append(LintFinding(path=f"zero_optimization.{key}.nvme_path", severity="error",
                                    message="offload to nvme needs nvme_path", suggestion="set it to a local NVMe "
                                                                                        "mount"))
+        if device == "nvme" and 1 <= stage < 3:
+            out.append(LintFinding(path=f"zero_optimization.{key}.device", severity="warning",
+                                   message=f"'nvme' at ZeRO stage {stage:g}: DeepSpeed's ZeRO-1/2 keep the offloaded "
+                                           "states in host memory whatever the device says (stage_1_and_2.py; only "
+                                           "ZeRO-3 swaps to NVMe), so this runs as CPU offload",
+                                   suggestion="write 'cpu' to say what runs, or use stage 3 to put the states on "
+                                              "the NVMe"))
     if zero and stage < 3:
         stage3 = sorted(k for k in zero if k.startswith("stage3_") or k in ("sub_group_size",
                                                                          "prefetch_bucket_size",
