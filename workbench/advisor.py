@@ -485,7 +485,7 @@ def nvme_swaps(cluster: ClusterSpec, plan: ParallelPlan, time=None) -> Optional[
     time estimate)."""
     if Offload.NVME not in (plan.offload_optimizer, plan.offload_params):
         return None
-    if int(plan.zero_stage) < 3:
+    if not (plan.nvme_optimizer or plan.nvme_params):  # ZeRO-1/2: DeepSpeed swaps nothing
         return Finding(id="nvme_swaps", status="warn",
                        message=f"offload to NVMe at ZeRO-{int(plan.zero_stage)}: DeepSpeed's ZeRO-1/2 keep the "
                                "offloaded states in host memory whatever the device says (stage_1_and_2.py; only "

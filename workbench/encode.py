@@ -71,9 +71,7 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 sp=int(plan.sequence_parallel), zero=int(plan.zero_stage),
                 off_opt=int(plan.offload_optimizer is not Offload.NONE),
                 off_par=int(plan.offload_params is not Offload.NONE), dist_opt=int(plan.distributed_optimizer),
-                # DeepSpeed swaps to NVMe at ZeRO-3 only: ZeRO-1/2 take device "nvme" as the CPU (stage_1_and_2.py)
-                nvme_opt=int(plan.offload_optimizer is Offload.NVME and int(plan.zero_stage) == 3),
-                nvme_par=int(plan.offload_params is Offload.NVME and int(plan.zero_stage) == 3),
+                nvme_opt=int(plan.nvme_optimizer), nvme_par=int(plan.nvme_params),
                 recompute=RECOMPUTE_CODES[plan.recompute],
                 first_layers=plan.first_stage_layers or 0, last_layers=plan.last_stage_layers or 0,
                 emb_split=int(plan.embedding_in_pipeline_split), loss_split=int(plan.loss_in_pipeline_split),

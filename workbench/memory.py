@@ -3372,9 +3372,9 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         host_init_per_gpu = max(host_init_per_gpu, int(round(float(t["host_init"]))))
         offloaded_per_gpu = max(offloaded_per_gpu, int(round(float(t["offloaded"]))))
     nvme_per_gpu = 0
-    if Offload.NVME in (plan.offload_optimizer, plan.offload_params) and int(plan.zero_stage) == 3:
-        # the offloaded states go to the drive (the host's swap buffers are host_resident_bytes'); ZeRO-1/2 keep
-        # them in host memory whatever the device says (DeepSpeed swaps at ZeRO-3 only)
+    if plan.nvme_optimizer or plan.nvme_params:
+        # the offloaded states go to the drive (the host's swap buffers are host_resident_bytes'; ZeRO-1/2 keep
+        # them in host memory whatever the device says, ParallelPlan.nvme_optimizer)
         nvme_per_gpu = offloaded_per_gpu
     peak = max(st.total_bytes for st in stages)
     if any(st.peak_phase == "initialization" for st in stages):

@@ -1520,6 +1520,17 @@ class ParallelPlan:
         return self.engine is not Engine.MEGATRON and Offload.CPU in (self.offload_optimizer, self.offload_params)
 
     @property
+    def nvme_optimizer(self) -> bool:
+        """Whether DeepSpeed swaps the optimizer states to NVMe (ZeRO-Infinity): ``offload_optimizer`` ``nvme`` at
+        ZeRO-3. ZeRO-1/2 take device ``nvme`` as the CPU (stage_1_and_2.py swaps nothing)."""
+        return self.offload_optimizer is Offload.NVME and int(self.zero_stage) == 3
+
+    @property
+    def nvme_params(self) -> bool:
+        """Whether DeepSpeed swaps the parameters to NVMe: ``offload_params`` ``nvme`` (ZeRO-3)."""
+        return self.offload_params is Offload.NVME and int(self.zero_stage) == 3
+
+    @property
     def overlaps_comm(self) -> bool:
         """``overlap_comm`` with ``None`` resolved to the engine's default (:func:`default_overlap_comm`); DeepSpeed
         turns it off under its pipeline engine ("Pipeline parallelism does not support overlap_comm"), so a DeepSpeed
