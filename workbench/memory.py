@@ -3040,7 +3040,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                            value_bytes=value_bytes, fp8=fp8, fp8_bf16=fp8_bf16_first + fp8_bf16_last,
                                            tp_comm_overlap=tp_comm_overlap)
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
-                buffers=buffers, overhead=overhead, host=host, host_init=host_init, offloaded=offloaded,
+                buffers=buffers, overhead=overhead, host=host, offloaded=offloaded,
                 in_flight=in_flight,
                 step_peak=step_peak,
                 init_peak=init_peak, releasable=releasable, backward_activations=activations)
@@ -3349,7 +3349,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         formulas["overhead"] += (f"; + Transformer Engine TP userbuffers {ub / GiB:.2f} GiB outside the allocator "
                                  f"(--tp-comm-overlap: 12 buffers of s·b/c × h, TE initialize_ub)")
     stages = []
-    host_per_gpu = host_init_per_gpu = offloaded_per_gpu = 0
+    host_per_gpu = offloaded_per_gpu = 0
     p = plan.pipeline_parallel
     stage_layers = plan.stage_layers(model.num_layers)
     if p <= _SCALAR_STAGES:  # one scalar call per stage: cheaper than numpy on arrays of one or two elements
@@ -3369,7 +3369,6 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                   backward_activation_bytes=int(round(float(t["backward_activations"]))),
                                   releasable_cached_bytes=int(round(float(t["releasable"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
-        host_init_per_gpu = max(host_init_per_gpu, int(round(float(t["host_init"]))))
         offloaded_per_gpu = max(offloaded_per_gpu, int(round(float(t["offloaded"]))))
     nvme_per_gpu = 0
     if plan.nvme_optimizer or plan.nvme_params:
