@@ -226,6 +226,8 @@ def corpus_run(rec: dict):
                  for key in ("offload_optimizer", "offload_param")
                  if isinstance(zero_cfg.get(key), dict) and zero_cfg[key].get("device") not in (None, "none"))
     plan = plan.replace(pin_memory=pinned)
+    if o.get("rbs") and plan.engine.value == "deepspeed":  # a reduce bucket the run's ds_config set
+        plan = plan.replace(reduce_bucket_size=int(zero_cfg.get("reduce_bucket_size", o["rbs"])))
     host = record_host(rec)  # the host the run had: its cores and its CPU Adam's threads
     gpu = record_gpu(rec)
     start = rec.get("allocated_at_start_bytes") or 0

@@ -104,6 +104,8 @@ def ds_config(cfg: dict) -> dict:
         zero["overlap_comm"] = True
     if offload_section(cfg, "offload_params"):
         zero["offload_param"] = offload_section(cfg, "offload_params")
+    if cfg.get("rbs"):  # a reduce bucket other than DeepSpeed's 500 M elements
+        zero["reduce_bucket_size"] = int(cfg["rbs"])
     return {
         "train_micro_batch_size_per_gpu": cfg.get("mbs", 1),
         "gradient_accumulation_steps": cfg.get("gas", 1),

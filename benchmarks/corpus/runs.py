@@ -2626,6 +2626,22 @@ GROUPS = {
         _ds("mc-h1024-gelu", 3, mbs=4, repeat=15, **OFF),
         _hf("hf-llama-h2048", 3, "sdpa", repeat=15, **OFF),
     ],
+    # eightieth final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "nvme80" before measuring:
+    # a blind test of ZeRO-3's fp32 gradient casts held on the GPU with the optimizer on NVMe
+    # (memory.zero3_nvme_gradient_list_bytes: partition_grads keeps each reduced bucket's fp32 slices until it swaps
+    # them out together), at micro-batch 1 where a bucket's reduction is the allocated peak: the whole model in the
+    # last bucket (untied and tied), a bucket reduced at the input embedding's arrival, the parameters on NVMe too,
+    # a 200 M-element reduce bucket, and one where the list is not the peak; on five test shapes never run with NVMe
+    # offload, the disk's rates measured in the same call. Estimates in accuracy_split.json "nvme80_about"
+    "nvme80": [
+        _hf("hf-neox-h2048", 3, "sdpa", protocol=[5, 3], repeat=80, **NVME),
+        _hf("hf-gpt2-h1600", 3, "sdpa", protocol=[5, 3], repeat=80, **NVME),
+        _hf("hf-neox-h2560", 3, "sdpa", protocol=[5, 3], repeat=80, **NVME),
+        _hf("hf-neox-h2048", 3, "sdpa", protocol=[5, 3], repeat=80, **NVME, **PNVME),
+        _hf("hf-neox-h2560", 3, "sdpa", protocol=[5, 3], repeat=80, rbs=int(2e8), **NVME),
+        _hf("hf-llama2-h4096", 3, "sdpa", protocol=[5, 3], repeat=80, **NVME),
+        _ds("mc-h1280-gelu", 3, protocol=[5, 3], repeat=80, **NVME),
+    ],
     # seventy-ninth final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "nvme79" before
     # measuring: a blind test of the NVMe terms of the time model (nvme_swap_seconds: 16 bytes read and 16 written per
     # optimizer-partition parameter a step at the node's NVMe rates, the parameters kept in host memory up to
@@ -3575,6 +3591,8 @@ def run_id(cfg: dict) -> str:
         parts.append("zinit")
     if cfg.get("overlap"):
         parts.append("ovl")
+    if cfg.get("rbs"):  # DeepSpeed's reduce_bucket_size set in the ds_config, in elements
+        parts.append(f"rbs{cfg['rbs']:.0e}".replace("e+0", "e"))
     if cfg.get("expandable_segments"):
         parts.append("expseg")
     if cfg.get("repeat"):
