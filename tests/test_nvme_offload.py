@@ -169,3 +169,40 @@ def test_calibrate_measures_the_nvme_folder_and_keeps_going_without_async_io(_ho
     profile = calibrate(settings)
     assert profile.nvme_gb_per_s == {} and any("async_io op is not available" in n for n in profile.notes)
     assert calibrate(CalibrationSettings(name="nvme-test", parts=())).nvme_gb_per_s == {}
+
+
+def test_nvme_below_zero3_keeps_the_optimizer_in_cpu_memory():
+    from workbench.advisor import pageable_offload
+
+    z2 = ParallelPlan(engine="deepspeed", world_size=1, micro_batch_size=1, global_batch_size=1, zero_stage=2,
+                      offload_optimizer="nvme", pin_memory=False)
+    assert z2.offloads_to_cpu and not z2.nvme_optimizer
+    finding = pageable_offload(z2)  # its host buffers are pageable, as CPU offload's are
+    assert finding is not None and finding.id == "pageable_offload"
+    z3 = _plan("nvme", pin_memory=False)
+    assert z3.nvme_optimizer and not z3.offloads_to_cpu and pageable_offload(z3) is None
+    assert _plan("nvme", "cpu").offloads_to_cpu
+
+
+def test_nvme_holds_a_bucket_of_fp32_gradient_casts_on_the_gpu():
+    from workbench import memory as M
+    from workbench.specs import ModelSpec
+
+    # the list: every slice but the one counted beside its copies (the untied output layer, the bucket's last), or,
+    # counted first (a tied embedding), the whole list once the embedding's copies are gone
+    assert float(M.zero3_nvme_gradient_list_bytes(400e6, 100e6, nvme_optimizer=1)) == 4 * 300e6
+    assert float(M.zero3_nvme_gradient_list_bytes(400e6, 100e6, data_parallel=4, nvme_optimizer=1)) == 0.0
+    first = 4 * 400e6 - float(M.zero3_offload_copy_bytes(100e6, 2))
+    assert float(M.zero3_nvme_gradient_list_bytes(400e6, 100e6, nvme_optimizer=1, counted_first=True)) == first
+    assert float(M.zero3_nvme_gradient_list_bytes(400e6, 100e6, nvme_optimizer=0)) == 0.0
+    # a small untied model at micro-batch 1: its whole gradient is one bucket reduced after backward, the peak;
+    # with the optimizer on NVMe the fp32 casts of all but the output layer's slice wait beside it
+    model = ModelSpec(name="t", num_layers=4, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
+                      vocab_size=50304, seq_length=512, tied_embeddings=False)
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=1000)
+    mem = {o: estimate(model, cluster, _plan(o), checks=False, simulate_allocator=False).memory
+           for o in ("cpu", "nvme")}
+    output = 50304 * 2048
+    params = float(mem["nvme"].breakdown.weights) / 2  # one rank holds the whole 16-bit model
+    added = mem["nvme"].to_dict()["allocated_bytes"] - mem["cpu"].to_dict()["allocated_bytes"]
+    assert added == pytest.approx(4 * (params - output), rel=0.02)

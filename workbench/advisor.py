@@ -440,9 +440,11 @@ def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optiona
         return None
     per_node = saved * used / memory.host_bytes_per_gpu
     then = used - per_node
-    sections = " and ".join(f"offload_{kind}" for kind, where in (("optimizer", plan.offload_optimizer),
-                                                                    ("param", plan.offload_params))
-                            if where is Offload.CPU)
+    # (ZeRO-1/2 keep an optimizer offloaded to nvme in CPU memory: ParallelPlan.offloads_to_cpu)
+    in_cpu = (("optimizer", plan.offload_optimizer is Offload.CPU
+               or (plan.offload_optimizer is Offload.NVME and not plan.nvme_optimizer)),
+              ("param", plan.offload_params is Offload.CPU))
+    sections = " and ".join(f"offload_{kind}" for kind, there in in_cpu if there)
     return Finding(id="pinned_host_buffers", status="warn",
                    message=f"DeepSpeed's page-locked offload buffers hold {_gb(saved)} per rank beyond their contents "
                            f"({_gb(per_node)} per node): PyTorch's pinned-memory allocator rounds each up to a power "

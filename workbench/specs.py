@@ -1516,8 +1516,11 @@ class ParallelPlan:
     @property
     def offloads_to_cpu(self) -> bool:
         """Whether DeepSpeed keeps the optimizer or the parameters in CPU memory: the host buffers
-        :attr:`pin_memory` makes page-locked or pageable."""
-        return self.engine is not Engine.MEGATRON and Offload.CPU in (self.offload_optimizer, self.offload_params)
+        :attr:`pin_memory` makes page-locked or pageable. ZeRO-1/2 with the optimizer offloaded to ``nvme`` keep it
+        in CPU memory too (they take device ``nvme`` as the CPU, :attr:`nvme_optimizer`)."""
+        cpu_optimizer = self.offload_optimizer is Offload.CPU or (
+            self.offload_optimizer is Offload.NVME and not self.nvme_optimizer)
+        return self.engine is not Engine.MEGATRON and (cpu_optimizer or self.offload_params is Offload.CPU)
 
     @property
     def nvme_optimizer(self) -> bool:
