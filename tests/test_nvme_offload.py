@@ -206,3 +206,18 @@ def test_nvme_holds_a_bucket_of_fp32_gradient_casts_on_the_gpu():
     params = float(mem["nvme"].breakdown.weights) / 2  # one rank holds the whole 16-bit model
     added = mem["nvme"].to_dict()["allocated_bytes"] - mem["cpu"].to_dict()["allocated_bytes"]
     assert added == pytest.approx(4 * (params - output), rel=0.02)
+
+
+@pytest.mark.parametrize("optimizer, params, bytes_per_param", [
+    ("nvme", "none", 16), ("nvme", "cpu", 16), ("nvme", "nvme", 18), ("cpu", "nvme", 2)])
+def test_the_drive_holds_what_goes_there(optimizer, params, bytes_per_param):
+    # the fp32 master, the two Adam moments and the fp32 gradient partition when the optimizer goes to NVMe, the
+    # 16-bit parameters when they do; what stays in host memory is not on the drive
+    model = catalog.model("llama2-7b")
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, nvme_gib_per_node=8000)
+    plan = _plan(optimizer, params, world_size=8, global_batch_size=8)
+    mem = estimate(model, cluster, plan, checks=False, simulate_allocator=False).memory
+    assert mem.nvme_bytes_per_gpu == pytest.approx(bytes_per_param * model.num_parameters / 8, rel=1e-6)
+    assert mem.nvme_bytes_per_node == 8 * mem.nvme_bytes_per_gpu
+    both_there = params in ("none", optimizer)
+    assert (mem.nvme_bytes_per_gpu == mem.offloaded_bytes_per_gpu) == both_there

@@ -2748,7 +2748,19 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                          param_bytes=value_bytes)
     weights = weights + where(offload_params > 0, 0.0, frozen_weights)
     host = host + where(offload_params > 0, frozen_weights, 0.0)
-    offloaded = host  # the offloaded states themselves: what goes to NVMe when offloading there
+    offloaded = host  # the offloaded states themselves
+    # what goes to the drive with NVMe offload: the optimizer's states (its fp32 master, moments and gradient
+    # partition) when they go there, the parameters' 16-bit partition when they do; either side alone with the
+    # other in host memory
+    nvme_opt, nvme_par = asarray(nvme_optimizer) > 0, asarray(nvme_params) > 0
+    nvme = 0.0
+    if any_true(nvme_opt | nvme_par):
+        no_params = dict(states, offload_params=0)
+        host_optimizer = model_state_bytes(trainable, data_parallel=data_parallel * context_parallel,
+                                           **no_params)[3]
+        if m.is_moe:
+            host_optimizer = host_optimizer + model_state_bytes(n_experts, data_parallel=edp, **no_params)[3]
+        nvme = where(nvme_opt, host_optimizer, 0.0) + where(nvme_par, host - host_optimizer, 0.0)
     host_init = zero3_defrag_host_bytes(engine=engine, zero_stage=zero_stage, offload_params=offload_params,
                                         value_bytes=value_bytes, trainable=trainable + n_experts,
                                         data_parallel=data_parallel * context_parallel)
@@ -3079,7 +3091,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                            value_bytes=value_bytes, fp8=fp8, fp8_bf16=fp8_bf16_first + fp8_bf16_last,
                                            tp_comm_overlap=tp_comm_overlap)
     return dict(weights=weights, gradients=grads_at_peak, optimizer=optimizer, activations=acts_at_peak,
-                buffers=buffers, overhead=overhead, host=host, offloaded=offloaded,
+                buffers=buffers, overhead=overhead, host=host, offloaded=offloaded, nvme=nvme,
                 in_flight=in_flight,
                 step_peak=step_peak,
                 init_peak=init_peak, releasable=releasable, backward_activations=activations)
@@ -3388,7 +3400,7 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         formulas["overhead"] += (f"; + Transformer Engine TP userbuffers {ub / GiB:.2f} GiB outside the allocator "
                                  f"(--tp-comm-overlap: 12 buffers of s·b/c × h, TE initialize_ub)")
     stages = []
-    host_per_gpu = offloaded_per_gpu = 0
+    host_per_gpu = offloaded_per_gpu = nvme_per_gpu = 0
     p = plan.pipeline_parallel
     stage_layers = plan.stage_layers(model.num_layers)
     if p <= _SCALAR_STAGES:  # one scalar call per stage: cheaper than numpy on arrays of one or two elements
@@ -3409,11 +3421,9 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
                                   releasable_cached_bytes=int(round(float(t["releasable"])))))
         host_per_gpu = max(host_per_gpu, int(round(float(t["host"]))))
         offloaded_per_gpu = max(offloaded_per_gpu, int(round(float(t["offloaded"]))))
-    nvme_per_gpu = 0
-    if plan.nvme_optimizer or plan.nvme_params:
-        # the offloaded states go to the drive (the host's swap buffers are host_resident_bytes'; ZeRO-1/2 keep
-        # them in host memory whatever the device says, ParallelPlan.nvme_optimizer)
-        nvme_per_gpu = offloaded_per_gpu
+        # the states swapped to the drive (the host's swap buffers are host_resident_bytes'; ZeRO-1/2 keep them in
+        # host memory whatever the device says, ParallelPlan.nvme_optimizer)
+        nvme_per_gpu = max(nvme_per_gpu, int(round(float(t["nvme"]))))
     peak = max(st.total_bytes for st in stages)
     if any(st.peak_phase == "initialization" for st in stages):
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "
