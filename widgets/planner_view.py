@@ -111,7 +111,10 @@ class PlannerView(View):
                                              layout=ipw.Layout(width="170px"),
                                              tooltip="GPU memory kept free (fragmentation, allocator spikes)")
         self.offload = ipw.Checkbox(value=True, description="allow CPU offload", indent=False,
-                                    layout=ipw.Layout(width="150px"))
+                                    layout=ipw.Layout(width="150px"),
+                                    tooltip="DeepSpeed offload of the optimizer and parameters to the CPU; where the "
+                                            "hardware sets NVMe GiB / node above 0, ZeRO-3 with the optimizer on "
+                                            "NVMe (ZeRO-Infinity) is searched too")
         self.fit_on_band = ipw.Checkbox(value=False, description="fit at the error band's upper side", indent=False,
                                         layout=ipw.Layout(width="250px"),
                                         tooltip="judge fit as the Memory view does, at the held-out error band's "

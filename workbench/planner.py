@@ -25,15 +25,18 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
   column, the table's ``cp`` holds N);
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
-  and of the parameters (ZeRO-3), Megatron's distributed optimizer (engine ``megatron``, DP > 1: at DP = 1 it
-  changes nothing); engine ``megatron-deepspeed`` only with TP, PP or CP > 1 (without them it is the
-  ``deepspeed`` plan);
+  and of the parameters (ZeRO-3); where the cluster declares NVMe (``nvme_gib_per_node`` > 0), ZeRO-3 with the
+  optimizer on NVMe and the parameters on the GPU, the CPU or NVMe (ZeRO-Infinity, :data:`NVME_OFFLOADS`; below
+  ZeRO-3 DeepSpeed runs device ``nvme`` as CPU offload, a row already searched); Megatron's distributed optimizer
+  (engine ``megatron``, DP > 1: at DP = 1 it changes nothing); engine ``megatron-deepspeed`` only with TP, PP or
+  CP > 1 (without them it is the ``deepspeed`` plan);
 - recompute none / selective / full, micro batch b (divisors of global batch ÷ d), sequence parallel (t > 1).
 
-A plan is feasible when its peak over pipeline stages ≤ (1 − headroom) × GPU memory and its offloaded bytes fit the
-node's host memory. The memory model's held-out error band does not exclude plans: a feasible plan whose peak at the
-band's upper side passes that limit is marked ``risky`` (CLI ``!``, the Planner widget in amber). Feasible plans are ranked by step time; the Pareto front keeps the plans no other plan beats on
-both throughput and memory headroom.
+A plan is feasible when its peak over pipeline stages ≤ (1 − headroom) × GPU memory, its ranks' host memory fits the
+node's and what they swap to NVMe fits the node's NVMe. The memory model's held-out error band does not exclude
+plans: a feasible plan whose peak at the band's upper side passes that limit is marked ``risky`` (CLI ``!``, the
+Planner widget in amber). Feasible plans are ranked by step time; the Pareto front keeps the plans no other plan
+beats on both throughput and memory headroom.
 """
 from __future__ import annotations
 
@@ -84,6 +87,10 @@ peak; Megatron's long-context recipes keep thousands of tokens per CP rank."""
 _COLUMNS = ("engine", "tp", "pp", "vp", "cp", "dp", "sp", "zero", "off_opt", "off_par", "dist_opt", "recompute",
             "mbs", "nmb", "first_layers", "last_layers", "emb_split", "loss_split", "cp_comm", "cp_a2a", "ep", "etp",
             "tp_ov")
+_NVME_COLUMNS = ("nvme_opt", "nvme_par")
+"""Columns every candidate table also has: the offloaded optimizer / parameters on NVMe (ZeRO-Infinity) rather than
+in host memory (:attr:`ParallelPlan.nvme_optimizer`, :attr:`ParallelPlan.nvme_params`; 1 only at ZeRO-3, with
+``off_opt`` / ``off_par`` 1)."""
 
 
 # ================================================================================================================
@@ -103,6 +110,9 @@ class PlanResult:
     host_bytes_per_node: int
     """Host memory a node's ranks hold: their processes, with what they offload (:func:`workbench.memory.
     host_resident_bytes`)."""
+    nvme_bytes_per_node: int = 0
+    """NVMe a node's ranks swap their offloaded states to (ZeRO-Infinity; 0 unless the plan offloads to NVMe), as
+    :attr:`workbench.memory_types.MemoryEstimate.nvme_bytes_per_node` takes it."""
     step_seconds: float
     tokens_per_second: float
     model_tflops_per_gpu: float
@@ -149,7 +159,7 @@ class PlanResult:
             "param_persistence_threshold": p.param_persistence_threshold,
             "peak_bytes": self.peak_bytes, "peak_gib": self.peak_bytes / GiB, "peak_stage": self.peak_stage,
             "capacity_bytes": self.capacity_bytes, "headroom_fraction": self.headroom_fraction,
-            "host_bytes_per_node": self.host_bytes_per_node,
+            "host_bytes_per_node": self.host_bytes_per_node, "nvme_bytes_per_node": self.nvme_bytes_per_node,
             "step_seconds": self.step_seconds, "tokens_per_second": self.tokens_per_second,
             "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu,
             "time_breakdown": dict(self.time_breakdown), "memory_breakdown": dict(self.memory_breakdown),
@@ -314,9 +324,11 @@ def expert_options(model: ModelSpec, world_size: int, tensor_parallel: int, pipe
     return out
 
 
-def _settings(engines, zero_stages, offload: bool, recomputes) -> np.ndarray:
-    """Rows (engine, sp, zero, off_opt, off_par, dist_opt, recompute) that the engine rules of
-    ``ParallelPlan._check_engine`` accept independent of the layout."""
+def _settings(engines, zero_stages, offload: bool, recomputes, nvme: bool = False) -> np.ndarray:
+    """Rows (engine, sp, zero, off_opt, off_par, dist_opt, recompute, nvme_opt, nvme_par) that the engine rules of
+    ``ParallelPlan._check_engine`` accept independent of the layout. ``nvme``: also the ZeRO-3 rows of DeepSpeed
+    engines with the optimizer swapped to NVMe (ZeRO-Infinity) and the parameters on the GPU, on the CPU or on NVMe
+    too (:data:`NVME_OFFLOADS`); below ZeRO-3 DeepSpeed runs device ``nvme`` as CPU offload, already a row."""
     rows = []
     for e in engines:
         code = ENGINE_CODES[e]
@@ -324,16 +336,25 @@ def _settings(engines, zero_stages, offload: bool, recomputes) -> np.ndarray:
             if e is Engine.DEEPSPEED and sp:
                 continue
             for z in (zero_stages if e is not Engine.MEGATRON else (0,)):
-                for oo in ((0, 1) if offload else (0,)):
-                    for op in ((0, 1) if offload else (0,)):
-                        if e is Engine.MEGATRON and (oo or op):
-                            continue
-                        if oo and z < 1 or op and z != 3:
-                            continue
-                        for do in ((0, 1) if e is Engine.MEGATRON else (0,)):
-                            for rc in recomputes:
-                                rows.append((code, sp, z, oo, op, do, rc))
-    return np.array(rows, dtype=np.int64).reshape(-1, 7)
+                offloads = [(oo, op, 0, 0) for oo in ((0, 1) if offload else (0,))
+                            for op in ((0, 1) if offload else (0,))]
+                if nvme and offload and z == 3:
+                    offloads += list(NVME_OFFLOADS)
+                for oo, op, no, np_ in offloads:
+                    if e is Engine.MEGATRON and (oo or op):
+                        continue
+                    if oo and z < 1 or op and z != 3:
+                        continue
+                    for do in ((0, 1) if e is Engine.MEGATRON else (0,)):
+                        for rc in recomputes:
+                            rows.append((code, sp, z, oo, op, do, rc, no, np_))
+    return np.array(rows, dtype=np.int64).reshape(-1, 9)
+
+
+NVME_OFFLOADS = ((1, 0, 1, 0), (1, 1, 1, 0), (1, 1, 1, 1))
+"""The ZeRO-3 offloads to NVMe the planner searches, as (off_opt, off_par, nvme_opt, nvme_par): the optimizer on
+NVMe with the parameters on the GPU, in host memory, or on NVMe (DeepSpeed's ``offload_optimizer.device`` and
+``offload_param.device``)."""
 
 
 def context_parallel_exchanges(model: ModelSpec, tensor_parallel: int, context_parallel: int) -> list:
@@ -358,12 +379,14 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                          allow_cross_node_tp: bool = False,
                          max_context_parallel: Optional[int] = None, tp_comm_overlap: Optional[bool] = None) -> dict:
     """Every valid plan as a table of int64 arrays (keys ``engine, tp, pp, vp, cp, dp, sp, zero, off_opt, off_par,
-    dist_opt, recompute, mbs, nmb``, ...), following the rules listed in the module docstring; ``tp_comm_overlap``
-    as :func:`with_tp_comm_overlap`."""
+    dist_opt, recompute, mbs, nmb``, ..., ``nvme_opt, nvme_par``), following the rules listed in the module
+    docstring; ``tp_comm_overlap`` as :func:`with_tp_comm_overlap`. With ``offload``, a cluster that declares NVMe
+    (``nvme_gib_per_node`` > 0) also has the ZeRO-3 rows offloading to it (:data:`NVME_OFFLOADS`)."""
     W, L, n = cluster.world_size, model.num_layers, cluster.gpus_per_node
     engines = tuple(Engine.parse(e, "engine") for e in engines)
     rc_codes = tuple(sorted({M.RECOMPUTE_CODES[Recompute.parse(r, "recompute")] for r in recompute}))
-    settings = _settings(engines, tuple(int(z) for z in zero_stages), offload, rc_codes)
+    settings = _settings(engines, tuple(int(z) for z in zero_stages), offload, rc_codes,
+                         nvme=cluster.nvme_gib_per_node > 0)
     s_engine, s_sp, s_zero = settings[:, 0], settings[:, 1], settings[:, 2]
     ds_code, mg_code = ENGINE_CODES[Engine.DEEPSPEED], ENGINE_CODES[Engine.MEGATRON]
     hy_code = ENGINE_CODES[Engine.MEGATRON_DEEPSPEED]
@@ -461,10 +484,11 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, global_batch_si
                                            emb_split=np.full(n_sel, emb), loss_split=np.full(n_sel, loss),
                                            cp_comm=np.full(n_sel, comm), cp_a2a=np.full(n_sel, a2a),
                                            ep=np.full(n_sel, e), etp=np.full(n_sel, te),
-                                           tp_ov=np.zeros(n_sel, np.int64)))
+                                           tp_ov=np.zeros(n_sel, np.int64), nvme_opt=r[sel, 7],
+                                           nvme_par=r[sel, 8]))
     if not chunks:
-        return {k: np.zeros(0, np.int64) for k in _COLUMNS}
-    table = {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS}
+        return {k: np.zeros(0, np.int64) for k in _COLUMNS + _NVME_COLUMNS}
+    table = {k: np.concatenate([ch[k] for ch in chunks]).astype(np.int64) for k in _COLUMNS + _NVME_COLUMNS}
     if model.implementation is Implementation.TRANSFORMERS:
         table = with_hf_checkpoint_counts(table, L)
     # Transformer Engine's layers only (flash attention, megatron-core model): no overlapped rows otherwise
@@ -557,7 +581,7 @@ def _stage_total(model, stage, codes):
 def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: Precision = Precision.BF16,
              all_stages: bool = False, lora: tuple = (0, LORA_TARGETS), adam="fused", overlap_comm=None,
              profile=None) -> dict:
-    """Peak bytes per GPU, host bytes per node and the time terms for every row of ``table``.
+    """Peak bytes per GPU, host and NVMe bytes per node and the time terms for every row of ``table``.
 
     The peak is taken over pipeline stages. By default stages 0 and p−1 are evaluated: every middle stage holds
     fewer parameters than the first (no embedding) and no more in-flight micro-batches (1F1B: p − stage), so one of
@@ -580,6 +604,8 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
         np.maximum.at(peak, row, total)
         host = np.zeros(k)
         np.maximum.at(host, row, np.asarray(terms["host"], float) * np.ones(len(row)))
+        nvme = np.zeros(k)
+        np.maximum.at(nvme, row, np.asarray(terms["nvme"], float) * np.ones(len(row)))
         is_peak = total == peak[row]
         peak_stage = np.zeros(k, np.int64)
         peak_stage[row[is_peak][::-1]] = stage[is_peak][::-1]  # first stage reaching the peak
@@ -589,6 +615,7 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
         peak = np.maximum(first, last)
         peak_stage = np.where(last > first, table["pp"] - 1, 0)
         host = np.maximum(np.asarray(t0["host"], float), np.asarray(t1["host"], float)) * np.ones(k)
+        nvme = np.maximum(np.asarray(t0["nvme"], float), np.asarray(t1["nvme"], float)) * np.ones(k)
         # an uneven split puts more layers on the middle stages than on the ends: stage 1 (the middle stage with
         # the most in-flight micro-batches) may then hold the peak; priced only for those rows
         uneven = np.flatnonzero(((np.asarray(table.get("first_layers", 0)) > 0)
@@ -600,12 +627,13 @@ def evaluate(table: dict, model: ModelSpec, cluster: ClusterSpec, *, precision: 
             higher = middle > peak[uneven]
             peak[uneven] = np.maximum(peak[uneven], middle)
             peak_stage[uneven] = np.where(higher, 1, peak_stage[uneven])
-    nvme = 0  # offload is to CPU only in the search
     inputs = time_codes(table, model, cluster, precision, lora=lora, adam=adam, overlap_comm=overlap_comm,
                         profile=profile)
     terms = T.step_time_terms(**inputs)
-    return dict(peak_bytes=peak, peak_stage=peak_stage, host_bytes_per_node=host * cluster.gpus_per_node + nvme,
-                memory_codes=codes,
+    # what a node's ranks swap to NVMe (stage_terms' nvme term: 0 on the rows keeping their offload in host memory),
+    # the largest over the stages, as memory_estimate_from takes it
+    return dict(peak_bytes=peak, peak_stage=peak_stage, host_bytes_per_node=host * cluster.gpus_per_node,
+                nvme_bytes_per_node=nvme * cluster.gpus_per_node, memory_codes=codes,
                 step_seconds=np.asarray(terms["step_seconds"]), model_flops=np.asarray(terms["model_flops"]),
                 terms=terms, peak_flops=inputs["peak_flops"])
 
@@ -624,6 +652,14 @@ def _hierarchical_at(table: dict, i: int):
     return (a, int(table["cp"][i]) // a)
 
 
+def _offload_at(table: dict, key: str, nvme_key: str, i: int) -> str:
+    """Row ``i``'s offload device of the optimizer (``off_opt``, ``nvme_opt``) or the parameters: ``none``, ``cpu``
+    or ``nvme``."""
+    if not table[key][i]:
+        return "none"
+    return "nvme" if nvme_key in table and table[nvme_key][i] else "cpu"
+
+
 def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, precision,
              lora: tuple = (0, LORA_TARGETS), stack=None) -> ParallelPlan:
     return ParallelPlan(
@@ -633,8 +669,8 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
         cp_comm_type=_CP_COMM_BY_CODE[int(table["cp_comm"][i]) if "cp_comm" in table else 0],
         hierarchical_context_parallel_sizes=_hierarchical_at(table, i),
         sequence_parallel=bool(table["sp"][i]), zero_stage=int(table["zero"][i]),
-        offload_optimizer="cpu" if table["off_opt"][i] else "none",
-        offload_params="cpu" if table["off_par"][i] else "none",
+        offload_optimizer=_offload_at(table, "off_opt", "nvme_opt", i),
+        offload_params=_offload_at(table, "off_par", "nvme_par", i),
         distributed_optimizer=bool(table["dist_opt"][i]), recompute=_RECOMPUTE_BY_CODE[int(table["recompute"][i])],
         recompute_layers=_hf_recompute_layers_at(table, i),
         micro_batch_size=int(table["mbs"][i]), global_batch_size=global_batch_size, precision=precision,
@@ -706,6 +742,7 @@ def _result_at(table, ev, i, model, cluster, gbs, precision, lora=(0, LORA_TARGE
         band_high_bytes=band_high, risky=bool(ev["risky"][i]) if "risky" in ev else False,
         plan=plan, peak_bytes=peak, peak_stage=stage,
         capacity_bytes=cluster.gpu.memory_bytes, host_bytes_per_node=int(round(float(ev["host_bytes_per_node"][i]))),
+        nvme_bytes_per_node=int(round(float(ev["nvme_bytes_per_node"][i]))) if "nvme_bytes_per_node" in ev else 0,
         step_seconds=step, tokens_per_second=gbs * model.seq_length / step, model_tflops_per_gpu=model_flops_per_s / 1e12,
         mfu=model_flops_per_s / float(ev["peak_flops"]),
         time_breakdown={k: float(np.asarray(ev["terms"][k])[i]) for k in T.TERMS},
@@ -881,8 +918,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     fits_gpu, fits_host = _fits(table, ev, cluster, headroom, fit_on)
     feasible = np.flatnonzero(fits_gpu & fits_host)
     if not len(feasible):
+        # host memory failing a cluster without NVMe: the same rows with the optimizer on NVMe, priced on demand
+        nvme_rows = None if not offload or cluster.nvme_gib_per_node > 0 else (
+            lambda: _nvme_alternative(table, model, cluster, headroom, fit_on, precision=precision,
+                                      all_stages=all_stages, lora=lora, profile=profile, **eval_stack))
         message = _nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
-                                        fits_gpu, engines, offload, fit_on)
+                                        fits_gpu, engines, offload, fit_on, nvme_rows)
         if not lora[0]:
             message += _lora_alternative(model, cluster, global_batch_size=global_batch_size, headroom=headroom,
                                          engines=engines, zero_stages=zero_stages, offload=offload,
@@ -916,6 +957,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
                                        head=False)
     explanation += _long_context_note(model, cluster, ranked[0].plan, profile)
     explanation += cp_exchange_note(table, ev, int(order[0]), feasible)
+    explanation += nvme_note(table, ev, int(order[0]), fits_gpu, cluster, gbs, precision)
     if ranked[0].risky:
         explanation += "\nMemory margin: the winner " + risk_note(ranked[0], headroom)
     return PlanSearch(model=model, cluster=cluster, global_batch_size=gbs, headroom=headroom, ranked=ranked,
@@ -970,6 +1012,29 @@ def cp_exchange_note(table: dict, ev: dict, winner: int, feasible) -> str:
             + f". {best} wins: {_CP_COMM_WORDS[best]}.")
 
 
+def nvme_note(table: dict, ev: dict, winner: int, fits_gpu, cluster: ClusterSpec, gbs: int, precision) -> str:
+    """Why the winner swaps to NVMe: what it puts there, at which rates, and the fastest plan keeping its offload in
+    host memory that fits the GPU, with the host memory it would need; '' when the winner does not use NVMe."""
+    if not any(key in table and table[key][winner] for key in _NVME_COLUMNS):
+        return ""
+    offload = float(np.broadcast_to(np.asarray(ev["terms"]["offload"], float), (len(table["tp"]),))[winner])
+    text = (f"\nNVMe: the winner swaps {ev['nvme_bytes_per_node'][winner] / GiB:.1f} GiB per node to NVMe (of "
+            f"{cluster.nvme_gib_per_node:g} GiB; {cluster.nvme_read_gb_per_s:g} GB/s read, "
+            f"{cluster.nvme_write_gb_per_s:g} GB/s write per node: {offload:.3f} s of its "
+            f"{float(ev['step_seconds'][winner]):.3f} s step is offload)")
+    in_host = np.flatnonzero(fits_gpu & (table["nvme_opt"] == 0) & (table["nvme_par"] == 0))
+    if not len(in_host):
+        return text + "; no plan that keeps its states in host memory fits the GPU."
+    i = int(in_host[np.argmin(ev["step_seconds"][in_host])])
+    host = float(ev["host_bytes_per_node"][i])
+    if host <= cluster.host_memory_gib_per_node * GiB:
+        return text + "."
+    return (text + f"; the fastest plan that fits the GPU with its offload in host memory "
+                   f"({describe_plan(_plan_at(table, i, cluster, gbs, precision))}, {ev['step_seconds'][i]:.3f} "
+                   f"s/step) needs {host / GiB:.1f} GiB of host memory per node, over the node's "
+                   f"{cluster.host_memory_gib_per_node:g} GiB.")
+
+
 def _missing_from_search(table: dict, cols: dict) -> str:
     """Which of a plan's columns the enumeration never pairs with the ones before it (in :data:`_COLUMNS` order), and
     the values it does enumerate there: why :func:`rank_plan` finds no row for the plan."""
@@ -984,7 +1049,19 @@ def _missing_from_search(table: dict, cols: dict) -> str:
             return (f"{key} {label(int(cols[key]))} is not searched for this layout (with the plan's other settings "
                     f"up to {key}, the planner enumerates {key} {shown})")
         match = here
+    for key in _NVME_COLUMNS:
+        if key in table and key in cols and not (match & (table[key] == int(cols[key]))).any():
+            return (f"{key} {int(cols[key])} is not searched for this layout: the planner offloads to NVMe where the "
+                    f"cluster declares NVMe (nvme_gib_per_node > 0, --nvme-gib) and offload is allowed, at ZeRO-3 "
+                    f"with the optimizer on it ({', '.join(_offload_words(o) for o in NVME_OFFLOADS)})")
     return "no row matches"
+
+
+def _offload_words(codes) -> str:
+    """One entry of :data:`NVME_OFFLOADS` in a plan's words: ``optimizer nvme, params cpu``."""
+    table = {k: np.array([v]) for k, v in zip(("off_opt", "off_par") + _NVME_COLUMNS, codes)}
+    return (f"optimizer {_offload_at(table, 'off_opt', 'nvme_opt', 0)}, "
+            f"params {_offload_at(table, 'off_par', 'nvme_par', 0)}")
 
 
 def risk_note(result: PlanResult, headroom: float) -> str:
@@ -1040,8 +1117,9 @@ def check_fit_on(value) -> str:
 def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float, fit_on: str = "point") -> tuple:
     """``(fits_gpu, fits_host)`` boolean arrays: the peak within (1 − headroom) × GPU memory — its point estimate
     with ``fit_on`` ``"point"``, the error band's upper side with ``"band"`` — and the offloaded bytes within the
-    node's host memory. Also writes ``ev["band_high"]`` (the band's upper side, a fraction of the peak) and
-    ``ev["risky"]`` (fits on the point estimate, not at the band's upper side; none with ``"band"``).
+    node's host memory and, offloaded to NVMe, its NVMe (``nvme_gib_per_node``, as ``MemoryEstimate.fits_nvme``).
+    Also writes ``ev["band_high"]`` (the band's upper side, a fraction of the peak) and ``ev["risky"]`` (fits on the
+    point estimate, not at the band's upper side; none with ``"band"``).
 
     Why the point estimate decides by default and the band only marks: the band is the largest under-estimate over
     held-out 1-GPU shapes (one outlier sets it for every plan of that engine), so excluding on it drops plans that
@@ -1055,6 +1133,8 @@ def _fits(table: dict, ev: dict, cluster: ClusterSpec, headroom: float, fit_on: 
         fits_gpu = fits_gpu & ~ev["risky"]
         ev["risky"] = np.zeros_like(ev["risky"])
     fits_host = ev["host_bytes_per_node"] <= cluster.host_memory_gib_per_node * GiB
+    if "nvme_bytes_per_node" in ev:  # what goes to NVMe must fit the node's (0 on every row that keeps it on the host)
+        fits_host = fits_host & (ev["nvme_bytes_per_node"] <= cluster.nvme_gib_per_node * GiB)
     return fits_gpu, fits_host
 
 
@@ -1099,8 +1179,37 @@ def _lora_alternative(model, cluster, **kwargs) -> str:
             f"{best.step_seconds:.2f} s/step; --lora-rank {LORA_SUGGESTED_RANK})")
 
 
+def _nvme_alternative(table: dict, model: ModelSpec, cluster: ClusterSpec, headroom: float, fit_on: str,
+                      **evaluate_kwargs):
+    """For a cluster that declares no NVMe: ``(rows, ev, i)``, the rows of ``table`` that keep the optimizer on the
+    CPU at ZeRO-3 with the optimizer on NVMe instead (each of :data:`NVME_OFFLOADS`), priced by :func:`evaluate`,
+    and the one that needs the least NVMe of those that fit the GPU and host memory; ``None`` when none does."""
+    on_cpu = np.asarray(table.get("nvme_opt", 0)) == 0
+    source = np.flatnonzero((table["engine"] != ENGINE_CODES[Engine.MEGATRON]) & (table["zero"] == 3)
+                            & (table["off_opt"] == 1) & (table["off_par"] == 0) & on_cpu)
+    if not len(source):
+        return None
+    variants = len(NVME_OFFLOADS)
+    rows = {k: np.repeat(np.asarray(v)[source], variants) if np.ndim(v) else v for k, v in table.items()}
+    for j, key in enumerate(("off_opt", "off_par") + _NVME_COLUMNS):
+        rows[key] = np.tile(np.array([o[j] for o in NVME_OFFLOADS], np.int64), len(source))
+    ev = evaluate(rows, model, cluster, **evaluate_kwargs)
+    fits_gpu, _ = _fits(rows, ev, cluster, headroom, fit_on)
+    ok = np.flatnonzero(fits_gpu & (ev["host_bytes_per_node"] <= cluster.host_memory_gib_per_node * GiB))
+    if not len(ok):
+        return None
+    return rows, ev, int(ok[np.lexsort((ev["host_bytes_per_node"][ok], ev["nvme_bytes_per_node"][ok]))[0]])
+
+
+def _nvme_words(nvme_bytes: float) -> str:
+    """``--nvme-gib N``: the whole GiB of NVMe per node that holds ``nvme_bytes``."""
+    return f"--nvme-gib {int(np.ceil(nvme_bytes / GiB))}"
+
+
 def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, fits_gpu, engines, offload,
-                          fit_on="point") -> str:
+                          fit_on="point", nvme_alternative=None) -> str:
+    """Which limit bites when no plan fits, with the numbers and what to try. ``nvme_alternative``: a call giving
+    :func:`_nvme_alternative`'s answer, asked only when host memory is what fails."""
     gpu = cluster.gpu
     cap = gpu.memory_bytes
     point = ev["peak_bytes"] <= (1.0 - headroom) * cap
@@ -1112,12 +1221,34 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
                 f"GiB, up to {ev['peak_bytes'][i] * (1.0 + ev['band_high'][i]) / GiB:.1f} GiB at the band's upper "
                 f"side, over the {(1 - headroom) * cap / GiB:.1f} GiB that {headroom:.0%} headroom leaves; judge on "
                 f"the point estimate (fit_on='point', --fit-on point) with margin, or add GPUs")
+    host_cap = cluster.host_memory_gib_per_node * GiB
+    on_host = fits_gpu & (ev["host_bytes_per_node"] <= host_cap)
+    if on_host.any():  # GPU and host memory fit: what the plans swap to NVMe does not
+        i = int(np.flatnonzero(on_host)[np.argmin(ev["nvme_bytes_per_node"][on_host])])
+        plan = _plan_at(table, i, cluster, gbs, precision)
+        need = float(ev["nvme_bytes_per_node"][i])
+        return (f"no plan fits the node's NVMe: the plans that fit on the GPU and in host memory swap their "
+                f"optimizer to NVMe and need at least {need / GiB:.1f} GiB of it per node ({describe_plan(plan)}, "
+                f"{ev['host_bytes_per_node'][i] / GiB:.1f} GiB of host memory); the nodes have "
+                f"{cluster.nvme_gib_per_node:g} GiB of NVMe; give more ({_nvme_words(need)} if the node has it), "
+                f"or add host memory or GPUs")
     if fits_gpu.any():  # the GPU is not the problem: host memory for offload is
         i = int(np.flatnonzero(fits_gpu)[np.argmin(ev["host_bytes_per_node"][fits_gpu])])
         plan = _plan_at(table, i, cluster, gbs, precision)
-        return (f"no plan fits host memory: the plans that fit on the GPU need at least "
+        text = (f"no plan fits host memory: the plans that fit on the GPU need at least "
                 f"{ev['host_bytes_per_node'][i] / GiB:.1f} GiB of host memory per node ({describe_plan(plan)}); "
                 f"the nodes have {cluster.host_memory_gib_per_node:.0f} GiB; add host memory or GPUs")
+        found = nvme_alternative() if nvme_alternative is not None else None
+        if found is None:
+            return text
+        rows, alt, j = found
+        need = float(alt["nvme_bytes_per_node"][j])
+        alt_plan = _plan_at(rows, j, cluster, gbs, precision)
+        return (text + f", or offload the optimizer to NVMe (ZeRO-Infinity), which the cluster does not declare "
+                       f"(nvme_gib_per_node={cluster.nvme_gib_per_node:g}): {describe_plan(alt_plan)} holds "
+                       f"{alt['host_bytes_per_node'][j] / GiB:.1f} GiB of host memory per node and swaps "
+                       f"{need / GiB:.1f} GiB per node to NVMe at {alt['step_seconds'][j]:.2f} s/step; give the "
+                       f"node's local NVMe ({_nvme_words(need)} or more) and the planner searches it")
     # ties (a peak set by something no option changes, as building the model whole): the least host memory, then
     # full recompute, the plan that needs least once that is solved
     least = np.flatnonzero(ev["peak_bytes"] <= ev["peak_bytes"].min() * (1 + 1e-9))
@@ -1253,6 +1384,10 @@ def _term_reason(term: str, a: ParallelPlan, b: ParallelPlan, cluster: ClusterSp
             return f"micro batch {a.micro_batch_size} vs {b.micro_batch_size} (GEMM shapes)"
         return ""
     if term == "offload":
+        if a.nvme_optimizer or a.nvme_params:
+            on = " and ".join(n for n, v in (("optimizer", a.nvme_optimizer), ("parameters", a.nvme_params)) if v)
+            return (f"{on} swapped to NVMe at the node's {cluster.nvme_read_gb_per_s:g} GB/s read, "
+                    f"{cluster.nvme_write_gb_per_s:g} GB/s write, shared by its {cluster.gpus_per_node} GPUs")
         return "optimizer/parameters in host memory over PCIe"
     if term == "cp_comm":
         if a.is_ulysses or b.is_ulysses:
@@ -1352,7 +1487,7 @@ class PlanRank:
     """Whether the planner's enumeration contains this plan at all."""
     fits: bool
     """Whether the planner judges it to fit (the point estimate of the peak within the headroom, host memory for
-    offload)."""
+    offload, the node's NVMe for offload to NVMe)."""
     risky: bool
     """It fits on the point estimate but not at the upper side of the held-out error band (:attr:`PlanResult.risky`)."""
     rank_within_band: Optional[int]
@@ -1504,7 +1639,7 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     ok = fits_gpu & fits_host
     cols = E.plan_columns(plan, model)
     match = np.ones(len(table["tp"]), bool)
-    for key in _COLUMNS + (("recompute_layers",) if "recompute_layers" in table else ()):
+    for key in _COLUMNS + tuple(k for k in ("recompute_layers",) + _NVME_COLUMNS if k in table):
         match &= table[key] == int(cols[key])
     rows = np.flatnonzero(match)
     gbs, precision = plan.global_batch_size, plan.precision
@@ -1533,7 +1668,10 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
                f"headroom leaves of {cluster.gpu.memory_bytes / GiB:.1f} GiB (stage {result.peak_stage}: "
                + ", ".join(f"{k} {v / GiB:.1f}" for k, v in terms) + " GiB)" if not fits_gpu[i]
                else f"its ranks' host memory ({result.host_bytes_per_node / GiB:.1f} GiB per node, the processes "
-                    f"with what they offload) does not fit the node's {cluster.host_memory_gib_per_node:.0f} GiB")
+                    f"with what they offload) does not fit the node's {cluster.host_memory_gib_per_node:.0f} GiB"
+               if result.host_bytes_per_node > cluster.host_memory_gib_per_node * GiB
+               else f"what its ranks swap to NVMe ({result.nvme_bytes_per_node / GiB:.1f} GiB per node) does not fit "
+                    f"the node's {cluster.nvme_gib_per_node:g} GiB of NVMe (--nvme-gib)")
         return PlanRank(rank=None, in_search_space=True, fits=False, result=result, explanation=why, **common)
     rank = int(np.flatnonzero(order == i)[0]) + 1
     text = ("it is the planner's fastest plan" if rank == 1 else

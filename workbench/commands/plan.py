@@ -39,7 +39,8 @@ def add_parser(sub) -> None:
     s.add_argument("--fp8-param-gather", action="store_true",
                    help="with --precision fp8: plans with the distributed optimizer keep the linear weights in FP8 "
                         "and all-gather them in FP8 (Megatron-LM --fp8-param-gather)")
-    s.add_argument("--no-offload", action="store_true", help="do not consider CPU offload")
+    s.add_argument("--no-offload", action="store_true",
+                   help="do not consider offload (to the CPU, or to NVMe where --nvme-gib declares it)")
     s.add_argument("--cross-node-tp", action="store_true", help="allow tensor parallel beyond one node")
     s.add_argument("--max-cp", type=int, default=None,
                    help="largest context-parallel size (default 16; seq/32768 beyond 512k tokens)")
@@ -196,8 +197,10 @@ def replay_lines(rows: tuple) -> list:
 
 
 def _offload(p) -> str:
-    parts = [name for name, on in (("opt", str(p.offload_optimizer) != "none"),
-                                   ("par", str(p.offload_params) != "none")) if on]
+    """The offload column: ``opt`` / ``par`` in host memory, ``optN`` / ``parN`` swapped to NVMe (ZeRO-Infinity)."""
+    parts = [name + ("N" if nvme else "") for name, on, nvme in (
+        ("opt", str(p.offload_optimizer) != "none", p.nvme_optimizer),
+        ("par", str(p.offload_params) != "none", p.nvme_params)) if on]
     return "+".join(parts) or "-"
 
 
@@ -284,6 +287,12 @@ def render(result) -> str:
         lines += ["", f"host memory per node of the offloading rows (the ranks' processes with what they offload, "
                       f"of {c.host_memory_gib_per_node:.0f} GiB): "
                       + ", ".join(f"{label} {r.host_bytes_per_node / GiB:.1f} GiB" for label, r in offloading)]
+    on_nvme = [(label, r) for label, r in offloading if r.plan.nvme_optimizer or r.plan.nvme_params]
+    if on_nvme:
+        lines += ["", f"offld optN / parN: the optimizer / parameters swapped to NVMe (ZeRO-Infinity) at "
+                      f"{c.nvme_read_gb_per_s:g} GB/s read, {c.nvme_write_gb_per_s:g} GB/s write per node; NVMe per "
+                      f"node of those rows (of {c.nvme_gib_per_node:g} GiB, --nvme-gib): "
+                      + ", ".join(f"{label} {r.nvme_bytes_per_node / GiB:.1f} GiB" for label, r in on_nvme)]
     lines += ["", result.explanation]
     return "\n".join(lines)
 
