@@ -240,6 +240,15 @@ def test_planner(tmp_path, monkeypatch):
     assert rec["peak_gib"] == pytest.approx(best.peak_bytes / GIB)
     assert rec["peak_gib"] <= 0.9 * cluster.gpu.memory_bytes / GIB
     assert rec["explanation_first_line"].startswith("Fastest: ")
+    # the NVMe section: one H100 with 64 GiB of host memory cannot hold Llama 2 7B's offloaded optimizer; with
+    # 200 GiB of NVMe the planner's winner swaps it there, priced as the search prices it
+    assert "no plan fits host memory" in rec["nvme_without"] and "--nvme-gib" in rec["nvme_without"]
+    one_gpu = ClusterSpec(gpu=catalog.gpu("H100-SXM"), gpus_per_node=1, host_memory_gib_per_node=64,
+                          nvme_gib_per_node=200)
+    nvme = search(catalog.model("llama2-7b"), one_gpu, global_batch_size=8, precision="bf16", top=5).best
+    assert rec["nvme_best_plan"] == nvme.describe() and "offload-opt=nvme" in rec["nvme_best_plan"]
+    assert rec["nvme_bytes_per_node"] == nvme.nvme_bytes_per_node > 0
+    assert rec["nvme_host_bytes_per_node"] == nvme.host_bytes_per_node <= 64 * GIB
 
 
 @pytest.mark.slow
