@@ -77,3 +77,31 @@ def test_moe_switches_of_the_current_plan_are_searched_and_kept():
     assert mg and all(p.moe_capacity_factor == 1.5 for p in mg)
     assert any(p.moe_overlap_alltoall for p in mg)
     app.close()
+
+
+def test_nvme_in_the_hardware_panel_is_searched_and_kept_by_use_this_plan():
+    # one H100 with 64 GiB of host memory cannot hold Llama 2 7B's offloaded optimizer; the node's NVMe can
+    app = Workbench()
+    app.panels[0].preset.value = "llama2-7b"
+    for name, value in dict(engine="deepspeed", tensor_parallel=1, pipeline_parallel=1, zero_stage=3,
+                            precision="bf16").items():
+        parallel(app).controls[name].value = value
+    hw = app.panels[1]
+    for name, value in dict(gpu="H100-SXM", gpus_per_node=1, num_nodes=1, host_memory_gib_per_node=64.0).items():
+        hw.controls[name].value = value
+    assert app.state.valid and app.state.cluster.world_size == 1
+    view = planner(app)
+    view.global_batch.value = 8
+    view.run_search()
+    assert view.result is None and "--nvme-gib" in view.error.value
+    hw.controls["nvme_gib_per_node"].value = 200.0
+    view.run_search()
+    best = view.result.ranked[0]
+    assert best.plan.nvme_optimizer and "opt→nvme" in view.table.value and "NVMe: the winner swaps" in \
+        view.explanation.value
+    view.use_plan(0)
+    assert app.state.valid and app.state.plan.nvme_optimizer
+    memory = app.state.estimate.memory
+    assert memory.fits and memory.nvme_bytes_per_node == best.nvme_bytes_per_node
+    assert app.state.estimate.time.step_seconds == pytest.approx(best.step_seconds, rel=1e-9)
+    app.close()
