@@ -55,6 +55,8 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
                           grad_accum=ds.get("gradient_accumulation_steps", 1), seq_length=rec["seq_length"],
                           **sizes, steps=rec.get("steps", 6),
                           offload_optimizer=bool(ds.get("zero_optimization", {}).get("offload_optimizer")),
+                          # ZeRO-3 swapping the optimizer to NVMe (below ZeRO-3 DeepSpeed runs nvme as the CPU)
+                          nvme_optimizer=zero == 3 and offload.get("device") == "nvme",
                           offload_params=bool(ds.get("zero_optimization", {}).get("offload_param")),
                           overlap_comm=bool(rec.get("zero_config_resolved", {}).get("overlap_comm")),
                           # built inside deepspeed.zero.Init (measure.py's zero_init, the Trainer at ZeRO-3), else
@@ -79,7 +81,7 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
         reduce_bucket_elements=s.reduce_bucket_elements, prefetch_bucket_elements=s.prefetch_bucket_elements,
         persistence_threshold=s.persistence_threshold, steps=s.steps, offload_optimizer=s.offload_optimizer,
         sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm, offload_params=s.offload_params,
-        zero_init=s.zero_init, side_stream_lags=s.side_stream_lags)
+        zero_init=s.zero_init, side_stream_lags=s.side_stream_lags, nvme_optimizer=s.nvme_optimizer)
 
 
 # ================================================================================================================

@@ -1011,16 +1011,37 @@ def test_zero_init_defaults_on_for_transformers_models_at_zero3_and_is_refused_e
                for why in allocsim.scope_problems(mc, z3.replace(zero_init=True)))
 
 
-def test_zero3_parameter_offload_is_in_the_replays_scope_at_zero3_to_the_cpu_only():
-    """The replay takes ZeRO-3 with its parameters offloaded to the CPU, and names NVMe offload as outside it."""
+def test_zero3_offload_is_in_the_replays_scope_to_the_cpu_and_to_nvme():
+    """The replay takes ZeRO-3 with its parameters and optimizer offloaded to the CPU or to NVMe (the GPU's side of
+    NVMe offload is CPU offload's but for the swap list, below)."""
     from workbench.specs import ParallelPlan
 
     ok = ParallelPlan(engine="deepspeed", zero_stage=3, offload_params="cpu", offload_optimizer="cpu", world_size=1,
                       micro_batch_size=1, global_batch_size=1, precision="bf16", overlap_comm=True)
     hf = import_hf(read_config(HF / "tiny-llama"), seq_length=64).spec
     allocsim.check_scope(hf, ok)
-    with pytest.raises(ValueError, match="offload_params=nvme"):
-        allocsim.check_scope(hf, ok.replace(offload_params="nvme", offload_optimizer="nvme"))
+    allocsim.check_scope(hf, ok.replace(offload_params="nvme", offload_optimizer="nvme"))
+    allocsim.check_scope(hf, ok.replace(offload_optimizer="nvme"))
+    with pytest.raises(ValueError, match="offload_optimizer=nvme with zero_stage=3, gradient_accumulation_steps=2"):
+        allocsim.check_scope(hf, ok.replace(offload_optimizer="nvme", global_batch_size=2))
+
+
+def test_zero3_optimizer_on_nvme_holds_each_buckets_fp32_casts_until_its_swap_out():
+    """With the optimizer on NVMe, ZeRO-3's partition_grads keeps the fp32 cast of every gradient slice of a reduced
+    bucket until the bucket's last slice (the untied output layer here) is handed over: at micro-batch 1 and 16 tokens
+    the whole gradient is one bucket reduced after backward, and the replayed peak grows by 4 bytes an element of all
+    but the output layer, as the memory model counts it (memory.zero3_nvme_gradient_list_bytes)."""
+    from workbench import memory as M
+
+    config = read_config(HF / "tiny-llama")
+    spec = import_hf(config, seq_length=16).spec
+    peaks = {nvme: allocsim.replayed_peaks(config, seq_length=16, micro_batch=1, zero_stage=3, offload_optimizer=True,
+                                           overlap_comm=True, nvme_optimizer=nvme).peak_allocated_bytes
+             for nvme in (False, True)}
+    output = spec.vocab_size * spec.hidden_size
+    expected = float(M.zero3_nvme_gradient_list_bytes(spec.num_parameters, output, nvme_optimizer=1))
+    assert expected == 4 * (spec.num_parameters - output)
+    assert peaks[True] - peaks[False] == pytest.approx(expected, rel=0.01)
 
 
 def test_zero3_parameter_offload_gathers_a_weight_read_outside_its_module_as_an_external_parameter():

@@ -895,7 +895,13 @@ class DeepSpeedSetup:
     host; what stays on the GPU is traced as :func:`deepspeed_steps` says."""
     offload_params: bool = False
     """ZeRO-3 with ``offload_param`` on the CPU: the 16-bit partitions live on the host and each module fetch copies
-    its parameters in, as :class:`_Zero3ParamFetcher` traces it."""
+    its parameters in, as :class:`_Zero3ParamFetcher` traces it. With them on NVMe (ZeRO-Infinity) the partitions
+    are swapped into page-locked host buffers first: the GPU sees the same fetches."""
+    nvme_optimizer: bool = False
+    """ZeRO-3 with the optimizer offloaded to NVMe (``offload_optimizer`` then also set): each reduced bucket's fp32
+    gradient casts stay on the GPU until the bucket's last slice is handed over and the list is swapped out
+    (``stage3.py`` ``partition_grads``, :func:`workbench.memory.zero3_nvme_gradient_list_bytes`); the rest of the
+    GPU's side is CPU offload's (the states' swaps go through host buffers)."""
     zero_init: bool = False
     """ZeRO-3 with the model built inside ``deepspeed.zero.Init`` (transformers' ``from_config`` while a ZeRO-3
     ``HfDeepSpeedConfig`` is alive, as the Trainer does): :func:`zero_init_build` in place of partitioning a model
@@ -919,6 +925,13 @@ class DeepSpeedSetup:
     ZeRO-3 test runs the replay's whole device is 3.6 % median with one run more than 5 % under (-6.0 %), against
     3.4 % and three (-8.7 %) with the blocks back at once, and its worst over stays +15.3 %
     (``benchmarks/alloc_sim.py --only /z3/``). :func:`side_stream_lags` decides it from the run's settings."""
+
+
+def optimizer_offloaded(plan) -> bool:
+    """Whether DeepSpeed keeps a plan's optimizer off the GPU: in host memory (``cpu``, and ``nvme`` below ZeRO-3,
+    which DeepSpeed runs as the CPU) or swapped to NVMe at ZeRO-3 (:attr:`DeepSpeedSetup.nvme_optimizer`): the
+    GPU's side is CPU offload's either way, but for the NVMe swap list."""
+    return str(plan.offload_optimizer) != "none"
 
 
 def side_stream_lags(zero_stage: int, offload_optimizer: bool, pin_memory: bool) -> bool:
@@ -1712,6 +1725,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
     import torch
 
     offload = bool(setup.offload_optimizer)
+    nvme = offload and bool(setup.nvme_optimizer)
     on_host = bool(setup.offload_params)
     everything = list(model.parameters())  # in bf16 already (deepspeed_steps casts them, as the engine does)
     params = [p for p in everything if p.requires_grad]
@@ -1796,6 +1810,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
             flat_grads = torch.empty(sum(q.grad.numel() for q in ipg["params"]), dtype=torch.bfloat16, device="meta")
         else:  # a gradient reduced alone (larger than the bucket) from its own block, freed below with record_stream
             flat_grads = None
+        swap_list = []  # NVMe: the bucket's fp32 casts, swapped out together after its last slice
         for q in ipg["params"]:  # partition_grads
             if offload:  # the host buffer's GPU copy, the norm (fp64) and fp32 copy at the boundary
                 staged = torch.empty(size(q), dtype=torch.bfloat16, device="meta")
@@ -1805,11 +1820,14 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
                         wide = torch.empty(min(chunk, size(q) - start), dtype=torch.float64, device="meta")
                         del wide
                     single = torch.empty(size(q), dtype=torch.float32, device="meta")
+                    if nvme:
+                        swap_list.append(single)
                     del single
                 del staged
             freed = len(events)
             q.grad = None  # partition_grads: record_stream, then dropped
             record_stream_frees(freed)
+        swap_list.clear()  # _swap_out_offload_fp32_gradients, then partition_grads returns
         del flat_grads
         _on_stream(events, since, SIDE_STREAM)
         reductions.append(len(released))
@@ -1866,12 +1884,14 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                        persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True, side_stream_lags: bool = True,
-                       overlap_comm: bool = False, offload_params: bool = False, zero_init: bool = False) -> list:
+                       overlap_comm: bool = False, offload_params: bool = False, zero_init: bool = False,
+                       nvme_optimizer: bool = False) -> list:
     """The allocation events of a Hugging Face + DeepSpeed ZeRO-0 to 3 run (one GPU, bf16; ZeRO-1 to 3 also with
     ``offload_optimizer`` on the CPU, :func:`deepspeed_steps`; ZeRO-3 as :func:`deepspeed_zero3_steps` traces it) of the model
     ``config`` (a ``config.json`` dict) from building the model to its last of ``steps`` steps, then an
     ``("end", 0, 0)`` marker. ``zero_init`` (ZeRO-3): the model is built inside ``deepspeed.zero.Init``
-    (:func:`zero_init_build`) rather than whole on the GPU.
+    (:func:`zero_init_build`) rather than whole on the GPU. ``nvme_optimizer`` (ZeRO-3, with ``offload_optimizer``):
+    the optimizer on NVMe, :attr:`DeepSpeedSetup.nvme_optimizer`.
     ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
     (:data:`SDPA_KERNELS`; cuDNN's, as on an H200). ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
     fine-tune. ``checkpoint_every``: with ``gradient_checkpointing``, transformers' ``every_n_layers`` (layers 0, k,
@@ -1916,7 +1936,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                            persistence_threshold=int(persistence_threshold),
                            offload_optimizer=bool(offload_optimizer), flatten_on_device=bool(flatten_on_device),
                            side_stream_lags=bool(side_stream_lags), overlap_comm=bool(overlap_comm),
-                           offload_params=bool(offload_params), zero_init=bool(zero_init))
+                           offload_params=bool(offload_params), zero_init=bool(zero_init),
+                           nvme_optimizer=bool(nvme_optimizer))
     if setup.zero_init and zero_stage != 3:
         raise ValueError(f"zero_init with zero_stage={zero_stage}: deepspeed.zero.Init partitions for ZeRO-3 only")
     if setup.offload_params and zero_stage != 3:
@@ -2061,11 +2082,12 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
                            reduce_bucket_elements=plan.reduce_bucket_elements,
                            prefetch_bucket_elements=plan.prefetch_bucket_elements,
                            persistence_threshold=plan.persistence_threshold,
-                           offload_optimizer=str(plan.offload_optimizer) == "cpu",
-                           offload_params=str(plan.offload_params) == "cpu",
+                           offload_optimizer=optimizer_offloaded(plan),
+                           offload_params=str(plan.offload_params) != "none",
                            overlap_comm=bool(plan.overlaps_comm), flatten_on_device=flatten_on_device,
-                           side_stream_lags=side_stream_lags(plan.zero_stage, str(plan.offload_optimizer) == "cpu",
-                                                             plan.pin_memory))
+                           side_stream_lags=side_stream_lags(plan.zero_stage, optimizer_offloaded(plan),
+                                                             plan.pin_memory),
+                           nvme_optimizer=plan.nvme_optimizer)
     events: list = []
     with _mcore_meta(model, plan, events) as (config_kwargs, block_of):
         net = _built_then_moved(lambda: build_gpt(model, plan, config_kwargs=config_kwargs), events, block_of)
@@ -2371,9 +2393,9 @@ def check_scope(model, plan) -> None:
 
 def scope_problems(model, plan) -> list:
     """What puts a plan outside what the replay models, one phrase each (empty: in scope): on one GPU, in bf16, with
-    the default allocator or expandable segments and no parameter offload but ZeRO-3's to the CPU, either
-    DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU, ZeRO-3's without
-    gradient accumulation; ZeRO-1/2 with or without ``overlap_comm`` (off is DeepSpeed's own default, on the
+    the default allocator or expandable segments and no parameter offload but ZeRO-3's to the CPU or NVMe, either
+    DeepSpeed ZeRO-0 to 3 (no optimizer offload but ZeRO-1's, ZeRO-2's and ZeRO-3's to the CPU or NVMe, ZeRO-3's
+    without gradient accumulation; ZeRO-1/2 with or without ``overlap_comm`` (off is DeepSpeed's own default, on the
     workbench export's), with or without the offload; ZeRO-3 with it, its default) of a transformers model
     (``implementation='transformers'``, LoRA included) or a dense megatron-core model with unfused attention
     (the local layer spec the workbench's launcher trains; no LoRA), or
@@ -2417,21 +2439,20 @@ def scope_problems(model, plan) -> list:
         why.append(f"engine={plan.engine}")
     else:
         zero = int(plan.zero_stage)
-        if offload not in ("none", "cpu"):
-            why.append(f"offload_optimizer={offload}")
-        elif offload == "cpu" and zero < 1:
-            why.append(f"offload_optimizer=cpu with zero_stage={zero} (the trace offloads at ZeRO-1 to 3)")
-        elif offload == "cpu" and zero == 3 and plan.gradient_accumulation_steps != 1:
-            why.append(f"offload_optimizer=cpu with zero_stage=3, gradient_accumulation_steps="
+        # (the optimizer on NVMe: CPU offload's GPU side with ZeRO-3's swap list, DeepSpeedSetup.nvme_optimizer;
+        # below ZeRO-3 DeepSpeed runs device nvme as the CPU)
+        if offload != "none" and zero < 1:
+            why.append(f"offload_optimizer={offload} with zero_stage={zero} (the trace offloads at ZeRO-1 to 3)")
+        elif offload != "none" and zero == 3 and plan.gradient_accumulation_steps != 1:
+            why.append(f"offload_optimizer={offload} with zero_stage=3, gradient_accumulation_steps="
                        f"{plan.gradient_accumulation_steps} (ZeRO-3's offload is traced without accumulation: a "
                        f"checkpointed run with it traced 8 % over)")
         if zero == 3 and not plan.overlaps_comm:
             why.append("overlap_comm=False at ZeRO-3 (the trace reduces on ZeRO-3's side stream, DeepSpeed's default: "
                        "--overlap-comm, ParallelPlan(overlap_comm=True))")
-    if str(plan.offload_params) != "none" and not (engine == "deepspeed" and str(plan.offload_params) == "cpu"
-                                                   and int(plan.zero_stage) == 3):
+    if str(plan.offload_params) != "none" and not (engine == "deepspeed" and int(plan.zero_stage) == 3):
         why.append(f"offload_params={plan.offload_params} at zero_stage={plan.zero_stage} (the trace offloads "
-                   f"parameters to the CPU at ZeRO-3)")
+                   f"parameters to the CPU or NVMe at ZeRO-3)")
     if plan.world_size != 1:
         why.append(f"world_size={plan.world_size} (the replay traces one GPU)")
     if str(plan.precision) != "bf16":
@@ -2524,7 +2545,8 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                    reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                    prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
                    persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
-                   expandable_segments: bool = False, pin_memory: bool = True) -> ReplayedPeaks:
+                   expandable_segments: bool = False, pin_memory: bool = True,
+                   nvme_optimizer: bool = False) -> ReplayedPeaks:
     """The caching allocator's peaks (:class:`ReplayedPeaks`) replayed over the trace of building the model
     ``config`` (a Hugging Face ``config.json`` dict) and ``steps`` training steps under DeepSpeed
     ZeRO-``zero_stage`` (0-2) on one GPU (:func:`trace_hf_deepspeed`, :func:`replay`). LoRA: adapters of rank
@@ -2533,7 +2555,8 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
     ``capacity_bytes``: what the allocator may reserve (default an H200 less DeepSpeed's memory outside it); a
     trace that would pass it is replayed without the limit (the estimate then says the plan does not fit).
     ``expandable_segments``: the allocator with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
-    ``pin_memory``: DeepSpeed's offload buffers page-locked (:func:`side_stream_lags`)."""
+    ``pin_memory``: DeepSpeed's offload buffers page-locked (:func:`side_stream_lags`). ``nvme_optimizer``: ZeRO-3
+    with the optimizer on NVMe (with ``offload_optimizer``, :attr:`DeepSpeedSetup.nvme_optimizer`)."""
     from workbench.hf import lora_target_modules
 
     if not isinstance(config, dict) or "model_type" not in config:
@@ -2558,7 +2581,8 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                                   reduce_bucket_elements=int(reduce_bucket_elements),
                                   prefetch_bucket_elements=int(prefetch_bucket_elements),
                                   persistence_threshold=int(persistence_threshold),
-                                  side_stream_lags=side_stream_lags(zero_stage, offload_optimizer, pin_memory))
+                                  side_stream_lags=side_stream_lags(zero_stage, offload_optimizer, pin_memory),
+                                  nvme_optimizer=bool(nvme_optimizer))
 
     return ReplayedPeaks.of(replay_deepspeed(trace, capacity_bytes, expandable=bool(expandable_segments)))
 
@@ -2631,11 +2655,11 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         checkpoint_every=hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name),
         lora_rank=plan.lora_rank,
         lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
-        offload_optimizer=str(plan.offload_optimizer) == "cpu", overlap_comm=bool(plan.overlaps_comm),
-        offload_params=str(plan.offload_params) == "cpu", zero_init=builds_in_zero_init(model, plan),
+        offload_optimizer=optimizer_offloaded(plan), overlap_comm=bool(plan.overlaps_comm),
+        offload_params=str(plan.offload_params) != "none", zero_init=builds_in_zero_init(model, plan),
         reduce_bucket_elements=plan.reduce_bucket_elements, prefetch_bucket_elements=plan.prefetch_bucket_elements,
         persistence_threshold=plan.persistence_threshold, expandable_segments=bool(plan.expandable_segments),
-        pin_memory=bool(plan.pin_memory))
+        pin_memory=bool(plan.pin_memory), nvme_optimizer=plan.nvme_optimizer)
 
 
 # ================================================================================================================
