@@ -221,3 +221,35 @@ def test_the_drive_holds_what_goes_there(optimizer, params, bytes_per_param):
     assert mem.nvme_bytes_per_node == 8 * mem.nvme_bytes_per_gpu
     both_there = params in ("none", optimizer)
     assert (mem.nvme_bytes_per_gpu == mem.offloaded_bytes_per_gpu) == both_there
+
+
+def test_advisor_prices_the_optimizer_on_nvme_when_host_memory_is_what_fails():
+    from workbench.advisor import nvme_option
+
+    model = catalog.model("llama2-7b")
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, host_memory_gib_per_node=64)
+    plan = _plan("cpu", global_batch_size=8)
+    finding = nvme_option(model, cluster, plan)
+    nvme_plan = plan.replace(offload_optimizer="nvme")
+    est = estimate(model, cluster.replace(nvme_gib_per_node=1e9), nvme_plan, checks=False)
+    assert finding.id == "nvme_option" and "the cluster declares none" in finding.message
+    assert f"{est.time.step_seconds:.3f} s/step" in finding.message
+    need = -(-est.memory.nvme_bytes_per_node // 2**30)
+    assert f"--offload-optimizer nvme --nvme-gib {need} " in finding.suggestion and "--offload-params" not in \
+        finding.suggestion
+    # the plan the suggestion names fits that cluster once it declares the NVMe
+    assert estimate(model, cluster.replace(nvme_gib_per_node=need), nvme_plan, checks=False).memory.fits
+    # nothing to say where host memory holds the CPU offload, or where the plan already swaps to NVMe
+    assert nvme_option(model, cluster.replace(host_memory_gib_per_node=256), plan) is None
+    assert nvme_option(model, cluster.replace(nvme_gib_per_node=200), nvme_plan) is None
+    # with the parameters in host memory too and too little of it even then, they go to NVMe as well
+    both = _plan("cpu", "cpu", global_batch_size=8)
+    small = cluster.replace(host_memory_gib_per_node=48)  # CPU 155 GiB, optimizer on NVMe 74, both 44
+    finding = nvme_option(model, small, both)
+    assert finding is not None and "--offload-params nvme" in finding.suggestion
+    assert "the parameters too" in finding.message
+    # and `workbench advise` lists it
+    out = subprocess.run([sys.executable, "-m", "workbench", "advise", "--model", "llama2-7b", "--gpus-per-node", "1",
+                          "--gbs", "8", "--mbs", "1", "--zero", "3", "--offload-optimizer", "cpu", "--host-mem-gib",
+                          "64", "--no-simulate-allocator"], capture_output=True, text=True, check=True).stdout
+    assert "nvme_option" in out and f"--nvme-gib {need}" in out

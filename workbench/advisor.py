@@ -1791,6 +1791,63 @@ def planner_alternative(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPl
                               f"side')")
 
 
+NVME_OPTION_UNBOUNDED_GIB = 1e9
+"""NVMe per node the :func:`nvme_option` pricing assumes, so that what the drive must hold is measured rather than
+judged: the finding then names what the node needs (``--nvme-gib``) against what the cluster declares."""
+
+
+def nvme_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0, record=None,
+                profile=None) -> Optional[Finding]:
+    """For a DeepSpeed plan without pipeline parallelism that fits the GPU but not the node's host memory: the same
+    plan at ZeRO-3 with the optimizer swapped to NVMe (ZeRO-Infinity) and the parameters where the plan keeps them —
+    or on NVMe too when that is what lets host memory fit — priced on this cluster (its NVMe rates) with as much
+    NVMe as it needs: the host memory, the NVMe per node (``--nvme-gib``), the step and the swaps' share of it.
+    ``None`` when the plan fits host memory, does not fit the GPU, already swaps to NVMe, or no such plan fits."""
+    if (plan.engine is Engine.MEGATRON or plan.pipeline_parallel > 1 or plan.nvme_optimizer
+            or plan.lora_rank):
+        return None
+    mem = (record or _evaluated(model, cluster, plan, profile)).memory
+    cap = (1 - headroom) * mem.capacity_bytes
+    if mem.fits_host or mem.per_gpu_peak_bytes + mem.band_high_bytes > cap:
+        return None
+    roomy = cluster.replace(nvme_gib_per_node=max(cluster.nvme_gib_per_node, NVME_OPTION_UNBOUNDED_GIB))
+    params = [plan.offload_params] + ([Offload.NVME] if plan.offload_params is not Offload.NVME else [])
+    for where in params:
+        try:
+            p = plan.replace(zero_stage=3, offload_optimizer=Offload.NVME, offload_params=where,
+                             overlap_comm=None if plan.zero_stage != 3 else plan.overlap_comm)
+            validate(model, roomy, p)
+        except ValueError:
+            continue
+        est = _evaluated(model, roomy, p, profile)
+        m, t = est.memory, est.time
+        if m.per_gpu_peak_bytes + m.band_high_bytes > cap or not m.fits_host:
+            continue
+        in_host = float(T.step_time_terms(**{**t.inputs, "nvme_optimizer": 0, "nvme_params": 0})["step_seconds"])
+        need_gib = -(-m.nvme_bytes_per_node // GiB)
+        declared = (f"the cluster declares {cluster.nvme_gib_per_node:g} GiB" if cluster.nvme_gib_per_node else
+                    "the cluster declares none")
+        default = (cluster.nvme_read_gb_per_s, cluster.nvme_write_gb_per_s) == (NVME_READ_GB_PER_S,
+                                                                               NVME_WRITE_GB_PER_S)
+        too = ", the parameters too" if where is Offload.NVME else ""
+        return Finding(id="nvme_option", status="warn",
+                       message=f"host memory is what this plan runs out of ({_gb(mem.host_bytes_per_node)} per node of "
+                               f"{_gb(mem.host_capacity_bytes_per_node)}); with the optimizer swapped to NVMe "
+                               f"(ZeRO-3, ZeRO-Infinity{too}) it holds {_gb(m.host_bytes_per_node)} of host memory and "
+                               f"{_gb(m.nvme_bytes_per_node)} of NVMe per node ({declared}), {_gb(m.per_gpu_peak_bytes)} "
+                               f"per GPU, {t.step_seconds:.3f} s/step: {t.step_seconds - in_host:.3f} s of it the swaps "
+                               f"at {cluster.nvme_read_gb_per_s:g} GB/s read, {cluster.nvme_write_gb_per_s:g} GB/s write "
+                               f"per node" + (" (the default rates, an assumed single PCIe 4.0 drive)" if default
+                                              else ""),
+                       suggestion=f"--zero 3 --offload-optimizer nvme"
+                                  + (" --offload-params nvme" if where is Offload.NVME else "")
+                                  + f" --nvme-gib {need_gib} (the node's local NVMe, zero_optimization.offload_optimizer"
+                                  f".nvme_path in the ds_config)"
+                                  + ("; `workbench calibrate --nvme-dir DIR` measures the drive's rates" if default
+                                     else ""))
+    return None
+
+
 LORA_LADDER_RANK = 16
 """Rank of the LoRA alternative the advisor prices (a common choice; Hu et al. 2021 find small ranks enough)."""
 
@@ -2405,6 +2462,9 @@ def advise(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, option
     lora = lora_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
     if lora is not None:
         findings += (lora,)
+    nvme = nvme_option(model, cluster, plan, headroom=headroom, record=record, profile=profile)
+    if nvme is not None:
+        findings += (nvme,)
     cp_choice = context_parallel_choice(model, cluster, plan, record, profile)
     if cp_choice is not None:
         findings += (cp_choice,)
