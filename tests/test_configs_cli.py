@@ -50,7 +50,29 @@ def test_export_writes_files(main, tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_export_writes_the_nvme_path_given(main, tmp_path, capsys):
+    argv = ["export", "deepspeed", "--model", "llama2-7b", "--gpus-per-node", "1", "--gbs", "8", "--zero", "3",
+            "--offload-optimizer", "nvme", "--offload-params", "nvme", "--nvme-gib", "200"]
+    assert main(argv + ["--nvme-path", "/mnt/nvme0/swap"]) == 0
+    out, err = capsys.readouterr()
+    zero = json.loads(out)["zero_optimization"]
+    assert zero["offload_optimizer"]["nvme_path"] == zero["offload_param"]["nvme_path"] == "/mnt/nvme0/swap"
+    assert "--nvme-path" not in err
+    assert main(argv) == 0  # without it: DeepSpeedOptions' folder, and a note naming the flag on stderr
+    out, err = capsys.readouterr()
+    assert json.loads(out)["zero_optimization"]["offload_optimizer"]["nvme_path"] == "/local_nvme"
+    assert "give --nvme-path" in err
+    assert main(["export", "launch", "--model", "llama2-7b", "--gpus-per-node", "1", "--gbs", "8", "--zero", "3",
+                 "--offload-optimizer", "nvme", "--nvme-gib", "200", "--nvme-path", "/nvme", "--out",
+                 str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "ds_config.json").read_text())["zero_optimization"]["offload_optimizer"][
+        "nvme_path"] == "/nvme"
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("argv,needle", [
+    (["export", "deepspeed", "--model", "llama2-7b", "--zero", "3", "--offload-optimizer", "nvme", "--nvme-path", ""],
+     "nvme_path='' must name a folder"),
     (["export", "deepspeed", "--model", "llama3-8b", "--tp", "3"], "does not divide world_size=8"),
     (["export", "deepspeed", "--model", "llama-3-8b"], "did you mean"),
     (["export", "megatron", "--layers", "4", "--hidden", "64"], "--heads"),

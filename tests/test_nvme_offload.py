@@ -253,3 +253,29 @@ def test_advisor_prices_the_optimizer_on_nvme_when_host_memory_is_what_fails():
                           "--gbs", "8", "--mbs", "1", "--zero", "3", "--offload-optimizer", "cpu", "--host-mem-gib",
                           "64", "--no-simulate-allocator"], capture_output=True, text=True, check=True).stdout
     assert "nvme_option" in out and f"--nvme-gib {need}" in out
+
+
+def test_run_writes_the_nvme_path_into_the_runs_ds_config(monkeypatch):
+    import workbench.runs as runs
+    from workbench import cli
+
+    seen = {}
+
+    def launch(*args, **kwargs):  # stands in for the launcher: what `workbench run` hands it
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs, "launch", launch)
+    argv = ["run", "--tiny", "--engine", "deepspeed", "--zero", "3", "--offload-optimizer", "nvme", "--nproc", "1",
+            "--gpu", "CPU", "--steps", "1"]
+    try:
+        cli.main(argv + ["--nvme-path", "/mnt/nvme0"])
+    except KeyboardInterrupt:
+        pass
+    assert seen["ds_options"] == {"nvme_path": "/mnt/nvme0"}
+    seen.clear()
+    try:
+        cli.main(argv)
+    except KeyboardInterrupt:
+        pass
+    assert seen["ds_options"] is None

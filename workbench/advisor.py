@@ -1830,21 +1830,20 @@ def nvme_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
         default = (cluster.nvme_read_gb_per_s, cluster.nvme_write_gb_per_s) == (NVME_READ_GB_PER_S,
                                                                                NVME_WRITE_GB_PER_S)
         too = ", the parameters too" if where is Offload.NVME else ""
-        return Finding(id="nvme_option", status="warn",
-                       message=f"host memory is what this plan runs out of ({_gb(mem.host_bytes_per_node)} per node of "
-                               f"{_gb(mem.host_capacity_bytes_per_node)}); with the optimizer swapped to NVMe "
-                               f"(ZeRO-3, ZeRO-Infinity{too}) it holds {_gb(m.host_bytes_per_node)} of host memory and "
-                               f"{_gb(m.nvme_bytes_per_node)} of NVMe per node ({declared}), {_gb(m.per_gpu_peak_bytes)} "
-                               f"per GPU, {t.step_seconds:.3f} s/step: {t.step_seconds - in_host:.3f} s of it the swaps "
-                               f"at {cluster.nvme_read_gb_per_s:g} GB/s read, {cluster.nvme_write_gb_per_s:g} GB/s write "
-                               f"per node" + (" (the default rates, an assumed single PCIe 4.0 drive)" if default
-                                              else ""),
-                       suggestion=f"--zero 3 --offload-optimizer nvme"
-                                  + (" --offload-params nvme" if where is Offload.NVME else "")
-                                  + f" --nvme-gib {need_gib} (the node's local NVMe, zero_optimization.offload_optimizer"
-                                  f".nvme_path in the ds_config)"
-                                  + ("; `workbench calibrate --nvme-dir DIR` measures the drive's rates" if default
-                                     else ""))
+        swaps = t.step_seconds - in_host
+        message = (f"host memory is what this plan runs out of ({_gb(mem.host_bytes_per_node)} per node of "
+                   f"{_gb(mem.host_capacity_bytes_per_node)}); with the optimizer swapped to NVMe (ZeRO-3, "
+                   f"ZeRO-Infinity{too}) it holds {_gb(m.host_bytes_per_node)} of host memory and "
+                   f"{_gb(m.nvme_bytes_per_node)} of NVMe per node ({declared}), {_gb(m.per_gpu_peak_bytes)} per GPU, "
+                   f"{t.step_seconds:.3f} s/step: {swaps:.3f} s of it the swaps at {cluster.nvme_read_gb_per_s:g} "
+                   f"GB/s read, {cluster.nvme_write_gb_per_s:g} GB/s write per node")
+        suggestion = ("--zero 3 --offload-optimizer nvme" + (" --offload-params nvme" if too else "")
+                      + f" --nvme-gib {need_gib} (the node's local NVMe; --nvme-path DIR, the ds_config's nvme_path, "
+                        f"names its mount)")
+        if default:
+            message += " (the default rates, an assumed single PCIe 4.0 drive)"
+            suggestion += "; `workbench calibrate --nvme-dir DIR` measures the drive's rates"
+        return Finding(id="nvme_option", status="warn", message=message, suggestion=suggestion)
     return None
 
 

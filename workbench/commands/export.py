@@ -41,6 +41,9 @@ def add_parser(sub) -> None:
                         help="deepspeed: the Hugging Face Trainer's form, \"auto\" where the Trainer fills values "
                              "from TrainingArguments, plus training_args.json with the arguments that resolve them "
                              "to this plan")
+    parser.add_argument("--nvme-path", metavar="DIR",
+                        help="ZeRO-Infinity's swap folder, written as the offload sections' nvme_path when the plan "
+                             "offloads to nvme: the mount of the node's local NVMe (default /local_nvme)")
     add_spec_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -57,8 +60,9 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
 
     files: dict = {}
     ok = True
+    options = ds_options(args, plan)
     if kind == "deepspeed" and args.hf_auto:
-        cfg = ds.hf_trainer_ds_config(model, cluster, plan)
+        cfg = ds.hf_trainer_ds_config(model, cluster, plan, options=options)
         targs = ds.hf_training_arguments(model, cluster, plan)
         files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
         files["training_args.json"] = json.dumps({**targs, "deepspeed": "ds_config.json"}, indent=2) + "\n"
@@ -68,7 +72,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
     if args.hf_auto:
         raise ValueError(f"--hf-auto applies to 'export deepspeed' (the Trainer's ds_config), not '{kind}'")
     if kind == "deepspeed":
-        cfg = ds.build_ds_config(model, cluster, plan)
+        cfg = ds.build_ds_config(model, cluster, plan, options=options)
         files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
         ok = _validate_ds(cfg, plan)
         _moe_snippet(files, model, plan)
@@ -82,7 +86,8 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         return files, "megatron_args.sh", ok
     if kind == "hybrid":
         files["hybrid.sh"] = hybrid.hybrid_command(model, cluster, plan)
-        files["ds_config.json"] = json.dumps(hybrid.hybrid_ds_config(model, cluster, plan), indent=2) + "\n"
+        files["ds_config.json"] = json.dumps(hybrid.hybrid_ds_config(model, cluster, plan, options=options),
+                                             indent=2) + "\n"
         ok, message = hybrid.validate_hybrid(model, cluster, plan)
         _note(f"validation: {'OK, ' if ok else 'FAILED, '}{message}")
         return files, "hybrid.sh", ok
@@ -91,7 +96,7 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
     launcher = args.launcher or launch.default_launcher(plan.engine)
     preamble: list = []
     if plan.engine is Engine.DEEPSPEED:
-        cfg = ds.build_ds_config(model, cluster, plan)
+        cfg = ds.build_ds_config(model, cluster, plan, options=options)
         files["ds_config.json"] = json.dumps(cfg, indent=2) + "\n"
         ok = _validate_ds(cfg, plan)
         preamble = ['TRAIN_SCRIPT="${TRAIN_SCRIPT:-train.py}"  # FILL IN: your DeepSpeed training script '
@@ -111,7 +116,8 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
         preamble.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
         command = ["$MEGATRON_LM/pretrain_gpt.py", *args_]
     else:
-        files["ds_config.json"] = json.dumps(hybrid.hybrid_ds_config(model, cluster, plan), indent=2) + "\n"
+        files["ds_config.json"] = json.dumps(hybrid.hybrid_ds_config(model, cluster, plan, options=options),
+                                             indent=2) + "\n"
         ok, message = hybrid.validate_hybrid(model, cluster, plan)
         _note(f"validation: {'OK, ' if ok else 'FAILED, '}{message}")
         name, example, what = hybrid.HYBRID_PLACEHOLDER
@@ -132,6 +138,22 @@ def _files(kind: str, args, model, cluster, plan) -> tuple[dict, str, bool]:
     else:
         files["launch.sh"] = launch.slurm_script(cluster, command, preamble=preamble)
     return files, "launch.sh", ok
+
+
+def ds_options(args, plan):
+    """The :class:`workbench.configs.deepspeed.DeepSpeedOptions` the command line sets (``--nvme-path``), ``None``
+    for the defaults; a plan offloading to nvme without ``--nvme-path`` gets a note on stderr naming the folder
+    written."""
+    from workbench.configs.deepspeed import DeepSpeedOptions
+    from workbench.specs import Offload
+
+    path = getattr(args, "nvme_path", None)
+    if path is None:
+        if Offload.NVME in (plan.offload_optimizer, plan.offload_params):
+            _note(f"note: nvme_path is {DeepSpeedOptions().nvme_path} in the offload sections: give --nvme-path with "
+                  f"the mount of the node's local NVMe (DeepSpeed swaps there)")
+        return None
+    return DeepSpeedOptions(nvme_path=path)
 
 
 def _moe_snippet(files: dict, model, plan) -> None:

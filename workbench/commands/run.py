@@ -21,6 +21,9 @@ def add_parser(sub):
                                                       "(2 layers, hidden 64, seq 32, vocab 512)")
     p.add_argument("--timeout", type=float, default=None, help="seconds before the run is stopped")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--nvme-path", metavar="DIR", default=None,
+                   help="with offload to nvme: ZeRO-Infinity's swap folder on the node's local NVMe (default "
+                        "/local_nvme), written into the run's ds_config")
     p.add_argument("--trainer", choices=["engine", "hf"], default="engine",
                    help="hf: train a --model hf:PATH through transformers' Trainer with the Trainer's \"auto\" "
                         "ds_config (default: the DeepSpeed engine directly)")
@@ -113,7 +116,8 @@ def run(args) -> int:
     model, cluster, plan, nproc = resolve_specs(args)
     launcher = run_launcher(plan, getattr(args, "launcher", None))  # default: what `export launch` writes
     handle = launch(model, cluster, plan, steps=args.steps, nproc=nproc, data=args.data, lr=args.lr,
-                    timeout_seconds=args.timeout, trainer=args.trainer, launcher=launcher)
+                    timeout_seconds=args.timeout, trainer=args.trainer, launcher=launcher,
+                    ds_options={"nvme_path": args.nvme_path} if args.nvme_path else None)
     # the run id first, then per-step progress, both on stderr (stdout stays the record)
     processes = f"{nproc} process{'es' if nproc != 1 else ''}"
     print(f"run {handle.run_id}: started — {plan.engine} under {launcher}, {processes} on {cluster.gpu.name}, "

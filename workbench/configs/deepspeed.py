@@ -122,6 +122,8 @@ class DeepSpeedOptions:
         for name in ("contiguous_gradients", "cpu_checkpointing", "wall_clock_breakdown"):
             put(name, check_bool(name, getattr(self, name)))
         check_str("nvme_path", self.nvme_path)
+        if not self.nvme_path.strip():
+            raise ValueError(f"nvme_path={self.nvme_path!r} must name a folder: the mount of the node's local NVMe")
         if self.warmup_iters is not None and not 0 < self.warmup_iters <= self.train_iters:
             raise ValueError(f"warmup_iters={self.warmup_iters} must be in 1..train_iters={self.train_iters}")
         if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
