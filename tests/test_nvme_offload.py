@@ -279,3 +279,16 @@ def test_run_writes_the_nvme_path_into_the_runs_ds_config(monkeypatch):
     except KeyboardInterrupt:
         pass
     assert seen["ds_options"] is None
+
+
+def test_the_nvme_gradient_list_holds_a_ranks_slices():
+    # over 8 ranks each holds an eighth of every gradient of the bucket: the list is an eighth too, not zero
+    model = catalog.model("llama2-7b").replace(num_layers=2, seq_length=256)
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=8, nvme_gib_per_node=8000)
+    mem = {o: estimate(model, cluster, _plan(o, world_size=8, global_batch_size=8), checks=False,
+                       simulate_allocator=False).memory.to_dict()["allocated_bytes"] for o in ("cpu", "nvme")}
+    one = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=8000)
+    mem1 = {o: estimate(model, one, _plan(o), checks=False, simulate_allocator=False).memory.to_dict()[
+        "allocated_bytes"] for o in ("cpu", "nvme")}
+    added, added1 = mem["nvme"] - mem["cpu"], mem1["nvme"] - mem1["cpu"]
+    assert 0 < added < added1

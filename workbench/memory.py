@@ -1435,9 +1435,10 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     # gradients share the bucket
     end_bucket = where(shares, residue + elems, elems)
     output_last = ~asarray(m.tied_embeddings) & (2 * elems + layers_total <= reduce_bucket_elements)
+    # (this function counts whole gradients' copies; the list holds the rank's slices, a data_parallel-th)
     zero3_embedding = zero3_embedding + zero3_nvme_gradient_list_bytes(
-        end_bucket, elems, data_parallel=data_parallel, nvme_optimizer=nvme_optimizer, counted_first=~output_last,
-        value_bytes=value_bytes)
+        end_bucket, elems / data_parallel, data_parallel=data_parallel, nvme_optimizer=nvme_optimizer,
+        counted_first=~output_last, value_bytes=value_bytes)
     if m.tied_embeddings:
         bypass = where(hooks_reduce & (elems > reduce_bucket_elements), value_bytes, 0.0)
         # ZeRO-3: the shared weight's hand-off (traced on one H200: Gemma 3 27B's width at 3 layers, 10.5 GiB beside
@@ -1464,7 +1465,8 @@ def offload_end_reduction_bytes(m: ModelSpec, *, engine, zero_stage, offload_opt
     trigger_bucket = where((residue > 0) & ~shares, residue, minimum(reduce_bucket_elements, elems + layers_total))
     zero3_trigger = value_bytes * trigger_bucket
     # (NVMe: the bucket's other fp32 casts, the output layer its last slice, a layer's largest weight as a bound)
-    zero3_copy = zero3_copy + zero3_nvme_gradient_list_bytes(trigger_bucket, reduced, data_parallel=data_parallel,
+    zero3_copy = zero3_copy + zero3_nvme_gradient_list_bytes(trigger_bucket, reduced / data_parallel,
+                                                             data_parallel=data_parallel,
                                                              nvme_optimizer=nvme_optimizer, value_bytes=value_bytes)
     trigger = (where(overflow, value_bytes * elems, 0.0)
                + where(zero3_offload, zero3_trigger + zero3_copy, DS_OFFLOAD_NORM_BYTES_PER_VALUE * reduced))
