@@ -2272,6 +2272,31 @@ def zero3_reduction_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes
     return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
 
 
+def zero3_epilogue_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes, data_parallel=None,
+                                   offload_params=0, recompute=0,
+                                   prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS):
+    """16-bit bytes a ZeRO-3 rank holds gathered while the last bucket is reduced after backward
+    (``independent_gradient_partition_epilogue``), with an untied input embedding: that module's post-backward
+    release never runs — DeepSpeed counts a module's pending backward over its inputs that require a gradient
+    (``parameter_offload.py`` ``PostBackwardFunctionModule``: ``if output_in.requires_grad``), and the embedding's
+    input is the token ids — so the weight its backward fetched stays gathered until the coordinator releases
+    everything after the step's backward (the coordinator's set just after that fetch,
+    :func:`zero3_gathered_walk`'s ``after_backward_fetch`` of the first head). The allocator replay's trace holds it
+    so (``_Zero3ParamFetcher.finish``): GPT-NeoX h2048 with both offloads at micro-batch 1 keeps a 196 MiB block
+    gathered through the final reduction. A tied weight is the output layer's too, released by its backward (traced
+    on one H200: Granite 3.0 8B's width with both offloads): 0. 0 where nothing is gathered
+    (:func:`zero3_gathered_bytes`). Arrays allowed."""
+    if m.tied_embeddings:
+        return 0.0 * asarray(tensor_parallel)
+
+    def at(tp, full, pf):
+        return _zero3_model_walk(m, int(tp), bool(full), int(pf))["after_backward_fetch"].get("e0", 0.0)
+
+    live = _per_distinct(at, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
+                         prefetch_bucket_elements)
+    return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
+
+
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
                  reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, overlap_comm=1,
                  prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS, data_parallel=None, offload_params=0,
@@ -3001,12 +3026,13 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
     # coordinator holds then, :func:`zero3_reduction_gathered_bytes`, not the backward's start's set: DeepSeek LLM
     # 67B's width at 2 layers, both offloads, measured, went from +2.5 to -6.2 % allocated with none; OLMo 2 13B's
     # width at 4 layers, +7.6 % with the backward's start's set, its output layer's weight among it.)
-    in_bucket = embedding_elements(m, tensor_parallel) <= reduce_bucket_elements
-    end_gathered = where(zero3_ds & ~in_bucket,
-                         zero3_reduction_gathered_bytes(m, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
-                                                        data_parallel=data_parallel, offload_params=offload_params,
-                                                        recompute=recompute,
-                                                        prefetch_bucket_elements=prefetch_bucket_elements), 0.0)
+    in_bucket = asarray(embedding_elements(m, tensor_parallel) <= reduce_bucket_elements)
+    gathered_kw = dict(tensor_parallel=tensor_parallel, value_bytes=value_bytes, data_parallel=data_parallel,
+                       offload_params=offload_params, recompute=recompute,
+                       prefetch_bucket_elements=prefetch_bucket_elements)
+    # (an untied input embedding's weight stays gathered through that reduction: zero3_epilogue_gathered_bytes)
+    end_gathered = where(zero3_ds, where(~in_bucket, zero3_reduction_gathered_bytes(m, **gathered_kw),
+                                         zero3_epilogue_gathered_bytes(m, **gathered_kw)), 0.0)
     end_buffers = buffers - zero3_tied_at_peak - zero3_gathered + end_gathered + tied_end
     end_peak = weights + grads + optimizer + end_buffers
     end = (tied_end > 0) & (end_peak > backward_peak)
