@@ -206,6 +206,9 @@ def test_nvme_holds_a_bucket_of_fp32_gradient_casts_on_the_gpu():
     params = float(mem["nvme"].breakdown.weights) / 2  # one rank holds the whole 16-bit model
     added = mem["nvme"].to_dict()["allocated_bytes"] - mem["cpu"].to_dict()["allocated_bytes"]
     assert added == pytest.approx(4 * (params - output), rel=0.02)
+    # and the buffers' formula says so (the CLI's and the Memory view's term text)
+    assert "swapped out together" in mem["nvme"].formulas["buffers"]
+    assert "swapped out together" not in mem["cpu"].formulas["buffers"]
 
 
 @pytest.mark.parametrize("optimizer, params, bytes_per_param", [

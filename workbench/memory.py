@@ -3457,6 +3457,10 @@ def memory_estimate_from(model: ModelSpec, cluster: ClusterSpec, plan: ParallelP
         formulas["buffers"] = (formulas.get("buffers", "") + "; at initialization, this plan's peak: the GPU clone of "
                                "the rank's 16-bit partition DeepSpeed makes the fp32 master from on the host, beside "
                                "the flat 16-bit buffer (weights; stage_1_and_2.py, deepspeed_init_bytes)")
+    if plan.nvme_optimizer:
+        formulas["buffers"] = (formulas.get("buffers", "") + "; with the optimizer on NVMe, each reduced bucket's "
+                               "fp32 gradient casts, held until they are swapped out together (stage3.py "
+                               "partition_grads, zero3_nvme_gradient_list_bytes)")
     band = error_band(plan.engine, "device", plan.recompute, plan.expandable_segments, zero_stage=plan.zero_stage,
                       replayed=reserve_fraction is not None, offload_params=plan.offload_params,
                       offload_optimizer=plan.offload_optimizer)
