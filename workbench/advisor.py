@@ -440,10 +440,7 @@ def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optiona
         return None
     per_node = saved * used / memory.host_bytes_per_gpu
     then = used - per_node
-    # (ZeRO-1/2 keep an optimizer offloaded to nvme in CPU memory: ParallelPlan.offloads_to_cpu)
-    in_cpu = (("optimizer", plan.offload_optimizer is Offload.CPU
-               or (plan.offload_optimizer is Offload.NVME and not plan.nvme_optimizer)),
-              ("param", plan.offload_params is Offload.CPU))
+    in_cpu = (("optimizer", plan.optimizer_in_host_memory), ("param", plan.offload_params is Offload.CPU))
     sections = " and ".join(f"offload_{kind}" for kind, there in in_cpu if there)
     return Finding(id="pinned_host_buffers", status="warn",
                    message=f"DeepSpeed's page-locked offload buffers hold {_gb(saved)} per rank beyond their contents "

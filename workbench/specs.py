@@ -1518,9 +1518,15 @@ class ParallelPlan:
         """Whether DeepSpeed keeps the optimizer or the parameters in CPU memory: the host buffers
         :attr:`pin_memory` makes page-locked or pageable. ZeRO-1/2 with the optimizer offloaded to ``nvme`` keep it
         in CPU memory too (they take device ``nvme`` as the CPU, :attr:`nvme_optimizer`)."""
-        cpu_optimizer = self.offload_optimizer is Offload.CPU or (
-            self.offload_optimizer is Offload.NVME and not self.nvme_optimizer)
-        return self.engine is not Engine.MEGATRON and (cpu_optimizer or self.offload_params is Offload.CPU)
+        return self.engine is not Engine.MEGATRON and (self.optimizer_in_host_memory
+                                                       or self.offload_params is Offload.CPU)
+
+    @property
+    def optimizer_in_host_memory(self) -> bool:
+        """Whether DeepSpeed keeps the offloaded optimizer in CPU memory: ``offload_optimizer`` ``cpu``, or ``nvme``
+        below ZeRO-3, which DeepSpeed takes as the CPU (:attr:`nvme_optimizer`)."""
+        return self.offload_optimizer is Offload.CPU or (self.offload_optimizer is Offload.NVME
+                                                         and not self.nvme_optimizer)
 
     @property
     def nvme_optimizer(self) -> bool:
