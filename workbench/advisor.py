@@ -38,10 +38,9 @@ from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute
 from workbench.parallel import group_crosses_nodes
 from workbench.configs.deepspeed import (LARGE_MODEL_PARAMETERS, DeepSpeedOptions,
                                          pageable_offload_cost)
-from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, NO_PIPELINE, NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S,
-                             ClusterSpec, CrossEntropyFusion, Engine, Implementation, ModelSpec, Normalization,
-                             Offload, ParallelPlan, Precision, Recompute, ZeroStage, hf_checkpoint_counts,
-                             hf_checkpoint_every, ulysses_head_limit, validate)
+from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, NO_PIPELINE, ClusterSpec, CrossEntropyFusion, Engine,
+                             Implementation, ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute,
+                             ZeroStage, hf_checkpoint_counts, hf_checkpoint_every, ulysses_head_limit, validate)
 
 STATUSES = ("pass", "warn", "fail")
 CARD_GB_FOR_7B = 40.0
@@ -476,6 +475,13 @@ def pageable_offload(plan: ParallelPlan, time=None) -> Optional[Finding]:
                    suggestion=suggestion if slow else "")
 
 
+def _nvme_swap_split(time) -> tuple:
+    """``(swap seconds, step seconds with the same states in host memory)`` of a time estimate with NVMe offload:
+    the step priced once more without the swaps."""
+    in_host = float(T.step_time_terms(**{**time.inputs, "nvme_optimizer": 0, "nvme_params": 0})["step_seconds"])
+    return time.step_seconds - in_host, in_host
+
+
 def nvme_swaps(cluster: ClusterSpec, plan: ParallelPlan, time=None) -> Optional[Finding]:
     """ZeRO-Infinity's offload to NVMe: what DeepSpeed's swaps of the optimizer states (and of the parameters beyond
     ``max_in_cpu``) add to the step at the node's NVMe rates (:func:`workbench.timing.nvme_swap_seconds`), priced
@@ -492,10 +498,9 @@ def nvme_swaps(cluster: ClusterSpec, plan: ParallelPlan, time=None) -> Optional[
                        suggestion='"device": "cpu" to say what runs, or ZeRO-3 to put the states on the NVMe')
     if time is None or not time.inputs:
         return None
-    in_host = float(T.step_time_terms(**{**time.inputs, "nvme_optimizer": 0, "nvme_params": 0})["step_seconds"])
-    swaps = time.step_seconds - in_host
+    swaps, in_host = _nvme_swap_split(time)
     ranks = min(cluster.world_size, cluster.gpus_per_node)
-    default = (cluster.nvme_read_gb_per_s, cluster.nvme_write_gb_per_s) == (NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S)
+    default = cluster.nvme_rates_assumed
     rates = (f"{cluster.nvme_read_gb_per_s:g} GB/s read, {cluster.nvme_write_gb_per_s:g} GB/s write per node, shared "
              f"by its {ranks} rank{'s' if ranks > 1 else ''}"
              + (" (the default rates: give your node's with --nvme-read-gbps / --nvme-write-gbps, "
@@ -1820,14 +1825,12 @@ def nvme_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
         m, t = est.memory, est.time
         if m.per_gpu_peak_bytes + m.band_high_bytes > cap or not m.fits_host:
             continue
-        in_host = float(T.step_time_terms(**{**t.inputs, "nvme_optimizer": 0, "nvme_params": 0})["step_seconds"])
+        swaps, _ = _nvme_swap_split(t)
         need_gib = -(-m.nvme_bytes_per_node // GiB)
         declared = (f"the cluster declares {cluster.nvme_gib_per_node:g} GiB" if cluster.nvme_gib_per_node else
                     "the cluster declares none")
-        default = (cluster.nvme_read_gb_per_s, cluster.nvme_write_gb_per_s) == (NVME_READ_GB_PER_S,
-                                                                               NVME_WRITE_GB_PER_S)
+        default = cluster.nvme_rates_assumed
         too = ", the parameters too" if where is Offload.NVME else ""
-        swaps = t.step_seconds - in_host
         message = (f"host memory is what this plan runs out of ({_gb(mem.host_bytes_per_node)} per node of "
                    f"{_gb(mem.host_capacity_bytes_per_node)}); with the optimizer swapped to NVMe (ZeRO-3, "
                    f"ZeRO-Infinity{too}) it holds {_gb(m.host_bytes_per_node)} of host memory and "

@@ -853,6 +853,12 @@ class ClusterSpec:
         return self.gpus_per_node * self.num_nodes
 
     @property
+    def nvme_rates_assumed(self) -> bool:
+        """Whether the NVMe rates are the assumed defaults (:data:`NVME_READ_GB_PER_S`, :data:`NVME_WRITE_GB_PER_S`)
+        rather than the node's own."""
+        return (self.nvme_read_gb_per_s, self.nvme_write_gb_per_s) == (NVME_READ_GB_PER_S, NVME_WRITE_GB_PER_S)
+
+    @property
     def cpu_adam_threads_per_rank(self) -> int:
         """Threads of each rank's CPU optimizer: ``cpu_adam_threads``, or the node's cores shared by its GPUs."""
         return self.cpu_adam_threads or max(1, self.host_cpu_cores_per_node // self.gpus_per_node)
