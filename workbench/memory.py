@@ -2262,12 +2262,22 @@ def zero3_reduction_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes
     weight, 6.17 GiB allocated as measured on one H200. On DeepSeek LLM 67B's width at 2 layers the walk's set at
     the 839 M-element embedding's reduction is its own 1.56 GiB weight: -0.7 % allocated against the measurement.)
     0 where nothing is gathered (:func:`zero3_gathered_bytes`). Arrays allowed."""
-    def at(tp, full, pf):
-        walk = _zero3_model_walk(m, int(tp), bool(full), int(pf))
+    def pick(walk):
         head = walk["after_backward_fetch"].get("e0", 0.0)
         return max(head, 0.0 if m.tied_embeddings else walk["after_first_backward"])
 
-    live = _per_distinct(at, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
+    return _walk_gathered_bytes(m, pick, tensor_parallel=tensor_parallel, value_bytes=value_bytes,
+                                data_parallel=data_parallel, offload_params=offload_params, recompute=recompute,
+                                prefetch_bucket_elements=prefetch_bucket_elements)
+
+
+def _walk_gathered_bytes(m: ModelSpec, pick, *, tensor_parallel, value_bytes, data_parallel, offload_params, recompute,
+                         prefetch_bucket_elements):
+    """16-bit bytes of the gathered set ``pick(walk)`` (elements) takes from the coordinator's walk
+    (:func:`_zero3_model_walk`) at each distinct setting; 0 where nothing is gathered (:func:`zero3_gathered_bytes`).
+    Arrays allowed."""
+    live = _per_distinct(lambda tp, full, pf: pick(_zero3_model_walk(m, int(tp), bool(full), int(pf))),
+                         tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
                          prefetch_bucket_elements)
     return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
 
@@ -2288,13 +2298,10 @@ def zero3_epilogue_gathered_bytes(m: ModelSpec, *, tensor_parallel, value_bytes,
     (:func:`zero3_gathered_bytes`). Arrays allowed."""
     if m.tied_embeddings:
         return 0.0 * asarray(tensor_parallel)
-
-    def at(tp, full, pf):
-        return _zero3_model_walk(m, int(tp), bool(full), int(pf))["after_backward_fetch"].get("e0", 0.0)
-
-    live = _per_distinct(at, tensor_parallel, asarray(recompute) >= RECOMPUTE_CODES[Recompute.FULL],
-                         prefetch_bucket_elements)
-    return where(_zero3_gathers(data_parallel, offload_params), value_bytes * live, 0.0)
+    return _walk_gathered_bytes(m, lambda walk: walk["after_backward_fetch"].get("e0", 0.0),
+                                tensor_parallel=tensor_parallel, value_bytes=value_bytes, data_parallel=data_parallel,
+                                offload_params=offload_params, recompute=recompute,
+                                prefetch_bucket_elements=prefetch_bucket_elements)
 
 
 def buffer_bytes(m: ModelSpec, *, engine, zero_stage, tensor_parallel, micro_batch, context_parallel, value_bytes,
