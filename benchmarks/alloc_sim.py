@@ -48,7 +48,8 @@ def _ds_setup(rec: dict) -> DeepSpeedSetup:
     sizes = {name: int(resolved[key]) for key, name in (("reduce_bucket_size", "reduce_bucket_elements"),
                                                          ("stage3_prefetch_bucket_size", "prefetch_bucket_elements"),
                                                          ("stage3_param_persistence_threshold",
-                                                          "persistence_threshold"))
+                                                          "persistence_threshold"),
+                                                         ("sub_group_size", "sub_group_elements"))
              if resolved.get(key) is not None}
     offload = ds.get("zero_optimization", {}).get("offload_optimizer") or {}
     return DeepSpeedSetup(zero_stage=zero, micro_batch=ds["train_micro_batch_size_per_gpu"],
@@ -79,7 +80,8 @@ def trace_hf_deepspeed(rec: dict, sdpa_kernel: str = "cudnn") -> list:
         gradient_checkpointing=bool(rec.get("gradient_checkpointing")), lora=rec.get("lora") or None,
         checkpoint_every=int(rec.get("checkpoint_every_n_layers") or 1),  # transformers' every_n_layers
         reduce_bucket_elements=s.reduce_bucket_elements, prefetch_bucket_elements=s.prefetch_bucket_elements,
-        persistence_threshold=s.persistence_threshold, steps=s.steps, offload_optimizer=s.offload_optimizer,
+        persistence_threshold=s.persistence_threshold, sub_group_elements=s.sub_group_elements, steps=s.steps,
+        offload_optimizer=s.offload_optimizer,
         sdpa_kernel=sdpa_kernel, overlap_comm=s.overlap_comm, offload_params=s.offload_params,
         zero_init=s.zero_init, side_stream_lags=s.side_stream_lags, nvme_optimizer=s.nvme_optimizer)
 

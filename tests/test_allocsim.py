@@ -835,15 +835,21 @@ def test_zero3_converted_copies_meet_across_sub_groups(monkeypatch):
     from workbench import memory
 
     cfg = read_config(HF / "tiny-llama")
-    sizes = []
+    sizes, totals = [], []
 
-    def two_groups(numels):
-        groups = memory.zero3_sub_groups(numels, sum(numels) // 2)
+    def spy(numels, sub_group_elements):
+        groups = memory.zero3_sub_groups(numels, sub_group_elements)
         sizes.extend(groups)
+        totals.append(sum(numels))
         return groups
 
-    monkeypatch.setattr(allocsim, "zero3_sub_groups", two_groups)
-    events = allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=64, steps=1)
+    monkeypatch.setattr(allocsim, "zero3_sub_groups", spy)
+    allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=64, steps=1)
+    assert len(sizes) == 1  # DeepSpeed's 1e9 holds the tiny model in one sub-group
+    sizes.clear()
+    # the plan's sub_group_size at half the model: two sub-groups
+    events = allocsim.trace_hf_deepspeed(cfg, zero_stage=3, micro_batch=1, seq_length=64, steps=1,
+                                         sub_group_elements=totals[0] // 2)
     assert len(sizes) == 2
     first, second = (4 * g for g in sizes)
     made = [i for i, e in enumerate(events) if e[0] == "malloc" and e[2] in (first, second)][:4]

@@ -381,8 +381,9 @@ def test_overlap_comm_auto_is_left_to_the_stage_default():
     (_zero(3, stage3_prefetch_bucket_size=-3), "zero_optimization.stage3_prefetch_bucket_size=-3 must be >= 0"),
     (_zero(3, stage3_param_persistence_threshold=-1),
      "zero_optimization.stage3_param_persistence_threshold=-1 must be >= 0"),
-    (_zero(3, sub_group_size=0), "zero_optimization.sub_group_size=0: DeepSpeed accepts 0 here, but the workbench "
-                                 "models this setting only from 1"),
+    (_zero(3, stage3_max_live_parameters=0), "zero_optimization.stage3_max_live_parameters=0: DeepSpeed accepts 0 "
+                                             "here, but the workbench models this setting only from 1"),
+    (_zero(3, sub_group_size=-1), "zero_optimization.sub_group_size=-1 must be >= 0"),
     ({"train_batch_size": 8, "gradient_clipping": -1}, "gradient_clipping=-1 must be >= 0 (DeepSpeed clips only "
                                                        "when it is > 0"),
     ({"train_batch_size": 8, "fp16": {"enabled": True, "initial_scale_power": 1000}},

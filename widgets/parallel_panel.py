@@ -33,7 +33,8 @@ GROUPS = (
              "moe_load_imbalance", "moe_recompute", "moe_pad_to_capacity", "moe_overlap_alltoall")),
     ("Memory & recompute", ("recompute", "recompute_layers", "distributed_optimizer", "offload_optimizer",
                             "offload_params", "pin_memory", "zero_init", "expandable_segments", "lora_rank")),
-    ("DeepSpeed ZeRO sizes", ("reduce_bucket_size", "prefetch_bucket_size", "param_persistence_threshold")),
+    ("DeepSpeed ZeRO sizes", ("reduce_bucket_size", "prefetch_bucket_size", "param_persistence_threshold",
+                              "sub_group_size")),
     ("Precision & kernels", ("precision", "fp8_recipe", "fp8_param_gather", "fp8_bf16_first_layers",
                              "fp8_bf16_last_layers", "grad_reduce_fp32", "cross_entropy_fusion", "adam",
                              "overlap_comm")),
@@ -42,7 +43,8 @@ GROUPS = (
 error stay below them, visible whichever section is open."""
 
 _ZERO_IS_NONE = ("recompute_layers", "first_stage_layers", "last_stage_layers", "expert_tensor_parallel",
-                 "moe_capacity_factor", "reduce_bucket_size", "prefetch_bucket_size", "param_persistence_threshold")
+                 "moe_capacity_factor", "reduce_bucket_size", "prefetch_bucket_size", "param_persistence_threshold",
+                 "sub_group_size")
 """Integer boxes where 0 stands for the plan's ``None``."""
 _ENGINE_DEFAULT = "default"  # the overlap_comm choice that leaves it to the engine (None in the plan)
 
@@ -180,7 +182,10 @@ class ParallelPanel(Panel):
                  "ahead; 0: DeepSpeed's 5e7. The HF Trainer's 'auto' is 0.9 x hidden²"),
                 ("param_persistence_threshold", "ZeRO-3 persistence", "stage3_param_persistence_threshold: "
                  "parameters of at most this many elements are never partitioned; 0: DeepSpeed's 1e5. The HF "
-                 "Trainer's 'auto' is 10 x hidden")):
+                 "Trainer's 'auto' is 10 x hidden"),
+                ("sub_group_size", "ZeRO-3 sub-group", "zero_optimization.sub_group_size: the optimizer steps the "
+                 "partition in sub-groups of about this many elements; the step's fp32 gradient and, with offload, "
+                 "the host's buffers per sub-group (NVMe: its swap buffers) scale with it; 0: DeepSpeed's 1e9")):
             c[name] = int_text(label + " (elements)", minimum=0, tooltip=what)
         self.controls = c
         for name, w in c.items():

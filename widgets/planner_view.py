@@ -41,7 +41,7 @@ def search_settings(state) -> dict:
                 moe_capacity_factor=None if p.deepspeed_moe else p.moe_capacity_factor,
                 moe_pad_to_capacity=p.moe_pad_to_capacity and not p.deepspeed_moe, profile=state.profile,
                 reduce_bucket_size=p.reduce_bucket_size, prefetch_bucket_size=p.prefetch_bucket_size,
-                param_persistence_threshold=p.param_persistence_threshold)
+                param_persistence_threshold=p.param_persistence_threshold, sub_group_size=p.sub_group_size)
 
 
 def offload_text(plan) -> str:

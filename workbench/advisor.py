@@ -450,6 +450,42 @@ def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optiona
                               f"then go through pageable memory: {pageable_offload_cost()}")
 
 
+SMALLER_SUB_GROUP_ELEMENTS = 100_000_000
+"""The ``sub_group_size`` the advisor prices against DeepSpeed's 1e9 when a ZeRO-3 offload plan's host memory is
+tight: one tenth of the default."""
+
+
+def sub_group_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
+    """ZeRO-3 with the optimizer offloaded and the node's host memory past :data:`HOST_MEMORY_WARN_FRACTION` (or
+    over it): DeepSpeed keeps host buffers per optimizer sub-group (with CPU offload a page-locked fp32 gradient per
+    sub-group, rounded up to a power of two; on NVMe the swapper's page-locked buffers of the largest sub-group,
+    :func:`workbench.memory.host_resident_bytes`), so ``sub_group_size`` sets them. Priced once more at
+    :data:`SMALLER_SUB_GROUP_ELEMENTS`; None when the plan's sub-groups are no larger already, when that saves less
+    than 1 GiB per rank, or when the host is not tight."""
+    if plan.engine is Engine.MEGATRON or int(plan.zero_stage) < 3 or plan.offload_optimizer is Offload.NONE:
+        return None
+    if plan.sub_group_elements <= SMALLER_SUB_GROUP_ELEMENTS:
+        return None
+    used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
+    if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
+        return None
+    smaller = M.host_bytes_with(model, plan, sub_group_elements=SMALLER_SUB_GROUP_ELEMENTS)
+    saved = memory.host_bytes_per_gpu - smaller
+    if saved < GiB:
+        return None
+    then = used - saved * used / memory.host_bytes_per_gpu
+    held = ("the NVMe swapper's page-locked buffers of the largest sub-group" if plan.nvme_optimizer else
+            "a page-locked fp32 gradient per sub-group, each rounded up to a power of two")
+    return Finding(id="sub_group_host_buffers", status="warn",
+                   message=f"DeepSpeed ZeRO-3 keeps host buffers per optimizer sub-group ({held}); at sub_group_size "
+                           f"{plan.sub_group_elements:.3g} they hold {_gb(saved)} per rank more than at "
+                           f"{SMALLER_SUB_GROUP_ELEMENTS:.0e}",
+                   suggestion=f'"sub_group_size": {SMALLER_SUB_GROUP_ELEMENTS:.0e} in zero_optimization '
+                              f"(--sub-group-size {SMALLER_SUB_GROUP_ELEMENTS:.0e}): {_gb(then)} per node of "
+                              f"{_gb(cap)} ({then / cap:.0%}); the optimizer then steps in ten times as many pieces "
+                              f"(the time model does not price the count)")
+
+
 def pageable_offload(plan: ParallelPlan, time=None) -> Optional[Finding]:
     """DeepSpeed CPU offload with ``"pin_memory": false`` (:attr:`ParallelPlan.pin_memory` off, as an imported
     ds_config can set it): every copy between host and GPU is staged by the driver through its own page-locked
@@ -843,7 +879,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
-             pageable_offload(plan, time), nvme_swaps(cluster, plan, time),
+             sub_group_host_buffers(model, plan, memory), pageable_offload(plan, time), nvme_swaps(cluster, plan, time),
              expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction,
                                         expandable_twin=expandable_twin),
              strategy_tier(model, cluster, plan, memory),

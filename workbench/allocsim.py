@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from workbench.defaults import (DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
-                                DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS)
+                                DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_SUB_GROUP_ELEMENTS,
+                                DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS)
 from workbench.hf import enable_layer_checkpointing, with_lora
 from workbench.specs import builds_in_zero_init, hf_checkpoint_every
 from workbench.memory import zero3_sub_groups  # noqa: F401  (DeepSpeed's sub-groups, as the memory model has them)
@@ -889,6 +890,8 @@ class DeepSpeedSetup:
     """ZeRO-3 ``stage3_prefetch_bucket_size``: what the coordinator gathers ahead (:class:`_Zero3ParamFetcher`)."""
     persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD
     """ZeRO-3 ``stage3_param_persistence_threshold``: parameters of at most this many elements are never released."""
+    sub_group_elements: int = DEEPSPEED_SUB_GROUP_ELEMENTS
+    """ZeRO-3 ``sub_group_size``: the optimizer's sub-groups (:func:`zero3_sub_groups`)."""
     steps: int = 6
     offload_optimizer: bool = False
     """ZeRO-2 with ``offload_optimizer`` on the CPU: the fp32 master, its gradient and Adam's states live on the
@@ -1751,7 +1754,7 @@ def deepspeed_zero3_steps(model, micro_step, setup: DeepSpeedSetup, events: list
         # (in the trainable parameters' dtype: fp32 for the adapters peft adds to a model built inside zero.Init,
         # which the engine leaves uncast, deepspeed_steps)
         flat = torch.empty(n, dtype=params[0].dtype if params else torch.bfloat16, device="meta")
-    groups = zero3_sub_groups([size(p) for p in params])
+    groups = zero3_sub_groups([size(p) for p in params], setup.sub_group_elements)
     masters, adam = [], None
     if not offload:  # _create_fp32_partitions: converted = flat.to(fp32), its clone kept
         converted = None
@@ -1882,6 +1885,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                        reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                        prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
                        persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
+                       sub_group_elements: int = DEEPSPEED_SUB_GROUP_ELEMENTS,
                        steps: int = 6, offload_optimizer: bool = False, sdpa_kernel: str = "cudnn",
                        flatten_on_device: bool = True, side_stream_lags: bool = True,
                        overlap_comm: bool = False, offload_params: bool = False, zero_init: bool = False,
@@ -1895,7 +1899,8 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
     ``sdpa_kernel``: the kernel behind ``attn_implementation="sdpa"``
     (:data:`SDPA_KERNELS`; cuDNN's, as on an H200). ``lora``: peft ``LoraConfig`` keywords (only the adapters train); ``None``: a full
     fine-tune. ``checkpoint_every``: with ``gradient_checkpointing``, transformers' ``every_n_layers`` (layers 0, k,
-    2k, ... checkpointed). ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``. DeepSpeed's state is made
+    2k, ... checkpointed). ``reduce_bucket_elements``: DeepSpeed's ``reduce_bucket_size``; ``sub_group_elements``:
+    its ``sub_group_size``. DeepSpeed's state is made
     of meta tensors with the lifetimes of
     ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and ``fp16/fused_optimizer.py`` (ZeRO-0, bf16):
 
@@ -1934,6 +1939,7 @@ def trace_hf_deepspeed(config: dict, *, zero_stage: int, micro_batch: int, seq_l
                            seq_length=seq_length, reduce_bucket_elements=reduce_bucket_elements, steps=steps,
                            prefetch_bucket_elements=int(prefetch_bucket_elements),
                            persistence_threshold=int(persistence_threshold),
+                           sub_group_elements=int(sub_group_elements),
                            offload_optimizer=bool(offload_optimizer), flatten_on_device=bool(flatten_on_device),
                            side_stream_lags=bool(side_stream_lags), overlap_comm=bool(overlap_comm),
                            offload_params=bool(offload_params), zero_init=bool(zero_init),
@@ -2082,6 +2088,7 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
                            reduce_bucket_elements=plan.reduce_bucket_elements,
                            prefetch_bucket_elements=plan.prefetch_bucket_elements,
                            persistence_threshold=plan.persistence_threshold,
+                           sub_group_elements=plan.sub_group_elements,
                            offload_optimizer=optimizer_offloaded(plan),
                            offload_params=str(plan.offload_params) != "none",
                            overlap_comm=bool(plan.overlaps_comm), flatten_on_device=flatten_on_device,
@@ -2545,6 +2552,7 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                    reduce_bucket_elements: int = DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
                    prefetch_bucket_elements: int = DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
                    persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
+                   sub_group_elements: int = DEEPSPEED_SUB_GROUP_ELEMENTS,
                    expandable_segments: bool = False, pin_memory: bool = True,
                    nvme_optimizer: bool = False) -> ReplayedPeaks:
     """The caching allocator's peaks (:class:`ReplayedPeaks`) replayed over the trace of building the model
@@ -2581,6 +2589,7 @@ def replayed_peaks(config: dict, *, seq_length: int, micro_batch: int, zero_stag
                                   reduce_bucket_elements=int(reduce_bucket_elements),
                                   prefetch_bucket_elements=int(prefetch_bucket_elements),
                                   persistence_threshold=int(persistence_threshold),
+                                  sub_group_elements=int(sub_group_elements),
                                   side_stream_lags=side_stream_lags(zero_stage, offload_optimizer, pin_memory),
                                   nvme_optimizer=bool(nvme_optimizer))
 
@@ -2658,7 +2667,8 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         offload_optimizer=optimizer_offloaded(plan), overlap_comm=bool(plan.overlaps_comm),
         offload_params=str(plan.offload_params) != "none", zero_init=builds_in_zero_init(model, plan),
         reduce_bucket_elements=plan.reduce_bucket_elements, prefetch_bucket_elements=plan.prefetch_bucket_elements,
-        persistence_threshold=plan.persistence_threshold, expandable_segments=bool(plan.expandable_segments),
+        persistence_threshold=plan.persistence_threshold, sub_group_elements=plan.sub_group_elements,
+        expandable_segments=bool(plan.expandable_segments),
         pin_memory=bool(plan.pin_memory), nvme_optimizer=plan.nvme_optimizer)
 
 

@@ -23,15 +23,16 @@ page-locked host buffer for good (stage3.py ``_create_param_groups_fp16_flat_cpu
 DEEPSPEED_PERSISTENCE_THRESHOLD = 100_000
 """DeepSpeed ZeRO-3 ``stage3_param_persistence_threshold`` default, elements (deepspeed/runtime/zero/config.py: 1e5):
 parameters of at most this many elements are never partitioned."""
-DEEPSPEED_ZERO_SIZES = {"reduce_bucket_size": DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
-                        "prefetch_bucket_size": DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
-                        "param_persistence_threshold": DEEPSPEED_PERSISTENCE_THRESHOLD}
-"""DeepSpeed's default of each ZeRO size a plan may set (:data:`workbench.specs.ZERO_SIZE_STAGES`), by plan field."""
-DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS = 500_000_000
-"""DeepSpeed ZeRO-1/2 ``allgather_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e8)."""
 DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000
 """DeepSpeed ZeRO-3 ``sub_group_size`` default, elements (deepspeed/runtime/zero/config.py: 1e9): the optimizer steps
 the partition one sub-group at a time; ``_create_fp16_sub_groups`` closes a sub-group once it reaches this size."""
+DEEPSPEED_ZERO_SIZES = {"reduce_bucket_size": DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+                        "prefetch_bucket_size": DEEPSPEED_PREFETCH_BUCKET_ELEMENTS,
+                        "param_persistence_threshold": DEEPSPEED_PERSISTENCE_THRESHOLD,
+                        "sub_group_size": DEEPSPEED_SUB_GROUP_ELEMENTS}
+"""DeepSpeed's default of each ZeRO size a plan may set (:data:`workbench.specs.ZERO_SIZE_STAGES`), by plan field."""
+DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS = 500_000_000
+"""DeepSpeed ZeRO-1/2 ``allgather_bucket_size`` default, elements (deepspeed/runtime/zero/config.py: 5e8)."""
 DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS = 250_000_000
 """ZeRO-3 with optimizer offload takes an offloaded gradient's norm in pieces of this many elements, each through its
 own fp64 copy (deepspeed/runtime/zero/stage3.py ``_constant_buffered_norm2``, ``buffer_size`` default)."""

@@ -9,9 +9,9 @@ routing load, 1 when balanced; the planner's float column ``moe_imb`` carries th
 (1: DeepSpeed-MoE layers) and
 ``moe_ag`` (1: allgather dispatcher), ``expseg`` (1: PyTorch's expandable-segments allocator), ``pin`` (1: DeepSpeed's
 offload buffers page-locked, ``pin_memory``), DeepSpeed's ZeRO sizes in elements ``rbucket`` (``reduce_bucket_size``),
-``pbucket`` (``stage3_prefetch_bucket_size``) and ``persist`` (``stage3_param_persistence_threshold``), one number
-for every plan of a table, ``moe_ov`` (1: all-to-all overlapped, combined 1F1B), ``moe_rc`` (MoE
-selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the
+``pbucket`` (``stage3_prefetch_bucket_size``), ``persist`` (``stage3_param_persistence_threshold``) and ``sgroup``
+(``sub_group_size``), one number for every plan of a table, ``moe_ov`` (1: all-to-all overlapped, combined 1F1B),
+``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the
 pipeline split ``first_layers, last_layers`` (0: an even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
@@ -88,7 +88,8 @@ def plan_columns(plan: ParallelPlan, model: ModelSpec) -> dict:
                 expseg=int(plan.expandable_segments), pin=int(plan.pin_memory), tp_ov=int(plan.tp_comm_overlap),
                 xent=CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion],
                 zinit=int(builds_in_zero_init(model, plan)), rbucket=plan.reduce_bucket_elements,
-                pbucket=plan.prefetch_bucket_elements, persist=plan.persistence_threshold)
+                pbucket=plan.prefetch_bucket_elements, persist=plan.persistence_threshold,
+                sgroup=plan.sub_group_elements)
     cols["recompute_layers"] = plan.recompute_layers or max(stage_layer_columns(model.num_layers, cols))
     return cols
 
@@ -374,7 +375,8 @@ def memory_inputs(model: ModelSpec, cols: dict, precision: Precision, *, profile
                nvme_optimizer=cols.get("nvme_opt", 0), nvme_params=cols.get("nvme_par", 0),
                zero_init=zinit,
                reduce_bucket_elements=cols.get("rbucket", defaults.DEEPSPEED_REDUCE_BUCKET_ELEMENTS),
-               prefetch_bucket_elements=cols.get("pbucket", defaults.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS))
+               prefetch_bucket_elements=cols.get("pbucket", defaults.DEEPSPEED_PREFETCH_BUCKET_ELEMENTS),
+               sub_group_elements=cols.get("sgroup", defaults.DEEPSPEED_SUB_GROUP_ELEMENTS))
     if profile is not None:
         out["overheads"], _ = profile.memory_overheads()
     return out

@@ -702,17 +702,17 @@ def zero3_sub_groups(numels: list, sub_group_elements: int = DS_SUB_GROUP_ELEMEN
 
 
 @_memoised_on_numbers
-def zero3_largest_sub_group(m: ModelSpec, tensor_parallel=1, data_parallel=1):
+def zero3_largest_sub_group(m: ModelSpec, tensor_parallel=1, data_parallel=1, sub_group_elements=DS_SUB_GROUP_ELEMENTS):
     """Elements of DeepSpeed ZeRO-3's largest optimizer sub-group on one rank (:func:`zero3_sub_groups` over the
-    rank's partition of each weight, :func:`workbench.params.weight_tensor_sizes`): what its optimizer step
-    flattens and casts at once. A sub-group closes at the first weight that takes it to ``sub_group_size`` or
-    beyond, so it can pass the size by most of a weight (Llama 3 70B's width at 2 layers: the second layer's rest
-    with the output layer, 1.9 G elements)."""
-    if ndim(tensor_parallel) or ndim(data_parallel):  # a sweep: each distinct (t, d) once, remembered
-        return _per_distinct(lambda t, d: zero3_largest_sub_group(m, int(t), int(d)), tensor_parallel,
-                             data_parallel)
-    return float(max(zero3_sub_groups([e / data_parallel for e in P.weight_tensor_sizes(m, int(tensor_parallel))]),
-                     default=0.0))
+    rank's partition of each weight, :func:`workbench.params.weight_tensor_sizes`, at ``sub_group_size``
+    ``sub_group_elements``): what its optimizer step flattens and casts at once. A sub-group closes at the first
+    weight that takes it to ``sub_group_size`` or beyond, so it can pass the size by most of a weight (Llama 3 70B's
+    width at 2 layers: the second layer's rest with the output layer, 1.9 G elements)."""
+    if ndim(tensor_parallel) or ndim(data_parallel) or ndim(sub_group_elements):  # a sweep: each distinct set once
+        return _per_distinct(lambda t, d, s: zero3_largest_sub_group(m, int(t), int(d), int(s)), tensor_parallel,
+                             data_parallel, sub_group_elements)
+    sizes = [e / data_parallel for e in P.weight_tensor_sizes(m, int(tensor_parallel))]
+    return float(max(zero3_sub_groups(sizes, int(sub_group_elements)), default=0.0))
 
 
 def model_state_bytes(n_params, *, engine, zero_stage, data_parallel, param_bytes, fp16=0, offload_optimizer=0,
@@ -842,33 +842,37 @@ _HOST_TENSOR_SUMS = ("bf16_partitions", "fp32_sub_groups", "largest_sub_group", 
 
 
 @_memoised_on_numbers
-def _host_tensor_sums(m: ModelSpec, tensor_parallel: int, data_parallel: int) -> tuple:
+def _host_tensor_sums(m: ModelSpec, tensor_parallel: int, data_parallel: int,
+                      sub_group_elements: int = DS_SUB_GROUP_ELEMENTS) -> tuple:
     """:data:`_HOST_TENSOR_SUMS` over the model's weight tensors on one rank
     (:func:`workbench.params.weight_tensor_sizes`, each partitioned over ``data_parallel``): the pinned bytes of each
     tensor's 16-bit partition, summed; the pinned bytes of each ZeRO-3 optimizer sub-group's fp32 gradient
-    (:func:`zero3_sub_groups`), summed; the largest sub-group's elements; the largest tensor's elements (whole)."""
+    (:func:`zero3_sub_groups` at ``sub_group_size`` ``sub_group_elements``), summed; the largest sub-group's
+    elements; the largest tensor's elements (whole)."""
     sizes = np.asarray(P.weight_tensor_sizes(m, int(tensor_parallel)), dtype=float)
     if not sizes.size:
         return 0.0, 0.0, 0.0, 0.0
     parts = sizes / data_parallel
-    groups = np.asarray(zero3_sub_groups(parts.tolist()), dtype=float)
+    groups = np.asarray(zero3_sub_groups(parts.tolist(), int(sub_group_elements)), dtype=float)
     return (float(pinned_bytes(2.0 * parts).sum()), float(pinned_bytes(4.0 * groups).sum()), float(groups.max()),
             float(sizes.max()))
 
 
-def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str):
-    """One of :func:`_host_tensor_sums` by name; ``tensor_parallel`` and ``data_parallel`` may be arrays (each
-    distinct pair computed once)."""
+def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str,
+                    sub_group_elements=DS_SUB_GROUP_ELEMENTS):
+    """One of :func:`_host_tensor_sums` by name; ``tensor_parallel``, ``data_parallel`` and ``sub_group_elements``
+    may be arrays (each distinct set computed once)."""
     kind = _HOST_TENSOR_SUMS.index(name)
-    if ndim(tensor_parallel) or ndim(data_parallel):
-        return _per_distinct(lambda t, d: _host_tensor_sums(m, int(t), int(d))[kind], tensor_parallel, data_parallel)
-    return _host_tensor_sums(m, int(tensor_parallel), int(data_parallel))[kind]
+    if ndim(tensor_parallel) or ndim(data_parallel) or ndim(sub_group_elements):
+        return _per_distinct(lambda t, d, s: _host_tensor_sums(m, int(t), int(d), int(s))[kind], tensor_parallel,
+                             data_parallel, sub_group_elements)
+    return _host_tensor_sums(m, int(tensor_parallel), int(data_parallel), int(sub_group_elements))[kind]
 
 
 def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_optimizer, offload_params,
                         tensor_parallel, data_parallel, trainable, params, lora, value_bytes, num_microbatches,
                         defrag, expert_parallel=1, expert_tensor_parallel=None, pinned=1, nvme_optimizer=0,
-                        nvme_params=0):
+                        nvme_params=0, sub_group_elements=DS_SUB_GROUP_ELEMENTS):
     """Host memory one rank's process holds at its peak: :data:`HOST_PROCESS_BYTES` plus, under DeepSpeed's CPU
     offload with 16-bit training, the buffers DeepSpeed 0.19.8 makes on the host, page-locked ones taken as
     :func:`pinned_bytes` takes them (``pin_memory``, which the workbench's ds_config sets). ``offloaded``: the
@@ -935,7 +939,7 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
         return where(pinned, pinned_bytes(nbytes), nbytes)
 
     def tensors(name):
-        summed = host_tensor_sum(m, tensor_parallel, data_parallel, name) * stage_share
+        summed = host_tensor_sum(m, tensor_parallel, data_parallel, name, sub_group_elements) * stage_share
         if name == "bf16_partitions":
             return where(pinned, summed, 2.0 * p_all)
         if name == "fp32_sub_groups":
@@ -947,7 +951,8 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     zero12 = (2 * held(4.0 * p_opt) + held(2.0 * p_opt) + held(2.0 * largest) + 8.0 * p_opt
               + where((num_microbatches > 1) & (zero_stage >= 2), accumulate, 0.0))
     sub_groups = where(lora, held(4.0 * p_opt), tensors("fp32_sub_groups"))
-    largest_group = where(lora, p_opt, host_tensor_sum(m, tensor_parallel, data_parallel, "largest_sub_group"))
+    largest_group = where(lora, minimum(p_opt, maximum(sub_group_elements, 1.0)),
+                          host_tensor_sum(m, tensor_parallel, data_parallel, "largest_sub_group", sub_group_elements))
     # on NVMe (ZeRO-Infinity) the fp32 states live on the drive: the host holds the swapper's page-locked buffers
     # instead (DS_NVME_OPTIMIZER_BUFFERS of the largest sub-group, page-locked by DeepSpeed's own allocator at their
     # size), and of the parameters the page-locked flat buffer up to max_in_cpu and the parameter swap buffers
@@ -2707,10 +2712,10 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 moe_allgather=0, main_grad_fp32=None, moe_deepspeed=0, expandable_segments=0, moe_recompute=0,
                 tp_comm_overlap=0, cross_entropy_fusion=0, init_phase=1, zero_init=0, pinned_host=1,
                 reduce_bucket_elements=DS_REDUCE_BUCKET_ELEMENTS, prefetch_bucket_elements=DS_PREFETCH_BUCKET_ELEMENTS,
-                nvme_optimizer=0, nvme_params=0):
+                nvme_optimizer=0, nvme_params=0, sub_group_elements=DS_SUB_GROUP_ELEMENTS):
     """All six terms (and host bytes) for one rank of ``stage``; every argument may be a numpy array.
-    ``reduce_bucket_elements`` and ``prefetch_bucket_elements``: DeepSpeed's ``reduce_bucket_size`` and
-    ``stage3_prefetch_bucket_size``.
+    ``reduce_bucket_elements``, ``prefetch_bucket_elements`` and ``sub_group_elements``: DeepSpeed's
+    ``reduce_bucket_size``, ``stage3_prefetch_bucket_size`` and ``sub_group_size``.
     ``pinned_host``: DeepSpeed's offload buffers page-locked (``pin_memory``, :func:`host_resident_bytes`).
     ``init_phase``: price DeepSpeed's initialization where it can be the peak (:func:`deepspeed_init_bytes`; 0 where
     a replayed allocation trace already holds it).
@@ -2776,7 +2781,7 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
         dp_states = data_parallel * context_parallel
         one_sub_group = model_state_bytes(
             trainable + n_experts, data_parallel=dp_states, **states,
-            sub_group_elements=zero3_largest_sub_group(m, tensor_parallel, dp_states))[4]
+            sub_group_elements=zero3_largest_sub_group(m, tensor_parallel, dp_states, sub_group_elements))[4]
         step = where(zero3_ds, one_sub_group, step)
     frozen_weights = frozen_weight_bytes(frozen, zero_stage=zero_stage, data_parallel=data_parallel,
                                          param_bytes=value_bytes)
@@ -2804,7 +2809,8 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                                params=n, lora=lora, value_bytes=value_bytes, num_microbatches=num_microbatches,
                                defrag=host_init,
                                expert_parallel=expert_parallel, expert_tensor_parallel=etp, pinned=pinned_host,
-                               nvme_optimizer=nvme_optimizer, nvme_params=nvme_params)
+                               nvme_optimizer=nvme_optimizer, nvme_params=nvme_params,
+                               sub_group_elements=sub_group_elements)
     bf16_here = bf16_layers_on_stage(m.num_layers, pipeline_parallel, virtual_pipeline, stage, fp8_bf16_first,
                                      fp8_bf16_last, first_stage_layers, middle_stage_layers, last_stage_layers)
     fp8_layer_fraction = fp8_layer_fraction * (1.0 - bf16_here / maximum(layers, 1))  # this stage's FP8 share
@@ -3132,14 +3138,20 @@ def stage_terms(m: ModelSpec, *, stage, engine, zero_stage, tensor_parallel, pip
                 init_peak=init_peak, releasable=releasable, backward_activations=activations)
 
 
+def host_bytes_with(model: ModelSpec, plan: ParallelPlan, **changes) -> float:
+    """Host memory one rank holds at its peak with :func:`stage_terms`' arguments ``changes`` in place of the plan's:
+    the largest over the plan's pipeline stages, as :attr:`MemoryEstimate.host_bytes_per_gpu` is for the plan itself
+    (what the advisor compares a plan's host memory with)."""
+    codes = {**plan_codes(plan, model), **changes}
+    return max(float(stage_terms(model, stage=s, **codes)["host"])
+               for s in range(plan.pipeline_parallel))
+
+
 def pageable_host_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
     """Host memory one rank holds at its peak with DeepSpeed's ``pin_memory`` off (every offload buffer pageable at
     its own size, :func:`host_resident_bytes` with ``pinned`` 0), whatever the plan's :attr:`ParallelPlan.pin_memory`
-    says: the largest over the plan's pipeline stages, as :attr:`MemoryEstimate.host_bytes_per_gpu` is for the plan's
-    own buffers (what the advisor's ``pinned_host_buffers`` compares a page-locked plan with)."""
-    codes = {**plan_codes(plan, model), "pinned_host": 0}
-    return max(float(stage_terms(model, stage=s, **codes)["host"])
-               for s in range(plan.pipeline_parallel))
+    says (what the advisor's ``pinned_host_buffers`` compares a page-locked plan with)."""
+    return host_bytes_with(model, plan, pinned_host=0)
 
 
 def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
@@ -3153,8 +3165,8 @@ def plan_codes(plan: ParallelPlan, model: ModelSpec) -> dict:
 FORMULAS = {
     "weights": "16-bit weights 2ψ (fp32: 4ψ); ZeRO-3 shards them 2ψ/N — Rajbhandari et al. 2020 §5",
     "gradients": "2ψ 16-bit grads (ZeRO-2/3: 2ψ/N; ZeRO-3 keeps its partition in the model dtype); at the step "
-                 "a 16-bit flat copy + its fp32 cast, 6ψ/N (ZeRO-3: per 1e9-element sub-group); Megatron fp32 main "
-                 "grads 4ψ — DeepSpeed stage_1_and_2.py / stage3.py, Megatron-LM docs",
+                 "a 16-bit flat copy + its fp32 cast, 6ψ/N (ZeRO-3: per optimizer sub-group, sub_group_size); "
+                 "Megatron fp32 main grads 4ψ — DeepSpeed stage_1_and_2.py / stage3.py, Megatron-LM docs",
     "optimizer": "fp32 master + Adam moments 12ψ (ZeRO-1+: 12ψ/N; Megatron distributed optimizer 12ψ/d); 0 when "
                  "offloaded — ZeRO paper Fig. 1, Megatron-LM docs",
     "activations": "Korthikanti et al. 2022 Table 2, per layer × in-flight micro-batches (1F1B p−stage, interleaved "

@@ -156,7 +156,7 @@ class PlanResult:
             "cross_entropy_fusion": str(p.cross_entropy_fusion), "moe_overlap_alltoall": p.moe_overlap_alltoall,
             "moe_capacity_factor": p.moe_capacity_factor, "moe_pad_to_capacity": p.moe_pad_to_capacity,
             "reduce_bucket_size": p.reduce_bucket_size, "prefetch_bucket_size": p.prefetch_bucket_size,
-            "param_persistence_threshold": p.param_persistence_threshold,
+            "param_persistence_threshold": p.param_persistence_threshold, "sub_group_size": p.sub_group_size,
             "peak_bytes": self.peak_bytes, "peak_gib": self.peak_bytes / GiB, "peak_stage": self.peak_stage,
             "capacity_bytes": self.capacity_bytes, "headroom_fraction": self.headroom_fraction,
             "host_bytes_per_node": self.host_bytes_per_node, "nvme_bytes_per_node": self.nvme_bytes_per_node,
@@ -696,15 +696,15 @@ def _plan_at(table: dict, i: int, cluster: ClusterSpec, global_batch_size: int, 
 
 
 ZERO_SIZE_COLUMNS = {"reduce_bucket_size": "rbucket", "prefetch_bucket_size": "pbucket",
-                     "param_persistence_threshold": "persist"}
+                     "param_persistence_threshold": "persist", "sub_group_size": "sgroup"}
 """DeepSpeed's ZeRO sizes a search prices every row with: plan field (:data:`workbench.specs.ZERO_SIZE_STAGES`)
 -> table column (:mod:`workbench.encode`'s)."""
 
 
 def zero_size_columns(count: int, **sizes) -> dict:
     """The table columns of the DeepSpeed ZeRO sizes given (``reduce_bucket_size``, ``prefetch_bucket_size``,
-    ``param_persistence_threshold``; ``None``: DeepSpeed's default, no column), one value for every row: a row's
-    plan carries each only where DeepSpeed reads it (:func:`_zero_sizes_at`)."""
+    ``param_persistence_threshold``, ``sub_group_size``; ``None``: DeepSpeed's default, no column), one value for
+    every row: a row's plan carries each only where DeepSpeed reads it (:func:`_zero_sizes_at`)."""
     out = {}
     for name, value in sizes.items():
         if value is not None:
@@ -778,7 +778,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
            moe_capacity_factor: Optional[float] = None, moe_pad_to_capacity: bool = False,
            pin_memory: bool = True, reduce_bucket_size: Optional[int] = None,
            prefetch_bucket_size: Optional[int] = None,
-           param_persistence_threshold: Optional[int] = None) -> PlanSearch:
+           param_persistence_threshold: Optional[int] = None,
+           sub_group_size: Optional[int] = None) -> PlanSearch:
     """Search every valid plan (see the module docstring) and rank the feasible ones by step time.
 
     ``profile``: a :class:`workbench.calibrate.HardwareProfile` (or its name or path) whose measurements replace
@@ -801,8 +802,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     ``pin_memory``: DeepSpeed's offload buffers on every offloading row page-locked (its default) or pageable
     (:attr:`ParallelPlan.pin_memory`: less host memory, slower copies).
 
-    ``reduce_bucket_size``, ``prefetch_bucket_size``, ``param_persistence_threshold``: DeepSpeed's ZeRO sizes every
-    DeepSpeed row runs with (``None``: DeepSpeed's defaults; :class:`ParallelPlan`'s fields of those names).
+    ``reduce_bucket_size``, ``prefetch_bucket_size``, ``param_persistence_threshold``, ``sub_group_size``:
+    DeepSpeed's ZeRO sizes every DeepSpeed row runs with (``None``: DeepSpeed's defaults; :class:`ParallelPlan`'s
+    fields of those names).
 
     ``tp_comm_overlap``: Transformer Engine's TP communication overlap on the Megatron rows with TP > 1 and
     sequence parallel (:func:`with_tp_comm_overlap`; ``None``: both with and without it are searched).
@@ -896,7 +898,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
     table["pin"] = np.full(count, int(check_bool("pin_memory", pin_memory)), np.int64)  # the offload buffers
     table.update(zero_size_columns(count, reduce_bucket_size=reduce_bucket_size,
                                    prefetch_bucket_size=prefetch_bucket_size,
-                                   param_persistence_threshold=param_persistence_threshold))
+                                   param_persistence_threshold=param_persistence_threshold,
+                                   sub_group_size=sub_group_size))
     if model.is_moe:  # the routing imbalance every MoE row is priced with (encode.moe_rank_load)
         table["moe_imb"] = np.full(count, check_float("moe_load_imbalance", moe_load_imbalance, minimum=1.0,
                                                       strict=False))
@@ -922,8 +925,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, *, global_batch_size: int, se
         nvme_rows = None if not offload or cluster.nvme_gib_per_node > 0 else (
             lambda: _nvme_alternative(table, model, cluster, headroom, fit_on, precision=precision,
                                       all_stages=all_stages, lora=lora, profile=profile, **eval_stack))
+        smaller_rows = None if not offload else (
+            lambda: _sub_group_alternative(table, model, cluster, headroom, fit_on, precision=precision,
+                                           all_stages=all_stages, lora=lora, profile=profile, **eval_stack))
         message = _nothing_fits_message(table, ev, model, cluster, global_batch_size, headroom, precision,
-                                        fits_gpu, engines, offload, fit_on, nvme_rows)
+                                        fits_gpu, engines, offload, fit_on, nvme_rows, smaller_rows)
         if not lora[0]:
             message += _lora_alternative(model, cluster, global_batch_size=global_batch_size, headroom=headroom,
                                          engines=engines, zero_stages=zero_stages, offload=offload,
@@ -1201,15 +1207,40 @@ def _nvme_alternative(table: dict, model: ModelSpec, cluster: ClusterSpec, headr
     return rows, ev, int(ok[np.lexsort((ev["host_bytes_per_node"][ok], ev["nvme_bytes_per_node"][ok]))[0]])
 
 
+def _sub_group_alternative(table: dict, model: ModelSpec, cluster: ClusterSpec, headroom: float, fit_on: str,
+                           **evaluate_kwargs):
+    """``(rows, ev, i)``: the rows of ``table`` at ZeRO-3 with the optimizer offloaded whose sub-groups are larger
+    than :data:`workbench.advisor.SMALLER_SUB_GROUP_ELEMENTS`, priced by :func:`evaluate` at that
+    ``sub_group_size`` (DeepSpeed's host buffers per sub-group shrink with it), and the one that needs the least host
+    memory of those that then fit the GPU, host memory and NVMe; ``None`` when none does."""
+    from workbench.advisor import SMALLER_SUB_GROUP_ELEMENTS
+
+    count = len(table["tp"])
+    sizes = np.broadcast_to(np.asarray(table.get("sgroup", M.DS_SUB_GROUP_ELEMENTS)), (count,))
+    source = np.flatnonzero((table["engine"] != ENGINE_CODES[Engine.MEGATRON]) & (table["zero"] == 3)
+                            & (table["off_opt"] == 1) & (sizes > SMALLER_SUB_GROUP_ELEMENTS))
+    if not len(source):
+        return None
+    rows = {k: np.asarray(v)[source] if np.ndim(v) else v for k, v in table.items()}
+    rows["sgroup"] = np.full(len(source), SMALLER_SUB_GROUP_ELEMENTS, np.int64)
+    ev = evaluate(rows, model, cluster, **evaluate_kwargs)
+    fits_gpu, fits_host = _fits(rows, ev, cluster, headroom, fit_on)
+    ok = np.flatnonzero(fits_gpu & fits_host)
+    if not len(ok):
+        return None
+    return rows, ev, int(ok[np.lexsort((ev["step_seconds"][ok], ev["host_bytes_per_node"][ok]))[0]])
+
+
 def _nvme_words(nvme_bytes: float) -> str:
     """``--nvme-gib N``: the whole GiB of NVMe per node that holds ``nvme_bytes``."""
     return f"--nvme-gib {int(np.ceil(nvme_bytes / GiB))}"
 
 
 def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, fits_gpu, engines, offload,
-                          fit_on="point", nvme_alternative=None) -> str:
-    """Which limit bites when no plan fits, with the numbers and what to try. ``nvme_alternative``: a call giving
-    :func:`_nvme_alternative`'s answer, asked only when host memory is what fails."""
+                          fit_on="point", nvme_alternative=None, sub_group_alternative=None) -> str:
+    """Which limit bites when no plan fits, with the numbers and what to try. ``nvme_alternative`` and
+    ``sub_group_alternative``: calls giving :func:`_nvme_alternative`'s and :func:`_sub_group_alternative`'s
+    answers, asked only when host memory is what fails."""
     gpu = cluster.gpu
     cap = gpu.memory_bytes
     point = ev["peak_bytes"] <= (1.0 - headroom) * cap
@@ -1238,6 +1269,14 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
         text = (f"no plan fits host memory: the plans that fit on the GPU need at least "
                 f"{ev['host_bytes_per_node'][i] / GiB:.1f} GiB of host memory per node ({describe_plan(plan)}); "
                 f"the nodes have {cluster.host_memory_gib_per_node:.0f} GiB; add host memory or GPUs")
+        smaller = sub_group_alternative() if sub_group_alternative is not None else None
+        if smaller is not None:
+            rows, alt, j = smaller
+            alt_plan = _plan_at(rows, j, cluster, gbs, precision)
+            text += (f", or ZeRO-3's sub_group_size {alt_plan.sub_group_elements:.0e} (--sub-group-size "
+                     f"{alt_plan.sub_group_elements:.0e}; DeepSpeed keeps host buffers per optimizer sub-group): "
+                     f"{describe_plan(alt_plan)} then holds {alt['host_bytes_per_node'][j] / GiB:.1f} GiB of host "
+                     f"memory per node at {alt['step_seconds'][j]:.2f} s/step")
         found = nvme_alternative() if nvme_alternative is not None else None
         if found is None:
             return text
@@ -1621,7 +1660,8 @@ def rank_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, hea
     table["pin"] = np.full(len(table["tp"]), int(plan.pin_memory), np.int64)  # the plan's offload buffers
     table.update(zero_size_columns(len(table["tp"]), reduce_bucket_size=plan.reduce_bucket_size,
                                    prefetch_bucket_size=plan.prefetch_bucket_size,
-                                   param_persistence_threshold=plan.param_persistence_threshold))
+                                   param_persistence_threshold=plan.param_persistence_threshold,
+                                   sub_group_size=plan.sub_group_size))
     if plan.cross_entropy_fusion is not CrossEntropyFusion.NONE:  # the plan's loss kernels on every Megatron row
         table["xent"] = np.where(table["engine"] == ENGINE_CODES[Engine.MEGATRON],
                                  CROSS_ENTROPY_FUSION_CODES[plan.cross_entropy_fusion], 0)

@@ -302,7 +302,8 @@ down (fc2) projections (peft's ``q_proj`` … ``down_proj``; ``gate`` exists onl
 
 # Upper bounds far beyond any real transformer or cluster. They keep every product the memory and time models
 # form inside 64-bit integers and finite floats, so absurd input gets a clear error instead of an overflow.
-ZERO_SIZE_STAGES = {"reduce_bucket_size": 1, "prefetch_bucket_size": 3, "param_persistence_threshold": 3}
+ZERO_SIZE_STAGES = {"reduce_bucket_size": 1, "prefetch_bucket_size": 3, "param_persistence_threshold": 3,
+                    "sub_group_size": 3}
 """DeepSpeed's ZeRO sizes a :class:`ParallelPlan` may set (fields of those names, in elements), each with the least
 ZeRO stage that reads it; DeepSpeed's defaults are :data:`workbench.defaults.DEEPSPEED_ZERO_SIZES`."""
 
@@ -981,6 +982,12 @@ class ParallelPlan:
     elements is never partitioned (kept whole on every rank, fetched by no hook). ``None``: DeepSpeed's default,
     1e5; ``"auto"``: 10 x hidden_size (LoRA adapters of rank r on a width h, r·h elements, then fetched from
     r = 11)."""
+    sub_group_size: Optional[int] = None
+    """DeepSpeed ZeRO-3 ``zero_optimization.sub_group_size``, in elements: the optimizer steps a rank's partition one
+    sub-group at a time (``stage3.py`` ``_create_fp16_sub_groups`` closes a sub-group at the first parameter that
+    takes it to this size), so the step's flat fp32 gradient on the GPU, and with offload the host's per-sub-group
+    buffers (NVMe: the swapper's page-locked buffers of the largest sub-group), scale with it. ``None``: DeepSpeed's
+    default, 1e9; 0 makes each parameter its own sub-group."""
     grad_reduce_fp32: Optional[bool] = None
     """Engine ``megatron``: accumulate and reduce the main gradients in fp32 (4 bytes per parameter) or in the
     16-bit model dtype. ``None``: Megatron-LM's default — fp32 with bf16 (``--bf16`` turns
@@ -1130,8 +1137,9 @@ class ParallelPlan:
         self._check_tp_comm_overlap()
 
     def _check_buckets(self) -> None:
-        """DeepSpeed's ZeRO sizes: whole numbers of elements (the persistence threshold may be 0), set only where
-        DeepSpeed reads them (a ZeRO stage on a DeepSpeed engine; the two stage-3 sizes at ZeRO-3)."""
+        """DeepSpeed's ZeRO sizes: whole numbers of elements (the persistence threshold and the sub-group size may
+        be 0), set only where DeepSpeed reads them (a ZeRO stage on a DeepSpeed engine; the stage-3 sizes at
+        ZeRO-3)."""
         for name, stage in ZERO_SIZE_STAGES.items():
             value = getattr(self, name)
             if value is None:
@@ -1169,6 +1177,11 @@ class ParallelPlan:
     def persistence_threshold(self) -> int:
         """:attr:`param_persistence_threshold`, DeepSpeed's default where the plan leaves it."""
         return self.zero_size("param_persistence_threshold")
+
+    @property
+    def sub_group_elements(self) -> int:
+        """:attr:`sub_group_size`, DeepSpeed's default where the plan leaves it."""
+        return self.zero_size("sub_group_size")
 
     def _check_tp_comm_overlap(self) -> None:
         _set(self, "tp_comm_overlap", check_bool("tp_comm_overlap", self.tp_comm_overlap))

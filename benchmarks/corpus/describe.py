@@ -67,9 +67,9 @@ def zero_plan_fields(r: dict) -> dict:
     resolved them (``zero_config_resolved``, else the engine's ``ds_config["zero_optimization"]``): ``overlap_comm``
     (ZeRO-1 to 3; DeepSpeed all-reduces after the backward at ZeRO-0), ``reduce_bucket_size`` (ZeRO-1 to 3),
     ``prefetch_bucket_size`` and ``param_persistence_threshold`` (ZeRO-3; the Trainer's ``"auto"``: hidden²,
-    0.9·hidden², 10·hidden), and at ZeRO-3 ``zero_init``: whether the model was built inside
-    ``deepspeed.zero.Init`` (``built_in_zero_init``). A field the installed ParallelPlan lacks is left out."""
-    from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES
+    0.9·hidden², 10·hidden), ``sub_group_size`` (ZeRO-3), and at ZeRO-3 ``zero_init``: whether the model was built
+    inside ``deepspeed.zero.Init`` (``built_in_zero_init``). A field the installed ParallelPlan lacks is left out."""
+    from workbench.configs.deepspeed import PLAN_ZERO_SIZES
     from workbench.specs import ZERO_SIZE_STAGES, ParallelPlan
 
     zero = r.get("zero_config_resolved") or {}
@@ -80,7 +80,7 @@ def zero_plan_fields(r: dict) -> dict:
     out = {"overlap_comm": bool(zero.get("overlap_comm")) if stage >= 1 else False}
     if stage == 3:
         out["zero_init"] = bool(r.get("built_in_zero_init"))
-    for path, name in HF_AUTO_ZERO_SIZES.items():  # each size where the stage reads it, under its ds_config key
+    for path, name in PLAN_ZERO_SIZES.items():  # each size where the stage reads it, under its ds_config key
         value = zero.get(path.split(".", 1)[1])
         if stage >= ZERO_SIZE_STAGES[name] and isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = int(value)

@@ -276,6 +276,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument(flag, dest=dest, metavar="N|auto", type=elements_type(flag),
                        help=f"{what}. 'auto': what the Hugging Face Trainer and accelerate fill in from the model's "
                             f"hidden size h (h², 0.9·h², 10·h); N as an integer or 5e8")
+    p.add_argument("--sub-group-size", dest="sub_group_size", metavar="N",
+                   type=elements_type("--sub-group-size", auto=False), help=SUB_GROUP_HELP)
     p.add_argument("--expandable-segments", dest="expandable_segments", action="store_true", default=None,
                    help="the training runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's caching "
                         "allocator grows its segments in place: less reserved above the allocated peak); default: "
@@ -374,17 +376,23 @@ def check_flag_dependencies(args) -> None:
         raise ValueError(f"--fp8-recipe {recipe} needs --precision fp8 (got precision={precision})")
 
 
-def elements_type(flag: str):
-    """An argparse type for a DeepSpeed size: ``auto``, or a whole number of elements written as an integer or in
-    DeepSpeed's float form (``5e8``); the error names the flag."""
+SUB_GROUP_HELP = ("DeepSpeed ZeRO-3 zero_optimization.sub_group_size: the optimizer steps each rank's partition in "
+                  "sub-groups of about N elements, so the step's fp32 gradient on the GPU and, with offload, the "
+                  "host's buffers per sub-group (NVMe: the swapper's page-locked buffers of the largest) scale with it; "
+                  "default DeepSpeed's 1e9")
+
+
+def elements_type(flag: str, auto: bool = True):
+    """An argparse type for a DeepSpeed size: ``auto`` (where ``auto``), or a whole number of elements written as an
+    integer or in DeepSpeed's float form (``5e8``); the error names the flag."""
     def convert(text: str):
-        if text.strip().lower() == "auto":
+        if auto and text.strip().lower() == "auto":
             return "auto"
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a whole number of elements (500000000 or 5e8) "
-                                             f"or 'auto'") from None
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a whole number of elements (500000000 or 5e8)"
+                                             + (" or 'auto'" if auto else "")) from None
         if not value.is_integer() or value < 0:
             raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a whole number of elements >= 0")
         return int(value)
@@ -393,12 +401,13 @@ def elements_type(flag: str):
 
 def zero_sizes_from_args(args, model: Optional[ModelSpec]) -> dict:
     """DeepSpeed's ZeRO sizes the flags give (``--reduce-bucket-size``, ``--prefetch-bucket-size``,
-    ``--param-persistence-threshold``), as :class:`ParallelPlan` fields; ``auto`` filled from ``model``'s hidden size
-    as the Hugging Face Trainer fills it (:func:`workbench.configs.deepspeed.hf_auto_zero_sizes`)."""
-    from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, hf_auto_zero_sizes
+    ``--param-persistence-threshold``, ``--sub-group-size``), as :class:`ParallelPlan` fields; ``auto`` filled from
+    ``model``'s hidden size as the Hugging Face Trainer fills it
+    (:func:`workbench.configs.deepspeed.hf_auto_zero_sizes`)."""
+    from workbench.configs.deepspeed import PLAN_ZERO_SIZES, hf_auto_zero_sizes
 
     out = {}
-    for path, name in HF_AUTO_ZERO_SIZES.items():
+    for path, name in PLAN_ZERO_SIZES.items():
         value = getattr(args, name, None)
         if value is None:
             continue

@@ -102,7 +102,8 @@ def render(est, replay: Optional[dict] = None) -> str:
         + (", pageable offload buffers (pin_memory false)" if p.offloads_to_cpu and not p.pin_memory else "")
         + "".join(f", {label} {value:.3g}" for label, value in (
             ("reduce_bucket_size", p.reduce_bucket_size), ("stage3_prefetch_bucket_size", p.prefetch_bucket_size),
-            ("stage3_param_persistence_threshold", p.param_persistence_threshold)) if value is not None)
+            ("stage3_param_persistence_threshold", p.param_persistence_threshold),
+            ("sub_group_size", p.sub_group_size)) if value is not None)
         + ((", model built inside deepspeed.zero.Init" if builds_in_zero_init(m, p) else
             ", model built on the GPU, then partitioned") + (" (default)" if p.zero_init is None else "")
            if str(p.engine) in ("deepspeed", "megatron-deepspeed") and int(p.zero_stage) == 3 else "")

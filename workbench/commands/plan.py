@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.commands.common import (ENGINES, add_cluster_arguments, add_model_arguments, check_flag_dependencies,
-                                      cluster_from_args, elements_type, engine_name, model_from_args,
-                                      profile_from_args, working, zero_sizes_from_args)
+from workbench.commands.common import (ENGINES, SUB_GROUP_HELP, add_cluster_arguments, add_model_arguments,
+                                      check_flag_dependencies, cluster_from_args, elements_type, engine_name,
+                                      model_from_args, profile_from_args, working, zero_sizes_from_args)
 from workbench.defaults import GiB
 from workbench.specs import Implementation, check_float
 
@@ -78,6 +78,9 @@ def add_parser(sub) -> None:
         s.add_argument(flag, dest=dest, metavar="N|auto", type=elements_type(flag),
                        help=f"every DeepSpeed plan runs with {what} N elements (5e8 accepted; 'auto': what the "
                             f"Hugging Face Trainer fills in from the hidden size); default DeepSpeed's")
+    s.add_argument("--sub-group-size", dest="sub_group_size", metavar="N",
+                   type=elements_type("--sub-group-size", auto=False),
+                   help="every DeepSpeed ZeRO-3 plan runs with sub_group_size N elements. " + SUB_GROUP_HELP)
     s.add_argument("--moe-load-imbalance", type=float, default=1.0, metavar="F",
                    help="MoE routing load imbalance F: the busiest expert-parallel rank's routed tokens over the mean (default 1.0, balanced); prices that rank's expert activations, expert GEMMs and all-to-all at F x the balanced share. Megatron has no such flag: it is an assumption about the router, not exported")
     s.add_argument("--overlap-moe-expert-parallel-comm", "--moe-overlap-alltoall", dest="moe_overlap_alltoall",

@@ -19,7 +19,8 @@ from dataclasses import dataclass, fields
 from typing import Optional
 
 from workbench.defaults import (DEEPSPEED_ALLGATHER_BUCKET_ELEMENTS, DEEPSPEED_PERSISTENCE_THRESHOLD,
-                                DEEPSPEED_PREFETCH_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS)
+                                DEEPSPEED_PREFETCH_BUCKET_ELEMENTS, DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+                                DEEPSPEED_SUB_GROUP_ELEMENTS)
 from workbench.specs import (AdamImpl, ClusterSpec, Engine, Implementation, ModelSpec, Offload, ParallelPlan,
                              Precision, Recompute, ZERO_SIZE_STAGES, ZeroStage, hf_checkpoint_every, validate)
 
@@ -73,8 +74,9 @@ class DeepSpeedOptions:
     """ZeRO-3: parameters kept gathered at once, elements (DeepSpeed default 1e9)."""
     stage3_max_reuse_distance: int = 1_000_000_000
     """ZeRO-3: keep a gathered parameter if it is reused within this many elements (DeepSpeed default 1e9)."""
-    sub_group_size: int = 1_000_000_000
-    """ZeRO-3 optimizer step granularity, elements (DeepSpeed default 1e9)."""
+    sub_group_size: int = DEEPSPEED_SUB_GROUP_ELEMENTS
+    """ZeRO-3 optimizer step granularity, elements (DeepSpeed default 1e9) where the plan sets none
+    (:attr:`workbench.specs.ParallelPlan.sub_group_size` wins)."""
     nvme_path: str = "/local_nvme"
     """ZeRO-Infinity swap folder on a local NVMe drive (used only with offload to nvme; set it to your mount)."""
     loss_scale_window: int = 1000
@@ -112,9 +114,9 @@ class DeepSpeedOptions:
                 put(name, check_float(name, getattr(self, name), strict=False, maximum=1e6))
         for name in ("train_iters", "reduce_bucket_size", "loss_scale_window", "steps_per_print",
                      "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-                     "stage3_max_reuse_distance", "sub_group_size"):
+                     "stage3_max_reuse_distance"):
             put(name, check_int(name, getattr(self, name), maximum=2**62))
-        for name in ("stage3_param_persistence_threshold", "hysteresis", "seed"):
+        for name in ("stage3_param_persistence_threshold", "sub_group_size", "hysteresis", "seed"):
             put(name, check_int(name, getattr(self, name), minimum=0, maximum=2**62))
         put("initial_scale_power", check_int("initial_scale_power", self.initial_scale_power, minimum=0, maximum=127))
         if self.warmup_iters is not None:
@@ -244,7 +246,7 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
                 "stage3_max_live_parameters": int(o.stage3_max_live_parameters),
                 "stage3_max_reuse_distance": int(o.stage3_max_reuse_distance),
                 "stage3_gather_16bit_weights_on_model_save": True,
-                "sub_group_size": int(o.sub_group_size),
+                "sub_group_size": int(_plan_or(plan.sub_group_size, o.sub_group_size)),
             })
         if plan.offload_optimizer is not Offload.NONE:
             zero["offload_optimizer"] = _offload_section(plan.offload_optimizer, o, plan.pin_memory)
@@ -434,6 +436,10 @@ HF_AUTO_ZERO_SIZES = {"zero_optimization.reduce_bucket_size": "reduce_bucket_siz
 """The ds_config sizes the Hugging Face Trainer (and accelerate) fill from the model's hidden size when they are
 ``"auto"``: path -> the :class:`~workbench.specs.ParallelPlan` field (:data:`workbench.specs.ZERO_SIZE_STAGES`: the
 least ZeRO stage that reads it)."""
+
+PLAN_ZERO_SIZES = {**HF_AUTO_ZERO_SIZES, "zero_optimization.sub_group_size": "sub_group_size"}
+"""Every ds_config size the models price: path -> the :class:`~workbench.specs.ParallelPlan` field that import fills
+(:data:`HF_AUTO_ZERO_SIZES` and ``sub_group_size``, which the Trainer leaves as written)."""
 
 
 def hf_auto_zero_sizes(hidden_size: int, zero_stage: int) -> dict:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, DeepSpeedOptions, hf_auto_zero_sizes
+from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, PLAN_ZERO_SIZES, DeepSpeedOptions, hf_auto_zero_sizes
 from workbench.defaults import DEEPSPEED_ZERO_SIZES
 from workbench.specs import MAX_COUNT, ZERO_SIZE_STAGES, ClusterSpec, Engine, ModelSpec, ParallelPlan, check_int
 
@@ -410,7 +410,7 @@ _ZERO_MINIMUM = {"reduce_bucket_size": 1}
 """Smallest value DeepSpeed's ``DeepSpeedZeroConfig`` accepts for a ZeRO count (``Field(gt=0)``); the others are
 ``Field(ge=0)``."""
 
-_ZERO_ZERO_OK = frozenset({"stage3_param_persistence_threshold"})
+_ZERO_ZERO_OK = frozenset({"stage3_param_persistence_threshold", "sub_group_size"})
 """ZeRO counts the workbench also models at 0; for the other buckets and limits its options need at least 1."""
 
 
@@ -639,9 +639,9 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
         if value is not None:
             opts[name] = value
     # the sizes the models price go on the plan too, where the stage reads them and they differ from DeepSpeed's
-    # default (HF_AUTO_ZERO_SIZES: path -> field); "auto" ones are filled from the model's hidden size by
+    # default (PLAN_ZERO_SIZES: path -> field); "auto" ones are filled from the model's hidden size by
     # Imported.to_specs, as the Trainer does
-    for path, plan_name in HF_AUTO_ZERO_SIZES.items():
+    for path, plan_name in PLAN_ZERO_SIZES.items():
         key = path.split(".", 1)[1]
         if (int(plan.get("zero_stage") or 0) >= ZERO_SIZE_STAGES[plan_name] and key in opts
                 and opts[key] != DEEPSPEED_ZERO_SIZES[plan_name]):
