@@ -228,6 +228,8 @@ def corpus_run(rec: dict):
     plan = plan.replace(pin_memory=pinned)
     if o.get("rbs") and plan.engine.value == "deepspeed":  # a reduce bucket the run's ds_config set
         plan = plan.replace(reduce_bucket_size=int(zero_cfg.get("reduce_bucket_size", o["rbs"])))
+    if o.get("sgs") is not None and plan.engine.value == "deepspeed":  # ZeRO-3 sub-groups the ds_config set
+        plan = plan.replace(sub_group_size=int(zero_cfg.get("sub_group_size", o["sgs"])))
     host = record_host(rec)  # the host the run had: its cores and its CPU Adam's threads
     gpu = record_gpu(rec)
     start = rec.get("allocated_at_start_bytes") or 0

@@ -106,6 +106,8 @@ def ds_config(cfg: dict) -> dict:
         zero["offload_param"] = offload_section(cfg, "offload_params")
     if cfg.get("rbs"):  # a reduce bucket other than DeepSpeed's 500 M elements
         zero["reduce_bucket_size"] = int(cfg["rbs"])
+    if cfg.get("sgs") is not None:  # ZeRO-3 optimizer sub-groups other than DeepSpeed's 1e9 elements
+        zero["sub_group_size"] = int(cfg["sgs"])
     return {
         "train_micro_batch_size_per_gpu": cfg.get("mbs", 1),
         "gradient_accumulation_steps": cfg.get("gas", 1),

@@ -2626,6 +2626,21 @@ GROUPS = {
         _ds("mc-h1024-gelu", 3, mbs=4, repeat=15, **OFF),
         _hf("hf-llama-h2048", 3, "sdpa", repeat=15, **OFF),
     ],
+    # eighty-first final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "sgs81" before
+    # measuring: a blind test of DeepSpeed ZeRO-3's sub_group_size as the models price it (ParallelPlan.sub_group_size:
+    # the optimizer step's flat fp32 gradient one sub-group at a time on the GPU, the host's buffers per sub-group),
+    # on four test shapes: two without offload where the step is the allocated peak at DeepSpeed's 1e9 and backward
+    # is at 5e7, two with CPU offload (each beside its twin at 1e9, for the host's peak resident set) and one with
+    # the optimizer on NVMe (its twin at 1e9 is nvme79's). Estimates in accuracy_split.json "sgs81_about"
+    "sgs81": [
+        _hf("hf-neox-h2048", 3, "sdpa", ckpt=True, repeat=81, sgs=int(5e7)),
+        _hf("hf-llama2-h4096", 3, "sdpa", ckpt=True, repeat=81, sgs=int(5e7)),
+        _hf("hf-neox-h5120-l2", 3, "sdpa", mbs=2, repeat=81, sgs=int(5e7), **OFF),
+        _hf("hf-neox-h5120-l2", 3, "sdpa", mbs=2, repeat=81, **OFF),
+        _hf("hf-llama2-h4096", 3, "sdpa", repeat=81, sgs=int(1e8), **OFF),
+        _hf("hf-llama2-h4096", 3, "sdpa", repeat=81, **OFF),
+        _ds("mc-h1280-gelu", 3, mbs=4, protocol=[5, 3], repeat=81, sgs=int(2e7), **NVME),
+    ],
     # eightieth final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "nvme80" before measuring:
     # a blind test of ZeRO-3's fp32 gradient casts held on the GPU with the optimizer on NVMe
     # (memory.zero3_nvme_gradient_list_bytes: partition_grads keeps each reduced bucket's fp32 slices until it swaps
@@ -3593,6 +3608,8 @@ def run_id(cfg: dict) -> str:
         parts.append("ovl")
     if cfg.get("rbs"):  # DeepSpeed's reduce_bucket_size set in the ds_config, in elements
         parts.append(f"rbs{cfg['rbs']:.0e}".replace("e+0", "e"))
+    if cfg.get("sgs") is not None:  # DeepSpeed ZeRO-3's sub_group_size set in the ds_config, in elements
+        parts.append(f"sgs{cfg['sgs']:.0e}".replace("e+0", "e"))
     if cfg.get("expandable_segments"):
         parts.append("expseg")
     if cfg.get("repeat"):
