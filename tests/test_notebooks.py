@@ -249,6 +249,15 @@ def test_planner(tmp_path, monkeypatch):
     assert rec["nvme_best_plan"] == nvme.describe() and "offload-opt=nvme" in rec["nvme_best_plan"]
     assert rec["nvme_bytes_per_node"] == nvme.nvme_bytes_per_node > 0
     assert rec["nvme_host_bytes_per_node"] == nvme.host_bytes_per_node <= 64 * GIB
+    # with 32 GiB of host memory even the NVMe plans fail at DeepSpeed's 1e9 sub-groups; at 1e8 one fits
+    assert "no plan fits host memory" in rec["sub_group_default"]
+    assert "--sub-group-size 1e+08" in rec["sub_group_default"]
+    smaller_host = ClusterSpec(gpu=catalog.gpu("H100-SXM"), gpus_per_node=1, host_memory_gib_per_node=32,
+                               nvme_gib_per_node=200)
+    smaller = search(catalog.model("llama2-7b"), smaller_host, global_batch_size=8, precision="bf16", top=5,
+                     sub_group_size=100_000_000).best
+    assert rec["sub_group_best_plan"] == smaller.describe() and "offload-opt=nvme" in rec["sub_group_best_plan"]
+    assert rec["sub_group_host_bytes_per_node"] == smaller.host_bytes_per_node <= 32 * GIB
 
 
 @pytest.mark.slow
