@@ -251,7 +251,7 @@ def test_planner(tmp_path, monkeypatch):
     assert rec["nvme_host_bytes_per_node"] == nvme.host_bytes_per_node <= 64 * GIB
     # with 32 GiB of host memory even the NVMe plans fail at DeepSpeed's 1e9 sub-groups; at 1e8 one fits
     assert "no plan fits host memory" in rec["sub_group_default"]
-    assert "--sub-group-size 1e+08" in rec["sub_group_default"]
+    assert "--sub-group-size 1e8" in rec["sub_group_default"]
     smaller_host = ClusterSpec(gpu=catalog.gpu("H100-SXM"), gpus_per_node=1, host_memory_gib_per_node=32,
                                nvme_gib_per_node=200)
     smaller = search(catalog.model("llama2-7b"), smaller_host, global_batch_size=8, precision="bf16", top=5,

@@ -132,7 +132,7 @@ def test_advisor_prices_a_smaller_sub_group_when_host_memory_is_tight():
     assert found is not None and found.status == "warn"
     saved = memory.host_bytes_per_gpu - M.host_bytes_with(m, plan, sub_group_elements=SMALLER_SUB_GROUP_ELEMENTS)
     assert f"{saved / 2**30:.1f} GiB per rank more" in found.message
-    assert "--sub-group-size 1e+08" in found.suggestion
+    assert "--sub-group-size 1e8" in found.suggestion and '"sub_group_size": 100000000' in found.suggestion
     roomy = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=500, host_memory_gib_per_node=1024)
     assert sub_group_host_buffers(m, plan, estimate(m, roomy, plan, checks=False).memory) is None
     small = _plan(offload_optimizer="nvme", sub_group_size=SMALLER_SUB_GROUP_ELEMENTS)
@@ -169,7 +169,7 @@ def test_planner_says_when_a_smaller_sub_group_makes_host_memory_fit():
     with pytest.raises(ValueError) as info:
         search(m, short, global_batch_size=8, top=3, engines=("deepspeed",))
     text = str(info.value)
-    assert "no plan fits host memory" in text and "--sub-group-size 1e+08" in text
+    assert "no plan fits host memory" in text and "--sub-group-size 1e8" in text
     named = float(text.split("then holds ")[1].split(" GiB")[0])
     found = search(m, short, global_batch_size=8, top=1, engines=("deepspeed",), sub_group_size=100_000_000)
     assert found.ranked[0].host_bytes_per_node / 2**30 == pytest.approx(named, abs=0.05)
@@ -178,3 +178,12 @@ def test_planner_says_when_a_smaller_sub_group_makes_host_memory_fit():
         search(m, dataclasses.replace(short, host_memory_gib_per_node=8), global_batch_size=8, top=3,
                engines=("deepspeed",))
     assert "--sub-group-size" not in str(info.value)
+
+
+def test_elements_words_reads_back_as_the_same_count():
+    from workbench.advisor import elements_words
+
+    assert elements_words(100_000_000) == "1e8" and elements_words(1_000_000_000) == "1e9"
+    assert elements_words(123_456_789) == "123456789"
+    for n in (0, 1, 20_000_000, 123_456_789, 10**12):
+        assert float(elements_words(n)) == n

@@ -455,6 +455,12 @@ SMALLER_SUB_GROUP_ELEMENTS = 100_000_000
 tight: one tenth of the default."""
 
 
+def elements_words(n: int) -> str:
+    """A count of elements as a ZeRO size flag takes it: ``1e8`` for 100,000,000, else the integer."""
+    text = f"{n:.0e}".replace("e+0", "e").replace("e+", "e")
+    return text if float(text) == n else str(int(n))
+
+
 def sub_group_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
     """ZeRO-3 with the optimizer offloaded and the node's host memory past :data:`HOST_MEMORY_WARN_FRACTION` (or
     over it): DeepSpeed keeps host buffers per optimizer sub-group (with CPU offload a page-locked fp32 gradient per
@@ -478,10 +484,10 @@ def sub_group_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Opti
             "a page-locked fp32 gradient per sub-group, each rounded up to a power of two")
     return Finding(id="sub_group_host_buffers", status="warn",
                    message=f"DeepSpeed ZeRO-3 keeps host buffers per optimizer sub-group ({held}); at sub_group_size "
-                           f"{plan.sub_group_elements:.3g} they hold {_gb(saved)} per rank more than at "
-                           f"{SMALLER_SUB_GROUP_ELEMENTS:.0e}",
-                   suggestion=f'"sub_group_size": {SMALLER_SUB_GROUP_ELEMENTS:.0e} in zero_optimization '
-                              f"(--sub-group-size {SMALLER_SUB_GROUP_ELEMENTS:.0e}): {_gb(then)} per node of "
+                           f"{elements_words(plan.sub_group_elements)} they hold {_gb(saved)} per rank more than at "
+                           f"{elements_words(SMALLER_SUB_GROUP_ELEMENTS)}",
+                   suggestion=f'"sub_group_size": {SMALLER_SUB_GROUP_ELEMENTS} in zero_optimization '
+                              f"(--sub-group-size {elements_words(SMALLER_SUB_GROUP_ELEMENTS)}): {_gb(then)} per node of "
                               f"{_gb(cap)} ({then / cap:.0%}); the optimizer then steps in ten times as many pieces "
                               f"(the time model does not price the count)")
 

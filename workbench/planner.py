@@ -1273,8 +1273,11 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
         if smaller is not None:
             rows, alt, j = smaller
             alt_plan = _plan_at(rows, j, cluster, gbs, precision)
-            text += (f", or ZeRO-3's sub_group_size {alt_plan.sub_group_elements:.0e} (--sub-group-size "
-                     f"{alt_plan.sub_group_elements:.0e}; DeepSpeed keeps host buffers per optimizer sub-group): "
+            from workbench.advisor import elements_words
+
+            size = elements_words(alt_plan.sub_group_elements)
+            text += (f", or ZeRO-3's sub_group_size {size} (--sub-group-size {size}; DeepSpeed keeps host buffers "
+                     f"per optimizer sub-group): "
                      f"{describe_plan(alt_plan)} then holds {alt['host_bytes_per_node'][j] / GiB:.1f} GiB of host "
                      f"memory per node at {alt['step_seconds'][j]:.2f} s/step")
         found = nvme_alternative() if nvme_alternative is not None else None
