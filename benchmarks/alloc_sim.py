@@ -136,6 +136,11 @@ class Row:
     device_error_replay_peak: float | None = None
     """The same with the replay's own peak reserved in place of the estimate's allocated peak and its reserve: what
     an estimate that took the traced peaks whole (DeepSpeed's initialization flatten included) would say."""
+    device_error_own: float | None = None
+    """:attr:`device_error_replay_peak` against the run's own device: the measured whole device less what other
+    processes held on the GPU when the run started (its ``device_used_at_start_bytes`` beyond a lone process's
+    context, the least of it over the corpus's one-GPU runs), as ``benchmarks/bench_accuracy.py`` takes the memory
+    outside the allocator that the constants are fitted on."""
     offload: str = ""
     """The run's offload regime as the error band names it (:func:`offload_regime`): ``param-offload``,
     ``zero3-optimizer-offload``, ``optimizer-offload`` or ``""``."""
@@ -158,12 +163,15 @@ def offload_regime(plan) -> str:
     return replayed_offload_regime(plan.offload_params, plan.offload_optimizer, plan.zero_stage) or ""
 
 
-def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | None = None) -> Row:
+def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | None = None,
+             lone_bytes: float | None = None) -> Row:
     """One in-scope corpus record: the simulated reserve beside the measured one and the constant, and the
     estimator's whole-device error with either. ``replayed``: the record's replay already made (a megatron-core
     record's, from :func:`workbench.allocsim.mcore_replays`); else its transformers trace is replayed here.
     ``run``: the record's run already described (:func:`corpus_runs`, a megatron-core record's, whose specs its
-    replay was traced from), so that its specs are built once; else described here."""
+    replay was traced from), so that its specs are built once; else described here. ``lone_bytes``: a lone
+    process's GPU memory in use after its CUDA initialisation (:func:`lone_context_bytes`), for
+    :attr:`Row.device_error_own`."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_accuracy import corpus_run, predict, reserve_base
     from workbench.memory import RESERVE_FRACTION, plan_overheads, stack_outside_bytes
@@ -180,7 +188,7 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
     constant = float(own["reserve_fraction"])
     if run is not None and run["measured"].get("allocated"):  # parameter offload: taken on the streams' caches
         constant = (1 + constant) * reserve_base(run) / run["measured"]["allocated"] - 1
-    device = device_sim = device_peak = None
+    device = device_sim = device_peak = device_own = None
     if run is not None and run["measured"].get("device"):
         p, measured = predict(run), run["measured"]["device"]
         # taken from the constants, not backed out of the estimate's device figure, which may hold more than the
@@ -190,12 +198,25 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
         device = p["device"] / measured - 1
         device_sim = (outside + (1 + replayed["reserve_fraction"]) * p["allocated"]) / measured - 1
         device_peak = (outside + replayed["peak_reserved_bytes"]) / measured - 1
+        at_start = rec.get("device_used_at_start_bytes")
+        others = max(0.0, at_start - lone_bytes) if at_start is not None and lone_bytes is not None else 0.0
+        device_own = (outside + replayed["peak_reserved_bytes"]) / (measured - others) - 1
     return Row(run_id=rec["run_id"], split=split,
                measured_reserve=rec["peak_reserved_bytes"] / rec["peak_allocated_bytes"] - 1,
                simulated_reserve=replayed["reserve_fraction"], constant_reserve=constant,
                simulated_allocated_error=replayed["peak_allocated_bytes"] / rec["peak_allocated_bytes"] - 1,
                device_error=device, device_error_simulated=device_sim, device_error_replay_peak=device_peak,
+               device_error_own=device_own,
                offload=offload_regime(run["plan"]) if run is not None else "")
+
+
+def lone_context_bytes(recs: list) -> float | None:
+    """A lone process's GPU memory in use right after its CUDA initialisation: the least
+    ``device_used_at_start_bytes`` over the one-GPU records (as ``benchmarks/bench_accuracy.py``'s ``outside_beside_other_processes`` takes it);
+    anything above it in a record was held by other processes on the same GPU when that run started."""
+    at_start = [r["device_used_at_start_bytes"] for r in recs
+                if r.get("device_used_at_start_bytes") is not None and int(r.get("world_size") or 1) == 1]
+    return min(at_start) if at_start else None
 
 
 def corpus_runs(recs: list) -> list:
@@ -257,7 +278,9 @@ def summary(rows: list) -> list:
             f"       whole device    simulated: {_stats([r.device_error_simulated for r in rows])}   "
             f"constant {constant}: {_stats([r.device_error for r in rows])}",
             f"       whole device    the replay's own peak reserved (the estimate's): "
-            f"{_stats([r.device_error_replay_peak for r in rows])}"]
+            f"{_stats([r.device_error_replay_peak for r in rows])}",
+            f"       the run's own   the same, less other processes' memory at the run's start: "
+            f"{_stats([r.device_error_own for r in rows])}"]
 
 
 def band_of(rows: list) -> dict:
@@ -311,23 +334,25 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     split = json.loads(SPLIT.read_text())
     side = {s: "fit" for s in split["fit"]} | {s: "test" for s in split["test"]}
-    recs = []
+    recs, every = [], []
     for line in Path(args.corpus).read_text().splitlines():
         rec = json.loads(line)
+        every.append(rec)
         if in_scope(rec) and args.only in rec["run_id"] and rec["shape_id"] in side:
             recs.append(rec)
+    lone = lone_context_bytes(every)
     mcore = [r for r in recs if r["stack"] in MCORE_STACKS]
     runs = corpus_runs(mcore)  # their specs, built once: traced from, then estimated
     done = dict(zip((r["run_id"] for r in mcore), zip(runs, mcore_replays(mcore, runs))))
     rows = []
     for rec in recs:
         run, replayed = done.get(rec["run_id"], (None, None))
-        row = simulate(rec, side[rec["shape_id"]], replayed, run)
+        row = simulate(rec, side[rec["shape_id"]], replayed, run, lone)
         rows.append(row)
         if args.runs:
             dev = ("" if row.device_error is None else
                    f"  device {row.device_error_simulated:+6.1%} (constant {row.device_error:+6.1%}, own peak "
-                   f"{row.device_error_replay_peak:+6.1%})")
+                   f"{row.device_error_replay_peak:+6.1%}, run's own {row.device_error_own:+6.1%})")
             print(f"{row.split:4s} {row.run_id:52s} reserve measured {row.measured_reserve:6.1%} simulated "
                   f"{row.simulated_reserve:6.1%} (reserved {row.simulated_error:+6.1%}, constant "
                   f"{row.constant_error:+6.1%}){dev}  traced allocated {row.simulated_allocated_error:+5.1%}",

@@ -339,6 +339,20 @@ def test_megatron_core_ddp_records_take_megatron_cores_constants():
     assert "constant per engine" in A.summary(rows)[0]
 
 
+def test_the_runs_own_device_leaves_out_other_processes_memory_at_its_start():
+    """A lone process's context is the least memory in use at the start over the one-GPU records (a two-GPU record
+    does not count); the summary's last line scores the replay against the run's own device."""
+    recs = [{"device_used_at_start_bytes": 3 << 29, "world_size": 1}, {"device_used_at_start_bytes": 1 << 29},
+            {"device_used_at_start_bytes": 1 << 20, "world_size": 2}, {"world_size": 1}]
+    assert A.lone_context_bytes(recs) == 1 << 29
+    assert A.lone_context_bytes([{"world_size": 1}]) is None
+    rows = [A.Row(run_id="hf-ds/x", split="test", measured_reserve=0.1, simulated_reserve=0.1, constant_reserve=0.1,
+                  simulated_allocated_error=0.0, device_error=-0.08, device_error_simulated=-0.08,
+                  device_error_replay_peak=-0.08, device_error_own=-0.01)]
+    lines = A.summary(rows)
+    assert "under >5 %  1" in lines[2] and "other processes" in lines[3] and "under >5 %  0" in lines[3]
+
+
 def _mlp_events(bucket_elements: int, marks: list):
     """A 3-layer bf16 MLP on the meta device through ZeRO-2's steps (:func:`workbench.allocsim.deepspeed_steps`),
     and a ``("mark", "last gradient", 0)`` event where the first layer's gradient (the last of backward) arrives."""
