@@ -11,7 +11,7 @@ from workbench import catalog, cli
 from workbench.estimate import estimate
 from workbench.memory import (DS_NVME_OPTIMIZER_BUFFERS, DS_NVME_PARAM_BUFFER_ELEMENTS, DS_NVME_PARAM_BUFFERS,
                               DS_NVME_PARAMS_IN_CPU, HOST_PROCESS_BYTES, host_tensor_sum,
-                              pinned_bytes)
+                              nvme_param_buffer_elements, pinned_bytes)
 from workbench.specs import ClusterSpec, ParallelPlan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,10 @@ def test_without_offload_the_host_holds_the_process_and_nvme_takes_the_states():
     _, both_cpu = _host(dict(zero_stage=3, offload_optimizer="cpu", offload_params="cpu"))
     assert both.nvme_bytes_per_gpu > z3.nvme_bytes_per_gpu
     kept = pinned_bytes(2 * min(n, DS_NVME_PARAMS_IN_CPU))
-    buffers = pinned_bytes(2 * DS_NVME_PARAM_BUFFERS * DS_NVME_PARAM_BUFFER_ELEMENTS)
+    # each parameter swap buffer holds the largest parameter partition (this model's is above DeepSpeed's 1e8)
+    assert nvme_param_buffer_elements(m, 1, 1) == max(DS_NVME_PARAM_BUFFER_ELEMENTS,
+                                                      host_tensor_sum(m, 1, 1, "largest_tensor"))
+    buffers = pinned_bytes(2 * DS_NVME_PARAM_BUFFERS * nvme_param_buffer_elements(m, 1, 1))
     cpu_params = pinned_bytes(2 * n) + host_tensor_sum(m, 1, 1, "bf16_partitions")
     assert both.host_bytes_per_gpu - both_cpu.host_bytes_per_gpu == pytest.approx(
         swap - cpu_states + kept + buffers - cpu_params, rel=1e-9)

@@ -295,3 +295,65 @@ def test_the_nvme_gradient_list_holds_a_ranks_slices():
         "allocated_bytes"] for o in ("cpu", "nvme")}
     added, added1 = mem["nvme"] - mem["cpu"], mem1["nvme"] - mem1["cpu"]
     assert 0 < added < added1
+
+
+def _neox_h2048():
+    """GPT-NeoX h2048 as the corpus ran it with the parameters on NVMe (nvme80): its 50,304 x 2,048 input embedding
+    is 103,022,592 elements, above DeepSpeed's default offload_param.buffer_size."""
+    from workbench.specs import ModelSpec
+
+    return ModelSpec(name="neox-h2048", num_layers=4, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
+                     vocab_size=50304, seq_length=2048)
+
+
+def test_parameter_swap_buffers_hold_the_largest_partition():
+    from workbench import memory as M
+
+    m = _neox_h2048()
+    assert M.largest_param_partition(m, 1, 1) == 50304 * 2048 == 103_022_592
+    assert M.nvme_param_buffer_elements(m, 1, 1) == 103_022_592
+    assert M.largest_param_partition(m, 1, 2) == 51_511_296  # ZeRO-3 splits it over two ranks
+    assert M.nvme_param_buffer_elements(m, 1, 2) == M.DS_NVME_PARAM_BUFFER_ELEMENTS  # DeepSpeed's default holds it
+
+
+def test_export_writes_a_parameter_buffer_that_deepspeed_accepts():
+    from workbench.configs.deepspeed import DeepSpeedOptions, build_ds_config
+    from workbench.specs import ClusterSpec, ParallelPlan
+
+    m = _neox_h2048()
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=1, nvme_gib_per_node=100)
+    plan = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=3, offload_optimizer="nvme",
+                        offload_params="nvme", micro_batch_size=1, global_batch_size=1)
+    zero = build_ds_config(m, cluster, plan)["zero_optimization"]
+    assert zero["offload_param"]["buffer_size"] == 103_022_592
+    assert "buffer_size" not in zero["offload_optimizer"]
+    own = build_ds_config(m, cluster, plan, options=DeepSpeedOptions(param_buffer_size=2 * 10**8))
+    assert own["zero_optimization"]["offload_param"]["buffer_size"] == 2 * 10**8
+    cpu = build_ds_config(m, cluster, plan.replace(offload_params="cpu"))["zero_optimization"]["offload_param"]
+    assert "buffer_size" not in cpu
+
+
+def test_advisor_fails_a_parameter_buffer_deepspeed_refuses():
+    from workbench.advisor import nvme_param_buffer
+    from workbench.configs.deepspeed import DeepSpeedOptions
+    from workbench.configs.importer import import_ds_config
+    from workbench.specs import ParallelPlan
+
+    m = _neox_h2048()
+    plan = ParallelPlan(world_size=1, engine="deepspeed", zero_stage=3, offload_optimizer="nvme",
+                        offload_params="nvme", micro_batch_size=1, global_batch_size=1)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"},
+                                 "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}}
+    imported = import_ds_config(cfg)
+    assert imported.options["param_buffer_size"] == 100_000_000  # DeepSpeed's default where the config sets none
+    found = nvme_param_buffer(m, plan, DeepSpeedOptions(param_buffer_size=imported.options["param_buffer_size"]))
+    assert found.status == "fail"
+    assert "More elements 103022592 than buffer size 100000000" in found.message
+    assert '"buffer_size": 103022592' in found.suggestion
+    cfg["zero_optimization"]["offload_param"]["buffer_size"] = 2e8
+    assert import_ds_config(cfg).options["param_buffer_size"] == 200_000_000
+    assert nvme_param_buffer(m, plan, DeepSpeedOptions(param_buffer_size=200_000_000)) is None
+    written = nvme_param_buffer(m, plan)  # no config of the user's: the export's own buffer
+    assert written.status == "pass" and "buffer_size 103022592" in written.message
+    assert nvme_param_buffer(m, plan.replace(offload_params="cpu")) is None

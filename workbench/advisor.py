@@ -492,6 +492,33 @@ def sub_group_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Opti
                               f"(the time model does not price the count)")
 
 
+def nvme_param_buffer(model: ModelSpec, plan: ParallelPlan, options: Optional[DeepSpeedOptions] = None
+                      ) -> Optional[Finding]:
+    """ZeRO-3 with the parameters on NVMe: DeepSpeed swaps each parameter partition in through buffers of
+    ``offload_param.buffer_size`` elements and refuses the run at start-up when one is larger ("More elements N than
+    buffer size M", ``partitioned_param_swapper.py``). A failure when the options' buffer (an imported config's, or
+    DeepSpeed's default where it sets none) is too small; without one, a pass naming the size the export writes where
+    DeepSpeed's default 1e8 would be refused (nvme80's GPT-NeoX h2048 was); None otherwise."""
+    if plan.offload_params is not Offload.NVME or not plan.nvme_params:
+        return None
+    largest = int(M.largest_param_partition(model, plan.tensor_parallel, plan.data_parallel * plan.context_parallel))
+    own = (options or _default_options()).param_buffer_size
+    if own is not None and own < largest:
+        return Finding(id="nvme_param_buffer", status="fail",
+                       message=f"zero_optimization.offload_param.buffer_size={own:,} is smaller than the largest "
+                               f"parameter partition a rank swaps in, {largest:,} elements: DeepSpeed refuses the run "
+                               f'at start-up ("More elements {largest} than buffer size {own}")',
+                       suggestion=f'"buffer_size": {largest} or more in zero_optimization.offload_param (each of '
+                                  f"its {M.DS_NVME_PARAM_BUFFERS} page-locked buffers holds that many 16-bit elements)")
+    if own is not None or largest <= M.DS_NVME_PARAM_BUFFER_ELEMENTS:
+        return None
+    return Finding(id="nvme_param_buffer", status="pass",
+                   message=f"the largest parameter partition a rank swaps in from NVMe is {largest:,} elements, above "
+                           f"DeepSpeed's default offload_param.buffer_size {M.DS_NVME_PARAM_BUFFER_ELEMENTS:,}, which "
+                           f"it would refuse at start-up; the exported config sets buffer_size {largest} and the host "
+                           f"memory is priced with it")
+
+
 def pageable_offload(plan: ParallelPlan, time=None) -> Optional[Finding]:
     """DeepSpeed CPU offload with ``"pin_memory": false`` (:attr:`ParallelPlan.pin_memory` off, as an imported
     ds_config can set it): every copy between host and GPU is staged by the driver through its own page-locked
@@ -885,7 +912,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
-             sub_group_host_buffers(model, plan, memory), pageable_offload(plan, time), nvme_swaps(cluster, plan, time),
+             sub_group_host_buffers(model, plan, memory), nvme_param_buffer(model, plan, o), pageable_offload(plan, time),
+             nvme_swaps(cluster, plan, time),
              expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction,
                                         expandable_twin=expandable_twin),
              strategy_tier(model, cluster, plan, memory),

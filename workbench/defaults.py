@@ -20,6 +20,9 @@ DEEPSPEED_NVME_PARAMS_IN_CPU = int(1e9)
 with the parameters offloaded to NVMe, ZeRO-3 moves up to this many of a rank's 16-bit partition elements into a
 page-locked host buffer for good (stage3.py ``_create_param_groups_fp16_flat_cpu_memory`` and
 ``_move_to_flat_buffer``, "Swapping in ... permanently to CPU"); only what lies beyond stays on the drive."""
+DEEPSPEED_NVME_PARAM_BUFFER_ELEMENTS = 100_000_000
+"""DeepSpeed ZeRO-3 ``offload_param.buffer_size`` default, elements (deepspeed/runtime/zero/offload_config.py: 1e8):
+with the parameters on NVMe, each page-locked swap buffer, which must hold the largest parameter partition."""
 DEEPSPEED_PERSISTENCE_THRESHOLD = 100_000
 """DeepSpeed ZeRO-3 ``stage3_param_persistence_threshold`` default, elements (deepspeed/runtime/zero/config.py: 1e5):
 parameters of at most this many elements are never partitioned."""

@@ -24,6 +24,7 @@ from workbench.defaults import (DEEPSPEED_NVME_PARAMS_IN_CPU, DEEPSPEED_PERSISTE
                                DEEPSPEED_PREFETCH_BUCKET_ELEMENTS)
 from workbench.defaults import DEEPSPEED_REDUCE_BUCKET_ELEMENTS as DS_REDUCE_BUCKET_ELEMENTS
 from workbench.defaults import DEEPSPEED_SUB_GROUP_ELEMENTS as DS_SUB_GROUP_ELEMENTS
+from workbench.defaults import DEEPSPEED_NVME_PARAM_BUFFER_ELEMENTS
 from workbench.defaults import DEEPSPEED_ZERO3_NORM_CHUNK_ELEMENTS as DS_ZERO3_NORM_CHUNK_ELEMENTS
 from workbench.defaults import GiB
 # the codes' home is the encoder
@@ -54,7 +55,7 @@ page-locked fp32 buffers, each the size of the largest optimizer sub-group (``Op
 ``SwapBufferManager(num_elems=largest_numel, count=buffer_count)``, deepspeed/runtime/swap_tensor, 0.19.8): a
 sub-group's master weight, two moments and gradient are swapped in through them."""
 DS_NVME_PARAM_BUFFERS = 5
-DS_NVME_PARAM_BUFFER_ELEMENTS = int(1e8)
+DS_NVME_PARAM_BUFFER_ELEMENTS = DEEPSPEED_NVME_PARAM_BUFFER_ELEMENTS
 """``offload_param.buffer_count`` × ``buffer_size`` defaults: with the parameters on NVMe, the page-locked 16-bit
 buffers parameters are swapped in through (``AsyncPartitionedParameterSwapper``)."""
 DS_NVME_PARAMS_IN_CPU = DEEPSPEED_NVME_PARAMS_IN_CPU
@@ -869,6 +870,23 @@ def host_tensor_sum(m: ModelSpec, tensor_parallel, data_parallel, name: str,
     return _host_tensor_sums(m, int(tensor_parallel), int(data_parallel), int(sub_group_elements))[kind]
 
 
+def nvme_param_buffer_elements(m: ModelSpec, tensor_parallel=1, data_parallel=1):
+    """Elements of each of ZeRO-3's parameter swap buffers with the parameters on NVMe: DeepSpeed's
+    ``offload_param.buffer_size`` must hold the largest parameter partition a rank swaps in
+    (``partitioned_param_swapper.py`` ``get_buffer`` asserts "More elements N than buffer size M" at start-up: the
+    corpus's GPT-NeoX h2048, whose 50,304 x 2,048 input embedding is 103 M elements, was refused at DeepSpeed's
+    default, nvme80), so the workbench's export writes the larger of that default
+    (:data:`DS_NVME_PARAM_BUFFER_ELEMENTS`) and the largest partition, and the host model prices that size. Arrays
+    allowed."""
+    return maximum(float(DS_NVME_PARAM_BUFFER_ELEMENTS), largest_param_partition(m, tensor_parallel, data_parallel))
+
+
+def largest_param_partition(m: ModelSpec, tensor_parallel=1, data_parallel=1):
+    """Elements of the largest weight's partition on one rank: its tensor-parallel shard
+    (:func:`workbench.params.weight_tensor_sizes`) split over ``data_parallel`` as ZeRO-3 pads it, rounded up."""
+    return np.ceil(host_tensor_sum(m, tensor_parallel, data_parallel, "largest_tensor") / data_parallel)
+
+
 def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_optimizer, offload_params,
                         tensor_parallel, data_parallel, trainable, params, lora, value_bytes, num_microbatches,
                         defrag, expert_parallel=1, expert_tensor_parallel=None, pinned=1, nvme_optimizer=0,
@@ -907,7 +925,7 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
       H200, 2026-12-07, ``results/nvme79_blind_h200.txt``, found on them: not blind); the parameters' 16-bit
       partition stays in a page-locked host buffer up to
       :data:`DS_NVME_PARAMS_IN_CPU` elements, beside the parameter swapper's buffers
-      (:data:`DS_NVME_PARAM_BUFFERS` × :data:`DS_NVME_PARAM_BUFFER_ELEMENTS`), and no per-parameter partitions.
+      (:data:`DS_NVME_PARAM_BUFFERS` × :func:`nvme_param_buffer_elements`), and no per-parameter partitions.
       Read off DeepSpeed 0.19.8's swap_tensor and stage3.py sources.
     - ZeRO-3 with the parameters on the GPU (offloading nothing, or the optimizer alone): at init DeepSpeed moves
       every trained parameter's partition into one pageable CPU buffer and back to the GPU as one flat buffer
@@ -961,7 +979,8 @@ def host_resident_bytes(m: ModelSpec, offloaded, *, engine, zero_stage, offload_
     # initialize_optimizer_states first steps it and released after its first swap-out: a peak at start-up)
     opt_states = where(nvme_opt, (DS_NVME_OPTIMIZER_BUFFERS * 4.0 + 8.0) * largest_group, 12.0 * p_opt + sub_groups)
     par_states = where(nvme_par, held(2.0 * minimum(p_all, DS_NVME_PARAMS_IN_CPU))
-                       + held(2.0 * DS_NVME_PARAM_BUFFERS * DS_NVME_PARAM_BUFFER_ELEMENTS),
+                       + held(2.0 * DS_NVME_PARAM_BUFFERS
+                              * nvme_param_buffer_elements(m, tensor_parallel, data_parallel)),
                        held(2.0 * p_all) + tensors("bf16_partitions"))
     zero3 = (where(off_opt, opt_states + held(2.0 * p_opt), 0.0)
              + where(off_par, par_states, 0.0)

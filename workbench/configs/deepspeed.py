@@ -77,6 +77,11 @@ class DeepSpeedOptions:
     sub_group_size: int = DEEPSPEED_SUB_GROUP_ELEMENTS
     """ZeRO-3 optimizer step granularity, elements (DeepSpeed default 1e9) where the plan sets none
     (:attr:`workbench.specs.ParallelPlan.sub_group_size` wins)."""
+    param_buffer_size: Optional[int] = None
+    """ZeRO-3 ``offload_param.buffer_size`` with the parameters on NVMe, elements: each of the parameter swapper's
+    buffers, which must hold the largest parameter partition (DeepSpeed refuses the run at start-up otherwise).
+    ``None``: the export writes what the plan needs (:func:`workbench.memory.nvme_param_buffer_elements`); import
+    keeps a config's own, which the advisor checks."""
     nvme_path: str = "/local_nvme"
     """ZeRO-Infinity swap folder on a local NVMe drive (used only with offload to nvme; set it to your mount)."""
     loss_scale_window: int = 1000
@@ -123,6 +128,8 @@ class DeepSpeedOptions:
             put("warmup_iters", check_int("warmup_iters", self.warmup_iters, maximum=2**62))
         for name in ("contiguous_gradients", "cpu_checkpointing", "wall_clock_breakdown"):
             put(name, check_bool(name, getattr(self, name)))
+        if self.param_buffer_size is not None:
+            put("param_buffer_size", check_int("param_buffer_size", self.param_buffer_size, maximum=2**62))
         check_str("nvme_path", self.nvme_path)
         if not self.nvme_path.strip():
             raise ValueError(f"nvme_path={self.nvme_path!r} must name a folder: the mount of the node's local NVMe")
@@ -177,6 +184,18 @@ def _ds_engine_check(plan: ParallelPlan) -> None:
     if plan.engine is Engine.MEGATRON:
         raise ValueError("engine='megatron' does not use DeepSpeed; export it with megatron_args(), or use "
                          "engine='deepspeed' or 'megatron-deepspeed'")
+
+
+def nvme_param_buffer_size(model: ModelSpec, plan: ParallelPlan, options: Optional[DeepSpeedOptions] = None) -> int:
+    """``offload_param.buffer_size`` for a plan with the parameters on NVMe: the options' own, else what the plan
+    needs (:func:`workbench.memory.nvme_param_buffer_elements`: DeepSpeed's 1e8, or the largest parameter partition
+    where that is larger)."""
+    from workbench.memory import nvme_param_buffer_elements
+
+    own = (options or DeepSpeedOptions()).param_buffer_size
+    if own is not None:
+        return int(own)
+    return int(nvme_param_buffer_elements(model, plan.tensor_parallel, plan.data_parallel * plan.context_parallel))
 
 
 def _offload_section(device: Offload, options: DeepSpeedOptions, pin_memory: bool) -> dict:
@@ -252,6 +271,8 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
             zero["offload_optimizer"] = _offload_section(plan.offload_optimizer, o, plan.pin_memory)
         if plan.offload_params is not Offload.NONE:
             zero["offload_param"] = _offload_section(plan.offload_params, o, plan.pin_memory)
+            if plan.offload_params is Offload.NVME:  # each swap buffer holds the largest parameter partition
+                zero["offload_param"]["buffer_size"] = int(nvme_param_buffer_size(model, plan, o))
     cfg["zero_optimization"] = zero
     if plan.is_ulysses:
         # DeepSpeed-Ulysses: the groups come from the model code's mpu (ulysses_snippet); DeepSpeedConfig reads the

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from workbench.configs.deepspeed import HF_AUTO_ZERO_SIZES, PLAN_ZERO_SIZES, DeepSpeedOptions, hf_auto_zero_sizes
-from workbench.defaults import DEEPSPEED_ZERO_SIZES
+from workbench.defaults import DEEPSPEED_NVME_PARAM_BUFFER_ELEMENTS, DEEPSPEED_ZERO_SIZES
 from workbench.specs import MAX_COUNT, ZERO_SIZE_STAGES, ClusterSpec, Engine, ModelSpec, ParallelPlan, check_int
 
 _MODEL_FIELDS = {f.name for f in dataclasses.fields(ModelSpec)}
@@ -608,6 +608,11 @@ def import_ds_config(source: Union[dict, str, Path], *, world_size: Optional[int
             plan["offload_optimizer" if key == "offload_optimizer" else "offload_params"] = str(device or "none")
             if section.get("nvme_path"):
                 opts["nvme_path"] = str(section["nvme_path"])
+            if key == "offload_param" and device == "nvme":  # the swap buffers the config runs with (DeepSpeed's
+                # default 1e8 where it sets none), which the advisor holds against the largest parameter partition
+                size = get(section, "buffer_size", "zero_optimization.offload_param.buffer_size",
+                           _zero_count("buffer_size"))
+                opts["param_buffer_size"] = DEEPSPEED_NVME_PARAM_BUFFER_ELEMENTS if size is None else size
             pin = read_ds_bool(section.get("pin_memory"), f"zero_optimization.{key}.pin_memory")
             if pin is False and device not in (None, "none"):  # pageable if either section says so (true: default)
                 plan["pin_memory"] = False
