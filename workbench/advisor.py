@@ -423,6 +423,20 @@ def host_memory_margin(plan: ParallelPlan, memory) -> Optional[Finding]:
                               "parameters on the GPU (offload_param off) or NVMe offload")
 
 
+def _tight_host_saving(memory, alternative_host_bytes) -> Optional[tuple]:
+    """``(saved per rank, saved per node, host per node then, node's host memory)`` when the node's host memory is
+    past :data:`HOST_MEMORY_WARN_FRACTION` (or over it) and the alternative that ``alternative_host_bytes()`` prices
+    (one rank's host memory) saves at least 1 GiB per rank; else None (the alternative is priced only when tight)."""
+    used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
+    if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
+        return None
+    saved = memory.host_bytes_per_gpu - alternative_host_bytes()
+    if saved < GiB:
+        return None
+    per_node = saved * used / memory.host_bytes_per_gpu
+    return saved, per_node, used - per_node, cap
+
+
 def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optional[Finding]:
     """With DeepSpeed's CPU offload and the node's host memory past :data:`HOST_MEMORY_WARN_FRACTION` (or over it),
     what its page-locked buffers cost beyond their contents: PyTorch's pinned-memory allocator rounds each request up
@@ -431,14 +445,10 @@ def pinned_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Optiona
     has them pageable already, when that saves less than 1 GiB per rank or when the host is not tight."""
     if not plan.offloads_to_cpu or not plan.pin_memory:
         return None
-    used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
-    if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
+    saving = _tight_host_saving(memory, lambda: M.pageable_host_bytes(model, plan))
+    if saving is None:
         return None
-    saved = memory.host_bytes_per_gpu - M.pageable_host_bytes(model, plan)
-    if saved < GiB:
-        return None
-    per_node = saved * used / memory.host_bytes_per_gpu
-    then = used - per_node
+    saved, per_node, then, cap = saving
     in_cpu = (("optimizer", plan.optimizer_in_host_memory), ("param", plan.offload_params is Offload.CPU))
     sections = " and ".join(f"offload_{kind}" for kind, there in in_cpu if there)
     return Finding(id="pinned_host_buffers", status="warn",
@@ -472,14 +482,11 @@ def sub_group_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Opti
         return None
     if plan.sub_group_elements <= SMALLER_SUB_GROUP_ELEMENTS:
         return None
-    used, cap = memory.host_bytes_per_node, memory.host_capacity_bytes_per_node
-    if not cap or used / cap <= HOST_MEMORY_WARN_FRACTION:
+    saving = _tight_host_saving(memory, lambda: M.host_bytes_with(model, plan,
+                                                                 sub_group_elements=SMALLER_SUB_GROUP_ELEMENTS))
+    if saving is None:
         return None
-    smaller = M.host_bytes_with(model, plan, sub_group_elements=SMALLER_SUB_GROUP_ELEMENTS)
-    saved = memory.host_bytes_per_gpu - smaller
-    if saved < GiB:
-        return None
-    then = used - saved * used / memory.host_bytes_per_gpu
+    saved, _, then, cap = saving
     held = ("the NVMe swapper's page-locked buffers of the largest sub-group" if plan.nvme_optimizer else
             "a page-locked fp32 gradient per sub-group, each rounded up to a power of two")
     return Finding(id="sub_group_host_buffers", status="warn",
