@@ -212,7 +212,8 @@ def simulate(rec: dict, split: str, replayed: dict | None = None, run: dict | No
 
 def lone_context_bytes(recs: list) -> float | None:
     """A lone process's GPU memory in use right after its CUDA initialisation: the least
-    ``device_used_at_start_bytes`` over the one-GPU records (as ``benchmarks/bench_accuracy.py``'s ``outside_beside_other_processes`` takes it);
+    ``device_used_at_start_bytes`` over the one-GPU records (as ``benchmarks/bench_accuracy.py``'s
+    ``outside_beside_other_processes`` takes it);
     anything above it in a record was held by other processes on the same GPU when that run started."""
     at_start = [r["device_used_at_start_bytes"] for r in recs
                 if r.get("device_used_at_start_bytes") is not None and int(r.get("world_size") or 1) == 1]

@@ -494,8 +494,8 @@ def sub_group_host_buffers(model: ModelSpec, plan: ParallelPlan, memory) -> Opti
                            f"{elements_words(plan.sub_group_elements)} they hold {_gb(saved)} per rank more than at "
                            f"{elements_words(SMALLER_SUB_GROUP_ELEMENTS)}",
                    suggestion=f'"sub_group_size": {SMALLER_SUB_GROUP_ELEMENTS} in zero_optimization '
-                              f"(--sub-group-size {elements_words(SMALLER_SUB_GROUP_ELEMENTS)}): {_gb(then)} per node of "
-                              f"{_gb(cap)} ({then / cap:.0%}); the optimizer then steps in ten times as many pieces "
+                              f"(--sub-group-size {elements_words(SMALLER_SUB_GROUP_ELEMENTS)}): {_gb(then)} per node "
+                              f"of {_gb(cap)} ({then / cap:.0%}); the optimizer then steps in ten times as many pieces "
                               f"(the time model does not price the count)")
 
 
@@ -919,7 +919,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     o = options or _default_options()
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
-             sub_group_host_buffers(model, plan, memory), nvme_param_buffer(model, plan, o), pageable_offload(plan, time),
+             sub_group_host_buffers(model, plan, memory), nvme_param_buffer(model, plan, o),
+             pageable_offload(plan, time),
              nvme_swaps(cluster, plan, time),
              expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction,
                                         expandable_twin=expandable_twin),

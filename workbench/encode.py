@@ -11,8 +11,8 @@ routing load, 1 when balanced; the planner's float column ``moe_imb`` carries th
 offload buffers page-locked, ``pin_memory``), DeepSpeed's ZeRO sizes in elements ``rbucket`` (``reduce_bucket_size``),
 ``pbucket`` (``stage3_prefetch_bucket_size``), ``persist`` (``stage3_param_persistence_threshold``) and ``sgroup``
 (``sub_group_size``), one number for every plan of a table, ``moe_ov`` (1: all-to-all overlapped, combined 1F1B),
-``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1 native, 2 te), and the
-pipeline split ``first_layers, last_layers`` (0: an even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
+``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1
+native, 2 te), and the pipeline split ``first_layers, last_layers`` (0: an even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
 middle and last stages. A single plan gives scalars; the planner's candidate table
 gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
 columns — scalar or array, with or without a measured hardware profile — into the keyword arguments of
