@@ -92,6 +92,8 @@ def offload_section(cfg: dict, key: str) -> dict | None:
     section = {"device": cfg[key], "pin_memory": bool(cfg.get("pin", True))}
     if cfg[key] == "nvme":  # ZeRO-Infinity: the states swapped to files under nvme_path (DeepSpeed's aio defaults)
         section["nvme_path"] = os.environ.get("CORPUS_NVME_PATH", "/tmp/corpus_nvme")
+        if key == "offload_params" and cfg.get("pbuf"):  # parameter swap buffers other than DeepSpeed's 1e8
+            section["buffer_size"] = int(cfg["pbuf"])
     return section
 
 

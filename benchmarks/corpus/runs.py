@@ -2626,6 +2626,13 @@ GROUPS = {
         _ds("mc-h1024-gelu", 3, mbs=4, repeat=15, **OFF),
         _hf("hf-llama-h2048", 3, "sdpa", repeat=15, **OFF),
     ],
+    # eighty-second final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "pbuf82" before
+    # measuring: nvme80's plan with the parameters on NVMe too, which DeepSpeed refused at its default
+    # offload_param.buffer_size (1e8 elements, under the 103,022,592-element input embedding), with the buffer the
+    # workbench's export now writes (memory.nvme_param_buffer_elements); nvme80's estimates for it carry over
+    "pbuf82": [
+        _hf("hf-neox-h2048", 3, "sdpa", protocol=[5, 3], repeat=82, pbuf=103_022_592, **NVME, **PNVME),
+    ],
     # eighty-first final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "sgs81" before
     # measuring: a blind test of DeepSpeed ZeRO-3's sub_group_size as the models price it (ParallelPlan.sub_group_size:
     # the optimizer step's flat fp32 gradient one sub-group at a time on the GPU, the host's buffers per sub-group),
@@ -3608,6 +3615,8 @@ def run_id(cfg: dict) -> str:
         parts.append("ovl")
     if cfg.get("rbs"):  # DeepSpeed's reduce_bucket_size set in the ds_config, in elements
         parts.append(f"rbs{cfg['rbs']:.0e}".replace("e+0", "e"))
+    if cfg.get("pbuf"):  # offload_param.buffer_size set in the ds_config (parameters on NVMe), in elements
+        parts.append(f"pbuf{cfg['pbuf']}")
     if cfg.get("sgs") is not None:  # DeepSpeed ZeRO-3's sub_group_size set in the ds_config, in elements
         parts.append(f"sgs{cfg['sgs']:.0e}".replace("e+0", "e"))
     if cfg.get("expandable_segments"):
