@@ -937,6 +937,17 @@ def optimizer_offloaded(plan) -> bool:
     return str(plan.offload_optimizer) != "none"
 
 
+def plan_deepspeed_settings(plan) -> dict:
+    """A plan's DeepSpeed settings as the trace takes them, under the names :class:`DeepSpeedSetup` and
+    :func:`replayed_peaks` share: its ZeRO sizes, what it offloads (:func:`optimizer_offloaded`), ``overlap_comm``
+    and the optimizer on NVMe."""
+    return dict(reduce_bucket_elements=plan.reduce_bucket_elements,
+                prefetch_bucket_elements=plan.prefetch_bucket_elements,
+                persistence_threshold=plan.persistence_threshold, sub_group_elements=plan.sub_group_elements,
+                offload_optimizer=optimizer_offloaded(plan), offload_params=str(plan.offload_params) != "none",
+                overlap_comm=bool(plan.overlaps_comm), nvme_optimizer=plan.nvme_optimizer)
+
+
 def side_stream_lags(zero_stage: int, offload_optimizer: bool, pin_memory: bool) -> bool:
     """:attr:`DeepSpeedSetup.side_stream_lags` for a run: ``False`` at ZeRO-3 with the optimizer on the CPU in
     pageable host memory (``offload_optimizer.pin_memory`` false; DeepSpeed's default is true), else ``True``. There
@@ -2085,16 +2096,10 @@ def trace_mcore_deepspeed(model, plan, *, steps: int = 6, flatten_on_device: boo
 
     setup = DeepSpeedSetup(zero_stage=int(plan.zero_stage), micro_batch=plan.micro_batch_size,
                            grad_accum=plan.gradient_accumulation_steps, seq_length=model.seq_length, steps=steps,
-                           reduce_bucket_elements=plan.reduce_bucket_elements,
-                           prefetch_bucket_elements=plan.prefetch_bucket_elements,
-                           persistence_threshold=plan.persistence_threshold,
-                           sub_group_elements=plan.sub_group_elements,
-                           offload_optimizer=optimizer_offloaded(plan),
-                           offload_params=str(plan.offload_params) != "none",
-                           overlap_comm=bool(plan.overlaps_comm), flatten_on_device=flatten_on_device,
+                           flatten_on_device=flatten_on_device,
                            side_stream_lags=side_stream_lags(plan.zero_stage, optimizer_offloaded(plan),
                                                              plan.pin_memory),
-                           nvme_optimizer=plan.nvme_optimizer)
+                           **plan_deepspeed_settings(plan))
     events: list = []
     with _mcore_meta(model, plan, events) as (config_kwargs, block_of):
         net = _built_then_moved(lambda: build_gpt(model, plan, config_kwargs=config_kwargs), events, block_of)
@@ -2664,12 +2669,8 @@ def plan_replayed_peaks(model, cluster, plan, config: Optional[dict] = None, *,
         checkpoint_every=hf_checkpoint_every(model.num_layers, plan.recompute_layers, name=model.name),
         lora_rank=plan.lora_rank,
         lora_targets=plan.lora_targets, lora_dropout=plan.lora_dropout, capacity_bytes=capacity,
-        offload_optimizer=optimizer_offloaded(plan), overlap_comm=bool(plan.overlaps_comm),
-        offload_params=str(plan.offload_params) != "none", zero_init=builds_in_zero_init(model, plan),
-        reduce_bucket_elements=plan.reduce_bucket_elements, prefetch_bucket_elements=plan.prefetch_bucket_elements,
-        persistence_threshold=plan.persistence_threshold, sub_group_elements=plan.sub_group_elements,
-        expandable_segments=bool(plan.expandable_segments),
-        pin_memory=bool(plan.pin_memory), nvme_optimizer=plan.nvme_optimizer)
+        zero_init=builds_in_zero_init(model, plan), expandable_segments=bool(plan.expandable_segments),
+        pin_memory=bool(plan.pin_memory), **plan_deepspeed_settings(plan))
 
 
 # ================================================================================================================
