@@ -36,7 +36,7 @@ from workbench import memory as M
 from workbench import timing as T
 from workbench.defaults import MEGATRON_BUCKET_ELEMENTS, GiB, megatron_recompute_flags
 from workbench.parallel import group_crosses_nodes
-from workbench.configs.deepspeed import (LARGE_MODEL_PARAMETERS, DeepSpeedOptions,
+from workbench.configs.deepspeed import (LARGE_MODEL_PARAMETERS, DeepSpeedOptions, nvme_param_buffer_size,
                                          pageable_offload_cost)
 from workbench.specs import (CROSS_ENTROPY_FUSION_CODES, NO_PIPELINE, ClusterSpec, CrossEntropyFusion, Engine,
                              Implementation, ModelSpec, Normalization, Offload, ParallelPlan, Precision, Recompute,
@@ -522,8 +522,8 @@ def nvme_param_buffer(model: ModelSpec, plan: ParallelPlan, options: Optional[De
     return Finding(id="nvme_param_buffer", status="pass",
                    message=f"the largest parameter partition a rank swaps in from NVMe is {largest:,} elements, above "
                            f"DeepSpeed's default offload_param.buffer_size {M.DS_NVME_PARAM_BUFFER_ELEMENTS:,}, which "
-                           f"it would refuse at start-up; the exported config sets buffer_size {largest} and the host "
-                           f"memory is priced with it")
+                           f"it would refuse at start-up; the exported config sets buffer_size "
+                           f"{nvme_param_buffer_size(model, plan)} and the host memory is priced with it")
 
 
 def pageable_offload(plan: ParallelPlan, time=None) -> Optional[Finding]:
