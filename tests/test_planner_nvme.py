@@ -26,7 +26,7 @@ def _offloads(table):
 
 def test_without_nvme_the_table_is_the_cpu_offload_one():
     """No NVMe declared (or offload not allowed): no NVMe row; with NVMe, the rows without it are the same rows in
-    the same order, and the NVMe rows are ZeRO-3 DeepSpeed rows with the optimizer on NVMe only."""
+    the same order, and the NVMe rows are ZeRO-3 DeepSpeed rows with the optimizer, the parameters or both on NVMe."""
     m = model("gpt3-350m", seq_length=1024)
     plain = planner.enumerate_candidates(m, _cluster(gpus_per_node=4, nodes=2, host=1024), 16, max_context_parallel=4)
     assert not plain["nvme_opt"].any() and not plain["nvme_par"].any()
@@ -39,9 +39,9 @@ def test_without_nvme_the_table_is_the_cpu_offload_one():
     assert (with_nvme["zero"][on] == 3).all()
     assert (with_nvme["engine"][on] != planner.ENGINE_CODES[planner.Engine.MEGATRON]).all()
     assert {tuple(r) for r in _offloads(with_nvme)[on]} == set(planner.NVME_OFFLOADS)
-    # every ZeRO-3 row with the optimizer on the CPU alone has its three NVMe twins
+    # every ZeRO-3 row with the optimizer on the CPU alone has its four NVMe twins
     cpu_opt = ((with_nvme["zero"] == 3) & (with_nvme["off_opt"] == 1) & (with_nvme["off_par"] == 0) & ~on)
-    assert on.sum() == 3 * cpu_opt.sum()
+    assert on.sum() == 4 * cpu_opt.sum() == len(planner.NVME_OFFLOADS) * cpu_opt.sum()
     off = planner.enumerate_candidates(m, nvme_c, 16, max_context_parallel=4, offload=False)
     assert not off["off_opt"].any() and not off["nvme_opt"].any()
 
@@ -50,16 +50,18 @@ def test_nvme_rows_are_plans_the_specs_accept_with_the_same_columns():
     m = model("gpt3-350m", seq_length=1024)
     c = _cluster(gpus_per_node=4, nodes=2, host=1024, nvme=2000)
     table = planner.enumerate_candidates(m, c, 16, max_context_parallel=4)
-    rows = np.flatnonzero(table["nvme_opt"] > 0)
+    rows = np.flatnonzero((table["nvme_opt"] > 0) | (table["nvme_par"] > 0))
+    assert ((table["nvme_opt"][rows] == 0) & (table["nvme_par"][rows] == 1)).any()
     for i in rows[:: max(1, len(rows) // 40)]:
         plan = planner._plan_at(table, int(i), c, 16, planner.Precision.BF16)
         validate(m, c, plan)
-        assert str(plan.offload_optimizer) == "nvme" and plan.nvme_optimizer
+        assert str(plan.offload_optimizer) == ("nvme" if table["nvme_opt"][i] else "cpu")
+        assert plan.nvme_optimizer == bool(table["nvme_opt"][i]) and plan.nvme_params == bool(table["nvme_par"][i])
         assert str(plan.offload_params) == {0: "none", 1: "nvme" if table["nvme_par"][i] else "cpu"}[
             int(table["off_par"][i])]
         cols = encode.plan_columns(plan, m)
         assert all(cols[k] == int(table[k][i]) for k in _KEYS)
-        assert "offload-opt=nvme" in planner.describe_plan(plan)
+        assert f"offload-opt={plan.offload_optimizer}" in planner.describe_plan(plan)
 
 
 @pytest.mark.parametrize("name,gpus_per_node,nodes,gbs", [("llama2-7b", 1, 1, 8), ("llama2-7b", 2, 2, 8),
@@ -73,7 +75,7 @@ def test_nvme_rows_the_planner_returns_match_scalar_estimate(name, gpus_per_node
     nvme = [r for r in res.ranked if r.nvme_bytes_per_node]
     assert len(nvme) >= 6
     assert {(str(r.plan.offload_optimizer), str(r.plan.offload_params)) for r in nvme} == {
-        ("nvme", "none"), ("nvme", "cpu"), ("nvme", "nvme")}
+        ("nvme", "none"), ("nvme", "cpu"), ("cpu", "nvme"), ("nvme", "nvme")}
     for r in nvme[:: max(1, len(nvme) // 12)] + [r for r in res.pareto if r.nvme_bytes_per_node]:
         est = estimate(m, c, r.plan, checks=False)
         assert r.peak_bytes == pytest.approx(est.memory.per_gpu_peak_bytes, abs=8)
@@ -85,10 +87,13 @@ def test_nvme_rows_the_planner_returns_match_scalar_estimate(name, gpus_per_node
         assert r.mfu == pytest.approx(est.time.mfu, rel=1e-9)
         assert r.band_high_bytes == pytest.approx(est.memory.band_high_bytes, abs=8)
         assert r.risky == (r.peak_bytes + r.band_high_bytes > 0.95 * c.gpu.memory_bytes)
-        # the swaps are in the step: the same plan in host memory is faster
+        # the swaps are in the step: the same plan in host memory is faster (with the parameters alone on NVMe, not
+        # slower: a partition within offload_param.max_in_cpu stays in host memory)
         cpu = r.plan.replace(offload_optimizer="cpu", offload_params="cpu" if r.plan.nvme_params else
                              r.plan.offload_params)
-        assert r.time_breakdown["offload"] > estimate(m, c, cpu, checks=False).time.breakdown["offload"]
+        in_host = estimate(m, c, cpu, checks=False).time.breakdown["offload"]
+        assert (r.time_breakdown["offload"] > in_host if r.plan.nvme_optimizer else
+                r.time_breakdown["offload"] >= in_host)
     # the table's NVMe bytes per node are the same with every stage priced
     table = planner.enumerate_candidates(m, c, gbs)
     a = planner.evaluate(table, m, c)
@@ -186,3 +191,25 @@ def test_cli_plan_takes_nvme_gib(capsys):
     assert main(base) == 2
     err = capsys.readouterr().err
     assert err.startswith("workbench: error: no plan fits host memory") and "--nvme-gib" in err
+
+
+def test_optimizer_in_host_memory_with_the_parameters_on_nvme():
+    """Llama 2 70B on two H100 (TP 2) with 1,600 GiB of host memory: CPU offload of both needs more host memory than
+    the node has; the parameters on NVMe with the optimizer kept in host memory fit it and swap far less than the
+    optimizer on NVMe does, so that plan wins, priced as estimate() prices it, and the explanation says why."""
+    m, c = model("llama2-70b"), _cluster(gpus_per_node=2, host=1600, nvme=4000)
+    res = planner.search(m, c, global_batch_size=16, top=100_000)
+    best = res.best
+    assert (str(best.plan.offload_optimizer), str(best.plan.offload_params)) == ("cpu", "nvme")
+    assert best.plan.nvme_params and not best.plan.nvme_optimizer
+    est = estimate(m, c, best.plan, checks=False)
+    assert best.step_seconds == pytest.approx(est.time.step_seconds, rel=1e-9)
+    assert best.host_bytes_per_node == pytest.approx(est.memory.host_bytes_per_node, abs=16)
+    assert 0 < best.nvme_bytes_per_node == pytest.approx(est.memory.nvme_bytes_per_node, abs=16)
+    both_cpu = estimate(m, c, best.plan.replace(offload_params="cpu"), checks=False)
+    assert not both_cpu.memory.fits_host and both_cpu.memory.host_bytes_per_node > 1600 * GiB
+    opt_nvme = [r for r in res.ranked if r.plan.nvme_optimizer]
+    assert opt_nvme and min(r.step_seconds for r in opt_nvme) > best.step_seconds
+    assert re.search(r"\nNVMe: the winner swaps [\d.]+ GiB per node to NVMe .* the fastest plan that fits the GPU "
+                     r"with its offload in host memory \(.*offload-opt=cpu offload-params=cpu.*\) needs [\d.]+ GiB of "
+                     r"host memory per node, over the node's 1600 GiB\.", res.explanation), res.explanation

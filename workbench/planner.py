@@ -26,8 +26,9 @@ Axes searched (each axis value is checked with the same rules :class:`~workbench
 - data parallel d = world ÷ (t·p·c) (must divide the global batch);
 - ZeRO 0-3 (DeepSpeed engines; ZeRO-2/3 only without pipeline parallel), CPU offload of the optimizer (ZeRO ≥ 1)
   and of the parameters (ZeRO-3); where the cluster declares NVMe (``nvme_gib_per_node`` > 0), ZeRO-3 with the
-  optimizer on NVMe and the parameters on the GPU, the CPU or NVMe (ZeRO-Infinity, :data:`NVME_OFFLOADS`; below
-  ZeRO-3 DeepSpeed runs device ``nvme`` as CPU offload, a row already searched); Megatron's distributed optimizer
+  optimizer on NVMe and the parameters on the GPU, the CPU or NVMe, or the optimizer on the CPU and the parameters
+  on NVMe (ZeRO-Infinity, :data:`NVME_OFFLOADS`; below ZeRO-3 DeepSpeed runs device ``nvme`` as CPU offload, a row
+  already searched); Megatron's distributed optimizer
   (engine ``megatron``, DP > 1: at DP = 1 it changes nothing); engine ``megatron-deepspeed`` only with TP, PP or
   CP > 1 (without them it is the ``deepspeed`` plan);
 - recompute none / selective / full, micro batch b (divisors of global batch ÷ d), sequence parallel (t > 1).
@@ -351,10 +352,13 @@ def _settings(engines, zero_stages, offload: bool, recomputes, nvme: bool = Fals
     return np.array(rows, dtype=np.int64).reshape(-1, 9)
 
 
-NVME_OFFLOADS = ((1, 0, 1, 0), (1, 1, 1, 0), (1, 1, 1, 1))
+NVME_OFFLOADS = ((1, 0, 1, 0), (1, 1, 1, 0), (1, 1, 0, 1), (1, 1, 1, 1))
 """The ZeRO-3 offloads to NVMe the planner searches, as (off_opt, off_par, nvme_opt, nvme_par): the optimizer on
-NVMe with the parameters on the GPU, in host memory, or on NVMe (DeepSpeed's ``offload_optimizer.device`` and
-``offload_param.device``)."""
+NVMe with the parameters on the GPU, in host memory, or on NVMe; and the optimizer in host memory with the
+parameters on NVMe (DeepSpeed's ``offload_optimizer.device`` and ``offload_param.device`` are set apart: stage3.py
+``_configure_offloading``, 0.19.8). That last one keeps the optimizer's 16 bytes a parameter on the host and swaps
+only the 16-bit parameters: where the host holds the states but not the parameters beside them, it swaps a few
+bytes a parameter a step where the optimizer on NVMe swaps 32."""
 
 
 def context_parallel_exchanges(model: ModelSpec, tensor_parallel: int, context_parallel: int) -> list:
@@ -1059,7 +1063,7 @@ def _missing_from_search(table: dict, cols: dict) -> str:
         if key in table and key in cols and not (match & (table[key] == int(cols[key]))).any():
             return (f"{key} {int(cols[key])} is not searched for this layout: the planner offloads to NVMe where the "
                     f"cluster declares NVMe (nvme_gib_per_node > 0, --nvme-gib) and offload is allowed, at ZeRO-3 "
-                    f"with the optimizer on it ({', '.join(_offload_words(o) for o in NVME_OFFLOADS)})")
+                    f"({'; '.join(_offload_words(o) for o in NVME_OFFLOADS)})")
     return "no row matches"
 
 
@@ -1188,8 +1192,8 @@ def _lora_alternative(model, cluster, **kwargs) -> str:
 def _nvme_alternative(table: dict, model: ModelSpec, cluster: ClusterSpec, headroom: float, fit_on: str,
                       **evaluate_kwargs):
     """For a cluster that declares no NVMe: ``(rows, ev, i)``, the rows of ``table`` that keep the optimizer on the
-    CPU at ZeRO-3 with the optimizer on NVMe instead (each of :data:`NVME_OFFLOADS`), priced by :func:`evaluate`,
-    and the one that needs the least NVMe of those that fit the GPU and host memory; ``None`` when none does."""
+    CPU at ZeRO-3 with each of :data:`NVME_OFFLOADS` instead, priced by :func:`evaluate`, and the one that needs the
+    least NVMe of those that fit the GPU and host memory; ``None`` when none does."""
     on_cpu = np.asarray(table.get("nvme_opt", 0)) == 0
     source = np.flatnonzero((table["engine"] != ENGINE_CODES[Engine.MEGATRON]) & (table["zero"] == 3)
                             & (table["off_opt"] == 1) & (table["off_par"] == 0) & on_cpu)
@@ -1286,7 +1290,9 @@ def _nothing_fits_message(table, ev, model, cluster, gbs, headroom, precision, f
         rows, alt, j = found
         need = float(alt["nvme_bytes_per_node"][j])
         alt_plan = _plan_at(rows, j, cluster, gbs, precision)
-        return (text + f", or offload the optimizer to NVMe (ZeRO-Infinity), which the cluster does not declare "
+        what = " and the ".join(name for key, name in zip(_NVME_COLUMNS, ("optimizer", "parameters"))
+                                if rows[key][j])
+        return (text + f", or offload the {what} to NVMe (ZeRO-Infinity), which the cluster does not declare "
                        f"(nvme_gib_per_node={cluster.nvme_gib_per_node:g}): {describe_plan(alt_plan)} holds "
                        f"{alt['host_bytes_per_node'][j] / GiB:.1f} GiB of host memory per node and swaps "
                        f"{need / GiB:.1f} GiB per node to NVMe at {alt['step_seconds'][j]:.2f} s/step; give the "
