@@ -68,22 +68,23 @@ def build(parameters: int, tensors: int):
     return Flat()
 
 
-def timed_phases(forward, backward, step) -> dict:
-    """Seconds of ``backward(forward())`` and ``step()``, each synchronised, over :data:`TIMED` iterations after
-    :data:`WARMUP`: ``{"backward_s", "step_s"}`` (medians) and every iteration's (``backward_all_s``,
-    ``step_all_s``)."""
+def timed_phases(forward, backward, step, sync=None) -> dict:
+    """Seconds of ``backward(forward())`` and ``step()``, each synchronised (``sync``, default
+    ``torch.cuda.synchronize``), over :data:`TIMED` iterations after :data:`WARMUP`: ``{"backward_s", "step_s"}``
+    (medians) and every iteration's (``backward_all_s``, ``step_all_s``)."""
     import torch
 
+    sync = sync or torch.cuda.synchronize
     times = {"backward": [], "step": []}
     for i in range(WARMUP + TIMED):
         loss = forward()
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         backward(loss)
-        torch.cuda.synchronize()
+        sync()
         t1 = time.perf_counter()
         step()
-        torch.cuda.synchronize()
+        sync()
         t2 = time.perf_counter()
         if i >= WARMUP:
             times["backward"].append(t1 - t0)

@@ -483,3 +483,27 @@ def test_band_coverage_places_each_measured_value_against_the_band_the_estimate_
     lines = C.summary_lines(rows, "t")
     assert any(line.split()[:2] == ["device", "H100-SXM"] and line.split()[5] == "100.0%" for line in lines)
     assert any("mcore-ds/x/z2/mbs1" in line for line in lines)  # the run past the device band's upper side, named
+
+
+def test_zero3_sub_group_fit_recovers_per_sub_group_and_per_tensor_costs(monkeypatch):
+    """gpu_zero3_sub_groups.py's fit: steps built from known constants (a fixed cost, bytes per parameter, seconds
+    per sub-group and per sub-group and tensor) come back from the script's own cases, and its table marks each
+    case's residual; a step that does not grow with G gives g = h = 0."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    sg = _load("gpu_zero3_sub_groups_under_test", BENCH / "gpu_zero3_sub_groups.py")
+    a, b, g, h = 0.004, 1.1e-11, 3e-4, 2e-6
+    records = []
+    for mi, tensors, sgs in sg.CASES:
+        n = mi * sg.M
+        groups = max(1, -(-n // sgs))  # the script's records carry the engine's count; any spread of G will do
+        records.append(dict(parameters=n, tensors=tensors, sub_group_size=sgs, sub_groups=groups, backward_s=0.01,
+                            step_s=a + b * n + g * groups + h * groups * tensors))
+    coef, resid = sg.fit(records)
+    assert coef == pytest.approx((a, b, g, h), rel=1e-6)
+    assert max(abs(e) for e in resid) < 1e-9
+    lines = sg.fit_lines(records)
+    assert len(lines) == len(records) + 2
+    assert "g 300.0 us per sub-group, h 2000.0 ns per sub-group and tensor" in lines[-1]
+    flat = [dict(r, step_s=a + b * r["parameters"]) for r in records]
+    coef, _ = sg.fit(flat)
+    assert coef[2] == pytest.approx(0, abs=1e-12) and coef[3] == pytest.approx(0, abs=1e-14)
