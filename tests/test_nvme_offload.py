@@ -258,6 +258,32 @@ def test_advisor_prices_the_optimizer_on_nvme_when_host_memory_is_what_fails():
     assert "nvme_option" in out and f"--nvme-gib {need}" in out
 
 
+def test_advisor_keeps_the_optimizer_in_host_memory_when_the_parameters_on_nvme_are_enough():
+    """Llama 2 70B on two H100 (TP 2) with both offloaded to the host needs 1,824 GiB of host memory per node; with
+    1,600 the parameters alone on NVMe fit it, and swapping 16-bit parameters is faster than swapping the optimizer:
+    the finding names that plan, priced as estimate() prices it."""
+    from workbench.advisor import nvme_option
+
+    model = catalog.model("llama2-70b")
+    cluster = ClusterSpec(gpu="H100-SXM", gpus_per_node=2, host_memory_gib_per_node=1600)
+    plan = ParallelPlan(engine="megatron-deepspeed", world_size=2, tensor_parallel=2, sequence_parallel=True,
+                        zero_stage=3, offload_optimizer="cpu", offload_params="cpu", micro_batch_size=8,
+                        global_batch_size=16, recompute="full")
+    assert not estimate(model, cluster, plan, checks=False, simulate_allocator=False).memory.fits_host
+    finding = nvme_option(model, cluster, plan)
+    assert finding is not None and "the parameters swapped to NVMe" in finding.message
+    assert "the optimizer kept in host memory" in finding.message
+    chosen = plan.replace(offload_params="nvme")
+    roomy = cluster.replace(nvme_gib_per_node=1e9)
+    est = estimate(model, roomy, chosen, checks=False)
+    assert f"{est.time.step_seconds:.3f} s/step" in finding.message
+    need = -(-est.memory.nvme_bytes_per_node // 2**30)
+    assert finding.suggestion.startswith(f"--zero 3 --offload-optimizer cpu --offload-params nvme --nvme-gib {need} ")
+    opt_nvme = estimate(model, roomy, plan.replace(offload_optimizer="nvme"), checks=False)
+    assert opt_nvme.memory.fits_host and opt_nvme.time.step_seconds > est.time.step_seconds
+    assert estimate(model, cluster.replace(nvme_gib_per_node=need), chosen, checks=False).memory.fits
+
+
 def test_run_writes_the_nvme_path_into_the_runs_ds_config(monkeypatch):
     import workbench.runs as runs
     from workbench import cli

@@ -1879,11 +1879,13 @@ judged: the finding then names what the node needs (``--nvme-gib``) against what
 def nvme_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, headroom: float = 0.0, record=None,
                 profile=None) -> Optional[Finding]:
     """For a DeepSpeed plan without pipeline parallelism that fits the GPU but not the node's host memory: the same
-    plan at ZeRO-3 with the optimizer swapped to NVMe (ZeRO-Infinity) and the parameters where the plan keeps them —
-    or on NVMe too when that is what lets host memory fit — priced on this cluster (its NVMe rates) with as much
-    NVMe as it needs: the host memory, the NVMe per node (``--nvme-gib``), the step and the swaps' share of it.
-    ``None`` when the plan fits host memory, does not fit the GPU, already swaps to NVMe, or no such plan fits."""
-    if (plan.engine is Engine.MEGATRON or plan.pipeline_parallel > 1 or plan.nvme_optimizer
+    plan at ZeRO-3 with what it offloads swapped to NVMe instead (ZeRO-Infinity) — the optimizer, with the parameters
+    where the plan keeps them or on NVMe too; and where the plan offloads its parameters to the host, those alone,
+    the optimizer staying in host memory (it swaps the 16-bit parameters, not the optimizer's 32 bytes a parameter a
+    step) — priced on this cluster (its NVMe rates) with as much NVMe as each needs; the fastest that fits, with its
+    host memory, the NVMe per node (``--nvme-gib``), the step and the swaps' share of it. ``None`` when the plan fits
+    host memory, does not fit the GPU, already swaps to NVMe, or no such plan fits."""
+    if (plan.engine is Engine.MEGATRON or plan.pipeline_parallel > 1 or plan.nvme_optimizer or plan.nvme_params
             or plan.lora_rank):
         return None
     mem = (record or _evaluated(model, cluster, plan, profile)).memory
@@ -1891,38 +1893,45 @@ def nvme_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
     if mem.fits_host or mem.per_gpu_peak_bytes + mem.band_high_bytes > cap:
         return None
     roomy = cluster.replace(nvme_gib_per_node=max(cluster.nvme_gib_per_node, NVME_OPTION_UNBOUNDED_GIB))
-    params = [plan.offload_params] + ([Offload.NVME] if plan.offload_params is not Offload.NVME else [])
-    for where in params:
+    options = [(Offload.NVME, plan.offload_params), (Offload.NVME, Offload.NVME)]
+    if plan.offload_params is Offload.CPU and plan.offload_optimizer is Offload.CPU:
+        options.append((Offload.CPU, Offload.NVME))
+    fits = []
+    for optimizer, params in dict.fromkeys(options):
         try:
-            p = plan.replace(zero_stage=3, offload_optimizer=Offload.NVME, offload_params=where,
+            p = plan.replace(zero_stage=3, offload_optimizer=optimizer, offload_params=params,
                              overlap_comm=None if plan.zero_stage != 3 else plan.overlap_comm)
             validate(model, roomy, p)
         except ValueError:
             continue
         est = _evaluated(model, roomy, p, profile)
-        m, t = est.memory, est.time
-        if m.per_gpu_peak_bytes + m.band_high_bytes > cap or not m.fits_host:
-            continue
-        swaps, _ = _nvme_swap_split(t)
-        need_gib = -(-m.nvme_bytes_per_node // GiB)
-        declared = (f"the cluster declares {cluster.nvme_gib_per_node:g} GiB" if cluster.nvme_gib_per_node else
-                    "the cluster declares none")
-        default = cluster.nvme_rates_assumed
-        too = ", the parameters too" if where is Offload.NVME else ""
-        message = (f"host memory is what this plan runs out of ({_gb(mem.host_bytes_per_node)} per node of "
-                   f"{_gb(mem.host_capacity_bytes_per_node)}); with the optimizer swapped to NVMe (ZeRO-3, "
-                   f"ZeRO-Infinity{too}) it holds {_gb(m.host_bytes_per_node)} of host memory and "
-                   f"{_gb(m.nvme_bytes_per_node)} of NVMe per node ({declared}), {_gb(m.per_gpu_peak_bytes)} per GPU, "
-                   f"{t.step_seconds:.3f} s/step: {swaps:.3f} s of it the swaps at {cluster.nvme_read_gb_per_s:g} "
-                   f"GB/s read, {cluster.nvme_write_gb_per_s:g} GB/s write per node")
-        suggestion = ("--zero 3 --offload-optimizer nvme" + (" --offload-params nvme" if too else "")
-                      + f" --nvme-gib {need_gib} (the node's local NVMe; --nvme-path DIR, the ds_config's nvme_path, "
-                        f"names its mount)")
-        if default:
-            message += " (the default rates, an assumed single PCIe 4.0 drive)"
-            suggestion += "; `workbench calibrate --nvme-dir DIR` measures the drive's rates"
-        return Finding(id="nvme_option", status="warn", message=message, suggestion=suggestion)
-    return None
+        if est.memory.per_gpu_peak_bytes + est.memory.band_high_bytes <= cap and est.memory.fits_host:
+            fits.append((est.time.step_seconds, p, est))
+    if not fits:
+        return None
+    _, p, est = min(fits, key=lambda f: f[0])
+    m, t = est.memory, est.time
+    swaps, _ = _nvme_swap_split(t)
+    need_gib = -(-m.nvme_bytes_per_node // GiB)
+    declared = (f"the cluster declares {cluster.nvme_gib_per_node:g} GiB" if cluster.nvme_gib_per_node else
+                "the cluster declares none")
+    if not p.nvme_optimizer:
+        what = "the parameters swapped to NVMe (ZeRO-3, ZeRO-Infinity, the optimizer kept in host memory)"
+    else:
+        what = f"the optimizer swapped to NVMe (ZeRO-3, ZeRO-Infinity{', the parameters too' * p.nvme_params})"
+    message = (f"host memory is what this plan runs out of ({_gb(mem.host_bytes_per_node)} per node of "
+               f"{_gb(mem.host_capacity_bytes_per_node)}); with {what} it holds {_gb(m.host_bytes_per_node)} of host "
+               f"memory and {_gb(m.nvme_bytes_per_node)} of NVMe per node ({declared}), {_gb(m.per_gpu_peak_bytes)} "
+               f"per GPU, {t.step_seconds:.3f} s/step: {swaps:.3f} s of it the swaps at "
+               f"{cluster.nvme_read_gb_per_s:g} GB/s read, {cluster.nvme_write_gb_per_s:g} GB/s write per node")
+    flags = (["--zero 3", f"--offload-optimizer {p.offload_optimizer}"]
+             + ([f"--offload-params {p.offload_params}"] if p.offload_params is not plan.offload_params else []))
+    suggestion = (" ".join(flags) + f" --nvme-gib {need_gib} (the node's local NVMe; --nvme-path DIR, the "
+                  "ds_config's nvme_path, names its mount)")
+    if cluster.nvme_rates_assumed:
+        message += " (the default rates, an assumed single PCIe 4.0 drive)"
+        suggestion += "; `workbench calibrate --nvme-dir DIR` measures the drive's rates"
+    return Finding(id="nvme_option", status="warn", message=message, suggestion=suggestion)
 
 
 LORA_LADDER_RANK = 16
