@@ -1881,8 +1881,8 @@ def nvme_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
     """For a DeepSpeed plan without pipeline parallelism that fits the GPU but not the node's host memory: the same
     plan at ZeRO-3 with what it offloads swapped to NVMe instead (ZeRO-Infinity) — the optimizer, with the parameters
     where the plan keeps them or on NVMe too; and where the plan offloads its parameters to the host, those alone,
-    the optimizer staying in host memory (it swaps the 16-bit parameters, not the optimizer's 32 bytes a parameter a
-    step) — priced on this cluster (its NVMe rates) with as much NVMe as each needs; the fastest that fits, with its
+    the optimizer staying in host memory (it swaps the 16-bit parameters at every fetch, not the optimizer's 32
+    bytes a parameter a step) — priced on this cluster (its NVMe rates) with as much NVMe as each needs; the fastest that fits, with its
     host memory, the NVMe per node (``--nvme-gib``), the step and the swaps' share of it. ``None`` when the plan fits
     host memory, does not fit the GPU, already swaps to NVMe, or no such plan fits."""
     if (plan.engine is Engine.MEGATRON or plan.pipeline_parallel > 1 or plan.nvme_optimizer or plan.nvme_params

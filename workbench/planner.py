@@ -357,8 +357,9 @@ NVME_OFFLOADS = ((1, 0, 1, 0), (1, 1, 1, 0), (1, 1, 0, 1), (1, 1, 1, 1))
 NVMe with the parameters on the GPU, in host memory, or on NVMe; and the optimizer in host memory with the
 parameters on NVMe (DeepSpeed's ``offload_optimizer.device`` and ``offload_param.device`` are set apart: stage3.py
 ``_configure_offloading``, 0.19.8). That last one keeps the optimizer's 16 bytes a parameter on the host and swaps
-only the 16-bit parameters: where the host holds the states but not the parameters beside them, it swaps a few
-bytes a parameter a step where the optimizer on NVMe swaps 32."""
+only the 16-bit parameters, read at every fetch (forward and backward of each micro-batch) and written once a step,
+where the optimizer on NVMe swaps 32 bytes a parameter a step: the faster of the two where the host holds the states
+but not the parameters beside them, unless many micro-batches multiply the reads."""
 
 
 def context_parallel_exchanges(model: ModelSpec, tensor_parallel: int, context_parallel: int) -> list:
