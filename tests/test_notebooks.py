@@ -258,6 +258,15 @@ def test_planner(tmp_path, monkeypatch):
                      sub_group_size=100_000_000).best
     assert rec["sub_group_best_plan"] == smaller.describe() and "offload-opt=nvme" in rec["sub_group_best_plan"]
     assert rec["sub_group_host_bytes_per_node"] == smaller.host_bytes_per_node <= 32 * GIB
+    # Llama 2 70B on two H100 with 1,600 GiB of host memory: the optimizer stays on the host, the parameters go to
+    # NVMe, faster than the best plan with the optimizer on NVMe
+    two = ClusterSpec(gpu=catalog.gpu("H100-SXM"), gpus_per_node=2, host_memory_gib_per_node=1600,
+                      nvme_gib_per_node=4000)
+    best = search(catalog.model("llama2-70b"), two, global_batch_size=16, precision="bf16", top=5).best
+    assert rec["param_nvme_best_plan"] == best.describe()
+    assert "offload-opt=cpu offload-params=nvme" in rec["param_nvme_best_plan"]
+    assert rec["param_nvme_step_seconds"] == pytest.approx(best.step_seconds)
+    assert rec["param_nvme_optimizer_on_nvme_step_seconds"] > rec["param_nvme_step_seconds"]
 
 
 @pytest.mark.slow
