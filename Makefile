@@ -40,10 +40,11 @@ dashboard: venv
 	JUPYTER_PATH=$(CURDIR)/share/jupyter $(BIN)/voila notebooks/dashboard.ipynb --no-browser --Voila.ip=127.0.0.1 \
 		--port=$(or $(PORT),8866)
 
-# one worker per core (pytest-xdist); conftest.py keeps each test file on one worker and the training launches on
-# one worker, one after another
+# one worker per core, at most four (pytest-xdist; each worker holds torch and the libraries in memory);
+# conftest.py keeps each test file on one worker and the training launches on one worker, one after another
 test: venv
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations=15 \
+		$(PYTEST_ARGS)
 
 # also the 8-process layout test of the guide's 13B (about a minute more on 2 cores)
 test-long: venv
