@@ -2626,6 +2626,16 @@ GROUPS = {
         _ds("mc-h1024-gelu", 3, mbs=4, repeat=15, **OFF),
         _hf("hf-llama-h2048", 3, "sdpa", repeat=15, **OFF),
     ],
+    # eighty-third final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "pnv83" before
+    # measuring: ZeRO-3 with the optimizer in host memory and the parameters on NVMe, the plan the planner now
+    # searches (NVME_OFFLOADS (cpu, nvme)), on a test shape whose 16-bit partition passes offload_param.max_in_cpu
+    # (1e9 elements), so that the parameters beyond it are read from the disk at every fetch; beside its twin with
+    # the parameters in host memory (measured on the H200 in final33), in the same call
+    "pnv83": [
+        _hf("hf-llama2-h5120-l10", 3, "sdpa", mbs=2, ckpt=True, protocol=[5, 3], repeat=83, pbuf=163_840_000, **OFF,
+            **PNVME),
+        _hf("hf-llama2-h5120-l10", 3, "sdpa", mbs=2, ckpt=True, repeat=83, **OFF, **POFF),
+    ],
     # eighty-second final batch (one GPU, an H100 or an H200), declared in accuracy_split.json "pbuf82" before
     # measuring: nvme80's plan with the parameters on NVMe too, which DeepSpeed refused at its default
     # offload_param.buffer_size (1e8 elements, under the 103,022,592-element input embedding), with the buffer the
