@@ -20,7 +20,7 @@ def _unit(stem: str):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):  # an xdist worker: the launch unit first, then the browser one, then the rest
-        items.sort(key=lambda item: (_unit(item.path.stem) != "launch", _unit(item.path.stem) != "browser"))
+        items.sort(key=lambda item: {"launch": 0, "browser": 1}.get(_unit(item.path.stem), 2))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -920,8 +920,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, me
     n = (counts or model.parameter_counts()).total
     found = [fits_memory(plan, memory), host_memory_margin(plan, memory), pinned_host_buffers(model, plan, memory),
              sub_group_host_buffers(model, plan, memory), nvme_param_buffer(model, plan, o),
-             pageable_offload(plan, time),
-             nvme_swaps(cluster, plan, time),
+             pageable_offload(plan, time), nvme_swaps(cluster, plan, time),
              expandable_segments_advice(model, cluster, plan, memory, reserve_fraction=reserve_fraction,
                                         expandable_twin=expandable_twin),
              strategy_tier(model, cluster, plan, memory),
@@ -1882,9 +1881,9 @@ def nvme_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
     plan at ZeRO-3 with what it offloads swapped to NVMe instead (ZeRO-Infinity) — the optimizer, with the parameters
     where the plan keeps them or on NVMe too; and where the plan offloads its parameters to the host, those alone,
     the optimizer staying in host memory (it swaps the 16-bit parameters at every fetch, not the optimizer's 32
-    bytes a parameter a step) — priced on this cluster (its NVMe rates) with as much NVMe as each needs; the fastest that fits, with its
-    host memory, the NVMe per node (``--nvme-gib``), the step and the swaps' share of it. ``None`` when the plan fits
-    host memory, does not fit the GPU, already swaps to NVMe, or no such plan fits."""
+    bytes a parameter a step) — priced on this cluster (its NVMe rates) with as much NVMe as each needs; the fastest
+    that fits, with its host memory, the NVMe per node (``--nvme-gib``), the step and the swaps' share of it. ``None``
+    when the plan fits host memory, does not fit the GPU, already swaps to NVMe, or no such plan fits."""
     if (plan.engine is Engine.MEGATRON or plan.pipeline_parallel > 1 or plan.nvme_optimizer or plan.nvme_params
             or plan.lora_rank):
         return None
@@ -1897,7 +1896,7 @@ def nvme_option(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, *, h
     if plan.offload_params is Offload.CPU and plan.offload_optimizer is Offload.CPU:
         options.append((Offload.CPU, Offload.NVME))
     fits = []
-    for optimizer, params in dict.fromkeys(options):
+    for optimizer, params in options:
         try:
             p = plan.replace(zero_stage=3, offload_optimizer=optimizer, offload_params=params,
                              overlap_comm=None if plan.zero_stage != 3 else plan.overlap_comm)

@@ -12,12 +12,13 @@ offload buffers page-locked, ``pin_memory``), DeepSpeed's ZeRO sizes in elements
 ``pbucket`` (``stage3_prefetch_bucket_size``), ``persist`` (``stage3_param_persistence_threshold``) and ``sgroup``
 (``sub_group_size``), one number for every plan of a table, ``moe_ov`` (1: all-to-all overlapped, combined 1F1B),
 ``moe_rc`` (MoE selective recompute: 0 none, 1 moe_act, 2 moe), ``xent`` (Megatron's loss kernels: 0 none, 1
-native, 2 te), and the pipeline split ``first_layers, last_layers`` (0: an even share) and ``emb_split, loss_split``, from which :func:`stage_layer_columns` derives the layers of the first,
-middle and last stages. A single plan gives scalars; the planner's candidate table
-gives the same columns as numpy arrays (one element per plan). :func:`memory_inputs` and :func:`time_inputs` turn
-columns — scalar or array, with or without a measured hardware profile — into the keyword arguments of
-:func:`workbench.memory.stage_terms` and :func:`workbench.timing.step_time_terms`. ``estimate`` is a batch of one, the planner a batch of N; both go
-through these two functions, so they price a plan with the same numbers.
+native, 2 te), and the pipeline split ``first_layers, last_layers`` (0: an even share) and ``emb_split,
+loss_split``, from which :func:`stage_layer_columns` derives the layers of the first, middle and last stages.
+A single plan gives scalars; the planner's candidate table gives the same columns as numpy arrays (one element per
+plan). :func:`memory_inputs` and :func:`time_inputs` turn columns — scalar or array, with or without a measured
+hardware profile — into the keyword arguments of :func:`workbench.memory.stage_terms` and
+:func:`workbench.timing.step_time_terms`. ``estimate`` is a batch of one, the planner a batch of N; both go through
+these two functions, so they price a plan with the same numbers.
 
 Adding a plan field: declare it on :class:`~workbench.specs.ParallelPlan`, add its column in :func:`plan_columns`
 (and, if the planner should search it, in the planner's table), and read the column where the model input it

@@ -379,8 +379,7 @@ def check_flag_dependencies(args) -> None:
 SUB_GROUP_HELP = ("DeepSpeed ZeRO-3 zero_optimization.sub_group_size: the optimizer steps each rank's partition in "
                   "sub-groups of about N elements, so the step's fp32 gradient on the GPU and, with offload, the "
                   "host's buffers per sub-group (NVMe: the swapper's page-locked buffers of the largest) scale with "
-                  "it; "
-                  "default DeepSpeed's 1e9")
+                  "it; default DeepSpeed's 1e9")
 
 
 def elements_type(flag: str, auto: bool = True):

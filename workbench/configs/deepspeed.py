@@ -272,7 +272,7 @@ def build_ds_config(model: ModelSpec, cluster: ClusterSpec, plan: ParallelPlan, 
         if plan.offload_params is not Offload.NONE:
             zero["offload_param"] = _offload_section(plan.offload_params, o, plan.pin_memory)
             if plan.offload_params is Offload.NVME:  # each swap buffer holds the largest parameter partition
-                zero["offload_param"]["buffer_size"] = int(nvme_param_buffer_size(model, plan, o))
+                zero["offload_param"]["buffer_size"] = nvme_param_buffer_size(model, plan, o)
     cfg["zero_optimization"] = zero
     if plan.is_ulysses:
         # DeepSpeed-Ulysses: the groups come from the model code's mpu (ulysses_snippet); DeepSpeedConfig reads the
